@@ -1,0 +1,217 @@
+import { parseArgs } from 'node:util'
+import { createToken, createUser, findUser, listTokens, listUsers, openStore, revokeToken, setUserDisabled, StoreError, type Store } from '../store/index.js'
+import { ConfigError, loadConfig, type PlinthConfig } from './config.js'
+import { createLogger } from './logger.js'
+import { startServer } from './start-server.js'
+import { version } from './version.js'
+
+const usage = `plinth ${version} — headless HTTP + SSE agent server
+
+Usage:
+  plinth [serve]                       start the server (config: env + plinth.config.json)
+  plinth migrate                       apply pending database migrations
+  plinth users create <name> [--json] [--token-name N]
+                                       create a user; the token is the last line of output
+  plinth users list [--json]
+  plinth users disable|enable <user>   <user> is an id or a name
+  plinth tokens create <user> [--name N] [--json]
+  plinth tokens list <user> [--json]
+  plinth tokens revoke <token-id>
+  plinth help | --version
+`
+
+/** Output sink, so tests can run commands in-process. */
+interface Io {
+  out(line: string): void
+  err(line: string): void
+}
+
+const processIo: Io = {
+  out: (line) => process.stdout.write(`${line}\n`),
+  err: (line) => process.stderr.write(`${line}\n`),
+}
+
+/** Runs one CLI invocation; resolves to the exit code (serve resolves only on failure). */
+export async function runCli(argv: string[], io: Io = processIo): Promise<number> {
+  let parsed
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        json: { type: 'boolean', default: false },
+        name: { type: 'string' },
+        'token-name': { type: 'string' },
+        help: { type: 'boolean', short: 'h', default: false },
+        version: { type: 'boolean', default: false },
+      },
+    })
+  } catch (error) {
+    io.err(`${(error as Error).message}\n\n${usage}`)
+    return 2
+  }
+  const { values, positionals } = parsed
+  if (values.version) {
+    io.out(version)
+    return 0
+  }
+  const [command = 'serve', sub, arg] = positionals
+  if (values.help || command === 'help') {
+    io.out(usage)
+    return 0
+  }
+  try {
+    const config = loadConfig()
+    switch (command) {
+      case 'serve':
+        return await serve(config)
+      case 'migrate':
+        return await withStore(config, async (store) => {
+          const applied = store.migrations.applied
+          io.out(applied.length > 0 ? `applied ${applied.join(', ')}` : 'database is up to date')
+          return 0
+        })
+      case 'users':
+        return await usersCommand(config, sub, arg, values, io)
+      case 'tokens':
+        return await tokensCommand(config, sub, arg, values, io)
+      default:
+        io.err(`unknown command: ${command}\n\n${usage}`)
+        return 2
+    }
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      io.err(error.message)
+      return 2
+    }
+    if (error instanceof StoreError) {
+      io.err(`plinth: ${error.message}`)
+      return 1
+    }
+    io.err(`plinth: ${(error as Error).message}`)
+    return 1
+  }
+}
+
+async function serve(config: PlinthConfig): Promise<number> {
+  const logger = createLogger(config.logLevel)
+  const server = await startServer(config, logger)
+  const stop = (signal: string): void => {
+    logger.info({ signal }, 'shutting down')
+    const force = setTimeout(() => process.exit(1), 10_000)
+    force.unref()
+    server.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        logger.error({ err: error }, 'shutdown failed')
+        process.exit(1)
+      },
+    )
+  }
+  process.once('SIGTERM', () => stop('SIGTERM'))
+  process.once('SIGINT', () => stop('SIGINT'))
+  return new Promise<number>(() => undefined)
+}
+
+async function withStore<T>(config: PlinthConfig, fn: (store: Store) => Promise<T>): Promise<T> {
+  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
+  try {
+    return await fn(store)
+  } finally {
+    await store.close()
+  }
+}
+
+type Flags = { json?: boolean; name?: string; 'token-name'?: string }
+
+async function usersCommand(config: PlinthConfig, sub: string | undefined, arg: string | undefined, flags: Flags, io: Io): Promise<number> {
+  if (sub === 'create' && arg) {
+    return withStore(config, async (store) => {
+      const issued = await store.transaction(async (tx) => {
+        const user = await createUser(tx, arg)
+        if ('error' in user) return undefined
+        return { user, token: await createToken(tx, user.id, flags['token-name'] ?? 'default') }
+      })
+      if (!issued) {
+        io.err(`plinth: a user named ${JSON.stringify(arg)} already exists`)
+        return 1
+      }
+      if (flags.json) io.out(JSON.stringify({ userId: issued.user.id, token: issued.token.token }))
+      else {
+        io.out(`created user ${issued.user.name} (${issued.user.id})`)
+        io.out('token (shown once, store it now):')
+        io.out(issued.token.token)
+      }
+      return 0
+    })
+  }
+  if (sub === 'list') {
+    return withStore(config, async (store) => {
+      const users = []
+      let after: string | undefined
+      for (;;) {
+        const page = await listUsers(store.db, { limit: 200, after })
+        users.push(...page.items)
+        if (!page.nextCursor) break
+        after = page.nextCursor
+      }
+      if (flags.json) io.out(JSON.stringify(users))
+      else for (const user of users) io.out(`${user.id}  ${user.name}${user.disabled ? '  (disabled)' : ''}`)
+      return 0
+    })
+  }
+  if ((sub === 'disable' || sub === 'enable') && arg) {
+    return withStore(config, async (store) => {
+      const user = await findUser(store.db, arg)
+      if (!user) {
+        io.err(`plinth: no user ${JSON.stringify(arg)}`)
+        return 1
+      }
+      await setUserDisabled(store.db, user.id, sub === 'disable')
+      io.out(`${sub}d user ${user.name} (${user.id})`)
+      return 0
+    })
+  }
+  io.err(usage)
+  return 2
+}
+
+async function tokensCommand(config: PlinthConfig, sub: string | undefined, arg: string | undefined, flags: Flags, io: Io): Promise<number> {
+  if (!arg || !['create', 'list', 'revoke'].includes(sub ?? '')) {
+    io.err(usage)
+    return 2
+  }
+  return withStore(config, async (store) => {
+    if (sub === 'revoke') {
+      const token = await revokeToken(store.db, arg)
+      if (!token) {
+        io.err(`plinth: no token ${JSON.stringify(arg)}`)
+        return 1
+      }
+      io.out(`revoked token ${token.id} (${token.prefix}…)`)
+      return 0
+    }
+    const user = await findUser(store.db, arg)
+    if (!user) {
+      io.err(`plinth: no user ${JSON.stringify(arg)}`)
+      return 1
+    }
+    if (sub === 'create') {
+      const issued = await createToken(store.db, user.id, flags.name ?? 'default')
+      if (flags.json) io.out(JSON.stringify({ userId: user.id, tokenId: issued.id, token: issued.token }))
+      else {
+        io.out(`created token ${issued.id} for ${user.name} (shown once, store it now):`)
+        io.out(issued.token)
+      }
+      return 0
+    }
+    const page = await listTokens(store.db, user.id, { limit: 200 })
+    if (flags.json) io.out(JSON.stringify(page.items))
+    else {
+      for (const token of page.items) {
+        io.out(`${token.id}  ${token.name}  ${token.prefix}…  created ${token.createdAt}${token.revokedAt ? `  revoked ${token.revokedAt}` : ''}`)
+      }
+    }
+    return 0
+  })
+}

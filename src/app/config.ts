@@ -1,0 +1,204 @@
+import { existsSync, readFileSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { Ajv, type ErrorObject } from 'ajv'
+
+export interface ModelConfig {
+  id: string
+  provider: 'openai' | 'anthropic' | 'scripted'
+  model?: string
+  baseUrl?: string
+  apiKeyEnv?: string
+  contextWindow?: number
+  supportsTools?: boolean
+  script?: string
+}
+
+/** The validated configuration the server runs with. */
+export interface PlinthConfig {
+  port: number
+  host: string
+  databaseUrl?: string
+  dataDir: string
+  adminToken?: string
+  plugins: string[]
+  models: ModelConfig[]
+  defaultModel?: string
+  exec: { backend: 'direct' | 'sandbox'; disableExecTools: boolean }
+  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
+  /** Largest accepted request body, bytes. */
+  bodyLimit: number
+  /** Requests per token (or per address without one) per window. */
+  rateLimit: { max: number; windowMs: number }
+  /** Interval of SSE heartbeat comments. */
+  sseHeartbeatMs: number
+  /** How long a `full` permission mode lasts before reverting to `manual`. */
+  fullModeTtlMs: number
+}
+
+/** Thrown with every bad key at once, so an operator fixes them in one go. */
+export class ConfigError extends Error {
+  readonly problems: string[]
+
+  constructor(problems: string[]) {
+    super(`invalid configuration:\n${problems.map((problem) => `  - ${problem}`).join('\n')}`)
+    this.name = 'ConfigError'
+    this.problems = problems
+  }
+}
+
+const fileSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    port: { type: 'integer', minimum: 0, maximum: 65535 },
+    host: { type: 'string', minLength: 1 },
+    databaseUrl: { type: 'string', pattern: '^postgres(ql)?://' },
+    dataDir: { type: 'string', minLength: 1 },
+    adminToken: { type: 'string', minLength: 16 },
+    plugins: { type: 'array', items: { type: 'string', minLength: 1 } },
+    models: {
+      type: 'array',
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['id', 'provider'],
+        properties: {
+          id: { type: 'string', minLength: 1 },
+          provider: { enum: ['openai', 'anthropic', 'scripted'] },
+          model: { type: 'string' },
+          baseUrl: { type: 'string' },
+          apiKeyEnv: { type: 'string' },
+          contextWindow: { type: 'integer', minimum: 1 },
+          supportsTools: { type: 'boolean' },
+          script: { type: 'string' },
+        },
+      },
+    },
+    defaultModel: { type: 'string' },
+    exec: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { backend: { enum: ['direct', 'sandbox'] }, disableExecTools: { type: 'boolean' } },
+    },
+    logLevel: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] },
+    bodyLimit: { type: 'integer', minimum: 1024 },
+    rateLimit: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { max: { type: 'integer', minimum: 1 }, windowMs: { type: 'integer', minimum: 1 } },
+    },
+    sseHeartbeatMs: { type: 'integer', minimum: 100 },
+    fullModeTtlMs: { type: 'integer', minimum: 1000 },
+  },
+} as const
+
+/** Environment variables and the config key each one sets. */
+const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list']> = [
+  ['PORT', 'port', 'int'],
+  ['HOST', 'host', 'string'],
+  ['DATABASE_URL', 'databaseUrl', 'string'],
+  ['PLINTH_DATA_DIR', 'dataDir', 'string'],
+  ['PLINTH_ADMIN_TOKEN', 'adminToken', 'string'],
+  ['PLINTH_PLUGINS', 'plugins', 'list'],
+  ['PLINTH_EXEC_BACKEND', 'exec.backend', 'string'],
+  ['PLINTH_DISABLE_EXEC_TOOLS', 'exec.disableExecTools', 'bool'],
+  ['PLINTH_LOG_LEVEL', 'logLevel', 'string'],
+  ['PLINTH_BODY_LIMIT', 'bodyLimit', 'int'],
+  ['PLINTH_RATE_LIMIT_MAX', 'rateLimit.max', 'int'],
+  ['PLINTH_RATE_LIMIT_WINDOW_MS', 'rateLimit.windowMs', 'int'],
+  ['PLINTH_SSE_HEARTBEAT_MS', 'sseHeartbeatMs', 'int'],
+  ['PLINTH_FULL_MODE_TTL_MS', 'fullModeTtlMs', 'int'],
+]
+
+const defaults: PlinthConfig = {
+  port: 8080,
+  host: '127.0.0.1',
+  dataDir: './data',
+  plugins: [],
+  models: [],
+  exec: { backend: 'direct', disableExecTools: false },
+  logLevel: 'info',
+  bodyLimit: 1024 * 1024,
+  rateLimit: { max: 600, windowMs: 60_000 },
+  sseHeartbeatMs: 15_000,
+  fullModeTtlMs: 60 * 60 * 1000,
+}
+
+/**
+ * Reads `PLINTH_CONFIG` (default `./plinth.config.json`, optional unless named explicitly) and the
+ * environment, environment winning, and validates the result. Throws ConfigError listing every
+ * bad key.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = process.cwd()): PlinthConfig {
+  const problems: string[] = []
+  const merged: Record<string, unknown> = {}
+
+  const explicitPath = env.PLINTH_CONFIG
+  const path = resolve(cwd, explicitPath ?? 'plinth.config.json')
+  if (explicitPath || existsSync(path)) {
+    try {
+      const parsed: unknown = JSON.parse(readFileSync(path, 'utf8'))
+      if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) problems.push(`${path}: must hold a JSON object`)
+      else Object.assign(merged, parsed)
+    } catch (error) {
+      problems.push(`${path}: ${(error as Error).message}`)
+    }
+  }
+
+  for (const [name, key, kind] of envKeys) {
+    const raw = env[name]
+    if (raw === undefined || raw === '') continue
+    const value = parseEnv(raw, kind)
+    if (value === undefined) {
+      problems.push(`${name}: expected ${kind === 'int' ? 'an integer' : 'true or false'}, got ${JSON.stringify(raw)}`)
+      continue
+    }
+    setPath(merged, key, value)
+  }
+
+  const ajv = new Ajv({ allErrors: true, strict: false })
+  if (!ajv.validate(fileSchema, merged)) problems.push(...(ajv.errors ?? []).map((error) => describeError(error)))
+  if (problems.length > 0) throw new ConfigError(problems)
+
+  const file = merged as Partial<PlinthConfig>
+  const config: PlinthConfig = {
+    ...defaults,
+    ...file,
+    exec: { ...defaults.exec, ...file.exec },
+    rateLimit: { ...defaults.rateLimit, ...file.rateLimit },
+    dataDir: resolve(cwd, file.dataDir ?? defaults.dataDir),
+  }
+  if (config.defaultModel && !config.models.some((model) => model.id === config.defaultModel)) {
+    throw new ConfigError([`defaultModel: no model with id ${JSON.stringify(config.defaultModel)} is configured`])
+  }
+  return config
+}
+
+function parseEnv(raw: string, kind: 'string' | 'int' | 'bool' | 'list'): unknown {
+  if (kind === 'string') return raw
+  if (kind === 'list') return raw.split(',').map((item) => item.trim()).filter(Boolean)
+  if (kind === 'bool') return raw === 'true' || raw === '1' ? true : raw === 'false' || raw === '0' ? false : undefined
+  return /^-?\d+$/.test(raw) ? Number(raw) : undefined
+}
+
+function setPath(target: Record<string, unknown>, path: string, value: unknown): void {
+  const [head, ...rest] = path.split('.')
+  if (!head) return
+  if (rest.length === 0) {
+    target[head] = value
+    return
+  }
+  const child = typeof target[head] === 'object' && target[head] !== null ? (target[head] as Record<string, unknown>) : {}
+  target[head] = child
+  setPath(child, rest.join('.'), value)
+}
+
+function describeError(error: ErrorObject): string {
+  const key = error.instancePath.replace(/^\//, '').replace(/\//g, '.') || '(root)'
+  if (error.keyword === 'additionalProperties') {
+    const extra = (error.params as { additionalProperty: string }).additionalProperty
+    return `${key === '(root)' ? '' : `${key}.`}${extra}: unknown key`
+  }
+  if (error.keyword === 'enum') return `${key}: must be one of ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`
+  return `${key}: ${error.message ?? 'is invalid'}`
+}

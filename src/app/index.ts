@@ -1,0 +1,6 @@
+/** Composition root: configuration, wiring, process entry. */
+export { loadConfig, ConfigError, type PlinthConfig, type ModelConfig } from './config.js'
+export { startServer, type RunningServer } from './start-server.js'
+export { createLogger } from './logger.js'
+export { version } from './version.js'
+export { runCli } from './cli.js'

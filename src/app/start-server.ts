@@ -1,0 +1,56 @@
+import type { Logger } from 'pino'
+import { buildServer, type App } from '../server/index.js'
+import { openStore, type Store } from '../store/index.js'
+import type { PlinthConfig } from './config.js'
+import { version } from './version.js'
+
+export interface RunningServer {
+  app: App
+  store: Store
+  /** `http://host:port` the server listens on. */
+  url: string
+  /** Stops accepting, ends streams with a final event, closes the database. */
+  close(): Promise<void>
+}
+
+/** Opens the store (migrating it), builds the HTTP app and listens. */
+export async function startServer(config: PlinthConfig, logger: Logger): Promise<RunningServer> {
+  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
+  let app: App
+  try {
+    app = await buildServer({
+      store,
+      logger,
+      bodyLimit: config.bodyLimit,
+      rateLimit: config.rateLimit,
+      sseHeartbeatMs: config.sseHeartbeatMs,
+      fullModeTtlMs: config.fullModeTtlMs,
+      adminToken: config.adminToken,
+      version,
+    })
+    await app.listen({ port: config.port, host: config.host })
+  } catch (error) {
+    await store.close()
+    throw error
+  }
+  const address = app.server.address()
+  const port = typeof address === 'object' && address ? address.port : config.port
+  const host = config.host.includes(':') ? `[${config.host}]` : config.host
+  logger.info(
+    { engine: store.engine, migrationsApplied: store.migrations.applied, adminApi: Boolean(config.adminToken) },
+    `plinth ${version} listening on http://${host}:${port}`,
+  )
+  let closing: Promise<void> | null = null
+  return {
+    app,
+    store,
+    url: `http://${host}:${port}`,
+    close: () => {
+      closing ??= (async () => {
+        await app.close()
+        await store.close()
+      })()
+      return closing
+    },
+  }
+}

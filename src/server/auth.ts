@@ -1,0 +1,54 @@
+import { createHash, timingSafeEqual } from 'node:crypto'
+import type { FastifyRequest } from 'fastify'
+import { authenticateToken, touchToken, type Store, type User } from '../store/index.js'
+import { HttpProblem } from './problem.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The authenticated caller on `/api` routes. */
+    user: User | null
+  }
+}
+
+const touchIntervalMs = 60_000
+
+/** The bearer token of a request, if any. */
+export function bearerToken(request: FastifyRequest): string | undefined {
+  const header = request.headers.authorization
+  const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null
+  return match?.[1]
+}
+
+/** An onRequest hook that authenticates `/api` callers by bearer token (401 otherwise). */
+export function createUserAuth(store: Store): (request: FastifyRequest) => Promise<void> {
+  const lastTouched = new Map<string, number>()
+  return async (request) => {
+    const token = bearerToken(request)
+    if (!token) throw new HttpProblem('unauthorized', 'missing bearer token')
+    const found = await authenticateToken(store.db, token)
+    if (!found) throw new HttpProblem('unauthorized', 'invalid, revoked or disabled token')
+    request.user = found.user
+    // Record use at most once a minute per token, off the request path.
+    const now = Date.now()
+    if ((lastTouched.get(found.tokenId) ?? 0) + touchIntervalMs < now) {
+      lastTouched.set(found.tokenId, now)
+      touchToken(store.db, found.tokenId).catch((error: unknown) => request.log.warn({ err: error }, 'could not record token use'))
+    }
+  }
+}
+
+/** An onRequest hook for `/api/admin`: the operator's `PLINTH_ADMIN_TOKEN`, compared in constant time. */
+export function createAdminAuth(adminToken: string): (request: FastifyRequest) => Promise<void> {
+  const expected = createHash('sha256').update(adminToken).digest()
+  return async (request) => {
+    const token = bearerToken(request)
+    const given = createHash('sha256').update(token ?? '').digest()
+    if (!token || !timingSafeEqual(given, expected)) throw new HttpProblem('unauthorized', 'admin token required')
+  }
+}
+
+/** The authenticated caller; routes behind the user hook always have one. */
+export function caller(request: FastifyRequest): User {
+  if (!request.user) throw new HttpProblem('unauthorized')
+  return request.user
+}

@@ -1,0 +1,67 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { HttpProblem, problemBody, type ProblemCode, type ProblemField } from './problem.js'
+
+interface ValidationIssue {
+  instancePath: string
+  keyword: string
+  message?: string
+  params: Record<string, unknown>
+}
+
+/** Maps every error to problem+json; never leaks a stack trace or an internal message. */
+export function handleError(error: FastifyError | HttpProblem | Error, request: FastifyRequest, reply: FastifyReply): void {
+  if (reply.sent || reply.raw.headersSent) return
+  const { code, detail, extensions } = classify(error, request)
+  const body = problemBody(code, detail, { ...extensions, instance: request.url.split('?')[0] })
+  if (body.status >= 500) request.log.error({ err: error }, 'request failed')
+  if (code === 'unauthorized') reply.header('www-authenticate', 'Bearer')
+  reply.code(body.status).type('application/problem+json').send(body)
+}
+
+function classify(
+  error: FastifyError | HttpProblem | Error,
+  request: FastifyRequest,
+): { code: ProblemCode; detail?: string; extensions?: Record<string, unknown> } {
+  if (error instanceof HttpProblem) return { code: error.code, detail: error.message, extensions: error.extensions }
+  const fastifyError = error as FastifyError & { validation?: ValidationIssue[]; validationContext?: string }
+  if (fastifyError.validation) {
+    const errors = fastifyError.validation.map((issue) => describeIssue(issue, fastifyError.validationContext ?? 'body'))
+    return {
+      code: 'validation_failed',
+      detail: errors.map((item) => `${item.path}: ${item.message}`).join('; '),
+      extensions: { errors },
+    }
+  }
+  switch (fastifyError.code) {
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return { code: 'invalid_json', detail: fastifyError.message }
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return { code: 'payload_too_large', detail: 'request body is larger than the configured limit' }
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return { code: 'unsupported_media_type', detail: `content-type ${request.headers['content-type'] ?? '(none)'} is not accepted; send application/json` }
+  }
+  if (error instanceof SyntaxError) return { code: 'invalid_json', detail: 'request body is not valid JSON' }
+  const status = fastifyError.statusCode ?? 500
+  if (status === 429) return { code: 'rate_limited', detail: fastifyError.message }
+  if (status === 404) return { code: 'not_found' }
+  if (status === 405) return { code: 'method_not_allowed' }
+  if (status === 406) return { code: 'not_acceptable' }
+  if (status === 413) return { code: 'payload_too_large' }
+  if (status === 415) return { code: 'unsupported_media_type' }
+  if (status === 503) return { code: 'service_unavailable' }
+  if (status >= 400 && status < 500) return { code: 'bad_request', detail: fastifyError.message }
+  return { code: 'internal', detail: 'an internal error occurred; it has been logged' }
+}
+
+function describeIssue(issue: ValidationIssue, context: string): ProblemField {
+  const base = [context, ...issue.instancePath.split('/').filter(Boolean)]
+  if (issue.keyword === 'additionalProperties') {
+    return { path: [...base, String(issue.params.additionalProperty)].join('.'), message: 'unknown field' }
+  }
+  if (issue.keyword === 'required') {
+    return { path: [...base, String(issue.params.missingProperty)].join('.'), message: 'is required' }
+  }
+  return { path: base.join('.'), message: issue.message ?? 'is invalid' }
+}

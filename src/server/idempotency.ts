@@ -1,0 +1,72 @@
+import { createHash } from 'node:crypto'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { findIdempotencyRecord, saveIdempotencyRecord, type Executor, type JsonValue, type Store } from '../store/index.js'
+import { HttpProblem } from './problem.js'
+
+const keyPattern = /^[\x21-\x7e]{1,255}$/
+
+class KeyTaken extends Error {}
+
+/**
+ * Runs a creating request at most once per `Idempotency-Key` (per user): the first outcome is
+ * stored in the same transaction as the creation and replayed for a repeat with the same request;
+ * the same key with a different request is 422 `idempotency_key_reused`.
+ */
+export async function runIdempotent<T extends object>(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  store: Store,
+  userId: string,
+  statusCode: number,
+  create: (tx: Executor) => Promise<T>,
+): Promise<T> {
+  const header = request.headers['idempotency-key']
+  reply.code(statusCode)
+  if (header === undefined) return store.transaction(create)
+  const key = Array.isArray(header) ? header[0] : header
+  if (key === undefined || !keyPattern.test(key)) {
+    throw new HttpProblem('validation_failed', 'Idempotency-Key must be 1–255 visible ASCII characters')
+  }
+  const requestHash = hashRequest(request)
+  const replay = async (): Promise<T | undefined> => {
+    const record = await findIdempotencyRecord(store.db, userId, key)
+    if (!record) return undefined
+    if (record.requestHash !== requestHash) {
+      throw new HttpProblem('idempotency_key_reused', 'this Idempotency-Key was used with a different request')
+    }
+    reply.code(record.statusCode).header('idempotent-replayed', 'true')
+    return record.response as T
+  }
+  const previous = await replay()
+  if (previous) return previous
+  try {
+    return await store.transaction(async (tx) => {
+      const result = await create(tx)
+      const saved = await saveIdempotencyRecord(tx, userId, key, { requestHash, statusCode, response: result as JsonValue })
+      if (!saved) throw new KeyTaken()
+      return result
+    })
+  } catch (error) {
+    if (!(error instanceof KeyTaken)) throw error
+    const winner = await replay()
+    if (winner) return winner
+    throw new HttpProblem('idempotency_key_in_progress')
+  }
+}
+
+function hashRequest(request: FastifyRequest): string {
+  return createHash('sha256')
+    .update(`${request.method} ${request.routeOptions.url ?? request.url}\n${JSON.stringify(request.params)}\n${canonicalJson(request.body)}`)
+    .digest('hex')
+}
+
+/** JSON with object keys sorted, so key order does not make two equal bodies differ. */
+function canonicalJson(value: unknown): string {
+  if (value === undefined) return ''
+  if (value === null || typeof value !== 'object') return JSON.stringify(value)
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`
+  const entries = Object.entries(value as Record<string, unknown>)
+    .filter(([, item]) => item !== undefined)
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+  return `{${entries.map(([name, item]) => `${JSON.stringify(name)}:${canonicalJson(item)}`).join(',')}}`
+}

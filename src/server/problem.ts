@@ -1,0 +1,74 @@
+/**
+ * The catalogue of client-facing errors. Each is answered as `application/problem+json`
+ * (RFC 9457) with a stable snake_case `code`; the key of each entry equals its code.
+ */
+export const problemCatalogue = {
+  unauthorized: { status: 401, title: 'Unauthorized' },
+  not_found: { status: 404, title: 'Not found' },
+  bad_request: { status: 400, title: 'Bad request' },
+  validation_failed: { status: 400, title: 'Validation failed' },
+  invalid_json: { status: 400, title: 'Malformed JSON body' },
+  invalid_cursor: { status: 400, title: 'Invalid cursor' },
+  invalid_last_event_id: { status: 400, title: 'Invalid Last-Event-ID' },
+  method_not_allowed: { status: 405, title: 'Method not allowed' },
+  not_acceptable: { status: 406, title: 'Not acceptable' },
+  idempotency_key_in_progress: { status: 409, title: 'A request with this Idempotency-Key is in progress' },
+  name_taken: { status: 409, title: 'Name already taken' },
+  payload_too_large: { status: 413, title: 'Payload too large' },
+  unsupported_media_type: { status: 415, title: 'Unsupported media type' },
+  idempotency_key_reused: { status: 422, title: 'Idempotency-Key reused with a different request' },
+  rate_limited: { status: 429, title: 'Too many requests' },
+  internal: { status: 500, title: 'Internal server error' },
+  service_unavailable: { status: 503, title: 'Service unavailable' },
+} as const satisfies Record<string, { status: number; title: string }>
+
+export type ProblemCode = keyof typeof problemCatalogue
+
+export interface ProblemField {
+  path: string
+  message: string
+}
+
+/** The body of every error answer. */
+export interface ProblemBody {
+  type: string
+  title: string
+  status: number
+  code: string
+  detail?: string
+  instance?: string
+  errors?: ProblemField[]
+  [extension: string]: unknown
+}
+
+/** An expected client-facing failure; the error handler turns it into problem+json. */
+export class HttpProblem extends Error {
+  readonly code: ProblemCode
+  readonly status: number
+  readonly extensions: Record<string, unknown>
+
+  constructor(code: ProblemCode, detail?: string, extensions: Record<string, unknown> = {}) {
+    super(detail ?? problemCatalogue[code].title)
+    this.name = 'HttpProblem'
+    this.code = code
+    this.status = problemCatalogue[code].status
+    this.extensions = extensions
+  }
+}
+
+export function problemBody(code: ProblemCode, detail: string | undefined, extensions: Record<string, unknown> = {}): ProblemBody {
+  const entry = problemCatalogue[code]
+  return {
+    type: `urn:plinth:problem:${code}`,
+    title: entry.title,
+    status: entry.status,
+    code,
+    ...(detail !== undefined && { detail }),
+    ...extensions,
+  }
+}
+
+/** Shorthand for the most common answer: whatever it is, the caller cannot see it. */
+export function notFound(what = 'resource'): HttpProblem {
+  return new HttpProblem('not_found', `${what} not found`)
+}

@@ -1,0 +1,92 @@
+import { Type } from 'typebox'
+import { createToken, createUser, getToken, getUser, listTokens, listUsers, revokeToken, setUserDisabled } from '../../store/index.js'
+import { decodeCursor, toListAnswer } from '../cursor.js'
+import { HttpProblem, notFound } from '../problem.js'
+import { ApiToken, IdParams, IssuedToken, PageOf, PageQuery, problemResponses, User } from '../schemas.js'
+import type { App, ServerDeps } from '../server-deps.js'
+
+const tags = ['admin']
+const strict = { additionalProperties: false } as const
+const UserCreate = Type.Object({ name: Type.String({ minLength: 1, maxLength: 100, pattern: '^\\S(.*\\S)?$' }), tokenName: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })) }, strict)
+const UserPatch = Type.Object({ disabled: Type.Boolean() }, strict)
+const TokenCreate = Type.Object({ name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })) }, strict)
+const conflict = { 409: Type.Ref('Problem') }
+
+/**
+ * Operator routes behind `PLINTH_ADMIN_TOKEN`. Routes that issue a token secret do not honour
+ * Idempotency-Key: replaying would mean storing the secret.
+ */
+export function registerAdminRoutes(app: App, deps: ServerDeps): void {
+  const { store } = deps
+
+  app.post(
+    '/users',
+    {
+      schema: {
+        tags,
+        summary: 'Create a user and issue their first token',
+        body: UserCreate,
+        response: { 201: Type.Object({ user: User, token: IssuedToken }), ...problemResponses, ...conflict },
+      },
+    },
+    async (request, reply) => {
+      const issued = await store.transaction(async (tx) => {
+        const user = await createUser(tx, request.body.name)
+        if ('error' in user) throw new HttpProblem('name_taken', `a user named ${JSON.stringify(request.body.name)} exists`)
+        return { user, token: await createToken(tx, user.id, request.body.tokenName ?? 'default') }
+      })
+      request.log.info({ userId: issued.user.id }, 'user created')
+      return reply.code(201).send(issued)
+    },
+  )
+
+  app.get('/users', { schema: { tags, summary: 'Users', querystring: PageQuery, response: { 200: PageOf(User), ...problemResponses } } }, async (request) =>
+    toListAnswer(await listUsers(store.db, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), (user) => user),
+  )
+
+  app.get('/users/:id', { schema: { tags, summary: 'A user', params: IdParams, response: { 200: User, ...problemResponses } } }, async (request) => {
+    const user = await getUser(store.db, request.params.id)
+    if (!user) throw notFound('user')
+    return user
+  })
+
+  app.patch(
+    '/users/:id',
+    { schema: { tags, summary: 'Disable or re-enable a user (disabled users cannot authenticate)', params: IdParams, body: UserPatch, response: { 200: User, ...problemResponses } } },
+    async (request) => {
+      const user = await setUserDisabled(store.db, request.params.id, request.body.disabled)
+      if (!user) throw notFound('user')
+      return user
+    },
+  )
+
+  app.post(
+    '/users/:id/tokens',
+    { schema: { tags, summary: 'Issue a token (the secret is shown once)', params: IdParams, body: TokenCreate, response: { 201: IssuedToken, ...problemResponses } } },
+    async (request, reply) => {
+      const user = await getUser(store.db, request.params.id)
+      if (!user) throw notFound('user')
+      return reply.code(201).send(await createToken(store.db, user.id, request.body.name ?? 'default'))
+    },
+  )
+
+  app.get(
+    '/users/:id/tokens',
+    { schema: { tags, summary: "A user's tokens (no secrets)", params: IdParams, querystring: PageQuery, response: { 200: PageOf(ApiToken), ...problemResponses } } },
+    async (request) => {
+      const user = await getUser(store.db, request.params.id)
+      if (!user) throw notFound('user')
+      return toListAnswer(await listTokens(store.db, user.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), (token) => token)
+    },
+  )
+
+  app.delete(
+    '/tokens/:id',
+    { schema: { tags, summary: 'Revoke a token; it stops working on the next request', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    async (request, reply) => {
+      if (!(await getToken(store.db, request.params.id))) throw notFound('token')
+      await revokeToken(store.db, request.params.id)
+      return reply.code(204).send(null)
+    },
+  )
+}

@@ -1,0 +1,127 @@
+import { Type } from 'typebox'
+import { createConversation, createProject, deleteProject, listConversations, listProjects, updateProject } from '../../store/index.js'
+import { projectForCaller, projectView } from '../access.js'
+import { caller } from '../auth.js'
+import { decodeCursor, toListAnswer } from '../cursor.js'
+import { serveEventStream } from '../event-stream-route.js'
+import { runIdempotent } from '../idempotency.js'
+import {
+  Conversation,
+  ConversationCreate,
+  EventsQuery,
+  IdParams,
+  PageOf,
+  PageQuery,
+  problemResponses,
+  Project,
+  ProjectCreate,
+  ProjectPatch,
+} from '../schemas.js'
+import type { App, ServerDeps } from '../server-deps.js'
+
+const tags = ['projects']
+
+export function registerProjectRoutes(app: App, deps: ServerDeps): void {
+  const { store } = deps
+
+  app.post(
+    '/projects',
+    { schema: { tags, summary: 'Create a project', body: ProjectCreate, response: { 201: Project, ...problemResponses, 422: Type.Ref('Problem') } } },
+    async (request, reply) => {
+      const user = caller(request)
+      return runIdempotent(request, reply, store, user.id, 201, async (tx) => projectView(await createProject(tx, user.id, request.body), user))
+    },
+  )
+
+  app.get(
+    '/projects',
+    { schema: { tags, summary: 'Projects the caller owns (and, with sharing, may see)', querystring: PageQuery, response: { 200: PageOf(Project), ...problemResponses } } },
+    async (request) => {
+      const user = caller(request)
+      const page = await listProjects(store.db, user.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      return toListAnswer(page, (project) => projectView(project, user))
+    },
+  )
+
+  app.get('/projects/:id', { schema: { tags, summary: 'A project', params: IdParams, response: { 200: Project, ...problemResponses } } }, async (request) => {
+    const user = caller(request)
+    return projectView(await projectForCaller(store, user, request.params.id), user)
+  })
+
+  app.patch(
+    '/projects/:id',
+    { schema: { tags, summary: 'Rename or describe a project', params: IdParams, body: ProjectPatch, response: { 200: Project, ...problemResponses } } },
+    async (request) => {
+      const user = caller(request)
+      const project = await projectForCaller(store, user, request.params.id)
+      return projectView(await store.transaction((tx) => updateProject(tx, project, request.body)), user)
+    },
+  )
+
+  app.delete(
+    '/projects/:id',
+    { schema: { tags, summary: 'Delete a project (soft: history is kept)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    async (request, reply) => {
+      const project = await projectForCaller(store, caller(request), request.params.id)
+      await store.transaction((tx) => deleteProject(tx, project))
+      return reply.code(204).send(null)
+    },
+  )
+
+  app.post(
+    '/projects/:id/conversations',
+    {
+      schema: {
+        tags: ['conversations'],
+        summary: 'Create a conversation in a project',
+        params: IdParams,
+        body: ConversationCreate,
+        response: { 201: Conversation, ...problemResponses, 422: Type.Ref('Problem') },
+      },
+    },
+    async (request, reply) => {
+      const user = caller(request)
+      const project = await projectForCaller(store, user, request.params.id)
+      return runIdempotent(request, reply, store, user.id, 201, (tx) =>
+        createConversation(tx, { projectId: project.id, ownerId: user.id, title: request.body.title }),
+      )
+    },
+  )
+
+  app.get(
+    '/projects/:id/conversations',
+    {
+      schema: {
+        tags: ['conversations'],
+        summary: "A project's conversations (the caller's own)",
+        params: IdParams,
+        querystring: PageQuery,
+        response: { 200: PageOf(Conversation), ...problemResponses },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      const project = await projectForCaller(store, user, request.params.id)
+      const page = await listConversations(store.db, project.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }, user.id)
+      return toListAnswer(page, (conversation) => conversation)
+    },
+  )
+
+  app.get(
+    '/projects/:id/events',
+    {
+      sse: 'manual',
+      schema: {
+        tags: ['events'],
+        summary: 'SSE: every event of the project; resume with Last-Event-ID or ?after=',
+        params: IdParams,
+        querystring: EventsQuery,
+        response: { ...problemResponses },
+      },
+    },
+    async (request, reply) => {
+      const project = await projectForCaller(store, caller(request), request.params.id)
+      await serveEventStream(request, reply, deps, { projectId: project.id })
+    },
+  )
+}

@@ -1,0 +1,126 @@
+import { Type, type Static, type TSchema } from 'typebox'
+
+/** Request bodies and query strings reject unknown fields. */
+const strict = { additionalProperties: false } as const
+
+export const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, strict)
+
+export const PageQuery = Type.Object(
+  {
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+    cursor: Type.Optional(Type.String({ maxLength: 200 })),
+  },
+  strict,
+)
+export type PageQuery = Static<typeof PageQuery>
+
+/** `{items, nextCursor}` of any item schema. */
+export function PageOf<T extends TSchema>(item: T) {
+  return Type.Object({ items: Type.Array(item), nextCursor: Type.Union([Type.String(), Type.Null()]) })
+}
+
+export const Problem = Type.Object(
+  {
+    type: Type.String(),
+    title: Type.String(),
+    status: Type.Integer(),
+    code: Type.String(),
+    detail: Type.Optional(Type.String()),
+    instance: Type.Optional(Type.String()),
+    errors: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }))),
+  },
+  { additionalProperties: true, $id: 'Problem' },
+)
+
+export const User = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  disabled: Type.Boolean(),
+  createdAt: Type.String({ format: 'date-time' }),
+})
+
+export const ApiToken = Type.Object({
+  id: Type.String(),
+  userId: Type.String(),
+  name: Type.String(),
+  prefix: Type.String(),
+  createdAt: Type.String({ format: 'date-time' }),
+  lastUsedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  revokedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+})
+
+export const IssuedToken = Type.Object({
+  ...ApiToken.properties,
+  token: Type.String({ description: 'The secret. Shown once; only its sha256 is stored.' }),
+})
+
+export const Project = Type.Object({
+  id: Type.String(),
+  ownerId: Type.String(),
+  name: Type.String(),
+  description: Type.String(),
+  shared: Type.Boolean({ description: 'True when the caller sees the project through sharing, not ownership.' }),
+  createdAt: Type.String({ format: 'date-time' }),
+  updatedAt: Type.String({ format: 'date-time' }),
+})
+
+export const ProjectCreate = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 200 }),
+    description: Type.Optional(Type.String({ maxLength: 10_000 })),
+  },
+  strict,
+)
+
+export const ProjectPatch = Type.Object(
+  {
+    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    description: Type.Optional(Type.String({ maxLength: 10_000 })),
+  },
+  strict,
+)
+
+export const PermissionMode = Type.Union([Type.Literal('manual'), Type.Literal('risky'), Type.Literal('full')])
+
+export const Conversation = Type.Object({
+  id: Type.String(),
+  projectId: Type.String(),
+  ownerId: Type.String(),
+  title: Type.String(),
+  permissionMode: PermissionMode,
+  modeExpiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  createdAt: Type.String({ format: 'date-time' }),
+  updatedAt: Type.String({ format: 'date-time' }),
+})
+
+export const ConversationCreate = Type.Object({ title: Type.Optional(Type.String({ maxLength: 500 })) }, strict)
+
+export const ConversationPatch = Type.Object(
+  { title: Type.Optional(Type.String({ maxLength: 500 })), permissionMode: Type.Optional(PermissionMode) },
+  strict,
+)
+
+export const Message = Type.Object({
+  id: Type.String(),
+  conversationId: Type.String(),
+  runId: Type.Union([Type.String(), Type.Null()]),
+  role: Type.Union([Type.Literal('system'), Type.Literal('user'), Type.Literal('assistant'), Type.Literal('tool')]),
+  content: Type.Union([Type.String(), Type.Null()]),
+  toolCalls: Type.Union([Type.Array(Type.Unknown()), Type.Null()]),
+  toolCallId: Type.Union([Type.String(), Type.Null()]),
+  status: Type.String(),
+  createdAt: Type.String({ format: 'date-time' }),
+})
+
+export const EventsQuery = Type.Object(
+  { after: Type.Optional(Type.String({ description: 'Replay events with a larger id (same as Last-Event-ID).' })) },
+  strict,
+)
+
+/** Error answers every authenticated route may give. */
+export const problemResponses = {
+  400: Type.Ref('Problem'),
+  401: Type.Ref('Problem'),
+  404: Type.Ref('Problem'),
+  429: Type.Ref('Problem'),
+} as const

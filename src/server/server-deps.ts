@@ -1,0 +1,21 @@
+import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import type { Store } from '../store/index.js'
+
+/** What routes need from the composition root. */
+export interface ServerDeps {
+  store: Store
+  /** How long a `full` permission mode lasts. */
+  fullModeTtlMs: number
+  /** Aborted at shutdown so long-lived streams end cleanly. */
+  shutdown: AbortSignal
+}
+
+/** The Fastify instance as routes see it: TypeBox schemas give request types. */
+export type App = FastifyInstance<
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  RawReplyDefaultExpression,
+  FastifyBaseLogger,
+  TypeBoxTypeProvider
+>

@@ -1,0 +1,145 @@
+import type { Executor, PermissionMode } from './database.js'
+import { appendEvents } from './event-log.js'
+import { newId } from './ids.js'
+import { toPage, type Page, type PageRequest } from './page.js'
+
+export interface Conversation {
+  id: string
+  projectId: string
+  ownerId: string
+  title: string
+  permissionMode: PermissionMode
+  /** When a `full` permission mode reverts to `manual`. */
+  modeExpiresAt: string | null
+  createdAt: string
+  updatedAt: string
+}
+
+export interface ConversationPatch {
+  title?: string
+  permissionMode?: PermissionMode
+}
+
+export async function createConversation(
+  tx: Executor,
+  input: { projectId: string; ownerId: string; title?: string },
+): Promise<Conversation> {
+  const row = await tx
+    .insertInto('conversations')
+    .values({ id: newId(), project_id: input.projectId, owner_id: input.ownerId, title: input.title ?? '' })
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  const conversation = toConversation(row)
+  await appendEvents(tx, [
+    {
+      type: 'conversation.created',
+      projectId: conversation.projectId,
+      conversationId: conversation.id,
+      userId: conversation.ownerId,
+      data: { conversation },
+    },
+  ])
+  return conversation
+}
+
+/** A live conversation in a live project, whoever owns it; callers check access. */
+export async function getConversation(db: Executor, id: string): Promise<Conversation | undefined> {
+  const row = await db
+    .selectFrom('conversations')
+    .innerJoin('projects', 'projects.id', 'conversations.project_id')
+    .selectAll('conversations')
+    .where('conversations.id', '=', id)
+    .where('conversations.deleted_at', 'is', null)
+    .where('projects.deleted_at', 'is', null)
+    .executeTakeFirst()
+  return row && toConversation(row)
+}
+
+/** Live conversations of a project, newest first; `ownerId` narrows to one user's. */
+export async function listConversations(
+  db: Executor,
+  projectId: string,
+  page: PageRequest,
+  ownerId?: string,
+): Promise<Page<Conversation>> {
+  let query = db
+    .selectFrom('conversations')
+    .selectAll()
+    .where('project_id', '=', projectId)
+    .where('deleted_at', 'is', null)
+    .orderBy('id', 'desc')
+    .limit(page.limit + 1)
+  if (ownerId) query = query.where('owner_id', '=', ownerId)
+  if (page.after) query = query.where('id', '<', page.after)
+  return toPage((await query.execute()).map(toConversation), page.limit)
+}
+
+export async function updateConversation(
+  tx: Executor,
+  conversation: Conversation,
+  patch: ConversationPatch,
+  options: { fullModeTtlMs: number },
+): Promise<Conversation> {
+  const modeChange =
+    patch.permissionMode === undefined
+      ? {}
+      : {
+          permission_mode: patch.permissionMode,
+          mode_expires_at: patch.permissionMode === 'full' ? new Date(Date.now() + options.fullModeTtlMs) : null,
+        }
+  const row = await tx
+    .updateTable('conversations')
+    .set({ ...(patch.title !== undefined && { title: patch.title }), ...modeChange, updated_at: new Date() })
+    .where('id', '=', conversation.id)
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  const updated = toConversation(row)
+  await appendEvents(tx, [
+    {
+      type: 'conversation.updated',
+      projectId: updated.projectId,
+      conversationId: updated.id,
+      userId: updated.ownerId,
+      data: { conversation: updated },
+    },
+  ])
+  return updated
+}
+
+export async function deleteConversation(tx: Executor, conversation: Conversation): Promise<void> {
+  const now = new Date()
+  await tx.updateTable('conversations').set({ deleted_at: now, updated_at: now }).where('id', '=', conversation.id).execute()
+  await appendEvents(tx, [
+    {
+      type: 'conversation.deleted',
+      projectId: conversation.projectId,
+      conversationId: conversation.id,
+      userId: conversation.ownerId,
+      data: { conversationId: conversation.id },
+    },
+  ])
+}
+
+function toConversation(row: {
+  id: string
+  project_id: string
+  owner_id: string
+  title: string
+  permission_mode: PermissionMode
+  mode_expires_at: Date | null
+  created_at: Date
+  updated_at: Date
+}): Conversation {
+  // An expired `full` mode reads as `manual` even before anything rewrites the row.
+  const expired = row.permission_mode === 'full' && row.mode_expires_at !== null && row.mode_expires_at.getTime() <= Date.now()
+  return {
+    id: row.id,
+    projectId: row.project_id,
+    ownerId: row.owner_id,
+    title: row.title,
+    permissionMode: expired ? 'manual' : row.permission_mode,
+    modeExpiresAt: expired ? null : (row.mode_expires_at?.toISOString() ?? null),
+    createdAt: row.created_at.toISOString(),
+    updatedAt: row.updated_at.toISOString(),
+  }
+}

@@ -1,0 +1,103 @@
+import type { ColumnType, Generated, Kysely } from 'kysely'
+
+/** A timestamp column: read as Date, written as Date or ISO string, defaulted by the database. */
+type CreatedAt = ColumnType<Date, Date | string | undefined, never>
+type NullableTimestamp = ColumnType<Date | null, Date | string | null | undefined, Date | string | null>
+
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue }
+type Json = ColumnType<JsonValue, string, string>
+type NullableJson = ColumnType<JsonValue | null, string | null | undefined, string | null>
+
+export interface UsersTable {
+  id: string
+  name: string
+  disabled_at: NullableTimestamp
+  created_at: CreatedAt
+}
+
+export interface ApiTokensTable {
+  id: string
+  user_id: string
+  name: string
+  token_hash: string
+  prefix: string
+  created_at: CreatedAt
+  last_used_at: NullableTimestamp
+  revoked_at: NullableTimestamp
+}
+
+export interface ProjectsTable {
+  id: string
+  owner_id: string
+  name: string
+  description: Generated<string>
+  created_at: CreatedAt
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+  deleted_at: NullableTimestamp
+}
+
+export type PermissionMode = 'manual' | 'risky' | 'full'
+
+export interface ConversationsTable {
+  id: string
+  project_id: string
+  owner_id: string
+  title: Generated<string>
+  permission_mode: ColumnType<PermissionMode, PermissionMode | undefined, PermissionMode>
+  mode_expires_at: NullableTimestamp
+  created_at: CreatedAt
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+  deleted_at: NullableTimestamp
+}
+
+export interface MessagesTable {
+  id: string
+  conversation_id: string
+  run_id: string | null
+  role: 'system' | 'user' | 'assistant' | 'tool'
+  content: string | null
+  tool_calls: NullableJson
+  tool_call_id: string | null
+  status: Generated<string>
+  created_at: CreatedAt
+}
+
+export interface EventsTable {
+  id: Generated<string>
+  type: string
+  project_id: string | null
+  conversation_id: string | null
+  run_id: string | null
+  user_id: string | null
+  data: Json
+  created_at: CreatedAt
+}
+
+export interface IdempotencyKeysTable {
+  user_id: string
+  key: string
+  request_hash: string
+  status_code: number
+  response: Json
+  created_at: CreatedAt
+}
+
+export interface MigrationsTable {
+  name: string
+  checksum: string
+  applied_at: CreatedAt
+}
+
+export interface Database {
+  users: UsersTable
+  api_tokens: ApiTokensTable
+  projects: ProjectsTable
+  conversations: ConversationsTable
+  messages: MessagesTable
+  events: EventsTable
+  idempotency_keys: IdempotencyKeysTable
+  plinth_migrations: MigrationsTable
+}
+
+/** Anything queries can run on: the database or an open transaction. */
+export type Executor = Kysely<Database>

@@ -1,0 +1,122 @@
+import type { Executor } from './database.js'
+import { lastEventId, readAllEvents, type EventRecord } from './event-log.js'
+
+/** Starts listening for commit notifications; returns a function that stops. */
+export type NotificationSource = (onNotify: () => void) => Promise<() => Promise<void>>
+
+/** Receives live events for one scope key; must not block. */
+export type FeedListener = (event: EventRecord) => void
+
+const pageSize = 1000
+
+/**
+ * The live side of the event log: one reader per server instance that, woken by a commit
+ * notification (LISTEN/NOTIFY, so other instances' writes arrive too), reads the new rows once and
+ * fans them out to in-process listeners by scope key. Readers never see a gap because ids become
+ * visible in commit order (event-log.ts); a periodic poll covers lost notifications.
+ */
+export class EventFeed {
+  readonly #db: Executor
+  readonly #source: NotificationSource
+  readonly #pollMs: number
+  readonly #listeners = new Map<string, Set<FeedListener>>()
+  #lastId = 0
+  #reading: Promise<void> | null = null
+  #readAgain = false
+  #stop: (() => Promise<void>) | null = null
+  #timer: NodeJS.Timeout | null = null
+  #closed = false
+
+  constructor(db: Executor, source: NotificationSource, options: { pollMs?: number } = {}) {
+    this.#db = db
+    this.#source = source
+    this.#pollMs = options.pollMs ?? 5000
+  }
+
+  async start(): Promise<void> {
+    this.#lastId = await lastEventId(this.#db)
+    this.#stop = await this.#source(() => this.poke())
+    this.#timer = setInterval(() => this.poke(), this.#pollMs)
+    this.#timer.unref()
+  }
+
+  /** The highest id this feed has delivered. */
+  get lastId(): number {
+    return this.#lastId
+  }
+
+  /** Registers a listener for `project:<id>`, `conversation:<id>` or `run:<id>`. Returns the unsubscribe. */
+  subscribe(scopeKey: string, listener: FeedListener): () => void {
+    let set = this.#listeners.get(scopeKey)
+    if (!set) {
+      set = new Set()
+      this.#listeners.set(scopeKey, set)
+    }
+    set.add(listener)
+    return () => {
+      const current = this.#listeners.get(scopeKey)
+      if (!current) return
+      current.delete(listener)
+      if (current.size === 0) this.#listeners.delete(scopeKey)
+    }
+  }
+
+  /** Reads whatever was committed since the last read; concurrent pokes coalesce into one more read. */
+  poke(): void {
+    if (this.#closed) return
+    if (this.#reading) {
+      this.#readAgain = true
+      return
+    }
+    this.#reading = this.#readNew().finally(() => {
+      this.#reading = null
+      if (this.#readAgain) {
+        this.#readAgain = false
+        this.poke()
+      }
+    })
+  }
+
+  /** Resolves once everything committed before the call has been delivered. */
+  async flush(): Promise<void> {
+    this.poke()
+    while (this.#reading) await this.#reading
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true
+    if (this.#timer) clearInterval(this.#timer)
+    await this.#stop?.()
+    while (this.#reading) await this.#reading
+    this.#listeners.clear()
+  }
+
+  async #readNew(): Promise<void> {
+    try {
+      for (;;) {
+        const events = await readAllEvents(this.#db, this.#lastId, pageSize)
+        for (const event of events) {
+          this.#lastId = event.id
+          this.#deliver(event)
+        }
+        if (events.length < pageSize) return
+      }
+    } catch {
+      // The database is unreachable for a moment; the next notification or poll retries from #lastId.
+    }
+  }
+
+  #deliver(event: EventRecord): void {
+    const keys = [
+      event.projectId && `project:${event.projectId}`,
+      event.conversationId && `conversation:${event.conversationId}`,
+      event.runId && `run:${event.runId}`,
+    ]
+    for (const key of keys) {
+      if (!key) continue
+      const set = this.#listeners.get(key)
+      if (!set) continue
+      for (const listener of set) listener(event)
+    }
+  }
+}

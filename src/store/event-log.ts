@@ -1,0 +1,103 @@
+import { sql } from 'kysely'
+import type { Executor, JsonValue } from './database.js'
+
+/** The channel on which committed events are announced to every server instance. */
+export const eventsChannel = 'plinth_events'
+
+/** One row of the durable event log, as streamed to clients. */
+export interface EventRecord {
+  id: number
+  type: string
+  projectId: string | null
+  conversationId: string | null
+  runId: string | null
+  userId: string | null
+  data: { [key: string]: JsonValue }
+  createdAt: string
+}
+
+export interface NewEvent {
+  type: string
+  projectId?: string | null
+  conversationId?: string | null
+  runId?: string | null
+  userId?: string | null
+  data: { [key: string]: unknown }
+}
+
+/** Which events a stream carries. */
+export type EventScope = { projectId: string } | { conversationId: string } | { runId: string }
+
+/**
+ * Appends events inside the caller's transaction. The advisory lock is held until that transaction
+ * commits, so ids are assigned and become visible in one global order: a reader that has seen id N
+ * never later finds an id below N appearing. The NOTIFY is delivered on commit (and dropped on
+ * rollback), waking live streams on every instance.
+ */
+export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<EventRecord[]> {
+  if (!tx.isTransaction) throw new Error('appendEvents must run inside a transaction')
+  if (events.length === 0) return []
+  await sql`select pg_advisory_xact_lock(748202)`.execute(tx)
+  const rows = await tx
+    .insertInto('events')
+    .values(
+      events.map((event) => ({
+        type: event.type,
+        project_id: event.projectId ?? null,
+        conversation_id: event.conversationId ?? null,
+        run_id: event.runId ?? null,
+        user_id: event.userId ?? null,
+        data: JSON.stringify(event.data),
+      })),
+    )
+    .returningAll()
+    .execute()
+  const records = rows.map(toEventRecord)
+  await sql`select pg_notify(${eventsChannel}, ${String(records.at(-1)?.id ?? 0)})`.execute(tx)
+  return records
+}
+
+/** Events of a scope after `afterId`, oldest first. */
+export async function readEvents(db: Executor, scope: EventScope, afterId: number, limit: number): Promise<EventRecord[]> {
+  let query = db.selectFrom('events').selectAll().where('id', '>', String(afterId))
+  if ('projectId' in scope) query = query.where('project_id', '=', scope.projectId)
+  else if ('conversationId' in scope) query = query.where('conversation_id', '=', scope.conversationId)
+  else query = query.where('run_id', '=', scope.runId)
+  const rows = await query.orderBy('id').limit(limit).execute()
+  return rows.map(toEventRecord)
+}
+
+/** Every event after `afterId`, oldest first (the live feed's read). */
+export async function readAllEvents(db: Executor, afterId: number, limit: number): Promise<EventRecord[]> {
+  const rows = await db.selectFrom('events').selectAll().where('id', '>', String(afterId)).orderBy('id').limit(limit).execute()
+  return rows.map(toEventRecord)
+}
+
+export async function lastEventId(db: Executor): Promise<number> {
+  const row = await db.selectFrom('events').select(sql<string | null>`max(id)`.as('max')).executeTakeFirst()
+  return Number(row?.max ?? 0)
+}
+
+interface EventRow {
+  id: string
+  type: string
+  project_id: string | null
+  conversation_id: string | null
+  run_id: string | null
+  user_id: string | null
+  data: JsonValue
+  created_at: Date
+}
+
+function toEventRecord(row: EventRow): EventRecord {
+  return {
+    id: Number(row.id),
+    type: row.type,
+    projectId: row.project_id,
+    conversationId: row.conversation_id,
+    runId: row.run_id,
+    userId: row.user_id,
+    data: row.data as { [key: string]: JsonValue },
+    createdAt: row.created_at.toISOString(),
+  }
+}

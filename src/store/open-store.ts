@@ -1,0 +1,216 @@
+import { mkdir, rm, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { Kysely, PostgresDialect, sql, type PostgresPool } from 'kysely'
+import pg from 'pg'
+import type { Database, Executor } from './database.js'
+import { EventFeed, type NotificationSource } from './event-feed.js'
+import { eventsChannel } from './event-log.js'
+import { migrate, readMigrations, type MigrationResult } from './migrator.js'
+import { lockDataDir } from './pglite/data-dir-lock.js'
+import { PGlitePool } from './pglite/pglite-pool.js'
+import { StoreError } from './store-errors.js'
+
+export type Engine = 'pg' | 'pglite'
+
+export interface StoreOptions {
+  /** `postgres://…`: use a Postgres server. Otherwise PGlite in `dataDir` (or in memory). */
+  databaseUrl?: string
+  /** Where PGlite keeps its files (`<dataDir>/pg`). Ignored with `databaseUrl`. */
+  dataDir?: string
+  /** Start PGlite from this dump instead of a directory (tests clone a migrated template). */
+  pgliteDump?: Blob
+  /** Apply pending migrations (default true); when false, pending migrations are an error. */
+  migrate?: boolean
+  /** Maximum pg pool size (default 10). */
+  poolSize?: number
+}
+
+/** The database, its engine, and the live event feed. */
+export interface Store {
+  readonly engine: Engine
+  readonly db: Kysely<Database>
+  readonly feed: EventFeed
+  readonly migrations: MigrationResult
+  /** Runs `fn` in one transaction. */
+  transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T>
+  /** Throws when the database does not answer. */
+  ping(): Promise<void>
+  close(): Promise<void>
+}
+
+/** Opens the database named by the options, migrates it and starts the event feed. */
+export async function openStore(options: StoreOptions): Promise<Store> {
+  const connection = options.databaseUrl ? await connectPostgres(options.databaseUrl, options.poolSize ?? 10) : await connectPGlite(options)
+  try {
+    const migrations = await prepareSchema(connection.pool, options.migrate ?? true)
+    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: connection.pool }) })
+    const feed = new EventFeed(db, connection.notifications)
+    await feed.start()
+    return {
+      engine: connection.engine,
+      db,
+      feed,
+      migrations,
+      transaction: (fn) => db.transaction().execute(fn),
+      ping: async () => {
+        await sql`select 1`.execute(db)
+      },
+      close: async () => {
+        await feed.close()
+        await db.destroy()
+      },
+    }
+  } catch (error) {
+    await connection.pool.end().catch(() => undefined)
+    throw error
+  }
+}
+
+/** Applies pending migrations, or (with `apply` false) only checks that none are pending. */
+async function prepareSchema(pool: PostgresPool, apply: boolean): Promise<MigrationResult> {
+  const migrations = await readMigrations()
+  if (apply) return migrate(pool, migrations)
+  const client = await pool.connect()
+  try {
+    const { rows } = await client.query<{ name: string }>(
+      "select name from plinth_migrations where to_regclass('plinth_migrations') is not null and $1::int = 1",
+      [1],
+    ).catch(() => ({ rows: [] as { name: string }[] }))
+    const applied = new Set(rows.map((row) => row.name))
+    const pending = migrations.filter((migration) => !applied.has(migration.name))
+    if (pending.length > 0) {
+      throw new StoreError('migrations_pending', `database has ${pending.length} pending migration(s); run \`plinth migrate\``)
+    }
+    return { applied: [], alreadyApplied: applied.size }
+  } finally {
+    client.release()
+  }
+}
+
+interface Connection {
+  engine: Engine
+  pool: PostgresPool
+  notifications: NotificationSource
+}
+
+async function connectPostgres(url: string, poolSize: number): Promise<Connection> {
+  // int8 (event ids, counts) arrives as a string; callers convert where they need a number.
+  const pool = new pg.Pool({ connectionString: url, max: poolSize, connectionTimeoutMillis: 5000 })
+  pool.on('error', () => undefined) // idle-client errors surface on the next query instead
+  try {
+    const client = await pool.connect()
+    client.release()
+  } catch (error) {
+    await pool.end().catch(() => undefined)
+    throw new StoreError('database_unreachable', `cannot connect to the database at ${redactUrl(url)}: ${describe(error)}`, {
+      cause: error,
+    })
+  }
+  return { engine: 'pg', pool, notifications: (onNotify) => listenPostgres(url, onNotify) }
+}
+
+/** LISTENs on a dedicated connection, reconnecting with backoff; a reconnect also wakes the reader. */
+async function listenPostgres(url: string, onNotify: () => void): Promise<() => Promise<void>> {
+  let client: pg.Client | null = null
+  let stopped = false
+  let retryTimer: NodeJS.Timeout | null = null
+  const connect = async (attempt: number): Promise<void> => {
+    if (stopped) return
+    const next = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 })
+    next.on('notification', () => onNotify())
+    next.on('error', () => {
+      next.end().catch(() => undefined)
+      if (client === next) client = null
+      scheduleReconnect(0)
+    })
+    try {
+      await next.connect()
+      await next.query(`listen ${eventsChannel}`)
+      client = next
+      onNotify()
+    } catch {
+      next.end().catch(() => undefined)
+      scheduleReconnect(attempt + 1)
+    }
+  }
+  const scheduleReconnect = (attempt: number): void => {
+    if (stopped || retryTimer) return
+    retryTimer = setTimeout(() => {
+      retryTimer = null
+      void connect(attempt)
+    }, Math.min(5000, 100 * 2 ** attempt))
+    retryTimer.unref()
+  }
+  await connect(0)
+  return async () => {
+    stopped = true
+    if (retryTimer) clearTimeout(retryTimer)
+    await client?.end().catch(() => undefined)
+  }
+}
+
+async function connectPGlite(options: StoreOptions): Promise<Connection> {
+  const { PGlite } = await import('@electric-sql/pglite')
+  const { vector } = await import('@electric-sql/pglite/vector')
+  let dataDir: string | undefined
+  let unlock = async (): Promise<void> => undefined
+  if (options.dataDir && !options.pgliteDump) {
+    dataDir = join(options.dataDir, 'pg')
+    await ensureWritable(options.dataDir)
+    unlock = await lockDataDir(options.dataDir)
+  }
+  let pglite
+  try {
+    pglite = await PGlite.create({
+      ...(dataDir && { dataDir }),
+      ...(options.pgliteDump && { loadDataDir: options.pgliteDump }),
+      extensions: { vector },
+    })
+  } catch (error) {
+    await unlock()
+    throw error
+  }
+  const pool = new PGlitePool(pglite)
+  return {
+    engine: 'pglite',
+    pool: {
+      connect: () => pool.connect(),
+      end: async () => {
+        await pool.end()
+        await unlock()
+      },
+    },
+    notifications: async (onNotify) => {
+      const unlisten = await pglite.listen(eventsChannel, () => onNotify())
+      return unlisten
+    },
+  }
+}
+
+async function ensureWritable(dir: string): Promise<void> {
+  const probe = join(dir, `.write-probe-${process.pid}`)
+  try {
+    await mkdir(dir, { recursive: true })
+    await writeFile(probe, '')
+    await rm(probe, { force: true })
+  } catch (error) {
+    throw new StoreError('data_dir_unwritable', `data directory ${dir} is not writable: ${describe(error)}`, { cause: error })
+  }
+}
+
+/** The URL without its password, for messages. */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password) parsed.password = '***'
+    return parsed.toString()
+  } catch {
+    return '<unparsable database URL>'
+  }
+}
+
+function describe(error: unknown): string {
+  if (error instanceof AggregateError && error.errors.length > 0) return describe(error.errors[0])
+  const { code, message } = error as { code?: string; message?: string }
+  return [code, message].filter(Boolean).join(' ') || String(error)
+}

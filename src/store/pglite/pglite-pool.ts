@@ -1,0 +1,62 @@
+import type { PostgresPool, PostgresPoolClient, PostgresQueryResult } from 'kysely'
+
+/**
+ * The subset of a PGlite instance this adapter uses. We type it here instead of importing the
+ * package type so that the store's query code depends only on what it calls.
+ */
+export interface PGliteLike {
+  query<R>(sql: string, params?: unknown[]): Promise<{ rows: R[]; affectedRows?: number }>
+  exec(sql: string): Promise<Array<{ rows: unknown[]; affectedRows?: number }>>
+  close(): Promise<void>
+}
+
+const commandPattern = /^\s*(?:--[^\n]*\n\s*)*(\w+)/
+
+/**
+ * A `PostgresPool` over one embedded PGlite instance, so Kysely's own Postgres dialect (adapter,
+ * query compiler, transactions) serves both engines with the same SQL. PGlite is a single session,
+ * so the pool hands out one connection at a time; waiters are served in arrival order.
+ */
+export class PGlitePool implements PostgresPool {
+  readonly #pglite: PGliteLike
+  #busy = false
+  readonly #waiters: Array<() => void> = []
+
+  constructor(pglite: PGliteLike) {
+    this.#pglite = pglite
+  }
+
+  async connect(): Promise<PostgresPoolClient> {
+    if (this.#busy) {
+      await new Promise<void>((resolve) => this.#waiters.push(resolve))
+    }
+    this.#busy = true
+    let released = false
+    const pglite = this.#pglite
+    const client = {
+      query: async <R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>> => {
+        const command = (commandPattern.exec(sql)?.[1] ?? 'SELECT').toUpperCase() as PostgresQueryResult<R>['command']
+        if (parameters.length === 0) {
+          // Parameterless text may hold several statements (migrations); the simple protocol runs them all.
+          const results = await pglite.exec(sql)
+          const last = results.at(-1)
+          return { command, rowCount: last?.affectedRows ?? last?.rows.length ?? 0, rows: (last?.rows ?? []) as R[] }
+        }
+        const result = await pglite.query<R>(sql, [...parameters])
+        return { command, rowCount: result.affectedRows ?? result.rows.length, rows: result.rows }
+      },
+      release: () => {
+        if (released) return
+        released = true
+        const next = this.#waiters.shift()
+        if (next) next()
+        else this.#busy = false
+      },
+    }
+    return client as PostgresPoolClient
+  }
+
+  async end(): Promise<void> {
+    await this.#pglite.close()
+  }
+}

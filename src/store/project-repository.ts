@@ -1,0 +1,103 @@
+import type { Executor } from './database.js'
+import { appendEvents } from './event-log.js'
+import { newId } from './ids.js'
+import { toPage, type Page, type PageRequest } from './page.js'
+
+export interface Project {
+  id: string
+  ownerId: string
+  name: string
+  description: string
+  createdAt: string
+  updatedAt: string
+}
+
+export interface ProjectInput {
+  name: string
+  description?: string
+}
+
+/** Creates a project and its `project.created` event in the caller's transaction. */
+export async function createProject(tx: Executor, ownerId: string, input: ProjectInput): Promise<Project> {
+  const row = await tx
+    .insertInto('projects')
+    .values({ id: newId(), owner_id: ownerId, name: input.name, description: input.description ?? '' })
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  const project = toProject(row)
+  await appendEvents(tx, [{ type: 'project.created', projectId: project.id, userId: ownerId, data: { project } }])
+  return project
+}
+
+/** A live (not deleted) project by id, whoever owns it; callers check access. */
+export async function getProject(db: Executor, id: string): Promise<Project | undefined> {
+  const row = await db.selectFrom('projects').selectAll().where('id', '=', id).where('deleted_at', 'is', null).executeTakeFirst()
+  return row && toProject(row)
+}
+
+/** Live projects owned by `ownerId` plus those in `sharedIds`, newest first. */
+export async function listProjects(
+  db: Executor,
+  ownerId: string,
+  page: PageRequest,
+  sharedIds: readonly string[] = [],
+): Promise<Page<Project>> {
+  let query = db
+    .selectFrom('projects')
+    .selectAll()
+    .where('deleted_at', 'is', null)
+    .where((eb) => (sharedIds.length > 0 ? eb.or([eb('owner_id', '=', ownerId), eb('id', 'in', sharedIds)]) : eb('owner_id', '=', ownerId)))
+    .orderBy('id', 'desc')
+    .limit(page.limit + 1)
+  if (page.after) query = query.where('id', '<', page.after)
+  return toPage((await query.execute()).map(toProject), page.limit)
+}
+
+export async function updateProject(tx: Executor, project: Project, patch: Partial<ProjectInput>): Promise<Project> {
+  const row = await tx
+    .updateTable('projects')
+    .set({
+      ...(patch.name !== undefined && { name: patch.name }),
+      ...(patch.description !== undefined && { description: patch.description }),
+      updated_at: new Date(),
+    })
+    .where('id', '=', project.id)
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  const updated = toProject(row)
+  await appendEvents(tx, [{ type: 'project.updated', projectId: project.id, userId: project.ownerId, data: { project: updated } }])
+  return updated
+}
+
+/** Soft-deletes a project and its conversations; history stays for audit. */
+export async function deleteProject(tx: Executor, project: Project): Promise<void> {
+  const now = new Date()
+  await tx.updateTable('projects').set({ deleted_at: now, updated_at: now }).where('id', '=', project.id).execute()
+  await tx
+    .updateTable('conversations')
+    .set({ deleted_at: now })
+    .where('project_id', '=', project.id)
+    .where('deleted_at', 'is', null)
+    .execute()
+  await appendEvents(tx, [
+    { type: 'project.deleted', projectId: project.id, userId: project.ownerId, data: { projectId: project.id } },
+  ])
+}
+
+function toProject(row: {
+  id: string
+  owner_id: string
+  name: string
+  description: string
+  created_at: Date
+  updated_at: Date
+}): Project {
+  return {
+    id: row.id,
+    ownerId: row.owner_id,
+    name: row.name,
+    description: row.description,
+    createdAt: row.created_at.toISOString(),
+    updatedAt: row.updated_at.toISOString(),
+  }
+}

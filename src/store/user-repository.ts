@@ -1,0 +1,146 @@
+import { createHash, randomBytes } from 'node:crypto'
+import type { Executor } from './database.js'
+import { newId } from './ids.js'
+import { toPage, type Page, type PageRequest } from './page.js'
+
+export interface User {
+  id: string
+  name: string
+  disabled: boolean
+  createdAt: string
+}
+
+export interface ApiToken {
+  id: string
+  userId: string
+  name: string
+  /** The first characters of the secret, to tell tokens apart in lists. */
+  prefix: string
+  createdAt: string
+  lastUsedAt: string | null
+  revokedAt: string | null
+}
+
+export interface IssuedToken extends ApiToken {
+  /** The secret, shown once; only its sha256 is stored. */
+  token: string
+}
+
+const tokenPrefix = 'plt_'
+
+/** sha256 of a token, hex: what is stored and looked up. */
+export function hashToken(token: string): string {
+  return createHash('sha256').update(token).digest('hex')
+}
+
+export async function createUser(db: Executor, name: string): Promise<User | { error: 'name_taken' }> {
+  const row = await db
+    .insertInto('users')
+    .values({ id: newId(), name })
+    .onConflict((conflict) => conflict.column('name').doNothing())
+    .returningAll()
+    .executeTakeFirst()
+  return row ? toUser(row) : { error: 'name_taken' }
+}
+
+export async function getUser(db: Executor, id: string): Promise<User | undefined> {
+  const row = await db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst()
+  return row && toUser(row)
+}
+
+/** A user by id or, failing that, by name (the CLI accepts either). */
+export async function findUser(db: Executor, idOrName: string): Promise<User | undefined> {
+  const row = await db
+    .selectFrom('users')
+    .selectAll()
+    .where((eb) => eb.or([eb('id', '=', idOrName), eb('name', '=', idOrName)]))
+    .orderBy('id')
+    .executeTakeFirst()
+  return row && toUser(row)
+}
+
+export async function listUsers(db: Executor, page: PageRequest): Promise<Page<User>> {
+  let query = db.selectFrom('users').selectAll().orderBy('id').limit(page.limit + 1)
+  if (page.after) query = query.where('id', '>', page.after)
+  return toPage((await query.execute()).map(toUser), page.limit)
+}
+
+export async function setUserDisabled(db: Executor, id: string, disabled: boolean): Promise<User | undefined> {
+  const row = await db
+    .updateTable('users')
+    .set({ disabled_at: disabled ? new Date() : null })
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirst()
+  return row && toUser(row)
+}
+
+/** Issues a token: ≥ 32 random bytes, returned once, stored as sha256. */
+export async function createToken(db: Executor, userId: string, name: string): Promise<IssuedToken> {
+  const token = tokenPrefix + randomBytes(32).toString('base64url')
+  const row = await db
+    .insertInto('api_tokens')
+    .values({ id: newId(), user_id: userId, name, token_hash: hashToken(token), prefix: token.slice(0, 10) })
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  return { ...toToken(row), token }
+}
+
+export async function listTokens(db: Executor, userId: string, page: PageRequest): Promise<Page<ApiToken>> {
+  let query = db.selectFrom('api_tokens').selectAll().where('user_id', '=', userId).orderBy('id').limit(page.limit + 1)
+  if (page.after) query = query.where('id', '>', page.after)
+  return toPage((await query.execute()).map(toToken), page.limit)
+}
+
+export async function getToken(db: Executor, id: string): Promise<ApiToken | undefined> {
+  const row = await db.selectFrom('api_tokens').selectAll().where('id', '=', id).executeTakeFirst()
+  return row && toToken(row)
+}
+
+/** Revokes a token; revoking twice keeps the first time. */
+export async function revokeToken(db: Executor, id: string): Promise<ApiToken | undefined> {
+  await db.updateTable('api_tokens').set({ revoked_at: new Date() }).where('id', '=', id).where('revoked_at', 'is', null).execute()
+  return getToken(db, id)
+}
+
+/** The enabled user holding a live token, or undefined. */
+export async function authenticateToken(db: Executor, token: string): Promise<{ user: User; tokenId: string } | undefined> {
+  const row = await db
+    .selectFrom('api_tokens')
+    .innerJoin('users', 'users.id', 'api_tokens.user_id')
+    .select(['api_tokens.id as token_id', 'users.id', 'users.name', 'users.disabled_at', 'users.created_at'])
+    .where('api_tokens.token_hash', '=', hashToken(token))
+    .where('api_tokens.revoked_at', 'is', null)
+    .where('users.disabled_at', 'is', null)
+    .executeTakeFirst()
+  if (!row) return undefined
+  return { user: toUser(row), tokenId: row.token_id }
+}
+
+export async function touchToken(db: Executor, id: string): Promise<void> {
+  await db.updateTable('api_tokens').set({ last_used_at: new Date() }).where('id', '=', id).execute()
+}
+
+function toUser(row: { id: string; name: string; disabled_at: Date | null; created_at: Date }): User {
+  return { id: row.id, name: row.name, disabled: row.disabled_at !== null, createdAt: row.created_at.toISOString() }
+}
+
+function toToken(row: {
+  id: string
+  user_id: string
+  name: string
+  prefix: string
+  created_at: Date
+  last_used_at: Date | null
+  revoked_at: Date | null
+}): ApiToken {
+  return {
+    id: row.id,
+    userId: row.user_id,
+    name: row.name,
+    prefix: row.prefix,
+    createdAt: row.created_at.toISOString(),
+    lastUsedAt: row.last_used_at?.toISOString() ?? null,
+    revokedAt: row.revoked_at?.toISOString() ?? null,
+  }
+}
