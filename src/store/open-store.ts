@@ -214,3 +214,19 @@ function describe(error: unknown): string {
   const { code, message } = error as { code?: string; message?: string }
   return [code, message].filter(Boolean).join(' ') || String(error)
 }
+
+/**
+ * A dump of a freshly migrated embedded database. Tests load it (`pgliteDump`) instead of running
+ * initdb and the migrations once per file.
+ */
+export async function dumpMigratedPGlite(): Promise<Blob> {
+  const { PGlite } = await import('@electric-sql/pglite')
+  const { vector } = await import('@electric-sql/pglite/vector')
+  const pglite = await PGlite.create({ extensions: { vector } })
+  try {
+    await migrate(new PGlitePool(pglite), await readMigrations())
+    return await pglite.dumpDataDir('none')
+  } finally {
+    await pglite.close()
+  }
+}

@@ -1,0 +1,45 @@
+/**
+ * `npm run bench`: requests/s of authenticated `GET /api/projects` next to a Fastify hello-world
+ * measured in the same run, on PGlite and (with TEST_DATABASE_URL or BENCH_DATABASE_URL) on pg.
+ * Each server runs in its own process; autocannon loads it from this one.
+ *
+ * Env: BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1).
+ */
+import { cpus } from 'node:os'
+import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
+import { loadSettingsFromEnv } from './lib/measure.js'
+import { formatTable, runScenarios, type Scenario } from './lib/scenario.js'
+import { helloWorldScenario } from './scenarios/hello-world.js'
+import { plinthProjectsOnPg, plinthProjectsOnPGlite } from './scenarios/plinth-projects.js'
+
+cleanupOnSignals()
+
+const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_URL || undefined
+const settings = loadSettingsFromEnv()
+
+// Hello-world first: it is the yardstick for everything after it.
+const scenarios: Scenario[] = [helloWorldScenario(), plinthProjectsOnPGlite(), plinthProjectsOnPg(databaseUrl)]
+
+console.log(
+  `plinth bench: node ${process.version}, ${cpus().length} cpus; ${settings.connections} connections, ` +
+    `pipelining ${settings.pipelining}, ${settings.warmupSeconds}s warm-up + ${settings.durationSeconds}s per target`,
+)
+
+try {
+  const results = await runScenarios(scenarios, settings, (result) => {
+    if ('skipped' in result) console.log(`  ${result.name}: skipped (${result.skipped})`)
+    else console.log(`  ${result.name}: ${result.requestsPerSecond.toFixed(0)} req/s`)
+  })
+  console.log(`\n${formatTable(results)}`)
+
+  const broken = results.filter((result) => !('skipped' in result) && (result.non2xx > 0 || result.errors > 0))
+  if (broken.length > 0) {
+    console.error(`\nbench is broken: non-2xx responses or connection errors in ${broken.map((result) => result.name).join(', ')}`)
+    process.exitCode = 1
+  }
+} catch (error) {
+  console.error(error)
+  process.exitCode = 1
+} finally {
+  await cleanupAll()
+}

@@ -1,0 +1,62 @@
+import js from '@eslint/js'
+import tseslint from 'typescript-eslint'
+
+const modules = ['app', 'server', 'runmgr', 'llm', 'cmdbus', 'rag', 'exec', 'extension', 'store']
+
+export default tseslint.config(
+  { ignores: ['node_modules/', 'dist/', 'data/', 'coverage/'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    languageOptions: { globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly', URL: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly', setInterval: 'readonly', clearInterval: 'readonly', AbortController: 'readonly', AbortSignal: 'readonly', fetch: 'readonly', TextDecoder: 'readonly', TextEncoder: 'readonly', Blob: 'readonly' } },
+    rules: {
+      '@typescript-eslint/no-explicit-any': 'error',
+      '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+      'no-console': 'off',
+    },
+  },
+  // A module's index.ts is its public face: other modules (and tests, bench, plugins) never
+  // import another module's internals.
+  ...modules.map((module) => ({
+    files: [`src/${module}/**/*.ts`],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: `^\\.\\./(?!${module}/)(\\.\\./)*(${modules.join('|')})/(?!index\\.js$).+`,
+              message: "Import another module only through its index.ts.",
+            },
+          ],
+        },
+      ],
+    },
+  })),
+  {
+    files: ['src/server/routes/**/*.ts', 'src/store/pglite/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: `^\\.\\./\\.\\./(${modules.join('|')})/(?!index\\.js$).+`,
+              message: 'Import another module only through its index.ts.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ['src/extension/**/*.ts', 'plugins/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: '(^|/)src/(?!extension/index\\.js$)', message: 'The extension surface and plugins depend on nothing internal.' }] },
+      ],
+    },
+  },
+)

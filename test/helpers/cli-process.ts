@@ -1,0 +1,162 @@
+import { spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import { createServer } from 'node:net'
+import { fileURLToPath } from 'node:url'
+
+/** The real `plinth` executable, as a user runs it. */
+export const plinthBin = fileURLToPath(new URL('../../bin/plinth.js', import.meta.url))
+
+/** Variables that configure Plinth: stripped from the inherited environment so the developer's own settings cannot leak into a test. */
+const configVars = /^(PLINTH_|VITEST|TEST_DATABASE_URL$|DATABASE_URL$|PORT$|HOST$|NODE_OPTIONS$)/
+
+/** A clean environment for a CLI process (runs from the TypeScript sources), plus `extra`. */
+export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {}
+  for (const [name, value] of Object.entries(process.env)) if (!configVars.test(name)) env[name] = value
+  return { ...env, PLINTH_FROM_SOURCE: '1', ...extra }
+}
+
+export interface CliResult {
+  code: number | null
+  signal: NodeJS.Signals | null
+  stdout: string
+  stderr: string
+}
+
+export interface CliOptions {
+  cwd: string
+  env?: Record<string, string>
+  /** Kill the process when it has not exited by then (default 120 s: a first PGlite initdb is slow on a busy machine). */
+  timeoutMs?: number
+}
+
+/** Runs `plinth <args>` to completion. */
+export async function runPlinth(args: string[], options: CliOptions): Promise<CliResult> {
+  const child = spawn(process.execPath, [plinthBin, ...args], { cwd: options.cwd, env: cliEnv(options.env), stdio: ['ignore', 'pipe', 'pipe'] })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+  const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000)
+  try {
+    const [code, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null]
+    return { code, signal, stdout, stderr }
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/** A loopback port nobody listens on right now. */
+export async function freePort(): Promise<number> {
+  const server = createServer()
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const address = server.address()
+  const port = typeof address === 'object' && address ? address.port : 0
+  server.close()
+  await once(server, 'close')
+  return port
+}
+
+export interface ServeProcess {
+  child: ChildProcess
+  pid: number
+  port: number
+  /** `http://127.0.0.1:<port>`, as announced by the listening log line. */
+  url: string
+  /** The parsed JSON log line announcing the listener. */
+  listening: Record<string, unknown>
+  stdout(): string
+  stderr(): string
+  /** Sends SIGTERM and resolves to the exit code once the process has exited. */
+  stop(signal?: NodeJS.Signals): Promise<number | null>
+  /** SIGKILLs the process if it still runs (for cleanup). */
+  kill(): Promise<void>
+}
+
+/** Starts `plinth serve` on a free port and waits for its "listening on" log line. */
+export async function startServe(options: CliOptions): Promise<ServeProcess> {
+  const port = await freePort()
+  const child = spawn(process.execPath, [plinthBin, 'serve'], {
+    cwd: options.cwd,
+    env: cliEnv({ PORT: String(port), ...options.env }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let stdout = ''
+  let stderr = ''
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)))
+  const listening = await new Promise<{ line: Record<string, unknown>; url: string }>((resolve, reject) => {
+    let settled = false
+    const timer = setTimeout(() => fail('timed out waiting for the listening log line'), options.timeoutMs ?? 120_000)
+    function fail(reason: string): void {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      child.kill('SIGKILL')
+      reject(new Error(`plinth serve did not start: ${reason}\nstdout:\n${stdout}\nstderr:\n${stderr}`))
+    }
+    void exited.then((code) => fail(`exited with code ${code}`))
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk
+      if (settled) return
+      // Complete lines only: the last element is a line still being written.
+      for (const text of stdout.split('\n').slice(0, -1)) {
+        const match = /"msg":"plinth \S+ listening on (http:\/\/[^"]+)"/.exec(text)
+        if (match?.[1]) {
+          settled = true
+          clearTimeout(timer)
+          resolve({ line: JSON.parse(text) as Record<string, unknown>, url: match[1] })
+          return
+        }
+      }
+    })
+  })
+  return {
+    child,
+    pid: child.pid ?? 0,
+    port,
+    url: listening.url,
+    listening: listening.line,
+    stdout: () => stdout,
+    stderr: () => stderr,
+    async stop(signal = 'SIGTERM') {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal)
+      const timer = setTimeout(() => child.kill('SIGKILL'), 30_000)
+      try {
+        return await exited
+      } finally {
+        clearTimeout(timer)
+      }
+    },
+    async kill() {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGKILL')
+        await exited
+      }
+    },
+  }
+}
+
+export interface HttpAnswer {
+  status: number
+  contentType: string
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests read arbitrary JSON
+  body: any
+}
+
+/** A JSON request to a running server. */
+export async function http(url: string, method: string, path: string, options: { token?: string; body?: unknown } = {}): Promise<HttpAnswer> {
+  const headers: Record<string, string> = {}
+  if (options.token) headers.authorization = `Bearer ${options.token}`
+  if (options.body !== undefined) headers['content-type'] = 'application/json'
+  const response = await fetch(url + path, { method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body) })
+  const text = await response.text()
+  const contentType = response.headers.get('content-type') ?? ''
+  return { status: response.status, contentType, body: /json/.test(contentType) && text ? JSON.parse(text) : text }
+}
+
+/** The last non-empty line of some output. */
+export function lastLine(output: string): string {
+  return output.trimEnd().split('\n').at(-1) ?? ''
+}

@@ -1,0 +1,74 @@
+import { pino } from 'pino'
+import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
+import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
+
+export interface TestUser {
+  user: User
+  token: string
+  tokenId: string
+}
+
+export interface Answer {
+  status: number
+  headers: Headers
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests read arbitrary JSON
+  body: any
+}
+
+export interface TestServer {
+  app: App
+  store: Store
+  url: string
+  createUser(name?: string): Promise<TestUser>
+  revoke(user: TestUser): Promise<void>
+  /** A real HTTP request to the listening server; JSON in, JSON (or text) out. */
+  request(method: string, path: string, options?: { token?: string; body?: unknown; rawBody?: string; headers?: Record<string, string> }): Promise<Answer>
+  close(): Promise<void>
+}
+
+let userCounter = 0
+
+/** Builds the app on `store` and listens on a free loopback port. */
+export async function startTestServer(store: Store, overrides: Partial<ServerOptions> = {}): Promise<TestServer> {
+  const app = await buildServer({
+    store,
+    logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
+    bodyLimit: 64 * 1024,
+    rateLimit: { max: 100_000, windowMs: 60_000 },
+    sseHeartbeatMs: 15_000,
+    fullModeTtlMs: 3_600_000,
+    version: 'test',
+    ...overrides,
+  })
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const address = app.server.address()
+  const url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`
+  return {
+    app,
+    store,
+    url,
+    async createUser(name) {
+      const created = await createUser(store.db, name ?? `user${process.pid}_${userCounter++}_${Date.now()}`)
+      if ('error' in created) throw new Error('name taken')
+      const token = await createToken(store.db, created.id, 'test')
+      return { user: created, token: token.token, tokenId: token.id }
+    },
+    async revoke(user) {
+      await revokeToken(store.db, user.tokenId)
+    },
+    async request(method, path, options = {}) {
+      const headers: Record<string, string> = { ...options.headers }
+      if (options.token) headers.authorization = `Bearer ${options.token}`
+      let body: string | undefined
+      if (options.rawBody !== undefined) body = options.rawBody
+      else if (options.body !== undefined) body = JSON.stringify(options.body)
+      if (body !== undefined && !Object.keys(headers).some((name) => name.toLowerCase() === 'content-type')) headers['content-type'] = 'application/json'
+      const response = await fetch(url + path, { method, headers, body })
+      const text = await response.text()
+      let parsed: unknown = text
+      if (/json/.test(response.headers.get('content-type') ?? '') && text) parsed = JSON.parse(text)
+      return { status: response.status, headers: response.headers, body: parsed }
+    },
+    close: () => app.close(),
+  }
+}

@@ -1,0 +1,231 @@
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { sql } from 'kysely'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import {
+  appendEvents,
+  createProject,
+  createUser,
+  openStore,
+  readEvents,
+  readMigrations,
+  migrate,
+  streamEvents,
+  StoreError,
+  type EventRecord,
+  type Store,
+} from '../src/store/index.js'
+import { openTestStore, testEngines } from './helpers/engines.js'
+
+for (const engine of testEngines()) {
+  describe(`store on ${engine}`, () => {
+    let store: Store
+    let ownerId: string
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      const user = await createUser(store.db, 'owner')
+      if ('error' in user) throw new Error('unexpected')
+      ownerId = user.id
+    })
+    afterAll(async () => store?.close())
+
+    it('has the vector extension (pgvector) enabled', async () => {
+      const { rows } = await sql<{ distance: number }>`select '[1,0]'::vector <=> '[0,1]'::vector as distance`.execute(store.db)
+      expect(rows[0]?.distance).toBeCloseTo(1)
+    })
+
+    it('records applied migrations with their checksums and applies nothing twice', async () => {
+      const rows = await store.db.selectFrom('plinth_migrations').selectAll().execute()
+      const files = await readMigrations()
+      expect(rows.map((row) => [row.name, row.checksum])).toEqual(files.map((file) => [file.name, file.checksum]))
+    })
+
+    it('writes a change and its event atomically: a failed transaction leaves neither', async () => {
+      const before = await store.db.selectFrom('events').select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()
+      await expect(
+        store.transaction(async (tx) => {
+          await createProject(tx, ownerId, { name: 'doomed' })
+          throw new Error('boom')
+        }),
+      ).rejects.toThrow('boom')
+      const after = await store.db.selectFrom('events').select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()
+      expect(after.n).toBe(before.n)
+      const doomed = await store.db.selectFrom('projects').select('id').where('name', '=', 'doomed').execute()
+      expect(doomed).toEqual([])
+    })
+
+    it('refuses to append events outside a transaction', async () => {
+      await expect(appendEvents(store.db, [{ type: 'x', data: {} }])).rejects.toThrow(/inside a transaction/)
+    })
+
+    it('gives event ids in commit order under concurrent writers, and a live reader sees every one exactly once', async () => {
+      const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'busy' }))
+      const controller = new AbortController()
+      const seen: number[] = []
+      const total = 60
+      const reader = (async () => {
+        for await (const event of streamEvents(store.db, store.feed, { projectId: project.id }, { afterId: 0, signal: controller.signal })) {
+          seen.push(event.id)
+          if (seen.length === total + 1) controller.abort()
+        }
+      })()
+      // Writers with random delays inside their transactions, so commits interleave.
+      await Promise.all(
+        Array.from({ length: total }, (_, index) =>
+          store.transaction(async (tx) => {
+            await new Promise((resolve) => setTimeout(resolve, Math.random() * 10))
+            await appendEvents(tx, [{ type: 'test.tick', projectId: project.id, data: { index } }])
+          }),
+        ),
+      )
+      await Promise.race([reader, new Promise((_, reject) => setTimeout(() => reject(new Error(`saw ${seen.length}`)), 10_000))])
+      expect(seen).toHaveLength(total + 1)
+      expect([...seen].sort((a, b) => a - b)).toEqual(seen)
+      expect(new Set(seen).size).toBe(seen.length)
+      const stored = await readEvents(store.db, { projectId: project.id }, 0, 1000)
+      expect(stored.map((event) => event.id)).toEqual(seen)
+    })
+
+    it('replays from any point then continues live without a gap or duplicate', async () => {
+      const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'replay' }))
+      for (let index = 0; index < 5; index++) {
+        await store.transaction((tx) => appendEvents(tx, [{ type: 'test.before', projectId: project.id, data: { index } }]))
+      }
+      const all = await readEvents(store.db, { projectId: project.id }, 0, 100)
+      const resumeAfter = all[2]!.id
+      const controller = new AbortController()
+      const got: EventRecord[] = []
+      const reader = (async () => {
+        for await (const event of streamEvents(store.db, store.feed, { projectId: project.id }, { afterId: resumeAfter, signal: controller.signal })) {
+          got.push(event)
+          if (got.length === 6) controller.abort()
+        }
+      })()
+      for (let index = 0; index < 3; index++) {
+        await store.transaction((tx) => appendEvents(tx, [{ type: 'test.after', projectId: project.id, data: { index } }]))
+      }
+      await reader
+      expect(got.map((event) => event.type)).toEqual(['test.before', 'test.before', 'test.before', 'test.after', 'test.after', 'test.after'])
+      expect(got[0]!.id).toBe(all[3]!.id)
+    })
+
+    it('lets a reader that falls behind catch up from the table, in order, without holding others', async () => {
+      const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'slow' }))
+      const controller = new AbortController()
+      const slow = streamEvents(store.db, store.feed, { projectId: project.id }, { afterId: 0, signal: controller.signal, maxQueued: 5 })
+      const first = await slow.next() // the project.created event; the reader now waits live
+      expect(first.value?.type).toBe('project.created')
+      const fast: number[] = []
+      const fastReader = (async () => {
+        for await (const event of streamEvents(store.db, store.feed, { projectId: project.id }, { afterId: 0, signal: controller.signal })) {
+          fast.push(event.id)
+          if (fast.length === 31) break
+        }
+      })()
+      for (let index = 0; index < 30; index++) {
+        await store.transaction((tx) => appendEvents(tx, [{ type: 'test.burst', projectId: project.id, data: { index } }]))
+      }
+      await fastReader // the fast reader finished while the slow one read nothing
+      await store.feed.flush()
+      const slowIds: number[] = []
+      for (let index = 0; index < 30; index++) {
+        const next = await slow.next()
+        slowIds.push(next.value!.id)
+      }
+      controller.abort()
+      expect(slowIds).toEqual(fast.slice(1))
+    })
+  })
+}
+
+describe('migrations', () => {
+  it('refuses to start when an applied migration was changed, naming it', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plinth-mig-'))
+    try {
+      const { PGlite } = await import('@electric-sql/pglite')
+      const { vector } = await import('@electric-sql/pglite/vector')
+      const { PGlitePool } = await import('../src/store/pglite/pglite-pool.js')
+      const pglite = await PGlite.create({ extensions: { vector } })
+      const pool = new PGlitePool(pglite)
+      const migrations = await readMigrations()
+      await migrate(pool, migrations)
+      const again = await migrate(pool, migrations)
+      expect(again.applied).toEqual([])
+      const changed = migrations.map((migration, index) => (index === 0 ? { ...migration, checksum: 'f'.repeat(64) } : migration))
+      const error = await migrate(pool, changed).catch((caught: unknown) => caught)
+      expect(error).toBeInstanceOf(StoreError)
+      expect((error as StoreError).code).toBe('migration_checksum_mismatch')
+      expect((error as StoreError).message).toContain(migrations[0]!.name)
+      await pool.end()
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('reads NNNN_name.sql files in order and ignores anything else', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plinth-migdir-'))
+    try {
+      await writeFile(join(dir, '0002_b.sql'), 'select 2;')
+      await writeFile(join(dir, '0001_a.sql'), 'select 1;')
+      await writeFile(join(dir, 'README.md'), 'not a migration')
+      const migrations = await readMigrations(dir)
+      expect(migrations.map((migration) => migration.name)).toEqual(['0001_a.sql', '0002_b.sql'])
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+})
+
+describe('embedded data directory', () => {
+  it('keeps data across a restart and refuses a second process while locked', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plinth-data-'))
+    try {
+      const first = await openStore({ dataDir: dir })
+      const user = await createUser(first.db, 'persisted')
+      expect('error' in user).toBe(false)
+      // Another live process holding the lock (this test's parent stands in for it).
+      await first.close()
+      const lockHolder = process.ppid
+      await mkdir(dir, { recursive: true })
+      await writeFile(join(dir, 'plinth.lock'), String(lockHolder))
+      const refused = await openStore({ dataDir: dir }).catch((caught: unknown) => caught)
+      expect((refused as StoreError).code).toBe('data_dir_locked')
+      expect((refused as StoreError).message).toContain(String(lockHolder))
+      // A stale lock (dead pid) is taken over.
+      await writeFile(join(dir, 'plinth.lock'), '999999999')
+      const second = await openStore({ dataDir: dir })
+      const rows = await second.db.selectFrom('users').select('name').execute()
+      expect(rows.map((row) => row.name)).toEqual(['persisted'])
+      expect(second.migrations.applied).toEqual([])
+      await second.close()
+      expect(await readdir(dir)).not.toContain('plinth.lock')
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('fails with a clear error when the data directory is not writable', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plinth-ro-'))
+    try {
+      // Root ignores permission bits, so use a path below a regular file.
+      await writeFile(join(dir, 'file'), '')
+      const error = await openStore({ dataDir: join(dir, 'file', 'data') }).catch((caught: unknown) => caught)
+      expect(error).toBeInstanceOf(StoreError)
+      expect((error as StoreError).code).toBe('data_dir_unwritable')
+      expect((error as StoreError).message).toMatch(/not writable/)
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('fails with a clear error, password hidden, when DATABASE_URL is unreachable', async () => {
+    const error = await openStore({ databaseUrl: 'postgres://someone:hunter2@127.0.0.1:1/nowhere' }).catch((caught: unknown) => caught)
+    expect(error).toBeInstanceOf(StoreError)
+    expect((error as StoreError).code).toBe('database_unreachable')
+    expect((error as StoreError).message).toContain('127.0.0.1:1')
+    expect((error as StoreError).message).not.toContain('hunter2')
+  })
+})
+
