@@ -42,7 +42,6 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     bodyLimit: options.bodyLimit,
     genReqId: () => randomUUID(),
     requestIdHeader: 'x-request-id',
-    requestIdLogLabel: 'requestId',
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: true },
   }).withTypeProvider<TypeBoxTypeProvider>()
