@@ -1,0 +1,113 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { Store } from '../src/store/index.js'
+import { openTestStore, testEngines } from './helpers/engines.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+
+interface Fixture {
+  projectId: string
+  conversationId: string
+}
+
+interface RouteCase {
+  method: string
+  /** OpenAPI-style path, as listed in /docs/json. */
+  path: string
+  url: (fixture: Fixture) => string
+  body?: unknown
+  /** Status for the owner. */
+  owner: number
+  /** Status for another user: 404 for someone else's resource; collection routes answer the caller's own view. */
+  stranger: number
+  stream?: boolean
+}
+
+const routes: RouteCase[] = [
+  { method: 'GET', path: '/api/me', url: () => '/api/me', owner: 200, stranger: 200 },
+  { method: 'GET', path: '/api/projects', url: () => '/api/projects', owner: 200, stranger: 200 },
+  { method: 'POST', path: '/api/projects', url: () => '/api/projects', body: { name: 'n' }, owner: 201, stranger: 201 },
+  { method: 'GET', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, owner: 200, stranger: 404 },
+  { method: 'PATCH', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, body: { name: 'x' }, owner: 200, stranger: 404 },
+  { method: 'DELETE', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, owner: 204, stranger: 404 },
+  { method: 'POST', path: '/api/projects/{id}/conversations', url: (f) => `/api/projects/${f.projectId}/conversations`, body: {}, owner: 201, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/conversations', url: (f) => `/api/projects/${f.projectId}/conversations`, owner: 200, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/events', url: (f) => `/api/projects/${f.projectId}/events`, owner: 200, stranger: 404, stream: true },
+  { method: 'GET', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, owner: 200, stranger: 404 },
+  { method: 'PATCH', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, body: { title: 't' }, owner: 200, stranger: 404 },
+  { method: 'DELETE', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, owner: 204, stranger: 404 },
+  { method: 'GET', path: '/api/conversations/{id}/messages', url: (f) => `/api/conversations/${f.conversationId}/messages`, owner: 200, stranger: 404 },
+  { method: 'GET', path: '/api/conversations/{id}/events', url: (f) => `/api/conversations/${f.conversationId}/events`, owner: 200, stranger: 404, stream: true },
+]
+
+for (const engine of testEngines()) {
+  describe(`authorization matrix on ${engine}`, () => {
+    let store: Store
+    let server: TestServer
+    let owner: TestUser
+    let stranger: TestUser
+    let revoked: TestUser
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      server = await startTestServer(store)
+      owner = await server.createUser()
+      stranger = await server.createUser()
+      revoked = await server.createUser()
+      await server.revoke(revoked)
+    })
+    afterAll(async () => {
+      await server?.close()
+      await store?.close()
+    })
+
+    async function fixture(): Promise<Fixture> {
+      const project = await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'matrix' } })
+      const conversation = await server.request('POST', `/api/projects/${project.body.id}/conversations`, { token: owner.token, body: {} })
+      return { projectId: project.body.id, conversationId: conversation.body.id }
+    }
+
+    async function call(route: RouteCase, fixtureValue: Fixture, token: string | undefined): Promise<{ status: number; code?: string; type: string | null }> {
+      const headers: Record<string, string> = {}
+      if (token) headers.authorization = `Bearer ${token}`
+      if (route.body !== undefined) headers['content-type'] = 'application/json'
+      const controller = new AbortController()
+      const response = await fetch(server.url + route.url(fixtureValue), {
+        method: route.method,
+        headers,
+        body: route.body === undefined ? undefined : JSON.stringify(route.body),
+        signal: controller.signal,
+      })
+      const type = response.headers.get('content-type')
+      if (route.stream && response.status === 200) {
+        controller.abort()
+        return { status: 200, type }
+      }
+      const text = await response.text()
+      const code = type?.includes('problem+json') ? (JSON.parse(text) as { code: string }).code : undefined
+      return { status: response.status, code, type }
+    }
+
+    it('covers every /api route the server documents', async () => {
+      const openapi = await server.request('GET', '/docs/json')
+      const documented = Object.entries(openapi.body.paths as Record<string, Record<string, unknown>>)
+        .filter(([path]) => path.startsWith('/api/') && !path.startsWith('/api/admin/'))
+        .flatMap(([path, methods]) => Object.keys(methods).filter((method) => method !== 'head').map((method) => `${method.toUpperCase()} ${path}`))
+      expect(routes.map((route) => `${route.method} ${route.path}`).sort()).toEqual(documented.sort())
+    })
+
+    for (const route of routes) {
+      it(`${route.method} ${route.path}: owner ${route.owner}, stranger ${route.stranger}, no token 401, revoked 401`, async () => {
+        const forStranger = await call(route, await fixture(), stranger.token)
+        expect(forStranger.status).toBe(route.stranger)
+        if (route.stranger === 404) expect(forStranger.code).toBe('not_found')
+        const anonymous = await call(route, await fixture(), undefined)
+        expect(anonymous).toMatchObject({ status: 401, code: 'unauthorized' })
+        const withRevoked = await call(route, await fixture(), revoked.token)
+        expect(withRevoked).toMatchObject({ status: 401, code: 'unauthorized' })
+        const withGarbage = await call(route, await fixture(), 'plt_not-a-real-token')
+        expect(withGarbage).toMatchObject({ status: 401, code: 'unauthorized' })
+        const forOwner = await call(route, await fixture(), owner.token)
+        expect(forOwner.status).toBe(route.owner)
+      })
+    }
+  })
+}

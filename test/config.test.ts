@@ -1,0 +1,246 @@
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ConfigError, loadConfig } from '../src/app/index.js'
+
+let root: string
+let counter = 0
+
+/** A fresh working directory; `config` (an object, or raw text) becomes its plinth.config.json. */
+async function workdir(config?: unknown): Promise<string> {
+  const dir = join(root, `case-${counter++}`)
+  await mkdir(dir)
+  if (config !== undefined) await writeFile(join(dir, 'plinth.config.json'), typeof config === 'string' ? config : JSON.stringify(config))
+  return dir
+}
+
+/** The problems loadConfig reports (fails the test when it does not throw a ConfigError). */
+function problemsOf(env: NodeJS.ProcessEnv, cwd: string): string[] {
+  try {
+    loadConfig(env, cwd)
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError)
+    const problems = (error as ConfigError).problems
+    // The message an operator reads names every problem.
+    for (const problem of problems) expect((error as ConfigError).message).toContain(problem)
+    return problems
+  }
+  throw new Error('expected loadConfig to throw a ConfigError')
+}
+
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), 'plinth-config-'))
+})
+
+afterAll(async () => {
+  await rm(root, { recursive: true, force: true })
+})
+
+describe('loadConfig', () => {
+  it('has working defaults with no file and no environment', async () => {
+    const cwd = await workdir()
+    const config = loadConfig({}, cwd)
+    expect(config).toMatchObject({
+      port: 8080,
+      host: '127.0.0.1',
+      dataDir: join(cwd, 'data'),
+      plugins: [],
+      models: [],
+      exec: { backend: 'direct', disableExecTools: false },
+      logLevel: 'info',
+      bodyLimit: 1024 * 1024,
+      rateLimit: { max: 600, windowMs: 60_000 },
+    })
+    expect(config.databaseUrl).toBeUndefined()
+    expect(config.adminToken).toBeUndefined()
+    expect(config.defaultModel).toBeUndefined()
+    expect(config.sseHeartbeatMs).toBeGreaterThan(0)
+    expect(config.fullModeTtlMs).toBeGreaterThan(0)
+  })
+
+  it('does not read the process environment or working directory when given its own', async () => {
+    const cwd = await workdir()
+    const previous = process.env.PORT
+    process.env.PORT = 'not-a-port'
+    try {
+      expect(loadConfig({}, cwd).port).toBe(8080)
+    } finally {
+      if (previous === undefined) delete process.env.PORT
+      else process.env.PORT = previous
+    }
+  })
+
+  it('uses the values of ./plinth.config.json, resolving dataDir against the working directory', async () => {
+    const cwd = await workdir({
+      port: 9001,
+      host: '0.0.0.0',
+      dataDir: 'state/db',
+      plugins: ['./plugins/echo'],
+      models: [{ id: 'fast', provider: 'scripted', script: 'hello' }],
+      defaultModel: 'fast',
+      exec: { backend: 'sandbox' },
+      logLevel: 'warn',
+      bodyLimit: 4096,
+      rateLimit: { max: 5 },
+    })
+    const config = loadConfig({}, cwd)
+    expect(config).toMatchObject({
+      port: 9001,
+      host: '0.0.0.0',
+      dataDir: join(cwd, 'state', 'db'),
+      plugins: ['./plugins/echo'],
+      models: [{ id: 'fast', provider: 'scripted', script: 'hello' }],
+      defaultModel: 'fast',
+      logLevel: 'warn',
+      bodyLimit: 4096,
+    })
+    // A partial nested object keeps the defaults of the keys it leaves out.
+    expect(config.exec).toEqual({ backend: 'sandbox', disableExecTools: false })
+    expect(config.rateLimit).toEqual({ max: 5, windowMs: 60_000 })
+  })
+
+  it('keeps an absolute dataDir as given', async () => {
+    const cwd = await workdir()
+    const elsewhere = join(root, 'absolute-data')
+    expect(loadConfig({ PLINTH_DATA_DIR: elsewhere }, cwd).dataDir).toBe(elsewhere)
+  })
+
+  it('lets the environment win over the file', async () => {
+    const cwd = await workdir({ port: 9001, host: '0.0.0.0', logLevel: 'warn', rateLimit: { max: 5, windowMs: 1000 }, plugins: ['from-file'] })
+    const config = loadConfig(
+      {
+        PORT: '9002',
+        HOST: '::1',
+        PLINTH_LOG_LEVEL: 'debug',
+        PLINTH_RATE_LIMIT_MAX: '7',
+        PLINTH_PLUGINS: 'from-env',
+        PLINTH_DATA_DIR: 'env-data',
+        DATABASE_URL: 'postgres://plinth:pw@db.example:5432/plinth',
+        PLINTH_ADMIN_TOKEN: 'a-long-enough-admin-token',
+      },
+      cwd,
+    )
+    expect(config).toMatchObject({
+      port: 9002,
+      host: '::1',
+      logLevel: 'debug',
+      plugins: ['from-env'],
+      dataDir: join(cwd, 'env-data'),
+      databaseUrl: 'postgres://plinth:pw@db.example:5432/plinth',
+      adminToken: 'a-long-enough-admin-token',
+    })
+    // The environment sets one nested key; the file's sibling survives.
+    expect(config.rateLimit).toEqual({ max: 7, windowMs: 1000 })
+  })
+
+  it('treats an empty environment variable as unset', async () => {
+    const cwd = await workdir({ port: 9001 })
+    expect(loadConfig({ PORT: '', PLINTH_PLUGINS: '' }, cwd)).toMatchObject({ port: 9001, plugins: [] })
+  })
+
+  it('splits PLINTH_PLUGINS on commas, trimming blanks', async () => {
+    const cwd = await workdir()
+    expect(loadConfig({ PLINTH_PLUGINS: 'a, b' }, cwd).plugins).toEqual(['a', 'b'])
+    expect(loadConfig({ PLINTH_PLUGINS: ' a ,, b ,' }, cwd).plugins).toEqual(['a', 'b'])
+  })
+
+  it('reads booleans and integers from the environment', async () => {
+    const cwd = await workdir()
+    expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'true' }, cwd).exec).toEqual({ backend: 'direct', disableExecTools: true })
+    expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: '1' }, cwd).exec.disableExecTools).toBe(true)
+    expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'false' }, cwd).exec.disableExecTools).toBe(false)
+    const config = loadConfig(
+      {
+        PLINTH_EXEC_BACKEND: 'sandbox',
+        PLINTH_BODY_LIMIT: '2048',
+        PLINTH_RATE_LIMIT_WINDOW_MS: '500',
+        PLINTH_SSE_HEARTBEAT_MS: '250',
+        PLINTH_FULL_MODE_TTL_MS: '5000',
+      },
+      cwd,
+    )
+    expect(config).toMatchObject({
+      exec: { backend: 'sandbox', disableExecTools: false },
+      bodyLimit: 2048,
+      rateLimit: { max: 600, windowMs: 500 },
+      sseHeartbeatMs: 250,
+      fullModeTtlMs: 5000,
+    })
+  })
+
+  it('reads the file named by PLINTH_CONFIG instead of ./plinth.config.json', async () => {
+    const cwd = await workdir({ port: 1111 })
+    await mkdir(join(cwd, 'etc'))
+    await writeFile(join(cwd, 'etc', 'custom.json'), JSON.stringify({ port: 2222 }))
+    expect(loadConfig({ PLINTH_CONFIG: 'etc/custom.json' }, cwd).port).toBe(2222)
+    expect(loadConfig({ PLINTH_CONFIG: join(cwd, 'etc', 'custom.json') }, root).port).toBe(2222)
+  })
+
+  it('lists every bad key at once, from the environment and the file', async () => {
+    const cwd = await workdir({ bogus: 1, port: 'x', logLevel: 'loud', rateLimit: { max: 0, extra: true } })
+    const problems = problemsOf({ PORT: 'abc', PLINTH_DISABLE_EXEC_TOOLS: 'maybe', PLINTH_BODY_LIMIT: '1.5' }, cwd)
+    const keys = problems.map((problem) => problem.slice(0, problem.indexOf(':')))
+    expect(keys.sort()).toEqual(['PLINTH_BODY_LIMIT', 'PLINTH_DISABLE_EXEC_TOOLS', 'PORT', 'bogus', 'logLevel', 'port', 'rateLimit.extra', 'rateLimit.max'].sort())
+    expect(problems.find((problem) => problem.startsWith('PORT:'))).toBe('PORT: expected an integer, got "abc"')
+    expect(problems.find((problem) => problem.startsWith('PLINTH_DISABLE_EXEC_TOOLS:'))).toBe('PLINTH_DISABLE_EXEC_TOOLS: expected true or false, got "maybe"')
+    expect(problems.find((problem) => problem.startsWith('bogus:'))).toBe('bogus: unknown key')
+    expect(problems.find((problem) => problem.startsWith('rateLimit.extra:'))).toBe('rateLimit.extra: unknown key')
+    expect(problems.find((problem) => problem.startsWith('logLevel:'))).toMatch(/must be one of .*info/)
+  })
+
+  it('rejects values out of range and a database URL that is not Postgres', async () => {
+    const cwd = await workdir()
+    const problems = problemsOf(
+      { PORT: '70000', PLINTH_ADMIN_TOKEN: 'short', DATABASE_URL: 'mysql://db/x', PLINTH_EXEC_BACKEND: 'docker', PLINTH_BODY_LIMIT: '10' },
+      cwd,
+    )
+    expect(problems.map((problem) => problem.slice(0, problem.indexOf(':'))).sort()).toEqual(['adminToken', 'bodyLimit', 'databaseUrl', 'exec.backend', 'port'])
+  })
+
+  it('rejects unknown keys, also inside models', async () => {
+    const cwd = await workdir({ models: [{ id: 'm', provider: 'scripted', temperature: 2 }], prot: 80 })
+    const problems = problemsOf({}, cwd)
+    expect(problems).toEqual(expect.arrayContaining(['prot: unknown key', 'models.0.temperature: unknown key']))
+    expect(problems).toHaveLength(2)
+  })
+
+  it('rejects a model without a known provider', async () => {
+    const cwd = await workdir({ models: [{ id: 'm', provider: 'acme' }, { provider: 'openai' }] })
+    const problems = problemsOf({}, cwd)
+    expect(problems.some((problem) => problem.startsWith('models.0.provider:'))).toBe(true)
+    expect(problems.some((problem) => problem.startsWith('models.1') && problem.includes('id'))).toBe(true)
+  })
+
+  it('treats a missing ./plinth.config.json as optional, but an explicit PLINTH_CONFIG naming a missing file as an error', async () => {
+    const cwd = await workdir()
+    expect(() => loadConfig({}, cwd)).not.toThrow()
+    const problems = problemsOf({ PLINTH_CONFIG: 'missing.json' }, cwd)
+    expect(problems).toHaveLength(1)
+    expect(problems[0]).toContain(join(cwd, 'missing.json'))
+    expect(problems[0]).toMatch(/ENOENT|no such file/)
+  })
+
+  it('reports a malformed JSON file, together with bad environment values', async () => {
+    const cwd = await workdir('{"port": 80,')
+    const problems = problemsOf({ PORT: 'abc' }, cwd)
+    expect(problems).toHaveLength(2)
+    expect(problems.find((problem) => problem.startsWith(join(cwd, 'plinth.config.json')))).toMatch(/JSON/)
+    expect(problems).toContain('PORT: expected an integer, got "abc"')
+  })
+
+  it('requires the file to hold a JSON object', async () => {
+    const cwd = await workdir('[1, 2]')
+    const problems = problemsOf({}, cwd)
+    expect(problems).toEqual([`${join(cwd, 'plinth.config.json')}: must hold a JSON object`])
+  })
+
+  it('rejects a defaultModel that names no configured model', async () => {
+    const cwd = await workdir({ models: [{ id: 'fast', provider: 'scripted' }], defaultModel: 'slow' })
+    const problems = problemsOf({}, cwd)
+    expect(problems).toEqual(['defaultModel: no model with id "slow" is configured'])
+    // With the model configured it is accepted.
+    const ok = await workdir({ models: [{ id: 'fast', provider: 'scripted' }, { id: 'slow', provider: 'openai', model: 'gpt' }], defaultModel: 'slow' })
+    expect(loadConfig({}, ok).defaultModel).toBe('slow')
+  })
+})
