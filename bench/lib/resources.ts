@@ -17,7 +17,9 @@ export async function createTempDir(prefix: string): Promise<{ path: string; rem
  */
 export async function createTempDatabase(adminUrl: string): Promise<{ url: string; name: string; drop(): Promise<void> }> {
   const name = `plinth_bench_${randomBytes(4).toString('hex')}`
-  await withClient(adminUrl, (client) => client.query(`create database ${name}`))
+  await withClient(adminUrl, (client) => client.query(`create database ${name}`)).catch((error: unknown) => {
+    throw new Error(`cannot create a bench database via ${redact(adminUrl)}: ${(error as Error).message}`, { cause: error })
+  })
   const url = new URL(adminUrl)
   url.pathname = `/${name}`
   const drop = registerCleanup(() =>
@@ -36,5 +38,15 @@ async function withClient(url: string, use: (client: pg.Client) => Promise<unkno
     await use(client)
   } finally {
     await client.end()
+  }
+}
+
+function redact(url: string): string {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password) parsed.password = '***'
+    return parsed.toString()
+  } catch {
+    return '<unparsable database URL>'
   }
 }
