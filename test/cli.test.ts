@@ -60,8 +60,11 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
   })
 
   it('migrate on a fresh data directory applies the migrations, and a second run has nothing to do', async () => {
+    // Every migration shipped in <package root>/migrations, in order, starting with the foundation.
+    const shipped = (await readdir(new URL('../migrations/', import.meta.url))).filter((name) => /^\d{4}_[\w-]+\.sql$/.test(name)).sort()
+    expect(shipped[0]).toBe('0001_foundation.sql')
     const first = await run(['migrate'])
-    expect(succeeded(first).trim()).toBe('applied 0001_foundation.sql')
+    expect(succeeded(first).trim()).toBe(`applied ${shipped.join(', ')}`)
     // The default data directory is ./data in the working directory.
     expect(await readdir(join(cwd, 'data'))).toContain('pg')
 
@@ -95,12 +98,7 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
     expect(duplicate.stderr).toMatch(/"alice" already exists/)
     expect(duplicate.stderr).not.toMatch(stackFrame)
     expect(duplicate.stdout).not.toMatch(/plt_/)
-
-    const list = await run(['users', 'list', '--json'])
-    const users = JSON.parse(succeeded(list)) as Array<{ id: string; name: string; disabled: boolean }>
-    expect(users.map((user) => user.name).sort()).toEqual(['alice', 'carol'])
-    expect(users.find((user) => user.name === 'alice')?.id).toBe(id)
-  }, 4 * spawnTimeout)
+  }, 3 * spawnTimeout)
 
   it('tokens create/list/revoke and users disable: the list never shows a secret, and a revoked token or disabled user no longer authenticates', async () => {
     const { id: aliceId, token: aliceToken } = requireAlice()
@@ -115,6 +113,9 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
     const phoneToken = lastLine(succeeded(phone))
     expect(phoneToken).toMatch(tokenPattern)
 
+    const revoked = await run(['tokens', 'revoke', issued.tokenId])
+    expect(succeeded(revoked)).toContain(`revoked token ${issued.tokenId}`)
+
     const listed = await run(['tokens', 'list', 'alice', '--json'])
     const listText = succeeded(listed)
     const tokens = JSON.parse(listText) as Array<Record<string, unknown>>
@@ -122,21 +123,12 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
     for (const token of tokens) {
       expect(Object.keys(token).sort()).toEqual(['createdAt', 'id', 'lastUsedAt', 'name', 'prefix', 'revokedAt', 'userId'])
       expect(token.userId).toBe(aliceId)
-      expect(token.revokedAt).toBeNull()
+      expect(token.revokedAt === null).toBe(token.id !== issued.tokenId)
       expect(typeof token.prefix === 'string' && token.prefix.length > 0 && token.prefix.length < 20).toBe(true)
     }
     for (const secret of [aliceToken, issued.token, phoneToken]) expect(listText).not.toContain(secret)
     const laptopPrefix = tokens.find((token) => token.id === issued.tokenId)?.prefix
     expect(issued.token.startsWith(String(laptopPrefix))).toBe(true)
-
-    const revoked = await run(['tokens', 'revoke', issued.tokenId])
-    expect(succeeded(revoked)).toContain(issued.tokenId)
-    const afterRevoke = JSON.parse(succeeded(await run(['tokens', 'list', 'alice', '--json']))) as Array<{ id: string; revokedAt: string | null }>
-    expect(afterRevoke.find((token) => token.id === issued.tokenId)?.revokedAt).toEqual(expect.any(String))
-
-    const unknownToken = await run(['tokens', 'revoke', 'no-such-token'])
-    expect(unknownToken.code, describeRun(unknownToken)).toBe(1)
-    expect(unknownToken.stderr).toContain('no token')
 
     expect(succeeded(await run(['users', 'disable', 'carol']))).toMatch(/^disabled user carol/)
 
@@ -164,7 +156,7 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
     expect(admin.status).toBe(404)
 
     expect(await server.stop()).toBe(0)
-  }, 10 * spawnTimeout)
+  }, 8 * spawnTimeout)
 
   it('keeps data across a restart: a project created before SIGTERM is listed by the next server', async () => {
     const { id: aliceId, token } = requireAlice()
@@ -174,6 +166,8 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
     expect(created.body).toMatchObject({ ownerId: aliceId, name: 'survivor', id: expect.any(String) })
     expect(await first.stop('SIGTERM')).toBe(0)
     expect(first.stdout()).toContain('"msg":"shutting down"')
+    // Logs go to stdout as JSON; a clean start and stop writes no warnings to stderr.
+    expect(first.stderr()).toBe('')
     // A graceful stop releases the data directory.
     expect(await readdir(join(cwd, 'data'))).not.toContain('plinth.lock')
 

@@ -205,10 +205,17 @@ async function tokensCommand(config: PlinthConfig, sub: string | undefined, arg:
       }
       return 0
     }
-    const page = await listTokens(store.db, user.id, { limit: 200 })
-    if (flags.json) io.out(JSON.stringify(page.items))
+    const tokens = []
+    let after: string | undefined
+    for (;;) {
+      const page = await listTokens(store.db, user.id, { limit: 200, after })
+      tokens.push(...page.items)
+      if (!page.nextCursor) break
+      after = page.nextCursor
+    }
+    if (flags.json) io.out(JSON.stringify(tokens))
     else {
-      for (const token of page.items) {
+      for (const token of tokens) {
         io.out(`${token.id}  ${token.name}  ${token.prefix}…  created ${token.createdAt}${token.revokedAt ? `  revoked ${token.revokedAt}` : ''}`)
       }
     }

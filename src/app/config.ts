@@ -158,6 +158,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
 
   const ajv = new Ajv({ allErrors: true, strict: false })
   if (!ajv.validate(fileSchema, merged)) problems.push(...(ajv.errors ?? []).map((error) => describeError(error)))
+  const models = Array.isArray(merged.models) ? (merged.models as Array<{ id?: unknown }>) : []
+  if (typeof merged.defaultModel === 'string' && !models.some((model) => model?.id === merged.defaultModel)) {
+    problems.push(`defaultModel: no model with id ${JSON.stringify(merged.defaultModel)} is configured`)
+  }
   if (problems.length > 0) throw new ConfigError(problems)
 
   const file = merged as Partial<PlinthConfig>
@@ -167,9 +171,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     exec: { ...defaults.exec, ...file.exec },
     rateLimit: { ...defaults.rateLimit, ...file.rateLimit },
     dataDir: resolve(cwd, file.dataDir ?? defaults.dataDir),
-  }
-  if (config.defaultModel && !config.models.some((model) => model.id === config.defaultModel)) {
-    throw new ConfigError([`defaultModel: no model with id ${JSON.stringify(config.defaultModel)} is configured`])
   }
   return config
 }

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { findIdempotencyRecord, saveIdempotencyRecord, type Executor, type JsonValue, type Store } from '../store/index.js'
+import { canonicalJson, findIdempotencyRecord, saveIdempotencyRecord, type Executor, type JsonValue, type Store } from '../store/index.js'
 import { HttpProblem } from './problem.js'
 
 const keyPattern = /^[\x21-\x7e]{1,255}$/
@@ -56,17 +56,6 @@ export async function runIdempotent<T extends object>(
 
 function hashRequest(request: FastifyRequest): string {
   return createHash('sha256')
-    .update(`${request.method} ${request.routeOptions.url ?? request.url}\n${JSON.stringify(request.params)}\n${canonicalJson(request.body)}`)
+    .update(`${request.method} ${request.routeOptions.url ?? request.url}\n${JSON.stringify(request.params)}\n${request.body === undefined ? '' : canonicalJson(request.body)}`)
     .digest('hex')
-}
-
-/** JSON with object keys sorted, so key order does not make two equal bodies differ. */
-function canonicalJson(value: unknown): string {
-  if (value === undefined) return ''
-  if (value === null || typeof value !== 'object') return JSON.stringify(value)
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`
-  const entries = Object.entries(value as Record<string, unknown>)
-    .filter(([, item]) => item !== undefined)
-    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-  return `{${entries.map(([name, item]) => `${JSON.stringify(name)}:${canonicalJson(item)}`).join(',')}}`
 }

@@ -88,6 +88,85 @@ export interface MigrationsTable {
   applied_at: CreatedAt
 }
 
+export interface PluginKvTable {
+  plugin: string
+  key: string
+  value: Json
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+}
+
+export interface DispatchesTable {
+  id: string
+  command_id: string
+  plugin: string
+  plugin_version: string
+  entrance: string
+  actor: Json
+  owner_id: string
+  project_id: string | null
+  conversation_id: string | null
+  run_id: string | null
+  call_id: string | null
+  idempotency_key: string | null
+  params: Json
+  params_hash: string
+  risk: string
+  status: string
+  decision_id: string | null
+  result: NullableJson
+  error: NullableJson
+  created_at: CreatedAt
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+}
+
+export interface DecisionsTable {
+  id: string
+  dispatch_id: string
+  owner_id: string
+  project_id: string | null
+  conversation_id: string | null
+  run_id: string | null
+  call_id: string | null
+  command_id: string
+  params: Json
+  preview: string | null
+  risk: string
+  reasons: Json
+  status: ColumnType<'pending' | 'approved' | 'rejected' | 'expired', 'pending' | undefined, 'approved' | 'rejected' | 'expired'>
+  scope: 'once' | 'session' | null
+  decided_by: string | null
+  note: string | null
+  created_at: CreatedAt
+  expires_at: ColumnType<Date, Date | string, Date | string>
+  decided_at: NullableTimestamp
+}
+
+export interface AllowancesTable {
+  id: string
+  conversation_id: string
+  command_id: string
+  params_hash: string
+  decision_id: string
+  created_by: string
+  created_at: CreatedAt
+  expires_at: ColumnType<Date, Date | string, Date | string>
+}
+
+export interface AuditLogTable {
+  id: string
+  dispatch_id: string | null
+  step: string
+  owner_id: string | null
+  project_id: string | null
+  conversation_id: string | null
+  command_id: string | null
+  entrance: string | null
+  envelope: Json
+  prev_hash: string
+  hash: string
+  created_at: ColumnType<Date, Date | string, never>
+}
+
 export interface Database {
   users: UsersTable
   api_tokens: ApiTokensTable
@@ -97,6 +176,11 @@ export interface Database {
   events: EventsTable
   idempotency_keys: IdempotencyKeysTable
   plinth_migrations: MigrationsTable
+  plugin_kv: PluginKvTable
+  dispatches: DispatchesTable
+  decisions: DecisionsTable
+  allowances: AllowancesTable
+  audit_log: AuditLogTable
 }
 
 /** Anything queries can run on: the database or an open transaction. */

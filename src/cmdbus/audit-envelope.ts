@@ -1,0 +1,104 @@
+import { createHash } from 'node:crypto'
+import type { JsonSchema, JsonValue } from '../extension/index.js'
+import { appendAuditEntry, updateDispatch, type DispatchRecord, type DispatchStatus, type Executor } from '../store/index.js'
+import { redact, truncateForAudit } from './redact.js'
+
+/** The audit envelope of one dispatch: the same shape for every entrance (SPEC §9). */
+export interface AuditEnvelope {
+  [key: string]: JsonValue
+}
+
+export interface DecisionSummary {
+  id: string | null
+  outcome: 'pending' | 'approved' | 'rejected' | 'expired'
+  by: string | null
+  scope: 'once' | 'session' | null
+  /** What let the call through: a human, a session allowance, the permission mode, or its low risk. */
+  via: 'human' | 'allowance' | 'mode' | 'risk' | null
+}
+
+/** Builds the first envelope of a dispatch. */
+export function initialEnvelope(dispatch: DispatchRecord, schema: JsonSchema | undefined): AuditEnvelope {
+  return {
+    id: dispatch.id,
+    commandId: dispatch.commandId,
+    plugin: dispatch.plugin,
+    pluginVersion: dispatch.pluginVersion,
+    entrance: dispatch.entrance,
+    actor: { ...dispatch.actor },
+    projectId: dispatch.projectId,
+    conversationId: dispatch.conversationId,
+    runId: dispatch.runId,
+    callId: dispatch.callId,
+    params: redact(dispatch.params, schema),
+    paramsHash: dispatch.paramsHash,
+    risk: dispatch.risk,
+    decision: null,
+    result: null,
+    resultHash: null,
+    status: dispatch.status,
+    error: null,
+    timings: { requestedAt: dispatch.createdAt, startedAt: null, finishedAt: null, durationMs: null },
+  }
+}
+
+export interface EnvelopeChange {
+  status: DispatchStatus
+  risk?: string
+  decision?: DecisionSummary
+  result?: JsonValue
+  error?: { code: string; message: string; [key: string]: JsonValue }
+  startedAt?: string
+  finishedAt?: string
+}
+
+/**
+ * Records one step of a dispatch, in the caller's transaction: the dispatch row's state and an
+ * appended, hash-chained audit entry carrying the whole envelope as it now stands.
+ */
+export async function recordStep(
+  tx: Executor,
+  step: string,
+  envelope: AuditEnvelope,
+  dispatch: DispatchRecord,
+  change: EnvelopeChange,
+  schema?: JsonSchema,
+): Promise<AuditEnvelope> {
+  const timings = { ...(envelope.timings as { [key: string]: JsonValue }) }
+  if (change.startedAt) timings.startedAt = change.startedAt
+  if (change.finishedAt) {
+    timings.finishedAt = change.finishedAt
+    const from = typeof timings.startedAt === 'string' ? timings.startedAt : (timings.requestedAt as string)
+    timings.durationMs = Date.parse(change.finishedAt) - Date.parse(from)
+  }
+  const next: AuditEnvelope = {
+    ...envelope,
+    status: change.status,
+    timings,
+    ...(change.risk !== undefined && { risk: change.risk }),
+    ...(change.decision !== undefined && { decision: { ...change.decision } }),
+    ...(change.error !== undefined && { error: change.error }),
+  }
+  if (change.result !== undefined) {
+    next.result = truncateForAudit(redact(change.result, schema))
+    next.resultHash = createHash('sha256').update(JSON.stringify(change.result) ?? 'null').digest('hex')
+  }
+  await updateDispatch(tx, dispatch.id, {
+    status: change.status,
+    ...(change.risk !== undefined && { risk: change.risk }),
+    ...(change.decision?.id && { decisionId: change.decision.id }),
+    ...(change.result !== undefined && { result: change.result }),
+    ...(change.error !== undefined && { error: change.error }),
+  })
+  await appendAuditEntry(tx, {
+    dispatchId: dispatch.id,
+    step,
+    ownerId: dispatch.ownerId,
+    projectId: dispatch.projectId,
+    conversationId: dispatch.conversationId,
+    commandId: dispatch.commandId,
+    entrance: dispatch.entrance,
+    envelope: next,
+  })
+  return next
+}

@@ -1,0 +1,76 @@
+import type { Actor, Entrance, JsonValue } from '../extension/index.js'
+
+export type Params = { [key: string]: JsonValue }
+
+/** One request to run a command, from any entrance. */
+export interface DispatchRequest {
+  commandId: string
+  params: Params
+  entrance: Entrance
+  actor: Actor
+  projectId?: string | null
+  conversationId?: string | null
+  runId?: string | null
+  callId?: string | null
+  /** Same key + same params → the first outcome; same key + other params → `idempotency_key_reused`. */
+  idempotencyKey?: string | null
+  approvalPolicy?: 'ask' | 'dontAsk'
+  signal?: AbortSignal
+}
+
+/** Stable codes of a dispatch that did not succeed. */
+export type BusErrorCode =
+  | 'unknown_command'
+  | 'entrance_not_allowed'
+  | 'validation_failed'
+  | 'not_found'
+  | 'forbidden'
+  | 'denied'
+  | 'rejected'
+  | 'expired'
+  | 'cancelled'
+  | 'timeout'
+  | 'command_failed'
+  | 'idempotency_key_reused'
+  | 'dispatch_in_progress'
+  | (string & {})
+
+export interface BusError {
+  code: BusErrorCode
+  message: string
+  errors?: Array<{ path: string; message: string }>
+  reasons?: string[]
+}
+
+/** A decision as clients see it (the `decision.required` card). */
+export interface DecisionView {
+  id: string
+  dispatchId: string
+  status: 'pending' | 'approved' | 'rejected' | 'expired'
+  commandId: string
+  params: JsonValue
+  preview: string | null
+  risk: string
+  reasons: string[]
+  projectId: string | null
+  conversationId: string | null
+  runId: string | null
+  callId: string | null
+  scope: 'once' | 'session' | null
+  decidedBy: string | null
+  note: string | null
+  createdAt: string
+  expiresAt: string
+  decidedAt: string | null
+}
+
+export type DispatchOutcome =
+  | { status: 'succeeded'; dispatchId: string; result: JsonValue; replayed?: boolean }
+  | { status: 'awaiting_decision'; dispatchId: string; decision: DecisionView; replayed?: boolean }
+  | { status: 'failed' | 'rejected' | 'expired' | 'cancelled'; dispatchId: string | null; error: BusError; replayed?: boolean }
+
+export type DecisionAnswer = 'approve' | 'approve_session' | 'reject'
+
+export type DecideOutcome =
+  | { ok: true; decision: DecisionView; dispatch: DispatchOutcome }
+  | { ok: false; error: { code: 'not_found' | 'decision_conflict' | 'decision_expired'; message: string }; decision?: DecisionView }

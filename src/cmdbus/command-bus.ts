@@ -1,0 +1,514 @@
+import { createHash } from 'node:crypto'
+import type { Actor, CommandContext, JsonValue, PluginLogger, ProjectRef, Risk } from '../extension/index.js'
+import { CommandError } from '../extension/index.js'
+import {
+  appendEvents,
+  canonicalJson,
+  findAllowance,
+  findDispatchByKey,
+  getConversation,
+  getDecision,
+  getDispatch,
+  insertAllowance,
+  insertDecision,
+  insertDispatch,
+  lastAuditEnvelope,
+  newId,
+  resolveDecision,
+  type Conversation,
+  type DecisionRecord,
+  type DispatchRecord,
+  type Store,
+} from '../store/index.js'
+import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
+import type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
+import type { CommandCatalog, RegisteredCommand } from './command-catalog.js'
+import { evaluateGate, type PermissionMode } from './gate.js'
+import { createPluginKv } from './plugin-kv.js'
+import type { ProjectAccess } from './project-access.js'
+import { redact } from './redact.js'
+
+export interface CommandBusOptions {
+  store: Store
+  catalog: CommandCatalog
+  access: ProjectAccess
+  logger: (plugin: string) => PluginLogger
+  /** How long a pending decision waits (PLINTH_ACTION_TTL). */
+  actionTtlMs: number
+  /** How long an `approve_session` allowance lasts (PLINTH_ALLOWANCE_TTL). */
+  allowanceTtlMs: number
+}
+
+/** Told when a decision is resolved (the run manager resumes runs with it). */
+export type DecisionListener = (decision: DecisionView, dispatch: DispatchOutcome | null) => void
+
+const defaultTimeoutMs = 30_000
+
+/**
+ * The one dispatch path for every effect (SPEC §9): resolve → validate → authorize → risk → gate →
+ * execute, each step recorded in the dispatch's audit envelope. Expected outcomes are values.
+ */
+export class CommandBus {
+  readonly #options: CommandBusOptions
+  readonly #listeners = new Set<DecisionListener>()
+
+  constructor(options: CommandBusOptions) {
+    this.#options = options
+  }
+
+  get catalog(): CommandCatalog {
+    return this.#options.catalog
+  }
+
+  onDecisionResolved(listener: DecisionListener): () => void {
+    this.#listeners.add(listener)
+    return () => this.#listeners.delete(listener)
+  }
+
+  async dispatch(request: DispatchRequest): Promise<DispatchOutcome> {
+    const { store, catalog } = this.#options
+    // 1. resolve
+    const command = catalog.get(request.commandId)
+    if (!command) return fail(null, 'unknown_command', `no command ${request.commandId}`)
+    if (command.spec.entrances && !command.spec.entrances.includes(request.entrance)) {
+      return fail(null, 'entrance_not_allowed', `${command.spec.id} cannot be dispatched from the ${request.entrance} entrance`)
+    }
+    const ownerId = request.actor.onBehalfOf
+    const paramsHash = hashParams(request.params)
+    // A conversation implies its project (for streams and audit filters); access is checked later.
+    let projectId = request.projectId ?? null
+    if (request.conversationId && !projectId) projectId = (await getConversation(store.db, request.conversationId))?.projectId ?? null
+    // Idempotency: a repeat returns the first outcome.
+    if (request.idempotencyKey) {
+      const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey)
+      if (previous) return this.#replay(previous, command.spec.id, paramsHash)
+    }
+    const inserted = await store.transaction(async (tx) => {
+      const dispatch = await insertDispatch(tx, {
+        id: newId(),
+        commandId: command.spec.id,
+        plugin: command.plugin,
+        pluginVersion: command.pluginVersion,
+        entrance: request.entrance,
+        actor: request.actor,
+        ownerId,
+        projectId,
+        conversationId: request.conversationId ?? null,
+        runId: request.runId ?? null,
+        callId: request.callId ?? null,
+        idempotencyKey: request.idempotencyKey ?? null,
+        params: request.params,
+        paramsHash,
+        risk: staticRisk(command),
+        status: 'requested',
+      })
+      if (!dispatch) return undefined
+      const envelope = initialEnvelope(dispatch, command.spec.paramsSchema)
+      await recordStep(tx, 'requested', envelope, dispatch, { status: 'requested' }, command.spec.paramsSchema)
+      return { dispatch, envelope }
+    })
+    if (!inserted) {
+      // A concurrent request with the same key got there first.
+      const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey ?? '')
+      return previous ? this.#replay(previous, command.spec.id, paramsHash) : fail(null, 'dispatch_in_progress', 'a dispatch with this idempotency key is in progress')
+    }
+    let { envelope } = inserted
+    const dispatch = inserted.dispatch
+    const finish = async (status: 'failed' | 'rejected', error: BusError): Promise<DispatchOutcome> => {
+      await store.transaction((tx) =>
+        recordStep(tx, 'finished', envelope, dispatch, { status, error: toJsonError(error), finishedAt: new Date().toISOString() }),
+      )
+      return { status, dispatchId: dispatch.id, error }
+    }
+
+    // 2. validate
+    const invalid = validateParams(command, request.params)
+    if (invalid) return finish('failed', invalid)
+    // 3. authorize
+    const scope = await this.#authorize(command, dispatch)
+    if ('error' in scope) return finish('failed', scope.error)
+    const context = this.#context(command, request.actor, dispatch, scope.project, request.signal)
+    // 4. risk
+    let risk: Risk
+    try {
+      risk = this.#risk(command, request, context)
+    } catch (error) {
+      return finish('failed', { code: 'command_failed', message: `risk classifier failed: ${(error as Error).message}` })
+    }
+    // 5. gate
+    const allowance = scope.conversation ? await findAllowance(store.db, scope.conversation.id, command.spec.id, paramsHash) : undefined
+    const gate = evaluateGate({
+      risk,
+      confirm: command.spec.confirm === true,
+      mode: (scope.conversation?.permissionMode ?? 'manual') as PermissionMode,
+      hasAllowance: allowance !== undefined,
+      approvalPolicy: request.approvalPolicy ?? 'ask',
+    })
+    if (gate.decision === 'deny') {
+      envelope = await store.transaction((tx) => recordStep(tx, 'gated', envelope, dispatch, { status: 'requested', risk }))
+      return finish('rejected', { code: 'denied', message: 'denied: this call needs a human confirmation and approvalPolicy is dontAsk', reasons: gate.reasons })
+    }
+    if (gate.decision === 'ask') {
+      let preview: string | null = null
+      try {
+        preview = command.spec.preview ? await command.spec.preview(request.params, context) : null
+      } catch (error) {
+        preview = `(preview failed: ${(error as Error).message})`
+      }
+      const decision = await store.transaction(async (tx) => {
+        const created = await insertDecision(tx, {
+          id: newId(),
+          dispatchId: dispatch.id,
+          ownerId,
+          projectId: dispatch.projectId,
+          conversationId: dispatch.conversationId,
+          runId: dispatch.runId,
+          callId: dispatch.callId,
+          commandId: command.spec.id,
+          params: redact(request.params, command.spec.paramsSchema),
+          preview,
+          risk,
+          reasons: gate.reasons,
+          expiresAt: new Date(Date.now() + this.#options.actionTtlMs).toISOString(),
+        })
+        envelope = await recordStep(tx, 'awaiting_decision', envelope, dispatch, {
+          status: 'awaiting_decision',
+          risk,
+          decision: { id: created.id, outcome: 'pending', by: null, scope: null, via: null },
+        })
+        await appendDecisionEvent(tx, 'decision.required', created, {
+          decisionId: created.id,
+          runId: created.runId,
+          callId: created.callId,
+          commandId: created.commandId,
+          params: created.params,
+          preview: created.preview,
+          risk: created.risk,
+          reasons: created.reasons,
+          expiresAt: created.expiresAt,
+        })
+        return created
+      })
+      return { status: 'awaiting_decision', dispatchId: dispatch.id, decision: toDecisionView(decision) }
+    }
+    const summary: DecisionSummary = { id: allowance?.decisionId ?? null, outcome: 'approved', by: null, scope: allowance ? 'session' : null, via: gate.via ?? 'risk' }
+    // 6. execute
+    return this.#execute(command, dispatch, envelope, context, { risk, decision: summary })
+  }
+
+  /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
+  async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
+    const { store } = this.#options
+    const current = await getDecision(store.db, decisionId)
+    if (!current || !(await this.canAct(userId, current))) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
+    if (current.status === 'pending' && Date.parse(current.expiresAt) <= Date.now()) {
+      await this.expireDecision(current.id)
+    }
+    const wanted = answer === 'reject' ? 'rejected' : 'approved'
+    const resolved = await store.transaction(async (tx) => {
+      const decision = await resolveDecision(tx, decisionId, {
+        status: wanted,
+        scope: answer === 'approve_session' ? 'session' : 'once',
+        decidedBy: userId,
+        ...(note !== undefined && { note }),
+      })
+      if (!decision) return undefined
+      const dispatch = await getDispatch(tx, decision.dispatchId)
+      if (!dispatch) throw new Error(`decision ${decision.id} has no dispatch`)
+      const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
+      const summary: DecisionSummary = { id: decision.id, outcome: wanted, by: userId, scope: decision.scope, via: 'human' }
+      const next = await recordStep(tx, 'decided', envelope, dispatch, { status: wanted === 'approved' ? 'awaiting_decision' : 'rejected', decision: summary, ...(wanted === 'rejected' && { error: { code: 'rejected', message: 'rejected by a human' }, finishedAt: new Date().toISOString() }) })
+      if (answer === 'approve_session' && decision.conversationId) {
+        await insertAllowance(tx, {
+          id: newId(),
+          conversationId: decision.conversationId,
+          commandId: decision.commandId,
+          paramsHash: dispatch.paramsHash,
+          decisionId: decision.id,
+          createdBy: userId,
+          expiresAt: new Date(Date.now() + this.#options.allowanceTtlMs).toISOString(),
+        })
+      }
+      await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: wanted, by: userId, scope: decision.scope ?? 'once' })
+      return { decision, dispatch, envelope: next, summary }
+    })
+    if (!resolved) {
+      // Already answered (possibly by a racing request): same answer → its stored outcome.
+      const decided = await getDecision(store.db, decisionId)
+      if (!decided) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
+      const view = toDecisionView(decided)
+      if (decided.status === 'expired') return { ok: false, error: { code: 'decision_expired', message: 'the decision expired or was superseded' }, decision: view }
+      if (decided.status !== wanted) return { ok: false, error: { code: 'decision_conflict', message: `the decision was already ${decided.status}` }, decision: view }
+      const dispatch = await getDispatch(store.db, decided.dispatchId)
+      return { ok: true, decision: view, dispatch: dispatch ? outcomeOf(dispatch) : { status: 'failed', dispatchId: null, error: { code: 'not_found', message: 'dispatch missing' } } }
+    }
+    const view = toDecisionView(resolved.decision)
+    let outcome: DispatchOutcome
+    if (wanted === 'rejected') {
+      outcome = { status: 'rejected', dispatchId: resolved.dispatch.id, error: { code: 'rejected', message: 'rejected by a human' } }
+    } else {
+      outcome = await this.#runApproved(resolved.dispatch, resolved.envelope, resolved.summary)
+    }
+    for (const listener of this.#listeners) listener(view, outcome)
+    return { ok: true, decision: view, dispatch: outcome }
+  }
+
+  /** Marks a pending decision expired (also used when a run is superseded or times out). */
+  async expireDecision(decisionId: string): Promise<DecisionView | undefined> {
+    const { store } = this.#options
+    const expired = await store.transaction(async (tx) => {
+      const decision = await resolveDecision(tx, decisionId, { status: 'expired' })
+      if (!decision) return undefined
+      const dispatch = await getDispatch(tx, decision.dispatchId)
+      if (dispatch) {
+        const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
+        await recordStep(tx, 'finished', envelope, dispatch, {
+          status: 'expired',
+          decision: { id: decision.id, outcome: 'expired', by: null, scope: null, via: null },
+          error: { code: 'expired', message: 'the decision expired before anyone answered' },
+          finishedAt: new Date().toISOString(),
+        })
+      }
+      await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: 'expired', by: null, scope: 'once' })
+      return decision
+    })
+    if (!expired) return undefined
+    const view = toDecisionView(expired)
+    for (const listener of this.#listeners) listener(view, null)
+    return view
+  }
+
+  /** Whether a user may see and answer a decision: it is on their behalf, or in a project they own. */
+  async canAct(userId: string, decision: DecisionRecord): Promise<boolean> {
+    if (decision.ownerId === userId) return true
+    if (!decision.projectId) return false
+    const project = await this.#options.access.project(userId, decision.projectId, 'write')
+    return project?.ownerId === userId
+  }
+
+  async #runApproved(dispatch: DispatchRecord, envelope: AuditEnvelope, summary: DecisionSummary): Promise<DispatchOutcome> {
+    const command = this.#options.catalog.get(dispatch.commandId)
+    const fail = async (error: BusError): Promise<DispatchOutcome> => {
+      await this.#options.store.transaction((tx) =>
+        recordStep(tx, 'finished', envelope, dispatch, { status: 'failed', error: toJsonError(error), finishedAt: new Date().toISOString() }),
+      )
+      return { status: 'failed', dispatchId: dispatch.id, error }
+    }
+    if (!command) return fail({ code: 'unknown_command', message: `command ${dispatch.commandId} is no longer registered` })
+    // Approval does not bypass the rules: validate again and re-authorize the original actor.
+    const invalid = validateParams(command, dispatch.params)
+    if (invalid) return fail(invalid)
+    const scope = await this.#authorize(command, dispatch)
+    if ('error' in scope) return fail(scope.error)
+    const context = this.#context(command, dispatch.actor, dispatch, scope.project, undefined)
+    return this.#execute(command, dispatch, envelope, context, { risk: dispatch.risk as Risk, decision: summary })
+  }
+
+  async #execute(
+    command: RegisteredCommand,
+    dispatch: DispatchRecord,
+    envelope: AuditEnvelope,
+    context: CommandContext & { abort: AbortController },
+    gate: { risk: Risk; decision: DecisionSummary },
+  ): Promise<DispatchOutcome> {
+    const { store } = this.#options
+    const schema = command.spec.paramsSchema
+    let current = await store.transaction((tx) =>
+      recordStep(tx, 'running', envelope, dispatch, { status: 'running', risk: gate.risk, decision: gate.decision, startedAt: new Date().toISOString() }),
+    )
+    const timeoutMs = command.spec.timeoutMs ?? defaultTimeoutMs
+    let timer: NodeJS.Timeout | undefined
+    const timedOut = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => {
+        context.abort.abort(new Error('timeout'))
+        resolve('timeout')
+      }, timeoutMs)
+    })
+    let outcome: DispatchOutcome
+    try {
+      const result = await Promise.race([Promise.resolve().then(() => command.handler(dispatch.params, context)), timedOut])
+      if (result === 'timeout') {
+        outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
+      } else if (context.signal.aborted) {
+        outcome = { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
+      } else {
+        outcome = { status: 'succeeded', dispatchId: dispatch.id, result: toJson(result) }
+      }
+    } catch (error) {
+      if (context.signal.aborted && !(error instanceof CommandError)) {
+        const reason = context.abort.signal.reason as Error | undefined
+        outcome = reason?.message === 'timeout'
+          ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
+          : { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
+      } else if (error instanceof CommandError) {
+        outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: error.code, message: error.message } }
+      } else {
+        context.log.error('command handler threw', { commandId: command.spec.id, dispatchId: dispatch.id, error: (error as Error)?.message ?? String(error) })
+        outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'command_failed', message: `${command.spec.id} failed` } }
+      }
+    } finally {
+      clearTimeout(timer)
+    }
+    current = await store.transaction((tx) =>
+      recordStep(
+        tx,
+        'finished',
+        current,
+        dispatch,
+        outcome.status === 'succeeded'
+          ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
+          : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() },
+        schema,
+      ),
+    )
+    void current
+    return outcome
+  }
+
+  /** Checks the conversation and project a dispatch names, and the command's resource authorizer. */
+  async #authorize(
+    command: RegisteredCommand,
+    dispatch: DispatchRecord,
+  ): Promise<{ project: ProjectRef | null; conversation: Conversation | null } | { error: BusError }> {
+    const { access, catalog } = this.#options
+    const userId = dispatch.ownerId
+    let conversation: Conversation | null = null
+    let projectId = dispatch.projectId
+    if (dispatch.conversationId) {
+      conversation = (await access.conversation(userId, dispatch.conversationId)) ?? null
+      if (!conversation) return { error: { code: 'not_found', message: 'conversation not found' } }
+      if (projectId && projectId !== conversation.projectId) return { error: { code: 'not_found', message: 'project not found' } }
+      projectId = conversation.projectId
+    }
+    let project: ProjectRef | null = null
+    if (projectId) {
+      const found = await access.project(userId, projectId, command.spec.idempotent ? 'read' : 'write')
+      if (!found) return { error: { code: 'not_found', message: 'project not found' } }
+      project = { id: found.id, ownerId: found.ownerId, name: found.name }
+    }
+    if (command.spec.resource) {
+      const authorizer = catalog.authorizer(command.spec.resource.kind)
+      let allowed = false
+      try {
+        allowed = authorizer ? await authorizer(userId, command.spec.resource.id(dispatch.params), { projectId: project?.id ?? null }) : false
+      } catch {
+        allowed = false
+      }
+      if (!allowed) return { error: { code: 'forbidden', message: `not allowed to use this ${command.spec.resource.kind}` } }
+    }
+    return { project, conversation }
+  }
+
+  #risk(command: RegisteredCommand, request: DispatchRequest, context: CommandContext): Risk {
+    if (request.entrance === 'agent' && command.spec.exposeAsTool?.risk) return command.spec.exposeAsTool.risk
+    const risk = typeof command.spec.risk === 'function' ? command.spec.risk(request.params, context) : command.spec.risk
+    return risk === 'low' || risk === 'medium' || risk === 'high' ? risk : 'high'
+  }
+
+  #context(
+    command: RegisteredCommand,
+    actor: Actor,
+    dispatch: DispatchRecord,
+    project: ProjectRef | null,
+    signal: AbortSignal | undefined,
+  ): CommandContext & { abort: AbortController } {
+    const abort = new AbortController()
+    if (signal) {
+      if (signal.aborted) abort.abort(signal.reason)
+      else signal.addEventListener('abort', () => abort.abort(signal.reason), { once: true })
+    }
+    return {
+      actor,
+      entrance: dispatch.entrance as CommandContext['entrance'],
+      project,
+      conversationId: dispatch.conversationId,
+      runId: dispatch.runId,
+      signal: abort.signal,
+      abort,
+      kv: createPluginKv(this.#options.store, command.plugin),
+      log: this.#options.logger(command.plugin),
+    }
+  }
+
+  async #replay(previous: DispatchRecord, commandId: string, paramsHash: string): Promise<DispatchOutcome> {
+    if (previous.commandId !== commandId || previous.paramsHash !== paramsHash) {
+      return fail(null, 'idempotency_key_reused', 'this idempotency key was used for a different command or params')
+    }
+    if (previous.status === 'requested' || previous.status === 'running') {
+      return fail(previous.id, 'dispatch_in_progress', 'the first dispatch with this key is still running')
+    }
+    if (previous.status === 'awaiting_decision' && previous.decisionId) {
+      const decision = await getDecision(this.#options.store.db, previous.decisionId)
+      if (decision) return { status: 'awaiting_decision', dispatchId: previous.id, decision: toDecisionView(decision), replayed: true }
+    }
+    return { ...outcomeOf(previous), replayed: true }
+  }
+}
+
+function fail(dispatchId: string | null, code: BusError['code'], message: string): DispatchOutcome {
+  return { status: 'failed', dispatchId, error: { code, message } }
+}
+
+function staticRisk(command: RegisteredCommand): string {
+  return typeof command.spec.risk === 'string' ? command.spec.risk : 'unclassified'
+}
+
+function validateParams(command: RegisteredCommand, params: Params): BusError | undefined {
+  if (command.validate(params)) return undefined
+  const errors = (command.validate.errors ?? []).map((issue) => {
+    const base = ['params', ...issue.instancePath.split('/').filter(Boolean)]
+    if (issue.keyword === 'additionalProperties') return { path: [...base, String(issue.params.additionalProperty)].join('.'), message: 'unknown field' }
+    if (issue.keyword === 'required') return { path: [...base, String(issue.params.missingProperty)].join('.'), message: 'is required' }
+    return { path: base.join('.'), message: issue.message ?? 'is invalid' }
+  })
+  return { code: 'validation_failed', message: errors.map((error) => `${error.path}: ${error.message}`).join('; '), errors }
+}
+
+/** sha256 of the canonical JSON (RFC 8785) of params. */
+export function hashParams(params: Params): string {
+  return createHash('sha256').update(canonicalJson(params)).digest('hex')
+}
+
+function toJson(value: unknown): JsonValue {
+  if (value === undefined) return null
+  return JSON.parse(JSON.stringify(value)) as JsonValue
+}
+
+function toJsonError(error: BusError): { code: string; message: string; [key: string]: JsonValue } {
+  return JSON.parse(JSON.stringify(error)) as { code: string; message: string }
+}
+
+function outcomeOf(dispatch: DispatchRecord): DispatchOutcome {
+  if (dispatch.status === 'succeeded') return { status: 'succeeded', dispatchId: dispatch.id, result: dispatch.result }
+  const error = (dispatch.error as BusError | null) ?? { code: dispatch.status, message: dispatch.status }
+  const status = dispatch.status === 'rejected' || dispatch.status === 'expired' || dispatch.status === 'cancelled' ? dispatch.status : 'failed'
+  return { status, dispatchId: dispatch.id, error }
+}
+
+export function toDecisionView(decision: DecisionRecord): DecisionView {
+  return {
+    id: decision.id,
+    dispatchId: decision.dispatchId,
+    status: decision.status,
+    commandId: decision.commandId,
+    params: decision.params,
+    preview: decision.preview,
+    risk: decision.risk,
+    reasons: decision.reasons,
+    projectId: decision.projectId,
+    conversationId: decision.conversationId,
+    runId: decision.runId,
+    callId: decision.callId,
+    scope: decision.scope,
+    decidedBy: decision.decidedBy,
+    note: decision.note,
+    createdAt: decision.createdAt,
+    expiresAt: decision.expiresAt,
+    decidedAt: decision.decidedAt,
+  }
+}
+
+async function appendDecisionEvent(tx: Store['db'], type: string, decision: DecisionRecord, data: { [key: string]: JsonValue }): Promise<void> {
+  if (!decision.projectId && !decision.conversationId) return
+  await appendEvents(tx, [{ type, projectId: decision.projectId, conversationId: decision.conversationId, runId: decision.runId, userId: decision.ownerId, data }])
+}

@@ -1,0 +1,144 @@
+import { Ajv, type ValidateFunction } from 'ajv'
+import addFormatsModule from 'ajv-formats'
+import type {
+  CommandHandler,
+  CommandSpec,
+  JsonValue,
+  ProjectAuthzAdapter,
+  Registry,
+  ResourceAuthorizer,
+  Skill,
+} from '../extension/index.js'
+import { commandIdPattern, projectToolName, toolNamePattern } from './tool-name.js'
+
+const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
+
+type Params = { [key: string]: JsonValue }
+
+/** A command as the bus holds it. */
+export interface RegisteredCommand {
+  spec: CommandSpec<Params>
+  handler: CommandHandler<Params>
+  plugin: string
+  pluginVersion: string
+  /** The tool name the model sees (exposed commands only). */
+  toolName: string | null
+  validate: ValidateFunction
+}
+
+/** Raised when a plugin's registrations are refused; the plugin is then not loaded at all. */
+export class RegistrationError extends Error {}
+
+/**
+ * Everything plugins (and core) registered: commands, skills, notes, authorizers and the one
+ * ProjectAuthz adapter. Registration is staged per plugin and committed only if all of it is valid.
+ */
+export class CommandCatalog {
+  readonly #commands = new Map<string, RegisteredCommand>()
+  readonly #toolNames = new Map<string, string>()
+  readonly #skills: Skill[] = []
+  readonly #notes: string[] = []
+  readonly #authorizers = new Map<string, ResourceAuthorizer>()
+  #projectAuthz: { plugin: string; adapter: ProjectAuthzAdapter } | null = null
+  readonly #ajv = addFormats(new Ajv({ allErrors: true, strict: false, useDefaults: true, coerceTypes: false }))
+
+  /** A Registry for one plugin. Call `commit()` after its setup resolved; nothing is visible before. */
+  stage(plugin: string, pluginVersion: string): { registry: Registry; commit(): void } {
+    const commands: RegisteredCommand[] = []
+    const skills: Skill[] = []
+    const notes: string[] = []
+    const authorizers = new Map<string, ResourceAuthorizer>()
+    let projectAuthz: ProjectAuthzAdapter | null = null
+    const registry: Registry = {
+      addCommand: (spec, handler) => {
+        commands.push(this.#prepare(spec as unknown as CommandSpec<Params>, handler as unknown as CommandHandler<Params>, plugin, pluginVersion, commands))
+      },
+      addSkill: (skill) => {
+        if (!skill.name || !skill.instructions) throw new RegistrationError('a skill needs a name and instructions')
+        skills.push(skill)
+      },
+      note: (text) => {
+        if (typeof text === 'string' && text.trim()) notes.push(text.trim())
+      },
+      registerResourceAuthorizer: (kind, authorizer) => {
+        if (this.#authorizers.has(kind) || authorizers.has(kind)) throw new RegistrationError(`resource kind ${kind} already has an authorizer`)
+        authorizers.set(kind, authorizer)
+      },
+      registerProjectAuthz: (adapter) => {
+        if (this.#projectAuthz || projectAuthz) {
+          throw new RegistrationError(`a ProjectAuthz adapter is already registered${this.#projectAuthz ? ` by ${this.#projectAuthz.plugin}` : ''}`)
+        }
+        projectAuthz = adapter
+      },
+    }
+    return {
+      registry,
+      commit: () => {
+        for (const command of commands) {
+          this.#commands.set(command.spec.id, command)
+          if (command.toolName) this.#toolNames.set(command.toolName, command.spec.id)
+        }
+        this.#skills.push(...skills)
+        this.#notes.push(...notes)
+        for (const [kind, authorizer] of authorizers) this.#authorizers.set(kind, authorizer)
+        if (projectAuthz) this.#projectAuthz = { plugin, adapter: projectAuthz }
+      },
+    }
+  }
+
+  get(commandId: string): RegisteredCommand | undefined {
+    return this.#commands.get(commandId)
+  }
+
+  /** Exact lookup of a model's tool name; names are never parsed back into ids. */
+  byToolName(toolName: string): RegisteredCommand | undefined {
+    const id = this.#toolNames.get(toolName)
+    return id === undefined ? undefined : this.#commands.get(id)
+  }
+
+  list(): RegisteredCommand[] {
+    return [...this.#commands.values()].sort((a, b) => a.spec.id.localeCompare(b.spec.id))
+  }
+
+  get skills(): readonly Skill[] {
+    return this.#skills
+  }
+
+  get notes(): readonly string[] {
+    return this.#notes
+  }
+
+  authorizer(kind: string): ResourceAuthorizer | undefined {
+    return this.#authorizers.get(kind)
+  }
+
+  get projectAuthz(): ProjectAuthzAdapter | null {
+    return this.#projectAuthz?.adapter ?? null
+  }
+
+  #prepare(spec: CommandSpec<Params>, handler: CommandHandler<Params>, plugin: string, pluginVersion: string, staged: RegisteredCommand[]): RegisteredCommand {
+    if (!spec || typeof spec.id !== 'string' || !commandIdPattern.test(spec.id)) {
+      throw new RegistrationError(`malformed command id ${JSON.stringify(spec?.id)}: ids are lowercase dotted snake segments like "rdm.draft.compose"`)
+    }
+    if (this.#commands.has(spec.id) || staged.some((command) => command.spec.id === spec.id)) {
+      throw new RegistrationError(`command ${spec.id} is already registered`)
+    }
+    if (typeof handler !== 'function') throw new RegistrationError(`command ${spec.id} has no handler`)
+    if (!spec.paramsSchema || spec.paramsSchema.type !== 'object') throw new RegistrationError(`command ${spec.id}: paramsSchema must be a JSON Schema with type "object"`)
+    if (typeof spec.risk !== 'function' && !['low', 'medium', 'high'].includes(spec.risk)) throw new RegistrationError(`command ${spec.id}: risk must be low, medium, high or a classifier`)
+    let validate: ValidateFunction
+    try {
+      validate = this.#ajv.compile(spec.paramsSchema)
+    } catch (error) {
+      throw new RegistrationError(`command ${spec.id}: paramsSchema does not compile: ${(error as Error).message}`)
+    }
+    let toolName: string | null = null
+    if (spec.exposeAsTool) {
+      toolName = spec.exposeAsTool.name ?? projectToolName(spec.id)
+      if (!toolNamePattern.test(toolName)) throw new RegistrationError(`command ${spec.id}: tool name ${JSON.stringify(toolName)} must match ${toolNamePattern.source}`)
+      const clash = this.#toolNames.get(toolName) ?? staged.find((command) => command.toolName === toolName)?.spec.id
+      if (clash) throw new RegistrationError(`command ${spec.id}: tool name ${toolName} collides with ${clash}`)
+    }
+    return { spec, handler, plugin, pluginVersion, toolName, validate }
+  }
+}

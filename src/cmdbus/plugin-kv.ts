@@ -1,0 +1,31 @@
+import type { JsonValue, KvStore, PluginLogger } from '../extension/index.js'
+import { kvDelete, kvGet, kvList, kvSet, type Store } from '../store/index.js'
+
+/** A plugin's namespaced key-value store over `plugin_kv`. */
+export function createPluginKv(store: Store, plugin: string): KvStore {
+  return {
+    get: async <T extends JsonValue = JsonValue>(key: string) => (await kvGet(store.db, plugin, key)) as T | undefined,
+    set: (key, value) => kvSet(store.db, plugin, key, value),
+    delete: (key) => kvDelete(store.db, plugin, key),
+    list: (prefix) => kvList(store.db, plugin, prefix),
+  }
+}
+
+interface PinoLike {
+  child(bindings: Record<string, unknown>): PinoLike
+  debug(object: Record<string, unknown>, message: string): void
+  info(object: Record<string, unknown>, message: string): void
+  warn(object: Record<string, unknown>, message: string): void
+  error(object: Record<string, unknown>, message: string): void
+}
+
+/** A plugin's logger: pino underneath, fields first, `plugin` on every line. */
+export function createPluginLogger(logger: PinoLike, plugin: string): PluginLogger {
+  const child = logger.child({ plugin })
+  return {
+    debug: (message, fields = {}) => child.debug(fields, message),
+    info: (message, fields = {}) => child.info(fields, message),
+    warn: (message, fields = {}) => child.warn(fields, message),
+    error: (message, fields = {}) => child.error(fields, message),
+  }
+}

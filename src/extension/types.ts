@@ -1,0 +1,170 @@
+/**
+ * Types of the plugin surface. Everything here is data shapes and interfaces: the surface imports
+ * nothing from the rest of Plinth, so plugins depend on it alone.
+ */
+
+/** Any JSON value. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue }
+
+/** A JSON Schema (draft 2020-12 subset ajv understands). Mark secret fields with `"x-sensitive": true`. */
+export type JsonSchema = { [keyword: string]: unknown }
+
+/** How dangerous a command is; decides whether a human must confirm (see the permission modes). */
+export type Risk = 'low' | 'medium' | 'high'
+
+/** Where a dispatch comes from. `agent` is the model's own tool call; the others are humans. */
+export type Entrance = 'button' | 'card' | 'slash' | 'chat' | 'agent'
+
+/** What an actor wants to do with a project, as asked of a ProjectAuthz adapter. */
+export type ProjectAction = 'read' | 'search' | 'create_conversation' | 'write'
+
+/** Who dispatches: a user, or the agent acting for a user (`onBehalfOf`). For a user, `onBehalfOf === id`. */
+export interface Actor {
+  type: 'user' | 'agent'
+  id: string
+  onBehalfOf: string
+}
+
+/** A plugin's namespaced JSON key-value store. */
+export interface KvStore {
+  get<T extends JsonValue = JsonValue>(key: string): Promise<T | undefined>
+  set(key: string, value: JsonValue): Promise<void>
+  delete(key: string): Promise<void>
+  /** Entries whose key starts with `prefix`, in key order. */
+  list(prefix?: string): Promise<Array<{ key: string; value: JsonValue }>>
+}
+
+/** Structured logging bound to the plugin (`plugin` is added to every line). */
+export interface PluginLogger {
+  debug(message: string, fields?: Record<string, unknown>): void
+  info(message: string, fields?: Record<string, unknown>): void
+  warn(message: string, fields?: Record<string, unknown>): void
+  error(message: string, fields?: Record<string, unknown>): void
+}
+
+/** An event a plugin publishes to a project or conversation stream (type is prefixed `plugin.<name>.`). */
+export interface PluginEvent {
+  type: string
+  projectId: string
+  conversationId?: string
+  data: { [key: string]: JsonValue }
+}
+
+/** One hit of knowledge retrieval. */
+export interface KnowledgeHit {
+  itemId: string
+  chunkId: string
+  projectId: string
+  title: string
+  text: string
+  score: number
+  shared: boolean
+}
+
+/** Operator options plugins may read. */
+export interface Options {
+  /** Where model-generated code runs. */
+  execBackend: 'direct' | 'sandbox'
+  /** When true, no exec tools are registered at all. */
+  disableExecTools: boolean
+}
+
+/** What Plinth gives a plugin at setup. */
+export interface Host {
+  kv: KvStore
+  log: PluginLogger
+  /** Appends a plugin entry to the audit log (hash-chained like every other entry). */
+  audit(action: string, data: { [key: string]: JsonValue }): Promise<void>
+  /** Publishes an event on a project (and optionally conversation) stream. */
+  emit(event: PluginEvent): Promise<void>
+  /** Shared-aware retrieval over project knowledge (filled in by the retrieval module). */
+  knowledgeSearch(actor: Actor, query: string, options?: { projectId?: string; k?: number }): Promise<KnowledgeHit[]>
+  options: Options
+}
+
+/** The project a dispatch is about, when it has one. */
+export interface ProjectRef {
+  id: string
+  ownerId: string
+  name: string
+}
+
+/** What a handler (and `preview`, and a risk classifier) is told about its dispatch. */
+export interface CommandContext {
+  actor: Actor
+  entrance: Entrance
+  project: ProjectRef | null
+  conversationId: string | null
+  runId: string | null
+  /** Aborted on cancel or timeout: pass it to anything that waits. */
+  signal: AbortSignal
+  kv: KvStore
+  log: PluginLogger
+}
+
+/** The command's own answer to "how risky is this call?". */
+export type RiskClassifier<P> = (params: P, context: CommandContext) => Risk
+
+/** A command: the unit of effect. Ids are lowercase dotted snake segments, e.g. `rdm.draft.compose`. */
+export interface CommandSpec<P = { [key: string]: JsonValue }> {
+  id: string
+  title: string
+  description: string
+  /** JSON Schema of `params`; the root must be `type: "object"`. Validated on every dispatch. */
+  paramsSchema: JsonSchema
+  risk: Risk | RiskClassifier<P>
+  /** Always ask a human, whatever the permission mode or allowances. */
+  confirm?: boolean
+  /** Entrances that may dispatch it (default: all). */
+  entrances?: Entrance[]
+  /** Offer it to the model as a tool. `risk` overrides the command's risk for agent calls only. */
+  exposeAsTool?: { risk?: Risk; name?: string }
+  /** Handler deadline (default 30 s). */
+  timeoutMs?: number
+  /** Read-only: an identical call within a run may reuse the earlier result. */
+  idempotent?: boolean
+  /** Side-effect-free text for the confirmation card: what will happen. */
+  preview?(params: P, context: CommandContext): string | Promise<string>
+  /** Ask a registered resource authorizer before running: `kind` names it, `id` picks the resource. */
+  resource?: { kind: string; id(params: P): string }
+}
+
+/** Runs a command; returns its JSON result. Throw `CommandError` for a failure the caller should read. */
+export type CommandHandler<P = { [key: string]: JsonValue }> = (params: P, context: CommandContext) => JsonValue | Promise<JsonValue>
+
+/** Named instructions listed to the model, with optional files mounted read-only in the sandbox. */
+export interface Skill {
+  name: string
+  description: string
+  instructions: string
+  filesDir?: string
+}
+
+/** Decides whether an actor may use one resource of a plugin's own kind. */
+export type ResourceAuthorizer = (actorId: string, resourceId: string, context: { projectId: string | null }) => boolean | Promise<boolean>
+
+/** Shares projects beyond their owner. At most one is registered. */
+export interface ProjectAuthzAdapter {
+  canAccessProject(actorId: string, projectId: string, action: ProjectAction): boolean | Promise<boolean>
+  /** Ids of projects shared with the actor (never needs to include owned ones). */
+  listSharedProjects(actorId: string): string[] | Promise<string[]>
+}
+
+/** What a plugin registers into during `setup`. */
+export interface Registry {
+  addCommand<P = { [key: string]: JsonValue }>(spec: CommandSpec<P>, handler: CommandHandler<P>): void
+  addSkill(skill: Skill): void
+  /** A fragment of the model's system prompt. */
+  note(text: string): void
+  registerResourceAuthorizer(kind: string, authorizer: ResourceAuthorizer): void
+  registerProjectAuthz(adapter: ProjectAuthzAdapter): void
+}
+
+/** A plugin module's default export. */
+export interface PluginDefinition {
+  name: string
+  version: string
+  /** The semver range of `SurfaceVersion` the plugin was written for, e.g. `^1.0.0`. */
+  surface: string
+  setup(registry: Registry, host: Host): void | Promise<void>
+}

@@ -1,0 +1,183 @@
+import type { Executor, JsonValue } from './database.js'
+import { toPage, type Page, type PageRequest } from './page.js'
+
+export type DecisionStatus = 'pending' | 'approved' | 'rejected' | 'expired'
+
+export interface DecisionRecord {
+  id: string
+  dispatchId: string
+  ownerId: string
+  projectId: string | null
+  conversationId: string | null
+  runId: string | null
+  callId: string | null
+  commandId: string
+  params: JsonValue
+  preview: string | null
+  risk: string
+  reasons: string[]
+  status: DecisionStatus
+  scope: 'once' | 'session' | null
+  decidedBy: string | null
+  note: string | null
+  createdAt: string
+  expiresAt: string
+  decidedAt: string | null
+}
+
+export type NewDecision = Pick<
+  DecisionRecord,
+  'id' | 'dispatchId' | 'ownerId' | 'projectId' | 'conversationId' | 'runId' | 'callId' | 'commandId' | 'params' | 'preview' | 'risk' | 'reasons' | 'expiresAt'
+>
+
+export async function insertDecision(tx: Executor, decision: NewDecision): Promise<DecisionRecord> {
+  const row = await tx
+    .insertInto('decisions')
+    .values({
+      id: decision.id,
+      dispatch_id: decision.dispatchId,
+      owner_id: decision.ownerId,
+      project_id: decision.projectId,
+      conversation_id: decision.conversationId,
+      run_id: decision.runId,
+      call_id: decision.callId,
+      command_id: decision.commandId,
+      params: JSON.stringify(decision.params),
+      preview: decision.preview,
+      risk: decision.risk,
+      reasons: JSON.stringify(decision.reasons),
+      expires_at: decision.expiresAt,
+    })
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  return toDecision(row)
+}
+
+export async function getDecision(db: Executor, id: string): Promise<DecisionRecord | undefined> {
+  const row = await db.selectFrom('decisions').selectAll().where('id', '=', id).executeTakeFirst()
+  return row && toDecision(row)
+}
+
+/**
+ * Moves a pending decision to its outcome. Returns undefined when it was no longer pending: of two
+ * racing answers exactly one wins.
+ */
+export async function resolveDecision(
+  tx: Executor,
+  id: string,
+  outcome: { status: 'approved' | 'rejected' | 'expired'; scope?: 'once' | 'session'; decidedBy?: string; note?: string },
+): Promise<DecisionRecord | undefined> {
+  const row = await tx
+    .updateTable('decisions')
+    .set({
+      status: outcome.status,
+      scope: outcome.scope ?? null,
+      decided_by: outcome.decidedBy ?? null,
+      note: outcome.note ?? null,
+      decided_at: new Date(),
+    })
+    .where('id', '=', id)
+    .where('status', '=', 'pending')
+    .returningAll()
+    .executeTakeFirst()
+  return row && toDecision(row)
+}
+
+/** Decisions a user may see: those in projects or conversations given, or their own. */
+export async function listDecisions(
+  db: Executor,
+  filter: { userId: string; visibleProjectIds: string[]; status?: DecisionStatus; conversationId?: string },
+  page: PageRequest,
+): Promise<Page<DecisionRecord>> {
+  let query = db
+    .selectFrom('decisions')
+    .selectAll()
+    .where((eb) =>
+      filter.visibleProjectIds.length > 0
+        ? eb.or([eb('owner_id', '=', filter.userId), eb('project_id', 'in', filter.visibleProjectIds)])
+        : eb('owner_id', '=', filter.userId),
+    )
+    .orderBy('id', 'desc')
+    .limit(page.limit + 1)
+  if (filter.status) query = query.where('status', '=', filter.status)
+  if (filter.conversationId) query = query.where('conversation_id', '=', filter.conversationId)
+  if (page.after) query = query.where('id', '<', page.after)
+  return toPage((await query.execute()).map(toDecision), page.limit)
+}
+
+export async function insertAllowance(
+  tx: Executor,
+  allowance: { id: string; conversationId: string; commandId: string; paramsHash: string; decisionId: string; createdBy: string; expiresAt: string },
+): Promise<void> {
+  await tx
+    .insertInto('allowances')
+    .values({
+      id: allowance.id,
+      conversation_id: allowance.conversationId,
+      command_id: allowance.commandId,
+      params_hash: allowance.paramsHash,
+      decision_id: allowance.decisionId,
+      created_by: allowance.createdBy,
+      expires_at: allowance.expiresAt,
+    })
+    .execute()
+}
+
+/** Whether a live session allowance covers exactly this command and these params in this conversation. */
+export async function findAllowance(db: Executor, conversationId: string, commandId: string, paramsHash: string): Promise<{ decisionId: string } | undefined> {
+  const row = await db
+    .selectFrom('allowances')
+    .select('decision_id')
+    .where('conversation_id', '=', conversationId)
+    .where('command_id', '=', commandId)
+    .where('params_hash', '=', paramsHash)
+    .where('expires_at', '>', new Date())
+    .executeTakeFirst()
+  return row && { decisionId: row.decision_id }
+}
+
+interface DecisionRow {
+  id: string
+  dispatch_id: string
+  owner_id: string
+  project_id: string | null
+  conversation_id: string | null
+  run_id: string | null
+  call_id: string | null
+  command_id: string
+  params: JsonValue
+  preview: string | null
+  risk: string
+  reasons: JsonValue
+  status: DecisionStatus
+  scope: 'once' | 'session' | null
+  decided_by: string | null
+  note: string | null
+  created_at: Date
+  expires_at: Date
+  decided_at: Date | null
+}
+
+function toDecision(row: DecisionRow): DecisionRecord {
+  return {
+    id: row.id,
+    dispatchId: row.dispatch_id,
+    ownerId: row.owner_id,
+    projectId: row.project_id,
+    conversationId: row.conversation_id,
+    runId: row.run_id,
+    callId: row.call_id,
+    commandId: row.command_id,
+    params: row.params,
+    preview: row.preview,
+    risk: row.risk,
+    reasons: row.reasons as string[],
+    status: row.status,
+    scope: row.scope,
+    decidedBy: row.decided_by,
+    note: row.note,
+    createdAt: row.created_at.toISOString(),
+    expiresAt: row.expires_at.toISOString(),
+    decidedAt: row.decided_at?.toISOString() ?? null,
+  }
+}

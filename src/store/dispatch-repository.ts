@@ -1,0 +1,144 @@
+import type { Executor, JsonValue } from './database.js'
+
+export type DispatchStatus = 'requested' | 'awaiting_decision' | 'running' | 'succeeded' | 'failed' | 'rejected' | 'expired' | 'cancelled'
+
+export interface DispatchActor {
+  type: 'user' | 'agent'
+  id: string
+  onBehalfOf: string
+}
+
+export interface DispatchRecord {
+  id: string
+  commandId: string
+  plugin: string
+  pluginVersion: string
+  entrance: string
+  actor: DispatchActor
+  ownerId: string
+  projectId: string | null
+  conversationId: string | null
+  runId: string | null
+  callId: string | null
+  idempotencyKey: string | null
+  params: { [key: string]: JsonValue }
+  paramsHash: string
+  risk: string
+  status: DispatchStatus
+  decisionId: string | null
+  result: JsonValue | null
+  error: { code: string; message: string; [key: string]: JsonValue } | null
+  createdAt: string
+  updatedAt: string
+}
+
+export type NewDispatch = Omit<DispatchRecord, 'createdAt' | 'updatedAt' | 'decisionId' | 'result' | 'error'>
+
+/** Inserts a dispatch; undefined when its idempotency key is taken (read the existing one instead). */
+export async function insertDispatch(tx: Executor, dispatch: NewDispatch): Promise<DispatchRecord | undefined> {
+  const row = await tx
+    .insertInto('dispatches')
+    .values({
+      id: dispatch.id,
+      command_id: dispatch.commandId,
+      plugin: dispatch.plugin,
+      plugin_version: dispatch.pluginVersion,
+      entrance: dispatch.entrance,
+      actor: JSON.stringify(dispatch.actor),
+      owner_id: dispatch.ownerId,
+      project_id: dispatch.projectId,
+      conversation_id: dispatch.conversationId,
+      run_id: dispatch.runId,
+      call_id: dispatch.callId,
+      idempotency_key: dispatch.idempotencyKey,
+      params: JSON.stringify(dispatch.params),
+      params_hash: dispatch.paramsHash,
+      risk: dispatch.risk,
+      status: dispatch.status,
+    })
+    .onConflict((conflict) => conflict.columns(['owner_id', 'idempotency_key']).where('idempotency_key', 'is not', null).doNothing())
+    .returningAll()
+    .executeTakeFirst()
+  return row && toDispatch(row)
+}
+
+export async function getDispatch(db: Executor, id: string): Promise<DispatchRecord | undefined> {
+  const row = await db.selectFrom('dispatches').selectAll().where('id', '=', id).executeTakeFirst()
+  return row && toDispatch(row)
+}
+
+export async function findDispatchByKey(db: Executor, ownerId: string, key: string): Promise<DispatchRecord | undefined> {
+  const row = await db.selectFrom('dispatches').selectAll().where('owner_id', '=', ownerId).where('idempotency_key', '=', key).executeTakeFirst()
+  return row && toDispatch(row)
+}
+
+export async function updateDispatch(
+  tx: Executor,
+  id: string,
+  change: { status: DispatchStatus; risk?: string; decisionId?: string; result?: JsonValue; error?: DispatchRecord['error'] },
+): Promise<DispatchRecord> {
+  const row = await tx
+    .updateTable('dispatches')
+    .set({
+      status: change.status,
+      ...(change.risk !== undefined && { risk: change.risk }),
+      ...(change.decisionId !== undefined && { decision_id: change.decisionId }),
+      ...(change.result !== undefined && { result: JSON.stringify(change.result) }),
+      ...(change.error !== undefined && { error: JSON.stringify(change.error) }),
+      updated_at: new Date(),
+    })
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  return toDispatch(row)
+}
+
+interface DispatchRow {
+  id: string
+  command_id: string
+  plugin: string
+  plugin_version: string
+  entrance: string
+  actor: JsonValue
+  owner_id: string
+  project_id: string | null
+  conversation_id: string | null
+  run_id: string | null
+  call_id: string | null
+  idempotency_key: string | null
+  params: JsonValue
+  params_hash: string
+  risk: string
+  status: string
+  decision_id: string | null
+  result: JsonValue | null
+  error: JsonValue | null
+  created_at: Date
+  updated_at: Date
+}
+
+function toDispatch(row: DispatchRow): DispatchRecord {
+  return {
+    id: row.id,
+    commandId: row.command_id,
+    plugin: row.plugin,
+    pluginVersion: row.plugin_version,
+    entrance: row.entrance,
+    actor: row.actor as unknown as DispatchActor,
+    ownerId: row.owner_id,
+    projectId: row.project_id,
+    conversationId: row.conversation_id,
+    runId: row.run_id,
+    callId: row.call_id,
+    idempotencyKey: row.idempotency_key,
+    params: row.params as { [key: string]: JsonValue },
+    paramsHash: row.params_hash,
+    risk: row.risk,
+    status: row.status as DispatchStatus,
+    decisionId: row.decision_id,
+    result: row.result,
+    error: row.error as DispatchRecord['error'],
+    createdAt: row.created_at.toISOString(),
+    updatedAt: row.updated_at.toISOString(),
+  }
+}

@@ -1,0 +1,25 @@
+import type { Executor, JsonValue } from './database.js'
+
+/** A plugin's namespaced key-value store. */
+export async function kvGet(db: Executor, plugin: string, key: string): Promise<JsonValue | undefined> {
+  const row = await db.selectFrom('plugin_kv').select('value').where('plugin', '=', plugin).where('key', '=', key).executeTakeFirst()
+  return row?.value
+}
+
+export async function kvSet(db: Executor, plugin: string, key: string, value: JsonValue): Promise<void> {
+  await db
+    .insertInto('plugin_kv')
+    .values({ plugin, key, value: JSON.stringify(value) })
+    .onConflict((conflict) => conflict.columns(['plugin', 'key']).doUpdateSet({ value: JSON.stringify(value), updated_at: new Date() }))
+    .execute()
+}
+
+export async function kvDelete(db: Executor, plugin: string, key: string): Promise<void> {
+  await db.deleteFrom('plugin_kv').where('plugin', '=', plugin).where('key', '=', key).execute()
+}
+
+export async function kvList(db: Executor, plugin: string, prefix = ''): Promise<Array<{ key: string; value: JsonValue }>> {
+  let query = db.selectFrom('plugin_kv').select(['key', 'value']).where('plugin', '=', plugin).orderBy('key')
+  if (prefix) query = query.where('key', '>=', prefix).where('key', '<', `${prefix}\uffff`)
+  return query.execute()
+}
