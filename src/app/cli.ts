@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util'
 import { createToken, createUser, findUser, listTokens, listUsers, openStore, revokeToken, setUserDisabled, StoreError, type Store } from '../store/index.js'
+import { verifyAuditChain } from '../cmdbus/index.js'
 import { ConfigError, loadConfig, type PlinthConfig } from './config.js'
 import { createLogger } from './logger.js'
 import { startServer } from './start-server.js'
@@ -17,6 +18,7 @@ Usage:
   plinth tokens create <user> [--name N] [--json]
   plinth tokens list <user> [--json]
   plinth tokens revoke <token-id>
+  plinth audit verify                  check the audit log's hash chain (exit 1 naming the first bad entry)
   plinth help | --version
 `
 
@@ -75,6 +77,20 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
         return await usersCommand(config, sub, arg, values, io)
       case 'tokens':
         return await tokensCommand(config, sub, arg, values, io)
+      case 'audit':
+        if (sub !== 'verify') {
+          io.err(usage)
+          return 2
+        }
+        return await withStore(config, async (store) => {
+          const verdict = await verifyAuditChain(store)
+          if (verdict.ok) {
+            io.out(`audit chain intact: ${verdict.checked} entries verified`)
+            return 0
+          }
+          io.err(`audit chain broken at entry ${verdict.firstBad?.id}: ${verdict.firstBad?.reason} (${verdict.checked} entries before it verified)`)
+          return 1
+        })
       default:
         io.err(`unknown command: ${command}\n\n${usage}`)
         return 2

@@ -33,6 +33,10 @@ export interface PlinthConfig {
   sseHeartbeatMs: number
   /** How long a `full` permission mode lasts before reverting to `manual`. */
   fullModeTtlMs: number
+  /** How long a pending decision (a run in `requires_action`) waits before it expires. */
+  actionTtlMs: number
+  /** How long an `approve_session` allowance lasts. */
+  allowanceTtlMs: number
 }
 
 /** Thrown with every bad key at once, so an operator fixes them in one go. */
@@ -89,11 +93,13 @@ const fileSchema = {
     },
     sseHeartbeatMs: { type: 'integer', minimum: 100 },
     fullModeTtlMs: { type: 'integer', minimum: 1000 },
+    actionTtlMs: { type: 'integer', minimum: 1000 },
+    allowanceTtlMs: { type: 'integer', minimum: 1000 },
   },
 } as const
 
 /** Environment variables and the config key each one sets. */
-const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list']> = [
+const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'duration']> = [
   ['PORT', 'port', 'int'],
   ['HOST', 'host', 'string'],
   ['DATABASE_URL', 'databaseUrl', 'string'],
@@ -108,6 +114,9 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list']> = [
   ['PLINTH_RATE_LIMIT_WINDOW_MS', 'rateLimit.windowMs', 'int'],
   ['PLINTH_SSE_HEARTBEAT_MS', 'sseHeartbeatMs', 'int'],
   ['PLINTH_FULL_MODE_TTL_MS', 'fullModeTtlMs', 'int'],
+  ['PLINTH_FULL_MODE_TTL', 'fullModeTtlMs', 'duration'],
+  ['PLINTH_ACTION_TTL', 'actionTtlMs', 'duration'],
+  ['PLINTH_ALLOWANCE_TTL', 'allowanceTtlMs', 'duration'],
 ]
 
 const defaults: PlinthConfig = {
@@ -122,6 +131,8 @@ const defaults: PlinthConfig = {
   rateLimit: { max: 600, windowMs: 60_000 },
   sseHeartbeatMs: 15_000,
   fullModeTtlMs: 60 * 60 * 1000,
+  actionTtlMs: 24 * 60 * 60 * 1000,
+  allowanceTtlMs: 8 * 60 * 60 * 1000,
 }
 
 /**
@@ -150,7 +161,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     if (raw === undefined || raw === '') continue
     const value = parseEnv(raw, kind)
     if (value === undefined) {
-      problems.push(`${name}: expected ${kind === 'int' ? 'an integer' : 'true or false'}, got ${JSON.stringify(raw)}`)
+      const expected = kind === 'int' ? 'an integer' : kind === 'duration' ? 'a duration like 30s, 15m, 8h or 1d (a bare number is seconds)' : 'true or false'
+      problems.push(`${name}: expected ${expected}, got ${JSON.stringify(raw)}`)
       continue
     }
     setPath(merged, key, value)
@@ -175,8 +187,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   return config
 }
 
-function parseEnv(raw: string, kind: 'string' | 'int' | 'bool' | 'list'): unknown {
+const durationUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
+
+function parseEnv(raw: string, kind: 'string' | 'int' | 'bool' | 'list' | 'duration'): unknown {
   if (kind === 'string') return raw
+  if (kind === 'duration') {
+    const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(raw.trim())
+    return match ? Math.round(Number(match[1]) * (durationUnits[match[2] ?? 's'] ?? 1000)) : undefined
+  }
   if (kind === 'list') return raw.split(',').map((item) => item.trim()).filter(Boolean)
   if (kind === 'bool') return raw === 'true' || raw === '1' ? true : raw === 'false' || raw === '0' ? false : undefined
   return /^-?\d+$/.test(raw) ? Number(raw) : undefined

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino'
 import { buildServer, type App } from '../server/index.js'
 import { openStore, type Store } from '../store/index.js'
+import { setUpCommandBus } from './command-bus-setup.js'
 import type { PlinthConfig } from './config.js'
 import { version } from './version.js'
 
@@ -18,8 +19,17 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
   let app: App
   try {
+    const { bus, access } = await setUpCommandBus(store, {
+      plugins: config.plugins,
+      logger,
+      actionTtlMs: config.actionTtlMs,
+      allowanceTtlMs: config.allowanceTtlMs,
+      exec: { execBackend: config.exec.backend, disableExecTools: config.exec.disableExecTools },
+    })
     app = await buildServer({
       store,
+      bus,
+      access,
       logger,
       bodyLimit: config.bodyLimit,
       rateLimit: config.rateLimit,

@@ -278,6 +278,18 @@ export class CommandBus {
     return view
   }
 
+  /** Expires every pending decision past its deadline. */
+  async expireOverdue(): Promise<number> {
+    const overdue = await this.#options.store.db
+      .selectFrom('decisions')
+      .select('id')
+      .where('status', '=', 'pending')
+      .where('expires_at', '<=', new Date())
+      .execute()
+    for (const row of overdue) await this.expireDecision(row.id)
+    return overdue.length
+  }
+
   /** Whether a user may see and answer a decision: it is on their behalf, or in a project they own. */
   async canAct(userId: string, decision: DecisionRecord): Promise<boolean> {
     if (decision.ownerId === userId) return true

@@ -19,18 +19,46 @@ export interface CommandLineRisk {
   matchedRules: MatchedRule[]
 }
 
-const systemPaths = '(/etc|/boot|/bin|/sbin|/usr|/lib|/lib64|/var/lib|/sys|/proc|/dev/(?!null\\b|stdout\\b|stderr\\b))'
+/** Device files that are harmless to write to (`> /dev/null`, `2> /dev/tty`, `of=/dev/null`). */
+const harmlessDevices = '(null|zero|stdout|stderr|stdin|tty|fd/\\d+)(?![\\w/])'
+/** A system path as a whole path segment (`/etc`, `/etc/hosts`; not `/etcetera` or `./etc`). */
+const systemPaths = `(/(etc|boot|bin|sbin|usr|lib|lib64|var/lib|sys|proc)(?![^/\\s;&|)'"])|/dev/(?!${harmlessDevices})\\w)`
+/**
+ * The words of the same simple command (stops at `;`, `&`, `|`, redirections and parentheses),
+ * at most 256 of them so that a long line of repeated words stays linear.
+ */
+const words = String.raw`(\s+[^\s;&|<>()]+){0,256}\s+`
+/** A program name in command position (not `--rm`, `norm`, `rm.sh`). */
+const program = (names: string): string => String.raw`(?<![\w.-])(${names})`
 
 const builtInRules: RiskRule[] = [
-  { id: 'recursive_forced_delete', description: 'recursive forced delete (rm -rf)', pattern: /\brm\s+(-[a-zA-Z]*r[a-zA-Z]*f[a-zA-Z]*|-[a-zA-Z]*f[a-zA-Z]*r[a-zA-Z]*|(-[a-zA-Z]+\s+)*(-r|-R|--recursive)\s+(-[a-zA-Z]+\s+)*(-f|--force)|(-[a-zA-Z]+\s+)*(-f|--force)\s+(-[a-zA-Z]+\s+)*(-r|-R|--recursive))\b/ },
-  { id: 'disk_write', description: 'raw disk write (dd / mkfs / writes to a block device)', pattern: /\b(dd\s+[^\n]*\bof=\/dev\/|mkfs(\.\w+)?\b|mke2fs\b|wipefs\b|fdisk\b|parted\b|>\s*\/dev\/(sd|hd|nvme|vd|xvd|mmcblk)\w*)/ },
-  { id: 'shutdown', description: 'shutdown, reboot or halt', pattern: /(^|[;&|]\s*|\bsudo\s+)(shutdown|reboot|halt|poweroff|init\s+[06])\b|\bsystemctl\s+(poweroff|reboot|halt)\b/ },
-  { id: 'pipe_to_shell', description: 'piping a download into a shell', pattern: /\b(curl|wget|fetch)\b[^\n|]*\|\s*(sudo\s+)?(ba|z|da|k)?sh\b|\b(ba|z)?sh\s+<\(\s*(curl|wget)\b/ },
-  { id: 'fork_bomb', description: 'fork bomb', pattern: /:\s*\(\s*\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:/ },
+  {
+    id: 'recursive_forced_delete',
+    description: 'recursive forced delete (rm -rf)',
+    // rm with a recursive flag (-r, -R, --recursive or in a bundle such as -Rf) and a force flag anywhere among its words.
+    pattern: new RegExp(String.raw`${program('rm')}(?=${words}(-[a-zA-Z]*[rR]|--recursive\b))(?=${words}(-[a-zA-Z]*f|--force\b))`),
+  },
+  { id: 'disk_write', description: 'raw disk write (dd / mkfs / writes to a block device)', pattern: new RegExp(String.raw`\bdd\s+[^\n]*\bof=/dev/(?!${harmlessDevices})|\b(mkfs(\.\w+)?|mke2fs|wipefs|fdisk|parted)\b|>\s*/dev/(sd|hd|nvme|vd|xvd|mmcblk)\w*`) },
+  { id: 'shutdown', description: 'shutdown, reboot or halt', pattern: /(^\s*|[;&|]\s*|\bsudo\s+(-\S+\s+)*)([^\s;&|]*\/)?(shutdown|reboot|halt|poweroff|init\s+[06])(?![\w.-])|\bsystemctl\s+(poweroff|reboot|halt)\b/ },
+  { id: 'pipe_to_shell', description: 'piping a download into a shell', pattern: /\b(curl|wget|fetch)\b[^\n]*(?<!\|)\|(?!\|)\s*(sudo\s+(-\S+\s+)*)?([^\s;&|]*\/)?(ba|z|da|k)?sh\b|\b(ba|z)?sh\s+<\(\s*(curl|wget)\b/ },
+  { id: 'fork_bomb', description: 'fork bomb', pattern: /(?<![\w:])([a-zA-Z_:][\w:]*)\s*\(\s*\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}\s*;\s*\1/ },
   { id: 'chmod_world_writable_root', description: 'recursive chmod 777 on / or a system path', pattern: new RegExp(`\\bchmod\\s+(-[a-zA-Z]*R[a-zA-Z]*\\s+|--recursive\\s+)[0-7]?777\\s+(/(\\s|$)|${systemPaths})`) },
-  { id: 'system_path_write', description: 'writing to a system path', pattern: new RegExp(`(>{1,2}\\s*${systemPaths}|\\btee\\s+(-a\\s+)?${systemPaths}|\\b(mv|cp|rm|chown|chmod|ln)\\s+[^\\n]*\\s${systemPaths}/)`) },
-  { id: 'delete_root', description: 'deleting / or the home directory', pattern: /\brm\s+[^\n]*\s(\/|~|\$HOME|\/\*)(\s|$)/ },
-  { id: 'privilege_escalation', description: 'running as root (sudo / su)', pattern: /(^|[;&|]\s*)(sudo|su)\s/ },
+  {
+    id: 'system_path_write',
+    description: 'writing to a system path',
+    pattern: new RegExp(
+      [
+        // a redirection into a system path
+        `>{1,2}\\s*${systemPaths}`,
+        // tee, mv, rm, chown, chmod, chgrp: any operand in a system path is modified
+        `${program('tee|mv|rm|chown|chmod|chgrp')}${words}${systemPaths}`,
+        // cp, ln, install: only the last operand (the destination) is written; reading from /etc is fine
+        `${program('cp|ln|install')}${words}${systemPaths}[^\\s;&|]*\\s*($|[;&|])`,
+      ].join('|'),
+    ),
+  },
+  { id: 'delete_root', description: 'deleting / or the home directory', pattern: new RegExp(String.raw`${program('rm')}${words}"?(/|~|\$HOME|\$\{HOME\})"?/?\*?(?=$|[\s;&|])`) },
+  { id: 'privilege_escalation', description: 'running as root (sudo / su)', pattern: /(^\s*|[;&|]\s*)(sudo\s|su(\s|$))/ },
 ]
 
 /**

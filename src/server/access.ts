@@ -1,19 +1,31 @@
-import { getConversation, getProject, type Conversation, type Project, type Store, type User } from '../store/index.js'
-import { notFound } from './problem.js'
+import type { ProjectAction } from '../extension/index.js'
+import type { Conversation, Project, User } from '../store/index.js'
+import { HttpProblem, notFound } from './problem.js'
+import type { ServerDeps } from './server-deps.js'
 
 /**
  * Resolves resources for a caller. Whatever the caller may not see answers 404, exactly like a
- * resource that does not exist, so ids cannot be probed.
+ * resource that does not exist, so ids cannot be probed. Sharing comes from the ProjectAuthz adapter.
  */
-export async function projectForCaller(store: Store, user: User, projectId: string): Promise<Project> {
-  const project = await getProject(store.db, projectId)
-  if (!project || project.ownerId !== user.id) throw notFound('project')
+export async function projectForCaller(deps: ServerDeps, user: User, projectId: string, action: ProjectAction = 'read'): Promise<Project> {
+  const project = await deps.access.project(user.id, projectId, 'read')
+  if (!project) throw notFound('project')
+  if (action !== 'read' && project.ownerId !== user.id && !(await deps.access.project(user.id, projectId, action))) {
+    throw new HttpProblem('forbidden', `not allowed to ${action.replace('_', ' ')} in this project`)
+  }
   return project
 }
 
-export async function conversationForCaller(store: Store, user: User, conversationId: string): Promise<Conversation> {
-  const conversation = await getConversation(store.db, conversationId)
-  if (!conversation || conversation.ownerId !== user.id) throw notFound('conversation')
+/** Only the owner may delete a project or manage it as a whole. */
+export async function ownedProjectForCaller(deps: ServerDeps, user: User, projectId: string): Promise<Project> {
+  const project = await projectForCaller(deps, user, projectId)
+  if (project.ownerId !== user.id) throw new HttpProblem('forbidden', 'only the project owner may do this')
+  return project
+}
+
+export async function conversationForCaller(deps: ServerDeps, user: User, conversationId: string): Promise<Conversation> {
+  const conversation = await deps.access.conversation(user.id, conversationId)
+  if (!conversation) throw notFound('conversation')
   return conversation
 }
 

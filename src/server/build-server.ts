@@ -7,12 +7,16 @@ import fastifySwaggerUi from '@fastify/swagger-ui'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Ajv } from 'ajv'
 import addFormatsModule from 'ajv-formats'
+import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
 import type { Store } from '../store/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
 import { handleError } from './error-handler.js'
 import { registerMetrics } from './metrics.js'
 import { HttpProblem, problemBody } from './problem.js'
 import { registerAdminRoutes } from './routes/admin-routes.js'
+import { registerAuditRoutes } from './routes/audit-routes.js'
+import { registerCommandRoutes } from './routes/command-routes.js'
+import { registerDecisionRoutes } from './routes/decision-routes.js'
 import { registerConversationRoutes } from './routes/conversation-routes.js'
 import { registerHealthRoutes } from './routes/health-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
@@ -22,6 +26,8 @@ import type { App, ServerDeps } from './server-deps.js'
 
 export interface ServerOptions {
   store: Store
+  bus: CommandBus
+  access: ProjectAccess
   logger: FastifyBaseLogger
   /** Largest accepted request body, bytes. */
   bodyLimit: number
@@ -53,7 +59,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : textAjv).compile(schema))
 
   const shutdown = new AbortController()
-  const deps: ServerDeps = { store: options.store, fullModeTtlMs: options.fullModeTtlMs, shutdown: shutdown.signal }
+  const deps: ServerDeps = { store: options.store, bus: options.bus, access: options.access, fullModeTtlMs: options.fullModeTtlMs, shutdown: shutdown.signal }
   app.addHook('preClose', async () => shutdown.abort())
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
@@ -104,6 +110,9 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerMeRoutes(api)
       registerProjectRoutes(api, deps)
       registerConversationRoutes(api, deps)
+      registerCommandRoutes(api, deps)
+      registerDecisionRoutes(api, deps)
+      registerAuditRoutes(api, deps)
     },
     { prefix: '/api' },
   )

@@ -4,6 +4,17 @@
  */
 export const problemCatalogue = {
   unauthorized: { status: 401, title: 'Unauthorized' },
+  forbidden: { status: 403, title: 'Forbidden' },
+  denied: { status: 403, title: 'Denied by the risk gate' },
+  unknown_command: { status: 404, title: 'Unknown command' },
+  invalid_slash_command: { status: 400, title: 'Invalid slash command' },
+  entrance_not_allowed: { status: 422, title: 'Entrance not allowed' },
+  command_error: { status: 422, title: 'The command reported an error' },
+  dispatch_in_progress: { status: 409, title: 'A dispatch with this key is in progress' },
+  decision_conflict: { status: 409, title: 'Decision already answered differently' },
+  decision_expired: { status: 409, title: 'Decision expired' },
+  command_failed: { status: 502, title: 'The command failed' },
+  command_timeout: { status: 504, title: 'The command timed out' },
   not_found: { status: 404, title: 'Not found' },
   bad_request: { status: 400, title: 'Bad request' },
   validation_failed: { status: 400, title: 'Validation failed' },

@@ -121,6 +121,7 @@ export const EventsQuery = Type.Object(
 export const problemResponses = {
   400: Type.Ref('Problem'),
   401: Type.Ref('Problem'),
+  403: Type.Ref('Problem'),
   404: Type.Ref('Problem'),
   429: Type.Ref('Problem'),
 } as const

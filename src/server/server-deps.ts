@@ -1,10 +1,13 @@
 import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
 import type { Store } from '../store/index.js'
 
 /** What routes need from the composition root. */
 export interface ServerDeps {
   store: Store
+  bus: CommandBus
+  access: ProjectAccess
   /** How long a `full` permission mode lasts. */
   fullModeTtlMs: number
   /** Aborted at shutdown so long-lived streams end cleanly. */

@@ -1,4 +1,5 @@
 import { pino } from 'pino'
+import { setUpCommandBus } from '../../src/app/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
 
@@ -29,16 +30,24 @@ export interface TestServer {
 let userCounter = 0
 
 /** Builds the app on `store` and listens on a free loopback port. */
-export async function startTestServer(store: Store, overrides: Partial<ServerOptions> = {}): Promise<TestServer> {
+export async function startTestServer(
+  store: Store,
+  overrides: Partial<ServerOptions> & { plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number } = {},
+): Promise<TestServer> {
+  const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
+  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, ...serverOverrides } = overrides
+  const { bus, access } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec: { execBackend: 'direct', disableExecTools: false } })
   const app = await buildServer({
     store,
-    logger: pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' }),
+    bus,
+    access,
+    logger,
     bodyLimit: 64 * 1024,
     rateLimit: { max: 100_000, windowMs: 60_000 },
     sseHeartbeatMs: 15_000,
     fullModeTtlMs: 3_600_000,
     version: 'test',
-    ...overrides,
+    ...serverOverrides,
   })
   await app.listen({ port: 0, host: '127.0.0.1' })
   const address = app.server.address()

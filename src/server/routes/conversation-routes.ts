@@ -15,7 +15,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
   app.get(
     '/conversations/:id',
     { schema: { tags, summary: 'A conversation', params: IdParams, response: { 200: Conversation, ...problemResponses } } },
-    async (request) => conversationForCaller(store, caller(request), request.params.id),
+    async (request) => conversationForCaller(deps, caller(request), request.params.id),
   )
 
   app.patch(
@@ -30,7 +30,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const conversation = await conversationForCaller(store, caller(request), request.params.id)
+      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
       return store.transaction((tx) => updateConversation(tx, conversation, request.body, { fullModeTtlMs: deps.fullModeTtlMs }))
     },
   )
@@ -39,7 +39,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
     '/conversations/:id',
     { schema: { tags, summary: 'Delete a conversation (soft)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
-      const conversation = await conversationForCaller(store, caller(request), request.params.id)
+      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
       await store.transaction((tx) => deleteConversation(tx, conversation))
       return reply.code(204).send(null)
     },
@@ -57,7 +57,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const conversation = await conversationForCaller(store, caller(request), request.params.id)
+      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
       const page = await listMessages(store.db, conversation.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
       return toListAnswer(page, (message) => message)
     },
@@ -76,7 +76,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
-      const conversation = await conversationForCaller(store, caller(request), request.params.id)
+      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
       await serveEventStream(request, reply, deps, { conversationId: conversation.id })
     },
   )

@@ -1,6 +1,6 @@
 import { Type } from 'typebox'
-import { createConversation, createProject, deleteProject, listConversations, listProjects, updateProject } from '../../store/index.js'
-import { projectForCaller, projectView } from '../access.js'
+import { createConversation, createProject, deleteProject, listConversations, listProjects, updateProject, type EventRecord } from '../../store/index.js'
+import { ownedProjectForCaller, projectForCaller, projectView } from '../access.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
@@ -38,14 +38,16 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     { schema: { tags, summary: 'Projects the caller owns (and, with sharing, may see)', querystring: PageQuery, response: { 200: PageOf(Project), ...problemResponses } } },
     async (request) => {
       const user = caller(request)
-      const page = await listProjects(store.db, user.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const after = decodeCursor(request.query.cursor)
+      const shared = await deps.access.sharedProjectIds(user.id)
+      const page = await listProjects(store.db, user.id, { limit: request.query.limit ?? 50, after }, shared)
       return toListAnswer(page, (project) => projectView(project, user))
     },
   )
 
   app.get('/projects/:id', { schema: { tags, summary: 'A project', params: IdParams, response: { 200: Project, ...problemResponses } } }, async (request) => {
     const user = caller(request)
-    return projectView(await projectForCaller(store, user, request.params.id), user)
+    return projectView(await projectForCaller(deps, user, request.params.id), user)
   })
 
   app.patch(
@@ -53,7 +55,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     { schema: { tags, summary: 'Rename or describe a project', params: IdParams, body: ProjectPatch, response: { 200: Project, ...problemResponses } } },
     async (request) => {
       const user = caller(request)
-      const project = await projectForCaller(store, user, request.params.id)
+      const project = await projectForCaller(deps, user, request.params.id, 'write')
       return projectView(await store.transaction((tx) => updateProject(tx, project, request.body)), user)
     },
   )
@@ -62,7 +64,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     '/projects/:id',
     { schema: { tags, summary: 'Delete a project (soft: history is kept)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
-      const project = await projectForCaller(store, caller(request), request.params.id)
+      const project = await ownedProjectForCaller(deps, caller(request), request.params.id)
       await store.transaction((tx) => deleteProject(tx, project))
       return reply.code(204).send(null)
     },
@@ -81,7 +83,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
-      const project = await projectForCaller(store, user, request.params.id)
+      const project = await projectForCaller(deps, user, request.params.id, 'create_conversation')
       return runIdempotent(request, reply, store, user.id, 201, (tx) =>
         createConversation(tx, { projectId: project.id, ownerId: user.id, title: request.body.title }),
       )
@@ -101,7 +103,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const user = caller(request)
-      const project = await projectForCaller(store, user, request.params.id)
+      const project = await projectForCaller(deps, user, request.params.id)
       const page = await listConversations(store.db, project.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }, user.id)
       return toListAnswer(page, (conversation) => conversation)
     },
@@ -120,8 +122,11 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
-      const project = await projectForCaller(store, caller(request), request.params.id)
-      await serveEventStream(request, reply, deps, { projectId: project.id })
+      const user = caller(request)
+      const project = await projectForCaller(deps, user, request.params.id)
+      // Members see project-level events and their own conversations; the owner sees everything.
+      const filter = project.ownerId === user.id ? undefined : (event: EventRecord) => event.conversationId === null || event.userId === user.id
+      await serveEventStream(request, reply, deps, { projectId: project.id }, filter)
     },
   )
 }

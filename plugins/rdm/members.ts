@@ -1,0 +1,52 @@
+import type { KvStore, ProjectAction, ProjectAuthzAdapter } from '../../src/extension/index.js'
+
+/** kv key prefix of the member tables: `members:<projectId>` holds a string array of user ids. */
+export const MEMBERS_PREFIX = 'members:'
+
+/** Every action a listed member may take on a shared project. */
+const MEMBER_ACTIONS: ReadonlySet<ProjectAction> = new Set<ProjectAction>(['read', 'search', 'create_conversation', 'write'])
+
+export function membersKey(projectId: string): string {
+  return `${MEMBERS_PREFIX}${projectId}`
+}
+
+/** Keeps only string entries, so a hand-edited or corrupt value never grants anything by accident. */
+function asMembers(value: unknown): string[] {
+  return Array.isArray(value) ? value.filter((entry): entry is string => typeof entry === 'string') : []
+}
+
+/** The member table of one project (empty when there is none). */
+export async function readMembers(kv: KvStore, projectId: string): Promise<string[]> {
+  return asMembers(await kv.get(membersKey(projectId)))
+}
+
+/** Stores the table sorted and deduplicated; an empty table is deleted rather than kept. */
+export async function writeMembers(kv: KvStore, projectId: string, members: readonly string[]): Promise<string[]> {
+  const table = [...new Set(members)].sort()
+  if (table.length === 0) await kv.delete(membersKey(projectId))
+  else await kv.set(membersKey(projectId), table)
+  return table
+}
+
+/**
+ * The ProjectAuthz adapter backed by the member table: a listed member may do every action on the
+ * project. Reads the table on every call, so a removal takes effect on the next request.
+ */
+export function createMemberAuthz(kv: KvStore): ProjectAuthzAdapter {
+  return {
+    async canAccessProject(actorId: string, projectId: string, action: ProjectAction): Promise<boolean> {
+      if (!MEMBER_ACTIONS.has(action)) return false
+      return (await readMembers(kv, projectId)).includes(actorId)
+    },
+    async listSharedProjects(actorId: string): Promise<string[]> {
+      const shared: string[] = []
+      for (const { key, value } of await kv.list(MEMBERS_PREFIX)) {
+        // The prefix filter is the store's; check it again rather than trust how it compares keys.
+        if (!key.startsWith(MEMBERS_PREFIX)) continue
+        const projectId = key.slice(MEMBERS_PREFIX.length)
+        if (projectId && asMembers(value).includes(actorId)) shared.push(projectId)
+      }
+      return shared
+    },
+  }
+}

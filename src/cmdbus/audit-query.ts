@@ -1,0 +1,55 @@
+import type { JsonValue } from '../extension/index.js'
+import { genesisHash, hashAuditEntry, listAuditDispatches, readAuditEntries, type AuditFilter, type Page, type PageRequest, type Store } from '../store/index.js'
+
+/** A dispatch as `GET /api/audit` shows it: the latest envelope plus its steps. */
+export type AuditEnvelopeView = { [key: string]: JsonValue } & {
+  history: Array<{ entryId: number; step: string; status: JsonValue; at: string }>
+}
+
+export async function listAuditEnvelopes(store: Store, filter: AuditFilter, page: PageRequest): Promise<Page<AuditEnvelopeView>> {
+  const dispatches = await listAuditDispatches(store.db, filter, page)
+  return {
+    items: dispatches.items
+      .filter((item) => item.entries.length > 0)
+      .map((item) => {
+        const latest = item.entries.at(-1)!
+        return {
+          ...latest.envelope,
+          history: item.entries.map((entry) => ({ entryId: entry.id, step: entry.step, status: entry.envelope.status ?? null, at: entry.createdAt })),
+        }
+      }),
+    nextCursor: dispatches.nextCursor,
+  }
+}
+
+export interface ChainVerdict {
+  ok: boolean
+  checked: number
+  /** The first entry that does not fit the chain. */
+  firstBad?: { id: number; reason: string }
+}
+
+/**
+ * Walks the whole audit chain in id order: each entry must link to the previous entry's hash and
+ * carry the hash of its own content. An altered entry fails its hash; a removed or reordered one
+ * breaks the link of the next.
+ */
+export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
+  let previousHash = genesisHash
+  let afterId = 0
+  let checked = 0
+  for (;;) {
+    const entries = await readAuditEntries(store.db, afterId, 1000)
+    for (const entry of entries) {
+      if (entry.prevHash !== previousHash) {
+        return { ok: false, checked, firstBad: { id: entry.id, reason: 'does not link to the entry before it (an entry was removed, inserted or reordered)' } }
+      }
+      const { hash, ...content } = entry
+      if (hashAuditEntry(content) !== hash) return { ok: false, checked, firstBad: { id: entry.id, reason: 'its content does not match its hash (the entry was altered)' } }
+      previousHash = hash
+      afterId = entry.id
+      checked++
+    }
+    if (entries.length < 1000) return { ok: true, checked }
+  }
+}

@@ -1,0 +1,13 @@
+/** The command bus: one dispatch path, HITL decisions, the audit envelope, tool projection. */
+export { CommandBus, hashParams, toDecisionView, type CommandBusOptions, type DecisionListener } from './command-bus.js'
+export { CommandCatalog, RegistrationError, type RegisteredCommand } from './command-catalog.js'
+export { ProjectAccess } from './project-access.js'
+export { createPluginKv, createPluginLogger } from './plugin-kv.js'
+export { evaluateGate, type GateInput, type GateResult, type PermissionMode } from './gate.js'
+export { classifyCommandLine, type CommandLineRisk, type MatchedRule } from './risk-rules.js'
+export { redact, looksSecret } from './redact.js'
+export { parseSlash, type SlashParse } from './slash-parser.js'
+export { projectToolName, commandIdPattern, toolNamePattern } from './tool-name.js'
+export { listAuditEnvelopes, verifyAuditChain, type AuditEnvelopeView, type ChainVerdict } from './audit-query.js'
+export type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
+export { registerCoreCommands } from './core-commands.js'

@@ -1,0 +1,48 @@
+import { Type } from 'typebox'
+import { listAuditEnvelopes } from '../../cmdbus/index.js'
+import { caller } from '../auth.js'
+import { decodeCursor, toListAnswer } from '../cursor.js'
+import { PageOf, problemResponses } from '../schemas.js'
+import type { App, ServerDeps } from '../server-deps.js'
+
+export function registerAuditRoutes(app: App, deps: ServerDeps): void {
+  app.get(
+    '/audit',
+    {
+      schema: {
+        tags: ['audit'],
+        summary: 'Audit envelopes visible to the caller, newest first: one per dispatch, latest state plus history',
+        querystring: Type.Object(
+          {
+            conversationId: Type.Optional(Type.String({ maxLength: 64 })),
+            projectId: Type.Optional(Type.String({ maxLength: 64 })),
+            commandId: Type.Optional(Type.String({ maxLength: 200 })),
+            entrance: Type.Optional(Type.Union([Type.Literal('button'), Type.Literal('card'), Type.Literal('slash'), Type.Literal('chat'), Type.Literal('agent')])),
+            limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+            cursor: Type.Optional(Type.String({ maxLength: 200 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: PageOf(Type.Record(Type.String(), Type.Unknown())), ...problemResponses },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      const owned = await deps.store.db.selectFrom('projects').select('id').where('owner_id', '=', user.id).execute()
+      const { conversationId, projectId, commandId, entrance } = request.query
+      const page = await listAuditEnvelopes(
+        deps.store,
+        {
+          userId: user.id,
+          visibleProjectIds: owned.map((row) => row.id),
+          ...(conversationId && { conversationId }),
+          ...(projectId && { projectId }),
+          ...(commandId && { commandId }),
+          ...(entrance && { entrance }),
+        },
+        { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) },
+      )
+      return toListAnswer(page, (envelope) => envelope)
+    },
+  )
+}

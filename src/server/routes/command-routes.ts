@@ -1,0 +1,111 @@
+import { Type } from 'typebox'
+import { parseSlash } from '../../cmdbus/index.js'
+import type { JsonValue } from '../../extension/index.js'
+import { caller } from '../auth.js'
+import { sendDispatchOutcome } from '../dispatch-answer.js'
+import { HttpProblem } from '../problem.js'
+import { problemResponses } from '../schemas.js'
+import type { App, ServerDeps } from '../server-deps.js'
+
+const tags = ['commands']
+const problem = Type.Ref('Problem')
+
+const CommandView = Type.Object({
+  id: Type.String(),
+  title: Type.String(),
+  description: Type.String(),
+  paramsSchema: Type.Record(Type.String(), Type.Unknown()),
+  risk: Type.Union([Type.Literal('low'), Type.Literal('medium'), Type.Literal('high'), Type.Literal('dynamic')]),
+  confirm: Type.Boolean(),
+  entrances: Type.Array(Type.String()),
+  exposeAsTool: Type.Union([Type.Object({ name: Type.String(), risk: Type.Union([Type.String(), Type.Null()]) }), Type.Null()]),
+  idempotent: Type.Boolean(),
+  plugin: Type.String(),
+})
+
+const DispatchBody = Type.Object(
+  {
+    entrance: Type.Union([Type.Literal('button'), Type.Literal('card'), Type.Literal('slash'), Type.Literal('chat'), Type.Literal('agent')]),
+    params: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+    text: Type.Optional(Type.String({ maxLength: 20_000, description: 'Slash text, e.g. /rdm.ping target=x "two words"' })),
+    conversationId: Type.Optional(Type.String({ maxLength: 64 })),
+    projectId: Type.Optional(Type.String({ maxLength: 64 })),
+  },
+  { additionalProperties: false },
+)
+
+const DispatchAnswer = Type.Object({
+  dispatchId: Type.String(),
+  status: Type.String(),
+  result: Type.Optional(Type.Unknown()),
+  decision: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+})
+
+const allEntrances = ['button', 'card', 'slash', 'chat', 'agent']
+
+export function registerCommandRoutes(app: App, deps: ServerDeps): void {
+  const { bus } = deps
+
+  app.get(
+    '/commands',
+    { schema: { tags, summary: 'The command catalog', response: { 200: Type.Object({ items: Type.Array(CommandView), nextCursor: Type.Null() }), ...problemResponses } } },
+    async () => ({
+      items: bus.catalog.list().map((command) => ({
+        id: command.spec.id,
+        title: command.spec.title,
+        description: command.spec.description,
+        paramsSchema: command.spec.paramsSchema,
+        risk: typeof command.spec.risk === 'function' ? ('dynamic' as const) : command.spec.risk,
+        confirm: command.spec.confirm === true,
+        entrances: command.spec.entrances ?? allEntrances,
+        exposeAsTool: command.toolName ? { name: command.toolName, risk: command.spec.exposeAsTool?.risk ?? null } : null,
+        idempotent: command.spec.idempotent === true,
+        plugin: command.plugin,
+      })),
+      nextCursor: null,
+    }),
+  )
+
+  app.post(
+    '/commands/:commandId',
+    {
+      schema: {
+        tags,
+        summary: 'Dispatch a command from a human entrance: 200 with the result, or 202 with the pending decision',
+        params: Type.Object({ commandId: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false }),
+        body: DispatchBody,
+        response: { 200: DispatchAnswer, 202: DispatchAnswer, ...problemResponses, 409: problem, 422: problem, 502: problem, 504: problem },
+      },
+    },
+    async (request, reply) => {
+      const user = caller(request)
+      const { commandId } = request.params
+      const body = request.body
+      if (body.entrance === 'agent') {
+        throw new HttpProblem('entrance_not_allowed', 'the agent entrance is for the model’s own tool calls; use button, card, slash or chat')
+      }
+      const command = bus.catalog.get(commandId)
+      if (!command) throw new HttpProblem('unknown_command', `no command ${commandId}`)
+      let params = (body.params ?? {}) as { [key: string]: JsonValue }
+      if (body.text !== undefined) {
+        const parsed = parseSlash(body.text, command.spec.paramsSchema)
+        if (!parsed.ok) throw new HttpProblem('invalid_slash_command', parsed.message)
+        if (parsed.commandId !== null && parsed.commandId !== commandId) {
+          throw new HttpProblem('invalid_slash_command', `the text names /${parsed.commandId} but the route is ${commandId}`)
+        }
+        params = { ...parsed.params, ...params }
+      }
+      const key = request.headers['idempotency-key']
+      const outcome = await bus.dispatch({
+        commandId,
+        params,
+        entrance: body.entrance,
+        actor: { type: 'user', id: user.id, onBehalfOf: user.id },
+        projectId: body.projectId ?? null,
+        conversationId: body.conversationId ?? null,
+        idempotencyKey: typeof key === 'string' && key.length > 0 ? key : null,
+      })
+      return sendDispatchOutcome(reply, outcome)
+    },
+  )
+}

@@ -1,0 +1,119 @@
+import { Type } from 'typebox'
+import { toDecisionView, type DecisionAnswer } from '../../cmdbus/index.js'
+import { listDecisions, type DecisionStatus } from '../../store/index.js'
+import { caller } from '../auth.js'
+import { decodeCursor, toListAnswer } from '../cursor.js'
+import { outcomeView } from '../dispatch-answer.js'
+import { HttpProblem } from '../problem.js'
+import { IdParams, PageOf, problemResponses } from '../schemas.js'
+import type { App, ServerDeps } from '../server-deps.js'
+
+const tags = ['decisions']
+const problem = Type.Ref('Problem')
+const Answer = Type.Union([Type.Literal('approve'), Type.Literal('approve_session'), Type.Literal('reject')])
+const Decision = Type.Record(Type.String(), Type.Unknown())
+const DecideResult = Type.Object({ decision: Decision, dispatch: Type.Record(Type.String(), Type.Unknown()) })
+
+export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
+  const { bus, store } = deps
+
+  app.get(
+    '/decisions',
+    {
+      schema: {
+        tags,
+        summary: 'Decisions the caller may answer (filter by status and conversation)',
+        querystring: Type.Object(
+          {
+            status: Type.Optional(Type.Union([Type.Literal('pending'), Type.Literal('approved'), Type.Literal('rejected'), Type.Literal('expired')])),
+            conversationId: Type.Optional(Type.String({ maxLength: 64 })),
+            limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+            cursor: Type.Optional(Type.String({ maxLength: 200 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: PageOf(Decision), ...problemResponses },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      await bus.expireOverdue()
+      const owned = await store.db.selectFrom('projects').select('id').where('owner_id', '=', user.id).execute()
+      const page = await listDecisions(
+        store.db,
+        {
+          userId: user.id,
+          visibleProjectIds: owned.map((row) => row.id),
+          ...(request.query.status && { status: request.query.status as DecisionStatus }),
+          ...(request.query.conversationId && { conversationId: request.query.conversationId }),
+        },
+        { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) },
+      )
+      return toListAnswer(page, (decision) => toDecisionView(decision))
+    },
+  )
+
+  app.post(
+    '/decisions/:id',
+    {
+      schema: {
+        tags,
+        summary: 'Answer a decision: approve (once), approve_session, or reject',
+        params: IdParams,
+        body: Type.Object({ decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) }, { additionalProperties: false }),
+        response: { 200: DecideResult, ...problemResponses, 409: problem },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      const outcome = await bus.decide(request.params.id, user.id, request.body.decision as DecisionAnswer, request.body.note)
+      if (!outcome.ok) {
+        throw new HttpProblem(outcome.error.code, outcome.error.message, outcome.decision ? { decision: outcome.decision } : {})
+      }
+      return { decision: outcome.decision, dispatch: outcomeView(outcome.dispatch) }
+    },
+  )
+
+  app.post(
+    '/decisions',
+    {
+      schema: {
+        tags,
+        summary: 'Answer several decisions (parallel tool calls); each item succeeds or fails on its own',
+        body: Type.Object(
+          {
+            items: Type.Array(
+              Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) }, { additionalProperties: false }),
+              { minItems: 1, maxItems: 100 },
+            ),
+          },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Type.Object({
+            items: Type.Array(
+              Type.Object({
+                id: Type.String(),
+                ok: Type.Boolean(),
+                decision: Type.Optional(Decision),
+                dispatch: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+                error: Type.Optional(Type.Object({ code: Type.String(), message: Type.String() })),
+              }),
+            ),
+          }),
+          ...problemResponses,
+        },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      const items = []
+      // In order, one at a time: answers to decisions of one run resume it once all are in.
+      for (const item of request.body.items) {
+        const outcome = await bus.decide(item.id, user.id, item.decision as DecisionAnswer, item.note)
+        items.push(outcome.ok ? { id: item.id, ok: true, decision: outcome.decision, dispatch: outcomeView(outcome.dispatch) } : { id: item.id, ok: false, error: outcome.error, ...(outcome.decision && { decision: outcome.decision }) })
+      }
+      return { items }
+    },
+  )
+}
