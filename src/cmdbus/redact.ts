@@ -2,7 +2,27 @@ import type { JsonSchema, JsonValue } from '../extension/index.js'
 
 export const redactedMarker = '[redacted]'
 
-const secretKeyPattern = /(pass(word|wd)?|secret|token|api[-_]?key|authorization|credential|private[-_]?key)/i
+/** Words of a key that name a secret (`password`, `clientSecret`, `X-Api-Key`, `refresh_token`). */
+const secretKeyWords = new Set(['pass', 'password', 'passwd', 'passphrase', 'secret', 'token', 'apikey', 'authorization', 'credential', 'credentials'])
+/** `api key`, `private key`, … as two words. */
+const secretKeyPrefixes = new Set(['api', 'private', 'secret', 'access'])
+/** Words that make a key a measure of something rather than the thing (`tokenCount`, `passwordHint`). */
+const measureWords = new Set(['count', 'max', 'min', 'limit', 'budget', 'total', 'usage', 'length', 'size', 'ttl', 'hint'])
+
+/**
+ * Whether a key names a secret, by its words (camelCase, snake_case and kebab-case are split), so
+ * that `maxTokens`, `passage` or `compass` are left alone.
+ */
+function isSecretKey(key: string): boolean {
+  const words = key
+    .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
+    .replace(/([A-Z]+)([A-Z][a-z])/g, '$1 $2')
+    .toLowerCase()
+    .split(/[^a-z]+/)
+    .filter(Boolean)
+  if (words.some((word) => measureWords.has(word))) return false
+  return words.some((word, index) => secretKeyWords.has(word) || (word === 'key' && secretKeyPrefixes.has(words[index - 1] ?? '')))
+}
 const secretValuePatterns = [
   /^sk-[A-Za-z0-9_-]{16,}/, // OpenAI-style keys
   /^sk-ant-[A-Za-z0-9_-]{16,}/,
@@ -25,6 +45,7 @@ export function looksSecret(value: string): boolean {
  * schema, fields whose names say secret, and values that look like credentials are replaced.
  */
 export function redact(value: JsonValue, schema?: JsonSchema): JsonValue {
+  if (schema?.['x-sensitive'] === true) return redactedMarker
   if (typeof value === 'string') return looksSecret(value) ? redactedMarker : value
   if (Array.isArray(value)) {
     const items = schema && typeof schema.items === 'object' ? (schema.items as JsonSchema) : undefined
@@ -35,7 +56,7 @@ export function redact(value: JsonValue, schema?: JsonSchema): JsonValue {
   const out: { [key: string]: JsonValue } = {}
   for (const [key, item] of Object.entries(value)) {
     const property = properties[key]
-    if (property?.['x-sensitive'] === true || (secretKeyPattern.test(key) && item !== null && typeof item !== 'object' && typeof item !== 'boolean')) {
+    if (property?.['x-sensitive'] === true || (isSecretKey(key) && item !== null && typeof item !== 'object' && typeof item !== 'boolean')) {
       out[key] = redactedMarker
     } else {
       out[key] = redact(item, property)
@@ -47,6 +68,11 @@ export function redact(value: JsonValue, schema?: JsonSchema): JsonValue {
 /** Shortens long JSON for the audit envelope; the hash of the full value is stored beside it. */
 export function truncateForAudit(value: JsonValue, maxBytes = 16 * 1024): JsonValue {
   const text = JSON.stringify(value)
-  if (text === undefined || Buffer.byteLength(text) <= maxBytes) return value
-  return { truncated: true, bytes: Buffer.byteLength(text), preview: text.slice(0, maxBytes) }
+  if (text === undefined) return value
+  const bytes = Buffer.from(text)
+  if (bytes.length <= maxBytes) return value
+  // Cut on a code-point boundary: at most maxBytes of UTF-8, never half a character.
+  let end = maxBytes
+  while (end > 0 && ((bytes[end] as number) & 0xc0) === 0x80) end--
+  return { truncated: true, bytes: bytes.length, preview: bytes.subarray(0, end).toString('utf8') }
 }

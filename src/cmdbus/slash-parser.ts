@@ -26,9 +26,9 @@ export function parseSlash(text: string, schema: JsonSchema): SlashParse {
   const params: { [key: string]: JsonValue } = {}
   const positional: string[] = []
   for (const word of words) {
-    const equals = word.quoted ? -1 : word.raw.indexOf('=')
+    const equals = word.equals
     if (equals > 0) {
-      const key = word.raw.slice(0, equals)
+      const key = word.value.slice(0, equals)
       params[key] = convert(word.value.slice(equals + 1), properties[key])
     } else {
       positional.push(word.value)
@@ -48,6 +48,8 @@ interface Word {
   /** With quotes removed. */
   value: string
   quoted: boolean
+  /** Index in `value` of the first `=` outside quotes (-1 if none): `"a=b"` is a bare word, not a key. */
+  equals: number
 }
 
 function tokenize(text: string): { ok: true; words: Word[] } | { ok: false; message: string } {
@@ -59,6 +61,7 @@ function tokenize(text: string): { ok: true; words: Word[] } | { ok: false; mess
     let raw = ''
     let value = ''
     let quoted = false
+    let equals = -1
     while (index < text.length && !/\s/.test(text[index] as string)) {
       const char = text[index] as string
       if (char === '"' || char === "'") {
@@ -85,18 +88,20 @@ function tokenize(text: string): { ok: true; words: Word[] } | { ok: false; mess
         raw += text.slice(start, index)
         continue
       }
+      if (char === '=' && equals === -1) equals = value.length
       raw += char
       value += char
       index++
     }
-    words.push({ raw, value, quoted: quoted && !raw.includes('=') })
+    words.push({ raw, value, quoted, equals })
   }
   return { ok: true, words }
 }
 
 function convert(value: string, schema: JsonSchema | undefined): JsonValue {
   const type = schema?.type
-  if ((type === 'integer' || type === 'number') && value.trim() !== '' && !Number.isNaN(Number(value))) return Number(value)
+  // Decimal notation only: `Number()` would also take `0x10`, `Infinity` and padded text.
+  if ((type === 'integer' || type === 'number') && /^-?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(value)) return Number(value)
   if (type === 'boolean' && (value === 'true' || value === 'false')) return value === 'true'
   return value
 }

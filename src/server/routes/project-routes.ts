@@ -124,8 +124,11 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       const user = caller(request)
       const project = await projectForCaller(deps, user, request.params.id)
-      // Members see project-level events and their own conversations; the owner sees everything.
-      const filter = project.ownerId === user.id ? undefined : (event: EventRecord) => event.conversationId === null || event.userId === user.id
+      // Members see events about the project itself and their own doings; the owner sees everything.
+      const filter =
+        project.ownerId === user.id
+          ? undefined
+          : (event: EventRecord) => event.userId === user.id || (event.conversationId === null && !event.type.startsWith('decision.'))
       await serveEventStream(request, reply, deps, { projectId: project.id }, filter)
     },
   )

@@ -1,0 +1,185 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { pino } from 'pino'
+import { setUpCommandBus } from '../src/app/index.js'
+import type { Store } from '../src/store/index.js'
+import { openTestStore, testEngines } from './helpers/engines.js'
+import { openSse } from './helpers/sse-client.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+
+const fixture = (name: string): string => new URL(`./__fixtures__/plugins/${name}.ts`, import.meta.url).pathname
+
+describe('plugin loading', () => {
+  let store: Store
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+  })
+  afterAll(async () => store?.close())
+
+  it('refuses a plugin that throws, needs another surface, registers a malformed id or a colliding tool name — and loads the rest', async () => {
+    const lines: Array<{ msg: string; plugin?: string }> = []
+    const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) })
+    const setup = await setUpCommandBus(store, {
+      plugins: ['rdm', fixture('throwing'), fixture('incompatible'), fixture('bad-id'), fixture('collide'), 'no-such-plugin-package'],
+      logger,
+      actionTtlMs: 60_000,
+      allowanceTtlMs: 60_000,
+      exec: { execBackend: 'direct', disableExecTools: false },
+    })
+    expect(setup.plugins.map((plugin) => plugin.name)).toEqual(['rdm'])
+    const ids = setup.catalog.list().map((command) => command.spec.id)
+    expect(ids).toContain('rdm.ping')
+    // Nothing of a refused plugin is registered, not even its valid commands.
+    expect(ids.filter((id) => /^(incompatible|badid|collide)\./.test(id))).toEqual([])
+    const refusals = lines.filter((line) => line.msg.includes('refused'))
+    expect(refusals.map((line) => line.msg)).toEqual([
+      expect.stringMatching(/throwing.*cannot reach its backend/),
+      expect.stringMatching(/incompatible.*\^2\.0\.0.*1\.0\.0/),
+      expect.stringMatching(/bad-id.*malformed command id "BadId\.Ping"/),
+      expect.stringMatching(/collide.*collides with rdm\.ping/),
+      expect.stringMatching(/no-such-plugin-package/),
+    ])
+  })
+})
+
+describe('a misbehaving plugin', () => {
+  let store: Store
+  let server: TestServer
+  let user: TestUser
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    server = await startTestServer(store, { plugins: [fixture('misbehaving')] })
+    user = await server.createUser()
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+  })
+
+  it('gives the caller a clean error, audits the failure and keeps serving', async () => {
+    const thrown = await server.request('POST', '/api/commands/misbehaving.throws', { token: user.token, body: { entrance: 'button' } })
+    expect([thrown.status, thrown.body.code]).toEqual([502, 'command_failed'])
+    expect(JSON.stringify(thrown.body)).not.toContain('secret internal detail')
+    const refused = await server.request('POST', '/api/commands/misbehaving.refuses', { token: user.token, body: { entrance: 'button' } })
+    expect([refused.status, refused.body.code, refused.body.commandCode]).toEqual([422, 'command_error', 'quota_exceeded'])
+    const hung = await server.request('POST', '/api/commands/misbehaving.hangs', { token: user.token, body: { entrance: 'button' } })
+    expect([hung.status, hung.body.code]).toEqual([504, 'command_timeout'])
+    const audit = await server.request('GET', '/api/audit', { token: user.token })
+    const statuses = Object.fromEntries(audit.body.items.map((item: { commandId: string; status: string; error: { code: string } }) => [item.commandId, [item.status, item.error?.code]]))
+    expect(statuses).toMatchObject({
+      'misbehaving.throws': ['failed', 'command_failed'],
+      'misbehaving.refuses': ['failed', 'quota_exceeded'],
+      'misbehaving.hangs': ['failed', 'timeout'],
+    })
+    expect((await server.request('GET', '/healthz')).status).toBe(200)
+  })
+
+  it('redacts x-sensitive params and secret-looking values in the audit envelope', async () => {
+    const answer = await server.request('POST', '/api/commands/misbehaving.secret', { token: user.token, body: { entrance: 'button', params: { apiKey: 'hunter2-but-long', note: 'hello' } } })
+    expect(answer.status).toBe(200)
+    const audit = await server.request('GET', '/api/audit?commandId=misbehaving.secret', { token: user.token })
+    expect(audit.body.items[0].params).toEqual({ apiKey: '[redacted]', note: 'hello' })
+    expect(audit.body.items[0].result).toEqual({ echoed: 'hello', token: '[redacted]' })
+    const raw = await store.db.selectFrom('audit_log').select('envelope').execute()
+    expect(JSON.stringify(raw)).not.toContain('hunter2-but-long')
+  })
+})
+
+for (const engine of testEngines()) {
+  describe(`project sharing through the rdm ProjectAuthz adapter on ${engine}`, () => {
+    let store: Store
+    let server: TestServer
+    let owner: TestUser
+    let member: TestUser
+    let stranger: TestUser
+    let projectId: string
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      server = await startTestServer(store, { plugins: ['rdm'] })
+      owner = await server.createUser()
+      member = await server.createUser()
+      stranger = await server.createUser()
+      projectId = (await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'shared one' } })).body.id
+    })
+    afterAll(async () => {
+      await server?.close()
+      await store?.close()
+    })
+
+    const add = (token: string, userId: string) =>
+      server.request('POST', '/api/commands/rdm.member.add', { token, body: { entrance: 'button', projectId, params: { userId } } })
+
+    it('shares a project with a member until they are removed; the grant is audited', async () => {
+      expect((await server.request('GET', `/api/projects/${projectId}`, { token: member.token })).status).toBe(404)
+      const added = await add(owner.token, member.user.id)
+      // Adding members is medium risk: approve it.
+      expect(added.status).toBe(202)
+      await server.request('POST', `/api/decisions/${added.body.decision.id}`, { token: owner.token, body: { decision: 'approve' } })
+
+      const list = await server.request('GET', '/api/projects', { token: member.token })
+      expect(list.body.items).toEqual([expect.objectContaining({ id: projectId, shared: true, ownerId: owner.user.id })])
+      expect((await server.request('GET', '/api/projects', { token: owner.token })).body.items.filter((item: { id: string }) => item.id === projectId)).toEqual([
+        expect.objectContaining({ shared: false }),
+      ])
+      // The member creates a conversation there; it is theirs.
+      const conversation = await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: { title: 'mine' } })
+      expect(conversation.status).toBe(201)
+      expect(conversation.body.ownerId).toBe(member.user.id)
+      // The member sees their own conversations only, and cannot delete the project.
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: owner.token, body: { title: 'owners' } })
+      const conversations = await server.request('GET', `/api/projects/${projectId}/conversations`, { token: member.token })
+      expect(conversations.body.items.map((item: { title: string }) => item.title)).toEqual(['mine'])
+      expect((await server.request('DELETE', `/api/projects/${projectId}`, { token: member.token })).status).toBe(403)
+      // A member may not manage members.
+      const memberAdds = await add(member.token, stranger.user.id)
+      expect(memberAdds.status).toBe(202)
+      const refused = await server.request('POST', `/api/decisions/${memberAdds.body.decision.id}`, { token: member.token, body: { decision: 'approve' } })
+      expect(refused.body.dispatch).toMatchObject({ status: 'failed', error: { code: 'forbidden' } })
+      // The member's project stream: project-level events and their own conversation, not the owner's.
+      const stream = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: member.token })
+      const events = await stream.waitFor(4)
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      stream.close()
+      // project.created, the member's conversation, and the member's own decision — nothing of the owner's.
+      expect(events.map((event) => event.event)).toEqual(['project.created', 'conversation.created', 'decision.required', 'decision.resolved'])
+      expect(events[1]!.data.conversation.ownerId).toBe(member.user.id)
+      expect(events[2]!.data.params.userId).toBe(stranger.user.id)
+      // The stranger sees nothing.
+      expect((await server.request('GET', `/api/projects/${projectId}`, { token: stranger.token })).status).toBe(404)
+      expect((await server.request('GET', '/api/projects', { token: stranger.token })).body.items).toEqual([])
+      // The grant is in the audit log.
+      const audit = await server.request('GET', `/api/audit?commandId=rdm.member.add&projectId=${projectId}`, { token: owner.token })
+      expect(audit.body.items.some((item: { status: string; params: { userId: string } }) => item.status === 'succeeded' && item.params.userId === member.user.id)).toBe(true)
+
+      // Removal applies on the next request.
+      const removed = await server.request('POST', '/api/commands/rdm.member.remove', { token: owner.token, body: { entrance: 'button', projectId, params: { userId: member.user.id } } })
+      await server.request('POST', `/api/decisions/${removed.body.decision.id}`, { token: owner.token, body: { decision: 'approve' } })
+      expect((await server.request('GET', `/api/projects/${projectId}`, { token: member.token })).status).toBe(404)
+      expect((await server.request('GET', '/api/projects', { token: member.token })).body.items).toEqual([])
+      expect((await server.request('GET', `/api/conversations/${conversation.body.id}`, { token: member.token })).status).toBe(404)
+    })
+  })
+}
+
+describe('without a ProjectAuthz adapter', () => {
+  it('is exactly owner-only', async () => {
+    const store = await openTestStore('pglite')
+    const server = await startTestServer(store)
+    try {
+      const owner = await server.createUser()
+      const other = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'p' } })).body
+      const ownerList = await server.request('GET', '/api/projects', { token: owner.token })
+      expect(ownerList.body).toEqual({ items: [project], nextCursor: null })
+      expect(project.shared).toBe(false)
+      expect((await server.request('GET', '/api/projects', { token: other.token })).body).toEqual({ items: [], nextCursor: null })
+      for (const path of [`/api/projects/${project.id}`, `/api/projects/${project.id}/conversations`]) {
+        expect((await server.request('GET', path, { token: other.token })).status).toBe(404)
+      }
+      expect((await server.request('POST', `/api/projects/${project.id}/conversations`, { token: other.token, body: {} })).status).toBe(404)
+    } finally {
+      await server.close()
+      await store.close()
+    }
+  })
+})
