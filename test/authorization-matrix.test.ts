@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { Store } from '../src/store/index.js'
+import { kvSet, type Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 interface Fixture {
   projectId: string
   conversationId: string
+  decisionId: string
 }
 
 interface RouteCase {
@@ -16,26 +17,36 @@ interface RouteCase {
   body?: unknown
   /** Status for the owner. */
   owner: number
-  /** Status for another user: 404 for someone else's resource; collection routes answer the caller's own view. */
+  /** Status for a member of the shared project (through the rdm ProjectAuthz adapter). */
+  member: number
+  /** Status for another user (and for a member whose membership was revoked): 404 for someone else's
+   *  resource; collection routes answer the caller's own view. */
   stranger: number
   stream?: boolean
 }
 
 const routes: RouteCase[] = [
-  { method: 'GET', path: '/api/me', url: () => '/api/me', owner: 200, stranger: 200 },
-  { method: 'GET', path: '/api/projects', url: () => '/api/projects', owner: 200, stranger: 200 },
-  { method: 'POST', path: '/api/projects', url: () => '/api/projects', body: { name: 'n' }, owner: 201, stranger: 201 },
-  { method: 'GET', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, owner: 200, stranger: 404 },
-  { method: 'PATCH', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, body: { name: 'x' }, owner: 200, stranger: 404 },
-  { method: 'DELETE', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, owner: 204, stranger: 404 },
-  { method: 'POST', path: '/api/projects/{id}/conversations', url: (f) => `/api/projects/${f.projectId}/conversations`, body: {}, owner: 201, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/conversations', url: (f) => `/api/projects/${f.projectId}/conversations`, owner: 200, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/events', url: (f) => `/api/projects/${f.projectId}/events`, owner: 200, stranger: 404, stream: true },
-  { method: 'GET', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, owner: 200, stranger: 404 },
-  { method: 'PATCH', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, body: { title: 't' }, owner: 200, stranger: 404 },
-  { method: 'DELETE', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, owner: 204, stranger: 404 },
-  { method: 'GET', path: '/api/conversations/{id}/messages', url: (f) => `/api/conversations/${f.conversationId}/messages`, owner: 200, stranger: 404 },
-  { method: 'GET', path: '/api/conversations/{id}/events', url: (f) => `/api/conversations/${f.conversationId}/events`, owner: 200, stranger: 404, stream: true },
+  { method: 'GET', path: '/api/me', url: () => '/api/me', owner: 200, member: 200, stranger: 200 },
+  { method: 'GET', path: '/api/projects', url: () => '/api/projects', owner: 200, member: 200, stranger: 200 },
+  { method: 'POST', path: '/api/projects', url: () => '/api/projects', body: { name: 'n' }, owner: 201, member: 201, stranger: 201 },
+  { method: 'GET', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, owner: 200, member: 200, stranger: 404 },
+  { method: 'PATCH', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, body: { name: 'x' }, owner: 200, member: 200, stranger: 404 },
+  { method: 'DELETE', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, owner: 204, member: 403, stranger: 404 },
+  { method: 'POST', path: '/api/projects/{id}/conversations', url: (f) => `/api/projects/${f.projectId}/conversations`, body: {}, owner: 201, member: 201, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/conversations', url: (f) => `/api/projects/${f.projectId}/conversations`, owner: 200, member: 200, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/events', url: (f) => `/api/projects/${f.projectId}/events`, owner: 200, member: 200, stranger: 404, stream: true },
+  { method: 'GET', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, owner: 200, member: 404, stranger: 404 },
+  { method: 'PATCH', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, body: { title: 't' }, owner: 200, member: 404, stranger: 404 },
+  { method: 'DELETE', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, owner: 204, member: 404, stranger: 404 },
+  { method: 'GET', path: '/api/conversations/{id}/messages', url: (f) => `/api/conversations/${f.conversationId}/messages`, owner: 200, member: 404, stranger: 404 },
+  { method: 'GET', path: '/api/conversations/{id}/events', url: (f) => `/api/conversations/${f.conversationId}/events`, owner: 200, member: 404, stranger: 404, stream: true },
+
+  { method: 'GET', path: '/api/commands', url: () => '/api/commands', owner: 200, member: 200, stranger: 200 },
+  { method: 'POST', path: '/api/commands/{commandId}', url: () => '/api/commands/rdm.ping', body: 'ping', owner: 200, member: 200, stranger: 404 },
+  { method: 'GET', path: '/api/decisions', url: () => '/api/decisions?status=pending', owner: 200, member: 200, stranger: 200 },
+  { method: 'POST', path: '/api/decisions/{id}', url: (f) => `/api/decisions/${f.decisionId}`, body: { decision: 'reject' }, owner: 200, member: 404, stranger: 404 },
+  { method: 'POST', path: '/api/decisions', url: () => '/api/decisions', body: 'batch', owner: 200, member: 200, stranger: 200 },
+  { method: 'GET', path: '/api/audit', url: () => '/api/audit', owner: 200, member: 200, stranger: 200 },
 ]
 
 for (const engine of testEngines()) {
@@ -43,13 +54,17 @@ for (const engine of testEngines()) {
     let store: Store
     let server: TestServer
     let owner: TestUser
+    let member: TestUser
+    let revokedMember: TestUser
     let stranger: TestUser
     let revoked: TestUser
 
     beforeAll(async () => {
       store = await openTestStore(engine)
-      server = await startTestServer(store)
+      server = await startTestServer(store, { plugins: ['rdm'] })
       owner = await server.createUser()
+      member = await server.createUser()
+      revokedMember = await server.createUser()
       stranger = await server.createUser()
       revoked = await server.createUser()
       await server.revoke(revoked)
@@ -62,18 +77,31 @@ for (const engine of testEngines()) {
     async function fixture(): Promise<Fixture> {
       const project = await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'matrix' } })
       const conversation = await server.request('POST', `/api/projects/${project.body.id}/conversations`, { token: owner.token, body: {} })
-      return { projectId: project.body.id, conversationId: conversation.body.id }
+      // The member is listed; the revoked member was listed and removed again.
+      await kvSet(store.db, 'rdm', `members:${project.body.id}`, [revokedMember.user.id, member.user.id])
+      await kvSet(store.db, 'rdm', `members:${project.body.id}`, [member.user.id])
+      const pending = await server.request('POST', '/api/commands/rdm.draft.compose', {
+        token: owner.token,
+        body: { entrance: 'card', conversationId: conversation.body.id, params: { title: 't', body: 'b' } },
+      })
+      return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id }
     }
 
     async function call(route: RouteCase, fixtureValue: Fixture, token: string | undefined): Promise<{ status: number; code?: string; type: string | null }> {
       const headers: Record<string, string> = {}
       if (token) headers.authorization = `Bearer ${token}`
       if (route.body !== undefined) headers['content-type'] = 'application/json'
+      const body =
+        route.body === 'ping'
+          ? { entrance: 'button', projectId: fixtureValue.projectId, params: {} }
+          : route.body === 'batch'
+            ? { items: [{ id: fixtureValue.decisionId, decision: 'reject' }] }
+            : route.body
       const controller = new AbortController()
       const response = await fetch(server.url + route.url(fixtureValue), {
         method: route.method,
         headers,
-        body: route.body === undefined ? undefined : JSON.stringify(route.body),
+        body: body === undefined ? undefined : JSON.stringify(body),
         signal: controller.signal,
       })
       const type = response.headers.get('content-type')
@@ -95,10 +123,14 @@ for (const engine of testEngines()) {
     })
 
     for (const route of routes) {
-      it(`${route.method} ${route.path}: owner ${route.owner}, stranger ${route.stranger}, no token 401, revoked 401`, async () => {
+      it(`${route.method} ${route.path}: owner ${route.owner}, member ${route.member}, revoked member and stranger ${route.stranger}, no token 401, revoked token 401`, async () => {
         const forStranger = await call(route, await fixture(), stranger.token)
         expect(forStranger.status).toBe(route.stranger)
         if (route.stranger === 404) expect(forStranger.code).toBe('not_found')
+        const forRevokedMember = await call(route, await fixture(), revokedMember.token)
+        expect(forRevokedMember.status).toBe(route.stranger)
+        const forMember = await call(route, await fixture(), member.token)
+        expect(forMember.status).toBe(route.member)
         const anonymous = await call(route, await fixture(), undefined)
         expect(anonymous).toMatchObject({ status: 401, code: 'unauthorized' })
         const withRevoked = await call(route, await fixture(), revoked.token)

@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto'
 import type { Actor, CommandContext, JsonValue, PluginLogger, ProjectRef, Risk } from '../extension/index.js'
-import { CommandError } from '../extension/index.js'
 import {
   appendEvents,
   canonicalJson,
@@ -347,12 +346,12 @@ export class CommandBus {
         outcome = { status: 'succeeded', dispatchId: dispatch.id, result: toJson(result) }
       }
     } catch (error) {
-      if (context.signal.aborted && !(error instanceof CommandError)) {
+      if (context.signal.aborted && !isCommandError(error)) {
         const reason = context.abort.signal.reason as Error | undefined
         outcome = reason?.message === 'timeout'
           ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
           : { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
-      } else if (error instanceof CommandError) {
+      } else if (isCommandError(error)) {
         outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: error.code, message: error.message } }
       } else {
         context.log.error('command handler threw', { commandId: command.spec.id, dispatchId: dispatch.id, error: (error as Error)?.message ?? String(error) })
@@ -455,6 +454,12 @@ export class CommandBus {
     }
     return { ...outcomeOf(previous), replayed: true }
   }
+}
+
+/** A CommandError from any copy of the extension surface (plugins may bundle their own). */
+function isCommandError(error: unknown): error is { code: string; message: string } {
+  const candidate = error as { name?: unknown; code?: unknown; message?: unknown } | null
+  return candidate !== null && typeof candidate === 'object' && candidate.name === 'CommandError' && typeof candidate.code === 'string' && typeof candidate.message === 'string'
 }
 
 function fail(dispatchId: string | null, code: BusError['code'], message: string): DispatchOutcome {

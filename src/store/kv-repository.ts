@@ -1,3 +1,4 @@
+import { sql } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
 
 /** A plugin's namespaced key-value store. */
@@ -20,6 +21,7 @@ export async function kvDelete(db: Executor, plugin: string, key: string): Promi
 
 export async function kvList(db: Executor, plugin: string, prefix = ''): Promise<Array<{ key: string; value: JsonValue }>> {
   let query = db.selectFrom('plugin_kv').select(['key', 'value']).where('plugin', '=', plugin).orderBy('key')
-  if (prefix) query = query.where('key', '>=', prefix).where('key', '<', `${prefix}\uffff`)
+  // starts_with, not a range: a range depends on the database's collation.
+  if (prefix) query = query.where(sql<boolean>`starts_with(key, ${prefix})`)
   return query.execute()
 }
