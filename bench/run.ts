@@ -1,6 +1,7 @@
 /**
- * `npm run bench`: requests/s of authenticated `GET /api/projects` next to a Fastify hello-world
- * measured in the same run, on PGlite and (with TEST_DATABASE_URL or BENCH_DATABASE_URL) on pg.
+ * `npm run bench`: requests/s of authenticated `GET /api/projects`, and of a no-op command dispatch
+ * next to `GET /api/me`, beside a Fastify hello-world measured in the same run, on PGlite and (with
+ * TEST_DATABASE_URL or BENCH_DATABASE_URL) on pg.
  * Each server runs in its own process; autocannon loads it from this one.
  *
  * Env: BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1).
@@ -10,6 +11,7 @@ import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
 import { loadSettingsFromEnv } from './lib/measure.js'
 import { formatTable, runScenarios, type Scenario } from './lib/scenario.js'
 import { helloWorldScenario } from './scenarios/hello-world.js'
+import { dispatchScenarios } from './scenarios/plinth-dispatch.js'
 import { plinthProjectsOnPg, plinthProjectsOnPGlite } from './scenarios/plinth-projects.js'
 
 cleanupOnSignals()
@@ -18,7 +20,7 @@ const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_
 const settings = loadSettingsFromEnv()
 
 // Hello-world first: it is the yardstick for everything after it.
-const scenarios: Scenario[] = [helloWorldScenario(), plinthProjectsOnPGlite(), plinthProjectsOnPg(databaseUrl)]
+const scenarios: Scenario[] = [helloWorldScenario(), plinthProjectsOnPGlite(), plinthProjectsOnPg(databaseUrl), ...dispatchScenarios(databaseUrl)]
 
 console.log(
   `plinth bench: node ${process.version}, ${cpus().length} cpus; ${settings.connections} connections, ` +

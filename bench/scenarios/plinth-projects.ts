@@ -16,6 +16,8 @@ export async function startPlinth(databaseUrl?: string): Promise<ChildServer & {
         PLINTH_LOG_LEVEL: 'silent',
         // The default limit (600/min per token) would answer 429s within a second of load.
         PLINTH_RATE_LIMIT_MAX: '100000000',
+        // rdm.ping is the no-op low-risk command the dispatch scenario loads.
+        PLINTH_PLUGINS: 'rdm',
         BENCH_PROJECTS: String(projectCount),
         ...(databaseUrl && { DATABASE_URL: databaseUrl }),
       },

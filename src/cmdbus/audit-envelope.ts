@@ -80,7 +80,7 @@ export async function recordStep(
     ...(change.error !== undefined && { error: change.error }),
   }
   if (change.result !== undefined) {
-    next.result = truncateForAudit(redact(change.result, schema))
+    next.result = truncateForAudit(redact(change.result))
     next.resultHash = createHash('sha256').update(JSON.stringify(change.result) ?? 'null').digest('hex')
   }
   await updateDispatch(tx, dispatch.id, {

@@ -23,6 +23,7 @@ function isSecretKey(key: string): boolean {
   if (words.some((word) => measureWords.has(word))) return false
   return words.some((word, index) => secretKeyWords.has(word) || (word === 'key' && secretKeyPrefixes.has(words[index - 1] ?? '')))
 }
+
 const secretValuePatterns = [
   /^sk-[A-Za-z0-9_-]{16,}/, // OpenAI-style keys
   /^sk-ant-[A-Za-z0-9_-]{16,}/,

@@ -105,6 +105,7 @@ const notHighCases: Array<[command: string, why: string]> = [
   ['cat /etc/hosts', 'reading a system file'],
   ['ls -la /etc/', 'listing a system path'],
   ['cp /etc/hosts ./hosts', 'copying from a system path reads it'],
+  ['cp -a /etc/hosts ./hosts', 'copying from a system path reads it, with options'],
   ['ln -s /usr/bin/python3 ~/bin/python', 'linking to a system file does not write it'],
   ['grep -rf patterns /etc', 'grep -rf is not rm -rf'],
   ['curl https://x -o file', 'downloading to a file'],
