@@ -62,7 +62,6 @@ export async function recordStep(
   envelope: AuditEnvelope,
   dispatch: DispatchRecord,
   change: EnvelopeChange,
-  schema?: JsonSchema,
 ): Promise<AuditEnvelope> {
   const timings = { ...(envelope.timings as { [key: string]: JsonValue }) }
   if (change.startedAt) timings.startedAt = change.startedAt

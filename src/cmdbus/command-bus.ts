@@ -103,7 +103,7 @@ export class CommandBus {
       })
       if (!dispatch) return undefined
       const envelope = initialEnvelope(dispatch, command.spec.paramsSchema)
-      await recordStep(tx, 'requested', envelope, dispatch, { status: 'requested' }, command.spec.paramsSchema)
+      await recordStep(tx, 'requested', envelope, dispatch, { status: 'requested' })
       return { dispatch, envelope }
     })
     if (!inserted) {
@@ -323,7 +323,6 @@ export class CommandBus {
     gate: { risk: Risk; decision: DecisionSummary },
   ): Promise<DispatchOutcome> {
     const { store } = this.#options
-    const schema = command.spec.paramsSchema
     let current = await store.transaction((tx) =>
       recordStep(tx, 'running', envelope, dispatch, { status: 'running', risk: gate.risk, decision: gate.decision, startedAt: new Date().toISOString() }),
     )
@@ -369,7 +368,6 @@ export class CommandBus {
         outcome.status === 'succeeded'
           ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
           : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() },
-        schema,
       ),
     )
     void current

@@ -1,0 +1,77 @@
+/**
+ * Canonical model types. Every provider adapter converts to and from these, so the run manager never
+ * sees a provider's wire format.
+ */
+
+/** A JSON Schema object as given to a model for a tool's parameters. */
+export type ToolParameters = { [keyword: string]: unknown }
+
+/** A tool call as the model made it. `id` is the provider's id (sent back upstream with the result). */
+export interface ModelToolCall {
+  id: string
+  name: string
+  /** Raw argument text as streamed (JSON, possibly invalid or doubly encoded). */
+  arguments: string
+}
+
+export type ModelMessage =
+  | { role: 'system'; content: string }
+  | { role: 'user'; content: string }
+  | { role: 'assistant'; content: string | null; toolCalls?: ModelToolCall[] }
+  | { role: 'tool'; toolCallId: string; content: string }
+
+export interface ModelTool {
+  name: string
+  description: string
+  parameters: ToolParameters
+}
+
+export interface Usage {
+  inputTokens: number
+  outputTokens: number
+}
+
+/** What a model stream yields, in order. Tool calls arrive complete (fragments already joined). */
+export type StreamPart =
+  | { type: 'text-delta'; text: string }
+  | { type: 'tool-call'; call: ModelToolCall }
+  | { type: 'usage'; usage: Usage }
+  | { type: 'finish'; reason: string | null }
+
+export interface ModelRequest {
+  messages: ModelMessage[]
+  /** Omitted upstream when empty (OpenAI rejects `tools: []`). */
+  tools: ModelTool[]
+  signal?: AbortSignal
+}
+
+/** A configured model. */
+export interface LanguageModel {
+  readonly id: string
+  readonly provider: 'openai' | 'anthropic' | 'scripted'
+  readonly supportsTools: boolean
+  readonly contextWindow: number
+  /** Streams one model turn. Throws ModelError for upstream failures. */
+  stream(request: ModelRequest): AsyncIterable<StreamPart>
+}
+
+export type ModelErrorCode = 'tools_unsupported' | 'upstream_error' | 'timeout' | 'cancelled'
+
+/** An upstream failure, with what the run manager needs to decide on a retry. */
+export class ModelError extends Error {
+  readonly code: ModelErrorCode
+  readonly upstreamStatus?: number
+  /** 429, 5xx and connection failures may be retried when nothing was streamed yet. */
+  readonly isRetryable: boolean
+  /** From a `Retry-After` header. */
+  readonly retryAfterMs?: number
+
+  constructor(code: ModelErrorCode, message: string, options: { upstreamStatus?: number; isRetryable?: boolean; retryAfterMs?: number; cause?: unknown } = {}) {
+    super(message, { cause: options.cause })
+    this.name = 'ModelError'
+    this.code = code
+    this.upstreamStatus = options.upstreamStatus
+    this.isRetryable = options.isRetryable ?? false
+    this.retryAfterMs = options.retryAfterMs
+  }
+}
