@@ -7,6 +7,7 @@ interface Fixture {
   projectId: string
   conversationId: string
   decisionId: string
+  runId: string
 }
 
 interface RouteCase {
@@ -47,6 +48,12 @@ const routes: RouteCase[] = [
   { method: 'POST', path: '/api/decisions/{id}', url: (f) => `/api/decisions/${f.decisionId}`, body: { decision: 'reject' }, owner: 200, member: 404, stranger: 404 },
   { method: 'POST', path: '/api/decisions', url: () => '/api/decisions', body: 'batch', owner: 200, member: 200, stranger: 200 },
   { method: 'GET', path: '/api/audit', url: () => '/api/audit', owner: 200, member: 200, stranger: 200 },
+  { method: 'GET', path: '/api/models', url: () => '/api/models', owner: 200, member: 200, stranger: 200 },
+  { method: 'POST', path: '/api/conversations/{id}/runs', url: (f) => `/api/conversations/${f.conversationId}/runs`, body: { input: 'hi' }, owner: 201, member: 404, stranger: 404 },
+  { method: 'GET', path: '/api/runs/{id}', url: (f) => `/api/runs/${f.runId}`, owner: 200, member: 404, stranger: 404 },
+  { method: 'POST', path: '/api/runs/{id}/cancel', url: (f) => `/api/runs/${f.runId}/cancel`, owner: 200, member: 404, stranger: 404 },
+  { method: 'POST', path: '/api/runs/{id}/tool-outputs', url: (f) => `/api/runs/${f.runId}/tool-outputs`, body: { outputs: [{ callId: 'x', output: {} }] }, owner: 409, member: 404, stranger: 404 },
+  { method: 'GET', path: '/api/runs/{id}/events', url: (f) => `/api/runs/${f.runId}/events`, owner: 200, member: 404, stranger: 404, stream: true },
 ]
 
 for (const engine of testEngines()) {
@@ -84,7 +91,9 @@ for (const engine of testEngines()) {
         token: owner.token,
         body: { entrance: 'card', conversationId: conversation.body.id, params: { title: 't', body: 'b' } },
       })
-      return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id }
+      const other = await server.request('POST', `/api/projects/${project.body.id}/conversations`, { token: owner.token, body: {} })
+      const run = await server.request('POST', `/api/conversations/${other.body.id}/runs`, { token: owner.token, body: { input: 'hello' } })
+      return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id, runId: run.body.id }
     }
 
     async function call(route: RouteCase, fixtureValue: Fixture, token: string | undefined): Promise<{ status: number; code?: string; type: string | null }> {

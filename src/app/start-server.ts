@@ -1,7 +1,9 @@
 import type { Logger } from 'pino'
 import { buildServer, type App } from '../server/index.js'
 import { openStore, type Store } from '../store/index.js'
+import type { RunManager } from '../runmgr/index.js'
 import { setUpCommandBus } from './command-bus-setup.js'
+import { setUpRuns } from './run-setup.js'
 import type { PlinthConfig } from './config.js'
 import { version } from './version.js'
 
@@ -18,6 +20,7 @@ export interface RunningServer {
 export async function startServer(config: PlinthConfig, logger: Logger): Promise<RunningServer> {
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
   let app: App
+  let runs: RunManager | undefined
   try {
     const { bus, access } = await setUpCommandBus(store, {
       plugins: config.plugins,
@@ -26,10 +29,12 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       allowanceTtlMs: config.allowanceTtlMs,
       exec: { execBackend: config.exec.backend, disableExecTools: config.exec.disableExecTools },
     })
+    runs = await setUpRuns(store, bus, { models: config.models, defaultModel: config.defaultModel, logger })
     app = await buildServer({
       store,
       bus,
       access,
+      runs,
       logger,
       bodyLimit: config.bodyLimit,
       rateLimit: config.rateLimit,
@@ -40,9 +45,11 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     })
     await app.listen({ port: config.port, host: config.host })
   } catch (error) {
+    await runs?.stop()
     await store.close()
     throw error
   }
+  const runManager = runs
   const address = app.server.address()
   const port = typeof address === 'object' && address ? address.port : config.port
   const host = config.host.includes(':') ? `[${config.host}]` : config.host
@@ -57,6 +64,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     url: `http://${host}:${port}`,
     close: () => {
       closing ??= (async () => {
+        await runManager.stop()
         await app.close()
         await store.close()
       })()

@@ -8,6 +8,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Ajv } from 'ajv'
 import addFormatsModule from 'ajv-formats'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
+import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
 import { handleError } from './error-handler.js'
@@ -15,6 +16,7 @@ import { registerMetrics } from './metrics.js'
 import { HttpProblem, problemBody } from './problem.js'
 import { registerAdminRoutes } from './routes/admin-routes.js'
 import { registerAuditRoutes } from './routes/audit-routes.js'
+import { registerRunRoutes } from './routes/run-routes.js'
 import { registerCommandRoutes } from './routes/command-routes.js'
 import { registerDecisionRoutes } from './routes/decision-routes.js'
 import { registerConversationRoutes } from './routes/conversation-routes.js'
@@ -28,6 +30,7 @@ export interface ServerOptions {
   store: Store
   bus: CommandBus
   access: ProjectAccess
+  runs: RunManager
   logger: FastifyBaseLogger
   /** Largest accepted request body, bytes. */
   bodyLimit: number
@@ -59,7 +62,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : textAjv).compile(schema))
 
   const shutdown = new AbortController()
-  const deps: ServerDeps = { store: options.store, bus: options.bus, access: options.access, fullModeTtlMs: options.fullModeTtlMs, shutdown: shutdown.signal }
+  const deps: ServerDeps = { store: options.store, bus: options.bus, access: options.access, runs: options.runs, fullModeTtlMs: options.fullModeTtlMs, shutdown: shutdown.signal }
   app.addHook('preClose', async () => shutdown.abort())
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
@@ -113,6 +116,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerCommandRoutes(api, deps)
       registerDecisionRoutes(api, deps)
       registerAuditRoutes(api, deps)
+      registerRunRoutes(api, deps)
     },
     { prefix: '/api' },
   )

@@ -31,6 +31,8 @@ export async function serveEventStream(
   context: StreamContext,
   scope: EventScope,
   filter?: (event: EventRecord) => boolean,
+  /** Ends the stream after the event for which this returns true (a run's terminal event). */
+  until?: (event: EventRecord) => boolean,
 ): Promise<void> {
   const sse = reply.sse
   const afterId = resumePoint(request)
@@ -40,7 +42,7 @@ export async function serveEventStream(
   sse.keepAlive()
   sse.onClose(() => finished.abort())
   reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
-  sse.sendHeaders(200)
+  sse.sendHeaders()
   try {
     for await (const event of streamEvents(context.store.db, context.store.feed, scope, {
       afterId,
@@ -49,6 +51,7 @@ export async function serveEventStream(
     })) {
       if (!sse.isConnected) break
       await sse.send({ id: String(event.id), event: event.type, data: event.data })
+      if (until?.(event)) break
     }
     if (context.shutdown.aborted && sse.isConnected) {
       await sse.send({ event: 'shutdown', data: { reason: 'server shutting down; reconnect with Last-Event-ID' } })

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
+import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 
 /** What routes need from the composition root. */
@@ -8,6 +9,7 @@ export interface ServerDeps {
   store: Store
   bus: CommandBus
   access: ProjectAccess
+  runs: RunManager
   /** How long a `full` permission mode lasts. */
   fullModeTtlMs: number
   /** Aborted at shutdown so long-lived streams end cleanly. */

@@ -167,6 +167,59 @@ export interface AuditLogTable {
   created_at: ColumnType<Date, Date | string, never>
 }
 
+export type RunStatus = 'queued' | 'running' | 'requires_action' | 'completed' | 'failed' | 'cancelled' | 'expired'
+export type RunPhase = 'thinking' | 'tool_called' | 'tool_running' | 'tool_done' | 'finalizing'
+export type ToolCallStatus = 'pending' | 'running' | 'awaiting_decision' | 'awaiting_output' | 'ok' | 'error' | 'rejected' | 'cancelled' | 'expired' | 'interrupted'
+
+export interface RunsTable {
+  id: string
+  conversation_id: string
+  project_id: string
+  owner_id: string
+  model: string
+  status: RunStatus
+  phase: RunPhase | null
+  iteration: Generated<number>
+  max_iterations: number
+  approval_policy: 'ask' | 'dontAsk'
+  client_tools: Json
+  required_action: NullableJson
+  error: NullableJson
+  usage: ColumnType<JsonValue, string | undefined, string>
+  cancel_reason: string | null
+  lease_owner: string | null
+  lease_expires_at: NullableTimestamp
+  created_at: CreatedAt
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+  started_at: NullableTimestamp
+  ended_at: NullableTimestamp
+}
+
+export interface RunToolCallsTable {
+  id: string
+  run_id: string
+  message_id: string
+  iteration: number
+  seq: number
+  provider_call_id: string
+  name: string
+  command_id: string | null
+  kind: 'command' | 'client' | 'unknown'
+  args: NullableJson
+  raw_args: string
+  risk: string | null
+  status: ToolCallStatus
+  output: NullableJson
+  model_output: string | null
+  model_truncated: Generated<boolean>
+  dispatch_id: string | null
+  decision_id: string | null
+  repeat_of: string | null
+  created_at: CreatedAt
+  started_at: NullableTimestamp
+  ended_at: NullableTimestamp
+}
+
 export interface Database {
   users: UsersTable
   api_tokens: ApiTokensTable
@@ -181,6 +234,8 @@ export interface Database {
   decisions: DecisionsTable
   allowances: AllowancesTable
   audit_log: AuditLogTable
+  runs: RunsTable
+  run_tool_calls: RunToolCallsTable
 }
 
 /** Anything queries can run on: the database or an open transaction. */

@@ -1,5 +1,6 @@
 import { pino } from 'pino'
-import { setUpCommandBus } from '../../src/app/index.js'
+import { setUpCommandBus, setUpRuns } from '../../src/app/index.js'
+import type { LanguageModel } from '../../src/llm/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
 
@@ -32,15 +33,17 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<ServerOptions> & { plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number } = {},
+  overrides: Partial<ServerOptions> & { plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[]; toolOutputLimit?: number } = {},
 ): Promise<TestServer> {
   const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
-  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, ...serverOverrides } = overrides
+  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, ...serverOverrides } = overrides
   const { bus, access } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec: { execBackend: 'direct', disableExecTools: false } })
+  const runs = await setUpRuns(store, bus, { models, logger, ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
   const app = await buildServer({
     store,
     bus,
     access,
+    runs,
     logger,
     bodyLimit: 64 * 1024,
     rateLimit: { max: 100_000, windowMs: 60_000 },
@@ -78,6 +81,9 @@ export async function startTestServer(
       if (/json/.test(response.headers.get('content-type') ?? '') && text) parsed = JSON.parse(text)
       return { status: response.status, headers: response.headers, body: parsed }
     },
-    close: () => app.close(),
+    close: async () => {
+      await runs.stop()
+      await app.close()
+    },
   }
 }

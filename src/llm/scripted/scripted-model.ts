@@ -35,10 +35,16 @@ export class ScriptedModel implements LanguageModel {
 
   constructor(options: ScriptedModelOptions) {
     this.id = options.id
-    this.#turns = options.turns
+    this.#turns = [...options.turns]
     this.supportsTools = options.supportsTools ?? true
     this.contextWindow = options.contextWindow ?? 128_000
     this.#whenExhausted = options.whenExhausted ?? 'say-done'
+  }
+
+  /** Replaces the script and starts again from its first turn (tests reuse one model). */
+  setTurns(turns: ScriptedTurn[]): void {
+    this.#turns.splice(0, this.#turns.length, ...turns)
+    this.#next = 0
   }
 
   async *stream(request: ModelRequest): AsyncGenerator<StreamPart> {

@@ -1,0 +1,29 @@
+import type { Logger } from 'pino'
+import { createPluginLogger, type CommandBus } from '../cmdbus/index.js'
+import { createModels, ModelRegistry, type LanguageModel, type ModelSettings, type ProviderFactory } from '../llm/index.js'
+import { RunManager } from '../runmgr/index.js'
+import type { Store } from '../store/index.js'
+
+/** Provider adapters by name; filled in as adapters land. */
+export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderFactory>> = {}
+
+/** The configured models (the scripted demo model when none) and the run manager over them. */
+export async function setUpRuns(
+  store: Store,
+  bus: CommandBus,
+  options: { models: ModelSettings[] | LanguageModel[]; defaultModel?: string; logger: Logger; cwd?: string; toolOutputLimit?: number; leaseMs?: number },
+): Promise<RunManager> {
+  const models = options.models.length > 0 && 'stream' in (options.models[0] as object)
+    ? (options.models as LanguageModel[])
+    : createModels(options.models as ModelSettings[], { cwd: options.cwd ?? process.cwd(), env: process.env, providers: providerFactories })
+  const runs = new RunManager({
+    store,
+    bus,
+    models: new ModelRegistry(models, options.defaultModel),
+    log: createPluginLogger(options.logger, 'runmgr'),
+    ...(options.toolOutputLimit !== undefined && { toolOutputLimit: options.toolOutputLimit }),
+    ...(options.leaseMs !== undefined && { leaseMs: options.leaseMs }),
+  })
+  await runs.start()
+  return runs
+}

@@ -1,0 +1,40 @@
+/**
+ * Collects streamed text and flushes it at most every `intervalMs`, so a fast model does not turn
+ * into one database write per token. `message.delta` stays incremental: each flush carries only the
+ * text since the previous one.
+ */
+export class DeltaCoalescer {
+  readonly #intervalMs: number
+  readonly #flush: (text: string) => Promise<void>
+  #pending = ''
+  #timer: NodeJS.Timeout | null = null
+  #chain: Promise<void> = Promise.resolve()
+
+  constructor(intervalMs: number, flush: (text: string) => Promise<void>) {
+    this.#intervalMs = intervalMs
+    this.#flush = flush
+  }
+
+  push(text: string): void {
+    this.#pending += text
+    this.#timer ??= setTimeout(() => {
+      this.#timer = null
+      this.#drain()
+    }, this.#intervalMs)
+  }
+
+  /** Flushes what is pending and waits for every flush to finish. */
+  async close(): Promise<void> {
+    if (this.#timer) clearTimeout(this.#timer)
+    this.#timer = null
+    this.#drain()
+    await this.#chain
+  }
+
+  #drain(): void {
+    const text = this.#pending
+    this.#pending = ''
+    if (!text) return
+    this.#chain = this.#chain.then(() => this.#flush(text)).catch(() => undefined)
+  }
+}

@@ -1,0 +1,61 @@
+import type { ModelMessage } from '../llm/index.js'
+import type { TranscriptMessage } from '../store/index.js'
+
+/** A tool result the model reads when a call has none recorded (it was cut off by a crash). */
+const missingResult = JSON.stringify({ error: { code: 'interrupted', message: 'no result was recorded for this call' } })
+
+/**
+ * Turns a stored transcript into model messages. Before every model call the history is checked
+ * and repaired: every assistant tool call is followed by exactly one result (a missing one gets an
+ * `interrupted` result), and results without a call are dropped, so no provider ever sees an
+ * unanswered tool call.
+ */
+export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessage[] {
+  const results = new Map<string, string>()
+  for (const message of transcript) if (message.role === 'tool' && message.toolCallId) results.set(message.toolCallId, message.content ?? '')
+  const out: ModelMessage[] = []
+  for (const message of transcript) {
+    if (message.role === 'user') out.push({ role: 'user', content: message.content ?? '' })
+    else if (message.role === 'system') out.push({ role: 'system', content: message.content ?? '' })
+    else if (message.role === 'assistant') {
+      if (message.status === 'streaming') continue
+      const calls = message.toolCalls ?? []
+      if (calls.length === 0) {
+        if (message.content) out.push({ role: 'assistant', content: message.content })
+        continue
+      }
+      out.push({
+        role: 'assistant',
+        content: message.content ? message.content : null,
+        toolCalls: calls.map((call) => ({ id: call.providerCallId, name: call.name, arguments: call.arguments })),
+      })
+      for (const call of calls) out.push({ role: 'tool', toolCallId: call.providerCallId, content: results.get(call.callId) ?? missingResult })
+    }
+    // Tool messages are placed right after their call above; stray ones are dropped.
+  }
+  return out
+}
+
+/** Rough token estimate (4 characters a token), enough to keep requests inside the window. */
+export function estimateTokens(messages: ModelMessage[]): number {
+  return Math.ceil(JSON.stringify(messages).length / 4)
+}
+
+/**
+ * Trims history to `budget` tokens: drops the oldest whole blocks, never separating an assistant
+ * tool-call message from its results, always keeping the latest `keepLatest` messages.
+ */
+export function trimToBudget(messages: ModelMessage[], budget: number, keepLatest = 6): ModelMessage[] {
+  if (estimateTokens(messages) <= budget) return messages
+  const blocks: ModelMessage[][] = []
+  for (const message of messages) {
+    const last = blocks.at(-1)
+    if (message.role === 'tool' && last) last.push(message)
+    else blocks.push([message])
+  }
+  const count = (list: ModelMessage[][]): number => list.reduce((sum, block) => sum + block.length, 0)
+  while (blocks.length > 1 && estimateTokens(blocks.flat()) > budget && count(blocks.slice(1)) >= keepLatest) blocks.shift()
+  // A history must not start with tool results or an assistant turn whose user message was dropped.
+  while (blocks.length > 1 && blocks[0]?.[0]?.role !== 'user' && count(blocks.slice(1)) >= keepLatest) blocks.shift()
+  return blocks.flat()
+}

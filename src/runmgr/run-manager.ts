@@ -1,0 +1,724 @@
+import { randomUUID } from 'node:crypto'
+import { classifyCommandLine, hashParams, type CommandBus, type DecisionView, type DispatchOutcome, type RegisteredCommand } from '../cmdbus/index.js'
+import type { JsonValue, PluginLogger } from '../extension/index.js'
+import { ModelError, type LanguageModel, type ModelMessage, type ModelRegistry, type ModelTool, type ModelToolCall } from '../llm/index.js'
+import {
+  appendEvents,
+  completeAssistantMessage,
+  createRun,
+  findRunsWithExpiredLease,
+  getRun,
+  insertAssistantMessage,
+  insertToolCall,
+  insertToolMessage,
+  listToolCalls,
+  lockRun,
+  newId,
+  nextQueuedRun,
+  readTranscript,
+  runEvent,
+  terminalRunStatuses,
+  updateRun,
+  updateToolCall,
+  type Conversation,
+  type Executor,
+  type Run,
+  type RunPatch,
+  type Store,
+  type StoredToolCall,
+  type ToolCallRecord,
+  type ToolCallStatus,
+} from '../store/index.js'
+import { proposeCommandTool, resolveClientTools } from './client-tools.js'
+import { DeltaCoalescer } from './delta-coalescer.js'
+import { buildModelMessages, trimToBudget } from './history.js'
+import { RunRequestError } from './run-errors.js'
+import { capForModel } from './tool-output.js'
+
+export interface RunManagerOptions {
+  store: Store
+  bus: CommandBus
+  models: ModelRegistry
+  log: PluginLogger
+  /** Bytes of a tool result the model reads (PLINTH_TOOL_OUTPUT_LIMIT). */
+  toolOutputLimit?: number
+  /** A running run's lease; a run whose lease ran out is swept (its process died). */
+  leaseMs?: number
+  /** Extra system-prompt text (plugin notes are added automatically). */
+  systemPrompt?: string
+  /** Model calls in flight across all runs. */
+  maxConcurrentModelCalls?: number
+}
+
+export interface CreateRunInput {
+  input: string
+  model?: string
+  clientTools?: unknown
+  maxIterations?: number
+  ifActive?: 'interrupt' | 'enqueue'
+  approvalPolicy?: 'ask' | 'dontAsk'
+}
+
+type ToolEntry = { kind: 'command'; command: RegisteredCommand; tool: ModelTool } | { kind: 'client'; tool: ModelTool }
+
+const baseSystemPrompt =
+  'You are an agent working inside Plinth. Use the tools offered when they help; a person may have to approve some calls. Answer concisely.'
+const noToolsPrompt =
+  'You cannot use tools or look anything up in this conversation. When a question needs data you do not have, say so plainly instead of inventing it.'
+const capPrompt = 'The maximum number of tool rounds for this run has been reached. Answer now with what you have, without calling tools, and say that the limit was reached.'
+
+/**
+ * Runs the agent's ReAct loop (SPEC §6): stream the model, dispatch its tool calls through the
+ * command bus, pause for humans, continue, finish. Every state change is written (with its event)
+ * before it is announced; every tool call ends with exactly one terminal result.
+ */
+export class RunManager {
+  readonly #options: RunManagerOptions
+  readonly #instanceId = randomUUID()
+  readonly #controllers = new Map<string, AbortController>()
+  readonly #loops = new Map<string, Promise<void>>()
+  #sweeper: NodeJS.Timeout | null = null
+  #unsubscribe: (() => void) | null = null
+  #modelSlots: number
+  readonly #slotWaiters: Array<() => void> = []
+
+  constructor(options: RunManagerOptions) {
+    this.#options = options
+    this.#modelSlots = options.maxConcurrentModelCalls ?? 16
+  }
+
+  /** Subscribes to decisions and starts the sweeper (which also recovers runs a crash left behind). */
+  async start(): Promise<void> {
+    this.#unsubscribe = this.#options.bus.onDecisionResolved((decision, outcome) => {
+      if (!decision.runId) return
+      this.#onDecision(decision, outcome).catch((error: unknown) => this.#options.log.error('could not apply a decision to its run', { runId: decision.runId, error: String(error) }))
+    })
+    await this.sweep()
+    this.#sweeper = setInterval(() => void this.sweep().catch(() => undefined), Math.max(1000, (this.#options.leaseMs ?? 30_000) / 2))
+    this.#sweeper.unref()
+  }
+
+  /** Ends in-flight runs as interrupted (answering their open calls) and stops. */
+  async stop(): Promise<void> {
+    if (this.#sweeper) clearInterval(this.#sweeper)
+    this.#unsubscribe?.()
+    for (const controller of this.#controllers.values()) controller.abort('shutdown')
+    await Promise.allSettled([...this.#loops.values()])
+  }
+
+  get models(): ModelRegistry {
+    return this.#options.models
+  }
+
+  /** Creates a run for a user message; `{active}` when another run is active and `ifActive` is unset. */
+  async createRun(conversation: Conversation, userId: string, input: CreateRunInput): Promise<{ run: Run } | { active: Run }> {
+    const model = input.model ?? this.#options.models.defaultId
+    if (!this.#options.models.get(model)) throw new RunRequestError('unknown_model', `no model ${JSON.stringify(model)}; GET /api/models lists them`)
+    const clientTools = resolveClientTools(input.clientTools)
+    const maxIterations = input.maxIterations ?? 10
+    const create = (allowQueue: boolean) =>
+      this.#options.store.transaction((tx) =>
+        createRun(
+          tx,
+          {
+            conversationId: conversation.id,
+            projectId: conversation.projectId,
+            ownerId: userId,
+            model,
+            maxIterations,
+            approvalPolicy: input.approvalPolicy ?? 'ask',
+            clientTools: clientTools as unknown as JsonValue,
+            input: input.input,
+          },
+          { allowQueue },
+        ),
+      )
+    let created = await create(input.ifActive === 'enqueue')
+    if ('active' in created && input.ifActive === 'interrupt') {
+      await this.cancel(created.active.id, 'superseded')
+      created = await create(false)
+    }
+    if ('run' in created) await this.#startNext(conversation.id)
+    if ('run' in created) return { run: (await getRun(this.#options.store.db, created.run.id)) ?? created.run }
+    return created
+  }
+
+  /** Cancels a run (idempotent for finished runs). Resolves with the run as it ends. */
+  async cancel(runId: string, reason = 'cancelled'): Promise<Run | undefined> {
+    const { store } = this.#options
+    const run = await getRun(store.db, runId)
+    if (!run || terminalRunStatuses.includes(run.status)) return run
+    const controller = this.#controllers.get(runId)
+    if (controller) {
+      controller.abort(reason)
+      await this.#loops.get(runId)
+      return getRun(store.db, runId)
+    }
+    await this.#end(runId, { status: 'cancelled', reason, openCalls: 'cancelled' })
+    return getRun(store.db, runId)
+  }
+
+  /** Client-tool results (SPEC §8.4). Returns an error text for calls that are not awaited. */
+  async submitToolOutputs(runId: string, outputs: Array<{ callId: string; output: unknown }>): Promise<{ error?: string; run?: Run }> {
+    const { store } = this.#options
+    const run = await getRun(store.db, runId)
+    if (!run) return { error: 'run not found' }
+    if (run.status !== 'requires_action') return { error: `the run is ${run.status}, not waiting for tool outputs` }
+    const calls = await listToolCalls(store.db, runId)
+    for (const output of outputs) {
+      const call = calls.find((candidate) => candidate.id === output.callId)
+      if (!call || call.status !== 'awaiting_output') return { error: `call ${output.callId} is not waiting for an output` }
+    }
+    await store.transaction(async (tx) => {
+      const locked = await lockRun(tx, runId)
+      if (!locked || locked.status !== 'requires_action') return
+      for (const output of outputs) {
+        const call = calls.find((candidate) => candidate.id === output.callId)!
+        const value = (output.output ?? null) as JsonValue
+        const accepted = typeof value === 'object' && value !== null && !Array.isArray(value) ? value.accepted : undefined
+        const status: ToolCallStatus = accepted === false ? ((value as { rejected?: unknown }).rejected ? 'rejected' : 'error') : 'ok'
+        await this.#finishCall(tx, locked, call, status, value)
+      }
+    })
+    await this.#resumeIfAnswered(runId)
+    return { run: await getRun(store.db, runId) }
+  }
+
+  /**
+   * Ends runs whose lease ran out (their process died) as failed `interrupted`, answering their open
+   * calls, and expires runs left waiting past their deadline. A completed tool call is never run again.
+   */
+  async sweep(): Promise<void> {
+    const { store } = this.#options
+    for (const run of await findRunsWithExpiredLease(store.db, new Date())) {
+      if (this.#controllers.has(run.id)) continue
+      await this.#end(run.id, { status: 'failed', error: { code: 'interrupted', message: 'the server stopped while the run was in progress' }, openCalls: 'interrupted' })
+    }
+    await this.#options.bus.expireOverdue()
+  }
+
+  // --- the loop ------------------------------------------------------------------------------
+
+  /** Starts the conversation's oldest queued run when nothing else there is active. */
+  async #startNext(conversationId: string): Promise<void> {
+    const { store } = this.#options
+    const queued = await nextQueuedRun(store.db, conversationId)
+    if (!queued) return
+    const started = await store
+      .transaction(async (tx) => {
+        const locked = await lockRun(tx, queued.id)
+        if (!locked || locked.status !== 'queued') return undefined
+        const run = await updateRun(tx, queued.id, { status: 'running', phase: 'thinking', started: true, lease: this.#lease() })
+        await appendEvents(tx, [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })])
+        return run
+      })
+      .catch(() => undefined) // the unique index refused: another run became active first
+    if (started) this.#spawn(started.id)
+  }
+
+  #spawn(runId: string): void {
+    const controller = new AbortController()
+    this.#controllers.set(runId, controller)
+    const loop = this.#loop(runId, controller.signal)
+      .catch(async (error: unknown) => {
+        this.#options.log.error('run loop failed', { runId, error: error instanceof Error ? error.message : String(error) })
+        await this.#end(runId, { status: 'failed', error: { code: 'internal', message: 'an internal error ended the run' }, openCalls: 'interrupted' }).catch(() => undefined)
+      })
+      .finally(async () => {
+        this.#controllers.delete(runId)
+        this.#loops.delete(runId)
+        const run = await getRun(this.#options.store.db, runId).catch(() => undefined)
+        if (run && terminalRunStatuses.includes(run.status)) await this.#startNext(run.conversationId).catch(() => undefined)
+      })
+    this.#loops.set(runId, loop)
+  }
+
+  async #loop(runId: string, signal: AbortSignal): Promise<void> {
+    const { store } = this.#options
+    const heartbeat = setInterval(() => {
+      void store.transaction((tx) => updateRun(tx, runId, { lease: this.#lease() })).catch(() => undefined)
+    }, Math.max(500, (this.#options.leaseMs ?? 30_000) / 3))
+    try {
+      for (;;) {
+        let run = (await getRun(store.db, runId))!
+        if (run.status !== 'running') return
+        if (signal.aborted) return await this.#endAborted(run, signal, null, '')
+        const model = this.#options.models.get(run.model)
+        if (!model) return await this.#end(runId, { status: 'failed', error: { code: 'internal', message: `model ${run.model} is no longer configured` }, openCalls: 'interrupted' })
+        const atCap = run.iteration >= run.maxIterations
+        const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : this.#toolTable(run)
+        const iteration = run.iteration + 1
+        run = await store.transaction(async (tx) => {
+          const updated = await updateRun(tx, runId, { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing' })
+          await appendEvents(tx, [
+            runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
+            runEvent(updated, 'round.started', { runId, iteration }),
+          ])
+          return updated
+        })
+        const turn = await this.#modelTurn(run, model, tools, atCap, signal)
+        if (turn.kind === 'ended') return
+        if (turn.calls.length === 0) {
+          await this.#end(runId, { status: 'completed' })
+          return
+        }
+        const waiting = await this.#runCalls(run, turn.calls, tools, signal)
+        if (signal.aborted) return await this.#endAborted((await getRun(store.db, runId))!, signal, null, '')
+        if (waiting) {
+          await this.#requireAction(runId)
+          return
+        }
+        await store.transaction(async (tx) => {
+          const updated = await updateRun(tx, runId, { phase: 'tool_done' })
+          await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
+        })
+      }
+    } finally {
+      clearInterval(heartbeat)
+    }
+  }
+
+  /** Streams one model turn into an assistant message. */
+  async #modelTurn(
+    run: Run,
+    model: LanguageModel,
+    tools: Map<string, ToolEntry>,
+    atCap: boolean,
+    signal: AbortSignal,
+  ): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[] }> {
+    const { store } = this.#options
+    const messages = await this.#history(run, model, atCap)
+    const messageId = await store.transaction(async (tx) => {
+      const id = await insertAssistantMessage(tx, run)
+      await appendEvents(tx, [runEvent(run, 'message.created', { messageId: id, role: 'assistant' })])
+      return id
+    })
+    let text = ''
+    const coalescer = new DeltaCoalescer(50, (delta) =>
+      store.transaction((tx) => appendEvents(tx, [runEvent(run, 'message.delta', { messageId, text: delta })])).then(() => undefined),
+    )
+    const calls: ModelToolCall[] = []
+    let usage = { ...run.usage }
+    await this.#acquireModelSlot(signal)
+    try {
+      for await (const part of streamWithRetries(model, { messages, tools: [...tools.values()].map((entry) => entry.tool), signal })) {
+        if (part.type === 'text-delta') {
+          text += part.text
+          coalescer.push(part.text)
+        } else if (part.type === 'tool-call') calls.push(part.call)
+        else if (part.type === 'usage') usage = { inputTokens: usage.inputTokens + part.usage.inputTokens, outputTokens: usage.outputTokens + part.usage.outputTokens }
+      }
+    } catch (error) {
+      await coalescer.close()
+      if (signal.aborted || (error instanceof ModelError && error.code === 'cancelled')) {
+        await this.#endAborted(run, signal, messageId, text)
+        return { kind: 'ended' }
+      }
+      const failure =
+        error instanceof ModelError
+          ? { code: error.code === 'cancelled' ? 'upstream_error' : error.code, message: error.message, ...(error.upstreamStatus !== undefined && { upstreamStatus: error.upstreamStatus }) }
+          : { code: 'internal', message: 'the model call failed' }
+      await store.transaction(async (tx) => {
+        await completeAssistantMessage(tx, messageId, text, null, 'failed')
+        await appendEvents(tx, [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'failed' })])
+      })
+      await this.#end(run.id, { status: 'failed', error: failure, openCalls: 'interrupted', usage })
+      return { kind: 'ended' }
+    } finally {
+      this.#releaseModelSlot()
+    }
+    await coalescer.close()
+    if (signal.aborted) {
+      await this.#endAborted(run, signal, messageId, text)
+      return { kind: 'ended' }
+    }
+    // The turn and its calls are one checkpoint: message, ledger rows and events in one transaction.
+    const ledger: ToolCallRecord[] = calls.map((call, seq) => {
+      const entry = tools.get(call.name)
+      return {
+        id: newId(),
+        runId: run.id,
+        messageId,
+        iteration: run.iteration,
+        seq,
+        providerCallId: call.id || `call_${seq}`,
+        name: call.name,
+        commandId: entry?.kind === 'command' ? entry.command.spec.id : null,
+        kind: entry ? entry.kind : 'unknown',
+        args: parseArguments(call.arguments).value,
+        rawArgs: call.arguments,
+        risk: null,
+        status: 'pending',
+        output: null,
+        modelOutput: null,
+        modelTruncated: false,
+        dispatchId: null,
+        decisionId: null,
+        repeatOf: null,
+      }
+    })
+    await store.transaction(async (tx) => {
+      const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
+      await completeAssistantMessage(tx, messageId, text, stored, 'completed')
+      const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
+      for (const call of ledger) {
+        const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
+        call.risk = risk?.risk ?? (call.kind === 'command' ? commandRisk(tools.get(call.name)) : null)
+        await insertToolCall(tx, call)
+        events.push(
+          runEvent(run, 'tool_call.created', {
+            runId: run.id,
+            callId: call.id,
+            providerCallId: call.providerCallId,
+            name: call.name,
+            commandId: call.commandId,
+            kind: call.kind === 'unknown' ? 'command' : call.kind,
+            args: call.args,
+            risk: call.risk,
+            ...(risk && { matchedRules: risk.matchedRules }),
+          }),
+        )
+      }
+      const patch: RunPatch = { usage, ...(ledger.length > 0 && { phase: 'tool_called' as const }) }
+      const updated = await updateRun(tx, run.id, patch)
+      if (ledger.length > 0) events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: updated.phase }))
+      await appendEvents(tx, events)
+    })
+    return { kind: 'turn', calls: ledger }
+  }
+
+  /** Dispatches a round's calls in order. Returns true when any waits for a human or the client. */
+  async #runCalls(run: Run, calls: ToolCallRecord[], tools: Map<string, ToolEntry>, signal: AbortSignal): Promise<boolean> {
+    const { store, bus } = this.#options
+    await store.transaction(async (tx) => {
+      const updated = await updateRun(tx, run.id, { phase: 'tool_running' })
+      await appendEvents(tx, [runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: updated.phase })])
+    })
+    let waiting = false
+    const earlier = await listToolCalls(store.db, run.id)
+    for (const call of calls) {
+      if (signal.aborted) return waiting
+      const entry = tools.get(call.name)
+      const parsed = parseArguments(call.rawArgs)
+      const fail = (output: JsonValue) => store.transaction((tx) => this.#finishCall(tx, run, call, 'error', output))
+      if (!entry) {
+        await fail({ error: { code: 'unknown_tool', message: `there is no tool named ${call.name}; use one of the offered tools` } })
+        continue
+      }
+      if (parsed.error || parsed.value === null || typeof parsed.value !== 'object' || Array.isArray(parsed.value)) {
+        await fail({ error: { code: 'invalid_arguments', message: `the arguments are not a JSON object: ${parsed.error ?? 'wrong type'}` } })
+        continue
+      }
+      if (entry.kind === 'client') {
+        await store.transaction(async (tx) => {
+          await updateToolCall(tx, call.id, { status: 'awaiting_output', started: true })
+          await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
+        })
+        waiting = true
+        continue
+      }
+      const params = parsed.value as { [key: string]: JsonValue }
+      // An identical read-only call in this run returns the earlier ok result again.
+      if (entry.command.spec.idempotent) {
+        const hash = hashParams(params)
+        const previous = earlier.find((candidate) => candidate.status === 'ok' && candidate.name === call.name && candidate.args !== null && hashParams(candidate.args as { [key: string]: JsonValue }) === hash)
+        if (previous) {
+          await store.transaction((tx) => this.#finishCall(tx, run, call, 'ok', previous.output, { repeatOf: previous.id }))
+          continue
+        }
+      }
+      await store.transaction(async (tx) => {
+        await updateToolCall(tx, call.id, { status: 'running', started: true })
+        await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
+      })
+      const outcome = await bus.dispatch({
+        commandId: entry.command.spec.id,
+        params,
+        entrance: 'agent',
+        actor: { type: 'agent', id: run.id, onBehalfOf: run.ownerId },
+        conversationId: run.conversationId,
+        projectId: run.projectId,
+        runId: run.id,
+        callId: call.id,
+        idempotencyKey: `${run.id}:${call.id}`,
+        approvalPolicy: run.approvalPolicy,
+        signal,
+      })
+      if (outcome.status === 'awaiting_decision') {
+        await store.transaction((tx) => updateToolCall(tx, call.id, { status: 'awaiting_decision', dispatchId: outcome.dispatchId, decisionId: outcome.decision.id }))
+        waiting = true
+        continue
+      }
+      await store.transaction((tx) => this.#applyOutcome(tx, run, call, outcome))
+      const finished = (await listToolCalls(store.db, run.id)).find((candidate) => candidate.id === call.id)
+      if (finished) earlier.push(finished)
+    }
+    return waiting
+  }
+
+  async #applyOutcome(tx: Executor, run: Run, call: ToolCallRecord, outcome: DispatchOutcome): Promise<void> {
+    if (outcome.status === 'succeeded') return this.#finishCall(tx, run, call, 'ok', outcome.result, { dispatchId: outcome.dispatchId })
+    if (outcome.status === 'awaiting_decision') return
+    const error = outcome.error
+    if (outcome.status === 'rejected' || error.code === 'rejected' || error.code === 'denied') {
+      return this.#finishCall(tx, run, call, 'rejected', { accepted: false, rejected: true, ...(error.code === 'denied' && { reason: error.message }) }, { dispatchId: outcome.dispatchId })
+    }
+    if (outcome.status === 'expired') return this.#finishCall(tx, run, call, 'expired', { accepted: false, expired: true }, { dispatchId: outcome.dispatchId })
+    if (outcome.status === 'cancelled') return this.#finishCall(tx, run, call, 'cancelled', { accepted: false, cancelled: true }, { dispatchId: outcome.dispatchId })
+    return this.#finishCall(tx, run, call, 'error', { error: JSON.parse(JSON.stringify(error)) as JsonValue }, { dispatchId: outcome.dispatchId })
+  }
+
+  /** Writes a call's one terminal result: ledger row, tool message and event, in the caller's transaction. */
+  async #finishCall(
+    tx: Executor,
+    run: Run,
+    call: ToolCallRecord,
+    status: ToolCallStatus,
+    output: JsonValue,
+    extra: { dispatchId?: string | null; repeatOf?: string } = {},
+  ): Promise<void> {
+    const text = typeof output === 'string' ? output : JSON.stringify(output)
+    const capped = capForModel(text, this.#options.toolOutputLimit ?? 4096)
+    await updateToolCall(tx, call.id, {
+      status,
+      output,
+      modelOutput: capped.text,
+      modelTruncated: capped.truncated,
+      ...(extra.dispatchId !== undefined && { dispatchId: extra.dispatchId }),
+      ...(extra.repeatOf !== undefined && { repeatOf: extra.repeatOf }),
+    })
+    await insertToolMessage(tx, run, call.id, capped.text)
+    await appendEvents(tx, [
+      runEvent(run, 'tool_call.completed', {
+        callId: call.id,
+        status,
+        output,
+        modelTruncated: capped.truncated,
+        durationMs: null,
+        ...(extra.repeatOf && { repeatOf: extra.repeatOf }),
+      }),
+    ])
+  }
+
+  async #requireAction(runId: string): Promise<void> {
+    const { store } = this.#options
+    await store.transaction(async (tx) => {
+      const run = await lockRun(tx, runId)
+      if (!run || run.status !== 'running') return
+      const requiredAction = await this.#requiredAction(tx, runId)
+      const updated = await updateRun(tx, runId, { status: 'requires_action', phase: null, requiredAction, lease: null })
+      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction })])
+    })
+  }
+
+  async #requiredAction(db: Executor, runId: string): Promise<JsonValue> {
+    const calls = await listToolCalls(db, runId)
+    return {
+      decisions: calls
+        .filter((call) => call.status === 'awaiting_decision')
+        .map((call) => ({ decisionId: call.decisionId, callId: call.id, commandId: call.commandId, name: call.name, args: call.args, risk: call.risk })),
+      toolOutputs: calls.filter((call) => call.status === 'awaiting_output').map((call) => ({ callId: call.id, name: call.name, args: call.args })),
+    }
+  }
+
+  /** A decision about one of a run's calls: record its result, and continue once nothing is awaited. */
+  async #onDecision(decision: DecisionView, outcome: DispatchOutcome | null): Promise<void> {
+    const { store } = this.#options
+    const runId = decision.runId!
+    await store.transaction(async (tx) => {
+      const run = await lockRun(tx, runId)
+      if (!run) return
+      const call = (await listToolCalls(tx, runId)).find((candidate) => candidate.decisionId === decision.id)
+      if (!call || call.status !== 'awaiting_decision') return
+      if (decision.status === 'expired' || !outcome) {
+        await this.#finishCall(tx, run, call, 'expired', { accepted: false, expired: true })
+      } else if (decision.status === 'rejected') {
+        await this.#finishCall(tx, run, call, 'rejected', { accepted: false, rejected: true })
+      } else {
+        await this.#applyOutcome(tx, run, call, outcome)
+      }
+      if (run.status === 'requires_action') {
+        const requiredAction = await this.#requiredAction(tx, runId)
+        const updated = await updateRun(tx, runId, { requiredAction })
+        await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction })])
+      }
+    })
+    await this.#resumeIfAnswered(runId)
+  }
+
+  async #resumeIfAnswered(runId: string): Promise<void> {
+    const { store } = this.#options
+    const resumed = await store.transaction(async (tx) => {
+      const run = await lockRun(tx, runId)
+      if (!run || run.status !== 'requires_action') return undefined
+      const open = (await listToolCalls(tx, runId)).filter((call) => call.status === 'awaiting_decision' || call.status === 'awaiting_output' || call.status === 'pending')
+      if (open.length > 0) return undefined
+      const updated = await updateRun(tx, runId, { status: 'running', phase: 'tool_done', requiredAction: null, lease: this.#lease() })
+      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
+      return updated
+    })
+    if (resumed && !this.#controllers.has(runId)) this.#spawn(runId)
+  }
+
+  async #endAborted(run: Run, signal: AbortSignal, messageId: string | null, text: string): Promise<void> {
+    const reason = String(signal.reason ?? 'cancelled')
+    if (messageId) {
+      await this.#options.store.transaction(async (tx) => {
+        await completeAssistantMessage(tx, messageId, text, null, 'cancelled')
+        await appendEvents(tx, [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'cancelled' })])
+      })
+    }
+    if (reason === 'shutdown') {
+      await this.#end(run.id, { status: 'failed', error: { code: 'interrupted', message: 'the server shut down during the run' }, openCalls: 'interrupted' })
+    } else {
+      await this.#end(run.id, { status: 'cancelled', reason, openCalls: 'cancelled' })
+    }
+  }
+
+  /**
+   * Ends a run: every open call gets its terminal result, pending decisions expire, the run's
+   * terminal state and event are written — all before anything else happens in the conversation.
+   */
+  async #end(
+    runId: string,
+    end: { status: 'completed' | 'failed' | 'cancelled' | 'expired'; reason?: string; error?: { [key: string]: JsonValue }; openCalls?: 'cancelled' | 'interrupted' | 'expired'; usage?: Run['usage'] },
+  ): Promise<void> {
+    const { store, bus } = this.#options
+    const decisions: string[] = []
+    await store.transaction(async (tx) => {
+      const run = await lockRun(tx, runId)
+      if (!run || terminalRunStatuses.includes(run.status)) return
+      for (const call of await listToolCalls(tx, runId)) {
+        if (!['pending', 'running', 'awaiting_decision', 'awaiting_output'].includes(call.status)) continue
+        if (call.decisionId) decisions.push(call.decisionId)
+        const status = end.openCalls ?? 'cancelled'
+        const output: JsonValue =
+          call.kind === 'client' ? { accepted: false, [status]: true } : { error: { code: status, message: `the run ended (${end.reason ?? end.status}) before this call finished` } }
+        await this.#finishCall(tx, run, call, status, output)
+      }
+      const updated = await updateRun(tx, runId, {
+        status: end.status,
+        phase: null,
+        requiredAction: null,
+        ended: true,
+        lease: null,
+        ...(end.error && { error: end.error }),
+        ...(end.reason && { cancelReason: end.reason }),
+        ...(end.usage && { usage: end.usage }),
+      })
+      const terminal =
+        end.status === 'completed'
+          ? runEvent(updated, 'run.completed', { runId, usage: updated.usage })
+          : end.status === 'failed'
+            ? runEvent(updated, 'run.failed', { runId, error: updated.error })
+            : end.status === 'cancelled'
+              ? runEvent(updated, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
+              : runEvent(updated, 'run.expired', { runId })
+      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null }), terminal])
+    })
+    // Decisions of the ended run can no longer be answered.
+    for (const decisionId of decisions) await bus.expireDecision(decisionId).catch(() => undefined)
+  }
+
+  /** The model's tools: exposed commands plus the run's client tools. */
+  #toolTable(run: Run): Map<string, ToolEntry> {
+    const table = new Map<string, ToolEntry>()
+    for (const command of this.#options.bus.catalog.list()) {
+      if (!command.toolName) continue
+      if (command.spec.entrances && !command.spec.entrances.includes('agent')) continue
+      table.set(command.toolName, {
+        kind: 'command',
+        command,
+        tool: { name: command.toolName, description: command.spec.description, parameters: command.spec.paramsSchema },
+      })
+    }
+    for (const tool of (run.clientTools as unknown as ModelTool[]) ?? []) table.set(tool.name, { kind: 'client', tool })
+    return table
+  }
+
+  async #history(run: Run, model: LanguageModel, atCap: boolean): Promise<ModelMessage[]> {
+    const notes = this.#options.bus.catalog.notes
+    const skills = this.#options.bus.catalog.skills
+    const system = [
+      baseSystemPrompt,
+      this.#options.systemPrompt,
+      ...notes,
+      skills.length > 0 ? `Skills you can follow:\n${skills.map((skill) => `- ${skill.name}: ${skill.description}`).join('\n')}` : undefined,
+      model.supportsTools ? undefined : noToolsPrompt,
+    ]
+      .filter(Boolean)
+      .join('\n\n')
+    const transcript = await readTranscript(this.#options.store.db, run.conversationId)
+    const history = trimToBudget(buildModelMessages(transcript), Math.floor(model.contextWindow * 0.7) - Math.ceil(system.length / 4))
+    return [{ role: 'system', content: system }, ...history, ...(atCap ? [{ role: 'system' as const, content: capPrompt }] : [])]
+  }
+
+  #lease(): { owner: string; expiresAt: Date } {
+    return { owner: this.#instanceId, expiresAt: new Date(Date.now() + (this.#options.leaseMs ?? 30_000)) }
+  }
+
+  async #acquireModelSlot(signal: AbortSignal): Promise<void> {
+    if (this.#modelSlots > 0) {
+      this.#modelSlots--
+      return
+    }
+    await new Promise<void>((resolve) => {
+      const onAbort = (): void => resolve()
+      signal.addEventListener('abort', onAbort, { once: true })
+      this.#slotWaiters.push(() => {
+        signal.removeEventListener('abort', onAbort)
+        resolve()
+      })
+    })
+    if (signal.aborted) this.#modelSlots--
+  }
+
+  #releaseModelSlot(): void {
+    const next = this.#slotWaiters.shift()
+    if (next) next()
+    else this.#modelSlots++
+  }
+}
+
+/** Arguments are JSON text; a JSON string holding JSON (double encoding) is unwrapped once. */
+function parseArguments(raw: string): { value: JsonValue | null; error?: string } {
+  if (raw.trim() === '') return { value: {} }
+  try {
+    let value = JSON.parse(raw) as JsonValue
+    if (typeof value === 'string') {
+      try {
+        value = JSON.parse(value) as JsonValue
+      } catch {
+        return { value: null, error: 'a JSON string that does not hold a JSON object' }
+      }
+    }
+    return { value }
+  } catch (error) {
+    return { value: null, error: (error as Error).message }
+  }
+}
+
+function commandRisk(entry: ToolEntry | undefined): string | null {
+  if (entry?.kind !== 'command') return null
+  const spec = entry.command.spec
+  if (spec.exposeAsTool?.risk) return spec.exposeAsTool.risk
+  return typeof spec.risk === 'string' ? spec.risk : 'dynamic'
+}
+
+/** Retries a model call on a retryable error while nothing was streamed (SPEC §6.2). */
+async function* streamWithRetries(model: LanguageModel, request: Parameters<LanguageModel['stream']>[0]) {
+  for (let attempt = 0; ; attempt++) {
+    let yielded = false
+    try {
+      for await (const part of model.stream(request)) {
+        yielded = true
+        yield part
+      }
+      return
+    } catch (error) {
+      if (!(error instanceof ModelError) || !error.isRetryable || yielded || attempt >= 3 || request.signal?.aborted) throw error
+      const delay = error.retryAfterMs ?? Math.min(8000, 250 * 2 ** attempt) * Math.random()
+      await new Promise((resolve) => setTimeout(resolve, delay))
+    }
+  }
+}

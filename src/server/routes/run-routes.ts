@@ -1,0 +1,166 @@
+import { Type } from 'typebox'
+import { RunRequestError } from '../../runmgr/index.js'
+import { getRun, readEvents, runJson, terminalRunStatuses, type EventRecord, type Run, type User } from '../../store/index.js'
+import { conversationForCaller } from '../access.js'
+import { caller } from '../auth.js'
+import { serveEventStream } from '../event-stream-route.js'
+import { HttpProblem, notFound } from '../problem.js'
+import { EventsQuery, IdParams, problemResponses } from '../schemas.js'
+import type { App, ServerDeps } from '../server-deps.js'
+
+const tags = ['runs']
+const problem = Type.Ref('Problem')
+const RunView = Type.Record(Type.String(), Type.Unknown())
+const terminalEvents = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.expired'])
+
+const RunCreate = Type.Object(
+  {
+    input: Type.String({ minLength: 1, maxLength: 200_000 }),
+    model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    clientTools: Type.Optional(Type.Array(Type.Unknown(), { maxItems: 64 })),
+    maxIterations: Type.Optional(Type.Integer({ minimum: 1, maximum: 100 })),
+    ifActive: Type.Optional(Type.Union([Type.Literal('interrupt'), Type.Literal('enqueue')])),
+    approvalPolicy: Type.Optional(Type.Union([Type.Literal('ask'), Type.Literal('dontAsk')])),
+  },
+  { additionalProperties: false },
+)
+
+export function registerRunRoutes(app: App, deps: ServerDeps): void {
+  const { runs, store } = deps
+
+  app.get(
+    '/models',
+    {
+      schema: {
+        tags: ['models'],
+        summary: 'Configured models (never keys)',
+        response: {
+          200: Type.Object({
+            items: Type.Array(Type.Object({ id: Type.String(), provider: Type.String(), supportsTools: Type.Boolean(), contextWindow: Type.Integer(), default: Type.Boolean() })),
+            nextCursor: Type.Null(),
+          }),
+          ...problemResponses,
+        },
+      },
+    },
+    async () => ({
+      items: runs.models.list().map((model) => ({
+        id: model.id,
+        provider: model.provider,
+        supportsTools: model.supportsTools,
+        contextWindow: model.contextWindow,
+        default: model.id === runs.models.defaultId,
+      })),
+      nextCursor: null,
+    }),
+  )
+
+  app.post(
+    '/conversations/:id/runs',
+    {
+      sse: 'dual',
+      schema: {
+        tags,
+        summary: 'Post a user message and start a run (201); with Accept: text/event-stream the answer is the run’s stream',
+        params: IdParams,
+        body: RunCreate,
+        response: { 201: RunView, ...problemResponses, 409: problem, 422: problem },
+      },
+    },
+    async (request, reply) => {
+      const user = caller(request)
+      const conversation = await conversationForCaller(deps, user, request.params.id)
+      let created
+      try {
+        created = await runs.createRun(conversation, user.id, request.body)
+      } catch (error) {
+        if (error instanceof RunRequestError) throw new HttpProblem(error.code, error.message)
+        throw error
+      }
+      if ('active' in created) {
+        throw new HttpProblem('run_active', `run ${created.active.id} is ${created.active.status} in this conversation; wait, cancel it, or send ifActive: "interrupt" or "enqueue"`, {
+          activeRunId: created.active.id,
+          activeStatus: created.active.status,
+          awaiting: created.active.requiredAction,
+        })
+      }
+      if (reply.sse) {
+        reply.code(201)
+        return streamRun(request, reply, deps, created.run)
+      }
+      return reply.code(201).send(runJson(created.run))
+    },
+  )
+
+  app.get('/runs/:id', { schema: { tags, summary: 'A run', params: IdParams, response: { 200: RunView, ...problemResponses } } }, async (request) =>
+    runJson(await runForCaller(deps, caller(request), request.params.id)),
+  )
+
+  app.post(
+    '/runs/:id/cancel',
+    { schema: { tags, summary: 'Cancel a run (a finished run is returned unchanged)', params: IdParams, response: { 200: RunView, ...problemResponses } } },
+    async (request) => {
+      const run = await runForCaller(deps, caller(request), request.params.id)
+      return runJson((await runs.cancel(run.id)) ?? run)
+    },
+  )
+
+  app.post(
+    '/runs/:id/tool-outputs',
+    {
+      schema: {
+        tags,
+        summary: 'Results of client-side tool calls the run awaits',
+        params: IdParams,
+        body: Type.Object(
+          { outputs: Type.Array(Type.Object({ callId: Type.String({ minLength: 1, maxLength: 64 }), output: Type.Unknown() }, { additionalProperties: false }), { minItems: 1, maxItems: 64 }) },
+          { additionalProperties: false },
+        ),
+        response: { 200: RunView, ...problemResponses, 409: problem },
+      },
+    },
+    async (request) => {
+      const run = await runForCaller(deps, caller(request), request.params.id)
+      const answer = await runs.submitToolOutputs(run.id, request.body.outputs)
+      if (answer.error) throw new HttpProblem('run_not_waiting', answer.error)
+      return runJson(answer.run ?? run)
+    },
+  )
+
+  app.get(
+    '/runs/:id/events',
+    {
+      sse: 'manual',
+      schema: { tags: ['events'], summary: 'SSE of one run; ends after its terminal event', params: IdParams, querystring: EventsQuery, response: { ...problemResponses } },
+    },
+    async (request, reply) => {
+      const run = await runForCaller(deps, caller(request), request.params.id)
+      await streamRun(request, reply, deps, run)
+    },
+  )
+
+  void store
+}
+
+async function runForCaller(deps: ServerDeps, user: User, runId: string): Promise<Run> {
+  const run = await getRun(deps.store.db, runId)
+  if (!run || run.ownerId !== user.id) throw notFound('run')
+  await conversationForCaller(deps, user, run.conversationId)
+  return run
+}
+
+/** A run's stream: replay, then live until its terminal event (a finished run: replay and close). */
+async function streamRun(request: Parameters<typeof serveEventStream>[0], reply: Parameters<typeof serveEventStream>[1], deps: ServerDeps, run: Run): Promise<void> {
+  const isTerminal = (event: EventRecord): boolean => terminalEvents.has(event.type)
+  if (terminalRunStatuses.includes(run.status)) {
+    const header = request.headers['last-event-id']
+    const after = Number((Array.isArray(header) ? header[0] : header) ?? (request.query as { after?: string } | undefined)?.after ?? 0)
+    const events = await readEvents(deps.store.db, { runId: run.id }, Number.isFinite(after) ? after : 0, 10_000)
+    if (events.length === 0) {
+      reply.sse.sendHeaders(200)
+      reply.sse.close()
+      return
+    }
+  }
+  await serveEventStream(request, reply, deps, { runId: run.id }, undefined, isTerminal)
+}

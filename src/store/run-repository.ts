@@ -1,0 +1,377 @@
+import { sql } from 'kysely'
+import type { Executor, JsonValue, RunPhase, RunStatus, ToolCallStatus } from './database.js'
+import { appendEvents, type NewEvent } from './event-log.js'
+import { newId } from './ids.js'
+
+export interface Run {
+  id: string
+  conversationId: string
+  projectId: string
+  ownerId: string
+  model: string
+  status: RunStatus
+  phase: RunPhase | null
+  iteration: number
+  maxIterations: number
+  approvalPolicy: 'ask' | 'dontAsk'
+  clientTools: JsonValue
+  requiredAction: JsonValue | null
+  error: JsonValue | null
+  usage: { inputTokens: number; outputTokens: number }
+  cancelReason: string | null
+  createdAt: string
+  updatedAt: string
+  startedAt: string | null
+  endedAt: string | null
+}
+
+export const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_action']
+export const terminalRunStatuses: RunStatus[] = ['completed', 'failed', 'cancelled', 'expired']
+
+export interface NewRun {
+  conversationId: string
+  projectId: string
+  ownerId: string
+  model: string
+  maxIterations: number
+  approvalPolicy: 'ask' | 'dontAsk'
+  clientTools: JsonValue
+  input: string
+}
+
+/**
+ * Creates a queued run and its user message. The conversation row is locked first, so two requests
+ * (on any instance) cannot both find the conversation idle. Returns the active run instead when
+ * there is one and `allowQueue` is false.
+ */
+export async function createRun(tx: Executor, input: NewRun, options: { allowQueue: boolean }): Promise<{ run: Run } | { active: Run }> {
+  await sql`select id from conversations where id = ${input.conversationId} for update`.execute(tx)
+  const active = await tx
+    .selectFrom('runs')
+    .selectAll()
+    .where('conversation_id', '=', input.conversationId)
+    .where('status', 'in', activeRunStatuses)
+    .orderBy('id')
+    .executeTakeFirst()
+  if (active && !options.allowQueue) return { active: toRun(active) }
+  const row = await tx
+    .insertInto('runs')
+    .values({
+      id: newId(),
+      conversation_id: input.conversationId,
+      project_id: input.projectId,
+      owner_id: input.ownerId,
+      model: input.model,
+      status: 'queued',
+      max_iterations: input.maxIterations,
+      approval_policy: input.approvalPolicy,
+      client_tools: JSON.stringify(input.clientTools),
+    })
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  const run = toRun(row)
+  const messageId = newId()
+  await tx
+    .insertInto('messages')
+    .values({ id: messageId, conversation_id: run.conversationId, run_id: run.id, role: 'user', content: input.input, status: 'completed' })
+    .execute()
+  await appendEvents(tx, [
+    runEvent(run, 'run.created', { run: runJson(run) }),
+    runEvent(run, 'message.created', { messageId, role: 'user' }),
+    runEvent(run, 'message.completed', { messageId, content: input.input, toolCalls: null, status: 'completed' }),
+  ])
+  return { run }
+}
+
+export async function getRun(db: Executor, id: string): Promise<Run | undefined> {
+  const row = await db.selectFrom('runs').selectAll().where('id', '=', id).executeTakeFirst()
+  return row && toRun(row)
+}
+
+/** Locks a run row for a state change (the caller is in a transaction). */
+export async function lockRun(tx: Executor, id: string): Promise<Run | undefined> {
+  const row = await tx.selectFrom('runs').selectAll().where('id', '=', id).forUpdate().executeTakeFirst()
+  return row && toRun(row)
+}
+
+export interface RunPatch {
+  status?: RunStatus
+  phase?: RunPhase | null
+  iteration?: number
+  requiredAction?: JsonValue | null
+  error?: JsonValue | null
+  usage?: { inputTokens: number; outputTokens: number }
+  cancelReason?: string | null
+  started?: boolean
+  ended?: boolean
+  lease?: { owner: string; expiresAt: Date } | null
+}
+
+export async function updateRun(tx: Executor, id: string, patch: RunPatch): Promise<Run> {
+  const row = await tx
+    .updateTable('runs')
+    .set({
+      updated_at: new Date(),
+      ...(patch.status !== undefined && { status: patch.status }),
+      ...(patch.phase !== undefined && { phase: patch.phase }),
+      ...(patch.iteration !== undefined && { iteration: patch.iteration }),
+      ...(patch.requiredAction !== undefined && { required_action: patch.requiredAction === null ? null : JSON.stringify(patch.requiredAction) }),
+      ...(patch.error !== undefined && { error: patch.error === null ? null : JSON.stringify(patch.error) }),
+      ...(patch.usage !== undefined && { usage: JSON.stringify(patch.usage) }),
+      ...(patch.cancelReason !== undefined && { cancel_reason: patch.cancelReason }),
+      ...(patch.started && { started_at: new Date() }),
+      ...(patch.ended && { ended_at: new Date() }),
+      ...(patch.lease !== undefined && { lease_owner: patch.lease?.owner ?? null, lease_expires_at: patch.lease?.expiresAt ?? null }),
+    })
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  return toRun(row)
+}
+
+/** The oldest queued run of a conversation, if no other run there is active. */
+export async function nextQueuedRun(db: Executor, conversationId: string): Promise<Run | undefined> {
+  const rows = await db.selectFrom('runs').selectAll().where('conversation_id', '=', conversationId).where('status', 'in', activeRunStatuses).orderBy('id').execute()
+  if (rows.some((row) => row.status !== 'queued')) return undefined
+  const first = rows[0]
+  return first && toRun(first)
+}
+
+/** Running runs whose lease ran out (their process died), for the sweeper. */
+export async function findRunsWithExpiredLease(db: Executor, now: Date): Promise<Run[]> {
+  const rows = await db
+    .selectFrom('runs')
+    .selectAll()
+    .where('status', '=', 'running')
+    .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', now)]))
+    .execute()
+  return rows.map(toRun)
+}
+
+// --- messages --------------------------------------------------------------------------------
+
+export interface StoredToolCall {
+  callId: string
+  providerCallId: string
+  name: string
+  arguments: string
+}
+
+export async function insertAssistantMessage(tx: Executor, run: Run): Promise<string> {
+  const id = newId()
+  await tx.insertInto('messages').values({ id, conversation_id: run.conversationId, run_id: run.id, role: 'assistant', content: '', status: 'streaming' }).execute()
+  return id
+}
+
+export async function completeAssistantMessage(
+  tx: Executor,
+  id: string,
+  content: string,
+  toolCalls: StoredToolCall[] | null,
+  status: 'completed' | 'cancelled' | 'failed',
+): Promise<void> {
+  await tx
+    .updateTable('messages')
+    .set({ content, tool_calls: toolCalls && toolCalls.length > 0 ? JSON.stringify(toolCalls) : null, status })
+    .where('id', '=', id)
+    .execute()
+}
+
+export async function insertToolMessage(tx: Executor, run: Run, callId: string, content: string): Promise<string> {
+  const id = newId()
+  await tx.insertInto('messages').values({ id, conversation_id: run.conversationId, run_id: run.id, role: 'tool', content, tool_call_id: callId, status: 'completed' }).execute()
+  return id
+}
+
+export interface TranscriptMessage {
+  id: string
+  role: 'system' | 'user' | 'assistant' | 'tool'
+  content: string | null
+  toolCalls: StoredToolCall[] | null
+  toolCallId: string | null
+  status: string
+}
+
+/** The whole transcript of a conversation, oldest first (what the model is shown, after trimming). */
+export async function readTranscript(db: Executor, conversationId: string): Promise<TranscriptMessage[]> {
+  const rows = await db.selectFrom('messages').selectAll().where('conversation_id', '=', conversationId).orderBy('id').execute()
+  return rows.map((row) => ({
+    id: row.id,
+    role: row.role,
+    content: row.content,
+    toolCalls: (row.tool_calls as StoredToolCall[] | null) ?? null,
+    toolCallId: row.tool_call_id,
+    status: row.status,
+  }))
+}
+
+// --- the tool-call ledger ----------------------------------------------------------------------
+
+export interface ToolCallRecord {
+  id: string
+  runId: string
+  messageId: string
+  iteration: number
+  seq: number
+  providerCallId: string
+  name: string
+  commandId: string | null
+  kind: 'command' | 'client' | 'unknown'
+  args: JsonValue | null
+  rawArgs: string
+  risk: string | null
+  status: ToolCallStatus
+  output: JsonValue | null
+  modelOutput: string | null
+  modelTruncated: boolean
+  dispatchId: string | null
+  decisionId: string | null
+  repeatOf: string | null
+}
+
+export const terminalToolCallStatuses: ToolCallStatus[] = ['ok', 'error', 'rejected', 'cancelled', 'expired', 'interrupted']
+
+export async function insertToolCall(tx: Executor, call: Omit<ToolCallRecord, 'status' | 'output' | 'modelOutput' | 'modelTruncated' | 'dispatchId' | 'decisionId' | 'repeatOf'>): Promise<void> {
+  await tx
+    .insertInto('run_tool_calls')
+    .values({
+      id: call.id,
+      run_id: call.runId,
+      message_id: call.messageId,
+      iteration: call.iteration,
+      seq: call.seq,
+      provider_call_id: call.providerCallId,
+      name: call.name,
+      command_id: call.commandId,
+      kind: call.kind,
+      args: call.args === null ? null : JSON.stringify(call.args),
+      raw_args: call.rawArgs,
+      risk: call.risk,
+      status: 'pending',
+    })
+    .execute()
+}
+
+export async function updateToolCall(
+  tx: Executor,
+  id: string,
+  patch: { status: ToolCallStatus; output?: JsonValue; modelOutput?: string; modelTruncated?: boolean; dispatchId?: string | null; decisionId?: string | null; repeatOf?: string | null; started?: boolean },
+): Promise<void> {
+  const terminal = terminalToolCallStatuses.includes(patch.status)
+  await tx
+    .updateTable('run_tool_calls')
+    .set({
+      status: patch.status,
+      ...(patch.output !== undefined && { output: JSON.stringify(patch.output) }),
+      ...(patch.modelOutput !== undefined && { model_output: patch.modelOutput }),
+      ...(patch.modelTruncated !== undefined && { model_truncated: patch.modelTruncated }),
+      ...(patch.dispatchId !== undefined && { dispatch_id: patch.dispatchId }),
+      ...(patch.decisionId !== undefined && { decision_id: patch.decisionId }),
+      ...(patch.repeatOf !== undefined && { repeat_of: patch.repeatOf }),
+      ...(patch.started && { started_at: new Date() }),
+      ...(terminal && { ended_at: new Date() }),
+    })
+    .where('id', '=', id)
+    .execute()
+}
+
+export async function listToolCalls(db: Executor, runId: string): Promise<ToolCallRecord[]> {
+  const rows = await db.selectFrom('run_tool_calls').selectAll().where('run_id', '=', runId).orderBy('iteration').orderBy('seq').execute()
+  return rows.map((row) => ({
+    id: row.id,
+    runId: row.run_id,
+    messageId: row.message_id,
+    iteration: row.iteration,
+    seq: row.seq,
+    providerCallId: row.provider_call_id,
+    name: row.name,
+    commandId: row.command_id,
+    kind: row.kind,
+    args: row.args,
+    rawArgs: row.raw_args,
+    risk: row.risk,
+    status: row.status,
+    output: row.output,
+    modelOutput: row.model_output,
+    modelTruncated: row.model_truncated,
+    dispatchId: row.dispatch_id,
+    decisionId: row.decision_id,
+    repeatOf: row.repeat_of,
+  }))
+}
+
+// --- events ------------------------------------------------------------------------------------
+
+/** An event on the run, conversation and project streams. */
+export function runEvent(run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>, type: string, data: { [key: string]: unknown }): NewEvent {
+  return { type, runId: run.id, conversationId: run.conversationId, projectId: run.projectId, userId: run.ownerId, data }
+}
+
+/** A run as the API and `run.created` show it. */
+export function runJson(run: Run): { [key: string]: JsonValue } {
+  return {
+    id: run.id,
+    conversationId: run.conversationId,
+    projectId: run.projectId,
+    model: run.model,
+    status: run.status,
+    phase: run.phase,
+    iteration: run.iteration,
+    maxIterations: run.maxIterations,
+    approvalPolicy: run.approvalPolicy,
+    requiredAction: run.requiredAction,
+    error: run.error,
+    usage: run.usage,
+    cancelReason: run.cancelReason,
+    createdAt: run.createdAt,
+    updatedAt: run.updatedAt,
+    startedAt: run.startedAt,
+    endedAt: run.endedAt,
+  }
+}
+
+interface RunRow {
+  id: string
+  conversation_id: string
+  project_id: string
+  owner_id: string
+  model: string
+  status: RunStatus
+  phase: RunPhase | null
+  iteration: number
+  max_iterations: number
+  approval_policy: 'ask' | 'dontAsk'
+  client_tools: JsonValue
+  required_action: JsonValue | null
+  error: JsonValue | null
+  usage: JsonValue
+  cancel_reason: string | null
+  created_at: Date
+  updated_at: Date
+  started_at: Date | null
+  ended_at: Date | null
+}
+
+function toRun(row: RunRow): Run {
+  return {
+    id: row.id,
+    conversationId: row.conversation_id,
+    projectId: row.project_id,
+    ownerId: row.owner_id,
+    model: row.model,
+    status: row.status,
+    phase: row.phase,
+    iteration: row.iteration,
+    maxIterations: row.max_iterations,
+    approvalPolicy: row.approval_policy,
+    clientTools: row.client_tools,
+    requiredAction: row.required_action,
+    error: row.error,
+    usage: row.usage as Run['usage'],
+    cancelReason: row.cancel_reason,
+    createdAt: row.created_at.toISOString(),
+    updatedAt: row.updated_at.toISOString(),
+    startedAt: row.started_at?.toISOString() ?? null,
+    endedAt: row.ended_at?.toISOString() ?? null,
+  }
+}
