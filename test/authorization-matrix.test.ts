@@ -51,6 +51,7 @@ const routes: RouteCase[] = [
   { method: 'GET', path: '/api/models', url: () => '/api/models', owner: 200, member: 200, stranger: 200 },
   { method: 'POST', path: '/api/conversations/{id}/runs', url: (f) => `/api/conversations/${f.conversationId}/runs`, body: { input: 'hi' }, owner: 201, member: 404, stranger: 404 },
   { method: 'GET', path: '/api/runs/{id}', url: (f) => `/api/runs/${f.runId}`, owner: 200, member: 404, stranger: 404 },
+  { method: 'POST', path: '/api/runs/{id}/resume', url: (f) => `/api/runs/${f.runId}/resume`, owner: 409, member: 404, stranger: 404 },
   { method: 'POST', path: '/api/runs/{id}/cancel', url: (f) => `/api/runs/${f.runId}/cancel`, owner: 200, member: 404, stranger: 404 },
   { method: 'POST', path: '/api/runs/{id}/tool-outputs', url: (f) => `/api/runs/${f.runId}/tool-outputs`, body: { outputs: [{ callId: 'x', output: {} }] }, owner: 409, member: 404, stranger: 404 },
   { method: 'GET', path: '/api/runs/{id}/events', url: (f) => `/api/runs/${f.runId}/events`, owner: 200, member: 404, stranger: 404, stream: true },

@@ -37,6 +37,10 @@ export interface PlinthConfig {
   actionTtlMs: number
   /** How long an `approve_session` allowance lasts. */
   allowanceTtlMs: number
+  /** Bytes of a tool result the model reads. */
+  toolOutputLimit: number
+  /** A model stream idle this long is aborted. */
+  llmIdleTimeoutMs: number
 }
 
 /** Thrown with every bad key at once, so an operator fixes them in one go. */
@@ -95,6 +99,8 @@ const fileSchema = {
     fullModeTtlMs: { type: 'integer', minimum: 1000 },
     actionTtlMs: { type: 'integer', minimum: 1000 },
     allowanceTtlMs: { type: 'integer', minimum: 1000 },
+    toolOutputLimit: { type: 'integer', minimum: 256 },
+    llmIdleTimeoutMs: { type: 'integer', minimum: 100 },
   },
 } as const
 
@@ -117,6 +123,8 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_FULL_MODE_TTL', 'fullModeTtlMs', 'duration'],
   ['PLINTH_ACTION_TTL', 'actionTtlMs', 'duration'],
   ['PLINTH_ALLOWANCE_TTL', 'allowanceTtlMs', 'duration'],
+  ['PLINTH_TOOL_OUTPUT_LIMIT', 'toolOutputLimit', 'int'],
+  ['PLINTH_LLM_IDLE_TIMEOUT', 'llmIdleTimeoutMs', 'duration'],
 ]
 
 const defaults: PlinthConfig = {
@@ -133,6 +141,8 @@ const defaults: PlinthConfig = {
   fullModeTtlMs: 60 * 60 * 1000,
   actionTtlMs: 24 * 60 * 60 * 1000,
   allowanceTtlMs: 8 * 60 * 60 * 1000,
+  toolOutputLimit: 4096,
+  llmIdleTimeoutMs: 60_000,
 }
 
 /**

@@ -11,11 +11,16 @@ export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderF
 export async function setUpRuns(
   store: Store,
   bus: CommandBus,
-  options: { models: ModelSettings[] | LanguageModel[]; defaultModel?: string; logger: Logger; cwd?: string; toolOutputLimit?: number; leaseMs?: number },
+  options: { models: ModelSettings[] | LanguageModel[]; defaultModel?: string; logger: Logger; cwd?: string; toolOutputLimit?: number; leaseMs?: number; actionTtlMs?: number; llmIdleTimeoutMs?: number },
 ): Promise<RunManager> {
   const models = options.models.length > 0 && 'stream' in (options.models[0] as object)
     ? (options.models as LanguageModel[])
-    : createModels(options.models as ModelSettings[], { cwd: options.cwd ?? process.cwd(), env: process.env, providers: providerFactories })
+    : createModels(options.models as ModelSettings[], {
+        cwd: options.cwd ?? process.cwd(),
+        env: process.env,
+        providers: providerFactories,
+        idleTimeoutMs: options.llmIdleTimeoutMs ?? 60_000,
+      })
   const runs = new RunManager({
     store,
     bus,
@@ -23,6 +28,9 @@ export async function setUpRuns(
     log: createPluginLogger(options.logger, 'runmgr'),
     ...(options.toolOutputLimit !== undefined && { toolOutputLimit: options.toolOutputLimit }),
     ...(options.leaseMs !== undefined && { leaseMs: options.leaseMs }),
+    ...(options.actionTtlMs !== undefined && { actionTtlMs: options.actionTtlMs }),
+    // Embedded PGlite belongs to this process: a running run found at start is an orphan.
+    exclusiveDatabase: store.engine === 'pglite',
   })
   await runs.start()
   return runs

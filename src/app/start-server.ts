@@ -29,7 +29,14 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       allowanceTtlMs: config.allowanceTtlMs,
       exec: { execBackend: config.exec.backend, disableExecTools: config.exec.disableExecTools },
     })
-    runs = await setUpRuns(store, bus, { models: config.models, defaultModel: config.defaultModel, logger })
+    runs = await setUpRuns(store, bus, {
+      models: config.models,
+      defaultModel: config.defaultModel,
+      logger,
+      actionTtlMs: config.actionTtlMs,
+      toolOutputLimit: config.toolOutputLimit,
+      llmIdleTimeoutMs: config.llmIdleTimeoutMs,
+    })
     app = await buildServer({
       store,
       bus,

@@ -17,7 +17,7 @@ export interface ModelSettings {
 }
 
 /** Builds a provider adapter for a non-scripted model (registered by the composition root). */
-export type ProviderFactory = (settings: ModelSettings, apiKey: string | undefined) => LanguageModel
+export type ProviderFactory = (settings: ModelSettings, apiKey: string | undefined, options: { idleTimeoutMs: number }) => LanguageModel
 
 /** The configured models; with none configured, the scripted demo model. */
 export class ModelRegistry {
@@ -43,7 +43,10 @@ export class ModelRegistry {
 }
 
 /** Creates models from settings; API keys are read from the named environment variables only. */
-export function createModels(settings: ModelSettings[], options: { cwd: string; env: NodeJS.ProcessEnv; providers: Partial<Record<'openai' | 'anthropic', ProviderFactory>> }): LanguageModel[] {
+export function createModels(
+  settings: ModelSettings[],
+  options: { cwd: string; env: NodeJS.ProcessEnv; providers: Partial<Record<'openai' | 'anthropic', ProviderFactory>>; idleTimeoutMs: number },
+): LanguageModel[] {
   return settings.map((entry) => {
     if (entry.provider === 'scripted') {
       const path = resolve(options.cwd, entry.script ?? '')
@@ -53,6 +56,6 @@ export function createModels(settings: ModelSettings[], options: { cwd: string; 
     }
     const factory = options.providers[entry.provider]
     if (!factory) throw new Error(`model ${entry.id}: provider ${entry.provider} is not available`)
-    return factory(entry, entry.apiKeyEnv ? options.env[entry.apiKeyEnv] : undefined)
+    return factory(entry, entry.apiKeyEnv ? options.env[entry.apiKeyEnv] : undefined, { idleTimeoutMs: options.idleTimeoutMs })
   })
 }

@@ -18,7 +18,8 @@ export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessag
     if (message.role === 'user') out.push({ role: 'user', content: message.content ?? '' })
     else if (message.role === 'system') out.push({ role: 'system', content: message.content ?? '' })
     else if (message.role === 'assistant') {
-      if (message.status === 'streaming') continue
+      // A turn cut off by a failure is not shown again; a resumed run asks the model afresh.
+      if (message.status === 'streaming' || message.status === 'failed' || message.status === 'interrupted') continue
       const calls = message.toolCalls ?? []
       if (calls.length === 0) {
         if (message.content) out.push({ role: 'assistant', content: message.content })

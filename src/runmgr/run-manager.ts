@@ -4,8 +4,10 @@ import type { JsonValue, PluginLogger } from '../extension/index.js'
 import { ModelError, type LanguageModel, type ModelMessage, type ModelRegistry, type ModelTool, type ModelToolCall } from '../llm/index.js'
 import {
   appendEvents,
+  closeStreamingMessages,
   completeAssistantMessage,
   createRun,
+  findRunsWaitingSince,
   findRunsWithExpiredLease,
   getRun,
   insertAssistantMessage,
@@ -48,6 +50,13 @@ export interface RunManagerOptions {
   systemPrompt?: string
   /** Model calls in flight across all runs. */
   maxConcurrentModelCalls?: number
+  /** A run waiting longer than this for humans or client tools ends `expired` (PLINTH_ACTION_TTL). */
+  actionTtlMs?: number
+  /**
+   * The database belongs to this process alone (embedded PGlite): at start, every `running` run is
+   * an orphan of a previous process and is recovered at once instead of after its lease.
+   */
+  exclusiveDatabase?: boolean
 }
 
 export interface CreateRunInput {
@@ -93,7 +102,7 @@ export class RunManager {
       if (!decision.runId) return
       this.#onDecision(decision, outcome).catch((error: unknown) => this.#options.log.error('could not apply a decision to its run', { runId: decision.runId, error: String(error) }))
     })
-    await this.sweep()
+    await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
     this.#sweeper = setInterval(() => void this.sweep().catch(() => undefined), Math.max(1000, (this.#options.leaseMs ?? 30_000) / 2))
     this.#sweeper.unref()
   }
@@ -188,13 +197,44 @@ export class RunManager {
    * Ends runs whose lease ran out (their process died) as failed `interrupted`, answering their open
    * calls, and expires runs left waiting past their deadline. A completed tool call is never run again.
    */
-  async sweep(): Promise<void> {
+  async sweep(options: { orphansOnly?: boolean } = {}): Promise<void> {
     const { store } = this.#options
-    for (const run of await findRunsWithExpiredLease(store.db, new Date())) {
+    // With an exclusive database every running run not driven here is an orphan, whatever its lease says.
+    const cutoff = options.orphansOnly ? new Date(Date.UTC(9999, 0, 1)) : new Date()
+    for (const run of await findRunsWithExpiredLease(store.db, cutoff)) {
       if (this.#controllers.has(run.id)) continue
       await this.#end(run.id, { status: 'failed', error: { code: 'interrupted', message: 'the server stopped while the run was in progress' }, openCalls: 'interrupted' })
+      await this.#startNext(run.conversationId)
+    }
+    const ttl = this.#options.actionTtlMs ?? 24 * 3_600_000
+    for (const run of await findRunsWaitingSince(store.db, new Date(Date.now() - ttl))) {
+      await this.#end(run.id, { status: 'expired', openCalls: 'expired' })
+      await this.#startNext(run.conversationId)
     }
     await this.#options.bus.expireOverdue()
+  }
+
+  /**
+   * Resumes a run that failed upstream (or was interrupted) from its last checkpoint: the transcript
+   * already holds every finished round, so no completed tool call runs again.
+   */
+  async resume(runId: string): Promise<{ run?: Run; error?: string }> {
+    const { store } = this.#options
+    const resumed: { run?: Run; error?: string } = await store
+      .transaction(async (tx): Promise<{ run?: Run; error?: string }> => {
+        const run = await lockRun(tx, runId)
+        if (!run) return { error: 'run not found' }
+        const code = (run.error as { code?: string } | null)?.code
+        if (run.status !== 'failed' || !['upstream_error', 'timeout', 'interrupted', 'tools_unsupported'].includes(code ?? '')) {
+          return { error: `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})` }
+        }
+        const updated = await updateRun(tx, runId, { status: 'running', phase: 'thinking', error: null, lease: this.#lease() })
+        await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
+        return { run: updated }
+      })
+      .catch((): { error: string } => ({ error: 'another run is active in this conversation' }))
+    if (resumed.run) this.#spawn(runId)
+    return resumed
   }
 
   // --- the loop ------------------------------------------------------------------------------
@@ -596,6 +636,8 @@ export class RunManager {
           call.kind === 'client' ? { accepted: false, [status]: true } : { error: { code: status, message: `the run ended (${end.reason ?? end.status}) before this call finished` } }
         await this.#finishCall(tx, run, call, status, output)
       }
+      // A turn that was streaming when the run ended (a crash) is closed, not left streaming.
+      await closeStreamingMessages(tx, runId, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
       const updated = await updateRun(tx, runId, {
         status: end.status,
         phase: null,

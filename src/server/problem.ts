@@ -15,6 +15,7 @@ export const problemCatalogue = {
   decision_expired: { status: 409, title: 'Decision expired' },
   run_active: { status: 409, title: 'A run is active in this conversation' },
   run_not_waiting: { status: 409, title: 'The run is not waiting for that' },
+  run_not_resumable: { status: 409, title: 'The run cannot be resumed' },
   unknown_model: { status: 422, title: 'Unknown model' },
   command_failed: { status: 502, title: 'The command failed' },
   command_timeout: { status: 504, title: 'The command timed out' },

@@ -148,6 +148,12 @@ export async function findRunsWithExpiredLease(db: Executor, now: Date): Promise
   return rows.map(toRun)
 }
 
+/** Runs waiting (for humans or client tools) since before `since`. */
+export async function findRunsWaitingSince(db: Executor, since: Date): Promise<Run[]> {
+  const rows = await db.selectFrom('runs').selectAll().where('status', '=', 'requires_action').where('updated_at', '<', since).execute()
+  return rows.map(toRun)
+}
+
 // --- messages --------------------------------------------------------------------------------
 
 export interface StoredToolCall {
@@ -175,6 +181,11 @@ export async function completeAssistantMessage(
     .set({ content, tool_calls: toolCalls && toolCalls.length > 0 ? JSON.stringify(toolCalls) : null, status })
     .where('id', '=', id)
     .execute()
+}
+
+/** Marks a run's assistant messages still `streaming` with a final status. */
+export async function closeStreamingMessages(tx: Executor, runId: string, status: 'cancelled' | 'interrupted'): Promise<void> {
+  await tx.updateTable('messages').set({ status }).where('run_id', '=', runId).where('status', '=', 'streaming').execute()
 }
 
 export async function insertToolMessage(tx: Executor, run: Run, callId: string, content: string): Promise<string> {

@@ -106,6 +106,24 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
   )
 
   app.post(
+    '/runs/:id/resume',
+    {
+      schema: {
+        tags,
+        summary: 'Resume a run that failed upstream (or was interrupted) from its last checkpoint; no completed tool call runs again',
+        params: IdParams,
+        response: { 200: RunView, ...problemResponses, 409: problem },
+      },
+    },
+    async (request) => {
+      const run = await runForCaller(deps, caller(request), request.params.id)
+      const answer = await runs.resume(run.id)
+      if (answer.error) throw new HttpProblem('run_not_resumable', answer.error)
+      return runJson(answer.run ?? run)
+    },
+  )
+
+  app.post(
     '/runs/:id/tool-outputs',
     {
       schema: {

@@ -1,0 +1,133 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ModelError, ScriptedModel, type LanguageModel, type ModelRequest, type StreamPart } from '../src/llm/index.js'
+import type { Store } from '../src/store/index.js'
+import { openTestStore, testEngines } from './helpers/engines.js'
+import { openSse } from './helpers/sse-client.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+
+/** Fails its second call once with a retryable-looking upstream error after streaming a little. */
+class FlakyModel implements LanguageModel {
+  readonly id = 'flaky'
+  readonly provider = 'openai' as const
+  readonly supportsTools = true
+  readonly contextWindow = 100_000
+  calls = 0
+
+  async *stream(request: ModelRequest): AsyncGenerator<StreamPart> {
+    this.calls++
+    const answered = request.messages.some((message) => message.role === 'tool')
+    if (!answered) {
+      yield { type: 'tool-call', call: { id: 'p1', name: 'rdm__ping', arguments: '{"target":"flaky"}' } }
+      yield { type: 'finish', reason: 'tool_calls' }
+      return
+    }
+    if (this.calls === 2) {
+      yield { type: 'text-delta', text: 'partial ' }
+      throw new ModelError('upstream_error', 'upstream answered 502', { upstreamStatus: 502, isRetryable: true })
+    }
+    yield { type: 'text-delta', text: 'Recovered answer.' }
+    yield { type: 'finish', reason: 'stop' }
+  }
+}
+
+async function waitForRun(server: TestServer, token: string, runId: string, check: (run: Record<string, unknown>) => boolean, timeoutMs = 10_000): Promise<Record<string, unknown>> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
+    if (check(run)) return run
+    if (Date.now() > deadline) throw new Error(`run ${runId} did not reach the expected state: ${JSON.stringify(run)}`)
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+}
+
+for (const engine of testEngines()) {
+  describe(`run lifecycle on ${engine}`, () => {
+    let store: Store
+    let server: TestServer
+    let alice: TestUser
+    let projectId: string
+    const scripted = new ScriptedModel({ id: 'scripted', turns: [] })
+    const flaky = new FlakyModel()
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      const slowPlugin = new URL('./__fixtures__/plugins/slow-tool.ts', import.meta.url).pathname
+      server = await startTestServer(store, { plugins: ['rdm', slowPlugin], models: [scripted, flaky] })
+      alice = await server.createUser()
+      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'lifecycle' } })).body.id
+    })
+    afterAll(async () => {
+      await server?.close()
+      await store?.close()
+    })
+
+    const conversation = async (): Promise<string> => (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    const start = (conversationId: string, body: Record<string, unknown>) => server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body })
+
+    it('cancels during model streaming: the partial text is kept as a cancelled message and run.cancelled is the last event', async () => {
+      const conversationId = await conversation()
+      scripted.setTurns([{ text: Array.from({ length: 200 }, (_, index) => `w${index} `).join(''), chunks: 200, delayMs: 20 }])
+      const run = (await start(conversationId, { input: 'talk' })).body
+      const stream = await openSse(`${server.url}/api/runs/${run.id}/events`, { token: alice.token })
+      await waitForRun(server, alice.token, run.id, () => true)
+      await stream.waitFor(8)
+      const cancelled = await server.request('POST', `/api/runs/${run.id}/cancel`, { token: alice.token })
+      expect(cancelled.body.status).toBe('cancelled')
+      await stream.ended
+      expect(stream.events.at(-1)).toMatchObject({ event: 'run.cancelled', data: { runId: run.id, reason: 'cancelled' } })
+      const messages = (await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: alice.token })).body.items
+      const assistant = messages.find((message: { role: string }) => message.role === 'assistant')
+      expect(assistant.status).toBe('cancelled')
+      expect(assistant.content.length).toBeGreaterThan(0)
+      expect(assistant.content.length).toBeLessThan(200 * 4)
+    })
+
+    it('cancels during a tool: the handler sees the abort and the call ends cancelled', async () => {
+      const conversationId = await conversation()
+      scripted.setTurns([{ toolCalls: [{ name: 'slow__wait', arguments: {} }] }])
+      const run = (await start(conversationId, { input: 'wait' })).body
+      await waitForRun(server, alice.token, run.id, (current) => current.phase === 'tool_running')
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      const started = Date.now()
+      const cancelled = await server.request('POST', `/api/runs/${run.id}/cancel`, { token: alice.token })
+      expect(cancelled.body.status).toBe('cancelled')
+      expect(Date.now() - started).toBeLessThan(5000)
+      const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', run.id).execute()
+      expect(calls.map((call) => call.status)).toEqual(['cancelled'])
+    })
+
+    it('fails on an upstream error with a clear code, and resumes from the checkpoint without re-running the tool', async () => {
+      const conversationId = await conversation()
+      const run = (await start(conversationId, { input: 'go', model: 'flaky' })).body
+      const failed = await waitForRun(server, alice.token, run.id, (current) => current.status === 'failed')
+      expect(failed.error).toEqual({ code: 'upstream_error', message: 'upstream answered 502', upstreamStatus: 502 })
+      const resumed = await server.request('POST', `/api/runs/${run.id}/resume`, { token: alice.token })
+      expect(resumed.status).toBe(200)
+      await waitForRun(server, alice.token, run.id, (current) => current.status === 'completed')
+      const dispatches = await store.db.selectFrom('dispatches').select('id').where('run_id', '=', run.id).execute()
+      expect(dispatches).toHaveLength(1)
+      const again = await server.request('POST', `/api/runs/${run.id}/resume`, { token: alice.token })
+      expect([again.status, again.body.code]).toEqual([409, 'run_not_resumable'])
+    })
+
+    it('replays exactly the missed events, deltas included, when a client reconnects mid-run', async () => {
+      const conversationId = await conversation()
+      scripted.setTurns([{ text: Array.from({ length: 60 }, (_, index) => `t${index} `).join(''), chunks: 60, delayMs: 15 }])
+      const run = (await start(conversationId, { input: 'stream' })).body
+      const first = await openSse(`${server.url}/api/runs/${run.id}/events`, { token: alice.token })
+      const early = await first.waitFor(6)
+      first.close()
+      const lastSeen = early.at(-1)!.id!
+      const resumed = await openSse(`${server.url}/api/runs/${run.id}/events`, { token: alice.token, lastEventId: lastSeen })
+      await resumed.ended // a run stream ends after the terminal event
+      const full = await openSse(`${server.url}/api/runs/${run.id}/events`, { token: alice.token })
+      await full.ended
+      const expected = full.events.filter((event) => Number(event.id) > Number(lastSeen)).map((event) => event.id)
+      expect(resumed.events.map((event) => event.id)).toEqual(expected)
+      expect(resumed.events.at(-1)!.event).toBe('run.completed')
+      const text = full.events.filter((event) => event.event === 'message.delta').map((event) => event.data.text).join('')
+      const completed = full.events.filter((event) => event.event === 'message.completed').at(-1)!
+      expect(text).toBe(completed.data.content)
+    })
+  })
+}
