@@ -180,7 +180,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
 
   const ajv = new Ajv({ allErrors: true, strict: false })
   if (!ajv.validate(fileSchema, merged)) problems.push(...(ajv.errors ?? []).map((error) => describeError(error)))
-  const models = Array.isArray(merged.models) ? (merged.models as Array<{ id?: unknown }>) : []
+  const models = Array.isArray(merged.models) ? (merged.models as Array<{ id?: unknown; provider?: unknown; baseUrl?: unknown; script?: unknown }>) : []
+  models.forEach((model, index) => {
+    if ((model?.provider === 'openai' || model?.provider === 'anthropic') && typeof model.baseUrl !== 'string') problems.push(`models.${index}.baseUrl: required for provider ${String(model.provider)}`)
+    if (model?.provider === 'scripted' && typeof model.script !== 'string') problems.push(`models.${index}.script: required for provider scripted`)
+  })
   if (typeof merged.defaultModel === 'string' && !models.some((model) => model?.id === merged.defaultModel)) {
     problems.push(`defaultModel: no model with id ${JSON.stringify(merged.defaultModel)} is configured`)
   }

@@ -1,11 +1,37 @@
 import type { Logger } from 'pino'
 import { createPluginLogger, type CommandBus } from '../cmdbus/index.js'
-import { createModels, ModelRegistry, type LanguageModel, type ModelSettings, type ProviderFactory } from '../llm/index.js'
+import { AnthropicMessagesModel, createModels, ModelRegistry, OpenAIChatModel, type LanguageModel, type ModelSettings, type ProviderFactory } from '../llm/index.js'
 import { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 
-/** Provider adapters by name; filled in as adapters land. */
-export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderFactory>> = {}
+function requireBaseUrl(settings: ModelSettings): string {
+  if (!settings.baseUrl) throw new Error(`model ${settings.id}: baseUrl is required for provider ${settings.provider}`)
+  return settings.baseUrl.replace(/\/+$/, '')
+}
+
+/** Provider adapters by name. */
+export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderFactory>> = {
+  openai: (settings, apiKey, { idleTimeoutMs }) =>
+    new OpenAIChatModel({
+      id: settings.id,
+      model: settings.model ?? settings.id,
+      baseUrl: requireBaseUrl(settings),
+      ...(apiKey && { apiKey }),
+      contextWindow: settings.contextWindow ?? 128_000,
+      supportsTools: settings.supportsTools ?? true,
+      idleTimeoutMs,
+    }),
+  anthropic: (settings, apiKey, { idleTimeoutMs }) =>
+    new AnthropicMessagesModel({
+      id: settings.id,
+      model: settings.model ?? settings.id,
+      baseUrl: requireBaseUrl(settings),
+      ...(apiKey && { apiKey }),
+      contextWindow: settings.contextWindow ?? 200_000,
+      supportsTools: settings.supportsTools ?? true,
+      idleTimeoutMs,
+    }),
+}
 
 /** The configured models (the scripted demo model when none) and the run manager over them. */
 export async function setUpRuns(

@@ -3,3 +3,8 @@ export { ModelError, type LanguageModel, type ModelErrorCode, type ModelMessage,
 export { ScriptedModel, type ScriptedTurn, type ScriptedModelOptions } from './scripted/scripted-model.js'
 export { DemoModel } from './scripted/demo-model.js'
 export { ModelRegistry, createModels, type ModelSettings, type ProviderFactory } from './model-registry.js'
+export { OpenAIChatModel, type OpenAIChatModelOptions } from './openai/openai-chat-model.js'
+export { AnthropicMessagesModel, type AnthropicMessagesModelOptions } from './anthropic/anthropic-messages-model.js'
+export { defaultToolsUnsupportedKeywords } from './openai/upstream-errors.js'
+export { streamWithRetries, type RetryOptions } from './retry.js'
+export { projectToolSchema, type ProjectedToolSchema } from './tool-schema.js'

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { classifyCommandLine, hashParams, type CommandBus, type DecisionView, type DispatchOutcome, type RegisteredCommand } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
-import { ModelError, type LanguageModel, type ModelMessage, type ModelRegistry, type ModelTool, type ModelToolCall } from '../llm/index.js'
+import { ModelError, projectToolSchema, streamWithRetries, type LanguageModel, type ModelMessage, type ModelRegistry, type ModelTool, type ModelToolCall } from '../llm/index.js'
 import {
   appendEvents,
   closeStreamingMessages,
@@ -668,11 +668,10 @@ export class RunManager {
     for (const command of this.#options.bus.catalog.list()) {
       if (!command.toolName) continue
       if (command.spec.entrances && !command.spec.entrances.includes('agent')) continue
-      table.set(command.toolName, {
-        kind: 'command',
-        command,
-        tool: { name: command.toolName, description: command.spec.description, parameters: command.spec.paramsSchema },
-      })
+      // Providers get a projection; the command's own schema is still enforced on dispatch.
+      const projected = projectToolSchema(command.spec.paramsSchema)
+      const description = projected.descriptionSuffix ? `${command.spec.description}\n\n${projected.descriptionSuffix}` : command.spec.description
+      table.set(command.toolName, { kind: 'command', command, tool: { name: command.toolName, description, parameters: projected.parameters } })
     }
     for (const tool of (run.clientTools as unknown as ModelTool[]) ?? []) table.set(tool.name, { kind: 'client', tool })
     return table
@@ -745,22 +744,4 @@ function commandRisk(entry: ToolEntry | undefined): string | null {
   const spec = entry.command.spec
   if (spec.exposeAsTool?.risk) return spec.exposeAsTool.risk
   return typeof spec.risk === 'string' ? spec.risk : 'dynamic'
-}
-
-/** Retries a model call on a retryable error while nothing was streamed (SPEC §6.2). */
-async function* streamWithRetries(model: LanguageModel, request: Parameters<LanguageModel['stream']>[0]) {
-  for (let attempt = 0; ; attempt++) {
-    let yielded = false
-    try {
-      for await (const part of model.stream(request)) {
-        yielded = true
-        yield part
-      }
-      return
-    } catch (error) {
-      if (!(error instanceof ModelError) || !error.isRetryable || yielded || attempt >= 3 || request.signal?.aborted) throw error
-      const delay = error.retryAfterMs ?? Math.min(8000, 250 * 2 ** attempt) * Math.random()
-      await new Promise((resolve) => setTimeout(resolve, delay))
-    }
-  }
 }

@@ -1,0 +1,86 @@
+import { ModelError, type LanguageModel, type ModelRequest, type StreamPart } from '../model.js'
+import { streamEventsFromUpstream } from '../openai/event-stream-request.js'
+import { safeParseJson } from '../openai/safe-json.js'
+import { defaultToolsUnsupportedKeywords, redactModelError } from '../openai/upstream-errors.js'
+import { AnthropicStreamParser } from './anthropic-stream-parser.js'
+import { convertToAnthropicMessages, convertToAnthropicTools } from './convert-to-anthropic-messages.js'
+
+export interface AnthropicMessagesModelOptions {
+  /** The configured model id (what runs name). */
+  id: string
+  /** The upstream model name sent as `model`. */
+  model: string
+  /** Base URL of a Messages API; requests go to `${baseUrl}/v1/messages` (a base already ending in `/v1` is used as is). */
+  baseUrl: string
+  /** Sent as `x-api-key`; never logged or put in error messages. */
+  apiKey?: string
+  contextWindow: number
+  supportsTools: boolean
+  /** `max_tokens` of every request (default 4096). */
+  maxTokens?: number
+  /** Abort when the upstream sends nothing for this long (default 60 000). */
+  idleTimeoutMs?: number
+  /** 4xx bodies containing one of these (case-insensitive) mean "this model takes no tools". */
+  toolsUnsupportedKeywords?: readonly string[]
+  /** Extra request headers (e.g. `anthropic-beta`). */
+  headers?: Record<string, string>
+}
+
+/**
+ * A model behind the Anthropic Messages streaming API, read with `fetch` + server-sent events. Yields
+ * canonical parts; throws ModelError exactly like the OpenAI-compatible adapter. A stream that ends before
+ * the message says why it stopped is an `upstream_error` (retryable; the caller knows whether it yielded).
+ *
+ * @example
+ * const model = new AnthropicMessagesModel({ id: 'claude', model: config.model, baseUrl: config.baseUrl, apiKey, contextWindow: 200_000, supportsTools: true })
+ */
+export class AnthropicMessagesModel implements LanguageModel {
+  readonly id: string
+  readonly provider = 'anthropic' as const
+  readonly supportsTools: boolean
+  readonly contextWindow: number
+  readonly #options: AnthropicMessagesModelOptions
+
+  constructor(options: AnthropicMessagesModelOptions) {
+    this.id = options.id
+    this.supportsTools = options.supportsTools
+    this.contextWindow = options.contextWindow
+    this.#options = options
+  }
+
+  async *stream(request: ModelRequest): AsyncGenerator<StreamPart> {
+    const options = this.#options
+    const tools = this.supportsTools ? request.tools : []
+    const prompt = convertToAnthropicMessages(request.messages)
+    const body: Record<string, unknown> = { model: options.model, max_tokens: options.maxTokens ?? 4096 }
+    if (prompt.system !== undefined) body.system = prompt.system
+    body.messages = prompt.messages
+    if (tools.length > 0) body.tools = convertToAnthropicTools(tools)
+    body.stream = true
+    const headers: Record<string, string> = { 'anthropic-version': '2023-06-01', ...options.headers }
+    if (options.apiKey) headers['x-api-key'] = options.apiKey
+    const base = options.baseUrl.replace(/\/+$/, '')
+
+    const parser = new AnthropicStreamParser()
+    try {
+      const events = streamEventsFromUpstream({
+        url: base.endsWith('/v1') ? `${base}/messages` : `${base}/v1/messages`,
+        headers,
+        body,
+        idleTimeoutMs: options.idleTimeoutMs ?? 60_000,
+        toolsUnsupportedKeywords: options.toolsUnsupportedKeywords ?? defaultToolsUnsupportedKeywords,
+        signal: request.signal,
+      })
+      for await (const event of events) {
+        const parsed = safeParseJson(event.data)
+        if (!parsed.ok) continue
+        yield* parser.push(parsed.value, event.event)
+        if (parser.isStopped) break
+      }
+      if (!parser.isComplete) throw new ModelError('upstream_error', 'The upstream stream ended before the message was complete', { isRetryable: true })
+    } catch (error) {
+      throw error instanceof ModelError ? redactModelError(error, [options.apiKey]) : error
+    }
+    yield* parser.finish()
+  }
+}

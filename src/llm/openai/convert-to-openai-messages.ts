@@ -1,0 +1,49 @@
+import type { ModelMessage, ModelTool } from '../model.js'
+
+/** A chat-completions message as sent upstream. */
+export type OpenAIChatMessage =
+  | { role: 'system'; content: string }
+  | { role: 'user'; content: string }
+  | { role: 'assistant'; content: string | null; tool_calls?: OpenAIToolCall[] }
+  | { role: 'tool'; tool_call_id: string; content: string }
+
+export interface OpenAIToolCall {
+  id: string
+  type: 'function'
+  function: { name: string; arguments: string }
+}
+
+export interface OpenAIChatTool {
+  type: 'function'
+  function: { name: string; description: string; parameters: { [keyword: string]: unknown } }
+}
+
+/**
+ * Canonical messages → chat-completions messages. An assistant turn that only calls tools sends
+ * `content: null`; tool arguments go back exactly as the model streamed them.
+ */
+export function convertToOpenAIMessages(messages: readonly ModelMessage[]): OpenAIChatMessage[] {
+  return messages.map((message): OpenAIChatMessage => {
+    switch (message.role) {
+      case 'system':
+      case 'user':
+        return { role: message.role, content: message.content }
+      case 'assistant': {
+        const toolCalls = message.toolCalls ?? []
+        if (toolCalls.length === 0) return { role: 'assistant', content: message.content ?? '' }
+        return {
+          role: 'assistant',
+          content: message.content ? message.content : null,
+          tool_calls: toolCalls.map((call) => ({ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } })),
+        }
+      }
+      case 'tool':
+        return { role: 'tool', tool_call_id: message.toolCallId, content: message.content }
+    }
+  })
+}
+
+/** Canonical tools → chat-completions `tools`. */
+export function convertToOpenAITools(tools: readonly ModelTool[]): OpenAIChatTool[] {
+  return tools.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.parameters } }))
+}

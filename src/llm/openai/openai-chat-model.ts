@@ -1,0 +1,90 @@
+import { ModelError, type LanguageModel, type ModelRequest, type StreamPart } from '../model.js'
+import { convertToOpenAIMessages, convertToOpenAITools } from './convert-to-openai-messages.js'
+import { streamEventsFromUpstream } from './event-stream-request.js'
+import { OpenAIStreamParser } from './openai-stream-parser.js'
+import { safeParseJson } from './safe-json.js'
+import { defaultToolsUnsupportedKeywords, redactModelError } from './upstream-errors.js'
+
+export interface OpenAIChatModelOptions {
+  /** The configured model id (what runs name). */
+  id: string
+  /** The upstream model name sent as `model`. */
+  model: string
+  /** Base URL of an OpenAI-compatible API, up to and including its version segment (`…/v1`). */
+  baseUrl: string
+  /** Sent as `Authorization: Bearer …`; never logged or put in error messages. */
+  apiKey?: string
+  contextWindow: number
+  supportsTools: boolean
+  /** Abort when the upstream sends nothing for this long (default 60 000). */
+  idleTimeoutMs?: number
+  /** 4xx bodies containing one of these (case-insensitive) mean "this model takes no tools". */
+  toolsUnsupportedKeywords?: readonly string[]
+  /** Sent as `max_tokens` when set. */
+  maxTokens?: number
+  /** Extra request headers (e.g. an organisation header a gateway wants). */
+  headers?: Record<string, string>
+}
+
+/**
+ * A model behind an OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, …), streamed with
+ * `fetch` + server-sent events. Yields canonical parts; throws ModelError (see `streamEventsFromUpstream`).
+ *
+ * @example
+ * const model = new OpenAIChatModel({ id: 'local', model: 'qwen2.5', baseUrl: config.baseUrl, contextWindow: 32_768, supportsTools: true })
+ * for await (const part of model.stream({ messages, tools })) console.log(part)
+ */
+export class OpenAIChatModel implements LanguageModel {
+  readonly id: string
+  readonly provider = 'openai' as const
+  readonly supportsTools: boolean
+  readonly contextWindow: number
+  readonly #options: OpenAIChatModelOptions
+
+  constructor(options: OpenAIChatModelOptions) {
+    this.id = options.id
+    this.supportsTools = options.supportsTools
+    this.contextWindow = options.contextWindow
+    this.#options = options
+  }
+
+  async *stream(request: ModelRequest): AsyncGenerator<StreamPart> {
+    const options = this.#options
+    // A model without tool support never gets tools, whatever the caller passed.
+    const tools = this.supportsTools ? request.tools : []
+    const body: Record<string, unknown> = {
+      model: options.model,
+      messages: convertToOpenAIMessages(request.messages),
+      stream: true,
+      stream_options: { include_usage: true },
+    }
+    // OpenAI rejects `tools: []`; with tools, `tool_choice` defaults to "auto" everywhere, so it is left out.
+    if (tools.length > 0) body.tools = convertToOpenAITools(tools)
+    if (options.maxTokens !== undefined) body.max_tokens = options.maxTokens
+    const headers: Record<string, string> = { ...options.headers }
+    if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`
+
+    const parser = new OpenAIStreamParser()
+    try {
+      const events = streamEventsFromUpstream({
+        url: `${options.baseUrl.replace(/\/+$/, '')}/chat/completions`,
+        headers,
+        body,
+        idleTimeoutMs: options.idleTimeoutMs ?? 60_000,
+        toolsUnsupportedKeywords: options.toolsUnsupportedKeywords ?? defaultToolsUnsupportedKeywords,
+        signal: request.signal,
+      })
+      for await (const event of events) {
+        const data = event.data.trim()
+        if (data === '[DONE]') break
+        const parsed = safeParseJson(data)
+        // A malformed chunk is skipped, not fatal.
+        if (!parsed.ok) continue
+        yield* parser.push(parsed.value)
+      }
+    } catch (error) {
+      throw error instanceof ModelError ? redactModelError(error, [options.apiKey]) : error
+    }
+    yield* parser.finish()
+  }
+}

@@ -1,0 +1,90 @@
+import { ModelError } from '../model.js'
+import { asRecord, safeParseJson } from './safe-json.js'
+
+/** Keywords that, in a 4xx body, mean the upstream model cannot take tools (matched case-insensitively). */
+export const defaultToolsUnsupportedKeywords: readonly string[] = [
+  'does not support tools',
+  'does not support tool use',
+  'does not support function calling',
+  'tools is not supported',
+  'tools are not supported',
+  'tools not supported',
+  'tool use is not supported',
+  'tool calling is not supported',
+  'function calling is not supported',
+  'tool choice requires',
+]
+
+/** The longest stretch of an upstream error body kept in a ModelError message. */
+const maxDetailLength = 500
+
+/**
+ * Milliseconds to wait from `Retry-After` (seconds or an HTTP-date) or the non-standard `retry-after-ms`;
+ * undefined when absent or unreadable.
+ */
+export function parseRetryAfter(headers: Headers, now: number = Date.now()): number | undefined {
+  const milliseconds = headers.get('retry-after-ms')?.trim()
+  if (milliseconds && /^\d+(\.\d+)?$/.test(milliseconds)) return Math.ceil(Number(milliseconds))
+  const value = headers.get('retry-after')?.trim()
+  if (!value) return undefined
+  if (/^\d+(\.\d+)?$/.test(value)) return Math.ceil(Number(value) * 1000)
+  // An HTTP-date names a weekday or month; Date.parse alone would also accept bare numbers like "-1".
+  const date = /[a-z]/i.test(value) ? Date.parse(value) : Number.NaN
+  return Number.isNaN(date) ? undefined : Math.max(0, date - now)
+}
+
+/** The human part of an upstream error body: `error.message`, `message`, a string `error`, or the text itself. */
+export function describeErrorBody(text: string): string {
+  const parsed = safeParseJson(text)
+  if (parsed.ok) {
+    const body = asRecord(parsed.value)
+    const error = body?.error
+    const nested = asRecord(error)?.message
+    const message = typeof nested === 'string' ? nested : typeof body?.message === 'string' ? body.message : typeof error === 'string' ? error : undefined
+    if (message) return truncate(message)
+  }
+  return truncate(text.trim().replace(/\s+/g, ' '))
+}
+
+/**
+ * Maps a non-2xx upstream answer to a ModelError: a 4xx naming missing tool support → `tools_unsupported`;
+ * 429 and 5xx → retryable `upstream_error` (with `retryAfterMs`); any other status (redirects included,
+ * which are never followed) → non-retryable `upstream_error`.
+ */
+export function createHttpError(status: number, headers: Headers, body: string, toolsUnsupportedKeywords: readonly string[]): ModelError {
+  const detail = describeErrorBody(body)
+  const lowered = body.toLowerCase()
+  if (status >= 400 && status < 500 && toolsUnsupportedKeywords.some((keyword) => keyword && lowered.includes(keyword.toLowerCase()))) {
+    return new ModelError('tools_unsupported', `The upstream model does not support tools (HTTP ${status}): ${detail}`, { upstreamStatus: status })
+  }
+  if (status >= 300 && status < 400) {
+    return new ModelError('upstream_error', `Upstream answered HTTP ${status} (a redirect, not followed): check the base URL`, { upstreamStatus: status })
+  }
+  const isRetryable = status === 429 || status >= 500
+  return new ModelError('upstream_error', `Upstream answered HTTP ${status}${detail ? `: ${detail}` : ''}`, {
+    upstreamStatus: status,
+    isRetryable,
+    retryAfterMs: isRetryable ? parseRetryAfter(headers) : undefined,
+  })
+}
+
+/** Replaces every occurrence of each secret (e.g. the API key) in `text`. */
+export function redactSecrets(text: string, secrets: ReadonlyArray<string | undefined>): string {
+  let result = text
+  for (const secret of secrets) {
+    if (secret && secret.length >= 4) result = result.split(secret).join('[redacted]')
+  }
+  return result
+}
+
+/** The same ModelError with secrets removed from its message (the cause is dropped if it mentioned one). */
+export function redactModelError(error: ModelError, secrets: ReadonlyArray<string | undefined>): ModelError {
+  const message = redactSecrets(error.message, secrets)
+  const cause = error.cause instanceof Error && redactSecrets(String(error.cause.message), secrets) !== error.cause.message ? undefined : error.cause
+  if (message === error.message && cause === error.cause) return error
+  return new ModelError(error.code, message, { upstreamStatus: error.upstreamStatus, isRetryable: error.isRetryable, retryAfterMs: error.retryAfterMs, cause })
+}
+
+function truncate(text: string): string {
+  return text.length > maxDetailLength ? `${text.slice(0, maxDetailLength)}…` : text
+}
