@@ -47,12 +47,13 @@ for (const engine of testEngines()) {
     let alice: TestUser
     let projectId: string
     const scripted = new ScriptedModel({ id: 'scripted', turns: [] })
+    const toolless = new ScriptedModel({ id: 'toolless', turns: [{ text: 'I cannot look that up.' }], supportsTools: false })
     const flaky = new FlakyModel()
 
     beforeAll(async () => {
       store = await openTestStore(engine)
       const slowPlugin = new URL('./__fixtures__/plugins/slow-tool.ts', import.meta.url).pathname
-      server = await startTestServer(store, { plugins: ['rdm', slowPlugin], models: [scripted, flaky] })
+      server = await startTestServer(store, { plugins: ['rdm', slowPlugin], models: [scripted, flaky, toolless] })
       alice = await server.createUser()
       projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'lifecycle' } })).body.id
     })
@@ -108,6 +109,15 @@ for (const engine of testEngines()) {
       expect(dispatches).toHaveLength(1)
       const again = await server.request('POST', `/api/runs/${run.id}/resume`, { token: alice.token })
       expect([again.status, again.body.code]).toEqual([409, 'run_not_resumable'])
+    })
+
+    it('gives a model without tool support no tools and tells it not to invent data', async () => {
+      const conversationId = await conversation()
+      const run = (await start(conversationId, { input: 'what is the latency?', model: 'toolless' })).body
+      await waitForRun(server, alice.token, run.id, (current) => current.status === 'completed')
+      const request = toolless.calls.at(-1)!
+      expect(request.tools).toEqual([])
+      expect((request.messages[0] as { content: string }).content).toMatch(/cannot use tools/)
     })
 
     it('replays exactly the missed events, deltas included, when a client reconnects mid-run', async () => {

@@ -1,0 +1,93 @@
+import { describe, expect, it } from 'vitest'
+import type { ModelMessage } from '../llm/index.js'
+import type { TranscriptMessage } from '../store/index.js'
+import { buildModelMessages, estimateTokens, trimToBudget } from './history.js'
+
+const message = (partial: Partial<TranscriptMessage> & Pick<TranscriptMessage, 'role'>): TranscriptMessage => ({
+  id: Math.random().toString(36),
+  content: null,
+  toolCalls: null,
+  toolCallId: null,
+  status: 'completed',
+  ...partial,
+})
+
+describe('buildModelMessages', () => {
+  it('places each tool result right after its call and sends the provider call id upstream', () => {
+    const out = buildModelMessages([
+      message({ role: 'user', content: 'hi' }),
+      message({ role: 'assistant', content: '', toolCalls: [{ callId: 'c1', providerCallId: 'p1', name: 'a', arguments: '{}' }, { callId: 'c2', providerCallId: 'p2', name: 'b', arguments: '{}' }] }),
+      message({ role: 'tool', toolCallId: 'c2', content: 'two' }),
+      message({ role: 'tool', toolCallId: 'c1', content: 'one' }),
+      message({ role: 'assistant', content: 'done' }),
+    ])
+    expect(out).toEqual([
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: null, toolCalls: [{ id: 'p1', name: 'a', arguments: '{}' }, { id: 'p2', name: 'b', arguments: '{}' }] },
+      { role: 'tool', toolCallId: 'p1', content: 'one' },
+      { role: 'tool', toolCallId: 'p2', content: 'two' },
+      { role: 'assistant', content: 'done' },
+    ])
+  })
+
+  it('repairs an unanswered call with an interrupted result and drops results without a call', () => {
+    const out = buildModelMessages([
+      message({ role: 'user', content: 'hi' }),
+      message({ role: 'assistant', content: 'x', toolCalls: [{ callId: 'c1', providerCallId: 'p1', name: 'a', arguments: '{}' }] }),
+      message({ role: 'tool', toolCallId: 'orphan', content: 'stray' }),
+    ])
+    expect(out).toHaveLength(3)
+    expect(out[2]).toMatchObject({ role: 'tool', toolCallId: 'p1' })
+    expect(JSON.parse((out[2] as { content: string }).content).error.code).toBe('interrupted')
+    expect(JSON.stringify(out)).not.toContain('stray')
+  })
+
+  it('leaves out turns still streaming or cut off by a failure or crash', () => {
+    const out = buildModelMessages([
+      message({ role: 'user', content: 'hi' }),
+      message({ role: 'assistant', content: 'half', status: 'failed' }),
+      message({ role: 'assistant', content: 'half', status: 'interrupted' }),
+      message({ role: 'assistant', content: 'now', status: 'streaming' }),
+      message({ role: 'assistant', content: 'kept', status: 'cancelled' }),
+    ])
+    expect(out).toEqual([{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'kept' }])
+  })
+})
+
+describe('trimToBudget', () => {
+  const long = 'x'.repeat(2000)
+  const history: ModelMessage[] = [
+    { role: 'user', content: long },
+    { role: 'assistant', content: long },
+    { role: 'user', content: long },
+    { role: 'assistant', content: null, toolCalls: [{ id: 'p1', name: 'a', arguments: '{}' }] },
+    { role: 'tool', toolCallId: 'p1', content: long },
+    { role: 'assistant', content: long },
+    { role: 'user', content: 'q1' },
+    { role: 'assistant', content: 'a1' },
+    { role: 'user', content: 'q2' },
+    { role: 'assistant', content: 'a2' },
+    { role: 'user', content: 'q3' },
+    { role: 'assistant', content: 'a3' },
+  ]
+
+  it('keeps everything within budget', () => {
+    expect(trimToBudget(history, estimateTokens(history))).toBe(history)
+  })
+
+  it('drops the oldest whole turns, never splitting a call from its results, and keeps the latest 6 messages', () => {
+    const trimmed = trimToBudget(history, 300)
+    expect(trimmed.slice(-6)).toEqual(history.slice(-6))
+    expect(trimmed[0]?.role).toBe('user')
+    for (const [index, item] of trimmed.entries()) {
+      if (item.role === 'tool') expect(trimmed[index - 1]?.role === 'assistant' || trimmed[index - 1]?.role === 'tool').toBe(true)
+    }
+    expect(trimmed.length).toBeLessThan(history.length)
+  })
+
+  it('never drops below the latest 6 messages even when they alone exceed the budget', () => {
+    const trimmed = trimToBudget(history, 1)
+    expect(trimmed.length).toBeGreaterThanOrEqual(6)
+    expect(trimmed.slice(-6)).toEqual(history.slice(-6))
+  })
+})
