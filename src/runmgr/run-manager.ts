@@ -163,7 +163,7 @@ export class RunManager {
       await this.#loops.get(runId)
       return getRun(store.db, runId)
     }
-    await this.#end(runId, { status: 'cancelled', reason, openCalls: 'cancelled' })
+    await this.#end(runId, { status: 'cancelled', reason, openCalls: reason === 'superseded' ? 'expired' : 'cancelled' })
     return getRun(store.db, runId)
   }
 
@@ -611,7 +611,8 @@ export class RunManager {
     if (reason === 'shutdown') {
       await this.#end(run.id, { status: 'failed', error: { code: 'interrupted', message: 'the server shut down during the run' }, openCalls: 'interrupted' })
     } else {
-      await this.#end(run.id, { status: 'cancelled', reason, openCalls: 'cancelled' })
+      // A superseded run's open calls expire (SPEC §6.1); a cancelled one's are cancelled.
+      await this.#end(run.id, { status: 'cancelled', reason, openCalls: reason === 'superseded' ? 'expired' : 'cancelled' })
     }
   }
 
