@@ -131,6 +131,11 @@ for (const engine of testEngines()) {
       const drafts = await store.db.selectFrom('plugin_kv').select('key').where('plugin', '=', 'rdm').where('key', 'like', `draft:${projectId}:%`).execute()
       expect(drafts.length).toBeGreaterThanOrEqual(1)
       await expectLedgerInvariant(store, conversationId)
+      const metrics = (await server.request('GET', '/metrics')).body as string
+      expect(metrics).toMatch(/plinth_runs_total\{status="completed"\} [1-9]/)
+      expect(metrics).toMatch(/plinth_tool_calls_total\{status="ok"\} [1-9]/)
+      expect(metrics).toMatch(/plinth_decisions_total\{outcome="approved"\} [1-9]/)
+      expect(metrics).toMatch(/plinth_llm_call_duration_seconds_count\{model="scripted-test",outcome="ok"\} [1-9]/)
     })
 
     it('tells the model a rejected call was rejected and continues', async () => {

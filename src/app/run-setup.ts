@@ -1,7 +1,7 @@
 import type { Logger } from 'pino'
 import { createPluginLogger, type CommandBus } from '../cmdbus/index.js'
 import { AnthropicMessagesModel, createModels, ModelRegistry, OpenAIChatModel, type LanguageModel, type ModelSettings, type ProviderFactory } from '../llm/index.js'
-import { RunManager } from '../runmgr/index.js'
+import { RunManager, type RunObserver } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 
 function requireBaseUrl(settings: ModelSettings): string {
@@ -37,7 +37,17 @@ export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderF
 export async function setUpRuns(
   store: Store,
   bus: CommandBus,
-  options: { models: ModelSettings[] | LanguageModel[]; defaultModel?: string; logger: Logger; cwd?: string; toolOutputLimit?: number; leaseMs?: number; actionTtlMs?: number; llmIdleTimeoutMs?: number },
+  options: {
+    models: ModelSettings[] | LanguageModel[]
+    defaultModel?: string
+    logger: Logger
+    cwd?: string
+    toolOutputLimit?: number
+    leaseMs?: number
+    actionTtlMs?: number
+    llmIdleTimeoutMs?: number
+    observer?: RunObserver
+  },
 ): Promise<RunManager> {
   const models = options.models.length > 0 && 'stream' in (options.models[0] as object)
     ? (options.models as LanguageModel[])
@@ -55,6 +65,7 @@ export async function setUpRuns(
     ...(options.toolOutputLimit !== undefined && { toolOutputLimit: options.toolOutputLimit }),
     ...(options.leaseMs !== undefined && { leaseMs: options.leaseMs }),
     ...(options.actionTtlMs !== undefined && { actionTtlMs: options.actionTtlMs }),
+    ...(options.observer && { observer: options.observer }),
     // Embedded PGlite belongs to this process: a running run found at start is an orphan.
     exclusiveDatabase: store.engine === 'pglite',
   })

@@ -1,7 +1,9 @@
 import type { Logger } from 'pino'
 import { buildServer, type App } from '../server/index.js'
 import { openStore, type Store } from '../store/index.js'
+import { Registry } from 'prom-client'
 import type { RunManager } from '../runmgr/index.js'
+import { createAgentMetrics } from './agent-metrics.js'
 import { setUpCommandBus } from './command-bus-setup.js'
 import { setUpRuns } from './run-setup.js'
 import type { PlinthConfig } from './config.js'
@@ -29,7 +31,9 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       allowanceTtlMs: config.allowanceTtlMs,
       exec: { execBackend: config.exec.backend, disableExecTools: config.exec.disableExecTools },
     })
+    const metrics = new Registry()
     runs = await setUpRuns(store, bus, {
+      observer: createAgentMetrics(metrics, bus),
       models: config.models,
       defaultModel: config.defaultModel,
       logger,
@@ -49,6 +53,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       fullModeTtlMs: config.fullModeTtlMs,
       adminToken: config.adminToken,
       version,
+      metrics,
     })
     await app.listen({ port: config.port, host: config.host })
   } catch (error) {

@@ -1,5 +1,5 @@
 /** The run manager: the agent's ReAct loop, run state machine, context budget, recovery. */
-export { RunManager, type RunManagerOptions, type CreateRunInput } from './run-manager.js'
+export { RunManager, type RunManagerOptions, type CreateRunInput, type RunObserver } from './run-manager.js'
 export { RunRequestError } from './run-errors.js'
 export { capForModel } from './tool-output.js'
 export { buildModelMessages, trimToBudget, estimateTokens } from './history.js'

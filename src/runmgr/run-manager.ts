@@ -37,7 +37,16 @@ import { buildModelMessages, trimToBudget } from './history.js'
 import { RunRequestError } from './run-errors.js'
 import { capForModel } from './tool-output.js'
 
+/** Told about what runs do, for metrics. Every method is optional and must not throw. */
+export interface RunObserver {
+  modelCall?(figures: { model: string; durationMs: number; outcome: string }): void
+  toolCall?(figures: { status: string }): void
+  runEnded?(figures: { status: string; durationMs: number | null }): void
+}
+
 export interface RunManagerOptions {
+  /** Metrics hooks. */
+  observer?: RunObserver
   store: Store
   bus: CommandBus
   models: ModelRegistry
@@ -340,6 +349,8 @@ export class RunManager {
     const calls: ModelToolCall[] = []
     let usage = { ...run.usage }
     await this.#acquireModelSlot(signal)
+    const modelStarted = performance.now()
+    let modelOutcome = 'ok'
     try {
       for await (const part of streamWithRetries(model, { messages, tools: [...tools.values()].map((entry) => entry.tool), signal })) {
         if (part.type === 'text-delta') {
@@ -349,6 +360,7 @@ export class RunManager {
         else if (part.type === 'usage') usage = { inputTokens: usage.inputTokens + part.usage.inputTokens, outputTokens: usage.outputTokens + part.usage.outputTokens }
       }
     } catch (error) {
+      modelOutcome = error instanceof ModelError ? error.code : 'internal'
       await coalescer.close()
       if (signal.aborted || (error instanceof ModelError && error.code === 'cancelled')) {
         await this.#endAborted(run, signal, messageId, text)
@@ -366,6 +378,7 @@ export class RunManager {
       return { kind: 'ended' }
     } finally {
       this.#releaseModelSlot()
+      this.#options.observer?.modelCall?.({ model: model.id, durationMs: performance.now() - modelStarted, outcome: signal.aborted ? 'cancelled' : modelOutcome })
     }
     await coalescer.close()
     if (signal.aborted) {
@@ -528,6 +541,7 @@ export class RunManager {
       ...(extra.repeatOf !== undefined && { repeatOf: extra.repeatOf }),
     })
     await insertToolMessage(tx, run, call.id, capped.text)
+    this.#options.observer?.toolCall?.({ status })
     await appendEvents(tx, [
       runEvent(run, 'tool_call.completed', {
         callId: call.id,
@@ -658,6 +672,7 @@ export class RunManager {
               ? runEvent(updated, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
               : runEvent(updated, 'run.expired', { runId })
       await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null }), terminal])
+      this.#options.observer?.runEnded?.({ status: end.status, durationMs: updated.startedAt ? Date.now() - Date.parse(updated.startedAt) : null })
     })
     // Decisions of the ended run can no longer be answered.
     for (const decisionId of decisions) await bus.expireDecision(decisionId).catch(() => undefined)

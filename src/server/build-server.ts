@@ -7,6 +7,7 @@ import fastifySwaggerUi from '@fastify/swagger-ui'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Ajv } from 'ajv'
 import addFormatsModule from 'ajv-formats'
+import type { Registry } from 'prom-client'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
 import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
@@ -40,6 +41,8 @@ export interface ServerOptions {
   /** Enables `/api/admin` when set. */
   adminToken?: string
   version: string
+  /** The registry `/metrics` serves (shared with the run manager's metrics). */
+  metrics?: Registry
 }
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
@@ -98,7 +101,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       new HttpProblem('rate_limited', `rate limit of ${context.max} requests per ${context.after} exceeded; retry later`),
   })
 
-  const metrics = registerMetrics(app)
+  const metrics = registerMetrics(app, options.metrics)
   registerHealthRoutes(app, deps, metrics)
 
   const userAuth = createUserAuth(options.store)

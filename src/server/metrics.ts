@@ -2,8 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client'
 
 /** Prometheus metrics on a registry of this server's own (several servers may share a process). */
-export function registerMetrics(app: FastifyInstance): Registry {
-  const registry = new Registry()
+export function registerMetrics(app: FastifyInstance, registry: Registry = new Registry()): Registry {
   collectDefaultMetrics({ register: registry, prefix: 'plinth_' })
   const requests = new Histogram({
     name: 'plinth_http_request_duration_seconds',

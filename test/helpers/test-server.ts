@@ -1,5 +1,6 @@
 import { pino } from 'pino'
-import { setUpCommandBus, setUpRuns } from '../../src/app/index.js'
+import { Registry } from 'prom-client'
+import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
 import type { LanguageModel } from '../../src/llm/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
@@ -38,7 +39,8 @@ export async function startTestServer(
   const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
   const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, ...serverOverrides } = overrides
   const { bus, access } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec: { execBackend: 'direct', disableExecTools: false } })
-  const runs = await setUpRuns(store, bus, { models, logger, ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
+  const metrics = new Registry()
+  const runs = await setUpRuns(store, bus, { models, logger, observer: createAgentMetrics(metrics, bus), ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
   const app = await buildServer({
     store,
     bus,
@@ -50,6 +52,7 @@ export async function startTestServer(
     sseHeartbeatMs: 15_000,
     fullModeTtlMs: 3_600_000,
     version: 'test',
+    metrics,
     ...serverOverrides,
   })
   await app.listen({ port: 0, host: '127.0.0.1' })
