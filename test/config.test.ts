@@ -199,7 +199,7 @@ describe('loadConfig', () => {
   })
 
   it('rejects unknown keys, also inside models', async () => {
-    const cwd = await workdir({ models: [{ id: 'm', provider: 'scripted', temperature: 2 }], prot: 80 })
+    const cwd = await workdir({ models: [{ id: 'm', provider: 'scripted', script: 's.json', temperature: 2 }], prot: 80 })
     const problems = problemsOf({}, cwd)
     expect(problems).toEqual(expect.arrayContaining(['prot: unknown key', 'models.0.temperature: unknown key']))
     expect(problems).toHaveLength(2)
@@ -236,11 +236,23 @@ describe('loadConfig', () => {
   })
 
   it('rejects a defaultModel that names no configured model', async () => {
-    const cwd = await workdir({ models: [{ id: 'fast', provider: 'scripted' }], defaultModel: 'slow' })
+    const cwd = await workdir({ models: [{ id: 'fast', provider: 'scripted', script: 's.json' }], defaultModel: 'slow' })
     const problems = problemsOf({}, cwd)
     expect(problems).toEqual(['defaultModel: no model with id "slow" is configured'])
     // With the model configured it is accepted.
-    const ok = await workdir({ models: [{ id: 'fast', provider: 'scripted' }, { id: 'slow', provider: 'openai', model: 'gpt' }], defaultModel: 'slow' })
+    const ok = await workdir({
+      models: [{ id: 'fast', provider: 'scripted', script: 's.json' }, { id: 'slow', provider: 'openai', model: 'gpt', baseUrl: 'http://127.0.0.1:9/v1' }],
+      defaultModel: 'slow',
+    })
     expect(loadConfig({}, ok).defaultModel).toBe('slow')
+  })
+
+  it('requires a base URL for openai and anthropic models and a script for scripted ones', async () => {
+    const cwd = await workdir({ models: [{ id: 'a', provider: 'openai' }, { id: 'b', provider: 'anthropic' }, { id: 'c', provider: 'scripted' }] })
+    expect(problemsOf({}, cwd)).toEqual([
+      'models.0.baseUrl: required for provider openai',
+      'models.1.baseUrl: required for provider anthropic',
+      'models.2.script: required for provider scripted',
+    ])
   })
 })
