@@ -141,3 +141,30 @@ for (const engine of testEngines()) {
     })
   })
 }
+
+describe('a run left waiting', () => {
+  it('ends expired after PLINTH_ACTION_TTL, answering its calls and expiring its decision', async () => {
+    const store = await openTestStore('pglite')
+    const model = new ScriptedModel({ id: 'scripted', turns: [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'b' } }] }] })
+    const server = await startTestServer(store, { plugins: ['rdm'], models: [model], actionTtlMs: 300 })
+    try {
+      const user = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
+      const conversationId = (await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
+      const run = (await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'x' } })).body
+      await waitForRun(server, user.token, run.id, (current) => current.status === 'requires_action')
+      await new Promise((resolve) => setTimeout(resolve, 400))
+      await server.runs.sweep()
+      expect((await server.request('GET', `/api/runs/${run.id}`, { token: user.token })).body.status).toBe('expired')
+      const calls = await store.db.selectFrom('run_tool_calls').select(['status', 'decision_id']).where('run_id', '=', run.id).execute()
+      expect(calls.map((call) => call.status)).toEqual(['expired'])
+      const decision = await store.db.selectFrom('decisions').select('status').where('id', '=', calls[0]!.decision_id!).executeTakeFirstOrThrow()
+      expect(decision.status).toBe('expired')
+      // The conversation is free again.
+      expect((await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'next' } })).status).toBe(201)
+    } finally {
+      await server.close()
+      await store.close()
+    }
+  })
+})

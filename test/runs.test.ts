@@ -127,7 +127,7 @@ for (const engine of testEngines()) {
       expect(types).toEqual(expect.arrayContaining(['tool_call.created', 'decision.required', 'decision.resolved', 'tool_call.completed', 'run.completed']))
       expect(types.indexOf('decision.required')).toBeLessThan(types.indexOf('decision.resolved'))
       const completed = events.find((event) => event.event === 'tool_call.completed')!
-      expect(completed.data).toMatchObject({ callId: required.decisions[0]!.callId, status: 'ok' })
+      expect(completed.data).toMatchObject({ callId: required.decisions[0]!.callId, status: 'ok', durationMs: expect.any(Number) })
       const drafts = await store.db.selectFrom('plugin_kv').select('key').where('plugin', '=', 'rdm').where('key', 'like', `draft:${projectId}:%`).execute()
       expect(drafts.length).toBeGreaterThanOrEqual(1)
       await expectLedgerInvariant(store, conversationId)

@@ -41,6 +41,8 @@ export interface PlinthConfig {
   toolOutputLimit: number
   /** A model stream idle this long is aborted. */
   llmIdleTimeoutMs: number
+  /** Model calls in flight across all runs (one per conversation always). */
+  llmConcurrency: number
 }
 
 /** Thrown with every bad key at once, so an operator fixes them in one go. */
@@ -101,6 +103,7 @@ const fileSchema = {
     allowanceTtlMs: { type: 'integer', minimum: 1000 },
     toolOutputLimit: { type: 'integer', minimum: 256 },
     llmIdleTimeoutMs: { type: 'integer', minimum: 100 },
+    llmConcurrency: { type: 'integer', minimum: 1, maximum: 1024 },
   },
 } as const
 
@@ -125,6 +128,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_ALLOWANCE_TTL', 'allowanceTtlMs', 'duration'],
   ['PLINTH_TOOL_OUTPUT_LIMIT', 'toolOutputLimit', 'int'],
   ['PLINTH_LLM_IDLE_TIMEOUT', 'llmIdleTimeoutMs', 'duration'],
+  ['PLINTH_LLM_CONCURRENCY', 'llmConcurrency', 'int'],
 ]
 
 const defaults: PlinthConfig = {
@@ -143,6 +147,7 @@ const defaults: PlinthConfig = {
   allowanceTtlMs: 8 * 60 * 60 * 1000,
   toolOutputLimit: 4096,
   llmIdleTimeoutMs: 60_000,
+  llmConcurrency: 16,
 }
 
 /**

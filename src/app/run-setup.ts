@@ -47,6 +47,7 @@ export async function setUpRuns(
     actionTtlMs?: number
     llmIdleTimeoutMs?: number
     observer?: RunObserver
+    llmConcurrency?: number
   },
 ): Promise<RunManager> {
   const models = options.models.length > 0 && 'stream' in (options.models[0] as object)
@@ -66,6 +67,7 @@ export async function setUpRuns(
     ...(options.leaseMs !== undefined && { leaseMs: options.leaseMs }),
     ...(options.actionTtlMs !== undefined && { actionTtlMs: options.actionTtlMs }),
     ...(options.observer && { observer: options.observer }),
+    ...(options.llmConcurrency !== undefined && { maxConcurrentModelCalls: options.llmConcurrency }),
     // Embedded PGlite belongs to this process: a running run found at start is an orphan.
     exclusiveDatabase: store.engine === 'pglite',
   })

@@ -40,6 +40,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       actionTtlMs: config.actionTtlMs,
       toolOutputLimit: config.toolOutputLimit,
       llmIdleTimeoutMs: config.llmIdleTimeoutMs,
+      llmConcurrency: config.llmConcurrency,
     })
     app = await buildServer({
       store,

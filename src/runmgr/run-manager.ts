@@ -99,6 +99,8 @@ export class RunManager {
   #unsubscribe: (() => void) | null = null
   #modelSlots: number
   readonly #slotWaiters: Array<() => void> = []
+  /** When each call started, for `tool_call.completed.durationMs` (in memory: only this process times it). */
+  readonly #callStarts = new Map<string, number>()
 
   constructor(options: RunManagerOptions) {
     this.#options = options
@@ -463,6 +465,7 @@ export class RunManager {
         continue
       }
       if (entry.kind === 'client') {
+        this.#callStarts.set(call.id, performance.now())
         await store.transaction(async (tx) => {
           await updateToolCall(tx, call.id, { status: 'awaiting_output', started: true })
           await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
@@ -480,6 +483,7 @@ export class RunManager {
           continue
         }
       }
+      this.#callStarts.set(call.id, performance.now())
       await store.transaction(async (tx) => {
         await updateToolCall(tx, call.id, { status: 'running', started: true })
         await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
@@ -542,13 +546,15 @@ export class RunManager {
     })
     await insertToolMessage(tx, run, call.id, capped.text)
     this.#options.observer?.toolCall?.({ status })
+    const started = this.#callStarts.get(call.id)
+    this.#callStarts.delete(call.id)
     await appendEvents(tx, [
       runEvent(run, 'tool_call.completed', {
         callId: call.id,
         status,
         output,
         modelTruncated: capped.truncated,
-        durationMs: null,
+        durationMs: started === undefined ? null : Math.round(performance.now() - started),
         ...(extra.repeatOf && { repeatOf: extra.repeatOf }),
       }),
     ])

@@ -2,6 +2,7 @@ import { pino } from 'pino'
 import { Registry } from 'prom-client'
 import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
 import type { LanguageModel } from '../../src/llm/index.js'
+import type { RunManager } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
 
@@ -20,6 +21,7 @@ export interface Answer {
 
 export interface TestServer {
   app: App
+  runs: RunManager
   store: Store
   url: string
   createUser(name?: string): Promise<TestUser>
@@ -40,7 +42,7 @@ export async function startTestServer(
   const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, ...serverOverrides } = overrides
   const { bus, access } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec: { execBackend: 'direct', disableExecTools: false } })
   const metrics = new Registry()
-  const runs = await setUpRuns(store, bus, { models, logger, observer: createAgentMetrics(metrics, bus), ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
+  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
   const app = await buildServer({
     store,
     bus,
@@ -60,6 +62,7 @@ export async function startTestServer(
   const url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`
   return {
     app,
+    runs,
     store,
     url,
     async createUser(name) {
