@@ -1,12 +1,14 @@
 /**
  * `npm run bench`: requests/s of authenticated `GET /api/projects`, and of a no-op command dispatch
  * next to `GET /api/me`, beside a Fastify hello-world measured in the same run, on PGlite and (with
- * TEST_DATABASE_URL or BENCH_DATABASE_URL) on pg.
+ * TEST_DATABASE_URL or BENCH_DATABASE_URL) on pg; then the agent-round bench (bench/agent/index.ts).
  * Each server runs in its own process; autocannon loads it from this one.
  *
- * Env: BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1).
+ * Env: BENCH_ONLY (`http` or `agent`: run one part), BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2),
+ * BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in bench/agent/index.ts.
  */
 import { cpus } from 'node:os'
+import { loadAgentSettings, runAgentBench } from './agent/index.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
 import { loadSettingsFromEnv } from './lib/measure.js'
 import { formatTable, runScenarios, type Scenario } from './lib/scenario.js'
@@ -17,17 +19,21 @@ import { plinthProjectsOnPg, plinthProjectsOnPGlite } from './scenarios/plinth-p
 cleanupOnSignals()
 
 const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_URL || undefined
-const settings = loadSettingsFromEnv()
+const only = process.env.BENCH_ONLY || undefined
+if (only !== undefined && only !== 'http' && only !== 'agent') {
+  console.error(`BENCH_ONLY must be "http" or "agent", got ${JSON.stringify(only)}`)
+  process.exit(2)
+}
 
-// Hello-world first: it is the yardstick for everything after it.
-const scenarios: Scenario[] = [helloWorldScenario(), plinthProjectsOnPGlite(), plinthProjectsOnPg(databaseUrl), ...dispatchScenarios(databaseUrl)]
-
-console.log(
-  `plinth bench: node ${process.version}, ${cpus().length} cpus; ${settings.connections} connections, ` +
-    `pipelining ${settings.pipelining}, ${settings.warmupSeconds}s warm-up + ${settings.durationSeconds}s per target`,
-)
-
-try {
+/** Requests/s of plain routes under autocannon load. Returns false when the bench itself is broken. */
+async function runHttpBench(): Promise<boolean> {
+  const settings = loadSettingsFromEnv()
+  // Hello-world first: it is the yardstick for everything after it.
+  const scenarios: Scenario[] = [helloWorldScenario(), plinthProjectsOnPGlite(), plinthProjectsOnPg(databaseUrl), ...dispatchScenarios(databaseUrl)]
+  console.log(
+    `plinth bench: node ${process.version}, ${cpus().length} cpus; ${settings.connections} connections, ` +
+      `pipelining ${settings.pipelining}, ${settings.warmupSeconds}s warm-up + ${settings.durationSeconds}s per target`,
+  )
   const results = await runScenarios(scenarios, settings, (result) => {
     if ('skipped' in result) console.log(`  ${result.name}: skipped (${result.skipped})`)
     else console.log(`  ${result.name}: ${result.requestsPerSecond.toFixed(0)} req/s`)
@@ -37,7 +43,18 @@ try {
   const broken = results.filter((result) => !('skipped' in result) && (result.non2xx > 0 || result.errors > 0))
   if (broken.length > 0) {
     console.error(`\nbench is broken: non-2xx responses or connection errors in ${broken.map((result) => result.name).join(', ')}`)
-    process.exitCode = 1
+    return false
+  }
+  return true
+}
+
+try {
+  // Settings are checked before anything starts.
+  const agentSettings = only === 'http' ? undefined : loadAgentSettings()
+  if (only !== 'agent' && !(await runHttpBench())) process.exitCode = 1
+  if (agentSettings) {
+    if (only !== 'agent') console.log('')
+    await runAgentBench(databaseUrl, agentSettings)
   }
 } catch (error) {
   console.error(error)

@@ -82,7 +82,8 @@ export async function recordStep(
     next.result = truncateForAudit(redact(change.result))
     next.resultHash = createHash('sha256').update(JSON.stringify(change.result) ?? 'null').digest('hex')
   }
-  await updateDispatch(tx, dispatch.id, {
+  // The row was inserted in this state; only later steps change it.
+  if (step !== 'requested') await updateDispatch(tx, dispatch.id, {
     status: change.status,
     ...(change.risk !== undefined && { risk: change.risk }),
     ...(change.decision?.id && { decisionId: change.decision.id }),

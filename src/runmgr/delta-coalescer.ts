@@ -9,6 +9,7 @@ export class DeltaCoalescer {
   #pending = ''
   #timer: NodeJS.Timeout | null = null
   #chain: Promise<void> = Promise.resolve()
+  #sentFirst = false
 
   constructor(intervalMs: number, flush: (text: string) => Promise<void>) {
     this.#intervalMs = intervalMs
@@ -17,6 +18,12 @@ export class DeltaCoalescer {
 
   push(text: string): void {
     this.#pending += text
+    // The first text goes out at once: holding it would add the interval to time-to-first-token.
+    if (!this.#sentFirst) {
+      this.#sentFirst = true
+      this.#drain()
+      return
+    }
     this.#timer ??= setTimeout(() => {
       this.#timer = null
       this.#drain()

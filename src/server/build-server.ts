@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto'
+import { setMaxListeners } from 'node:events'
 import Fastify, { type FastifyBaseLogger } from 'fastify'
 import fastifyRateLimit from '@fastify/rate-limit'
 import { fastifySSE } from '@fastify/sse'
@@ -65,6 +66,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : textAjv).compile(schema))
 
   const shutdown = new AbortController()
+  // Every open stream listens for shutdown; thousands of them are expected, not a leak.
+  setMaxListeners(0, shutdown.signal)
   const deps: ServerDeps = { store: options.store, bus: options.bus, access: options.access, runs: options.runs, fullModeTtlMs: options.fullModeTtlMs, shutdown: shutdown.signal }
   app.addHook('preClose', async () => shutdown.abort())
   app.addHook('onRequest', async (request, reply) => {

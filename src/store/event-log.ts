@@ -37,24 +37,19 @@ export type EventScope = { projectId: string } | { conversationId: string } | { 
 export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<EventRecord[]> {
   if (!tx.isTransaction) throw new Error('appendEvents must run inside a transaction')
   if (events.length === 0) return []
-  await sql`select pg_advisory_xact_lock(748202)`.execute(tx)
-  const rows = await tx
-    .insertInto('events')
-    .values(
-      events.map((event) => ({
-        type: event.type,
-        project_id: event.projectId ?? null,
-        conversation_id: event.conversationId ?? null,
-        run_id: event.runId ?? null,
-        user_id: event.userId ?? null,
-        data: JSON.stringify(event.data),
-      })),
-    )
-    .returningAll()
-    .execute()
-  const records = rows.map(toEventRecord)
-  await sql`select pg_notify(${eventsChannel}, ${String(records.at(-1)?.id ?? 0)})`.execute(tx)
-  return records
+  // One round trip: the lock is taken in the FROM clause, so before any row (and its id) is produced;
+  // the NOTIFY is queued by RETURNING (identical notifications in a transaction collapse into one).
+  const values = events.map(
+    (event) =>
+      sql`(${event.type}, ${event.projectId ?? null}, ${event.conversationId ?? null}, ${event.runId ?? null}, ${event.userId ?? null}, ${JSON.stringify(event.data)}::jsonb)`,
+  )
+  const { rows } = await sql<EventRow>`
+    insert into events (type, project_id, conversation_id, run_id, user_id, data)
+    select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data
+    from (select pg_advisory_xact_lock(748202)) as lock,
+         (values ${sql.join(values)}) as v (type, project_id, conversation_id, run_id, user_id, data)
+    returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, '') as notified`.execute(tx)
+  return rows.map(toEventRecord).sort((a, b) => a.id - b.id)
 }
 
 /** Events of a scope after `afterId`, oldest first. */

@@ -1,0 +1,247 @@
+/**
+ * The agent-round bench (`BENCH_ONLY=agent npm run bench`): user asks → the model calls get_weather
+ * (`{"city":"Paris"}` in 3 chunks) → the command returns a constant → the model answers in 20 chunks,
+ * against an instant fake OpenAI-compatible upstream in its own process, through Plinth's HTTP API
+ * with the run streamed over SSE and everything persisted; beside the raw cost of the same two
+ * upstream calls with plain fetch, measured interleaved in the same run. On PGlite and on pg.
+ * Then time to first token against a paced upstream, and the SSE fan-out of one run.
+ *
+ * Env: BENCH_ROUNDS (200), BENCH_AGENT_WARMUP (20), BENCH_TTFT_ROUNDS (20, paced, 0 = off),
+ * BENCH_SUBSCRIBERS (1000, 0 = no fan-out).
+ */
+import { writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { startChildServer, type ChildServer } from '../lib/child-server.js'
+import { createTempDatabase, createTempDir } from '../lib/resources.js'
+import { plinthRound, rawRound, type PlinthTarget, type RoundTiming } from './agent-round.js'
+import { measureFanOut, type FanOutResult } from './fan-out.js'
+import { ms, summarize, table, type Summary } from './stats.js'
+
+interface AgentSettings {
+  rounds: number
+  warmup: number
+  ttftRounds: number
+  subscribers: number
+}
+
+interface EngineResult {
+  engine: string
+  plinth: Summary
+  raw: Summary
+  ttftAdded: number
+  pacedTtftAdded: number
+  eventsPerRound: number
+  queriesPerRound: number
+  queryMsPerRound: number
+  fanOut?: FanOutResult
+}
+
+const pacedTtftModel = { id: 'fake-paced', model: 'paced-20x10ms' }
+const fanOutModel = { id: 'fake-fanout', model: 'paced-50x10ms' }
+const weatherPlugin = fileURLToPath(new URL('../plugins/weather.ts', import.meta.url))
+
+export function loadAgentSettings(env: NodeJS.ProcessEnv = process.env): AgentSettings {
+  const setting = (name: string, fallback: number, min: number): number => {
+    const raw = env[name]
+    if (raw === undefined || raw === '') return fallback
+    const value = Number(raw)
+    if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`)
+    return value
+  }
+  return {
+    rounds: setting('BENCH_ROUNDS', 200, 1),
+    warmup: setting('BENCH_AGENT_WARMUP', 20, 0),
+    ttftRounds: setting('BENCH_TTFT_ROUNDS', 20, 0),
+    subscribers: setting('BENCH_SUBSCRIBERS', 1000, 0),
+  }
+}
+
+/** Runs the agent bench on PGlite and (with `adminUrl`) on a fresh pg database; prints as it goes. */
+export async function runAgentBench(adminUrl: string | undefined, settings = loadAgentSettings()): Promise<void> {
+  console.log(
+    `agent bench: ${settings.rounds} rounds after ${settings.warmup} warm-up, one at a time, Plinth and raw fetch interleaved; ` +
+      `${settings.ttftRounds} paced TTFT rounds; fan-out to ${settings.subscribers} subscribers`,
+  )
+  const upstream = await startChildServer('bench/servers/fake-openai-server.ts')
+  const results: Array<EngineResult | { engine: string; skipped: string }> = []
+  try {
+    results.push(await onEngine('PGlite', undefined, upstream.url, settings))
+    if (adminUrl) {
+      const database = await createTempDatabase(adminUrl)
+      try {
+        results.push(await onEngine('pg', database.url, upstream.url, settings))
+      } finally {
+        await database.drop()
+      }
+    } else {
+      results.push({ engine: 'pg', skipped: 'set TEST_DATABASE_URL or BENCH_DATABASE_URL' })
+    }
+  } finally {
+    await upstream.stop()
+  }
+  console.log(`\n${formatResults(results)}`)
+}
+
+async function onEngine(engine: string, databaseUrl: string | undefined, upstreamUrl: string, settings: AgentSettings): Promise<EngineResult> {
+  console.log(`  ${engine}: starting`)
+  const plinth = await startPlinthAgent(upstreamUrl, databaseUrl)
+  try {
+    const target = plinth.target
+    const conversations = await createConversations(target, plinth.projectId, settings.warmup + settings.rounds + settings.ttftRounds + 1)
+    const take = (): string => conversations.shift() ?? ''
+
+    const plinthTimes: RoundTiming[] = []
+    const rawTimes: RoundTiming[] = []
+    let events = 0
+    let before = await plinth.stats()
+    for (let round = 0; round < settings.warmup + settings.rounds; round++) {
+      if (round === settings.warmup) before = await plinth.stats()
+      const viaPlinth = await plinthRound(target, take())
+      const raw = await rawRound(upstreamUrl)
+      if (round < settings.warmup) continue
+      plinthTimes.push(viaPlinth)
+      rawTimes.push(raw)
+      events += viaPlinth.events
+    }
+    const after = await plinth.stats()
+    const result: EngineResult = {
+      engine,
+      plinth: summarize(plinthTimes.map((time) => time.totalMs)),
+      raw: summarize(rawTimes.map((time) => time.totalMs)),
+      ttftAdded: summarize(plinthTimes.map((time) => time.ttftMs)).p50 - summarize(rawTimes.map((time) => time.ttftMs)).p50,
+      pacedTtftAdded: Number.NaN,
+      eventsPerRound: events / settings.rounds,
+      queriesPerRound: (after.queries - before.queries) / settings.rounds,
+      queryMsPerRound: (after.queryMs - before.queryMs) / settings.rounds,
+    }
+    console.log(`  ${engine}: round p50 ${ms(result.plinth.p50)} ms, raw p50 ${ms(result.raw.p50)} ms`)
+
+    if (settings.ttftRounds > 0) {
+      const plinthTtft: number[] = []
+      const rawTtft: number[] = []
+      for (let round = 0; round < settings.ttftRounds; round++) {
+        plinthTtft.push((await plinthRound(target, take(), { model: pacedTtftModel.id, checkAnswer: false })).ttftMs)
+        rawTtft.push((await rawRound(upstreamUrl, pacedTtftModel.model)).ttftMs)
+      }
+      result.pacedTtftAdded = summarize(plinthTtft).p50 - summarize(rawTtft).p50
+    }
+    if (settings.subscribers > 0) {
+      result.fanOut = await measureFanOut(target, take(), { subscribers: settings.subscribers, model: fanOutModel.id, connectTimeoutMs: 120_000, timeoutMs: 60_000 })
+      console.log(`  ${engine}: fan-out delivery lag p99 ${ms(result.fanOut.lag.p99)} ms`)
+    }
+    return result
+  } finally {
+    await plinth.stop()
+  }
+}
+
+async function startPlinthAgent(
+  upstreamUrl: string,
+  databaseUrl: string | undefined,
+): Promise<ChildServer & { target: PlinthTarget; projectId: string; stats(): Promise<{ queries: number; queryMs: number }> }> {
+  const dataDir = await createTempDir('plinth-agent-bench-')
+  try {
+    const model = (id: string, name: string) => ({ id, provider: 'openai', model: name, baseUrl: upstreamUrl, contextWindow: 128_000, supportsTools: true })
+    const configPath = join(dataDir.path, 'plinth.config.json')
+    const config = {
+      plugins: [weatherPlugin],
+      models: [model('fake', 'm'), model(pacedTtftModel.id, pacedTtftModel.model), model(fanOutModel.id, fanOutModel.model)],
+      defaultModel: 'fake',
+    }
+    await writeFile(configPath, JSON.stringify(config, null, 2))
+    const server = await startChildServer('bench/servers/plinth-agent-server.ts', {
+      env: {
+        HOST: '127.0.0.1',
+        PORT: '0',
+        PLINTH_CONFIG: configPath,
+        PLINTH_DATA_DIR: dataDir.path,
+        PLINTH_LOG_LEVEL: 'silent',
+        PLINTH_RATE_LIMIT_MAX: '100000000',
+        ...(databaseUrl && { DATABASE_URL: databaseUrl }),
+      },
+    })
+    const { token, projectId, statsUrl } = server.info
+    if (typeof token !== 'string' || typeof projectId !== 'string' || typeof statsUrl !== 'string') {
+      await server.stop()
+      throw new Error('plinth-agent-server did not report a token, project and stats URL')
+    }
+    return {
+      ...server,
+      target: { url: server.url, token },
+      projectId,
+      stats: async () => (await (await fetch(statsUrl)).json()) as { queries: number; queryMs: number },
+      stop: async () => {
+        await server.stop()
+        await dataDir.remove()
+      },
+    }
+  } catch (error) {
+    await dataDir.remove()
+    throw error
+  }
+}
+
+/** Conversations made ahead of time (one active run per conversation), outside anything timed. */
+async function createConversations(target: PlinthTarget, projectId: string, count: number): Promise<string[]> {
+  const ids: string[] = []
+  for (let index = 0; index < count; index++) {
+    const response = await fetch(`${target.url}/api/projects/${projectId}/conversations`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${target.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ title: `round ${index}` }),
+    })
+    const body = (await response.json()) as { id?: string }
+    if (response.status !== 201 || !body.id) throw new Error(`creating a conversation answered ${response.status}`)
+    ids.push(body.id)
+  }
+  return ids
+}
+
+const references = 'reference streaming overhead p50: AI SDK 4.4 ms (no persistence, no HTTP), Mastra 9.0 ms, LangGraph.js 11.1 ms in memory / 19.7 ms with its Postgres checkpointer; target ≤ 5 ms on pg'
+
+function formatResults(results: Array<EngineResult | { engine: string; skipped: string }>): string {
+  const measured = results.filter((result): result is EngineResult => !('skipped' in result))
+  const rounds = table(
+    ['agent round (ms)', 'plinth p50', 'p95', 'raw p50', 'p95', 'overhead p50', 'TTFT added', 'paced TTFT added', 'events', 'db queries', 'db ms'],
+    measured.map((result) => [
+      result.engine,
+      ms(result.plinth.p50),
+      ms(result.plinth.p95),
+      ms(result.raw.p50),
+      ms(result.raw.p95),
+      ms(result.plinth.p50 - result.raw.p50),
+      ms(result.ttftAdded),
+      ms(result.pacedTtftAdded),
+      result.eventsPerRound.toFixed(0),
+      result.queriesPerRound.toFixed(0),
+      ms(result.queryMsPerRound),
+    ]),
+  )
+  const fanOuts = measured.filter((result) => result.fanOut)
+  const fanOut = table(
+    ['SSE fan-out (ms)', 'subscribers', 'events each', 'deltas', 'missing', 'lag p50', 'p99', 'max', 'POST→first done', 'POST→all done', 'connect all'],
+    fanOuts.map(({ engine, fanOut: f }) => [
+      engine,
+      String(f!.subscribers),
+      String(f!.eventsPerSubscriber),
+      String(f!.deltasPerSubscriber),
+      String(f!.missing),
+      ms(f!.lag.p50),
+      ms(f!.lag.p99),
+      ms(f!.lag.max),
+      ms(f!.firstCompletedMs),
+      ms(f!.allCompletedMs),
+      ms(f!.connectMs),
+    ]),
+  )
+  const skipped = results.filter((result) => 'skipped' in result).map((result) => `${result.engine}: skipped (${(result as { skipped: string }).skipped})`)
+  return [
+    rounds,
+    ...skipped,
+    '  overhead = plinth p50 − raw p50; TTFT added = plinth (POST → first message.delta) p50 − raw (start → first content chunk of the 2nd call) p50;',
+    '  paced: the answer streams 20 chunks 10 ms apart; events = SSE events per round; db = round trips / ms awaiting them in the server, per round',
+    `  ${references}`,
+    ...(fanOuts.length > 0 ? ['', fanOut, '  lag = receive time − first receipt of the same event by any subscriber, over every delivery of every run event'] : []),
+  ].join('\n')
+}
