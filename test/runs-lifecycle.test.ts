@@ -168,3 +168,31 @@ describe('a run left waiting', () => {
     }
   })
 })
+
+describe('a run waiting for a decision across a restart', () => {
+  it('stays decidable: the new server resumes it on approval', async () => {
+    const store = await openTestStore('pglite')
+    const turns = [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Across', body: 'b' } }] }, { text: 'Written after the restart.' }]
+    const first = await startTestServer(store, { plugins: ['rdm'], models: [new ScriptedModel({ id: 'scripted', turns })] })
+    const user = await first.createUser()
+    const project = (await first.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
+    const conversationId = (await first.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
+    const run = (await first.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'x' } })).body
+    const waiting = await waitForRun(first, user.token, run.id, (current) => current.status === 'requires_action')
+    const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
+    await first.close()
+    // A new server on the same database; its model continues with the second turn.
+    const second = await startTestServer(store, { plugins: ['rdm'], models: [new ScriptedModel({ id: 'scripted', turns: turns.slice(1) })] })
+    try {
+      expect((await second.request('GET', `/api/runs/${run.id}`, { token: user.token })).body.status).toBe('requires_action')
+      const approved = await second.request('POST', `/api/decisions/${decisionId}`, { token: user.token, body: { decision: 'approve' } })
+      expect(approved.body.dispatch.status).toBe('succeeded')
+      await waitForRun(second, user.token, run.id, (current) => current.status === 'completed')
+      const messages = (await second.request('GET', `/api/conversations/${conversationId}/messages`, { token: user.token })).body.items
+      expect(messages.at(-1)).toMatchObject({ role: 'assistant', content: 'Written after the restart.' })
+    } finally {
+      await second.close()
+      await store.close()
+    }
+  })
+})
