@@ -150,7 +150,7 @@ export class RunManager {
             clientTools: clientTools as unknown as JsonValue,
             input: input.input,
           },
-          { allowQueue },
+          { allowQueue, lease: this.#lease() },
         ),
       )
     let created = await create(input.ifActive === 'enqueue')
@@ -158,8 +158,9 @@ export class RunManager {
       await this.cancel(created.active.id, 'superseded')
       created = await create(false)
     }
-    if ('run' in created) await this.#startNext(conversation.id)
-    if ('run' in created) return { run: (await getRun(this.#options.store.db, created.run.id)) ?? created.run }
+    if ('run' in created && created.run.status === 'running') this.#spawn(created.run.id)
+    // A queued run: the active one may have ended between our check and our commit; look again.
+    else if ('run' in created) await this.#startNext(conversation.id)
     return created
   }
 
@@ -289,6 +290,8 @@ export class RunManager {
     const heartbeat = setInterval(() => {
       void store.transaction((tx) => updateRun(tx, runId, { lease: this.#lease() })).catch(() => undefined)
     }, Math.max(500, (this.#options.leaseMs ?? 30_000) / 3))
+    // A finished tool round is announced with the next round's opening transaction.
+    let roundDone = false
     try {
       for (;;) {
         let run = (await getRun(store.db, runId))!
@@ -299,15 +302,24 @@ export class RunManager {
         const atCap = run.iteration >= run.maxIterations
         const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : this.#toolTable(run)
         const iteration = run.iteration + 1
-        run = await store.transaction(async (tx) => {
+        const messages = await this.#history(run, model, atCap)
+        // One transaction opens the round: the previous round's tool_done, the new phase and the
+        // assistant message the model's turn streams into.
+        const opened = await store.transaction(async (tx) => {
+          const events = roundDone ? [runEvent(run, 'run.status', { runId, status: run.status, phase: 'tool_done' })] : []
           const updated = await updateRun(tx, runId, { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing' })
-          await appendEvents(tx, [
+          const messageId = await insertAssistantMessage(tx, updated)
+          events.push(
             runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
             runEvent(updated, 'round.started', { runId, iteration }),
-          ])
-          return updated
+            runEvent(updated, 'message.created', { messageId, role: 'assistant' }),
+          )
+          await appendEvents(tx, events)
+          return { run: updated, messageId }
         })
-        const turn = await this.#modelTurn(run, model, tools, atCap, signal)
+        run = opened.run
+        roundDone = false
+        const turn = await this.#modelTurn(run, model, tools, messages, opened.messageId, signal)
         if (turn.kind === 'ended') return
         if (turn.calls.length === 0) {
           await this.#end(runId, { status: 'completed' })
@@ -319,10 +331,7 @@ export class RunManager {
           await this.#requireAction(runId)
           return
         }
-        await store.transaction(async (tx) => {
-          const updated = await updateRun(tx, runId, { phase: 'tool_done' })
-          await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
-        })
+        roundDone = true
       }
     } finally {
       clearInterval(heartbeat)
@@ -334,16 +343,11 @@ export class RunManager {
     run: Run,
     model: LanguageModel,
     tools: Map<string, ToolEntry>,
-    atCap: boolean,
+    messages: ModelMessage[],
+    messageId: string,
     signal: AbortSignal,
   ): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[] }> {
     const { store } = this.#options
-    const messages = await this.#history(run, model, atCap)
-    const messageId = await store.transaction(async (tx) => {
-      const id = await insertAssistantMessage(tx, run)
-      await appendEvents(tx, [runEvent(run, 'message.created', { messageId: id, role: 'assistant' })])
-      return id
-    })
     let text = ''
     const coalescer = new DeltaCoalescer(50, (delta) =>
       store.transaction((tx) => appendEvents(tx, [runEvent(run, 'message.delta', { messageId, text: delta })])).then(() => undefined),
@@ -434,9 +438,13 @@ export class RunManager {
           }),
         )
       }
-      const patch: RunPatch = { usage, ...(ledger.length > 0 && { phase: 'tool_called' as const }) }
+      // With calls, the checkpoint also announces tool_called and moves on to tool_running.
+      const patch: RunPatch = { usage, ...(ledger.length > 0 && { phase: 'tool_running' as const }) }
       const updated = await updateRun(tx, run.id, patch)
-      if (ledger.length > 0) events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: updated.phase }))
+      if (ledger.length > 0) {
+        events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: 'tool_called' }))
+        events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: 'tool_running' }))
+      }
       await appendEvents(tx, events)
     })
     return { kind: 'turn', calls: ledger }
@@ -445,10 +453,6 @@ export class RunManager {
   /** Dispatches a round's calls in order. Returns true when any waits for a human or the client. */
   async #runCalls(run: Run, calls: ToolCallRecord[], tools: Map<string, ToolEntry>, signal: AbortSignal): Promise<boolean> {
     const { store, bus } = this.#options
-    await store.transaction(async (tx) => {
-      const updated = await updateRun(tx, run.id, { phase: 'tool_running' })
-      await appendEvents(tx, [runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: updated.phase })])
-    })
     let waiting = false
     const earlier = await listToolCalls(store.db, run.id)
     for (const call of calls) {

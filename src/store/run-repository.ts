@@ -44,7 +44,11 @@ export interface NewRun {
  * (on any instance) cannot both find the conversation idle. Returns the active run instead when
  * there is one and `allowQueue` is false.
  */
-export async function createRun(tx: Executor, input: NewRun, options: { allowQueue: boolean }): Promise<{ run: Run } | { active: Run }> {
+export async function createRun(
+  tx: Executor,
+  input: NewRun,
+  options: { allowQueue: boolean; lease: { owner: string; expiresAt: Date } },
+): Promise<{ run: Run } | { active: Run }> {
   await sql`select id from conversations where id = ${input.conversationId} for update`.execute(tx)
   const active = await tx
     .selectFrom('runs')
@@ -54,6 +58,8 @@ export async function createRun(tx: Executor, input: NewRun, options: { allowQue
     .orderBy('id')
     .executeTakeFirst()
   if (active && !options.allowQueue) return { active: toRun(active) }
+  // With nothing active the run starts right away (one transaction instead of create-then-start).
+  const startNow = !active
   const row = await tx
     .insertInto('runs')
     .values({
@@ -62,7 +68,9 @@ export async function createRun(tx: Executor, input: NewRun, options: { allowQue
       project_id: input.projectId,
       owner_id: input.ownerId,
       model: input.model,
-      status: 'queued',
+      status: startNow ? 'running' : 'queued',
+      phase: startNow ? 'thinking' : null,
+      ...(startNow && { started_at: new Date(), lease_owner: options.lease.owner, lease_expires_at: options.lease.expiresAt }),
       max_iterations: input.maxIterations,
       approval_policy: input.approvalPolicy,
       client_tools: JSON.stringify(input.clientTools),
@@ -79,6 +87,7 @@ export async function createRun(tx: Executor, input: NewRun, options: { allowQue
     runEvent(run, 'run.created', { run: runJson(run) }),
     runEvent(run, 'message.created', { messageId, role: 'user' }),
     runEvent(run, 'message.completed', { messageId, content: input.input, toolCalls: null, status: 'completed' }),
+    ...(startNow ? [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })] : []),
   ])
   return { run }
 }
