@@ -17,6 +17,7 @@ import {
   type Conversation,
   type DecisionRecord,
   type DispatchRecord,
+  type Executor,
   type Store,
 } from '../store/index.js'
 import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
@@ -82,41 +83,68 @@ export class CommandBus {
       const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey)
       if (previous) return this.#replay(previous, command.spec.id, paramsHash)
     }
-    const inserted = await store.transaction(async (tx) => {
-      const dispatch = await insertDispatch(tx, {
-        id: newId(),
-        commandId: command.spec.id,
-        plugin: command.plugin,
-        pluginVersion: command.pluginVersion,
-        entrance: request.entrance,
-        actor: request.actor,
-        ownerId,
-        projectId,
-        conversationId: request.conversationId ?? null,
-        runId: request.runId ?? null,
-        callId: request.callId ?? null,
-        idempotencyKey: request.idempotencyKey ?? null,
-        params: request.params,
-        paramsHash,
-        risk: staticRisk(command),
-        status: 'requested',
+    const now = new Date().toISOString()
+    const dispatch: DispatchRecord = {
+      id: newId(),
+      commandId: command.spec.id,
+      plugin: command.plugin,
+      pluginVersion: command.pluginVersion,
+      entrance: request.entrance,
+      actor: request.actor,
+      ownerId,
+      projectId,
+      conversationId: request.conversationId ?? null,
+      runId: request.runId ?? null,
+      callId: request.callId ?? null,
+      idempotencyKey: request.idempotencyKey ?? null,
+      params: request.params,
+      paramsHash,
+      risk: staticRisk(command),
+      status: 'requested',
+      decisionId: null,
+      result: null,
+      error: null,
+      createdAt: now,
+      updatedAt: now,
+    }
+    let envelope = initialEnvelope(dispatch, command.spec.paramsSchema)
+    // The dispatch row and its `requested` entry are written with the next step, saving a commit.
+    let persisted = false
+    const step = async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
+      const result = await store.transaction(async (tx) => {
+        if (!persisted) {
+          if (!(await insertDispatch(tx, dispatch))) throw new KeyTaken()
+          await recordStep(tx, 'requested', envelope, dispatch, { status: 'requested' })
+        }
+        return fn(tx)
       })
-      if (!dispatch) return undefined
-      const envelope = initialEnvelope(dispatch, command.spec.paramsSchema)
-      await recordStep(tx, 'requested', envelope, dispatch, { status: 'requested' })
-      return { dispatch, envelope }
-    })
-    if (!inserted) {
+      persisted = true
+      return result
+    }
+    try {
+      return await this.#pipeline(request, command, dispatch, paramsHash, step, () => envelope, (next) => (envelope = next))
+    } catch (error) {
+      if (!(error instanceof KeyTaken)) throw error
       // A concurrent request with the same key got there first.
       const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey ?? '')
       return previous ? this.#replay(previous, command.spec.id, paramsHash) : fail(null, 'dispatch_in_progress', 'a dispatch with this idempotency key is in progress')
     }
-    let { envelope } = inserted
-    const dispatch = inserted.dispatch
+  }
+
+  /** Steps 2–6 of a dispatch; `step` runs a transaction that also persists the dispatch the first time. */
+  async #pipeline(
+    request: DispatchRequest,
+    command: RegisteredCommand,
+    dispatch: DispatchRecord,
+    paramsHash: string,
+    step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T>,
+    getEnvelope: () => AuditEnvelope,
+    setEnvelope: (envelope: AuditEnvelope) => void,
+  ): Promise<DispatchOutcome> {
+    const { store } = this.#options
+    const ownerId = dispatch.ownerId
     const finish = async (status: 'failed' | 'rejected', error: BusError): Promise<DispatchOutcome> => {
-      await store.transaction((tx) =>
-        recordStep(tx, 'finished', envelope, dispatch, { status, error: toJsonError(error), finishedAt: new Date().toISOString() }),
-      )
+      await step((tx) => recordStep(tx, 'finished', getEnvelope(), dispatch, { status, error: toJsonError(error), finishedAt: new Date().toISOString() }))
       return { status, dispatchId: dispatch.id, error }
     }
 
@@ -144,7 +172,7 @@ export class CommandBus {
       approvalPolicy: request.approvalPolicy ?? 'ask',
     })
     if (gate.decision === 'deny') {
-      envelope = await store.transaction((tx) => recordStep(tx, 'gated', envelope, dispatch, { status: 'requested', risk }))
+      setEnvelope(await step((tx) => recordStep(tx, 'gated', getEnvelope(), dispatch, { status: 'requested', risk })))
       return finish('rejected', { code: 'denied', message: 'denied: this call needs a human confirmation and approvalPolicy is dontAsk', reasons: gate.reasons })
     }
     if (gate.decision === 'ask') {
@@ -154,7 +182,7 @@ export class CommandBus {
       } catch (error) {
         preview = `(preview failed: ${(error as Error).message})`
       }
-      const decision = await store.transaction(async (tx) => {
+      const decision = await step(async (tx) => {
         const created = await insertDecision(tx, {
           id: newId(),
           dispatchId: dispatch.id,
@@ -170,11 +198,12 @@ export class CommandBus {
           reasons: gate.reasons,
           expiresAt: new Date(Date.now() + this.#options.actionTtlMs).toISOString(),
         })
-        envelope = await recordStep(tx, 'awaiting_decision', envelope, dispatch, {
+        const next = await recordStep(tx, 'awaiting_decision', getEnvelope(), dispatch, {
           status: 'awaiting_decision',
           risk,
           decision: { id: created.id, outcome: 'pending', by: null, scope: null, via: null },
         })
+        setEnvelope(next)
         await appendDecisionEvent(tx, 'decision.required', created, {
           decisionId: created.id,
           runId: created.runId,
@@ -192,7 +221,7 @@ export class CommandBus {
     }
     const summary: DecisionSummary = { id: allowance?.decisionId ?? null, outcome: 'approved', by: null, scope: allowance ? 'session' : null, via: gate.via ?? 'risk' }
     // 6. execute
-    return this.#execute(command, dispatch, envelope, context, { risk, decision: summary })
+    return this.#execute(command, dispatch, getEnvelope(), context, { risk, decision: summary }, step)
   }
 
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
@@ -321,9 +350,10 @@ export class CommandBus {
     envelope: AuditEnvelope,
     context: CommandContext & { abort: AbortController },
     gate: { risk: Risk; decision: DecisionSummary },
+    step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T> = (fn) => this.#options.store.transaction(fn),
   ): Promise<DispatchOutcome> {
     const { store } = this.#options
-    let current = await store.transaction((tx) =>
+    let current = await step((tx) =>
       recordStep(tx, 'running', envelope, dispatch, { status: 'running', risk: gate.risk, decision: gate.decision, startedAt: new Date().toISOString() }),
     )
     const timeoutMs = command.spec.timeoutMs ?? defaultTimeoutMs
@@ -453,6 +483,9 @@ export class CommandBus {
     return { ...outcomeOf(previous), replayed: true }
   }
 }
+
+/** An idempotency key taken by a concurrent dispatch: roll back and replay the winner. */
+class KeyTaken extends Error {}
 
 /** A CommandError from any copy of the extension surface (plugins may bundle their own). */
 function isCommandError(error: unknown): error is { code: string; message: string } {
