@@ -1,17 +1,10 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
+import type { ModelSettings } from '../llm/index.js'
 
-export interface ModelConfig {
-  id: string
-  provider: 'openai' | 'anthropic' | 'scripted'
-  model?: string
-  baseUrl?: string
-  apiKeyEnv?: string
-  contextWindow?: number
-  supportsTools?: boolean
-  script?: string
-}
+/** A model entry of the config file (SPEC §13); the llm module defines its shape. */
+export type ModelConfig = ModelSettings
 
 /** The validated configuration the server runs with. */
 export interface PlinthConfig {
