@@ -2,7 +2,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { openStore } from '../src/store/index.js'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
+import { ledgerViolations } from './helpers/ledger.js'
 
 // A real server process is killed with SIGKILL in the middle of a run, then started again on the
 // same data directory: the run must end (failed, interrupted) with every tool call answered, the
@@ -60,5 +62,12 @@ describe('crash recovery', () => {
     expect(next.status).toBe(201)
     await http(second.url, 'POST', `/api/runs/${next.body.id}/cancel`, { token })
     expect(await second.stop()).toBe(0)
+    // Every tool call of every run, the killed one included, has exactly one result.
+    const store = await openStore({ dataDir: join(cwd, 'data'), migrate: false })
+    try {
+      expect(await ledgerViolations(store.db)).toEqual([])
+    } finally {
+      await store.close()
+    }
   })
 })

@@ -182,6 +182,29 @@ for (const engine of testEngines()) {
       await expectLedgerInvariant(store, conversationId)
     })
 
+    it('fails a run with iteration_cap when the tool-less last call still asks for tools, answering those calls', async () => {
+      const conversationId = await newConversation()
+      setScript(
+        { toolCalls: [{ name: 'rdm__trace', arguments: { traceId: 'a' } }] },
+        { toolCalls: [{ name: 'rdm__trace', arguments: { traceId: 'b' } }] },
+        { text: 'still trying', toolCalls: [{ name: 'rdm__trace', arguments: { traceId: 'c' } }], evenWithoutTools: true },
+      )
+      const created = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'loop', maxIterations: 2 } })
+      const run = await waitForRun(server, alice.token, created.body.id, ['failed', 'completed'])
+      expect(run).toMatchObject({ status: 'failed', iteration: 3, error: { code: 'iteration_cap' } })
+      const events = (await fetch(`${server.url}/api/runs/${created.body.id}/events`, { headers: { authorization: `Bearer ${alice.token}` } }).then((response) => response.text()))
+      expect(events).toMatch(/event: run\.failed\ndata: .*"iteration_cap"/)
+      const calls = await store.db.selectFrom('run_tool_calls').select(['status', 'output', 'dispatch_id']).where('run_id', '=', created.body.id).orderBy('iteration').execute()
+      expect(calls.map((call) => call.status)).toEqual(['ok', 'ok', 'error'])
+      expect(calls[2]).toMatchObject({ output: { error: { code: 'iteration_cap' } }, dispatch_id: null })
+      await expectLedgerInvariant(store, conversationId)
+      // The conversation takes the next message.
+      setScript({ text: 'ok' })
+      const next = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'again' } })
+      expect(next.status).toBe(201)
+      await waitForRun(server, alice.token, next.body.id, ['completed'])
+    })
+
     it('cancels a run waiting for a human: its calls are answered, its decision expires; cancelling again is a no-op', async () => {
       const conversationId = await newConversation()
       setScript({ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'X', body: 'b' } }] })

@@ -88,6 +88,27 @@ for (const engine of testEngines()) {
       expect(stored.map((event) => event.id)).toEqual(seen)
     })
 
+    it('hands this instance’s committed events to live listeners by the time the commit returns, and still keeps order after a gap', async () => {
+      const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'local delivery' }))
+      await store.feed.flush()
+      const seen: string[] = []
+      const unsubscribe = store.feed.subscribe(`project:${project.id}`, (event) => seen.push(event.type))
+      try {
+        await store.transaction((tx) => appendEvents(tx, [{ type: 'test.local.1', projectId: project.id, data: {} }]))
+        // No notification round trip and no read of the table in between.
+        expect(seen).toEqual(['test.local.1'])
+
+        // A commit this instance does not track (as another instance's would be) leaves a gap
+        // before the next local commit: the feed reads the table and delivers both, in order.
+        await store.db.transaction().execute((tx) => appendEvents(tx, [{ type: 'test.foreign', projectId: project.id, data: {} }]))
+        await store.transaction((tx) => appendEvents(tx, [{ type: 'test.local.2', projectId: project.id, data: {} }]))
+        await store.feed.flush()
+        expect(seen).toEqual(['test.local.1', 'test.foreign', 'test.local.2'])
+      } finally {
+        unsubscribe()
+      }
+    })
+
     it('replays from any point then continues live without a gap or duplicate', async () => {
       const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'replay' }))
       for (let index = 0; index < 5; index++) {

@@ -26,7 +26,11 @@ export const roundInput = 'What is the weather in Paris?'
 const roundTimeoutMs = 30_000
 
 /** One run through Plinth's HTTP API. Throws unless the run completed with the tool's result and the expected answer. */
-export async function plinthRound(target: PlinthTarget, conversationId: string, options: { model?: string; checkAnswer?: boolean } = {}): Promise<RoundTiming & { events: number }> {
+export async function plinthRound(
+  target: PlinthTarget,
+  conversationId: string,
+  options: { model?: string; checkAnswer?: boolean } = {},
+): Promise<RoundTiming & { events: number; trace: Array<[string, number]> }> {
   const started = performance.now()
   const response = await fetch(`${target.url}/api/conversations/${conversationId}/runs`, {
     method: 'POST',
@@ -41,10 +45,12 @@ export async function plinthRound(target: PlinthTarget, conversationId: string, 
   let toolStatus: string | undefined
   let answer: string | undefined
   let events = 0
+  const trace: Array<[string, number]> = [['response', performance.now() - started]]
   // Read to the end of the stream (the server ends it after the terminal event), so the connection is reused.
   await readEventStream(response.body, (event) => {
     const now = performance.now()
     events++
+    trace.push([event.event ?? 'message', now - started])
     if (event.event === 'message.delta') firstDelta ??= now
     else if (event.event === 'tool_call.completed') toolStatus = (JSON.parse(event.data) as { status?: string }).status
     else if (event.event === 'message.completed') answer = (JSON.parse(event.data) as { content?: string }).content
@@ -55,7 +61,7 @@ export async function plinthRound(target: PlinthTarget, conversationId: string, 
   if (completed === undefined || firstDelta === undefined) throw new Error('the run stream ended without run.completed or message.delta')
   if (toolStatus !== 'ok') throw new Error(`the get_weather call ended ${toolStatus ?? 'without a result'}`)
   if (options.checkAnswer !== false && answer !== answerText) throw new Error(`unexpected answer ${JSON.stringify(answer)}`)
-  return { totalMs: completed - started, ttftMs: firstDelta - started, events }
+  return { totalMs: completed - started, ttftMs: firstDelta - started, events, trace }
 }
 
 const systemPrompt = 'You are an agent working inside Plinth. Use the tools offered when they help; a person may have to approve some calls. Answer concisely.'

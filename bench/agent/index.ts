@@ -7,7 +7,9 @@
  * Then time to first token against a paced upstream, and the SSE fan-out of one run.
  *
  * Env: BENCH_ROUNDS (200), BENCH_AGENT_WARMUP (20), BENCH_TTFT_ROUNDS (20, paced, 0 = off),
- * BENCH_SUBSCRIBERS (1000, 0 = no fan-out).
+ * BENCH_SUBSCRIBERS (1000, 0 = no fan-out). To see where a round's time goes: BENCH_TRACE=1 (when each
+ * event arrives, p50), BENCH_QUERY_LOG=1 (every SQL statement the server sends, on stderr),
+ * BENCH_CPU_PROF=<dir> (a V8 CPU profile of each child process, written when it exits).
  */
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -34,6 +36,7 @@ interface EngineResult {
   eventsPerRound: number
   queriesPerRound: number
   queryMsPerRound: number
+  cpuMsPerRound: number
   fanOut?: FanOutResult
 }
 
@@ -91,7 +94,7 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
     const conversations = await createConversations(target, plinth.projectId, settings.warmup + settings.rounds + settings.ttftRounds + 1)
     const take = (): string => conversations.shift() ?? ''
 
-    const plinthTimes: RoundTiming[] = []
+    const plinthTimes: Array<RoundTiming & { trace: Array<[string, number]> }> = []
     const rawTimes: RoundTiming[] = []
     let events = 0
     let before = await plinth.stats()
@@ -114,8 +117,16 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
       eventsPerRound: events / settings.rounds,
       queriesPerRound: (after.queries - before.queries) / settings.rounds,
       queryMsPerRound: (after.queryMs - before.queryMs) / settings.rounds,
+      cpuMsPerRound: (after.cpuMs - before.cpuMs) / settings.rounds,
     }
     console.log(`  ${engine}: round p50 ${ms(result.plinth.p50)} ms, raw p50 ${ms(result.raw.p50)} ms`)
+    // BENCH_TRACE=1: when each event of a round arrives (p50 over the measured rounds, ms after the POST).
+    if (process.env.BENCH_TRACE) {
+      const first = plinthTimes[0]?.trace ?? []
+      const rows = first.map(([name], index) => [name, ms(summarize(plinthTimes.map((time) => time.trace[index]?.[1] ?? Number.NaN)).p50)])
+      console.log(table(['event', 'p50 ms'], rows))
+      console.log(`  server user cpu ${ms((after.userMs - before.userMs) / settings.rounds)} ms per round (the rest of its cpu is system time)`)
+    }
 
     if (settings.ttftRounds > 0) {
       const plinthTtft: number[] = []
@@ -139,7 +150,7 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
 async function startPlinthAgent(
   upstreamUrl: string,
   databaseUrl: string | undefined,
-): Promise<ChildServer & { target: PlinthTarget; projectId: string; stats(): Promise<{ queries: number; queryMs: number }> }> {
+): Promise<ChildServer & { target: PlinthTarget; projectId: string; stats(): Promise<{ queries: number; queryMs: number; cpuMs: number; userMs: number }> }> {
   const dataDir = await createTempDir('plinth-agent-bench-')
   try {
     const model = (id: string, name: string) => ({ id, provider: 'openai', model: name, baseUrl: upstreamUrl, contextWindow: 128_000, supportsTools: true })
@@ -170,7 +181,7 @@ async function startPlinthAgent(
       ...server,
       target: { url: server.url, token },
       projectId,
-      stats: async () => (await (await fetch(statsUrl)).json()) as { queries: number; queryMs: number },
+      stats: async () => (await (await fetch(statsUrl)).json()) as { queries: number; queryMs: number; cpuMs: number; userMs: number },
       stop: async () => {
         await server.stop()
         await dataDir.remove()
@@ -203,7 +214,7 @@ const references = 'reference streaming overhead p50: AI SDK 4.4 ms (no persiste
 function formatResults(results: Array<EngineResult | { engine: string; skipped: string }>): string {
   const measured = results.filter((result): result is EngineResult => !('skipped' in result))
   const rounds = table(
-    ['agent round (ms)', 'plinth p50', 'p95', 'raw p50', 'p95', 'overhead p50', 'TTFT added', 'paced TTFT added', 'events', 'db queries', 'db ms'],
+    ['agent round (ms)', 'plinth p50', 'p95', 'raw p50', 'p95', 'overhead p50', 'TTFT added', 'paced TTFT added', 'events', 'db queries', 'db ms', 'server cpu ms'],
     measured.map((result) => [
       result.engine,
       ms(result.plinth.p50),
@@ -216,6 +227,7 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
       result.eventsPerRound.toFixed(0),
       result.queriesPerRound.toFixed(0),
       ms(result.queryMsPerRound),
+      ms(result.cpuMsPerRound),
     ]),
   )
   const fanOuts = measured.filter((result) => result.fanOut)
@@ -240,7 +252,8 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
     rounds,
     ...skipped,
     '  overhead = plinth p50 − raw p50; TTFT added = plinth (POST → first message.delta) p50 − raw (start → first content chunk of the 2nd call) p50;',
-    '  paced: the answer streams 20 chunks 10 ms apart; events = SSE events per round; db = round trips / ms awaiting them in the server, per round',
+    '  paced: the answer streams 20 chunks 10 ms apart; events = SSE events per round; db = round trips / ms awaiting them in the server, per round;',
+    '  server cpu = CPU time (user + system) of the Plinth process per round',
     `  ${references}`,
     ...(fanOuts.length > 0 ? ['', fanOut, '  lag = receive time − first receipt of the same event by any subscriber, over every delivery of every run event'] : []),
   ].join('\n')

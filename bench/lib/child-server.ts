@@ -33,7 +33,9 @@ process.on('exit', () => {
  * `ready <url> [json]` (see `announceReady`).
  */
 export async function startChildServer(script: string, options: ChildServerOptions = {}): Promise<ChildServer> {
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  // BENCH_CPU_PROF=<dir>: each child writes a V8 CPU profile there on exit (open it in Chrome DevTools).
+  const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []
+  const child = spawn(process.execPath, [...profile, '--import', 'tsx', script], {
     cwd: repoRoot,
     env: { ...inheritedEnv(), NODE_ENV: 'production', ...options.env },
     // stdin is a pipe the child watches: if the bench dies hard, EOF tells the child to exit.

@@ -24,6 +24,10 @@ function count(target: object, name: string): void {
   const original = record[name] as (...args: unknown[]) => unknown
   record[name] = function counted(this: unknown, ...args: unknown[]): unknown {
     const result = original.apply(this, args)
+    if (process.env.BENCH_QUERY_LOG) {
+      const sql = args[0] as string | { text?: string }
+      process.stderr.write(`QUERY ${typeof sql === 'string' ? sql : sql.text}\n`.replace(/\s+/g, ' ') + '\n')
+    }
     // pg's callback form returns undefined; Plinth (through Kysely) always uses promises.
     if (result instanceof Promise) {
       stats.queries++
@@ -46,7 +50,7 @@ try {
   const config = loadConfig(process.env, dataDir)
   const server = await startServer(config, createLogger(config.logLevel))
   const statsServer = createServer((_request, response) => {
-    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ ...stats, rssMb: process.memoryUsage().rss / 2 ** 20 }))
+    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ ...stats, cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000, userMs: process.cpuUsage().user / 1000, rssMb: process.memoryUsage().rss / 2 ** 20 }))
   })
   try {
     const user = await createUser(server.store.db, 'bench')

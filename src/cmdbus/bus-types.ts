@@ -1,4 +1,5 @@
 import type { Actor, Entrance, JsonValue } from '../extension/index.js'
+import type { Executor } from '../store/index.js'
 
 export type Params = { [key: string]: JsonValue }
 
@@ -16,6 +17,18 @@ export interface DispatchRequest {
   idempotencyKey?: string | null
   approvalPolicy?: 'ask' | 'dontAsk'
   signal?: AbortSignal
+  /**
+   * The caller's own writes that belong with the dispatch's, run inside the dispatch's transactions
+   * (a commit fewer each): `persisted` in the one that first writes the dispatch row, `settled` in the
+   * one that records the outcome `dispatch` then returns (a result, a failure, or the pending
+   * decision). Neither runs for a replayed outcome.
+   */
+  within?: DispatchHooks
+}
+
+export interface DispatchHooks {
+  persisted?: (tx: Executor) => Promise<void>
+  settled?: (tx: Executor, outcome: DispatchOutcome) => Promise<void>
 }
 
 /** Stable codes of a dispatch that did not succeed. */

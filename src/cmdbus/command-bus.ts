@@ -21,7 +21,7 @@ import {
   type Store,
 } from '../store/index.js'
 import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
-import type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
+import type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
 import type { CommandCatalog, RegisteredCommand } from './command-catalog.js'
 import { evaluateGate, type PermissionMode } from './gate.js'
 import { createPluginKv } from './plugin-kv.js'
@@ -115,6 +115,7 @@ export class CommandBus {
         if (!persisted) {
           if (!(await insertDispatch(tx, dispatch))) throw new KeyTaken()
           await recordStep(tx, 'requested', envelope, dispatch, { status: 'requested' })
+          await request.within?.persisted?.(tx)
         }
         return fn(tx)
       })
@@ -143,9 +144,14 @@ export class CommandBus {
   ): Promise<DispatchOutcome> {
     const { store } = this.#options
     const ownerId = dispatch.ownerId
+    const settled = request.within?.settled
     const finish = async (status: 'failed' | 'rejected', error: BusError): Promise<DispatchOutcome> => {
-      await step((tx) => recordStep(tx, 'finished', getEnvelope(), dispatch, { status, error: toJsonError(error), finishedAt: new Date().toISOString() }))
-      return { status, dispatchId: dispatch.id, error }
+      const outcome: DispatchOutcome = { status, dispatchId: dispatch.id, error }
+      await step(async (tx) => {
+        await recordStep(tx, 'finished', getEnvelope(), dispatch, { status, error: toJsonError(error), finishedAt: new Date().toISOString() })
+        await settled?.(tx, outcome)
+      })
+      return outcome
     }
 
     // 2. validate
@@ -162,15 +168,18 @@ export class CommandBus {
     } catch (error) {
       return finish('failed', { code: 'command_failed', message: `risk classifier failed: ${(error as Error).message}` })
     }
-    // 5. gate
-    const allowance = scope.conversation ? await findAllowance(store.db, scope.conversation.id, command.spec.id, paramsHash) : undefined
-    const gate = evaluateGate({
+    // 5. gate (a session allowance is looked up only when it could change the answer)
+    const gateInput = {
       risk,
       confirm: command.spec.confirm === true,
       mode: (scope.conversation?.permissionMode ?? 'manual') as PermissionMode,
-      hasAllowance: allowance !== undefined,
+      hasAllowance: false,
       approvalPolicy: request.approvalPolicy ?? 'ask',
-    })
+    }
+    let gate = evaluateGate(gateInput)
+    const allowance =
+      gate.decision !== 'allow' && scope.conversation ? await findAllowance(store.db, scope.conversation.id, command.spec.id, paramsHash) : undefined
+    if (allowance) gate = evaluateGate({ ...gateInput, hasAllowance: true })
     if (gate.decision === 'deny') {
       setEnvelope(await step((tx) => recordStep(tx, 'gated', getEnvelope(), dispatch, { status: 'requested', risk })))
       return finish('rejected', { code: 'denied', message: 'denied: this call needs a human confirmation and approvalPolicy is dontAsk', reasons: gate.reasons })
@@ -183,7 +192,7 @@ export class CommandBus {
         preview = `(preview failed: ${(error as Error).message})`
       }
       const decision = await step(async (tx) => {
-        const created = await insertDecision(tx, {
+        const created: DecisionRecord = await insertDecision(tx, {
           id: newId(),
           dispatchId: dispatch.id,
           ownerId,
@@ -215,13 +224,14 @@ export class CommandBus {
           reasons: created.reasons,
           expiresAt: created.expiresAt,
         })
+        await settled?.(tx, { status: 'awaiting_decision', dispatchId: dispatch.id, decision: toDecisionView(created) })
         return created
       })
       return { status: 'awaiting_decision', dispatchId: dispatch.id, decision: toDecisionView(decision) }
     }
     const summary: DecisionSummary = { id: allowance?.decisionId ?? null, outcome: 'approved', by: null, scope: allowance ? 'session' : null, via: gate.via ?? 'risk' }
     // 6. execute
-    return this.#execute(command, dispatch, getEnvelope(), context, { risk, decision: summary }, step)
+    return this.#execute(command, dispatch, getEnvelope(), context, { risk, decision: summary }, step, settled)
   }
 
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
@@ -351,9 +361,10 @@ export class CommandBus {
     context: CommandContext & { abort: AbortController },
     gate: { risk: Risk; decision: DecisionSummary },
     step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T> = (fn) => this.#options.store.transaction(fn),
+    settled?: DispatchHooks['settled'],
   ): Promise<DispatchOutcome> {
     const { store } = this.#options
-    let current = await step((tx) =>
+    const current = await step((tx) =>
       recordStep(tx, 'running', envelope, dispatch, { status: 'running', risk: gate.risk, decision: gate.decision, startedAt: new Date().toISOString() }),
     )
     const timeoutMs = command.spec.timeoutMs ?? defaultTimeoutMs
@@ -389,8 +400,8 @@ export class CommandBus {
     } finally {
       clearTimeout(timer)
     }
-    current = await store.transaction((tx) =>
-      recordStep(
+    await store.transaction(async (tx) => {
+      await recordStep(
         tx,
         'finished',
         current,
@@ -398,9 +409,9 @@ export class CommandBus {
         outcome.status === 'succeeded'
           ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
           : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() },
-      ),
-    )
-    void current
+      )
+      await settled?.(tx, outcome)
+    })
     return outcome
   }
 

@@ -325,6 +325,12 @@ export class RunManager {
           await this.#end(runId, { status: 'completed' })
           return
         }
+        if (atCap) {
+          // The last, tool-less call still asked for tools: nothing more runs; the calls are answered.
+          const message = `the model still called tools after ${run.maxIterations} iterations (maxIterations)`
+          await this.#end(runId, { status: 'failed', error: { code: 'iteration_cap', message }, openCalls: 'error' })
+          return
+        }
         const waiting = await this.#runCalls(run, turn.calls, tools, signal)
         if (signal.aborted) return await this.#endAborted((await getRun(store.db, runId))!, signal, null, '')
         if (waiting) {
@@ -350,7 +356,7 @@ export class RunManager {
     const { store } = this.#options
     let text = ''
     const coalescer = new DeltaCoalescer(50, (delta) =>
-      store.transaction((tx) => appendEvents(tx, [runEvent(run, 'message.delta', { messageId, text: delta })])).then(() => undefined),
+      store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })]).then(() => undefined),
     )
     const calls: ModelToolCall[] = []
     let usage = { ...run.usage }
@@ -488,10 +494,17 @@ export class RunManager {
         }
       }
       this.#callStarts.set(call.id, performance.now())
-      await store.transaction(async (tx) => {
-        await updateToolCall(tx, call.id, { status: 'running', started: true })
-        await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
-      })
+      // The call's own writes ride in the dispatch's transactions: `running` with the dispatch row,
+      // the result (or the wait for a decision) with the dispatch's outcome.
+      let recorded = false
+      const record = async (tx: Executor, outcome: DispatchOutcome): Promise<void> => {
+        if (outcome.status === 'awaiting_decision') {
+          await updateToolCall(tx, call.id, { status: 'awaiting_decision', dispatchId: outcome.dispatchId, decisionId: outcome.decision.id })
+        } else {
+          await this.#applyOutcome(tx, run, call, outcome)
+        }
+        recorded = true
+      }
       const outcome = await bus.dispatch({
         commandId: entry.command.spec.id,
         params,
@@ -504,15 +517,21 @@ export class RunManager {
         idempotencyKey: `${run.id}:${call.id}`,
         approvalPolicy: run.approvalPolicy,
         signal,
+        within: {
+          persisted: async (tx) => {
+            await updateToolCall(tx, call.id, { status: 'running', started: true })
+            await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
+          },
+          settled: record,
+        },
       })
+      // A replayed outcome (the dispatch already existed) ran no hook.
+      if (!recorded) await store.transaction((tx) => record(tx, outcome))
       if (outcome.status === 'awaiting_decision') {
-        await store.transaction((tx) => updateToolCall(tx, call.id, { status: 'awaiting_decision', dispatchId: outcome.dispatchId, decisionId: outcome.decision.id }))
         waiting = true
         continue
       }
-      await store.transaction((tx) => this.#applyOutcome(tx, run, call, outcome))
-      const finished = (await listToolCalls(store.db, run.id)).find((candidate) => candidate.id === call.id)
-      if (finished) earlier.push(finished)
+      if (outcome.status === 'succeeded') earlier.push({ ...call, status: 'ok', output: outcome.result })
     }
     return waiting
   }
@@ -646,7 +665,14 @@ export class RunManager {
    */
   async #end(
     runId: string,
-    end: { status: 'completed' | 'failed' | 'cancelled' | 'expired'; reason?: string; error?: { [key: string]: JsonValue }; openCalls?: 'cancelled' | 'interrupted' | 'expired'; usage?: Run['usage'] },
+    end: {
+      status: 'completed' | 'failed' | 'cancelled' | 'expired'
+      reason?: string
+      error?: { [key: string]: JsonValue }
+      /** The result open calls get; `error` carries the run's error code. */
+      openCalls?: 'cancelled' | 'interrupted' | 'expired' | 'error'
+      usage?: Run['usage']
+    },
   ): Promise<void> {
     const { store, bus } = this.#options
     const decisions: string[] = []
@@ -657,8 +683,9 @@ export class RunManager {
         if (!['pending', 'running', 'awaiting_decision', 'awaiting_output'].includes(call.status)) continue
         if (call.decisionId) decisions.push(call.decisionId)
         const status = end.openCalls ?? 'cancelled'
+        const code = status === 'error' ? String(end.error?.code ?? 'error') : status
         const output: JsonValue =
-          call.kind === 'client' ? { accepted: false, [status]: true } : { error: { code: status, message: `the run ended (${end.reason ?? end.status}) before this call finished` } }
+          call.kind === 'client' ? { accepted: false, [code]: true } : { error: { code, message: `the run ended (${end.reason ?? (status === 'error' ? code : end.status)}) before this call finished` } }
         await this.#finishCall(tx, run, call, status, output)
       }
       // A turn that was streaming when the run ended (a crash) is closed, not left streaming.

@@ -41,19 +41,34 @@ export function hashAuditEntry(entry: Omit<AuditEntry, 'hash'>): string {
   return createHash('sha256').update(`${entry.prevHash}\n${content}`).digest('hex')
 }
 
+/** The chain's tail as seen by a transaction that holds the append lock (so nobody else can move it). */
+const tails = new WeakMap<object, { hash: string }>()
+
 /**
  * Appends one entry to the chain inside the caller's transaction. The advisory lock serialises
- * appends until commit, so every entry links to the one committed just before it.
+ * appends until commit, so every entry links to the one committed just before it; a transaction's
+ * later entries link to its own previous one without reading the tail again.
  */
 export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Promise<AuditEntry> {
   if (!tx.isTransaction) throw new Error('appendAuditEntry must run inside a transaction')
-  await sql`select pg_advisory_xact_lock(748203)`.execute(tx)
-  const previous = await tx.selectFrom('audit_log').select('hash').orderBy('id', 'desc').limit(1).executeTakeFirst()
-  const { rows } = await sql<{ id: string }>`select nextval('audit_log_id_seq') as id`.execute(tx)
+  let tail = tails.get(tx)
+  let id: string | undefined
+  if (!tail) {
+    // The lock needs its own statement: a statement's snapshot predates the locks it takes.
+    await sql`select pg_advisory_xact_lock(748203)`.execute(tx)
+    const { rows } = await sql<{ id: string; prev: string | null }>`
+      select nextval('audit_log_id_seq') as id, (select hash from audit_log order by id desc limit 1) as prev`.execute(tx)
+    id = rows[0]?.id
+    tail = { hash: rows[0]?.prev ?? genesisHash }
+    tails.set(tx, tail)
+  } else {
+    const { rows } = await sql<{ id: string }>`select nextval('audit_log_id_seq') as id`.execute(tx)
+    id = rows[0]?.id
+  }
   const entry: Omit<AuditEntry, 'hash'> = {
     ...input,
-    id: Number(rows[0]?.id),
-    prevHash: previous?.hash ?? genesisHash,
+    id: Number(id),
+    prevHash: tail.hash,
     createdAt: new Date().toISOString(),
   }
   const hash = hashAuditEntry(entry)
@@ -74,6 +89,7 @@ export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Pr
       created_at: entry.createdAt,
     })
     .execute()
+  tail.hash = hash
   return { ...entry, hash }
 }
 

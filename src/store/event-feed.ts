@@ -1,8 +1,8 @@
 import type { Executor } from './database.js'
 import { lastEventId, readAllEvents, type EventRecord } from './event-log.js'
 
-/** Starts listening for commit notifications; returns a function that stops. */
-export type NotificationSource = (onNotify: () => void) => Promise<() => Promise<void>>
+/** Starts listening for commit notifications (with their payload); returns a function that stops. */
+export type NotificationSource = (onNotify: (payload?: string) => void) => Promise<() => Promise<void>>
 
 /** Receives live events for one scope key; must not block. */
 export type FeedListener = (event: EventRecord) => void
@@ -14,6 +14,10 @@ const pageSize = 1000
  * notification (LISTEN/NOTIFY, so other instances' writes arrive too), reads the new rows once and
  * fans them out to in-process listeners by scope key. Readers never see a gap because ids become
  * visible in commit order (event-log.ts); a periodic poll covers lost notifications.
+ *
+ * Events committed by this instance's own transactions are handed over directly (`deliverCommitted`)
+ * when they continue the sequence, and the notification they tagged is then ignored, so a local
+ * commit costs no read.
  */
 export class EventFeed {
   readonly #db: Executor
@@ -27,15 +31,21 @@ export class EventFeed {
   #timer: NodeJS.Timeout | null = null
   #closed = false
 
-  constructor(db: Executor, source: NotificationSource, options: { pollMs?: number } = {}) {
+  /** The NOTIFY payload of this instance's tracked transactions. */
+  readonly tag: string
+
+  constructor(db: Executor, source: NotificationSource, options: { pollMs?: number; tag?: string } = {}) {
     this.#db = db
     this.#source = source
     this.#pollMs = options.pollMs ?? 5000
+    this.tag = options.tag ?? `i${process.pid}.${Math.random().toString(36).slice(2, 10)}`
   }
 
   async start(): Promise<void> {
     this.#lastId = await lastEventId(this.#db)
-    this.#stop = await this.#source(() => this.poke())
+    this.#stop = await this.#source((payload) => {
+      if (payload !== this.tag) this.poke()
+    })
     this.#timer = setInterval(() => this.poke(), this.#pollMs)
     this.#timer.unref()
   }
@@ -77,6 +87,23 @@ export class EventFeed {
     })
   }
 
+  /**
+   * Events this instance just committed (in id order). Delivered at once when they continue what was
+   * delivered; after a gap (another instance's commit, an id lost to a rollback) the table is read.
+   */
+  deliverCommitted(events: readonly EventRecord[]): void {
+    if (this.#closed) return
+    for (const event of events) {
+      if (event.id <= this.#lastId) continue
+      if (event.id !== this.#lastId + 1) {
+        this.poke()
+        return
+      }
+      this.#lastId = event.id
+      this.#deliver(event)
+    }
+  }
+
   /** Resolves once everything committed before the call has been delivered. */
   async flush(): Promise<void> {
     this.poke()
@@ -96,6 +123,7 @@ export class EventFeed {
       for (;;) {
         const events = await readAllEvents(this.#db, this.#lastId, pageSize)
         for (const event of events) {
+          if (event.id <= this.#lastId) continue // delivered locally meanwhile
           this.#lastId = event.id
           this.#deliver(event)
         }

@@ -25,6 +25,18 @@ export interface NewEvent {
   data: { [key: string]: unknown }
 }
 
+/**
+ * Transactions opened by `Store.transaction` register here: their appended events are handed to the
+ * instance's feed right after commit (no re-read), and their NOTIFY carries the instance's tag so
+ * that instance skips the read it would otherwise do. Other transactions notify with an empty tag.
+ */
+const tracked = new WeakMap<object, { tag: string; events: EventRecord[] }>()
+
+/** Registers `tx` so that `appendEvents` collects what it appends into `events`. */
+export function trackAppends(tx: Executor, tag: string, events: EventRecord[]): void {
+  tracked.set(tx, { tag, events })
+}
+
 /** Which events a stream carries. */
 export type EventScope = { projectId: string } | { conversationId: string } | { runId: string }
 
@@ -36,9 +48,26 @@ export type EventScope = { projectId: string } | { conversationId: string } | { 
  */
 export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<EventRecord[]> {
   if (!tx.isTransaction) throw new Error('appendEvents must run inside a transaction')
+  const tracking = tracked.get(tx)
+  const records = await insertEvents(tx, events, tracking?.tag ?? '')
+  tracking?.events.push(...records)
+  return records
+}
+
+/**
+ * Appends events on their own: one statement, so one implicit transaction that holds the lock
+ * until it commits (for events that change nothing else, such as streamed deltas).
+ */
+export function appendEventsAlone(db: Executor, events: NewEvent[], tag: string): Promise<EventRecord[]> {
+  return insertEvents(db, events, tag)
+}
+
+async function insertEvents(db: Executor, events: NewEvent[], tag: string): Promise<EventRecord[]> {
   if (events.length === 0) return []
   // One round trip: the lock is taken in the FROM clause, so before any row (and its id) is produced;
   // the NOTIFY is queued by RETURNING (identical notifications in a transaction collapse into one).
+  // Its payload tags the instance that will deliver these rows itself.
+  // Outside a transaction the statement is its own transaction, and the lock is held until it commits.
   const values = events.map(
     (event) =>
       sql`(${event.type}, ${event.projectId ?? null}, ${event.conversationId ?? null}, ${event.runId ?? null}, ${event.userId ?? null}, ${JSON.stringify(event.data)}::jsonb)`,
@@ -48,7 +77,7 @@ export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<Ev
     select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data
     from (select pg_advisory_xact_lock(748202)) as lock,
          (values ${sql.join(values)}) as v (type, project_id, conversation_id, run_id, user_id, data)
-    returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, '') as notified`.execute(tx)
+    returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified`.execute(db)
   return rows.map(toEventRecord).sort((a, b) => a.id - b.id)
 }
 

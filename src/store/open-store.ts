@@ -4,7 +4,7 @@ import { Kysely, PostgresDialect, sql, type PostgresPool } from 'kysely'
 import pg from 'pg'
 import type { Database, Executor } from './database.js'
 import { EventFeed, type NotificationSource } from './event-feed.js'
-import { eventsChannel } from './event-log.js'
+import { appendEventsAlone, eventsChannel, trackAppends, type EventRecord, type NewEvent } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import { lockDataDir } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
@@ -33,6 +33,8 @@ export interface Store {
   readonly migrations: MigrationResult
   /** Runs `fn` in one transaction. */
   transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T>
+  /** Appends events that go with no other change, in one statement (its own transaction). */
+  appendEvents(events: NewEvent[]): Promise<EventRecord[]>
   /** Throws when the database does not answer. */
   ping(): Promise<void>
   close(): Promise<void>
@@ -51,7 +53,20 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       db,
       feed,
       migrations,
-      transaction: (fn) => db.transaction().execute(fn),
+      transaction: async (fn) => {
+        const appended: EventRecord[] = []
+        const result = await db.transaction().execute((tx) => {
+          trackAppends(tx, feed.tag, appended)
+          return fn(tx)
+        })
+        if (appended.length > 0) feed.deliverCommitted(appended)
+        return result
+      },
+      appendEvents: async (events) => {
+        const appended = await appendEventsAlone(db, events, feed.tag)
+        feed.deliverCommitted(appended)
+        return appended
+      },
       ping: async () => {
         await sql`select 1`.execute(db)
       },
@@ -110,14 +125,14 @@ async function connectPostgres(url: string, poolSize: number): Promise<Connectio
 }
 
 /** LISTENs on a dedicated connection, reconnecting with backoff; a reconnect also wakes the reader. */
-async function listenPostgres(url: string, onNotify: () => void): Promise<() => Promise<void>> {
+async function listenPostgres(url: string, onNotify: (payload?: string) => void): Promise<() => Promise<void>> {
   let client: pg.Client | null = null
   let stopped = false
   let retryTimer: NodeJS.Timeout | null = null
   const connect = async (attempt: number): Promise<void> => {
     if (stopped) return
     const next = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 })
-    next.on('notification', () => onNotify())
+    next.on('notification', (message) => onNotify(message.payload))
     next.on('error', () => {
       next.end().catch(() => undefined)
       if (client === next) client = null
@@ -181,7 +196,7 @@ async function connectPGlite(options: StoreOptions): Promise<Connection> {
       },
     },
     notifications: async (onNotify) => {
-      const unlisten = await pglite.listen(eventsChannel, () => onNotify())
+      const unlisten = await pglite.listen(eventsChannel, (payload) => onNotify(payload))
       return unlisten
     },
   }

@@ -5,6 +5,7 @@ import type { LanguageModel } from '../../src/llm/index.js'
 import type { RunManager } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
+import { assertLedgerInvariant } from './ledger.js'
 
 export interface TestUser {
   user: User
@@ -90,6 +91,8 @@ export async function startTestServer(
     close: async () => {
       await runs.stop()
       await app.close()
+      // Every test's transcript is held to the ledger invariant, whatever the test itself checks.
+      await assertLedgerInvariant(store.db)
     },
   }
 }

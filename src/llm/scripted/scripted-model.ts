@@ -8,6 +8,8 @@ export interface ScriptedTurn {
   chunks?: number
   /** Milliseconds between chunks (default 0). */
   delayMs?: number
+  /** Emit the tool calls even when the request offers no tools (a model that ignores that). */
+  evenWithoutTools?: boolean
 }
 
 export interface ScriptedModelOptions {
@@ -56,8 +58,8 @@ export class ScriptedModel implements LanguageModel {
     }
     this.#next++
     turn ??= { text: 'Done.' }
-    // A tool-less request (the final turn at the iteration cap) gets text only.
-    const toolCalls = request.tools.length > 0 ? (turn.toolCalls ?? []) : []
+    // A tool-less request (the final turn at the iteration cap) gets text only, unless scripted otherwise.
+    const toolCalls = request.tools.length > 0 || turn.evenWithoutTools ? (turn.toolCalls ?? []) : []
     const text = turn.text ?? (toolCalls.length === 0 ? 'Done.' : '')
     for (const piece of split(text, turn.chunks)) {
       if (request.signal?.aborted) return
