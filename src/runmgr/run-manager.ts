@@ -90,6 +90,16 @@ const capPrompt = 'The maximum number of tool rounds for this run has been reach
  * command bus, pause for humans, continue, finish. Every state change is written (with its event)
  * before it is announced; every tool call ends with exactly one terminal result.
  */
+/** How a run ends. */
+interface RunEnd {
+  status: 'completed' | 'failed' | 'cancelled' | 'expired'
+  reason?: string
+  error?: { [key: string]: JsonValue }
+  /** The result open calls get; `error` carries the run's error code. */
+  openCalls?: 'cancelled' | 'interrupted' | 'expired' | 'error'
+  usage?: Run['usage']
+}
+
 export class RunManager {
   readonly #options: RunManagerOptions
   readonly #instanceId = randomUUID()
@@ -320,11 +330,7 @@ export class RunManager {
         run = opened.run
         roundDone = false
         const turn = await this.#modelTurn(run, model, tools, messages, opened.messageId, signal)
-        if (turn.kind === 'ended') return
-        if (turn.calls.length === 0) {
-          await this.#end(runId, { status: 'completed' })
-          return
-        }
+        if (turn.kind === 'ended') return // completed with its answer, failed or cancelled
         if (atCap) {
           // The last, tool-less call still asked for tools: nothing more runs; the calls are answered.
           const message = `the model still called tools after ${run.maxIterations} iterations (maxIterations)`
@@ -422,10 +428,15 @@ export class RunManager {
         repeatOf: null,
       }
     })
-    await store.transaction(async (tx) => {
+    const decisions = await store.transaction(async (tx) => {
       const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
       await completeAssistantMessage(tx, messageId, text, stored, 'completed')
       const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
+      if (ledger.length === 0) {
+        // No calls: the text is the answer, and the run completes in the same transaction.
+        await appendEvents(tx, events)
+        return this.#endIn(tx, run.id, { status: 'completed', usage })
+      }
       for (const call of ledger) {
         const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
         call.risk = risk?.risk ?? (call.kind === 'command' ? commandRisk(tools.get(call.name)) : null)
@@ -444,15 +455,18 @@ export class RunManager {
           }),
         )
       }
-      // With calls, the checkpoint also announces tool_called and moves on to tool_running.
-      const patch: RunPatch = { usage, ...(ledger.length > 0 && { phase: 'tool_running' as const }) }
+      // The checkpoint also announces tool_called and moves on to tool_running.
+      const patch: RunPatch = { usage, phase: 'tool_running' }
       const updated = await updateRun(tx, run.id, patch)
-      if (ledger.length > 0) {
-        events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: 'tool_called' }))
-        events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: 'tool_running' }))
-      }
+      events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: 'tool_called' }))
+      events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: 'tool_running' }))
       await appendEvents(tx, events)
+      return []
     })
+    if (ledger.length === 0) {
+      await this.#expireDecisions(decisions)
+      return { kind: 'ended' }
+    }
     return { kind: 'turn', calls: ledger }
   }
 
@@ -663,56 +677,53 @@ export class RunManager {
    * Ends a run: every open call gets its terminal result, pending decisions expire, the run's
    * terminal state and event are written — all before anything else happens in the conversation.
    */
-  async #end(
-    runId: string,
-    end: {
-      status: 'completed' | 'failed' | 'cancelled' | 'expired'
-      reason?: string
-      error?: { [key: string]: JsonValue }
-      /** The result open calls get; `error` carries the run's error code. */
-      openCalls?: 'cancelled' | 'interrupted' | 'expired' | 'error'
-      usage?: Run['usage']
-    },
-  ): Promise<void> {
-    const { store, bus } = this.#options
+  async #end(runId: string, end: RunEnd): Promise<void> {
+    const decisions = await this.#options.store.transaction((tx) => this.#endIn(tx, runId, end))
+    await this.#expireDecisions(decisions)
+  }
+
+  /** Decisions of an ended run can no longer be answered. */
+  async #expireDecisions(decisionIds: string[]): Promise<void> {
+    for (const decisionId of decisionIds) await this.#options.bus.expireDecision(decisionId).catch(() => undefined)
+  }
+
+  /** `#end` inside the caller's transaction; returns the decisions to expire once it commits. */
+  async #endIn(tx: Executor, runId: string, end: RunEnd): Promise<string[]> {
     const decisions: string[] = []
-    await store.transaction(async (tx) => {
-      const run = await lockRun(tx, runId)
-      if (!run || terminalRunStatuses.includes(run.status)) return
-      for (const call of await listToolCalls(tx, runId)) {
-        if (!['pending', 'running', 'awaiting_decision', 'awaiting_output'].includes(call.status)) continue
-        if (call.decisionId) decisions.push(call.decisionId)
-        const status = end.openCalls ?? 'cancelled'
-        const code = status === 'error' ? String(end.error?.code ?? 'error') : status
-        const output: JsonValue =
-          call.kind === 'client' ? { accepted: false, [code]: true } : { error: { code, message: `the run ended (${end.reason ?? (status === 'error' ? code : end.status)}) before this call finished` } }
-        await this.#finishCall(tx, run, call, status, output)
-      }
-      // A turn that was streaming when the run ended (a crash) is closed, not left streaming.
-      await closeStreamingMessages(tx, runId, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
-      const updated = await updateRun(tx, runId, {
-        status: end.status,
-        phase: null,
-        requiredAction: null,
-        ended: true,
-        lease: null,
-        ...(end.error && { error: end.error }),
-        ...(end.reason && { cancelReason: end.reason }),
-        ...(end.usage && { usage: end.usage }),
-      })
-      const terminal =
-        end.status === 'completed'
-          ? runEvent(updated, 'run.completed', { runId, usage: updated.usage })
-          : end.status === 'failed'
-            ? runEvent(updated, 'run.failed', { runId, error: updated.error })
-            : end.status === 'cancelled'
-              ? runEvent(updated, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
-              : runEvent(updated, 'run.expired', { runId })
-      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null }), terminal])
-      this.#options.observer?.runEnded?.({ status: end.status, durationMs: updated.startedAt ? Date.now() - Date.parse(updated.startedAt) : null })
+    const run = await lockRun(tx, runId)
+    if (!run || terminalRunStatuses.includes(run.status)) return decisions
+    for (const call of await listToolCalls(tx, runId)) {
+      if (!['pending', 'running', 'awaiting_decision', 'awaiting_output'].includes(call.status)) continue
+      if (call.decisionId) decisions.push(call.decisionId)
+      const status = end.openCalls ?? 'cancelled'
+      const code = status === 'error' ? String(end.error?.code ?? 'error') : status
+      const output: JsonValue =
+        call.kind === 'client' ? { accepted: false, [code]: true } : { error: { code, message: `the run ended (${end.reason ?? (status === 'error' ? code : end.status)}) before this call finished` } }
+      await this.#finishCall(tx, run, call, status, output)
+    }
+    // A turn that was streaming when the run ended (a crash) is closed, not left streaming.
+    await closeStreamingMessages(tx, runId, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
+    const updated = await updateRun(tx, runId, {
+      status: end.status,
+      phase: null,
+      requiredAction: null,
+      ended: true,
+      lease: null,
+      ...(end.error && { error: end.error }),
+      ...(end.reason && { cancelReason: end.reason }),
+      ...(end.usage && { usage: end.usage }),
     })
-    // Decisions of the ended run can no longer be answered.
-    for (const decisionId of decisions) await bus.expireDecision(decisionId).catch(() => undefined)
+    const terminal =
+      end.status === 'completed'
+        ? runEvent(updated, 'run.completed', { runId, usage: updated.usage })
+        : end.status === 'failed'
+          ? runEvent(updated, 'run.failed', { runId, error: updated.error })
+          : end.status === 'cancelled'
+            ? runEvent(updated, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
+            : runEvent(updated, 'run.expired', { runId })
+    await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null }), terminal])
+    this.#options.observer?.runEnded?.({ status: end.status, durationMs: updated.startedAt ? Date.now() - Date.parse(updated.startedAt) : null })
+    return decisions
   }
 
   /** The model's tools: exposed commands plus the run's client tools. */
