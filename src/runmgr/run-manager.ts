@@ -85,11 +85,6 @@ const noToolsPrompt =
   'You cannot use tools or look anything up in this conversation. When a question needs data you do not have, say so plainly instead of inventing it.'
 const capPrompt = 'The maximum number of tool rounds for this run has been reached. Answer now with what you have, without calling tools, and say that the limit was reached.'
 
-/**
- * Runs the agent's ReAct loop (SPEC §6): stream the model, dispatch its tool calls through the
- * command bus, pause for humans, continue, finish. Every state change is written (with its event)
- * before it is announced; every tool call ends with exactly one terminal result.
- */
 /** How a run ends. */
 interface RunEnd {
   status: 'completed' | 'failed' | 'cancelled' | 'expired'
@@ -100,6 +95,11 @@ interface RunEnd {
   usage?: Run['usage']
 }
 
+/**
+ * Runs the agent's ReAct loop (SPEC §6): stream the model, dispatch its tool calls through the
+ * command bus, pause for humans, continue, finish. Every state change is written (with its event)
+ * before it is announced; every tool call ends with exactly one terminal result.
+ */
 export class RunManager {
   readonly #options: RunManagerOptions
   readonly #instanceId = randomUUID()
