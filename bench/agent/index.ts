@@ -19,6 +19,7 @@ import { createTempDatabase, createTempDir } from '../lib/resources.js'
 import { plinthRound, rawRound, type PlinthTarget, type RoundTiming } from './agent-round.js'
 import { measureFanOut, type FanOutResult } from './fan-out.js'
 import { ms, summarize, table, type Summary } from './stats.js'
+import { unlimitedEnv } from '../lib/unlimited-env.js'
 
 interface AgentSettings {
   rounds: number
@@ -168,7 +169,7 @@ async function startPlinthAgent(
         PLINTH_CONFIG: configPath,
         PLINTH_DATA_DIR: dataDir.path,
         PLINTH_LOG_LEVEL: 'silent',
-        PLINTH_RATE_LIMIT_MAX: '100000000',
+        ...unlimitedEnv,
         ...(databaseUrl && { DATABASE_URL: databaseUrl }),
       },
     })

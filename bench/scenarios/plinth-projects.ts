@@ -1,6 +1,7 @@
 import { startChildServer, type ChildServer } from '../lib/child-server.js'
 import { createTempDatabase, createTempDir } from '../lib/resources.js'
 import type { Scenario, StartedScenario } from '../lib/scenario.js'
+import { unlimitedEnv } from '../lib/unlimited-env.js'
 
 const projectCount = 20
 
@@ -14,8 +15,7 @@ export async function startPlinth(databaseUrl?: string): Promise<ChildServer & {
         PORT: '0',
         PLINTH_DATA_DIR: dataDir.path,
         PLINTH_LOG_LEVEL: 'silent',
-        // The default limit (600/min per token) would answer 429s within a second of load.
-        PLINTH_RATE_LIMIT_MAX: '100000000',
+        ...unlimitedEnv,
         // rdm.ping is the no-op low-risk command the dispatch scenario loads.
         PLINTH_PLUGINS: 'rdm',
         BENCH_PROJECTS: String(projectCount),

@@ -14,13 +14,13 @@ import { createMemberAuthz } from './members.js'
 export default definePlugin({
   name: 'rdm',
   version: '1.0.0',
-  surface: '^1.0.0',
+  surface: '^1.1.0',
   setup(registry, host) {
     registerPing(registry)
     registerTrace(registry)
     registerBaseline(registry)
     registerDraft(registry)
-    registerMembers(registry)
+    registerMembers(registry, host)
 
     registry.registerProjectAuthz(createMemberAuthz(host.kv))
 

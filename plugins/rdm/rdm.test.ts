@@ -19,7 +19,7 @@ async function commandError(fn: () => Promise<unknown>): Promise<CommandError> {
 
 describe('rdm plugin: registration', () => {
   it('declares itself for the current surface', () => {
-    expect(plugin).toMatchObject({ name: 'rdm', version: '1.0.0', surface: '^1.0.0' })
+    expect(plugin).toMatchObject({ name: 'rdm', version: '1.0.0', surface: '^1.1.0' })
     expect(SurfaceVersion).toMatch(/^1\.\d+\.\d+$/)
   })
 
@@ -120,6 +120,8 @@ describe('rdm plugin: member table and ProjectAuthz', () => {
     expect(await harness.dispatch('rdm.member.list', {}, { user: 'usr_bob' })).toEqual({ projectId: defaultProject.id, members: ['usr_ann', 'usr_bob'] })
     expect(await harness.dispatch('rdm.member.remove', { userId: 'usr_bob' })).toEqual({ projectId: defaultProject.id, members: ['usr_ann'] })
     expect(await harness.kv.get(`members:${defaultProject.id}`)).toEqual(['usr_ann'])
+    // Removing a member announces the change, so their open streams end at once.
+    expect(harness.host.accessChanges).toEqual([defaultProject.id])
   })
 
   it('lets only the project owner add or remove members', async () => {

@@ -119,12 +119,14 @@ export class TestRegistry implements Registry {
   }
 }
 
-/** A Host stub: kv and log in memory, `audit` and `emit` recorded, `knowledgeSearch` answering `hits`. */
+/** A Host stub: kv and log in memory, `audit`, `emit` and `accessChanged` recorded, `knowledgeSearch` answering `hits`. */
 export interface TestHost extends Host {
   kv: MemoryKv
   log: PluginLogger & { lines: LogLine[] }
   audited: Array<{ action: string; data: { [key: string]: JsonValue } }>
   emitted: PluginEvent[]
+  /** Project ids passed to `accessChanged` (`null`: every project). */
+  accessChanges: Array<string | null>
   hits: KnowledgeHit[]
 }
 
@@ -134,6 +136,7 @@ export function createHost(kv: MemoryKv = new MemoryKv()): TestHost {
     log: memoryLogger(),
     audited: [],
     emitted: [],
+    accessChanges: [],
     hits: [],
     options: { execBackend: 'direct', disableExecTools: false },
     async audit(action, data) {
@@ -141,6 +144,9 @@ export function createHost(kv: MemoryKv = new MemoryKv()): TestHost {
     },
     async emit(event) {
       host.emitted.push(event)
+    },
+    async accessChanged(projectId) {
+      host.accessChanges.push(projectId ?? null)
     },
     async knowledgeSearch(_actor, _query, options) {
       return host.hits.filter((hit) => !options?.projectId || hit.projectId === options.projectId).slice(0, options?.k ?? 10)

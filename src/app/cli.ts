@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util'
 import { createToken, createUser, findUser, listTokens, listUsers, openStore, revokeToken, setUserDisabled, StoreError, type Store } from '../store/index.js'
 import { verifyAuditChain } from '../cmdbus/index.js'
 import { ConfigError, loadConfig, type PlinthConfig } from './config.js'
-import { createLogger } from './logger.js'
+import { configSecrets, createLogger } from './logger.js'
 import { startServer } from './start-server.js'
 import { version } from './version.js'
 
@@ -110,7 +110,7 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
 }
 
 async function serve(config: PlinthConfig): Promise<number> {
-  const logger = createLogger(config.logLevel)
+  const logger = createLogger(config.logLevel, undefined, configSecrets(config))
   const server = await startServer(config, logger)
   const stop = (signal: string): void => {
     logger.info({ signal }, 'shutting down')

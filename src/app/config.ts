@@ -20,10 +20,26 @@ export interface PlinthConfig {
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
   /** Largest accepted request body, bytes. */
   bodyLimit: number
-  /** Requests per token (or per address without one) per window. */
-  rateLimit: { max: number; windowMs: number }
+  /**
+   * Requests per token per window (`max`); before authentication, requests per client address
+   * (`addressMax`) and failed authentications per address (`authFailureMax` per `authFailureWindowMs`).
+   */
+  rateLimit: { max: number; windowMs: number; addressMax: number; authFailureMax: number; authFailureWindowMs: number }
+  /** The whole request must arrive within this long. */
+  requestTimeoutMs: number
+  /** A connection idle this long is closed (must exceed the SSE heartbeat). */
+  connectionTimeoutMs: number
+  /** Open connections per client address, and in total. */
+  maxConnectionsPerAddress: number
+  maxConnections: number
+  /** Reverse proxies whose X-Forwarded-For is believed (addresses or CIDRs, comma-separated), or true for any. */
+  trustProxy?: string | boolean
+  /** Bearer token for `/metrics`; without it `/metrics` is open only when listening on loopback. */
+  metricsToken?: string
   /** Interval of SSE heartbeat comments. */
   sseHeartbeatMs: number
+  /** Event stream caps and lifetime. */
+  streams: StreamSettings
   /** How long a `full` permission mode lasts before reverting to `manual`. */
   fullModeTtlMs: number
   /** How long a pending decision (a run in `requires_action`) waits before it expires. */
@@ -36,6 +52,14 @@ export interface PlinthConfig {
   llmIdleTimeoutMs: number
   /** Model calls in flight across all runs (one per conversation always). */
   llmConcurrency: number
+}
+
+export interface StreamSettings {
+  maxPerToken: number
+  maxTotal: number
+  maxLifetimeMs: number
+  recheckIntervalMs: number
+  drainTimeoutMs: number
 }
 
 /** Thrown with every bad key at once, so an operator fixes them in one go. */
@@ -88,9 +112,32 @@ const fileSchema = {
     rateLimit: {
       type: 'object',
       additionalProperties: false,
-      properties: { max: { type: 'integer', minimum: 1 }, windowMs: { type: 'integer', minimum: 1 } },
+      properties: {
+        max: { type: 'integer', minimum: 1 },
+        windowMs: { type: 'integer', minimum: 1 },
+        addressMax: { type: 'integer', minimum: 1 },
+        authFailureMax: { type: 'integer', minimum: 1 },
+        authFailureWindowMs: { type: 'integer', minimum: 1000 },
+      },
     },
+    requestTimeoutMs: { type: 'integer', minimum: 100 },
+    connectionTimeoutMs: { type: 'integer', minimum: 1000 },
+    maxConnectionsPerAddress: { type: 'integer', minimum: 1 },
+    maxConnections: { type: 'integer', minimum: 1 },
+    trustProxy: { anyOf: [{ type: 'boolean' }, { type: 'string', minLength: 1 }] },
+    metricsToken: { type: 'string', minLength: 16 },
     sseHeartbeatMs: { type: 'integer', minimum: 100 },
+    streams: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        maxPerToken: { type: 'integer', minimum: 1 },
+        maxTotal: { type: 'integer', minimum: 1 },
+        maxLifetimeMs: { type: 'integer', minimum: 1000 },
+        recheckIntervalMs: { type: 'integer', minimum: 100 },
+        drainTimeoutMs: { type: 'integer', minimum: 100 },
+      },
+    },
     fullModeTtlMs: { type: 'integer', minimum: 1000 },
     actionTtlMs: { type: 'integer', minimum: 1000 },
     allowanceTtlMs: { type: 'integer', minimum: 1000 },
@@ -114,7 +161,21 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_BODY_LIMIT', 'bodyLimit', 'int'],
   ['PLINTH_RATE_LIMIT_MAX', 'rateLimit.max', 'int'],
   ['PLINTH_RATE_LIMIT_WINDOW_MS', 'rateLimit.windowMs', 'int'],
+  ['PLINTH_RATE_LIMIT_ADDRESS_MAX', 'rateLimit.addressMax', 'int'],
+  ['PLINTH_AUTH_FAILURE_LIMIT', 'rateLimit.authFailureMax', 'int'],
+  ['PLINTH_AUTH_FAILURE_WINDOW', 'rateLimit.authFailureWindowMs', 'duration'],
+  ['PLINTH_REQUEST_TIMEOUT', 'requestTimeoutMs', 'duration'],
+  ['PLINTH_CONNECTION_TIMEOUT', 'connectionTimeoutMs', 'duration'],
+  ['PLINTH_MAX_CONNECTIONS_PER_ADDRESS', 'maxConnectionsPerAddress', 'int'],
+  ['PLINTH_MAX_CONNECTIONS', 'maxConnections', 'int'],
+  ['PLINTH_TRUST_PROXY', 'trustProxy', 'string'],
+  ['PLINTH_METRICS_TOKEN', 'metricsToken', 'string'],
   ['PLINTH_SSE_HEARTBEAT_MS', 'sseHeartbeatMs', 'int'],
+  ['PLINTH_SSE_MAX_PER_TOKEN', 'streams.maxPerToken', 'int'],
+  ['PLINTH_SSE_MAX_STREAMS', 'streams.maxTotal', 'int'],
+  ['PLINTH_SSE_MAX_LIFETIME', 'streams.maxLifetimeMs', 'duration'],
+  ['PLINTH_SSE_RECHECK_INTERVAL', 'streams.recheckIntervalMs', 'duration'],
+  ['PLINTH_SSE_DRAIN_TIMEOUT', 'streams.drainTimeoutMs', 'duration'],
   ['PLINTH_FULL_MODE_TTL_MS', 'fullModeTtlMs', 'int'],
   ['PLINTH_FULL_MODE_TTL', 'fullModeTtlMs', 'duration'],
   ['PLINTH_ACTION_TTL', 'actionTtlMs', 'duration'],
@@ -133,8 +194,13 @@ const defaults: PlinthConfig = {
   exec: { backend: 'direct', disableExecTools: false },
   logLevel: 'info',
   bodyLimit: 1024 * 1024,
-  rateLimit: { max: 600, windowMs: 60_000 },
+  rateLimit: { max: 600, windowMs: 60_000, addressMax: 2400, authFailureMax: 20, authFailureWindowMs: 60_000 },
+  requestTimeoutMs: 30_000,
+  connectionTimeoutMs: 120_000,
+  maxConnectionsPerAddress: 256,
+  maxConnections: 10_000,
   sseHeartbeatMs: 15_000,
+  streams: { maxPerToken: 32, maxTotal: 5000, maxLifetimeMs: 60 * 60 * 1000, recheckIntervalMs: 60_000, drainTimeoutMs: 30_000 },
   fullModeTtlMs: 60 * 60 * 1000,
   actionTtlMs: 24 * 60 * 60 * 1000,
   allowanceTtlMs: 8 * 60 * 60 * 1000,
@@ -194,7 +260,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     ...file,
     exec: { ...defaults.exec, ...file.exec },
     rateLimit: { ...defaults.rateLimit, ...file.rateLimit },
+    streams: { ...defaults.streams, ...file.streams },
     dataDir: resolve(cwd, file.dataDir ?? defaults.dataDir),
+  }
+  if (config.trustProxy === 'true' || config.trustProxy === 'false') config.trustProxy = config.trustProxy === 'true'
+  // Heartbeats are what keep a quiet stream's connection from looking idle.
+  if (config.sseHeartbeatMs >= config.connectionTimeoutMs) {
+    throw new ConfigError([`sseHeartbeatMs (${config.sseHeartbeatMs}) must be shorter than connectionTimeoutMs (${config.connectionTimeoutMs})`])
   }
   return config
 }

@@ -1,7 +1,7 @@
 /** Composition root: configuration, wiring, process entry. */
 export { loadConfig, ConfigError, type PlinthConfig, type ModelConfig } from './config.js'
 export { startServer, type RunningServer } from './start-server.js'
-export { createLogger } from './logger.js'
+export { configSecrets, createLogger } from './logger.js'
 export { version } from './version.js'
 export { runCli } from './cli.js'
 export { setUpCommandBus, type CommandBusSetup } from './command-bus-setup.js'

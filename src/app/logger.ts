@@ -1,4 +1,6 @@
-import { pino, type Logger } from 'pino'
+import type { IncomingMessage } from 'node:http'
+import { pino, stdSerializers, type Logger } from 'pino'
+import type { PlinthConfig } from './config.js'
 
 /** Paths pino blanks out wherever they appear in a log line: secrets never reach logs. */
 export const redactPaths = [
@@ -8,11 +10,78 @@ export const redactPaths = [
   '*.token',
   '*.apiKey',
   '*.adminToken',
+  '*.metricsToken',
   '*.password',
   'token',
   'adminToken',
 ]
 
-export function createLogger(level: string, destination?: NodeJS.WritableStream): Logger {
-  return pino({ level, redact: { paths: redactPaths, censor: '[redacted]' } }, destination ?? process.stdout)
+/** Query parameters whose values are credentials wherever they appear in a URL. */
+const secretParam = /^(access_?token|token|api_?key|key|secret|password|passwd|auth|authorization|signature|sig|code)$/i
+
+/** Credential shapes scrubbed from every line, whatever field they hide in. */
+const secretShapes: Array<[RegExp, string]> = [
+  [/\bplt_[A-Za-z0-9_-]{8,}/g, 'plt_[redacted]'],
+  [/\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}/gi, '$1 [redacted]'],
+  [/\bsk-(ant-)?[A-Za-z0-9_-]{8,}/g, 'sk-[redacted]'],
+  [/(postgres(?:ql)?:\/\/[^:/\s"]*:)[^@\s"]+@/gi, '$1[redacted]@'],
+]
+
+/** A URL as logged: query parameters that carry credentials are blanked. */
+export function redactUrl(url: string): string {
+  const query = url.indexOf('?')
+  if (query < 0) return url
+  const params = url.slice(query + 1).split('&').map((pair) => {
+    const name = pair.split('=', 1)[0] ?? ''
+    let decoded = name
+    try {
+      decoded = decodeURIComponent(name)
+    } catch {
+      // keep the raw name
+    }
+    return secretParam.test(decoded) ? `${name}=[redacted]` : pair
+  })
+  return `${url.slice(0, query)}?${params.join('&')}`
+}
+
+/** The secrets of a configuration, scrubbed literally from every log line. */
+export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metricsToken' | 'models'>, env: NodeJS.ProcessEnv = process.env): string[] {
+  const secrets = [config.adminToken, config.metricsToken, ...config.models.map((model) => (model.apiKeyEnv ? env[model.apiKeyEnv] : undefined))]
+  return secrets.filter((secret): secret is string => typeof secret === 'string' && secret.length >= 8)
+}
+
+/**
+ * The server's logger: structured JSON, with credentials removed three ways — known fields by path,
+ * URLs without their credential parameters, and every finished line scrubbed of token shapes and of
+ * the configured secrets. Errors are logged without `rawPacket` (the client's raw request bytes).
+ */
+export function createLogger(level: string, destination?: NodeJS.WritableStream, secrets: readonly string[] = []): Logger {
+  const literal = secrets.filter((secret) => secret.length >= 8)
+  const scrub = (line: string): string => {
+    let out = line
+    for (const [shape, replacement] of secretShapes) out = out.replace(shape, replacement)
+    for (const secret of literal) if (out.includes(secret)) out = out.split(secret).join('[redacted]')
+    return out
+  }
+  return pino(
+    {
+      level,
+      redact: { paths: redactPaths, censor: '[redacted]' },
+      serializers: {
+        req: (request: IncomingMessage & { ip?: string }) => ({
+          method: request.method,
+          url: redactUrl(request.url ?? ''),
+          remoteAddress: request.ip ?? request.socket?.remoteAddress,
+          remotePort: request.socket?.remotePort,
+        }),
+        err: (error: Error) => {
+          const serialized = stdSerializers.err(error) as Record<string, unknown>
+          delete serialized.rawPacket
+          return serialized
+        },
+      },
+      hooks: { streamWrite: scrub },
+    },
+    destination ?? process.stdout,
+  )
 }

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino'
 import { createPluginKv, createPluginLogger } from '../cmdbus/index.js'
 import type { Host, Options } from '../extension/index.js'
-import { appendAuditEntry, appendEvents, getProject, type Store } from '../store/index.js'
+import { announceAccessChange, appendAuditEntry, appendEvents, getProject, type Store } from '../store/index.js'
 
 /** Builds the capabilities a plugin receives at setup. */
 export function createPluginHost(plugin: string, deps: { store: Store; logger: Logger; options: Options }): Host {
@@ -31,6 +31,9 @@ export function createPluginHost(plugin: string, deps: { store: Store; logger: L
       await store.transaction((tx) =>
         appendEvents(tx, [{ type, projectId: project.id, conversationId: event.conversationId ?? null, userId: project.ownerId, data: event.data }]),
       )
+    },
+    accessChanged: async (projectId) => {
+      await announceAccessChange(store.db, [projectId ? `project:${projectId}` : 'all'])
     },
     // Retrieval arrives with the rag module; until then there is no knowledge to search.
     knowledgeSearch: async () => [],

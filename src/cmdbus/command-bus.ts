@@ -5,7 +5,6 @@ import {
   canonicalJson,
   findAllowance,
   findDispatchByKey,
-  getConversation,
   getDecision,
   getDispatch,
   insertAllowance,
@@ -75,14 +74,19 @@ export class CommandBus {
     }
     const ownerId = request.actor.onBehalfOf
     const paramsHash = hashParams(request.params)
-    // A conversation implies its project (for streams and audit filters); access is checked later.
-    let projectId = request.projectId ?? null
-    if (request.conversationId && !projectId) projectId = (await getConversation(store.db, request.conversationId))?.projectId ?? null
+    const requestHash = hashRequest(command.spec.id, paramsHash, request)
     // Idempotency: a repeat returns the first outcome.
     if (request.idempotencyKey) {
       const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey)
-      if (previous) return this.#replay(previous, command.spec.id, paramsHash)
+      if (previous) return this.#replay(previous, command.spec.id, paramsHash, requestHash)
     }
+    // Authorized before anything about the target is resolved or recorded: a conversation or project
+    // the caller may not see answers not_found, and the attempt is recorded without its ids, so the
+    // caller learns nothing (not even the project of the conversation) and its owner's audit lists
+    // nothing of the caller's.
+    const scope = await this.#authorize(command, { ownerId, projectId: request.projectId ?? null, conversationId: request.conversationId ?? null, params: request.params })
+    const unseen = 'error' in scope && scope.error.code === 'not_found'
+    const projectId = unseen ? null : 'error' in scope ? (request.projectId ?? null) : (scope.project?.id ?? null)
     const now = new Date().toISOString()
     const dispatch: DispatchRecord = {
       id: newId(),
@@ -93,12 +97,13 @@ export class CommandBus {
       actor: request.actor,
       ownerId,
       projectId,
-      conversationId: request.conversationId ?? null,
+      conversationId: unseen ? null : (request.conversationId ?? null),
       runId: request.runId ?? null,
       callId: request.callId ?? null,
       idempotencyKey: request.idempotencyKey ?? null,
       params: request.params,
       paramsHash,
+      requestHash,
       risk: staticRisk(command),
       status: 'requested',
       decisionId: null,
@@ -123,12 +128,12 @@ export class CommandBus {
       return result
     }
     try {
-      return await this.#pipeline(request, command, dispatch, paramsHash, step, () => envelope, (next) => (envelope = next))
+      return await this.#pipeline(request, command, dispatch, paramsHash, scope, step, () => envelope, (next) => (envelope = next))
     } catch (error) {
       if (!(error instanceof KeyTaken)) throw error
       // A concurrent request with the same key got there first.
       const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey ?? '')
-      return previous ? this.#replay(previous, command.spec.id, paramsHash) : fail(null, 'dispatch_in_progress', 'a dispatch with this idempotency key is in progress')
+      return previous ? this.#replay(previous, command.spec.id, paramsHash, requestHash) : fail(null, 'dispatch_in_progress', 'a dispatch with this idempotency key is in progress')
     }
   }
 
@@ -138,6 +143,7 @@ export class CommandBus {
     command: RegisteredCommand,
     dispatch: DispatchRecord,
     paramsHash: string,
+    scope: Scope | { error: BusError },
     step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T>,
     getEnvelope: () => AuditEnvelope,
     setEnvelope: (envelope: AuditEnvelope) => void,
@@ -157,8 +163,7 @@ export class CommandBus {
     // 2. validate
     const invalid = validateParams(command, request.params)
     if (invalid) return finish('failed', invalid)
-    // 3. authorize
-    const scope = await this.#authorize(command, dispatch)
+    // 3. authorize (decided before the dispatch was built)
     if ('error' in scope) return finish('failed', scope.error)
     const context = this.#context(command, request.actor, dispatch, scope.project, request.signal)
     // 4. risk
@@ -418,8 +423,8 @@ export class CommandBus {
   /** Checks the conversation and project a dispatch names, and the command's resource authorizer. */
   async #authorize(
     command: RegisteredCommand,
-    dispatch: DispatchRecord,
-  ): Promise<{ project: ProjectRef | null; conversation: Conversation | null } | { error: BusError }> {
+    dispatch: Pick<DispatchRecord, 'ownerId' | 'projectId' | 'conversationId' | 'params'>,
+  ): Promise<Scope | { error: BusError }> {
     const { access, catalog } = this.#options
     const userId = dispatch.ownerId
     let conversation: Conversation | null = null
@@ -480,9 +485,10 @@ export class CommandBus {
     }
   }
 
-  async #replay(previous: DispatchRecord, commandId: string, paramsHash: string): Promise<DispatchOutcome> {
-    if (previous.commandId !== commandId || previous.paramsHash !== paramsHash) {
-      return fail(null, 'idempotency_key_reused', 'this idempotency key was used for a different command or params')
+  async #replay(previous: DispatchRecord, commandId: string, paramsHash: string, requestHash: string): Promise<DispatchOutcome> {
+    const same = previous.requestHash !== null ? previous.requestHash === requestHash : previous.commandId === commandId && previous.paramsHash === paramsHash
+    if (!same) {
+      return fail(null, 'idempotency_key_reused', 'this idempotency key was used for a different command, params, entrance, project or conversation')
     }
     if (previous.status === 'requested' || previous.status === 'running') {
       return fail(previous.id, 'dispatch_in_progress', 'the first dispatch with this key is still running')
@@ -497,6 +503,19 @@ export class CommandBus {
 
 /** An idempotency key taken by a concurrent dispatch: roll back and replay the winner. */
 class KeyTaken extends Error {}
+
+/** What a dispatch may touch, once authorized. */
+interface Scope {
+  project: ProjectRef | null
+  conversation: Conversation | null
+}
+
+/** What an idempotency key stands for: everything the caller chose, ids as named (not as resolved). */
+function hashRequest(commandId: string, paramsHash: string, request: DispatchRequest): string {
+  return createHash('sha256')
+    .update(JSON.stringify([commandId, paramsHash, request.entrance, request.projectId ?? null, request.conversationId ?? null]))
+    .digest('hex')
+}
 
 /** A CommandError from any copy of the extension surface (plugins may bundle their own). */
 function isCommandError(error: unknown): error is { code: string; message: string } {

@@ -22,11 +22,16 @@ export class ProjectAccess {
   /** The live project if `userId` may perform `action` on it. */
   async project(userId: string, projectId: string, action: ProjectAction): Promise<Project | undefined> {
     const project = await getProject(this.#store.db, projectId)
-    if (!project) return undefined
-    if (project.ownerId === userId) return project
+    if (project?.ownerId === userId) return project
     const adapter = this.#adapter()
     if (!adapter) return undefined
-    return (await adapter.canAccessProject(userId, projectId, action)) ? project : undefined
+    // The adapter is asked for a missing project too: another user's project and no project at
+    // all must take the same time, or the difference tells which ids exist.
+    const allowed = await Promise.resolve(adapter.canAccessProject(userId, projectId, action)).catch((error: unknown) => {
+      if (project) throw error
+      return false
+    })
+    return project && allowed ? project : undefined
   }
 
   /** Ids of projects shared with the user (not owned), deduplicated; empty without an adapter. */

@@ -77,6 +77,12 @@ export interface Host {
   audit(action: string, data: { [key: string]: JsonValue }): Promise<void>
   /** Publishes an event on a project (and optionally conversation) stream. */
   emit(event: PluginEvent): Promise<void>
+  /**
+   * Says that sharing changed: the ProjectAuthz adapter now answers differently for this project (or,
+   * without an id, for any project). Open event streams re-check their access at once and end with
+   * `access_revoked` where it is gone. Streams also re-check periodically, but only this is immediate.
+   */
+  accessChanged(projectId?: string): Promise<void>
   /** Shared-aware retrieval over project knowledge (filled in by the retrieval module). */
   knowledgeSearch(actor: Actor, query: string, options?: { projectId?: string; k?: number }): Promise<KnowledgeHit[]>
   options: Options

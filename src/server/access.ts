@@ -29,6 +29,20 @@ export async function conversationForCaller(deps: ServerDeps, user: User, conver
   return conversation
 }
 
+/** How a stream about a conversation re-checks that its owner may still see it. */
+export async function conversationStreamAccess(
+  deps: ServerDeps,
+  userId: string,
+  conversation: Conversation,
+): Promise<{ projectId: string; shared: boolean; recheck: () => Promise<boolean> }> {
+  const project = await deps.access.project(userId, conversation.projectId, 'read')
+  return {
+    projectId: conversation.projectId,
+    shared: project?.ownerId !== userId,
+    recheck: async () => (await deps.access.conversation(userId, conversation.id)) !== undefined,
+  }
+}
+
 /** A project as the API shows it to `user`. */
 export function projectView(project: Project, user: User): Project & { shared: boolean } {
   return { ...project, shared: project.ownerId !== user.id }

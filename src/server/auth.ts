@@ -7,6 +7,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The authenticated caller on `/api` routes. */
     user: User | null
+    /** The id of the token the caller authenticated with (streams end when it is revoked). */
+    tokenId: string | null
   }
 }
 
@@ -28,6 +30,7 @@ export function createUserAuth(store: Store): (request: FastifyRequest) => Promi
     const found = await authenticateToken(store.db, token)
     if (!found) throw new HttpProblem('unauthorized', 'invalid, revoked or disabled token')
     request.user = found.user
+    request.tokenId = found.tokenId
     // Record use at most once a minute per token, off the request path.
     const now = Date.now()
     if ((lastTouched.get(found.tokenId) ?? 0) + touchIntervalMs < now) {

@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto'
+import { createHash } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
 import Fastify, { type FastifyBaseLogger } from 'fastify'
 import fastifyRateLimit from '@fastify/rate-limit'
@@ -13,7 +13,8 @@ import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
 import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
-import { handleError } from './error-handler.js'
+import { handleError, requestPath } from './error-handler.js'
+import { guardHostileInput } from './hostile-input.js'
 import { registerMetrics } from './metrics.js'
 import { HttpProblem, problemBody } from './problem.js'
 import { registerAdminRoutes } from './routes/admin-routes.js'
@@ -25,8 +26,10 @@ import { registerConversationRoutes } from './routes/conversation-routes.js'
 import { registerHealthRoutes } from './routes/health-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
+import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, requestId } from './request-guards.js'
 import { Problem } from './schemas.js'
 import type { App, ServerDeps } from './server-deps.js'
+import { defaultStreamLimits, StreamRegistry, type StreamLimits } from './stream-registry.js'
 
 export interface ServerOptions {
   store: Store
@@ -36,8 +39,27 @@ export interface ServerOptions {
   logger: FastifyBaseLogger
   /** Largest accepted request body, bytes. */
   bodyLimit: number
-  rateLimit: { max: number; windowMs: number }
+  /**
+   * Requests per token per window (`max`), and before authentication per client address
+   * (`addressMax`) with a stricter budget for failed authentications (`authFailureMax`).
+   */
+  rateLimit: { max: number; windowMs: number; addressMax?: number; authFailureMax?: number; authFailureWindowMs?: number }
+  /** Whole request (headers and body) must arrive within this long (default 30 s). */
+  requestTimeoutMs?: number
+  /** A connection idle this long is closed (default 120 s; SSE heartbeats keep streams busy). */
+  connectionTimeoutMs?: number
+  /** Open connections per client address (default 256) and in total (default 10,000). */
+  maxConnectionsPerAddress?: number
+  maxConnections?: number
+  /** Addresses of reverse proxies whose X-Forwarded-For is believed (Fastify's trustProxy). */
+  trustProxy?: boolean | string
+  /** The address the server will listen on: `/metrics` is open without a token only on loopback. */
+  host?: string
+  /** Bearer token for `/metrics` (PLINTH_METRICS_TOKEN). */
+  metricsToken?: string
   sseHeartbeatMs: number
+  /** Caps, lifetime and buffering of event streams (defaults: defaultStreamLimits). */
+  streams?: Partial<StreamLimits>
   fullModeTtlMs: number
   /** Enables `/api/admin` when set. */
   adminToken?: string
@@ -50,14 +72,28 @@ const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
 
 /** Builds the HTTP app (not yet listening). Close it to end streams and stop accepting. */
 export async function buildServer(options: ServerOptions): Promise<App> {
+  const requestTimeout = options.requestTimeoutMs ?? 30_000
   const app = Fastify({
     loggerInstance: options.logger,
     bodyLimit: options.bodyLimit,
-    genReqId: () => randomUUID(),
-    requestIdHeader: 'x-request-id',
+    genReqId: requestId,
+    requestIdHeader: false,
     return503OnClosing: true,
     routerOptions: { ignoreTrailingSlash: true },
+    requestTimeout,
+    connectionTimeout: options.connectionTimeoutMs ?? 120_000,
+    // Node only enforces a request timeout given at construction (the property Fastify sets later does
+    // not reach a request whose body is still arriving); it checks on this interval (30 s by default).
+    http: {
+      requestTimeout,
+      headersTimeout: Math.min(requestTimeout, 60_000),
+      connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(requestTimeout / 2))),
+    },
+    clientErrorHandler,
+    frameworkErrors,
+    ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
   }).withTypeProvider<TypeBoxTypeProvider>()
+  limitConnections(app.server, options.maxConnectionsPerAddress ?? 256, options.maxConnections ?? 10_000)
 
   // Bodies are validated strictly (no coercion, unknown fields rejected); path and query strings
   // are text, so they are coerced to the declared types.
@@ -68,16 +104,48 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   const shutdown = new AbortController()
   // Every open stream listens for shutdown; thousands of them are expected, not a leak.
   setMaxListeners(0, shutdown.signal)
-  const deps: ServerDeps = { store: options.store, bus: options.bus, access: options.access, runs: options.runs, fullModeTtlMs: options.fullModeTtlMs, shutdown: shutdown.signal }
+  const streams = new StreamRegistry(options.store, { ...defaultStreamLimits, ...options.streams }, options.logger, options.metrics)
+  streams.start()
+  const deps: ServerDeps = {
+    store: options.store,
+    bus: options.bus,
+    access: options.access,
+    runs: options.runs,
+    fullModeTtlMs: options.fullModeTtlMs,
+    shutdown: shutdown.signal,
+    streams,
+  }
   app.addHook('preClose', async () => shutdown.abort())
+  app.addHook('onClose', async () => streams.stop())
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
   })
 
+  // First: counted by address before anything else runs (authentication included).
+  await app.register(fastifyRateLimit, {
+    global: true,
+    max: options.rateLimit.max,
+    timeWindow: options.rateLimit.windowMs,
+    // Per token when there is one (hashed: the key is kept in memory), else per address.
+    keyGenerator: (request) => {
+      const token = bearerToken(request)
+      return token ? `token:${createHash('sha256').update(token).digest('hex').slice(0, 32)}` : `ip:${request.ip}`
+    },
+    errorResponseBuilder: (_request, context) =>
+      new HttpProblem('rate_limited', `rate limit of ${context.max} requests per ${context.after} exceeded; retry later`),
+  })
+  limitByAddress(app, {
+    windowMs: options.rateLimit.windowMs,
+    addressMax: options.rateLimit.addressMax ?? options.rateLimit.max * 4,
+    authFailureMax: options.rateLimit.authFailureMax ?? 20,
+    authFailureWindowMs: options.rateLimit.authFailureWindowMs ?? 60_000,
+  })
+  guardHostileInput(app)
+
   app.addSchema(Problem)
   app.setErrorHandler(handleError)
   app.setNotFoundHandler((request, reply) => {
-    reply.code(404).type('application/problem+json').send(problemBody('not_found', `no route ${request.method} ${request.url.split('?')[0]}`))
+    reply.code(404).type('application/problem+json').send(problemBody('not_found', `no route ${request.method} ${requestPath(request)}`))
   })
 
   await app.register(fastifySwagger, {
@@ -91,26 +159,15 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   })
   await app.register(fastifySwaggerUi, { routePrefix: '/docs' })
   await app.register(fastifySSE, { heartbeatInterval: options.sseHeartbeatMs })
-  await app.register(fastifyRateLimit, {
-    global: true,
-    max: options.rateLimit.max,
-    timeWindow: options.rateLimit.windowMs,
-    // Per token when there is one (hashed: the key is kept in memory), else per address.
-    keyGenerator: (request) => {
-      const token = bearerToken(request)
-      return token ? `token:${createHash('sha256').update(token).digest('hex').slice(0, 32)}` : `ip:${request.ip}`
-    },
-    errorResponseBuilder: (_request, context) =>
-      new HttpProblem('rate_limited', `rate limit of ${context.max} requests per ${context.after} exceeded; retry later`),
-  })
 
   const metrics = registerMetrics(app, options.metrics)
-  registerHealthRoutes(app, deps, metrics)
+  registerHealthRoutes(app, deps, metrics, { token: options.metricsToken, openWithoutToken: isLoopback(options.host ?? '127.0.0.1') })
 
   const userAuth = createUserAuth(options.store)
   await app.register(
     async (api) => {
       api.decorateRequest('user', null)
+      api.decorateRequest('tokenId', null)
       api.addHook('onRequest', userAuth)
       // A POST or PATCH without a body means "no fields", not "wrong type".
       api.addHook('preValidation', async (request) => {
@@ -145,4 +202,9 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   )
 
   return app
+}
+
+/** True when `host` only accepts connections from this machine. */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host)
 }

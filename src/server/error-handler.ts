@@ -8,11 +8,20 @@ interface ValidationIssue {
   params: Record<string, unknown>
 }
 
+const maxReportedErrors = 20
+const maxEchoedPath = 200
+
+/** The request's path (no query string, which may hold secrets), cut to a sane length. */
+export function requestPath(request: FastifyRequest): string {
+  const path = request.url.split('?')[0] ?? ''
+  return path.length > maxEchoedPath ? `${path.slice(0, maxEchoedPath)}…` : path
+}
+
 /** Maps every error to problem+json; never leaks a stack trace or an internal message. */
 export function handleError(error: FastifyError | HttpProblem | Error, request: FastifyRequest, reply: FastifyReply): void {
   if (reply.sent || reply.raw.headersSent) return
   const { code, detail, extensions } = classify(error, request)
-  const body = problemBody(code, detail, { ...extensions, instance: request.url.split('?')[0] })
+  const body = problemBody(code, detail, { ...extensions, instance: requestPath(request) })
   if (body.status >= 500) request.log.error({ err: error }, 'request failed')
   if (code === 'unauthorized') reply.header('www-authenticate', 'Bearer')
   reply.code(body.status).type('application/problem+json').send(body)
@@ -25,11 +34,14 @@ function classify(
   if (error instanceof HttpProblem) return { code: error.code, detail: error.message, extensions: error.extensions }
   const fastifyError = error as FastifyError & { validation?: ValidationIssue[]; validationContext?: string }
   if (fastifyError.validation) {
-    const errors = fastifyError.validation.map((issue) => describeIssue(issue, fastifyError.validationContext ?? 'body'))
+    const all = fastifyError.validation
+    // A body of thousands of bad fields gets a bounded answer: the first few, and how many there were.
+    const errors = all.slice(0, maxReportedErrors).map((issue) => describeIssue(issue, fastifyError.validationContext ?? 'body'))
+    const more = all.length - errors.length
     return {
       code: 'validation_failed',
-      detail: errors.map((item) => `${item.path}: ${item.message}`).join('; '),
-      extensions: { errors },
+      detail: errors.map((item) => `${item.path}: ${item.message}`).join('; ') + (more > 0 ? `; and ${more} more` : ''),
+      extensions: { errors, ...(more > 0 && { errorCount: all.length }) },
     }
   }
   switch (fastifyError.code) {

@@ -1,11 +1,24 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { streamEvents, type EventRecord, type EventScope, type Store } from '../store/index.js'
 import { HttpProblem } from './problem.js'
+import { controlFrame, eventFrame, SseWriter } from './sse-writer.js'
+import type { StreamAccess, StreamEndReason, StreamRegistry } from './stream-registry.js'
 
 export interface StreamContext {
   store: Store
+  streams: StreamRegistry
   /** Aborted when the server shuts down: streams end with a final `shutdown` event. */
   shutdown: AbortSignal
+}
+
+export interface StreamOptions {
+  scope: EventScope
+  /** Who reads and how to ask again whether they still may (see StreamRegistry). */
+  access: Omit<StreamAccess, 'userId' | 'tokenId'>
+  /** Drops events the reader may not see (applied to replayed and live events alike). */
+  filter?: (event: EventRecord) => boolean
+  /** Ends the stream after the event for which this returns true (a run's terminal event). */
+  until?: (event: EventRecord) => boolean
 }
 
 /** The id to resume after: `Last-Event-ID` wins over `?after=`; both must be non-negative integers. */
@@ -19,47 +32,70 @@ export function resumePoint(request: FastifyRequest): number {
   return Number(raw.trim())
 }
 
+/** How long the final frame of a stream may take to reach a client before it is dropped. */
+const finalFrameTimeoutMs = 2000
+
 /**
  * Streams a scope of the event log over SSE: `id:` is the event id, `event:` its type, `data:` its
  * JSON. Replays what the client missed from the table, then follows live events until the client
- * leaves or the server shuts down. Call only after authorization (errors before the first write
- * are still ordinary problem+json answers).
+ * leaves, the run ends (`until`), or the server ends the stream: `access_revoked` when the token,
+ * the user or their access to the resource is gone; `reconnect` at the maximum lifetime (resume
+ * with Last-Event-ID); `shutdown`. Call only after authorization: the caps (429
+ * `too_many_streams`) and other errors before the first write are ordinary problem+json answers.
  */
-export async function serveEventStream(
-  request: FastifyRequest,
-  reply: FastifyReply,
-  context: StreamContext,
-  scope: EventScope,
-  filter?: (event: EventRecord) => boolean,
-  /** Ends the stream after the event for which this returns true (a run's terminal event). */
-  until?: (event: EventRecord) => boolean,
-): Promise<void> {
-  const sse = reply.sse
+export async function serveEventStream(request: FastifyRequest, reply: FastifyReply, context: StreamContext, options: StreamOptions): Promise<void> {
   const afterId = resumePoint(request)
+  if (!request.user || !request.tokenId) throw new HttpProblem('unauthorized')
+  const handle = context.streams.open({ ...options.access, userId: request.user.id, tokenId: request.tokenId }, Date.now() - reply.elapsedTime)
+  const writer = new SseWriter(reply.raw, context.streams.limits.drainTimeoutMs)
   const finished = new AbortController()
-  const onShutdown = (): void => finished.abort()
-  context.shutdown.addEventListener('abort', onShutdown)
-  sse.keepAlive()
-  sse.onClose(() => finished.abort())
-  reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
-  sse.sendHeaders()
+  const stop = (): void => finished.abort()
+  context.shutdown.addEventListener('abort', stop)
+  handle.signal.addEventListener('abort', stop)
+  reply.raw.once('close', stop)
+  let lastId = afterId
   try {
-    for await (const event of streamEvents(context.store.db, context.store.feed, scope, {
+    reply.sse.keepAlive()
+    reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
+    reply.sse.sendHeaders()
+    for await (const event of streamEvents(context.store.db, context.store.feed, options.scope, {
       afterId,
       signal: finished.signal,
-      ...(filter && { filter }),
+      maxQueuedBytes: context.streams.limits.maxQueuedBytes,
+      ...(options.filter && { filter: options.filter }),
     })) {
-      if (!sse.isConnected) break
-      await sse.send({ id: String(event.id), event: event.type, data: event.data })
-      if (until?.(event)) break
+      const outcome = await writer.write(eventFrame(event), finished.signal)
+      if (outcome === 'stalled') context.streams.countDropped()
+      if (outcome !== 'written') break
+      lastId = event.id
+      if (options.until?.(event)) break
     }
-    if (context.shutdown.aborted && sse.isConnected) {
-      await sse.send({ event: 'shutdown', data: { reason: 'server shutting down; reconnect with Last-Event-ID' } })
-    }
+    const reason: StreamEndReason | null = context.shutdown.aborted ? 'shutdown' : handle.reason
+    if (reason && writer.open) await writer.write(finalFrame(reason, lastId), undefined, finalFrameTimeoutMs)
   } catch (error) {
     request.log.warn({ err: error }, 'event stream ended with an error')
   } finally {
-    context.shutdown.removeEventListener('abort', onShutdown)
-    if (sse.isConnected) sse.close()
+    context.shutdown.removeEventListener('abort', stop)
+    handle.signal.removeEventListener('abort', stop)
+    reply.raw.off('close', stop)
+    handle.release()
+    writer.end()
+    // Stops the heartbeat; a dropped client's socket is already gone.
+    if (!reply.raw.destroyed) reply.sse.close()
+  }
+}
+
+function finalFrame(reason: StreamEndReason, lastEventId: number): string {
+  switch (reason) {
+    case 'access_revoked':
+      return controlFrame('access_revoked', { code: 'access_revoked', message: 'access to this stream was revoked (token, user or project access)' })
+    case 'shutdown':
+      return controlFrame('shutdown', { reason: 'server shutting down; reconnect with Last-Event-ID' })
+    default:
+      return controlFrame('reconnect', {
+        reason,
+        lastEventId,
+        message: 'the server ended this stream; reconnect with Last-Event-ID to continue where it stopped',
+      })
   }
 }

@@ -8,6 +8,22 @@ const keyPattern = /^[\x21-\x7e]{1,255}$/
 class KeyTaken extends Error {}
 
 /**
+ * The request's `Idempotency-Key`: undefined when absent; 400 `validation_failed` unless it is 1–255
+ * visible ASCII characters (no spaces).
+ */
+export function idempotencyKey(request: FastifyRequest): string | undefined {
+  const header = request.headers['idempotency-key']
+  if (header === undefined) return undefined
+  const key = Array.isArray(header) ? header[0] : header
+  if (key === undefined || !keyPattern.test(key)) {
+    throw new HttpProblem('validation_failed', 'Idempotency-Key must be 1–255 visible ASCII characters', {
+      errors: [{ path: 'headers.idempotency-key', message: 'must be 1–255 visible ASCII characters' }],
+    })
+  }
+  return key
+}
+
+/**
  * Runs a creating request at most once per `Idempotency-Key` (per user): the first outcome is
  * stored in the same transaction as the creation and replayed for a repeat with the same request;
  * the same key with a different request is 422 `idempotency_key_reused`.
@@ -20,13 +36,9 @@ export async function runIdempotent<T extends object>(
   statusCode: number,
   create: (tx: Executor) => Promise<T>,
 ): Promise<T> {
-  const header = request.headers['idempotency-key']
   reply.code(statusCode)
-  if (header === undefined) return store.transaction(create)
-  const key = Array.isArray(header) ? header[0] : header
-  if (key === undefined || !keyPattern.test(key)) {
-    throw new HttpProblem('validation_failed', 'Idempotency-Key must be 1–255 visible ASCII characters')
-  }
+  const key = idempotencyKey(request)
+  if (key === undefined) return store.transaction(create)
   const requestHash = hashRequest(request)
   const replay = async (): Promise<T | undefined> => {
     const record = await findIdempotencyRecord(store.db, userId, key)

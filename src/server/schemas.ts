@@ -3,7 +3,10 @@ import { Type, type Static, type TSchema } from 'typebox'
 /** Request bodies and query strings reject unknown fields. */
 const strict = { additionalProperties: false } as const
 
-export const IdParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) }, strict)
+/** Every id Plinth issues is a ULID (26 Crockford base32 characters); anything else is a 400, not a lookup. */
+export const Id = Type.String({ pattern: '^[0-9A-HJKMNP-TV-Z]{26}$', description: 'A ULID' })
+
+export const IdParams = Type.Object({ id: Id }, strict)
 
 export const PageQuery = Type.Object(
   {

@@ -3,6 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
 import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
+import type { StreamRegistry } from './stream-registry.js'
 
 /** What routes need from the composition root. */
 export interface ServerDeps {
@@ -14,6 +15,8 @@ export interface ServerDeps {
   fullModeTtlMs: number
   /** Aborted at shutdown so long-lived streams end cleanly. */
   shutdown: AbortSignal
+  /** Open event streams: caps, lifetimes, access re-checks. */
+  streams: StreamRegistry
 }
 
 /** The Fastify instance as routes see it: TypeBox schemas give request types. */

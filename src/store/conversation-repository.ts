@@ -1,3 +1,4 @@
+import { announceAccessChange } from './access-signals.js'
 import type { Executor, PermissionMode } from './database.js'
 import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
@@ -118,6 +119,7 @@ export async function deleteConversation(tx: Executor, conversation: Conversatio
       data: { conversationId: conversation.id },
     },
   ])
+  await announceAccessChange(tx, [`project:${conversation.projectId}`])
 }
 
 function toConversation(row: {

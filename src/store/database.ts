@@ -70,6 +70,8 @@ export interface EventsTable {
   run_id: string | null
   user_id: string | null
   data: Json
+  /** Bytes of `data` as JSON (null on rows written before it was recorded). */
+  size: number | null
   created_at: CreatedAt
 }
 
@@ -110,6 +112,7 @@ export interface DispatchesTable {
   idempotency_key: string | null
   params: Json
   params_hash: string
+  request_hash: string | null
   risk: string
   status: string
   decision_id: string | null

@@ -23,6 +23,8 @@ export interface DispatchRecord {
   idempotencyKey: string | null
   params: { [key: string]: JsonValue }
   paramsHash: string
+  /** Hash of what an idempotency key stands for (null on rows written before it was recorded). */
+  requestHash: string | null
   risk: string
   status: DispatchStatus
   decisionId: string | null
@@ -53,6 +55,7 @@ export async function insertDispatch(tx: Executor, dispatch: NewDispatch): Promi
       idempotency_key: dispatch.idempotencyKey,
       params: JSON.stringify(dispatch.params),
       params_hash: dispatch.paramsHash,
+      request_hash: dispatch.requestHash,
       risk: dispatch.risk,
       status: dispatch.status,
     })
@@ -108,6 +111,7 @@ interface DispatchRow {
   idempotency_key: string | null
   params: JsonValue
   params_hash: string
+  request_hash: string | null
   risk: string
   status: string
   decision_id: string | null
@@ -133,6 +137,7 @@ function toDispatch(row: DispatchRow): DispatchRecord {
     idempotencyKey: row.idempotency_key,
     params: row.params as { [key: string]: JsonValue },
     paramsHash: row.params_hash,
+    requestHash: row.request_hash,
     risk: row.risk,
     status: row.status as DispatchStatus,
     decisionId: row.decision_id,

@@ -68,27 +68,66 @@ async function insertEvents(db: Executor, events: NewEvent[], tag: string): Prom
   // the NOTIFY is queued by RETURNING (identical notifications in a transaction collapse into one).
   // Its payload tags the instance that will deliver these rows itself.
   // Outside a transaction the statement is its own transaction, and the lock is held until it commits.
-  const values = events.map(
-    (event) =>
-      sql`(${event.type}, ${event.projectId ?? null}, ${event.conversationId ?? null}, ${event.runId ?? null}, ${event.userId ?? null}, ${JSON.stringify(event.data)}::jsonb)`,
-  )
+  const values = events.map((event) => {
+    const json = JSON.stringify(event.data)
+    return sql`(${event.type}, ${event.projectId ?? null}, ${event.conversationId ?? null}, ${event.runId ?? null}, ${event.userId ?? null}, ${json}::jsonb, ${Buffer.byteLength(json)}::int)`
+  })
   const { rows } = await sql<EventRow>`
-    insert into events (type, project_id, conversation_id, run_id, user_id, data)
-    select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data
+    insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
+    select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size
     from (select pg_advisory_xact_lock(748202)) as lock,
-         (values ${sql.join(values)}) as v (type, project_id, conversation_id, run_id, user_id, data)
+         (values ${sql.join(values)}) as v (type, project_id, conversation_id, run_id, user_id, data, size)
     returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified`.execute(db)
   return rows.map(toEventRecord).sort((a, b) => a.id - b.id)
 }
 
+function scopeCondition(scope: EventScope) {
+  if ('projectId' in scope) return sql`project_id = ${scope.projectId}`
+  if ('conversationId' in scope) return sql`conversation_id = ${scope.conversationId}`
+  return sql`run_id = ${scope.runId}`
+}
+
 /** Events of a scope after `afterId`, oldest first. */
 export async function readEvents(db: Executor, scope: EventScope, afterId: number, limit: number): Promise<EventRecord[]> {
-  let query = db.selectFrom('events').selectAll().where('id', '>', String(afterId))
-  if ('projectId' in scope) query = query.where('project_id', '=', scope.projectId)
-  else if ('conversationId' in scope) query = query.where('conversation_id', '=', scope.conversationId)
-  else query = query.where('run_id', '=', scope.runId)
-  const rows = await query.orderBy('id').limit(limit).execute()
+  const { rows } = await sql<EventRow>`select * from events where ${scopeCondition(scope)} and id > ${String(afterId)} order by id limit ${limit}`.execute(db)
   return rows.map(toEventRecord)
+}
+
+/**
+ * A replay page: at most `limit` events of a scope after `afterId` and no more than `maxBytes` of
+ * JSON data (always at least one event), so a reader of large events never holds more than its
+ * budget. `more` is false when the page reached the end of the table.
+ */
+export async function readEventPage(
+  db: Executor,
+  scope: EventScope,
+  afterId: number,
+  limit: number,
+  maxBytes: number,
+): Promise<{ events: EventRecord[]; more: boolean }> {
+  // Sizes (recorded at insert) are summed in the database: events past the budget are never sent here.
+  const { rows } = await sql<EventRow & { through: string }>`
+    select e.*, page.through from events e
+    join (
+      select id, sum(coalesce(size, pg_column_size(data))) over (order by id) as through, coalesce(size, pg_column_size(data)) as size
+      from events where ${scopeCondition(scope)} and id > ${String(afterId)} order by id limit ${limit}
+    ) page on page.id = e.id
+    where page.through - page.size < ${maxBytes}
+    order by e.id`.execute(db)
+  const last = rows.at(-1)
+  return { events: rows.map(toEventRecord), more: rows.length === limit || (last !== undefined && Number(last.through) >= maxBytes) }
+}
+
+const dataJson = new WeakMap<EventRecord, string>()
+
+/** An event's data as JSON, serialised once per record however many streams send it. */
+export function eventDataJson(event: EventRecord): string {
+  let json = dataJson.get(event)
+  if (json === undefined) {
+    json = JSON.stringify(event.data)
+    dataJson.set(event, json)
+  }
+  return json
 }
 
 /** Every event after `afterId`, oldest first (the live feed's read). */

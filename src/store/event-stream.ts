@@ -1,25 +1,29 @@
 import type { Executor } from './database.js'
 import type { EventFeed } from './event-feed.js'
-import { readEvents, type EventRecord, type EventScope } from './event-log.js'
+import { eventDataJson, readEventPage, type EventRecord, type EventScope } from './event-log.js'
 
 export interface EventStreamOptions {
   /** Deliver events with ids above this one (from `Last-Event-ID` or `?after=`). */
   afterId: number
   /** Drops events the reader may not see (applied to replayed and live events alike). */
   filter?: (event: EventRecord) => boolean
-  /** Ends the stream. */
+  /** Ends the stream; from then on the reader holds nothing. */
   signal?: AbortSignal
   /** Live events held for a reader before it falls back to reading from the table. */
   maxQueued?: number
+  /** Bytes of event data held for a reader (live queue and each replay page). */
+  maxQueuedBytes?: number
 }
 
 const replayPage = 500
+const defaultMaxQueuedBytes = 1024 * 1024
 
 /**
  * One reader's view of the log: replays from the table, then follows the live feed, with no gap
  * and no duplicate. It subscribes before its first read, so anything committed afterwards is in the
  * live queue and anything before is in the table. A reader that falls behind (a slow client) does
- * not hold memory or stall others: its queue is dropped and it goes back to reading the table.
+ * not hold memory or stall others: past a bound in events or bytes its queue is dropped and it goes
+ * back to reading the table, a page of bounded size at a time.
  */
 export async function* streamEvents(
   db: Executor,
@@ -28,9 +32,11 @@ export async function* streamEvents(
   options: EventStreamOptions,
 ): AsyncGenerator<EventRecord> {
   const maxQueued = options.maxQueued ?? 1000
+  const maxBytes = options.maxQueuedBytes ?? defaultMaxQueuedBytes
   const filter = options.filter ?? (() => true)
   let cursor = options.afterId
   let queue: EventRecord[] = []
+  let queuedBytes = 0
   let fromTable = true
   let overflowed = false
   let wake: (() => void) | null = null
@@ -39,45 +45,68 @@ export async function* streamEvents(
     wake = null
     resolve?.()
   }
-  const unsubscribe = feed.subscribe(scopeKey(scope), (event) => {
+  const clearQueue = (): void => {
+    queue = []
+    queuedBytes = 0
+  }
+  const hasRoom = (event: EventRecord): boolean => queue.length < maxQueued && queuedBytes + eventDataJson(event).length <= maxBytes
+  const push = (event: EventRecord): void => {
+    queue.push(event)
+    queuedBytes += eventDataJson(event).length
+  }
+  let subscribed = true
+  const stopListening = feed.subscribe(scopeKey(scope), (event) => {
     if (fromTable) {
       // Still replaying: keep a bounded head start; past it, the table is read once more.
-      if (queue.length < maxQueued) queue.push(event)
+      if (!overflowed && hasRoom(event)) push(event)
       else overflowed = true
       return
     }
-    if (queue.length >= maxQueued) {
-      queue = []
-      fromTable = true
+    if (hasRoom(event)) {
+      push(event)
     } else {
-      queue.push(event)
+      clearQueue()
+      fromTable = true
     }
     notify()
   })
-  const onAbort = (): void => notify()
+  const unsubscribe = (): void => {
+    if (!subscribed) return
+    subscribed = false
+    stopListening()
+    clearQueue()
+  }
+  // Aborting releases the subscription and the queue at once, even while the consumer is stuck.
+  const onAbort = (): void => {
+    unsubscribe()
+    notify()
+  }
   options.signal?.addEventListener('abort', onAbort)
   try {
+    if (options.signal?.aborted) return
     while (!options.signal?.aborted) {
       if (fromTable) {
-        const page = await readEvents(db, scope, cursor, replayPage)
-        for (const event of page) {
+        const page = await readEventPage(db, scope, cursor, replayPage, maxBytes)
+        for (const event of page.events) {
           if (options.signal?.aborted) return
           cursor = event.id
           if (filter(event)) yield event
         }
-        if (page.length < replayPage) {
+        if (!page.more) {
           if (overflowed) {
             overflowed = false
-            queue = []
+            clearQueue()
           } else {
             fromTable = false
             queue = queue.filter((event) => event.id > cursor)
+            queuedBytes = queue.reduce((sum, event) => sum + eventDataJson(event).length, 0)
           }
         }
         continue
       }
       const event = queue.shift()
       if (event) {
+        queuedBytes -= eventDataJson(event).length
         if (event.id <= cursor) continue
         cursor = event.id
         if (filter(event)) yield event

@@ -3,7 +3,8 @@ import { join } from 'node:path'
 import { Kysely, PostgresDialect, sql, type PostgresPool } from 'kysely'
 import pg from 'pg'
 import type { Database, Executor } from './database.js'
-import { EventFeed, type NotificationSource } from './event-feed.js'
+import { AccessSignals, accessChannel } from './access-signals.js'
+import { EventFeed } from './event-feed.js'
 import { appendEventsAlone, eventsChannel, trackAppends, type EventRecord, type NewEvent } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import { lockDataDir } from './pglite/data-dir-lock.js'
@@ -30,6 +31,8 @@ export interface Store {
   readonly engine: Engine
   readonly db: Kysely<Database>
   readonly feed: EventFeed
+  /** Access changes (revoked tokens, disabled users, sharing) announced by any instance. */
+  readonly access: AccessSignals
   readonly migrations: MigrationResult
   /** Runs `fn` in one transaction. */
   transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T>
@@ -46,12 +49,17 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   try {
     const migrations = await prepareSchema(connection.pool, options.migrate ?? true)
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: connection.pool }) })
-    const feed = new EventFeed(db, connection.notifications)
+    const access = new AccessSignals()
+    // One listening connection carries both channels; it starts and stops with the feed.
+    const feed = new EventFeed(db, (onEvents) =>
+      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.deliver(payload) }),
+    )
     await feed.start()
     return {
       engine: connection.engine,
       db,
       feed,
+      access,
       migrations,
       transaction: async (fn) => {
         const appended: EventRecord[] = []
@@ -102,10 +110,13 @@ async function prepareSchema(pool: PostgresPool, apply: boolean): Promise<Migrat
   }
 }
 
+/** Listens on channels (`undefined` payload: the listener reconnected and may have missed some). */
+type Listen = (handlers: Record<string, (payload?: string) => void>) => Promise<() => Promise<void>>
+
 interface Connection {
   engine: Engine
   pool: PostgresPool
-  notifications: NotificationSource
+  listen: Listen
 }
 
 async function connectPostgres(url: string, poolSize: number): Promise<Connection> {
@@ -121,18 +132,18 @@ async function connectPostgres(url: string, poolSize: number): Promise<Connectio
       cause: error,
     })
   }
-  return { engine: 'pg', pool, notifications: (onNotify) => listenPostgres(url, onNotify) }
+  return { engine: 'pg', pool, listen: (handlers) => listenPostgres(url, handlers) }
 }
 
-/** LISTENs on a dedicated connection, reconnecting with backoff; a reconnect also wakes the reader. */
-async function listenPostgres(url: string, onNotify: (payload?: string) => void): Promise<() => Promise<void>> {
+/** LISTENs on a dedicated connection, reconnecting with backoff; a reconnect also wakes every handler. */
+async function listenPostgres(url: string, handlers: Record<string, (payload?: string) => void>): Promise<() => Promise<void>> {
   let client: pg.Client | null = null
   let stopped = false
   let retryTimer: NodeJS.Timeout | null = null
   const connect = async (attempt: number): Promise<void> => {
     if (stopped) return
     const next = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 })
-    next.on('notification', (message) => onNotify(message.payload))
+    next.on('notification', (message) => handlers[message.channel]?.(message.payload))
     next.on('error', () => {
       next.end().catch(() => undefined)
       if (client === next) client = null
@@ -140,9 +151,9 @@ async function listenPostgres(url: string, onNotify: (payload?: string) => void)
     })
     try {
       await next.connect()
-      await next.query(`listen ${eventsChannel}`)
+      for (const channel of Object.keys(handlers)) await next.query(`listen ${channel}`)
       client = next
-      onNotify()
+      for (const handler of Object.values(handlers)) handler()
     } catch {
       next.end().catch(() => undefined)
       scheduleReconnect(attempt + 1)
@@ -195,9 +206,11 @@ async function connectPGlite(options: StoreOptions): Promise<Connection> {
         await unlock()
       },
     },
-    notifications: async (onNotify) => {
-      const unlisten = await pglite.listen(eventsChannel, (payload) => onNotify(payload))
-      return unlisten
+    listen: async (handlers) => {
+      const stops = await Promise.all(Object.entries(handlers).map(([channel, handler]) => pglite.listen(channel, (payload) => handler(payload))))
+      return async () => {
+        for (const stop of stops) await stop()
+      }
     },
   }
 }

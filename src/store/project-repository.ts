@@ -1,3 +1,4 @@
+import { announceAccessChange } from './access-signals.js'
 import type { Executor } from './database.js'
 import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
@@ -82,6 +83,7 @@ export async function deleteProject(tx: Executor, project: Project): Promise<voi
   await appendEvents(tx, [
     { type: 'project.deleted', projectId: project.id, userId: project.ownerId, data: { projectId: project.id } },
   ])
+  await announceAccessChange(tx, [`project:${project.id}`])
 }
 
 function toProject(row: {

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
+import { announceAccessChange } from './access-signals.js'
 import type { Executor } from './database.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
@@ -72,6 +73,8 @@ export async function setUserDisabled(db: Executor, id: string, disabled: boolea
     .where('id', '=', id)
     .returningAll()
     .executeTakeFirst()
+  // Open streams of a disabled user end at once (on every instance).
+  if (row && disabled) await announceAccessChange(db, [`user:${id}`])
   return row && toUser(row)
 }
 
@@ -97,10 +100,24 @@ export async function getToken(db: Executor, id: string): Promise<ApiToken | und
   return row && toToken(row)
 }
 
-/** Revokes a token; revoking twice keeps the first time. */
+/** Revokes a token; revoking twice keeps the first time. Streams opened with it end at once. */
 export async function revokeToken(db: Executor, id: string): Promise<ApiToken | undefined> {
   await db.updateTable('api_tokens').set({ revoked_at: new Date() }).where('id', '=', id).where('revoked_at', 'is', null).execute()
+  await announceAccessChange(db, [`token:${id}`])
   return getToken(db, id)
+}
+
+/** Whether a token (by id) is live and its user enabled: what an open stream re-checks. */
+export async function isTokenLive(db: Executor, tokenId: string): Promise<boolean> {
+  const row = await db
+    .selectFrom('api_tokens')
+    .innerJoin('users', 'users.id', 'api_tokens.user_id')
+    .select('api_tokens.id')
+    .where('api_tokens.id', '=', tokenId)
+    .where('api_tokens.revoked_at', 'is', null)
+    .where('users.disabled_at', 'is', null)
+    .executeTakeFirst()
+  return row !== undefined
 }
 
 /** The enabled user holding a live token, or undefined. */

@@ -50,6 +50,7 @@ export async function openTestStore(engine: TestEngine): Promise<Store> {
     engine: store.engine,
     db: store.db,
     feed: store.feed,
+    access: store.access,
     migrations: store.migrations,
     close: async () => {
       await store.close()

@@ -1,4 +1,4 @@
-import { pino } from 'pino'
+import { pino, type Logger } from 'pino'
 import { Registry } from 'prom-client'
 import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
 import type { LanguageModel } from '../../src/llm/index.js'
@@ -37,10 +37,10 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<ServerOptions> & { plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[]; toolOutputLimit?: number } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger'>> & { logger?: Logger; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[]; toolOutputLimit?: number } = {},
 ): Promise<TestServer> {
-  const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
   const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, ...serverOverrides } = overrides
+  const logger = serverOverrides.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
   const { bus, access } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec: { execBackend: 'direct', disableExecTools: false } })
   const metrics = new Registry()
   const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
@@ -51,7 +51,9 @@ export async function startTestServer(
     runs,
     logger,
     bodyLimit: 64 * 1024,
-    rateLimit: { max: 100_000, windowMs: 60_000 },
+    rateLimit: { max: 100_000, windowMs: 60_000, addressMax: 1_000_000, authFailureMax: 100_000 },
+    host: '127.0.0.1',
+    maxConnectionsPerAddress: 10_000,
     sseHeartbeatMs: 15_000,
     fullModeTtlMs: 3_600_000,
     version: 'test',

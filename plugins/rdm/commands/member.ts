@@ -1,4 +1,4 @@
-import type { Registry } from '../../../src/extension/index.js'
+import type { Host, Registry } from '../../../src/extension/index.js'
 import { readMembers, writeMembers } from '../members.js'
 import { requireOwner, requireProject } from '../project.js'
 
@@ -18,7 +18,7 @@ const userIdSchema = {
  * project as if shared with them (see the ProjectAuthz adapter). Only the owner changes the table.
  * Not offered to the model: sharing is a person's decision.
  */
-export function registerMembers(registry: Registry): void {
+export function registerMembers(registry: Registry, host: Pick<Host, 'accessChanged'>): void {
   registry.addCommand<MemberParams>(
     {
       id: 'rdm.member.add',
@@ -39,7 +39,7 @@ export function registerMembers(registry: Registry): void {
     {
       id: 'rdm.member.remove',
       title: 'Remove project member',
-      description: 'Stops sharing the current project with a user (owner only). Takes effect on their next request.',
+      description: 'Stops sharing the current project with a user (owner only). Takes effect on their next request, and their open streams end.',
       paramsSchema: userIdSchema,
       risk: 'medium',
     },
@@ -48,6 +48,8 @@ export function registerMembers(registry: Registry): void {
       requireOwner(context, project)
       const current = await readMembers(context.kv, project.id)
       const members = await writeMembers(context.kv, project.id, current.filter((member) => member !== params.userId))
+      // The removed member's open streams end now rather than at their next periodic re-check.
+      if (members.length < current.length) await host.accessChanged(project.id)
       return { projectId: project.id, members }
     },
   )

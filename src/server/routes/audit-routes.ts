@@ -2,7 +2,7 @@ import { Type } from 'typebox'
 import { listAuditEnvelopes } from '../../cmdbus/index.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
-import { PageOf, problemResponses } from '../schemas.js'
+import { Id, PageOf, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 export function registerAuditRoutes(app: App, deps: ServerDeps): void {
@@ -14,8 +14,8 @@ export function registerAuditRoutes(app: App, deps: ServerDeps): void {
         summary: 'Audit envelopes visible to the caller, newest first: one per dispatch, latest state plus history',
         querystring: Type.Object(
           {
-            conversationId: Type.Optional(Type.String({ maxLength: 64 })),
-            projectId: Type.Optional(Type.String({ maxLength: 64 })),
+            conversationId: Type.Optional(Id),
+            projectId: Type.Optional(Id),
             commandId: Type.Optional(Type.String({ maxLength: 200 })),
             entrance: Type.Optional(Type.Union([Type.Literal('button'), Type.Literal('card'), Type.Literal('slash'), Type.Literal('chat'), Type.Literal('agent')])),
             limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),

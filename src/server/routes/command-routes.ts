@@ -1,10 +1,11 @@
 import { Type } from 'typebox'
-import { parseSlash } from '../../cmdbus/index.js'
+import { commandIdPattern, parseSlash } from '../../cmdbus/index.js'
 import type { JsonValue } from '../../extension/index.js'
 import { caller } from '../auth.js'
 import { sendDispatchOutcome } from '../dispatch-answer.js'
+import { idempotencyKey } from '../idempotency.js'
 import { HttpProblem } from '../problem.js'
-import { problemResponses } from '../schemas.js'
+import { Id, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['commands']
@@ -28,8 +29,8 @@ const DispatchBody = Type.Object(
     entrance: Type.Union([Type.Literal('button'), Type.Literal('card'), Type.Literal('slash'), Type.Literal('chat'), Type.Literal('agent')]),
     params: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
     text: Type.Optional(Type.String({ maxLength: 20_000, description: 'Slash text, e.g. /rdm.ping target=x "two words"' })),
-    conversationId: Type.Optional(Type.String({ maxLength: 64 })),
-    projectId: Type.Optional(Type.String({ maxLength: 64 })),
+    conversationId: Type.Optional(Id),
+    projectId: Type.Optional(Id),
   },
   { additionalProperties: false },
 )
@@ -72,7 +73,7 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
       schema: {
         tags,
         summary: 'Dispatch a command from a human entrance: 200 with the result, or 202 with the pending decision',
-        params: Type.Object({ commandId: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false }),
+        params: Type.Object({ commandId: Type.String({ maxLength: 200, pattern: commandIdPattern.source }) }, { additionalProperties: false }),
         body: DispatchBody,
         response: { 200: DispatchAnswer, 202: DispatchAnswer, ...problemResponses, 409: problem, 422: problem, 502: problem, 504: problem },
       },
@@ -95,7 +96,7 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
         }
         params = { ...parsed.params, ...params }
       }
-      const key = request.headers['idempotency-key']
+      const key = idempotencyKey(request)
       const outcome = await bus.dispatch({
         commandId,
         params,
@@ -103,7 +104,7 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
         actor: { type: 'user', id: user.id, onBehalfOf: user.id },
         projectId: body.projectId ?? null,
         conversationId: body.conversationId ?? null,
-        idempotencyKey: typeof key === 'string' && key.length > 0 ? key : null,
+        idempotencyKey: key ?? null,
       })
       return sendDispatchOutcome(reply, outcome)
     },

@@ -1,6 +1,6 @@
 import { Type } from 'typebox'
 import { deleteConversation, listMessages, updateConversation } from '../../store/index.js'
-import { conversationForCaller } from '../access.js'
+import { conversationForCaller, conversationStreamAccess } from '../access.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
@@ -76,8 +76,12 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
-      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
-      await serveEventStream(request, reply, deps, { conversationId: conversation.id })
+      const user = caller(request)
+      const conversation = await conversationForCaller(deps, user, request.params.id)
+      await serveEventStream(request, reply, deps, {
+        scope: { conversationId: conversation.id },
+        access: await conversationStreamAccess(deps, user.id, conversation),
+      })
     },
   )
 }

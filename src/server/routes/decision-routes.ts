@@ -5,7 +5,7 @@ import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { outcomeView } from '../dispatch-answer.js'
 import { HttpProblem } from '../problem.js'
-import { IdParams, PageOf, problemResponses } from '../schemas.js'
+import { Id, IdParams, PageOf, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['decisions']
@@ -26,7 +26,7 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
         querystring: Type.Object(
           {
             status: Type.Optional(Type.Union([Type.Literal('pending'), Type.Literal('approved'), Type.Literal('rejected'), Type.Literal('expired')])),
-            conversationId: Type.Optional(Type.String({ maxLength: 64 })),
+            conversationId: Type.Optional(Id),
             limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
             cursor: Type.Optional(Type.String({ maxLength: 200 })),
           },
@@ -83,7 +83,7 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
         body: Type.Object(
           {
             items: Type.Array(
-              Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }), decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) }, { additionalProperties: false }),
+              Type.Object({ id: Id, decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) }, { additionalProperties: false }),
               { minItems: 1, maxItems: 100 },
             ),
           },

@@ -1,11 +1,20 @@
+import { createHash, timingSafeEqual } from 'node:crypto'
 import { Type } from 'typebox'
 import type { Registry } from 'prom-client'
+import { bearerToken } from '../auth.js'
 import { HttpProblem } from '../problem.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const Status = Type.Object({ status: Type.String() })
 
-export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Registry): void {
+/** Who may read `/metrics`: the bearer of `token`, or anyone when the server is reachable only from this machine. */
+export interface MetricsAccess {
+  token: string | undefined
+  openWithoutToken: boolean
+}
+
+export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Registry, access: MetricsAccess): void {
+  const expected = access.token ? createHash('sha256').update(access.token).digest() : null
   const config = { rateLimit: false } as const
   app.get('/healthz', { config, schema: { tags: ['operations'], summary: 'Liveness', security: [], response: { 200: Status } } }, async () => ({
     status: 'ok',
@@ -32,8 +41,20 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
   )
   app.get(
     '/metrics',
-    { config, schema: { tags: ['operations'], summary: 'Prometheus metrics', security: [], hide: false } },
-    async (_request, reply) => {
+    {
+      schema: {
+        tags: ['operations'],
+        summary: 'Prometheus metrics (bearer PLINTH_METRICS_TOKEN; open without one only when listening on loopback)',
+        response: { 401: Type.Ref('Problem'), 404: Type.Ref('Problem'), 429: Type.Ref('Problem') },
+      },
+    },
+    async (request, reply) => {
+      if (expected) {
+        const given = createHash('sha256').update(bearerToken(request) ?? '').digest()
+        if (!timingSafeEqual(given, expected)) throw new HttpProblem('unauthorized', 'metrics token required')
+      } else if (!access.openWithoutToken) {
+        throw new HttpProblem('not_found', '/metrics is disabled: the server listens beyond loopback; set PLINTH_METRICS_TOKEN to enable it')
+      }
       reply.type(metrics.contentType)
       return metrics.metrics()
     },

@@ -124,12 +124,16 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       const user = caller(request)
       const project = await projectForCaller(deps, user, request.params.id)
+      const shared = project.ownerId !== user.id
       // Members see events about the project itself and their own doings; the owner sees everything.
-      const filter =
-        project.ownerId === user.id
-          ? undefined
-          : (event: EventRecord) => event.userId === user.id || (event.conversationId === null && !event.type.startsWith('decision.'))
-      await serveEventStream(request, reply, deps, { projectId: project.id }, filter)
+      const filter = shared
+        ? (event: EventRecord) => event.userId === user.id || (event.conversationId === null && !event.type.startsWith('decision.'))
+        : undefined
+      await serveEventStream(request, reply, deps, {
+        scope: { projectId: project.id },
+        access: { projectId: project.id, shared, recheck: async () => (await deps.access.project(user.id, project.id, 'read')) !== undefined },
+        ...(filter && { filter }),
+      })
     },
   )
 }

@@ -1,9 +1,10 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
 import { RunRequestError } from '../../runmgr/index.js'
 import { getRun, readEvents, runJson, terminalRunStatuses, type EventRecord, type Run, type User } from '../../store/index.js'
-import { conversationForCaller } from '../access.js'
+import { conversationForCaller, conversationStreamAccess } from '../access.js'
 import { caller } from '../auth.js'
-import { serveEventStream } from '../event-stream-route.js'
+import { resumePoint, serveEventStream } from '../event-stream-route.js'
 import { HttpProblem, notFound } from '../problem.js'
 import { EventsQuery, IdParams, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
@@ -131,7 +132,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         summary: 'Results of client-side tool calls the run awaits',
         params: IdParams,
         body: Type.Object(
-          { outputs: Type.Array(Type.Object({ callId: Type.String({ minLength: 1, maxLength: 64 }), output: Type.Unknown() }, { additionalProperties: false }), { minItems: 1, maxItems: 64 }) },
+          { outputs: Type.Array(Type.Object({ callId: Type.String({ minLength: 1, maxLength: 64, description: 'A callId from requiredAction.toolOutputs; any other answers 409 run_not_waiting' }), output: Type.Unknown() }, { additionalProperties: false }), { minItems: 1, maxItems: 64 }) },
           { additionalProperties: false },
         ),
         response: { 200: RunView, ...problemResponses, 409: problem },
@@ -168,17 +169,19 @@ async function runForCaller(deps: ServerDeps, user: User, runId: string): Promis
 }
 
 /** A run's stream: replay, then live until its terminal event (a finished run: replay and close). */
-async function streamRun(request: Parameters<typeof serveEventStream>[0], reply: Parameters<typeof serveEventStream>[1], deps: ServerDeps, run: Run): Promise<void> {
+async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: ServerDeps, run: Run): Promise<void> {
   const isTerminal = (event: EventRecord): boolean => terminalEvents.has(event.type)
   if (terminalRunStatuses.includes(run.status)) {
-    const header = request.headers['last-event-id']
-    const after = Number((Array.isArray(header) ? header[0] : header) ?? (request.query as { after?: string } | undefined)?.after ?? 0)
-    const events = await readEvents(deps.store.db, { runId: run.id }, Number.isFinite(after) ? after : 0, 10_000)
+    // A finished run with nothing after the client's id: an empty stream, closed at once.
+    const events = await readEvents(deps.store.db, { runId: run.id }, resumePoint(request), 1)
     if (events.length === 0) {
       reply.sse.sendHeaders(200)
       reply.sse.close()
       return
     }
   }
-  await serveEventStream(request, reply, deps, { runId: run.id }, undefined, isTerminal)
+  const user = caller(request)
+  const conversation = await conversationForCaller(deps, user, run.conversationId)
+  const access = await conversationStreamAccess(deps, user.id, conversation)
+  await serveEventStream(request, reply, deps, { scope: { runId: run.id }, access, until: isTerminal })
 }

@@ -1,0 +1,124 @@
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage, Server } from 'node:http'
+import type { Socket } from 'node:net'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { HttpProblem, problemBody, type ProblemCode } from './problem.js'
+
+/** Requests per client address and failed authentications per address, before any token is looked at. */
+export interface AddressLimits {
+  /** Requests per address per window, counted before authentication. */
+  addressMax: number
+  windowMs: number
+  /** Failed authentications (401) per address per window; past it the address gets 429 until the window ends. */
+  authFailureMax: number
+  authFailureWindowMs: number
+}
+
+/** Routes probes call; never limited. */
+const unlimited = new Set(['/healthz', '/readyz'])
+
+const requestIdPattern = /^[A-Za-z0-9._:-]{1,128}$/
+
+/** A client's `x-request-id` when it is short and plain, else a fresh one (never logged as sent). */
+export function requestId(request: IncomingMessage): string {
+  const header = request.headers['x-request-id']
+  return typeof header === 'string' && requestIdPattern.test(header) ? header : randomUUID()
+}
+
+/**
+ * Limits by client address in the first hook of every request, so wrong tokens are counted too:
+ * every request counts against `addressMax`, and every 401 against the stricter `authFailureMax`,
+ * after which the address is refused (429) until its window ends. Every answer, 401s included,
+ * carries the address budget in `x-ratelimit-*` (authenticated routes then show the token's).
+ */
+export function limitByAddress(app: FastifyInstance, limits: AddressLimits): void {
+  const countRequest = app.createRateLimit({ max: limits.addressMax, timeWindow: limits.windowMs, keyGenerator: (request) => `addr:${request.ip}` })
+  const countFailure = app.createRateLimit({ max: limits.authFailureMax, timeWindow: limits.authFailureWindowMs, keyGenerator: (request) => `authfail:${request.ip}` })
+  const blocked = new Map<string, number>()
+
+  app.addHook('onRequest', async (request, reply) => {
+    if (unlimited.has(request.url.split('?')[0] ?? '')) return
+    const until = blocked.get(request.ip)
+    if (until !== undefined) {
+      if (until > Date.now()) throw limited(reply, 'authentication failed too often from this address', limits.authFailureMax, until - Date.now())
+      blocked.delete(request.ip)
+    }
+    const count = await countRequest(request)
+    if (count.isAllowed) return
+    reply.header('x-ratelimit-limit', count.max).header('x-ratelimit-remaining', count.remaining).header('x-ratelimit-reset', count.ttlInSeconds)
+    if (count.isExceeded) throw limited(reply, 'too many requests from this address', count.max, count.ttl)
+  })
+
+  app.addHook('onResponse', async (request, reply) => {
+    if (reply.statusCode !== 401) return
+    const count = await countFailure(request)
+    if (count.isAllowed || !count.isExceeded) return
+    blocked.set(request.ip, Date.now() + count.ttl)
+    // Bounded: an attacker spreading over many addresses must not grow this without end.
+    if (blocked.size > 50_000) {
+      const now = Date.now()
+      for (const [address, end] of blocked) if (end <= now || blocked.size > 50_000) blocked.delete(address)
+    }
+  })
+}
+
+function limited(reply: FastifyReply, why: string, max: number, ttlMs: number): HttpProblem {
+  const seconds = Math.max(1, Math.ceil(ttlMs / 1000))
+  reply.header('retry-after', seconds).header('x-ratelimit-limit', max).header('x-ratelimit-remaining', 0).header('x-ratelimit-reset', seconds)
+  return new HttpProblem('rate_limited', `${why}; retry in ${seconds} s`)
+}
+
+/**
+ * Caps open connections per client address (and in total): a connection over the cap is answered
+ * 429 problem+json and closed before any request is read.
+ */
+export function limitConnections(server: Server, perAddress: number, total: number): void {
+  const open = new Map<string, number>()
+  let count = 0
+  server.on('connection', (socket: Socket) => {
+    const address = socket.remoteAddress ?? 'unknown'
+    const held = open.get(address) ?? 0
+    if (held >= perAddress || count >= total) {
+      const body = JSON.stringify(problemBody('rate_limited', held >= perAddress ? `more than ${perAddress} open connections from this address` : 'the server is at its connection limit'))
+      socket.end(`HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n${body}`)
+      socket.destroySoon()
+      return
+    }
+    open.set(address, held + 1)
+    count++
+    socket.once('close', () => {
+      count--
+      const left = (open.get(address) ?? 1) - 1
+      if (left <= 0) open.delete(address)
+      else open.set(address, left)
+    })
+  })
+}
+
+/**
+ * Node's own protocol errors (malformed requests, header overflow, request timeout) as problem+json.
+ * Logged without the raw packet: it would hold whatever the client sent, credentials included.
+ */
+export function clientErrorHandler(this: FastifyInstance, error: Error & { code?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  const [status, reason, code]: [number, string, ProblemCode] =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'Request Timeout', 'request_timeout']
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request Header Fields Too Large', 'headers_too_large']
+        : [400, 'Bad Request', 'bad_request']
+  this.log.debug({ code: error.code, status }, 'client error')
+  if (socket.writable) {
+    const body = JSON.stringify(problemBody(code, code === 'bad_request' ? 'malformed HTTP request' : undefined))
+    socket.write(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+  }
+  socket.destroy()
+}
+
+/** Router errors (bad percent-encoding, over-long path segments) as problem+json, without echoing the URL. */
+export function frameworkErrors(error: Error & { code?: string }, request: FastifyRequest, reply: FastifyReply): void {
+  const code: ProblemCode = error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'uri_too_long' : 'bad_request'
+  const detail = code === 'uri_too_long' ? 'a path segment is longer than allowed' : 'the URL is not valid (malformed percent-encoding?)'
+  const body = problemBody(code, detail)
+  reply.code(body.status).type('application/problem+json').send(body)
+}

@@ -1,0 +1,43 @@
+import { sql } from 'kysely'
+import type { Executor } from './database.js'
+
+/** The channel on which changes of access are announced to every server instance. */
+export const accessChannel = 'plinth_access'
+
+/**
+ * What lost (or may have lost) access: one token, every token of a user, everything in a project,
+ * or `all` (a ProjectAuthz adapter changed its answers without saying for which project).
+ */
+export type AccessSubject = `token:${string}` | `user:${string}` | `project:${string}` | 'all'
+
+export type AccessListener = (subject: AccessSubject) => void
+
+/**
+ * Announces access changes. Inside a transaction the notifications are delivered on commit (and
+ * dropped on rollback), so no listener re-checks before the change is visible.
+ */
+export async function announceAccessChange(db: Executor, subjects: readonly AccessSubject[]): Promise<void> {
+  if (subjects.length === 0) return
+  await sql`select pg_notify(${accessChannel}, subject) from unnest(${[...subjects]}::text[]) as subject`.execute(db)
+}
+
+/** In-process fan-out of access notifications (from this and every other instance). */
+export class AccessSignals {
+  readonly #listeners = new Set<AccessListener>()
+
+  subscribe(listener: AccessListener): () => void {
+    this.#listeners.add(listener)
+    return () => this.#listeners.delete(listener)
+  }
+
+  /** A notification's payload; none (a reconnected listener may have missed some) means `all`. */
+  deliver(payload?: string): void {
+    const subject = parseSubject(payload)
+    for (const listener of this.#listeners) listener(subject)
+  }
+}
+
+function parseSubject(payload: string | undefined): AccessSubject {
+  if (payload && /^(token|user|project):[^\s]{1,64}$/.test(payload)) return payload as AccessSubject
+  return 'all'
+}
