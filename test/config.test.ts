@@ -134,6 +134,43 @@ describe('loadConfig', () => {
     expect(config.rateLimit).toMatchObject({ max: 7, windowMs: 1000 })
   })
 
+  it('reads the security settings from the environment, with durations', async () => {
+    const cwd = await workdir({ streams: { maxTotal: 100 } })
+    const config = loadConfig(
+      {
+        PLINTH_RATE_LIMIT_ADDRESS_MAX: '900',
+        PLINTH_AUTH_FAILURE_LIMIT: '5',
+        PLINTH_AUTH_FAILURE_WINDOW: '10m',
+        PLINTH_REQUEST_TIMEOUT: '10s',
+        PLINTH_CONNECTION_TIMEOUT: '5m',
+        PLINTH_MAX_CONNECTIONS_PER_ADDRESS: '32',
+        PLINTH_TRUST_PROXY: 'true',
+        PLINTH_METRICS_TOKEN: 'metrics-token-0123456789',
+        PLINTH_SSE_MAX_PER_TOKEN: '4',
+        PLINTH_SSE_MAX_LIFETIME: '15m',
+        PLINTH_SSE_RECHECK_INTERVAL: '30s',
+        PLINTH_SSE_DRAIN_TIMEOUT: '5s',
+      },
+      cwd,
+    )
+    expect(config).toMatchObject({
+      rateLimit: { max: 600, addressMax: 900, authFailureMax: 5, authFailureWindowMs: 600_000 },
+      requestTimeoutMs: 10_000,
+      connectionTimeoutMs: 300_000,
+      maxConnectionsPerAddress: 32,
+      trustProxy: true,
+      metricsToken: 'metrics-token-0123456789',
+      streams: { maxPerToken: 4, maxTotal: 100, maxLifetimeMs: 900_000, recheckIntervalMs: 30_000, drainTimeoutMs: 5000 },
+    })
+    expect(loadConfig({ PLINTH_TRUST_PROXY: '10.0.0.0/8,127.0.0.1' }, cwd).trustProxy).toBe('10.0.0.0/8,127.0.0.1')
+  })
+
+  it('refuses a short metrics token and a heartbeat that is not shorter than the connection timeout', async () => {
+    const cwd = await workdir()
+    expect(problemsOf({ PLINTH_METRICS_TOKEN: 'short' }, cwd)).toEqual([expect.stringMatching(/^metricsToken: /)])
+    expect(problemsOf({ PLINTH_SSE_HEARTBEAT_MS: '200000' }, cwd)).toEqual([expect.stringMatching(/sseHeartbeatMs .* connectionTimeoutMs/)])
+  })
+
   it('treats an empty environment variable as unset', async () => {
     const cwd = await workdir({ port: 9001 })
     expect(loadConfig({ PORT: '', PLINTH_PLUGINS: '' }, cwd)).toMatchObject({ port: 9001, plugins: [] })

@@ -37,8 +37,6 @@ describe('failed authentication is rate-limited by address, before the token is 
       expect(answer.headers.get('x-ratelimit-remaining')).not.toBeNull()
     }
     for (let attempt = 0; attempt < 2; attempt++) expect((await server.request('GET', '/api/admin/users', { token: `wrong-admin-token-${attempt}` })).status).toBe(401)
-    const sixth = await server.request('GET', '/api/admin/users', { token: 'wrong-admin-token-x' })
-    expect(sixth.status).toBe(401)
     // The address is now refused, a valid token included, and the answer says when to come back.
     const refused = await server.request('GET', '/api/me', { token: alice.token })
     expect(refused.status).toBe(429)

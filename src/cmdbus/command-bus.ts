@@ -86,7 +86,7 @@ export class CommandBus {
     // nothing of the caller's.
     const scope = await this.#authorize(command, { ownerId, projectId: request.projectId ?? null, conversationId: request.conversationId ?? null, params: request.params })
     const unseen = 'error' in scope && scope.error.code === 'not_found'
-    const projectId = unseen ? null : 'error' in scope ? (request.projectId ?? null) : (scope.project?.id ?? null)
+    const projectId = unseen ? null : (scope.project?.id ?? null)
     const now = new Date().toISOString()
     const dispatch: DispatchRecord = {
       id: newId(),
@@ -143,7 +143,7 @@ export class CommandBus {
     command: RegisteredCommand,
     dispatch: DispatchRecord,
     paramsHash: string,
-    scope: Scope | { error: BusError },
+    scope: Scope | Refusal,
     step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T>,
     getEnvelope: () => AuditEnvelope,
     setEnvelope: (envelope: AuditEnvelope) => void,
@@ -424,7 +424,7 @@ export class CommandBus {
   async #authorize(
     command: RegisteredCommand,
     dispatch: Pick<DispatchRecord, 'ownerId' | 'projectId' | 'conversationId' | 'params'>,
-  ): Promise<Scope | { error: BusError }> {
+  ): Promise<Scope | Refusal> {
     const { access, catalog } = this.#options
     const userId = dispatch.ownerId
     let conversation: Conversation | null = null
@@ -449,7 +449,7 @@ export class CommandBus {
       } catch {
         allowed = false
       }
-      if (!allowed) return { error: { code: 'forbidden', message: `not allowed to use this ${command.spec.resource.kind}` } }
+      if (!allowed) return { error: { code: 'forbidden', message: `not allowed to use this ${command.spec.resource.kind}` }, project }
     }
     return { project, conversation }
   }
@@ -508,6 +508,12 @@ class KeyTaken extends Error {}
 interface Scope {
   project: ProjectRef | null
   conversation: Conversation | null
+}
+
+/** A refused dispatch; `project` when the caller may see it (refused by a resource authorizer). */
+interface Refusal {
+  error: BusError
+  project?: ProjectRef | null
 }
 
 /** What an idempotency key stands for: everything the caller chose, ids as named (not as resolved). */

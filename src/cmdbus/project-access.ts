@@ -43,9 +43,15 @@ export class ProjectAccess {
 
   /** A live conversation the user may act in: one they own, in a project they may still read. */
   async conversation(userId: string, conversationId: string): Promise<Conversation | undefined> {
+    return (await this.conversationInProject(userId, conversationId))?.conversation
+  }
+
+  /** The same, with its project (no extra query). */
+  async conversationInProject(userId: string, conversationId: string): Promise<{ conversation: Conversation; project: Project } | undefined> {
     const conversation = await getConversation(this.#store.db, conversationId)
     if (!conversation || conversation.ownerId !== userId) return undefined
     // A member whose access to the project was revoked loses its conversations too.
-    return (await this.project(userId, conversation.projectId, 'read')) ? conversation : undefined
+    const project = await this.project(userId, conversation.projectId, 'read')
+    return project ? { conversation, project } : undefined
   }
 }

@@ -29,17 +29,29 @@ export async function conversationForCaller(deps: ServerDeps, user: User, conver
   return conversation
 }
 
-/** How a stream about a conversation re-checks that its owner may still see it. */
-export async function conversationStreamAccess(
+/** What a stream needs to re-check that its reader may still see a conversation. */
+export interface ConversationStreamAccess {
+  projectId: string
+  shared: boolean
+  recheck: () => Promise<boolean>
+}
+
+/** A conversation the caller may act in (404 otherwise), with how a stream of it re-checks access. */
+export async function conversationForStream(
   deps: ServerDeps,
-  userId: string,
-  conversation: Conversation,
-): Promise<{ projectId: string; shared: boolean; recheck: () => Promise<boolean> }> {
-  const project = await deps.access.project(userId, conversation.projectId, 'read')
+  user: User,
+  conversationId: string,
+): Promise<{ conversation: Conversation; access: ConversationStreamAccess }> {
+  const found = await deps.access.conversationInProject(user.id, conversationId)
+  if (!found) throw notFound('conversation')
+  const { conversation, project } = found
   return {
-    projectId: conversation.projectId,
-    shared: project?.ownerId !== userId,
-    recheck: async () => (await deps.access.conversation(userId, conversation.id)) !== undefined,
+    conversation,
+    access: {
+      projectId: project.id,
+      shared: project.ownerId !== user.id,
+      recheck: async () => (await deps.access.conversation(user.id, conversation.id)) !== undefined,
+    },
   }
 }
 

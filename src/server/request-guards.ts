@@ -52,7 +52,8 @@ export function limitByAddress(app: FastifyInstance, limits: AddressLimits): voi
   app.addHook('onResponse', async (request, reply) => {
     if (reply.statusCode !== 401) return
     const count = await countFailure(request)
-    if (count.isAllowed || !count.isExceeded) return
+    // The failure that spends the budget closes the door: the next attempt is already refused.
+    if (count.isAllowed || count.remaining > 0) return
     blocked.set(request.ip, Date.now() + count.ttl)
     // Bounded: an attacker spreading over many addresses must not grow this without end.
     if (blocked.size > 50_000) {
@@ -79,6 +80,8 @@ export function limitConnections(server: Server, perAddress: number, total: numb
     const address = socket.remoteAddress ?? 'unknown'
     const held = open.get(address) ?? 0
     if (held >= perAddress || count >= total) {
+      // Nothing of the request is read (so no handler runs for it): the answer is written and the socket closed.
+      socket.pause()
       const body = JSON.stringify(problemBody('rate_limited', held >= perAddress ? `more than ${perAddress} open connections from this address` : 'the server is at its connection limit'))
       socket.end(`HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n${body}`)
       socket.destroySoon()

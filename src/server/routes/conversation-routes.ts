@@ -1,6 +1,6 @@
 import { Type } from 'typebox'
 import { deleteConversation, listMessages, updateConversation } from '../../store/index.js'
-import { conversationForCaller, conversationStreamAccess } from '../access.js'
+import { conversationForCaller, conversationForStream } from '../access.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
@@ -76,12 +76,8 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
-      const user = caller(request)
-      const conversation = await conversationForCaller(deps, user, request.params.id)
-      await serveEventStream(request, reply, deps, {
-        scope: { conversationId: conversation.id },
-        access: await conversationStreamAccess(deps, user.id, conversation),
-      })
+      const { conversation, access } = await conversationForStream(deps, caller(request), request.params.id)
+      await serveEventStream(request, reply, deps, { scope: { conversationId: conversation.id }, access })
     },
   )
 }

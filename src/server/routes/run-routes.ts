@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
 import { RunRequestError } from '../../runmgr/index.js'
 import { getRun, readEvents, runJson, terminalRunStatuses, type EventRecord, type Run, type User } from '../../store/index.js'
-import { conversationForCaller, conversationStreamAccess } from '../access.js'
+import { conversationForCaller, conversationForStream, type ConversationStreamAccess } from '../access.js'
 import { caller } from '../auth.js'
 import { resumePoint, serveEventStream } from '../event-stream-route.js'
 import { HttpProblem, notFound } from '../problem.js'
@@ -70,7 +70,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
-      const conversation = await conversationForCaller(deps, user, request.params.id)
+      const { conversation, access } = await conversationForStream(deps, user, request.params.id)
       let created
       try {
         created = await runs.createRun(conversation, user.id, request.body)
@@ -87,7 +87,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       }
       if (reply.sse) {
         reply.code(201)
-        return streamRun(request, reply, deps, created.run)
+        return streamRun(request, reply, deps, created.run, access)
       }
       return reply.code(201).send(runJson(created.run))
     },
@@ -153,8 +153,10 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       schema: { tags: ['events'], summary: 'SSE of one run; ends after its terminal event', params: IdParams, querystring: EventsQuery, response: { ...problemResponses } },
     },
     async (request, reply) => {
-      const run = await runForCaller(deps, caller(request), request.params.id)
-      await streamRun(request, reply, deps, run)
+      const user = caller(request)
+      const run = await ownRun(deps, user, request.params.id)
+      const { access } = await conversationForStream(deps, user, run.conversationId)
+      await streamRun(request, reply, deps, run, access)
     },
   )
 
@@ -162,14 +164,20 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
 }
 
 async function runForCaller(deps: ServerDeps, user: User, runId: string): Promise<Run> {
-  const run = await getRun(deps.store.db, runId)
-  if (!run || run.ownerId !== user.id) throw notFound('run')
+  const run = await ownRun(deps, user, runId)
   await conversationForCaller(deps, user, run.conversationId)
   return run
 }
 
+/** A run of the caller's (404 otherwise); its conversation must still be checked. */
+async function ownRun(deps: ServerDeps, user: User, runId: string): Promise<Run> {
+  const run = await getRun(deps.store.db, runId)
+  if (!run || run.ownerId !== user.id) throw notFound('run')
+  return run
+}
+
 /** A run's stream: replay, then live until its terminal event (a finished run: replay and close). */
-async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: ServerDeps, run: Run): Promise<void> {
+async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: ServerDeps, run: Run, access: ConversationStreamAccess): Promise<void> {
   const isTerminal = (event: EventRecord): boolean => terminalEvents.has(event.type)
   if (terminalRunStatuses.includes(run.status)) {
     // A finished run with nothing after the client's id: an empty stream, closed at once.
@@ -180,8 +188,5 @@ async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: Ser
       return
     }
   }
-  const user = caller(request)
-  const conversation = await conversationForCaller(deps, user, run.conversationId)
-  const access = await conversationStreamAccess(deps, user.id, conversation)
   await serveEventStream(request, reply, deps, { scope: { runId: run.id }, access, until: isTerminal })
 }
