@@ -8,6 +8,8 @@ interface Fixture {
   conversationId: string
   decisionId: string
   runId: string
+  /** A draft knowledge item of the owner's. */
+  knowledgeId: string
 }
 
 interface RouteCase {
@@ -55,6 +57,15 @@ const routes: RouteCase[] = [
   { method: 'POST', path: '/api/runs/{id}/cancel', url: (f) => `/api/runs/${f.runId}/cancel`, owner: 200, member: 404, stranger: 404 },
   { method: 'POST', path: '/api/runs/{id}/tool-outputs', url: (f) => `/api/runs/${f.runId}/tool-outputs`, body: { outputs: [{ callId: 'x', output: {} }] }, owner: 409, member: 404, stranger: 404 },
   { method: 'GET', path: '/api/runs/{id}/events', url: (f) => `/api/runs/${f.runId}/events`, owner: 200, member: 404, stranger: 404, stream: true },
+
+  { method: 'POST', path: '/api/projects/{id}/knowledge', url: (f) => `/api/projects/${f.projectId}/knowledge`, body: { title: 't', text: 'some text' }, owner: 201, member: 201, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/knowledge', url: (f) => `/api/projects/${f.projectId}/knowledge`, owner: 200, member: 200, stranger: 404 },
+  { method: 'GET', path: '/api/knowledge/{id}', url: (f) => `/api/knowledge/${f.knowledgeId}`, owner: 200, member: 404, stranger: 404 },
+  { method: 'GET', path: '/api/knowledge/{id}/chunks', url: (f) => `/api/knowledge/${f.knowledgeId}/chunks`, owner: 200, member: 404, stranger: 404 },
+  { method: 'POST', path: '/api/knowledge/{id}/publish', url: (f) => `/api/knowledge/${f.knowledgeId}/publish`, owner: 200, member: 404, stranger: 404 },
+  { method: 'DELETE', path: '/api/knowledge/{id}', url: (f) => `/api/knowledge/${f.knowledgeId}`, owner: 204, member: 404, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/search', url: (f) => `/api/projects/${f.projectId}/search?q=text`, owner: 200, member: 200, stranger: 404 },
+  { method: 'GET', path: '/api/search', url: () => '/api/search?q=text', owner: 200, member: 200, stranger: 200 },
 ]
 
 for (const engine of testEngines()) {
@@ -94,7 +105,8 @@ for (const engine of testEngines()) {
       })
       const other = await server.request('POST', `/api/projects/${project.body.id}/conversations`, { token: owner.token, body: {} })
       const run = await server.request('POST', `/api/conversations/${other.body.id}/runs`, { token: owner.token, body: { input: 'hello' } })
-      return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id, runId: run.body.id }
+      const knowledge = await server.request('POST', `/api/projects/${project.body.id}/knowledge`, { token: owner.token, body: { title: 'draft', text: 'draft text' } })
+      return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id, runId: run.body.id, knowledgeId: knowledge.body.id }
     }
 
     async function call(route: RouteCase, fixtureValue: Fixture, token: string | undefined): Promise<{ status: number; code?: string; type: string | null }> {

@@ -139,8 +139,9 @@ for (const engine of testEngines()) {
       expect(twice.body.dispatch.result).toEqual(approved.body.dispatch.result)
       const conflict = await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'reject' } })
       expect([conflict.status, conflict.body.code]).toEqual([409, 'decision_conflict'])
-      const drafts = await store.db.selectFrom('plugin_kv').select('key').where('plugin', '=', 'rdm').where('key', 'like', `draft:${projectId}:%`).execute()
-      expect(drafts).toHaveLength(1)
+      // Ran once: one draft in the project's knowledge.
+      const drafts = await store.db.selectFrom('knowledge_items').select(['title', 'status', 'owner_id']).where('project_id', '=', projectId).execute()
+      expect(drafts).toEqual([{ title: 'Postmortem', status: 'draft', owner_id: alice.user.id }])
 
       const audit = await server.request('GET', `/api/audit?conversationId=${conversationId}&commandId=rdm.draft.compose`, { token: alice.token })
       const envelope = audit.body.items[0]
@@ -155,8 +156,8 @@ for (const engine of testEngines()) {
       expect(answers.map((answer) => answer.status)).toEqual([200, 200, 200])
       const runs = await store.db.selectFrom('audit_log').select('id').where('dispatch_id', '=', pending.body.dispatchId).where('step', '=', 'running').execute()
       expect(runs).toHaveLength(1)
-      const drafts = await store.db.selectFrom('plugin_kv').select('value').where('plugin', '=', 'rdm').where('key', 'like', `draft:${projectId}:%`).execute()
-      expect(drafts.filter((row) => JSON.stringify(row.value).includes('Race'))).toHaveLength(1)
+      const drafts = await store.db.selectFrom('knowledge_items').select('id').where('project_id', '=', projectId).where('title', '=', 'Race').execute()
+      expect(drafts).toHaveLength(1)
     })
 
     it('rejects: the command never runs; an expired decision answers 409 decision_expired', async () => {

@@ -128,7 +128,7 @@ for (const engine of testEngines()) {
       expect(types.indexOf('decision.required')).toBeLessThan(types.indexOf('decision.resolved'))
       const completed = events.find((event) => event.event === 'tool_call.completed')!
       expect(completed.data).toMatchObject({ callId: required.decisions[0]!.callId, status: 'ok', durationMs: expect.any(Number) })
-      const drafts = await store.db.selectFrom('plugin_kv').select('key').where('plugin', '=', 'rdm').where('key', 'like', `draft:${projectId}:%`).execute()
+      const drafts = await store.db.selectFrom('knowledge_items').select('id').where('project_id', '=', projectId).execute()
       expect(drafts.length).toBeGreaterThanOrEqual(1)
       await expectLedgerInvariant(store, conversationId)
       const metrics = (await server.request('GET', '/metrics')).body as string

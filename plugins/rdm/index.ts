@@ -19,7 +19,7 @@ export default definePlugin({
     registerPing(registry)
     registerTrace(registry)
     registerBaseline(registry)
-    registerDraft(registry)
+    registerDraft(registry, host)
     registerMembers(registry, host)
 
     registry.registerProjectAuthz(createMemberAuthz(host.kv))

@@ -89,18 +89,20 @@ describe('rdm plugin: read-only commands', () => {
 })
 
 describe('rdm plugin: rdm.draft.compose', () => {
-  it('writes the draft into kv under draft:<projectId>:<draftId>', async () => {
+  it('writes the draft into the project knowledge as the user the call is for', async () => {
     const harness = await setupPlugin(plugin)
-    const result = (await harness.dispatch('rdm.draft.compose', { title: 'Incident 42', body: 'héllo' })) as { draftId: string; projectId: string; title: string; bytes: number }
-    expect(result).toMatchObject({ projectId: defaultProject.id, title: 'Incident 42', bytes: 6 })
-    expect(await harness.kv.get(`draft:${defaultProject.id}:${result.draftId}`)).toMatchObject({ title: 'Incident 42', body: 'héllo', authorId: owner })
+    const result = (await harness.dispatch('rdm.draft.compose', { title: 'Incident 42', body: 'héllo' })) as { itemId: string; projectId: string; title: string; bytes: number }
+    expect(result).toMatchObject({ projectId: defaultProject.id, title: 'Incident 42', bytes: 6, status: 'draft' })
+    expect(harness.host.knowledge).toEqual([
+      { itemId: result.itemId, actor: expect.objectContaining({ onBehalfOf: owner }), projectId: defaultProject.id, title: 'Incident 42', text: 'héllo' },
+    ])
   })
 
   it('previews the write without performing it', async () => {
     const harness = await setupPlugin(plugin)
     const text = await harness.preview('rdm.draft.compose', { title: 'Incident 42', body: 'hello' })
     expect(text).toBe(`Write draft "Incident 42" (5 chars) into project ${defaultProject.name}`)
-    expect(await harness.kv.list('draft:')).toEqual([])
+    expect(harness.host.knowledge).toEqual([])
   })
 
   it('needs a project', async () => {

@@ -119,7 +119,7 @@ export class TestRegistry implements Registry {
   }
 }
 
-/** A Host stub: kv and log in memory, `audit`, `emit` and `accessChanged` recorded, `knowledgeSearch` answering `hits`. */
+/** A Host stub: kv and log in memory, `audit`, `emit`, `accessChanged` and `addKnowledge` recorded, `knowledgeSearch` answering `hits`. */
 export interface TestHost extends Host {
   kv: MemoryKv
   log: PluginLogger & { lines: LogLine[] }
@@ -127,6 +127,8 @@ export interface TestHost extends Host {
   emitted: PluginEvent[]
   /** Project ids passed to `accessChanged` (`null`: every project). */
   accessChanges: Array<string | null>
+  /** Items added with `addKnowledge`, with the id each was given. */
+  knowledge: Array<{ itemId: string; actor: Actor; projectId: string; title: string; text: string }>
   hits: KnowledgeHit[]
 }
 
@@ -137,6 +139,7 @@ export function createHost(kv: MemoryKv = new MemoryKv()): TestHost {
     audited: [],
     emitted: [],
     accessChanges: [],
+    knowledge: [],
     hits: [],
     options: { execBackend: 'direct', disableExecTools: false },
     async audit(action, data) {
@@ -147,6 +150,11 @@ export function createHost(kv: MemoryKv = new MemoryKv()): TestHost {
     },
     async accessChanged(projectId) {
       host.accessChanges.push(projectId ?? null)
+    },
+    async addKnowledge(actor, item) {
+      const itemId = `kn_${host.knowledge.length + 1}`
+      host.knowledge.push({ itemId, actor, ...item })
+      return { itemId }
     },
     async knowledgeSearch(_actor, _query, options) {
       return host.hits.filter((hit) => !options?.projectId || hit.projectId === options.projectId).slice(0, options?.k ?? 10)

@@ -1,6 +1,8 @@
 import { parseArgs } from 'node:util'
 import { createToken, createUser, findUser, listTokens, listUsers, openStore, revokeToken, setUserDisabled, StoreError, type Store } from '../store/index.js'
+import { SingleBar, Presets } from 'cli-progress'
 import { verifyAuditChain } from '../cmdbus/index.js'
+import { createEmbedder, reembedAll } from '../rag/index.js'
 import { ConfigError, loadConfig, type PlinthConfig } from './config.js'
 import { configSecrets, createLogger } from './logger.js'
 import { startServer } from './start-server.js'
@@ -19,6 +21,7 @@ Usage:
   plinth tokens list <user> [--json]
   plinth tokens revoke <token-id>
   plinth audit verify                  check the audit log's hash chain (exit 1 naming the first bad entry)
+  plinth knowledge reembed             re-embed all knowledge with the configured embedder (after changing it)
   plinth help | --version
 `
 
@@ -91,6 +94,12 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
           io.err(`audit chain broken at entry ${verdict.firstBad?.id}: ${verdict.firstBad?.reason} (${verdict.checked} entries before it verified)`)
           return 1
         })
+      case 'knowledge':
+        if (sub !== 'reembed') {
+          io.err(usage)
+          return 2
+        }
+        return await withStore(config, (store) => reembed(store, config, io))
       default:
         io.err(`unknown command: ${command}\n\n${usage}`)
         return 2
@@ -127,6 +136,29 @@ async function serve(config: PlinthConfig): Promise<number> {
   process.once('SIGTERM', () => stop('SIGTERM'))
   process.once('SIGINT', () => stop('SIGINT'))
   return new Promise<number>(() => undefined)
+}
+
+/** Re-embeds every chunk with the configured embedder, showing progress (a bar on a terminal). */
+async function reembed(store: Store, config: PlinthConfig, io: Io): Promise<number> {
+  const embedder = createEmbedder(config.embeddings)
+  const bar = io === processIo && process.stderr.isTTY ? new SingleBar({ format: 're-embedding [{bar}] {percentage}% {value}/{total} chunks', stream: process.stderr }, Presets.shades_classic) : null
+  let reported = -1
+  const done = await reembedAll(store, embedder, (count, total) => {
+    if (bar) {
+      if (count === 0) bar.start(total, 0)
+      else bar.update(count)
+      return
+    }
+    // Without a terminal: a line at every tenth.
+    const tenth = total === 0 ? 10 : Math.floor((count / total) * 10)
+    if (tenth > reported) {
+      reported = tenth
+      io.err(`re-embedding: ${count}/${total} chunks`)
+    }
+  })
+  bar?.stop()
+  io.out(`re-embedded ${done} chunks with ${embedder.id}`)
+  return 0
 }
 
 async function withStore<T>(config: PlinthConfig, fn: (store: Store) => Promise<T>): Promise<T> {

@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
+import type { EmbeddingSettings } from '../rag/index.js'
 
 /** A model entry of the config file (SPEC §13); the llm module defines its shape. */
 export type ModelConfig = ModelSettings
@@ -40,6 +41,10 @@ export interface PlinthConfig {
   sseHeartbeatMs: number
   /** Event stream caps and lifetime. */
   streams: StreamSettings
+  /** The embeddings provider (default: the local hashing embedder). */
+  embeddings?: EmbeddingSettings
+  /** Knowledge uploads. */
+  knowledge: { maxFileBytes: number }
   /** How long a `full` permission mode lasts before reverting to `manual`. */
   fullModeTtlMs: number
   /** How long a pending decision (a run in `requires_action`) waits before it expires. */
@@ -127,6 +132,23 @@ const fileSchema = {
     trustProxy: { anyOf: [{ type: 'boolean' }, { type: 'string', minLength: 1 }] },
     metricsToken: { type: 'string', minLength: 16 },
     sseHeartbeatMs: { type: 'integer', minimum: 100 },
+    embeddings: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['provider'],
+      properties: {
+        provider: { enum: ['hash', 'openai'] },
+        model: { type: 'string', minLength: 1 },
+        baseUrl: { type: 'string', pattern: '^https?://' },
+        apiKeyEnv: { type: 'string', minLength: 1 },
+        dimensions: { type: 'integer', minimum: 8, maximum: 4000 },
+      },
+    },
+    knowledge: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { maxFileBytes: { type: 'integer', minimum: 1024 } },
+    },
     streams: {
       type: 'object',
       additionalProperties: false,
@@ -176,6 +198,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_SSE_MAX_LIFETIME', 'streams.maxLifetimeMs', 'duration'],
   ['PLINTH_SSE_RECHECK_INTERVAL', 'streams.recheckIntervalMs', 'duration'],
   ['PLINTH_SSE_DRAIN_TIMEOUT', 'streams.drainTimeoutMs', 'duration'],
+  ['PLINTH_KNOWLEDGE_MAX_FILE_BYTES', 'knowledge.maxFileBytes', 'int'],
   ['PLINTH_FULL_MODE_TTL_MS', 'fullModeTtlMs', 'int'],
   ['PLINTH_FULL_MODE_TTL', 'fullModeTtlMs', 'duration'],
   ['PLINTH_ACTION_TTL', 'actionTtlMs', 'duration'],
@@ -201,6 +224,7 @@ const defaults: PlinthConfig = {
   maxConnections: 10_000,
   sseHeartbeatMs: 15_000,
   streams: { maxPerToken: 32, maxTotal: 5000, maxLifetimeMs: 60 * 60 * 1000, recheckIntervalMs: 60_000, drainTimeoutMs: 30_000 },
+  knowledge: { maxFileBytes: 20 * 1024 * 1024 },
   fullModeTtlMs: 60 * 60 * 1000,
   actionTtlMs: 24 * 60 * 60 * 1000,
   allowanceTtlMs: 8 * 60 * 60 * 1000,
@@ -249,6 +273,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     if ((model?.provider === 'openai' || model?.provider === 'anthropic') && typeof model.baseUrl !== 'string') problems.push(`models.${index}.baseUrl: required for provider ${String(model.provider)}`)
     if (model?.provider === 'scripted' && typeof model.script !== 'string') problems.push(`models.${index}.script: required for provider scripted`)
   })
+  const embeddings = merged.embeddings as { provider?: unknown; model?: unknown; baseUrl?: unknown; dimensions?: unknown } | undefined
+  if (embeddings?.provider === 'openai') {
+    for (const key of ['model', 'baseUrl', 'dimensions'] as const) if (embeddings[key] === undefined) problems.push(`embeddings.${key}: required for provider openai`)
+  }
   if (typeof merged.defaultModel === 'string' && !models.some((model) => model?.id === merged.defaultModel)) {
     problems.push(`defaultModel: no model with id ${JSON.stringify(merged.defaultModel)} is configured`)
   }
@@ -261,6 +289,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     exec: { ...defaults.exec, ...file.exec },
     rateLimit: { ...defaults.rateLimit, ...file.rateLimit },
     streams: { ...defaults.streams, ...file.streams },
+    knowledge: { ...defaults.knowledge, ...file.knowledge },
     dataDir: resolve(cwd, file.dataDir ?? defaults.dataDir),
   }
   if (config.trustProxy === 'true' || config.trustProxy === 'false') config.trustProxy = config.trustProxy === 'true'

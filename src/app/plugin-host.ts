@@ -1,10 +1,14 @@
 import type { Logger } from 'pino'
-import { createPluginKv, createPluginLogger } from '../cmdbus/index.js'
-import type { Host, Options } from '../extension/index.js'
+import { createPluginKv, createPluginLogger, knowledgeHitJson, type ProjectAccess } from '../cmdbus/index.js'
+import type { Host, KnowledgeHit, Options } from '../extension/index.js'
+import { RetrievalScopeError, type Ingestor, type Retriever } from '../rag/index.js'
 import { announceAccessChange, appendAuditEntry, appendEvents, getProject, type Store } from '../store/index.js'
 
 /** Builds the capabilities a plugin receives at setup. */
-export function createPluginHost(plugin: string, deps: { store: Store; logger: Logger; options: Options }): Host {
+export function createPluginHost(
+  plugin: string,
+  deps: { store: Store; logger: Logger; options: Options; access: ProjectAccess; retriever: Retriever; ingestor: Ingestor },
+): Host {
   const { store } = deps
   return {
     kv: createPluginKv(store, plugin),
@@ -35,7 +39,20 @@ export function createPluginHost(plugin: string, deps: { store: Store; logger: L
     accessChanged: async (projectId) => {
       await announceAccessChange(store.db, [projectId ? `project:${projectId}` : 'all'])
     },
-    // Retrieval arrives with the rag module; until then there is no knowledge to search.
-    knowledgeSearch: async () => [],
+    knowledgeSearch: async (actor, query, options = {}) => {
+      try {
+        const hits = await deps.retriever.retrieveShared(actor.onBehalfOf, query, { ...(options.projectId && { projectId: options.projectId }), k: options.k ?? 4 })
+        return hits.map((hit) => knowledgeHitJson(hit) as unknown as KnowledgeHit)
+      } catch (error) {
+        if (error instanceof RetrievalScopeError) return []
+        throw error
+      }
+    },
+    addKnowledge: async (actor, item) => {
+      const ownerId = actor.onBehalfOf
+      if (!(await deps.access.project(ownerId, item.projectId, 'write'))) throw new Error(`addKnowledge: ${ownerId} may not write to project ${item.projectId}`)
+      const created = await deps.ingestor.addText({ projectId: item.projectId, ownerId, title: item.title, text: item.text, source: 'command' })
+      return { itemId: created.id }
+    },
   }
 }

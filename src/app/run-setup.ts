@@ -1,6 +1,7 @@
 import type { Logger } from 'pino'
 import { createPluginLogger, type CommandBus } from '../cmdbus/index.js'
 import { AnthropicMessagesModel, createModels, ModelRegistry, OpenAIChatModel, type LanguageModel, type ModelSettings, type ProviderFactory } from '../llm/index.js'
+import type { Retriever } from '../rag/index.js'
 import { RunManager, type RunObserver } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 
@@ -48,6 +49,7 @@ export async function setUpRuns(
     llmIdleTimeoutMs?: number
     observer?: RunObserver
     llmConcurrency?: number
+    retriever?: Retriever
   },
 ): Promise<RunManager> {
   const models = options.models.length > 0 && 'stream' in (options.models[0] as object)
@@ -68,6 +70,7 @@ export async function setUpRuns(
     ...(options.actionTtlMs !== undefined && { actionTtlMs: options.actionTtlMs }),
     ...(options.observer && { observer: options.observer }),
     ...(options.llmConcurrency !== undefined && { maxConcurrentModelCalls: options.llmConcurrency }),
+    ...(options.retriever && { retriever: options.retriever }),
     // Embedded PGlite belongs to this process: a running run found at start is an orphan.
     exclusiveDatabase: store.engine === 'pglite',
   })

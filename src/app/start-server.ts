@@ -1,6 +1,7 @@
 import type { Logger } from 'pino'
 import { buildServer, type App } from '../server/index.js'
 import { openStore, type Store } from '../store/index.js'
+import { createEmbedder, prepareEmbeddings, type Ingestor } from '../rag/index.js'
 import { Registry } from 'prom-client'
 import type { RunManager } from '../runmgr/index.js'
 import { createAgentMetrics } from './agent-metrics.js'
@@ -23,14 +24,22 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
   let app: App
   let runs: RunManager | undefined
+  let ingestor: Ingestor | undefined
   try {
-    const { bus, access } = await setUpCommandBus(store, {
+    const embedder = createEmbedder(config.embeddings)
+    // Refuses to start when stored knowledge was embedded by another embedder (names the fix).
+    await prepareEmbeddings(store, embedder)
+    const setup = await setUpCommandBus(store, {
       plugins: config.plugins,
       logger,
       actionTtlMs: config.actionTtlMs,
       allowanceTtlMs: config.allowanceTtlMs,
       exec: { execBackend: config.exec.backend, disableExecTools: config.exec.disableExecTools },
+      embedder,
     })
+    const { bus, access, retriever } = setup
+    ingestor = setup.ingestor
+    await ingestor.start()
     const metrics = new Registry()
     runs = await setUpRuns(store, bus, {
       observer: createAgentMetrics(metrics, bus),
@@ -41,12 +50,16 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       toolOutputLimit: config.toolOutputLimit,
       llmIdleTimeoutMs: config.llmIdleTimeoutMs,
       llmConcurrency: config.llmConcurrency,
+      retriever,
     })
     app = await buildServer({
       store,
       bus,
       access,
       runs,
+      retriever,
+      ingestor,
+      maxKnowledgeFileBytes: config.knowledge.maxFileBytes,
       logger,
       bodyLimit: config.bodyLimit,
       rateLimit: config.rateLimit,
@@ -67,10 +80,12 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     await app.listen({ port: config.port, host: config.host })
   } catch (error) {
     await runs?.stop()
+    await ingestor?.stop()
     await store.close()
     throw error
   }
   const runManager = runs
+  const knowledgeIngestor = ingestor
   const address = app.server.address()
   const port = typeof address === 'object' && address ? address.port : config.port
   const host = config.host.includes(':') ? `[${config.host}]` : config.host
@@ -87,6 +102,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       closing ??= (async () => {
         await runManager.stop()
         await app.close()
+        await knowledgeIngestor.stop()
         await store.close()
       })()
       return closing

@@ -1,10 +1,11 @@
-import type { JsonValue } from '../extension/index.js'
+import { CommandError, type JsonValue } from '../extension/index.js'
+import { RetrievalScopeError, type RetrievalHit, type Retriever } from '../rag/index.js'
 import { listProjects, type Store } from '../store/index.js'
 import type { CommandCatalog } from './command-catalog.js'
 import type { ProjectAccess } from './project-access.js'
 
 /** Built-in commands: the `core.` namespace, registered through the same catalog as any plugin. */
-export function registerCoreCommands(catalog: CommandCatalog, deps: { store: Store; access: ProjectAccess; version: string }): void {
+export function registerCoreCommands(catalog: CommandCatalog, deps: { store: Store; access: ProjectAccess; version: string; retriever: Retriever }): void {
   const staged = catalog.stage('core', deps.version)
   staged.registry.addCommand(
     {
@@ -29,5 +30,55 @@ export function registerCoreCommands(catalog: CommandCatalog, deps: { store: Sto
       return { projects }
     },
   )
+  staged.registry.addCommand<{ query: string; k?: number; scope?: 'project' | 'all' }>(
+    {
+      id: 'core.knowledge_search',
+      title: 'Search project knowledge',
+      description:
+        'Searches the knowledge of the current project — your own items and what colleagues published there — by words and by meaning. ' +
+        'Returns the best passages with the title and id of the item each comes from: cite them. scope "all" searches every project you can see.',
+      paramsSchema: {
+        type: 'object',
+        properties: {
+          query: { type: 'string', minLength: 1, maxLength: 2000, pattern: '\\S', description: 'What to look for, in any language' },
+          k: { type: 'integer', minimum: 1, maximum: 20, description: 'How many passages (default 4)' },
+          scope: { enum: ['project', 'all'], description: 'The current project (default) or everything you can see' },
+        },
+        required: ['query'],
+        additionalProperties: false,
+      },
+      risk: 'low',
+      idempotent: true,
+      exposeAsTool: { name: 'knowledge_search' },
+    },
+    async (params, context) => {
+      const projectId = params.scope === 'all' ? undefined : context.project?.id
+      try {
+        const hits = await deps.retriever.retrieveShared(context.actor.onBehalfOf, params.query, {
+          ...(projectId && { projectId }),
+          k: params.k ?? 4,
+          signal: context.signal,
+        })
+        return { hits: hits.map(knowledgeHitJson) }
+      } catch (error) {
+        if (error instanceof RetrievalScopeError) throw new CommandError('not_found', 'project not found')
+        throw error
+      }
+    },
+  )
   staged.commit()
+}
+
+/** A hit as tools and plugins see it (the same shape for `knowledge_search` and `host.knowledgeSearch`). */
+export function knowledgeHitJson(hit: RetrievalHit): { [key: string]: JsonValue } {
+  return {
+    itemId: hit.itemId,
+    chunkId: hit.chunkId,
+    projectId: hit.projectId,
+    title: hit.title,
+    heading: hit.heading,
+    text: hit.text,
+    score: hit.score,
+    shared: hit.shared,
+  }
 }

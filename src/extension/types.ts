@@ -56,8 +56,11 @@ export interface KnowledgeHit {
   chunkId: string
   projectId: string
   title: string
+  /** The heading path of the chunk's section (`A > B`), or empty. */
+  heading: string
   text: string
   score: number
+  /** True when the item belongs to another user (found through project sharing). */
   shared: boolean
 }
 
@@ -83,8 +86,17 @@ export interface Host {
    * `access_revoked` where it is gone. Streams also re-check periodically, but only this is immediate.
    */
   accessChanged(projectId?: string): Promise<void>
-  /** Shared-aware retrieval over project knowledge (filled in by the retrieval module). */
+  /**
+   * Shared-aware retrieval over project knowledge, for `actor` (as the user it acts for): their own
+   * items and what others published in projects they may search — the same hits as the
+   * `knowledge_search` tool. With `projectId`, that project only (empty when they may not search it).
+   */
   knowledgeSearch(actor: Actor, query: string, options?: { projectId?: string; k?: number }): Promise<KnowledgeHit[]>
+  /**
+   * Adds a knowledge item (a `draft`, owned by the user the actor acts for) to a project the actor
+   * may write to, and indexes it. Publish it with `POST /api/knowledge/:id/publish`.
+   */
+  addKnowledge(actor: Actor, item: { projectId: string; title: string; text: string }): Promise<{ itemId: string }>
   options: Options
 }
 

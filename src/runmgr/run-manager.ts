@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { classifyCommandLine, hashParams, type CommandBus, type DecisionView, type DispatchOutcome, type RegisteredCommand } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
 import { ModelError, projectToolSchema, streamWithRetries, type LanguageModel, type ModelMessage, type ModelRegistry, type ModelTool, type ModelToolCall } from '../llm/index.js'
+import type { Retriever } from '../rag/index.js'
 import {
   appendEvents,
   closeStreamingMessages,
@@ -30,9 +31,11 @@ import {
   type StoredToolCall,
   type ToolCallRecord,
   type ToolCallStatus,
+  type TranscriptMessage,
 } from '../store/index.js'
 import { proposeCommandTool, resolveClientTools } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
+import { knowledgeBlock, selectForInjection, type KnowledgeContext } from './knowledge-context.js'
 import { buildModelMessages, trimToBudget } from './history.js'
 import { RunRequestError } from './run-errors.js'
 import { capForModel } from './tool-output.js'
@@ -66,6 +69,8 @@ export interface RunManagerOptions {
    * an orphan of a previous process and is recovered at once instead of after its lease.
    */
   exclusiveDatabase?: boolean
+  /** Project knowledge put in front of the model at the start of a run (off without it). */
+  retriever?: Retriever
 }
 
 export interface CreateRunInput {
@@ -75,6 +80,8 @@ export interface CreateRunInput {
   maxIterations?: number
   ifActive?: 'interrupt' | 'enqueue'
   approvalPolicy?: 'ask' | 'dontAsk'
+  /** `autoInject: false` keeps project knowledge out of the prompt (the tool still searches it). */
+  knowledge?: { autoInject?: boolean }
 }
 
 type ToolEntry = { kind: 'command'; command: RegisteredCommand; tool: ModelTool } | { kind: 'client'; tool: ModelTool }
@@ -159,6 +166,7 @@ export class RunManager {
             approvalPolicy: input.approvalPolicy ?? 'ask',
             clientTools: clientTools as unknown as JsonValue,
             input: input.input,
+            ...(input.knowledge?.autoInject === false && { knowledge: { autoInject: false } }),
           },
           { allowQueue, lease: this.#lease() },
         ),
@@ -312,12 +320,25 @@ export class RunManager {
         const atCap = run.iteration >= run.maxIterations
         const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : this.#toolTable(run)
         const iteration = run.iteration + 1
-        const messages = await this.#history(run, model, atCap)
+        const transcript = await readTranscript(store.db, run.conversationId)
+        // Project knowledge is looked up once, at the start, and kept with the run (resume sees the same).
+        const injected = run.knowledge === null ? await this.#retrieveKnowledge(run, transcript, signal) : null
+        const knowledge = (injected ?? run.knowledge) as KnowledgeContext | null
+        const messages = this.#history(run, model, atCap, transcript, knowledge)
         // One transaction opens the round: the previous round's tool_done, the new phase and the
         // assistant message the model's turn streams into.
         const opened = await store.transaction(async (tx) => {
           const events = roundDone ? [runEvent(run, 'run.status', { runId, status: run.status, phase: 'tool_done' })] : []
-          const updated = await updateRun(tx, runId, { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing' })
+          const updated = await updateRun(tx, runId, { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing', ...(injected && { knowledge: injected as unknown as JsonValue }) })
+          if (injected?.hits && injected.hits.length > 0) {
+            events.push(
+              runEvent(updated, 'knowledge.injected', {
+                runId,
+                chunkIds: injected.hits.map((hit) => hit.chunkId),
+                items: injected.hits.map((hit) => ({ itemId: hit.itemId, chunkId: hit.chunkId, title: hit.title, shared: hit.shared })),
+              }),
+            )
+          }
           const messageId = await insertAssistantMessage(tx, updated)
           events.push(
             runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
@@ -741,7 +762,21 @@ export class RunManager {
     return table
   }
 
-  async #history(run: Run, model: LanguageModel, atCap: boolean): Promise<ModelMessage[]> {
+  /** The top knowledge hits for the run's user message, or `{hits: []}` when there are none (or retrieval failed). */
+  async #retrieveKnowledge(run: Run, transcript: readonly TranscriptMessage[], signal: AbortSignal): Promise<KnowledgeContext> {
+    const retriever = this.#options.retriever
+    const input = transcript.findLast((message) => message.role === 'user')?.content
+    if (!retriever || !input) return { hits: [] }
+    try {
+      const hits = await retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
+      return { hits: selectForInjection(hits) }
+    } catch (error) {
+      this.#options.log.warn('knowledge retrieval for the prompt failed; the run goes on without it', { runId: run.id, error: String(error) })
+      return { hits: [] }
+    }
+  }
+
+  #history(run: Run, model: LanguageModel, atCap: boolean, transcript: TranscriptMessage[], knowledge: KnowledgeContext | null): ModelMessage[] {
     const notes = this.#options.bus.catalog.notes
     const skills = this.#options.bus.catalog.skills
     const system = [
@@ -750,10 +785,10 @@ export class RunManager {
       ...notes,
       skills.length > 0 ? `Skills you can follow:\n${skills.map((skill) => `- ${skill.name}: ${skill.description}`).join('\n')}` : undefined,
       model.supportsTools ? undefined : noToolsPrompt,
+      knowledge?.hits && knowledge.hits.length > 0 ? knowledgeBlock(knowledge.hits) : undefined,
     ]
       .filter(Boolean)
       .join('\n\n')
-    const transcript = await readTranscript(this.#options.store.db, run.conversationId)
     const history = trimToBudget(buildModelMessages(transcript), Math.floor(model.contextWindow * 0.7) - Math.ceil(system.length / 4))
     return [{ role: 'system', content: system }, ...history, ...(atCap ? [{ role: 'system' as const, content: capPrompt }] : [])]
   }

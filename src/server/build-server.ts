@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
 import Fastify, { type FastifyBaseLogger } from 'fastify'
+import fastifyMultipart from '@fastify/multipart'
 import fastifyRateLimit from '@fastify/rate-limit'
 import { fastifySSE } from '@fastify/sse'
 import fastifySwagger from '@fastify/swagger'
@@ -10,6 +11,7 @@ import { Ajv } from 'ajv'
 import addFormatsModule from 'ajv-formats'
 import type { Registry } from 'prom-client'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
+import type { Ingestor, Retriever } from '../rag/index.js'
 import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
@@ -24,6 +26,7 @@ import { registerCommandRoutes } from './routes/command-routes.js'
 import { registerDecisionRoutes } from './routes/decision-routes.js'
 import { registerConversationRoutes } from './routes/conversation-routes.js'
 import { registerHealthRoutes } from './routes/health-routes.js'
+import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
 import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, requestId } from './request-guards.js'
@@ -36,6 +39,10 @@ export interface ServerOptions {
   bus: CommandBus
   access: ProjectAccess
   runs: RunManager
+  retriever: Retriever
+  ingestor: Ingestor
+  /** Largest knowledge upload, bytes (default 20 MiB; over it: 413). */
+  maxKnowledgeFileBytes?: number
   logger: FastifyBaseLogger
   /** Largest accepted request body, bytes. */
   bodyLimit: number
@@ -85,6 +92,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     // Node only enforces a request timeout given at construction (the property Fastify sets later does
     // not reach a request whose body is still arriving); it checks on this interval (30 s by default).
     http: {
+      // 64 KiB (Node's default is 16): a search query of 10 KB of CJK is 30 KB once percent-encoded.
+      maxHeaderSize: 64 * 1024,
       requestTimeout,
       headersTimeout: Math.min(requestTimeout, 60_000),
       connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(requestTimeout / 2))),
@@ -114,6 +123,9 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     fullModeTtlMs: options.fullModeTtlMs,
     shutdown: shutdown.signal,
     streams,
+    retriever: options.retriever,
+    ingestor: options.ingestor,
+    maxKnowledgeFileBytes: options.maxKnowledgeFileBytes ?? 20 * 1024 * 1024,
   }
   app.addHook('preClose', async () => shutdown.abort())
   app.addHook('onClose', async () => streams.stop())
@@ -141,6 +153,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     authFailureWindowMs: options.rateLimit.authFailureWindowMs ?? 60_000,
   })
   guardHostileInput(app)
+  // Knowledge uploads; limits are set per request by the route.
+  await app.register(fastifyMultipart, { throwFileSizeLimit: true })
 
   app.addSchema(Problem)
   app.setErrorHandler(handleError)
@@ -180,6 +194,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerDecisionRoutes(api, deps)
       registerAuditRoutes(api, deps)
       registerRunRoutes(api, deps)
+      registerKnowledgeRoutes(api, deps)
     },
     { prefix: '/api' },
   )

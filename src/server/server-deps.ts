@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
+import type { Ingestor, Retriever } from '../rag/index.js'
 import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 import type { StreamRegistry } from './stream-registry.js'
@@ -17,6 +18,10 @@ export interface ServerDeps {
   shutdown: AbortSignal
   /** Open event streams: caps, lifetimes, access re-checks. */
   streams: StreamRegistry
+  retriever: Retriever
+  ingestor: Ingestor
+  /** Largest knowledge upload, bytes. */
+  maxKnowledgeFileBytes: number
 }
 
 /** The Fastify instance as routes see it: TypeBox schemas give request types. */

@@ -196,6 +196,7 @@ export interface RunsTable {
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>
   started_at: NullableTimestamp
   ended_at: NullableTimestamp
+  knowledge: NullableJson
 }
 
 export interface RunToolCallsTable {
@@ -223,6 +224,51 @@ export interface RunToolCallsTable {
   ended_at: NullableTimestamp
 }
 
+export type KnowledgeStatus = 'draft' | 'published'
+export type IngestStatus = 'pending' | 'ready' | 'failed'
+
+export interface KnowledgeItemsTable {
+  id: string
+  project_id: string
+  owner_id: string
+  title: string
+  status: ColumnType<KnowledgeStatus, KnowledgeStatus | undefined, KnowledgeStatus>
+  ingest_status: ColumnType<IngestStatus, IngestStatus | undefined, IngestStatus>
+  ingest_error: string | null
+  source: 'text' | 'file' | 'command'
+  filename: string | null
+  media_type: string | null
+  byte_size: number
+  body: string | null
+  upload: Uint8Array | null
+  chunk_count: ColumnType<number, number | undefined, number>
+  ingest_lease_until: NullableTimestamp
+  created_at: CreatedAt
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+  published_at: NullableTimestamp
+  deleted_at: NullableTimestamp
+}
+
+export interface KnowledgeChunksTable {
+  id: string
+  item_id: string
+  project_id: string
+  owner_id: string
+  published: ColumnType<boolean, boolean | undefined, boolean>
+  seq: number
+  heading: string
+  text: string
+  search: string
+  embedding: string
+}
+
+export interface RagSettingsTable {
+  id: number
+  embedder: string
+  dimensions: number
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+}
+
 export interface Database {
   users: UsersTable
   api_tokens: ApiTokensTable
@@ -239,6 +285,9 @@ export interface Database {
   audit_log: AuditLogTable
   runs: RunsTable
   run_tool_calls: RunToolCallsTable
+  knowledge_items: KnowledgeItemsTable
+  knowledge_chunks: KnowledgeChunksTable
+  rag_settings: RagSettingsTable
 }
 
 /** Anything queries can run on: the database or an open transaction. */

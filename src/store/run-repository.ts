@@ -23,6 +23,8 @@ export interface Run {
   updatedAt: string
   startedAt: string | null
   endedAt: string | null
+  /** Knowledge put in front of the model: null until computed, `{autoInject: false}` when turned off. */
+  knowledge: JsonValue | null
 }
 
 export const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_action']
@@ -37,6 +39,8 @@ export interface NewRun {
   approvalPolicy: 'ask' | 'dontAsk'
   clientTools: JsonValue
   input: string
+  /** `{autoInject: false}` turns knowledge injection off for this run. */
+  knowledge?: JsonValue | null
 }
 
 /**
@@ -74,6 +78,7 @@ export async function createRun(
       max_iterations: input.maxIterations,
       approval_policy: input.approvalPolicy,
       client_tools: JSON.stringify(input.clientTools),
+      ...(input.knowledge !== undefined && input.knowledge !== null && { knowledge: JSON.stringify(input.knowledge) }),
     })
     .returningAll()
     .executeTakeFirstOrThrow()
@@ -114,6 +119,7 @@ export interface RunPatch {
   started?: boolean
   ended?: boolean
   lease?: { owner: string; expiresAt: Date } | null
+  knowledge?: JsonValue | null
 }
 
 export async function updateRun(tx: Executor, id: string, patch: RunPatch): Promise<Run> {
@@ -131,6 +137,7 @@ export async function updateRun(tx: Executor, id: string, patch: RunPatch): Prom
       ...(patch.started && { started_at: new Date() }),
       ...(patch.ended && { ended_at: new Date() }),
       ...(patch.lease !== undefined && { lease_owner: patch.lease?.owner ?? null, lease_expires_at: patch.lease?.expiresAt ?? null }),
+      ...(patch.knowledge !== undefined && { knowledge: patch.knowledge === null ? null : JSON.stringify(patch.knowledge) }),
     })
     .where('id', '=', id)
     .returningAll()
@@ -370,6 +377,7 @@ interface RunRow {
   updated_at: Date
   started_at: Date | null
   ended_at: Date | null
+  knowledge: JsonValue | null
 }
 
 function toRun(row: RunRow): Run {
@@ -393,5 +401,6 @@ function toRun(row: RunRow): Run {
     updatedAt: row.updated_at.toISOString(),
     startedAt: row.started_at?.toISOString() ?? null,
     endedAt: row.ended_at?.toISOString() ?? null,
+    knowledge: row.knowledge,
   }
 }

@@ -2,6 +2,7 @@ import { pino, type Logger } from 'pino'
 import { Registry } from 'prom-client'
 import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
 import type { LanguageModel } from '../../src/llm/index.js'
+import { HashingEmbedder, prepareEmbeddings, type Embedder, type Ingestor, type Retriever } from '../../src/rag/index.js'
 import type { RunManager } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
@@ -23,6 +24,8 @@ export interface Answer {
 export interface TestServer {
   app: App
   runs: RunManager
+  retriever: Retriever
+  ingestor: Ingestor
   store: Store
   url: string
   createUser(name?: string): Promise<TestUser>
@@ -37,18 +40,22 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger'>> & { logger?: Logger; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[]; toolOutputLimit?: number } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger'>> & { logger?: Logger; embedder?: Embedder; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[]; toolOutputLimit?: number } = {},
 ): Promise<TestServer> {
-  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, ...serverOverrides } = overrides
+  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, embedder = new HashingEmbedder(), ...serverOverrides } = overrides
   const logger = serverOverrides.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
-  const { bus, access } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec: { execBackend: 'direct', disableExecTools: false } })
+  await prepareEmbeddings(store, embedder)
+  const { bus, access, retriever, ingestor } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec: { execBackend: 'direct', disableExecTools: false }, embedder })
+  await ingestor.start()
   const metrics = new Registry()
-  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
+  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
   const app = await buildServer({
     store,
     bus,
     access,
     runs,
+    retriever,
+    ingestor,
     logger,
     bodyLimit: 64 * 1024,
     rateLimit: { max: 100_000, windowMs: 60_000, addressMax: 1_000_000, authFailureMax: 100_000 },
@@ -66,6 +73,8 @@ export async function startTestServer(
   return {
     app,
     runs,
+    retriever,
+    ingestor,
     store,
     url,
     async createUser(name) {
@@ -93,6 +102,7 @@ export async function startTestServer(
     close: async () => {
       await runs.stop()
       await app.close()
+      await ingestor.stop()
       // Every test's transcript is held to the ledger invariant, whatever the test itself checks.
       await assertLedgerInvariant(store.db)
     },

@@ -1,14 +1,9 @@
-import { randomUUID } from 'node:crypto'
-import type { CommandContext, Registry } from '../../../src/extension/index.js'
+import type { CommandContext, Host, Registry } from '../../../src/extension/index.js'
 import { requireProject } from '../project.js'
 
 interface DraftParams {
   title: string
   body: string
-}
-
-export function draftKey(projectId: string, draftId: string): string {
-  return `draft:${projectId}:${draftId}`
 }
 
 /** What the confirmation card shows; reads nothing and writes nothing. */
@@ -17,13 +12,16 @@ export function previewDraft(params: DraftParams, context: CommandContext): stri
   return `Write draft "${params.title}" (${params.body.length} chars) into ${where}`
 }
 
-/** `rdm.draft.compose`: writes a draft into the plugin's store, keyed by project. High risk, always confirmed. */
-export function registerDraft(registry: Registry): void {
+/**
+ * `rdm.draft.compose`: writes a draft into the project's knowledge (a `draft` item of the user the
+ * call is for, searchable by them at once; publishing shares it). High risk, always confirmed.
+ */
+export function registerDraft(registry: Registry, host: Pick<Host, 'addKnowledge'>): void {
   registry.addCommand<DraftParams>(
     {
       id: 'rdm.draft.compose',
       title: 'Compose draft',
-      description: 'Writes a titled text draft into the current project. A person confirms it before it is written.',
+      description: "Writes a titled text draft into the current project's knowledge (as a draft only its author sees until published). A person confirms it before it is written.",
       paramsSchema: {
         type: 'object',
         properties: {
@@ -40,18 +38,10 @@ export function registerDraft(registry: Registry): void {
     },
     async (params, context) => {
       const project = requireProject(context, 'rdm.draft.compose')
-      const draftId = randomUUID()
+      const { itemId } = await host.addKnowledge(context.actor, { projectId: project.id, title: params.title, text: params.body })
       const bytes = Buffer.byteLength(params.body, 'utf8')
-      await context.kv.set(draftKey(project.id, draftId), {
-        draftId,
-        projectId: project.id,
-        title: params.title,
-        body: params.body,
-        authorId: context.actor.onBehalfOf,
-        createdAt: new Date().toISOString(),
-      })
-      context.log.info('draft written', { projectId: project.id, draftId, bytes })
-      return { draftId, projectId: project.id, title: params.title, bytes }
+      context.log.info('draft written', { projectId: project.id, itemId, bytes })
+      return { itemId, projectId: project.id, title: params.title, bytes, status: 'draft' }
     },
   )
 }

@@ -125,14 +125,16 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       const user = caller(request)
       const project = await projectForCaller(deps, user, request.params.id)
       const shared = project.ownerId !== user.id
-      // Members see events about the project itself and their own doings; the owner sees everything.
-      const filter = shared
-        ? (event: EventRecord) => event.userId === user.id || (event.conversationId === null && !event.type.startsWith('decision.'))
-        : undefined
+      // Members see events about the project itself and their own doings; the owner sees everything
+      // else too. Knowledge drafts are their author's alone (as in the item list).
+      const filter = (event: EventRecord): boolean => {
+        if (event.type.startsWith('knowledge.') && event.userId !== user.id && (event.data.item as { status?: string } | undefined)?.status !== 'published') return false
+        return !shared || event.userId === user.id || (event.conversationId === null && !event.type.startsWith('decision.'))
+      }
       await serveEventStream(request, reply, deps, {
         scope: { projectId: project.id },
         access: { projectId: project.id, shared, recheck: async () => (await deps.access.project(user.id, project.id, 'read')) !== undefined },
-        ...(filter && { filter }),
+        filter,
       })
     },
   )

@@ -22,6 +22,12 @@ const RunCreate = Type.Object(
     maxIterations: Type.Optional(Type.Integer({ minimum: 1, maximum: 100 })),
     ifActive: Type.Optional(Type.Union([Type.Literal('interrupt'), Type.Literal('enqueue')])),
     approvalPolicy: Type.Optional(Type.Union([Type.Literal('ask'), Type.Literal('dontAsk')])),
+    knowledge: Type.Optional(
+      Type.Object(
+        { autoInject: Type.Optional(Type.Boolean({ description: 'Put the top project-knowledge hits for the message into the prompt (default true)' })) },
+        { additionalProperties: false },
+      ),
+    ),
   },
   { additionalProperties: false },
 )

@@ -1,0 +1,55 @@
+import { chunksAfter, countKnowledgeChunks, dropVectorIndexes, ensureVectorIndex, getRagSettings, setRagSettings, updateChunkEmbeddings, type Store } from '../store/index.js'
+import type { Embedder } from './embeddings.js'
+
+/** The configured embedder is not the one the stored knowledge was embedded with. */
+export class EmbedderMismatchError extends Error {
+  readonly code = 'embedder_mismatch'
+  constructor(recorded: { embedder: string; dimensions: number }, configured: Embedder) {
+    super(
+      `the knowledge in this database was embedded with ${recorded.embedder} (${recorded.dimensions} dimensions), but the configuration now says ` +
+        `${configured.id} (${configured.dimensions} dimensions). Run \`plinth knowledge reembed\` to re-embed everything with the configured ` +
+        'embedder, or restore the previous "embeddings" settings.',
+    )
+    this.name = 'EmbedderMismatchError'
+  }
+}
+
+/**
+ * Checks at start that stored embeddings were made by the configured embedder (recording it on a
+ * fresh database) and that the HNSW index for its dimension exists. Refuses on a mismatch.
+ */
+export async function prepareEmbeddings(store: Store, embedder: Embedder): Promise<void> {
+  const recorded = await getRagSettings(store.db)
+  if (recorded && recorded.embedder !== embedder.id) {
+    if ((await countKnowledgeChunks(store.db)) > 0) throw new EmbedderMismatchError(recorded, embedder)
+  }
+  if (!recorded || recorded.embedder !== embedder.id) await setRagSettings(store.db, embedder.id, embedder.dimensions)
+  await ensureVectorIndex(store.db, embedder.dimensions)
+}
+
+/**
+ * Re-embeds every chunk with `embedder`, in batches, then records it and rebuilds the index for its
+ * dimension. The old index is dropped first (updating an indexed column row by row is slow).
+ * `onProgress(done, total)` is called after every batch.
+ */
+export async function reembedAll(store: Store, embedder: Embedder, onProgress: (done: number, total: number) => void = () => undefined): Promise<number> {
+  const total = await countKnowledgeChunks(store.db)
+  await dropVectorIndexes(store.db)
+  let done = 0
+  let after = ''
+  onProgress(0, total)
+  for (;;) {
+    const page = await chunksAfter(store.db, after, embedder.batchSize * 4)
+    if (page.length === 0) break
+    const texts = page.map((chunk) => (chunk.heading ? `${chunk.heading}\n${chunk.text}` : chunk.text))
+    const vectors: number[][] = []
+    for (let start = 0; start < texts.length; start += embedder.batchSize) vectors.push(...(await embedder.embed(texts.slice(start, start + embedder.batchSize))))
+    await store.transaction((tx) => updateChunkEmbeddings(tx, page.map((chunk, index) => ({ id: chunk.id, embedding: vectors[index]! }))))
+    done += page.length
+    after = page.at(-1)!.id
+    onProgress(done, total)
+  }
+  await setRagSettings(store.db, embedder.id, embedder.dimensions)
+  await ensureVectorIndex(store.db, embedder.dimensions, '256MB')
+  return done
+}

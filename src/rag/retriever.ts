@@ -1,0 +1,159 @@
+import type { ProjectAuthzAdapter } from '../extension/index.js'
+import { getProject, searchChunksFullText, searchChunksVector, type ChunkHit, type ChunkScope, type Store } from '../store/index.js'
+import type { Embedder } from './embeddings.js'
+import { queryTokens, snippet, tsqueryStages } from './text.js'
+
+/** One search result, citable: which item (title, id), which chunk, and why it matched. */
+export interface RetrievalHit {
+  chunkId: string
+  itemId: string
+  projectId: string
+  ownerId: string
+  title: string
+  heading: string
+  /** The whole chunk. */
+  text: string
+  /** The part of the chunk around the match, with the matched spans. */
+  snippet: string
+  highlights: Array<[number, number]>
+  /** Reciprocal Rank Fusion score (k = 60) over the lists the chunk appeared in. */
+  score: number
+  /** True when the chunk belongs to another user (found through project sharing). */
+  shared: boolean
+  /** Rank on the full-text path and cosine similarity on the vector path, where it was found. */
+  fulltextRank: number | null
+  vectorSimilarity: number | null
+}
+
+export interface RetrieveOptions {
+  /** Search this project (the caller must be able to search it); without it, everything the caller may see. */
+  projectId?: string
+  /** Hits to return (default 10). */
+  k?: number
+  /** Which paths (default both, fused). */
+  mode?: 'hybrid' | 'fulltext' | 'vector'
+  signal?: AbortSignal
+}
+
+/** The project named does not exist or the caller may not search it (404 to an HTTP caller). */
+export class RetrievalScopeError extends Error {
+  constructor() {
+    super('project not found')
+    this.name = 'RetrievalScopeError'
+  }
+}
+
+const rrfK = 60
+
+/**
+ * The one retrieval implementation (SPEC §11) behind the HTTP search, the `knowledge_search` tool,
+ * knowledge injection into runs and `host.knowledgeSearch`.
+ *
+ * `retrieve` searches the actor's own items (drafts included). `retrieveShared` adds other users'
+ * *published* items in projects the ProjectAuthz adapter lets the actor search; every list (own
+ * full text, own vector, shared full text, shared vector) is ranked on its own and the lists are
+ * fused with RRF. With no adapter registered it is exactly `retrieve`.
+ */
+export class Retriever {
+  readonly #store: Store
+  readonly #embedder: () => Embedder
+  readonly #adapter: () => ProjectAuthzAdapter | null
+
+  constructor(options: { store: Store; embedder: Embedder | (() => Embedder); adapter: () => ProjectAuthzAdapter | null }) {
+    this.#store = options.store
+    const embedder = options.embedder
+    this.#embedder = typeof embedder === 'function' ? embedder : () => embedder
+    this.#adapter = options.adapter
+  }
+
+  get embedder(): Embedder {
+    return this.#embedder()
+  }
+
+  async retrieve(actorId: string, query: string, options: RetrieveOptions = {}): Promise<RetrievalHit[]> {
+    const projects = await this.#projects(actorId, options.projectId, false)
+    return this.#search(actorId, query, options, { own: { ownerId: actorId, projectIds: projects } })
+  }
+
+  async retrieveShared(actorId: string, query: string, options: RetrieveOptions = {}): Promise<RetrievalHit[]> {
+    if (!this.#adapter()) return this.retrieve(actorId, query, options)
+    const projects = await this.#projects(actorId, options.projectId, true)
+    return this.#search(actorId, query, options, { own: { ownerId: actorId, projectIds: projects }, shared: { actorId, projectIds: projects } })
+  }
+
+  /** Projects the actor may search: the one named (or a scope error), else all owned and shared ones. */
+  async #projects(actorId: string, projectId: string | undefined, withSharing: boolean): Promise<string[]> {
+    const adapter = withSharing ? this.#adapter() : null
+    if (projectId !== undefined) {
+      const project = await getProject(this.#store.db, projectId)
+      if (project?.ownerId === actorId) return [project.id]
+      // Asked whether the project exists or not, so a missing id and a forbidden one take the same path.
+      const allowed = adapter ? await Promise.resolve(adapter.canAccessProject(actorId, projectId, 'search')).catch(() => false) : false
+      if (!project || !allowed) throw new RetrievalScopeError()
+      return [project.id]
+    }
+    const owned = await this.#store.db.selectFrom('projects').select('id').where('owner_id', '=', actorId).where('deleted_at', 'is', null).execute()
+    const ids = owned.map((row) => row.id)
+    if (!adapter) return ids
+    for (const id of new Set(await adapter.listSharedProjects(actorId))) {
+      if (typeof id !== 'string' || ids.includes(id)) continue
+      if (!(await adapter.canAccessProject(actorId, id, 'search'))) continue
+      if (await getProject(this.#store.db, id)) ids.push(id)
+    }
+    return ids
+  }
+
+  async #search(actorId: string, query: string, options: RetrieveOptions, scope: ChunkScope): Promise<RetrievalHit[]> {
+    const k = options.k ?? 10
+    const mode = options.mode ?? 'hybrid'
+    const tokens = queryTokens(query)
+    // A query of stop words or punctuation only has nothing to match on.
+    if (tokens.length === 0) return []
+    const candidates = Math.max(20, k * 3)
+    const scopes: ChunkScope[] = []
+    if (scope.own) scopes.push({ own: scope.own })
+    if (scope.shared) scopes.push({ shared: scope.shared })
+    const db = this.#store.db
+    const lists: Array<Promise<{ path: 'fulltext' | 'vector'; hits: ChunkHit[] }>> = []
+    if (mode !== 'vector') {
+      const stages = tsqueryStages(tokens)
+      for (const part of scopes) lists.push(searchChunksFullText(db, part, stages, candidates).then((hits) => ({ path: 'fulltext' as const, hits })))
+    }
+    if (mode !== 'fulltext') {
+      const embedder = this.#embedder()
+      const [embedding] = await embedder.embed([query], options.signal)
+      for (const part of scopes) lists.push(searchChunksVector(db, part, embedding!, embedder.dimensions, candidates).then((hits) => ({ path: 'vector' as const, hits })))
+    }
+    const fused = new Map<string, { hit: ChunkHit; score: number; fulltextRank: number | null; vectorSimilarity: number | null }>()
+    for (const { path, hits } of await Promise.all(lists)) {
+      hits.forEach((hit, index) => {
+        const entry = fused.get(hit.chunkId) ?? { hit, score: 0, fulltextRank: null, vectorSimilarity: null }
+        entry.score += 1 / (rrfK + index + 1)
+        if (path === 'fulltext') entry.fulltextRank = Math.min(entry.fulltextRank ?? Infinity, index + 1)
+        else entry.vectorSimilarity = Math.max(entry.vectorSimilarity ?? -Infinity, hit.score)
+        fused.set(hit.chunkId, entry)
+      })
+    }
+    return [...fused.values()]
+      .sort((a, b) => b.score - a.score || (a.hit.chunkId < b.hit.chunkId ? -1 : 1))
+      .slice(0, k)
+      .map(({ hit, score, fulltextRank, vectorSimilarity }) => {
+        const excerpt = snippet(hit.text, tokens)
+        return {
+          chunkId: hit.chunkId,
+          itemId: hit.itemId,
+          projectId: hit.projectId,
+          ownerId: hit.ownerId,
+          title: hit.title,
+          heading: hit.heading,
+          text: hit.text,
+          snippet: excerpt.text,
+          highlights: excerpt.highlights,
+          score: Math.round(score * 1e6) / 1e6,
+          shared: hit.ownerId !== actorId,
+          fulltextRank,
+          vectorSimilarity: vectorSimilarity === null ? null : Math.round(vectorSimilarity * 1e6) / 1e6,
+        }
+      })
+  }
+}

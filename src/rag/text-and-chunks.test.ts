@@ -1,0 +1,81 @@
+import { describe, expect, it } from 'vitest'
+import { chunkMarkdown } from './chunker.js'
+import { HashingEmbedder } from './embeddings.js'
+import { cleanText, queryTokens, snippet, tokenize, toTsquery, toTsvector } from './text.js'
+
+describe('tokenize', () => {
+  it('turns CJK runs into overlapping bigrams and keeps words of other scripts', () => {
+    expect(tokenize('编写项目建议书的要点')).toEqual(['编写', '写项', '项目', '目建', '建议', '议书', '书的', '的要', '要点'])
+    expect(tokenize('Budget 项目 plan, Ünïcode ２０２６')).toEqual(['budget', '项目', 'plan', 'ünïcode', '2026'])
+    expect(tokenize('字')).toEqual(['字'])
+    // The query's bigrams are all in the document's: the full-text path finds it.
+    const document = new Set(tokenize('编写项目建议书的要点'))
+    expect(tokenize('项目建议书').every((token) => document.has(token))).toBe(true)
+  })
+
+  it('drops stop words and treats query syntax as plain text', () => {
+    expect(tokenize('the plan of the year')).toEqual(['plan', 'year'])
+    expect(queryTokens("'a & | !b:* \" \\\\ drop table")).toEqual(['b', 'drop', 'table'])
+  })
+})
+
+describe('tsvector and tsquery literals', () => {
+  it('quote lexemes so quotes and backslashes cannot break out', () => {
+    expect(toTsvector("don't x\\y")).toBe("'don':1 't':2 'x':3 'y':4")
+    expect(toTsquery(["o'brien", 'back\\slash'])).toBe("'o''brien' | 'back\\\\slash'")
+    expect(toTsvector('plan plan 计划')).toBe("'plan':1,2 '计划':3")
+  })
+})
+
+describe('snippet', () => {
+  it('is the window around the first match, with the matched spans marked', () => {
+    const text = `${'filler '.repeat(60)}the failover happened when the disk filled up${' tail'.repeat(60)}`
+    const result = snippet(text, queryTokens('disk failover'))
+    expect(result.text.length).toBeLessThanOrEqual(240)
+    const marked = result.highlights.map(([start, end]) => result.text.slice(start, end))
+    expect(marked).toEqual(['failover', 'disk'])
+    const chinese = snippet('背景。编写项目建议书的要点如下。', queryTokens('项目建议书'))
+    expect(chinese.highlights.map(([start, end]) => chinese.text.slice(start, end))).toEqual(['项目建议书'])
+  })
+})
+
+describe('chunkMarkdown', () => {
+  it('cuts at about 800 characters along sections and paragraphs, carrying heading paths', () => {
+    const paragraph = (n: number): string => `Paragraph ${n}. ${'word '.repeat(60).trim()}.`
+    const markdown = ['# Guide', paragraph(1), '## Setup', paragraph(2), paragraph(3), paragraph(4), '## Use', paragraph(5)].join('\n\n')
+    const chunks = chunkMarkdown(markdown)
+    expect(chunks.map((chunk) => chunk.heading)).toEqual(['Guide', 'Guide > Setup', 'Guide > Setup', 'Guide > Use'])
+    for (const chunk of chunks) expect(chunk.text.length).toBeLessThanOrEqual(800 + 130)
+    // The second chunk of a section starts with the tail of the first.
+    const [, first, second] = chunks
+    expect(first!.text.endsWith(second!.text.split('\n\n')[0]!)).toBe(true)
+    expect(chunks.map((chunk) => chunk.seq)).toEqual([0, 1, 2, 3])
+  })
+
+  it('keeps fenced code whole, splits an endless sentence, and never loses text', () => {
+    const code = '```js\nconst a = 1\n\nconst b = 2\n```'
+    expect(chunkMarkdown(`# Code\n\n${code}`)[0]!.text).toBe(code)
+    const long = '长'.repeat(2000)
+    const chunks = chunkMarkdown(long, { overlap: 0 })
+    expect(chunks.map((chunk) => chunk.text).join('')).toBe(long)
+    expect(chunkMarkdown('   \n\n ')).toEqual([])
+  })
+})
+
+describe('HashingEmbedder', () => {
+  it('is deterministic, unit length, and closer for texts that share words', async () => {
+    const embedder = new HashingEmbedder(256)
+    const [a, b, c, again] = await embedder.embed(['database failover runbook', 'runbook for database failover', '项目建议书 要点', 'database failover runbook'])
+    expect(again).toEqual(a)
+    const dot = (x: number[], y: number[]): number => x.reduce((sum, value, index) => sum + value * y[index]!, 0)
+    expect(dot(a!, a!)).toBeCloseTo(1, 5)
+    expect(dot(a!, b!)).toBeGreaterThan(dot(a!, c!))
+    expect(embedder.id).toBe('hash-v1:256')
+  })
+})
+
+describe('cleanText', () => {
+  it('removes NUL and replaces lone surrogates, keeping pairs', () => {
+    expect(cleanText('a\u0000b\ud800c😀')).toBe('ab\ufffdc😀')
+  })
+})

@@ -1,0 +1,288 @@
+import { createHash } from 'node:crypto'
+import type { MultipartFile } from '@fastify/multipart'
+import type { FastifyRequest } from 'fastify'
+import { Type } from 'typebox'
+import { detectFormat, RetrievalScopeError, type RetrievalHit, type SourceFormat } from '../../rag/index.js'
+import {
+  deleteKnowledgeItem,
+  getKnowledgeItem,
+  listKnowledgeChunks,
+  listKnowledgeItems,
+  publishKnowledgeItem,
+  type KnowledgeItem,
+  type User,
+} from '../../store/index.js'
+import { projectForCaller } from '../access.js'
+import { caller } from '../auth.js'
+import { decodeCursor, toListAnswer } from '../cursor.js'
+import { stringProblem } from '../hostile-input.js'
+import { runIdempotent } from '../idempotency.js'
+import { HttpProblem, notFound } from '../problem.js'
+import { IdParams, PageOf, PageQuery, problemResponses } from '../schemas.js'
+import type { App, ServerDeps } from '../server-deps.js'
+
+const tags = ['knowledge']
+const problem = Type.Ref('Problem')
+
+const KnowledgeItemView = Type.Object({
+  id: Type.String(),
+  projectId: Type.String(),
+  ownerId: Type.String(),
+  title: Type.String(),
+  status: Type.Union([Type.Literal('draft'), Type.Literal('published')]),
+  ingestStatus: Type.Union([Type.Literal('pending'), Type.Literal('ready'), Type.Literal('failed')]),
+  ingestError: Type.Union([Type.String(), Type.Null()]),
+  source: Type.Union([Type.Literal('text'), Type.Literal('file'), Type.Literal('command')]),
+  filename: Type.Union([Type.String(), Type.Null()]),
+  mediaType: Type.Union([Type.String(), Type.Null()]),
+  byteSize: Type.Integer(),
+  chunkCount: Type.Integer(),
+  shared: Type.Boolean({ description: 'True when the item belongs to another user of a shared project.' }),
+  createdAt: Type.String({ format: 'date-time' }),
+  updatedAt: Type.String({ format: 'date-time' }),
+  publishedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+})
+
+const Chunk = Type.Object({ id: Type.String(), seq: Type.Integer(), heading: Type.String(), text: Type.String() })
+
+const KnowledgeCreate = Type.Object(
+  {
+    title: Type.String({ minLength: 1, maxLength: 500, pattern: '\\S' }),
+    text: Type.String({ minLength: 1, maxLength: 2_000_000, pattern: '\\S' }),
+  },
+  { additionalProperties: false },
+)
+
+const SearchQuery = Type.Object(
+  {
+    q: Type.String({ minLength: 1, maxLength: 20_000, pattern: '\\S', description: 'What to look for, in any language (not a query language: operators are text)' }),
+    k: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, default: 10 })),
+    mode: Type.Optional(Type.Union([Type.Literal('hybrid'), Type.Literal('fulltext'), Type.Literal('vector')], { description: 'Which paths (default hybrid: both, fused)' })),
+  },
+  { additionalProperties: false },
+)
+
+const SearchHit = Type.Object({
+  chunkId: Type.String(),
+  itemId: Type.String(),
+  projectId: Type.String(),
+  ownerId: Type.String(),
+  title: Type.String(),
+  heading: Type.String(),
+  text: Type.String(),
+  snippet: Type.String(),
+  highlights: Type.Array(Type.Tuple([Type.Integer(), Type.Integer()]), { description: '[start, end) of matched spans within snippet' }),
+  score: Type.Number({ description: 'Reciprocal Rank Fusion score (k = 60)' }),
+  shared: Type.Boolean(),
+  fulltextRank: Type.Union([Type.Integer(), Type.Null()]),
+  vectorSimilarity: Type.Union([Type.Number(), Type.Null()]),
+})
+const SearchAnswer = Type.Object({ items: Type.Array(SearchHit), nextCursor: Type.Null() })
+
+function itemView(item: KnowledgeItem, user: User): KnowledgeItem & { shared: boolean } {
+  return { ...item, shared: item.ownerId !== user.id }
+}
+
+/**
+ * An item the caller may see: their own (in a project they can still read), or a published one in a
+ * project they can read. `ownerOnly`: only their own. Anything else is 404.
+ */
+async function itemForCaller(deps: ServerDeps, user: User, itemId: string, ownerOnly = false): Promise<KnowledgeItem> {
+  const item = await getKnowledgeItem(deps.store.db, itemId)
+  const visible = item && (item.ownerId === user.id || (!ownerOnly && item.status === 'published'))
+  if (!item || !visible) throw notFound('knowledge item')
+  await projectForCaller(deps, user, item.projectId).catch(() => {
+    throw notFound('knowledge item')
+  })
+  return item
+}
+
+export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
+  const { store, ingestor, retriever } = deps
+
+  app.post(
+    '/projects/:id/knowledge',
+    {
+      attachValidation: true,
+      schema: {
+        tags,
+        summary:
+          'Add knowledge: JSON {title, text}, or multipart/form-data with one `file` (.txt .md .html .pdf .docx) and an optional `title`. 201 when a small text is ready at once; 202 while it ingests in the background',
+        params: IdParams,
+        body: KnowledgeCreate,
+        response: { 201: KnowledgeItemView, 202: KnowledgeItemView, ...problemResponses, 413: problem, 415: problem, 422: problem },
+      },
+    },
+    async (request, reply) => {
+      const user = caller(request)
+      const project = await projectForCaller(deps, user, request.params.id, 'write')
+      let created: KnowledgeItem
+      if (request.isMultipart()) {
+        const upload = await readUpload(request, deps.maxKnowledgeFileBytes)
+        // What an Idempotency-Key stands for: the title and the file's content.
+        ;(request as { body: unknown }).body = { title: upload.title, filename: upload.filename, sha256: createHash('sha256').update(upload.bytes).digest('hex') }
+        created = await runIdempotent(request, reply, store, user.id, 202, (tx) =>
+          ingestor.insertFile(tx, { projectId: project.id, ownerId: user.id, title: upload.title, filename: upload.filename, format: upload.format, bytes: upload.bytes }),
+        )
+      } else {
+        if (request.validationError) throw request.validationError
+        const body = request.body
+        const chunks = await ingestor.prepareText(body.text)
+        created = await runIdempotent(request, reply, store, user.id, chunks ? 201 : 202, (tx) =>
+          ingestor.insertText(tx, { projectId: project.id, ownerId: user.id, title: body.title, text: body.text }, chunks),
+        )
+      }
+      if (created.ingestStatus === 'pending') ingestor.enqueue(created.id)
+      return itemView(created, user)
+    },
+  )
+
+  app.get(
+    '/projects/:id/knowledge',
+    {
+      schema: {
+        tags,
+        summary: "A project's knowledge the caller may see: every published item and their own drafts, newest first",
+        params: IdParams,
+        querystring: PageQuery,
+        response: { 200: PageOf(KnowledgeItemView), ...problemResponses },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      const project = await projectForCaller(deps, user, request.params.id)
+      const page = await listKnowledgeItems(store.db, project.id, user.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      return toListAnswer(page, (item) => itemView(item, user))
+    },
+  )
+
+  app.get(
+    '/knowledge/:id',
+    {
+      schema: {
+        tags,
+        summary: 'A knowledge item with its first chunks (GET /api/knowledge/:id/chunks pages through all)',
+        params: IdParams,
+        response: { 200: Type.Object({ ...KnowledgeItemView.properties, chunks: Type.Array(Chunk), chunksNextCursor: Type.Union([Type.String(), Type.Null()]) }), ...problemResponses },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      const item = await itemForCaller(deps, user, request.params.id)
+      const chunks = toListAnswer(await listKnowledgeChunks(store.db, item.id, { limit: 100 }), chunkView)
+      return { ...itemView(item, user), chunks: chunks.items, chunksNextCursor: chunks.nextCursor }
+    },
+  )
+
+  app.get(
+    '/knowledge/:id/chunks',
+    { schema: { tags, summary: "A knowledge item's chunks, in order", params: IdParams, querystring: PageQuery, response: { 200: PageOf(Chunk), ...problemResponses } } },
+    async (request) => {
+      const item = await itemForCaller(deps, caller(request), request.params.id)
+      return toListAnswer(await listKnowledgeChunks(store.db, item.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), chunkView)
+    },
+  )
+
+  app.post(
+    '/knowledge/:id/publish',
+    { schema: { tags, summary: 'Publish an item of yours: members of the project find it too (idempotent)', params: IdParams, response: { 200: KnowledgeItemView, ...problemResponses } } },
+    async (request) => {
+      const user = caller(request)
+      const item = await itemForCaller(deps, user, request.params.id, true)
+      const published = await store.transaction((tx) => publishKnowledgeItem(tx, item.id))
+      return itemView(published ?? item, user)
+    },
+  )
+
+  app.delete(
+    '/knowledge/:id',
+    { schema: { tags, summary: 'Delete an item of yours (soft: searches stop finding it at once)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    async (request, reply) => {
+      const item = await itemForCaller(deps, caller(request), request.params.id, true)
+      await store.transaction((tx) => deleteKnowledgeItem(tx, item))
+      return reply.code(204).send(null)
+    },
+  )
+
+  app.get(
+    '/projects/:id/search',
+    {
+      schema: {
+        tags: ['search'],
+        summary: 'Hybrid search (full text + vectors, RRF) over the project’s knowledge the caller may see — the same retrieval the agent uses',
+        params: IdParams,
+        querystring: SearchQuery,
+        response: { 200: SearchAnswer, ...problemResponses },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      const { q, k, mode } = request.query
+      try {
+        const hits = await retriever.retrieveShared(user.id, q, { projectId: request.params.id, k: k ?? 10, ...(mode && { mode }) })
+        return { items: hits.map(hitView), nextCursor: null }
+      } catch (error) {
+        if (error instanceof RetrievalScopeError) throw notFound('project')
+        throw error
+      }
+    },
+  )
+
+  app.get(
+    '/search',
+    {
+      schema: {
+        tags: ['search'],
+        summary: 'Hybrid search over every project the caller may see',
+        querystring: SearchQuery,
+        response: { 200: SearchAnswer, ...problemResponses },
+      },
+    },
+    async (request) => {
+      const { q, k, mode } = request.query
+      const hits = await retriever.retrieveShared(caller(request).id, q, { k: k ?? 10, ...(mode && { mode }) })
+      return { items: hits.map(hitView), nextCursor: null }
+    },
+  )
+}
+
+function chunkView(chunk: { id: string; seq: number; heading: string; text: string }) {
+  return { id: chunk.id, seq: chunk.seq, heading: chunk.heading, text: chunk.text }
+}
+
+function hitView(hit: RetrievalHit) {
+  return hit
+}
+
+interface Upload {
+  title: string
+  filename: string
+  format: SourceFormat
+  bytes: Buffer
+}
+
+/** The one file of a multipart request (415 for an unsupported type, 413 over the size limit) and its title. */
+async function readUpload(request: FastifyRequest, maxBytes: number): Promise<Upload> {
+  let file: { part: MultipartFile; format: SourceFormat; bytes: Buffer } | undefined
+  const fields: Record<string, string> = {}
+  for await (const part of request.parts({ limits: { fileSize: maxBytes, files: 1, fields: 10, fieldSize: 10_000 } })) {
+    if (part.type === 'file') {
+      const format = detectFormat(part.filename, part.mimetype)
+      if (!format) {
+        part.file.resume()
+        throw new HttpProblem('unsupported_media_type', `cannot read ${JSON.stringify(part.filename)}: upload .txt, .md, .html, .pdf or .docx`)
+      }
+      file = { part, format, bytes: await part.toBuffer() }
+    } else {
+      fields[part.fieldname] = String(part.value)
+    }
+  }
+  if (!file) throw new HttpProblem('validation_failed', 'body.file: a multipart upload needs a file field', { errors: [{ path: 'body.file', message: 'is required' }] })
+  const title = (fields.title ?? file.part.filename.replace(/\.[^.]+$/, '')).trim() || file.part.filename
+  for (const [path, value] of [['body.title', title], ['body.file.filename', file.part.filename]] as const) {
+    const problemText = stringProblem(value) ?? (value.length > 500 ? 'must be at most 500 characters' : null)
+    if (problemText) throw new HttpProblem('validation_failed', `${path}: ${problemText}`, { errors: [{ path, message: problemText }] })
+  }
+  if (file.bytes.length === 0) throw new HttpProblem('validation_failed', 'body.file: the file is empty', { errors: [{ path: 'body.file', message: 'is empty' }] })
+  return { title, filename: file.part.filename, format: file.format, bytes: file.bytes }
+}

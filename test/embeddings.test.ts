@@ -1,0 +1,187 @@
+import { once } from 'node:events'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { createServer, type IncomingMessage, type Server } from 'node:http'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { pino } from 'pino'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { EmbedderMismatchError, HashingEmbedder, Ingestor, OpenAIEmbedder, prepareEmbeddings, reembedAll, Retriever } from '../src/rag/index.js'
+import { createPluginLogger } from '../src/cmdbus/index.js'
+import { createProject, createUser, openStore, type Store } from '../src/store/index.js'
+import { runPlinth } from './helpers/cli-process.js'
+import { openTestStore } from './helpers/engines.js'
+import { startTestServer } from './helpers/test-server.js'
+
+/** An OpenAI-compatible /embeddings endpoint (real wire format) whose vectors come from a small hashing embedder. */
+async function startFakeEmbeddings(dimensions: number): Promise<{ url: string; requests: Array<{ auth: string | undefined; body: { model: string; input: string[]; dimensions?: number } }>; failNext: number; close(): Promise<void> }> {
+  const hasher = new HashingEmbedder(dimensions)
+  const state = { failNext: 0 }
+  const requests: Array<{ auth: string | undefined; body: { model: string; input: string[]; dimensions?: number } }> = []
+  const server: Server = createServer(async (request: IncomingMessage, response) => {
+    let raw = ''
+    for await (const chunk of request) raw += chunk
+    const body = JSON.parse(raw) as { model: string; input: string[]; dimensions?: number }
+    requests.push({ auth: request.headers.authorization, body })
+    if (state.failNext > 0) {
+      state.failNext--
+      response.writeHead(503, { 'content-type': 'application/json', 'retry-after': '0' }).end('{"error":{"message":"overloaded"}}')
+      return
+    }
+    const vectors = await hasher.embed(body.input)
+    // Real servers may answer out of order; the index says which input each vector is for.
+    const data = vectors.map((embedding, index) => ({ object: 'embedding', index, embedding })).reverse()
+    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ object: 'list', data, model: body.model, usage: { prompt_tokens: 1, total_tokens: 1 } }))
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const address = server.address()
+  const port = typeof address === 'object' && address ? address.port : 0
+  return {
+    url: `http://127.0.0.1:${port}/v1`,
+    requests,
+    get failNext() {
+      return state.failNext
+    },
+    set failNext(value: number) {
+      state.failNext = value
+    },
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  }
+}
+
+describe('an OpenAI-compatible embeddings provider', () => {
+  let fake: Awaited<ReturnType<typeof startFakeEmbeddings>>
+  let store: Store
+
+  beforeAll(async () => {
+    fake = await startFakeEmbeddings(32)
+    store = await openTestStore('pglite')
+  })
+  afterAll(async () => {
+    await store?.close()
+    await fake?.close()
+  })
+
+  it('embeds through /embeddings (key sent, order by index, retries a 503) and powers search', async () => {
+    const embedder = new OpenAIEmbedder({ model: 'text-embedding-test', baseUrl: fake.url, apiKey: 'sk-embed-secret-0123456789', dimensions: 32 })
+    fake.failNext = 1
+    const server = await startTestServer(store, { embedder })
+    try {
+      const user = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
+      const item = await server.request('POST', `/api/projects/${project}/knowledge`, { token: user.token, body: { title: 'Vectors', text: 'The heron migration happens in spring.' } })
+      expect(item.body.ingestStatus).toBe('ready')
+      const hits = (await server.request('GET', `/api/projects/${project}/search?q=heron%20migration&mode=vector`, { token: user.token })).body.items
+      expect(hits[0].itemId).toBe(item.body.id)
+      expect(fake.requests.every((request) => request.auth === 'Bearer sk-embed-secret-0123456789')).toBe(true)
+      expect(fake.requests[0]!.body).toMatchObject({ model: 'text-embedding-test', dimensions: 32 })
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('reports a vector of the wrong size clearly, without the key', async () => {
+    const wrong = new OpenAIEmbedder({ model: 'm', baseUrl: fake.url, apiKey: 'sk-embed-secret-0123456789', dimensions: 64 })
+    await expect(wrong.embed(['x'])).rejects.toThrow(/vector of 32 numbers; configured dimensions: 64/)
+    const down = new OpenAIEmbedder({ model: 'm', baseUrl: 'http://127.0.0.1:1/v1', apiKey: 'sk-embed-secret-0123456789', dimensions: 32 })
+    const error = await down.embed(['x']).catch((caught: Error) => caught)
+    expect(String(error)).not.toContain('sk-embed-secret')
+  })
+})
+
+describe('the recorded embedder', () => {
+  it('refuses a different embedder once knowledge exists, naming the re-embed command; re-embedding fixes it', async () => {
+    const store = await openTestStore('pglite')
+    try {
+      await prepareEmbeddings(store, new HashingEmbedder(256))
+      const user = await createUser(store.db, 'embedder-owner')
+      if ('error' in user) throw new Error('name taken')
+      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
+      const ingestor = new Ingestor({ store, embedder: new HashingEmbedder(256), log: createPluginLogger(pino({ level: 'silent' }), 'rag') })
+      await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'A', text: 'Alpaca grooming guide.\n\nSecond paragraph about wool.' })
+      const smaller = new HashingEmbedder(64)
+      const refused = await prepareEmbeddings(store, smaller).catch((error: unknown) => error)
+      expect(refused).toBeInstanceOf(EmbedderMismatchError)
+      expect(String((refused as Error).message)).toMatch(/hash-v1:256.*hash-v1:64.*plinth knowledge reembed/s)
+      const progress: Array<[number, number]> = []
+      expect(await reembedAll(store, smaller, (done, total) => progress.push([done, total]))).toBe(1)
+      expect(progress.at(-1)).toEqual([1, 1])
+      await prepareEmbeddings(store, smaller)
+      const retriever = new Retriever({ store, embedder: smaller, adapter: () => null })
+      expect((await retriever.retrieve(user.id, 'alpaca wool', { mode: 'vector' }))[0]?.title).toBe('A')
+    } finally {
+      await store.close()
+    }
+  })
+
+  it('`plinth knowledge reembed` re-embeds with a progress report, and serve refuses a mismatched embedder until then', async () => {
+    const cwd = await mkdtemp(join(tmpdir(), 'plinth-reembed-'))
+    try {
+      const dataDir = join(cwd, 'data')
+      const store = await openStore({ dataDir })
+      try {
+        await prepareEmbeddings(store, new HashingEmbedder(256))
+        const user = await createUser(store.db, 'cli-owner')
+        if ('error' in user) throw new Error('name taken')
+        const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
+        const ingestor = new Ingestor({ store, embedder: new HashingEmbedder(256), log: createPluginLogger(pino({ level: 'silent' }), 'rag') })
+        await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'Doc', text: 'Capybara facts.' })
+      } finally {
+        await store.close()
+      }
+      await writeFile(join(cwd, 'plinth.config.json'), JSON.stringify({ dataDir: './data', embeddings: { provider: 'hash', dimensions: 64 } }))
+      const serve = await runPlinth(['serve'], { cwd, env: { PORT: '0' }, timeoutMs: 60_000 })
+      expect(serve.code).toBe(1)
+      expect(serve.stderr).toMatch(/plinth knowledge reembed/)
+      const reembed = await runPlinth(['knowledge', 'reembed'], { cwd, timeoutMs: 60_000 })
+      expect(reembed.code, reembed.stderr).toBe(0)
+      expect(reembed.stderr).toMatch(/re-embedding: 1\/1 chunks/)
+      expect(reembed.stdout).toMatch(/re-embedded 1 chunks with hash-v1:64/)
+    } finally {
+      await rm(cwd, { recursive: true, force: true })
+    }
+  }, 150_000)
+})
+
+describe('ingestion that survives a crash', () => {
+  it('an upload left pending by a stopped process is ingested by the next one', async () => {
+    const store = await openTestStore('pglite')
+    try {
+      await prepareEmbeddings(store, new HashingEmbedder(256))
+      const user = await createUser(store.db, 'restart-owner')
+      if ('error' in user) throw new Error('name taken')
+      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
+      const log = createPluginLogger(pino({ level: 'silent' }), 'rag')
+      // The first process stored the upload and died before its queue ran.
+      const first = new Ingestor({ store, embedder: new HashingEmbedder(256), log })
+      const item = await store.transaction((tx) =>
+        first.insertFile(tx, { projectId: project.id, ownerId: user.id, title: 'Notes', filename: 'notes.md', format: 'markdown', bytes: Buffer.from('# Ibex\n\nIbex herds climb at dawn.') }),
+      )
+      expect(item.ingestStatus).toBe('pending')
+      const second = new Ingestor({ store, embedder: new HashingEmbedder(256), log })
+      await second.start()
+      await second.idle()
+      await second.stop()
+      const retriever = new Retriever({ store, embedder: new HashingEmbedder(256), adapter: () => null })
+      expect((await retriever.retrieve(user.id, 'ibex herds'))[0]).toMatchObject({ itemId: item.id, heading: 'Ibex' })
+    } finally {
+      await store.close()
+    }
+  })
+
+  it('a text whose embedding fails is accepted (202) and left pending for the background queue', async () => {
+    const store = await openTestStore('pglite')
+    const down = new OpenAIEmbedder({ model: 'm', baseUrl: 'http://127.0.0.1:1/v1', dimensions: 32 })
+    const server = await startTestServer(store, { embedder: down })
+    try {
+      const user = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
+      const answer = await server.request('POST', `/api/projects/${project}/knowledge`, { token: user.token, body: { title: 'T', text: 'text' } })
+      expect(answer.status).toBe(202)
+      expect(answer.body.ingestStatus).toBe('pending')
+    } finally {
+      await server.close()
+      await store.close()
+    }
+  })
+})

@@ -1,0 +1,164 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { Store } from '../src/store/index.js'
+import { makeDocx, makePdf, upload } from './helpers/documents.js'
+import { openTestStore, testEngines } from './helpers/engines.js'
+import { openSse } from './helpers/sse-client.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+
+const missingId = '01ARZ3NDEKTSV4RRFFQ69G5FAV'
+
+for (const engine of testEngines()) {
+  describe(`knowledge and search on ${engine}`, () => {
+    let store: Store
+    let server: TestServer
+    let alice: TestUser
+    let bob: TestUser
+    let projectId: string
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      server = await startTestServer(store, { maxKnowledgeFileBytes: 200_000 })
+      alice = await server.createUser()
+      bob = await server.createUser()
+      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'knowledge' } })).body.id
+    })
+    afterAll(async () => {
+      await server?.close()
+      await store?.close()
+    })
+
+    const add = (title: string, text: string, token = alice.token, project = projectId) =>
+      server.request('POST', `/api/projects/${project}/knowledge`, { token, body: { title, text } })
+    const search = (q: string, query = '', token = alice.token, project = projectId) =>
+      server.request('GET', `/api/projects/${project}/search?q=${encodeURIComponent(q)}${query}`, { token })
+    const waitReady = async (itemId: string, token = alice.token) => {
+      await server.ingestor.idle()
+      for (let attempt = 0; attempt < 100; attempt++) {
+        const item = (await server.request('GET', `/api/knowledge/${itemId}`, { token })).body
+        if (item.ingestStatus !== 'pending') return item
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      throw new Error('ingestion did not finish')
+    }
+
+    it('adds a text item (201, ready), lists it, reads its chunks, publishes and deletes it, with events', async () => {
+      const stream = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: alice.token })
+      const created = await add('Runbook', '# Failover\n\nWhen the primary database fails, promote the replica.\n\n## Checks\n\nVerify replication lag first.')
+      expect(created.status).toBe(201)
+      expect(created.body).toMatchObject({ title: 'Runbook', status: 'draft', ingestStatus: 'ready', source: 'text', chunkCount: 2, shared: false, projectId, ownerId: alice.user.id })
+      const item = (await server.request('GET', `/api/knowledge/${created.body.id}`, { token: alice.token })).body
+      expect(item.chunks.map((chunk: { heading: string }) => chunk.heading)).toEqual(['Failover', 'Failover > Checks'])
+      const listed = await server.request('GET', `/api/projects/${projectId}/knowledge`, { token: alice.token })
+      expect(listed.body.items.map((entry: { id: string }) => entry.id)).toContain(created.body.id)
+      const published = await server.request('POST', `/api/knowledge/${created.body.id}/publish`, { token: alice.token })
+      expect(published.body).toMatchObject({ status: 'published', publishedAt: expect.any(String) })
+      expect((await server.request('DELETE', `/api/knowledge/${created.body.id}`, { token: alice.token })).status).toBe(204)
+      expect((await server.request('GET', `/api/knowledge/${created.body.id}`, { token: alice.token })).status).toBe(404)
+      const events = await stream.waitFor(5)
+      stream.close()
+      expect(events.map((event) => event.event).filter((type) => type?.startsWith('knowledge.'))).toEqual(['knowledge.created', 'knowledge.ingested', 'knowledge.published', 'knowledge.deleted'])
+    })
+
+    it('finds Chinese by bigrams (项目建议书 in 编写项目建议书的要点), mixed text, with snippets', async () => {
+      const target = await add('写作指南', '# 编写项目建议书的要点\n\n项目建议书要写清楚预算 budget 和范围 scope。')
+      await add('Other', 'Nothing related: a note about lunch and the weather in Paris.')
+      const answer = await search('项目建议书')
+      expect(answer.status).toBe(200)
+      const first = answer.body.items[0]
+      expect(first).toMatchObject({ itemId: target.body.id, title: '写作指南', shared: false, fulltextRank: 1 })
+      expect(first.highlights.length).toBeGreaterThan(0)
+      const [start, end] = first.highlights[0]
+      expect(first.snippet.slice(start, end)).toBe('项目建议书')
+      const mixed = await search('budget 预算')
+      expect(mixed.body.items[0].itemId).toBe(target.body.id)
+      const fulltextOnly = await search('项目建议书', '&mode=fulltext&k=1')
+      expect(fulltextOnly.body.items).toHaveLength(1)
+      // Deleted items are never found.
+      await server.request('DELETE', `/api/knowledge/${target.body.id}`, { token: alice.token })
+      expect((await search('项目建议书', '&mode=fulltext')).body.items).toEqual([])
+    })
+
+    it('ingests uploaded .md, .txt, .html, .pdf and .docx files in the background (202)', async () => {
+      const files = [
+        { name: 'notes.md', bytes: '# Deploy\n\nThe canary stage runs for ten minutes.', query: 'canary stage' },
+        { name: 'plain.txt', bytes: 'Kubernetes pods restart on OOM kills.', query: 'pods restart' },
+        { name: 'page.html', bytes: '<html><head><script>var x = 1</script></head><body><h1>Rollback</h1><p>Use the blue green switch.</p></body></html>', query: 'blue green switch' },
+        { name: 'report.pdf', bytes: await makePdf(['Incident report: the disk filled up.', 'Second page mentions the zebra migration.']), query: 'zebra migration' },
+        { name: 'proposal.docx', bytes: await makeDocx('项目建议书', ['编写项目建议书的要点: budget and scope.', 'Quokka testing plan.']), query: 'quokka' },
+      ]
+      for (const file of files) {
+        const answer = await upload(`${server.url}/api/projects/${projectId}/knowledge`, alice.token, file)
+        expect(answer.status, file.name).toBe(202)
+        expect(answer.body).toMatchObject({ ingestStatus: 'pending', source: 'file', filename: file.name })
+        const ready = await waitReady(answer.body.id)
+        expect(ready.ingestStatus, `${file.name}: ${ready.ingestError}`).toBe('ready')
+        const hits = (await search(file.query)).body.items
+        expect(hits[0]?.itemId, file.name).toBe(answer.body.id)
+      }
+      const html = (await search('blue green switch')).body.items[0]
+      expect(html.heading).toBe('Rollback')
+      expect(html.text).not.toContain('var x')
+    })
+
+    it('marks a corrupted PDF or DOCX failed with a readable reason, and nothing else breaks', async () => {
+      for (const [name, bytes, reason] of [
+        ['broken.pdf', '%PDF-1.4\nthis is not really a pdf', /PDF could not be read|Invalid PDF/],
+        ['broken.docx', 'PK\u0003\u0004 not a zip at all', /DOCX could not be read/],
+        ['fake.pdf', 'plain text pretending', /not a PDF/],
+      ] as const) {
+        const answer = await upload(`${server.url}/api/projects/${projectId}/knowledge`, alice.token, { name, bytes })
+        expect(answer.status).toBe(202)
+        const failed = await waitReady(answer.body.id)
+        expect(failed).toMatchObject({ ingestStatus: 'failed', chunkCount: 0 })
+        expect(failed.ingestError).toMatch(reason)
+      }
+      expect((await add('Still fine', 'After the broken files, ingestion still works.')).body.ingestStatus).toBe('ready')
+    })
+
+    it('answers bad input with the right problem', async () => {
+      const token = alice.token
+      const expectCode = (answer: { status: number; body: { code: string } }, status: number, code: string) => {
+        expect([answer.status, answer.body.code]).toEqual([status, code])
+      }
+      expectCode(await search(''), 400, 'validation_failed')
+      expectCode(await search('   \t '), 400, 'validation_failed')
+      expectCode(await search('x', '&k=0'), 400, 'validation_failed')
+      expectCode(await search('x', '&k=51'), 400, 'validation_failed')
+      expectCode(await upload(`${server.url}/api/projects/${projectId}/knowledge`, token, { name: 'tool.exe', bytes: 'MZ' }), 415, 'unsupported_media_type')
+      expectCode(await upload(`${server.url}/api/projects/${projectId}/knowledge`, token, { name: 'big.txt', bytes: 'x'.repeat(250_000) }), 413, 'payload_too_large')
+      expectCode(await add('t'.repeat(501), 'text'), 400, 'validation_failed')
+      expectCode(await add('title', ''), 400, 'validation_failed')
+      const other = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'bobs' } })).body.id
+      expectCode(await search('x', '', alice.token, other), 404, 'not_found')
+      expectCode(await search('x', '', alice.token, missingId), 404, 'not_found')
+      const bobs = await add('Bob draft', 'secret plans', bob.token, other)
+      expectCode(await server.request('POST', `/api/knowledge/${bobs.body.id}/publish`, { token }), 404, 'not_found')
+      expectCode(await server.request('DELETE', `/api/knowledge/${bobs.body.id}`, { token }), 404, 'not_found')
+      expectCode(await server.request('GET', `/api/knowledge/${bobs.body.id}`, { token }), 404, 'not_found')
+      expectCode(await add('In bob’s project', 'x', token, other), 404, 'not_found')
+    })
+
+    it('treats query syntax as text and takes 10 KB of CJK in one query', async () => {
+      await add('Syntax', 'The brackets and ampersands of Boolean logic.')
+      for (const q of ["'a & | !b:*'", '"unclosed', 'back\\slash \\\\', "'; drop table knowledge_chunks; --", '!!! &&& |||', ':* <-> <2>']) {
+        const answer = await search(q)
+        expect(answer.status, q).toBe(200)
+        expect(Array.isArray(answer.body.items)).toBe(true)
+      }
+      const cjk = '项目建议书预算范围'.repeat(380)
+      expect(Buffer.byteLength(cjk)).toBeGreaterThan(10_000)
+      const answer = await search(cjk)
+      expect(answer.status).toBe(200)
+    })
+
+    it('searches every project the caller may see with GET /api/search', async () => {
+      const second = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'second' } })).body.id
+      const item = await add('Second project note', 'The walrus protocol is documented here.', alice.token, second)
+      const answer = await server.request('GET', `/api/search?q=${encodeURIComponent('walrus protocol')}`, { token: alice.token })
+      expect(answer.body.items[0]).toMatchObject({ itemId: item.body.id, projectId: second })
+      // Bob may find his own things, never Alice's.
+      const bobs = (await server.request('GET', `/api/search?q=walrus`, { token: bob.token })).body.items
+      expect(bobs.every((hit: { ownerId: string }) => hit.ownerId === bob.user.id)).toBe(true)
+    })
+  })
+}
