@@ -66,6 +66,11 @@ const routes: RouteCase[] = [
   { method: 'DELETE', path: '/api/knowledge/{id}', url: (f) => `/api/knowledge/${f.knowledgeId}`, owner: 204, member: 404, stranger: 404 },
   { method: 'GET', path: '/api/projects/{id}/search', url: (f) => `/api/projects/${f.projectId}/search?q=text`, owner: 200, member: 200, stranger: 404 },
   { method: 'GET', path: '/api/search', url: () => '/api/search?q=text', owner: 200, member: 200, stranger: 200 },
+
+  { method: 'GET', path: '/api/conversations/{id}/files', url: (f) => `/api/conversations/${f.conversationId}/files`, owner: 200, member: 404, stranger: 404 },
+  { method: 'GET', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/notes.md`, owner: 200, member: 404, stranger: 404 },
+  { method: 'PUT', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/new.md`, body: 'bytes', owner: 201, member: 404, stranger: 404 },
+  { method: 'POST', path: '/api/conversations/{id}/files/register', url: (f) => `/api/conversations/${f.conversationId}/files/register`, body: { path: 'notes.md' }, owner: 202, member: 404, stranger: 404 },
 ]
 
 for (const engine of testEngines()) {
@@ -106,15 +111,18 @@ for (const engine of testEngines()) {
       const other = await server.request('POST', `/api/projects/${project.body.id}/conversations`, { token: owner.token, body: {} })
       const run = await server.request('POST', `/api/conversations/${other.body.id}/runs`, { token: owner.token, body: { input: 'hello' } })
       const knowledge = await server.request('POST', `/api/projects/${project.body.id}/knowledge`, { token: owner.token, body: { title: 'draft', text: 'draft text' } })
+      await server.exec.workdirs.write(conversation.body.id, 'notes.md', '# Notes')
       return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id, runId: run.body.id, knowledgeId: knowledge.body.id }
     }
 
     async function call(route: RouteCase, fixtureValue: Fixture, token: string | undefined): Promise<{ status: number; code?: string; type: string | null }> {
       const headers: Record<string, string> = {}
       if (token) headers.authorization = `Bearer ${token}`
-      if (route.body !== undefined) headers['content-type'] = 'application/json'
+      if (route.body !== undefined) headers['content-type'] = route.body === 'bytes' ? 'application/octet-stream' : 'application/json'
       const body =
-        route.body === 'ping'
+        route.body === 'bytes'
+          ? '# uploaded'
+          : route.body === 'ping'
           ? { entrance: 'button', projectId: fixtureValue.projectId, params: {} }
           : route.body === 'batch'
             ? { items: [{ id: fixtureValue.decisionId, decision: 'reject' }] }
@@ -123,7 +131,7 @@ for (const engine of testEngines()) {
       const response = await fetch(server.url + route.url(fixtureValue), {
         method: route.method,
         headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
+        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
         signal: controller.signal,
       })
       const type = response.headers.get('content-type')

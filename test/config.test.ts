@@ -96,7 +96,7 @@ describe('loadConfig', () => {
       bodyLimit: 4096,
     })
     // A partial nested object keeps the defaults of the keys it leaves out.
-    expect(config.exec).toEqual({ backend: 'sandbox', disableExecTools: false })
+    expect(config.exec).toMatchObject({ backend: 'sandbox', disableExecTools: false, sandboxUser: 'plinth-sandbox' })
     expect(config.rateLimit).toMatchObject({ max: 5, windowMs: 60_000, addressMax: 2400, authFailureMax: 20 })
   })
 
@@ -184,7 +184,7 @@ describe('loadConfig', () => {
 
   it('reads booleans and integers from the environment', async () => {
     const cwd = await workdir()
-    expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'true' }, cwd).exec).toEqual({ backend: 'direct', disableExecTools: true })
+    expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'true' }, cwd).exec).toMatchObject({ backend: 'direct', disableExecTools: true })
     expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: '1' }, cwd).exec.disableExecTools).toBe(true)
     expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'false' }, cwd).exec.disableExecTools).toBe(false)
     const config = loadConfig(

@@ -32,7 +32,7 @@ for (const engine of testEngines()) {
 
     it('answers health, readiness, metrics and the OpenAPI document without a token', async () => {
       expect((await server.request('GET', '/healthz')).body).toEqual({ status: 'ok' })
-      expect((await server.request('GET', '/readyz')).body).toEqual({ status: 'ready' })
+      expect((await server.request('GET', '/readyz')).body).toMatchObject({ status: 'ready', exec: { backend: 'direct', sandboxReady: expect.any(Boolean) }, warnings: [] })
       const metrics = await server.request('GET', '/metrics')
       expect(metrics.status).toBe(200)
       expect(metrics.body).toContain('plinth_http_request_duration_seconds')
@@ -60,6 +60,7 @@ for (const engine of testEngines()) {
         ownerId: alice.user.id,
         name: 'Apollo',
         description: 'moon',
+        runtimes: [],
         shared: false,
         createdAt: expect.any(String),
         updatedAt: expect.any(String),

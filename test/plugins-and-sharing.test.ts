@@ -23,7 +23,7 @@ describe('plugin loading', () => {
       logger,
       actionTtlMs: 60_000,
       allowanceTtlMs: 60_000,
-      exec: { execBackend: 'direct', disableExecTools: false },
+      dataDir: '/tmp/plinth-unused-data',
     })
     expect(setup.plugins.map((plugin) => plugin.name)).toEqual(['rdm'])
     const ids = setup.catalog.list().map((command) => command.spec.id)

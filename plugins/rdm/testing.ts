@@ -9,6 +9,7 @@
  */
 import type {
   Actor,
+  CliToolSpec,
   CommandContext,
   CommandHandler,
   CommandSpec,
@@ -86,6 +87,7 @@ export class TestRegistry implements Registry {
   readonly skills: Skill[] = []
   readonly notes: string[] = []
   readonly authorizers = new Map<string, ResourceAuthorizer>()
+  readonly cliTools: CliToolSpec[] = []
   projectAuthz: ProjectAuthzAdapter | null = null
 
   addCommand<P = Params>(spec: CommandSpec<P>, handler: CommandHandler<P>): void {
@@ -109,6 +111,11 @@ export class TestRegistry implements Registry {
   registerProjectAuthz(adapter: ProjectAuthzAdapter): void {
     if (this.projectAuthz) throw new Error('a ProjectAuthz adapter is already registered')
     this.projectAuthz = adapter
+  }
+
+  addCliTool(spec: CliToolSpec): void {
+    if (this.cliTools.some((tool) => tool.name === spec.name)) throw new Error(`CLI tool ${spec.name} is already registered`)
+    this.cliTools.push(spec)
   }
 
   /** The registered command, or an error naming the ones that exist. */

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
-import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, registerCoreCommands } from '../cmdbus/index.js'
-import type { Options } from '../extension/index.js'
+import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
+import { defaultExecSettings, ExecService, type ExecSettings } from '../exec/index.js'
 import { createEmbedder, Ingestor, Retriever, type Embedder } from '../rag/index.js'
 import type { Store } from '../store/index.js'
 import { createPluginHost } from './plugin-host.js'
@@ -16,13 +16,26 @@ export interface CommandBusSetup {
   retriever: Retriever
   /** Knowledge ingestion (not started: the caller starts and stops it). */
   ingestor: Ingestor
+  /** Executions: backend choice, probe, work directories (stop it at shutdown). */
+  exec: ExecService
 }
 
 /** Core commands, then the configured plugins, then the bus over them. */
 export async function setUpCommandBus(
   store: Store,
-  options: { plugins: readonly string[]; logger: Logger; actionTtlMs: number; allowanceTtlMs: number; exec: Options; cwd?: string; embedder?: Embedder },
+  options: {
+    plugins: readonly string[]
+    logger: Logger
+    actionTtlMs: number
+    allowanceTtlMs: number
+    exec?: Partial<ExecSettings>
+    /** Where work directories live (`<dataDir>/work`). */
+    dataDir: string
+    cwd?: string
+    embedder?: Embedder
+  },
 ): Promise<CommandBusSetup> {
+  const execSettings: ExecSettings = { ...defaultExecSettings, ...options.exec, limits: { ...defaultExecSettings.limits, ...options.exec?.limits } }
   const catalog = new CommandCatalog()
   const access = new ProjectAccess(store, () => catalog.projectAuthz)
   const embedder = options.embedder ?? createEmbedder(undefined)
@@ -30,12 +43,18 @@ export async function setUpCommandBus(
   const retriever = new Retriever({ store, embedder, adapter: () => catalog.projectAuthz })
   const ingestor = new Ingestor({ store, embedder, log: createPluginLogger(options.logger, 'rag') })
   registerCoreCommands(catalog, { store, access, version, retriever })
+  const exec = await ExecService.create({ store, settings: execSettings, dataDir: options.dataDir, log: createPluginLogger(options.logger, 'exec') })
+  const execDeps = { store, exec, version, log: createPluginLogger(options.logger, 'exec') }
+  registerExecCommands(catalog, execDeps)
   const plugins = await loadPlugins(options.plugins, {
     catalog,
     cwd: options.cwd ?? process.cwd(),
     logger: options.logger,
-    createHost: (plugin) => createPluginHost(plugin, { store, logger: options.logger, options: options.exec, access, retriever, ingestor }),
+    createHost: (plugin) =>
+      createPluginHost(plugin, { store, logger: options.logger, options: { execBackend: exec.backendName, disableExecTools: execSettings.disableExecTools }, access, retriever, ingestor }),
   })
+  // CLIs from the configuration, then those plugins declared; each is probed before it is offered.
+  await registerCliTools(catalog, execDeps, [...execSettings.cliTools.map((spec) => ({ plugin: 'config', pluginVersion: version, spec })), ...catalog.cliTools])
   const bus = new CommandBus({
     store,
     catalog,
@@ -44,5 +63,5 @@ export async function setUpCommandBus(
     actionTtlMs: options.actionTtlMs,
     allowanceTtlMs: options.allowanceTtlMs,
   })
-  return { bus, access, catalog, plugins, retriever, ingestor }
+  return { bus, access, catalog, plugins, retriever, ingestor, exec }
 }

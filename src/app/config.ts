@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
+import { defaultExecSettings, type ExecSettings } from '../exec/index.js'
 import type { EmbeddingSettings } from '../rag/index.js'
 
 /** A model entry of the config file (SPEC §13); the llm module defines its shape. */
@@ -17,7 +18,7 @@ export interface PlinthConfig {
   plugins: string[]
   models: ModelConfig[]
   defaultModel?: string
-  exec: { backend: 'direct' | 'sandbox'; disableExecTools: boolean }
+  exec: ExecSettings
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
   /** Largest accepted request body, bytes. */
   bodyLimit: number
@@ -110,7 +111,41 @@ const fileSchema = {
     exec: {
       type: 'object',
       additionalProperties: false,
-      properties: { backend: { enum: ['direct', 'sandbox'] }, disableExecTools: { type: 'boolean' } },
+      properties: {
+        backend: { enum: ['direct', 'sandbox'] },
+        disableExecTools: { type: 'boolean' },
+        sandboxUser: { type: 'string', pattern: '^[a-z_][a-z0-9_-]*$' },
+        workRoot: { type: 'string', minLength: 1 },
+        requireCgroups: { type: 'boolean' },
+        allowMultiline: { type: 'boolean' },
+        timeoutMs: { type: 'integer', minimum: 100, maximum: 3_600_000 },
+        limits: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            memoryMb: { type: 'integer', minimum: 16 },
+            pids: { type: 'integer', minimum: 8 },
+            cpuSeconds: { type: 'integer', minimum: 1 },
+            fileSizeMb: { type: 'integer', minimum: 1 },
+            outputBytes: { type: 'integer', minimum: 1024 },
+          },
+        },
+        network: { type: 'boolean' },
+        tmpSizeMb: { type: 'integer', minimum: 1 },
+        runtimes: { type: 'object', additionalProperties: { type: 'string', pattern: '^/' }, propertyNames: { pattern: '^[a-z][a-z0-9_-]{0,40}$' } },
+        deniedSegments: { type: 'array', items: { type: 'string', minLength: 1 } },
+        maxCodeBytes: { type: 'integer', minimum: 1024 },
+        maxUploadBytes: { type: 'integer', minimum: 1024 },
+        maxDownloadBytes: { type: 'integer', minimum: 1024 },
+        cliTools: {
+          type: 'array',
+          items: {
+            type: 'object',
+            required: ['name', 'description', 'binary', 'commands'],
+            properties: { name: { type: 'string' }, description: { type: 'string' }, binary: { type: 'string' }, commands: { type: 'object' } },
+          },
+        },
+      },
     },
     logLevel: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] },
     bodyLimit: { type: 'integer', minimum: 1024 },
@@ -179,6 +214,9 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_PLUGINS', 'plugins', 'list'],
   ['PLINTH_EXEC_BACKEND', 'exec.backend', 'string'],
   ['PLINTH_DISABLE_EXEC_TOOLS', 'exec.disableExecTools', 'bool'],
+  ['PLINTH_SANDBOX_USER', 'exec.sandboxUser', 'string'],
+  ['PLINTH_WORK_ROOT', 'exec.workRoot', 'string'],
+  ['PLINTH_EXEC_TIMEOUT', 'exec.timeoutMs', 'duration'],
   ['PLINTH_LOG_LEVEL', 'logLevel', 'string'],
   ['PLINTH_BODY_LIMIT', 'bodyLimit', 'int'],
   ['PLINTH_RATE_LIMIT_MAX', 'rateLimit.max', 'int'],
@@ -214,7 +252,7 @@ const defaults: PlinthConfig = {
   dataDir: './data',
   plugins: [],
   models: [],
-  exec: { backend: 'direct', disableExecTools: false },
+  exec: defaultExecSettings,
   logLevel: 'info',
   bodyLimit: 1024 * 1024,
   rateLimit: { max: 600, windowMs: 60_000, addressMax: 2400, authFailureMax: 20, authFailureWindowMs: 60_000 },
@@ -286,12 +324,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   const config: PlinthConfig = {
     ...defaults,
     ...file,
-    exec: { ...defaults.exec, ...file.exec },
+    exec: { ...defaults.exec, ...file.exec, limits: { ...defaults.exec.limits, ...file.exec?.limits } },
     rateLimit: { ...defaults.rateLimit, ...file.rateLimit },
     streams: { ...defaults.streams, ...file.streams },
     knowledge: { ...defaults.knowledge, ...file.knowledge },
     dataDir: resolve(cwd, file.dataDir ?? defaults.dataDir),
   }
+  if (config.exec.workRoot) config.exec.workRoot = resolve(cwd, config.exec.workRoot)
   if (config.trustProxy === 'true' || config.trustProxy === 'false') config.trustProxy = config.trustProxy === 'true'
   // Heartbeats are what keep a quiet stream's connection from looking idle.
   if (config.sseHeartbeatMs >= config.connectionTimeoutMs) {

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino'
 import { buildServer, type App } from '../server/index.js'
 import { openStore, type Store } from '../store/index.js'
+import type { ExecService } from '../exec/index.js'
 import { createEmbedder, prepareEmbeddings, type Ingestor } from '../rag/index.js'
 import { Registry } from 'prom-client'
 import type { RunManager } from '../runmgr/index.js'
@@ -25,6 +26,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   let app: App
   let runs: RunManager | undefined
   let ingestor: Ingestor | undefined
+  let execService: ExecService | undefined
   try {
     const embedder = createEmbedder(config.embeddings)
     // Refuses to start when stored knowledge was embedded by another embedder (names the fix).
@@ -34,10 +36,12 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       logger,
       actionTtlMs: config.actionTtlMs,
       allowanceTtlMs: config.allowanceTtlMs,
-      exec: { execBackend: config.exec.backend, disableExecTools: config.exec.disableExecTools },
+      exec: config.exec,
+      dataDir: config.dataDir,
       embedder,
     })
     const { bus, access, retriever } = setup
+    execService = setup.exec
     ingestor = setup.ingestor
     await ingestor.start()
     const metrics = new Registry()
@@ -59,6 +63,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       runs,
       retriever,
       ingestor,
+      exec: setup.exec,
       maxKnowledgeFileBytes: config.knowledge.maxFileBytes,
       logger,
       bodyLimit: config.bodyLimit,
@@ -81,11 +86,13 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   } catch (error) {
     await runs?.stop()
     await ingestor?.stop()
+    execService?.stop()
     await store.close()
     throw error
   }
   const runManager = runs
   const knowledgeIngestor = ingestor
+  const exec = execService
   const address = app.server.address()
   const port = typeof address === 'object' && address ? address.port : config.port
   const host = config.host.includes(':') ? `[${config.host}]` : config.host
@@ -103,6 +110,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
         await runManager.stop()
         await app.close()
         await knowledgeIngestor.stop()
+        exec.stop()
         await store.close()
       })()
       return closing

@@ -176,7 +176,7 @@ export class CommandBus {
     // 5. gate (a session allowance is looked up only when it could change the answer)
     const gateInput = {
       risk,
-      confirm: command.spec.confirm === true,
+      confirm: command.confirmWhen ? command.confirmWhen(request.params, context) : command.spec.confirm === true,
       mode: (scope.conversation?.permissionMode ?? 'manual') as PermissionMode,
       hasAllowance: false,
       approvalPolicy: request.approvalPolicy ?? 'ask',
@@ -472,7 +472,7 @@ export class CommandBus {
       if (signal.aborted) abort.abort(signal.reason)
       else signal.addEventListener('abort', () => abort.abort(signal.reason), { once: true })
     }
-    return {
+    const context = {
       actor,
       entrance: dispatch.entrance as CommandContext['entrance'],
       project,
@@ -483,6 +483,9 @@ export class CommandBus {
       kv: createPluginKv(this.#options.store, command.plugin),
       log: this.#options.logger(command.plugin),
     }
+    // Core commands read these (see CoreContext); they are not part of the plugin surface.
+    Object.defineProperties(context, { dispatchId: { value: dispatch.id }, callId: { value: dispatch.callId } })
+    return context
   }
 
   async #replay(previous: DispatchRecord, commandId: string, paramsHash: string, requestHash: string): Promise<DispatchOutcome> {

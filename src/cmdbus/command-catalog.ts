@@ -1,6 +1,8 @@
 import { Ajv, type ValidateFunction } from 'ajv'
 import addFormatsModule from 'ajv-formats'
 import type {
+  CliToolSpec,
+  CommandContext,
   CommandHandler,
   CommandSpec,
   JsonValue,
@@ -9,6 +11,7 @@ import type {
   ResourceAuthorizer,
   Skill,
 } from '../extension/index.js'
+import { validateCliSpec } from '../exec/index.js'
 import { commandIdPattern, projectToolName, toolNamePattern } from './tool-name.js'
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
@@ -24,6 +27,17 @@ export interface RegisteredCommand {
   /** The tool name the model sees (exposed commands only). */
   toolName: string | null
   validate: ValidateFunction
+  /** Core only: whether a call must be confirmed, decided per call (e.g. exec tools under `direct`). */
+  confirmWhen?: (params: Params, context: CommandContext) => boolean
+  /** Core only: the text the model reads of a result (default: the result as JSON). */
+  modelText?: (result: JsonValue) => string
+}
+
+/** What core commands' handlers may read beyond the plugin surface's CommandContext. */
+export interface CoreContext extends CommandContext {
+  readonly dispatchId: string
+  /** The run's id for the tool call (agent entrance), else null. */
+  readonly callId: string | null
 }
 
 /** Raised when a plugin's registrations are refused; the plugin is then not loaded at all. */
@@ -39,6 +53,7 @@ export class CommandCatalog {
   readonly #skills: Skill[] = []
   readonly #notes: string[] = []
   readonly #authorizers = new Map<string, ResourceAuthorizer>()
+  readonly #cliTools: Array<{ plugin: string; pluginVersion: string; spec: CliToolSpec }> = []
   #projectAuthz: { plugin: string; adapter: ProjectAuthzAdapter } | null = null
   readonly #ajv = addFormats(new Ajv({ allErrors: true, strict: false, useDefaults: true, coerceTypes: false }))
 
@@ -48,6 +63,7 @@ export class CommandCatalog {
     const skills: Skill[] = []
     const notes: string[] = []
     const authorizers = new Map<string, ResourceAuthorizer>()
+    const cliTools: CliToolSpec[] = []
     let projectAuthz: ProjectAuthzAdapter | null = null
     const registry: Registry = {
       addCommand: (spec, handler) => {
@@ -70,6 +86,14 @@ export class CommandCatalog {
         }
         projectAuthz = adapter
       },
+      addCliTool: (spec) => {
+        const problem = validateCliSpec(spec)
+        if (problem) throw new RegistrationError(problem)
+        if (this.#cliTools.some((tool) => tool.spec.name === spec.name) || cliTools.some((tool) => tool.name === spec.name)) {
+          throw new RegistrationError(`CLI tool ${spec.name} is already registered`)
+        }
+        cliTools.push(spec)
+      },
     }
     return {
       registry,
@@ -82,6 +106,7 @@ export class CommandCatalog {
         this.#notes.push(...notes)
         for (const [kind, authorizer] of authorizers) this.#authorizers.set(kind, authorizer)
         if (projectAuthz) this.#projectAuthz = { plugin, adapter: projectAuthz }
+        for (const spec of cliTools) this.#cliTools.push({ plugin, pluginVersion, spec })
       },
     }
   }
@@ -110,6 +135,17 @@ export class CommandCatalog {
 
   authorizer(kind: string): ResourceAuthorizer | undefined {
     return this.#authorizers.get(kind)
+  }
+
+  /** CLI tools plugins declared; they become commands once probed (see registerCliTools). */
+  get cliTools(): ReadonlyArray<{ plugin: string; pluginVersion: string; spec: CliToolSpec }> {
+    return this.#cliTools
+  }
+
+  /** Core commands only: a per-call confirmation and the model's view of results. */
+  setCoreHooks(commandId: string, hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText'>): void {
+    const command = this.#commands.get(commandId)
+    if (command) Object.assign(command, hooks)
   }
 
   get projectAuthz(): ProjectAuthzAdapter | null {

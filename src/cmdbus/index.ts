@@ -1,6 +1,6 @@
 /** The command bus: one dispatch path, HITL decisions, the audit envelope, tool projection. */
 export { CommandBus, hashParams, toDecisionView, type CommandBusOptions, type DecisionListener } from './command-bus.js'
-export { CommandCatalog, RegistrationError, type RegisteredCommand } from './command-catalog.js'
+export { CommandCatalog, RegistrationError, type CoreContext, type RegisteredCommand } from './command-catalog.js'
 export { ProjectAccess } from './project-access.js'
 export { createPluginKv, createPluginLogger } from './plugin-kv.js'
 export { evaluateGate, type GateInput, type GateResult, type PermissionMode } from './gate.js'
@@ -11,3 +11,4 @@ export { projectToolName, commandIdPattern, toolNamePattern } from './tool-name.
 export { listAuditEnvelopes, verifyAuditChain, type AuditEnvelopeView, type ChainVerdict } from './audit-query.js'
 export type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
 export { registerCoreCommands, knowledgeHitJson } from './core-commands.js'
+export { registerExecCommands, registerCliTools, execModelText, type ExecCommandDeps } from './exec-commands.js'

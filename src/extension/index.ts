@@ -25,6 +25,10 @@ export function definePlugin(definition: PluginDefinition): PluginDefinition {
 export { CommandError } from './command-error.js'
 export type {
   Actor,
+  CliCommandSpec,
+  CliFlag,
+  CliSubcommandSpec,
+  CliToolSpec,
   CommandContext,
   CommandHandler,
   CommandSpec,

@@ -168,6 +168,42 @@ export interface ProjectAuthzAdapter {
   listSharedProjects(actorId: string): string[] | Promise<string[]>
 }
 
+/** A flag an allowlisted CLI accepts: bool (`true`/`false` or bare), an int in a range, or a string (default ≤ 64 chars). */
+export type CliFlag = { type: 'bool' } | { type: 'int'; min: number; max: number } | { type: 'string'; maxLength?: number }
+
+/** One allowed (sub)command: its flags, and flags added when the call leaves them out (e.g. `{limit: 20}`). */
+export interface CliSubcommandSpec {
+  description?: string
+  flags?: { [flag: string]: CliFlag }
+  defaults?: { [flag: string]: string | number | boolean }
+}
+
+/** An allowed command; with `subcommands`, one of them must follow it. */
+export interface CliCommandSpec extends CliSubcommandSpec {
+  subcommands?: { [subcommand: string]: CliSubcommandSpec }
+}
+
+/**
+ * A command-line program offered to the model through a typed allowlist (one tool per CLI, called as
+ * `{command, subargs[]}`); anything outside the allowlist is refused with exit code 126. It runs by
+ * argv (no shell) through the configured ExecBackend in the conversation's work directory.
+ */
+export interface CliToolSpec {
+  /** The tool's name, e.g. `cc_exec` (`^[a-z][a-z0-9_]{0,40}$`). */
+  name: string
+  description: string
+  /** The program: an absolute path or a name on PATH. */
+  binary: string
+  /** Probed at start (`versionArgs`, default `--version`): missing or older → the tool is not offered. */
+  minVersion?: string
+  versionArgs?: string[]
+  /** Arguments after the command (default 8). */
+  maxArgs?: number
+  /** Risk of a call (default low). */
+  risk?: Risk
+  commands: { [command: string]: CliCommandSpec }
+}
+
 /** What a plugin registers into during `setup`. */
 export interface Registry {
   addCommand<P = { [key: string]: JsonValue }>(spec: CommandSpec<P>, handler: CommandHandler<P>): void
@@ -176,6 +212,8 @@ export interface Registry {
   note(text: string): void
   registerResourceAuthorizer(kind: string, authorizer: ResourceAuthorizer): void
   registerProjectAuthz(adapter: ProjectAuthzAdapter): void
+  /** Offers an allowlisted CLI as a tool (since surface 1.1.0; not offered when exec tools are disabled). */
+  addCliTool(spec: CliToolSpec): void
 }
 
 /** A plugin module's default export. */

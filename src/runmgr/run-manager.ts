@@ -592,7 +592,8 @@ export class RunManager {
     output: JsonValue,
     extra: { dispatchId?: string | null; repeatOf?: string } = {},
   ): Promise<void> {
-    const text = typeof output === 'string' ? output : JSON.stringify(output)
+    const modelText = status === 'ok' && call.commandId ? this.#options.bus.catalog.get(call.commandId)?.modelText : undefined
+    const text = modelText ? modelText(output) : typeof output === 'string' ? output : JSON.stringify(output)
     const capped = capForModel(text, this.#options.toolOutputLimit ?? 4096)
     await updateToolCall(tx, call.id, {
       status,

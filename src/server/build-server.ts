@@ -11,6 +11,7 @@ import { Ajv } from 'ajv'
 import addFormatsModule from 'ajv-formats'
 import type { Registry } from 'prom-client'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
+import type { ExecService } from '../exec/index.js'
 import type { Ingestor, Retriever } from '../rag/index.js'
 import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
@@ -26,6 +27,7 @@ import { registerCommandRoutes } from './routes/command-routes.js'
 import { registerDecisionRoutes } from './routes/decision-routes.js'
 import { registerConversationRoutes } from './routes/conversation-routes.js'
 import { registerHealthRoutes } from './routes/health-routes.js'
+import { registerFileRoutes } from './routes/file-routes.js'
 import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
@@ -41,6 +43,7 @@ export interface ServerOptions {
   runs: RunManager
   retriever: Retriever
   ingestor: Ingestor
+  exec: ExecService
   /** Largest knowledge upload, bytes (default 20 MiB; over it: 413). */
   maxKnowledgeFileBytes?: number
   logger: FastifyBaseLogger
@@ -125,6 +128,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     streams,
     retriever: options.retriever,
     ingestor: options.ingestor,
+    exec: options.exec,
     maxKnowledgeFileBytes: options.maxKnowledgeFileBytes ?? 20 * 1024 * 1024,
   }
   app.addHook('preClose', async () => shutdown.abort())
@@ -195,6 +199,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerAuditRoutes(api, deps)
       registerRunRoutes(api, deps)
       registerKnowledgeRoutes(api, deps)
+      registerFileRoutes(api, deps)
     },
     { prefix: '/api' },
   )

@@ -62,6 +62,7 @@ export const Project = Type.Object({
   ownerId: Type.String(),
   name: Type.String(),
   description: Type.String(),
+  runtimes: Type.Array(Type.String(), { description: 'Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox.' }),
   shared: Type.Boolean({ description: 'True when the caller sees the project through sharing, not ownership.' }),
   createdAt: Type.String({ format: 'date-time' }),
   updatedAt: Type.String({ format: 'date-time' }),
@@ -79,6 +80,7 @@ export const ProjectPatch = Type.Object(
   {
     name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
     description: Type.Optional(Type.String({ maxLength: 10_000 })),
+    runtimes: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 16, uniqueItems: true })),
   },
   strict,
 )

@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
+import type { ExecService } from '../exec/index.js'
 import type { Ingestor, Retriever } from '../rag/index.js'
 import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
@@ -20,6 +21,7 @@ export interface ServerDeps {
   streams: StreamRegistry
   retriever: Retriever
   ingestor: Ingestor
+  exec: ExecService
   /** Largest knowledge upload, bytes. */
   maxKnowledgeFileBytes: number
 }

@@ -34,6 +34,7 @@ export interface ProjectsTable {
   created_at: CreatedAt
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>
   deleted_at: NullableTimestamp
+  runtimes: ColumnType<JsonValue, string | undefined, string>
 }
 
 export type PermissionMode = 'manual' | 'risky' | 'full'
@@ -269,6 +270,12 @@ export interface RagSettingsTable {
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>
 }
 
+export interface SettingsTable {
+  key: string
+  value: Json
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+}
+
 export interface Database {
   users: UsersTable
   api_tokens: ApiTokensTable
@@ -288,6 +295,7 @@ export interface Database {
   knowledge_items: KnowledgeItemsTable
   knowledge_chunks: KnowledgeChunksTable
   rag_settings: RagSettingsTable
+  settings: SettingsTable
 }
 
 /** Anything queries can run on: the database or an open transaction. */

@@ -5,6 +5,7 @@ import pg from 'pg'
 import type { Database, Executor } from './database.js'
 import { AccessSignals, accessChannel } from './access-signals.js'
 import { EventFeed } from './event-feed.js'
+import { SettingsSignals, settingsChannel } from './settings-repository.js'
 import { appendEventsAlone, eventsChannel, trackAppends, type EventRecord, type NewEvent } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import { lockDataDir } from './pglite/data-dir-lock.js'
@@ -33,6 +34,8 @@ export interface Store {
   readonly feed: EventFeed
   /** Access changes (revoked tokens, disabled users, sharing) announced by any instance. */
   readonly access: AccessSignals
+  /** Operator settings changed by any instance. */
+  readonly settings: SettingsSignals
   readonly migrations: MigrationResult
   /** Runs `fn` in one transaction. */
   transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T>
@@ -50,9 +53,10 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     const migrations = await prepareSchema(connection.pool, options.migrate ?? true)
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: connection.pool }) })
     const access = new AccessSignals()
-    // One listening connection carries both channels; it starts and stops with the feed.
+    const settings = new SettingsSignals()
+    // One listening connection carries every channel; it starts and stops with the feed.
     const feed = new EventFeed(db, (onEvents) =>
-      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.deliver(payload) }),
+      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.deliver(payload), [settingsChannel]: (payload) => settings.deliver(payload) }),
     )
     await feed.start()
     return {
@@ -60,6 +64,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       db,
       feed,
       access,
+      settings,
       migrations,
       transaction: async (fn) => {
         const appended: EventRecord[] = []

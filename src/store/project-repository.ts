@@ -9,6 +9,8 @@ export interface Project {
   ownerId: string
   name: string
   description: string
+  /** Names of operator-declared runtime directories mounted read-only into the project's sandbox. */
+  runtimes: string[]
   createdAt: string
   updatedAt: string
 }
@@ -16,6 +18,7 @@ export interface Project {
 export interface ProjectInput {
   name: string
   description?: string
+  runtimes?: string[]
 }
 
 /** Creates a project and its `project.created` event in the caller's transaction. */
@@ -60,6 +63,7 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
     .set({
       ...(patch.name !== undefined && { name: patch.name }),
       ...(patch.description !== undefined && { description: patch.description }),
+      ...(patch.runtimes !== undefined && { runtimes: JSON.stringify(patch.runtimes) }),
       updated_at: new Date(),
     })
     .where('id', '=', project.id)
@@ -91,6 +95,7 @@ function toProject(row: {
   owner_id: string
   name: string
   description: string
+  runtimes: unknown
   created_at: Date
   updated_at: Date
 }): Project {
@@ -99,6 +104,7 @@ function toProject(row: {
     ownerId: row.owner_id,
     name: row.name,
     description: row.description,
+    runtimes: Array.isArray(row.runtimes) ? row.runtimes.filter((name): name is string => typeof name === 'string') : [],
     createdAt: row.created_at.toISOString(),
     updatedAt: row.updated_at.toISOString(),
   }

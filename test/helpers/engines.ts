@@ -51,6 +51,7 @@ export async function openTestStore(engine: TestEngine): Promise<Store> {
     db: store.db,
     feed: store.feed,
     access: store.access,
+    settings: store.settings,
     migrations: store.migrations,
     close: async () => {
       await store.close()

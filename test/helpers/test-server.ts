@@ -1,4 +1,8 @@
+import { chmod, mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { pino, type Logger } from 'pino'
+import type { ExecService, ExecSettings } from '../../src/exec/index.js'
 import { Registry } from 'prom-client'
 import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
 import type { LanguageModel } from '../../src/llm/index.js'
@@ -24,6 +28,8 @@ export interface Answer {
 export interface TestServer {
   app: App
   runs: RunManager
+  exec: ExecService
+  dataDir: string
   retriever: Retriever
   ingestor: Ingestor
   store: Store
@@ -40,12 +46,18 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger'>> & { logger?: Logger; embedder?: Embedder; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[]; toolOutputLimit?: number } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[]; toolOutputLimit?: number } = {},
 ): Promise<TestServer> {
-  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, embedder = new HashingEmbedder(), ...serverOverrides } = overrides
+  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
+  // Work directories live here; removed when the server closes (unless the test chose the directory).
+  const ownDataDir = overrides.dataDir === undefined
+  const dataDir = overrides.dataDir ?? (await mkdtemp(join(tmpdir(), 'plinth-test-data-')))
+  // The sandbox user must reach the work directories below it (mkdtemp makes it 0700).
+  if (ownDataDir) await chmod(dataDir, 0o711)
+  const exec = { ...execOverrides }
   const logger = serverOverrides.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
   await prepareEmbeddings(store, embedder)
-  const { bus, access, retriever, ingestor } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec: { execBackend: 'direct', disableExecTools: false }, embedder })
+  const { bus, access, retriever, ingestor, exec: execService } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder })
   await ingestor.start()
   const metrics = new Registry()
   const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
@@ -56,6 +68,7 @@ export async function startTestServer(
     runs,
     retriever,
     ingestor,
+    exec: execService,
     logger,
     bodyLimit: 64 * 1024,
     rateLimit: { max: 100_000, windowMs: 60_000, addressMax: 1_000_000, authFailureMax: 100_000 },
@@ -73,6 +86,8 @@ export async function startTestServer(
   return {
     app,
     runs,
+    exec: execService,
+    dataDir,
     retriever,
     ingestor,
     store,
@@ -103,6 +118,8 @@ export async function startTestServer(
       await runs.stop()
       await app.close()
       await ingestor.stop()
+      execService.stop()
+      if (ownDataDir) await rm(dataDir, { recursive: true, force: true })
       // Every test's transcript is held to the ledger invariant, whatever the test itself checks.
       await assertLedgerInvariant(store.db)
     },

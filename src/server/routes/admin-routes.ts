@@ -16,8 +16,45 @@ const conflict = { 409: Type.Ref('Problem') }
  * Operator routes behind `PLINTH_ADMIN_TOKEN`. Routes that issue a token secret do not honour
  * Idempotency-Key: replaying would mean storing the secret.
  */
+const Settings = Type.Object({
+  execBackend: Type.Union([Type.Literal('direct'), Type.Literal('sandbox')]),
+  sandbox: Type.Object({
+    ok: Type.Boolean(),
+    reason: Type.Union([Type.String(), Type.Null()]),
+    cgroups: Type.String(),
+    user: Type.Union([Type.String(), Type.Null()]),
+    bwrapVersion: Type.Union([Type.String(), Type.Null()]),
+  }),
+})
+const SettingsPatch = Type.Object({ execBackend: Type.Optional(Type.Union([Type.Literal('direct'), Type.Literal('sandbox')])) }, strict)
+
 export function registerAdminRoutes(app: App, deps: ServerDeps): void {
   const { store } = deps
+  const settingsView = () => ({ execBackend: deps.exec.backendName, sandbox: deps.exec.probe })
+
+  app.get('/settings', { schema: { tags, summary: 'Operator settings that change at run time, and the sandbox probe', response: { 200: Settings, ...problemResponses } } }, async () =>
+    settingsView(),
+  )
+
+  app.patch(
+    '/settings',
+    {
+      schema: {
+        tags,
+        summary: 'Change run-time settings (audited). execBackend applies to the next execution on every instance; switching to sandbox runs the probe first (409 sandbox_unavailable if it fails)',
+        body: SettingsPatch,
+        response: { 200: Settings, ...problemResponses, ...conflict },
+      },
+    },
+    async (request) => {
+      const wanted = request.body.execBackend
+      if (wanted !== undefined && wanted !== deps.exec.backendName) {
+        const changed = await deps.exec.setBackend(wanted, 'admin')
+        if (!changed.ok) throw new HttpProblem('sandbox_unavailable', changed.reason, { probe: deps.exec.probe })
+      }
+      return settingsView()
+    },
+  )
 
   app.post(
     '/users',

@@ -25,9 +25,16 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
       config,
       schema: {
         tags: ['operations'],
-        summary: 'Readiness: the database answers and migrations are applied',
+        summary: 'Readiness: the database answers and migrations are applied; which exec backend runs and whether the sandbox works (details: GET /api/admin/settings)',
         security: [],
-        response: { 200: Status, 503: Type.Ref('Problem') },
+        response: {
+          200: Type.Object({
+            status: Type.String(),
+            exec: Type.Object({ backend: Type.String(), sandboxReady: Type.Boolean(), cgroups: Type.String() }),
+            warnings: Type.Array(Type.String()),
+          }),
+          503: Type.Ref('Problem'),
+        },
       },
     },
     async () => {
@@ -36,7 +43,9 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
       } catch {
         throw new HttpProblem('service_unavailable', 'database is not reachable')
       }
-      return { status: 'ready' }
+      const probe = deps.exec.probe
+      const warnings = deps.exec.backendName === 'sandbox' && !probe.ok ? ['the exec backend is sandbox but the sandbox cannot work here: exec tools refuse'] : []
+      return { status: 'ready', exec: { backend: deps.exec.backendName, sandboxReady: probe.ok, cgroups: probe.cgroups }, warnings }
     },
   )
   app.get(

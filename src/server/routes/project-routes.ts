@@ -5,6 +5,7 @@ import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
 import { runIdempotent } from '../idempotency.js'
+import { HttpProblem } from '../problem.js'
 import {
   Conversation,
   ConversationCreate,
@@ -52,10 +53,17 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
 
   app.patch(
     '/projects/:id',
-    { schema: { tags, summary: 'Rename or describe a project', params: IdParams, body: ProjectPatch, response: { 200: Project, ...problemResponses } } },
+    { schema: { tags, summary: 'Rename or describe a project, or choose its runtime directories', params: IdParams, body: ProjectPatch, response: { 200: Project, ...problemResponses } } },
     async (request) => {
       const user = caller(request)
       const project = await projectForCaller(deps, user, request.params.id, 'write')
+      const unknown = (request.body.runtimes ?? []).filter((name) => !Object.hasOwn(deps.exec.settings.runtimes, name))
+      if (unknown.length > 0) {
+        const known = Object.keys(deps.exec.settings.runtimes)
+        throw new HttpProblem('validation_failed', `body.runtimes: unknown runtime ${unknown.join(', ')} (the operator declares them in exec.runtimes${known.length > 0 ? `: ${known.join(', ')}` : '; none are declared'})`, {
+          errors: [{ path: 'body.runtimes', message: `unknown runtime ${unknown.join(', ')}` }],
+        })
+      }
       return projectView(await store.transaction((tx) => updateProject(tx, project, request.body)), user)
     },
   )

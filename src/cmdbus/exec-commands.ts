@@ -1,0 +1,297 @@
+import { CommandError, type CliToolSpec, type CommandContext, type JsonValue, type PluginLogger, type Risk } from '../extension/index.js'
+import { gateCliCall, PathError, probeCliVersion, SandboxUnavailableError, type ExecResult, type ExecService } from '../exec/index.js'
+import type { Store } from '../store/index.js'
+import type { CommandCatalog, CoreContext } from './command-catalog.js'
+import { classifyCommandLine } from './risk-rules.js'
+
+/** What the model reads of an execution (SPEC §12), before the output cap. */
+export function execModelText(result: JsonValue): string {
+  const value = result as Partial<ExecResult> | null
+  if (!value || typeof value !== 'object' || !('stdout' in value)) return JSON.stringify(result)
+  const status = value.timedOut ? `timeout (killed after ${value.durationMs}ms)` : value.signal ? `signal ${value.signal}` : String(value.exitCode)
+  return `exitCode=${status}\nduration=${value.durationMs}ms\nstdout:\n${value.stdout ?? ''}\n\nstderr:\n${value.stderr ?? ''}${value.truncated ? '\n[output truncated]' : ''}`
+}
+
+/** Streams an execution's output as `tool_call.output` events, coalesced (≈ 50 ms or 4 KiB). */
+class OutputEvents {
+  readonly #store: Store
+  readonly #context: CoreContext
+  #pending: Array<{ stream: 'stdout' | 'stderr'; text: string }> = []
+  #size = 0
+  #timer: NodeJS.Timeout | null = null
+  #writing: Promise<unknown> = Promise.resolve()
+
+  constructor(store: Store, context: CoreContext) {
+    this.#store = store
+    this.#context = context
+  }
+
+  push(stream: 'stdout' | 'stderr', text: string): void {
+    const last = this.#pending.at(-1)
+    if (last?.stream === stream) last.text += text
+    else this.#pending.push({ stream, text })
+    this.#size += text.length
+    if (this.#size >= 4096) this.flush()
+    else this.#timer ??= setTimeout(() => this.flush(), 50)
+  }
+
+  flush(): void {
+    if (this.#timer) clearTimeout(this.#timer)
+    this.#timer = null
+    if (this.#pending.length === 0) return
+    const batch = this.#pending
+    this.#pending = []
+    this.#size = 0
+    const context = this.#context
+    this.#writing = this.#writing.then(() =>
+      this.#store
+        .appendEvents(
+          batch.map((part) => ({
+            type: 'tool_call.output',
+            projectId: context.project?.id ?? null,
+            conversationId: context.conversationId,
+            runId: context.runId,
+            userId: context.actor.onBehalfOf,
+            data: { callId: context.callId, dispatchId: context.dispatchId, stream: part.stream, text: part.text },
+          })),
+        )
+        .catch(() => undefined),
+    )
+  }
+
+  async close(): Promise<void> {
+    this.flush()
+    await this.#writing
+  }
+}
+
+export interface ExecCommandDeps {
+  store: Store
+  exec: ExecService
+  version: string
+  log: PluginLogger
+}
+
+function requireConversation(context: CommandContext, command: string): string {
+  if (!context.conversationId) throw new CommandError('conversation_required', `${command} runs in a conversation's work directory: dispatch it with a conversationId`)
+  return context.conversationId
+}
+
+/** Runs argv for a command, streaming its output; refusals of the sandbox become a readable error. */
+async function execute(deps: ExecCommandDeps, context: CommandContext, argv: string[], stdin?: string): Promise<JsonValue> {
+  const conversationId = requireConversation(context, 'this command')
+  const events = new OutputEvents(deps.store, context as CoreContext)
+  try {
+    const result = await deps.exec.run(
+      { conversationId, projectId: context.project?.id ?? null, argv, ...(stdin !== undefined && { stdin }) },
+      { signal: context.signal, onOutput: (stream, text) => events.push(stream, text) },
+    )
+    return result as unknown as JsonValue
+  } catch (error) {
+    if (error instanceof SandboxUnavailableError) throw new CommandError('sandbox_unavailable', error.message)
+    throw error
+  } finally {
+    await events.close()
+  }
+}
+
+function pathError(error: unknown): never {
+  if (error instanceof PathError) throw new CommandError(error.code, error.message)
+  throw error
+}
+
+/**
+ * The exec and file tools (SPEC §8.1, §12), core commands through the same bus as everything else.
+ * Under `direct` the exec tools are high risk and always confirmed; under `sandbox` they are medium
+ * (high when a shell line matches the high-risk rules). `exec.disableExecTools` registers no exec
+ * tool at all (the file tools stay: they run nothing).
+ */
+export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandDeps): void {
+  const { exec } = deps
+  const settings = exec.settings
+  const staged = catalog.stage('core', deps.version)
+  const registry = staged.registry
+  const backendNote = (): string => (exec.backendName === 'direct' ? 'on the server itself (direct backend)' : 'in the bubblewrap sandbox')
+  const shellRisk = (text: string): Risk => (exec.backendName === 'direct' ? 'high' : classifyCommandLine(text).risk === 'high' ? 'high' : 'medium')
+
+  if (!settings.disableExecTools) {
+    registry.addCommand<{ command: string }>(
+      {
+        id: 'core.exec',
+        title: 'Run a shell command',
+        description:
+          'Runs a shell command line (bash) in the conversation’s work directory and returns its exit code, stdout and stderr. ' +
+          'Files you create stay in the work directory. No network unless the operator allows it.',
+        paramsSchema: {
+          type: 'object',
+          properties: {
+            command: {
+              type: 'string',
+              minLength: 1,
+              maxLength: 20_000,
+              pattern: settings.allowMultiline ? '\\S' : '^[^\\n\\r]*\\S[^\\n\\r]*$',
+              description: settings.allowMultiline ? 'A bash command line' : 'A bash command line (one line)',
+            },
+          },
+          required: ['command'],
+          additionalProperties: false,
+        },
+        risk: (params) => shellRisk(params.command),
+        exposeAsTool: { name: 'exec' },
+        preview: (params) => {
+          const rules = classifyCommandLine(params.command).matchedRules.map((rule) => rule.id)
+          return `Run ${backendNote()}: ${params.command}${rules.length > 0 ? `\n(high-risk rules: ${rules.join(', ')})` : ''}`
+        },
+      },
+      (params, context) => execute(deps, context, ['/bin/bash', '-c', params.command]),
+    )
+
+    const interpreters: Record<string, string[]> = { bash: ['/bin/bash', '-s'], python: ['python3', '-'], node: ['node', '-'] }
+    registry.addCommand<{ language: 'bash' | 'python' | 'node'; code: string }>(
+      {
+        id: 'core.run_code',
+        title: 'Run code',
+        description: 'Runs a bash, Python 3 or Node.js program (the code is given on stdin) in the conversation’s work directory and returns its exit code, stdout and stderr.',
+        paramsSchema: {
+          type: 'object',
+          properties: {
+            language: { enum: ['bash', 'python', 'node'] },
+            code: { type: 'string', minLength: 1, maxLength: settings.maxCodeBytes, description: `The program (at most ${settings.maxCodeBytes} bytes)` },
+          },
+          required: ['language', 'code'],
+          additionalProperties: false,
+        },
+        risk: (params) => (params.language === 'bash' ? shellRisk(params.code) : exec.backendName === 'direct' ? 'high' : 'medium'),
+        exposeAsTool: { name: 'run_code' },
+        preview: (params) => `Run ${params.language} ${backendNote()}:\n${params.code.slice(0, 2000)}${params.code.length > 2000 ? '\n…' : ''}`,
+      },
+      async (params, context) => {
+        if (Buffer.byteLength(params.code) > settings.maxCodeBytes) throw new CommandError('code_too_large', `the code is over ${settings.maxCodeBytes} bytes`)
+        return execute(deps, context, interpreters[params.language]!, params.code)
+      },
+    )
+  }
+
+  registry.addCommand<{ path: string; offset?: number; limit?: number }>(
+    {
+      id: 'core.read_file',
+      title: 'Read a file',
+      description: 'Reads a text file of the conversation’s work directory (relative path), a page at a time (offset/limit in bytes).',
+      paramsSchema: {
+        type: 'object',
+        properties: {
+          path: { type: 'string', minLength: 1, maxLength: 1024 },
+          offset: { type: 'integer', minimum: 0 },
+          limit: { type: 'integer', minimum: 1, maximum: 1024 * 1024 },
+        },
+        required: ['path'],
+        additionalProperties: false,
+      },
+      risk: 'low',
+      idempotent: true,
+      exposeAsTool: { name: 'read_file' },
+    },
+    async (params, context) => {
+      const conversationId = requireConversation(context, 'core.read_file')
+      const offset = params.offset ?? 0
+      const { bytes, size } = await exec.workdirs.read(conversationId, params.path, { offset, limit: params.limit ?? 64 * 1024 }).catch(pathError)
+      return { path: params.path, offset, bytes: bytes.length, size, eof: offset + bytes.length >= size, content: bytes.toString('utf8') }
+    },
+  )
+
+  registry.addCommand<{ path: string; content: string }>(
+    {
+      id: 'core.write_file',
+      title: 'Write a file',
+      description: 'Writes a text file in the conversation’s work directory (relative path; parent directories are created).',
+      paramsSchema: {
+        type: 'object',
+        properties: { path: { type: 'string', minLength: 1, maxLength: 1024 }, content: { type: 'string', maxLength: 1024 * 1024 } },
+        required: ['path', 'content'],
+        additionalProperties: false,
+      },
+      risk: 'medium',
+      exposeAsTool: { name: 'write_file' },
+      preview: (params) => `Write ${Buffer.byteLength(params.content)} bytes to ${params.path} in the work directory`,
+    },
+    async (params, context) => {
+      const conversationId = requireConversation(context, 'core.write_file')
+      return (await exec.workdirs.write(conversationId, params.path, params.content).catch(pathError)) as unknown as JsonValue
+    },
+  )
+
+  registry.addCommand<{ path?: string }>(
+    {
+      id: 'core.list_files',
+      title: 'List files',
+      description: 'Lists the conversation’s work directory (or a directory in it), recursively.',
+      paramsSchema: { type: 'object', properties: { path: { type: 'string', maxLength: 1024 } }, additionalProperties: false },
+      risk: 'low',
+      idempotent: true,
+      exposeAsTool: { name: 'list_files' },
+    },
+    async (params, context) => {
+      const conversationId = requireConversation(context, 'core.list_files')
+      const entries = await exec.workdirs.list(conversationId, params.path ?? '', 501).catch(pathError)
+      return { entries: entries.slice(0, 500) as unknown as JsonValue, truncated: entries.length > 500 }
+    },
+  )
+  staged.commit()
+
+  for (const id of ['core.exec', 'core.run_code']) {
+    // Under direct a human approves every run, whatever the mode or allowances.
+    catalog.setCoreHooks(id, { confirmWhen: () => exec.backendName === 'direct', modelText: execModelText })
+  }
+}
+
+/**
+ * Offers allowlisted CLIs (config `exec.cliTools` and plugins' `addCliTool`) as tools `cli.<name>`:
+ * each is probed first (missing or too old → not offered, one warning). A call outside the allowlist
+ * is a result with exit code 126 and the reason in stderr, so the model can explain it.
+ */
+export async function registerCliTools(catalog: CommandCatalog, deps: ExecCommandDeps, tools: ReadonlyArray<{ plugin: string; pluginVersion: string; spec: CliToolSpec }>): Promise<void> {
+  if (deps.exec.settings.disableExecTools) return
+  for (const { plugin, pluginVersion, spec } of tools) {
+    const probe = await probeCliVersion(spec)
+    if (!probe.ok) {
+      deps.log.warn(`CLI tool ${spec.name} is not offered: ${probe.reason}`, { plugin, tool: spec.name })
+      continue
+    }
+    const staged = catalog.stage(plugin, pluginVersion)
+    try {
+      staged.registry.addCommand<{ command: string; subargs?: string[] }>(
+        {
+          id: `cli.${spec.name}`,
+          title: `${spec.name} (allowlisted CLI)`,
+          description: `${spec.description}\nAllowed commands: ${describeCommands(spec)}. Call with {command, subargs}; only declared --flags are accepted.`,
+          paramsSchema: {
+            type: 'object',
+            properties: {
+              command: { type: 'string', maxLength: 256 },
+              subargs: { type: 'array', items: { type: 'string', maxLength: 1024 }, maxItems: 64 },
+            },
+            required: ['command'],
+            additionalProperties: false,
+          },
+          risk: spec.risk ?? 'low',
+          exposeAsTool: { name: spec.name },
+        },
+        async (params, context) => {
+          const gate = gateCliCall(spec, params.command, params.subargs ?? [])
+          if (!gate.ok) return { exitCode: 126, signal: null, stdout: '', stderr: `denied: ${gate.reason}\n`, truncated: false, durationMs: 0, timedOut: false }
+          return execute(deps, context, gate.argv)
+        },
+      )
+      staged.commit()
+      catalog.setCoreHooks(`cli.${spec.name}`, { modelText: execModelText })
+    } catch (error) {
+      deps.log.warn(`CLI tool ${spec.name} is not offered: ${(error as Error).message}`, { plugin })
+    }
+  }
+}
+
+function describeCommands(spec: CliToolSpec): string {
+  return Object.entries(spec.commands)
+    .map(([command, entry]) => (entry.subcommands ? `${command} (${Object.keys(entry.subcommands).join('|')})` : command))
+    .join(', ')
+}

@@ -1,0 +1,117 @@
+import { randomUUID } from 'node:crypto'
+import { lstat, readlink, realpath } from 'node:fs/promises'
+import { ExecCgroup, type CgroupMode } from './cgroups.js'
+import { enterCgroupScript, runProcess } from './process-runner.js'
+import type { ExecBackend, ExecOptions, ExecResult, ExecSpec } from './types.js'
+
+/** Where the helper programs live (util-linux and bubblewrap, from the distribution). */
+export const tools = { sh: '/bin/sh', prlimit: '/usr/bin/prlimit', setpriv: '/usr/bin/setpriv', bwrap: '/usr/bin/bwrap' }
+
+/** The work directory's path inside the sandbox. */
+export const sandboxWorkdir = '/work'
+
+/** What both backends share: cgroups when the host has them, and whether prlimit can be used. */
+export interface HostSupport {
+  cgroups: CgroupMode
+  prlimit: boolean
+}
+
+/** The wrapper chain in front of a program: enter the cgroup, then set rlimits. */
+async function prelude(support: HostSupport, spec: ExecSpec): Promise<{ argv: string[]; cgroup: ExecCgroup | null }> {
+  const argv: string[] = []
+  let cgroup: ExecCgroup | null = null
+  if (support.cgroups.kind !== 'none') {
+    cgroup = await ExecCgroup.create(support.cgroups, `exec-${randomUUID()}`, spec.limits)
+    argv.push(tools.sh, '-c', enterCgroupScript, 'plinth-exec', String(cgroup.procsFiles.length), ...cgroup.procsFiles)
+  }
+  if (support.prlimit) {
+    // No RLIMIT_AS: it breaks V8 and WebAssembly; the cgroup bounds memory instead.
+    argv.push(tools.prlimit, `--fsize=${spec.limits.fileSizeMb * 1024 * 1024}`, '--nofile=1024', '--core=0', `--cpu=${spec.limits.cpuSeconds}`, '--')
+  }
+  return { argv, cgroup }
+}
+
+/**
+ * Runs the program as the server's own user, in its own process group (and cgroup where the host
+ * has them), with the filtered environment and rlimits. For trusted deployments: a human approves
+ * every run of an exec tool under this backend.
+ */
+export class DirectBackend implements ExecBackend {
+  readonly name = 'direct' as const
+  readonly #support: HostSupport
+
+  constructor(support: HostSupport) {
+    this.#support = support
+  }
+
+  async run(spec: ExecSpec, options: ExecOptions = {}): Promise<ExecResult> {
+    const { argv, cgroup } = await prelude(this.#support, spec)
+    return runProcess({ argv: [...argv, ...spec.argv], cwd: spec.cwd, env: spec.env, ...(spec.stdin !== undefined && { stdin: spec.stdin }), timeoutMs: spec.timeoutMs, outputBytes: spec.limits.outputBytes, cgroup }, options)
+  }
+}
+
+export interface SandboxIdentity {
+  uid: number
+  gid: number
+  name: string
+}
+
+/**
+ * Runs the program inside bubblewrap (SPEC §12): new user, pid, ipc, uts, cgroup and (unless allowed)
+ * network namespaces, no capabilities, its own session, killed with its parent; an allowlisted
+ * read-only root (/usr, the /bin and /lib links, /etc), fresh /proc, minimal /dev, a size-limited
+ * private /tmp, the work directory read-write at /work, extra mounts read-only or read-write. When
+ * the server runs as root the program runs as the unprivileged `identity`. The cgroup is entered
+ * before bwrap starts.
+ */
+export class SandboxBackend implements ExecBackend {
+  readonly name = 'sandbox' as const
+  readonly #support: HostSupport
+  readonly #identity: SandboxIdentity | null
+  readonly #tmpSizeMb: number
+
+  constructor(support: HostSupport, identity: SandboxIdentity | null, options: { tmpSizeMb?: number } = {}) {
+    this.#support = support
+    this.#identity = identity
+    this.#tmpSizeMb = options.tmpSizeMb ?? 64
+  }
+
+  async run(spec: ExecSpec, options: ExecOptions = {}): Promise<ExecResult> {
+    const bwrap = await bwrapArgs(spec, this.#tmpSizeMb)
+    const { argv, cgroup } = await prelude(this.#support, spec)
+    if (this.#identity) {
+      argv.push(tools.setpriv, `--reuid=${this.#identity.uid}`, `--regid=${this.#identity.gid}`, '--clear-groups', '--no-new-privs', '--')
+    }
+    return runProcess(
+      { argv: [...argv, tools.bwrap, ...bwrap, '--', ...spec.argv], cwd: '/', env: spec.env, ...(spec.stdin !== undefined && { stdin: spec.stdin }), timeoutMs: spec.timeoutMs, outputBytes: spec.limits.outputBytes, cgroup },
+      options,
+    )
+  }
+}
+
+/** The bwrap command line for a spec (everything before `--`). Source paths are realpath-resolved. */
+export async function bwrapArgs(spec: ExecSpec, tmpSizeMb: number): Promise<string[]> {
+  const args = ['--unshare-user', '--disable-userns', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try']
+  if (!spec.network) args.push('--unshare-net')
+  args.push('--cap-drop', 'ALL', '--new-session', '--die-with-parent', '--hostname', 'sandbox')
+  args.push('--ro-bind', '/usr', '/usr')
+  for (const path of ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32']) {
+    const stat = await lstat(path).catch(() => null)
+    if (!stat) continue
+    if (stat.isSymbolicLink()) args.push('--symlink', await readlink(path), path)
+    else args.push('--ro-bind', await realpath(path), path)
+  }
+  args.push('--ro-bind', '/etc', '/etc', '--proc', '/proc', '--dev', '/dev')
+  args.push('--size', String(tmpSizeMb * 1024 * 1024), '--perms', '1777', '--tmpfs', '/tmp')
+  args.push('--bind', await realpath(spec.cwd), sandboxWorkdir)
+  for (const path of spec.mounts.ro) {
+    const source = await realpath(path)
+    args.push('--ro-bind', source, source)
+  }
+  for (const path of spec.mounts.rw) {
+    const source = await realpath(path)
+    args.push('--bind', source, source)
+  }
+  args.push('--chdir', sandboxWorkdir)
+  return args
+}

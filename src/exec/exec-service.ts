@@ -1,0 +1,190 @@
+import { join } from 'node:path'
+import type { CliToolSpec, PluginLogger } from '../extension/index.js'
+import { appendAuditEntry, getProject, getSetting, setSetting, type Store } from '../store/index.js'
+import { DirectBackend, SandboxBackend, sandboxWorkdir, type HostSupport, type SandboxIdentity } from './backends.js'
+import { buildExecEnv } from './exec-env.js'
+import { detectHostSupport, probeSandbox, type ProbeResult } from './probe.js'
+import { defaultLimits, type ExecLimits, type ExecOptions, type ExecResult } from './types.js'
+import { defaultDeniedSegments, WorkDirectories } from './workdirs.js'
+
+export type BackendName = 'direct' | 'sandbox'
+
+/** The `exec` section of the configuration. */
+export interface ExecSettings {
+  backend: BackendName
+  disableExecTools: boolean
+  /** The unprivileged host user sandboxed programs run as when the server runs as root. */
+  sandboxUser: string
+  /** Where conversation work directories live (default `<dataDir>/work`); the sandbox user must be able to reach it. */
+  workRoot?: string
+  /** Refuse the sandbox on hosts without usable cgroups (default true). */
+  requireCgroups: boolean
+  /** A shell command line may contain newlines (default false). */
+  allowMultiline: boolean
+  timeoutMs: number
+  limits: ExecLimits
+  /** Network inside the sandbox (default false). */
+  network: boolean
+  /** Size of the sandbox's private /tmp, MiB. */
+  tmpSizeMb: number
+  /** Runtime directories projects may mount read-only: name → host path. */
+  runtimes: Record<string, string>
+  deniedSegments: string[]
+  maxCodeBytes: number
+  maxUploadBytes: number
+  maxDownloadBytes: number
+  cliTools: CliToolSpec[]
+}
+
+export const defaultExecSettings: ExecSettings = {
+  backend: 'direct',
+  disableExecTools: false,
+  sandboxUser: 'plinth-sandbox',
+  requireCgroups: true,
+  allowMultiline: false,
+  timeoutMs: 30_000,
+  limits: defaultLimits,
+  network: false,
+  tmpSizeMb: 64,
+  runtimes: {},
+  deniedSegments: defaultDeniedSegments,
+  maxCodeBytes: 256 * 1024,
+  maxUploadBytes: 20 * 1024 * 1024,
+  maxDownloadBytes: 50 * 1024 * 1024,
+  cliTools: [],
+}
+
+/** The sandbox was asked for and cannot work here; nothing runs (never a silent fallback to direct). */
+export class SandboxUnavailableError extends Error {
+  constructor(reason: string) {
+    super(`the sandbox is unavailable: ${reason}`)
+    this.name = 'SandboxUnavailableError'
+  }
+}
+
+const settingKey = 'execBackend'
+
+/**
+ * Chooses the backend for each execution and runs it in the conversation's work directory. The
+ * backend starts as configured and can be switched at run time (`setBackend`, stored in the shared
+ * settings, so every instance applies it to its next execution). The sandbox probe runs at start
+ * and on every switch to `sandbox`; while it fails, sandboxed executions refuse.
+ */
+export class ExecService {
+  readonly settings: ExecSettings
+  readonly workdirs: WorkDirectories
+  readonly #store: Store
+  readonly #log: PluginLogger
+  readonly #support: HostSupport
+  #probe: ProbeResult
+  #identity: SandboxIdentity | null
+  #backend: BackendName
+  #unsubscribe: (() => void) | null = null
+
+  private constructor(store: Store, settings: ExecSettings, dataDir: string, log: PluginLogger, support: HostSupport, probe: { result: ProbeResult; identity: SandboxIdentity | null }) {
+    this.#store = store
+    this.settings = settings
+    this.#log = log
+    this.#support = support
+    this.#probe = probe.result
+    this.#identity = probe.identity
+    this.#backend = settings.backend
+    this.workdirs = new WorkDirectories(settings.workRoot ?? join(dataDir, 'work'), { deniedSegments: settings.deniedSegments })
+  }
+
+  static async create(options: { store: Store; settings: ExecSettings; dataDir: string; log: PluginLogger }): Promise<ExecService> {
+    const support = await detectHostSupport()
+    // Under `direct` the probe only reports whether the sandbox could work (in a temporary directory);
+    // choosing the sandbox probes again where the work directories really are.
+    const workRoot = options.settings.backend === 'sandbox' ? (options.settings.workRoot ?? join(options.dataDir, 'work')) : undefined
+    const probe = await probeSandbox({ sandboxUser: options.settings.sandboxUser, requireCgroups: options.settings.requireCgroups, support, ...(workRoot && { workRoot }) })
+    const service = new ExecService(options.store, options.settings, options.dataDir, options.log, support, probe)
+    await service.#refresh()
+    service.#unsubscribe = options.store.settings.subscribe((key) => {
+      if (key === null || key === settingKey) void service.#refresh()
+    })
+    if (service.#backend === 'sandbox' && !probe.result.ok) options.log.error('exec backend is sandbox but the sandbox cannot work here; exec tools will refuse', { reason: probe.result.reason })
+    return service
+  }
+
+  stop(): void {
+    this.#unsubscribe?.()
+  }
+
+  get backendName(): BackendName {
+    return this.#backend
+  }
+
+  get probe(): ProbeResult {
+    return this.#probe
+  }
+
+  /** Switches the backend for every instance's next execution (the probe first, for sandbox); audited. */
+  async setBackend(name: BackendName, by: string): Promise<{ ok: true } | { ok: false; reason: string }> {
+    if (name === 'sandbox') {
+      const probe = await this.#reprobe()
+      if (!probe.ok) return { ok: false, reason: probe.reason ?? 'the sandbox probe failed' }
+    }
+    const previous = this.#backend
+    await this.#store.transaction(async (tx) => {
+      await setSetting(tx, settingKey, name)
+      await appendAuditEntry(tx, {
+        dispatchId: null,
+        step: 'settings:update',
+        ownerId: null,
+        projectId: null,
+        conversationId: null,
+        commandId: null,
+        entrance: null,
+        envelope: { setting: settingKey, from: previous, to: name, by },
+      })
+    })
+    this.#backend = name
+    this.#log.info('exec backend switched', { from: previous, to: name, by })
+    return { ok: true }
+  }
+
+  /** Runs argv in the conversation's work directory with the current backend. */
+  async run(input: { conversationId: string; projectId: string | null; argv: string[]; stdin?: string; timeoutMs?: number; mounts?: string[] }, options: ExecOptions = {}): Promise<ExecResult> {
+    const name = this.#backend
+    const limits = this.settings.limits
+    const ro = [...(input.mounts ?? []), ...(await this.#runtimeMounts(input.projectId))]
+    if (name === 'sandbox') {
+      if (!this.#probe.ok) throw new SandboxUnavailableError(this.#probe.reason ?? 'the probe failed')
+      const cwd = this.#identity ? await this.workdirs.handOver(input.conversationId, this.#identity.uid, this.#identity.gid) : await this.workdirs.dir(input.conversationId)
+      const backend = new SandboxBackend(this.#support, this.#identity, { tmpSizeMb: this.settings.tmpSizeMb })
+      return backend.run(
+        { argv: input.argv, cwd, env: buildExecEnv(sandboxWorkdir), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: this.settings.network, mounts: { ro, rw: [] } },
+        options,
+      )
+    }
+    const cwd = await this.workdirs.dir(input.conversationId)
+    return new DirectBackend(this.#support).run(
+      { argv: input.argv, cwd, env: buildExecEnv(cwd), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: true, mounts: { ro, rw: [] } },
+      options,
+    )
+  }
+
+  /** Probes the sandbox where the work directories are (the sandbox user must reach them). */
+  async #reprobe(): Promise<ProbeResult> {
+    const probe = await probeSandbox({ sandboxUser: this.settings.sandboxUser, requireCgroups: this.settings.requireCgroups, support: this.#support, workRoot: this.workdirs.root })
+    this.#probe = probe.result
+    this.#identity = probe.identity
+    return probe.result
+  }
+
+  async #runtimeMounts(projectId: string | null): Promise<string[]> {
+    if (!projectId) return []
+    const project = await getProject(this.#store.db, projectId)
+    return (project?.runtimes ?? []).flatMap((runtime) => (this.settings.runtimes[runtime] ? [this.settings.runtimes[runtime]] : []))
+  }
+
+  async #refresh(): Promise<void> {
+    const stored = await getSetting(this.#store.db, settingKey).catch(() => undefined)
+    if (stored !== 'direct' && stored !== 'sandbox') return
+    const switchedToSandbox = stored === 'sandbox' && this.#backend !== 'sandbox'
+    this.#backend = stored
+    // Another instance chose the sandbox: check it works here too, where our work directories are.
+    if (switchedToSandbox) await this.#reprobe()
+  }
+}

@@ -1,0 +1,10 @@
+/** Running model-generated code: the ExecBackend (direct | bwrap sandbox), work directories, allowlisted CLIs. */
+export type { ExecBackend, ExecLimits, ExecOptions, ExecResult, ExecSpec } from './types.js'
+export { defaultLimits } from './types.js'
+export { DirectBackend, SandboxBackend, bwrapArgs, sandboxWorkdir, type HostSupport, type SandboxIdentity } from './backends.js'
+export { detectCgroups, ExecCgroup, type CgroupMode } from './cgroups.js'
+export { buildExecEnv, isSecretName } from './exec-env.js'
+export { detectHostSupport, lookupUser, probeSandbox, type ProbeResult } from './probe.js'
+export { WorkDirectories, PathError, defaultDeniedSegments, type FileEntry } from './workdirs.js'
+export { gateCliCall, probeCliVersion, validateCliSpec, type CliGate } from './cli-gate.js'
+export { ExecService, SandboxUnavailableError, defaultExecSettings, type BackendName, type ExecSettings } from './exec-service.js'

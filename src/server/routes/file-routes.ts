@@ -1,0 +1,180 @@
+import { createReadStream } from 'node:fs'
+import { stat } from 'node:fs/promises'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { Type } from 'typebox'
+import { PathError } from '../../exec/index.js'
+import { detectFormat } from '../../rag/index.js'
+import { conversationForCaller, projectForCaller } from '../access.js'
+import { caller } from '../auth.js'
+import { HttpProblem } from '../problem.js'
+import { Id, problemResponses } from '../schemas.js'
+import type { App, ServerDeps } from '../server-deps.js'
+
+const tags = ['files']
+const problem = Type.Ref('Problem')
+const FileParams = Type.Object({ id: Id, '*': Type.String({ maxLength: 1024 }) }, { additionalProperties: false })
+const FileEntry = Type.Object({
+  path: Type.String(),
+  type: Type.Union([Type.Literal('file'), Type.Literal('directory'), Type.Literal('symlink'), Type.Literal('other')]),
+  size: Type.Integer(),
+  modifiedAt: Type.String({ format: 'date-time' }),
+})
+
+const mediaTypes: Record<string, string> = {
+  txt: 'text/plain; charset=utf-8',
+  md: 'text/markdown; charset=utf-8',
+  csv: 'text/csv; charset=utf-8',
+  json: 'application/json',
+  html: 'text/html; charset=utf-8',
+  pdf: 'application/pdf',
+  png: 'image/png',
+  jpg: 'image/jpeg',
+  jpeg: 'image/jpeg',
+  svg: 'image/svg+xml',
+  docx: 'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
+  xlsx: 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
+  zip: 'application/zip',
+}
+
+/** A path problem as the HTTP answer it deserves. */
+function pathProblem(error: unknown): never {
+  if (!(error instanceof PathError)) throw error
+  if (error.code === 'not_found') throw new HttpProblem('not_found', error.message)
+  if (error.code === 'too_large') throw new HttpProblem('payload_too_large', error.message)
+  throw new HttpProblem('validation_failed', `path: ${error.message}`, { errors: [{ path: 'path', message: error.message }] })
+}
+
+function encodePathCursor(path: string): string {
+  return Buffer.from(JSON.stringify({ afterPath: path })).toString('base64url')
+}
+
+function decodePathCursor(cursor: string | undefined): string | undefined {
+  if (cursor === undefined) return undefined
+  try {
+    const value = (JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { afterPath?: unknown }).afterPath
+    if (typeof value === 'string') return value
+  } catch {
+    // fall through
+  }
+  throw new HttpProblem('invalid_cursor', 'cursor is not one this server issued; start again without it')
+}
+
+/**
+ * The conversation's work directory over HTTP (SPEC §5/§12): list, download, upload (size-limited),
+ * and register a file as a knowledge item. Only the conversation's owner; paths follow the work
+ * directory's rules (relative, no `..`, no symlink out, no sensitive segments).
+ */
+export function registerFileRoutes(app: App, deps: ServerDeps): void {
+  const { exec } = deps
+
+  app.get(
+    '/conversations/:id/files',
+    {
+      schema: {
+        tags,
+        summary: 'List the work directory (recursively, sorted by path); ?path= lists a directory in it',
+        params: Type.Object({ id: Id }, { additionalProperties: false }),
+        querystring: Type.Object(
+          {
+            path: Type.Optional(Type.String({ maxLength: 1024 })),
+            limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
+            cursor: Type.Optional(Type.String({ maxLength: 2000 })),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: Type.Object({ items: Type.Array(FileEntry), nextCursor: Type.Union([Type.String(), Type.Null()]) }), ...problemResponses },
+      },
+    },
+    async (request) => {
+      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
+      const after = decodePathCursor(request.query.cursor)
+      const limit = request.query.limit ?? 100
+      const entries = (await exec.workdirs.list(conversation.id, request.query.path ?? '').catch(pathProblem)).filter((entry) => after === undefined || entry.path > after)
+      const items = entries.slice(0, limit)
+      return { items, nextCursor: entries.length > limit ? encodePathCursor(items.at(-1)!.path) : null }
+    },
+  )
+
+  app.get(
+    '/conversations/:id/files/*',
+    {
+      schema: {
+        tags,
+        summary: 'Download a file of the work directory',
+        params: FileParams,
+        response: { 200: Type.String({ description: 'The file’s bytes (its media type by extension)' }), ...problemResponses, 413: problem },
+      },
+    },
+    async (request, reply) => {
+      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
+      const path = request.params['*']
+      const real = await exec.workdirs.existing(conversation.id, path).catch(pathProblem)
+      const info = await stat(real)
+      if (info.isDirectory()) throw new HttpProblem('validation_failed', `path: ${path || '.'} is a directory; list it with GET …/files?path=`, { errors: [{ path: 'path', message: 'is a directory' }] })
+      if (info.size > exec.settings.maxDownloadBytes) throw new HttpProblem('payload_too_large', `the file is ${info.size} bytes; downloads are limited to ${exec.settings.maxDownloadBytes}`)
+      const name = path.split('/').at(-1) ?? 'file'
+      const extension = name.toLowerCase().match(/\.([a-z0-9]+)$/)?.[1] ?? ''
+      reply.header('content-type', mediaTypes[extension] ?? 'application/octet-stream')
+      reply.header('content-length', info.size)
+      reply.header('content-disposition', `attachment; filename*=UTF-8''${encodeURIComponent(name)}`)
+      reply.header('x-content-type-options', 'nosniff')
+      return reply.send(createReadStream(real))
+    },
+  )
+
+  // Uploads take any content type as raw bytes, in a scope of their own (nowhere else).
+  void app.register(async (scope) => {
+    const uploads = scope.withTypeProvider<TypeBoxTypeProvider>()
+    uploads.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: exec.settings.maxUploadBytes }, (_request, body, done) => done(null, body))
+    uploads.put(
+      '/conversations/:id/files/*',
+      {
+        bodyLimit: exec.settings.maxUploadBytes,
+        schema: {
+          tags,
+          summary: 'Upload a file into the work directory (the body is the file’s bytes; parent directories are created)',
+          params: FileParams,
+          response: { 201: Type.Object({ path: Type.String(), size: Type.Integer() }), ...problemResponses, 413: problem },
+        },
+      },
+      async (request, reply) => {
+        const conversation = await conversationForCaller(deps, caller(request), request.params.id)
+        const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0)
+        const written = await exec.workdirs.write(conversation.id, request.params['*'], body).catch(pathProblem)
+        return reply.code(201).send(written)
+      },
+    )
+  })
+
+  app.post(
+    '/conversations/:id/files/register',
+    {
+      schema: {
+        tags,
+        summary: 'Turn a file of the work directory (.txt .md .html .pdf .docx) into a knowledge item of the conversation’s project (202: it ingests in the background)',
+        params: Type.Object({ id: Id }, { additionalProperties: false }),
+        body: Type.Object({ path: Type.String({ minLength: 1, maxLength: 1024 }), title: Type.Optional(Type.String({ minLength: 1, maxLength: 500, pattern: '\\S' })) }, { additionalProperties: false }),
+        response: { 202: Type.Record(Type.String(), Type.Unknown()), ...problemResponses, 413: problem, 415: problem },
+      },
+    },
+    async (request, reply) => {
+      const user = caller(request)
+      const conversation = await conversationForCaller(deps, user, request.params.id)
+      const project = await projectForCaller(deps, user, conversation.projectId, 'write')
+      const { path, title } = request.body
+      const filename = path.split('/').at(-1) ?? path
+      const format = detectFormat(filename, undefined)
+      if (!format) throw new HttpProblem('unsupported_media_type', `${filename} cannot become knowledge: register a .txt, .md, .html, .pdf or .docx file`)
+      const real = await exec.workdirs.existing(conversation.id, path).catch(pathProblem)
+      const info = await stat(real)
+      if (!info.isFile()) throw new HttpProblem('validation_failed', `path: ${path} is not a file`, { errors: [{ path: 'body.path', message: 'is not a file' }] })
+      if (info.size > deps.maxKnowledgeFileBytes) throw new HttpProblem('payload_too_large', `the file is ${info.size} bytes; knowledge files are limited to ${deps.maxKnowledgeFileBytes}`)
+      const { bytes } = await exec.workdirs.read(conversation.id, path, { limit: info.size }).catch(pathProblem)
+      const item = await deps.store.transaction((tx) =>
+        deps.ingestor.insertFile(tx, { projectId: project.id, ownerId: user.id, title: title ?? filename.replace(/\.[^.]+$/, ''), filename, format, bytes }),
+      )
+      deps.ingestor.enqueue(item.id)
+      return reply.code(202).send({ ...item, shared: false })
+    },
+  )
+}

@@ -1,0 +1,35 @@
+import { sql } from 'kysely'
+import type { Executor, JsonValue } from './database.js'
+
+/** The channel on which changed settings are announced to every server instance. */
+export const settingsChannel = 'plinth_settings'
+
+export async function getSetting(db: Executor, key: string): Promise<JsonValue | undefined> {
+  const row = await db.selectFrom('settings').select('value').where('key', '=', key).executeTakeFirst()
+  return row?.value
+}
+
+/** Stores a setting and announces it (on commit, when inside a transaction). */
+export async function setSetting(db: Executor, key: string, value: JsonValue): Promise<void> {
+  await db
+    .insertInto('settings')
+    .values({ key, value: JSON.stringify(value) })
+    .onConflict((conflict) => conflict.column('key').doUpdateSet({ value: JSON.stringify(value), updated_at: new Date() }))
+    .execute()
+  await sql`select pg_notify(${settingsChannel}, ${key})`.execute(db)
+}
+
+/** In-process fan-out of setting changes (from this and every other instance). */
+export class SettingsSignals {
+  readonly #listeners = new Set<(key: string | null) => void>()
+
+  subscribe(listener: (key: string | null) => void): () => void {
+    this.#listeners.add(listener)
+    return () => this.#listeners.delete(listener)
+  }
+
+  /** A notification's key; none (the listener reconnected) means any setting may have changed. */
+  deliver(payload?: string): void {
+    for (const listener of this.#listeners) listener(payload ?? null)
+  }
+}
