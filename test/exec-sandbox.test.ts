@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createPluginLogger } from '../src/cmdbus/index.js'
-import { defaultExecSettings, ExecService, type ExecResult } from '../src/exec/index.js'
+import { defaultExecSettings, ExecService, settleCleanups, type ExecResult } from '../src/exec/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { sandboxAvailable, sandboxUser, sandboxUserProcesses } from './helpers/sandbox.js'
@@ -58,7 +58,7 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
     delete process.env.PLINTH_ESCAPE_TEST_API_KEY
     await rm(homeSecret, { force: true })
     listener?.close()
-    exec?.stop()
+    await exec?.stop()
     await store?.close()
     await rm(dataDir, { recursive: true, force: true })
   })
@@ -66,6 +66,7 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
   const sh = (script: string, timeoutMs?: number): Promise<ExecResult> => exec.run({ conversationId: conversation, projectId: null, argv: ['/bin/bash', '-c', script], ...(timeoutMs && { timeoutMs }) })
   const py = (code: string, timeoutMs?: number): Promise<ExecResult> => exec.run({ conversationId: conversation, projectId: null, argv: ['python3', '-'], stdin: code, ...(timeoutMs && { timeoutMs }) })
   const nothingLeft = async (): Promise<void> => {
+    await settleCleanups()
     expect(sandboxUserProcesses()).toEqual([])
     const cgroupDirs = await readdir('/sys/fs/cgroup/pids/plinth').catch(() => readdir('/sys/fs/cgroup/plinth').catch(() => [] as string[]))
     expect(cgroupDirs.filter((name) => name.startsWith('exec-'))).toEqual([])

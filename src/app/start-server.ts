@@ -86,7 +86,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   } catch (error) {
     await runs?.stop()
     await ingestor?.stop()
-    execService?.stop()
+    await execService?.stop()
     await store.close()
     throw error
   }
@@ -110,7 +110,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
         await runManager.stop()
         await app.close()
         await knowledgeIngestor.stop()
-        exec.stop()
+        await exec.stop()
         await store.close()
       })()
       return closing

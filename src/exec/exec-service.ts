@@ -3,6 +3,7 @@ import type { CliToolSpec, PluginLogger } from '../extension/index.js'
 import { appendAuditEntry, getProject, getSetting, setSetting, type Store } from '../store/index.js'
 import { DirectBackend, SandboxBackend, sandboxWorkdir, type HostSupport, type SandboxIdentity } from './backends.js'
 import { buildExecEnv } from './exec-env.js'
+import { settleCleanups } from './process-runner.js'
 import { detectHostSupport, probeSandbox, type ProbeResult } from './probe.js'
 import { defaultLimits, type ExecLimits, type ExecOptions, type ExecResult } from './types.js'
 import { defaultDeniedSegments, WorkDirectories } from './workdirs.js'
@@ -107,8 +108,10 @@ export class ExecService {
     return service
   }
 
-  stop(): void {
+  /** Stops listening for setting changes and waits for the last executions' cgroups to be removed. */
+  async stop(): Promise<void> {
     this.#unsubscribe?.()
+    await settleCleanups()
   }
 
   get backendName(): BackendName {

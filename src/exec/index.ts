@@ -3,6 +3,7 @@ export type { ExecBackend, ExecLimits, ExecOptions, ExecResult, ExecSpec } from 
 export { defaultLimits } from './types.js'
 export { DirectBackend, SandboxBackend, bwrapArgs, sandboxWorkdir, type HostSupport, type SandboxIdentity } from './backends.js'
 export { detectCgroups, ExecCgroup, type CgroupMode } from './cgroups.js'
+export { settleCleanups } from './process-runner.js'
 export { buildExecEnv, isSecretName } from './exec-env.js'
 export { detectHostSupport, lookupUser, probeSandbox, type ProbeResult } from './probe.js'
 export { WorkDirectories, PathError, defaultDeniedSegments, type FileEntry } from './workdirs.js'

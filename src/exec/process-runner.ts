@@ -24,6 +24,14 @@ export const enterCgroupScript = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ 
 
 const termGraceMs = 200
 
+/** Cgroup removals still in progress (awaited by `settleCleanups`, e.g. at shutdown and in tests). */
+const pendingCleanups = new Set<Promise<void>>()
+
+/** Resolves when every finished execution's cgroup has been removed. */
+export async function settleCleanups(): Promise<void> {
+  while (pendingCleanups.size > 0) await Promise.all([...pendingCleanups])
+}
+
 /** Collects one stream: up to `limit` bytes kept, the rest read and dropped; text streamed as it comes. */
 class Capture {
   readonly #limit: number
@@ -140,7 +148,14 @@ export function runProcess(launch: Launch, options: ExecOptions = {}): Promise<E
       await Promise.race([Promise.all([streamEnd(child.stdout), streamEnd(child.stderr)]), new Promise((resolve) => setTimeout(resolve, 200))])
       child.stdout.destroy()
       child.stderr.destroy()
-      await launch.cgroup?.remove()
+      // Everything in the group is dead; removing the directory waits for the kernel to finish
+      // reaping, which the caller need not wait for.
+      if (launch.cgroup) {
+        const cleanup: Promise<void> = launch.cgroup.remove().finally(() => {
+          pendingCleanups.delete(cleanup)
+        })
+        pendingCleanups.add(cleanup)
+      }
       resolve({
         exitCode,
         signal,

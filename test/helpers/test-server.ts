@@ -118,7 +118,7 @@ export async function startTestServer(
       await runs.stop()
       await app.close()
       await ingestor.stop()
-      execService.stop()
+      await execService.stop()
       if (ownDataDir) await rm(dataDir, { recursive: true, force: true })
       // Every test's transcript is held to the ledger invariant, whatever the test itself checks.
       await assertLedgerInvariant(store.db)
