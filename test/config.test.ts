@@ -182,6 +182,13 @@ describe('loadConfig', () => {
     expect(loadConfig({ PLINTH_PLUGINS: ' a ,, b ,' }, cwd).plugins).toEqual(['a', 'b'])
   })
 
+  it('reads the CORS allowlist from PLINTH_CORS_ORIGINS and refuses an origin with a path', async () => {
+    const cwd = await workdir()
+    expect(loadConfig({}, cwd).corsOrigins).toEqual([])
+    expect(loadConfig({ PLINTH_CORS_ORIGINS: 'https://app.example, http://localhost:5173' }, cwd).corsOrigins).toEqual(['https://app.example', 'http://localhost:5173'])
+    expect(problemsOf({ PLINTH_CORS_ORIGINS: 'https://app.example/path' }, cwd)).toEqual([expect.stringMatching(/^corsOrigins/)])
+  })
+
   it('reads booleans and integers from the environment', async () => {
     const cwd = await workdir()
     expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'true' }, cwd).exec).toMatchObject({ backend: 'direct', disableExecTools: true })

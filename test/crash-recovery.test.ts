@@ -54,6 +54,10 @@ describe('crash recovery', () => {
     const messages = await http(second.url, 'GET', `/api/conversations/${conversation.body.id}/messages?limit=200`, { token })
     const roles = messages.body.items.map((message: { role: string; status: string }) => `${message.role}:${message.status}`)
     expect(roles).toEqual(['user:completed', 'assistant:completed', 'tool:completed', 'assistant:interrupted'])
+    // What streamed before the crash is kept on the interrupted message.
+    expect(messages.body.items.at(-1).content).toMatch(/^word0 word1 /)
+    // The restart says what it did.
+    expect(second.stdout()).toMatch(/"msg":"recovered 1 runs"/)
     const audit = await http(second.url, 'GET', '/api/audit?commandId=rdm.ping', { token })
     expect(audit.body.items).toHaveLength(1)
     expect(audit.body.items[0].status).toBe('succeeded')

@@ -116,6 +116,7 @@ for (const engine of testEngines()) {
         title: 'first',
         permissionMode: 'manual',
         modeExpiresAt: null,
+        activeRunId: null,
         createdAt: expect.any(String),
         updatedAt: expect.any(String),
       })

@@ -416,7 +416,7 @@ describe('no credential in any log line, at trace level', () => {
       await store.close()
       await upstream.close()
     }
-    expect(lines.length).toBeGreaterThan(20)
+    expect(lines.length).toBeGreaterThan(10)
     // The malformed requests were logged (at debug), just without what they carried.
     expect(lines.some((line) => line.includes('"level":20') && line.includes('client error'))).toBe(true)
     for (const secret of secrets) {

@@ -1,11 +1,12 @@
 import { parseArgs } from 'node:util'
-import { createToken, createUser, findUser, listTokens, listUsers, openStore, revokeToken, setUserDisabled, StoreError, type Store } from '../store/index.js'
+import { openStore, StoreError, type Store } from '../store/index.js'
 import { SingleBar, Presets } from 'cli-progress'
 import { verifyAuditChain } from '../cmdbus/index.js'
 import { createEmbedder, reembedAll } from '../rag/index.js'
 import { ConfigError, loadConfig, type PlinthConfig } from './config.js'
 import { configSecrets, createLogger } from './logger.js'
 import { startServer } from './start-server.js'
+import { announceServer, httpUserAdmin, runningServer, storeUserAdmin, type UserAdmin } from './user-admin.js'
 import { version } from './version.js'
 
 const usage = `plinth ${version} — headless HTTP + SSE agent server
@@ -69,7 +70,7 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
     const config = loadConfig()
     switch (command) {
       case 'serve':
-        return await serve(config)
+        return await serve(config, io)
       case 'migrate':
         return await withStore(config, async (store) => {
           const applied = store.migrations.applied
@@ -118,13 +119,24 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
   }
 }
 
-async function serve(config: PlinthConfig): Promise<number> {
+async function serve(config: PlinthConfig, io: Io): Promise<number> {
   const logger = createLogger(config.logLevel, undefined, configSecrets(config))
+  // Handlers first: a signal that arrives while the server is still starting stops it once it is up.
+  let stopRequested: string | undefined
+  let stop = (signal: string): void => {
+    stopRequested ??= signal
+  }
+  process.once('SIGTERM', () => stop('SIGTERM'))
+  process.once('SIGINT', () => stop('SIGINT'))
   const server = await startServer(config, logger)
-  const stop = (signal: string): void => {
+  await createFirstUser(server.store, io)
+  // The CLI beside a server that holds the embedded database finds it here (see withUserAdmin).
+  const unannounce = server.store.engine === 'pglite' ? await announceServer(config.dataDir, { pid: process.pid, url: server.url }) : async () => undefined
+  stop = (signal: string): void => {
     logger.info({ signal }, 'shutting down')
     const force = setTimeout(() => process.exit(1), 10_000)
     force.unref()
+    void unannounce()
     server.close().then(
       () => process.exit(0),
       (error: unknown) => {
@@ -133,9 +145,21 @@ async function serve(config: PlinthConfig): Promise<number> {
       },
     )
   }
-  process.once('SIGTERM', () => stop('SIGTERM'))
-  process.once('SIGINT', () => stop('SIGINT'))
+  if (stopRequested) stop(stopRequested)
   return new Promise<number>(() => undefined)
+}
+
+/**
+ * On a database without users (a first start), creates the first user and prints its token once —
+ * on the terminal, never through the logger — so the quickstart works in the order written.
+ */
+async function createFirstUser(store: Store, io: Io): Promise<void> {
+  const existing = await store.db.selectFrom('users').select('id').limit(1).execute()
+  if (existing.length > 0) return
+  const issued = await storeUserAdmin(store).createUser('admin', 'first start')
+  if (issued === 'name_taken') return
+  io.out(`plinth: no users yet — created the first user "admin" (${issued.user.id}). Its token, shown once (store it now):`)
+  io.out(issued.token.token)
 }
 
 /** Re-embeds every chunk with the configured embedder, showing progress (a bar on a terminal). */
@@ -172,15 +196,36 @@ async function withStore<T>(config: PlinthConfig, fn: (store: Store) => Promise<
 
 type Flags = { json?: boolean; name?: string; 'token-name'?: string }
 
+/**
+ * Runs a user/token command on the database — or, while a server holds the embedded database, through
+ * that server's admin API when PLINTH_ADMIN_TOKEN is set (else the lock error says how).
+ */
+async function withUserAdmin(config: PlinthConfig, io: Io, fn: (admin: UserAdmin) => Promise<number>): Promise<number> {
+  let store: Store
+  try {
+    store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
+  } catch (error) {
+    if (!(error instanceof StoreError) || error.code !== 'data_dir_locked') throw error
+    const server = await runningServer(config.dataDir)
+    if (!server) throw error
+    if (!config.adminToken) {
+      throw new StoreError('data_dir_locked', `${error.message}. The server at ${server.url} holds it: set PLINTH_ADMIN_TOKEN (the server's) and this command goes through its admin API`)
+    }
+    io.err(`(the server at ${server.url} holds the database: using its admin API)`)
+    return fn(httpUserAdmin(server.url, config.adminToken))
+  }
+  try {
+    return await fn(storeUserAdmin(store))
+  } finally {
+    await store.close()
+  }
+}
+
 async function usersCommand(config: PlinthConfig, sub: string | undefined, arg: string | undefined, flags: Flags, io: Io): Promise<number> {
   if (sub === 'create' && arg) {
-    return withStore(config, async (store) => {
-      const issued = await store.transaction(async (tx) => {
-        const user = await createUser(tx, arg)
-        if ('error' in user) return undefined
-        return { user, token: await createToken(tx, user.id, flags['token-name'] ?? 'default') }
-      })
-      if (!issued) {
+    return withUserAdmin(config, io, async (admin) => {
+      const issued = await admin.createUser(arg, flags['token-name'] ?? 'default')
+      if (issued === 'name_taken') {
         io.err(`plinth: a user named ${JSON.stringify(arg)} already exists`)
         return 1
       }
@@ -194,28 +239,21 @@ async function usersCommand(config: PlinthConfig, sub: string | undefined, arg: 
     })
   }
   if (sub === 'list') {
-    return withStore(config, async (store) => {
-      const users = []
-      let after: string | undefined
-      for (;;) {
-        const page = await listUsers(store.db, { limit: 200, after })
-        users.push(...page.items)
-        if (!page.nextCursor) break
-        after = page.nextCursor
-      }
+    return withUserAdmin(config, io, async (admin) => {
+      const users = await admin.listUsers()
       if (flags.json) io.out(JSON.stringify(users))
       else for (const user of users) io.out(`${user.id}  ${user.name}${user.disabled ? '  (disabled)' : ''}`)
       return 0
     })
   }
   if ((sub === 'disable' || sub === 'enable') && arg) {
-    return withStore(config, async (store) => {
-      const user = await findUser(store.db, arg)
+    return withUserAdmin(config, io, async (admin) => {
+      const user = await admin.findUser(arg)
       if (!user) {
         io.err(`plinth: no user ${JSON.stringify(arg)}`)
         return 1
       }
-      await setUserDisabled(store.db, user.id, sub === 'disable')
+      await admin.setDisabled(user.id, sub === 'disable')
       io.out(`${sub}d user ${user.name} (${user.id})`)
       return 0
     })
@@ -229,23 +267,23 @@ async function tokensCommand(config: PlinthConfig, sub: string | undefined, arg:
     io.err(usage)
     return 2
   }
-  return withStore(config, async (store) => {
+  return withUserAdmin(config, io, async (admin) => {
     if (sub === 'revoke') {
-      const token = await revokeToken(store.db, arg)
+      const token = await admin.revokeToken(arg)
       if (!token) {
         io.err(`plinth: no token ${JSON.stringify(arg)}`)
         return 1
       }
-      io.out(`revoked token ${token.id} (${token.prefix}…)`)
+      io.out(`revoked token ${token.id}${token.prefix ? ` (${token.prefix}…)` : ''}`)
       return 0
     }
-    const user = await findUser(store.db, arg)
+    const user = await admin.findUser(arg)
     if (!user) {
       io.err(`plinth: no user ${JSON.stringify(arg)}`)
       return 1
     }
     if (sub === 'create') {
-      const issued = await createToken(store.db, user.id, flags.name ?? 'default')
+      const issued = await admin.createToken(user.id, flags.name ?? 'default')
       if (flags.json) io.out(JSON.stringify({ userId: user.id, tokenId: issued.id, token: issued.token }))
       else {
         io.out(`created token ${issued.id} for ${user.name} (shown once, store it now):`)
@@ -253,14 +291,7 @@ async function tokensCommand(config: PlinthConfig, sub: string | undefined, arg:
       }
       return 0
     }
-    const tokens = []
-    let after: string | undefined
-    for (;;) {
-      const page = await listTokens(store.db, user.id, { limit: 200, after })
-      tokens.push(...page.items)
-      if (!page.nextCursor) break
-      after = page.nextCursor
-    }
+    const tokens = await admin.listTokens(user.id)
     if (flags.json) io.out(JSON.stringify(tokens))
     else {
       for (const token of tokens) {

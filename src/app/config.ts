@@ -38,6 +38,8 @@ export interface PlinthConfig {
   trustProxy?: string | boolean
   /** Bearer token for `/metrics`; without it `/metrics` is open only when listening on loopback. */
   metricsToken?: string
+  /** Origins browsers may call from; empty: CORS off. */
+  corsOrigins: string[]
   /** Interval of SSE heartbeat comments. */
   sseHeartbeatMs: number
   /** Event stream caps and lifetime. */
@@ -166,6 +168,7 @@ const fileSchema = {
     maxConnections: { type: 'integer', minimum: 1 },
     trustProxy: { anyOf: [{ type: 'boolean' }, { type: 'string', minLength: 1 }] },
     metricsToken: { type: 'string', minLength: 16 },
+    corsOrigins: { type: 'array', items: { type: 'string', pattern: '^https?://[^/\\s]+$' } },
     sseHeartbeatMs: { type: 'integer', minimum: 100 },
     embeddings: {
       type: 'object',
@@ -230,6 +233,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_MAX_CONNECTIONS', 'maxConnections', 'int'],
   ['PLINTH_TRUST_PROXY', 'trustProxy', 'string'],
   ['PLINTH_METRICS_TOKEN', 'metricsToken', 'string'],
+  ['PLINTH_CORS_ORIGINS', 'corsOrigins', 'list'],
   ['PLINTH_SSE_HEARTBEAT_MS', 'sseHeartbeatMs', 'int'],
   ['PLINTH_SSE_MAX_PER_TOKEN', 'streams.maxPerToken', 'int'],
   ['PLINTH_SSE_MAX_STREAMS', 'streams.maxTotal', 'int'],
@@ -260,6 +264,7 @@ const defaults: PlinthConfig = {
   connectionTimeoutMs: 120_000,
   maxConnectionsPerAddress: 256,
   maxConnections: 10_000,
+  corsOrigins: [],
   sseHeartbeatMs: 15_000,
   streams: { maxPerToken: 32, maxTotal: 5000, maxLifetimeMs: 60 * 60 * 1000, recheckIntervalMs: 60_000, drainTimeoutMs: 30_000 },
   knowledge: { maxFileBytes: 20 * 1024 * 1024 },

@@ -44,6 +44,9 @@ export function redactUrl(url: string): string {
   return `${url.slice(0, query)}?${params.join('&')}`
 }
 
+/** What Fastify's listen is told to log (see listenTextResolver); the logger drops it. */
+export const fastifyListeningText = 'fastify listening'
+
 /** The secrets of a configuration, scrubbed literally from every log line. */
 export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metricsToken' | 'models'>, env: NodeJS.ProcessEnv = process.env): string[] {
   const secrets = [config.adminToken, config.metricsToken, ...config.models.map((model) => (model.apiKeyEnv ? env[model.apiKeyEnv] : undefined))]
@@ -80,7 +83,14 @@ export function createLogger(level: string, destination?: NodeJS.WritableStream,
           return serialized
         },
       },
-      hooks: { streamWrite: scrub },
+      hooks: {
+        streamWrite: scrub,
+        // Fastify's own "Server listening at" lines (one per interface): Plinth logs one line of its own.
+        logMethod(args, method) {
+          if (args[0] === fastifyListeningText) return
+          method.apply(this, args)
+        },
+      },
     },
     destination ?? process.stdout,
   )

@@ -9,6 +9,7 @@ import { createAgentMetrics } from './agent-metrics.js'
 import { setUpCommandBus } from './command-bus-setup.js'
 import { setUpRuns } from './run-setup.js'
 import type { PlinthConfig } from './config.js'
+import { fastifyListeningText } from './logger.js'
 import { version } from './version.js'
 
 export interface RunningServer {
@@ -75,6 +76,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       ...(config.trustProxy !== undefined && { trustProxy: config.trustProxy }),
       host: config.host,
       ...(config.metricsToken && { metricsToken: config.metricsToken }),
+      corsOrigins: config.corsOrigins,
       sseHeartbeatMs: config.sseHeartbeatMs,
       streams: config.streams,
       fullModeTtlMs: config.fullModeTtlMs,
@@ -82,7 +84,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       version,
       metrics,
     })
-    await app.listen({ port: config.port, host: config.host })
+    await app.listen({ port: config.port, host: config.host, listenTextResolver: () => fastifyListeningText })
   } catch (error) {
     await runs?.stop()
     await ingestor?.stop()

@@ -130,8 +130,16 @@ export class RunManager {
       if (!decision.runId) return
       this.#onDecision(decision, outcome).catch((error: unknown) => this.#options.log.error('could not apply a decision to its run', { runId: decision.runId, error: String(error) }))
     })
-    await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
-    this.#sweeper = setInterval(() => void this.sweep().catch(() => undefined), Math.max(1000, (this.#options.leaseMs ?? 30_000) / 2))
+    const recovered = await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
+    if (recovered > 0) this.#options.log.info(`recovered ${recovered} runs`, { recovered, outcome: 'ended failed (interrupted); open calls answered; resume with POST /api/runs/:id/resume' })
+    this.#sweeper = setInterval(
+      () =>
+        void this.sweep().then(
+          (count) => count > 0 && this.#options.log.info(`recovered ${count} runs`, { recovered: count }),
+          () => undefined,
+        ),
+      Math.max(1000, (this.#options.leaseMs ?? 30_000) / 2),
+    )
     this.#sweeper.unref()
   }
 
@@ -197,6 +205,39 @@ export class RunManager {
     return getRun(store.db, runId)
   }
 
+  /**
+   * Resolves with the run once it has ended or needs action (or, after `timeoutMs`, as it is then):
+   * create-and-wait for scripts and clients that do not stream.
+   */
+  async waitUntilSettled(runId: string, timeoutMs: number): Promise<{ run: Run; settled: boolean }> {
+    const { store } = this.#options
+    const isSettled = (run: Run): boolean => terminalRunStatuses.includes(run.status) || run.status === 'requires_action'
+    let wake: (() => void) | null = null
+    const unsubscribe = store.feed.subscribe(`run:${runId}`, (event) => {
+      if (event.type === 'run.status' || event.type.startsWith('run.')) wake?.()
+    })
+    const deadline = Date.now() + timeoutMs
+    try {
+      for (;;) {
+        const run = await getRun(store.db, runId)
+        if (!run) throw new Error(`run ${runId} vanished`)
+        if (isSettled(run)) return { run, settled: true }
+        const remaining = deadline - Date.now()
+        if (remaining <= 0) return { run, settled: false }
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, Math.min(remaining, 1000))
+          wake = () => {
+            clearTimeout(timer)
+            resolve()
+          }
+        })
+        wake = null
+      }
+    } finally {
+      unsubscribe()
+    }
+  }
+
   /** Client-tool results (SPEC §8.4). Returns an error text for calls that are not awaited. */
   async submitToolOutputs(runId: string, outputs: Array<{ callId: string; output: unknown }>): Promise<{ error?: string; run?: Run }> {
     const { store } = this.#options
@@ -227,13 +268,15 @@ export class RunManager {
    * Ends runs whose lease ran out (their process died) as failed `interrupted`, answering their open
    * calls, and expires runs left waiting past their deadline. A completed tool call is never run again.
    */
-  async sweep(options: { orphansOnly?: boolean } = {}): Promise<void> {
+  async sweep(options: { orphansOnly?: boolean } = {}): Promise<number> {
     const { store } = this.#options
+    let recovered = 0
     // With an exclusive database every running run not driven here is an orphan, whatever its lease says.
     const cutoff = options.orphansOnly ? new Date(Date.UTC(9999, 0, 1)) : new Date()
     for (const run of await findRunsWithExpiredLease(store.db, cutoff)) {
       if (this.#controllers.has(run.id)) continue
       await this.#end(run.id, { status: 'failed', error: { code: 'interrupted', message: 'the server stopped while the run was in progress' }, openCalls: 'interrupted' })
+      recovered++
       await this.#startNext(run.conversationId)
     }
     const ttl = this.#options.actionTtlMs ?? 24 * 3_600_000
@@ -242,6 +285,7 @@ export class RunManager {
       await this.#startNext(run.conversationId)
     }
     await this.#options.bus.expireOverdue()
+    return recovered
   }
 
   /**

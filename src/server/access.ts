@@ -1,5 +1,5 @@
 import type { ProjectAction } from '../extension/index.js'
-import type { Conversation, Project, User } from '../store/index.js'
+import { activeRunIds, type Conversation, type Project, type User } from '../store/index.js'
 import { HttpProblem, notFound } from './problem.js'
 import type { ServerDeps } from './server-deps.js'
 
@@ -58,4 +58,17 @@ export async function conversationForStream(
 /** A project as the API shows it to `user`. */
 export function projectView(project: Project, user: User): Project & { shared: boolean } {
   return { ...project, shared: project.ownerId !== user.id }
+}
+
+/** Conversations as the API shows them: with the id of their active run. */
+export async function withActiveRuns(deps: ServerDeps, conversations: readonly Conversation[]): Promise<Array<Conversation & { activeRunId: string | null }>> {
+  const active = await activeRunIds(deps.store.db, conversations.map((conversation) => conversation.id))
+  return conversations.map((conversation) => ({ ...conversation, activeRunId: active.get(conversation.id) ?? null }))
+}
+
+/** Live projects the user owns, and those shared with them (through the ProjectAuthz adapter). */
+export async function visibleProjectIds(deps: ServerDeps, userId: string): Promise<string[]> {
+  const owned = await deps.store.db.selectFrom('projects').select('id').where('owner_id', '=', userId).where('deleted_at', 'is', null).execute()
+  const shared = await deps.access.sharedProjectIds(userId)
+  return [...new Set([...owned.map((row) => row.id), ...shared])]
 }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
-import Fastify, { type FastifyBaseLogger } from 'fastify'
+import Fastify, { LogController, type FastifyBaseLogger } from 'fastify'
+import fastifyCors from '@fastify/cors'
 import fastifyMultipart from '@fastify/multipart'
 import fastifyRateLimit from '@fastify/rate-limit'
 import { fastifySSE } from '@fastify/sse'
@@ -32,7 +33,7 @@ import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
 import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, requestId } from './request-guards.js'
-import { Problem } from './schemas.js'
+import { Problem, Run } from './schemas.js'
 import type { App, ServerDeps } from './server-deps.js'
 import { defaultStreamLimits, StreamRegistry, type StreamLimits } from './stream-registry.js'
 
@@ -67,6 +68,8 @@ export interface ServerOptions {
   host?: string
   /** Bearer token for `/metrics` (PLINTH_METRICS_TOKEN). */
   metricsToken?: string
+  /** Origins browsers may call from (PLINTH_CORS_ORIGINS); none: CORS off. */
+  corsOrigins?: string[]
   sseHeartbeatMs: number
   /** Caps, lifetime and buffering of event streams (defaults: defaultStreamLimits). */
   streams?: Partial<StreamLimits>
@@ -89,6 +92,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     genReqId: requestId,
     requestIdHeader: false,
     return503OnClosing: true,
+    // One line per request instead of two (below), and none at info for probes.
+    logController: new LogController({ disableRequestLogging: true }),
     routerOptions: { ignoreTrailingSlash: true },
     requestTimeout,
     connectionTimeout: options.connectionTimeoutMs ?? 120_000,
@@ -136,7 +141,25 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
   })
+  app.addHook('onResponse', async (request, reply) => {
+    const probe = quietRoutes.has(request.routeOptions.url ?? '')
+    const fields = { req: request, res: reply, responseTime: Math.round(reply.elapsedTime * 10) / 10 }
+    if (probe) request.log.debug(fields, 'request completed')
+    else request.log.info(fields, 'request completed')
+  })
 
+  // CORS only for listed origins (off by default). Bearer tokens, not cookies: no credentials mode.
+  // Preflights are answered before authentication, and an unlisted origin gets no CORS headers.
+  if (options.corsOrigins && options.corsOrigins.length > 0) {
+    await app.register(fastifyCors, {
+      origin: options.corsOrigins,
+      methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+      allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'last-event-id', 'prefer', 'x-request-id'],
+      exposedHeaders: ['x-request-id', 'retry-after', 'idempotent-replayed', 'preference-applied', 'content-disposition', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'],
+      maxAge: 600,
+      strictPreflight: false,
+    })
+  }
   // First: counted by address before anything else runs (authentication included).
   await app.register(fastifyRateLimit, {
     global: true,
@@ -161,6 +184,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   await app.register(fastifyMultipart, { throwFileSizeLimit: true })
 
   app.addSchema(Problem)
+  app.addSchema(Run)
   app.setErrorHandler(handleError)
   app.setNotFoundHandler((request, reply) => {
     reply.code(404).type('application/problem+json').send(problemBody('not_found', `no route ${request.method} ${requestPath(request)}`))
@@ -223,6 +247,9 @@ export async function buildServer(options: ServerOptions): Promise<App> {
 
   return app
 }
+
+/** Routes polled by probes and scrapers: logged at debug, not info. */
+const quietRoutes = new Set(['/healthz', '/readyz', '/metrics'])
 
 /** True when `host` only accepts connections from this machine. */
 export function isLoopback(host: string): boolean {

@@ -94,6 +94,7 @@ export const Conversation = Type.Object({
   title: Type.String(),
   permissionMode: PermissionMode,
   modeExpiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  activeRunId: Type.Union([Type.String(), Type.Null()], { description: 'The run that is queued, running or waiting for action in this conversation, if any.' }),
   createdAt: Type.String({ format: 'date-time' }),
   updatedAt: Type.String({ format: 'date-time' }),
 })
@@ -130,3 +131,48 @@ export const problemResponses = {
   404: Type.Ref('Problem'),
   429: Type.Ref('Problem'),
 } as const
+
+export const RunStatus = Type.Union(
+  ['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'].map((status) => Type.Literal(status)),
+)
+
+/** A run as the API shows it. */
+export const Run = Type.Object(
+  {
+    id: Type.String(),
+    conversationId: Type.String(),
+    projectId: Type.String(),
+    model: Type.String(),
+    status: RunStatus,
+    phase: Type.Union([Type.Literal('thinking'), Type.Literal('tool_called'), Type.Literal('tool_running'), Type.Literal('tool_done'), Type.Literal('finalizing'), Type.Null()]),
+    iteration: Type.Integer(),
+    maxIterations: Type.Integer(),
+    approvalPolicy: Type.Union([Type.Literal('ask'), Type.Literal('dontAsk')]),
+    requiredAction: Type.Union([
+      Type.Object({
+        decisions: Type.Array(Type.Record(Type.String(), Type.Unknown())),
+        toolOutputs: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), args: Type.Unknown() })),
+      }),
+      Type.Null(),
+    ]),
+    error: Type.Union([Type.Object({ code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) }, { additionalProperties: true }), Type.Null()]),
+    usage: Type.Object({ inputTokens: Type.Integer(), outputTokens: Type.Integer() }),
+    cancelReason: Type.Union([Type.String(), Type.Null()]),
+    createdAt: Type.String({ format: 'date-time' }),
+    updatedAt: Type.String({ format: 'date-time' }),
+    startedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+    endedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  },
+  { $id: 'Run' },
+)
+
+export const RunListQuery = Type.Object(
+  {
+    status: Type.Optional(Type.String({ pattern: '^(queued|running|requires_action|completed|failed|cancelled|expired)(,(queued|running|requires_action|completed|failed|cancelled|expired))*$', description: 'Comma-separated statuses' })),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
+    cursor: Type.Optional(Type.String({ maxLength: 200 })),
+  },
+  { additionalProperties: false },
+)
+
+export const RunList = Type.Object({ items: Type.Array(Type.Ref('Run')), nextCursor: Type.Union([Type.String(), Type.Null()]) })

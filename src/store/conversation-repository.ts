@@ -75,6 +75,23 @@ export async function listConversations(
   return toPage((await query.execute()).map(toConversation), page.limit)
 }
 
+/** A user's live conversations in some projects (live ones), newest first. */
+export async function listConversationsOf(db: Executor, ownerId: string, projectIds: readonly string[], page: PageRequest): Promise<Page<Conversation>> {
+  if (projectIds.length === 0) return { items: [], nextCursor: null }
+  let query = db
+    .selectFrom('conversations')
+    .innerJoin('projects', 'projects.id', 'conversations.project_id')
+    .selectAll('conversations')
+    .where('conversations.owner_id', '=', ownerId)
+    .where('conversations.project_id', 'in', [...projectIds])
+    .where('conversations.deleted_at', 'is', null)
+    .where('projects.deleted_at', 'is', null)
+    .orderBy('conversations.id', 'desc')
+    .limit(page.limit + 1)
+  if (page.after) query = query.where('conversations.id', '<', page.after)
+  return toPage((await query.execute()).map(toConversation), page.limit)
+}
+
 export async function updateConversation(
   tx: Executor,
   conversation: Conversation,

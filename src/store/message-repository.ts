@@ -22,19 +22,35 @@ export async function listMessages(db: Executor, conversationId: string, page: P
     .orderBy('id')
     .limit(page.limit + 1)
   if (page.after) query = query.where('id', '>', page.after)
-  const rows = await query.execute()
-  return toPage(
-    rows.map((row) => ({
-      id: row.id,
-      conversationId: row.conversation_id,
-      runId: row.run_id,
-      role: row.role,
-      content: row.content,
-      toolCalls: row.tool_calls,
-      toolCallId: row.tool_call_id,
-      status: row.status,
-      createdAt: row.created_at.toISOString(),
-    })),
-    page.limit,
-  )
+  return toPage((await query.execute()).map(toMessage), page.limit)
+}
+
+function toMessage(row: {
+  id: string
+  conversation_id: string
+  run_id: string | null
+  role: Message['role']
+  content: string | null
+  tool_calls: JsonValue | null
+  tool_call_id: string | null
+  status: string
+  created_at: Date
+}): Message {
+  return {
+    id: row.id,
+    conversationId: row.conversation_id,
+    runId: row.run_id,
+    role: row.role,
+    content: row.content,
+    toolCalls: row.tool_calls,
+    toolCallId: row.tool_call_id,
+    status: row.status,
+    createdAt: row.created_at.toISOString(),
+  }
+}
+
+/** A run's messages (its user message, the model's turns and the tool results), oldest first. */
+export async function runMessages(db: Executor, runId: string): Promise<Message[]> {
+  const rows = await db.selectFrom('messages').selectAll().where('run_id', '=', runId).orderBy('id').limit(1000).execute()
+  return rows.map(toMessage)
 }

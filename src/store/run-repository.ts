@@ -200,8 +200,53 @@ export async function completeAssistantMessage(
 }
 
 /** Marks a run's assistant messages still `streaming` with a final status. */
+/**
+ * Closes a run's messages still streaming. Text streamed before a crash lives only in the
+ * `message.delta` events; it becomes the message's content rather than being lost.
+ */
 export async function closeStreamingMessages(tx: Executor, runId: string, status: 'cancelled' | 'interrupted'): Promise<void> {
-  await tx.updateTable('messages').set({ status }).where('run_id', '=', runId).where('status', '=', 'streaming').execute()
+  await sql`
+    update messages m set status = ${status}, content = coalesce(nullif(m.content, ''), (
+      select string_agg(e.data->>'text', '' order by e.id) from events e
+      where e.run_id = m.run_id and e.type = 'message.delta' and e.data->>'messageId' = m.id
+    ), m.content)
+    where m.run_id = ${runId} and m.status = 'streaming'`.execute(tx)
+}
+
+/** The active run (queued, running or waiting) of each conversation that has one. */
+export async function activeRunIds(db: Executor, conversationIds: readonly string[]): Promise<Map<string, string>> {
+  if (conversationIds.length === 0) return new Map()
+  const rows = await db
+    .selectFrom('runs')
+    .select(['conversation_id', 'id'])
+    .where('conversation_id', 'in', [...conversationIds])
+    .where('status', 'in', activeRunStatuses)
+    .orderBy('id')
+    .execute()
+  const active = new Map<string, string>()
+  // A queued run waits behind the running one: the first active run is the one that is active now.
+  for (const row of rows) if (!active.has(row.conversation_id)) active.set(row.conversation_id, row.id)
+  return active
+}
+
+/** Runs newest first: of one conversation, or of an owner in some projects; optionally by status. */
+export async function listRuns(
+  db: Executor,
+  filter: { conversationId?: string; ownerId?: string; projectIds?: readonly string[]; statuses?: readonly RunStatus[] },
+  page: { limit: number; after?: string },
+): Promise<{ items: Run[]; nextCursor: string | null }> {
+  let query = db.selectFrom('runs').selectAll().orderBy('id', 'desc').limit(page.limit + 1)
+  if (filter.conversationId) query = query.where('conversation_id', '=', filter.conversationId)
+  if (filter.ownerId) query = query.where('owner_id', '=', filter.ownerId)
+  if (filter.projectIds) {
+    if (filter.projectIds.length === 0) return { items: [], nextCursor: null }
+    query = query.where('project_id', 'in', [...filter.projectIds])
+  }
+  if (filter.statuses && filter.statuses.length > 0) query = query.where('status', 'in', [...filter.statuses])
+  if (page.after) query = query.where('id', '<', page.after)
+  const rows = (await query.execute()).map(toRun)
+  const items = rows.slice(0, page.limit)
+  return { items, nextCursor: rows.length > page.limit ? (items.at(-1)?.id ?? null) : null }
 }
 
 export async function insertToolMessage(tx: Executor, run: Run, callId: string, content: string): Promise<string> {

@@ -1,10 +1,10 @@
 import { Type } from 'typebox'
-import { deleteConversation, listMessages, updateConversation } from '../../store/index.js'
-import { conversationForCaller, conversationForStream } from '../access.js'
+import { deleteConversation, listConversationsOf, listMessages, listRuns, runJson, updateConversation, type RunStatus } from '../../store/index.js'
+import { conversationForCaller, conversationForStream, visibleProjectIds, withActiveRuns } from '../access.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
-import { Conversation, ConversationPatch, EventsQuery, IdParams, Message, PageOf, PageQuery, problemResponses } from '../schemas.js'
+import { Conversation, ConversationPatch, EventsQuery, IdParams, Message, PageOf, PageQuery, problemResponses, RunList, RunListQuery } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['conversations']
@@ -13,9 +13,44 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
   const { store } = deps
 
   app.get(
+    '/conversations',
+    {
+      schema: {
+        tags,
+        summary: "The caller's conversations across every project they can see, newest first",
+        querystring: PageQuery,
+        response: { 200: PageOf(Conversation), ...problemResponses },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      const page = await listConversationsOf(store.db, user.id, await visibleProjectIds(deps, user.id), { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      return { items: await withActiveRuns(deps, page.items), nextCursor: toListAnswer(page, (item) => item).nextCursor }
+    },
+  )
+
+  app.get(
     '/conversations/:id',
     { schema: { tags, summary: 'A conversation', params: IdParams, response: { 200: Conversation, ...problemResponses } } },
-    async (request) => conversationForCaller(deps, caller(request), request.params.id),
+    async (request) => (await withActiveRuns(deps, [await conversationForCaller(deps, caller(request), request.params.id)]))[0],
+  )
+
+  app.get(
+    '/conversations/:id/runs',
+    {
+      schema: {
+        tags: ['runs'],
+        summary: "A conversation's runs, newest first (?status= filters, comma-separated)",
+        params: IdParams,
+        querystring: RunListQuery,
+        response: { 200: RunList, ...problemResponses },
+      },
+    },
+    async (request) => {
+      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
+      const page = await listRuns(store.db, { conversationId: conversation.id, ...statusFilter(request.query.status) }, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      return toListAnswer(page, runJson)
+    },
   )
 
   app.patch(
@@ -31,7 +66,8 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const conversation = await conversationForCaller(deps, caller(request), request.params.id)
-      return store.transaction((tx) => updateConversation(tx, conversation, request.body, { fullModeTtlMs: deps.fullModeTtlMs }))
+      const updated = await store.transaction((tx) => updateConversation(tx, conversation, request.body, { fullModeTtlMs: deps.fullModeTtlMs }))
+      return (await withActiveRuns(deps, [updated]))[0]
     },
   )
 
@@ -80,4 +116,9 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       await serveEventStream(request, reply, deps, { scope: { conversationId: conversation.id }, access })
     },
   )
+}
+
+/** `?status=a,b` as a run filter (the schema has checked each value). */
+export function statusFilter(status: string | undefined): { statuses?: RunStatus[] } {
+  return status ? { statuses: status.split(',') as RunStatus[] } : {}
 }

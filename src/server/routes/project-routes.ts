@@ -1,6 +1,6 @@
 import { Type } from 'typebox'
 import { createConversation, createProject, deleteProject, listConversations, listProjects, updateProject, type EventRecord } from '../../store/index.js'
-import { ownedProjectForCaller, projectForCaller, projectView } from '../access.js'
+import { ownedProjectForCaller, projectForCaller, projectView, withActiveRuns } from '../access.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
@@ -92,9 +92,10 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       const user = caller(request)
       const project = await projectForCaller(deps, user, request.params.id, 'create_conversation')
-      return runIdempotent(request, reply, store, user.id, 201, (tx) =>
-        createConversation(tx, { projectId: project.id, ownerId: user.id, title: request.body.title }),
-      )
+      return runIdempotent(request, reply, store, user.id, 201, async (tx) => ({
+        ...(await createConversation(tx, { projectId: project.id, ownerId: user.id, title: request.body.title })),
+        activeRunId: null,
+      }))
     },
   )
 
@@ -113,7 +114,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       const user = caller(request)
       const project = await projectForCaller(deps, user, request.params.id)
       const page = await listConversations(store.db, project.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }, user.id)
-      return toListAnswer(page, (conversation) => conversation)
+      return { items: await withActiveRuns(deps, page.items), nextCursor: toListAnswer(page, (item) => item).nextCursor }
     },
   )
 

@@ -1,17 +1,22 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
 import { RunRequestError } from '../../runmgr/index.js'
-import { getRun, readEvents, runJson, terminalRunStatuses, type EventRecord, type Run, type User } from '../../store/index.js'
-import { conversationForCaller, conversationForStream, type ConversationStreamAccess } from '../access.js'
+import { getRun, listRuns, readEvents, runJson, runMessages, terminalRunStatuses, type EventRecord, type Run, type User } from '../../store/index.js'
+import { conversationForCaller, conversationForStream, visibleProjectIds, type ConversationStreamAccess } from '../access.js'
+import { decodeCursor, toListAnswer } from '../cursor.js'
+import { statusFilter } from './conversation-routes.js'
 import { caller } from '../auth.js'
 import { resumePoint, serveEventStream } from '../event-stream-route.js'
 import { HttpProblem, notFound } from '../problem.js'
-import { EventsQuery, IdParams, problemResponses } from '../schemas.js'
+import { EventsQuery, IdParams, Message, problemResponses, Run as RunSchema, RunList, RunListQuery } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['runs']
 const problem = Type.Ref('Problem')
-const RunView = Type.Record(Type.String(), Type.Unknown())
+const RunView = Type.Ref('Run')
+const WaitedRun = Type.Object({ ...RunSchema.properties, messages: Type.Array(Message, { description: 'The run’s messages (with ?wait=true or Prefer: wait)' }) })
+const maxWaitSeconds = 120
+const defaultWaitSeconds = 30
 const terminalEvents = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.expired'])
 
 const RunCreate = Type.Object(
@@ -68,10 +73,14 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       sse: 'dual',
       schema: {
         tags,
-        summary: 'Post a user message and start a run (201); with Accept: text/event-stream the answer is the run’s stream',
+        summary:
+          'Post a user message and start a run (201); with Accept: text/event-stream the answer is the run’s stream. ' +
+          `Create and wait: ?wait=true (${defaultWaitSeconds} s) or Prefer: wait=N (≤ ${maxWaitSeconds} s) answers when the run ends or needs action (201, with its messages), ` +
+          'or, past the wait, with the run as it is (202 and Retry-After)',
         params: IdParams,
+        querystring: Type.Object({ wait: Type.Optional(Type.Boolean()) }, { additionalProperties: false }),
         body: RunCreate,
-        response: { 201: RunView, ...problemResponses, 409: problem, 422: problem },
+        response: { 201: Type.Union([WaitedRun, RunView]), 202: WaitedRun, ...problemResponses, 409: problem, 422: problem },
       },
     },
     async (request, reply) => {
@@ -95,7 +104,34 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         reply.code(201)
         return streamRun(request, reply, deps, created.run, access)
       }
-      return reply.code(201).send(runJson(created.run))
+      const waitSeconds = requestedWait(request.query.wait, request.headers.prefer)
+      if (waitSeconds === null) return reply.code(201).send(runJson(created.run))
+      const { run, settled } = await runs.waitUntilSettled(created.run.id, waitSeconds * 1000)
+      const messages = await runMessages(store.db, run.id)
+      if (settled) return reply.code(201).send({ ...runJson(run), messages })
+      reply.header('preference-applied', `wait=${waitSeconds}`)
+      return reply.code(202).header('retry-after', 5).send({ ...runJson(run), messages })
+    },
+  )
+
+  app.get(
+    '/runs',
+    {
+      schema: {
+        tags,
+        summary: "The caller's runs across conversations, newest first — e.g. ?status=requires_action for everything waiting on them",
+        querystring: RunListQuery,
+        response: { 200: RunList, ...problemResponses },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      const page = await listRuns(
+        store.db,
+        { ownerId: user.id, projectIds: await visibleProjectIds(deps, user.id), ...statusFilter(request.query.status) },
+        { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) },
+      )
+      return toListAnswer(page, runJson)
     },
   )
 
@@ -186,13 +222,21 @@ async function ownRun(deps: ServerDeps, user: User, runId: string): Promise<Run>
 async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: ServerDeps, run: Run, access: ConversationStreamAccess): Promise<void> {
   const isTerminal = (event: EventRecord): boolean => terminalEvents.has(event.type)
   if (terminalRunStatuses.includes(run.status)) {
-    // A finished run with nothing after the client's id: an empty stream, closed at once.
+    // A finished run with nothing after the client's id: 204, which tells an EventSource not to
+    // reconnect (an empty 200 would make it reconnect for ever).
     const events = await readEvents(deps.store.db, { runId: run.id }, resumePoint(request), 1)
     if (events.length === 0) {
-      reply.sse.sendHeaders(200)
-      reply.sse.close()
+      reply.code(204).send()
       return
     }
   }
   await serveEventStream(request, reply, deps, { scope: { runId: run.id }, access, until: isTerminal })
+}
+
+/** Seconds to wait for a new run to settle: `?wait=true`, or `Prefer: wait=N` (RFC 7240); null for no wait. */
+function requestedWait(wait: boolean | undefined, prefer: string | string[] | undefined): number | null {
+  const header = Array.isArray(prefer) ? prefer.join(',') : (prefer ?? '')
+  const match = /(?:^|[,;\s])wait=(\d{1,6})/i.exec(header)
+  if (match) return Math.min(Number(match[1]), maxWaitSeconds)
+  return wait ? defaultWaitSeconds : null
 }

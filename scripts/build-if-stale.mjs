@@ -1,0 +1,27 @@
+// `npm start` runs this first: compiles to dist/ only when a source is newer than the last build,
+// so a start after the first one does not recompile (and prints nothing).
+import { spawnSync } from 'node:child_process'
+import { readdirSync, statSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const root = fileURLToPath(new URL('..', import.meta.url))
+const stamp = join(root, 'dist', '.build-stamp')
+
+function newest(path) {
+  const info = statSync(path, { throwIfNoEntry: false })
+  if (!info) return 0
+  if (!info.isDirectory()) return info.mtimeMs
+  let latest = info.mtimeMs
+  for (const name of readdirSync(path)) if (name !== 'node_modules') latest = Math.max(latest, newest(join(path, name)))
+  return latest
+}
+
+const sources = Math.max(...['src', 'plugins', 'migrations', 'tsconfig.json', 'tsconfig.build.json', 'package.json'].map((name) => newest(join(root, name))))
+const built = statSync(stamp, { throwIfNoEntry: false })?.mtimeMs ?? 0
+if (sources > built) {
+  console.error('plinth: compiling to dist/ (sources changed since the last build)…')
+  const result = spawnSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.build.json')], { stdio: 'inherit' })
+  if (result.status !== 0) process.exit(result.status ?? 1)
+  writeFileSync(stamp, new Date().toISOString())
+}
