@@ -243,10 +243,17 @@ describe('loadConfig', () => {
   })
 
   it('rejects unknown keys, also inside models', async () => {
-    const cwd = await workdir({ models: [{ id: 'm', provider: 'scripted', script: 's.json', temperature: 2 }], prot: 80 })
+    const cwd = await workdir({ models: [{ id: 'm', provider: 'scripted', script: 's.json', temprature: 2 }], prot: 80 })
     const problems = problemsOf({}, cwd)
-    expect(problems).toEqual(expect.arrayContaining(['prot: unknown key', 'models.0.temperature: unknown key']))
+    expect(problems).toEqual(expect.arrayContaining(['prot: unknown key', 'models.0.temprature: unknown key']))
     expect(problems).toHaveLength(2)
+  })
+
+  it('takes request defaults and extra headers on a model, within range', async () => {
+    const model = { id: 'gpt', provider: 'openai', baseUrl: 'http://127.0.0.1:1/v1', temperature: 0.3, maxTokens: 1024, topP: 0.9, stop: ['END'], headers: { 'x-tenant': 'acme' } }
+    expect(loadConfig({}, await workdir({ models: [model] })).models[0]).toMatchObject(model)
+    const problems = problemsOf({}, await workdir({ models: [{ ...model, temperature: 3, topP: 0 }] }))
+    expect(problems).toEqual(expect.arrayContaining([expect.stringMatching(/^models\.0\.temperature/), expect.stringMatching(/^models\.0\.topP/)]))
   })
 
   it('rejects a model without a known provider', async () => {

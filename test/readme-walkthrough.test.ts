@@ -14,6 +14,7 @@ const sections: Array<[title: string, blocks?: number]> = [
   ['### Operators over HTTP'],
   ['## Commands, decisions and audit'],
   ['## Agent runs', 1],
+  ['### Agent profiles'],
   ['## Knowledge and search', 1],
 ]
 
@@ -73,5 +74,6 @@ describe.skipIf(!hasCurl)('the README walkthrough', () => {
     expect(output).toMatch(/event: run\.completed/)
     expect(output).toMatch(/"status":"cancelled"/)
     expect(output).toMatch(/"title":"写作指南"/)
+    expect(output).toMatch(/"tools":\["rdm.ping","rdm.draft.compose","core.knowledge_search"\]/)
   })
 })

@@ -49,7 +49,13 @@ export const fastifyListeningText = 'fastify listening'
 
 /** The secrets of a configuration, scrubbed literally from every log line. */
 export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metricsToken' | 'models'>, env: NodeJS.ProcessEnv = process.env): string[] {
-  const secrets = [config.adminToken, config.metricsToken, ...config.models.map((model) => (model.apiKeyEnv ? env[model.apiKeyEnv] : undefined))]
+  const secrets = [
+    config.adminToken,
+    config.metricsToken,
+    ...config.models.map((model) => (model.apiKeyEnv ? env[model.apiKeyEnv] : undefined)),
+    // Extra upstream headers may carry a gateway's credentials.
+    ...config.models.flatMap((model) => Object.values(model.headers ?? {})),
+  ]
   return secrets.filter((secret): secret is string => typeof secret === 'string' && secret.length >= 8)
 }
 

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
 import { createPluginLogger, type CommandBus } from '../cmdbus/index.js'
-import { AnthropicMessagesModel, createModels, ModelRegistry, OpenAIChatModel, type LanguageModel, type ModelSettings, type ProviderFactory } from '../llm/index.js'
+import { AnthropicMessagesModel, createModels, ModelRegistry, modelsMissingKeys, OpenAIChatModel, type LanguageModel, type ModelParams, type ModelSettings, type ProviderFactory } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import { RunManager, type RunObserver } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
@@ -8,6 +8,16 @@ import type { Store } from '../store/index.js'
 function requireBaseUrl(settings: ModelSettings): string {
   if (!settings.baseUrl) throw new Error(`model ${settings.id}: baseUrl is required for provider ${settings.provider}`)
   return settings.baseUrl.replace(/\/+$/, '')
+}
+
+/** The request defaults a model entry configures. */
+function configuredParams(settings: ModelSettings): ModelParams {
+  return {
+    ...(settings.temperature !== undefined && { temperature: settings.temperature }),
+    ...(settings.maxTokens !== undefined && { maxTokens: settings.maxTokens }),
+    ...(settings.topP !== undefined && { topP: settings.topP }),
+    ...(settings.stop !== undefined && { stop: settings.stop }),
+  }
 }
 
 /** Provider adapters by name. */
@@ -21,6 +31,8 @@ export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderF
       contextWindow: settings.contextWindow ?? 128_000,
       supportsTools: settings.supportsTools ?? true,
       idleTimeoutMs,
+      params: configuredParams(settings),
+      ...(settings.headers && { headers: settings.headers }),
     }),
   anthropic: (settings, apiKey, { idleTimeoutMs }) =>
     new AnthropicMessagesModel({
@@ -31,6 +43,8 @@ export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderF
       contextWindow: settings.contextWindow ?? 200_000,
       supportsTools: settings.supportsTools ?? true,
       idleTimeoutMs,
+      params: configuredParams(settings),
+      ...(settings.headers && { headers: settings.headers }),
     }),
 }
 
@@ -52,7 +66,13 @@ export async function setUpRuns(
     retriever?: Retriever
   },
 ): Promise<RunManager> {
-  const models = options.models.length > 0 && 'stream' in (options.models[0] as object)
+  const prebuilt = options.models.length > 0 && 'stream' in (options.models[0] as object)
+  if (!prebuilt) {
+    for (const missing of modelsMissingKeys(options.models as ModelSettings[], process.env)) {
+      options.logger.warn(missing, `model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs will fail with upstream_auth_missing`)
+    }
+  }
+  const models = prebuilt
     ? (options.models as LanguageModel[])
     : createModels(options.models as ModelSettings[], {
         cwd: options.cwd ?? process.cwd(),

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
-import type { LanguageModel } from './model.js'
+import { ModelError, type LanguageModel, type ModelRequest, type StreamPart } from './model.js'
 import { DemoModel } from './scripted/demo-model.js'
 import { ScriptedModel, type ScriptedTurn } from './scripted/scripted-model.js'
 
@@ -14,6 +14,38 @@ export interface ModelSettings {
   contextWindow?: number
   supportsTools?: boolean
   script?: string
+  /** Defaults of every request to this model; a project's profile and a run may override them. */
+  temperature?: number
+  maxTokens?: number
+  topP?: number
+  stop?: string[]
+  /** Extra request headers (e.g. a gateway's tenant header); never shown by the API. */
+  headers?: Record<string, string>
+}
+
+/**
+ * Stands in for a model whose API key variable is unset: every run on it fails with
+ * `upstream_auth_missing` instead of calling upstream without a key.
+ */
+export class MissingKeyModel implements LanguageModel {
+  readonly provider: 'openai' | 'anthropic'
+  readonly supportsTools: boolean
+  readonly contextWindow: number
+
+  constructor(
+    readonly id: string,
+    readonly apiKeyEnv: string,
+    model: LanguageModel,
+  ) {
+    this.provider = model.provider === 'anthropic' ? 'anthropic' : 'openai'
+    this.supportsTools = model.supportsTools
+    this.contextWindow = model.contextWindow
+  }
+
+  // eslint-disable-next-line require-yield -- fails before anything streams
+  async *stream(_request: ModelRequest): AsyncGenerator<StreamPart> {
+    throw new ModelError('upstream_auth_missing', `model ${this.id} has no API key: the environment variable ${this.apiKeyEnv} is not set on the server`)
+  }
 }
 
 /** Builds a provider adapter for a non-scripted model (registered by the composition root). */
@@ -42,6 +74,11 @@ export class ModelRegistry {
   }
 }
 
+/** The models whose `apiKeyEnv` names an unset variable (warned about at start). */
+export function modelsMissingKeys(settings: readonly ModelSettings[], env: NodeJS.ProcessEnv): Array<{ id: string; apiKeyEnv: string }> {
+  return settings.filter((entry) => entry.provider !== 'scripted' && entry.apiKeyEnv && !env[entry.apiKeyEnv]).map((entry) => ({ id: entry.id, apiKeyEnv: entry.apiKeyEnv! }))
+}
+
 /** Creates models from settings; API keys are read from the named environment variables only. */
 export function createModels(
   settings: ModelSettings[],
@@ -56,6 +93,8 @@ export function createModels(
     }
     const factory = options.providers[entry.provider]
     if (!factory) throw new Error(`model ${entry.id}: provider ${entry.provider} is not available`)
-    return factory(entry, entry.apiKeyEnv ? options.env[entry.apiKeyEnv] : undefined, { idleTimeoutMs: options.idleTimeoutMs })
+    const apiKey = entry.apiKeyEnv ? options.env[entry.apiKeyEnv] : undefined
+    const model = factory(entry, apiKey, { idleTimeoutMs: options.idleTimeoutMs })
+    return entry.apiKeyEnv && !apiKey ? new MissingKeyModel(entry.id, entry.apiKeyEnv, model) : model
   })
 }

@@ -38,10 +38,21 @@ export type StreamPart =
   | { type: 'usage'; usage: Usage }
   | { type: 'finish'; reason: string | null }
 
+/** Sampling parameters of a request; unset ones are left to the model's configuration or the provider. */
+export interface ModelParams {
+  temperature?: number
+  maxTokens?: number
+  topP?: number
+  /** Stop sequences. */
+  stop?: string[]
+}
+
 export interface ModelRequest {
   messages: ModelMessage[]
   /** Omitted upstream when empty (OpenAI rejects `tools: []`). */
   tools: ModelTool[]
+  /** Override the configured parameters for this request. */
+  params?: ModelParams
   signal?: AbortSignal
 }
 
@@ -55,7 +66,7 @@ export interface LanguageModel {
   stream(request: ModelRequest): AsyncIterable<StreamPart>
 }
 
-export type ModelErrorCode = 'tools_unsupported' | 'upstream_error' | 'timeout' | 'cancelled'
+export type ModelErrorCode = 'tools_unsupported' | 'upstream_error' | 'upstream_auth_missing' | 'timeout' | 'cancelled'
 
 /** An upstream failure, with what the run manager needs to decide on a retry. */
 export class ModelError extends Error {

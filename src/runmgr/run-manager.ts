@@ -10,6 +10,7 @@ import {
   createRun,
   findRunsWaitingSince,
   findRunsWithExpiredLease,
+  getProject,
   getRun,
   insertAssistantMessage,
   insertToolCall,
@@ -25,7 +26,9 @@ import {
   updateToolCall,
   type Conversation,
   type Executor,
+  type ModelParams,
   type Run,
+  type RunProfile,
   type RunPatch,
   type Store,
   type StoredToolCall,
@@ -82,6 +85,8 @@ export interface CreateRunInput {
   approvalPolicy?: 'ask' | 'dontAsk'
   /** `autoInject: false` keeps project knowledge out of the prompt (the tool still searches it). */
   knowledge?: { autoInject?: boolean }
+  /** Override the project's (and the model's configured) parameters for this run. */
+  modelParams?: ModelParams
 }
 
 type ToolEntry = { kind: 'command'; command: RegisteredCommand; tool: ModelTool } | { kind: 'client'; tool: ModelTool }
@@ -157,8 +162,17 @@ export class RunManager {
 
   /** Creates a run for a user message; `{active}` when another run is active and `ifActive` is unset. */
   async createRun(conversation: Conversation, userId: string, input: CreateRunInput): Promise<{ run: Run } | { active: Run }> {
-    const model = input.model ?? this.#options.models.defaultId
-    if (!this.#options.models.get(model)) throw new RunRequestError('unknown_model', `no model ${JSON.stringify(model)}; GET /api/models lists them`)
+    const { models } = this.#options
+    const project = await getProject(this.#options.store.db, conversation.projectId)
+    // The project's default model, unless the operator has since removed it from the configuration.
+    const projectModel = project?.defaultModel && models.get(project.defaultModel) ? project.defaultModel : undefined
+    const model = input.model ?? projectModel ?? models.defaultId
+    if (!models.get(model)) throw new RunRequestError('unknown_model', `no model ${JSON.stringify(model)}; GET /api/models lists them`)
+    const profile: RunProfile = {
+      systemPrompt: project?.systemPrompt ?? null,
+      modelParams: { ...project?.modelParams, ...input.modelParams },
+      tools: project?.tools ?? null,
+    }
     const clientTools = resolveClientTools(input.clientTools)
     const maxIterations = input.maxIterations ?? 10
     const create = (allowQueue: boolean) =>
@@ -175,6 +189,7 @@ export class RunManager {
             clientTools: clientTools as unknown as JsonValue,
             input: input.input,
             ...(input.knowledge?.autoInject === false && { knowledge: { autoInject: false } }),
+            profile,
           },
           { allowQueue, lease: this.#lease() },
         ),
@@ -299,7 +314,7 @@ export class RunManager {
         const run = await lockRun(tx, runId)
         if (!run) return { error: 'run not found' }
         const code = (run.error as { code?: string } | null)?.code
-        if (run.status !== 'failed' || !['upstream_error', 'timeout', 'interrupted', 'tools_unsupported'].includes(code ?? '')) {
+        if (run.status !== 'failed' || !['upstream_error', 'upstream_auth_missing', 'timeout', 'interrupted', 'tools_unsupported'].includes(code ?? '')) {
           return { error: `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})` }
         }
         const updated = await updateRun(tx, runId, { status: 'running', phase: 'thinking', error: null, lease: this.#lease() })
@@ -435,7 +450,7 @@ export class RunManager {
     const modelStarted = performance.now()
     let modelOutcome = 'ok'
     try {
-      for await (const part of streamWithRetries(model, { messages, tools: [...tools.values()].map((entry) => entry.tool), signal })) {
+      for await (const part of streamWithRetries(model, { messages, tools: [...tools.values()].map((entry) => entry.tool), params: run.profile.modelParams, signal })) {
         if (part.type === 'text-delta') {
           text += part.text
           coalescer.push(part.text)
@@ -792,11 +807,13 @@ export class RunManager {
     return decisions
   }
 
-  /** The model's tools: exposed commands plus the run's client tools. */
+  /** The model's tools: exposed commands (the project's subset, when it sets one) plus the run's client tools. */
   #toolTable(run: Run): Map<string, ToolEntry> {
     const table = new Map<string, ToolEntry>()
+    const allowed = run.profile.tools === null ? null : new Set(run.profile.tools)
     for (const command of this.#options.bus.catalog.list()) {
       if (!command.toolName) continue
+      if (allowed && !allowed.has(command.spec.id)) continue
       if (command.spec.entrances && !command.spec.entrances.includes('agent')) continue
       // Providers get a projection; the command's own schema is still enforced on dispatch.
       const projected = projectToolSchema(command.spec.paramsSchema)
@@ -827,6 +844,7 @@ export class RunManager {
     const system = [
       baseSystemPrompt,
       this.#options.systemPrompt,
+      run.profile.systemPrompt,
       ...notes,
       skills.length > 0 ? `Skills you can follow:\n${skills.map((skill) => `- ${skill.name}: ${skill.description}`).join('\n')}` : undefined,
       model.supportsTools ? undefined : noToolsPrompt,

@@ -57,21 +57,51 @@ export const IssuedToken = Type.Object({
   token: Type.String({ description: 'The secret. Shown once; only its sha256 is stored.' }),
 })
 
-export const Project = Type.Object({
-  id: Type.String(),
-  ownerId: Type.String(),
-  name: Type.String(),
-  description: Type.String(),
-  runtimes: Type.Array(Type.String(), { description: 'Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox.' }),
-  shared: Type.Boolean({ description: 'True when the caller sees the project through sharing, not ownership.' }),
-  createdAt: Type.String({ format: 'date-time' }),
-  updatedAt: Type.String({ format: 'date-time' }),
-})
+/** Sampling parameters: a project's defaults, a run's overrides (unset: the model's configuration). */
+export const ModelParams = Type.Object(
+  {
+    temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
+    maxTokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'Most tokens the model may write per turn' })),
+    topP: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
+    stop: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }), { maxItems: 4, description: 'Stop sequences' })),
+  },
+  strict,
+)
+
+/** The agent profile fields a project carries (create and update). */
+const profileFields = {
+  systemPrompt: Type.Optional(Type.Union([Type.String({ maxLength: 20_000 }), Type.Null()], { description: 'Added to the system prompt of every run in the project; null clears it' })),
+  defaultModel: Type.Optional(Type.Union([Type.String({ minLength: 1, maxLength: 200 }), Type.Null()], { description: 'A configured model id (GET /api/models) runs use when they name none; null clears it' })),
+  modelParams: Type.Optional(ModelParams),
+  tools: Type.Optional(
+    Type.Union([Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 200, uniqueItems: true }), Type.Null()], {
+      description: 'The tools its agents may use: command ids (or tool names) of exposed commands, GET /api/commands; [] for none, null for all',
+    }),
+  ),
+}
+
+export const Project = Type.Object(
+  {
+    id: Type.String(),
+    ownerId: Type.String(),
+    name: Type.String(),
+    description: Type.String(),
+    runtimes: Type.Array(Type.String(), { description: 'Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox.' }),
+    systemPrompt: Type.Union([Type.String(), Type.Null()]),
+    defaultModel: Type.Union([Type.String(), Type.Null()]),
+    modelParams: ModelParams,
+    tools: Type.Union([Type.Array(Type.String()), Type.Null()], { description: 'Command ids its agents may call; null: every exposed tool' }),
+    shared: Type.Boolean({ description: 'True when the caller sees the project through sharing, not ownership.' }),
+    createdAt: Type.String({ format: 'date-time' }),
+    updatedAt: Type.String({ format: 'date-time' }),
+  },
+)
 
 export const ProjectCreate = Type.Object(
   {
     name: Type.String({ minLength: 1, maxLength: 200 }),
     description: Type.Optional(Type.String({ maxLength: 10_000 })),
+    ...profileFields,
   },
   strict,
 )
@@ -81,6 +111,7 @@ export const ProjectPatch = Type.Object(
     name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
     description: Type.Optional(Type.String({ maxLength: 10_000 })),
     runtimes: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 16, uniqueItems: true })),
+    ...profileFields,
   },
   strict,
 )
@@ -148,6 +179,7 @@ export const Run = Type.Object(
     iteration: Type.Integer(),
     maxIterations: Type.Integer(),
     approvalPolicy: Type.Union([Type.Literal('ask'), Type.Literal('dontAsk')]),
+    modelParams: Type.Object(ModelParams.properties, { description: 'The project’s parameters with this run’s overrides (the model’s configured defaults apply to the rest)' }),
     requiredAction: Type.Union([
       Type.Object({
         decisions: Type.Array(Type.Record(Type.String(), Type.Unknown())),

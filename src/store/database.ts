@@ -35,6 +35,10 @@ export interface ProjectsTable {
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>
   deleted_at: NullableTimestamp
   runtimes: ColumnType<JsonValue, string | undefined, string>
+  system_prompt: string | null
+  default_model: string | null
+  model_params: ColumnType<JsonValue, string | undefined, string>
+  tools: NullableJson
 }
 
 export type PermissionMode = 'manual' | 'risky' | 'full'
@@ -198,6 +202,7 @@ export interface RunsTable {
   started_at: NullableTimestamp
   ended_at: NullableTimestamp
   knowledge: NullableJson
+  profile: NullableJson
 }
 
 export interface RunToolCallsTable {

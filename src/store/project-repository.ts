@@ -4,7 +4,26 @@ import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 
-export interface Project {
+/** Model parameters a project (or a run) sets; unset ones come from the model's configuration. */
+export interface ModelParams {
+  temperature?: number
+  maxTokens?: number
+  topP?: number
+  stop?: string[]
+}
+
+/** The agent profile of a project: what its runs are started with. */
+export interface AgentProfile {
+  /** Added to the system prompt of every run in the project. */
+  systemPrompt: string | null
+  /** The model runs use when they name none (must be configured). */
+  defaultModel: string | null
+  modelParams: ModelParams
+  /** Command ids its agents may call; null: every exposed tool. */
+  tools: string[] | null
+}
+
+export interface Project extends AgentProfile {
   id: string
   ownerId: string
   name: string
@@ -15,7 +34,7 @@ export interface Project {
   updatedAt: string
 }
 
-export interface ProjectInput {
+export interface ProjectInput extends Partial<AgentProfile> {
   name: string
   description?: string
   runtimes?: string[]
@@ -25,7 +44,17 @@ export interface ProjectInput {
 export async function createProject(tx: Executor, ownerId: string, input: ProjectInput): Promise<Project> {
   const row = await tx
     .insertInto('projects')
-    .values({ id: newId(), owner_id: ownerId, name: input.name, description: input.description ?? '' })
+    .values({
+      id: newId(),
+      owner_id: ownerId,
+      name: input.name,
+      description: input.description ?? '',
+      ...(input.runtimes !== undefined && { runtimes: JSON.stringify(input.runtimes) }),
+      system_prompt: input.systemPrompt ?? null,
+      default_model: input.defaultModel ?? null,
+      model_params: JSON.stringify(input.modelParams ?? {}),
+      tools: input.tools ? JSON.stringify(input.tools) : null,
+    })
     .returningAll()
     .executeTakeFirstOrThrow()
   const project = toProject(row)
@@ -64,6 +93,10 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
       ...(patch.name !== undefined && { name: patch.name }),
       ...(patch.description !== undefined && { description: patch.description }),
       ...(patch.runtimes !== undefined && { runtimes: JSON.stringify(patch.runtimes) }),
+      ...(patch.systemPrompt !== undefined && { system_prompt: patch.systemPrompt }),
+      ...(patch.defaultModel !== undefined && { default_model: patch.defaultModel }),
+      ...(patch.modelParams !== undefined && { model_params: JSON.stringify(patch.modelParams) }),
+      ...(patch.tools !== undefined && { tools: patch.tools === null ? null : JSON.stringify(patch.tools) }),
       updated_at: new Date(),
     })
     .where('id', '=', project.id)
@@ -96,6 +129,10 @@ function toProject(row: {
   name: string
   description: string
   runtimes: unknown
+  system_prompt: string | null
+  default_model: string | null
+  model_params: unknown
+  tools: unknown
   created_at: Date
   updated_at: Date
 }): Project {
@@ -105,6 +142,10 @@ function toProject(row: {
     name: row.name,
     description: row.description,
     runtimes: Array.isArray(row.runtimes) ? row.runtimes.filter((name): name is string => typeof name === 'string') : [],
+    systemPrompt: row.system_prompt,
+    defaultModel: row.default_model,
+    modelParams: (row.model_params && typeof row.model_params === 'object' ? row.model_params : {}) as ModelParams,
+    tools: Array.isArray(row.tools) ? row.tools.filter((name): name is string => typeof name === 'string') : null,
     createdAt: row.created_at.toISOString(),
     updatedAt: row.updated_at.toISOString(),
   }

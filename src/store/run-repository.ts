@@ -2,6 +2,7 @@ import { sql } from 'kysely'
 import type { Executor, JsonValue, RunPhase, RunStatus, ToolCallStatus } from './database.js'
 import { appendEvents, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
+import type { ModelParams } from './project-repository.js'
 
 export interface Run {
   id: string
@@ -25,6 +26,15 @@ export interface Run {
   endedAt: string | null
   /** Knowledge put in front of the model: null until computed, `{autoInject: false}` when turned off. */
   knowledge: JsonValue | null
+  /** The project's profile as the run started with it, with the run's parameter overrides. */
+  profile: RunProfile
+}
+
+/** What a run was started with: the project's prompt and tool subset, the effective parameters. */
+export interface RunProfile {
+  systemPrompt: string | null
+  modelParams: ModelParams
+  tools: string[] | null
 }
 
 export const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_action']
@@ -41,6 +51,7 @@ export interface NewRun {
   input: string
   /** `{autoInject: false}` turns knowledge injection off for this run. */
   knowledge?: JsonValue | null
+  profile?: RunProfile
 }
 
 /**
@@ -79,6 +90,7 @@ export async function createRun(
       approval_policy: input.approvalPolicy,
       client_tools: JSON.stringify(input.clientTools),
       ...(input.knowledge !== undefined && input.knowledge !== null && { knowledge: JSON.stringify(input.knowledge) }),
+      ...(input.profile && { profile: JSON.stringify(input.profile) }),
     })
     .returningAll()
     .executeTakeFirstOrThrow()
@@ -391,6 +403,7 @@ export function runJson(run: Run): { [key: string]: JsonValue } {
     iteration: run.iteration,
     maxIterations: run.maxIterations,
     approvalPolicy: run.approvalPolicy,
+    modelParams: run.profile.modelParams as { [key: string]: JsonValue },
     requiredAction: run.requiredAction,
     error: run.error,
     usage: run.usage,
@@ -423,6 +436,7 @@ interface RunRow {
   started_at: Date | null
   ended_at: Date | null
   knowledge: JsonValue | null
+  profile: JsonValue | null
 }
 
 function toRun(row: RunRow): Run {
@@ -447,5 +461,11 @@ function toRun(row: RunRow): Run {
     startedAt: row.started_at?.toISOString() ?? null,
     endedAt: row.ended_at?.toISOString() ?? null,
     knowledge: row.knowledge,
+    profile: toProfile(row.profile),
   }
+}
+
+function toProfile(value: JsonValue | null): RunProfile {
+  const profile = (value && typeof value === 'object' && !Array.isArray(value) ? value : {}) as Partial<RunProfile>
+  return { systemPrompt: profile.systemPrompt ?? null, modelParams: profile.modelParams ?? {}, tools: profile.tools ?? null }
 }

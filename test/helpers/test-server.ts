@@ -5,7 +5,7 @@ import { pino, type Logger } from 'pino'
 import type { ExecService, ExecSettings } from '../../src/exec/index.js'
 import { Registry } from 'prom-client'
 import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
-import type { LanguageModel } from '../../src/llm/index.js'
+import type { LanguageModel, ModelSettings } from '../../src/llm/index.js'
 import { HashingEmbedder, prepareEmbeddings, type Embedder, type Ingestor, type Retriever } from '../../src/rag/index.js'
 import type { RunManager } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
@@ -46,7 +46,7 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[]; toolOutputLimit?: number } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number } = {},
 ): Promise<TestServer> {
   const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
   // Work directories live here; removed when the server closes (unless the test chose the directory).

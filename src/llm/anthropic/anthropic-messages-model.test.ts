@@ -69,7 +69,7 @@ describe('AnthropicMessagesModel: the request', () => {
     upstream.enqueue({ kind: 'anthropic-stream', events: anthropicTextEvents('Sunny in both.', 2) })
     const parameters = { type: 'object', properties: { city: { type: 'string' } } }
     await collect(
-      createModel({ baseUrl: `${upstream.url}/v1/`, maxTokens: 1000 }).stream({
+      createModel({ baseUrl: `${upstream.url}/v1/`, params: { maxTokens: 1000, topP: 0.5 } }).stream({
         messages: [
           { role: 'user', content: 'Weather in Paris and Tokyo?' },
           {
@@ -84,11 +84,13 @@ describe('AnthropicMessagesModel: the request', () => {
           { role: 'tool', toolCallId: 'toolu_2', content: 'error: invalid arguments' },
         ],
         tools: [{ name: 'weather__current', description: 'Current weather', parameters }],
+        params: { temperature: 0, stop: ['\n\nHuman:'] },
       }),
     )
     const [request] = upstream.requests
     expect(request?.path).toBe('/v1/messages')
     expect(request?.body.max_tokens).toBe(1000)
+    expect(request?.body).toMatchObject({ temperature: 0, top_p: 0.5, stop_sequences: ['\n\nHuman:'] })
     expect(request?.body).not.toHaveProperty('system')
     expect(request?.body.tools).toEqual([{ name: 'weather__current', description: 'Current weather', input_schema: parameters }])
     expect(request?.body.messages).toEqual([

@@ -1,4 +1,4 @@
-import { ModelError, type LanguageModel, type ModelRequest, type StreamPart } from '../model.js'
+import { ModelError, type LanguageModel, type ModelParams, type ModelRequest, type StreamPart } from '../model.js'
 import { streamEventsFromUpstream } from '../openai/event-stream-request.js'
 import { safeParseJson } from '../openai/safe-json.js'
 import { defaultToolsUnsupportedKeywords, redactModelError } from '../openai/upstream-errors.js'
@@ -16,8 +16,8 @@ export interface AnthropicMessagesModelOptions {
   apiKey?: string
   contextWindow: number
   supportsTools: boolean
-  /** `max_tokens` of every request (default 4096). */
-  maxTokens?: number
+  /** Defaults of every request (`max_tokens` defaults to 4096); a request's own win. */
+  params?: ModelParams
   /** Abort when the upstream sends nothing for this long (default 60 000). */
   idleTimeoutMs?: number
   /** 4xx bodies containing one of these (case-insensitive) mean "this model takes no tools". */
@@ -52,7 +52,11 @@ export class AnthropicMessagesModel implements LanguageModel {
     const options = this.#options
     const tools = this.supportsTools ? request.tools : []
     const prompt = convertToAnthropicMessages(request.messages)
-    const body: Record<string, unknown> = { model: options.model, max_tokens: options.maxTokens ?? 4096 }
+    const params = { ...options.params, ...request.params }
+    const body: Record<string, unknown> = { model: options.model, max_tokens: params.maxTokens ?? 4096 }
+    if (params.temperature !== undefined) body.temperature = params.temperature
+    if (params.topP !== undefined) body.top_p = params.topP
+    if (params.stop !== undefined && params.stop.length > 0) body.stop_sequences = params.stop
     if (prompt.system !== undefined) body.system = prompt.system
     body.messages = prompt.messages
     if (tools.length > 0) body.tools = convertToAnthropicTools(tools)

@@ -70,7 +70,7 @@ describe('OpenAIChatModel: the request', () => {
     upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('It is sunny.', 2) })
     const parameters = { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] }
     await collect(
-      createModel({ maxTokens: 256, headers: { 'x-gateway-tenant': 't1' } }).stream({
+      createModel({ params: { maxTokens: 256, temperature: 0.7 }, headers: { 'x-gateway-tenant': 't1' } }).stream({
         messages: [
           { role: 'system', content: 'Be brief.' },
           { role: 'user', content: 'Weather in Paris?' },
@@ -78,11 +78,14 @@ describe('OpenAIChatModel: the request', () => {
           { role: 'tool', toolCallId: 'call_1', content: '{"sky":"clear"}' },
         ],
         tools: [{ name: 'weather__current', description: 'Current weather', parameters }],
+        // The request's own parameters win over the configured ones; the others stay.
+        params: { temperature: 0.2, topP: 0.9, stop: ['END'] },
       }),
     )
     const [request] = upstream.requests
     expect(request?.headers['x-gateway-tenant']).toBe('t1')
     expect(request?.body.max_tokens).toBe(256)
+    expect(request?.body).toMatchObject({ temperature: 0.2, top_p: 0.9, stop: ['END'] })
     expect(request?.body.tools).toEqual([{ type: 'function', function: { name: 'weather__current', description: 'Current weather', parameters } }])
     expect(request?.body).not.toHaveProperty('tool_choice')
     expect(request?.body.messages).toEqual([

@@ -1,4 +1,4 @@
-import { ModelError, type LanguageModel, type ModelRequest, type StreamPart } from '../model.js'
+import { ModelError, type LanguageModel, type ModelParams, type ModelRequest, type StreamPart } from '../model.js'
 import { convertToOpenAIMessages, convertToOpenAITools } from './convert-to-openai-messages.js'
 import { streamEventsFromUpstream } from './event-stream-request.js'
 import { OpenAIStreamParser } from './openai-stream-parser.js'
@@ -20,8 +20,8 @@ export interface OpenAIChatModelOptions {
   idleTimeoutMs?: number
   /** 4xx bodies containing one of these (case-insensitive) mean "this model takes no tools". */
   toolsUnsupportedKeywords?: readonly string[]
-  /** Sent as `max_tokens` when set. */
-  maxTokens?: number
+  /** Defaults of every request (`temperature`, `max_tokens`, `top_p`, `stop`); a request's own win. */
+  params?: ModelParams
   /** Extra request headers (e.g. an organisation header a gateway wants). */
   headers?: Record<string, string>
 }
@@ -60,7 +60,11 @@ export class OpenAIChatModel implements LanguageModel {
     }
     // OpenAI rejects `tools: []`; with tools, `tool_choice` defaults to "auto" everywhere, so it is left out.
     if (tools.length > 0) body.tools = convertToOpenAITools(tools)
-    if (options.maxTokens !== undefined) body.max_tokens = options.maxTokens
+    const params = { ...options.params, ...request.params }
+    if (params.temperature !== undefined) body.temperature = params.temperature
+    if (params.topP !== undefined) body.top_p = params.topP
+    if (params.maxTokens !== undefined) body.max_tokens = params.maxTokens
+    if (params.stop !== undefined && params.stop.length > 0) body.stop = params.stop
     const headers: Record<string, string> = { ...options.headers }
     if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`
 

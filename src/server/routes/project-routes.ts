@@ -1,11 +1,11 @@
 import { Type } from 'typebox'
 import { createConversation, createProject, deleteProject, listConversations, listProjects, updateProject, type EventRecord } from '../../store/index.js'
 import { ownedProjectForCaller, projectForCaller, projectView, withActiveRuns } from '../access.js'
+import { auditProfileChange, checkProfile } from '../agent-profile.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
 import { runIdempotent } from '../idempotency.js'
-import { HttpProblem } from '../problem.js'
 import {
   Conversation,
   ConversationCreate,
@@ -30,7 +30,8 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     { schema: { tags, summary: 'Create a project', body: ProjectCreate, response: { 201: Project, ...problemResponses, 422: Type.Ref('Problem') } } },
     async (request, reply) => {
       const user = caller(request)
-      return runIdempotent(request, reply, store, user.id, 201, async (tx) => projectView(await createProject(tx, user.id, request.body), user))
+      const input = checkProfile(deps, request.body)
+      return runIdempotent(request, reply, store, user.id, 201, async (tx) => projectView(await createProject(tx, user.id, input), user))
     },
   )
 
@@ -53,18 +54,25 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
 
   app.patch(
     '/projects/:id',
-    { schema: { tags, summary: 'Rename or describe a project, or choose its runtime directories', params: IdParams, body: ProjectPatch, response: { 200: Project, ...problemResponses } } },
+    {
+      schema: {
+        tags,
+        summary: 'Update a project: its name and description, its agent profile (system prompt, default model, model parameters, tool subset; audited), its runtime directories',
+        params: IdParams,
+        body: ProjectPatch,
+        response: { 200: Project, ...problemResponses, 422: Type.Ref('Problem') },
+      },
+    },
     async (request) => {
       const user = caller(request)
       const project = await projectForCaller(deps, user, request.params.id, 'write')
-      const unknown = (request.body.runtimes ?? []).filter((name) => !Object.hasOwn(deps.exec.settings.runtimes, name))
-      if (unknown.length > 0) {
-        const known = Object.keys(deps.exec.settings.runtimes)
-        throw new HttpProblem('validation_failed', `body.runtimes: unknown runtime ${unknown.join(', ')} (the operator declares them in exec.runtimes${known.length > 0 ? `: ${known.join(', ')}` : '; none are declared'})`, {
-          errors: [{ path: 'body.runtimes', message: `unknown runtime ${unknown.join(', ')}` }],
-        })
-      }
-      return projectView(await store.transaction((tx) => updateProject(tx, project, request.body)), user)
+      const patch = checkProfile(deps, request.body)
+      const updated = await store.transaction(async (tx) => {
+        const next = await updateProject(tx, project, patch)
+        await auditProfileChange(tx, project, next, user.id)
+        return next
+      })
+      return projectView(updated, user)
     },
   )
 

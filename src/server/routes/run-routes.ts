@@ -8,7 +8,7 @@ import { statusFilter } from './conversation-routes.js'
 import { caller } from '../auth.js'
 import { resumePoint, serveEventStream } from '../event-stream-route.js'
 import { HttpProblem, notFound } from '../problem.js'
-import { EventsQuery, IdParams, Message, problemResponses, Run as RunSchema, RunList, RunListQuery } from '../schemas.js'
+import { EventsQuery, IdParams, Message, ModelParams, problemResponses, Run as RunSchema, RunList, RunListQuery } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['runs']
@@ -33,6 +33,7 @@ const RunCreate = Type.Object(
         { additionalProperties: false },
       ),
     ),
+    modelParams: Type.Optional(ModelParams),
   },
   { additionalProperties: false },
 )
