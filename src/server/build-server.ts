@@ -20,6 +20,7 @@ import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
 import { handleError, requestPath } from './error-handler.js'
 import { guardHostileInput } from './hostile-input.js'
 import { registerMetrics } from './metrics.js'
+import { hoistTitledSchemas } from './openapi-components.js'
 import { HttpProblem, problemBody } from './problem.js'
 import { registerAdminRoutes } from './routes/admin-routes.js'
 import { registerAuditRoutes } from './routes/audit-routes.js'
@@ -33,6 +34,7 @@ import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
 import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, requestId } from './request-guards.js'
+import { RunStreamEvent, StreamEvent } from './event-schemas.js'
 import { Problem, Run } from './schemas.js'
 import type { App, ServerDeps } from './server-deps.js'
 import { defaultStreamLimits, StreamRegistry, type StreamLimits } from './stream-registry.js'
@@ -185,6 +187,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
 
   app.addSchema(Problem)
   app.addSchema(Run)
+  app.addSchema(RunStreamEvent)
+  app.addSchema(StreamEvent)
   app.setErrorHandler(handleError)
   app.setNotFoundHandler((request, reply) => {
     reply.code(404).type('application/problem+json').send(problemBody('not_found', `no route ${request.method} ${requestPath(request)}`))
@@ -198,6 +202,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       security: [{ bearer: [] }],
     },
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, index) => (typeof json.$id === 'string' ? json.$id : `def-${index}`) },
+    transformObject: (document) => ('openapiObject' in document ? hoistTitledSchemas(document.openapiObject) : document.swaggerObject),
   })
   await app.register(fastifySwaggerUi, { routePrefix: '/docs' })
   await app.register(fastifySSE, { heartbeatInterval: options.sseHeartbeatMs })

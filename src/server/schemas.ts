@@ -40,7 +40,7 @@ export const User = Type.Object({
   name: Type.String(),
   disabled: Type.Boolean(),
   createdAt: Type.String({ format: 'date-time' }),
-})
+}, { title: 'User' })
 
 export const ApiToken = Type.Object({
   id: Type.String(),
@@ -50,12 +50,12 @@ export const ApiToken = Type.Object({
   createdAt: Type.String({ format: 'date-time' }),
   lastUsedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
   revokedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-})
+}, { title: 'ApiToken' })
 
 export const IssuedToken = Type.Object({
   ...ApiToken.properties,
   token: Type.String({ description: 'The secret. Shown once; only its sha256 is stored.' }),
-})
+}, { title: 'IssuedToken' })
 
 /** Sampling parameters: a project's defaults, a run's overrides (unset: the model's configuration). */
 export const ModelParams = Type.Object(
@@ -65,7 +65,7 @@ export const ModelParams = Type.Object(
     topP: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
     stop: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }), { maxItems: 4, description: 'Stop sequences' })),
   },
-  strict,
+  { ...strict, title: 'ModelParams' },
 )
 
 /** The agent profile fields a project carries (create and update). */
@@ -95,6 +95,7 @@ export const Project = Type.Object(
     createdAt: Type.String({ format: 'date-time' }),
     updatedAt: Type.String({ format: 'date-time' }),
   },
+  { title: 'Project' },
 )
 
 export const ProjectCreate = Type.Object(
@@ -128,7 +129,7 @@ export const Conversation = Type.Object({
   activeRunId: Type.Union([Type.String(), Type.Null()], { description: 'The run that is queued, running or waiting for action in this conversation, if any.' }),
   createdAt: Type.String({ format: 'date-time' }),
   updatedAt: Type.String({ format: 'date-time' }),
-})
+}, { title: 'Conversation' })
 
 export const ConversationCreate = Type.Object({ title: Type.Optional(Type.String({ maxLength: 500 })) }, strict)
 
@@ -143,11 +144,19 @@ export const Message = Type.Object({
   runId: Type.Union([Type.String(), Type.Null()]),
   role: Type.Union([Type.Literal('system'), Type.Literal('user'), Type.Literal('assistant'), Type.Literal('tool')]),
   content: Type.Union([Type.String(), Type.Null()]),
-  toolCalls: Type.Union([Type.Array(Type.Unknown()), Type.Null()]),
+  toolCalls: Type.Union([
+    Type.Array(
+      Type.Object(
+        { callId: Type.String(), name: Type.String(), arguments: Type.String({ description: 'As the model sent them (JSON text)' }), providerCallId: Type.String() },
+        { additionalProperties: true },
+      ),
+    ),
+    Type.Null(),
+  ]),
   toolCallId: Type.Union([Type.String(), Type.Null()]),
   status: Type.String(),
   createdAt: Type.String({ format: 'date-time' }),
-})
+}, { title: 'Message' })
 
 export const EventsQuery = Type.Object(
   { after: Type.Optional(Type.String({ description: 'Replay events with a larger id (same as Last-Event-ID).' })) },
@@ -162,6 +171,20 @@ export const problemResponses = {
   404: Type.Ref('Problem'),
   429: Type.Ref('Problem'),
 } as const
+
+/** What a run in requires_action waits for: decisions and client-tool outputs. */
+export const RequiredAction = Type.Object(
+  {
+    decisions: Type.Array(
+      Type.Object(
+        { decisionId: Type.String(), callId: Type.String(), name: Type.String(), commandId: Type.String(), risk: Type.String(), args: Type.Unknown() },
+        { additionalProperties: true, description: 'A tool call waiting for a person: answer decisionId with POST /api/decisions/:id' },
+      ),
+    ),
+    toolOutputs: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), args: Type.Unknown() }), { description: 'Client-tool calls to answer with POST /api/runs/:id/tool-outputs' }),
+  },
+  { title: 'RequiredAction' },
+)
 
 export const RunStatus = Type.Union(
   ['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'].map((status) => Type.Literal(status)),
@@ -180,13 +203,7 @@ export const Run = Type.Object(
     maxIterations: Type.Integer(),
     approvalPolicy: Type.Union([Type.Literal('ask'), Type.Literal('dontAsk')]),
     modelParams: Type.Object(ModelParams.properties, { description: 'The project’s parameters with this run’s overrides (the model’s configured defaults apply to the rest)' }),
-    requiredAction: Type.Union([
-      Type.Object({
-        decisions: Type.Array(Type.Record(Type.String(), Type.Unknown())),
-        toolOutputs: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), args: Type.Unknown() })),
-      }),
-      Type.Null(),
-    ]),
+    requiredAction: Type.Union([RequiredAction, Type.Null()]),
     error: Type.Union([Type.Object({ code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) }, { additionalProperties: true }), Type.Null()]),
     usage: Type.Object({ inputTokens: Type.Integer(), outputTokens: Type.Integer() }),
     cancelReason: Type.Union([Type.String(), Type.Null()]),
@@ -208,3 +225,107 @@ export const RunListQuery = Type.Object(
 )
 
 export const RunList = Type.Object({ items: Type.Array(Type.Ref('Run')), nextCursor: Type.Union([Type.String(), Type.Null()]) })
+
+/** A human-in-the-loop decision. */
+export const Decision = Type.Object(
+  {
+    id: Type.String(),
+    dispatchId: Type.String(),
+    status: Type.Union([Type.Literal('pending'), Type.Literal('approved'), Type.Literal('rejected'), Type.Literal('expired')]),
+    commandId: Type.String(),
+    params: Type.Unknown({ description: 'The command’s params (redacted)' }),
+    preview: Type.Union([Type.String(), Type.Null()]),
+    risk: Type.String(),
+    reasons: Type.Array(Type.String()),
+    projectId: Type.Union([Type.String(), Type.Null()]),
+    conversationId: Type.Union([Type.String(), Type.Null()]),
+    runId: Type.Union([Type.String(), Type.Null()]),
+    callId: Type.Union([Type.String(), Type.Null()]),
+    scope: Type.Union([Type.Literal('once'), Type.Literal('session'), Type.Null()]),
+    decidedBy: Type.Union([Type.String(), Type.Null()]),
+    note: Type.Union([Type.String(), Type.Null()]),
+    createdAt: Type.String({ format: 'date-time' }),
+    expiresAt: Type.String({ format: 'date-time' }),
+    decidedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  },
+  { title: 'Decision' },
+)
+
+/** Why a dispatch did not succeed. */
+export const BusError = Type.Object(
+  {
+    code: Type.String(),
+    message: Type.String(),
+    errors: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }))),
+    reasons: Type.Optional(Type.Array(Type.String())),
+  },
+  { additionalProperties: true, title: 'BusError' },
+)
+
+/** Where a dispatch stands (inside a decision's answer). */
+export const DispatchState = Type.Object(
+  {
+    dispatchId: Type.Union([Type.String(), Type.Null()]),
+    status: Type.Union(['succeeded', 'awaiting_decision', 'failed', 'rejected', 'expired', 'cancelled'].map((status) => Type.Literal(status))),
+    result: Type.Optional(Type.Unknown({ description: 'The command’s result (succeeded)' })),
+    decisionId: Type.Optional(Type.String()),
+    error: Type.Optional(BusError),
+  },
+  { title: 'DispatchState' },
+)
+
+
+const nullableString = Type.Union([Type.String(), Type.Null()])
+
+/** One dispatch as the audit shows it: the envelope as it stands, with the history of its steps. */
+export const AuditEnvelope = Type.Object(
+  {
+    id: Type.String({ description: 'The dispatch id' }),
+    commandId: Type.String(),
+    plugin: Type.String(),
+    pluginVersion: Type.String(),
+    entrance: Type.String(),
+    actor: Type.Object({ type: Type.String(), id: Type.String(), onBehalfOf: Type.Optional(nullableString) }, { additionalProperties: true }),
+    projectId: nullableString,
+    conversationId: nullableString,
+    runId: nullableString,
+    callId: nullableString,
+    params: Type.Unknown({ description: 'Redacted' }),
+    paramsHash: Type.String(),
+    risk: nullableString,
+    decision: Type.Union([
+      Type.Object({ id: nullableString, outcome: Type.String(), by: nullableString, scope: nullableString, via: nullableString }, { additionalProperties: true }),
+      Type.Null(),
+    ]),
+    result: Type.Unknown({ description: 'Redacted and truncated' }),
+    resultHash: nullableString,
+    status: Type.String(),
+    error: Type.Union([Type.Object({ code: Type.String(), message: Type.String() }, { additionalProperties: true }), Type.Null()]),
+    timings: Type.Object(
+      { requestedAt: Type.String(), startedAt: nullableString, finishedAt: nullableString, durationMs: Type.Union([Type.Number(), Type.Null()]) },
+      { additionalProperties: true },
+    ),
+    history: Type.Array(Type.Object({ entryId: Type.Integer(), step: Type.String(), status: nullableString, at: Type.String({ format: 'date-time' }) })),
+  },
+  { additionalProperties: true, title: 'AuditEnvelope' },
+)
+
+/** A knowledge item of a project. */
+export const KnowledgeItem = Type.Object({
+  id: Type.String(),
+  projectId: Type.String(),
+  ownerId: Type.String(),
+  title: Type.String(),
+  status: Type.Union([Type.Literal('draft'), Type.Literal('published')]),
+  ingestStatus: Type.Union([Type.Literal('pending'), Type.Literal('ready'), Type.Literal('failed')]),
+  ingestError: Type.Union([Type.String(), Type.Null()]),
+  source: Type.Union([Type.Literal('text'), Type.Literal('file'), Type.Literal('command')]),
+  filename: Type.Union([Type.String(), Type.Null()]),
+  mediaType: Type.Union([Type.String(), Type.Null()]),
+  byteSize: Type.Integer(),
+  chunkCount: Type.Integer(),
+  shared: Type.Boolean({ description: 'True when the item belongs to another user of a shared project.' }),
+  createdAt: Type.String({ format: 'date-time' }),
+  updatedAt: Type.String({ format: 'date-time' }),
+  publishedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+}, { title: 'KnowledgeItem' })

@@ -25,14 +25,14 @@ const Settings = Type.Object({
     user: Type.Union([Type.String(), Type.Null()]),
     bwrapVersion: Type.Union([Type.String(), Type.Null()]),
   }),
-})
+}, { title: 'Settings' })
 const SettingsPatch = Type.Object({ execBackend: Type.Optional(Type.Union([Type.Literal('direct'), Type.Literal('sandbox')])) }, strict)
 
 export function registerAdminRoutes(app: App, deps: ServerDeps): void {
   const { store } = deps
   const settingsView = () => ({ execBackend: deps.exec.backendName, sandbox: deps.exec.probe })
 
-  app.get('/settings', { schema: { tags, summary: 'Operator settings that change at run time, and the sandbox probe', response: { 200: Settings, ...problemResponses } } }, async () =>
+  app.get('/settings', { schema: { operationId: 'getSettings', tags, summary: 'Operator settings that change at run time, and the sandbox probe', response: { 200: Settings, ...problemResponses } } }, async () =>
     settingsView(),
   )
 
@@ -40,6 +40,7 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
     '/settings',
     {
       schema: {
+        operationId: 'updateSettings',
         tags,
         summary: 'Change run-time settings (audited). execBackend applies to the next execution on every instance; switching to sandbox runs the probe first (409 sandbox_unavailable if it fails)',
         body: SettingsPatch,
@@ -60,6 +61,7 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
     '/users',
     {
       schema: {
+        operationId: 'createUser',
         tags,
         summary: 'Create a user and issue their first token',
         body: UserCreate,
@@ -77,11 +79,11 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
     },
   )
 
-  app.get('/users', { schema: { tags, summary: 'Users', querystring: PageQuery, response: { 200: PageOf(User), ...problemResponses } } }, async (request) =>
+  app.get('/users', { schema: { operationId: 'listUsers', tags, summary: 'Users', querystring: PageQuery, response: { 200: PageOf(User), ...problemResponses } } }, async (request) =>
     toListAnswer(await listUsers(store.db, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), (user) => user),
   )
 
-  app.get('/users/:id', { schema: { tags, summary: 'A user', params: IdParams, response: { 200: User, ...problemResponses } } }, async (request) => {
+  app.get('/users/:id', { schema: { operationId: 'getUser', tags, summary: 'A user', params: IdParams, response: { 200: User, ...problemResponses } } }, async (request) => {
     const user = await getUser(store.db, request.params.id)
     if (!user) throw notFound('user')
     return user
@@ -89,7 +91,7 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
 
   app.patch(
     '/users/:id',
-    { schema: { tags, summary: 'Disable or re-enable a user (disabled users cannot authenticate)', params: IdParams, body: UserPatch, response: { 200: User, ...problemResponses } } },
+    { schema: { operationId: 'updateUser', tags, summary: 'Disable or re-enable a user (disabled users cannot authenticate)', params: IdParams, body: UserPatch, response: { 200: User, ...problemResponses } } },
     async (request) => {
       const user = await setUserDisabled(store.db, request.params.id, request.body.disabled)
       if (!user) throw notFound('user')
@@ -99,7 +101,7 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
 
   app.post(
     '/users/:id/tokens',
-    { schema: { tags, summary: 'Issue a token (the secret is shown once)', params: IdParams, body: TokenCreate, response: { 201: IssuedToken, ...problemResponses } } },
+    { schema: { operationId: 'createUserToken', tags, summary: 'Issue a token (the secret is shown once)', params: IdParams, body: TokenCreate, response: { 201: IssuedToken, ...problemResponses } } },
     async (request, reply) => {
       const user = await getUser(store.db, request.params.id)
       if (!user) throw notFound('user')
@@ -109,7 +111,7 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
 
   app.get(
     '/users/:id/tokens',
-    { schema: { tags, summary: "A user's tokens (no secrets)", params: IdParams, querystring: PageQuery, response: { 200: PageOf(ApiToken), ...problemResponses } } },
+    { schema: { operationId: 'listUserTokens', tags, summary: "A user's tokens (no secrets)", params: IdParams, querystring: PageQuery, response: { 200: PageOf(ApiToken), ...problemResponses } } },
     async (request) => {
       const user = await getUser(store.db, request.params.id)
       if (!user) throw notFound('user')
@@ -119,7 +121,7 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
 
   app.delete(
     '/tokens/:id',
-    { schema: { tags, summary: 'Revoke a token; it stops working on the next request', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    { schema: { operationId: 'revokeToken', tags, summary: 'Revoke a token; it stops working on the next request', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
       if (!(await getToken(store.db, request.params.id))) throw notFound('token')
       await revokeToken(store.db, request.params.id)

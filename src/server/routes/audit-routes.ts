@@ -2,7 +2,7 @@ import { Type } from 'typebox'
 import { listAuditEnvelopes } from '../../cmdbus/index.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
-import { Id, PageOf, problemResponses } from '../schemas.js'
+import { AuditEnvelope, Id, PageOf, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 export function registerAuditRoutes(app: App, deps: ServerDeps): void {
@@ -10,6 +10,7 @@ export function registerAuditRoutes(app: App, deps: ServerDeps): void {
     '/audit',
     {
       schema: {
+        operationId: 'listAudit',
         tags: ['audit'],
         summary: 'Audit envelopes visible to the caller, newest first: one per dispatch, latest state plus history',
         querystring: Type.Object(
@@ -23,7 +24,7 @@ export function registerAuditRoutes(app: App, deps: ServerDeps): void {
           },
           { additionalProperties: false },
         ),
-        response: { 200: PageOf(Type.Record(Type.String(), Type.Unknown())), ...problemResponses },
+        response: { 200: PageOf(AuditEnvelope), ...problemResponses },
       },
     },
     async (request) => {

@@ -5,24 +5,27 @@ import { caller } from '../auth.js'
 import { sendDispatchOutcome } from '../dispatch-answer.js'
 import { idempotencyKey } from '../idempotency.js'
 import { HttpProblem } from '../problem.js'
-import { Id, problemResponses } from '../schemas.js'
+import { Decision, Id, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['commands']
 const problem = Type.Ref('Problem')
 
-const CommandView = Type.Object({
-  id: Type.String(),
-  title: Type.String(),
-  description: Type.String(),
-  paramsSchema: Type.Record(Type.String(), Type.Unknown()),
-  risk: Type.Union([Type.Literal('low'), Type.Literal('medium'), Type.Literal('high'), Type.Literal('dynamic')]),
-  confirm: Type.Boolean(),
-  entrances: Type.Array(Type.String()),
-  exposeAsTool: Type.Union([Type.Object({ name: Type.String(), risk: Type.Union([Type.String(), Type.Null()]) }), Type.Null()]),
-  idempotent: Type.Boolean(),
-  plugin: Type.String(),
-})
+const CommandView = Type.Object(
+  {
+    id: Type.String(),
+    title: Type.String(),
+    description: Type.String(),
+    paramsSchema: Type.Record(Type.String(), Type.Unknown(), { description: 'The JSON Schema of its params' }),
+    risk: Type.Union([Type.Literal('low'), Type.Literal('medium'), Type.Literal('high'), Type.Literal('dynamic')]),
+    confirm: Type.Boolean(),
+    entrances: Type.Array(Type.String()),
+    exposeAsTool: Type.Union([Type.Object({ name: Type.String(), risk: Type.Union([Type.String(), Type.Null()]) }), Type.Null()]),
+    idempotent: Type.Boolean(),
+    plugin: Type.String(),
+  },
+  { title: 'Command' },
+)
 
 const DispatchBody = Type.Object(
   {
@@ -37,9 +40,9 @@ const DispatchBody = Type.Object(
 
 const DispatchAnswer = Type.Object({
   dispatchId: Type.String(),
-  status: Type.String(),
-  result: Type.Optional(Type.Unknown()),
-  decision: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+  status: Type.Union([Type.Literal('succeeded'), Type.Literal('awaiting_decision')]),
+  result: Type.Optional(Type.Unknown({ description: 'The command’s result (200)' })),
+  decision: Type.Optional(Decision),
 })
 
 const allEntrances = ['button', 'card', 'slash', 'chat', 'agent']
@@ -49,7 +52,7 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
 
   app.get(
     '/commands',
-    { schema: { tags, summary: 'The command catalog', response: { 200: Type.Object({ items: Type.Array(CommandView), nextCursor: Type.Null() }), ...problemResponses } } },
+    { schema: { operationId: 'listCommands', tags, summary: 'The command catalog', response: { 200: Type.Object({ items: Type.Array(CommandView), nextCursor: Type.Null() }), ...problemResponses } } },
     async () => ({
       items: bus.catalog.list().map((command) => ({
         id: command.spec.id,
@@ -71,6 +74,7 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
     '/commands/:commandId',
     {
       schema: {
+        operationId: 'dispatchCommand',
         tags,
         summary: 'Dispatch a command from a human entrance: 200 with the result, or 202 with the pending decision',
         params: Type.Object({ commandId: Type.String({ maxLength: 200, pattern: commandIdPattern.source }) }, { additionalProperties: false }),

@@ -2,6 +2,7 @@ import { Type } from 'typebox'
 import { deleteConversation, listConversationsOf, listMessages, listRuns, runJson, updateConversation, type RunStatus } from '../../store/index.js'
 import { conversationForCaller, conversationForStream, visibleProjectIds, withActiveRuns } from '../access.js'
 import { caller } from '../auth.js'
+import { sseResponse } from '../event-schemas.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
 import { Conversation, ConversationPatch, EventsQuery, IdParams, Message, PageOf, PageQuery, problemResponses, RunList, RunListQuery } from '../schemas.js'
@@ -16,6 +17,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
     '/conversations',
     {
       schema: {
+        operationId: 'listMyConversations',
         tags,
         summary: "The caller's conversations across every project they can see, newest first",
         querystring: PageQuery,
@@ -31,7 +33,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
 
   app.get(
     '/conversations/:id',
-    { schema: { tags, summary: 'A conversation', params: IdParams, response: { 200: Conversation, ...problemResponses } } },
+    { schema: { operationId: 'getConversation', tags, summary: 'A conversation', params: IdParams, response: { 200: Conversation, ...problemResponses } } },
     async (request) => (await withActiveRuns(deps, [await conversationForCaller(deps, caller(request), request.params.id)]))[0],
   )
 
@@ -39,6 +41,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
     '/conversations/:id/runs',
     {
       schema: {
+        operationId: 'listConversationRuns',
         tags: ['runs'],
         summary: "A conversation's runs, newest first (?status= filters, comma-separated)",
         params: IdParams,
@@ -57,6 +60,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
     '/conversations/:id',
     {
       schema: {
+        operationId: 'updateConversation',
         tags,
         summary: 'Retitle a conversation or set its permission mode',
         params: IdParams,
@@ -73,7 +77,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
 
   app.delete(
     '/conversations/:id',
-    { schema: { tags, summary: 'Delete a conversation (soft)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    { schema: { operationId: 'deleteConversation', tags, summary: 'Delete a conversation (soft)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
       const conversation = await conversationForCaller(deps, caller(request), request.params.id)
       await store.transaction((tx) => deleteConversation(tx, conversation))
@@ -85,6 +89,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
     '/conversations/:id/messages',
     {
       schema: {
+        operationId: 'listMessages',
         tags,
         summary: "A conversation's transcript, oldest first",
         params: IdParams,
@@ -104,11 +109,12 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
     {
       sse: 'manual',
       schema: {
+        operationId: 'streamConversationEvents',
         tags: ['events'],
         summary: 'SSE: every event of the conversation; resume with Last-Event-ID or ?after=',
         params: IdParams,
         querystring: EventsQuery,
-        response: { ...problemResponses },
+        response: { 200: sseResponse('StreamEvent', 'The conversation’s events: the log after Last-Event-ID, then live'), ...problemResponses },
       },
     },
     async (request, reply) => {

@@ -5,14 +5,13 @@ import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { outcomeView } from '../dispatch-answer.js'
 import { HttpProblem } from '../problem.js'
-import { Id, IdParams, PageOf, problemResponses } from '../schemas.js'
+import { Decision, DispatchState, Id, IdParams, PageOf, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['decisions']
 const problem = Type.Ref('Problem')
 const Answer = Type.Union([Type.Literal('approve'), Type.Literal('approve_session'), Type.Literal('reject')])
-const Decision = Type.Record(Type.String(), Type.Unknown())
-const DecideResult = Type.Object({ decision: Decision, dispatch: Type.Record(Type.String(), Type.Unknown()) })
+const DecideResult = Type.Object({ decision: Decision, dispatch: DispatchState })
 
 export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
   const { bus, store } = deps
@@ -21,6 +20,7 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
     '/decisions',
     {
       schema: {
+        operationId: 'listDecisions',
         tags,
         summary: 'Decisions the caller may answer (filter by status and conversation)',
         querystring: Type.Object(
@@ -57,6 +57,7 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
     '/decisions/:id',
     {
       schema: {
+        operationId: 'decide',
         tags,
         summary: 'Answer a decision: approve (once), approve_session, or reject',
         params: IdParams,
@@ -78,6 +79,7 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
     '/decisions',
     {
       schema: {
+        operationId: 'decideMany',
         tags,
         summary: 'Answer several decisions (parallel tool calls); each item succeeds or fails on its own',
         body: Type.Object(
@@ -96,7 +98,7 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
                 id: Type.String(),
                 ok: Type.Boolean(),
                 decision: Type.Optional(Decision),
-                dispatch: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
+                dispatch: Type.Optional(DispatchState),
                 error: Type.Optional(Type.Object({ code: Type.String(), message: Type.String() })),
               }),
             ),

@@ -7,7 +7,7 @@ import { detectFormat } from '../../rag/index.js'
 import { conversationForCaller, projectForCaller } from '../access.js'
 import { caller } from '../auth.js'
 import { HttpProblem } from '../problem.js'
-import { Id, problemResponses } from '../schemas.js'
+import { Id, KnowledgeItem, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['files']
@@ -18,7 +18,7 @@ const FileEntry = Type.Object({
   type: Type.Union([Type.Literal('file'), Type.Literal('directory'), Type.Literal('symlink'), Type.Literal('other')]),
   size: Type.Integer(),
   modifiedAt: Type.String({ format: 'date-time' }),
-})
+}, { title: 'FileEntry' })
 
 const mediaTypes: Record<string, string> = {
   txt: 'text/plain; charset=utf-8',
@@ -71,6 +71,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
     '/conversations/:id/files',
     {
       schema: {
+        operationId: 'listFiles',
         tags,
         summary: 'List the work directory (recursively, sorted by path); ?path= lists a directory in it',
         params: Type.Object({ id: Id }, { additionalProperties: false }),
@@ -99,6 +100,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
     '/conversations/:id/files/*',
     {
       schema: {
+        operationId: 'downloadFile',
         tags,
         summary: 'Download a file of the work directory',
         params: FileParams,
@@ -131,6 +133,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       {
         bodyLimit: exec.settings.maxUploadBytes,
         schema: {
+          operationId: 'uploadFile',
           tags,
           summary: 'Upload a file into the work directory (the body is the file’s bytes; parent directories are created)',
           params: FileParams,
@@ -150,11 +153,12 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
     '/conversations/:id/files/register',
     {
       schema: {
+        operationId: 'registerFile',
         tags,
         summary: 'Turn a file of the work directory (.txt .md .html .pdf .docx) into a knowledge item of the conversation’s project (202: it ingests in the background)',
         params: Type.Object({ id: Id }, { additionalProperties: false }),
         body: Type.Object({ path: Type.String({ minLength: 1, maxLength: 1024 }), title: Type.Optional(Type.String({ minLength: 1, maxLength: 500, pattern: '\\S' })) }, { additionalProperties: false }),
-        response: { 202: Type.Record(Type.String(), Type.Unknown()), ...problemResponses, 413: problem, 415: problem },
+        response: { 202: KnowledgeItem, ...problemResponses, 413: problem, 415: problem },
       },
     },
     async (request, reply) => {

@@ -16,7 +16,7 @@ export interface MetricsAccess {
 export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Registry, access: MetricsAccess): void {
   const expected = access.token ? createHash('sha256').update(access.token).digest() : null
   const config = { rateLimit: false } as const
-  app.get('/healthz', { config, schema: { tags: ['operations'], summary: 'Liveness', security: [], response: { 200: Status } } }, async () => ({
+  app.get('/healthz', { config, schema: { operationId: 'getHealth', tags: ['operations'], summary: 'Liveness', security: [], response: { 200: Status } } }, async () => ({
     status: 'ok',
   }))
   app.get(
@@ -24,6 +24,7 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
     {
       config,
       schema: {
+        operationId: 'getReadiness',
         tags: ['operations'],
         summary: 'Readiness: the database answers and migrations are applied; which exec backend runs and whether the sandbox works (details: GET /api/admin/settings)',
         security: [],
@@ -52,9 +53,15 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
     '/metrics',
     {
       schema: {
+        operationId: 'getMetrics',
         tags: ['operations'],
         summary: 'Prometheus metrics (bearer PLINTH_METRICS_TOKEN; open without one only when listening on loopback)',
-        response: { 401: Type.Ref('Problem'), 404: Type.Ref('Problem'), 429: Type.Ref('Problem') },
+        response: {
+          200: Type.Unsafe({ description: 'Prometheus text exposition format', content: { 'text/plain': { schema: Type.String() } } }),
+          401: Type.Ref('Problem'),
+          404: Type.Ref('Problem'),
+          429: Type.Ref('Problem'),
+        },
       },
     },
     async (request, reply) => {

@@ -18,32 +18,13 @@ import { decodeCursor, toListAnswer } from '../cursor.js'
 import { stringProblem } from '../hostile-input.js'
 import { runIdempotent } from '../idempotency.js'
 import { HttpProblem, notFound } from '../problem.js'
-import { IdParams, PageOf, PageQuery, problemResponses } from '../schemas.js'
+import { IdParams, KnowledgeItem as KnowledgeItemSchema, PageOf, PageQuery, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['knowledge']
 const problem = Type.Ref('Problem')
 
-const KnowledgeItemView = Type.Object({
-  id: Type.String(),
-  projectId: Type.String(),
-  ownerId: Type.String(),
-  title: Type.String(),
-  status: Type.Union([Type.Literal('draft'), Type.Literal('published')]),
-  ingestStatus: Type.Union([Type.Literal('pending'), Type.Literal('ready'), Type.Literal('failed')]),
-  ingestError: Type.Union([Type.String(), Type.Null()]),
-  source: Type.Union([Type.Literal('text'), Type.Literal('file'), Type.Literal('command')]),
-  filename: Type.Union([Type.String(), Type.Null()]),
-  mediaType: Type.Union([Type.String(), Type.Null()]),
-  byteSize: Type.Integer(),
-  chunkCount: Type.Integer(),
-  shared: Type.Boolean({ description: 'True when the item belongs to another user of a shared project.' }),
-  createdAt: Type.String({ format: 'date-time' }),
-  updatedAt: Type.String({ format: 'date-time' }),
-  publishedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-})
-
-const Chunk = Type.Object({ id: Type.String(), seq: Type.Integer(), heading: Type.String(), text: Type.String() })
+const Chunk = Type.Object({ id: Type.String(), seq: Type.Integer(), heading: Type.String(), text: Type.String() }, { title: 'KnowledgeChunk' })
 
 const KnowledgeCreate = Type.Object(
   {
@@ -76,7 +57,7 @@ const SearchHit = Type.Object({
   shared: Type.Boolean(),
   fulltextRank: Type.Union([Type.Integer(), Type.Null()]),
   vectorSimilarity: Type.Union([Type.Number(), Type.Null()]),
-})
+}, { title: 'SearchHit' })
 const SearchAnswer = Type.Object({ items: Type.Array(SearchHit), nextCursor: Type.Null() })
 
 function itemView(item: KnowledgeItem, user: User): KnowledgeItem & { shared: boolean } {
@@ -105,12 +86,13 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     {
       attachValidation: true,
       schema: {
+        operationId: 'addKnowledge',
         tags,
         summary:
           'Add knowledge: JSON {title, text}, or multipart/form-data with one `file` (.txt .md .html .pdf .docx) and an optional `title`. 201 when a small text is ready at once; 202 while it ingests in the background',
         params: IdParams,
         body: KnowledgeCreate,
-        response: { 201: KnowledgeItemView, 202: KnowledgeItemView, ...problemResponses, 413: problem, 415: problem, 422: problem },
+        response: { 201: KnowledgeItemSchema, 202: KnowledgeItemSchema, ...problemResponses, 413: problem, 415: problem, 422: problem },
       },
     },
     async (request, reply) => {
@@ -141,11 +123,12 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     '/projects/:id/knowledge',
     {
       schema: {
+        operationId: 'listKnowledge',
         tags,
         summary: "A project's knowledge the caller may see: every published item and their own drafts, newest first",
         params: IdParams,
         querystring: PageQuery,
-        response: { 200: PageOf(KnowledgeItemView), ...problemResponses },
+        response: { 200: PageOf(KnowledgeItemSchema), ...problemResponses },
       },
     },
     async (request) => {
@@ -160,10 +143,11 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     '/knowledge/:id',
     {
       schema: {
+        operationId: 'getKnowledge',
         tags,
         summary: 'A knowledge item with its first chunks (GET /api/knowledge/:id/chunks pages through all)',
         params: IdParams,
-        response: { 200: Type.Object({ ...KnowledgeItemView.properties, chunks: Type.Array(Chunk), chunksNextCursor: Type.Union([Type.String(), Type.Null()]) }), ...problemResponses },
+        response: { 200: Type.Object({ ...KnowledgeItemSchema.properties, chunks: Type.Array(Chunk), chunksNextCursor: Type.Union([Type.String(), Type.Null()]) }), ...problemResponses },
       },
     },
     async (request) => {
@@ -176,7 +160,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
 
   app.get(
     '/knowledge/:id/chunks',
-    { schema: { tags, summary: "A knowledge item's chunks, in order", params: IdParams, querystring: PageQuery, response: { 200: PageOf(Chunk), ...problemResponses } } },
+    { schema: { operationId: 'listKnowledgeChunks', tags, summary: "A knowledge item's chunks, in order", params: IdParams, querystring: PageQuery, response: { 200: PageOf(Chunk), ...problemResponses } } },
     async (request) => {
       const item = await itemForCaller(deps, caller(request), request.params.id)
       return toListAnswer(await listKnowledgeChunks(store.db, item.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), chunkView)
@@ -185,7 +169,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
 
   app.post(
     '/knowledge/:id/publish',
-    { schema: { tags, summary: 'Publish an item of yours: members of the project find it too (idempotent)', params: IdParams, response: { 200: KnowledgeItemView, ...problemResponses } } },
+    { schema: { operationId: 'publishKnowledge', tags, summary: 'Publish an item of yours: members of the project find it too (idempotent)', params: IdParams, response: { 200: KnowledgeItemSchema, ...problemResponses } } },
     async (request) => {
       const user = caller(request)
       const item = await itemForCaller(deps, user, request.params.id, true)
@@ -196,7 +180,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
 
   app.delete(
     '/knowledge/:id',
-    { schema: { tags, summary: 'Delete an item of yours (soft: searches stop finding it at once)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    { schema: { operationId: 'deleteKnowledge', tags, summary: 'Delete an item of yours (soft: searches stop finding it at once)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
       const item = await itemForCaller(deps, caller(request), request.params.id, true)
       await store.transaction((tx) => deleteKnowledgeItem(tx, item))
@@ -208,6 +192,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     '/projects/:id/search',
     {
       schema: {
+        operationId: 'searchProject',
         tags: ['search'],
         summary: 'Hybrid search (full text + vectors, RRF) over the project’s knowledge the caller may see — the same retrieval the agent uses',
         params: IdParams,
@@ -232,6 +217,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     '/search',
     {
       schema: {
+        operationId: 'searchAll',
         tags: ['search'],
         summary: 'Hybrid search over every project the caller may see',
         querystring: SearchQuery,

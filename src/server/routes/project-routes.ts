@@ -3,6 +3,7 @@ import { createConversation, createProject, deleteProject, listConversations, li
 import { ownedProjectForCaller, projectForCaller, projectView, withActiveRuns } from '../access.js'
 import { auditProfileChange, checkProfile } from '../agent-profile.js'
 import { caller } from '../auth.js'
+import { sseResponse } from '../event-schemas.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
 import { runIdempotent } from '../idempotency.js'
@@ -27,7 +28,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
 
   app.post(
     '/projects',
-    { schema: { tags, summary: 'Create a project', body: ProjectCreate, response: { 201: Project, ...problemResponses, 422: Type.Ref('Problem') } } },
+    { schema: { operationId: 'createProject', tags, summary: 'Create a project', body: ProjectCreate, response: { 201: Project, ...problemResponses, 422: Type.Ref('Problem') } } },
     async (request, reply) => {
       const user = caller(request)
       const input = checkProfile(deps, request.body)
@@ -37,7 +38,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
 
   app.get(
     '/projects',
-    { schema: { tags, summary: 'Projects the caller owns (and, with sharing, may see)', querystring: PageQuery, response: { 200: PageOf(Project), ...problemResponses } } },
+    { schema: { operationId: 'listProjects', tags, summary: 'Projects the caller owns (and, with sharing, may see)', querystring: PageQuery, response: { 200: PageOf(Project), ...problemResponses } } },
     async (request) => {
       const user = caller(request)
       const after = decodeCursor(request.query.cursor)
@@ -47,7 +48,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     },
   )
 
-  app.get('/projects/:id', { schema: { tags, summary: 'A project', params: IdParams, response: { 200: Project, ...problemResponses } } }, async (request) => {
+  app.get('/projects/:id', { schema: { operationId: 'getProject', tags, summary: 'A project', params: IdParams, response: { 200: Project, ...problemResponses } } }, async (request) => {
     const user = caller(request)
     return projectView(await projectForCaller(deps, user, request.params.id), user)
   })
@@ -56,6 +57,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     '/projects/:id',
     {
       schema: {
+        operationId: 'updateProject',
         tags,
         summary: 'Update a project: its name and description, its agent profile (system prompt, default model, model parameters, tool subset; audited), its runtime directories',
         params: IdParams,
@@ -78,7 +80,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
 
   app.delete(
     '/projects/:id',
-    { schema: { tags, summary: 'Delete a project (soft: history is kept)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    { schema: { operationId: 'deleteProject', tags, summary: 'Delete a project (soft: history is kept)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
       const project = await ownedProjectForCaller(deps, caller(request), request.params.id)
       await store.transaction((tx) => deleteProject(tx, project))
@@ -90,6 +92,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     '/projects/:id/conversations',
     {
       schema: {
+        operationId: 'createConversation',
         tags: ['conversations'],
         summary: 'Create a conversation in a project',
         params: IdParams,
@@ -111,6 +114,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     '/projects/:id/conversations',
     {
       schema: {
+        operationId: 'listProjectConversations',
         tags: ['conversations'],
         summary: "A project's conversations (the caller's own)",
         params: IdParams,
@@ -131,11 +135,12 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     {
       sse: 'manual',
       schema: {
+        operationId: 'streamProjectEvents',
         tags: ['events'],
         summary: 'SSE: every event of the project; resume with Last-Event-ID or ?after=',
         params: IdParams,
         querystring: EventsQuery,
-        response: { ...problemResponses },
+        response: { 200: sseResponse('StreamEvent', 'The project’s events: the log after Last-Event-ID, then live'), ...problemResponses },
       },
     },
     async (request, reply) => {

@@ -6,6 +6,7 @@ import { conversationForCaller, conversationForStream, visibleProjectIds, type C
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { statusFilter } from './conversation-routes.js'
 import { caller } from '../auth.js'
+import { sseResponse } from '../event-schemas.js'
 import { resumePoint, serveEventStream } from '../event-stream-route.js'
 import { HttpProblem, notFound } from '../problem.js'
 import { EventsQuery, IdParams, Message, ModelParams, problemResponses, Run as RunSchema, RunList, RunListQuery } from '../schemas.js'
@@ -14,7 +15,7 @@ import type { App, ServerDeps } from '../server-deps.js'
 const tags = ['runs']
 const problem = Type.Ref('Problem')
 const RunView = Type.Ref('Run')
-const WaitedRun = Type.Object({ ...RunSchema.properties, messages: Type.Array(Message, { description: 'The run’s messages (with ?wait=true or Prefer: wait)' }) })
+const WaitedRun = Type.Object({ ...RunSchema.properties, messages: Type.Array(Message, { description: 'The run’s messages (with ?wait=true or Prefer: wait)' }) }, { title: 'RunWithMessages' })
 const maxWaitSeconds = 120
 const defaultWaitSeconds = 30
 const terminalEvents = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.expired'])
@@ -45,6 +46,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     '/models',
     {
       schema: {
+        operationId: 'listModels',
         tags: ['models'],
         summary: 'Configured models (never keys)',
         response: {
@@ -73,6 +75,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     {
       sse: 'dual',
       schema: {
+        operationId: 'createRun',
         tags,
         summary:
           'Post a user message and start a run (201); with Accept: text/event-stream the answer is the run’s stream. ' +
@@ -81,7 +84,20 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         params: IdParams,
         querystring: Type.Object({ wait: Type.Optional(Type.Boolean()) }, { additionalProperties: false }),
         body: RunCreate,
-        response: { 201: Type.Union([WaitedRun, RunView]), 202: WaitedRun, ...problemResponses, 409: problem, 422: problem },
+        response: {
+          201: Type.Unsafe({
+            description: 'The run (JSON; with ?wait or Prefer: wait, settled and with its messages) — or, with Accept: text/event-stream, its stream',
+            content: { 'application/json': { schema: Type.Union([WaitedRun, RunView]) }, 'text/event-stream': { schema: Type.Ref('RunStreamEvent') } },
+          }),
+          202: Type.Unsafe({
+            description: 'Still running after the wait: the run as it is; ask again after Retry-After seconds (GET /api/runs/:id)',
+            headers: { 'retry-after': Type.Integer({ description: 'Seconds' }) },
+            content: { 'application/json': { schema: WaitedRun } },
+          }),
+          ...problemResponses,
+          409: problem,
+          422: problem,
+        },
       },
     },
     async (request, reply) => {
@@ -119,6 +135,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     '/runs',
     {
       schema: {
+        operationId: 'listRuns',
         tags,
         summary: "The caller's runs across conversations, newest first — e.g. ?status=requires_action for everything waiting on them",
         querystring: RunListQuery,
@@ -136,13 +153,13 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     },
   )
 
-  app.get('/runs/:id', { schema: { tags, summary: 'A run', params: IdParams, response: { 200: RunView, ...problemResponses } } }, async (request) =>
+  app.get('/runs/:id', { schema: { operationId: 'getRun', tags, summary: 'A run', params: IdParams, response: { 200: RunView, ...problemResponses } } }, async (request) =>
     runJson(await runForCaller(deps, caller(request), request.params.id)),
   )
 
   app.post(
     '/runs/:id/cancel',
-    { schema: { tags, summary: 'Cancel a run (a finished run is returned unchanged)', params: IdParams, response: { 200: RunView, ...problemResponses } } },
+    { schema: { operationId: 'cancelRun', tags, summary: 'Cancel a run (a finished run is returned unchanged)', params: IdParams, response: { 200: RunView, ...problemResponses } } },
     async (request) => {
       const run = await runForCaller(deps, caller(request), request.params.id)
       return runJson((await runs.cancel(run.id)) ?? run)
@@ -153,6 +170,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     '/runs/:id/resume',
     {
       schema: {
+        operationId: 'resumeRun',
         tags,
         summary: 'Resume a run that failed upstream (or was interrupted) from its last checkpoint; no completed tool call runs again',
         params: IdParams,
@@ -171,6 +189,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     '/runs/:id/tool-outputs',
     {
       schema: {
+        operationId: 'submitToolOutputs',
         tags,
         summary: 'Results of client-side tool calls the run awaits',
         params: IdParams,
@@ -193,7 +212,18 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     '/runs/:id/events',
     {
       sse: 'manual',
-      schema: { tags: ['events'], summary: 'SSE of one run; ends after its terminal event', params: IdParams, querystring: EventsQuery, response: { ...problemResponses } },
+      schema: {
+        operationId: 'streamRunEvents',
+        tags: ['events'],
+        summary: 'SSE of one run; ends after its terminal event',
+        params: IdParams,
+        querystring: EventsQuery,
+        response: {
+          200: sseResponse('RunStreamEvent', 'The run’s events from the start (or after Last-Event-ID); ends after the terminal run event'),
+          204: Type.Null({ description: 'The run has ended and there is nothing after Last-Event-ID: stop reconnecting' }),
+          ...problemResponses,
+        },
+      },
     },
     async (request, reply) => {
       const user = caller(request)
