@@ -1,7 +1,7 @@
 import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 
-const modules = ['app', 'server', 'runmgr', 'llm', 'cmdbus', 'rag', 'exec', 'extension', 'store']
+const modules = ['app', 'server', 'runmgr', 'llm', 'cmdbus', 'rag', 'exec', 'extension', 'store', 'testing']
 
 export default tseslint.config(
   { ignores: ['node_modules/', 'dist/', 'data/', 'coverage/'] },
@@ -55,7 +55,17 @@ export default tseslint.config(
     rules: {
       'no-restricted-imports': [
         'error',
-        { patterns: [{ regex: '(^|/)src/(?!extension/index\\.js$)', message: 'The extension surface and plugins depend on nothing internal.' }] },
+        // Plugins see what the package exports: plinth/extension and (in their tests) plinth/testing.
+        { patterns: [{ regex: '(^|/)src/(?!(extension|testing)/index\\.js$)', message: 'The extension surface and plugins depend on nothing internal.' }] },
+      ],
+    },
+  },
+  {
+    files: ['src/testing/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: '^\\.\\./(?!extension/index\\.js$)', message: 'plinth/testing is written against the extension surface alone.' }] },
       ],
     },
   },

@@ -8,7 +8,9 @@ const built = fileURLToPath(new URL('../dist/src/app/main.js', import.meta.url))
 if (existsSync(built) && process.env.PLINTH_FROM_SOURCE !== '1') {
   await import(pathToFileURL(built).href)
 } else {
+  // Namespaced: tsx handles Plinth's own sources (and what they import), while plugins keep Node's
+  // own rules for their files (a plain .js plugin in a folder without package.json stays loadable).
   const { register } = await import('tsx/esm/api')
-  register()
-  await import('../src/app/main.ts')
+  const api = register({ namespace: 'plinth-source' })
+  await api.import('../src/app/main.ts', import.meta.url)
 }

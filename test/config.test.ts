@@ -89,7 +89,8 @@ describe('loadConfig', () => {
       port: 9001,
       host: '0.0.0.0',
       dataDir: join(cwd, 'state', 'db'),
-      plugins: ['./plugins/echo'],
+      // A plugin path in the file is relative to the file.
+      plugins: [join(cwd, 'plugins', 'echo')],
       models: [{ id: 'fast', provider: 'scripted', script: 'hello' }],
       defaultModel: 'fast',
       logLevel: 'warn',
@@ -211,6 +212,15 @@ describe('loadConfig', () => {
       sseHeartbeatMs: 250,
       fullModeTtlMs: 5000,
     })
+  })
+
+  it('resolves plugin paths in the file against the file, and in PLINTH_PLUGINS against the working directory', async () => {
+    const cwd = await workdir()
+    const elsewhere = await workdir({ plugins: ['./notes.js', 'rdm', 'some-package', '/abs/plugin.js'] })
+    expect(loadConfig({ PLINTH_CONFIG: join(elsewhere, 'plinth.config.json') }, cwd).plugins).toEqual([join(elsewhere, 'notes.js'), 'rdm', 'some-package', '/abs/plugin.js'])
+    expect(loadConfig({ PLINTH_CONFIG: join(elsewhere, 'plinth.config.json'), PLINTH_PLUGINS: './mine.js' }, cwd).plugins).toEqual(['./mine.js'])
+    expect(loadConfig({ PLINTH_STRICT_PLUGINS: '1' }, cwd).strictPlugins).toBe(true)
+    expect(loadConfig({}, cwd).strictPlugins).toBe(false)
   })
 
   it('reads the file named by PLINTH_CONFIG instead of ./plinth.config.json', async () => {

@@ -2,7 +2,7 @@ import { Ajv } from 'ajv'
 import { describe, expect, it } from 'vitest'
 import { CommandError, SurfaceVersion } from '../../src/extension/index.js'
 import plugin from './index.js'
-import { defaultProject, setupPlugin } from './testing.js'
+import { defaultProject, setupPlugin } from '../../src/testing/index.js'
 
 const commandIdPattern = /^[a-z][a-z0-9]*(_[a-z0-9]+)*(\.[a-z][a-z0-9]*(_[a-z0-9]+)*)+$/
 const owner = defaultProject.ownerId

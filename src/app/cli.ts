@@ -12,7 +12,8 @@ import { version } from './version.js'
 const usage = `plinth ${version} — headless HTTP + SSE agent server
 
 Usage:
-  plinth [serve]                       start the server (config: env + plinth.config.json)
+  plinth [serve] [--strict-plugins]    start the server (config: env + plinth.config.json);
+                                       --strict-plugins: a plugin that cannot load stops it
   plinth migrate                       apply pending database migrations
   plinth users create <name> [--json] [--token-name N]
                                        create a user; the token is the last line of output
@@ -50,6 +51,7 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
         'token-name': { type: 'string' },
         help: { type: 'boolean', short: 'h', default: false },
         version: { type: 'boolean', default: false },
+        'strict-plugins': { type: 'boolean', default: false },
       },
     })
   } catch (error) {
@@ -68,6 +70,7 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
   }
   try {
     const config = loadConfig()
+    if (values['strict-plugins']) config.strictPlugins = true
     switch (command) {
       case 'serve':
         return await serve(config, io)
@@ -129,6 +132,8 @@ async function serve(config: PlinthConfig, io: Io): Promise<number> {
   process.once('SIGTERM', () => stop('SIGTERM'))
   process.once('SIGINT', () => stop('SIGINT'))
   const server = await startServer(config, logger)
+  // Once, on the terminal too: easy to miss in a stream of JSON logs.
+  for (const warning of server.warnings) io.err(`plinth: WARNING: ${warning}`)
   await createFirstUser(server.store, io)
   // The CLI beside a server that holds the embedded database finds it here (see withUserAdmin).
   const unannounce = server.store.engine === 'pglite' ? await announceServer(config.dataDir, { pid: process.pid, url: server.url }) : async () => undefined

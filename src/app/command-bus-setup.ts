@@ -4,7 +4,7 @@ import { defaultExecSettings, ExecService, type ExecSettings } from '../exec/ind
 import { createEmbedder, Ingestor, Retriever, type Embedder } from '../rag/index.js'
 import type { Store } from '../store/index.js'
 import { createPluginHost } from './plugin-host.js'
-import { loadPlugins, type LoadedPlugin } from './plugin-loader.js'
+import { loadPlugins, type LoadedPlugin, type RefusedPlugin } from './plugin-loader.js'
 import { version } from './version.js'
 
 export interface CommandBusSetup {
@@ -12,6 +12,8 @@ export interface CommandBusSetup {
   access: ProjectAccess
   catalog: CommandCatalog
   plugins: LoadedPlugin[]
+  /** Plugins left out at start, with the reason (see `strictPlugins`). */
+  refusedPlugins: RefusedPlugin[]
   /** Shared-aware retrieval; asks the ProjectAuthz adapter the plugins registered. */
   retriever: Retriever
   /** Knowledge ingestion (not started: the caller starts and stops it). */
@@ -46,7 +48,7 @@ export async function setUpCommandBus(
   const exec = await ExecService.create({ store, settings: execSettings, dataDir: options.dataDir, log: createPluginLogger(options.logger, 'exec') })
   const execDeps = { store, exec, version, log: createPluginLogger(options.logger, 'exec') }
   registerExecCommands(catalog, execDeps)
-  const plugins = await loadPlugins(options.plugins, {
+  const { loaded: plugins, refused: refusedPlugins } = await loadPlugins(options.plugins, {
     catalog,
     cwd: options.cwd ?? process.cwd(),
     logger: options.logger,
@@ -63,5 +65,5 @@ export async function setUpCommandBus(
     actionTtlMs: options.actionTtlMs,
     allowanceTtlMs: options.allowanceTtlMs,
   })
-  return { bus, access, catalog, plugins, retriever, ingestor, exec }
+  return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec }
 }

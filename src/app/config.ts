@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs'
-import { resolve } from 'node:path'
+import { dirname, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
 import { defaultExecSettings, type ExecSettings } from '../exec/index.js'
@@ -40,6 +40,8 @@ export interface PlinthConfig {
   metricsToken?: string
   /** Origins browsers may call from; empty: CORS off. */
   corsOrigins: string[]
+  /** A plugin that cannot load stops the server instead of being left out. */
+  strictPlugins: boolean
   /** Interval of SSE heartbeat comments. */
   sseHeartbeatMs: number
   /** Event stream caps and lifetime. */
@@ -91,6 +93,7 @@ const fileSchema = {
     dataDir: { type: 'string', minLength: 1 },
     adminToken: { type: 'string', minLength: 16 },
     plugins: { type: 'array', items: { type: 'string', minLength: 1 } },
+    strictPlugins: { type: 'boolean' },
     models: {
       type: 'array',
       items: {
@@ -239,6 +242,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_TRUST_PROXY', 'trustProxy', 'string'],
   ['PLINTH_METRICS_TOKEN', 'metricsToken', 'string'],
   ['PLINTH_CORS_ORIGINS', 'corsOrigins', 'list'],
+  ['PLINTH_STRICT_PLUGINS', 'strictPlugins', 'bool'],
   ['PLINTH_SSE_HEARTBEAT_MS', 'sseHeartbeatMs', 'int'],
   ['PLINTH_SSE_MAX_PER_TOKEN', 'streams.maxPerToken', 'int'],
   ['PLINTH_SSE_MAX_STREAMS', 'streams.maxTotal', 'int'],
@@ -270,6 +274,7 @@ const defaults: PlinthConfig = {
   maxConnectionsPerAddress: 256,
   maxConnections: 10_000,
   corsOrigins: [],
+  strictPlugins: false,
   sseHeartbeatMs: 15_000,
   streams: { maxPerToken: 32, maxTotal: 5000, maxLifetimeMs: 60 * 60 * 1000, recheckIntervalMs: 60_000, drainTimeoutMs: 30_000 },
   knowledge: { maxFileBytes: 20 * 1024 * 1024 },
@@ -296,7 +301,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     try {
       const parsed: unknown = JSON.parse(readFileSync(path, 'utf8'))
       if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) problems.push(`${path}: must hold a JSON object`)
-      else Object.assign(merged, parsed)
+      else {
+        Object.assign(merged, parsed)
+        // A plugin path in the file is relative to the file (a plugin next to its config).
+        const plugins = (parsed as { plugins?: unknown }).plugins
+        if (Array.isArray(plugins)) merged.plugins = plugins.map((entry) => (typeof entry === 'string' && entry.startsWith('.') ? resolve(dirname(path), entry) : entry))
+      }
     } catch (error) {
       problems.push(`${path}: ${(error as Error).message}`)
     }

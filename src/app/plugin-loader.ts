@@ -1,10 +1,12 @@
-import { existsSync, statSync } from 'node:fs'
-import { isAbsolute, join, resolve } from 'node:path'
+import { existsSync, readFileSync, statSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { dirname, isAbsolute, join, resolve } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import type { Logger } from 'pino'
 import semver from 'semver'
 import type { CommandCatalog } from '../cmdbus/index.js'
 import { SurfaceVersion, type Host, type PluginDefinition } from '../extension/index.js'
+import { resolveExtensionToSelf } from './extension-resolution.js'
 
 export interface LoadedPlugin {
   name: string
@@ -12,18 +14,33 @@ export interface LoadedPlugin {
   commands: string[]
 }
 
+/** A plugin that was left out, and why. */
+export interface RefusedPlugin {
+  specifier: string
+  reason: string
+}
+
+export interface PluginLoadResult {
+  loaded: LoadedPlugin[]
+  refused: RefusedPlugin[]
+}
+
 const setupTimeoutMs = 10_000
 
 /**
- * Loads plugins in order (SPEC §10): a bundled one by bare name (`rdm`), a path (`./my-plugin`), or a
- * package name. A plugin that fails to import, declares an incompatible `surface`, throws in setup
- * or registers anything invalid is refused as a whole with one clear log line; the others load.
+ * Loads plugins in order (SPEC §10): a bundled one by bare name (`rdm`), a path (`./my-plugin.js`,
+ * `./my-plugin.ts`, a folder), or an installed package (resolved from `cwd`). Wherever a plugin lives,
+ * `plinth/extension` is this server's own surface. A plugin that fails to import, declares an
+ * incompatible `surface`, throws in setup or registers anything invalid is refused as a whole with one
+ * clear log line; the others load.
  */
 export async function loadPlugins(
   specifiers: readonly string[],
   options: { catalog: CommandCatalog; createHost: (plugin: string) => Host; logger: Logger; cwd: string },
-): Promise<LoadedPlugin[]> {
+): Promise<PluginLoadResult> {
   const loaded: LoadedPlugin[] = []
+  const refused: RefusedPlugin[] = []
+  if (specifiers.length > 0) resolveExtensionToSelf()
   for (const specifier of specifiers) {
     try {
       const definition = await importPlugin(specifier, options.cwd)
@@ -39,15 +56,28 @@ export async function loadPlugins(
       loaded.push({ name: definition.name, version: definition.version, commands })
       options.logger.info({ plugin: definition.name, version: definition.version, commands }, `plugin ${definition.name} ${definition.version} loaded`)
     } catch (error) {
-      options.logger.error({ plugin: specifier, reason: (error as Error).message }, `plugin ${specifier} refused: ${(error as Error).message}`)
+      const reason = (error as Error).message
+      refused.push({ specifier, reason })
+      options.logger.error({ plugin: specifier, reason }, `plugin ${specifier} refused: ${reason}`)
     }
   }
-  return loaded
+  return { loaded, refused }
 }
 
 async function importPlugin(specifier: string, cwd: string): Promise<PluginDefinition> {
-  const module = (await import(resolveSpecifier(specifier, cwd))) as { default?: unknown; plugin?: unknown }
-  const definition = (module.default ?? module.plugin) as Partial<PluginDefinition> | undefined
+  const url = resolveSpecifier(specifier, cwd)
+  let module: { default?: unknown; plugin?: unknown }
+  try {
+    module = (await import(url)) as typeof module
+  } catch (error) {
+    // TypeScript without a TypeScript-aware loader in this process (the built server): through tsx.
+    if ((error as { code?: string }).code !== 'ERR_UNKNOWN_FILE_EXTENSION' || !/\.[cm]?ts$/.test(url)) throw error
+    const { tsImport } = await import('tsx/esm/api')
+    module = (await tsImport(url, import.meta.url)) as typeof module
+  }
+  let definition = (module.default ?? module.plugin) as (Partial<PluginDefinition> & { default?: unknown }) | undefined
+  // A TypeScript file tsx ran as CommonJS: its exports object is the default.
+  if (definition && typeof definition.setup !== 'function' && definition.default) definition = definition.default as Partial<PluginDefinition>
   if (
     !definition ||
     typeof definition.name !== 'string' ||
@@ -60,7 +90,7 @@ async function importPlugin(specifier: string, cwd: string): Promise<PluginDefin
   return definition as PluginDefinition
 }
 
-/** Bare names of bundled plugins, paths, then packages. */
+/** Bare names of bundled plugins, paths, then packages installed where the server runs. */
 function resolveSpecifier(specifier: string, cwd: string): string {
   if (/^[a-z][a-z0-9_-]*$/.test(specifier)) {
     const bundled = bundledPlugin(specifier)
@@ -68,12 +98,53 @@ function resolveSpecifier(specifier: string, cwd: string): string {
   }
   if (specifier.startsWith('.') || isAbsolute(specifier)) {
     const path = isAbsolute(specifier) ? specifier : resolve(cwd, specifier)
-    if (existsSync(path) && statSync(path).isDirectory()) {
-      for (const index of ['index.js', 'index.mjs', 'index.ts']) if (existsSync(join(path, index))) return pathToFileURL(join(path, index)).href
+    if (!existsSync(path)) throw new Error(`no file or folder ${path}`)
+    if (statSync(path).isDirectory()) {
+      const main = packageEntry(path)
+      if (main) return pathToFileURL(main).href
+      for (const index of ['index.js', 'index.mjs', 'index.ts', 'index.mts']) if (existsSync(join(path, index))) return pathToFileURL(join(path, index)).href
+      throw new Error(`${path} is a folder without a package entry or an index.js/index.ts`)
     }
     return pathToFileURL(path).href
   }
-  return specifier
+  return pathToFileURL(resolvePackage(specifier, cwd)).href
+}
+
+/** A package's file as installed under `cwd` (or above it), for ESM-only packages too. */
+function resolvePackage(specifier: string, cwd: string): string {
+  try {
+    return createRequire(join(cwd, 'plinth-plugins.cjs')).resolve(specifier)
+  } catch {
+    // An ESM-only package (exports with only an "import" condition): read its package.json.
+    for (let dir = cwd; ; dir = dirname(dir)) {
+      const folder = join(dir, 'node_modules', specifier)
+      const entry = existsSync(join(folder, 'package.json')) ? packageEntry(folder) : undefined
+      if (entry) return entry
+      if (dirname(dir) === dir) break
+    }
+  }
+  throw new Error(`cannot find the package ${specifier} from ${cwd} (install it there, or give a path)`)
+}
+
+/** The entry file a package.json names: exports ".", then module, then main. */
+function packageEntry(folder: string): string | undefined {
+  const file = join(folder, 'package.json')
+  if (!existsSync(file)) return undefined
+  const manifest = JSON.parse(readFileSync(file, 'utf8')) as { exports?: unknown; module?: unknown; main?: unknown }
+  const pick = (value: unknown): string | undefined => {
+    if (typeof value === 'string') return value
+    if (value && typeof value === 'object' && !Array.isArray(value)) {
+      const record = value as Record<string, unknown>
+      if ('.' in record) return pick(record['.'])
+      for (const condition of ['import', 'node', 'default']) {
+        const picked = pick(record[condition])
+        if (picked) return picked
+      }
+    }
+    return undefined
+  }
+  const entry = pick(manifest.exports) ?? (typeof manifest.module === 'string' ? manifest.module : undefined) ?? (typeof manifest.main === 'string' ? manifest.main : undefined)
+  return entry ? resolve(folder, entry) : undefined
 }
 
 function bundledPlugin(name: string): string | undefined {

@@ -8,6 +8,7 @@ import type { RunManager } from '../runmgr/index.js'
 import { createAgentMetrics } from './agent-metrics.js'
 import { setUpCommandBus } from './command-bus-setup.js'
 import { setUpRuns } from './run-setup.js'
+import { modelsMissingKeys } from '../llm/index.js'
 import type { PlinthConfig } from './config.js'
 import { fastifyListeningText } from './logger.js'
 import { version } from './version.js'
@@ -19,6 +20,8 @@ export interface RunningServer {
   url: string
   /** Stops accepting, ends streams with a final event, closes the database. */
   close(): Promise<void>
+  /** What went wrong at start without stopping it (refused plugins, models without keys); also on /readyz. */
+  warnings: string[]
 }
 
 /** Opens the store (migrating it), builds the HTTP app and listens. */
@@ -28,6 +31,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   let runs: RunManager | undefined
   let ingestor: Ingestor | undefined
   let execService: ExecService | undefined
+  const warnings: string[] = []
   try {
     const embedder = createEmbedder(config.embeddings)
     // Refuses to start when stored knowledge was embedded by another embedder (names the fix).
@@ -43,6 +47,9 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     })
     const { bus, access, retriever } = setup
     execService = setup.exec
+    warnings.push(...setup.refusedPlugins.map((plugin) => `plugin ${plugin.specifier} refused: ${plugin.reason}`))
+    if (config.strictPlugins && warnings.length > 0) throw new Error(`${warnings.join('; ')} (strict plugins: fix or remove it, or start without --strict-plugins)`)
+    for (const missing of modelsMissingKeys(config.models, process.env)) warnings.push(`model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs fail with upstream_auth_missing`)
     ingestor = setup.ingestor
     await ingestor.start()
     const metrics = new Registry()
@@ -65,6 +72,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       retriever,
       ingestor,
       exec: setup.exec,
+      startWarnings: warnings,
       maxKnowledgeFileBytes: config.knowledge.maxFileBytes,
       logger,
       bodyLimit: config.bodyLimit,
@@ -105,6 +113,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   let closing: Promise<void> | null = null
   return {
     app,
+    warnings,
     store,
     url: `http://${host}:${port}`,
     close: () => {

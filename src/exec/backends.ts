@@ -21,7 +21,8 @@ async function prelude(support: HostSupport, spec: ExecSpec): Promise<{ argv: st
   const argv: string[] = []
   let cgroup: ExecCgroup | null = null
   if (support.cgroups.kind !== 'none') {
-    cgroup = await ExecCgroup.create(support.cgroups, `exec-${randomUUID()}`, spec.limits)
+    // The pid tells operators (and tests) which server process an execution belongs to.
+    cgroup = await ExecCgroup.create(support.cgroups, `exec-${process.pid}-${randomUUID()}`, spec.limits)
     argv.push(tools.sh, '-c', enterCgroupScript, 'plinth-exec', String(cgroup.procsFiles.length), ...cgroup.procsFiles)
   }
   if (support.prlimit) {

@@ -15,7 +15,7 @@
 import type { PluginDefinition } from './types.js'
 
 /** The version of this surface. Adding bumps minor; changing or removing bumps major. */
-export const SurfaceVersion = '1.1.0'
+export const SurfaceVersion = '1.2.0'
 
 /** Declares a plugin; returns it unchanged (typed). */
 export function definePlugin(definition: PluginDefinition): PluginDefinition {
@@ -23,6 +23,7 @@ export function definePlugin(definition: PluginDefinition): PluginDefinition {
 }
 
 export { CommandError } from './command-error.js'
+export { projectToolName } from './tool-name.js'
 export type {
   Actor,
   CliCommandSpec,

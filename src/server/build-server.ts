@@ -47,6 +47,8 @@ export interface ServerOptions {
   retriever: Retriever
   ingestor: Ingestor
   exec: ExecService
+  /** What went wrong at start but did not stop it (a refused plugin, a model without its key): on /readyz. */
+  startWarnings?: string[]
   /** Largest knowledge upload, bytes (default 20 MiB; over it: 413). */
   maxKnowledgeFileBytes?: number
   logger: FastifyBaseLogger
@@ -137,6 +139,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     ingestor: options.ingestor,
     exec: options.exec,
     maxKnowledgeFileBytes: options.maxKnowledgeFileBytes ?? 20 * 1024 * 1024,
+    startWarnings: options.startWarnings ?? [],
   }
   app.addHook('preClose', async () => shutdown.abort())
   app.addHook('onClose', async () => streams.stop())

@@ -24,6 +24,8 @@ export interface ServerDeps {
   exec: ExecService
   /** Largest knowledge upload, bytes. */
   maxKnowledgeFileBytes: number
+  /** Problems found at start that did not stop it; /readyz lists them. */
+  startWarnings: string[]
 }
 
 /** The Fastify instance as routes see it: TypeBox schemas give request types. */

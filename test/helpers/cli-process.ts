@@ -26,13 +26,17 @@ export interface CliResult {
 export interface CliOptions {
   cwd: string
   env?: Record<string, string>
+  /** Another copy of bin/plinth.js (an installed package); default: this checkout's. */
+  bin?: string
+  /** Extra arguments after the command (e.g. --strict-plugins). */
+  args?: string[]
   /** Kill the process when it has not exited by then (default 120 s: a first PGlite initdb is slow on a busy machine). */
   timeoutMs?: number
 }
 
 /** Runs `plinth <args>` to completion. */
 export async function runPlinth(args: string[], options: CliOptions): Promise<CliResult> {
-  const child = spawn(process.execPath, [plinthBin, ...args], { cwd: options.cwd, env: cliEnv(options.env), stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [options.bin ?? plinthBin, ...args, ...(options.args ?? [])], { cwd: options.cwd, env: cliEnv(options.env), stdio: ['ignore', 'pipe', 'pipe'] })
   let stdout = ''
   let stderr = ''
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
@@ -77,7 +81,7 @@ export interface ServeProcess {
 /** Starts `plinth serve` on a free port and waits for its "listening on" log line. */
 export async function startServe(options: CliOptions): Promise<ServeProcess> {
   const port = await freePort()
-  const child = spawn(process.execPath, [plinthBin, 'serve'], {
+  const child = spawn(process.execPath, [options.bin ?? plinthBin, 'serve', ...(options.args ?? [])], {
     cwd: options.cwd,
     env: cliEnv({ PORT: String(port), ...options.env }),
     stdio: ['ignore', 'pipe', 'pipe'],
