@@ -1,7 +1,7 @@
 // `npm start` runs this first: compiles to dist/ only when a source is newer than the last build,
 // so a start after the first one does not recompile (and prints nothing).
 import { spawnSync } from 'node:child_process'
-import { readdirSync, statSync, writeFileSync } from 'node:fs'
+import { readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -21,6 +21,8 @@ const sources = Math.max(...['src', 'plugins', 'migrations', 'tsconfig.json', 't
 const built = statSync(stamp, { throwIfNoEntry: false })?.mtimeMs ?? 0
 if (sources > built) {
   console.error('plinth: compiling to dist/ (sources changed since the last build)…')
+  // From scratch: a file removed from the sources must not linger in dist/.
+  rmSync(join(root, 'dist'), { recursive: true, force: true })
   const result = spawnSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.build.json')], { stdio: 'inherit' })
   if (result.status !== 0) process.exit(result.status ?? 1)
   writeFileSync(stamp, new Date().toISOString())

@@ -168,6 +168,11 @@ describe('plugins outside the repository', () => {
     await mkdir(pkg, { recursive: true })
     await writeFile(join(pkg, 'package.json'), JSON.stringify({ name: 'weather-plinth', version: '2.0.0', type: 'module', exports: { '.': { import: './index.js' } }, peerDependencies: { plinth: '*' } }))
     await writeFile(join(pkg, 'index.js'), packagePlugin)
+    // A package whose module exports no default definePlugin(...).
+    const empty = join(project, 'node_modules', 'not-a-plugin')
+    await mkdir(empty, { recursive: true })
+    await writeFile(join(empty, 'package.json'), JSON.stringify({ name: 'not-a-plugin', version: '1.0.0', main: 'index.js' }))
+    await writeFile(join(empty, 'index.js'), 'exports.helper = () => 42\n')
     await writeFile(join(project, 'plinth.config.json'), JSON.stringify({ plugins: ['./plugins/hello.js', './plugins/counter.ts', 'weather-plinth'] }))
   }, 180_000)
 
@@ -203,17 +208,24 @@ describe('plugins outside the repository', () => {
   })
 
   it('a refused plugin is reported once at start and on /readyz; --strict-plugins and PLINTH_STRICT_PLUGINS make it fatal', { timeout: 180_000 }, async () => {
-    const plugins = './plugins/hello.js,./plugins/broken.js,not-installed-anywhere'
+    const plugins = './plugins/hello.js,./plugins/broken.js,not-installed-anywhere,not-a-plugin'
     server = await startServe({ cwd: project, bin: join(installed, 'bin', 'plinth.js'), env: { PLINTH_FROM_SOURCE: '0', PLINTH_PLUGINS: plugins } })
     const started = server
-    const warnings = await waitFor(() => (started.stderr().trim().split('\n').length >= 2 ? started.stderr().trim().split('\n') : undefined))
+    const warnings = await waitFor(() => (started.stderr().trim().split('\n').length >= 3 ? started.stderr().trim().split('\n') : undefined))
     expect(warnings).toEqual([
       expect.stringMatching(/^plinth: WARNING: plugin \.\/plugins\/broken\.js refused: its module does not export definePlugin\(\{ name, version, surface, setup \}\) as default$/),
       expect.stringMatching(/^plinth: WARNING: plugin not-installed-anywhere refused: cannot find the package not-installed-anywhere from /),
+      expect.stringMatching(/^plinth: WARNING: plugin not-a-plugin refused: its module does not export definePlugin/),
     ])
     const ready = await http(server.url, 'GET', '/readyz')
     expect(ready.status).toBe(200)
-    expect(ready.body.warnings).toEqual([expect.stringMatching(/^plugin \.\/plugins\/broken\.js refused: /), expect.stringMatching(/^plugin not-installed-anywhere refused: /)])
+    expect(ready.body.warnings).toEqual([
+      expect.stringMatching(/^plugin \.\/plugins\/broken\.js refused: /),
+      expect.stringMatching(/^plugin not-installed-anywhere refused: /),
+      expect.stringMatching(/^plugin not-a-plugin refused: /),
+    ])
+    // The good one still loaded.
+    expect(server.stdout()).toContain('plugin hello 1.0.0 loaded')
     expect(await server.stop()).toBe(0)
     server = undefined
 
