@@ -50,6 +50,8 @@ export interface EnvelopeChange {
   error?: { code: string; message: string; [key: string]: JsonValue }
   startedAt?: string
   finishedAt?: string
+  /** The process that runs the dispatch, and until when it vouches for it (see the orphan sweep). */
+  executor?: { id: string; expiresAt: Date }
 }
 
 /**
@@ -89,6 +91,7 @@ export async function recordStep(
     ...(change.decision?.id && { decisionId: change.decision.id }),
     ...(change.result !== undefined && { result: change.result }),
     ...(change.error !== undefined && { error: change.error }),
+    ...(change.executor && { executor: change.executor }),
   })
   await appendAuditEntry(tx, {
     dispatchId: dispatch.id,

@@ -20,6 +20,7 @@ import {
   type Store,
 } from '../store/index.js'
 import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
+import { DispatchExecutors } from './dispatch-executors.js'
 import type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
 import type { CommandCatalog, RegisteredCommand } from './command-catalog.js'
 import { evaluateGate, type PermissionMode } from './gate.js'
@@ -36,6 +37,8 @@ export interface CommandBusOptions {
   actionTtlMs: number
   /** How long an `approve_session` allowance lasts (PLINTH_ALLOWANCE_TTL). */
   allowanceTtlMs: number
+  /** How long a running dispatch's executor lease lasts between renewals (default 30 s). */
+  dispatchLeaseMs?: number
 }
 
 /** Told when a decision is resolved (the run manager resumes runs with it). */
@@ -50,9 +53,16 @@ const defaultTimeoutMs = 30_000
 export class CommandBus {
   readonly #options: CommandBusOptions
   readonly #listeners = new Set<DecisionListener>()
+  readonly #executors: DispatchExecutors
 
   constructor(options: CommandBusOptions) {
     this.#options = options
+    this.#executors = new DispatchExecutors(options.store, options.logger('plinth'), options.dispatchLeaseMs)
+  }
+
+  /** Ends dispatches a stopped process left running (see DispatchExecutors.sweep). */
+  sweepOrphanedDispatches(options: { all: boolean }): Promise<number> {
+    return this.#executors.sweep(options)
   }
 
   get catalog(): CommandCatalog {
@@ -368,10 +378,31 @@ export class CommandBus {
     step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T> = (fn) => this.#options.store.transaction(fn),
     settled?: DispatchHooks['settled'],
   ): Promise<DispatchOutcome> {
-    const { store } = this.#options
     const current = await step((tx) =>
-      recordStep(tx, 'running', envelope, dispatch, { status: 'running', risk: gate.risk, decision: gate.decision, startedAt: new Date().toISOString() }),
+      recordStep(tx, 'running', envelope, dispatch, {
+        status: 'running',
+        risk: gate.risk,
+        decision: gate.decision,
+        startedAt: new Date().toISOString(),
+        executor: this.#executors.claim(),
+      }),
     )
+    this.#executors.started()
+    try {
+      return await this.#runHandler(command, dispatch, current, context, settled)
+    } finally {
+      this.#executors.finished()
+    }
+  }
+
+  async #runHandler(
+    command: RegisteredCommand,
+    dispatch: DispatchRecord,
+    current: AuditEnvelope,
+    context: CommandContext & { abort: AbortController },
+    settled?: DispatchHooks['settled'],
+  ): Promise<DispatchOutcome> {
+    const { store } = this.#options
     const timeoutMs = command.spec.timeoutMs ?? defaultTimeoutMs
     let timer: NodeJS.Timeout | undefined
     const timedOut = new Promise<'timeout'>((resolve) => {

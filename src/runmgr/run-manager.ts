@@ -4,6 +4,7 @@ import type { JsonValue, PluginLogger } from '../extension/index.js'
 import { ModelError, projectToolSchema, streamWithRetries, type LanguageModel, type ModelMessage, type ModelRegistry, type ModelTool, type ModelToolCall } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import {
+  activeRunStatuses,
   appendEvents,
   closeStreamingMessages,
   completeAssistantMessage,
@@ -15,6 +16,7 @@ import {
   insertAssistantMessage,
   insertToolCall,
   insertToolMessage,
+  listRuns,
   listToolCalls,
   lockRun,
   newId,
@@ -38,6 +40,7 @@ import {
 } from '../store/index.js'
 import { proposeCommandTool, resolveClientTools } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
+import { ModelSlots } from './model-slots.js'
 import { knowledgeBlock, selectForInjection, type KnowledgeContext } from './knowledge-context.js'
 import { buildModelMessages, trimToBudget } from './history.js'
 import { RunRequestError } from './run-errors.js'
@@ -119,14 +122,13 @@ export class RunManager {
   readonly #loops = new Map<string, Promise<void>>()
   #sweeper: NodeJS.Timeout | null = null
   #unsubscribe: (() => void) | null = null
-  #modelSlots: number
-  readonly #slotWaiters: Array<() => void> = []
+  readonly #modelSlots: ModelSlots
   /** When each call started, for `tool_call.completed.durationMs` (in memory: only this process times it). */
   readonly #callStarts = new Map<string, number>()
 
   constructor(options: RunManagerOptions) {
     this.#options = options
-    this.#modelSlots = options.maxConcurrentModelCalls ?? 16
+    this.#modelSlots = new ModelSlots(options.maxConcurrentModelCalls ?? 16)
   }
 
   /** Subscribes to decisions and starts the sweeper (which also recovers runs a crash left behind). */
@@ -135,17 +137,23 @@ export class RunManager {
       if (!decision.runId) return
       this.#onDecision(decision, outcome).catch((error: unknown) => this.#options.log.error('could not apply a decision to its run', { runId: decision.runId, error: String(error) }))
     })
+    // Dispatches first: a run's interrupted tool call then finds its dispatch ended too.
+    await this.#options.bus.sweepOrphanedDispatches({ all: this.#options.exclusiveDatabase === true })
     const recovered = await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
     if (recovered > 0) this.#options.log.info(`recovered ${recovered} runs`, { recovered, outcome: 'ended failed (interrupted); open calls answered; resume with POST /api/runs/:id/resume' })
-    this.#sweeper = setInterval(
-      () =>
-        void this.sweep().then(
-          (count) => count > 0 && this.#options.log.info(`recovered ${count} runs`, { recovered: count }),
-          () => undefined,
-        ),
-      Math.max(1000, (this.#options.leaseMs ?? 30_000) / 2),
-    )
+    this.#sweeper = setInterval(() => void this.#sweepOnce(), Math.max(1000, (this.#options.leaseMs ?? 30_000) / 2))
     this.#sweeper.unref()
+  }
+
+  /** One pass of the periodic sweeper: orphaned dispatches, then runs whose lease has passed. */
+  async #sweepOnce(): Promise<void> {
+    try {
+      await this.#options.bus.sweepOrphanedDispatches({ all: false })
+      const count = await this.sweep()
+      if (count > 0) this.#options.log.info(`recovered ${count} runs`, { recovered: count })
+    } catch (error) {
+      this.#options.log.warn('the run sweeper failed; it tries again', { error: String(error) })
+    }
   }
 
   /** Ends in-flight runs as interrupted (answering their open calls) and stops. */
@@ -161,7 +169,12 @@ export class RunManager {
   }
 
   /** Creates a run for a user message; `{active}` when another run is active and `ifActive` is unset. */
-  async createRun(conversation: Conversation, userId: string, input: CreateRunInput): Promise<{ run: Run } | { active: Run }> {
+  async createRun(
+    conversation: Conversation,
+    userId: string,
+    input: CreateRunInput,
+    hooks: { onCreated?: (tx: Executor, run: Run) => Promise<void> } = {},
+  ): Promise<{ run: Run } | { active: Run }> {
     const { models } = this.#options
     const project = await getProject(this.#options.store.db, conversation.projectId)
     // The project's default model, unless the operator has since removed it from the configuration.
@@ -176,8 +189,8 @@ export class RunManager {
     const clientTools = resolveClientTools(input.clientTools)
     const maxIterations = input.maxIterations ?? 10
     const create = (allowQueue: boolean) =>
-      this.#options.store.transaction((tx) =>
-        createRun(
+      this.#options.store.transaction(async (tx) => {
+        const result = await createRun(
           tx,
           {
             conversationId: conversation.id,
@@ -192,17 +205,29 @@ export class RunManager {
             profile,
           },
           { allowQueue, lease: this.#lease() },
-        ),
-      )
+        )
+        // In the same transaction, e.g. the Idempotency-Key's record: both or neither.
+        if ('run' in result) await hooks.onCreated?.(tx, result.run)
+        return result
+      })
     let created = await create(input.ifActive === 'enqueue')
-    if ('active' in created && input.ifActive === 'interrupt') {
-      await this.cancel(created.active.id, 'superseded')
+    // Interrupt: the new message supersedes everything still pending in the conversation — the queued
+    // runs first (so ending the active one promotes none of them), then the active one.
+    for (let attempt = 0; 'active' in created && input.ifActive === 'interrupt' && attempt < 5; attempt++) {
+      await this.#supersede(conversation.id)
       created = await create(false)
     }
     if ('run' in created && created.run.status === 'running') this.#spawn(created.run.id)
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#startNext(conversation.id)
     return created
+  }
+
+  /** Ends every queued and active run of a conversation as `superseded`, queued ones first. */
+  async #supersede(conversationId: string): Promise<void> {
+    const pending = await listRuns(this.#options.store.db, { conversationId, statuses: activeRunStatuses }, { limit: 200 })
+    const queuedFirst = [...pending.items].sort((a, b) => Number(b.status === 'queued') - Number(a.status === 'queued'))
+    for (const run of queuedFirst) await this.cancel(run.id, 'superseded')
   }
 
   /** Cancels a run (idempotent for finished runs). Resolves with the run as it ends. */
@@ -446,7 +471,13 @@ export class RunManager {
     )
     const calls: ModelToolCall[] = []
     let usage = { ...run.usage }
-    await this.#acquireModelSlot(signal)
+    const holdsSlot = await this.#modelSlots.acquire(signal)
+    if (!holdsSlot) {
+      // Cancelled while waiting for a slot: the model was never called.
+      await coalescer.close()
+      await this.#endAborted(run, signal, messageId, '')
+      return { kind: 'ended' }
+    }
     const modelStarted = performance.now()
     let modelOutcome = 'ok'
     try {
@@ -475,7 +506,7 @@ export class RunManager {
       await this.#end(run.id, { status: 'failed', error: failure, openCalls: 'interrupted', usage })
       return { kind: 'ended' }
     } finally {
-      this.#releaseModelSlot()
+      if (holdsSlot) this.#modelSlots.release()
       this.#options.observer?.modelCall?.({ model: model.id, durationMs: performance.now() - modelStarted, outcome: signal.aborted ? 'cancelled' : modelOutcome })
     }
     await coalescer.close()
@@ -858,28 +889,6 @@ export class RunManager {
 
   #lease(): { owner: string; expiresAt: Date } {
     return { owner: this.#instanceId, expiresAt: new Date(Date.now() + (this.#options.leaseMs ?? 30_000)) }
-  }
-
-  async #acquireModelSlot(signal: AbortSignal): Promise<void> {
-    if (this.#modelSlots > 0) {
-      this.#modelSlots--
-      return
-    }
-    await new Promise<void>((resolve) => {
-      const onAbort = (): void => resolve()
-      signal.addEventListener('abort', onAbort, { once: true })
-      this.#slotWaiters.push(() => {
-        signal.removeEventListener('abort', onAbort)
-        resolve()
-      })
-    })
-    if (signal.aborted) this.#modelSlots--
-  }
-
-  #releaseModelSlot(): void {
-    const next = this.#slotWaiters.shift()
-    if (next) next()
-    else this.#modelSlots++
   }
 }
 

@@ -7,7 +7,7 @@ export function busProblem(error: BusError, dispatchId: string | null): HttpProb
   const extensions: Record<string, unknown> = { ...(dispatchId && { dispatchId }) }
   if (error.errors) extensions.errors = error.errors
   if (error.reasons) extensions.reasons = error.reasons
-  const mapped: Record<string, ProblemCode> = { timeout: 'command_timeout', rejected: 'forbidden', expired: 'decision_expired', cancelled: 'command_failed' }
+  const mapped: Record<string, ProblemCode> = { timeout: 'command_timeout', rejected: 'forbidden', expired: 'decision_expired', cancelled: 'command_failed', interrupted: 'command_interrupted' }
   const code = mapped[error.code] ?? (error.code in problemCatalogue ? (error.code as ProblemCode) : undefined)
   if (code) return new HttpProblem(code, error.message, extensions)
   return new HttpProblem('command_error', error.message, { ...extensions, commandCode: error.code })

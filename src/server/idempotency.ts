@@ -5,7 +5,8 @@ import { HttpProblem } from './problem.js'
 
 const keyPattern = /^[\x21-\x7e]{1,255}$/
 
-class KeyTaken extends Error {}
+/** Another request with the same key committed first (the caller's transaction must roll back). */
+export class KeyTaken extends Error {}
 
 /**
  * The request's `Idempotency-Key`: undefined when absent; 400 `validation_failed` unless it is 1–255
@@ -66,8 +67,22 @@ export async function runIdempotent<T extends object>(
   }
 }
 
-function hashRequest(request: FastifyRequest): string {
+/** What makes two requests "the same" for a key: method, route, params and canonical body. */
+export function hashRequest(request: FastifyRequest): string {
   return createHash('sha256')
     .update(`${request.method} ${request.routeOptions.url ?? request.url}\n${JSON.stringify(request.params)}\n${request.body === undefined ? '' : canonicalJson(request.body)}`)
     .digest('hex')
+}
+
+/** The answer stored for `key`, if any; 422 `idempotency_key_reused` when it was for another request. */
+export async function storedAnswer(store: Store, userId: string, key: string, requestHash: string): Promise<{ statusCode: number; response: JsonValue } | undefined> {
+  const record = await findIdempotencyRecord(store.db, userId, key)
+  if (!record) return undefined
+  if (record.requestHash !== requestHash) throw new HttpProblem('idempotency_key_reused', 'this Idempotency-Key was used with a different request')
+  return { statusCode: record.statusCode, response: record.response }
+}
+
+/** Stores the answer for `key` in the caller's transaction; throws KeyTaken when another request got there first. */
+export async function storeAnswer(tx: Executor, userId: string, key: string, answer: { requestHash: string; statusCode: number; response: JsonValue }): Promise<void> {
+  if (!(await saveIdempotencyRecord(tx, userId, key, answer))) throw new KeyTaken()
 }

@@ -20,6 +20,7 @@ export const problemCatalogue = {
   unknown_model: { status: 422, title: 'Unknown model' },
   not_implemented: { status: 501, title: 'Not implemented' },
   command_failed: { status: 502, title: 'The command failed' },
+  command_interrupted: { status: 502, title: 'The server stopped while the command ran' },
   command_timeout: { status: 504, title: 'The command timed out' },
   not_found: { status: 404, title: 'Not found' },
   bad_request: { status: 400, title: 'Bad request' },

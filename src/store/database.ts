@@ -125,6 +125,8 @@ export interface DispatchesTable {
   error: NullableJson
   created_at: CreatedAt
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+  executor: string | null
+  executor_expires_at: NullableTimestamp
 }
 
 export interface DecisionsTable {

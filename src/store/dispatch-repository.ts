@@ -78,7 +78,7 @@ export async function findDispatchByKey(db: Executor, ownerId: string, key: stri
 export async function updateDispatch(
   tx: Executor,
   id: string,
-  change: { status: DispatchStatus; risk?: string; decisionId?: string; result?: JsonValue; error?: DispatchRecord['error'] },
+  change: { status: DispatchStatus; risk?: string; decisionId?: string; result?: JsonValue; error?: DispatchRecord['error']; executor?: { id: string; expiresAt: Date } },
 ): Promise<DispatchRecord> {
   const row = await tx
     .updateTable('dispatches')
@@ -88,6 +88,7 @@ export async function updateDispatch(
       ...(change.decisionId !== undefined && { decision_id: change.decisionId }),
       ...(change.result !== undefined && { result: JSON.stringify(change.result) }),
       ...(change.error !== undefined && { error: JSON.stringify(change.error) }),
+      ...(change.executor && { executor: change.executor.id, executor_expires_at: change.executor.expiresAt }),
       updated_at: new Date(),
     })
     .where('id', '=', id)
@@ -146,4 +147,27 @@ function toDispatch(row: DispatchRow): DispatchRecord {
     createdAt: row.created_at.toISOString(),
     updatedAt: row.updated_at.toISOString(),
   }
+}
+
+/** Renews the executor lease of every dispatch this process is running. */
+export async function renewDispatchExecutor(db: Executor, executor: string, expiresAt: Date): Promise<void> {
+  await db.updateTable('dispatches').set({ executor_expires_at: expiresAt }).where('executor', '=', executor).where('status', '=', 'running').execute()
+}
+
+/**
+ * Running dispatches nobody vouches for any more: their executor's lease has passed (or, with
+ * `all`, every running one not run by `except` — on a database only this process uses).
+ */
+export async function findOrphanedDispatches(db: Executor, options: { all: boolean; except: string }): Promise<DispatchRecord[]> {
+  let query = db.selectFrom('dispatches').selectAll().where('status', '=', 'running')
+  query = options.all
+    ? query.where((eb) => eb.or([eb('executor', 'is', null), eb('executor', '!=', options.except)]))
+    : query.where((eb) => eb.or([eb('executor_expires_at', 'is', null), eb('executor_expires_at', '<', new Date())]))
+  return (await query.limit(500).execute()).map(toDispatch)
+}
+
+/** Locks a dispatch row for the rest of the transaction and reads it. */
+export async function lockDispatch(tx: Executor, id: string): Promise<DispatchRecord | undefined> {
+  const row = await tx.selectFrom('dispatches').selectAll().where('id', '=', id).forUpdate().executeTakeFirst()
+  return row && toDispatch(row)
 }

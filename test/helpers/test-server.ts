@@ -46,9 +46,9 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number } = {},
 ): Promise<TestServer> {
-  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
+  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
   // Work directories live here; removed when the server closes (unless the test chose the directory).
   const ownDataDir = overrides.dataDir === undefined
   const dataDir = overrides.dataDir ?? (await mkdtemp(join(tmpdir(), 'plinth-test-data-')))
@@ -60,7 +60,7 @@ export async function startTestServer(
   const { bus, access, retriever, ingestor, exec: execService } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder })
   await ingestor.start()
   const metrics = new Registry()
-  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }) })
+  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }), ...(llmConcurrency !== undefined && { llmConcurrency }) })
   const app = await buildServer({
     store,
     bus,

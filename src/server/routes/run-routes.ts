@@ -8,6 +8,7 @@ import { statusFilter } from './conversation-routes.js'
 import { caller } from '../auth.js'
 import { sseResponse } from '../event-schemas.js'
 import { resumePoint, serveEventStream } from '../event-stream-route.js'
+import { hashRequest, idempotencyKey, KeyTaken, storeAnswer, storedAnswer } from '../idempotency.js'
 import { HttpProblem, notFound } from '../problem.js'
 import { EventsQuery, IdParams, Message, ModelParams, problemResponses, Run as RunSchema, RunList, RunListQuery } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
@@ -103,12 +104,31 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       const user = caller(request)
       const { conversation, access } = await conversationForStream(deps, user, request.params.id)
-      let created
-      try {
-        created = await runs.createRun(conversation, user.id, request.body)
-      } catch (error) {
-        if (error instanceof RunRequestError) throw new HttpProblem(error.code, error.message)
-        throw error
+      const key = idempotencyKey(request)
+      const requestHash = key === undefined ? '' : hashRequest(request)
+      // A retry with the same Idempotency-Key answers the run the first request created (as it is now).
+      const replayed = async (): Promise<Run | undefined> => {
+        const answer = key === undefined ? undefined : await storedAnswer(store, user.id, key, requestHash)
+        const runId = (answer?.response as { runId?: unknown } | undefined)?.runId
+        if (typeof runId !== 'string') return undefined
+        reply.header('idempotent-replayed', 'true')
+        return getRun(store.db, runId)
+      }
+      let created: { run: Run } | { active: Run } | undefined
+      const previous = await replayed()
+      if (previous) created = { run: previous }
+      else {
+        try {
+          created = await runs.createRun(conversation, user.id, request.body, {
+            ...(key !== undefined && { onCreated: (tx, run) => storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }) }),
+          })
+        } catch (error) {
+          if (error instanceof RunRequestError) throw new HttpProblem(error.code, error.message)
+          if (!(error instanceof KeyTaken)) throw error
+          const winner = await replayed()
+          if (!winner) throw new HttpProblem('idempotency_key_in_progress')
+          created = { run: winner }
+        }
       }
       if ('active' in created) {
         throw new HttpProblem('run_active', `run ${created.active.id} is ${created.active.status} in this conversation; wait, cancel it, or send ifActive: "interrupt" or "enqueue"`, {

@@ -1,0 +1,75 @@
+import { randomUUID } from 'node:crypto'
+import type { PluginLogger } from '../extension/index.js'
+import { findOrphanedDispatches, lastAuditEnvelope, lockDispatch, renewDispatchExecutor, type Store } from '../store/index.js'
+import { recordStep, type AuditEnvelope } from './audit-envelope.js'
+
+/**
+ * This process's claim on the dispatches it is running: each `running` dispatch records the process
+ * and a lease, renewed while any of them runs. A crash stops the renewals; the sweep then ends those
+ * dispatches `interrupted` instead of leaving them (and their Idempotency-Key) running for ever.
+ */
+export class DispatchExecutors {
+  readonly id = randomUUID()
+  readonly #store: Store
+  readonly #leaseMs: number
+  readonly #log: PluginLogger
+  #running = 0
+  #timer: NodeJS.Timeout | undefined
+
+  constructor(store: Store, log: PluginLogger, leaseMs = 30_000) {
+    this.#store = store
+    this.#log = log
+    this.#leaseMs = leaseMs
+  }
+
+  /** The executor a dispatch starting now records. */
+  claim(): { id: string; expiresAt: Date } {
+    return { id: this.id, expiresAt: new Date(Date.now() + this.#leaseMs) }
+  }
+
+  /** Counts a dispatch as running here (renewals run while any does). */
+  started(): void {
+    if (this.#running++ > 0) return
+    this.#timer = setInterval(() => {
+      renewDispatchExecutor(this.#store.db, this.id, new Date(Date.now() + this.#leaseMs)).catch((error: unknown) =>
+        this.#log.warn('could not renew the lease of running dispatches', { error: String(error) }),
+      )
+    }, Math.max(200, Math.floor(this.#leaseMs / 3)))
+    this.#timer.unref()
+  }
+
+  finished(): void {
+    if (--this.#running > 0) return
+    this.#running = 0
+    clearInterval(this.#timer)
+    this.#timer = undefined
+  }
+
+  /**
+   * Ends orphaned dispatches `interrupted`, each with its audit entry: those whose executor's lease
+   * has passed, or (`all`, on a database only this process uses) every one another process left running.
+   */
+  async sweep(options: { all: boolean }): Promise<number> {
+    let ended = 0
+    for (const orphan of await findOrphanedDispatches(this.#store.db, { all: options.all, except: this.id })) {
+      const done = await this.#store.transaction(async (tx) => {
+        // Re-checked under the row lock: its executor may have finished it (or renewed) meanwhile.
+        const current = await lockDispatch(tx, orphan.id)
+        if (!current || current.status !== 'running') return false
+        const row = await tx.selectFrom('dispatches').select(['executor', 'executor_expires_at']).where('id', '=', orphan.id).executeTakeFirst()
+        const expired = !row?.executor_expires_at || row.executor_expires_at.getTime() < Date.now()
+        if (!(options.all ? row?.executor !== this.id : expired)) return false
+        const envelope = ((await lastAuditEnvelope(tx, current.id)) ?? {}) as AuditEnvelope
+        await recordStep(tx, 'interrupted', envelope, current, {
+          status: 'failed',
+          error: { code: 'interrupted', message: 'the server stopped while the command ran; whether it took effect is unknown' },
+          finishedAt: new Date().toISOString(),
+        })
+        return true
+      })
+      if (done) ended++
+    }
+    if (ended > 0) this.#log.warn(`ended ${ended} dispatches a stopped server left running (interrupted)`, { ended })
+    return ended
+  }
+}

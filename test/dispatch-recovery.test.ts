@@ -1,0 +1,61 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { Store } from '../src/store/index.js'
+import { openTestStore, testEngines } from './helpers/engines.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+
+// Issue 12, defect 7: a dispatch a crash left `running` is ended `interrupted` (with its audit entry), and
+// a replay of its Idempotency-Key answers that instead of 409 for ever.
+for (const engine of testEngines()) {
+  describe(`a dispatch interrupted by a crash, on ${engine}`, () => {
+    let store: Store
+    let server: TestServer | undefined
+    let alice: TestUser
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+    })
+    afterAll(async () => {
+      await server?.close()
+      await store?.close()
+    })
+
+    it('is ended interrupted by the next server (or, on shared Postgres, once its executor lease has passed)', async () => {
+      server = await startTestServer(store, { plugins: ['rdm'] })
+      alice = await server.createUser()
+      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'crash' } })).body.id
+      const dispatch = (key: string) =>
+        server!.request('POST', '/api/commands/rdm.ping', { token: alice.token, headers: { 'idempotency-key': key }, body: { entrance: 'button', projectId, params: { target: 'db' } } })
+      const first = await dispatch('crash-key-1')
+      expect(first.status).toBe(200)
+      const dispatchId = first.body.dispatchId as string
+      // What a crash mid-handler leaves behind: the dispatch still running, its executor gone.
+      await store.db.updateTable('dispatches').set({ status: 'running', result: null, executor: 'a-dead-instance', executor_expires_at: new Date(Date.now() - 60_000) }).where('id', '=', dispatchId).execute()
+      const stuck = await dispatch('crash-key-1')
+      expect(stuck.status).toBe(409)
+      expect(stuck.body.code).toBe('dispatch_in_progress')
+
+      // A restart (on Postgres: any instance's sweeper) ends it.
+      await server.close()
+      server = await startTestServer(store, { plugins: ['rdm'] })
+      const row = await store.db.selectFrom('dispatches').select(['status', 'error']).where('id', '=', dispatchId).executeTakeFirstOrThrow()
+      expect(row).toMatchObject({ status: 'failed', error: { code: 'interrupted' } })
+      const steps = await store.db.selectFrom('audit_log').select(['step', 'envelope']).where('dispatch_id', '=', dispatchId).orderBy('id').execute()
+      expect(steps.at(-1)).toMatchObject({ step: 'interrupted', envelope: { status: 'failed', error: { code: 'interrupted' } } })
+      const replay = await dispatch('crash-key-1')
+      expect(replay.status).toBe(502)
+      expect(replay.body).toMatchObject({ code: 'command_interrupted', dispatchId })
+      expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    })
+
+    it('leaves a dispatch whose executor is alive alone', async () => {
+      const projectId = (await server!.request('POST', '/api/projects', { token: alice.token, body: { name: 'alive' } })).body.id
+      const done = await server!.request('POST', '/api/commands/rdm.ping', { token: alice.token, body: { entrance: 'button', projectId, params: { target: 'x' } } })
+      await store.db.updateTable('dispatches').set({ status: 'running', executor: 'another-live-instance', executor_expires_at: new Date(Date.now() + 60_000) }).where('id', '=', done.body.dispatchId).execute()
+      await server!.close()
+      server = await startTestServer(store, { plugins: ['rdm'] })
+      const row = await store.db.selectFrom('dispatches').select('status').where('id', '=', done.body.dispatchId).executeTakeFirstOrThrow()
+      // On the embedded database this process is the only one: nothing else can be running it.
+      expect(row.status).toBe(engine === 'pglite' ? 'failed' : 'running')
+    })
+  })
+}
