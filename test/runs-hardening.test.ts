@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { LanguageModel, ModelRequest, StreamPart } from '../src/llm/index.js'
+import { ScriptedModel, type LanguageModel, type ModelRequest, type StreamPart } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
@@ -118,5 +118,129 @@ describe('runs hardening', () => {
     const reused = await post('something else')
     expect(reused.status).toBe(422)
     expect(reused.body.code).toBe('idempotency_key_reused')
+  })
+})
+
+// Issue 12, defects 3–6: fencing, decisions settled in the bus's transaction, decision and run expiry,
+// graceful stop.
+describe('runs hardening: leases, decisions and stopping', () => {
+  let store: Store
+  let server: TestServer
+  let alice: TestUser
+  let projectId: string
+  const slowPlugin = new URL('./__fixtures__/plugins/slow-tool.ts', import.meta.url).pathname
+  const model = new ScriptedModel({ id: 'scripted', turns: [] })
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    server = await startTestServer(store, { plugins: ['rdm', slowPlugin], models: [model], actionTtlMs: 2_000 })
+    alice = await server.createUser()
+    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'leases' } })).body.id
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+  })
+
+  const conversation = async (): Promise<string> => (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+  const start = async (conversationId: string, body: Record<string, unknown> = {}) => {
+    const answer = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'hi', ...body } })
+    expect(answer.status, JSON.stringify(answer.body)).toBe(201)
+    return answer.body.id as string
+  }
+
+  it('a driver whose lease passed to someone else writes nothing more and stops', async () => {
+    model.setTurns([{ text: Array.from({ length: 80 }, (_, index) => `w${index} `).join(''), chunks: 80, delayMs: 25 }])
+    const runId = await start(await conversation())
+    await waitForRun(server, alice.token, runId, (run) => run.iteration === 1)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    // Another instance took the run over (its fencing token replaced ours).
+    await store.db.updateTable('runs').set({ lease_owner: 'another-instance.1', lease_expires_at: new Date(Date.now() + 60_000) }).where('id', '=', runId).execute()
+    const stolenAt = await store.db.selectFrom('events').select((eb) => eb.fn.max('id').as('max')).executeTakeFirstOrThrow()
+    await new Promise((resolve) => setTimeout(resolve, 2_500))
+    const later = await store.db.selectFrom('events').select(['id', 'type']).where('run_id', '=', runId).where('id', '>', String(stolenAt.max)).execute()
+    // At most one delta already in flight; no completion, no terminal event, no state change.
+    expect(later.filter((event) => event.type !== 'message.delta')).toEqual([])
+    expect(later.length).toBeLessThanOrEqual(1)
+    const row = await store.db.selectFrom('runs').select(['status', 'lease_owner']).where('id', '=', runId).executeTakeFirstOrThrow()
+    expect(row).toEqual({ status: 'running', lease_owner: 'another-instance.1' })
+    const message = await store.db.selectFrom('messages').select('status').where('run_id', '=', runId).where('role', '=', 'assistant').executeTakeFirstOrThrow()
+    expect(message.status).toBe('streaming')
+    // Tidy up as the new owner would: cancel it (from here, as a non-driver).
+    expect((await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })).body.status).toBe('cancelled')
+  })
+
+  it('an approved call is in the ledger by the time the decision is answered, and cancelling the run reaches its handler', async () => {
+    // A confirm: true command always asks.
+    model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'after' }])
+    const runId = await start(await conversation())
+    const waiting = await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
+    const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
+    // Approving runs the handler (which waits until cancelled); cancel the run meanwhile.
+    const approving = server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    const cancelled = await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })
+    expect(cancelled.body.status).toBe('cancelled')
+    const approved = await approving
+    expect(approved.status).toBe(200)
+    // The handler saw the run's cancel signal instead of working on for 20 s.
+    expect(approved.body.dispatch).toMatchObject({ status: 'cancelled' })
+    const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', runId).execute()
+    expect(calls).toEqual([{ status: 'cancelled' }])
+  })
+
+  it('the result of an approved call is written with its dispatch: answered when the decision answer returns', async () => {
+    model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'after' }])
+    const runId = await start(await conversation())
+    const waiting = await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
+    const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
+    const rejected = await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'reject' } })
+    expect(rejected.status).toBe(200)
+    // No listener running later: the ledger changed in the decision's own transaction.
+    const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', runId).execute()
+    expect(calls).toEqual([{ status: 'rejected' }])
+    await waitForRun(server, alice.token, runId, (run) => run.status === 'completed')
+  })
+
+  it('a decision that expires (seen through GET /api/decisions) ends its run expired, not resumed with an expired result', async () => {
+    model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'should not be asked' }])
+    const runId = await start(await conversation())
+    await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
+    await store.db.updateTable('decisions').set({ expires_at: new Date(Date.now() - 1000) }).where('run_id', '=', runId).execute()
+    await server.request('GET', '/api/decisions?status=pending', { token: alice.token })
+    await server.runs.sweep()
+    const run = await waitForRun(server, alice.token, runId, (candidate) => candidate.status !== 'requires_action')
+    expect(run.status).toBe('expired')
+    const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', runId).execute()
+    expect(calls).toEqual([{ status: 'expired' }])
+  })
+
+  it("a partial answer does not restart the run's clock: it expires PLINTH_ACTION_TTL after it started waiting", async () => {
+    model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }, { name: 'propose_command', arguments: { command: 'ls' } }] }, { text: 'after' }])
+    const runId = await start(await conversation(), { clientTools: ['propose_command'] })
+    const waiting = await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
+    const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
+    await new Promise((resolve) => setTimeout(resolve, 1_200))
+    expect((await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'reject' } })).status).toBe(200)
+    // 2 s after it started waiting (not after the reject), the client tool still unanswered: expired.
+    await new Promise((resolve) => setTimeout(resolve, 1_000))
+    await server.runs.sweep()
+    expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body.status).toBe('expired')
+  })
+
+  it('a stopping server takes no new runs (503 shutting_down) and hands its running runs over instead of failing them', async () => {
+    model.setTurns([{ text: Array.from({ length: 60 }, (_, index) => `w${index} `).join(''), chunks: 60, delayMs: 30 }])
+    const conversationId = await conversation()
+    const runId = await start(conversationId)
+    await waitForRun(server, alice.token, runId, (run) => run.iteration === 1)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    await server.runs.stop()
+    const refused = await server.request('POST', `/api/conversations/${await conversation()}/runs`, { token: alice.token, body: { input: 'late' } })
+    expect(refused.status).toBe(503)
+    expect(refused.body.code).toBe('shutting_down')
+    const row = await store.db.selectFrom('runs').select(['status', 'lease_owner', 'iteration']).where('id', '=', runId).executeTakeFirstOrThrow()
+    expect(row).toEqual({ status: 'running', lease_owner: null, iteration: 0 })
+    const message = await store.db.selectFrom('messages').select('status').where('run_id', '=', runId).where('role', '=', 'assistant').executeTakeFirstOrThrow()
+    expect(message.status).toBe('interrupted')
   })
 })

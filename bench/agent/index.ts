@@ -12,6 +12,7 @@
  * BENCH_CPU_PROF=<dir> (a V8 CPU profile of each child process, written when it exits).
  */
 import { writeFile } from 'node:fs/promises'
+import { performance } from 'node:perf_hooks'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { startChildServer, type ChildServer } from '../lib/child-server.js'
@@ -26,6 +27,28 @@ interface AgentSettings {
   warmup: number
   ttftRounds: number
   subscribers: number
+  /** Messages already in the conversation for the long-conversation comparison (0 = off). */
+  history: number
+  /** Runs at once for the concurrency phase (0 = off), each of `concurrentRounds` rounds. */
+  concurrent: number
+  concurrentRounds: number
+}
+
+interface LongConversationResult {
+  messages: number
+  fresh: Summary
+  long: Summary
+}
+
+interface ConcurrentResult {
+  runs: number
+  rounds: number
+  completed: number
+  failed: number
+  round: Summary
+  wallMs: number
+  rssMbBefore: number
+  rssMbAfter: number
 }
 
 interface EngineResult {
@@ -39,6 +62,8 @@ interface EngineResult {
   queryMsPerRound: number
   cpuMsPerRound: number
   fanOut?: FanOutResult
+  long?: LongConversationResult
+  concurrent?: ConcurrentResult
 }
 
 const pacedTtftModel = { id: 'fake-paced', model: 'paced-20x10ms' }
@@ -58,6 +83,9 @@ export function loadAgentSettings(env: NodeJS.ProcessEnv = process.env): AgentSe
     warmup: setting('BENCH_AGENT_WARMUP', 20, 0),
     ttftRounds: setting('BENCH_TTFT_ROUNDS', 20, 0),
     subscribers: setting('BENCH_SUBSCRIBERS', 1000, 0),
+    history: setting('BENCH_HISTORY', 500, 0),
+    concurrent: setting('BENCH_CONCURRENT_RUNS', 200, 0),
+    concurrentRounds: setting('BENCH_CONCURRENT_ROUNDS', 3, 1),
   }
 }
 
@@ -138,6 +166,14 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
       }
       result.pacedTtftAdded = summarize(plinthTtft).p50 - summarize(rawTtft).p50
     }
+    if (settings.history > 0) {
+      result.long = await measureLongConversation(target, plinth.projectId, settings)
+      console.log(`  ${engine}: round p50 in a conversation of ${settings.history} messages ${ms(result.long.long.p50)} ms, in a new one ${ms(result.long.fresh.p50)} ms`)
+    }
+    if (settings.concurrent > 0) {
+      result.concurrent = await measureConcurrent(target, plinth.projectId, settings, plinth.stats)
+      console.log(`  ${engine}: ${result.concurrent.completed}/${result.concurrent.runs * result.concurrent.rounds} concurrent rounds completed, p99 ${ms(result.concurrent.round.p99)} ms`)
+    }
     if (settings.subscribers > 0) {
       result.fanOut = await measureFanOut(target, take(), { subscribers: settings.subscribers, model: fanOutModel.id, connectTimeoutMs: 120_000, timeoutMs: 60_000 })
       console.log(`  ${engine}: fan-out delivery lag p99 ${ms(result.fanOut.lag.p99)} ms`)
@@ -151,7 +187,7 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
 async function startPlinthAgent(
   upstreamUrl: string,
   databaseUrl: string | undefined,
-): Promise<ChildServer & { target: PlinthTarget; projectId: string; stats(): Promise<{ queries: number; queryMs: number; cpuMs: number; userMs: number }> }> {
+): Promise<ChildServer & { target: PlinthTarget; projectId: string; stats(): Promise<{ queries: number; queryMs: number; cpuMs: number; userMs: number; rssMb: number }> }> {
   const dataDir = await createTempDir('plinth-agent-bench-')
   try {
     const model = (id: string, name: string) => ({ id, provider: 'openai', model: name, baseUrl: upstreamUrl, contextWindow: 128_000, supportsTools: true })
@@ -182,7 +218,7 @@ async function startPlinthAgent(
       ...server,
       target: { url: server.url, token },
       projectId,
-      stats: async () => (await (await fetch(statsUrl)).json()) as { queries: number; queryMs: number; cpuMs: number; userMs: number },
+      stats: async () => (await (await fetch(statsUrl)).json()) as { queries: number; queryMs: number; cpuMs: number; userMs: number; rssMb: number },
       stop: async () => {
         await server.stop()
         await dataDir.remove()
@@ -192,6 +228,51 @@ async function startPlinthAgent(
     await dataDir.remove()
     throw error
   }
+}
+
+/**
+ * The same round in a conversation that already holds `history` messages (filled by earlier rounds,
+ * four messages each), interleaved with rounds in new conversations: what length costs per round.
+ */
+async function measureLongConversation(target: PlinthTarget, projectId: string, settings: AgentSettings): Promise<LongConversationResult> {
+  const samples = Math.max(20, Math.min(50, settings.rounds))
+  const [longConversation, ...fresh] = await createConversations(target, projectId, samples + 1)
+  for (let filled = 0; filled < settings.history; filled += 4) await plinthRound(target, longConversation!)
+  const longTimes: number[] = []
+  const freshTimes: number[] = []
+  for (let round = 0; round < samples; round++) {
+    longTimes.push((await plinthRound(target, longConversation!)).totalMs)
+    freshTimes.push((await plinthRound(target, fresh[round]!)).totalMs)
+  }
+  return { messages: settings.history, fresh: summarize(freshTimes), long: summarize(longTimes) }
+}
+
+/** `concurrent` runs at once in their own conversations, each of `concurrentRounds` rounds one after another. */
+async function measureConcurrent(
+  target: PlinthTarget,
+  projectId: string,
+  settings: AgentSettings,
+  stats: () => Promise<{ rssMb?: number }>,
+): Promise<ConcurrentResult> {
+  const conversations = await createConversations(target, projectId, settings.concurrent)
+  const rssMbBefore = (await stats()).rssMb ?? Number.NaN
+  const times: number[] = []
+  let failed = 0
+  const started = performance.now()
+  await Promise.all(
+    conversations.map(async (conversationId) => {
+      for (let round = 0; round < settings.concurrentRounds; round++) {
+        try {
+          times.push((await plinthRound(target, conversationId)).totalMs)
+        } catch {
+          failed++
+        }
+      }
+    }),
+  )
+  const wallMs = performance.now() - started
+  const rssMbAfter = (await stats()).rssMb ?? Number.NaN
+  return { runs: settings.concurrent, rounds: settings.concurrentRounds, completed: times.length, failed, round: summarize(times), wallMs, rssMbBefore, rssMbAfter }
 }
 
 /** Conversations made ahead of time (one active run per conversation), outside anything timed. */
@@ -248,9 +329,31 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
       ms(f!.connectMs),
     ]),
   )
+  const longs = measured.filter((result) => result.long)
+  const long = table(
+    ['long conversation (ms)', 'messages before', 'round p50 there', 'p95', 'new conversation p50', 'p95', 'ratio p50'],
+    longs.map(({ engine, long: l }) => [engine, String(l!.messages), ms(l!.long.p50), ms(l!.long.p95), ms(l!.fresh.p50), ms(l!.fresh.p95), (l!.long.p50 / l!.fresh.p50).toFixed(2)]),
+  )
+  const concurrents = measured.filter((result) => result.concurrent)
+  const concurrent = table(
+    ['concurrent runs (ms)', 'runs × rounds', 'completed', 'failed', 'round p50', 'p99', 'max', 'wall', 'server RSS before → after (MB)'],
+    concurrents.map(({ engine, concurrent: c }) => [
+      engine,
+      `${c!.runs} × ${c!.rounds}`,
+      String(c!.completed),
+      String(c!.failed),
+      ms(c!.round.p50),
+      ms(c!.round.p99),
+      ms(c!.round.max),
+      ms(c!.wallMs),
+      `${c!.rssMbBefore.toFixed(0)} → ${c!.rssMbAfter.toFixed(0)}`,
+    ]),
+  )
   const skipped = results.filter((result) => 'skipped' in result).map((result) => `${result.engine}: skipped (${(result as { skipped: string }).skipped})`)
   return [
     rounds,
+    ...(longs.length > 0 ? [long] : []),
+    ...(concurrents.length > 0 ? [concurrent] : []),
     ...skipped,
     '  overhead = plinth p50 − raw p50; TTFT added = plinth (POST → first message.delta) p50 − raw (start → first content chunk of the 2nd call) p50;',
     '  paced: the answer streams 20 chunks 10 ms apart; events = SSE events per round; db = round trips / ms awaiting them in the server, per round;',

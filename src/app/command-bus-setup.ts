@@ -35,6 +35,10 @@ export async function setUpCommandBus(
     dataDir: string
     cwd?: string
     embedder?: Embedder
+    /** How long `full` mode lasts (PLINTH_FULL_MODE_TTL). */
+    fullModeTtlMs?: number
+    /** Operator high-risk keywords for command strings (PLINTH_HIGH_RISK_KEYWORDS). */
+    highRiskKeywords?: readonly string[]
   },
 ): Promise<CommandBusSetup> {
   const execSettings: ExecSettings = { ...defaultExecSettings, ...options.exec, limits: { ...defaultExecSettings.limits, ...options.exec?.limits } }
@@ -44,9 +48,9 @@ export async function setUpCommandBus(
   // The adapter is looked up on every call: plugins register it after this point.
   const retriever = new Retriever({ store, embedder, adapter: () => catalog.projectAuthz })
   const ingestor = new Ingestor({ store, embedder, log: createPluginLogger(options.logger, 'rag') })
-  registerCoreCommands(catalog, { store, access, version, retriever })
+  registerCoreCommands(catalog, { store, access, version, retriever, ...(options.fullModeTtlMs !== undefined && { fullModeTtlMs: options.fullModeTtlMs }) })
   const exec = await ExecService.create({ store, settings: execSettings, dataDir: options.dataDir, log: createPluginLogger(options.logger, 'exec') })
-  const execDeps = { store, exec, version, log: createPluginLogger(options.logger, 'exec') }
+  const execDeps = { store, exec, version, log: createPluginLogger(options.logger, 'exec'), highRiskKeywords: options.highRiskKeywords ?? [] }
   registerExecCommands(catalog, execDeps)
   const { loaded: plugins, refused: refusedPlugins } = await loadPlugins(options.plugins, {
     catalog,
@@ -64,6 +68,7 @@ export async function setUpCommandBus(
     logger: (plugin) => createPluginLogger(options.logger, plugin),
     actionTtlMs: options.actionTtlMs,
     allowanceTtlMs: options.allowanceTtlMs,
+    highRiskKeywords: options.highRiskKeywords ?? [],
   })
   return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec }
 }

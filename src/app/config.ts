@@ -62,6 +62,14 @@ export interface PlinthConfig {
   llmIdleTimeoutMs: number
   /** Model calls in flight across all runs (one per conversation always). */
   llmConcurrency: number
+  /** A running run's lease: after a crash, another instance resumes the run once this has passed. */
+  runLeaseMs: number
+  /** Automatic resumes of one run before it ends failed (interrupted). */
+  runMaxResumes: number
+  /** How long a graceful stop lets tool calls in flight finish. */
+  shutdownGraceMs: number
+  /** Operator high-risk keywords: a command string containing one (case-sensitive) is high risk. */
+  highRiskKeywords: string[]
 }
 
 export interface StreamSettings {
@@ -212,6 +220,10 @@ const fileSchema = {
     toolOutputLimit: { type: 'integer', minimum: 256 },
     llmIdleTimeoutMs: { type: 'integer', minimum: 100 },
     llmConcurrency: { type: 'integer', minimum: 1, maximum: 1024 },
+    runLeaseMs: { type: 'integer', minimum: 1000 },
+    runMaxResumes: { type: 'integer', minimum: 0, maximum: 100 },
+    shutdownGraceMs: { type: 'integer', minimum: 0 },
+    highRiskKeywords: { type: 'array', maxItems: 200, items: { type: 'string', minLength: 1, maxLength: 200 } },
   },
 } as const
 
@@ -257,6 +269,10 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_TOOL_OUTPUT_LIMIT', 'toolOutputLimit', 'int'],
   ['PLINTH_LLM_IDLE_TIMEOUT', 'llmIdleTimeoutMs', 'duration'],
   ['PLINTH_LLM_CONCURRENCY', 'llmConcurrency', 'int'],
+  ['PLINTH_RUN_LEASE', 'runLeaseMs', 'duration'],
+  ['PLINTH_RUN_MAX_RESUMES', 'runMaxResumes', 'int'],
+  ['PLINTH_SHUTDOWN_GRACE', 'shutdownGraceMs', 'duration'],
+  ['PLINTH_HIGH_RISK_KEYWORDS', 'highRiskKeywords', 'list'],
 ]
 
 const defaults: PlinthConfig = {
@@ -284,6 +300,10 @@ const defaults: PlinthConfig = {
   toolOutputLimit: 4096,
   llmIdleTimeoutMs: 60_000,
   llmConcurrency: 16,
+  runLeaseMs: 30_000,
+  runMaxResumes: 3,
+  shutdownGraceMs: 10_000,
+  highRiskKeywords: [],
 }
 
 /**

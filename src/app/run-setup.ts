@@ -63,6 +63,8 @@ export async function setUpRuns(
     llmIdleTimeoutMs?: number
     observer?: RunObserver
     llmConcurrency?: number
+    maxResumes?: number
+    shutdownGraceMs?: number
     retriever?: Retriever
   },
 ): Promise<RunManager> {
@@ -91,6 +93,8 @@ export async function setUpRuns(
     ...(options.observer && { observer: options.observer }),
     ...(options.llmConcurrency !== undefined && { maxConcurrentModelCalls: options.llmConcurrency }),
     ...(options.retriever && { retriever: options.retriever }),
+    ...(options.maxResumes !== undefined && { maxResumes: options.maxResumes }),
+    ...(options.shutdownGraceMs !== undefined && { shutdownGraceMs: options.shutdownGraceMs }),
     // Embedded PGlite belongs to this process: a running run found at start is an orphan.
     exclusiveDatabase: store.engine === 'pglite',
   })

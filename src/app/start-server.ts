@@ -44,6 +44,8 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       exec: config.exec,
       dataDir: config.dataDir,
       embedder,
+      fullModeTtlMs: config.fullModeTtlMs,
+      highRiskKeywords: config.highRiskKeywords,
     })
     const { bus, access, retriever } = setup
     execService = setup.exec
@@ -62,6 +64,9 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       toolOutputLimit: config.toolOutputLimit,
       llmIdleTimeoutMs: config.llmIdleTimeoutMs,
       llmConcurrency: config.llmConcurrency,
+      leaseMs: config.runLeaseMs,
+      maxResumes: config.runMaxResumes,
+      shutdownGraceMs: config.shutdownGraceMs,
       retriever,
     })
     app = await buildServer({

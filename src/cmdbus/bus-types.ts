@@ -27,6 +27,12 @@ export interface DispatchRequest {
 }
 
 export interface DispatchHooks {
+  /**
+   * Called first in every transaction of the dispatch, before the bus takes the audit and event locks:
+   * the caller takes its row locks here, so every transaction takes locks in one order (rows, audit
+   * chain, event log) and none can deadlock another.
+   */
+  lock?: (tx: Executor) => Promise<void>
   persisted?: (tx: Executor) => Promise<void>
   settled?: (tx: Executor, outcome: DispatchOutcome) => Promise<void>
 }

@@ -27,6 +27,7 @@ import { evaluateGate, type PermissionMode } from './gate.js'
 import { createPluginKv } from './plugin-kv.js'
 import type { ProjectAccess } from './project-access.js'
 import { redact } from './redact.js'
+import { classifyCommandLine, type CommandLineRisk } from './risk-rules.js'
 
 export interface CommandBusOptions {
   store: Store
@@ -39,10 +40,39 @@ export interface CommandBusOptions {
   allowanceTtlMs: number
   /** How long a running dispatch's executor lease lasts between renewals (default 30 s). */
   dispatchLeaseMs?: number
+  /** Operator high-risk keywords for command strings (SPEC §8.2). */
+  highRiskKeywords?: readonly string[]
+}
+
+/** A client tool call, for its audit row. */
+export interface ClientCallAudit {
+  runId: string
+  callId: string
+  name: string
+  args: JsonValue
+  ownerId: string
+  projectId: string | null
+  conversationId: string | null
+  risk: string | null
 }
 
 /** Told when a decision is resolved (the run manager resumes runs with it). */
 export type DecisionListener = (decision: DecisionView, dispatch: DispatchOutcome | null) => void
+
+/**
+ * How the bus reaches the runs behind decisions (the run manager binds itself): a decision's outcome
+ * is written to the run's tool-call ledger inside the same transaction that records it on the
+ * dispatch, so a crash cannot leave an executed call marked otherwise; a handler run after approval
+ * gets the run's cancel signal.
+ */
+export interface RunBinding {
+  /** Locks the run's row: called first in the bus's transaction, before its audit and event locks. */
+  lock(tx: Executor, runId: string): Promise<void>
+  /** Records a decision's outcome (null: it expired) for the run's call, in the bus's transaction. */
+  settle(tx: Executor, decision: DecisionView, outcome: DispatchOutcome | null): Promise<void>
+  /** The run's cancel signal, if it has one here. */
+  signal(runId: string): AbortSignal | undefined
+}
 
 const defaultTimeoutMs = 30_000
 
@@ -54,6 +84,7 @@ export class CommandBus {
   readonly #options: CommandBusOptions
   readonly #listeners = new Set<DecisionListener>()
   readonly #executors: DispatchExecutors
+  #runs: RunBinding | null = null
 
   constructor(options: CommandBusOptions) {
     this.#options = options
@@ -65,8 +96,87 @@ export class CommandBus {
     return this.#executors.sweep(options)
   }
 
+  /**
+   * A client tool call's audit row (SPEC §8.4: entrance `agent`, `kind: "client"`): opened when the
+   * call is handed to the client, finished with its answer — in the caller's transaction, like the
+   * ledger change it goes with.
+   */
+  async auditClientCall(tx: Executor, call: ClientCallAudit, answer?: { status: string; output: JsonValue }): Promise<void> {
+    const key = `${call.runId}:${call.callId}`
+    let dispatch = await findDispatchByKey(tx, call.ownerId, key)
+    let envelope: AuditEnvelope
+    if (!dispatch) {
+      const now = new Date().toISOString()
+      const params = call.args !== null && typeof call.args === 'object' && !Array.isArray(call.args) ? call.args : {}
+      const record: DispatchRecord = {
+        id: newId(),
+        commandId: call.name,
+        plugin: 'client',
+        pluginVersion: '',
+        entrance: 'agent',
+        actor: { type: 'agent', id: call.runId, onBehalfOf: call.ownerId },
+        ownerId: call.ownerId,
+        projectId: call.projectId,
+        conversationId: call.conversationId,
+        runId: call.runId,
+        callId: call.callId,
+        idempotencyKey: key,
+        params,
+        paramsHash: hashParams(params),
+        requestHash: null,
+        risk: call.risk ?? 'low',
+        status: 'requested',
+        decisionId: null,
+        result: null,
+        error: null,
+        createdAt: now,
+        updatedAt: now,
+      }
+      if (!(await insertDispatch(tx, record))) return
+      dispatch = record
+      envelope = await recordStep(tx, 'requested', { ...initialEnvelope(record, undefined), kind: 'client' }, record, { status: 'requested' })
+    } else {
+      envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? { ...initialEnvelope(dispatch, undefined), kind: 'client' }
+    }
+    if (!answer || dispatch.status !== 'requested') return
+    const finishedAt = new Date().toISOString()
+    const status = answer.status
+    if (status === 'ok') {
+      await recordStep(tx, 'finished', envelope, dispatch, { status: 'succeeded', result: answer.output, finishedAt })
+      return
+    }
+    const mapped = status === 'rejected' ? 'rejected' : status === 'expired' ? 'expired' : status === 'cancelled' ? 'cancelled' : 'failed'
+    const code = status === 'error' ? 'client_error' : status
+    await recordStep(tx, 'finished', envelope, dispatch, { status: mapped, result: answer.output, error: { code, message: `the client answered ${status}` }, finishedAt })
+  }
+
+  /** Whether a user may change things in a project (write commands are offered to their runs only then). */
+  async mayWrite(userId: string, projectId: string): Promise<boolean> {
+    return (await this.#options.access.project(userId, projectId, 'write')) !== undefined
+  }
+
+  /** The high-risk rules (built in, plus the operator's keywords) applied to a command string. */
+  classifyCommandLine(text: string): CommandLineRisk {
+    return classifyCommandLine(text, this.#options.highRiskKeywords ?? [])
+  }
+
   get catalog(): CommandCatalog {
     return this.#options.catalog
+  }
+
+  /** Binds the run manager (see RunBinding). */
+  bindRuns(binding: RunBinding | null): void {
+    this.#runs = binding
+  }
+
+  /** Locks the decision's run first (lock order: rows, then the audit and event locks). */
+  async #lockRun(tx: Executor, decision: { runId: string | null }): Promise<void> {
+    if (decision.runId && this.#runs) await this.#runs.lock(tx, decision.runId)
+  }
+
+  /** A decision's outcome for its run's ledger, inside the caller's transaction. */
+  async #settleRun(tx: Executor, decision: DecisionRecord, outcome: DispatchOutcome | null): Promise<void> {
+    if (decision.runId && this.#runs) await this.#runs.settle(tx, toDecisionView(decision), outcome)
   }
 
   onDecisionResolved(listener: DecisionListener): () => void {
@@ -127,6 +237,7 @@ export class CommandBus {
     let persisted = false
     const step = async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
       const result = await store.transaction(async (tx) => {
+        await request.within?.lock?.(tx)
         if (!persisted) {
           if (!(await insertDispatch(tx, dispatch))) throw new KeyTaken()
           await recordStep(tx, 'requested', envelope, dispatch, { status: 'requested' })
@@ -246,7 +357,7 @@ export class CommandBus {
     }
     const summary: DecisionSummary = { id: allowance?.decisionId ?? null, outcome: 'approved', by: null, scope: allowance ? 'session' : null, via: gate.via ?? 'risk' }
     // 6. execute
-    return this.#execute(command, dispatch, getEnvelope(), context, { risk, decision: summary }, step, settled)
+    return this.#execute(command, dispatch, getEnvelope(), context, { risk, decision: summary }, step, request.within)
   }
 
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
@@ -259,6 +370,7 @@ export class CommandBus {
     }
     const wanted = answer === 'reject' ? 'rejected' : 'approved'
     const resolved = await store.transaction(async (tx) => {
+      await this.#lockRun(tx, current)
       const decision = await resolveDecision(tx, decisionId, {
         status: wanted,
         scope: answer === 'approve_session' ? 'session' : 'once',
@@ -283,6 +395,7 @@ export class CommandBus {
         })
       }
       await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: wanted, by: userId, scope: decision.scope ?? 'once' })
+      if (wanted === 'rejected') await this.#settleRun(tx, decision, rejectedOutcome(dispatch.id))
       return { decision, dispatch, envelope: next, summary }
     })
     if (!resolved) {
@@ -298,9 +411,9 @@ export class CommandBus {
     const view = toDecisionView(resolved.decision)
     let outcome: DispatchOutcome
     if (wanted === 'rejected') {
-      outcome = { status: 'rejected', dispatchId: resolved.dispatch.id, error: { code: 'rejected', message: 'rejected by a human' } }
+      outcome = rejectedOutcome(resolved.dispatch.id)
     } else {
-      outcome = await this.#runApproved(resolved.dispatch, resolved.envelope, resolved.summary)
+      outcome = await this.#runApproved(resolved.decision, resolved.dispatch, resolved.envelope, resolved.summary)
     }
     for (const listener of this.#listeners) listener(view, outcome)
     return { ok: true, decision: view, dispatch: outcome }
@@ -309,7 +422,10 @@ export class CommandBus {
   /** Marks a pending decision expired (also used when a run is superseded or times out). */
   async expireDecision(decisionId: string): Promise<DecisionView | undefined> {
     const { store } = this.#options
+    const pending = await getDecision(store.db, decisionId)
+    if (!pending || pending.status !== 'pending') return undefined
     const expired = await store.transaction(async (tx) => {
+      await this.#lockRun(tx, pending)
       const decision = await resolveDecision(tx, decisionId, { status: 'expired' })
       if (!decision) return undefined
       const dispatch = await getDispatch(tx, decision.dispatchId)
@@ -323,6 +439,7 @@ export class CommandBus {
         })
       }
       await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: 'expired', by: null, scope: 'once' })
+      await this.#settleRun(tx, decision, null)
       return decision
     })
     if (!expired) return undefined
@@ -351,13 +468,16 @@ export class CommandBus {
     return project?.ownerId === userId
   }
 
-  async #runApproved(dispatch: DispatchRecord, envelope: AuditEnvelope, summary: DecisionSummary): Promise<DispatchOutcome> {
+  async #runApproved(decision: DecisionRecord, dispatch: DispatchRecord, envelope: AuditEnvelope, summary: DecisionSummary): Promise<DispatchOutcome> {
     const command = this.#options.catalog.get(dispatch.commandId)
     const fail = async (error: BusError): Promise<DispatchOutcome> => {
-      await this.#options.store.transaction((tx) =>
-        recordStep(tx, 'finished', envelope, dispatch, { status: 'failed', error: toJsonError(error), finishedAt: new Date().toISOString() }),
-      )
-      return { status: 'failed', dispatchId: dispatch.id, error }
+      const outcome: DispatchOutcome = { status: 'failed', dispatchId: dispatch.id, error }
+      await this.#options.store.transaction(async (tx) => {
+        await this.#lockRun(tx, decision)
+        await recordStep(tx, 'finished', envelope, dispatch, { status: 'failed', error: toJsonError(error), finishedAt: new Date().toISOString() })
+        await this.#settleRun(tx, decision, outcome)
+      })
+      return outcome
     }
     if (!command) return fail({ code: 'unknown_command', message: `command ${dispatch.commandId} is no longer registered` })
     // Approval does not bypass the rules: validate again and re-authorize the original actor.
@@ -365,8 +485,16 @@ export class CommandBus {
     if (invalid) return fail(invalid)
     const scope = await this.#authorize(command, dispatch)
     if ('error' in scope) return fail(scope.error)
-    const context = this.#context(command, dispatch.actor, dispatch, scope.project, undefined)
-    return this.#execute(command, dispatch, envelope, context, { risk: dispatch.risk as Risk, decision: summary })
+    // Cancelling the run reaches the handler, as it would have without the wait for a human.
+    const signal = dispatch.runId ? this.#runs?.signal(dispatch.runId) : undefined
+    const context = this.#context(command, dispatch.actor, dispatch, scope.project, signal)
+    const hooks: DispatchHooks = { lock: (tx) => this.#lockRun(tx, decision), settled: (tx, outcome) => this.#settleRun(tx, decision, outcome) }
+    const step = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
+      this.#options.store.transaction(async (tx) => {
+        await hooks.lock!(tx)
+        return fn(tx)
+      })
+    return this.#execute(command, dispatch, envelope, context, { risk: dispatch.risk as Risk, decision: summary }, step, hooks)
   }
 
   async #execute(
@@ -376,7 +504,7 @@ export class CommandBus {
     context: CommandContext & { abort: AbortController },
     gate: { risk: Risk; decision: DecisionSummary },
     step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T> = (fn) => this.#options.store.transaction(fn),
-    settled?: DispatchHooks['settled'],
+    hooks?: DispatchHooks,
   ): Promise<DispatchOutcome> {
     const current = await step((tx) =>
       recordStep(tx, 'running', envelope, dispatch, {
@@ -389,7 +517,7 @@ export class CommandBus {
     )
     this.#executors.started()
     try {
-      return await this.#runHandler(command, dispatch, current, context, settled)
+      return await this.#runHandler(command, dispatch, current, context, hooks)
     } finally {
       this.#executors.finished()
     }
@@ -400,7 +528,7 @@ export class CommandBus {
     dispatch: DispatchRecord,
     current: AuditEnvelope,
     context: CommandContext & { abort: AbortController },
-    settled?: DispatchHooks['settled'],
+    hooks?: DispatchHooks,
   ): Promise<DispatchOutcome> {
     const { store } = this.#options
     const timeoutMs = command.spec.timeoutMs ?? defaultTimeoutMs
@@ -437,6 +565,7 @@ export class CommandBus {
       clearTimeout(timer)
     }
     await store.transaction(async (tx) => {
+      await hooks?.lock?.(tx)
       await recordStep(
         tx,
         'finished',
@@ -446,7 +575,7 @@ export class CommandBus {
           ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
           : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() },
       )
-      await settled?.(tx, outcome)
+      await hooks?.settled?.(tx, outcome)
     })
     return outcome
   }
@@ -499,17 +628,15 @@ export class CommandBus {
     signal: AbortSignal | undefined,
   ): CommandContext & { abort: AbortController } {
     const abort = new AbortController()
-    if (signal) {
-      if (signal.aborted) abort.abort(signal.reason)
-      else signal.addEventListener('abort', () => abort.abort(signal.reason), { once: true })
-    }
+    // AbortSignal.any holds the caller's (long-lived) run signal weakly: no listener piles up per dispatch.
+    const combined = signal ? AbortSignal.any([signal, abort.signal]) : abort.signal
     const context = {
       actor,
       entrance: dispatch.entrance as CommandContext['entrance'],
       project,
       conversationId: dispatch.conversationId,
       runId: dispatch.runId,
-      signal: abort.signal,
+      signal: combined,
       abort,
       kv: createPluginKv(this.#options.store, command.plugin),
       log: this.#options.logger(command.plugin),
@@ -629,4 +756,8 @@ export function toDecisionView(decision: DecisionRecord): DecisionView {
 async function appendDecisionEvent(tx: Store['db'], type: string, decision: DecisionRecord, data: { [key: string]: JsonValue }): Promise<void> {
   if (!decision.projectId && !decision.conversationId) return
   await appendEvents(tx, [{ type, projectId: decision.projectId, conversationId: decision.conversationId, runId: decision.runId, userId: decision.ownerId, data }])
+}
+
+function rejectedOutcome(dispatchId: string): DispatchOutcome {
+  return { status: 'rejected', dispatchId, error: { code: 'rejected', message: 'rejected by a human' } }
 }

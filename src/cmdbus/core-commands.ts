@@ -1,11 +1,14 @@
 import { CommandError, type JsonValue } from '../extension/index.js'
 import { RetrievalScopeError, type RetrievalHit, type Retriever } from '../rag/index.js'
-import { listProjects, type Store } from '../store/index.js'
+import { getConversation, listProjects, updateConversation, type Store } from '../store/index.js'
 import type { CommandCatalog } from './command-catalog.js'
 import type { ProjectAccess } from './project-access.js'
 
 /** Built-in commands: the `core.` namespace, registered through the same catalog as any plugin. */
-export function registerCoreCommands(catalog: CommandCatalog, deps: { store: Store; access: ProjectAccess; version: string; retriever: Retriever }): void {
+export function registerCoreCommands(
+  catalog: CommandCatalog,
+  deps: { store: Store; access: ProjectAccess; version: string; retriever: Retriever; fullModeTtlMs?: number },
+): void {
   const staged = catalog.stage('core', deps.version)
   staged.registry.addCommand(
     {
@@ -64,6 +67,24 @@ export function registerCoreCommands(catalog: CommandCatalog, deps: { store: Sto
         if (error instanceof RetrievalScopeError) throw new CommandError('not_found', 'project not found')
         throw error
       }
+    },
+  )
+  // Switching the mode goes through the bus like any effect, so it has its audit envelope: who turned
+  // confirmations off (full), when, and from which entrance. Never a model tool.
+  staged.registry.addCommand<{ mode: 'manual' | 'risky' | 'full' }>(
+    {
+      id: 'core.set_permission_mode',
+      title: 'Set the permission mode',
+      description: 'Sets the conversation\'s permission mode: manual (medium and high risk ask), risky (only high asks) or full (nothing asks, until PLINTH_FULL_MODE_TTL passes).',
+      paramsSchema: { type: 'object', properties: { mode: { enum: ['manual', 'risky', 'full'] } }, required: ['mode'], additionalProperties: false },
+      risk: 'low',
+      entrances: ['button', 'card', 'slash', 'chat'],
+    },
+    async (params, context) => {
+      const conversation = context.conversationId ? await getConversation(deps.store.db, context.conversationId) : undefined
+      if (!conversation) throw new CommandError('validation_failed', 'name the conversation (conversationId) whose mode to set')
+      const updated = await deps.store.transaction((tx) => updateConversation(tx, conversation, { permissionMode: params.mode }, { fullModeTtlMs: deps.fullModeTtlMs ?? 3_600_000 }))
+      return { conversationId: updated.id, permissionMode: updated.permissionMode, modeExpiresAt: updated.modeExpiresAt }
     },
   )
   staged.commit()

@@ -70,6 +70,8 @@ export interface ExecCommandDeps {
   exec: ExecService
   version: string
   log: PluginLogger
+  /** Operator high-risk keywords (SPEC §8.2), on top of the built-in rules. */
+  highRiskKeywords?: readonly string[]
 }
 
 function requireConversation(context: CommandContext, command: string): string {
@@ -112,7 +114,7 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
   const staged = catalog.stage('core', deps.version)
   const registry = staged.registry
   const backendNote = (): string => (exec.backendName === 'direct' ? 'on the server itself (direct backend)' : 'in the bubblewrap sandbox')
-  const shellRisk = (text: string): Risk => (exec.backendName === 'direct' ? 'high' : classifyCommandLine(text).risk === 'high' ? 'high' : 'medium')
+  const shellRisk = (text: string): Risk => (exec.backendName === 'direct' ? 'high' : classifyCommandLine(text, deps.highRiskKeywords).risk === 'high' ? 'high' : 'medium')
 
   if (!settings.disableExecTools) {
     registry.addCommand<{ command: string }>(
@@ -139,7 +141,7 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
         risk: (params) => shellRisk(params.command),
         exposeAsTool: { name: 'exec' },
         preview: (params) => {
-          const rules = classifyCommandLine(params.command).matchedRules.map((rule) => rule.id)
+          const rules = classifyCommandLine(params.command, deps.highRiskKeywords).matchedRules.map((rule) => rule.id)
           return `Run ${backendNote()}: ${params.command}${rules.length > 0 ? `\n(high-risk rules: ${rules.join(', ')})` : ''}`
         },
       },

@@ -87,9 +87,10 @@ export function createModels(
   return settings.map((entry) => {
     if (entry.provider === 'scripted') {
       const path = resolve(options.cwd, entry.script ?? '')
-      const script = JSON.parse(readFileSync(path, 'utf8')) as { turns?: ScriptedTurn[] } | ScriptedTurn[]
+      const script = JSON.parse(readFileSync(path, 'utf8')) as { turns?: ScriptedTurn[]; turnBy?: 'call' | 'round' } | ScriptedTurn[]
       const turns = Array.isArray(script) ? script : (script.turns ?? [])
-      return new ScriptedModel({ id: entry.id, turns, contextWindow: entry.contextWindow, supportsTools: entry.supportsTools, whenExhausted: 'loop' })
+      const turnBy = Array.isArray(script) ? undefined : script.turnBy
+      return new ScriptedModel({ id: entry.id, turns, contextWindow: entry.contextWindow, supportsTools: entry.supportsTools, whenExhausted: 'loop', ...(turnBy && { turnBy }) })
     }
     const factory = options.providers[entry.provider]
     if (!factory) throw new Error(`model ${entry.id}: provider ${entry.provider} is not available`)

@@ -42,21 +42,39 @@ export function estimateTokens(messages: ModelMessage[]): number {
   return Math.ceil(JSON.stringify(messages).length / 4)
 }
 
+/** One message's share of `estimateTokens` (its JSON plus the separating comma). */
+function messageChars(message: ModelMessage): number {
+  return JSON.stringify(message).length + 1
+}
+
 /**
  * Trims history to `budget` tokens: drops the oldest whole blocks, never separating an assistant
- * tool-call message from its results, always keeping the latest `keepLatest` messages.
+ * tool-call message from its results, always keeping the latest `keepLatest` messages. Linear: each
+ * message is measured once.
  */
 export function trimToBudget(messages: ModelMessage[], budget: number, keepLatest = 6): ModelMessage[] {
   if (estimateTokens(messages) <= budget) return messages
-  const blocks: ModelMessage[][] = []
+  const blocks: Array<{ messages: ModelMessage[]; chars: number }> = []
   for (const message of messages) {
     const last = blocks.at(-1)
-    if (message.role === 'tool' && last) last.push(message)
-    else blocks.push([message])
+    if (message.role === 'tool' && last) {
+      last.messages.push(message)
+      last.chars += messageChars(message)
+    } else blocks.push({ messages: [message], chars: messageChars(message) })
   }
-  const count = (list: ModelMessage[][]): number => list.reduce((sum, block) => sum + block.length, 0)
-  while (blocks.length > 1 && estimateTokens(blocks.flat()) > budget && count(blocks.slice(1)) >= keepLatest) blocks.shift()
+  let chars = blocks.reduce((sum, block) => sum + block.chars, 1)
+  let count = messages.length
+  let first = 0
+  const rest = (): number => count - (blocks[first]?.messages.length ?? 0)
+  while (first < blocks.length - 1 && Math.ceil(chars / 4) > budget && rest() >= keepLatest) {
+    chars -= blocks[first]!.chars
+    count -= blocks[first]!.messages.length
+    first++
+  }
   // A history must not start with tool results or an assistant turn whose user message was dropped.
-  while (blocks.length > 1 && blocks[0]?.[0]?.role !== 'user' && count(blocks.slice(1)) >= keepLatest) blocks.shift()
-  return blocks.flat()
+  while (first < blocks.length - 1 && blocks[first]?.messages[0]?.role !== 'user' && rest() >= keepLatest) {
+    count -= blocks[first]!.messages.length
+    first++
+  }
+  return blocks.slice(first).flatMap((block) => block.messages)
 }

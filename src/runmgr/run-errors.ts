@@ -1,8 +1,8 @@
 /** Why a run could not be created; the HTTP layer maps the code. */
 export class RunRequestError extends Error {
-  readonly code: 'unknown_model' | 'validation_failed'
+  readonly code: 'unknown_model' | 'validation_failed' | 'shutting_down' | 'client_tool_conflict'
 
-  constructor(code: 'unknown_model' | 'validation_failed', message: string) {
+  constructor(code: 'unknown_model' | 'validation_failed' | 'shutting_down' | 'client_tool_conflict', message: string) {
     super(message)
     this.name = 'RunRequestError'
     this.code = code

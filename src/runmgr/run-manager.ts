@@ -1,28 +1,37 @@
 import { randomUUID } from 'node:crypto'
-import { classifyCommandLine, hashParams, type CommandBus, type DecisionView, type DispatchOutcome, type RegisteredCommand } from '../cmdbus/index.js'
+import { hashParams, type CommandBus, type DecisionView, type DispatchOutcome, type RegisteredCommand } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
 import { ModelError, projectToolSchema, streamWithRetries, type LanguageModel, type ModelMessage, type ModelRegistry, type ModelTool, type ModelToolCall } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import {
   activeRunStatuses,
+  announceRunEnded,
   appendEvents,
   closeStreamingMessages,
   completeAssistantMessage,
   createRun,
+  fenceRun,
+  findAnsweredWaitingRuns,
   findRunsWaitingSince,
   findRunsWithExpiredLease,
+  findStartableQueues,
   getProject,
   getRun,
   insertAssistantMessage,
   insertToolCall,
-  insertToolMessage,
+  isUniqueViolation,
   listRuns,
   listToolCalls,
+  lockAuditLog,
   lockRun,
   newId,
   nextQueuedRun,
-  readTranscript,
+  pendingDecisionIds,
+  readTranscriptTail,
+  releaseLease,
+  renewLease,
   runEvent,
+  takeOverRun,
   terminalRunStatuses,
   updateRun,
   updateToolCall,
@@ -30,6 +39,7 @@ import {
   type Executor,
   type ModelParams,
   type Run,
+  type RunFence,
   type RunProfile,
   type RunPatch,
   type Store,
@@ -44,14 +54,10 @@ import { ModelSlots } from './model-slots.js'
 import { knowledgeBlock, selectForInjection, type KnowledgeContext } from './knowledge-context.js'
 import { buildModelMessages, trimToBudget } from './history.js'
 import { RunRequestError } from './run-errors.js'
-import { capForModel } from './tool-output.js'
+import { RunLedger, clientCallAudit, openStatuses, type RunEnd } from './run-ledger.js'
+import type { RunObserver } from './run-observer.js'
 
-/** Told about what runs do, for metrics. Every method is optional and must not throw. */
-export interface RunObserver {
-  modelCall?(figures: { model: string; durationMs: number; outcome: string }): void
-  toolCall?(figures: { status: string }): void
-  runEnded?(figures: { status: string; durationMs: number | null }): void
-}
+export type { RunObserver } from './run-observer.js'
 
 export interface RunManagerOptions {
   /** Metrics hooks. */
@@ -62,7 +68,7 @@ export interface RunManagerOptions {
   log: PluginLogger
   /** Bytes of a tool result the model reads (PLINTH_TOOL_OUTPUT_LIMIT). */
   toolOutputLimit?: number
-  /** A running run's lease; a run whose lease ran out is swept (its process died). */
+  /** A running run's lease (PLINTH_RUN_LEASE); a run whose lease ran out is resumed by a sweeper. */
   leaseMs?: number
   /** Extra system-prompt text (plugin notes are added automatically). */
   systemPrompt?: string
@@ -72,11 +78,15 @@ export interface RunManagerOptions {
   actionTtlMs?: number
   /**
    * The database belongs to this process alone (embedded PGlite): at start, every `running` run is
-   * an orphan of a previous process and is recovered at once instead of after its lease.
+   * an orphan of a previous process and is resumed at once instead of after its lease.
    */
   exclusiveDatabase?: boolean
   /** Project knowledge put in front of the model at the start of a run (off without it). */
   retriever?: Retriever
+  /** Automatic resumes of one run (after crashes or shutdowns) before it ends `failed` `interrupted`. */
+  maxResumes?: number
+  /** How long a graceful stop lets tool calls in flight finish before aborting them (PLINTH_SHUTDOWN_GRACE). */
+  shutdownGraceMs?: number
 }
 
 export interface CreateRunInput {
@@ -100,68 +110,108 @@ const noToolsPrompt =
   'You cannot use tools or look anything up in this conversation. When a question needs data you do not have, say so plainly instead of inventing it.'
 const capPrompt = 'The maximum number of tool rounds for this run has been reached. Answer now with what you have, without calling tools, and say that the limit was reached.'
 
-/** How a run ends. */
-interface RunEnd {
-  status: 'completed' | 'failed' | 'cancelled' | 'expired'
-  reason?: string
-  error?: { [key: string]: JsonValue }
-  /** The result open calls get; `error` carries the run's error code. */
-  openCalls?: 'cancelled' | 'interrupted' | 'expired' | 'error'
-  usage?: Run['usage']
+/** The run's lease has passed to someone else (or the run ended elsewhere): its driver stops without writing. */
+class LeaseLost extends Error {
+  constructor() {
+    super('the run lease has passed to another driver')
+    this.name = 'LeaseLost'
+  }
+}
+
+/** Why a driver stops: `shutdown` and `lease_lost` leave the run to be resumed; the rest end it. */
+type StopReason = 'cancelled' | 'superseded' | 'shutdown' | 'lease_lost' | (string & {})
+
+/** This process driving one run. */
+interface Driver {
+  fence: RunFence
+  /** Aborts the model stream and the loop. */
+  loop: AbortController
+  /** Aborts tool calls in flight (at once on cancel; after the grace period on shutdown). */
+  calls: AbortController
+  done: Promise<void>
 }
 
 /**
  * Runs the agent's ReAct loop (SPEC §6): stream the model, dispatch its tool calls through the
  * command bus, pause for humans, continue, finish. Every state change is written (with its event)
- * before it is announced; every tool call ends with exactly one terminal result.
+ * before it is announced; every tool call ends with exactly one terminal result. The process holding
+ * a run's lease is its only writer: each of its writes is fenced by the lease, so a driver whose
+ * lease passed to another instance (or whose run was cancelled elsewhere) changes nothing and stops.
  */
 export class RunManager {
   readonly #options: RunManagerOptions
   readonly #instanceId = randomUUID()
-  readonly #controllers = new Map<string, AbortController>()
-  readonly #loops = new Map<string, Promise<void>>()
+  #leaseSeq = 0
+  readonly #drivers = new Map<string, Driver>()
+  /** Cancel signals of waiting runs, for handlers that run after a human approved. */
+  readonly #waiting = new Map<string, AbortController>()
+  readonly #ledger: RunLedger
   #sweeper: NodeJS.Timeout | null = null
-  #unsubscribe: (() => void) | null = null
+  #unsubscribe: Array<() => void> = []
+  #stopping = false
   readonly #modelSlots: ModelSlots
-  /** When each call started, for `tool_call.completed.durationMs` (in memory: only this process times it). */
-  readonly #callStarts = new Map<string, number>()
 
   constructor(options: RunManagerOptions) {
     this.#options = options
     this.#modelSlots = new ModelSlots(options.maxConcurrentModelCalls ?? 16)
+    this.#ledger = new RunLedger(options.bus, options.toolOutputLimit ?? 4096, options.observer)
   }
 
-  /** Subscribes to decisions and starts the sweeper (which also recovers runs a crash left behind). */
+  /** Binds to the bus and run signals, recovers what a previous process left, starts the sweeper. */
   async start(): Promise<void> {
-    this.#unsubscribe = this.#options.bus.onDecisionResolved((decision, outcome) => {
-      if (!decision.runId) return
-      this.#onDecision(decision, outcome).catch((error: unknown) => this.#options.log.error('could not apply a decision to its run', { runId: decision.runId, error: String(error) }))
+    const { bus, store, log } = this.#options
+    bus.bindRuns({
+      lock: async (tx, runId) => {
+        await lockRun(tx, runId)
+      },
+      settle: (tx, decision, outcome) => this.#settleDecision(tx, decision, outcome),
+      signal: (runId) => this.#waitSignal(runId),
     })
-    // Dispatches first: a run's interrupted tool call then finds its dispatch ended too.
-    await this.#options.bus.sweepOrphanedDispatches({ all: this.#options.exclusiveDatabase === true })
-    const recovered = await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
-    if (recovered > 0) this.#options.log.info(`recovered ${recovered} runs`, { recovered, outcome: 'ended failed (interrupted); open calls answered; resume with POST /api/runs/:id/resume' })
-    this.#sweeper = setInterval(() => void this.#sweepOnce(), Math.max(1000, (this.#options.leaseMs ?? 30_000) / 2))
+    this.#unsubscribe.push(
+      bus.onDecisionResolved((decision) => {
+        if (!decision.runId) return
+        this.#afterDecision(decision.runId).catch((error: unknown) => log.error('could not continue a run after a decision', { runId: decision.runId, error: String(error) }))
+      }),
+      store.runs.subscribe((runId) => this.#onRunEndedElsewhere(runId)),
+    )
+    // Dispatches first: a resumed run's interrupted tool call then finds its dispatch ended too.
+    await bus.sweepOrphanedDispatches({ all: this.#options.exclusiveDatabase === true })
+    const swept = await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
+    if (swept.resumed > 0) log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed, outcome: 'continuing from their last checkpoint' })
+    if (swept.failed > 0) log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed, outcome: 'failed (interrupted); resume with POST /api/runs/:id/resume' })
+    this.#sweeper = setInterval(() => void this.#sweepOnce(), Math.max(1000, this.#leaseMs() / 2))
     this.#sweeper.unref()
   }
 
-  /** One pass of the periodic sweeper: orphaned dispatches, then runs whose lease has passed. */
+  /** One pass of the periodic sweeper: orphaned dispatches, then runs. Failures are logged, and it tries again. */
   async #sweepOnce(): Promise<void> {
     try {
       await this.#options.bus.sweepOrphanedDispatches({ all: false })
-      const count = await this.sweep()
-      if (count > 0) this.#options.log.info(`recovered ${count} runs`, { recovered: count })
+      const swept = await this.sweep()
+      if (swept.resumed > 0) this.#options.log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed })
+      if (swept.failed > 0) this.#options.log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed })
     } catch (error) {
       this.#options.log.warn('the run sweeper failed; it tries again', { error: String(error) })
     }
   }
 
-  /** Ends in-flight runs as interrupted (answering their open calls) and stops. */
+  /**
+   * Graceful stop: takes no new runs, stops model calls at once, lets tool calls in flight finish
+   * (up to the grace period), checkpoints every driven run and releases its lease, so the restarted
+   * server (or another instance) resumes it.
+   */
   async stop(): Promise<void> {
+    this.#stopping = true
     if (this.#sweeper) clearInterval(this.#sweeper)
-    this.#unsubscribe?.()
-    for (const controller of this.#controllers.values()) controller.abort('shutdown')
-    await Promise.allSettled([...this.#loops.values()])
+    for (const unsubscribe of this.#unsubscribe) unsubscribe()
+    this.#unsubscribe = []
+    for (const driver of this.#drivers.values()) driver.loop.abort('shutdown')
+    const grace = setTimeout(() => {
+      for (const driver of this.#drivers.values()) driver.calls.abort('shutdown')
+    }, this.#options.shutdownGraceMs ?? 10_000)
+    await Promise.allSettled([...this.#drivers.values()].map((driver) => driver.done))
+    clearTimeout(grace)
+    this.#options.bus.bindRuns(null)
   }
 
   get models(): ModelRegistry {
@@ -175,6 +225,7 @@ export class RunManager {
     input: CreateRunInput,
     hooks: { onCreated?: (tx: Executor, run: Run) => Promise<void> } = {},
   ): Promise<{ run: Run } | { active: Run }> {
+    if (this.#stopping) throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
     const { models } = this.#options
     const project = await getProject(this.#options.store.db, conversation.projectId)
     // The project's default model, unless the operator has since removed it from the configuration.
@@ -187,7 +238,14 @@ export class RunManager {
       tools: project?.tools ?? null,
     }
     const clientTools = resolveClientTools(input.clientTools)
+    // A client tool must not take the name of a command tool: the model would call one thinking it the other.
+    const commandTools = new Map([...this.#commandTools(profile.tools)].map((entry) => [entry.toolName, entry.commandId]))
+    for (const tool of clientTools) {
+      const commandId = commandTools.get(tool.name)
+      if (commandId) throw new RunRequestError('client_tool_conflict', `the client tool ${JSON.stringify(tool.name)} has the name of the tool of command ${commandId}; rename the client tool`)
+    }
     const maxIterations = input.maxIterations ?? 10
+    const lease = this.#newLease()
     const create = (allowQueue: boolean) =>
       this.#options.store.transaction(async (tx) => {
         const result = await createRun(
@@ -204,7 +262,7 @@ export class RunManager {
             ...(input.knowledge?.autoInject === false && { knowledge: { autoInject: false } }),
             profile,
           },
-          { allowQueue, lease: this.#lease() },
+          { allowQueue, lease },
         )
         // In the same transaction, e.g. the Idempotency-Key's record: both or neither.
         if ('run' in result) await hooks.onCreated?.(tx, result.run)
@@ -217,7 +275,7 @@ export class RunManager {
       await this.#supersede(conversation.id)
       created = await create(false)
     }
-    if ('run' in created && created.run.status === 'running') this.#spawn(created.run.id)
+    if ('run' in created && created.run.status === 'running') this.#spawn(created.run.id, lease.owner)
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#startNext(conversation.id)
     return created
@@ -230,19 +288,50 @@ export class RunManager {
     for (const run of queuedFirst) await this.cancel(run.id, 'superseded')
   }
 
-  /** Cancels a run (idempotent for finished runs). Resolves with the run as it ends. */
+  /**
+   * Cancels a run (idempotent for finished runs) and resolves with the run as it ends. Driven here:
+   * its loop is stopped and ends it. Driven by another instance (or waiting): it is ended here under
+   * the row lock — which fences the driver out — and a notification makes the driver stop at once.
+   */
   async cancel(runId: string, reason = 'cancelled'): Promise<Run | undefined> {
     const { store } = this.#options
     const run = await getRun(store.db, runId)
     if (!run || terminalRunStatuses.includes(run.status)) return run
-    const controller = this.#controllers.get(runId)
-    if (controller) {
-      controller.abort(reason)
-      await this.#loops.get(runId)
-      return getRun(store.db, runId)
+    const driver = this.#drivers.get(runId)
+    if (driver) {
+      this.#abort(driver, reason)
+      await driver.done
+      const after = await getRun(store.db, runId)
+      if (after && !terminalRunStatuses.includes(after.status)) await this.#end(runId, this.#cancelEnd(reason), { announce: true })
+    } else {
+      await this.#end(runId, this.#cancelEnd(reason), { announce: true })
     }
-    await this.#end(runId, { status: 'cancelled', reason, openCalls: reason === 'superseded' ? 'expired' : 'cancelled' })
+    this.#waiting.get(runId)?.abort(reason)
     return getRun(store.db, runId)
+  }
+
+  #cancelEnd(reason: string): RunEnd {
+    // A superseded run's open calls expire (SPEC §6.1); a cancelled one's are cancelled.
+    return { status: 'cancelled', reason, openCalls: reason === 'superseded' ? 'expired' : 'cancelled' }
+  }
+
+  #abort(driver: Driver, reason: StopReason): void {
+    driver.loop.abort(reason)
+    if (reason !== 'shutdown') driver.calls.abort(reason)
+  }
+
+  /** Another instance ended a run (null: any run, after a reconnect): drivers here that lost it stop. */
+  #onRunEndedElsewhere(runId: string | null): void {
+    const check = async (id: string): Promise<void> => {
+      const driver = this.#drivers.get(id)
+      const waiting = this.#waiting.get(id)
+      if (!driver && !waiting) return
+      const run = await getRun(this.#options.store.db, id)
+      if (driver && (!run || run.status !== 'running' || run.leaseOwner !== driver.fence.owner)) this.#abort(driver, 'lease_lost')
+      if (waiting && (!run || terminalRunStatuses.includes(run.status))) waiting.abort('cancelled')
+    }
+    const ids = runId ? [runId] : [...new Set([...this.#drivers.keys(), ...this.#waiting.keys()])]
+    for (const id of ids) check(id).catch((error: unknown) => this.#options.log.warn('could not check a run another instance ended', { runId: id, error: String(error) }))
   }
 
   /**
@@ -292,12 +381,13 @@ export class RunManager {
     await store.transaction(async (tx) => {
       const locked = await lockRun(tx, runId)
       if (!locked || locked.status !== 'requires_action') return
+      await lockAuditLog(tx)
       for (const output of outputs) {
         const call = calls.find((candidate) => candidate.id === output.callId)!
         const value = (output.output ?? null) as JsonValue
         const accepted = typeof value === 'object' && value !== null && !Array.isArray(value) ? value.accepted : undefined
         const status: ToolCallStatus = accepted === false ? ((value as { rejected?: unknown }).rejected ? 'rejected' : 'error') : 'ok'
-        await this.#finishCall(tx, locked, call, status, value)
+        await this.#ledger.finish(tx, locked, call, status, value)
       }
     })
     await this.#resumeIfAnswered(runId)
@@ -305,49 +395,85 @@ export class RunManager {
   }
 
   /**
-   * Ends runs whose lease ran out (their process died) as failed `interrupted`, answering their open
-   * calls, and expires runs left waiting past their deadline. A completed tool call is never run again.
+   * Recovers what stopped drivers left behind: a running run whose lease has passed (its process
+   * died, or shut down and released it) is taken over and resumed from its last checkpoint — no
+   * completed tool call runs again — until it has been resumed `maxResumes` times, when it ends
+   * failed `interrupted`. Also starts queues nobody started, continues waiting runs whose every call
+   * is answered, and expires runs left waiting past their deadline.
    */
-  async sweep(options: { orphansOnly?: boolean } = {}): Promise<number> {
+  async sweep(options: { orphansOnly?: boolean } = {}): Promise<{ resumed: number; failed: number }> {
     const { store } = this.#options
-    let recovered = 0
+    const counts = { resumed: 0, failed: 0 }
+    if (this.#stopping) return counts
     // With an exclusive database every running run not driven here is an orphan, whatever its lease says.
-    const cutoff = options.orphansOnly ? new Date(Date.UTC(9999, 0, 1)) : new Date()
-    for (const run of await findRunsWithExpiredLease(store.db, cutoff)) {
-      if (this.#controllers.has(run.id)) continue
-      await this.#end(run.id, { status: 'failed', error: { code: 'interrupted', message: 'the server stopped while the run was in progress' }, openCalls: 'interrupted' })
-      recovered++
-      await this.#startNext(run.conversationId)
+    const before = options.orphansOnly ? new Date(Date.UTC(9999, 0, 1)) : new Date()
+    for (const run of await findRunsWithExpiredLease(store.db, before)) {
+      if (this.#drivers.has(run.id) || this.#stopping) continue
+      const taken = await this.#takeOver(run.id, before)
+      if (taken) counts[taken]++
     }
+    for (const run of await findAnsweredWaitingRuns(store.db)) await this.#resumeIfAnswered(run.id)
+    for (const conversationId of await findStartableQueues(store.db)) await this.#startNext(conversationId)
     const ttl = this.#options.actionTtlMs ?? 24 * 3_600_000
     for (const run of await findRunsWaitingSince(store.db, new Date(Date.now() - ttl))) {
       await this.#end(run.id, { status: 'expired', openCalls: 'expired' })
       await this.#startNext(run.conversationId)
     }
     await this.#options.bus.expireOverdue()
-    return recovered
+    return counts
+  }
+
+  /** Takes over a run whose driver stopped; re-checks the lease under the row lock. */
+  async #takeOver(runId: string, before: Date): Promise<'resumed' | 'failed' | undefined> {
+    const lease = this.#newLease()
+    const taken = await this.#options.store.transaction(async (tx) => {
+      const run = await takeOverRun(tx, runId, lease, before)
+      if (!run) return undefined
+      // A turn cut off mid-stream is closed; its round is asked again (the iteration is not used up).
+      const cut = await closeStreamingMessages(tx, runId, 'interrupted')
+      const updated = cut > 0 ? await updateRun(tx, runId, { iteration: Math.max(0, run.iteration - 1) }) : run
+      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase, resumed: true })])
+      return updated
+    })
+    if (!taken) return undefined
+    const fence = { runId, owner: lease.owner }
+    if (taken.resumes > (this.#options.maxResumes ?? 3)) {
+      const message = `the run was interrupted ${taken.resumes} times (a server stopped while driving it) and is not resumed again`
+      await this.#end(runId, { status: 'failed', error: { code: 'interrupted', message }, openCalls: 'interrupted' }, { fence })
+      await this.#startNext(taken.conversationId)
+      return 'failed'
+    }
+    this.#spawn(runId, lease.owner)
+    return 'resumed'
   }
 
   /**
    * Resumes a run that failed upstream (or was interrupted) from its last checkpoint: the transcript
    * already holds every finished round, so no completed tool call runs again.
    */
-  async resume(runId: string): Promise<{ run?: Run; error?: string }> {
+  async resume(runId: string): Promise<{ run?: Run; error?: string; code?: 'run_active' | 'shutting_down' }> {
     const { store } = this.#options
-    const resumed: { run?: Run; error?: string } = await store
-      .transaction(async (tx): Promise<{ run?: Run; error?: string }> => {
+    if (this.#stopping) return { error: 'the server is shutting down; try again in a moment', code: 'shutting_down' }
+    const lease = this.#newLease()
+    let resumed: { run?: Run; error?: string; code?: 'run_active' }
+    try {
+      resumed = await store.transaction(async (tx): Promise<{ run?: Run; error?: string }> => {
         const run = await lockRun(tx, runId)
         if (!run) return { error: 'run not found' }
         const code = (run.error as { code?: string } | null)?.code
         if (run.status !== 'failed' || !['upstream_error', 'upstream_auth_missing', 'timeout', 'interrupted', 'tools_unsupported'].includes(code ?? '')) {
           return { error: `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})` }
         }
-        const updated = await updateRun(tx, runId, { status: 'running', phase: 'thinking', error: null, lease: this.#lease() })
+        const updated = await updateRun(tx, runId, { status: 'running', phase: 'thinking', error: null, lease })
         await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
         return { run: updated }
       })
-      .catch((): { error: string } => ({ error: 'another run is active in this conversation' }))
-    if (resumed.run) this.#spawn(runId)
+    } catch (error) {
+      // Only the one-active-run index means another run is active; anything else is a real failure.
+      if (!isUniqueViolation(error)) throw error
+      resumed = { error: 'another run is active in this conversation', code: 'run_active' }
+    }
+    if (resumed.run) this.#spawn(runId, lease.owner)
     return resumed
   }
 
@@ -356,63 +482,127 @@ export class RunManager {
   /** Starts the conversation's oldest queued run when nothing else there is active. */
   async #startNext(conversationId: string): Promise<void> {
     const { store } = this.#options
+    if (this.#stopping) return // the next server (or another instance) starts it
     const queued = await nextQueuedRun(store.db, conversationId)
     if (!queued) return
-    const started = await store
-      .transaction(async (tx) => {
+    const lease = this.#newLease()
+    let started: Run | undefined
+    try {
+      started = await store.transaction(async (tx) => {
         const locked = await lockRun(tx, queued.id)
         if (!locked || locked.status !== 'queued') return undefined
-        const run = await updateRun(tx, queued.id, { status: 'running', phase: 'thinking', started: true, lease: this.#lease() })
+        const run = await updateRun(tx, queued.id, { status: 'running', phase: 'thinking', started: true, lease })
         await appendEvents(tx, [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })])
         return run
       })
-      .catch(() => undefined) // the unique index refused: another run became active first
-    if (started) this.#spawn(started.id)
+    } catch (error) {
+      // The one-active-run index refused: another run became active first, and it starts this one when it ends.
+      if (!isUniqueViolation(error)) throw error
+    }
+    if (started) this.#spawn(started.id, lease.owner)
   }
 
-  #spawn(runId: string): void {
-    const controller = new AbortController()
-    this.#controllers.set(runId, controller)
-    const loop = this.#loop(runId, controller.signal)
+  #spawn(runId: string, owner: string): void {
+    const { store, log } = this.#options
+    const fence = { runId, owner }
+    if (this.#stopping) {
+      // Not driven here after all: give the lease up so the next server resumes the run at once.
+      void releaseLease(store.db, runId, owner).catch((error: unknown) => log.warn('could not release a run lease', { runId, error: String(error) }))
+      return
+    }
+    const driver: Driver = { fence, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
+    this.#drivers.set(runId, driver)
+    driver.done = this.#loop(driver)
       .catch(async (error: unknown) => {
-        this.#options.log.error('run loop failed', { runId, error: error instanceof Error ? error.message : String(error) })
-        await this.#end(runId, { status: 'failed', error: { code: 'internal', message: 'an internal error ended the run' }, openCalls: 'interrupted' }).catch(() => undefined)
+        if (error instanceof LeaseLost) {
+          log.info('stopped driving a run that was ended or taken over elsewhere', { runId })
+          return
+        }
+        log.error('run loop failed', { runId, error: error instanceof Error ? error.message : String(error) })
+        await this.#end(runId, { status: 'failed', error: { code: 'internal', message: 'an internal error ended the run' }, openCalls: 'interrupted' }, { fence }).catch((endError: unknown) => {
+          if (!(endError instanceof LeaseLost)) log.error('could not end a failed run', { runId, error: String(endError) })
+        })
       })
       .finally(async () => {
-        this.#controllers.delete(runId)
-        this.#loops.delete(runId)
-        const run = await getRun(this.#options.store.db, runId).catch(() => undefined)
-        if (run && terminalRunStatuses.includes(run.status)) await this.#startNext(run.conversationId).catch(() => undefined)
+        this.#drivers.delete(runId)
+        try {
+          const run = await getRun(store.db, runId)
+          if (run && terminalRunStatuses.includes(run.status)) await this.#startNext(run.conversationId)
+        } catch (error) {
+          log.warn('could not start the next queued run', { runId, error: String(error) })
+        }
       })
-    this.#loops.set(runId, loop)
   }
 
-  async #loop(runId: string, signal: AbortSignal): Promise<void> {
-    const { store } = this.#options
+  /**
+   * One transaction under the run's lease; throws LeaseLost (writing nothing) when the lease has passed.
+   * `audit`: it may end client calls, whose audit entries need the audit lock before any event is appended.
+   */
+  async #fenced<T>(fence: RunFence, fn: (tx: Executor, run: Run) => Promise<T>, options: { audit?: boolean } = {}): Promise<T> {
+    return this.#options.store.transaction(async (tx) => {
+      const run = await this.#fence(tx, fence)
+      if (options.audit) await lockAuditLog(tx)
+      return fn(tx, run)
+    })
+  }
+
+  async #fence(tx: Executor, fence: RunFence): Promise<Run> {
+    const run = await fenceRun(tx, fence.runId, fence.owner, this.#expiry())
+    if (!run) throw new LeaseLost()
+    return run
+  }
+
+  async #loop(driver: Driver): Promise<void> {
+    const { store, log } = this.#options
+    const { fence } = driver
+    const runId = fence.runId
+    const signal = driver.loop.signal
     const heartbeat = setInterval(() => {
-      void store.transaction((tx) => updateRun(tx, runId, { lease: this.#lease() })).catch(() => undefined)
-    }, Math.max(500, (this.#options.leaseMs ?? 30_000) / 3))
+      renewLease(store.db, runId, fence.owner, this.#expiry())
+        .then((held) => {
+          if (!held) this.#abort(driver, 'lease_lost')
+        })
+        .catch((error: unknown) => log.warn('could not renew a run lease; the next write re-checks it', { runId, error: String(error) }))
+    }, Math.max(500, this.#leaseMs() / 3))
     // A finished tool round is announced with the next round's opening transaction.
     let roundDone = false
+    let first = true
+    let writable: boolean | undefined
     try {
       for (;;) {
-        let run = (await getRun(store.db, runId))!
-        if (run.status !== 'running') return
-        if (signal.aborted) return await this.#endAborted(run, signal, null, '')
+        let run = await getRun(store.db, runId)
+        if (!run || run.status !== 'running' || run.leaseOwner !== fence.owner) return
+        if (signal.aborted) return await this.#endAborted(run, driver, null, '')
         const model = this.#options.models.get(run.model)
-        if (!model) return await this.#end(runId, { status: 'failed', error: { code: 'internal', message: `model ${run.model} is no longer configured` }, openCalls: 'interrupted' })
+        if (!model) return await this.#end(runId, { status: 'failed', error: { code: 'internal', message: `model ${run.model} is no longer configured` }, openCalls: 'interrupted' }, { fence })
         const atCap = run.iteration >= run.maxIterations
-        const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : this.#toolTable(run)
+        writable ??= await this.#options.bus.mayWrite(run.ownerId, run.projectId)
+        const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : this.#toolTable(run, writable)
+        if (first) {
+          first = false
+          // Resumed after its driver stopped: calls of the last round not yet answered are dispatched
+          // again under their idempotency keys (a finished dispatch answers with its recorded outcome).
+          const open = (await listToolCalls(store.db, runId)).filter((call) => openStatuses.includes(call.status))
+          if (open.length > 0) {
+            const redo = open.filter((call) => call.status === 'pending' || call.status === 'running')
+            const waiting = (await this.#runCalls(run, redo, this.#toolTable(run, writable), driver)) || redo.length < open.length
+            if (signal.aborted) return await this.#endAborted(run, driver, null, '')
+            if (waiting) return await this.#requireAction(fence)
+            roundDone = true
+          }
+        }
         const iteration = run.iteration + 1
-        const transcript = await readTranscript(store.db, run.conversationId)
+        // Only the tail that can fit the model's window is read (with room to spare for trimming by
+        // whole turns): a long conversation costs no more per round than a short one.
+        const transcript = await readTranscriptTail(store.db, run.conversationId, Math.ceil(model.contextWindow * 0.7 * 4 * 1.5))
         // Project knowledge is looked up once, at the start, and kept with the run (resume sees the same).
         const injected = run.knowledge === null ? await this.#retrieveKnowledge(run, transcript, signal) : null
         const knowledge = (injected ?? run.knowledge) as KnowledgeContext | null
         const messages = this.#history(run, model, atCap, transcript, knowledge)
         // One transaction opens the round: the previous round's tool_done, the new phase and the
         // assistant message the model's turn streams into.
-        const opened = await store.transaction(async (tx) => {
-          const events = roundDone ? [runEvent(run, 'run.status', { runId, status: run.status, phase: 'tool_done' })] : []
+        const opened = await this.#fenced(fence, async (tx, locked) => {
+          const events = roundDone ? [runEvent(locked, 'run.status', { runId, status: locked.status, phase: 'tool_done' })] : []
           const updated = await updateRun(tx, runId, { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing', ...(injected && { knowledge: injected as unknown as JsonValue }) })
           if (injected?.hits && injected.hits.length > 0) {
             events.push(
@@ -434,18 +624,18 @@ export class RunManager {
         })
         run = opened.run
         roundDone = false
-        const turn = await this.#modelTurn(run, model, tools, messages, opened.messageId, signal)
-        if (turn.kind === 'ended') return // completed with its answer, failed or cancelled
+        const turn = await this.#modelTurn(run, model, tools, messages, opened.messageId, driver)
+        if (turn.kind === 'ended') return // completed with its answer, failed, cancelled or suspended
         if (atCap) {
           // The last, tool-less call still asked for tools: nothing more runs; the calls are answered.
           const message = `the model still called tools after ${run.maxIterations} iterations (maxIterations)`
-          await this.#end(runId, { status: 'failed', error: { code: 'iteration_cap', message }, openCalls: 'error' })
+          await this.#end(runId, { status: 'failed', error: { code: 'iteration_cap', message }, openCalls: 'error' }, { fence })
           return
         }
-        const waiting = await this.#runCalls(run, turn.calls, tools, signal)
-        if (signal.aborted) return await this.#endAborted((await getRun(store.db, runId))!, signal, null, '')
+        const waiting = await this.#runCalls(run, turn.calls, tools, driver)
+        if (signal.aborted) return await this.#endAborted(run, driver, null, '')
         if (waiting) {
-          await this.#requireAction(runId)
+          await this.#requireAction(fence)
           return
         }
         roundDone = true
@@ -462,20 +652,21 @@ export class RunManager {
     tools: Map<string, ToolEntry>,
     messages: ModelMessage[],
     messageId: string,
-    signal: AbortSignal,
+    driver: Driver,
   ): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[] }> {
     const { store } = this.#options
+    const { fence } = driver
+    const signal = driver.loop.signal
     let text = ''
-    const coalescer = new DeltaCoalescer(50, (delta) =>
-      store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })]).then(() => undefined),
-    )
+    // Deltas are fenced too: once the lease has passed, nothing more streams from here.
+    const coalescer = new DeltaCoalescer(50, (delta) => store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })], fence).then(() => undefined))
     const calls: ModelToolCall[] = []
     let usage = { ...run.usage }
     const holdsSlot = await this.#modelSlots.acquire(signal)
     if (!holdsSlot) {
-      // Cancelled while waiting for a slot: the model was never called.
+      // Stopped while waiting for a slot: the model was never called.
       await coalescer.close()
-      await this.#endAborted(run, signal, messageId, '')
+      await this.#endAborted(run, driver, messageId, '')
       return { kind: 'ended' }
     }
     const modelStarted = performance.now()
@@ -492,18 +683,23 @@ export class RunManager {
       modelOutcome = error instanceof ModelError ? error.code : 'internal'
       await coalescer.close()
       if (signal.aborted || (error instanceof ModelError && error.code === 'cancelled')) {
-        await this.#endAborted(run, signal, messageId, text)
+        await this.#endAborted(run, driver, messageId, text)
         return { kind: 'ended' }
       }
       const failure =
         error instanceof ModelError
           ? { code: error.code === 'cancelled' ? 'upstream_error' : error.code, message: error.message, ...(error.upstreamStatus !== undefined && { upstreamStatus: error.upstreamStatus }) }
           : { code: 'internal', message: 'the model call failed' }
-      await store.transaction(async (tx) => {
-        await completeAssistantMessage(tx, messageId, text, null, 'failed')
-        await appendEvents(tx, [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'failed' })])
-      })
-      await this.#end(run.id, { status: 'failed', error: failure, openCalls: 'interrupted', usage })
+      const decisions = await this.#fenced(
+        fence,
+        async (tx, locked) => {
+          await completeAssistantMessage(tx, messageId, text, null, 'failed')
+          await appendEvents(tx, [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'failed' })])
+          return this.#ledger.end(tx, locked, { status: 'failed', error: failure, openCalls: 'interrupted', usage })
+        },
+        { audit: true },
+      )
+      await this.#expireDecisions(decisions)
       return { kind: 'ended' }
     } finally {
       if (holdsSlot) this.#modelSlots.release()
@@ -511,7 +707,7 @@ export class RunManager {
     }
     await coalescer.close()
     if (signal.aborted) {
-      await this.#endAborted(run, signal, messageId, text)
+      await this.#endAborted(run, driver, messageId, text)
       return { kind: 'ended' }
     }
     // The turn and its calls are one checkpoint: message, ledger rows and events in one transaction.
@@ -539,17 +735,17 @@ export class RunManager {
         repeatOf: null,
       }
     })
-    const decisions = await store.transaction(async (tx) => {
+    const decisions = await this.#fenced(fence, async (tx, locked) => {
       const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
       await completeAssistantMessage(tx, messageId, text, stored, 'completed')
       const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
       if (ledger.length === 0) {
         // No calls: the text is the answer, and the run completes in the same transaction.
         await appendEvents(tx, events)
-        return this.#endIn(tx, run.id, { status: 'completed', usage })
+        return this.#ledger.end(tx, locked, { status: 'completed', usage })
       }
       for (const call of ledger) {
-        const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
+        const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? this.#options.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
         call.risk = risk?.risk ?? (call.kind === 'command' ? commandRisk(tools.get(call.name)) : null)
         await insertToolCall(tx, call)
         events.push(
@@ -582,15 +778,16 @@ export class RunManager {
   }
 
   /** Dispatches a round's calls in order. Returns true when any waits for a human or the client. */
-  async #runCalls(run: Run, calls: ToolCallRecord[], tools: Map<string, ToolEntry>, signal: AbortSignal): Promise<boolean> {
+  async #runCalls(run: Run, calls: ToolCallRecord[], tools: Map<string, ToolEntry>, driver: Driver): Promise<boolean> {
     const { store, bus } = this.#options
+    const { fence } = driver
     let waiting = false
     const earlier = await listToolCalls(store.db, run.id)
     for (const call of calls) {
-      if (signal.aborted) return waiting
+      if (driver.loop.signal.aborted) return waiting
       const entry = tools.get(call.name)
       const parsed = parseArguments(call.rawArgs)
-      const fail = (output: JsonValue) => store.transaction((tx) => this.#finishCall(tx, run, call, 'error', output))
+      const fail = (output: JsonValue) => this.#fenced(fence, (tx, locked) => this.#ledger.finish(tx, locked, call, 'error', output))
       if (!entry) {
         await fail({ error: { code: 'unknown_tool', message: `there is no tool named ${call.name}; use one of the offered tools` } })
         continue
@@ -600,10 +797,11 @@ export class RunManager {
         continue
       }
       if (entry.kind === 'client') {
-        this.#callStarts.set(call.id, performance.now())
-        await store.transaction(async (tx) => {
+        this.#ledger.started(call.id)
+        await this.#fenced(fence, async (tx, locked) => {
           await updateToolCall(tx, call.id, { status: 'awaiting_output', started: true })
-          await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
+          await bus.auditClientCall(tx, clientCallAudit(locked, call))
+          await appendEvents(tx, [runEvent(locked, 'tool_call.started', { callId: call.id })])
         })
         waiting = true
         continue
@@ -614,21 +812,33 @@ export class RunManager {
         const hash = hashParams(params)
         const previous = earlier.find((candidate) => candidate.status === 'ok' && candidate.name === call.name && candidate.args !== null && hashParams(candidate.args as { [key: string]: JsonValue }) === hash)
         if (previous) {
-          await store.transaction((tx) => this.#finishCall(tx, run, call, 'ok', previous.output, { repeatOf: previous.id }))
+          await this.#fenced(fence, (tx, locked) => this.#ledger.finish(tx, locked, call, 'ok', previous.output, { repeatOf: previous.id }))
           continue
         }
       }
-      this.#callStarts.set(call.id, performance.now())
-      // The call's own writes ride in the dispatch's transactions: `running` with the dispatch row,
-      // the result (or the wait for a decision) with the dispatch's outcome.
+      this.#ledger.started(call.id)
+      // The call's own writes ride in the dispatch's transactions, fenced by the lease: `running` with
+      // the dispatch row (a driver that lost the lease dispatches nothing), the result (or the wait for
+      // a decision) with the dispatch's outcome (a driver that lost it meanwhile records nothing: the
+      // run's new owner, or whoever ended it, has answered the call).
       let recorded = false
+      let lost = false
+      // Each of the dispatch's transactions fences the run first (before the bus's audit and event locks).
+      let locked: Run | undefined
+      const lock = async (tx: Executor): Promise<void> => {
+        locked = await fenceRun(tx, fence.runId, fence.owner, this.#expiry())
+      }
       const record = async (tx: Executor, outcome: DispatchOutcome): Promise<void> => {
+        recorded = true
+        if (!locked) {
+          lost = true
+          return
+        }
         if (outcome.status === 'awaiting_decision') {
           await updateToolCall(tx, call.id, { status: 'awaiting_decision', dispatchId: outcome.dispatchId, decisionId: outcome.decision.id })
         } else {
-          await this.#applyOutcome(tx, run, call, outcome)
+          await this.#ledger.applyOutcome(tx, locked, call, outcome)
         }
-        recorded = true
       }
       const outcome = await bus.dispatch({
         commandId: entry.command.spec.id,
@@ -641,17 +851,25 @@ export class RunManager {
         callId: call.id,
         idempotencyKey: `${run.id}:${call.id}`,
         approvalPolicy: run.approvalPolicy,
-        signal,
+        signal: driver.calls.signal,
         within: {
+          lock,
           persisted: async (tx) => {
+            if (!locked) throw new LeaseLost()
             await updateToolCall(tx, call.id, { status: 'running', started: true })
-            await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
+            await appendEvents(tx, [runEvent(locked, 'tool_call.started', { callId: call.id })])
           },
           settled: record,
         },
       })
       // A replayed outcome (the dispatch already existed) ran no hook.
-      if (!recorded) await store.transaction((tx) => record(tx, outcome))
+      if (!recorded) {
+        await store.transaction(async (tx) => {
+          await lock(tx)
+          await record(tx, outcome)
+        })
+      }
+      if (lost) throw new LeaseLost()
       if (outcome.status === 'awaiting_decision') {
         waiting = true
         continue
@@ -661,195 +879,167 @@ export class RunManager {
     return waiting
   }
 
-  async #applyOutcome(tx: Executor, run: Run, call: ToolCallRecord, outcome: DispatchOutcome): Promise<void> {
-    if (outcome.status === 'succeeded') return this.#finishCall(tx, run, call, 'ok', outcome.result, { dispatchId: outcome.dispatchId })
-    if (outcome.status === 'awaiting_decision') return
-    const error = outcome.error
-    if (outcome.status === 'rejected' || error.code === 'rejected' || error.code === 'denied') {
-      return this.#finishCall(tx, run, call, 'rejected', { accepted: false, rejected: true, ...(error.code === 'denied' && { reason: error.message }) }, { dispatchId: outcome.dispatchId })
-    }
-    if (outcome.status === 'expired') return this.#finishCall(tx, run, call, 'expired', { accepted: false, expired: true }, { dispatchId: outcome.dispatchId })
-    if (outcome.status === 'cancelled') return this.#finishCall(tx, run, call, 'cancelled', { accepted: false, cancelled: true }, { dispatchId: outcome.dispatchId })
-    return this.#finishCall(tx, run, call, 'error', { error: JSON.parse(JSON.stringify(error)) as JsonValue }, { dispatchId: outcome.dispatchId })
-  }
-
-  /** Writes a call's one terminal result: ledger row, tool message and event, in the caller's transaction. */
-  async #finishCall(
-    tx: Executor,
-    run: Run,
-    call: ToolCallRecord,
-    status: ToolCallStatus,
-    output: JsonValue,
-    extra: { dispatchId?: string | null; repeatOf?: string } = {},
-  ): Promise<void> {
-    const modelText = status === 'ok' && call.commandId ? this.#options.bus.catalog.get(call.commandId)?.modelText : undefined
-    const text = modelText ? modelText(output) : typeof output === 'string' ? output : JSON.stringify(output)
-    const capped = capForModel(text, this.#options.toolOutputLimit ?? 4096)
-    await updateToolCall(tx, call.id, {
-      status,
-      output,
-      modelOutput: capped.text,
-      modelTruncated: capped.truncated,
-      ...(extra.dispatchId !== undefined && { dispatchId: extra.dispatchId }),
-      ...(extra.repeatOf !== undefined && { repeatOf: extra.repeatOf }),
-    })
-    await insertToolMessage(tx, run, call.id, capped.text)
-    this.#options.observer?.toolCall?.({ status })
-    const started = this.#callStarts.get(call.id)
-    this.#callStarts.delete(call.id)
-    await appendEvents(tx, [
-      runEvent(run, 'tool_call.completed', {
-        callId: call.id,
-        status,
-        output,
-        modelTruncated: capped.truncated,
-        durationMs: started === undefined ? null : Math.round(performance.now() - started),
-        ...(extra.repeatOf && { repeatOf: extra.repeatOf }),
-      }),
-    ])
-  }
-
-  async #requireAction(runId: string): Promise<void> {
-    const { store } = this.#options
-    await store.transaction(async (tx) => {
-      const run = await lockRun(tx, runId)
-      if (!run || run.status !== 'running') return
-      const requiredAction = await this.#requiredAction(tx, runId)
-      const updated = await updateRun(tx, runId, { status: 'requires_action', phase: null, requiredAction, lease: null })
-      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction })])
+  /** The round waits for humans or the client: the lease is given up until every call is answered. */
+  async #requireAction(fence: RunFence): Promise<void> {
+    await this.#fenced(fence, async (tx) => {
+      const requiredAction = await this.#ledger.requiredAction(tx, fence.runId)
+      const updated = await updateRun(tx, fence.runId, { status: 'requires_action', phase: null, requiredAction, lease: null, waiting: true })
+      await appendEvents(tx, [runEvent(updated, 'run.status', { runId: fence.runId, status: updated.status, phase: null, requiredAction })])
     })
   }
 
-  async #requiredAction(db: Executor, runId: string): Promise<JsonValue> {
-    const calls = await listToolCalls(db, runId)
-    return {
-      decisions: calls
-        .filter((call) => call.status === 'awaiting_decision')
-        .map((call) => ({ decisionId: call.decisionId, callId: call.id, commandId: call.commandId, name: call.name, args: call.args, risk: call.risk })),
-      toolOutputs: calls.filter((call) => call.status === 'awaiting_output').map((call) => ({ callId: call.id, name: call.name, args: call.args })),
-    }
-  }
-
-  /** A decision about one of a run's calls: record its result, and continue once nothing is awaited. */
-  async #onDecision(decision: DecisionView, outcome: DispatchOutcome | null): Promise<void> {
-    const { store } = this.#options
+  /**
+   * A decision about one of a run's calls, inside the bus's transaction that records it: the call's
+   * result is written there, so an executed call can never end up marked otherwise. A decision that
+   * expired while its run waited ends the run `expired` (SPEC §6.1).
+   */
+  async #settleDecision(tx: Executor, decision: DecisionView, outcome: DispatchOutcome | null): Promise<void> {
     const runId = decision.runId!
-    await store.transaction(async (tx) => {
-      const run = await lockRun(tx, runId)
-      if (!run) return
-      const call = (await listToolCalls(tx, runId)).find((candidate) => candidate.decisionId === decision.id)
-      if (!call || call.status !== 'awaiting_decision') return
-      if (decision.status === 'expired' || !outcome) {
-        await this.#finishCall(tx, run, call, 'expired', { accepted: false, expired: true })
-      } else if (decision.status === 'rejected') {
-        await this.#finishCall(tx, run, call, 'rejected', { accepted: false, rejected: true })
-      } else {
-        await this.#applyOutcome(tx, run, call, outcome)
-      }
+    const run = await lockRun(tx, runId)
+    if (!run || terminalRunStatuses.includes(run.status)) return
+    const call = (await listToolCalls(tx, runId)).find((candidate) => candidate.decisionId === decision.id)
+    if (!call || call.status !== 'awaiting_decision') return
+    if (decision.status === 'expired' || !outcome) {
       if (run.status === 'requires_action') {
-        const requiredAction = await this.#requiredAction(tx, runId)
-        const updated = await updateRun(tx, runId, { requiredAction })
-        await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction })])
+        await this.#ledger.end(tx, run, { status: 'expired', openCalls: 'expired' })
+        return
       }
-    })
+      await this.#ledger.finish(tx, run, call, 'expired', { accepted: false, expired: true })
+    } else if (decision.status === 'rejected') {
+      await this.#ledger.finish(tx, run, call, 'rejected', { accepted: false, rejected: true })
+    } else {
+      await this.#ledger.applyOutcome(tx, run, call, outcome)
+    }
+    if (run.status === 'requires_action') {
+      const requiredAction = await this.#ledger.requiredAction(tx, runId)
+      const updated = await updateRun(tx, runId, { requiredAction })
+      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction })])
+    }
+  }
+
+  /** After a decision committed: continue the run once nothing is awaited, or tidy up after it ended. */
+  async #afterDecision(runId: string): Promise<void> {
+    const run = await getRun(this.#options.store.db, runId)
+    if (!run) return
+    if (terminalRunStatuses.includes(run.status)) {
+      this.#waiting.delete(runId)
+      await this.#expireDecisions(await pendingDecisionIds(this.#options.store.db, runId))
+      await this.#startNext(run.conversationId)
+      return
+    }
     await this.#resumeIfAnswered(runId)
+  }
+
+  /** The cancel signal of a waiting run, for a command a human approved. */
+  #waitSignal(runId: string): AbortSignal {
+    let controller = this.#waiting.get(runId)
+    if (!controller || controller.signal.aborted) {
+      controller = new AbortController()
+      this.#waiting.set(runId, controller)
+    }
+    return controller.signal
   }
 
   async #resumeIfAnswered(runId: string): Promise<void> {
     const { store } = this.#options
+    const lease = this.#stopping ? null : this.#newLease()
     const resumed = await store.transaction(async (tx) => {
       const run = await lockRun(tx, runId)
       if (!run || run.status !== 'requires_action') return undefined
-      const open = (await listToolCalls(tx, runId)).filter((call) => call.status === 'awaiting_decision' || call.status === 'awaiting_output' || call.status === 'pending')
+      const open = (await listToolCalls(tx, runId)).filter((call) => openStatuses.includes(call.status))
       if (open.length > 0) return undefined
-      const updated = await updateRun(tx, runId, { status: 'running', phase: 'tool_done', requiredAction: null, lease: this.#lease() })
+      // Stopping: the run continues with no lease, so the next sweeper (here after a restart, or elsewhere) drives it.
+      const updated = await updateRun(tx, runId, { status: 'running', phase: 'tool_done', requiredAction: null, lease, waiting: false })
       await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
       return updated
     })
-    if (resumed && !this.#controllers.has(runId)) this.#spawn(runId)
+    if (!resumed) return
+    this.#waiting.delete(runId)
+    if (lease) this.#spawn(runId, lease.owner)
   }
 
-  async #endAborted(run: Run, signal: AbortSignal, messageId: string | null, text: string): Promise<void> {
-    const reason = String(signal.reason ?? 'cancelled')
-    if (messageId) {
-      await this.#options.store.transaction(async (tx) => {
-        await completeAssistantMessage(tx, messageId, text, null, 'cancelled')
-        await appendEvents(tx, [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'cancelled' })])
-      })
-    }
+  /**
+   * The driver was stopped. Cancelled: the run ends cancelled (partial text kept). Shutdown: the round
+   * is checkpointed and the lease released, for the next server to resume. Lease lost: nothing is
+   * written — the run belongs to someone else now.
+   */
+  async #endAborted(run: Run, driver: Driver, messageId: string | null, text: string): Promise<void> {
+    const reason = String(driver.loop.signal.reason ?? 'cancelled')
+    if (reason === 'lease_lost') throw new LeaseLost()
     if (reason === 'shutdown') {
-      await this.#end(run.id, { status: 'failed', error: { code: 'interrupted', message: 'the server shut down during the run' }, openCalls: 'interrupted' })
-    } else {
-      // A superseded run's open calls expire (SPEC §6.1); a cancelled one's are cancelled.
-      await this.#end(run.id, { status: 'cancelled', reason, openCalls: reason === 'superseded' ? 'expired' : 'cancelled' })
+      await this.#fenced(driver.fence, async (tx, locked) => {
+        if (messageId) {
+          await completeAssistantMessage(tx, messageId, text, null, 'interrupted')
+          await appendEvents(tx, [runEvent(locked, 'message.completed', { messageId, content: text, toolCalls: null, status: 'interrupted' })])
+        }
+        // The cut-off round is asked again on resume.
+        await updateRun(tx, run.id, { lease: null, ...(messageId && { iteration: Math.max(0, locked.iteration - 1) }) })
+      })
+      return
     }
+    const decisions = await this.#fenced(
+      driver.fence,
+      async (tx, locked) => {
+        if (messageId) {
+          await completeAssistantMessage(tx, messageId, text, null, 'cancelled')
+          await appendEvents(tx, [runEvent(locked, 'message.completed', { messageId, content: text, toolCalls: null, status: 'cancelled' })])
+        }
+        return this.#ledger.end(tx, locked, this.#cancelEnd(reason))
+      },
+      { audit: true },
+    )
+    await this.#expireDecisions(decisions)
   }
 
   /**
    * Ends a run: every open call gets its terminal result, pending decisions expire, the run's
    * terminal state and event are written — all before anything else happens in the conversation.
+   * With a fence, only while that lease holds (LeaseLost otherwise); without, under the row lock,
+   * and `announce` tells a driver elsewhere to stop.
    */
-  async #end(runId: string, end: RunEnd): Promise<void> {
-    const decisions = await this.#options.store.transaction((tx) => this.#endIn(tx, runId, end))
+  async #end(runId: string, end: RunEnd, options: { fence?: RunFence; announce?: boolean } = {}): Promise<void> {
+    const decisions = await this.#options.store.transaction(async (tx) => {
+      const run = options.fence ? await this.#fence(tx, options.fence) : await lockRun(tx, runId)
+      if (!run || terminalRunStatuses.includes(run.status)) return []
+      await lockAuditLog(tx)
+      const expire = await this.#ledger.end(tx, run, end)
+      if (options.announce) await announceRunEnded(tx, runId)
+      return expire
+    })
     await this.#expireDecisions(decisions)
   }
 
   /** Decisions of an ended run can no longer be answered. */
   async #expireDecisions(decisionIds: string[]): Promise<void> {
-    for (const decisionId of decisionIds) await this.#options.bus.expireDecision(decisionId).catch(() => undefined)
-  }
-
-  /** `#end` inside the caller's transaction; returns the decisions to expire once it commits. */
-  async #endIn(tx: Executor, runId: string, end: RunEnd): Promise<string[]> {
-    const decisions: string[] = []
-    const run = await lockRun(tx, runId)
-    if (!run || terminalRunStatuses.includes(run.status)) return decisions
-    for (const call of await listToolCalls(tx, runId)) {
-      if (!['pending', 'running', 'awaiting_decision', 'awaiting_output'].includes(call.status)) continue
-      if (call.decisionId) decisions.push(call.decisionId)
-      const status = end.openCalls ?? 'cancelled'
-      const code = status === 'error' ? String(end.error?.code ?? 'error') : status
-      const output: JsonValue =
-        call.kind === 'client' ? { accepted: false, [code]: true } : { error: { code, message: `the run ended (${end.reason ?? (status === 'error' ? code : end.status)}) before this call finished` } }
-      await this.#finishCall(tx, run, call, status, output)
+    for (const decisionId of decisionIds) {
+      await this.#options.bus.expireDecision(decisionId).catch((error: unknown) => this.#options.log.warn('could not expire a decision of an ended run', { decisionId, error: String(error) }))
     }
-    // A turn that was streaming when the run ended (a crash) is closed, not left streaming.
-    await closeStreamingMessages(tx, runId, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
-    const updated = await updateRun(tx, runId, {
-      status: end.status,
-      phase: null,
-      requiredAction: null,
-      ended: true,
-      lease: null,
-      ...(end.error && { error: end.error }),
-      ...(end.reason && { cancelReason: end.reason }),
-      ...(end.usage && { usage: end.usage }),
-    })
-    const terminal =
-      end.status === 'completed'
-        ? runEvent(updated, 'run.completed', { runId, usage: updated.usage })
-        : end.status === 'failed'
-          ? runEvent(updated, 'run.failed', { runId, error: updated.error })
-          : end.status === 'cancelled'
-            ? runEvent(updated, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
-            : runEvent(updated, 'run.expired', { runId })
-    await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null }), terminal])
-    this.#options.observer?.runEnded?.({ status: end.status, durationMs: updated.startedAt ? Date.now() - Date.parse(updated.startedAt) : null })
-    return decisions
   }
 
-  /** The model's tools: exposed commands (the project's subset, when it sets one) plus the run's client tools. */
-  #toolTable(run: Run): Map<string, ToolEntry> {
-    const table = new Map<string, ToolEntry>()
-    const allowed = run.profile.tools === null ? null : new Set(run.profile.tools)
+  /** Exposed commands the agent may call (the project's subset, when it sets one), with their tool names. */
+  *#commandTools(subset: string[] | null): Generator<{ toolName: string; commandId: string; command: RegisteredCommand }> {
+    const allowed = subset === null ? null : new Set(subset)
     for (const command of this.#options.bus.catalog.list()) {
-      if (!command.toolName) continue
+      const toolName = command.toolName
+      if (!toolName) continue
       if (allowed && !allowed.has(command.spec.id)) continue
       if (command.spec.entrances && !command.spec.entrances.includes('agent')) continue
+      yield { toolName, commandId: command.spec.id, command }
+    }
+  }
+
+  /**
+   * The model's tools: exposed commands plus the run's client tools. An owner who may only read the
+   * project (shared read-only) is offered the read-only commands alone: the others would be refused.
+   */
+  #toolTable(run: Run, writable = true): Map<string, ToolEntry> {
+    const table = new Map<string, ToolEntry>()
+    for (const { command, toolName } of this.#commandTools(run.profile.tools)) {
+      if (!writable && !command.spec.idempotent) continue
       // Providers get a projection; the command's own schema is still enforced on dispatch.
       const projected = projectToolSchema(command.spec.paramsSchema)
       const description = projected.descriptionSuffix ? `${command.spec.description}\n\n${projected.descriptionSuffix}` : command.spec.description
-      table.set(command.toolName, { kind: 'command', command, tool: { name: command.toolName, description, parameters: projected.parameters } })
+      table.set(toolName, { kind: 'command', command, tool: { name: toolName, description, parameters: projected.parameters } })
     }
     for (const tool of (run.clientTools as unknown as ModelTool[]) ?? []) table.set(tool.name, { kind: 'client', tool })
     return table
@@ -887,8 +1077,17 @@ export class RunManager {
     return [{ role: 'system', content: system }, ...history, ...(atCap ? [{ role: 'system' as const, content: capPrompt }] : [])]
   }
 
-  #lease(): { owner: string; expiresAt: Date } {
-    return { owner: this.#instanceId, expiresAt: new Date(Date.now() + (this.#options.leaseMs ?? 30_000)) }
+  #leaseMs(): number {
+    return this.#options.leaseMs ?? 30_000
+  }
+
+  #expiry(): Date {
+    return new Date(Date.now() + this.#leaseMs())
+  }
+
+  /** A new fencing token: one per acquisition, so even this process's own stale driver is fenced out. */
+  #newLease(): { owner: string; expiresAt: Date } {
+    return { owner: `${this.#instanceId}.${++this.#leaseSeq}`, expiresAt: this.#expiry() }
   }
 }
 

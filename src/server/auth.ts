@@ -2,6 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto'
 import type { FastifyRequest } from 'fastify'
 import { authenticateToken, touchToken, type Store, type User } from '../store/index.js'
 import { HttpProblem } from './problem.js'
+import type { TokenCache } from './token-cache.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -22,13 +23,17 @@ export function bearerToken(request: FastifyRequest): string | undefined {
 }
 
 /** An onRequest hook that authenticates `/api` callers by bearer token (401 otherwise). */
-export function createUserAuth(store: Store): (request: FastifyRequest) => Promise<void> {
+export function createUserAuth(store: Store, cache?: TokenCache): (request: FastifyRequest) => Promise<void> {
   const lastTouched = new Map<string, number>()
   return async (request) => {
     const token = bearerToken(request)
     if (!token) throw new HttpProblem('unauthorized', 'missing bearer token')
-    const found = await authenticateToken(store.db, token)
-    if (!found) throw new HttpProblem('unauthorized', 'invalid, revoked or disabled token')
+    let found = cache?.get(token)
+    if (!found) {
+      found = await authenticateToken(store.db, token)
+      if (!found) throw new HttpProblem('unauthorized', 'invalid, revoked or disabled token')
+      cache?.set(token, found)
+    }
     request.user = found.user
     request.tokenId = found.tokenId
     // Record use at most once a minute per token, off the request path.

@@ -17,6 +17,7 @@ import type { Ingestor, Retriever } from '../rag/index.js'
 import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
+import { TokenCache } from './token-cache.js'
 import { handleError, requestPath } from './error-handler.js'
 import { guardHostileInput } from './hostile-input.js'
 import { registerMetrics } from './metrics.js'
@@ -213,7 +214,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   const metrics = registerMetrics(app, options.metrics)
   registerHealthRoutes(app, deps, metrics, { token: options.metricsToken, openWithoutToken: isLoopback(options.host ?? '127.0.0.1') })
 
-  const userAuth = createUserAuth(options.store)
+  // Token lookups are cached; revocations and disabled users (from any instance) drop them at once.
+  const userAuth = createUserAuth(options.store, new TokenCache(options.store.access))
   await app.register(
     async (api) => {
       api.decorateRequest('user', null)

@@ -49,6 +49,15 @@ const tails = new WeakMap<object, { hash: string }>()
  * appends until commit, so every entry links to the one committed just before it; a transaction's
  * later entries link to its own previous one without reading the tail again.
  */
+/**
+ * Takes the audit chain's lock now (it is held until the transaction ends; appending later re-enters
+ * it). For transactions that may append to the audit log after other writes: taking it before the
+ * event log's lock keeps one lock order everywhere (rows, audit chain, event log).
+ */
+export async function lockAuditLog(tx: Executor): Promise<void> {
+  await sql`select pg_advisory_xact_lock(748203)`.execute(tx)
+}
+
 export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Promise<AuditEntry> {
   if (!tx.isTransaction) throw new Error('appendAuditEntry must run inside a transaction')
   let tail = tails.get(tx)

@@ -205,6 +205,8 @@ export interface RunsTable {
   ended_at: NullableTimestamp
   knowledge: NullableJson
   profile: NullableJson
+  resumes: Generated<number>
+  waiting_since: NullableTimestamp
 }
 
 export interface RunToolCallsTable {

@@ -83,6 +83,12 @@ export async function resolveDecision(
   return row && toDecision(row)
 }
 
+/** A run's decisions still pending (to expire once the run has ended). */
+export async function pendingDecisionIds(db: Executor, runId: string): Promise<string[]> {
+  const rows = await db.selectFrom('decisions').select('id').where('run_id', '=', runId).where('status', '=', 'pending').execute()
+  return rows.map((row) => row.id)
+}
+
 /** Decisions a user may see: those in projects or conversations given, or their own. */
 export async function listDecisions(
   db: Executor,

@@ -168,6 +168,6 @@ export async function findOrphanedDispatches(db: Executor, options: { all: boole
 
 /** Locks a dispatch row for the rest of the transaction and reads it. */
 export async function lockDispatch(tx: Executor, id: string): Promise<DispatchRecord | undefined> {
-  const row = await tx.selectFrom('dispatches').selectAll().where('id', '=', id).forUpdate().executeTakeFirst()
+  const row = await tx.selectFrom('dispatches').selectAll().where('id', '=', id).forNoKeyUpdate().executeTakeFirst()
   return row && toDispatch(row)
 }

@@ -54,15 +54,21 @@ export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<Ev
   return records
 }
 
+/** A run's lease: events appended under it are dropped once the lease has passed to someone else. */
+export interface RunFence {
+  runId: string
+  owner: string
+}
+
 /**
  * Appends events on their own: one statement, so one implicit transaction that holds the lock
  * until it commits (for events that change nothing else, such as streamed deltas).
  */
-export function appendEventsAlone(db: Executor, events: NewEvent[], tag: string): Promise<EventRecord[]> {
-  return insertEvents(db, events, tag)
+export function appendEventsAlone(db: Executor, events: NewEvent[], tag: string, fence?: RunFence): Promise<EventRecord[]> {
+  return insertEvents(db, events, tag, fence)
 }
 
-async function insertEvents(db: Executor, events: NewEvent[], tag: string): Promise<EventRecord[]> {
+async function insertEvents(db: Executor, events: NewEvent[], tag: string, fence?: RunFence): Promise<EventRecord[]> {
   if (events.length === 0) return []
   // One round trip: the lock is taken in the FROM clause, so before any row (and its id) is produced;
   // the NOTIFY is queued by RETURNING (identical notifications in a transaction collapse into one).
@@ -77,6 +83,7 @@ async function insertEvents(db: Executor, events: NewEvent[], tag: string): Prom
     select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size
     from (select pg_advisory_xact_lock(748202)) as lock,
          (values ${sql.join(values)}) as v (type, project_id, conversation_id, run_id, user_id, data, size)
+    ${fence ? sql`where exists (select 1 from runs where id = ${fence.runId} and lease_owner = ${fence.owner} and status = 'running')` : sql``}
     returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified`.execute(db)
   return rows.map(toEventRecord).sort((a, b) => a.id - b.id)
 }

@@ -4,9 +4,10 @@ import { Kysely, PostgresDialect, sql, type PostgresPool } from 'kysely'
 import pg from 'pg'
 import type { Database, Executor } from './database.js'
 import { AccessSignals, accessChannel } from './access-signals.js'
+import { RunSignals, runsChannel } from './run-signals.js'
 import { EventFeed } from './event-feed.js'
 import { SettingsSignals, settingsChannel } from './settings-repository.js'
-import { appendEventsAlone, eventsChannel, trackAppends, type EventRecord, type NewEvent } from './event-log.js'
+import { appendEventsAlone, eventsChannel, trackAppends, type EventRecord, type NewEvent, type RunFence } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import { lockDataDir } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
@@ -36,11 +37,16 @@ export interface Store {
   readonly access: AccessSignals
   /** Operator settings changed by any instance. */
   readonly settings: SettingsSignals
+  /** Runs ended by an instance that does not drive them (their driver must stop). */
+  readonly runs: RunSignals
   readonly migrations: MigrationResult
   /** Runs `fn` in one transaction. */
   transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T>
-  /** Appends events that go with no other change, in one statement (its own transaction). */
-  appendEvents(events: NewEvent[]): Promise<EventRecord[]>
+  /**
+   * Appends events that go with no other change, in one statement (its own transaction). With a
+   * fence, nothing is appended unless that lease still holds the run.
+   */
+  appendEvents(events: NewEvent[], fence?: RunFence): Promise<EventRecord[]>
   /** Throws when the database does not answer. */
   ping(): Promise<void>
   close(): Promise<void>
@@ -54,9 +60,10 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: connection.pool }) })
     const access = new AccessSignals()
     const settings = new SettingsSignals()
+    const runs = new RunSignals()
     // One listening connection carries every channel; it starts and stops with the feed.
     const feed = new EventFeed(db, (onEvents) =>
-      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.deliver(payload), [settingsChannel]: (payload) => settings.deliver(payload) }),
+      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.deliver(payload), [settingsChannel]: (payload) => settings.deliver(payload), [runsChannel]: (payload) => runs.deliver(payload) }),
     )
     await feed.start()
     return {
@@ -65,6 +72,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       feed,
       access,
       settings,
+      runs,
       migrations,
       transaction: async (fn) => {
         const appended: EventRecord[] = []
@@ -75,8 +83,8 @@ export async function openStore(options: StoreOptions): Promise<Store> {
         if (appended.length > 0) feed.deliverCommitted(appended)
         return result
       },
-      appendEvents: async (events) => {
-        const appended = await appendEventsAlone(db, events, feed.tag)
+      appendEvents: async (events, fence) => {
+        const appended = await appendEventsAlone(db, events, feed.tag, fence)
         feed.deliverCommitted(appended)
         return appended
       },

@@ -28,6 +28,13 @@ export interface Run {
   knowledge: JsonValue | null
   /** The project's profile as the run started with it, with the run's parameter overrides. */
   profile: RunProfile
+  /** The fencing token of the instance driving the run (null when nobody holds it). */
+  leaseOwner: string | null
+  leaseExpiresAt: string | null
+  /** Automatic resumes after a crash or shutdown so far. */
+  resumes: number
+  /** Since when the run waits for humans or client tools (its action TTL runs from here). */
+  waitingSince: string | null
 }
 
 /** What a run was started with: the project's prompt and tool subset, the effective parameters. */
@@ -64,7 +71,10 @@ export async function createRun(
   input: NewRun,
   options: { allowQueue: boolean; lease: { owner: string; expiresAt: Date } },
 ): Promise<{ run: Run } | { active: Run }> {
-  await sql`select id from conversations where id = ${input.conversationId} for update`.execute(tx)
+  // NO KEY UPDATE: serializes run creation in the conversation without blocking the foreign-key checks of
+  // concurrent inserts there (a tool message waiting on this lock while holding the event log's lock
+  // deadlocked with this transaction waiting for that lock).
+  await sql`select id from conversations where id = ${input.conversationId} for no key update`.execute(tx)
   const active = await tx
     .selectFrom('runs')
     .selectAll()
@@ -116,7 +126,7 @@ export async function getRun(db: Executor, id: string): Promise<Run | undefined>
 
 /** Locks a run row for a state change (the caller is in a transaction). */
 export async function lockRun(tx: Executor, id: string): Promise<Run | undefined> {
-  const row = await tx.selectFrom('runs').selectAll().where('id', '=', id).forUpdate().executeTakeFirst()
+  const row = await tx.selectFrom('runs').selectAll().where('id', '=', id).forNoKeyUpdate().executeTakeFirst()
   return row && toRun(row)
 }
 
@@ -132,6 +142,8 @@ export interface RunPatch {
   ended?: boolean
   lease?: { owner: string; expiresAt: Date } | null
   knowledge?: JsonValue | null
+  /** Set to now when the run starts waiting for humans or client tools; null when it stops. */
+  waiting?: boolean
 }
 
 export async function updateRun(tx: Executor, id: string, patch: RunPatch): Promise<Run> {
@@ -150,6 +162,7 @@ export async function updateRun(tx: Executor, id: string, patch: RunPatch): Prom
       ...(patch.ended && { ended_at: new Date() }),
       ...(patch.lease !== undefined && { lease_owner: patch.lease?.owner ?? null, lease_expires_at: patch.lease?.expiresAt ?? null }),
       ...(patch.knowledge !== undefined && { knowledge: patch.knowledge === null ? null : JSON.stringify(patch.knowledge) }),
+      ...(patch.waiting !== undefined && { waiting_since: patch.waiting ? new Date() : null }),
     })
     .where('id', '=', id)
     .returningAll()
@@ -165,21 +178,91 @@ export async function nextQueuedRun(db: Executor, conversationId: string): Promi
   return first && toRun(first)
 }
 
-/** Running runs whose lease ran out (their process died), for the sweeper. */
+/** Running runs whose lease ran out or was released (their driver stopped), for the sweeper. */
 export async function findRunsWithExpiredLease(db: Executor, now: Date): Promise<Run[]> {
   const rows = await db
     .selectFrom('runs')
     .selectAll()
     .where('status', '=', 'running')
     .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', now)]))
+    .orderBy('id')
+    .limit(500)
     .execute()
   return rows.map(toRun)
 }
 
 /** Runs waiting (for humans or client tools) since before `since`. */
 export async function findRunsWaitingSince(db: Executor, since: Date): Promise<Run[]> {
-  const rows = await db.selectFrom('runs').selectAll().where('status', '=', 'requires_action').where('updated_at', '<', since).execute()
+  const rows = await db.selectFrom('runs').selectAll().where('status', '=', 'requires_action').where('waiting_since', '<', since).orderBy('id').limit(500).execute()
   return rows.map(toRun)
+}
+
+/** Conversations whose oldest queued run could start (nothing else there is active), e.g. after a restart. */
+export async function findStartableQueues(db: Executor): Promise<string[]> {
+  const { rows } = await sql<{ conversation_id: string }>`
+    select distinct q.conversation_id from runs q
+    where q.status = 'queued'
+      and not exists (select 1 from runs a where a.conversation_id = q.conversation_id and a.status in ('running', 'requires_action'))
+    limit 500`.execute(db)
+  return rows.map((row) => row.conversation_id)
+}
+
+/**
+ * The fence of every write a run's driver makes: renews the lease and locks the row, but only while
+ * `owner` still holds it and the run is running. Undefined means the lease has passed to someone else
+ * (or the run ended elsewhere): the caller must stop without writing.
+ */
+export async function fenceRun(tx: Executor, id: string, owner: string, expiresAt: Date): Promise<Run | undefined> {
+  const row = await tx
+    .updateTable('runs')
+    .set({ lease_expires_at: expiresAt })
+    .where('id', '=', id)
+    .where('lease_owner', '=', owner)
+    .where('status', '=', 'running')
+    .returningAll()
+    .executeTakeFirst()
+  return row && toRun(row)
+}
+
+/** The heartbeat: true while `owner` still holds the lease. */
+export async function renewLease(db: Executor, id: string, owner: string, expiresAt: Date): Promise<boolean> {
+  const result = await db
+    .updateTable('runs')
+    .set({ lease_expires_at: expiresAt })
+    .where('id', '=', id)
+    .where('lease_owner', '=', owner)
+    .where('status', '=', 'running')
+    .executeTakeFirst()
+  return Number(result.numUpdatedRows) > 0
+}
+
+/** Gives a running run's lease up (graceful shutdown): the next sweeper, here or elsewhere, resumes it. */
+export async function releaseLease(tx: Executor, id: string, owner: string): Promise<boolean> {
+  const result = await tx
+    .updateTable('runs')
+    .set({ lease_owner: null, lease_expires_at: null })
+    .where('id', '=', id)
+    .where('lease_owner', '=', owner)
+    .where('status', '=', 'running')
+    .executeTakeFirst()
+  return Number(result.numUpdatedRows) > 0
+}
+
+/**
+ * Takes a running run over from a driver that stopped: succeeds only if, under the row lock, the run
+ * is still running and its lease still passed (`before`) — the check a sweeper racing a heartbeat needs.
+ * Counts the resume.
+ */
+export async function takeOverRun(tx: Executor, id: string, lease: { owner: string; expiresAt: Date }, before: Date): Promise<Run | undefined> {
+  const row = await tx
+    .updateTable('runs')
+    .set((eb) => ({ lease_owner: lease.owner, lease_expires_at: lease.expiresAt, resumes: eb('resumes', '+', 1), updated_at: new Date() }))
+    .where('id', '=', id)
+    .where('status', '=', 'running')
+    .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', before)]))
+    .returningAll()
+    .executeTakeFirst()
+  return row && toRun(row)
 }
 
 // --- messages --------------------------------------------------------------------------------
@@ -202,7 +285,7 @@ export async function completeAssistantMessage(
   id: string,
   content: string,
   toolCalls: StoredToolCall[] | null,
-  status: 'completed' | 'cancelled' | 'failed',
+  status: 'completed' | 'cancelled' | 'failed' | 'interrupted',
 ): Promise<void> {
   await tx
     .updateTable('messages')
@@ -211,18 +294,41 @@ export async function completeAssistantMessage(
     .execute()
 }
 
-/** Marks a run's assistant messages still `streaming` with a final status. */
 /**
  * Closes a run's messages still streaming. Text streamed before a crash lives only in the
  * `message.delta` events; it becomes the message's content rather than being lost.
  */
-export async function closeStreamingMessages(tx: Executor, runId: string, status: 'cancelled' | 'interrupted'): Promise<void> {
-  await sql`
+/** Closes a run's streaming assistant messages (a turn cut off); returns how many there were. */
+export async function closeStreamingMessages(tx: Executor, runId: string, status: 'cancelled' | 'interrupted'): Promise<number> {
+  const result = await sql`
     update messages m set status = ${status}, content = coalesce(nullif(m.content, ''), (
       select string_agg(e.data->>'text', '' order by e.id) from events e
       where e.run_id = m.run_id and e.type = 'message.delta' and e.data->>'messageId' = m.id
     ), m.content)
     where m.run_id = ${runId} and m.status = 'streaming'`.execute(tx)
+  return Number(result.numAffectedRows ?? 0)
+}
+
+/** Runs left waiting with nothing awaited any more (a stop between the last answer and the resume). */
+export async function findAnsweredWaitingRuns(db: Executor): Promise<Run[]> {
+  const rows = await db
+    .selectFrom('runs as r')
+    .selectAll('r')
+    .where('r.status', '=', 'requires_action')
+    .where((eb) =>
+      eb.not(
+        eb.exists(
+          eb
+            .selectFrom('run_tool_calls as c')
+            .select('c.id')
+            .whereRef('c.run_id', '=', 'r.id')
+            .where('c.status', 'in', ['pending', 'running', 'awaiting_decision', 'awaiting_output']),
+        ),
+      ),
+    )
+    .limit(500)
+    .execute()
+  return rows.map(toRun)
 }
 
 /** The active run (queued, running or waiting) of each conversation that has one. */
@@ -287,6 +393,42 @@ export async function readTranscript(db: Executor, conversationId: string): Prom
     toolCallId: row.tool_call_id,
     status: row.status,
   }))
+}
+
+/**
+ * The newest messages of a conversation that fit in `maxChars` (content and tool calls, plus a little
+ * for each message's frame), oldest first — what a model call can be shown at most. Reads at most
+ * `maxRows` rows however long the conversation, so a round's cost does not grow with its length.
+ */
+export async function readTranscriptTail(db: Executor, conversationId: string, maxChars: number, maxRows = 2000): Promise<TranscriptMessage[]> {
+  const { rows } = await sql<MessageRow>`
+    select id, role, content, tool_calls, tool_call_id, status from (
+      select m.*, sum(coalesce(length(m.content), 0) + coalesce(length(m.tool_calls::text), 0) + 64) over (order by m.id desc) as through
+      from (select * from messages where conversation_id = ${conversationId} order by id desc limit ${maxRows}) m
+    ) t
+    where t.through - (coalesce(length(t.content), 0) + coalesce(length(t.tool_calls::text), 0) + 64) < ${maxChars}
+    order by id`.execute(db)
+  return rows.map(toTranscriptMessage)
+}
+
+interface MessageRow {
+  id: string
+  role: TranscriptMessage['role']
+  content: string | null
+  tool_calls: JsonValue | null
+  tool_call_id: string | null
+  status: string
+}
+
+function toTranscriptMessage(row: MessageRow): TranscriptMessage {
+  return {
+    id: row.id,
+    role: row.role,
+    content: row.content,
+    toolCalls: (row.tool_calls as StoredToolCall[] | null) ?? null,
+    toolCallId: row.tool_call_id,
+    status: row.status,
+  }
 }
 
 // --- the tool-call ledger ----------------------------------------------------------------------
@@ -437,6 +579,10 @@ interface RunRow {
   ended_at: Date | null
   knowledge: JsonValue | null
   profile: JsonValue | null
+  lease_owner: string | null
+  lease_expires_at: Date | null
+  resumes: number
+  waiting_since: Date | null
 }
 
 function toRun(row: RunRow): Run {
@@ -462,6 +608,10 @@ function toRun(row: RunRow): Run {
     endedAt: row.ended_at?.toISOString() ?? null,
     knowledge: row.knowledge,
     profile: toProfile(row.profile),
+    leaseOwner: row.lease_owner,
+    leaseExpiresAt: row.lease_expires_at?.toISOString() ?? null,
+    resumes: row.resumes,
+    waitingSince: row.waiting_since?.toISOString() ?? null,
   }
 }
 

@@ -20,3 +20,8 @@ export type StoreErrorCode =
   | 'migration_failed'
   | 'migrations_pending'
   | 'vector_unavailable'
+
+/** Whether a database error is a unique-constraint violation (e.g. a second active run in a conversation). */
+export function isUniqueViolation(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '23505'
+}

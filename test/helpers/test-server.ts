@@ -46,9 +46,9 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; leaseMs?: number; highRiskKeywords?: string[] } = {},
 ): Promise<TestServer> {
-  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
+  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, leaseMs, highRiskKeywords, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
   // Work directories live here; removed when the server closes (unless the test chose the directory).
   const ownDataDir = overrides.dataDir === undefined
   const dataDir = overrides.dataDir ?? (await mkdtemp(join(tmpdir(), 'plinth-test-data-')))
@@ -57,10 +57,10 @@ export async function startTestServer(
   const exec = { ...execOverrides }
   const logger = serverOverrides.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
   await prepareEmbeddings(store, embedder)
-  const { bus, access, retriever, ingestor, exec: execService } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder })
+  const { bus, access, retriever, ingestor, exec: execService } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder, ...(serverOverrides.fullModeTtlMs !== undefined && { fullModeTtlMs: serverOverrides.fullModeTtlMs }), ...(highRiskKeywords && { highRiskKeywords }) })
   await ingestor.start()
   const metrics = new Registry()
-  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }), ...(llmConcurrency !== undefined && { llmConcurrency }) })
+  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }), ...(llmConcurrency !== undefined && { llmConcurrency }), ...(leaseMs !== undefined && { leaseMs }) })
   const app = await buildServer({
     store,
     bus,
@@ -100,6 +100,8 @@ export async function startTestServer(
     },
     async revoke(user) {
       await revokeToken(store.db, user.tokenId)
+      // As the admin route does: this instance's token cache forgets it at once (others hear the notification).
+      store.access.deliver(`token:${user.tokenId}`)
     },
     async request(method, path, options = {}) {
       const headers: Record<string, string> = { ...options.headers }

@@ -19,6 +19,11 @@ export interface ScriptedModelOptions {
   supportsTools?: boolean
   /** When the script runs out: repeat from the start (demos) or answer a fixed text. */
   whenExhausted?: 'loop' | 'say-done'
+  /**
+   * `call` (default): the next turn per model call. `round`: the turn numbered by the tool rounds since
+   * the last user message in the request — the same answer for the same history, even after a restart.
+   */
+  turnBy?: 'call' | 'round'
 }
 
 /**
@@ -33,6 +38,7 @@ export class ScriptedModel implements LanguageModel {
   readonly calls: ModelRequest[] = []
   readonly #turns: ScriptedTurn[]
   readonly #whenExhausted: 'loop' | 'say-done'
+  readonly #turnBy: 'call' | 'round'
   #next = 0
 
   constructor(options: ScriptedModelOptions) {
@@ -41,6 +47,7 @@ export class ScriptedModel implements LanguageModel {
     this.supportsTools = options.supportsTools ?? true
     this.contextWindow = options.contextWindow ?? 128_000
     this.#whenExhausted = options.whenExhausted ?? 'say-done'
+    this.#turnBy = options.turnBy ?? 'call'
   }
 
   /** Replaces the script and starts again from its first turn (tests reuse one model). */
@@ -51,6 +58,10 @@ export class ScriptedModel implements LanguageModel {
 
   async *stream(request: ModelRequest): AsyncGenerator<StreamPart> {
     this.calls.push({ messages: structuredClone(request.messages), tools: structuredClone(request.tools) })
+    if (this.#turnBy === 'round') {
+      const lastUser = request.messages.findLastIndex((message) => message.role === 'user')
+      this.#next = request.messages.slice(lastUser + 1).filter((message) => message.role === 'assistant' && (message.toolCalls?.length ?? 0) > 0).length
+    }
     let turn = this.#turns[this.#next]
     if (!turn && this.#whenExhausted === 'loop' && this.#turns.length > 0) {
       this.#next = 0
@@ -91,10 +102,15 @@ function estimate(request: ModelRequest): number {
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms)
-    signal?.addEventListener('abort', () => {
+    const onAbort = (): void => {
       clearTimeout(timer)
       resolve()
-    }, { once: true })
+    }
+    // The listener goes when the sleep ends: a long stream must not pile them up on the run's signal.
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort)
+      resolve()
+    }, ms)
+    signal?.addEventListener('abort', onAbort, { once: true })
   })
 }

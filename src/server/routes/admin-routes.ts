@@ -95,6 +95,8 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
     async (request) => {
       const user = await setUserDisabled(store.db, request.params.id, request.body.disabled)
       if (!user) throw notFound('user')
+      // Here at once (other instances hear the notification): cached tokens of the user stop working.
+      if (request.body.disabled) store.access.deliver(`user:${user.id}`)
       return user
     },
   )
@@ -125,6 +127,7 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       if (!(await getToken(store.db, request.params.id))) throw notFound('token')
       await revokeToken(store.db, request.params.id)
+      store.access.deliver(`token:${request.params.id}`)
       return reply.code(204).send(null)
     },
   )

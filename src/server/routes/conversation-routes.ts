@@ -1,7 +1,8 @@
 import { Type } from 'typebox'
-import { deleteConversation, listConversationsOf, listMessages, listRuns, runJson, updateConversation, type RunStatus } from '../../store/index.js'
+import { deleteConversation, getConversation, listConversationsOf, listMessages, listRuns, runJson, updateConversation, type RunStatus } from '../../store/index.js'
 import { conversationForCaller, conversationForStream, visibleProjectIds, withActiveRuns } from '../access.js'
 import { caller } from '../auth.js'
+import { busProblem } from '../dispatch-answer.js'
 import { sseResponse } from '../event-schemas.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
@@ -69,8 +70,23 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
-      const updated = await store.transaction((tx) => updateConversation(tx, conversation, request.body, { fullModeTtlMs: deps.fullModeTtlMs }))
+      const user = caller(request)
+      let conversation = await conversationForCaller(deps, user, request.params.id)
+      const { permissionMode, ...rest } = request.body
+      if (permissionMode !== undefined && permissionMode !== conversation.permissionMode) {
+        // Through the bus, so the change has its audit envelope (core.set_permission_mode).
+        const outcome = await deps.bus.dispatch({
+          commandId: 'core.set_permission_mode',
+          params: { mode: permissionMode },
+          entrance: 'button',
+          actor: { type: 'user', id: user.id, onBehalfOf: user.id },
+          conversationId: conversation.id,
+          projectId: conversation.projectId,
+        })
+        if (outcome.status !== 'succeeded') throw busProblem(outcome.status === 'awaiting_decision' ? { code: 'forbidden', message: 'the mode change needs a decision' } : outcome.error, outcome.dispatchId)
+        conversation = (await getConversation(store.db, conversation.id)) ?? conversation
+      }
+      const updated = rest.title === undefined ? conversation : await store.transaction((tx) => updateConversation(tx, conversation, rest, { fullModeTtlMs: deps.fullModeTtlMs }))
       return (await withActiveRuns(deps, [updated]))[0]
     },
   )

@@ -98,6 +98,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
           ...problemResponses,
           409: problem,
           422: problem,
+          503: problem,
         },
       },
     },
@@ -194,13 +195,13 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         tags,
         summary: 'Resume a run that failed upstream (or was interrupted) from its last checkpoint; no completed tool call runs again',
         params: IdParams,
-        response: { 200: RunView, ...problemResponses, 409: problem },
+        response: { 200: RunView, ...problemResponses, 409: problem, 503: problem },
       },
     },
     async (request) => {
       const run = await runForCaller(deps, caller(request), request.params.id)
       const answer = await runs.resume(run.id)
-      if (answer.error) throw new HttpProblem('run_not_resumable', answer.error)
+      if (answer.error) throw new HttpProblem(answer.code ?? 'run_not_resumable', answer.error)
       return runJson(answer.run ?? run)
     },
   )

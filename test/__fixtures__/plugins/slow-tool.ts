@@ -1,6 +1,6 @@
 import { definePlugin } from '../../../src/extension/index.js'
 
-/** An exposed command that works until cancelled (for cancel-during-a-tool tests). */
+/** Exposed commands that work until cancelled (for cancel-during-a-tool tests). */
 export default definePlugin({
   name: 'slow',
   version: '1.0.0',
@@ -8,6 +8,18 @@ export default definePlugin({
   setup(registry) {
     registry.addCommand(
       { id: 'slow.wait', title: 'Wait', description: 'Waits until cancelled', paramsSchema: { type: 'object' }, risk: 'low', exposeAsTool: {} },
+      (_params, context) =>
+        new Promise((resolve) => {
+          const timer = setTimeout(() => resolve({ waited: true }), 20_000)
+          context.signal.addEventListener('abort', () => {
+            clearTimeout(timer)
+            resolve({ aborted: true })
+          })
+        }),
+    )
+    // The same, behind a human's confirmation (for cancel-after-approval tests).
+    registry.addCommand(
+      { id: 'slow.guarded', title: 'Wait (confirmed)', description: 'Waits until cancelled, after a human approves', paramsSchema: { type: 'object' }, risk: 'low', confirm: true, exposeAsTool: {} },
       (_params, context) =>
         new Promise((resolve) => {
           const timer = setTimeout(() => resolve({ waited: true }), 20_000)

@@ -1,0 +1,62 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { estimateTokens } from '../src/runmgr/index.js'
+import { ScriptedModel } from '../src/llm/index.js'
+import { newId, readTranscriptTail, type Store } from '../src/store/index.js'
+import { openTestStore, testEngines } from './helpers/engines.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+
+// Issue 12, defect 10: a long conversation is not re-read whole before every model call; what is read
+// is bounded by the model's window, and the request still ends with the newest turns.
+for (const engine of testEngines()) {
+  describe(`a long conversation, on ${engine}`, () => {
+    let store: Store
+    let server: TestServer
+    let alice: TestUser
+    let conversationId: string
+    const model = new ScriptedModel({ id: 'small', turns: [], contextWindow: 4_000 })
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      server = await startTestServer(store, { models: [model] })
+      alice = await server.createUser()
+      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'long' } })).body.id
+      conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+      // 500 earlier messages of 1,000 characters each (≈ 125k tokens, far past the 4k window).
+      const rows = Array.from({ length: 500 }, (_, index) => ({
+        id: newId(),
+        conversation_id: conversationId,
+        role: index % 2 === 0 ? ('user' as const) : ('assistant' as const),
+        content: `m${index} ${'x'.repeat(990)}`,
+        status: 'completed',
+      }))
+      await store.db.insertInto('messages').values(rows).execute()
+    })
+    afterAll(async () => {
+      await server?.close()
+      await store?.close()
+    })
+
+    it('reads only the tail that fits, newest last', async () => {
+      const tail = await readTranscriptTail(store.db, conversationId, 20_000)
+      expect(tail.length).toBeGreaterThan(10)
+      expect(tail.length).toBeLessThan(25)
+      expect(tail.at(-1)!.content).toMatch(/^m499 /)
+      const numbers = tail.map((message) => Number(/^m(\d+)/.exec(message.content ?? '')![1]))
+      expect(numbers).toEqual([...numbers].sort((a, b) => a - b))
+    })
+
+    it('a run there sends the model a window within its budget, ending with the new message', async () => {
+      model.setTurns([{ text: 'short answer' }])
+      const run = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: alice.token, body: { input: 'and now?' } })
+      expect(run.status).toBe(201)
+      expect(run.body.status).toBe('completed')
+      const sent = model.calls.at(-1)!.messages
+      expect(sent.at(-1)).toEqual({ role: 'user', content: 'and now?' })
+      expect(estimateTokens(sent)).toBeLessThan(4_000)
+      // The oldest turns were left out; the newest earlier ones are there.
+      const contents = sent.map((message) => (typeof message.content === 'string' ? message.content : ''))
+      expect(contents.some((content) => content.startsWith('m499 '))).toBe(true)
+      expect(contents.some((content) => content.startsWith('m0 '))).toBe(false)
+    })
+  })
+}
