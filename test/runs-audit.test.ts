@@ -92,6 +92,16 @@ describe('runs: audit, risk keywords, client tools, tool list', () => {
     expect(answer.body.detail).toMatch(/slow\.wait/)
   })
 
+  it('a command result over PLINTH_RESULT_MAX_BYTES is refused (502 result_too_large), not stored', async () => {
+    const small = await server.request('POST', '/api/commands/slow.big', { token: alice.token, body: { entrance: 'button', projectId, params: { bytes: 1000 } } })
+    expect(small.status).toBe(200)
+    const big = await server.request('POST', '/api/commands/slow.big', { token: alice.token, body: { entrance: 'button', projectId, params: { bytes: 2 * 1024 * 1024 } } })
+    expect(big.status).toBe(502)
+    expect(big.body.code).toBe('result_too_large')
+    const row = await store.db.selectFrom('dispatches').select(['status', 'result']).where('id', '=', big.body.dispatchId).executeTakeFirstOrThrow()
+    expect(row).toEqual({ status: 'failed', result: null })
+  })
+
   it("a run's model is offered only the tools its owner may use (read-only share: no write commands)", async () => {
     readOnlyShares.set(projectId, new Set([bob.user.id]))
     try {

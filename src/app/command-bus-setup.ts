@@ -39,6 +39,8 @@ export async function setUpCommandBus(
     fullModeTtlMs?: number
     /** Operator high-risk keywords for command strings (PLINTH_HIGH_RISK_KEYWORDS). */
     highRiskKeywords?: readonly string[]
+    /** Largest command result in JSON bytes (PLINTH_RESULT_MAX_BYTES). */
+    resultMaxBytes?: number
   },
 ): Promise<CommandBusSetup> {
   const execSettings: ExecSettings = { ...defaultExecSettings, ...options.exec, limits: { ...defaultExecSettings.limits, ...options.exec?.limits } }
@@ -69,6 +71,7 @@ export async function setUpCommandBus(
     actionTtlMs: options.actionTtlMs,
     allowanceTtlMs: options.allowanceTtlMs,
     highRiskKeywords: options.highRiskKeywords ?? [],
+    ...(options.resultMaxBytes !== undefined && { maxResultBytes: options.resultMaxBytes }),
   })
   return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec }
 }

@@ -70,6 +70,8 @@ export interface PlinthConfig {
   shutdownGraceMs: number
   /** Operator high-risk keywords: a command string containing one (case-sensitive) is high risk. */
   highRiskKeywords: string[]
+  /** Largest command result (JSON bytes). */
+  resultMaxBytes: number
 }
 
 export interface StreamSettings {
@@ -224,6 +226,7 @@ const fileSchema = {
     runMaxResumes: { type: 'integer', minimum: 0, maximum: 100 },
     shutdownGraceMs: { type: 'integer', minimum: 0 },
     highRiskKeywords: { type: 'array', maxItems: 200, items: { type: 'string', minLength: 1, maxLength: 200 } },
+    resultMaxBytes: { type: 'integer', minimum: 1024, maximum: 64 * 1024 * 1024 },
   },
 } as const
 
@@ -273,6 +276,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_RUN_MAX_RESUMES', 'runMaxResumes', 'int'],
   ['PLINTH_SHUTDOWN_GRACE', 'shutdownGraceMs', 'duration'],
   ['PLINTH_HIGH_RISK_KEYWORDS', 'highRiskKeywords', 'list'],
+  ['PLINTH_RESULT_MAX_BYTES', 'resultMaxBytes', 'int'],
 ]
 
 const defaults: PlinthConfig = {
@@ -304,6 +308,7 @@ const defaults: PlinthConfig = {
   runMaxResumes: 3,
   shutdownGraceMs: 10_000,
   highRiskKeywords: [],
+  resultMaxBytes: 1024 * 1024,
 }
 
 /**

@@ -46,6 +46,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       embedder,
       fullModeTtlMs: config.fullModeTtlMs,
       highRiskKeywords: config.highRiskKeywords,
+      resultMaxBytes: config.resultMaxBytes,
     })
     const { bus, access, retriever } = setup
     execService = setup.exec

@@ -42,6 +42,11 @@ export interface CommandBusOptions {
   dispatchLeaseMs?: number
   /** Operator high-risk keywords for command strings (SPEC §8.2). */
   highRiskKeywords?: readonly string[]
+  /**
+   * Largest result a handler may return, as JSON bytes (PLINTH_RESULT_MAX_BYTES, default 1 MiB): a
+   * result is kept with the dispatch, the run's ledger and its event, so it must be bounded.
+   */
+  maxResultBytes?: number
 }
 
 /** A client tool call, for its audit row. */
@@ -547,7 +552,13 @@ export class CommandBus {
       } else if (context.signal.aborted) {
         outcome = { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
       } else {
-        outcome = { status: 'succeeded', dispatchId: dispatch.id, result: toJson(result) }
+        const json = JSON.stringify(result ?? null) ?? 'null'
+        const bytes = Buffer.byteLength(json)
+        const limit = this.#options.maxResultBytes ?? 1024 * 1024
+        outcome =
+          bytes > limit
+            ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'result_too_large', message: `${command.spec.id} returned ${bytes} bytes; results are limited to ${limit} (PLINTH_RESULT_MAX_BYTES)` } }
+            : { status: 'succeeded', dispatchId: dispatch.id, result: JSON.parse(json) as JsonValue }
       }
     } catch (error) {
       if (context.signal.aborted && !isCommandError(error)) {
@@ -712,11 +723,6 @@ function validateParams(command: RegisteredCommand, params: Params): BusError | 
 /** sha256 of the canonical JSON (RFC 8785) of params. */
 export function hashParams(params: Params): string {
   return createHash('sha256').update(canonicalJson(params)).digest('hex')
-}
-
-function toJson(value: unknown): JsonValue {
-  if (value === undefined) return null
-  return JSON.parse(JSON.stringify(value)) as JsonValue
 }
 
 function toJsonError(error: BusError): { code: string; message: string; [key: string]: JsonValue } {

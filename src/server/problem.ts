@@ -23,6 +23,7 @@ export const problemCatalogue = {
   shutting_down: { status: 503, title: 'The server is shutting down' },
   command_failed: { status: 502, title: 'The command failed' },
   command_interrupted: { status: 502, title: 'The server stopped while the command ran' },
+  result_too_large: { status: 502, title: 'The command returned a result over the size limit' },
   command_timeout: { status: 504, title: 'The command timed out' },
   not_found: { status: 404, title: 'Not found' },
   bad_request: { status: 400, title: 'Bad request' },

@@ -17,6 +17,18 @@ export default definePlugin({
           })
         }),
     )
+    // A result of the size asked for (for result-size limit tests).
+    registry.addCommand<{ bytes: number }>(
+      {
+        id: 'slow.big',
+        title: 'Big result',
+        description: 'Returns a text of the given size',
+        paramsSchema: { type: 'object', properties: { bytes: { type: 'integer', minimum: 0 } }, required: ['bytes'] },
+        risk: 'low',
+        exposeAsTool: {},
+      },
+      (params) => ({ text: 'x'.repeat(params.bytes) }),
+    )
     // The same, behind a human's confirmation (for cancel-after-approval tests).
     registry.addCommand(
       { id: 'slow.guarded', title: 'Wait (confirmed)', description: 'Waits until cancelled, after a human approves', paramsSchema: { type: 'object' }, risk: 'low', confirm: true, exposeAsTool: {} },
