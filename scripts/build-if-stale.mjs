@@ -25,5 +25,8 @@ if (sources > built) {
   rmSync(join(root, 'dist'), { recursive: true, force: true })
   const result = spawnSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.build.json')], { stdio: 'inherit' })
   if (result.status !== 0) process.exit(result.status ?? 1)
+  // The migrated template a new data directory starts from (see src/store/open-store.ts).
+  const template = spawnSync(process.execPath, [join(root, 'scripts', 'pglite-template.mjs')], { stdio: 'inherit' })
+  if (template.status !== 0) process.exit(template.status ?? 1)
   writeFileSync(stamp, new Date().toISOString())
 }

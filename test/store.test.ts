@@ -7,6 +7,7 @@ import {
   appendEvents,
   createProject,
   createUser,
+  dumpMigratedPGlite,
   openStore,
   readEvents,
   readMigrations,
@@ -222,6 +223,29 @@ describe('embedded data directory', () => {
       expect(second.migrations.applied).toEqual([])
       await second.close()
       expect(await readdir(dir)).not.toContain('plinth.lock')
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('a new data directory starts from the migrated template (no initdb, no migrations); an existing one ignores it', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plinth-template-'))
+    try {
+      const template = join(dir, 'template.tar.gz')
+      await writeFile(template, Buffer.from(await (await dumpMigratedPGlite('gzip')).arrayBuffer()))
+      const fresh = await openStore({ dataDir: join(dir, 'data'), pgliteTemplate: template })
+      // Everything was already applied in the template.
+      expect(fresh.migrations.applied).toEqual([])
+      expect(fresh.migrations.alreadyApplied).toBe((await readMigrations()).length)
+      const user = await createUser(fresh.db, 'from-template')
+      expect('error' in user).toBe(false)
+      const buffers = await sql<{ shared_buffers: string }>`show shared_buffers`.execute(fresh.db)
+      expect(buffers.rows[0]?.shared_buffers).toBe('16MB')
+      await fresh.close()
+      // Restarted: its own data, not the template's.
+      const again = await openStore({ dataDir: join(dir, 'data'), pgliteTemplate: template })
+      expect((await again.db.selectFrom('users').select('name').execute()).map((row) => row.name)).toEqual(['from-template'])
+      await again.close()
     } finally {
       await rm(dir, { recursive: true, force: true })
     }

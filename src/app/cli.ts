@@ -8,6 +8,7 @@ import { configSecrets, createLogger } from './logger.js'
 import { startServer } from './start-server.js'
 import { announceServer, httpUserAdmin, runningServer, storeUserAdmin, type UserAdmin } from './user-admin.js'
 import { version } from './version.js'
+import { ChatSession } from '../chat/index.js'
 
 const usage = `plinth ${version} — headless HTTP + SSE agent server
 
@@ -24,6 +25,10 @@ Usage:
   plinth tokens revoke <token-id>
   plinth audit verify                  check the audit log's hash chain (exit 1 naming the first bad entry)
   plinth knowledge reembed             re-embed all knowledge with the configured embedder (after changing it)
+  plinth chat [--url U] [--token T] [--project ID] [--conversation ID] [--once "question"]
+                                       a terminal client of a running server (PLINTH_URL, PLINTH_TOKEN);
+                                       proposed commands run here after you approve them
+                                       (--command-timeout seconds, default 60; output capped at 64 KiB)
   plinth help | --version
 `
 
@@ -52,6 +57,12 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
         help: { type: 'boolean', short: 'h', default: false },
         version: { type: 'boolean', default: false },
         'strict-plugins': { type: 'boolean', default: false },
+        url: { type: 'string' },
+        token: { type: 'string' },
+        project: { type: 'string' },
+        conversation: { type: 'string' },
+        once: { type: 'string' },
+        'command-timeout': { type: 'string' },
       },
     })
   } catch (error) {
@@ -68,6 +79,8 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
     io.out(usage)
     return 0
   }
+  // A client: it needs no server configuration (nor a database).
+  if (command === 'chat') return chat(values, io)
   try {
     const config = loadConfig()
     if (values['strict-plugins']) config.strictPlugins = true
@@ -191,7 +204,7 @@ async function reembed(store: Store, config: PlinthConfig, io: Io): Promise<numb
 }
 
 async function withStore<T>(config: PlinthConfig, fn: (store: Store) => Promise<T>): Promise<T> {
-  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
+  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers })
   try {
     return await fn(store)
   } finally {
@@ -208,7 +221,7 @@ type Flags = { json?: boolean; name?: string; 'token-name'?: string }
 async function withUserAdmin(config: PlinthConfig, io: Io, fn: (admin: UserAdmin) => Promise<number>): Promise<number> {
   let store: Store
   try {
-    store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir })
+    store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers })
   } catch (error) {
     if (!(error instanceof StoreError) || error.code !== 'data_dir_locked') throw error
     const server = await runningServer(config.dataDir)
@@ -305,4 +318,33 @@ async function tokensCommand(config: PlinthConfig, sub: string | undefined, arg:
     }
     return 0
   })
+}
+
+async function chat(
+  values: { url?: string; token?: string; project?: string; conversation?: string; once?: string; 'command-timeout'?: string },
+  io: Io,
+): Promise<number> {
+  const token = values.token ?? process.env.PLINTH_TOKEN
+  if (!token) {
+    io.err('plinth chat needs a token: --token or PLINTH_TOKEN (plinth users create <name> prints one)')
+    return 2
+  }
+  const timeout = Number(values['command-timeout'] ?? 60)
+  if (!Number.isFinite(timeout) || timeout <= 0) {
+    io.err('--command-timeout must be a positive number of seconds')
+    return 2
+  }
+  const session = new ChatSession({
+    url: values.url ?? process.env.PLINTH_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`,
+    token,
+    ...(values.project && { project: values.project }),
+    ...(values.conversation && { conversation: values.conversation }),
+    ...(values.once !== undefined && { once: values.once }),
+    commandTimeoutMs: timeout * 1000,
+    outputMaxBytes: 64 * 1024,
+    input: process.stdin,
+    output: process.stdout,
+    errorOutput: process.stderr,
+  })
+  return session.run()
 }

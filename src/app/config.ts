@@ -72,6 +72,8 @@ export interface PlinthConfig {
   highRiskKeywords: string[]
   /** Largest command result (JSON bytes). */
   resultMaxBytes: number
+  /** The embedded database's shared buffers (e.g. `16MB`, `64MB`). */
+  pgliteSharedBuffers: string
 }
 
 export interface StreamSettings {
@@ -227,6 +229,7 @@ const fileSchema = {
     shutdownGraceMs: { type: 'integer', minimum: 0 },
     highRiskKeywords: { type: 'array', maxItems: 200, items: { type: 'string', minLength: 1, maxLength: 200 } },
     resultMaxBytes: { type: 'integer', minimum: 1024, maximum: 64 * 1024 * 1024 },
+    pgliteSharedBuffers: { type: 'string', pattern: '^[1-9][0-9]{0,5}(kB|MB|GB)$' },
   },
 } as const
 
@@ -277,6 +280,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_SHUTDOWN_GRACE', 'shutdownGraceMs', 'duration'],
   ['PLINTH_HIGH_RISK_KEYWORDS', 'highRiskKeywords', 'list'],
   ['PLINTH_RESULT_MAX_BYTES', 'resultMaxBytes', 'int'],
+  ['PLINTH_PGLITE_SHARED_BUFFERS', 'pgliteSharedBuffers', 'string'],
 ]
 
 const defaults: PlinthConfig = {
@@ -309,6 +313,7 @@ const defaults: PlinthConfig = {
   shutdownGraceMs: 10_000,
   highRiskKeywords: [],
   resultMaxBytes: 1024 * 1024,
+  pgliteSharedBuffers: '16MB',
 }
 
 /**

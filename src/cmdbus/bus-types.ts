@@ -15,6 +15,8 @@ export interface DispatchRequest {
   callId?: string | null
   /** Same key + same params → the first outcome; same key + other params → `idempotency_key_reused`. */
   idempotencyKey?: string | null
+  /** The caller knows no dispatch has used this key yet: skip looking (a conflict is still detected on insert). */
+  fresh?: boolean
   approvalPolicy?: 'ask' | 'dontAsk'
   signal?: AbortSignal
   /**

@@ -15,6 +15,7 @@ import {
   resolveDecision,
   type Conversation,
   type DecisionRecord,
+  type Project,
   type DispatchRecord,
   type Executor,
   type Store,
@@ -201,7 +202,7 @@ export class CommandBus {
     const paramsHash = hashParams(request.params)
     const requestHash = hashRequest(command.spec.id, paramsHash, request)
     // Idempotency: a repeat returns the first outcome.
-    if (request.idempotencyKey) {
+    if (request.idempotencyKey && !request.fresh) {
       const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey)
       if (previous) return this.#replay(previous, command.spec.id, paramsHash, requestHash)
     }
@@ -599,16 +600,19 @@ export class CommandBus {
     const { access, catalog } = this.#options
     const userId = dispatch.ownerId
     let conversation: Conversation | null = null
+    let known: Project | undefined
     let projectId = dispatch.projectId
     if (dispatch.conversationId) {
-      conversation = (await access.conversation(userId, dispatch.conversationId)) ?? null
-      if (!conversation) return { error: { code: 'not_found', message: 'conversation not found' } }
+      const found = await access.conversationInProject(userId, dispatch.conversationId)
+      if (!found) return { error: { code: 'not_found', message: 'conversation not found' } }
+      conversation = found.conversation
+      known = found.project
       if (projectId && projectId !== conversation.projectId) return { error: { code: 'not_found', message: 'project not found' } }
       projectId = conversation.projectId
     }
     let project: ProjectRef | null = null
     if (projectId) {
-      const found = await access.project(userId, projectId, command.spec.idempotent ? 'read' : 'write')
+      const found = await access.project(userId, projectId, command.spec.idempotent ? 'read' : 'write', known)
       if (!found) return { error: { code: 'not_found', message: 'project not found' } }
       project = { id: found.id, ownerId: found.ownerId, name: found.name }
     }

@@ -1,5 +1,5 @@
 import type { ProjectAction, ProjectAuthzAdapter } from '../extension/index.js'
-import { getConversation, getProject, type Conversation, type Project, type Store } from '../store/index.js'
+import { getConversationWithProject, getProject, type Conversation, type Project, type Store } from '../store/index.js'
 
 /**
  * Who may see what. Owners see their own; with a ProjectAuthz adapter registered, others see what it
@@ -20,8 +20,9 @@ export class ProjectAccess {
   }
 
   /** The live project if `userId` may perform `action` on it. */
-  async project(userId: string, projectId: string, action: ProjectAction): Promise<Project | undefined> {
-    const project = await getProject(this.#store.db, projectId)
+  async project(userId: string, projectId: string, action: ProjectAction, known?: Project): Promise<Project | undefined> {
+    // `known`: the project as just read with something else (saves reading it again).
+    const project = known?.id === projectId ? known : await getProject(this.#store.db, projectId)
     if (project?.ownerId === userId) return project
     const adapter = this.#adapter()
     if (!adapter) return undefined
@@ -48,10 +49,10 @@ export class ProjectAccess {
 
   /** The same, with its project (no extra query). */
   async conversationInProject(userId: string, conversationId: string): Promise<{ conversation: Conversation; project: Project } | undefined> {
-    const conversation = await getConversation(this.#store.db, conversationId)
-    if (!conversation || conversation.ownerId !== userId) return undefined
+    const found = await getConversationWithProject(this.#store.db, conversationId)
+    if (!found || found.conversation.ownerId !== userId) return undefined
     // A member whose access to the project was revoked loses its conversations too.
-    const project = await this.project(userId, conversation.projectId, 'read')
-    return project ? { conversation, project } : undefined
+    const project = await this.project(userId, found.conversation.projectId, 'read', found.project)
+    return project ? { conversation: found.conversation, project } : undefined
   }
 }

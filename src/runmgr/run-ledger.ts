@@ -24,6 +24,8 @@ export interface RunEnd {
   /** The result open calls get; `error` carries the run's error code. */
   openCalls?: 'cancelled' | 'interrupted' | 'expired' | 'error'
   usage?: Run['usage']
+  /** The caller knows nothing is open or streaming (it just completed the last turn): skip looking. */
+  clean?: boolean
 }
 
 export const openStatuses: ToolCallStatus[] = ['pending', 'running', 'awaiting_decision', 'awaiting_output']
@@ -119,7 +121,7 @@ export class RunLedger {
    */
   async end(tx: Executor, run: Run, end: RunEnd): Promise<string[]> {
     const decisions: string[] = []
-    for (const call of await listToolCalls(tx, run.id)) {
+    for (const call of end.clean ? [] : await listToolCalls(tx, run.id)) {
       if (!openStatuses.includes(call.status)) continue
       if (call.decisionId) decisions.push(call.decisionId)
       const status = end.openCalls ?? 'cancelled'
@@ -129,7 +131,7 @@ export class RunLedger {
       await this.finish(tx, run, call, status, output)
     }
     // A turn that was streaming when the run ended (a crash, a cancel elsewhere) is closed, not left streaming.
-    await closeStreamingMessages(tx, run.id, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
+    if (!end.clean) await closeStreamingMessages(tx, run.id, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
     const updated = await updateRun(tx, run.id, {
       status: end.status,
       phase: null,

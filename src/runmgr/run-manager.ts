@@ -124,6 +124,10 @@ type StopReason = 'cancelled' | 'superseded' | 'shutdown' | 'lease_lost' | (stri
 /** This process driving one run. */
 interface Driver {
   fence: RunFence
+  /** Taken over from a stopped driver: calls of its last round may still be open. */
+  resumed: boolean
+  /** Whether the owner may write in the project, when already known. */
+  writable: boolean | undefined
   /** Aborts the model stream and the loop. */
   loop: AbortController
   /** Aborts tool calls in flight (at once on cancel; after the grace period on shutdown). */
@@ -275,7 +279,8 @@ export class RunManager {
       await this.#supersede(conversation.id)
       created = await create(false)
     }
-    if ('run' in created && created.run.status === 'running') this.#spawn(created.run.id, lease.owner)
+    // The owner of the project may write there (anyone else: the driver asks).
+    if ('run' in created && created.run.status === 'running') this.#spawn(created.run.id, lease.owner, project?.ownerId === userId ? { writable: true } : {})
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#startNext(conversation.id)
     return created
@@ -443,7 +448,7 @@ export class RunManager {
       await this.#startNext(taken.conversationId)
       return 'failed'
     }
-    this.#spawn(runId, lease.owner)
+    this.#spawn(runId, lease.owner, { resumed: true })
     return 'resumed'
   }
 
@@ -502,7 +507,7 @@ export class RunManager {
     if (started) this.#spawn(started.id, lease.owner)
   }
 
-  #spawn(runId: string, owner: string): void {
+  #spawn(runId: string, owner: string, hints: { resumed?: boolean; writable?: boolean } = {}): void {
     const { store, log } = this.#options
     const fence = { runId, owner }
     if (this.#stopping) {
@@ -510,7 +515,7 @@ export class RunManager {
       void releaseLease(store.db, runId, owner).catch((error: unknown) => log.warn('could not release a run lease', { runId, error: String(error) }))
       return
     }
-    const driver: Driver = { fence, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
+    const driver: Driver = { fence, resumed: hints.resumed ?? false, writable: hints.writable, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
     this.#drivers.set(runId, driver)
     driver.done = this.#loop(driver)
       .catch(async (error: unknown) => {
@@ -538,16 +543,16 @@ export class RunManager {
    * One transaction under the run's lease; throws LeaseLost (writing nothing) when the lease has passed.
    * `audit`: it may end client calls, whose audit entries need the audit lock before any event is appended.
    */
-  async #fenced<T>(fence: RunFence, fn: (tx: Executor, run: Run) => Promise<T>, options: { audit?: boolean } = {}): Promise<T> {
+  async #fenced<T>(fence: RunFence, fn: (tx: Executor, run: Run) => Promise<T>, options: { audit?: boolean; patch?: RunPatch } = {}): Promise<T> {
     return this.#options.store.transaction(async (tx) => {
-      const run = await this.#fence(tx, fence)
+      const run = await this.#fence(tx, fence, options.patch)
       if (options.audit) await lockAuditLog(tx)
       return fn(tx, run)
     })
   }
 
-  async #fence(tx: Executor, fence: RunFence): Promise<Run> {
-    const run = await fenceRun(tx, fence.runId, fence.owner, this.#expiry())
+  async #fence(tx: Executor, fence: RunFence, patch?: RunPatch): Promise<Run> {
+    const run = await fenceRun(tx, fence.runId, fence.owner, this.#expiry(), patch)
     if (!run) throw new LeaseLost()
     return run
   }
@@ -566,11 +571,16 @@ export class RunManager {
     }, Math.max(500, this.#leaseMs() / 3))
     // A finished tool round is announced with the next round's opening transaction.
     let roundDone = false
-    let first = true
-    let writable: boolean | undefined
+    // Only a run taken over from a stopped driver can have calls left open from its last round.
+    let first = driver.resumed
+    let writable = driver.writable
+    // The run as this driver last wrote it: its only writer need not read it back (a change made
+    // elsewhere — a cancel, a takeover — makes the next fenced write fail).
+    let known: Run | undefined
     try {
       for (;;) {
-        let run = await getRun(store.db, runId)
+        let run = known ?? (await getRun(store.db, runId))
+        known = undefined
         if (!run || run.status !== 'running' || run.leaseOwner !== fence.owner) return
         if (signal.aborted) return await this.#endAborted(run, driver, null, '')
         const model = this.#options.models.get(run.model)
@@ -601,9 +611,11 @@ export class RunManager {
         const messages = this.#history(run, model, atCap, transcript, knowledge)
         // One transaction opens the round: the previous round's tool_done, the new phase and the
         // assistant message the model's turn streams into.
-        const opened = await this.#fenced(fence, async (tx, locked) => {
-          const events = roundDone ? [runEvent(locked, 'run.status', { runId, status: locked.status, phase: 'tool_done' })] : []
-          const updated = await updateRun(tx, runId, { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing', ...(injected && { knowledge: injected as unknown as JsonValue }) })
+        const patch: RunPatch = { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing', ...(injected && { knowledge: injected as unknown as JsonValue }) }
+        const opened = await this.#fenced(
+          fence,
+          async (tx, updated) => {
+          const events = roundDone ? [runEvent(updated, 'run.status', { runId, status: updated.status, phase: 'tool_done' })] : []
           if (injected?.hits && injected.hits.length > 0) {
             events.push(
               runEvent(updated, 'knowledge.injected', {
@@ -621,7 +633,9 @@ export class RunManager {
           )
           await appendEvents(tx, events)
           return { run: updated, messageId }
-        })
+          },
+          { patch },
+        )
         run = opened.run
         roundDone = false
         const turn = await this.#modelTurn(run, model, tools, messages, opened.messageId, driver)
@@ -639,6 +653,7 @@ export class RunManager {
           return
         }
         roundDone = true
+        known = turn.run
       }
     } finally {
       clearInterval(heartbeat)
@@ -653,7 +668,7 @@ export class RunManager {
     messages: ModelMessage[],
     messageId: string,
     driver: Driver,
-  ): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[] }> {
+  ): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[]; run: Run }> {
     const { store } = this.#options
     const { fence } = driver
     const signal = driver.loop.signal
@@ -735,14 +750,19 @@ export class RunManager {
         repeatOf: null,
       }
     })
+    // With calls, the run's new state rides in the fence's statement.
+    const checkpointPatch: RunPatch | undefined = ledger.length > 0 ? { usage, phase: 'tool_running' } : undefined
+    let checkpointed: Run = run
     const decisions = await this.#fenced(fence, async (tx, locked) => {
+      checkpointed = locked
       const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
       await completeAssistantMessage(tx, messageId, text, stored, 'completed')
       const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
       if (ledger.length === 0) {
         // No calls: the text is the answer, and the run completes in the same transaction.
         await appendEvents(tx, events)
-        return this.#ledger.end(tx, locked, { status: 'completed', usage })
+        // Nothing is open (every earlier round was answered) and the only turn just completed.
+        return this.#ledger.end(tx, locked, { status: 'completed', usage, clean: true })
       }
       for (const call of ledger) {
         const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? this.#options.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
@@ -763,18 +783,16 @@ export class RunManager {
         )
       }
       // The checkpoint also announces tool_called and moves on to tool_running.
-      const patch: RunPatch = { usage, phase: 'tool_running' }
-      const updated = await updateRun(tx, run.id, patch)
-      events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: 'tool_called' }))
-      events.push(runEvent(updated, 'run.status', { runId: run.id, status: updated.status, phase: 'tool_running' }))
+      events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_called' }))
+      events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_running' }))
       await appendEvents(tx, events)
       return []
-    })
+    }, checkpointPatch && { patch: checkpointPatch })
     if (ledger.length === 0) {
       await this.#expireDecisions(decisions)
       return { kind: 'ended' }
     }
-    return { kind: 'turn', calls: ledger }
+    return { kind: 'turn', calls: ledger, run: checkpointed }
   }
 
   /** Dispatches a round's calls in order. Returns true when any waits for a human or the client. */
@@ -782,7 +800,8 @@ export class RunManager {
     const { store, bus } = this.#options
     const { fence } = driver
     let waiting = false
-    const earlier = await listToolCalls(store.db, run.id)
+    // Earlier results are looked up only for calls that may reuse them (idempotent commands).
+    let earlier: ToolCallRecord[] | undefined
     for (const call of calls) {
       if (driver.loop.signal.aborted) return waiting
       const entry = tools.get(call.name)
@@ -810,6 +829,7 @@ export class RunManager {
       // An identical read-only call in this run returns the earlier ok result again.
       if (entry.command.spec.idempotent) {
         const hash = hashParams(params)
+        earlier ??= await listToolCalls(store.db, run.id)
         const previous = earlier.find((candidate) => candidate.status === 'ok' && candidate.name === call.name && candidate.args !== null && hashParams(candidate.args as { [key: string]: JsonValue }) === hash)
         if (previous) {
           await this.#fenced(fence, (tx, locked) => this.#ledger.finish(tx, locked, call, 'ok', previous.output, { repeatOf: previous.id }))
@@ -850,6 +870,8 @@ export class RunManager {
         runId: run.id,
         callId: call.id,
         idempotencyKey: `${run.id}:${call.id}`,
+        // A call of this driver's own round has never been dispatched (a resumed run's may have been).
+        fresh: !driver.resumed,
         approvalPolicy: run.approvalPolicy,
         signal: driver.calls.signal,
         within: {
@@ -874,7 +896,7 @@ export class RunManager {
         waiting = true
         continue
       }
-      if (outcome.status === 'succeeded') earlier.push({ ...call, status: 'ok', output: outcome.result })
+      if (outcome.status === 'succeeded') earlier?.push({ ...call, status: 'ok', output: outcome.result })
     }
     return waiting
   }

@@ -1,4 +1,6 @@
+import { sql } from 'kysely'
 import { announceAccessChange } from './access-signals.js'
+import { toProject, type Project } from './project-repository.js'
 import type { Executor, PermissionMode } from './database.js'
 import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
@@ -44,6 +46,20 @@ export async function createConversation(
 }
 
 /** A live conversation in a live project, whoever owns it; callers check access. */
+/** A live conversation and its live project, in one query. */
+export async function getConversationWithProject(db: Executor, id: string): Promise<{ conversation: Conversation; project: Project } | undefined> {
+  const row = await db
+    .selectFrom('conversations')
+    .innerJoin('projects', 'projects.id', 'conversations.project_id')
+    .selectAll('conversations')
+    .select(sql<Parameters<typeof toProject>[0]>`to_jsonb(projects.*)`.as('project'))
+    .where('conversations.id', '=', id)
+    .where('conversations.deleted_at', 'is', null)
+    .where('projects.deleted_at', 'is', null)
+    .executeTakeFirst()
+  return row && { conversation: toConversation(row), project: toProject(row.project) }
+}
+
 export async function getConversation(db: Executor, id: string): Promise<Conversation | undefined> {
   const row = await db
     .selectFrom('conversations')

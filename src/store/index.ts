@@ -1,5 +1,5 @@
 /** The store: one set of queries over Postgres (pg) or embedded PGlite, migrations and the event log. */
-export { openStore, dumpMigratedPGlite, redactUrl, type Engine, type Store, type StoreOptions } from './open-store.js'
+export { openStore, dumpMigratedPGlite, pgliteTemplatePath, redactUrl, type Engine, type Store, type StoreOptions } from './open-store.js'
 export { readMigrations, migrate, type Migration, type MigrationResult } from './migrator.js'
 export { StoreError, isUniqueViolation, type StoreErrorCode } from './store-errors.js'
 export type { Database, Executor, JsonValue, PermissionMode } from './database.js'

@@ -1,4 +1,6 @@
-import { mkdir, rm, writeFile } from 'node:fs/promises'
+import { existsSync } from 'node:fs'
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { fileURLToPath } from 'node:url'
 import { join } from 'node:path'
 import { Kysely, PostgresDialect, sql, type PostgresPool } from 'kysely'
 import pg from 'pg'
@@ -26,6 +28,13 @@ export interface StoreOptions {
   migrate?: boolean
   /** Maximum pg pool size (default 10). */
   poolSize?: number
+  /**
+   * PGlite's shared buffers (default `16MB`). Postgres' own default (128MB) is what makes the embedded
+   * database's memory: WASM memory never shrinks, so every buffer touched stays resident.
+   */
+  pgliteSharedBuffers?: string
+  /** The migrated template a new PGlite data directory starts from (default: the one the build ships). */
+  pgliteTemplate?: string
 }
 
 /** The database, its engine, and the live event feed. */
@@ -207,12 +216,20 @@ async function connectPGlite(options: StoreOptions): Promise<Connection> {
     await ensureWritable(options.dataDir)
     unlock = await lockDataDir(options.dataDir)
   }
+  // A new data directory starts from the migrated template the build ships (when there is one), instead
+  // of running PGlite's initdb and every migration: a first start in ~2 s instead of ~4.5 s.
+  const template = dataDir && !options.pgliteDump ? await readTemplate(dataDir, options.pgliteTemplate ?? pgliteTemplatePath) : undefined
   let pglite
   try {
+    // Small buffers and few connections (there is one): idle RSS ~300 → ~170 MB on a restart (measured).
+    const tuning = ['-c', `shared_buffers=${options.pgliteSharedBuffers ?? '16MB'}`, '-c', 'max_connections=5']
     pglite = await PGlite.create({
       ...(dataDir && { dataDir }),
       ...(options.pgliteDump && { loadDataDir: options.pgliteDump }),
+      ...(template && { loadDataDir: template }),
       extensions: { vector },
+      initDbStartParams: tuning,
+      startParams: [...PGlite.defaultStartParams, ...tuning],
     })
   } catch (error) {
     await unlock()
@@ -260,6 +277,16 @@ export function redactUrl(url: string): string {
   }
 }
 
+/** Where the build puts the migrated template (dist/pglite-template.tar.gz, beside dist/src). */
+export const pgliteTemplatePath = fileURLToPath(new URL('../../pglite-template.tar.gz', import.meta.url))
+
+/** The template, for a data directory PGlite has not initialised yet. */
+async function readTemplate(dataDir: string, path: string): Promise<Blob | undefined> {
+  if (existsSync(join(dataDir, 'PG_VERSION'))) return undefined
+  if (!existsSync(path)) return undefined
+  return new Blob([await readFile(path)])
+}
+
 function describe(error: unknown): string {
   if (error instanceof AggregateError && error.errors.length > 0) return describe(error.errors[0])
   const { code, message } = error as { code?: string; message?: string }
@@ -270,13 +297,13 @@ function describe(error: unknown): string {
  * A dump of a freshly migrated embedded database. Tests load it (`pgliteDump`) instead of running
  * initdb and the migrations once per file.
  */
-export async function dumpMigratedPGlite(): Promise<Blob> {
+export async function dumpMigratedPGlite(compression: 'none' | 'gzip' = 'none'): Promise<Blob> {
   const { PGlite } = await import('@electric-sql/pglite')
   const { vector } = await import('@electric-sql/pglite/vector')
   const pglite = await PGlite.create({ extensions: { vector } })
   try {
     await migrate(new PGlitePool(pglite), await readMigrations())
-    return await pglite.dumpDataDir('none')
+    return await pglite.dumpDataDir(compression)
   } finally {
     await pglite.close()
   }

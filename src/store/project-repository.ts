@@ -123,7 +123,8 @@ export async function deleteProject(tx: Executor, project: Project): Promise<voi
   await announceAccessChange(tx, [`project:${project.id}`])
 }
 
-function toProject(row: {
+/** A `projects` row (as selected, or as `to_jsonb` of it with dates as text) as a Project. */
+export function toProject(row: {
   id: string
   owner_id: string
   name: string
@@ -133,8 +134,8 @@ function toProject(row: {
   default_model: string | null
   model_params: unknown
   tools: unknown
-  created_at: Date
-  updated_at: Date
+  created_at: Date | string
+  updated_at: Date | string
 }): Project {
   return {
     id: row.id,
@@ -146,7 +147,7 @@ function toProject(row: {
     defaultModel: row.default_model,
     modelParams: (row.model_params && typeof row.model_params === 'object' ? row.model_params : {}) as ModelParams,
     tools: Array.isArray(row.tools) ? row.tools.filter((name): name is string => typeof name === 'string') : null,
-    createdAt: row.created_at.toISOString(),
-    updatedAt: row.updated_at.toISOString(),
+    createdAt: new Date(row.created_at).toISOString(),
+    updatedAt: new Date(row.updated_at).toISOString(),
   }
 }

@@ -147,27 +147,27 @@ export interface RunPatch {
 }
 
 export async function updateRun(tx: Executor, id: string, patch: RunPatch): Promise<Run> {
-  const row = await tx
-    .updateTable('runs')
-    .set({
-      updated_at: new Date(),
-      ...(patch.status !== undefined && { status: patch.status }),
-      ...(patch.phase !== undefined && { phase: patch.phase }),
-      ...(patch.iteration !== undefined && { iteration: patch.iteration }),
-      ...(patch.requiredAction !== undefined && { required_action: patch.requiredAction === null ? null : JSON.stringify(patch.requiredAction) }),
-      ...(patch.error !== undefined && { error: patch.error === null ? null : JSON.stringify(patch.error) }),
-      ...(patch.usage !== undefined && { usage: JSON.stringify(patch.usage) }),
-      ...(patch.cancelReason !== undefined && { cancel_reason: patch.cancelReason }),
-      ...(patch.started && { started_at: new Date() }),
-      ...(patch.ended && { ended_at: new Date() }),
-      ...(patch.lease !== undefined && { lease_owner: patch.lease?.owner ?? null, lease_expires_at: patch.lease?.expiresAt ?? null }),
-      ...(patch.knowledge !== undefined && { knowledge: patch.knowledge === null ? null : JSON.stringify(patch.knowledge) }),
-      ...(patch.waiting !== undefined && { waiting_since: patch.waiting ? new Date() : null }),
-    })
-    .where('id', '=', id)
-    .returningAll()
-    .executeTakeFirstOrThrow()
+  const row = await tx.updateTable('runs').set(patchColumns(patch)).where('id', '=', id).returningAll().executeTakeFirstOrThrow()
   return toRun(row)
+}
+
+/** The columns a patch sets (and `updated_at`). */
+function patchColumns(patch: RunPatch) {
+  return {
+    updated_at: new Date(),
+    ...(patch.status !== undefined && { status: patch.status }),
+    ...(patch.phase !== undefined && { phase: patch.phase }),
+    ...(patch.iteration !== undefined && { iteration: patch.iteration }),
+    ...(patch.requiredAction !== undefined && { required_action: patch.requiredAction === null ? null : JSON.stringify(patch.requiredAction) }),
+    ...(patch.error !== undefined && { error: patch.error === null ? null : JSON.stringify(patch.error) }),
+    ...(patch.usage !== undefined && { usage: JSON.stringify(patch.usage) }),
+    ...(patch.cancelReason !== undefined && { cancel_reason: patch.cancelReason }),
+    ...(patch.started && { started_at: new Date() }),
+    ...(patch.ended && { ended_at: new Date() }),
+    ...(patch.lease !== undefined && { lease_owner: patch.lease?.owner ?? null, lease_expires_at: patch.lease?.expiresAt ?? null }),
+    ...(patch.knowledge !== undefined && { knowledge: patch.knowledge === null ? null : JSON.stringify(patch.knowledge) }),
+    ...(patch.waiting !== undefined && { waiting_since: patch.waiting ? new Date() : null }),
+  }
 }
 
 /** The oldest queued run of a conversation, if no other run there is active. */
@@ -212,10 +212,11 @@ export async function findStartableQueues(db: Executor): Promise<string[]> {
  * `owner` still holds it and the run is running. Undefined means the lease has passed to someone else
  * (or the run ended elsewhere): the caller must stop without writing.
  */
-export async function fenceRun(tx: Executor, id: string, owner: string, expiresAt: Date): Promise<Run | undefined> {
+export async function fenceRun(tx: Executor, id: string, owner: string, expiresAt: Date, patch?: RunPatch): Promise<Run | undefined> {
+  // With a patch, the state change rides in the same statement as the fence.
   const row = await tx
     .updateTable('runs')
-    .set({ lease_expires_at: expiresAt })
+    .set({ ...(patch && patchColumns(patch)), lease_expires_at: expiresAt })
     .where('id', '=', id)
     .where('lease_owner', '=', owner)
     .where('status', '=', 'running')

@@ -1,0 +1,311 @@
+import { createInterface, type Interface } from 'node:readline/promises'
+import { ApiClient, ApiError, Unreachable, type StreamEvent } from './api-client.js'
+import { runLocalCommand } from './local-command.js'
+import { paint } from './paint.js'
+
+export interface ChatOptions {
+  url: string
+  token: string
+  project?: string
+  conversation?: string
+  /** Ask once, print the answer, exit (no prompts: nothing that would ask runs). */
+  once?: string
+  /** A proposed command is killed after this long (ms). */
+  commandTimeoutMs: number
+  /** Output of a proposed command sent back, at most (bytes). */
+  outputMaxBytes: number
+  input: NodeJS.ReadableStream
+  output: NodeJS.WritableStream & { isTTY?: boolean }
+  errorOutput: NodeJS.WritableStream
+}
+
+interface Turn {
+  runId: string | null
+  lastEventId: number | null
+  ended: string | null
+  answer: string
+  /** Decisions and client calls already answered (a reconnect replays their events). */
+  handled: Set<string>
+  streaming: boolean
+  cancelling: boolean
+  /** Risk of proposed commands, from `tool_call.created`. */
+  risks: Map<string, { risk: string | null; matchedRules: Array<{ id: string; description?: string }> }>
+}
+
+const terminal = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.expired'])
+
+/**
+ * `plinth chat`: a terminal client. Streams the answer as it arrives, shows tool calls, asks for
+ * decisions inline, runs proposed commands locally after approval, cancels with Ctrl-C (twice quits),
+ * and reconnects with the last event id when the connection drops.
+ */
+export class ChatSession {
+  readonly #options: ChatOptions
+  readonly #client: ApiClient
+  readonly #color: boolean
+  #rl: Interface | null = null
+  #turn: Turn | null = null
+  #quit: (() => void) | null = null
+
+  constructor(options: ChatOptions) {
+    this.#options = options
+    this.#client = new ApiClient(options.url, options.token)
+    this.#color = options.output.isTTY === true && !process.env.NO_COLOR
+  }
+
+  /** Runs the session; resolves to the process exit code. */
+  async run(): Promise<number> {
+    try {
+      const me = await this.#withRetry('sign in', () => this.#client.json<{ name: string }>('GET', '/api/me'))
+      const conversationId = await this.#pickConversation()
+      if (this.#options.once !== undefined) return await this.#once(conversationId, this.#options.once)
+      this.#say(paint(this.#color, 'dim', `signed in as ${me.name} — conversation ${conversationId}; Ctrl-C cancels a run, twice quits; /quit ends`))
+      return await this.#repl(conversationId)
+    } catch (error) {
+      this.#fail(error)
+      return 1
+    } finally {
+      this.#rl?.close()
+    }
+  }
+
+  async #repl(conversationId: string): Promise<number> {
+    const rl = this.#readline()
+    let lastInterrupt = 0
+    const quitting = new Promise<number>((resolve) => (this.#quit = () => resolve(130)))
+    rl.on('SIGINT', () => {
+      const now = Date.now()
+      if (this.#turn && !this.#turn.ended && !this.#turn.cancelling && now - lastInterrupt > 1500) {
+        lastInterrupt = now
+        void this.#cancel()
+        return
+      }
+      if (!this.#turn || this.#turn.ended || now - lastInterrupt <= 1500) {
+        this.#say('')
+        this.#quit?.()
+      }
+      lastInterrupt = now
+    })
+    for (;;) {
+      const line = await Promise.race([rl.question(paint(this.#color, 'bold', 'you> ')).catch(() => '/quit'), quitting.then(() => '/quit')])
+      const text = line.trim()
+      if (text === '/quit' || text === '/exit') return (await Promise.race([quitting, Promise.resolve(0)])) || 0
+      if (text === '') continue
+      const status = await Promise.race([this.#runTurn(conversationId, text, { interactive: true }), quitting.then(() => 'quit')])
+      if (status === 'quit') return 130
+    }
+  }
+
+  async #once(conversationId: string, question: string): Promise<number> {
+    const status = await this.#runTurn(conversationId, question, { interactive: false })
+    if (status === 'run.completed') {
+      this.#options.output.write(`${this.#turn?.answer.trim() ?? ''}\n`)
+      return 0
+    }
+    return 1
+  }
+
+  /** Posts a message and follows its run to the end, reconnecting when the stream drops. */
+  async #runTurn(conversationId: string, input: string, mode: { interactive: boolean }): Promise<string> {
+    const turn: Turn = { runId: null, lastEventId: null, ended: null, answer: '', handled: new Set(), streaming: false, cancelling: false, risks: new Map() }
+    this.#turn = turn
+    const body = mode.interactive ? { input, clientTools: ['propose_command'] } : { input, approvalPolicy: 'dontAsk' }
+    const onEvent = (event: StreamEvent) => this.#onEvent(turn, event, mode)
+    try {
+      await this.#client.stream('POST', `/api/conversations/${conversationId}/runs`, { body, onEvent })
+    } catch (error) {
+      if (turn.runId === null) {
+        this.#fail(error)
+        return 'failed'
+      }
+    }
+    // The stream ended before the run did (a restart, a dropped connection): pick it up where it stopped.
+    for (let attempt = 0; !turn.ended && turn.runId; attempt++) {
+      const delay = Math.min(10_000, 500 * 2 ** Math.min(attempt, 5))
+      this.#say(paint(this.#color, 'yellow', `\nconnection lost; reconnecting in ${(delay / 1000).toFixed(1)} s (run ${turn.runId}, after event ${turn.lastEventId ?? 0})`))
+      await sleep(delay)
+      try {
+        await this.#client.stream('GET', `/api/runs/${turn.runId}/events`, { lastEventId: turn.lastEventId, onEvent })
+      } catch (error) {
+        if (error instanceof ApiError && error.status !== 429 && error.status < 500) {
+          this.#fail(error)
+          return 'failed'
+        }
+      }
+    }
+    return turn.ended ?? 'failed'
+  }
+
+  async #onEvent(turn: Turn, event: StreamEvent, mode: { interactive: boolean }): Promise<void> {
+    if (event.id !== null) turn.lastEventId = event.id
+    const data = event.data
+    switch (event.event) {
+      case 'run.created':
+        turn.runId = String((data.run as { id?: string } | undefined)?.id ?? turn.runId)
+        break
+      case 'message.delta':
+        if (!mode.interactive) break
+        if (!turn.streaming) this.#options.output.write(paint(this.#color, 'cyan', 'agent> '))
+        turn.streaming = true
+        this.#options.output.write(String(data.text ?? ''))
+        break
+      case 'message.completed':
+        if (turn.streaming) this.#options.output.write('\n')
+        turn.streaming = false
+        if (typeof data.content === 'string' && data.content && !data.toolCalls) turn.answer = data.content
+        break
+      case 'tool_call.created':
+        if (data.kind === 'client') turn.risks.set(String(data.callId), { risk: (data.risk as string | null) ?? null, matchedRules: (data.matchedRules as Array<{ id: string; description?: string }>) ?? [] })
+        else if (mode.interactive) this.#say(paint(this.#color, 'dim', `  → ${String(data.name)} ${JSON.stringify(data.args)}`))
+        break
+      case 'tool_call.completed':
+        if (mode.interactive) this.#say(paint(this.#color, 'dim', `  ← ${String(data.status)} ${preview(data.output)}`))
+        break
+      case 'run.status':
+        if (data.status === 'requires_action' && mode.interactive) await this.#answer(turn, data.requiredAction as RequiredAction | undefined)
+        break
+      default:
+        if (terminal.has(event.event)) {
+          turn.ended = event.event
+          if (event.event === 'run.failed') this.#options.errorOutput.write(`${paint(this.#color, 'red', `the run failed: ${JSON.stringify(data.error)}`)}\n`)
+          if (event.event === 'run.cancelled') this.#say(paint(this.#color, 'yellow', `(cancelled${data.reason && data.reason !== 'cancelled' ? `: ${String(data.reason)}` : ''})`))
+          if (event.event === 'run.expired') this.#say(paint(this.#color, 'yellow', '(the run expired waiting for an answer)'))
+        }
+    }
+  }
+
+  /** What the run waits for: decisions, then proposed commands. */
+  async #answer(turn: Turn, required: RequiredAction | undefined): Promise<void> {
+    for (const decision of required?.decisions ?? []) {
+      if (turn.handled.has(decision.decisionId) || turn.ended) continue
+      turn.handled.add(decision.decisionId)
+      this.#say(paint(this.#color, decision.risk === 'high' ? 'red' : 'yellow', `  ? ${decision.name} wants to run (${decision.risk ?? 'unknown'} risk): ${JSON.stringify(decision.args)}`))
+      const answer = (await this.#ask('    approve? [y] once, [s] for this session, [n] reject: ')).trim().toLowerCase()
+      const choice = answer === 'y' || answer === 'yes' ? 'approve' : answer === 's' ? 'approve_session' : 'reject'
+      try {
+        await this.#client.json('POST', `/api/decisions/${decision.decisionId}`, { decision: choice })
+      } catch (error) {
+        if (error instanceof ApiError && (error.code === 'decision_conflict' || error.code === 'decision_expired')) this.#say(paint(this.#color, 'dim', `    (already ${error.code === 'decision_expired' ? 'expired' : 'answered elsewhere'})`))
+        else throw error
+      }
+    }
+    for (const call of required?.toolOutputs ?? []) {
+      if (turn.handled.has(call.callId) || turn.ended) continue
+      turn.handled.add(call.callId)
+      const output = call.name === 'propose_command' ? await this.#proposedCommand({ ...call, ...turn.risks.get(call.callId) }) : { accepted: false, error: `plinth chat cannot run the client tool ${call.name}` }
+      try {
+        await this.#client.json('POST', `/api/runs/${turn.runId}/tool-outputs`, { outputs: [{ callId: call.callId, output }] })
+      } catch (error) {
+        if (!(error instanceof ApiError && error.code === 'run_not_waiting')) throw error
+      }
+    }
+  }
+
+  /** Shows a proposed command with its risk, asks, runs it here, and returns what the model reads. */
+  async #proposedCommand(call: { callId: string; args: { command?: unknown; reason?: unknown }; risk?: string | null; matchedRules?: Array<{ id: string; description?: string }> }): Promise<Record<string, unknown>> {
+    const command = String(call.args?.command ?? '')
+    const risk = call.risk ?? 'medium'
+    const high = risk === 'high'
+    this.#say(paint(this.#color, high ? 'red' : 'yellow', `  $ ${command}`))
+    if (call.args?.reason) this.#say(paint(this.#color, 'dim', `    why: ${String(call.args.reason)}`))
+    this.#say(paint(this.#color, high ? 'red' : 'dim', `    risk: ${risk}${call.matchedRules && call.matchedRules.length > 0 ? ` — ${call.matchedRules.map((rule) => rule.description ?? rule.id).join('; ')}` : ''}`))
+    const answer = (await this.#ask(high ? '    HIGH RISK — type "yes" to run it here: ' : '    run it here? [y/n] ')).trim().toLowerCase()
+    const approved = high ? answer === 'yes' : answer === 'y' || answer === 'yes'
+    if (!approved) {
+      this.#say(paint(this.#color, 'dim', '    declined'))
+      return { accepted: false, rejected: true }
+    }
+    const result = await runLocalCommand(command, { cwd: process.cwd(), timeoutMs: this.#options.commandTimeoutMs, maxBytes: this.#options.outputMaxBytes })
+    if (result.output) this.#options.output.write(indent(result.output))
+    this.#say(paint(this.#color, 'dim', `    exit ${result.exitCode ?? 'none'}${result.timedOut ? ` (killed after ${this.#options.commandTimeoutMs} ms)` : ''}${result.truncated ? ' (output truncated)' : ''}`))
+    return { accepted: true, exitCode: result.exitCode, output: result.output, truncated: result.truncated, timedOut: result.timedOut }
+  }
+
+  async #cancel(): Promise<void> {
+    const turn = this.#turn
+    if (!turn?.runId || turn.ended) return
+    turn.cancelling = true
+    this.#say(paint(this.#color, 'yellow', '\ncancelling the run… (Ctrl-C again to quit)'))
+    await this.#client.json('POST', `/api/runs/${turn.runId}/cancel`).catch((error: unknown) => this.#fail(error))
+  }
+
+  async #pickConversation(): Promise<string> {
+    if (this.#options.conversation) return this.#options.conversation
+    let projectId = this.#options.project
+    if (!projectId) {
+      const projects = await this.#client.json<{ items: Array<{ id: string; name: string; shared?: boolean }> }>('GET', '/api/projects?limit=20')
+      if (this.#options.once !== undefined || projects.items.length === 0) {
+        const name = projects.items.length === 0 ? 'chat' : undefined
+        projectId = name ? (await this.#client.json<{ id: string }>('POST', '/api/projects', { name })).id : projects.items[0]!.id
+      } else {
+        projects.items.forEach((project, index) => this.#say(`  ${index + 1}. ${project.name}${project.shared ? ' (shared)' : ''}`))
+        const answer = (await this.#ask('project number, or a name for a new one: ')).trim()
+        const picked = /^\d+$/.test(answer) ? projects.items[Number(answer) - 1] : undefined
+        projectId = picked?.id ?? (await this.#client.json<{ id: string }>('POST', '/api/projects', { name: answer || 'chat' })).id
+      }
+    }
+    const conversation = await this.#client.json<{ id: string }>('POST', `/api/projects/${projectId}/conversations`, {})
+    return conversation.id
+  }
+
+  /** Calls `fn`, retrying with backoff while the server cannot be reached (and saying so). */
+  async #withRetry<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn()
+      } catch (error) {
+        if (!(error instanceof Unreachable) || attempt >= 5) throw error
+        const delay = 500 * 2 ** attempt
+        this.#options.errorOutput.write(`${error.message}; retrying ${what} in ${(delay / 1000).toFixed(1)} s\n`)
+        await sleep(delay)
+      }
+    }
+  }
+
+  #readline(): Interface {
+    this.#rl ??= createInterface({ input: this.#options.input, output: this.#options.output, terminal: this.#options.output.isTTY === true })
+    return this.#rl
+  }
+
+  async #ask(question: string): Promise<string> {
+    return this.#readline().question(question).catch(() => '')
+  }
+
+  #say(line: string): void {
+    this.#options.output.write(`${line}\n`)
+  }
+
+  #fail(error: unknown): void {
+    const message =
+      error instanceof ApiError
+        ? error.status === 401
+          ? 'the token was refused (missing, revoked or for a disabled user); check --token / PLINTH_TOKEN'
+          : `${error.code}: ${error.message}`
+        : error instanceof Error
+          ? error.message
+          : String(error)
+    this.#options.errorOutput.write(`${paint(this.#color, 'red', `plinth chat: ${message}`)}\n`)
+  }
+}
+
+interface RequiredAction {
+  decisions?: Array<{ decisionId: string; name: string; args: unknown; risk?: string | null }>
+  toolOutputs?: Array<{ callId: string; name: string; args: { command?: unknown; reason?: unknown }; risk?: string | null; matchedRules?: Array<{ id: string; description?: string }> }>
+}
+
+function preview(value: unknown): string {
+  const text = typeof value === 'string' ? value : JSON.stringify(value)
+  return text.length > 120 ? `${text.slice(0, 117)}...` : text
+}
+
+function indent(text: string): string {
+  return `${text
+    .replace(/\n$/, '')
+    .split('\n')
+    .map((line) => `    | ${line}`)
+    .join('\n')}\n`
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}

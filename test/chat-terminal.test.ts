@@ -1,0 +1,187 @@
+import { execFileSync, spawnSync } from 'node:child_process'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { cliEnv, http, lastLine, plinthBin, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
+
+// `plinth chat` used as a person would: in a real terminal (tmux), typing, answering prompts, Ctrl-C.
+const hasTmux = spawnSync('tmux', ['-V']).status === 0
+const requireTmux = process.env.REQUIRE_TMUX === '1' || process.env.REQUIRE_BROWSER === '1'
+if (!hasTmux && requireTmux) throw new Error('REQUIRE_TMUX=1 but tmux is not installed (apt-get install tmux)')
+if (!hasTmux) console.warn('[plinth tests] skipping the plinth chat terminal tests: tmux is not installed')
+
+const scripts = {
+  propose: { turnBy: 'round', turns: [{ text: 'Let me look.', toolCalls: [{ name: 'propose_command', arguments: { command: 'echo hello-from-local', reason: 'to see' } }] }, { text: 'Seen it: all good.' }] },
+  danger: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'propose_command', arguments: { command: 'rm -rf /tmp/plinth-chat-never-exists' } }] }, { text: 'Fine, I will not.' }] },
+  decide: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Memo', body: 'hello' } }] }, { text: 'The draft is written.' }] },
+  slow: { turns: [{ text: Array.from({ length: 300 }, (_, index) => `w${index} `).join(''), chunks: 300, delayMs: 50 }] },
+}
+
+describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
+  let cwd: string
+  let server: ServeProcess
+  let token: string
+  const sessions: string[] = []
+
+  beforeAll(async () => {
+    cwd = await mkdtemp(join(tmpdir(), 'plinth-chat-'))
+    for (const [name, script] of Object.entries(scripts)) await writeFile(join(cwd, `${name}.json`), JSON.stringify(script))
+    await writeFile(
+      join(cwd, 'plinth.config.json'),
+      JSON.stringify({ plugins: ['rdm'], models: Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })), defaultModel: 'propose' }),
+    )
+    token = lastLine((await runPlinth(['users', 'create', 'chatter'], { cwd })).stdout)
+    server = await startServe({ cwd })
+  }, 120_000)
+  afterAll(async () => {
+    for (const session of sessions) spawnSync('tmux', ['kill-session', '-t', session])
+    await server?.kill()
+    if (cwd) await rm(cwd, { recursive: true, force: true })
+  })
+
+  /** A project whose runs use `model`, and `plinth chat` on it in a new tmux session. */
+  const open = async (model: keyof typeof scripts): Promise<{ session: string; projectId: string }> => {
+    const project = await http(server.url, 'POST', '/api/projects', { token, body: { name: `chat-${model}-${Date.now()}`, defaultModel: model } })
+    expect(project.status).toBe(201)
+    const session = `plinth-chat-${process.pid}-${sessions.length}`
+    sessions.push(session)
+    const env = cliEnv({ PLINTH_URL: server.url, PLINTH_TOKEN: token, NO_COLOR: '1' })
+    const exports = ['PLINTH_URL', 'PLINTH_TOKEN', 'NO_COLOR', 'PLINTH_FROM_SOURCE'].map((name) => `${name}=${JSON.stringify(env[name] ?? '')}`).join(' ')
+    execFileSync('tmux', ['new-session', '-d', '-s', session, '-x', '140', '-y', '50', `cd ${JSON.stringify(cwd)} && ${exports} ${JSON.stringify(process.execPath)} ${JSON.stringify(plinthBin)} chat --project ${project.body.id}; echo "[exit $?]"; sleep 600`])
+    await screenShows(session, /you>/)
+    return { session, projectId: project.body.id }
+  }
+  const type = (session: string, keys: string, enter = true): void => {
+    execFileSync('tmux', ['send-keys', '-t', session, '-l', keys])
+    if (enter) execFileSync('tmux', ['send-keys', '-t', session, 'Enter'])
+  }
+  const screen = (session: string): string => execFileSync('tmux', ['capture-pane', '-p', '-t', session, '-S', '-200']).toString()
+  const screenShows = async (session: string, pattern: RegExp, timeoutMs = 20_000): Promise<string> => {
+    const deadline = Date.now() + timeoutMs
+    for (;;) {
+      const text = screen(session)
+      if (pattern.test(text)) return text
+      if (Date.now() > deadline) throw new Error(`the terminal never showed ${pattern}:\n${text}`)
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+  }
+  const lastRun = async (projectId: string): Promise<{ id: string; status: string }> => {
+    const conversations = await http(server.url, 'GET', `/api/projects/${projectId}/conversations`, { token })
+    const runs = await http(server.url, 'GET', `/api/conversations/${conversations.body.items[0].id}/runs`, { token })
+    return runs.body.items[0]
+  }
+  const clientOutput = async (runId: string): Promise<unknown> => {
+    const events = await http(server.url, 'GET', `/api/runs/${runId}`, { token })
+    expect(events.status).toBe(200)
+    const audit = await http(server.url, 'GET', `/api/audit?commandId=propose_command`, { token })
+    return audit.body.items.find((item: { runId: string }) => item.runId === runId)?.result
+  }
+
+  it('shows a proposed command with its risk, runs it here once approved, and the output reaches the model', async () => {
+    const { session, projectId } = await open('propose')
+    type(session, 'what is here?')
+    await screenShows(session, /run it here\? \[y\/n\]/)
+    expect(screen(session)).toMatch(/\$ echo hello-from-local/)
+    expect(screen(session)).toMatch(/risk: (low|medium)/)
+    type(session, 'y')
+    const text = await screenShows(session, /agent> Seen it: all good\./)
+    expect(text).toMatch(/\| hello-from-local/)
+    const run = await lastRun(projectId)
+    expect(run.status).toBe('completed')
+    expect(await clientOutput(run.id)).toMatchObject({ accepted: true, exitCode: 0, output: 'hello-from-local\n' })
+  })
+
+  it('a declined command is not run, and the model is told so', async () => {
+    const { session, projectId } = await open('propose')
+    type(session, 'what is here?')
+    await screenShows(session, /run it here\? \[y\/n\]/)
+    type(session, 'n')
+    await screenShows(session, /declined[\s\S]*agent> Seen it/)
+    expect(screen(session)).not.toMatch(/\| hello-from-local/)
+    const run = await lastRun(projectId)
+    expect(await clientOutput(run.id)).toMatchObject({ accepted: false, rejected: true })
+  })
+
+  it('a high-risk command is shown as such with its rule and needs an explicit "yes" ("y" declines)', async () => {
+    const { session, projectId } = await open('danger')
+    type(session, 'clean up')
+    const text = await screenShows(session, /HIGH RISK — type "yes"/)
+    expect(text).toMatch(/risk: high — .*(recursive|delete|rm)/i)
+    type(session, 'y')
+    await screenShows(session, /declined[\s\S]*agent> Fine, I will not\./)
+    expect(await clientOutput((await lastRun(projectId)).id)).toMatchObject({ accepted: false })
+  })
+
+  it('asks for a decision inline; approving lets the run finish', async () => {
+    const { session, projectId } = await open('decide')
+    type(session, 'write a memo')
+    await screenShows(session, /approve\? \[y\] once, \[s\] for this session, \[n\] reject/)
+    expect(screen(session)).toMatch(/rdm__draft__compose wants to run \(high risk\)/)
+    type(session, 'y')
+    await screenShows(session, /agent> The draft is written\./)
+    expect((await lastRun(projectId)).status).toBe('completed')
+  })
+
+  it('survives a server restart mid-run: reconnects with the last event id and shows the rest', { timeout: 120_000 }, async () => {
+    const { session, projectId } = await open('slow')
+    type(session, 'talk for a while')
+    await screenShows(session, /agent> w0 w1 w2/)
+    // A graceful restart on the same port: the new server resumes the run, the client follows it.
+    expect(await server.stop()).toBe(0)
+    server = await startServe({ cwd, env: { PORT: String(server.port) } })
+    await screenShows(session, /reconnecting in/)
+    await screenShows(session, /w299\s*\n(.*\n)*you>/, 60_000)
+    expect((await lastRun(projectId)).status).toBe('completed')
+  })
+
+  it('Ctrl-C cancels the run; a second Ctrl-C quits', async () => {
+    const { session, projectId } = await open('slow')
+    type(session, 'talk for a while')
+    await screenShows(session, /agent> w0 w1 w2/)
+    execFileSync('tmux', ['send-keys', '-t', session, 'C-c'])
+    await screenShows(session, /\(cancelled\)/)
+    expect((await lastRun(projectId)).status).toBe('cancelled')
+    await screenShows(session, /you>\s*$/m)
+    execFileSync('tmux', ['send-keys', '-t', session, 'C-c'])
+    await screenShows(session, /\[exit 130\]/)
+  })
+})
+
+describe('plinth chat without a terminal', () => {
+  let cwd: string
+  let server: ServeProcess
+  let token: string
+
+  beforeAll(async () => {
+    cwd = await mkdtemp(join(tmpdir(), 'plinth-chat-once-'))
+    await writeFile(join(cwd, 'answer.json'), JSON.stringify({ turns: [{ text: 'Forty-two.' }] }))
+    await writeFile(join(cwd, 'plinth.config.json'), JSON.stringify({ models: [{ id: 'answer', provider: 'scripted', script: 'answer.json' }], defaultModel: 'answer' }))
+    token = lastLine((await runPlinth(['users', 'create', 'once'], { cwd })).stdout)
+    server = await startServe({ cwd })
+  }, 120_000)
+  afterAll(async () => {
+    await server?.kill()
+    if (cwd) await rm(cwd, { recursive: true, force: true })
+  })
+
+  it('--once prints the answer and exits 0', async () => {
+    const result = await runPlinth(['chat', '--url', server.url, '--token', token, '--once', 'the answer?'], { cwd })
+    expect(result.code, result.stderr).toBe(0)
+    expect(result.stdout.trim()).toBe('Forty-two.')
+  })
+
+  it('a refused token is said plainly, once, and exits 1', async () => {
+    const result = await runPlinth(['chat', '--url', server.url, '--token', 'plt_not-a-real-token', '--once', 'x'], { cwd })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toMatch(/the token was refused/)
+    expect(result.stderr.match(/refused/g)).toHaveLength(1)
+  })
+
+  it('a server that is down: says so and retries with backoff, then gives up with exit 1', async () => {
+    const result = await runPlinth(['chat', '--url', 'http://127.0.0.1:9', '--token', token, '--once', 'x'], { cwd, timeoutMs: 60_000 })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toMatch(/cannot reach http:\/\/127\.0\.0\.1:9.*retrying sign in in 0\.5 s/)
+    expect(result.stderr.match(/retrying/g)!.length).toBeGreaterThanOrEqual(3)
+  })
+})
