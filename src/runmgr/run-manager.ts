@@ -17,6 +17,7 @@ import {
   findStartableQueues,
   getProject,
   getRun,
+  hasKnowledge,
   insertAssistantMessage,
   insertToolCall,
   isUniqueViolation,
@@ -1073,6 +1074,8 @@ export class RunManager {
     const input = transcript.findLast((message) => message.role === 'user')?.content
     if (!retriever || !input) return { hits: [] }
     try {
+      // One cheap look instead of a full hybrid search (several queries) in a project with no knowledge.
+      if (!(await hasKnowledge(this.#options.store.db, run.projectId))) return { hits: [] }
       const hits = await retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
       return { hits: selectForInjection(hits) }
     } catch (error) {

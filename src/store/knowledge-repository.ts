@@ -445,3 +445,9 @@ function toHit(row: HitRow): ChunkHit {
     score: Number(row.score),
   }
 }
+
+/** Whether a project has any searchable knowledge (a run skips retrieval when it has none). */
+export async function hasKnowledge(db: Executor, projectId: string): Promise<boolean> {
+  const row = await db.selectFrom('knowledge_chunks').select('id').where('project_id', '=', projectId).limit(1).executeTakeFirst()
+  return row !== undefined
+}
