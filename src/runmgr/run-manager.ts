@@ -216,7 +216,8 @@ export class RunManager {
     }, this.#options.shutdownGraceMs ?? 10_000)
     await Promise.allSettled([...this.#drivers.values()].map((driver) => driver.done))
     clearTimeout(grace)
-    this.#options.bus.bindRuns(null)
+    // The bus stays bound: a decision answered before the server stops listening must still reach
+    // its run's ledger (in the bus's transaction); the next server's sweeper continues that run.
   }
 
   get models(): ModelRegistry {
