@@ -617,24 +617,24 @@ export class RunManager {
         const opened = await this.#fenced(
           fence,
           async (tx, updated) => {
-          const events = roundDone ? [runEvent(updated, 'run.status', { runId, status: updated.status, phase: 'tool_done' })] : []
-          if (injected?.hits && injected.hits.length > 0) {
+            const events = roundDone ? [runEvent(updated, 'run.status', { runId, status: updated.status, phase: 'tool_done' })] : []
+            if (injected?.hits && injected.hits.length > 0) {
+              events.push(
+                runEvent(updated, 'knowledge.injected', {
+                  runId,
+                  chunkIds: injected.hits.map((hit) => hit.chunkId),
+                  items: injected.hits.map((hit) => ({ itemId: hit.itemId, chunkId: hit.chunkId, title: hit.title, shared: hit.shared })),
+                }),
+              )
+            }
+            const messageId = await insertAssistantMessage(tx, updated)
             events.push(
-              runEvent(updated, 'knowledge.injected', {
-                runId,
-                chunkIds: injected.hits.map((hit) => hit.chunkId),
-                items: injected.hits.map((hit) => ({ itemId: hit.itemId, chunkId: hit.chunkId, title: hit.title, shared: hit.shared })),
-              }),
+              runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
+              runEvent(updated, 'round.started', { runId, iteration }),
+              runEvent(updated, 'message.created', { messageId, role: 'assistant' }),
             )
-          }
-          const messageId = await insertAssistantMessage(tx, updated)
-          events.push(
-            runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
-            runEvent(updated, 'round.started', { runId, iteration }),
-            runEvent(updated, 'message.created', { messageId, role: 'assistant' }),
-          )
-          await appendEvents(tx, events)
-          return { run: updated, messageId }
+            await appendEvents(tx, events)
+            return { run: updated, messageId }
           },
           { patch },
         )
