@@ -631,6 +631,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/stream-tickets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A single-use ticket to open one event stream without an Authorization header (EventSource) */
+        post: operations["createStreamTicket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1889,6 +1906,15 @@ export interface components {
             /** @enum {string} */
             event: "reconnect";
         };
+        /** StreamTicket */
+        StreamTicket: {
+            /** Format: date-time */
+            expiresAt: string;
+            /** @description Single use; put it in the stream URL as ?ticket= */
+            ticket: string;
+            /** @description The path with the ticket, ready for new EventSource(url) */
+            url: string;
+        };
         /** User */
         User: {
             /** Format: date-time */
@@ -3131,6 +3157,8 @@ export interface operations {
             query?: {
                 /** @description Replay events with a larger id (same as Last-Event-ID). */
                 after?: string;
+                /** @description A single-use stream ticket (POST /api/stream-tickets) instead of the Authorization header */
+                ticket?: string;
             };
             header?: never;
             path: {
@@ -5031,6 +5059,8 @@ export interface operations {
             query?: {
                 /** @description Replay events with a larger id (same as Last-Event-ID). */
                 after?: string;
+                /** @description A single-use stream ticket (POST /api/stream-tickets) instead of the Authorization header */
+                ticket?: string;
             };
             header?: never;
             path: {
@@ -5573,6 +5603,8 @@ export interface operations {
             query?: {
                 /** @description Replay events with a larger id (same as Last-Event-ID). */
                 after?: string;
+                /** @description A single-use stream ticket (POST /api/stream-tickets) instead of the Authorization header */
+                ticket?: string;
             };
             header?: never;
             path: {
@@ -5844,6 +5876,78 @@ export interface operations {
                         items: components["schemas"]["SearchHit"][];
                         nextCursor: null;
                     };
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createStreamTicket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description The stream to open, e.g. /api/runs/{id}/events */
+                    path: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StreamTicket"];
                 };
             };
             /** @description Default Response */

@@ -17,11 +17,11 @@ export const redactPaths = [
 ]
 
 /** Query parameters whose values are credentials wherever they appear in a URL. */
-const secretParam = /^(access_?token|token|api_?key|key|secret|password|passwd|auth|authorization|signature|sig|code)$/i
+const secretParam = /^(access_?token|token|ticket|api_?key|key|secret|password|passwd|auth|authorization|signature|sig|code)$/i
 
 /** Credential shapes scrubbed from every line, whatever field they hide in. */
 const secretShapes: Array<[RegExp, string]> = [
-  [/\bplt_[A-Za-z0-9_-]{8,}/g, 'plt_[redacted]'],
+  [/\b(plt|pst)_[A-Za-z0-9_-]{8,}/g, '$1_[redacted]'],
   [/\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}/gi, '$1 [redacted]'],
   [/\bsk-(ant-)?[A-Za-z0-9_-]{8,}/g, 'sk-[redacted]'],
   [/(postgres(?:ql)?:\/\/[^:/\s"]*:)[^@\s"]+@/gi, '$1[redacted]@'],

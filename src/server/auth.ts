@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { FastifyRequest } from 'fastify'
-import { authenticateToken, touchToken, type Store, type User } from '../store/index.js'
+import { authenticateToken, redeemStreamTicket, touchToken, type Store, type User } from '../store/index.js'
 import { HttpProblem } from './problem.js'
 import type { TokenCache } from './token-cache.js'
 
@@ -27,7 +27,16 @@ export function createUserAuth(store: Store, cache?: TokenCache): (request: Fast
   const lastTouched = new Map<string, number>()
   return async (request) => {
     const token = bearerToken(request)
-    if (!token) throw new HttpProblem('unauthorized', 'missing bearer token')
+    if (!token) {
+      // A browser's EventSource cannot send the header: a single-use ticket opens one stream instead.
+      const ticket = streamTicket(request)
+      if (!ticket) throw new HttpProblem('unauthorized', 'missing bearer token')
+      const redeemed = await redeemStreamTicket(store.db, ticket.value, ticket.path)
+      if (!redeemed) throw new HttpProblem('unauthorized', 'invalid, used or expired stream ticket (POST /api/stream-tickets issues one)')
+      request.user = redeemed.user
+      request.tokenId = redeemed.tokenId
+      return
+    }
     let found = cache?.get(token)
     if (!found) {
       found = await authenticateToken(store.db, token)
@@ -59,4 +68,16 @@ export function createAdminAuth(adminToken: string): (request: FastifyRequest) =
 export function caller(request: FastifyRequest): User {
   if (!request.user) throw new HttpProblem('unauthorized')
   return request.user
+}
+
+/** `?ticket=` on a GET of an event stream, with the path it must have been issued for. */
+function streamTicket(request: FastifyRequest): { value: string; path: string } | undefined {
+  if (request.method !== 'GET') return undefined
+  const url = request.url
+  const query = url.indexOf('?')
+  if (query < 0) return undefined
+  const path = url.slice(0, query)
+  if (!/^\/api\/(runs|conversations|projects)\/[0-9A-Z]{26}\/events$/.test(path)) return undefined
+  const value = new URLSearchParams(url.slice(query + 1)).get('ticket')
+  return value ? { value, path } : undefined
 }

@@ -18,6 +18,7 @@ import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
 import { TokenCache } from './token-cache.js'
+import { registerStreamTicketRoutes } from './routes/stream-ticket-routes.js'
 import { handleError, requestPath } from './error-handler.js'
 import { guardHostileInput } from './hostile-input.js'
 import { registerMetrics } from './metrics.js'
@@ -226,6 +227,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
         if (request.body === undefined && (request.method === 'POST' || request.method === 'PATCH')) request.body = {}
       })
       registerMeRoutes(api)
+      registerStreamTicketRoutes(api, deps)
       registerProjectRoutes(api, deps)
       registerConversationRoutes(api, deps)
       registerCommandRoutes(api, deps)

@@ -159,7 +159,10 @@ export const Message = Type.Object({
 }, { title: 'Message' })
 
 export const EventsQuery = Type.Object(
-  { after: Type.Optional(Type.String({ description: 'Replay events with a larger id (same as Last-Event-ID).' })) },
+  {
+    after: Type.Optional(Type.String({ description: 'Replay events with a larger id (same as Last-Event-ID).' })),
+    ticket: Type.Optional(Type.String({ description: 'A single-use stream ticket (POST /api/stream-tickets) instead of the Authorization header' })),
+  },
   strict,
 )
 

@@ -209,6 +209,13 @@ export interface RunsTable {
   waiting_since: NullableTimestamp
 }
 
+export interface StreamTicketsTable {
+  ticket_hash: string
+  token_id: string
+  path: string
+  expires_at: ColumnType<Date, Date, Date>
+}
+
 export interface RunToolCallsTable {
   id: string
   run_id: string
@@ -300,6 +307,7 @@ export interface Database {
   allowances: AllowancesTable
   audit_log: AuditLogTable
   runs: RunsTable
+  stream_tickets: StreamTicketsTable
   run_tool_calls: RunToolCallsTable
   knowledge_items: KnowledgeItemsTable
   knowledge_chunks: KnowledgeChunksTable
