@@ -386,14 +386,7 @@ export interface TranscriptMessage {
 /** The whole transcript of a conversation, oldest first (what the model is shown, after trimming). */
 export async function readTranscript(db: Executor, conversationId: string): Promise<TranscriptMessage[]> {
   const rows = await db.selectFrom('messages').selectAll().where('conversation_id', '=', conversationId).orderBy('id').execute()
-  return rows.map((row) => ({
-    id: row.id,
-    role: row.role,
-    content: row.content,
-    toolCalls: (row.tool_calls as StoredToolCall[] | null) ?? null,
-    toolCallId: row.tool_call_id,
-    status: row.status,
-  }))
+  return rows.map(toTranscriptMessage)
 }
 
 /**
