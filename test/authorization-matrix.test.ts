@@ -30,6 +30,8 @@ interface RouteCase {
 
 const routes: RouteCase[] = [
   { method: 'GET', path: '/api/me', url: () => '/api/me', owner: 200, member: 200, stranger: 200 },
+  // Issuing a ticket grants nothing: the stream it opens checks access as with the header (stream-tickets.test).
+  { method: 'POST', path: '/api/stream-tickets', url: () => '/api/stream-tickets', body: 'ticket', owner: 201, member: 201, stranger: 201 },
   { method: 'GET', path: '/api/projects', url: () => '/api/projects', owner: 200, member: 200, stranger: 200 },
   { method: 'POST', path: '/api/projects', url: () => '/api/projects', body: { name: 'n' }, owner: 201, member: 201, stranger: 201 },
   { method: 'GET', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, owner: 200, member: 200, stranger: 404 },
@@ -129,7 +131,9 @@ for (const engine of testEngines()) {
           ? { entrance: 'button', projectId: fixtureValue.projectId, params: {} }
           : route.body === 'batch'
             ? { items: [{ id: fixtureValue.decisionId, decision: 'reject' }] }
-            : route.body
+            : route.body === 'ticket'
+              ? { path: `/api/projects/${fixtureValue.projectId}/events` }
+              : route.body
       const controller = new AbortController()
       const response = await fetch(server.url + route.url(fixtureValue), {
         method: route.method,
