@@ -61,6 +61,8 @@ export interface FakeUpstream {
   requests: RecordedRequest[]
   /** Scripts the reply to the next unanswered request (replies are used first in, first out). */
   enqueue(reply: FakeReply): void
+  /** Drops the replies not used yet; returns how many there were. */
+  clear(): number
   /** Destroys open connections (stalled streams included) and stops listening. */
   close(): Promise<void>
 }
@@ -96,6 +98,9 @@ export async function startFakeUpstream(): Promise<FakeUpstream> {
     requests,
     enqueue(reply) {
       replies.push(reply)
+    },
+    clear() {
+      return replies.splice(0).length
     },
     async close() {
       server.closeAllConnections()

@@ -78,13 +78,24 @@ export class OpenAIChatModel implements LanguageModel {
         toolsUnsupportedKeywords: options.toolsUnsupportedKeywords ?? defaultToolsUnsupportedKeywords,
         signal: request.signal,
       })
+      let readable = 0
+      let firstUnreadable: string | undefined
       for await (const event of events) {
         const data = event.data.trim()
         if (data === '[DONE]') break
         const parsed = safeParseJson(data)
         // A malformed chunk is skipped, not fatal.
-        if (!parsed.ok) continue
+        if (!parsed.ok) {
+          firstUnreadable ??= data
+          continue
+        }
+        readable++
         yield* parser.push(parsed.value)
+      }
+      // Not one readable chunk (an HTML page from a proxy, frames cut short): not an empty answer.
+      if (readable === 0) {
+        const seen = firstUnreadable === undefined ? 'no event at all' : `only unreadable data (${JSON.stringify(firstUnreadable.slice(0, 120))})`
+        throw new ModelError('upstream_error', `The upstream's stream carried ${seen}; expected chat-completion chunks`)
       }
     } catch (error) {
       throw error instanceof ModelError ? redactModelError(error, [options.apiKey]) : error
