@@ -1,8 +1,5 @@
-import { createHash } from 'node:crypto'
 import type { Actor, CommandContext, JsonValue, PluginLogger, ProjectRef, Risk } from '../extension/index.js'
 import {
-  appendEvents,
-  canonicalJson,
   findAllowance,
   findDispatchByKey,
   getDecision,
@@ -22,7 +19,9 @@ import {
 } from '../store/index.js'
 import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
 import { DispatchExecutors } from './dispatch-executors.js'
-import type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
+import { runHandler } from './handler-runner.js'
+import { appendDecisionEvent, fail, hashParams, hashRequest, outcomeOf, rejectedOutcome, staticRisk, toDecisionView, toJsonError, validateParams } from './outcomes.js'
+import type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest } from './bus-types.js'
 import type { CommandCatalog, RegisteredCommand } from './command-catalog.js'
 import { evaluateGate, type PermissionMode } from './gate.js'
 import { createPluginKv } from './plugin-kv.js'
@@ -79,8 +78,6 @@ export interface RunBinding {
   /** The run's cancel signal, if it has one here. */
   signal(runId: string): AbortSignal | undefined
 }
-
-const defaultTimeoutMs = 30_000
 
 /**
  * The one dispatch path for every effect (SPEC §9): resolve → validate → authorize → risk → gate →
@@ -523,73 +520,10 @@ export class CommandBus {
     )
     this.#executors.started()
     try {
-      return await this.#runHandler(command, dispatch, current, context, hooks)
+      return await runHandler({ store: this.#options.store, maxResultBytes: this.#options.maxResultBytes }, command, dispatch, current, context, hooks)
     } finally {
       this.#executors.finished()
     }
-  }
-
-  async #runHandler(
-    command: RegisteredCommand,
-    dispatch: DispatchRecord,
-    current: AuditEnvelope,
-    context: CommandContext & { abort: AbortController },
-    hooks?: DispatchHooks,
-  ): Promise<DispatchOutcome> {
-    const { store } = this.#options
-    const timeoutMs = command.spec.timeoutMs ?? defaultTimeoutMs
-    let timer: NodeJS.Timeout | undefined
-    const timedOut = new Promise<'timeout'>((resolve) => {
-      timer = setTimeout(() => {
-        context.abort.abort(new Error('timeout'))
-        resolve('timeout')
-      }, timeoutMs)
-    })
-    let outcome: DispatchOutcome
-    try {
-      const result = await Promise.race([Promise.resolve().then(() => command.handler(dispatch.params, context)), timedOut])
-      if (result === 'timeout') {
-        outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
-      } else if (context.signal.aborted) {
-        outcome = { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
-      } else {
-        const json = JSON.stringify(result ?? null) ?? 'null'
-        const bytes = Buffer.byteLength(json)
-        const limit = this.#options.maxResultBytes ?? 1024 * 1024
-        outcome =
-          bytes > limit
-            ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'result_too_large', message: `${command.spec.id} returned ${bytes} bytes; results are limited to ${limit} (PLINTH_RESULT_MAX_BYTES)` } }
-            : { status: 'succeeded', dispatchId: dispatch.id, result: JSON.parse(json) as JsonValue }
-      }
-    } catch (error) {
-      if (context.signal.aborted && !isCommandError(error)) {
-        const reason = context.abort.signal.reason as Error | undefined
-        outcome = reason?.message === 'timeout'
-          ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
-          : { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
-      } else if (isCommandError(error)) {
-        outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: error.code, message: error.message } }
-      } else {
-        context.log.error('command handler threw', { commandId: command.spec.id, dispatchId: dispatch.id, error: (error as Error)?.message ?? String(error) })
-        outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'command_failed', message: `${command.spec.id} failed` } }
-      }
-    } finally {
-      clearTimeout(timer)
-    }
-    await store.transaction(async (tx) => {
-      await hooks?.lock?.(tx)
-      await recordStep(
-        tx,
-        'finished',
-        current,
-        dispatch,
-        outcome.status === 'succeeded'
-          ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
-          : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() },
-      )
-      await hooks?.settled?.(tx, outcome)
-    })
-    return outcome
   }
 
   /** Checks the conversation and project a dispatch names, and the command's resource authorizer. */
@@ -690,84 +624,4 @@ interface Scope {
 interface Refusal {
   error: BusError
   project?: ProjectRef | null
-}
-
-/** What an idempotency key stands for: everything the caller chose, ids as named (not as resolved). */
-function hashRequest(commandId: string, paramsHash: string, request: DispatchRequest): string {
-  return createHash('sha256')
-    .update(JSON.stringify([commandId, paramsHash, request.entrance, request.projectId ?? null, request.conversationId ?? null]))
-    .digest('hex')
-}
-
-/** A CommandError from any copy of the extension surface (plugins may bundle their own). */
-function isCommandError(error: unknown): error is { code: string; message: string } {
-  const candidate = error as { name?: unknown; code?: unknown; message?: unknown } | null
-  return candidate !== null && typeof candidate === 'object' && candidate.name === 'CommandError' && typeof candidate.code === 'string' && typeof candidate.message === 'string'
-}
-
-function fail(dispatchId: string | null, code: BusError['code'], message: string): DispatchOutcome {
-  return { status: 'failed', dispatchId, error: { code, message } }
-}
-
-function staticRisk(command: RegisteredCommand): string {
-  return typeof command.spec.risk === 'string' ? command.spec.risk : 'unclassified'
-}
-
-function validateParams(command: RegisteredCommand, params: Params): BusError | undefined {
-  if (command.validate(params)) return undefined
-  const errors = (command.validate.errors ?? []).map((issue) => {
-    const base = ['params', ...issue.instancePath.split('/').filter(Boolean)]
-    if (issue.keyword === 'additionalProperties') return { path: [...base, String(issue.params.additionalProperty)].join('.'), message: 'unknown field' }
-    if (issue.keyword === 'required') return { path: [...base, String(issue.params.missingProperty)].join('.'), message: 'is required' }
-    return { path: base.join('.'), message: issue.message ?? 'is invalid' }
-  })
-  return { code: 'validation_failed', message: errors.map((error) => `${error.path}: ${error.message}`).join('; '), errors }
-}
-
-/** sha256 of the canonical JSON (RFC 8785) of params. */
-export function hashParams(params: Params): string {
-  return createHash('sha256').update(canonicalJson(params)).digest('hex')
-}
-
-function toJsonError(error: BusError): { code: string; message: string; [key: string]: JsonValue } {
-  return JSON.parse(JSON.stringify(error)) as { code: string; message: string }
-}
-
-function outcomeOf(dispatch: DispatchRecord): DispatchOutcome {
-  if (dispatch.status === 'succeeded') return { status: 'succeeded', dispatchId: dispatch.id, result: dispatch.result }
-  const error = (dispatch.error as BusError | null) ?? { code: dispatch.status, message: dispatch.status }
-  const status = dispatch.status === 'rejected' || dispatch.status === 'expired' || dispatch.status === 'cancelled' ? dispatch.status : 'failed'
-  return { status, dispatchId: dispatch.id, error }
-}
-
-export function toDecisionView(decision: DecisionRecord): DecisionView {
-  return {
-    id: decision.id,
-    dispatchId: decision.dispatchId,
-    status: decision.status,
-    commandId: decision.commandId,
-    params: decision.params,
-    preview: decision.preview,
-    risk: decision.risk,
-    reasons: decision.reasons,
-    projectId: decision.projectId,
-    conversationId: decision.conversationId,
-    runId: decision.runId,
-    callId: decision.callId,
-    scope: decision.scope,
-    decidedBy: decision.decidedBy,
-    note: decision.note,
-    createdAt: decision.createdAt,
-    expiresAt: decision.expiresAt,
-    decidedAt: decision.decidedAt,
-  }
-}
-
-async function appendDecisionEvent(tx: Store['db'], type: string, decision: DecisionRecord, data: { [key: string]: JsonValue }): Promise<void> {
-  if (!decision.projectId && !decision.conversationId) return
-  await appendEvents(tx, [{ type, projectId: decision.projectId, conversationId: decision.conversationId, runId: decision.runId, userId: decision.ownerId, data }])
-}
-
-function rejectedOutcome(dispatchId: string): DispatchOutcome {
-  return { status: 'rejected', dispatchId, error: { code: 'rejected', message: 'rejected by a human' } }
 }

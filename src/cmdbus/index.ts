@@ -1,5 +1,6 @@
 /** The command bus: one dispatch path, HITL decisions, the audit envelope, tool projection. */
-export { CommandBus, hashParams, toDecisionView, type CommandBusOptions, type DecisionListener, type RunBinding, type ClientCallAudit } from './command-bus.js'
+export { hashParams, toDecisionView } from './outcomes.js'
+export { CommandBus, type CommandBusOptions, type DecisionListener, type RunBinding, type ClientCallAudit } from './command-bus.js'
 export { CommandCatalog, RegistrationError, type CoreContext, type RegisteredCommand } from './command-catalog.js'
 export { ProjectAccess } from './project-access.js'
 export { createPluginKv, createPluginLogger } from './plugin-kv.js'

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
-import { hashParams, type CommandBus, type DecisionView, type DispatchOutcome, type RegisteredCommand } from '../cmdbus/index.js'
+import type { CommandBus, DecisionView, DispatchOutcome } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
-import { ModelError, projectToolSchema, streamWithRetries, type LanguageModel, type ModelMessage, type ModelRegistry, type ModelTool, type ModelToolCall } from '../llm/index.js'
+import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import {
   activeRunStatuses,
@@ -17,25 +17,18 @@ import {
   findStartableQueues,
   getProject,
   getRun,
-  hasKnowledge,
-  insertAssistantMessage,
-  insertToolCall,
   isUniqueViolation,
   listRuns,
   listToolCalls,
   lockAuditLog,
   lockRun,
-  newId,
   nextQueuedRun,
   pendingDecisionIds,
-  readTranscriptTail,
   releaseLease,
-  renewLease,
   runEvent,
   takeOverRun,
   terminalRunStatuses,
   updateRun,
-  updateToolCall,
   type Conversation,
   type Executor,
   type ModelParams,
@@ -44,18 +37,15 @@ import {
   type RunProfile,
   type RunPatch,
   type Store,
-  type StoredToolCall,
-  type ToolCallRecord,
   type ToolCallStatus,
-  type TranscriptMessage,
 } from '../store/index.js'
-import { proposeCommandTool, resolveClientTools } from './client-tools.js'
-import { DeltaCoalescer } from './delta-coalescer.js'
+import { resolveClientTools } from './client-tools.js'
 import { ModelSlots } from './model-slots.js'
-import { knowledgeBlock, selectForInjection, type KnowledgeContext } from './knowledge-context.js'
-import { buildModelMessages, trimToBudget } from './history.js'
+import { LeaseLost, type Driver, type DriverKit, type StopReason } from './driver.js'
+import { driveRun } from './run-loop.js'
+import { commandTools } from './tool-table.js'
 import { RunRequestError } from './run-errors.js'
-import { RunLedger, clientCallAudit, openStatuses, type RunEnd } from './run-ledger.js'
+import { RunLedger, openStatuses, type RunEnd } from './run-ledger.js'
 import type { RunObserver } from './run-observer.js'
 
 export type { RunObserver } from './run-observer.js'
@@ -103,39 +93,6 @@ export interface CreateRunInput {
   modelParams?: ModelParams
 }
 
-type ToolEntry = { kind: 'command'; command: RegisteredCommand; tool: ModelTool } | { kind: 'client'; tool: ModelTool }
-
-const baseSystemPrompt =
-  'You are an agent working inside Plinth. Use the tools offered when they help; a person may have to approve some calls. Answer concisely.'
-const noToolsPrompt =
-  'You cannot use tools or look anything up in this conversation. When a question needs data you do not have, say so plainly instead of inventing it.'
-const capPrompt = 'The maximum number of tool rounds for this run has been reached. Answer now with what you have, without calling tools, and say that the limit was reached.'
-
-/** The run's lease has passed to someone else (or the run ended elsewhere): its driver stops without writing. */
-class LeaseLost extends Error {
-  constructor() {
-    super('the run lease has passed to another driver')
-    this.name = 'LeaseLost'
-  }
-}
-
-/** Why a driver stops: `shutdown` and `lease_lost` leave the run to be resumed; the rest end it. */
-type StopReason = 'cancelled' | 'superseded' | 'shutdown' | 'lease_lost' | (string & {})
-
-/** This process driving one run. */
-interface Driver {
-  fence: RunFence
-  /** Taken over from a stopped driver: calls of its last round may still be open. */
-  resumed: boolean
-  /** Whether the owner may write in the project, when already known. */
-  writable: boolean | undefined
-  /** Aborts the model stream and the loop. */
-  loop: AbortController
-  /** Aborts tool calls in flight (at once on cancel; after the grace period on shutdown). */
-  calls: AbortController
-  done: Promise<void>
-}
-
 /**
  * Runs the agent's ReAct loop (SPEC §6): stream the model, dispatch its tool calls through the
  * command bus, pause for humans, continue, finish. Every state change is written (with its event)
@@ -155,11 +112,31 @@ export class RunManager {
   #unsubscribe: Array<() => void> = []
   #stopping = false
   readonly #modelSlots: ModelSlots
+  /** What the round's steps (model turn, call executor) use of this manager. */
+  readonly #kit: DriverKit
 
   constructor(options: RunManagerOptions) {
     this.#options = options
     this.#modelSlots = new ModelSlots(options.maxConcurrentModelCalls ?? 16)
     this.#ledger = new RunLedger(options.bus, options.toolOutputLimit ?? 4096, options.observer)
+    this.#kit = {
+      store: options.store,
+      bus: options.bus,
+      models: options.models,
+      log: options.log,
+      retriever: options.retriever,
+      systemPrompt: options.systemPrompt,
+      leaseMs: this.#leaseMs(),
+      observer: options.observer,
+      ledger: this.#ledger,
+      modelSlots: this.#modelSlots,
+      fenced: (fence, fn, fencedOptions) => this.#fenced(fence, fn, fencedOptions),
+      endAborted: (run, driver, messageId, text) => this.#endAborted(run, driver, messageId, text),
+      expireDecisions: (decisionIds) => this.#expireDecisions(decisionIds),
+      expiry: () => this.#expiry(),
+      end: (runId, end, endOptions) => this.#end(runId, end, endOptions),
+      abort: (driver, reason) => this.#abort(driver, reason),
+    }
   }
 
   /** Binds to the bus and run signals, recovers what a previous process left, starts the sweeper. */
@@ -245,9 +222,9 @@ export class RunManager {
     }
     const clientTools = resolveClientTools(input.clientTools)
     // A client tool must not take the name of a command tool: the model would call one thinking it the other.
-    const commandTools = new Map([...this.#commandTools(profile.tools)].map((entry) => [entry.toolName, entry.commandId]))
+    const byToolName = new Map([...commandTools(this.#options.bus, profile.tools)].map((entry) => [entry.toolName, entry.commandId]))
     for (const tool of clientTools) {
-      const commandId = commandTools.get(tool.name)
+      const commandId = byToolName.get(tool.name)
       if (commandId) throw new RunRequestError('client_tool_conflict', `the client tool ${JSON.stringify(tool.name)} has the name of the tool of command ${commandId}; rename the client tool`)
     }
     const maxIterations = input.maxIterations ?? 10
@@ -519,7 +496,7 @@ export class RunManager {
     }
     const driver: Driver = { fence, resumed: hints.resumed ?? false, writable: hints.writable, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
     this.#drivers.set(runId, driver)
-    driver.done = this.#loop(driver)
+    driver.done = driveRun(this.#kit, driver)
       .catch(async (error: unknown) => {
         if (error instanceof LeaseLost) {
           log.info('stopped driving a run that was ended or taken over elsewhere', { runId })
@@ -557,359 +534,6 @@ export class RunManager {
     const run = await fenceRun(tx, fence.runId, fence.owner, this.#expiry(), patch)
     if (!run) throw new LeaseLost()
     return run
-  }
-
-  async #loop(driver: Driver): Promise<void> {
-    const { store, log } = this.#options
-    const { fence } = driver
-    const runId = fence.runId
-    const signal = driver.loop.signal
-    const heartbeat = setInterval(() => {
-      renewLease(store.db, runId, fence.owner, this.#expiry())
-        .then((held) => {
-          if (!held) this.#abort(driver, 'lease_lost')
-        })
-        .catch((error: unknown) => log.warn('could not renew a run lease; the next write re-checks it', { runId, error: String(error) }))
-    }, Math.max(500, this.#leaseMs() / 3))
-    // A finished tool round is announced with the next round's opening transaction.
-    let roundDone = false
-    // Only a run taken over from a stopped driver can have calls left open from its last round.
-    let first = driver.resumed
-    let writable = driver.writable
-    // The run as this driver last wrote it: its only writer need not read it back (a change made
-    // elsewhere — a cancel, a takeover — makes the next fenced write fail).
-    let known: Run | undefined
-    try {
-      for (;;) {
-        let run = known ?? (await getRun(store.db, runId))
-        known = undefined
-        if (!run || run.status !== 'running' || run.leaseOwner !== fence.owner) return
-        if (signal.aborted) return await this.#endAborted(run, driver, null, '')
-        const model = this.#options.models.get(run.model)
-        if (!model) return await this.#end(runId, { status: 'failed', error: { code: 'internal', message: `model ${run.model} is no longer configured` }, openCalls: 'interrupted' }, { fence })
-        const atCap = run.iteration >= run.maxIterations
-        writable ??= await this.#options.bus.mayWrite(run.ownerId, run.projectId)
-        const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : this.#toolTable(run, writable)
-        if (first) {
-          first = false
-          // Resumed after its driver stopped: calls of the last round not yet answered are dispatched
-          // again under their idempotency keys (a finished dispatch answers with its recorded outcome).
-          const open = (await listToolCalls(store.db, runId)).filter((call) => openStatuses.includes(call.status))
-          if (open.length > 0) {
-            const redo = open.filter((call) => call.status === 'pending' || call.status === 'running')
-            const waiting = (await this.#runCalls(run, redo, this.#toolTable(run, writable), driver)) || redo.length < open.length
-            if (signal.aborted) return await this.#endAborted(run, driver, null, '')
-            if (waiting) return await this.#requireAction(fence)
-            roundDone = true
-          }
-        }
-        const iteration = run.iteration + 1
-        // Only the tail that can fit the model's window is read (with room to spare for trimming by
-        // whole turns): a long conversation costs no more per round than a short one.
-        const transcript = await readTranscriptTail(store.db, run.conversationId, Math.ceil(model.contextWindow * 0.7 * 4 * 1.5))
-        // Project knowledge is looked up once, at the start, and kept with the run (resume sees the same).
-        const injected = run.knowledge === null ? await this.#retrieveKnowledge(run, transcript, signal) : null
-        const knowledge = (injected ?? run.knowledge) as KnowledgeContext | null
-        const messages = this.#history(run, model, atCap, transcript, knowledge)
-        // One transaction opens the round: the previous round's tool_done, the new phase and the
-        // assistant message the model's turn streams into.
-        const patch: RunPatch = { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing', ...(injected && { knowledge: injected as unknown as JsonValue }) }
-        const opened = await this.#fenced(
-          fence,
-          async (tx, updated) => {
-            const events = roundDone ? [runEvent(updated, 'run.status', { runId, status: updated.status, phase: 'tool_done' })] : []
-            if (injected?.hits && injected.hits.length > 0) {
-              events.push(
-                runEvent(updated, 'knowledge.injected', {
-                  runId,
-                  chunkIds: injected.hits.map((hit) => hit.chunkId),
-                  items: injected.hits.map((hit) => ({ itemId: hit.itemId, chunkId: hit.chunkId, title: hit.title, shared: hit.shared })),
-                }),
-              )
-            }
-            const messageId = await insertAssistantMessage(tx, updated)
-            events.push(
-              runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
-              runEvent(updated, 'round.started', { runId, iteration }),
-              runEvent(updated, 'message.created', { messageId, role: 'assistant' }),
-            )
-            await appendEvents(tx, events)
-            return { run: updated, messageId }
-          },
-          { patch },
-        )
-        run = opened.run
-        roundDone = false
-        const turn = await this.#modelTurn(run, model, tools, messages, opened.messageId, driver)
-        if (turn.kind === 'ended') return // completed with its answer, failed, cancelled or suspended
-        if (atCap) {
-          // The last, tool-less call still asked for tools: nothing more runs; the calls are answered.
-          const message = `the model still called tools after ${run.maxIterations} iterations (maxIterations)`
-          await this.#end(runId, { status: 'failed', error: { code: 'iteration_cap', message }, openCalls: 'error' }, { fence })
-          return
-        }
-        const waiting = await this.#runCalls(run, turn.calls, tools, driver)
-        if (signal.aborted) return await this.#endAborted(run, driver, null, '')
-        if (waiting) {
-          await this.#requireAction(fence)
-          return
-        }
-        roundDone = true
-        known = turn.run
-      }
-    } finally {
-      clearInterval(heartbeat)
-    }
-  }
-
-  /** Streams one model turn into an assistant message. */
-  async #modelTurn(
-    run: Run,
-    model: LanguageModel,
-    tools: Map<string, ToolEntry>,
-    messages: ModelMessage[],
-    messageId: string,
-    driver: Driver,
-  ): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[]; run: Run }> {
-    const { store } = this.#options
-    const { fence } = driver
-    const signal = driver.loop.signal
-    let text = ''
-    // Deltas are fenced too: once the lease has passed, nothing more streams from here.
-    const coalescer = new DeltaCoalescer(50, (delta) => store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })], fence).then(() => undefined))
-    const calls: ModelToolCall[] = []
-    let usage = { ...run.usage }
-    const holdsSlot = await this.#modelSlots.acquire(signal)
-    if (!holdsSlot) {
-      // Stopped while waiting for a slot: the model was never called.
-      await coalescer.close()
-      await this.#endAborted(run, driver, messageId, '')
-      return { kind: 'ended' }
-    }
-    const modelStarted = performance.now()
-    let modelOutcome = 'ok'
-    try {
-      for await (const part of streamWithRetries(model, { messages, tools: [...tools.values()].map((entry) => entry.tool), params: run.profile.modelParams, signal })) {
-        if (part.type === 'text-delta') {
-          text += part.text
-          coalescer.push(part.text)
-        } else if (part.type === 'tool-call') calls.push(part.call)
-        else if (part.type === 'usage') usage = { inputTokens: usage.inputTokens + part.usage.inputTokens, outputTokens: usage.outputTokens + part.usage.outputTokens }
-      }
-    } catch (error) {
-      modelOutcome = error instanceof ModelError ? error.code : 'internal'
-      await coalescer.close()
-      if (signal.aborted || (error instanceof ModelError && error.code === 'cancelled')) {
-        await this.#endAborted(run, driver, messageId, text)
-        return { kind: 'ended' }
-      }
-      const failure =
-        error instanceof ModelError
-          ? { code: error.code === 'cancelled' ? 'upstream_error' : error.code, message: error.message, ...(error.upstreamStatus !== undefined && { upstreamStatus: error.upstreamStatus }) }
-          : { code: 'internal', message: 'the model call failed' }
-      const decisions = await this.#fenced(
-        fence,
-        async (tx, locked) => {
-          await completeAssistantMessage(tx, messageId, text, null, 'failed')
-          await appendEvents(tx, [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'failed' })])
-          return this.#ledger.end(tx, locked, { status: 'failed', error: failure, openCalls: 'interrupted', usage })
-        },
-        { audit: true },
-      )
-      await this.#expireDecisions(decisions)
-      return { kind: 'ended' }
-    } finally {
-      if (holdsSlot) this.#modelSlots.release()
-      this.#options.observer?.modelCall?.({ model: model.id, durationMs: performance.now() - modelStarted, outcome: signal.aborted ? 'cancelled' : modelOutcome })
-    }
-    await coalescer.close()
-    if (signal.aborted) {
-      await this.#endAborted(run, driver, messageId, text)
-      return { kind: 'ended' }
-    }
-    // The turn and its calls are one checkpoint: message, ledger rows and events in one transaction.
-    const ledger: ToolCallRecord[] = calls.map((call, seq) => {
-      const entry = tools.get(call.name)
-      return {
-        id: newId(),
-        runId: run.id,
-        messageId,
-        iteration: run.iteration,
-        seq,
-        providerCallId: call.id || `call_${seq}`,
-        name: call.name,
-        commandId: entry?.kind === 'command' ? entry.command.spec.id : null,
-        kind: entry ? entry.kind : 'unknown',
-        args: parseArguments(call.arguments).value,
-        rawArgs: call.arguments,
-        risk: null,
-        status: 'pending',
-        output: null,
-        modelOutput: null,
-        modelTruncated: false,
-        dispatchId: null,
-        decisionId: null,
-        repeatOf: null,
-      }
-    })
-    // With calls, the run's new state rides in the fence's statement.
-    const checkpointPatch: RunPatch | undefined = ledger.length > 0 ? { usage, phase: 'tool_running' } : undefined
-    let checkpointed: Run = run
-    const decisions = await this.#fenced(fence, async (tx, locked) => {
-      checkpointed = locked
-      const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
-      await completeAssistantMessage(tx, messageId, text, stored, 'completed')
-      const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
-      if (ledger.length === 0) {
-        // No calls: the text is the answer, and the run completes in the same transaction.
-        await appendEvents(tx, events)
-        // Nothing is open (every earlier round was answered) and the only turn just completed.
-        return this.#ledger.end(tx, locked, { status: 'completed', usage, clean: true })
-      }
-      for (const call of ledger) {
-        const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? this.#options.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
-        call.risk = risk?.risk ?? (call.kind === 'command' ? commandRisk(tools.get(call.name)) : null)
-        await insertToolCall(tx, call)
-        events.push(
-          runEvent(run, 'tool_call.created', {
-            runId: run.id,
-            callId: call.id,
-            providerCallId: call.providerCallId,
-            name: call.name,
-            commandId: call.commandId,
-            kind: call.kind === 'unknown' ? 'command' : call.kind,
-            args: call.args,
-            risk: call.risk,
-            ...(risk && { matchedRules: risk.matchedRules }),
-          }),
-        )
-      }
-      // The checkpoint also announces tool_called and moves on to tool_running.
-      events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_called' }))
-      events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_running' }))
-      await appendEvents(tx, events)
-      return []
-    }, checkpointPatch && { patch: checkpointPatch })
-    if (ledger.length === 0) {
-      await this.#expireDecisions(decisions)
-      return { kind: 'ended' }
-    }
-    return { kind: 'turn', calls: ledger, run: checkpointed }
-  }
-
-  /** Dispatches a round's calls in order. Returns true when any waits for a human or the client. */
-  async #runCalls(run: Run, calls: ToolCallRecord[], tools: Map<string, ToolEntry>, driver: Driver): Promise<boolean> {
-    const { store, bus } = this.#options
-    const { fence } = driver
-    let waiting = false
-    // Earlier results are looked up only for calls that may reuse them (idempotent commands).
-    let earlier: ToolCallRecord[] | undefined
-    for (const call of calls) {
-      if (driver.loop.signal.aborted) return waiting
-      const entry = tools.get(call.name)
-      const parsed = parseArguments(call.rawArgs)
-      const fail = (output: JsonValue) => this.#fenced(fence, (tx, locked) => this.#ledger.finish(tx, locked, call, 'error', output))
-      if (!entry) {
-        await fail({ error: { code: 'unknown_tool', message: `there is no tool named ${call.name}; use one of the offered tools` } })
-        continue
-      }
-      if (parsed.error || parsed.value === null || typeof parsed.value !== 'object' || Array.isArray(parsed.value)) {
-        await fail({ error: { code: 'invalid_arguments', message: `the arguments are not a JSON object: ${parsed.error ?? 'wrong type'}` } })
-        continue
-      }
-      if (entry.kind === 'client') {
-        this.#ledger.started(call.id)
-        await this.#fenced(fence, async (tx, locked) => {
-          await updateToolCall(tx, call.id, { status: 'awaiting_output', started: true })
-          await bus.auditClientCall(tx, clientCallAudit(locked, call))
-          await appendEvents(tx, [runEvent(locked, 'tool_call.started', { callId: call.id })])
-        })
-        waiting = true
-        continue
-      }
-      const params = parsed.value as { [key: string]: JsonValue }
-      // An identical read-only call in this run returns the earlier ok result again.
-      if (entry.command.spec.idempotent) {
-        const hash = hashParams(params)
-        earlier ??= await listToolCalls(store.db, run.id)
-        const previous = earlier.find((candidate) => candidate.status === 'ok' && candidate.name === call.name && candidate.args !== null && hashParams(candidate.args as { [key: string]: JsonValue }) === hash)
-        if (previous) {
-          await this.#fenced(fence, (tx, locked) => this.#ledger.finish(tx, locked, call, 'ok', previous.output, { repeatOf: previous.id }))
-          continue
-        }
-      }
-      this.#ledger.started(call.id)
-      // The call's own writes ride in the dispatch's transactions, fenced by the lease: `running` with
-      // the dispatch row (a driver that lost the lease dispatches nothing), the result (or the wait for
-      // a decision) with the dispatch's outcome (a driver that lost it meanwhile records nothing: the
-      // run's new owner, or whoever ended it, has answered the call).
-      let recorded = false
-      let lost = false
-      // Each of the dispatch's transactions fences the run first (before the bus's audit and event locks).
-      let locked: Run | undefined
-      const lock = async (tx: Executor): Promise<void> => {
-        locked = await fenceRun(tx, fence.runId, fence.owner, this.#expiry())
-      }
-      const record = async (tx: Executor, outcome: DispatchOutcome): Promise<void> => {
-        recorded = true
-        if (!locked) {
-          lost = true
-          return
-        }
-        if (outcome.status === 'awaiting_decision') {
-          await updateToolCall(tx, call.id, { status: 'awaiting_decision', dispatchId: outcome.dispatchId, decisionId: outcome.decision.id })
-        } else {
-          await this.#ledger.applyOutcome(tx, locked, call, outcome)
-        }
-      }
-      const outcome = await bus.dispatch({
-        commandId: entry.command.spec.id,
-        params,
-        entrance: 'agent',
-        actor: { type: 'agent', id: run.id, onBehalfOf: run.ownerId },
-        conversationId: run.conversationId,
-        projectId: run.projectId,
-        runId: run.id,
-        callId: call.id,
-        idempotencyKey: `${run.id}:${call.id}`,
-        // A call of this driver's own round has never been dispatched (a resumed run's may have been).
-        fresh: !driver.resumed,
-        approvalPolicy: run.approvalPolicy,
-        signal: driver.calls.signal,
-        within: {
-          lock,
-          persisted: async (tx) => {
-            if (!locked) throw new LeaseLost()
-            await updateToolCall(tx, call.id, { status: 'running', started: true })
-            await appendEvents(tx, [runEvent(locked, 'tool_call.started', { callId: call.id })])
-          },
-          settled: record,
-        },
-      })
-      // A replayed outcome (the dispatch already existed) ran no hook.
-      if (!recorded) {
-        await store.transaction(async (tx) => {
-          await lock(tx)
-          await record(tx, outcome)
-        })
-      }
-      if (lost) throw new LeaseLost()
-      if (outcome.status === 'awaiting_decision') {
-        waiting = true
-        continue
-      }
-      if (outcome.status === 'succeeded') earlier?.push({ ...call, status: 'ok', output: outcome.result })
-    }
-    return waiting
-  }
-
-  /** The round waits for humans or the client: the lease is given up until every call is answered. */
-  async #requireAction(fence: RunFence): Promise<void> {
-    await this.#fenced(fence, async (tx) => {
-      const requiredAction = await this.#ledger.requiredAction(tx, fence.runId)
-      const updated = await updateRun(tx, fence.runId, { status: 'requires_action', phase: null, requiredAction, lease: null, waiting: true })
-      await appendEvents(tx, [runEvent(updated, 'run.status', { runId: fence.runId, status: updated.status, phase: null, requiredAction })])
-    })
   }
 
   /**
@@ -1040,69 +664,6 @@ export class RunManager {
     }
   }
 
-  /** Exposed commands the agent may call (the project's subset, when it sets one), with their tool names. */
-  *#commandTools(subset: string[] | null): Generator<{ toolName: string; commandId: string; command: RegisteredCommand }> {
-    const allowed = subset === null ? null : new Set(subset)
-    for (const command of this.#options.bus.catalog.list()) {
-      const toolName = command.toolName
-      if (!toolName) continue
-      if (allowed && !allowed.has(command.spec.id)) continue
-      if (command.spec.entrances && !command.spec.entrances.includes('agent')) continue
-      yield { toolName, commandId: command.spec.id, command }
-    }
-  }
-
-  /**
-   * The model's tools: exposed commands plus the run's client tools. An owner who may only read the
-   * project (shared read-only) is offered the read-only commands alone: the others would be refused.
-   */
-  #toolTable(run: Run, writable = true): Map<string, ToolEntry> {
-    const table = new Map<string, ToolEntry>()
-    for (const { command, toolName } of this.#commandTools(run.profile.tools)) {
-      if (!writable && !command.spec.idempotent) continue
-      // Providers get a projection; the command's own schema is still enforced on dispatch.
-      const projected = projectToolSchema(command.spec.paramsSchema)
-      const description = projected.descriptionSuffix ? `${command.spec.description}\n\n${projected.descriptionSuffix}` : command.spec.description
-      table.set(toolName, { kind: 'command', command, tool: { name: toolName, description, parameters: projected.parameters } })
-    }
-    for (const tool of (run.clientTools as unknown as ModelTool[]) ?? []) table.set(tool.name, { kind: 'client', tool })
-    return table
-  }
-
-  /** The top knowledge hits for the run's user message, or `{hits: []}` when there are none (or retrieval failed). */
-  async #retrieveKnowledge(run: Run, transcript: readonly TranscriptMessage[], signal: AbortSignal): Promise<KnowledgeContext> {
-    const retriever = this.#options.retriever
-    const input = transcript.findLast((message) => message.role === 'user')?.content
-    if (!retriever || !input) return { hits: [] }
-    try {
-      // One cheap look instead of a full hybrid search (several queries) in a project with no knowledge.
-      if (!(await hasKnowledge(this.#options.store.db, run.projectId))) return { hits: [] }
-      const hits = await retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
-      return { hits: selectForInjection(hits) }
-    } catch (error) {
-      this.#options.log.warn('knowledge retrieval for the prompt failed; the run goes on without it', { runId: run.id, error: String(error) })
-      return { hits: [] }
-    }
-  }
-
-  #history(run: Run, model: LanguageModel, atCap: boolean, transcript: TranscriptMessage[], knowledge: KnowledgeContext | null): ModelMessage[] {
-    const notes = this.#options.bus.catalog.notes
-    const skills = this.#options.bus.catalog.skills
-    const system = [
-      baseSystemPrompt,
-      this.#options.systemPrompt,
-      run.profile.systemPrompt,
-      ...notes,
-      skills.length > 0 ? `Skills you can follow:\n${skills.map((skill) => `- ${skill.name}: ${skill.description}`).join('\n')}` : undefined,
-      model.supportsTools ? undefined : noToolsPrompt,
-      knowledge?.hits && knowledge.hits.length > 0 ? knowledgeBlock(knowledge.hits) : undefined,
-    ]
-      .filter(Boolean)
-      .join('\n\n')
-    const history = trimToBudget(buildModelMessages(transcript), Math.floor(model.contextWindow * 0.7) - Math.ceil(system.length / 4))
-    return [{ role: 'system', content: system }, ...history, ...(atCap ? [{ role: 'system' as const, content: capPrompt }] : [])]
-  }
-
   #leaseMs(): number {
     return this.#options.leaseMs ?? 30_000
   }
@@ -1115,29 +676,4 @@ export class RunManager {
   #newLease(): { owner: string; expiresAt: Date } {
     return { owner: `${this.#instanceId}.${++this.#leaseSeq}`, expiresAt: this.#expiry() }
   }
-}
-
-/** Arguments are JSON text; a JSON string holding JSON (double encoding) is unwrapped once. */
-function parseArguments(raw: string): { value: JsonValue | null; error?: string } {
-  if (raw.trim() === '') return { value: {} }
-  try {
-    let value = JSON.parse(raw) as JsonValue
-    if (typeof value === 'string') {
-      try {
-        value = JSON.parse(value) as JsonValue
-      } catch {
-        return { value: null, error: 'a JSON string that does not hold a JSON object' }
-      }
-    }
-    return { value }
-  } catch (error) {
-    return { value: null, error: (error as Error).message }
-  }
-}
-
-function commandRisk(entry: ToolEntry | undefined): string | null {
-  if (entry?.kind !== 'command') return null
-  const spec = entry.command.spec
-  if (spec.exposeAsTool?.risk) return spec.exposeAsTool.risk
-  return typeof spec.risk === 'string' ? spec.risk : 'dynamic'
 }

@@ -1,0 +1,73 @@
+import type { CommandContext, JsonValue } from '../extension/index.js'
+import type { DispatchRecord, Store } from '../store/index.js'
+import { recordStep, type AuditEnvelope } from './audit-envelope.js'
+import type { BusError, DispatchHooks, DispatchOutcome } from './bus-types.js'
+import type { RegisteredCommand } from './command-catalog.js'
+import { isCommandError, toJsonError } from './outcomes.js'
+
+const defaultTimeoutMs = 30_000
+
+/** Runs an authorized command's handler with its timeout and result limit, then records how it ended (with `hooks`, in the caller's fenced transaction). */
+export async function runHandler(
+  deps: { store: Store; maxResultBytes: number | undefined },
+  command: RegisteredCommand,
+  dispatch: DispatchRecord,
+  current: AuditEnvelope,
+  context: CommandContext & { abort: AbortController },
+  hooks?: DispatchHooks,
+): Promise<DispatchOutcome> {
+  const { store } = deps
+  const timeoutMs = command.spec.timeoutMs ?? defaultTimeoutMs
+  let timer: NodeJS.Timeout | undefined
+  const timedOut = new Promise<'timeout'>((resolve) => {
+    timer = setTimeout(() => {
+      context.abort.abort(new Error('timeout'))
+      resolve('timeout')
+    }, timeoutMs)
+  })
+  let outcome: DispatchOutcome
+  try {
+    const result = await Promise.race([Promise.resolve().then(() => command.handler(dispatch.params, context)), timedOut])
+    if (result === 'timeout') {
+      outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
+    } else if (context.signal.aborted) {
+      outcome = { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
+    } else {
+      const json = JSON.stringify(result ?? null) ?? 'null'
+      const bytes = Buffer.byteLength(json)
+      const limit = deps.maxResultBytes ?? 1024 * 1024
+      outcome =
+        bytes > limit
+          ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'result_too_large', message: `${command.spec.id} returned ${bytes} bytes; results are limited to ${limit} (PLINTH_RESULT_MAX_BYTES)` } }
+          : { status: 'succeeded', dispatchId: dispatch.id, result: JSON.parse(json) as JsonValue }
+    }
+  } catch (error) {
+    if (context.signal.aborted && !isCommandError(error)) {
+      const reason = context.abort.signal.reason as Error | undefined
+      outcome = reason?.message === 'timeout'
+        ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
+        : { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
+    } else if (isCommandError(error)) {
+      outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: error.code, message: error.message } }
+    } else {
+      context.log.error('command handler threw', { commandId: command.spec.id, dispatchId: dispatch.id, error: (error as Error)?.message ?? String(error) })
+      outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'command_failed', message: `${command.spec.id} failed` } }
+    }
+  } finally {
+    clearTimeout(timer)
+  }
+  await store.transaction(async (tx) => {
+    await hooks?.lock?.(tx)
+    await recordStep(
+      tx,
+      'finished',
+      current,
+      dispatch,
+      outcome.status === 'succeeded'
+        ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
+        : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() },
+    )
+    await hooks?.settled?.(tx, outcome)
+  })
+  return outcome
+}

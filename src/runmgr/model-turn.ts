@@ -1,0 +1,142 @@
+import { ModelError, streamWithRetries, type LanguageModel, type ModelMessage, type ModelToolCall } from '../llm/index.js'
+import { appendEvents, completeAssistantMessage, insertToolCall, newId, runEvent, type Run, type RunPatch, type StoredToolCall, type ToolCallRecord } from '../store/index.js'
+import { proposeCommandTool } from './client-tools.js'
+import { DeltaCoalescer } from './delta-coalescer.js'
+import type { Driver, DriverKit } from './driver.js'
+import { commandRisk, parseArguments, type ToolEntry } from './tool-table.js'
+
+/** Streams one model turn into an assistant message. */
+export async function modelTurn(
+  kit: DriverKit,
+  run: Run,
+  model: LanguageModel,
+  tools: Map<string, ToolEntry>,
+  messages: ModelMessage[],
+  messageId: string,
+  driver: Driver,
+): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[]; run: Run }> {
+  const { store } = kit
+  const { fence } = driver
+  const signal = driver.loop.signal
+  let text = ''
+  // Deltas are fenced too: once the lease has passed, nothing more streams from here.
+  const coalescer = new DeltaCoalescer(50, (delta) => store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })], fence).then(() => undefined))
+  const calls: ModelToolCall[] = []
+  let usage = { ...run.usage }
+  const holdsSlot = await kit.modelSlots.acquire(signal)
+  if (!holdsSlot) {
+    // Stopped while waiting for a slot: the model was never called.
+    await coalescer.close()
+    await kit.endAborted(run, driver, messageId, '')
+    return { kind: 'ended' }
+  }
+  const modelStarted = performance.now()
+  let modelOutcome = 'ok'
+  try {
+    for await (const part of streamWithRetries(model, { messages, tools: [...tools.values()].map((entry) => entry.tool), params: run.profile.modelParams, signal })) {
+      if (part.type === 'text-delta') {
+        text += part.text
+        coalescer.push(part.text)
+      } else if (part.type === 'tool-call') calls.push(part.call)
+      else if (part.type === 'usage') usage = { inputTokens: usage.inputTokens + part.usage.inputTokens, outputTokens: usage.outputTokens + part.usage.outputTokens }
+    }
+  } catch (error) {
+    modelOutcome = error instanceof ModelError ? error.code : 'internal'
+    await coalescer.close()
+    if (signal.aborted || (error instanceof ModelError && error.code === 'cancelled')) {
+      await kit.endAborted(run, driver, messageId, text)
+      return { kind: 'ended' }
+    }
+    const failure =
+      error instanceof ModelError
+        ? { code: error.code === 'cancelled' ? 'upstream_error' : error.code, message: error.message, ...(error.upstreamStatus !== undefined && { upstreamStatus: error.upstreamStatus }) }
+        : { code: 'internal', message: 'the model call failed' }
+    const decisions = await kit.fenced(
+      fence,
+      async (tx, locked) => {
+        await completeAssistantMessage(tx, messageId, text, null, 'failed')
+        await appendEvents(tx, [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'failed' })])
+        return kit.ledger.end(tx, locked, { status: 'failed', error: failure, openCalls: 'interrupted', usage })
+      },
+      { audit: true },
+    )
+    await kit.expireDecisions(decisions)
+    return { kind: 'ended' }
+  } finally {
+    if (holdsSlot) kit.modelSlots.release()
+    kit.observer?.modelCall?.({ model: model.id, durationMs: performance.now() - modelStarted, outcome: signal.aborted ? 'cancelled' : modelOutcome })
+  }
+  await coalescer.close()
+  if (signal.aborted) {
+    await kit.endAborted(run, driver, messageId, text)
+    return { kind: 'ended' }
+  }
+  // The turn and its calls are one checkpoint: message, ledger rows and events in one transaction.
+  const ledger: ToolCallRecord[] = calls.map((call, seq) => {
+    const entry = tools.get(call.name)
+    return {
+      id: newId(),
+      runId: run.id,
+      messageId,
+      iteration: run.iteration,
+      seq,
+      providerCallId: call.id || `call_${seq}`,
+      name: call.name,
+      commandId: entry?.kind === 'command' ? entry.command.spec.id : null,
+      kind: entry ? entry.kind : 'unknown',
+      args: parseArguments(call.arguments).value,
+      rawArgs: call.arguments,
+      risk: null,
+      status: 'pending',
+      output: null,
+      modelOutput: null,
+      modelTruncated: false,
+      dispatchId: null,
+      decisionId: null,
+      repeatOf: null,
+    }
+  })
+  // With calls, the run's new state rides in the fence's statement.
+  const checkpointPatch: RunPatch | undefined = ledger.length > 0 ? { usage, phase: 'tool_running' } : undefined
+  let checkpointed: Run = run
+  const decisions = await kit.fenced(fence, async (tx, locked) => {
+    checkpointed = locked
+    const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
+    await completeAssistantMessage(tx, messageId, text, stored, 'completed')
+    const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
+    if (ledger.length === 0) {
+      // No calls: the text is the answer, and the run completes in the same transaction.
+      await appendEvents(tx, events)
+      // Nothing is open (every earlier round was answered) and the only turn just completed.
+      return kit.ledger.end(tx, locked, { status: 'completed', usage, clean: true })
+    }
+    for (const call of ledger) {
+      const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? kit.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
+      call.risk = risk?.risk ?? (call.kind === 'command' ? commandRisk(tools.get(call.name)) : null)
+      await insertToolCall(tx, call)
+      events.push(
+        runEvent(run, 'tool_call.created', {
+          runId: run.id,
+          callId: call.id,
+          providerCallId: call.providerCallId,
+          name: call.name,
+          commandId: call.commandId,
+          kind: call.kind === 'unknown' ? 'command' : call.kind,
+          args: call.args,
+          risk: call.risk,
+          ...(risk && { matchedRules: risk.matchedRules }),
+        }),
+      )
+    }
+    // The checkpoint also announces tool_called and moves on to tool_running.
+    events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_called' }))
+    events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_running' }))
+    await appendEvents(tx, events)
+    return []
+  }, checkpointPatch && { patch: checkpointPatch })
+  if (ledger.length === 0) {
+    await kit.expireDecisions(decisions)
+    return { kind: 'ended' }
+  }
+  return { kind: 'turn', calls: ledger, run: checkpointed }
+}

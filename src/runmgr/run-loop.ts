@@ -1,0 +1,126 @@
+import type { JsonValue } from '../extension/index.js'
+import { appendEvents, insertAssistantMessage, listToolCalls, readTranscriptTail, renewLease, runEvent, getRun, updateRun, type Run, type RunFence, type RunPatch } from '../store/index.js'
+import { runCalls } from './call-executor.js'
+import type { Driver, DriverKit } from './driver.js'
+import type { KnowledgeContext } from './knowledge-context.js'
+import { modelTurn } from './model-turn.js'
+import { openStatuses } from './run-ledger.js'
+import { buildPrompt, retrieveKnowledge } from './system-prompt.js'
+import { toolTable, type ToolEntry } from './tool-table.js'
+
+/**
+ * The agent's ReAct loop for one run this process drives (SPEC §6): open a round, stream the model,
+ * dispatch its calls, and go round again until the model answers, a call waits for a human or the
+ * client (the lease is given up), or the driver is stopped. Every write is fenced by the lease.
+ */
+export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
+  const { store, log } = kit
+  const { fence } = driver
+  const runId = fence.runId
+  const signal = driver.loop.signal
+  const heartbeat = setInterval(() => {
+    renewLease(store.db, runId, fence.owner, kit.expiry())
+      .then((held) => {
+        if (!held) kit.abort(driver, 'lease_lost')
+      })
+      .catch((error: unknown) => log.warn('could not renew a run lease; the next write re-checks it', { runId, error: String(error) }))
+  }, Math.max(500, kit.leaseMs / 3))
+  // A finished tool round is announced with the next round's opening transaction.
+  let roundDone = false
+  // Only a run taken over from a stopped driver can have calls left open from its last round.
+  let first = driver.resumed
+  let writable = driver.writable
+  // The run as this driver last wrote it: its only writer need not read it back (a change made
+  // elsewhere — a cancel, a takeover — makes the next fenced write fail).
+  let known: Run | undefined
+  try {
+    for (;;) {
+      let run = known ?? (await getRun(store.db, runId))
+      known = undefined
+      if (!run || run.status !== 'running' || run.leaseOwner !== fence.owner) return
+      if (signal.aborted) return await kit.endAborted(run, driver, null, '')
+      const model = kit.models.get(run.model)
+      if (!model) return await kit.end(runId, { status: 'failed', error: { code: 'internal', message: `model ${run.model} is no longer configured` }, openCalls: 'interrupted' }, { fence })
+      const atCap = run.iteration >= run.maxIterations
+      writable ??= await kit.bus.mayWrite(run.ownerId, run.projectId)
+      const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : toolTable(kit.bus, run, writable)
+      if (first) {
+        first = false
+        // Resumed after its driver stopped: calls of the last round not yet answered are dispatched
+        // again under their idempotency keys (a finished dispatch answers with its recorded outcome).
+        const open = (await listToolCalls(store.db, runId)).filter((call) => openStatuses.includes(call.status))
+        if (open.length > 0) {
+          const redo = open.filter((call) => call.status === 'pending' || call.status === 'running')
+          const waiting = (await runCalls(kit, run, redo, toolTable(kit.bus, run, writable), driver)) || redo.length < open.length
+          if (signal.aborted) return await kit.endAborted(run, driver, null, '')
+          if (waiting) return await requireAction(kit, fence)
+          roundDone = true
+        }
+      }
+      const iteration = run.iteration + 1
+      // Only the tail that can fit the model's window is read (with room to spare for trimming by
+      // whole turns): a long conversation costs no more per round than a short one.
+      const transcript = await readTranscriptTail(store.db, run.conversationId, Math.ceil(model.contextWindow * 0.7 * 4 * 1.5))
+      // Project knowledge is looked up once, at the start, and kept with the run (resume sees the same).
+      const injected = run.knowledge === null ? await retrieveKnowledge({ db: store.db, retriever: kit.retriever, log }, run, transcript, signal) : null
+      const knowledge = (injected ?? run.knowledge) as KnowledgeContext | null
+      const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
+      // One transaction opens the round: the previous round's tool_done, the new phase and the
+      // assistant message the model's turn streams into.
+      const patch: RunPatch = { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing', ...(injected && { knowledge: injected as unknown as JsonValue }) }
+      const opened = await kit.fenced(
+        fence,
+        async (tx, updated) => {
+          const events = roundDone ? [runEvent(updated, 'run.status', { runId, status: updated.status, phase: 'tool_done' })] : []
+          if (injected?.hits && injected.hits.length > 0) {
+            events.push(
+              runEvent(updated, 'knowledge.injected', {
+                runId,
+                chunkIds: injected.hits.map((hit) => hit.chunkId),
+                items: injected.hits.map((hit) => ({ itemId: hit.itemId, chunkId: hit.chunkId, title: hit.title, shared: hit.shared })),
+              }),
+            )
+          }
+          const messageId = await insertAssistantMessage(tx, updated)
+          events.push(
+            runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
+            runEvent(updated, 'round.started', { runId, iteration }),
+            runEvent(updated, 'message.created', { messageId, role: 'assistant' }),
+          )
+          await appendEvents(tx, events)
+          return { run: updated, messageId }
+        },
+        { patch },
+      )
+      run = opened.run
+      roundDone = false
+      const turn = await modelTurn(kit, run, model, tools, messages, opened.messageId, driver)
+      if (turn.kind === 'ended') return // completed with its answer, failed, cancelled or suspended
+      if (atCap) {
+        // The last, tool-less call still asked for tools: nothing more runs; the calls are answered.
+        const message = `the model still called tools after ${run.maxIterations} iterations (maxIterations)`
+        await kit.end(runId, { status: 'failed', error: { code: 'iteration_cap', message }, openCalls: 'error' }, { fence })
+        return
+      }
+      const waiting = await runCalls(kit, run, turn.calls, tools, driver)
+      if (signal.aborted) return await kit.endAborted(run, driver, null, '')
+      if (waiting) {
+        await requireAction(kit, fence)
+        return
+      }
+      roundDone = true
+      known = turn.run
+    }
+  } finally {
+    clearInterval(heartbeat)
+  }
+}
+
+/** The round waits for humans or the client: the lease is given up until every call is answered. */
+async function requireAction(kit: DriverKit, fence: RunFence): Promise<void> {
+  await kit.fenced(fence, async (tx) => {
+    const requiredAction = await kit.ledger.requiredAction(tx, fence.runId)
+    const updated = await updateRun(tx, fence.runId, { status: 'requires_action', phase: null, requiredAction, lease: null, waiting: true })
+    await appendEvents(tx, [runEvent(updated, 'run.status', { runId: fence.runId, status: updated.status, phase: null, requiredAction })])
+  })
+}

@@ -1,0 +1,61 @@
+import type { CommandBus, RegisteredCommand } from '../cmdbus/index.js'
+import type { JsonValue } from '../extension/index.js'
+import { projectToolSchema, type ModelTool } from '../llm/index.js'
+import type { Run } from '../store/index.js'
+
+/** What a tool name the model may call stands for. */
+export type ToolEntry = { kind: 'command'; command: RegisteredCommand; tool: ModelTool } | { kind: 'client'; tool: ModelTool }
+
+/** Exposed commands the agent may call (the project's subset, when it sets one), with their tool names. */
+export function* commandTools(bus: CommandBus, subset: string[] | null): Generator<{ toolName: string; commandId: string; command: RegisteredCommand }> {
+  const allowed = subset === null ? null : new Set(subset)
+  for (const command of bus.catalog.list()) {
+    const toolName = command.toolName
+    if (!toolName) continue
+    if (allowed && !allowed.has(command.spec.id)) continue
+    if (command.spec.entrances && !command.spec.entrances.includes('agent')) continue
+    yield { toolName, commandId: command.spec.id, command }
+  }
+}
+
+/**
+ * The model's tools: exposed commands plus the run's client tools. An owner who may only read the
+ * project (shared read-only) is offered the read-only commands alone: the others would be refused.
+ */
+export function toolTable(bus: CommandBus, run: Run, writable = true): Map<string, ToolEntry> {
+  const table = new Map<string, ToolEntry>()
+  for (const { command, toolName } of commandTools(bus, run.profile.tools)) {
+    if (!writable && !command.spec.idempotent) continue
+    // Providers get a projection; the command's own schema is still enforced on dispatch.
+    const projected = projectToolSchema(command.spec.paramsSchema)
+    const description = projected.descriptionSuffix ? `${command.spec.description}\n\n${projected.descriptionSuffix}` : command.spec.description
+    table.set(toolName, { kind: 'command', command, tool: { name: toolName, description, parameters: projected.parameters } })
+  }
+  for (const tool of (run.clientTools as unknown as ModelTool[]) ?? []) table.set(tool.name, { kind: 'client', tool })
+  return table
+}
+
+/** Arguments are JSON text; a JSON string holding JSON (double encoding) is unwrapped once. */
+export function parseArguments(raw: string): { value: JsonValue | null; error?: string } {
+  if (raw.trim() === '') return { value: {} }
+  try {
+    let value = JSON.parse(raw) as JsonValue
+    if (typeof value === 'string') {
+      try {
+        value = JSON.parse(value) as JsonValue
+      } catch {
+        return { value: null, error: 'a JSON string that does not hold a JSON object' }
+      }
+    }
+    return { value }
+  } catch (error) {
+    return { value: null, error: (error as Error).message }
+  }
+}
+
+export function commandRisk(entry: ToolEntry | undefined): string | null {
+  if (entry?.kind !== 'command') return null
+  const spec = entry.command.spec
+  if (spec.exposeAsTool?.risk) return spec.exposeAsTool.risk
+  return typeof spec.risk === 'string' ? spec.risk : 'dynamic'
+}
