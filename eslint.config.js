@@ -1,5 +1,6 @@
 import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
+import globals from 'globals'
 
 const modules = ['app', 'server', 'runmgr', 'llm', 'cmdbus', 'rag', 'exec', 'extension', 'store', 'testing']
 
@@ -18,6 +19,8 @@ export default tseslint.config(
   },
   // A module's index.ts is its public face: other modules (and tests, bench, plugins) never
   // import another module's internals.
+  // The web console: plain browser modules, served as they are.
+  { files: ['console/**/*.js'], languageOptions: { globals: globals.browser, sourceType: 'module' } },
   ...modules.map((module) => ({
     files: [`src/${module}/**/*.ts`],
     rules: {

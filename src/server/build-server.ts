@@ -21,6 +21,7 @@ import { TokenCache } from './token-cache.js'
 import { registerStreamTicketRoutes } from './routes/stream-ticket-routes.js'
 import { handleError, requestPath } from './error-handler.js'
 import { guardHostileInput } from './hostile-input.js'
+import { registerConsole } from './console-route.js'
 import { registerMetrics } from './metrics.js'
 import { hoistTitledSchemas } from './openapi-components.js'
 import { HttpProblem, problemBody } from './problem.js'
@@ -211,6 +212,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   })
   await app.register(fastifySwaggerUi, { routePrefix: '/docs' })
   await app.register(fastifySSE, { heartbeatInterval: options.sseHeartbeatMs })
+  await registerConsole(app)
 
   const metrics = registerMetrics(app, options.metrics)
   registerHealthRoutes(app, deps, metrics, { token: options.metricsToken, openWithoutToken: isLoopback(options.host ?? '127.0.0.1') })

@@ -1,0 +1,441 @@
+// A conversation: the transcript, the composer, the live run (text, phases, tool calls with their
+// output, approval cards, client tools, cancel) and the conversation's audit.
+import { query } from './api.js'
+import { h, mount, pretty, when } from './dom.js'
+import { follow } from './stream.js'
+
+const phases = {
+  thinking: 'Thinking…',
+  tool_called: 'Calling tools…',
+  tool_running: 'Running tools…',
+  tool_done: 'Tools done, thinking…',
+  finalizing: 'Writing the answer…',
+}
+
+export async function renderConversation(main, conversationId, context) {
+  const { api, setCrumbs, showError, onCleanup } = context
+  const conversation = await api.get(`/api/conversations/${conversationId}`)
+  const project = await api.get(`/api/projects/${conversation.projectId}`).catch(() => null)
+  setCrumbs({ label: 'Projects', href: '#/' }, { label: project?.name ?? 'Project', href: `#/projects/${conversation.projectId}` }, { label: conversation.title || 'Conversation' })
+
+  const log = h('div.log', { id: 'log', 'aria-live': 'polite' })
+  const runStatus = h('div.run-status', { id: 'run-status', role: 'status' })
+  const cancel = h('button.danger', { id: 'cancel', hidden: true }, 'Cancel run')
+  const input = h('textarea', { id: 'composer', name: 'input', rows: 3, placeholder: 'Message the agent… (Enter sends, Shift+Enter for a new line)', 'aria-label': 'Message' })
+  const send = h('button', { type: 'submit', id: 'send' }, 'Send')
+  const models = await api.get('/api/models').catch(() => ({ items: [] }))
+  const model = h(
+    'select',
+    { name: 'model', 'aria-label': 'Model' },
+    h('option', { value: '' }, 'default model'),
+    (models.items ?? []).map((item) => h('option', { value: item.id }, item.id)),
+  )
+  const mode = h(
+    'select',
+    { name: 'permissionMode', 'aria-label': 'Permission mode', title: 'Which commands need your approval' },
+    ['manual', 'risky', 'full'].map((name) => h('option', { value: name, selected: conversation.permissionMode === name }, `approvals: ${name}`)),
+  )
+  mode.onchange = () => api.patch(`/api/conversations/${conversationId}`, { permissionMode: mode.value }).catch(showError)
+  const composer = h('form.composer', input, h('div.row', model, mode, send, cancel))
+  const audit = h('div', { id: 'audit' })
+  const tabs = h(
+    'div.tabs',
+    h('button.tab.active', { onclick: (event) => showTab(event, chat) }, 'Chat'),
+    h('button.tab', { id: 'audit-tab', onclick: (event) => showTab(event, audit, () => renderAudit(audit, api, conversationId, context.me)) }, 'Audit'),
+  )
+  const chat = h('div', log, runStatus, composer)
+  audit.hidden = true
+  const showTab = (event, panel, load) => {
+    for (const tab of tabs.children) tab.classList.toggle('active', tab === event.target)
+    chat.hidden = panel !== chat
+    audit.hidden = panel !== audit
+    load?.().catch(showError)
+  }
+  mount(main, h('h1', conversation.title || 'Conversation'), tabs, chat, audit)
+
+  const view = new ChatView(log, api, showError, context.me)
+  let stream = null
+  let activeRun = null
+  onCleanup(() => stream?.close())
+
+  const setActive = (run) => {
+    activeRun = run
+    const busy = Boolean(run)
+    send.disabled = busy
+    cancel.hidden = !busy
+    input.disabled = busy
+  }
+  const watch = (runId) => {
+    stream?.close()
+    setActive({ id: runId })
+    runStatus.textContent = 'Connecting…'
+    stream = follow(api, `/api/runs/${runId}/events`, {
+      after: 0,
+      onEvent: (type, data) => {
+        view.apply(type, data, runId)
+        if (type === 'run.status') runStatus.textContent = statusText(data)
+        if (type === 'decision.resolved' && data.outcome === 'approved') runStatus.textContent = 'Approved: running it…'
+        if (type === 'run.completed') runStatus.textContent = 'Completed.'
+        if (type === 'run.failed') runStatus.textContent = `Failed: ${data.error?.message ?? data.error?.code ?? 'unknown error'}`
+        if (type === 'run.cancelled') runStatus.textContent = `Cancelled${data.reason && data.reason !== 'cancelled' ? ` (${data.reason})` : ''}.`
+        if (type === 'run.expired') runStatus.textContent = 'Expired: nobody answered in time.'
+      },
+      onState: (state) => {
+        context.notice(state === 'reconnecting' ? 'Connection lost — reconnecting…' : null, 'warn')
+        if (state === 'live' && runStatus.textContent === 'Connecting…') runStatus.textContent = 'Connected.'
+        if (state === 'ended' || state === 'revoked') {
+          setActive(null)
+          input.focus()
+        }
+        if (state === 'revoked') context.notice('This stream was closed: your access was revoked.', 'error')
+      },
+    })
+  }
+
+  cancel.onclick = async () => {
+    if (!activeRun) return
+    cancel.disabled = true
+    try {
+      await api.post(`/api/runs/${activeRun.id}/cancel`)
+    } catch (error) {
+      showError(error)
+    } finally {
+      cancel.disabled = false
+    }
+  }
+  input.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.shiftKey) {
+      event.preventDefault()
+      composer.requestSubmit()
+    }
+  })
+  composer.onsubmit = async (event) => {
+    event.preventDefault()
+    const text = input.value.trim()
+    if (!text || activeRun) return
+    send.disabled = true
+    try {
+      const run = await api.post(`/api/conversations/${conversationId}/runs`, { input: text, ...(model.value && { model: model.value }) })
+      input.value = ''
+      watch(run.id)
+    } catch (error) {
+      send.disabled = false
+      if (error.code === 'run_active' && error.problem?.activeRunId) watch(error.problem.activeRunId)
+      showError(error)
+    }
+  }
+
+  // The transcript, without the active run's messages: its stream replays them from its start.
+  const messages = await loadTranscript(api, conversationId)
+  view.transcript(messages.filter((message) => !conversation.activeRunId || message.runId !== conversation.activeRunId))
+  if (conversation.activeRunId) watch(conversation.activeRunId)
+  else input.focus()
+}
+
+function statusText(data) {
+  if (data.status === 'requires_action') return 'Waiting for you: answer the card above.'
+  if (data.status === 'queued') return 'Queued behind another run…'
+  if (data.status === 'running') return phases[data.phase] ?? 'Running…'
+  return data.status
+}
+
+async function loadTranscript(api, conversationId) {
+  const all = []
+  let cursor = null
+  do {
+    const page = await api.get(`/api/conversations/${conversationId}/messages${query({ limit: 200, cursor })}`)
+    all.push(...page.items)
+    cursor = page.nextCursor
+  } while (cursor && all.length < 2000)
+  return all
+}
+
+/** The chat log, keyed by message, call and decision ids: replayed or repeated events never duplicate anything. */
+class ChatView {
+  constructor(log, api, showError, me) {
+    this.me = me
+    this.log = log
+    this.api = api
+    this.showError = showError
+    this.messages = new Map()
+    this.calls = new Map()
+    this.decisions = new Map()
+  }
+
+  transcript(messages) {
+    for (const message of messages) {
+      if (message.role === 'tool') {
+        const call = [...this.calls.values()].find((candidate) => candidate.callId === message.toolCallId || candidate.providerCallId === message.toolCallId)
+        if (call) call.setResult(message.status === 'completed' ? 'ok' : message.status, message.content)
+        continue
+      }
+      if (message.role === 'system') continue
+      const entry = this.message(message.id, message.role)
+      entry.complete(message.content ?? '', message.status)
+      for (const toolCall of message.toolCalls ?? []) {
+        const call = this.call(toolCall.callId, { name: toolCall.name, providerCallId: toolCall.providerCallId, args: parseArgs(toolCall.arguments) })
+        call.setStatus('done')
+      }
+    }
+    this.scroll()
+  }
+
+  message(id, role) {
+    let entry = this.messages.get(id)
+    if (!entry) {
+      const text = h('div.text')
+      const el = h(`div.msg.${role}`, { dataset: { messageId: id } }, h('div.role', role === 'user' ? 'you' : role), text)
+      entry = {
+        el,
+        final: false,
+        text: '',
+        append(delta) {
+          if (this.final) return
+          this.text += delta
+          text.textContent = this.text
+          el.classList.add('streaming')
+        },
+        complete(content, status) {
+          this.final = true
+          this.text = content ?? ''
+          text.textContent = this.text
+          el.classList.remove('streaming')
+          // A turn that only called tools has no text: its tool cards say it all.
+          el.classList.toggle('empty', this.text === '' && role === 'assistant')
+          if (status && status !== 'completed') el.append(h('div.muted.small', `(${status})`))
+        },
+      }
+      this.messages.set(id, entry)
+      this.log.append(el)
+    }
+    return entry
+  }
+
+  call(callId, info) {
+    let call = this.calls.get(callId)
+    if (call) return call
+    const status = h('span.tag.call-status', 'pending')
+    const live = h('pre.live', { hidden: true })
+    const result = h('pre.result', { hidden: true })
+    const extra = h('div')
+    const el = h(
+      'div.call',
+      { dataset: { callId } },
+      h('div.call-head', h('span.call-name', info.name), info.kind === 'client' ? h('span.tag', 'client tool') : null, info.risk && info.risk !== 'dynamic' ? riskTag(info.risk) : null, status),
+      info.args !== undefined ? h('pre.args', pretty(info.args)) : null,
+      info.matchedRules?.length ? h('div.rules', 'matched rules: ', info.matchedRules.join(', ')) : null,
+      live,
+      result,
+      extra,
+    )
+    call = {
+      callId,
+      providerCallId: info.providerCallId,
+      kind: info.kind,
+      el,
+      extra,
+      setStatus(text) {
+        status.textContent = text
+        status.className = `tag call-status status-${text.replace(/\s+/g, '-')}`
+      },
+      output(text) {
+        live.hidden = false
+        live.textContent += text
+      },
+      setResult(outcome, output) {
+        this.setStatus(outcome)
+        result.hidden = false
+        result.textContent = pretty(output)
+      },
+    }
+    this.calls.set(callId, call)
+    this.log.append(el)
+    return call
+  }
+
+  apply(type, data, runId) {
+    switch (type) {
+      case 'message.created':
+        this.message(data.messageId, data.role)
+        break
+      case 'message.delta':
+        this.message(data.messageId, 'assistant').append(data.text)
+        break
+      case 'message.completed':
+        this.message(data.messageId, 'assistant').complete(data.content, data.status)
+        break
+      case 'tool_call.created':
+        this.call(data.callId, data).setStatus('pending')
+        break
+      case 'tool_call.started': {
+        const call = this.calls.get(data.callId)
+        if (!call) break
+        call.setStatus(call.kind === 'client' ? 'awaiting output' : 'running')
+        if (call.kind === 'client') this.clientForm(call, runId)
+        break
+      }
+      case 'tool_call.output':
+        this.calls.get(data.callId)?.output(data.text)
+        break
+      case 'tool_call.completed': {
+        const call = this.calls.get(data.callId)
+        if (!call) break
+        call.setResult(data.status, data.output)
+        // The answer form goes; a decision card stays, showing how it was decided.
+        call.extra.querySelector('.client-answer')?.remove()
+        break
+      }
+      case 'decision.required':
+        this.decisionCard(data)
+        if (data.callId) this.calls.get(data.callId)?.setStatus('awaiting approval')
+        break
+      case 'decision.resolved': {
+        const decision = this.decisions.get(data.decisionId)
+        decision?.resolved(data.outcome, data.by, data.scope)
+        const call = decision?.callId ? this.calls.get(decision.callId) : undefined
+        if (call && data.outcome === 'approved') call.setStatus('running')
+        break
+      }
+      case 'knowledge.injected':
+        this.log.append(h('div.note', `Using project knowledge: ${data.items.map((item) => item.title).join(', ')}`))
+        break
+      default:
+        break
+    }
+    this.scroll()
+  }
+
+  decisionCard(data) {
+    if (this.decisions.has(data.decisionId)) return
+    const buttons = h('div.row')
+    const state = h('div.decision-state', { role: 'status' })
+    const card = h(
+      'div.decision',
+      { dataset: { decisionId: data.decisionId } },
+      h('div.call-head', h('strong', 'Approval needed: '), h('span.call-name', data.commandId), riskTag(data.risk)),
+      data.preview ? h('pre.preview', data.preview) : null,
+      data.reasons?.length ? h('ul.reasons', data.reasons.map((reason) => h('li', reason))) : null,
+      h('details', h('summary', 'parameters'), h('pre.args', pretty(data.params))),
+      h('div.muted.small', `expires ${when(data.expiresAt)}`),
+      buttons,
+      state,
+    )
+    const entry = {
+      callId: data.callId,
+      resolved: (outcome, by, scope) => {
+        buttons.replaceChildren()
+        card.classList.add(`resolved-${outcome}`)
+        const who = by === this.me.id ? 'you' : by
+        state.textContent = `${outcome === 'approved' ? `Approved${scope === 'session' ? ' for this session' : ''}` : outcome === 'rejected' ? 'Rejected' : 'Expired'}${who ? ` by ${who}` : ''}.`
+      },
+    }
+    const answer = async (decision) => {
+      for (const button of buttons.querySelectorAll('button')) button.disabled = true
+      try {
+        await this.api.post(`/api/decisions/${data.decisionId}`, { decision })
+      } catch (error) {
+        // Answered elsewhere first (another tab, the terminal, a colleague): the card shows that.
+        const decided = error.problem?.decision
+        if (decided && (error.code === 'decision_conflict' || error.code === 'decision_expired')) {
+          entry.resolved(decided.status, decided.decidedBy, decided.scope)
+          state.textContent += ' (answered elsewhere)'
+          return
+        }
+        for (const button of buttons.querySelectorAll('button')) button.disabled = false
+        this.showError(error)
+      }
+    }
+    buttons.append(
+      h('button', { onclick: () => answer('approve'), dataset: { answer: 'approve' } }, 'Approve once'),
+      h('button.secondary', { onclick: () => answer('approve_session'), dataset: { answer: 'approve_session' } }, 'Approve for this session'),
+      h('button.danger', { onclick: () => answer('reject'), dataset: { answer: 'reject' } }, 'Reject'),
+    )
+    this.decisions.set(data.decisionId, entry)
+    const call = data.callId ? this.calls.get(data.callId) : undefined
+    if (call) call.extra.replaceChildren(card)
+    else this.log.append(card)
+  }
+
+  clientForm(call, runId) {
+    const output = h('textarea', { rows: 3, 'aria-label': 'Tool output (JSON)' }, '{"accepted": true, "output": ""}')
+    const error = h('div.error')
+    const submit = async (value) => {
+      try {
+        await this.api.post(`/api/runs/${runId}/tool-outputs`, { outputs: [{ callId: call.callId, output: value }] })
+        call.extra.replaceChildren(h('div.muted', 'Sent.'))
+      } catch (caught) {
+        error.textContent = caught.message
+      }
+    }
+    call.extra.replaceChildren(
+      h(
+        'div.client-answer',
+        h('div.muted.small', 'This tool runs on the client: answer with its output, or decline.'),
+        output,
+        h(
+          'div.row',
+          h(
+            'button',
+            {
+              onclick: () => {
+                try {
+                  submit(JSON.parse(output.value))
+                } catch {
+                  error.textContent = 'That is not JSON.'
+                }
+              },
+            },
+            'Send output',
+          ),
+          h('button.danger', { onclick: () => submit({ accepted: false }) }, 'Decline'),
+        ),
+        error,
+      ),
+    )
+  }
+
+  scroll() {
+    this.log.scrollTop = this.log.scrollHeight
+  }
+}
+
+function riskTag(risk) {
+  return h(`span.tag.risk-${risk}`, `risk: ${risk}`)
+}
+
+function parseArgs(text) {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return text
+  }
+}
+
+async function renderAudit(panel, api, conversationId, me) {
+  const name = (id) => (id === me.id ? 'you' : id)
+  const page = await api.get(`/api/audit${query({ conversationId, limit: 100 })}`)
+  mount(
+    panel,
+    page.items.length === 0
+      ? h('p.muted', 'Nothing was dispatched in this conversation yet.')
+      : h(
+          'table.audit',
+          h('thead', h('tr', ['when', 'command', 'entrance', 'actor', 'risk', 'decision', 'status'].map((name) => h('th', name)))),
+          h(
+            'tbody',
+            page.items.map((item) =>
+              h(
+                'tr',
+                h('td', when(item.timings?.requestedAt)),
+                h('td', item.commandId),
+                h('td', item.entrance),
+                h('td', item.actor?.type === 'user' ? name(item.actor.id) : `${item.actor?.type ?? ''}${item.actor?.onBehalfOf ? ` for ${name(item.actor.onBehalfOf)}` : ''}`),
+                h('td', item.risk ?? ''),
+                h('td', item.decision ? `${item.decision.outcome}${item.decision.by ? ` by ${name(item.decision.by)}` : ''}` : ''),
+                h('td', h(`span.tag.status-${item.status}`, item.status)),
+              ),
+            ),
+          ),
+        ),
+  )
+}

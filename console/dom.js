@@ -1,0 +1,46 @@
+// A tiny element builder: h('div.card', {onclick}, 'text', child). Text is always set as text, never HTML.
+export function h(tag, props, ...children) {
+  const [name, ...classes] = tag.split('.')
+  const el = document.createElement(name || 'div')
+  if (classes.length > 0) el.className = classes.join(' ')
+  if (props && (typeof props !== 'object' || props instanceof Node || Array.isArray(props))) {
+    children.unshift(props)
+    props = null
+  }
+  for (const [key, value] of Object.entries(props ?? {})) {
+    if (value === undefined || value === null || value === false) continue
+    if (key.startsWith('on')) el.addEventListener(key.slice(2), value)
+    else if (key === 'dataset') Object.assign(el.dataset, value)
+    else if (key in el && key !== 'list' && key !== 'form') el[key] = value
+    else el.setAttribute(key, value === true ? '' : String(value))
+  }
+  append(el, children)
+  return el
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === undefined || child === null || child === false) continue
+    if (Array.isArray(child)) append(el, child)
+    else el.append(child instanceof Node ? child : document.createTextNode(String(child)))
+  }
+}
+
+/** Replaces an element's children. */
+export function mount(el, ...children) {
+  el.replaceChildren()
+  append(el, children)
+  return el
+}
+
+export function when(date) {
+  if (!date) return ''
+  return new Date(date).toLocaleString()
+}
+
+/** JSON for display, shortened past `max` characters. */
+export function pretty(value, max = 4000) {
+  const text = typeof value === 'string' ? value : JSON.stringify(value, null, 2)
+  if (text === undefined) return ''
+  return text.length > max ? `${text.slice(0, max)}\n… (${text.length - max} more characters)` : text
+}

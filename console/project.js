@@ -1,0 +1,129 @@
+// A project: its conversations, and its knowledge (upload, list, search).
+import { query } from './api.js'
+import { h, mount, when } from './dom.js'
+
+export async function renderProject(main, projectId, { api, me, setCrumbs, showError }) {
+  const project = await api.get(`/api/projects/${projectId}`)
+  setCrumbs({ label: 'Projects', href: '#/' }, { label: project.name })
+  const shared = project.ownerId !== me.id
+  const conversations = h('section', h('h2', 'Conversations'))
+  const knowledge = h('section', h('h2', 'Knowledge'))
+  mount(
+    main,
+    h('h1', project.name, shared ? h('span.tag', 'shared with you') : null),
+    project.description ? h('p.muted', project.description) : null,
+    h('div.columns', conversations, knowledge),
+  )
+  await Promise.all([renderConversations(conversations, project, api, showError), renderKnowledge(knowledge, project, api, showError)])
+}
+
+async function renderConversations(section, project, api, showError) {
+  const list = h('ul.items', { id: 'conversations' })
+  const title = h('input', { name: 'title', placeholder: 'Title (optional)', maxLength: 200, 'aria-label': 'Conversation title' })
+  const form = h(
+    'form.inline',
+    {
+      onsubmit: async (event) => {
+        event.preventDefault()
+        try {
+          const conversation = await api.post(`/api/projects/${project.id}/conversations`, title.value.trim() ? { title: title.value.trim() } : {})
+          location.hash = `#/conversations/${conversation.id}`
+        } catch (error) {
+          showError(error)
+        }
+      },
+    },
+    title,
+    h('button', { type: 'submit' }, 'New conversation'),
+  )
+  section.append(form, list)
+  const page = await api.get(`/api/projects/${project.id}/conversations${query({ limit: 100 })}`)
+  for (const conversation of page.items) {
+    list.append(h('li', h('a', { href: `#/conversations/${conversation.id}` }, conversation.title || 'Untitled conversation'), h('span.muted.right', when(conversation.createdAt))))
+  }
+  if (page.items.length === 0) list.append(h('li.muted', 'No conversations yet.'))
+}
+
+async function renderKnowledge(section, project, api, showError) {
+  const list = h('ul.items', { id: 'knowledge' })
+  const refresh = async () => {
+    const page = await api.get(`/api/projects/${project.id}/knowledge${query({ limit: 100 })}`)
+    mount(
+      list,
+      page.items.map((item) =>
+        h(
+          'li',
+          h('strong', item.title),
+          item.shared ? h('span.tag', 'shared') : null,
+          h('span.tag', item.status),
+          item.ingestStatus !== 'ready' ? h('span.tag.warn', item.ingestStatus) : null,
+          h('span.muted', ` ${item.chunkCount} chunks`),
+          item.ingestError ? h('div.error', item.ingestError) : null,
+          item.status === 'draft' && !item.shared
+            ? h('button.link', { onclick: () => api.post(`/api/knowledge/${item.id}/publish`).then(refresh).catch(showError) }, 'publish')
+            : null,
+        ),
+      ),
+    )
+    if (page.items.length === 0) list.append(h('li.muted', 'No knowledge yet.'))
+    // Items still ingesting: look again shortly.
+    if (page.items.some((item) => item.ingestStatus === 'pending')) setTimeout(() => refresh().catch(() => {}), 1500)
+  }
+  const status = h('p.muted', { role: 'status' })
+  const file = h('input', { type: 'file', name: 'file', accept: '.txt,.md,.html,.pdf,.docx', 'aria-label': 'Knowledge file' })
+  const title = h('input', { name: 'title', placeholder: 'Title', maxLength: 500, 'aria-label': 'Knowledge title' })
+  const text = h('textarea', { name: 'text', rows: 3, placeholder: 'Or paste text here', 'aria-label': 'Knowledge text' })
+  const upload = h(
+    'form.stack',
+    {
+      onsubmit: async (event) => {
+        event.preventDefault()
+        status.textContent = 'Uploading…'
+        try {
+          if (file.files?.length) {
+            const body = new FormData()
+            if (title.value.trim()) body.append('title', title.value.trim())
+            body.append('file', file.files[0])
+            await api.request('POST', `/api/projects/${project.id}/knowledge`, body)
+          } else {
+            await api.post(`/api/projects/${project.id}/knowledge`, { title: title.value.trim() || 'Untitled', text: text.value })
+          }
+          status.textContent = 'Added.'
+          upload.reset()
+          await refresh()
+        } catch (error) {
+          status.textContent = `Not added: ${error.message}`
+        }
+      },
+    },
+    title,
+    file,
+    text,
+    h('button', { type: 'submit' }, 'Add knowledge'),
+    status,
+  )
+  const results = h('ol.hits', { id: 'search-results' })
+  const q = h('input', { type: 'search', name: 'q', placeholder: 'Search this project', required: true, 'aria-label': 'Search' })
+  const search = h(
+    'form.inline',
+    {
+      onsubmit: async (event) => {
+        event.preventDefault()
+        try {
+          const answer = await api.get(`/api/projects/${project.id}/search${query({ q: q.value, k: 10 })}`)
+          mount(
+            results,
+            answer.items.map((hit) => h('li', h('strong', hit.title), hit.heading ? h('span.muted', ` · ${hit.heading}`) : null, hit.shared ? h('span.tag', 'shared') : null, h('div.snippet', hit.snippet || hit.text))),
+          )
+          if (answer.items.length === 0) results.append(h('li.muted', 'Nothing found.'))
+        } catch (error) {
+          showError(error)
+        }
+      },
+    },
+    q,
+    h('button', { type: 'submit' }, 'Search'),
+  )
+  section.append(upload, list, h('h3', 'Search'), search, results)
+  await refresh()
+}
