@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
@@ -45,6 +46,40 @@ for (const engine of testEngines()) {
       expect(replay.status).toBe(502)
       expect(replay.body).toMatchObject({ code: 'command_interrupted', dispatchId })
       expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    })
+
+    // Found by the kill matrix: a crash while an approved command ran left its run waiting for ever.
+    it('an approved command cut off by a crash: its call is answered interrupted and the run continues', async () => {
+      const model = () => new ScriptedModel({ id: 'scripted', turnBy: 'round', turns: [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'b' } }] }, { text: 'went on' }] })
+      await server?.close()
+      server = await startTestServer(store, { plugins: ['rdm'], models: [model()] })
+      const bob = await server.createUser()
+      const projectId = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'approved-crash' } })).body.id
+      const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: bob.token, body: {} })).body.id
+      const run = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: bob.token, body: { input: 'write' } })
+      expect(run.body.status).toBe('requires_action')
+      const decisionId = run.body.requiredAction.decisions[0].decisionId as string
+      const bobId = (await server.request('GET', '/api/me', { token: bob.token })).body.id as string
+      await server.close()
+      // What a crash in the approved handler leaves: the decision approved, its dispatch running on a
+      // dead executor, the run still waiting with the call awaiting its decision.
+      const decision = await store.db.selectFrom('decisions').select('dispatch_id').where('id', '=', decisionId).executeTakeFirstOrThrow()
+      await store.db.updateTable('decisions').set({ status: 'approved', scope: 'once', decided_by: bobId, decided_at: new Date() }).where('id', '=', decisionId).execute()
+      await store.db.updateTable('dispatches').set({ status: 'running', executor: 'a-dead-instance', executor_expires_at: new Date(Date.now() - 60_000) }).where('id', '=', decision.dispatch_id).execute()
+
+      server = await startTestServer(store, { plugins: ['rdm'], models: [model()] })
+      let after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: bob.token })).body
+      for (let attempt = 0; attempt < 100 && after.status !== 'completed'; attempt++) {
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: bob.token })).body
+      }
+      expect(after.status).toBe('completed')
+      const messages = (await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: bob.token })).body.items
+      const tool = messages.find((message: { role: string }) => message.role === 'tool')
+      expect(JSON.parse(tool.content)).toMatchObject({ error: { code: 'interrupted' } })
+      const calls = await store.db.selectFrom('run_tool_calls').select('status').where('run_id', '=', run.body.id).execute()
+      expect(calls).toEqual([{ status: 'interrupted' }])
+      expect(messages.at(-1)).toMatchObject({ role: 'assistant', content: 'went on' })
     })
 
     it('leaves a dispatch whose executor is alive alone', async () => {

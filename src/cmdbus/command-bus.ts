@@ -94,9 +94,30 @@ export class CommandBus {
     this.#executors = new DispatchExecutors(options.store, options.logger('plinth'), options.dispatchLeaseMs)
   }
 
-  /** Ends dispatches a stopped process left running (see DispatchExecutors.sweep). */
-  sweepOrphanedDispatches(options: { all: boolean }): Promise<number> {
-    return this.#executors.sweep(options)
+  /**
+   * Ends dispatches a stopped process left running (see DispatchExecutors.sweep). One a human had
+   * approved is awaited by its run: the interrupted outcome goes to the run's ledger in the same
+   * transaction, and the run continues (listeners are told, as after any decision).
+   */
+  async sweepOrphanedDispatches(options: { all: boolean }): Promise<number> {
+    const decided = new Map<string, DecisionRecord>()
+    const ended = await this.#executors.sweep(options, {
+      lock: (tx, orphan) => this.#lockRun(tx, orphan),
+      settle: async (tx, orphan, outcome) => {
+        if (!orphan.decisionId || !orphan.runId) return
+        const decision = await getDecision(tx, orphan.decisionId)
+        if (!decision) return
+        await this.#settleRun(tx, decision, outcome)
+        decided.set(orphan.id, decision)
+      },
+    })
+    for (const orphan of ended) {
+      const decision = decided.get(orphan.id)
+      if (!decision) continue
+      const outcome: DispatchOutcome = { status: 'failed', dispatchId: orphan.id, error: { code: 'interrupted', message: 'the server stopped while the command ran' } }
+      for (const listener of this.#listeners) listener(toDecisionView(decision), outcome)
+    }
+    return ended.length
   }
 
   /**

@@ -1,7 +1,16 @@
 import { randomUUID } from 'node:crypto'
 import type { PluginLogger } from '../extension/index.js'
-import { findOrphanedDispatches, lastAuditEnvelope, lockDispatch, renewDispatchExecutor, type Store } from '../store/index.js'
+import { findOrphanedDispatches, lastAuditEnvelope, lockDispatch, renewDispatchExecutor, type DispatchRecord, type Executor, type Store } from '../store/index.js'
 import { recordStep, type AuditEnvelope } from './audit-envelope.js'
+import type { DispatchOutcome } from './bus-types.js'
+
+/** How an ended orphan reaches the run that waits for it (a command a human approved). */
+export interface OrphanHooks {
+  /** Locks what must be locked before the dispatch row (the run's row). */
+  lock(tx: Executor, orphan: DispatchRecord): Promise<void>
+  /** Records the interrupted outcome where it is awaited, in the same transaction. */
+  settle(tx: Executor, orphan: DispatchRecord, outcome: DispatchOutcome): Promise<void>
+}
 
 /**
  * This process's claim on the dispatches it is running: each `running` dispatch records the process
@@ -49,10 +58,11 @@ export class DispatchExecutors {
    * Ends orphaned dispatches `interrupted`, each with its audit entry: those whose executor's lease
    * has passed, or (`all`, on a database only this process uses) every one another process left running.
    */
-  async sweep(options: { all: boolean }): Promise<number> {
-    let ended = 0
+  async sweep(options: { all: boolean }, hooks?: OrphanHooks): Promise<DispatchRecord[]> {
+    const ended: DispatchRecord[] = []
     for (const orphan of await findOrphanedDispatches(this.#store.db, { all: options.all, except: this.id })) {
       const done = await this.#store.transaction(async (tx) => {
+        await hooks?.lock(tx, orphan)
         // Re-checked under the row lock: its executor may have finished it (or renewed) meanwhile.
         const current = await lockDispatch(tx, orphan.id)
         if (!current || current.status !== 'running') return false
@@ -60,16 +70,14 @@ export class DispatchExecutors {
         const expired = !row?.executor_expires_at || row.executor_expires_at.getTime() < Date.now()
         if (!(options.all ? row?.executor !== this.id : expired)) return false
         const envelope = ((await lastAuditEnvelope(tx, current.id)) ?? {}) as AuditEnvelope
-        await recordStep(tx, 'interrupted', envelope, current, {
-          status: 'failed',
-          error: { code: 'interrupted', message: 'the server stopped while the command ran; whether it took effect is unknown' },
-          finishedAt: new Date().toISOString(),
-        })
+        const error = { code: 'interrupted', message: 'the server stopped while the command ran; whether it took effect is unknown' }
+        await recordStep(tx, 'interrupted', envelope, current, { status: 'failed', error, finishedAt: new Date().toISOString() })
+        await hooks?.settle(tx, current, { status: 'failed', dispatchId: current.id, error: { code: 'interrupted', message: error.message } })
         return true
       })
-      if (done) ended++
+      if (done) ended.push(orphan)
     }
-    if (ended > 0) this.#log.warn(`ended ${ended} dispatches a stopped server left running (interrupted)`, { ended })
+    if (ended.length > 0) this.#log.warn(`ended ${ended.length} dispatches a stopped server left running (interrupted)`, { ended: ended.length })
     return ended
   }
 }

@@ -100,6 +100,8 @@ export class RunLedger {
     }
     if (outcome.status === 'expired') return this.finish(tx, run, call, 'expired', { accepted: false, expired: true }, { dispatchId: outcome.dispatchId })
     if (outcome.status === 'cancelled') return this.finish(tx, run, call, 'cancelled', { accepted: false, cancelled: true }, { dispatchId: outcome.dispatchId })
+    // Cut off by a crash: whether it took effect is unknown, and the call says so.
+    if (error.code === 'interrupted') return this.finish(tx, run, call, 'interrupted', { error: JSON.parse(JSON.stringify(error)) as JsonValue }, { dispatchId: outcome.dispatchId })
     return this.finish(tx, run, call, 'error', { error: JSON.parse(JSON.stringify(error)) as JsonValue }, { dispatchId: outcome.dispatchId })
   }
 
