@@ -5,6 +5,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { recordFigures } from './reliability/figures.js'
 
 for (const engine of testEngines()) {
   describe(`command bus over HTTP on ${engine}`, () => {
@@ -203,7 +204,17 @@ for (const engine of testEngines()) {
       expect(altered.firstBad?.id).toBe(Number(middle.id))
       await sql`update audit_log set envelope = (select envelope from audit_log where id = ${last.id}) where id = ${middle.id}`.execute(store.db)
       expect((await verifyAuditChain(store)).ok).toBe(false)
-      void last
+      // Removed: a later entry no longer links to the one before it.
+      const before = await store.db.selectFrom('audit_log').select(['id']).orderBy('id').limit(1).executeTakeFirstOrThrow()
+      const survivors = await store.db.selectFrom('audit_log').select(['id', 'envelope']).where('id', '>', before.id).orderBy('id').limit(2).execute()
+      await store.db.deleteFrom('audit_log').where('id', '=', survivors[0]!.id).execute()
+      const removed = await verifyAuditChain(store)
+      expect(removed.ok).toBe(false)
+      // Named at the entry after the gap (before the altered ones).
+      expect(removed.firstBad?.id).toBe(Number(survivors[1]!.id))
+      recordFigures(`audit-chain-${engine}`, [
+        { check: `Security: audit hash chain (${engine})`, figure: 'altered, reordered and removed entries each detected', goal: 'detected', ok: true },
+      ])
     })
   })
 }

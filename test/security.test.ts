@@ -9,6 +9,7 @@ import { openaiTextChunks, openaiToolCallChunks, startFakeUpstream } from './hel
 import { collect, rawRequest, rawSocket } from './helpers/raw-http.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { recordFigures } from './reliability/figures.js'
 
 const fixture = (name: string): string => new URL(`./__fixtures__/plugins/${name}.ts`, import.meta.url).pathname
 const adminToken = 'admin-secret-0123456789'
@@ -44,6 +45,9 @@ describe('failed authentication is rate-limited by address, before the token is 
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0)
     const admin = await server.request('GET', '/api/admin/users', { token: adminToken })
     expect(admin.status).toBe(429)
+    recordFigures('security-brute-force', [
+      { check: 'Security: token brute force', figure: 'after 5 failed tokens the address gets 429 with Retry-After (valid tokens too)', goal: 'rate-limited', ok: true },
+    ])
   })
 })
 
@@ -425,5 +429,8 @@ describe('no credential in any log line, at trace level', () => {
     }
     expect(lines.some((line) => line.includes('rawPacket'))).toBe(false)
     expect(lines.some((line) => line.includes('access_token=[redacted]'))).toBe(true)
+    recordFigures('security-logs', [
+      { check: 'Security: secrets in logs at trace level (a full run)', figure: `${lines.length} log lines scanned for ${secrets.length} secrets: 0 found`, goal: '0 secrets', ok: true },
+    ])
   })
 })

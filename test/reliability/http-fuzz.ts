@@ -4,8 +4,11 @@ import { problemCatalogue } from '../../src/server/problem.js'
 /** What the fuzzer may use: the server, tokens of different standing, ids that exist. */
 export interface FuzzTarget {
   url: string
-  tokens: { owner: string; other: string; revoked: string }
+  /** `member`: a user the owner's project is shared with. */
+  tokens: { owner: string; other: string; member: string; revoked: string }
   ids: string[]
+  /** Ids a caller other than the owner must never be shown (unless they sent them): per caller. */
+  privateIds: { stranger: string[]; member: string[] }
 }
 
 export interface FuzzReport {
@@ -88,7 +91,7 @@ export async function fuzzHttp(target: FuzzTarget, options: { count: number; see
   const idValue = fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...target.ids) }, { weight: 1, arbitrary: hostileString }, { weight: 1, arbitrary: fc.constant('01ARZ3NDEKTSV4RRFFQ69G5FAV') })
   const request = fc.record({
     operation: fc.constantFrom(...operations),
-    auth: fc.constantFrom('owner', 'owner', 'owner', 'other', 'revoked', 'none', 'garbage'),
+    auth: fc.constantFrom('owner', 'owner', 'owner', 'other', 'member', 'revoked', 'none', 'garbage'),
     pathValues: fc.array(idValue, { minLength: 3, maxLength: 3 }),
     commandId: fc.constantFrom(...commandIds),
     query: fc.dictionary(fc.constantFrom('limit', 'cursor', 'status', 'after', 'q', 'k', 'wait', 'mode', 'commandId', 'x'), hostileString, { maxKeys: 3 }),
@@ -131,6 +134,13 @@ export async function fuzzHttp(target: FuzzTarget, options: { count: number; see
         if (!problem.code || !knownCodes.has(problem.code)) report.failures.push(`${where} → ${response.status} with an undocumented code ${JSON.stringify(problem.code)}`)
       }
       if (/\bat [\w.<>]+ \(.*:\d+:\d+\)|node_modules|\bselect .* from\b|\binsert into\b/i.test(text)) report.failures.push(`${where} → leaks internals: ${text.slice(0, 200)}`)
+      // Another caller never sees the owner's private ids (echoing what the caller sent is not a leak).
+      if (sample.auth !== 'owner') {
+        const sent = `${path}?${query} ${withBody ? sample.body.text : ''}`
+        const hidden = sample.auth === 'member' ? target.privateIds.member : target.privateIds.stranger
+        const leaked = hidden.filter((id) => text.includes(id) && !sent.includes(id))
+        if (leaked.length > 0) report.failures.push(`${where} as ${sample.auth} → shows ${leaked.join(', ')}`)
+      }
     } catch (error) {
       if (controller.signal.aborted) {
         report.failures.push(`${where} → no answer within 15 s`)

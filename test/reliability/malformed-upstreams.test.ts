@@ -17,6 +17,7 @@ import {
   type FakeUpstream,
 } from '../helpers/fake-upstream.js'
 import { ledgerViolations } from '../helpers/ledger.js'
+import { recordFigures } from './figures.js'
 import { startTestServer, type TestServer, type TestUser } from '../helpers/test-server.js'
 
 const openaiKey = 'sk-malformed-openai-key-0123456789'
@@ -151,5 +152,8 @@ describe('runs against malformed upstreams', () => {
       expect(logs).not.toContain(key)
     }
     expect(logs.length).toBeGreaterThan(1000)
+    recordFigures('malformed-upstreams', [
+      { check: 'Malformed upstreams (OpenAI and Anthropic wire formats)', figure: `${cases.length} cases, each ended cleanly with the ledger intact; no key in events or trace logs`, goal: 'clean run.failed or completed, 0 leaks', ok: true },
+    ])
   })
 })

@@ -1,0 +1,193 @@
+import { readdirSync, readFileSync } from 'node:fs'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { startFakeOpenAIUpstream } from '../../bench/agent/fake-openai-upstream.js'
+import { summarize, type Summary } from '../../bench/agent/stats.js'
+import { unlimitedEnv } from '../../bench/lib/unlimited-env.js'
+import { http, lastLine, runPlinth, startServe, type ServeProcess } from '../helpers/cli-process.js'
+import { createTestDatabase, type TestDatabase, type TestEngine } from '../helpers/engines.js'
+import { openSse, type SseConnection } from '../helpers/sse-client.js'
+
+// Issue 14, R5: a real `plinth serve` process under load (concurrent runs against an instant upstream
+// in the real OpenAI wire format, with SSE subscribers watching), then steady mixed traffic for a
+// while, its memory and file descriptors sampled from /proc.
+
+const weatherPlugin = fileURLToPath(new URL('../../bench/plugins/weather.ts', import.meta.url))
+
+export interface LoadSoakOptions {
+  engine: TestEngine
+  concurrentRuns: number
+  roundsPerRun: number
+  subscribers: number
+  soakMs: number
+  sampleEveryMs: number
+  log?: (line: string) => void
+}
+
+export interface LoadSoakReport {
+  engine: TestEngine
+  load: { runs: number; rounds: number; errors: number; round: Summary; wallMs: number; subscribers: number; eventsSeen: number }
+  soak: {
+    durationMs: number
+    operations: Record<string, number>
+    errors: string[]
+    samples: Array<{ atMs: number; rssMb: number; fds: number }>
+    /** MB per minute over the samples after the first fifth (warm-up). */
+    rssSlopeMbPerMin: number
+    fdsStart: number
+    fdsEnd: number
+    rssStartMb: number
+    rssEndMb: number
+  }
+}
+
+function processStats(pid: number): { rssMb: number; fds: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  const rssKb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0)
+  return { rssMb: rssKb / 1024, fds: readdirSync(`/proc/${pid}/fd`).length }
+}
+
+/** Least-squares slope of y over x. */
+function slope(points: Array<[number, number]>): number {
+  if (points.length < 2) return 0
+  const n = points.length
+  const mx = points.reduce((sum, [x]) => sum + x, 0) / n
+  const my = points.reduce((sum, [, y]) => sum + y, 0) / n
+  const num = points.reduce((sum, [x, y]) => sum + (x - mx) * (y - my), 0)
+  const den = points.reduce((sum, [x]) => sum + (x - mx) ** 2, 0)
+  return den === 0 ? 0 : num / den
+}
+
+export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakReport> {
+  const log = options.log ?? (() => {})
+  const cwd = await mkdtemp(join(tmpdir(), `plinth-soak-${options.engine}-`))
+  const upstream = await startFakeOpenAIUpstream()
+  let database: TestDatabase | undefined
+  let server: ServeProcess | undefined
+  const streams: SseConnection[] = []
+  try {
+    const model = { id: 'fake', provider: 'openai', model: 'm', baseUrl: upstream.url, contextWindow: 128_000, supportsTools: true }
+    await writeFile(join(cwd, 'plinth.config.json'), JSON.stringify({ plugins: ['rdm', weatherPlugin], models: [model], defaultModel: 'fake' }))
+    const env: Record<string, string> = { ...unlimitedEnv, PLINTH_LOG_LEVEL: 'info', PLINTH_LLM_CONCURRENCY: '64' }
+    if (options.engine === 'postgres') {
+      database = await createTestDatabase('postgres')
+      env.DATABASE_URL = database.url!
+    }
+    const token = lastLine((await runPlinth(['users', 'create', 'soak'], { cwd, env })).stdout)
+    server = await startServe({ cwd, env })
+    const url = server.url
+    const project = (await http(url, 'POST', '/api/projects', { token, body: { name: 'soak' } })).body.id as string
+
+    // --- load: concurrent runs × rounds, with subscribers on the project stream ---------------------
+    for (let index = 0; index < options.subscribers; index++) streams.push(await openSse(`${url}/api/projects/${project}/events`, { token }))
+    const conversations = await Promise.all(
+      Array.from({ length: options.concurrentRuns }, async () => (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body.id as string),
+    )
+    const rounds: number[] = []
+    let loadErrors = 0
+    const loadStarted = performance.now()
+    await Promise.all(
+      conversations.map(async (conversation) => {
+        for (let round = 0; round < options.roundsPerRun; round++) {
+          const started = performance.now()
+          const answer = await http(url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, { token, body: { input: 'weather in Paris?' } }).catch(() => null)
+          if (answer?.status !== 201 || answer.body.status !== 'completed') {
+            loadErrors++
+            continue
+          }
+          rounds.push(performance.now() - started)
+        }
+      }),
+    )
+    const loadWallMs = performance.now() - loadStarted
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    const eventsSeen = streams.reduce((sum, stream) => sum + stream.events.length, 0)
+    for (const stream of streams.splice(0)) stream.close()
+    log(`[soak] load: ${rounds.length}/${options.concurrentRuns * options.roundsPerRun} rounds in ${Math.round(loadWallMs)} ms, ${loadErrors} errors, ${eventsSeen} events to ${options.subscribers} subscribers`)
+
+    // --- soak: steady mixed traffic, memory and descriptors sampled ---------------------------------
+    const pid = server.pid
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    const start = processStats(pid)
+    const samples: LoadSoakReport['soak']['samples'] = [{ atMs: 0, ...start }]
+    const operations: Record<string, number> = { run: 0, dispatch: 0, decision: 0, reconnect: 0 }
+    const errors: string[] = []
+    const soakStarted = Date.now()
+    const sampler = setInterval(() => samples.push({ atMs: Date.now() - soakStarted, ...processStats(pid) }), options.sampleEveryMs)
+    const soakConversation = (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body.id as string
+    const note = (what: string, problem: string): void => {
+      if (errors.length < 50) errors.push(`${what}: ${problem}`)
+    }
+    let lastEventId = '0'
+    const workers = [
+      // Runs, each in a conversation of its own (one active run per conversation).
+      async () => {
+        const conversation = (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body.id as string
+        const answer = await http(url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, { token, body: { input: 'weather?' } })
+        if (answer.status !== 201 || answer.body.status !== 'completed') note('run', `${answer.status} ${answer.body.status ?? answer.body.code}`)
+        operations.run!++
+      },
+      // An audited no-op dispatch from a button.
+      async () => {
+        const answer = await http(url, 'POST', '/api/commands/rdm.ping', { token, body: { entrance: 'button', projectId: project, params: { target: 'soak' } } })
+        if (answer.status !== 200) note('dispatch', `${answer.status} ${answer.body.code}`)
+        operations.dispatch!++
+      },
+      // A command that asks, answered by a person.
+      async () => {
+        const asked = await http(url, 'POST', '/api/commands/rdm.draft.compose', { token, body: { entrance: 'button', conversationId: soakConversation, params: { title: 'soak', body: 'x' } } })
+        if (asked.status !== 202) return note('decision', `asked: ${asked.status} ${asked.body.code}`)
+        const answered = await http(url, 'POST', `/api/decisions/${asked.body.decision.id}`, { token, body: { decision: 'approve' } })
+        if (answered.status !== 200) note('decision', `answered: ${answered.status} ${answered.body.code}`)
+        operations.decision!++
+      },
+      // A client that reconnects to the project stream from its last event id.
+      async () => {
+        const stream = await openSse(`${url}/api/projects/${project}/events`, { token, lastEventId })
+        if (stream.status !== 200) note('reconnect', `status ${stream.status}`)
+        await new Promise((resolve) => setTimeout(resolve, 200))
+        lastEventId = stream.events.at(-1)?.id ?? lastEventId
+        stream.close()
+        operations.reconnect!++
+      },
+    ]
+    await Promise.all(
+      workers.map(async (work) => {
+        while (Date.now() - soakStarted < options.soakMs) {
+          await work().catch((error: unknown) => note('request', String(error)))
+        }
+      }),
+    )
+    clearInterval(sampler)
+    // Let connections settle (keep-alive sockets of finished requests, SSE streams closing).
+    await new Promise((resolve) => setTimeout(resolve, 3000))
+    const end = processStats(pid)
+    samples.push({ atMs: Date.now() - soakStarted, ...end })
+    const steady = samples.filter((sample) => sample.atMs >= options.soakMs / 5)
+    const report: LoadSoakReport = {
+      engine: options.engine,
+      load: { runs: options.concurrentRuns, rounds: options.concurrentRuns * options.roundsPerRun, errors: loadErrors, round: summarize(rounds), wallMs: loadWallMs, subscribers: options.subscribers, eventsSeen },
+      soak: {
+        durationMs: Date.now() - soakStarted,
+        operations,
+        errors,
+        samples,
+        rssSlopeMbPerMin: slope(steady.map((sample) => [sample.atMs / 60_000, sample.rssMb])),
+        fdsStart: start.fds,
+        fdsEnd: end.fds,
+        rssStartMb: start.rssMb,
+        rssEndMb: end.rssMb,
+      },
+    }
+    if (server.child.exitCode !== null) report.soak.errors.push(`the server exited (${server.child.exitCode})`)
+    return report
+  } finally {
+    for (const stream of streams) stream.close()
+    await server?.kill()
+    await upstream.close()
+    await database?.drop()
+    await rm(cwd, { recursive: true, force: true })
+  }
+}
