@@ -214,6 +214,22 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await expect(page.locator('.decision button').count()).resolves.toBe(0)
     await page.waitForSelector('#run-status >> text=Completed.')
     await shot(page, '09-answered-elsewhere')
+
+    // A click that comes too late (the card did not hear of the answer): it shows who answered.
+    await page.fill('#composer', 'Write it again.')
+    await page.click('#send')
+    const card = page.locator('.decision').last()
+    await card.locator('button[data-answer=approve]').waitFor()
+    await page.route('**/api/stream-tickets', (route) => route.abort())
+    proxy.drop(0)
+    await page.waitForSelector('#banner >> text=reconnecting')
+    const waiting = await http(server.url, 'GET', '/api/decisions?status=pending', { token })
+    const second = waiting.body.items.find((item: { conversationId: string }) => item.conversationId === conversation.body.id)
+    expect((await http(server.url, 'POST', `/api/decisions/${second.id}`, { token, body: { decision: 'reject' } })).status).toBe(200)
+    await card.locator('button[data-answer=approve]').click()
+    await card.locator('text=Rejected by you. (answered elsewhere)').waitFor()
+    await expect(card.locator('button').count()).resolves.toBe(0)
+    await page.unroute('**/api/stream-tickets')
     await page.close()
   })
 

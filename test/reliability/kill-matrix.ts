@@ -1,6 +1,7 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { random } from '../../bench/retrieval/corpus.js'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from '../helpers/cli-process.js'
 import { createTestDatabase, type TestDatabase, type TestEngine } from '../helpers/engines.js'
 import { openSse, type SseEvent } from '../helpers/sse-client.js'
@@ -80,18 +81,6 @@ export interface KillMatrixOptions {
   randomOffsets: number
   seed: number
   log?: (line: string) => void
-}
-
-/** A small deterministic PRNG (mulberry32): the same seed picks the same random offsets. */
-function random(seed: number): () => number {
-  let state = seed >>> 0
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let t = state
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
 }
 
 export async function runKillMatrix(options: KillMatrixOptions): Promise<KillMatrixReport> {
