@@ -41,6 +41,8 @@ export async function setUpCommandBus(
     highRiskKeywords?: readonly string[]
     /** Largest command result in JSON bytes (PLINTH_RESULT_MAX_BYTES). */
     resultMaxBytes?: number
+    /** How long a dead process's running dispatches wait before another instance ends them (PLINTH_RUN_LEASE). */
+    dispatchLeaseMs?: number
   },
 ): Promise<CommandBusSetup> {
   const execSettings: ExecSettings = { ...defaultExecSettings, ...options.exec, limits: { ...defaultExecSettings.limits, ...options.exec?.limits } }
@@ -72,6 +74,7 @@ export async function setUpCommandBus(
     allowanceTtlMs: options.allowanceTtlMs,
     highRiskKeywords: options.highRiskKeywords ?? [],
     ...(options.resultMaxBytes !== undefined && { maxResultBytes: options.resultMaxBytes }),
+    ...(options.dispatchLeaseMs !== undefined && { dispatchLeaseMs: options.dispatchLeaseMs }),
   })
   return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec }
 }

@@ -47,6 +47,8 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       fullModeTtlMs: config.fullModeTtlMs,
       highRiskKeywords: config.highRiskKeywords,
       resultMaxBytes: config.resultMaxBytes,
+      // A dispatch's executor lease is the run lease: one setting says when a silent process counts as dead.
+      dispatchLeaseMs: config.runLeaseMs,
     })
     const { bus, access, retriever } = setup
     execService = setup.exec

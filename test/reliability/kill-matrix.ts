@@ -58,8 +58,10 @@ const terminalEvents = new Set(['run.completed', 'run.failed', 'run.cancelled', 
 export interface KillPoint {
   /** Kill after the client has seen this many events of the run's stream … */
   afterEvents?: number
-  /** … or this many milliseconds after the run was created. */
+  /** … or this many milliseconds after the run was created … */
   afterMs?: number
+  /** … or while this tool runs for the run (its start is in the tools' log, its end is not). */
+  duringTool?: string
   label: string
 }
 
@@ -122,6 +124,8 @@ export async function runKillMatrix(options: KillMatrixOptions): Promise<KillMat
     const next = random(options.seed)
     const points: KillPoint[] = [
       ...chosen.map((afterEvents) => ({ afterEvents, label: `after event ${afterEvents} (${reference.events[afterEvents - 1]?.event})` })),
+      // In the middle of each tool (the guarded one after a person approved it).
+      ...['kill.count', 'kill.guarded'].map((duringTool) => ({ duringTool, label: `while ${duringTool} runs` })),
       ...Array.from({ length: options.randomOffsets }, () => {
         // Within the part of the run a kill can still land in (the reference also counts its stream set-up).
         const afterMs = Math.floor(next() * reference.durationMs * 0.8)
@@ -134,7 +138,7 @@ export async function runKillMatrix(options: KillMatrixOptions): Promise<KillMat
       const where = `${options.engine}, kill ${point.label}`
       const pointStarted = Date.now()
       try {
-        const killed = await drive(server, token, { point })
+        const killed = await drive(server, token, { point, toolLog: join(cwd, 'executions.log') })
         if (!killed.killed) {
           // A random offset past this run's end (it ran faster than the reference): nothing to recover.
           if (point.afterMs !== undefined) {
@@ -146,7 +150,8 @@ export async function runKillMatrix(options: KillMatrixOptions): Promise<KillMat
         }
         // Restart on the same data: recovery resumes the run (at once on PGlite, after the lease on Postgres).
         server = await startServe({ cwd, env })
-        const recovered = await drive(server, token, { runId: killed.runId, conversationId: killed.conversationId, deadlineMs: 30_000 })
+        // Recovery must not wait longer than a few leases (1 s here): a 30 s default lease would miss it.
+        const recovered = await drive(server, token, { runId: killed.runId, conversationId: killed.conversationId, deadlineMs: 15_000 })
         outcomes[recovered.outcome] = (outcomes[recovered.outcome] ?? 0) + 1
         const problems = await check(server, token, killed, recovered, cwd)
         for (const problem of problems) log(`[kill matrix] FAILED ${where}: ${problem}`)
@@ -185,7 +190,7 @@ interface Driven {
  * stream. With `point`, SIGKILLs the server there. With `runId`, continues an existing run from the
  * start of its stream (a restarted server).
  */
-async function drive(server: ServeProcess, token: string, options: { point?: KillPoint; runId?: string; conversationId?: string; deadlineMs?: number }): Promise<Driven> {
+async function drive(server: ServeProcess, token: string, options: { point?: KillPoint; toolLog?: string; runId?: string; conversationId?: string; deadlineMs?: number }): Promise<Driven> {
   let { runId, conversationId } = options
   const started = Date.now()
   if (!runId) {
@@ -208,6 +213,25 @@ async function drive(server: ServeProcess, token: string, options: { point?: Kil
       killed = true
       kill()
     }, options.point.afterMs)
+  }
+  const duringTool = options.point?.duringTool
+  if (duringTool && options.toolLog) {
+    const toolLog = options.toolLog
+    // Watches the tools' log (no sleeping for a guess): the kill lands between the tool's start and end.
+    const watch = async (): Promise<void> => {
+      while (!killed && !gone()) {
+        const lines = await readFile(toolLog, 'utf8').catch(() => '')
+        if (lines.includes(`${duringTool} ${runId} start`)) {
+          if (!lines.includes(`${duringTool} ${runId} end`)) {
+            killed = true
+            kill()
+          }
+          return
+        }
+        await new Promise((resolve) => setTimeout(resolve, 5))
+      }
+    }
+    void watch()
   }
   let stream: Awaited<ReturnType<typeof openSse>>
   try {
