@@ -15,8 +15,8 @@ export interface FigureRow {
   ok: boolean
 }
 
-/** Records one check's figures (replacing that check's earlier file). */
-export function recordFigures(name: string, rows: FigureRow[]): void {
+/** Records one check's figures (replacing that check's earlier file); `details` (e.g. samples) are kept beside them. */
+export function recordFigures(name: string, rows: FigureRow[], details?: Record<string, unknown>): void {
   mkdirSync(figuresDir, { recursive: true })
-  writeFileSync(join(figuresDir, `${name}.json`), JSON.stringify({ name, mode: reliabilityMode, at: new Date().toISOString(), rows }, null, 2))
+  writeFileSync(join(figuresDir, `${name}.json`), JSON.stringify({ name, mode: reliabilityMode, at: new Date().toISOString(), rows, ...details }, null, 2))
 }

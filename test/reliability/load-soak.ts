@@ -36,6 +36,9 @@ export interface LoadSoakReport {
     samples: Array<{ atMs: number; rssMb: number; fds: number }>
     /** MB per minute over the samples after the first fifth (warm-up). */
     rssSlopeMbPerMin: number
+    /** Before any load, after one of each operation. */
+    fdsBaseline: number
+    rssBaselineMb: number
     fdsStart: number
     fdsEnd: number
     rssStartMb: number
@@ -79,6 +82,12 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     server = await startServe({ cwd, env })
     const url = server.url
     const project = (await http(url, 'POST', '/api/projects', { token, body: { name: 'soak' } })).body.id as string
+    // The baseline: after one of each operation (pool connections, caches and modules in place), before any load.
+    const warm = (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body.id as string
+    await http(url, 'POST', `/api/conversations/${warm}/runs?wait=true`, { token, body: { input: 'weather?' } })
+    await http(url, 'POST', '/api/commands/rdm.ping', { token, body: { entrance: 'button', projectId: project, params: { target: 'warm' } } })
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    const baseline = processStats(server.pid)
 
     // --- load: concurrent runs × rounds, with subscribers on the project stream ---------------------
     for (let index = 0; index < options.subscribers; index++) streams.push(await openSse(`${url}/api/projects/${project}/events`, { token }))
@@ -175,6 +184,8 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
         errors,
         samples,
         rssSlopeMbPerMin: slope(steady.map((sample) => [sample.atMs / 60_000, sample.rssMb])),
+        fdsBaseline: baseline.fds,
+        rssBaselineMb: baseline.rssMb,
         fdsStart: start.fds,
         fdsEnd: end.fds,
         rssStartMb: start.rssMb,
