@@ -11,6 +11,8 @@ const size = {
   short: { concurrentRuns: 200, subscribers: 100, soakMs: 120_000, sampleEveryMs: 10_000 },
   full: { concurrentRuns: 200, subscribers: 100, soakMs: 30 * 60_000, sampleEveryMs: 10_000 },
 }[reliabilityMode]
+// RELIABILITY_SOAK_MINUTES overrides the soak's length (e.g. a longer one to tell slow growth from a leak).
+if (process.env.RELIABILITY_SOAK_MINUTES) size.soakMs = Number(process.env.RELIABILITY_SOAK_MINUTES) * 60_000
 const engine = testEngines().includes('postgres') ? 'postgres' : 'pglite'
 
 describe('load and soak', () => {
