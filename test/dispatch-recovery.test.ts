@@ -82,6 +82,37 @@ for (const engine of testEngines()) {
       expect(messages.at(-1)).toMatchObject({ role: 'assistant', content: 'went on' })
     })
 
+    // Also found by the kill matrix: a crash between the approval's commit and the command's start.
+    it('an approved command that never started (a crash right after the approval): answered interrupted, the run continues', async () => {
+      const model = () => new ScriptedModel({ id: 'scripted', turnBy: 'round', turns: [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'b' } }] }, { text: 'went on' }] })
+      await server?.close()
+      server = await startTestServer(store, { plugins: ['rdm'], models: [model()] })
+      const carol = await server.createUser()
+      const projectId = (await server.request('POST', '/api/projects', { token: carol.token, body: { name: 'approved-unstarted' } })).body.id
+      const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: carol.token, body: {} })).body.id
+      const run = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: carol.token, body: { input: 'write' } })
+      expect(run.body.status).toBe('requires_action')
+      const decisionId = run.body.requiredAction.decisions[0].decisionId as string
+      const carolId = (await server.request('GET', '/api/me', { token: carol.token })).body.id as string
+      await server.close()
+      // The approval committed (the decision approved, its dispatch still awaiting it), then the process died.
+      const decision = await store.db.selectFrom('decisions').select('dispatch_id').where('id', '=', decisionId).executeTakeFirstOrThrow()
+      await store.db.updateTable('decisions').set({ status: 'approved', scope: 'once', decided_by: carolId, decided_at: new Date(Date.now() - 60_000) }).where('id', '=', decisionId).execute()
+      await store.db.updateTable('dispatches').set({ updated_at: new Date(Date.now() - 60_000) }).where('id', '=', decision.dispatch_id).execute()
+
+      server = await startTestServer(store, { plugins: ['rdm'], models: [model()] })
+      let after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: carol.token })).body
+      for (let attempt = 0; attempt < 100 && after.status !== 'completed'; attempt++) {
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: carol.token })).body
+      }
+      expect(after.status).toBe('completed')
+      const calls = await store.db.selectFrom('run_tool_calls').select(['status', 'output']).where('run_id', '=', run.body.id).execute()
+      expect(calls).toEqual([{ status: 'interrupted', output: { error: expect.objectContaining({ code: 'interrupted', message: expect.stringMatching(/did not run/) }) } }])
+      const dispatch = await store.db.selectFrom('dispatches').select(['status', 'error']).where('id', '=', decision.dispatch_id).executeTakeFirstOrThrow()
+      expect(dispatch).toMatchObject({ status: 'failed', error: { code: 'interrupted' } })
+    })
+
     it('leaves a dispatch whose executor is alive alone', async () => {
       const projectId = (await server!.request('POST', '/api/projects', { token: alice.token, body: { name: 'alive' } })).body.id
       const done = await server!.request('POST', '/api/commands/rdm.ping', { token: alice.token, body: { entrance: 'button', projectId, params: { target: 'x' } } })

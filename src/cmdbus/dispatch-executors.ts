@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { PluginLogger } from '../extension/index.js'
-import { findOrphanedDispatches, lastAuditEnvelope, lockDispatch, renewDispatchExecutor, type DispatchRecord, type Executor, type Store } from '../store/index.js'
+import { findApprovedUnstarted, findOrphanedDispatches, getDecision, lastAuditEnvelope, lockDispatch, renewDispatchExecutor, type DispatchRecord, type Executor, type Store } from '../store/index.js'
 import { recordStep, type AuditEnvelope } from './audit-envelope.js'
 import type { DispatchOutcome } from './bus-types.js'
 
@@ -60,24 +60,43 @@ export class DispatchExecutors {
    */
   async sweep(options: { all: boolean }, hooks?: OrphanHooks): Promise<DispatchRecord[]> {
     const ended: DispatchRecord[] = []
-    for (const orphan of await findOrphanedDispatches(this.#store.db, { all: options.all, except: this.id })) {
+    const before = new Date(Date.now() - this.#leaseMs)
+    const orphans = [
+      ...(await findOrphanedDispatches(this.#store.db, { all: options.all, except: this.id })),
+      ...(await findApprovedUnstarted(this.#store.db, { all: options.all, before })),
+    ]
+    for (const orphan of orphans) {
       const done = await this.#store.transaction(async (tx) => {
         await hooks?.lock(tx, orphan)
         // Re-checked under the row lock: its executor may have finished it (or renewed) meanwhile.
         const current = await lockDispatch(tx, orphan.id)
-        if (!current || current.status !== 'running') return false
-        const row = await tx.selectFrom('dispatches').select(['executor', 'executor_expires_at']).where('id', '=', orphan.id).executeTakeFirst()
-        const expired = !row?.executor_expires_at || row.executor_expires_at.getTime() < Date.now()
-        if (!(options.all ? row?.executor !== this.id : expired)) return false
+        const message = current && (await this.#orphaned(tx, current, options.all, before))
+        if (!current || !message) return false
         const envelope = ((await lastAuditEnvelope(tx, current.id)) ?? {}) as AuditEnvelope
-        const error = { code: 'interrupted', message: 'the server stopped while the command ran; whether it took effect is unknown' }
+        const error = { code: 'interrupted', message }
         await recordStep(tx, 'interrupted', envelope, current, { status: 'failed', error, finishedAt: new Date().toISOString() })
-        await hooks?.settle(tx, current, { status: 'failed', dispatchId: current.id, error: { code: 'interrupted', message: error.message } })
+        await hooks?.settle(tx, current, { status: 'failed', dispatchId: current.id, error: { code: 'interrupted', message } })
         return true
       })
       if (done) ended.push(orphan)
     }
-    if (ended.length > 0) this.#log.warn(`ended ${ended.length} dispatches a stopped server left running (interrupted)`, { ended: ended.length })
+    if (ended.length > 0) this.#log.warn(`ended ${ended.length} dispatches a stopped server left running or approved but unstarted (interrupted)`, { ended: ended.length })
     return ended
+  }
+
+  /** Why a locked dispatch counts as orphaned (what its `interrupted` error says), or null when it does not. */
+  async #orphaned(tx: Executor, current: DispatchRecord, all: boolean, before: Date): Promise<string | null> {
+    const row = await tx.selectFrom('dispatches').select(['executor', 'executor_expires_at', 'updated_at']).where('id', '=', current.id).executeTakeFirst()
+    if (!row) return null
+    if (current.status === 'running') {
+      const expired = !row.executor_expires_at || row.executor_expires_at.getTime() < Date.now()
+      return (all ? row.executor !== this.id : expired) ? 'the server stopped while the command ran; whether it took effect is unknown' : null
+    }
+    if (current.status === 'awaiting_decision' && current.decisionId) {
+      const decision = await getDecision(tx, current.decisionId)
+      if (decision?.status !== 'approved' || (!all && row.updated_at.getTime() >= before.getTime())) return null
+      return 'the server stopped after the approval, before the command started: it did not run (call it again to be asked again)'
+    }
+    return null
   }
 }

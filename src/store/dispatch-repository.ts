@@ -166,6 +166,22 @@ export async function findOrphanedDispatches(db: Executor, options: { all: boole
   return (await query.limit(500).execute()).map(toDispatch)
 }
 
+/**
+ * Dispatches a person approved whose command never started: the approving process stopped between
+ * the approval's commit and the command's start. Normally that gap is milliseconds; these have sat
+ * since before `before` (or, with `all`, on a database only this process uses, any).
+ */
+export async function findApprovedUnstarted(db: Executor, options: { all: boolean; before: Date }): Promise<DispatchRecord[]> {
+  let query = db
+    .selectFrom('dispatches')
+    .innerJoin('decisions', 'decisions.id', 'dispatches.decision_id')
+    .selectAll('dispatches')
+    .where('dispatches.status', '=', 'awaiting_decision')
+    .where('decisions.status', '=', 'approved')
+  if (!options.all) query = query.where('dispatches.updated_at', '<', options.before)
+  return (await query.limit(500).execute()).map(toDispatch)
+}
+
 /** Locks a dispatch row for the rest of the transaction and reads it. */
 export async function lockDispatch(tx: Executor, id: string): Promise<DispatchRecord | undefined> {
   const row = await tx.selectFrom('dispatches').selectAll().where('id', '=', id).forNoKeyUpdate().executeTakeFirst()
