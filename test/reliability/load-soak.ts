@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs'
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -33,11 +33,13 @@ export interface LoadSoakReport {
     durationMs: number
     operations: Record<string, number>
     errors: string[]
-    samples: Array<{ atMs: number; rssMb: number; fds: number }>
+    samples: Array<{ atMs: number; rssMb: number; fds: number; sockets: number }>
     /** MB per minute over the samples after the first fifth (warm-up). */
     rssSlopeMbPerMin: number
     /** Before any load, after one of each operation. */
     fdsBaseline: number
+    socketsBaseline: number
+    socketsEnd: number
     rssBaselineMb: number
     fdsStart: number
     fdsEnd: number
@@ -46,10 +48,19 @@ export interface LoadSoakReport {
   }
 }
 
-function processStats(pid: number): { rssMb: number; fds: number } {
+/** RSS and open descriptors; `sockets` of them are sockets (database pool, clients' keep-alive connections). */
+function processStats(pid: number): { rssMb: number; fds: number; sockets: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8')
   const rssKb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0)
-  return { rssMb: rssKb / 1024, fds: readdirSync(`/proc/${pid}/fd`).length }
+  const fds = readdirSync(`/proc/${pid}/fd`)
+  const sockets = fds.filter((fd) => {
+    try {
+      return readlinkSync(`/proc/${pid}/fd/${fd}`).startsWith('socket:')
+    } catch {
+      return false
+    }
+  }).length
+  return { rssMb: rssKb / 1024, fds: fds.length, sockets }
 }
 
 /** Least-squares slope of y over x. */
@@ -170,7 +181,10 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
       }),
     )
     clearInterval(sampler)
-    // Let connections settle (keep-alive sockets of finished requests, SSE streams closing).
+    // The client's idle keep-alive connections are the client's, not the server's: close them (fetch's
+    // global dispatcher, registered under undici's documented symbol), then let the server see it.
+    const dispatcher = (globalThis as Record<symbol, { close?: () => Promise<void> } | undefined>)[Symbol.for('undici.globalDispatcher.1')]
+    await dispatcher?.close?.()
     await new Promise((resolve) => setTimeout(resolve, 3000))
     const end = processStats(pid)
     samples.push({ atMs: Date.now() - soakStarted, ...end })
@@ -185,6 +199,8 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
         samples,
         rssSlopeMbPerMin: slope(steady.map((sample) => [sample.atMs / 60_000, sample.rssMb])),
         fdsBaseline: baseline.fds,
+        socketsBaseline: baseline.sockets,
+        socketsEnd: end.sockets,
         rssBaselineMb: baseline.rssMb,
         fdsStart: start.fds,
         fdsEnd: end.fds,
