@@ -162,6 +162,22 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.close()
   })
 
+  it('lists a project shared with you, marked shared', async () => {
+    const bob = await http(server.url, 'POST', '/api/admin/users', { token: adminToken, body: { name: `bob-${Date.now()}` } })
+    const bobToken = bob.body.token.token as string
+    const aliceId = (await http(server.url, 'GET', '/api/me', { token })).body.id as string
+    const shared = (await http(server.url, 'POST', '/api/projects', { token: bobToken, body: { name: 'Bob shares this' } })).body.id as string
+    const asked = await http(server.url, 'POST', '/api/commands/rdm.member.add', { token: bobToken, body: { entrance: 'button', projectId: shared, params: { userId: aliceId } } })
+    expect((await http(server.url, 'POST', `/api/decisions/${asked.body.decision.id}`, { token: bobToken, body: { decision: 'approve' } })).status).toBe(200)
+    const page = await newPage()
+    await signIn(page)
+    const item = page.locator('#projects li', { hasText: 'Bob shares this' })
+    await expect(item.locator('.tag').innerText()).resolves.toBe('shared')
+    await item.locator('a').click()
+    await page.waitForSelector('h1 >> text=shared with you')
+    await page.close()
+  })
+
   it('recovers from a dropped connection mid-run with no duplicated or missing text', async () => {
     const projectId = await project('Slow stream', 'slow')
     const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: { title: 'drop' } })
