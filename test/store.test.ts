@@ -3,7 +3,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { verifyAuditChain } from '../src/cmdbus/index.js'
 import {
+  appendAuditEntry,
   appendEvents,
   createProject,
   createUser,
@@ -55,6 +57,42 @@ for (const engine of testEngines()) {
       expect(after.n).toBe(before.n)
       const doomed = await store.db.selectFrom('projects').select('id').where('name', '=', 'doomed').execute()
       expect(doomed).toEqual([])
+    })
+
+    it('chains audit entries from concurrent transactions, any text included; a rolled-back append leaves no gap; a removed newest entry is detected', async () => {
+      const entry = (step: string, text: string) => ({
+        dispatchId: null, step, ownerId, projectId: null, conversationId: null, commandId: 'test.audit', entrance: 'api',
+        envelope: { text, nested: { id: 5, ownerId: 'x' }, quote: '"id":987654321012345' },
+      })
+      const start = await store.db.selectFrom('audit_log').select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()
+      await Promise.all(
+        Array.from({ length: 12 }, (_, writer) =>
+          store.transaction(async (tx) => {
+            for (let step = 0; step < 3; step++) {
+              await appendAuditEntry(tx, entry(`w${writer}:${step}`, `写入 ${writer} — “quotes” \\ 🙂 ${step}`))
+              await new Promise((resolve) => setTimeout(resolve, writer % 3))
+            }
+          }),
+        ),
+      )
+      await expect(
+        store.transaction(async (tx) => {
+          await appendAuditEntry(tx, entry('doomed', 'rolled back'))
+          throw new Error('boom')
+        }),
+      ).rejects.toThrow('boom')
+      await store.transaction((tx) => appendAuditEntry(tx, entry('after', 'after the rollback')))
+      const rows = await store.db.selectFrom('audit_log').select(['id', 'step']).orderBy('id').execute()
+      expect(rows.length - Number(start.n)).toBe(37)
+      expect(rows.map((row) => Number(row.id))).toEqual(rows.map((_, index) => index + 1))
+      expect(rows.some((row) => row.step === 'doomed')).toBe(false)
+      expect(await verifyAuditChain(store)).toEqual({ ok: true, checked: rows.length })
+      // Removing entries from the end leaves a chain that links, but it no longer reaches the recorded tail.
+      await store.db.deleteFrom('audit_log').where('id', '=', rows.at(-1)!.id).execute()
+      const verdict = await verifyAuditChain(store)
+      expect(verdict.ok).toBe(false)
+      expect(verdict.firstBad?.id).toBe(rows.length)
+      expect(verdict.firstBad?.reason).toMatch(/newest entries are missing/)
     })
 
     it('refuses to append events outside a transaction', async () => {

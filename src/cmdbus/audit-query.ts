@@ -1,5 +1,5 @@
 import type { JsonValue } from '../extension/index.js'
-import { genesisHash, hashAuditEntry, listAuditDispatches, readAuditEntries, type AuditFilter, type Page, type PageRequest, type Store } from '../store/index.js'
+import { genesisHash, hashAuditEntry, listAuditDispatches, readAuditEntries, readAuditTail, type AuditFilter, type Page, type PageRequest, type Store } from '../store/index.js'
 
 /** A dispatch as `GET /api/audit` shows it: the latest envelope plus its steps. */
 export type AuditEnvelopeView = { [key: string]: JsonValue } & {
@@ -32,12 +32,16 @@ export interface ChainVerdict {
 /**
  * Walks the whole audit chain in id order: each entry must link to the previous entry's hash and
  * carry the hash of its own content. An altered entry fails its hash; a removed or reordered one
- * breaks the link of the next.
+ * breaks the link of the next; entries removed from the end no longer reach the tail the chain's
+ * last append recorded.
  */
 export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
+  // Read first: entries appended while the walk runs come after it.
+  const tail = await readAuditTail(store.db)
   let previousHash = genesisHash
   let afterId = 0
   let checked = 0
+  let reachedTail = tail.id === 0
   for (;;) {
     const entries = await readAuditEntries(store.db, afterId, 1000)
     for (const entry of entries) {
@@ -46,10 +50,14 @@ export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
       }
       const { hash, ...content } = entry
       if (hashAuditEntry(content) !== hash) return { ok: false, checked, firstBad: { id: entry.id, reason: 'its content does not match its hash (the entry was altered)' } }
+      if (entry.id === tail.id && hash === tail.hash) reachedTail = true
       previousHash = hash
       afterId = entry.id
       checked++
     }
-    if (entries.length < 1000) return { ok: true, checked }
+    if (entries.length < 1000) {
+      if (!reachedTail) return { ok: false, checked, firstBad: { id: tail.id, reason: 'the newest entries are missing (the log ends before the last entry appended)' } }
+      return { ok: true, checked }
+    }
   }
 }

@@ -25,6 +25,8 @@ export interface Driver {
   resumed: boolean
   /** Whether the owner may write in the project, when already known. */
   writable: boolean | undefined
+  /** The run as whoever started this driver just wrote it (so the loop need not read it back). */
+  initial?: Run
   /** Aborts the model stream and the loop. */
   loop: AbortController
   /** Aborts tool calls in flight (at once on cancel; after the grace period on shutdown). */

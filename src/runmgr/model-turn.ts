@@ -3,6 +3,7 @@ import { appendEvents, completeAssistantMessage, insertToolCall, newId, runEvent
 import { proposeCommandTool } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
 import type { Driver, DriverKit } from './driver.js'
+import { endPatch, type RunEnd } from './run-ledger.js'
 import { commandRisk, parseArguments, type ToolEntry } from './tool-table.js'
 
 /** Streams one model turn into an assistant message. */
@@ -96,19 +97,19 @@ export async function modelTurn(
       repeatOf: null,
     }
   })
-  // With calls, the run's new state rides in the fence's statement.
-  const checkpointPatch: RunPatch | undefined = ledger.length > 0 ? { usage, phase: 'tool_running' } : undefined
+  // The run's new state rides in the fence's statement: with calls, the checkpoint; without, the
+  // text is the answer and the run completes (nothing is open: every earlier round was answered).
+  const completed: RunEnd = { status: 'completed', usage, clean: true }
+  const patch: RunPatch = ledger.length > 0 ? { usage, phase: 'tool_running' } : endPatch(completed)
   let checkpointed: Run = run
-  const decisions = await kit.fenced(fence, async (tx, locked) => {
+  await kit.fenced(fence, async (tx, locked) => {
     checkpointed = locked
     const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
     await completeAssistantMessage(tx, messageId, text, stored, 'completed')
     const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
     if (ledger.length === 0) {
-      // No calls: the text is the answer, and the run completes in the same transaction.
-      await appendEvents(tx, events)
-      // Nothing is open (every earlier round was answered) and the only turn just completed.
-      return kit.ledger.end(tx, locked, { status: 'completed', usage, clean: true })
+      await appendEvents(tx, [...events, ...kit.ledger.ended(locked, completed)])
+      return
     }
     for (const call of ledger) {
       const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? kit.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
@@ -132,11 +133,7 @@ export async function modelTurn(
     events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_called' }))
     events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_running' }))
     await appendEvents(tx, events)
-    return []
-  }, checkpointPatch && { patch: checkpointPatch })
-  if (ledger.length === 0) {
-    await kit.expireDecisions(decisions)
-    return { kind: 'ended' }
-  }
+  }, { patch })
+  if (ledger.length === 0) return { kind: 'ended' }
   return { kind: 'turn', calls: ledger, run: checkpointed }
 }

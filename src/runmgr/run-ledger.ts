@@ -9,7 +9,9 @@ import {
   updateRun,
   updateToolCall,
   type Executor,
+  type NewEvent,
   type Run,
+  type RunPatch,
   type ToolCallRecord,
   type ToolCallStatus,
 } from '../store/index.js'
@@ -134,18 +136,17 @@ export class RunLedger {
     }
     // A turn that was streaming when the run ended (a crash, a cancel elsewhere) is closed, not left streaming.
     if (!end.clean) await closeStreamingMessages(tx, run.id, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
-    const updated = await updateRun(tx, run.id, {
-      status: end.status,
-      phase: null,
-      requiredAction: null,
-      ended: true,
-      lease: null,
-      waiting: false,
-      ...(end.error && { error: end.error }),
-      ...(end.reason && { cancelReason: end.reason }),
-      ...(end.usage && { usage: end.usage }),
-    })
-    const runId = run.id
+    const updated = await updateRun(tx, run.id, endPatch(end))
+    await appendEvents(tx, this.ended(updated, end))
+    return decisions
+  }
+
+  /**
+   * The events that announce a run's end, given the run as ended (whoever wrote it: `end`, or a
+   * fence that carried `endPatch`); also tells the observer.
+   */
+  ended(updated: Run, end: RunEnd): NewEvent[] {
+    const runId = updated.id
     const terminal =
       end.status === 'completed'
         ? runEvent(updated, 'run.completed', { runId, usage: updated.usage })
@@ -154,9 +155,23 @@ export class RunLedger {
           : end.status === 'cancelled'
             ? runEvent(updated, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
             : runEvent(updated, 'run.expired', { runId })
-    await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null }), terminal])
     this.#observer?.runEnded?.({ status: end.status, durationMs: updated.startedAt ? Date.now() - Date.parse(updated.startedAt) : null })
-    return decisions
+    return [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null }), terminal]
+  }
+}
+
+/** A run's terminal state as one patch (so a fence can end a run that has nothing open in its own statement). */
+export function endPatch(end: RunEnd): RunPatch {
+  return {
+    status: end.status,
+    phase: null,
+    requiredAction: null,
+    ended: true,
+    lease: null,
+    waiting: false,
+    ...(end.error && { error: end.error }),
+    ...(end.reason && { cancelReason: end.reason }),
+    ...(end.usage && { usage: end.usage }),
   }
 }
 

@@ -32,7 +32,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   let writable = driver.writable
   // The run as this driver last wrote it: its only writer need not read it back (a change made
   // elsewhere — a cancel, a takeover — makes the next fenced write fail).
-  let known: Run | undefined
+  let known: Run | undefined = driver.initial?.leaseOwner === fence.owner ? driver.initial : undefined
   try {
     for (;;) {
       let run = known ?? (await getRun(store.db, runId))

@@ -23,6 +23,7 @@ import {
   lockAuditLog,
   lockRun,
   nextQueuedRun,
+  nextQueuedRunAfterEnd,
   pendingDecisionIds,
   releaseLease,
   runEvent,
@@ -32,6 +33,7 @@ import {
   type Conversation,
   type Executor,
   type ModelParams,
+  type Project,
   type Run,
   type RunFence,
   type RunProfile,
@@ -206,11 +208,12 @@ export class RunManager {
     conversation: Conversation,
     userId: string,
     input: CreateRunInput,
-    hooks: { onCreated?: (tx: Executor, run: Run) => Promise<void> } = {},
+    hooks: { onCreated?: (tx: Executor, run: Run) => Promise<void>; project?: Project } = {},
   ): Promise<{ run: Run } | { active: Run }> {
     if (this.#stopping) throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
     const { models } = this.#options
-    const project = await getProject(this.#options.store.db, conversation.projectId)
+    // The caller usually read the project with the conversation (one query); otherwise read it here.
+    const project = hooks.project?.id === conversation.projectId ? hooks.project : await getProject(this.#options.store.db, conversation.projectId)
     // The project's default model, unless the operator has since removed it from the configuration.
     const projectModel = project?.defaultModel && models.get(project.defaultModel) ? project.defaultModel : undefined
     const model = input.model ?? projectModel ?? models.defaultId
@@ -259,7 +262,7 @@ export class RunManager {
       created = await create(false)
     }
     // The owner of the project may write there (anyone else: the driver asks).
-    if ('run' in created && created.run.status === 'running') this.#spawn(created.run.id, lease.owner, project?.ownerId === userId ? { writable: true } : {})
+    if ('run' in created && created.run.status === 'running') this.#spawn(created.run.id, lease.owner, { run: created.run, ...(project?.ownerId === userId && { writable: true }) })
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#startNext(conversation.id)
     return created
@@ -465,10 +468,15 @@ export class RunManager {
 
   /** Starts the conversation's oldest queued run when nothing else there is active. */
   async #startNext(conversationId: string): Promise<void> {
-    const { store } = this.#options
     if (this.#stopping) return // the next server (or another instance) starts it
-    const queued = await nextQueuedRun(store.db, conversationId)
-    if (!queued) return
+    const queued = await nextQueuedRun(this.#options.store.db, conversationId)
+    if (queued) await this.#startQueued(queued)
+  }
+
+  /** Starts a queued run unless something else started it (or another run) first. */
+  async #startQueued(queued: Run): Promise<void> {
+    const { store } = this.#options
+    if (this.#stopping) return
     const lease = this.#newLease()
     let started: Run | undefined
     try {
@@ -483,10 +491,10 @@ export class RunManager {
       // The one-active-run index refused: another run became active first, and it starts this one when it ends.
       if (!isUniqueViolation(error)) throw error
     }
-    if (started) this.#spawn(started.id, lease.owner)
+    if (started) this.#spawn(started.id, lease.owner, { run: started })
   }
 
-  #spawn(runId: string, owner: string, hints: { resumed?: boolean; writable?: boolean } = {}): void {
+  #spawn(runId: string, owner: string, hints: { resumed?: boolean; writable?: boolean; run?: Run } = {}): void {
     const { store, log } = this.#options
     const fence = { runId, owner }
     if (this.#stopping) {
@@ -494,7 +502,7 @@ export class RunManager {
       void releaseLease(store.db, runId, owner).catch((error: unknown) => log.warn('could not release a run lease', { runId, error: String(error) }))
       return
     }
-    const driver: Driver = { fence, resumed: hints.resumed ?? false, writable: hints.writable, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
+    const driver: Driver = { fence, resumed: hints.resumed ?? false, writable: hints.writable, initial: hints.run, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
     this.#drivers.set(runId, driver)
     driver.done = driveRun(this.#kit, driver)
       .catch(async (error: unknown) => {
@@ -510,8 +518,8 @@ export class RunManager {
       .finally(async () => {
         this.#drivers.delete(runId)
         try {
-          const run = await getRun(store.db, runId)
-          if (run && terminalRunStatuses.includes(run.status)) await this.#startNext(run.conversationId)
+          const queued = this.#stopping ? undefined : await nextQueuedRunAfterEnd(store.db, runId)
+          if (queued) await this.#startQueued(queued)
         } catch (error) {
           log.warn('could not start the next queued run', { runId, error: String(error) })
         }

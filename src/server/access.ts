@@ -41,12 +41,13 @@ export async function conversationForStream(
   deps: ServerDeps,
   user: User,
   conversationId: string,
-): Promise<{ conversation: Conversation; access: ConversationStreamAccess }> {
+): Promise<{ conversation: Conversation; project: Project; access: ConversationStreamAccess }> {
   const found = await deps.access.conversationInProject(user.id, conversationId)
   if (!found) throw notFound('conversation')
   const { conversation, project } = found
   return {
     conversation,
+    project,
     access: {
       projectId: project.id,
       shared: project.ownerId !== user.id,

@@ -24,9 +24,9 @@ export interface AuditEntry extends AuditEntryInput {
   createdAt: string
 }
 
-/** The hash an entry must carry: sha256 over the previous hash and the entry's canonical JSON (RFC 8785). */
-export function hashAuditEntry(entry: Omit<AuditEntry, 'hash'>): string {
-  const content = canonicalJson({
+/** The text an entry's hash covers, after the previous hash: its canonical JSON (RFC 8785). */
+function auditContent(entry: Omit<AuditEntry, 'hash' | 'prevHash'>): string {
+  return canonicalJson({
     id: entry.id,
     dispatchId: entry.dispatchId,
     step: entry.step,
@@ -38,68 +38,62 @@ export function hashAuditEntry(entry: Omit<AuditEntry, 'hash'>): string {
     envelope: entry.envelope,
     createdAt: entry.createdAt,
   })
-  return createHash('sha256').update(`${entry.prevHash}\n${content}`).digest('hex')
 }
 
-/** The chain's tail as seen by a transaction that holds the append lock (so nobody else can move it). */
-const tails = new WeakMap<object, { hash: string }>()
+/** The hash an entry must carry: sha256 over the previous hash, a newline and the entry's canonical JSON. */
+export function hashAuditEntry(entry: Omit<AuditEntry, 'hash'>): string {
+  return createHash('sha256').update(`${entry.prevHash}\n${auditContent(entry)}`).digest('hex')
+}
 
 /**
- * Appends one entry to the chain inside the caller's transaction. The advisory lock serialises
- * appends until commit, so every entry links to the one committed just before it; a transaction's
- * later entries link to its own previous one without reading the tail again.
- */
-/**
- * Takes the audit chain's lock now (it is held until the transaction ends; appending later re-enters
- * it). For transactions that may append to the audit log after other writes: taking it before the
- * event log's lock keeps one lock order everywhere (rows, audit chain, event log).
+ * Takes the audit chain's lock now (held until the transaction ends; an append re-enters it). For
+ * transactions that may append to the audit log after other writes: taking it before the event log's
+ * lock keeps one lock order everywhere (rows, audit chain, event log).
  */
 export async function lockAuditLog(tx: Executor): Promise<void> {
-  await sql`select pg_advisory_xact_lock(748203)`.execute(tx)
+  await sql`select 1 from audit_chain for no key update`.execute(tx)
 }
 
+// Stands for the id in the canonical JSON the statement completes: the id is only known once the
+// chain's row is locked, inside the statement.
+const idMark = 987654321012345
+
+/**
+ * Appends one entry to the chain inside the caller's transaction, in one statement: it advances the
+ * chain's tail row (whose lock serialises appends until commit; a writer that waited re-reads the
+ * committed tail) and inserts the entry with the id and hash computed from that tail, in SQL.
+ */
 export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Promise<AuditEntry> {
   if (!tx.isTransaction) throw new Error('appendAuditEntry must run inside a transaction')
-  let tail = tails.get(tx)
-  let id: string | undefined
-  if (!tail) {
-    // The lock needs its own statement: a statement's snapshot predates the locks it takes.
-    await sql`select pg_advisory_xact_lock(748203)`.execute(tx)
-    const { rows } = await sql<{ id: string; prev: string | null }>`
-      select nextval('audit_log_id_seq') as id, (select hash from audit_log order by id desc limit 1) as prev`.execute(tx)
-    id = rows[0]?.id
-    tail = { hash: rows[0]?.prev ?? genesisHash }
-    tails.set(tx, tail)
-  } else {
-    const { rows } = await sql<{ id: string }>`select nextval('audit_log_id_seq') as id`.execute(tx)
-    id = rows[0]?.id
-  }
-  const entry: Omit<AuditEntry, 'hash'> = {
-    ...input,
-    id: Number(id),
-    prevHash: tail.hash,
-    createdAt: new Date().toISOString(),
-  }
-  const hash = hashAuditEntry(entry)
-  await tx
-    .insertInto('audit_log')
-    .values({
-      id: String(entry.id),
-      dispatch_id: entry.dispatchId,
-      step: entry.step,
-      owner_id: entry.ownerId,
-      project_id: entry.projectId,
-      conversation_id: entry.conversationId,
-      command_id: entry.commandId,
-      entrance: entry.entrance,
-      envelope: JSON.stringify(entry.envelope),
-      prev_hash: entry.prevHash,
-      hash,
-      created_at: entry.createdAt,
-    })
-    .execute()
-  tail.hash = hash
-  return { ...entry, hash }
+  const createdAt = new Date().toISOString()
+  const content = auditContent({ ...input, id: idMark, createdAt })
+  // The top-level "id" follows "envelope" in canonical key order, so it is the last such key; a quote
+  // inside a string value is escaped, so no value can imitate it.
+  const at = content.lastIndexOf(`"id":${idMark}`)
+  if (at < 0) throw new Error('audit entry content has no id')
+  const before = content.slice(0, at + '"id":'.length)
+  const after = content.slice(at + `"id":${idMark}`.length)
+  const { rows } = await sql<{ id: string; prev_hash: string; hash: string }>`
+    with tail as (
+      update audit_chain
+      set last_id = last_id + 1, prev_hash = hash,
+          hash = encode(sha256(convert_to(hash || ${'\n'} || ${before} || (last_id + 1)::text || ${after}, 'UTF8')), 'hex')
+      returning last_id, prev_hash, hash
+    )
+    insert into audit_log (id, dispatch_id, step, owner_id, project_id, conversation_id, command_id, entrance, envelope, prev_hash, hash, created_at)
+    select tail.last_id, ${input.dispatchId}, ${input.step}, ${input.ownerId}, ${input.projectId}, ${input.conversationId}, ${input.commandId},
+           ${input.entrance}, ${JSON.stringify(input.envelope)}::jsonb, tail.prev_hash, tail.hash, ${createdAt}::timestamptz
+    from tail
+    returning id, prev_hash, hash`.execute(tx)
+  const row = rows[0]
+  if (!row) throw new Error('the audit chain has no tail row')
+  return { ...input, id: Number(row.id), prevHash: row.prev_hash, hash: row.hash, createdAt }
+}
+
+/** The chain's tail as recorded by the last append (to detect entries removed from the end). */
+export async function readAuditTail(db: Executor): Promise<{ id: number; hash: string }> {
+  const row = await db.selectFrom('audit_chain').select(['last_id', 'hash']).executeTakeFirst()
+  return { id: Number(row?.last_id ?? 0), hash: row?.hash ?? genesisHash }
 }
 
 /** Entries in chain order after `afterId` (for verification). */

@@ -177,6 +177,13 @@ export interface AuditLogTable {
   created_at: ColumnType<Date, Date | string, never>
 }
 
+export interface AuditChainTable {
+  singleton: Generated<boolean>
+  last_id: string
+  prev_hash: string
+  hash: string
+}
+
 export type RunStatus = 'queued' | 'running' | 'requires_action' | 'completed' | 'failed' | 'cancelled' | 'expired'
 export type RunPhase = 'thinking' | 'tool_called' | 'tool_running' | 'tool_done' | 'finalizing'
 export type ToolCallStatus = 'pending' | 'running' | 'awaiting_decision' | 'awaiting_output' | 'ok' | 'error' | 'rejected' | 'cancelled' | 'expired' | 'interrupted'
@@ -306,6 +313,7 @@ export interface Database {
   decisions: DecisionsTable
   allowances: AllowancesTable
   audit_log: AuditLogTable
+  audit_chain: AuditChainTable
   runs: RunsTable
   stream_tickets: StreamTicketsTable
   run_tool_calls: RunToolCallsTable

@@ -178,6 +178,22 @@ export async function nextQueuedRun(db: Executor, conversationId: string): Promi
   return first && toRun(first)
 }
 
+/** Once `runId` has ended: the next queued run of its conversation, if nothing else there is active (one query). */
+export async function nextQueuedRunAfterEnd(db: Executor, runId: string): Promise<Run | undefined> {
+  const rows = await db
+    .selectFrom('runs')
+    .selectAll()
+    .where('conversation_id', '=', (eb) =>
+      eb.selectFrom('runs as ended').select('ended.conversation_id').where('ended.id', '=', runId).where('ended.status', 'in', terminalRunStatuses),
+    )
+    .where('status', 'in', activeRunStatuses)
+    .orderBy('id')
+    .execute()
+  if (rows.some((row) => row.status !== 'queued')) return undefined
+  const first = rows[0]
+  return first && toRun(first)
+}
+
 /** Running runs whose lease ran out or was released (their driver stopped), for the sweeper. */
 export async function findRunsWithExpiredLease(db: Executor, now: Date): Promise<Run[]> {
   const rows = await db
@@ -213,10 +229,11 @@ export async function findStartableQueues(db: Executor): Promise<string[]> {
  * (or the run ended elsewhere): the caller must stop without writing.
  */
 export async function fenceRun(tx: Executor, id: string, owner: string, expiresAt: Date, patch?: RunPatch): Promise<Run | undefined> {
-  // With a patch, the state change rides in the same statement as the fence.
+  // With a patch, the state change rides in the same statement as the fence (a patch that ends the
+  // run also gives the lease up).
   const row = await tx
     .updateTable('runs')
-    .set({ ...(patch && patchColumns(patch)), lease_expires_at: expiresAt })
+    .set({ lease_expires_at: expiresAt, ...(patch && patchColumns(patch)) })
     .where('id', '=', id)
     .where('lease_owner', '=', owner)
     .where('status', '=', 'running')

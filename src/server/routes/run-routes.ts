@@ -104,7 +104,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
-      const { conversation, access } = await conversationForStream(deps, user, request.params.id)
+      const { conversation, project, access } = await conversationForStream(deps, user, request.params.id)
       const key = idempotencyKey(request)
       const requestHash = key === undefined ? '' : hashRequest(request)
       // A retry with the same Idempotency-Key answers the run the first request created (as it is now).
@@ -121,6 +121,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       else {
         try {
           created = await runs.createRun(conversation, user.id, request.body, {
+            project,
             ...(key !== undefined && { onCreated: (tx, run) => storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }) }),
           })
         } catch (error) {
