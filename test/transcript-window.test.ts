@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { estimateTokens } from '../src/runmgr/index.js'
 import { ScriptedModel } from '../src/llm/index.js'
+import { TranscriptWindow } from '../src/runmgr/transcript-window.js'
 import { newId, readTranscriptTail, type Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
@@ -57,6 +58,24 @@ for (const engine of testEngines()) {
       const contents = sent.map((message) => (typeof message.content === 'string' ? message.content : ''))
       expect(contents.some((content) => content.startsWith('m499 '))).toBe(true)
       expect(contents.some((content) => content.startsWith('m0 '))).toBe(false)
+    })
+
+    it('a driver reads the window once, then only what was added, and holds what a fresh read would', async () => {
+      const window = new TranscriptWindow(store.db, conversationId, 20_000)
+      const first = await window.read()
+      expect(first).toEqual(await readTranscriptTail(store.db, conversationId, 20_000))
+      // A round adds an assistant turn with a call and its result, then a long one that pushes old turns out.
+      const assistant = newId()
+      await store.db.insertInto('messages').values({ id: assistant, conversation_id: conversationId, role: 'assistant', content: 'calling', tool_calls: JSON.stringify([{ callId: 'c1', providerCallId: 'p1', name: 'x', arguments: '{"a": 1}' }]), status: 'completed' }).execute()
+      await store.db.insertInto('messages').values({ id: newId(), conversation_id: conversationId, role: 'tool', content: 'result', tool_call_id: 'c1', status: 'completed' }).execute()
+      await store.db.insertInto('messages').values({ id: newId(), conversation_id: conversationId, role: 'assistant', content: 'y'.repeat(5_000), status: 'completed' }).execute()
+      const later = await window.read()
+      const fresh = await readTranscriptTail(store.db, conversationId, 20_000)
+      expect(later).toEqual(fresh)
+      expect(later.length).toBeLessThan(first.length + 3)
+      expect(later.find((message) => message.id === assistant)?.toolCalls).toEqual([{ callId: 'c1', providerCallId: 'p1', name: 'x', arguments: '{"a": 1}' }])
+      // Nothing new: nothing changes.
+      expect(await window.read()).toEqual(fresh)
     })
   })
 }

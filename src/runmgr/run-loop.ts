@@ -1,10 +1,11 @@
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, insertAssistantMessage, listToolCalls, readTranscriptTail, renewLease, runEvent, getRun, updateRun, type Run, type RunFence, type RunPatch } from '../store/index.js'
+import { appendEvents, insertAssistantMessage, listToolCalls, renewLease, runEvent, getRun, updateRun, type Run, type RunFence, type RunPatch } from '../store/index.js'
 import { runCalls } from './call-executor.js'
 import type { Driver, DriverKit } from './driver.js'
 import type { KnowledgeContext } from './knowledge-context.js'
 import { modelTurn } from './model-turn.js'
 import { openStatuses } from './run-ledger.js'
+import { TranscriptWindow } from './transcript-window.js'
 import { buildPrompt, retrieveKnowledge } from './system-prompt.js'
 import { toolTable, type ToolEntry } from './tool-table.js'
 
@@ -32,6 +33,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   let writable = driver.writable
   // The run as this driver last wrote it: its only writer need not read it back (a change made
   // elsewhere — a cancel, a takeover — makes the next fenced write fail).
+  let window: TranscriptWindow | undefined
   let known: Run | undefined = driver.initial?.leaseOwner === fence.owner ? driver.initial : undefined
   try {
     for (;;) {
@@ -59,8 +61,10 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       }
       const iteration = run.iteration + 1
       // Only the tail that can fit the model's window is read (with room to spare for trimming by
-      // whole turns): a long conversation costs no more per round than a short one.
-      const transcript = await readTranscriptTail(store.db, run.conversationId, Math.ceil(model.contextWindow * 0.7 * 4 * 1.5))
+      // whole turns), and later rounds read only what the earlier ones added: a long conversation
+      // costs no more per round than a short one.
+      window ??= new TranscriptWindow(store.db, run.conversationId, Math.ceil(model.contextWindow * 0.7 * 4 * 1.5))
+      const transcript = await window.read()
       // Project knowledge is looked up once, at the start, and kept with the run (resume sees the same).
       const injected = run.knowledge === null ? await retrieveKnowledge({ db: store.db, retriever: kit.retriever, log }, run, transcript, signal) : null
       const knowledge = (injected ?? run.knowledge) as KnowledgeContext | null

@@ -411,15 +411,35 @@ export async function readTranscript(db: Executor, conversationId: string): Prom
  * for each message's frame), oldest first — what a model call can be shown at most. Reads at most
  * `maxRows` rows however long the conversation, so a round's cost does not grow with its length.
  */
-export async function readTranscriptTail(db: Executor, conversationId: string, maxChars: number, maxRows = 2000): Promise<TranscriptMessage[]> {
+export async function readTranscriptTail(db: Executor, conversationId: string, maxChars: number, maxRows = 2000): Promise<TranscriptRow[]> {
   const { rows } = await sql<MessageRow>`
-    select id, role, content, tool_calls, tool_call_id, status from (
-      select m.*, sum(coalesce(length(m.content), 0) + coalesce(length(m.tool_calls::text), 0) + 64) over (order by m.id desc) as through
-      from (select * from messages where conversation_id = ${conversationId} order by id desc limit ${maxRows}) m
+    select id, role, content, tool_calls, tool_call_id, status, size from (
+      select m.*, sum(m.size) over (order by m.id desc) as through
+      from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId} order by id desc limit ${maxRows}) m
     ) t
-    where t.through - (coalesce(length(t.content), 0) + coalesce(length(t.tool_calls::text), 0) + 64) < ${maxChars}
+    where t.through - t.size < ${maxChars}
     order by id`.execute(db)
-  return rows.map(toTranscriptMessage)
+  return rows.map(toTranscriptRow)
+}
+
+/** The conversation's messages after `afterId`, oldest first (to extend a transcript read earlier). */
+export async function readTranscriptAfter(db: Executor, conversationId: string, afterId: string, maxRows = 2000): Promise<TranscriptRow[]> {
+  const { rows } = await sql<MessageRow>`
+    select id, role, content, tool_calls, tool_call_id, status, ${transcriptSize} as size from messages
+    where conversation_id = ${conversationId} and id > ${afterId} order by id limit ${maxRows}`.execute(db)
+  return rows.map(toTranscriptRow)
+}
+
+/** What a message counts for against the window (its text, its calls' JSON, and a per-message allowance). */
+const transcriptSize = sql`(coalesce(length(content), 0) + coalesce(length(tool_calls::text), 0) + 64)`
+
+/** A transcript message with what it counts for against the model's window. */
+export interface TranscriptRow extends TranscriptMessage {
+  size: number
+}
+
+function toTranscriptRow(row: MessageRow): TranscriptRow {
+  return { ...toTranscriptMessage(row), size: Number(row.size) }
 }
 
 interface MessageRow {
@@ -429,6 +449,7 @@ interface MessageRow {
   tool_calls: JsonValue | null
   tool_call_id: string | null
   status: string
+  size?: number | string
 }
 
 function toTranscriptMessage(row: MessageRow): TranscriptMessage {
