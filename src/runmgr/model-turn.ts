@@ -1,5 +1,5 @@
 import { ModelError, streamWithRetries, type LanguageModel, type ModelMessage, type ModelToolCall } from '../llm/index.js'
-import { appendEvents, completeAssistantMessage, insertToolCall, newId, runEvent, type Run, type RunPatch, type StoredToolCall, type ToolCallRecord } from '../store/index.js'
+import { appendEvents, completeAssistantMessage, completeAssistantMessageWrite, insertToolCallsWrite, newId, runEvent, type Run, type RunPatch, type StoredToolCall, type ToolCallRecord } from '../store/index.js'
 import { proposeCommandTool } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
 import type { Driver, DriverKit } from './driver.js'
@@ -97,24 +97,20 @@ export async function modelTurn(
       repeatOf: null,
     }
   })
-  // The run's new state rides in the fence's statement: with calls, the checkpoint; without, the
-  // text is the answer and the run completes (nothing is open: every earlier round was answered).
+  // The turn is one statement under the fence: the run's new state (with calls, the checkpoint;
+  // without, the text is the answer and the run completes — nothing is open, every earlier round was
+  // answered), the message, the ledger rows and the events.
   const completed: RunEnd = { status: 'completed', usage, clean: true }
   const patch: RunPatch = ledger.length > 0 ? { usage, phase: 'tool_running' } : endPatch(completed)
-  let checkpointed: Run = run
-  await kit.fenced(fence, async (tx, locked) => {
-    checkpointed = locked
-    const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
-    await completeAssistantMessage(tx, messageId, text, stored, 'completed')
-    const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
-    if (ledger.length === 0) {
-      await appendEvents(tx, [...events, ...kit.ledger.ended(locked, completed)])
-      return
-    }
+  const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
+  const writes = [completeAssistantMessageWrite(messageId, text, stored, 'completed')]
+  const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
+  if (ledger.length === 0) {
+    events.push(...kit.ledger.ended(run, completed))
+  } else {
     for (const call of ledger) {
       const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? kit.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
       call.risk = risk?.risk ?? (call.kind === 'command' ? commandRisk(tools.get(call.name)) : null)
-      await insertToolCall(tx, call)
       events.push(
         runEvent(run, 'tool_call.created', {
           runId: run.id,
@@ -129,11 +125,12 @@ export async function modelTurn(
         }),
       )
     }
+    writes.push(insertToolCallsWrite(ledger))
     // The checkpoint also announces tool_called and moves on to tool_running.
-    events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_called' }))
-    events.push(runEvent(locked, 'run.status', { runId: run.id, status: locked.status, phase: 'tool_running' }))
-    await appendEvents(tx, events)
-  }, { patch })
+    events.push(runEvent(run, 'run.status', { runId: run.id, status: 'running', phase: 'tool_called' }))
+    events.push(runEvent(run, 'run.status', { runId: run.id, status: 'running', phase: 'tool_running' }))
+  }
+  const checkpointed = await kit.transition(fence, patch, writes, events)
   if (ledger.length === 0) return { kind: 'ended' }
   return { kind: 'turn', calls: ledger, run: checkpointed }
 }

@@ -142,21 +142,21 @@ export class RunLedger {
   }
 
   /**
-   * The events that announce a run's end, given the run as ended (whoever wrote it: `end`, or a
-   * fence that carried `endPatch`); also tells the observer.
+   * The events that announce a run's end (whoever writes it: `end`, or a fence that carries
+   * `endPatch`), from the run and how it ends; also tells the observer.
    */
-  ended(updated: Run, end: RunEnd): NewEvent[] {
-    const runId = updated.id
+  ended(run: Run, end: RunEnd): NewEvent[] {
+    const runId = run.id
     const terminal =
       end.status === 'completed'
-        ? runEvent(updated, 'run.completed', { runId, usage: updated.usage })
+        ? runEvent(run, 'run.completed', { runId, usage: end.usage ?? run.usage })
         : end.status === 'failed'
-          ? runEvent(updated, 'run.failed', { runId, error: updated.error })
+          ? runEvent(run, 'run.failed', { runId, error: end.error ?? run.error })
           : end.status === 'cancelled'
-            ? runEvent(updated, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
-            : runEvent(updated, 'run.expired', { runId })
-    this.#observer?.runEnded?.({ status: end.status, durationMs: updated.startedAt ? Date.now() - Date.parse(updated.startedAt) : null })
-    return [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null }), terminal]
+            ? runEvent(run, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
+            : runEvent(run, 'run.expired', { runId })
+    this.#observer?.runEnded?.({ status: end.status, durationMs: run.startedAt ? Date.now() - Date.parse(run.startedAt) : null })
+    return [runEvent(run, 'run.status', { runId, status: end.status, phase: null }), terminal]
   }
 }
 

@@ -1,5 +1,5 @@
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, insertAssistantMessage, listToolCalls, renewLease, runEvent, getRun, updateRun, type Run, type RunFence, type RunPatch } from '../store/index.js'
+import { appendEvents, insertAssistantMessageWrite, listToolCalls, newId, renewLease, runEvent, getRun, updateRun, type Run, type RunFence, type RunPatch } from '../store/index.js'
 import { runCalls } from './call-executor.js'
 import type { Driver, DriverKit } from './driver.js'
 import type { KnowledgeContext } from './knowledge-context.js'
@@ -69,33 +69,26 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       const injected = run.knowledge === null ? await retrieveKnowledge({ db: store.db, retriever: kit.retriever, log }, run, transcript, signal) : null
       const knowledge = (injected ?? run.knowledge) as KnowledgeContext | null
       const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
-      // One transaction opens the round: the previous round's tool_done, the new phase and the
+      // One statement opens the round: the previous round's tool_done, the new phase and the
       // assistant message the model's turn streams into.
       const patch: RunPatch = { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing', ...(injected && { knowledge: injected as unknown as JsonValue }) }
-      const opened = await kit.fenced(
-        fence,
-        async (tx, updated) => {
-          const events = roundDone ? [runEvent(updated, 'run.status', { runId, status: updated.status, phase: 'tool_done' })] : []
-          if (injected?.hits && injected.hits.length > 0) {
-            events.push(
-              runEvent(updated, 'knowledge.injected', {
-                runId,
-                chunkIds: injected.hits.map((hit) => hit.chunkId),
-                items: injected.hits.map((hit) => ({ itemId: hit.itemId, chunkId: hit.chunkId, title: hit.title, shared: hit.shared })),
-              }),
-            )
-          }
-          const messageId = await insertAssistantMessage(tx, updated)
-          events.push(
-            runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
-            runEvent(updated, 'round.started', { runId, iteration }),
-            runEvent(updated, 'message.created', { messageId, role: 'assistant' }),
-          )
-          await appendEvents(tx, events)
-          return { run: updated, messageId }
-        },
-        { patch },
+      const messageId = newId()
+      const events = roundDone ? [runEvent(run, 'run.status', { runId, status: 'running', phase: 'tool_done' })] : []
+      if (injected?.hits && injected.hits.length > 0) {
+        events.push(
+          runEvent(run, 'knowledge.injected', {
+            runId,
+            chunkIds: injected.hits.map((hit) => hit.chunkId),
+            items: injected.hits.map((hit) => ({ itemId: hit.itemId, chunkId: hit.chunkId, title: hit.title, shared: hit.shared })),
+          }),
+        )
+      }
+      events.push(
+        runEvent(run, 'run.status', { runId, status: 'running', phase: patch.phase }),
+        runEvent(run, 'round.started', { runId, iteration }),
+        runEvent(run, 'message.created', { messageId, role: 'assistant' }),
       )
+      const opened = { run: await kit.transition(fence, patch, [insertAssistantMessageWrite(run, messageId)], events), messageId }
       run = opened.run
       roundDone = false
       const turn = await modelTurn(kit, run, model, tools, messages, opened.messageId, driver)

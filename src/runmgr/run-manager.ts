@@ -133,6 +133,11 @@ export class RunManager {
       ledger: this.#ledger,
       modelSlots: this.#modelSlots,
       fenced: (fence, fn, fencedOptions) => this.#fenced(fence, fn, fencedOptions),
+      transition: async (fence, patch, writes, events) => {
+        const done = await this.#options.store.transition({ ...fence, expiresAt: this.#expiry() }, patch, writes, events)
+        if (!done) throw new LeaseLost()
+        return done.run
+      },
       endAborted: (run, driver, messageId, text) => this.#endAborted(run, driver, messageId, text),
       expireDecisions: (decisionIds) => this.#expireDecisions(decisionIds),
       expiry: () => this.#expiry(),

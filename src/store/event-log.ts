@@ -68,21 +68,33 @@ export function appendEventsAlone(db: Executor, events: NewEvent[], tag: string,
   return insertEvents(db, events, tag, fence)
 }
 
+/** The event log's append lock: held until commit, so ids become visible in order. */
+export const eventLogLock = 748202
+
+/** `(values …) as v (type, project_id, conversation_id, run_id, user_id, data, size)` for an insert into events. */
+export function eventValues(events: NewEvent[]) {
+  const values = events.map((event) => {
+    const json = JSON.stringify(event.data)
+    return sql`(${event.type}, ${event.projectId ?? null}, ${event.conversationId ?? null}, ${event.runId ?? null}, ${event.userId ?? null}, ${json}::jsonb, ${Buffer.byteLength(json)}::int)`
+  })
+  return sql`(values ${sql.join(values)}) as v (type, project_id, conversation_id, run_id, user_id, data, size)`
+}
+
+/** An event row as `to_jsonb` renders it (inside a larger statement's result). */
+export function eventFromJson(row: { [key: string]: JsonValue }): EventRecord {
+  return toEventRecord({ ...(row as unknown as EventRow), created_at: new Date(String(row.created_at)) })
+}
+
 async function insertEvents(db: Executor, events: NewEvent[], tag: string, fence?: RunFence): Promise<EventRecord[]> {
   if (events.length === 0) return []
   // One round trip: the lock is taken in the FROM clause, so before any row (and its id) is produced;
   // the NOTIFY is queued by RETURNING (identical notifications in a transaction collapse into one).
   // Its payload tags the instance that will deliver these rows itself.
   // Outside a transaction the statement is its own transaction, and the lock is held until it commits.
-  const values = events.map((event) => {
-    const json = JSON.stringify(event.data)
-    return sql`(${event.type}, ${event.projectId ?? null}, ${event.conversationId ?? null}, ${event.runId ?? null}, ${event.userId ?? null}, ${json}::jsonb, ${Buffer.byteLength(json)}::int)`
-  })
   const { rows } = await sql<EventRow>`
     insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
     select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size
-    from (select pg_advisory_xact_lock(748202)) as lock,
-         (values ${sql.join(values)}) as v (type, project_id, conversation_id, run_id, user_id, data, size)
+    from (select pg_advisory_xact_lock(${eventLogLock})) as lock, ${eventValues(events)}
     ${fence ? sql`where exists (select 1 from runs where id = ${fence.runId} and lease_owner = ${fence.owner} and status = 'running')` : sql``}
     returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified`.execute(db)
   return rows.map(toEventRecord).sort((a, b) => a.id - b.id)

@@ -152,7 +152,7 @@ export async function updateRun(tx: Executor, id: string, patch: RunPatch): Prom
 }
 
 /** The columns a patch sets (and `updated_at`). */
-function patchColumns(patch: RunPatch) {
+export function patchColumns(patch: RunPatch) {
   return {
     updated_at: new Date(),
     ...(patch.status !== undefined && { status: patch.status }),
@@ -589,7 +589,7 @@ export function runJson(run: Run): { [key: string]: JsonValue } {
   }
 }
 
-interface RunRow {
+export interface RunRow {
   id: string
   conversation_id: string
   project_id: string
@@ -617,7 +617,7 @@ interface RunRow {
   waiting_since: Date | null
 }
 
-function toRun(row: RunRow): Run {
+export function toRun(row: RunRow): Run {
   return {
     id: row.id,
     conversationId: row.conversation_id,
