@@ -65,6 +65,31 @@ for (const engine of testEngines()) {
     const conversation = async (): Promise<string> => (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
     const start = (conversationId: string, body: Record<string, unknown>) => server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body })
 
+    it('messages sent at once to an idle conversation: one run starts, the others are told it is active — or queue behind it in order', async () => {
+      const slow = { text: 'a b c d e f g h', chunks: 8, delayMs: 25 }
+      scripted.setTurns(Array.from({ length: 12 }, () => slow))
+      const idle = await conversation()
+      const answers = await Promise.all(Array.from({ length: 6 }, (_, index) => start(idle, { input: `m${index}`, model: 'scripted' })))
+      const started = answers.filter((answer) => answer.status === 201)
+      expect(started).toHaveLength(1)
+      const refused = answers.filter((answer) => answer.status === 409)
+      expect(refused).toHaveLength(5)
+      for (const answer of refused) expect(answer.body).toMatchObject({ code: 'run_active', activeRunId: started[0]!.body.id })
+      const messages = (await server.request('GET', `/api/conversations/${idle}/messages`, { token: alice.token })).body.items
+      expect(messages.filter((message: { role: string }) => message.role === 'user')).toHaveLength(1)
+      await waitForRun(server, alice.token, started[0]!.body.id, (run) => run.status === 'completed')
+
+      const queueing = await conversation()
+      const queued = await Promise.all(Array.from({ length: 4 }, (_, index) => start(queueing, { input: `q${index}`, model: 'scripted', ifActive: 'enqueue' })))
+      expect(queued.map((answer) => answer.status)).toEqual([201, 201, 201, 201])
+      expect(queued.filter((answer) => answer.body.status === 'running')).toHaveLength(1)
+      for (const answer of queued) await waitForRun(server, alice.token, answer.body.id, (run) => run.status === 'completed', 20_000)
+      const runs = await Promise.all(queued.map(async (answer) => (await server.request('GET', `/api/runs/${answer.body.id}`, { token: alice.token })).body))
+      // They ran one after another, in the order they were created.
+      const byCreation = [...runs].sort((a, b) => (a.id < b.id ? -1 : 1))
+      for (let index = 1; index < byCreation.length; index++) expect(Date.parse(byCreation[index].startedAt)).toBeGreaterThanOrEqual(Date.parse(byCreation[index - 1].endedAt))
+    })
+
     it('cancels during model streaming: the partial text is kept as a cancelled message and run.cancelled is the last event', async () => {
       const conversationId = await conversation()
       scripted.setTurns([{ text: Array.from({ length: 200 }, (_, index) => `w${index} `).join(''), chunks: 200, delayMs: 20 }])

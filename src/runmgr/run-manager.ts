@@ -33,6 +33,7 @@ import {
   type Conversation,
   type Executor,
   type ModelParams,
+  type NewRun,
   type Project,
   type Run,
   type RunFence,
@@ -237,29 +238,29 @@ export class RunManager {
     }
     const maxIterations = input.maxIterations ?? 10
     const lease = this.#newLease()
+    const newRun: NewRun = {
+      conversationId: conversation.id,
+      projectId: conversation.projectId,
+      ownerId: userId,
+      model,
+      maxIterations,
+      approvalPolicy: input.approvalPolicy ?? 'ask',
+      clientTools: clientTools as unknown as JsonValue,
+      input: input.input,
+      ...(input.knowledge?.autoInject === false && { knowledge: { autoInject: false } }),
+      profile,
+    }
     const create = (allowQueue: boolean) =>
       this.#options.store.transaction(async (tx) => {
-        const result = await createRun(
-          tx,
-          {
-            conversationId: conversation.id,
-            projectId: conversation.projectId,
-            ownerId: userId,
-            model,
-            maxIterations,
-            approvalPolicy: input.approvalPolicy ?? 'ask',
-            clientTools: clientTools as unknown as JsonValue,
-            input: input.input,
-            ...(input.knowledge?.autoInject === false && { knowledge: { autoInject: false } }),
-            profile,
-          },
-          { allowQueue, lease },
-        )
+        const result = await createRun(tx, newRun, { allowQueue, lease })
         // In the same transaction, e.g. the Idempotency-Key's record: both or neither.
         if ('run' in result) await hooks.onCreated?.(tx, result.run)
         return result
       })
-    let created = await create(input.ifActive === 'enqueue')
+    // In an idle conversation (the usual case) the run starts in one statement; otherwise, or with
+    // something to record in the same transaction, the locking path queues or reports the active run.
+    const alone = hooks.onCreated ? undefined : await this.#options.store.startRun(newRun, lease)
+    let created = alone ? { run: alone.run } : await create(input.ifActive === 'enqueue')
     // Interrupt: the new message supersedes everything still pending in the conversation — the queued
     // runs first (so ending the active one promotes none of them), then the active one.
     for (let attempt = 0; 'active' in created && input.ifActive === 'interrupt' && attempt < 5; attempt++) {

@@ -11,8 +11,8 @@ import { EventFeed } from './event-feed.js'
 import { SettingsSignals, settingsChannel } from './settings-repository.js'
 import { appendEventsAlone, eventsChannel, trackAppends, type EventRecord, type NewEvent, type RunFence } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
-import type { Run, RunPatch } from './run-repository.js'
-import { runTransition, type TransitionFence, type TransitionWrite } from './run-transition.js'
+import type { NewRun, Run, RunPatch } from './run-repository.js'
+import { runTransition, startRunAlone, type TransitionFence, type TransitionWrite } from './run-transition.js'
 import { lockDataDir } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
 import { StoreError } from './store-errors.js'
@@ -62,6 +62,11 @@ export interface Store {
    * A run's state change in one statement under its lease (`runTransition`); its events reach this
    * instance's streams on return. `undefined` when the lease has passed (nothing was written).
    */
+  /**
+   * Starts a run in one statement when its conversation has nothing active or queued (`startRunAlone`);
+   * `undefined` otherwise, with nothing written.
+   */
+  startRun(input: NewRun, lease: { owner: string; expiresAt: Date }): Promise<{ run: Run; events: EventRecord[] } | undefined>
   transition(fence: TransitionFence, patch: RunPatch, writes: TransitionWrite[], events: NewEvent[]): Promise<{ run: Run; events: EventRecord[] } | undefined>
   /** Throws when the database does not answer. */
   ping(): Promise<void>
@@ -103,6 +108,11 @@ export async function openStore(options: StoreOptions): Promise<Store> {
         const appended = await appendEventsAlone(db, events, feed.tag, fence)
         feed.deliverCommitted(appended)
         return appended
+      },
+      startRun: async (input, lease) => {
+        const result = await startRunAlone(db, input, lease, feed.tag)
+        if (result && result.events.length > 0) feed.deliverCommitted(result.events)
+        return result
       },
       transition: async (fence, patch, writes, events) => {
         const result = await runTransition(db, fence, patch, writes, events, feed.tag)

@@ -110,13 +110,18 @@ export async function createRun(
     .insertInto('messages')
     .values({ id: messageId, conversation_id: run.conversationId, run_id: run.id, role: 'user', content: input.input, status: 'completed' })
     .execute()
-  await appendEvents(tx, [
+  await appendEvents(tx, runStartEvents(run, messageId, input.input, startNow))
+  return { run }
+}
+
+/** The events of a new run: created, its user message, and (when it starts at once) its status. */
+export function runStartEvents(run: Run, messageId: string, input: string, started: boolean): NewEvent[] {
+  return [
     runEvent(run, 'run.created', { run: runJson(run) }),
     runEvent(run, 'message.created', { messageId, role: 'user' }),
-    runEvent(run, 'message.completed', { messageId, content: input.input, toolCalls: null, status: 'completed' }),
-    ...(startNow ? [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })] : []),
-  ])
-  return { run }
+    runEvent(run, 'message.completed', { messageId, content: input, toolCalls: null, status: 'completed' }),
+    ...(started ? [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })] : []),
+  ]
 }
 
 export async function getRun(db: Executor, id: string): Promise<Run | undefined> {

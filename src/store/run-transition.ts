@@ -1,7 +1,9 @@
 import { sql, type RawBuilder } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
 import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord, type NewEvent } from './event-log.js'
-import { patchColumns, toRun, type Run, type RunPatch, type RunRow, type StoredToolCall, type ToolCallRecord } from './run-repository.js'
+import { newId } from './ids.js'
+import { patchColumns, runStartEvents, toRun, type NewRun, type Run, type RunPatch, type RunRow, type StoredToolCall, type ToolCallRecord } from './run-repository.js'
+import { isUniqueViolation } from './store-errors.js'
 
 /**
  * A write that belongs to a run's state change: a data-modifying statement that changes something
@@ -90,5 +92,81 @@ export function insertToolCallsWrite(calls: Array<Omit<ToolCallRecord, 'status' 
     sql: sql`insert into run_tool_calls (id, run_id, message_id, iteration, seq, provider_call_id, name, command_id, kind, args, raw_args, risk, status)
       select v.*, 'pending' from f, (values ${sql.join(values)}) as v (id, run_id, message_id, iteration, seq, provider_call_id, name, command_id, kind, args, raw_args, risk)
       returning id`,
+  }
+}
+
+/**
+ * Starts a run at once, with its user message and events, in ONE statement — when the conversation
+ * has no run queued, running or waiting. `undefined` otherwise (nothing is written): the caller takes
+ * the locking path, which queues or reports the active run. Two requests racing here are told apart by
+ * the one-active-run index, which refuses the second.
+ */
+export async function startRunAlone(
+  db: Executor,
+  input: NewRun,
+  lease: { owner: string; expiresAt: Date },
+  tag: string,
+): Promise<{ run: Run; events: EventRecord[] } | undefined> {
+  const now = new Date()
+  // The row as the database will hold it, so the run (and run.created) needs no read back.
+  const row: RunRow = {
+    id: newId(),
+    conversation_id: input.conversationId,
+    project_id: input.projectId,
+    owner_id: input.ownerId,
+    model: input.model,
+    status: 'running',
+    phase: 'thinking',
+    iteration: 0,
+    max_iterations: input.maxIterations,
+    approval_policy: input.approvalPolicy,
+    client_tools: input.clientTools,
+    required_action: null,
+    error: null,
+    usage: { inputTokens: 0, outputTokens: 0 },
+    cancel_reason: null,
+    created_at: now,
+    updated_at: now,
+    started_at: now,
+    ended_at: null,
+    knowledge: input.knowledge ?? null,
+    profile: (input.profile as unknown as JsonValue) ?? null,
+    lease_owner: lease.owner,
+    lease_expires_at: lease.expiresAt,
+    resumes: 0,
+    waiting_since: null,
+  }
+  const run = toRun(row)
+  const messageId = newId()
+  const events = runStartEvents(run, messageId, input.input, true)
+  const json = (value: JsonValue | null) => (value === null ? null : JSON.stringify(value))
+  try {
+    const { rows } = await sql<{ id: string; events: Array<{ [key: string]: JsonValue }> | null }>`
+      with r as (
+        insert into runs (id, conversation_id, project_id, owner_id, model, status, phase, iteration, max_iterations, approval_policy,
+                          client_tools, usage, created_at, updated_at, started_at, knowledge, profile, lease_owner, lease_expires_at)
+        select ${row.id}, ${row.conversation_id}, ${row.project_id}, ${row.owner_id}, ${row.model}, 'running', 'thinking', 0, ${row.max_iterations}::int,
+               ${row.approval_policy}, ${json(row.client_tools)}::jsonb, ${json(row.usage)}::jsonb, ${now}::timestamptz, ${now}::timestamptz,
+               ${now}::timestamptz, ${json(row.knowledge)}::jsonb, ${json(row.profile)}::jsonb, ${lease.owner}, ${lease.expiresAt}::timestamptz
+        where not exists (select 1 from runs where conversation_id = ${input.conversationId} and status in ('queued', 'running', 'requires_action'))
+        returning id
+      ),
+      m as (
+        insert into messages (id, conversation_id, run_id, role, content, status)
+        select ${messageId}, ${input.conversationId}, r.id, 'user', ${input.input}, 'completed' from r returning id
+      ),
+      lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r where (select count(*) from m) >= 0),
+      e as (
+        insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
+        select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
+        returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified
+      )
+      select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events from r`.execute(db)
+    const created = rows[0]
+    if (!created) return undefined
+    return { run, events: (created.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id) }
+  } catch (error) {
+    if (isUniqueViolation(error)) return undefined
+    throw error
   }
 }
