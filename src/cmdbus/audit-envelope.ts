@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import type { JsonSchema, JsonValue } from '../extension/index.js'
-import { appendAuditEntry, updateDispatch, type DispatchRecord, type DispatchStatus, type Executor } from '../store/index.js'
+import { appendAuditEntry, insertDispatchAudited, updateDispatchAudited, type AuditEntryInput, type DispatchRecord, type DispatchStatus, type Executor } from '../store/index.js'
 import { redact, truncateForAudit } from './redact.js'
 
 /** The audit envelope of one dispatch: the same shape for every entrance (SPEC §9). */
@@ -65,6 +65,37 @@ export async function recordStep(
   dispatch: DispatchRecord,
   change: EnvelopeChange,
 ): Promise<AuditEnvelope> {
+  const next = nextEnvelope(envelope, change)
+  const entry = auditEntry(step, dispatch, next)
+  // The row was inserted in this state (insertRequested); later steps change it with their entry.
+  if (step === 'requested') await appendAuditEntry(tx, entry)
+  else
+    await updateDispatchAudited(
+      tx,
+      dispatch.id,
+      {
+        status: change.status,
+        ...(change.risk !== undefined && { risk: change.risk }),
+        ...(change.decision?.id && { decisionId: change.decision.id }),
+        ...(change.result !== undefined && { result: change.result }),
+        ...(change.error !== undefined && { error: change.error }),
+        ...(change.executor && { executor: change.executor }),
+      },
+      entry,
+    )
+  return next
+}
+
+/**
+ * Inserts a new dispatch with its `requested` entry, in one statement; `undefined` (nothing written)
+ * when its idempotency key is taken.
+ */
+export async function insertRequested(tx: Executor, dispatch: DispatchRecord, envelope: AuditEnvelope): Promise<AuditEnvelope | undefined> {
+  const next = nextEnvelope(envelope, { status: 'requested' })
+  return (await insertDispatchAudited(tx, dispatch, auditEntry('requested', dispatch, next))) ? next : undefined
+}
+
+function nextEnvelope(envelope: AuditEnvelope, change: EnvelopeChange): AuditEnvelope {
   const timings = { ...(envelope.timings as { [key: string]: JsonValue }) }
   if (change.startedAt) timings.startedAt = change.startedAt
   if (change.finishedAt) {
@@ -84,16 +115,11 @@ export async function recordStep(
     next.result = truncateForAudit(redact(change.result))
     next.resultHash = createHash('sha256').update(JSON.stringify(change.result) ?? 'null').digest('hex')
   }
-  // The row was inserted in this state; only later steps change it.
-  if (step !== 'requested') await updateDispatch(tx, dispatch.id, {
-    status: change.status,
-    ...(change.risk !== undefined && { risk: change.risk }),
-    ...(change.decision?.id && { decisionId: change.decision.id }),
-    ...(change.result !== undefined && { result: change.result }),
-    ...(change.error !== undefined && { error: change.error }),
-    ...(change.executor && { executor: change.executor }),
-  })
-  await appendAuditEntry(tx, {
+  return next
+}
+
+function auditEntry(step: string, dispatch: DispatchRecord, envelope: AuditEnvelope): AuditEntryInput {
+  return {
     dispatchId: dispatch.id,
     step,
     ownerId: dispatch.ownerId,
@@ -101,7 +127,6 @@ export async function recordStep(
     conversationId: dispatch.conversationId,
     commandId: dispatch.commandId,
     entrance: dispatch.entrance,
-    envelope: next,
-  })
-  return next
+    envelope,
+  }
 }

@@ -6,7 +6,6 @@ import {
   getDispatch,
   insertAllowance,
   insertDecision,
-  insertDispatch,
   lastAuditEnvelope,
   newId,
   resolveDecision,
@@ -17,7 +16,7 @@ import {
   type Executor,
   type Store,
 } from '../store/index.js'
-import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
+import { initialEnvelope, insertRequested, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
 import { DispatchExecutors } from './dispatch-executors.js'
 import { runHandler } from './handler-runner.js'
 import { appendDecisionEvent, fail, hashParams, hashRequest, outcomeOf, rejectedOutcome, staticRisk, toDecisionView, toJsonError, validateParams } from './outcomes.js'
@@ -156,9 +155,10 @@ export class CommandBus {
         createdAt: now,
         updatedAt: now,
       }
-      if (!(await insertDispatch(tx, record))) return
+      const requested = await insertRequested(tx, record, { ...initialEnvelope(record, undefined), kind: 'client' })
+      if (!requested) return
       dispatch = record
-      envelope = await recordStep(tx, 'requested', { ...initialEnvelope(record, undefined), kind: 'client' }, record, { status: 'requested' })
+      envelope = requested
     } else {
       envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? { ...initialEnvelope(dispatch, undefined), kind: 'client' }
     }
@@ -263,8 +263,7 @@ export class CommandBus {
       const result = await store.transaction(async (tx) => {
         await request.within?.lock?.(tx)
         if (!persisted) {
-          if (!(await insertDispatch(tx, dispatch))) throw new KeyTaken()
-          await recordStep(tx, 'requested', envelope, dispatch, { status: 'requested' })
+          if (!(await insertRequested(tx, dispatch, envelope))) throw new KeyTaken()
           await request.within?.persisted?.(tx)
         }
         return fn(tx)

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { sql } from 'kysely'
+import { sql, type RawBuilder } from 'kysely'
 import { canonicalJson } from './canonical-json.js'
 import type { Executor, JsonValue } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
@@ -59,12 +59,13 @@ export async function lockAuditLog(tx: Executor): Promise<void> {
 const idMark = 987654321012345
 
 /**
- * Appends one entry to the chain inside the caller's transaction, in one statement: it advances the
- * chain's tail row (whose lock serialises appends until commit; a writer that waited re-reads the
- * committed tail) and inserts the entry with the id and hash computed from that tail, in SQL.
+ * The CTEs `audit_tail` and `audit_entry` that append one entry to the chain inside a larger statement:
+ * they advance the chain's tail row (whose lock serialises appends until commit; a writer that waited
+ * re-reads the committed tail) and insert the entry with the id and hash computed from that tail, in
+ * SQL. With `after`, they write only when that CTE produced a row, and only once it has run — so the
+ * row it writes is locked before the chain is (the lock order every transaction keeps).
  */
-export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Promise<AuditEntry> {
-  if (!tx.isTransaction) throw new Error('appendAuditEntry must run inside a transaction')
+export function auditAppendCtes(input: AuditEntryInput, after?: string): { sql: RawBuilder<unknown>; createdAt: string } {
   const createdAt = new Date().toISOString()
   const content = auditContent({ ...input, id: idMark, createdAt })
   // The top-level "id" follows "envelope" in canonical key order, so it is the last such key; a quote
@@ -72,22 +73,35 @@ export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Pr
   const at = content.lastIndexOf(`"id":${idMark}`)
   if (at < 0) throw new Error('audit entry content has no id')
   const before = content.slice(0, at + '"id":'.length)
-  const after = content.slice(at + `"id":${idMark}`.length)
-  const { rows } = await sql<{ id: string; prev_hash: string; hash: string }>`
-    with tail as (
+  const rest = content.slice(at + `"id":${idMark}`.length)
+  const gate = after ? sql`where (select count(*) from ${sql.ref(after)}) > 0` : sql``
+  return {
+    createdAt,
+    sql: sql`audit_tail as (
       update audit_chain
       set last_id = last_id + 1, prev_hash = hash,
-          hash = encode(sha256(convert_to(hash || ${'\n'} || ${before} || (last_id + 1)::text || ${after}, 'UTF8')), 'hex')
+          hash = encode(sha256(convert_to(hash || ${'\n'} || ${before} || (last_id + 1)::text || ${rest}, 'UTF8')), 'hex')
+      ${gate}
       returning last_id, prev_hash, hash
-    )
-    insert into audit_log (id, dispatch_id, step, owner_id, project_id, conversation_id, command_id, entrance, envelope, prev_hash, hash, created_at)
-    select tail.last_id, ${input.dispatchId}, ${input.step}, ${input.ownerId}, ${input.projectId}, ${input.conversationId}, ${input.commandId},
-           ${input.entrance}, ${JSON.stringify(input.envelope)}::jsonb, tail.prev_hash, tail.hash, ${createdAt}::timestamptz
-    from tail
-    returning id, prev_hash, hash`.execute(tx)
+    ),
+    audit_entry as (
+      insert into audit_log (id, dispatch_id, step, owner_id, project_id, conversation_id, command_id, entrance, envelope, prev_hash, hash, created_at)
+      select audit_tail.last_id, ${input.dispatchId}, ${input.step}, ${input.ownerId}, ${input.projectId}, ${input.conversationId}, ${input.commandId},
+             ${input.entrance}, ${JSON.stringify(input.envelope)}::jsonb, audit_tail.prev_hash, audit_tail.hash, ${createdAt}::timestamptz
+      from audit_tail
+      returning id, prev_hash, hash
+    )`,
+  }
+}
+
+/** Appends one entry to the chain inside the caller's transaction, in one statement (`auditAppendCtes`). */
+export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Promise<AuditEntry> {
+  if (!tx.isTransaction) throw new Error('appendAuditEntry must run inside a transaction')
+  const append = auditAppendCtes(input)
+  const { rows } = await sql<{ id: string; prev_hash: string; hash: string }>`with ${append.sql} select * from audit_entry`.execute(tx)
   const row = rows[0]
   if (!row) throw new Error('the audit chain has no tail row')
-  return { ...input, id: Number(row.id), prevHash: row.prev_hash, hash: row.hash, createdAt }
+  return { ...input, id: Number(row.id), prevHash: row.prev_hash, hash: row.hash, createdAt: append.createdAt }
 }
 
 /** The chain's tail as recorded by the last append (to detect entries removed from the end). */

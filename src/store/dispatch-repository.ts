@@ -1,3 +1,5 @@
+import { sql } from 'kysely'
+import { auditAppendCtes, type AuditEntryInput } from './audit-repository.js'
 import type { Executor, JsonValue } from './database.js'
 
 export type DispatchStatus = 'requested' | 'awaiting_decision' | 'running' | 'succeeded' | 'failed' | 'rejected' | 'expired' | 'cancelled'
@@ -37,31 +39,50 @@ export interface DispatchRecord {
 export type NewDispatch = Omit<DispatchRecord, 'createdAt' | 'updatedAt' | 'decisionId' | 'result' | 'error'>
 
 /** Inserts a dispatch; undefined when its idempotency key is taken (read the existing one instead). */
+function dispatchValues(dispatch: NewDispatch) {
+  return {
+    id: dispatch.id,
+    command_id: dispatch.commandId,
+    plugin: dispatch.plugin,
+    plugin_version: dispatch.pluginVersion,
+    entrance: dispatch.entrance,
+    actor: JSON.stringify(dispatch.actor),
+    owner_id: dispatch.ownerId,
+    project_id: dispatch.projectId,
+    conversation_id: dispatch.conversationId,
+    run_id: dispatch.runId,
+    call_id: dispatch.callId,
+    idempotency_key: dispatch.idempotencyKey,
+    params: JSON.stringify(dispatch.params),
+    params_hash: dispatch.paramsHash,
+    request_hash: dispatch.requestHash,
+    risk: dispatch.risk,
+    status: dispatch.status,
+  }
+}
+
 export async function insertDispatch(tx: Executor, dispatch: NewDispatch): Promise<DispatchRecord | undefined> {
   const row = await tx
     .insertInto('dispatches')
-    .values({
-      id: dispatch.id,
-      command_id: dispatch.commandId,
-      plugin: dispatch.plugin,
-      plugin_version: dispatch.pluginVersion,
-      entrance: dispatch.entrance,
-      actor: JSON.stringify(dispatch.actor),
-      owner_id: dispatch.ownerId,
-      project_id: dispatch.projectId,
-      conversation_id: dispatch.conversationId,
-      run_id: dispatch.runId,
-      call_id: dispatch.callId,
-      idempotency_key: dispatch.idempotencyKey,
-      params: JSON.stringify(dispatch.params),
-      params_hash: dispatch.paramsHash,
-      request_hash: dispatch.requestHash,
-      risk: dispatch.risk,
-      status: dispatch.status,
-    })
+    .values(dispatchValues(dispatch))
     .onConflict((conflict) => conflict.columns(['owner_id', 'idempotency_key']).where('idempotency_key', 'is not', null).doNothing())
     .returningAll()
     .executeTakeFirst()
+  return row && toDispatch(row)
+}
+
+/**
+ * Inserts a dispatch and appends its audit entry in one statement; `undefined` (nothing written) when
+ * its idempotency key is already taken.
+ */
+export async function insertDispatchAudited(tx: Executor, dispatch: NewDispatch, audit: AuditEntryInput): Promise<DispatchRecord | undefined> {
+  const insert = tx
+    .insertInto('dispatches')
+    .values(dispatchValues(dispatch))
+    .onConflict((conflict) => conflict.columns(['owner_id', 'idempotency_key']).where('idempotency_key', 'is not', null).doNothing())
+    .returningAll()
+  const { rows } = await sql<DispatchRow>`with d as (${insert}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(tx)
+  const row = rows[0]
   return row && toDispatch(row)
 }
 
@@ -75,12 +96,10 @@ export async function findDispatchByKey(db: Executor, ownerId: string, key: stri
   return row && toDispatch(row)
 }
 
-export async function updateDispatch(
-  tx: Executor,
-  id: string,
-  change: { status: DispatchStatus; risk?: string; decisionId?: string; result?: JsonValue; error?: DispatchRecord['error']; executor?: { id: string; expiresAt: Date } },
-): Promise<DispatchRecord> {
-  const row = await tx
+export type DispatchChange = { status: DispatchStatus; risk?: string; decisionId?: string; result?: JsonValue; error?: DispatchRecord['error']; executor?: { id: string; expiresAt: Date } }
+
+function updateQuery(tx: Executor, id: string, change: DispatchChange) {
+  return tx
     .updateTable('dispatches')
     .set({
       status: change.status,
@@ -93,7 +112,17 @@ export async function updateDispatch(
     })
     .where('id', '=', id)
     .returningAll()
-    .executeTakeFirstOrThrow()
+}
+
+export async function updateDispatch(tx: Executor, id: string, change: DispatchChange): Promise<DispatchRecord> {
+  return toDispatch(await updateQuery(tx, id, change).executeTakeFirstOrThrow())
+}
+
+/** Changes a dispatch and appends its audit entry in one statement (the row is locked before the chain). */
+export async function updateDispatchAudited(tx: Executor, id: string, change: DispatchChange, audit: AuditEntryInput): Promise<DispatchRecord> {
+  const { rows } = await sql<DispatchRow>`with d as (${updateQuery(tx, id, change)}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(tx)
+  const row = rows[0]
+  if (!row) throw new Error(`no dispatch ${id}`)
   return toDispatch(row)
 }
 
