@@ -15,6 +15,7 @@ import type { NewRun, Run, RunPatch } from './run-repository.js'
 import { runTransition, startRunAlone, type TransitionFence, type TransitionWrite } from './run-transition.js'
 import { lockDataDir } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
+import { prepareRepeatedStatements } from './prepared-statements.js'
 import { StoreError } from './store-errors.js'
 
 export type Engine = 'pg' | 'pglite'
@@ -176,6 +177,7 @@ async function connectPostgres(url: string, poolSize: number): Promise<Connectio
   // int8 (event ids, counts) arrives as a string; callers convert where they need a number.
   const pool = new pg.Pool({ connectionString: url, max: poolSize, connectionTimeoutMillis: 5000, options: vectorSearchOptions })
   pool.on('error', () => undefined) // idle-client errors surface on the next query instead
+  prepareRepeatedStatements(pool)
   try {
     const client = await pool.connect()
     client.release()

@@ -185,6 +185,9 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     // global dispatcher, registered under undici's documented symbol), then let the server see it.
     const dispatcher = (globalThis as Record<symbol, { close?: () => Promise<void> } | undefined>)[Symbol.for('undici.globalDispatcher.1')]
     await dispatcher?.close?.()
+    // Likewise the server's idle keep-alive connections to the upstream, which grow with concurrency
+    // and which a real upstream closes after its keep-alive timeout: the fake closes them now.
+    upstream.server.closeIdleConnections()
     await new Promise((resolve) => setTimeout(resolve, 3000))
     const end = processStats(pid)
     samples.push({ atMs: Date.now() - soakStarted, ...end })

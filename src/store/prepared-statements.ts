@@ -1,0 +1,29 @@
+import type pg from 'pg'
+
+/** Statements whose best plan depends on their values (retrieval): planned afresh every time. */
+const planEachTime = /<=>|tsquery|ts_rank/
+
+/**
+ * Makes a pool's connections prepare the parameterised statements the server sends again and again
+ * (named, per connection): Postgres then parses them once and can reuse their plan, instead of parsing
+ * and planning on every call — about half of a short statement's time in Postgres here. Statements
+ * without parameters, retrieval queries, and anything past `maxPerConnection` distinct texts are sent
+ * unnamed, as before.
+ */
+export function prepareRepeatedStatements(pool: pg.Pool, maxPerConnection = 400): void {
+  pool.on('connect', (client) => {
+    const names = new Map<string, string>()
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown
+    ;(client as unknown as { query: (...args: unknown[]) => unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
+      if (typeof config !== 'string' || !Array.isArray(values) || values.length === 0 || typeof callback === 'function' || planEachTime.test(config)) {
+        return query(config, values, callback)
+      }
+      let name = names.get(config)
+      if (name === undefined && names.size < maxPerConnection) {
+        name = `plinth_${names.size + 1}`
+        names.set(config, name)
+      }
+      return name === undefined ? query(config, values) : query({ name, text: config, values })
+    }
+  })
+}
