@@ -33,6 +33,7 @@ export class SseWriter {
   readonly #raw: ServerResponse
   readonly #drainTimeoutMs: number
   #closed = false
+  #corked = false
 
   constructor(raw: ServerResponse, drainTimeoutMs: number) {
     this.#raw = raw
@@ -54,6 +55,13 @@ export class SseWriter {
 
   async write(frame: Buffer | string, signal?: AbortSignal, drainTimeoutMs = this.#drainTimeoutMs): Promise<WriteOutcome> {
     if (!this.open) return 'closed'
+    // Frames written in one turn of the event loop (a commit's events arrive together) leave in one
+    // socket write instead of one each.
+    if (!this.#corked) {
+      this.#corked = true
+      this.#raw.cork()
+      setImmediate(() => this.#uncork())
+    }
     if (this.#raw.write(frame)) return 'written'
     const outcome = await this.#waitForDrain(signal, drainTimeoutMs)
     if (outcome === 'stalled') this.drop()
@@ -62,9 +70,16 @@ export class SseWriter {
 
   /** Ends the response; a client that still has not taken what was written is dropped instead. */
   end(): void {
+    this.#uncork()
     if (!this.open) return
     if (this.#raw.writableNeedDrain) this.drop()
     else this.#raw.end()
+  }
+
+  #uncork(): void {
+    if (!this.#corked) return
+    this.#corked = false
+    if (!this.#raw.destroyed) this.#raw.uncork()
   }
 
   drop(): void {
