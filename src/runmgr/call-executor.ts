@@ -1,6 +1,6 @@
 import { hashParams, type DispatchOutcome } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, fenceRun, listToolCalls, runEvent, updateToolCall, type Executor, type Run, type ToolCallRecord } from '../store/index.js'
+import { appendEvents, appendEventsAfter, fenceRun, listToolCalls, runEvent, updateToolCall, updateToolCallQuery, type Executor, type Run, type ToolCallRecord } from '../store/index.js'
 import { LeaseLost, type Driver, type DriverKit } from './driver.js'
 import { clientCallAudit } from './run-ledger.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
@@ -88,8 +88,7 @@ export async function runCalls(kit: DriverKit, run: Run, calls: ToolCallRecord[]
         lock,
         persisted: async (tx) => {
           if (!locked) throw new LeaseLost()
-          await updateToolCall(tx, call.id, { status: 'running', started: true })
-          await appendEvents(tx, [runEvent(locked, 'tool_call.started', { callId: call.id })])
+          await appendEventsAfter(tx, [updateToolCallQuery(tx, call.id, { status: 'running', started: true })], [runEvent(locked, 'tool_call.started', { callId: call.id })])
         },
         settled: record,
       },

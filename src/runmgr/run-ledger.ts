@@ -2,12 +2,13 @@ import type { ClientCallAudit, CommandBus, DispatchOutcome } from '../cmdbus/ind
 import type { JsonValue } from '../extension/index.js'
 import {
   appendEvents,
+  appendEventsAfter,
   closeStreamingMessages,
-  insertToolMessage,
+  insertToolMessageQuery,
   listToolCalls,
   runEvent,
   updateRun,
-  updateToolCall,
+  updateToolCallQuery,
   type Executor,
   type NewEvent,
   type Run,
@@ -66,21 +67,24 @@ export class RunLedger {
     const modelText = status === 'ok' && call.commandId ? this.#bus.catalog.get(call.commandId)?.modelText : undefined
     const text = modelText ? modelText(output) : typeof output === 'string' ? output : JSON.stringify(output)
     const capped = capForModel(text, this.#toolOutputLimit)
-    await updateToolCall(tx, call.id, {
-      status,
-      output,
-      modelOutput: capped.text,
-      modelTruncated: capped.truncated,
-      ...(extra.dispatchId !== undefined && { dispatchId: extra.dispatchId }),
-      ...(extra.repeatOf !== undefined && { repeatOf: extra.repeatOf }),
-    })
-    await insertToolMessage(tx, run, call.id, capped.text)
-    // A client call's audit row ends with its ledger result.
+    const writes = [
+      updateToolCallQuery(tx, call.id, {
+        status,
+        output,
+        modelOutput: capped.text,
+        modelTruncated: capped.truncated,
+        ...(extra.dispatchId !== undefined && { dispatchId: extra.dispatchId }),
+        ...(extra.repeatOf !== undefined && { repeatOf: extra.repeatOf }),
+      }),
+      insertToolMessageQuery(tx, run, call.id, capped.text),
+    ]
+    // A client call's audit row ends with its ledger result (the audit chain's lock before the event log's).
     if (call.kind === 'client') await this.#bus.auditClientCall(tx, clientCallAudit(run, call), { status, output })
     this.#observer?.toolCall?.({ status })
     const started = this.#callStarts.get(call.id)
     this.#callStarts.delete(call.id)
-    await appendEvents(tx, [
+    // The ledger row, the tool message and the event: one statement.
+    await appendEventsAfter(tx, writes, [
       runEvent(run, 'tool_call.completed', {
         callId: call.id,
         status,

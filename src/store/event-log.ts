@@ -1,4 +1,4 @@
-import { sql } from 'kysely'
+import { sql, type OperationNodeSource } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
 
 /** The channel on which committed events are announced to every server instance. */
@@ -50,6 +50,28 @@ export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<Ev
   if (!tx.isTransaction) throw new Error('appendEvents must run inside a transaction')
   const tracking = tracked.get(tx)
   const records = await insertEvents(tx, events, tracking?.tag ?? '')
+  tracking?.events.push(...records)
+  return records
+}
+
+/**
+ * Runs `writes` (data-modifying queries with RETURNING) and appends `events`, in ONE statement inside
+ * the caller's transaction: the writes finish (their rows locked) before the event log's lock is
+ * taken, the order every transaction keeps.
+ */
+export async function appendEventsAfter(tx: Executor, writes: OperationNodeSource[], events: NewEvent[]): Promise<EventRecord[]> {
+  if (!tx.isTransaction) throw new Error('appendEventsAfter must run inside a transaction')
+  const tracking = tracked.get(tx)
+  const names = writes.map((_, index) => `w${index}`)
+  const ctes = writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write}), `)
+  const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
+  const { rows } = await sql<EventRow>`
+    with ${sql.join(ctes, sql``)}
+    lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked where true ${sql.join(done, sql``)})
+    insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
+    select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
+    returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tracking?.tag ?? ''}) as notified`.execute(tx)
+  const records = rows.map(toEventRecord).sort((a, b) => a.id - b.id)
   tracking?.events.push(...records)
   return records
 }

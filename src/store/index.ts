@@ -5,7 +5,7 @@ export { StoreError, isUniqueViolation, type StoreErrorCode } from './store-erro
 export type { Database, Executor, JsonValue, PermissionMode } from './database.js'
 export { newId, isId } from './ids.js'
 export type { Page, PageRequest } from './page.js'
-export { appendEvents, readEvents, readEventPage, eventDataJson, type EventRecord, type EventScope, type NewEvent, type RunFence } from './event-log.js'
+export { appendEvents, appendEventsAfter, readEvents, readEventPage, eventDataJson, type EventRecord, type EventScope, type NewEvent, type RunFence } from './event-log.js'
 export { EventFeed } from './event-feed.js'
 export { AccessSignals, announceAccessChange, type AccessListener, type AccessSubject } from './access-signals.js'
 export { RunSignals, announceRunEnded, type RunSignalListener } from './run-signals.js'

@@ -392,8 +392,13 @@ export async function listRuns(
 
 export async function insertToolMessage(tx: Executor, run: Run, callId: string, content: string): Promise<string> {
   const id = newId()
-  await tx.insertInto('messages').values({ id, conversation_id: run.conversationId, run_id: run.id, role: 'tool', content, tool_call_id: callId, status: 'completed' }).execute()
+  await insertToolMessageQuery(tx, run, callId, content, id).execute()
   return id
+}
+
+/** The tool message's insert as a query, to ride in a larger statement (`appendEventsAfter`). */
+export function insertToolMessageQuery(tx: Executor, run: Pick<Run, 'id' | 'conversationId'>, callId: string, content: string, id = newId()) {
+  return tx.insertInto('messages').values({ id, conversation_id: run.conversationId, run_id: run.id, role: 'tool', content, tool_call_id: callId, status: 'completed' }).returning('id')
 }
 
 export interface TranscriptMessage {
@@ -515,13 +520,16 @@ export async function insertToolCall(tx: Executor, call: Omit<ToolCallRecord, 's
     .execute()
 }
 
-export async function updateToolCall(
-  tx: Executor,
-  id: string,
-  patch: { status: ToolCallStatus; output?: JsonValue; modelOutput?: string; modelTruncated?: boolean; dispatchId?: string | null; decisionId?: string | null; repeatOf?: string | null; started?: boolean },
-): Promise<void> {
+export type ToolCallPatch = { status: ToolCallStatus; output?: JsonValue; modelOutput?: string; modelTruncated?: boolean; dispatchId?: string | null; decisionId?: string | null; repeatOf?: string | null; started?: boolean }
+
+export async function updateToolCall(tx: Executor, id: string, patch: ToolCallPatch): Promise<void> {
+  await updateToolCallQuery(tx, id, patch).execute()
+}
+
+/** The ledger row's update as a query, to ride in a larger statement (`appendEventsAfter`). */
+export function updateToolCallQuery(tx: Executor, id: string, patch: ToolCallPatch) {
   const terminal = terminalToolCallStatuses.includes(patch.status)
-  await tx
+  return tx
     .updateTable('run_tool_calls')
     .set({
       status: patch.status,
@@ -535,7 +543,7 @@ export async function updateToolCall(
       ...(terminal && { ended_at: new Date() }),
     })
     .where('id', '=', id)
-    .execute()
+    .returning('id')
 }
 
 export async function listToolCalls(db: Executor, runId: string): Promise<ToolCallRecord[]> {
