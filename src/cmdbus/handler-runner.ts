@@ -1,5 +1,5 @@
 import type { CommandContext, JsonValue } from '../extension/index.js'
-import type { DispatchRecord, Store } from '../store/index.js'
+import type { DispatchRecord, Executor, Store } from '../store/index.js'
 import { recordStep, type AuditEnvelope } from './audit-envelope.js'
 import type { BusError, DispatchHooks, DispatchOutcome } from './bus-types.js'
 import type { RegisteredCommand } from './command-catalog.js'
@@ -56,9 +56,8 @@ export async function runHandler(
   } finally {
     clearTimeout(timer)
   }
-  await store.transaction(async (tx) => {
-    await hooks?.lock?.(tx)
-    await recordStep(
+  const finished = (tx: Executor) =>
+    recordStep(
       tx,
       'finished',
       current,
@@ -67,7 +66,15 @@ export async function runHandler(
         ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
         : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() },
     )
-    await hooks?.settled?.(tx, outcome)
+  if (!hooks?.lock && !hooks?.settled) {
+    // Nothing else changes with it: the row and its audit entry are one statement, its own transaction.
+    await finished(store.db)
+    return outcome
+  }
+  await store.transaction(async (tx) => {
+    await hooks.lock?.(tx)
+    await finished(tx)
+    await hooks.settled?.(tx, outcome)
   })
   return outcome
 }
