@@ -297,12 +297,6 @@ export interface StoredToolCall {
   arguments: string
 }
 
-export async function insertAssistantMessage(tx: Executor, run: Run): Promise<string> {
-  const id = newId()
-  await tx.insertInto('messages').values({ id, conversation_id: run.conversationId, run_id: run.id, role: 'assistant', content: '', status: 'streaming' }).execute()
-  return id
-}
-
 export async function completeAssistantMessage(
   tx: Executor,
   id: string,
@@ -498,27 +492,6 @@ export interface ToolCallRecord {
 }
 
 export const terminalToolCallStatuses: ToolCallStatus[] = ['ok', 'error', 'rejected', 'cancelled', 'expired', 'interrupted']
-
-export async function insertToolCall(tx: Executor, call: Omit<ToolCallRecord, 'status' | 'output' | 'modelOutput' | 'modelTruncated' | 'dispatchId' | 'decisionId' | 'repeatOf'>): Promise<void> {
-  await tx
-    .insertInto('run_tool_calls')
-    .values({
-      id: call.id,
-      run_id: call.runId,
-      message_id: call.messageId,
-      iteration: call.iteration,
-      seq: call.seq,
-      provider_call_id: call.providerCallId,
-      name: call.name,
-      command_id: call.commandId,
-      kind: call.kind,
-      args: call.args === null ? null : JSON.stringify(call.args),
-      raw_args: call.rawArgs,
-      risk: call.risk,
-      status: 'pending',
-    })
-    .execute()
-}
 
 export type ToolCallPatch = { status: ToolCallStatus; output?: JsonValue; modelOutput?: string; modelTruncated?: boolean; dispatchId?: string | null; decisionId?: string | null; repeatOf?: string | null; started?: boolean }
 
