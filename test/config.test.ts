@@ -221,6 +221,8 @@ describe('loadConfig', () => {
     expect(loadConfig({ PLINTH_CONFIG: join(elsewhere, 'plinth.config.json'), PLINTH_PLUGINS: './mine.js' }, cwd).plugins).toEqual(['./mine.js'])
     expect(loadConfig({ PLINTH_STRICT_PLUGINS: '1' }, cwd).strictPlugins).toBe(true)
     expect(loadConfig({}, cwd).strictPlugins).toBe(false)
+    expect(loadConfig({}, cwd).pgPrepare).toBe(true)
+    expect(loadConfig({ PLINTH_PG_PREPARE: 'false' }, cwd).pgPrepare).toBe(false)
   })
 
   it('reads the file named by PLINTH_CONFIG instead of ./plinth.config.json', async () => {

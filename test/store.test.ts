@@ -19,7 +19,7 @@ import {
   type EventRecord,
   type Store,
 } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { createTestDatabase, openTestStore, testEngines } from './helpers/engines.js'
 
 for (const engine of testEngines()) {
   describe(`store on ${engine}`, () => {
@@ -199,6 +199,31 @@ for (const engine of testEngines()) {
     })
   })
 }
+
+describe.runIf(testEngines().includes('postgres'))('prepared statements on Postgres', () => {
+  it('a connection prepares the statements it repeats (not retrieval queries); PLINTH_PG_PREPARE=false sends them unnamed', async () => {
+    const database = await createTestDatabase('postgres')
+    try {
+      for (const prepare of [true, false]) {
+        const store = await openStore({ databaseUrl: database.url!, poolSize: 1, prepareStatements: prepare })
+        try {
+          for (let index = 0; index < 3; index++) {
+            await sql`select ${index}::int as n`.execute(store.db)
+            await sql`select ${'[1,0]'}::vector <=> ${'[0,1]'}::vector as d`.execute(store.db)
+          }
+          const { rows } = await sql<{ statement: string }>`select statement from pg_prepared_statements where from_sql = false`.execute(store.db)
+          const statements = rows.map((row) => row.statement)
+          expect(statements.some((text) => text.includes('as n'))).toBe(prepare)
+          expect(statements.some((text) => text.includes('<=>'))).toBe(false)
+        } finally {
+          await store.close()
+        }
+      }
+    } finally {
+      await database.drop()
+    }
+  })
+})
 
 describe('migrations', () => {
   it('refuses to start when an applied migration was changed, naming it', async () => {

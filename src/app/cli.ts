@@ -204,7 +204,7 @@ async function reembed(store: Store, config: PlinthConfig, io: Io): Promise<numb
 }
 
 async function withStore<T>(config: PlinthConfig, fn: (store: Store) => Promise<T>): Promise<T> {
-  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers })
+  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers, prepareStatements: config.pgPrepare })
   try {
     return await fn(store)
   } finally {
@@ -221,7 +221,7 @@ type Flags = { json?: boolean; name?: string; 'token-name'?: string }
 async function withUserAdmin(config: PlinthConfig, io: Io, fn: (admin: UserAdmin) => Promise<number>): Promise<number> {
   let store: Store
   try {
-    store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers })
+    store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers, prepareStatements: config.pgPrepare })
   } catch (error) {
     if (!(error instanceof StoreError) || error.code !== 'data_dir_locked') throw error
     const server = await runningServer(config.dataDir)

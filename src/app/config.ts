@@ -74,6 +74,8 @@ export interface PlinthConfig {
   resultMaxBytes: number
   /** The embedded database's shared buffers (e.g. `16MB`, `64MB`). */
   pgliteSharedBuffers: string
+  /** Postgres: prepare repeated statements per connection (off behind a proxy that cannot keep them). */
+  pgPrepare: boolean
 }
 
 export interface StreamSettings {
@@ -230,6 +232,7 @@ const fileSchema = {
     highRiskKeywords: { type: 'array', maxItems: 200, items: { type: 'string', minLength: 1, maxLength: 200 } },
     resultMaxBytes: { type: 'integer', minimum: 1024, maximum: 64 * 1024 * 1024 },
     pgliteSharedBuffers: { type: 'string', pattern: '^[1-9][0-9]{0,5}(kB|MB|GB)$' },
+    pgPrepare: { type: 'boolean' },
   },
 } as const
 
@@ -281,6 +284,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_HIGH_RISK_KEYWORDS', 'highRiskKeywords', 'list'],
   ['PLINTH_RESULT_MAX_BYTES', 'resultMaxBytes', 'int'],
   ['PLINTH_PGLITE_SHARED_BUFFERS', 'pgliteSharedBuffers', 'string'],
+  ['PLINTH_PG_PREPARE', 'pgPrepare', 'bool'],
 ]
 
 const defaults: PlinthConfig = {
@@ -314,6 +318,7 @@ const defaults: PlinthConfig = {
   highRiskKeywords: [],
   resultMaxBytes: 1024 * 1024,
   pgliteSharedBuffers: '16MB',
+  pgPrepare: true,
 }
 
 /**

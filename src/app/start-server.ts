@@ -26,7 +26,7 @@ export interface RunningServer {
 
 /** Opens the store (migrating it), builds the HTTP app and listens. */
 export async function startServer(config: PlinthConfig, logger: Logger): Promise<RunningServer> {
-  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers })
+  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers, prepareStatements: config.pgPrepare })
   let app: App
   let runs: RunManager | undefined
   let ingestor: Ingestor | undefined

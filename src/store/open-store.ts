@@ -31,6 +31,8 @@ export interface StoreOptions {
   migrate?: boolean
   /** Maximum pg pool size (default 10). */
   poolSize?: number
+  /** Postgres: prepare the statements each connection repeats (default true). */
+  prepareStatements?: boolean
   /**
    * PGlite's shared buffers (default `16MB`). Postgres' own default (128MB) is what makes the embedded
    * database's memory: WASM memory never shrinks, so every buffer touched stays resident.
@@ -76,7 +78,7 @@ export interface Store {
 
 /** Opens the database named by the options, migrates it and starts the event feed. */
 export async function openStore(options: StoreOptions): Promise<Store> {
-  const connection = options.databaseUrl ? await connectPostgres(options.databaseUrl, options.poolSize ?? 10) : await connectPGlite(options)
+  const connection = options.databaseUrl ? await connectPostgres(options.databaseUrl, options.poolSize ?? 10, options.prepareStatements ?? true) : await connectPGlite(options)
   try {
     const migrations = await prepareSchema(connection.pool, options.migrate ?? true)
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: connection.pool }) })
@@ -173,11 +175,11 @@ const vectorSearchOptions = Object.entries(vectorSearchSettings)
   .map(([name, value]) => `-c ${name}=${value}`)
   .join(' ')
 
-async function connectPostgres(url: string, poolSize: number): Promise<Connection> {
+async function connectPostgres(url: string, poolSize: number, prepare: boolean): Promise<Connection> {
   // int8 (event ids, counts) arrives as a string; callers convert where they need a number.
   const pool = new pg.Pool({ connectionString: url, max: poolSize, connectionTimeoutMillis: 5000, options: vectorSearchOptions })
   pool.on('error', () => undefined) // idle-client errors surface on the next query instead
-  prepareRepeatedStatements(pool)
+  if (prepare) prepareRepeatedStatements(pool)
   try {
     const client = await pool.connect()
     client.release()
