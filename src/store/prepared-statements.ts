@@ -7,10 +7,10 @@ const planEachTime = /<=>|tsquery|ts_rank/
  * Makes a pool's connections prepare the parameterised statements the server sends again and again
  * (named, per connection): Postgres then parses them once and can reuse their plan, instead of parsing
  * and planning on every call — about half of a short statement's time in Postgres here. Statements
- * without parameters, retrieval queries, and anything past `maxPerConnection` distinct texts are sent
- * unnamed, as before.
+ * without parameters, retrieval queries, and anything past `maxPerConnection` distinct texts (a bound on
+ * what each backend keeps) are sent unnamed, as before.
  */
-export function prepareRepeatedStatements(pool: pg.Pool, maxPerConnection = 400): void {
+export function prepareRepeatedStatements(pool: pg.Pool, maxPerConnection = 256): void {
   pool.on('connect', (client) => {
     const names = new Map<string, string>()
     const query = client.query.bind(client) as (...args: unknown[]) => unknown
