@@ -3,6 +3,7 @@ import { ScriptedModel, type LanguageModel, type ModelRequest, type StreamPart }
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { verifyAuditChain } from '../src/cmdbus/index.js'
 
 /** A model whose calls wait at a gate until the test opens it (an abort ends the wait). */
 class GateModel implements LanguageModel {
@@ -167,6 +168,36 @@ describe('runs hardening: leases, decisions and stopping', () => {
     const message = await store.db.selectFrom('messages').select('status').where('run_id', '=', runId).where('role', '=', 'assistant').executeTakeFirstOrThrow()
     expect(message.status).toBe('streaming')
     // Tidy up as the new owner would: cancel it (from here, as a non-driver).
+    expect((await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })).body.status).toBe('cancelled')
+  })
+
+  it('a tool that finishes after its run passed to another instance: its dispatch and audit are recorded, the run gets no answer from the old driver', async () => {
+    model.setTurns([{ toolCalls: [{ name: 'slow__brief', arguments: {} }] }, { text: 'after' }])
+    const runId = await start(await conversation())
+    const calls = async () => store.db.selectFrom('run_tool_calls').select(['id', 'status']).where('run_id', '=', runId).execute()
+    for (let tries = 0; (await calls()).at(0)?.status !== 'running'; tries++) {
+      if (tries > 200) throw new Error('the tool never started')
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    // Another instance took the run over while the tool works.
+    await store.db.updateTable('runs').set({ lease_owner: 'another-instance.2', lease_expires_at: new Date(Date.now() + 60_000) }).where('id', '=', runId).execute()
+    const finished = async () => store.db.selectFrom('dispatches').select(['id', 'status']).where('run_id', '=', runId).executeTakeFirstOrThrow()
+    for (let tries = 0; (await finished()).status === 'running'; tries++) {
+      if (tries > 300) throw new Error('the tool never finished')
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    // The command ran: its dispatch and audit say so.
+    const dispatch = await finished()
+    expect(dispatch.status).toBe('succeeded')
+    const steps = await store.db.selectFrom('audit_log').select('step').where('dispatch_id', '=', dispatch.id).orderBy('id').execute()
+    expect(steps.map((entry) => entry.step)).toEqual(['requested', 'running', 'finished'])
+    expect((await verifyAuditChain(store)).ok).toBe(true)
+    // But the run is someone else's now: the old driver answered nothing.
+    expect((await calls())[0]!.status).toBe('running')
+    expect(await store.db.selectFrom('messages').select('id').where('run_id', '=', runId).where('role', '=', 'tool').execute()).toEqual([])
+    expect(await store.db.selectFrom('events').select('id').where('run_id', '=', runId).where('type', '=', 'tool_call.completed').execute()).toEqual([])
+    // Tidy up as the new owner would.
     expect((await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })).body.status).toBe('cancelled')
   })
 

@@ -1,6 +1,16 @@
 import { createHash } from 'node:crypto'
 import type { JsonSchema, JsonValue } from '../extension/index.js'
-import { appendAuditEntry, insertDispatchAudited, updateDispatchAudited, type AuditEntryInput, type DispatchRecord, type DispatchStatus, type Executor } from '../store/index.js'
+import {
+  appendAuditEntry,
+  insertDispatchAudited,
+  updateDispatchAudited,
+  updateDispatchQuery,
+  type AuditEntryInput,
+  type DispatchChange,
+  type DispatchRecord,
+  type DispatchStatus,
+  type Executor,
+} from '../store/index.js'
 import { redact, truncateForAudit } from './redact.js'
 
 /** The audit envelope of one dispatch: the same shape for every entrance (SPEC §9). */
@@ -65,25 +75,29 @@ export async function recordStep(
   dispatch: DispatchRecord,
   change: EnvelopeChange,
 ): Promise<AuditEnvelope> {
-  const next = nextEnvelope(envelope, change)
-  const entry = auditEntry(step, dispatch, next)
   // The row was inserted in this state (insertRequested); later steps change it with their entry.
-  if (step === 'requested') await appendAuditEntry(tx, entry)
-  else
-    await updateDispatchAudited(
-      tx,
-      dispatch.id,
-      {
-        status: change.status,
-        ...(change.risk !== undefined && { risk: change.risk }),
-        ...(change.decision?.id && { decisionId: change.decision.id }),
-        ...(change.result !== undefined && { result: change.result }),
-        ...(change.error !== undefined && { error: change.error }),
-        ...(change.executor && { executor: change.executor }),
-      },
-      entry,
-    )
-  return next
+  if (step === 'requested') {
+    const next = nextEnvelope(envelope, change)
+    await appendAuditEntry(tx, auditEntry(step, dispatch, next))
+    return next
+  }
+  const parts = stepParts(tx, step, envelope, dispatch, change)
+  await updateDispatchAudited(tx, dispatch.id, parts.change, parts.entry)
+  return parts.next
+}
+
+/** A later step's parts — the next envelope, the row change (also as a query) and the audit entry — for a caller that writes them in a larger statement. */
+export function stepParts(db: Executor, step: string, envelope: AuditEnvelope, dispatch: DispatchRecord, change: EnvelopeChange) {
+  const next = nextEnvelope(envelope, change)
+  const rowChange: DispatchChange = {
+    status: change.status,
+    ...(change.risk !== undefined && { risk: change.risk }),
+    ...(change.decision?.id && { decisionId: change.decision.id }),
+    ...(change.result !== undefined && { result: change.result }),
+    ...(change.error !== undefined && { error: change.error }),
+    ...(change.executor && { executor: change.executor }),
+  }
+  return { next, change: rowChange, query: updateDispatchQuery(db, dispatch.id, rowChange), entry: auditEntry(step, dispatch, next) }
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { Actor, Entrance, JsonValue } from '../extension/index.js'
-import type { Executor } from '../store/index.js'
+import type { Executor, FencedPart } from '../store/index.js'
 
 export type Params = { [key: string]: JsonValue }
 
@@ -37,6 +37,12 @@ export interface DispatchHooks {
   lock?: (tx: Executor) => Promise<void>
   persisted?: (tx: Executor) => Promise<void>
   settled?: (tx: Executor, outcome: DispatchOutcome) => Promise<void>
+  /**
+   * For the finished step: the caller's part (its fence, writes and events) to go in ONE statement
+   * with the dispatch's row and audit entry, instead of `lock` and `settled` in a transaction.
+   * `written` then says whether the fence held (the caller's part was written).
+   */
+  finishTogether?: (outcome: DispatchOutcome) => (FencedPart & { written(fenced: boolean): void }) | undefined
 }
 
 /** Stable codes of a dispatch that did not succeed. */

@@ -1,6 +1,6 @@
 import type { CommandContext, JsonValue } from '../extension/index.js'
-import type { DispatchRecord, Executor, Store } from '../store/index.js'
-import { recordStep, type AuditEnvelope } from './audit-envelope.js'
+import { finishDispatchInRun, type DispatchRecord, type Executor, type Store } from '../store/index.js'
+import { recordStep, stepParts, type AuditEnvelope, type EnvelopeChange } from './audit-envelope.js'
 import type { BusError, DispatchHooks, DispatchOutcome } from './bus-types.js'
 import type { RegisteredCommand } from './command-catalog.js'
 import { isCommandError, toJsonError } from './outcomes.js'
@@ -56,16 +56,19 @@ export async function runHandler(
   } finally {
     clearTimeout(timer)
   }
-  const finished = (tx: Executor) =>
-    recordStep(
-      tx,
-      'finished',
-      current,
-      dispatch,
-      outcome.status === 'succeeded'
-        ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
-        : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() },
-    )
+  const change: EnvelopeChange =
+    outcome.status === 'succeeded'
+      ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
+      : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() }
+  const finished = (tx: Executor) => recordStep(tx, 'finished', current, dispatch, change)
+  const together = hooks?.finishTogether?.(outcome)
+  if (together) {
+    // The caller's answer (e.g. the run's ledger row) and the dispatch's last step: one statement.
+    const parts = stepParts(store.db, 'finished', current, dispatch, change)
+    const { fenced } = await store.statement((db, tag) => finishDispatchInRun(db, parts.query, parts.entry, together, tag))
+    together.written(fenced)
+    return outcome
+  }
   if (!hooks?.lock && !hooks?.settled) {
     // Nothing else changes with it: the row and its audit entry are one statement, its own transaction.
     await finished(store.db)

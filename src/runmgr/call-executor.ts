@@ -91,6 +91,19 @@ export async function runCalls(kit: DriverKit, run: Run, calls: ToolCallRecord[]
           await appendEventsAfter(tx, [updateToolCallQuery(tx, call.id, { status: 'running', started: true })], [runEvent(locked, 'tool_call.started', { callId: call.id })])
         },
         settled: record,
+        // The result and the dispatch's last step in one statement, under the run's fence.
+        finishTogether: (outcome) => {
+          const part = kit.ledger.outcomePart(store.db, run, call, outcome)
+          if (!part) return undefined
+          return {
+            fence: { ...fence, expiresAt: kit.expiry() },
+            ...part,
+            written: (fenced) => {
+              recorded = true
+              if (!fenced) lost = true
+            },
+          }
+        },
       },
     })
     // A replayed outcome (the dispatch already existed) ran no hook.

@@ -1,9 +1,11 @@
 import type { ClientCallAudit, CommandBus, DispatchOutcome } from '../cmdbus/index.js'
+import { sql, type OperationNodeSource } from 'kysely'
 import type { JsonValue } from '../extension/index.js'
 import {
   appendEvents,
   appendEventsAfter,
   closeStreamingMessages,
+  insertToolMessageAfterFence,
   insertToolMessageQuery,
   listToolCalls,
   runEvent,
@@ -64,28 +66,54 @@ export class RunLedger {
     output: JsonValue,
     extra: { dispatchId?: string | null; repeatOf?: string } = {},
   ): Promise<void> {
+    const result = this.#result(run, call, status, output, extra)
+    const writes = [updateToolCallQuery(tx, call.id, result.row), insertToolMessageQuery(tx, run, call.id, result.text)]
+    // A client call's audit row ends with its ledger result (the audit chain's lock before the event log's).
+    if (call.kind === 'client') await this.#bus.auditClientCall(tx, clientCallAudit(run, call), { status, output })
+    // The ledger row, the tool message and the event: one statement.
+    await appendEventsAfter(tx, writes, [result.event])
+  }
+
+  /** A dispatch's outcome as the call's result. */
+  async applyOutcome(tx: Executor, run: Run, call: ToolCallRecord, outcome: DispatchOutcome): Promise<void> {
+    const answer = outcomeAnswer(outcome)
+    if (answer) await this.finish(tx, run, call, answer.status, answer.output, { dispatchId: outcome.dispatchId })
+  }
+
+  /**
+   * A command call's result from its dispatch's outcome as writes and an event for a statement that
+   * carries the run's fence (the CTE `f`): nothing is written unless the fence holds. Undefined while
+   * the outcome is not final (waiting for a decision).
+   */
+  outcomePart(db: Executor, run: Run, call: ToolCallRecord, outcome: DispatchOutcome): { writes: OperationNodeSource[]; events: NewEvent[] } | undefined {
+    const answer = outcomeAnswer(outcome)
+    if (!answer) return undefined
+    const result = this.#result(run, call, answer.status, answer.output, { dispatchId: outcome.dispatchId })
+    return {
+      writes: [updateToolCallQuery(db, call.id, result.row).where(sql<boolean>`exists (select 1 from f)`), insertToolMessageAfterFence(run, call.id, result.text)],
+      events: [result.event],
+    }
+  }
+
+  /** A terminal result's ledger row, the text the model reads, and its event. */
+  #result(run: Run, call: ToolCallRecord, status: ToolCallStatus, output: JsonValue, extra: { dispatchId?: string | null; repeatOf?: string }) {
     const modelText = status === 'ok' && call.commandId ? this.#bus.catalog.get(call.commandId)?.modelText : undefined
     const text = modelText ? modelText(output) : typeof output === 'string' ? output : JSON.stringify(output)
     const capped = capForModel(text, this.#toolOutputLimit)
-    const writes = [
-      updateToolCallQuery(tx, call.id, {
+    this.#observer?.toolCall?.({ status })
+    const started = this.#callStarts.get(call.id)
+    this.#callStarts.delete(call.id)
+    return {
+      row: {
         status,
         output,
         modelOutput: capped.text,
         modelTruncated: capped.truncated,
         ...(extra.dispatchId !== undefined && { dispatchId: extra.dispatchId }),
         ...(extra.repeatOf !== undefined && { repeatOf: extra.repeatOf }),
-      }),
-      insertToolMessageQuery(tx, run, call.id, capped.text),
-    ]
-    // A client call's audit row ends with its ledger result (the audit chain's lock before the event log's).
-    if (call.kind === 'client') await this.#bus.auditClientCall(tx, clientCallAudit(run, call), { status, output })
-    this.#observer?.toolCall?.({ status })
-    const started = this.#callStarts.get(call.id)
-    this.#callStarts.delete(call.id)
-    // The ledger row, the tool message and the event: one statement.
-    await appendEventsAfter(tx, writes, [
-      runEvent(run, 'tool_call.completed', {
+      },
+      text: capped.text,
+      event: runEvent(run, 'tool_call.completed', {
         callId: call.id,
         status,
         output,
@@ -93,22 +121,7 @@ export class RunLedger {
         durationMs: started === undefined ? null : Math.round(performance.now() - started),
         ...(extra.repeatOf && { repeatOf: extra.repeatOf }),
       }),
-    ])
-  }
-
-  /** A dispatch's outcome as the call's result. */
-  async applyOutcome(tx: Executor, run: Run, call: ToolCallRecord, outcome: DispatchOutcome): Promise<void> {
-    if (outcome.status === 'succeeded') return this.finish(tx, run, call, 'ok', outcome.result, { dispatchId: outcome.dispatchId })
-    if (outcome.status === 'awaiting_decision') return
-    const error = outcome.error
-    if (outcome.status === 'rejected' || error.code === 'rejected' || error.code === 'denied') {
-      return this.finish(tx, run, call, 'rejected', { accepted: false, rejected: true, ...(error.code === 'denied' && { reason: error.message }) }, { dispatchId: outcome.dispatchId })
     }
-    if (outcome.status === 'expired') return this.finish(tx, run, call, 'expired', { accepted: false, expired: true }, { dispatchId: outcome.dispatchId })
-    if (outcome.status === 'cancelled') return this.finish(tx, run, call, 'cancelled', { accepted: false, cancelled: true }, { dispatchId: outcome.dispatchId })
-    // Cut off by a crash: whether it took effect is unknown, and the call says so.
-    if (error.code === 'interrupted') return this.finish(tx, run, call, 'interrupted', { error: JSON.parse(JSON.stringify(error)) as JsonValue }, { dispatchId: outcome.dispatchId })
-    return this.finish(tx, run, call, 'error', { error: JSON.parse(JSON.stringify(error)) as JsonValue }, { dispatchId: outcome.dispatchId })
   }
 
   /** What a waiting run awaits (`requiredAction`). */
@@ -162,6 +175,21 @@ export class RunLedger {
     this.#observer?.runEnded?.({ status: end.status, durationMs: run.startedAt ? Date.now() - Date.parse(run.startedAt) : null })
     return [runEvent(run, 'run.status', { runId, status: end.status, phase: null }), terminal]
   }
+}
+
+/** A dispatch's outcome as a call's terminal status and output; undefined while it waits for a decision. */
+function outcomeAnswer(outcome: DispatchOutcome): { status: ToolCallStatus; output: JsonValue } | undefined {
+  if (outcome.status === 'succeeded') return { status: 'ok', output: outcome.result }
+  if (outcome.status === 'awaiting_decision') return undefined
+  const error = outcome.error
+  if (outcome.status === 'rejected' || error.code === 'rejected' || error.code === 'denied') {
+    return { status: 'rejected', output: { accepted: false, rejected: true, ...(error.code === 'denied' && { reason: error.message }) } }
+  }
+  if (outcome.status === 'expired') return { status: 'expired', output: { accepted: false, expired: true } }
+  if (outcome.status === 'cancelled') return { status: 'cancelled', output: { accepted: false, cancelled: true } }
+  // Cut off by a crash: whether it took effect is unknown, and the call says so.
+  if (error.code === 'interrupted') return { status: 'interrupted', output: { error: JSON.parse(JSON.stringify(error)) as JsonValue } }
+  return { status: 'error', output: { error: JSON.parse(JSON.stringify(error)) as JsonValue } }
 }
 
 /** A run's terminal state as one patch (so a fence can end a run that has nothing open in its own statement). */

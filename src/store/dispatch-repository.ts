@@ -98,7 +98,8 @@ export async function findDispatchByKey(db: Executor, ownerId: string, key: stri
 
 export type DispatchChange = { status: DispatchStatus; risk?: string; decisionId?: string; result?: JsonValue; error?: DispatchRecord['error']; executor?: { id: string; expiresAt: Date } }
 
-function updateQuery(tx: Executor, id: string, change: DispatchChange) {
+/** A dispatch's change as a query (RETURNING the row), to ride in a larger statement. */
+export function updateDispatchQuery(tx: Executor, id: string, change: DispatchChange) {
   return tx
     .updateTable('dispatches')
     .set({
@@ -115,12 +116,12 @@ function updateQuery(tx: Executor, id: string, change: DispatchChange) {
 }
 
 export async function updateDispatch(tx: Executor, id: string, change: DispatchChange): Promise<DispatchRecord> {
-  return toDispatch(await updateQuery(tx, id, change).executeTakeFirstOrThrow())
+  return toDispatch(await updateDispatchQuery(tx, id, change).executeTakeFirstOrThrow())
 }
 
 /** Changes a dispatch and appends its audit entry in one statement (the row is locked before the chain). */
 export async function updateDispatchAudited(tx: Executor, id: string, change: DispatchChange, audit: AuditEntryInput): Promise<DispatchRecord> {
-  const { rows } = await sql<DispatchRow>`with d as (${updateQuery(tx, id, change)}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(tx)
+  const { rows } = await sql<DispatchRow>`with d as (${updateDispatchQuery(tx, id, change)}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(tx)
   const row = rows[0]
   if (!row) throw new Error(`no dispatch ${id}`)
   return toDispatch(row)

@@ -22,7 +22,16 @@ export * from './audit-repository.js'
 export { canonicalJson } from './canonical-json.js'
 export type { AuditFilter, AuditEntry } from './audit-repository.js'
 export * from './run-repository.js'
-export { completeAssistantMessageWrite, insertAssistantMessageWrite, insertToolCallsWrite, type TransitionFence, type TransitionWrite } from './run-transition.js'
+export {
+  completeAssistantMessageWrite,
+  finishDispatchInRun,
+  insertAssistantMessageWrite,
+  insertToolCallsWrite,
+  insertToolMessageAfterFence,
+  type FencedPart,
+  type TransitionFence,
+  type TransitionWrite,
+} from './run-transition.js'
 export type { RunStatus, RunPhase, ToolCallStatus, KnowledgeStatus, IngestStatus } from './database.js'
 export * from './knowledge-repository.js'
 export { getSetting, setSetting, SettingsSignals, settingsChannel } from './settings-repository.js'

@@ -70,6 +70,11 @@ export interface Store {
    * `undefined` otherwise, with nothing written.
    */
   startRun(input: NewRun, lease: { owner: string; expiresAt: Date }): Promise<{ run: Run; events: EventRecord[] } | undefined>
+  /**
+   * Runs one statement (its own transaction) that appends events, tagged as this instance's; they
+   * reach this instance's streams on return.
+   */
+  statement<T extends { events: EventRecord[] }>(fn: (db: Executor, tag: string) => Promise<T>): Promise<T>
   transition(fence: TransitionFence, patch: RunPatch, writes: TransitionWrite[], events: NewEvent[]): Promise<{ run: Run; events: EventRecord[] } | undefined>
   /** Throws when the database does not answer. */
   ping(): Promise<void>
@@ -115,6 +120,11 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       startRun: async (input, lease) => {
         const result = await startRunAlone(db, input, lease, feed.tag)
         if (result && result.events.length > 0) feed.deliverCommitted(result.events)
+        return result
+      },
+      statement: async (fn) => {
+        const result = await fn(db, feed.tag)
+        if (result.events.length > 0) feed.deliverCommitted(result.events)
         return result
       },
       transition: async (fence, patch, writes, events) => {

@@ -1,4 +1,5 @@
-import { sql, type RawBuilder } from 'kysely'
+import { sql, type OperationNodeSource, type RawBuilder } from 'kysely'
+import { auditAppendCtes, type AuditEntryInput } from './audit-repository.js'
 import type { Executor, JsonValue } from './database.js'
 import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
@@ -169,4 +170,58 @@ export async function startRunAlone(
     if (isUniqueViolation(error)) return undefined
     throw error
   }
+}
+
+/** A run's part of a statement: its fence, and the writes and events that go only if the fence holds. */
+export interface FencedPart {
+  fence: TransitionFence
+  /** Data-modifying queries with RETURNING that check the fence themselves (the CTE `f`). */
+  writes: OperationNodeSource[]
+  events: NewEvent[]
+}
+
+/**
+ * A dispatch's last step and its run's answer in ONE statement: the dispatch row and its audit entry
+ * are written whatever happened to the run (the command ran; its outcome is recorded), the run's
+ * writes and events only while its lease holds. Locks: the run's row, its ledger rows, the dispatch
+ * row, the audit chain, then the event log. `fenced` says whether the run's part was written.
+ */
+export async function finishDispatchInRun(
+  db: Executor,
+  dispatch: OperationNodeSource,
+  audit: AuditEntryInput,
+  run: FencedPart,
+  tag: string,
+): Promise<{ fenced: boolean; events: EventRecord[] }> {
+  const names = run.writes.map((_, index) => `w${index}`)
+  const ctes = run.writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write}),`)
+  const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
+  const eventsPart =
+    run.events.length === 0
+      ? sql`e as (select null::bigint as id where false)`
+      : sql`lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from f where (select count(*) from audit_entry) >= 0 ${sql.join(done, sql``)}),
+        e as (
+          insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
+          select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(run.events)}
+          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)`
+  const { rows } = await sql<{ fenced: string; events: Array<{ [key: string]: JsonValue }> | null }>`
+    with f as (
+      update runs set lease_expires_at = ${run.fence.expiresAt}
+      where id = ${run.fence.runId} and lease_owner = ${run.fence.owner} and status = 'running'
+      returning id
+    ),
+    ${sql.join(ctes, sql``)}
+    d as (${dispatch}),
+    ${auditAppendCtes(audit, 'd').sql},
+    ${eventsPart}
+    select (select count(*) from f) as fenced, (select count(*) from audit_entry) as audited,
+           (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(db)
+  const row = rows[0]
+  return { fenced: Number(row?.fenced ?? 0) > 0, events: (row?.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id) }
+}
+
+/** The tool message of a call, written only if the run's fence (`f`) holds. */
+export function insertToolMessageAfterFence(run: Pick<Run, 'id' | 'conversationId'>, callId: string, content: string): OperationNodeSource {
+  return sql`insert into messages (id, conversation_id, run_id, role, content, tool_call_id, status)
+    select ${newId()}, ${run.conversationId}, ${run.id}, 'tool', ${content}, ${callId}, 'completed' from f returning id`
 }

@@ -17,6 +17,11 @@ export default definePlugin({
           })
         }),
     )
+    // Finishes on its own after a moment (for a tool that ends after its run changed hands).
+    registry.addCommand(
+      { id: 'slow.brief', title: 'Brief wait', description: 'Waits 600 ms', paramsSchema: { type: 'object' }, risk: 'low', exposeAsTool: {} },
+      () => new Promise((resolve) => setTimeout(() => resolve({ done: true }), 600)),
+    )
     // A result of the size asked for (for result-size limit tests).
     registry.addCommand<{ bytes: number }>(
       {
