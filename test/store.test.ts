@@ -6,6 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
 import {
   appendAuditEntry,
+  auditAppendManyCtes,
+  createConversation,
+  insertDispatchStarted,
   appendEvents,
   createProject,
   createUser,
@@ -57,6 +60,74 @@ for (const engine of testEngines()) {
       expect(after.n).toBe(before.n)
       const doomed = await store.db.selectFrom('projects').select('id').where('name', '=', 'doomed').execute()
       expect(doomed).toEqual([])
+    })
+
+    it('appends several entries in one statement, chained in order, while single appends run concurrently', async () => {
+      const entry = (step: string) => ({
+        dispatchId: null, step, ownerId, projectId: null, conversationId: null, commandId: 'test.audit', entrance: 'api',
+        envelope: { text: `批 ${step} “q” 🙂`, quote: '"id":987654321012345' },
+      })
+      const before = await store.db.selectFrom('audit_log').select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()
+      await Promise.all(
+        Array.from({ length: 10 }, (_, writer) =>
+          writer % 2 === 0
+            ? sql`with ${auditAppendManyCtes([entry(`m${writer}:a`), entry(`m${writer}:b`), entry(`m${writer}:c`)], sql``).sql} select count(*) from audit_entry`.execute(store.db)
+            : store.transaction((tx) => appendAuditEntry(tx, entry(`s${writer}`))),
+        ),
+      )
+      const rows = await store.db.selectFrom('audit_log').select(['id', 'step']).orderBy('id').execute()
+      expect(rows.length - Number(before.n)).toBe(5 * 3 + 5)
+      // A statement's entries are consecutive and in the order given.
+      for (const writer of [0, 2, 4, 6, 8]) {
+        const ids = ['a', 'b', 'c'].map((part) => Number(rows.find((row) => row.step === `m${writer}:${part}`)!.id))
+        expect(ids).toEqual([ids[0], ids[0]! + 1, ids[0]! + 2])
+      }
+      expect(await verifyAuditChain(store)).toEqual({ ok: true, checked: rows.length })
+    })
+
+    it('records a dispatch that runs at once in one statement, only under its run\'s lease, and not twice for one key', async () => {
+      const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'dispatch-start' }))
+      const conversation = await store.transaction((tx) => createConversation(tx, { projectId: project.id, ownerId }))
+      const lease = { owner: 'this-instance.1', expiresAt: new Date(Date.now() + 60_000) }
+      const started = await store.startRun(
+        { conversationId: conversation.id, projectId: project.id, ownerId, model: 'm', maxIterations: 3, approvalPolicy: 'ask', clientTools: [], input: 'hi' },
+        lease,
+      )
+      const run = started!.run
+      const dispatch = (id: string) => ({
+        id, commandId: 'test.cmd', plugin: 'test', pluginVersion: '1', entrance: 'agent', actor: { type: 'agent' as const, id: run.id, onBehalfOf: ownerId },
+        ownerId, projectId: project.id, conversationId: conversation.id, runId: run.id, callId: 'call-1', idempotencyKey: `${run.id}:call-1`,
+        params: { q: 'x' }, paramsHash: 'h', requestHash: 'r', risk: 'low', status: 'requested' as const, decisionId: null,
+        executor: { id: 'exec-1', expiresAt: new Date(Date.now() + 30_000) },
+      })
+      const audits = (id: string) =>
+        ['requested', 'running'].map((step) => ({ dispatchId: id, step, ownerId, projectId: project.id, conversationId: conversation.id, commandId: 'test.cmd', entrance: 'agent', envelope: { id, step } }))
+      const part = (owner: string) => ({
+        fence: { runId: run.id, owner, expiresAt: new Date(Date.now() + 60_000) },
+        writes: [sql`update messages set status = status where run_id = ${run.id} and exists (select 1 from d) returning id`],
+        events: [{ type: 'test.started', runId: run.id, conversationId: conversation.id, projectId: project.id, userId: ownerId, data: {} }],
+      })
+      const count = async (table: 'audit_log' | 'events') => Number((await store.db.selectFrom(table).select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()).n)
+      const [audit0, events0] = [await count('audit_log'), await count('events')]
+      // Another instance holds the lease: nothing at all is written.
+      const stale = await store.statement((db, tag) => insertDispatchStarted(db, dispatch('d-stale'), audits('d-stale'), part('another-instance.1'), tag))
+      expect(stale).toMatchObject({ fenced: false, inserted: false, events: [] })
+      expect(await store.db.selectFrom('dispatches').select('id').where('id', '=', 'd-stale').execute()).toEqual([])
+      expect([await count('audit_log'), await count('events')]).toEqual([audit0, events0])
+      // The lease holder: the row (running), both entries in order, the event.
+      const fresh = await store.statement((db, tag) => insertDispatchStarted(db, dispatch('d-1'), audits('d-1'), part(lease.owner), tag))
+      expect(fresh).toMatchObject({ fenced: true, inserted: true })
+      expect(fresh.events.map((event) => event.type)).toEqual(['test.started'])
+      const row = await store.db.selectFrom('dispatches').select(['status', 'executor']).where('id', '=', 'd-1').executeTakeFirstOrThrow()
+      expect(row).toEqual({ status: 'running', executor: 'exec-1' })
+      const entries = await store.db.selectFrom('audit_log').select(['id', 'step']).where('dispatch_id', '=', 'd-1').orderBy('id').execute()
+      expect(entries.map((entry) => entry.step)).toEqual(['requested', 'running'])
+      expect(Number(entries[1]!.id)).toBe(Number(entries[0]!.id) + 1)
+      // The same key again: nothing written.
+      const again = await store.statement((db, tag) => insertDispatchStarted(db, dispatch('d-2'), audits('d-2'), part(lease.owner), tag))
+      expect(again).toMatchObject({ fenced: true, inserted: false, events: [] })
+      expect([await count('audit_log'), await count('events')]).toEqual([audit0 + 2, events0 + 1])
+      expect(await verifyAuditChain(store)).toMatchObject({ ok: true })
     })
 
     it('chains audit entries from concurrent transactions, any text included; a rolled-back append leaves no gap; a removed newest entry is detected', async () => {

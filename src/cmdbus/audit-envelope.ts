@@ -3,6 +3,7 @@ import type { JsonSchema, JsonValue } from '../extension/index.js'
 import {
   appendAuditEntry,
   insertDispatchAudited,
+  insertDispatchStarted,
   updateDispatchAudited,
   updateDispatchQuery,
   type AuditEntryInput,
@@ -10,6 +11,8 @@ import {
   type DispatchRecord,
   type DispatchStatus,
   type Executor,
+  type FencedPart,
+  type Store,
 } from '../store/index.js'
 import { redact, truncateForAudit } from './redact.js'
 
@@ -107,6 +110,28 @@ export function stepParts(db: Executor, step: string, envelope: AuditEnvelope, d
 export async function insertRequested(tx: Executor, dispatch: DispatchRecord, envelope: AuditEnvelope): Promise<AuditEnvelope | undefined> {
   const next = nextEnvelope(envelope, { status: 'requested' })
   return (await insertDispatchAudited(tx, dispatch, auditEntry('requested', dispatch, next))) ? next : undefined
+}
+
+/**
+ * Records a new dispatch that runs at once — its row and its `requested` and `running` entries — in
+ * one statement (see `insertDispatchStarted`), with the caller's fenced part when given. Returns the
+ * `running` envelope, or why nothing was written: the fence did not hold, or the key was taken.
+ */
+export async function recordStarted(
+  store: Store,
+  dispatch: DispatchRecord,
+  envelope: AuditEnvelope,
+  change: EnvelopeChange & { status: 'running'; risk: string; executor: { id: string; expiresAt: Date } },
+  run: FencedPart | undefined,
+): Promise<AuditEnvelope | 'lost' | 'key_taken'> {
+  const requested = nextEnvelope(envelope, { status: 'requested' })
+  const running = nextEnvelope(requested, change)
+  const starting = { ...dispatch, status: 'running' as const, risk: change.risk, decisionId: change.decision?.id ?? null, executor: change.executor }
+  const written = await store.statement((db, tag) =>
+    insertDispatchStarted(db, starting, [auditEntry('requested', dispatch, requested), auditEntry('running', dispatch, running)], run, tag),
+  )
+  if (!written.fenced) return 'lost'
+  return written.inserted ? running : 'key_taken'
 }
 
 function nextEnvelope(envelope: AuditEnvelope, change: EnvelopeChange): AuditEnvelope {

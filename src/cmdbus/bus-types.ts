@@ -43,6 +43,13 @@ export interface DispatchHooks {
    * `written` then says whether the fence held (the caller's part was written).
    */
   finishTogether?: (outcome: DispatchOutcome) => (FencedPart & { written(fenced: boolean): void }) | undefined
+  /**
+   * For a dispatch that runs at once (no human asked): the caller's part to go in ONE statement with
+   * the dispatch's row and its `requested` and `running` entries, instead of `lock` and `persisted` in
+   * a transaction. Its writes gate themselves on the CTE `d` (the dispatch was recorded, which needs
+   * the fence). When the fence did not hold, nothing is written and `lost()` is thrown.
+   */
+  startTogether?: () => FencedPart & { lost(): Error }
 }
 
 /** Stable codes of a dispatch that did not succeed. */

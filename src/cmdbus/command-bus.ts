@@ -16,7 +16,7 @@ import {
   type Executor,
   type Store,
 } from '../store/index.js'
-import { initialEnvelope, insertRequested, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
+import { initialEnvelope, insertRequested, recordStarted, recordStep, type AuditEnvelope, type DecisionSummary, type EnvelopeChange } from './audit-envelope.js'
 import { DispatchExecutors } from './dispatch-executors.js'
 import { runHandler } from './handler-runner.js'
 import { appendDecisionEvent, fail, hashParams, hashRequest, outcomeOf, rejectedOutcome, staticRisk, toDecisionView, toJsonError, validateParams } from './outcomes.js'
@@ -271,8 +271,23 @@ export class CommandBus {
       persisted = true
       return result
     }
+    // A dispatch whose first step is `running` is recorded in one statement, with the caller's part
+    // when it has one; a caller with only transaction hooks keeps the transaction.
+    const hooks = request.within
+    const begin =
+      !hooks || hooks.startTogether
+        ? async (change: StartChange): Promise<AuditEnvelope> => {
+            if (persisted) return step((tx) => recordStep(tx, 'running', envelope, dispatch, change))
+            const part = hooks?.startTogether?.()
+            const started = await recordStarted(store, dispatch, envelope, change, part)
+            if (started === 'lost') throw part!.lost()
+            if (started === 'key_taken') throw new KeyTaken()
+            persisted = true
+            return started
+          }
+        : undefined
     try {
-      return await this.#pipeline(request, command, dispatch, paramsHash, scope, step, () => envelope, (next) => (envelope = next))
+      return await this.#pipeline(request, command, dispatch, paramsHash, scope, step, () => envelope, (next) => (envelope = next), begin)
     } catch (error) {
       if (!(error instanceof KeyTaken)) throw error
       // A concurrent request with the same key got there first.
@@ -291,6 +306,7 @@ export class CommandBus {
     step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T>,
     getEnvelope: () => AuditEnvelope,
     setEnvelope: (envelope: AuditEnvelope) => void,
+    begin?: (change: StartChange) => Promise<AuditEnvelope>,
   ): Promise<DispatchOutcome> {
     const { store } = this.#options
     const ownerId = dispatch.ownerId
@@ -380,7 +396,7 @@ export class CommandBus {
     }
     const summary: DecisionSummary = { id: allowance?.decisionId ?? null, outcome: 'approved', by: null, scope: allowance ? 'session' : null, via: gate.via ?? 'risk' }
     // 6. execute
-    return this.#execute(command, dispatch, getEnvelope(), context, { risk, decision: summary }, step, request.within)
+    return this.#execute(command, dispatch, getEnvelope(), context, { risk, decision: summary }, step, request.within, begin)
   }
 
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
@@ -528,16 +544,10 @@ export class CommandBus {
     gate: { risk: Risk; decision: DecisionSummary },
     step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T> = (fn) => this.#options.store.transaction(fn),
     hooks?: DispatchHooks,
+    begin?: (change: StartChange) => Promise<AuditEnvelope>,
   ): Promise<DispatchOutcome> {
-    const current = await step((tx) =>
-      recordStep(tx, 'running', envelope, dispatch, {
-        status: 'running',
-        risk: gate.risk,
-        decision: gate.decision,
-        startedAt: new Date().toISOString(),
-        executor: this.#executors.claim(),
-      }),
-    )
+    const change: StartChange = { status: 'running', risk: gate.risk, decision: gate.decision, startedAt: new Date().toISOString(), executor: this.#executors.claim() }
+    const current = await (begin ? begin(change) : step((tx) => recordStep(tx, 'running', envelope, dispatch, change)))
     this.#executors.started()
     try {
       return await runHandler({ store: this.#options.store, maxResultBytes: this.#options.maxResultBytes }, command, dispatch, current, context, hooks)
@@ -630,6 +640,9 @@ export class CommandBus {
     return { ...outcomeOf(previous), replayed: true }
   }
 }
+
+/** The `running` step of a dispatch. */
+type StartChange = EnvelopeChange & { status: 'running'; risk: string; executor: { id: string; expiresAt: Date } }
 
 /** An idempotency key taken by a concurrent dispatch: roll back and replay the winner. */
 class KeyTaken extends Error {}

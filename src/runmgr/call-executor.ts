@@ -1,3 +1,4 @@
+import { sql } from 'kysely'
 import { hashParams, type DispatchOutcome } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
 import { appendEvents, appendEventsAfter, fenceRun, listToolCalls, runEvent, updateToolCall, updateToolCallQuery, type Executor, type Run, type ToolCallRecord } from '../store/index.js'
@@ -91,6 +92,13 @@ export async function runCalls(kit: DriverKit, run: Run, calls: ToolCallRecord[]
           await appendEventsAfter(tx, [updateToolCallQuery(tx, call.id, { status: 'running', started: true })], [runEvent(locked, 'tool_call.started', { callId: call.id })])
         },
         settled: record,
+        // The dispatch's row and first entries, the call `running` and its event: one statement, fenced.
+        startTogether: () => ({
+          fence: { ...fence, expiresAt: kit.expiry() },
+          writes: [updateToolCallQuery(store.db, call.id, { status: 'running', started: true }).where(sql<boolean>`exists (select 1 from d)`)],
+          events: [runEvent(run, 'tool_call.started', { callId: call.id })],
+          lost: () => new LeaseLost(),
+        }),
         // The result and the dispatch's last step in one statement, under the run's fence.
         finishTogether: (outcome) => {
           const part = kit.ledger.outcomePart(store.db, run, call, outcome)

@@ -58,6 +58,16 @@ export async function lockAuditLog(tx: Executor): Promise<void> {
 // chain's row is locked, inside the statement.
 const idMark = 987654321012345
 
+/** An entry's canonical JSON around its id, which only the statement knows (see `idMark`). */
+function contentAroundId(input: AuditEntryInput, createdAt: string): { before: string; rest: string } {
+  const content = auditContent({ ...input, id: idMark, createdAt })
+  // The top-level "id" follows "envelope" in canonical key order, so it is the last such key; a quote
+  // inside a string value is escaped, so no value can imitate it.
+  const at = content.lastIndexOf(`"id":${idMark}`)
+  if (at < 0) throw new Error('audit entry content has no id')
+  return { before: content.slice(0, at + '"id":'.length), rest: content.slice(at + `"id":${idMark}`.length) }
+}
+
 /**
  * The CTEs `audit_tail` and `audit_entry` that append one entry to the chain inside a larger statement:
  * they advance the chain's tail row (whose lock serialises appends until commit; a writer that waited
@@ -66,29 +76,49 @@ const idMark = 987654321012345
  * row it writes is locked before the chain is (the lock order every transaction keeps).
  */
 export function auditAppendCtes(input: AuditEntryInput, after?: string): { sql: RawBuilder<unknown>; createdAt: string } {
+  return auditAppendManyCtes([input], after ? sql`where (select count(*) from ${sql.ref(after)}) > 0` : sql``)
+}
+
+/**
+ * `auditAppendCtes` for several entries of one statement, chained in order. The tail row is updated
+ * once (a statement can change a row only once): it advances by their number, keeps the hash before
+ * them in `prev_hash`, and the entries' own hashes are computed again from it for their rows.
+ * `gate` is the tail update's WHERE clause (empty: always).
+ */
+export function auditAppendManyCtes(inputs: AuditEntryInput[], gate: RawBuilder<unknown>): { sql: RawBuilder<unknown>; createdAt: string } {
+  if (inputs.length === 0) throw new Error('no audit entries to append')
   const createdAt = new Date().toISOString()
-  const content = auditContent({ ...input, id: idMark, createdAt })
-  // The top-level "id" follows "envelope" in canonical key order, so it is the last such key; a quote
-  // inside a string value is escaped, so no value can imitate it.
-  const at = content.lastIndexOf(`"id":${idMark}`)
-  if (at < 0) throw new Error('audit entry content has no id')
-  const before = content.slice(0, at + '"id":'.length)
-  const rest = content.slice(at + `"id":${idMark}`.length)
-  const gate = after ? sql`where (select count(*) from ${sql.ref(after)}) > 0` : sql``
+  const parts = inputs.map((input) => contentAroundId(input, createdAt))
+  // Entry k's hash, from the hash before the first entry and the id before it.
+  const hashes = (start: RawBuilder<unknown>, baseId: RawBuilder<unknown>): RawBuilder<unknown>[] => {
+    const out: RawBuilder<unknown>[] = []
+    let prev = start
+    parts.forEach((part, index) => {
+      prev = sql`encode(sha256(convert_to(${prev} || ${'\n'} || ${part.before} || (${baseId} + ${index + 1})::text || ${part.rest}, 'UTF8')), 'hex')`
+      out.push(prev)
+    })
+    return out
+  }
+  const n = inputs.length
+  const tailHash = hashes(sql`hash`, sql`last_id`)[n - 1]!
+  const entryHashes = hashes(sql`audit_tail.prev_hash`, sql`(audit_tail.last_id - ${n})`)
+  const rows = inputs.map(
+    (input, index) => sql`select audit_tail.last_id - ${n - 1 - index}, ${input.dispatchId}, ${input.step}, ${input.ownerId}, ${input.projectId},
+             ${input.conversationId}, ${input.commandId}, ${input.entrance}, ${JSON.stringify(input.envelope)}::jsonb,
+             ${index === 0 ? sql`audit_tail.prev_hash` : entryHashes[index - 1]!}, ${index === n - 1 ? sql`audit_tail.hash` : entryHashes[index]!}, ${createdAt}::timestamptz
+      from audit_tail`,
+  )
   return {
     createdAt,
     sql: sql`audit_tail as (
       update audit_chain
-      set last_id = last_id + 1, prev_hash = hash,
-          hash = encode(sha256(convert_to(hash || ${'\n'} || ${before} || (last_id + 1)::text || ${rest}, 'UTF8')), 'hex')
+      set last_id = last_id + ${n}, prev_hash = hash, hash = ${tailHash}
       ${gate}
       returning last_id, prev_hash, hash
     ),
     audit_entry as (
       insert into audit_log (id, dispatch_id, step, owner_id, project_id, conversation_id, command_id, entrance, envelope, prev_hash, hash, created_at)
-      select audit_tail.last_id, ${input.dispatchId}, ${input.step}, ${input.ownerId}, ${input.projectId}, ${input.conversationId}, ${input.commandId},
-             ${input.entrance}, ${JSON.stringify(input.envelope)}::jsonb, audit_tail.prev_hash, audit_tail.hash, ${createdAt}::timestamptz
-      from audit_tail
+      ${sql.join(rows, sql` union all `)}
       returning id, prev_hash, hash
     )`,
   }

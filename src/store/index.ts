@@ -32,6 +32,7 @@ export {
   type TransitionFence,
   type TransitionWrite,
 } from './run-transition.js'
+export { insertDispatchStarted, type StartingDispatch } from './dispatch-start.js'
 export type { RunStatus, RunPhase, ToolCallStatus, KnowledgeStatus, IngestStatus } from './database.js'
 export * from './knowledge-repository.js'
 export { getSetting, setSetting, SettingsSignals, settingsChannel } from './settings-repository.js'

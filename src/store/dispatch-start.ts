@@ -1,0 +1,75 @@
+import { sql } from 'kysely'
+import { auditAppendManyCtes, type AuditEntryInput } from './audit-repository.js'
+import type { Executor, JsonValue } from './database.js'
+import type { NewDispatch } from './dispatch-repository.js'
+import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord } from './event-log.js'
+import type { FencedPart } from './run-transition.js'
+
+/** A dispatch that starts running as it is recorded (no human had to be asked). */
+export interface StartingDispatch extends NewDispatch {
+  decisionId: string | null
+  executor: { id: string; expiresAt: Date }
+}
+
+/**
+ * Records a dispatch that runs at once — its row (already `running`) and its audit entries
+ * (`requested`, `running`) — in ONE statement, instead of a transaction of four. With `run`, the
+ * dispatch is recorded only while the run's lease holds (a driver that lost it dispatches nothing),
+ * with the run's writes and events; those writes gate themselves on the CTE `d` (the dispatch was
+ * recorded). Locks: the run's row, the dispatch row, the run's rows, the audit chain, the event log.
+ * `inserted` is false when the idempotency key was already taken (nothing was written).
+ */
+export async function insertDispatchStarted(
+  db: Executor,
+  dispatch: StartingDispatch,
+  audits: AuditEntryInput[],
+  run: FencedPart | undefined,
+  tag: string,
+): Promise<{ fenced: boolean; inserted: boolean; events: EventRecord[] }> {
+  const json = (value: JsonValue) => JSON.stringify(value)
+  const fence = run
+    ? sql`f as (
+        update runs set lease_expires_at = ${run.fence.expiresAt}
+        where id = ${run.fence.runId} and lease_owner = ${run.fence.owner} and status = 'running'
+        returning id
+      ),`
+    : sql``
+  const writes = run?.writes ?? []
+  const names = writes.map((_, index) => `w${index}`)
+  const ctes = writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write}),`)
+  const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
+  const events = run?.events ?? []
+  const eventsPart =
+    events.length === 0
+      ? sql`e as (select null::bigint as id where false)`
+      : sql`lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from d where (select count(*) from audit_entry) >= 0),
+        e as (
+          insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
+          select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
+          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)`
+  const { rows } = await sql<{ fenced: string; inserted: string; events: Array<{ [key: string]: JsonValue }> | null }>`
+    with ${fence}
+    d as (
+      insert into dispatches (id, command_id, plugin, plugin_version, entrance, actor, owner_id, project_id, conversation_id, run_id, call_id,
+                              idempotency_key, params, params_hash, request_hash, risk, status, decision_id, executor, executor_expires_at)
+      select ${dispatch.id}::text, ${dispatch.commandId}::text, ${dispatch.plugin}::text, ${dispatch.pluginVersion}::text, ${dispatch.entrance}::text,
+             ${json(dispatch.actor as unknown as JsonValue)}::jsonb, ${dispatch.ownerId}::text, ${dispatch.projectId}::text, ${dispatch.conversationId}::text,
+             ${dispatch.runId}::text, ${dispatch.callId}::text, ${dispatch.idempotencyKey}::text, ${json(dispatch.params)}::jsonb, ${dispatch.paramsHash}::text,
+             ${dispatch.requestHash}::text, ${dispatch.risk}::text, 'running', ${dispatch.decisionId}::text, ${dispatch.executor.id}::text,
+             ${dispatch.executor.expiresAt}::timestamptz
+      ${run ? sql`from f` : sql``}
+      on conflict (owner_id, idempotency_key) where idempotency_key is not null do nothing
+      returning id
+    ),
+    ${sql.join(ctes, sql``)}
+    ${auditAppendManyCtes(audits, sql`where (select count(*) from d) > 0 ${sql.join(done, sql``)}`).sql},
+    ${eventsPart}
+    select ${run ? sql`(select count(*) from f)` : sql`1`} as fenced, (select count(*) from d) as inserted,
+           (select count(*) from audit_entry) as audited, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(db)
+  const row = rows[0]
+  return {
+    fenced: Number(row?.fenced ?? 0) > 0,
+    inserted: Number(row?.inserted ?? 0) > 0,
+    events: (row?.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id),
+  }
+}
