@@ -1,8 +1,9 @@
+import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { estimateTokens } from '../src/runmgr/index.js'
 import { ScriptedModel } from '../src/llm/index.js'
 import { TranscriptWindow } from '../src/runmgr/transcript-window.js'
-import { newId, readTranscriptTail, type Store } from '../src/store/index.js'
+import { newId, readTranscriptTail, transcriptRowsFromJson, type Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
@@ -76,6 +77,26 @@ for (const engine of testEngines()) {
       expect(later.find((message) => message.id === assistant)?.toolCalls).toEqual([{ callId: 'c1', providerCallId: 'p1', name: 'x', arguments: '{"a": 1}' }])
       // Nothing new: nothing changes.
       expect(await window.read()).toEqual(fresh)
+    })
+
+    it('the reads that ride in other statements (a run start, a round opening) hold what a fresh read would', async () => {
+      // A run started in the idle conversation reads its window in the same statement (emoji and CJK count as the database counts them).
+      const input = 'and 🙂 再一次 — the window?'
+      const started = await store.startRun(
+        { conversationId, projectId: (await store.db.selectFrom('conversations').select('project_id').where('id', '=', conversationId).executeTakeFirstOrThrow()).project_id, ownerId: alice.user.id, model: 'small', maxIterations: 1, approvalPolicy: 'ask', clientTools: [], input },
+        { owner: 'test.1', expiresAt: new Date(Date.now() + 60_000) },
+        { maxChars: 20_000 },
+      )
+      expect(started?.prefetched?.hasKnowledge).toBe(false)
+      const window = new TranscriptWindow(store.db, conversationId, 20_000)
+      window.seed(started!.prefetched!.transcript)
+      expect(window.extend([])).toEqual(await readTranscriptTail(store.db, conversationId, 20_000))
+      expect(window.extend([]).at(-1)).toMatchObject({ role: 'user', content: input })
+      // What was added after it, read inside another statement (as the round's opening carries it).
+      await store.db.insertInto('messages').values({ id: newId(), conversation_id: conversationId, role: 'assistant', content: '答 🙂'.repeat(2_000), status: 'completed' }).execute()
+      const { rows } = await sql<{ added: unknown }>`select (${window.addedRead()!}) as added`.execute(store.db)
+      expect(window.extend(transcriptRowsFromJson(rows[0]!.added))).toEqual(await readTranscriptTail(store.db, conversationId, 20_000))
+      await store.db.updateTable('runs').set({ status: 'completed', lease_owner: null }).where('id', '=', started!.run.id).execute()
     })
   })
 }

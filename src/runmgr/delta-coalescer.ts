@@ -38,6 +38,19 @@ export class DeltaCoalescer {
     await this.#chain
   }
 
+  /**
+   * Waits for every flush so far and hands back the text not yet flushed, for the caller to write
+   * with its next statement (the turn's end) instead of in one of its own.
+   */
+  async take(): Promise<string> {
+    if (this.#timer) clearTimeout(this.#timer)
+    this.#timer = null
+    await this.#chain
+    const text = this.#pending
+    this.#pending = ''
+    return text
+  }
+
   #drain(): void {
     const text = this.#pending
     this.#pending = ''

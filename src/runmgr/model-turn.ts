@@ -67,7 +67,8 @@ export async function modelTurn(
     if (holdsSlot) kit.modelSlots.release()
     kit.observer?.modelCall?.({ model: model.id, durationMs: performance.now() - modelStarted, outcome: signal.aborted ? 'cancelled' : modelOutcome })
   }
-  await coalescer.close()
+  // The text not yet streamed goes out with the turn's end, in its statement.
+  const rest = await coalescer.take()
   if (signal.aborted) {
     await kit.endAborted(run, driver, messageId, text)
     return { kind: 'ended' }
@@ -104,7 +105,8 @@ export async function modelTurn(
   const patch: RunPatch = ledger.length > 0 ? { usage, phase: 'tool_running' } : endPatch(completed)
   const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
   const writes = [completeAssistantMessageWrite(messageId, text, stored, 'completed')]
-  const events = [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' })]
+  const events = rest ? [runEvent(run, 'message.delta', { messageId, text: rest })] : []
+  events.push(runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' }))
   if (ledger.length === 0) {
     events.push(...kit.ledger.ended(run, completed))
   } else {
@@ -130,7 +132,7 @@ export async function modelTurn(
     events.push(runEvent(run, 'run.status', { runId: run.id, status: 'running', phase: 'tool_called' }))
     events.push(runEvent(run, 'run.status', { runId: run.id, status: 'running', phase: 'tool_running' }))
   }
-  const checkpointed = await kit.transition(fence, patch, writes, events)
+  const { run: checkpointed } = await kit.transition(fence, patch, writes, events)
   if (ledger.length === 0) return { kind: 'ended' }
   return { kind: 'turn', calls: ledger, run: checkpointed }
 }

@@ -1,11 +1,11 @@
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, insertAssistantMessageWrite, listToolCalls, newId, renewLease, runEvent, getRun, updateRun, type Run, type RunFence, type RunPatch } from '../store/index.js'
+import { appendEvents, insertAssistantMessageWrite, listToolCalls, newId, renewLease, runEvent, getRun, transcriptRowsFromJson, updateRun, type Run, type RunFence, type RunPatch } from '../store/index.js'
 import { runCalls } from './call-executor.js'
 import type { Driver, DriverKit } from './driver.js'
 import type { KnowledgeContext } from './knowledge-context.js'
 import { modelTurn } from './model-turn.js'
 import { openStatuses } from './run-ledger.js'
-import { TranscriptWindow } from './transcript-window.js'
+import { TranscriptWindow, transcriptBudget } from './transcript-window.js'
 import { buildPrompt, retrieveKnowledge } from './system-prompt.js'
 import { toolTable, type ToolEntry } from './tool-table.js'
 
@@ -34,6 +34,8 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   // The run as this driver last wrote it: its only writer need not read it back (a change made
   // elsewhere — a cancel, a takeover — makes the next fenced write fail).
   let window: TranscriptWindow | undefined
+  // Read with the run's start (a run started in an idle conversation): the first round need not.
+  let prefetched = driver.prefetched
   let known: Run | undefined = driver.initial?.leaseOwner === fence.owner ? driver.initial : undefined
   try {
     for (;;) {
@@ -63,12 +65,17 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       // Only the tail that can fit the model's window is read (with room to spare for trimming by
       // whole turns), and later rounds read only what the earlier ones added: a long conversation
       // costs no more per round than a short one.
-      window ??= new TranscriptWindow(store.db, run.conversationId, Math.ceil(model.contextWindow * 0.7 * 4 * 1.5))
-      const transcript = await window.read()
+      if (!window) {
+        window = new TranscriptWindow(store.db, run.conversationId, transcriptBudget(model))
+        if (prefetched) window.seed(prefetched.transcript)
+      }
+      // A later round reads what the last one added in the statement that opens it.
+      const added = run.knowledge === null ? undefined : window.addedRead()
+      const read = added ? undefined : prefetched ? window.extend([]) : await window.read()
       // Project knowledge is looked up once, at the start, and kept with the run (resume sees the same).
-      const injected = run.knowledge === null ? await retrieveKnowledge({ db: store.db, retriever: kit.retriever, log }, run, transcript, signal) : null
+      const injected = read && run.knowledge === null ? await retrieveKnowledge({ db: store.db, retriever: kit.retriever, log }, run, read, signal, prefetched?.hasKnowledge) : null
+      prefetched = undefined
       const knowledge = (injected ?? run.knowledge) as KnowledgeContext | null
-      const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
       // One statement opens the round: the previous round's tool_done, the new phase and the
       // assistant message the model's turn streams into.
       const patch: RunPatch = { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing', ...(injected && { knowledge: injected as unknown as JsonValue }) }
@@ -88,10 +95,12 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         runEvent(run, 'round.started', { runId, iteration }),
         runEvent(run, 'message.created', { messageId, role: 'assistant' }),
       )
-      const opened = { run: await kit.transition(fence, patch, [insertAssistantMessageWrite(run, messageId)], events), messageId }
+      const opened = await kit.transition(fence, patch, [insertAssistantMessageWrite(run, messageId)], events, added && { added })
+      const transcript = read ?? window.extend(transcriptRowsFromJson(opened.reads.added))
+      const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
       run = opened.run
       roundDone = false
-      const turn = await modelTurn(kit, run, model, tools, messages, opened.messageId, driver)
+      const turn = await modelTurn(kit, run, model, tools, messages, messageId, driver)
       if (turn.kind === 'ended') return // completed with its answer, failed, cancelled or suspended
       if (atCap) {
         // The last, tool-less call still asked for tools: nothing more runs; the calls are answered.

@@ -41,10 +41,12 @@ import {
   type RunPatch,
   type Store,
   type ToolCallStatus,
+  type Prefetched,
 } from '../store/index.js'
 import { resolveClientTools } from './client-tools.js'
 import { ModelSlots } from './model-slots.js'
 import { LeaseLost, type Driver, type DriverKit, type StopReason } from './driver.js'
+import { transcriptBudget } from './transcript-window.js'
 import { driveRun } from './run-loop.js'
 import { commandTools } from './tool-table.js'
 import { RunRequestError } from './run-errors.js'
@@ -134,10 +136,10 @@ export class RunManager {
       ledger: this.#ledger,
       modelSlots: this.#modelSlots,
       fenced: (fence, fn, fencedOptions) => this.#fenced(fence, fn, fencedOptions),
-      transition: async (fence, patch, writes, events) => {
-        const done = await this.#options.store.transition({ ...fence, expiresAt: this.#expiry() }, patch, writes, events)
+      transition: async (fence, patch, writes, events, reads) => {
+        const done = await this.#options.store.transition({ ...fence, expiresAt: this.#expiry() }, patch, writes, events, reads)
         if (!done) throw new LeaseLost()
-        return done.run
+        return done
       },
       endAborted: (run, driver, messageId, text) => this.#endAborted(run, driver, messageId, text),
       expireDecisions: (decisionIds) => this.#expireDecisions(decisionIds),
@@ -259,7 +261,8 @@ export class RunManager {
       })
     // In an idle conversation (the usual case) the run starts in one statement; otherwise, or with
     // something to record in the same transaction, the locking path queues or reports the active run.
-    const alone = hooks.onCreated ? undefined : await this.#options.store.startRun(newRun, lease)
+    // Its driver's first reads (the transcript window, whether there is knowledge) go with it.
+    const alone = hooks.onCreated ? undefined : await this.#options.store.startRun(newRun, lease, { maxChars: transcriptBudget(models.get(model)!) })
     let created = alone ? { run: alone.run } : await create(input.ifActive === 'enqueue')
     // Interrupt: the new message supersedes everything still pending in the conversation — the queued
     // runs first (so ending the active one promotes none of them), then the active one.
@@ -268,7 +271,9 @@ export class RunManager {
       created = await create(false)
     }
     // The owner of the project may write there (anyone else: the driver asks).
-    if ('run' in created && created.run.status === 'running') this.#spawn(created.run.id, lease.owner, { run: created.run, ...(project?.ownerId === userId && { writable: true }) })
+    if ('run' in created && created.run.status === 'running') {
+      this.#spawn(created.run.id, lease.owner, { run: created.run, prefetched: alone?.prefetched, ...(project?.ownerId === userId && { writable: true }) })
+    }
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#startNext(conversation.id)
     return created
@@ -500,7 +505,7 @@ export class RunManager {
     if (started) this.#spawn(started.id, lease.owner, { run: started })
   }
 
-  #spawn(runId: string, owner: string, hints: { resumed?: boolean; writable?: boolean; run?: Run } = {}): void {
+  #spawn(runId: string, owner: string, hints: { resumed?: boolean; writable?: boolean; run?: Run; prefetched?: Prefetched } = {}): void {
     const { store, log } = this.#options
     const fence = { runId, owner }
     if (this.#stopping) {
@@ -508,7 +513,7 @@ export class RunManager {
       void releaseLease(store.db, runId, owner).catch((error: unknown) => log.warn('could not release a run lease', { runId, error: String(error) }))
       return
     }
-    const driver: Driver = { fence, resumed: hints.resumed ?? false, writable: hints.writable, initial: hints.run, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
+    const driver: Driver = { fence, resumed: hints.resumed ?? false, writable: hints.writable, initial: hints.run, prefetched: hints.prefetched, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
     this.#drivers.set(runId, driver)
     driver.done = driveRun(this.#kit, driver)
       .catch(async (error: unknown) => {

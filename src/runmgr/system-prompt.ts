@@ -45,12 +45,13 @@ export async function retrieveKnowledge(
   run: Run,
   transcript: readonly TranscriptMessage[],
   signal: AbortSignal,
+  known?: boolean,
 ): Promise<KnowledgeContext> {
   const input = transcript.findLast((message) => message.role === 'user')?.content
   if (!deps.retriever || !input) return { hits: [] }
   try {
     // One cheap look instead of a full hybrid search (several queries) in a project with no knowledge.
-    if (!(await hasKnowledge(deps.db, run.projectId))) return { hits: [] }
+    if (!(known ?? (await hasKnowledge(deps.db, run.projectId)))) return { hits: [] }
     const hits = await deps.retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
     return { hits: selectForInjection(hits) }
   } catch (error) {

@@ -1,4 +1,6 @@
-import { readTranscriptAfter, readTranscriptTail, type Executor, type TranscriptMessage, type TranscriptRow } from '../store/index.js'
+import type { RawBuilder } from 'kysely'
+import type { LanguageModel } from '../llm/index.js'
+import { readTranscriptAfter, readTranscriptTail, transcriptAfterRead, type Executor, type TranscriptMessage, type TranscriptRow } from '../store/index.js'
 
 /**
  * The conversation's tail as far as the model's window reaches, kept by a run's driver: read once,
@@ -19,6 +21,11 @@ export class TranscriptWindow {
     this.#maxRows = maxRows
   }
 
+  /** Starts the window from rows read elsewhere (by the statement that started the run), cut to size. */
+  seed(rows: TranscriptRow[]): void {
+    this.#rows = cut(rows, this.#maxChars, this.#maxRows)
+  }
+
   /** The window as the database holds it now, oldest first. */
   async read(): Promise<TranscriptMessage[]> {
     const last = this.#rows?.at(-1)
@@ -26,10 +33,29 @@ export class TranscriptWindow {
       this.#rows = await readTranscriptTail(this.#db, this.#conversationId, this.#maxChars, this.#maxRows)
       return this.#rows
     }
-    const added = await readTranscriptAfter(this.#db, this.#conversationId, last.id, this.#maxRows)
+    return this.extend(await readTranscriptAfter(this.#db, this.#conversationId, last.id, this.#maxRows))
+  }
+
+  /**
+   * Once the window holds rows: the read of what was added after them, as a subquery for the caller's
+   * next statement to carry (then `extend` with its rows) instead of a query of its own.
+   */
+  addedRead(): RawBuilder<unknown> | undefined {
+    const last = this.#rows?.at(-1)
+    return last && transcriptAfterRead(this.#conversationId, last.id, this.#maxRows)
+  }
+
+  /** The window with rows read after it (by `read` or a statement that carried `addedRead`). */
+  extend(added: TranscriptRow[]): TranscriptMessage[] {
+    if (!this.#rows) throw new Error('the transcript window was not read yet')
     if (added.length > 0) this.#rows = cut([...this.#rows, ...added], this.#maxChars, this.#maxRows)
     return this.#rows
   }
+}
+
+/** How many characters of a conversation's tail a run's window keeps for `model` (room to trim by whole turns). */
+export function transcriptBudget(model: Pick<LanguageModel, 'contextWindow'>): number {
+  return Math.ceil(model.contextWindow * 0.7 * 4 * 1.5)
 }
 
 /** The newest rows that fit: the same rule as readTranscriptTail (a row counts if what is newer leaves it room). */

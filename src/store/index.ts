@@ -30,6 +30,9 @@ export {
   insertToolMessageAfterFence,
   type FencedPart,
   type TransitionFence,
+  type TransitionReads,
+  type Prefetched,
+  type RunPrefetch,
   type TransitionWrite,
 } from './run-transition.js'
 export { insertDispatchStarted, type StartingDispatch } from './dispatch-start.js'

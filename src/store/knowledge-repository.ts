@@ -1,4 +1,4 @@
-import { sql } from 'kysely'
+import { sql, type RawBuilder } from 'kysely'
 import type { Executor, IngestStatus, JsonValue, KnowledgeStatus } from './database.js'
 import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
@@ -447,6 +447,11 @@ function toHit(row: HitRow): ChunkHit {
 }
 
 /** Whether a project has any searchable knowledge (a run skips retrieval when it has none). */
+/** `hasKnowledge` as a scalar subquery, to ride in a larger statement. */
+export function hasKnowledgeRead(projectId: string): RawBuilder<boolean> {
+  return sql<boolean>`exists (select 1 from knowledge_chunks where project_id = ${projectId})`
+}
+
 export async function hasKnowledge(db: Executor, projectId: string): Promise<boolean> {
   const row = await db.selectFrom('knowledge_chunks').select('id').where('project_id', '=', projectId).limit(1).executeTakeFirst()
   return row !== undefined

@@ -12,7 +12,7 @@ import { SettingsSignals, settingsChannel } from './settings-repository.js'
 import { appendEventsAlone, eventsChannel, trackAppends, type EventRecord, type NewEvent, type RunFence } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import type { NewRun, Run, RunPatch } from './run-repository.js'
-import { runTransition, startRunAlone, type TransitionFence, type TransitionWrite } from './run-transition.js'
+import { runTransition, startRunAlone, type Prefetched, type RunPrefetch, type TransitionFence, type TransitionReads, type TransitionWrite } from './run-transition.js'
 import { lockDataDir } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
 import { prepareRepeatedStatements } from './prepared-statements.js'
@@ -69,13 +69,23 @@ export interface Store {
    * Starts a run in one statement when its conversation has nothing active or queued (`startRunAlone`);
    * `undefined` otherwise, with nothing written.
    */
-  startRun(input: NewRun, lease: { owner: string; expiresAt: Date }): Promise<{ run: Run; events: EventRecord[] } | undefined>
+  startRun(
+    input: NewRun,
+    lease: { owner: string; expiresAt: Date },
+    prefetch?: RunPrefetch,
+  ): Promise<{ run: Run; events: EventRecord[]; prefetched?: Prefetched } | undefined>
   /**
    * Runs one statement (its own transaction) that appends events, tagged as this instance's; they
    * reach this instance's streams on return.
    */
   statement<T extends { events: EventRecord[] }>(fn: (db: Executor, tag: string) => Promise<T>): Promise<T>
-  transition(fence: TransitionFence, patch: RunPatch, writes: TransitionWrite[], events: NewEvent[]): Promise<{ run: Run; events: EventRecord[] } | undefined>
+  transition(
+    fence: TransitionFence,
+    patch: RunPatch,
+    writes: TransitionWrite[],
+    events: NewEvent[],
+    reads?: TransitionReads,
+  ): Promise<{ run: Run; events: EventRecord[]; reads: { [name: string]: unknown } } | undefined>
   /** Throws when the database does not answer. */
   ping(): Promise<void>
   close(): Promise<void>
@@ -117,8 +127,8 @@ export async function openStore(options: StoreOptions): Promise<Store> {
         feed.deliverCommitted(appended)
         return appended
       },
-      startRun: async (input, lease) => {
-        const result = await startRunAlone(db, input, lease, feed.tag)
+      startRun: async (input, lease, prefetch) => {
+        const result = await startRunAlone(db, input, lease, feed.tag, prefetch)
         if (result && result.events.length > 0) feed.deliverCommitted(result.events)
         return result
       },
@@ -127,8 +137,8 @@ export async function openStore(options: StoreOptions): Promise<Store> {
         if (result.events.length > 0) feed.deliverCommitted(result.events)
         return result
       },
-      transition: async (fence, patch, writes, events) => {
-        const result = await runTransition(db, fence, patch, writes, events, feed.tag)
+      transition: async (fence, patch, writes, events, reads) => {
+        const result = await runTransition(db, fence, patch, writes, events, feed.tag, reads)
         if (result && result.events.length > 0) feed.deliverCommitted(result.events)
         return result
       },

@@ -1,4 +1,4 @@
-import { sql } from 'kysely'
+import { sql, type RawBuilder } from 'kysely'
 import type { Executor, JsonValue, RunPhase, RunStatus, ToolCallStatus } from './database.js'
 import { appendEvents, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
@@ -416,22 +416,45 @@ export async function readTranscript(db: Executor, conversationId: string): Prom
  * `maxRows` rows however long the conversation, so a round's cost does not grow with its length.
  */
 export async function readTranscriptTail(db: Executor, conversationId: string, maxChars: number, maxRows = 2000): Promise<TranscriptRow[]> {
-  const { rows } = await sql<MessageRow>`
-    select id, role, content, tool_calls, tool_call_id, status, size from (
-      select m.*, sum(m.size) over (order by m.id desc) as through
-      from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId} order by id desc limit ${maxRows}) m
-    ) t
-    where t.through - t.size < ${maxChars}
-    order by id`.execute(db)
+  const { rows } = await sql<MessageRow>`${tailQuery(conversationId, maxChars, maxRows)}`.execute(db)
   return rows.map(toTranscriptRow)
 }
 
 /** The conversation's messages after `afterId`, oldest first (to extend a transcript read earlier). */
 export async function readTranscriptAfter(db: Executor, conversationId: string, afterId: string, maxRows = 2000): Promise<TranscriptRow[]> {
-  const { rows } = await sql<MessageRow>`
-    select id, role, content, tool_calls, tool_call_id, status, ${transcriptSize} as size from messages
-    where conversation_id = ${conversationId} and id > ${afterId} order by id limit ${maxRows}`.execute(db)
+  const { rows } = await sql<MessageRow>`${afterQuery(conversationId, afterId, maxRows)}`.execute(db)
   return rows.map(toTranscriptRow)
+}
+
+/** `readTranscriptTail` as a scalar subquery (a JSON array), to ride in a larger statement. */
+export function transcriptTailRead(conversationId: string, maxChars: number, maxRows = 2000): RawBuilder<unknown> {
+  return sql`select coalesce(jsonb_agg(to_jsonb(t.*) order by t.id), '[]'::jsonb) from (${tailQuery(conversationId, maxChars, maxRows)}) t`
+}
+
+/** `readTranscriptAfter` as a scalar subquery (a JSON array), to ride in a larger statement. */
+export function transcriptAfterRead(conversationId: string, afterId: string, maxRows = 2000): RawBuilder<unknown> {
+  return sql`select coalesce(jsonb_agg(to_jsonb(t.*) order by t.id), '[]'::jsonb) from (${afterQuery(conversationId, afterId, maxRows)}) t`
+}
+
+/** The rows a transcript read returned as JSON. */
+export function transcriptRowsFromJson(value: unknown): TranscriptRow[] {
+  return (Array.isArray(value) ? (value as MessageRow[]) : []).map(toTranscriptRow)
+}
+
+function tailQuery(conversationId: string, maxChars: number, maxRows: number): RawBuilder<MessageRow> {
+  return sql<MessageRow>`
+    select id, role, content, tool_calls, tool_call_id, status, size from (
+      select m.*, sum(m.size) over (order by m.id desc) as through
+      from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId} order by id desc limit ${maxRows}) m
+    ) t
+    where t.through - t.size < ${maxChars}
+    order by id`
+}
+
+function afterQuery(conversationId: string, afterId: string, maxRows: number): RawBuilder<MessageRow> {
+  return sql<MessageRow>`
+    select id, role, content, tool_calls, tool_call_id, status, ${transcriptSize} as size from messages
+    where conversation_id = ${conversationId} and id > ${afterId} order by id limit ${maxRows}`
 }
 
 /** What a message counts for against the window (its text, its calls' JSON, and a per-message allowance). */

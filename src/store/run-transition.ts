@@ -3,7 +3,8 @@ import { auditAppendCtes, type AuditEntryInput } from './audit-repository.js'
 import type { Executor, JsonValue } from './database.js'
 import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
-import { patchColumns, runStartEvents, toRun, type NewRun, type Run, type RunPatch, type RunRow, type StoredToolCall, type ToolCallRecord } from './run-repository.js'
+import { hasKnowledgeRead } from './knowledge-repository.js'
+import { patchColumns, runStartEvents, toRun, transcriptRowsFromJson, transcriptTailRead, type NewRun, type Run, type RunPatch, type RunRow, type StoredToolCall, type ToolCallRecord, type TranscriptRow } from './run-repository.js'
 import { isUniqueViolation } from './store-errors.js'
 
 /**
@@ -34,7 +35,8 @@ export async function runTransition(
   writes: TransitionWrite[],
   events: NewEvent[],
   tag: string,
-): Promise<{ run: Run; events: EventRecord[] } | undefined> {
+  reads: TransitionReads = {},
+): Promise<{ run: Run; events: EventRecord[]; reads: { [name: string]: unknown } } | undefined> {
   const set = Object.entries({ lease_expires_at: fence.expiresAt, ...patchColumns(patch) }).map(([column, value]) => sql`${sql.ref(column)} = ${value}`)
   const names = writes.map((_, index) => `w${index}`)
   const ctes = writes.map((write, index) => sql`, ${sql.ref(names[index]!)} as (${write.sql})`)
@@ -54,11 +56,23 @@ export async function runTransition(
       where id = ${fence.runId} and lease_owner = ${fence.owner} and status = 'running'
       returning *
     )${sql.join(ctes, sql``)}${eventsPart}
-    select f.*, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events from f`.execute(db)
+    select f.*, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events${sql.join(
+      Object.entries(reads).map(([name, read]) => sql`, (${read}) as ${sql.ref(`read_${name}`)}`),
+      sql``,
+    )} from f`.execute(db)
   const row = rows[0]
   if (!row) return undefined
   const appended = (row.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id)
-  return { run: toRun(row), events: appended }
+  const read = row as unknown as { [column: string]: unknown }
+  return { run: toRun(row), events: appended, reads: Object.fromEntries(Object.keys(reads).map((name) => [name, read[`read_${name}`]])) }
+}
+
+/**
+ * Scalar subqueries that go with a transition, each read in the statement's snapshot (what was
+ * committed before it, not its own writes): a read the next step needs costs no round trip of its own.
+ */
+export interface TransitionReads {
+  [name: string]: RawBuilder<unknown>
 }
 
 /** Inserts the assistant message a model turn streams into. */
@@ -107,7 +121,8 @@ export async function startRunAlone(
   input: NewRun,
   lease: { owner: string; expiresAt: Date },
   tag: string,
-): Promise<{ run: Run; events: EventRecord[] } | undefined> {
+  prefetch?: RunPrefetch,
+): Promise<{ run: Run; events: EventRecord[]; prefetched?: Prefetched } | undefined> {
   const now = new Date()
   // The row as the database will hold it, so the run (and run.created) needs no read back.
   const row: RunRow = {
@@ -142,7 +157,7 @@ export async function startRunAlone(
   const events = runStartEvents(run, messageId, input.input, true)
   const json = (value: JsonValue | null) => (value === null ? null : JSON.stringify(value))
   try {
-    const { rows } = await sql<{ id: string; events: Array<{ [key: string]: JsonValue }> | null }>`
+    const { rows } = await sql<{ id: string; events: Array<{ [key: string]: JsonValue }> | null; transcript?: unknown; has_knowledge?: boolean; input_size?: number | string }>`
       with r as (
         insert into runs (id, conversation_id, project_id, owner_id, model, status, phase, iteration, max_iterations, approval_policy,
                           client_tools, usage, created_at, updated_at, started_at, knowledge, profile, lease_owner, lease_expires_at)
@@ -162,14 +177,37 @@ export async function startRunAlone(
         select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
         returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified
       )
-      select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events from r`.execute(db)
+      select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events${
+        prefetch
+          ? sql`, (${transcriptTailRead(input.conversationId, prefetch.maxChars, prefetch.maxRows)}) as transcript,
+                 ${hasKnowledgeRead(input.projectId)} as has_knowledge, length(${input.input}::text) + 64 as input_size`
+          : sql``
+      } from r`.execute(db)
     const created = rows[0]
     if (!created) return undefined
-    return { run, events: (created.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id) }
+    const appended = (created.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id)
+    if (!prefetch) return { run, events: appended }
+    // The statement reads what was there before it: the user message it wrote is added here.
+    const message: TranscriptRow = { id: messageId, role: 'user', content: input.input, toolCalls: null, toolCallId: null, status: 'completed', size: Number(created.input_size) }
+    return { run, events: appended, prefetched: { transcript: [...transcriptRowsFromJson(created.transcript), message], hasKnowledge: created.has_knowledge === true } }
   } catch (error) {
     if (isUniqueViolation(error)) return undefined
     throw error
   }
+}
+
+/** What the driver of a run started by `startRunAlone` will read first, read in the same statement. */
+export interface RunPrefetch {
+  /** The transcript window's size (see `readTranscriptTail`). */
+  maxChars: number
+  maxRows?: number
+}
+
+export interface Prefetched {
+  /** The conversation's tail as `readTranscriptTail` would read it just after (more rows may need cutting). */
+  transcript: TranscriptRow[]
+  /** Whether the project has knowledge to retrieve. */
+  hasKnowledge: boolean
 }
 
 /** A run's part of a statement: its fence, and the writes and events that go only if the fence holds. */
