@@ -18,6 +18,7 @@ import {
   readMigrations,
   migrate,
   streamEvents,
+  readEventPage,
   StoreError,
   type EventRecord,
   type Store,
@@ -128,6 +129,40 @@ for (const engine of testEngines()) {
       expect(again).toMatchObject({ fenced: true, inserted: false, events: [] })
       expect([await count('audit_log'), await count('events')]).toEqual([audit0 + 2, events0 + 1])
       expect(await verifyAuditChain(store)).toMatchObject({ ok: true })
+    })
+
+    it('a run followed since its creation replays from memory exactly what the table holds; others read the table', async () => {
+      const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'replay' }))
+      const conversation = await store.transaction((tx) => createConversation(tx, { projectId: project.id, ownerId }))
+      const started = await store.startRun(
+        { conversationId: conversation.id, projectId: project.id, ownerId, model: 'm', maxIterations: 1, approvalPolicy: 'ask', clientTools: [], input: 'hi' },
+        { owner: 'replay.1', expiresAt: new Date(Date.now() + 60_000) },
+      )
+      const run = started!.run
+      for (let index = 0; index < 5; index++) {
+        await store.appendEvents([{ type: 'message.delta', runId: run.id, conversationId: conversation.id, projectId: project.id, userId: ownerId, data: { text: `t${index} 🙂` } }])
+      }
+      await store.feed.flush()
+      const table = (await readEventPage(store.db, { runId: run.id }, 0, 500, 1 << 20)).events
+      expect(table.length).toBeGreaterThanOrEqual(7)
+      expect(store.feed.recentRunEvents(run.id, 0)).toEqual(table)
+      expect(store.feed.recentRunEvents(run.id, table[3]!.id)).toEqual(table.slice(4))
+      expect(store.feed.recentRunEvents(run.id, table.at(-1)!.id)).toEqual([])
+      // A run this feed did not see created has no record here.
+      expect(store.feed.recentRunEvents('no-such-run', 0)).toBeUndefined()
+      // A stream replays the same, then follows live.
+      const controller = new AbortController()
+      const seen: number[] = []
+      const reader = (async () => {
+        for await (const event of streamEvents(store.db, store.feed, { runId: run.id }, { afterId: table[1]!.id, signal: controller.signal })) {
+          seen.push(event.id)
+          if (seen.length === table.length - 2 + 1) controller.abort()
+        }
+      })()
+      const [live] = await store.appendEvents([{ type: 'run.status', runId: run.id, conversationId: conversation.id, projectId: project.id, userId: ownerId, data: {} }])
+      await reader
+      expect(seen).toEqual([...table.slice(2).map((event) => event.id), live!.id])
+      await store.db.updateTable('runs').set({ status: 'completed', lease_owner: null }).where('id', '=', run.id).execute()
     })
 
     it('chains audit entries from concurrent transactions, any text included; a rolled-back append leaves no gap; a removed newest entry is detected', async () => {

@@ -1,5 +1,5 @@
 import type { Executor } from './database.js'
-import { lastEventId, readAllEvents, type EventRecord } from './event-log.js'
+import { eventDataJson, lastEventId, readAllEvents, type EventRecord } from './event-log.js'
 
 /** Starts listening for commit notifications (with their payload); returns a function that stops. */
 export type NotificationSource = (onNotify: (payload?: string) => void) => Promise<() => Promise<void>>
@@ -8,6 +8,10 @@ export type NotificationSource = (onNotify: (payload?: string) => void) => Promi
 export type FeedListener = (event: EventRecord) => void
 
 const pageSize = 1000
+
+/** Bounds of the runs' recent events kept for replay (event data bytes): per run, and in all. */
+const recentPerRunBytes = 256 * 1024
+const recentTotalBytes = 16 * 1024 * 1024
 
 /**
  * The live side of the event log: one reader per server instance that, woken by a commit
@@ -30,6 +34,9 @@ export class EventFeed {
   #stop: (() => Promise<void>) | null = null
   #timer: NodeJS.Timeout | null = null
   #closed = false
+  // Each run's events since its `run.created`, as this feed delivered them (see `recentRunEvents`).
+  readonly #recent = new Map<string, { events: EventRecord[]; bytes: number }>()
+  #recentBytes = 0
 
   /** The NOTIFY payload of this instance's tracked transactions. */
   readonly tag: string
@@ -104,6 +111,19 @@ export class EventFeed {
     }
   }
 
+  /**
+   * A run's events after `afterId`, when this feed has delivered every one of them — it saw the run
+   * created and has kept its events since (within bounds; the oldest runs are let go first) — so a
+   * stream opened on it replays from memory instead of the table; `undefined` otherwise. Taken in
+   * the same turn as a subscription, it leaves no gap: later events reach the subscriber.
+   */
+  recentRunEvents(runId: string, afterId: number): EventRecord[] | undefined {
+    const entry = this.#recent.get(runId)
+    if (!entry) return undefined
+    const first = entry.events.findIndex((event) => event.id > afterId)
+    return first < 0 ? [] : entry.events.slice(first)
+  }
+
   /** Resolves once everything committed before the call has been delivered. */
   async flush(): Promise<void> {
     this.poke()
@@ -116,6 +136,35 @@ export class EventFeed {
     await this.#stop?.()
     while (this.#reading) await this.#reading
     this.#listeners.clear()
+    this.#recent.clear()
+  }
+
+  #remember(runId: string, event: EventRecord): void {
+    let entry = this.#recent.get(runId)
+    if (!entry) {
+      // Only from a run's first event on is the record complete.
+      if (event.type !== 'run.created') return
+      entry = { events: [], bytes: 0 }
+      this.#recent.set(runId, entry)
+    }
+    const size = eventDataJson(event).length + 200
+    if (entry.bytes + size > recentPerRunBytes) {
+      // Too long to keep: its streams read the table (it is not taken up again).
+      this.#forget(runId, entry)
+      return
+    }
+    entry.events.push(event)
+    entry.bytes += size
+    this.#recentBytes += size
+    for (const [oldest, kept] of this.#recent) {
+      if (this.#recentBytes <= recentTotalBytes) break
+      this.#forget(oldest, kept)
+    }
+  }
+
+  #forget(runId: string, entry: { bytes: number }): void {
+    this.#recent.delete(runId)
+    this.#recentBytes -= entry.bytes
   }
 
   async #readNew(): Promise<void> {
@@ -135,6 +184,7 @@ export class EventFeed {
   }
 
   #deliver(event: EventRecord): void {
+    if (event.runId) this.#remember(event.runId, event)
     const keys = [
       event.projectId && `project:${event.projectId}`,
       event.conversationId && `conversation:${event.conversationId}`,

@@ -86,7 +86,9 @@ export async function* streamEvents(
     if (options.signal?.aborted) return
     while (!options.signal?.aborted) {
       if (fromTable) {
-        const page = await readEventPage(db, scope, cursor, replayPage, maxBytes)
+        // A run this instance has followed since it was created replays from memory.
+        const recent = 'runId' in scope ? feed.recentRunEvents(scope.runId, cursor) : undefined
+        const page = recent ? { events: recent, more: false } : await readEventPage(db, scope, cursor, replayPage, maxBytes)
         for (const event of page.events) {
           if (options.signal?.aborted) return
           cursor = event.id
