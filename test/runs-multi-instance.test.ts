@@ -81,6 +81,29 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
     expect((await me()).status).toBe(401)
   })
 
+  it('project listings are cached, and a project created, renamed or deleted on one instance shows in the other\'s next listings', async () => {
+    const names = async (on: ServeProcess) => ((await http(on.url, 'GET', '/api/projects?limit=100', { token })).body.items as Array<{ id: string; name: string }>)
+    // Until the other instance's notification arrives (milliseconds; the cache alone would keep it 2 s).
+    const eventually = async (check: () => Promise<boolean>) => {
+      for (let attempt = 0; attempt < 25; attempt++) {
+        if (await check()) return
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
+      throw new Error('the other instance kept serving its cached listing')
+    }
+    await names(b)
+    const created = await http(a.url, 'POST', '/api/projects', { token, body: { name: 'listed-1' } })
+    // On the instance that wrote: at once.
+    expect((await names(a)).some((project) => project.id === created.body.id)).toBe(true)
+    await eventually(async () => (await names(b)).some((project) => project.id === created.body.id))
+    expect((await http(a.url, 'PATCH', `/api/projects/${created.body.id}`, { token, body: { name: 'listed-2' } })).status).toBe(200)
+    expect((await names(a)).find((project) => project.id === created.body.id)?.name).toBe('listed-2')
+    await eventually(async () => (await names(b)).find((project) => project.id === created.body.id)?.name === 'listed-2')
+    expect((await http(b.url, 'DELETE', `/api/projects/${created.body.id}`, { token })).status).toBe(204)
+    expect((await names(b)).some((project) => project.id === created.body.id)).toBe(false)
+    await eventually(async () => !(await names(a)).some((project) => project.id === created.body.id))
+  })
+
   it('a cancel on the other instance stops the driver at once: no more deltas, the call answered once', { timeout: 60_000 }, async () => {
     const { runId } = await startRun(a)
     await waitForStreaming(runId)

@@ -37,7 +37,10 @@ export function createPluginHost(
       )
     },
     accessChanged: async (projectId) => {
-      await announceAccessChange(store.db, [projectId ? `project:${projectId}` : 'all'])
+      const subject = projectId ? (`project:${projectId}` as const) : 'all'
+      await announceAccessChange(store.db, [subject])
+      // Here at once too (the notification comes back a moment later).
+      store.access.deliver(subject)
     },
     knowledgeSearch: async (actor, query, options = {}) => {
       try {

@@ -59,6 +59,8 @@ export async function createProject(tx: Executor, ownerId: string, input: Projec
     .executeTakeFirstOrThrow()
   const project = toProject(row)
   await appendEvents(tx, [{ type: 'project.created', projectId: project.id, userId: ownerId, data: { project } }])
+  // Every instance's cached project listings go (see ProjectListCache).
+  await announceAccessChange(tx, [`project:${project.id}`])
   return project
 }
 
@@ -104,6 +106,7 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
     .executeTakeFirstOrThrow()
   const updated = toProject(row)
   await appendEvents(tx, [{ type: 'project.updated', projectId: project.id, userId: project.ownerId, data: { project: updated } }])
+  await announceAccessChange(tx, [`project:${project.id}`])
   return updated
 }
 

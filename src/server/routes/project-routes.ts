@@ -19,12 +19,16 @@ import {
   ProjectCreate,
   ProjectPatch,
 } from '../schemas.js'
+import { ProjectListCache } from '../project-list-cache.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['projects']
 
 export function registerProjectRoutes(app: App, deps: ServerDeps): void {
   const { store } = deps
+  // Listings are cached; this instance's own project writes drop them before answering.
+  const lists = new ProjectListCache<Buffer>(store.access)
+  const changed = (projectId: string) => lists.forget(`project:${projectId}`)
 
   app.post(
     '/projects',
@@ -32,19 +36,28 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       const user = caller(request)
       const input = checkProfile(deps, request.body)
-      return runIdempotent(request, reply, store, user.id, 201, async (tx) => projectView(await createProject(tx, user.id, input), user))
+      const answer = await runIdempotent(request, reply, store, user.id, 201, async (tx) => projectView(await createProject(tx, user.id, input), user))
+      lists.forget('all')
+      return answer
     },
   )
 
   app.get(
     '/projects',
     { schema: { operationId: 'listProjects', tags, summary: 'Projects the caller owns (and, with sharing, may see)', querystring: PageQuery, response: { 200: PageOf(Project), ...problemResponses } } },
-    async (request) => {
+    async (request, reply) => {
       const user = caller(request)
+      const limit = request.query.limit ?? 50
+      // The answer is kept as the bytes the route's schema serialised it to.
+      const known = lists.get(user.id, limit, request.query.cursor)
+      if (known) return reply.type('application/json; charset=utf-8').send(known)
+      const generation = lists.generation
       const after = decodeCursor(request.query.cursor)
       const shared = await deps.access.sharedProjectIds(user.id)
-      const page = await listProjects(store.db, user.id, { limit: request.query.limit ?? 50, after }, shared)
-      return toListAnswer(page, (project) => projectView(project, user))
+      const page = await listProjects(store.db, user.id, { limit, after }, shared)
+      const answer = Buffer.from(reply.serialize(toListAnswer(page, (project) => projectView(project, user))) as string)
+      lists.set(user.id, limit, request.query.cursor, answer, generation)
+      return reply.type('application/json; charset=utf-8').send(answer)
     },
   )
 
@@ -74,6 +87,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
         await auditProfileChange(tx, project, next, user.id)
         return next
       })
+      changed(project.id)
       return projectView(updated, user)
     },
   )
@@ -84,6 +98,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       const project = await ownedProjectForCaller(deps, caller(request), request.params.id)
       await store.transaction((tx) => deleteProject(tx, project))
+      changed(project.id)
       return reply.code(204).send(null)
     },
   )
