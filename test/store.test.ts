@@ -402,7 +402,12 @@ describe('embedded data directory', () => {
     try {
       const template = join(dir, 'template.tar.gz')
       await writeFile(template, Buffer.from(await (await dumpMigratedPGlite('gzip')).arrayBuffer()))
+      // What an earlier start cut off before it had a cluster left behind is replaced.
+      await mkdir(join(dir, 'data', 'pg', 'base'), { recursive: true })
+      await writeFile(join(dir, 'data', 'pg', 'half-written'), 'x')
       const fresh = await openStore({ dataDir: join(dir, 'data'), pgliteTemplate: template })
+      expect(await readdir(join(dir, 'data', 'pg'))).not.toContain('half-written')
+      expect((await readdir(dir)).filter((name) => name.includes('unpacking'))).toEqual([])
       // Everything was already applied in the template.
       expect(fresh.migrations.applied).toEqual([])
       expect(fresh.migrations.alreadyApplied).toBe((await readMigrations()).length)

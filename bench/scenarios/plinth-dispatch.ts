@@ -6,8 +6,8 @@ type Target = 'me' | 'dispatch'
 
 /**
  * Command-dispatch overhead: `POST /api/commands/rdm.ping` from a button (validate, authorize, gate,
- * run, three audit entries in their own transactions) next to `GET /api/me`, a plain authenticated
- * route, on the same server.
+ * run; its row with the requested and running entries in one statement, the finished entry in another)
+ * next to `GET /api/me`, a plain authenticated route, on the same server.
  */
 function request(server: { url: string; token: string }, target: Target): Pick<StartedScenario, 'request' | 'check'> {
   const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' }

@@ -17,6 +17,7 @@ import type { Ingestor, Retriever } from '../rag/index.js'
 import type { RunManager } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
+import { lazySerializerFactory, lazyValidator } from './lazy-compilers.js'
 import { TokenCache } from './token-cache.js'
 import { registerStreamTicketRoutes } from './routes/stream-ticket-routes.js'
 import { handleError, requestPath } from './error-handler.js'
@@ -115,6 +116,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     },
     clientErrorHandler,
     frameworkErrors,
+    schemaController: { compilersFactory: { buildSerializer: lazySerializerFactory() } },
     ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
   }).withTypeProvider<TypeBoxTypeProvider>()
   limitConnections(app.server, options.maxConnectionsPerAddress ?? 256, options.maxConnections ?? 10_000)
@@ -123,7 +125,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   // are text, so they are coerced to the declared types.
   const bodyAjv = addFormats(new Ajv({ allErrors: true, strict: false, coerceTypes: false, removeAdditional: false, useDefaults: true }))
   const textAjv = addFormats(new Ajv({ allErrors: true, strict: false, coerceTypes: 'array', removeAdditional: false, useDefaults: true }))
-  app.setValidatorCompiler(({ schema, httpPart }) => (httpPart === 'body' ? bodyAjv : textAjv).compile(schema))
+  app.setValidatorCompiler(({ schema, httpPart }) => lazyValidator(httpPart === 'body' ? bodyAjv : textAjv, schema))
 
   const shutdown = new AbortController()
   // Every open stream listens for shutdown; thousands of them are expected, not a leak.

@@ -428,12 +428,12 @@ export async function readTranscriptAfter(db: Executor, conversationId: string, 
 
 /** `readTranscriptTail` as a scalar subquery (a JSON array), to ride in a larger statement. */
 export function transcriptTailRead(conversationId: string, maxChars: number, maxRows = 2000): RawBuilder<unknown> {
-  return sql`select coalesce(jsonb_agg(to_jsonb(t.*) order by t.id), '[]'::jsonb) from (${tailQuery(conversationId, maxChars, maxRows)}) t`
+  return sql`select coalesce(json_agg(t.* order by t.id), '[]'::json) from (${tailQuery(conversationId, maxChars, maxRows)}) t`
 }
 
 /** `readTranscriptAfter` as a scalar subquery (a JSON array), to ride in a larger statement. */
 export function transcriptAfterRead(conversationId: string, afterId: string, maxRows = 2000): RawBuilder<unknown> {
-  return sql`select coalesce(jsonb_agg(to_jsonb(t.*) order by t.id), '[]'::jsonb) from (${afterQuery(conversationId, afterId, maxRows)}) t`
+  return sql`select coalesce(json_agg(t.* order by t.id), '[]'::json) from (${afterQuery(conversationId, afterId, maxRows)}) t`
 }
 
 /** The rows a transcript read returned as JSON. */

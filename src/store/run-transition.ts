@@ -42,10 +42,14 @@ export async function runTransition(
   const ctes = writes.map((write, index) => sql`, ${sql.ref(names[index]!)} as (${write.sql})`)
   // Each write's rows are counted before the lock is taken: that forces them to run first.
   const writesDone = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
+  // Reads too, so none is made while the event log's lock is held.
+  const readNames = Object.keys(reads).map((name) => `read_${name}`)
+  const readCtes = Object.values(reads).map((read, index) => sql`, ${sql.ref(readNames[index]!)} as (select (${read}) as value)`)
+  const readsDone = readNames.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
   const eventsPart =
     events.length === 0
       ? sql`, e as (select null::bigint as id where false)`
-      : sql`, lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from f where true ${sql.join(writesDone, sql``)}),
+      : sql`, lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from f where true ${sql.join([...writesDone, ...readsDone], sql``)}),
         e as (
           insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
           select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
@@ -55,9 +59,9 @@ export async function runTransition(
       update runs set ${sql.join(set)}
       where id = ${fence.runId} and lease_owner = ${fence.owner} and status = 'running'
       returning *
-    )${sql.join(ctes, sql``)}${eventsPart}
+    )${sql.join(ctes, sql``)}${sql.join(readCtes, sql``)}${eventsPart}
     select f.*, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events${sql.join(
-      Object.entries(reads).map(([name, read]) => sql`, (${read}) as ${sql.ref(`read_${name}`)}`),
+      readNames.map((name) => sql`, (select value from ${sql.ref(name)}) as ${sql.ref(name)}`),
       sql``,
     )} from f`.execute(db)
   const row = rows[0]
@@ -171,18 +175,18 @@ export async function startRunAlone(
         insert into messages (id, conversation_id, run_id, role, content, status)
         select ${messageId}, ${input.conversationId}, r.id, 'user', ${input.input}, 'completed' from r returning id
       ),
-      lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r where (select count(*) from m) >= 0),
+      -- The first reads of the run's driver, made before the event log's lock is taken (not while holding it).
+      pre as (
+        select ${prefetch ? sql`(${transcriptTailRead(input.conversationId, prefetch.maxChars, prefetch.maxRows)})` : sql`null::json`} as transcript,
+               ${prefetch ? hasKnowledgeRead(input.projectId) : sql`null::boolean`} as has_knowledge, length(${input.input}::text) + 64 as input_size
+      ),
+      lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r where (select count(*) from m) >= 0 and (select count(*) from pre) >= 0),
       e as (
         insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
         select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
         returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified
       )
-      select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events${
-        prefetch
-          ? sql`, (${transcriptTailRead(input.conversationId, prefetch.maxChars, prefetch.maxRows)}) as transcript,
-                 ${hasKnowledgeRead(input.projectId)} as has_knowledge, length(${input.input}::text) + 64 as input_size`
-          : sql``
-      } from r`.execute(db)
+      select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events, pre.transcript, pre.has_knowledge, pre.input_size from r, pre`.execute(db)
     const created = rows[0]
     if (!created) return undefined
     const appended = (created.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id)
