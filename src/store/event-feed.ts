@@ -9,9 +9,13 @@ export type FeedListener = (event: EventRecord) => void
 
 const pageSize = 1000
 
-/** Bounds of the runs' recent events kept for replay (event data bytes): per run, and in all. */
-const recentPerRunBytes = 256 * 1024
-const recentTotalBytes = 16 * 1024 * 1024
+/**
+ * Bounds of the runs' recent events kept for replay, in estimated heap bytes (each event's data JSON
+ * counted twice, for the parsed data and its cached JSON, plus the record): per run, and in all. A
+ * run of a few rounds keeps a few KB, so the newest ~1,000 runs are kept.
+ */
+const recentPerRunBytes = 128 * 1024
+const recentTotalBytes = 4 * 1024 * 1024
 
 /**
  * The live side of the event log: one reader per server instance that, woken by a commit
@@ -147,7 +151,7 @@ export class EventFeed {
       entry = { events: [], bytes: 0 }
       this.#recent.set(runId, entry)
     }
-    const size = eventDataJson(event).length + 200
+    const size = 2 * eventDataJson(event).length + 300
     if (entry.bytes + size > recentPerRunBytes) {
       // Too long to keep: its streams read the table (it is not taken up again).
       this.#forget(runId, entry)
