@@ -1,8 +1,8 @@
 import type { AccessSignals, AccessSubject } from '../store/index.js'
 
-interface Entry<T> {
+interface Entry {
   userId: string
-  value: T
+  body: Buffer
   expiresAt: number
 }
 
@@ -11,29 +11,32 @@ interface Entry<T> {
  * cursor. Any project's change or a change of sharing (`project:` and `all` on `plinth_access`, from
  * this or any instance; this instance's own writes also drop it before they answer) empties it, a
  * disabled user's entries go, and every entry lapses after `ttlMs` whatever happens — the bound for a
- * ProjectAuthz adapter that changes its answers without saying so. Bounded in size (oldest first out).
+ * ProjectAuthz adapter that changes its answers without saying so. Bounded in bytes (oldest first out;
+ * lapsed entries go as new ones come).
  */
-export class ProjectListCache<T> {
-  readonly #entries = new Map<string, Entry<T>>()
+export class ProjectListCache {
+  readonly #entries = new Map<string, Entry>()
   readonly #ttlMs: number
-  readonly #max: number
+  readonly #maxBytes: number
+  #bytes = 0
   #generation = 0
 
-  constructor(access: AccessSignals, options: { ttlMs?: number; max?: number } = {}) {
+  constructor(access: AccessSignals, options: { ttlMs?: number; maxBytes?: number } = {}) {
     this.#ttlMs = options.ttlMs ?? 2_000
-    this.#max = options.max ?? 5_000
+    this.#maxBytes = options.maxBytes ?? 8 * 1024 * 1024
     access.subscribe((subject) => this.forget(subject))
   }
 
-  get(userId: string, limit: number, cursor: string | undefined): T | undefined {
+  /** The serialised answer, when one is kept. */
+  get(userId: string, limit: number, cursor: string | undefined): Buffer | undefined {
     const key = keyOf(userId, limit, cursor)
     const entry = this.#entries.get(key)
     if (!entry) return undefined
     if (entry.expiresAt <= Date.now()) {
-      this.#entries.delete(key)
+      this.#delete(key, entry)
       return undefined
     }
-    return entry.value
+    return entry.body
   }
 
   /** Taken before reading what `set` will store: a change announced meanwhile makes that `set` a no-op. */
@@ -41,10 +44,19 @@ export class ProjectListCache<T> {
     return this.#generation
   }
 
-  set(userId: string, limit: number, cursor: string | undefined, value: T, generation: number): void {
-    if (this.#ttlMs <= 0 || generation !== this.#generation) return
-    if (this.#entries.size >= this.#max) this.#entries.delete(this.#entries.keys().next().value as string)
-    this.#entries.set(keyOf(userId, limit, cursor), { userId, value, expiresAt: Date.now() + this.#ttlMs })
+  set(userId: string, limit: number, cursor: string | undefined, body: Buffer, generation: number): void {
+    if (this.#ttlMs <= 0 || generation !== this.#generation || body.length > this.#maxBytes / 4) return
+    const key = keyOf(userId, limit, cursor)
+    const previous = this.#entries.get(key)
+    if (previous) this.#delete(key, previous)
+    const now = Date.now()
+    // Entries are in insertion order, which is expiry order (one TTL): the lapsed and the oldest go first.
+    for (const [oldest, entry] of this.#entries) {
+      if (entry.expiresAt > now && this.#bytes + body.length <= this.#maxBytes) break
+      this.#delete(oldest, entry)
+    }
+    this.#entries.set(key, { userId, body, expiresAt: now + this.#ttlMs })
+    this.#bytes += body.length
   }
 
   forget(subject: AccessSubject): void {
@@ -52,11 +64,17 @@ export class ProjectListCache<T> {
     this.#generation++
     if (subject.startsWith('user:')) {
       const id = subject.slice('user:'.length)
-      for (const [key, entry] of this.#entries) if (entry.userId === id) this.#entries.delete(key)
+      for (const [key, entry] of this.#entries) if (entry.userId === id) this.#delete(key, entry)
       return
     }
     // A project (or everything) changed: whose lists show it is not known, so none is kept.
     this.#entries.clear()
+    this.#bytes = 0
+  }
+
+  #delete(key: string, entry: Entry): void {
+    this.#entries.delete(key)
+    this.#bytes -= entry.body.length
   }
 }
 

@@ -27,7 +27,7 @@ const tags = ['projects']
 export function registerProjectRoutes(app: App, deps: ServerDeps): void {
   const { store } = deps
   // Listings are cached; this instance's own project writes drop them before answering.
-  const lists = new ProjectListCache<Buffer>(store.access)
+  const lists = new ProjectListCache(store.access)
   const changed = (projectId: string) => lists.forget(`project:${projectId}`)
 
   app.post(
