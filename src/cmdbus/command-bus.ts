@@ -3,12 +3,9 @@ import {
   findAllowance,
   findDispatchByKey,
   getDecision,
-  getDispatch,
-  insertAllowance,
   insertDecision,
   lastAuditEnvelope,
   newId,
-  resolveDecision,
   type Conversation,
   type DecisionRecord,
   type Project,
@@ -17,9 +14,10 @@ import {
   type Store,
 } from '../store/index.js'
 import { initialEnvelope, insertRequested, recordStarted, recordStep, type AuditEnvelope, type DecisionSummary, type EnvelopeChange } from './audit-envelope.js'
+import { Decisions } from './decisions.js'
 import { DispatchExecutors } from './dispatch-executors.js'
 import { runHandler } from './handler-runner.js'
-import { appendDecisionEvent, fail, hashParams, hashRequest, outcomeOf, rejectedOutcome, staticRisk, toDecisionView, toJsonError, validateParams } from './outcomes.js'
+import { appendDecisionEvent, fail, hashParams, hashRequest, outcomeOf, staticRisk, toDecisionView, toJsonError, validateParams } from './outcomes.js'
 import type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest } from './bus-types.js'
 import type { CommandCatalog, RegisteredCommand } from './command-catalog.js'
 import { evaluateGate, type PermissionMode } from './gate.js'
@@ -86,11 +84,23 @@ export class CommandBus {
   readonly #options: CommandBusOptions
   readonly #listeners = new Set<DecisionListener>()
   readonly #executors: DispatchExecutors
+  readonly #decisions: Decisions
   #runs: RunBinding | null = null
 
   constructor(options: CommandBusOptions) {
     this.#options = options
     this.#executors = new DispatchExecutors(options.store, options.logger('plinth'), options.dispatchLeaseMs)
+    this.#decisions = new Decisions({
+      store: options.store,
+      access: options.access,
+      allowanceTtlMs: options.allowanceTtlMs,
+      lockRun: (tx, decision) => this.#lockRun(tx, decision),
+      settleRun: (tx, decision, outcome) => this.#settleRun(tx, decision, outcome),
+      runApproved: (decision, dispatch, envelope, summary) => this.#runApproved(decision, dispatch, envelope, summary),
+      notify: (decision, outcome) => {
+        for (const listener of this.#listeners) listener(decision, outcome)
+      },
+    })
   }
 
   /**
@@ -400,111 +410,23 @@ export class CommandBus {
   }
 
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
-  async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
-    const { store } = this.#options
-    const current = await getDecision(store.db, decisionId)
-    if (!current || !(await this.canAct(userId, current))) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
-    if (current.status === 'pending' && Date.parse(current.expiresAt) <= Date.now()) {
-      await this.expireDecision(current.id)
-    }
-    const wanted = answer === 'reject' ? 'rejected' : 'approved'
-    const resolved = await store.transaction(async (tx) => {
-      await this.#lockRun(tx, current)
-      const decision = await resolveDecision(tx, decisionId, {
-        status: wanted,
-        scope: answer === 'approve_session' ? 'session' : 'once',
-        decidedBy: userId,
-        ...(note !== undefined && { note }),
-      })
-      if (!decision) return undefined
-      const dispatch = await getDispatch(tx, decision.dispatchId)
-      if (!dispatch) throw new Error(`decision ${decision.id} has no dispatch`)
-      const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
-      const summary: DecisionSummary = { id: decision.id, outcome: wanted, by: userId, scope: decision.scope, via: 'human' }
-      const next = await recordStep(tx, 'decided', envelope, dispatch, { status: wanted === 'approved' ? 'awaiting_decision' : 'rejected', decision: summary, ...(wanted === 'rejected' && { error: { code: 'rejected', message: 'rejected by a human' }, finishedAt: new Date().toISOString() }) })
-      if (answer === 'approve_session' && decision.conversationId) {
-        await insertAllowance(tx, {
-          id: newId(),
-          conversationId: decision.conversationId,
-          commandId: decision.commandId,
-          paramsHash: dispatch.paramsHash,
-          decisionId: decision.id,
-          createdBy: userId,
-          expiresAt: new Date(Date.now() + this.#options.allowanceTtlMs).toISOString(),
-        })
-      }
-      await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: wanted, by: userId, scope: decision.scope ?? 'once' })
-      if (wanted === 'rejected') await this.#settleRun(tx, decision, rejectedOutcome(dispatch.id))
-      return { decision, dispatch, envelope: next, summary }
-    })
-    if (!resolved) {
-      // Already answered (possibly by a racing request): same answer → its stored outcome.
-      const decided = await getDecision(store.db, decisionId)
-      if (!decided) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
-      const view = toDecisionView(decided)
-      if (decided.status === 'expired') return { ok: false, error: { code: 'decision_expired', message: 'the decision expired or was superseded' }, decision: view }
-      if (decided.status !== wanted) return { ok: false, error: { code: 'decision_conflict', message: `the decision was already ${decided.status}` }, decision: view }
-      const dispatch = await getDispatch(store.db, decided.dispatchId)
-      return { ok: true, decision: view, dispatch: dispatch ? outcomeOf(dispatch) : { status: 'failed', dispatchId: null, error: { code: 'not_found', message: 'dispatch missing' } } }
-    }
-    const view = toDecisionView(resolved.decision)
-    let outcome: DispatchOutcome
-    if (wanted === 'rejected') {
-      outcome = rejectedOutcome(resolved.dispatch.id)
-    } else {
-      outcome = await this.#runApproved(resolved.decision, resolved.dispatch, resolved.envelope, resolved.summary)
-    }
-    for (const listener of this.#listeners) listener(view, outcome)
-    return { ok: true, decision: view, dispatch: outcome }
+  decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
+    return this.#decisions.decide(decisionId, userId, answer, note)
   }
 
   /** Marks a pending decision expired (also used when a run is superseded or times out). */
-  async expireDecision(decisionId: string): Promise<DecisionView | undefined> {
-    const { store } = this.#options
-    const pending = await getDecision(store.db, decisionId)
-    if (!pending || pending.status !== 'pending') return undefined
-    const expired = await store.transaction(async (tx) => {
-      await this.#lockRun(tx, pending)
-      const decision = await resolveDecision(tx, decisionId, { status: 'expired' })
-      if (!decision) return undefined
-      const dispatch = await getDispatch(tx, decision.dispatchId)
-      if (dispatch) {
-        const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
-        await recordStep(tx, 'finished', envelope, dispatch, {
-          status: 'expired',
-          decision: { id: decision.id, outcome: 'expired', by: null, scope: null, via: null },
-          error: { code: 'expired', message: 'the decision expired before anyone answered' },
-          finishedAt: new Date().toISOString(),
-        })
-      }
-      await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: 'expired', by: null, scope: 'once' })
-      await this.#settleRun(tx, decision, null)
-      return decision
-    })
-    if (!expired) return undefined
-    const view = toDecisionView(expired)
-    for (const listener of this.#listeners) listener(view, null)
-    return view
+  expireDecision(decisionId: string): Promise<DecisionView | undefined> {
+    return this.#decisions.expireDecision(decisionId)
   }
 
   /** Expires every pending decision past its deadline. */
-  async expireOverdue(): Promise<number> {
-    const overdue = await this.#options.store.db
-      .selectFrom('decisions')
-      .select('id')
-      .where('status', '=', 'pending')
-      .where('expires_at', '<=', new Date())
-      .execute()
-    for (const row of overdue) await this.expireDecision(row.id)
-    return overdue.length
+  expireOverdue(): Promise<number> {
+    return this.#decisions.expireOverdue()
   }
 
   /** Whether a user may see and answer a decision: it is on their behalf, or in a project they own. */
-  async canAct(userId: string, decision: DecisionRecord): Promise<boolean> {
-    if (decision.ownerId === userId) return true
-    if (!decision.projectId) return false
-    const project = await this.#options.access.project(userId, decision.projectId, 'write')
-    return project?.ownerId === userId
+  canAct(userId: string, decision: DecisionRecord): Promise<boolean> {
+    return this.#decisions.canAct(userId, decision)
   }
 
   async #runApproved(decision: DecisionRecord, dispatch: DispatchRecord, envelope: AuditEnvelope, summary: DecisionSummary): Promise<DispatchOutcome> {

@@ -1,0 +1,153 @@
+import {
+  getDecision,
+  getDispatch,
+  insertAllowance,
+  lastAuditEnvelope,
+  newId,
+  resolveDecision,
+  type DecisionRecord,
+  type DispatchRecord,
+  type Executor,
+  type Store,
+} from '../store/index.js'
+import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
+import type { DecideOutcome, DecisionAnswer, DecisionView, DispatchOutcome } from './bus-types.js'
+import { appendDecisionEvent, outcomeOf, rejectedOutcome, toDecisionView } from './outcomes.js'
+import type { ProjectAccess } from './project-access.js'
+
+/** What answering and expiring decisions needs from the bus. */
+export interface DecisionDeps {
+  store: Store
+  access: ProjectAccess
+  /** How long an `approve_session` allowance lasts (PLINTH_ALLOWANCE_TTL). */
+  allowanceTtlMs: number
+  /** Locks the decision's run first (lock order: rows, then the audit and event locks). */
+  lockRun(tx: Executor, decision: { runId: string | null }): Promise<void>
+  /** The decision's outcome for its run's ledger, inside the caller's transaction. */
+  settleRun(tx: Executor, decision: DecisionRecord, outcome: DispatchOutcome | null): Promise<void>
+  /** Runs an approved dispatch (validated and authorized again, then executed). */
+  runApproved(decision: DecisionRecord, dispatch: DispatchRecord, envelope: AuditEnvelope, summary: DecisionSummary): Promise<DispatchOutcome>
+  /** Tells the bus's listeners a decision was resolved. */
+  notify(decision: DecisionView, outcome: DispatchOutcome | null): void
+}
+
+/**
+ * Human-in-the-loop decisions (SPEC §8.3): answering one (once, whoever answers how often), expiring
+ * those nobody answered, and who may act on them. Each change is recorded on the dispatch's audit
+ * envelope and the run's ledger in the same transaction.
+ */
+export class Decisions {
+  readonly #deps: DecisionDeps
+
+  constructor(deps: DecisionDeps) {
+    this.#deps = deps
+  }
+
+  /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
+  async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
+    const { store } = this.#deps
+    const current = await getDecision(store.db, decisionId)
+    if (!current || !(await this.canAct(userId, current))) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
+    if (current.status === 'pending' && Date.parse(current.expiresAt) <= Date.now()) {
+      await this.expireDecision(current.id)
+    }
+    const wanted = answer === 'reject' ? 'rejected' : 'approved'
+    const resolved = await store.transaction(async (tx) => {
+      await this.#deps.lockRun(tx, current)
+      const decision = await resolveDecision(tx, decisionId, {
+        status: wanted,
+        scope: answer === 'approve_session' ? 'session' : 'once',
+        decidedBy: userId,
+        ...(note !== undefined && { note }),
+      })
+      if (!decision) return undefined
+      const dispatch = await getDispatch(tx, decision.dispatchId)
+      if (!dispatch) throw new Error(`decision ${decision.id} has no dispatch`)
+      const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
+      const summary: DecisionSummary = { id: decision.id, outcome: wanted, by: userId, scope: decision.scope, via: 'human' }
+      const next = await recordStep(tx, 'decided', envelope, dispatch, { status: wanted === 'approved' ? 'awaiting_decision' : 'rejected', decision: summary, ...(wanted === 'rejected' && { error: { code: 'rejected', message: 'rejected by a human' }, finishedAt: new Date().toISOString() }) })
+      if (answer === 'approve_session' && decision.conversationId) {
+        await insertAllowance(tx, {
+          id: newId(),
+          conversationId: decision.conversationId,
+          commandId: decision.commandId,
+          paramsHash: dispatch.paramsHash,
+          decisionId: decision.id,
+          createdBy: userId,
+          expiresAt: new Date(Date.now() + this.#deps.allowanceTtlMs).toISOString(),
+        })
+      }
+      await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: wanted, by: userId, scope: decision.scope ?? 'once' })
+      if (wanted === 'rejected') await this.#deps.settleRun(tx, decision, rejectedOutcome(dispatch.id))
+      return { decision, dispatch, envelope: next, summary }
+    })
+    if (!resolved) {
+      // Already answered (possibly by a racing request): same answer → its stored outcome.
+      const decided = await getDecision(store.db, decisionId)
+      if (!decided) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
+      const view = toDecisionView(decided)
+      if (decided.status === 'expired') return { ok: false, error: { code: 'decision_expired', message: 'the decision expired or was superseded' }, decision: view }
+      if (decided.status !== wanted) return { ok: false, error: { code: 'decision_conflict', message: `the decision was already ${decided.status}` }, decision: view }
+      const dispatch = await getDispatch(store.db, decided.dispatchId)
+      return { ok: true, decision: view, dispatch: dispatch ? outcomeOf(dispatch) : { status: 'failed', dispatchId: null, error: { code: 'not_found', message: 'dispatch missing' } } }
+    }
+    const view = toDecisionView(resolved.decision)
+    let outcome: DispatchOutcome
+    if (wanted === 'rejected') {
+      outcome = rejectedOutcome(resolved.dispatch.id)
+    } else {
+      outcome = await this.#deps.runApproved(resolved.decision, resolved.dispatch, resolved.envelope, resolved.summary)
+    }
+    this.#deps.notify(view, outcome)
+    return { ok: true, decision: view, dispatch: outcome }
+  }
+
+  /** Marks a pending decision expired (also used when a run is superseded or times out). */
+  async expireDecision(decisionId: string): Promise<DecisionView | undefined> {
+    const { store } = this.#deps
+    const pending = await getDecision(store.db, decisionId)
+    if (!pending || pending.status !== 'pending') return undefined
+    const expired = await store.transaction(async (tx) => {
+      await this.#deps.lockRun(tx, pending)
+      const decision = await resolveDecision(tx, decisionId, { status: 'expired' })
+      if (!decision) return undefined
+      const dispatch = await getDispatch(tx, decision.dispatchId)
+      if (dispatch) {
+        const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
+        await recordStep(tx, 'finished', envelope, dispatch, {
+          status: 'expired',
+          decision: { id: decision.id, outcome: 'expired', by: null, scope: null, via: null },
+          error: { code: 'expired', message: 'the decision expired before anyone answered' },
+          finishedAt: new Date().toISOString(),
+        })
+      }
+      await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: 'expired', by: null, scope: 'once' })
+      await this.#deps.settleRun(tx, decision, null)
+      return decision
+    })
+    if (!expired) return undefined
+    const view = toDecisionView(expired)
+    this.#deps.notify(view, null)
+    return view
+  }
+
+  /** Expires every pending decision past its deadline. */
+  async expireOverdue(): Promise<number> {
+    const overdue = await this.#deps.store.db
+      .selectFrom('decisions')
+      .select('id')
+      .where('status', '=', 'pending')
+      .where('expires_at', '<=', new Date())
+      .execute()
+    for (const row of overdue) await this.expireDecision(row.id)
+    return overdue.length
+  }
+
+  /** Whether a user may see and answer a decision: it is on their behalf, or in a project they own. */
+  async canAct(userId: string, decision: DecisionRecord): Promise<boolean> {
+    if (decision.ownerId === userId) return true
+    if (!decision.projectId) return false
+    const project = await this.#deps.access.project(userId, decision.projectId, 'write')
+    return project?.ownerId === userId
+  }
+}
