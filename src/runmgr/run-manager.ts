@@ -7,14 +7,9 @@ import {
   activeRunStatuses,
   announceRunEnded,
   appendEvents,
-  closeStreamingMessages,
   completeAssistantMessage,
   createRun,
   fenceRun,
-  findAnsweredWaitingRuns,
-  findRunsWaitingSince,
-  findRunsWithExpiredLease,
-  findStartableQueues,
   getProject,
   getRun,
   isUniqueViolation,
@@ -27,7 +22,6 @@ import {
   pendingDecisionIds,
   releaseLease,
   runEvent,
-  takeOverRun,
   terminalRunStatuses,
   updateRun,
   type Conversation,
@@ -46,6 +40,7 @@ import {
 import { resolveClientTools } from './client-tools.js'
 import { ModelSlots } from './model-slots.js'
 import { LeaseLost, type Driver, type DriverKit, type StopReason } from './driver.js'
+import { RunSweeper } from './run-sweeper.js'
 import { transcriptBudget } from './transcript-window.js'
 import { driveRun } from './run-loop.js'
 import { commandTools } from './tool-table.js'
@@ -113,7 +108,7 @@ export class RunManager {
   /** Cancel signals of waiting runs, for handlers that run after a human approved. */
   readonly #waiting = new Map<string, AbortController>()
   readonly #ledger: RunLedger
-  #sweeper: NodeJS.Timeout | null = null
+  readonly #sweeper: RunSweeper
   #unsubscribe: Array<() => void> = []
   #stopping = false
   readonly #modelSlots: ModelSlots
@@ -147,6 +142,20 @@ export class RunManager {
       end: (runId, end, endOptions) => this.#end(runId, end, endOptions),
       abort: (driver, reason) => this.#abort(driver, reason),
     }
+    this.#sweeper = new RunSweeper({
+      store: options.store,
+      bus: options.bus,
+      log: options.log,
+      maxResumes: options.maxResumes,
+      actionTtlMs: options.actionTtlMs,
+      stopping: () => this.#stopping,
+      isDriven: (runId) => this.#drivers.has(runId),
+      newLease: () => this.#newLease(),
+      drive: (runId, owner) => this.#spawn(runId, owner, { resumed: true }),
+      end: (runId, end, endOptions) => this.#end(runId, end, endOptions),
+      startNext: (conversationId) => this.#startNext(conversationId),
+      resumeIfAnswered: (runId) => this.#resumeIfAnswered(runId),
+    })
   }
 
   /** Binds to the bus and run signals, recovers what a previous process left, starts the sweeper. */
@@ -171,20 +180,7 @@ export class RunManager {
     const swept = await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
     if (swept.resumed > 0) log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed, outcome: 'continuing from their last checkpoint' })
     if (swept.failed > 0) log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed, outcome: 'failed (interrupted); resume with POST /api/runs/:id/resume' })
-    this.#sweeper = setInterval(() => void this.#sweepOnce(), Math.max(1000, this.#leaseMs() / 2))
-    this.#sweeper.unref()
-  }
-
-  /** One pass of the periodic sweeper: orphaned dispatches, then runs. Failures are logged, and it tries again. */
-  async #sweepOnce(): Promise<void> {
-    try {
-      await this.#options.bus.sweepOrphanedDispatches({ all: false })
-      const swept = await this.sweep()
-      if (swept.resumed > 0) this.#options.log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed })
-      if (swept.failed > 0) this.#options.log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed })
-    } catch (error) {
-      this.#options.log.warn('the run sweeper failed; it tries again', { error: String(error) })
-    }
+    this.#sweeper.start(Math.max(1000, this.#leaseMs() / 2))
   }
 
   /**
@@ -194,7 +190,7 @@ export class RunManager {
    */
   async stop(): Promise<void> {
     this.#stopping = true
-    if (this.#sweeper) clearInterval(this.#sweeper)
+    this.#sweeper.stop()
     for (const unsubscribe of this.#unsubscribe) unsubscribe()
     this.#unsubscribe = []
     for (const driver of this.#drivers.values()) driver.loop.abort('shutdown')
@@ -392,57 +388,9 @@ export class RunManager {
     return { run: await getRun(store.db, runId) }
   }
 
-  /**
-   * Recovers what stopped drivers left behind: a running run whose lease has passed (its process
-   * died, or shut down and released it) is taken over and resumed from its last checkpoint — no
-   * completed tool call runs again — until it has been resumed `maxResumes` times, when it ends
-   * failed `interrupted`. Also starts queues nobody started, continues waiting runs whose every call
-   * is answered, and expires runs left waiting past their deadline.
-   */
-  async sweep(options: { orphansOnly?: boolean } = {}): Promise<{ resumed: number; failed: number }> {
-    const { store } = this.#options
-    const counts = { resumed: 0, failed: 0 }
-    if (this.#stopping) return counts
-    // With an exclusive database every running run not driven here is an orphan, whatever its lease says.
-    const before = options.orphansOnly ? new Date(Date.UTC(9999, 0, 1)) : new Date()
-    for (const run of await findRunsWithExpiredLease(store.db, before)) {
-      if (this.#drivers.has(run.id) || this.#stopping) continue
-      const taken = await this.#takeOver(run.id, before)
-      if (taken) counts[taken]++
-    }
-    for (const run of await findAnsweredWaitingRuns(store.db)) await this.#resumeIfAnswered(run.id)
-    for (const conversationId of await findStartableQueues(store.db)) await this.#startNext(conversationId)
-    const ttl = this.#options.actionTtlMs ?? 24 * 3_600_000
-    for (const run of await findRunsWaitingSince(store.db, new Date(Date.now() - ttl))) {
-      await this.#end(run.id, { status: 'expired', openCalls: 'expired' })
-      await this.#startNext(run.conversationId)
-    }
-    await this.#options.bus.expireOverdue()
-    return counts
-  }
-
-  /** Takes over a run whose driver stopped; re-checks the lease under the row lock. */
-  async #takeOver(runId: string, before: Date): Promise<'resumed' | 'failed' | undefined> {
-    const lease = this.#newLease()
-    const taken = await this.#options.store.transaction(async (tx) => {
-      const run = await takeOverRun(tx, runId, lease, before)
-      if (!run) return undefined
-      // A turn cut off mid-stream is closed; its round is asked again (the iteration is not used up).
-      const cut = await closeStreamingMessages(tx, runId, 'interrupted')
-      const updated = cut > 0 ? await updateRun(tx, runId, { iteration: Math.max(0, run.iteration - 1) }) : run
-      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase, resumed: true })])
-      return updated
-    })
-    if (!taken) return undefined
-    const fence = { runId, owner: lease.owner }
-    if (taken.resumes > (this.#options.maxResumes ?? 3)) {
-      const message = `the run was interrupted ${taken.resumes} times (a server stopped while driving it) and is not resumed again`
-      await this.#end(runId, { status: 'failed', error: { code: 'interrupted', message }, openCalls: 'interrupted' }, { fence })
-      await this.#startNext(taken.conversationId)
-      return 'failed'
-    }
-    this.#spawn(runId, lease.owner, { resumed: true })
-    return 'resumed'
+  /** See RunSweeper.sweep. */
+  sweep(options: { orphansOnly?: boolean } = {}): Promise<{ resumed: number; failed: number }> {
+    return this.#sweeper.sweep(options)
   }
 
   /**

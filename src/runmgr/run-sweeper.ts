@@ -1,0 +1,126 @@
+import type { CommandBus } from '../cmdbus/index.js'
+import type { PluginLogger } from '../extension/index.js'
+import {
+  appendEvents,
+  closeStreamingMessages,
+  findAnsweredWaitingRuns,
+  findRunsWaitingSince,
+  findRunsWithExpiredLease,
+  findStartableQueues,
+  runEvent,
+  takeOverRun,
+  updateRun,
+  type RunFence,
+  type Store,
+} from '../store/index.js'
+import type { RunEnd } from './run-ledger.js'
+
+/** What the sweeper needs from the run manager. */
+export interface SweeperHost {
+  store: Store
+  bus: CommandBus
+  log: PluginLogger
+  /** Resumes after which a run taken over ends `failed` instead (default 3). */
+  maxResumes: number | undefined
+  /** How long a run may wait for decisions or the client (PLINTH_ACTION_TTL). */
+  actionTtlMs: number | undefined
+  stopping(): boolean
+  /** Whether this process drives the run. */
+  isDriven(runId: string): boolean
+  newLease(): { owner: string; expiresAt: Date }
+  /** Drives a run taken over (its calls of the last round may still be open). */
+  drive(runId: string, owner: string): void
+  end(runId: string, end: RunEnd, options?: { fence?: RunFence }): Promise<void>
+  startNext(conversationId: string): Promise<void>
+  resumeIfAnswered(runId: string): Promise<void>
+}
+
+/**
+ * The run manager's sweeper: at start and then periodically it ends dispatches a stopped process
+ * left running, takes over runs whose driver stopped, starts queues nobody started, continues
+ * waiting runs whose calls are answered and expires those that waited too long.
+ */
+export class RunSweeper {
+  readonly #host: SweeperHost
+  #timer: NodeJS.Timeout | null = null
+
+  constructor(host: SweeperHost) {
+    this.#host = host
+  }
+
+  /** Sweeps every `intervalMs` from now on. */
+  start(intervalMs: number): void {
+    this.#timer = setInterval(() => void this.#sweepOnce(), intervalMs)
+    this.#timer.unref()
+  }
+
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer)
+    this.#timer = null
+  }
+
+  /**
+   * Recovers what stopped drivers left behind: a running run whose lease has passed (its process
+   * died, or shut down and released it) is taken over and resumed from its last checkpoint — no
+   * completed tool call runs again — until it has been resumed `maxResumes` times, when it ends
+   * failed `interrupted`. Also starts queues nobody started, continues waiting runs whose every call
+   * is answered, and expires runs left waiting past their deadline.
+   */
+  async sweep(options: { orphansOnly?: boolean } = {}): Promise<{ resumed: number; failed: number }> {
+    const { store } = this.#host
+    const counts = { resumed: 0, failed: 0 }
+    if (this.#host.stopping()) return counts
+    // With an exclusive database every running run not driven here is an orphan, whatever its lease says.
+    const before = options.orphansOnly ? new Date(Date.UTC(9999, 0, 1)) : new Date()
+    for (const run of await findRunsWithExpiredLease(store.db, before)) {
+      if (this.#host.isDriven(run.id) || this.#host.stopping()) continue
+      const taken = await this.#takeOver(run.id, before)
+      if (taken) counts[taken]++
+    }
+    for (const run of await findAnsweredWaitingRuns(store.db)) await this.#host.resumeIfAnswered(run.id)
+    for (const conversationId of await findStartableQueues(store.db)) await this.#host.startNext(conversationId)
+    const ttl = this.#host.actionTtlMs ?? 24 * 3_600_000
+    for (const run of await findRunsWaitingSince(store.db, new Date(Date.now() - ttl))) {
+      await this.#host.end(run.id, { status: 'expired', openCalls: 'expired' })
+      await this.#host.startNext(run.conversationId)
+    }
+    await this.#host.bus.expireOverdue()
+    return counts
+  }
+
+  /** Takes over a run whose driver stopped; re-checks the lease under the row lock. */
+  async #takeOver(runId: string, before: Date): Promise<'resumed' | 'failed' | undefined> {
+    const lease = this.#host.newLease()
+    const taken = await this.#host.store.transaction(async (tx) => {
+      const run = await takeOverRun(tx, runId, lease, before)
+      if (!run) return undefined
+      // A turn cut off mid-stream is closed; its round is asked again (the iteration is not used up).
+      const cut = await closeStreamingMessages(tx, runId, 'interrupted')
+      const updated = cut > 0 ? await updateRun(tx, runId, { iteration: Math.max(0, run.iteration - 1) }) : run
+      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase, resumed: true })])
+      return updated
+    })
+    if (!taken) return undefined
+    const fence = { runId, owner: lease.owner }
+    if (taken.resumes > (this.#host.maxResumes ?? 3)) {
+      const message = `the run was interrupted ${taken.resumes} times (a server stopped while driving it) and is not resumed again`
+      await this.#host.end(runId, { status: 'failed', error: { code: 'interrupted', message }, openCalls: 'interrupted' }, { fence })
+      await this.#host.startNext(taken.conversationId)
+      return 'failed'
+    }
+    this.#host.drive(runId, lease.owner)
+    return 'resumed'
+  }
+
+  /** One pass of the periodic sweeper: orphaned dispatches, then runs. Failures are logged, and it tries again. */
+  async #sweepOnce(): Promise<void> {
+    try {
+      await this.#host.bus.sweepOrphanedDispatches({ all: false })
+      const swept = await this.sweep()
+      if (swept.resumed > 0) this.#host.log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed })
+      if (swept.failed > 0) this.#host.log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed })
+    } catch (error) {
+      this.#host.log.warn('the run sweeper failed; it tries again', { error: String(error) })
+    }
+  }
+}
