@@ -201,6 +201,19 @@ for (const engine of testEngines()) {
       expect(verdict.firstBad?.reason).toMatch(/newest entries are missing/)
     })
 
+    it("hands a transaction's own events to this instance's feed as it commits (no read, no wait for the notification)", async () => {
+      const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'own-events' }))
+      const seen: string[] = []
+      const stop = store.feed.subscribe(`project:${project.id}`, (event) => seen.push(event.type))
+      try {
+        await store.transaction((tx) => appendEvents(tx, [{ type: 'test.own', projectId: project.id, data: {} }]))
+        // Delivered before the transaction's promise resolved, not when the NOTIFY comes back.
+        expect(seen).toEqual(['test.own'])
+      } finally {
+        stop()
+      }
+    })
+
     it('refuses to append events outside a transaction', async () => {
       await expect(appendEvents(store.db, [{ type: 'x', data: {} }])).rejects.toThrow(/inside a transaction/)
     })

@@ -1,4 +1,4 @@
-import { sql, type OperationNodeSource } from 'kysely'
+import { sql, type KyselyPlugin, type OperationNodeSource, type PluginTransformQueryArgs, type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type UnknownRow } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
 
 /** The channel on which committed events are announced to every server instance. */
@@ -26,15 +26,33 @@ export interface NewEvent {
 }
 
 /**
- * Transactions opened by `Store.transaction` register here: their appended events are handed to the
- * instance's feed right after commit (no re-read), and their NOTIFY carries the instance's tag so
- * that instance skips the read it would otherwise do. Other transactions notify with an empty tag.
+ * A transaction's own record of the events it appends, installed on it as a (pass-through) Kysely
+ * plugin by `Store.transaction`: the events are handed to the instance's feed right after commit (no
+ * re-read), and their NOTIFY carries the instance's tag so that instance skips the read it would
+ * otherwise do. A transaction without one notifies with an empty tag.
  */
-const tracked = new WeakMap<object, { tag: string; events: EventRecord[] }>()
+export class AppendLog implements KyselyPlugin {
+  readonly events: EventRecord[] = []
 
-/** Registers `tx` so that `appendEvents` collects what it appends into `events`. */
-export function trackAppends(tx: Executor, tag: string, events: EventRecord[]): void {
-  tracked.set(tx, { tag, events })
+  constructor(readonly tag: string) {}
+
+  /** `tx` with this log installed (what the transaction's callback is given). */
+  install<T extends Executor>(tx: T): T {
+    return tx.withPlugin(this) as T
+  }
+
+  transformQuery(args: PluginTransformQueryArgs): RootOperationNode {
+    return args.node
+  }
+
+  async transformResult(args: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
+    return args.result
+  }
+}
+
+function appendLogOf(tx: Executor): AppendLog | undefined {
+  for (const plugin of tx.getExecutor().plugins) if (plugin instanceof AppendLog) return plugin
+  return undefined
 }
 
 /** Which events a stream carries. */
@@ -48,7 +66,7 @@ export type EventScope = { projectId: string } | { conversationId: string } | { 
  */
 export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<EventRecord[]> {
   if (!tx.isTransaction) throw new Error('appendEvents must run inside a transaction')
-  const tracking = tracked.get(tx)
+  const tracking = appendLogOf(tx)
   const records = await insertEvents(tx, events, tracking?.tag ?? '')
   tracking?.events.push(...records)
   return records
@@ -61,7 +79,7 @@ export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<Ev
  */
 export async function appendEventsAfter(tx: Executor, writes: OperationNodeSource[], events: NewEvent[]): Promise<EventRecord[]> {
   if (!tx.isTransaction) throw new Error('appendEventsAfter must run inside a transaction')
-  const tracking = tracked.get(tx)
+  const tracking = appendLogOf(tx)
   const names = writes.map((_, index) => `w${index}`)
   const ctes = writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write}), `)
   const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)

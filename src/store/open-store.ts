@@ -8,7 +8,7 @@ import { AccessSignals, accessChannel } from './access-signals.js'
 import { RunSignals, runsChannel } from './run-signals.js'
 import { EventFeed } from './event-feed.js'
 import { SettingsSignals, settingsChannel } from './settings-repository.js'
-import { appendEventsAlone, eventsChannel, trackAppends, type EventRecord, type NewEvent, type RunFence } from './event-log.js'
+import { AppendLog, appendEventsAlone, eventsChannel, type EventRecord, type NewEvent, type RunFence } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import type { NewRun, Run, RunPatch } from './run-repository.js'
 import { runTransition, startRunAlone, type Prefetched, type RunPrefetch, type TransitionFence, type TransitionReads, type TransitionWrite } from './run-transition.js'
@@ -114,12 +114,9 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       runs,
       migrations,
       transaction: async (fn) => {
-        const appended: EventRecord[] = []
-        const result = await db.transaction().execute((tx) => {
-          trackAppends(tx, feed.tag, appended)
-          return fn(tx)
-        })
-        if (appended.length > 0) feed.deliverCommitted(appended)
+        const log = new AppendLog(feed.tag)
+        const result = await db.transaction().execute((tx) => fn(log.install(tx)))
+        if (log.events.length > 0) feed.deliverCommitted(log.events)
         return result
       },
       appendEvents: async (events, fence) => {
