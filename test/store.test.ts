@@ -5,6 +5,7 @@ import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
 import {
+  announceAccessChange,
   appendAuditEntry,
   auditAppendManyCtes,
   createConversation,
@@ -209,6 +210,25 @@ for (const engine of testEngines()) {
         await store.transaction((tx) => appendEvents(tx, [{ type: 'test.own', projectId: project.id, data: {} }]))
         // Delivered before the transaction's promise resolved, not when the NOTIFY comes back.
         expect(seen).toEqual(['test.own'])
+      } finally {
+        stop()
+      }
+    })
+
+    it('hears its own access announcement back from the database, so a revocation can wait until every listener was signalled', async () => {
+      const heard: string[] = []
+      const stop = store.access.subscribe((subject) => heard.push(subject))
+      try {
+        const echoed = store.access.echo('token:echo-test', 10_000)
+        const started = Date.now()
+        await announceAccessChange(store.db, ['token:echo-test'])
+        await echoed()
+        // Resolved by the notification, not by the timeout.
+        expect(Date.now() - started).toBeLessThan(5_000)
+        expect(heard).toContain('token:echo-test')
+        // A wait for a subject never announced ends at its timeout.
+        const never = store.access.echo('token:never-announced', 50)
+        await never()
       } finally {
         stop()
       }

@@ -24,16 +24,50 @@ export async function announceAccessChange(db: Executor, subjects: readonly Acce
 /** In-process fan-out of access notifications (from this and every other instance). */
 export class AccessSignals {
   readonly #listeners = new Set<AccessListener>()
+  readonly #echoes = new Set<{ subject: AccessSubject; heard: () => void }>()
 
   subscribe(listener: AccessListener): () => void {
     this.#listeners.add(listener)
     return () => this.#listeners.delete(listener)
   }
 
-  /** A notification's payload; none (a reconnected listener may have missed some) means `all`. */
+  /** A change made here, told to this instance's listeners at once. */
   deliver(payload?: string): void {
     const subject = parseSubject(payload)
     for (const listener of this.#listeners) listener(subject)
+  }
+
+  /**
+   * A notification from the database's listening connection; none (a reconnected listener may have
+   * missed some) means `all`. Ends the waits of `echo` for its subject.
+   */
+  heard(payload?: string): void {
+    const subject = parseSubject(payload)
+    this.deliver(subject)
+    for (const echo of this.#echoes) if (subject === 'all' || echo.subject === subject) echo.heard()
+  }
+
+  /**
+   * Call before announcing `subject`; the returned function resolves once this instance has heard the
+   * announcement back from the database (or after `timeoutMs`). By then the database has signalled every
+   * listening instance, so a revocation answered after it is not ahead of the other instances' caches.
+   */
+  echo(subject: AccessSubject, timeoutMs = 2000): () => Promise<void> {
+    let timer: NodeJS.Timeout | undefined
+    const heard = new Promise<void>((resolve) => {
+      const entry = {
+        subject,
+        heard: () => {
+          this.#echoes.delete(entry)
+          clearTimeout(timer)
+          resolve()
+        },
+      }
+      this.#echoes.add(entry)
+      timer = setTimeout(entry.heard, timeoutMs)
+      timer.unref()
+    })
+    return () => heard
   }
 }
 

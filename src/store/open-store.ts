@@ -102,7 +102,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     const runs = new RunSignals()
     // One listening connection carries every channel; it starts and stops with the feed.
     const feed = new EventFeed(db, (onEvents) =>
-      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.deliver(payload), [settingsChannel]: (payload) => settings.deliver(payload), [runsChannel]: (payload) => runs.deliver(payload) }),
+      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.heard(payload), [settingsChannel]: (payload) => settings.deliver(payload), [runsChannel]: (payload) => runs.deliver(payload) }),
     )
     await feed.start()
     return {

@@ -93,10 +93,15 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
     '/users/:id',
     { schema: { operationId: 'updateUser', tags, summary: 'Disable or re-enable a user (disabled users cannot authenticate)', params: IdParams, body: UserPatch, response: { 200: User, ...problemResponses } } },
     async (request) => {
+      const echoed = request.body.disabled ? store.access.echo(`user:${request.params.id}`) : undefined
       const user = await setUserDisabled(store.db, request.params.id, request.body.disabled)
       if (!user) throw notFound('user')
-      // Here at once (other instances hear the notification): cached tokens of the user stop working.
-      if (request.body.disabled) store.access.deliver(`user:${user.id}`)
+      // Here at once; the answer waits until every instance has been sent the notification, so the
+      // user's cached tokens stop working on their next request wherever it goes.
+      if (echoed) {
+        store.access.deliver(`user:${user.id}`)
+        await echoed()
+      }
       return user
     },
   )
@@ -126,8 +131,10 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
     { schema: { operationId: 'revokeToken', tags, summary: 'Revoke a token; it stops working on the next request', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
       if (!(await getToken(store.db, request.params.id))) throw notFound('token')
+      const echoed = store.access.echo(`token:${request.params.id}`)
       await revokeToken(store.db, request.params.id)
       store.access.deliver(`token:${request.params.id}`)
+      await echoed()
       return reply.code(204).send(null)
     },
   )
