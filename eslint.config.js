@@ -37,6 +37,22 @@ export default tseslint.config(
       ],
     },
   })),
+  // Routes call module services (ProjectService, KnowledgeService, Accounts, the bus, …), not
+  // repositories: from the store they take types and pure views only, and never its db or transactions.
+  {
+    files: ['src/server/routes/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { paths: [{ name: '../../store/index.js', allowTypeImports: true, allowImportNames: ['runJson', 'terminalRunStatuses'], message: 'Routes call module services, not repositories.' }] },
+      ],
+      'no-restricted-syntax': [
+        'error',
+        { selector: "MemberExpression[object.name='store'][property.name=/^(db|transaction)$/]", message: 'Routes call module services, not the database.' },
+        { selector: "MemberExpression[object.property.name='store'][property.name=/^(db|transaction)$/]", message: 'Routes call module services, not the database.' },
+      ],
+    },
+  },
   {
     files: ['src/server/routes/**/*.ts', 'src/store/pglite/**/*.ts'],
     rules: {

@@ -1,6 +1,6 @@
 import { readFile, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { createToken, createUser, findUser, listTokens, listUsers, revokeToken, setUserDisabled, type ApiToken, type IssuedToken, type Store, type User } from '../store/index.js'
+import { Accounts, RequestError, type ApiToken, type IssuedToken, type Store, type User } from '../store/index.js'
 
 /** What `plinth users|tokens` needs, whether it holds the database or talks to a running server. */
 export interface UserAdmin {
@@ -26,22 +26,28 @@ async function all<T>(fetchPage: (after: string | undefined) => Promise<{ items:
 
 /** Directly on the database (the server is stopped, or on Postgres). */
 export function storeUserAdmin(store: Store): UserAdmin {
+  const accounts = new Accounts(store)
   return {
-    createUser: async (name, tokenName) =>
-      (await store.transaction(async (tx) => {
-        const user = await createUser(tx, name)
-        if ('error' in user) return 'name_taken' as const
-        return { user, token: await createToken(tx, user.id, tokenName) }
-      })),
-    listUsers: () => all((after) => listUsers(store.db, { limit: 200, ...(after && { after }) })),
-    findUser: (idOrName) => findUser(store.db, idOrName),
-    setDisabled: (userId, disabled) => setUserDisabled(store.db, userId, disabled),
-    createToken: (userId, name) => createToken(store.db, userId, name),
-    listTokens: (userId) => all((after) => listTokens(store.db, userId, { limit: 200, ...(after && { after }) })),
+    createUser: (name, tokenName) => refused(accounts.createUser(name, tokenName), 'name_taken' as const),
+    listUsers: () => all((after) => accounts.listUsers({ limit: 200, ...(after && { after }) })),
+    findUser: (idOrName) => accounts.findUser(idOrName),
+    setDisabled: (userId, disabled) => refused(accounts.setDisabled(userId, disabled), undefined),
+    createToken: (userId, name) => accounts.createToken(userId, name),
+    listTokens: (userId) => all((after) => accounts.listTokens(userId, { limit: 200, ...(after && { after }) })),
     revokeToken: async (tokenId) => {
-      const token = await revokeToken(store.db, tokenId)
+      const token = await refused(accounts.revokeToken(tokenId), undefined)
       return token && { id: token.id, prefix: token.prefix }
     },
+  }
+}
+
+/** What a refused request stands for here (a name taken, nothing found); other errors go on. */
+async function refused<T, R>(pending: Promise<T>, answer: R): Promise<T | R> {
+  try {
+    return await pending
+  } catch (error) {
+    if (error instanceof RequestError && (error.code === 'name_taken' || error.code === 'not_found')) return answer
+    throw error
   }
 }
 

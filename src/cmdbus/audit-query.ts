@@ -6,8 +6,9 @@ export type AuditEnvelopeView = { [key: string]: JsonValue } & {
   history: Array<{ entryId: number; step: string; status: JsonValue; at: string }>
 }
 
-export async function listAuditEnvelopes(store: Store, filter: AuditFilter, page: PageRequest): Promise<Page<AuditEnvelopeView>> {
-  const dispatches = await listAuditDispatches(store.db, filter, page)
+/** Dispatches visible to `filter.userId` (on their behalf, or in a project they own), newest first. */
+export async function listAuditEnvelopes(store: Store, filter: Omit<AuditFilter, 'visibleProjectIds'>, page: PageRequest): Promise<Page<AuditEnvelopeView>> {
+  const dispatches = await listAuditDispatches(store.db, { ...filter, visibleProjectIds: await ownedProjectIds(store, filter.userId) }, page)
   return {
     items: dispatches.items
       .filter((item) => item.entries.length > 0)
@@ -60,4 +61,9 @@ export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
       return { ok: true, checked }
     }
   }
+}
+
+/** Every project the user owns, deleted ones included: their history stays the owner's to read. */
+export async function ownedProjectIds(store: Store, userId: string): Promise<string[]> {
+  return (await store.db.selectFrom('projects').select('id').where('owner_id', '=', userId).execute()).map((row) => row.id)
 }

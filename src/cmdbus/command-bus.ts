@@ -8,6 +8,9 @@ import {
   newId,
   type Conversation,
   type DecisionRecord,
+  type DecisionStatus,
+  type Page,
+  type PageRequest,
   type Project,
   type DispatchRecord,
   type Executor,
@@ -407,6 +410,11 @@ export class CommandBus {
     const summary: DecisionSummary = { id: allowance?.decisionId ?? null, outcome: 'approved', by: null, scope: allowance ? 'session' : null, via: gate.via ?? 'risk' }
     // 6. execute
     return this.#execute(command, dispatch, getEnvelope(), context, { risk, decision: summary }, step, request.within, begin)
+  }
+
+  /** Decisions the user may answer, newest first (overdue ones expired first). */
+  listDecisions(userId: string, filter: { status?: DecisionStatus; conversationId?: string }, page: PageRequest): Promise<Page<DecisionView>> {
+    return this.#decisions.list(userId, filter, page)
   }
 
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */

@@ -3,13 +3,18 @@ import {
   getDispatch,
   insertAllowance,
   lastAuditEnvelope,
+  listDecisions,
   newId,
   resolveDecision,
   type DecisionRecord,
+  type DecisionStatus,
   type DispatchRecord,
   type Executor,
+  type Page,
+  type PageRequest,
   type Store,
 } from '../store/index.js'
+import { ownedProjectIds } from './audit-query.js'
 import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
 import type { DecideOutcome, DecisionAnswer, DecisionView, DispatchOutcome } from './bus-types.js'
 import { appendDecisionEvent, outcomeOf, rejectedOutcome, toDecisionView } from './outcomes.js'
@@ -41,6 +46,17 @@ export class Decisions {
 
   constructor(deps: DecisionDeps) {
     this.#deps = deps
+  }
+
+  /**
+   * Decisions the user may answer (on their behalf, or in a project they own), newest first; those
+   * past their deadline are expired first, so none is listed pending that could no longer be answered.
+   */
+  async list(userId: string, filter: { status?: DecisionStatus; conversationId?: string }, page: PageRequest): Promise<Page<DecisionView>> {
+    await this.expireOverdue()
+    const { store } = this.#deps
+    const found = await listDecisions(store.db, { userId, visibleProjectIds: await ownedProjectIds(store, userId), ...filter }, page)
+    return { items: found.items.map((decision) => toDecisionView(decision)), nextCursor: found.nextCursor }
   }
 
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */

@@ -133,6 +133,13 @@ export class Ingestor {
     })
   }
 
+  /** Creates a file item in one go; it ingests in the background. */
+  async addFile(input: NewFileItem): Promise<KnowledgeItem> {
+    const created = await this.#options.store.transaction((tx) => this.insertFile(tx, input))
+    this.enqueue(created.id)
+    return created
+  }
+
   /** Creates a text item in one go: ready at once when small (and the embedder answers), else pending. */
   async addText(input: NewTextItem): Promise<KnowledgeItem> {
     const chunks = await this.prepareText(input.text)

@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { FastifyRequest } from 'fastify'
-import { authenticateToken, redeemStreamTicket, touchToken, type Store, type User } from '../store/index.js'
+import type { Accounts, User } from '../store/index.js'
 import { HttpProblem } from './problem.js'
 import type { TokenCache } from './token-cache.js'
 
@@ -23,7 +23,7 @@ export function bearerToken(request: FastifyRequest): string | undefined {
 }
 
 /** An onRequest hook that authenticates `/api` callers by bearer token (401 otherwise). */
-export function createUserAuth(store: Store, cache?: TokenCache): (request: FastifyRequest) => Promise<void> {
+export function createUserAuth(accounts: Accounts, cache?: TokenCache): (request: FastifyRequest) => Promise<void> {
   const lastTouched = new Map<string, number>()
   return async (request) => {
     const token = bearerToken(request)
@@ -31,7 +31,7 @@ export function createUserAuth(store: Store, cache?: TokenCache): (request: Fast
       // A browser's EventSource cannot send the header: a single-use ticket opens one stream instead.
       const ticket = streamTicket(request)
       if (!ticket) throw new HttpProblem('unauthorized', 'missing bearer token')
-      const redeemed = await redeemStreamTicket(store.db, ticket.value, ticket.path)
+      const redeemed = await accounts.redeemStreamTicket(ticket.value, ticket.path)
       if (!redeemed) throw new HttpProblem('unauthorized', 'invalid, used or expired stream ticket (POST /api/stream-tickets issues one)')
       request.user = redeemed.user
       request.tokenId = redeemed.tokenId
@@ -39,7 +39,7 @@ export function createUserAuth(store: Store, cache?: TokenCache): (request: Fast
     }
     let found = cache?.get(token)
     if (!found) {
-      found = await authenticateToken(store.db, token)
+      found = await accounts.authenticate(token)
       if (!found) throw new HttpProblem('unauthorized', 'invalid, revoked or disabled token')
       cache?.set(token, found)
     }
@@ -49,7 +49,7 @@ export function createUserAuth(store: Store, cache?: TokenCache): (request: Fast
     const now = Date.now()
     if ((lastTouched.get(found.tokenId) ?? 0) + touchIntervalMs < now) {
       lastTouched.set(found.tokenId, now)
-      touchToken(store.db, found.tokenId).catch((error: unknown) => request.log.warn({ err: error }, 'could not record token use'))
+      accounts.touchToken(found.tokenId).catch((error: unknown) => request.log.warn({ err: error }, 'could not record token use'))
     }
   }
 }

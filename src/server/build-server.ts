@@ -13,9 +13,9 @@ import addFormatsModule from 'ajv-formats'
 import type { Registry } from 'prom-client'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
 import type { ExecService } from '../exec/index.js'
-import type { Ingestor, Retriever } from '../rag/index.js'
-import type { RunManager } from '../runmgr/index.js'
-import type { Store } from '../store/index.js'
+import { KnowledgeService, type Ingestor, type Retriever } from '../rag/index.js'
+import { ConversationService, ProjectService, RunQueries, type RunManager } from '../runmgr/index.js'
+import { Accounts, type Store } from '../store/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
 import { lazySerializerFactory, lazyValidator } from './lazy-compilers.js'
 import { TokenCache } from './token-cache.js'
@@ -132,8 +132,20 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   setMaxListeners(0, shutdown.signal)
   const streams = new StreamRegistry(options.store, { ...defaultStreamLimits, ...options.streams }, options.logger, options.metrics)
   streams.start()
+  const projects = new ProjectService({
+    store: options.store,
+    access: options.access,
+    models: options.runs.models,
+    catalog: options.bus.catalog,
+    runtimes: () => Object.keys(options.exec.settings.runtimes),
+  })
+  const conversations = new ConversationService(options.store, options.access, projects, { fullModeTtlMs: options.fullModeTtlMs })
   const deps: ServerDeps = {
     store: options.store,
+    accounts: new Accounts(options.store),
+    projects,
+    conversations,
+    runQueries: new RunQueries(options.store, projects, conversations),
     bus: options.bus,
     access: options.access,
     runs: options.runs,
@@ -142,6 +154,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     streams,
     retriever: options.retriever,
     ingestor: options.ingestor,
+    knowledge: new KnowledgeService(options.store, projects),
     exec: options.exec,
     maxKnowledgeFileBytes: options.maxKnowledgeFileBytes ?? 20 * 1024 * 1024,
     startWarnings: options.startWarnings ?? [],
@@ -220,7 +233,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   registerHealthRoutes(app, deps, metrics, { token: options.metricsToken, openWithoutToken: isLoopback(options.host ?? '127.0.0.1') })
 
   // Token lookups are cached; revocations and disabled users (from any instance) drop them at once.
-  const userAuth = createUserAuth(options.store, new TokenCache(options.store.access))
+  const userAuth = createUserAuth(deps.accounts, new TokenCache(options.store.access))
   await app.register(
     async (api) => {
       api.decorateRequest('user', null)

@@ -1,4 +1,5 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { RequestError } from '../store/index.js'
 import { HttpProblem, problemBody, type ProblemCode, type ProblemField } from './problem.js'
 
 interface ValidationIssue {
@@ -32,6 +33,8 @@ function classify(
   request: FastifyRequest,
 ): { code: ProblemCode; detail?: string; extensions?: Record<string, unknown> } {
   if (error instanceof HttpProblem) return { code: error.code, detail: error.message, extensions: error.extensions }
+  // A module service's refusal (not found, forbidden, a bad field): the caller's mistake, never a 500.
+  if (error instanceof RequestError) return { code: error.code, detail: error.message, ...(error.errors && { extensions: { errors: error.errors } }) }
   const fastifyError = error as FastifyError & { validation?: ValidationIssue[]; validationContext?: string }
   if (fastifyError.validation) {
     const all = fastifyError.validation

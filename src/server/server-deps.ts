@@ -2,17 +2,23 @@ import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, Raw
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
 import type { ExecService } from '../exec/index.js'
-import type { Ingestor, Retriever } from '../rag/index.js'
-import type { RunManager } from '../runmgr/index.js'
-import type { Store } from '../store/index.js'
+import type { Ingestor, KnowledgeService, Retriever } from '../rag/index.js'
+import type { ConversationService, ProjectService, RunManager, RunQueries } from '../runmgr/index.js'
+import type { Accounts, Store } from '../store/index.js'
 import type { StreamRegistry } from './stream-registry.js'
 
 /** What routes need from the composition root. */
 export interface ServerDeps {
   store: Store
+  /** Users, tokens, stream tickets. */
+  accounts: Accounts
   bus: CommandBus
   access: ProjectAccess
   runs: RunManager
+  /** Projects, conversations and runs as a caller sees them (access resolved; 404 for what they may not see). */
+  projects: ProjectService
+  conversations: ConversationService
+  runQueries: RunQueries
   /** How long a `full` permission mode lasts. */
   fullModeTtlMs: number
   /** Aborted at shutdown so long-lived streams end cleanly. */
@@ -21,6 +27,7 @@ export interface ServerDeps {
   streams: StreamRegistry
   retriever: Retriever
   ingestor: Ingestor
+  knowledge: KnowledgeService
   exec: ExecService
   /** Largest knowledge upload, bytes. */
   maxKnowledgeFileBytes: number

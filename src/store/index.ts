@@ -1,7 +1,7 @@
 /** The store: one set of queries over Postgres (pg) or embedded PGlite, migrations and the event log. */
 export { openStore, dumpMigratedPGlite, pgliteTemplatePath, redactUrl, type Engine, type Store, type StoreOptions } from './open-store.js'
 export { readMigrations, migrate, type Migration, type MigrationResult } from './migrator.js'
-export { StoreError, isUniqueViolation, type StoreErrorCode } from './store-errors.js'
+export { StoreError, RequestError, notFoundError, isUniqueViolation, type StoreErrorCode, type RequestErrorCode } from './store-errors.js'
 export type { Database, Executor, JsonValue, PermissionMode } from './database.js'
 export { newId, isId } from './ids.js'
 export type { Page, PageRequest } from './page.js'
@@ -11,6 +11,7 @@ export { AccessSignals, announceAccessChange, type AccessListener, type AccessSu
 export { RunSignals, announceRunEnded, type RunSignalListener } from './run-signals.js'
 export { streamEvents, type EventStreamOptions } from './event-stream.js'
 export * from './user-repository.js'
+export { Accounts } from './accounts.js'
 export * from './project-repository.js'
 export * from './conversation-repository.js'
 export * from './message-repository.js'

@@ -25,3 +25,27 @@ export type StoreErrorCode =
 export function isUniqueViolation(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '23505'
 }
+
+/** What a caller's request may be refused for by a module service; the HTTP layer maps the code. */
+export type RequestErrorCode = 'not_found' | 'forbidden' | 'name_taken' | 'validation_failed' | 'unknown_model' | 'shutting_down' | 'client_tool_conflict'
+
+/**
+ * A request a module service refuses (an expected outcome for the caller, not a fault). `errors` names
+ * the offending fields, as `path: message`.
+ */
+export class RequestError extends Error {
+  readonly code: RequestErrorCode
+  readonly errors: Array<{ path: string; message: string }> | undefined
+
+  constructor(code: RequestErrorCode, message: string, errors?: Array<{ path: string; message: string }>) {
+    super(message)
+    this.name = 'RequestError'
+    this.code = code
+    this.errors = errors
+  }
+}
+
+/** Whatever it is, the caller cannot see it (same answer as for something that does not exist). */
+export function notFoundError(what: string): RequestError {
+  return new RequestError('not_found', `${what} not found`)
+}

@@ -1,7 +1,6 @@
 import { Type } from 'typebox'
-import { createToken, createUser, getToken, getUser, listTokens, listUsers, revokeToken, setUserDisabled } from '../../store/index.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
-import { HttpProblem, notFound } from '../problem.js'
+import { HttpProblem } from '../problem.js'
 import { ApiToken, IdParams, IssuedToken, PageOf, PageQuery, problemResponses, User } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
@@ -29,7 +28,7 @@ const Settings = Type.Object({
 const SettingsPatch = Type.Object({ execBackend: Type.Optional(Type.Union([Type.Literal('direct'), Type.Literal('sandbox')])) }, strict)
 
 export function registerAdminRoutes(app: App, deps: ServerDeps): void {
-  const { store } = deps
+  const { accounts } = deps
   const settingsView = () => ({ execBackend: deps.exec.backendName, sandbox: deps.exec.probe })
 
   app.get('/settings', { schema: { operationId: 'getSettings', tags, summary: 'Operator settings that change at run time, and the sandbox probe', response: { 200: Settings, ...problemResponses } } }, async () =>
@@ -69,72 +68,43 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
-      const issued = await store.transaction(async (tx) => {
-        const user = await createUser(tx, request.body.name)
-        if ('error' in user) throw new HttpProblem('name_taken', `a user named ${JSON.stringify(request.body.name)} exists`)
-        return { user, token: await createToken(tx, user.id, request.body.tokenName ?? 'default') }
-      })
+      const issued = await accounts.createUser(request.body.name, request.body.tokenName)
       request.log.info({ userId: issued.user.id }, 'user created')
       return reply.code(201).send(issued)
     },
   )
 
   app.get('/users', { schema: { operationId: 'listUsers', tags, summary: 'Users', querystring: PageQuery, response: { 200: PageOf(User), ...problemResponses } } }, async (request) =>
-    toListAnswer(await listUsers(store.db, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), (user) => user),
+    toListAnswer(await accounts.listUsers({ limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), (user) => user),
   )
 
-  app.get('/users/:id', { schema: { operationId: 'getUser', tags, summary: 'A user', params: IdParams, response: { 200: User, ...problemResponses } } }, async (request) => {
-    const user = await getUser(store.db, request.params.id)
-    if (!user) throw notFound('user')
-    return user
-  })
+  app.get('/users/:id', { schema: { operationId: 'getUser', tags, summary: 'A user', params: IdParams, response: { 200: User, ...problemResponses } } }, async (request) =>
+    accounts.user(request.params.id),
+  )
 
   app.patch(
     '/users/:id',
     { schema: { operationId: 'updateUser', tags, summary: 'Disable or re-enable a user (disabled users cannot authenticate)', params: IdParams, body: UserPatch, response: { 200: User, ...problemResponses } } },
-    async (request) => {
-      const echoed = request.body.disabled ? store.access.echo(`user:${request.params.id}`) : undefined
-      const user = await setUserDisabled(store.db, request.params.id, request.body.disabled)
-      if (!user) throw notFound('user')
-      // Here at once; the answer waits until every instance has been sent the notification, so the
-      // user's cached tokens stop working on their next request wherever it goes.
-      if (echoed) {
-        store.access.deliver(`user:${user.id}`)
-        await echoed()
-      }
-      return user
-    },
+    async (request) => accounts.setDisabled(request.params.id, request.body.disabled),
   )
 
   app.post(
     '/users/:id/tokens',
     { schema: { operationId: 'createUserToken', tags, summary: 'Issue a token (the secret is shown once)', params: IdParams, body: TokenCreate, response: { 201: IssuedToken, ...problemResponses } } },
-    async (request, reply) => {
-      const user = await getUser(store.db, request.params.id)
-      if (!user) throw notFound('user')
-      return reply.code(201).send(await createToken(store.db, user.id, request.body.name ?? 'default'))
-    },
+    async (request, reply) => reply.code(201).send(await accounts.createToken(request.params.id, request.body.name)),
   )
 
   app.get(
     '/users/:id/tokens',
     { schema: { operationId: 'listUserTokens', tags, summary: "A user's tokens (no secrets)", params: IdParams, querystring: PageQuery, response: { 200: PageOf(ApiToken), ...problemResponses } } },
-    async (request) => {
-      const user = await getUser(store.db, request.params.id)
-      if (!user) throw notFound('user')
-      return toListAnswer(await listTokens(store.db, user.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), (token) => token)
-    },
+    async (request) => toListAnswer(await accounts.listTokens(request.params.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), (token) => token),
   )
 
   app.delete(
     '/tokens/:id',
     { schema: { operationId: 'revokeToken', tags, summary: 'Revoke a token; it stops working on the next request', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
-      if (!(await getToken(store.db, request.params.id))) throw notFound('token')
-      const echoed = store.access.echo(`token:${request.params.id}`)
-      await revokeToken(store.db, request.params.id)
-      store.access.deliver(`token:${request.params.id}`)
-      await echoed()
+      await accounts.revokeToken(request.params.id)
       return reply.code(204).send(null)
     },
   )

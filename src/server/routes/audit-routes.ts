@@ -29,13 +29,11 @@ export function registerAuditRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const user = caller(request)
-      const owned = await deps.store.db.selectFrom('projects').select('id').where('owner_id', '=', user.id).execute()
       const { conversationId, projectId, commandId, entrance } = request.query
       const page = await listAuditEnvelopes(
         deps.store,
         {
           userId: user.id,
-          visibleProjectIds: owned.map((row) => row.id),
           ...(conversationId && { conversationId }),
           ...(projectId && { projectId }),
           ...(commandId && { commandId }),

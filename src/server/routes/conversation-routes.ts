@@ -1,6 +1,6 @@
 import { Type } from 'typebox'
-import { deleteConversation, getConversation, listConversationsOf, listMessages, listRuns, runJson, updateConversation, type RunStatus } from '../../store/index.js'
-import { conversationForCaller, conversationForStream, visibleProjectIds, withActiveRuns } from '../access.js'
+import { runJson, type RunStatus } from '../../store/index.js'
+import { conversationForStream } from '../access.js'
 import { caller } from '../auth.js'
 import { busProblem } from '../dispatch-answer.js'
 import { sseResponse } from '../event-schemas.js'
@@ -12,7 +12,7 @@ import type { App, ServerDeps } from '../server-deps.js'
 const tags = ['conversations']
 
 export function registerConversationRoutes(app: App, deps: ServerDeps): void {
-  const { store } = deps
+  const { conversations, runQueries } = deps
 
   app.get(
     '/conversations',
@@ -26,16 +26,15 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const user = caller(request)
-      const page = await listConversationsOf(store.db, user.id, await visibleProjectIds(deps, user.id), { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
-      return { items: await withActiveRuns(deps, page.items), nextCursor: toListAnswer(page, (item) => item).nextCursor }
+      const page = await conversations.listMine(caller(request), { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      return toListAnswer(page, (item) => item)
     },
   )
 
   app.get(
     '/conversations/:id',
     { schema: { operationId: 'getConversation', tags, summary: 'A conversation', params: IdParams, response: { 200: Conversation, ...problemResponses } } },
-    async (request) => (await withActiveRuns(deps, [await conversationForCaller(deps, caller(request), request.params.id)]))[0],
+    async (request) => conversations.get(caller(request), request.params.id),
   )
 
   app.get(
@@ -51,8 +50,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
-      const page = await listRuns(store.db, { conversationId: conversation.id, ...statusFilter(request.query.status) }, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const page = await runQueries.ofConversation(caller(request), request.params.id, statusFilter(request.query.status), { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
       return toListAnswer(page, runJson)
     },
   )
@@ -71,9 +69,10 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const user = caller(request)
-      let conversation = await conversationForCaller(deps, user, request.params.id)
-      const { permissionMode, ...rest } = request.body
-      if (permissionMode !== undefined && permissionMode !== conversation.permissionMode) {
+      const conversation = await conversations.resolve(user, request.params.id)
+      const { permissionMode, title } = request.body
+      const modeChange = permissionMode !== undefined && permissionMode !== conversation.permissionMode
+      if (modeChange) {
         // Through the bus, so the change has its audit envelope (core.set_permission_mode).
         const outcome = await deps.bus.dispatch({
           commandId: 'core.set_permission_mode',
@@ -84,10 +83,8 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
           projectId: conversation.projectId,
         })
         if (outcome.status !== 'succeeded') throw busProblem(outcome.status === 'awaiting_decision' ? { code: 'forbidden', message: 'the mode change needs a decision' } : outcome.error, outcome.dispatchId)
-        conversation = (await getConversation(store.db, conversation.id)) ?? conversation
       }
-      const updated = rest.title === undefined ? conversation : await store.transaction((tx) => updateConversation(tx, conversation, rest, { fullModeTtlMs: deps.fullModeTtlMs }))
-      return (await withActiveRuns(deps, [updated]))[0]
+      return conversations.update(conversation, { ...(title !== undefined && { title }) }, { reread: modeChange })
     },
   )
 
@@ -95,8 +92,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
     '/conversations/:id',
     { schema: { operationId: 'deleteConversation', tags, summary: 'Delete a conversation (soft)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
-      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
-      await store.transaction((tx) => deleteConversation(tx, conversation))
+      await conversations.remove(caller(request), request.params.id)
       return reply.code(204).send(null)
     },
   )
@@ -114,8 +110,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
-      const page = await listMessages(store.db, conversation.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const page = await conversations.messages(caller(request), request.params.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
       return toListAnswer(page, (message) => message)
     },
   )
@@ -141,6 +136,6 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
 }
 
 /** `?status=a,b` as a run filter (the schema has checked each value). */
-export function statusFilter(status: string | undefined): { statuses?: RunStatus[] } {
-  return status ? { statuses: status.split(',') as RunStatus[] } : {}
+export function statusFilter(status: string | undefined): RunStatus[] | undefined {
+  return status ? (status.split(',') as RunStatus[]) : undefined
 }

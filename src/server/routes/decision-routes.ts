@@ -1,6 +1,6 @@
 import { Type } from 'typebox'
-import { toDecisionView, type DecisionAnswer } from '../../cmdbus/index.js'
-import { listDecisions, type DecisionStatus } from '../../store/index.js'
+import type { DecisionAnswer } from '../../cmdbus/index.js'
+import type { DecisionStatus } from '../../store/index.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { outcomeView } from '../dispatch-answer.js'
@@ -14,7 +14,7 @@ const Answer = Type.Union([Type.Literal('approve'), Type.Literal('approve_sessio
 const DecideResult = Type.Object({ decision: Decision, dispatch: DispatchState })
 
 export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
-  const { bus, store } = deps
+  const { bus } = deps
 
   app.get(
     '/decisions',
@@ -37,19 +37,15 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const user = caller(request)
-      await bus.expireOverdue()
-      const owned = await store.db.selectFrom('projects').select('id').where('owner_id', '=', user.id).execute()
-      const page = await listDecisions(
-        store.db,
+      const page = await bus.listDecisions(
+        user.id,
         {
-          userId: user.id,
-          visibleProjectIds: owned.map((row) => row.id),
           ...(request.query.status && { status: request.query.status as DecisionStatus }),
           ...(request.query.conversationId && { conversationId: request.query.conversationId }),
         },
         { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) },
       )
-      return toListAnswer(page, (decision) => toDecisionView(decision))
+      return toListAnswer(page, (decision) => decision)
     },
   )
 

@@ -4,7 +4,6 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import { PathError } from '../../exec/index.js'
 import { detectFormat } from '../../rag/index.js'
-import { conversationForCaller, projectForCaller } from '../access.js'
 import { caller } from '../auth.js'
 import { HttpProblem } from '../problem.js'
 import { Id, KnowledgeItem, problemResponses } from '../schemas.js'
@@ -87,7 +86,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
+      const conversation = await deps.conversations.resolve(caller(request), request.params.id)
       const after = decodePathCursor(request.query.cursor)
       const limit = request.query.limit ?? 100
       const entries = (await exec.workdirs.list(conversation.id, request.query.path ?? '').catch(pathProblem)).filter((entry) => after === undefined || entry.path > after)
@@ -108,7 +107,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
-      const conversation = await conversationForCaller(deps, caller(request), request.params.id)
+      const conversation = await deps.conversations.resolve(caller(request), request.params.id)
       const path = request.params['*']
       const real = await exec.workdirs.existing(conversation.id, path).catch(pathProblem)
       const info = await stat(real)
@@ -141,7 +140,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
         },
       },
       async (request, reply) => {
-        const conversation = await conversationForCaller(deps, caller(request), request.params.id)
+        const conversation = await deps.conversations.resolve(caller(request), request.params.id)
         const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0)
         const written = await exec.workdirs.write(conversation.id, request.params['*'], body).catch(pathProblem)
         return reply.code(201).send(written)
@@ -163,8 +162,8 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
-      const conversation = await conversationForCaller(deps, user, request.params.id)
-      const project = await projectForCaller(deps, user, conversation.projectId, 'write')
+      const conversation = await deps.conversations.resolve(user, request.params.id)
+      const project = await deps.projects.resolve(user, conversation.projectId, 'write')
       const { path, title } = request.body
       const filename = path.split('/').at(-1) ?? path
       const format = detectFormat(filename, undefined)
@@ -174,10 +173,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       if (!info.isFile()) throw new HttpProblem('validation_failed', `path: ${path} is not a file`, { errors: [{ path: 'body.path', message: 'is not a file' }] })
       if (info.size > deps.maxKnowledgeFileBytes) throw new HttpProblem('payload_too_large', `the file is ${info.size} bytes; knowledge files are limited to ${deps.maxKnowledgeFileBytes}`)
       const { bytes } = await exec.workdirs.read(conversation.id, path, { limit: info.size }).catch(pathProblem)
-      const item = await deps.store.transaction((tx) =>
-        deps.ingestor.insertFile(tx, { projectId: project.id, ownerId: user.id, title: title ?? filename.replace(/\.[^.]+$/, ''), filename, format, bytes }),
-      )
-      deps.ingestor.enqueue(item.id)
+      const item = await deps.ingestor.addFile({ projectId: project.id, ownerId: user.id, title: title ?? filename.replace(/\.[^.]+$/, ''), filename, format, bytes })
       return reply.code(202).send({ ...item, shared: false })
     },
   )

@@ -3,16 +3,7 @@ import type { MultipartFile } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
 import { detectFormat, RetrievalScopeError, type RetrievalHit, type SourceFormat } from '../../rag/index.js'
-import {
-  deleteKnowledgeItem,
-  getKnowledgeItem,
-  listKnowledgeChunks,
-  listKnowledgeItems,
-  publishKnowledgeItem,
-  type KnowledgeItem,
-  type User,
-} from '../../store/index.js'
-import { projectForCaller } from '../access.js'
+import type { KnowledgeItem, User } from '../../store/index.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { stringProblem } from '../hostile-input.js'
@@ -64,22 +55,8 @@ function itemView(item: KnowledgeItem, user: User): KnowledgeItem & { shared: bo
   return { ...item, shared: item.ownerId !== user.id }
 }
 
-/**
- * An item the caller may see: their own (in a project they can still read), or a published one in a
- * project they can read. `ownerOnly`: only their own. Anything else is 404.
- */
-async function itemForCaller(deps: ServerDeps, user: User, itemId: string, ownerOnly = false): Promise<KnowledgeItem> {
-  const item = await getKnowledgeItem(deps.store.db, itemId)
-  const visible = item && (item.ownerId === user.id || (!ownerOnly && item.status === 'published'))
-  if (!item || !visible) throw notFound('knowledge item')
-  await projectForCaller(deps, user, item.projectId).catch(() => {
-    throw notFound('knowledge item')
-  })
-  return item
-}
-
 export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
-  const { store, ingestor, retriever } = deps
+  const { store, ingestor, retriever, knowledge, projects } = deps
 
   app.post(
     '/projects/:id/knowledge',
@@ -97,7 +74,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
-      const project = await projectForCaller(deps, user, request.params.id, 'write')
+      const project = await projects.resolve(user, request.params.id, 'write')
       let created: KnowledgeItem
       if (request.isMultipart()) {
         const upload = await readUpload(request, deps.maxKnowledgeFileBytes)
@@ -133,8 +110,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const user = caller(request)
-      const project = await projectForCaller(deps, user, request.params.id)
-      const page = await listKnowledgeItems(store.db, project.id, user.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const page = await knowledge.list(user, request.params.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
       return toListAnswer(page, (item) => itemView(item, user))
     },
   )
@@ -152,8 +128,8 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const user = caller(request)
-      const item = await itemForCaller(deps, user, request.params.id)
-      const chunks = toListAnswer(await listKnowledgeChunks(store.db, item.id, { limit: 100 }), chunkView)
+      const item = await knowledge.item(user, request.params.id)
+      const chunks = toListAnswer(await knowledge.chunks(item, { limit: 100 }), chunkView)
       return { ...itemView(item, user), chunks: chunks.items, chunksNextCursor: chunks.nextCursor }
     },
   )
@@ -162,8 +138,8 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     '/knowledge/:id/chunks',
     { schema: { operationId: 'listKnowledgeChunks', tags, summary: "A knowledge item's chunks, in order", params: IdParams, querystring: PageQuery, response: { 200: PageOf(Chunk), ...problemResponses } } },
     async (request) => {
-      const item = await itemForCaller(deps, caller(request), request.params.id)
-      return toListAnswer(await listKnowledgeChunks(store.db, item.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), chunkView)
+      const item = await knowledge.item(caller(request), request.params.id)
+      return toListAnswer(await knowledge.chunks(item, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), chunkView)
     },
   )
 
@@ -172,9 +148,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     { schema: { operationId: 'publishKnowledge', tags, summary: 'Publish an item of yours: members of the project find it too (idempotent)', params: IdParams, response: { 200: KnowledgeItemSchema, ...problemResponses } } },
     async (request) => {
       const user = caller(request)
-      const item = await itemForCaller(deps, user, request.params.id, true)
-      const published = await store.transaction((tx) => publishKnowledgeItem(tx, item.id))
-      return itemView(published ?? item, user)
+      return itemView(await knowledge.publish(user, request.params.id), user)
     },
   )
 
@@ -182,8 +156,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     '/knowledge/:id',
     { schema: { operationId: 'deleteKnowledge', tags, summary: 'Delete an item of yours (soft: searches stop finding it at once)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
-      const item = await itemForCaller(deps, caller(request), request.params.id, true)
-      await store.transaction((tx) => deleteKnowledgeItem(tx, item))
+      await knowledge.remove(caller(request), request.params.id)
       return reply.code(204).send(null)
     },
   )

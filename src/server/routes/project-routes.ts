@@ -1,7 +1,6 @@
 import { Type } from 'typebox'
-import { createConversation, createProject, deleteProject, listConversations, listProjects, updateProject, type EventRecord } from '../../store/index.js'
-import { ownedProjectForCaller, projectForCaller, projectView, withActiveRuns } from '../access.js'
-import { auditProfileChange, checkProfile } from '../agent-profile.js'
+import type { EventRecord } from '../../store/index.js'
+import { projectView } from '../access.js'
 import { caller } from '../auth.js'
 import { sseResponse } from '../event-schemas.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
@@ -25,7 +24,7 @@ import type { App, ServerDeps } from '../server-deps.js'
 const tags = ['projects']
 
 export function registerProjectRoutes(app: App, deps: ServerDeps): void {
-  const { store } = deps
+  const { store, projects, conversations } = deps
   // Listings are cached; this instance's own project writes drop them before answering.
   const lists = new ProjectListCache(store.access)
   const changed = (projectId: string) => lists.forget(`project:${projectId}`)
@@ -35,8 +34,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     { schema: { operationId: 'createProject', tags, summary: 'Create a project', body: ProjectCreate, response: { 201: Project, ...problemResponses, 422: Type.Ref('Problem') } } },
     async (request, reply) => {
       const user = caller(request)
-      const input = checkProfile(deps, request.body)
-      const answer = await runIdempotent(request, reply, store, user.id, 201, async (tx) => projectView(await createProject(tx, user.id, input), user))
+      const answer = await runIdempotent(request, reply, store, user.id, 201, async (tx) => projectView(await projects.create(tx, user, request.body), user))
       lists.forget('all')
       return answer
     },
@@ -52,9 +50,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       const known = lists.get(user.id, limit, request.query.cursor)
       if (known) return reply.type('application/json; charset=utf-8').send(known)
       const generation = lists.generation
-      const after = decodeCursor(request.query.cursor)
-      const shared = await deps.access.sharedProjectIds(user.id)
-      const page = await listProjects(store.db, user.id, { limit, after }, shared)
+      const page = await projects.list(user, { limit, after: decodeCursor(request.query.cursor) })
       const answer = Buffer.from(reply.serialize(toListAnswer(page, (project) => projectView(project, user))) as string)
       lists.set(user.id, limit, request.query.cursor, answer, generation)
       return reply.type('application/json; charset=utf-8').send(answer)
@@ -63,7 +59,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
 
   app.get('/projects/:id', { schema: { operationId: 'getProject', tags, summary: 'A project', params: IdParams, response: { 200: Project, ...problemResponses } } }, async (request) => {
     const user = caller(request)
-    return projectView(await projectForCaller(deps, user, request.params.id), user)
+    return projectView(await projects.resolve(user, request.params.id), user)
   })
 
   app.patch(
@@ -80,14 +76,8 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const user = caller(request)
-      const project = await projectForCaller(deps, user, request.params.id, 'write')
-      const patch = checkProfile(deps, request.body)
-      const updated = await store.transaction(async (tx) => {
-        const next = await updateProject(tx, project, patch)
-        await auditProfileChange(tx, project, next, user.id)
-        return next
-      })
-      changed(project.id)
+      const updated = await projects.update(user, request.params.id, request.body)
+      changed(updated.id)
       return projectView(updated, user)
     },
   )
@@ -96,8 +86,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     '/projects/:id',
     { schema: { operationId: 'deleteProject', tags, summary: 'Delete a project (soft: history is kept)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
     async (request, reply) => {
-      const project = await ownedProjectForCaller(deps, caller(request), request.params.id)
-      await store.transaction((tx) => deleteProject(tx, project))
+      const project = await projects.remove(caller(request), request.params.id)
       changed(project.id)
       return reply.code(204).send(null)
     },
@@ -117,11 +106,8 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
-      const project = await projectForCaller(deps, user, request.params.id, 'create_conversation')
-      return runIdempotent(request, reply, store, user.id, 201, async (tx) => ({
-        ...(await createConversation(tx, { projectId: project.id, ownerId: user.id, title: request.body.title })),
-        activeRunId: null,
-      }))
+      const project = await projects.resolve(user, request.params.id, 'create_conversation')
+      return runIdempotent(request, reply, store, user.id, 201, (tx) => conversations.create(tx, user, project, request.body.title))
     },
   )
 
@@ -138,10 +124,8 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const user = caller(request)
-      const project = await projectForCaller(deps, user, request.params.id)
-      const page = await listConversations(store.db, project.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }, user.id)
-      return { items: await withActiveRuns(deps, page.items), nextCursor: toListAnswer(page, (item) => item).nextCursor }
+      const page = await conversations.listInProject(caller(request), request.params.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      return toListAnswer(page, (item) => item)
     },
   )
 
@@ -160,7 +144,7 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
-      const project = await projectForCaller(deps, user, request.params.id)
+      const project = await projects.resolve(user, request.params.id)
       const shared = project.ownerId !== user.id
       // Members see events about the project itself and their own doings; the owner sees everything
       // else too. Knowledge drafts are their author's alone (as in the item list).

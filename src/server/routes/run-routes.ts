@@ -1,15 +1,14 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
-import { RunRequestError } from '../../runmgr/index.js'
-import { getRun, listRuns, readEvents, runJson, runMessages, terminalRunStatuses, type EventRecord, type Run, type User } from '../../store/index.js'
-import { conversationForCaller, conversationForStream, visibleProjectIds, type ConversationStreamAccess } from '../access.js'
+import { runJson, terminalRunStatuses, type EventRecord, type Run } from '../../store/index.js'
+import { conversationForStream, type ConversationStreamAccess } from '../access.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { statusFilter } from './conversation-routes.js'
 import { caller } from '../auth.js'
 import { sseResponse } from '../event-schemas.js'
 import { resumePoint, serveEventStream } from '../event-stream-route.js'
 import { hashRequest, idempotencyKey, KeyTaken, storeAnswer, storedAnswer } from '../idempotency.js'
-import { HttpProblem, notFound } from '../problem.js'
+import { HttpProblem } from '../problem.js'
 import { EventsQuery, IdParams, Message, ModelParams, problemResponses, Run as RunSchema, RunList, RunListQuery } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
@@ -41,7 +40,7 @@ const RunCreate = Type.Object(
 )
 
 export function registerRunRoutes(app: App, deps: ServerDeps): void {
-  const { runs, store } = deps
+  const { runs, store, runQueries } = deps
 
   app.get(
     '/models',
@@ -113,7 +112,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         const runId = (answer?.response as { runId?: unknown } | undefined)?.runId
         if (typeof runId !== 'string') return undefined
         reply.header('idempotent-replayed', 'true')
-        return getRun(store.db, runId)
+        return runQueries.get(runId)
       }
       let created: { run: Run } | { active: Run } | undefined
       const previous = await replayed()
@@ -125,7 +124,6 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
             ...(key !== undefined && { onCreated: (tx, run) => storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }) }),
           })
         } catch (error) {
-          if (error instanceof RunRequestError) throw new HttpProblem(error.code, error.message)
           if (!(error instanceof KeyTaken)) throw error
           const winner = await replayed()
           if (!winner) throw new HttpProblem('idempotency_key_in_progress')
@@ -146,7 +144,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       const waitSeconds = requestedWait(request.query.wait, request.headers.prefer)
       if (waitSeconds === null) return reply.code(201).send(runJson(created.run))
       const { run, settled } = await runs.waitUntilSettled(created.run.id, waitSeconds * 1000)
-      const messages = await runMessages(store.db, run.id)
+      const messages = await runQueries.messages(run.id)
       if (settled) return reply.code(201).send({ ...runJson(run), messages })
       reply.header('preference-applied', `wait=${waitSeconds}`)
       return reply.code(202).header('retry-after', 5).send({ ...runJson(run), messages })
@@ -165,25 +163,20 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const user = caller(request)
-      const page = await listRuns(
-        store.db,
-        { ownerId: user.id, projectIds: await visibleProjectIds(deps, user.id), ...statusFilter(request.query.status) },
-        { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) },
-      )
+      const page = await runQueries.listMine(caller(request), statusFilter(request.query.status), { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
       return toListAnswer(page, runJson)
     },
   )
 
   app.get('/runs/:id', { schema: { operationId: 'getRun', tags, summary: 'A run', params: IdParams, response: { 200: RunView, ...problemResponses } } }, async (request) =>
-    runJson(await runForCaller(deps, caller(request), request.params.id)),
+    runJson(await runQueries.resolve(caller(request), request.params.id)),
   )
 
   app.post(
     '/runs/:id/cancel',
     { schema: { operationId: 'cancelRun', tags, summary: 'Cancel a run (a finished run is returned unchanged)', params: IdParams, response: { 200: RunView, ...problemResponses } } },
     async (request) => {
-      const run = await runForCaller(deps, caller(request), request.params.id)
+      const run = await runQueries.resolve(caller(request), request.params.id)
       return runJson((await runs.cancel(run.id)) ?? run)
     },
   )
@@ -200,7 +193,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const run = await runForCaller(deps, caller(request), request.params.id)
+      const run = await runQueries.resolve(caller(request), request.params.id)
       const answer = await runs.resume(run.id)
       if (answer.error) throw new HttpProblem(answer.code ?? 'run_not_resumable', answer.error)
       return runJson(answer.run ?? run)
@@ -223,7 +216,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const run = await runForCaller(deps, caller(request), request.params.id)
+      const run = await runQueries.resolve(caller(request), request.params.id)
       const answer = await runs.submitToolOutputs(run.id, request.body.outputs)
       if (answer.error) throw new HttpProblem('run_not_waiting', answer.error)
       return runJson(answer.run ?? run)
@@ -249,26 +242,12 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
-      const run = await ownRun(deps, user, request.params.id)
+      const run = await runQueries.own(user, request.params.id)
       const { access } = await conversationForStream(deps, user, run.conversationId)
       await streamRun(request, reply, deps, run, access)
     },
   )
 
-  void store
-}
-
-async function runForCaller(deps: ServerDeps, user: User, runId: string): Promise<Run> {
-  const run = await ownRun(deps, user, runId)
-  await conversationForCaller(deps, user, run.conversationId)
-  return run
-}
-
-/** A run of the caller's (404 otherwise); its conversation must still be checked. */
-async function ownRun(deps: ServerDeps, user: User, runId: string): Promise<Run> {
-  const run = await getRun(deps.store.db, runId)
-  if (!run || run.ownerId !== user.id) throw notFound('run')
-  return run
 }
 
 /** A run's stream: replay, then live until its terminal event (a finished run: replay and close). */
@@ -277,8 +256,7 @@ async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: Ser
   if (terminalRunStatuses.includes(run.status)) {
     // A finished run with nothing after the client's id: 204, which tells an EventSource not to
     // reconnect (an empty 200 would make it reconnect for ever).
-    const events = await readEvents(deps.store.db, { runId: run.id }, resumePoint(request), 1)
-    if (events.length === 0) {
+    if (!(await deps.runQueries.hasEventsAfter(run.id, resumePoint(request)))) {
       reply.code(204).send()
       return
     }

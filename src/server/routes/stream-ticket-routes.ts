@@ -1,5 +1,4 @@
 import { Type } from 'typebox'
-import { issueStreamTicket } from '../../store/index.js'
 import { caller } from '../auth.js'
 import { HttpProblem } from '../problem.js'
 import { problemResponses } from '../schemas.js'
@@ -43,7 +42,7 @@ export function registerStreamTicketRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       caller(request)
       if (!request.tokenId) throw new HttpProblem('unauthorized')
-      const issued = await issueStreamTicket(deps.store.db, request.tokenId, request.body.path, ticketTtlMs)
+      const issued = await deps.accounts.issueStreamTicket(request.tokenId, request.body.path, ticketTtlMs)
       return reply.code(201).send({ ...issued, url: `${request.body.path}?ticket=${encodeURIComponent(issued.ticket)}` })
     },
   )

@@ -1,0 +1,69 @@
+import type { ProjectAction } from '../extension/index.js'
+import {
+  deleteKnowledgeItem,
+  getKnowledgeItem,
+  listKnowledgeChunks,
+  listKnowledgeItems,
+  notFoundError,
+  publishKnowledgeItem,
+  type KnowledgeChunk,
+  type KnowledgeItem,
+  type Page,
+  type PageRequest,
+  type Project,
+  type Store,
+  type User,
+} from '../store/index.js'
+
+/** How a caller's project is resolved (the run manager's project service): `not_found` or `forbidden` otherwise. */
+export interface ProjectResolver {
+  resolve(user: User, projectId: string, action?: ProjectAction): Promise<Project>
+}
+
+/**
+ * Project knowledge as a caller sees it: every published item of a project they can read, and their
+ * own drafts. Anything else is `not_found`. Adding knowledge goes through the `Ingestor`.
+ */
+export class KnowledgeService {
+  readonly #store: Store
+  readonly #projects: ProjectResolver
+
+  constructor(store: Store, projects: ProjectResolver) {
+    this.#store = store
+    this.#projects = projects
+  }
+
+  /** An item the caller may see (`ownerOnly`: only their own), in a project they can still read. */
+  async item(user: User, itemId: string, options: { ownerOnly?: boolean } = {}): Promise<KnowledgeItem> {
+    const item = await getKnowledgeItem(this.#store.db, itemId)
+    const visible = item && (item.ownerId === user.id || (!options.ownerOnly && item.status === 'published'))
+    if (!item || !visible) throw notFoundError('knowledge item')
+    await this.#projects.resolve(user, item.projectId).catch(() => {
+      throw notFoundError('knowledge item')
+    })
+    return item
+  }
+
+  /** A project's knowledge the caller may see, newest first. */
+  async list(user: User, projectId: string, page: PageRequest): Promise<Page<KnowledgeItem>> {
+    const project = await this.#projects.resolve(user, projectId)
+    return listKnowledgeItems(this.#store.db, project.id, user.id, page)
+  }
+
+  /** An item's chunks, in order (the item as resolved by `item`). */
+  chunks(item: KnowledgeItem, page: PageRequest): Promise<Page<KnowledgeChunk>> {
+    return listKnowledgeChunks(this.#store.db, item.id, page)
+  }
+
+  /** Publishes an item of the caller's: members of the project find it too (idempotent). */
+  async publish(user: User, itemId: string): Promise<KnowledgeItem> {
+    const item = await this.item(user, itemId, { ownerOnly: true })
+    return (await this.#store.transaction((tx) => publishKnowledgeItem(tx, item.id))) ?? item
+  }
+
+  /** Deletes an item of the caller's (soft: searches stop finding it at once). */
+  async remove(user: User, itemId: string): Promise<void> {
+    const item = await this.item(user, itemId, { ownerOnly: true })
+    await this.#store.transaction((tx) => deleteKnowledgeItem(tx, item))
+  }
+}

@@ -1,0 +1,56 @@
+import { getRun, listRuns, notFoundError, readEvents, runMessages, type Message, type Page, type PageRequest, type Run, type RunStatus, type Store, type User } from '../store/index.js'
+import type { ConversationService } from './conversation-service.js'
+import type { ProjectService } from './project-service.js'
+
+/** Runs as their owner sees them: their own, in conversations they may still act in; else `not_found`. */
+export class RunQueries {
+  readonly #store: Store
+  readonly #projects: ProjectService
+  readonly #conversations: ConversationService
+
+  constructor(store: Store, projects: ProjectService, conversations: ConversationService) {
+    this.#store = store
+    this.#projects = projects
+    this.#conversations = conversations
+  }
+
+  /** A run of the caller's whose conversation they may still act in. */
+  async resolve(user: User, runId: string): Promise<Run> {
+    const run = await this.own(user, runId)
+    await this.#conversations.resolve(user, run.conversationId)
+    return run
+  }
+
+  /** A run of the caller's (its conversation not yet checked). */
+  async own(user: User, runId: string): Promise<Run> {
+    const run = await getRun(this.#store.db, runId)
+    if (!run || run.ownerId !== user.id) throw notFoundError('run')
+    return run
+  }
+
+  /** A run by id, unchecked: for a run this request itself created (or an idempotent replay of it). */
+  get(runId: string): Promise<Run | undefined> {
+    return getRun(this.#store.db, runId)
+  }
+
+  /** The caller's runs across the projects they can see, newest first. */
+  async listMine(user: User, statuses: readonly RunStatus[] | undefined, page: PageRequest): Promise<Page<Run>> {
+    return listRuns(this.#store.db, { ownerId: user.id, projectIds: await this.#projects.visibleIds(user.id), ...(statuses && { statuses }) }, page)
+  }
+
+  /** A conversation's runs, newest first. */
+  async ofConversation(user: User, conversationId: string, statuses: readonly RunStatus[] | undefined, page: PageRequest): Promise<Page<Run>> {
+    const conversation = await this.#conversations.resolve(user, conversationId)
+    return listRuns(this.#store.db, { conversationId: conversation.id, ...(statuses && { statuses }) }, page)
+  }
+
+  /** The messages a run added. */
+  messages(runId: string): Promise<Message[]> {
+    return runMessages(this.#store.db, runId)
+  }
+
+  /** Whether the run has any event after `afterId` (a finished run's stream has nothing left to send otherwise). */
+  async hasEventsAfter(runId: string, afterId: number): Promise<boolean> {
+    return (await readEvents(this.#store.db, { runId }, afterId, 1)).length > 0
+  }
+}

@@ -1,0 +1,117 @@
+import type { Store } from './open-store.js'
+import type { Page, PageRequest } from './page.js'
+import { issueStreamTicket, redeemStreamTicket } from './stream-ticket-repository.js'
+import { RequestError, notFoundError } from './store-errors.js'
+import {
+  authenticateToken,
+  createToken,
+  createUser,
+  findUser,
+  getToken,
+  getUser,
+  isTokenLive,
+  listTokens,
+  listUsers,
+  revokeToken,
+  setUserDisabled,
+  touchToken,
+  type ApiToken,
+  type IssuedToken,
+  type User,
+} from './user-repository.js'
+
+/**
+ * Users, their tokens and stream tickets: what the admin API and `plinth users|tokens` do. Taking
+ * access away is announced to every instance, and answers only once this instance has heard the
+ * announcement back (the database has then signalled every listening instance), so the token or user
+ * stops working on its next request wherever it goes.
+ */
+export class Accounts {
+  readonly #store: Store
+
+  constructor(store: Store) {
+    this.#store = store
+  }
+
+  /** A user and their first token, together. */
+  async createUser(name: string, tokenName = 'default'): Promise<{ user: User; token: IssuedToken }> {
+    return this.#store.transaction(async (tx) => {
+      const user = await createUser(tx, name)
+      if ('error' in user) throw new RequestError('name_taken', `a user named ${JSON.stringify(name)} exists`)
+      return { user, token: await createToken(tx, user.id, tokenName) }
+    })
+  }
+
+  listUsers(page: PageRequest): Promise<Page<User>> {
+    return listUsers(this.#store.db, page)
+  }
+
+  async user(id: string): Promise<User> {
+    const user = await getUser(this.#store.db, id)
+    if (!user) throw notFoundError('user')
+    return user
+  }
+
+  /** By id or by name. */
+  findUser(idOrName: string): Promise<User | undefined> {
+    return findUser(this.#store.db, idOrName)
+  }
+
+  async setDisabled(id: string, disabled: boolean): Promise<User> {
+    const echoed = disabled ? this.#store.access.echo(`user:${id}`) : undefined
+    const user = await setUserDisabled(this.#store.db, id, disabled)
+    if (!user) throw notFoundError('user')
+    if (echoed) {
+      // Here at once, everywhere else by the time this answers.
+      this.#store.access.deliver(`user:${user.id}`)
+      await echoed()
+    }
+    return user
+  }
+
+  async createToken(userId: string, name = 'default'): Promise<IssuedToken> {
+    await this.user(userId)
+    return createToken(this.#store.db, userId, name)
+  }
+
+  async listTokens(userId: string, page: PageRequest): Promise<Page<ApiToken>> {
+    await this.user(userId)
+    return listTokens(this.#store.db, userId, page)
+  }
+
+  /** Revokes a token (revoking twice keeps the first time). */
+  async revokeToken(id: string): Promise<ApiToken> {
+    if (!(await getToken(this.#store.db, id))) throw notFoundError('token')
+    const echoed = this.#store.access.echo(`token:${id}`)
+    const token = await revokeToken(this.#store.db, id)
+    this.#store.access.deliver(`token:${id}`)
+    await echoed()
+    if (!token) throw notFoundError('token')
+    return token
+  }
+
+  /** A single-use ticket that opens one event stream at `path` as the token's user. */
+  issueStreamTicket(tokenId: string, path: string, ttlMs: number): Promise<{ ticket: string; expiresAt: string }> {
+    return issueStreamTicket(this.#store.db, tokenId, path, ttlMs)
+  }
+
+  /** Redeems a stream ticket (once, for its path, before it expires). */
+  redeemStreamTicket(ticket: string, path: string): Promise<{ user: User; tokenId: string } | undefined> {
+    return redeemStreamTicket(this.#store.db, ticket, path)
+  }
+
+  /** The live token's user (enabled); `undefined` for an unknown, revoked or disabled one. */
+  authenticate(token: string): Promise<{ user: User; tokenId: string } | undefined> {
+    return authenticateToken(this.#store.db, token)
+  }
+
+  /** Whether a token (by id) is live and its user enabled: what an open stream re-checks. */
+  isTokenLive(tokenId: string): Promise<boolean> {
+    return isTokenLive(this.#store.db, tokenId)
+  }
+
+  /** Records a token's use. */
+  touchToken(tokenId: string): Promise<void> {
+    return touchToken(this.#store.db, tokenId)
+  }
+}
