@@ -1,4 +1,4 @@
-import { chmod, mkdir, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { createServer, type Server } from 'node:net'
 import { homedir, tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -246,7 +246,11 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
     await writeFile(join(dataDir, 'outside', 'secret.txt'), 'OUTSIDE')
     const dir = await exec.workdirs.dir(conversation)
     await symlink(join(dataDir, 'outside'), join(dir, 'escape')).catch(() => undefined)
-    await expect(exec.workdirs.read(conversation, 'escape/secret.txt', { limit: 100 })).rejects.toThrow(/outside the work directory/)
-    await expect(exec.workdirs.write(conversation, 'escape/new.txt', 'x')).rejects.toThrow(/outside the work directory/)
+    await expect(exec.workdirs.read(conversation, 'escape/secret.txt', { limit: 100 })).rejects.toThrow(/symlink/)
+    await expect(exec.workdirs.write(conversation, 'escape/new.txt', 'x')).rejects.toThrow(/symlink/)
+    await symlink(join(dataDir, 'outside', 'secret.txt'), join(dir, 'leaf-link')).catch(() => undefined)
+    await expect(exec.workdirs.read(conversation, 'leaf-link', { limit: 100 })).rejects.toThrow(/symlink/)
+    await expect(exec.workdirs.write(conversation, 'leaf-link', 'x')).rejects.toThrow(/symlink|regular file/)
+    expect(await readFile(join(dataDir, 'outside', 'secret.txt'), 'utf8')).toBe('OUTSIDE')
   })
 })

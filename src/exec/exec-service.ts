@@ -91,6 +91,7 @@ export class ExecService {
     this.#identity = probe.identity
     this.#backend = settings.backend
     this.workdirs = new WorkDirectories(settings.workRoot ?? join(dataDir, 'work'), { deniedSegments: settings.deniedSegments })
+    this.workdirs.setOwner(probe.identity)
   }
 
   static async create(options: { store: Store; settings: ExecSettings; dataDir: string; log: PluginLogger }): Promise<ExecService> {
@@ -154,7 +155,7 @@ export class ExecService {
     const ro = [...(input.mounts ?? []), ...(await this.#runtimeMounts(input.projectId))]
     if (name === 'sandbox') {
       if (!this.#probe.ok) throw new SandboxUnavailableError(this.#probe.reason ?? 'the probe failed')
-      const cwd = this.#identity ? await this.workdirs.handOver(input.conversationId, this.#identity.uid, this.#identity.gid) : await this.workdirs.dir(input.conversationId)
+      const cwd = await this.workdirs.prepareForSandbox(input.conversationId)
       const backend = new SandboxBackend(this.#support, this.#identity, { tmpSizeMb: this.settings.tmpSizeMb })
       return backend.run(
         { argv: input.argv, cwd, env: buildExecEnv(sandboxWorkdir), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: this.settings.network, mounts: { ro, rw: [] } },
@@ -162,6 +163,8 @@ export class ExecService {
       )
     }
     const cwd = await this.workdirs.dir(input.conversationId)
+    // What a direct program writes belongs to the server's user: handed over before the next sandboxed run.
+    await this.workdirs.markForeign(input.conversationId)
     return new DirectBackend(this.#support).run(
       { argv: input.argv, cwd, env: buildExecEnv(cwd), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: true, mounts: { ro, rw: [] } },
       options,
@@ -173,6 +176,7 @@ export class ExecService {
     const probe = await probeSandbox({ sandboxUser: this.settings.sandboxUser, requireCgroups: this.settings.requireCgroups, support: this.#support, workRoot: this.workdirs.root })
     this.#probe = probe.result
     this.#identity = probe.identity
+    this.workdirs.setOwner(probe.identity)
     return probe.result
   }
 

@@ -1,6 +1,7 @@
-import { constants } from 'node:fs'
-import { chmod, lchown, lstat, mkdir, open, readdir, realpath, stat } from 'node:fs/promises'
-import { dirname, join, sep } from 'node:path'
+import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
+import type { FileHandle } from 'node:fs/promises'
+import { join } from 'node:path'
+import { DirectoryHandle } from './directory-handle.js'
 
 /** A path a client or the model may not use; `code` picks the HTTP answer. */
 export class PathError extends Error {
@@ -19,18 +20,46 @@ export interface FileEntry {
   modifiedAt: string
 }
 
+/** Who owns what the server creates in a work directory: the sandbox user, when there is one. */
+export interface WorkOwner {
+  uid: number
+  gid: number
+}
+
+/** A file opened for reading: read or stream through `handle`, then close it. */
+export interface OpenedFile {
+  handle: FileHandle
+  size: number
+}
+
 export const defaultDeniedSegments = ['.ssh', '.aws', '.gnupg', '.netrc', '.git-credentials', '.docker', '.kube', '.config/gcloud']
+
+const maxDepth = 32
+
+/** The errno of a failed system call, as the PathError a caller answers with. */
+function pathFailure(error: unknown, path: string): PathError {
+  const code = (error as NodeJS.ErrnoException).code
+  if (code === 'ENOENT') return new PathError('not_found', `${path || '.'} does not exist`)
+  if (code === 'ELOOP' || code === 'ENOTDIR' || code === 'EMLINK') return new PathError('invalid_path', `${path}: a part of the path is a symlink or not a directory (symlinks are never followed, so none leads outside the work directory)`)
+  if (code === 'EISDIR') return new PathError('is_directory', `${path} is a directory`)
+  if (code === 'ENXIO' || code === 'ETXTBSY') return new PathError('invalid_path', `${path} is not a regular file`)
+  if (error instanceof PathError) return error
+  return new PathError('invalid_path', `${path} cannot be used (${code ?? (error as Error).message})`)
+}
 
 /**
  * One directory per conversation under `root`, and the only way the server touches files in it
- * (SPEC §12): paths are relative, without `..`, without sensitive segments (`.ssh`, …), and are
- * checked after `realpath` — of the path itself, or of its nearest existing ancestor for one that
- * does not exist yet — so a symlink cannot lead out. Files are opened without following a final
- * symlink.
+ * (docs/security.md, "work directories"). Paths are relative, without `..` and without sensitive
+ * segments (`.ssh`, …). The directory is writable by sandboxed programs, which run while the server
+ * works in it, so nothing here acts by path: every operation walks from the conversation's directory
+ * one component at a time through open directory descriptors, never follows a symlink, and reads and
+ * writes through the descriptor it opened (see `DirectoryHandle`). What the server creates belongs to
+ * the sandbox user from the start; nothing is chowned recursively by path.
  */
 export class WorkDirectories {
   readonly root: string
   readonly #denied: string[]
+  #owner: WorkOwner | null = null
   #rootReady = false
 
   constructor(root: string, options: { deniedSegments?: readonly string[] } = {}) {
@@ -38,9 +67,19 @@ export class WorkDirectories {
     this.#denied = (options.deniedSegments ?? defaultDeniedSegments).map((segment) => segment.toLowerCase())
   }
 
+  /** Who owns what the server creates from now on (the sandbox user; null: the server's own user). */
+  setOwner(owner: WorkOwner | null): void {
+    this.#owner = owner
+  }
+
+  get owner(): WorkOwner | null {
+    return this.#owner
+  }
+
   /**
    * The conversation's directory (created on first use). The root is traversable but not listable
-   * (0711), so a sandbox user can reach its own directory by path; each directory is 0700.
+   * (0711), so a sandbox user can reach its own directory by path and no other; each directory is
+   * 0700 and belongs to the sandbox user.
    */
   async dir(conversationId: string): Promise<string> {
     if (!/^[0-9A-Za-z]{1,64}$/.test(conversationId)) throw new PathError('invalid_path', 'bad conversation id')
@@ -50,8 +89,18 @@ export class WorkDirectories {
       this.#rootReady = true
     }
     const dir = join(this.root, conversationId)
-    await mkdir(dir, { recursive: true, mode: 0o700 })
-    return realpath(dir)
+    const created = await mkdir(dir, { mode: 0o700 }).then(
+      () => true,
+      (error: NodeJS.ErrnoException) => {
+        if (error.code !== 'EEXIST') throw error
+        return false
+      },
+    )
+    if (created && this.#owner) {
+      const handle = await DirectoryHandle.openTrusted(dir)
+      await handle.chown(this.#owner.uid, this.#owner.gid).finally(() => handle.close())
+    }
+    return dir
   }
 
   /** The relative path's segments, or a PathError saying what is wrong with it. */
@@ -61,6 +110,7 @@ export class WorkDirectories {
     if (path.length > 1024) throw new PathError('invalid_path', 'the path is longer than 1024 characters')
     const parts = path.split('/').filter((part) => part !== '' && part !== '.')
     if (parts.includes('..')) throw new PathError('invalid_path', 'the path must not contain ..')
+    if (parts.length > maxDepth) throw new PathError('invalid_path', `the path is deeper than ${maxDepth} directories`)
     for (const denied of this.#denied) {
       const deniedParts = denied.split('/')
       for (let index = 0; index + deniedParts.length <= parts.length; index++) {
@@ -72,34 +122,70 @@ export class WorkDirectories {
     return parts
   }
 
-  /** An existing path inside the work directory (realpath-checked). */
-  async existing(conversationId: string, path: string): Promise<string> {
-    const base = await this.dir(conversationId)
-    const target = join(base, ...this.segments(path))
-    let real: string
+  /** Opens the conversation's directory, then each directory of `parts` in turn (made when `create`). */
+  async #walk(conversationId: string, parts: readonly string[], path: string, create: boolean): Promise<DirectoryHandle> {
+    let current = await DirectoryHandle.openTrusted(await this.dir(conversationId))
     try {
-      real = await realpath(target)
-    } catch {
-      throw new PathError('not_found', `${path || '.'} does not exist`)
+      for (const part of parts) {
+        let next: DirectoryHandle
+        try {
+          next = await current.openDirectory(part)
+        } catch (error) {
+          if (!create || (error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+          const made = await current.makeDirectory(part, 0o700).then(
+            () => true,
+            (mkdirError: NodeJS.ErrnoException) => {
+              if (mkdirError.code !== 'EEXIST') throw mkdirError
+              return false
+            },
+          )
+          next = await current.openDirectory(part)
+          // Through the descriptor just opened: the directory made, or whatever replaced it (never a link).
+          if (made && this.#owner) await next.chown(this.#owner.uid, this.#owner.gid)
+        }
+        await current.close()
+        current = next
+      }
+      return current
+    } catch (error) {
+      await current.close()
+      throw pathFailure(error, path)
     }
-    if (!inside(base, real)) throw new PathError('invalid_path', 'the path leads outside the work directory')
-    return real
+  }
+
+  /** Opens a regular file for reading (a directory, FIFO, device or symlink is refused). */
+  async open(conversationId: string, path: string): Promise<OpenedFile> {
+    const parts = this.segments(path)
+    if (parts.length === 0) throw new PathError('is_directory', `${path || '.'} is a directory`)
+    const parent = await this.#walk(conversationId, parts.slice(0, -1), path, false)
+    let handle: FileHandle
+    try {
+      handle = await parent.openForReading(parts.at(-1)!)
+    } catch (error) {
+      throw pathFailure(error, path)
+    } finally {
+      await parent.close()
+    }
+    try {
+      const info = await handle.stat()
+      if (info.isDirectory()) throw new PathError('is_directory', `${path} is a directory`)
+      if (!info.isFile()) throw new PathError('invalid_path', `${path} is not a regular file`)
+      return { handle, size: info.size }
+    } catch (error) {
+      await handle.close()
+      throw error
+    }
   }
 
   /** Reads a file: at most `limit` bytes from `offset`, and its total size. */
   async read(conversationId: string, path: string, options: { offset?: number; limit: number }): Promise<{ bytes: Buffer; size: number }> {
-    const real = await this.existing(conversationId, path)
-    const handle = await open(real, constants.O_RDONLY | constants.O_NOFOLLOW).catch((error: NodeJS.ErrnoException) => {
-      throw new PathError(error.code === 'EISDIR' ? 'is_directory' : 'not_found', `${path} cannot be read (${error.code})`)
-    })
+    const { handle, size } = await this.open(conversationId, path)
     try {
-      const info = await handle.stat()
-      if (info.isDirectory()) throw new PathError('is_directory', `${path} is a directory`)
-      const offset = Math.min(options.offset ?? 0, info.size)
-      const length = Math.min(options.limit, info.size - offset)
+      const offset = Math.min(options.offset ?? 0, size)
+      const length = Math.min(options.limit, size - offset)
       const bytes = Buffer.alloc(length)
-      await handle.read(bytes, 0, length, offset)
-      return { bytes, size: info.size }
+      const { bytesRead } = await handle.read(bytes, 0, length, offset)
+      return { bytes: bytes.subarray(0, bytesRead), size }
     } finally {
       await handle.close()
     }
@@ -107,27 +193,24 @@ export class WorkDirectories {
 
   /** Writes a file (parent directories created), refusing anything that would land outside. */
   async write(conversationId: string, path: string, content: Buffer | string): Promise<{ path: string; size: number }> {
-    const base = await this.dir(conversationId)
     const parts = this.segments(path)
     if (parts.length === 0) throw new PathError('invalid_path', 'a file path is required')
-    const target = join(base, ...parts)
-    // The nearest existing ancestor decides where a new path really is.
-    let ancestor = dirname(target)
-    for (;;) {
-      const found = await lstat(ancestor).catch(() => null)
-      if (found) break
-      ancestor = dirname(ancestor)
-    }
-    if (!inside(base, await realpath(ancestor))) throw new PathError('invalid_path', 'the path leads outside the work directory')
-    await mkdir(dirname(target), { recursive: true, mode: 0o700 })
-    if (!inside(base, await realpath(dirname(target)))) throw new PathError('invalid_path', 'the path leads outside the work directory')
-    const existing = await lstat(target).catch(() => null)
-    if (existing?.isDirectory()) throw new PathError('is_directory', `${path} is a directory`)
-    const handle = await open(target, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o600).catch((error: NodeJS.ErrnoException) => {
-      throw new PathError('invalid_path', error.code === 'ELOOP' ? 'the path is a symlink' : `${path} cannot be written (${error.code})`)
-    })
+    const parent = await this.#walk(conversationId, parts.slice(0, -1), path, true)
+    let opened: { handle: FileHandle; created: boolean }
     try {
-      await handle.writeFile(content)
+      opened = await parent.openForWriting(parts.at(-1)!, 0o600)
+    } catch (error) {
+      throw pathFailure(error, path)
+    } finally {
+      await parent.close()
+    }
+    const { handle, created } = opened
+    try {
+      const info = await handle.stat()
+      if (!info.isFile()) throw new PathError('invalid_path', `${path} is not a regular file`)
+      if (created && this.#owner) await handle.chown(this.#owner.uid, this.#owner.gid)
+      await handle.truncate(0)
+      await handle.write(typeof content === 'string' ? Buffer.from(content) : content, 0, Buffer.byteLength(content), 0)
     } finally {
       await handle.close()
     }
@@ -136,44 +219,90 @@ export class WorkDirectories {
 
   /** Entries under a directory of the work directory, recursively, sorted by path (at most `max`). */
   async list(conversationId: string, path = '', max = 10_000): Promise<FileEntry[]> {
-    const base = await this.dir(conversationId)
-    const start = path ? await this.existing(conversationId, path) : base
-    const info = await stat(start)
-    if (!info.isDirectory()) throw new PathError('invalid_path', `${path} is not a directory`)
+    const parts = this.segments(path)
+    const start = await this.#walk(conversationId, parts, path, false)
     const entries: FileEntry[] = []
-    const walk = async (dir: string, depth: number): Promise<void> => {
-      if (depth > 32 || entries.length >= max) return
-      for (const name of (await readdir(dir)).sort()) {
+    const walk = async (dir: DirectoryHandle, prefix: string, depth: number): Promise<void> => {
+      if (depth > maxDepth || entries.length >= max) return
+      for (const name of (await dir.list().catch(() => [])).sort()) {
         if (entries.length >= max) return
-        const full = join(dir, name)
-        const entry = await lstat(full).catch(() => null)
+        const entry = await dir.lstat(name).catch(() => null)
         if (!entry) continue
-        const relative = full.slice(base.length + 1).split(sep).join('/')
+        const relative = prefix ? `${prefix}/${name}` : name
         const type = entry.isSymbolicLink() ? 'symlink' : entry.isDirectory() ? 'directory' : entry.isFile() ? 'file' : 'other'
         entries.push({ path: relative, type, size: type === 'file' ? entry.size : 0, modifiedAt: entry.mtime.toISOString() })
-        // Symlinks are listed, never followed.
-        if (type === 'directory') await walk(full, depth + 1)
+        // Symlinks are listed, never followed; a directory swapped for one meanwhile is not opened.
+        if (type !== 'directory') continue
+        const child = await dir.openDirectory(name).catch(() => null)
+        if (!child) continue
+        try {
+          await walk(child, relative, depth + 1)
+        } finally {
+          await child.close()
+        }
       }
     }
-    await walk(start, 0)
+    try {
+      await walk(start, parts.join('/'), 0)
+    } finally {
+      await start.close()
+    }
     return entries
   }
 
-  /** Hands the work directory to the sandbox user (without following symlinks). */
-  async handOver(conversationId: string, uid: number, gid: number): Promise<string> {
-    const base = await this.dir(conversationId)
-    const walk = async (path: string, depth: number): Promise<void> => {
-      await lchown(path, uid, gid).catch(() => undefined)
-      if (depth > 32) return
-      const entry = await lstat(path).catch(() => null)
-      if (!entry?.isDirectory()) return
-      for (const name of await readdir(path).catch(() => [])) await walk(join(path, name), depth + 1)
-    }
-    await walk(base, 0)
-    return base
+  /** Where the marker of a tree that holds files not owned by the sandbox user lives. */
+  #markerPath(conversationId: string): string {
+    return join(this.root, '.foreign', conversationId)
   }
-}
 
-function inside(base: string, real: string): boolean {
-  return real === base || real.startsWith(base + sep)
+  /**
+   * Notes that something other than the server's own file operations wrote in the directory as the
+   * server's user (a `direct` execution): its files go to the sandbox user before the next sandboxed one.
+   */
+  async markForeign(conversationId: string): Promise<void> {
+    if (!this.#owner) return
+    await mkdir(join(this.root, '.foreign'), { recursive: true, mode: 0o700 })
+    await writeFile(this.#markerPath(conversationId), '')
+  }
+
+  /**
+   * Makes the directory ready for a sandboxed execution and returns its path. The tree is handed to
+   * the sandbox user only when it may hold files it does not own — after a `direct` execution, or a
+   * directory from an older version — and then through directory descriptors: each name's own owner
+   * changes (`lchown` relative to an open directory), no symlink is followed, and a file with several
+   * hard links is left alone (it may be a link to a host file made by a `direct` program).
+   */
+  async prepareForSandbox(conversationId: string): Promise<string> {
+    const dir = await this.dir(conversationId)
+    const owner = this.#owner
+    if (!owner) return dir
+    const marked = await readFile(this.#markerPath(conversationId)).then(
+      () => true,
+      () => false,
+    )
+    if (!marked && (await stat(dir)).uid === owner.uid) return dir
+    const root = await DirectoryHandle.openTrusted(dir)
+    const walk = async (handle: DirectoryHandle, depth: number): Promise<void> => {
+      await handle.chown(owner.uid, owner.gid)
+      if (depth > maxDepth) return
+      for (const name of await handle.list().catch(() => [])) {
+        const entry = await handle.lstat(name).catch(() => null)
+        if (!entry || (entry.uid === owner.uid && !entry.isDirectory())) continue
+        if (entry.isDirectory()) {
+          const child = await handle.openDirectory(name).catch(() => null)
+          if (!child) continue
+          await walk(child, depth + 1).finally(() => child.close())
+        } else if (entry.nlink === 1) {
+          await handle.lchown(name, owner.uid, owner.gid).catch(() => undefined)
+        }
+      }
+    }
+    try {
+      await walk(root, 0)
+    } finally {
+      await root.close()
+    }
+    await rm(this.#markerPath(conversationId), { force: true })
+    return dir
+  }
 }

@@ -1,5 +1,3 @@
-import { createReadStream } from 'node:fs'
-import { stat } from 'node:fs/promises'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import { PathError } from '../../exec/index.js'
@@ -109,17 +107,25 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       const conversation = await deps.conversations.resolve(caller(request), request.params.id)
       const path = request.params['*']
-      const real = await exec.workdirs.existing(conversation.id, path).catch(pathProblem)
-      const info = await stat(real)
-      if (info.isDirectory()) throw new HttpProblem('validation_failed', `path: ${path || '.'} is a directory; list it with GET …/files?path=`, { errors: [{ path: 'path', message: 'is a directory' }] })
-      if (info.size > exec.settings.maxDownloadBytes) throw new HttpProblem('payload_too_large', `the file is ${info.size} bytes; downloads are limited to ${exec.settings.maxDownloadBytes}`)
+      // Opened once, without following links; the bytes sent are the descriptor's (never a path's).
+      const { handle, size } = await exec.workdirs.open(conversation.id, path).catch((error: unknown) => {
+        if (error instanceof PathError && error.code === 'is_directory') {
+          throw new HttpProblem('validation_failed', `path: ${path || '.'} is a directory; list it with GET …/files?path=`, { errors: [{ path: 'path', message: 'is a directory' }] })
+        }
+        return pathProblem(error)
+      })
+      if (size > exec.settings.maxDownloadBytes) {
+        await handle.close()
+        throw new HttpProblem('payload_too_large', `the file is ${size} bytes; downloads are limited to ${exec.settings.maxDownloadBytes}`)
+      }
       const name = path.split('/').at(-1) ?? 'file'
       const extension = name.toLowerCase().match(/\.([a-z0-9]+)$/)?.[1] ?? ''
       reply.header('content-type', mediaTypes[extension] ?? 'application/octet-stream')
-      reply.header('content-length', info.size)
+      reply.header('content-length', size)
       reply.header('content-disposition', `attachment; filename*=UTF-8''${encodeURIComponent(name)}`)
       reply.header('x-content-type-options', 'nosniff')
-      return reply.send(createReadStream(real))
+      // A file that grows meanwhile is cut at the announced length.
+      return reply.send(handle.createReadStream({ start: 0, end: Math.max(0, size - 1), autoClose: true, emitClose: true }))
     },
   )
 
@@ -168,11 +174,19 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       const filename = path.split('/').at(-1) ?? path
       const format = detectFormat(filename, undefined)
       if (!format) throw new HttpProblem('unsupported_media_type', `${filename} cannot become knowledge: register a .txt, .md, .html, .pdf or .docx file`)
-      const real = await exec.workdirs.existing(conversation.id, path).catch(pathProblem)
-      const info = await stat(real)
-      if (!info.isFile()) throw new HttpProblem('validation_failed', `path: ${path} is not a file`, { errors: [{ path: 'body.path', message: 'is not a file' }] })
-      if (info.size > deps.maxKnowledgeFileBytes) throw new HttpProblem('payload_too_large', `the file is ${info.size} bytes; knowledge files are limited to ${deps.maxKnowledgeFileBytes}`)
-      const { bytes } = await exec.workdirs.read(conversation.id, path, { limit: info.size }).catch(pathProblem)
+      const { handle, size } = await exec.workdirs.open(conversation.id, path).catch((error: unknown) => {
+        if (error instanceof PathError && error.code === 'is_directory') throw new HttpProblem('validation_failed', `path: ${path} is not a file`, { errors: [{ path: 'body.path', message: 'is not a file' }] })
+        return pathProblem(error)
+      })
+      let bytes: Buffer
+      try {
+        if (size > deps.maxKnowledgeFileBytes) throw new HttpProblem('payload_too_large', `the file is ${size} bytes; knowledge files are limited to ${deps.maxKnowledgeFileBytes}`)
+        bytes = Buffer.alloc(size)
+        const { bytesRead } = await handle.read(bytes, 0, size, 0)
+        bytes = bytes.subarray(0, bytesRead)
+      } finally {
+        await handle.close()
+      }
       const item = await deps.ingestor.addFile({ projectId: project.id, ownerId: user.id, title: title ?? filename.replace(/\.[^.]+$/, ''), filename, format, bytes })
       return reply.code(202).send({ ...item, shared: false })
     },

@@ -1,0 +1,108 @@
+import { constants, type Stats } from 'node:fs'
+import { lchown, lstat, mkdir, open, readdir, rmdir, unlink, type FileHandle } from 'node:fs/promises'
+
+/**
+ * Flags for every open below a directory handle: never follow a symlink in the last component, never
+ * block on a FIFO a program left there, never become the controlling terminal.
+ */
+const noFollow = constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY
+const directoryFlags = constants.O_RDONLY | constants.O_DIRECTORY | noFollow
+
+/** A name that is one path component: no separator, not `.` or `..`, no NUL. */
+function checkName(name: string): void {
+  if (name === '' || name === '.' || name === '..' || name.includes('/') || name.includes('\0')) throw new Error(`not a single path component: ${JSON.stringify(name)}`)
+}
+
+/**
+ * An open directory, and the operations the server makes inside it *relative to the open directory*
+ * (docs/security.md, "work directories"). Each name is one component looked up in the directory the
+ * descriptor holds, through the kernel's `/proc/self/fd/N/name` — the `*at()` system calls Node does
+ * not expose — and a symlink in that last component is never followed (`O_NOFOLLOW`, `lstat`,
+ * `lchown`, `unlink`). A program that swaps a directory for a symlink while the server works can make
+ * an operation fail, never make it reach outside: the server walks a tree one component at a time,
+ * holding each directory open, and never resolves a path it checked earlier.
+ */
+export class DirectoryHandle {
+  readonly #handle: FileHandle
+
+  private constructor(handle: FileHandle) {
+    this.#handle = handle
+  }
+
+  /** Opens a directory by an absolute path the server alone controls (a work directory's root). */
+  static async openTrusted(path: string): Promise<DirectoryHandle> {
+    return new DirectoryHandle(await open(path, directoryFlags))
+  }
+
+  /** The kernel path of `name` inside this directory (valid while the handle is open). */
+  at(name: string): string {
+    checkName(name)
+    return `/proc/self/fd/${this.#handle.fd}/${name}`
+  }
+
+  /** The kernel path of this directory itself (for readdir, and as a spawn's cwd). */
+  get path(): string {
+    return `/proc/self/fd/${this.#handle.fd}`
+  }
+
+  stat(): Promise<Stats> {
+    return this.#handle.stat()
+  }
+
+  /** Opens a subdirectory; fails (ELOOP, ENOTDIR) when the name is a symlink or not a directory. */
+  async openDirectory(name: string): Promise<DirectoryHandle> {
+    return new DirectoryHandle(await open(this.at(name), directoryFlags))
+  }
+
+  /** Makes a subdirectory (a symlink of that name is never followed: mkdir fails with EEXIST). */
+  async makeDirectory(name: string, mode: number): Promise<void> {
+    await mkdir(this.at(name), { mode })
+  }
+
+  /** Opens a file for reading without following a symlink or blocking on a FIFO. */
+  openForReading(name: string): Promise<FileHandle> {
+    return open(this.at(name), constants.O_RDONLY | noFollow)
+  }
+
+  /** Creates a new file (fails with EEXIST when anything has the name), or opens an existing one. */
+  async openForWriting(name: string, mode: number): Promise<{ handle: FileHandle; created: boolean }> {
+    try {
+      return { handle: await open(this.at(name), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | noFollow, mode), created: true }
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+      return { handle: await open(this.at(name), constants.O_WRONLY | noFollow), created: false }
+    }
+  }
+
+  /** Names in this directory. */
+  list(): Promise<string[]> {
+    return readdir(this.path)
+  }
+
+  /** What the name is, without following a symlink. */
+  lstat(name: string): Promise<Stats> {
+    return lstat(this.at(name))
+  }
+
+  /** Changes the owner of the name itself (a symlink's own owner, never its target's). */
+  lchown(name: string, uid: number, gid: number): Promise<void> {
+    return lchown(this.at(name), uid, gid)
+  }
+
+  unlink(name: string): Promise<void> {
+    return unlink(this.at(name))
+  }
+
+  removeDirectory(name: string): Promise<void> {
+    return rmdir(this.at(name))
+  }
+
+  /** Changes this directory's own owner (through its descriptor). */
+  chown(uid: number, gid: number): Promise<void> {
+    return this.#handle.chown(uid, gid)
+  }
+
+  close(): Promise<void> {
+    return this.#handle.close()
+  }
+}
