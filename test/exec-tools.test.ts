@@ -1,3 +1,5 @@
+import { execFileSync } from 'node:child_process'
+import { readdirSync } from 'node:fs'
 import { chmod, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -252,7 +254,13 @@ describe('exec configuration', () => {
       expect(ids).toContain('cli.cc_exec')
       expect(ids).not.toContain('cli.old_cli')
       expect(ids).not.toContain('cli.missing_cli')
-      const call = (params: object) => server.request('POST', '/api/commands/cli.cc_exec', { token: user.token, body: { entrance: 'button', conversationId: conversation, params } })
+      // Under direct a CLI call is an execution on the server: a person approves each one.
+      const call = async (params: object) => {
+        const asked = await server.request('POST', '/api/commands/cli.cc_exec', { token: user.token, body: { entrance: 'button', conversationId: conversation, params } })
+        expect([asked.status, asked.body.decision?.risk]).toEqual([202, 'high'])
+        const decided = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, { token: user.token, body: { decision: 'approve' } })
+        return { status: decided.status, body: decided.body.dispatch }
+      }
       const allowed = await call({ command: 'log', subargs: ['list', '--limit', '5'] })
       expect(allowed.body.result).toMatchObject({ exitCode: 0, stdout: 'log\nlist\n--limit=5\n' })
       const defaulted = await call({ command: 'log', subargs: ['list'] })
@@ -265,6 +273,60 @@ describe('exec configuration', () => {
       }
     } finally {
       await server.close()
+    }
+  })
+
+  // Issue 20, high 5: `git log` in a partial clone whose remote.origin.uploadpack is a shell ran it as
+  // root under direct, with no decision, in manual mode.
+  it.each(['direct', 'sandbox'] as const)('an allowlisted git runs nothing its working directory configures (%s)', async (backend) => {
+    if (backend === 'sandbox' && !probe.ok) return
+    const source = await mkdtemp(join(tmpdir(), 'plinth-git-src-'))
+    const git = (cwd: string, ...args: string[]) => execFileSync('git', ['-c', 'safe.directory=*', '-c', 'user.email=t@example.com', '-c', 'user.name=t', ...args], { cwd, stdio: 'pipe' })
+    const server = await startTestServer(store, {
+      exec: { backend, cliTools: [{ name: 'git_read', description: 'read a repository', binary: 'git', commands: { log: { flags: { patch: { type: 'bool' } } }, status: {} } }] },
+    })
+    try {
+      git(source, 'init', '-q')
+      git(source, 'config', 'uploadpack.allowFilter', 'true')
+      await writeFile(join(source, 'notes.txt'), 'one\n')
+      git(source, 'add', 'notes.txt')
+      git(source, 'commit', '-qm', 'one')
+      await writeFile(join(source, 'notes.txt'), 'two\n')
+      git(source, 'commit', '-qam', 'two')
+      const user = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'git' } })).body.id
+      const conversation = (await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
+      // What an attacker uploads over PUT …/files/*: a partial clone whose configuration runs programs.
+      const workdir = await server.exec.workdirs.dir(conversation)
+      git(workdir, 'clone', '-q', '--no-local', '--filter=blob:none', `file://${source}`, '.')
+      git(workdir, 'config', 'remote.origin.uploadpack', `sh -c 'touch PWNED-uploadpack; exec git-upload-pack "$@"' --`)
+      git(workdir, 'config', 'core.fsmonitor', 'touch PWNED-fsmonitor; false')
+      await writeFile(join(workdir, '.gitconfig'), '[core]\n\tpager = touch PWNED-home\n')
+      await server.exec.workdirs.markForeign(conversation)
+      // git as root refuses a repository another user owns (safe.directory): here the server's own user
+      // owns it, as where the server has no sandbox user, so that only the environment stops the hooks.
+      if (backend === 'direct') execFileSync('chown', ['-R', `${process.getuid?.() ?? 0}`, workdir])
+      await server.request('PATCH', `/api/conversations/${conversation}`, { token: user.token, body: { permissionMode: 'risky' } })
+      const call = async (params: object) => {
+        let answer = await server.request('POST', '/api/commands/cli.git_read', { token: user.token, body: { entrance: 'button', conversationId: conversation, params } })
+        if (backend === 'direct') {
+          // Asked even in `risky` mode: under direct it is an execution.
+          expect([answer.status, answer.body.decision?.risk]).toEqual([202, 'high'])
+          answer = await server.request('POST', `/api/decisions/${answer.body.decision.id}`, { token: user.token, body: { decision: 'approve' } })
+          return answer.body.dispatch.result
+        }
+        expect(answer.status).toBe(200)
+        return answer.body.result
+      }
+      const log = await call({ command: 'log' })
+      expect(log.stdout, JSON.stringify(log)).toContain('two')
+      // The patch needs the blobs the partial clone left out: fetching them would run uploadpack.
+      expect((await call({ command: 'log', subargs: ['--patch'] })).stdout).not.toContain('+two')
+      await call({ command: 'status' })
+      expect(readdirSync(workdir).filter((name) => name.startsWith('PWNED'))).toEqual([])
+    } finally {
+      await server.close()
+      await rm(source, { recursive: true, force: true })
     }
   })
 })

@@ -166,7 +166,13 @@ const fileSchema = {
           items: {
             type: 'object',
             required: ['name', 'description', 'binary', 'commands'],
-            properties: { name: { type: 'string' }, description: { type: 'string' }, binary: { type: 'string' }, commands: { type: 'object' } },
+            properties: {
+              name: { type: 'string' },
+              description: { type: 'string' },
+              binary: { type: 'string' },
+              commands: { type: 'object' },
+              env: { type: 'object', additionalProperties: { type: 'string', maxLength: 4096 }, propertyNames: { pattern: '^[A-Za-z_][A-Za-z0-9_]{0,127}$' } },
+            },
           },
         },
       },

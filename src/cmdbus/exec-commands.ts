@@ -1,5 +1,5 @@
 import { CommandError, type CliToolSpec, type CommandContext, type JsonValue, type PluginLogger, type Risk } from '../extension/index.js'
-import { gateCliCall, PathError, probeCliVersion, SandboxUnavailableError, type ExecResult, type ExecService } from '../exec/index.js'
+import { cliEnvironment, gateCliCall, PathError, probeCliVersion, SandboxUnavailableError, type ExecResult, type ExecService } from '../exec/index.js'
 import type { Store } from '../store/index.js'
 import type { CommandCatalog, CoreContext } from './command-catalog.js'
 import { classifyCommandLine } from './risk-rules.js'
@@ -80,12 +80,12 @@ function requireConversation(context: CommandContext, command: string): string {
 }
 
 /** Runs argv for a command, streaming its output; refusals of the sandbox become a readable error. */
-async function execute(deps: ExecCommandDeps, context: CommandContext, argv: string[], stdin?: string): Promise<JsonValue> {
+async function execute(deps: ExecCommandDeps, context: CommandContext, argv: string[], input: { stdin?: string; env?: Record<string, string> } = {}): Promise<JsonValue> {
   const conversationId = requireConversation(context, 'this command')
   const events = new OutputEvents(deps.store, context as CoreContext)
   try {
     const result = await deps.exec.run(
-      { conversationId, projectId: context.project?.id ?? null, argv, ...(stdin !== undefined && { stdin }) },
+      { conversationId, projectId: context.project?.id ?? null, argv, ...(input.stdin !== undefined && { stdin: input.stdin }), ...(input.env && { env: input.env }) },
       { signal: context.signal, onOutput: (stream, text) => events.push(stream, text) },
     )
     return result as unknown as JsonValue
@@ -95,6 +95,10 @@ async function execute(deps: ExecCommandDeps, context: CommandContext, argv: str
   } finally {
     await events.close()
   }
+}
+
+function backendNoteOf(exec: ExecService): string {
+  return exec.backendName === 'direct' ? 'on the server itself (direct backend)' : 'in the bubblewrap sandbox'
 }
 
 function pathError(error: unknown): never {
@@ -113,7 +117,7 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
   const settings = exec.settings
   const staged = catalog.stage('core', deps.version)
   const registry = staged.registry
-  const backendNote = (): string => (exec.backendName === 'direct' ? 'on the server itself (direct backend)' : 'in the bubblewrap sandbox')
+  const backendNote = (): string => backendNoteOf(exec)
   const shellRisk = (text: string): Risk => (exec.backendName === 'direct' ? 'high' : classifyCommandLine(text, deps.highRiskKeywords).risk === 'high' ? 'high' : 'medium')
 
   if (!settings.disableExecTools) {
@@ -169,7 +173,7 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
       },
       async (params, context) => {
         if (Buffer.byteLength(params.code) > settings.maxCodeBytes) throw new CommandError('code_too_large', `the code is over ${settings.maxCodeBytes} bytes`)
-        return execute(deps, context, interpreters[params.language]!, params.code)
+        return execute(deps, context, interpreters[params.language]!, { stdin: params.code })
       },
     )
   }
@@ -275,17 +279,19 @@ export async function registerCliTools(catalog: CommandCatalog, deps: ExecComman
             required: ['command'],
             additionalProperties: false,
           },
-          risk: spec.risk ?? 'low',
+          // Under direct a CLI runs on the server itself, in a directory anyone may fill: an execution.
+          risk: () => (deps.exec.backendName === 'direct' ? 'high' : (spec.risk ?? 'low')),
           exposeAsTool: { name: spec.name },
+          preview: (params) => `Run ${spec.name} ${backendNoteOf(deps.exec)}: ${[params.command, ...(params.subargs ?? [])].join(' ')}`,
         },
         async (params, context) => {
           const gate = gateCliCall(spec, params.command, params.subargs ?? [])
           if (!gate.ok) return { exitCode: 126, signal: null, stdout: '', stderr: `denied: ${gate.reason}\n`, truncated: false, durationMs: 0, timedOut: false }
-          return execute(deps, context, gate.argv)
+          return execute(deps, context, gate.argv, { env: cliEnvironment(spec) })
         },
       )
       staged.commit()
-      catalog.setCoreHooks(`cli.${spec.name}`, { modelText: execModelText })
+      catalog.setCoreHooks(`cli.${spec.name}`, { confirmWhen: () => deps.exec.backendName === 'direct', modelText: execModelText })
     } catch (error) {
       deps.log.warn(`CLI tool ${spec.name} is not offered: ${(error as Error).message}`, { plugin })
     }

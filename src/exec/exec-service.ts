@@ -149,7 +149,7 @@ export class ExecService {
   }
 
   /** Runs argv in the conversation's work directory with the current backend. */
-  async run(input: { conversationId: string; projectId: string | null; argv: string[]; stdin?: string; timeoutMs?: number; mounts?: string[] }, options: ExecOptions = {}): Promise<ExecResult> {
+  async run(input: { conversationId: string; projectId: string | null; argv: string[]; stdin?: string; timeoutMs?: number; mounts?: string[]; env?: Record<string, string> }, options: ExecOptions = {}): Promise<ExecResult> {
     const name = this.#backend
     const limits = this.settings.limits
     const ro = [...(input.mounts ?? []), ...(await this.#runtimeMounts(input.projectId))]
@@ -158,7 +158,7 @@ export class ExecService {
       const cwd = await this.workdirs.prepareForSandbox(input.conversationId)
       const backend = new SandboxBackend(this.#support, this.#identity, { tmpSizeMb: this.settings.tmpSizeMb })
       return backend.run(
-        { argv: input.argv, cwd, env: buildExecEnv(sandboxWorkdir), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: this.settings.network, mounts: { ro, rw: [] } },
+        { argv: input.argv, cwd, env: buildExecEnv(sandboxWorkdir, input.env), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: this.settings.network, mounts: { ro, rw: [] } },
         options,
       )
     }
@@ -166,7 +166,7 @@ export class ExecService {
     // What a direct program writes belongs to the server's user: handed over before the next sandboxed run.
     await this.workdirs.markForeign(input.conversationId)
     return new DirectBackend(this.#support).run(
-      { argv: input.argv, cwd, env: buildExecEnv(cwd), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: true, mounts: { ro, rw: [] } },
+      { argv: input.argv, cwd, env: buildExecEnv(cwd, input.env), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: true, mounts: { ro, rw: [] } },
       options,
     )
   }

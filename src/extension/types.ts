@@ -199,8 +199,15 @@ export interface CliToolSpec {
   versionArgs?: string[]
   /** Arguments after the command (default 8). */
   maxArgs?: number
-  /** Risk of a call (default low). */
+  /** Risk of a call (default low; under the `direct` backend every call is an execution a person approves). */
   risk?: Risk
+  /**
+   * Extra environment for the CLI (since surface 1.3.0), e.g. the variables that make it ignore
+   * configuration in its working directory. Secret-looking names are dropped. Plinth always sets
+   * `HOME` to a directory that does not exist and neutralises git's system, global and repository
+   * command hooks; a CLI must still not trust its working directory, which anyone may fill.
+   */
+  env?: { [name: string]: string }
   commands: { [command: string]: CliCommandSpec }
 }
 
