@@ -1,7 +1,7 @@
 import type { Logger } from 'pino'
 import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
 import { defaultExecSettings, ExecService, type ExecSettings } from '../exec/index.js'
-import { createEmbedder, Ingestor, Retriever, type Embedder } from '../rag/index.js'
+import { createEmbedder, DocumentExtractor, Ingestor, Retriever, type DocumentExtractorOptions, type Embedder } from '../rag/index.js'
 import type { Store } from '../store/index.js'
 import { createPluginHost } from './plugin-host.js'
 import { loadPlugins, type LoadedPlugin, type RefusedPlugin } from './plugin-loader.js'
@@ -43,6 +43,10 @@ export async function setUpCommandBus(
     resultMaxBytes?: number
     /** How long a dead process's running dispatches wait before another instance ends them (PLINTH_RUN_LEASE). */
     dispatchLeaseMs?: number
+    /** The document parser's limits (config `knowledge.extract`). */
+    extract?: DocumentExtractorOptions
+    /** Times an item's ingestion may start before it is failed (config `knowledge.maxAttempts`). */
+    ingestMaxAttempts?: number
   },
 ): Promise<CommandBusSetup> {
   const execSettings: ExecSettings = { ...defaultExecSettings, ...options.exec, limits: { ...defaultExecSettings.limits, ...options.exec?.limits } }
@@ -51,7 +55,13 @@ export async function setUpCommandBus(
   const embedder = options.embedder ?? createEmbedder(undefined)
   // The adapter is looked up on every call: plugins register it after this point.
   const retriever = new Retriever({ store, embedder, adapter: () => catalog.projectAuthz })
-  const ingestor = new Ingestor({ store, embedder, log: createPluginLogger(options.logger, 'rag') })
+  const ingestor = new Ingestor({
+    store,
+    embedder,
+    log: createPluginLogger(options.logger, 'rag'),
+    extractor: new DocumentExtractor(options.extract),
+    ...(options.ingestMaxAttempts !== undefined && { maxAttempts: options.ingestMaxAttempts }),
+  })
   registerCoreCommands(catalog, { store, access, version, retriever, ...(options.fullModeTtlMs !== undefined && { fullModeTtlMs: options.fullModeTtlMs }) })
   const exec = await ExecService.create({ store, settings: execSettings, dataDir: options.dataDir, log: createPluginLogger(options.logger, 'exec') })
   const execDeps = { store, exec, version, log: createPluginLogger(options.logger, 'exec'), highRiskKeywords: options.highRiskKeywords ?? [] }

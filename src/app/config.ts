@@ -3,7 +3,7 @@ import { dirname, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
 import { defaultExecSettings, type ExecSettings } from '../exec/index.js'
-import type { EmbeddingSettings } from '../rag/index.js'
+import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
 
 /** A model entry of the config file (SPEC §13); the llm module defines its shape. */
 export type ModelConfig = ModelSettings
@@ -48,8 +48,8 @@ export interface PlinthConfig {
   streams: StreamSettings
   /** The embeddings provider (default: the local hashing embedder). */
   embeddings?: EmbeddingSettings
-  /** Knowledge uploads. */
-  knowledge: { maxFileBytes: number }
+  /** Knowledge uploads, and the parser's limits (docs/security.md, "untrusted documents"). */
+  knowledge: { maxFileBytes: number; extract?: DocumentExtractorOptions; maxAttempts?: number }
   /** How long a `full` permission mode lasts before reverting to `manual`. */
   fullModeTtlMs: number
   /** How long a pending decision (a run in `requires_action`) waits before it expires. */
@@ -213,7 +213,31 @@ const fileSchema = {
     knowledge: {
       type: 'object',
       additionalProperties: false,
-      properties: { maxFileBytes: { type: 'integer', minimum: 1024 } },
+      properties: {
+        maxFileBytes: { type: 'integer', minimum: 1024 },
+        maxAttempts: { type: 'integer', minimum: 1, maximum: 100 },
+        extract: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            heapMb: { type: 'integer', minimum: 32 },
+            rssMb: { type: 'integer', minimum: 64 },
+            timeoutMs: { type: 'integer', minimum: 1000 },
+            limits: {
+              type: 'object',
+              additionalProperties: false,
+              properties: {
+                maxChars: { type: 'integer', minimum: 1000 },
+                maxPages: { type: 'integer', minimum: 1 },
+                maxDecompressedBytes: { type: 'integer', minimum: 1024 },
+                maxZipRatio: { type: 'integer', minimum: 2 },
+                maxZipEntries: { type: 'integer', minimum: 1 },
+                maxNesting: { type: 'integer', minimum: 8 },
+              },
+            },
+          },
+        },
+      },
     },
     streams: {
       type: 'object',
@@ -277,6 +301,8 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_SSE_RECHECK_INTERVAL', 'streams.recheckIntervalMs', 'duration'],
   ['PLINTH_SSE_DRAIN_TIMEOUT', 'streams.drainTimeoutMs', 'duration'],
   ['PLINTH_KNOWLEDGE_MAX_FILE_BYTES', 'knowledge.maxFileBytes', 'int'],
+  ['PLINTH_EXTRACT_TIMEOUT', 'knowledge.extract.timeoutMs', 'duration'],
+  ['PLINTH_EXTRACT_MEMORY_MB', 'knowledge.extract.rssMb', 'int'],
   ['PLINTH_FULL_MODE_TTL_MS', 'fullModeTtlMs', 'int'],
   ['PLINTH_FULL_MODE_TTL', 'fullModeTtlMs', 'duration'],
   ['PLINTH_ACTION_TTL', 'actionTtlMs', 'duration'],

@@ -49,6 +49,8 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       resultMaxBytes: config.resultMaxBytes,
       // A dispatch's executor lease is the run lease: one setting says when a silent process counts as dead.
       dispatchLeaseMs: config.runLeaseMs,
+      ...(config.knowledge.extract && { extract: config.knowledge.extract }),
+      ...(config.knowledge.maxAttempts !== undefined && { ingestMaxAttempts: config.knowledge.maxAttempts }),
     })
     const { bus, access, retriever } = setup
     execService = setup.exec

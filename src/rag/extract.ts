@@ -1,4 +1,5 @@
 import TurndownService from 'turndown'
+import yauzl from 'yauzl'
 import { cleanText } from './text.js'
 
 /** The file formats knowledge can be made from. */
@@ -52,36 +53,91 @@ export function mediaTypeOf(format: SourceFormat): string {
   return mediaTypes[format]
 }
 
+/** Caps on what one document may make the parser do (docs/security.md, "untrusted documents"). */
+export interface ExtractLimits {
+  /** Characters of text a document may yield. */
+  maxChars: number
+  /** Pages of a PDF. */
+  maxPages: number
+  /** Bytes a DOCX's ZIP entries may inflate to, in all. */
+  maxDecompressedBytes: number
+  /** How much larger than its compressed size one ZIP entry may be. */
+  maxZipRatio: number
+  /** Entries of a ZIP archive. */
+  maxZipEntries: number
+  /** Elements nested in one another (HTML, and the HTML a DOCX becomes). */
+  maxNesting: number
+}
+
+export const defaultExtractLimits: ExtractLimits = {
+  maxChars: 20_000_000,
+  maxPages: 2000,
+  maxDecompressedBytes: 100 * 1024 * 1024,
+  maxZipRatio: 200,
+  maxZipEntries: 2000,
+  maxNesting: 256,
+}
+
 /** The text of a file, as markdown where the format has structure (headings survive into chunks). */
-export async function extractText(format: SourceFormat, bytes: Uint8Array): Promise<string> {
+export async function extractText(format: SourceFormat, bytes: Uint8Array, limits: ExtractLimits = defaultExtractLimits): Promise<string> {
   let text: string
   switch (format) {
     case 'text':
     case 'markdown':
+      if (bytes.length > limits.maxChars * 4) throw tooLong(limits)
       text = new TextDecoder('utf-8').decode(bytes)
       break
     case 'html':
-      text = htmlToMarkdown(new TextDecoder('utf-8').decode(bytes))
+      text = htmlToMarkdown(new TextDecoder('utf-8').decode(bytes), limits)
       break
     case 'pdf':
-      text = await pdfText(bytes)
+      text = await pdfText(bytes, limits)
       break
     case 'docx':
-      text = await docxText(bytes)
+      text = await docxText(bytes, limits)
       break
   }
+  if (text.length > limits.maxChars) throw tooLong(limits)
   text = cleanText(text).replace(/^\uFEFF/, '').trim()
   if (!text) throw new ExtractError(format === 'pdf' ? 'the PDF holds no extractable text (a scanned image?)' : 'the file holds no text')
   return text
 }
 
-function htmlToMarkdown(html: string): string {
-  const turndown = new TurndownService({ headingStyle: 'atx', codeBlockStyle: 'fenced', bulletListMarker: '-' })
-  turndown.remove(['script', 'style', 'noscript', 'iframe', 'head'])
-  return turndown.turndown(html)
+function tooLong(limits: ExtractLimits): ExtractError {
+  return new ExtractError(`the document's text is longer than ${limits.maxChars.toLocaleString('en')} characters`)
 }
 
-async function pdfText(bytes: Uint8Array): Promise<string> {
+const voidElements = new Set(['area', 'base', 'br', 'col', 'embed', 'hr', 'img', 'input', 'link', 'meta', 'param', 'source', 'track', 'wbr'])
+
+/** The deepest nesting of elements in an HTML text (a cheap scan: tags only, no parsing). */
+export function htmlNestingDepth(html: string, stopAt = Infinity): number {
+  let depth = 0
+  let deepest = 0
+  for (const match of html.matchAll(/<(\/?)([a-zA-Z][a-zA-Z0-9-]*)[^>]*?(\/?)>/g)) {
+    const name = match[2]!.toLowerCase()
+    if (match[1]) depth = Math.max(0, depth - 1)
+    else if (!match[3] && !voidElements.has(name)) {
+      depth++
+      if (depth > deepest) deepest = depth
+      if (deepest > stopAt) return deepest
+    }
+  }
+  return deepest
+}
+
+function htmlToMarkdown(html: string, limits: ExtractLimits): string {
+  if (htmlNestingDepth(html, limits.maxNesting) > limits.maxNesting) throw new ExtractError(`the document nests elements deeper than ${limits.maxNesting} levels`)
+  const turndown = new TurndownService({ headingStyle: 'atx', codeBlockStyle: 'fenced', bulletListMarker: '-' })
+  turndown.remove(['script', 'style', 'noscript', 'iframe', 'head'])
+  try {
+    return turndown.turndown(html)
+  } catch (error) {
+    if (error instanceof RangeError) throw new ExtractError('the document nests elements too deeply to convert')
+    throw error
+  }
+}
+
+async function pdfText(bytes: Uint8Array, limits: ExtractLimits): Promise<string> {
   if (!startsWith(bytes, '%PDF-')) throw new ExtractError('not a PDF file (it does not start with %PDF-)')
   const { getDocument } = await import('pdfjs-dist/legacy/build/pdf.mjs')
   let document
@@ -94,7 +150,9 @@ async function pdfText(bytes: Uint8Array): Promise<string> {
     throw new ExtractError(`the PDF could not be read: ${(error as Error).message}`)
   }
   try {
+    if (document.numPages > limits.maxPages) throw new ExtractError(`the PDF has ${document.numPages} pages; at most ${limits.maxPages} are read`)
     const pages: string[] = []
+    let length = 0
     for (let number = 1; number <= document.numPages; number++) {
       const page = await document.getPage(number)
       const content = await page.getTextContent()
@@ -102,27 +160,60 @@ async function pdfText(bytes: Uint8Array): Promise<string> {
       for (const item of content.items) {
         if (!('str' in item)) continue
         text += item.str + (item.hasEOL ? '\n' : '')
+        if (text.length + length > limits.maxChars) throw tooLong(limits)
       }
       pages.push(text.trim())
+      length += text.length
       page.cleanup()
     }
     return pages.filter(Boolean).join('\n\n')
   } catch (error) {
+    if (error instanceof ExtractError) throw error
     throw new ExtractError(`the PDF could not be read: ${(error as Error).message}`)
   } finally {
     await document.destroy()
   }
 }
 
-async function docxText(bytes: Uint8Array): Promise<string> {
+/** Checks a ZIP's directory before anything inflates it: entry count, total size, each entry's ratio. */
+async function checkZip(bytes: Uint8Array, limits: ExtractLimits, what: string): Promise<void> {
+  const zip = await new Promise<yauzl.ZipFile>((resolve, reject) =>
+    yauzl.fromBuffer(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), { lazyEntries: true, autoClose: false }, (error, file) => (error ? reject(error) : resolve(file))),
+  ).catch((error: Error) => {
+    throw new ExtractError(`the ${what} could not be read: it is not a valid ZIP archive (${error.message})`)
+  })
+  let entries = 0
+  let total = 0
+  await new Promise<void>((resolve, reject) => {
+    zip.on('entry', (entry: yauzl.Entry) => {
+      entries++
+      total += entry.uncompressedSize
+      if (entries > limits.maxZipEntries) return reject(new ExtractError(`the ${what} holds more than ${limits.maxZipEntries} files`))
+      if (total > limits.maxDecompressedBytes) return reject(new ExtractError(`the ${what} would inflate to more than ${limits.maxDecompressedBytes} bytes`))
+      // Tiny entries may inflate a lot (an empty file is all header); the ratio counts past 64 KiB.
+      if (entry.uncompressedSize > 64 * 1024 && entry.uncompressedSize > Math.max(1, entry.compressedSize) * limits.maxZipRatio) {
+        return reject(new ExtractError(`the ${what}'s ${entry.fileName} inflates more than ${limits.maxZipRatio}:1 (a ZIP bomb?)`))
+      }
+      zip.readEntry()
+    })
+    zip.on('end', () => resolve())
+    zip.on('error', (error: Error) => reject(new ExtractError(`the ${what} could not be read: it is not a valid ZIP archive (${error.message})`)))
+    zip.readEntry()
+  }).finally(() => zip.close())
+}
+
+async function docxText(bytes: Uint8Array, limits: ExtractLimits): Promise<string> {
   if (!startsWith(bytes, 'PK')) throw new ExtractError('not a DOCX file (it is not a ZIP archive)')
+  await checkZip(bytes, limits, 'DOCX')
   const mammoth = (await import('mammoth')).default
+  let html: string
   try {
-    const { value } = await mammoth.convertToHtml({ buffer: Buffer.from(bytes) })
-    return htmlToMarkdown(value)
+    html = (await mammoth.convertToHtml({ buffer: Buffer.from(bytes) })).value
   } catch (error) {
     throw new ExtractError(`the DOCX could not be read: ${(error as Error).message.split('\n')[0]}`)
   }
+  if (html.length > limits.maxChars * 4) throw tooLong(limits)
+  return htmlToMarkdown(html, limits)
 }
 
 function startsWith(bytes: Uint8Array, prefix: string): boolean {

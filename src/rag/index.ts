@@ -4,6 +4,7 @@ export { Ingestor, type IngestorOptions, type NewFileItem, type NewTextItem } fr
 export { KnowledgeService, type ProjectResolver } from './knowledge-service.js'
 export { createEmbedder, embedAll, EmbeddingError, HashingEmbedder, OpenAIEmbedder, type Embedder, type EmbeddingSettings } from './embeddings.js'
 export { prepareEmbeddings, reembedAll, EmbedderMismatchError } from './embedder-settings.js'
-export { detectFormat, extractText, ExtractError, mediaTypeOf, type SourceFormat } from './extract.js'
+export { defaultExtractLimits, detectFormat, extractText, ExtractError, mediaTypeOf, type ExtractLimits, type SourceFormat } from './extract.js'
+export { DocumentExtractor, type DocumentExtractorOptions } from './document-extractor.js'
 export { chunkMarkdown, type TextChunk, type ChunkOptions } from './chunker.js'
 export { tokenize, toTsvector, toTsquery, tsqueryStages, queryTokens, snippet, cleanText, type Snippet } from './text.js'

@@ -1,8 +1,13 @@
 import type { PluginLogger } from '../extension/index.js'
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import {
   claimKnowledgeIngest,
+  completeKnowledgeIngest,
+  deleteKnowledgeChunkBatch,
   failKnowledgeIngest,
   finishKnowledgeIngest,
+  insertKnowledgeChunkBatch,
+  renewKnowledgeLease,
   insertKnowledgeItem,
   pendingKnowledgeItemIds,
   type KnowledgeItem,
@@ -10,9 +15,10 @@ import {
   type NewChunk,
   type Store,
 } from '../store/index.js'
-import { chunkMarkdown } from './chunker.js'
+import { chunkMarkdown, type TextChunk } from './chunker.js'
+import { DocumentExtractor } from './document-extractor.js'
 import { embedAll, EmbeddingError, type Embedder } from './embeddings.js'
-import { detectFormat, ExtractError, extractText, mediaTypeOf, type SourceFormat } from './extract.js'
+import { detectFormat, ExtractError, mediaTypeOf, type SourceFormat } from './extract.js'
 import { cleanText, toTsvector } from './text.js'
 
 export interface IngestorOptions {
@@ -25,6 +31,16 @@ export interface IngestorOptions {
   leaseMs?: number
   /** How often pending items are looked for (left by a crash, or by another instance). */
   pollMs?: number
+  /** Where documents are parsed (a child process with limits); one is made when not given. */
+  extractor?: DocumentExtractor
+  /** Times an item's ingestion may start (a crash or restart during one counts) before it is failed. */
+  maxAttempts?: number
+  /**
+   * Chunks embedded and stored per statement; the event loop turns between batches. The embedded
+   * database runs each statement on the server's own thread, so its batches are small (default 8,
+   * else 64).
+   */
+  batchSize?: number
 }
 
 export interface NewTextItem {
@@ -44,9 +60,6 @@ export interface NewFileItem {
   bytes: Uint8Array
 }
 
-/** Embedding failures an item survives before it is marked failed (the provider may be down). */
-const maxAttempts = 3
-
 /**
  * Turns text and files into searchable chunks. A small text is chunked, embedded and stored within
  * the request. Anything else is stored first (the upload itself, in the database) and ingested by a
@@ -54,17 +67,19 @@ const maxAttempts = 3
  * restart, or on another instance, pending items whose lease ran out are picked up again.
  */
 export class Ingestor {
-  readonly #options: Required<Omit<IngestorOptions, 'embedder'>>
+  readonly #options: Required<Omit<IngestorOptions, 'embedder' | 'extractor'>>
   readonly #embedder: () => Embedder
+  readonly #extractor: DocumentExtractor
   readonly #queue: string[] = []
-  readonly #attempts = new Map<string, number>()
   #running: Promise<void> | null = null
   #timer: NodeJS.Timeout | null = null
   #stopped = false
   #idleWaiters: Array<() => void> = []
 
   constructor(options: IngestorOptions) {
-    this.#options = { maxSyncChars: 64 * 1024, leaseMs: 5 * 60_000, pollMs: 30_000, ...options }
+    const { extractor, ...rest } = options
+    this.#options = { maxSyncChars: 64 * 1024, leaseMs: 5 * 60_000, pollMs: 30_000, maxAttempts: 3, batchSize: options.store.engine === 'pglite' ? 8 : 64, ...rest }
+    this.#extractor = extractor ?? new DocumentExtractor()
     const embedder = options.embedder
     this.#embedder = typeof embedder === 'function' ? embedder : () => embedder
   }
@@ -80,6 +95,7 @@ export class Ingestor {
     this.#stopped = true
     if (this.#timer) clearInterval(this.#timer)
     await this.#running
+    await this.#extractor.stop()
   }
 
   /** Resolves when the queue is empty (tests and the CLI wait on it). */
@@ -169,44 +185,74 @@ export class Ingestor {
     }
   }
 
+  /**
+   * Ingests one item (docs/security.md, "untrusted documents"): claim it (counting the attempt), parse
+   * and chunk it in the extractor's child process, then embed and store its chunks a batch at a time —
+   * each batch one fenced statement, the event loop turning between batches — and mark it ready. A
+   * document the parser refuses or cannot survive fails with the reason; an item whose attempts keep
+   * being interrupted fails after `maxAttempts`; an embedder that is down leaves it pending for the
+   * next poll (that attempt counts too).
+   */
   async #ingest(itemId: string): Promise<void> {
-    const { store, log } = this.#options
-    const claimed = await claimKnowledgeIngest(store.db, itemId, this.#options.leaseMs)
+    const { store, log, maxAttempts, leaseMs } = this.#options
+    const claimed = await claimKnowledgeIngest(store.db, itemId, leaseMs)
     if (!claimed) return
+    const { attempt } = claimed
     try {
-      let text = claimed.body
-      if (text === null) {
+      await this.#removeChunks(itemId)
+      if (attempt > maxAttempts) throw new ExtractError(`ingestion was started ${maxAttempts} times and never finished (the server stopped or the embedder failed each time)`)
+      let extracted: { text: string; pieces: TextChunk[] }
+      if (claimed.body !== null) {
+        extracted = await this.#extractor.extract({ format: null, text: claimed.body })
+      } else {
         const format = detectFormat(claimed.item.filename ?? undefined, claimed.item.mediaType ?? undefined)
         if (!format || !claimed.upload) throw new ExtractError('the upload is missing or of an unsupported type')
-        text = await extractText(format, claimed.upload)
+        extracted = await this.#extractor.extract({ format, bytes: claimed.upload })
       }
-      const chunks = await this.#chunks(text)
-      await store.transaction((tx) => finishKnowledgeIngest(tx, itemId, text, chunks))
-      this.#attempts.delete(itemId)
-      log.info('knowledge ingested', { itemId, chunks: chunks.length })
-    } catch (error) {
-      if (error instanceof EmbeddingError) {
-        const attempts = (this.#attempts.get(itemId) ?? 0) + 1
-        this.#attempts.set(itemId, attempts)
-        if (attempts < maxAttempts) {
-          // Left pending: its lease runs out and the poll tries again.
-          log.warn('embedding failed; will retry', { itemId, attempts, error: error.message })
-          return
+      let stored = 0
+      let lastRenewal = Date.now()
+      for (let start = 0; start < extracted.pieces.length; start += this.#options.batchSize) {
+        if (this.#stopped) return
+        const chunks = await this.#embed(extracted.pieces.slice(start, start + this.#options.batchSize))
+        const written = await insertKnowledgeChunkBatch(store.db, itemId, attempt, chunks)
+        if (written === 0) return // deleted, or no longer ours
+        stored += written
+        if (Date.now() - lastRenewal > leaseMs / 4) {
+          if (!(await renewKnowledgeLease(store.db, itemId, attempt, leaseMs))) return
+          lastRenewal = Date.now()
         }
+        // Let requests (and, on the embedded database, their queries) through between batches.
+        await nextTurn()
+      }
+      const ready = await store.transaction((tx) => completeKnowledgeIngest(tx, itemId, attempt, extracted.text, stored))
+      if (ready) log.info('knowledge ingested', { itemId, chunks: stored })
+    } catch (error) {
+      if (error instanceof EmbeddingError && attempt < maxAttempts) {
+        // Left pending: its lease runs out and the poll tries again.
+        log.warn('embedding failed; will retry', { itemId, attempt, error: error.message })
+        return
       }
       const reason = error instanceof ExtractError || error instanceof EmbeddingError ? error.message : 'an internal error stopped the ingestion'
       if (!(error instanceof ExtractError || error instanceof EmbeddingError)) log.error('ingestion failed', { itemId, error: String(error) })
-      this.#attempts.delete(itemId)
+      await this.#removeChunks(itemId).catch(() => undefined)
       await store.transaction((tx) => failKnowledgeIngest(tx, itemId, reason))
     }
   }
 
-  /** Chunks a text and embeds each chunk (with its heading path, which is part of what it is about). */
-  async #chunks(text: string): Promise<NewChunk[]> {
-    const embedder = this.#embedder()
-    const pieces = chunkMarkdown(text)
+  /** Removes what an earlier attempt stored, in bounded statements. */
+  async #removeChunks(itemId: string): Promise<void> {
+    while ((await deleteKnowledgeChunkBatch(this.#options.store.db, itemId, 256)) > 0) await nextTurn()
+  }
+
+  /** Embeds chunks (with their heading path, which is part of what they are about). */
+  async #embed(pieces: readonly TextChunk[]): Promise<NewChunk[]> {
     const indexed = pieces.map((piece) => (piece.heading ? `${piece.heading}\n${piece.text}` : piece.text))
-    const embeddings = await embedAll(embedder, indexed)
+    const embeddings = await embedAll(this.#embedder(), indexed)
     return pieces.map((piece, index) => ({ seq: piece.seq, heading: piece.heading, text: piece.text, search: toTsvector(indexed[index]!), embedding: embeddings[index]! }))
+  }
+
+  /** Chunks a small text and embeds each chunk (the in-request path). */
+  async #chunks(text: string): Promise<NewChunk[]> {
+    return this.#embed(chunkMarkdown(text))
   }
 }

@@ -266,6 +266,7 @@ export interface KnowledgeItemsTable {
   body: string | null
   upload: Uint8Array | null
   chunk_count: ColumnType<number, number | undefined, number>
+  ingest_attempts: ColumnType<number, number | undefined, number>
   ingest_lease_until: NullableTimestamp
   created_at: CreatedAt
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>

@@ -134,25 +134,26 @@ export async function listKnowledgeItems(db: Executor, projectId: string, viewer
 }
 
 /**
- * Takes a pending item for ingestion (one instance at a time: a lease), with what it is made of.
- * Undefined when it is not pending, deleted, or another instance holds its lease.
+ * Takes a pending item for ingestion (one instance at a time: a lease), with what it is made of, and
+ * counts the attempt (`attempt` fences what this claim writes). Undefined when it is not pending,
+ * deleted, or another instance holds its lease.
  */
 export async function claimKnowledgeIngest(
   db: Executor,
   id: string,
   leaseMs: number,
-): Promise<{ item: KnowledgeItem; body: string | null; upload: Uint8Array | null } | undefined> {
+): Promise<{ item: KnowledgeItem; body: string | null; upload: Uint8Array | null; attempt: number } | undefined> {
   const row = await db
     .updateTable('knowledge_items')
-    .set({ ingest_lease_until: new Date(Date.now() + leaseMs) })
+    .set({ ingest_lease_until: new Date(Date.now() + leaseMs), ingest_attempts: sql`ingest_attempts + 1` })
     .where('id', '=', id)
     .where('ingest_status', '=', 'pending')
     .where('deleted_at', 'is', null)
     .where((eb) => eb.or([eb('ingest_lease_until', 'is', null), eb('ingest_lease_until', '<', new Date())]))
-    .returning([...itemColumns, 'body', 'upload'])
+    .returning([...itemColumns, 'body', 'upload', 'ingest_attempts'])
     .executeTakeFirst()
   if (!row) return undefined
-  return { item: toItem(row), body: row.body, upload: row.upload }
+  return { item: toItem(row), body: row.body, upload: row.upload, attempt: row.ingest_attempts }
 }
 
 /** Ids of items waiting for ingestion whose lease (if any) ran out, oldest first. */
@@ -196,12 +197,66 @@ async function insertChunks(tx: Executor, item: KnowledgeItem, chunks: readonly 
   }
 }
 
+/**
+ * Stores one batch of a claimed item's chunks, fenced by the claim: nothing is written once the item
+ * was deleted, finished, failed or claimed again (`attempt` is no longer its count). Returns how many
+ * chunks were stored (0: stop). Each batch is its own statement, so a large item never holds the
+ * database in one long transaction.
+ */
+export async function insertKnowledgeChunkBatch(db: Executor, itemId: string, attempt: number, chunks: readonly NewChunk[]): Promise<number> {
+  if (chunks.length === 0) return 0
+  const values = chunks.map((chunk) => sql`(${newId()}, ${chunk.seq}::integer, ${chunk.heading}, ${chunk.text}, ${chunk.search}::tsvector, ${vectorLiteral(chunk.embedding)}::vector)`)
+  const result = await sql`
+    insert into knowledge_chunks (id, item_id, project_id, owner_id, published, seq, heading, text, search, embedding)
+    select v.id, i.id, i.project_id, i.owner_id, i.status = 'published', v.seq, v.heading, v.text, v.search, v.embedding
+    from (values ${sql.join(values)}) as v (id, seq, heading, text, search, embedding)
+    join knowledge_items i on i.id = ${itemId} and i.ingest_status = 'pending' and i.deleted_at is null and i.ingest_attempts = ${attempt}`.execute(db)
+  return Number(result.numAffectedRows ?? 0)
+}
+
+/** Extends a claim's lease; false when the claim is no longer the item's (stop). */
+export async function renewKnowledgeLease(db: Executor, itemId: string, attempt: number, leaseMs: number): Promise<boolean> {
+  const result = await db
+    .updateTable('knowledge_items')
+    .set({ ingest_lease_until: new Date(Date.now() + leaseMs) })
+    .where('id', '=', itemId)
+    .where('ingest_status', '=', 'pending')
+    .where('deleted_at', 'is', null)
+    .where('ingest_attempts', '=', attempt)
+    .executeTakeFirst()
+  return Number(result.numUpdatedRows) > 0
+}
+
+/** Deletes up to `limit` of an item's chunks (a bounded statement; call until it returns 0). */
+export async function deleteKnowledgeChunkBatch(db: Executor, itemId: string, limit: number): Promise<number> {
+  const result = await sql`delete from knowledge_chunks where id in (select id from knowledge_chunks where item_id = ${itemId} limit ${limit})`.execute(db)
+  return Number(result.numAffectedRows ?? 0)
+}
+
+/** Marks a claimed item ready once its chunks are stored (the upload is dropped), fenced by the claim. */
+export async function completeKnowledgeIngest(tx: Executor, itemId: string, attempt: number, body: string, chunkCount: number): Promise<KnowledgeItem | undefined> {
+  const row = await tx
+    .updateTable('knowledge_items')
+    .set({ ingest_status: 'ready', ingest_error: null, body, upload: null, chunk_count: chunkCount, ingest_lease_until: null, updated_at: new Date() })
+    .where('id', '=', itemId)
+    .where('ingest_status', '=', 'pending')
+    .where('deleted_at', 'is', null)
+    .where('ingest_attempts', '=', attempt)
+    .returning(itemColumns)
+    .executeTakeFirst()
+  if (!row) return undefined
+  const ready = toItem(row)
+  await appendEvents(tx, [knowledgeEvent('knowledge.ingested', ready)])
+  return ready
+}
+
 /** Marks an item failed with a reason a person can read. */
 export async function failKnowledgeIngest(tx: Executor, itemId: string, reason: string): Promise<KnowledgeItem | undefined> {
   const row = await tx
     .updateTable('knowledge_items')
     .set({ ingest_status: 'failed', ingest_error: reason.slice(0, 1000), upload: null, ingest_lease_until: null, updated_at: new Date() })
     .where('id', '=', itemId)
+    .where('ingest_status', '=', 'pending')
     .where('deleted_at', 'is', null)
     .returning(itemColumns)
     .executeTakeFirst()
