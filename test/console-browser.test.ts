@@ -294,6 +294,8 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.setInputFiles('input[type=file]', { name: 'runbook.md', mimeType: 'text/markdown', buffer: Buffer.from('# Runbook\n\nRestart the quartzite worker when the queue stalls.\n') })
     await page.click('button >> text=Add knowledge')
     await page.waitForSelector('#knowledge >> text=Runbook file')
+    // A file ingests in the background: the list shows it pending until it is ready, as a person sees.
+    await page.waitForSelector('#knowledge li:has-text("Runbook file"):not(:has(.warn))', { timeout: 30_000 })
     await page.fill('input[name=q]', 'quartzite worker')
     await page.click('button >> text=Search')
     await page.waitForSelector('#search-results >> text=Runbook file', { timeout: 30_000 })

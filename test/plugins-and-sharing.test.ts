@@ -33,7 +33,7 @@ describe('plugin loading', () => {
     const refusals = lines.filter((line) => line.msg.includes('refused'))
     expect(refusals.map((line) => line.msg)).toEqual([
       expect.stringMatching(/throwing.*cannot reach its backend/),
-      expect.stringMatching(/incompatible.*\^2\.0\.0.*1\.2\.0/),
+      expect.stringMatching(/incompatible.*\^2\.0\.0.*1\.3\.0/),
       expect.stringMatching(/bad-id.*malformed command id "BadId\.Ping"/),
       expect.stringMatching(/collide.*collides with rdm\.ping/),
       expect.stringMatching(/no-such-plugin-package/),

@@ -27,6 +27,7 @@ const here = fileURLToPath(import.meta.url)
 // From the TypeScript sources (tests, `tsx`) the child needs tsx's loader too; built code runs as is.
 const fromSources = here.endsWith('.ts')
 const workerEntry = join(dirname(here), fromSources ? 'extract-worker.ts' : 'extract-worker.js')
+const idleMs = 30_000
 
 /**
  * Parses untrusted documents in a child process (docs/security.md, "untrusted documents"): one
@@ -41,6 +42,7 @@ export class DocumentExtractor {
   #nextId = 1
   #tail: Promise<unknown> = Promise.resolve()
   #stopped = false
+  #idleTimer: NodeJS.Timeout | null = null
 
   constructor(options: DocumentExtractorOptions = {}) {
     this.#options = { heapMb: 512, rssMb: 1024, timeoutMs: 120_000, ...options, limits: { ...defaultExtractLimits, ...options.limits } }
@@ -52,14 +54,29 @@ export class DocumentExtractor {
 
   /** The text and chunks of a document (or of a text, `format` null); an ExtractError says why not. */
   extract(input: { format: SourceFormat | null; bytes?: Uint8Array | null; text?: string | null }): Promise<Extracted> {
+    if (this.#idleTimer) clearTimeout(this.#idleTimer)
     const run = this.#tail.then(() => this.#run(input))
-    this.#tail = run.catch(() => undefined)
+    const tail = run.then(
+      () => undefined,
+      () => undefined,
+    )
+    this.#tail = tail
+    // A child idle for a while is ended: its memory goes back to the system until the next document.
+    void tail.then(() => {
+      if (this.#tail !== tail || this.#stopped) return
+      this.#idleTimer = setTimeout(() => {
+        this.#child?.kill('SIGKILL')
+        this.#child = null
+      }, idleMs)
+      this.#idleTimer.unref()
+    })
     return run
   }
 
   /** Ends the child (after the document in hand, if any, is abandoned). */
   async stop(): Promise<void> {
     this.#stopped = true
+    if (this.#idleTimer) clearTimeout(this.#idleTimer)
     this.#child?.kill('SIGKILL')
     this.#child = null
   }
