@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createPluginLogger } from '../src/cmdbus/index.js'
-import { defaultExecSettings, ExecService, settleCleanups, type ExecResult } from '../src/exec/index.js'
+import { defaultExecSettings, deniedSyscalls, ExecService, sandboxEtc, seccompSupported, settleCleanups, type ExecResult } from '../src/exec/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { sandboxAvailable, sandboxUser, sandboxUserProcesses } from './helpers/sandbox.js'
@@ -238,6 +238,33 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
     expect(result.stdout.trim()).toBe('written')
     const entry = (await exec.workdirs.list(conversation)).find((file) => file.path === 'report.docx')
     expect(entry?.size).toBeGreaterThan(100)
+    await nothingLeft()
+  })
+
+  // Issue 20, medium 11: no seccomp filter (Seccomp: 0; io_uring_setup worked) and the host's whole /etc.
+  it.skipIf(!seccompSupported())('filters system calls: io_uring, keyrings, bpf, userfaultfd, perf, mount, kexec, file handles answer EPERM', async () => {
+    const numbers = Object.fromEntries(Object.entries(deniedSyscalls).map(([name, pair]) => [name, pair[process.arch === 'arm64' ? 1 : 0]]))
+    const probes = ['io_uring_setup', 'keyctl', 'bpf', 'userfaultfd', 'perf_event_open', 'mount', 'fsopen', 'open_tree', 'kexec_load', 'open_by_handle_at', 'init_module', 'swapon']
+    const script = probes.map((name) => `$! = 0; syscall(${numbers[name]}, 0, 0, 0, 0, 0); print "${name}=", ($! + 0), "\\n";`).join(' ')
+    const result = await sh(`grep -E '^Seccomp:' /proc/self/status; perl -e '${script}'; perl -e 'print "getpid=", syscall(${process.arch === 'arm64' ? 172 : 39}) > 0 ? "ok" : "denied", "\\n"'`)
+    const lines = result.stdout.trim().split('\n')
+    expect(lines[0]).toMatch(/^Seccomp:\s+2$/)
+    for (const name of probes) expect(lines, name).toContain(`${name}=1`)
+    expect(lines).toContain('getpid=ok')
+    // Node (libuv probes io_uring) and Python still run.
+    const runtimes = await sh('python3 -c "print(6 * 7)" && (command -v node >/dev/null && node -e "console.log(6 * 7)" || echo 42)')
+    expect(runtimes.stdout.trim().split('\n')).toEqual(['42', '42'])
+    await nothingLeft()
+  })
+
+  it('sees only an allowlisted /etc: what programs need, not the host’s credentials or service configuration', async () => {
+    const result = await sh('ls -1 /etc')
+    const names = result.stdout.trim().split('\n')
+    for (const name of names) expect(sandboxEtc.includes(name) || /^(python3\.\d+|java-\d+-openjdk)$/.test(name), name).toBe(true)
+    for (const name of ['shadow', 'ssh', 'sudoers', 'npmrc', 'pip.conf', 'postgresql', 'machine-id', 'cron.d', 'environment']) expect(names).not.toContain(name)
+    expect(names).toEqual(expect.arrayContaining(['passwd', 'group', 'ld.so.cache', 'nsswitch.conf']))
+    const users = await sh('getent passwd root | cut -d: -f1; id -un 2>/dev/null || true')
+    expect(users.stdout.split('\n')[0]).toBe('root')
     await nothingLeft()
   })
 

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto'
-import { lstat, readlink, realpath } from 'node:fs/promises'
+import { lstat, readdir, readlink, realpath } from 'node:fs/promises'
 import { ExecCgroup, type CgroupMode } from './cgroups.js'
 import { enterCgroupScript, runProcess } from './process-runner.js'
+import { buildSeccompFilter, seccompSupported } from './seccomp.js'
 import type { ExecBackend, ExecOptions, ExecResult, ExecSpec } from './types.js'
 
 /** Where the helper programs live (util-linux and bubblewrap, from the distribution). */
@@ -83,11 +84,79 @@ export class SandboxBackend implements ExecBackend {
     if (this.#identity) {
       argv.push(tools.setpriv, `--reuid=${this.#identity.uid}`, `--regid=${this.#identity.gid}`, '--clear-groups', '--no-new-privs', '--')
     }
+    // The seccomp filter reaches bwrap on fd 3, through the wrappers (they keep inherited descriptors).
+    const filter = seccompFilter()
     return runProcess(
-      { argv: [...argv, tools.bwrap, ...bwrap, '--', ...spec.argv], cwd: '/', env: spec.env, ...(spec.stdin !== undefined && { stdin: spec.stdin }), timeoutMs: spec.timeoutMs, outputBytes: spec.limits.outputBytes, cgroup },
+      {
+        argv: [...argv, tools.bwrap, ...(filter ? ['--seccomp', '3'] : []), ...bwrap, '--', ...spec.argv],
+        cwd: '/',
+        env: spec.env,
+        ...(spec.stdin !== undefined && { stdin: spec.stdin }),
+        ...(filter && { fd3: filter }),
+        timeoutMs: spec.timeoutMs,
+        outputBytes: spec.limits.outputBytes,
+        cgroup,
+      },
       options,
     )
   }
+}
+
+let filterBytes: Buffer | null | undefined
+
+/** The sandbox's seccomp filter for this machine, built once (null on an architecture without one). */
+function seccompFilter(): Buffer | null {
+  filterBytes ??= seccompSupported() ? buildSeccompFilter() : null
+  return filterBytes
+}
+
+/**
+ * What of the host's `/etc` a sandboxed program sees: what programs need to start and to name users,
+ * hosts, locales, time zones and certificates — not credentials, package-manager or service
+ * configuration (`npmrc`, `pip.conf`, `postgresql`, `ssh`, `cron*`, `sudoers`, …), nor `machine-id`.
+ */
+export const sandboxEtc = [
+  'alternatives',
+  'bash.bashrc',
+  'ca-certificates',
+  'ca-certificates.conf',
+  'debian_version',
+  'fonts',
+  'gai.conf',
+  'group',
+  'host.conf',
+  'hosts',
+  'inputrc',
+  'ld.so.cache',
+  'ld.so.conf',
+  'ld.so.conf.d',
+  'locale.alias',
+  'localtime',
+  'magic',
+  'magic.mime',
+  'mime.types',
+  'nsswitch.conf',
+  'os-release',
+  'passwd',
+  'perl',
+  'profile',
+  'protocols',
+  'python3',
+  'resolv.conf',
+  'rpc',
+  'services',
+  'shells',
+  'ssl',
+  'terminfo',
+  'timezone',
+  'xml',
+]
+
+/** The entries of `/etc` to mount: the list above, plus versioned runtime directories (python3.11, java-17-…). */
+async function etcEntries(): Promise<string[]> {
+  const names = new Set(sandboxEtc)
+  for (const name of await readdir('/etc').catch(() => [] as string[])) if (/^(python3\.\d+|java-\d+-openjdk)$/.test(name)) names.add(name)
+  return [...names].sort()
 }
 
 /** The bwrap command line for a spec (everything before `--`). Source paths are realpath-resolved. */
@@ -102,7 +171,11 @@ export async function bwrapArgs(spec: ExecSpec, tmpSizeMb: number): Promise<stri
     if (stat.isSymbolicLink()) args.push('--symlink', await readlink(path), path)
     else args.push('--ro-bind', await realpath(path), path)
   }
-  args.push('--ro-bind', '/etc', '/etc', '--proc', '/proc', '--dev', '/dev')
+  for (const name of await etcEntries()) {
+    const source = await realpath(`/etc/${name}`).catch(() => null)
+    if (source) args.push('--ro-bind', source, `/etc/${name}`)
+  }
+  args.push('--proc', '/proc', '--dev', '/dev')
   args.push('--size', String(tmpSizeMb * 1024 * 1024), '--perms', '1777', '--tmpfs', '/tmp')
   args.push('--bind', await realpath(spec.cwd), sandboxWorkdir)
   for (const path of spec.mounts.ro) {

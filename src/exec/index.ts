@@ -1,7 +1,8 @@
 /** Running model-generated code: the ExecBackend (direct | bwrap sandbox), work directories, allowlisted CLIs. */
 export type { ExecBackend, ExecLimits, ExecOptions, ExecResult, ExecSpec } from './types.js'
 export { defaultLimits } from './types.js'
-export { DirectBackend, SandboxBackend, bwrapArgs, sandboxWorkdir, type HostSupport, type SandboxIdentity } from './backends.js'
+export { DirectBackend, SandboxBackend, bwrapArgs, sandboxEtc, sandboxWorkdir, type HostSupport, type SandboxIdentity } from './backends.js'
+export { buildSeccompFilter, deniedSyscalls, seccompSupported } from './seccomp.js'
 export { detectCgroups, ExecCgroup, type CgroupMode } from './cgroups.js'
 export { settleCleanups } from './process-runner.js'
 export { buildExecEnv, isSecretName } from './exec-env.js'

@@ -10,6 +10,8 @@ export interface Launch {
   cwd: string
   env: Record<string, string>
   stdin?: string
+  /** Bytes the program reads from fd 3 (bwrap's `--seccomp 3`). */
+  fd3?: Buffer
   timeoutMs: number
   outputBytes: number
   /** The execution's cgroup: everything in it is killed when the run ends. */
@@ -73,7 +75,13 @@ export function runProcess(launch: Launch, options: ExecOptions = {}): Promise<E
   const started = performance.now()
   return new Promise<ExecResult>((resolve) => {
     const [command, ...args] = launch.argv
-    const child = spawn(command!, args, { cwd: launch.cwd, env: launch.env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] })
+    const stdio: Array<'pipe'> = launch.fd3 ? ['pipe', 'pipe', 'pipe', 'pipe'] : ['pipe', 'pipe', 'pipe']
+    const child = spawn(command!, args, { cwd: launch.cwd, env: launch.env, detached: true, stdio })
+    if (launch.fd3) {
+      const fd3 = child.stdio[3] as NodeJS.WritableStream & { on(event: 'error', listener: () => void): void }
+      fd3.on('error', () => undefined)
+      fd3.end(launch.fd3)
+    }
     const stdout = new Capture(launch.outputBytes)
     const stderr = new Capture(launch.outputBytes)
     let timedOut = false
