@@ -47,7 +47,7 @@ describe('loadConfig', () => {
       dataDir: join(cwd, 'data'),
       plugins: [],
       models: [],
-      exec: { backend: 'direct', disableExecTools: false },
+      exec: { backend: 'auto', disableExecTools: false },
       logLevel: 'info',
       bodyLimit: 1024 * 1024,
       rateLimit: { max: 600, windowMs: 60_000 },
@@ -192,7 +192,7 @@ describe('loadConfig', () => {
 
   it('reads booleans and integers from the environment', async () => {
     const cwd = await workdir()
-    expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'true' }, cwd).exec).toMatchObject({ backend: 'direct', disableExecTools: true })
+    expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'true' }, cwd).exec).toMatchObject({ backend: 'auto', disableExecTools: true })
     expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: '1' }, cwd).exec.disableExecTools).toBe(true)
     expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'false' }, cwd).exec.disableExecTools).toBe(false)
     const config = loadConfig(

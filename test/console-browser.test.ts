@@ -75,7 +75,8 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     for (const [name, script] of Object.entries(scripts)) await writeFile(join(cwd, `${name}.json`), JSON.stringify(script))
     await writeFile(
       join(cwd, 'plinth.config.json'),
-      JSON.stringify({ plugins: ['rdm'], models: Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })), defaultModel: 'decide' }),
+      // Programs run on the server itself here by explicit choice: the admin test switches to the sandbox and back.
+      JSON.stringify({ plugins: ['rdm'], models: Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })), defaultModel: 'decide', exec: { backend: 'direct' } }),
     )
     token = lastLine((await runPlinth(['users', 'create', 'alice'], { cwd })).stdout)
     server = await startServe({ cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })

@@ -38,7 +38,7 @@ describe('execution tools over HTTP', () => {
     server = await startTestServer(store, {
       adminToken,
       models: [model],
-      exec: { maxCodeBytes: 2048, maxUploadBytes: 4096, maxDownloadBytes: 8192, timeoutMs: 10_000 },
+      exec: { backend: 'direct', maxCodeBytes: 2048, maxUploadBytes: 4096, maxDownloadBytes: 8192, timeoutMs: 10_000 },
     })
     alice = await server.createUser()
     projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'exec' } })).body.id
@@ -222,6 +222,51 @@ describe('exec configuration', () => {
     await rm(cliDir, { recursive: true, force: true })
   })
 
+  // Issue 20, medium 12: `direct` was the default, so every account was a root shell.
+  it('by default programs run in the sandbox; where it cannot work, exec tools are off — never direct unless chosen', async () => {
+    const sandboxed = await startTestServer(store, { models: [new ScriptedModel({ id: 'm', turns: [] })] })
+    try {
+      expect(sandboxed.exec.backendName).toBe('sandbox')
+      expect(sandboxed.exec.executionAvailable).toBe(probe.ok)
+    } finally {
+      await sandboxed.close()
+    }
+    if (process.getuid?.() !== 0) return
+    // A sandbox that cannot work (its user is missing): nothing runs, and the model is not offered exec tools.
+    const model = new ScriptedModel({ id: 'm', turns: [{ text: 'I cannot run programs here.' }] })
+    const off = await startTestServer(store, { models: [model], exec: { sandboxUser: 'plinth-no-such-user' } })
+    try {
+      expect([off.exec.backendName, off.exec.executionAvailable]).toEqual(['sandbox', false])
+      const user = await off.createUser()
+      const project = (await off.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
+      const conversation = (await off.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
+      await off.request('PATCH', `/api/conversations/${conversation}`, { token: user.token, body: { permissionMode: 'full' } })
+      const refused = await off.request('POST', '/api/commands/core.exec', { token: user.token, body: { entrance: 'button', conversationId: conversation, params: { command: 'id' } } })
+      expect([refused.status, refused.body.code]).toEqual([409, 'sandbox_unavailable'])
+      const run = await off.request('POST', `/api/conversations/${conversation}/runs?wait=true`, { token: user.token, body: { input: 'run id' } })
+      expect(run.body.status).toBe('completed')
+      const offered = model.calls[0]!.tools.map((tool) => tool.name)
+      expect(offered).toEqual(expect.arrayContaining(['read_file', 'write_file']))
+      expect(offered).not.toContain('exec')
+      expect(offered).not.toContain('run_code')
+      expect((await off.request('GET', '/readyz')).body.warnings).toEqual([expect.stringMatching(/^exec tools are off: .*plinth-no-such-user/)])
+    } finally {
+      await off.close()
+    }
+  })
+
+  it('warns when programs run on the server itself (direct) and several users exist', async () => {
+    const server = await startTestServer(store, { exec: { backend: 'direct' } })
+    try {
+      expect(await server.exec.directWarning()).toBeNull()
+      await server.createUser()
+      await server.createUser()
+      expect(await server.exec.directWarning()).toMatch(/exec backend is direct and \d+ users exist/)
+    } finally {
+      await server.close()
+    }
+  })
+
   it('disableExecTools registers no exec tool (the file tools stay)', async () => {
     const server = await startTestServer(store, { exec: { disableExecTools: true } })
     try {
@@ -239,6 +284,7 @@ describe('exec configuration', () => {
     const binary = join(cliDir, 'fakecli')
     const server = await startTestServer(store, {
       exec: {
+        backend: 'direct',
         cliTools: [
           { name: 'cc_exec', description: 'fake', binary, minVersion: '2.0.0', commands: { log: { subcommands: { list: { flags: { limit: { type: 'int', min: 1, max: 50 } }, defaults: { limit: 20 } } } } } },
           { name: 'old_cli', description: 'too old', binary, minVersion: '3.0.0', commands: { status: {} } },

@@ -136,7 +136,7 @@ const fileSchema = {
       type: 'object',
       additionalProperties: false,
       properties: {
-        backend: { enum: ['direct', 'sandbox'] },
+        backend: { enum: ['auto', 'direct', 'sandbox'] },
         disableExecTools: { type: 'boolean' },
         sandboxUser: { type: 'string', pattern: '^[a-z_][a-z0-9_-]*$' },
         workRoot: { type: 'string', minLength: 1 },

@@ -56,6 +56,11 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     execService = setup.exec
     warnings.push(...setup.refusedPlugins.map((plugin) => `plugin ${plugin.specifier} refused: ${plugin.reason}`))
     if (config.strictPlugins && warnings.length > 0) throw new Error(`${warnings.join('; ')} (strict plugins: fix or remove it, or start without --strict-plugins)`)
+    const directWarning = await setup.exec.directWarning()
+    if (directWarning) {
+      warnings.push(directWarning)
+      logger.warn(directWarning)
+    }
     for (const missing of modelsMissingKeys(config.models, process.env)) warnings.push(`model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs fail with upstream_auth_missing`)
     ingestor = setup.ingestor
     await ingestor.start()

@@ -31,6 +31,8 @@ export interface RegisteredCommand {
   confirmWhen?: (params: Params, context: CommandContext) => boolean
   /** Core only: the text the model reads of a result (default: the result as JSON). */
   modelText?: (result: JsonValue) => string
+  /** Core only: whether the command can work now; when not, the model is not offered it as a tool. */
+  availableWhen?: () => boolean
 }
 
 /** What core commands' handlers may read beyond the plugin surface's CommandContext. */
@@ -142,8 +144,8 @@ export class CommandCatalog {
     return this.#cliTools
   }
 
-  /** Core commands only: a per-call confirmation and the model's view of results. */
-  setCoreHooks(commandId: string, hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText'>): void {
+  /** Core commands only: a per-call confirmation, the model's view of results, availability. */
+  setCoreHooks(commandId: string, hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText' | 'availableWhen'>): void {
     const command = this.#commands.get(commandId)
     if (command) Object.assign(command, hooks)
   }

@@ -246,7 +246,7 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
 
   for (const id of ['core.exec', 'core.run_code']) {
     // Under direct a human approves every run, whatever the mode or allowances.
-    catalog.setCoreHooks(id, { confirmWhen: () => exec.backendName === 'direct', modelText: execModelText })
+    catalog.setCoreHooks(id, { confirmWhen: () => exec.backendName === 'direct', modelText: execModelText, availableWhen: () => exec.executionAvailable })
   }
 }
 
@@ -291,7 +291,7 @@ export async function registerCliTools(catalog: CommandCatalog, deps: ExecComman
         },
       )
       staged.commit()
-      catalog.setCoreHooks(`cli.${spec.name}`, { confirmWhen: () => deps.exec.backendName === 'direct', modelText: execModelText })
+      catalog.setCoreHooks(`cli.${spec.name}`, { confirmWhen: () => deps.exec.backendName === 'direct', modelText: execModelText, availableWhen: () => deps.exec.executionAvailable })
     } catch (error) {
       deps.log.warn(`CLI tool ${spec.name} is not offered: ${(error as Error).message}`, { plugin })
     }

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import type { CliToolSpec, PluginLogger } from '../extension/index.js'
-import { appendAuditEntry, getProject, getSetting, setSetting, type Store } from '../store/index.js'
+import { appendAuditEntry, countActiveUsers, getProject, getSetting, setSetting, type Store } from '../store/index.js'
 import { DirectBackend, SandboxBackend, sandboxWorkdir, type HostSupport, type SandboxIdentity } from './backends.js'
 import { buildExecEnv } from './exec-env.js'
 import { settleCleanups } from './process-runner.js'
@@ -12,7 +12,11 @@ export type BackendName = 'direct' | 'sandbox'
 
 /** The `exec` section of the configuration. */
 export interface ExecSettings {
-  backend: BackendName
+  /**
+   * `auto` (the default): the sandbox where its probe passes, otherwise no execution at all; `direct`
+   * and `sandbox` are the operator's explicit choice.
+   */
+  backend: BackendName | 'auto'
   disableExecTools: boolean
   /** The unprivileged host user sandboxed programs run as when the server runs as root. */
   sandboxUser: string
@@ -38,7 +42,7 @@ export interface ExecSettings {
 }
 
 export const defaultExecSettings: ExecSettings = {
-  backend: 'direct',
+  backend: 'auto',
   disableExecTools: false,
   sandboxUser: 'plinth-sandbox',
   requireCgroups: true,
@@ -89,7 +93,8 @@ export class ExecService {
     this.#support = support
     this.#probe = probe.result
     this.#identity = probe.identity
-    this.#backend = settings.backend
+    // `auto` runs in the sandbox; where the probe failed, executions are off (see `executionAvailable`).
+    this.#backend = settings.backend === 'direct' ? 'direct' : 'sandbox'
     this.workdirs = new WorkDirectories(settings.workRoot ?? join(dataDir, 'work'), { deniedSegments: settings.deniedSegments })
     this.workdirs.setOwner(probe.identity)
   }
@@ -98,14 +103,18 @@ export class ExecService {
     const support = await detectHostSupport()
     // Under `direct` the probe only reports whether the sandbox could work (in a temporary directory);
     // choosing the sandbox probes again where the work directories really are.
-    const workRoot = options.settings.backend === 'sandbox' ? (options.settings.workRoot ?? join(options.dataDir, 'work')) : undefined
+    const workRoot = options.settings.backend !== 'direct' ? (options.settings.workRoot ?? join(options.dataDir, 'work')) : undefined
     const probe = await probeSandbox({ sandboxUser: options.settings.sandboxUser, requireCgroups: options.settings.requireCgroups, support, ...(workRoot && { workRoot }) })
     const service = new ExecService(options.store, options.settings, options.dataDir, options.log, support, probe)
     await service.#refresh()
     service.#unsubscribe = options.store.settings.subscribe((key) => {
       if (key === null || key === settingKey) void service.#refresh()
     })
-    if (service.#backend === 'sandbox' && !probe.result.ok) options.log.error('exec backend is sandbox but the sandbox cannot work here; exec tools will refuse', { reason: probe.result.reason })
+    if (service.#backend === 'sandbox' && !probe.result.ok) {
+      if (options.settings.backend === 'auto') {
+        options.log.warn('exec tools are off: the sandbox cannot work here, and programs run on the server itself only by the operator’s explicit choice (exec.backend "direct")', { reason: probe.result.reason })
+      } else options.log.error('exec backend is sandbox but the sandbox cannot work here; exec tools will refuse', { reason: probe.result.reason })
+    }
     return service
   }
 
@@ -121,6 +130,22 @@ export class ExecService {
 
   get probe(): ProbeResult {
     return this.#probe
+  }
+
+  /** Whether programs can run now: under `direct`, or in a sandbox whose probe passed. */
+  get executionAvailable(): boolean {
+    return this.#backend === 'direct' || this.#probe.ok
+  }
+
+  /**
+   * Under `direct`, with several users, every account can run programs as the server's user (a person
+   * approves each, but the person is the requester): the warning operators should see, else null.
+   */
+  async directWarning(): Promise<string | null> {
+    if (this.#backend !== 'direct') return null
+    const users = await countActiveUsers(this.#store.db)
+    if (users <= 1) return null
+    return `exec backend is direct and ${users} users exist: each of them can run programs on this machine as the server's user (a person approves each run, but that person is the one asking); use the sandbox for several users`
   }
 
   /** Switches the backend for every instance's next execution (the probe first, for sandbox); audited. */
@@ -145,6 +170,8 @@ export class ExecService {
     })
     this.#backend = name
     this.#log.info('exec backend switched', { from: previous, to: name, by })
+    const warning = await this.directWarning()
+    if (warning) this.#log.warn(warning)
     return { ok: true }
   }
 

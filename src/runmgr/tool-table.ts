@@ -14,6 +14,8 @@ export function* commandTools(bus: CommandBus, subset: string[] | null): Generat
     if (!toolName) continue
     if (allowed && !allowed.has(command.spec.id)) continue
     if (command.spec.entrances && !command.spec.entrances.includes('agent')) continue
+    // Exec tools where nothing can run (no sandbox, and `direct` not chosen) are not offered.
+    if (command.availableWhen && !command.availableWhen()) continue
     yield { toolName, commandId: command.spec.id, command }
   }
 }

@@ -60,6 +60,12 @@ export async function findUser(db: Executor, idOrName: string): Promise<User | u
   return row && toUser(row)
 }
 
+/** How many users may sign in (not disabled). */
+export async function countActiveUsers(db: Executor): Promise<number> {
+  const row = await db.selectFrom('users').select((eb) => eb.fn.countAll<string>().as('count')).where('disabled_at', 'is', null).executeTakeFirstOrThrow()
+  return Number(row.count)
+}
+
 export async function listUsers(db: Executor, page: PageRequest): Promise<Page<User>> {
   let query = db.selectFrom('users').selectAll().orderBy('id').limit(page.limit + 1)
   if (page.after) query = query.where('id', '>', page.after)
