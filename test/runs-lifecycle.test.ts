@@ -66,7 +66,8 @@ for (const engine of testEngines()) {
     const start = (conversationId: string, body: Record<string, unknown>) => server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body })
 
     it('messages sent at once to an idle conversation: one run starts, the others are told it is active — or queue behind it in order', async () => {
-      const slow = { text: 'a b c d e f g h', chunks: 8, delayMs: 25 }
+      // The first run must still be active when the last of the six requests lands, on a loaded machine too.
+      const slow = { text: 'a b c d e f g h', chunks: 8, delayMs: 400 }
       scripted.setTurns(Array.from({ length: 12 }, () => slow))
       const idle = await conversation()
       const answers = await Promise.all(Array.from({ length: 6 }, (_, index) => start(idle, { input: `m${index}`, model: 'scripted' })))

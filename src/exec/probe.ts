@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process'
-import { access, chmod, chown, constants, mkdir, mkdtemp, rm } from 'node:fs/promises'
+import { access, chmod, chown, constants, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
 import { promisify } from 'node:util'
 import { SandboxBackend, tools, type HostSupport, type SandboxIdentity } from './backends.js'
 import { detectCgroups } from './cgroups.js'
@@ -18,6 +18,13 @@ export interface ProbeResult {
   /** The unprivileged user programs run as (when the server runs as root). */
   user: string | null
   bwrapVersion: string | null
+}
+
+async function exists(path: string): Promise<boolean> {
+  return access(path).then(
+    () => true,
+    () => false,
+  )
 }
 
 async function executable(path: string): Promise<boolean> {
@@ -84,10 +91,12 @@ export async function probeSandbox(options: {
     return fail(`no usable cgroups (${reason}); run the server as root on a host with cgroup v2 or the v1 pids and memory controllers, or set exec.requireCgroups to false`, { bwrapVersion: version })
   }
   // Try it, in a directory where work directories will be: a program that must see its own namespaces.
-  const parent = options.workRoot ?? tmpdir()
-  await mkdir(parent, { recursive: true })
-  if (options.workRoot) await chmod(parent, 0o711)
-  const work = await mkdtemp(join(parent, '.probe-'))
+  // Where work directories will be; before the first exists, its nearest existing ancestor (the probe
+  // then proves the same path is traversable without creating anything that stays).
+  let parent = options.workRoot ?? tmpdir()
+  if (options.workRoot && (await exists(options.workRoot))) await chmod(options.workRoot, 0o711)
+  while (!(await exists(parent)) && dirname(parent) !== parent) parent = dirname(parent)
+  const work = await mkdtemp(join(parent, '.plinth-probe-'))
   try {
     if (identity) await chown(work, identity.uid, identity.gid)
     const backend = new SandboxBackend(support, identity)
