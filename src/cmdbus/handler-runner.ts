@@ -1,5 +1,5 @@
 import type { CommandContext, JsonValue } from '../extension/index.js'
-import { finishDispatchInRun, type DispatchRecord, type Executor, type Store } from '../store/index.js'
+import { finishDispatchInRun, storableJsonText, storableText, type DispatchRecord, type Executor, type Store } from '../store/index.js'
 import { recordStep, stepParts, type AuditEnvelope, type EnvelopeChange } from './audit-envelope.js'
 import type { BusError, DispatchHooks, DispatchOutcome } from './bus-types.js'
 import type { RegisteredCommand } from './command-catalog.js'
@@ -33,7 +33,8 @@ export async function runHandler(
     } else if (context.signal.aborted) {
       outcome = { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
     } else {
-      const json = JSON.stringify(result ?? null) ?? 'null'
+      // What is returned is what is stored: NUL and lone surrogates become U+FFFD (docs/security.md).
+      const json = storableJsonText(JSON.stringify(result ?? null) ?? 'null')
       const bytes = Buffer.byteLength(json)
       const limit = deps.maxResultBytes ?? 1024 * 1024
       outcome =
@@ -48,7 +49,7 @@ export async function runHandler(
         ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
         : { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
     } else if (isCommandError(error)) {
-      outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: error.code, message: error.message } }
+      outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: error.code, message: storableText(error.message) } }
     } else {
       context.log.error('command handler threw', { commandId: command.spec.id, dispatchId: dispatch.id, error: (error as Error)?.message ?? String(error) })
       outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'command_failed', message: `${command.spec.id} failed` } }
@@ -56,6 +57,19 @@ export async function runHandler(
   } finally {
     clearTimeout(timer)
   }
+  try {
+    return await recordOutcome(store, outcome, current, dispatch, hooks)
+  } catch (error) {
+    // The outcome could not be stored: the dispatch ends `failed` with the reason now, not `running`
+    // until a restart calls it interrupted. If even that cannot be written, the caller sees the error.
+    context.log.error('a dispatch outcome could not be stored', { commandId: command.spec.id, dispatchId: dispatch.id, error: (error as Error)?.message ?? String(error) })
+    const failed: DispatchOutcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'result_not_stored', message: `the result could not be stored: ${storableText((error as Error)?.message ?? String(error)).slice(0, 300)}` } }
+    return recordOutcome(store, failed, current, dispatch, hooks)
+  }
+}
+
+/** Records how a dispatch ended: its last audit step, with whatever the caller changes alongside. */
+async function recordOutcome(store: Store, outcome: DispatchOutcome, current: AuditEnvelope, dispatch: DispatchRecord, hooks: DispatchHooks | undefined): Promise<DispatchOutcome> {
   const change: EnvelopeChange =
     outcome.status === 'succeeded'
       ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }

@@ -3,6 +3,7 @@ import { sql, type RawBuilder } from 'kysely'
 import { canonicalJson } from './canonical-json.js'
 import type { Executor, JsonValue } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
+import { storableJson } from './storable.js'
 
 export const genesisHash = '0'.repeat(64)
 
@@ -104,7 +105,7 @@ export function auditAppendManyCtes(inputs: AuditEntryInput[], gate: RawBuilder<
   const entryHashes = hashes(sql`audit_tail.prev_hash`, sql`(audit_tail.last_id - ${n})`)
   const rows = inputs.map(
     (input, index) => sql`select audit_tail.last_id - ${n - 1 - index}, ${input.dispatchId}, ${input.step}, ${input.ownerId}, ${input.projectId},
-             ${input.conversationId}, ${input.commandId}, ${input.entrance}, ${JSON.stringify(input.envelope)}::jsonb,
+             ${input.conversationId}, ${input.commandId}, ${input.entrance}, ${storableJson(input.envelope)}::jsonb,
              ${index === 0 ? sql`audit_tail.prev_hash` : entryHashes[index - 1]!}, ${index === n - 1 ? sql`audit_tail.hash` : entryHashes[index]!}, ${createdAt}::timestamptz
       from audit_tail`,
   )

@@ -1,5 +1,6 @@
 import type { Executor, JsonValue } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
+import { storableJson } from './storable.js'
 
 export type DecisionStatus = 'pending' | 'approved' | 'rejected' | 'expired'
 
@@ -42,10 +43,10 @@ export async function insertDecision(tx: Executor, decision: NewDecision): Promi
       run_id: decision.runId,
       call_id: decision.callId,
       command_id: decision.commandId,
-      params: JSON.stringify(decision.params),
+      params: storableJson(decision.params),
       preview: decision.preview,
       risk: decision.risk,
-      reasons: JSON.stringify(decision.reasons),
+      reasons: storableJson(decision.reasons),
       expires_at: decision.expiresAt,
     })
     .returningAll()

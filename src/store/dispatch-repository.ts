@@ -1,6 +1,7 @@
 import { sql } from 'kysely'
 import { auditAppendCtes, type AuditEntryInput } from './audit-repository.js'
 import type { Executor, JsonValue } from './database.js'
+import { storableJson } from './storable.js'
 
 export type DispatchStatus = 'requested' | 'awaiting_decision' | 'running' | 'succeeded' | 'failed' | 'rejected' | 'expired' | 'cancelled'
 
@@ -46,14 +47,14 @@ function dispatchValues(dispatch: NewDispatch) {
     plugin: dispatch.plugin,
     plugin_version: dispatch.pluginVersion,
     entrance: dispatch.entrance,
-    actor: JSON.stringify(dispatch.actor),
+    actor: storableJson(dispatch.actor),
     owner_id: dispatch.ownerId,
     project_id: dispatch.projectId,
     conversation_id: dispatch.conversationId,
     run_id: dispatch.runId,
     call_id: dispatch.callId,
     idempotency_key: dispatch.idempotencyKey,
-    params: JSON.stringify(dispatch.params),
+    params: storableJson(dispatch.params),
     params_hash: dispatch.paramsHash,
     request_hash: dispatch.requestHash,
     risk: dispatch.risk,
@@ -106,8 +107,8 @@ export function updateDispatchQuery(tx: Executor, id: string, change: DispatchCh
       status: change.status,
       ...(change.risk !== undefined && { risk: change.risk }),
       ...(change.decisionId !== undefined && { decision_id: change.decisionId }),
-      ...(change.result !== undefined && { result: JSON.stringify(change.result) }),
-      ...(change.error !== undefined && { error: JSON.stringify(change.error) }),
+      ...(change.result !== undefined && { result: storableJson(change.result) }),
+      ...(change.error !== undefined && { error: storableJson(change.error) }),
       ...(change.executor && { executor: change.executor.id, executor_expires_at: change.executor.expiresAt }),
       updated_at: new Date(),
     })

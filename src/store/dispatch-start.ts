@@ -4,6 +4,7 @@ import type { Executor, JsonValue } from './database.js'
 import type { NewDispatch } from './dispatch-repository.js'
 import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord } from './event-log.js'
 import type { FencedPart } from './run-transition.js'
+import { storableJson } from './storable.js'
 
 /** A dispatch that starts running as it is recorded (no human had to be asked). */
 export interface StartingDispatch extends NewDispatch {
@@ -26,7 +27,7 @@ export async function insertDispatchStarted(
   run: FencedPart | undefined,
   tag: string,
 ): Promise<{ fenced: boolean; inserted: boolean; events: EventRecord[] }> {
-  const json = (value: JsonValue) => JSON.stringify(value)
+  const json = (value: JsonValue) => storableJson(value)
   const fence = run
     ? sql`f as (
         update runs set lease_expires_at = ${run.fence.expiresAt}

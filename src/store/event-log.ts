@@ -1,5 +1,6 @@
 import { sql, type KyselyPlugin, type OperationNodeSource, type PluginTransformQueryArgs, type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type UnknownRow } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
+import { storableJson } from './storable.js'
 
 /** The channel on which committed events are announced to every server instance. */
 export const eventsChannel = 'plinth_events'
@@ -114,7 +115,7 @@ export const eventLogLock = 748202
 /** `(values …) as v (type, project_id, conversation_id, run_id, user_id, data, size)` for an insert into events. */
 export function eventValues(events: NewEvent[]) {
   const values = events.map((event) => {
-    const json = JSON.stringify(event.data)
+    const json = storableJson(event.data)
     return sql`(${event.type}, ${event.projectId ?? null}, ${event.conversationId ?? null}, ${event.runId ?? null}, ${event.userId ?? null}, ${json}::jsonb, ${Buffer.byteLength(json)}::int)`
   })
   return sql`(values ${sql.join(values)}) as v (type, project_id, conversation_id, run_id, user_id, data, size)`
@@ -183,7 +184,7 @@ const dataJson = new WeakMap<EventRecord, string>()
 export function eventDataJson(event: EventRecord): string {
   let json = dataJson.get(event)
   if (json === undefined) {
-    json = JSON.stringify(event.data)
+    json = storableJson(event.data)
     dataJson.set(event, json)
   }
   return json

@@ -1,4 +1,5 @@
 import type { Executor, JsonValue } from './database.js'
+import { storableJson } from './storable.js'
 
 export interface IdempotencyRecord {
   requestHash: string
@@ -33,7 +34,7 @@ export async function saveIdempotencyRecord(
       key,
       request_hash: record.requestHash,
       status_code: record.statusCode,
-      response: JSON.stringify(record.response),
+      response: storableJson(record.response),
     })
     .onConflict((conflict) => conflict.columns(['user_id', 'key']).doNothing())
     .returning('key')

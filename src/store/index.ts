@@ -41,3 +41,4 @@ export type { RunStatus, RunPhase, ToolCallStatus, KnowledgeStatus, IngestStatus
 export * from './knowledge-repository.js'
 export { getSetting, setSetting, SettingsSignals, settingsChannel } from './settings-repository.js'
 export * from './stream-ticket-repository.js'
+export * from './storable.js'

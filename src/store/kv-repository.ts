@@ -1,5 +1,6 @@
 import { sql } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
+import { storableJson } from './storable.js'
 
 /** A plugin's namespaced key-value store. */
 export async function kvGet(db: Executor, plugin: string, key: string): Promise<JsonValue | undefined> {
@@ -10,8 +11,8 @@ export async function kvGet(db: Executor, plugin: string, key: string): Promise<
 export async function kvSet(db: Executor, plugin: string, key: string, value: JsonValue): Promise<void> {
   await db
     .insertInto('plugin_kv')
-    .values({ plugin, key, value: JSON.stringify(value) })
-    .onConflict((conflict) => conflict.columns(['plugin', 'key']).doUpdateSet({ value: JSON.stringify(value), updated_at: new Date() }))
+    .values({ plugin, key, value: storableJson(value) })
+    .onConflict((conflict) => conflict.columns(['plugin', 'key']).doUpdateSet({ value: storableJson(value), updated_at: new Date() }))
     .execute()
 }
 

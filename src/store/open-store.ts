@@ -15,7 +15,7 @@ import { runTransition, startRunAlone, type Prefetched, type RunPrefetch, type T
 import { lockDataDir } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
 import { unpackTemplate } from './pglite/template.js'
-import { prepareRepeatedStatements } from './prepared-statements.js'
+import { guardParameters, prepareRepeatedStatements } from './prepared-statements.js'
 import { StoreError } from './store-errors.js'
 
 export type Engine = 'pg' | 'pglite'
@@ -196,6 +196,7 @@ async function connectPostgres(url: string, poolSize: number, prepare: boolean):
   // int8 (event ids, counts) arrives as a string; callers convert where they need a number.
   const pool = new pg.Pool({ connectionString: url, max: poolSize, connectionTimeoutMillis: 5000, options: vectorSearchOptions })
   pool.on('error', () => undefined) // idle-client errors surface on the next query instead
+  guardParameters(pool)
   if (prepare) prepareRepeatedStatements(pool)
   try {
     const client = await pool.connect()

@@ -1,4 +1,5 @@
 import type pg from 'pg'
+import { storableParameters } from './storable.js'
 
 /** Statements whose best plan depends on their values (retrieval): planned afresh every time. */
 const planEachTime = /<=>|tsquery|ts_rank/
@@ -10,6 +11,24 @@ const planEachTime = /<=>|tsquery|ts_rank/
  * without parameters, retrieval queries, and anything past `maxPerConnection` distinct texts (a bound on
  * what each backend keeps) are sent unnamed, as before.
  */
+/**
+ * Makes every statement's parameters storable (`storableParameters`): a NUL in a string would fail the
+ * statement. Installed before `prepareRepeatedStatements`, which then calls through it.
+ */
+export function guardParameters(pool: pg.Pool): void {
+  pool.on('connect', (client) => {
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown
+    ;(client as unknown as { query: (...args: unknown[]) => unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
+      if (Array.isArray(values)) return query(config, storableParameters(values), callback)
+      if (config !== null && typeof config === 'object' && Array.isArray((config as { values?: unknown }).values)) {
+        const statement = config as { values: unknown[] }
+        return query({ ...statement, values: storableParameters(statement.values) }, values, callback)
+      }
+      return query(config, values, callback)
+    }
+  })
+}
+
 export function prepareRepeatedStatements(pool: pg.Pool, maxPerConnection = 256): void {
   pool.on('connect', (client) => {
     const names = new Map<string, string>()

@@ -3,6 +3,7 @@ import type { Executor } from './database.js'
 import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
+import { storableJson } from './storable.js'
 
 /** Model parameters a project (or a run) sets; unset ones come from the model's configuration. */
 export interface ModelParams {
@@ -49,11 +50,11 @@ export async function createProject(tx: Executor, ownerId: string, input: Projec
       owner_id: ownerId,
       name: input.name,
       description: input.description ?? '',
-      ...(input.runtimes !== undefined && { runtimes: JSON.stringify(input.runtimes) }),
+      ...(input.runtimes !== undefined && { runtimes: storableJson(input.runtimes) }),
       system_prompt: input.systemPrompt ?? null,
       default_model: input.defaultModel ?? null,
-      model_params: JSON.stringify(input.modelParams ?? {}),
-      tools: input.tools ? JSON.stringify(input.tools) : null,
+      model_params: storableJson(input.modelParams ?? {}),
+      tools: input.tools ? storableJson(input.tools) : null,
     })
     .returningAll()
     .executeTakeFirstOrThrow()
@@ -94,11 +95,11 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
     .set({
       ...(patch.name !== undefined && { name: patch.name }),
       ...(patch.description !== undefined && { description: patch.description }),
-      ...(patch.runtimes !== undefined && { runtimes: JSON.stringify(patch.runtimes) }),
+      ...(patch.runtimes !== undefined && { runtimes: storableJson(patch.runtimes) }),
       ...(patch.systemPrompt !== undefined && { system_prompt: patch.systemPrompt }),
       ...(patch.defaultModel !== undefined && { default_model: patch.defaultModel }),
-      ...(patch.modelParams !== undefined && { model_params: JSON.stringify(patch.modelParams) }),
-      ...(patch.tools !== undefined && { tools: patch.tools === null ? null : JSON.stringify(patch.tools) }),
+      ...(patch.modelParams !== undefined && { model_params: storableJson(patch.modelParams) }),
+      ...(patch.tools !== undefined && { tools: patch.tools === null ? null : storableJson(patch.tools) }),
       updated_at: new Date(),
     })
     .where('id', '=', project.id)

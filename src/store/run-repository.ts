@@ -3,6 +3,7 @@ import type { Executor, JsonValue, RunPhase, RunStatus, ToolCallStatus } from '.
 import { appendEvents, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
 import type { ModelParams } from './project-repository.js'
+import { storableJson } from './storable.js'
 
 export interface Run {
   id: string
@@ -98,9 +99,9 @@ export async function createRun(
       ...(startNow && { started_at: new Date(), lease_owner: options.lease.owner, lease_expires_at: options.lease.expiresAt }),
       max_iterations: input.maxIterations,
       approval_policy: input.approvalPolicy,
-      client_tools: JSON.stringify(input.clientTools),
-      ...(input.knowledge !== undefined && input.knowledge !== null && { knowledge: JSON.stringify(input.knowledge) }),
-      ...(input.profile && { profile: JSON.stringify(input.profile) }),
+      client_tools: storableJson(input.clientTools),
+      ...(input.knowledge !== undefined && input.knowledge !== null && { knowledge: storableJson(input.knowledge) }),
+      ...(input.profile && { profile: storableJson(input.profile) }),
     })
     .returningAll()
     .executeTakeFirstOrThrow()
@@ -163,14 +164,14 @@ export function patchColumns(patch: RunPatch) {
     ...(patch.status !== undefined && { status: patch.status }),
     ...(patch.phase !== undefined && { phase: patch.phase }),
     ...(patch.iteration !== undefined && { iteration: patch.iteration }),
-    ...(patch.requiredAction !== undefined && { required_action: patch.requiredAction === null ? null : JSON.stringify(patch.requiredAction) }),
-    ...(patch.error !== undefined && { error: patch.error === null ? null : JSON.stringify(patch.error) }),
-    ...(patch.usage !== undefined && { usage: JSON.stringify(patch.usage) }),
+    ...(patch.requiredAction !== undefined && { required_action: patch.requiredAction === null ? null : storableJson(patch.requiredAction) }),
+    ...(patch.error !== undefined && { error: patch.error === null ? null : storableJson(patch.error) }),
+    ...(patch.usage !== undefined && { usage: storableJson(patch.usage) }),
     ...(patch.cancelReason !== undefined && { cancel_reason: patch.cancelReason }),
     ...(patch.started && { started_at: new Date() }),
     ...(patch.ended && { ended_at: new Date() }),
     ...(patch.lease !== undefined && { lease_owner: patch.lease?.owner ?? null, lease_expires_at: patch.lease?.expiresAt ?? null }),
-    ...(patch.knowledge !== undefined && { knowledge: patch.knowledge === null ? null : JSON.stringify(patch.knowledge) }),
+    ...(patch.knowledge !== undefined && { knowledge: patch.knowledge === null ? null : storableJson(patch.knowledge) }),
     ...(patch.waiting !== undefined && { waiting_since: patch.waiting ? new Date() : null }),
   }
 }
@@ -306,7 +307,7 @@ export async function completeAssistantMessage(
 ): Promise<void> {
   await tx
     .updateTable('messages')
-    .set({ content, tool_calls: toolCalls && toolCalls.length > 0 ? JSON.stringify(toolCalls) : null, status })
+    .set({ content, tool_calls: toolCalls && toolCalls.length > 0 ? storableJson(toolCalls) : null, status })
     .where('id', '=', id)
     .execute()
 }
@@ -529,7 +530,7 @@ export function updateToolCallQuery(tx: Executor, id: string, patch: ToolCallPat
     .updateTable('run_tool_calls')
     .set({
       status: patch.status,
-      ...(patch.output !== undefined && { output: JSON.stringify(patch.output) }),
+      ...(patch.output !== undefined && { output: storableJson(patch.output) }),
       ...(patch.modelOutput !== undefined && { model_output: patch.modelOutput }),
       ...(patch.modelTruncated !== undefined && { model_truncated: patch.modelTruncated }),
       ...(patch.dispatchId !== undefined && { dispatch_id: patch.dispatchId }),

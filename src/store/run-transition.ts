@@ -6,6 +6,7 @@ import { newId } from './ids.js'
 import { hasKnowledgeRead } from './knowledge-repository.js'
 import { patchColumns, runStartEvents, toRun, transcriptRowsFromJson, transcriptTailRead, type NewRun, type Run, type RunPatch, type RunRow, type StoredToolCall, type ToolCallRecord, type TranscriptRow } from './run-repository.js'
 import { isUniqueViolation } from './store-errors.js'
+import { storableJson } from './storable.js'
 
 /**
  * A write that belongs to a run's state change: a data-modifying statement that changes something
@@ -94,7 +95,7 @@ export function completeAssistantMessageWrite(
   toolCalls: StoredToolCall[] | null,
   status: 'completed' | 'cancelled' | 'failed' | 'interrupted',
 ): TransitionWrite {
-  const calls = toolCalls && toolCalls.length > 0 ? JSON.stringify(toolCalls) : null
+  const calls = toolCalls && toolCalls.length > 0 ? storableJson(toolCalls) : null
   return {
     sql: sql`update messages set content = ${content}, tool_calls = ${calls}::jsonb, status = ${status}
       where id = ${id} and exists (select 1 from f) returning id`,
@@ -105,7 +106,7 @@ export function completeAssistantMessageWrite(
 export function insertToolCallsWrite(calls: Array<Omit<ToolCallRecord, 'status' | 'output' | 'modelOutput' | 'modelTruncated' | 'dispatchId' | 'decisionId' | 'repeatOf'>>): TransitionWrite {
   const values = calls.map(
     (call) =>
-      sql`(${call.id}, ${call.runId}, ${call.messageId}, ${call.iteration}::int, ${call.seq}::int, ${call.providerCallId}, ${call.name}, ${call.commandId}, ${call.kind}, ${call.args === null ? null : JSON.stringify(call.args)}::jsonb, ${call.rawArgs}, ${call.risk})`,
+      sql`(${call.id}, ${call.runId}, ${call.messageId}, ${call.iteration}::int, ${call.seq}::int, ${call.providerCallId}, ${call.name}, ${call.commandId}, ${call.kind}, ${call.args === null ? null : storableJson(call.args)}::jsonb, ${call.rawArgs}, ${call.risk})`,
   )
   return {
     sql: sql`insert into run_tool_calls (id, run_id, message_id, iteration, seq, provider_call_id, name, command_id, kind, args, raw_args, risk, status)
@@ -159,7 +160,7 @@ export async function startRunAlone(
   const run = toRun(row)
   const messageId = newId()
   const events = runStartEvents(run, messageId, input.input, true)
-  const json = (value: JsonValue | null) => (value === null ? null : JSON.stringify(value))
+  const json = (value: JsonValue | null) => (value === null ? null : storableJson(value))
   try {
     const { rows } = await sql<{ id: string; events: Array<{ [key: string]: JsonValue }> | null; transcript?: unknown; has_knowledge?: boolean; input_size?: number | string }>`
       with r as (

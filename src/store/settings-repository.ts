@@ -1,5 +1,6 @@
 import { sql } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
+import { storableJson } from './storable.js'
 
 /** The channel on which changed settings are announced to every server instance. */
 export const settingsChannel = 'plinth_settings'
@@ -13,8 +14,8 @@ export async function getSetting(db: Executor, key: string): Promise<JsonValue |
 export async function setSetting(db: Executor, key: string, value: JsonValue): Promise<void> {
   await db
     .insertInto('settings')
-    .values({ key, value: JSON.stringify(value) })
-    .onConflict((conflict) => conflict.column('key').doUpdateSet({ value: JSON.stringify(value), updated_at: new Date() }))
+    .values({ key, value: storableJson(value) })
+    .onConflict((conflict) => conflict.column('key').doUpdateSet({ value: storableJson(value), updated_at: new Date() }))
     .execute()
   await sql`select pg_notify(${settingsChannel}, ${key})`.execute(db)
 }

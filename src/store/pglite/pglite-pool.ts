@@ -1,4 +1,5 @@
 import type { PostgresPool, PostgresPoolClient, PostgresQueryResult } from 'kysely'
+import { storableParameters } from '../storable.js'
 
 /**
  * The subset of a PGlite instance this adapter uses. We type it here instead of importing the
@@ -42,7 +43,7 @@ export class PGlitePool implements PostgresPool {
           const last = results.at(-1)
           return { command, rowCount: last?.affectedRows ?? last?.rows.length ?? 0, rows: (last?.rows ?? []) as R[] }
         }
-        const result = await pglite.query<R>(sql, [...parameters])
+        const result = await pglite.query<R>(sql, [...storableParameters(parameters)])
         return { command, rowCount: result.affectedRows ?? result.rows.length, rows: result.rows }
       },
       release: () => {
