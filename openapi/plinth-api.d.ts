@@ -954,6 +954,8 @@ export interface components {
             defaultModel: string | null;
             description: string;
             id: string;
+            /** @description Whether automatic knowledge injection also uses items other members published */
+            injectMemberKnowledge: boolean;
             modelParams: components["schemas"]["ModelParams"];
             name: string;
             ownerId: string;
@@ -1373,6 +1375,8 @@ export interface components {
                     defaultModel: string | null;
                     description: string;
                     id: string;
+                    /** @description Whether automatic knowledge injection also uses items other members published */
+                    injectMemberKnowledge: boolean;
                     modelParams: components["schemas"]["ModelParams"];
                     name: string;
                     ownerId: string;
@@ -1401,6 +1405,8 @@ export interface components {
                     defaultModel: string | null;
                     description: string;
                     id: string;
+                    /** @description Whether automatic knowledge injection also uses items other members published */
+                    injectMemberKnowledge: boolean;
                     modelParams: components["schemas"]["ModelParams"];
                     name: string;
                     ownerId: string;
@@ -4596,6 +4602,8 @@ export interface operations {
                     /** @description A configured model id (GET /api/models) runs use when they name none; null clears it */
                     defaultModel?: string | null;
                     description?: string;
+                    /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones) */
+                    injectMemberKnowledge?: boolean;
                     modelParams?: components["schemas"]["ModelParams"];
                     name: string;
                     /** @description Added to the system prompt of every run in the project; null clears it */
@@ -4821,6 +4829,8 @@ export interface operations {
                     /** @description A configured model id (GET /api/models) runs use when they name none; null clears it */
                     defaultModel?: string | null;
                     description?: string;
+                    /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones) */
+                    injectMemberKnowledge?: boolean;
                     modelParams?: components["schemas"]["ModelParams"];
                     name?: string;
                     runtimes?: string[];

@@ -68,6 +68,7 @@ for (const engine of testEngines()) {
         defaultModel: null,
         modelParams: {},
         tools: null,
+        injectMemberKnowledge: false,
         shared: false,
         createdAt: expect.any(String),
         updatedAt: expect.any(String),

@@ -22,7 +22,7 @@ import {
 
 type ProfileInput = Partial<AgentProfile> & { runtimes?: string[] }
 
-const profileKeys = ['systemPrompt', 'defaultModel', 'modelParams', 'tools'] as const
+const profileKeys = ['systemPrompt', 'defaultModel', 'modelParams', 'tools', 'injectMemberKnowledge'] as const
 
 export interface ProjectServiceDeps {
   store: Store

@@ -226,6 +226,7 @@ export class RunManager {
       systemPrompt: project?.systemPrompt ?? null,
       modelParams: { ...project?.modelParams, ...input.modelParams },
       tools: project?.tools ?? null,
+      ...(project && { injectFrom: { projectOwnerId: project.ownerId, members: project.injectMemberKnowledge } }),
     }
     const clientTools = resolveClientTools(input.clientTools)
     // A client tool must not take the name of a command tool: the model would call one thinking it the other.

@@ -4,7 +4,7 @@ import type { LanguageModel, ModelMessage } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import { hasKnowledge, type Executor, type Run, type TranscriptMessage } from '../store/index.js'
 import { buildModelMessages, trimToBudget } from './history.js'
-import { knowledgeBlock, selectForInjection, type KnowledgeContext } from './knowledge-context.js'
+import { knowledgeBlock, knowledgeRule, mayInject, selectForInjection, type KnowledgeContext } from './knowledge-context.js'
 
 const baseSystemPrompt =
   'You are an agent working inside Plinth. Use the tools offered when they help; a person may have to approve some calls. Answer concisely.'
@@ -31,11 +31,18 @@ export function buildPrompt(
     ...notes,
     skills.length > 0 ? `Skills you can follow:\n${skills.map((skill) => `- ${skill.name}: ${skill.description}`).join('\n')}` : undefined,
     model.supportsTools ? undefined : noToolsPrompt,
-    knowledge?.hits && knowledge.hits.length > 0 ? knowledgeBlock(knowledge.hits) : undefined,
+    knowledge?.hits && knowledge.hits.length > 0 ? knowledgeRule : undefined,
   ]
     .filter(Boolean)
     .join('\n\n')
-  const history = trimToBudget(buildModelMessages(transcript), Math.floor(model.contextWindow * 0.7) - Math.ceil(system.length / 4))
+  const passages = knowledge?.hits && knowledge.hits.length > 0 ? knowledgeBlock(knowledge.hits) : null
+  const budget = Math.floor(model.contextWindow * 0.7) - Math.ceil((system.length + (passages?.length ?? 0)) / 4)
+  const history = trimToBudget(buildModelMessages(transcript), budget)
+  if (passages) {
+    // Just before the user's message they were retrieved for (the last user message).
+    const at = history.findLastIndex((message) => message.role === 'user')
+    history.splice(at < 0 ? 0 : at, 0, { role: 'user', content: passages })
+  }
   return [{ role: 'system', content: system }, ...history, ...(atCap ? [{ role: 'system' as const, content: capPrompt }] : [])]
 }
 
@@ -53,7 +60,7 @@ export async function retrieveKnowledge(
     // One cheap look instead of a full hybrid search (several queries) in a project with no knowledge.
     if (!(known ?? (await hasKnowledge(deps.db, run.projectId)))) return { hits: [] }
     const hits = await deps.retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
-    return { hits: selectForInjection(hits) }
+    return { hits: selectForInjection(hits.filter((hit) => mayInject(hit, run.ownerId, run.profile.injectFrom))) }
   } catch (error) {
     deps.log.warn('knowledge retrieval for the prompt failed; the run goes on without it', { runId: run.id, error: String(error) })
     return { hits: [] }

@@ -78,6 +78,9 @@ const profileFields = {
       description: 'The tools its agents may use: command ids (or tool names) of exposed commands, GET /api/commands; [] for none, null for all',
     }),
   ),
+  injectMemberKnowledge: Type.Optional(
+    Type.Boolean({ description: 'Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones)' }),
+  ),
 }
 
 export const Project = Type.Object(
@@ -91,6 +94,7 @@ export const Project = Type.Object(
     defaultModel: Type.Union([Type.String(), Type.Null()]),
     modelParams: ModelParams,
     tools: Type.Union([Type.Array(Type.String()), Type.Null()], { description: 'Command ids its agents may call; null: every exposed tool' }),
+    injectMemberKnowledge: Type.Boolean({ description: 'Whether automatic knowledge injection also uses items other members published' }),
     shared: Type.Boolean({ description: 'True when the caller sees the project through sharing, not ownership.' }),
     createdAt: Type.String({ format: 'date-time' }),
     updatedAt: Type.String({ format: 'date-time' }),

@@ -39,6 +39,7 @@ export interface ProjectsTable {
   default_model: string | null
   model_params: ColumnType<JsonValue, string | undefined, string>
   tools: NullableJson
+  inject_member_knowledge: ColumnType<boolean, boolean | undefined, boolean>
 }
 
 export type PermissionMode = 'manual' | 'risky' | 'full'

@@ -22,6 +22,8 @@ export interface AgentProfile {
   modelParams: ModelParams
   /** Command ids its agents may call; null: every exposed tool. */
   tools: string[] | null
+  /** Automatic knowledge injection also uses items members other than the owner published. */
+  injectMemberKnowledge: boolean
 }
 
 export interface Project extends AgentProfile {
@@ -55,6 +57,7 @@ export async function createProject(tx: Executor, ownerId: string, input: Projec
       default_model: input.defaultModel ?? null,
       model_params: storableJson(input.modelParams ?? {}),
       tools: input.tools ? storableJson(input.tools) : null,
+      inject_member_knowledge: input.injectMemberKnowledge ?? false,
     })
     .returningAll()
     .executeTakeFirstOrThrow()
@@ -100,6 +103,7 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
       ...(patch.defaultModel !== undefined && { default_model: patch.defaultModel }),
       ...(patch.modelParams !== undefined && { model_params: storableJson(patch.modelParams) }),
       ...(patch.tools !== undefined && { tools: patch.tools === null ? null : storableJson(patch.tools) }),
+      ...(patch.injectMemberKnowledge !== undefined && { inject_member_knowledge: patch.injectMemberKnowledge }),
       updated_at: new Date(),
     })
     .where('id', '=', project.id)
@@ -138,6 +142,7 @@ export function toProject(row: {
   default_model: string | null
   model_params: unknown
   tools: unknown
+  inject_member_knowledge?: boolean
   created_at: Date | string
   updated_at: Date | string
 }): Project {
@@ -151,6 +156,7 @@ export function toProject(row: {
     defaultModel: row.default_model,
     modelParams: (row.model_params && typeof row.model_params === 'object' ? row.model_params : {}) as ModelParams,
     tools: Array.isArray(row.tools) ? row.tools.filter((name): name is string => typeof name === 'string') : null,
+    injectMemberKnowledge: row.inject_member_knowledge === true,
     createdAt: new Date(row.created_at).toISOString(),
     updatedAt: new Date(row.updated_at).toISOString(),
   }

@@ -43,6 +43,8 @@ export interface RunProfile {
   systemPrompt: string | null
   modelParams: ModelParams
   tools: string[] | null
+  /** Whose published knowledge automatic injection may use besides the run owner's own (absent on older runs: the owner's only). */
+  injectFrom?: { projectOwnerId: string; members: boolean }
 }
 
 export const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_action']
@@ -659,5 +661,11 @@ export function toRun(row: RunRow): Run {
 
 function toProfile(value: JsonValue | null): RunProfile {
   const profile = (value && typeof value === 'object' && !Array.isArray(value) ? value : {}) as Partial<RunProfile>
-  return { systemPrompt: profile.systemPrompt ?? null, modelParams: profile.modelParams ?? {}, tools: profile.tools ?? null }
+  const from = profile.injectFrom
+  return {
+    systemPrompt: profile.systemPrompt ?? null,
+    modelParams: profile.modelParams ?? {},
+    tools: profile.tools ?? null,
+    ...(from && typeof from.projectOwnerId === 'string' && { injectFrom: { projectOwnerId: from.projectOwnerId, members: from.members === true } }),
+  }
 }
