@@ -75,6 +75,7 @@ const routes: RouteCase[] = [
   { method: 'GET', path: '/api/conversations/{id}/files', url: (f) => `/api/conversations/${f.conversationId}/files`, owner: 200, member: 404, stranger: 404 },
   { method: 'GET', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/notes.md`, owner: 200, member: 404, stranger: 404 },
   { method: 'PUT', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/new.md`, body: 'bytes', owner: 201, member: 404, stranger: 404 },
+  { method: 'DELETE', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/old.md`, owner: 204, member: 404, stranger: 404 },
   { method: 'POST', path: '/api/conversations/{id}/files/register', url: (f) => `/api/conversations/${f.conversationId}/files/register`, body: { path: 'notes.md' }, owner: 202, member: 404, stranger: 404 },
 ]
 
@@ -117,6 +118,7 @@ for (const engine of testEngines()) {
       const run = await server.request('POST', `/api/conversations/${other.body.id}/runs`, { token: owner.token, body: { input: 'hello' } })
       const knowledge = await server.request('POST', `/api/projects/${project.body.id}/knowledge`, { token: owner.token, body: { title: 'draft', text: 'draft text' } })
       await server.exec.workdirs.write(conversation.body.id, 'notes.md', '# Notes')
+      await server.exec.workdirs.write(conversation.body.id, 'old.md', '# Old')
       return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id, runId: run.body.id, knowledgeId: knowledge.body.id }
     }
 

@@ -1,3 +1,4 @@
+import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
 import { defaultExecSettings, ExecService, type ExecSettings } from '../exec/index.js'
@@ -49,7 +50,7 @@ export async function setUpCommandBus(
     ingestMaxAttempts?: number
   },
 ): Promise<CommandBusSetup> {
-  const execSettings: ExecSettings = { ...defaultExecSettings, ...options.exec, limits: { ...defaultExecSettings.limits, ...options.exec?.limits } }
+  const execSettings: ExecSettings = { ...defaultExecSettings, ...options.exec, limits: { ...defaultExecSettings.limits, ...options.exec?.limits }, quota: { ...defaultExecSettings.quota, ...options.exec?.quota } }
   const catalog = new CommandCatalog()
   const access = new ProjectAccess(store, () => catalog.projectAuthz)
   const embedder = options.embedder ?? createEmbedder(undefined)
@@ -60,6 +61,8 @@ export async function setUpCommandBus(
     embedder,
     log: createPluginLogger(options.logger, 'rag'),
     extractor: new DocumentExtractor(options.extract),
+    // The embedded database keeps what it stores in memory that never shrinks: uploads wait on disk.
+    ...(store.engine === 'pglite' && { uploadDir: join(options.dataDir, 'uploads') }),
     ...(options.ingestMaxAttempts !== undefined && { maxAttempts: options.ingestMaxAttempts }),
   })
   registerCoreCommands(catalog, { store, access, version, retriever, ...(options.fullModeTtlMs !== undefined && { fullModeTtlMs: options.fullModeTtlMs }) })

@@ -34,6 +34,8 @@ export interface PlinthConfig {
   /** Open connections per client address, and in total. */
   maxConnectionsPerAddress: number
   maxConnections: number
+  /** Uploads (file PUTs, knowledge files) in flight per user and in all. */
+  uploads: { perUser: number; total: number }
   /** Reverse proxies whose X-Forwarded-For is believed (addresses or CIDRs, comma-separated), or true for any. */
   trustProxy?: string | boolean
   /** Bearer token for `/metrics`; without it `/metrics` is open only when listening on loopback. */
@@ -49,7 +51,7 @@ export interface PlinthConfig {
   /** The embeddings provider (default: the local hashing embedder). */
   embeddings?: EmbeddingSettings
   /** Knowledge uploads, and the parser's limits (docs/security.md, "untrusted documents"). */
-  knowledge: { maxFileBytes: number; extract?: DocumentExtractorOptions; maxAttempts?: number }
+  knowledge: { maxFileBytes: number; maxBytesPerUser: number; extract?: DocumentExtractorOptions; maxAttempts?: number }
   /** How long a `full` permission mode lasts before reverting to `manual`. */
   fullModeTtlMs: number
   /** How long a pending decision (a run in `requires_action`) waits before it expires. */
@@ -161,6 +163,15 @@ const fileSchema = {
         maxCodeBytes: { type: 'integer', minimum: 1024 },
         maxUploadBytes: { type: 'integer', minimum: 1024 },
         maxDownloadBytes: { type: 'integer', minimum: 1024 },
+        quota: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            conversationBytes: { type: 'integer', minimum: 1024 },
+            userBytes: { type: 'integer', minimum: 1024 },
+            conversationFiles: { type: 'integer', minimum: 10 },
+          },
+        },
         cliTools: {
           type: 'array',
           items: {
@@ -194,6 +205,7 @@ const fileSchema = {
     connectionTimeoutMs: { type: 'integer', minimum: 1000 },
     maxConnectionsPerAddress: { type: 'integer', minimum: 1 },
     maxConnections: { type: 'integer', minimum: 1 },
+    uploads: { type: 'object', additionalProperties: false, properties: { perUser: { type: 'integer', minimum: 1 }, total: { type: 'integer', minimum: 1 } } },
     trustProxy: { anyOf: [{ type: 'boolean' }, { type: 'string', minLength: 1 }] },
     metricsToken: { type: 'string', minLength: 16 },
     corsOrigins: { type: 'array', items: { type: 'string', pattern: '^https?://[^/\\s]+$' } },
@@ -215,6 +227,7 @@ const fileSchema = {
       additionalProperties: false,
       properties: {
         maxFileBytes: { type: 'integer', minimum: 1024 },
+        maxBytesPerUser: { type: 'integer', minimum: 1024 },
         maxAttempts: { type: 'integer', minimum: 1, maximum: 100 },
         extract: {
           type: 'object',
@@ -301,6 +314,11 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_SSE_RECHECK_INTERVAL', 'streams.recheckIntervalMs', 'duration'],
   ['PLINTH_SSE_DRAIN_TIMEOUT', 'streams.drainTimeoutMs', 'duration'],
   ['PLINTH_KNOWLEDGE_MAX_FILE_BYTES', 'knowledge.maxFileBytes', 'int'],
+  ['PLINTH_KNOWLEDGE_MAX_BYTES_PER_USER', 'knowledge.maxBytesPerUser', 'int'],
+  ['PLINTH_WORK_QUOTA_CONVERSATION', 'exec.quota.conversationBytes', 'int'],
+  ['PLINTH_WORK_QUOTA_USER', 'exec.quota.userBytes', 'int'],
+  ['PLINTH_UPLOADS_PER_USER', 'uploads.perUser', 'int'],
+  ['PLINTH_UPLOADS_TOTAL', 'uploads.total', 'int'],
   ['PLINTH_EXTRACT_TIMEOUT', 'knowledge.extract.timeoutMs', 'duration'],
   ['PLINTH_EXTRACT_MEMORY_MB', 'knowledge.extract.rssMb', 'int'],
   ['PLINTH_FULL_MODE_TTL_MS', 'fullModeTtlMs', 'int'],
@@ -333,11 +351,12 @@ const defaults: PlinthConfig = {
   connectionTimeoutMs: 120_000,
   maxConnectionsPerAddress: 256,
   maxConnections: 10_000,
+  uploads: { perUser: 2, total: 8 },
   corsOrigins: [],
   strictPlugins: false,
   sseHeartbeatMs: 15_000,
   streams: { maxPerToken: 32, maxTotal: 5000, maxLifetimeMs: 60 * 60 * 1000, recheckIntervalMs: 60_000, drainTimeoutMs: 30_000 },
-  knowledge: { maxFileBytes: 20 * 1024 * 1024 },
+  knowledge: { maxFileBytes: 20 * 1024 * 1024, maxBytesPerUser: 1024 * 1024 * 1024 },
   fullModeTtlMs: 60 * 60 * 1000,
   actionTtlMs: 24 * 60 * 60 * 1000,
   allowanceTtlMs: 8 * 60 * 60 * 1000,
@@ -411,7 +430,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   const config: PlinthConfig = {
     ...defaults,
     ...file,
-    exec: { ...defaults.exec, ...file.exec, limits: { ...defaults.exec.limits, ...file.exec?.limits } },
+    exec: { ...defaults.exec, ...file.exec, limits: { ...defaults.exec.limits, ...file.exec?.limits }, quota: { ...defaults.exec.quota, ...file.exec?.quota } },
+    uploads: { ...defaults.uploads, ...file.uploads },
     rateLimit: { ...defaults.rateLimit, ...file.rateLimit },
     streams: { ...defaults.streams, ...file.streams },
     knowledge: { ...defaults.knowledge, ...file.knowledge },

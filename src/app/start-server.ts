@@ -96,6 +96,8 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       connectionTimeoutMs: config.connectionTimeoutMs,
       maxConnectionsPerAddress: config.maxConnectionsPerAddress,
       maxConnections: config.maxConnections,
+      uploads: config.uploads,
+      maxKnowledgeBytesPerUser: config.knowledge.maxBytesPerUser,
       ...(config.trustProxy !== undefined && { trustProxy: config.trustProxy }),
       host: config.host,
       ...(config.metricsToken && { metricsToken: config.metricsToken }),

@@ -1,5 +1,5 @@
 import { CommandError, type CliToolSpec, type CommandContext, type JsonValue, type PluginLogger, type Risk } from '../extension/index.js'
-import { cliEnvironment, gateCliCall, PathError, probeCliVersion, SandboxUnavailableError, type ExecResult, type ExecService } from '../exec/index.js'
+import { cliEnvironment, gateCliCall, PathError, probeCliVersion, QuotaError, SandboxUnavailableError, type ExecResult, type ExecService } from '../exec/index.js'
 import type { Store } from '../store/index.js'
 import type { CommandCatalog, CoreContext } from './command-catalog.js'
 import { classifyCommandLine } from './risk-rules.js'
@@ -85,12 +85,13 @@ async function execute(deps: ExecCommandDeps, context: CommandContext, argv: str
   const events = new OutputEvents(deps.store, context as CoreContext)
   try {
     const result = await deps.exec.run(
-      { conversationId, projectId: context.project?.id ?? null, argv, ...(input.stdin !== undefined && { stdin: input.stdin }), ...(input.env && { env: input.env }) },
+      { conversationId, projectId: context.project?.id ?? null, ownerId: context.actor.onBehalfOf, argv, ...(input.stdin !== undefined && { stdin: input.stdin }), ...(input.env && { env: input.env }) },
       { signal: context.signal, onOutput: (stream, text) => events.push(stream, text) },
     )
     return result as unknown as JsonValue
   } catch (error) {
     if (error instanceof SandboxUnavailableError) throw new CommandError('sandbox_unavailable', error.message)
+    if (error instanceof QuotaError) throw new CommandError('quota_exceeded', error.message)
     throw error
   } finally {
     await events.close()
@@ -99,6 +100,11 @@ async function execute(deps: ExecCommandDeps, context: CommandContext, argv: str
 
 function backendNoteOf(exec: ExecService): string {
   return exec.backendName === 'direct' ? 'on the server itself (direct backend)' : 'in the bubblewrap sandbox'
+}
+
+function quotaError(error: unknown): never {
+  if (error instanceof QuotaError) throw new CommandError('quota_exceeded', error.message)
+  throw error
 }
 
 function pathError(error: unknown): never {
@@ -222,7 +228,12 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     },
     async (params, context) => {
       const conversationId = requireConversation(context, 'core.write_file')
-      return (await exec.workdirs.write(conversationId, params.path, params.content).catch(pathError)) as unknown as JsonValue
+      const owner = context.actor.onBehalfOf
+      const size = Buffer.byteLength(params.content)
+      await exec.quota.ensureRoom(conversationId, owner, size, 1).catch(quotaError)
+      const written = await exec.workdirs.write(conversationId, params.path, params.content).catch(pathError)
+      await exec.quota.adjust(conversationId, owner, { bytes: written.size - (written.replaced ?? 0), files: written.replaced === null ? 1 : 0 })
+      return { path: written.path, size: written.size }
     },
   )
 

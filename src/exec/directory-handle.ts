@@ -1,5 +1,5 @@
 import { constants, type Stats } from 'node:fs'
-import { lchown, lstat, mkdir, open, readdir, rmdir, unlink, type FileHandle } from 'node:fs/promises'
+import { lchown, lstat, mkdir, open, readdir, rename, rmdir, unlink, type FileHandle } from 'node:fs/promises'
 
 /**
  * Flags for every open below a directory handle: never follow a symlink in the last component, never
@@ -91,6 +91,11 @@ export class DirectoryHandle {
 
   unlink(name: string): Promise<void> {
     return unlink(this.at(name))
+  }
+
+  /** Renames within this directory; whatever `to` names (a file, a symlink) is replaced, never followed. */
+  rename(from: string, to: string): Promise<void> {
+    return rename(this.at(from), this.at(to))
   }
 
   removeDirectory(name: string): Promise<void> {

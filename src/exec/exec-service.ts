@@ -7,6 +7,7 @@ import { settleCleanups } from './process-runner.js'
 import { detectHostSupport, probeSandbox, type ProbeResult } from './probe.js'
 import { defaultLimits, type ExecLimits, type ExecOptions, type ExecResult } from './types.js'
 import { defaultDeniedSegments, WorkDirectories } from './workdirs.js'
+import { defaultQuota, WorkQuota, type QuotaSettings } from './work-quota.js'
 
 export type BackendName = 'direct' | 'sandbox'
 
@@ -39,6 +40,8 @@ export interface ExecSettings {
   maxUploadBytes: number
   maxDownloadBytes: number
   cliTools: CliToolSpec[]
+  /** Disk quotas of work directories (per conversation, per user). */
+  quota: QuotaSettings
 }
 
 export const defaultExecSettings: ExecSettings = {
@@ -57,6 +60,7 @@ export const defaultExecSettings: ExecSettings = {
   maxUploadBytes: 20 * 1024 * 1024,
   maxDownloadBytes: 50 * 1024 * 1024,
   cliTools: [],
+  quota: defaultQuota,
 }
 
 /** The sandbox was asked for and cannot work here; nothing runs (never a silent fallback to direct). */
@@ -78,6 +82,7 @@ const settingKey = 'execBackend'
 export class ExecService {
   readonly settings: ExecSettings
   readonly workdirs: WorkDirectories
+  readonly quota: WorkQuota
   readonly #store: Store
   readonly #log: PluginLogger
   readonly #support: HostSupport
@@ -97,6 +102,7 @@ export class ExecService {
     this.#backend = settings.backend === 'direct' ? 'direct' : 'sandbox'
     this.workdirs = new WorkDirectories(settings.workRoot ?? join(dataDir, 'work'), { deniedSegments: settings.deniedSegments })
     this.workdirs.setOwner(probe.identity)
+    this.quota = new WorkQuota(store, this.workdirs, settings.quota)
   }
 
   static async create(options: { store: Store; settings: ExecSettings; dataDir: string; log: PluginLogger }): Promise<ExecService> {
@@ -175,8 +181,27 @@ export class ExecService {
     return { ok: true }
   }
 
-  /** Runs argv in the conversation's work directory with the current backend. */
-  async run(input: { conversationId: string; projectId: string | null; argv: string[]; stdin?: string; timeoutMs?: number; mounts?: string[]; env?: Record<string, string> }, options: ExecOptions = {}): Promise<ExecResult> {
+  /**
+   * Runs argv in the conversation's work directory with the current backend. With `ownerId`, the
+   * directory's quota is checked first and settled after (docs/security.md, "disk quotas"): an execution
+   * that went over loses what it wrote and fails with a QuotaError.
+   */
+  async run(
+    input: { conversationId: string; projectId: string | null; ownerId?: string; argv: string[]; stdin?: string; timeoutMs?: number; mounts?: string[]; env?: Record<string, string> },
+    options: ExecOptions = {},
+  ): Promise<ExecResult> {
+    if (input.ownerId) await this.quota.ensureRoom(input.conversationId, input.ownerId)
+    const startedAt = Date.now()
+    let result: ExecResult
+    try {
+      result = await this.#run(input, options)
+    } finally {
+      if (input.ownerId) await this.quota.settleAfterExec(input.conversationId, input.ownerId, startedAt)
+    }
+    return result
+  }
+
+  async #run(input: { conversationId: string; projectId: string | null; argv: string[]; stdin?: string; timeoutMs?: number; mounts?: string[]; env?: Record<string, string> }, options: ExecOptions): Promise<ExecResult> {
     const name = this.#backend
     const limits = this.settings.limits
     const ro = [...(input.mounts ?? []), ...(await this.#runtimeMounts(input.projectId))]

@@ -11,3 +11,4 @@ export { WorkDirectories, PathError, defaultDeniedSegments, type FileEntry } fro
 export { cliEnvironment } from './cli-env.js'
 export { gateCliCall, probeCliVersion, validateCliSpec, type CliGate } from './cli-gate.js'
 export { ExecService, SandboxUnavailableError, defaultExecSettings, type BackendName, type ExecSettings } from './exec-service.js'
+export { defaultQuota, QuotaError, WorkQuota, type QuotaSettings } from './work-quota.js'

@@ -1,5 +1,7 @@
+import { randomUUID } from 'node:crypto'
 import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import type { FileHandle } from 'node:fs/promises'
+import { Readable } from 'node:stream'
 import { join } from 'node:path'
 import { DirectoryHandle } from './directory-handle.js'
 
@@ -191,30 +193,57 @@ export class WorkDirectories {
     }
   }
 
-  /** Writes a file (parent directories created), refusing anything that would land outside. */
-  async write(conversationId: string, path: string, content: Buffer | string): Promise<{ path: string; size: number }> {
+  /**
+   * Writes a file (parent directories created), refusing anything that would land outside. The bytes go
+   * to a new file beside it, renamed over the name once complete: a client that stops mid-upload, or a
+   * body over `maxBytes` (PathError `too_large`), leaves nothing behind. `replaced` is the size of the
+   * file it replaced (null when the name was new).
+   */
+  async write(conversationId: string, path: string, content: Buffer | string | Readable, options: { maxBytes?: number } = {}): Promise<{ path: string; size: number; replaced: number | null }> {
     const parts = this.segments(path)
     if (parts.length === 0) throw new PathError('invalid_path', 'a file path is required')
+    const name = parts.at(-1)!
     const parent = await this.#walk(conversationId, parts.slice(0, -1), path, true)
-    let opened: { handle: FileHandle; created: boolean }
+    const staging = `.plinth-upload-${randomUUID()}`
+    let size = 0
     try {
-      opened = await parent.openForWriting(parts.at(-1)!, 0o600)
+      let handle: FileHandle
+      try {
+        handle = (await parent.openForWriting(staging, 0o600)).handle
+      } catch (error) {
+        throw pathFailure(error, path)
+      }
+      try {
+        if (this.#owner) await handle.chown(this.#owner.uid, this.#owner.gid)
+        if (content instanceof Readable) {
+          const limit = options.maxBytes ?? Number.POSITIVE_INFINITY
+          for await (const chunk of content as AsyncIterable<Buffer>) {
+            size += chunk.length
+            // The rest of the body is left unread: the 413 goes out and the connection closes after it.
+            if (size > limit) throw new PathError('too_large', `the file is larger than ${limit} bytes`)
+            await handle.write(chunk)
+          }
+        } else {
+          const bytes = typeof content === 'string' ? Buffer.from(content) : content
+          size = bytes.length
+          await handle.write(bytes, 0, bytes.length, 0)
+        }
+      } finally {
+        await handle.close()
+      }
+      const existing = await parent.lstat(name).catch(() => null)
+      if (existing?.isDirectory()) throw new PathError('is_directory', `${path} is a directory`)
+      // A symlink or special file of that name is replaced, never followed.
+      await parent.rename(staging, name).catch((error: unknown) => {
+        throw pathFailure(error, path)
+      })
+      return { path: parts.join('/'), size, replaced: existing?.isFile() ? existing.size : null }
     } catch (error) {
-      throw pathFailure(error, path)
+      await parent.unlink(staging).catch(() => undefined)
+      throw error
     } finally {
       await parent.close()
     }
-    const { handle, created } = opened
-    try {
-      const info = await handle.stat()
-      if (!info.isFile()) throw new PathError('invalid_path', `${path} is not a regular file`)
-      if (created && this.#owner) await handle.chown(this.#owner.uid, this.#owner.gid)
-      await handle.truncate(0)
-      await handle.write(typeof content === 'string' ? Buffer.from(content) : content, 0, Buffer.byteLength(content), 0)
-    } finally {
-      await handle.close()
-    }
-    return { path: parts.join('/'), size: Buffer.byteLength(content) }
   }
 
   /** Entries under a directory of the work directory, recursively, sorted by path (at most `max`). */
@@ -248,6 +277,97 @@ export class WorkDirectories {
       await start.close()
     }
     return entries
+  }
+
+  /**
+   * What the directory holds: bytes of regular files (apparent size), entries of every kind, and — with
+   * `since` — the regular files modified since then (what an execution wrote). Counting stops past
+   * `maxFiles` entries (`truncated`). Walked through directory descriptors like everything here.
+   */
+  async measure(conversationId: string, options: { since?: number; maxFiles: number }): Promise<{ bytes: number; files: number; recent: Array<{ parts: string[]; size: number }>; truncated: boolean }> {
+    const root = await this.#walk(conversationId, [], '', false)
+    let bytes = 0
+    let files = 0
+    let truncated = false
+    const recent: Array<{ parts: string[]; size: number }> = []
+    const walk = async (dir: DirectoryHandle, prefix: string[], depth: number): Promise<void> => {
+      for (const name of await dir.list().catch(() => [] as string[])) {
+        if (files > options.maxFiles) {
+          truncated = true
+          return
+        }
+        const entry = await dir.lstat(name).catch(() => null)
+        if (!entry) continue
+        files++
+        if (entry.isFile()) {
+          bytes += entry.size
+          if (options.since !== undefined && entry.mtimeMs >= options.since) recent.push({ parts: [...prefix, name], size: entry.size })
+        } else if (entry.isDirectory() && depth < maxDepth) {
+          const child = await dir.openDirectory(name).catch(() => null)
+          if (!child) continue
+          await walk(child, [...prefix, name], depth + 1).finally(() => child.close())
+        }
+      }
+    }
+    try {
+      await walk(root, [], 0)
+    } finally {
+      await root.close()
+    }
+    return { bytes, files, recent, truncated }
+  }
+
+  /** Removes one regular file by its segments (a file swapped for anything else meanwhile is left). */
+  async removeFile(conversationId: string, parts: readonly string[]): Promise<number> {
+    if (parts.length === 0) return 0
+    const parent = await this.#walk(conversationId, parts.slice(0, -1), parts.join('/'), false).catch(() => null)
+    if (!parent) return 0
+    try {
+      const entry = await parent.lstat(parts.at(-1)!).catch(() => null)
+      if (!entry?.isFile()) return 0
+      await parent.unlink(parts.at(-1)!)
+      return entry.size
+    } catch {
+      return 0
+    } finally {
+      await parent.close()
+    }
+  }
+
+  /**
+   * Deletes a file, a symlink (never what it points to) or a directory with everything in it; answers
+   * what went (bytes of regular files, entries). The work directory itself cannot be deleted.
+   */
+  async remove(conversationId: string, path: string): Promise<{ bytes: number; files: number }> {
+    const parts = this.segments(path)
+    if (parts.length === 0) throw new PathError('invalid_path', 'the work directory itself cannot be deleted; name a file or directory in it')
+    const parent = await this.#walk(conversationId, parts.slice(0, -1), path, false)
+    const removed = { bytes: 0, files: 0 }
+    const removeIn = async (dir: DirectoryHandle, name: string, depth: number): Promise<void> => {
+      const entry = await dir.lstat(name)
+      if (entry.isDirectory()) {
+        if (depth > maxDepth) throw new PathError('invalid_path', `${path} is nested deeper than ${maxDepth} directories`)
+        const child = await dir.openDirectory(name)
+        try {
+          for (const inner of await child.list()) await removeIn(child, inner, depth + 1)
+        } finally {
+          await child.close()
+        }
+        await dir.removeDirectory(name)
+      } else {
+        await dir.unlink(name)
+        if (entry.isFile()) removed.bytes += entry.size
+      }
+      removed.files++
+    }
+    try {
+      await removeIn(parent, parts.at(-1)!, 0)
+    } catch (error) {
+      throw pathFailure(error, path)
+    } finally {
+      await parent.close()
+    }
+    return removed
   }
 
   /** Where the marker of a tree that holds files not owned by the sandbox user lives. */

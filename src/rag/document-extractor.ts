@@ -53,7 +53,7 @@ export class DocumentExtractor {
   }
 
   /** The text and chunks of a document (or of a text, `format` null); an ExtractError says why not. */
-  extract(input: { format: SourceFormat | null; bytes?: Uint8Array | null; text?: string | null }): Promise<Extracted> {
+  extract(input: { format: SourceFormat | null; bytes?: Uint8Array | null; path?: string | null; text?: string | null }): Promise<Extracted> {
     if (this.#idleTimer) clearTimeout(this.#idleTimer)
     const run = this.#tail.then(() => this.#run(input))
     const tail = run.then(
@@ -95,10 +95,10 @@ export class DocumentExtractor {
     return child
   }
 
-  async #run(input: { format: SourceFormat | null; bytes?: Uint8Array | null; text?: string | null }): Promise<Extracted> {
+  async #run(input: { format: SourceFormat | null; bytes?: Uint8Array | null; path?: string | null; text?: string | null }): Promise<Extracted> {
     if (this.#stopped) throw new ExtractError('the server is stopping')
     const child = (this.#child ??= this.#spawn())
-    const job: ExtractJob = { id: this.#nextId++, format: input.format, bytes: input.bytes ?? null, text: input.text ?? null, limits: this.#options.limits }
+    const job: ExtractJob = { id: this.#nextId++, format: input.format, bytes: input.bytes ?? null, path: input.path ?? null, text: input.text ?? null, limits: this.#options.limits }
     return new Promise<Extracted>((resolve, reject) => {
       let settled = false
       const finish = (outcome: { answer?: ExtractAnswer; failure?: string }): void => {

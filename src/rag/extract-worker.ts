@@ -4,6 +4,7 @@
  * text and its chunks. It runs with a capped heap and is killed by its parent on a time or memory
  * limit, so a hostile document costs this process, never the server.
  */
+import { readFile } from 'node:fs/promises'
 import { chunkMarkdown } from './chunker.js'
 import { ExtractError, extractText, type ExtractLimits, type SourceFormat } from './extract.js'
 import { cleanText } from './text.js'
@@ -12,8 +13,9 @@ import { cleanText } from './text.js'
 export interface ExtractJob {
   id: number
   format: SourceFormat | null
-  /** The document (with `format`), or the text to chunk (`format` null). */
+  /** The document (with `format`) — its bytes, or the file they wait in — or the text to chunk (`format` null). */
   bytes: Uint8Array | null
+  path: string | null
   text: string | null
   limits: ExtractLimits
 }
@@ -30,8 +32,9 @@ async function handle(job: ExtractJob): Promise<ExtractAnswer> {
       text = cleanText(job.text)
       if (text.length > job.limits.maxChars) throw new ExtractError(`the text is longer than ${job.limits.maxChars.toLocaleString('en')} characters`)
     } else {
-      if (!job.format || !job.bytes) throw new ExtractError('the upload is missing or of an unsupported type')
-      text = await extractText(job.format, job.bytes, job.limits)
+      const bytes = job.bytes ?? (job.path ? await readFile(job.path).catch(() => null) : null)
+      if (!job.format || !bytes) throw new ExtractError('the upload is missing or of an unsupported type')
+      text = await extractText(job.format, bytes, job.limits)
     }
     return { id: job.id, ok: true, text, pieces: chunkMarkdown(text) }
   } catch (error) {

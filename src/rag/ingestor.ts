@@ -1,4 +1,8 @@
 import type { PluginLogger } from '../extension/index.js'
+import { createHash, randomUUID } from 'node:crypto'
+import { mkdir, open, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import {
   claimKnowledgeIngest,
@@ -10,6 +14,7 @@ import {
   renewKnowledgeLease,
   insertKnowledgeItem,
   pendingKnowledgeItemIds,
+  pendingUploadPaths,
   type KnowledgeItem,
   type Executor,
   type NewChunk,
@@ -36,6 +41,11 @@ export interface IngestorOptions {
   /** Times an item's ingestion may start (a crash or restart during one counts) before it is failed. */
   maxAttempts?: number
   /**
+   * Where uploaded files wait for ingestion, on disk (given on the embedded database, which would keep
+   * their bytes in memory); without it they wait in the database (`upload`).
+   */
+  uploadDir?: string
+  /**
    * Chunks embedded and stored per statement; the event loop turns between batches. The embedded
    * database runs each statement on the server's own thread, so its batches are small (default 8,
    * else 64).
@@ -57,7 +67,24 @@ export interface NewFileItem {
   title: string
   filename: string
   format: SourceFormat
-  bytes: Uint8Array
+  /** The file: its bytes, or an upload `stageUpload` wrote to disk. */
+  bytes?: Uint8Array
+  staged?: StagedUpload
+}
+
+/** An upload streamed to disk, waiting to become an item (`insertFile`) or to be discarded. */
+export interface StagedUpload {
+  path: string
+  size: number
+  sha256: string
+}
+
+/** An upload past its size limit (HTTP 413). */
+export class UploadTooLargeError extends Error {
+  constructor(limit: number) {
+    super(`the file is larger than ${limit} bytes`)
+    this.name = 'UploadTooLargeError'
+  }
 }
 
 /**
@@ -67,9 +94,10 @@ export interface NewFileItem {
  * restart, or on another instance, pending items whose lease ran out are picked up again.
  */
 export class Ingestor {
-  readonly #options: Required<Omit<IngestorOptions, 'embedder' | 'extractor'>>
+  readonly #options: Required<Omit<IngestorOptions, 'embedder' | 'extractor' | 'uploadDir'>>
   readonly #embedder: () => Embedder
   readonly #extractor: DocumentExtractor
+  readonly #uploadDir: string | null
   readonly #queue: string[] = []
   #running: Promise<void> | null = null
   #timer: NodeJS.Timeout | null = null
@@ -77,8 +105,9 @@ export class Ingestor {
   #idleWaiters: Array<() => void> = []
 
   constructor(options: IngestorOptions) {
-    const { extractor, ...rest } = options
+    const { extractor, uploadDir, ...rest } = options
     this.#options = { maxSyncChars: 64 * 1024, leaseMs: 5 * 60_000, pollMs: 30_000, maxAttempts: 3, batchSize: options.store.engine === 'pglite' ? 8 : 64, ...rest }
+    this.#uploadDir = uploadDir ?? null
     this.#extractor = extractor ?? new DocumentExtractor()
     const embedder = options.embedder
     this.#embedder = typeof embedder === 'function' ? embedder : () => embedder
@@ -86,6 +115,7 @@ export class Ingestor {
 
   /** Picks up what earlier processes left pending, then keeps looking every `pollMs`. */
   async start(): Promise<void> {
+    await this.#sweepUploads().catch((error: unknown) => this.#options.log.warn('could not tidy the uploads directory', { error: String(error) }))
     await this.#poll()
     this.#timer = setInterval(() => void this.#poll().catch(() => undefined), this.#options.pollMs)
     this.#timer.unref()
@@ -135,8 +165,55 @@ export class Ingestor {
     return chunks ? ((await finishKnowledgeIngest(tx, created.id, text, chunks)) ?? created) : created
   }
 
-  /** Stores an uploaded file (pending) in the caller's transaction; `enqueue` it after the commit. */
+  /**
+   * Streams an upload to disk (never whole in memory), hashing it: refused with UploadTooLargeError past
+   * `maxBytes`, leaving nothing behind. Make it an item with `insertFile`, or `discard` it.
+   */
+  async stageUpload(source: AsyncIterable<Buffer>, maxBytes: number): Promise<StagedUpload> {
+    const dir = this.#uploadDir ?? tmpdir()
+    await mkdir(dir, { recursive: true, mode: 0o700 })
+    const path = join(dir, `.staging-${randomUUID()}`)
+    const hash = createHash('sha256')
+    let size = 0
+    const handle = await open(path, 'wx', 0o600)
+    try {
+      for await (const chunk of source) {
+        size += chunk.length
+        if (size > maxBytes) throw new UploadTooLargeError(maxBytes)
+        hash.update(chunk)
+        await handle.write(chunk)
+      }
+    } catch (error) {
+      await handle.close()
+      await rm(path, { force: true })
+      throw error
+    }
+    await handle.close()
+    return { path, size, sha256: hash.digest('hex') }
+  }
+
+  /** Removes a staged upload that did not become an item. */
+  async discard(staged: StagedUpload): Promise<void> {
+    await rm(staged.path, { force: true })
+  }
+
+  /**
+   * Stores an uploaded file (pending) in the caller's transaction; `enqueue` it after the commit. With an
+   * uploads directory the file waits there (a staged upload is moved in); otherwise its bytes go to the
+   * database and a staged upload is left for the caller to `discard`.
+   */
   async insertFile(tx: Executor, input: NewFileItem): Promise<KnowledgeItem> {
+    const byteSize = input.staged?.size ?? input.bytes?.length ?? 0
+    let uploadPath: string | null = null
+    let upload: Uint8Array | null = null
+    if (this.#uploadDir) {
+      uploadPath = join(this.#uploadDir, randomUUID())
+      await mkdir(this.#uploadDir, { recursive: true, mode: 0o700 })
+      if (input.staged) await rename(input.staged.path, uploadPath)
+      else await writeFile(uploadPath, input.bytes ?? new Uint8Array(), { mode: 0o600 })
+    } else {
+      upload = input.bytes ?? (input.staged ? await readFile(input.staged.path) : new Uint8Array())
+    }
     return insertKnowledgeItem(tx, {
       projectId: input.projectId,
       ownerId: input.ownerId,
@@ -144,8 +221,9 @@ export class Ingestor {
       source: 'file',
       filename: cleanText(input.filename),
       mediaType: mediaTypeOf(input.format),
-      byteSize: input.bytes.length,
-      upload: input.bytes,
+      byteSize,
+      upload,
+      uploadPath,
     })
   }
 
@@ -154,6 +232,18 @@ export class Ingestor {
     const created = await this.#options.store.transaction((tx) => this.insertFile(tx, input))
     this.enqueue(created.id)
     return created
+  }
+
+  /** Removes files of the uploads directory no pending item names (left by a crash or a deleted item). */
+  async #sweepUploads(): Promise<void> {
+    if (!this.#uploadDir) return
+    const names = await readdir(this.#uploadDir).catch(() => [] as string[])
+    if (names.length === 0) return
+    const pending = await pendingUploadPaths(this.#options.store.db)
+    for (const name of names) {
+      const path = join(this.#uploadDir, name)
+      if (!pending.has(path)) await rm(path, { force: true })
+    }
   }
 
   /** Creates a text item in one go: ready at once when small (and the embedder answers), else pending. */
@@ -206,8 +296,9 @@ export class Ingestor {
         extracted = await this.#extractor.extract({ format: null, text: claimed.body })
       } else {
         const format = detectFormat(claimed.item.filename ?? undefined, claimed.item.mediaType ?? undefined)
-        if (!format || !claimed.upload) throw new ExtractError('the upload is missing or of an unsupported type')
-        extracted = await this.#extractor.extract({ format, bytes: claimed.upload })
+        if (!format || (!claimed.upload && !claimed.uploadPath)) throw new ExtractError('the upload is missing or of an unsupported type')
+        // A file on disk is read by the parser's process, not this one.
+        extracted = await this.#extractor.extract(claimed.uploadPath ? { format, path: claimed.uploadPath } : { format, bytes: claimed.upload })
       }
       let stored = 0
       let lastRenewal = Date.now()
@@ -226,6 +317,7 @@ export class Ingestor {
       }
       const ready = await store.transaction((tx) => completeKnowledgeIngest(tx, itemId, attempt, extracted.text, stored))
       if (ready) log.info('knowledge ingested', { itemId, chunks: stored })
+      if (ready && claimed.uploadPath) await rm(claimed.uploadPath, { force: true })
     } catch (error) {
       if (error instanceof EmbeddingError && attempt < maxAttempts) {
         // Left pending: its lease runs out and the poll tries again.
@@ -235,7 +327,8 @@ export class Ingestor {
       const reason = error instanceof ExtractError || error instanceof EmbeddingError ? error.message : 'an internal error stopped the ingestion'
       if (!(error instanceof ExtractError || error instanceof EmbeddingError)) log.error('ingestion failed', { itemId, error: String(error) })
       await this.#removeChunks(itemId).catch(() => undefined)
-      await store.transaction((tx) => failKnowledgeIngest(tx, itemId, reason))
+      const failed = await store.transaction((tx) => failKnowledgeIngest(tx, itemId, reason))
+      if (failed && claimed.uploadPath) await rm(claimed.uploadPath, { force: true })
     }
   }
 

@@ -2,6 +2,8 @@ import type { ProjectAction } from '../extension/index.js'
 import {
   deleteKnowledgeItem,
   getKnowledgeItem,
+  knowledgeBytesOf,
+  RequestError,
   listKnowledgeChunks,
   listKnowledgeItems,
   notFoundError,
@@ -42,6 +44,17 @@ export class KnowledgeService {
       throw notFoundError('knowledge item')
     })
     return item
+  }
+
+  /**
+   * Refuses (`quota_exceeded`, 507) when `adding` bytes would take the user's knowledge past `limit`
+   * (docs/security.md, "disk quotas").
+   */
+  async ensureVolume(user: User, adding: number, limit: number): Promise<void> {
+    const held = await knowledgeBytesOf(this.#store.db, user.id)
+    if (held + adding > limit) {
+      throw new RequestError('quota_exceeded', `your knowledge would hold ${((held + adding) / (1024 * 1024)).toFixed(1)} MiB; it is limited to ${(limit / (1024 * 1024)).toFixed(1)} MiB (delete items to make room)`)
+    }
   }
 
   /** A project's knowledge the caller may see, newest first. */

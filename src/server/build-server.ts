@@ -1,3 +1,4 @@
+import { UploadSlots, type UploadLimits } from './upload-slots.js'
 import { createHash } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
 import Fastify, { LogController, type FastifyBaseLogger } from 'fastify'
@@ -55,6 +56,10 @@ export interface ServerOptions {
   startWarnings?: string[]
   /** Largest knowledge upload, bytes (default 20 MiB; over it: 413). */
   maxKnowledgeFileBytes?: number
+  /** Uploads in flight per user and in all (default 2 and 8). */
+  uploads?: UploadLimits
+  /** Bytes of knowledge one user may hold (default 1 GiB). */
+  maxKnowledgeBytesPerUser?: number
   logger: FastifyBaseLogger
   /** Largest accepted request body, bytes. */
   bodyLimit: number
@@ -157,6 +162,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     knowledge: new KnowledgeService(options.store, projects),
     exec: options.exec,
     maxKnowledgeFileBytes: options.maxKnowledgeFileBytes ?? 20 * 1024 * 1024,
+    uploads: new UploadSlots(options.uploads),
+    maxKnowledgeBytesPerUser: options.maxKnowledgeBytesPerUser ?? 1024 * 1024 * 1024,
     startWarnings: options.startWarnings ?? [],
   }
   app.addHook('preClose', async () => shutdown.abort())

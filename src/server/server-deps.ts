@@ -1,3 +1,4 @@
+import type { UploadSlots } from './upload-slots.js'
 import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
@@ -31,6 +32,10 @@ export interface ServerDeps {
   exec: ExecService
   /** Largest knowledge upload, bytes. */
   maxKnowledgeFileBytes: number
+  /** Bytes of knowledge one user may hold (their items' sizes, deleted ones excluded). */
+  maxKnowledgeBytesPerUser: number
+  /** Uploads in flight (file PUTs, knowledge files), per user and in all. */
+  uploads: UploadSlots
   /** Problems found at start that did not stop it; /readyz lists them. */
   startWarnings: string[]
 }

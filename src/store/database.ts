@@ -252,6 +252,14 @@ export interface RunToolCallsTable {
 export type KnowledgeStatus = 'draft' | 'published'
 export type IngestStatus = 'pending' | 'ready' | 'failed'
 
+export interface WorkUsageTable {
+  conversation_id: string
+  owner_id: string
+  bytes: ColumnType<string, number | undefined, number>
+  files: ColumnType<number, number | undefined, number>
+  measured_at: ColumnType<Date, Date | string | undefined, Date | string>
+}
+
 export interface KnowledgeItemsTable {
   id: string
   project_id: string
@@ -266,6 +274,7 @@ export interface KnowledgeItemsTable {
   byte_size: number
   body: string | null
   upload: Uint8Array | null
+  upload_path: string | null
   chunk_count: ColumnType<number, number | undefined, number>
   ingest_attempts: ColumnType<number, number | undefined, number>
   ingest_lease_until: NullableTimestamp
@@ -320,6 +329,7 @@ export interface Database {
   stream_tickets: StreamTicketsTable
   run_tool_calls: RunToolCallsTable
   knowledge_items: KnowledgeItemsTable
+  work_usage: WorkUsageTable
   knowledge_chunks: KnowledgeChunksTable
   rag_settings: RagSettingsTable
   settings: SettingsTable

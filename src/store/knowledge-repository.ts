@@ -33,6 +33,8 @@ export interface NewKnowledgeItem {
   byteSize: number
   body?: string | null
   upload?: Uint8Array | null
+  /** Where the upload waits on disk instead (the embedded database). */
+  uploadPath?: string | null
 }
 
 /** A chunk ready to store: text, its full-text vector (a tsvector literal) and its embedding. */
@@ -106,6 +108,7 @@ export async function insertKnowledgeItem(tx: Executor, input: NewKnowledgeItem)
       byte_size: input.byteSize,
       body: input.body ?? null,
       upload: input.upload ?? null,
+      upload_path: input.uploadPath ?? null,
     })
     .returning(itemColumns)
     .executeTakeFirstOrThrow()
@@ -142,7 +145,7 @@ export async function claimKnowledgeIngest(
   db: Executor,
   id: string,
   leaseMs: number,
-): Promise<{ item: KnowledgeItem; body: string | null; upload: Uint8Array | null; attempt: number } | undefined> {
+): Promise<{ item: KnowledgeItem; body: string | null; upload: Uint8Array | null; uploadPath: string | null; attempt: number } | undefined> {
   const row = await db
     .updateTable('knowledge_items')
     .set({ ingest_lease_until: new Date(Date.now() + leaseMs), ingest_attempts: sql`ingest_attempts + 1` })
@@ -150,10 +153,16 @@ export async function claimKnowledgeIngest(
     .where('ingest_status', '=', 'pending')
     .where('deleted_at', 'is', null)
     .where((eb) => eb.or([eb('ingest_lease_until', 'is', null), eb('ingest_lease_until', '<', new Date())]))
-    .returning([...itemColumns, 'body', 'upload', 'ingest_attempts'])
+    .returning([...itemColumns, 'body', 'upload', 'upload_path', 'ingest_attempts'])
     .executeTakeFirst()
   if (!row) return undefined
-  return { item: toItem(row), body: row.body, upload: row.upload, attempt: row.ingest_attempts }
+  return { item: toItem(row), body: row.body, upload: row.upload, uploadPath: row.upload_path, attempt: row.ingest_attempts }
+}
+
+/** Upload files still waiting for ingestion (any file of the uploads directory not named here is left over). */
+export async function pendingUploadPaths(db: Executor): Promise<Set<string>> {
+  const rows = await db.selectFrom('knowledge_items').select('upload_path').where('upload_path', 'is not', null).execute()
+  return new Set(rows.map((row) => row.upload_path!))
 }
 
 /** Ids of items waiting for ingestion whose lease (if any) ran out, oldest first. */
@@ -237,7 +246,7 @@ export async function deleteKnowledgeChunkBatch(db: Executor, itemId: string, li
 export async function completeKnowledgeIngest(tx: Executor, itemId: string, attempt: number, body: string, chunkCount: number): Promise<KnowledgeItem | undefined> {
   const row = await tx
     .updateTable('knowledge_items')
-    .set({ ingest_status: 'ready', ingest_error: null, body, upload: null, chunk_count: chunkCount, ingest_lease_until: null, updated_at: new Date() })
+    .set({ ingest_status: 'ready', ingest_error: null, body, upload: null, upload_path: null, chunk_count: chunkCount, ingest_lease_until: null, updated_at: new Date() })
     .where('id', '=', itemId)
     .where('ingest_status', '=', 'pending')
     .where('deleted_at', 'is', null)
@@ -250,11 +259,22 @@ export async function completeKnowledgeIngest(tx: Executor, itemId: string, atte
   return ready
 }
 
+/** Bytes of knowledge a user holds: the sizes of their items that are not deleted. */
+export async function knowledgeBytesOf(db: Executor, ownerId: string): Promise<number> {
+  const row = await db
+    .selectFrom('knowledge_items')
+    .select((eb) => eb.fn.coalesce(eb.fn.sum<string>('byte_size'), sql<string>`0`).as('bytes'))
+    .where('owner_id', '=', ownerId)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirstOrThrow()
+  return Number(row.bytes)
+}
+
 /** Marks an item failed with a reason a person can read. */
 export async function failKnowledgeIngest(tx: Executor, itemId: string, reason: string): Promise<KnowledgeItem | undefined> {
   const row = await tx
     .updateTable('knowledge_items')
-    .set({ ingest_status: 'failed', ingest_error: reason.slice(0, 1000), upload: null, ingest_lease_until: null, updated_at: new Date() })
+    .set({ ingest_status: 'failed', ingest_error: reason.slice(0, 1000), upload: null, upload_path: null, ingest_lease_until: null, updated_at: new Date() })
     .where('id', '=', itemId)
     .where('ingest_status', '=', 'pending')
     .where('deleted_at', 'is', null)
@@ -283,7 +303,7 @@ export async function publishKnowledgeItem(tx: Executor, itemId: string): Promis
 
 /** Soft-deletes an item (its row and text stay for history); its chunks go, so no search finds it. */
 export async function deleteKnowledgeItem(tx: Executor, item: KnowledgeItem): Promise<void> {
-  await tx.updateTable('knowledge_items').set({ deleted_at: new Date(), upload: null, updated_at: new Date() }).where('id', '=', item.id).execute()
+  await tx.updateTable('knowledge_items').set({ deleted_at: new Date(), upload: null, upload_path: null, updated_at: new Date() }).where('id', '=', item.id).execute()
   await tx.deleteFrom('knowledge_chunks').where('item_id', '=', item.id).execute()
   await appendEvents(tx, [knowledgeEvent('knowledge.deleted', item)])
 }

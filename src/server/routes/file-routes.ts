@@ -1,6 +1,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
-import { PathError } from '../../exec/index.js'
+import { Readable } from 'node:stream'
+import { PathError, QuotaError } from '../../exec/index.js'
 import { detectFormat } from '../../rag/index.js'
 import { caller } from '../auth.js'
 import { HttpProblem } from '../problem.js'
@@ -31,6 +32,12 @@ const mediaTypes: Record<string, string> = {
   docx: 'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
   xlsx: 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
   zip: 'application/zip',
+}
+
+/** A quota refusal as 507 `quota_exceeded`. */
+function quotaProblem(error: unknown): never {
+  if (error instanceof QuotaError) throw new HttpProblem('quota_exceeded', error.message)
+  throw error
 }
 
 /** A path problem as the HTTP answer it deserves. */
@@ -129,30 +136,59 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
     },
   )
 
-  // Uploads take any content type as raw bytes, in a scope of their own (nowhere else).
+  // Uploads take any content type as raw bytes, streamed to disk, in a scope of their own (nowhere else).
   void app.register(async (scope) => {
     const uploads = scope.withTypeProvider<TypeBoxTypeProvider>()
-    uploads.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: exec.settings.maxUploadBytes }, (_request, body, done) => done(null, body))
+    uploads.addContentTypeParser('*', (_request, payload, done) => done(null, payload))
     uploads.put(
       '/conversations/:id/files/*',
       {
-        bodyLimit: exec.settings.maxUploadBytes,
         schema: {
           operationId: 'uploadFile',
           tags,
-          summary: 'Upload a file into the work directory (the body is the file’s bytes; parent directories are created)',
+          summary: 'Upload a file into the work directory (the body is the file’s bytes, streamed to disk; parent directories are created)',
           params: FileParams,
-          response: { 201: Type.Object({ path: Type.String(), size: Type.Integer() }), ...problemResponses, 413: problem },
+          response: { 201: Type.Object({ path: Type.String(), size: Type.Integer() }), ...problemResponses, 413: problem, 429: problem, 507: problem },
         },
       },
       async (request, reply) => {
-        const conversation = await deps.conversations.resolve(caller(request), request.params.id)
-        const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0)
-        const written = await exec.workdirs.write(conversation.id, request.params['*'], body).catch(pathProblem)
-        return reply.code(201).send(written)
+        const user = caller(request)
+        const conversation = await deps.conversations.resolve(user, request.params.id)
+        const max = exec.settings.maxUploadBytes
+        const declared = Number(request.headers['content-length'])
+        if (declared > max) throw new HttpProblem('payload_too_large', `the file is ${declared} bytes; uploads are limited to ${max}`)
+        await exec.quota.ensureRoom(conversation.id, conversation.ownerId, Number.isFinite(declared) ? declared : 0, 1).catch(quotaProblem)
+        const release = deps.uploads.acquire(user.id, reply)
+        try {
+          const body = request.body instanceof Readable ? request.body : Readable.from([])
+          const written = await exec.workdirs.write(conversation.id, request.params['*'], body, { maxBytes: max }).catch(pathProblem)
+          await exec.quota.adjust(conversation.id, conversation.ownerId, { bytes: written.size - (written.replaced ?? 0), files: written.replaced === null ? 1 : 0 })
+          return reply.code(201).send({ path: written.path, size: written.size })
+        } finally {
+          release()
+        }
       },
     )
   })
+
+  app.delete(
+    '/conversations/:id/files/*',
+    {
+      schema: {
+        operationId: 'deleteFile',
+        tags,
+        summary: 'Delete a file, a symlink (not what it points to) or a directory with everything in it, from the work directory',
+        params: FileParams,
+        response: { 204: Type.Null(), ...problemResponses },
+      },
+    },
+    async (request, reply) => {
+      const conversation = await deps.conversations.resolve(caller(request), request.params.id)
+      const removed = await exec.workdirs.remove(conversation.id, request.params['*']).catch(pathProblem)
+      await exec.quota.adjust(conversation.id, conversation.ownerId, { bytes: -removed.bytes, files: -removed.files })
+      return reply.code(204).send(null)
+    },
+  )
 
   app.post(
     '/conversations/:id/files/register',
@@ -163,7 +199,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
         summary: 'Turn a file of the work directory (.txt .md .html .pdf .docx) into a knowledge item of the conversation’s project (202: it ingests in the background)',
         params: Type.Object({ id: Id }, { additionalProperties: false }),
         body: Type.Object({ path: Type.String({ minLength: 1, maxLength: 1024 }), title: Type.Optional(Type.String({ minLength: 1, maxLength: 500, pattern: '\\S' })) }, { additionalProperties: false }),
-        response: { 202: KnowledgeItem, ...problemResponses, 413: problem, 415: problem },
+        response: { 202: KnowledgeItem, ...problemResponses, 413: problem, 415: problem, 507: problem },
       },
     },
     async (request, reply) => {
@@ -177,6 +213,10 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       const { handle, size } = await exec.workdirs.open(conversation.id, path).catch((error: unknown) => {
         if (error instanceof PathError && error.code === 'is_directory') throw new HttpProblem('validation_failed', `path: ${path} is not a file`, { errors: [{ path: 'body.path', message: 'is not a file' }] })
         return pathProblem(error)
+      })
+      await deps.knowledge.ensureVolume(user, size, deps.maxKnowledgeBytesPerUser).catch(async (error: unknown) => {
+        await handle.close()
+        throw error
       })
       let bytes: Buffer
       try {

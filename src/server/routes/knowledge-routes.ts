@@ -1,8 +1,6 @@
-import { createHash } from 'node:crypto'
-import type { MultipartFile } from '@fastify/multipart'
 import type { FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
-import { detectFormat, RetrievalScopeError, type RetrievalHit, type SourceFormat } from '../../rag/index.js'
+import { detectFormat, RetrievalScopeError, UploadTooLargeError, type Ingestor, type RetrievalHit, type SourceFormat, type StagedUpload } from '../../rag/index.js'
 import type { KnowledgeItem, User } from '../../store/index.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
@@ -69,7 +67,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
           'Add knowledge: JSON {title, text}, or multipart/form-data with one `file` (.txt .md .html .pdf .docx) and an optional `title`. 201 when a small text is ready at once; 202 while it ingests in the background',
         params: IdParams,
         body: KnowledgeCreate,
-        response: { 201: KnowledgeItemSchema, 202: KnowledgeItemSchema, ...problemResponses, 413: problem, 415: problem, 422: problem },
+        response: { 201: KnowledgeItemSchema, 202: KnowledgeItemSchema, ...problemResponses, 413: problem, 415: problem, 422: problem, 429: problem, 507: problem },
       },
     },
     async (request, reply) => {
@@ -77,15 +75,27 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
       const project = await projects.resolve(user, request.params.id, 'write')
       let created: KnowledgeItem
       if (request.isMultipart()) {
-        const upload = await readUpload(request, deps.maxKnowledgeFileBytes)
-        // What an Idempotency-Key stands for: the title and the file's content.
-        ;(request as { body: unknown }).body = { title: upload.title, filename: upload.filename, sha256: createHash('sha256').update(upload.bytes).digest('hex') }
-        created = await runIdempotent(request, reply, store, user.id, 202, (tx) =>
-          ingestor.insertFile(tx, { projectId: project.id, ownerId: user.id, title: upload.title, filename: upload.filename, format: upload.format, bytes: upload.bytes }),
-        )
+        const declared = Number(request.headers['content-length'])
+        if (declared > deps.maxKnowledgeFileBytes + 64 * 1024) throw new HttpProblem('payload_too_large', `knowledge files are limited to ${deps.maxKnowledgeFileBytes} bytes`)
+        const release = deps.uploads.acquire(user.id, reply)
+        let upload: Upload | undefined
+        try {
+          upload = await readUpload(request, ingestor, deps.maxKnowledgeFileBytes)
+          await knowledge.ensureVolume(user, upload.staged.size, deps.maxKnowledgeBytesPerUser)
+          // What an Idempotency-Key stands for: the title and the file's content.
+          ;(request as { body: unknown }).body = { title: upload.title, filename: upload.filename, sha256: upload.staged.sha256 }
+          const staged = upload
+          created = await runIdempotent(request, reply, store, user.id, 202, (tx) =>
+            ingestor.insertFile(tx, { projectId: project.id, ownerId: user.id, title: staged.title, filename: staged.filename, format: staged.format, staged: staged.staged }),
+          )
+        } finally {
+          release()
+          if (upload) await ingestor.discard(upload.staged)
+        }
       } else {
         if (request.validationError) throw request.validationError
         const body = request.body
+        await knowledge.ensureVolume(user, Buffer.byteLength(body.text), deps.maxKnowledgeBytesPerUser)
         const chunks = await ingestor.prepareText(body.text)
         created = await runIdempotent(request, reply, store, user.id, chunks ? 201 : 202, (tx) =>
           ingestor.insertText(tx, { projectId: project.id, ownerId: user.id, title: body.title, text: body.text }, chunks),
@@ -217,31 +227,43 @@ interface Upload {
   title: string
   filename: string
   format: SourceFormat
-  bytes: Buffer
+  staged: StagedUpload
 }
 
-/** The one file of a multipart request (415 for an unsupported type, 413 over the size limit) and its title. */
-async function readUpload(request: FastifyRequest, maxBytes: number): Promise<Upload> {
-  let file: { part: MultipartFile; format: SourceFormat; bytes: Buffer } | undefined
+/**
+ * The one file of a multipart request, streamed to disk (415 for an unsupported type, 413 over the size
+ * limit), and its title.
+ */
+async function readUpload(request: FastifyRequest, ingestor: Ingestor, maxBytes: number): Promise<Upload> {
+  let file: { filename: string; format: SourceFormat; staged: StagedUpload } | undefined
   const fields: Record<string, string> = {}
-  for await (const part of request.parts({ limits: { fileSize: maxBytes, files: 1, fields: 10, fieldSize: 10_000 } })) {
-    if (part.type === 'file') {
-      const format = detectFormat(part.filename, part.mimetype)
-      if (!format) {
-        part.file.resume()
-        throw new HttpProblem('unsupported_media_type', `cannot read ${JSON.stringify(part.filename)}: upload .txt, .md, .html, .pdf or .docx`)
+  try {
+    for await (const part of request.parts({ limits: { fileSize: maxBytes + 1, files: 1, fields: 10, fieldSize: 10_000 } })) {
+      if (part.type === 'file') {
+        const format = detectFormat(part.filename, part.mimetype)
+        if (!format) {
+          part.file.resume()
+          throw new HttpProblem('unsupported_media_type', `cannot read ${JSON.stringify(part.filename)}: upload .txt, .md, .html, .pdf or .docx`)
+        }
+        const staged = await ingestor.stageUpload(part.file, maxBytes).catch((error: unknown) => {
+          if (error instanceof UploadTooLargeError) throw new HttpProblem('payload_too_large', `the file is larger than ${maxBytes} bytes; knowledge files are limited to that`)
+          throw error
+        })
+        file = { filename: part.filename, format, staged }
+      } else {
+        fields[part.fieldname] = String(part.value)
       }
-      file = { part, format, bytes: await part.toBuffer() }
-    } else {
-      fields[part.fieldname] = String(part.value)
     }
+    if (!file) throw new HttpProblem('validation_failed', 'body.file: a multipart upload needs a file field', { errors: [{ path: 'body.file', message: 'is required' }] })
+    const title = (fields.title ?? file.filename.replace(/\.[^.]+$/, '')).trim() || file.filename
+    for (const [path, value] of [['body.title', title], ['body.file.filename', file.filename]] as const) {
+      const problemText = stringProblem(value) ?? (value.length > 500 ? 'must be at most 500 characters' : null)
+      if (problemText) throw new HttpProblem('validation_failed', `${path}: ${problemText}`, { errors: [{ path, message: problemText }] })
+    }
+    if (file.staged.size === 0) throw new HttpProblem('validation_failed', 'body.file: the file is empty', { errors: [{ path: 'body.file', message: 'is empty' }] })
+    return { title, filename: file.filename, format: file.format, staged: file.staged }
+  } catch (error) {
+    if (file) await ingestor.discard(file.staged)
+    throw error
   }
-  if (!file) throw new HttpProblem('validation_failed', 'body.file: a multipart upload needs a file field', { errors: [{ path: 'body.file', message: 'is required' }] })
-  const title = (fields.title ?? file.part.filename.replace(/\.[^.]+$/, '')).trim() || file.part.filename
-  for (const [path, value] of [['body.title', title], ['body.file.filename', file.part.filename]] as const) {
-    const problemText = stringProblem(value) ?? (value.length > 500 ? 'must be at most 500 characters' : null)
-    if (problemText) throw new HttpProblem('validation_failed', `${path}: ${problemText}`, { errors: [{ path, message: problemText }] })
-  }
-  if (file.bytes.length === 0) throw new HttpProblem('validation_failed', 'body.file: the file is empty', { errors: [{ path: 'body.file', message: 'is empty' }] })
-  return { title, filename: file.part.filename, format: file.format, bytes: file.bytes }
 }

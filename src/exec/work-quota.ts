@@ -1,0 +1,101 @@
+import { adjustWorkUsage, recordWorkUsage, workUsageOf, type Store, type WorkUsage } from '../store/index.js'
+import type { WorkDirectories } from './workdirs.js'
+
+/** Disk quotas of work directories (config `exec.quota`). */
+export interface QuotaSettings {
+  /** Bytes of files one conversation's work directory may hold. */
+  conversationBytes: number
+  /** Bytes all of one user's work directories may hold together. */
+  userBytes: number
+  /** Entries (files, directories, links) one work directory may hold. */
+  conversationFiles: number
+}
+
+export const defaultQuota: QuotaSettings = { conversationBytes: 512 * 1024 * 1024, userBytes: 2 * 1024 * 1024 * 1024, conversationFiles: 50_000 }
+
+/** A write or an execution would put a work directory, or its owner, over quota. */
+export class QuotaError extends Error {
+  readonly code = 'quota_exceeded'
+  constructor(message: string) {
+    super(message)
+    this.name = 'QuotaError'
+  }
+}
+
+const mib = (bytes: number): string => `${(bytes / (1024 * 1024)).toFixed(1)} MiB`
+
+/**
+ * Keeps work directories within their quotas (docs/security.md, "disk quotas"). The server's own writes
+ * are checked before they happen; an execution can write anything while it runs, so the directory is
+ * measured after each one and, when over, what that execution wrote is removed (largest first) until
+ * it is within again, and the execution fails with the reason.
+ */
+export class WorkQuota {
+  readonly settings: QuotaSettings
+  readonly #store: Store
+  readonly #workdirs: WorkDirectories
+
+  constructor(store: Store, workdirs: WorkDirectories, settings: QuotaSettings) {
+    this.#store = store
+    this.#workdirs = workdirs
+    this.settings = settings
+  }
+
+  /** Refuses (QuotaError) when `adding` more bytes, and `files` more entries, would not fit. */
+  async ensureRoom(conversationId: string, ownerId: string, adding = 0, files = 0): Promise<void> {
+    const usage = await workUsageOf(this.#store.db, conversationId, ownerId)
+    const { conversationBytes, userBytes, conversationFiles } = this.settings
+    if (usage.conversation.bytes + adding > conversationBytes) {
+      throw new QuotaError(`the work directory would hold ${mib(usage.conversation.bytes + adding)}; it is limited to ${mib(conversationBytes)} (delete files with DELETE …/files/*path)`)
+    }
+    if (usage.user.bytes + adding > userBytes) {
+      throw new QuotaError(`your work directories would hold ${mib(usage.user.bytes + adding)}; they are limited to ${mib(userBytes)} together`)
+    }
+    if (usage.conversation.files + files > conversationFiles) throw new QuotaError(`the work directory would hold more than ${conversationFiles} entries`)
+  }
+
+  /** Records what the server itself changed (a write, a delete). */
+  async adjust(conversationId: string, ownerId: string, change: WorkUsage): Promise<void> {
+    await adjustWorkUsage(this.#store.db, conversationId, ownerId, change)
+  }
+
+  /**
+   * After an execution that started at `startedAt` (ms since the epoch): measures the directory and, over
+   * quota, removes the files the execution wrote, largest first, until it fits; then throws.
+   */
+  async settleAfterExec(conversationId: string, ownerId: string, startedAt: number): Promise<void> {
+    const { conversationBytes, userBytes, conversationFiles } = this.settings
+    // A second of slack: a file system keeps modification times coarser than the clock.
+    // Counted well past the limit, so that what the execution wrote can be found and removed.
+    const measured = await this.#workdirs.measure(conversationId, { since: startedAt - 1000, maxFiles: conversationFiles * 10 })
+    const recorded = await workUsageOf(this.#store.db, conversationId, ownerId)
+    const others = recorded.user.bytes - recorded.conversation.bytes
+    const limit = Math.min(conversationBytes, userBytes - Math.max(0, others))
+    let { bytes, files } = measured
+    const over = bytes > limit || files > conversationFiles || measured.truncated
+    const removed: string[] = []
+    if (over) {
+      for (const entry of measured.recent.sort((a, b) => b.size - a.size)) {
+        if (bytes <= limit && files <= conversationFiles) break
+        const freed = await this.#workdirs.removeFile(conversationId, entry.parts)
+        bytes -= freed
+        files--
+        removed.push(entry.parts.join('/'))
+      }
+      if (measured.truncated) {
+        // The count stopped early: measure again what is left.
+        const again = await this.#workdirs.measure(conversationId, { maxFiles: conversationFiles * 2 })
+        bytes = again.bytes
+        files = again.files
+      }
+    }
+    await recordWorkUsage(this.#store.db, conversationId, ownerId, { bytes, files })
+    if (over) {
+      const shown = removed.slice(0, 10).join(', ') + (removed.length > 10 ? `, and ${removed.length - 10} more` : '')
+      throw new QuotaError(
+        `the program went over the work directory's quota (${mib(conversationBytes)} and ${conversationFiles} entries per conversation, ${mib(userBytes)} per user); ` +
+          (removed.length > 0 ? `the files it wrote were removed: ${shown}` : 'nothing it wrote could be removed'),
+      )
+    }
+  }
+}

@@ -1,0 +1,49 @@
+import { sql } from 'kysely'
+import type { Executor } from './database.js'
+
+/** A conversation's work directory as last measured. */
+export interface WorkUsage {
+  bytes: number
+  files: number
+}
+
+/** Records a conversation's measured usage (replacing what was recorded). */
+export async function recordWorkUsage(db: Executor, conversationId: string, ownerId: string, usage: WorkUsage): Promise<void> {
+  await db
+    .insertInto('work_usage')
+    .values({ conversation_id: conversationId, owner_id: ownerId, bytes: usage.bytes, files: usage.files })
+    .onConflict((conflict) => conflict.column('conversation_id').doUpdateSet({ bytes: usage.bytes, files: usage.files, measured_at: new Date() }))
+    .execute()
+}
+
+/** Adds a change the server made itself (a write or a delete) to the recorded usage. */
+export async function adjustWorkUsage(db: Executor, conversationId: string, ownerId: string, change: WorkUsage): Promise<void> {
+  await db
+    .insertInto('work_usage')
+    .values({ conversation_id: conversationId, owner_id: ownerId, bytes: Math.max(0, change.bytes), files: Math.max(0, change.files) })
+    .onConflict((conflict) =>
+      conflict.column('conversation_id').doUpdateSet({
+        bytes: sql`greatest(0, work_usage.bytes + ${change.bytes})`,
+        files: sql`greatest(0, work_usage.files + ${change.files})`,
+      }),
+    )
+    .execute()
+}
+
+/** The recorded usage of one conversation and of all its owner's conversations. */
+export async function workUsageOf(db: Executor, conversationId: string, ownerId: string): Promise<{ conversation: WorkUsage; user: WorkUsage }> {
+  const row = await db
+    .selectFrom('work_usage')
+    .select([
+      sql<string>`coalesce(sum(bytes) filter (where conversation_id = ${conversationId}), 0)`.as('conversation_bytes'),
+      sql<string>`coalesce(sum(files) filter (where conversation_id = ${conversationId}), 0)`.as('conversation_files'),
+      sql<string>`coalesce(sum(bytes), 0)`.as('user_bytes'),
+      sql<string>`coalesce(sum(files), 0)`.as('user_files'),
+    ])
+    .where('owner_id', '=', ownerId)
+    .executeTakeFirstOrThrow()
+  return {
+    conversation: { bytes: Number(row.conversation_bytes), files: Number(row.conversation_files) },
+    user: { bytes: Number(row.user_bytes), files: Number(row.user_files) },
+  }
+}
