@@ -52,7 +52,7 @@ describe('knowledge uploads on the embedded database', () => {
     expect(await readdir(join(server.dataDir, 'uploads'))).toEqual([])
   })
 
-  it('413 past the file limit and 507 past the user’s knowledge volume, leaving nothing behind', async () => {
+  it('413 past the file limit and 507 past the user’s knowledge volume, leaving nothing behind', { timeout: 90_000 }, async () => {
     const [user] = users
     const tooBig = await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, { name: 'huge.txt', bytes: text(11, 'huge') })
     expect([tooBig.status, tooBig.body.code]).toEqual([413, 'payload_too_large'])
@@ -68,7 +68,7 @@ describe('knowledge uploads on the embedded database', () => {
     // Deleting an item makes room again.
     const items = (await server.request('GET', `/api/projects/${projects[0]}/knowledge`, { token: user!.token })).body.items
     await server.request('DELETE', `/api/knowledge/${items[0].id}`, { token: user!.token })
-    expect((await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, { name: 'fits.txt', bytes: text(6, 'fits') })).status).toBe(202)
+    expect((await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, { name: 'fits.docx', bytes: Buffer.alloc(6 * mib, 66) })).status).toBe(202)
     await server.ingestor.idle()
   })
 })

@@ -74,6 +74,8 @@ export interface BusError {
   message: string
   errors?: Array<{ path: string; message: string }>
   reasons?: string[]
+  /** Raised by a core command (not a plugin): some codes mean the server's own limits only then. */
+  core?: boolean
 }
 
 /** A decision as clients see it (the `decision.required` card). */

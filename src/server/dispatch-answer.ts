@@ -2,13 +2,18 @@ import type { FastifyReply } from 'fastify'
 import type { BusError, DispatchOutcome } from '../cmdbus/index.js'
 import { HttpProblem, problemCatalogue, type ProblemCode } from './problem.js'
 
+const coreOnlyCodes = new Set(['quota_exceeded', 'too_many_uploads', 'result_not_stored'])
+
 /** Maps a bus error to the problem the client gets; plugin-defined codes keep theirs in `commandCode`. */
 export function busProblem(error: BusError, dispatchId: string | null): HttpProblem {
   const extensions: Record<string, unknown> = { ...(dispatchId && { dispatchId }) }
   if (error.errors) extensions.errors = error.errors
   if (error.reasons) extensions.reasons = error.reasons
   const mapped: Record<string, ProblemCode> = { timeout: 'command_timeout', rejected: 'forbidden', expired: 'decision_expired', cancelled: 'command_failed', interrupted: 'command_interrupted' }
-  const code = mapped[error.code] ?? (error.code in problemCatalogue ? (error.code as ProblemCode) : undefined)
+  // Codes added for the server's own limits keep their HTTP meaning only when core raised them: a
+  // plugin's CommandError of the same name stays the plugin's (command_error, with its commandCode).
+  const known = error.code in problemCatalogue && (error.core === true || !coreOnlyCodes.has(error.code))
+  const code = mapped[error.code] ?? (known ? (error.code as ProblemCode) : undefined)
   if (code) return new HttpProblem(code, error.message, extensions)
   return new HttpProblem('command_error', error.message, { ...extensions, commandCode: error.code })
 }
