@@ -1,7 +1,8 @@
 /**
  * Settings that lift Plinth's protective limits for a load test from one loopback client: the
  * defaults (600 requests/min per token, 2,400 per address, 32 streams per token, 256 connections
- * per address) would answer 429 within a second of load or refuse the fan-out's subscribers.
+ * per address, 10 active runs and half the model slots per user) would answer 429 within a second of
+ * load, refuse the fan-out's subscribers, or serialise one user's concurrent runs.
  */
 export const unlimitedEnv: Record<string, string> = {
   PLINTH_RATE_LIMIT_MAX: '100000000',
@@ -9,4 +10,6 @@ export const unlimitedEnv: Record<string, string> = {
   PLINTH_SSE_MAX_PER_TOKEN: '100000',
   PLINTH_SSE_MAX_STREAMS: '100000',
   PLINTH_MAX_CONNECTIONS_PER_ADDRESS: '100000',
+  PLINTH_MAX_ACTIVE_RUNS_PER_USER: '100000',
+  PLINTH_LLM_CONCURRENCY_PER_USER: '1024',
 }

@@ -64,6 +64,10 @@ export interface PlinthConfig {
   llmIdleTimeoutMs: number
   /** Model calls in flight across all runs (one per conversation always). */
   llmConcurrency: number
+  /** Model calls one user may hold of those (default: half of llmConcurrency, rounded up). */
+  llmConcurrencyPerUser?: number
+  /** Runs one user may have queued or running at once. */
+  maxActiveRunsPerUser: number
   /** A running run's lease: after a crash, another instance resumes the run once this has passed. */
   runLeaseMs: number
   /** Automatic resumes of one run before it ends failed (interrupted). */
@@ -269,6 +273,8 @@ const fileSchema = {
     toolOutputLimit: { type: 'integer', minimum: 256 },
     llmIdleTimeoutMs: { type: 'integer', minimum: 100 },
     llmConcurrency: { type: 'integer', minimum: 1, maximum: 1024 },
+    llmConcurrencyPerUser: { type: 'integer', minimum: 1, maximum: 1024 },
+    maxActiveRunsPerUser: { type: 'integer', minimum: 1, maximum: 100000 },
     runLeaseMs: { type: 'integer', minimum: 1000 },
     runMaxResumes: { type: 'integer', minimum: 0, maximum: 100 },
     shutdownGraceMs: { type: 'integer', minimum: 0 },
@@ -328,6 +334,8 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_TOOL_OUTPUT_LIMIT', 'toolOutputLimit', 'int'],
   ['PLINTH_LLM_IDLE_TIMEOUT', 'llmIdleTimeoutMs', 'duration'],
   ['PLINTH_LLM_CONCURRENCY', 'llmConcurrency', 'int'],
+  ['PLINTH_LLM_CONCURRENCY_PER_USER', 'llmConcurrencyPerUser', 'int'],
+  ['PLINTH_MAX_ACTIVE_RUNS_PER_USER', 'maxActiveRunsPerUser', 'int'],
   ['PLINTH_RUN_LEASE', 'runLeaseMs', 'duration'],
   ['PLINTH_RUN_MAX_RESUMES', 'runMaxResumes', 'int'],
   ['PLINTH_SHUTDOWN_GRACE', 'shutdownGraceMs', 'duration'],
@@ -363,6 +371,7 @@ const defaults: PlinthConfig = {
   toolOutputLimit: 4096,
   llmIdleTimeoutMs: 60_000,
   llmConcurrency: 16,
+  maxActiveRunsPerUser: 10,
   runLeaseMs: 30_000,
   runMaxResumes: 3,
   shutdownGraceMs: 10_000,

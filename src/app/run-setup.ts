@@ -63,6 +63,8 @@ export async function setUpRuns(
     llmIdleTimeoutMs?: number
     observer?: RunObserver
     llmConcurrency?: number
+    llmConcurrencyPerUser?: number
+    maxActiveRunsPerUser?: number
     maxResumes?: number
     shutdownGraceMs?: number
     retriever?: Retriever
@@ -92,6 +94,8 @@ export async function setUpRuns(
     ...(options.actionTtlMs !== undefined && { actionTtlMs: options.actionTtlMs }),
     ...(options.observer && { observer: options.observer }),
     ...(options.llmConcurrency !== undefined && { maxConcurrentModelCalls: options.llmConcurrency }),
+    ...(options.llmConcurrencyPerUser !== undefined && { maxConcurrentModelCallsPerUser: options.llmConcurrencyPerUser }),
+    ...(options.maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser: options.maxActiveRunsPerUser }),
     ...(options.retriever && { retriever: options.retriever }),
     ...(options.maxResumes !== undefined && { maxResumes: options.maxResumes }),
     ...(options.shutdownGraceMs !== undefined && { shutdownGraceMs: options.shutdownGraceMs }),

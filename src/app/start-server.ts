@@ -74,6 +74,8 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       toolOutputLimit: config.toolOutputLimit,
       llmIdleTimeoutMs: config.llmIdleTimeoutMs,
       llmConcurrency: config.llmConcurrency,
+      ...(config.llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser: config.llmConcurrencyPerUser }),
+      maxActiveRunsPerUser: config.maxActiveRunsPerUser,
       leaseMs: config.runLeaseMs,
       maxResumes: config.runMaxResumes,
       shutdownGraceMs: config.shutdownGraceMs,

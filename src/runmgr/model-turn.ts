@@ -24,7 +24,7 @@ export async function modelTurn(
   const coalescer = new DeltaCoalescer(50, (delta) => store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })], fence).then(() => undefined))
   const calls: ModelToolCall[] = []
   let usage = { ...run.usage }
-  const holdsSlot = await kit.modelSlots.acquire(signal)
+  const holdsSlot = await kit.modelSlots.acquire(signal, run.ownerId)
   if (!holdsSlot) {
     // Stopped while waiting for a slot: the model was never called.
     await coalescer.close()
@@ -64,7 +64,7 @@ export async function modelTurn(
     await kit.expireDecisions(decisions)
     return { kind: 'ended' }
   } finally {
-    if (holdsSlot) kit.modelSlots.release()
+    if (holdsSlot) kit.modelSlots.release(run.ownerId)
     kit.observer?.modelCall?.({ model: model.id, durationMs: performance.now() - modelStarted, outcome: signal.aborted ? 'cancelled' : modelOutcome })
   }
   // The text not yet streamed goes out with the turn's end, in its statement.

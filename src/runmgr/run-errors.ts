@@ -2,7 +2,7 @@ import { RequestError } from '../store/index.js'
 
 /** Why a run could not be created; the HTTP layer maps the code. */
 export class RunRequestError extends RequestError {
-  constructor(code: 'unknown_model' | 'validation_failed' | 'shutting_down' | 'client_tool_conflict', message: string) {
+  constructor(code: 'unknown_model' | 'validation_failed' | 'shutting_down' | 'client_tool_conflict' | 'too_many_runs', message: string) {
     super(code, message)
     this.name = 'RunRequestError'
   }

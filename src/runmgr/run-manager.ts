@@ -6,6 +6,7 @@ import type { Retriever } from '../rag/index.js'
 import {
   activeRunStatuses,
   announceRunEnded,
+  countActiveRunsOf,
   appendEvents,
   completeAssistantMessage,
   createRun,
@@ -65,6 +66,10 @@ export interface RunManagerOptions {
   systemPrompt?: string
   /** Model calls in flight across all runs. */
   maxConcurrentModelCalls?: number
+  /** Of those, what one user may hold (default: half, rounded up), so other users always find room. */
+  maxConcurrentModelCallsPerUser?: number
+  /** Runs one user may have queued or running at once, on every instance together (default 10). */
+  maxActiveRunsPerUser?: number
   /** A run waiting longer than this for humans or client tools ends `expired` (PLINTH_ACTION_TTL). */
   actionTtlMs?: number
   /**
@@ -117,7 +122,7 @@ export class RunManager {
 
   constructor(options: RunManagerOptions) {
     this.#options = options
-    this.#modelSlots = new ModelSlots(options.maxConcurrentModelCalls ?? 16)
+    this.#modelSlots = new ModelSlots(options.maxConcurrentModelCalls ?? 16, options.maxConcurrentModelCallsPerUser)
     this.#ledger = new RunLedger(options.bus, options.toolOutputLimit ?? 4096, options.observer)
     this.#kit = {
       store: options.store,
@@ -234,6 +239,12 @@ export class RunManager {
     for (const tool of clientTools) {
       const commandId = byToolName.get(tool.name)
       if (commandId) throw new RunRequestError('client_tool_conflict', `the client tool ${JSON.stringify(tool.name)} has the name of the tool of command ${commandId}; rename the client tool`)
+    }
+    // A user may not crowd the model out for everyone: a cap on their queued and running runs, counted
+    // in the database so it holds across instances.
+    const cap = this.#options.maxActiveRunsPerUser ?? 10
+    if ((await countActiveRunsOf(this.#options.store.db, userId)) >= cap) {
+      throw new RunRequestError('too_many_runs', `you have ${cap} runs queued or running (the most one user may have at once); wait for one to finish, or cancel one`)
     }
     const maxIterations = input.maxIterations ?? 10
     const lease = this.#newLease()

@@ -27,7 +27,7 @@ export function isUniqueViolation(error: unknown): boolean {
 }
 
 /** What a caller's request may be refused for by a module service; the HTTP layer maps the code. */
-export type RequestErrorCode = 'not_found' | 'forbidden' | 'name_taken' | 'validation_failed' | 'unknown_model' | 'shutting_down' | 'client_tool_conflict' | 'quota_exceeded'
+export type RequestErrorCode = 'not_found' | 'forbidden' | 'name_taken' | 'validation_failed' | 'unknown_model' | 'shutting_down' | 'client_tool_conflict' | 'quota_exceeded' | 'too_many_runs'
 
 /**
  * A request a module service refuses (an expected outcome for the caller, not a fault). `errors` names

@@ -46,9 +46,9 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; leaseMs?: number; highRiskKeywords?: string[]; resultMaxBytes?: number; extract?: DocumentExtractorOptions; ingestMaxAttempts?: number } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; llmConcurrencyPerUser?: number; maxActiveRunsPerUser?: number; leaseMs?: number; highRiskKeywords?: string[]; resultMaxBytes?: number; extract?: DocumentExtractorOptions; ingestMaxAttempts?: number } = {},
 ): Promise<TestServer> {
-  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, leaseMs, highRiskKeywords, resultMaxBytes, extract, ingestMaxAttempts, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
+  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, llmConcurrencyPerUser, maxActiveRunsPerUser, leaseMs, highRiskKeywords, resultMaxBytes, extract, ingestMaxAttempts, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
   // Work directories live here; removed when the server closes (unless the test chose the directory).
   const ownDataDir = overrides.dataDir === undefined
   const dataDir = overrides.dataDir ?? (await mkdtemp(join(tmpdir(), 'plinth-test-data-')))
@@ -60,7 +60,7 @@ export async function startTestServer(
   const { bus, access, retriever, ingestor, exec: execService } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder, ...(serverOverrides.fullModeTtlMs !== undefined && { fullModeTtlMs: serverOverrides.fullModeTtlMs }), ...(highRiskKeywords && { highRiskKeywords }), ...(resultMaxBytes !== undefined && { resultMaxBytes }), ...(extract && { extract }), ...(ingestMaxAttempts !== undefined && { ingestMaxAttempts }) })
   await ingestor.start()
   const metrics = new Registry()
-  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }), ...(llmConcurrency !== undefined && { llmConcurrency }), ...(leaseMs !== undefined && { leaseMs }) })
+  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }), ...(llmConcurrency !== undefined && { llmConcurrency }), ...(llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser }), ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }), ...(leaseMs !== undefined && { leaseMs }) })
   const app = await buildServer({
     store,
     bus,
