@@ -30,6 +30,21 @@ for (const engine of testEngines()) {
       await store?.close()
     })
 
+    // Issue 20, low: /docs (Swagger UI) had no security headers.
+    it('serves the API explorer with a strict CSP, never framed, without MIME sniffing', async () => {
+      for (const path of ['/docs', '/docs/static/swagger-initializer.js', '/docs/json']) {
+        const answer = await fetch(`${server.url}${path}`)
+        expect(answer.status, path).toBe(200)
+        const csp = answer.headers.get('content-security-policy') ?? ''
+        expect(csp, path).toContain("frame-ancestors 'none'")
+        expect(csp, path).toContain("object-src 'none'")
+        expect(csp).not.toContain('validator.swagger.io')
+        expect(answer.headers.get('x-content-type-options')).toBe('nosniff')
+        expect(answer.headers.get('x-frame-options')).toBe('DENY')
+        await answer.arrayBuffer()
+      }
+    })
+
     it('answers health, readiness, metrics and the OpenAPI document without a token', async () => {
       expect((await server.request('GET', '/healthz')).body).toEqual({ status: 'ok' })
       // The default backend is the sandbox; where it cannot work, exec tools are off and readiness says why.

@@ -38,15 +38,19 @@ describe('failed authentication is rate-limited by address, before the token is 
       expect(answer.headers.get('x-ratelimit-remaining')).not.toBeNull()
     }
     for (let attempt = 0; attempt < 2; attempt++) expect((await server.request('GET', '/api/admin/users', { token: `wrong-admin-token-${attempt}` })).status).toBe(401)
-    // The address is now refused, a valid token included, and the answer says when to come back.
-    const refused = await server.request('GET', '/api/me', { token: alice.token })
+    // The address is now refused for guesses, and the answer says when to come back…
+    const refused = await server.request('GET', '/api/me', { token: 'plt_wrong-again' })
     expect(refused.status).toBe(429)
     expect(refused.body.code).toBe('rate_limited')
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0)
+    expect((await server.request('GET', '/api/me')).status).toBe(429)
     const admin = await server.request('GET', '/api/admin/users', { token: adminToken })
     expect(admin.status).toBe(429)
+    // …but a valid user token behind the same address still works (issue 20: it locked out everyone).
+    const valid = await server.request('GET', '/api/me', { token: alice.token })
+    expect([valid.status, valid.body.id]).toEqual([200, alice.user.id])
     recordFigures('security-brute-force', [
-      { check: 'Security: token brute force', figure: 'after 5 failed tokens the address gets 429 with Retry-After (valid tokens too)', goal: 'rate-limited', ok: true },
+      { check: 'Security: token brute force', figure: 'after 5 failed tokens the address gets 429 with Retry-After for guesses and the admin API; valid user tokens still work', goal: 'rate-limited', ok: true },
     ])
   })
 })

@@ -38,7 +38,7 @@ import { registerFileRoutes } from './routes/file-routes.js'
 import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
-import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, requestId } from './request-guards.js'
+import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, refuseIfBlocked, requestId } from './request-guards.js'
 import { RunStreamEvent, StreamEvent } from './event-schemas.js'
 import { Problem, Run } from './schemas.js'
 import type { App, ServerDeps } from './server-deps.js'
@@ -232,7 +232,20 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, index) => (typeof json.$id === 'string' ? json.$id : `def-${index}`) },
     transformObject: (document) => ('openapiObject' in document ? hoistTitledSchemas(document.openapiObject) : document.swaggerObject),
   })
-  await app.register(fastifySwaggerUi, { routePrefix: '/docs' })
+  // The API explorer is a page like any other: a strict CSP (its own script hashes), never framed,
+  // no MIME sniffing, no referrer, no calls to the public validator.
+  await app.register(fastifySwaggerUi, {
+    routePrefix: '/docs',
+    uiConfig: { validatorUrl: null },
+    staticCSP: true,
+    transformStaticCSP: (header: string) =>
+      header.replace("frame-ancestors 'self'", "frame-ancestors 'none'").replace(' validator.swagger.io', '').replace(' upgrade-insecure-requests;', '').replace('upgrade-insecure-requests;', ''),
+  })
+  app.addHook('onSend', async (request, reply) => {
+    if (!request.url.startsWith('/docs')) return
+    reply.header('x-content-type-options', 'nosniff').header('x-frame-options', 'DENY').header('referrer-policy', 'no-referrer')
+    if (!reply.getHeader('content-security-policy')) reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'")
+  })
   await app.register(fastifySSE, { heartbeatInterval: options.sseHeartbeatMs })
   await registerConsole(app)
 
@@ -245,7 +258,14 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     async (api) => {
       api.decorateRequest('user', null)
       api.decorateRequest('tokenId', null)
-      api.addHook('onRequest', userAuth)
+      api.addHook('onRequest', async (request, reply) => {
+        try {
+          await userAuth(request)
+        } catch (error) {
+          refuseIfBlocked(request, reply)
+          throw error
+        }
+      })
       // A POST or PATCH without a body means "no fields", not "wrong type".
       api.addHook('preValidation', async (request) => {
         if (request.body === undefined && (request.method === 'POST' || request.method === 'PATCH')) request.body = {}

@@ -40,8 +40,16 @@ export function limitByAddress(app: FastifyInstance, limits: AddressLimits): voi
     if (unlimited.has(request.url.split('?')[0] ?? '')) return
     const until = blocked.get(request.ip)
     if (until !== undefined) {
-      if (until > Date.now()) throw limited(reply, 'authentication failed too often from this address', limits.authFailureMax, until - Date.now())
-      blocked.delete(request.ip)
+      if (until > Date.now()) {
+        // A user token is let through to be checked (one indexed hash lookup; the address limit below
+        // still bounds the volume): the address is shared by every user behind it. Only a failed
+        // check is then refused 429 — see `refuseIfBlocked`. The admin API and token-less requests stay shut.
+        const path = request.url.split('?')[0] ?? ''
+        if (!path.startsWith('/api/') || path.startsWith('/api/admin') || !request.headers.authorization) {
+          throw limited(reply, 'authentication failed too often from this address', limits.authFailureMax, until - Date.now())
+        }
+        deferredBlocks.set(request, { until, max: limits.authFailureMax })
+      } else blocked.delete(request.ip)
     }
     const count = await countRequest(request)
     if (count.isAllowed) return
@@ -61,6 +69,18 @@ export function limitByAddress(app: FastifyInstance, limits: AddressLimits): voi
       for (const [address, end] of blocked) if (end <= now || blocked.size > 50_000) blocked.delete(address)
     }
   })
+}
+
+/** Requests from a blocked address let through to have their token checked. */
+const deferredBlocks = new WeakMap<FastifyRequest, { until: number; max: number }>()
+
+/**
+ * Called when authentication failed: from an address over its failure budget, the answer is 429 (with
+ * Retry-After) instead of 401, so guessing tokens stays shut while valid tokens behind it still work.
+ */
+export function refuseIfBlocked(request: FastifyRequest, reply: FastifyReply): void {
+  const deferred = deferredBlocks.get(request)
+  if (deferred) throw limited(reply, 'authentication failed too often from this address', deferred.max, deferred.until - Date.now())
 }
 
 function limited(reply: FastifyReply, why: string, max: number, ttlMs: number): HttpProblem {
