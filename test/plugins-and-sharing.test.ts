@@ -1,3 +1,4 @@
+import { ScriptedModel } from '../src/llm/index.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { pino } from 'pino'
 import { setUpCommandBus } from '../src/app/index.js'
@@ -95,7 +96,8 @@ for (const engine of testEngines()) {
 
     beforeAll(async () => {
       store = await openTestStore(engine)
-      server = await startTestServer(store, { plugins: ['rdm'] })
+      // A slow model: a run goes on long enough for its owner's access to be taken away meanwhile.
+      server = await startTestServer(store, { plugins: ['rdm'], models: [new ScriptedModel({ id: 'slow', turns: [{ text: Array.from({ length: 100 }, (_, index) => `w${index}`).join(' '), chunks: 100, delayMs: 100 }], whenExhausted: 'loop' })] })
       owner = await server.createUser()
       member = await server.createUser()
       stranger = await server.createUser()
@@ -157,6 +159,31 @@ for (const engine of testEngines()) {
       expect((await server.request('GET', `/api/projects/${projectId}`, { token: member.token })).status).toBe(404)
       expect((await server.request('GET', '/api/projects', { token: member.token })).body.items).toEqual([])
       expect((await server.request('GET', `/api/conversations/${conversation.body.id}`, { token: member.token })).status).toBe(404)
+    })
+
+    // Issue 20, low: a run whose owner lost access to the project kept calling the model.
+    it('ends a member’s running run (cancelled, access_revoked) when they are removed from the project', async () => {
+      const approve = async (answer: { status: number; body: { decision?: { id: string } } }) => {
+        if (answer.status === 202) await server.request('POST', `/api/decisions/${answer.body.decision!.id}`, { token: owner.token, body: { decision: 'approve' } })
+      }
+      await approve(await add(owner.token, member.user.id))
+      const conversation = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: {} })).body.id
+      const run = (await server.request('POST', `/api/conversations/${conversation}/runs`, { token: member.token, body: { input: 'talk for a while' } })).body
+      await approve(await server.request('POST', '/api/commands/rdm.member.remove', { token: owner.token, body: { entrance: 'button', projectId, params: { userId: member.user.id } } }))
+      const deadline = Date.now() + 15_000
+      let ended: { status: string; cancelReason?: string } | undefined
+      while (Date.now() < deadline) {
+        const row = await store.db.selectFrom('runs').select(['status', 'cancel_reason']).where('id', '=', run.id).executeTakeFirstOrThrow()
+        if (row.status !== 'running') {
+          ended = { status: row.status, cancelReason: row.cancel_reason ?? undefined }
+          break
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      // Well before the model's 10 s answer was done.
+      expect(ended).toEqual({ status: 'cancelled', cancelReason: 'access_revoked' })
+      const cancelled = await store.db.selectFrom('events').select('data').where('run_id', '=', run.id).where('type', '=', 'run.cancelled').execute()
+      expect(cancelled[0]?.data).toMatchObject({ reason: 'access_revoked' })
     })
   })
 }

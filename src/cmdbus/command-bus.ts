@@ -188,6 +188,11 @@ export class CommandBus {
   }
 
   /** Whether a user may change things in a project (write commands are offered to their runs only then). */
+  /** Whether the user may still see the conversation (its project shared with them, or theirs). */
+  async maySee(userId: string, conversationId: string): Promise<boolean> {
+    return (await this.#options.access.conversationInProject(userId, conversationId)) !== undefined
+  }
+
   async mayWrite(userId: string, projectId: string): Promise<boolean> {
     return (await this.#options.access.project(userId, projectId, 'write')) !== undefined
   }

@@ -179,7 +179,12 @@ export class RunManager {
         this.#afterDecision(decision.runId).catch((error: unknown) => log.error('could not continue a run after a decision', { runId: decision.runId, error: String(error) }))
       }),
       store.runs.subscribe((runId) => this.#onRunEndedElsewhere(runId)),
+      // A run whose owner can no longer see its conversation stops calling the model at once.
+      store.access.subscribe(() => this.#recheckAccess()),
     )
+    const recheck = setInterval(() => this.#recheckAccess(), 60_000)
+    recheck.unref()
+    this.#unsubscribe.push(() => clearInterval(recheck))
     // Dispatches first: a resumed run's interrupted tool call then finds its dispatch ended too.
     await bus.sweepOrphanedDispatches({ all: this.#options.exclusiveDatabase === true })
     const swept = await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
@@ -326,6 +331,24 @@ export class RunManager {
     if (reason !== 'shutdown') driver.calls.abort(reason)
   }
 
+  /**
+   * Ends, `cancelled` with reason `access_revoked`, every run driven here whose owner may no longer see
+   * its conversation (removed from a shared project, the project or conversation deleted, the user
+   * disabled). Called on every access announcement and once a minute for adapters that change silently.
+   */
+  #recheckAccess(): void {
+    const { store, bus, log } = this.#options
+    for (const runId of this.#drivers.keys()) {
+      void (async () => {
+        const run = await getRun(store.db, runId)
+        if (!run || terminalRunStatuses.includes(run.status)) return
+        if (await bus.maySee(run.ownerId, run.conversationId)) return
+        log.info('run ended: its owner lost access to the conversation', { runId })
+        await this.cancel(runId, 'access_revoked')
+      })().catch((error: unknown) => log.warn('could not re-check a run’s access', { runId, error: String(error) }))
+    }
+  }
+
   /** Another instance ended a run (null: any run, after a reconnect): drivers here that lost it stop. */
   #onRunEndedElsewhere(runId: string | null): void {
     const check = async (id: string): Promise<void> => {
@@ -344,13 +367,16 @@ export class RunManager {
    * Resolves with the run once it has ended or needs action (or, after `timeoutMs`, as it is then):
    * create-and-wait for scripts and clients that do not stream.
    */
-  async waitUntilSettled(runId: string, timeoutMs: number): Promise<{ run: Run; settled: boolean }> {
+  async waitUntilSettled(runId: string, timeoutMs: number, options: { signal?: AbortSignal } = {}): Promise<{ run: Run; settled: boolean }> {
     const { store } = this.#options
     const isSettled = (run: Run): boolean => terminalRunStatuses.includes(run.status) || run.status === 'requires_action'
     let wake: (() => void) | null = null
     const unsubscribe = store.feed.subscribe(`run:${runId}`, (event) => {
       if (event.type === 'run.status' || event.type.startsWith('run.')) wake?.()
     })
+    // An aborted wait (the caller's access was revoked, the server stops) answers the run as it is.
+    const onAbort = (): void => wake?.()
+    options.signal?.addEventListener('abort', onAbort)
     const deadline = Date.now() + timeoutMs
     try {
       for (;;) {
@@ -358,7 +384,7 @@ export class RunManager {
         if (!run) throw new Error(`run ${runId} vanished`)
         if (isSettled(run)) return { run, settled: true }
         const remaining = deadline - Date.now()
-        if (remaining <= 0) return { run, settled: false }
+        if (remaining <= 0 || options.signal?.aborted) return { run, settled: false }
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, Math.min(remaining, 1000))
           wake = () => {
@@ -370,6 +396,7 @@ export class RunManager {
       }
     } finally {
       unsubscribe()
+      options.signal?.removeEventListener('abort', onAbort)
     }
   }
 

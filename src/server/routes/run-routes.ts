@@ -11,6 +11,7 @@ import { hashRequest, idempotencyKey, KeyTaken, storeAnswer, storedAnswer } from
 import { HttpProblem } from '../problem.js'
 import { EventsQuery, IdParams, Message, ModelParams, problemResponses, Run as RunSchema, RunList, RunListQuery } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
+import type { StreamHandle } from '../stream-registry.js'
 
 const tags = ['runs']
 const problem = Type.Ref('Problem')
@@ -102,52 +103,65 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
+      const openedAt = Date.now()
       const user = caller(request)
       const { conversation, project, access } = await conversationForStream(deps, user, request.params.id)
-      const key = idempotencyKey(request)
-      const requestHash = key === undefined ? '' : hashRequest(request)
-      // A retry with the same Idempotency-Key answers the run the first request created (as it is now).
-      const replayed = async (): Promise<Run | undefined> => {
-        const answer = key === undefined ? undefined : await storedAnswer(store, user.id, key, requestHash)
-        const runId = (answer?.response as { runId?: unknown } | undefined)?.runId
-        if (typeof runId !== 'string') return undefined
-        reply.header('idempotent-replayed', 'true')
-        return runQueries.get(runId)
+      // A waiting request holds its connection like a stream: it counts against the same caps (per
+      // token and in all; 429 too_many_streams, checked before anything is created) and ends early
+      // when the caller's access goes.
+      const waitSeconds = reply.sse ? null : requestedWait(request.query.wait, request.headers.prefer)
+      const slot = waitSeconds === null ? null : deps.streams.open({ ...access, userId: user.id, tokenId: request.tokenId ?? '' }, openedAt)
+      try {
+        return await answer(slot)
+      } finally {
+        slot?.release()
       }
-      let created: { run: Run } | { active: Run } | undefined
-      const previous = await replayed()
-      if (previous) created = { run: previous }
-      else {
-        try {
-          created = await runs.createRun(conversation, user.id, request.body, {
-            project,
-            ...(key !== undefined && { onCreated: (tx, run) => storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }) }),
-          })
-        } catch (error) {
-          if (!(error instanceof KeyTaken)) throw error
-          const winner = await replayed()
-          if (!winner) throw new HttpProblem('idempotency_key_in_progress')
-          created = { run: winner }
+
+      async function answer(slot: StreamHandle | null): Promise<unknown> {
+        const key = idempotencyKey(request)
+        const requestHash = key === undefined ? '' : hashRequest(request)
+        // A retry with the same Idempotency-Key answers the run the first request created (as it is now).
+        const replayed = async (): Promise<Run | undefined> => {
+          const answer = key === undefined ? undefined : await storedAnswer(store, user.id, key, requestHash)
+          const runId = (answer?.response as { runId?: unknown } | undefined)?.runId
+          if (typeof runId !== 'string') return undefined
+          reply.header('idempotent-replayed', 'true')
+          return runQueries.get(runId)
         }
+        let created: { run: Run } | { active: Run } | undefined
+        const previous = await replayed()
+        if (previous) created = { run: previous }
+        else {
+          try {
+            created = await runs.createRun(conversation, user.id, request.body, {
+              project,
+              ...(key !== undefined && { onCreated: (tx, run) => storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }) }),
+            })
+          } catch (error) {
+            if (!(error instanceof KeyTaken)) throw error
+            const winner = await replayed()
+            if (!winner) throw new HttpProblem('idempotency_key_in_progress')
+            created = { run: winner }
+          }
+        }
+        if ('active' in created) {
+          throw new HttpProblem('run_active', `run ${created.active.id} is ${created.active.status} in this conversation; wait, cancel it, or send ifActive: "interrupt" or "enqueue"`, {
+            activeRunId: created.active.id,
+            activeStatus: created.active.status,
+            awaiting: created.active.requiredAction,
+          })
+        }
+        if (reply.sse) {
+          reply.code(201)
+          return streamRun(request, reply, deps, created.run, access)
+        }
+        if (waitSeconds === null || !slot) return reply.code(201).send(runJson(created.run))
+        const { run, settled } = await runs.waitUntilSettled(created.run.id, waitSeconds * 1000, { signal: slot.signal })
+        const messages = await runQueries.messages(run.id)
+        if (settled) return reply.code(201).send({ ...runJson(run), messages })
+        reply.header('preference-applied', `wait=${waitSeconds}`)
+        return reply.code(202).header('retry-after', 5).send({ ...runJson(run), messages })
       }
-      if ('active' in created) {
-        throw new HttpProblem('run_active', `run ${created.active.id} is ${created.active.status} in this conversation; wait, cancel it, or send ifActive: "interrupt" or "enqueue"`, {
-          activeRunId: created.active.id,
-          activeStatus: created.active.status,
-          awaiting: created.active.requiredAction,
-        })
-      }
-      if (reply.sse) {
-        reply.code(201)
-        return streamRun(request, reply, deps, created.run, access)
-      }
-      const waitSeconds = requestedWait(request.query.wait, request.headers.prefer)
-      if (waitSeconds === null) return reply.code(201).send(runJson(created.run))
-      const { run, settled } = await runs.waitUntilSettled(created.run.id, waitSeconds * 1000)
-      const messages = await runQueries.messages(run.id)
-      if (settled) return reply.code(201).send({ ...runJson(run), messages })
-      reply.header('preference-applied', `wait=${waitSeconds}`)
-      return reply.code(202).header('retry-after', 5).send({ ...runJson(run), messages })
     },
   )
 

@@ -1,0 +1,44 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ScriptedModel } from '../src/llm/index.js'
+import type { Store } from '../src/store/index.js'
+import { openTestStore } from './helpers/engines.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+
+// Issue 20, low: ?wait=true / Prefer: wait held connections that no cap counted.
+describe('a request that waits for its run counts like a stream', () => {
+  let store: Store
+  let server: TestServer
+  let alice: TestUser
+  let conversationId: string
+  let projectId: string
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    server = await startTestServer(store, { models: [new ScriptedModel({ id: 'm', turns: [{ text: 'done' }], whenExhausted: 'loop' })], streams: { maxPerToken: 1 } })
+    alice = await server.createUser()
+    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'p' } })).body.id
+    conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+  })
+
+  it('past the per-token cap a waiting request is 429 too_many_streams, before any run is made', async () => {
+    const abort = new AbortController()
+    const stream = await fetch(`${server.url}/api/projects/${projectId}/events`, { headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream' }, signal: abort.signal })
+    expect(stream.status).toBe(200)
+    const refused = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: alice.token, body: { input: 'hi' } })
+    expect([refused.status, refused.body.code]).toEqual([429, 'too_many_streams'])
+    expect((await server.request('GET', `/api/conversations/${conversationId}/runs`, { token: alice.token })).body.items).toEqual([])
+    // Without waiting, the run starts; once the stream is closed, waiting works again.
+    abort.abort()
+    const deadline = Date.now() + 10_000
+    let waited = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: alice.token, body: { input: 'hi' } })
+    while (waited.status === 429 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      waited = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: alice.token, body: { input: 'hi' } })
+    }
+    expect([waited.status, waited.body.status]).toEqual([201, 'completed'])
+  })
+})
