@@ -167,6 +167,7 @@ const fileSchema = {
         maxCodeBytes: { type: 'integer', minimum: 1024 },
         maxUploadBytes: { type: 'integer', minimum: 1024 },
         maxDownloadBytes: { type: 'integer', minimum: 1024 },
+        directApprovers: { type: 'array', items: { type: 'string', minLength: 1, maxLength: 200 }, maxItems: 100 },
         quota: {
           type: 'object',
           additionalProperties: false,
@@ -322,6 +323,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_KNOWLEDGE_MAX_FILE_BYTES', 'knowledge.maxFileBytes', 'int'],
   ['PLINTH_KNOWLEDGE_MAX_BYTES_PER_USER', 'knowledge.maxBytesPerUser', 'int'],
   ['PLINTH_WORK_QUOTA_CONVERSATION', 'exec.quota.conversationBytes', 'int'],
+  ['PLINTH_DIRECT_APPROVERS', 'exec.directApprovers', 'list'],
   ['PLINTH_WORK_QUOTA_USER', 'exec.quota.userBytes', 'int'],
   ['PLINTH_UPLOADS_PER_USER', 'uploads.perUser', 'int'],
   ['PLINTH_UPLOADS_TOTAL', 'uploads.total', 'int'],

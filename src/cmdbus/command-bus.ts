@@ -374,8 +374,12 @@ export class CommandBus {
       } catch (error) {
         preview = `(preview failed: ${(error as Error).message})`
       }
+      // Designated approvers (a second person), as user ids; none that exist means none may approve.
+      const named = command.approversWhen?.() ?? null
+      const approvers = named && named.length > 0 ? await approverIds(store.db, named) : null
       const decision = await step(async (tx) => {
         const created: DecisionRecord = await insertDecision(tx, {
+          approvers: approvers?.filter((id) => id !== ownerId) ?? null,
           id: newId(),
           dispatchId: dispatch.id,
           ownerId,
@@ -592,4 +596,15 @@ interface Scope {
 interface Refusal {
   error: BusError
   project?: ProjectRef | null
+}
+
+/** The ids of the active users named (by name or id) as approvers. */
+async function approverIds(db: Executor, names: readonly string[]): Promise<string[]> {
+  const rows = await db
+    .selectFrom('users')
+    .select('id')
+    .where((eb) => eb.or([eb('name', 'in', [...names]), eb('id', 'in', [...names])]))
+    .where('disabled_at', 'is', null)
+    .execute()
+  return rows.map((row) => row.id)
 }

@@ -33,6 +33,8 @@ export interface RegisteredCommand {
   modelText?: (result: JsonValue) => string
   /** Core only: whether the command can work now; when not, the model is not offered it as a tool. */
   availableWhen?: () => boolean
+  /** Core only: the users (names or ids) who alone may approve a call now — a second person — or null. */
+  approversWhen?: () => readonly string[] | null
 }
 
 /** What core commands' handlers may read beyond the plugin surface's CommandContext. */
@@ -145,7 +147,7 @@ export class CommandCatalog {
   }
 
   /** Core commands only: a per-call confirmation, the model's view of results, availability. */
-  setCoreHooks(commandId: string, hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText' | 'availableWhen'>): void {
+  setCoreHooks(commandId: string, hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText' | 'availableWhen' | 'approversWhen'>): void {
     const command = this.#commands.get(commandId)
     if (command) Object.assign(command, hooks)
   }

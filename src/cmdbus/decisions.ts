@@ -64,6 +64,10 @@ export class Decisions {
     const { store } = this.#deps
     const current = await getDecision(store.db, decisionId)
     if (!current || !(await this.canAct(userId, current))) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
+    // A call reserved for designated approvers: only they approve it; whoever may act may still reject.
+    if (current.approvers && answer !== 'reject' && !current.approvers.includes(userId)) {
+      return { ok: false, error: { code: 'forbidden', message: 'this execution on the server itself must be approved by an operator-designated approver (exec.directApprovers), not by the person who asked' } }
+    }
     if (current.status === 'pending' && Date.parse(current.expiresAt) <= Date.now()) {
       await this.expireDecision(current.id)
     }
@@ -161,7 +165,7 @@ export class Decisions {
 
   /** Whether a user may see and answer a decision: it is on their behalf, or in a project they own. */
   async canAct(userId: string, decision: DecisionRecord): Promise<boolean> {
-    if (decision.ownerId === userId) return true
+    if (decision.ownerId === userId || decision.approvers?.includes(userId)) return true
     if (!decision.projectId) return false
     const project = await this.#deps.access.project(userId, decision.projectId, 'write')
     return project?.ownerId === userId

@@ -98,6 +98,11 @@ async function execute(deps: ExecCommandDeps, context: CommandContext, argv: str
   }
 }
 
+/** Under `direct`, the operator's designated approvers (a second person), if any. */
+function directApprovers(exec: ExecService): readonly string[] | null {
+  return exec.backendName === 'direct' && exec.settings.directApprovers.length > 0 ? exec.settings.directApprovers : null
+}
+
 function backendNoteOf(exec: ExecService): string {
   return exec.backendName === 'direct' ? 'on the server itself (direct backend)' : 'in the bubblewrap sandbox'
 }
@@ -257,7 +262,7 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
 
   for (const id of ['core.exec', 'core.run_code']) {
     // Under direct a human approves every run, whatever the mode or allowances.
-    catalog.setCoreHooks(id, { confirmWhen: () => exec.backendName === 'direct', modelText: execModelText, availableWhen: () => exec.executionAvailable })
+    catalog.setCoreHooks(id, { confirmWhen: () => exec.backendName === 'direct', modelText: execModelText, availableWhen: () => exec.executionAvailable, approversWhen: () => directApprovers(exec) })
   }
 }
 
@@ -302,7 +307,12 @@ export async function registerCliTools(catalog: CommandCatalog, deps: ExecComman
         },
       )
       staged.commit()
-      catalog.setCoreHooks(`cli.${spec.name}`, { confirmWhen: () => deps.exec.backendName === 'direct', modelText: execModelText, availableWhen: () => deps.exec.executionAvailable })
+      catalog.setCoreHooks(`cli.${spec.name}`, {
+        confirmWhen: () => deps.exec.backendName === 'direct',
+        modelText: execModelText,
+        availableWhen: () => deps.exec.executionAvailable,
+        approversWhen: () => directApprovers(deps.exec),
+      })
     } catch (error) {
       deps.log.warn(`CLI tool ${spec.name} is not offered: ${(error as Error).message}`, { plugin })
     }

@@ -42,6 +42,11 @@ export interface ExecSettings {
   cliTools: CliToolSpec[]
   /** Disk quotas of work directories (per conversation, per user). */
   quota: QuotaSettings
+  /**
+   * Users (names or ids) who alone may approve an execution under `direct` — a second person, never the
+   * one who asked. Empty (the default): whoever may act on the decision approves it.
+   */
+  directApprovers: string[]
 }
 
 export const defaultExecSettings: ExecSettings = {
@@ -61,6 +66,7 @@ export const defaultExecSettings: ExecSettings = {
   maxDownloadBytes: 50 * 1024 * 1024,
   cliTools: [],
   quota: defaultQuota,
+  directApprovers: [],
 }
 
 /** The sandbox was asked for and cannot work here; nothing runs (never a silent fallback to direct). */

@@ -150,6 +150,7 @@ export interface DecisionsTable {
   created_at: CreatedAt
   expires_at: ColumnType<Date, Date | string, Date | string>
   decided_at: NullableTimestamp
+  approvers: NullableJson
 }
 
 export interface AllowancesTable {

@@ -1,3 +1,4 @@
+import { sql } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import { storableJson } from './storable.js'
@@ -24,12 +25,14 @@ export interface DecisionRecord {
   createdAt: string
   expiresAt: string
   decidedAt: string | null
+  /** The only users who may approve it (designated approvers), or null: whoever may act on it. */
+  approvers: string[] | null
 }
 
 export type NewDecision = Pick<
   DecisionRecord,
   'id' | 'dispatchId' | 'ownerId' | 'projectId' | 'conversationId' | 'runId' | 'callId' | 'commandId' | 'params' | 'preview' | 'risk' | 'reasons' | 'expiresAt'
->
+> & { approvers?: string[] | null }
 
 export async function insertDecision(tx: Executor, decision: NewDecision): Promise<DecisionRecord> {
   const row = await tx
@@ -48,6 +51,7 @@ export async function insertDecision(tx: Executor, decision: NewDecision): Promi
       risk: decision.risk,
       reasons: storableJson(decision.reasons),
       expires_at: decision.expiresAt,
+      approvers: decision.approvers ? storableJson(decision.approvers) : null,
     })
     .returningAll()
     .executeTakeFirstOrThrow()
@@ -100,9 +104,12 @@ export async function listDecisions(
     .selectFrom('decisions')
     .selectAll()
     .where((eb) =>
-      filter.visibleProjectIds.length > 0
-        ? eb.or([eb('owner_id', '=', filter.userId), eb('project_id', 'in', filter.visibleProjectIds)])
-        : eb('owner_id', '=', filter.userId),
+      eb.or([
+        eb('owner_id', '=', filter.userId),
+        ...(filter.visibleProjectIds.length > 0 ? [eb('project_id', 'in', filter.visibleProjectIds)] : []),
+        // A designated approver sees what waits for them, wherever it is.
+        sql<boolean>`approvers @> ${storableJson([filter.userId])}::jsonb`,
+      ]),
     )
     .orderBy('id', 'desc')
     .limit(page.limit + 1)
@@ -163,6 +170,7 @@ interface DecisionRow {
   created_at: Date
   expires_at: Date
   decided_at: Date | null
+  approvers?: JsonValue | null
 }
 
 function toDecision(row: DecisionRow): DecisionRecord {
@@ -186,5 +194,6 @@ function toDecision(row: DecisionRow): DecisionRecord {
     createdAt: row.created_at.toISOString(),
     expiresAt: row.expires_at.toISOString(),
     decidedAt: row.decided_at?.toISOString() ?? null,
+    approvers: Array.isArray(row.approvers) ? row.approvers.filter((id: JsonValue): id is string => typeof id === 'string') : null,
   }
 }
