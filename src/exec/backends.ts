@@ -152,11 +152,24 @@ export const sandboxEtc = [
   'xml',
 ]
 
-/** The entries of `/etc` to mount: the list above, plus versioned runtime directories (python3.11, java-17-…). */
-async function etcEntries(): Promise<string[]> {
+let etcCache: { at: number; binds: Array<[string, string]> } | null = null
+
+/**
+ * The entries of `/etc` to mount — the list above, plus versioned runtime directories (python3.11,
+ * java-17-…) — as [source, destination] pairs, sources realpath-resolved. Looked up at most once a
+ * minute: this runs before every sandboxed execution.
+ */
+async function etcBinds(): Promise<Array<[string, string]>> {
+  if (etcCache && Date.now() - etcCache.at < 60_000) return etcCache.binds
   const names = new Set(sandboxEtc)
   for (const name of await readdir('/etc').catch(() => [] as string[])) if (/^(python3\.\d+|java-\d+-openjdk)$/.test(name)) names.add(name)
-  return [...names].sort()
+  const binds: Array<[string, string]> = []
+  for (const name of [...names].sort()) {
+    const source = await realpath(`/etc/${name}`).catch(() => null)
+    if (source) binds.push([source, `/etc/${name}`])
+  }
+  etcCache = { at: Date.now(), binds }
+  return binds
 }
 
 /** The bwrap command line for a spec (everything before `--`). Source paths are realpath-resolved. */
@@ -171,10 +184,7 @@ export async function bwrapArgs(spec: ExecSpec, tmpSizeMb: number): Promise<stri
     if (stat.isSymbolicLink()) args.push('--symlink', await readlink(path), path)
     else args.push('--ro-bind', await realpath(path), path)
   }
-  for (const name of await etcEntries()) {
-    const source = await realpath(`/etc/${name}`).catch(() => null)
-    if (source) args.push('--ro-bind', source, `/etc/${name}`)
-  }
+  for (const [source, destination] of await etcBinds()) args.push('--ro-bind', source, destination)
   args.push('--proc', '/proc', '--dev', '/dev')
   args.push('--size', String(tmpSizeMb * 1024 * 1024), '--perms', '1777', '--tmpfs', '/tmp')
   args.push('--bind', await realpath(spec.cwd), sandboxWorkdir)
