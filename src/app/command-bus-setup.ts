@@ -1,9 +1,10 @@
 import { join } from 'node:path'
 import type { Logger } from 'pino'
-import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
-import { defaultExecSettings, ExecService, type ExecSettings } from '../exec/index.js'
+import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, defaultResultMaxBytes, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
+import { defaultExecSettings, ExecService, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
 import { createEmbedder, DocumentExtractor, Ingestor, Retriever, type DocumentExtractorOptions, type Embedder } from '../rag/index.js'
 import type { Store } from '../store/index.js'
+import { ConfigError } from './config.js'
 import { createPluginHost } from './plugin-host.js'
 import { loadPlugins, type LoadedPlugin, type RefusedPlugin } from './plugin-loader.js'
 import { version } from './version.js'
@@ -50,7 +51,16 @@ export async function setUpCommandBus(
     ingestMaxAttempts?: number
   },
 ): Promise<CommandBusSetup> {
-  const execSettings: ExecSettings = { ...defaultExecSettings, ...options.exec, limits: { ...defaultExecSettings.limits, ...options.exec?.limits }, quota: { ...defaultExecSettings.quota, ...options.exec?.quota } }
+  const resultMaxBytes = options.resultMaxBytes ?? defaultResultMaxBytes
+  // An execution's output must fit a command result (docs/exec.md, "Bounds").
+  const output = resolveOutputBytes(options.exec?.limits?.outputBytes, resultMaxBytes)
+  if ('problem' in output) throw new ConfigError([output.problem])
+  const execSettings: ExecSettings = {
+    ...defaultExecSettings,
+    ...options.exec,
+    limits: { ...defaultExecSettings.limits, ...options.exec?.limits, outputBytes: output.outputBytes },
+    quota: { ...defaultExecSettings.quota, ...options.exec?.quota },
+  }
   const catalog = new CommandCatalog()
   const access = new ProjectAccess(store, () => catalog.projectAuthz)
   const embedder = options.embedder ?? createEmbedder(undefined)
@@ -67,7 +77,7 @@ export async function setUpCommandBus(
   })
   registerCoreCommands(catalog, { store, access, version, retriever, ...(options.fullModeTtlMs !== undefined && { fullModeTtlMs: options.fullModeTtlMs }) })
   const exec = await ExecService.create({ store, settings: execSettings, dataDir: options.dataDir, log: createPluginLogger(options.logger, 'exec') })
-  const execDeps = { store, exec, version, log: createPluginLogger(options.logger, 'exec'), highRiskKeywords: options.highRiskKeywords ?? [] }
+  const execDeps = { store, exec, version, log: createPluginLogger(options.logger, 'exec'), highRiskKeywords: options.highRiskKeywords ?? [], resultMaxBytes }
   registerExecCommands(catalog, execDeps)
   const { loaded: plugins, refused: refusedPlugins } = await loadPlugins(options.plugins, {
     catalog,
@@ -86,7 +96,7 @@ export async function setUpCommandBus(
     actionTtlMs: options.actionTtlMs,
     allowanceTtlMs: options.allowanceTtlMs,
     highRiskKeywords: options.highRiskKeywords ?? [],
-    ...(options.resultMaxBytes !== undefined && { maxResultBytes: options.resultMaxBytes }),
+    maxResultBytes: resultMaxBytes,
     ...(options.dispatchLeaseMs !== undefined && { dispatchLeaseMs: options.dispatchLeaseMs }),
   })
   return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec }

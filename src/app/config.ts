@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
-import { defaultExecSettings, type ExecSettings } from '../exec/index.js'
+import { defaultExecSettings, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
 
 /** A model entry of the config file (SPEC §13); the llm module defines its shape. */
@@ -280,7 +280,7 @@ const fileSchema = {
     runMaxResumes: { type: 'integer', minimum: 0, maximum: 100 },
     shutdownGraceMs: { type: 'integer', minimum: 0 },
     highRiskKeywords: { type: 'array', maxItems: 200, items: { type: 'string', minLength: 1, maxLength: 200 } },
-    resultMaxBytes: { type: 'integer', minimum: 1024, maximum: 64 * 1024 * 1024 },
+    resultMaxBytes: { type: 'integer', minimum: 32 * 1024, maximum: 64 * 1024 * 1024 },
     pgliteSharedBuffers: { type: 'string', pattern: '^[1-9][0-9]{0,5}(kB|MB|GB)$' },
     pgPrepare: { type: 'boolean' },
   },
@@ -299,6 +299,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_SANDBOX_USER', 'exec.sandboxUser', 'string'],
   ['PLINTH_WORK_ROOT', 'exec.workRoot', 'string'],
   ['PLINTH_EXEC_TIMEOUT', 'exec.timeoutMs', 'duration'],
+  ['PLINTH_EXEC_OUTPUT_BYTES', 'exec.limits.outputBytes', 'int'],
   ['PLINTH_LOG_LEVEL', 'logLevel', 'string'],
   ['PLINTH_BODY_LIMIT', 'bodyLimit', 'int'],
   ['PLINTH_RATE_LIMIT_MAX', 'rateLimit.max', 'int'],
@@ -449,6 +450,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     dataDir: resolve(cwd, file.dataDir ?? defaults.dataDir),
   }
   if (config.exec.workRoot) config.exec.workRoot = resolve(cwd, config.exec.workRoot)
+  // An execution's output must fit a command result (docs/exec.md, "Bounds").
+  const output = resolveOutputBytes(file.exec?.limits?.outputBytes, config.resultMaxBytes)
+  if ('problem' in output) throw new ConfigError([output.problem])
+  config.exec.limits.outputBytes = output.outputBytes
   if (config.trustProxy === 'true' || config.trustProxy === 'false') config.trustProxy = config.trustProxy === 'true'
   // Heartbeats are what keep a quiet stream's connection from looking idle.
   if (config.sseHeartbeatMs >= config.connectionTimeoutMs) {

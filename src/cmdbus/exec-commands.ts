@@ -1,5 +1,5 @@
 import { CommandError, type CliToolSpec, type CommandContext, type JsonValue, type PluginLogger, type Risk } from '../extension/index.js'
-import { cliEnvironment, gateCliCall, PathError, probeCliVersion, QuotaError, SandboxUnavailableError, type ExecResult, type ExecService } from '../exec/index.js'
+import { cliEnvironment, execCommandTimeoutMs, fitExecResult, gateCliCall, PathError, probeCliVersion, QuotaError, SandboxUnavailableError, type ExecResult, type ExecService } from '../exec/index.js'
 import type { Store } from '../store/index.js'
 import type { CommandCatalog, CoreContext } from './command-catalog.js'
 import { classifyCommandLine } from './risk-rules.js'
@@ -72,6 +72,8 @@ export interface ExecCommandDeps {
   log: PluginLogger
   /** Operator high-risk keywords (SPEC §8.2), on top of the built-in rules. */
   highRiskKeywords?: readonly string[]
+  /** The bus's result cap (PLINTH_RESULT_MAX_BYTES): an execution's result is cut to fit it. */
+  resultMaxBytes: number
 }
 
 function requireConversation(context: CommandContext, command: string): string {
@@ -88,7 +90,8 @@ async function execute(deps: ExecCommandDeps, context: CommandContext, argv: str
       { conversationId, projectId: context.project?.id ?? null, ownerId: context.actor.onBehalfOf, argv, ...(input.stdin !== undefined && { stdin: input.stdin }), ...(input.env && { env: input.env }) },
       { signal: context.signal, onOutput: (stream, text) => events.push(stream, text) },
     )
-    return result as unknown as JsonValue
+    // The head of each stream, not a `result_too_large` with nothing kept.
+    return fitExecResult(result, deps.resultMaxBytes) as unknown as JsonValue
   } catch (error) {
     if (error instanceof SandboxUnavailableError) throw new CommandError('sandbox_unavailable', error.message)
     if (error instanceof QuotaError) throw new CommandError('quota_exceeded', error.message)
@@ -155,6 +158,7 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
         },
         risk: (params) => shellRisk(params.command),
         exposeAsTool: { name: 'exec' },
+        timeoutMs: execCommandTimeoutMs(settings.timeoutMs),
         preview: (params) => {
           const rules = classifyCommandLine(params.command, deps.highRiskKeywords).matchedRules.map((rule) => rule.id)
           return `Run ${backendNote()}: ${params.command}${rules.length > 0 ? `\n(high-risk rules: ${rules.join(', ')})` : ''}`
@@ -180,6 +184,7 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
         },
         risk: (params) => (params.language === 'bash' ? shellRisk(params.code) : exec.backendName === 'direct' ? 'high' : 'medium'),
         exposeAsTool: { name: 'run_code' },
+        timeoutMs: execCommandTimeoutMs(settings.timeoutMs),
         preview: (params) => `Run ${params.language} ${backendNote()}:\n${params.code.slice(0, 2000)}${params.code.length > 2000 ? '\n…' : ''}`,
       },
       async (params, context) => {
@@ -298,6 +303,7 @@ export async function registerCliTools(catalog: CommandCatalog, deps: ExecComman
           // Under direct a CLI runs on the server itself, in a directory anyone may fill: an execution.
           risk: () => (deps.exec.backendName === 'direct' ? 'high' : (spec.risk ?? 'low')),
           exposeAsTool: { name: spec.name },
+          timeoutMs: execCommandTimeoutMs(deps.exec.settings.timeoutMs),
           preview: (params) => `Run ${spec.name} ${backendNoteOf(deps.exec)}: ${[params.command, ...(params.subargs ?? [])].join(' ')}`,
         },
         async (params, context) => {

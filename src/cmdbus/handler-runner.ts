@@ -7,6 +7,9 @@ import { isCommandError, toJsonError } from './outcomes.js'
 
 const defaultTimeoutMs = 30_000
 
+/** Largest result a handler may return, as JSON bytes (PLINTH_RESULT_MAX_BYTES). */
+export const defaultResultMaxBytes = 1024 * 1024
+
 /** Runs an authorized command's handler with its timeout and result limit, then records how it ended (with `hooks`, in the caller's fenced transaction). */
 export async function runHandler(
   deps: { store: Store; maxResultBytes: number | undefined },
@@ -36,7 +39,7 @@ export async function runHandler(
       // What is returned is what is stored: NUL and lone surrogates become U+FFFD (docs/security.md).
       const json = storableJsonText(JSON.stringify(result ?? null) ?? 'null')
       const bytes = Buffer.byteLength(json)
-      const limit = deps.maxResultBytes ?? 1024 * 1024
+      const limit = deps.maxResultBytes ?? defaultResultMaxBytes
       outcome =
         bytes > limit
           ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'result_too_large', message: `${command.spec.id} returned ${bytes} bytes; results are limited to ${limit} (PLINTH_RESULT_MAX_BYTES)` } }

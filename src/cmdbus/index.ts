@@ -13,3 +13,4 @@ export { listAuditEnvelopes, verifyAuditChain, type AuditEnvelopeView, type Chai
 export type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
 export { registerCoreCommands, knowledgeHitJson } from './core-commands.js'
 export { registerExecCommands, registerCliTools, execModelText, type ExecCommandDeps } from './exec-commands.js'
+export { defaultResultMaxBytes } from './handler-runner.js'

@@ -11,4 +11,5 @@ export { WorkDirectories, PathError, defaultDeniedSegments, type FileEntry } fro
 export { cliEnvironment } from './cli-env.js'
 export { gateCliCall, probeCliVersion, validateCliSpec, type CliGate } from './cli-gate.js'
 export { ExecService, SandboxUnavailableError, defaultExecSettings, type BackendName, type ExecSettings } from './exec-service.js'
+export { execCommandTimeoutMs, execKillGraceMs, fitExecResult, outputBytesFor, resolveOutputBytes, resultEnvelopeBytes } from './result-bounds.js'
 export { defaultQuota, QuotaError, WorkQuota, type QuotaSettings } from './work-quota.js'
