@@ -803,7 +803,13 @@ export interface components {
                 [key: string]: unknown;
             };
             plugin: string;
-            risk: "low" | "medium" | "high" | "dynamic";
+            /** @description The command’s risk level, or `varies` when a classifier decides it per call (each call is shown its evaluated level) */
+            risk: "low" | "medium" | "high" | "varies";
+            /** @description With `varies`: the lowest and highest level a call can get; otherwise null */
+            riskRange: {
+                max: "low" | "medium" | "high";
+                min: "low" | "medium" | "high";
+            } | null;
             title: string;
         };
         /** Conversation */

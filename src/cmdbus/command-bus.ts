@@ -197,6 +197,26 @@ export class CommandBus {
     return (await this.#options.access.project(userId, projectId, 'write')) !== undefined
   }
 
+  /**
+   * The risk the gate will see for a call before it is dispatched (a classifier evaluated on these
+   * params), so clients are shown `low|medium|high`, never how it is decided. Null when the command is
+   * unknown or the params are invalid (the dispatch refuses those without a decision).
+   */
+  async assessRisk(request: Pick<DispatchRequest, 'commandId' | 'params' | 'entrance' | 'actor' | 'projectId' | 'conversationId' | 'runId'>): Promise<Risk | null> {
+    const command = this.#options.catalog.get(request.commandId)
+    if (!command || validateParams(command, request.params)) return null
+    if (request.entrance === 'agent' && command.spec.exposeAsTool?.risk) return command.spec.exposeAsTool.risk
+    if (typeof command.spec.risk === 'string') return command.spec.risk
+    const found = request.projectId ? await this.#options.access.project(request.actor.onBehalfOf, request.projectId, 'read') : undefined
+    const project = found ? { id: found.id, ownerId: found.ownerId, name: found.name } : null
+    const dispatch = { id: null, callId: null, conversationId: request.conversationId ?? null, runId: request.runId ?? null, entrance: request.entrance }
+    try {
+      return this.#risk(command, request as DispatchRequest, this.#context(command, request.actor, dispatch, project, undefined))
+    } catch {
+      return 'high' // a classifier that fails refuses the dispatch; until then, assume the worst
+    }
+  }
+
   /** The high-risk rules (built in, plus the operator's keywords) applied to a command string. */
   classifyCommandLine(text: string): CommandLineRisk {
     return classifyCommandLine(text, this.#options.highRiskKeywords ?? [])
@@ -541,7 +561,7 @@ export class CommandBus {
   #context(
     command: RegisteredCommand,
     actor: Actor,
-    dispatch: DispatchRecord,
+    dispatch: Pick<DispatchRecord, 'entrance' | 'conversationId' | 'runId'> & { id: string | null; callId: string | null },
     project: ProjectRef | null,
     signal: AbortSignal | undefined,
   ): CommandContext & { abort: AbortController } {

@@ -9,6 +9,7 @@ import type {
   ProjectAuthzAdapter,
   Registry,
   ResourceAuthorizer,
+  Risk,
   Skill,
 } from '../extension/index.js'
 import { validateCliSpec } from '../exec/index.js'
@@ -35,6 +36,18 @@ export interface RegisteredCommand {
   availableWhen?: () => boolean
   /** Core only: the users (names or ids) who alone may approve a call now — a second person — or null. */
   approversWhen?: () => readonly string[] | null
+  /** Core only: the levels a classifier can answer now (the catalog shows them; default low…high). */
+  riskRangeWhen?: () => readonly [Risk, Risk]
+}
+
+/**
+ * How a command's risk appears in the catalog: its level, or `varies` with the range a classifier can
+ * answer (a plugin's classifier: low…high). A call is always shown the evaluated level.
+ */
+export function catalogRisk(command: RegisteredCommand): { risk: Risk | 'varies'; riskRange: { min: Risk; max: Risk } | null } {
+  if (typeof command.spec.risk === 'string') return { risk: command.spec.risk, riskRange: null }
+  const [min, max] = command.riskRangeWhen?.() ?? (['low', 'high'] as const)
+  return min === max ? { risk: min, riskRange: null } : { risk: 'varies', riskRange: { min, max } }
 }
 
 /** What core commands' handlers may read beyond the plugin surface's CommandContext. */
@@ -147,7 +160,7 @@ export class CommandCatalog {
   }
 
   /** Core commands only: a per-call confirmation, the model's view of results, availability. */
-  setCoreHooks(commandId: string, hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText' | 'availableWhen' | 'approversWhen'>): void {
+  setCoreHooks(commandId: string, hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText' | 'availableWhen' | 'approversWhen' | 'riskRangeWhen'>): void {
     const command = this.#commands.get(commandId)
     if (command) Object.assign(command, hooks)
   }

@@ -267,7 +267,13 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
 
   for (const id of ['core.exec', 'core.run_code']) {
     // Under direct a human approves every run, whatever the mode or allowances.
-    catalog.setCoreHooks(id, { confirmWhen: () => exec.backendName === 'direct', modelText: execModelText, availableWhen: () => exec.executionAvailable, approversWhen: () => directApprovers(exec) })
+    catalog.setCoreHooks(id, {
+      confirmWhen: () => exec.backendName === 'direct',
+      modelText: execModelText,
+      availableWhen: () => exec.executionAvailable,
+      approversWhen: () => directApprovers(exec),
+      riskRangeWhen: () => (exec.backendName === 'direct' ? ['high', 'high'] : ['medium', 'high']),
+    })
   }
 }
 
@@ -318,6 +324,7 @@ export async function registerCliTools(catalog: CommandCatalog, deps: ExecComman
         modelText: execModelText,
         availableWhen: () => deps.exec.executionAvailable,
         approversWhen: () => directApprovers(deps.exec),
+        riskRangeWhen: () => (deps.exec.backendName === 'direct' ? ['high', 'high'] : [spec.risk ?? 'low', spec.risk ?? 'low']),
       })
     } catch (error) {
       deps.log.warn(`CLI tool ${spec.name} is not offered: ${(error as Error).message}`, { plugin })

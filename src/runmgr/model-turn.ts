@@ -112,7 +112,7 @@ export async function modelTurn(
   } else {
     for (const call of ledger) {
       const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? kit.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
-      call.risk = risk?.risk ?? (call.kind === 'command' ? commandRisk(tools.get(call.name)) : null)
+      call.risk = risk?.risk ?? (await commandRisk(kit.bus, run, tools.get(call.name), call.args))
       events.push(
         runEvent(run, 'tool_call.created', {
           runId: run.id,

@@ -1,5 +1,5 @@
 import type { CommandBus, RegisteredCommand } from '../cmdbus/index.js'
-import type { JsonValue } from '../extension/index.js'
+import type { JsonValue, Risk } from '../extension/index.js'
 import { projectToolSchema, type ModelTool } from '../llm/index.js'
 import type { Run } from '../store/index.js'
 
@@ -55,9 +55,16 @@ export function parseArguments(raw: string): { value: JsonValue | null; error?: 
   }
 }
 
-export function commandRisk(entry: ToolEntry | undefined): string | null {
-  if (entry?.kind !== 'command') return null
-  const spec = entry.command.spec
-  if (spec.exposeAsTool?.risk) return spec.exposeAsTool.risk
-  return typeof spec.risk === 'string' ? spec.risk : 'dynamic'
+/** The call's risk as the gate will evaluate it (a classifier run on these args): what clients are shown. */
+export async function commandRisk(bus: CommandBus, run: Run, entry: ToolEntry | undefined, args: JsonValue | null): Promise<Risk | null> {
+  if (entry?.kind !== 'command' || args === null || typeof args !== 'object' || Array.isArray(args)) return null
+  return bus.assessRisk({
+    commandId: entry.command.spec.id,
+    params: args,
+    entrance: 'agent',
+    actor: { type: 'agent', id: run.id, onBehalfOf: run.ownerId },
+    projectId: run.projectId,
+    conversationId: run.conversationId,
+    runId: run.id,
+  })
 }

@@ -13,7 +13,7 @@ export interface OfferedTool {
   commandId: string
   description: string
   parameters: JsonValue
-  risk: Risk | 'dynamic'
+  risk: Risk | 'varies'
 }
 
 /** One call a scripted turn makes: a tool name and its arguments (an object, or JSON text as a model streams it). */
@@ -63,7 +63,7 @@ export function offeredTools(harness: Harness): OfferedTool[] {
       commandId: spec.id,
       description: spec.description,
       parameters: spec.paramsSchema as JsonValue,
-      risk: spec.exposeAsTool?.risk ?? (typeof spec.risk === 'string' ? spec.risk : 'dynamic'),
+      risk: spec.exposeAsTool?.risk ?? (typeof spec.risk === 'string' ? spec.risk : 'varies'),
     }))
 }
 

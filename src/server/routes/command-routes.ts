@@ -1,5 +1,5 @@
 import { Type } from 'typebox'
-import { commandIdPattern, parseSlash } from '../../cmdbus/index.js'
+import { catalogRisk, commandIdPattern, parseSlash } from '../../cmdbus/index.js'
 import type { JsonValue } from '../../extension/index.js'
 import { caller } from '../auth.js'
 import { sendDispatchOutcome } from '../dispatch-answer.js'
@@ -10,6 +10,7 @@ import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['commands']
 const problem = Type.Ref('Problem')
+const RiskLevel = Type.Union([Type.Literal('low'), Type.Literal('medium'), Type.Literal('high')])
 
 const CommandView = Type.Object(
   {
@@ -17,7 +18,10 @@ const CommandView = Type.Object(
     title: Type.String(),
     description: Type.String(),
     paramsSchema: Type.Record(Type.String(), Type.Unknown(), { description: 'The JSON Schema of its params' }),
-    risk: Type.Union([Type.Literal('low'), Type.Literal('medium'), Type.Literal('high'), Type.Literal('dynamic')]),
+    risk: Type.Union([Type.Literal('low'), Type.Literal('medium'), Type.Literal('high'), Type.Literal('varies')], {
+      description: 'The command’s risk level, or `varies` when a classifier decides it per call (each call is shown its evaluated level)',
+    }),
+    riskRange: Type.Union([Type.Object({ min: RiskLevel, max: RiskLevel }), Type.Null()], { description: 'With `varies`: the lowest and highest level a call can get; otherwise null' }),
     confirm: Type.Boolean(),
     entrances: Type.Array(Type.String()),
     exposeAsTool: Type.Union([Type.Object({ name: Type.String(), risk: Type.Union([Type.String(), Type.Null()]) }), Type.Null()]),
@@ -59,7 +63,7 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
         title: command.spec.title,
         description: command.spec.description,
         paramsSchema: command.spec.paramsSchema,
-        risk: typeof command.spec.risk === 'function' ? ('dynamic' as const) : command.spec.risk,
+        ...catalogRisk(command),
         confirm: command.spec.confirm === true,
         entrances: command.spec.entrances ?? allEntrances,
         exposeAsTool: command.toolName ? { name: command.toolName, risk: command.spec.exposeAsTool?.risk ?? null } : null,

@@ -1,0 +1,74 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ScriptedModel } from '../src/llm/index.js'
+import type { Store } from '../src/store/index.js'
+import { openTestStore } from './helpers/engines.js'
+import { openSse } from './helpers/sse-client.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+
+// Clients see a call's evaluated risk (low|medium|high), never how it is decided; the catalog says
+// `varies` with the range where a classifier decides (README "Commands").
+const classified = new URL('./__fixtures__/plugins/classified.ts', import.meta.url).pathname
+
+async function settledRun(server: TestServer, token: string, runId: string, statuses: string[]): Promise<Record<string, unknown>> {
+  const deadline = Date.now() + 30_000
+  for (;;) {
+    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
+    if (statuses.includes(run.status)) return run
+    if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}`)
+    await new Promise((resolve) => setTimeout(resolve, 30))
+  }
+}
+
+describe('risk on the wire', () => {
+  let store: Store
+  let server: TestServer
+  let model: ScriptedModel
+  let alice: TestUser
+  let conversationId: string
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    model = new ScriptedModel({ id: 'scripted', turns: [] })
+    server = await startTestServer(store, { models: [model], plugins: [classified], exec: { backend: 'direct' } })
+    alice = await server.createUser()
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'risk' } })).body.id
+    conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+  })
+
+  it('a call shows the level its classifier gives these arguments, in tool_call.created and requiredAction', async () => {
+    model.setTurns([
+      { toolCalls: [{ name: 'classified__touch', arguments: { path: '/etc/hosts' } }, { name: 'classified__touch', arguments: { path: 'notes.txt' } }] },
+      { text: 'done' },
+    ])
+    const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
+    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'touch', knowledge: { autoInject: false } } })
+    const waiting = await settledRun(server, alice.token, run.body.id, ['requires_action', 'completed', 'failed'])
+    expect(waiting.status).toBe('requires_action')
+    const decisions = (waiting.requiredAction as { decisions: Array<{ risk: string; args: { path: string } }> }).decisions
+    expect(decisions.map((decision) => [decision.args.path, decision.risk])).toEqual([['/etc/hosts', 'high']])
+    const createdEvents = () => stream.events.filter((event) => event.event === 'tool_call.created')
+    for (const deadline = Date.now() + 15_000; createdEvents().length < 2 && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 30))
+    stream.close()
+    const risks = createdEvents().filter((event) => event.event === 'tool_call.created').map((event) => [event.data.args.path, event.data.risk])
+    expect(risks).toEqual([['/etc/hosts', 'high'], ['notes.txt', 'low']])
+    // The decision itself carries the same level.
+    const decision = await server.request('GET', `/api/runs/${run.body.id}`, { token: alice.token })
+    expect(JSON.stringify(decision.body)).not.toContain('dynamic')
+  })
+
+  it('the catalog shows a static level, or `varies` with the range, never an internal word', async () => {
+    const answer = await server.request('GET', '/api/commands', { token: alice.token })
+    expect(answer.status).toBe(200)
+    const catalog = answer.body.items as Array<{ id: string; risk: string; riskRange: { min: string; max: string } | null }>
+    const byId = new Map(catalog.map((command) => [command.id, command]))
+    expect(byId.get('classified.touch')).toMatchObject({ risk: 'varies', riskRange: { min: 'low', max: 'high' } })
+    // Under direct an execution is always high.
+    expect(byId.get('core.exec')).toMatchObject({ risk: 'high', riskRange: null })
+    expect(byId.get('core.read_file')).toMatchObject({ risk: 'low', riskRange: null })
+    for (const command of catalog) expect(['low', 'medium', 'high', 'varies']).toContain(command.risk)
+  })
+})
