@@ -46,7 +46,7 @@ function renderSignIn(message) {
   crumbs.replaceChildren()
   who.replaceChildren()
   notice(null)
-  const input = h('input', { type: 'password', name: 'token', autocomplete: 'off', placeholder: 'plinth_…', required: true, 'aria-label': 'API token' })
+  const input = h('input', { type: 'password', name: 'token', autocomplete: 'off', placeholder: 'plt_…', required: true, 'aria-label': 'API token' })
   const error = h('p.error', { role: 'alert' }, message ?? '')
   const button = h('button', { type: 'submit' }, 'Sign in')
   const form = h(

@@ -2,6 +2,7 @@
 // output, approval cards, client tools, cancel) and the conversation's audit.
 import { query } from './api.js'
 import { h, mount, pretty, when } from './dom.js'
+import { renderMarkdown } from './markdown.js'
 import { follow } from './stream.js'
 
 const phases = {
@@ -76,9 +77,9 @@ export async function renderConversation(main, conversationId, context) {
         if (type === 'run.status') runStatus.textContent = statusText(data)
         if (type === 'decision.resolved' && data.outcome === 'approved') runStatus.textContent = 'Approved: running it…'
         if (type === 'run.completed') runStatus.textContent = 'Completed.'
-        if (type === 'run.failed') runStatus.textContent = `Failed: ${data.error?.message ?? data.error?.code ?? 'unknown error'}`
-        if (type === 'run.cancelled') runStatus.textContent = `Cancelled${data.reason && data.reason !== 'cancelled' ? ` (${data.reason})` : ''}.`
-        if (type === 'run.expired') runStatus.textContent = 'Expired: nobody answered in time.'
+        if (type === 'run.failed') runStatus.textContent = endedText('failed', data.error)
+        if (type === 'run.cancelled') runStatus.textContent = endedText('cancelled', null, data.reason)
+        if (type === 'run.expired') runStatus.textContent = endedText('expired')
       },
       onState: (state) => {
         context.notice(state === 'reconnecting' ? 'Connection lost — reconnecting…' : null, 'warn')
@@ -129,7 +130,22 @@ export async function renderConversation(main, conversationId, context) {
   const messages = await loadTranscript(api, conversationId)
   view.transcript(messages.filter((message) => !conversation.activeRunId || message.runId !== conversation.activeRunId))
   if (conversation.activeRunId) watch(conversation.activeRunId)
-  else input.focus()
+  else {
+    // Reopened after the fact: a last run that did not complete says how it ended, and why.
+    const last = (await api.get(`/api/conversations/${conversationId}/runs${query({ limit: 1 })}`).catch(() => null))?.items?.[0]
+    if (last && ['failed', 'cancelled', 'expired'].includes(last.status)) {
+      runStatus.textContent = endedText(last.status, last.error, last.cancelReason)
+      runStatus.dataset.runStatus = last.status
+    }
+    input.focus()
+  }
+}
+
+/** How a run ended, with its reason: the same words live and when the conversation is reopened. */
+function endedText(status, error, reason) {
+  if (status === 'failed') return `Failed: ${error?.message ?? error?.code ?? 'unknown error'}${error?.code && error?.message ? ` (${error.code})` : ''}`
+  if (status === 'cancelled') return `Cancelled${reason && reason !== 'cancelled' ? ` (${reason})` : ''}.`
+  return 'Expired: nobody answered in time.'
 }
 
 function statusText(data) {
@@ -166,7 +182,8 @@ class ChatView {
     for (const message of messages) {
       if (message.role === 'tool') {
         const call = [...this.calls.values()].find((candidate) => candidate.callId === message.toolCallId || candidate.providerCallId === message.toolCallId)
-        if (call) call.setResult(message.status === 'completed' ? 'ok' : message.status, message.content)
+        // The call's own outcome and raw output, as tool_call.completed showed them live.
+        if (call) call.setResult(message.toolStatus ?? (message.status === 'completed' ? 'ok' : message.status), message.toolStatus ? message.toolOutput : message.content)
         continue
       }
       if (message.role === 'system') continue
@@ -198,7 +215,11 @@ class ChatView {
         complete(content, status) {
           this.final = true
           this.text = content ?? ''
-          text.textContent = this.text
+          // The model's finished answer is Markdown; what people type stays plain text.
+          if (role === 'assistant') {
+            text.replaceChildren(renderMarkdown(this.text))
+            text.classList.add('md')
+          } else text.textContent = this.text
           el.classList.remove('streaming')
           // A turn that only called tools has no text: its tool cards say it all.
           el.classList.toggle('empty', this.text === '' && role === 'assistant')
@@ -413,29 +434,35 @@ function parseArgs(text) {
 
 async function renderAudit(panel, api, conversationId, me) {
   const name = (id) => (id === me.id ? 'you' : id)
-  const page = await api.get(`/api/audit${query({ conversationId, limit: 100 })}`)
+  const rows = h('tbody')
+  const more = h('button.secondary.more', { hidden: true }, 'Load more')
+  let cursor = null
+  const load = async () => {
+    const page = await api.get(`/api/audit${query({ conversationId, limit: 100, cursor })}`)
+    rows.append(
+      ...page.items.map((item) =>
+        h(
+          'tr',
+          h('td', when(item.timings?.requestedAt)),
+          h('td', item.commandId),
+          h('td', item.entrance),
+          h('td', item.actor?.type === 'user' ? name(item.actor.id) : `${item.actor?.type ?? ''}${item.actor?.onBehalfOf ? ` for ${name(item.actor.onBehalfOf)}` : ''}`),
+          h('td', item.risk ?? ''),
+          h('td', item.decision ? `${item.decision.outcome}${item.decision.by ? ` by ${name(item.decision.by)}` : ''}` : ''),
+          h('td', h(`span.tag.status-${item.status}`, item.status)),
+        ),
+      ),
+    )
+    cursor = page.nextCursor
+    more.hidden = !cursor
+    return page
+  }
+  more.onclick = () => load().catch(() => {})
+  const first = await load()
   mount(
     panel,
-    page.items.length === 0
+    first.items.length === 0
       ? h('p.muted', 'Nothing was dispatched in this conversation yet.')
-      : h(
-          'table.audit',
-          h('thead', h('tr', ['when', 'command', 'entrance', 'actor', 'risk', 'decision', 'status'].map((name) => h('th', name)))),
-          h(
-            'tbody',
-            page.items.map((item) =>
-              h(
-                'tr',
-                h('td', when(item.timings?.requestedAt)),
-                h('td', item.commandId),
-                h('td', item.entrance),
-                h('td', item.actor?.type === 'user' ? name(item.actor.id) : `${item.actor?.type ?? ''}${item.actor?.onBehalfOf ? ` for ${name(item.actor.onBehalfOf)}` : ''}`),
-                h('td', item.risk ?? ''),
-                h('td', item.decision ? `${item.decision.outcome}${item.decision.by ? ` by ${name(item.decision.by)}` : ''}` : ''),
-                h('td', h(`span.tag.status-${item.status}`, item.status)),
-              ),
-            ),
-          ),
-        ),
+      : [h('table.audit', h('thead', h('tr', ['when', 'command', 'entrance', 'actor', 'risk', 'decision', 'status'].map((name) => h('th', name)))), rows), more],
   )
 }

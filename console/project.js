@@ -36,38 +36,75 @@ async function renderConversations(section, project, api, showError) {
     title,
     h('button', { type: 'submit' }, 'New conversation'),
   )
-  section.append(form, list)
-  const page = await api.get(`/api/projects/${project.id}/conversations${query({ limit: 100 })}`)
-  for (const conversation of page.items) {
-    list.append(h('li', h('a', { href: `#/conversations/${conversation.id}` }, conversation.title || 'Untitled conversation'), h('span.muted.right', when(conversation.createdAt))))
+  const more = h('button.secondary.more', { hidden: true }, 'Load more')
+  section.append(form, list, more)
+  let cursor = null
+  const load = async () => {
+    const page = await api.get(`/api/projects/${project.id}/conversations${query({ limit: 100, cursor })}`)
+    for (const conversation of page.items) {
+      list.append(h('li', h('a', { href: `#/conversations/${conversation.id}` }, conversation.title || 'Untitled conversation'), h('span.muted.right', when(conversation.createdAt))))
+    }
+    if (page.items.length === 0 && !cursor) list.append(h('li.muted', 'No conversations yet.'))
+    cursor = page.nextCursor
+    more.hidden = !cursor
   }
-  if (page.items.length === 0) list.append(h('li.muted', 'No conversations yet.'))
+  more.onclick = () => load().catch(showError)
+  await load()
 }
 
 async function renderKnowledge(section, project, api, showError) {
   const list = h('ul.items', { id: 'knowledge' })
-  const refresh = async () => {
-    const page = await api.get(`/api/projects/${project.id}/knowledge${query({ limit: 100 })}`)
-    mount(
-      list,
-      page.items.map((item) =>
-        h(
-          'li',
-          h('strong', item.title),
-          item.shared ? h('span.tag', 'shared') : null,
-          h('span.tag', item.status),
-          item.ingestStatus !== 'ready' ? h('span.tag.warn', item.ingestStatus) : null,
-          h('span.muted', ` ${item.chunkCount} chunks`),
-          item.ingestError ? h('div.error', item.ingestError) : null,
-          item.status === 'draft' && !item.shared
-            ? h('button.link', { onclick: () => api.post(`/api/knowledge/${item.id}/publish`).then(refresh).catch(showError) }, 'publish')
-            : null,
-        ),
-      ),
+  const more = h('button.secondary.more', { hidden: true }, 'Load more')
+  let cursor = null
+  let shown = 0
+  let poll = null
+  const itemView = (item) =>
+    h(
+      'li',
+      { dataset: { knowledgeId: item.id } },
+      h('strong', item.title),
+      item.shared ? h('span.tag', 'shared') : null,
+      h('span.tag', item.status),
+      // Ingestion: pending while it is read and indexed, then ready, or failed with the reason.
+      h(`span.tag.ingest.ingest-${item.ingestStatus}${item.ingestStatus === 'ready' ? '' : '.warn'}`, item.ingestStatus),
+      item.ingestStatus === 'ready' ? h('span.muted', ` ${item.chunkCount} ${item.chunkCount === 1 ? 'chunk' : 'chunks'}`) : null,
+      item.ingestStatus === 'failed' ? h('div.error.ingest-error', `Failed: ${item.ingestError ?? 'unknown reason'}`) : null,
+      item.status === 'draft' && !item.shared
+        ? h('button.link', { onclick: () => api.post(`/api/knowledge/${item.id}/publish`).then(refresh).catch(showError) }, 'publish')
+        : null,
     )
-    if (page.items.length === 0) list.append(h('li.muted', 'No knowledge yet.'))
+  const fetchPage = (after) => api.get(`/api/projects/${project.id}/knowledge${query({ limit: 100, cursor: after })}`)
+  const schedule = (items) => {
     // Items still ingesting: look again shortly.
-    if (page.items.some((item) => item.ingestStatus === 'pending')) setTimeout(() => refresh().catch(() => {}), 1500)
+    clearTimeout(poll)
+    if (items.some((item) => item.ingestStatus === 'pending') && list.isConnected) poll = setTimeout(() => refresh().catch(() => {}), 1500)
+  }
+  // Reloads as many items as are shown (at least the first page), so "load more" is not undone.
+  const refresh = async () => {
+    const items = []
+    let next = null
+    do {
+      const page = await fetchPage(next)
+      items.push(...page.items)
+      next = page.nextCursor
+    } while (next && items.length < shown)
+    cursor = next
+    shown = items.length
+    mount(list, items.map(itemView))
+    if (items.length === 0) list.append(h('li.muted', 'No knowledge yet.'))
+    more.hidden = !cursor
+    schedule(items)
+  }
+  more.onclick = async () => {
+    try {
+      const page = await fetchPage(cursor)
+      list.append(...page.items.map(itemView))
+      shown += page.items.length
+      cursor = page.nextCursor
+      more.hidden = !cursor
+    } catch (error) {
+      showError(error)
+    }
   }
   const status = h('p.muted', { role: 'status' })
   const file = h('input', { type: 'file', name: 'file', accept: '.txt,.md,.html,.pdf,.docx', 'aria-label': 'Knowledge file' })
@@ -124,6 +161,6 @@ async function renderKnowledge(section, project, api, showError) {
     q,
     h('button', { type: 'submit' }, 'Search'),
   )
-  section.append(upload, list, h('h3', 'Search'), search, results)
+  section.append(upload, list, more, h('h3', 'Search'), search, results)
   await refresh()
 }

@@ -930,6 +930,10 @@ export interface components {
             } & {
                 [key: string]: unknown;
             })[] | null;
+            /** @description A tool message's raw call output, as tool_call.completed carried it (content is the text the model read) */
+            toolOutput?: unknown;
+            /** @description A tool message's call outcome (ok, error, rejected…), as tool_call.completed said */
+            toolStatus?: string | null;
         };
         /** ModelParams */
         ModelParams: {

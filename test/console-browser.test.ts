@@ -18,7 +18,38 @@ const screenshots = process.env.PLINTH_SCREENSHOTS ?? fileURLToPath(new URL('../
 const adminToken = 'console-admin-token-0123456789'
 const slowWords = Array.from({ length: 120 }, (_, index) => `w${index}`)
 
+// Ordinary Markdown the console renders as HTML, and hostile HTML and links it must neutralise.
+const markdownAnswer = [
+  '## Plan',
+  '',
+  '- first step',
+  '- second step',
+  '',
+  '```',
+  'npm test',
+  '```',
+  '',
+  '| key | value |',
+  '| --- | ----- |',
+  '| a | 2 |',
+  '',
+  'Read [the docs](https://example.com/docs).',
+  '',
+  '<img src=x onerror="window.__pwned = 1; alert(1)">',
+  '',
+  '[click me](javascript:window.__pwned=2)',
+  '',
+  '<script>window.__pwned = 3</script>',
+  '',
+  '<a href="JaVaScRiPt:window.__pwned=4">raw link</a> <svg onload="window.__pwned=5"></svg> <iframe src="javascript:window.__pwned=6"></iframe>',
+].join('\n')
+const chineseAnswer = '数据库已经准备好了，请开始测试。'
+
 const scripts = {
+  markdown: { turns: [{ text: markdownAnswer }] },
+  chinese: { turns: [{ text: chineseAnswer }] },
+  // Calls a tool it does not have, even when told to stop: a run capped at one iteration fails.
+  loop: { turns: [{ toolCalls: [{ name: 'no_such_tool', arguments: {} }], evenWithoutTools: true }] },
   decide: { turnBy: 'round', turns: [{ text: 'I will write it.', toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Memo', body: 'hello' } }] }, { text: 'The draft is written.' }] },
   slow: { turns: [{ text: slowWords.join(' '), chunks: 120, delayMs: 60 }] },
   exec: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'exec', arguments: { command: 'for i in 1 2 3 4 5; do echo line $i; sleep 0.4; done' } }] }, { text: 'Counted to five.' }] },
@@ -120,6 +151,8 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
       if (request.url().endsWith('/api/me')) meRequests++
     })
     await page.goto(`${base}/console`)
+    // The placeholder shows the real token prefix.
+    await expect(page.getAttribute('input[name=token]', 'placeholder')).resolves.toBe('plt_…')
     await page.fill('input[name=token]', 'plt_not-a-real-token')
     await page.click('form.signin button[type=submit]')
     await page.waitForSelector('p.error >> text=not accepted')
@@ -333,6 +366,187 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.selectOption('select[name=execBackend]', 'direct')
     await page.click('button >> text=Apply')
     await page.waitForSelector('#exec-backend >> text=direct')
+    await page.close()
+  })
+
+  it('renders the model’s Markdown as HTML and neutralises hostile HTML and links, live and on reload', async () => {
+    const projectId = await project('Markdown', 'markdown')
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    const page = await newPage()
+    const dialogs: string[] = []
+    page.on('dialog', (dialog) => {
+      dialogs.push(dialog.message())
+      void dialog.dismiss()
+    })
+    await signIn(page, `#/conversations/${conversation.body.id}`)
+    await page.fill('#composer', 'Plan it.')
+    await page.click('#send')
+    await page.waitForSelector('#run-status >> text=Completed.')
+    const answer = page.locator('.msg.assistant .text')
+    const check = async () => {
+      await answer.locator('h2 >> text=Plan').waitFor()
+      await expect(answer.locator('ul > li').allInnerTexts()).resolves.toEqual(['first step', 'second step'])
+      await expect(answer.locator('pre code').innerText()).resolves.toMatch(/^npm test\s*$/)
+      await expect(answer.locator('table td').allInnerTexts()).resolves.toEqual(['a', '2'])
+      await expect(answer.locator('a', { hasText: 'the docs' }).getAttribute('href')).resolves.toBe('https://example.com/docs')
+      // In the page (a string: the tests compile without the DOM library).
+      const hostile = await page.evaluate(`(() => {
+        const all = [...document.getElementById('log').querySelectorAll('*')]
+        return {
+          pwned: window.__pwned ?? null,
+          scripts: document.querySelectorAll('#log script, #log iframe').length,
+          handlers: all.flatMap((el) => el.getAttributeNames().filter((name) => name.startsWith('on'))),
+          scriptHrefs: all.map((el) => el.getAttribute('href') ?? el.getAttribute('src') ?? '').filter((url) => /^\\s*javascript:/i.test(url)),
+        }
+      })()`)
+      expect(hostile).toEqual({ pwned: null, scripts: 0, handlers: [], scriptHrefs: [] })
+    }
+    await check()
+    // The neutralised link is inert: clicking it runs nothing.
+    await answer.locator('text=click me').click()
+    await shot(page, '13-markdown')
+    await page.reload()
+    await check()
+    await page.waitForTimeout(500)
+    expect(await page.evaluate('window.__pwned ?? null')).toBeNull()
+    expect(dialogs).toEqual([])
+    await page.close()
+  })
+
+  it('renders Chinese text with a CJK font, not as empty boxes', async () => {
+    const projectId = await project('中文项目', 'chinese')
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: { title: '中文对话' } })
+    const page = await newPage()
+    await signIn(page, `#/conversations/${conversation.body.id}`)
+    await page.fill('#composer', '你好')
+    await page.click('#send')
+    await page.waitForSelector(`.msg.assistant .text p >> text=${chineseAnswer}`)
+    const family = await page.evaluate("getComputedStyle(document.querySelector('.msg.assistant .text p')).fontFamily")
+    expect(family).toContain('Noto Sans CJK SC')
+    // The fonts Chromium actually drew the answer with (DevTools protocol): a CJK font, for every glyph.
+    const cdp = await page.context().newCDPSession(page)
+    await cdp.send('DOM.enable')
+    await cdp.send('CSS.enable')
+    const { root } = await cdp.send('DOM.getDocument', { depth: -1 })
+    const { nodeId } = await cdp.send('DOM.querySelector', { nodeId: root.nodeId, selector: '.msg.assistant .text p' })
+    const { fonts } = await cdp.send('CSS.getPlatformFontsForNode', { nodeId })
+    const cjk = fonts.filter((font) => /CJK|Source Han|PingFang|YaHei/i.test(font.familyName))
+    expect(cjk.reduce((sum, font) => sum + font.glyphCount, 0), JSON.stringify(fonts)).toBe([...chineseAnswer].length)
+    await shot(page, '14-chinese')
+    await page.close()
+  })
+
+  it('reopening a conversation shows how its last run ended, and why: failed, cancelled, waiting for a decision', async () => {
+    const page = await newPage()
+    await signIn(page)
+    const open = async (conversationId: string) => {
+      await page.goto(`${base}/console/#/conversations/${conversationId}`)
+      await page.waitForSelector('#composer')
+    }
+
+    const failedProject = await project('Failed run', 'loop')
+    const failed = (await http(server.url, 'POST', `/api/projects/${failedProject}/conversations`, { token, body: {} })).body.id as string
+    const failedRun = await http(server.url, 'POST', `/api/conversations/${failed}/runs?wait=true`, { token, body: { input: 'go', maxIterations: 1 } })
+    expect(failedRun.body.status).toBe('failed')
+    await open(failed)
+    await page.waitForSelector('#run-status >> text=Failed:')
+    await expect(page.locator('#run-status').innerText()).resolves.toBe(`Failed: ${failedRun.body.error.message} (${failedRun.body.error.code})`)
+    await shot(page, '15-reopened-failed')
+
+    const slowProject = await project('Cancelled run', 'slow')
+    const cancelled = (await http(server.url, 'POST', `/api/projects/${slowProject}/conversations`, { token, body: {} })).body.id as string
+    const slowRun = await http(server.url, 'POST', `/api/conversations/${cancelled}/runs`, { token, body: { input: 'go' } })
+    await http(server.url, 'POST', `/api/runs/${slowRun.body.id}/cancel`, { token })
+    await expect.poll(async () => (await http(server.url, 'GET', `/api/runs/${slowRun.body.id}`, { token })).body.status, { timeout: 20_000 }).toBe('cancelled')
+    await open(cancelled)
+    await page.waitForSelector('#run-status >> text=Cancelled.')
+
+    const decideProject = await project('Waiting run', 'decide')
+    const waiting = (await http(server.url, 'POST', `/api/projects/${decideProject}/conversations`, { token, body: {} })).body.id as string
+    const waitingRun = await http(server.url, 'POST', `/api/conversations/${waiting}/runs?wait=true`, { token, body: { input: 'write it' } })
+    expect(waitingRun.body.status).toBe('requires_action')
+    await open(waiting)
+    await page.waitForSelector('#run-status >> text=Waiting for you')
+    await page.locator('.decision button[data-answer=reject]').waitFor()
+    await page.close()
+  })
+
+  it('a tool result looks the same live and after a reload', async () => {
+    const projectId = await project('Tool results', 'decide')
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    const page = await newPage()
+    await signIn(page, `#/conversations/${conversation.body.id}`)
+    await page.fill('#composer', 'Write it.')
+    await page.click('#send')
+    await page.locator('.decision button[data-answer=reject]').click()
+    await page.waitForSelector('#run-status >> text=Completed.')
+    const call = page.locator('.call', { hasText: 'rdm__draft__compose' })
+    const seen = async () => ({ status: await call.locator('.call-status').innerText(), result: await call.locator('pre.result').innerText() })
+    const live = await seen()
+    expect(live.status).toBe('rejected')
+    await page.reload()
+    await page.waitForSelector('.msg.assistant >> text=The draft is written.')
+    await expect(seen()).resolves.toEqual(live)
+    await page.close()
+  })
+
+  it('knowledge shows ready (1 chunk) or failed with the reason', async () => {
+    const projectId = await project('Knowledge states', 'decide')
+    const page = await newPage()
+    await signIn(page, `#/projects/${projectId}`)
+    await page.fill('input[name=title][aria-label="Knowledge title"]', 'Short note')
+    await page.fill('textarea[name=text]', 'One short paragraph.')
+    await page.click('button >> text=Add knowledge')
+    const ready = page.locator('#knowledge li', { hasText: 'Short note' })
+    await ready.locator('.ingest-ready').waitFor({ timeout: 30_000 })
+    await expect(ready.innerText()).resolves.toMatch(/ready\s+1 chunk\b(?!s)/)
+    await page.fill('input[name=title][aria-label="Knowledge title"]', 'Broken file')
+    await page.setInputFiles('input[type=file]', { name: 'broken.pdf', mimeType: 'application/pdf', buffer: Buffer.from('this is not a PDF at all') })
+    await page.click('button >> text=Add knowledge')
+    const broken = page.locator('#knowledge li', { hasText: 'Broken file' })
+    await broken.locator('.ingest-failed').waitFor({ timeout: 30_000 })
+    const items = await http(server.url, 'GET', `/api/projects/${projectId}/knowledge`, { token })
+    const reason = items.body.items.find((item: { title: string }) => item.title === 'Broken file').ingestError as string
+    expect(reason).toBeTruthy()
+    await expect(broken.locator('.ingest-error').innerText()).resolves.toBe(`Failed: ${reason}`)
+    await shot(page, '16-knowledge-states')
+    await page.close()
+  })
+
+  it('pages conversations, knowledge and the audit beyond the newest 100', async () => {
+    const projectId = await project('Many things', 'decide')
+    const total = 103
+    const conversationIds: string[] = []
+    for (let index = 0; index < total; index += 10) {
+      const batch = Array.from({ length: Math.min(10, total - index) }, (_, offset) => index + offset)
+      await Promise.all(
+        batch.map(async (n) => {
+          const made = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: { title: `c${n}` } })
+          conversationIds.push(made.body.id)
+          expect((await http(server.url, 'POST', `/api/projects/${projectId}/knowledge`, { token, body: { title: `k${n}`, text: `note ${n}` } })).status).toBe(201)
+        }),
+      )
+    }
+    const busy = conversationIds[0]!
+    for (let n = 0; n < total; n++) {
+      const answer = await http(server.url, 'PATCH', `/api/conversations/${busy}`, { token, body: { permissionMode: n % 2 === 0 ? 'risky' : 'manual' } })
+      expect(answer.status).toBe(200)
+    }
+    const page = await newPage()
+    await signIn(page, `#/projects/${projectId}`)
+    for (const id of ['conversations', 'knowledge']) {
+      const list = page.locator(`#${id} > li`)
+      await expect.poll(() => list.count(), { timeout: 30_000 }).toBe(100)
+      await page.locator(`#${id} + button.more`).click()
+      await expect.poll(() => list.count(), { timeout: 30_000 }).toBe(total)
+      await expect(page.locator(`#${id} + button.more`).isVisible()).resolves.toBe(false)
+    }
+    await page.goto(`${base}/console/#/conversations/${busy}`)
+    await page.click('#audit-tab')
+    const rows = page.locator('table.audit tbody tr')
+    await expect.poll(() => rows.count(), { timeout: 30_000 }).toBe(100)
+    await page.click('#audit button.more')
+    await expect.poll(() => rows.count(), { timeout: 30_000 }).toBe(total)
     await page.close()
   })
 })

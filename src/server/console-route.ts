@@ -23,6 +23,9 @@ const contentSecurityPolicy = [
   "form-action 'self'",
 ].join('; ')
 
+/** ES modules the console imports from /console/vendor/. */
+const vendorModules = { 'marked.js': 'marked', 'purify.js': 'dompurify' }
+
 /** `GET /console/`: the web console, static files served by this server (no separate process, no CDN). */
 export async function registerConsole(app: FastifyInstance): Promise<void> {
   const root = consoleRoot()
@@ -33,6 +36,13 @@ export async function registerConsole(app: FastifyInstance): Promise<void> {
     const page = await readFile(join(root, 'index.html'))
     return reply.headers({ ...securityHeaders, 'cache-control': 'no-cache' }).type('text/html; charset=utf-8').send(page)
   })
+  // The Markdown renderer and its sanitizer, served from their installed packages (kept by npm, no copy).
+  for (const [file, specifier] of Object.entries(vendorModules)) {
+    const path = fileURLToPath(import.meta.resolve(specifier))
+    app.get(`/console/vendor/${file}`, { schema: { hide: true } }, async (_request, reply) =>
+      reply.headers({ ...securityHeaders, 'cache-control': 'no-cache' }).type('text/javascript; charset=utf-8').send(await readFile(path)),
+    )
+  }
   await app.register(fastifyStatic, {
     root,
     prefix: '/console/',

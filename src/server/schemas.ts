@@ -160,6 +160,8 @@ export const Message = Type.Object({
   toolCallId: Type.Union([Type.String(), Type.Null()]),
   status: Type.String(),
   createdAt: Type.String({ format: 'date-time' }),
+  toolStatus: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: "A tool message's call outcome (ok, error, rejected…), as tool_call.completed said" })),
+  toolOutput: Type.Optional(Type.Unknown({ description: "A tool message's raw call output, as tool_call.completed carried it (content is the text the model read)" })),
 }, { title: 'Message' })
 
 export const EventsQuery = Type.Object(

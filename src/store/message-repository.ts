@@ -11,18 +11,27 @@ export interface Message {
   toolCallId: string | null
   status: string
   createdAt: string
+  /** A tool message's call: its outcome and raw output (what `tool_call.completed` carried live). */
+  toolStatus?: string | null
+  toolOutput?: JsonValue | null
 }
 
 /** A conversation's transcript, oldest first. */
 export async function listMessages(db: Executor, conversationId: string, page: PageRequest): Promise<Page<Message>> {
   let query = db
-    .selectFrom('messages')
-    .selectAll()
-    .where('conversation_id', '=', conversationId)
-    .orderBy('id')
+    .selectFrom('messages as m')
+    .leftJoin('run_tool_calls as c', 'c.id', 'm.tool_call_id')
+    .selectAll('m')
+    .select(['c.status as tool_status', 'c.output as tool_output'])
+    .where('m.conversation_id', '=', conversationId)
+    .orderBy('m.id')
     .limit(page.limit + 1)
-  if (page.after) query = query.where('id', '>', page.after)
-  return toPage((await query.execute()).map(toMessage), page.limit)
+  if (page.after) query = query.where('m.id', '>', page.after)
+  const rows = await query.execute()
+  return toPage(
+    rows.map((row) => (row.role === 'tool' ? { ...toMessage(row), toolStatus: row.tool_status, toolOutput: row.tool_output } : toMessage(row))),
+    page.limit,
+  )
 }
 
 function toMessage(row: {
