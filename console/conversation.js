@@ -242,7 +242,7 @@ class ChatView {
     const el = h(
       'div.call',
       { dataset: { callId } },
-      h('div.call-head', h('span.call-name', info.name), info.kind === 'client' ? h('span.tag', 'client tool') : null, info.risk && info.risk !== 'dynamic' ? riskTag(info.risk) : null, status),
+      h('div.call-head', h('span.call-name', info.name), info.kind === 'client' ? h('span.tag', 'client tool') : null, info.risk ? riskTag(info.risk) : null, status),
       info.args !== undefined ? h('pre.args', pretty(info.args)) : null,
       info.matchedRules?.length ? h('div.rules', 'matched rules: ', info.matchedRules.join(', ')) : null,
       live,
