@@ -277,7 +277,7 @@ export interface paths {
         /** A conversation's runs, newest first (?status= filters, comma-separated) */
         get: operations["listConversationRuns"];
         put?: never;
-        /** Post a user message and start a run (201); with Accept: text/event-stream the answer is the run’s stream. Create and wait: ?wait=true (30 s) or Prefer: wait=N (≤ 120 s) answers when the run ends or needs action (201, with its messages), or, past the wait, with the run as it is (202 and Retry-After) */
+        /** Post a user message and start a run (201, the run with its messages so far); with Accept: text/event-stream the answer is the run’s stream. Create and wait: ?wait=true (30 s) or Prefer: wait=N (≤ 120 s) answers when the run ends or needs action (201, with its messages), or, past the wait, with the run as it is (202 and Retry-After) */
         post: operations["createRun"];
         delete?: never;
         options?: never;
@@ -778,14 +778,14 @@ export interface components {
         /** BusError */
         BusError: {
             code: string;
+            /** @description Raised by a core command, not a plugin */
+            core?: boolean;
             errors?: {
                 message: string;
                 path: string;
             }[];
             message: string;
             reasons?: string[];
-        } & {
-            [key: string]: unknown;
         };
         /** Command */
         Command: {
@@ -915,15 +915,13 @@ export interface components {
             runId: string | null;
             status: string;
             toolCallId: string | null;
-            toolCalls: ({
+            toolCalls: {
                 /** @description As the model sent them (JSON text) */
                 arguments: string;
                 callId: string;
                 name: string;
                 providerCallId: string;
-            } & {
-                [key: string]: unknown;
-            })[] | null;
+            }[] | null;
         };
         /** ModelParams */
         ModelParams: {
@@ -935,18 +933,36 @@ export interface components {
             topP?: number;
         };
         Problem: {
+            /** @description run_active: the run in the way */
+            activeRunId?: string;
+            /** @description run_active: its status */
+            activeStatus?: string;
+            /** @description run_active: what it waits for (its requiredAction) */
+            awaiting?: components["schemas"]["RequiredAction"] | null;
             code: string;
+            /** @description command_error: the code the plugin’s command gave */
+            commandCode?: string;
+            decision?: components["schemas"]["Decision"];
             detail?: string;
+            /** @description The dispatch that failed (command answers) */
+            dispatchId?: string;
+            /** @description validation_failed: how many bad fields there were when errors lists only the first ones */
+            errorCount?: number;
+            /** @description validation_failed: each bad field */
             errors?: {
                 message: string;
                 path: string;
             }[];
             instance?: string;
+            /** @description too_many_streams: the limit reached */
+            limit?: number;
+            /** @description sandbox_unavailable: what the sandbox probe found */
+            probe?: unknown;
+            /** @description Why the risk gate or a command refused */
+            reasons?: string[];
             status: number;
             title: string;
             type: string;
-        } & {
-            [key: string]: unknown;
         };
         /** Project */
         Project: {
@@ -972,16 +988,14 @@ export interface components {
         };
         /** RequiredAction */
         RequiredAction: {
-            decisions: ({
+            decisions: {
                 args: unknown;
                 callId: string;
                 commandId: string;
                 decisionId: string;
                 name: string;
                 risk: string;
-            } & {
-                [key: string]: unknown;
-            })[];
+            }[];
             /** @description Client-tool calls to answer with POST /api/runs/:id/tool-outputs */
             toolOutputs: {
                 args: unknown;
@@ -1032,8 +1046,6 @@ export interface components {
         RunStreamEvent: {
             data: {
                 run: components["schemas"]["Run"];
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.created";
@@ -1043,10 +1055,10 @@ export interface components {
             data: {
                 phase: ("thinking" | "tool_called" | "tool_running" | "tool_done" | "finalizing") | null;
                 requiredAction?: components["schemas"]["RequiredAction"] | null;
+                /** @description True when the run was taken over after its instance stopped */
+                resumed?: boolean;
                 runId: string;
                 status: "queued" | "running" | "requires_action" | "completed" | "failed" | "cancelled" | "expired";
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.status";
@@ -1056,8 +1068,6 @@ export interface components {
             data: {
                 iteration: number;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "round.started";
@@ -1067,8 +1077,6 @@ export interface components {
             data: {
                 messageId: string;
                 role: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "message.created";
@@ -1078,8 +1086,6 @@ export interface components {
             data: {
                 messageId: string;
                 text: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "message.delta";
@@ -1090,16 +1096,12 @@ export interface components {
                 content: string | null;
                 messageId: string;
                 status: string;
-                toolCalls: ({
+                toolCalls: {
                     arguments: string;
                     callId: string;
                     name: string;
                     providerCallId: string;
-                } & {
-                    [key: string]: unknown;
-                })[] | null;
-            } & {
-                [key: string]: unknown;
+                }[] | null;
             };
             /** @enum {string} */
             event: "message.completed";
@@ -1108,17 +1110,13 @@ export interface components {
         } | {
             data: {
                 chunkIds: string[];
-                items: ({
+                items: {
                     chunkId: string;
                     itemId: string;
                     shared: boolean;
                     title: string;
-                } & {
-                    [key: string]: unknown;
-                })[];
+                }[];
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.injected";
@@ -1128,15 +1126,13 @@ export interface components {
             data: {
                 args: unknown;
                 callId: string;
-                commandId?: string;
+                commandId?: string | null;
                 kind: "command" | "client";
                 matchedRules?: unknown[];
                 name: string;
                 providerCallId: string;
                 risk: string | null;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.created";
@@ -1145,8 +1141,6 @@ export interface components {
         } | {
             data: {
                 callId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.started";
@@ -1158,8 +1152,6 @@ export interface components {
                 dispatchId: string;
                 stream: "stdout" | "stderr";
                 text: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.output";
@@ -1168,13 +1160,11 @@ export interface components {
         } | {
             data: {
                 callId: string;
-                durationMs: number;
+                durationMs: number | null;
                 modelTruncated: boolean;
                 output: unknown;
                 repeatOf?: string;
                 status: "ok" | "error" | "rejected" | "cancelled" | "expired" | "interrupted";
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.completed";
@@ -1187,8 +1177,6 @@ export interface components {
                     inputTokens: number;
                     outputTokens: number;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.completed";
@@ -1200,12 +1188,8 @@ export interface components {
                     code: string;
                     message: string;
                     upstreamStatus?: number;
-                } & {
-                    [key: string]: unknown;
                 };
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.failed";
@@ -1215,8 +1199,6 @@ export interface components {
             data: {
                 reason: string;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.cancelled";
@@ -1225,8 +1207,6 @@ export interface components {
         } | {
             data: {
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.expired";
@@ -1240,12 +1220,10 @@ export interface components {
                 /** Format: date-time */
                 expiresAt: string;
                 params: unknown;
-                preview?: string;
+                preview?: string | null;
                 reasons: string[];
                 risk: string;
                 runId?: string | null;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "decision.required";
@@ -1257,8 +1235,6 @@ export interface components {
                 decisionId: string;
                 outcome: "approved" | "rejected" | "expired";
                 scope?: ("once" | "session") | null;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "decision.resolved";
@@ -1267,8 +1243,6 @@ export interface components {
         } | {
             data: {
                 reason: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "shutdown";
@@ -1277,8 +1251,6 @@ export interface components {
                 /** @enum {string} */
                 code: "access_revoked";
                 message: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "access_revoked";
@@ -1287,8 +1259,6 @@ export interface components {
                 lastEventId: string | null;
                 message: string;
                 reason: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "reconnect";
@@ -1311,7 +1281,7 @@ export interface components {
             id: string;
             iteration: number;
             maxIterations: number;
-            /** @description The run’s messages (with ?wait=true or Prefer: wait) */
+            /** @description The run’s messages, oldest first */
             messages: components["schemas"]["Message"][];
             model: string;
             /** @description The project’s parameters with this run’s overrides (the model’s configured defaults apply to the rest) */
@@ -1388,11 +1358,7 @@ export interface components {
                     tools: string[] | null;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "project.created";
@@ -1418,11 +1384,7 @@ export interface components {
                     tools: string[] | null;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "project.updated";
@@ -1431,8 +1393,6 @@ export interface components {
         } | {
             data: {
                 projectId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "project.deleted";
@@ -1451,11 +1411,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "conversation.created";
@@ -1474,11 +1430,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "conversation.updated";
@@ -1487,8 +1439,6 @@ export interface components {
         } | {
             data: {
                 conversationId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "conversation.deleted";
@@ -1514,11 +1464,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.created";
@@ -1544,11 +1490,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.ingested";
@@ -1574,11 +1516,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.failed";
@@ -1604,11 +1542,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.published";
@@ -1634,11 +1568,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.deleted";
@@ -1652,8 +1582,6 @@ export interface components {
         } | {
             data: {
                 run: components["schemas"]["Run"];
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.created";
@@ -1663,10 +1591,10 @@ export interface components {
             data: {
                 phase: ("thinking" | "tool_called" | "tool_running" | "tool_done" | "finalizing") | null;
                 requiredAction?: components["schemas"]["RequiredAction"] | null;
+                /** @description True when the run was taken over after its instance stopped */
+                resumed?: boolean;
                 runId: string;
                 status: "queued" | "running" | "requires_action" | "completed" | "failed" | "cancelled" | "expired";
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.status";
@@ -1676,8 +1604,6 @@ export interface components {
             data: {
                 iteration: number;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "round.started";
@@ -1687,8 +1613,6 @@ export interface components {
             data: {
                 messageId: string;
                 role: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "message.created";
@@ -1698,8 +1622,6 @@ export interface components {
             data: {
                 messageId: string;
                 text: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "message.delta";
@@ -1710,16 +1632,12 @@ export interface components {
                 content: string | null;
                 messageId: string;
                 status: string;
-                toolCalls: ({
+                toolCalls: {
                     arguments: string;
                     callId: string;
                     name: string;
                     providerCallId: string;
-                } & {
-                    [key: string]: unknown;
-                })[] | null;
-            } & {
-                [key: string]: unknown;
+                }[] | null;
             };
             /** @enum {string} */
             event: "message.completed";
@@ -1728,17 +1646,13 @@ export interface components {
         } | {
             data: {
                 chunkIds: string[];
-                items: ({
+                items: {
                     chunkId: string;
                     itemId: string;
                     shared: boolean;
                     title: string;
-                } & {
-                    [key: string]: unknown;
-                })[];
+                }[];
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.injected";
@@ -1748,15 +1662,13 @@ export interface components {
             data: {
                 args: unknown;
                 callId: string;
-                commandId?: string;
+                commandId?: string | null;
                 kind: "command" | "client";
                 matchedRules?: unknown[];
                 name: string;
                 providerCallId: string;
                 risk: string | null;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.created";
@@ -1765,8 +1677,6 @@ export interface components {
         } | {
             data: {
                 callId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.started";
@@ -1778,8 +1688,6 @@ export interface components {
                 dispatchId: string;
                 stream: "stdout" | "stderr";
                 text: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.output";
@@ -1788,13 +1696,11 @@ export interface components {
         } | {
             data: {
                 callId: string;
-                durationMs: number;
+                durationMs: number | null;
                 modelTruncated: boolean;
                 output: unknown;
                 repeatOf?: string;
                 status: "ok" | "error" | "rejected" | "cancelled" | "expired" | "interrupted";
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.completed";
@@ -1807,8 +1713,6 @@ export interface components {
                     inputTokens: number;
                     outputTokens: number;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.completed";
@@ -1820,12 +1724,8 @@ export interface components {
                     code: string;
                     message: string;
                     upstreamStatus?: number;
-                } & {
-                    [key: string]: unknown;
                 };
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.failed";
@@ -1835,8 +1735,6 @@ export interface components {
             data: {
                 reason: string;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.cancelled";
@@ -1845,8 +1743,6 @@ export interface components {
         } | {
             data: {
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.expired";
@@ -1860,12 +1756,10 @@ export interface components {
                 /** Format: date-time */
                 expiresAt: string;
                 params: unknown;
-                preview?: string;
+                preview?: string | null;
                 reasons: string[];
                 risk: string;
                 runId?: string | null;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "decision.required";
@@ -1877,8 +1771,6 @@ export interface components {
                 decisionId: string;
                 outcome: "approved" | "rejected" | "expired";
                 scope?: ("once" | "session") | null;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "decision.resolved";
@@ -1887,8 +1779,6 @@ export interface components {
         } | {
             data: {
                 reason: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "shutdown";
@@ -1897,8 +1787,6 @@ export interface components {
                 /** @enum {string} */
                 code: "access_revoked";
                 message: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "access_revoked";
@@ -1907,8 +1795,6 @@ export interface components {
                 lastEventId: string | null;
                 message: string;
                 reason: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "reconnect";
@@ -3824,17 +3710,17 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The run (JSON; with ?wait or Prefer: wait, settled and with its messages) — or, with Accept: text/event-stream, its stream */
+            /** @description The run with its messages so far: just created (no wait), or settled — ended or waiting for action — within the wait. With Accept: text/event-stream, its stream instead */
             201: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RunWithMessages"] | components["schemas"]["Run"];
+                    "application/json": components["schemas"]["RunWithMessages"];
                     "text/event-stream": components["schemas"]["RunStreamEvent"];
                 };
             };
-            /** @description Still running after the wait: the run as it is; ask again after Retry-After seconds (GET /api/runs/:id) */
+            /** @description Still queued or running after the wait: the run with its messages so far; ask again after Retry-After seconds (GET /api/runs/:id) */
             202: {
                 headers: {
                     /** @description Seconds */
