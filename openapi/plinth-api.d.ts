@@ -277,7 +277,7 @@ export interface paths {
         /** A conversation's runs, newest first (?status= filters, comma-separated) */
         get: operations["listConversationRuns"];
         put?: never;
-        /** Post a user message and start a run (201); with Accept: text/event-stream the answer is the run’s stream. Create and wait: ?wait=true (30 s) or Prefer: wait=N (≤ 120 s) answers when the run ends or needs action (201, with its messages), or, past the wait, with the run as it is (202 and Retry-After) */
+        /** Post a user message and start a run (201, the run with its messages so far); with Accept: text/event-stream the answer is the run’s stream. Create and wait: ?wait=true (30 s) or Prefer: wait=N (≤ 120 s) answers when the run ends or needs action (201, with its messages), or, past the wait, with the run as it is (202 and Retry-After) */
         post: operations["createRun"];
         delete?: never;
         options?: never;
@@ -778,14 +778,14 @@ export interface components {
         /** BusError */
         BusError: {
             code: string;
+            /** @description Raised by a core command, not a plugin */
+            core?: boolean;
             errors?: {
                 message: string;
                 path: string;
             }[];
             message: string;
             reasons?: string[];
-        } & {
-            [key: string]: unknown;
         };
         /** Command */
         Command: {
@@ -921,15 +921,13 @@ export interface components {
             runId: string | null;
             status: string;
             toolCallId: string | null;
-            toolCalls: ({
+            toolCalls: {
                 /** @description As the model sent them (JSON text) */
                 arguments: string;
                 callId: string;
                 name: string;
                 providerCallId: string;
-            } & {
-                [key: string]: unknown;
-            })[] | null;
+            }[] | null;
             /** @description A tool message's raw call output, as tool_call.completed carried it (content is the text the model read) */
             toolOutput?: unknown;
             /** @description A tool message's call outcome (ok, error, rejected…), as tool_call.completed said */
@@ -945,18 +943,36 @@ export interface components {
             topP?: number;
         };
         Problem: {
+            /** @description run_active: the run in the way */
+            activeRunId?: string;
+            /** @description run_active: its status */
+            activeStatus?: string;
+            /** @description run_active: what it waits for (its requiredAction) */
+            awaiting?: components["schemas"]["RequiredAction"] | null;
             code: string;
+            /** @description command_error: the code the plugin’s command gave */
+            commandCode?: string;
+            decision?: components["schemas"]["Decision"];
             detail?: string;
+            /** @description The dispatch that failed (command answers) */
+            dispatchId?: string;
+            /** @description validation_failed: how many bad fields there were when errors lists only the first ones */
+            errorCount?: number;
+            /** @description validation_failed: each bad field */
             errors?: {
                 message: string;
                 path: string;
             }[];
             instance?: string;
+            /** @description too_many_streams: the limit reached */
+            limit?: number;
+            /** @description sandbox_unavailable: what the sandbox probe found */
+            probe?: unknown;
+            /** @description Why the risk gate or a command refused */
+            reasons?: string[];
             status: number;
             title: string;
             type: string;
-        } & {
-            [key: string]: unknown;
         };
         /** Project */
         Project: {
@@ -982,16 +998,14 @@ export interface components {
         };
         /** RequiredAction */
         RequiredAction: {
-            decisions: ({
+            decisions: {
                 args: unknown;
                 callId: string;
                 commandId: string;
                 decisionId: string;
                 name: string;
                 risk: string;
-            } & {
-                [key: string]: unknown;
-            })[];
+            }[];
             /** @description Client-tool calls to answer with POST /api/runs/:id/tool-outputs */
             toolOutputs: {
                 args: unknown;
@@ -1042,8 +1056,6 @@ export interface components {
         RunStreamEvent: {
             data: {
                 run: components["schemas"]["Run"];
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.created";
@@ -1053,10 +1065,10 @@ export interface components {
             data: {
                 phase: ("thinking" | "tool_called" | "tool_running" | "tool_done" | "finalizing") | null;
                 requiredAction?: components["schemas"]["RequiredAction"] | null;
+                /** @description True when the run was taken over after its instance stopped */
+                resumed?: boolean;
                 runId: string;
                 status: "queued" | "running" | "requires_action" | "completed" | "failed" | "cancelled" | "expired";
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.status";
@@ -1066,8 +1078,6 @@ export interface components {
             data: {
                 iteration: number;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "round.started";
@@ -1077,8 +1087,6 @@ export interface components {
             data: {
                 messageId: string;
                 role: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "message.created";
@@ -1088,8 +1096,6 @@ export interface components {
             data: {
                 messageId: string;
                 text: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "message.delta";
@@ -1100,16 +1106,12 @@ export interface components {
                 content: string | null;
                 messageId: string;
                 status: string;
-                toolCalls: ({
+                toolCalls: {
                     arguments: string;
                     callId: string;
                     name: string;
                     providerCallId: string;
-                } & {
-                    [key: string]: unknown;
-                })[] | null;
-            } & {
-                [key: string]: unknown;
+                }[] | null;
             };
             /** @enum {string} */
             event: "message.completed";
@@ -1118,17 +1120,13 @@ export interface components {
         } | {
             data: {
                 chunkIds: string[];
-                items: ({
+                items: {
                     chunkId: string;
                     itemId: string;
                     shared: boolean;
                     title: string;
-                } & {
-                    [key: string]: unknown;
-                })[];
+                }[];
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.injected";
@@ -1138,15 +1136,13 @@ export interface components {
             data: {
                 args: unknown;
                 callId: string;
-                commandId?: string;
+                commandId?: string | null;
                 kind: "command" | "client";
                 matchedRules?: unknown[];
                 name: string;
                 providerCallId: string;
                 risk: string | null;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.created";
@@ -1155,8 +1151,6 @@ export interface components {
         } | {
             data: {
                 callId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.started";
@@ -1168,8 +1162,6 @@ export interface components {
                 dispatchId: string;
                 stream: "stdout" | "stderr";
                 text: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.output";
@@ -1178,13 +1170,11 @@ export interface components {
         } | {
             data: {
                 callId: string;
-                durationMs: number;
+                durationMs: number | null;
                 modelTruncated: boolean;
                 output: unknown;
                 repeatOf?: string;
                 status: "ok" | "error" | "rejected" | "cancelled" | "expired" | "interrupted";
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.completed";
@@ -1197,8 +1187,6 @@ export interface components {
                     inputTokens: number;
                     outputTokens: number;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.completed";
@@ -1210,12 +1198,8 @@ export interface components {
                     code: string;
                     message: string;
                     upstreamStatus?: number;
-                } & {
-                    [key: string]: unknown;
                 };
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.failed";
@@ -1225,8 +1209,6 @@ export interface components {
             data: {
                 reason: string;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.cancelled";
@@ -1235,8 +1217,6 @@ export interface components {
         } | {
             data: {
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.expired";
@@ -1250,12 +1230,10 @@ export interface components {
                 /** Format: date-time */
                 expiresAt: string;
                 params: unknown;
-                preview?: string;
+                preview?: string | null;
                 reasons: string[];
                 risk: string;
                 runId?: string | null;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "decision.required";
@@ -1267,8 +1245,6 @@ export interface components {
                 decisionId: string;
                 outcome: "approved" | "rejected" | "expired";
                 scope?: ("once" | "session") | null;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "decision.resolved";
@@ -1277,8 +1253,6 @@ export interface components {
         } | {
             data: {
                 reason: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "shutdown";
@@ -1287,8 +1261,6 @@ export interface components {
                 /** @enum {string} */
                 code: "access_revoked";
                 message: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "access_revoked";
@@ -1297,8 +1269,6 @@ export interface components {
                 lastEventId: string | null;
                 message: string;
                 reason: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "reconnect";
@@ -1321,7 +1291,7 @@ export interface components {
             id: string;
             iteration: number;
             maxIterations: number;
-            /** @description The run’s messages (with ?wait=true or Prefer: wait) */
+            /** @description The run’s messages, oldest first */
             messages: components["schemas"]["Message"][];
             model: string;
             /** @description The project’s parameters with this run’s overrides (the model’s configured defaults apply to the rest) */
@@ -1398,11 +1368,7 @@ export interface components {
                     tools: string[] | null;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "project.created";
@@ -1428,11 +1394,7 @@ export interface components {
                     tools: string[] | null;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "project.updated";
@@ -1441,8 +1403,6 @@ export interface components {
         } | {
             data: {
                 projectId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "project.deleted";
@@ -1461,11 +1421,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "conversation.created";
@@ -1484,11 +1440,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "conversation.updated";
@@ -1497,8 +1449,6 @@ export interface components {
         } | {
             data: {
                 conversationId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "conversation.deleted";
@@ -1524,11 +1474,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.created";
@@ -1554,11 +1500,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.ingested";
@@ -1584,11 +1526,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.failed";
@@ -1614,11 +1552,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.published";
@@ -1644,11 +1578,7 @@ export interface components {
                     title: string;
                     /** Format: date-time */
                     updatedAt: string;
-                } & {
-                    [key: string]: unknown;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.deleted";
@@ -1662,8 +1592,6 @@ export interface components {
         } | {
             data: {
                 run: components["schemas"]["Run"];
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.created";
@@ -1673,10 +1601,10 @@ export interface components {
             data: {
                 phase: ("thinking" | "tool_called" | "tool_running" | "tool_done" | "finalizing") | null;
                 requiredAction?: components["schemas"]["RequiredAction"] | null;
+                /** @description True when the run was taken over after its instance stopped */
+                resumed?: boolean;
                 runId: string;
                 status: "queued" | "running" | "requires_action" | "completed" | "failed" | "cancelled" | "expired";
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.status";
@@ -1686,8 +1614,6 @@ export interface components {
             data: {
                 iteration: number;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "round.started";
@@ -1697,8 +1623,6 @@ export interface components {
             data: {
                 messageId: string;
                 role: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "message.created";
@@ -1708,8 +1632,6 @@ export interface components {
             data: {
                 messageId: string;
                 text: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "message.delta";
@@ -1720,16 +1642,12 @@ export interface components {
                 content: string | null;
                 messageId: string;
                 status: string;
-                toolCalls: ({
+                toolCalls: {
                     arguments: string;
                     callId: string;
                     name: string;
                     providerCallId: string;
-                } & {
-                    [key: string]: unknown;
-                })[] | null;
-            } & {
-                [key: string]: unknown;
+                }[] | null;
             };
             /** @enum {string} */
             event: "message.completed";
@@ -1738,17 +1656,13 @@ export interface components {
         } | {
             data: {
                 chunkIds: string[];
-                items: ({
+                items: {
                     chunkId: string;
                     itemId: string;
                     shared: boolean;
                     title: string;
-                } & {
-                    [key: string]: unknown;
-                })[];
+                }[];
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "knowledge.injected";
@@ -1758,15 +1672,13 @@ export interface components {
             data: {
                 args: unknown;
                 callId: string;
-                commandId?: string;
+                commandId?: string | null;
                 kind: "command" | "client";
                 matchedRules?: unknown[];
                 name: string;
                 providerCallId: string;
                 risk: string | null;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.created";
@@ -1775,8 +1687,6 @@ export interface components {
         } | {
             data: {
                 callId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.started";
@@ -1788,8 +1698,6 @@ export interface components {
                 dispatchId: string;
                 stream: "stdout" | "stderr";
                 text: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.output";
@@ -1798,13 +1706,11 @@ export interface components {
         } | {
             data: {
                 callId: string;
-                durationMs: number;
+                durationMs: number | null;
                 modelTruncated: boolean;
                 output: unknown;
                 repeatOf?: string;
                 status: "ok" | "error" | "rejected" | "cancelled" | "expired" | "interrupted";
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "tool_call.completed";
@@ -1817,8 +1723,6 @@ export interface components {
                     inputTokens: number;
                     outputTokens: number;
                 };
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.completed";
@@ -1830,12 +1734,8 @@ export interface components {
                     code: string;
                     message: string;
                     upstreamStatus?: number;
-                } & {
-                    [key: string]: unknown;
                 };
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.failed";
@@ -1845,8 +1745,6 @@ export interface components {
             data: {
                 reason: string;
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.cancelled";
@@ -1855,8 +1753,6 @@ export interface components {
         } | {
             data: {
                 runId: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "run.expired";
@@ -1870,12 +1766,10 @@ export interface components {
                 /** Format: date-time */
                 expiresAt: string;
                 params: unknown;
-                preview?: string;
+                preview?: string | null;
                 reasons: string[];
                 risk: string;
                 runId?: string | null;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "decision.required";
@@ -1887,8 +1781,6 @@ export interface components {
                 decisionId: string;
                 outcome: "approved" | "rejected" | "expired";
                 scope?: ("once" | "session") | null;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "decision.resolved";
@@ -1897,8 +1789,6 @@ export interface components {
         } | {
             data: {
                 reason: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "shutdown";
@@ -1907,8 +1797,6 @@ export interface components {
                 /** @enum {string} */
                 code: "access_revoked";
                 message: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "access_revoked";
@@ -1917,8 +1805,6 @@ export interface components {
                 lastEventId: string | null;
                 message: string;
                 reason: string;
-            } & {
-                [key: string]: unknown;
             };
             /** @enum {string} */
             event: "reconnect";
@@ -3834,17 +3720,17 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The run (JSON; with ?wait or Prefer: wait, settled and with its messages) — or, with Accept: text/event-stream, its stream */
+            /** @description The run with its messages so far: just created (no wait), or settled — ended or waiting for action — within the wait. With Accept: text/event-stream, its stream instead */
             201: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["RunWithMessages"] | components["schemas"]["Run"];
+                    "application/json": components["schemas"]["RunWithMessages"];
                     "text/event-stream": components["schemas"]["RunStreamEvent"];
                 };
             };
-            /** @description Still running after the wait: the run as it is; ask again after Retry-After seconds (GET /api/runs/:id) */
+            /** @description Still queued or running after the wait: the run with its messages so far; ask again after Retry-After seconds (GET /api/runs/:id) */
             202: {
                 headers: {
                     /** @description Seconds */

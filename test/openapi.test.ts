@@ -60,8 +60,14 @@ describe('typed OpenAPI', () => {
       const frames = operation.responses['200']?.content?.['text/event-stream']?.schema?.$ref
       expect(frames, path).toBe(path.startsWith('/api/runs') ? '#/components/schemas/RunStreamEvent' : '#/components/schemas/StreamEvent')
     }
+    // createRun: one JSON body per status (a typed client reads status and messages of either without
+    // narrowing), and its stream as a separate media type of the 201.
     const createRun = document.paths['/api/conversations/{id}/runs']!.post!
-    expect(Object.keys(createRun.responses['201']!.content!).sort()).toEqual(['application/json', 'text/event-stream'])
+    expect(createRun.responses['201']!.content).toEqual({
+      'application/json': { schema: { $ref: '#/components/schemas/RunWithMessages' } },
+      'text/event-stream': { schema: { $ref: '#/components/schemas/RunStreamEvent' } },
+    })
+    expect(createRun.responses['202']!.content).toEqual({ 'application/json': { schema: { $ref: '#/components/schemas/RunWithMessages' } } })
     const runFrames = JSON.stringify(document.components.schemas.RunStreamEvent)
     for (const event of ['run.created', 'message.delta', 'tool_call.completed', 'decision.required', 'run.completed', 'run.failed', 'access_revoked', 'reconnect', 'shutdown']) expect(runFrames).toContain(`"enum":["${event}"]`)
     for (const name of ['Project', 'Conversation', 'Message', 'Run', 'RunWithMessages', 'RequiredAction', 'Decision', 'Command', 'KnowledgeItem', 'SearchHit', 'AuditEnvelope', 'ModelParams', 'Problem']) {

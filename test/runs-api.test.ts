@@ -38,6 +38,16 @@ for (const engine of testEngines()) {
       ])
     })
 
+    it('without a wait the 201 answer is the new run with its messages so far (the user message)', async () => {
+      const conversationId = await newConversation()
+      model.setTurns([{ text: 'Hi.' }])
+      const answer = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'hello there' } })
+      expect(answer.status).toBe(201)
+      // The run may already have answered by then: the user message comes first either way.
+      expect(answer.body.messages[0]).toMatchObject({ role: 'user', content: 'hello there', runId: answer.body.id })
+      await server.runs.waitUntilSettled(answer.body.id, 60_000)
+    })
+
     it('Prefer: wait answers when the run needs action, and past the wait with the run as it is and Retry-After', async () => {
       const conversationId = await newConversation()
       model.setTurns([{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } }] }])

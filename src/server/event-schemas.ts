@@ -4,11 +4,12 @@ import { Conversation, KnowledgeItem, Project, RequiredAction } from './schemas.
 /**
  * The frames of Plinth's SSE streams, for the OpenAPI document: each frame is `id:` (absent on control
  * frames), `event:` and `data:` (JSON). A client generated from the document gets one discriminated
- * union per stream kind, keyed on `event`. Payloads list the fields Plinth sends; clients should ignore
- * fields they do not know (new ones may be added).
+ * union per stream kind, keyed on `event`. Payloads list every field Plinth sends (closed, so generated
+ * types have no open records; a test checks real frames against them); a client should still ignore
+ * fields it does not know, as later versions may add some.
  */
 
-const open = { additionalProperties: true } as const
+const closed = { additionalProperties: false } as const
 const id = Type.String({ description: 'The event id: send it back as Last-Event-ID (or ?after=) to resume after it' })
 
 function frame(event: string, data: TSchema, description: string): TSchema {
@@ -23,25 +24,38 @@ const Json = Type.Unknown()
 
 /** A resource as events carry it: without the caller-specific fields the API adds (and untitled). */
 function asStored(schema: { properties: Record<string, TSchema> }, drop: string[]): TSchema {
-  return Type.Object(Object.fromEntries(Object.entries(schema.properties).filter(([key]) => !drop.includes(key))), open)
+  return Type.Object(Object.fromEntries(Object.entries(schema.properties).filter(([key]) => !drop.includes(key))), closed)
 }
 const nullable = (schema: TSchema): TSchema => Type.Union([schema, Type.Null()])
 const ToolCallStatus = Type.Union(['ok', 'error', 'rejected', 'cancelled', 'expired', 'interrupted'].map((status) => Type.Literal(status)))
 const RunStatus = Type.Union(['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'].map((status) => Type.Literal(status)))
 const Phase = nullable(Type.Union(['thinking', 'tool_called', 'tool_running', 'tool_done', 'finalizing'].map((phase) => Type.Literal(phase))))
 const Usage = Type.Object({ inputTokens: Type.Integer(), outputTokens: Type.Integer() })
-const ToolCall = Type.Object({ callId: Type.String(), providerCallId: Type.String(), name: Type.String(), arguments: Type.String() }, open)
+const ToolCall = Type.Object({ callId: Type.String(), providerCallId: Type.String(), name: Type.String(), arguments: Type.String() }, closed)
 
 /** Events of one run (also on its conversation's and project's streams). */
 const runEvents: TSchema[] = [
-  frame('run.created', Type.Object({ run: Type.Ref('Run') }, open), 'A run was created'),
-  frame('run.status', Type.Object({ runId: Type.String(), status: RunStatus, phase: Phase, requiredAction: Type.Optional(Type.Union([RequiredAction, Type.Null()])) }, open), 'The run’s status or phase changed'),
-  frame('round.started', Type.Object({ runId: Type.String(), iteration: Type.Integer() }, open), 'A model call began'),
-  frame('message.created', Type.Object({ messageId: Type.String(), role: Type.String() }, open), 'A message was started'),
-  frame('message.delta', Type.Object({ messageId: Type.String(), text: Type.String() }, open), 'Text streamed into a message (incremental, coalesced about every 50 ms)'),
+  frame('run.created', Type.Object({ run: Type.Ref('Run') }, closed), 'A run was created'),
+  frame(
+    'run.status',
+    Type.Object(
+      {
+        runId: Type.String(),
+        status: RunStatus,
+        phase: Phase,
+        requiredAction: Type.Optional(Type.Union([RequiredAction, Type.Null()])),
+        resumed: Type.Optional(Type.Boolean({ description: 'True when the run was taken over after its instance stopped' })),
+      },
+      closed,
+    ),
+    'The run’s status or phase changed',
+  ),
+  frame('round.started', Type.Object({ runId: Type.String(), iteration: Type.Integer() }, closed), 'A model call began'),
+  frame('message.created', Type.Object({ messageId: Type.String(), role: Type.String() }, closed), 'A message was started'),
+  frame('message.delta', Type.Object({ messageId: Type.String(), text: Type.String() }, closed), 'Text streamed into a message (incremental, coalesced about every 50 ms)'),
   frame(
     'message.completed',
-    Type.Object({ messageId: Type.String(), content: nullable(Type.String()), toolCalls: nullable(Type.Array(ToolCall)), status: Type.String() }, open),
+    Type.Object({ messageId: Type.String(), content: nullable(Type.String()), toolCalls: nullable(Type.Array(ToolCall)), status: Type.String() }, closed),
     'A message is complete (authoritative content)',
   ),
   frame(
@@ -50,9 +64,9 @@ const runEvents: TSchema[] = [
       {
         runId: Type.String(),
         chunkIds: Type.Array(Type.String()),
-        items: Type.Array(Type.Object({ itemId: Type.String(), chunkId: Type.String(), title: Type.String(), shared: Type.Boolean() }, open)),
+        items: Type.Array(Type.Object({ itemId: Type.String(), chunkId: Type.String(), title: Type.String(), shared: Type.Boolean() }, closed)),
       },
-      open,
+      closed,
     ),
     'Project knowledge put into the prompt at the start of the run',
   ),
@@ -64,31 +78,31 @@ const runEvents: TSchema[] = [
         callId: Type.String(),
         providerCallId: Type.String(),
         name: Type.String(),
-        commandId: Type.Optional(Type.String()),
+        commandId: Type.Optional(nullable(Type.String())),
         kind: Type.Union([Type.Literal('command'), Type.Literal('client')]),
         args: Json,
         risk: nullable(Type.String()),
         matchedRules: Type.Optional(Type.Array(Json)),
       },
-      open,
+      closed,
     ),
     'The model called a tool',
   ),
-  frame('tool_call.started', Type.Object({ callId: Type.String() }, open), 'A tool call began running'),
+  frame('tool_call.started', Type.Object({ callId: Type.String() }, closed), 'A tool call began running'),
   frame(
     'tool_call.output',
-    Type.Object({ callId: nullable(Type.String()), dispatchId: Type.String(), stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]), text: Type.String() }, open),
+    Type.Object({ callId: nullable(Type.String()), dispatchId: Type.String(), stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]), text: Type.String() }, closed),
     'Output of a program while it runs (exec tools and CLIs)',
   ),
   frame(
     'tool_call.completed',
-    Type.Object({ callId: Type.String(), status: ToolCallStatus, output: Json, modelTruncated: Type.Boolean(), durationMs: Type.Number(), repeatOf: Type.Optional(Type.String()) }, open),
+    Type.Object({ callId: Type.String(), status: ToolCallStatus, output: Json, modelTruncated: Type.Boolean(), durationMs: nullable(Type.Number()), repeatOf: Type.Optional(Type.String()) }, closed),
     'A tool call ended (exactly one per call)',
   ),
-  frame('run.completed', Type.Object({ runId: Type.String(), usage: Usage }, open), 'The run answered (terminal)'),
-  frame('run.failed', Type.Object({ runId: Type.String(), error: Type.Object({ code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) }, open) }, open), 'The run failed (terminal)'),
-  frame('run.cancelled', Type.Object({ runId: Type.String(), reason: Type.String() }, open), 'The run was cancelled (terminal)'),
-  frame('run.expired', Type.Object({ runId: Type.String() }, open), 'The run waited too long for action (terminal)'),
+  frame('run.completed', Type.Object({ runId: Type.String(), usage: Usage }, closed), 'The run answered (terminal)'),
+  frame('run.failed', Type.Object({ runId: Type.String(), error: Type.Object({ code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) }, closed) }, closed), 'The run failed (terminal)'),
+  frame('run.cancelled', Type.Object({ runId: Type.String(), reason: Type.String() }, closed), 'The run was cancelled (terminal)'),
+  frame('run.expired', Type.Object({ runId: Type.String() }, closed), 'The run waited too long for action (terminal)'),
 ]
 
 const decisionEvents: TSchema[] = [
@@ -101,12 +115,12 @@ const decisionEvents: TSchema[] = [
         callId: Type.Optional(nullable(Type.String())),
         commandId: Type.String(),
         params: Json,
-        preview: Type.Optional(Type.String()),
+        preview: Type.Optional(nullable(Type.String())),
         risk: Type.String(),
         reasons: Type.Array(Type.String()),
         expiresAt: Type.String({ format: 'date-time' }),
       },
-      open,
+      closed,
     ),
     'A person must approve or reject a command (POST /api/decisions/:id)',
   ),
@@ -119,27 +133,27 @@ const decisionEvents: TSchema[] = [
         by: nullable(Type.String()),
         scope: Type.Optional(nullable(Type.Union([Type.Literal('once'), Type.Literal('session')]))),
       },
-      open,
+      closed,
     ),
     'A decision was answered or expired',
   ),
 ]
 
 const controlFrames: TSchema[] = [
-  control('shutdown', Type.Object({ reason: Type.String() }, open), 'The server is stopping; reconnect with the last id'),
-  control('access_revoked', Type.Object({ code: Type.Literal('access_revoked'), message: Type.String() }, open), 'Access is gone; do not reconnect with this token'),
-  control('reconnect', Type.Object({ reason: Type.String(), lastEventId: nullable(Type.String()), message: Type.String() }, open), 'The stream reached its maximum lifetime; reconnect with Last-Event-ID'),
+  control('shutdown', Type.Object({ reason: Type.String() }, closed), 'The server is stopping; reconnect with the last id'),
+  control('access_revoked', Type.Object({ code: Type.Literal('access_revoked'), message: Type.String() }, closed), 'Access is gone; do not reconnect with this token'),
+  control('reconnect', Type.Object({ reason: Type.String(), lastEventId: nullable(Type.String()), message: Type.String() }, closed), 'The stream reached its maximum lifetime; reconnect with Last-Event-ID'),
 ]
 
 const projectEvents: TSchema[] = [
-  frame('project.created', Type.Object({ project: asStored(Project, ['shared']) }, open), 'A project was created'),
-  frame('project.updated', Type.Object({ project: asStored(Project, ['shared']) }, open), 'A project changed (name, profile, runtimes)'),
-  frame('project.deleted', Type.Object({ projectId: Type.String() }, open), 'A project was deleted'),
-  frame('conversation.created', Type.Object({ conversation: asStored(Conversation, ['activeRunId']) }, open), 'A conversation was created'),
-  frame('conversation.updated', Type.Object({ conversation: asStored(Conversation, ['activeRunId']) }, open), 'A conversation changed'),
-  frame('conversation.deleted', Type.Object({ conversationId: Type.String() }, open), 'A conversation was deleted'),
+  frame('project.created', Type.Object({ project: asStored(Project, ['shared']) }, closed), 'A project was created'),
+  frame('project.updated', Type.Object({ project: asStored(Project, ['shared']) }, closed), 'A project changed (name, profile, runtimes)'),
+  frame('project.deleted', Type.Object({ projectId: Type.String() }, closed), 'A project was deleted'),
+  frame('conversation.created', Type.Object({ conversation: asStored(Conversation, ['activeRunId']) }, closed), 'A conversation was created'),
+  frame('conversation.updated', Type.Object({ conversation: asStored(Conversation, ['activeRunId']) }, closed), 'A conversation changed'),
+  frame('conversation.deleted', Type.Object({ conversationId: Type.String() }, closed), 'A conversation was deleted'),
   ...['knowledge.created', 'knowledge.ingested', 'knowledge.failed', 'knowledge.published', 'knowledge.deleted'].map((event) =>
-    frame(event, Type.Object({ item: asStored(KnowledgeItem, ['shared']) }, open), 'A knowledge item changed (see its ingestStatus and status)'),
+    frame(event, Type.Object({ item: asStored(KnowledgeItem, ['shared']) }, closed), 'A knowledge item changed (see its ingestStatus and status)'),
   ),
   Type.Object(
     { id, event: Type.String({ pattern: '^plugin\\.[a-z0-9_-]+\\.[A-Za-z0-9_.-]+$' }), data: Json },

@@ -22,19 +22,6 @@ export function PageOf<T extends TSchema>(item: T) {
   return Type.Object({ items: Type.Array(item), nextCursor: Type.Union([Type.String(), Type.Null()]) })
 }
 
-export const Problem = Type.Object(
-  {
-    type: Type.String(),
-    title: Type.String(),
-    status: Type.Integer(),
-    code: Type.String(),
-    detail: Type.Optional(Type.String()),
-    instance: Type.Optional(Type.String()),
-    errors: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }))),
-  },
-  { additionalProperties: true, $id: 'Problem' },
-)
-
 export const User = Type.Object({
   id: Type.String(),
   name: Type.String(),
@@ -152,7 +139,7 @@ export const Message = Type.Object({
     Type.Array(
       Type.Object(
         { callId: Type.String(), name: Type.String(), arguments: Type.String({ description: 'As the model sent them (JSON text)' }), providerCallId: Type.String() },
-        { additionalProperties: true },
+        { additionalProperties: false },
       ),
     ),
     Type.Null(),
@@ -187,7 +174,7 @@ export const RequiredAction = Type.Object(
     decisions: Type.Array(
       Type.Object(
         { decisionId: Type.String(), callId: Type.String(), name: Type.String(), commandId: Type.String(), risk: Type.String(), args: Type.Unknown() },
-        { additionalProperties: true, description: 'A tool call waiting for a person: answer decisionId with POST /api/decisions/:id' },
+        { additionalProperties: false, description: 'A tool call waiting for a person: answer decisionId with POST /api/decisions/:id' },
       ),
     ),
     toolOutputs: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), args: Type.Unknown() }), { description: 'Client-tool calls to answer with POST /api/runs/:id/tool-outputs' }),
@@ -267,8 +254,9 @@ export const BusError = Type.Object(
     message: Type.String(),
     errors: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }))),
     reasons: Type.Optional(Type.Array(Type.String())),
+    core: Type.Optional(Type.Boolean({ description: 'Raised by a core command, not a plugin' })),
   },
-  { additionalProperties: true, title: 'BusError' },
+  { additionalProperties: false, title: 'BusError' },
 )
 
 /** Where a dispatch stands (inside a decision's answer). */
@@ -338,3 +326,30 @@ export const KnowledgeItem = Type.Object({
   updatedAt: Type.String({ format: 'date-time' }),
   publishedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
 }, { title: 'KnowledgeItem' })
+
+/**
+ * An error answer (RFC 9457). Closed: every extension member Plinth sends is listed (the serializer
+ * drops any other, and generated clients get no open record).
+ */
+export const Problem = Type.Object(
+  {
+    type: Type.String(),
+    title: Type.String(),
+    status: Type.Integer(),
+    code: Type.String(),
+    detail: Type.Optional(Type.String()),
+    instance: Type.Optional(Type.String()),
+    errors: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }, { additionalProperties: false }), { description: 'validation_failed: each bad field' })),
+    errorCount: Type.Optional(Type.Integer({ description: 'validation_failed: how many bad fields there were when errors lists only the first ones' })),
+    reasons: Type.Optional(Type.Array(Type.String(), { description: 'Why the risk gate or a command refused' })),
+    dispatchId: Type.Optional(Type.String({ description: 'The dispatch that failed (command answers)' })),
+    commandCode: Type.Optional(Type.String({ description: 'command_error: the code the plugin’s command gave' })),
+    activeRunId: Type.Optional(Type.String({ description: 'run_active: the run in the way' })),
+    activeStatus: Type.Optional(Type.String({ description: 'run_active: its status' })),
+    awaiting: Type.Optional(Type.Union([RequiredAction, Type.Null()], { description: 'run_active: what it waits for (its requiredAction)' })),
+    limit: Type.Optional(Type.Integer({ description: 'too_many_streams: the limit reached' })),
+    decision: Type.Optional(Decision), // decision_conflict / decision_expired: the decision as it stands
+    probe: Type.Optional(Type.Unknown({ description: 'sandbox_unavailable: what the sandbox probe found' })),
+  },
+  { additionalProperties: false, $id: 'Problem' },
+)

@@ -16,7 +16,7 @@ import type { StreamHandle } from '../stream-registry.js'
 const tags = ['runs']
 const problem = Type.Ref('Problem')
 const RunView = Type.Ref('Run')
-const WaitedRun = Type.Object({ ...RunSchema.properties, messages: Type.Array(Message, { description: 'The run’s messages (with ?wait=true or Prefer: wait)' }) }, { title: 'RunWithMessages' })
+const WaitedRun = Type.Object({ ...RunSchema.properties, messages: Type.Array(Message, { description: 'The run’s messages, oldest first' }) }, { title: 'RunWithMessages' })
 const maxWaitSeconds = 120
 const defaultWaitSeconds = 30
 const terminalEvents = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.expired'])
@@ -79,19 +79,23 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         operationId: 'createRun',
         tags,
         summary:
-          'Post a user message and start a run (201); with Accept: text/event-stream the answer is the run’s stream. ' +
+          'Post a user message and start a run (201, the run with its messages so far); with Accept: text/event-stream the answer is the run’s stream. ' +
           `Create and wait: ?wait=true (${defaultWaitSeconds} s) or Prefer: wait=N (≤ ${maxWaitSeconds} s) answers when the run ends or needs action (201, with its messages), ` +
           'or, past the wait, with the run as it is (202 and Retry-After)',
         params: IdParams,
         querystring: Type.Object({ wait: Type.Optional(Type.Boolean()) }, { additionalProperties: false }),
         body: RunCreate,
         response: {
+          // One JSON body per status, so a generated client reads status and messages of either
+          // without narrowing; the stream is a separate media type of the 201.
           201: Type.Unsafe({
-            description: 'The run (JSON; with ?wait or Prefer: wait, settled and with its messages) — or, with Accept: text/event-stream, its stream',
-            content: { 'application/json': { schema: Type.Union([WaitedRun, RunView]) }, 'text/event-stream': { schema: Type.Ref('RunStreamEvent') } },
+            description:
+              'The run with its messages so far: just created (no wait), or settled — ended or waiting for action — within the wait. ' +
+              'With Accept: text/event-stream, its stream instead',
+            content: { 'application/json': { schema: WaitedRun }, 'text/event-stream': { schema: Type.Ref('RunStreamEvent') } },
           }),
           202: Type.Unsafe({
-            description: 'Still running after the wait: the run as it is; ask again after Retry-After seconds (GET /api/runs/:id)',
+            description: 'Still queued or running after the wait: the run with its messages so far; ask again after Retry-After seconds (GET /api/runs/:id)',
             headers: { 'retry-after': Type.Integer({ description: 'Seconds' }) },
             content: { 'application/json': { schema: WaitedRun } },
           }),
@@ -155,7 +159,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
           reply.code(201)
           return streamRun(request, reply, deps, created.run, access)
         }
-        if (waitSeconds === null || !slot) return reply.code(201).send(runJson(created.run))
+        if (waitSeconds === null || !slot) return reply.code(201).send({ ...runJson(created.run), messages: await runQueries.messages(created.run.id) })
         const { run, settled } = await runs.waitUntilSettled(created.run.id, waitSeconds * 1000, { signal: slot.signal })
         const messages = await runQueries.messages(run.id)
         if (settled) return reply.code(201).send({ ...runJson(run), messages })

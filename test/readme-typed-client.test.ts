@@ -1,0 +1,69 @@
+import { execFile } from 'node:child_process'
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ScriptedModel } from '../src/llm/index.js'
+import type { Store } from '../src/store/index.js'
+import { openTestStore } from './helpers/engines.js'
+import { startTestServer, type TestServer } from './helpers/test-server.js'
+
+const run = promisify(execFile)
+const root = fileURLToPath(new URL('..', import.meta.url))
+const marker = '<!-- typed-client-example -->'
+
+/** The README's typed-client example: the ```ts block right after the marker comment, verbatim. */
+function typedClientExample(readme: string): string {
+  const start = readme.indexOf(marker)
+  if (start < 0) throw new Error(`README has no ${marker}`)
+  const block = /^\s*```ts\n([\s\S]*?)\n```/.exec(readme.slice(start + marker.length))
+  if (!block) throw new Error(`no ts code block right after ${marker}`)
+  return block[1]!
+}
+
+// The README's typed-client example is what a reader copies: it compiles with tsc against the
+// generated types (plinth/openapi, strict, no casts) and runs against a real server.
+describe('the README typed-client example', () => {
+  let store: Store
+  let server: TestServer
+  let dir: string
+  let file: string
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    server = await startTestServer(store, { models: [new ScriptedModel({ id: 'scripted', turns: [{ text: 'Yes, it is up.' }] })] })
+    // A project of its own, as a reader's would be: `plinth/openapi` and `openapi-fetch` resolve as installed packages.
+    dir = await mkdtemp(join(tmpdir(), 'plinth-typed-client-'))
+    await mkdir(join(dir, 'node_modules', '@types'), { recursive: true })
+    await symlink(root, join(dir, 'node_modules', 'plinth'))
+    await symlink(join(root, 'node_modules', 'openapi-fetch'), join(dir, 'node_modules', 'openapi-fetch'))
+    await symlink(join(root, 'node_modules', '@types', 'node'), join(dir, 'node_modules', '@types', 'node'))
+    await writeFile(join(dir, 'package.json'), JSON.stringify({ type: 'module' }))
+    const compilerOptions = { target: 'ES2023', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noUncheckedIndexedAccess: true, noEmit: true, skipLibCheck: true, types: ['node'] }
+    await writeFile(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: ['example.ts'] }))
+    file = join(dir, 'example.ts')
+    await writeFile(file, typedClientExample(await readFile(join(root, 'README.md'), 'utf8')))
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+    if (dir) await rm(dir, { recursive: true, force: true })
+  })
+
+  it('type-checks with tsc against the generated types', { timeout: 120_000 }, async () => {
+    const checked = await run(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')], { cwd: dir }).catch((error: { stdout?: string; stderr?: string }) => {
+      throw new Error(`tsc failed:\n${error.stdout ?? ''}${error.stderr ?? ''}`)
+    })
+    expect(checked.stdout).toBe('')
+  })
+
+  it('runs against a listening server and prints the settled run and its answer', { timeout: 120_000 }, async () => {
+    const user = await server.createUser()
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', file], { cwd: root, env: { ...process.env, PLINTH_URL: server.url, PLINTH_TOKEN: user.token } })
+    expect(stdout.trim()).toBe('completed: Yes, it is up.')
+    const runs = await server.request('GET', '/api/runs', { token: user.token })
+    expect(runs.body.items).toMatchObject([{ status: 'completed' }])
+  })
+})
