@@ -590,7 +590,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Resume a run that failed upstream (or was interrupted) from its last checkpoint; no completed tool call runs again */
+        /** Resume a run that failed upstream (or was interrupted, or lost its model) from its last checkpoint; no completed tool call runs again */
         post: operations["resumeRun"];
         delete?: never;
         options?: never;
@@ -5738,6 +5738,15 @@ export interface operations {
             };
             /** @description Default Response */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

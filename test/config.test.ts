@@ -12,6 +12,8 @@ async function workdir(config?: unknown): Promise<string> {
   const dir = join(root, `case-${counter++}`)
   await mkdir(dir)
   if (config !== undefined) await writeFile(join(dir, 'plinth.config.json'), typeof config === 'string' ? config : JSON.stringify(config))
+  // The scripts the cases' scripted models name (a missing one is a problem of its own).
+  for (const script of ['hello', 's.json']) await writeFile(join(dir, script), '[{"text": "hi"}]')
   return dir
 }
 
@@ -89,9 +91,9 @@ describe('loadConfig', () => {
       port: 9001,
       host: '0.0.0.0',
       dataDir: join(cwd, 'state', 'db'),
-      // A plugin path in the file is relative to the file.
+      // Paths in the file are relative to the file.
       plugins: [join(cwd, 'plugins', 'echo')],
-      models: [{ id: 'fast', provider: 'scripted', script: 'hello' }],
+      models: [{ id: 'fast', provider: 'scripted', script: join(cwd, 'hello') }],
       defaultModel: 'fast',
       logLevel: 'warn',
       bodyLimit: 4096,
@@ -257,7 +259,7 @@ describe('loadConfig', () => {
   it('rejects unknown keys, also inside models', async () => {
     const cwd = await workdir({ models: [{ id: 'm', provider: 'scripted', script: 's.json', temprature: 2 }], prot: 80 })
     const problems = problemsOf({}, cwd)
-    expect(problems).toEqual(expect.arrayContaining(['prot: unknown key', 'models.0.temprature: unknown key']))
+    expect(problems).toEqual(expect.arrayContaining(['prot: unknown key', 'models[0].temprature: unknown key']))
     expect(problems).toHaveLength(2)
   })
 
@@ -265,14 +267,14 @@ describe('loadConfig', () => {
     const model = { id: 'gpt', provider: 'openai', baseUrl: 'http://127.0.0.1:1/v1', temperature: 0.3, maxTokens: 1024, topP: 0.9, stop: ['END'], headers: { 'x-tenant': 'acme' } }
     expect(loadConfig({}, await workdir({ models: [model] })).models[0]).toMatchObject(model)
     const problems = problemsOf({}, await workdir({ models: [{ ...model, temperature: 3, topP: 0 }] }))
-    expect(problems).toEqual(expect.arrayContaining([expect.stringMatching(/^models\.0\.temperature/), expect.stringMatching(/^models\.0\.topP/)]))
+    expect(problems).toEqual(expect.arrayContaining([expect.stringMatching(/^models\[0\]\.temperature/), expect.stringMatching(/^models\[0\]\.topP/)]))
   })
 
   it('rejects a model without a known provider', async () => {
     const cwd = await workdir({ models: [{ id: 'm', provider: 'acme' }, { provider: 'openai' }] })
     const problems = problemsOf({}, cwd)
-    expect(problems.some((problem) => problem.startsWith('models.0.provider:'))).toBe(true)
-    expect(problems.some((problem) => problem.startsWith('models.1') && problem.includes('id'))).toBe(true)
+    expect(problems.some((problem) => problem.startsWith('models[0].provider:'))).toBe(true)
+    expect(problems.some((problem) => problem.startsWith('models[1]') && problem.includes('id'))).toBe(true)
   })
 
   it('treats a missing ./plinth.config.json as optional, but an explicit PLINTH_CONFIG naming a missing file as an error', async () => {
@@ -313,9 +315,9 @@ describe('loadConfig', () => {
   it('requires a base URL for openai and anthropic models and a script for scripted ones', async () => {
     const cwd = await workdir({ models: [{ id: 'a', provider: 'openai' }, { id: 'b', provider: 'anthropic' }, { id: 'c', provider: 'scripted' }] })
     expect(problemsOf({}, cwd)).toEqual([
-      'models.0.baseUrl: required for provider openai',
-      'models.1.baseUrl: required for provider anthropic',
-      'models.2.script: required for provider scripted',
+      'models[0].baseUrl: required for provider openai',
+      'models[1].baseUrl: required for provider anthropic',
+      'models[2].script: required for provider scripted',
     ])
   })
 })

@@ -401,9 +401,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
       if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) problems.push(`${path}: must hold a JSON object`)
       else {
         Object.assign(merged, parsed)
-        // A plugin path in the file is relative to the file (a plugin next to its config).
-        const plugins = (parsed as { plugins?: unknown }).plugins
-        if (Array.isArray(plugins)) merged.plugins = plugins.map((entry) => (typeof entry === 'string' && entry.startsWith('.') ? resolve(dirname(path), entry) : entry))
+        resolveFilePaths(merged, dirname(path))
       }
     } catch (error) {
       problems.push(`${path}: ${(error as Error).message}`)
@@ -426,8 +424,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   if (!ajv.validate(fileSchema, merged)) problems.push(...(ajv.errors ?? []).map((error) => describeError(error)))
   const models = Array.isArray(merged.models) ? (merged.models as Array<{ id?: unknown; provider?: unknown; baseUrl?: unknown; script?: unknown }>) : []
   models.forEach((model, index) => {
-    if ((model?.provider === 'openai' || model?.provider === 'anthropic') && typeof model.baseUrl !== 'string') problems.push(`models.${index}.baseUrl: required for provider ${String(model.provider)}`)
-    if (model?.provider === 'scripted' && typeof model.script !== 'string') problems.push(`models.${index}.script: required for provider scripted`)
+    if ((model?.provider === 'openai' || model?.provider === 'anthropic') && typeof model.baseUrl !== 'string') problems.push(`models[${index}].baseUrl: required for provider ${String(model.provider)}`)
+    if (model?.provider === 'scripted' && typeof model.script !== 'string') problems.push(`models[${index}].script: required for provider scripted`)
+    else if (model?.provider === 'scripted') {
+      const problem = scriptProblem(resolve(cwd, model.script as string))
+      if (problem) problems.push(`models[${index}].script: ${problem}`)
+    }
   })
   const embeddings = merged.embeddings as { provider?: unknown; model?: unknown; baseUrl?: unknown; dimensions?: unknown } | undefined
   if (embeddings?.provider === 'openai') {
@@ -487,8 +489,43 @@ function setPath(target: Record<string, unknown>, path: string, value: unknown):
   setPath(child, rest.join('.'), value)
 }
 
+/**
+ * Paths in the config file are relative to the file (a plugin or script next to its config), whatever
+ * the working directory; paths from the environment stay relative to the working directory.
+ */
+function resolveFilePaths(config: Record<string, unknown>, base: string): void {
+  const path = (value: unknown): unknown => (typeof value === 'string' && value !== '' ? resolve(base, value) : value)
+  // A bare plugin name is a package; only `./` and `../` entries are paths.
+  if (Array.isArray(config.plugins)) config.plugins = config.plugins.map((entry: unknown) => (typeof entry === 'string' && entry.startsWith('.') ? resolve(base, entry) : entry))
+  if (Array.isArray(config.models)) {
+    config.models = config.models.map((model: unknown) => (model && typeof model === 'object' && 'script' in model ? { ...model, script: path((model as { script: unknown }).script) } : model))
+  }
+  if ('dataDir' in config) config.dataDir = path(config.dataDir)
+  const exec = config.exec as Record<string, unknown> | undefined
+  if (exec && typeof exec === 'object' && 'workRoot' in exec) config.exec = { ...exec, workRoot: path(exec.workRoot) }
+}
+
+/** Why a scripted model's script cannot be used, or null. */
+function scriptProblem(file: string): string | null {
+  let text: string
+  try {
+    text = readFileSync(file, 'utf8')
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    return code === 'ENOENT' ? `no such file: ${file}` : `cannot read ${file} (${code ?? (error as Error).message})`
+  }
+  try {
+    const script: unknown = JSON.parse(text)
+    const turns = Array.isArray(script) ? script : (script as { turns?: unknown } | null)?.turns
+    return Array.isArray(turns) ? null : `${file} must hold an array of turns or {turns: [...]}`
+  } catch (error) {
+    return `${file} is not JSON: ${(error as Error).message}`
+  }
+}
+
 function describeError(error: ErrorObject): string {
-  const key = error.instancePath.replace(/^\//, '').replace(/\//g, '.') || '(root)'
+  // models/2/script → models[2].script
+  const key = error.instancePath.replace(/^\//, '').replace(/\/(\d+)(?=\/|$)/g, '[$1]').replace(/\//g, '.') || '(root)'
   if (error.keyword === 'additionalProperties') {
     const extra = (error.params as { additionalProperty: string }).additionalProperty
     return `${key === '(root)' ? '' : `${key}.`}${extra}: unknown key`

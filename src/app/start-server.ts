@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
 import { buildServer, type App } from '../server/index.js'
-import { openStore, type Store } from '../store/index.js'
+import { modelsNamedButMissing, openStore, type Store } from '../store/index.js'
 import type { ExecService } from '../exec/index.js'
 import { createEmbedder, prepareEmbeddings, type Ingestor } from '../rag/index.js'
 import { Registry } from 'prom-client'
@@ -81,6 +81,14 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       shutdownGraceMs: config.shutdownGraceMs,
       retriever,
     })
+    // Removing a model that projects or unfinished runs still name is said, not silent (README "Models").
+    for (const missing of await modelsNamedButMissing(store.db, runs.models.list().map((model) => model.id))) {
+      const warning =
+        `model ${missing.model} is not configured but ${[missing.projects > 0 && `${missing.projects} project${missing.projects === 1 ? '' : 's'} (defaultModel)`, missing.runs > 0 && `${missing.runs} unfinished run${missing.runs === 1 ? '' : 's'}`].filter(Boolean).join(' and ')} name it: ` +
+        'those projects fall back to the default model; those runs fail unknown_model and can be resumed once it is configured again'
+      warnings.push(warning)
+      logger.warn(warning)
+    }
     app = await buildServer({
       store,
       bus,

@@ -44,7 +44,8 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       if (!run || run.status !== 'running' || run.leaseOwner !== fence.owner) return
       if (signal.aborted) return await kit.endAborted(run, driver, null, '')
       const model = kit.models.get(run.model)
-      if (!model) return await kit.end(runId, { status: 'failed', error: { code: 'internal', message: `model ${run.model} is no longer configured` }, openCalls: 'interrupted' }, { fence })
+      // The operator removed it: the run can be resumed once the model is configured again.
+      if (!model) return await kit.end(runId, { status: 'failed', error: { code: 'unknown_model', message: `model ${run.model} is no longer configured; configure it again and resume the run` }, openCalls: 'interrupted' }, { fence })
       const atCap = run.iteration >= run.maxIterations
       writable ??= await kit.bus.mayWrite(run.ownerId, run.projectId)
       const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : toolTable(kit.bus, run, writable)

@@ -105,6 +105,9 @@ export interface CreateRunInput {
  * a run's lease is its only writer: each of its writes is fenced by the lease, so a driver whose
  * lease passed to another instance (or whose run was cancelled elsewhere) changes nothing and stops.
  */
+/** Failures a run can be resumed from: upstream trouble, an interruption, a model configured again. */
+const resumableCodes = ['upstream_error', 'upstream_auth_missing', 'timeout', 'interrupted', 'tools_unsupported', 'unknown_model']
+
 export class RunManager {
   readonly #options: RunManagerOptions
   readonly #instanceId = randomUUID()
@@ -436,19 +439,20 @@ export class RunManager {
    * Resumes a run that failed upstream (or was interrupted) from its last checkpoint: the transcript
    * already holds every finished round, so no completed tool call runs again.
    */
-  async resume(runId: string): Promise<{ run?: Run; error?: string; code?: 'run_active' | 'shutting_down' }> {
+  async resume(runId: string): Promise<{ run?: Run; error?: string; code?: 'run_active' | 'shutting_down' | 'unknown_model' }> {
     const { store } = this.#options
     if (this.#stopping) return { error: 'the server is shutting down; try again in a moment', code: 'shutting_down' }
     const lease = this.#newLease()
-    let resumed: { run?: Run; error?: string; code?: 'run_active' }
+    let resumed: { run?: Run; error?: string; code?: 'run_active' | 'unknown_model' }
     try {
-      resumed = await store.transaction(async (tx): Promise<{ run?: Run; error?: string }> => {
+      resumed = await store.transaction(async (tx): Promise<{ run?: Run; error?: string; code?: 'unknown_model' }> => {
         const run = await lockRun(tx, runId)
         if (!run) return { error: 'run not found' }
         const code = (run.error as { code?: string } | null)?.code
-        if (run.status !== 'failed' || !['upstream_error', 'upstream_auth_missing', 'timeout', 'interrupted', 'tools_unsupported'].includes(code ?? '')) {
+        if (run.status !== 'failed' || !resumableCodes.includes(code ?? '')) {
           return { error: `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})` }
         }
+        if (!this.#options.models.get(run.model)) return { error: `model ${run.model} is not configured; configure it again, then resume`, code: 'unknown_model' }
         const updated = await updateRun(tx, runId, { status: 'running', phase: 'thinking', error: null, lease })
         await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
         return { run: updated }

@@ -232,6 +232,22 @@ export async function findRunsWaitingSince(db: Executor, since: Date): Promise<R
   return rows.map(toRun)
 }
 
+/**
+ * Models that projects (their default) or unfinished runs name and that are not in `configured`, with
+ * how many of each name them: warned about at start, so removing a model is never silent.
+ */
+export async function modelsNamedButMissing(db: Executor, configured: readonly string[]): Promise<Array<{ model: string; projects: number; runs: number }>> {
+  const { rows } = await sql<{ model: string; projects: string | number; runs: string | number }>`
+    select model, sum(projects) as projects, sum(runs) as runs from (
+      select default_model as model, count(*) as projects, 0 as runs from projects where default_model is not null group by default_model
+      union all
+      select model, 0 as projects, count(*) as runs from runs where status in ('queued', 'running', 'requires_action') group by model
+    ) named
+    group by model order by model`.execute(db)
+  const known = new Set(configured)
+  return rows.filter((row) => !known.has(row.model)).map((row) => ({ model: row.model, projects: Number(row.projects), runs: Number(row.runs) }))
+}
+
 /** Conversations whose oldest queued run could start (nothing else there is active), e.g. after a restart. */
 export async function findStartableQueues(db: Executor): Promise<string[]> {
   const { rows } = await sql<{ conversation_id: string }>`

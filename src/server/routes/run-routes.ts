@@ -205,9 +205,9 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'resumeRun',
         tags,
-        summary: 'Resume a run that failed upstream (or was interrupted) from its last checkpoint; no completed tool call runs again',
+        summary: 'Resume a run that failed upstream (or was interrupted, or lost its model) from its last checkpoint; no completed tool call runs again',
         params: IdParams,
-        response: { 200: RunView, ...problemResponses, 409: problem, 503: problem },
+        response: { 200: RunView, ...problemResponses, 409: problem, 422: problem, 503: problem },
       },
     },
     async (request) => {
