@@ -2,6 +2,7 @@ import { ScriptedModel } from '../src/llm/index.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { pino } from 'pino'
 import { setUpCommandBus } from '../src/app/index.js'
+import { SurfaceVersion } from '../src/extension/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
@@ -34,7 +35,7 @@ describe('plugin loading', () => {
     const refusals = lines.filter((line) => line.msg.includes('refused'))
     expect(refusals.map((line) => line.msg)).toEqual([
       expect.stringMatching(/throwing.*cannot reach its backend/),
-      expect.stringMatching(/incompatible.*\^2\.0\.0.*1\.3\.0/),
+      expect.stringMatching(new RegExp(`incompatible.*\\^2\\.0\\.0.*${SurfaceVersion.replaceAll('.', '\\.')}`)),
       expect.stringMatching(/bad-id.*malformed command id "BadId\.Ping"/),
       expect.stringMatching(/collide.*collides with rdm\.ping/),
       expect.stringMatching(/no-such-plugin-package/),

@@ -40,6 +40,8 @@ export async function loadPlugins(
 ): Promise<PluginLoadResult> {
   const loaded: LoadedPlugin[] = []
   const refused: RefusedPlugin[] = []
+  // Namespace → the plugin that has it.
+  const owners = new Map<string, string>()
   if (specifiers.length > 0) resolveExtensionToSelf()
   for (const specifier of specifiers) {
     try {
@@ -48,11 +50,13 @@ export async function loadPlugins(
         throw new Error(`it needs extension surface ${JSON.stringify(definition.surface)} but this server provides ${SurfaceVersion}`)
       }
       if (loaded.some((plugin) => plugin.name === definition.name)) throw new Error(`a plugin named ${definition.name} is already loaded`)
-      const staged = options.catalog.stage(definition.name, definition.version)
+      const namespaces = claimNamespaces(definition, owners, options.catalog)
+      const staged = options.catalog.stage(definition.name, definition.version, { namespaces })
       const before = new Set(options.catalog.list().map((command) => command.spec.id))
       await withTimeout(Promise.resolve(definition.setup(staged.registry, options.createHost(definition.name))), setupTimeoutMs, 'setup did not finish in time')
       staged.commit()
       const commands = options.catalog.list().map((command) => command.spec.id).filter((id) => !before.has(id))
+      for (const namespace of namespaces) owners.set(namespace, definition.name)
       loaded.push({ name: definition.name, version: definition.version, commands })
       options.logger.info({ plugin: definition.name, version: definition.version, commands }, `plugin ${definition.name} ${definition.version} loaded`)
     } catch (error) {
@@ -62,6 +66,22 @@ export async function loadPlugins(
     }
   }
   return { loaded, refused }
+}
+
+const namespacePattern = /^[a-z][a-z0-9_]*$/
+
+/** The namespaces a plugin declares (default: its name), refused when malformed or already had. */
+function claimNamespaces(definition: PluginDefinition, owners: ReadonlyMap<string, string>, catalog: CommandCatalog): string[] {
+  // A name that makes no namespace (say `MyPlugin`) gives none: such a plugin registers no command unless it declares some.
+  const derived = definition.name.replaceAll('-', '_')
+  const declared = definition.namespaces ?? (namespacePattern.test(derived) ? [derived] : [])
+  if (!Array.isArray(declared)) throw new Error('its "namespaces" must be a list of lowercase snake names')
+  for (const namespace of declared) {
+    if (typeof namespace !== 'string' || !namespacePattern.test(namespace)) throw new Error(`namespace ${JSON.stringify(namespace)} is malformed: namespaces are lowercase snake names like "rdm"`)
+    const owner = owners.get(namespace) ?? catalog.list().find((command) => command.spec.id.split('.')[0] === namespace)?.plugin
+    if (owner) throw new Error(`namespace ${namespace} belongs to ${owner === 'core' ? 'Plinth itself' : `plugin ${owner}`}`)
+  }
+  return declared
 }
 
 async function importPlugin(specifier: string, cwd: string): Promise<PluginDefinition> {

@@ -74,8 +74,11 @@ export class CommandCatalog {
   #projectAuthz: { plugin: string; adapter: ProjectAuthzAdapter } | null = null
   readonly #ajv = addFormats(new Ajv({ allErrors: true, strict: false, useDefaults: true, coerceTypes: false }))
 
-  /** A Registry for one plugin. Call `commit()` after its setup resolved; nothing is visible before. */
-  stage(plugin: string, pluginVersion: string): { registry: Registry; commit(): void } {
+  /**
+   * A Registry for one plugin. Call `commit()` after its setup resolved; nothing is visible before.
+   * With `namespaces`, a command id must start with one of them.
+   */
+  stage(plugin: string, pluginVersion: string, options: { namespaces?: readonly string[] } = {}): { registry: Registry; commit(): void } {
     const commands: RegisteredCommand[] = []
     const skills: Skill[] = []
     const notes: string[] = []
@@ -83,8 +86,8 @@ export class CommandCatalog {
     const cliTools: CliToolSpec[] = []
     let projectAuthz: ProjectAuthzAdapter | null = null
     const registry: Registry = {
-      addCommand: (spec, handler) => {
-        commands.push(this.#prepare(spec as unknown as CommandSpec<Params>, handler as unknown as CommandHandler<Params>, plugin, pluginVersion, commands))
+      addCommand: (spec: CommandSpec<never>, handler: CommandHandler<never>) => {
+        commands.push(this.#prepare(spec as unknown as CommandSpec<Params>, handler as unknown as CommandHandler<Params>, plugin, pluginVersion, commands, options.namespaces))
       },
       addSkill: (skill) => {
         if (!skill.name || !skill.instructions) throw new RegistrationError('a skill needs a name and instructions')
@@ -169,9 +172,14 @@ export class CommandCatalog {
     return this.#projectAuthz?.adapter ?? null
   }
 
-  #prepare(spec: CommandSpec<Params>, handler: CommandHandler<Params>, plugin: string, pluginVersion: string, staged: RegisteredCommand[]): RegisteredCommand {
+  #prepare(spec: CommandSpec<Params>, handler: CommandHandler<Params>, plugin: string, pluginVersion: string, staged: RegisteredCommand[], namespaces?: readonly string[]): RegisteredCommand {
     if (!spec || typeof spec.id !== 'string' || !commandIdPattern.test(spec.id)) {
       throw new RegistrationError(`malformed command id ${JSON.stringify(spec?.id)}: ids are lowercase dotted snake segments like "rdm.draft.compose"`)
+    }
+    const namespace = spec.id.split('.')[0] ?? ''
+    if (namespaces && !namespaces.includes(namespace)) {
+      const own = namespaces.length === 1 ? `namespace ${namespaces[0]}` : `namespaces ${namespaces.join(', ')}`
+      throw new RegistrationError(`command ${spec.id} is outside the plugin's ${own} (a command id starts with the plugin's name or a namespace declared in definePlugin's "namespaces")`)
     }
     if (this.#commands.has(spec.id) || staged.some((command) => command.spec.id === spec.id)) {
       throw new RegistrationError(`command ${spec.id} is already registered`)

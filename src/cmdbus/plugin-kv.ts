@@ -1,4 +1,4 @@
-import type { JsonValue, KvStore, PluginLogger } from '../extension/index.js'
+import type { JsonValue, KvStore, LogMethod, PluginLogger } from '../extension/index.js'
 import { kvDelete, kvGet, kvList, kvSet, type Store } from '../store/index.js'
 
 /** A plugin's namespaced key-value store over `plugin_kv`. */
@@ -19,13 +19,14 @@ interface PinoLike {
   error(object: Record<string, unknown>, message: string): void
 }
 
-/** A plugin's logger: pino underneath, fields first, `plugin` on every line. */
+/** A plugin's logger: pino underneath, `plugin` on every line; either argument order (see LogMethod). */
 export function createPluginLogger(logger: PinoLike, plugin: string): PluginLogger {
   const child = logger.child({ plugin })
-  return {
-    debug: (message, fields = {}) => child.debug(fields, message),
-    info: (message, fields = {}) => child.info(fields, message),
-    warn: (message, fields = {}) => child.warn(fields, message),
-    error: (message, fields = {}) => child.error(fields, message),
-  }
+  const at =
+    (level: 'debug' | 'info' | 'warn' | 'error'): LogMethod =>
+    (first: string | Record<string, unknown>, second?: string | Record<string, unknown>) => {
+      const [fields, message] = typeof first === 'string' ? [second, first] : [first, second]
+      child[level](typeof fields === 'object' && fields !== null ? fields : {}, typeof message === 'string' ? message : '')
+    }
+  return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') }
 }

@@ -15,7 +15,7 @@
 import type { PluginDefinition } from './types.js'
 
 /** The version of this surface. Adding bumps minor; changing or removing bumps major. */
-export const SurfaceVersion = '1.3.0'
+export const SurfaceVersion = '1.4.0'
 
 /** Declares a plugin; returns it unchanged (typed). */
 export function definePlugin(definition: PluginDefinition): PluginDefinition {
@@ -39,7 +39,9 @@ export type {
   JsonValue,
   KnowledgeHit,
   KvStore,
+  LogMethod,
   Options,
+  ParamsOf,
   PluginDefinition,
   PluginEvent,
   PluginLogger,

@@ -1,7 +1,8 @@
 /**
  * Types of the plugin surface. Everything here is data shapes and interfaces: the surface imports
- * nothing from the rest of Plinth, so plugins depend on it alone.
+ * nothing from the rest of Plinth, so plugins depend on it alone (and on json-schema-to-ts, for types).
  */
+import type { FromSchema, JSONSchema } from 'json-schema-to-ts'
 
 /** Any JSON value. */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue }
@@ -34,12 +35,21 @@ export interface KvStore {
   list(prefix?: string): Promise<Array<{ key: string; value: JsonValue }>>
 }
 
+/**
+ * One log level. Both argument orders work (since surface 1.4.0): pino's `(fields, message)` and
+ * `(message, fields)`.
+ */
+export interface LogMethod {
+  (fields: Record<string, unknown>, message?: string): void
+  (message: string, fields?: Record<string, unknown>): void
+}
+
 /** Structured logging bound to the plugin (`plugin` is added to every line). */
 export interface PluginLogger {
-  debug(message: string, fields?: Record<string, unknown>): void
-  info(message: string, fields?: Record<string, unknown>): void
-  warn(message: string, fields?: Record<string, unknown>): void
-  error(message: string, fields?: Record<string, unknown>): void
+  debug: LogMethod
+  info: LogMethod
+  warn: LogMethod
+  error: LogMethod
 }
 
 /** An event a plugin publishes to a project or conversation stream (type is prefixed `plugin.<name>.`). */
@@ -123,13 +133,23 @@ export interface CommandContext {
 /** The command's own answer to "how risky is this call?". */
 export type RiskClassifier<P> = (params: P, context: CommandContext) => Risk
 
-/** A command: the unit of effect. Ids are lowercase dotted snake segments, e.g. `rdm.draft.compose`. */
-export interface CommandSpec<P = { [key: string]: JsonValue }> {
+/**
+ * The params type a `paramsSchema` describes (through json-schema-to-ts `FromSchema`), e.g.
+ * `{ text: string }` for `{ type: 'object', required: ['text'], additionalProperties: false,
+ * properties: { text: { type: 'string' } } }`. A schema not known literally gives `{ [key]: JsonValue }`.
+ */
+export type ParamsOf<S> = S extends JSONSchema ? FromSchema<S> : { [key: string]: JsonValue }
+
+/**
+ * A command: the unit of effect. Ids are lowercase dotted snake segments, e.g. `rdm.draft.compose`,
+ * whose first segment is one of the plugin's namespaces.
+ */
+export interface CommandSpec<P = { [key: string]: JsonValue }, S extends JsonSchema = JsonSchema> {
   id: string
   title: string
   description: string
   /** JSON Schema of `params`; the root must be `type: "object"`. Validated on every dispatch. */
-  paramsSchema: JsonSchema
+  paramsSchema: S
   risk: Risk | RiskClassifier<P>
   /** Always ask a human, whatever the permission mode or allowances. */
   confirm?: boolean
@@ -213,6 +233,12 @@ export interface CliToolSpec {
 
 /** What a plugin registers into during `setup`. */
 export interface Registry {
+  /**
+   * Registers a command. Written inline, its `paramsSchema` types the handler's, `preview`'s and
+   * `risk`'s params (see `ParamsOf`; since surface 1.4.0). An explicit `addCommand<P>` still wins.
+   * The id's first segment must be one of the plugin's namespaces.
+   */
+  addCommand<const S extends { type: 'object' } & JsonSchema>(spec: CommandSpec<ParamsOf<S>, S>, handler: CommandHandler<ParamsOf<S>>): void
   addCommand<P = { [key: string]: JsonValue }>(spec: CommandSpec<P>, handler: CommandHandler<P>): void
   addSkill(skill: Skill): void
   /** A fragment of the model's system prompt. */
@@ -229,5 +255,10 @@ export interface PluginDefinition {
   version: string
   /** The semver range of `SurfaceVersion` the plugin was written for, e.g. `^1.0.0`. */
   surface: string
+  /**
+   * The first id segments its commands may use (since surface 1.4.0); default: its `name` (with `-`
+   * as `_`). A namespace another plugin (or core) already has is refused at load.
+   */
+  namespaces?: string[]
   setup(registry: Registry, host: Host): void | Promise<void>
 }

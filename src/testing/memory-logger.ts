@@ -1,4 +1,4 @@
-import type { PluginLogger } from '../extension/index.js'
+import type { LogMethod, PluginLogger } from '../extension/index.js'
 
 /** One line a plugin logged. */
 export interface LogLine {
@@ -10,9 +10,13 @@ export interface LogLine {
 /** A PluginLogger that keeps every line in `lines`. */
 export function memoryLogger(): PluginLogger & { lines: LogLine[] } {
   const lines: LogLine[] = []
-  const at = (level: LogLine['level']) => (message: string, fields: Record<string, unknown> = {}) => {
-    lines.push({ level, message, fields })
-  }
+  // Either argument order, as the server's logger takes it.
+  const at =
+    (level: LogLine['level']): LogMethod =>
+    (first: string | Record<string, unknown>, second?: string | Record<string, unknown>) => {
+      const [fields, message] = typeof first === 'string' ? [second, first] : [first, second]
+      lines.push({ level, message: typeof message === 'string' ? message : '', fields: typeof fields === 'object' && fields !== null ? fields : {} })
+    }
   return { lines, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') }
 }
 
