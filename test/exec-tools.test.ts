@@ -67,9 +67,13 @@ describe('execution tools over HTTP', () => {
       expect(answer.status, `${id} ${JSON.stringify(params)}`).toBe(202)
       expect(answer.body.decision).toMatchObject({ risk: 'high', status: 'pending' })
     }
-    // Approving once for the session does not let the next identical call through.
+    // approve_session could never apply to a call that asks every time: refused, not recorded as a session scope.
     const first = await dispatch('core.exec', { command: 'echo again' })
-    await server.request('POST', `/api/decisions/${first.body.decision.id}`, { token: alice.token, body: { decision: 'approve_session' } })
+    const session = await server.request('POST', `/api/decisions/${first.body.decision.id}`, { token: alice.token, body: { decision: 'approve_session' } })
+    expect(session.status).toBe(409)
+    expect(session.body.code).toBe('scope_not_allowed')
+    expect(session.body.decision).toMatchObject({ status: 'pending' })
+    await server.request('POST', `/api/decisions/${first.body.decision.id}`, { token: alice.token, body: { decision: 'approve' } })
     expect((await dispatch('core.exec', { command: 'echo again' })).status).toBe(202)
     await server.request('PATCH', `/api/conversations/${conversationId}`, { token: alice.token, body: { permissionMode: 'manual' } })
   })

@@ -109,4 +109,4 @@ export type DecisionAnswer = 'approve' | 'approve_session' | 'reject'
 
 export type DecideOutcome =
   | { ok: true; decision: DecisionView; dispatch: DispatchOutcome }
-  | { ok: false; error: { code: 'not_found' | 'forbidden' | 'decision_conflict' | 'decision_expired'; message: string }; decision?: DecisionView }
+  | { ok: false; error: { code: 'not_found' | 'forbidden' | 'decision_conflict' | 'decision_expired' | 'scope_not_allowed'; message: string }; decision?: DecisionView }

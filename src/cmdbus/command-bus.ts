@@ -22,7 +22,7 @@ import { DispatchExecutors } from './dispatch-executors.js'
 import { runHandler } from './handler-runner.js'
 import { appendDecisionEvent, fail, hashParams, hashRequest, outcomeOf, staticRisk, toDecisionView, toJsonError, validateParams } from './outcomes.js'
 import type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest } from './bus-types.js'
-import type { CommandCatalog, RegisteredCommand } from './command-catalog.js'
+import { alwaysAsks, type CommandCatalog, type RegisteredCommand } from './command-catalog.js'
 import { evaluateGate, type PermissionMode } from './gate.js'
 import { createPluginKv } from './plugin-kv.js'
 import type { ProjectAccess } from './project-access.js'
@@ -97,6 +97,7 @@ export class CommandBus {
       store: options.store,
       access: options.access,
       allowanceTtlMs: options.allowanceTtlMs,
+      catalog: options.catalog,
       lockRun: (tx, decision) => this.#lockRun(tx, decision),
       settleRun: (tx, decision, outcome) => this.#settleRun(tx, decision, outcome),
       runApproved: (decision, dispatch, envelope, summary) => this.#runApproved(decision, dispatch, envelope, summary),
@@ -374,7 +375,7 @@ export class CommandBus {
     // 5. gate (a session allowance is looked up only when it could change the answer)
     const gateInput = {
       risk,
-      confirm: command.confirmWhen ? command.confirmWhen(request.params, context) : command.spec.confirm === true,
+      confirm: alwaysAsks(command, request.params),
       mode: (scope.conversation?.permissionMode ?? 'manual') as PermissionMode,
       hasAllowance: false,
       approvalPolicy: request.approvalPolicy ?? 'ask',
@@ -444,6 +445,11 @@ export class CommandBus {
   /** Decisions the user may answer, newest first (overdue ones expired first). */
   listDecisions(userId: string, filter: { status?: DecisionStatus; conversationId?: string }, page: PageRequest): Promise<Page<DecisionView>> {
     return this.#decisions.list(userId, filter, page)
+  }
+
+  /** One decision the user may act on (expired first when overdue), or undefined. */
+  getDecision(decisionId: string, userId: string): Promise<DecisionView | undefined> {
+    return this.#decisions.get(decisionId, userId)
   }
 
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */

@@ -29,7 +29,7 @@ export interface RegisteredCommand {
   toolName: string | null
   validate: ValidateFunction
   /** Core only: whether a call must be confirmed, decided per call (e.g. exec tools under `direct`). */
-  confirmWhen?: (params: Params, context: CommandContext) => boolean
+  confirmWhen?: (params: Params) => boolean
   /** Core only: the text the model reads of a result (default: the result as JSON). */
   modelText?: (result: JsonValue) => string
   /** Core only: whether the command can work now; when not, the model is not offered it as a tool. */
@@ -38,6 +38,11 @@ export interface RegisteredCommand {
   approversWhen?: () => readonly string[] | null
   /** Core only: the levels a classifier can answer now (the catalog shows them; default low…high). */
   riskRangeWhen?: () => readonly [Risk, Risk]
+}
+
+/** Whether every call of the command must be confirmed, whatever the mode or allowances. */
+export function alwaysAsks(command: RegisteredCommand, params: Params): boolean {
+  return command.confirmWhen ? command.confirmWhen(params) : command.spec.confirm === true
 }
 
 /**

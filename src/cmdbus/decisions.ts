@@ -17,6 +17,7 @@ import {
 import { ownedProjectIds } from './audit-query.js'
 import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
 import type { DecideOutcome, DecisionAnswer, DecisionView, DispatchOutcome } from './bus-types.js'
+import { alwaysAsks, type CommandCatalog } from './command-catalog.js'
 import { appendDecisionEvent, outcomeOf, rejectedOutcome, toDecisionView } from './outcomes.js'
 import type { ProjectAccess } from './project-access.js'
 
@@ -26,6 +27,8 @@ export interface DecisionDeps {
   access: ProjectAccess
   /** How long an `approve_session` allowance lasts (PLINTH_ALLOWANCE_TTL). */
   allowanceTtlMs: number
+  /** Whether a decision's command asks every time (then a session allowance could never apply). */
+  catalog: CommandCatalog
   /** Locks the decision's run first (lock order: rows, then the audit and event locks). */
   lockRun(tx: Executor, decision: { runId: string | null }): Promise<void>
   /** The decision's outcome for its run's ledger, inside the caller's transaction. */
@@ -59,6 +62,18 @@ export class Decisions {
     return { items: found.items.map((decision) => toDecisionView(decision)), nextCursor: found.nextCursor }
   }
 
+  /** One decision the user may act on (expired first when overdue, as in `list`), or undefined. */
+  async get(decisionId: string, userId: string): Promise<DecisionView | undefined> {
+    const { store } = this.#deps
+    let decision = await getDecision(store.db, decisionId)
+    if (!decision || !(await this.canAct(userId, decision))) return undefined
+    if (decision.status === 'pending' && Date.parse(decision.expiresAt) <= Date.now()) {
+      await this.expireDecision(decision.id)
+      decision = (await getDecision(store.db, decisionId)) ?? decision
+    }
+    return toDecisionView(decision)
+  }
+
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
   async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
     const { store } = this.#deps
@@ -67,6 +82,14 @@ export class Decisions {
     // A call reserved for designated approvers: only they approve it; whoever may act may still reject.
     if (current.approvers && answer !== 'reject' && !current.approvers.includes(userId)) {
       return { ok: false, error: { code: 'forbidden', message: 'this execution on the server itself must be approved by an operator-designated approver (exec.directApprovers), not by the person who asked' } }
+    }
+    if (answer === 'approve_session' && current.status === 'pending') {
+      // A command that asks every time (e.g. an execution under direct) is never let through by an allowance.
+      const command = this.#deps.catalog.get(current.commandId)
+      const dispatch = command ? await getDispatch(store.db, current.dispatchId) : undefined
+      if (command && dispatch && alwaysAsks(command, dispatch.params)) {
+        return { ok: false, error: { code: 'scope_not_allowed', message: `${current.commandId} asks for confirmation every time, so approve_session could never apply: approve it once` }, decision: toDecisionView(current) }
+      }
     }
     if (current.status === 'pending' && Date.parse(current.expiresAt) <= Date.now()) {
       await this.expireDecision(current.id)

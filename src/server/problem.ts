@@ -13,6 +13,7 @@ export const problemCatalogue = {
   dispatch_in_progress: { status: 409, title: 'A dispatch with this key is in progress' },
   decision_conflict: { status: 409, title: 'Decision already answered differently' },
   decision_expired: { status: 409, title: 'Decision expired' },
+  scope_not_allowed: { status: 409, title: 'That scope cannot apply to this decision' },
   run_active: { status: 409, title: 'A run is active in this conversation' },
   run_not_waiting: { status: 409, title: 'The run is not waiting for that' },
   run_not_resumable: { status: 409, title: 'The run cannot be resumed' },

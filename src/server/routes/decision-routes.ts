@@ -49,6 +49,16 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
     },
   )
 
+  app.get(
+    '/decisions/:id',
+    { schema: { operationId: 'getDecision', tags, summary: 'One decision the caller may act on (its preview, risk, status and answer)', params: IdParams, response: { 200: Decision, ...problemResponses } } },
+    async (request) => {
+      const decision = await bus.getDecision(request.params.id, caller(request).id)
+      if (!decision) throw new HttpProblem('not_found', 'decision not found')
+      return decision
+    },
+  )
+
   app.post(
     '/decisions/:id',
     {
