@@ -25,9 +25,10 @@ Usage:
   plinth tokens revoke <token-id>
   plinth audit verify                  check the audit log's hash chain (exit 1 naming the first bad entry)
   plinth knowledge reembed             re-embed all knowledge with the configured embedder (after changing it)
-  plinth chat [--url U] [--token T] [--project ID] [--conversation ID] [--once "question"]
+  plinth chat [--url U] [--token T] [--project ID] [--conversation ID] [--model M] [--once "question"]
                                        a terminal client of a running server (PLINTH_URL, PLINTH_TOKEN);
-                                       proposed commands run here after you approve them
+                                       proposed commands run here after you approve them;
+                                       --model: a configured model id for the runs (GET /api/models)
                                        (--command-timeout seconds, default 60; output capped at 64 KiB)
   plinth help | --version
 `
@@ -62,6 +63,7 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
         project: { type: 'string' },
         conversation: { type: 'string' },
         once: { type: 'string' },
+        model: { type: 'string' },
         'command-timeout': { type: 'string' },
       },
     })
@@ -321,7 +323,7 @@ async function tokensCommand(config: PlinthConfig, sub: string | undefined, arg:
 }
 
 async function chat(
-  values: { url?: string; token?: string; project?: string; conversation?: string; once?: string; 'command-timeout'?: string },
+  values: { url?: string; token?: string; project?: string; conversation?: string; model?: string; once?: string; 'command-timeout'?: string },
   io: Io,
 ): Promise<number> {
   const token = values.token ?? process.env.PLINTH_TOKEN
@@ -339,6 +341,7 @@ async function chat(
     token,
     ...(values.project && { project: values.project }),
     ...(values.conversation && { conversation: values.conversation }),
+    ...(values.model && { model: values.model }),
     ...(values.once !== undefined && { once: values.once }),
     commandTimeoutMs: timeout * 1000,
     outputMaxBytes: 64 * 1024,
