@@ -4,6 +4,23 @@
  */
 
 export interface paths {
+    "/api/admin/audit/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Walk the audit log's hash chain (what `plinth audit verify` checks) while the server runs; ok false names the first altered, removed or reordered entry */
+        get: operations["verifyAuditChain"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/admin/settings": {
         parameters: {
             query?: never;
@@ -774,6 +791,17 @@ export interface components {
             };
         } & {
             [key: string]: unknown;
+        };
+        /** AuditVerdict */
+        AuditVerdict: {
+            /** @description Entries verified (before the first bad one) */
+            checked: number;
+            /** @description The first entry that does not fit the chain (absent when ok) */
+            firstBad?: {
+                id: number;
+                reason: string;
+            };
+            ok: boolean;
         };
         /** BusError */
         BusError: {
@@ -1835,6 +1863,71 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    verifyAuditChain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditVerdict"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     getSettings: {
         parameters: {
             query?: never;

@@ -44,4 +44,29 @@ describe('plinth audit verify', () => {
     expect(broken.code).toBe(1)
     expect(broken.stderr).toMatch(/audit chain broken at entry 5: .*altered/)
   })
+
+  it('verifies through the admin API of a server that holds the embedded database', { timeout: 240_000 }, async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plinth-audit-live-'))
+    const env = { PLINTH_PLUGINS: 'rdm', PLINTH_ADMIN_TOKEN: 'admin-secret-0123456789' }
+    try {
+      const token = lastLine((await runPlinth(['users', 'create', 'alice'], { cwd: dir, env })).stdout)
+      const server = await startServe({ cwd: dir, env })
+      try {
+        const project = await http(server.url, 'POST', '/api/projects', { token, body: { name: 'audited' } })
+        expect((await http(server.url, 'POST', '/api/commands/rdm.ping', { token, body: { entrance: 'button', projectId: project.body.id } })).status).toBe(200)
+        const intact = await runPlinth(['audit', 'verify'], { cwd: dir, env })
+        expect(intact.code, intact.stderr).toBe(0)
+        expect(intact.stderr).toMatch(/the server at .* holds the database: using its admin API/)
+        expect(intact.stdout).toMatch(/audit chain intact: \d+ entries verified/)
+        // Without the admin token the lock error says how to proceed.
+        const refused = await runPlinth(['audit', 'verify'], { cwd: dir, env: { PLINTH_PLUGINS: 'rdm' } })
+        expect(refused.code).toBe(1)
+        expect(refused.stderr).toMatch(/set PLINTH_ADMIN_TOKEN/)
+      } finally {
+        expect(await server.stop()).toBe(0)
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
 })

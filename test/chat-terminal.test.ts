@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { cliEnv, http, lastLine, plinthBin, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
+import { startFakeUpstream, type FakeUpstream } from './helpers/fake-upstream.js'
 
 // `plinth chat` used as a person would: in a real terminal (tmux), typing, answering prompts, Ctrl-C.
 const hasTmux = spawnSync('tmux', ['-V']).status === 0
@@ -16,20 +17,24 @@ const scripts = {
   danger: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'propose_command', arguments: { command: 'rm -rf /tmp/plinth-chat-never-exists' } }] }, { text: 'Fine, I will not.' }] },
   decide: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Memo', body: 'hello' } }] }, { text: 'The draft is written.' }] },
   slow: { turns: [{ text: Array.from({ length: 300 }, (_, index) => `w${index} `).join(''), chunks: 300, delayMs: 50 }] },
+  other: { turns: [{ text: 'Answered by the other model.' }] },
 }
 
 describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
   let cwd: string
   let server: ServeProcess
   let token: string
+  let upstream: FakeUpstream
   const sessions: string[] = []
 
   beforeAll(async () => {
     cwd = await mkdtemp(join(tmpdir(), 'plinth-chat-'))
+    upstream = await startFakeUpstream()
     for (const [name, script] of Object.entries(scripts)) await writeFile(join(cwd, `${name}.json`), JSON.stringify(script))
+    const broken = { id: 'broken', provider: 'openai', baseUrl: upstream.url, model: 'gpt-x' }
     await writeFile(
       join(cwd, 'plinth.config.json'),
-      JSON.stringify({ plugins: ['rdm'], models: Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })), defaultModel: 'propose' }),
+      JSON.stringify({ plugins: ['rdm'], models: [...Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })), broken], defaultModel: 'propose' }),
     )
     token = lastLine((await runPlinth(['users', 'create', 'chatter'], { cwd })).stdout)
     server = await startServe({ cwd })
@@ -37,18 +42,19 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
   afterAll(async () => {
     for (const session of sessions) spawnSync('tmux', ['kill-session', '-t', session])
     await server?.kill()
+    await upstream?.close()
     if (cwd) await rm(cwd, { recursive: true, force: true })
   })
 
   /** A project whose runs use `model`, and `plinth chat` on it in a new tmux session. */
-  const open = async (model: keyof typeof scripts): Promise<{ session: string; projectId: string }> => {
+  const open = async (model: keyof typeof scripts | 'broken', extraArgs = ''): Promise<{ session: string; projectId: string }> => {
     const project = await http(server.url, 'POST', '/api/projects', { token, body: { name: `chat-${model}-${Date.now()}`, defaultModel: model } })
     expect(project.status).toBe(201)
     const session = `plinth-chat-${process.pid}-${sessions.length}`
     sessions.push(session)
     const env = cliEnv({ PLINTH_URL: server.url, PLINTH_TOKEN: token, NO_COLOR: '1' })
     const exports = ['PLINTH_URL', 'PLINTH_TOKEN', 'NO_COLOR', 'PLINTH_FROM_SOURCE'].map((name) => `${name}=${JSON.stringify(env[name] ?? '')}`).join(' ')
-    execFileSync('tmux', ['new-session', '-d', '-s', session, '-x', '140', '-y', '50', `cd ${JSON.stringify(cwd)} && ${exports} ${JSON.stringify(process.execPath)} ${JSON.stringify(plinthBin)} chat --project ${project.body.id}; echo "[exit $?]"; sleep 600`])
+    execFileSync('tmux', ['new-session', '-d', '-s', session, '-x', '140', '-y', '50', `cd ${JSON.stringify(cwd)} && ${exports} ${JSON.stringify(process.execPath)} ${JSON.stringify(plinthBin)} chat --project ${project.body.id} ${extraArgs}; echo "[exit $?]"; sleep 600`])
     await screenShows(session, /you>/)
     return { session, projectId: project.body.id }
   }
@@ -113,11 +119,15 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
     expect(await clientOutput((await lastRun(projectId)).id)).toMatchObject({ accepted: false })
   })
 
-  it('asks for a decision inline; approving lets the run finish', async () => {
+  it('asks for a decision inline, showing its preview and risk; the arguments on request; approving lets the run finish', async () => {
     const { session, projectId } = await open('decide')
     type(session, 'write a memo')
     await screenShows(session, /approve\? \[y\] once, \[s\] for this session, \[n\] reject/)
     expect(screen(session)).toMatch(/rdm__draft__compose wants to run \(high risk\)/)
+    expect(screen(session)).toMatch(/Write draft "Memo" \(5 chars\) into project chat-decide-/)
+    expect(screen(session)).not.toMatch(/args:/)
+    type(session, 'a')
+    await screenShows(session, /approve\?.*\n\s+args: \{.*"body":"hello".*\}\n\s+approve\?/)
     type(session, 'y')
     await screenShows(session, /agent> The draft is written\./)
     expect((await lastRun(projectId)).status).toBe('completed')
@@ -145,6 +155,40 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
     await screenShows(session, /you>\s*$/m)
     execFileSync('tmux', ['send-keys', '-t', session, 'C-c'])
     await screenShows(session, /\[exit 130\]/)
+  })
+
+  it('Ctrl-C at a [y/n] prompt ends it at once and cancels the run (no Enter, nothing declined)', async () => {
+    const { session, projectId } = await open('propose')
+    type(session, 'what is here?')
+    await screenShows(session, /run it here\? \[y\/n\]/)
+    execFileSync('tmux', ['send-keys', '-t', session, 'C-c'])
+    await screenShows(session, /\(cancelled\)[\s\S]*you>\s*$/)
+    expect(screen(session)).not.toMatch(/declined/)
+    expect((await lastRun(projectId)).status).toBe('cancelled')
+  })
+
+  it('Ctrl-C at a decision prompt ends it at once and cancels the run', async () => {
+    const { session, projectId } = await open('decide')
+    type(session, 'write a memo')
+    await screenShows(session, /approve\? \[y\] once/)
+    execFileSync('tmux', ['send-keys', '-t', session, 'C-c'])
+    await screenShows(session, /\(cancelled\)[\s\S]*you>\s*$/)
+    expect((await lastRun(projectId)).status).toBe('cancelled')
+  })
+
+  it('--model picks the model of the runs', async () => {
+    const { session, projectId } = await open('propose', '--model other')
+    type(session, 'who answers?')
+    await screenShows(session, /agent> Answered by the other model\./)
+    const run = await lastRun(projectId)
+    expect(run).toMatchObject({ status: 'completed', model: 'other' })
+  })
+
+  it('a failed run shows its error code and message', async () => {
+    upstream.enqueue({ kind: 'error', status: 400, body: { error: { message: 'this model is not available to you' } } })
+    const { session } = await open('broken')
+    type(session, 'hello?')
+    await screenShows(session, /the run failed: upstream_error: .*this model is not available to you/)
   })
 })
 

@@ -1,28 +1,5 @@
-import { readFile, rm, writeFile } from 'node:fs/promises'
-import { join } from 'node:path'
-import { Accounts, RequestError, type ApiToken, type IssuedToken, type Store, type User } from '../store/index.js'
-
-/** What `plinth users|tokens` needs, whether it holds the database or talks to a running server. */
-export interface UserAdmin {
-  createUser(name: string, tokenName: string): Promise<{ user: User; token: IssuedToken } | 'name_taken'>
-  listUsers(): Promise<User[]>
-  findUser(idOrName: string): Promise<User | undefined>
-  setDisabled(userId: string, disabled: boolean): Promise<User | undefined>
-  createToken(userId: string, name: string): Promise<IssuedToken>
-  listTokens(userId: string): Promise<ApiToken[]>
-  revokeToken(tokenId: string): Promise<{ id: string; prefix: string | null } | undefined>
-}
-
-async function all<T>(fetchPage: (after: string | undefined) => Promise<{ items: T[]; nextCursor: string | null }>): Promise<T[]> {
-  const items: T[] = []
-  let after: string | undefined
-  for (;;) {
-    const page = await fetchPage(after)
-    items.push(...page.items)
-    if (!page.nextCursor) return items
-    after = page.nextCursor
-  }
-}
+import { Accounts, RequestError, type Store } from '../store/index.js'
+import { all, type UserAdmin } from './admin-client.js'
 
 /** Directly on the database (the server is stopped, or on Postgres). */
 export function storeUserAdmin(store: Store): UserAdmin {
@@ -49,71 +26,4 @@ async function refused<T, R>(pending: Promise<T>, answer: R): Promise<T | R> {
     if (error instanceof RequestError && (error.code === 'name_taken' || error.code === 'not_found')) return answer
     throw error
   }
-}
-
-/** The address a running server announces in its data directory (for the CLI beside it). */
-export interface ServerAnnouncement {
-  pid: number
-  url: string
-}
-
-const announcementFile = 'server.json'
-
-export async function announceServer(dataDir: string, announcement: ServerAnnouncement): Promise<() => Promise<void>> {
-  const path = join(dataDir, announcementFile)
-  await writeFile(path, JSON.stringify(announcement))
-  return () => rm(path, { force: true })
-}
-
-export async function runningServer(dataDir: string): Promise<ServerAnnouncement | undefined> {
-  try {
-    const parsed = JSON.parse(await readFile(join(dataDir, announcementFile), 'utf8')) as ServerAnnouncement
-    process.kill(parsed.pid, 0)
-    return parsed
-  } catch {
-    return undefined
-  }
-}
-
-/** Through a running server's admin API (PLINTH_ADMIN_TOKEN), while it holds the embedded database. */
-export function httpUserAdmin(url: string, adminToken: string): UserAdmin {
-  const call = async <T>(method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> => {
-    const response = await fetch(`${url}/api/admin${path}`, {
-      method,
-      headers: { authorization: `Bearer ${adminToken}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
-      ...(body !== undefined && { body: JSON.stringify(body) }),
-    })
-    const text = await response.text()
-    if (response.status >= 500 || response.status === 401 || response.status === 403) {
-      const detail = text ? ((JSON.parse(text) as { detail?: string }).detail ?? text) : response.statusText
-      throw new Error(`the running server at ${url} answered ${response.status}: ${detail}`)
-    }
-    return { status: response.status, body: (text ? JSON.parse(text) : undefined) as T }
-  }
-  const admin: UserAdmin = {
-    createUser: async (name, tokenName) => {
-      const answer = await call<{ user: User; token: IssuedToken }>('POST', '/users', { name, tokenName })
-      return answer.status === 409 ? 'name_taken' : answer.body
-    },
-    listUsers: () => all(async (after) => (await call<{ items: User[]; nextCursor: string | null }>('GET', `/users?limit=200${after ? `&cursor=${after}` : ''}`)).body),
-    findUser: async (idOrName) => {
-      if (/^[0-9A-HJKMNP-TV-Z]{26}$/.test(idOrName)) {
-        const byId = await call<User>('GET', `/users/${idOrName}`)
-        if (byId.status === 200) return byId.body
-      }
-      return (await admin.listUsers()).find((user) => user.name === idOrName)
-    },
-    setDisabled: async (userId, disabled) => {
-      const answer = await call<User>('PATCH', `/users/${userId}`, { disabled })
-      return answer.status === 200 ? answer.body : undefined
-    },
-    createToken: async (userId, name) => (await call<IssuedToken>('POST', `/users/${userId}/tokens`, { name })).body,
-    listTokens: (userId) => all(async (after) => (await call<{ items: ApiToken[]; nextCursor: string | null }>('GET', `/users/${userId}/tokens?limit=200${after ? `&cursor=${after}` : ''}`)).body),
-    revokeToken: async (tokenId) => {
-      if (!/^[0-9A-HJKMNP-TV-Z]{26}$/.test(tokenId)) return undefined
-      const answer = await call<undefined>('DELETE', `/tokens/${tokenId}`)
-      return answer.status === 204 ? { id: tokenId, prefix: null } : undefined
-    },
-  }
-  return admin
 }

@@ -8,6 +8,8 @@ export interface ChatOptions {
   token: string
   project?: string
   conversation?: string
+  /** The model of the runs (a configured model id, GET /api/models); default: the project's. */
+  model?: string
   /** Ask once, print the answer, exit (no prompts: nothing that would ask runs). */
   once?: string
   /** A proposed command is killed after this long (ms). */
@@ -30,6 +32,8 @@ interface Turn {
   cancelling: boolean
   /** Risk of proposed commands, from `tool_call.created`. */
   risks: Map<string, { risk: string | null; matchedRules: Array<{ id: string; description?: string }> }>
+  /** Preview and evaluated risk of decisions, from `decision.required`. */
+  decisions: Map<string, { preview: string | null; risk: string | null }>
 }
 
 const terminal = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.expired'])
@@ -46,6 +50,8 @@ export class ChatSession {
   #rl: Interface | null = null
   #turn: Turn | null = null
   #quit: (() => void) | null = null
+  /** The question open right now (Ctrl-C aborts it). */
+  #prompt: AbortController | null = null
 
   constructor(options: ChatOptions) {
     this.#options = options
@@ -75,6 +81,14 @@ export class ChatSession {
     const quitting = new Promise<number>((resolve) => (this.#quit = () => resolve(130)))
     rl.on('SIGINT', () => {
       const now = Date.now()
+      // At a prompt: end it at once (no Enter needed) and cancel the run it belongs to.
+      if (this.#prompt) {
+        this.#prompt.abort()
+        lastInterrupt = now
+        this.#say('')
+        void this.#cancel()
+        return
+      }
       if (this.#turn && !this.#turn.ended && !this.#turn.cancelling && now - lastInterrupt > 1500) {
         lastInterrupt = now
         void this.#cancel()
@@ -107,9 +121,12 @@ export class ChatSession {
 
   /** Posts a message and follows its run to the end, reconnecting when the stream drops. */
   async #runTurn(conversationId: string, input: string, mode: { interactive: boolean }): Promise<string> {
-    const turn: Turn = { runId: null, lastEventId: null, ended: null, answer: '', handled: new Set(), streaming: false, cancelling: false, risks: new Map() }
+    const turn: Turn = { runId: null, lastEventId: null, ended: null, answer: '', handled: new Set(), streaming: false, cancelling: false, risks: new Map(), decisions: new Map() }
     this.#turn = turn
-    const body = mode.interactive ? { input, clientTools: ['propose_command'] } : { input, approvalPolicy: 'dontAsk' }
+    const body = {
+      ...(mode.interactive ? { input, clientTools: ['propose_command'] } : { input, approvalPolicy: 'dontAsk' }),
+      ...(this.#options.model && { model: this.#options.model }),
+    }
     const onEvent = (event: StreamEvent) => this.#onEvent(turn, event, mode)
     try {
       await this.#client.stream('POST', `/api/conversations/${conversationId}/runs`, { body, onEvent })
@@ -161,13 +178,16 @@ export class ChatSession {
       case 'tool_call.completed':
         if (mode.interactive) this.#say(paint(this.#color, 'dim', `  ← ${String(data.status)} ${preview(data.output)}`))
         break
+      case 'decision.required':
+        turn.decisions.set(String(data.decisionId), { preview: typeof data.preview === 'string' ? data.preview : null, risk: typeof data.risk === 'string' ? data.risk : null })
+        break
       case 'run.status':
         if (data.status === 'requires_action' && mode.interactive) await this.#answer(turn, data.requiredAction as RequiredAction | undefined)
         break
       default:
         if (terminal.has(event.event)) {
           turn.ended = event.event
-          if (event.event === 'run.failed') this.#options.errorOutput.write(`${paint(this.#color, 'red', `the run failed: ${JSON.stringify(data.error)}`)}\n`)
+          if (event.event === 'run.failed') this.#options.errorOutput.write(`${paint(this.#color, 'red', `the run failed: ${failure(data.error)}`)}\n`)
           if (event.event === 'run.cancelled') this.#say(paint(this.#color, 'yellow', `(cancelled${data.reason && data.reason !== 'cancelled' ? `: ${String(data.reason)}` : ''})`))
           if (event.event === 'run.expired') this.#say(paint(this.#color, 'yellow', '(the run expired waiting for an answer)'))
         }
@@ -179,8 +199,9 @@ export class ChatSession {
     for (const decision of required?.decisions ?? []) {
       if (turn.handled.has(decision.decisionId) || turn.ended) continue
       turn.handled.add(decision.decisionId)
-      this.#say(paint(this.#color, decision.risk === 'high' ? 'red' : 'yellow', `  ? ${decision.name} wants to run (${decision.risk ?? 'unknown'} risk): ${JSON.stringify(decision.args)}`))
-      const answer = (await this.#ask('    approve? [y] once, [s] for this session, [n] reject: ')).trim().toLowerCase()
+      const answer = await this.#askDecision(decision, turn.decisions.get(decision.decisionId))
+      // Ctrl-C: the run is being cancelled, nothing more to answer.
+      if (answer === null) return
       const choice = answer === 'y' || answer === 'yes' ? 'approve' : answer === 's' ? 'approve_session' : 'reject'
       try {
         await this.#client.json('POST', `/api/decisions/${decision.decisionId}`, { decision: choice })
@@ -193,6 +214,7 @@ export class ChatSession {
       if (turn.handled.has(call.callId) || turn.ended) continue
       turn.handled.add(call.callId)
       const output = call.name === 'propose_command' ? await this.#proposedCommand({ ...call, ...turn.risks.get(call.callId) }) : { accepted: false, error: `plinth chat cannot run the client tool ${call.name}` }
+      if (output === null) return
       try {
         await this.#client.json('POST', `/api/runs/${turn.runId}/tool-outputs`, { outputs: [{ callId: call.callId, output }] })
       } catch (error) {
@@ -201,15 +223,32 @@ export class ChatSession {
     }
   }
 
-  /** Shows a proposed command with its risk, asks, runs it here, and returns what the model reads. */
-  async #proposedCommand(call: { callId: string; args: { command?: unknown; reason?: unknown }; risk?: string | null; matchedRules?: Array<{ id: string; description?: string }> }): Promise<Record<string, unknown>> {
+  /** Shows a decision's preview and evaluated risk and asks (its arguments on request); null: Ctrl-C. */
+  async #askDecision(decision: NonNullable<RequiredAction['decisions']>[number], seen: { preview: string | null; risk: string | null } | undefined): Promise<string | null> {
+    const risk = seen?.risk ?? decision.risk ?? 'unknown'
+    const preview = seen?.preview ?? null
+    this.#say(paint(this.#color, risk === 'high' ? 'red' : 'yellow', `  ? ${decision.name} wants to run (${risk} risk)${preview ? '' : `: ${JSON.stringify(decision.args)}`}`))
+    if (preview) this.#say(indentWith(preview, '    '))
+    for (;;) {
+      const answer = await this.#ask(`    approve? [y] once, [s] for this session, [n] reject${preview ? ', [a] arguments' : ''}: `)
+      if (answer === null) return null
+      const text = answer.trim().toLowerCase()
+      if (text !== 'a' && text !== '?') return text
+      this.#say(paint(this.#color, 'dim', `    args: ${JSON.stringify(decision.args)}`))
+    }
+  }
+
+  /** Shows a proposed command with its risk, asks, runs it here, and returns what the model reads (null: Ctrl-C). */
+  async #proposedCommand(call: { callId: string; args: { command?: unknown; reason?: unknown }; risk?: string | null; matchedRules?: Array<{ id: string; description?: string }> }): Promise<Record<string, unknown> | null> {
     const command = String(call.args?.command ?? '')
     const risk = call.risk ?? 'medium'
     const high = risk === 'high'
     this.#say(paint(this.#color, high ? 'red' : 'yellow', `  $ ${command}`))
     if (call.args?.reason) this.#say(paint(this.#color, 'dim', `    why: ${String(call.args.reason)}`))
     this.#say(paint(this.#color, high ? 'red' : 'dim', `    risk: ${risk}${call.matchedRules && call.matchedRules.length > 0 ? ` — ${call.matchedRules.map((rule) => rule.description ?? rule.id).join('; ')}` : ''}`))
-    const answer = (await this.#ask(high ? '    HIGH RISK — type "yes" to run it here: ' : '    run it here? [y/n] ')).trim().toLowerCase()
+    const asked = await this.#ask(high ? '    HIGH RISK — type "yes" to run it here: ' : '    run it here? [y/n] ')
+    if (asked === null) return null
+    const answer = asked.trim().toLowerCase()
     const approved = high ? answer === 'yes' : answer === 'y' || answer === 'yes'
     if (!approved) {
       this.#say(paint(this.#color, 'dim', '    declined'))
@@ -239,7 +278,7 @@ export class ChatSession {
         projectId = name ? (await this.#client.json<{ id: string }>('POST', '/api/projects', { name })).id : projects.items[0]!.id
       } else {
         projects.items.forEach((project, index) => this.#say(`  ${index + 1}. ${project.name}${project.shared ? ' (shared)' : ''}`))
-        const answer = (await this.#ask('project number, or a name for a new one: ')).trim()
+        const answer = ((await this.#ask('project number, or a name for a new one: ')) ?? '').trim()
         const picked = /^\d+$/.test(answer) ? projects.items[Number(answer) - 1] : undefined
         projectId = picked?.id ?? (await this.#client.json<{ id: string }>('POST', '/api/projects', { name: answer || 'chat' })).id
       }
@@ -267,8 +306,17 @@ export class ChatSession {
     return this.#rl
   }
 
-  async #ask(question: string): Promise<string> {
-    return this.#readline().question(question).catch(() => '')
+  /** Asks a question; null when Ctrl-C ended it. */
+  async #ask(question: string): Promise<string | null> {
+    const prompt = new AbortController()
+    this.#prompt = prompt
+    try {
+      return await this.#readline().question(question, { signal: prompt.signal })
+    } catch {
+      return prompt.signal.aborted ? null : ''
+    } finally {
+      if (this.#prompt === prompt) this.#prompt = null
+    }
   }
 
   #say(line: string): void {
@@ -296,6 +344,20 @@ interface RequiredAction {
 function preview(value: unknown): string {
   const text = typeof value === 'string' ? value : JSON.stringify(value)
   return text.length > 120 ? `${text.slice(0, 117)}...` : text
+}
+
+/** A run's error as `code: message`. */
+function failure(error: unknown): string {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
+  if (typeof code !== 'string') return JSON.stringify(error)
+  return typeof message === 'string' && message ? `${code}: ${message}` : code
+}
+
+function indentWith(text: string, prefix: string): string {
+  return text
+    .split('\n')
+    .map((line) => `${prefix}${line}`)
+    .join('\n')
 }
 
 function indent(text: string): string {

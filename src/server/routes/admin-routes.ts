@@ -1,4 +1,5 @@
 import { Type } from 'typebox'
+import { verifyAuditChain } from '../../cmdbus/index.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { HttpProblem } from '../problem.js'
 import { ApiToken, IdParams, IssuedToken, PageOf, PageQuery, problemResponses, User } from '../schemas.js'
@@ -25,6 +26,15 @@ const Settings = Type.Object({
     bwrapVersion: Type.Union([Type.String(), Type.Null()]),
   }),
 }, { title: 'Settings' })
+/** What `plinth audit verify` reports (the same fields offline and through the server). */
+const AuditVerdict = Type.Object(
+  {
+    ok: Type.Boolean(),
+    checked: Type.Integer({ description: 'Entries verified (before the first bad one)' }),
+    firstBad: Type.Optional(Type.Object({ id: Type.Integer(), reason: Type.String() }, { description: 'The first entry that does not fit the chain (absent when ok)' })),
+  },
+  { title: 'AuditVerdict' },
+)
 const SettingsPatch = Type.Object({ execBackend: Type.Optional(Type.Union([Type.Literal('direct'), Type.Literal('sandbox')])) }, strict)
 
 export function registerAdminRoutes(app: App, deps: ServerDeps): void {
@@ -54,6 +64,19 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
       }
       return settingsView()
     },
+  )
+
+  app.get(
+    '/audit/verify',
+    {
+      schema: {
+        operationId: 'verifyAuditChain',
+        tags,
+        summary: "Walk the audit log's hash chain (what `plinth audit verify` checks) while the server runs; ok false names the first altered, removed or reordered entry",
+        response: { 200: AuditVerdict, ...problemResponses },
+      },
+    },
+    async () => verifyAuditChain(deps.store),
   )
 
   app.post(

@@ -1,0 +1,111 @@
+import { readFile, rm, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import type { ApiToken, IssuedToken, User } from '../store/index.js'
+
+// The CLI's side of a running server: loads no database code (only types from the store).
+
+/** What `plinth users|tokens` needs, whether it holds the database or talks to a running server. */
+export interface UserAdmin {
+  createUser(name: string, tokenName: string): Promise<{ user: User; token: IssuedToken } | 'name_taken'>
+  listUsers(): Promise<User[]>
+  findUser(idOrName: string): Promise<User | undefined>
+  setDisabled(userId: string, disabled: boolean): Promise<User | undefined>
+  createToken(userId: string, name: string): Promise<IssuedToken>
+  listTokens(userId: string): Promise<ApiToken[]>
+  revokeToken(tokenId: string): Promise<{ id: string; prefix: string | null } | undefined>
+}
+
+export async function all<T>(fetchPage: (after: string | undefined) => Promise<{ items: T[]; nextCursor: string | null }>): Promise<T[]> {
+  const items: T[] = []
+  let after: string | undefined
+  for (;;) {
+    const page = await fetchPage(after)
+    items.push(...page.items)
+    if (!page.nextCursor) return items
+    after = page.nextCursor
+  }
+}
+
+/** The address a running server announces in its data directory (for the CLI beside it). */
+export interface ServerAnnouncement {
+  pid: number
+  url: string
+}
+
+const announcementFile = 'server.json'
+
+export async function announceServer(dataDir: string, announcement: ServerAnnouncement): Promise<() => Promise<void>> {
+  const path = join(dataDir, announcementFile)
+  await writeFile(path, JSON.stringify(announcement))
+  return () => rm(path, { force: true })
+}
+
+export async function runningServer(dataDir: string): Promise<ServerAnnouncement | undefined> {
+  try {
+    const parsed = JSON.parse(await readFile(join(dataDir, announcementFile), 'utf8')) as ServerAnnouncement
+    process.kill(parsed.pid, 0)
+    return parsed
+  } catch {
+    return undefined
+  }
+}
+
+/** One call to a running server's admin API; a refusal or a server error throws, with the server's words. */
+async function adminCall<T>(url: string, adminToken: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
+  const response = await fetch(`${url}/api/admin${path}`, {
+    method,
+    headers: { authorization: `Bearer ${adminToken}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
+    ...(body !== undefined && { body: JSON.stringify(body) }),
+  })
+  const text = await response.text()
+  if (response.status >= 500 || response.status === 401 || response.status === 403) {
+    const detail = text ? ((JSON.parse(text) as { detail?: string }).detail ?? text) : response.statusText
+    throw new Error(`the running server at ${url} answered ${response.status}: ${detail}`)
+  }
+  return { status: response.status, body: (text ? JSON.parse(text) : undefined) as T }
+}
+
+/** What `plinth audit verify` reports: offline, or from `GET /api/admin/audit/verify`. */
+export interface AuditVerdict {
+  ok: boolean
+  checked: number
+  firstBad?: { id: number; reason: string }
+}
+
+export async function httpAuditVerify(url: string, adminToken: string): Promise<AuditVerdict> {
+  const answer = await adminCall<AuditVerdict>(url, adminToken, 'GET', '/audit/verify')
+  // A server from before this route.
+  if (answer.status !== 200) throw new Error(`the running server at ${url} answered ${answer.status} to GET /api/admin/audit/verify (stop it, or upgrade it)`)
+  return answer.body
+}
+
+/** Through a running server's admin API (PLINTH_ADMIN_TOKEN), while it holds the embedded database. */
+export function httpUserAdmin(url: string, adminToken: string): UserAdmin {
+  const call = <T>(method: string, path: string, body?: unknown) => adminCall<T>(url, adminToken, method, path, body)
+  const admin: UserAdmin = {
+    createUser: async (name, tokenName) => {
+      const answer = await call<{ user: User; token: IssuedToken }>('POST', '/users', { name, tokenName })
+      return answer.status === 409 ? 'name_taken' : answer.body
+    },
+    listUsers: () => all(async (after) => (await call<{ items: User[]; nextCursor: string | null }>('GET', `/users?limit=200${after ? `&cursor=${after}` : ''}`)).body),
+    findUser: async (idOrName) => {
+      if (/^[0-9A-HJKMNP-TV-Z]{26}$/.test(idOrName)) {
+        const byId = await call<User>('GET', `/users/${idOrName}`)
+        if (byId.status === 200) return byId.body
+      }
+      return (await admin.listUsers()).find((user) => user.name === idOrName)
+    },
+    setDisabled: async (userId, disabled) => {
+      const answer = await call<User>('PATCH', `/users/${userId}`, { disabled })
+      return answer.status === 200 ? answer.body : undefined
+    },
+    createToken: async (userId, name) => (await call<IssuedToken>('POST', `/users/${userId}/tokens`, { name })).body,
+    listTokens: (userId) => all(async (after) => (await call<{ items: ApiToken[]; nextCursor: string | null }>('GET', `/users/${userId}/tokens?limit=200${after ? `&cursor=${after}` : ''}`)).body),
+    revokeToken: async (tokenId) => {
+      if (!/^[0-9A-HJKMNP-TV-Z]{26}$/.test(tokenId)) return undefined
+      const answer = await call<undefined>('DELETE', `/tokens/${tokenId}`)
+      return answer.status === 204 ? { id: tokenId, prefix: null } : undefined
+    },
+  }
+  return admin
+}
