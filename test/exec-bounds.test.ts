@@ -1,6 +1,9 @@
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ConfigError, loadConfig } from '../src/app/index.js'
 import type { Store } from '../src/store/index.js'
+import { runPlinth } from './helpers/cli-process.js'
 import { openTestStore } from './helpers/engines.js'
 import { sandboxAvailable } from './helpers/sandbox.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
@@ -90,27 +93,28 @@ describe.skipIf(!probe.ok)('a flood in the sandbox', () => {
 })
 
 describe('the bounds are derived from one another and checked at start', () => {
-  const problems = (env: NodeJS.ProcessEnv): string[] => {
+  it('derives the captured output per stream from PLINTH_RESULT_MAX_BYTES when it is not set', async () => {
+    const store = await openTestStore('pglite')
+    const server = await startTestServer(store, { resultMaxBytes: 256 * 1024, exec: { backend: 'direct' } })
     try {
-      loadConfig(env, '/')
-    } catch (error) {
-      if (error instanceof ConfigError) return error.problems
-      throw error
+      const outputBytes = server.exec.settings.limits.outputBytes
+      expect(2 * outputBytes).toBeLessThan(256 * 1024)
+      expect(outputBytes).toBeGreaterThan(64 * 1024)
+    } finally {
+      await server.close()
+      await store.close()
     }
-    return []
-  }
-
-  it('derives the captured output per stream from PLINTH_RESULT_MAX_BYTES when it is not set', () => {
-    const config = loadConfig({ PLINTH_RESULT_MAX_BYTES: String(256 * 1024) }, '/')
-    expect(2 * config.exec.limits.outputBytes).toBeLessThan(256 * 1024)
-    expect(config.exec.limits.outputBytes).toBeGreaterThan(64 * 1024)
-    const defaults = loadConfig({}, '/')
-    expect(2 * defaults.exec.limits.outputBytes).toBeLessThan(defaults.resultMaxBytes)
   })
 
-  it('refuses exec output caps that cannot fit a result, naming both keys', () => {
-    const found = problems({ PLINTH_RESULT_MAX_BYTES: String(64 * 1024), PLINTH_EXEC_OUTPUT_BYTES: String(1024 * 1024) })
-    expect(found.join('\n')).toMatch(/exec\.limits\.outputBytes/)
-    expect(found.join('\n')).toMatch(/resultMaxBytes|PLINTH_RESULT_MAX_BYTES/)
-  })
+  it('`plinth serve` refuses exec output caps that cannot fit a result, naming both keys', async () => {
+    const cwd = await mkdtemp(join(tmpdir(), 'plinth-bounds-'))
+    try {
+      const result = await runPlinth(['serve'], { cwd, env: { PORT: '0', PLINTH_RESULT_MAX_BYTES: String(64 * 1024), PLINTH_EXEC_OUTPUT_BYTES: String(1024 * 1024) }, timeoutMs: 120_000 })
+      expect(result.code).toBe(2)
+      expect(result.stderr).toMatch(/exec\.limits\.outputBytes/)
+      expect(result.stderr).toMatch(/PLINTH_RESULT_MAX_BYTES/)
+    } finally {
+      await rm(cwd, { recursive: true, force: true })
+    }
+  }, 150_000)
 })

@@ -4,7 +4,7 @@ import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, defaultR
 import { defaultExecSettings, ExecService, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
 import { createEmbedder, DocumentExtractor, Ingestor, Retriever, type DocumentExtractorOptions, type Embedder } from '../rag/index.js'
 import type { Store } from '../store/index.js'
-import { ConfigError } from './config.js'
+import { ConfigError, type ExecConfig } from './config.js'
 import { createPluginHost } from './plugin-host.js'
 import { loadPlugins, type LoadedPlugin, type RefusedPlugin } from './plugin-loader.js'
 import { version } from './version.js'
@@ -32,7 +32,7 @@ export async function setUpCommandBus(
     logger: Logger
     actionTtlMs: number
     allowanceTtlMs: number
-    exec?: Partial<ExecSettings>
+    exec?: ExecConfig
     /** Where work directories live (`<dataDir>/work`). */
     dataDir: string
     cwd?: string

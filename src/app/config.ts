@@ -2,13 +2,16 @@ import { existsSync, readFileSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
-import { defaultExecSettings, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
+import type { ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
 
 /** A model entry of the config file (SPEC §13); the llm module defines its shape. */
 export type ModelConfig = ModelSettings
 
 /** The validated configuration the server runs with. */
+/** The exec settings an operator may set (each optional; limits and quota by key). */
+export type ExecConfig = Partial<Omit<ExecSettings, 'limits' | 'quota'>> & { limits?: Partial<ExecSettings['limits']>; quota?: Partial<ExecSettings['quota']> }
+
 export interface PlinthConfig {
   port: number
   host: string
@@ -18,7 +21,11 @@ export interface PlinthConfig {
   plugins: string[]
   models: ModelConfig[]
   defaultModel?: string
-  exec: ExecSettings
+  /**
+   * What the operator set; the exec module fills in its defaults and checks them against
+   * `resultMaxBytes` when the server starts (not loaded here: CLI commands that never run code stay light).
+   */
+  exec: ExecConfig
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
   /** Largest accepted request body, bytes. */
   bodyLimit: number
@@ -354,7 +361,7 @@ const defaults: PlinthConfig = {
   dataDir: './data',
   plugins: [],
   models: [],
-  exec: defaultExecSettings,
+  exec: {},
   logLevel: 'info',
   bodyLimit: 1024 * 1024,
   rateLimit: { max: 600, windowMs: 60_000, addressMax: 2400, authFailureMax: 20, authFailureWindowMs: 60_000 },
@@ -444,7 +451,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   const config: PlinthConfig = {
     ...defaults,
     ...file,
-    exec: { ...defaults.exec, ...file.exec, limits: { ...defaults.exec.limits, ...file.exec?.limits }, quota: { ...defaults.exec.quota, ...file.exec?.quota } },
+    exec: { ...file.exec },
     uploads: { ...defaults.uploads, ...file.uploads },
     rateLimit: { ...defaults.rateLimit, ...file.rateLimit },
     streams: { ...defaults.streams, ...file.streams },
@@ -452,10 +459,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     dataDir: resolve(cwd, file.dataDir ?? defaults.dataDir),
   }
   if (config.exec.workRoot) config.exec.workRoot = resolve(cwd, config.exec.workRoot)
-  // An execution's output must fit a command result (docs/exec.md, "Bounds").
-  const output = resolveOutputBytes(file.exec?.limits?.outputBytes, config.resultMaxBytes)
-  if ('problem' in output) throw new ConfigError([output.problem])
-  config.exec.limits.outputBytes = output.outputBytes
   if (config.trustProxy === 'true' || config.trustProxy === 'false') config.trustProxy = config.trustProxy === 'true'
   // Heartbeats are what keep a quiet stream's connection from looking idle.
   if (config.sseHeartbeatMs >= config.connectionTimeoutMs) {
