@@ -195,12 +195,17 @@ async function reembed(store: Store, config: PlinthConfig, io: Io): Promise<numb
     const tenth = total === 0 ? 10 : Math.floor((count / total) * 10)
     if (tenth > reported) {
       reported = tenth
-      io.err(`re-embedding: ${count}/${total} chunks`)
+      io.err(`re-embedding: ${count}/${chunks(total)}`)
     }
   })
   bar?.stop()
-  io.out(`re-embedded ${done} chunks with ${embedder.id}`)
+  io.out(`re-embedded ${chunks(done)} with ${embedder.id}`)
   return 0
+}
+
+/** "1 chunk", "2 chunks". */
+function chunks(count: number): string {
+  return `${count} ${count === 1 ? 'chunk' : 'chunks'}`
 }
 
 async function withStore<T>(config: PlinthConfig, fn: (store: Store) => Promise<T>): Promise<T> {
