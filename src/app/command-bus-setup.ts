@@ -48,6 +48,8 @@ export async function setUpCommandBus(
     extract?: DocumentExtractorOptions
     /** Times an item's ingestion may start before it is failed (config `knowledge.maxAttempts`). */
     ingestMaxAttempts?: number
+    /** The search relevance floor for vector-only hits (config `knowledge.minSimilarity`). */
+    minSimilarity?: number
   },
 ): Promise<CommandBusSetup> {
   const execSettings: ExecSettings = { ...defaultExecSettings, ...options.exec, limits: { ...defaultExecSettings.limits, ...options.exec?.limits }, quota: { ...defaultExecSettings.quota, ...options.exec?.quota } }
@@ -55,7 +57,7 @@ export async function setUpCommandBus(
   const access = new ProjectAccess(store, () => catalog.projectAuthz)
   const embedder = options.embedder ?? createEmbedder(undefined)
   // The adapter is looked up on every call: plugins register it after this point.
-  const retriever = new Retriever({ store, embedder, adapter: () => catalog.projectAuthz })
+  const retriever = new Retriever({ store, embedder, adapter: () => catalog.projectAuthz, ...(options.minSimilarity !== undefined && { minSimilarity: options.minSimilarity }) })
   const ingestor = new Ingestor({
     store,
     embedder,
