@@ -5479,7 +5479,7 @@ export interface operations {
         parameters: {
             query: {
                 k?: number;
-                /** @description Which paths (default hybrid: both, fused) */
+                /** @description Which search paths run. `hybrid` (default): full text and vectors, fused with Reciprocal Rank Fusion. `fulltext`: words only (CJK as bigrams), ranked by match. `vector`: embeddings only, the nearest neighbours by cosine similarity, unfiltered. In `hybrid`, a hit that matched no word of the query is kept only when its similarity reaches the relevance floor (config `knowledge.minSimilarity`, default 0.3). Another value is 400 `validation_failed`. */
                 mode?: "hybrid" | "fulltext" | "vector";
                 /** @description What to look for, in any language (not a query language: operators are text) */
                 q: string;
@@ -6027,7 +6027,7 @@ export interface operations {
         parameters: {
             query: {
                 k?: number;
-                /** @description Which paths (default hybrid: both, fused) */
+                /** @description Which search paths run. `hybrid` (default): full text and vectors, fused with Reciprocal Rank Fusion. `fulltext`: words only (CJK as bigrams), ranked by match. `vector`: embeddings only, the nearest neighbours by cosine similarity, unfiltered. In `hybrid`, a hit that matched no word of the query is kept only when its similarity reaches the relevance floor (config `knowledge.minSimilarity`, default 0.3). Another value is 400 `validation_failed`. */
                 mode?: "hybrid" | "fulltext" | "vector";
                 /** @description What to look for, in any language (not a query language: operators are text) */
                 q: string;

@@ -192,6 +192,15 @@ describe('loadConfig', () => {
     expect(problemsOf({ PLINTH_CORS_ORIGINS: 'https://app.example/path' }, cwd)).toEqual([expect.stringMatching(/^corsOrigins/)])
   })
 
+  it('reads the search relevance floor (knowledge.minSimilarity) from the file or PLINTH_KNOWLEDGE_MIN_SIMILARITY', async () => {
+    expect(loadConfig({}, await workdir()).knowledge.minSimilarity).toBeUndefined()
+    const cwd = await workdir({ knowledge: { minSimilarity: 0.45 } })
+    expect(loadConfig({}, cwd).knowledge.minSimilarity).toBe(0.45)
+    expect(loadConfig({ PLINTH_KNOWLEDGE_MIN_SIMILARITY: '0.2' }, cwd).knowledge).toMatchObject({ minSimilarity: 0.2, maxFileBytes: 20 * 1024 * 1024 })
+    expect(problemsOf({ PLINTH_KNOWLEDGE_MIN_SIMILARITY: 'high' }, cwd)).toEqual(['PLINTH_KNOWLEDGE_MIN_SIMILARITY: expected a number like 0.3, got "high"'])
+    expect(problemsOf({}, await workdir({ knowledge: { minSimilarity: 2 } }))).toEqual([expect.stringMatching(/^knowledge\.minSimilarity: must be <= 1/)])
+  })
+
   it('reads booleans and integers from the environment', async () => {
     const cwd = await workdir()
     expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'true' }, cwd).exec).toMatchObject({ backend: 'auto', disableExecTools: true })

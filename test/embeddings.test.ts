@@ -135,8 +135,9 @@ describe('the recorded embedder', () => {
       expect(serve.stderr).toMatch(/plinth knowledge reembed/)
       const reembed = await runPlinth(['knowledge', 'reembed'], { cwd, timeoutMs: 60_000 })
       expect(reembed.code, reembed.stderr).toBe(0)
-      expect(reembed.stderr).toMatch(/re-embedding: 1\/1 chunks/)
-      expect(reembed.stdout).toMatch(/re-embedded 1 chunks with hash-v1:64/)
+      expect(reembed.stderr).toMatch(/re-embedding: 1\/1 chunk$/m)
+      // One chunk is "1 chunk", never "1 chunks".
+      expect(reembed.stdout).toMatch(/^re-embedded 1 chunk with hash-v1:64$/m)
     } finally {
       await rm(cwd, { recursive: true, force: true })
     }

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { HashingEmbedder, Retriever } from '../src/rag/index.js'
 import type { Store } from '../src/store/index.js'
-import { makeDocx, makePdf, upload } from './helpers/documents.js'
+import { makeCjkPdf, makeDocx, makeImageOnlyPdf, makePdf, makeUndecodablePdf, upload } from './helpers/documents.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
@@ -78,7 +79,7 @@ for (const engine of testEngines()) {
       expect((await search('项目建议书', '&mode=fulltext')).body.items).toEqual([])
     })
 
-    it('ingests uploaded .md, .txt, .html, .pdf and .docx files in the background (202)', async () => {
+    it('ingests uploaded .md, .txt, .html, .pdf and .docx files in the background (202)', { timeout: 120_000 }, async () => {
       const files = [
         { name: 'notes.md', bytes: '# Deploy\n\nThe canary stage runs for ten minutes.', query: 'canary stage' },
         { name: 'plain.txt', bytes: 'Kubernetes pods restart on OOM kills.', query: 'pods restart' },
@@ -115,6 +116,61 @@ for (const engine of testEngines()) {
       expect((await add('Still fine', 'After the broken files, ingestion still works.')).body.ingestStatus).toBe('ready')
     })
 
+    // Issue 21: a Type0 font over a predefined CMap (UniGB-UCS2-H) and a non-embedded STSong-Light
+    // — older Chinese office and government PDFs — ingested `ready` with only the Latin text.
+    it('reads the Chinese of a PDF whose font uses a predefined CMap (UniGB-UCS2-H, STSong-Light)', { timeout: 120_000 }, async () => {
+      const answer = await upload(`${server.url}/api/projects/${projectId}/knowledge`, alice.token, { name: 'gov.pdf', bytes: makeCjkPdf('Annual filing', '中文知识库的建设方案') })
+      expect(answer.status).toBe(202)
+      const ready = await waitReady(answer.body.id)
+      expect(ready.ingestStatus, ready.ingestError).toBe('ready')
+      expect(ready.chunks.map((chunk: { text: string }) => chunk.text).join('\n')).toContain('中文知识库的建设方案')
+      const hits = (await search('中文知识库')).body.items
+      expect(hits[0]).toMatchObject({ itemId: answer.body.id, fulltextRank: 1 })
+      const [start, end] = hits[0].highlights[0]
+      expect(hits[0].snippet.slice(start, end)).toBe('中文知识库')
+    })
+
+    it('fails a PDF with no text (a scan) or with undecodable text, and a text file that is not UTF-8, saying so on the item', { timeout: 120_000 }, async () => {
+      for (const [name, bytes, reason] of [
+        ['scan.pdf', makeImageOnlyPdf(), /no extractable text: the PDF may be scanned images/],
+        ['garbled.pdf', makeUndecodablePdf(), /no extractable text: .*could not be decoded/],
+        // 中文知识库 in GBK: every byte sequence is invalid UTF-8.
+        ['gbk.txt', Buffer.from('d6d0cec4d6aacab6bfe2', 'hex'), /could not be decoded .*save it as UTF-8/],
+      ] as const) {
+        const answer = await upload(`${server.url}/api/projects/${projectId}/knowledge`, alice.token, { name, bytes })
+        expect(answer.status).toBe(202)
+        const failed = await waitReady(answer.body.id)
+        expect(failed, name).toMatchObject({ ingestStatus: 'failed', chunkCount: 0, chunks: [] })
+        expect(failed.ingestError, name).toMatch(reason)
+        const listed = (await server.request('GET', `/api/projects/${projectId}/knowledge`, { token: alice.token })).body.items.find((item: { id: string }) => item.id === answer.body.id)
+        expect(listed.ingestError).toMatch(reason)
+      }
+    })
+
+    it('drops the navigation, header, footer and asides of an HTML page, and keeps its tables as Markdown tables', { timeout: 120_000 }, async () => {
+      const html = `<html><body>
+        <header><a href="/">Acme intranet home</a> <span>Gazpacho portal banner</span></header>
+        <nav><ul><li><a href="/a">Gazpacho menu one</a></li><li><a href="/b">Sitemap</a></li></ul></nav>
+        <main><article><header><h1>Capacity plan</h1></header><p>The quetzal cluster grows next quarter.</p>
+          <table><thead><tr><th>Region</th><th>Nodes</th></tr></thead>
+          <tbody><tr><td>eu-west</td><td>12</td></tr><tr><td>us-east</td><td>30</td></tr></tbody></table>
+        </article></main>
+        <aside>Related: gazpacho recipes</aside>
+        <footer>© Acme, gazpacho legal notice</footer>
+      </body></html>`
+      const answer = await upload(`${server.url}/api/projects/${projectId}/knowledge`, alice.token, { name: 'plan.html', bytes: html })
+      const ready = await waitReady(answer.body.id)
+      expect(ready.ingestStatus, ready.ingestError).toBe('ready')
+      const text = ready.chunks.map((chunk: { text: string }) => chunk.text).join('\n')
+      expect(text).toContain('The quetzal cluster grows next quarter.')
+      // An article's own header is its title, kept (and chunks are headed by it).
+      expect(ready.chunks[0].heading).toBe('Capacity plan')
+      expect(text).not.toMatch(/gazpacho|Acme|Sitemap/i)
+      expect(text).toMatch(/\| Region \| Nodes \|\n\| -+ \| -+ \|\n\| eu-west \| 12 +\|\n\| us-east \| 30 +\|/)
+      expect((await search('gazpacho')).body.items.filter((hit: { itemId: string }) => hit.itemId === answer.body.id)).toEqual([])
+      expect((await search('us-east')).body.items[0]).toMatchObject({ itemId: answer.body.id, fulltextRank: 1 })
+    })
+
     it('answers bad input with the right problem', async () => {
       const token = alice.token
       const expectCode = (answer: { status: number; body: { code: string } }, status: number, code: string) => {
@@ -136,6 +192,32 @@ for (const engine of testEngines()) {
       expectCode(await server.request('DELETE', `/api/knowledge/${bobs.body.id}`, { token }), 404, 'not_found')
       expectCode(await server.request('GET', `/api/knowledge/${bobs.body.id}`, { token }), 404, 'not_found')
       expectCode(await add('In bob’s project', 'x', token, other), 404, 'not_found')
+    })
+
+    it('drops vector-only hits below the relevance floor, keeping every real match', async () => {
+      const own = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'floor' } })).body.id
+      const match = await add('Okapi care', 'The okapi enclosure needs shade and fresh leaves.', alice.token, own)
+      const second = await add('Okapi feeding', 'Feed the okapi twice a day.', alice.token, own)
+      for (const [title, text] of [['Lunch', 'A note about lunch and the weather in Paris.'], ['Pods', 'Kubernetes pods restart on OOM kills.'], ['Canary', 'The canary stage runs for ten minutes.'], ['Budget', 'The budget review is on Friday.']]) await add(title!, text!, alice.token, own)
+      const hits = (await search('okapi enclosure', '', alice.token, own)).body.items
+      expect(hits.map((hit: { itemId: string }) => hit.itemId).sort()).toEqual([match.body.id, second.body.id].sort())
+      expect(hits.every((hit: { fulltextRank: number | null }) => hit.fulltextRank !== null)).toBe(true)
+      // mode=vector is the nearest neighbours as they are, closest first.
+      const vector = (await search('okapi enclosure', '&mode=vector', alice.token, own)).body.items
+      expect(vector).toHaveLength(6)
+      expect(vector.slice(0, 2).map((hit: { itemId: string }) => hit.itemId)).toEqual([match.body.id, second.body.id])
+      // The floor is configurable (knowledge.minSimilarity); at -1 every nearest neighbour comes back.
+      const unfloored = new Retriever({ store, embedder: new HashingEmbedder(), adapter: () => null, minSimilarity: -1 })
+      expect(await unfloored.retrieve(alice.user.id, 'okapi enclosure', { projectId: own })).toHaveLength(6)
+    })
+
+    it('refuses an unknown search mode with a 400 naming the modes', async () => {
+      const answer = await search('x', '&mode=semantic')
+      expect(answer.status).toBe(400)
+      expect(answer.body).toMatchObject({ code: 'validation_failed', errors: [{ path: 'querystring.mode', message: 'must be one of hybrid, fulltext, vector' }] })
+      expect(answer.body.detail).toBe('querystring.mode: must be one of hybrid, fulltext, vector')
+      const all = await server.request('GET', '/api/search?q=x&mode=semantic', { token: alice.token })
+      expect([all.status, all.body.code, all.body.detail]).toEqual([400, 'validation_failed', 'querystring.mode: must be one of hybrid, fulltext, vector'])
     })
 
     it('treats query syntax as text and takes 10 KB of CJK in one query', async () => {

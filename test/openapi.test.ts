@@ -75,6 +75,15 @@ describe('typed OpenAPI', () => {
     }
   })
 
+  it('documents the search modes as an enum with what each does', () => {
+    for (const path of ['/api/projects/{id}/search', '/api/search']) {
+      const parameters = (document.paths[path]!.get as unknown as { parameters: Array<{ name: string; in: string; description?: string; schema: { enum?: string[]; default?: string; description?: string } }> }).parameters
+      const mode = parameters.find((parameter) => parameter.name === 'mode' && parameter.in === 'query')!
+      expect(mode.schema, path).toMatchObject({ enum: ['hybrid', 'fulltext', 'vector'], default: 'hybrid' })
+      expect(mode.description ?? mode.schema.description, path).toMatch(/`hybrid` \(default\).*`fulltext`.*`vector`.*knowledge\.minSimilarity/s)
+    }
+  })
+
   it('generates the committed TypeScript types (plinth/openapi); npm run openapi refreshes them', async () => {
     const generated = await typesOf(document as unknown as Record<string, unknown>)
     const committed = await readFile(typesFile, 'utf8')

@@ -70,11 +70,11 @@ export async function reembed(store: Store, config: PlinthConfig, io: Io): Promi
     const tenth = total === 0 ? 10 : Math.floor((count / total) * 10)
     if (tenth > reported) {
       reported = tenth
-      io.err(`re-embedding: ${count}/${total} chunks`)
+      io.err(`re-embedding: ${count}/${chunks(total)}`)
     }
   })
   bar?.stop()
-  io.out(`re-embedded ${done} chunks with ${embedder.id}`)
+  io.out(`re-embedded ${chunks(done)} with ${embedder.id}`)
   return 0
 }
 
@@ -87,3 +87,8 @@ export async function withStore<T>(config: PlinthConfig, fn: (store: Store) => P
   }
 }
 
+
+/** "1 chunk", "2 chunks". */
+function chunks(count: number): string {
+  return `${count} chunk${count === 1 ? '' : 's'}`
+}

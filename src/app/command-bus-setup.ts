@@ -49,6 +49,8 @@ export async function setUpCommandBus(
     extract?: DocumentExtractorOptions
     /** Times an item's ingestion may start before it is failed (config `knowledge.maxAttempts`). */
     ingestMaxAttempts?: number
+    /** The search relevance floor for vector-only hits (config `knowledge.minSimilarity`). */
+    minSimilarity?: number
   },
 ): Promise<CommandBusSetup> {
   const resultMaxBytes = options.resultMaxBytes ?? defaultResultMaxBytes
@@ -65,7 +67,7 @@ export async function setUpCommandBus(
   const access = new ProjectAccess(store, () => catalog.projectAuthz)
   const embedder = options.embedder ?? createEmbedder(undefined)
   // The adapter is looked up on every call: plugins register it after this point.
-  const retriever = new Retriever({ store, embedder, adapter: () => catalog.projectAuthz })
+  const retriever = new Retriever({ store, embedder, adapter: () => catalog.projectAuthz, ...(options.minSimilarity !== undefined && { minSimilarity: options.minSimilarity }) })
   const ingestor = new Ingestor({
     store,
     embedder,

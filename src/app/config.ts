@@ -58,7 +58,7 @@ export interface PlinthConfig {
   /** The embeddings provider (default: the local hashing embedder). */
   embeddings?: EmbeddingSettings
   /** Knowledge uploads, and the parser's limits (docs/security.md, "untrusted documents"). */
-  knowledge: { maxFileBytes: number; maxBytesPerUser: number; extract?: DocumentExtractorOptions; maxAttempts?: number }
+  knowledge: { maxFileBytes: number; maxBytesPerUser: number; extract?: DocumentExtractorOptions; maxAttempts?: number; minSimilarity?: number }
   /** How long a `full` permission mode lasts before reverting to `manual`. */
   fullModeTtlMs: number
   /** How long a pending decision (a run in `requires_action`) waits before it expires. */
@@ -241,6 +241,7 @@ const fileSchema = {
         maxFileBytes: { type: 'integer', minimum: 1024 },
         maxBytesPerUser: { type: 'integer', minimum: 1024 },
         maxAttempts: { type: 'integer', minimum: 1, maximum: 100 },
+        minSimilarity: { type: 'number', minimum: -1, maximum: 1 },
         extract: {
           type: 'object',
           additionalProperties: false,
@@ -294,7 +295,7 @@ const fileSchema = {
 } as const
 
 /** Environment variables and the config key each one sets. */
-const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'duration']> = [
+const envKeys: Array<[string, string, 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration']> = [
   ['PORT', 'port', 'int'],
   ['HOST', 'host', 'string'],
   ['DATABASE_URL', 'databaseUrl', 'string'],
@@ -337,6 +338,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'bool' | 'list' | 'dura
   ['PLINTH_UPLOADS_TOTAL', 'uploads.total', 'int'],
   ['PLINTH_EXTRACT_TIMEOUT', 'knowledge.extract.timeoutMs', 'duration'],
   ['PLINTH_EXTRACT_MEMORY_MB', 'knowledge.extract.rssMb', 'int'],
+  ['PLINTH_KNOWLEDGE_MIN_SIMILARITY', 'knowledge.minSimilarity', 'number'],
   ['PLINTH_FULL_MODE_TTL_MS', 'fullModeTtlMs', 'int'],
   ['PLINTH_FULL_MODE_TTL', 'fullModeTtlMs', 'duration'],
   ['PLINTH_ACTION_TTL', 'actionTtlMs', 'duration'],
@@ -420,7 +422,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     if (raw === undefined || raw === '') continue
     const value = parseEnv(raw, kind)
     if (value === undefined) {
-      const expected = kind === 'int' ? 'an integer' : kind === 'duration' ? 'a duration like 30s, 15m, 8h or 1d (a bare number is seconds)' : 'true or false'
+      const expected = kind === 'int' ? 'an integer' : kind === 'number' ? 'a number like 0.3' : kind === 'duration' ? 'a duration like 30s, 15m, 8h or 1d (a bare number is seconds)' : 'true or false'
       problems.push(`${name}: expected ${expected}, got ${JSON.stringify(raw)}`)
       continue
     }
@@ -469,8 +471,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
 
 const durationUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
 
-function parseEnv(raw: string, kind: 'string' | 'int' | 'bool' | 'list' | 'duration'): unknown {
+function parseEnv(raw: string, kind: 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration'): unknown {
   if (kind === 'string') return raw
+  if (kind === 'number') return /^-?\d+(\.\d+)?$/.test(raw.trim()) ? Number(raw) : undefined
   if (kind === 'duration') {
     const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(raw.trim())
     return match ? Math.round(Number(match[1]) * (durationUnits[match[2] ?? 's'] ?? 1000)) : undefined

@@ -51,6 +51,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       dispatchLeaseMs: config.runLeaseMs,
       ...(config.knowledge.extract && { extract: config.knowledge.extract }),
       ...(config.knowledge.maxAttempts !== undefined && { ingestMaxAttempts: config.knowledge.maxAttempts }),
+      ...(config.knowledge.minSimilarity !== undefined && { minSimilarity: config.knowledge.minSimilarity }),
     })
     const { bus, access, retriever } = setup
     execService = setup.exec

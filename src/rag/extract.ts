@@ -1,3 +1,6 @@
+import { tables } from '@joplin/turndown-plugin-gfm'
+import { createRequire } from 'node:module'
+import { dirname, join, sep } from 'node:path'
 import TurndownService from 'turndown'
 import yauzl from 'yauzl'
 import { cleanText } from './text.js'
@@ -99,8 +102,28 @@ export async function extractText(format: SourceFormat, bytes: Uint8Array, limit
   }
   if (text.length > limits.maxChars) throw tooLong(limits)
   text = cleanText(text).replace(/^\uFEFF/, '').trim()
-  if (!text) throw new ExtractError(format === 'pdf' ? 'the PDF holds no extractable text (a scanned image?)' : 'the file holds no text')
+  if (!text) throw new ExtractError(format === 'pdf' ? 'no extractable text: the PDF may be scanned images (text is not recognised in images)' : 'the file holds no text')
+  if (undecodableShare(text) > maxUndecodableShare) {
+    throw new ExtractError(
+      format === 'pdf'
+        ? "no extractable text: the PDF's text could not be decoded (most characters came out as U+FFFD; its fonts map glyphs to no known characters)"
+        : 'the file’s text could not be decoded (most characters came out as U+FFFD): save it as UTF-8',
+    )
+  }
   return text
+}
+
+/** Past this share of undecodable characters a document is refused rather than stored as noise. */
+const maxUndecodableShare = 0.5
+
+/** The share of a text's visible characters that are U+FFFD or control characters (what broken decoding leaves). */
+function undecodableShare(text: string): number {
+  // eslint-disable-next-line no-control-regex -- control characters are what is counted
+  const undecodable = /[\uFFFD\u0000-\u0008\u000E-\u001F\u007F-\u009F]/g
+  let bad = 0
+  while (undecodable.exec(text)) bad++
+  if (bad === 0) return 0
+  return bad / Math.max(1, text.replace(/\s+/g, '').length)
 }
 
 function tooLong(limits: ExtractLimits): ExtractError {
@@ -128,7 +151,11 @@ export function htmlNestingDepth(html: string, stopAt = Infinity): number {
 function htmlToMarkdown(html: string, limits: ExtractLimits): string {
   if (htmlNestingDepth(html, limits.maxNesting) > limits.maxNesting) throw new ExtractError(`the document nests elements deeper than ${limits.maxNesting} levels`)
   const turndown = new TurndownService({ headingStyle: 'atx', codeBlockStyle: 'fenced', bulletListMarker: '-' })
-  turndown.remove(['script', 'style', 'noscript', 'iframe', 'head'])
+  turndown.remove(['script', 'style', 'noscript', 'iframe', 'head', 'nav', 'aside'])
+  // A page's header and footer are boilerplate; an article's or section's own are part of it (its title).
+  turndown.remove((node) => (node.nodeName === 'HEADER' || node.nodeName === 'FOOTER') && !node.parentElement?.closest('article, section, main'))
+  // Tables stay tables: header row, separator, rows (GitHub-flavoured Markdown).
+  turndown.use(tables)
   try {
     return turndown.turndown(html)
   } catch (error) {
@@ -137,13 +164,24 @@ function htmlToMarkdown(html: string, limits: ExtractLimits): string {
   }
 }
 
+/**
+ * pdf.js's data files, shipped in its package: the packed CMaps (predefined CJK encodings such as
+ * UniGB-UCS2-H, without which a Chinese, Japanese or Korean PDF using a non-embedded font yields no
+ * text) and the standard fonts. Resolved from wherever the package is installed (pdf.js in Node reads
+ * them as file paths, which must end with a separator).
+ */
+function pdfjsData(): { cMapUrl: string; standardFontDataUrl: string } {
+  const root = dirname(createRequire(import.meta.url).resolve('pdfjs-dist/package.json'))
+  return { cMapUrl: join(root, 'cmaps') + sep, standardFontDataUrl: join(root, 'standard_fonts') + sep }
+}
+
 async function pdfText(bytes: Uint8Array, limits: ExtractLimits): Promise<string> {
   if (!startsWith(bytes, '%PDF-')) throw new ExtractError('not a PDF file (it does not start with %PDF-)')
   const { getDocument } = await import('pdfjs-dist/legacy/build/pdf.mjs')
   let document
   try {
     // pdf.js takes ownership of the buffer it is given: hand it a copy.
-    document = await getDocument({ data: new Uint8Array(bytes), isEvalSupported: false, disableFontFace: true, useSystemFonts: false, verbosity: 0 }).promise
+    document = await getDocument({ data: new Uint8Array(bytes), ...pdfjsData(), cMapPacked: true, isEvalSupported: false, disableFontFace: true, useSystemFonts: false, verbosity: 0 }).promise
   } catch (error) {
     const name = (error as Error).name
     if (name === 'PasswordException') throw new ExtractError('the PDF is encrypted with a password')

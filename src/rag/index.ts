@@ -1,5 +1,5 @@
 /** Retrieval over project knowledge: ingestion, chunking, embeddings, hybrid search, shared retrieval. */
-export { Retriever, RetrievalScopeError, type RetrievalHit, type RetrieveOptions } from './retriever.js'
+export { defaultMinSimilarity, Retriever, RetrievalScopeError, type RetrievalHit, type RetrieveOptions } from './retriever.js'
 export { Ingestor, UploadTooLargeError, type IngestorOptions, type NewFileItem, type NewTextItem, type StagedUpload } from './ingestor.js'
 export { KnowledgeService, type ProjectResolver } from './knowledge-service.js'
 export { createEmbedder, embedAll, EmbeddingError, HashingEmbedder, OpenAIEmbedder, type Embedder, type EmbeddingSettings } from './embeddings.js'

@@ -46,6 +46,13 @@ export class RetrievalScopeError extends Error {
 const rrfK = 60
 
 /**
+ * The default relevance floor (config `knowledge.minSimilarity`): in hybrid search, a hit the full-text
+ * path did not find is kept only when its cosine similarity to the query reaches this. Unrelated texts
+ * score about 0–0.25 with the hashing embedder (collisions) and with common semantic embedders.
+ */
+export const defaultMinSimilarity = 0.3
+
+/**
  * The one retrieval implementation (SPEC §11) behind the HTTP search, the `knowledge_search` tool,
  * knowledge injection into runs and `host.knowledgeSearch`.
  *
@@ -58,9 +65,11 @@ export class Retriever {
   readonly #store: Store
   readonly #embedder: () => Embedder
   readonly #adapter: () => ProjectAuthzAdapter | null
+  readonly #minSimilarity: number
 
-  constructor(options: { store: Store; embedder: Embedder | (() => Embedder); adapter: () => ProjectAuthzAdapter | null }) {
+  constructor(options: { store: Store; embedder: Embedder | (() => Embedder); adapter: () => ProjectAuthzAdapter | null; minSimilarity?: number }) {
     this.#store = options.store
+    this.#minSimilarity = options.minSimilarity ?? defaultMinSimilarity
     const embedder = options.embedder
     this.#embedder = typeof embedder === 'function' ? embedder : () => embedder
     this.#adapter = options.adapter
@@ -134,7 +143,10 @@ export class Retriever {
         fused.set(hit.chunkId, entry)
       })
     }
+    // The relevance floor (hybrid): what matched no word of the query must be close enough in meaning.
+    // `vector` asks for the nearest neighbours as they are.
     return [...fused.values()]
+      .filter((entry) => mode !== 'hybrid' || entry.fulltextRank !== null || (entry.vectorSimilarity ?? -Infinity) >= this.#minSimilarity)
       .sort((a, b) => b.score - a.score || (a.hit.chunkId < b.hit.chunkId ? -1 : 1))
       .slice(0, k)
       .map(({ hit, score, fulltextRank, vectorSimilarity }) => {

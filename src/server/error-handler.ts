@@ -78,5 +78,8 @@ function describeIssue(issue: ValidationIssue, context: string): ProblemField {
   if (issue.keyword === 'required') {
     return { path: [...base, String(issue.params.missingProperty)].join('.'), message: 'is required' }
   }
+  if (issue.keyword === 'enum' && Array.isArray(issue.params.allowedValues)) {
+    return { path: base.join('.'), message: `must be one of ${issue.params.allowedValues.join(', ')}` }
+  }
   return { path: base.join('.'), message: issue.message ?? 'is invalid' }
 }

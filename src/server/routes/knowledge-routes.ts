@@ -23,11 +23,22 @@ const KnowledgeCreate = Type.Object(
   { additionalProperties: false },
 )
 
+const searchModes = ['hybrid', 'fulltext', 'vector'] as const
+
+/** A plain string enum (one `enum` keyword), so an unknown mode gets one message naming the modes. */
+const SearchMode = Type.Unsafe<(typeof searchModes)[number]>({
+  type: 'string',
+  enum: [...searchModes],
+  default: 'hybrid',
+  description:
+    'Which search paths run. `hybrid` (default): full text and vectors, fused with Reciprocal Rank Fusion. `fulltext`: words only (CJK as bigrams), ranked by match. `vector`: embeddings only, the nearest neighbours by cosine similarity, unfiltered. In `hybrid`, a hit that matched no word of the query is kept only when its similarity reaches the relevance floor (config `knowledge.minSimilarity`, default 0.3). Another value is 400 `validation_failed`.',
+})
+
 const SearchQuery = Type.Object(
   {
     q: Type.String({ minLength: 1, maxLength: 20_000, pattern: '\\S', description: 'What to look for, in any language (not a query language: operators are text)' }),
     k: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, default: 10 })),
-    mode: Type.Optional(Type.Union([Type.Literal('hybrid'), Type.Literal('fulltext'), Type.Literal('vector')], { description: 'Which paths (default hybrid: both, fused)' })),
+    mode: Type.Optional(SearchMode),
   },
   { additionalProperties: false },
 )
