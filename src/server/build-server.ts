@@ -1,4 +1,5 @@
 import { UploadSlots, type UploadLimits } from './upload-slots.js'
+import { refuseOversizeBeforeContinue } from './oversize-bodies.js'
 import { createHash } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
 import Fastify, { LogController, type FastifyBaseLogger } from 'fastify'
@@ -125,6 +126,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
   }).withTypeProvider<TypeBoxTypeProvider>()
   limitConnections(app.server, options.maxConnectionsPerAddress ?? 256, options.maxConnections ?? 10_000)
+  refuseOversizeBeforeContinue(app.server, options.bodyLimit)
 
   // Bodies are validated strictly (no coercion, unknown fields rejected); path and query strings
   // are text, so they are coerced to the declared types.

@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { RequestError } from '../store/index.js'
+import { drainRefusedBody } from './oversize-bodies.js'
 import { HttpProblem, problemBody, type ProblemCode, type ProblemField } from './problem.js'
 
 interface ValidationIssue {
@@ -25,6 +26,11 @@ export function handleError(error: FastifyError | HttpProblem | Error, request: 
   const body = problemBody(code, detail, { ...extensions, instance: requestPath(request) })
   if (body.status >= 500) request.log.error({ err: error }, 'request failed')
   if (code === 'unauthorized') reply.header('www-authenticate', 'Bearer')
+  if (code === 'payload_too_large' && !request.raw.complete) {
+    // Closing now would cut the client off mid-send, before it reads this answer: drain, then go on.
+    reply.removeHeader('connection')
+    drainRefusedBody(request.raw)
+  }
   reply.code(body.status).type('application/problem+json').send(body)
 }
 
