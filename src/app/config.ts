@@ -81,6 +81,8 @@ export interface PlinthConfig {
   runMaxResumes: number
   /** How long a graceful stop lets tool calls in flight finish. */
   shutdownGraceMs: number
+  /** Embedded database: how long `serve` waits for a process still holding the data directory (PLINTH_DATA_DIR_LOCK_WAIT). */
+  dataDirLockWaitMs: number
   /** Operator high-risk keywords: a command string containing one (case-sensitive) is high risk. */
   highRiskKeywords: string[]
   /** Largest command result (JSON bytes). */
@@ -287,6 +289,7 @@ const fileSchema = {
     runLeaseMs: { type: 'integer', minimum: 1000 },
     runMaxResumes: { type: 'integer', minimum: 0, maximum: 100 },
     shutdownGraceMs: { type: 'integer', minimum: 0 },
+    dataDirLockWaitMs: { type: 'integer', minimum: 0, maximum: 600_000 },
     highRiskKeywords: { type: 'array', maxItems: 200, items: { type: 'string', minLength: 1, maxLength: 200 } },
     resultMaxBytes: { type: 'integer', minimum: 32 * 1024, maximum: 64 * 1024 * 1024 },
     pgliteSharedBuffers: { type: 'string', pattern: '^[1-9][0-9]{0,5}(kB|MB|GB)$' },
@@ -351,6 +354,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'number' | 'bool' | 'li
   ['PLINTH_RUN_LEASE', 'runLeaseMs', 'duration'],
   ['PLINTH_RUN_MAX_RESUMES', 'runMaxResumes', 'int'],
   ['PLINTH_SHUTDOWN_GRACE', 'shutdownGraceMs', 'duration'],
+  ['PLINTH_DATA_DIR_LOCK_WAIT', 'dataDirLockWaitMs', 'duration'],
   ['PLINTH_HIGH_RISK_KEYWORDS', 'highRiskKeywords', 'list'],
   ['PLINTH_RESULT_MAX_BYTES', 'resultMaxBytes', 'int'],
   ['PLINTH_PGLITE_SHARED_BUFFERS', 'pgliteSharedBuffers', 'string'],
@@ -387,6 +391,7 @@ const defaults: PlinthConfig = {
   runLeaseMs: 30_000,
   runMaxResumes: 3,
   shutdownGraceMs: 10_000,
+  dataDirLockWaitMs: 15_000,
   highRiskKeywords: [],
   resultMaxBytes: 1024 * 1024,
   pgliteSharedBuffers: '16MB',

@@ -26,7 +26,14 @@ export interface RunningServer {
 
 /** Opens the store (migrating it), builds the HTTP app and listens. */
 export async function startServer(config: PlinthConfig, logger: Logger): Promise<RunningServer> {
-  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers, prepareStatements: config.pgPrepare })
+  const store = await openStore({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    pgliteSharedBuffers: config.pgliteSharedBuffers,
+    prepareStatements: config.pgPrepare,
+    // A restart right after a stop: the old process may still be closing the embedded database.
+    lockWait: { ms: config.dataDirLockWaitMs, onWait: (holder) => logger.warn({ holder }, `the embedded database is held by process ${holder} (still stopping?); waiting up to ${Math.round(config.dataDirLockWaitMs / 1000)} s for it`) },
+  })
   let app: App
   let runs: RunManager | undefined
   let ingestor: Ingestor | undefined

@@ -12,7 +12,7 @@ import { AppendLog, appendEventsAlone, eventsChannel, type EventRecord, type New
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import type { NewRun, Run, RunPatch } from './run-repository.js'
 import { runTransition, startRunAlone, type Prefetched, type RunPrefetch, type TransitionFence, type TransitionReads, type TransitionWrite } from './run-transition.js'
-import { lockDataDir } from './pglite/data-dir-lock.js'
+import { lockDataDir, type LockWait } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
 import { unpackTemplate } from './pglite/template.js'
 import { guardParameters, prepareRepeatedStatements } from './prepared-statements.js'
@@ -40,6 +40,8 @@ export interface StoreOptions {
   pgliteSharedBuffers?: string
   /** The migrated template a new PGlite data directory starts from (default: the one the build ships). */
   pgliteTemplate?: string
+  /** PGlite: how long to wait for another process (a server still stopping) to let go of `dataDir`. */
+  lockWait?: LockWait
 }
 
 /** The database, its engine, and the live event feed. */
@@ -258,7 +260,7 @@ async function connectPGlite(options: StoreOptions): Promise<Connection> {
   if (options.dataDir && !options.pgliteDump) {
     dataDir = join(options.dataDir, 'pg')
     await ensureWritable(options.dataDir)
-    unlock = await lockDataDir(options.dataDir)
+    unlock = await lockDataDir(options.dataDir, options.lockWait)
   }
   let pglite
   try {
