@@ -49,6 +49,7 @@ const routes: RouteCase[] = [
   { method: 'GET', path: '/api/commands', url: () => '/api/commands', owner: 200, member: 200, stranger: 200 },
   { method: 'POST', path: '/api/commands/{commandId}', url: () => '/api/commands/rdm.ping', body: 'ping', owner: 200, member: 200, stranger: 404 },
   { method: 'GET', path: '/api/decisions', url: () => '/api/decisions?status=pending', owner: 200, member: 200, stranger: 200 },
+  { method: 'GET', path: '/api/decisions/{id}', url: (f) => `/api/decisions/${f.decisionId}`, owner: 200, member: 404, stranger: 404 },
   { method: 'POST', path: '/api/decisions/{id}', url: (f) => `/api/decisions/${f.decisionId}`, body: { decision: 'reject' }, owner: 200, member: 404, stranger: 404 },
   { method: 'POST', path: '/api/decisions', url: () => '/api/decisions', body: 'batch', owner: 200, member: 200, stranger: 200 },
   { method: 'GET', path: '/api/audit', url: () => '/api/audit', owner: 200, member: 200, stranger: 200 },

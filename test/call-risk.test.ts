@@ -60,6 +60,24 @@ describe('risk on the wire', () => {
     expect(JSON.stringify(decision.body)).not.toContain('dynamic')
   })
 
+  it('a call that waits for a person starts after the decision: created, decision.required, then started once approved', async () => {
+    model.setTurns([{ toolCalls: [{ name: 'classified__touch', arguments: { path: '/etc/motd' } }] }, { text: 'done' }])
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'order' } })).body.id
+    const conversation = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    const stream = await openSse(`${server.url}/api/conversations/${conversation}/events`, { token: alice.token })
+    const run = await server.request('POST', `/api/conversations/${conversation}/runs`, { token: alice.token, body: { input: 'touch motd', knowledge: { autoInject: false } } })
+    const waiting = await settledRun(server, alice.token, run.body.id, ['requires_action'])
+    const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
+    expect((await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })).status).toBe(200)
+    await settledRun(server, alice.token, run.body.id, ['completed'])
+    const ofThisRun = () => stream.events.filter((event) => ['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'].includes(event.event) && (event.data.runId === run.body.id || event.data.callId !== undefined))
+    for (const deadline = Date.now() + 15_000; !ofThisRun().some((event) => event.event === 'tool_call.completed') && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 30))
+    stream.close()
+    const callId = ofThisRun().find((event) => event.event === 'tool_call.created' && event.data.runId === run.body.id)!.data.callId
+    const order = ofThisRun().filter((event) => event.data.callId === callId).map((event) => event.event)
+    expect(order).toEqual(['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'])
+  })
+
   it('the catalog shows a static level, or `varies` with the range, never an internal word', async () => {
     const answer = await server.request('GET', '/api/commands', { token: alice.token })
     expect(answer.status).toBe(200)

@@ -77,6 +77,8 @@ export interface RunBinding {
   settle(tx: Executor, decision: DecisionView, outcome: DispatchOutcome | null): Promise<void>
   /** The run's cancel signal, if it has one here. */
   signal(runId: string): AbortSignal | undefined
+  /** An approved call begins running (its `tool_call.started`), in the bus's transaction that records it. */
+  started(tx: Executor, decision: DecisionView): Promise<void>
 }
 
 /**
@@ -493,10 +495,13 @@ export class CommandBus {
     const signal = dispatch.runId ? this.#runs?.signal(dispatch.runId) : undefined
     const context = this.#context(command, dispatch.actor, dispatch, scope.project, signal)
     const hooks: DispatchHooks = { lock: (tx) => this.#lockRun(tx, decision), settled: (tx, outcome) => this.#settleRun(tx, decision, outcome) }
+    // The only step before the handler is `running`: the run's call starts with it, not before the decision.
     const step = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
       this.#options.store.transaction(async (tx) => {
         await hooks.lock!(tx)
-        return fn(tx)
+        const result = await fn(tx)
+        if (decision.runId) await this.#runs?.started(tx, toDecisionView(decision))
+        return result
       })
     return this.#execute(command, dispatch, envelope, context, { risk: dispatch.risk as Risk, decision: summary }, step, hooks)
   }

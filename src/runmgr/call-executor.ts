@@ -1,7 +1,7 @@
 import { sql } from 'kysely'
 import { hashParams, type DispatchOutcome } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, appendEventsAfter, fenceRun, listToolCalls, runEvent, updateToolCall, updateToolCallQuery, type Executor, type Run, type ToolCallRecord } from '../store/index.js'
+import { appendEvents, fenceRun, listToolCalls, runEvent, updateToolCall, updateToolCallQuery, type Executor, type Run, type ToolCallRecord } from '../store/index.js'
 import { LeaseLost, type Driver, type DriverKit } from './driver.js'
 import { clientCallAudit } from './run-ledger.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
@@ -87,9 +87,10 @@ export async function runCalls(kit: DriverKit, run: Run, calls: ToolCallRecord[]
       signal: driver.calls.signal,
       within: {
         lock,
-        persisted: async (tx) => {
+        // Written before running only when the call does not run now (refused, or waiting for a person):
+        // it has not started, so no `running` and no `tool_call.started` (that comes when it runs).
+        persisted: async () => {
           if (!locked) throw new LeaseLost()
-          await appendEventsAfter(tx, [updateToolCallQuery(tx, call.id, { status: 'running', started: true })], [runEvent(locked, 'tool_call.started', { callId: call.id })])
         },
         settled: record,
         // The dispatch's row and first entries, the call `running` and its event: one statement, fenced.

@@ -175,6 +175,7 @@ export class RunManager {
       },
       settle: (tx, decision, outcome) => this.#settleDecision(tx, decision, outcome),
       signal: (runId) => this.#waitSignal(runId),
+      started: (tx, decision) => this.#decisionStarted(tx, decision),
     })
     this.#unsubscribe.push(
       bus.onDecisionResolved((decision) => {
@@ -573,6 +574,14 @@ export class RunManager {
       const updated = await updateRun(tx, runId, { requiredAction })
       await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction })])
     }
+  }
+
+  /** An approved call of a run begins running: announced now, not when the call first asked (SPEC §6.1). */
+  async #decisionStarted(tx: Executor, decision: DecisionView): Promise<void> {
+    const run = await getRun(tx, decision.runId!)
+    if (!run || terminalRunStatuses.includes(run.status)) return
+    const call = (await listToolCalls(tx, run.id)).find((candidate) => candidate.decisionId === decision.id)
+    if (call) await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
   }
 
   /** After a decision committed: continue the run once nothing is awaited, or tidy up after it ended. */
