@@ -218,7 +218,7 @@ describe('loadConfig', () => {
       cwd,
     )
     expect(config).toMatchObject({
-      exec: { backend: 'sandbox', disableExecTools: false },
+      exec: { backend: 'sandbox' },
       bodyLimit: 2048,
       rateLimit: { max: 600, windowMs: 500 },
       sseHeartbeatMs: 250,
