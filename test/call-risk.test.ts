@@ -55,9 +55,13 @@ describe('risk on the wire', () => {
     stream.close()
     const risks = createdEvents().filter((event) => event.event === 'tool_call.created').map((event) => [event.data.args.path, event.data.risk])
     expect(risks).toEqual([['/etc/hosts', 'high'], ['notes.txt', 'low']])
-    // The decision itself carries the same level.
-    const decision = await server.request('GET', `/api/runs/${run.body.id}`, { token: alice.token })
-    expect(JSON.stringify(decision.body)).not.toContain('dynamic')
+    // The decision itself carries the same level (GET /api/decisions/:id).
+    const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
+    const decision = await server.request('GET', `/api/decisions/${decisionId}`, { token: alice.token })
+    expect(decision.status).toBe(200)
+    expect(decision.body).toMatchObject({ id: decisionId, commandId: 'classified.touch', risk: 'high', status: 'pending', params: { path: '/etc/hosts' } })
+    const stranger = await server.createUser()
+    expect((await server.request('GET', `/api/decisions/${decisionId}`, { token: stranger.token })).status).toBe(404)
   })
 
   it('a call that waits for a person starts after the decision: created, decision.required, then started once approved', async () => {
