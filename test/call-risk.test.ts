@@ -74,7 +74,7 @@ describe('risk on the wire', () => {
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     expect((await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })).status).toBe(200)
     await settledRun(server, alice.token, run.body.id, ['completed'])
-    const ofThisRun = () => stream.events.filter((event) => ['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'].includes(event.event) && (event.data.runId === run.body.id || event.data.callId !== undefined))
+    const ofThisRun = () => stream.events.filter((event) => ['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'].includes(event.event ?? '') && (event.data.runId === run.body.id || event.data.callId !== undefined))
     for (const deadline = Date.now() + 15_000; !ofThisRun().some((event) => event.event === 'tool_call.completed') && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 30))
     stream.close()
     const callId = ofThisRun().find((event) => event.event === 'tool_call.created' && event.data.runId === run.body.id)!.data.callId
