@@ -770,6 +770,10 @@ export interface components {
             }[];
             /** @description The dispatch id */
             id: string;
+            /** @description A mounted command’s source: for an MCP tool `{type: "mcp", server, serverName, serverVersion, tool, openWorldHint}` */
+            origin?: {
+                [key: string]: unknown;
+            };
             /** @description Redacted */
             params: unknown;
             paramsHash: string;
@@ -827,6 +831,10 @@ export interface components {
             } | null;
             id: string;
             idempotent: boolean;
+            /** @description A mounted command’s source, or null: for an MCP tool `{type: "mcp", server, serverName, serverVersion, tool (the remote name), openWorldHint}` */
+            origin: {
+                [key: string]: unknown;
+            } | null;
             /** @description The JSON Schema of its params */
             paramsSchema: {
                 [key: string]: unknown;

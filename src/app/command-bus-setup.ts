@@ -3,6 +3,7 @@ import type { Logger } from 'pino'
 import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, defaultResultMaxBytes, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
 import { defaultExecSettings, ExecService, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
 import { createEmbedder, DocumentExtractor, Ingestor, Retriever, type DocumentExtractorOptions, type Embedder } from '../rag/index.js'
+import { McpHub, type McpServerConfig } from '../mcp/index.js'
 import type { Store } from '../store/index.js'
 import { ConfigError, type ExecConfig } from './config.js'
 import { createPluginHost } from './plugin-host.js'
@@ -22,6 +23,8 @@ export interface CommandBusSetup {
   ingestor: Ingestor
   /** Executions: backend choice, probe, work directories (stop it at shutdown). */
   exec: ExecService
+  /** The mounted MCP servers (stop it at shutdown). */
+  mcp: McpHub
 }
 
 /** Core commands, then the configured plugins, then the bus over them. */
@@ -51,6 +54,8 @@ export async function setUpCommandBus(
     ingestMaxAttempts?: number
     /** The search relevance floor for vector-only hits (config `knowledge.minSimilarity`). */
     minSimilarity?: number
+    /** MCP servers whose tools become commands (config `mcpServers`). */
+    mcpServers?: readonly McpServerConfig[]
   },
 ): Promise<CommandBusSetup> {
   const resultMaxBytes = options.resultMaxBytes ?? defaultResultMaxBytes
@@ -90,6 +95,8 @@ export async function setUpCommandBus(
   })
   // CLIs from the configuration, then those plugins declared; each is probed before it is offered.
   await registerCliTools(catalog, execDeps, [...execSettings.cliTools.map((spec) => ({ plugin: 'config', pluginVersion: version, spec })), ...catalog.cliTools])
+  // After the plugins: an MCP server cannot take a namespace a plugin has (all of them are under `mcp.`).
+  const mcp = new McpHub({ catalog, servers: options.mcpServers ?? [], log: (plugin) => createPluginLogger(options.logger, plugin), clientVersion: version, resultMaxBytes })
   const bus = new CommandBus({
     store,
     catalog,
@@ -101,5 +108,5 @@ export async function setUpCommandBus(
     maxResultBytes: resultMaxBytes,
     ...(options.dispatchLeaseMs !== undefined && { dispatchLeaseMs: options.dispatchLeaseMs }),
   })
-  return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec }
+  return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec, mcp }
 }

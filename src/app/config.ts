@@ -4,6 +4,7 @@ import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
 import type { ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
+import type { McpServerConfig } from '../mcp/index.js'
 
 /** A model entry of the config file (SPEC §13); the llm module defines its shape. */
 export type ModelConfig = ModelSettings
@@ -19,6 +20,8 @@ export interface PlinthConfig {
   dataDir: string
   adminToken?: string
   plugins: string[]
+  /** MCP servers whose tools become commands (`mcp.<server>.<tool>`; docs/mcp.md). */
+  mcpServers: McpServerConfig[]
   models: ModelConfig[]
   defaultModel?: string
   /**
@@ -112,6 +115,34 @@ export class ConfigError extends Error {
   }
 }
 
+const stringMap = { type: 'object', additionalProperties: { type: 'string' } } as const
+const riskLevel = { enum: ['low', 'medium', 'high'] } as const
+/** One `mcpServers[]` entry (docs/mcp.md, "Configuration"). */
+const mcpServerSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['name', 'transport'],
+  properties: {
+    // A command id segment: the tools become mcp.<name>.<tool>.
+    name: { type: 'string', pattern: '^[a-z][a-z0-9]*(_[a-z0-9]+)*$', maxLength: 40 },
+    transport: { enum: ['stdio', 'http'] },
+    command: { type: 'string', minLength: 1 },
+    args: { type: 'array', items: { type: 'string' } },
+    env: stringMap,
+    envFrom: stringMap,
+    cwd: { type: 'string', minLength: 1 },
+    url: { type: 'string', pattern: '^https?://' },
+    headers: stringMap,
+    headersEnv: stringMap,
+    tools: { type: 'object', additionalProperties: false, properties: { include: { type: 'array', items: { type: 'string' } }, exclude: { type: 'array', items: { type: 'string' } } } },
+    risk: { type: 'object', additionalProperties: false, properties: { default: riskLevel, perTool: { type: 'object', additionalProperties: riskLevel } } },
+    confirm: { anyOf: [{ type: 'boolean' }, { type: 'array', items: { type: 'string' } }] },
+    exposeAsTool: { type: 'boolean' },
+    timeoutMs: { type: 'integer', minimum: 100, maximum: 3_600_000 },
+    startTimeoutMs: { type: 'integer', minimum: 100, maximum: 600_000 },
+  },
+} as const
+
 const fileSchema = {
   type: 'object',
   additionalProperties: false,
@@ -122,6 +153,7 @@ const fileSchema = {
     dataDir: { type: 'string', minLength: 1 },
     adminToken: { type: 'string', minLength: 16 },
     plugins: { type: 'array', items: { type: 'string', minLength: 1 } },
+    mcpServers: { type: 'array', maxItems: 100, items: mcpServerSchema },
     strictPlugins: { type: 'boolean' },
     models: {
       type: 'array',
@@ -298,13 +330,14 @@ const fileSchema = {
 } as const
 
 /** Environment variables and the config key each one sets. */
-const envKeys: Array<[string, string, 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration']> = [
+const envKeys: Array<[string, string, 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration' | 'json']> = [
   ['PORT', 'port', 'int'],
   ['HOST', 'host', 'string'],
   ['DATABASE_URL', 'databaseUrl', 'string'],
   ['PLINTH_DATA_DIR', 'dataDir', 'string'],
   ['PLINTH_ADMIN_TOKEN', 'adminToken', 'string'],
   ['PLINTH_PLUGINS', 'plugins', 'list'],
+  ['PLINTH_MCP_SERVERS', 'mcpServers', 'json'],
   ['PLINTH_EXEC_BACKEND', 'exec.backend', 'string'],
   ['PLINTH_DISABLE_EXEC_TOOLS', 'exec.disableExecTools', 'bool'],
   ['PLINTH_SANDBOX_USER', 'exec.sandboxUser', 'string'],
@@ -366,6 +399,7 @@ const defaults: PlinthConfig = {
   host: '127.0.0.1',
   dataDir: './data',
   plugins: [],
+  mcpServers: [],
   models: [],
   exec: {},
   logLevel: 'info',
@@ -427,7 +461,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     if (raw === undefined || raw === '') continue
     const value = parseEnv(raw, kind)
     if (value === undefined) {
-      const expected = kind === 'int' ? 'an integer' : kind === 'number' ? 'a number like 0.3' : kind === 'duration' ? 'a duration like 30s, 15m, 8h or 1d (a bare number is seconds)' : 'true or false'
+      const expected = kind === 'int' ? 'an integer' : kind === 'number' ? 'a number like 0.3' : kind === 'duration' ? 'a duration like 30s, 15m, 8h or 1d (a bare number is seconds)' : kind === 'json' ? 'JSON' : 'true or false'
       problems.push(`${name}: expected ${expected}, got ${JSON.stringify(raw)}`)
       continue
     }
@@ -445,6 +479,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
       if (problem) problems.push(`models[${index}].script: ${problem}`)
     }
   })
+  problems.push(...mcpServerProblems(merged.mcpServers))
   const embeddings = merged.embeddings as { provider?: unknown; model?: unknown; baseUrl?: unknown; dimensions?: unknown } | undefined
   if (embeddings?.provider === 'openai') {
     for (const key of ['model', 'baseUrl', 'dimensions'] as const) if (embeddings[key] === undefined) problems.push(`embeddings.${key}: required for provider openai`)
@@ -476,8 +511,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
 
 const durationUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
 
-function parseEnv(raw: string, kind: 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration'): unknown {
+function parseEnv(raw: string, kind: 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration' | 'json'): unknown {
   if (kind === 'string') return raw
+  if (kind === 'json') {
+    try {
+      return JSON.parse(raw) as unknown
+    } catch {
+      return undefined
+    }
+  }
   if (kind === 'number') return /^-?\d+(\.\d+)?$/.test(raw.trim()) ? Number(raw) : undefined
   if (kind === 'duration') {
     const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(raw.trim())
@@ -512,8 +554,29 @@ function resolveFilePaths(config: Record<string, unknown>, base: string): void {
     config.models = config.models.map((model: unknown) => (model && typeof model === 'object' && 'script' in model ? { ...model, script: path((model as { script: unknown }).script) } : model))
   }
   if ('dataDir' in config) config.dataDir = path(config.dataDir)
+  // A stdio MCP server's working directory is relative to the file; its command is looked up as a shell would.
+  if (Array.isArray(config.mcpServers)) {
+    config.mcpServers = config.mcpServers.map((server: unknown) => (server && typeof server === 'object' && 'cwd' in server ? { ...server, cwd: path((server as { cwd: unknown }).cwd) } : server))
+  }
   const exec = config.exec as Record<string, unknown> | undefined
   if (exec && typeof exec === 'object' && 'workRoot' in exec) config.exec = { ...exec, workRoot: path(exec.workRoot) }
+}
+
+/** What a schema cannot say of `mcpServers`: each transport's required keys, unique names. */
+function mcpServerProblems(servers: unknown): string[] {
+  if (!Array.isArray(servers)) return []
+  const problems: string[] = []
+  const seen = new Set<string>()
+  servers.forEach((server: { name?: unknown; transport?: unknown; command?: unknown; url?: unknown } | null, index) => {
+    if (!server || typeof server !== 'object') return
+    if (server.transport === 'stdio' && typeof server.command !== 'string') problems.push(`mcpServers[${index}].command: required for transport stdio`)
+    if (server.transport === 'http' && typeof server.url !== 'string') problems.push(`mcpServers[${index}].url: required for transport http`)
+    if (typeof server.name === 'string') {
+      if (seen.has(server.name)) problems.push(`mcpServers[${index}].name: ${JSON.stringify(server.name)} is used twice`)
+      seen.add(server.name)
+    }
+  })
+  return problems
 }
 
 /** Why a scripted model's script cannot be used, or null. */

@@ -2,6 +2,7 @@ import type { Logger } from 'pino'
 import { buildServer, type App } from '../server/index.js'
 import { modelsNamedButMissing, openStore, type Store } from '../store/index.js'
 import type { ExecService } from '../exec/index.js'
+import type { McpHub } from '../mcp/index.js'
 import { createEmbedder, prepareEmbeddings, type Ingestor } from '../rag/index.js'
 import { Registry } from 'prom-client'
 import type { RunManager } from '../runmgr/index.js'
@@ -38,6 +39,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   let runs: RunManager | undefined
   let ingestor: Ingestor | undefined
   let execService: ExecService | undefined
+  let mcp: McpHub | undefined
   const warnings: string[] = []
   try {
     const embedder = createEmbedder(config.embeddings)
@@ -59,9 +61,11 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       ...(config.knowledge.extract && { extract: config.knowledge.extract }),
       ...(config.knowledge.maxAttempts !== undefined && { ingestMaxAttempts: config.knowledge.maxAttempts }),
       ...(config.knowledge.minSimilarity !== undefined && { minSimilarity: config.knowledge.minSimilarity }),
+      mcpServers: config.mcpServers,
     })
     const { bus, access, retriever } = setup
     execService = setup.exec
+    mcp = setup.mcp
     warnings.push(...setup.refusedPlugins.map((plugin) => `plugin ${plugin.specifier} refused: ${plugin.reason}`))
     if (config.strictPlugins && warnings.length > 0) throw new Error(`${warnings.join('; ')} (strict plugins: fix or remove it, or start without --strict-plugins)`)
     const directWarning = await setup.exec.directWarning()
@@ -106,6 +110,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       ingestor,
       exec: setup.exec,
       startWarnings: warnings,
+      liveWarnings: () => setup.mcp.warnings(),
       maxKnowledgeFileBytes: config.knowledge.maxFileBytes,
       logger,
       bodyLimit: config.bodyLimit,
@@ -132,12 +137,14 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     await runs?.stop()
     await ingestor?.stop()
     await execService?.stop()
+    await mcp?.stop()
     await store.close()
     throw error
   }
   const runManager = runs
   const knowledgeIngestor = ingestor
   const exec = execService
+  const mcpHub = mcp
   const address = app.server.address()
   const port = typeof address === 'object' && address ? address.port : config.port
   const host = config.host.includes(':') ? `[${config.host}]` : config.host
@@ -157,6 +164,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
         await app.close()
         await knowledgeIngestor.stop()
         await exec.stop()
+        await mcpHub?.stop()
         await store.close()
       })()
       return closing

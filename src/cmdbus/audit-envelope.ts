@@ -31,8 +31,10 @@ export interface DecisionSummary {
 }
 
 /** Builds the first envelope of a dispatch. */
-export function initialEnvelope(dispatch: DispatchRecord, schema: JsonSchema | undefined): AuditEnvelope {
+export function initialEnvelope(dispatch: DispatchRecord, schema: JsonSchema | undefined, origin?: { [key: string]: JsonValue }): AuditEnvelope {
   return {
+    // A mounted command's source (an MCP server: its name, reported name and version, the remote tool).
+    ...(origin && { origin }),
     id: dispatch.id,
     commandId: dispatch.commandId,
     plugin: dispatch.plugin,

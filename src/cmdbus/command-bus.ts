@@ -206,6 +206,7 @@ export class CommandBus {
    * unknown or the params are invalid (the dispatch refuses those without a decision).
    */
   async assessRisk(request: Pick<DispatchRequest, 'commandId' | 'params' | 'entrance' | 'actor' | 'projectId' | 'conversationId' | 'runId'>): Promise<Risk | null> {
+    await this.#options.catalog.settled()
     const command = this.#options.catalog.get(request.commandId)
     if (!command || validateParams(command, request.params)) return null
     if (request.entrance === 'agent' && command.spec.exposeAsTool?.risk) return command.spec.exposeAsTool.risk
@@ -251,7 +252,8 @@ export class CommandBus {
 
   async dispatch(request: DispatchRequest): Promise<DispatchOutcome> {
     const { store, catalog } = this.#options
-    // 1. resolve
+    // 1. resolve (mounted MCP servers are started when first needed)
+    await catalog.settled()
     const command = catalog.get(request.commandId)
     if (!command) return fail(null, 'unknown_command', `no command ${request.commandId}`)
     if (command.spec.entrances && !command.spec.entrances.includes(request.entrance)) {
@@ -297,7 +299,7 @@ export class CommandBus {
       createdAt: now,
       updatedAt: now,
     }
-    let envelope = initialEnvelope(dispatch, command.spec.paramsSchema)
+    let envelope = initialEnvelope(dispatch, command.spec.paramsSchema, command.origin)
     // The dispatch row and its `requested` entry are written with the next step, saving a commit.
     let persisted = false
     const step = async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {

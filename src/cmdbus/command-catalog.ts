@@ -38,6 +38,14 @@ export interface RegisteredCommand {
   approversWhen?: () => readonly string[] | null
   /** Core only: the levels a classifier can answer now (the catalog shows them; default low…high). */
   riskRangeWhen?: () => readonly [Risk, Risk]
+  /** Mounted commands: what the audit envelope records of where the command comes from (e.g. `mcp`). */
+  origin?: { [key: string]: JsonValue }
+}
+
+/** A command a mount (an MCP server) provides, with the hooks core commands may set. */
+export interface MountedCommand extends Pick<RegisteredCommand, 'modelText' | 'availableWhen' | 'origin'> {
+  spec: CommandSpec<Params>
+  handler: CommandHandler<Params>
 }
 
 /** Whether every call of the command must be confirmed, whatever the mode or allowances. */
@@ -77,6 +85,8 @@ export class CommandCatalog {
   readonly #authorizers = new Map<string, ResourceAuthorizer>()
   readonly #cliTools: Array<{ plugin: string; pluginVersion: string; spec: CliToolSpec }> = []
   #projectAuthz: { plugin: string; adapter: ProjectAuthzAdapter } | null = null
+  readonly #pending = new Set<() => Promise<void>>()
+  readonly #listeners = new Set<(plugin: string) => void>()
   readonly #ajv = addFormats(new Ajv({ allErrors: true, strict: false, useDefaults: true, coerceTypes: false }))
 
   /**
@@ -134,6 +144,68 @@ export class CommandCatalog {
         for (const spec of cliTools) this.#cliTools.push({ plugin, pluginVersion, spec })
       },
     }
+  }
+
+  /**
+   * Replaces every command `plugin` mounted (an MCP server's tools, whose list changes at run time).
+   * Each command is checked as a plugin's would be; one that is refused (a malformed schema, an id or
+   * tool name another command has) is left out with its reason, and the rest are mounted.
+   */
+  mount(plugin: string, pluginVersion: string, commands: readonly MountedCommand[], namespace: string): { mounted: string[]; refused: Array<{ id: string; reason: string }> } {
+    this.unmount(plugin, { quiet: true })
+    const staged: RegisteredCommand[] = []
+    const refused: Array<{ id: string; reason: string }> = []
+    for (const { spec, handler, ...hooks } of commands) {
+      try {
+        const prefix = `${namespace}.`
+        if (!spec.id.startsWith(prefix)) throw new RegistrationError(`command ${spec.id} is outside ${namespace}`)
+        staged.push(Object.assign(this.#prepare(spec, handler, plugin, pluginVersion, staged), hooks))
+      } catch (error) {
+        refused.push({ id: spec.id, reason: (error as Error).message })
+      }
+    }
+    for (const command of staged) {
+      this.#commands.set(command.spec.id, command)
+      if (command.toolName) this.#toolNames.set(command.toolName, command.spec.id)
+    }
+    this.#changed(plugin)
+    return { mounted: staged.map((command) => command.spec.id), refused }
+  }
+
+  /** Removes what `plugin` mounted. */
+  unmount(plugin: string, options: { quiet?: boolean } = {}): void {
+    let removed = false
+    for (const [id, command] of this.#commands) {
+      if (command.plugin !== plugin) continue
+      this.#commands.delete(id)
+      if (command.toolName) this.#toolNames.delete(command.toolName)
+      removed = true
+    }
+    if (removed && !options.quiet) this.#changed(plugin)
+  }
+
+  /** Called with the plugin whose mounted commands changed. */
+  onChange(listener: (plugin: string) => void): () => void {
+    this.#listeners.add(listener)
+    return () => this.#listeners.delete(listener)
+  }
+
+  /**
+   * A source of commands that arrive later (an MCP server is started when first needed): `settled()`
+   * starts it and waits for its first answer.
+   */
+  addPending(source: () => Promise<void>): void {
+    this.#pending.add(source)
+  }
+
+  /** Resolves once every pending source has mounted what it has (or given up); at once when none. */
+  settled(): Promise<void> {
+    if (this.#pending.size === 0) return Promise.resolve()
+    return Promise.all([...this.#pending].map((source) => source())).then(() => undefined)
+  }
+
+  #changed(plugin: string): void {
+    for (const listener of this.#listeners) listener(plugin)
   }
 
   get(commandId: string): RegisteredCommand | undefined {

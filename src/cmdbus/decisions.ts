@@ -76,6 +76,7 @@ export class Decisions {
 
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
   async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
+    await this.#deps.catalog.settled()
     const { store } = this.#deps
     const current = await getDecision(store.db, decisionId)
     if (!current || !(await this.canAct(userId, current))) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }

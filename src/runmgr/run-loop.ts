@@ -48,6 +48,8 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       if (!model) return await kit.end(runId, { status: 'failed', error: { code: 'unknown_model', message: `model ${run.model} is no longer configured; configure it again and resume the run` }, openCalls: 'interrupted' }, { fence })
       const atCap = run.iteration >= run.maxIterations
       writable ??= await kit.bus.mayWrite(run.ownerId, run.projectId)
+      // Mounted MCP servers start when first needed; their tools are part of the table.
+      await kit.bus.catalog.settled()
       const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : toolTable(kit.bus, run, writable)
       if (first) {
         first = false

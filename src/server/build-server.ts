@@ -55,6 +55,8 @@ export interface ServerOptions {
   exec: ExecService
   /** What went wrong at start but did not stop it (a refused plugin, a model without its key): on /readyz. */
   startWarnings?: string[]
+  /** Problems that come and go (an MCP server that is down): on /readyz while they last. */
+  liveWarnings?: () => string[]
   /** Largest knowledge upload, bytes (default 20 MiB; over it: 413). */
   maxKnowledgeFileBytes?: number
   /** Uploads in flight per user and in all (default 2 and 8). */
@@ -167,6 +169,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     uploads: new UploadSlots(options.uploads),
     maxKnowledgeBytesPerUser: options.maxKnowledgeBytesPerUser ?? 1024 * 1024 * 1024,
     startWarnings: options.startWarnings ?? [],
+    ...(options.liveWarnings && { liveWarnings: options.liveWarnings }),
   }
   app.addHook('preClose', async () => shutdown.abort())
   app.addHook('onClose', async () => streams.stop())

@@ -303,6 +303,9 @@ export const AuditEnvelope = Type.Object(
       { additionalProperties: true },
     ),
     history: Type.Array(Type.Object({ entryId: Type.Integer(), step: Type.String(), status: nullableString, at: Type.String({ format: 'date-time' }) })),
+    origin: Type.Optional(
+      Type.Record(Type.String(), Type.Unknown(), { description: 'A mounted command’s source: for an MCP tool `{type: "mcp", server, serverName, serverVersion, tool, openWorldHint}`' }),
+    ),
   },
   { additionalProperties: true, title: 'AuditEnvelope' },
 )

@@ -38,6 +38,8 @@ export interface ServerDeps {
   uploads: UploadSlots
   /** Problems found at start that did not stop it; /readyz lists them. */
   startWarnings: string[]
+  /** Problems that come and go (an MCP server that is down); /readyz lists them too. */
+  liveWarnings?: () => string[]
 }
 
 /** The Fastify instance as routes see it: TypeBox schemas give request types. */

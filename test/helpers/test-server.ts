@@ -7,6 +7,7 @@ import { Registry } from 'prom-client'
 import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
 import type { LanguageModel, ModelSettings } from '../../src/llm/index.js'
 import { HashingEmbedder, prepareEmbeddings, type DocumentExtractorOptions, type Embedder, type Ingestor, type Retriever } from '../../src/rag/index.js'
+import type { McpServerConfig } from '../../src/mcp/index.js'
 import type { RunManager } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
@@ -46,9 +47,9 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; llmConcurrencyPerUser?: number; maxActiveRunsPerUser?: number; leaseMs?: number; highRiskKeywords?: string[]; resultMaxBytes?: number; extract?: DocumentExtractorOptions; ingestMaxAttempts?: number } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; llmConcurrencyPerUser?: number; maxActiveRunsPerUser?: number; leaseMs?: number; highRiskKeywords?: string[]; resultMaxBytes?: number; extract?: DocumentExtractorOptions; ingestMaxAttempts?: number; mcpServers?: McpServerConfig[] } = {},
 ): Promise<TestServer> {
-  const { plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, llmConcurrencyPerUser, maxActiveRunsPerUser, leaseMs, highRiskKeywords, resultMaxBytes, extract, ingestMaxAttempts, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
+  const { mcpServers = [], plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, llmConcurrencyPerUser, maxActiveRunsPerUser, leaseMs, highRiskKeywords, resultMaxBytes, extract, ingestMaxAttempts, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
   // Work directories live here; removed when the server closes (unless the test chose the directory).
   const ownDataDir = overrides.dataDir === undefined
   const dataDir = overrides.dataDir ?? (await mkdtemp(join(tmpdir(), 'plinth-test-data-')))
@@ -57,7 +58,7 @@ export async function startTestServer(
   const exec = { ...execOverrides }
   const logger = serverOverrides.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
   await prepareEmbeddings(store, embedder)
-  const { bus, access, retriever, ingestor, exec: execService } = await setUpCommandBus(store, { plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder, ...(serverOverrides.fullModeTtlMs !== undefined && { fullModeTtlMs: serverOverrides.fullModeTtlMs }), ...(highRiskKeywords && { highRiskKeywords }), ...(resultMaxBytes !== undefined && { resultMaxBytes }), ...(extract && { extract }), ...(ingestMaxAttempts !== undefined && { ingestMaxAttempts }) })
+  const { bus, access, retriever, ingestor, exec: execService, mcp } = await setUpCommandBus(store, { mcpServers, plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder, ...(serverOverrides.fullModeTtlMs !== undefined && { fullModeTtlMs: serverOverrides.fullModeTtlMs }), ...(highRiskKeywords && { highRiskKeywords }), ...(resultMaxBytes !== undefined && { resultMaxBytes }), ...(extract && { extract }), ...(ingestMaxAttempts !== undefined && { ingestMaxAttempts }) })
   await ingestor.start()
   const metrics = new Registry()
   const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }), ...(llmConcurrency !== undefined && { llmConcurrency }), ...(llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser }), ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }), ...(leaseMs !== undefined && { leaseMs }) })
@@ -78,6 +79,7 @@ export async function startTestServer(
     fullModeTtlMs: 3_600_000,
     version: 'test',
     metrics,
+    liveWarnings: () => mcp.warnings(),
     ...serverOverrides,
   })
   await app.listen({ port: 0, host: '127.0.0.1' })
@@ -121,6 +123,7 @@ export async function startTestServer(
       await app.close()
       await ingestor.stop()
       await execService.stop()
+      await mcp.stop()
       if (ownDataDir) await rm(dataDir, { recursive: true, force: true })
       // Every test's transcript is held to the ledger invariant, whatever the test itself checks.
       await assertLedgerInvariant(store.db)

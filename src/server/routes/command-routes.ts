@@ -27,6 +27,9 @@ const CommandView = Type.Object(
     exposeAsTool: Type.Union([Type.Object({ name: Type.String(), risk: Type.Union([Type.String(), Type.Null()]) }), Type.Null()]),
     idempotent: Type.Boolean(),
     plugin: Type.String(),
+    origin: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()], {
+      description: 'A mounted command’s source, or null: for an MCP tool `{type: "mcp", server, serverName, serverVersion, tool (the remote name), openWorldHint}`',
+    }),
   },
   { title: 'Command' },
 )
@@ -57,7 +60,9 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
   app.get(
     '/commands',
     { schema: { operationId: 'listCommands', tags, summary: 'The command catalog', response: { 200: Type.Object({ items: Type.Array(CommandView), nextCursor: Type.Null() }), ...problemResponses } } },
-    async () => ({
+    async () => {
+      await bus.catalog.settled()
+      return {
       items: bus.catalog.list().map((command) => ({
         id: command.spec.id,
         title: command.spec.title,
@@ -69,9 +74,11 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
         exposeAsTool: command.toolName ? { name: command.toolName, risk: command.spec.exposeAsTool?.risk ?? null } : null,
         idempotent: command.spec.idempotent === true,
         plugin: command.plugin,
+        origin: command.origin ?? null,
       })),
       nextCursor: null,
-    }),
+    }
+    },
   )
 
   app.post(

@@ -45,7 +45,9 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
         throw new HttpProblem('service_unavailable', 'database is not reachable')
       }
       const probe = deps.exec.probe
-      const warnings = [...deps.startWarnings, ...(deps.exec.backendName === 'sandbox' && !probe.ok ? [`exec tools are off: the sandbox cannot work here (${probe.reason ?? 'the probe failed'})`] : [])]
+      // Mounted MCP servers start when first needed: this is one of those needs.
+      await deps.bus.catalog.settled()
+      const warnings = [...deps.startWarnings, ...(deps.liveWarnings?.() ?? []), ...(deps.exec.backendName === 'sandbox' && !probe.ok ? [`exec tools are off: the sandbox cannot work here (${probe.reason ?? 'the probe failed'})`] : [])]
       return { status: 'ready', exec: { backend: deps.exec.backendName, sandboxReady: probe.ok, cgroups: probe.cgroups }, warnings }
     },
   )

@@ -1,0 +1,261 @@
+import { Ajv, type ValidateFunction } from 'ajv'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
+import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
+import { z } from 'zod'
+import type { PluginLogger } from '../extension/index.js'
+import type { ToolAnnotations } from './names.js'
+import type { WireToolResult } from './results.js'
+import type { McpServerConfig } from './types.js'
+
+/** A remote tool as listed (validated loosely: one bad tool must not hide the others). */
+export interface RemoteTool {
+  name: string
+  title?: string
+  description?: string
+  inputSchema: { [key: string]: unknown }
+  outputSchema?: { [key: string]: unknown }
+  annotations?: ToolAnnotations & { title?: string }
+}
+
+export type ConnectionState = 'idle' | 'starting' | 'ready' | 'down' | 'stopped'
+
+const defaultStartTimeoutMs = 10_000
+const maxBackoffMs = 60_000
+/** A connection that stayed up this long starts its backoff over when it drops. */
+const stableMs = 30_000
+const maxListPages = 20
+
+// The SDK's own list schema refuses the whole list for one malformed tool; Plinth checks each tool.
+const LooseToolList = z.looseObject({ tools: z.array(z.unknown()), nextCursor: z.string().optional() })
+const LooseCallResult = z.looseObject({ content: z.array(z.unknown()).optional(), structuredContent: z.unknown().optional(), isError: z.boolean().optional() })
+
+/** Raised when the server cannot be reached or stopped during a call. */
+export class McpUnavailableError extends Error {}
+
+/**
+ * One MCP server: connects when first needed, lists its tools (following `tools/list_changed`),
+ * calls them, and reconnects with backoff when a stdio server dies (docs/mcp.md, "Lifecycle").
+ */
+export class McpConnection {
+  readonly config: McpServerConfig
+  state: ConnectionState = 'idle'
+  /** Why the server is not ready, or null. */
+  problem: string | null = null
+  serverInfo: { name: string; version: string } = { name: '', version: '' }
+  tools: RemoteTool[] = []
+  readonly #log: PluginLogger
+  readonly #clientVersion: string
+  readonly #onTools: () => void
+  readonly #ajv = new Ajv({ strict: false, allErrors: true })
+  readonly #outputChecks = new Map<string, ValidateFunction | null>()
+  #client: Client | null = null
+  #attempt: Promise<void> | null = null
+  #first: Promise<void> | null = null
+  #failures = 0
+  #connectedAt = 0
+  #retry: NodeJS.Timeout | undefined
+
+  constructor(config: McpServerConfig, deps: { log: PluginLogger; clientVersion: string; onTools: () => void }) {
+    this.config = config
+    this.#log = deps.log
+    this.#clientVersion = deps.clientVersion
+    this.#onTools = deps.onTools
+  }
+
+  /** Starts the server if it never was; resolves when its first attempt has ended, whichever way. */
+  firstAttempt(): Promise<void> {
+    this.#first ??= this.#connect()
+    return this.#first
+  }
+
+  /** Calls a tool; reconnects first when the server is down. */
+  async call(tool: string, args: { [key: string]: unknown }, signal: AbortSignal, timeoutMs: number): Promise<WireToolResult> {
+    const client = await this.#connected()
+    try {
+      // The bus aborts `signal` at the command's deadline; the SDK then sends notifications/cancelled.
+      return await client.request({ method: 'tools/call', params: { name: tool, arguments: args } }, LooseCallResult, { signal, timeout: timeoutMs + 5_000 })
+    } catch (error) {
+      if (signal.aborted) throw error
+      if (client !== this.#client || (error as { code?: unknown }).code === -32000) throw new McpUnavailableError(`MCP server ${this.config.name} stopped during the call`)
+      throw error
+    }
+  }
+
+  /** Checks structured content against the tool's declared output schema: null when it conforms. */
+  outputProblem(tool: string, structured: unknown): string | null {
+    if (!this.#outputChecks.has(tool)) {
+      const schema = this.tools.find((candidate) => candidate.name === tool)?.outputSchema
+      let check: ValidateFunction | null = null
+      if (schema) {
+        try {
+          check = this.#ajv.compile(withoutMetaSchema(schema))
+        } catch {
+          check = null
+        }
+      }
+      this.#outputChecks.set(tool, check)
+    }
+    const check = this.#outputChecks.get(tool)
+    if (!check || structured === undefined) return null
+    return check(structured) ? null : this.#ajv.errorsText(check.errors)
+  }
+
+  async stop(): Promise<void> {
+    this.state = 'stopped'
+    clearTimeout(this.#retry)
+    const client = this.#client
+    this.#client = null
+    await client?.close().catch(() => undefined)
+  }
+
+  async #connected(): Promise<Client> {
+    if (this.state === 'stopped') throw new McpUnavailableError(`MCP server ${this.config.name} is stopped`)
+    if (this.state === 'idle') await this.firstAttempt()
+    else if (this.state === 'starting') await this.#attempt
+    else if (this.state === 'down') {
+      // Someone needs it now: try at once rather than at the next backoff step.
+      clearTimeout(this.#retry)
+      await this.#connect()
+    }
+    if (!this.#client || this.state !== 'ready') throw new McpUnavailableError(`MCP server ${this.config.name} is not available: ${this.problem ?? 'not connected'}`)
+    return this.#client
+  }
+
+  #connect(): Promise<void> {
+    if (this.#attempt) return this.#attempt
+    this.#attempt = this.#open().finally(() => {
+      this.#attempt = null
+    })
+    return this.#attempt
+  }
+
+  async #open(): Promise<void> {
+    if (this.state === 'stopped') return
+    this.state = 'starting'
+    const client = new Client({ name: 'plinth', version: this.#clientVersion }, { capabilities: {} })
+    const timeout = this.config.startTimeoutMs ?? defaultStartTimeoutMs
+    try {
+      const transport = this.#transport()
+      client.onclose = () => this.#closed(client)
+      client.onerror = (error) => this.#log.debug('MCP transport error', { server: this.config.name, error: error.message })
+      client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
+        if (client === this.#client) void this.#refresh(client).catch((error: Error) => this.#log.warn('MCP tools could not be listed again', { server: this.config.name, error: error.message }))
+      })
+      this.#client = client
+      await client.connect(transport, { timeout })
+      const info = client.getServerVersion()
+      this.serverInfo = { name: info?.name ?? this.config.name, version: info?.version ?? '' }
+      await this.#refresh(client, timeout)
+      if (client !== this.#client) return
+      this.state = 'ready'
+      this.problem = null
+      this.#connectedAt = Date.now()
+      this.#log.info('MCP server connected', { server: this.config.name, serverName: this.serverInfo.name, serverVersion: this.serverInfo.version, tools: this.tools.length })
+    } catch (error) {
+      if (this.#client === client) this.#client = null
+      await client.close().catch(() => undefined)
+      if ((this.state as ConnectionState) === 'stopped') return
+      this.problem = describe(error, timeout)
+      this.#down()
+    }
+  }
+
+  #transport(): Transport {
+    const { config } = this
+    if (config.transport === 'http') {
+      const headers: { [name: string]: string } = { ...config.headers }
+      for (const [header, variable] of Object.entries(config.headersEnv ?? {})) {
+        const value = process.env[variable]
+        if (value === undefined) throw new Error(`headersEnv.${header}: ${variable} is not set`)
+        headers[header] = value
+      }
+      return new StreamableHTTPClientTransport(new URL(config.url ?? ''), { requestInit: { headers } })
+    }
+    const env: { [name: string]: string } = { ...getDefaultEnvironment(), ...config.env }
+    for (const [name, variable] of Object.entries(config.envFrom ?? {})) {
+      const value = process.env[variable]
+      if (value === undefined) throw new Error(`envFrom.${name}: ${variable} is not set`)
+      env[name] = value
+    }
+    const transport = new StdioClientTransport({ command: config.command ?? '', args: config.args ?? [], env, ...(config.cwd && { cwd: config.cwd }), stderr: 'pipe' })
+    // The server's own diagnostics, a line at a time, at debug level (a chatty server cannot flood the log).
+    transport.stderr?.on('data', (chunk: Buffer) => this.#log.debug('MCP server stderr', { server: this.config.name, text: chunk.toString('utf8').slice(0, 2000) }))
+    return transport
+  }
+
+  async #refresh(client: Client, timeout = this.config.startTimeoutMs ?? defaultStartTimeoutMs): Promise<void> {
+    const tools: RemoteTool[] = []
+    let cursor: string | undefined
+    for (let page = 0; page < maxListPages; page++) {
+      const answer = await client.request({ method: 'tools/list', params: cursor ? { cursor } : {} }, LooseToolList, { timeout })
+      for (const raw of answer.tools) {
+        const tool = remoteTool(raw)
+        if (tool) tools.push(tool)
+        else this.#log.warn('MCP tool ignored: not a tool (a name and an inputSchema object are required)', { server: this.config.name, tool: JSON.stringify(raw).slice(0, 200) })
+      }
+      cursor = answer.nextCursor
+      if (!cursor) break
+    }
+    if (client !== this.#client) return
+    this.tools = tools
+    this.#outputChecks.clear()
+    this.#onTools()
+  }
+
+  #closed(client: Client): void {
+    if (client !== this.#client || this.state === 'stopped') return
+    this.#client = null
+    if (Date.now() - this.#connectedAt >= stableMs) this.#failures = 0
+    this.problem = 'the server stopped'
+    this.#log.warn('MCP server stopped; restarting it', { server: this.config.name })
+    this.#down()
+  }
+
+  /** Not reachable: its tools are not offered, and it is tried again after a growing pause. */
+  #down(): void {
+    this.state = 'down'
+    this.#onTools()
+    const delay = Math.min(maxBackoffMs, 1000 * 2 ** this.#failures)
+    this.#failures++
+    this.#log.warn('MCP server not available', { server: this.config.name, problem: this.problem, retryInMs: delay })
+    clearTimeout(this.#retry)
+    this.#retry = setTimeout(() => void this.#connect(), delay)
+    this.#retry.unref()
+  }
+}
+
+function remoteTool(raw: unknown): RemoteTool | null {
+  if (!raw || typeof raw !== 'object') return null
+  const tool = raw as { [key: string]: unknown }
+  if (typeof tool.name !== 'string' || !tool.name) return null
+  if (!tool.inputSchema || typeof tool.inputSchema !== 'object' || Array.isArray(tool.inputSchema)) return null
+  const text = (value: unknown) => (typeof value === 'string' ? value : undefined)
+  const object = (value: unknown) => (value && typeof value === 'object' && !Array.isArray(value) ? (value as { [key: string]: unknown }) : undefined)
+  const annotations = object(tool.annotations)
+  return {
+    name: tool.name,
+    ...(text(tool.title) && { title: text(tool.title) }),
+    ...(text(tool.description) && { description: text(tool.description) }),
+    inputSchema: tool.inputSchema as { [key: string]: unknown },
+    ...(object(tool.outputSchema) && { outputSchema: object(tool.outputSchema) }),
+    ...(annotations && { annotations: annotations as RemoteTool['annotations'] }),
+  }
+}
+
+/** `$schema` names a draft the validator may not know; the schema itself is what matters. */
+export function withoutMetaSchema(schema: { [key: string]: unknown }): { [key: string]: unknown } {
+  const rest = { ...schema }
+  delete rest.$schema
+  return rest
+}
+
+function describe(error: unknown, timeout: number): string {
+  const message = (error as Error)?.message ?? String(error)
+  if ((error as { code?: unknown }).code === -32001 || /timed out/i.test(message)) return `it did not answer initialize within ${timeout} ms`
+  if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'its command was not found'
+  if (/Connection closed/i.test(message)) return 'it exited before answering initialize'
+  return message.slice(0, 300)
+}

@@ -1,0 +1,108 @@
+import type { JsonValue } from '../extension/index.js'
+
+type Json = { [key: string]: JsonValue }
+
+/** A tool's answer as the MCP wire carries it (only what Plinth reads). */
+export interface WireToolResult {
+  content?: unknown
+  structuredContent?: unknown
+  isError?: unknown
+}
+
+/** Bytes kept for the envelope's own fields beyond the result. */
+const headroom = 4 * 1024
+
+/**
+ * The command result of an MCP tool answer: its content items (text, image, audio, resource,
+ * resource_link) and structured content, cut to fit `maxBytes` of JSON — binary data first, then the
+ * longest texts — with `truncated: true` when anything was cut (docs/mcp.md, "Results").
+ */
+export function toCommandResult(answer: WireToolResult, maxBytes: number): Json {
+  const content = Array.isArray(answer.content) ? answer.content.filter((item): item is Json => item !== null && typeof item === 'object' && !Array.isArray(item)).map(contentItem) : []
+  const result: Json = { content }
+  if (answer.structuredContent && typeof answer.structuredContent === 'object' && !Array.isArray(answer.structuredContent)) result.structuredContent = answer.structuredContent as Json
+  return fit(result, maxBytes - headroom)
+}
+
+function contentItem(item: Json): Json {
+  switch (item.type) {
+    case 'text':
+      return { type: 'text', text: typeof item.text === 'string' ? item.text : '' }
+    case 'image':
+    case 'audio':
+      return { type: item.type, mimeType: typeof item.mimeType === 'string' ? item.mimeType : 'application/octet-stream', data: typeof item.data === 'string' ? item.data : '' }
+    case 'resource': {
+      const resource = (item.resource ?? {}) as Json
+      return { type: 'resource', resource: pick(resource, ['uri', 'mimeType', 'text', 'blob']) }
+    }
+    case 'resource_link':
+      return { type: 'resource_link', ...pick(item, ['uri', 'name', 'title', 'description', 'mimeType']) }
+    default:
+      return { type: typeof item.type === 'string' ? item.type : 'unknown' }
+  }
+}
+
+function pick(source: Json, keys: string[]): Json {
+  const out: Json = {}
+  for (const key of keys) if (typeof source[key] === 'string') out[key] = source[key]
+  return out
+}
+
+const size = (value: JsonValue): number => Buffer.byteLength(JSON.stringify(value))
+
+function fit(result: Json, limit: number): Json {
+  if (size(result) <= limit) return result
+  const content = result.content as Json[]
+  // Binary data the model cannot read in text goes first: its size stays.
+  for (const item of content) {
+    for (const key of ['data', 'blob'] as const) {
+      const holder = key === 'blob' ? (item.resource as Json | undefined) : item
+      const value = holder?.[key]
+      if (holder && typeof value === 'string' && value.length > 0) {
+        holder[key] = ''
+        holder.omittedBytes = Math.floor((value.length * 3) / 4)
+      }
+    }
+  }
+  result.truncated = true
+  if (size(result) <= limit && content.length > 0) return result
+  if (result.structuredContent !== undefined && size(result) > limit) {
+    delete result.structuredContent
+    result.structuredContentOmitted = true
+  }
+  // Then texts, longest first, each cut to what is left.
+  for (let guard = 0; size(result) > limit && guard < content.length * 4; guard++) {
+    const texts = content.map((item) => (item.type === 'text' ? item : (item.resource as Json | undefined)))
+    const longest = texts.filter((item): item is Json => typeof item?.text === 'string').sort((a, b) => (b.text as string).length - (a.text as string).length)[0]
+    if (!longest) break
+    const text = longest.text as string
+    const over = size(result) - limit
+    // JSON escaping can make a character several bytes: cut at least what is over, and a margin.
+    longest.text = text.slice(0, Math.max(0, text.length - over - 64))
+  }
+  return result
+}
+
+/** What the model reads of a result: its texts, and a line for each thing it cannot read as text. */
+export function modelText(result: JsonValue): string {
+  if (!result || typeof result !== 'object' || Array.isArray(result)) return JSON.stringify(result)
+  const lines: string[] = []
+  const content = Array.isArray(result.content) ? (result.content as Json[]) : []
+  for (const item of content) {
+    if (item.type === 'text') lines.push(String(item.text))
+    else if (item.type === 'image' || item.type === 'audio') lines.push(`[${item.type} ${String(item.mimeType)}, ${typeof item.omittedBytes === 'number' ? item.omittedBytes : Math.floor((String(item.data).length * 3) / 4)} bytes]`)
+    else if (item.type === 'resource') {
+      const resource = item.resource as Json
+      lines.push(typeof resource.text === 'string' ? resource.text : `[resource ${String(resource.uri)}]`)
+    } else if (item.type === 'resource_link') lines.push(`[resource ${String(item.uri)}${item.name ? ` (${String(item.name)})` : ''}]`)
+  }
+  if (result.structuredContent !== undefined && lines.length === 0) lines.push(JSON.stringify(result.structuredContent))
+  if (result.truncated) lines.push('[the result was cut to fit]')
+  return lines.join('\n')
+}
+
+/** The text of an error answer (`isError: true`), for the CommandError the model reads. */
+export function errorText(answer: WireToolResult): string {
+  const text = modelText(toCommandResult(answer, 64 * 1024))
+  return text.trim() ? text.slice(0, 4000) : 'the tool reported an error'
+}

@@ -1,0 +1,109 @@
+// An MCP server written with the official SDK, for the MCP client tests: tools with annotations, an
+// error result, a slow tool that records its cancellation, a crash mid-call, a list that grows, a big
+// result, an image, and a tool that breaks its own output schema. Over stdio, or Streamable HTTP when
+// started with `http <port>`. TOY_LOG names a file it appends what happened to; TOY_HANG=1 never
+// answers `initialize`; TOY_COLLIDE=1 adds two tools whose names collide once mapped.
+import { appendFileSync } from 'node:fs'
+import { createServer } from 'node:http'
+import { Server } from '@modelcontextprotocol/sdk/server/index.js'
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js'
+
+const log = (line) => process.env.TOY_LOG && appendFileSync(process.env.TOY_LOG, `${line}\n`)
+log(`start ${process.pid}`)
+
+if (process.env.TOY_HANG === '1') {
+  // Reads and ignores everything: `initialize` is never answered.
+  process.stdin.resume()
+  setInterval(() => {}, 1 << 30)
+} else {
+  const pixel = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=='
+  const object = (properties, required = []) => ({ type: 'object', properties, required })
+  let grown = false
+  const tools = () => [
+    { name: 'echo', title: 'Echo', description: 'Says the text back', inputSchema: object({ text: { type: 'string' } }, ['text']), annotations: { readOnlyHint: true, openWorldHint: false } },
+    { name: 'delete-thing', description: 'Deletes a thing for good', inputSchema: object({ name: { type: 'string' } }, ['name']), annotations: { destructiveHint: true, openWorldHint: true } },
+    { name: 'fail', description: 'Always reports an error', inputSchema: object({}) },
+    { name: 'slow', description: 'Waits ms milliseconds', inputSchema: object({ ms: { type: 'integer' } }, ['ms']), annotations: { readOnlyHint: true } },
+    { name: 'crash', description: 'Exits mid-call', inputSchema: object({}) },
+    { name: 'grow', description: 'Adds the tool "extra"', inputSchema: object({}) },
+    { name: 'big', description: 'Returns bytes of text', inputSchema: object({ bytes: { type: 'integer' } }, ['bytes']), annotations: { readOnlyHint: true } },
+    { name: 'image', description: 'Returns a picture', inputSchema: object({}), annotations: { readOnlyHint: true } },
+    { name: 'liar', description: 'Breaks its output schema', inputSchema: object({}), outputSchema: object({ n: { type: 'number' } }, ['n']) },
+    { name: 'Bad Schema', description: 'Its input schema is not an object', inputSchema: { type: 'string' } },
+    ...(grown ? [{ name: 'extra', description: 'Appeared later', inputSchema: object({}), annotations: { readOnlyHint: true } }] : []),
+    ...(process.env.TOY_COLLIDE === '1' ? [{ name: 'get-env', description: 'a', inputSchema: object({}) }, { name: 'get_env', description: 'b', inputSchema: object({}) }] : []),
+  ]
+  const text = (value) => ({ content: [{ type: 'text', text: value }] })
+  const make = () => {
+    const server = new Server({ name: 'toy-server', version: '1.2.3' }, { capabilities: { tools: { listChanged: true } } })
+    server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: tools() }))
+    server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+      const args = request.params.arguments ?? {}
+      log(`call ${request.params.name} ${JSON.stringify(args)}`)
+      switch (request.params.name) {
+        case 'echo':
+          return { ...text(`echo: ${args.text}`), structuredContent: { text: args.text } }
+        case 'delete-thing':
+          return text(`deleted ${args.name}`)
+        case 'fail':
+          return { ...text('the widget is broken'), isError: true }
+        case 'slow':
+          return await new Promise((resolve) => {
+            const timer = setTimeout(() => resolve(text('done')), args.ms)
+            extra.signal.addEventListener('abort', () => {
+              clearTimeout(timer)
+              log(`cancelled ${extra.requestId}`)
+              resolve(text('cancelled'))
+            })
+          })
+        case 'crash':
+          log('crashing')
+          process.exit(3)
+          break
+        case 'grow':
+          grown = true
+          await server.sendToolListChanged()
+          return text('grown')
+        case 'big':
+          return text('x'.repeat(args.bytes))
+        case 'image':
+          return { content: [{ type: 'text', text: 'a pixel' }, { type: 'image', data: pixel, mimeType: 'image/png' }] }
+        case 'liar':
+          return { ...text('n is a string'), structuredContent: { n: 'not a number' } }
+        case 'extra':
+          return text('extra here')
+        default:
+          return { ...text(`no tool ${request.params.name}`), isError: true }
+      }
+    })
+    return server
+  }
+
+  if (process.argv[2] === 'http') {
+    // Stateless Streamable HTTP: a server and transport per request. Requires the bearer in TOY_TOKEN.
+    const http = createServer(async (req, res) => {
+      if (process.env.TOY_TOKEN && req.headers.authorization !== `Bearer ${process.env.TOY_TOKEN}`) {
+        res.writeHead(401).end()
+        return
+      }
+      const chunks = []
+      for await (const chunk of req) chunks.push(chunk)
+      const body = chunks.length ? JSON.parse(Buffer.concat(chunks).toString('utf8')) : undefined
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+      const server = make()
+      res.on('close', () => {
+        void transport.close()
+        void server.close()
+      })
+      await server.connect(transport)
+      await transport.handleRequest(req, res, body)
+    })
+    http.listen(Number(process.argv[3] ?? 0), '127.0.0.1', () => {
+      process.stdout.write(`listening ${http.address().port}\n`)
+    })
+  } else {
+    await make().connect(new StdioServerTransport())
+  }
+}
