@@ -40,6 +40,7 @@ describe('MCP client: a mounted stdio server', () => {
         { name: 'toy', transport: 'stdio', command: process.execPath, args: [toy], env: { TOY_LOG: log, TOY_COLLIDE: '1' }, risk: { perTool: { grow: 'low', crash: 'low', fail: 'low' } }, timeoutMs: 2_000 },
         { name: 'hangs', transport: 'stdio', command: process.execPath, args: [toy], env: { TOY_HANG: '1' }, startTimeoutMs: 1_500 },
         { name: 'missing', transport: 'stdio', command: join(dir, 'no-such-program') },
+        { name: 'noisy', transport: 'stdio', command: process.execPath, args: [toy], env: { TOY_GARBAGE: '1' }, tools: { include: ['echo'] } },
       ],
     })
     alice = await server.createUser()
@@ -93,6 +94,15 @@ describe('MCP client: a mounted stdio server', () => {
     // Params are validated against the tool's inputSchema before anything is sent.
     const invalid = await dispatch('mcp.toy.echo', { text: 5 })
     expect(invalid.body).toMatchObject({ status: 400, code: 'validation_failed' })
+  })
+
+  it('survives a server that writes malformed messages; an unknown server or tool is an unknown command', async () => {
+    expect((await commands()).filter((item) => String(item.id).startsWith('mcp.noisy.')).map((item) => item.id)).toEqual(['mcp.noisy.echo'])
+    const answer = await dispatch('mcp.noisy.echo', { text: 'through the noise' })
+    expect(answer.status).toBe(200)
+    expect(answer.body.result.content[0].text).toBe('echo: through the noise')
+    expect((await dispatch('mcp.nosuch.echo', {})).body).toMatchObject({ status: 404, code: 'unknown_command' })
+    expect((await dispatch('mcp.toy.nosuch', {})).body).toMatchObject({ status: 404, code: 'unknown_command' })
   })
 
   it('isError becomes a command error the caller reads; output that breaks its schema is refused', async () => {

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -53,6 +53,7 @@ describe('plinth serve with mounted MCP servers', () => {
       mcpServers: [
         { name: 'everything', transport: 'stdio', command: process.execPath, args: [everything], risk: { default: 'low' } },
         { name: 'everything_http', transport: 'http', url: `http://127.0.0.1:${everythingPort}/mcp`, risk: { default: 'low' } },
+        { name: 'toy', transport: 'stdio', command: process.execPath, args: [toy], env: { TOY_LOG: './toy.log' }, cwd: '.' },
         { name: 'toy_http', transport: 'http', url: `http://127.0.0.1:${toyPort}/mcp`, headersEnv: { Authorization: 'TOY_AUTHORIZATION' } },
       ],
     }
@@ -88,6 +89,25 @@ describe('plinth serve with mounted MCP servers', () => {
   it('never writes the header secret to its log', () => {
     expect(serve.stdout()).not.toContain(toySecret)
     expect(serve.stderr()).not.toContain(toySecret)
+  })
+
+  it('stops its stdio servers when it stops', async () => {
+    const answer = await http(serve.url, 'POST', '/api/commands/mcp.toy.echo', { token, body: { entrance: 'button', params: { text: 'x' } } })
+    expect(answer.status).toBe(200)
+    const pid = Number(/start (\d+)/.exec(await readFile(join(dir, 'toy.log'), 'utf8'))?.[1])
+    expect(pid).toBeGreaterThan(0)
+    expect(await serve.stop()).toBe(0)
+    const alive = () => {
+      try {
+        process.kill(pid, 0)
+        return true
+      } catch {
+        return false
+      }
+    }
+    const deadline = Date.now() + 15_000
+    while (alive() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(alive()).toBe(false)
   })
 })
 

@@ -2,7 +2,8 @@
 // error result, a slow tool that records its cancellation, a crash mid-call, a list that grows, a big
 // result, an image, and a tool that breaks its own output schema. Over stdio, or Streamable HTTP when
 // started with `http <port>`. TOY_LOG names a file it appends what happened to; TOY_HANG=1 never
-// answers `initialize`; TOY_COLLIDE=1 adds two tools whose names collide once mapped.
+// answers `initialize`; TOY_COLLIDE=1 adds two tools whose names collide once mapped; TOY_GARBAGE=1
+// writes lines that are not JSON-RPC to stdout before and between its answers.
 import { appendFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
@@ -104,6 +105,10 @@ if (process.env.TOY_HANG === '1') {
       process.stdout.write(`listening ${http.address().port}\n`)
     })
   } else {
+    if (process.env.TOY_GARBAGE === '1') {
+      process.stdout.write('this is not JSON\n{"jsonrpc":"2.0","method":42}\n')
+      setInterval(() => process.stdout.write('{"half": \n'), 200).unref()
+    }
     await make().connect(new StdioServerTransport())
   }
 }
