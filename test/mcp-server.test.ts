@@ -5,6 +5,7 @@ import { OAuthProtectedResourceMetadataSchema } from '@modelcontextprotocol/sdk/
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
+import { readOnlyShares } from './__fixtures__/plugins/read-only-share.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
@@ -265,6 +266,50 @@ for (const engine of testEngines()) {
       expect(answer.headers.get('x-request-id')).toBe('mcp-req-1')
       expect(answer.headers.get('x-ratelimit-limit')).toBeTruthy()
       expect(answer.headers.get('mcp-session-id')).toBeNull()
+    })
+  })
+
+  describe(`MCP in a project shared read-only, on ${engine}`, () => {
+    let store: Store
+    let server: TestServer
+    let owner: TestUser
+    let reader: TestUser
+    let projectId: string
+    const sharePlugin = new URL('./__fixtures__/plugins/read-only-share.ts', import.meta.url).pathname
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      server = await startTestServer(store, { plugins: [sharePlugin] })
+      owner = await server.createUser()
+      reader = await server.createUser()
+      projectId = (await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'shared' } })).body.id
+    })
+    afterAll(async () => {
+      readOnlyShares.delete(projectId)
+      await server?.close()
+      await store?.close()
+    })
+
+    it('the ProjectAuthz adapter decides: a reader gets the read-only tools alone, and 404 once the share is gone', async () => {
+      const path = `/mcp/projects/${projectId}`
+      await expect(connectClient(server.url, reader.token, path)).rejects.toThrow(/404/)
+      readOnlyShares.set(projectId, new Set([reader.user.id]))
+      const mine = await connectClient(server.url, owner.token, path)
+      const theirs = await connectClient(server.url, reader.token, path)
+      try {
+        const ownerTools = (await mine.client.listTools()).tools
+        const readerTools = (await theirs.client.listTools()).tools
+        expect(ownerTools.map((tool) => tool.name)).toContain('write_file')
+        expect(readerTools.map((tool) => tool.name)).toEqual(ownerTools.filter((tool) => tool.annotations?.idempotentHint === true).map((tool) => tool.name))
+        expect(readerTools.map((tool) => tool.name)).toContain('list_projects')
+        const refused = await theirs.client.callTool({ name: 'write_file', arguments: { path: 'a.txt', content: 'x' } }).catch((error: unknown) => error)
+        expect((refused as McpError).code).toBe(ErrorCode.InvalidParams)
+        readOnlyShares.delete(projectId)
+        await expect(theirs.client.listTools()).rejects.toThrow(/404/)
+      } finally {
+        await mine.client.close()
+        await theirs.client.close()
+      }
     })
   })
 }
