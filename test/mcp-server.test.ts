@@ -313,3 +313,32 @@ for (const engine of testEngines()) {
     })
   })
 }
+
+describe('MCP under the /api rate limits', () => {
+  let store: Store
+  let server: TestServer
+  let user: TestUser
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    server = await startTestServer(store, { plugins: ['rdm'], rateLimit: { max: 4, windowMs: 60_000, addressMax: 1_000, authFailureMax: 2, authFailureWindowMs: 60_000 } })
+    user = await server.createUser()
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+  })
+
+  it('counts per token and blocks failed authentications per address — a valid token behind the address still works', async () => {
+    const list = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
+    for (let attempt = 0; attempt < 2; attempt++) expect((await post(`${server.url}/mcp`, 'wrong-token', list)).status).toBe(401)
+    const blocked = await post(`${server.url}/mcp`, 'wrong-token', list)
+    expect(blocked.status).toBe(429)
+    expect(JSON.parse(blocked.text)).toMatchObject({ code: 'rate_limited' })
+    expect((await post(`${server.url}/mcp`, undefined, list)).status).toBe(429)
+    // The token's own budget: 4 a minute.
+    const statuses: number[] = []
+    for (let attempt = 0; attempt < 5; attempt++) statuses.push((await post(`${server.url}/mcp`, user.token, list)).status)
+    expect(statuses).toEqual([200, 200, 200, 200, 429])
+  })
+})
