@@ -342,3 +342,43 @@ describe('MCP under the /api rate limits', () => {
     expect(statuses).toEqual([200, 200, 200, 200, 429])
   })
 })
+
+describe('MCP when the client goes away mid-call', () => {
+  let store: Store
+  let server: TestServer
+  let user: TestUser
+  const slowPlugin = new URL('./__fixtures__/plugins/slow-tool.ts', import.meta.url).pathname
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    server = await startTestServer(store, { plugins: [slowPlugin] })
+    user = await server.createUser()
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+  })
+
+  it('the call still runs to its end and is audited (as from /api), and the server goes on answering', async () => {
+    const abort = new AbortController()
+    const call = fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${user.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'slow__brief', arguments: {} } }),
+      signal: abort.signal,
+    }).catch((error: unknown) => error)
+    const deadline = Date.now() + 30_000
+    const audit = async () => (await server.request('GET', '/api/audit?commandId=slow.brief&entrance=mcp', { token: user.token })).body.items as Array<{ status: string }>
+    while ((await audit()).length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20))
+    abort.abort()
+    expect(await call).toBeInstanceOf(Error)
+    while ((await audit())[0]?.status !== 'succeeded' && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+    expect((await audit())[0]).toMatchObject({ status: 'succeeded', result: { done: true } })
+    const { client } = await connectClient(server.url, user.token)
+    try {
+      expect((await client.listTools()).tools.map((tool) => tool.name)).toContain('slow__brief')
+    } finally {
+      await client.close()
+    }
+  })
+})
