@@ -47,15 +47,15 @@ class RefusedBody {
  * (RFC 9728) 401 answers point MCP clients to.
  */
 export async function registerMcpRoutes(app: App, deps: ServerDeps, options: McpRouteOptions): Promise<void> {
-  const metadataSchema = (summary: string) => ({ operationId: '', tags: ['mcp'], summary, security: [], response: { 200: ProtectedResourceMetadata } })
+  const metadataRoute = (operationId: string, summary: string) => ({ schema: { operationId, tags: ['mcp'], summary, security: [], response: { 200: ProtectedResourceMetadata } } })
   app.get(
     '/.well-known/oauth-protected-resource',
-    { schema: { ...metadataSchema('Protected resource metadata of the server (RFC 9728): bearer tokens in the Authorization header'), operationId: 'getProtectedResourceMetadata' } },
+    metadataRoute('getProtectedResourceMetadata', 'Protected resource metadata of the server (RFC 9728): bearer tokens in the Authorization header'),
     async (request) => protectedResourceMetadata(request, '', options.authorizationServers),
   )
   app.get(
     mcpMetadataPath,
-    { schema: { ...metadataSchema('Protected resource metadata of the MCP endpoint /mcp (RFC 9728), named by its 401 answers'), operationId: 'getMcpProtectedResourceMetadata' } },
+    metadataRoute('getMcpProtectedResourceMetadata', 'Protected resource metadata of the MCP endpoint /mcp (RFC 9728), named by its 401 answers'),
     async (request) => protectedResourceMetadata(request, '/mcp', options.authorizationServers),
   )
 
