@@ -13,7 +13,7 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 // every call goes through the bus (entrance `mcp`) with the same gate, decisions and audit.
 
 /** An SDK client connected to `path` of the server with `token`. */
-export async function connectClient(url: string, token: string, path = '/mcp'): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
+async function connectClient(url: string, token: string, path = '/mcp'): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {
   const transport = new StreamableHTTPClientTransport(new URL(path, url), { requestInit: { headers: { authorization: `Bearer ${token}` } } })
   const client = new Client({ name: 'plinth-test', version: '1.0.0' })
   await client.connect(transport)
