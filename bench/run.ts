@@ -3,7 +3,7 @@
  * next to `GET /api/me`, beside a Fastify hello-world measured in the same run, on PGlite and (with
  * TEST_DATABASE_URL or BENCH_DATABASE_URL) on pg; then the agent-round bench (bench/agent/index.ts);
  * then the retrieval bench (bench/retrieval/index.ts), the exec bench (bench/exec/index.ts) and the MCP
- * bench (bench/mcp/index.ts).
+ * benches (bench/mcp: /mcp beside /api, and a mounted MCP tool beside the SDK client).
  * Each server runs in its own process; autocannon loads it from this one.
  *
  * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec` or `mcp`: run one part), BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2),

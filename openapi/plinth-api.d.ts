@@ -4,6 +4,40 @@
  */
 
 export interface paths {
+    "/.well-known/oauth-protected-resource": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Protected resource metadata of the server (RFC 9728): bearer tokens in the Authorization header */
+        get: operations["getProtectedResourceMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/.well-known/oauth-protected-resource/mcp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Protected resource metadata of the MCP endpoint /mcp (RFC 9728), named by its 401 answers */
+        get: operations["getMcpProtectedResourceMetadata"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/admin/audit/verify": {
         parameters: {
             query?: never;
@@ -1033,6 +1067,15 @@ export interface components {
             /** Format: date-time */
             updatedAt: string;
         };
+        /** ProtectedResourceMetadata */
+        ProtectedResourceMetadata: {
+            /** @description Issuers of tokens for it (none: Plinth issues its own; `plinth tokens create`) */
+            authorization_servers: string[];
+            bearer_methods_supported: string[];
+            /** @description The protected resource: the server, or its MCP endpoint */
+            resource: string;
+            resource_name: string;
+        };
         /** RequiredAction */
         RequiredAction: {
             decisions: {
@@ -1872,6 +1915,46 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    getProtectedResourceMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtectedResourceMetadata"];
+                };
+            };
+        };
+    };
+    getMcpProtectedResourceMetadata: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtectedResourceMetadata"];
+                };
+            };
+        };
+    };
     verifyAuditChain: {
         parameters: {
             query?: never;
@@ -2600,7 +2683,7 @@ export interface operations {
                 /** @description A ULID */
                 conversationId?: string;
                 cursor?: string;
-                entrance?: "button" | "card" | "slash" | "chat" | "agent";
+                entrance?: "button" | "card" | "slash" | "chat" | "agent" | "mcp";
                 limit?: number;
                 /** @description A ULID */
                 projectId?: string;

@@ -1,6 +1,8 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
@@ -103,6 +105,21 @@ describe('MCP client: a mounted stdio server', () => {
     expect(answer.body.result.content[0].text).toBe('echo: through the noise')
     expect((await dispatch('mcp.nosuch.echo', {})).body).toMatchObject({ status: 404, code: 'unknown_command' })
     expect((await dispatch('mcp.toy.nosuch', {})).body).toMatchObject({ status: 404, code: 'unknown_command' })
+  })
+
+  it('a mounted tool is offered again to MCP clients of Plinth’s own /mcp, through the bus', async () => {
+    const client = new Client({ name: 'test', version: '0' })
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${alice.token}` } } }))
+    try {
+      const { tools } = await client.listTools()
+      expect(tools.find((tool) => tool.name === 'mcp__toy__echo')?.annotations).toMatchObject({ readOnlyHint: true })
+      const result = await client.callTool({ name: 'mcp__toy__echo', arguments: { text: 'relayed' } })
+      expect(JSON.stringify(result.content)).toContain('echo: relayed')
+      const audit = (await server.request('GET', '/api/audit?commandId=mcp.toy.echo&entrance=mcp', { token: alice.token })).body.items[0]
+      expect(audit).toMatchObject({ entrance: 'mcp', plugin: 'mcp:toy', origin: { tool: 'echo' } })
+    } finally {
+      await client.close()
+    }
   })
 
   it('isError becomes a command error the caller reads; output that breaks its schema is refused', async () => {

@@ -13,6 +13,7 @@ const sections: Array<[title: string, blocks?: number]> = [
   ['## Walkthrough with curl'],
   ['### Operators over HTTP'],
   ['## Commands, decisions and audit'],
+  ['## Using Plinth from MCP clients'],
   ['## Agent runs', 1],
   ['### Agent profiles'],
   ['## Knowledge and search', 1],
@@ -75,5 +76,7 @@ describe.skipIf(!hasCurl)('the README walkthrough', () => {
     expect(output).toMatch(/"status":"cancelled"/)
     expect(output).toMatch(/"title":"写作指南"/)
     expect(output).toMatch(/"tools":\["rdm.ping","rdm.draft.compose","core.knowledge_search"\]/)
+    expect(output).toMatch(/"structuredContent":\{[^}]*"target":"db-1"/)
+    expect(output).toMatch(/"status":"succeeded","result":\{[^}]*"title":"From MCP"/)
   })
 })

@@ -26,6 +26,10 @@ Usage:
                                        proposed commands run here after you approve them;
                                        --model: a configured model id for the runs (GET /api/models)
                                        (--command-timeout seconds, default 60; output capped at 64 KiB)
+  plinth mcp [--url U] [--token T] [--project ID]
+                                       an MCP server on stdin/stdout for desktop MCP clients, forwarding
+                                       to a running server's /mcp (PLINTH_URL, PLINTH_TOKEN; default URL
+                                       http://127.0.0.1:$PORT, 8080); --project: that project's tools only
   plinth help | --version
 `
 
@@ -68,6 +72,7 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
   }
   // A client: it needs no server configuration (nor a database).
   if (command === 'chat') return chat(values, io)
+  if (command === 'mcp') return mcp(values, io)
   try {
     const { loadConfig } = await import('./config.js')
     const config = loadConfig()
@@ -114,6 +119,18 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
     io.err(`plinth: ${(error as Error).message}`)
     return 1
   }
+}
+
+/** `plinth mcp`: stdout carries JSON-RPC only, so everything else goes to stderr. */
+async function mcp(values: { url?: string; token?: string; project?: string }, io: Io): Promise<number> {
+  const token = values.token ?? process.env.PLINTH_TOKEN
+  if (!token) {
+    io.err('plinth mcp needs a token: --token or PLINTH_TOKEN (plinth users create <name> prints one)')
+    return 2
+  }
+  const url = values.url ?? process.env.PLINTH_URL ?? `http://127.0.0.1:${process.env.PORT ?? 8080}`
+  const { runMcpProxy } = await import('./mcp-proxy.js')
+  return runMcpProxy({ url, token, ...(values.project && { project: values.project }), log: (line) => io.err(line) })
 }
 
 async function chat(

@@ -13,8 +13,11 @@ export type JsonSchema = { [keyword: string]: unknown }
 /** How dangerous a command is; decides whether a human must confirm (see the permission modes). */
 export type Risk = 'low' | 'medium' | 'high'
 
-/** Where a dispatch comes from. `agent` is the model's own tool call; the others are humans. */
-export type Entrance = 'button' | 'card' | 'slash' | 'chat' | 'agent'
+/**
+ * Where a dispatch comes from. `agent` is the model's own tool call; `mcp` is a call from an MCP
+ * client through `/mcp` (since surface 1.5.0), for the user whose token it sends; the others are humans.
+ */
+export type Entrance = 'button' | 'card' | 'slash' | 'chat' | 'agent' | 'mcp'
 
 /** What an actor wants to do with a project, as asked of a ProjectAuthz adapter. */
 export type ProjectAction = 'read' | 'search' | 'create_conversation' | 'write'

@@ -6,14 +6,21 @@ import type { Run } from '../store/index.js'
 /** What a tool name the model may call stands for. */
 export type ToolEntry = { kind: 'command'; command: RegisteredCommand; tool: ModelTool } | { kind: 'client'; tool: ModelTool }
 
-/** Exposed commands the agent may call (the project's subset, when it sets one), with their tool names. */
-export function* commandTools(bus: CommandBus, subset: string[] | null): Generator<{ toolName: string; commandId: string; command: RegisteredCommand }> {
+/**
+ * Exposed commands the agent (or, with `entrance: 'mcp'`, an MCP client) may call — the project's
+ * subset, when it sets one — with their tool names.
+ */
+export function* commandTools(
+  bus: CommandBus,
+  subset: string[] | null,
+  entrance: 'agent' | 'mcp' = 'agent',
+): Generator<{ toolName: string; commandId: string; command: RegisteredCommand }> {
   const allowed = subset === null ? null : new Set(subset)
   for (const command of bus.catalog.list()) {
     const toolName = command.toolName
     if (!toolName) continue
     if (allowed && !allowed.has(command.spec.id)) continue
-    if (command.spec.entrances && !command.spec.entrances.includes('agent')) continue
+    if (command.spec.entrances && !command.spec.entrances.includes(entrance)) continue
     // Exec tools where nothing can run (no sandbox, and `direct` not chosen) are not offered.
     if (command.availableWhen && !command.availableWhen()) continue
     yield { toolName, commandId: command.spec.id, command }

@@ -2,7 +2,7 @@ import { UploadSlots, type UploadLimits } from './upload-slots.js'
 import { refuseOversizeBeforeContinue } from './oversize-bodies.js'
 import { createHash } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
-import Fastify, { LogController, type FastifyBaseLogger } from 'fastify'
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify'
 import fastifyCors from '@fastify/cors'
 import fastifyMultipart from '@fastify/multipart'
 import fastifyRateLimit from '@fastify/rate-limit'
@@ -39,6 +39,7 @@ import { registerFileRoutes } from './routes/file-routes.js'
 import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
+import { registerMcpRoutes } from './routes/mcp-routes.js'
 import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, refuseIfBlocked, requestId } from './request-guards.js'
 import { RunStreamEvent, StreamEvent } from './event-schemas.js'
 import { Problem, Run } from './schemas.js'
@@ -95,6 +96,8 @@ export interface ServerOptions {
   version: string
   /** The registry `/metrics` serves (shared with the run manager's metrics). */
   metrics?: Registry
+  /** Authorization servers the MCP endpoint's protected resource metadata names (default none: Plinth's own tokens). */
+  mcpAuthorizationServers?: string[]
 }
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
@@ -189,8 +192,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     await app.register(fastifyCors, {
       origin: options.corsOrigins,
       methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
-      allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'last-event-id', 'prefer', 'x-request-id'],
-      exposedHeaders: ['x-request-id', 'retry-after', 'idempotent-replayed', 'preference-applied', 'content-disposition', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset'],
+      allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'last-event-id', 'prefer', 'x-request-id', 'mcp-protocol-version'],
+      exposedHeaders: ['x-request-id', 'retry-after', 'idempotent-replayed', 'preference-applied', 'content-disposition', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'www-authenticate'],
       maxAge: 600,
       strictPreflight: false,
     })
@@ -259,18 +262,19 @@ export async function buildServer(options: ServerOptions): Promise<App> {
 
   // Token lookups are cached; revocations and disabled users (from any instance) drop them at once.
   const userAuth = createUserAuth(deps.accounts, new TokenCache(options.store.access))
+  const authenticate = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    try {
+      await userAuth(request)
+    } catch (error) {
+      refuseIfBlocked(request, reply)
+      throw error
+    }
+  }
+  app.decorateRequest('user', null)
+  app.decorateRequest('tokenId', null)
   await app.register(
     async (api) => {
-      api.decorateRequest('user', null)
-      api.decorateRequest('tokenId', null)
-      api.addHook('onRequest', async (request, reply) => {
-        try {
-          await userAuth(request)
-        } catch (error) {
-          refuseIfBlocked(request, reply)
-          throw error
-        }
-      })
+      api.addHook('onRequest', authenticate)
       // A POST or PATCH without a body means "no fields", not "wrong type".
       api.addHook('preValidation', async (request) => {
         if (request.body === undefined && (request.method === 'POST' || request.method === 'PATCH')) request.body = {}
@@ -305,6 +309,9 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     },
     { prefix: '/api/admin' },
   )
+
+  // The MCP server: the same tokens, limits and audit as /api (see routes/mcp-routes.ts).
+  await registerMcpRoutes(app, deps, { authenticate, authorizationServers: options.mcpAuthorizationServers ?? [], version: options.version })
 
   return app
 }

@@ -25,7 +25,8 @@ export function handleError(error: FastifyError | HttpProblem | Error, request: 
   const { code, detail, extensions } = classify(error, request)
   const body = problemBody(code, detail, { ...extensions, instance: requestPath(request) })
   if (body.status >= 500) request.log.error({ err: error }, 'request failed')
-  if (code === 'unauthorized') reply.header('www-authenticate', 'Bearer')
+  // A route may have set a richer challenge (the MCP endpoint names its resource metadata).
+  if (code === 'unauthorized' && !reply.hasHeader('www-authenticate')) reply.header('www-authenticate', 'Bearer')
   if (code === 'payload_too_large' && !request.raw.complete) {
     // Closing now would cut the client off mid-send, before it reads this answer: drain, then go on.
     reply.removeHeader('connection')

@@ -45,7 +45,8 @@ export function limitByAddress(app: FastifyInstance, limits: AddressLimits): voi
         // still bounds the volume): the address is shared by every user behind it. Only a failed
         // check is then refused 429 — see `refuseIfBlocked`. The admin API and token-less requests stay shut.
         const path = request.url.split('?')[0] ?? ''
-        if (!path.startsWith('/api/') || path.startsWith('/api/admin') || !request.headers.authorization) {
+        const userRoute = (path.startsWith('/api/') && !path.startsWith('/api/admin')) || path === '/mcp' || path.startsWith('/mcp/')
+        if (!userRoute || !request.headers.authorization) {
           throw limited(reply, 'authentication failed too often from this address', limits.authFailureMax, until - Date.now())
         }
         deferredBlocks.set(request, { until, max: limits.authFailureMax })

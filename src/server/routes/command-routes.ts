@@ -52,7 +52,8 @@ const DispatchAnswer = Type.Object({
   decision: Type.Optional(Decision),
 })
 
-const allEntrances = ['button', 'card', 'slash', 'chat', 'agent']
+// A command without an `entrances` list may be dispatched from every entrance, `mcp` included.
+const allEntrances = ['button', 'card', 'slash', 'chat', 'agent', 'mcp']
 
 export function registerCommandRoutes(app: App, deps: ServerDeps): void {
   const { bus } = deps
