@@ -49,6 +49,7 @@ describe('plinth serve with mounted MCP servers', () => {
     children.push(await startChild([toy, 'http', String(toyPort)], { TOY_TOKEN: toySecret }, /listening \d+/))
     const config = {
       adminToken,
+      mcpAuthorizationServers: ['https://auth.example.test'],
       dataDir: './data',
       mcpServers: [
         { name: 'everything', transport: 'stdio', command: process.execPath, args: [everything], risk: { default: 'low' } },
@@ -84,6 +85,11 @@ describe('plinth serve with mounted MCP servers', () => {
     }
     const ready = await http(serve.url, 'GET', '/readyz')
     expect(ready.body.warnings.filter((warning: string) => warning.startsWith('MCP server') && warning.includes('not available'))).toEqual([])
+  })
+
+  it('names the configured authorization servers in /mcp’s protected-resource metadata', async () => {
+    const metadata = await http(serve.url, 'GET', '/.well-known/oauth-protected-resource/mcp')
+    expect(metadata.body).toMatchObject({ authorization_servers: ['https://auth.example.test'] })
   })
 
   it('never writes the header secret to its log', () => {

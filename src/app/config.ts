@@ -22,6 +22,8 @@ export interface PlinthConfig {
   plugins: string[]
   /** MCP servers whose tools become commands (`mcp.<server>.<tool>`; docs/mcp.md). */
   mcpServers: McpServerConfig[]
+  /** Authorization servers named in `/mcp`'s protected-resource metadata (RFC 9728), for OAuth-aware MCP clients. */
+  mcpAuthorizationServers: string[]
   models: ModelConfig[]
   defaultModel?: string
   /**
@@ -154,6 +156,7 @@ const fileSchema = {
     adminToken: { type: 'string', minLength: 16 },
     plugins: { type: 'array', items: { type: 'string', minLength: 1 } },
     mcpServers: { type: 'array', maxItems: 100, items: mcpServerSchema },
+    mcpAuthorizationServers: { type: 'array', maxItems: 20, items: { type: 'string', pattern: '^https?://' } },
     strictPlugins: { type: 'boolean' },
     models: {
       type: 'array',
@@ -338,6 +341,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'number' | 'bool' | 'li
   ['PLINTH_ADMIN_TOKEN', 'adminToken', 'string'],
   ['PLINTH_PLUGINS', 'plugins', 'list'],
   ['PLINTH_MCP_SERVERS', 'mcpServers', 'json'],
+  ['PLINTH_MCP_AUTHORIZATION_SERVERS', 'mcpAuthorizationServers', 'list'],
   ['PLINTH_EXEC_BACKEND', 'exec.backend', 'string'],
   ['PLINTH_DISABLE_EXEC_TOOLS', 'exec.disableExecTools', 'bool'],
   ['PLINTH_SANDBOX_USER', 'exec.sandboxUser', 'string'],
@@ -400,6 +404,7 @@ const defaults: PlinthConfig = {
   dataDir: './data',
   plugins: [],
   mcpServers: [],
+  mcpAuthorizationServers: [],
   models: [],
   exec: {},
   logLevel: 'info',

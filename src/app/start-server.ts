@@ -111,6 +111,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       exec: setup.exec,
       startWarnings: warnings,
       liveWarnings: () => setup.mcp.warnings(),
+      mcpAuthorizationServers: config.mcpAuthorizationServers,
       maxKnowledgeFileBytes: config.knowledge.maxFileBytes,
       logger,
       bodyLimit: config.bodyLimit,
