@@ -148,6 +148,7 @@ describe('mcpServers configuration', () => {
     expect(problems([stdio, stdio])).toContain('mcpServers[1].name: "files" is used twice')
     expect(problems([{ ...stdio, risk: { default: 'extreme' } }]).join('\n')).toMatch(/mcpServers\[0\]\.risk\.default/)
     expect(problems([{ ...stdio, headers: { a: 1 } }]).join('\n')).toMatch(/mcpServers\[0\]\.headers/)
+    expect(problems([{ ...stdio, auth: { type: 'oauth' } }])).toContain('mcpServers[0].auth: OAuth applies to transport http only')
     try {
       loadConfig({ PLINTH_MCP_SERVERS: '[not json' }, tmpdir())
       throw new Error('no ConfigError')

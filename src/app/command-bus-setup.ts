@@ -56,6 +56,8 @@ export async function setUpCommandBus(
     minSimilarity?: number
     /** MCP servers whose tools become commands (config `mcpServers`). */
     mcpServers?: readonly McpServerConfig[]
+    /** Seals per-user MCP credentials (PLINTH_SECRET_KEY). */
+    secretKey?: string
   },
 ): Promise<CommandBusSetup> {
   const resultMaxBytes = options.resultMaxBytes ?? defaultResultMaxBytes
@@ -96,7 +98,7 @@ export async function setUpCommandBus(
   // CLIs from the configuration, then those plugins declared; each is probed before it is offered.
   await registerCliTools(catalog, execDeps, [...execSettings.cliTools.map((spec) => ({ plugin: 'config', pluginVersion: version, spec })), ...catalog.cliTools])
   // After the plugins: an MCP server cannot take a namespace a plugin has (all of them are under `mcp.`).
-  const mcp = new McpHub({ catalog, servers: options.mcpServers ?? [], log: (plugin) => createPluginLogger(options.logger, plugin), clientVersion: version, resultMaxBytes })
+  const mcp = new McpHub({ store, ...(options.secretKey && { secretKey: options.secretKey }), catalog, servers: options.mcpServers ?? [], log: (plugin) => createPluginLogger(options.logger, plugin), clientVersion: version, resultMaxBytes })
   const bus = new CommandBus({
     store,
     catalog,

@@ -22,6 +22,8 @@ export interface PlinthConfig {
   plugins: string[]
   /** MCP servers whose tools become commands (`mcp.<server>.<tool>`; docs/mcp.md). */
   mcpServers: McpServerConfig[]
+  /** Seals per-user MCP credentials at rest (PLINTH_SECRET_KEY; keep it out of the file). */
+  secretKey?: string
   /** Authorization servers named in `/mcp`'s protected-resource metadata (RFC 9728), for OAuth-aware MCP clients. */
   mcpAuthorizationServers: string[]
   models: ModelConfig[]
@@ -142,6 +144,7 @@ const mcpServerSchema = {
     exposeAsTool: { type: 'boolean' },
     timeoutMs: { type: 'integer', minimum: 100, maximum: 3_600_000 },
     startTimeoutMs: { type: 'integer', minimum: 100, maximum: 600_000 },
+    auth: { type: 'object', additionalProperties: false, required: ['type'], properties: { type: { enum: ['oauth'] }, scopes: { type: 'array', items: { type: 'string', minLength: 1 } } } },
   },
 } as const
 
@@ -156,6 +159,7 @@ const fileSchema = {
     adminToken: { type: 'string', minLength: 16 },
     plugins: { type: 'array', items: { type: 'string', minLength: 1 } },
     mcpServers: { type: 'array', maxItems: 100, items: mcpServerSchema },
+    secretKey: { type: 'string', minLength: 16 },
     mcpAuthorizationServers: { type: 'array', maxItems: 20, items: { type: 'string', pattern: '^https?://' } },
     strictPlugins: { type: 'boolean' },
     models: {
@@ -342,6 +346,7 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'number' | 'bool' | 'li
   ['PLINTH_PLUGINS', 'plugins', 'list'],
   ['PLINTH_MCP_SERVERS', 'mcpServers', 'json'],
   ['PLINTH_MCP_AUTHORIZATION_SERVERS', 'mcpAuthorizationServers', 'list'],
+  ['PLINTH_SECRET_KEY', 'secretKey', 'string'],
   ['PLINTH_EXEC_BACKEND', 'exec.backend', 'string'],
   ['PLINTH_DISABLE_EXEC_TOOLS', 'exec.disableExecTools', 'bool'],
   ['PLINTH_SANDBOX_USER', 'exec.sandboxUser', 'string'],
@@ -576,6 +581,7 @@ function mcpServerProblems(servers: unknown): string[] {
     if (!server || typeof server !== 'object') return
     if (server.transport === 'stdio' && typeof server.command !== 'string') problems.push(`mcpServers[${index}].command: required for transport stdio`)
     if (server.transport === 'http' && typeof server.url !== 'string') problems.push(`mcpServers[${index}].url: required for transport http`)
+    if (server.transport === 'stdio' && 'auth' in server) problems.push(`mcpServers[${index}].auth: OAuth applies to transport http only`)
     if (typeof server.name === 'string') {
       if (seen.has(server.name)) problems.push(`mcpServers[${index}].name: ${JSON.stringify(server.name)} is used twice`)
       seen.add(server.name)

@@ -62,6 +62,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       ...(config.knowledge.maxAttempts !== undefined && { ingestMaxAttempts: config.knowledge.maxAttempts }),
       ...(config.knowledge.minSimilarity !== undefined && { minSimilarity: config.knowledge.minSimilarity }),
       mcpServers: config.mcpServers,
+      ...(config.secretKey && { secretKey: config.secretKey }),
     })
     const { bus, access, retriever } = setup
     execService = setup.exec
@@ -111,6 +112,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       exec: setup.exec,
       startWarnings: warnings,
       liveWarnings: () => setup.mcp.warnings(),
+      mcp: setup.mcp,
       mcpAuthorizationServers: config.mcpAuthorizationServers,
       maxKnowledgeFileBytes: config.knowledge.maxFileBytes,
       logger,

@@ -1,4 +1,5 @@
 import { Ajv, type ValidateFunction } from 'ajv'
+import { UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -35,6 +36,9 @@ const LooseCallResult = z.looseObject({ content: z.array(z.unknown()).optional()
 /** Raised when the server cannot be reached or stopped during a call. */
 export class McpUnavailableError extends Error {}
 
+/** Raised when an OAuth server refuses the user's credentials (none, expired beyond refresh, revoked). */
+export class McpAuthorizationError extends Error {}
+
 /**
  * One MCP server: connects when first needed, lists its tools (following `tools/list_changed`),
  * calls them, and reconnects with backoff when a stdio server dies (docs/mcp.md, "Lifecycle").
@@ -49,6 +53,11 @@ export class McpConnection {
   readonly #log: PluginLogger
   readonly #clientVersion: string
   readonly #onTools: () => void
+  /** OAuth servers: the credentials to connect with, or null when nobody can connect yet. */
+  readonly #authProvider: (() => Promise<OAuthClientProvider | null>) | undefined
+  /** False for a user's own connection to an OAuth server: it only calls; the shared one lists. */
+  readonly #lists: boolean
+  #waiting = false
   readonly #ajv = new Ajv({ strict: false, allErrors: true })
   readonly #outputChecks = new Map<string, ValidateFunction | null>()
   #client: Client | null = null
@@ -58,11 +67,20 @@ export class McpConnection {
   #connectedAt = 0
   #retry: NodeJS.Timeout | undefined
 
-  constructor(config: McpServerConfig, deps: { log: PluginLogger; clientVersion: string; onTools: () => void }) {
+  constructor(config: McpServerConfig, deps: { log: PluginLogger; clientVersion: string; onTools: () => void; authProvider?: () => Promise<OAuthClientProvider | null>; lists?: boolean }) {
     this.config = config
     this.#log = deps.log
     this.#clientVersion = deps.clientVersion
     this.#onTools = deps.onTools
+    this.#authProvider = deps.authProvider
+    this.#lists = deps.lists ?? true
+  }
+
+  /** Tries again now (a user just connected an OAuth server that was waiting for one). */
+  retryNow(): void {
+    if (this.state === 'stopped' || this.state === 'starting' || this.state === 'ready') return
+    clearTimeout(this.#retry)
+    void this.#connect()
   }
 
   /** Starts the server if it never was; resolves when its first attempt has ended, whichever way. */
@@ -79,6 +97,7 @@ export class McpConnection {
       return await client.request({ method: 'tools/call', params: { name: tool, arguments: args } }, LooseCallResult, { signal, timeout: timeoutMs + 5_000 })
     } catch (error) {
       if (signal.aborted) throw error
+      if (error instanceof UnauthorizedError || (error as { code?: unknown }).code === 401) throw new McpAuthorizationError(`MCP server ${this.config.name} refused the credentials`)
       if (client !== this.#client || (error as { code?: unknown }).code === -32000) throw new McpUnavailableError(`MCP server ${this.config.name} stopped during the call`)
       throw error
     }
@@ -120,9 +139,14 @@ export class McpConnection {
       clearTimeout(this.#retry)
       await this.#connect()
     }
-    if (!this.#client || this.state !== 'ready') throw new McpUnavailableError(`MCP server ${this.config.name} is not available: ${this.problem ?? 'not connected'}`)
+    if (!this.#client || this.state !== 'ready') {
+      if (this.#unauthorized) throw new McpAuthorizationError(`MCP server ${this.config.name} refused the credentials`)
+      throw new McpUnavailableError(`MCP server ${this.config.name} is not available: ${this.problem ?? 'not connected'}`)
+    }
     return this.#client
   }
+
+  #unauthorized = false
 
   #connect(): Promise<void> {
     if (this.#attempt) return this.#attempt
@@ -135,10 +159,21 @@ export class McpConnection {
   async #open(): Promise<void> {
     if (this.state === 'stopped') return
     this.state = 'starting'
+    this.#unauthorized = false
+    const auth = this.#authProvider ? await this.#authProvider() : undefined
+    if (auth === null) {
+      // Nobody has connected this OAuth server yet: nothing to try until someone does.
+      this.#waiting = true
+      this.problem = `no user has connected it yet (POST /api/mcp/connections/${this.config.name})`
+      this.state = 'down'
+      this.#onTools()
+      return
+    }
+    this.#waiting = false
     const client = new Client({ name: 'plinth', version: this.#clientVersion }, { capabilities: {} })
     const timeout = this.config.startTimeoutMs ?? defaultStartTimeoutMs
     try {
-      const transport = this.#transport()
+      const transport = this.#transport(auth)
       client.onclose = () => this.#closed(client)
       client.onerror = (error) => this.#log.debug('MCP transport error', { server: this.config.name, error: error.message })
       client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
@@ -148,7 +183,7 @@ export class McpConnection {
       await client.connect(transport, { timeout })
       const info = client.getServerVersion()
       this.serverInfo = { name: info?.name ?? this.config.name, version: info?.version ?? '' }
-      await this.#refresh(client, timeout)
+      if (this.#lists) await this.#refresh(client, timeout)
       if (client !== this.#client) return
       this.state = 'ready'
       this.problem = null
@@ -163,7 +198,7 @@ export class McpConnection {
     }
   }
 
-  #transport(): Transport {
+  #transport(authProvider: OAuthClientProvider | undefined): Transport {
     const { config } = this
     if (config.transport === 'http') {
       const headers: { [name: string]: string } = { ...config.headers }
@@ -172,7 +207,7 @@ export class McpConnection {
         if (value === undefined) throw new Error(`headersEnv.${header}: ${variable} is not set`)
         headers[header] = value
       }
-      return new StreamableHTTPClientTransport(new URL(config.url ?? ''), { requestInit: { headers } })
+      return new StreamableHTTPClientTransport(new URL(config.url ?? ''), { requestInit: { headers }, ...(authProvider && { authProvider }) })
     }
     const env: { [name: string]: string } = { ...getDefaultEnvironment(), ...config.env }
     for (const [name, variable] of Object.entries(config.envFrom ?? {})) {
@@ -206,7 +241,7 @@ export class McpConnection {
   }
 
   #closed(client: Client): void {
-    if (client !== this.#client || this.state === 'stopped') return
+    if (client !== this.#client || this.state === 'stopped' || this.#waiting) return
     this.#client = null
     if (Date.now() - this.#connectedAt >= stableMs) this.#failures = 0
     this.problem = 'the server stopped'

@@ -1,11 +1,25 @@
-import { CommandError, type CommandSpec, type JsonValue, type PluginLogger, type Risk } from '../extension/index.js'
+import { auth } from '@modelcontextprotocol/sdk/client/auth.js'
+import { CommandError, type CommandContext, type CommandSpec, type JsonValue, type PluginLogger, type Risk } from '../extension/index.js'
 import type { CommandCatalog, MountedCommand } from '../cmdbus/index.js'
-import { McpConnection, McpUnavailableError, withoutMetaSchema, type RemoteTool } from './connection.js'
+import { anyConnectedMcpConnection, deleteMcpConnection, findMcpConnectionByState, getMcpConnection, listMcpConnections, type Store } from '../store/index.js'
+import { McpAuthorizationError, McpConnection, McpUnavailableError, withoutMetaSchema, type RemoteTool } from './connection.js'
+import { StoredOAuthProvider } from './oauth-provider.js'
+import { SecretBox } from './secret-box.js'
 import { riskFromAnnotations, toolSegment } from './names.js'
 import { errorText, modelText, toCommandResult } from './results.js'
 import type { McpServerConfig } from './types.js'
 
 const defaultTimeoutMs = 30_000
+
+/** A per-user connection request that cannot be served, with a stable code for the HTTP answer. */
+export class McpConnectError extends Error {
+  readonly code: 'not_found' | 'service_unavailable' | 'bad_request' | 'upstream'
+
+  constructor(code: McpConnectError['code'], message: string) {
+    super(message)
+    this.code = code
+  }
+}
 
 type Params = { [key: string]: JsonValue }
 
@@ -20,13 +34,27 @@ export class McpHub {
   readonly #log: (server: string) => PluginLogger
   /** Per server: why tools were left out at the last mount. */
   readonly #refusals = new Map<string, string[]>()
+  readonly #store: Store | undefined
+  readonly #box: SecretBox | null
+  readonly #clientVersion: string
+  /** OAuth servers: each user's own connection, by `<server>\0<userId>`. */
+  readonly #userConnections = new Map<string, McpConnection>()
 
-  constructor(deps: { catalog: CommandCatalog; servers: readonly McpServerConfig[]; log: (plugin: string) => PluginLogger; clientVersion: string; resultMaxBytes: number }) {
+  constructor(deps: { catalog: CommandCatalog; servers: readonly McpServerConfig[]; log: (plugin: string) => PluginLogger; clientVersion: string; resultMaxBytes: number; store?: Store; secretKey?: string }) {
     this.#catalog = deps.catalog
     this.#resultMaxBytes = deps.resultMaxBytes
     this.#log = deps.log
+    this.#store = deps.store
+    this.#clientVersion = deps.clientVersion
+    this.#box = deps.secretKey ? new SecretBox(deps.secretKey) : null
     this.#connections = deps.servers.map((config) => {
-      const connection: McpConnection = new McpConnection(config, { log: deps.log(`mcp:${config.name}`), clientVersion: deps.clientVersion, onTools: () => this.#mount(connection) })
+      const connection: McpConnection = new McpConnection(config, {
+        log: deps.log(`mcp:${config.name}`),
+        clientVersion: deps.clientVersion,
+        onTools: () => this.#mount(connection),
+        // An OAuth server's tools are listed with the credentials of a user who connected it.
+        ...(config.auth?.type === 'oauth' && { authProvider: () => this.#anyProvider(config) }),
+      })
       return connection
     })
     // Servers start when something first needs the catalog (a listing, a run, /readyz).
@@ -43,7 +71,8 @@ export class McpHub {
     const warnings: string[] = []
     for (const connection of this.#connections) {
       const { name } = connection.config
-      if (connection.state === 'down') warnings.push(`MCP server ${name} is not available (${connection.problem ?? 'unknown'}); its tools are not offered`)
+      if (connection.config.auth?.type === 'oauth' && !this.#box) warnings.push(`MCP server ${name} uses OAuth: set PLINTH_SECRET_KEY so users can connect their accounts`)
+      else if (connection.state === 'down') warnings.push(`MCP server ${name} is not available (${connection.problem ?? 'unknown'}); its tools are not offered`)
       for (const refusal of this.#refusals.get(name) ?? []) warnings.push(`MCP server ${name}: ${refusal}`)
     }
     return warnings
@@ -63,7 +92,110 @@ export class McpHub {
   }
 
   async stop(): Promise<void> {
-    await Promise.all(this.#connections.map((connection) => connection.stop()))
+    await Promise.all([...this.#connections, ...this.#userConnections.values()].map((connection) => connection.stop()))
+  }
+
+  /** The OAuth servers and whether `userId` has connected each (never the tokens). */
+  async connections(userId: string): Promise<Array<{ server: string; connected: boolean; pending: boolean }>> {
+    const records = this.#store ? await listMcpConnections(this.#store.db, userId) : []
+    return this.#oauthConfigs().map((config) => {
+      const record = records.find((candidate) => candidate.server === config.name)
+      return { server: config.name, connected: record?.connected ?? false, pending: Boolean(record?.state) }
+    })
+  }
+
+  /**
+   * Starts connecting `userId`'s account to an OAuth server: discovery, dynamic client registration and
+   * PKCE through the SDK; answers the URL the user opens. The callback lands on `redirectUrl`.
+   */
+  async connect(userId: string, server: string, redirectUrl: string): Promise<{ authorizationUrl: string }> {
+    const { config, store, box } = this.#oauth(server)
+    const record = await getMcpConnection(store.db, userId, server)
+    const provider = (record && StoredOAuthProvider.open({ store, box, record, ...(config.auth?.scopes && { scopes: config.auth.scopes }) })) || new StoredOAuthProvider({ store, box, userId, server, secrets: {}, ...(config.auth?.scopes && { scopes: config.auth.scopes }) })
+    await provider.begin(redirectUrl)
+    try {
+      await auth(provider, { serverUrl: config.url ?? '', ...(config.auth?.scopes && { scope: config.auth.scopes.join(' ') }) })
+    } catch (error) {
+      throw new McpConnectError('upstream', `MCP server ${server}: its authorization server could not be used (${((error as Error)?.message ?? String(error)).slice(0, 300)})`)
+    }
+    if (!provider.authorizationUrl) throw new McpConnectError('upstream', `MCP server ${server}: its authorization server gave no authorization URL`)
+    return { authorizationUrl: provider.authorizationUrl.toString() }
+  }
+
+  /** The OAuth callback: exchanges the code for tokens (stored sealed) and offers the user's calls again. */
+  async complete(state: string, code: string): Promise<{ server: string; userId: string }> {
+    const store = this.#store
+    const box = this.#box
+    const record = store && box && state ? await findMcpConnectionByState(store.db, state) : undefined
+    if (!store || !box || !record) throw new McpConnectError('bad_request', 'this authorization is unknown or already used; start again with POST /api/mcp/connections/:server')
+    const config = this.#oauthConfigs().find((candidate) => candidate.name === record.server)
+    const provider = StoredOAuthProvider.open({ store, box, record })
+    if (!config || !provider) throw new McpConnectError('bad_request', 'this authorization cannot be completed; start again with POST /api/mcp/connections/:server')
+    try {
+      const result = await auth(provider, { serverUrl: config.url ?? '', authorizationCode: code })
+      if (result !== 'AUTHORIZED') throw new Error('the code was not accepted')
+    } catch (error) {
+      throw new McpConnectError('upstream', `MCP server ${record.server}: the authorization could not be completed (${((error as Error)?.message ?? String(error)).slice(0, 300)})`)
+    }
+    await this.#forget(record.server, record.userId)
+    // The shared connection may have been waiting for a first user.
+    this.#connections.find((connection) => connection.config.name === record.server)?.retryNow()
+    return { server: record.server, userId: record.userId }
+  }
+
+  async disconnect(userId: string, server: string): Promise<boolean> {
+    const { store } = this.#oauth(server)
+    await this.#forget(server, userId)
+    return deleteMcpConnection(store.db, userId, server)
+  }
+
+  #oauthConfigs(): McpServerConfig[] {
+    return this.#connections.map((connection) => connection.config).filter((config) => config.auth?.type === 'oauth')
+  }
+
+  #oauth(server: string): { config: McpServerConfig; store: Store; box: SecretBox } {
+    const config = this.#oauthConfigs().find((candidate) => candidate.name === server)
+    if (!config) throw new McpConnectError('not_found', `no MCP server ${server} that takes per-user connections (GET /api/mcp/connections lists them)`)
+    if (!this.#box || !this.#store) throw new McpConnectError('service_unavailable', 'per-user MCP connections need PLINTH_SECRET_KEY to be set on the server')
+    return { config, store: this.#store, box: this.#box }
+  }
+
+  async #anyProvider(config: McpServerConfig): Promise<StoredOAuthProvider | null> {
+    if (!this.#store || !this.#box) return null
+    const record = await anyConnectedMcpConnection(this.#store.db, config.name)
+    return record ? StoredOAuthProvider.open({ store: this.#store, box: this.#box, record }) : null
+  }
+
+  async #forget(server: string, userId: string): Promise<void> {
+    const key = `${server}\0${userId}`
+    const connection = this.#userConnections.get(key)
+    this.#userConnections.delete(key)
+    await connection?.stop()
+  }
+
+  /** The user's own connection to an OAuth server; `mcp_connection_required` when they have none. */
+  async #forUser(config: McpServerConfig, userId: string): Promise<McpConnection> {
+    const required = new CommandError('mcp_connection_required', `MCP server ${config.name} acts with each user's own account, and yours is not connected: connect it with POST /api/mcp/connections/${config.name}, then try again`)
+    if (!this.#store || !this.#box) throw required
+    const key = `${config.name}\0${userId}`
+    const known = this.#userConnections.get(key)
+    if (known) return known
+    const record = await getMcpConnection(this.#store.db, userId, config.name)
+    if (!record?.connected) throw required
+    const store = this.#store
+    const box = this.#box
+    const connection = new McpConnection(config, {
+      log: this.#log(`mcp:${config.name}`),
+      clientVersion: this.#clientVersion,
+      onTools: () => undefined,
+      lists: false,
+      authProvider: async () => {
+        const current = await getMcpConnection(store.db, userId, config.name)
+        return current?.connected ? StoredOAuthProvider.open({ store, box, record: current }) : null
+      },
+    })
+    this.#userConnections.set(key, connection)
+    return connection
   }
 
   #mount(connection: McpConnection): void {
@@ -112,12 +244,17 @@ export class McpHub {
       timeoutMs,
       idempotent: tool.annotations?.readOnlyHint === true && tool.annotations?.idempotentHint !== false,
     }
-    const handler = async (params: Params, context: { signal: AbortSignal }): Promise<JsonValue> => {
+    const handler = async (params: Params, context: CommandContext): Promise<JsonValue> => {
       let answer
       try {
-        answer = await connection.call(tool.name, params, context.signal, timeoutMs)
+        const target = config.auth?.type === 'oauth' ? await this.#forUser(config, context.actor.onBehalfOf) : connection
+        answer = await target.call(tool.name, params, context.signal, timeoutMs)
       } catch (error) {
-        if (context.signal.aborted) throw error
+        if (context.signal.aborted || error instanceof CommandError) throw error
+        if (error instanceof McpAuthorizationError) {
+          await this.#forget(config.name, context.actor.onBehalfOf)
+          throw new CommandError('mcp_connection_required', `MCP server ${config.name} refused your account's credentials: connect it again with POST /api/mcp/connections/${config.name}, then try again`)
+        }
         if (error instanceof McpUnavailableError) throw new CommandError('mcp_unavailable', error.message)
         throw new CommandError('mcp_error', `MCP server ${config.name} answered ${tool.name} with an error: ${((error as Error)?.message ?? String(error)).slice(0, 500)}`)
       }

@@ -1,4 +1,4 @@
 /** MCP client: configured MCP servers mounted as commands on the bus (docs/mcp.md). */
-export { McpHub } from './hub.js'
+export { McpHub, McpConnectError } from './hub.js'
 export { toolSegment, riskFromAnnotations, segmentPattern } from './names.js'
 export type { McpServerConfig } from './types.js'

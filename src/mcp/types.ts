@@ -16,6 +16,8 @@ export interface McpServerConfig {
   url?: string
   headers?: { [name: string]: string }
   headersEnv?: { [header: string]: string }
+  /** http: each user connects their own account with OAuth 2.1 (docs/mcp.md, "Per-user connections"). */
+  auth?: { type: 'oauth'; scopes?: string[] }
   /** Remote tool names to mount (default all) and to leave out. */
   tools?: { include?: string[]; exclude?: string[] }
   /** Overrides the risk the annotations give: for every tool, or per remote tool name. */

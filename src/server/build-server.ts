@@ -40,6 +40,7 @@ import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
 import { registerMcpRoutes } from './routes/mcp-routes.js'
+import { registerMcpCallbackRoute, registerMcpConnectionRoutes } from './routes/mcp-connection-routes.js'
 import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, refuseIfBlocked, requestId } from './request-guards.js'
 import { RunStreamEvent, StreamEvent } from './event-schemas.js'
 import { Problem, Run } from './schemas.js'
@@ -58,6 +59,8 @@ export interface ServerOptions {
   startWarnings?: string[]
   /** Problems that come and go (an MCP server that is down): on /readyz while they last. */
   liveWarnings?: () => string[]
+  /** Mounted MCP servers: per-user OAuth connections (routes under /api/mcp/connections). */
+  mcp?: ServerDeps['mcp']
   /** Largest knowledge upload, bytes (default 20 MiB; over it: 413). */
   maxKnowledgeFileBytes?: number
   /** Uploads in flight per user and in all (default 2 and 8). */
@@ -173,6 +176,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     maxKnowledgeBytesPerUser: options.maxKnowledgeBytesPerUser ?? 1024 * 1024 * 1024,
     startWarnings: options.startWarnings ?? [],
     ...(options.liveWarnings && { liveWarnings: options.liveWarnings }),
+    ...(options.mcp && { mcp: options.mcp }),
   }
   app.addHook('preClose', async () => shutdown.abort())
   app.addHook('onClose', async () => streams.stop())
@@ -289,6 +293,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerRunRoutes(api, deps)
       registerKnowledgeRoutes(api, deps)
       registerFileRoutes(api, deps)
+      registerMcpConnectionRoutes(api, deps)
     },
     { prefix: '/api' },
   )
@@ -310,6 +315,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     { prefix: '/api/admin' },
   )
 
+  registerMcpCallbackRoute(app, deps)
   // The MCP server: the same tokens, limits and audit as /api (see routes/mcp-routes.ts).
   await registerMcpRoutes(app, deps, { authenticate, authorizationServers: options.mcpAuthorizationServers ?? [], version: options.version })
 

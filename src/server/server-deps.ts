@@ -3,6 +3,7 @@ import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, Raw
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
 import type { ExecService } from '../exec/index.js'
+import type { McpHub } from '../mcp/index.js'
 import type { Ingestor, KnowledgeService, Retriever } from '../rag/index.js'
 import type { ConversationService, ProjectService, RunManager, RunQueries } from '../runmgr/index.js'
 import type { Accounts, Store } from '../store/index.js'
@@ -40,6 +41,8 @@ export interface ServerDeps {
   startWarnings: string[]
   /** Problems that come and go (an MCP server that is down); /readyz lists them too. */
   liveWarnings?: () => string[]
+  /** Mounted MCP servers: per-user OAuth connections. */
+  mcp?: Pick<McpHub, 'connections' | 'connect' | 'complete' | 'disconnect'>
 }
 
 /** The Fastify instance as routes see it: TypeBox schemas give request types. */

@@ -103,6 +103,16 @@ export interface PluginKvTable {
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>
 }
 
+export interface McpConnectionsTable {
+  user_id: string
+  server: string
+  state: string | null
+  connected: ColumnType<boolean, boolean | undefined, boolean>
+  sealed: string
+  created_at: ColumnType<Date, Date | string | undefined, never>
+  updated_at: ColumnType<Date, Date | string | undefined, Date | string>
+}
+
 export interface DispatchesTable {
   id: string
   command_id: string
@@ -321,6 +331,7 @@ export interface Database {
   idempotency_keys: IdempotencyKeysTable
   plinth_migrations: MigrationsTable
   plugin_kv: PluginKvTable
+  mcp_connections: McpConnectionsTable
   dispatches: DispatchesTable
   decisions: DecisionsTable
   allowances: AllowancesTable

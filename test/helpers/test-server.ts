@@ -47,9 +47,9 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; llmConcurrencyPerUser?: number; maxActiveRunsPerUser?: number; leaseMs?: number; highRiskKeywords?: string[]; resultMaxBytes?: number; extract?: DocumentExtractorOptions; ingestMaxAttempts?: number; mcpServers?: McpServerConfig[] } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; llmConcurrencyPerUser?: number; maxActiveRunsPerUser?: number; leaseMs?: number; highRiskKeywords?: string[]; resultMaxBytes?: number; extract?: DocumentExtractorOptions; ingestMaxAttempts?: number; mcpServers?: McpServerConfig[]; secretKey?: string } = {},
 ): Promise<TestServer> {
-  const { mcpServers = [], plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, llmConcurrencyPerUser, maxActiveRunsPerUser, leaseMs, highRiskKeywords, resultMaxBytes, extract, ingestMaxAttempts, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
+  const { mcpServers = [], secretKey, plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, llmConcurrencyPerUser, maxActiveRunsPerUser, leaseMs, highRiskKeywords, resultMaxBytes, extract, ingestMaxAttempts, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
   // Work directories live here; removed when the server closes (unless the test chose the directory).
   const ownDataDir = overrides.dataDir === undefined
   const dataDir = overrides.dataDir ?? (await mkdtemp(join(tmpdir(), 'plinth-test-data-')))
@@ -58,7 +58,7 @@ export async function startTestServer(
   const exec = { ...execOverrides }
   const logger = serverOverrides.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
   await prepareEmbeddings(store, embedder)
-  const { bus, access, retriever, ingestor, exec: execService, mcp } = await setUpCommandBus(store, { mcpServers, plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder, ...(serverOverrides.fullModeTtlMs !== undefined && { fullModeTtlMs: serverOverrides.fullModeTtlMs }), ...(highRiskKeywords && { highRiskKeywords }), ...(resultMaxBytes !== undefined && { resultMaxBytes }), ...(extract && { extract }), ...(ingestMaxAttempts !== undefined && { ingestMaxAttempts }) })
+  const { bus, access, retriever, ingestor, exec: execService, mcp } = await setUpCommandBus(store, { mcpServers, ...(secretKey && { secretKey }), plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder, ...(serverOverrides.fullModeTtlMs !== undefined && { fullModeTtlMs: serverOverrides.fullModeTtlMs }), ...(highRiskKeywords && { highRiskKeywords }), ...(resultMaxBytes !== undefined && { resultMaxBytes }), ...(extract && { extract }), ...(ingestMaxAttempts !== undefined && { ingestMaxAttempts }) })
   await ingestor.start()
   const metrics = new Registry()
   const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }), ...(llmConcurrency !== undefined && { llmConcurrency }), ...(llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser }), ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }), ...(leaseMs !== undefined && { leaseMs }) })
@@ -80,6 +80,7 @@ export async function startTestServer(
     version: 'test',
     metrics,
     liveWarnings: () => mcp.warnings(),
+    mcp,
     ...serverOverrides,
   })
   await app.listen({ port: 0, host: '127.0.0.1' })

@@ -3,7 +3,9 @@
 // result, an image, and a tool that breaks its own output schema. Over stdio, or Streamable HTTP when
 // started with `http <port>`. TOY_LOG names a file it appends what happened to; TOY_HANG=1 never
 // answers `initialize`; TOY_COLLIDE=1 adds two tools whose names collide once mapped; TOY_GARBAGE=1
-// writes lines that are not JSON-RPC to stdout before and between its answers.
+// writes lines that are not JSON-RPC to stdout before and between its answers. `oauth <port>` serves
+// Streamable HTTP behind OAuth 2.1: an authorization server built with the SDK's server-side helpers
+// (dynamic registration, PKCE; it approves at once, as if the user clicked "allow") on the same port.
 import { appendFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
@@ -82,7 +84,47 @@ if (process.env.TOY_HANG === '1') {
     return server
   }
 
-  if (process.argv[2] === 'http') {
+  if (process.argv[2] === 'oauth') {
+    const { default: express } = await import('express')
+    const { mcpAuthRouter, getOAuthProtectedResourceMetadataUrl } = await import('@modelcontextprotocol/sdk/server/auth/router.js')
+    const { requireBearerAuth } = await import('@modelcontextprotocol/sdk/server/auth/middleware/bearerAuth.js')
+    const { DemoInMemoryAuthProvider } = await import('@modelcontextprotocol/sdk/examples/server/demoInMemoryOAuthProvider.js')
+    const { InvalidTokenError } = await import('@modelcontextprotocol/sdk/server/auth/errors.js')
+    const port = Number(process.argv[3])
+    const base = new URL(`http://127.0.0.1:${port}/`)
+    const mcpUrl = new URL('/mcp', base)
+    const provider = new DemoInMemoryAuthProvider()
+    const app = express()
+    app.use(express.json())
+    app.use(mcpAuthRouter({ provider, issuerUrl: base, resourceServerUrl: mcpUrl, scopesSupported: ['tools'] }))
+    // Revokes every token at once, as a user who disconnects the app on the provider's side.
+    app.post('/revoke-all', (_req, res) => {
+      provider.tokens.clear()
+      res.json({ ok: true })
+    })
+    // An unknown or revoked token is a 401 with WWW-Authenticate, as a real resource server answers.
+    const verifier = {
+      verifyAccessToken: async (token) => {
+        try {
+          return await provider.verifyAccessToken(token)
+        } catch {
+          throw new InvalidTokenError('invalid or expired token')
+        }
+      },
+    }
+    app.post('/mcp', requireBearerAuth({ verifier, resourceMetadataUrl: getOAuthProtectedResourceMetadataUrl(mcpUrl) }), async (req, res) => {
+      log(`bearer ${req.auth?.clientId}`)
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+      const server = make()
+      res.on('close', () => {
+        void transport.close()
+        void server.close()
+      })
+      await server.connect(transport)
+      await transport.handleRequest(req, res, req.body)
+    })
+    app.listen(port, '127.0.0.1', () => process.stdout.write(`listening ${port}\n`))
+  } else if (process.argv[2] === 'http') {
     // Stateless Streamable HTTP: a server and transport per request. Requires the bearer in TOY_TOKEN.
     const http = createServer(async (req, res) => {
       if (process.env.TOY_TOKEN && req.headers.authorization !== `Bearer ${process.env.TOY_TOKEN}`) {
