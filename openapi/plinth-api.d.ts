@@ -963,6 +963,8 @@ export interface components {
             /** Format: date-time */
             expiresAt: string;
             id: string;
+            /** @description `connect`: the caller must first connect their account to the MCP server the call goes to (POST /api/mcp/connections/:server), which approves it */
+            kind: "approve" | "connect";
             note: string | null;
             /** @description The command’s params (redacted) */
             params: unknown;
@@ -1134,7 +1136,14 @@ export interface components {
                 args: unknown;
                 callId: string;
                 commandId: string;
+                connect?: {
+                    /** @description POST it to get the authorization URL; connecting approves the call */
+                    path: string;
+                    server: string;
+                };
                 decisionId: string;
+                /** @description `connect`: the user must first connect their account to an MCP server (`connect`) */
+                kind?: "approve" | "connect";
                 name: string;
                 risk: string;
             }[];

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { freePort } from './helpers/cli-process.js'
 import { openTestStore } from './helpers/engines.js'
@@ -27,6 +28,7 @@ describe('MCP client: per-user OAuth connections', () => {
   let bob: TestUser
   let oauth: ChildProcess
   let authBase: string
+  let model: ScriptedModel
 
   beforeAll(async () => {
     const port = await freePort()
@@ -46,7 +48,9 @@ describe('MCP client: per-user OAuth connections', () => {
       oauth.stderr?.on('data', look)
     })
     store = await openTestStore('pglite')
+    model = new ScriptedModel({ id: 'scripted', turns: [] })
     server = await startTestServer(store, {
+      models: [model],
       secretKey: 'a-secret-key-for-the-oauth-test',
       mcpServers: [{ name: 'acct', transport: 'http', url: `${authBase}/mcp`, auth: { type: 'oauth' }, risk: { default: 'low' } }],
     })
@@ -104,6 +108,32 @@ describe('MCP client: per-user OAuth connections', () => {
     expect(answer.body).toMatchObject({ code: 'command_error', commandCode: 'mcp_connection_required' })
     expect(answer.body.detail).toContain('POST /api/mcp/connections/acct')
     expect((await server.request('GET', '/api/mcp/connections', { token: bob.token })).body.items).toEqual([{ server: 'acct', connected: false, pending: false }])
+  })
+
+  it('a run whose call needs the user’s connection waits (requires_action, kind connect) and goes on once they connect', async () => {
+    const projectId = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'oauth' } })).body.id
+    const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: bob.token, body: {} })).body.id
+    model.setTurns([{ toolCalls: [{ name: 'mcp__acct__echo', arguments: { text: 'as bob' } }] }, { text: 'done' }])
+    const run = (await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: bob.token, body: { input: 'go', knowledge: { autoInject: false } } })).body
+    const status = async () => (await server.request('GET', `/api/runs/${run.id}`, { token: bob.token })).body
+    const waiting = await until('the run to wait', async () => {
+      const current = await status()
+      return ['requires_action', 'completed', 'failed'].includes(current.status) ? current : undefined
+    })
+    expect(waiting.status).toBe('requires_action')
+    expect(waiting.requiredAction.decisions[0]).toMatchObject({ commandId: 'mcp.acct.echo', kind: 'connect', connect: { server: 'acct', path: '/api/mcp/connections/acct' } })
+    const decision = (await server.request('GET', `/api/decisions/${waiting.requiredAction.decisions[0].decisionId}`, { token: bob.token })).body
+    expect(decision).toMatchObject({ kind: 'connect', status: 'pending' })
+    expect(decision.reasons[0]).toContain('POST /api/mcp/connections/acct')
+    // Connecting approves the waiting call: the run goes on with bob's own account.
+    expect((await authorize(bob)).status).toBe(200)
+    const done = await until('the run to finish', async () => {
+      const current = await status()
+      return ['completed', 'failed'].includes(current.status) ? current : undefined
+    })
+    expect(done.status).toBe('completed')
+    const messages = (await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: bob.token })).body.items as Array<{ role: string; content: unknown }>
+    expect(JSON.stringify(messages)).toContain('echo: as bob')
   })
 
   it('revoked upstream: the call says to connect again; connecting again works; disconnecting forgets the tokens', async () => {

@@ -110,5 +110,9 @@ export async function setUpCommandBus(
     maxResultBytes: resultMaxBytes,
     ...(options.dispatchLeaseMs !== undefined && { dispatchLeaseMs: options.dispatchLeaseMs }),
   })
+  // A user who connects an account lets their calls waiting for it go on.
+  mcp.onConnected = async (userId, server) => {
+    await bus.approveConnected(userId, `mcp.${server}.`)
+  }
   return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec, mcp }
 }

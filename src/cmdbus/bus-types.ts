@@ -98,6 +98,8 @@ export interface DecisionView {
   createdAt: string
   expiresAt: string
   decidedAt: string | null
+  /** `connect`: connect your account to the call's MCP server (POST /api/mcp/connections/:server); that approves it. */
+  kind: 'approve' | 'connect'
 }
 
 export type DispatchOutcome =

@@ -6,6 +6,7 @@ import {
   insertDecision,
   lastAuditEnvelope,
   newId,
+  pendingConnectDecisions,
   type Conversation,
   type DecisionRecord,
   type DecisionStatus,
@@ -388,6 +389,11 @@ export class CommandBus {
     const allowance =
       gate.decision !== 'allow' && scope.conversation ? await findAllowance(store.db, scope.conversation.id, command.spec.id, paramsHash) : undefined
     if (allowance) gate = evaluateGate({ ...gateInput, hasAllowance: true })
+    // The model calls an MCP server that acts with each user's own account, and this user has not
+    // connected theirs: the run waits for them to connect (a `connect` decision; docs/mcp.md). Human
+    // entrances are told at once by the command's own error.
+    const connect = request.entrance === 'agent' && command.connectionWhen && gate.decision !== 'deny' ? await command.connectionWhen(ownerId) : null
+    if (connect) gate = { decision: 'ask', reasons: [connect] }
     if (gate.decision === 'deny') {
       setEnvelope(await step((tx) => recordStep(tx, 'gated', getEnvelope(), dispatch, { status: 'requested', risk })))
       return finish('rejected', { code: 'denied', message: 'denied: this call needs a human confirmation and approvalPolicy is dontAsk', reasons: gate.reasons })
@@ -405,6 +411,7 @@ export class CommandBus {
       const decision = await step(async (tx) => {
         const created: DecisionRecord = await insertDecision(tx, {
           approvers: approvers?.filter((id) => id !== ownerId) ?? null,
+          ...(connect && { kind: 'connect' as const }),
           id: newId(),
           dispatchId: dispatch.id,
           ownerId,
@@ -459,6 +466,19 @@ export class CommandBus {
   /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
   decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
     return this.#decisions.decide(decisionId, userId, answer, note)
+  }
+
+  /**
+   * The user connected their account to an MCP server: their calls waiting for that (`connect`
+   * decisions on commands under `prefix`) are approved, so the runs go on. Returns how many.
+   */
+  async approveConnected(userId: string, prefix: string): Promise<number> {
+    let approved = 0
+    for (const id of await pendingConnectDecisions(this.#options.store.db, userId, prefix)) {
+      const outcome = await this.#decisions.decide(id, userId, 'approve', 'account connected')
+      if (outcome.ok) approved++
+    }
+    return approved
   }
 
   /** Marks a pending decision expired (also used when a run is superseded or times out). */

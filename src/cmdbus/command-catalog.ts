@@ -40,10 +40,12 @@ export interface RegisteredCommand {
   riskRangeWhen?: () => readonly [Risk, Risk]
   /** Mounted commands: what the audit envelope records of where the command comes from (e.g. `mcp`). */
   origin?: { [key: string]: JsonValue }
+  /** Mounted commands: why this user must first connect an account (a `connect` decision), or null. */
+  connectionWhen?: (userId: string) => Promise<string | null>
 }
 
 /** A command a mount (an MCP server) provides, with the hooks core commands may set. */
-export interface MountedCommand extends Pick<RegisteredCommand, 'modelText' | 'availableWhen' | 'origin'> {
+export interface MountedCommand extends Pick<RegisteredCommand, 'modelText' | 'availableWhen' | 'origin' | 'connectionWhen'> {
   spec: CommandSpec<Params>
   handler: CommandHandler<Params>
 }

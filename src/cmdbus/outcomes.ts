@@ -72,6 +72,7 @@ export function toDecisionView(decision: DecisionRecord): DecisionView {
     createdAt: decision.createdAt,
     expiresAt: decision.expiresAt,
     decidedAt: decision.decidedAt,
+    kind: decision.kind,
   }
 }
 

@@ -39,6 +39,8 @@ export class McpHub {
   readonly #clientVersion: string
   /** OAuth servers: each user's own connection, by `<server>\0<userId>`. */
   readonly #userConnections = new Map<string, McpConnection>()
+  /** Told when a user has connected a server (the bus approves their waiting `connect` decisions). */
+  onConnected: ((userId: string, server: string) => Promise<void>) | null = null
 
   constructor(deps: { catalog: CommandCatalog; servers: readonly McpServerConfig[]; log: (plugin: string) => PluginLogger; clientVersion: string; resultMaxBytes: number; store?: Store; secretKey?: string }) {
     this.#catalog = deps.catalog
@@ -72,7 +74,8 @@ export class McpHub {
     for (const connection of this.#connections) {
       const { name } = connection.config
       if (connection.config.auth?.type === 'oauth' && !this.#box) warnings.push(`MCP server ${name} uses OAuth: set PLINTH_SECRET_KEY so users can connect their accounts`)
-      else if (connection.state === 'down') warnings.push(`MCP server ${name} is not available (${connection.problem ?? 'unknown'}); its tools are not offered`)
+      // While a retry is under way the last problem still stands.
+      else if ((connection.state === 'down' || connection.state === 'starting') && connection.problem) warnings.push(`MCP server ${name} is not available (${connection.problem ?? 'unknown'}); its tools are not offered`)
       for (const refusal of this.#refusals.get(name) ?? []) warnings.push(`MCP server ${name}: ${refusal}`)
     }
     return warnings
@@ -140,6 +143,11 @@ export class McpHub {
     await this.#forget(record.server, record.userId)
     // The shared connection may have been waiting for a first user.
     this.#connections.find((connection) => connection.config.name === record.server)?.retryNow()
+    try {
+      await this.onConnected?.(record.userId, record.server)
+    } catch (error) {
+      this.#log(`mcp:${record.server}`).warn('runs waiting for this connection could not be resumed', { error: (error as Error)?.message ?? String(error) })
+    }
     return { server: record.server, userId: record.userId }
   }
 
@@ -269,6 +277,13 @@ export class McpHub {
       modelText,
       // A server that is down keeps its commands listed, but the model is not offered them.
       availableWhen: () => connection.state === 'ready',
+      ...(config.auth?.type === 'oauth' && {
+        connectionWhen: async (userId: string) => {
+          const store = this.#store
+          const record = store && this.#box ? await getMcpConnection(store.db, userId, config.name) : undefined
+          return record?.connected ? null : `connect your account to MCP server ${config.name} first: POST /api/mcp/connections/${config.name} (connecting approves this call)`
+        },
+      }),
       origin: {
         type: 'mcp',
         server: config.name,

@@ -7,6 +7,7 @@ import {
   closeStreamingMessages,
   insertToolMessageAfterFence,
   insertToolMessageQuery,
+  decisionKinds,
   listToolCalls,
   runEvent,
   updateRun,
@@ -127,10 +128,15 @@ export class RunLedger {
   /** What a waiting run awaits (`requiredAction`). */
   async requiredAction(db: Executor, runId: string): Promise<JsonValue> {
     const calls = await listToolCalls(db, runId)
+    const waiting = calls.filter((call) => call.status === 'awaiting_decision')
+    const kinds = await decisionKinds(db, waiting.map((call) => call.decisionId).filter((id): id is string => typeof id === 'string'))
     return {
-      decisions: calls
-        .filter((call) => call.status === 'awaiting_decision')
-        .map((call) => ({ decisionId: call.decisionId, callId: call.id, commandId: call.commandId, name: call.name, args: call.args, risk: call.risk })),
+      decisions: waiting.map((call) => {
+        const kind = (call.decisionId && kinds.get(call.decisionId)) || 'approve'
+        // A `connect` decision: the user connects their account to the MCP server, which approves the call.
+        const server = kind === 'connect' ? (call.commandId ?? '').split('.')[1] : undefined
+        return { decisionId: call.decisionId, callId: call.id, commandId: call.commandId, name: call.name, args: call.args, risk: call.risk, kind, ...(server && { connect: { server, path: `/api/mcp/connections/${server}` } }) }
+      }),
       toolOutputs: calls.filter((call) => call.status === 'awaiting_output').map((call) => ({ callId: call.id, name: call.name, args: call.args })),
     }
   }

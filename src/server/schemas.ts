@@ -173,8 +173,19 @@ export const RequiredAction = Type.Object(
   {
     decisions: Type.Array(
       Type.Object(
-        { decisionId: Type.String(), callId: Type.String(), name: Type.String(), commandId: Type.String(), risk: Type.String(), args: Type.Unknown() },
-        { additionalProperties: false, description: 'A tool call waiting for a person: answer decisionId with POST /api/decisions/:id' },
+        {
+          decisionId: Type.String(),
+          callId: Type.String(),
+          name: Type.String(),
+          commandId: Type.String(),
+          risk: Type.String(),
+          args: Type.Unknown(),
+          kind: Type.Optional(Type.Union([Type.Literal('approve'), Type.Literal('connect')], { description: '`connect`: the user must first connect their account to an MCP server (`connect`)' })),
+          connect: Type.Optional(
+            Type.Object({ server: Type.String(), path: Type.String({ description: 'POST it to get the authorization URL; connecting approves the call' }) }, { additionalProperties: false }),
+          ),
+        },
+        { additionalProperties: false, description: 'A tool call waiting for a person: answer decisionId with POST /api/decisions/:id (kind `connect`: connect the account instead)' },
       ),
     ),
     toolOutputs: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), args: Type.Unknown() }), { description: 'Client-tool calls to answer with POST /api/runs/:id/tool-outputs' }),
@@ -243,6 +254,9 @@ export const Decision = Type.Object(
     createdAt: Type.String({ format: 'date-time' }),
     expiresAt: Type.String({ format: 'date-time' }),
     decidedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+    kind: Type.Union([Type.Literal('approve'), Type.Literal('connect')], {
+      description: '`connect`: the caller must first connect their account to the MCP server the call goes to (POST /api/mcp/connections/:server), which approves it',
+    }),
   },
   { title: 'Decision' },
 )

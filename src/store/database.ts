@@ -161,6 +161,7 @@ export interface DecisionsTable {
   expires_at: ColumnType<Date, Date | string, Date | string>
   decided_at: NullableTimestamp
   approvers: NullableJson
+  kind: ColumnType<'approve' | 'connect', 'approve' | 'connect' | undefined, never>
 }
 
 export interface AllowancesTable {

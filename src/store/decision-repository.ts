@@ -27,12 +27,14 @@ export interface DecisionRecord {
   decidedAt: string | null
   /** The only users who may approve it (designated approvers), or null: whoever may act on it. */
   approvers: string[] | null
+  /** `connect`: the person must first connect their account to the MCP server the call goes to. */
+  kind: 'approve' | 'connect'
 }
 
 export type NewDecision = Pick<
   DecisionRecord,
   'id' | 'dispatchId' | 'ownerId' | 'projectId' | 'conversationId' | 'runId' | 'callId' | 'commandId' | 'params' | 'preview' | 'risk' | 'reasons' | 'expiresAt'
-> & { approvers?: string[] | null }
+> & { approvers?: string[] | null; kind?: 'approve' | 'connect' }
 
 export async function insertDecision(tx: Executor, decision: NewDecision): Promise<DecisionRecord> {
   const row = await tx
@@ -52,6 +54,7 @@ export async function insertDecision(tx: Executor, decision: NewDecision): Promi
       reasons: storableJson(decision.reasons),
       expires_at: decision.expiresAt,
       approvers: decision.approvers ? storableJson(decision.approvers) : null,
+      ...(decision.kind && { kind: decision.kind }),
     })
     .returningAll()
     .executeTakeFirstOrThrow()
@@ -171,6 +174,7 @@ interface DecisionRow {
   expires_at: Date
   decided_at: Date | null
   approvers?: JsonValue | null
+  kind?: 'approve' | 'connect'
 }
 
 function toDecision(row: DecisionRow): DecisionRecord {
@@ -195,5 +199,27 @@ function toDecision(row: DecisionRow): DecisionRecord {
     expiresAt: row.expires_at.toISOString(),
     decidedAt: row.decided_at?.toISOString() ?? null,
     approvers: Array.isArray(row.approvers) ? row.approvers.filter((id: JsonValue): id is string => typeof id === 'string') : null,
+    kind: row.kind ?? 'approve',
   }
+}
+
+/** A user's pending `connect` decisions for commands under `prefix` (an MCP server's `mcp.<server>.`). */
+export async function pendingConnectDecisions(db: Executor, ownerId: string, prefix: string): Promise<string[]> {
+  const rows = await db
+    .selectFrom('decisions')
+    .select('id')
+    .where('owner_id', '=', ownerId)
+    .where('status', '=', 'pending')
+    .where('kind', '=', 'connect')
+    .where(sql<boolean>`starts_with(command_id, ${prefix})`)
+    .orderBy('created_at')
+    .execute()
+  return rows.map((row) => row.id)
+}
+
+/** The kind of each of these decisions (`approve` or `connect`). */
+export async function decisionKinds(db: Executor, ids: readonly string[]): Promise<Map<string, 'approve' | 'connect'>> {
+  if (ids.length === 0) return new Map()
+  const rows = await db.selectFrom('decisions').select(['id', 'kind']).where('id', 'in', [...ids]).execute()
+  return new Map(rows.map((row) => [row.id, row.kind]))
 }
