@@ -52,7 +52,7 @@ describe('MCP client: per-user OAuth connections', () => {
     server = await startTestServer(store, {
       models: [model],
       secretKey: 'a-secret-key-for-the-oauth-test',
-      mcpServers: [{ name: 'acct', transport: 'http', url: `${authBase}/mcp`, auth: { type: 'oauth' }, risk: { default: 'low' } }],
+      mcpServers: [{ name: 'acct', transport: 'http', url: `${authBase}/mcp`, auth: { type: 'oauth' }, risk: { default: 'low', perTool: { 'delete-thing': 'high' } } }],
     })
     alice = await server.createUser()
     bob = await server.createUser()
@@ -113,7 +113,7 @@ describe('MCP client: per-user OAuth connections', () => {
   it('a run whose call needs the user’s connection waits (requires_action, kind connect) and goes on once they connect', async () => {
     const projectId = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'oauth' } })).body.id
     const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: bob.token, body: {} })).body.id
-    model.setTurns([{ toolCalls: [{ name: 'mcp__acct__echo', arguments: { text: 'as bob' } }] }, { text: 'done' }])
+    model.setTurns([{ toolCalls: [{ name: 'mcp__acct__echo', arguments: { text: 'as bob' } }, { name: 'mcp__acct__delete_thing', arguments: { name: 'z' } }] }, { text: 'done' }])
     const run = (await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: bob.token, body: { input: 'go', knowledge: { autoInject: false } } })).body
     const status = async () => (await server.request('GET', `/api/runs/${run.id}`, { token: bob.token })).body
     const waiting = await until('the run to wait', async () => {
@@ -122,11 +122,17 @@ describe('MCP client: per-user OAuth connections', () => {
     })
     expect(waiting.status).toBe('requires_action')
     expect(waiting.requiredAction.decisions[0]).toMatchObject({ commandId: 'mcp.acct.echo', kind: 'connect', connect: { server: 'acct', path: '/api/mcp/connections/acct' } })
+    // A high-risk call stays an approval (told to connect first): connecting must not approve it.
+    const risky = waiting.requiredAction.decisions[1]
+    expect(risky).toMatchObject({ commandId: 'mcp.acct.delete_thing', kind: 'approve', risk: 'high' })
     const decision = (await server.request('GET', `/api/decisions/${waiting.requiredAction.decisions[0].decisionId}`, { token: bob.token })).body
     expect(decision).toMatchObject({ kind: 'connect', status: 'pending' })
     expect(decision.reasons[0]).toContain('POST /api/mcp/connections/acct')
     // Connecting approves the waiting call: the run goes on with bob's own account.
     expect((await authorize(bob)).status).toBe(200)
+    await until('the connect decision to be approved', async () => (await server.request('GET', `/api/decisions/${decision.id}`, { token: bob.token })).body.status === 'approved')
+    expect((await server.request('GET', `/api/decisions/${risky.decisionId}`, { token: bob.token })).body.status).toBe('pending')
+    expect((await server.request('POST', `/api/decisions/${risky.decisionId}`, { token: bob.token, body: { decision: 'approve' } })).status).toBe(200)
     const done = await until('the run to finish', async () => {
       const current = await status()
       return ['completed', 'failed'].includes(current.status) ? current : undefined

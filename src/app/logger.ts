@@ -48,10 +48,17 @@ export function redactUrl(url: string): string {
 export const fastifyListeningText = 'fastify listening'
 
 /** The secrets of a configuration, scrubbed literally from every log line. */
-export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metricsToken' | 'models'>, env: NodeJS.ProcessEnv = process.env): string[] {
+export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metricsToken' | 'models'> & Partial<Pick<PlinthConfig, 'mcpServers' | 'secretKey'>>, env: NodeJS.ProcessEnv = process.env): string[] {
   const secrets = [
     config.adminToken,
     config.metricsToken,
+    config.secretKey,
+    // MCP servers' credentials come from the environment (headersEnv, envFrom) and from plain headers.
+    ...(config.mcpServers ?? []).flatMap((server) => [
+      ...Object.values(server.headersEnv ?? {}).map((name) => env[name]),
+      ...Object.values(server.envFrom ?? {}).map((name) => env[name]),
+      ...Object.values(server.headers ?? {}),
+    ]),
     ...config.models.map((model) => (model.apiKeyEnv ? env[model.apiKeyEnv] : undefined)),
     // Extra upstream headers may carry a gateway's credentials.
     ...config.models.flatMap((model) => Object.values(model.headers ?? {})),

@@ -392,8 +392,11 @@ export class CommandBus {
     // The model calls an MCP server that acts with each user's own account, and this user has not
     // connected theirs: the run waits for them to connect (a `connect` decision; docs/mcp.md). Human
     // entrances are told at once by the command's own error.
-    const connect = request.entrance === 'agent' && command.connectionWhen && gate.decision !== 'deny' ? await command.connectionWhen(ownerId) : null
-    if (connect) gate = { decision: 'ask', reasons: [connect] }
+    const needsAccount = request.entrance === 'agent' && command.connectionWhen && gate.decision !== 'deny' ? await command.connectionWhen(ownerId) : null
+    // Connecting approves only a call that needed nothing else; one that needs a person's approval
+    // anyway stays an approval, told to connect first.
+    const connect = needsAccount && gate.decision === 'allow' ? needsAccount : null
+    if (needsAccount) gate = { decision: 'ask', reasons: connect ? [connect] : [...gate.reasons, needsAccount.replace(' (connecting approves this call)', '')] }
     if (gate.decision === 'deny') {
       setEnvelope(await step((tx) => recordStep(tx, 'gated', getEnvelope(), dispatch, { status: 'requested', risk })))
       return finish('rejected', { code: 'denied', message: 'denied: this call needs a human confirmation and approvalPolicy is dontAsk', reasons: gate.reasons })
@@ -475,8 +478,12 @@ export class CommandBus {
   async approveConnected(userId: string, prefix: string): Promise<number> {
     let approved = 0
     for (const id of await pendingConnectDecisions(this.#options.store.db, userId, prefix)) {
-      const outcome = await this.#decisions.decide(id, userId, 'approve', 'account connected')
-      if (outcome.ok) approved++
+      try {
+        const outcome = await this.#decisions.decide(id, userId, 'approve', 'account connected')
+        if (outcome.ok) approved++
+      } catch (error) {
+        this.#options.logger('mcp').warn('a waiting call could not be approved after its account was connected', { decisionId: id, error: (error as Error)?.message ?? String(error) })
+      }
     }
     return approved
   }

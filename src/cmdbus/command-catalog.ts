@@ -180,6 +180,8 @@ export class CommandCatalog {
     for (const [id, command] of this.#commands) {
       if (command.plugin !== plugin) continue
       this.#commands.delete(id)
+      // Mounts come and go: their compiled schemas must not pile up in the validator.
+      this.#ajv.removeSchema(command.spec.paramsSchema)
       if (command.toolName) this.#toolNames.delete(command.toolName)
       removed = true
     }
@@ -203,7 +205,8 @@ export class CommandCatalog {
   /** Resolves once every pending source has mounted what it has (or given up); at once when none. */
   settled(): Promise<void> {
     if (this.#pending.size === 0) return Promise.resolve()
-    return Promise.all([...this.#pending].map((source) => source())).then(() => undefined)
+    // A source that fails has mounted nothing; the catalog is still usable.
+    return Promise.allSettled([...this.#pending].map((source) => source())).then(() => undefined)
   }
 
   #changed(plugin: string): void {

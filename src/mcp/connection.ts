@@ -28,6 +28,8 @@ const maxBackoffMs = 60_000
 /** A connection that stayed up this long starts its backoff over when it drops. */
 const stableMs = 30_000
 const maxListPages = 20
+/** An OAuth server nobody has connected yet is looked at again this often (someone may connect through another instance). */
+const waitingRecheckMs = 30_000
 
 // The SDK's own list schema refuses the whole list for one malformed tool; Plinth checks each tool.
 const LooseToolList = z.looseObject({ tools: z.array(z.unknown()), nextCursor: z.string().optional() })
@@ -50,6 +52,8 @@ export class McpConnection {
   problem: string | null = null
   serverInfo: { name: string; version: string } = { name: '', version: '' }
   tools: RemoteTool[] = []
+  /** Names of listed tools that are not tools (no name or no object inputSchema): refused. */
+  invalidTools: string[] = []
   readonly #log: PluginLogger
   readonly #clientVersion: string
   readonly #onTools: () => void
@@ -58,6 +62,7 @@ export class McpConnection {
   /** False for a user's own connection to an OAuth server: it only calls; the shared one lists. */
   readonly #lists: boolean
   #waiting = false
+  #listings = 0
   readonly #ajv = new Ajv({ strict: false, allErrors: true })
   readonly #outputChecks = new Map<string, ValidateFunction | null>()
   #client: Client | null = null
@@ -78,7 +83,7 @@ export class McpConnection {
 
   /** Tries again now (a user just connected an OAuth server that was waiting for one). */
   retryNow(): void {
-    if (this.state === 'stopped' || this.state === 'starting' || this.state === 'ready') return
+    if (this.state === 'stopped' || this.state === 'ready') return
     clearTimeout(this.#retry)
     void this.#connect()
   }
@@ -87,6 +92,11 @@ export class McpConnection {
   firstAttempt(): Promise<void> {
     this.#first ??= this.#connect()
     return this.#first
+  }
+
+  /** True when the server refused the credentials (an OAuth user's tokens, or the configured headers). */
+  get unauthorized(): boolean {
+    return this.#unauthorized
   }
 
   /** Calls a tool; reconnects first when the server is down. */
@@ -150,23 +160,36 @@ export class McpConnection {
 
   #connect(): Promise<void> {
     if (this.#attempt) return this.#attempt
-    this.#attempt = this.#open().finally(() => {
-      this.#attempt = null
-    })
+    // Never rejects: a failure is the connection's state and problem, tried again later.
+    this.#attempt = this.#open()
+      .catch((error: unknown) => {
+        if (this.#stopped) return
+        this.problem = describe(error, this.config.startTimeoutMs ?? defaultStartTimeoutMs)
+        this.#down()
+      })
+      .finally(() => {
+        this.#attempt = null
+      })
     return this.#attempt
   }
 
+  get #stopped(): boolean {
+    return this.state === 'stopped'
+  }
+
   async #open(): Promise<void> {
-    if (this.state === 'stopped') return
+    if (this.#stopped) return
     this.state = 'starting'
     this.#unauthorized = false
     const auth = this.#authProvider ? await this.#authProvider() : undefined
+    if (this.#stopped) return
     if (auth === null) {
-      // Nobody has connected this OAuth server yet: nothing to try until someone does.
+      // Nobody has connected this OAuth server yet. Another instance may see someone connect: look again now and then.
       this.#waiting = true
       this.problem = `no user has connected it yet (POST /api/mcp/connections/${this.config.name})`
       this.state = 'down'
       this.#onTools()
+      this.#schedule(waitingRecheckMs)
       return
     }
     this.#waiting = false
@@ -180,11 +203,16 @@ export class McpConnection {
         if (client === this.#client) void this.#refresh(client).catch((error: Error) => this.#log.warn('MCP tools could not be listed again', { server: this.config.name, error: error.message }))
       })
       this.#client = client
+      // One deadline for connecting, initialize and the first listing.
+      const deadline = Date.now() + timeout
       await client.connect(transport, { timeout })
       const info = client.getServerVersion()
       this.serverInfo = { name: info?.name ?? this.config.name, version: info?.version ?? '' }
-      if (this.#lists) await this.#refresh(client, timeout)
-      if (client !== this.#client) return
+      if (this.#lists) await this.#refresh(client, Math.max(1, deadline - Date.now()))
+      if (client !== this.#client || this.#stopped) {
+        await client.close().catch(() => undefined)
+        return
+      }
       this.state = 'ready'
       this.problem = null
       this.#connectedAt = Date.now()
@@ -192,10 +220,29 @@ export class McpConnection {
     } catch (error) {
       if (this.#client === client) this.#client = null
       await client.close().catch(() => undefined)
-      if ((this.state as ConnectionState) === 'stopped') return
+      if (this.#stopped) return
       this.problem = describe(error, timeout)
+      if (error instanceof UnauthorizedError || (error as { code?: unknown }).code === 401) {
+        // The credentials, not the server: trying again will not help until they change.
+        this.#unauthorized = true
+        this.problem = 'it refused the credentials'
+        this.state = 'down'
+        this.#onTools()
+        return
+      }
       this.#down()
     }
+  }
+
+  /** Drops the live connection and connects again (the credentials it used changed). */
+  reconnect(): void {
+    if (this.#stopped || this.state === 'idle') return
+    const client = this.#client
+    this.#client = null
+    void client?.close().catch(() => undefined)
+    this.state = 'down'
+    clearTimeout(this.#retry)
+    void this.#connect()
   }
 
   #transport(authProvider: OAuthClientProvider | undefined): Transport {
@@ -222,20 +269,25 @@ export class McpConnection {
   }
 
   async #refresh(client: Client, timeout = this.config.startTimeoutMs ?? defaultStartTimeoutMs): Promise<void> {
+    // Listings can overlap (a list_changed during the first one): only the newest may be mounted.
+    const generation = ++this.#listings
     const tools: RemoteTool[] = []
+    const invalid: string[] = []
     let cursor: string | undefined
     for (let page = 0; page < maxListPages; page++) {
       const answer = await client.request({ method: 'tools/list', params: cursor ? { cursor } : {} }, LooseToolList, { timeout })
       for (const raw of answer.tools) {
         const tool = remoteTool(raw)
         if (tool) tools.push(tool)
-        else this.#log.warn('MCP tool ignored: not a tool (a name and an inputSchema object are required)', { server: this.config.name, tool: JSON.stringify(raw).slice(0, 200) })
+        else invalid.push(typeof (raw as { name?: unknown })?.name === 'string' ? (raw as { name: string }).name : JSON.stringify(raw).slice(0, 60))
+        if (!tool) this.#log.warn('MCP tool ignored: not a tool (a name and an inputSchema object are required)', { server: this.config.name, tool: JSON.stringify(raw).slice(0, 200) })
       }
       cursor = answer.nextCursor
       if (!cursor) break
     }
-    if (client !== this.#client) return
+    if (client !== this.#client || generation !== this.#listings) return
     this.tools = tools
+    this.invalidTools = invalid
     this.#outputChecks.clear()
     this.#onTools()
   }
@@ -251,11 +303,16 @@ export class McpConnection {
 
   /** Not reachable: its tools are not offered, and it is tried again after a growing pause. */
   #down(): void {
+    if (this.#stopped) return
     this.state = 'down'
     this.#onTools()
     const delay = Math.min(maxBackoffMs, 1000 * 2 ** this.#failures)
     this.#failures++
     this.#log.warn('MCP server not available', { server: this.config.name, problem: this.problem, retryInMs: delay })
+    this.#schedule(delay)
+  }
+
+  #schedule(delay: number): void {
     clearTimeout(this.#retry)
     this.#retry = setTimeout(() => void this.#connect(), delay)
     this.#retry.unref()
@@ -284,6 +341,8 @@ function remoteTool(raw: unknown): RemoteTool | null {
 export function withoutMetaSchema(schema: { [key: string]: unknown }): { [key: string]: unknown } {
   const rest = { ...schema }
   delete rest.$schema
+  // An `$id` would be registered by the validator and refuse the next mount of the same tool.
+  delete rest.$id
   return rest
 }
 

@@ -3,7 +3,7 @@ import { CommandError, type CommandContext, type CommandSpec, type JsonValue, ty
 import type { CommandCatalog, MountedCommand } from '../cmdbus/index.js'
 import { anyConnectedMcpConnection, deleteMcpConnection, findMcpConnectionByState, getMcpConnection, listMcpConnections, type Store } from '../store/index.js'
 import { McpAuthorizationError, McpConnection, McpUnavailableError, withoutMetaSchema, type RemoteTool } from './connection.js'
-import { StoredOAuthProvider } from './oauth-provider.js'
+import { pendingTtlMs, sealContext, StoredOAuthProvider } from './oauth-provider.js'
 import { SecretBox } from './secret-box.js'
 import { riskFromAnnotations, toolSegment } from './names.js'
 import { errorText, modelText, toCommandResult } from './results.js'
@@ -38,7 +38,9 @@ export class McpHub {
   readonly #box: SecretBox | null
   readonly #clientVersion: string
   /** OAuth servers: each user's own connection, by `<server>\0<userId>`. */
-  readonly #userConnections = new Map<string, McpConnection>()
+  readonly #userConnections = new Map<string, Promise<McpConnection>>()
+  /** OAuth servers: whose credentials the shared (listing) connection uses, by server. */
+  readonly #sharedUser = new Map<string, string>()
   /** Told when a user has connected a server (the bus approves their waiting `connect` decisions). */
   onConnected: ((userId: string, server: string) => Promise<void>) | null = null
 
@@ -95,7 +97,8 @@ export class McpHub {
   }
 
   async stop(): Promise<void> {
-    await Promise.all([...this.#connections, ...this.#userConnections.values()].map((connection) => connection.stop()))
+    const own = await Promise.all([...this.#userConnections.values()].map((connection) => connection.catch(() => null)))
+    await Promise.all([...this.#connections, ...own].map((connection) => connection?.stop()))
   }
 
   /** The OAuth servers and whether `userId` has connected each (never the tokens). */
@@ -103,8 +106,13 @@ export class McpHub {
     const records = this.#store ? await listMcpConnections(this.#store.db, userId) : []
     return this.#oauthConfigs().map((config) => {
       const record = records.find((candidate) => candidate.server === config.name)
-      return { server: config.name, connected: record?.connected ?? false, pending: Boolean(record?.state) }
+      return { server: config.name, connected: Boolean(record && this.#usable(record)), pending: Boolean(record?.state) }
     })
+  }
+
+  /** Connected, and sealed under the current PLINTH_SECRET_KEY (after a key change, users connect again). */
+  #usable(record: { userId: string; server: string; connected: boolean; sealed: string }): boolean {
+    return record.connected && this.#box !== null && this.#box.open(record.sealed, sealContext(record.userId, record.server)) !== null
   }
 
   /**
@@ -116,6 +124,8 @@ export class McpHub {
     const record = await getMcpConnection(store.db, userId, server)
     const provider = (record && StoredOAuthProvider.open({ store, box, record, ...(config.auth?.scopes && { scopes: config.auth.scopes }) })) || new StoredOAuthProvider({ store, box, userId, server, secrets: {}, ...(config.auth?.scopes && { scopes: config.auth.scopes }) })
     await provider.begin(redirectUrl)
+    // Starting over forgets the tokens: nothing of theirs may go on using the old ones.
+    await this.#credentialsChanged(server, userId)
     try {
       await auth(provider, { serverUrl: config.url ?? '', ...(config.auth?.scopes && { scope: config.auth.scopes.join(' ') }) })
     } catch (error) {
@@ -134,27 +144,28 @@ export class McpHub {
     const config = this.#oauthConfigs().find((candidate) => candidate.name === record.server)
     const provider = StoredOAuthProvider.open({ store, box, record })
     if (!config || !provider) throw new McpConnectError('bad_request', 'this authorization cannot be completed; start again with POST /api/mcp/connections/:server')
+    if (Date.now() - (provider.secrets.startedAt ?? 0) > pendingTtlMs) throw new McpConnectError('bad_request', `this authorization was started more than ${pendingTtlMs / 60_000} minutes ago; start again with POST /api/mcp/connections/${record.server}`)
     try {
       const result = await auth(provider, { serverUrl: config.url ?? '', authorizationCode: code })
       if (result !== 'AUTHORIZED') throw new Error('the code was not accepted')
     } catch (error) {
       throw new McpConnectError('upstream', `MCP server ${record.server}: the authorization could not be completed (${((error as Error)?.message ?? String(error)).slice(0, 300)})`)
     }
-    await this.#forget(record.server, record.userId)
+    await this.#credentialsChanged(record.server, record.userId)
     // The shared connection may have been waiting for a first user.
     this.#connections.find((connection) => connection.config.name === record.server)?.retryNow()
-    try {
-      await this.onConnected?.(record.userId, record.server)
-    } catch (error) {
-      this.#log(`mcp:${record.server}`).warn('runs waiting for this connection could not be resumed', { error: (error as Error)?.message ?? String(error) })
-    }
+    // The calls that waited for this run now, after the page has answered (they may take a while).
+    void Promise.resolve(this.onConnected?.(record.userId, record.server)).catch((error: unknown) =>
+      this.#log(`mcp:${record.server}`).warn('runs waiting for this connection could not be resumed', { error: (error as Error)?.message ?? String(error) }),
+    )
     return { server: record.server, userId: record.userId }
   }
 
   async disconnect(userId: string, server: string): Promise<boolean> {
     const { store } = this.#oauth(server)
-    await this.#forget(server, userId)
-    return deleteMcpConnection(store.db, userId, server)
+    const deleted = await deleteMcpConnection(store.db, userId, server)
+    await this.#credentialsChanged(server, userId)
+    return deleted
   }
 
   #oauthConfigs(): McpServerConfig[] {
@@ -169,16 +180,25 @@ export class McpHub {
   }
 
   async #anyProvider(config: McpServerConfig): Promise<StoredOAuthProvider | null> {
+    this.#sharedUser.delete(config.name)
     if (!this.#store || !this.#box) return null
     const record = await anyConnectedMcpConnection(this.#store.db, config.name)
-    return record ? StoredOAuthProvider.open({ store: this.#store, box: this.#box, record }) : null
+    const provider = record ? StoredOAuthProvider.open({ store: this.#store, box: this.#box, record }) : null
+    if (provider) this.#sharedUser.set(config.name, provider.userId)
+    return provider
+  }
+
+  /** A user's tokens changed or are gone: drop their connection, and the listing one if it used them. */
+  async #credentialsChanged(server: string, userId: string): Promise<void> {
+    await this.#forget(server, userId)
+    if (this.#sharedUser.get(server) === userId) this.#connections.find((connection) => connection.config.name === server)?.reconnect()
   }
 
   async #forget(server: string, userId: string): Promise<void> {
     const key = `${server}\0${userId}`
     const connection = this.#userConnections.get(key)
     this.#userConnections.delete(key)
-    await connection?.stop()
+    await (await connection?.catch(() => undefined))?.stop()
   }
 
   /** The user's own connection to an OAuth server; `mcp_connection_required` when they have none. */
@@ -186,12 +206,23 @@ export class McpHub {
     const required = new CommandError('mcp_connection_required', `MCP server ${config.name} acts with each user's own account, and yours is not connected: connect it with POST /api/mcp/connections/${config.name}, then try again`)
     if (!this.#store || !this.#box) throw required
     const key = `${config.name}\0${userId}`
-    const known = this.#userConnections.get(key)
-    if (known) return known
-    const record = await getMcpConnection(this.#store.db, userId, config.name)
-    if (!record?.connected) throw required
-    const store = this.#store
-    const box = this.#box
+    let known = this.#userConnections.get(key)
+    if (!known) {
+      // Held as a promise at once: two calls at the same moment share one connection.
+      known = this.#openForUser(config, userId)
+      this.#userConnections.set(key, known)
+      void known.catch(() => this.#userConnections.get(key) === known && this.#userConnections.delete(key))
+    }
+    const connection = await known.catch(() => null)
+    if (!connection) throw required
+    return connection
+  }
+
+  async #openForUser(config: McpServerConfig, userId: string): Promise<McpConnection> {
+    const store = this.#store!
+    const box = this.#box!
+    const record = await getMcpConnection(store.db, userId, config.name)
+    if (!record || !this.#usable(record)) throw new Error('not connected')
     const connection = new McpConnection(config, {
       log: this.#log(`mcp:${config.name}`),
       clientVersion: this.#clientVersion,
@@ -202,7 +233,6 @@ export class McpHub {
         return current?.connected ? StoredOAuthProvider.open({ store, box, record: current }) : null
       },
     })
-    this.#userConnections.set(key, connection)
     return connection
   }
 
@@ -230,6 +260,7 @@ export class McpHub {
       }
       commands.push(this.#command(connection, tools[0] as RemoteTool, `${namespace}.${segment}`))
     }
+    for (const name of connection.invalidTools) refusals.push(`tool ${JSON.stringify(name)} refused: it has no name or its inputSchema is not an object`)
     const { refused } = this.#catalog.mount(plugin, connection.serverInfo.version, commands, namespace)
     for (const { id, reason } of refused) refusals.push(`${id} refused: ${reason}`)
     this.#refusals.set(config.name, refusals)
@@ -260,6 +291,7 @@ export class McpHub {
       } catch (error) {
         if (context.signal.aborted || error instanceof CommandError) throw error
         if (error instanceof McpAuthorizationError) {
+          if (config.auth?.type !== 'oauth') throw new CommandError('mcp_unavailable', `MCP server ${config.name} refused the credentials Plinth is configured with (headersEnv)`)
           await this.#forget(config.name, context.actor.onBehalfOf)
           throw new CommandError('mcp_connection_required', `MCP server ${config.name} refused your account's credentials: connect it again with POST /api/mcp/connections/${config.name}, then try again`)
         }
@@ -281,7 +313,7 @@ export class McpHub {
         connectionWhen: async (userId: string) => {
           const store = this.#store
           const record = store && this.#box ? await getMcpConnection(store.db, userId, config.name) : undefined
-          return record?.connected ? null : `connect your account to MCP server ${config.name} first: POST /api/mcp/connections/${config.name} (connecting approves this call)`
+          return record && this.#usable(record) ? null : `connect your account to MCP server ${config.name} first: POST /api/mcp/connections/${config.name} (connecting approves this call)`
         },
       }),
       origin: {

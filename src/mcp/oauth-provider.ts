@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js'
 import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js'
-import { saveMcpConnection, type McpConnectionRecord, type Store } from '../store/index.js'
+import { saveMcpConnection, updateMcpConnection, type McpConnectionRecord, type Store } from '../store/index.js'
 import type { SecretBox } from './secret-box.js'
 
 /** What a user's connection keeps, sealed: the client registration, the pending flow, the tokens. */
@@ -11,7 +11,15 @@ export interface ConnectionSecrets {
   tokens?: OAuthTokens
   verifier?: string
   state?: string
+  /** When the pending authorization started (ms): a callback later than `pendingTtlMs` is refused. */
+  startedAt?: number
 }
+
+/** How long a started authorization may wait for its callback. */
+export const pendingTtlMs = 10 * 60_000
+
+/** The associated data a user's sealed connection is bound to. */
+export const sealContext = (userId: string, server: string): string => `${userId}\0${server}`
 
 /**
  * The SDK's OAuth client provider for one user and one MCP server, kept in `mcp_connections` (sealed).
@@ -37,15 +45,17 @@ export class StoredOAuthProvider implements OAuthClientProvider {
   }
 
   static open(deps: { store: Store; box: SecretBox; record: McpConnectionRecord; scopes?: string[] }): StoredOAuthProvider | null {
-    const secrets = deps.box.open<ConnectionSecrets>(deps.record.sealed)
+    const secrets = deps.box.open<ConnectionSecrets>(deps.record.sealed, sealContext(deps.record.userId, deps.record.server))
     if (!secrets) return null
     return new StoredOAuthProvider({ store: deps.store, box: deps.box, userId: deps.record.userId, server: deps.record.server, secrets, ...(deps.scopes && { scopes: deps.scopes }) })
   }
 
   /** Starts a new authorization: a fresh state, this redirect, no tokens until the callback. */
   async begin(redirectUrl: string): Promise<void> {
-    this.secrets = { ...this.secrets, redirectUrl, state: randomBytes(24).toString('base64url'), tokens: undefined, verifier: undefined }
-    await this.#persist()
+    // A registration made for another redirect (Plinth reached at another address) is not reused.
+    const client = this.secrets.client && 'redirect_uris' in this.secrets.client && Array.isArray(this.secrets.client.redirect_uris) && !this.secrets.client.redirect_uris.includes(redirectUrl) ? undefined : this.secrets.client
+    this.secrets = { ...this.secrets, client, redirectUrl, state: randomBytes(24).toString('base64url'), startedAt: Date.now(), tokens: undefined, verifier: undefined }
+    await this.#persist(true)
   }
 
   get connected(): boolean {
@@ -85,7 +95,7 @@ export class StoredOAuthProvider implements OAuthClientProvider {
   }
 
   async saveTokens(tokens: OAuthTokens): Promise<void> {
-    this.secrets = { ...this.secrets, tokens, state: undefined, verifier: undefined }
+    this.secrets = { ...this.secrets, tokens, state: undefined, verifier: undefined, startedAt: undefined }
     await this.#persist()
   }
 
@@ -110,7 +120,13 @@ export class StoredOAuthProvider implements OAuthClientProvider {
     await this.#persist()
   }
 
-  async #persist(): Promise<void> {
-    await saveMcpConnection(this.#store.db, { userId: this.userId, server: this.server, state: this.secrets.state ?? null, connected: this.connected, sealed: this.#box.seal(this.secrets) })
+  /**
+   * Writes the row. Only `begin` creates it: a refresh after the user disconnected (deleted the row)
+   * must not bring the connection back.
+   */
+  async #persist(create = false): Promise<void> {
+    const record = { userId: this.userId, server: this.server, state: this.secrets.state ?? null, connected: this.connected, sealed: this.#box.seal(this.secrets, sealContext(this.userId, this.server)) }
+    if (create) await saveMcpConnection(this.#store.db, record)
+    else await updateMcpConnection(this.#store.db, record)
   }
 }

@@ -48,3 +48,14 @@ export async function deleteMcpConnection(db: Executor, userId: string, server: 
   const result = await db.deleteFrom('mcp_connections').where('user_id', '=', userId).where('server', '=', server).executeTakeFirst()
   return Number(result.numDeletedRows) > 0
 }
+
+/** Updates an existing row only (false when it is gone). */
+export async function updateMcpConnection(db: Executor, record: McpConnectionRecord): Promise<boolean> {
+  const result = await db
+    .updateTable('mcp_connections')
+    .set({ state: record.state, connected: record.connected, sealed: record.sealed, updated_at: new Date() })
+    .where('user_id', '=', record.userId)
+    .where('server', '=', record.server)
+    .executeTakeFirst()
+  return Number(result.numUpdatedRows) > 0
+}

@@ -100,11 +100,12 @@ export function registerMcpCallbackRoute(app: App, deps: ServerDeps): void {
       reply.type('text/html; charset=utf-8').header('cache-control', 'no-store')
       const { state, code, error } = request.query
       if (error || !state || !code) return reply.code(400).send(page('Not connected', escape(error ? `The authorization server said: ${error}` : 'The callback has no code or state.')))
+      if (!deps.mcp) return reply.code(400).send(page('Not connected', 'No MCP server here takes per-user connections.'))
       try {
-        const done = await deps.mcp!.complete(state, code)
+        const done = await deps.mcp.complete(state, code)
         return reply.code(200).send(page('Connected', `Your account is connected to ${escape(done.server)}. You can close this window.`))
       } catch (caught) {
-        if (!(caught instanceof McpConnectError) || !deps.mcp) throw caught
+        if (!(caught instanceof McpConnectError)) throw caught
         return reply.code(caught.code === 'bad_request' ? 400 : 502).send(page('Not connected', escape(caught.message)))
       }
     },
