@@ -47,6 +47,10 @@ const routes: RouteCase[] = [
   { method: 'GET', path: '/api/conversations/{id}/events', url: (f) => `/api/conversations/${f.conversationId}/events`, owner: 200, member: 404, stranger: 404, stream: true },
 
   { method: 'GET', path: '/api/commands', url: () => '/api/commands', owner: 200, member: 200, stranger: 200 },
+  // Per-user MCP connections are the caller's own; no OAuth MCP server is configured here.
+  { method: 'GET', path: '/api/mcp/connections', url: () => '/api/mcp/connections', owner: 200, member: 200, stranger: 200 },
+  { method: 'POST', path: '/api/mcp/connections/{server}', url: () => '/api/mcp/connections/acct', owner: 404, member: 404, stranger: 404 },
+  { method: 'DELETE', path: '/api/mcp/connections/{server}', url: () => '/api/mcp/connections/acct', owner: 404, member: 404, stranger: 404 },
   { method: 'POST', path: '/api/commands/{commandId}', url: () => '/api/commands/rdm.ping', body: 'ping', owner: 200, member: 200, stranger: 404 },
   { method: 'GET', path: '/api/decisions', url: () => '/api/decisions?status=pending', owner: 200, member: 200, stranger: 200 },
   { method: 'GET', path: '/api/decisions/{id}', url: (f) => `/api/decisions/${f.decisionId}`, owner: 200, member: 404, stranger: 404 },
