@@ -1,12 +1,13 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
 import { createTestDatabase, testEngines, type TestDatabase } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 22 §2: /mcp keeps no session, so two instances on one Postgres behind a round-robin
-// balancer serve one MCP client — initialized on one, listing and calling on the other.
+// Issue 22 §2: /mcp keeps its sessions in Postgres, so two instances on one Postgres behind a
+// round-robin balancer serve one MCP client — initialized on one, listing and calling on the other.
 const engines = testEngines()
 if (!engines.includes('postgres')) console.warn('[plinth tests] skipping the two-instance MCP test: it needs Postgres (TEST_DATABASE_URL)')
 
@@ -52,7 +53,7 @@ describe.skipIf(!engines.includes('postgres'))('MCP across two instances on one 
     const client = new Client({ name: 'balanced', version: '1.0.0' })
     await client.connect(transport)
     try {
-      expect(transport.sessionId).toBeUndefined()
+      expect(transport.sessionId).toMatch(/^[0-9a-f-]{36}$/)
       const tools = (await client.listTools()).tools.map((tool) => tool.name)
       expect(tools).toContain('rdm__ping')
       const pinged = await client.callTool({ name: 'rdm__ping', arguments: { target: 'balanced' } })
@@ -75,6 +76,37 @@ describe.skipIf(!engines.includes('postgres'))('MCP across two instances on one 
       expect(decided.body.dispatch).toMatchObject({ status: 'succeeded', result: { title: 'Across', projectId } })
       const audit = await asker.request('GET', '/api/audit?entrance=mcp', { token: user.token })
       expect(audit.body.items.map((item: { commandId: string }) => item.commandId).sort()).toEqual(['rdm.draft.compose', 'rdm.ping'])
+    } finally {
+      await client.close()
+    }
+  })
+
+  it('a call asked through elicitation on one instance is answered through the other, and its result comes back', async () => {
+    const [a, b] = servers as [TestServer, TestServer]
+    const served: Array<[string, string]> = []
+    let turn = 0
+    const balanced = async (input: string | URL, init?: RequestInit): Promise<Response> => {
+      const body = typeof init?.body === 'string' ? (JSON.parse(init.body) as { method?: string; id?: unknown }) : undefined
+      const target = turn % 2 === 0 ? a : b
+      if (body?.id !== undefined) turn++
+      served.push([target === a ? 'a' : 'b', body?.method ?? (body?.id !== undefined ? `answer ${String(body.id)}` : init?.method ?? 'GET')])
+      const url = new URL(input)
+      return fetch(new URL(url.pathname + url.search, target.url), init)
+    }
+    const transport = new StreamableHTTPClientTransport(new URL(`/mcp/projects/${projectId}`, a.url), { requestInit: { headers: { authorization: `Bearer ${user.token}` } }, fetch: balanced })
+    const client = new Client({ name: 'balanced-asking', version: '1.0.0' }, { capabilities: { elicitation: {} } })
+    client.setRequestHandler(ElicitRequestSchema, () => ({ action: 'accept', content: { decision: 'approve' } }))
+    await client.connect(transport)
+    try {
+      const result = await client.callTool({ name: 'rdm__draft__compose', arguments: { title: 'Elicited', body: 'across instances' } })
+      expect(result.isError ?? false).toBe(false)
+      expect(result.structuredContent).toMatchObject({ title: 'Elicited', projectId })
+      const call = served.findIndex(([, what]) => what === 'tools/call')
+      const answer = served.findIndex(([, what]) => what.startsWith('answer plinth-decision:'))
+      expect(call).toBeGreaterThanOrEqual(0)
+      expect(answer).toBeGreaterThan(call)
+      // The question came from the instance holding the call; the answer reached the other one.
+      expect(served[answer]![0]).not.toBe(served[call]![0])
     } finally {
       await client.close()
     }

@@ -60,9 +60,9 @@ for (const engine of testEngines()) {
       return connected
     }
 
-    it('lists the caller’s tools in tool-name order with schemas and risk hints, and keeps no session', async () => {
+    it('lists the caller’s tools in tool-name order with schemas and risk hints, in a session', async () => {
       const { client, transport } = await connect(alice.token)
-      expect(transport.sessionId).toBeUndefined()
+      expect(transport.sessionId).toMatch(/^[0-9a-f-]{36}$/)
       expect(client.getServerVersion()).toMatchObject({ name: 'plinth' })
       expect(client.getServerCapabilities()?.tools).toBeTruthy()
       const { tools } = await client.listTools()
@@ -221,7 +221,7 @@ for (const engine of testEngines()) {
       expect(after.body.items.map((item: { title: string }) => item.title)).toEqual(['Findings'])
     })
 
-    it('answers malformed JSON-RPC with JSON-RPC errors (never a 500), and GET or DELETE with 405', async () => {
+    it('answers malformed JSON-RPC with JSON-RPC errors (never a 500), and GET or a session-less DELETE with 405', async () => {
       const url = `${server.url}/mcp`
       const parse = await post(url, alice.token, '{"jsonrpc":"2.0", "id": 1, "method": ')
       expect(parse.status).toBe(400)
@@ -254,7 +254,7 @@ for (const engine of testEngines()) {
       for (const method of ['GET', 'DELETE']) {
         const answer = await fetch(url, { method, headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream' } })
         expect(answer.status).toBe(405)
-        expect(answer.headers.get('allow')).toBe('POST')
+        expect(answer.headers.get('allow')).toBe('POST, DELETE')
         expect(((await answer.json()) as { error: { code: number } }).error.code).toBe(-32000)
       }
       for (const answer of [parse, notRpc, nul, deep, proto, plain, noAccept, unknownMethod, badCall, batch]) expect(answer.status).toBeLessThan(500)

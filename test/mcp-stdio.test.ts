@@ -6,6 +6,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
+import { ElicitRequestSchema, type ElicitRequest } from '@modelcontextprotocol/sdk/types.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
 import { cliEnv, plinthBin, runPlinth } from './helpers/cli-process.js'
@@ -83,6 +84,31 @@ describe('plinth mcp (stdio)', () => {
       expect((await client.listTools()).tools.map((tool) => tool.name)).toEqual(['rdm__ping'])
       const result = await client.callTool({ name: 'rdm__ping', arguments: { target: 'stdio' } })
       expect(result.structuredContent).toMatchObject({ pong: true, target: 'stdio' })
+    } finally {
+      await client.close()
+    }
+  })
+
+  it('a desktop client that answers elicitations approves a call through it', { timeout: 120_000 }, async () => {
+    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'stdio-asked' } })).body.id as string
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [plinthBin, 'mcp', '--token', user.token, '--url', server.url, '--project', project],
+      env: cliEnv() as Record<string, string>,
+      stderr: 'pipe',
+    })
+    const client = new Client({ name: 'stdio-asking', version: '1.0.0' }, { capabilities: { elicitation: {} } })
+    const asked: ElicitRequest[] = []
+    client.setRequestHandler(ElicitRequestSchema, (request) => {
+      asked.push(request)
+      return { action: 'accept', content: { decision: 'approve' } }
+    })
+    await client.connect(transport)
+    try {
+      const result = await client.callTool({ name: 'rdm__draft__compose', arguments: { title: 'Over stdio', body: 'asked in the desktop client' } })
+      expect(result.structuredContent).toMatchObject({ title: 'Over stdio', projectId: project })
+      expect(asked).toHaveLength(1)
+      expect(asked[0]!.params.message).toContain('rdm.draft.compose')
     } finally {
       await client.close()
     }

@@ -3,6 +3,7 @@ import {
   findAllowance,
   findDispatchByKey,
   getDecision,
+  getDispatch,
   insertDecision,
   lastAuditEnvelope,
   newId,
@@ -486,6 +487,16 @@ export class CommandBus {
       }
     }
     return approved
+  }
+
+  /**
+   * A dispatch's outcome once it has one (succeeded, failed, rejected, expired, cancelled); null while
+   * it is requested, awaiting a decision or running; undefined when there is no such dispatch.
+   */
+  async dispatchOutcome(dispatchId: string): Promise<DispatchOutcome | null | undefined> {
+    const dispatch = await getDispatch(this.#options.store.db, dispatchId)
+    if (!dispatch) return undefined
+    return dispatch.status === 'requested' || dispatch.status === 'awaiting_decision' || dispatch.status === 'running' ? null : outcomeOf(dispatch)
   }
 
   /** Marks a pending decision expired (also used when a run is superseded or times out). */

@@ -1,7 +1,7 @@
 /** The command bus: one dispatch path, HITL decisions, the audit envelope, tool projection. */
 export { hashParams, toDecisionView } from './outcomes.js'
 export { CommandBus, type CommandBusOptions, type DecisionListener, type RunBinding, type ClientCallAudit } from './command-bus.js'
-export { CommandCatalog, RegistrationError, catalogRisk, type CoreContext, type MountedCommand, type RegisteredCommand } from './command-catalog.js'
+export { CommandCatalog, RegistrationError, alwaysAsks, catalogRisk, type CoreContext, type MountedCommand, type RegisteredCommand } from './command-catalog.js'
 export { ProjectAccess } from './project-access.js'
 export { createPluginKv, createPluginLogger } from './plugin-kv.js'
 export { evaluateGate, type GateInput, type GateResult, type PermissionMode } from './gate.js'

@@ -196,8 +196,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     await app.register(fastifyCors, {
       origin: options.corsOrigins,
       methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
-      allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'last-event-id', 'prefer', 'x-request-id', 'mcp-protocol-version'],
-      exposedHeaders: ['x-request-id', 'retry-after', 'idempotent-replayed', 'preference-applied', 'content-disposition', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'www-authenticate'],
+      allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'last-event-id', 'prefer', 'x-request-id', 'mcp-protocol-version', 'mcp-session-id'],
+      exposedHeaders: ['x-request-id', 'retry-after', 'idempotent-replayed', 'preference-applied', 'content-disposition', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'www-authenticate', 'mcp-session-id'],
       maxAge: 600,
       strictPreflight: false,
     })

@@ -113,6 +113,24 @@ export interface McpConnectionsTable {
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>
 }
 
+export interface McpSessionsTable {
+  id: string
+  user_id: string
+  protocol_version: string
+  client_capabilities: Json
+  client_info: NullableJson
+  created_at: ColumnType<Date, Date | string | undefined, never>
+  last_seen_at: ColumnType<Date, Date | string | undefined, Date | string>
+}
+
+export interface McpElicitationsTable {
+  decision_id: string
+  session_id: string
+  action: string | null
+  created_at: ColumnType<Date, Date | string | undefined, never>
+  answered_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>
+}
+
 export interface DispatchesTable {
   id: string
   command_id: string
@@ -333,6 +351,8 @@ export interface Database {
   plinth_migrations: MigrationsTable
   plugin_kv: PluginKvTable
   mcp_connections: McpConnectionsTable
+  mcp_sessions: McpSessionsTable
+  mcp_elicitations: McpElicitationsTable
   dispatches: DispatchesTable
   decisions: DecisionsTable
   allowances: AllowancesTable

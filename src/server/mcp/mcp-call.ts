@@ -1,14 +1,22 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js'
 import type { CommandBus, DispatchOutcome, Params, RegisteredCommand } from '../../cmdbus/index.js'
 import type { JsonValue } from '../../extension/index.js'
+import type { McpElicitor } from './mcp-elicitation.js'
 import type { McpScope } from './mcp-tools.js'
+
+/** How to ask the client about a call that needs a person, when its session supports elicitation. */
+export interface AskClient {
+  elicitor: McpElicitor
+  requestId: string | number
+  signal: AbortSignal
+}
 
 /**
  * Runs one `tools/call` through the bus — entrance `mcp`, the caller as actor — so the same
  * validation, authorization, risk gate, decisions and audit apply as from any other entrance.
  */
-export async function callTool(bus: CommandBus, scope: McpScope, command: RegisteredCommand, args: Params): Promise<CallToolResult> {
-  const outcome = await bus.dispatch({
+export async function callTool(bus: CommandBus, scope: McpScope, command: RegisteredCommand, args: Params, ask: AskClient | null): Promise<CallToolResult> {
+  let outcome = await bus.dispatch({
     commandId: command.spec.id,
     params: args,
     entrance: 'mcp',
@@ -18,6 +26,7 @@ export async function callTool(bus: CommandBus, scope: McpScope, command: Regist
     // MCP has no idempotency key; a client's retry is a new call.
     idempotencyKey: null,
   })
+  if (ask && outcome.status === 'awaiting_decision' && outcome.decision.kind === 'approve') outcome = await ask.elicitor.ask(command, outcome, ask.requestId, ask.signal)
   return toolResult(command, outcome)
 }
 

@@ -1,9 +1,11 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
-import type { User } from '../../store/index.js'
+import type { McpSessionRecord, User } from '../../store/index.js'
 import { caller } from '../auth.js'
 import { findHostileValue, jsonDepth, maxJsonDepth } from '../hostile-input.js'
+import { applyAnswer, McpElicitor, splitAnswers } from '../mcp/mcp-elicitation.js'
 import { createMcpServer } from '../mcp/mcp-server.js'
+import { answersElicitation, McpSessions, type InitializeParams } from '../mcp/mcp-sessions.js'
 import { loadMcpSdk } from '../mcp/mcp-sdk.js'
 import type { McpScope } from '../mcp/mcp-tools.js'
 import { bearerChallenge, mcpMetadataPath, protectedResourceMetadata } from '../mcp/protected-resource.js'
@@ -40,10 +42,10 @@ class RefusedBody {
 }
 
 /**
- * The MCP server (Streamable HTTP, stateless): `POST /mcp`, `/mcp/projects/:projectId` and
+ * The MCP server (Streamable HTTP): `POST /mcp`, `/mcp/projects/:projectId` and
  * `/mcp/projects/:projectId/conversations/:conversationId`. Each request gets its own MCP server and
- * transport and nothing is kept between requests — no `Mcp-Session-Id` is issued — so instances
- * behind a round-robin balancer all answer any request. Also the protected resource metadata
+ * transport; a session (`Mcp-Session-Id`, issued at `initialize`) lives in Postgres, so instances
+ * behind a round-robin balancer all answer any request of it. Also the protected resource metadata
  * (RFC 9728) 401 answers point MCP clients to.
  */
 export async function registerMcpRoutes(app: App, deps: ServerDeps, options: McpRouteOptions): Promise<void> {
@@ -59,6 +61,7 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
     async (request) => protectedResourceMetadata(request, '/mcp', options.authorizationServers),
   )
 
+  const sessions = new McpSessions(deps.store)
   await app.register(async (mcp) => {
     mcp.addHook('onRequest', async (request, reply) => {
       try {
@@ -87,21 +90,39 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
       // JSON-RPC, not REST: documented in the README ("Using Plinth from MCP clients"), not in OpenAPI.
       const schema = { hide: true, params: ScopeParams }
       mcp.post(url, { schema }, async (request, reply) => {
-        const scope = await resolveScope(deps, caller(request), request.params as { projectId?: string; conversationId?: string })
+        const user = caller(request)
+        const scope = await resolveScope(deps, user, request.params as { projectId?: string; conversationId?: string })
         // Mounted MCP servers' tools are offered too: they start when first needed.
         await deps.bus.catalog.settled()
         const sdk = await loadMcpSdk()
-        const body = request.body
-        if (body instanceof RefusedBody) {
-          return reply.code(400).type('application/json').send(jsonRpcError(body.kind === 'parse' ? sdk.ErrorCode.ParseError : sdk.ErrorCode.InvalidRequest, body.message))
+        if (request.body instanceof RefusedBody) {
+          return reply.code(400).type('application/json').send(jsonRpcError(request.body.kind === 'parse' ? sdk.ErrorCode.ParseError : sdk.ErrorCode.InvalidRequest, request.body.message))
         }
-        const server = createMcpServer(sdk, deps.bus, scope, options.version)
-        const transport = new sdk.StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+        const session = await findSession(sessions, user, request)
+        if (session === 'unknown') return reply.code(404).type('application/json').send(jsonRpcError(-32001, 'Session not found'))
+        // Answers to Plinth's own elicitations are applied here, whichever instance asked.
+        const { answers, rest } = splitAnswers(request.body)
+        if (answers.length > 0) {
+          if (!session) return reply.code(400).type('application/json').send(jsonRpcError(sdk.ErrorCode.InvalidRequest, 'Invalid Request: an elicitation answer needs the Mcp-Session-Id it was asked in'))
+          for (const answer of answers) await applyAnswer(deps.bus, deps.store, session, answer)
+          if (rest === undefined || (Array.isArray(rest) && rest.length === 0)) return reply.code(202).send()
+        }
+        const body = answers.length > 0 ? rest : request.body
+        const elicits = session !== null && answersElicitation(session) && callsTool(body)
+        // A call that may wait for a person answers over SSE (the question, then the result); the rest as JSON.
+        const transport = new sdk.StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: !elicits })
+        const closed = new AbortController()
+        const elicitor = elicits ? new McpElicitor({ bus: deps.bus, store: deps.store, transport, sessionId: session.id }) : null
+        const server = createMcpServer(sdk, deps.bus, scope, options.version, elicitor, closed.signal)
         await server.connect(transport)
+        if (isInitialize(body)) {
+          reply.header('mcp-session-id', await sessions.open(user.id, body.params))
+        }
         reply.hijack()
         // Headers the hooks set (request id, rate limits, CORS) go out with the transport's answer.
         for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) reply.raw.setHeader(name, value)
         reply.raw.once('close', () => {
+          closed.abort()
           transport.close().catch(() => undefined)
           server.close().catch(() => undefined)
         })
@@ -113,13 +134,45 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
           else reply.raw.destroy()
         }
       })
-      // Stateless: no stream to open (GET) and no session to end (DELETE), as in the SDK's stateless examples.
-      const methodNotAllowed = async (_request: FastifyRequest, reply: FastifyReply) =>
-        reply.code(405).header('allow', 'POST').type('application/json').send(jsonRpcError(-32000, 'Method not allowed.'))
+      // Ending a session: the client is done with it (its row goes; a later request with it gets 404).
+      mcp.delete(url, { schema }, async (request, reply) => {
+        const id = request.headers['mcp-session-id']
+        if (typeof id !== 'string') return methodNotAllowed(request, reply)
+        if (!(await sessions.end(id, caller(request).id))) return reply.code(404).type('application/json').send(jsonRpcError(-32001, 'Session not found'))
+        return reply.code(200).send()
+      })
+      // No stream to open: the server sends nothing outside the answer to a request.
       mcp.get(url, { schema }, methodNotAllowed)
-      mcp.delete(url, { schema }, methodNotAllowed)
     }
   })
+}
+
+const methodNotAllowed = async (_request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> =>
+  reply.code(405).header('allow', 'POST, DELETE').type('application/json').send(jsonRpcError(-32000, 'Method not allowed.'))
+
+/** The request's session: null without an `Mcp-Session-Id`, `unknown` when it names none of the caller's. */
+async function findSession(sessions: McpSessions, user: User, request: FastifyRequest): Promise<McpSessionRecord | null | 'unknown'> {
+  const id = request.headers['mcp-session-id']
+  if (typeof id !== 'string') return null
+  return (await sessions.find(id, user.id)) ?? 'unknown'
+}
+
+interface InitializeBody {
+  method: 'initialize'
+  params: InitializeParams
+}
+
+function isInitialize(body: unknown): body is InitializeBody {
+  if (!isRecord(body) || body.method !== 'initialize' || !isRecord(body.params)) return false
+  return typeof body.params.protocolVersion === 'string' && isRecord(body.params.capabilities)
+}
+
+function callsTool(body: unknown): boolean {
+  return (Array.isArray(body) ? body : [body]).some((message) => isRecord(message) && message.method === 'tools/call')
+}
+
+function isRecord(value: unknown): value is { [key: string]: unknown } {
+  return value !== null && typeof value === 'object' && !Array.isArray(value)
 }
 
 /** The user, project and conversation a request acts in; 404 for a project or conversation the caller may not read. */
