@@ -24,23 +24,19 @@ export async function createMcpSession(db: Executor, session: McpSessionRecord &
 }
 
 /**
- * The user's session, seen now; undefined when unknown, another user's, or idle longer than
- * `idleMs` (then it is deleted: the client starts a new one).
+ * The user's session; undefined when unknown, another user's, or idle longer than `idleMs` (then it
+ * is deleted: the client starts a new one). Its last use is written at most once a minute, so a
+ * request reads one row and writes nothing.
  */
 export async function touchMcpSession(db: Executor, id: string, userId: string, idleMs: number): Promise<McpSessionRecord | undefined> {
-  const cutoff = new Date(Date.now() - idleMs)
-  const row = await db
-    .updateTable('mcp_sessions')
-    .set({ last_seen_at: new Date() })
-    .where('id', '=', id)
-    .where('user_id', '=', userId)
-    .where('last_seen_at', '>', cutoff)
-    .returning(['id', 'user_id', 'protocol_version', 'client_capabilities'])
-    .executeTakeFirst()
-  if (!row) {
-    await db.deleteFrom('mcp_sessions').where('id', '=', id).where('last_seen_at', '<=', cutoff).execute()
+  const row = await db.selectFrom('mcp_sessions').select(['id', 'user_id', 'protocol_version', 'client_capabilities', 'last_seen_at']).where('id', '=', id).executeTakeFirst()
+  if (!row || row.user_id !== userId) return undefined
+  const idle = Date.now() - row.last_seen_at.getTime()
+  if (idle > idleMs) {
+    await db.deleteFrom('mcp_sessions').where('id', '=', id).where('last_seen_at', '<=', row.last_seen_at).execute()
     return undefined
   }
+  if (idle > 60_000) await db.updateTable('mcp_sessions').set({ last_seen_at: new Date() }).where('id', '=', id).execute()
   return { id: row.id, userId: row.user_id, protocolVersion: row.protocol_version, clientCapabilities: row.client_capabilities }
 }
 
