@@ -1726,6 +1726,15 @@ export interface components {
             /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
             id: string;
         } | {
+            data: {
+                commandIds: string[];
+                plugin: string;
+            };
+            /** @enum {string} */
+            event: "commands.changed";
+            /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
+            id: string;
+        } | {
             data: unknown;
             event: string;
             /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
+import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 // Mounted MCP servers: each remote tool is a command mcp.<server>.<tool> on the one bus (docs/mcp.md).
@@ -148,10 +149,33 @@ describe('MCP client: a mounted stdio server', () => {
     await until('the server to hear notifications/cancelled', async () => (await readFile(log, 'utf8')).includes('cancelled'))
   })
 
-  it('tools/list_changed refreshes the catalog', async () => {
+  it('tools/list_changed refreshes the catalog, and project and conversation streams carry commands.changed', async () => {
     expect((await commands()).some((item) => item.id === 'mcp.toy.extra')).toBe(false)
-    expect((await dispatch('mcp.toy.grow', {})).status).toBe(200)
-    await until('mcp.toy.extra in the catalog', async () => (await commands()).some((item) => item.id === 'mcp.toy.extra'))
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'catalog' } })).body.id as string
+    const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id as string
+    // Followed live from the end of the log: the change arrives as it happens.
+    const onProject = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: alice.token })
+    const onConversation = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
+    try {
+      const seen = onProject.events.length
+      expect((await dispatch('mcp.toy.grow', {})).status).toBe(200)
+      await until('mcp.toy.extra in the catalog', async () => (await commands()).some((item) => item.id === 'mcp.toy.extra'))
+      const changed = await until('commands.changed on the project stream', async () =>
+        onProject.events.slice(seen).find((event) => event.event === 'commands.changed' && event.data.commandIds.includes('mcp.toy.extra')),
+      )
+      expect(changed.data).toMatchObject({ plugin: 'mcp:toy', commandIds: expect.arrayContaining(['mcp.toy.echo', 'mcp.toy.extra']) })
+      await until('commands.changed on the conversation stream', async () => onConversation.events.find((event) => event.event === 'commands.changed' && event.id === changed.id))
+      // Replayed too, for a client that reconnects after it.
+      const replay = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: alice.token, lastEventId: String(Number(changed.id) - 1) })
+      try {
+        expect((await replay.waitFor(1, 30_000))[0]).toMatchObject({ id: changed.id, event: 'commands.changed' })
+      } finally {
+        replay.close()
+      }
+    } finally {
+      onProject.close()
+      onConversation.close()
+    }
   })
 
   it('a crash mid-call fails that call; the server is started again and answers', async () => {

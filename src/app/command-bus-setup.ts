@@ -4,6 +4,7 @@ import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, defaultR
 import { defaultExecSettings, ExecService, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
 import { createEmbedder, DocumentExtractor, Ingestor, Retriever, type DocumentExtractorOptions, type Embedder } from '../rag/index.js'
 import { McpHub, type McpServerConfig } from '../mcp/index.js'
+import { announceCatalogChanges } from './catalog-announcer.js'
 import type { Store } from '../store/index.js'
 import { ConfigError, type ExecConfig } from './config.js'
 import { createPluginHost } from './plugin-host.js'
@@ -110,6 +111,8 @@ export async function setUpCommandBus(
     maxResultBytes: resultMaxBytes,
     ...(options.dispatchLeaseMs !== undefined && { dispatchLeaseMs: options.dispatchLeaseMs }),
   })
+  // Run-time catalog changes reach clients as `commands.changed` on the project and conversation streams.
+  announceCatalogChanges(catalog, store, createPluginLogger(options.logger, 'catalog'))
   // A user who connects an account lets their calls waiting for it go on.
   mcp.onConnected = async (userId, server) => {
     await bus.approveConnected(userId, `mcp.${server}.`)

@@ -155,6 +155,11 @@ const projectEvents: TSchema[] = [
   ...['knowledge.created', 'knowledge.ingested', 'knowledge.failed', 'knowledge.published', 'knowledge.deleted'].map((event) =>
     frame(event, Type.Object({ item: asStored(KnowledgeItem, ['shared']) }, closed), 'A knowledge item changed (see its ingestStatus and status)'),
   ),
+  frame(
+    'commands.changed',
+    Type.Object({ plugin: Type.String(), commandIds: Type.Array(Type.String()) }, closed),
+    'The command catalog changed at run time (an MCP server’s tools): the plugin’s commands now; re-read GET /api/commands',
+  ),
   Type.Object(
     { id, event: Type.String({ pattern: '^plugin\\.[a-z0-9_-]+\\.[A-Za-z0-9_.-]+$' }), data: Json },
     { description: 'What a plugin emitted (host.emit): plugin.<name>.<type>' },

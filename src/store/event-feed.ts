@@ -1,5 +1,5 @@
 import type { Executor } from './database.js'
-import { eventDataJson, lastEventId, readAllEvents, type EventRecord } from './event-log.js'
+import { eventDataJson, isCatalogEvent, lastEventId, readAllEvents, type EventRecord } from './event-log.js'
 
 /** Starts listening for commit notifications (with their payload); returns a function that stops. */
 export type NotificationSource = (onNotify: (payload?: string) => void) => Promise<() => Promise<void>>
@@ -66,7 +66,7 @@ export class EventFeed {
     return this.#lastId
   }
 
-  /** Registers a listener for `project:<id>`, `conversation:<id>` or `run:<id>`. Returns the unsubscribe. */
+  /** Registers a listener for `project:<id>`, `conversation:<id>`, `run:<id>` or `catalog`. Returns the unsubscribe. */
   subscribe(scopeKey: string, listener: FeedListener): () => void {
     let set = this.#listeners.get(scopeKey)
     if (!set) {
@@ -193,6 +193,7 @@ export class EventFeed {
       event.projectId && `project:${event.projectId}`,
       event.conversationId && `conversation:${event.conversationId}`,
       event.runId && `run:${event.runId}`,
+      isCatalogEvent(event) && 'catalog',
     ]
     for (const key of keys) {
       if (!key) continue

@@ -141,10 +141,19 @@ async function insertEvents(db: Executor, events: NewEvent[], tag: string, fence
   return rows.map(toEventRecord).sort((a, b) => a.id - b.id)
 }
 
+/** The type of the catalog's events: in no project, and on every project and conversation stream. */
+export const catalogEventType = 'commands.changed'
+
 function scopeCondition(scope: EventScope) {
-  if ('projectId' in scope) return sql`project_id = ${scope.projectId}`
-  if ('conversationId' in scope) return sql`conversation_id = ${scope.conversationId}`
+  const catalog = sql`(type = ${catalogEventType} and project_id is null)`
+  if ('projectId' in scope) return sql`(project_id = ${scope.projectId} or ${catalog})`
+  if ('conversationId' in scope) return sql`(conversation_id = ${scope.conversationId} or ${catalog})`
   return sql`run_id = ${scope.runId}`
+}
+
+/** Whether an event is the catalog's (delivered on every project and conversation stream). */
+export function isCatalogEvent(event: Pick<EventRecord, 'type' | 'projectId'>): boolean {
+  return event.type === catalogEventType && event.projectId === null
 }
 
 /** Events of a scope after `afterId`, oldest first. */

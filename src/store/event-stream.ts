@@ -55,7 +55,7 @@ export async function* streamEvents(
     queuedBytes += eventDataJson(event).length
   }
   let subscribed = true
-  const stopListening = feed.subscribe(scopeKey(scope), (event) => {
+  const listener = (event: EventRecord): void => {
     if (fromTable) {
       // Still replaying: keep a bounded head start; past it, the table is read once more.
       if (!overflowed && hasRoom(event)) push(event)
@@ -69,7 +69,13 @@ export async function* streamEvents(
       fromTable = true
     }
     notify()
-  })
+  }
+  const stops = [feed.subscribe(scopeKey(scope), listener)]
+  // The catalog's events reach every project and conversation stream (event-log.ts).
+  if (!('runId' in scope)) stops.push(feed.subscribe('catalog', listener))
+  const stopListening = (): void => {
+    for (const stop of stops) stop()
+  }
   const unsubscribe = (): void => {
     if (!subscribed) return
     subscribed = false
