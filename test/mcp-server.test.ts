@@ -221,6 +221,35 @@ for (const engine of testEngines()) {
       expect(after.body.items.map((item: { title: string }) => item.title)).toEqual(['Findings'])
     })
 
+    it('offers the project’s knowledge as resources and its agent profile as a prompt; nothing of another’s', async () => {
+      const project = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'with knowledge', systemPrompt: 'You are the on-call helper. Be brief.' } })).body
+      const added = await server.request('POST', `/api/projects/${project.id}/knowledge`, { token: alice.token, body: { title: 'Runbook', text: 'Restart the cache first.\n\nThen check the queue depth.' } })
+      expect(added.status).toBe(201)
+      const { client } = await connect(alice.token, `/mcp/projects/${project.id}`)
+      expect(client.getServerCapabilities()).toMatchObject({ resources: {}, prompts: {} })
+      const { resources } = await client.listResources()
+      expect(resources).toEqual([expect.objectContaining({ uri: `plinth://knowledge/${added.body.id}`, title: 'Runbook', mimeType: 'text/plain' })])
+      const read = await client.readResource({ uri: resources[0]!.uri })
+      expect(read.contents[0]).toMatchObject({ uri: resources[0]!.uri, mimeType: 'text/plain', text: expect.stringContaining('Then check the queue depth.') })
+      const { prompts } = await client.listPrompts()
+      expect(prompts).toEqual([expect.objectContaining({ name: 'agent_profile', title: 'with knowledge: agent profile' })])
+      const prompt = await client.getPrompt({ name: 'agent_profile' })
+      expect(prompt.messages).toEqual([{ role: 'user', content: { type: 'text', text: 'You are the on-call helper. Be brief.' } }])
+      // Unknown names, an item of another project, and /mcp without a project.
+      const missing = await client.readResource({ uri: 'plinth://knowledge/01JZZZZZZZZZZZZZZZZZZZZZZZ' }).catch((error: unknown) => error)
+      expect((missing as McpError).code).toBe(-32002)
+      expect(((await client.getPrompt({ name: 'nope' }).catch((error: unknown) => error)) as McpError).code).toBe(ErrorCode.InvalidParams)
+      const elsewhere = await connect(alice.token, `/mcp/projects/${projectId}`)
+      expect((await elsewhere.client.listResources()).resources).toEqual([])
+      expect(((await elsewhere.client.readResource({ uri: resources[0]!.uri }).catch((error: unknown) => error)) as McpError).code).toBe(-32002)
+      const root = await connect(alice.token)
+      expect((await root.client.listResources()).resources).toEqual([])
+      expect((await root.client.listPrompts()).prompts).toEqual([])
+      // Bob cannot read Alice's item through his own /mcp either.
+      const bobs = await connect(bob.token)
+      expect(((await bobs.client.readResource({ uri: resources[0]!.uri }).catch((error: unknown) => error)) as McpError).code).toBe(-32002)
+    })
+
     it('answers malformed JSON-RPC with JSON-RPC errors (never a 500), and GET or a session-less DELETE with 405', async () => {
       const url = `${server.url}/mcp`
       const parse = await post(url, alice.token, '{"jsonrpc":"2.0", "id": 1, "method": ')

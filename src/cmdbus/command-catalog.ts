@@ -2,6 +2,7 @@ import { Ajv, type ValidateFunction } from 'ajv'
 import addFormatsModule from 'ajv-formats'
 import type {
   CliToolSpec,
+  McpServerSpec,
   CommandContext,
   CommandHandler,
   CommandSpec,
@@ -86,6 +87,7 @@ export class CommandCatalog {
   readonly #notes: string[] = []
   readonly #authorizers = new Map<string, ResourceAuthorizer>()
   readonly #cliTools: Array<{ plugin: string; pluginVersion: string; spec: CliToolSpec }> = []
+  readonly #mcpServers: Array<{ plugin: string; spec: McpServerSpec }> = []
   #projectAuthz: { plugin: string; adapter: ProjectAuthzAdapter } | null = null
   readonly #pending = new Set<() => Promise<void>>()
   readonly #listeners = new Set<(plugin: string) => void>()
@@ -101,6 +103,7 @@ export class CommandCatalog {
     const notes: string[] = []
     const authorizers = new Map<string, ResourceAuthorizer>()
     const cliTools: CliToolSpec[] = []
+    const mcpServers: McpServerSpec[] = []
     let projectAuthz: ProjectAuthzAdapter | null = null
     const registry: Registry = {
       addCommand: (spec: CommandSpec<never>, handler: CommandHandler<never>) => {
@@ -131,6 +134,13 @@ export class CommandCatalog {
         }
         cliTools.push(spec)
       },
+      addMcpServer: (spec) => {
+        if (typeof spec?.name !== 'string' || !/^[a-z][a-z0-9_]{0,40}$/.test(spec.name)) throw new RegistrationError(`MCP server name ${JSON.stringify(spec?.name)} must match ^[a-z][a-z0-9_]{0,40}$`)
+        if (this.#mcpServers.some((server) => server.spec.name === spec.name) || mcpServers.some((server) => server.name === spec.name)) {
+          throw new RegistrationError(`MCP server ${spec.name} is already registered`)
+        }
+        mcpServers.push(spec)
+      },
     }
     return {
       registry,
@@ -144,6 +154,7 @@ export class CommandCatalog {
         for (const [kind, authorizer] of authorizers) this.#authorizers.set(kind, authorizer)
         if (projectAuthz) this.#projectAuthz = { plugin, adapter: projectAuthz }
         for (const spec of cliTools) this.#cliTools.push({ plugin, pluginVersion, spec })
+        for (const spec of mcpServers) this.#mcpServers.push({ plugin, spec })
       },
     }
   }
@@ -242,6 +253,11 @@ export class CommandCatalog {
   /** CLI tools plugins declared; they become commands once probed (see registerCliTools). */
   get cliTools(): ReadonlyArray<{ plugin: string; pluginVersion: string; spec: CliToolSpec }> {
     return this.#cliTools
+  }
+
+  /** The MCP servers plugins ship (`addMcpServer`), for the MCP hub to mount. */
+  get mcpServers(): ReadonlyArray<{ plugin: string; spec: McpServerSpec }> {
+    return this.#mcpServers
   }
 
   /** Core commands only: a per-call confirmation, the model's view of results, availability. */

@@ -234,6 +234,41 @@ export interface CliToolSpec {
   commands: { [command: string]: CliCommandSpec }
 }
 
+/**
+ * An MCP server a plugin ships (since surface 1.6.0): Plinth mounts it as an operator-configured one
+ * (docs/mcp.md) — each remote tool becomes a command `mcp.<name>.<tool>` of plugin `mcp:<name>`, through
+ * the one bus. The operator's `mcpServers` entry of the same name replaces it (and `enabled: false`
+ * there turns it off). Secrets come from environment variable names only (`envFrom`, `headersEnv`).
+ */
+export interface McpServerSpec {
+  /** A command segment (`^[a-z][a-z0-9_]{0,40}$`). */
+  name: string
+  transport: 'stdio' | 'http'
+  /** stdio: the program (an absolute path, e.g. `process.execPath`, or a name on PATH), its arguments, environment and directory. */
+  command?: string
+  args?: string[]
+  env?: { [name: string]: string }
+  /** stdio: child variables taken from Plinth's environment (`{CHILD_NAME: "PLINTH_SIDE_NAME"}`). */
+  envFrom?: { [name: string]: string }
+  cwd?: string
+  /** stdio: start it inside the sandbox with the conversation's work directory (under the sandbox backend only). */
+  sandbox?: boolean
+  /** http: the endpoint, plain headers, and headers whose values come from environment variables. */
+  url?: string
+  headers?: { [name: string]: string }
+  headersEnv?: { [header: string]: string }
+  /** Remote tool names to mount (default all) and to leave out. */
+  tools?: { include?: string[]; exclude?: string[] }
+  /** Overrides the risk the tools' annotations give: for every tool, or per remote tool name. */
+  risk?: { default?: Risk; perTool?: { [tool: string]: Risk } }
+  /** Always ask a person: every tool (`true`) or the named remote tools. */
+  confirm?: boolean | string[]
+  /** Offer the tools to the model (default true). */
+  exposeAsTool?: boolean
+  /** A call's deadline in ms (default 30 s). */
+  timeoutMs?: number
+}
+
 /** What a plugin registers into during `setup`. */
 export interface Registry {
   /**
@@ -250,6 +285,8 @@ export interface Registry {
   registerProjectAuthz(adapter: ProjectAuthzAdapter): void
   /** Offers an allowlisted CLI as a tool (since surface 1.1.0; not offered when exec tools are disabled). */
   addCliTool(spec: CliToolSpec): void
+  /** Ships an MCP server whose tools become commands (since surface 1.6.0; see `McpServerSpec`). */
+  addMcpServer(spec: McpServerSpec): void
 }
 
 /** A plugin module's default export. */

@@ -3,6 +3,7 @@ import {
   deleteKnowledgeItem,
   getKnowledgeItem,
   knowledgeBytesOf,
+  knowledgeItemText,
   RequestError,
   listKnowledgeChunks,
   listKnowledgeItems,
@@ -61,6 +62,11 @@ export class KnowledgeService {
   async list(user: User, projectId: string, page: PageRequest): Promise<Page<KnowledgeItem>> {
     const project = await this.#projects.resolve(user, projectId)
     return listKnowledgeItems(this.#store.db, project.id, user.id, page)
+  }
+
+  /** An item's extracted text, at most `maxChars` characters (the item as resolved by `item`); null before it is ready. */
+  text(item: KnowledgeItem, maxChars: number): Promise<{ text: string; length: number } | null> {
+    return knowledgeItemText(this.#store.db, item.id, maxChars)
   }
 
   /** An item's chunks, in order (the item as resolved by `item`). */

@@ -531,3 +531,14 @@ export async function hasKnowledge(db: Executor, projectId: string): Promise<boo
   const row = await db.selectFrom('knowledge_chunks').select('id').where('project_id', '=', projectId).limit(1).executeTakeFirst()
   return row !== undefined
 }
+
+/** The first `maxChars` characters of an item's extracted text (null before it is ready), and its whole length. */
+export async function knowledgeItemText(db: Executor, itemId: string, maxChars: number): Promise<{ text: string; length: number } | null> {
+  const row = await db
+    .selectFrom('knowledge_items')
+    .select([sql<string | null>`substr(body, 1, ${maxChars})`.as('text'), sql<number | null>`char_length(body)`.as('length')])
+    .where('id', '=', itemId)
+    .where('ingest_status', '=', 'ready')
+    .executeTakeFirst()
+  return row && row.text !== null ? { text: row.text, length: Number(row.length) } : null
+}

@@ -1,4 +1,4 @@
-import type { CliToolSpec, CommandHandler, CommandSpec, JsonValue, ProjectAuthzAdapter, Registry, ResourceAuthorizer, Skill } from '../extension/index.js'
+import type { CliToolSpec, CommandHandler, CommandSpec, JsonValue, McpServerSpec, ProjectAuthzAdapter, Registry, ResourceAuthorizer, Skill } from '../extension/index.js'
 
 type Params = { [key: string]: JsonValue }
 
@@ -15,6 +15,7 @@ export class TestRegistry implements Registry {
   readonly notes: string[] = []
   readonly authorizers = new Map<string, ResourceAuthorizer>()
   readonly cliTools: CliToolSpec[] = []
+  readonly mcpServers: McpServerSpec[] = []
   projectAuthz: ProjectAuthzAdapter | null = null
 
   addCommand<P = Params>(spec: CommandSpec<P>, handler: CommandHandler<P>): void {
@@ -43,6 +44,11 @@ export class TestRegistry implements Registry {
   addCliTool(spec: CliToolSpec): void {
     if (this.cliTools.some((tool) => tool.name === spec.name)) throw new Error(`CLI tool ${spec.name} is already registered`)
     this.cliTools.push(spec)
+  }
+
+  addMcpServer(spec: McpServerSpec): void {
+    if (this.mcpServers.some((server) => server.name === spec.name)) throw new Error(`MCP server ${spec.name} is already registered`)
+    this.mcpServers.push(spec)
   }
 
   /** The registered command, or an error naming the ones that exist. */

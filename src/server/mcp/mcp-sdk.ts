@@ -1,6 +1,15 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
-import type { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError } from '@modelcontextprotocol/sdk/types.js'
+import type {
+  CallToolRequestSchema,
+  ErrorCode,
+  GetPromptRequestSchema,
+  ListPromptsRequestSchema,
+  ListResourcesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+} from '@modelcontextprotocol/sdk/types.js'
 import type { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv-provider.js'
 
 /** The parts of the MCP SDK the `/mcp` routes use. */
@@ -9,6 +18,10 @@ export interface McpSdk {
   StreamableHTTPServerTransport: typeof StreamableHTTPServerTransport
   ListToolsRequestSchema: typeof ListToolsRequestSchema
   CallToolRequestSchema: typeof CallToolRequestSchema
+  ListResourcesRequestSchema: typeof ListResourcesRequestSchema
+  ReadResourceRequestSchema: typeof ReadResourceRequestSchema
+  ListPromptsRequestSchema: typeof ListPromptsRequestSchema
+  GetPromptRequestSchema: typeof GetPromptRequestSchema
   McpError: typeof McpError
   ErrorCode: typeof ErrorCode
   /** One validator for every per-request Server (each would otherwise build its own Ajv). */
@@ -34,6 +47,10 @@ export function loadMcpSdk(): Promise<McpSdk> {
       StreamableHTTPServerTransport: http.StreamableHTTPServerTransport,
       ListToolsRequestSchema: types.ListToolsRequestSchema,
       CallToolRequestSchema: types.CallToolRequestSchema,
+      ListResourcesRequestSchema: types.ListResourcesRequestSchema,
+      ReadResourceRequestSchema: types.ReadResourceRequestSchema,
+      ListPromptsRequestSchema: types.ListPromptsRequestSchema,
+      GetPromptRequestSchema: types.GetPromptRequestSchema,
       McpError: types.McpError,
       ErrorCode: types.ErrorCode,
       validator: new ajv.AjvJsonSchemaValidator(),

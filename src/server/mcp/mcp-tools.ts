@@ -2,10 +2,14 @@ import type { Tool, ToolAnnotations } from '@modelcontextprotocol/sdk/types.js'
 import { catalogRisk, type CommandBus, type RegisteredCommand } from '../../cmdbus/index.js'
 import { projectToolSchema } from '../../llm/index.js'
 import { commandTools } from '../../runmgr/index.js'
+import type { Project, User } from '../../store/index.js'
 
 /** What one `/mcp` request acts on, resolved from its URL and the caller's token. */
 export interface McpScope {
   userId: string
+  user: User
+  /** The project of `/mcp/projects/:projectId`, as the caller may see it. */
+  project: Project | null
   /** `/mcp/projects/:projectId`; null on `/mcp`. */
   projectId: string | null
   conversationId: string | null

@@ -4,6 +4,7 @@ import type { McpSessionRecord, User } from '../../store/index.js'
 import { caller } from '../auth.js'
 import { findHostileValue, jsonDepth, maxJsonDepth } from '../hostile-input.js'
 import { applyAnswer, McpElicitor, splitAnswers } from '../mcp/mcp-elicitation.js'
+import { McpContent } from '../mcp/mcp-content.js'
 import { createMcpServer } from '../mcp/mcp-server.js'
 import { answersElicitation, McpSessions, type InitializeParams } from '../mcp/mcp-sessions.js'
 import { loadMcpSdk } from '../mcp/mcp-sdk.js'
@@ -113,7 +114,8 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
         const transport = new sdk.StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: !elicits })
         const closed = new AbortController()
         const elicitor = elicits ? new McpElicitor({ bus: deps.bus, store: deps.store, transport, sessionId: session.id }) : null
-        const server = createMcpServer(sdk, deps.bus, scope, options.version, elicitor, closed.signal)
+        const content = new McpContent(deps.knowledge, user, scope.project)
+        const server = createMcpServer(sdk, { bus: deps.bus, content }, scope, options.version, elicitor, closed.signal)
         await server.connect(transport)
         if (isInitialize(body)) {
           reply.header('mcp-session-id', await sessions.open(user.id, body.params))
@@ -177,14 +179,14 @@ function isRecord(value: unknown): value is { [key: string]: unknown } {
 
 /** The user, project and conversation a request acts in; 404 for a project or conversation the caller may not read. */
 async function resolveScope(deps: ServerDeps, user: User, params: { projectId?: string; conversationId?: string }): Promise<McpScope> {
-  if (!params.projectId) return { userId: user.id, projectId: null, conversationId: null, subset: null, writable: true }
+  if (!params.projectId) return { userId: user.id, user, project: null, projectId: null, conversationId: null, subset: null, writable: true }
   const project = await deps.projects.resolve(user, params.projectId)
   if (params.conversationId) {
     const { conversation } = await deps.conversations.resolveWithProject(user, params.conversationId)
     if (conversation.projectId !== project.id) throw notFound('conversation')
   }
   const writable = project.ownerId === user.id || (await deps.bus.mayWrite(user.id, project.id))
-  return { userId: user.id, projectId: project.id, conversationId: params.conversationId ?? null, subset: project.tools, writable }
+  return { userId: user.id, user, project, projectId: project.id, conversationId: params.conversationId ?? null, subset: project.tools, writable }
 }
 
 function jsonRpcError(code: number, message: string): { jsonrpc: '2.0'; error: { code: number; message: string }; id: null } {
