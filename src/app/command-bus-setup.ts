@@ -1,9 +1,10 @@
 import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, defaultResultMaxBytes, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
-import { defaultExecSettings, ExecService, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
+import { CommandError } from '../extension/index.js'
+import { defaultExecSettings, ExecService, QuotaError, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
 import { createEmbedder, DocumentExtractor, Ingestor, Retriever, type DocumentExtractorOptions, type Embedder } from '../rag/index.js'
-import { McpHub, type McpServerConfig } from '../mcp/index.js'
+import { McpHub, type McpSandboxHost, type McpServerConfig } from '../mcp/index.js'
 import { announceCatalogChanges } from './catalog-announcer.js'
 import type { Store } from '../store/index.js'
 import { ConfigError, type ExecConfig } from './config.js'
@@ -99,7 +100,16 @@ export async function setUpCommandBus(
   // CLIs from the configuration, then those plugins declared; each is probed before it is offered.
   await registerCliTools(catalog, execDeps, [...execSettings.cliTools.map((spec) => ({ plugin: 'config', pluginVersion: version, spec })), ...catalog.cliTools])
   // After the plugins: an MCP server cannot take a namespace a plugin has (all of them are under `mcp.`).
-  const mcp = new McpHub({ store, ...(options.secretKey && { secretKey: options.secretKey }), catalog, servers: options.mcpServers ?? [], log: (plugin) => createPluginLogger(options.logger, plugin), clientVersion: version, resultMaxBytes })
+  const mcp = new McpHub({
+    store,
+    ...(options.secretKey && { secretKey: options.secretKey }),
+    catalog,
+    servers: options.mcpServers ?? [],
+    log: (plugin) => createPluginLogger(options.logger, plugin),
+    clientVersion: version,
+    resultMaxBytes,
+    sandbox: mcpSandboxHost(exec),
+  })
   const bus = new CommandBus({
     store,
     catalog,
@@ -118,4 +128,22 @@ export async function setUpCommandBus(
     await bus.approveConnected(userId, `mcp.${server}.`)
   }
   return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec, mcp }
+}
+
+/** What `sandbox: true` MCP servers need of the exec sandbox (docs/mcp.md, "Sandboxed stdio servers"). */
+function mcpSandboxHost(exec: ExecService): McpSandboxHost {
+  const quota = async (check: () => Promise<void>): Promise<void> => {
+    try {
+      await check()
+    } catch (error) {
+      if (error instanceof QuotaError) throw new CommandError('quota_exceeded', error.message)
+      throw error
+    }
+  }
+  return {
+    unavailable: () => exec.sandboxUnavailable,
+    launch: (input) => exec.launchSandboxed(input),
+    beforeCall: (conversationId, ownerId) => quota(() => exec.quota.ensureRoom(conversationId, ownerId)),
+    afterCall: (conversationId, ownerId, startedAt) => quota(() => exec.quota.settleAfterExec(conversationId, ownerId, startedAt)),
+  }
 }

@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs'
-import { dirname, resolve } from 'node:path'
+import { dirname, isAbsolute, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
 import type { ExecSettings } from '../exec/index.js'
@@ -145,8 +145,16 @@ const mcpServerSchema = {
     timeoutMs: { type: 'integer', minimum: 100, maximum: 3_600_000 },
     startTimeoutMs: { type: 'integer', minimum: 100, maximum: 600_000 },
     auth: { type: 'object', additionalProperties: false, required: ['type'], properties: { type: { enum: ['oauth'] }, scopes: { type: 'array', items: { type: 'string', minLength: 1 } } } },
+    sandbox: { type: 'boolean' },
+    network: { type: 'boolean' },
+    mounts: { type: 'array', maxItems: 50, items: { type: 'string', minLength: 1 } },
+    idleTimeoutMs: { type: 'integer', minimum: 1000, maximum: 86_400_000 },
+    maxProcesses: { type: 'integer', minimum: 1, maximum: 1000 },
   },
 } as const
+
+/** Keys that mean something only for a sandboxed server. */
+const sandboxOnlyKeys = ['network', 'mounts', 'idleTimeoutMs', 'maxProcesses'] as const
 
 const fileSchema = {
   type: 'object',
@@ -566,7 +574,14 @@ function resolveFilePaths(config: Record<string, unknown>, base: string): void {
   if ('dataDir' in config) config.dataDir = path(config.dataDir)
   // A stdio MCP server's working directory is relative to the file; its command is looked up as a shell would.
   if (Array.isArray(config.mcpServers)) {
-    config.mcpServers = config.mcpServers.map((server: unknown) => (server && typeof server === 'object' && 'cwd' in server ? { ...server, cwd: path((server as { cwd: unknown }).cwd) } : server))
+    config.mcpServers = config.mcpServers.map((server: unknown) => {
+      if (!server || typeof server !== 'object') return server
+      const entry = { ...(server as Record<string, unknown>) }
+      if ('cwd' in entry) entry.cwd = path(entry.cwd)
+      // A sandboxed server's read-only mounts too.
+      if (Array.isArray(entry.mounts)) entry.mounts = entry.mounts.map(path)
+      return entry
+    })
   }
   const exec = config.exec as Record<string, unknown> | undefined
   if (exec && typeof exec === 'object' && 'workRoot' in exec) config.exec = { ...exec, workRoot: path(exec.workRoot) }
@@ -577,11 +592,19 @@ function mcpServerProblems(servers: unknown): string[] {
   if (!Array.isArray(servers)) return []
   const problems: string[] = []
   const seen = new Set<string>()
-  servers.forEach((server: { name?: unknown; transport?: unknown; command?: unknown; url?: unknown } | null, index) => {
+  servers.forEach((server: { name?: unknown; transport?: unknown; command?: unknown; url?: unknown; sandbox?: unknown; mounts?: unknown } | null, index) => {
     if (!server || typeof server !== 'object') return
     if (server.transport === 'stdio' && typeof server.command !== 'string') problems.push(`mcpServers[${index}].command: required for transport stdio`)
     if (server.transport === 'http' && typeof server.url !== 'string') problems.push(`mcpServers[${index}].url: required for transport http`)
     if (server.transport === 'stdio' && 'auth' in server) problems.push(`mcpServers[${index}].auth: OAuth applies to transport http only`)
+    if (server.sandbox === true && server.transport !== 'stdio') problems.push(`mcpServers[${index}].sandbox: only for transport stdio`)
+    if (server.sandbox === true && 'cwd' in server) problems.push(`mcpServers[${index}].cwd: not with sandbox (a sandboxed server runs in the conversation's work directory)`)
+    for (const key of sandboxOnlyKeys) if (key in server && server.sandbox !== true) problems.push(`mcpServers[${index}].${key}: only with sandbox: true`)
+    if (Array.isArray(server.mounts)) {
+      server.mounts.forEach((mount: unknown, at) => {
+        if (typeof mount === 'string' && !isAbsolute(mount)) problems.push(`mcpServers[${index}].mounts[${at}]: must be an absolute path (in the file: relative to the file)`)
+      })
+    }
     if (typeof server.name === 'string') {
       if (seen.has(server.name)) problems.push(`mcpServers[${index}].name: ${JSON.stringify(server.name)} is used twice`)
       seen.add(server.name)

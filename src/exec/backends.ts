@@ -17,8 +17,11 @@ export interface HostSupport {
   prlimit: boolean
 }
 
-/** The wrapper chain in front of a program: enter the cgroup, then set rlimits. */
-async function prelude(support: HostSupport, spec: ExecSpec): Promise<{ argv: string[]; cgroup: ExecCgroup | null }> {
+/**
+ * The wrapper chain in front of a program: enter the cgroup, then set rlimits. A long-lived program
+ * (`persistent`) gets no RLIMIT_CPU, which counts its whole life: the cgroup's cpu.max bounds its rate.
+ */
+async function prelude(support: HostSupport, spec: Pick<ExecSpec, 'limits'>, persistent = false): Promise<{ argv: string[]; cgroup: ExecCgroup | null }> {
   const argv: string[] = []
   let cgroup: ExecCgroup | null = null
   if (support.cgroups.kind !== 'none') {
@@ -28,7 +31,7 @@ async function prelude(support: HostSupport, spec: ExecSpec): Promise<{ argv: st
   }
   if (support.prlimit) {
     // No RLIMIT_AS: it breaks V8 and WebAssembly; the cgroup bounds memory instead.
-    argv.push(tools.prlimit, `--fsize=${spec.limits.fileSizeMb * 1024 * 1024}`, '--nofile=1024', '--core=0', `--cpu=${spec.limits.cpuSeconds}`, '--')
+    argv.push(tools.prlimit, `--fsize=${spec.limits.fileSizeMb * 1024 * 1024}`, '--nofile=1024', '--core=0', ...(persistent ? [] : [`--cpu=${spec.limits.cpuSeconds}`]), '--')
   }
   return { argv, cgroup }
 }
@@ -50,6 +53,15 @@ export class DirectBackend implements ExecBackend {
     const { argv, cgroup } = await prelude(this.#support, spec)
     return runProcess({ argv: [...argv, ...spec.argv], cwd: spec.cwd, env: spec.env, ...(spec.stdin !== undefined && { stdin: spec.stdin }), timeoutMs: spec.timeoutMs, outputBytes: spec.limits.outputBytes, cgroup }, options)
   }
+}
+
+/** A sandboxed program ready to start: its command line (run from `/`) and what goes on its fd 3. */
+export interface SandboxLaunch {
+  argv: string[]
+  /** The seccomp filter bwrap reads on fd 3 (null on an architecture without one). */
+  fd3: Buffer | null
+  /** Its cgroup, already limited; killed and removed by whoever ends the program. */
+  cgroup: ExecCgroup | null
 }
 
 export interface SandboxIdentity {
@@ -79,26 +91,37 @@ export class SandboxBackend implements ExecBackend {
   }
 
   async run(spec: ExecSpec, options: ExecOptions = {}): Promise<ExecResult> {
+    const launch = await this.launch(spec)
+    return runProcess(
+      {
+        argv: launch.argv,
+        cwd: '/',
+        env: spec.env,
+        ...(spec.stdin !== undefined && { stdin: spec.stdin }),
+        ...(launch.fd3 && { fd3: launch.fd3 }),
+        timeoutMs: spec.timeoutMs,
+        outputBytes: spec.limits.outputBytes,
+        cgroup: launch.cgroup,
+      },
+      options,
+    )
+  }
+
+  /**
+   * How to start `spec.argv` in the sandbox: the whole command line (cgroup entry, rlimits, the sandbox
+   * user, bwrap) and the seccomp filter the starter writes to fd 3. Shared by `run` and long-lived
+   * programs (`persistent`: no RLIMIT_CPU), so both get the same isolation. The caller kills and
+   * removes the cgroup when the program is over.
+   */
+  async launch(spec: Pick<ExecSpec, 'argv' | 'cwd' | 'limits' | 'network' | 'mounts'>, options: { persistent?: boolean } = {}): Promise<SandboxLaunch> {
     const bwrap = await bwrapArgs(spec, this.#tmpSizeMb)
-    const { argv, cgroup } = await prelude(this.#support, spec)
+    const { argv, cgroup } = await prelude(this.#support, spec, options.persistent)
     if (this.#identity) {
       argv.push(tools.setpriv, `--reuid=${this.#identity.uid}`, `--regid=${this.#identity.gid}`, '--clear-groups', '--no-new-privs', '--')
     }
     // The seccomp filter reaches bwrap on fd 3, through the wrappers (they keep inherited descriptors).
     const filter = seccompFilter()
-    return runProcess(
-      {
-        argv: [...argv, tools.bwrap, ...(filter ? ['--seccomp', '3'] : []), ...bwrap, '--', ...spec.argv],
-        cwd: '/',
-        env: spec.env,
-        ...(spec.stdin !== undefined && { stdin: spec.stdin }),
-        ...(filter && { fd3: filter }),
-        timeoutMs: spec.timeoutMs,
-        outputBytes: spec.limits.outputBytes,
-        cgroup,
-      },
-      options,
-    )
+    return { argv: [...argv, tools.bwrap, ...(filter ? ['--seccomp', '3'] : []), ...bwrap, '--', ...spec.argv], fd3: filter, cgroup }
   }
 }
 
@@ -173,7 +196,7 @@ async function etcBinds(): Promise<Array<[string, string]>> {
 }
 
 /** The bwrap command line for a spec (everything before `--`). Source paths are realpath-resolved. */
-export async function bwrapArgs(spec: ExecSpec, tmpSizeMb: number): Promise<string[]> {
+export async function bwrapArgs(spec: Pick<ExecSpec, 'cwd' | 'network' | 'mounts'>, tmpSizeMb: number): Promise<string[]> {
   const args = ['--unshare-user', '--disable-userns', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try']
   if (!spec.network) args.push('--unshare-net')
   args.push('--cap-drop', 'ALL', '--new-session', '--die-with-parent', '--hostname', 'sandbox')

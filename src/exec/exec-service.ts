@@ -1,3 +1,4 @@
+import { realpath, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { CliToolSpec, PluginLogger } from '../extension/index.js'
 import { appendAuditEntry, countActiveUsers, getProject, getSetting, setSetting, type Store } from '../store/index.js'
@@ -77,6 +78,17 @@ export class SandboxUnavailableError extends Error {
   }
 }
 
+/** A sandboxed long-lived program ready to spawn (`ExecService.launchSandboxed`). */
+export interface SandboxedLaunch {
+  argv: string[]
+  cwd: string
+  env: Record<string, string>
+  /** Bytes to write to the program's fd 3 (the seccomp filter), or null. */
+  fd3: Buffer | null
+  /** Kills whatever is left of it (its cgroup) and removes what was made for it. */
+  release(): Promise<void>
+}
+
 const settingKey = 'execBackend'
 
 /**
@@ -147,6 +159,51 @@ export class ExecService {
   /** Whether programs can run now: under `direct`, or in a sandbox whose probe passed. */
   get executionAvailable(): boolean {
     return this.#backend === 'direct' || this.#probe.ok
+  }
+
+  /** Why nothing can run in the sandbox now (the backend is `direct`, or its probe failed), or null. */
+  get sandboxUnavailable(): string | null {
+    if (this.#backend !== 'sandbox') return 'the exec backend is direct'
+    return this.#probe.ok ? null : `the sandbox cannot work here (${this.#probe.reason ?? 'the probe failed'})`
+  }
+
+  /**
+   * Prepares a long-lived program in the sandbox (a sandboxed MCP server, docs/mcp.md): exec's isolation
+   * and limits, without RLIMIT_CPU or a deadline; the conversation's work directory at /work, or a new
+   * empty scratch directory (`conversationId` null). `env` is added as given to the exec environment
+   * (the operator wrote it). Never falls back to running outside: SandboxUnavailableError instead. The
+   * starter spawns `argv` with the filter on fd 3, and calls `release` once the program has exited.
+   */
+  async launchSandboxed(input: { conversationId: string | null; argv: string[]; env: Record<string, string>; network: boolean; mounts: string[] }): Promise<SandboxedLaunch> {
+    const unavailable = this.sandboxUnavailable
+    if (unavailable) throw new SandboxUnavailableError(unavailable)
+    for (const mount of input.mounts) {
+      // bwrap would make the mount point inside the conversation's directory.
+      const real = await realpath(mount).catch((error: NodeJS.ErrnoException) => {
+        throw new Error(`mount ${mount} cannot be used (${error.code === 'ENOENT' ? 'no such file or directory' : (error.code ?? error.message)})`)
+      })
+      if (real === sandboxWorkdir || real.startsWith(`${sandboxWorkdir}/`)) throw new Error(`mount ${mount} is under ${sandboxWorkdir}, the work directory inside the sandbox; move it elsewhere`)
+    }
+    const scratch = input.conversationId === null ? await this.workdirs.scratch() : null
+    try {
+      const cwd = scratch ?? (await this.workdirs.prepareForSandbox(input.conversationId!))
+      const backend = new SandboxBackend(this.#support, this.#identity, { tmpSizeMb: this.settings.tmpSizeMb })
+      const launch = await backend.launch({ argv: input.argv, cwd, limits: this.settings.limits, network: input.network, mounts: { ro: input.mounts, rw: [] } }, { persistent: true })
+      return {
+        argv: launch.argv,
+        cwd: '/',
+        env: { ...buildExecEnv(sandboxWorkdir), ...input.env },
+        fd3: launch.fd3,
+        release: async () => {
+          await launch.cgroup?.killAll(1000)
+          await launch.cgroup?.remove()
+          if (scratch) await rm(scratch, { recursive: true, force: true })
+        },
+      }
+    } catch (error) {
+      if (scratch) await rm(scratch, { recursive: true, force: true })
+      throw error
+    }
   }
 
   /**

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import type { FileHandle } from 'node:fs/promises'
 import { Readable } from 'node:stream'
 import { join } from 'node:path'
@@ -85,11 +85,7 @@ export class WorkDirectories {
    */
   async dir(conversationId: string): Promise<string> {
     if (!/^[0-9A-Za-z]{1,64}$/.test(conversationId)) throw new PathError('invalid_path', 'bad conversation id')
-    if (!this.#rootReady) {
-      await mkdir(this.root, { recursive: true })
-      await chmod(this.root, 0o711)
-      this.#rootReady = true
-    }
+    await this.#ensureRoot()
     const dir = join(this.root, conversationId)
     const created = await mkdir(dir, { mode: 0o700 }).then(
       () => true,
@@ -103,6 +99,28 @@ export class WorkDirectories {
       await handle.chown(this.#owner.uid, this.#owner.gid).finally(() => handle.close())
     }
     return dir
+  }
+
+  /**
+   * A new empty directory for a sandboxed program that belongs to no conversation (the listing process of
+   * a sandboxed MCP server), owned like a work directory. Its name (`.scratch-…`) is no conversation id,
+   * so no route reaches it; the caller removes it.
+   */
+  async scratch(): Promise<string> {
+    await this.#ensureRoot()
+    const dir = await mkdtemp(join(this.root, '.scratch-'))
+    if (this.#owner) {
+      const handle = await DirectoryHandle.openTrusted(dir)
+      await handle.chown(this.#owner.uid, this.#owner.gid).finally(() => handle.close())
+    }
+    return dir
+  }
+
+  async #ensureRoot(): Promise<void> {
+    if (this.#rootReady) return
+    await mkdir(this.root, { recursive: true })
+    await chmod(this.root, 0o711)
+    this.#rootReady = true
   }
 
   /** The relative path's segments, or a PathError saying what is wrong with it. */

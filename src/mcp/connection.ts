@@ -7,6 +7,7 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
 import { z } from 'zod'
 import type { PluginLogger } from '../extension/index.js'
+import { LaunchTransport } from './launch-transport.js'
 import type { ToolAnnotations } from './names.js'
 import type { WireToolResult } from './results.js'
 import type { McpServerConfig } from './types.js'
@@ -61,6 +62,10 @@ export class McpConnection {
   readonly #authProvider: (() => Promise<OAuthClientProvider | null>) | undefined
   /** False for a user's own connection to an OAuth server: it only calls; the shared one lists. */
   readonly #lists: boolean
+  /** How to reach the server instead of the configured transport (a sandboxed server's launch). */
+  readonly #makeTransport: (() => Transport) | undefined
+  /** False: a server that stops is not restarted in the background; the next call starts it. */
+  readonly #restarts: boolean
   #waiting = false
   #listings = 0
   readonly #ajv = new Ajv({ strict: false, allErrors: true })
@@ -72,13 +77,18 @@ export class McpConnection {
   #connectedAt = 0
   #retry: NodeJS.Timeout | undefined
 
-  constructor(config: McpServerConfig, deps: { log: PluginLogger; clientVersion: string; onTools: () => void; authProvider?: () => Promise<OAuthClientProvider | null>; lists?: boolean }) {
+  constructor(
+    config: McpServerConfig,
+    deps: { log: PluginLogger; clientVersion: string; onTools: () => void; authProvider?: () => Promise<OAuthClientProvider | null>; lists?: boolean; transport?: () => Transport; restarts?: boolean },
+  ) {
     this.config = config
     this.#log = deps.log
     this.#clientVersion = deps.clientVersion
     this.#onTools = deps.onTools
     this.#authProvider = deps.authProvider
     this.#lists = deps.lists ?? true
+    this.#makeTransport = deps.transport
+    this.#restarts = deps.restarts ?? true
   }
 
   /** Tries again now (a user just connected an OAuth server that was waiting for one). */
@@ -195,8 +205,9 @@ export class McpConnection {
     this.#waiting = false
     const client = new Client({ name: 'plinth', version: this.#clientVersion }, { capabilities: {} })
     const timeout = this.config.startTimeoutMs ?? defaultStartTimeoutMs
+    let transport: Transport | undefined
     try {
-      const transport = this.#transport(auth)
+      transport = this.#transport(auth)
       client.onclose = () => this.#closed(client)
       client.onerror = (error) => this.#log.debug('MCP transport error', { server: this.config.name, error: error.message })
       client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
@@ -222,6 +233,8 @@ export class McpConnection {
       await client.close().catch(() => undefined)
       if (this.#stopped) return
       this.problem = describe(error, timeout)
+      // bwrap says why it could not build the sandbox (a mount that does not exist, …).
+      if (transport instanceof LaunchTransport && transport.sandboxError) this.problem += ` (${transport.sandboxError})`
       if (error instanceof UnauthorizedError || (error as { code?: unknown }).code === 401) {
         // The credentials, not the server: trying again will not help until they change.
         this.#unauthorized = true
@@ -247,6 +260,7 @@ export class McpConnection {
 
   #transport(authProvider: OAuthClientProvider | undefined): Transport {
     const { config } = this
+    if (this.#makeTransport) return this.#makeTransport()
     if (config.transport === 'http') {
       const headers: { [name: string]: string } = { ...config.headers }
       for (const [header, variable] of Object.entries(config.headersEnv ?? {})) {
@@ -297,7 +311,7 @@ export class McpConnection {
     this.#client = null
     if (Date.now() - this.#connectedAt >= stableMs) this.#failures = 0
     this.problem = 'the server stopped'
-    this.#log.warn('MCP server stopped; restarting it', { server: this.config.name })
+    this.#log.warn(this.#restarts ? 'MCP server stopped; restarting it' : 'MCP server stopped', { server: this.config.name })
     this.#down()
   }
 
@@ -306,6 +320,7 @@ export class McpConnection {
     if (this.#stopped) return
     this.state = 'down'
     this.#onTools()
+    if (!this.#restarts) return
     const delay = Math.min(maxBackoffMs, 1000 * 2 ** this.#failures)
     this.#failures++
     this.#log.warn('MCP server not available', { server: this.config.name, problem: this.problem, retryInMs: delay })

@@ -7,7 +7,8 @@ import { pendingTtlMs, sealContext, StoredOAuthProvider } from './oauth-provider
 import { SecretBox } from './secret-box.js'
 import { riskFromAnnotations, toolSegment } from './names.js'
 import { errorText, modelText, toCommandResult } from './results.js'
-import type { McpServerConfig } from './types.js'
+import { SandboxedServers } from './sandbox-pool.js'
+import type { McpSandboxHost, McpServerConfig } from './types.js'
 
 const defaultTimeoutMs = 30_000
 
@@ -41,16 +42,29 @@ export class McpHub {
   readonly #userConnections = new Map<string, Promise<McpConnection>>()
   /** OAuth servers: whose credentials the shared (listing) connection uses, by server. */
   readonly #sharedUser = new Map<string, string>()
+  /** `sandbox: true` servers: their processes, one per conversation. */
+  readonly #sandboxed: SandboxedServers
   /** Told when a user has connected a server (the bus approves their waiting `connect` decisions). */
   onConnected: ((userId: string, server: string) => Promise<void>) | null = null
 
-  constructor(deps: { catalog: CommandCatalog; servers: readonly McpServerConfig[]; log: (plugin: string) => PluginLogger; clientVersion: string; resultMaxBytes: number; store?: Store; secretKey?: string }) {
+  constructor(deps: {
+    catalog: CommandCatalog
+    servers: readonly McpServerConfig[]
+    log: (plugin: string) => PluginLogger
+    clientVersion: string
+    resultMaxBytes: number
+    store?: Store
+    secretKey?: string
+    /** The exec sandbox, for `sandbox: true` servers (without it they never start). */
+    sandbox?: McpSandboxHost
+  }) {
     this.#catalog = deps.catalog
     this.#resultMaxBytes = deps.resultMaxBytes
     this.#log = deps.log
     this.#store = deps.store
     this.#clientVersion = deps.clientVersion
     this.#box = deps.secretKey ? new SecretBox(deps.secretKey) : null
+    this.#sandboxed = new SandboxedServers({ host: deps.sandbox ?? null, log: deps.log, clientVersion: deps.clientVersion })
     this.#connections = deps.servers.map((config) => {
       const connection: McpConnection = new McpConnection(config, {
         log: deps.log(`mcp:${config.name}`),
@@ -58,6 +72,8 @@ export class McpHub {
         onTools: () => this.#mount(connection),
         // An OAuth server's tools are listed with the credentials of a user who connected it.
         ...(config.auth?.type === 'oauth' && { authProvider: () => this.#anyProvider(config) }),
+        // The tools of a sandboxed server are listed by a process of its own in an empty directory.
+        ...(config.sandbox && { transport: () => this.#sandboxed.transport(config, null) }),
       })
       return connection
     })
@@ -67,7 +83,9 @@ export class McpHub {
 
   /** Starts every server not yet started; resolves when each has had its first attempt. */
   async ready(): Promise<void> {
-    await Promise.all(this.#connections.map((connection) => connection.firstAttempt()))
+    // A sandboxed server starts once the sandbox can be used (the backend may be switched to it later).
+    const startable = this.#connections.filter((connection) => !connection.config.sandbox || this.#sandboxed.unavailable() === null)
+    await Promise.all(startable.map((connection) => connection.firstAttempt()))
   }
 
   /** Problems an operator should see on /readyz. */
@@ -75,7 +93,9 @@ export class McpHub {
     const warnings: string[] = []
     for (const connection of this.#connections) {
       const { name } = connection.config
-      if (connection.config.auth?.type === 'oauth' && !this.#box) warnings.push(`MCP server ${name} uses OAuth: set PLINTH_SECRET_KEY so users can connect their accounts`)
+      const sandboxProblem = connection.config.sandbox ? this.#sandboxed.unavailable() : null
+      if (sandboxProblem) warnings.push(`MCP server ${name} runs only in the sandbox (sandbox: true), and ${sandboxProblem}: it is not started outside it and its tools are not offered`)
+      else if (connection.config.auth?.type === 'oauth' && !this.#box) warnings.push(`MCP server ${name} uses OAuth: set PLINTH_SECRET_KEY so users can connect their accounts`)
       // While a retry is under way the last problem still stands.
       else if ((connection.state === 'down' || connection.state === 'starting') && connection.problem) warnings.push(`MCP server ${name} is not available (${connection.problem ?? 'unknown'}); its tools are not offered`)
       for (const refusal of this.#refusals.get(name) ?? []) warnings.push(`MCP server ${name}: ${refusal}`)
@@ -99,6 +119,7 @@ export class McpHub {
   async stop(): Promise<void> {
     const own = await Promise.all([...this.#userConnections.values()].map((connection) => connection.catch(() => null)))
     await Promise.all([...this.#connections, ...own].map((connection) => connection?.stop()))
+    await this.#sandboxed.stop()
   }
 
   /** The OAuth servers and whether `userId` has connected each (never the tokens). */
@@ -286,8 +307,13 @@ export class McpHub {
     const handler = async (params: Params, context: CommandContext): Promise<JsonValue> => {
       let answer
       try {
-        const target = config.auth?.type === 'oauth' ? await this.#forUser(config, context.actor.onBehalfOf) : connection
-        answer = await target.call(tool.name, params, context.signal, timeoutMs)
+        if (config.sandbox) {
+          // The process bound to the caller's conversation, never the listing one.
+          answer = await this.#sandboxed.call(config, context, (own) => own.call(tool.name, params, context.signal, timeoutMs))
+        } else {
+          const target = config.auth?.type === 'oauth' ? await this.#forUser(config, context.actor.onBehalfOf) : connection
+          answer = await target.call(tool.name, params, context.signal, timeoutMs)
+        }
       } catch (error) {
         if (context.signal.aborted || error instanceof CommandError) throw error
         if (error instanceof McpAuthorizationError) {
@@ -308,7 +334,7 @@ export class McpHub {
       handler,
       modelText,
       // A server that is down keeps its commands listed, but the model is not offered them.
-      availableWhen: () => connection.state === 'ready',
+      availableWhen: () => connection.state === 'ready' && (!config.sandbox || this.#sandboxed.unavailable() === null),
       ...(config.auth?.type === 'oauth' && {
         connectionWhen: async (userId: string) => {
           const store = this.#store

@@ -12,6 +12,19 @@ export interface McpServerConfig {
   /** stdio: child variables taken from Plinth's environment (`{CHILD_NAME: "PLINTH_SIDE_NAME"}`), so secrets stay out of the file. */
   envFrom?: { [name: string]: string }
   cwd?: string
+  /**
+   * stdio: run the server inside the exec sandbox, one process per conversation with its work directory
+   * as cwd (docs/mcp.md, "Sandboxed stdio servers"). Never started outside the sandbox.
+   */
+  sandbox?: boolean
+  /** sandbox: network inside the sandbox (default false, like exec). */
+  network?: boolean
+  /** sandbox: host paths bound read-only at the same path (the server's code, a runtime outside /usr). */
+  mounts?: string[]
+  /** sandbox: a conversation's process is closed after this long without a call (default 10 min). */
+  idleTimeoutMs?: number
+  /** sandbox: conversation processes alive at once (default 8); the least recently used is closed first. */
+  maxProcesses?: number
   /** http: the endpoint, plain headers, and headers whose values come from environment variables. */
   url?: string
   headers?: { [name: string]: string }
@@ -30,4 +43,30 @@ export interface McpServerConfig {
   timeoutMs?: number
   /** How long connecting and `initialize` may take (default 10 s). */
   startTimeoutMs?: number
+}
+
+/** A program ready to spawn inside the sandbox (argv of the whole wrapper chain). */
+export interface SandboxLaunch {
+  argv: string[]
+  cwd: string
+  env: { [name: string]: string }
+  /** Bytes the program reads on fd 3 (bwrap's seccomp filter), or null. */
+  fd3: Buffer | null
+  /** Called once the program has exited: kills what is left of it and removes what was made for it. */
+  release(): Promise<void>
+}
+
+/**
+ * What sandboxed stdio servers need from the exec sandbox (given by the app; src/mcp does not run
+ * programs itself). Errors it throws as CommandError reach the caller as they are.
+ */
+export interface McpSandboxHost {
+  /** Why the sandbox cannot be used now (the exec backend is direct, the probe failed), or null. */
+  unavailable(): string | null
+  /** Prepares `argv` in the sandbox with the conversation's work directory (null: an empty scratch directory). */
+  launch(input: { conversationId: string | null; argv: string[]; env: { [name: string]: string }; network: boolean; mounts: string[] }): Promise<SandboxLaunch>
+  /** Refuses a call in a conversation whose work directory is over its quota (CommandError `quota_exceeded`). */
+  beforeCall(conversationId: string, ownerId: string): Promise<void>
+  /** Measures the work directory after a call that began at `startedAt`; over quota, removes what it wrote and throws. */
+  afterCall(conversationId: string, ownerId: string, startedAt: number): Promise<void>
 }

@@ -101,6 +101,8 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
       if (body.entrance === 'agent') {
         throw new HttpProblem('entrance_not_allowed', 'the agent entrance is for the model’s own tool calls; use button, card, slash or chat')
       }
+      // Mounted MCP servers start when the catalog is first needed: a dispatch may be that first need.
+      await bus.catalog.settled()
       const command = bus.catalog.get(commandId)
       if (!command) throw new HttpProblem('unknown_command', `no command ${commandId}`)
       let params = (body.params ?? {}) as { [key: string]: JsonValue }

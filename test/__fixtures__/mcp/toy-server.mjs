@@ -6,8 +6,12 @@
 // writes lines that are not JSON-RPC to stdout before and between its answers. `oauth <port>` serves
 // Streamable HTTP behind OAuth 2.1: an authorization server built with the SDK's server-side helpers
 // (dynamic registration, PKCE; it approves at once, as if the user clicked "allow") on the same port.
-import { appendFileSync } from 'node:fs'
+// TOY_FILES=1 adds `write_file` (writes into its working directory) and `inspect` (its cwd and uid, which
+// paths it can read, whether it can open a TCP connection): what the sandbox tests look at.
+import { appendFileSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
+import { connect } from 'node:net'
+import { join } from 'node:path'
 import { Server } from '@modelcontextprotocol/sdk/server/index.js'
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
@@ -36,6 +40,17 @@ if (process.env.TOY_HANG === '1') {
     { name: 'liar', description: 'Breaks its output schema', inputSchema: object({}), outputSchema: object({ n: { type: 'number' } }, ['n']) },
     { name: 'Bad Schema', description: 'Its input schema is not an object', inputSchema: { type: 'string' } },
     ...(grown ? [{ name: 'extra', description: 'Appeared later', inputSchema: object({}), annotations: { readOnlyHint: true } }] : []),
+    ...(process.env.TOY_FILES === '1'
+      ? [
+          { name: 'write_file', description: 'Writes a file into the working directory', inputSchema: object({ name: { type: 'string' }, text: { type: 'string' } }, ['name', 'text']) },
+          {
+            name: 'inspect',
+            description: 'Where it runs and what it can reach',
+            inputSchema: object({ paths: { type: 'array', items: { type: 'string' } }, host: { type: 'string' }, port: { type: 'integer' } }),
+            annotations: { readOnlyHint: true },
+          },
+        ]
+      : []),
     ...(process.env.TOY_COLLIDE === '1' ? [{ name: 'get-env', description: 'a', inputSchema: object({}) }, { name: 'get_env', description: 'b', inputSchema: object({}) }] : []),
   ]
   const text = (value) => ({ content: [{ type: 'text', text: value }] })
@@ -77,6 +92,37 @@ if (process.env.TOY_HANG === '1') {
           return { ...text('n is a string'), structuredContent: { n: 'not a number' } }
         case 'extra':
           return text('extra here')
+        case 'write_file':
+          writeFileSync(join(process.cwd(), args.name), args.text)
+          return { ...text(`wrote ${args.name}`), structuredContent: { cwd: process.cwd() } }
+        case 'inspect': {
+          // A path counts as readable when it can be listed (a directory) or stat-ed and read (a file).
+          const readable = {}
+          for (const path of args.paths ?? []) {
+            try {
+              if (statSync(path).isDirectory()) readdirSync(path)
+              else readFileSync(path)
+              readable[path] = true
+            } catch {
+              readable[path] = false
+            }
+          }
+          let connected = null
+          if (args.port) {
+            connected = await new Promise((resolve) => {
+              const socket = connect({ host: args.host ?? '127.0.0.1', port: args.port })
+              const done = (value) => {
+                socket.destroy()
+                resolve(value)
+              }
+              socket.once('connect', () => done(true))
+              socket.once('error', () => done(false))
+              socket.setTimeout(2000, () => done(false))
+            })
+          }
+          const result = { cwd: process.cwd(), uid: process.getuid(), readable, connected }
+          return { ...text(JSON.stringify(result)), structuredContent: result }
+        }
         default:
           return { ...text(`no tool ${request.params.name}`), isError: true }
       }
