@@ -1,13 +1,13 @@
 import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, defaultResultMaxBytes, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
-import { CommandError } from '../extension/index.js'
+import { CommandError, type McpServerSpec, type PluginLogger } from '../extension/index.js'
 import { defaultExecSettings, ExecService, QuotaError, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
 import { createEmbedder, DocumentExtractor, Ingestor, Retriever, type DocumentExtractorOptions, type Embedder } from '../rag/index.js'
 import { McpHub, type McpSandboxHost, type McpServerConfig } from '../mcp/index.js'
 import { announceCatalogChanges } from './catalog-announcer.js'
 import type { Store } from '../store/index.js'
-import { ConfigError, type ExecConfig } from './config.js'
+import { ConfigError, mcpServerSpecProblems, type ExecConfig } from './config.js'
 import { createPluginHost } from './plugin-host.js'
 import { loadPlugins, type LoadedPlugin, type RefusedPlugin } from './plugin-loader.js'
 import { version } from './version.js'
@@ -72,7 +72,7 @@ export async function setUpCommandBus(
     limits: { ...defaultExecSettings.limits, ...options.exec?.limits, outputBytes: output.outputBytes },
     quota: { ...defaultExecSettings.quota, ...options.exec?.quota },
   }
-  const catalog = new CommandCatalog()
+  const catalog = new CommandCatalog({ checkMcpServer: mcpServerSpecProblems })
   const access = new ProjectAccess(store, () => catalog.projectAuthz)
   const embedder = options.embedder ?? createEmbedder(undefined)
   // The adapter is looked up on every call: plugins register it after this point.
@@ -104,7 +104,7 @@ export async function setUpCommandBus(
     store,
     ...(options.secretKey && { secretKey: options.secretKey }),
     catalog,
-    servers: options.mcpServers ?? [],
+    servers: withShippedServers(options.mcpServers ?? [], catalog.mcpServers, createPluginLogger(options.logger, 'mcp')),
     log: (plugin) => createPluginLogger(options.logger, plugin),
     clientVersion: version,
     resultMaxBytes,
@@ -128,6 +128,22 @@ export async function setUpCommandBus(
     await bus.approveConnected(userId, `mcp.${server}.`)
   }
   return { bus, access, catalog, plugins, refusedPlugins, retriever, ingestor, exec, mcp }
+}
+
+/**
+ * The configured MCP servers, then those plugins ship (`Registry.addMcpServer`); a configured server of
+ * the same name replaces the shipped one (docs/mcp.md, "Servers plugins ship").
+ */
+function withShippedServers(configured: readonly McpServerConfig[], shipped: ReadonlyArray<{ plugin: string; spec: McpServerSpec }>, log: PluginLogger): McpServerConfig[] {
+  const servers = [...configured]
+  for (const { plugin, spec } of shipped) {
+    if (configured.some((server) => server.name === spec.name)) {
+      log.info('the configured MCP server replaces the one a plugin ships', { server: spec.name, plugin })
+      continue
+    }
+    servers.push(spec)
+  }
+  return servers
 }
 
 /** What `sandbox: true` MCP servers need of the exec sandbox (docs/mcp.md, "Sandboxed stdio servers"). */

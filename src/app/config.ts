@@ -588,6 +588,20 @@ function resolveFilePaths(config: Record<string, unknown>, base: string): void {
 }
 
 /** What a schema cannot say of `mcpServers`: each transport's required keys, unique names. */
+/**
+ * Problems of an MCP server a plugin declares (`Registry.addMcpServer`): the checks a configured one
+ * gets, named without the `mcpServers[i].` prefix. Only absolute paths make sense there (no file to be
+ * relative to).
+ */
+export function mcpServerSpecProblems(spec: unknown): string[] {
+  const ajv = new Ajv({ allErrors: true, strict: false })
+  const problems = ajv.validate(mcpServerSchema, spec) ? [] : (ajv.errors ?? []).map((error) => describeError(error))
+  problems.push(...mcpServerProblems([spec]))
+  const cwd = spec !== null && typeof spec === 'object' ? (spec as { cwd?: unknown }).cwd : undefined
+  if (typeof cwd === 'string' && !isAbsolute(cwd)) problems.push('cwd: must be an absolute path')
+  return problems.map((problem) => problem.replace(/^mcpServers\[0\]\./, '').replace(/^\(root\): /, ''))
+}
+
 function mcpServerProblems(servers: unknown): string[] {
   if (!Array.isArray(servers)) return []
   const problems: string[] = []

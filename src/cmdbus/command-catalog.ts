@@ -88,6 +88,12 @@ export class CommandCatalog {
   readonly #authorizers = new Map<string, ResourceAuthorizer>()
   readonly #cliTools: Array<{ plugin: string; pluginVersion: string; spec: CliToolSpec }> = []
   readonly #mcpServers: Array<{ plugin: string; spec: McpServerSpec }> = []
+  /** Problems of an MCP server a plugin declares (the configuration's own checks); none: accepted. */
+  readonly #checkMcpServer: (spec: McpServerSpec) => string[]
+
+  constructor(options: { checkMcpServer?: (spec: McpServerSpec) => string[] } = {}) {
+    this.#checkMcpServer = options.checkMcpServer ?? (() => [])
+  }
   #projectAuthz: { plugin: string; adapter: ProjectAuthzAdapter } | null = null
   readonly #pending = new Set<() => Promise<void>>()
   readonly #listeners = new Set<(plugin: string) => void>()
@@ -135,7 +141,8 @@ export class CommandCatalog {
         cliTools.push(spec)
       },
       addMcpServer: (spec) => {
-        if (typeof spec?.name !== 'string' || !/^[a-z][a-z0-9_]{0,40}$/.test(spec.name)) throw new RegistrationError(`MCP server name ${JSON.stringify(spec?.name)} must match ^[a-z][a-z0-9_]{0,40}$`)
+        const problems = this.#checkMcpServer(spec)
+        if (problems.length > 0) throw new RegistrationError(`MCP server ${JSON.stringify(spec?.name)}: ${problems.join('; ')}`)
         if (this.#mcpServers.some((server) => server.spec.name === spec.name) || mcpServers.some((server) => server.name === spec.name)) {
           throw new RegistrationError(`MCP server ${spec.name} is already registered`)
         }

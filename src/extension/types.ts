@@ -237,8 +237,8 @@ export interface CliToolSpec {
 /**
  * An MCP server a plugin ships (since surface 1.6.0): Plinth mounts it as an operator-configured one
  * (docs/mcp.md) — each remote tool becomes a command `mcp.<name>.<tool>` of plugin `mcp:<name>`, through
- * the one bus. The operator's `mcpServers` entry of the same name replaces it (and `enabled: false`
- * there turns it off). Secrets come from environment variable names only (`envFrom`, `headersEnv`).
+ * the one bus. The operator's `mcpServers` entry of the same name replaces it. Secrets come from
+ * environment variable names only (`envFrom`, `headersEnv`). Paths must be absolute.
  */
 export interface McpServerSpec {
   /** A command segment (`^[a-z][a-z0-9_]{0,40}$`). */
@@ -253,6 +253,10 @@ export interface McpServerSpec {
   cwd?: string
   /** stdio: start it inside the sandbox with the conversation's work directory (under the sandbox backend only). */
   sandbox?: boolean
+  /** sandbox: network inside the sandbox (default false). */
+  network?: boolean
+  /** sandbox: host paths bound read-only at the same path (the server's own code, e.g. the plugin's directory). */
+  mounts?: string[]
   /** http: the endpoint, plain headers, and headers whose values come from environment variables. */
   url?: string
   headers?: { [name: string]: string }
