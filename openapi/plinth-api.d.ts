@@ -336,6 +336,24 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/conversations/{id}/ui-stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** AI SDK useChat resume: the active run’s whole assistant message again, then live; 204 when no run is active */
+        get: operations["resumeUiStream"];
+        put?: never;
+        /** AI SDK useChat: start a run from the last user message, or answer approvals / client-tool outputs and continue the run; the answer is a UI message stream */
+        post: operations["uiStream"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/decisions": {
         parameters: {
             query?: never;
@@ -1967,6 +1985,34 @@ export interface components {
             ticket: string;
             /** @description The path with the ticket, ready for new EventSource(url) */
             url: string;
+        };
+        /** UiStreamRequest */
+        UiStreamRequest: {
+            approvalPolicy?: "ask" | "dontAsk";
+            clientTools?: unknown[];
+            /** @description The chat id: the conversation id */
+            id?: string;
+            knowledge?: {
+                autoInject?: boolean;
+            };
+            maxIterations?: number;
+            messageId?: string | null;
+            /** @description useChat’s messages; only the last one is acted on (Plinth keeps the history) */
+            messages: ({
+                id: string;
+                metadata?: unknown;
+                parts: ({
+                    type: string;
+                } & {
+                    [key: string]: unknown;
+                })[];
+                role: string;
+            } & {
+                [key: string]: unknown;
+            })[];
+            model?: string;
+            modelParams?: components["schemas"]["ModelParams"];
+            trigger?: "submit-message" | "regenerate-message";
         };
         /** User */
         User: {
@@ -4061,6 +4107,155 @@ export interface operations {
             };
             /** @description Default Response */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    resumeUiStream: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A ULID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The active run as a UI message stream, replayed from its start */
+            200: {
+                headers: {
+                    "x-vercel-ai-ui-message-stream"?: "v1";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description No active run: nothing to resume */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    uiStream: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A ULID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UiStreamRequest"];
+            };
+        };
+        responses: {
+            /** @description The run as a UI message stream (protocol v1): its assistant message, whose id is the run id */
+            200: {
+                headers: {
+                    "x-vercel-ai-ui-message-stream"?: "v1";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -31,6 +31,7 @@ import { HttpProblem, problemBody } from './problem.js'
 import { registerAdminRoutes } from './routes/admin-routes.js'
 import { registerAuditRoutes } from './routes/audit-routes.js'
 import { registerRunRoutes } from './routes/run-routes.js'
+import { registerUiStreamRoutes } from './routes/ui-stream-routes.js'
 import { registerCommandRoutes } from './routes/command-routes.js'
 import { registerDecisionRoutes } from './routes/decision-routes.js'
 import { registerConversationRoutes } from './routes/conversation-routes.js'
@@ -291,6 +292,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerDecisionRoutes(api, deps)
       registerAuditRoutes(api, deps)
       registerRunRoutes(api, deps)
+      registerUiStreamRoutes(api, deps)
       registerKnowledgeRoutes(api, deps)
       registerFileRoutes(api, deps)
       registerMcpConnectionRoutes(api, deps)

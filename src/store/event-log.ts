@@ -233,3 +233,16 @@ function toEventRecord(row: EventRow): EventRecord {
     createdAt: row.created_at.toISOString(),
   }
 }
+
+/**
+ * Where a run's log stands: its last event id, and — when its latest status is `requires_action` —
+ * the id of that status event (the point a client answering it continues after).
+ */
+export async function runLogPoint(db: Executor, runId: string): Promise<{ lastId: number; waitingAt: number | null }> {
+  const { rows } = await sql<{ last: string | null; status_id: string | null; status: string | null }>`
+    select (select max(id) from events where run_id = ${runId}) as last, s.id as status_id, s.data->>'status' as status
+    from (select 1) one
+    left join lateral (select id, data from events where run_id = ${runId} and type = 'run.status' order by id desc limit 1) s on true`.execute(db)
+  const row = rows[0]
+  return { lastId: Number(row?.last ?? 0), waitingAt: row?.status === 'requires_action' && row.status_id ? Number(row.status_id) : null }
+}
