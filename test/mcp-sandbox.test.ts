@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process'
 import { chmod, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises'
 import { homedir, tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
 import { build } from 'esbuild'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ConfigError, loadConfig } from '../src/app/index.js'
@@ -89,12 +89,15 @@ describe.skipIf(!probe.ok)('a sandboxed stdio MCP server (real bwrap)', () => {
   let model: ScriptedModel
   let alice: TestUser
   let bundle: { dir: string; file: string }
+  let dataDir: string
   let projectId: string
   const conversations: string[] = []
-  const servers = (file: string, dir: string): McpServerConfig[] => [
+  const servers = (file: string, dir: string, dataDir: string): McpServerConfig[] => [
     { name: 'boxed', transport: 'stdio', sandbox: true, command: 'node', args: [file, 'stdio', 'boxed'], env: { TOY_FILES: '1' }, mounts: [dir], risk: { default: 'low' }, tools: { exclude: ['Bad Schema'] }, maxProcesses: 2 },
     { name: 'brief', transport: 'stdio', sandbox: true, command: 'node', args: [file, 'stdio', 'brief'], env: { TOY_FILES: '1' }, mounts: [dir], risk: { default: 'low' }, tools: { exclude: ['Bad Schema'] }, idleTimeoutMs: 300 },
     { name: 'broken', transport: 'stdio', sandbox: true, command: 'node', args: [file, 'stdio', 'broken'], mounts: ['/nonexistent/plinth-mcp-server'], startTimeoutMs: 2_000 },
+    // Mounting what holds the data directory (and every conversation's directory) is refused.
+    { name: 'nosy', transport: 'stdio', sandbox: true, command: 'node', args: [file, 'stdio', 'nosy'], mounts: [dirname(dataDir)], startTimeoutMs: 2_000 },
     { name: 'online', transport: 'stdio', sandbox: true, network: true, command: 'node', args: [file, 'stdio', 'online'], env: { TOY_FILES: '1' }, mounts: [dir], risk: { default: 'low' }, tools: { include: ['inspect'] } },
   ]
 
@@ -102,7 +105,10 @@ describe.skipIf(!probe.ok)('a sandboxed stdio MCP server (real bwrap)', () => {
     bundle = await bundleToy()
     store = await openTestStore('pglite')
     model = new ScriptedModel({ id: 'scripted', turns: [] })
-    server = await startTestServer(store, { models: [model], exec: { backend: 'sandbox' }, mcpServers: servers(bundle.file, bundle.dir) })
+    dataDir = await mkdtemp(join(tmpdir(), 'plinth-boxed-data-'))
+    // The sandbox user must reach the work directories below it (mkdtemp makes it 0700).
+    await chmod(dataDir, 0o711)
+    server = await startTestServer(store, { models: [model], dataDir, exec: { backend: 'sandbox' }, mcpServers: servers(bundle.file, bundle.dir, dataDir) })
     alice = await server.createUser()
     projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'boxed' } })).body.id
     for (let index = 0; index < 3; index++) conversations.push((await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id)
@@ -111,6 +117,7 @@ describe.skipIf(!probe.ok)('a sandboxed stdio MCP server (real bwrap)', () => {
     await server?.close()
     await store?.close()
     if (bundle) await rm(bundle.dir, { recursive: true, force: true })
+    if (dataDir) await rm(dataDir, { recursive: true, force: true })
   })
 
   const dispatch = (id: string, params: Record<string, unknown>, conversationId?: string) =>
@@ -122,7 +129,10 @@ describe.skipIf(!probe.ok)('a sandboxed stdio MCP server (real bwrap)', () => {
     expect(ids).toEqual(expect.arrayContaining(['mcp.boxed.write_file', 'mcp.boxed.inspect', 'mcp.boxed.echo']))
     expect(ids.filter((id) => id.startsWith('mcp.broken.'))).toEqual([])
     const ready = await server.request('GET', '/readyz')
-    expect((ready.body.warnings as string[]).filter((warning) => warning.includes('MCP server'))).toEqual([expect.stringMatching(/^MCP server broken is not available \(mount \/nonexistent\/plinth-mcp-server cannot be used \(no such file or directory\)\); its tools are not offered$/)])
+    expect((ready.body.warnings as string[]).filter((warning) => warning.includes('MCP server')).sort()).toEqual([
+      expect.stringMatching(/^MCP server broken is not available \(mount \/nonexistent\/plinth-mcp-server cannot be used \(no such file or directory\)\); its tools are not offered$/),
+      expect.stringMatching(/^MCP server nosy is not available \(mount .* overlaps .* \(the work directories or the data directory\), which a sandboxed server must not see\); its tools are not offered$/),
+    ])
     // The listing process runs as the sandbox user.
     expect(toyProcesses('boxed').length).toBe(1)
   })
@@ -165,8 +175,10 @@ describe.skipIf(!probe.ok)('a sandboxed stdio MCP server (real bwrap)', () => {
     const paths = [server.dataDir, join(server.dataDir, 'work', b), homedir(), '/root', process.cwd(), '/work', bundle.file]
     const answer = await dispatch('mcp.boxed.inspect', { paths, host: '127.0.0.1', port }, a)
     expect(answer.status).toBe(200)
-    const seen = answer.body.result.structuredContent as { cwd: string; uid: number; readable: Record<string, boolean>; connected: boolean | null }
+    const seen = answer.body.result.structuredContent as { cwd: string; uid: number; home: string; readable: Record<string, boolean>; connected: boolean | null }
     expect(seen.cwd).toBe('/work')
+    // HOME is on the sandbox's own tmpfs: nothing the model writes into /work is read as the server's dotfiles.
+    expect(seen.home).toBe('/tmp')
     expect(seen.uid).not.toBe(0)
     expect(seen.readable).toEqual({ [server.dataDir]: false, [join(server.dataDir, 'work', b)]: false, [homedir()]: false, '/root': false, [process.cwd()]: process.cwd() === '/work', '/work': true, [bundle.file]: true })
     // Plinth listens on loopback: a sandbox without network cannot reach it.
@@ -195,6 +207,20 @@ describe.skipIf(!probe.ok)('a sandboxed stdio MCP server (real bwrap)', () => {
     await until('at most two conversation processes', () => toyProcesses('boxed').length === 3)
   })
 
+  it('never closes a busy process for another: a call past maxProcesses, all busy, fails mcp_busy', async () => {
+    const [a, b, c] = conversations as [string, string, string]
+    const slow = [dispatch('mcp.boxed.slow', { ms: 10_000 }, a), dispatch('mcp.boxed.slow', { ms: 10_000 }, b)]
+    // Once both calls are under way (until then C may still take an idle process), C is refused.
+    let refused: { code?: string; commandCode?: string } = {}
+    await until('a call in C refused while A and B are busy', async () => {
+      refused = (await dispatch('mcp.boxed.echo', { text: 'x' }, c)).body
+      return refused.commandCode === 'mcp_busy'
+    })
+    expect(refused).toMatchObject({ code: 'command_error', commandCode: 'mcp_busy' })
+    // Neither busy call was cut short.
+    for (const answer of await Promise.all(slow)) expect(answer.body.result).toMatchObject({ content: [{ text: 'done' }] })
+  })
+
   it('closes a process after idleTimeoutMs without a call', async () => {
     expect((await dispatch('mcp.brief.echo', { text: 'hi' }, conversations[2])).status).toBe(200)
     // Only the listing process stays.
@@ -205,7 +231,7 @@ describe.skipIf(!probe.ok)('a sandboxed stdio MCP server (real bwrap)', () => {
     // A data directory of the test's own: it stays after the server closes, to be looked at.
     const dataDir = await mkdtemp(join(tmpdir(), 'plinth-mcp-shutdown-'))
     await chmod(dataDir, 0o711)
-    const other = await startTestServer(store, { dataDir, exec: { backend: 'sandbox' }, mcpServers: [{ ...servers(bundle.file, bundle.dir)[0]!, name: 'shortlived', args: [bundle.file, 'stdio', 'shortlived'] }] })
+    const other = await startTestServer(store, { dataDir, exec: { backend: 'sandbox' }, mcpServers: [{ ...servers(bundle.file, bundle.dir, dataDir)[0]!, name: 'shortlived', args: [bundle.file, 'stdio', 'shortlived'] }] })
     try {
       const user = await other.createUser()
       const project = (await other.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id

@@ -102,6 +102,7 @@ export class ExecService {
   readonly workdirs: WorkDirectories
   readonly quota: WorkQuota
   readonly #store: Store
+  readonly #dataDir: string
   readonly #log: PluginLogger
   readonly #support: HostSupport
   #probe: ProbeResult
@@ -111,6 +112,7 @@ export class ExecService {
 
   private constructor(store: Store, settings: ExecSettings, dataDir: string, log: PluginLogger, support: HostSupport, probe: { result: ProbeResult; identity: SandboxIdentity | null }) {
     this.#store = store
+    this.#dataDir = dataDir
     this.settings = settings
     this.#log = log
     this.#support = support
@@ -183,6 +185,14 @@ export class ExecService {
         throw new Error(`mount ${mount} cannot be used (${error.code === 'ENOENT' ? 'no such file or directory' : (error.code ?? error.message)})`)
       })
       if (real === sandboxWorkdir || real.startsWith(`${sandboxWorkdir}/`)) throw new Error(`mount ${mount} is under ${sandboxWorkdir}, the work directory inside the sandbox; move it elsewhere`)
+      // Every conversation's directory is owned by the one sandbox user: a mount that holds (or is in)
+      // the work root or the data directory would show the server other conversations' files.
+      for (const guarded of [this.workdirs.root, this.#dataDir]) {
+        const root = await realpath(guarded).catch(() => guarded)
+        if (real === root || root.startsWith(`${real}/`) || real === '/' || real.startsWith(`${root}/`)) {
+          throw new Error(`mount ${mount} overlaps ${root} (the work directories or the data directory), which a sandboxed server must not see`)
+        }
+      }
     }
     const scratch = input.conversationId === null ? await this.workdirs.scratch() : null
     try {
@@ -192,7 +202,9 @@ export class ExecService {
       return {
         argv: launch.argv,
         cwd: '/',
-        env: { ...buildExecEnv(sandboxWorkdir), ...input.env },
+        // HOME on the sandbox's own tmpfs, not in /work: what the model writes there (a .pth file, a
+        // dotfile) must not be read as the server's configuration (docs/mcp.md, "Sandboxed stdio servers").
+        env: { ...buildExecEnv('/tmp'), PYTHONNOUSERSITE: '1', PYTHONSAFEPATH: '1', ...input.env },
         fd3: launch.fd3,
         release: async () => {
           await launch.cgroup?.killAll(1000)

@@ -103,9 +103,13 @@ export class SandboxedServers {
     }
     const max = config.maxProcesses ?? defaultMaxProcesses
     while (pool.size >= max) {
-      // The least recently used without a call under way; when every one is busy, the least recently used.
-      const [victimId, victim] = [...pool].find(([, candidate]) => candidate.calls === 0) ?? [...pool][0]!
-      void this.#close(config.name, victimId, victim, `more than maxProcesses (${max})`)
+      // The least recently used without a call under way. A busy one is never closed: another user's
+      // call would fail for this one's sake.
+      const idle = [...pool].find(([, candidate]) => candidate.calls === 0)
+      if (!idle) {
+        throw new CommandError('mcp_busy', `MCP server ${config.name} already runs ${max} processes (maxProcesses), each with a call under way: try again shortly`)
+      }
+      void this.#close(config.name, idle[0], idle[1], `more than maxProcesses (${max})`)
     }
     const connection = new McpConnection(config, {
       log: this.#log(`mcp:${config.name}`),

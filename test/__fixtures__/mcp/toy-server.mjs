@@ -120,7 +120,7 @@ if (process.env.TOY_HANG === '1') {
               socket.setTimeout(2000, () => done(false))
             })
           }
-          const result = { cwd: process.cwd(), uid: process.getuid(), readable, connected }
+          const result = { cwd: process.cwd(), uid: process.getuid(), home: process.env.HOME ?? null, readable, connected }
           return { ...text(JSON.stringify(result)), structuredContent: result }
         }
         default:
