@@ -165,12 +165,28 @@ for (const engine of testEngines()) {
       const stray = await rpc(url, alice.token, { jsonrpc: '2.0', id: 'plinth-decision:01JZZZZZZZZZZZZZZZZZZZZZZZ', result: { action: 'accept', content: { decision: 'approve' } } })
       expect(stray.status).toBe(400)
 
-      const other = await connectAsking(server.url, alice.token, `/mcp/projects/${projectId}`, { current: () => ({ action: 'cancel' }) })
-      const waiting = await other.client.callTool({ name: 'rdm__draft__compose', arguments: { title: 'Forged', body: 'x' } })
-      const { decisionId } = waiting.structuredContent as { decisionId: string }
+      // Another session's question, still open: an answer from this session does not decide it.
+      let release!: (result: ElicitResult) => void
+      let questioned!: (request: ElicitRequest) => void
+      const question = new Promise<ElicitRequest>((resolve) => (questioned = resolve))
+      const other = await connectAsking(server.url, alice.token, `/mcp/projects/${projectId}`, {
+        current: (request) => {
+          questioned(request)
+          return new Promise<ElicitResult>((resolve) => (release = resolve))
+        },
+      })
+      const calling = other.client.callTool({ name: 'rdm__draft__compose', arguments: { title: 'Forged', body: 'x' } })
+      await question
+      const decisionId = ((await server.request('GET', '/api/decisions?status=pending', { token: alice.token })).body.items as Array<{ id: string; params: { title?: string } }>).find((item) => item.params.title === 'Forged')!.id
       const forged = await rpc(url, alice.token, { jsonrpc: '2.0', id: `plinth-decision:${decisionId}`, result: { action: 'accept', content: { decision: 'approve' } } }, { 'mcp-session-id': sessionId })
       expect(forged.status).toBe(202)
       expect((await server.request('GET', `/api/decisions/${decisionId}`, { token: alice.token })).body.status).toBe('pending')
+      // The session asked still answers it.
+      release({ action: 'decline' })
+      expect((await calling).structuredContent).toMatchObject({ error: { code: 'rejected' } })
+      // An initialize naming a forgotten session starts a new one instead of failing.
+      const reinit = await rpc(url, alice.token, { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } }, { 'mcp-session-id': '00000000-0000-4000-8000-000000000000' })
+      expect(reinit.status).toBe(200)
       const otherId = other.transport.sessionId!
       await other.transport.terminateSession()
       expect((await rpc(url, alice.token, list, { 'mcp-session-id': otherId })).status).toBe(404)

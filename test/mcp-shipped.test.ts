@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { setUpCommandBus } from '../src/app/index.js'
+import { Writable } from 'node:stream'
+import { createLogger, setUpCommandBus } from '../src/app/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
@@ -12,6 +13,7 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 // one, replaced by a configured one of the same name, refused at load when malformed (docs/mcp.md).
 const shipper = new URL('./__fixtures__/plugins/mcp-shipper.ts', import.meta.url).pathname
 const badShipper = new URL('./__fixtures__/plugins/mcp-shipper-bad.ts', import.meta.url).pathname
+const secretShipper = new URL('./__fixtures__/plugins/mcp-shipper-secret.ts', import.meta.url).pathname
 const toy = new URL('./__fixtures__/mcp/toy-server.mjs', import.meta.url).pathname
 
 describe('MCP servers that plugins ship', () => {
@@ -54,6 +56,31 @@ describe('MCP servers that plugins ship', () => {
     const other = await server.createUser()
     const shipped = (await commandsOf(server, other.token)).filter((command) => command.plugin === 'mcp:shipped')
     expect(shipped.map((command) => command.id)).toEqual(['mcp.shipped.fail'])
+  })
+
+  it('a shipped server’s credentials are scrubbed from the logs like a configured one’s', async () => {
+    const lines: string[] = []
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        lines.push(chunk.toString())
+        done()
+      },
+    })
+    const secret = 'shipped-secret-value-0123456789'
+    process.env.PLINTH_TEST_SHIPPED_SECRET = secret
+    const logger = createLogger('debug', sink)
+    const dataDir = await mkdtemp(join(tmpdir(), 'plinth-shipper-log-'))
+    const setup = await setUpCommandBus(store, { plugins: [secretShipper], dataDir, exec: { backend: 'direct' }, logger, actionTtlMs: 60_000, allowanceTtlMs: 60_000 })
+    try {
+      logger.info({ leaked: `token=${secret}` }, `a line that carries ${secret}`)
+      const joined = lines.join('')
+      expect(joined).toContain('a line that carries [redacted]')
+      expect(joined).not.toContain(secret)
+    } finally {
+      await setup.mcp.stop()
+      delete process.env.PLINTH_TEST_SHIPPED_SECRET
+      await rm(dataDir, { recursive: true, force: true })
+    }
   })
 
   it('a malformed shipped server refuses its plugin at load, naming what is wrong', async () => {

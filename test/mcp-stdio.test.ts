@@ -114,6 +114,21 @@ describe('plinth mcp (stdio)', () => {
     }
   })
 
+  it('renews a session the server has forgotten, without the client noticing', { timeout: 120_000 }, async () => {
+    const transport = new StdioClientTransport({ command: process.execPath, args: [plinthBin, 'mcp', '--token', user.token, '--url', server.url], env: cliEnv() as Record<string, string>, stderr: 'pipe' })
+    const client = new Client({ name: 'stdio-renew', version: '1.0.0' })
+    await client.connect(transport)
+    try {
+      expect((await client.listTools()).tools.length).toBeGreaterThan(0)
+      // As after a day idle: every session is gone.
+      await store.db.deleteFrom('mcp_sessions').execute()
+      const pinged = await client.callTool({ name: 'rdm__ping', arguments: { target: 'renewed' } })
+      expect(pinged.structuredContent).toMatchObject({ pong: true, target: 'renewed' })
+    } finally {
+      await client.close()
+    }
+  })
+
   it('answers what it was sent, then exits 0 once stdin closes; stdout holds JSON-RPC only', { timeout: 120_000 }, async () => {
     const child = spawn(process.execPath, [plinthBin, 'mcp', '--url', server.url], { cwd, env: cliEnv({ PLINTH_TOKEN: user.token }), stdio: ['pipe', 'pipe', 'pipe'] })
     let stdout = ''

@@ -1,13 +1,14 @@
 import { join } from 'node:path'
 import type { Logger } from 'pino'
 import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, defaultResultMaxBytes, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
-import { CommandError, type McpServerSpec, type PluginLogger } from '../extension/index.js'
+import { CommandError, type McpServerSpec } from '../extension/index.js'
 import { defaultExecSettings, ExecService, QuotaError, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
 import { createEmbedder, DocumentExtractor, Ingestor, Retriever, type DocumentExtractorOptions, type Embedder } from '../rag/index.js'
 import { McpHub, type McpSandboxHost, type McpServerConfig } from '../mcp/index.js'
 import { announceCatalogChanges } from './catalog-announcer.js'
 import type { Store } from '../store/index.js'
 import { ConfigError, mcpServerSpecProblems, type ExecConfig } from './config.js'
+import { mcpServerSecrets, scrubAlso } from './logger.js'
 import { createPluginHost } from './plugin-host.js'
 import { loadPlugins, type LoadedPlugin, type RefusedPlugin } from './plugin-loader.js'
 import { version } from './version.js'
@@ -104,7 +105,7 @@ export async function setUpCommandBus(
     store,
     ...(options.secretKey && { secretKey: options.secretKey }),
     catalog,
-    servers: withShippedServers(options.mcpServers ?? [], catalog.mcpServers, createPluginLogger(options.logger, 'mcp')),
+    servers: withShippedServers(options.mcpServers ?? [], catalog.mcpServers, options.logger),
     log: (plugin) => createPluginLogger(options.logger, plugin),
     clientVersion: version,
     resultMaxBytes,
@@ -134,15 +135,17 @@ export async function setUpCommandBus(
  * The configured MCP servers, then those plugins ship (`Registry.addMcpServer`); a configured server of
  * the same name replaces the shipped one (docs/mcp.md, "Servers plugins ship").
  */
-function withShippedServers(configured: readonly McpServerConfig[], shipped: ReadonlyArray<{ plugin: string; spec: McpServerSpec }>, log: PluginLogger): McpServerConfig[] {
+function withShippedServers(configured: readonly McpServerConfig[], shipped: ReadonlyArray<{ plugin: string; spec: McpServerSpec }>, logger: Logger): McpServerConfig[] {
   const servers = [...configured]
   for (const { plugin, spec } of shipped) {
     if (configured.some((server) => server.name === spec.name)) {
-      log.info('the configured MCP server replaces the one a plugin ships', { server: spec.name, plugin })
+      createPluginLogger(logger, 'mcp').info('the configured MCP server replaces the one a plugin ships', { server: spec.name, plugin })
       continue
     }
     servers.push(spec)
   }
+  // Their credentials are scrubbed from the logs like the configured servers' (known only now).
+  scrubAlso(logger, mcpServerSecrets(servers))
   return servers
 }
 

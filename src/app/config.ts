@@ -597,8 +597,10 @@ export function mcpServerSpecProblems(spec: unknown): string[] {
   const ajv = new Ajv({ allErrors: true, strict: false })
   const problems = ajv.validate(mcpServerSchema, spec) ? [] : (ajv.errors ?? []).map((error) => describeError(error))
   problems.push(...mcpServerProblems([spec]))
-  const cwd = spec !== null && typeof spec === 'object' ? (spec as { cwd?: unknown }).cwd : undefined
-  if (typeof cwd === 'string' && !isAbsolute(cwd)) problems.push('cwd: must be an absolute path')
+  const record = spec !== null && typeof spec === 'object' ? (spec as Record<string, unknown>) : {}
+  if (typeof record.cwd === 'string' && !isAbsolute(record.cwd)) problems.push('cwd: must be an absolute path')
+  // The operator's to set (in an mcpServers entry of the same name), not the plugin's.
+  for (const key of ['auth', 'idleTimeoutMs', 'maxProcesses']) if (key in record) problems.push(`${key}: not for a server a plugin ships (the operator sets it in mcpServers)`)
   return problems.map((problem) => problem.replace(/^mcpServers\[0\]\./, '').replace(/^\(root\): /, ''))
 }
 

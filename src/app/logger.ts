@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http'
-import { pino, stdSerializers, type Logger } from 'pino'
+import { pino, stdSerializers, type Logger, type LoggerOptions } from 'pino'
+import type { McpServerConfig } from '../mcp/index.js'
 import type { PlinthConfig } from './config.js'
 
 /** Paths pino blanks out wherever they appear in a log line: secrets never reach logs. */
@@ -47,18 +48,20 @@ export function redactUrl(url: string): string {
 /** What Fastify's listen is told to log (see listenTextResolver); the logger drops it. */
 export const fastifyListeningText = 'fastify listening'
 
+/** MCP servers' credentials: from the environment (headersEnv, envFrom) and plain headers. */
+export function mcpServerSecrets(servers: ReadonlyArray<Pick<McpServerConfig, 'headersEnv' | 'envFrom' | 'headers'>>, env: NodeJS.ProcessEnv = process.env): string[] {
+  return servers
+    .flatMap((server) => [...Object.values(server.headersEnv ?? {}).map((name) => env[name]), ...Object.values(server.envFrom ?? {}).map((name) => env[name]), ...Object.values(server.headers ?? {})])
+    .filter((secret): secret is string => typeof secret === 'string' && secret.length >= 8)
+}
+
 /** The secrets of a configuration, scrubbed literally from every log line. */
 export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metricsToken' | 'models'> & Partial<Pick<PlinthConfig, 'mcpServers' | 'secretKey'>>, env: NodeJS.ProcessEnv = process.env): string[] {
   const secrets = [
     config.adminToken,
     config.metricsToken,
     config.secretKey,
-    // MCP servers' credentials come from the environment (headersEnv, envFrom) and from plain headers.
-    ...(config.mcpServers ?? []).flatMap((server) => [
-      ...Object.values(server.headersEnv ?? {}).map((name) => env[name]),
-      ...Object.values(server.envFrom ?? {}).map((name) => env[name]),
-      ...Object.values(server.headers ?? {}),
-    ]),
+    ...mcpServerSecrets(config.mcpServers ?? [], env),
     ...config.models.map((model) => (model.apiKeyEnv ? env[model.apiKeyEnv] : undefined)),
     // Extra upstream headers may carry a gateway's credentials.
     ...config.models.flatMap((model) => Object.values(model.headers ?? {})),
@@ -73,38 +76,51 @@ export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metrics
  */
 export function createLogger(level: string, destination?: NodeJS.WritableStream, secrets: readonly string[] = []): Logger {
   const literal = secrets.filter((secret) => secret.length >= 8)
+  const logger = pino(options(level, literal), destination ?? process.stdout)
+  literalSecrets.set(logger, literal)
+  return logger
+}
+
+/** Each logger's literal secrets: more are added once plugins have declared theirs (`scrubAlso`). */
+const literalSecrets = new WeakMap<Logger, string[]>()
+
+/** Scrubs these values from every later line of `logger` (made by `createLogger`) and its children. */
+export function scrubAlso(logger: Logger, secrets: readonly string[]): void {
+  const literal = literalSecrets.get(logger)
+  if (!literal) return
+  for (const secret of secrets) if (secret.length >= 8 && !literal.includes(secret)) literal.push(secret)
+}
+
+function options(level: string, literal: readonly string[]): LoggerOptions {
   const scrub = (line: string): string => {
     let out = line
     for (const [shape, replacement] of secretShapes) out = out.replace(shape, replacement)
     for (const secret of literal) if (out.includes(secret)) out = out.split(secret).join('[redacted]')
     return out
   }
-  return pino(
-    {
-      level,
-      redact: { paths: redactPaths, censor: '[redacted]' },
-      serializers: {
-        req: (request: IncomingMessage & { ip?: string }) => ({
-          method: request.method,
-          url: redactUrl(request.url ?? ''),
-          remoteAddress: request.ip ?? request.socket?.remoteAddress,
-          remotePort: request.socket?.remotePort,
-        }),
-        err: (error: Error) => {
-          const serialized = stdSerializers.err(error) as Record<string, unknown>
-          delete serialized.rawPacket
-          return serialized
-        },
-      },
-      hooks: {
-        streamWrite: scrub,
-        // Fastify's own "Server listening at" lines (one per interface): Plinth logs one line of its own.
-        logMethod(args, method) {
-          if (args[0] === fastifyListeningText) return
-          method.apply(this, args)
-        },
+  return {
+    level,
+    redact: { paths: redactPaths, censor: '[redacted]' },
+    serializers: {
+      req: (request: IncomingMessage & { ip?: string }) => ({
+        method: request.method,
+        url: redactUrl(request.url ?? ''),
+        remoteAddress: request.ip ?? request.socket?.remoteAddress,
+        remotePort: request.socket?.remotePort,
+      }),
+      err: (error: Error) => {
+        const serialized = stdSerializers.err(error) as Record<string, unknown>
+        delete serialized.rawPacket
+        return serialized
       },
     },
-    destination ?? process.stdout,
-  )
+    hooks: {
+      streamWrite: scrub,
+      // Fastify's own "Server listening at" lines (one per interface): Plinth logs one line of its own.
+      logMethod(args, method) {
+        if (args[0] === fastifyListeningText) return
+        method.apply(this, args)
+      },
+    },
+  }
 }

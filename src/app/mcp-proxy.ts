@@ -1,7 +1,10 @@
 import type { Readable, Writable } from 'node:stream'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
-import { ErrorCode, InitializeResultSchema, isJSONRPCRequest, type JSONRPCMessage, type RequestId } from '@modelcontextprotocol/sdk/types.js'
+import { ErrorCode, InitializeResultSchema, isJSONRPCRequest, type JSONRPCMessage, type JSONRPCRequest, type RequestId } from '@modelcontextprotocol/sdk/types.js'
+
+/** The id of the proxy's own `initialize` when it renews a forgotten session. */
+const reinitializeId = 'plinth-proxy-reinitialize'
 
 export interface McpProxyOptions {
   /** The running server's base URL, e.g. http://127.0.0.1:8080. */
@@ -29,28 +32,73 @@ export function mcpEndpoint(base: string, project?: string): URL {
 export async function runMcpProxy(options: McpProxyOptions): Promise<number> {
   const input = options.input ?? process.stdin
   const stdio = new StdioServerTransport(input, options.output ?? process.stdout)
-  const http = new StreamableHTTPClientTransport(mcpEndpoint(options.url, options.project), {
-    requestInit: { headers: { authorization: `Bearer ${options.token}` } },
-  })
   const initializeIds = new Set<RequestId>()
   const inFlight = new Set<Promise<void>>()
+  /** The client's `initialize`, replayed when the server has forgotten the session. */
+  let initialize: JSONRPCRequest | null = null
+  let reinitialized: ((ok: boolean) => void) | null = null
 
   const reply = (message: JSONRPCMessage): void => {
     stdio.send(message).catch((error: unknown) => options.log(`plinth mcp: cannot write to stdout: ${(error as Error).message}`))
   }
-  http.onmessage = (message) => {
-    // The negotiated version goes on every later request, as the SDK's own client does.
-    if ('id' in message && message.id !== undefined && initializeIds.delete(message.id) && 'result' in message) {
-      const parsed = InitializeResultSchema.safeParse(message.result)
-      if (parsed.success) http.setProtocolVersion(parsed.data.protocolVersion)
+  const connect = (): StreamableHTTPClientTransport => {
+    const transport = new StreamableHTTPClientTransport(mcpEndpoint(options.url, options.project), {
+      requestInit: { headers: { authorization: `Bearer ${options.token}` } },
+    })
+    transport.onmessage = (message) => {
+      // The answer to our own re-initialize is not the client's to see.
+      if ('id' in message && message.id === reinitializeId) {
+        const parsed = 'result' in message ? InitializeResultSchema.safeParse(message.result) : undefined
+        if (parsed?.success) transport.setProtocolVersion(parsed.data.protocolVersion)
+        reinitialized?.(Boolean(parsed?.success))
+        return
+      }
+      // The negotiated version goes on every later request, as the SDK's own client does.
+      if ('id' in message && message.id !== undefined && initializeIds.delete(message.id) && 'result' in message) {
+        const parsed = InitializeResultSchema.safeParse(message.result)
+        if (parsed.success) transport.setProtocolVersion(parsed.data.protocolVersion)
+      }
+      reply(message)
     }
-    reply(message)
+    transport.onerror = (error) => options.log(`plinth mcp: ${error.message}`)
+    return transport
   }
-  http.onerror = (error) => options.log(`plinth mcp: ${error.message}`)
+  let http = connect()
+
+  /**
+   * The server answered 404 for the session (it was idle for a day, or ended): start a new one with
+   * the client's own `initialize`, as the protocol asks of a client, without the client noticing.
+   */
+  const renew = async (): Promise<boolean> => {
+    if (!initialize) return false
+    const stale = http
+    http = connect()
+    void stale.close().catch(() => undefined)
+    await http.start()
+    const answered = new Promise<boolean>((resolve) => (reinitialized = resolve))
+    await http.send({ ...initialize, id: reinitializeId })
+    const ok = await answered
+    reinitialized = null
+    if (ok) await http.send({ jsonrpc: '2.0', method: 'notifications/initialized' })
+    options.log(ok ? 'plinth mcp: the server had forgotten the session; started a new one' : 'plinth mcp: the server had forgotten the session, and a new one could not be started')
+    return ok
+  }
+
   stdio.onerror = (error) => options.log(`plinth mcp: unreadable input: ${error.message}`)
   stdio.onmessage = (message) => {
-    if (isJSONRPCRequest(message) && message.method === 'initialize') initializeIds.add(message.id)
-    const sending = http.send(message).catch((error: unknown) => {
+    if (isJSONRPCRequest(message) && message.method === 'initialize') {
+      initializeIds.add(message.id)
+      initialize = message
+    }
+    const forward = async (): Promise<void> => {
+      try {
+        await http.send(message)
+      } catch (error) {
+        if (!(error instanceof StreamableHTTPError && error.code === 404 && http.sessionId && (await renew()))) throw error
+        await http.send(message)
+      }
+    }
+    const sending = forward().catch((error: unknown) => {
       // The server could not be reached or refused the request (401, 404): the client gets an
       // error for its request instead of waiting forever.
       if (isJSONRPCRequest(message)) {

@@ -499,6 +499,12 @@ export class CommandBus {
     return dispatch.status === 'requested' || dispatch.status === 'awaiting_decision' || dispatch.status === 'running' ? null : outcomeOf(dispatch)
   }
 
+  /** Whether the user may approve the decision (not only reject it): it may be reserved to designated approvers. */
+  async mayApprove(decisionId: string, userId: string): Promise<boolean> {
+    const decision = await getDecision(this.#options.store.db, decisionId)
+    return decision !== undefined && (await this.#decisions.canAct(userId, decision)) && (!decision.approvers || decision.approvers.includes(userId))
+  }
+
   /** Marks a pending decision expired (also used when a run is superseded or times out). */
   expireDecision(decisionId: string): Promise<DecisionView | undefined> {
     return this.#decisions.expireDecision(decisionId)

@@ -1,6 +1,6 @@
 import { sql } from 'kysely'
 import type { Store } from './open-store.js'
-import { appendEvents, catalogEventType } from './event-log.js'
+import { appendEvents, catalogEventType, eventLogLock } from './event-log.js'
 
 /**
  * Records that a plugin's commands changed at run time (an MCP server's tools were mounted, replaced
@@ -11,6 +11,8 @@ import { appendEvents, catalogEventType } from './event-log.js'
 export async function appendCatalogChange(store: Store, plugin: string, commandIds: readonly string[]): Promise<boolean> {
   const ids = [...commandIds].sort()
   return store.transaction(async (tx) => {
+    // The log's append lock first: two instances mounting one server see each other's event.
+    await sql`select pg_advisory_xact_lock(${eventLogLock})`.execute(tx)
     const { rows } = await sql<{ data: { commandIds?: string[] } }>`
       select data from events where type = ${catalogEventType} and project_id is null and data->>'plugin' = ${plugin}
       order by id desc limit 1`.execute(tx)

@@ -144,11 +144,20 @@ async function insertEvents(db: Executor, events: NewEvent[], tag: string, fence
 /** The type of the catalog's events: in no project, and on every project and conversation stream. */
 export const catalogEventType = 'commands.changed'
 
-function scopeCondition(scope: EventScope) {
-  const catalog = sql`(type = ${catalogEventType} and project_id is null)`
-  if ('projectId' in scope) return sql`(project_id = ${scope.projectId} or ${catalog})`
-  if ('conversationId' in scope) return sql`(conversation_id = ${scope.conversationId} or ${catalog})`
-  return sql`run_id = ${scope.runId}`
+/**
+ * The scope's events after `afterId`, at most `limit`, as a subquery: each part is read in id order
+ * through its own index (a single `or` condition would make the planner walk the whole table), and
+ * the catalog's events join every project and conversation scope.
+ */
+function scopedEvents(scope: EventScope, afterId: number, limit: number) {
+  const after = String(afterId)
+  if ('runId' in scope) return sql`(select * from events where run_id = ${scope.runId} and id > ${after} order by id limit ${limit})`
+  const own = 'projectId' in scope ? sql`project_id = ${scope.projectId}` : sql`conversation_id = ${scope.conversationId}`
+  return sql`(
+    (select * from events where ${own} and id > ${after} order by id limit ${limit})
+    union all
+    (select * from events where type = ${catalogEventType} and project_id is null and id > ${after} order by id limit ${limit})
+  )`
 }
 
 /** Whether an event is the catalog's (delivered on every project and conversation stream). */
@@ -158,7 +167,7 @@ export function isCatalogEvent(event: Pick<EventRecord, 'type' | 'projectId'>): 
 
 /** Events of a scope after `afterId`, oldest first. */
 export async function readEvents(db: Executor, scope: EventScope, afterId: number, limit: number): Promise<EventRecord[]> {
-  const { rows } = await sql<EventRow>`select * from events where ${scopeCondition(scope)} and id > ${String(afterId)} order by id limit ${limit}`.execute(db)
+  const { rows } = await sql<EventRow>`select * from ${scopedEvents(scope, afterId, limit)} e order by id limit ${limit}`.execute(db)
   return rows.map(toEventRecord)
 }
 
@@ -179,7 +188,7 @@ export async function readEventPage(
     select e.*, page.through from events e
     join (
       select id, sum(coalesce(size, pg_column_size(data))) over (order by id) as through, coalesce(size, pg_column_size(data)) as size
-      from events where ${scopeCondition(scope)} and id > ${String(afterId)} order by id limit ${limit}
+      from (select * from ${scopedEvents(scope, afterId, limit)} s order by id limit ${limit}) scoped order by id
     ) page on page.id = e.id
     where page.through - page.size < ${maxBytes}
     order by e.id`.execute(db)

@@ -33,7 +33,8 @@ export async function touchMcpSession(db: Executor, id: string, userId: string, 
   if (!row || row.user_id !== userId) return undefined
   const idle = Date.now() - row.last_seen_at.getTime()
   if (idle > idleMs) {
-    await db.deleteFrom('mcp_sessions').where('id', '=', id).where('last_seen_at', '<=', row.last_seen_at).execute()
+    // Unless another request used it meanwhile.
+    await db.deleteFrom('mcp_sessions').where('id', '=', id).where('last_seen_at', '<=', new Date(Date.now() - idleMs)).execute()
     return undefined
   }
   if (idle > 60_000) await db.updateTable('mcp_sessions').set({ last_seen_at: new Date() }).where('id', '=', id).execute()

@@ -14,18 +14,22 @@ const wakers = new Map<string, () => void>()
 
 const firstPollMs = 100
 const maxPollMs = 1_000
+/** How long an approved call's answer waits for its command before saying it still runs. */
+const maxRunWaitMs = 10 * 60 * 1000
 
 export class McpElicitor {
   readonly #bus: CommandBus
   readonly #store: Store
   readonly #transport: Transport
   readonly #sessionId: string
+  readonly #userId: string
 
-  constructor(deps: { bus: CommandBus; store: Store; transport: Transport; sessionId: string }) {
+  constructor(deps: { bus: CommandBus; store: Store; transport: Transport; session: { id: string; userId: string } }) {
     this.#bus = deps.bus
     this.#store = deps.store
     this.#transport = deps.transport
-    this.#sessionId = deps.sessionId
+    this.#sessionId = deps.session.id
+    this.#userId = deps.session.userId
   }
 
   /**
@@ -35,6 +39,8 @@ export class McpElicitor {
    */
   async ask(command: RegisteredCommand, waiting: Extract<DispatchOutcome, { status: 'awaiting_decision' }>, requestId: string | number, signal: AbortSignal): Promise<DispatchOutcome> {
     const { decision } = waiting
+    // A call only designated approvers may approve is not put to this user: the answer says who must.
+    if (!(await this.#bus.mayApprove(decision.id, this.#userId))) return waiting
     await createMcpElicitation(this.#store.db, decision.id, this.#sessionId)
     // A session allowance needs a conversation, and never covers a command that asks every time.
     const allowable = decision.conversationId !== null && !alwaysAsks(command, decision.params as Params)
@@ -80,14 +86,20 @@ export class McpElicitor {
 
   /** The outcome of the decided call, once its command has finished (whichever instance runs it). */
   async #finished(waiting: Extract<DispatchOutcome, { status: 'awaiting_decision' }>, signal: AbortSignal): Promise<DispatchOutcome> {
+    const deadline = Date.now() + maxRunWaitMs
     let pollMs = firstPollMs
-    while (!signal.aborted) {
+    while (!signal.aborted && Date.now() < deadline) {
       const outcome = await this.#bus.dispatchOutcome(waiting.dispatchId)
       if (outcome !== null) return outcome ?? waiting
       await sleep(pollMs, waiting.decision.id, signal)
       pollMs = Math.min(maxPollMs, Math.round(pollMs * 1.5))
     }
-    return waiting
+    // Approved and still running (or the server is stopping): the result will be in the audit.
+    return {
+      status: 'failed',
+      dispatchId: waiting.dispatchId,
+      error: { code: 'still_running', message: `approved; ${waiting.decision.commandId} is still running: its result will be on dispatch ${waiting.dispatchId} (GET /api/audit)` },
+    }
   }
 }
 

@@ -99,7 +99,8 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
         if (request.body instanceof RefusedBody) {
           return reply.code(400).type('application/json').send(jsonRpcError(request.body.kind === 'parse' ? sdk.ErrorCode.ParseError : sdk.ErrorCode.InvalidRequest, request.body.message))
         }
-        const session = await findSession(sessions, user, request)
+        // An initialize starts afresh whatever session it names: a client whose session was forgotten recovers so.
+        const session = isInitialize(request.body) ? null : await findSession(sessions, user, request)
         if (session === 'unknown') return reply.code(404).type('application/json').send(jsonRpcError(-32001, 'Session not found'))
         // Answers to Plinth's own elicitations are applied here, whichever instance asked.
         const { answers, rest } = splitAnswers(request.body)
@@ -113,9 +114,10 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
         // A call that may wait for a person answers over SSE (the question, then the result); the rest as JSON.
         const transport = new sdk.StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: !elicits })
         const closed = new AbortController()
-        const elicitor = elicits ? new McpElicitor({ bus: deps.bus, store: deps.store, transport, sessionId: session.id }) : null
+        const elicitor = elicits ? new McpElicitor({ bus: deps.bus, store: deps.store, transport, session }) : null
         const content = new McpContent(deps.knowledge, user, scope.project)
-        const server = createMcpServer(sdk, { bus: deps.bus, content }, scope, options.version, elicitor, closed.signal)
+        // A call waiting for a person ends when the client goes or the server stops.
+        const server = createMcpServer(sdk, { bus: deps.bus, content }, scope, options.version, elicitor, AbortSignal.any([closed.signal, deps.shutdown]))
         await server.connect(transport)
         if (isInitialize(body)) {
           reply.header('mcp-session-id', await sessions.open(user.id, body.params))
