@@ -240,7 +240,7 @@ for (const engine of testEngines()) {
       expect((missing as McpError).code).toBe(-32002)
       expect(((await client.getPrompt({ name: 'nope' }).catch((error: unknown) => error)) as McpError).code).toBe(ErrorCode.InvalidParams)
       const elsewhere = await connect(alice.token, `/mcp/projects/${projectId}`)
-      expect((await elsewhere.client.listResources()).resources).toEqual([])
+      expect((await elsewhere.client.listResources()).resources.map((resource) => resource.uri)).not.toContain(resources[0]!.uri)
       expect(((await elsewhere.client.readResource({ uri: resources[0]!.uri }).catch((error: unknown) => error)) as McpError).code).toBe(-32002)
       const root = await connect(alice.token)
       expect((await root.client.listResources()).resources).toEqual([])
