@@ -1,4 +1,4 @@
-import { getRun, listRuns, notFoundError, readEvents, runMessages, type Message, type Page, type PageRequest, type Run, type RunStatus, type Store, type User } from '../store/index.js'
+import { getRun, lastEventId, listRuns, notFoundError, readEvents, runMessages, type Message, type Page, type PageRequest, type Run, type RunStatus, type Store, type User } from '../store/index.js'
 import type { ConversationService } from './conversation-service.js'
 import type { ProjectService } from './project-service.js'
 
@@ -52,5 +52,10 @@ export class RunQueries {
   /** Whether the run has any event after `afterId` (a finished run's stream has nothing left to send otherwise). */
   async hasEventsAfter(runId: string, afterId: number): Promise<boolean> {
     return (await readEvents(this.#store.db, { runId }, afterId, 1)).length > 0
+  }
+
+  /** The newest event id of the whole log: a stream that must see only what happens from now on starts after it. */
+  lastEventId(): Promise<number> {
+    return lastEventId(this.#store.db)
   }
 }

@@ -31,6 +31,8 @@ import { HttpProblem, problemBody } from './problem.js'
 import { registerAdminRoutes } from './routes/admin-routes.js'
 import { registerAuditRoutes } from './routes/audit-routes.js'
 import { registerRunRoutes } from './routes/run-routes.js'
+import { registerAgUiRoutes } from './routes/ag-ui-routes.js'
+import { AgUiEventSchema } from './ag-ui/event-schema.js'
 import { registerCommandRoutes } from './routes/command-routes.js'
 import { registerDecisionRoutes } from './routes/decision-routes.js'
 import { registerConversationRoutes } from './routes/conversation-routes.js'
@@ -229,6 +231,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addSchema(Run)
   app.addSchema(RunStreamEvent)
   app.addSchema(StreamEvent)
+  app.addSchema(AgUiEventSchema)
   app.setErrorHandler(handleError)
   app.setNotFoundHandler((request, reply) => {
     reply.code(404).type('application/problem+json').send(problemBody('not_found', `no route ${request.method} ${requestPath(request)}`))
@@ -291,6 +294,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerDecisionRoutes(api, deps)
       registerAuditRoutes(api, deps)
       registerRunRoutes(api, deps)
+      registerAgUiRoutes(api, deps)
       registerKnowledgeRoutes(api, deps)
       registerFileRoutes(api, deps)
       registerMcpConnectionRoutes(api, deps)

@@ -6,7 +6,7 @@ export type { Database, Executor, JsonValue, PermissionMode } from './database.j
 export { newId, isId } from './ids.js'
 export type { Page, PageRequest } from './page.js'
 export { appendCatalogChange } from './catalog-events.js'
-export { appendEvents, appendEventsAfter, readEvents, readEventPage, eventDataJson, type EventRecord, type EventScope, type NewEvent, type RunFence } from './event-log.js'
+export { appendEvents, appendEventsAfter, readEvents, readEventPage, eventDataJson, lastEventId, type EventRecord, type EventScope, type NewEvent, type RunFence } from './event-log.js'
 export { EventFeed } from './event-feed.js'
 export { AccessSignals, announceAccessChange, type AccessListener, type AccessSubject } from './access-signals.js'
 export { RunSignals, announceRunEnded, type RunSignalListener } from './run-signals.js'
