@@ -1,4 +1,7 @@
 import { HttpAgent, type BaseEvent, type Interrupt, type Message } from '@ag-ui/client'
+import { EventSchema } from '@ag-ui/core/schemas'
+import { Ajv } from 'ajv'
+import addFormatsModule from 'ajv-formats'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { ModelError, ScriptedModel, type LanguageModel, type StreamPart } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
@@ -7,6 +10,16 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 
 // AG-UI (docs/ag-ui.md): POST /api/conversations/:id/ag-ui, driven by the real @ag-ui/client HttpAgent
 // against a listening server — which also checks the event order AG-UI requires (its verifier).
+const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
+
+/** The document as generated clients read it: an object schema without additionalProperties is closed. */
+function closedAsTyped(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(closedAsTyped)
+  if (node === null || typeof node !== 'object') return node
+  const out: Record<string, unknown> = Object.fromEntries(Object.entries(node).map(([key, value]) => [key, closedAsTyped(value)]))
+  if (out.type === 'object' && out.properties && !('additionalProperties' in out)) out.additionalProperties = false
+  return out
+}
 const classified = new URL('./__fixtures__/plugins/classified.ts', import.meta.url).pathname
 
 /** A provider that streams a little and then fails upstream. */
@@ -178,6 +191,39 @@ for (const engine of testEngines()) {
       const lastRequest = model.calls.at(-1)!.messages
       expect(lastRequest.find((message) => message.role === 'tool')).toMatchObject({ content: expect.stringContaining('orange') })
       expect(agent.messages.map((message) => message.role)).toEqual(['user', 'assistant', 'tool', 'assistant'])
+    })
+
+    it('on the wire: `data:`-only SSE frames, each a valid AG-UI event (@ag-ui/core) that fits the OpenAPI AgUiEvent schema', async () => {
+      model.setTurns([{ text: 'Checking.', toolCalls: [{ name: 'classified__touch', arguments: { path: 'a.txt' } }, { name: 'classified__touch', arguments: { path: '/etc/b' } }] }, { text: 'Done.' }])
+      const conversationId = await newConversation()
+      const post = async (body: Record<string, unknown>): Promise<{ raw: string; events: Array<Record<string, unknown>> }> => {
+        const response = await fetch(`${server.url}/api/conversations/${conversationId}/ag-ui`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${alice.token}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+          body: JSON.stringify({ threadId: conversationId, runId: `r${Date.now()}`, tools: [], context: [], forwardedProps: { plinth: { knowledge: { autoInject: false } } }, ...body }),
+        })
+        expect(response.status).toBe(200)
+        expect(response.headers.get('content-type')).toContain('text/event-stream')
+        const raw = await response.text()
+        const frames = raw.split('\n\n').filter((frame) => frame.startsWith('data: '))
+        return { raw, events: frames.map((frame) => JSON.parse(frame.slice('data: '.length)) as Record<string, unknown>) }
+      }
+      const first = await post({ messages: [{ id: 'u1', role: 'user', content: 'Touch two' }] })
+      const interrupt = (first.events.at(-1)!.outcome as { interrupts: Array<{ id: string }> }).interrupts[0]!
+      const second = await post({ messages: [{ id: 'u1', role: 'user', content: 'Touch two' }], resume: [{ interruptId: interrupt.id, status: 'resolved', payload: { decision: 'approve_session', note: 'fine' } }] })
+      const document = (await server.request('GET', '/docs/json')).body
+      const validate = addFormats(new Ajv({ strict: false, allErrors: true })).compile({ $ref: '#/components/schemas/AgUiEvent', components: closedAsTyped(document.components) })
+      for (const { raw, events } of [first, second]) {
+        // Only `data:` frames (and heartbeat comments): no `event:` or `id:` lines an AG-UI client would not read.
+        expect(raw.split('\n').filter((line) => line !== '' && !line.startsWith('data: ') && !line.startsWith(':'))).toEqual([])
+        for (const event of events) {
+          expect(EventSchema.safeParse(event).error?.issues ?? [], JSON.stringify(event)).toEqual([])
+          expect(validate(event) ? [] : validate.errors, JSON.stringify(event)).toEqual([])
+        }
+      }
+      expect(second.events.map((event) => event.type).filter((type) => type !== 'TEXT_MESSAGE_CONTENT')).toEqual([
+        'RUN_STARTED', 'STEP_STARTED', 'TOOL_CALL_RESULT', 'STEP_FINISHED', 'STEP_STARTED', 'TEXT_MESSAGE_START', 'TEXT_MESSAGE_END', 'STEP_FINISHED', 'RUN_FINISHED',
+      ])
     })
 
     it('a run that fails upstream ends with RUN_ERROR (its code and message); the text so far was streamed and closed', async () => {

@@ -5,7 +5,12 @@ import { Type, type TSchema } from 'typebox'
  * The protocol's own schema (@ag-ui/core) is the reference; these list the fields Plinth fills.
  */
 const text = Type.String()
-const metadata = Type.Optional(Type.Object({ plinth: Type.Optional(Type.Object({ runId: Type.Optional(text) }, { additionalProperties: true })) }, { additionalProperties: true }))
+const metadata = Type.Optional(
+  Type.Object(
+    { plinth: Type.Optional(Type.Object({ runId: Type.Optional(Type.String({ description: 'The Plinth run' })) }, { additionalProperties: true, description: 'Plinth’s details: the run; a result’s status; a cancel’s reason' })) },
+    { additionalProperties: true, title: 'AgUiMetadata' },
+  ),
+)
 
 function event(type: string, fields: Record<string, TSchema>, description: string): TSchema {
   return Type.Object({ type: Type.Literal(type), ...fields, metadata }, { description })
