@@ -15,6 +15,7 @@ import { createConversations, pacedTtftModel, startPlinthAgent } from '../agent/
 import { ms, summarize, table, type Summary } from '../agent/stats.js'
 import { startChildServer } from '../lib/child-server.js'
 import { createTempDatabase } from '../lib/resources.js'
+import { measureMappingCost, type MappingCost } from './mapping-cost.js'
 import { round, type Route } from './rounds.js'
 
 const routes: Route[] = ['native', 'native GET', 'AG-UI']
@@ -30,8 +31,13 @@ interface EngineResult {
   engine: string
   total: Record<Route, Summary>
   ttft: Record<Route, Summary>
+  /** Median of the per-round differences route − native (rounds measured back to back cancel the machine's drift). */
+  pairedTotal: Record<Route, number>
+  pairedTtft: Record<Route, number>
   pacedTtft: Record<Route, Summary> | null
+  pairedPacedTtft: Record<Route, number> | null
   cpuMs: Record<Route, number> | null
+  mapping: MappingCost
 }
 
 function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
@@ -81,7 +87,7 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
   try {
     const { target, projectId } = plinth
     const rounds = settings.warmup + settings.rounds
-    const conversations = await createConversations(target, projectId, routes.length * (rounds + settings.ttftRounds + settings.cpuRounds))
+    const conversations = await createConversations(target, projectId, routes.length * (rounds + settings.ttftRounds + settings.cpuRounds) + 1)
     const take = (): string => conversations.shift() ?? ''
     const total = Object.fromEntries(routes.map((route) => [route, [] as number[]])) as Record<Route, number[]>
     const ttft = Object.fromEntries(routes.map((route) => [route, [] as number[]])) as Record<Route, number[]>
@@ -93,7 +99,8 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
         ttft[route].push(timing.ttftMs)
       }
     }
-    const result: EngineResult = { engine, total: summaries(total), ttft: summaries(ttft), pacedTtft: null, cpuMs: null }
+    const mapping = await measureMappingCost(target, await completedRun(target, conversations.shift() ?? ''), 'c')
+    const result: EngineResult = { engine, total: summaries(total), ttft: summaries(ttft), pairedTotal: paired(total), pairedTtft: paired(ttft), pacedTtft: null, pairedPacedTtft: null, cpuMs: null, mapping }
     console.log(`  ${engine}: round p50 native ${ms(result.total.native.p50)} ms, AG-UI ${ms(result.total['AG-UI'].p50)} ms`)
     if (settings.ttftRounds > 0) {
       const paced = Object.fromEntries(routes.map((route) => [route, [] as number[]])) as Record<Route, number[]>
@@ -101,14 +108,22 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
         for (const route of rotate(routes, index)) paced[route].push((await round(route, target, take(), { model: pacedTtftModel.id, checkAnswer: false })).ttftMs)
       }
       result.pacedTtft = summaries(paced)
+      result.pairedPacedTtft = paired(paced)
     }
     if (settings.cpuRounds > 0) {
-      const cpu = {} as Record<Route, number>
-      for (const route of routes) {
-        const before = await plinth.stats()
-        for (let index = 0; index < settings.cpuRounds; index++) await round(route, target, take())
-        cpu[route] = ((await plinth.stats()).cpuMs - before.cpuMs) / settings.cpuRounds
+      // The server's CPU time over blocks of one route at a time, the blocks alternating so that
+      // other load on the machine spreads over every route alike.
+      const cpu = Object.fromEntries(routes.map((route) => [route, 0])) as Record<Route, number>
+      const blocks = 5
+      const perBlock = Math.max(1, Math.round(settings.cpuRounds / blocks))
+      for (let block = 0; block < blocks; block++) {
+        for (const route of rotate(routes, block)) {
+          const before = await plinth.stats()
+          for (let index = 0; index < perBlock; index++) await round(route, target, take())
+          cpu[route] += (await plinth.stats()).cpuMs - before.cpuMs
+        }
       }
+      for (const route of routes) cpu[route] /= blocks * perBlock
       result.cpuMs = cpu
     }
     return result
@@ -117,10 +132,26 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
   }
 }
 
+/** A round through POST /runs?wait=true: the id of its completed run. */
+async function completedRun(target: { url: string; token: string }, conversationId: string): Promise<string> {
+  const response = await fetch(`${target.url}/api/conversations/${conversationId}/runs?wait=true`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${target.token}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ input: 'What is the weather in Paris?' }),
+  })
+  const run = (await response.json()) as { id?: string; status?: string }
+  if (response.status !== 201 || run.status !== 'completed' || !run.id) throw new Error(`the reference run answered ${response.status} ${run.status}`)
+  return run.id
+}
+
 /** The routes starting at a different one each round, so none always goes first. */
 function rotate<T>(items: readonly T[], by: number): T[] {
   const start = by % items.length
   return [...items.slice(start), ...items.slice(0, start)]
+}
+
+function paired(values: Record<Route, number[]>): Record<Route, number> {
+  return Object.fromEntries(routes.map((route) => [route, summarize(values[route].map((value, index) => value - (values.native[index] ?? Number.NaN))).p50])) as Record<Route, number>
 }
 
 function summaries(values: Record<Route, number[]>): Record<Route, Summary> {
@@ -134,19 +165,25 @@ function format(results: EngineResult[], skipped: string[]): string {
       `${result.engine}, ${route}`,
       ms(result.total[route].p50),
       ms(result.total[route].p95),
-      route === 'native' ? '' : percent(result.total[route].p50, result.total.native.p50),
+      route === 'native' ? '' : `${ms(result.pairedTotal[route])} (${percent(result.total.native.p50 + result.pairedTotal[route], result.total.native.p50)})`,
       ms(result.ttft[route].p50),
-      route === 'native' ? '' : ms(result.ttft[route].p50 - result.ttft.native.p50),
+      route === 'native' ? '' : ms(result.pairedTtft[route]),
       result.pacedTtft ? ms(result.pacedTtft[route].p50) : 'n/a',
-      result.pacedTtft && route !== 'native' ? ms(result.pacedTtft[route].p50 - result.pacedTtft.native.p50) : '',
+      result.pairedPacedTtft && route !== 'native' ? ms(result.pairedPacedTtft[route]) : '',
       result.cpuMs ? ms(result.cpuMs[route]) : 'n/a',
+      result.cpuMs && route !== 'native' ? percent(result.cpuMs[route], result.cpuMs.native) : '',
     ]),
   )
   return [
-    table(['agent round (ms)', 'round p50', 'p95', 'vs native', 'first text p50', 'vs native', 'paced first text p50', 'vs native', 'server cpu ms'], rows),
+    table(['agent round (ms)', 'round p50', 'p95', 'Δ native', 'first text p50', 'Δ native', 'paced first text p50', 'Δ native', 'server cpu', 'Δ native'], rows),
+    ...results.map(
+      ({ engine, mapping }) =>
+        `  ${engine}: in process, per round of ${mapping.events} log events → ${mapping.agUiEvents} AG-UI events: input check ${mapping.inputUs.toFixed(0)} µs, mapping + encoding ${mapping.mapEncodeUs.toFixed(0)} µs`,
+    ),
     ...skipped,
     '  native: POST /runs with Accept: text/event-stream; native GET: POST /runs, then GET /api/runs/:id/events; AG-UI: POST /ag-ui (RunAgentInput);',
     '  first text = request sent → first message.delta / TEXT_MESSAGE_CONTENT; paced: the answer streams 20 chunks 10 ms apart;',
+    '  Δ native = median of the per-round differences from the native round measured next to it; server cpu = CPU ms of the Plinth process per round;',
     '  targets: AG-UI first text within 1 ms of native, round within 10 % of native',
   ].join('\n')
 }
