@@ -210,7 +210,17 @@ for (const engine of testEngines()) {
       }
       const first = await post({ messages: [{ id: 'u1', role: 'user', content: 'Touch two' }] })
       const interrupt = (first.events.at(-1)!.outcome as { interrupts: Array<{ id: string }> }).interrupts[0]!
-      const second = await post({ messages: [{ id: 'u1', role: 'user', content: 'Touch two' }], resume: [{ interruptId: interrupt.id, status: 'resolved', payload: { decision: 'approve_session', note: 'fine' } }] })
+      // The thread as a client keeps it: the assistant's two calls and the result of the one that ran
+      // (a trailing tool message for a call Plinth ran itself is history, not an answer).
+      const starts = first.events.filter((event) => event.type === 'TOOL_CALL_START') as Array<{ toolCallId: string; toolCallName: string; parentMessageId: string }>
+      const args = new Map(first.events.filter((event) => event.type === 'TOOL_CALL_ARGS').map((event) => [event.toolCallId as string, event.delta as string]))
+      const ran = first.events.find((event) => event.type === 'TOOL_CALL_RESULT') as { toolCallId: string; content: string }
+      const thread = [
+        { id: 'u1', role: 'user', content: 'Touch two' },
+        { id: starts[0]!.parentMessageId, role: 'assistant', toolCalls: starts.map((start) => ({ id: start.toolCallId, type: 'function', function: { name: start.toolCallName, arguments: args.get(start.toolCallId) } })) },
+        { id: 'r1', role: 'tool', toolCallId: ran.toolCallId, content: ran.content },
+      ]
+      const second = await post({ messages: thread, resume: [{ interruptId: interrupt.id, status: 'resolved', payload: { decision: 'approve_session', note: 'fine' } }] })
       const document = (await server.request('GET', '/docs/json')).body
       const validate = addFormats(new Ajv({ strict: false, allErrors: true })).compile({ $ref: '#/components/schemas/AgUiEvent', components: closedAsTyped(document.components) })
       for (const { raw, events } of [first, second]) {
