@@ -231,6 +231,23 @@ export interface paths {
         patch: operations["updateConversation"];
         trace?: never;
     };
+    "/api/conversations/{id}/ag-ui": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** AG-UI: run the conversation as an AG-UI agent (RunAgentInput in, AG-UI events over SSE out). The last user message starts a run; resume entries (decision ids) and tool messages answer the waiting run and continue its stream. Stop: POST /api/runs/:id/cancel */
+        post: operations["runAgUi"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/conversations/{id}/events": {
         parameters: {
             query?: never;
@@ -826,6 +843,202 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description An AG-UI protocol event (docs/ag-ui.md) */
+        AgUiEvent: {
+            metadata?: components["schemas"]["AgUiMetadata"];
+            protocolVersion?: string;
+            runId: string;
+            threadId: string;
+            /** @enum {string} */
+            type: "RUN_STARTED";
+        } | {
+            metadata?: components["schemas"]["AgUiMetadata"];
+            /** @description `round N` */
+            stepName: string;
+            /** @enum {string} */
+            type: "STEP_STARTED";
+        } | {
+            metadata?: components["schemas"]["AgUiMetadata"];
+            stepName: string;
+            /** @enum {string} */
+            type: "STEP_FINISHED";
+        } | {
+            messageId: string;
+            metadata?: components["schemas"]["AgUiMetadata"];
+            /** @enum {string} */
+            role: "assistant";
+            /** @enum {string} */
+            type: "TEXT_MESSAGE_START";
+        } | {
+            delta: string;
+            messageId: string;
+            metadata?: components["schemas"]["AgUiMetadata"];
+            /** @enum {string} */
+            type: "TEXT_MESSAGE_CONTENT";
+        } | {
+            messageId: string;
+            metadata?: components["schemas"]["AgUiMetadata"];
+            /** @enum {string} */
+            type: "TEXT_MESSAGE_END";
+        } | {
+            metadata?: components["schemas"]["AgUiMetadata"];
+            parentMessageId?: string;
+            toolCallId: string;
+            toolCallName: string;
+            /** @enum {string} */
+            type: "TOOL_CALL_START";
+        } | {
+            delta: string;
+            metadata?: components["schemas"]["AgUiMetadata"];
+            toolCallId: string;
+            /** @enum {string} */
+            type: "TOOL_CALL_ARGS";
+        } | {
+            metadata?: components["schemas"]["AgUiMetadata"];
+            toolCallId: string;
+            /** @enum {string} */
+            type: "TOOL_CALL_END";
+        } | {
+            content: string;
+            messageId: string;
+            metadata?: components["schemas"]["AgUiMetadata"];
+            /** @enum {string} */
+            role: "tool";
+            toolCallId: string;
+            /** @enum {string} */
+            type: "TOOL_CALL_RESULT";
+        } | {
+            metadata?: components["schemas"]["AgUiMetadata"];
+            /** @enum {string} */
+            name: "plinth.tool_output";
+            /** @enum {string} */
+            type: "CUSTOM";
+            value: {
+                stream: string;
+                text: string;
+                toolCallId: string | null;
+            };
+        } | {
+            metadata?: components["schemas"]["AgUiMetadata"];
+            outcome?: {
+                /** @description Frontend-tool calls the run waits for: answer them with tool messages */
+                pendingToolCallIds?: string[];
+                /** @enum {string} */
+                type: "success";
+            } | {
+                interrupts: components["schemas"]["AgUiInterrupt"][];
+                /** @enum {string} */
+                type: "interrupt";
+            } | {
+                /** @enum {string} */
+                type: "cancelled";
+            };
+            runId: string;
+            threadId: string;
+            /** @enum {string} */
+            type: "RUN_FINISHED";
+            usage?: {
+                inputTokens?: number;
+                model?: string;
+                outputTokens?: number;
+                totalTokens?: number;
+            }[];
+        } | {
+            code?: string;
+            message: string;
+            metadata?: components["schemas"]["AgUiMetadata"];
+            /** @enum {string} */
+            type: "RUN_ERROR";
+        };
+        /** AgUiInterrupt */
+        AgUiInterrupt: {
+            /** Format: date-time */
+            expiresAt?: string;
+            /** @description A decision id (answer with a resume entry) or a client-tool call id */
+            id: string;
+            message?: string;
+            metadata?: components["schemas"]["AgUiMetadata"];
+            reason: "tool_approval" | "account_connection" | "client_tool";
+            responseSchema?: unknown;
+            toolCallId?: string;
+        };
+        /** AgUiMetadata */
+        AgUiMetadata: {
+            /** @description Plinth’s details: the run; a result’s status; a cancel’s reason */
+            plinth?: {
+                /** @description The Plinth run */
+                runId?: string;
+            } & {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * AgUiRunInput
+         * @description AG-UI RunAgentInput (protocol 1.0)
+         */
+        AgUiRunInput: {
+            /** @description Ignored */
+            context?: ({
+                description: string;
+                value: string;
+            } & {
+                [key: string]: unknown;
+            })[];
+            forwardedProps?: {
+                /** @description Plinth run options (forwardedProps.plinth); used when the input starts a new run */
+                plinth?: {
+                    approvalPolicy?: "ask" | "dontAsk";
+                    /** @description When another run is active in the conversation (otherwise 409 run_active) */
+                    ifActive?: "interrupt" | "enqueue";
+                    knowledge?: {
+                        autoInject?: boolean;
+                    };
+                    maxIterations?: number;
+                    model?: string;
+                    modelParams?: components["schemas"]["ModelParams"];
+                };
+            } & {
+                [key: string]: unknown;
+            };
+            /** @description The thread as the client has it. The last user message is the new run’s input; Plinth’s stored transcript is the history the model sees (earlier messages are not imported) */
+            messages: ({
+                id: string;
+                role: "developer" | "system" | "assistant" | "user" | "tool" | "activity" | "reasoning";
+            } & {
+                [key: string]: unknown;
+            })[];
+            parentRunId?: string;
+            protocolVersion?: string;
+            /** @description Answers to the interrupts of the conversation’s waiting run */
+            resume?: ({
+                /** @description A decision id, or a client-tool call id, from RUN_FINISHED’s interrupts */
+                interruptId: string;
+                metadata?: unknown;
+                /** @description A decision: {decision: approve|approve_session|reject, note?}; a client tool: its output */
+                payload?: unknown;
+                /** @description `cancelled` rejects the call */
+                status: "resolved" | "cancelled";
+            } & {
+                [key: string]: unknown;
+            })[];
+            /** @description The client’s id for this AG-UI run; echoed in RUN_STARTED and RUN_FINISHED */
+            runId: string;
+            /** @description Ignored: Plinth keeps no shared agent state */
+            state?: unknown;
+            /** @description The conversation id (the one in the path) */
+            threadId: string;
+            /** @description Frontend tools: Plinth client tools of the new run (answered with tool messages in the next input) */
+            tools?: ({
+                description: string;
+                metadata?: unknown;
+                name: string;
+                parameters?: unknown;
+            } & {
+                [key: string]: unknown;
+            })[];
+        };
         /** ApiToken */
         ApiToken: {
             /** Format: date-time */
@@ -1109,6 +1322,10 @@ export interface components {
             instance?: string;
             /** @description too_many_streams: the limit reached */
             limit?: number;
+            /** @description incomplete_resume (AG-UI): what the input left unanswered */
+            missing?: string[];
+            /** @description unknown_interrupt · unknown_tool_call (AG-UI): the decision and call ids the run waits for */
+            pending?: string[];
             /** @description sandbox_unavailable: what the sandbox probe found */
             probe?: unknown;
             /** @description Why the risk gate or a command refused */
@@ -3347,6 +3564,106 @@ export interface operations {
             };
             /** @description Default Response */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    runAgUi: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A ULID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description AG-UI RunAgentInput (protocol 1.0) */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AgUiRunInput"];
+            };
+        };
+        responses: {
+            /** @description AG-UI events (SSE `data:` frames), RUN_STARTED to RUN_FINISHED or RUN_ERROR */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["AgUiEvent"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

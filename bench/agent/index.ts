@@ -66,7 +66,7 @@ interface EngineResult {
   concurrent?: ConcurrentResult
 }
 
-const pacedTtftModel = { id: 'fake-paced', model: 'paced-20x10ms' }
+export const pacedTtftModel = { id: 'fake-paced', model: 'paced-20x10ms' }
 const fanOutModel = { id: 'fake-fanout', model: 'paced-50x10ms' }
 const weatherPlugin = fileURLToPath(new URL('../plugins/weather.ts', import.meta.url))
 
@@ -184,7 +184,7 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
   }
 }
 
-async function startPlinthAgent(
+export async function startPlinthAgent(
   upstreamUrl: string,
   databaseUrl: string | undefined,
 ): Promise<ChildServer & { target: PlinthTarget; projectId: string; stats(): Promise<{ queries: number; queryMs: number; cpuMs: number; userMs: number; rssMb: number }> }> {
@@ -276,7 +276,7 @@ async function measureConcurrent(
 }
 
 /** Conversations made ahead of time (one active run per conversation), outside anything timed. */
-async function createConversations(target: PlinthTarget, projectId: string, count: number): Promise<string[]> {
+export async function createConversations(target: PlinthTarget, projectId: string, count: number): Promise<string[]> {
   const ids: string[] = []
   for (let index = 0; index < count; index++) {
     const response = await fetch(`${target.url}/api/projects/${projectId}/conversations`, {

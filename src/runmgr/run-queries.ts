@@ -1,4 +1,4 @@
-import { getRun, listRuns, notFoundError, readEvents, runLogPoint, runMessages, type Message, type Page, type PageRequest, type Run, type RunStatus, type Store, type User } from '../store/index.js'
+import { getRun, lastEventId, listRuns, notFoundError, readEvents, runLogPoint, runMessages, type Message, type Page, type PageRequest, type Run, type RunStatus, type Store, type User } from '../store/index.js'
 import type { ConversationService } from './conversation-service.js'
 import type { ProjectService } from './project-service.js'
 
@@ -57,5 +57,10 @@ export class RunQueries {
   /** The run's last event id and, while it waits for action, the id of the status event that says so. */
   logPoint(runId: string): Promise<{ lastId: number; waitingAt: number | null }> {
     return runLogPoint(this.#store.db, runId)
+  }
+
+  /** The newest event id of the whole log: a stream that must see only what happens from now on starts after it. */
+  lastEventId(): Promise<number> {
+    return lastEventId(this.#store.db)
   }
 }

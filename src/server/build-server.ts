@@ -32,6 +32,8 @@ import { registerAdminRoutes } from './routes/admin-routes.js'
 import { registerAuditRoutes } from './routes/audit-routes.js'
 import { registerRunRoutes } from './routes/run-routes.js'
 import { registerUiStreamRoutes } from './routes/ui-stream-routes.js'
+import { registerAgUiRoutes } from './routes/ag-ui-routes.js'
+import { AgUiEventSchema } from './ag-ui/event-schema.js'
 import { registerCommandRoutes } from './routes/command-routes.js'
 import { registerDecisionRoutes } from './routes/decision-routes.js'
 import { registerConversationRoutes } from './routes/conversation-routes.js'
@@ -230,6 +232,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addSchema(Run)
   app.addSchema(RunStreamEvent)
   app.addSchema(StreamEvent)
+  app.addSchema(AgUiEventSchema)
   app.setErrorHandler(handleError)
   app.setNotFoundHandler((request, reply) => {
     reply.code(404).type('application/problem+json').send(problemBody('not_found', `no route ${request.method} ${requestPath(request)}`))
@@ -293,6 +296,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerAuditRoutes(api, deps)
       registerRunRoutes(api, deps)
       registerUiStreamRoutes(api, deps)
+      registerAgUiRoutes(api, deps)
       registerKnowledgeRoutes(api, deps)
       registerFileRoutes(api, deps)
       registerMcpConnectionRoutes(api, deps)

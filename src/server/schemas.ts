@@ -367,6 +367,8 @@ export const Problem = Type.Object(
     limit: Type.Optional(Type.Integer({ description: 'too_many_streams: the limit reached' })),
     decision: Type.Optional(Decision), // decision_conflict / decision_expired: the decision as it stands
     probe: Type.Optional(Type.Unknown({ description: 'sandbox_unavailable: what the sandbox probe found' })),
+    pending: Type.Optional(Type.Array(Type.String(), { description: 'unknown_interrupt · unknown_tool_call (AG-UI): the decision and call ids the run waits for' })),
+    missing: Type.Optional(Type.Array(Type.String(), { description: 'incomplete_resume (AG-UI): what the input left unanswered' })),
   },
   { additionalProperties: false, $id: 'Problem' },
 )
