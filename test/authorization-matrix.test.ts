@@ -60,6 +60,8 @@ const routes: RouteCase[] = [
   { method: 'GET', path: '/api/models', url: () => '/api/models', owner: 200, member: 200, stranger: 200 },
   { method: 'POST', path: '/api/conversations/{id}/runs', url: (f) => `/api/conversations/${f.conversationId}/runs`, body: { input: 'hi' }, owner: 201, member: 404, stranger: 404 },
   { method: 'POST', path: '/api/conversations/{id}/ag-ui', url: (f) => `/api/conversations/${f.conversationId}/ag-ui`, body: 'ag-ui', owner: 200, member: 404, stranger: 404, stream: true },
+  { method: 'POST', path: '/api/conversations/{id}/ui-stream', url: (f) => `/api/conversations/${f.conversationId}/ui-stream`, body: 'ui-stream', owner: 200, member: 404, stranger: 404, stream: true },
+  { method: 'GET', path: '/api/conversations/{id}/ui-stream', url: (f) => `/api/conversations/${f.conversationId}/ui-stream`, owner: 204, member: 404, stranger: 404 },
   { method: 'GET', path: '/api/conversations/{id}/runs', url: (f) => `/api/conversations/${f.conversationId}/runs`, owner: 200, member: 404, stranger: 404 },
   { method: 'GET', path: '/api/conversations', url: () => '/api/conversations', owner: 200, member: 200, stranger: 200 },
   { method: 'GET', path: '/api/runs', url: () => '/api/runs?status=requires_action', owner: 200, member: 200, stranger: 200 },
@@ -141,6 +143,8 @@ for (const engine of testEngines()) {
             ? { items: [{ id: fixtureValue.decisionId, decision: 'reject' }] }
             : route.body === 'ticket'
               ? { path: `/api/projects/${fixtureValue.projectId}/events` }
+              : route.body === 'ui-stream'
+                ? { messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }] }
               : route.body === 'ag-ui'
                 ? { threadId: fixtureValue.conversationId, runId: 'r1', messages: [{ id: 'u1', role: 'user', content: 'hi' }] }
                 : route.body
