@@ -46,3 +46,19 @@ export { getSetting, setSetting, SettingsSignals, settingsChannel } from './sett
 export * from './stream-ticket-repository.js'
 export * from './storable.js'
 export * from './work-usage-repository.js'
+export { webhookEventTypes, webhookTypeOf, type WebhookEventType } from './webhook-outbox.js'
+export { insertWebhook, getWebhook, listWebhooks, updateWebhook, rotateWebhookSecret, deleteWebhook, type WebhookRecord, type NewWebhook, type WebhookPatch } from './webhook-repository.js'
+export {
+  claimMessages,
+  recordAttempt,
+  disableIfFailing,
+  releaseWebhookClaims,
+  listDeliveries,
+  getDelivery,
+  redeliverMessage,
+  projectOwnerOf,
+  type ClaimedMessage,
+  type AttemptOutcome,
+  type DeliveryRecord,
+  type DeliveryAttempt,
+} from './webhook-delivery-repository.js'
