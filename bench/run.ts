@@ -3,10 +3,11 @@
  * next to `GET /api/me`, beside a Fastify hello-world measured in the same run, on PGlite and (with
  * TEST_DATABASE_URL or BENCH_DATABASE_URL) on pg; then the agent-round bench (bench/agent/index.ts);
  * then the retrieval bench (bench/retrieval/index.ts), the exec bench (bench/exec/index.ts) and the MCP
- * benches (bench/mcp: /mcp beside /api, and a mounted MCP tool beside the SDK client).
+ * benches (bench/mcp: /mcp beside /api, and a mounted MCP tool beside the SDK client), and the webhook
+ * bench (bench/webhooks: commit → delivery latency, and what the outbox adds to an event's insert).
  * Each server runs in its own process; autocannon loads it from this one.
  *
- * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec` or `mcp`: run one part), BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2),
+ * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp` or `webhooks`: run one part), BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2),
  * BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in bench/agent/index.ts.
  */
 import { cpus } from 'node:os'
@@ -14,6 +15,7 @@ import { loadAgentSettings, runAgentBench } from './agent/index.js'
 import { runExecBench } from './exec/index.js'
 import { runMcpBench } from './mcp/index.js'
 import { runRetrievalBench } from './retrieval/index.js'
+import { runWebhookBench } from './webhooks/index.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
 import { loadSettingsFromEnv } from './lib/measure.js'
 import { formatTable, runScenarios, type Scenario } from './lib/scenario.js'
@@ -25,8 +27,8 @@ cleanupOnSignals()
 
 const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_URL || undefined
 const only = process.env.BENCH_ONLY || undefined
-if (only !== undefined && only !== 'http' && only !== 'agent' && only !== 'rag' && only !== 'exec' && only !== 'mcp') {
-  console.error(`BENCH_ONLY must be "http", "agent", "rag", "exec" or "mcp", got ${JSON.stringify(only)}`)
+if (only !== undefined && !['http', 'agent', 'rag', 'exec', 'mcp', 'webhooks'].includes(only)) {
+  console.error(`BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp" or "webhooks", got ${JSON.stringify(only)}`)
   process.exit(2)
 }
 
@@ -74,6 +76,10 @@ try {
   if (only === undefined || only === 'mcp') {
     if (only === undefined) console.log('')
     await runMcpBench(databaseUrl)
+  }
+  if (only === undefined || only === 'webhooks') {
+    if (only === undefined) console.log('')
+    await runWebhookBench(databaseUrl)
   }
 } catch (error) {
   console.error(error)

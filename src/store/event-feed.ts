@@ -66,7 +66,7 @@ export class EventFeed {
     return this.#lastId
   }
 
-  /** Registers a listener for `project:<id>`, `conversation:<id>`, `run:<id>`, `catalog` or `*` (every event). Returns the unsubscribe. */
+  /** Registers a listener for `project:<id>`, `conversation:<id>`, `run:<id>` or `catalog`. Returns the unsubscribe. */
   subscribe(scopeKey: string, listener: FeedListener): () => void {
     let set = this.#listeners.get(scopeKey)
     if (!set) {
@@ -194,7 +194,6 @@ export class EventFeed {
       event.conversationId && `conversation:${event.conversationId}`,
       event.runId && `run:${event.runId}`,
       isCatalogEvent(event) && 'catalog',
-      '*',
     ]
     for (const key of keys) {
       if (!key) continue

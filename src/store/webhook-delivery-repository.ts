@@ -1,6 +1,8 @@
 import { sql } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
 import type { Page, PageRequest } from './page.js'
+import { decisionFromJson, type DecisionRecord } from './decision-repository.js'
+import { runFromJson, type Run } from './run-repository.js'
 import { toWebhook, type WebhookRecord } from './webhook-repository.js'
 
 // --- ids ---------------------------------------------------------------------------------------
@@ -157,8 +159,10 @@ export interface ClaimedMessage {
   secret: string
   /** The secret before the last rotation, while it still signs too. */
   previousSecret: string | null
-  /** The reported event, for rendering the body (only while `payload` is null). */
+  /** While `payload` is null: the reported event, and the run or decision it is about as they are now. */
   event: { id: string; type: string; data: { [key: string]: JsonValue }; createdAt: string; runId: string | null } | null
+  run: Run | null
+  decision: DecisionRecord | null
 }
 
 interface ClaimRow {
@@ -174,13 +178,16 @@ interface ClaimRow {
   secret: string
   previous_secret: string | null
   event: { id: number; type: string; data: { [key: string]: JsonValue }; created_at: string; run_id: string | null } | null
+  run: { [key: string]: JsonValue } | null
+  decision: { [key: string]: JsonValue } | null
 }
 
 /**
  * Claims up to `limit` due messages of enabled subscriptions for one attempt each: `next_attempt_at`
  * moves `leaseMs` ahead (so a message whose instance dies is due again then) and the owner is
  * recorded. Rows another instance is claiming are skipped. A message claimed before whose attempt was
- * never recorded (its instance died) gets that attempt logged as interrupted.
+ * never recorded (its instance died) gets that attempt logged as interrupted. A first attempt also
+ * gets what its body is rendered from (the event; its run or decision), read in the same statement.
  */
 export async function claimMessages(db: Executor, owner: string, limit: number, leaseMs: number): Promise<ClaimedMessage[]> {
   const { rows } = await sql<ClaimRow>`
@@ -201,8 +208,11 @@ export async function claimMessages(db: Executor, owner: string, limit: number, 
     )
     select c.id, c.webhook_id, w.project_id, c.event_type, c.attempts, c.payload, c.created_at, c.window_start, w.url, w.secret,
            case when w.previous_secret_until > now() then w.previous_secret end as previous_secret,
-           case when c.payload is null then (select to_jsonb(ev) from (select id, type, data, created_at, run_id from events where id = c.event_id) ev) end as event
-    from c join webhooks w on w.id = c.webhook_id`.execute(db)
+           case when ev.id is not null then jsonb_build_object('id', ev.id, 'type', ev.type, 'data', ev.data, 'created_at', ev.created_at, 'run_id', ev.run_id) end as event,
+           case when ev.id is not null and c.event_type like 'run.%' then (select to_jsonb(r) from runs r where r.id = coalesce(ev.run_id, ev.data->>'runId')) end as run,
+           case when ev.id is not null and c.event_type = 'decision.required' then (select to_jsonb(d) from decisions d where d.id = ev.data->>'decisionId') end as decision
+    from c join webhooks w on w.id = c.webhook_id
+    left join lateral (select id, type, data, created_at, run_id from events where id = c.event_id and c.payload is null) ev on true`.execute(db)
   return rows.map((row) => ({
     row: String(row.id),
     id: deliveryId(row.id, row.created_at),
@@ -216,6 +226,8 @@ export async function claimMessages(db: Executor, owner: string, limit: number, 
     secret: row.secret,
     previousSecret: row.previous_secret,
     event: row.event && { id: String(row.event.id), type: row.event.type, data: row.event.data, createdAt: new Date(row.event.created_at).toISOString(), runId: row.event.run_id },
+    run: row.run && runFromJson(row.run),
+    decision: row.decision && decisionFromJson(row.decision),
   }))
 }
 
@@ -232,37 +244,64 @@ export interface AttemptOutcome {
 }
 
 /**
- * Records an attempt and its consequence in one statement: the attempt's log row, the message's new
- * state, and the subscription's failure record (a success clears it; a failure starts it). Nothing
- * happens when the claim was lost (another instance took the message over). Returns whether it was
- * recorded.
+ * Records attempts that did not fail for good, many in one statement (the deliverer batches what
+ * finished meanwhile): each attempt's log row, its message's new state, and each subscription's
+ * failure record (a success clears it; a failure starts it). An attempt whose claim was lost (another
+ * instance took the message over) is not recorded. Returns how many were.
  */
-export async function recordAttempt(db: Executor, message: ClaimedMessage, owner: string, outcome: AttemptOutcome): Promise<boolean> {
-  const status = outcome.result === 'retry' || outcome.result === 'interrupted' ? 'pending' : outcome.result
-  const hook =
-    outcome.result === 'interrupted'
-      ? sql`select null::text as id where false`
-      : outcome.result === 'delivered'
-      ? sql`update webhooks set failed_messages = 0, failing_since = null
-            where id = (select webhook_id from m) and (failed_messages <> 0 or failing_since is not null) returning id`
-      : outcome.result === 'retry'
-        ? sql`update webhooks set failing_since = ${outcome.startedAt}::timestamptz where id = (select webhook_id from m) and failing_since is null returning id`
-        : sql`update webhooks set failed_messages = failed_messages + 1, failing_since = coalesce(failing_since, ${outcome.startedAt}::timestamptz)
-              where id = (select webhook_id from m) returning id`
+export async function recordAttempts(db: Executor, owner: string, attempts: ReadonlyArray<{ message: ClaimedMessage; outcome: AttemptOutcome }>): Promise<number> {
+  if (attempts.length === 0) return 0
+  const values = attempts.map(({ message, outcome }) => {
+    if (outcome.result === 'failed') throw new Error('recordAttempts takes no attempt that failed for good (recordFailure does)')
+    const status = outcome.result === 'delivered' ? 'delivered' : 'pending'
+    return sql`(${message.row}::bigint, ${message.attempt}::int, ${status}::text, ${outcome.payload}::text, ${outcome.nextAttemptAt}::timestamptz,
+      ${outcome.startedAt}::timestamptz, ${Math.round(outcome.durationMs)}::int, ${outcome.statusCode}::int, ${outcome.error}::text, ${outcome.result === 'retry'}::boolean)`
+  })
+  const { rows } = await sql<{ recorded: string }>`
+    with o (id, attempt, status, payload, next_at, started_at, duration_ms, status_code, error, failing) as (values ${sql.join(values)}),
+    m as (
+      update webhook_messages wm set status = o.status, lease_owner = null, payload = coalesce(wm.payload, o.payload),
+             next_attempt_at = coalesce(o.next_at, wm.next_attempt_at), delivered_at = case when o.status = 'delivered' then now() else wm.delivered_at end
+      from o where wm.id = o.id and wm.lease_owner = ${owner} and wm.attempts = o.attempt
+      returning wm.id, wm.webhook_id
+    ),
+    a as (
+      insert into webhook_attempts (message_id, attempt, started_at, duration_ms, status_code, error, next_attempt_at)
+      select o.id, o.attempt, o.started_at, o.duration_ms, o.status_code, o.error, o.next_at from o join m on m.id = o.id
+      returning id
+    ),
+    s as (
+      select m.webhook_id, bool_or(o.status = 'delivered') as ok, min(o.started_at) filter (where o.failing) as failed_at
+      from m join o on o.id = m.id group by m.webhook_id
+    ),
+    h as (
+      update webhooks w set failed_messages = case when s.ok then 0 else w.failed_messages end,
+                            failing_since = case when s.ok then null else coalesce(w.failing_since, s.failed_at) end
+      from s where w.id = s.webhook_id
+        and ((s.ok and (w.failed_messages <> 0 or w.failing_since is not null)) or (not s.ok and s.failed_at is not null and w.failing_since is null))
+      returning w.id
+    )
+    select (select count(*) from m) as recorded, (select count(*) from a) as logged, (select count(*) from h) as hooked`.execute(db)
+  return Number(rows[0]?.recorded ?? 0)
+}
+
+/** Records an attempt after which its message failed for good, counting it on the subscription. Returns whether it was recorded. */
+export async function recordFailure(db: Executor, message: ClaimedMessage, owner: string, outcome: AttemptOutcome): Promise<boolean> {
   const { rows } = await sql<{ recorded: string }>`
     with m as (
-      update webhook_messages set status = ${status}, lease_owner = null, payload = coalesce(payload, ${outcome.payload}),
-             next_attempt_at = coalesce(${outcome.nextAttemptAt}::timestamptz, next_attempt_at),
-             delivered_at = case when ${status} = 'delivered' then now() else delivered_at end
+      update webhook_messages set status = 'failed', lease_owner = null, payload = coalesce(payload, ${outcome.payload})
       where id = ${message.row} and lease_owner = ${owner} and attempts = ${message.attempt}
       returning id, webhook_id
     ),
     a as (
       insert into webhook_attempts (message_id, attempt, started_at, duration_ms, status_code, error, next_attempt_at)
-      select id, ${message.attempt}, ${outcome.startedAt}::timestamptz, ${Math.round(outcome.durationMs)}, ${outcome.statusCode}::int, ${outcome.error}, ${outcome.nextAttemptAt}::timestamptz from m
+      select id, ${message.attempt}, ${outcome.startedAt}::timestamptz, ${Math.round(outcome.durationMs)}, ${outcome.statusCode}::int, ${outcome.error}, null from m
       returning id
     ),
-    h as (${hook})
+    h as (
+      update webhooks set failed_messages = failed_messages + 1, failing_since = coalesce(failing_since, ${outcome.startedAt}::timestamptz)
+      where id = (select webhook_id from m) returning id
+    )
     select (select count(*) from m) as recorded, (select count(*) from a) as logged, (select count(*) from h) as hooked`.execute(db)
   return Number(rows[0]?.recorded ?? 0) > 0
 }

@@ -1,6 +1,23 @@
 import { sql, type RawBuilder } from 'kysely'
 import type { NewEvent } from './event-log.js'
 
+/** The channel that tells every instance's deliverer that messages were committed (docs/webhooks.md). */
+export const webhooksChannel = 'plinth_webhooks'
+
+/** In-process fan-out of that notification (from this and every other instance). */
+export class WebhookSignals {
+  readonly #listeners = new Set<() => void>()
+
+  subscribe(listener: () => void): () => void {
+    this.#listeners.add(listener)
+    return () => this.#listeners.delete(listener)
+  }
+
+  deliver(): void {
+    for (const listener of this.#listeners) listener()
+  }
+}
+
 /** The events a webhook may subscribe to (docs/webhooks.md, "Events"). */
 export const webhookEventTypes = ['run.completed', 'run.failed', 'run.cancelled', 'run.requires_action', 'decision.required', 'knowledge.ingested', 'knowledge.failed'] as const
 
@@ -19,7 +36,8 @@ export function webhookTypeOf(event: Pick<NewEvent, 'type' | 'data' | 'webhook'>
 /**
  * The outbox's part of a statement that inserts events (the CTE `e`, their RETURNING rows): a message
  * for every enabled subscription of each event's project that lists its type, written in the SAME
- * statement, so an event and the messages reporting it commit (or vanish) together. `null` when no
+ * statement, so an event and the messages reporting it commit (or vanish) together, and the commit
+ * wakes the deliverers (NOTIFY, only when a message was written). `null` when no
  * event of the batch is reported: the event log's hot path (deltas, tool calls) pays nothing. The SQL
  * maps the rows as `webhookTypeOf` maps the batch, for the types the batch reports.
  */
@@ -37,7 +55,7 @@ export function outboxCte(events: readonly Pick<NewEvent, 'type' | 'data' | 'web
     from e
     cross join lateral (select case ${requiresAction} ${sameTypes} end as type) t
     join webhooks w on w.project_id = e.project_id and w.enabled and t.type = any (w.events)
-    returning id)`
+    returning id, pg_notify(${webhooksChannel}, '') as notified)`
 }
 
 /** `, wo as (…)` after the CTE `e`, or nothing. */
