@@ -2101,7 +2101,7 @@ export interface components {
             disabledReason: string | null;
             /** @description False after a run of failures (see disabledReason) or PATCH {"enabled": false}; PATCH {"enabled": true} re-enables it */
             enabled: boolean;
-            events: string[];
+            events: ("run.completed" | "run.failed" | "run.cancelled" | "run.requires_action" | "decision.required" | "knowledge.ingested" | "knowledge.failed")[];
             /** @description Messages in a row that failed for good (a success resets it) */
             failedMessages: number;
             failingSince: string | null;
@@ -2133,7 +2133,11 @@ export interface components {
             deliveredAt: string | null;
             /** @description The event’s id in the project’s stream */
             eventId: string;
-            eventType: string;
+            /**
+             * @description run.completed, run.failed, run.cancelled, run.requires_action (a decision or client tool waits), decision.required, knowledge.ingested, knowledge.failed
+             * @enum {string}
+             */
+            eventType: "run.completed" | "run.failed" | "run.cancelled" | "run.requires_action" | "decision.required" | "knowledge.ingested" | "knowledge.failed";
             id: string;
             /** @description An attempt is being made now */
             inFlight: boolean;
@@ -2153,7 +2157,7 @@ export interface components {
             disabledReason: string | null;
             /** @description False after a run of failures (see disabledReason) or PATCH {"enabled": false}; PATCH {"enabled": true} re-enables it */
             enabled: boolean;
-            events: string[];
+            events: ("run.completed" | "run.failed" | "run.cancelled" | "run.requires_action" | "decision.required" | "knowledge.ingested" | "knowledge.failed")[];
             /** @description Messages in a row that failed for good (a success resets it) */
             failedMessages: number;
             failingSince: string | null;

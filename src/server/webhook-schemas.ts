@@ -1,5 +1,5 @@
 import { Type } from 'typebox'
-import { webhookEventTypes } from '../webhooks/index.js'
+import { webhookEventTypes, type WebhookEventType } from '../webhooks/index.js'
 import { Id } from './schemas.js'
 
 /** Schemas of the webhook routes (docs/webhooks.md). */
@@ -8,10 +8,11 @@ const strict = { additionalProperties: false } as const
 const nullable = <T extends ReturnType<typeof Type.String>>(schema: T) => Type.Union([schema, Type.Null()])
 const DateTime = Type.String({ format: 'date-time' })
 
-export const WebhookEvent = Type.Union(
-  webhookEventTypes.map((type) => Type.Literal(type)),
-  { description: 'run.completed, run.failed, run.cancelled, run.requires_action (a decision or client tool waits), decision.required, knowledge.ingested, knowledge.failed' },
-)
+export const WebhookEvent = Type.Unsafe<WebhookEventType>({
+  type: 'string',
+  enum: [...webhookEventTypes],
+  description: 'run.completed, run.failed, run.cancelled, run.requires_action (a decision or client tool waits), decision.required, knowledge.ingested, knowledge.failed',
+})
 
 const Url = Type.String({ minLength: 1, maxLength: 2048, description: 'Where messages are POSTed: https, and a public address unless the operator allows private ones' })
 const Events = Type.Array(WebhookEvent, { minItems: 1, maxItems: webhookEventTypes.length, uniqueItems: true })
@@ -21,7 +22,7 @@ const webhookFields = {
   id: Type.String(),
   projectId: Type.String(),
   url: Type.String(),
-  events: Type.Array(Type.String()),
+  events: Type.Array(WebhookEvent),
   description: nullable(Type.String()),
   enabled: Type.Boolean({ description: 'False after a run of failures (see disabledReason) or PATCH {"enabled": false}; PATCH {"enabled": true} re-enables it' }),
   disabledReason: nullable(Type.String()),
@@ -69,7 +70,7 @@ export const WebhookDelivery = Type.Object(
     webhookId: Type.String(),
     messageId: Type.String({ description: 'The `webhook-id` header: the same on every attempt and redelivery (deduplicate on it)' }),
     eventId: Type.String({ description: 'The event’s id in the project’s stream' }),
-    eventType: Type.String(),
+    eventType: WebhookEvent,
     status: Type.Union([Type.Literal('pending'), Type.Literal('delivered'), Type.Literal('failed')]),
     inFlight: Type.Boolean({ description: 'An attempt is being made now' }),
     attemptCount: Type.Integer(),

@@ -3,6 +3,7 @@ import type { Executor, JsonValue } from './database.js'
 import type { Page, PageRequest } from './page.js'
 import { decisionFromJson, type DecisionRecord } from './decision-repository.js'
 import { runFromJson, type Run } from './run-repository.js'
+import type { WebhookEventType } from './webhook-outbox.js'
 import { toWebhook, type WebhookRecord } from './webhook-repository.js'
 
 // --- ids ---------------------------------------------------------------------------------------
@@ -55,7 +56,7 @@ export interface DeliveryRecord {
   /** The `webhook-id` header: the same on every attempt and redelivery. */
   messageId: string
   eventId: string
-  eventType: string
+  eventType: WebhookEventType
   status: 'pending' | 'delivered' | 'failed'
   /** An attempt is being made right now (by some instance). */
   inFlight: boolean
@@ -90,7 +91,7 @@ function toDelivery(row: DeliveryRow): DeliveryRecord {
     webhookId: row.webhook_id,
     messageId: `msg_${id}`,
     eventId: String(row.event_id),
-    eventType: row.event_type,
+    eventType: row.event_type as WebhookEventType,
     status: row.status,
     inFlight: row.status === 'pending' && row.lease_owner !== null && new Date(row.next_attempt_at).getTime() > Date.now(),
     attemptCount: row.attempts,

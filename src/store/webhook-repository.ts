@@ -1,13 +1,14 @@
 import { sql } from 'kysely'
 import type { Executor } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
+import type { WebhookEventType } from './webhook-outbox.js'
 
 /** A webhook subscription as the API shows it: never its secret. */
 export interface WebhookRecord {
   id: string
   projectId: string
   url: string
-  events: string[]
+  events: WebhookEventType[]
   description: string | null
   enabled: boolean
   disabledReason: string | null
@@ -69,7 +70,7 @@ export function toWebhook(row: WebhookRow): WebhookRecord {
     id: row.id,
     projectId: row.project_id,
     url: row.url,
-    events: [...row.events],
+    events: [...row.events] as WebhookEventType[],
     description: row.description,
     enabled: row.enabled,
     disabledReason: row.disabled_reason,

@@ -1,5 +1,4 @@
 import { Type } from 'typebox'
-import type { WebhookEventType } from '../../webhooks/index.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { IdParams, PageOf, PageQuery, problemResponses } from '../schemas.js'
@@ -28,7 +27,7 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const { url, events, description } = request.body
-      const created = await webhooks.create(caller(request), request.params.id, { url, events: events as WebhookEventType[], ...(description !== undefined && { description }) })
+      const created = await webhooks.create(caller(request), request.params.id, { url, events, ...(description !== undefined && { description }) })
       return reply.code(201).send(created)
     },
   )
@@ -61,7 +60,7 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
       const { url, events, description, enabled } = request.body
       return webhooks.update(caller(request), request.params.id, request.params.webhookId, {
         ...(url !== undefined && { url }),
-        ...(events !== undefined && { events: events as WebhookEventType[] }),
+        ...(events !== undefined && { events }),
         ...(description !== undefined && { description }),
         ...(enabled !== undefined && { enabled }),
       })
