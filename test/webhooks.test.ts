@@ -1,6 +1,10 @@
 import { readdir, readFile } from 'node:fs/promises'
 import { request as httpsRequest } from 'node:https'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { ConfigError, loadConfig } from '../src/app/index.js'
 import { ScriptedModel } from '../src/llm/index.js'
 import { createProject, createUser, insertWebhook, newId, readEvents, type Store } from '../src/store/index.js'
 import { checkWebhookUrl, publicOnlyLookup, retryDelay, WebhookDeliverer, defaultWebhookSettings } from '../src/webhooks/index.js'
@@ -394,6 +398,14 @@ describe('webhook internals', () => {
     let attempts = 1
     while (total + retryDelay(attempts, 5000, () => 0.5) <= defaultWebhookSettings.retryWindowMs) total += retryDelay(attempts++, 5000, () => 0.5)
     expect(attempts).toBe(15)
+  })
+
+  it('configuration: environment durations and flags, file keys, defaults', () => {
+    const cwd = mkdtempSync(join(tmpdir(), 'plinth-hook-config-'))
+    expect(loadConfig({}, cwd).webhooks).toEqual(defaultWebhookSettings)
+    const set = loadConfig({ PLINTH_WEBHOOK_RETRY_BASE: '250ms', PLINTH_WEBHOOK_ALLOW_PRIVATE: '1', PLINTH_WEBHOOK_TIMEOUT: '3s', PLINTH_WEBHOOK_RETRY_WINDOW: '1h', PLINTH_WEBHOOK_DISABLE_AFTER: '5', PLINTH_WEBHOOK_SECRET_GRACE: '10m' }, cwd)
+    expect(set.webhooks).toEqual({ retryBaseMs: 250, allowPrivate: true, timeoutMs: 3000, retryWindowMs: 3_600_000, disableAfter: 5, secretGraceMs: 600_000 })
+    expect(() => loadConfig({ PLINTH_WEBHOOK_RETRY_BASE: 'soon' }, cwd)).toThrow(ConfigError)
   })
 
   it('a deliverer stops cleanly without having claimed anything', async () => {
