@@ -112,9 +112,13 @@ export class WebhookDeliverer {
   async #claim(): Promise<void> {
     try {
       for (;;) {
+        if (this.#closed) return
         const room = webhookLimits.concurrency - this.#inFlight.size
-        // Nearly full: the attempts finishing free slots and poke again.
-        if (room < webhookLimits.concurrency / 2 || this.#closed) return
+        if (room < webhookLimits.concurrency / 2) {
+          // Nearly full: the attempts finishing free the slots, and claim then.
+          this.#backlog = true
+          return
+        }
         const claimed = await claimMessages(this.#store.db, this.#owner, room, this.leaseMs)
         for (const message of claimed) {
           const attempt = this.#attempt(message).finally(() => {
