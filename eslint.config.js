@@ -2,7 +2,7 @@ import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 import globals from 'globals'
 
-const modules = ['app', 'server', 'runmgr', 'llm', 'cmdbus', 'mcp', 'rag', 'exec', 'extension', 'store', 'testing']
+const modules = ['app', 'server', 'runmgr', 'llm', 'cmdbus', 'mcp', 'rag', 'exec', 'extension', 'store', 'testing', 'webhooks']
 
 export default tseslint.config(
   { ignores: ['node_modules/', 'dist/', 'data/', 'coverage/'] },

@@ -4,10 +4,11 @@
  * TEST_DATABASE_URL or BENCH_DATABASE_URL) on pg; then the agent-round bench (bench/agent/index.ts);
  * then the retrieval bench (bench/retrieval/index.ts), the exec bench (bench/exec/index.ts) and the MCP
  * benches (bench/mcp: /mcp beside /api, and a mounted MCP tool beside the SDK client); then the AG-UI
- * bench (bench/ag-ui: POST /api/conversations/:id/ag-ui beside the native run stream).
+ * bench (bench/ag-ui: POST /api/conversations/:id/ag-ui beside the native run stream) and the webhook
+ * bench (bench/webhooks: commit → delivery latency, and what the outbox adds to an event's insert).
  * Each server runs in its own process; autocannon loads it from this one.
  *
- * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp` or `ag-ui`: run one part), BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2),
+ * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `ag-ui` or `webhooks`: run one part), BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2),
  * BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in bench/agent/index.ts.
  */
 import { cpus } from 'node:os'
@@ -16,6 +17,7 @@ import { runExecBench } from './exec/index.js'
 import { runMcpBench } from './mcp/index.js'
 import { runAgUiBench } from './ag-ui/index.js'
 import { runRetrievalBench } from './retrieval/index.js'
+import { runWebhookBench } from './webhooks/index.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
 import { loadSettingsFromEnv } from './lib/measure.js'
 import { formatTable, runScenarios, type Scenario } from './lib/scenario.js'
@@ -27,8 +29,8 @@ cleanupOnSignals()
 
 const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_URL || undefined
 const only = process.env.BENCH_ONLY || undefined
-if (only !== undefined && !['http', 'agent', 'rag', 'exec', 'mcp', 'ag-ui'].includes(only)) {
-  console.error(`BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp" or "ag-ui", got ${JSON.stringify(only)}`)
+if (only !== undefined && !['http', 'agent', 'rag', 'exec', 'mcp', 'ag-ui', 'webhooks'].includes(only)) {
+  console.error(`BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "ag-ui" or "webhooks", got ${JSON.stringify(only)}`)
   process.exit(2)
 }
 
@@ -80,6 +82,10 @@ try {
   if (only === undefined || only === 'ag-ui') {
     if (only === undefined) console.log('')
     await runAgUiBench(databaseUrl)
+  }
+  if (only === undefined || only === 'webhooks') {
+    if (only === undefined) console.log('')
+    await runWebhookBench(databaseUrl)
   }
 } catch (error) {
   console.error(error)

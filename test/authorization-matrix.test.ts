@@ -10,6 +10,9 @@ interface Fixture {
   runId: string
   /** A draft knowledge item of the owner's. */
   knowledgeId: string
+  /** A webhook of the project, and the message it got for the knowledge item's ingestion. */
+  webhookId: string
+  deliveryId: string
 }
 
 interface RouteCase {
@@ -80,6 +83,17 @@ const routes: RouteCase[] = [
   { method: 'GET', path: '/api/projects/{id}/search', url: (f) => `/api/projects/${f.projectId}/search?q=text`, owner: 200, member: 200, stranger: 404 },
   { method: 'GET', path: '/api/search', url: () => '/api/search?q=text', owner: 200, member: 200, stranger: 200 },
 
+  // Webhooks are the project owner's alone: a member is refused (403), like deleting the project.
+  { method: 'POST', path: '/api/projects/{id}/webhooks', url: (f) => `/api/projects/${f.projectId}/webhooks`, body: { url: 'https://example.com/hook', events: ['run.completed'] }, owner: 201, member: 403, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/webhooks', url: (f) => `/api/projects/${f.projectId}/webhooks`, owner: 200, member: 403, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/webhooks/{webhookId}', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}`, owner: 200, member: 403, stranger: 404 },
+  { method: 'PATCH', path: '/api/projects/{id}/webhooks/{webhookId}', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}`, body: { description: 'x' }, owner: 200, member: 403, stranger: 404 },
+  { method: 'DELETE', path: '/api/projects/{id}/webhooks/{webhookId}', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}`, owner: 204, member: 403, stranger: 404 },
+  { method: 'POST', path: '/api/projects/{id}/webhooks/{webhookId}/rotate-secret', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/rotate-secret`, owner: 200, member: 403, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/webhooks/{webhookId}/deliveries', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/deliveries`, owner: 200, member: 403, stranger: 404 },
+  { method: 'GET', path: '/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/deliveries/${f.deliveryId}`, owner: 200, member: 403, stranger: 404 },
+  { method: 'POST', path: '/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/deliveries/${f.deliveryId}/redeliver`, owner: 202, member: 403, stranger: 404 },
+
   { method: 'GET', path: '/api/conversations/{id}/files', url: (f) => `/api/conversations/${f.conversationId}/files`, owner: 200, member: 404, stranger: 404 },
   { method: 'GET', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/notes.md`, owner: 200, member: 404, stranger: 404 },
   { method: 'PUT', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/new.md`, body: 'bytes', owner: 201, member: 404, stranger: 404 },
@@ -124,10 +138,13 @@ for (const engine of testEngines()) {
       })
       const other = await server.request('POST', `/api/projects/${project.body.id}/conversations`, { token: owner.token, body: {} })
       const run = await server.request('POST', `/api/conversations/${other.body.id}/runs`, { token: owner.token, body: { input: 'hello' } })
+      const webhook = await server.request('POST', `/api/projects/${project.body.id}/webhooks`, { token: owner.token, body: { url: 'https://example.com/hook', events: ['knowledge.ingested'] } })
+      // Small text is ingested within the request: its outbox message is committed with it.
       const knowledge = await server.request('POST', `/api/projects/${project.body.id}/knowledge`, { token: owner.token, body: { title: 'draft', text: 'draft text' } })
+      const deliveries = await server.request('GET', `/api/projects/${project.body.id}/webhooks/${webhook.body.id}/deliveries`, { token: owner.token })
       await server.exec.workdirs.write(conversation.body.id, 'notes.md', '# Notes')
       await server.exec.workdirs.write(conversation.body.id, 'old.md', '# Old')
-      return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id, runId: run.body.id, knowledgeId: knowledge.body.id }
+      return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id, runId: run.body.id, knowledgeId: knowledge.body.id, webhookId: webhook.body.id, deliveryId: deliveries.body.items[0].id }
     }
 
     async function call(route: RouteCase, fixtureValue: Fixture, token: string | undefined): Promise<{ status: number; code?: string; type: string | null }> {

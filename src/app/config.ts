@@ -5,6 +5,7 @@ import type { ModelSettings } from '../llm/index.js'
 import type { ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
 import type { McpServerConfig } from '../mcp/index.js'
+import { defaultWebhookSettings, type WebhookSettings } from '../webhooks/index.js'
 
 /** A model entry of the config file (SPEC §13); the llm module defines its shape. */
 export type ModelConfig = ModelSettings
@@ -98,6 +99,8 @@ export interface PlinthConfig {
   pgliteSharedBuffers: string
   /** Postgres: prepare repeated statements per connection (off behind a proxy that cannot keep them). */
   pgPrepare: boolean
+  /** Webhook delivery: retries, timeouts, SSRF rules (docs/webhooks.md). */
+  webhooks: WebhookSettings
 }
 
 export interface StreamSettings {
@@ -341,6 +344,18 @@ const fileSchema = {
     resultMaxBytes: { type: 'integer', minimum: 32 * 1024, maximum: 64 * 1024 * 1024 },
     pgliteSharedBuffers: { type: 'string', pattern: '^[1-9][0-9]{0,5}(kB|MB|GB)$' },
     pgPrepare: { type: 'boolean' },
+    webhooks: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        allowPrivate: { type: 'boolean' },
+        retryBaseMs: { type: 'integer', minimum: 1, maximum: 3_600_000 },
+        retryWindowMs: { type: 'integer', minimum: 1000, maximum: 7 * 86_400_000 },
+        timeoutMs: { type: 'integer', minimum: 100, maximum: 120_000 },
+        disableAfter: { type: 'integer', minimum: 1, maximum: 100_000 },
+        secretGraceMs: { type: 'integer', minimum: 0, maximum: 30 * 86_400_000 },
+      },
+    },
   },
 } as const
 
@@ -409,6 +424,12 @@ const envKeys: Array<[string, string, 'string' | 'int' | 'number' | 'bool' | 'li
   ['PLINTH_RESULT_MAX_BYTES', 'resultMaxBytes', 'int'],
   ['PLINTH_PGLITE_SHARED_BUFFERS', 'pgliteSharedBuffers', 'string'],
   ['PLINTH_PG_PREPARE', 'pgPrepare', 'bool'],
+  ['PLINTH_WEBHOOK_ALLOW_PRIVATE', 'webhooks.allowPrivate', 'bool'],
+  ['PLINTH_WEBHOOK_RETRY_BASE', 'webhooks.retryBaseMs', 'duration'],
+  ['PLINTH_WEBHOOK_RETRY_WINDOW', 'webhooks.retryWindowMs', 'duration'],
+  ['PLINTH_WEBHOOK_TIMEOUT', 'webhooks.timeoutMs', 'duration'],
+  ['PLINTH_WEBHOOK_DISABLE_AFTER', 'webhooks.disableAfter', 'int'],
+  ['PLINTH_WEBHOOK_SECRET_GRACE', 'webhooks.secretGraceMs', 'duration'],
 ]
 
 const defaults: PlinthConfig = {
@@ -448,6 +469,7 @@ const defaults: PlinthConfig = {
   resultMaxBytes: 1024 * 1024,
   pgliteSharedBuffers: '16MB',
   pgPrepare: true,
+  webhooks: defaultWebhookSettings,
 }
 
 /**
@@ -516,6 +538,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     rateLimit: { ...defaults.rateLimit, ...file.rateLimit },
     streams: { ...defaults.streams, ...file.streams },
     knowledge: { ...defaults.knowledge, ...file.knowledge },
+    webhooks: { ...defaults.webhooks, ...file.webhooks },
     dataDir: resolve(cwd, file.dataDir ?? defaults.dataDir),
   }
   if (config.exec.workRoot) config.exec.workRoot = resolve(cwd, config.exec.workRoot)

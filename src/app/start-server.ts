@@ -6,6 +6,7 @@ import type { McpHub } from '../mcp/index.js'
 import { createEmbedder, prepareEmbeddings, type Ingestor } from '../rag/index.js'
 import { Registry } from 'prom-client'
 import type { RunManager } from '../runmgr/index.js'
+import { WebhookDeliverer } from '../webhooks/index.js'
 import { createAgentMetrics } from './agent-metrics.js'
 import { setUpCommandBus } from './command-bus-setup.js'
 import { setUpRuns } from './run-setup.js'
@@ -40,6 +41,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   let ingestor: Ingestor | undefined
   let execService: ExecService | undefined
   let mcp: McpHub | undefined
+  let webhooks: WebhookDeliverer | undefined
   const warnings: string[] = []
   try {
     const embedder = createEmbedder(config.embeddings)
@@ -102,6 +104,10 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       warnings.push(warning)
       logger.warn(warning)
     }
+    // Webhook deliveries, in every instance: the outbox is shared, each attempt leased (docs/webhooks.md).
+    webhooks = new WebhookDeliverer(store, config.webhooks, { log: logger, exclusive: store.engine === 'pglite' })
+    await webhooks.start()
+    const deliverer = webhooks
     app = await buildServer({
       store,
       bus,
@@ -134,9 +140,11 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       adminToken: config.adminToken,
       version,
       metrics,
+      webhooks: { allowPrivate: config.webhooks.allowPrivate, secretGraceMs: config.webhooks.secretGraceMs, wake: () => deliverer.poke() },
     })
     await app.listen({ port: config.port, host: config.host, listenTextResolver: () => fastifyListeningText })
   } catch (error) {
+    await webhooks?.stop()
     await runs?.stop()
     await ingestor?.stop()
     await execService?.stop()
@@ -148,6 +156,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   const knowledgeIngestor = ingestor
   const exec = execService
   const mcpHub = mcp
+  const webhookDeliverer = webhooks
   const address = app.server.address()
   const port = typeof address === 'object' && address ? address.port : config.port
   const host = config.host.includes(':') ? `[${config.host}]` : config.host
@@ -164,6 +173,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     close: () => {
       closing ??= (async () => {
         await runManager.stop()
+        await webhookDeliverer?.stop()
         await app.close()
         await knowledgeIngestor.stop()
         await exec.stop()

@@ -572,7 +572,8 @@ export class RunManager {
     if (run.status === 'requires_action') {
       const requiredAction = await this.#ledger.requiredAction(tx, runId)
       const updated = await updateRun(tx, runId, { requiredAction })
-      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction })])
+      // Still waiting, for less: not a new `run.requires_action` for webhooks.
+      await appendEvents(tx, [{ ...runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction }), webhook: false }])
     }
   }
 

@@ -18,6 +18,7 @@ import type { ExecService } from '../exec/index.js'
 import { KnowledgeService, type Ingestor, type Retriever } from '../rag/index.js'
 import { ConversationService, ProjectService, RunQueries, type RunManager } from '../runmgr/index.js'
 import { Accounts, type Store } from '../store/index.js'
+import { defaultWebhookSettings, WebhookService, type WebhookSettings } from '../webhooks/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
 import { lazySerializerFactory, lazyValidator } from './lazy-compilers.js'
 import { TokenCache } from './token-cache.js'
@@ -42,6 +43,7 @@ import { registerFileRoutes } from './routes/file-routes.js'
 import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
+import { registerWebhookRoutes } from './routes/webhook-routes.js'
 import { registerMcpRoutes } from './routes/mcp-routes.js'
 import { registerMcpCallbackRoute, registerMcpConnectionRoutes } from './routes/mcp-connection-routes.js'
 import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, refuseIfBlocked, requestId } from './request-guards.js'
@@ -104,6 +106,8 @@ export interface ServerOptions {
   metrics?: Registry
   /** Authorization servers the MCP endpoint's protected resource metadata names (default none: Plinth's own tokens). */
   mcpAuthorizationServers?: string[]
+  /** Webhooks: which URLs are accepted, the rotation grace; `wake` tells this instance's deliverer a message is due. */
+  webhooks?: Partial<Pick<WebhookSettings, 'allowPrivate' | 'secretGraceMs'>> & { wake?: () => void }
 }
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
@@ -173,6 +177,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     retriever: options.retriever,
     ingestor: options.ingestor,
     knowledge: new KnowledgeService(options.store, projects),
+    webhooks: new WebhookService(options.store, projects, { ...defaultWebhookSettings, ...options.webhooks }, options.webhooks?.wake),
     exec: options.exec,
     maxKnowledgeFileBytes: options.maxKnowledgeFileBytes ?? 20 * 1024 * 1024,
     uploads: new UploadSlots(options.uploads),
@@ -290,6 +295,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerMeRoutes(api)
       registerStreamTicketRoutes(api, deps)
       registerProjectRoutes(api, deps)
+      registerWebhookRoutes(api, deps)
       registerConversationRoutes(api, deps)
       registerCommandRoutes(api, deps)
       registerDecisionRoutes(api, deps)

@@ -156,6 +156,11 @@ const projectEvents: TSchema[] = [
     frame(event, Type.Object({ item: asStored(KnowledgeItem, ['shared']) }, closed), 'A knowledge item changed (see its ingestStatus and status)'),
   ),
   frame(
+    'webhook.disabled',
+    Type.Object({ webhookId: Type.String(), url: Type.String(), reason: Type.String() }, closed),
+    'A webhook was disabled after a run of failed deliveries (the project owner’s stream only); PATCH it with {"enabled": true} to resume',
+  ),
+  frame(
     'commands.changed',
     Type.Object({ plugin: Type.String(), commandIds: Type.Array(Type.String()) }, closed),
     'The command catalog changed at run time (an MCP server’s tools): the plugin’s commands now; re-read GET /api/commands',

@@ -23,6 +23,10 @@ export const problemCatalogue = {
   run_not_resumable: { status: 409, title: 'The run cannot be resumed' },
   sandbox_unavailable: { status: 409, title: 'The sandbox is unavailable' },
   unknown_model: { status: 422, title: 'Unknown model' },
+  invalid_webhook_url: { status: 400, title: 'Not a webhook URL' },
+  webhook_url_not_allowed: { status: 400, title: 'Webhook URL not allowed' },
+  too_many_webhooks: { status: 409, title: 'Too many webhooks in this project' },
+  webhook_disabled: { status: 409, title: 'The webhook is disabled' },
   client_tool_conflict: { status: 422, title: 'A client tool has the name of a command tool' },
   // AG-UI input (POST /api/conversations/:id/ag-ui).
   thread_mismatch: { status: 400, title: 'threadId is not the conversation of the path' },

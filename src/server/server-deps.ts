@@ -7,6 +7,7 @@ import type { McpHub } from '../mcp/index.js'
 import type { Ingestor, KnowledgeService, Retriever } from '../rag/index.js'
 import type { ConversationService, ProjectService, RunManager, RunQueries } from '../runmgr/index.js'
 import type { Accounts, Store } from '../store/index.js'
+import type { WebhookService } from '../webhooks/index.js'
 import type { StreamRegistry } from './stream-registry.js'
 
 /** What routes need from the composition root. */
@@ -41,6 +42,8 @@ export interface ServerDeps {
   startWarnings: string[]
   /** Problems that come and go (an MCP server that is down); /readyz lists them too. */
   liveWarnings?: () => string[]
+  /** A project's webhook subscriptions and their delivery log. */
+  webhooks: WebhookService
   /** Mounted MCP servers: per-user OAuth connections. */
   mcp?: Pick<McpHub, 'connections' | 'connect' | 'complete' | 'disconnect'>
 }

@@ -177,6 +177,12 @@ interface DecisionRow {
   kind?: 'approve' | 'connect'
 }
 
+/** A decision row as `to_jsonb` renders it (inside a larger statement's result). */
+export function decisionFromJson(json: { [key: string]: JsonValue }): DecisionRecord {
+  const date = (value: JsonValue | undefined) => (typeof value === 'string' ? new Date(value) : null)
+  return toDecision({ ...(json as unknown as DecisionRow), created_at: date(json.created_at)!, expires_at: date(json.expires_at)!, decided_at: date(json.decided_at) })
+}
+
 function toDecision(row: DecisionRow): DecisionRecord {
   return {
     id: row.id,

@@ -5,6 +5,7 @@ import type { NewDispatch } from './dispatch-repository.js'
 import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord } from './event-log.js'
 import type { FencedPart } from './run-transition.js'
 import { storableJson } from './storable.js'
+import { outboxAfter } from './webhook-outbox.js'
 
 /** A dispatch that starts running as it is recorded (no human had to be asked). */
 export interface StartingDispatch extends NewDispatch {
@@ -47,7 +48,7 @@ export async function insertDispatchStarted(
         e as (
           insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
           select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
-          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)`
+          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)${outboxAfter(events)}`
   const { rows } = await sql<{ fenced: string; inserted: string; events: Array<{ [key: string]: JsonValue }> | null }>`
     with ${fence}
     d as (

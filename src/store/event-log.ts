@@ -1,6 +1,7 @@
 import { sql, type KyselyPlugin, type OperationNodeSource, type PluginTransformQueryArgs, type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type UnknownRow } from 'kysely'
 import type { Executor, JsonValue } from './database.js'
 import { storableJson } from './storable.js'
+import { outboxCte } from './webhook-outbox.js'
 
 /** The channel on which committed events are announced to every server instance. */
 export const eventsChannel = 'plinth_events'
@@ -24,6 +25,8 @@ export interface NewEvent {
   runId?: string | null
   userId?: string | null
   data: { [key: string]: unknown }
+  /** `false`: no webhook reports it (a waiting run's `requiredAction` changed; it did not start waiting). Not stored. */
+  webhook?: false
 }
 
 /**
@@ -84,12 +87,14 @@ export async function appendEventsAfter(tx: Executor, writes: OperationNodeSourc
   const names = writes.map((_, index) => `w${index}`)
   const ctes = writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write}), `)
   const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
+  const insert = sql`insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
+    select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
+    returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tracking?.tag ?? ''}) as notified`
+  const outbox = outboxCte(events)
   const { rows } = await sql<EventRow>`
     with ${sql.join(ctes, sql``)}
     lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked where true ${sql.join(done, sql``)})
-    insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
-    select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
-    returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tracking?.tag ?? ''}) as notified`.execute(tx)
+    ${outbox ? sql`, e as (${insert}), ${outbox} select * from e` : insert}`.execute(tx)
   const records = rows.map(toEventRecord).sort((a, b) => a.id - b.id)
   tracking?.events.push(...records)
   return records
@@ -132,12 +137,14 @@ async function insertEvents(db: Executor, events: NewEvent[], tag: string, fence
   // the NOTIFY is queued by RETURNING (identical notifications in a transaction collapse into one).
   // Its payload tags the instance that will deliver these rows itself.
   // Outside a transaction the statement is its own transaction, and the lock is held until it commits.
-  const { rows } = await sql<EventRow>`
-    insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
+  const insert = sql`insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
     select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size
     from (select pg_advisory_xact_lock(${eventLogLock})) as lock, ${eventValues(events)}
     ${fence ? sql`where exists (select 1 from runs where id = ${fence.runId} and lease_owner = ${fence.owner} and status = 'running')` : sql``}
-    returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified`.execute(db)
+    returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified`
+  // Events a webhook reports carry their outbox messages in the same statement (webhook-outbox.ts).
+  const outbox = outboxCte(events)
+  const { rows } = await (outbox ? sql<EventRow>`with e as (${insert}), ${outbox} select * from e` : sql<EventRow>`${insert}`).execute(db)
   return rows.map(toEventRecord).sort((a, b) => a.id - b.id)
 }
 

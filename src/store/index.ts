@@ -47,3 +47,20 @@ export { getSetting, setSetting, SettingsSignals, settingsChannel } from './sett
 export * from './stream-ticket-repository.js'
 export * from './storable.js'
 export * from './work-usage-repository.js'
+export { webhookEventTypes, webhookTypeOf, WebhookSignals, type WebhookEventType } from './webhook-outbox.js'
+export { insertWebhook, getWebhook, listWebhooks, updateWebhook, rotateWebhookSecret, deleteWebhook, type WebhookRecord, type NewWebhook, type WebhookPatch } from './webhook-repository.js'
+export {
+  claimMessages,
+  recordAttempts,
+  recordFailure,
+  disableIfFailing,
+  releaseWebhookClaims,
+  listDeliveries,
+  getDelivery,
+  redeliverMessage,
+  projectOwnerOf,
+  type ClaimedMessage,
+  type AttemptOutcome,
+  type DeliveryRecord,
+  type DeliveryAttempt,
+} from './webhook-delivery-repository.js'

@@ -8,6 +8,7 @@ import { AccessSignals, accessChannel } from './access-signals.js'
 import { RunSignals, runsChannel } from './run-signals.js'
 import { EventFeed } from './event-feed.js'
 import { SettingsSignals, settingsChannel } from './settings-repository.js'
+import { WebhookSignals, webhooksChannel } from './webhook-outbox.js'
 import { AppendLog, appendEventsAlone, eventsChannel, type EventRecord, type NewEvent, type RunFence } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import type { NewRun, Run, RunPatch } from './run-repository.js'
@@ -55,6 +56,8 @@ export interface Store {
   readonly settings: SettingsSignals
   /** Runs ended by an instance that does not drive them (their driver must stop). */
   readonly runs: RunSignals
+  /** Webhook messages committed by any instance (the deliverers wake). */
+  readonly webhooks: WebhookSignals
   readonly migrations: MigrationResult
   /** Runs `fn` in one transaction. */
   transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T>
@@ -102,9 +105,10 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     const access = new AccessSignals()
     const settings = new SettingsSignals()
     const runs = new RunSignals()
+    const webhooks = new WebhookSignals()
     // One listening connection carries every channel; it starts and stops with the feed.
     const feed = new EventFeed(db, (onEvents) =>
-      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.heard(payload), [settingsChannel]: (payload) => settings.deliver(payload), [runsChannel]: (payload) => runs.deliver(payload) }),
+      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.heard(payload), [settingsChannel]: (payload) => settings.deliver(payload), [runsChannel]: (payload) => runs.deliver(payload), [webhooksChannel]: () => webhooks.deliver() }),
     )
     await feed.start()
     return {
@@ -114,6 +118,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       access,
       settings,
       runs,
+      webhooks,
       migrations,
       transaction: async (fn) => {
         const log = new AppendLog(feed.tag)

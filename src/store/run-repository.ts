@@ -656,6 +656,21 @@ export interface RunRow {
   waiting_since: Date | null
 }
 
+/** A run row as `to_jsonb` renders it (inside a larger statement's result). */
+export function runFromJson(json: { [key: string]: JsonValue }): Run {
+  const date = (value: JsonValue | undefined) => (typeof value === 'string' ? new Date(value) : null)
+  const row = json as unknown as RunRow
+  return toRun({
+    ...row,
+    created_at: date(json.created_at)!,
+    updated_at: date(json.updated_at)!,
+    started_at: date(json.started_at),
+    ended_at: date(json.ended_at),
+    lease_expires_at: date(json.lease_expires_at),
+    waiting_since: date(json.waiting_since),
+  })
+}
+
 export function toRun(row: RunRow): Run {
   return {
     id: row.id,

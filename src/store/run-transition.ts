@@ -7,6 +7,7 @@ import { hasKnowledgeRead } from './knowledge-repository.js'
 import { patchColumns, runStartEvents, toRun, transcriptRowsFromJson, transcriptTailRead, type NewRun, type Run, type RunPatch, type RunRow, type StoredToolCall, type ToolCallRecord, type TranscriptRow } from './run-repository.js'
 import { isUniqueViolation } from './store-errors.js'
 import { storableJson } from './storable.js'
+import { outboxAfter } from './webhook-outbox.js'
 
 /**
  * A write that belongs to a run's state change: a data-modifying statement that changes something
@@ -54,7 +55,7 @@ export async function runTransition(
         e as (
           insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
           select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
-          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)`
+          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)${outboxAfter(events)}`
   const { rows } = await sql<RunRow & { events: Array<{ [key: string]: JsonValue }> | null }>`
     with f as (
       update runs set ${sql.join(set)}
@@ -186,7 +187,7 @@ export async function startRunAlone(
         insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
         select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
         returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified
-      )
+      )${outboxAfter(events)}
       select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events, pre.transcript, pre.has_knowledge, pre.input_size from r, pre`.execute(db)
     const created = rows[0]
     if (!created) return undefined
@@ -246,7 +247,7 @@ export async function finishDispatchInRun(
         e as (
           insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
           select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(run.events)}
-          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)`
+          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)${outboxAfter(run.events)}`
   const { rows } = await sql<{ fenced: string; events: Array<{ [key: string]: JsonValue }> | null }>`
     with f as (
       update runs set lease_expires_at = ${run.fence.expiresAt}

@@ -27,7 +27,20 @@ export function isUniqueViolation(error: unknown): boolean {
 }
 
 /** What a caller's request may be refused for by a module service; the HTTP layer maps the code. */
-export type RequestErrorCode = 'not_found' | 'forbidden' | 'name_taken' | 'validation_failed' | 'unknown_model' | 'shutting_down' | 'client_tool_conflict' | 'quota_exceeded' | 'too_many_runs'
+export type RequestErrorCode =
+  | 'not_found'
+  | 'forbidden'
+  | 'name_taken'
+  | 'validation_failed'
+  | 'unknown_model'
+  | 'shutting_down'
+  | 'client_tool_conflict'
+  | 'quota_exceeded'
+  | 'too_many_runs'
+  | 'invalid_webhook_url'
+  | 'webhook_url_not_allowed'
+  | 'too_many_webhooks'
+  | 'webhook_disabled'
 
 /**
  * A request a module service refuses (an expected outcome for the caller, not a fault). `errors` names

@@ -11,6 +11,7 @@ import type { McpServerConfig } from '../../src/mcp/index.js'
 import type { RunManager } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
+import { defaultWebhookSettings, WebhookDeliverer, type WebhookSettings } from '../../src/webhooks/index.js'
 import { assertLedgerInvariant } from './ledger.js'
 
 export interface TestUser {
@@ -35,6 +36,8 @@ export interface TestServer {
   ingestor: Ingestor
   store: Store
   url: string
+  /** The webhook deliverer, when `webhookDelivery` was given. */
+  webhooks?: WebhookDeliverer
   createUser(name?: string): Promise<TestUser>
   revoke(user: TestUser): Promise<void>
   /** A real HTTP request to the listening server; JSON in, JSON (or text) out. */
@@ -47,9 +50,9 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; llmConcurrencyPerUser?: number; maxActiveRunsPerUser?: number; leaseMs?: number; highRiskKeywords?: string[]; resultMaxBytes?: number; extract?: DocumentExtractorOptions; ingestMaxAttempts?: number; mcpServers?: McpServerConfig[]; secretKey?: string } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; llmConcurrencyPerUser?: number; maxActiveRunsPerUser?: number; leaseMs?: number; highRiskKeywords?: string[]; resultMaxBytes?: number; extract?: DocumentExtractorOptions; ingestMaxAttempts?: number; mcpServers?: McpServerConfig[]; secretKey?: string; webhookDelivery?: Partial<WebhookSettings> } = {},
 ): Promise<TestServer> {
-  const { mcpServers = [], secretKey, plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, llmConcurrencyPerUser, maxActiveRunsPerUser, leaseMs, highRiskKeywords, resultMaxBytes, extract, ingestMaxAttempts, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
+  const { webhookDelivery, mcpServers = [], secretKey, plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, llmConcurrencyPerUser, maxActiveRunsPerUser, leaseMs, highRiskKeywords, resultMaxBytes, extract, ingestMaxAttempts, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
   // Work directories live here; removed when the server closes (unless the test chose the directory).
   const ownDataDir = overrides.dataDir === undefined
   const dataDir = overrides.dataDir ?? (await mkdtemp(join(tmpdir(), 'plinth-test-data-')))
@@ -62,6 +65,10 @@ export async function startTestServer(
   await ingestor.start()
   const metrics = new Registry()
   const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }), ...(llmConcurrency !== undefined && { llmConcurrency }), ...(llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser }), ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }), ...(leaseMs !== undefined && { leaseMs }) })
+  // Webhook delivery runs only when a test asks for it (with its settings); the routes are always there.
+  const webhookSettings = webhookDelivery && { ...defaultWebhookSettings, ...webhookDelivery }
+  const webhooks = webhookSettings && new WebhookDeliverer(store, webhookSettings, { exclusive: store.engine === 'pglite', pollMs: 200 })
+  await webhooks?.start()
   const app = await buildServer({
     store,
     bus,
@@ -81,6 +88,7 @@ export async function startTestServer(
     metrics,
     liveWarnings: () => mcp.warnings(),
     mcp,
+    ...(webhookSettings && { webhooks: { allowPrivate: webhookSettings.allowPrivate, secretGraceMs: webhookSettings.secretGraceMs, wake: () => webhooks?.poke() } }),
     ...serverOverrides,
   })
   await app.listen({ port: 0, host: '127.0.0.1' })
@@ -95,6 +103,7 @@ export async function startTestServer(
     ingestor,
     store,
     url,
+    ...(webhooks && { webhooks }),
     async createUser(name) {
       const created = await createUser(store.db, name ?? `user${process.pid}_${userCounter++}_${Date.now()}`)
       if ('error' in created) throw new Error('name taken')
@@ -121,6 +130,7 @@ export async function startTestServer(
     },
     close: async () => {
       await runs.stop()
+      await webhooks?.stop()
       await app.close()
       await ingestor.stop()
       await execService.stop()

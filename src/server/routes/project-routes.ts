@@ -150,6 +150,8 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       // else too. Knowledge drafts are their author's alone (as in the item list).
       const filter = (event: EventRecord): boolean => {
         if (event.type.startsWith('knowledge.') && event.userId !== user.id && (event.data.item as { status?: string } | undefined)?.status !== 'published') return false
+        // Webhooks are the owner's to manage (and their URLs theirs to see).
+        if (event.type.startsWith('webhook.')) return !shared
         return !shared || event.userId === user.id || (event.conversationId === null && !event.type.startsWith('decision.'))
       }
       await serveEventStream(request, reply, deps, {
