@@ -68,6 +68,8 @@ export class McpConnection {
   readonly #restarts: boolean
   #waiting = false
   #listings = 0
+  /** Listings started by list_changed, not yet answered. */
+  readonly #relistings = new Set<Promise<void>>()
   readonly #ajv = new Ajv({ strict: false, allErrors: true })
   readonly #outputChecks = new Map<string, ValidateFunction | null>()
   #client: Client | null = null
@@ -211,7 +213,10 @@ export class McpConnection {
       client.onclose = () => this.#closed(client)
       client.onerror = (error) => this.#log.debug('MCP transport error', { server: this.config.name, error: error.message })
       client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
-        if (client === this.#client) void this.#refresh(client).catch((error: Error) => this.#log.warn('MCP tools could not be listed again', { server: this.config.name, error: error.message }))
+        if (client !== this.#client) return
+        const listing = this.#refresh(client).catch((error: Error) => this.#log.warn('MCP tools could not be listed again', { server: this.config.name, error: error.message }))
+        this.#relistings.add(listing)
+        void listing.finally(() => this.#relistings.delete(listing))
       })
       this.#client = client
       // One deadline for connecting, initialize and the first listing.
@@ -220,6 +225,9 @@ export class McpConnection {
       const info = client.getServerVersion()
       this.serverInfo = { name: info?.name ?? this.config.name, version: info?.version ?? '' }
       if (this.#lists) await this.#refresh(client, Math.max(1, deadline - Date.now()))
+      // A list_changed during the first listing (a server that adds tools once initialized) makes the
+      // first answer stale: the connection is ready once the newest listing is in.
+      while (this.#relistings.size > 0) await Promise.allSettled([...this.#relistings])
       if (client !== this.#client || this.#stopped) {
         await client.close().catch(() => undefined)
         return
