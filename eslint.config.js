@@ -2,7 +2,7 @@ import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 import globals from 'globals'
 
-const modules = ['app', 'server', 'runmgr', 'llm', 'cmdbus', 'mcp', 'rag', 'exec', 'extension', 'store', 'testing', 'webhooks']
+const modules = ['app', 'server', 'runmgr', 'llm', 'cmdbus', 'mcp', 'rag', 'exec', 'extension', 'store', 'testing', 'webhooks', 'client', 'chat']
 
 export default tseslint.config(
   { ignores: ['node_modules/', 'dist/', 'data/', 'coverage/'] },
@@ -76,6 +76,16 @@ export default tseslint.config(
         'error',
         // Plugins see what the package exports: plinth/extension and (in their tests) plinth/testing.
         { patterns: [{ regex: '(^|/)src/(?!(extension|testing)/index\\.js$)', message: 'The extension surface and plugins depend on nothing internal.' }] },
+      ],
+    },
+  },
+  {
+    files: ['src/client/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        // It runs in browsers too: the API's generated types (plinth/openapi) and its own files only.
+        { patterns: [{ regex: '^\\.\\./', message: 'plinth/client depends on nothing internal (it is served to browsers as it is).' }] },
       ],
     },
   },

@@ -1,43 +1,36 @@
-// The HTTP API with the bearer token (kept in this tab's sessionStorage only).
-export class ApiError extends Error {
-  constructor(status, problem) {
-    super(problem?.detail || problem?.title || problem?.message || `HTTP ${status}`)
-    this.status = status
-    this.code = problem?.code ?? (status === 0 ? 'network' : `http_${status}`)
-    this.problem = problem
-  }
-}
+// The HTTP API through plinth/client (the token is kept in this tab's sessionStorage only).
+// `api.client` is the typed client; `get`/`post`/… are its `request` for the console's plain paths.
+import { createClient, PlinthError } from '/console/client/index.js'
+
+export { PlinthError as ApiError }
 
 export class Api {
   constructor(token, { onUnauthorized } = {}) {
     this.token = token
     this.onUnauthorized = onUnauthorized
+    // Same origin; streams open with single-use stream tickets (no token in any URL).
+    this.client = createClient({ baseUrl: '', token })
   }
 
   async request(method, path, body, options = {}) {
-    const headers = { Authorization: `Bearer ${options.token ?? this.token}`, ...options.headers }
-    let payload
-    if (body instanceof FormData) payload = body
-    else if (body !== undefined) {
-      headers['Content-Type'] = 'application/json'
-      payload = JSON.stringify(body)
-    }
-    let response
+    const client = options.token ? createClient({ baseUrl: '', token: options.token }) : this.client
     try {
-      response = await fetch(path, { method, headers, body: payload })
-    } catch {
-      throw new ApiError(0, { detail: 'the server cannot be reached' })
-    }
-    if (response.status === 204) return null
-    const type = response.headers.get('content-type') ?? ''
-    const data = type.includes('json') ? await response.json().catch(() => null) : await response.text()
-    if (!response.ok) {
-      const error = new ApiError(response.status, typeof data === 'object' ? data : { detail: String(data).slice(0, 200) })
+      return (await client.request(method, path, { ...(body !== undefined && { body }), ...(options.headers && { headers: options.headers }) })) ?? null
+    } catch (error) {
       // A wrong or revoked token: sign out once, with the reason (never a retry loop).
-      if (response.status === 401 && !options.token) this.onUnauthorized?.(error)
+      if (error instanceof PlinthError && error.status === 401 && !options.token) this.onUnauthorized?.(error)
       throw error
     }
-    return data
+  }
+
+  /** The client's calls and streams, with the same sign-out on a refused token. */
+  async call(fn) {
+    try {
+      return await fn(this.client)
+    } catch (error) {
+      if (error instanceof PlinthError && error.status === 401) this.onUnauthorized?.(error)
+      throw error
+    }
   }
 
   get(path) {

@@ -97,7 +97,7 @@ export async function renderConversation(main, conversationId, context) {
     if (!activeRun) return
     cancel.disabled = true
     try {
-      await api.post(`/api/runs/${activeRun.id}/cancel`)
+      await api.call((client) => client.runs.cancel(activeRun.id))
     } catch (error) {
       showError(error)
     } finally {
@@ -116,7 +116,7 @@ export async function renderConversation(main, conversationId, context) {
     if (!text || activeRun) return
     send.disabled = true
     try {
-      const run = await api.post(`/api/conversations/${conversationId}/runs`, { input: text, ...(model.value && { model: model.value }) })
+      const run = await api.call((client) => client.runs.create(conversationId, { input: text, ...(model.value && { model: model.value }) }))
       input.value = ''
       watch(run.id)
     } catch (error) {
@@ -353,7 +353,7 @@ class ChatView {
     const answer = async (decision) => {
       for (const button of buttons.querySelectorAll('button')) button.disabled = true
       try {
-        await this.api.post(`/api/decisions/${data.decisionId}`, { decision })
+        await this.api.call((client) => client.decisions.answer(data.decisionId, { decision }))
       } catch (error) {
         // Answered elsewhere first (another tab, the terminal, a colleague): the card shows that.
         const decided = error.problem?.decision
@@ -382,7 +382,7 @@ class ChatView {
     const error = h('div.error')
     const submit = async (value) => {
       try {
-        await this.api.post(`/api/runs/${runId}/tool-outputs`, { outputs: [{ callId: call.callId, output: value }] })
+        await this.api.call((client) => client.toolOutputs.submit(runId, [{ callId: call.callId, output: value }]))
         call.extra.replaceChildren(h('div.muted', 'Sent.'))
       } catch (caught) {
         error.textContent = caught.message

@@ -118,12 +118,10 @@ async function renderKnowledge(section, project, api, showError) {
         status.textContent = 'Uploading…'
         try {
           if (file.files?.length) {
-            const body = new FormData()
-            if (title.value.trim()) body.append('title', title.value.trim())
-            body.append('file', file.files[0])
-            await api.request('POST', `/api/projects/${project.id}/knowledge`, body)
+            const titled = title.value.trim() ? { title: title.value.trim() } : {}
+            await api.call((client) => client.knowledge.upload(project.id, { file: file.files[0], ...titled }))
           } else {
-            await api.post(`/api/projects/${project.id}/knowledge`, { title: title.value.trim() || 'Untitled', text: text.value })
+            await api.call((client) => client.knowledge.upload(project.id, { title: title.value.trim() || 'Untitled', text: text.value }))
           }
           status.textContent = 'Added.'
           upload.reset()
@@ -147,7 +145,7 @@ async function renderKnowledge(section, project, api, showError) {
       onsubmit: async (event) => {
         event.preventDefault()
         try {
-          const answer = await api.get(`/api/projects/${project.id}/search${query({ q: q.value, k: 10 })}`)
+          const answer = await api.call((client) => client.search({ projectId: project.id, q: q.value, k: 10 }))
           mount(
             results,
             answer.items.map((hit) => h('li', h('strong', hit.title), hit.heading ? h('span.muted', ` · ${hit.heading}`) : null, hit.shared ? h('span.tag', 'shared') : null, h('div.snippet', hit.snippet || hit.text))),

@@ -1,5 +1,5 @@
 import { createInterface, type Interface } from 'node:readline/promises'
-import { ApiClient, ApiError, Unreachable, type StreamEvent } from './api-client.js'
+import { createClient, PlinthError, type PlinthClient, type PlinthEvent } from '../client/index.js'
 import { runLocalCommand } from './local-command.js'
 import { paint } from './paint.js'
 
@@ -45,7 +45,7 @@ const terminal = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.e
  */
 export class ChatSession {
   readonly #options: ChatOptions
-  readonly #client: ApiClient
+  readonly #client: PlinthClient
   readonly #color: boolean
   #rl: Interface | null = null
   #turn: Turn | null = null
@@ -55,14 +55,14 @@ export class ChatSession {
 
   constructor(options: ChatOptions) {
     this.#options = options
-    this.#client = new ApiClient(options.url, options.token)
+    this.#client = createClient({ baseUrl: options.url, token: options.token, streamTickets: false })
     this.#color = options.output.isTTY === true && !process.env.NO_COLOR
   }
 
   /** Runs the session; resolves to the process exit code. */
   async run(): Promise<number> {
     try {
-      const me = await this.#withRetry('sign in', () => this.#client.json<{ name: string }>('GET', '/api/me'))
+      const me = await this.#withRetry('sign in', () => this.#client.me())
       const conversationId = await this.#pickConversation()
       if (this.#options.once !== undefined) return await this.#once(conversationId, this.#options.once)
       this.#say(paint(this.#color, 'dim', `signed in as ${me.name} — conversation ${conversationId}; Ctrl-C cancels a run, twice quits; /quit ends`))
@@ -124,38 +124,27 @@ export class ChatSession {
     const turn: Turn = { runId: null, lastEventId: null, ended: null, answer: '', handled: new Set(), streaming: false, cancelling: false, risks: new Map(), decisions: new Map() }
     this.#turn = turn
     const body = {
-      ...(mode.interactive ? { input, clientTools: ['propose_command'] } : { input, approvalPolicy: 'dontAsk' }),
+      ...(mode.interactive ? { input, clientTools: ['propose_command'] } : { input, approvalPolicy: 'dontAsk' as const }),
       ...(this.#options.model && { model: this.#options.model }),
     }
-    const onEvent = (event: StreamEvent) => this.#onEvent(turn, event, mode)
-    try {
-      await this.#client.stream('POST', `/api/conversations/${conversationId}/runs`, { body, onEvent })
-    } catch (error) {
-      if (turn.runId === null) {
-        this.#fail(error)
-        return 'failed'
-      }
+    // plinth/client follows the run: after a drop or a restart it reconnects with the last event id.
+    const onState = (state: string, info: { delayMs: number; lastEventId: string | null }): void => {
+      if (state !== 'reconnecting') return
+      const where = turn.runId ? `run ${turn.runId}, after event ${info.lastEventId ?? 0}` : 'the run is not created yet'
+      this.#say(paint(this.#color, 'yellow', `\nconnection lost; reconnecting in ${(info.delayMs / 1000).toFixed(1)} s (${where})`))
     }
-    // The stream ended before the run did (a restart, a dropped connection): pick it up where it stopped.
-    for (let attempt = 0; !turn.ended && turn.runId; attempt++) {
-      const delay = Math.min(10_000, 500 * 2 ** Math.min(attempt, 5))
-      this.#say(paint(this.#color, 'yellow', `\nconnection lost; reconnecting in ${(delay / 1000).toFixed(1)} s (run ${turn.runId}, after event ${turn.lastEventId ?? 0})`))
-      await sleep(delay)
-      try {
-        await this.#client.stream('GET', `/api/runs/${turn.runId}/events`, { lastEventId: turn.lastEventId, onEvent })
-      } catch (error) {
-        if (error instanceof ApiError && error.status !== 429 && error.status < 500) {
-          this.#fail(error)
-          return 'failed'
-        }
-      }
+    try {
+      for await (const event of this.#client.runs.start(conversationId, body, { onState })) await this.#onEvent(turn, event, mode)
+    } catch (error) {
+      this.#fail(error)
+      return 'failed'
     }
     return turn.ended ?? 'failed'
   }
 
-  async #onEvent(turn: Turn, event: StreamEvent, mode: { interactive: boolean }): Promise<void> {
-    if (event.id !== null) turn.lastEventId = event.id
-    const data = event.data
+  async #onEvent(turn: Turn, event: PlinthEvent, mode: { interactive: boolean }): Promise<void> {
+    if (event.id) turn.lastEventId = Number(event.id)
+    const data = event.data as Record<string, unknown>
     switch (event.event) {
       case 'run.created':
         turn.runId = String((data.run as { id?: string } | undefined)?.id ?? turn.runId)
@@ -204,9 +193,9 @@ export class ChatSession {
       if (answer === null) return
       const choice = answer === 'y' || answer === 'yes' ? 'approve' : answer === 's' ? 'approve_session' : 'reject'
       try {
-        await this.#client.json('POST', `/api/decisions/${decision.decisionId}`, { decision: choice })
+        await this.#client.decisions.answer(decision.decisionId, { decision: choice })
       } catch (error) {
-        if (error instanceof ApiError && (error.code === 'decision_conflict' || error.code === 'decision_expired')) this.#say(paint(this.#color, 'dim', `    (already ${error.code === 'decision_expired' ? 'expired' : 'answered elsewhere'})`))
+        if (error instanceof PlinthError && (error.code === 'decision_conflict' || error.code === 'decision_expired')) this.#say(paint(this.#color, 'dim', `    (already ${error.code === 'decision_expired' ? 'expired' : 'answered elsewhere'})`))
         else throw error
       }
     }
@@ -216,9 +205,9 @@ export class ChatSession {
       const output = call.name === 'propose_command' ? await this.#proposedCommand({ ...call, ...turn.risks.get(call.callId) }) : { accepted: false, error: `plinth chat cannot run the client tool ${call.name}` }
       if (output === null) return
       try {
-        await this.#client.json('POST', `/api/runs/${turn.runId}/tool-outputs`, { outputs: [{ callId: call.callId, output }] })
+        await this.#client.toolOutputs.submit(turn.runId ?? '', [{ callId: call.callId, output }])
       } catch (error) {
-        if (!(error instanceof ApiError && error.code === 'run_not_waiting')) throw error
+        if (!(error instanceof PlinthError && error.code === 'run_not_waiting')) throw error
       }
     }
   }
@@ -265,25 +254,25 @@ export class ChatSession {
     if (!turn?.runId || turn.ended) return
     turn.cancelling = true
     this.#say(paint(this.#color, 'yellow', '\ncancelling the run… (Ctrl-C again to quit)'))
-    await this.#client.json('POST', `/api/runs/${turn.runId}/cancel`).catch((error: unknown) => this.#fail(error))
+    await this.#client.runs.cancel(turn.runId).catch((error: unknown) => this.#fail(error))
   }
 
   async #pickConversation(): Promise<string> {
     if (this.#options.conversation) return this.#options.conversation
     let projectId = this.#options.project
     if (!projectId) {
-      const projects = await this.#client.json<{ items: Array<{ id: string; name: string; shared?: boolean }> }>('GET', '/api/projects?limit=20')
+      const projects = await this.#client.projects.list({ limit: 20 })
       if (this.#options.once !== undefined || projects.items.length === 0) {
         const name = projects.items.length === 0 ? 'chat' : undefined
-        projectId = name ? (await this.#client.json<{ id: string }>('POST', '/api/projects', { name })).id : projects.items[0]!.id
+        projectId = name ? (await this.#client.projects.create({ name })).id : projects.items[0]!.id
       } else {
         projects.items.forEach((project, index) => this.#say(`  ${index + 1}. ${project.name}${project.shared ? ' (shared)' : ''}`))
         const answer = ((await this.#ask('project number, or a name for a new one: ')) ?? '').trim()
         const picked = /^\d+$/.test(answer) ? projects.items[Number(answer) - 1] : undefined
-        projectId = picked?.id ?? (await this.#client.json<{ id: string }>('POST', '/api/projects', { name: answer || 'chat' })).id
+        projectId = picked?.id ?? (await this.#client.projects.create({ name: answer || 'chat' })).id
       }
     }
-    const conversation = await this.#client.json<{ id: string }>('POST', `/api/projects/${projectId}/conversations`, {})
+    const conversation = await this.#client.conversations.create(projectId)
     return conversation.id
   }
 
@@ -293,7 +282,7 @@ export class ChatSession {
       try {
         return await fn()
       } catch (error) {
-        if (!(error instanceof Unreachable) || attempt >= 5) throw error
+        if (!(error instanceof PlinthError && error.code === 'unreachable') || attempt >= 5) throw error
         const delay = 500 * 2 ** attempt
         this.#options.errorOutput.write(`${error.message}; retrying ${what} in ${(delay / 1000).toFixed(1)} s\n`)
         await sleep(delay)
@@ -325,7 +314,7 @@ export class ChatSession {
 
   #fail(error: unknown): void {
     const message =
-      error instanceof ApiError
+      error instanceof PlinthError
         ? error.status === 401
           ? 'the token was refused (missing, revoked or for a disabled user); check --token / PLINTH_TOKEN'
           : `${error.code}: ${error.message}`

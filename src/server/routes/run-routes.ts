@@ -186,8 +186,36 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     },
   )
 
-  app.get('/runs/:id', { schema: { operationId: 'getRun', tags, summary: 'A run', params: IdParams, response: { 200: RunView, ...problemResponses } } }, async (request) =>
-    runJson(await runQueries.resolve(caller(request), request.params.id)),
+  app.get(
+    '/runs/:id',
+    {
+      schema: {
+        operationId: 'getRun',
+        tags,
+        summary:
+          `A run. Wait for it: ?wait=true (${defaultWaitSeconds} s) or Prefer: wait=N (≤ ${maxWaitSeconds} s) answers when the run ends or needs action, ` +
+          'or, past the wait, with the run as it is (with Preference-Applied and Retry-After): ask again',
+        params: IdParams,
+        querystring: Type.Object({ wait: Type.Optional(Type.Boolean()) }, { additionalProperties: false }),
+        response: { 200: RunView, ...problemResponses, 429: problem },
+      },
+    },
+    async (request, reply) => {
+      const user = caller(request)
+      const run = await runQueries.resolve(user, request.params.id)
+      const waitSeconds = requestedWait(request.query.wait, request.headers.prefer)
+      if (waitSeconds === null || terminalRunStatuses.includes(run.status) || run.status === 'requires_action') return runJson(run)
+      // Held like a stream: it counts against the same caps and ends early when access goes.
+      const { access } = await conversationForStream(deps, user, run.conversationId)
+      const slot = deps.streams.open({ ...access, userId: user.id, tokenId: request.tokenId ?? '' }, Date.now())
+      try {
+        const waited = await runs.waitUntilSettled(run.id, waitSeconds * 1000, { signal: slot.signal })
+        if (!waited.settled) reply.header('preference-applied', `wait=${waitSeconds}`).header('retry-after', 1)
+        return runJson(waited.run)
+      } finally {
+        slot.release()
+      }
+    },
   )
 
   app.post(
