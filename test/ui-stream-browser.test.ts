@@ -133,20 +133,20 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
         await tab.fill('[data-testid=input]', text)
         await tab.click('[data-testid=send]')
       }
-      /** Waits until the page is idle again and the last assistant message's text is `text`. */
-      const answered = async (tab: Page, text: string): Promise<void> => {
+      /** Waits until the assistant messages show exactly `texts` (and, if given, useChat's status is `status`). */
+      const showing = async (tab: Page, texts: string[], status?: string): Promise<void> => {
         const chat = await tab.locator('[data-testid=chat]').elementHandle()
         await tab.waitForFunction(
-          ({ chat, expected }) => {
-            const assistants = chat.querySelectorAll('[data-testid=message-assistant]')
-            const last = assistants[assistants.length - 1]
-            const shown = last ? [...last.querySelectorAll('[data-testid=text]')].map((part) => part.textContent).join('') : ''
-            return chat.getAttribute('data-status') === 'ready' && shown === expected
+          ({ chat, texts, status }) => {
+            const shown = [...chat.querySelectorAll('[data-testid=message-assistant]')].map((message) => [...message.querySelectorAll('[data-testid=text]')].map((part) => part.textContent).join(''))
+            return (status === undefined || chat.getAttribute('data-status') === status) && JSON.stringify(shown) === JSON.stringify(texts)
           },
-          { chat: chat!, expected: text },
+          { chat: chat!, texts, status },
           { timeout: 45_000 },
         )
       }
+      /** Waits until the page is idle again with one assistant message whose text is `text`. */
+      const answered = (tab: Page, text: string): Promise<void> => showing(tab, [text], 'ready')
       const assistantTexts = (tab: Page): Promise<string[]> =>
         tab.locator('[data-testid=message-assistant]').evaluateAll((messages) => messages.map((message) => [...message.querySelectorAll('[data-testid=text]')].map((part) => part.textContent).join('')))
 
@@ -183,6 +183,7 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
         await tool.locator('[data-testid=approve]').waitFor()
         await expect(tool.getAttribute('data-state')).resolves.toBe('approval-requested')
         await tab.locator('[data-testid=chat][data-status=ready]').waitFor()
+        await tab.screenshot({ path: join(screenshots, `usechat-approval-asked-${engine}.png`), fullPage: true })
         const runId = await tab.locator('[data-testid=message-assistant]').getAttribute('data-message-id')
         const run = await server.request('GET', `/api/runs/${runId}`, { token: alice.token })
         expect(run.body.status).toBe('requires_action')
@@ -203,15 +204,14 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
       it('a reload mid-answer resumes: the whole answer shows once, with the exact text', async () => {
         const { tab, conversationId } = await openChat({ model: 'gated' })
         await send(tab, 'Count to six, slowly.')
-        await tab.locator('[data-testid=message-assistant] [data-testid=text]', { hasText: halfAnswer.trim() }).waitFor()
+        await showing(tab, [halfAnswer], 'streaming')
         const runId = await tab.locator('[data-testid=message-assistant]').getAttribute('data-message-id')
         expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body.status).toBe('running')
-        // The reloaded page GETs the active run's message (useChat's resume) and shows what came so far.
+        // The reloaded page GETs the active run's message (useChat's resume): what came so far, once.
         const resumed = tab.waitForResponse((response) => response.request().method() === 'GET' && response.url().endsWith(`/api/conversations/${conversationId}/ui-stream`))
         await tab.reload()
         expect((await resumed).status()).toBe(200)
-        await tab.locator('[data-testid=message-assistant] [data-testid=text]', { hasText: halfAnswer.trim() }).waitFor()
-        await expect(tab.locator('[data-testid=chat]').getAttribute('data-status')).resolves.toBe('streaming')
+        await showing(tab, [halfAnswer], 'streaming')
         gated.open()
         await answered(tab, wholeAnswer)
         expect(await assistantTexts(tab)).toEqual([wholeAnswer])

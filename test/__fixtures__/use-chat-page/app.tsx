@@ -20,10 +20,11 @@ const token = sessionStorage.getItem('plinth-token') ?? ''
 const transport = new DefaultChatTransport<UIMessage>({
   api: `${plinth}/api/conversations/${conversationId}/ui-stream`,
   headers: { authorization: `Bearer ${token}` },
-  // Extra request fields (docs/ui-stream.md): here the model to run.
+  // Extra request fields (docs/ui-stream.md): here the model to run (the reload case's gated model).
   body: model ? { model } : {},
-  // Plinth keeps the history: sending only the last message keeps requests small.
-  prepareSendMessagesRequest: ({ id, messages }) => ({ body: { id, messages: messages.slice(-1) } }),
+  // Plinth keeps the history: sending only the last message keeps requests small. Keep `body`:
+  // what this returns replaces the whole request body, extra fields (below) included.
+  prepareSendMessagesRequest: ({ id, messages, body }) => ({ body: { ...body, id, messages: messages.slice(-1) } }),
   prepareReconnectToStreamRequest: ({ id }) => ({ api: `${plinth}/api/conversations/${id}/ui-stream` }),
 })
 
