@@ -1,12 +1,12 @@
 import { existsSync } from 'node:fs'
 import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
-import { createServer, connect, type Server, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
+import { CuttableProxy } from './helpers/cuttable-proxy.js'
 
 // The web console used as a person would: Debian's Chromium, clicking and typing, through a proxy
 // the test can cut to drop the network mid-run. Screenshots of each step go to PLINTH_SCREENSHOTS.
@@ -54,41 +54,6 @@ const scripts = {
   slow: { turns: [{ text: slowWords.join(' '), chunks: 120, delayMs: 60 }] },
   exec: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'exec', arguments: { command: 'for i in 1 2 3 4 5; do echo line $i; sleep 0.4; done' } }] }, { text: 'Counted to five.' }] },
   client: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'propose_command', arguments: { command: 'ls -la', reason: 'to look' } }] }, { text: 'Understood, not running it.' }] },
-}
-
-/** A TCP proxy in front of the server: `drop(ms)` cuts every connection and refuses new ones for a while. */
-class CuttableProxy {
-  readonly #server: Server
-  readonly #sockets = new Set<Socket>()
-  #downUntil = 0
-  port = 0
-
-  constructor(private readonly target: number) {
-    this.#server = createServer((client) => {
-      if (Date.now() < this.#downUntil) return client.destroy()
-      const upstream = connect(this.target, '127.0.0.1')
-      for (const socket of [client, upstream]) {
-        this.#sockets.add(socket)
-        socket.on('close', () => this.#sockets.delete(socket))
-        socket.on('error', () => socket.destroy())
-      }
-      client.pipe(upstream).pipe(client)
-      client.on('close', () => upstream.destroy())
-      upstream.on('close', () => client.destroy())
-    })
-  }
-  async listen(): Promise<void> {
-    await new Promise<void>((resolve) => this.#server.listen(0, '127.0.0.1', resolve))
-    this.port = (this.#server.address() as { port: number }).port
-  }
-  drop(ms: number): void {
-    this.#downUntil = Date.now() + ms
-    for (const socket of this.#sockets) socket.destroy()
-  }
-  close(): Promise<void> {
-    for (const socket of this.#sockets) socket.destroy()
-    return new Promise((resolve) => this.#server.close(() => resolve()))
-  }
 }
 
 describe.skipIf(!executablePath)('the web console in Chromium', () => {
@@ -510,6 +475,44 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     expect(reason).toBeTruthy()
     await expect(broken.locator('.ingest-error').innerText()).resolves.toBe(`Failed: ${reason}`)
     await shot(page, '16-knowledge-states')
+    await page.close()
+  })
+
+  it('plinth/client runs in the page: typed calls, a run streamed with stream tickets, PlinthError codes', async () => {
+    const page = await newPage()
+    await signIn(page)
+    const streamUrls: string[] = []
+    page.on('request', (request) => {
+      if (request.url().includes('/events')) streamUrls.push(`${request.method()} ${request.url()} ${request.headers().authorization ?? 'no-auth'}`)
+    })
+    // The same module the console imports, used as an app would (the page's import map finds its dependency).
+    // A string, not a function: vitest would rewrite the dynamic import inside a function's source.
+    const inPage = `(async (apiToken) => {
+      const { createClient, PlinthError } = await import('/console/client/index.js')
+      const client = createClient({ baseUrl: '', token: apiToken })
+      const project = await client.projects.create({ name: 'From the page', defaultModel: 'decide' })
+      const conversation = await client.conversations.create(project.id)
+      const events = []
+      let text = ''
+      for await (const event of client.runs.start(conversation.id, { input: 'write it', approvalPolicy: 'dontAsk' })) {
+        events.push(event.event)
+        if (event.event === 'message.delta') text += event.data.text
+      }
+      const missing = await client.runs.get('01J00000000000000000000000').catch((error) => error)
+      const runId = (await client.conversations.runs(conversation.id)).items[0].id
+      const replayed = []
+      for await (const event of client.runs.stream(runId)) replayed.push(event.event)
+      return { events, text, replayed, missing: { isPlinthError: missing instanceof PlinthError, status: missing.status, code: missing.code } }
+    })(${JSON.stringify(token)})`
+    const result = (await page.evaluate(inPage)) as { events: string[]; text: string; replayed: string[]; missing: unknown }
+    expect(result.events[0]).toBe('run.created')
+    expect(result.events.at(-1)).toBe('run.completed')
+    expect(result.text).toBe('I will write it.The draft is written.')
+    expect(result.replayed).toEqual(result.events)
+    expect(result.missing).toEqual({ isPlinthError: true, status: 404, code: 'not_found' })
+    // In a browser the run's stream was opened with a single-use ticket, never with the token.
+    expect(streamUrls.some((line) => /GET .*\/api\/runs\/[^/]+\/events\?ticket=.* no-auth$/.test(line))).toBe(true)
+    expect(streamUrls.every((line) => !line.includes(token))).toBe(true)
     await page.close()
   })
 
