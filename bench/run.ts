@@ -3,19 +3,21 @@
  * next to `GET /api/me`, beside a Fastify hello-world measured in the same run, on PGlite and (with
  * TEST_DATABASE_URL or BENCH_DATABASE_URL) on pg; then the agent-round bench (bench/agent/index.ts);
  * then the retrieval bench (bench/retrieval/index.ts), the exec bench (bench/exec/index.ts) and the MCP
- * benches (bench/mcp: /mcp beside /api, and a mounted MCP tool beside the SDK client); then the AG-UI
- * bench (bench/ag-ui: POST /api/conversations/:id/ag-ui beside the native run stream) and the webhook
- * bench (bench/webhooks: commit → delivery latency, and what the outbox adds to an event's insert).
+ * benches (bench/mcp: /mcp beside /api, and a mounted MCP tool beside the SDK client); then the
+ * frontend-routes bench (bench/ag-ui: POST /api/conversations/:id/ag-ui and …/ui-stream, the AI SDK's
+ * UI message stream, beside the native run stream) and the webhook bench (bench/webhooks: commit →
+ * delivery latency, and what the outbox adds to an event's insert).
  * Each server runs in its own process; autocannon loads it from this one.
  *
- * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `ag-ui` or `webhooks`: run one part), BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2),
+ * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends` or `webhooks`: run one part; `ag-ui`
+ * is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2),
  * BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in bench/agent/index.ts.
  */
 import { cpus } from 'node:os'
 import { loadAgentSettings, runAgentBench } from './agent/index.js'
 import { runExecBench } from './exec/index.js'
 import { runMcpBench } from './mcp/index.js'
-import { runAgUiBench } from './ag-ui/index.js'
+import { runFrontendsBench } from './ag-ui/index.js'
 import { runRetrievalBench } from './retrieval/index.js'
 import { runWebhookBench } from './webhooks/index.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
@@ -28,9 +30,10 @@ import { plinthProjectsOnPg, plinthProjectsOnPGlite } from './scenarios/plinth-p
 cleanupOnSignals()
 
 const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_URL || undefined
-const only = process.env.BENCH_ONLY || undefined
-if (only !== undefined && !['http', 'agent', 'rag', 'exec', 'mcp', 'ag-ui', 'webhooks'].includes(only)) {
-  console.error(`BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "ag-ui" or "webhooks", got ${JSON.stringify(only)}`)
+// `ag-ui` named the frontend-routes part before it measured the UI message stream too.
+const only = process.env.BENCH_ONLY === 'ag-ui' ? 'frontends' : process.env.BENCH_ONLY || undefined
+if (only !== undefined && !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 'webhooks'].includes(only)) {
+  console.error(`BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui") or "webhooks", got ${JSON.stringify(process.env.BENCH_ONLY)}`)
   process.exit(2)
 }
 
@@ -79,9 +82,9 @@ try {
     if (only === undefined) console.log('')
     await runMcpBench(databaseUrl)
   }
-  if (only === undefined || only === 'ag-ui') {
+  if (only === undefined || only === 'frontends') {
     if (only === undefined) console.log('')
-    await runAgUiBench(databaseUrl)
+    await runFrontendsBench(databaseUrl)
   }
   if (only === undefined || only === 'webhooks') {
     if (only === undefined) console.log('')

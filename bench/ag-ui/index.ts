@@ -1,12 +1,14 @@
 /**
- * The AG-UI bench (`BENCH_ONLY=ag-ui npm run bench`): the agent round of bench/agent (get_weather,
- * then a 20-chunk answer, against the instant fake OpenAI upstream in its own process) through
- * `POST /api/conversations/:id/ag-ui` beside the native run stream — `POST …/runs` with
- * `Accept: text/event-stream`, and `POST …/runs` then `GET /api/runs/:id/events` — interleaved round
- * by round (the order rotating) on one server, each round in a new conversation; on PGlite and on pg.
- * Then time to first text against the paced upstream (20 chunks 10 ms apart), and the server's CPU
- * per round of each route (measured in blocks). Targets (issue 23): time to first text within 1 ms of
- * the native route; per-round overhead within 10 %.
+ * The frontend-routes bench (`BENCH_ONLY=frontends npm run bench`; `BENCH_ONLY=ag-ui` runs the same):
+ * the agent round of bench/agent (get_weather, then a 20-chunk answer, against the instant fake OpenAI
+ * upstream in its own process) through `POST /api/conversations/:id/ag-ui` and through
+ * `POST /api/conversations/:id/ui-stream` (the AI SDK's UI message stream) beside the native run
+ * stream — `POST …/runs` with `Accept: text/event-stream`, and `POST …/runs` then
+ * `GET /api/runs/:id/events` — interleaved round by round (the order rotating) on one server, each
+ * round in a new conversation; on PGlite and on pg. Then time to first text against the paced upstream
+ * (20 chunks 10 ms apart), the server's CPU per round of each route (measured in blocks), and in
+ * process what each frontend route's input check and mapping cost per round. Targets (issue 23): time
+ * to first text within 1 ms of the native route; per-round overhead within 10 %.
  *
  * Env: BENCH_AGUI_ROUNDS (per route, default 200), BENCH_AGUI_WARMUP (20), BENCH_AGUI_TTFT_ROUNDS (20),
  * BENCH_AGUI_CPU_ROUNDS (100 per route, 0 = off).
@@ -18,7 +20,7 @@ import { createTempDatabase } from '../lib/resources.js'
 import { measureMappingCost, type MappingCost } from './mapping-cost.js'
 import { round, type Route } from './rounds.js'
 
-const routes: Route[] = ['native', 'native GET', 'AG-UI']
+const routes: Route[] = ['native', 'native GET', 'AG-UI', 'UI stream']
 
 interface Settings {
   rounds: number
@@ -56,10 +58,10 @@ function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
   }
 }
 
-export async function runAgUiBench(databaseUrl: string | undefined): Promise<void> {
+export async function runFrontendsBench(databaseUrl: string | undefined): Promise<void> {
   const settings = loadSettings()
   console.log(
-    `ag-ui bench: ${settings.rounds} rounds per route after ${settings.warmup} warm-up, routes interleaved (${routes.join(', ')}); ` +
+    `frontends bench (AG-UI, UI stream): ${settings.rounds} rounds per route after ${settings.warmup} warm-up, routes interleaved (${routes.join(', ')}); ` +
       `${settings.ttftRounds} paced TTFT rounds; ${settings.cpuRounds} rounds per route for server CPU`,
   )
   const upstream = await startChildServer('bench/servers/fake-openai-server.ts')
@@ -101,7 +103,7 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
     }
     const mapping = await measureMappingCost(target, await completedRun(target, conversations.shift() ?? ''), 'c')
     const result: EngineResult = { engine, total: summaries(total), ttft: summaries(ttft), pairedTotal: paired(total), pairedTtft: paired(ttft), pacedTtft: null, pairedPacedTtft: null, cpuMs: null, mapping }
-    console.log(`  ${engine}: round p50 native ${ms(result.total.native.p50)} ms, AG-UI ${ms(result.total['AG-UI'].p50)} ms`)
+    console.log(`  ${engine}: round p50 native ${ms(result.total.native.p50)} ms, AG-UI ${ms(result.total['AG-UI'].p50)} ms, UI stream ${ms(result.total['UI stream'].p50)} ms`)
     if (settings.ttftRounds > 0) {
       const paced = Object.fromEntries(routes.map((route) => [route, [] as number[]])) as Record<Route, number[]>
       for (let index = 0; index < settings.ttftRounds; index++) {
@@ -176,14 +178,15 @@ function format(results: EngineResult[], skipped: string[]): string {
   )
   return [
     table(['agent round (ms)', 'round p50', 'p95', 'Δ native', 'first text p50', 'Δ native', 'paced first text p50', 'Δ native', 'server cpu', 'Δ native'], rows),
-    ...results.map(
-      ({ engine, mapping }) =>
-        `  ${engine}: in process, per round of ${mapping.events} log events → ${mapping.agUiEvents} AG-UI events: input check ${mapping.inputUs.toFixed(0)} µs, mapping + encoding ${mapping.mapEncodeUs.toFixed(0)} µs`,
-    ),
+    ...results.flatMap(({ engine, mapping }) => [
+      `  ${engine}: in process, per round of ${mapping.events} log events → ${mapping.agUiEvents} AG-UI events: input check ${mapping.inputUs.toFixed(0)} µs, mapping + encoding ${mapping.mapEncodeUs.toFixed(0)} µs`,
+      `  ${engine}: in process, per round of ${mapping.events} log events → ${mapping.uiChunks} UI message parts: request check ${mapping.uiInputUs.toFixed(0)} µs, mapping + framing ${mapping.uiMapEncodeUs.toFixed(0)} µs`,
+    ]),
     ...skipped,
     '  native: POST /runs with Accept: text/event-stream; native GET: POST /runs, then GET /api/runs/:id/events; AG-UI: POST /ag-ui (RunAgentInput);',
-    '  first text = request sent → first message.delta / TEXT_MESSAGE_CONTENT; paced: the answer streams 20 chunks 10 ms apart;',
+    '  UI stream: POST /ui-stream (useChat body), read to data: [DONE];',
+    '  first text = request sent → first message.delta / TEXT_MESSAGE_CONTENT / text-delta; paced: the answer streams 20 chunks 10 ms apart;',
     '  Δ native = median of the per-round differences from the native round measured next to it; server cpu = CPU ms of the Plinth process per round;',
-    '  targets: AG-UI first text within 1 ms of native, round within 10 % of native',
+    '  targets: AG-UI and UI stream first text within 1 ms of native, round within 10 % of native',
   ].join('\n')
 }

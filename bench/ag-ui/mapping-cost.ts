@@ -1,8 +1,12 @@
 /**
- * What the AG-UI route adds per round in the server, in process and free of the machine's other load:
- * checking the RunAgentInput (@ag-ui/core's validator), mapping a real round's events (read back from
- * the server's log through GET /api/runs/:id/events) and encoding them with @ag-ui/encoder — timed
- * over many repetitions. (Imports the route's own modules: this measures them, nothing else.)
+ * What each frontend route adds per round in the server, in process and free of the machine's other
+ * load, timed over many repetitions on a real round's events (read back from the server's log through
+ * GET /api/runs/:id/events):
+ * - AG-UI: checking the RunAgentInput (@ag-ui/core's validator), mapping the events and encoding them
+ *   with @ag-ui/encoder;
+ * - UI stream: reading the `useChat` request (the route's own check; Fastify's schema check of the
+ *   body is not included), mapping the events to UI message parts and framing them.
+ * (Imports the routes' own modules: this measures them, nothing else.)
  */
 import { performance } from 'node:perf_hooks'
 import { EventEncoder } from '@ag-ui/encoder'
@@ -10,14 +14,20 @@ import type { PlinthTarget } from '../agent/agent-round.js'
 import { readEventStream } from '../agent/sse.js'
 import { AgUiEventMapper } from '../../src/server/ag-ui/event-mapper.js'
 import { parseRunAgentInput } from '../../src/server/ag-ui/input.js'
+import { UiChunkMapper, uiChunkFrame } from '../../src/server/ui-stream/ui-chunks.js'
+import { readUiRequest } from '../../src/server/ui-stream/ui-request.js'
 import type { EventRecord } from '../../src/store/index.js'
 
 export interface MappingCost {
   events: number
   agUiEvents: number
-  /** Microseconds per round: input check, mapping, encoding. */
+  /** Microseconds per round: input check, mapping + encoding. */
   inputUs: number
   mapEncodeUs: number
+  /** The same for the UI message stream: parts sent (with `start`, without `[DONE]`). */
+  uiChunks: number
+  uiInputUs: number
+  uiMapEncodeUs: number
 }
 
 /** The events of run `runId` as the log holds them. */
@@ -31,11 +41,20 @@ async function runEvents(target: PlinthTarget, runId: string): Promise<EventReco
   return events
 }
 
+/** Microseconds per call of `work`, after a warm-up for the JIT. */
+function timeUs(work: () => void, repetitions: number): number {
+  for (let index = 0; index < Math.min(500, repetitions); index++) work()
+  const started = performance.now()
+  for (let index = 0; index < repetitions; index++) work()
+  return ((performance.now() - started) * 1000) / repetitions
+}
+
 export async function measureMappingCost(target: PlinthTarget, runId: string, conversationId: string, repetitions = 5000): Promise<MappingCost> {
   const events = await runEvents(target, runId)
   const encoder = new EventEncoder()
   const input = { threadId: conversationId, runId: 'bench', messages: [{ id: 'u1', role: 'user', content: 'What is the weather in Paris?' }], tools: [], context: [], forwardedProps: {} }
-  const mapRound = (): number => {
+  let agUiEvents = 0
+  const mapAgUi = (): void => {
     const mapper = new AgUiEventMapper({ threadId: conversationId, runId: 'bench', plinthRunId: runId, model: 'm' })
     let bytes = 0
     let count = 0
@@ -47,19 +66,28 @@ export async function measureMappingCost(target: PlinthTarget, runId: string, co
       }
     }
     if (!mapper.done || bytes === 0) throw new Error('the round did not map to a finished AG-UI run')
-    return count
+    agUiEvents = count
   }
-  // Warm up the JIT, then time.
-  for (let index = 0; index < 500; index++) {
-    mapRound()
-    parseRunAgentInput(input)
+  const uiMessages = [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'What is the weather in Paris?' }] }]
+  let uiChunks = 0
+  const mapUi = (): void => {
+    // As the route does it: `start`, then each event's parts, to the part that ends the stream.
+    let bytes = uiChunkFrame({ type: 'start', messageId: runId, messageMetadata: { runId, conversationId } }).length
+    let count = 1
+    const mapper = new UiChunkMapper({ waitingAt: null, liveAfter: 0 })
+    let ended = false
+    for (const record of events) {
+      const mapped = mapper.map(record)
+      for (const chunk of mapped.chunks) bytes += uiChunkFrame(chunk).length
+      count += mapped.chunks.length
+      if ((ended = mapped.end)) break
+    }
+    if (!ended || bytes === 0) throw new Error('the round did not map to a finished UI message')
+    uiChunks = count
   }
-  let started = performance.now()
-  for (let index = 0; index < repetitions; index++) parseRunAgentInput(input)
-  const inputUs = ((performance.now() - started) * 1000) / repetitions
-  let agUiEvents = 0
-  started = performance.now()
-  for (let index = 0; index < repetitions; index++) agUiEvents = mapRound()
-  const mapEncodeUs = ((performance.now() - started) * 1000) / repetitions
-  return { events: events.length, agUiEvents, inputUs, mapEncodeUs }
+  const inputUs = timeUs(() => parseRunAgentInput(input), repetitions)
+  const mapEncodeUs = timeUs(mapAgUi, repetitions)
+  const uiInputUs = timeUs(() => readUiRequest(uiMessages), repetitions)
+  const uiMapEncodeUs = timeUs(mapUi, repetitions)
+  return { events: events.length, agUiEvents, inputUs, mapEncodeUs, uiChunks, uiInputUs, uiMapEncodeUs }
 }

@@ -1,11 +1,14 @@
 /**
- * One agent round (the model calls get_weather, the command runs, the model answers) three ways on
+ * One agent round (the model calls get_weather, the command runs, the model answers) four ways on
  * the same server, each read to its terminal event:
  * - native: `POST /api/conversations/:id/runs` with `Accept: text/event-stream` (the run's SSE, the
  *   same stream as `GET /api/runs/:id/events`);
  * - native GET: `POST /api/conversations/:id/runs` (JSON) then `GET /api/runs/:id/events`;
- * - AG-UI: `POST /api/conversations/:id/ag-ui` with a RunAgentInput, read until RUN_FINISHED.
- * Each reports the round time and the time to the first text (`message.delta` / TEXT_MESSAGE_CONTENT).
+ * - AG-UI: `POST /api/conversations/:id/ag-ui` with a RunAgentInput, read until RUN_FINISHED;
+ * - UI stream: `POST /api/conversations/:id/ui-stream` with the body `useChat` sends (the user message
+ *   last), read until `data: [DONE]` (AI SDK UI message stream protocol v1).
+ * Each reports the round time and the time to the first text (`message.delta` /
+ * TEXT_MESSAGE_CONTENT / `text-delta`).
  */
 import { performance } from 'node:perf_hooks'
 import type { PlinthTarget, RoundTiming } from '../agent/agent-round.js'
@@ -13,7 +16,7 @@ import { plinthRound, roundInput } from '../agent/agent-round.js'
 import { answerText } from '../agent/fake-openai-upstream.js'
 import { readEventStream } from '../agent/sse.js'
 
-export type Route = 'native' | 'native GET' | 'AG-UI'
+export type Route = 'native' | 'native GET' | 'AG-UI' | 'UI stream'
 
 const roundTimeoutMs = 30_000
 let sequence = 0
@@ -21,6 +24,7 @@ let sequence = 0
 export async function round(route: Route, target: PlinthTarget, conversationId: string, options: { model?: string; checkAnswer?: boolean } = {}): Promise<RoundTiming> {
   if (route === 'native') return plinthRound(target, conversationId, options)
   if (route === 'native GET') return nativeGetRound(target, conversationId, options)
+  if (route === 'UI stream') return uiStreamRound(target, conversationId, options)
   return agUiRound(target, conversationId, options)
 }
 
@@ -89,4 +93,46 @@ async function agUiRound(target: PlinthTarget, conversationId: string, options: 
   if (!toolResult) throw new Error('no TOOL_CALL_RESULT for get_weather')
   if (options.checkAnswer !== false && text !== answerText) throw new Error(`unexpected answer ${JSON.stringify(text)}`)
   return { totalMs: finished - started, ttftMs: firstText - started }
+}
+
+async function uiStreamRound(target: PlinthTarget, conversationId: string, options: { model?: string; checkAnswer?: boolean }): Promise<RoundTiming> {
+  const started = performance.now()
+  const response = await fetch(`${target.url}/api/conversations/${conversationId}/ui-stream`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${target.token}`, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      id: conversationId,
+      messages: [{ id: `u${++sequence}`, role: 'user', parts: [{ type: 'text', text: roundInput }] }],
+      trigger: 'submit-message',
+      ...(options.model && { model: options.model }),
+    }),
+    signal: AbortSignal.timeout(roundTimeoutMs),
+  })
+  if (response.status !== 200) throw new Error(`POST /ui-stream answered ${response.status}: ${(await response.text()).slice(0, 300)}`)
+  let firstText: number | undefined
+  let done: number | undefined
+  let finishReason: string | undefined
+  let failure: string | undefined
+  let toolOutput = false
+  let text = ''
+  await readEventStream(response.body, (message) => {
+    const now = performance.now()
+    if (message.data === '[DONE]') {
+      done = now
+      return
+    }
+    const chunk = JSON.parse(message.data) as { type: string; delta?: string; toolName?: string; finishReason?: string }
+    if (chunk.type === 'text-delta') {
+      firstText ??= now
+      text += chunk.delta ?? ''
+    } else if (chunk.type === 'tool-output-available') toolOutput = true
+    else if (chunk.type === 'finish') finishReason = chunk.finishReason
+    else if (chunk.type === 'error' || chunk.type === 'abort' || chunk.type === 'tool-output-error') failure = message.data
+  })
+  if (failure) throw new Error(`the UI message stream failed: ${failure.slice(0, 500)}`)
+  if (done === undefined || firstText === undefined) throw new Error('the UI message stream ended without [DONE] or a text-delta')
+  if (finishReason !== 'stop') throw new Error(`the UI message stream finished ${finishReason ?? 'without finish'}`)
+  if (!toolOutput) throw new Error('no tool-output-available for get_weather')
+  if (options.checkAnswer !== false && text !== answerText) throw new Error(`unexpected answer ${JSON.stringify(text)}`)
+  return { totalMs: done - started, ttftMs: firstText - started }
 }

@@ -20,6 +20,11 @@ export type UiChunk =
   | { type: 'error'; errorText: string }
   | { type: 'abort'; reason: string }
 
+/** A part as one SSE frame of the UI message stream. */
+export function uiChunkFrame(chunk: UiChunk): string {
+  return `data: ${JSON.stringify(chunk)}\n\n`
+}
+
 /** Where a stream of one run ends: at its terminal event, or where it waits for an answer. */
 export interface StreamEnd {
   /** The run's `requires_action` status event to end at (the run waits there now), or null. */

@@ -4,7 +4,7 @@ import type { ConversationStreamAccess } from '../access.js'
 import type { StreamContext } from '../event-stream-route.js'
 import { HttpProblem } from '../problem.js'
 import { SseWriter } from '../sse-writer.js'
-import { UiChunkMapper, type StreamEnd, type UiChunk } from './ui-chunks.js'
+import { UiChunkMapper, uiChunkFrame, type StreamEnd, type UiChunk } from './ui-chunks.js'
 
 export interface UiStreamOptions {
   runId: string
@@ -21,10 +21,6 @@ export interface UiStreamOptions {
 
 /** The header the AI SDK's transport checks (UI message stream protocol v1). */
 export const uiStreamHeader = 'x-vercel-ai-ui-message-stream'
-
-function frame(chunk: UiChunk): string {
-  return `data: ${JSON.stringify(chunk)}\n\n`
-}
 
 /**
  * One run as the AI SDK's UI message stream (docs/ui-stream.md): `start` (the message id is the
@@ -47,7 +43,7 @@ export async function serveUiStream(request: FastifyRequest, reply: FastifyReply
     reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no').header(uiStreamHeader, 'v1')
     reply.sse.sendHeaders()
     const send = async (chunks: UiChunk[]): Promise<boolean> => {
-      for (const chunk of chunks) if ((await writer.write(frame(chunk), finished.signal)) !== 'written') return false
+      for (const chunk of chunks) if ((await writer.write(uiChunkFrame(chunk), finished.signal)) !== 'written') return false
       return true
     }
     if (!(await send([{ type: 'start', messageId: options.runId, messageMetadata: { runId: options.runId, conversationId: options.conversationId } }, ...(options.lead ?? [])]))) return
