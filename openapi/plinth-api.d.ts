@@ -764,7 +764,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A run */
+        /** A run. Wait for it: ?wait=true (30 s) or Prefer: wait=N (≤ 120 s) answers when the run ends or needs action, or, past the wait, with the run as it is (with Preference-Applied and Retry-After): ask again */
         get: operations["getRun"];
         put?: never;
         post?: never;
@@ -7407,7 +7407,9 @@ export interface operations {
     };
     getRun: {
         parameters: {
-            query?: never;
+            query?: {
+                wait?: boolean;
+            };
             header?: never;
             path: {
                 /** @description A ULID */

@@ -41,4 +41,27 @@ describe('a request that waits for its run counts like a stream', () => {
     }
     expect([waited.status, waited.body.status]).toEqual([201, 'completed'])
   })
+  it('past the cap, POST …/ui-stream (useChat) is 429 too_many_streams before any run is made', async () => {
+    const fresh = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    const abort = new AbortController()
+    const stream = await fetch(`${server.url}/api/projects/${projectId}/events`, { headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream' }, signal: abort.signal })
+    expect(stream.status).toBe(200)
+    const body = { id: fresh, messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }], trigger: 'submit-message' }
+    const refused = await server.request('POST', `/api/conversations/${fresh}/ui-stream`, { token: alice.token, body })
+    expect([refused.status, refused.body.code]).toEqual([429, 'too_many_streams'])
+    expect((await server.request('GET', `/api/conversations/${fresh}/runs`, { token: alice.token })).body.items).toEqual([])
+    abort.abort()
+  })
+
+  it('GET /api/runs/:id with Prefer: wait holds a slot too, and answers the run once it settles', async () => {
+    const created = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'again' } })
+    expect(created.status).toBe(201)
+    const deadline = Date.now() + 10_000
+    let waited = await server.request('GET', `/api/runs/${created.body.id}`, { token: alice.token, headers: { prefer: 'wait=30' } })
+    while (waited.status === 429 && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      waited = await server.request('GET', `/api/runs/${created.body.id}`, { token: alice.token, headers: { prefer: 'wait=30' } })
+    }
+    expect([waited.status, waited.body.status]).toEqual([200, 'completed'])
+  })
 })

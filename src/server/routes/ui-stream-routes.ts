@@ -73,31 +73,29 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
       const options = { model, clientTools, maxIterations, approvalPolicy, knowledge, modelParams }
       if (chatId !== undefined && chatId !== conversation.id) throw new HttpProblem('chat_id_mismatch', `the chat id ${chatId} is not this conversation (${conversation.id}): use the conversation id as useChat's id`)
       const asked = readUiRequest(messages as UiMessage[])
-      // Regenerating asks the same question again: a new run with the last user message.
-      if (asked.kind === 'new' || trigger === 'regenerate-message') {
-        if (asked.kind !== 'new') throw new HttpProblem('invalid_ui_message', 'regenerate-message: the last message must be the user message to answer again')
-        const defined = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined))
-        const created = await runs.createRun(conversation, user.id, { input: asked.text, ...defined }, { project })
-        if ('active' in created) {
-          throw new HttpProblem('run_active', `run ${created.active.id} is ${created.active.status} in this conversation; answer or cancel it first`, {
-            activeRunId: created.active.id,
-            activeStatus: created.active.status,
-          })
+      if (trigger === 'regenerate-message' && asked.kind !== 'new') throw new HttpProblem('invalid_ui_message', 'regenerate-message: the last message must be the user message to answer again')
+      await serveUiStream(request, reply, deps, access, async () => {
+        // A new question (or the same one again, regenerating): a new run with the last user message.
+        if (asked.kind === 'new') {
+          const defined = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined))
+          const created = await runs.createRun(conversation, user.id, { input: asked.text, ...defined }, { project })
+          if ('active' in created) {
+            throw new HttpProblem('run_active', `run ${created.active.id} is ${created.active.status} in this conversation; answer or cancel it first`, {
+              activeRunId: created.active.id,
+              activeStatus: created.active.status,
+            })
+          }
+          return { runId: created.run.id, conversationId: conversation.id, afterId: 0, end: { waitingAt: null, liveAfter: 0 } }
         }
-        await serveUiStream(request, reply, deps, { runId: created.run.id, conversationId: conversation.id, afterId: 0, end: { waitingAt: null, liveAfter: 0 }, access })
-        return reply
-      }
-      const run = await runQueries.resolve(user, asked.runId).catch(() => undefined)
-      if (!run || run.conversationId !== conversation.id) throw notFound('run')
-      if (run.status !== 'requires_action') throw new HttpProblem('run_not_waiting', `run ${run.id} is ${run.status}: there is nothing to answer`)
-      const point = await runQueries.logPoint(run.id)
-      const unanswered = await answer(run, asked.approvals, asked.outputs)
-      // Something still waits that the client did not answer: say so and end; the run stays waiting.
-      if (unanswered) {
-        await serveUiStream(request, reply, deps, { runId: run.id, conversationId: conversation.id, afterId: 0, end: { waitingAt: null, liveAfter: 0 }, access, lead: [{ type: 'finish', finishReason: 'tool-calls' }], only: true })
-        return reply
-      }
-      await serveUiStream(request, reply, deps, { runId: run.id, conversationId: conversation.id, afterId: point.waitingAt ?? point.lastId, end: { waitingAt: null, liveAfter: point.lastId }, access })
+        const run = await runQueries.resolve(user, asked.runId).catch(() => undefined)
+        if (!run || run.conversationId !== conversation.id) throw notFound('run')
+        if (run.status !== 'requires_action') throw new HttpProblem('run_not_waiting', `run ${run.id} is ${run.status}: there is nothing to answer`)
+        const point = await runQueries.logPoint(run.id)
+        const unanswered = await answer(run, asked.approvals, asked.outputs)
+        // Something still waits that the client did not answer: say so and end; the run stays waiting.
+        if (unanswered) return { runId: run.id, conversationId: conversation.id, afterId: 0, end: { waitingAt: null, liveAfter: 0 }, lead: [{ type: 'finish', finishReason: 'tool-calls' }], only: true }
+        return { runId: run.id, conversationId: conversation.id, afterId: point.waitingAt ?? point.lastId, end: { waitingAt: null, liveAfter: point.lastId } }
+      })
       return reply
     },
   )
@@ -120,8 +118,10 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
       const [withRun] = await deps.conversations.withActiveRuns([conversation])
       const run = withRun?.activeRunId ? await runQueries.get(withRun.activeRunId) : undefined
       if (!run || terminalRunStatuses.includes(run.status)) return reply.code(204).send(null)
-      const point = await runQueries.logPoint(run.id)
-      await serveUiStream(request, reply, deps, { runId: run.id, conversationId: conversation.id, afterId: 0, end: { waitingAt: point.waitingAt, liveAfter: point.lastId }, access })
+      await serveUiStream(request, reply, deps, access, async () => {
+        const point = await runQueries.logPoint(run.id)
+        return { runId: run.id, conversationId: conversation.id, afterId: 0, end: { waitingAt: point.waitingAt, liveAfter: point.lastId } }
+      })
       return reply
     },
   )

@@ -12,7 +12,6 @@ export interface UiStreamOptions {
   /** Events after this id are sent (0: the run from its start). */
   afterId: number
   end: StreamEnd
-  access: ConversationStreamAccess
   /** Parts sent before any event (answers that end the stream at once). */
   lead?: UiChunk[]
   /** Ends at once after `lead`, with no events (the run still waits for what the client did not answer). */
@@ -28,9 +27,23 @@ export const uiStreamHeader = 'x-vercel-ai-ui-message-stream'
  * run ends or waits for an answer. The client going away does not stop the run (stop is Plinth's
  * cancel); it resumes with GET.
  */
-export async function serveUiStream(request: FastifyRequest, reply: FastifyReply, context: StreamContext, options: UiStreamOptions): Promise<void> {
+export async function serveUiStream(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  context: StreamContext,
+  access: ConversationStreamAccess,
+  prepare: () => Promise<UiStreamOptions>,
+): Promise<void> {
   if (!request.user || !request.tokenId) throw new HttpProblem('unauthorized')
-  const handle = context.streams.open({ ...options.access, userId: request.user.id, tokenId: request.tokenId }, Date.now() - reply.elapsedTime)
+  // The stream's slot first: a 429 too_many_streams must come before a run is created or answered.
+  const handle = context.streams.open({ ...access, userId: request.user.id, tokenId: request.tokenId }, Date.now() - reply.elapsedTime)
+  let options: UiStreamOptions
+  try {
+    options = await prepare()
+  } catch (error) {
+    handle.release()
+    throw error
+  }
   const writer = new SseWriter(reply.raw, context.streams.limits.drainTimeoutMs)
   const finished = new AbortController()
   const stop = (): void => finished.abort()
@@ -43,7 +56,11 @@ export async function serveUiStream(request: FastifyRequest, reply: FastifyReply
     reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no').header(uiStreamHeader, 'v1')
     reply.sse.sendHeaders()
     const send = async (chunks: UiChunk[]): Promise<boolean> => {
-      for (const chunk of chunks) if ((await writer.write(uiChunkFrame(chunk), finished.signal)) !== 'written') return false
+      for (const chunk of chunks) {
+        const outcome = await writer.write(uiChunkFrame(chunk), finished.signal)
+        if (outcome === 'stalled') context.streams.countDropped()
+        if (outcome !== 'written') return false
+      }
       return true
     }
     if (!(await send([{ type: 'start', messageId: options.runId, messageMetadata: { runId: options.runId, conversationId: options.conversationId } }, ...(options.lead ?? [])]))) return
