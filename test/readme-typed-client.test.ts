@@ -14,14 +14,15 @@ const run = promisify(execFile)
 const root = fileURLToPath(new URL('..', import.meta.url))
 const marker = '<!-- typed-client-example -->'
 
-/** The README's typed-client example: the ```ts block right after the marker comment, verbatim. */
-function typedClientExample(readme: string): string {
+/** A README example: the ```ts block right after the marker comment, verbatim. */
+function exampleAfter(readme: string, marker: string): string {
   const start = readme.indexOf(marker)
   if (start < 0) throw new Error(`README has no ${marker}`)
   const block = /^\s*```ts\n([\s\S]*?)\n```/.exec(readme.slice(start + marker.length))
   if (!block) throw new Error(`no ts code block right after ${marker}`)
   return block[1]!
 }
+const typedClientExample = (readme: string): string => exampleAfter(readme, marker)
 
 // The README's typed-client example is what a reader copies: it compiles with tsc against the
 // generated types (plinth/openapi, strict, no casts) and runs against a real server.
@@ -65,5 +66,47 @@ describe('the README typed-client example', () => {
     expect(stdout.trim()).toBe('completed: Yes, it is up.')
     const runs = await server.request('GET', '/api/runs', { token: user.token })
     expect(runs.body.items).toMatchObject([{ status: 'completed' }])
+  })
+})
+
+// The README's plinth/client example, the same way: compiled with tsc (strict) and run against a
+// server. `plinth/client` resolves to the built package; here the import points at its sources.
+describe('the README plinth/client example', () => {
+  let store: Store
+  let server: TestServer
+  let dir: string
+  let file: string
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    server = await startTestServer(store, { models: [new ScriptedModel({ id: 'scripted', turns: [{ text: 'Yes, it is up.' }] })] })
+    dir = await mkdtemp(join(tmpdir(), 'plinth-client-example-'))
+    await mkdir(join(dir, 'node_modules', '@types'), { recursive: true })
+    await symlink(join(root, 'node_modules', '@types', 'node'), join(dir, 'node_modules', '@types', 'node'))
+    await writeFile(join(dir, 'package.json'), JSON.stringify({ type: 'module' }))
+    const compilerOptions = { target: 'ES2023', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noUncheckedIndexedAccess: true, noEmit: true, skipLibCheck: true, types: ['node'] }
+    await writeFile(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: ['example.ts'] }))
+    file = join(dir, 'example.ts')
+    const example = exampleAfter(await readFile(join(root, 'README.md'), 'utf8'), '<!-- plinth-client-example -->')
+    expect(example).toContain("from 'plinth/client'")
+    await writeFile(file, example.replace("from 'plinth/client'", `from ${JSON.stringify(join(root, 'src', 'client', 'index.js'))}`))
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+    if (dir) await rm(dir, { recursive: true, force: true })
+  })
+
+  it('type-checks with tsc', { timeout: 120_000 }, async () => {
+    const checked = await run(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')], { cwd: dir }).catch((error: { stdout?: string; stderr?: string }) => {
+      throw new Error(`tsc failed:\n${error.stdout ?? ''}${error.stderr ?? ''}`)
+    })
+    expect(checked.stdout).toBe('')
+  })
+
+  it('streams the answer and reports a bad request by its code', { timeout: 120_000 }, async () => {
+    const user = await server.createUser()
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', file], { cwd: root, env: { ...process.env, PLINTH_URL: server.url, PLINTH_TOKEN: user.token } })
+    expect(stdout.trim()).toBe('Yes, it is up. (and an empty input is validation_failed)')
   })
 })
