@@ -14,12 +14,22 @@ export function follow(api, path, { after = 0, onEvent, onState = () => {} }) {
     for await (const event of events) {
       const id = Number(event.id)
       if (id) lastId = id
-      onEvent(event.event, event.data, id)
+      // A view that fails on one event must not end the stream (the run goes on).
+      try {
+        onEvent(event.event, event.data, id)
+      } catch (error) {
+        console.error('the console could not show an event', event.event, error)
+      }
     }
   }
   read().then(
     () => controller.signal.aborted || onState('ended'),
-    (error) => controller.signal.aborted || onState(error.code === 'access_revoked' || error.status === 401 ? 'revoked' : 'ended'),
+    (error) => {
+      if (controller.signal.aborted) return
+      onState(error.code === 'access_revoked' || error.status === 401 ? 'revoked' : 'ended')
+      // The token itself is gone (a ticket request answered 401): sign out, as every other call does.
+      if (error.status === 401) api.onUnauthorized?.(error)
+    },
   )
   return {
     close: () => {

@@ -189,3 +189,95 @@ for (const engine of testEngines()) {
     })
   })
 }
+
+// What goes wrong between the client and the server, played by a `fetch` of the test's own in front of
+// the real one: each case must end (with the run followed, or a clear error), never loop.
+describe('plinth/client when the network or a proxy misbehaves', () => {
+  let store: Store
+  let server: TestServer
+  let model: ScriptedModel
+  let alice: TestUser
+  let projectId: string
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    model = new ScriptedModel({ id: 'scripted', turns: [] })
+    server = await startTestServer(store, { models: [model] })
+    alice = await server.createUser()
+    projectId = (await createClient({ baseUrl: server.url, token: alice.token }).projects.create({ name: 'faults' })).id
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+  })
+
+  /** A stream body that fails at once, as a connection cut right after the headers. */
+  const cutBody = (): ReadableStream<Uint8Array> => new ReadableStream({ start: (controller) => controller.error(new TypeError('terminated')) })
+
+  it('a POST whose stream is cut before run.created is sent again with the same Idempotency-Key: one run, followed to its end', async () => {
+    model.setTurns([{ text: 'Only once.' }])
+    const keys: string[] = []
+    let posts = 0
+    const fetchWithCut: typeof fetch = async (input, init) => {
+      const request = new Request(input, init)
+      if (request.method === 'POST' && request.url.endsWith('/runs')) {
+        keys.push(request.headers.get('idempotency-key') ?? '')
+        if (posts++ === 0) {
+          const real = await fetch(request)
+          await real.body?.cancel()
+          return new Response(cutBody(), { status: 201, headers: { 'content-type': 'text/event-stream' } })
+        }
+      }
+      return fetch(request)
+    }
+    const client = createClient({ baseUrl: server.url, token: alice.token, fetch: fetchWithCut, reconnect: { initialDelayMs: 50 } })
+    const conversation = await client.conversations.create(projectId)
+    const events = await collect(client.runs.start(conversation.id, { input: 'once' }))
+    expect(posts).toBe(2)
+    expect(keys[0]).toMatch(/^plinth-client-/)
+    expect(keys[1]).toBe(keys[0])
+    expect(textOf(events)).toBe('Only once.')
+    expect(events.filter((event) => event.event === 'run.created')).toHaveLength(1)
+    expect((await client.conversations.runs(conversation.id)).items).toHaveLength(1)
+  })
+
+  it('a stream answered with a page that is not an event stream fails with invalid_stream instead of reconnecting for ever', async () => {
+    let opened = 0
+    const proxyPage: typeof fetch = async (input, init) => {
+      const request = new Request(input, init)
+      if (request.url.includes('/events')) {
+        opened++
+        return new Response('<html>maintenance</html>', { status: 200, headers: { 'content-type': 'text/html' } })
+      }
+      return fetch(request)
+    }
+    const client = createClient({ baseUrl: server.url, token: alice.token, fetch: proxyPage })
+    const conversation = await client.conversations.create(projectId)
+    const read = collect(client.conversations.events(conversation.id) as AsyncIterable<RunEvent>)
+    await expect(read).rejects.toMatchObject({ code: 'invalid_stream', status: 200 })
+    expect(opened).toBe(1)
+    // And a 2xx that is not JSON on a call is a PlinthError too.
+    const notJson = createClient({ baseUrl: server.url, token: alice.token, fetch: async () => new Response('<html/>', { status: 200 }) })
+    await expect(notJson.me()).rejects.toMatchObject({ code: 'invalid_response' })
+  })
+
+  it('aborting inside the loop hands out no further event, and an error thrown by onState reaches the caller', async () => {
+    model.setTurns([{ text: 'one two three four five six' }])
+    const client = createClient({ baseUrl: server.url, token: alice.token })
+    const conversation = await client.conversations.create(projectId)
+    const run = await client.runs.create(conversation.id, { input: 'count' })
+    await client.runs.wait(run.id)
+    const stop = new AbortController()
+    const seen: string[] = []
+    for await (const event of client.runs.stream(run.id, { signal: stop.signal })) {
+      seen.push(event.event)
+      stop.abort()
+    }
+    expect(seen).toEqual(['run.created'])
+
+    const throwing = collect(client.runs.stream(run.id, { onState: (state) => {
+      if (state === 'live') throw new Error('status line broke')
+    } }))
+    await expect(throwing).rejects.toThrow('status line broke')
+  })
+})

@@ -53,6 +53,21 @@ describe('a request that waits for its run counts like a stream', () => {
     abort.abort()
   })
 
+  it('past the cap, POST …/runs with Accept: text/event-stream is 429 too_many_streams before any run is made', async () => {
+    const fresh = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    const abort = new AbortController()
+    const stream = await fetch(`${server.url}/api/projects/${projectId}/events`, { headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream' }, signal: abort.signal })
+    expect(stream.status).toBe(200)
+    const refused = await fetch(`${server.url}/api/conversations/${fresh}/runs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream', 'content-type': 'application/json' },
+      body: JSON.stringify({ input: 'hi' }),
+    })
+    expect([refused.status, ((await refused.json()) as { code: string }).code]).toEqual([429, 'too_many_streams'])
+    expect((await server.request('GET', `/api/conversations/${fresh}/runs`, { token: alice.token })).body.items).toEqual([])
+    abort.abort()
+  })
+
   it('GET /api/runs/:id with Prefer: wait holds a slot too, and answers the run once it settles', async () => {
     const created = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'again' } })
     expect(created.status).toBe(201)

@@ -1,7 +1,7 @@
-import { errorFrom } from './errors.js'
+import { errorFrom, PlinthError } from './errors.js'
 import type { PlinthEvent, RunEvent } from './events.js'
 import { follow, type StreamOptions } from './follow.js'
-import { Transport, type ClientOptions, type RawRequest } from './transport.js'
+import { checkStream, Transport, type ClientOptions, type RawRequest } from './transport.js'
 import type { Answer, Conversation, KnowledgeItem, Project, QueryOf, RequestBody, Run } from './types.js'
 
 type Query = RawRequest['query']
@@ -59,6 +59,7 @@ export function createClient(options: ClientOptions) {
       const first = async (signal: AbortSignal): Promise<Response> => {
         const response = await http.fetch('POST', `/api/conversations/${path(conversationId)}/runs`, { body, signal, accept: 'text/event-stream', headers: { 'idempotency-key': key } })
         if (!response.ok) throw await errorFrom(response)
+        checkStream(response, `/api/conversations/${conversationId}/runs`)
         return response
       }
       const plan = {
@@ -77,10 +78,19 @@ export function createClient(options: ClientOptions) {
     /** Waits until the run ends or needs action (server-side long polls, `Prefer: wait`); then the run. */
     wait: async (runId: string, waitOptions: WaitOptions = {}): Promise<Run> => {
       const deadline = waitOptions.timeoutMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + waitOptions.timeoutMs
-      for (;;) {
-        const seconds = Math.max(0, Math.min(60, Math.ceil((deadline - Date.now()) / 1000)))
-        const run = await http.request<Run>('GET', `/api/runs/${path(runId)}`, { headers: { prefer: `wait=${seconds}` }, ...(waitOptions.signal && { signal: waitOptions.signal }) })
-        if (settled(run) || Date.now() >= deadline || waitOptions.signal?.aborted) return run
+      for (let gatewayErrors = 0; ; ) {
+        // 50 s a request: under the idle timeout of common proxies (60 s).
+        const seconds = Math.max(0, Math.min(50, Math.ceil((deadline - Date.now()) / 1000)))
+        let run: Run
+        try {
+          run = await http.request<Run>('GET', `/api/runs/${path(runId)}`, { ...(seconds > 0 && { headers: { prefer: `wait=${seconds}` } }), ...(waitOptions.signal && { signal: waitOptions.signal }) })
+        } catch (error) {
+          // A proxy that gave up on the long poll, or a restart: ask again (a few times in a row).
+          if (!(error instanceof PlinthError && [0, 502, 503, 504].includes(error.status)) || ++gatewayErrors > 5 || Date.now() >= deadline) throw error
+          continue
+        }
+        gatewayErrors = 0
+        if (settled(run) || Date.now() >= deadline) return run
       }
     },
     /** The run's events from the start (or after `after`) until its terminal event. */
@@ -152,7 +162,7 @@ export function createClient(options: ClientOptions) {
     },
     /** Any route by path, for what has no typed call: the parsed JSON answer. */
     request: <T = unknown>(method: string, route: string, requestOptions?: RawRequest) => http.request<T>(method, route, requestOptions),
-    /** Any event stream by path (`untilRunEnds` for a run's). */
+    /** Any event stream by path (`untilRunEnds` for a run's); with stream tickets, only /api/runs|conversations|projects/<id>/events. */
     stream: (route: string, streamOptions: StreamOptions & { untilRunEnds?: boolean } = {}) => follow(http, { path: () => route, untilRunEnds: streamOptions.untilRunEnds ?? false }, streamOptions),
   }
 }

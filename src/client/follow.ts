@@ -15,7 +15,10 @@ export interface StreamOptions {
 export interface FollowPlan {
   /** The GET stream to (re)open; null while it is not known yet (a run being created). */
   path: () => string | null
-  /** A first request that opens the stream itself (POST …/runs with Accept: text/event-stream). */
+  /**
+   * While `path` is null: the request that opens the stream itself (POST …/runs with Accept:
+   * text/event-stream and an Idempotency-Key, so asking again never starts a second run).
+   */
   first?: (signal: AbortSignal) => Promise<Response>
   /** End after a run's terminal event (run streams), instead of following for ever. */
   untilRunEnds: boolean
@@ -27,6 +30,17 @@ export interface FollowPlan {
 function retryable(error: unknown): boolean {
   return error instanceof PlinthError && (error.status === 0 || error.status === 408 || error.status === 429 || error.status >= 500)
 }
+
+/**
+ * The first POST creates a run: only a lost connection or a gateway/restart answer is asked again.
+ * A 429 (too many runs) or a 500 is the answer to give the caller, not to repeat.
+ */
+function retryableCreate(error: unknown): boolean {
+  return error instanceof PlinthError && (error.status === 0 || error.status === 502 || error.status === 503 || error.status === 504)
+}
+
+/** A connection that stayed up this long (or gave an event) was a good one: backoff starts over. */
+const healthyAfterMs = 5000
 
 /** Event ids are decimal integers (bigint in the log): compared as such, not as strings. */
 function after(id: string, last: string | null): boolean {
@@ -59,7 +73,6 @@ export async function* follow(transport: Transport, plan: FollowPlan, options: S
   if (options.signal?.aborted) return
   options.signal?.addEventListener('abort', abort, { once: true })
   let lastEventId = options.after === undefined || options.after === null ? null : String(options.after)
-  let first = plan.first
   let attempt = 0
   let delayMs = 0
   let lost: unknown
@@ -68,50 +81,63 @@ export async function* follow(transport: Transport, plan: FollowPlan, options: S
       options.onState?.(attempt === 0 ? 'connecting' : 'reconnecting', { attempt, delayMs, lastEventId, ...(attempt > 0 && { error: lost }) })
       if (delayMs > 0) await sleep(delayMs, controller.signal)
       if (controller.signal.aborted) return
-      let response: Response | null = null
-      let ended = false
+      const path = plan.path()
+      const creating = path === null
+      // undefined: this attempt failed; null: the server says there is nothing more (204).
+      let response: Response | null | undefined
       try {
-        const path = plan.path()
-        if (first) response = await first(controller.signal)
-        else if (path === null) throw lost ?? new PlinthError(0, 'unreachable', 'the stream ended before it said which run it follows')
-        else response = await transport.openStream(path, lastEventId, controller.signal)
-        first = undefined
-        if (response === null) return
-        attempt = 0
-        options.onState?.('live', { attempt, delayMs: 0, lastEventId })
-        for await (const frame of sseFrames(response.body as ReadableStream<Uint8Array>)) {
-          if (controlEvents.has(frame.event)) {
-            if (frame.event === 'access_revoked') throw new PlinthError(403, 'access_revoked', 'access to this stream was revoked (token, user or project access)')
-            // `reconnect` (the stream's lifetime) comes back at once; `shutdown` after a backoff.
-            lost = new PlinthError(503, frame.event, `the server ended the stream (${frame.event})`)
-            ended = frame.event === 'reconnect'
-            break
-          }
-          if (frame.id !== null) {
-            if (!after(frame.id, lastEventId)) continue
-            lastEventId = frame.id
-          }
-          let data: unknown = null
-          try {
-            data = JSON.parse(frame.data)
-          } catch {
-            continue
-          }
-          const event = { event: frame.event, id: frame.id ?? '', data } as PlinthEvent
-          plan.onEvent?.(event)
-          yield event
-          if (plan.untilRunEnds && terminalRunEvents.has(frame.event)) return
-        }
+        if (path !== null) response = await transport.openStream(path, lastEventId, controller.signal)
+        else if (plan.first) response = await plan.first(controller.signal)
+        else throw new PlinthError(0, 'invalid_stream', 'the stream has no path to follow')
       } catch (error) {
         if (controller.signal.aborted) return
-        // The first request creates something: only a retryable failure with an idempotency key may repeat it.
-        if (!retryable(error) && !(error instanceof TypeError)) throw error
+        if (!(creating ? retryableCreate(error) : retryable(error))) throw error
         lost = error
       }
+      if (response === null) return
+      let healthy = false
+      let restartAtOnce = false
+      if (response !== undefined) {
+        const openedAt = Date.now()
+        options.onState?.('live', { attempt, delayMs: 0, lastEventId })
+        try {
+          for await (const frame of sseFrames(response.body as ReadableStream<Uint8Array>, transport.baseUrl || 'the server')) {
+            if (controlEvents.has(frame.event)) {
+              if (frame.event === 'access_revoked') throw new PlinthError(403, 'access_revoked', 'access to this stream was revoked (token, user or project access)')
+              // `reconnect` (the stream's lifetime) comes back at once; `shutdown` after a backoff.
+              lost = new PlinthError(503, frame.event, `the server ended the stream (${frame.event})`)
+              restartAtOnce = frame.event === 'reconnect'
+              break
+            }
+            healthy = true
+            if (frame.id !== null) {
+              if (!after(frame.id, lastEventId)) continue
+              lastEventId = frame.id
+            }
+            let data: unknown = null
+            try {
+              data = JSON.parse(frame.data)
+            } catch {
+              continue
+            }
+            const event = { event: frame.event, id: frame.id ?? '', data } as PlinthEvent
+            plan.onEvent?.(event)
+            // Frames already read with an aborted one are not handed out.
+            if (controller.signal.aborted) return
+            yield event
+            if (plan.untilRunEnds && terminalRunEvents.has(frame.event)) return
+          }
+        } catch (error) {
+          if (controller.signal.aborted) return
+          if (!retryable(error)) throw error
+          lost = error
+        }
+        healthy ||= Date.now() - openedAt >= healthyAfterMs
+      }
       if (controller.signal.aborted) return
-      attempt++
+      attempt = healthy ? 1 : attempt + 1
       if (attempt > maxAttempts) throw lost ?? new PlinthError(0, 'unreachable', 'the stream kept dropping')
-      delayMs = ended && attempt === 1 ? 0 : Math.min(maxDelayMs, initialDelayMs * 2 ** (attempt - 1)) * (0.75 + Math.random() / 2)
+      delayMs = restartAtOnce && healthy ? 0 : Math.min(maxDelayMs, initialDelayMs * 2 ** (attempt - 1)) * (0.75 + Math.random() / 2)
     }
   } finally {
     options.signal?.removeEventListener('abort', abort)

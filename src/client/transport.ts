@@ -24,7 +24,8 @@ export interface RawRequest {
   signal?: AbortSignal
 }
 
-const inBrowser = typeof (globalThis as { document?: unknown }).document !== 'undefined'
+/** Browsers and web workers (no Node `process`): streams go through tickets by default. */
+const inBrowser = typeof (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node !== 'string'
 
 /** HTTP for the client: JSON calls and streams, with the token on each. */
 export class Transport {
@@ -52,8 +53,19 @@ export class Transport {
     const response = await this.fetch(method, path, options)
     if (!response.ok) throw await errorFrom(response)
     if (response.status === 204) return undefined as T
-    const text = await response.text()
-    return (text ? JSON.parse(text) : undefined) as T
+    let text: string
+    try {
+      text = await response.text()
+    } catch (error) {
+      if (options.signal?.aborted) throw error
+      throw unreachable(this.baseUrl || 'the server', error)
+    }
+    try {
+      return (text ? JSON.parse(text) : undefined) as T
+    } catch {
+      // A 2xx that is not JSON: something between the client and Plinth (a proxy's page) answered.
+      throw new PlinthError(response.status, 'invalid_response', `${method} ${path} answered ${response.status} with a body that is not JSON`)
+    }
   }
 
   /** A request with the token: the response whatever its status (network failures throw `unreachable`). */
@@ -68,7 +80,7 @@ export class Transport {
       headers.set('content-type', 'application/json')
       body = JSON.stringify(options.body)
     }
-    return this.#send(new Request(this.url(path, options.query), { method, headers, ...(body !== undefined && { body }), ...(options.signal && { signal: options.signal }) }))
+    return this.#send(this.url(path, options.query), { method, headers, ...(body !== undefined && { body }), ...(options.signal && { signal: options.signal }) })
   }
 
   /**
@@ -78,15 +90,16 @@ export class Transport {
   async openStream(path: string, lastEventId: string | null, signal: AbortSignal): Promise<Response | null> {
     let response: Response
     if (this.streamTickets) {
+      // Tickets exist for the three event streams (/api/runs|conversations|projects/<id>/events).
       const ticket = await this.request<{ url: string }>('POST', '/api/stream-tickets', { body: { path }, signal })
-      const url = lastEventId === null ? ticket.url : `${ticket.url}&after=${encodeURIComponent(lastEventId)}`
-      response = await this.#send(new Request(this.url(url), { headers: { accept: 'text/event-stream' }, signal }))
+      const url = lastEventId === null ? ticket.url : `${ticket.url}${ticket.url.includes('?') ? '&' : '?'}after=${encodeURIComponent(lastEventId)}`
+      response = await this.#send(this.url(url), { headers: { accept: 'text/event-stream' }, signal })
     } else {
       response = await this.fetch('GET', path, { accept: 'text/event-stream', signal, ...(lastEventId !== null && { headers: { 'last-event-id': lastEventId } }) })
     }
     if (response.status === 204) return null
     if (!response.ok) throw await errorFrom(response)
-    if (!response.body) throw new PlinthError(response.status, 'invalid_stream', 'the stream answered without a body')
+    checkStream(response, path)
     return response
   }
 
@@ -97,12 +110,20 @@ export class Transport {
     return `${this.baseUrl}${path}${text ? (path.includes('?') ? '&' : '?') + text : ''}`
   }
 
-  async #send(request: Request): Promise<Response> {
+  async #send(url: string, init: RequestInit): Promise<Response> {
     try {
-      return await this.#fetch(request)
+      return await this.#fetch(new Request(url, init))
     } catch (error) {
-      if (request.signal.aborted) throw error
+      if (init.signal?.aborted) throw error
       throw unreachable(this.baseUrl || 'the server', error)
     }
+  }
+}
+
+/** An answer that is not an event stream (a proxy's page, a JSON error with 200) is not retried. */
+export function checkStream(response: Response, path: string): void {
+  const type = response.headers.get('content-type') ?? ''
+  if (!response.body || !type.includes('text/event-stream')) {
+    throw new PlinthError(response.status, 'invalid_stream', `${path} answered ${response.status} ${type || 'without a content type'}, not an event stream`)
   }
 }

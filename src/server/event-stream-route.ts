@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { streamEvents, type EventRecord, type EventScope, type Store } from '../store/index.js'
 import { HttpProblem } from './problem.js'
 import { controlFrame, eventFrame, SseWriter } from './sse-writer.js'
-import type { StreamAccess, StreamEndReason, StreamRegistry } from './stream-registry.js'
+import type { StreamAccess, StreamEndReason, StreamHandle, StreamRegistry } from './stream-registry.js'
 
 export interface StreamContext {
   store: Store
@@ -15,6 +15,8 @@ export interface StreamOptions {
   scope: EventScope
   /** Who reads and how to ask again whether they still may (see StreamRegistry). */
   access: Omit<StreamAccess, 'userId' | 'tokenId'>
+  /** A slot the route took before doing anything (so a 429 comes first); released here. */
+  handle?: StreamHandle
   /** Drops events the reader may not see (applied to replayed and live events alike). */
   filter?: (event: EventRecord) => boolean
   /** Ends the stream after the event for which this returns true (a run's terminal event). */
@@ -46,7 +48,7 @@ const finalFrameTimeoutMs = 2000
 export async function serveEventStream(request: FastifyRequest, reply: FastifyReply, context: StreamContext, options: StreamOptions): Promise<void> {
   const afterId = resumePoint(request)
   if (!request.user || !request.tokenId) throw new HttpProblem('unauthorized')
-  const handle = context.streams.open({ ...options.access, userId: request.user.id, tokenId: request.tokenId }, Date.now() - reply.elapsedTime)
+  const handle = options.handle ?? context.streams.open({ ...options.access, userId: request.user.id, tokenId: request.tokenId }, Date.now() - reply.elapsedTime)
   const writer = new SseWriter(reply.raw, context.streams.limits.drainTimeoutMs)
   const finished = new AbortController()
   const stop = (): void => finished.abort()

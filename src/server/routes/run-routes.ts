@@ -114,7 +114,8 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       // token and in all; 429 too_many_streams, checked before anything is created) and ends early
       // when the caller's access goes.
       const waitSeconds = reply.sse ? null : requestedWait(request.query.wait, request.headers.prefer)
-      const slot = waitSeconds === null ? null : deps.streams.open({ ...access, userId: user.id, tokenId: request.tokenId ?? '' }, openedAt)
+      // A stream's slot too is taken first: a 429 never leaves a run nobody watches.
+      const slot = waitSeconds === null && !reply.sse ? null : deps.streams.open({ ...access, userId: user.id, tokenId: request.tokenId ?? '' }, openedAt)
       try {
         return await answer(slot)
       } finally {
@@ -157,7 +158,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         }
         if (reply.sse) {
           reply.code(201)
-          return streamRun(request, reply, deps, created.run, access)
+          return streamRun(request, reply, deps, created.run, access, slot ?? undefined)
         }
         if (waitSeconds === null || !slot) return reply.code(201).send({ ...runJson(created.run), messages: await runQueries.messages(created.run.id) })
         const { run, settled } = await runs.waitUntilSettled(created.run.id, waitSeconds * 1000, { signal: slot.signal })
@@ -204,15 +205,20 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       const user = caller(request)
       const run = await runQueries.resolve(user, request.params.id)
       const waitSeconds = requestedWait(request.query.wait, request.headers.prefer)
-      if (waitSeconds === null || terminalRunStatuses.includes(run.status) || run.status === 'requires_action') return runJson(run)
+      if (!waitSeconds || terminalRunStatuses.includes(run.status) || run.status === 'requires_action') return runJson(run)
       // Held like a stream: it counts against the same caps and ends early when access goes.
       const { access } = await conversationForStream(deps, user, run.conversationId)
       const slot = deps.streams.open({ ...access, userId: user.id, tokenId: request.tokenId ?? '' }, Date.now())
+      // A caller that gave up frees its slot at once.
+      const gone = new AbortController()
+      const onClose = (): void => gone.abort()
+      reply.raw.once('close', onClose)
       try {
-        const waited = await runs.waitUntilSettled(run.id, waitSeconds * 1000, { signal: slot.signal })
+        const waited = await runs.waitUntilSettled(run.id, waitSeconds * 1000, { signal: AbortSignal.any([slot.signal, gone.signal]) })
         if (!waited.settled) reply.header('preference-applied', `wait=${waitSeconds}`).header('retry-after', 1)
         return runJson(waited.run)
       } finally {
+        reply.raw.off('close', onClose)
         slot.release()
       }
     },
@@ -297,7 +303,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
 }
 
 /** A run's stream: replay, then live until its terminal event (a finished run: replay and close). */
-async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: ServerDeps, run: Run, access: ConversationStreamAccess): Promise<void> {
+async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: ServerDeps, run: Run, access: ConversationStreamAccess, handle?: StreamHandle): Promise<void> {
   const isTerminal = (event: EventRecord): boolean => terminalEvents.has(event.type)
   if (terminalRunStatuses.includes(run.status)) {
     // A finished run with nothing after the client's id: 204, which tells an EventSource not to
@@ -307,7 +313,7 @@ async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: Ser
       return
     }
   }
-  await serveEventStream(request, reply, deps, { scope: { runId: run.id }, access, until: isTerminal })
+  await serveEventStream(request, reply, deps, { scope: { runId: run.id }, access, until: isTerminal, ...(handle && { handle }) })
 }
 
 /** Seconds to wait for a new run to settle: `?wait=true`, or `Prefer: wait=N` (RFC 7240); null for no wait. */
