@@ -6,7 +6,7 @@ import { CuttableProxy } from './helpers/cuttable-proxy.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 23 §3: plinth/client against a real listening server (docs/client.md). The console's
+// plinth/client against a real listening server (docs/client.md). The console's
 // Chromium tests run the same modules in a browser (test/console-browser.test.ts).
 
 const words = Array.from({ length: 60 }, (_, index) => `w${index}`)

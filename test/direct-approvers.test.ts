@@ -3,8 +3,8 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 20, medium 12: under direct the person who approves an execution is the person who asked;
-// an operator can require a second person.
+// Regression (docs/security.md#the-default-backend): under direct the person who approves an execution
+// is the person who asked; an operator can require a second person.
 describe('executions on the server itself approved by a designated approver', () => {
   let store: Store
   let server: TestServer

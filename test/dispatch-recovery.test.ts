@@ -4,7 +4,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 12, defect 7: a dispatch a crash left `running` is ended `interrupted` (with its audit entry), and
+// A dispatch a crash left `running` is ended `interrupted` (with its audit entry), and
 // a replay of its Idempotency-Key answers that instead of 409 for ever.
 for (const engine of testEngines()) {
   describe(`a dispatch interrupted by a crash, on ${engine}`, () => {

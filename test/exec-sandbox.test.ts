@@ -241,7 +241,8 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
     await nothingLeft()
   })
 
-  // Issue 20, medium 11: no seccomp filter (Seccomp: 0; io_uring_setup worked) and the host's whole /etc.
+  // Regression (docs/security.md#the-sandbox): there was no seccomp filter (Seccomp: 0; io_uring_setup
+  // worked) and the host's whole /etc was visible.
   it.skipIf(!seccompSupported())('filters system calls: io_uring, keyrings, bpf, userfaultfd, perf, mount, kexec, file handles answer EPERM', async () => {
     const numbers = Object.fromEntries(Object.entries(deniedSyscalls).map(([name, pair]) => [name, pair[process.arch === 'arm64' ? 1 : 0]]))
     const probes = ['io_uring_setup', 'keyctl', 'bpf', 'userfaultfd', 'perf_event_open', 'mount', 'fsopen', 'open_tree', 'kexec_load', 'open_by_handle_at', 'init_module', 'swapon']

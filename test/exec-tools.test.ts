@@ -85,7 +85,7 @@ describe('execution tools over HTTP', () => {
     expect(decided.body.dispatch.result.durationMs).toEqual(expect.any(Number))
   })
 
-  it('an agent run waits for the human, streams tool_call.output while the program runs, and the model reads SPEC §12’s form', async () => {
+  it('an agent run waits for the human, streams tool_call.output while the program runs, and the model reads exit code, duration, stdout and stderr as text', async () => {
     model.setTurns([{ toolCalls: [{ name: 'exec', arguments: { command: 'for i in 1 2 3; do echo line $i; sleep 0.1; done' } }] }, { text: 'done' }])
     const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
     const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'count', knowledge: { autoInject: false } } })
@@ -226,7 +226,8 @@ describe('exec configuration', () => {
     await rm(cliDir, { recursive: true, force: true })
   })
 
-  // Issue 20, medium 12: `direct` was the default, so every account was a root shell.
+  // Regression (docs/security.md#the-default-backend): `direct` was the default, so every account was a
+  // root shell.
   it('by default programs run in the sandbox; where it cannot work, exec tools are off — never direct unless chosen', async () => {
     const sandboxed = await startTestServer(store, { models: [new ScriptedModel({ id: 'm', turns: [] })] })
     try {
@@ -326,8 +327,8 @@ describe('exec configuration', () => {
     }
   })
 
-  // Issue 20, high 5: `git log` in a partial clone whose remote.origin.uploadpack is a shell ran it as
-  // root under direct, with no decision, in manual mode.
+  // Regression (docs/security.md#allowlisted-clis): `git log` in a partial clone whose
+  // remote.origin.uploadpack is a shell ran it as root under direct, with no decision, in manual mode.
   it.each(['direct', 'sandbox'] as const)('an allowlisted git runs nothing its working directory configures (%s)', async (backend) => {
     if (backend === 'sandbox' && !probe.ok) return
     const source = await mkdtemp(join(tmpdir(), 'plinth-git-src-'))

@@ -4,8 +4,8 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 20, medium 9: one user could hold every model slot — a victim's one-turn run waited 13.6 s
-// behind another user's 20 slow runs.
+// Regression (docs/security.md#fair-model-slots): one user could hold every model slot — a victim's
+// one-turn run waited 13.6 s behind another user's 20 slow runs.
 describe('model time is shared fairly between users', () => {
   let store: Store
   let server: TestServer

@@ -30,7 +30,7 @@ for (const engine of testEngines()) {
       await store?.close()
     })
 
-    // Issue 20, low: /docs (Swagger UI) had no security headers.
+    // Regression (docs/security.md#smaller-findings): /docs (Swagger UI) had no security headers.
     it('serves the API explorer with a strict CSP, never framed, without MIME sniffing', async () => {
       for (const path of ['/docs', '/docs/static/swagger-initializer.js', '/docs/json']) {
         const answer = await fetch(`${server.url}${path}`)

@@ -57,7 +57,8 @@ function percentile(values: number[], fraction: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * fraction))] ?? 0
 }
 
-// Issue 20, high 4: extraction ran on the main thread with no caps; small uploads froze or killed the server.
+// Regression (docs/security.md#untrusted-documents): extraction ran on the main thread with no caps;
+// small uploads froze or killed the server.
 describe.each(testEngines())('hostile knowledge uploads on %s', (engine) => {
   let store: Store
   let server: TestServer

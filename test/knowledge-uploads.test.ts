@@ -10,8 +10,9 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 
 const mib = 1024 * 1024
 
-// Issue 20, medium 6 and 7: uploads were buffered whole and written into the in-process database
-// (8 parallel 19 MiB uploads: RSS 296 MB → 1.99 GB, 811 MB kept), and knowledge volume had no limit.
+// Regression (docs/security.md#disk-quotas-and-uploads): uploads were buffered whole and written into
+// the in-process database (8 parallel 19 MiB uploads: RSS 296 MB → 1.99 GB, 811 MB kept), and knowledge
+// volume had no limit.
 describe('knowledge uploads on the embedded database', () => {
   let store: Store
   let server: TestServer

@@ -116,7 +116,7 @@ for (const engine of testEngines()) {
       expect((await add('Still fine', 'After the broken files, ingestion still works.')).body.ingestStatus).toBe('ready')
     })
 
-    // Issue 21: a Type0 font over a predefined CMap (UniGB-UCS2-H) and a non-embedded STSong-Light
+    // Regression: a Type0 font over a predefined CMap (UniGB-UCS2-H) and a non-embedded STSong-Light
     // — older Chinese office and government PDFs — ingested `ready` with only the Latin text.
     it('reads the Chinese of a PDF whose font uses a predefined CMap (UniGB-UCS2-H, STSong-Light)', { timeout: 120_000 }, async () => {
       const answer = await upload(`${server.url}/api/projects/${projectId}/knowledge`, alice.token, { name: 'gov.pdf', bytes: makeCjkPdf('Annual filing', '中文知识库的建设方案') })

@@ -8,7 +8,7 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 
 const classified = new URL('./__fixtures__/plugins/classified.ts', import.meta.url).pathname
 
-// Issue 22 §2: a call through /mcp that needs a person is asked of the MCP client through
+// A call through /mcp that needs a person is asked of the MCP client through
 // elicitation when its session says it can answer one (docs/mcp.md, "Sessions and elicitation").
 
 type Answer = (request: ElicitRequest) => Promise<ElicitResult> | ElicitResult

@@ -6,7 +6,7 @@ import type { Store } from '../src/store/index.js'
 import { createTestDatabase, testEngines, type TestDatabase } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 22 §2: /mcp keeps its sessions in Postgres, so two instances on one Postgres behind a
+// /mcp keeps its sessions in Postgres, so two instances on one Postgres behind a
 // round-robin balancer serve one MCP client — initialized on one, listing and calling on the other.
 const engines = testEngines()
 if (!engines.includes('postgres')) console.warn('[plinth tests] skipping the two-instance MCP test: it needs Postgres (TEST_DATABASE_URL)')

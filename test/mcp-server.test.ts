@@ -9,8 +9,9 @@ import { readOnlyShares } from './__fixtures__/plugins/read-only-share.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 22 §2: Plinth as an MCP server. The official SDK client talks to /mcp with a user's token;
-// every call goes through the bus (entrance `mcp`) with the same gate, decisions and audit.
+// Plinth as an MCP server (docs/mcp.md#sessions-and-elicitation-plinth-as-an-mcp-server).
+// The official SDK client talks to /mcp with a user's token; every call goes through the bus (entrance
+// `mcp`) with the same gate, decisions and audit.
 
 /** An SDK client connected to `path` of the server with `token`. */
 async function connectClient(url: string, token: string, path = '/mcp'): Promise<{ client: Client; transport: StreamableHTTPClientTransport }> {

@@ -4,9 +4,10 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 20, medium 8: `printf 'a\0b'` through core.exec, read_file of a file with a NUL, and a run whose
-// model text, tool arguments or tool output held U+0000 answered 500 or ended the run `internal`,
-// leaving its dispatch `running`. Postgres cannot store U+0000: it is stored (and answered) as U+FFFD.
+// Regression (docs/security.md#outputs-with-nul): `printf 'a\0b'` through core.exec, read_file of a file
+// with a NUL, and a run whose model text, tool arguments or tool output held U+0000 answered 500 or
+// ended the run `internal`, leaving its dispatch `running`. Postgres cannot store U+0000: it is stored
+// (and answered) as U+FFFD.
 describe.each(testEngines())('outputs holding NUL on %s', (engine) => {
   let store: Store
   let server: TestServer

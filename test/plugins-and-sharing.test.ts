@@ -162,7 +162,8 @@ for (const engine of testEngines()) {
       expect((await server.request('GET', `/api/conversations/${conversation.body.id}`, { token: member.token })).status).toBe(404)
     })
 
-    // Issue 20, low: a run whose owner lost access to the project kept calling the model.
+    // Regression (docs/security.md#smaller-findings): a run whose owner lost access to the project kept
+    // calling the model.
     it('ends a member’s running run (cancelled, access_revoked) when they are removed from the project', async () => {
       const approve = async (answer: { status: number; body: { decision?: { id: string } } }) => {
         if (answer.status === 202) await server.request('POST', `/api/decisions/${answer.body.decision!.id}`, { token: owner.token, body: { decision: 'approve' } })

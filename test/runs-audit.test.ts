@@ -14,7 +14,7 @@ async function settled(server: TestServer, token: string, runId: string): Promis
   throw new Error(`run ${runId} did not settle`)
 }
 
-// Issue 12, defect 9: what runs do with modes and client tools is audited, operator keywords count,
+// What runs do with modes and client tools is audited, operator keywords count,
 // client tools cannot pose as command tools, and the model is offered only what the owner may use.
 describe('runs: audit, risk keywords, client tools, tool list', () => {
   let store: Store

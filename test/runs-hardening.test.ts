@@ -46,7 +46,7 @@ async function waitForRun(server: TestServer, token: string, runId: string, chec
   }
 }
 
-// Issue 12: runs that never hang and never double-act.
+// Runs that never hang and never double-act (docs/architecture.md#the-run-loop).
 describe('runs hardening', () => {
   let store: Store
   let server: TestServer
@@ -122,7 +122,7 @@ describe('runs hardening', () => {
   })
 })
 
-// Issue 12, defects 3–6: fencing, decisions settled in the bus's transaction, decision and run expiry,
+// Fencing, decisions settled in the bus's transaction, decision and run expiry,
 // graceful stop.
 describe('runs hardening: leases, decisions and stopping', () => {
   let store: Store

@@ -7,9 +7,10 @@ import { http, lastLine, runPlinth, startServe, type ServeProcess } from './help
 import { createTestDatabase, testEngines, type TestDatabase } from './helpers/engines.js'
 import { ledgerViolations } from './helpers/ledger.js'
 
-// Issue 12: two server processes on one Postgres. Cancel from the instance that does not drive a run
-// reaches the one that does at once; a run whose driver was killed is taken over and resumed by the
-// other once its lease has passed, without running its completed tool call again.
+// Two server processes on one Postgres (docs/architecture.md#cooperating-instances). Cancel from the
+// instance that does not drive a run reaches the one that does at once; a run whose driver was killed is
+// taken over and resumed by the other once its lease has passed, without running its completed tool call
+// again.
 const engines = testEngines()
 if (!engines.includes('postgres')) console.warn('[plinth tests] skipping the two-instance run tests: they need Postgres (TEST_DATABASE_URL)')
 

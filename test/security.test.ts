@@ -46,7 +46,7 @@ describe('failed authentication is rate-limited by address, before the token is 
     expect((await server.request('GET', '/api/me')).status).toBe(429)
     const admin = await server.request('GET', '/api/admin/users', { token: adminToken })
     expect(admin.status).toBe(429)
-    // …but a valid user token behind the same address still works (issue 20: it locked out everyone).
+    // …but a valid user token behind the same address still works (it used to lock out everyone).
     const valid = await server.request('GET', '/api/me', { token: alice.token })
     expect([valid.status, valid.body.id]).toEqual([200, alice.user.id])
     recordFigures('security-brute-force', [

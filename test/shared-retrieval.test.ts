@@ -141,7 +141,8 @@ for (const engine of testEngines()) {
       expect(await store.db.selectFrom('events').select('id').where('run_id', '=', off.body.id).where('type', '=', 'knowledge.injected').execute()).toEqual([])
     })
 
-    // Issue 20, medium 10: a member's published item went into the owner's system prompt as passage [1].
+    // Regression (docs/security.md#knowledge-in-prompts): a member's published item went into the
+    // owner's system prompt as passage [1].
     it('injects what the caller and the project owner published — a member’s published item only when the project opts in', async () => {
       const planted = await server.request('POST', `/api/projects/${projectP}/knowledge`, {
         token: b.token,

@@ -7,7 +7,7 @@ import { newId, readTranscriptTail, transcriptRowsFromJson, type Store } from '.
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 12, defect 10: a long conversation is not re-read whole before every model call; what is read
+// A long conversation is not re-read whole before every model call; what is read
 // is bounded by the model's window, and the request still ends with the newest turns.
 for (const engine of testEngines()) {
   describe(`a long conversation, on ${engine}`, () => {

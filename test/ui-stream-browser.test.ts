@@ -12,7 +12,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 23 §1: a real page built on @ai-sdk/react's useChat (test/__fixtures__/use-chat-page, wired as
+// A real page built on @ai-sdk/react's useChat (test/__fixtures__/use-chat-page, wired as
 // docs/ui-stream.md shows), bundled here with esbuild, served from its own origin and driven in Chromium
 // against a Plinth that allows that origin (CORS), as a frontend of one's own would be.
 const executablePath = process.env.PLINTH_CHROMIUM ?? ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((path) => existsSync(path))

@@ -5,7 +5,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 23 §1: the AI SDK's UI message stream (useChat) over a conversation, read by the real `ai`
+// The AI SDK's UI message stream (useChat) over a conversation, read by the real `ai`
 // package's transport and reader (docs/ui-stream.md).
 
 type ToolPart = { type: string; toolCallId: string; toolName: string; state: string; input?: unknown; output?: unknown; approval?: { id: string; approved?: boolean } }

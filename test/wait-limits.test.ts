@@ -4,7 +4,8 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-// Issue 20, low: ?wait=true / Prefer: wait held connections that no cap counted.
+// Regression (docs/security.md#smaller-findings): ?wait=true / Prefer: wait held connections that no cap
+// counted.
 describe('a request that waits for its run counts like a stream', () => {
   let store: Store
   let server: TestServer

@@ -8,7 +8,8 @@ import { startTestServer, type Answer, type TestServer, type TestUser } from './
 const probe = await sandboxAvailable('work-directory quota suite (sandbox parts)')
 const mib = 1024 * 1024
 
-// Issue 20, medium 6 and 7: no disk quota (569 MB written in 1.3 s), no delete route, uploads buffered whole.
+// Regression (docs/security.md#disk-quotas-and-uploads): no disk quota (569 MB written in 1.3 s), no
+// delete route, uploads buffered whole.
 describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as const) : [])])('work-directory quotas and uploads (%s)', (backend) => {
   let store: Store
   let server: TestServer

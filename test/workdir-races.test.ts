@@ -48,7 +48,8 @@ async function startSwapper(exec: ExecService, conversationId: string, script: s
   }
 }
 
-// Issue 20, high 1–3: the server acted by path on a tree the sandboxed program changes concurrently.
+// Regression (docs/security.md#work-directories): the server acted by path on a tree the sandboxed
+// program changes concurrently.
 describe.skipIf(!probe.ok || renameat2 === undefined)('the server never follows a swapped directory out of the work directory', () => {
   let store: Store
   let exec: ExecService

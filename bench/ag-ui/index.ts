@@ -7,8 +7,9 @@
  * `GET /api/runs/:id/events` — interleaved round by round (the order rotating) on one server, each
  * round in a new conversation; on PGlite and on pg. Then time to first text against the paced upstream
  * (20 chunks 10 ms apart), the server's CPU per round of each route (measured in blocks), and in
- * process what each frontend route's input check and mapping cost per round. Targets (issue 23): time
- * to first text within 1 ms of the native route; per-round overhead within 10 %.
+ * process what each frontend route's input check and mapping cost per round. Targets
+ * (docs/ag-ui.md#performance): time to first text within 1 ms of the native route; per-round overhead
+ * within 10 %.
  *
  * Env: BENCH_AGUI_ROUNDS (per route, default 200), BENCH_AGUI_WARMUP (20), BENCH_AGUI_TTFT_ROUNDS (20),
  * BENCH_AGUI_CPU_ROUNDS (100 per route, 0 = off).

@@ -2,7 +2,7 @@ import { Counter, Histogram, type Registry } from 'prom-client'
 import type { CommandBus } from '../cmdbus/index.js'
 import type { RunObserver } from '../runmgr/index.js'
 
-/** Run, tool, decision and model-latency metrics on the server's registry (SPEC §13). */
+/** Run, tool, decision and model-latency metrics on the server's registry (/metrics, README.md#configuration). */
 export function createAgentMetrics(registry: Registry, bus: CommandBus): RunObserver {
   const llm = new Histogram({
     name: 'plinth_llm_call_duration_seconds',

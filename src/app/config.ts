@@ -7,7 +7,7 @@ import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.j
 import type { McpServerConfig } from '../mcp/index.js'
 import { defaultWebhookSettings, type WebhookSettings } from '../webhooks/index.js'
 
-/** A model entry of the config file (SPEC §13); the llm module defines its shape. */
+/** A model entry of the config file (README.md#models); the llm module defines its shape. */
 export type ModelConfig = ModelSettings
 
 /** The validated configuration the server runs with. */

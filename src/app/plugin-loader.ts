@@ -28,11 +28,11 @@ export interface PluginLoadResult {
 const setupTimeoutMs = 10_000
 
 /**
- * Loads plugins in order (SPEC §10): a bundled one by bare name (`rdm`), a path (`./my-plugin.js`,
- * `./my-plugin.ts`, a folder), or an installed package (resolved from `cwd`). Wherever a plugin lives,
- * `plinth/extension` is this server's own surface. A plugin that fails to import, declares an
- * incompatible `surface`, throws in setup or registers anything invalid is refused as a whole with one
- * clear log line; the others load.
+ * Loads plugins in order (README.md#writing-a-plugin): a bundled one by bare name (`rdm`), a path
+ * (`./my-plugin.js`, `./my-plugin.ts`, a folder), or an installed package (resolved from `cwd`).
+ * Wherever a plugin lives, `plinth/extension` is this server's own surface. A plugin that fails to
+ * import, declares an incompatible `surface`, throws in setup or registers anything invalid is refused
+ * as a whole with one clear log line; the others load.
  */
 export async function loadPlugins(
   specifiers: readonly string[],

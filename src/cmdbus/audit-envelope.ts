@@ -16,7 +16,7 @@ import {
 } from '../store/index.js'
 import { redact, truncateForAudit } from './redact.js'
 
-/** The audit envelope of one dispatch: the same shape for every entrance (SPEC §9). */
+/** The audit envelope of one dispatch, the same shape for every entrance (README.md#commands-decisions-and-audit). */
 export interface AuditEnvelope {
   [key: string]: JsonValue
 }

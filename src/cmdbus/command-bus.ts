@@ -42,7 +42,7 @@ export interface CommandBusOptions {
   allowanceTtlMs: number
   /** How long a running dispatch's executor lease lasts between renewals (default 30 s). */
   dispatchLeaseMs?: number
-  /** Operator high-risk keywords for command strings (SPEC §8.2). */
+  /** Operator high-risk keywords for command strings (PLINTH_HIGH_RISK_KEYWORDS). */
   highRiskKeywords?: readonly string[]
   /**
    * Largest result a handler may return, as JSON bytes (PLINTH_RESULT_MAX_BYTES, default 1 MiB): a
@@ -84,8 +84,9 @@ export interface RunBinding {
 }
 
 /**
- * The one dispatch path for every effect (SPEC §9): resolve → validate → authorize → risk → gate →
- * execute, each step recorded in the dispatch's audit envelope. Expected outcomes are values.
+ * The one dispatch path for every effect (docs/architecture.md#the-command-bus): resolve → validate →
+ * authorize → risk → gate → execute, each step recorded in the dispatch's audit envelope. Expected
+ * outcomes are values.
  */
 export class CommandBus {
   readonly #options: CommandBusOptions
@@ -138,9 +139,9 @@ export class CommandBus {
   }
 
   /**
-   * A client tool call's audit row (SPEC §8.4: entrance `agent`, `kind: "client"`): opened when the
-   * call is handed to the client, finished with its answer — in the caller's transaction, like the
-   * ledger change it goes with.
+   * A client tool call's audit row (entrance `agent`, `kind: "client"`; README.md#agent-runs, "Client
+   * tools"): opened when the call is handed to the client, finished with its answer — in the caller's
+   * transaction, like the ledger change it goes with.
    */
   async auditClientCall(tx: Executor, call: ClientCallAudit, answer?: { status: string; output: JsonValue }): Promise<void> {
     const key = `${call.runId}:${call.callId}`
@@ -467,7 +468,10 @@ export class CommandBus {
     return this.#decisions.get(decisionId, userId)
   }
 
-  /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
+  /**
+   * Answers a pending decision (README.md#commands-decisions-and-audit). The command runs at most once,
+   * whoever answers how often.
+   */
   decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
     return this.#decisions.decide(decisionId, userId, answer, note)
   }

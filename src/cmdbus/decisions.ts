@@ -40,9 +40,9 @@ export interface DecisionDeps {
 }
 
 /**
- * Human-in-the-loop decisions (SPEC §8.3): answering one (once, whoever answers how often), expiring
- * those nobody answered, and who may act on them. Each change is recorded on the dispatch's audit
- * envelope and the run's ledger in the same transaction.
+ * Human-in-the-loop decisions (README.md#commands-decisions-and-audit): answering one (once, whoever
+ * answers how often), expiring those nobody answered, and who may act on them. Each change is recorded
+ * on the dispatch's audit envelope and the run's ledger in the same transaction.
  */
 export class Decisions {
   readonly #deps: DecisionDeps
@@ -74,7 +74,7 @@ export class Decisions {
     return toDecisionView(decision)
   }
 
-  /** Answers a pending decision (SPEC §8.3). The command runs at most once, whoever answers how often. */
+  /** Answers a pending decision. The command runs at most once, whoever answers how often. */
   async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
     await this.#deps.catalog.settled()
     const { store } = this.#deps

@@ -4,7 +4,7 @@ import type { Store } from '../store/index.js'
 import type { CommandCatalog, CoreContext } from './command-catalog.js'
 import { classifyCommandLine } from './risk-rules.js'
 
-/** What the model reads of an execution (SPEC §12), before the output cap. */
+/** What the model reads of an execution (README.md#execution), before the output cap. */
 export function execModelText(result: JsonValue): string {
   const value = result as Partial<ExecResult> | null
   if (!value || typeof value !== 'object' || !('stdout' in value)) return JSON.stringify(result)
@@ -70,7 +70,7 @@ export interface ExecCommandDeps {
   exec: ExecService
   version: string
   log: PluginLogger
-  /** Operator high-risk keywords (SPEC §8.2), on top of the built-in rules. */
+  /** Operator high-risk keywords (PLINTH_HIGH_RISK_KEYWORDS), on top of the built-in rules. */
   highRiskKeywords?: readonly string[]
   /** The bus's result cap (PLINTH_RESULT_MAX_BYTES): an execution's result is cut to fit it. */
   resultMaxBytes: number
@@ -121,10 +121,10 @@ function pathError(error: unknown): never {
 }
 
 /**
- * The exec and file tools (SPEC §8.1, §12), core commands through the same bus as everything else.
+ * The exec and file tools (README.md#execution), core commands through the same bus as everything else.
  * Under `direct` the exec tools are high risk and always confirmed; under `sandbox` they are medium
- * (high when a shell line matches the high-risk rules). `exec.disableExecTools` registers no exec
- * tool at all (the file tools stay: they run nothing).
+ * (high when a shell line matches the high-risk rules). `exec.disableExecTools` registers no exec tool
+ * at all (the file tools stay: they run nothing).
  */
 export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandDeps): void {
   const { exec } = deps

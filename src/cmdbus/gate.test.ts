@@ -5,7 +5,7 @@ import { evaluateGate, type GateInput, type PermissionMode } from './gate.js'
 const base: GateInput = { risk: 'low', confirm: false, mode: 'manual', hasAllowance: false, approvalPolicy: 'ask' }
 const gate = (input: Partial<GateInput>) => evaluateGate({ ...base, ...input })
 
-describe('evaluateGate: risk × permission mode (SPEC §8.2)', () => {
+describe('evaluateGate: risk × permission mode', () => {
   it.each<[mode: PermissionMode, risk: Risk, decision: 'allow' | 'ask']>([
     ['manual', 'low', 'allow'],
     ['manual', 'medium', 'ask'],

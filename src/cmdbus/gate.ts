@@ -21,9 +21,9 @@ export interface GateResult {
 }
 
 /**
- * The risk gate (SPEC §8.2), a pure function. `confirm` always asks; an allowance passes anything
- * else (even high risk); `full` passes everything; `risky` asks only for high; `manual` asks for
- * medium and high.
+ * The risk gate (docs/architecture.md#the-command-bus), a pure function. `confirm` always asks; an
+ * allowance passes anything else (even high risk); `full` passes everything; `risky` asks only for
+ * high; `manual` asks for medium and high.
  */
 export function evaluateGate(input: GateInput): GateResult {
   const ask = (reasons: string[]): GateResult =>

@@ -14,7 +14,7 @@ const longIds = [
   `rdm.${'very_long_segment_name.'.repeat(4)}compose`,
 ]
 
-describe('projectToolName: short ids (SPEC §7)', () => {
+describe('projectToolName: short ids, within what every provider accepts as a tool name', () => {
   it.each<[id: string, name: string]>([
     ['rdm.ping', 'rdm__ping'],
     ['rdm.draft.compose', 'rdm__draft__compose'],
@@ -71,7 +71,7 @@ describe('projectToolName: ids too long for 64 characters', () => {
   })
 })
 
-describe('commandIdPattern (SPEC §9)', () => {
+describe('commandIdPattern: lowercase snake segments joined by dots', () => {
   it.each(['rdm.ping', 'rdm.draft.compose', 'a1.b_c.d', 'core.list_projects', 'x.y', 'a.b2_c3_d4.e'])('accepts %s', (id) => {
     expect(commandIdPattern.test(id)).toBe(true)
     expect(projectToolName(id)).toMatch(providerSafe)

@@ -71,12 +71,12 @@ export interface SandboxIdentity {
 }
 
 /**
- * Runs the program inside bubblewrap (SPEC §12): new user, pid, ipc, uts, cgroup and (unless allowed)
- * network namespaces, no capabilities, its own session, killed with its parent; an allowlisted
- * read-only root (/usr, the /bin and /lib links, /etc), fresh /proc, minimal /dev, a size-limited
- * private /tmp, the work directory read-write at /work, extra mounts read-only or read-write. When
- * the server runs as root the program runs as the unprivileged `identity`. The cgroup is entered
- * before bwrap starts.
+ * Runs the program inside bubblewrap (docs/security.md#the-sandbox): new user, pid, ipc, uts, cgroup and
+ * (unless allowed) network namespaces, no capabilities, its own session, killed with its parent; an
+ * allowlisted read-only root (/usr, the /bin and /lib links, /etc), fresh /proc, minimal /dev, a
+ * size-limited private /tmp, the work directory read-write at /work, extra mounts read-only or
+ * read-write. When the server runs as root the program runs as the unprivileged `identity`. The cgroup
+ * is entered before bwrap starts.
  */
 export class SandboxBackend implements ExecBackend {
   readonly name = 'sandbox' as const

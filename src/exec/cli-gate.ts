@@ -10,12 +10,13 @@ const word = /^[a-z-]+$/
 const flagName = /^[a-z][a-z0-9-]*$/
 
 /**
- * The `cc_exec` gate (SPEC §12): a call `{command, subargs[]}` is allowed only when every argument is
- * non-empty, at most 256 characters and free of shell metacharacters; the command (and subcommand,
- * where the CLI has them) is plain `[a-z-]+` and allowlisted; there are at most `maxArgs` subargs;
- * every other argument is a declared flag (`--flag=value` or `--flag value`) with a value of its type
- * (bool: `true`/`false` or bare; int: within its range; string: at most its length, default 64).
- * Declared defaults are added after the gate when absent. The answer is the argv to run (no shell).
+ * The `cc_exec` gate (docs/security.md#allowlisted-clis): a call `{command, subargs[]}` is allowed only
+ * when every argument is non-empty, at most 256 characters and free of shell metacharacters; the command
+ * (and subcommand, where the CLI has them) is plain `[a-z-]+` and allowlisted; there are at most
+ * `maxArgs` subargs; every other argument is a declared flag (`--flag=value` or `--flag value`) with a
+ * value of its type (bool: `true`/`false` or bare; int: within its range; string: at most its length,
+ * default 64). Declared defaults are added after the gate when absent. The answer is the argv to run
+ * (no shell).
  */
 export function gateCliCall(spec: CliToolSpec, command: string, subargs: readonly string[]): CliGate {
   const deny = (reason: string): CliGate => ({ ok: false, reason })

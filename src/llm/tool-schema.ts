@@ -39,7 +39,7 @@ interface Projection {
 
 /**
  * Projects a command's JSON Schema (the source of truth, still enforced with ajv on every dispatch) to what
- * model providers accept as tool parameters (SPEC §7):
+ * model providers accept as tool parameters (each rejects some JSON Schema features a command may use):
  * - the root is `type: "object"` with `properties`; root `allOf` members are merged into it, root
  *   `anyOf`/`oneOf` branches contribute their properties (required only when every branch requires them)
  *   and are restated; a root that cannot be an object becomes an empty object and is restated;

@@ -1,6 +1,6 @@
 import type { Risk } from '../extension/index.js'
 
-/** A command id segment (SPEC §9): lowercase snake, starting with a letter. */
+/** A command id segment (docs/mcp.md#names): lowercase snake, starting with a letter. */
 export const segmentPattern = /^[a-z][a-z0-9]*(_[a-z0-9]+)*$/
 
 /**

@@ -53,8 +53,8 @@ const rrfK = 60
 export const defaultMinSimilarity = 0.3
 
 /**
- * The one retrieval implementation (SPEC §11) behind the HTTP search, the `knowledge_search` tool,
- * knowledge injection into runs and `host.knowledgeSearch`.
+ * The one retrieval implementation (README.md#knowledge-and-search) behind the HTTP search, the
+ * `knowledge_search` tool, knowledge injection into runs and `host.knowledgeSearch`.
  *
  * `retrieve` searches the actor's own items (drafts included). `retrieveShared` adds other users'
  * *published* items in projects the ProjectAuthz adapter lets the actor search; every list (own

@@ -37,8 +37,9 @@ export interface RunEnd {
 export const openStatuses: ToolCallStatus[] = ['pending', 'running', 'awaiting_decision', 'awaiting_output']
 
 /**
- * The tool-call ledger's writes (SPEC §6.2): every call gets exactly one terminal result, written with
- * its tool message and event in the caller's transaction (the one that also changes the run's state).
+ * The tool-call ledger's writes (docs/architecture.md#the-tool-call-ledger): every call gets exactly one
+ * terminal result, written with its tool message and event in the caller's transaction (the one that
+ * also changes the run's state).
  */
 export class RunLedger {
   /** When each call started, for `tool_call.completed.durationMs` (in memory: only this process times it). */

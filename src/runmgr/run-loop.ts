@@ -10,9 +10,10 @@ import { buildPrompt, retrieveKnowledge } from './system-prompt.js'
 import { toolTable, type ToolEntry } from './tool-table.js'
 
 /**
- * The agent's ReAct loop for one run this process drives (SPEC §6): open a round, stream the model,
- * dispatch its calls, and go round again until the model answers, a call waits for a human or the
- * client (the lease is given up), or the driver is stopped. Every write is fenced by the lease.
+ * The agent's ReAct loop for one run this process drives (docs/architecture.md#the-run-loop): open a
+ * round, stream the model, dispatch its calls, and go round again until the model answers, a call waits
+ * for a human or the client (the lease is given up), or the driver is stopped. Every write is fenced by
+ * the lease.
  */
 export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   const { store, log } = kit

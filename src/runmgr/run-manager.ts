@@ -99,10 +99,10 @@ export interface CreateRunInput {
 }
 
 /**
- * Runs the agent's ReAct loop (SPEC §6): stream the model, dispatch its tool calls through the
- * command bus, pause for humans, continue, finish. Every state change is written (with its event)
- * before it is announced; every tool call ends with exactly one terminal result. The process holding
- * a run's lease is its only writer: each of its writes is fenced by the lease, so a driver whose
+ * Runs the agent's ReAct loop (docs/architecture.md#the-run-loop): stream the model, dispatch its tool
+ * calls through the command bus, pause for humans, continue, finish. Every state change is written (with
+ * its event) before it is announced; every tool call ends with exactly one terminal result. The process
+ * holding a run's lease is its only writer: each of its writes is fenced by the lease, so a driver whose
  * lease passed to another instance (or whose run was cancelled elsewhere) changes nothing and stops.
  */
 /** Failures a run can be resumed from: upstream trouble, an interruption, a model configured again. */
@@ -326,7 +326,8 @@ export class RunManager {
   }
 
   #cancelEnd(reason: string): RunEnd {
-    // A superseded run's open calls expire (SPEC §6.1); a cancelled one's are cancelled.
+    // A superseded run's open calls expire, a cancelled one's are cancelled
+    // (docs/architecture.md#the-tool-call-ledger).
     return { status: 'cancelled', reason, openCalls: reason === 'superseded' ? 'expired' : 'cancelled' }
   }
 
@@ -404,7 +405,10 @@ export class RunManager {
     }
   }
 
-  /** Client-tool results (SPEC §8.4). Returns an error text for calls that are not awaited. */
+  /**
+   * Client-tool results (README.md#agent-runs, "Client tools"). Returns an error text for calls that are
+   * not awaited.
+   */
   async submitToolOutputs(runId: string, outputs: Array<{ callId: string; output: unknown }>): Promise<{ error?: string; run?: Run }> {
     const { store } = this.#options
     const run = await getRun(store.db, runId)
@@ -550,7 +554,7 @@ export class RunManager {
   /**
    * A decision about one of a run's calls, inside the bus's transaction that records it: the call's
    * result is written there, so an executed call can never end up marked otherwise. A decision that
-   * expired while its run waited ends the run `expired` (SPEC §6.1).
+   * expired while its run waited ends the run `expired` (docs/architecture.md#run-states).
    */
   async #settleDecision(tx: Executor, decision: DecisionView, outcome: DispatchOutcome | null): Promise<void> {
     const runId = decision.runId!
@@ -577,7 +581,7 @@ export class RunManager {
     }
   }
 
-  /** An approved call of a run begins running: announced now, not when the call first asked (SPEC §6.1). */
+  /** An approved call of a run begins running: announced now, not when the call first asked for a decision. */
   async #decisionStarted(tx: Executor, decision: DecisionView): Promise<void> {
     const run = await getRun(tx, decision.runId!)
     if (!run || terminalRunStatuses.includes(run.status)) return

@@ -1,4 +1,7 @@
-/** What the model reads of a tool result: at most `limitBytes` of UTF-8, cut on a code-point boundary (SPEC §8.5). */
+/**
+ * What the model reads of a tool result: at most `limitBytes` of UTF-8, cut on a code-point boundary
+ * (README.md#agent-runs, "Tool results").
+ */
 export function capForModel(text: string, limitBytes: number): { text: string; truncated: boolean } {
   const bytes = Buffer.byteLength(text)
   if (bytes <= limitBytes) return { text, truncated: false }

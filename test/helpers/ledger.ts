@@ -4,10 +4,10 @@ const openStatuses: ToolCallStatus[] = ['pending', 'running', 'awaiting_decision
 const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_action']
 
 /**
- * The tool-call ledger invariant (SPEC §6.2) over every conversation in the database: each tool
- * result answers a call made earlier in its conversation, no call is answered twice, and once no
- * run of a conversation is active every call has its one result and no ledger row is left open.
- * Returns what is wrong, one line each (empty when the invariant holds).
+ * The tool-call ledger invariant (docs/architecture.md#the-tool-call-ledger) over every conversation in
+ * the database: each tool result answers a call made earlier in its conversation, no call is answered
+ * twice, and once no run of a conversation is active every call has its one result and no ledger row is
+ * left open. Returns what is wrong, one line each (empty when the invariant holds).
  */
 export async function ledgerViolations(db: Store['db']): Promise<string[]> {
   const problems: string[] = []

@@ -7,8 +7,9 @@ import { recordFigures } from './figures.js'
 import { fuzzHttp } from './http-fuzz.js'
 import { rawRequest, rawSocket } from '../helpers/raw-http.js'
 
-// Issue 14, R4 (short version inside npm test): requests generated from the server's own OpenAPI
-// document, with a fixed seed. `npm run reliability` runs 10,000 (RELIABILITY_REQUESTS, RELIABILITY_SEED).
+// HTTP fuzzing (README.md#reliability, R4; a short version inside npm test): requests generated from the
+// server's own OpenAPI document, with a fixed seed. `npm run reliability` runs 10,000
+// (RELIABILITY_REQUESTS, RELIABILITY_SEED).
 const count = Number(process.env.RELIABILITY_REQUESTS ?? 3000)
 const seed = Number(process.env.RELIABILITY_SEED ?? 20261130)
 

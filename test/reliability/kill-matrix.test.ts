@@ -3,10 +3,11 @@ import { testEngines } from '../helpers/engines.js'
 import { recordFigures, reliabilityMode } from './figures.js'
 import { runKillMatrix, type KillMatrixReport } from './kill-matrix.js'
 
-// Issue 14, R1: SIGKILL at every distinct point of a 3-round run (a tool, a decision, a client tool, a
-// streamed answer) and at seeded random offsets, on PGlite and Postgres; restart; check recovery.
-// Two kills inside the tools always; inside npm test 2 stream points and 1 random offset per engine;
-// RELIABILITY_SHORT=1 12 and 2; the full run every point and 10 random offsets.
+// The kill -9 matrix (README.md#reliability, R1): SIGKILL at every distinct point of a 3-round run (a
+// tool, a decision, a client tool, a streamed answer) and at seeded random offsets, on PGlite and
+// Postgres; restart; check recovery. Two kills inside the tools always; inside npm test 2 stream points
+// and 1 random offset per engine; RELIABILITY_SHORT=1 12 and 2; the full run every point and 10 random
+// offsets.
 const seed = Number(process.env.RELIABILITY_SEED ?? 20261201)
 const size = { test: { points: 2, randomOffsets: 1 }, short: { points: 12, randomOffsets: 2 }, full: { points: 'all' as const, randomOffsets: 10 } }[reliabilityMode]
 const engines = testEngines()

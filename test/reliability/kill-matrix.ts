@@ -6,9 +6,10 @@ import { http, lastLine, runPlinth, startServe, type ServeProcess } from '../hel
 import { createTestDatabase, type TestDatabase, type TestEngine } from '../helpers/engines.js'
 import { openSse, type SseEvent } from '../helpers/sse-client.js'
 
-// Issue 14, R1: a real server process is killed with SIGKILL at every distinct point of a run — after
-// each state change it announced on the run's stream (chosen from the stream, not by sleeping) and at
-// seeded random offsets — then restarted; recovery must leave everything consistent.
+// The kill -9 matrix (README.md#reliability, R1): a real server process is killed with SIGKILL at every
+// distinct point of a run — after each state change it announced on the run's stream (chosen from the
+// stream, not by sleeping) and at seeded random offsets — then restarted; recovery must leave everything
+// consistent.
 
 /** A tool that records each execution in a file, so a second execution of a call is seen. */
 const counterPlugin = `import { appendFile } from 'node:fs/promises'

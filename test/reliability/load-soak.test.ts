@@ -3,9 +3,10 @@ import { testEngines } from '../helpers/engines.js'
 import { recordFigures, reliabilityMode } from './figures.js'
 import { runLoadSoak } from './load-soak.js'
 
-// Issue 14, R5: load (concurrent runs × 3 rounds with SSE subscribers) then a soak of mixed traffic.
-// Full: 200 runs, 100 subscribers, 30 minutes; RELIABILITY_SHORT=1: the same load, 2 minutes;
-// inside npm test: 20 runs, 10 subscribers, 15 s. On Postgres when configured, else PGlite.
+// Load and soak (README.md#reliability, R5): load (concurrent runs × 3 rounds with SSE subscribers) then
+// a soak of mixed traffic. Full: 200 runs, 100 subscribers, 30 minutes; RELIABILITY_SHORT=1: the same
+// load, 2 minutes; inside npm test: 20 runs, 10 subscribers, 15 s. On Postgres when configured, else
+// PGlite.
 const size = {
   test: { concurrentRuns: 20, subscribers: 10, soakMs: 15_000, sampleEveryMs: 2_000 },
   short: { concurrentRuns: 200, subscribers: 100, soakMs: 120_000, sampleEveryMs: 10_000 },

@@ -90,8 +90,9 @@ const cases: Case[] = [
   },
 ]
 
-// Issue 14, malformed upstreams: whatever the provider sends, a run ends cleanly (failed with the right
-// code, or completed), the ledger holds, nothing is left running, and no key reaches events or logs.
+// Malformed upstreams (README.md#reliability): whatever the provider sends, a run ends cleanly (failed
+// with the right code, or completed), the ledger holds, nothing is left running, and no key reaches
+// events or logs.
 describe('runs against malformed upstreams', () => {
   let store: Store
   let server: TestServer

@@ -7,10 +7,11 @@ import { createTestDatabase, testEngines, type TestDatabase } from '../helpers/e
 import { until, verified, WebhookReceiver } from '../helpers/webhook-receiver.js'
 import { recordFigures } from './figures.js'
 
-// Issue 23 §4: a real `plinth serve` is killed with SIGKILL between an event and its delivery — while
-// the attempt is in flight (the receiver holds the request), and while the receiver is down (retries
-// pending) — then started again: the message is delivered after the restart, exactly one attempt
-// succeeds, and every attempt carried the same webhook-id and a valid signature.
+// Webhook delivery across crashes (docs/webhooks.md#delivery): a real `plinth serve` is killed with
+// SIGKILL between an event and its delivery — while the attempt is in flight (the receiver holds the
+// request), and while the receiver is down (retries pending) — then started again: the message is
+// delivered after the restart, exactly one attempt succeeds, and every attempt carried the same
+// webhook-id and a valid signature.
 
 describe('webhooks survive kill -9', () => {
   const cleanups: Array<() => Promise<void>> = []

@@ -64,9 +64,10 @@ function decodePathCursor(cursor: string | undefined): string | undefined {
 }
 
 /**
- * The conversation's work directory over HTTP (SPEC §5/§12): list, download, upload (size-limited),
- * and register a file as a knowledge item. Only the conversation's owner; paths follow the work
- * directory's rules (relative, no `..`, no symlink out, no sensitive segments).
+ * The conversation's work directory over HTTP (README.md#execution, docs/security.md#work-directories):
+ * list, download, upload (size-limited), and register a file as a knowledge item. Only the
+ * conversation's owner; paths follow the work directory's rules (relative, no `..`, no symlink out, no
+ * sensitive segments).
  */
 export function registerFileRoutes(app: App, deps: ServerDeps): void {
   const { exec } = deps
