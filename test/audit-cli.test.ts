@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openStore } from '../src/store/index.js'
 import { http, lastLine, runPlinth, startServe } from './helpers/cli-process.js'
 
-// The flow of the README: rdm.ping from a button, rdm.draft.compose from a card approved by a
+// The flow of docs/guides/commands-and-decisions.md: rdm.ping from a button, rdm.draft.compose from a card approved by a
 // human, then `plinth audit verify` passes — and fails once an entry is altered in the database.
 describe('plinth audit verify', () => {
   let cwd: string

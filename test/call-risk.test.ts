@@ -6,7 +6,7 @@ import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 // Clients see a call's evaluated risk (low|medium|high), never how it is decided; the catalog says
-// `varies` with the range where a classifier decides (README "Commands").
+// `varies` with the range where a classifier decides (docs/guides/commands-and-decisions.md).
 const classified = new URL('./__fixtures__/plugins/classified.ts', import.meta.url).pathname
 
 async function settledRun(server: TestServer, token: string, runId: string, statuses: string[]): Promise<Record<string, unknown>> {

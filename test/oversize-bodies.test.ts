@@ -11,7 +11,7 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 const run = promisify(execFile)
 
 // An oversize body is refused in a way ordinary clients can read: before `100 Continue` when the
-// client asks, otherwise with the 413 answered and the body drained (README "Limits").
+// client asks, otherwise with the 413 answered and the body drained (docs/reference/http-api.md, "Limits").
 describe('an oversize request body', () => {
   let store: Store
   let server: TestServer

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { http, startServe, type ServeProcess } from './helpers/cli-process.js'
 
 const checkout = fileURLToPath(new URL('..', import.meta.url))
-const readme = readFileSync(join(checkout, 'README.md'), 'utf8')
+const guide = readFileSync(join(checkout, 'docs/guides/writing-a-plugin.md'), 'utf8')
 
 /** Runs a program to completion; resolves with its exit code and output. */
 function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; output: string }> {
@@ -21,20 +21,19 @@ function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEn
   })
 }
 
-/** The README's plugin-author section: the example plugin and the tsconfig it is compiled with. */
-function readmeExample(): { plugin: string; tsconfig: string } {
-  const section = readme.slice(readme.indexOf('## Writing a plugin'))
-  const plugin = /```ts\n([\s\S]*?)```/.exec(section)?.[1]
-  const tsconfig = /cat > tsconfig\.json <<'JSON'\n([\s\S]*?)\nJSON/.exec(section)?.[1]
-  if (!plugin || !tsconfig) throw new Error('the README no longer shows the example plugin and its tsconfig')
+/** The plugin guide (docs/guides/writing-a-plugin.md): the example plugin and the tsconfig it is compiled with. */
+function guideExample(): { plugin: string; tsconfig: string } {
+  const plugin = /```ts\n([\s\S]*?)```/.exec(guide)?.[1]
+  const tsconfig = /cat > tsconfig\.json <<'JSON'\n([\s\S]*?)\nJSON/.exec(guide)?.[1]
+  if (!plugin || !tsconfig) throw new Error('docs/guides/writing-a-plugin.md no longer shows the example plugin and its tsconfig')
   return { plugin, tsconfig }
 }
 
 const npm = (args: string[], cwd: string): Promise<{ code: number | null; output: string }> =>
   run('npm', [...args, '--no-audit', '--no-fund', '--prefer-offline'], cwd, { npm_config_update_notifier: 'false' })
 
-// A plugin author's path, as the README writes it: Plinth from a clean clone (packed with `npm pack`,
-// which builds it through `prepare`), a plugin project that installs the tarball, the README's plugin
+// A plugin author's path, as the plugin guide writes it: Plinth from a clean clone (packed with `npm pack`,
+// which builds it through `prepare`), a plugin project that installs the tarball, the guide's plugin
 // compiled by tsc, and served by the installed `plinth serve`.
 describe('the plugin author path', () => {
   let root: string | undefined
@@ -45,7 +44,7 @@ describe('the plugin author path', () => {
     if (root) await rm(root, { recursive: true, force: true })
   })
 
-  it('a clone packs (building dist/), the tarball installs, the README plugin compiles and its command answers over HTTP', { timeout: 600_000 }, async () => {
+  it('a clone packs (building dist/), the tarball installs, the guide plugin compiles and its command answers over HTTP', { timeout: 600_000 }, async () => {
     root = await mkdtemp(join(tmpdir(), 'plinth-author-'))
     const clone = join(root, 'plinth')
     const cloned = await run('git', ['clone', '--quiet', checkout, clone], root)
@@ -65,7 +64,7 @@ describe('the plugin author path', () => {
     const installed = await npm(['i', '-D', join('..', tarball ?? ''), `typescript@${typescript}`], project)
     expect(installed.code, installed.output).toBe(0)
 
-    const { plugin, tsconfig } = readmeExample()
+    const { plugin, tsconfig } = guideExample()
     await writeFile(join(project, 'src', 'notes.ts'), plugin)
     await writeFile(join(project, 'tsconfig.json'), tsconfig)
     const compiled = await run(process.execPath, [join(project, 'node_modules', 'typescript', 'bin', 'tsc')], project)

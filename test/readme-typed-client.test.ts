@@ -13,20 +13,22 @@ import { startTestServer, type TestServer } from './helpers/test-server.js'
 const run = promisify(execFile)
 const root = fileURLToPath(new URL('..', import.meta.url))
 const marker = '<!-- typed-client-example -->'
+/** Where the examples are written: the clients guide. */
+const guide = join(root, 'docs/guides/clients.md')
 
-/** A README example: the ```ts block right after the marker comment, verbatim. */
-function exampleAfter(readme: string, marker: string): string {
-  const start = readme.indexOf(marker)
-  if (start < 0) throw new Error(`README has no ${marker}`)
-  const block = /^\s*```ts\n([\s\S]*?)\n```/.exec(readme.slice(start + marker.length))
+/** A guide's example: the ```ts block right after the marker comment, verbatim. */
+function exampleAfter(text: string, marker: string): string {
+  const start = text.indexOf(marker)
+  if (start < 0) throw new Error(`docs/guides/clients.md has no ${marker}`)
+  const block = /^\s*```ts\n([\s\S]*?)\n```/.exec(text.slice(start + marker.length))
   if (!block) throw new Error(`no ts code block right after ${marker}`)
   return block[1]!
 }
-const typedClientExample = (readme: string): string => exampleAfter(readme, marker)
+const typedClientExample = (text: string): string => exampleAfter(text, marker)
 
-// The README's typed-client example is what a reader copies: it compiles with tsc against the
+// The clients guide's typed-client example is what a reader copies: it compiles with tsc against the
 // generated types (plinth/openapi, strict, no casts) and runs against a real server.
-describe('the README typed-client example', () => {
+describe('the typed-client example of the clients guide', () => {
   let store: Store
   let server: TestServer
   let dir: string
@@ -45,7 +47,7 @@ describe('the README typed-client example', () => {
     const compilerOptions = { target: 'ES2023', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noUncheckedIndexedAccess: true, noEmit: true, skipLibCheck: true, types: ['node'] }
     await writeFile(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: ['example.ts'] }))
     file = join(dir, 'example.ts')
-    await writeFile(file, typedClientExample(await readFile(join(root, 'README.md'), 'utf8')))
+    await writeFile(file, typedClientExample(await readFile(guide, 'utf8')))
   })
   afterAll(async () => {
     await server?.close()
@@ -69,9 +71,9 @@ describe('the README typed-client example', () => {
   })
 })
 
-// The README's plinth/client example, the same way: compiled with tsc (strict) and run against a
+// The guide's plinth/client example, the same way: compiled with tsc (strict) and run against a
 // server. `plinth/client` resolves to the built package; here the import points at its sources.
-describe('the README plinth/client example', () => {
+describe('the plinth/client example of the clients guide', () => {
   let store: Store
   let server: TestServer
   let dir: string
@@ -87,7 +89,7 @@ describe('the README plinth/client example', () => {
     const compilerOptions = { target: 'ES2023', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noUncheckedIndexedAccess: true, noEmit: true, skipLibCheck: true, types: ['node'] }
     await writeFile(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: ['example.ts'] }))
     file = join(dir, 'example.ts')
-    const example = exampleAfter(await readFile(join(root, 'README.md'), 'utf8'), '<!-- plinth-client-example -->')
+    const example = exampleAfter(await readFile(guide, 'utf8'), '<!-- plinth-client-example -->')
     expect(example).toContain("from 'plinth/client'")
     await writeFile(file, example.replace("from 'plinth/client'", `from ${JSON.stringify(join(root, 'src', 'client', 'index.js'))}`))
   })

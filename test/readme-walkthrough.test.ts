@@ -6,26 +6,28 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { cliEnv, freePort, plinthBin } from './helpers/cli-process.js'
 
-const readmePath = fileURLToPath(new URL('../README.md', import.meta.url))
+const root = fileURLToPath(new URL('..', import.meta.url))
 
-/** The sections a reader follows in order, each continuing the same shell (and how many of its blocks). */
-const sections: Array<[title: string, blocks?: number]> = [
-  ['## Walkthrough with curl'],
-  ['### Operators over HTTP'],
-  ['## Commands, decisions and audit'],
-  ['## Using Plinth from MCP clients'],
-  ['## Agent runs', 1],
-  ['### Agent profiles'],
-  ['## Knowledge and search', 1],
+/** The sections a reader follows in order, each continuing the same shell (its file, and how many of its blocks). */
+const sections: Array<[file: string, title: string, blocks?: number]> = [
+  ['README.md', 'Walkthrough with curl'],
+  ['docs/guides/operating.md', 'Operators over HTTP'],
+  ['docs/guides/commands-and-decisions.md', 'Commands, decisions and audit'],
+  ['docs/guides/mcp.md', 'Using Plinth from MCP clients'],
+  ['docs/guides/agent-runs.md', 'Agent runs', 1],
+  ['docs/guides/agent-runs.md', 'Agent profiles'],
+  ['docs/guides/knowledge-and-search.md', 'Knowledge and search', 1],
 ]
 
-/** The README's shell blocks of those sections, as one script; `npm start` and `npx plinth` run this checkout. */
-function walkthroughScript(readme: string, port: number): string {
+/** The shell blocks of those sections, as one script; `npm start` and `npx plinth` run this checkout. */
+async function walkthroughScript(port: number): Promise<string> {
   const parts: string[] = []
-  for (const [title, count] of sections) {
-    const start = readme.indexOf(`\n${title}\n`)
-    if (start < 0) throw new Error(`README has no section ${title}`)
-    const rest = readme.slice(start + title.length + 2)
+  for (const [file, title, count] of sections) {
+    const text = `\n${await readFile(join(root, file), 'utf8')}`
+    // The section's heading, of level 1–3; it ends at the next one of level 2–3 (a `# ` line is a shell comment).
+    const heading = new RegExp(`\\n#{1,3} ${title.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\n`).exec(text)
+    if (!heading) throw new Error(`${file} has no section ${title}`)
+    const rest = text.slice(heading.index + heading[0].length)
     const end = rest.search(/\n#{2,3} /)
     const blocks = [...(end < 0 ? rest : rest.slice(0, end)).matchAll(/```sh\n([\s\S]*?)```/g)].map((match) => match[1]!)
     parts.push(`echo "=== ${title}"`, ...blocks.slice(0, count ?? blocks.length))
@@ -38,8 +40,8 @@ function walkthroughScript(readme: string, port: number): string {
     .replaceAll('npx plinth', `node ${JSON.stringify(plinthBin)}`)
 }
 
-// Runs the README from the walkthrough on, as a reader would in one shell on a fresh data directory:
-// every variable a command uses is set by an earlier one, and no answer is an error.
+// Runs the README's walkthrough and the guides that continue it, as a reader would in one shell on a
+// fresh data directory: every variable a command uses is set by an earlier one, and no answer is an error.
 const hasCurl = spawnSync('curl', ['--version']).status === 0
 if (!hasCurl) {
   if (process.env.CI) throw new Error('the README walkthrough needs curl (.ci/run installs it)')
@@ -57,7 +59,7 @@ describe.skipIf(!hasCurl)('the README walkthrough', () => {
 
   it('works in the order written', { timeout: 240_000 }, async () => {
     const port = await freePort()
-    const script = walkthroughScript(await readFile(readmePath, 'utf8'), port)
+    const script = await walkthroughScript(port)
     const child = spawn('bash', ['-c', `set -u\n${script}`], { cwd, env: cliEnv({ PORT: String(port) }), stdio: ['ignore', 'pipe', 'pipe'] })
     let output = ''
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
@@ -70,7 +72,7 @@ describe.skipIf(!hasCurl)('the README walkthrough', () => {
     expect(code, output.slice(-3000)).toBe(0)
     // No answer on the way was a problem (4xx/5xx), and every section ran to its end.
     expect(output).not.toMatch(/urn:plinth:problem:/)
-    for (const [title] of sections) expect(output).toContain(`=== ${title}`)
+    for (const [, title] of sections) expect(output).toContain(`=== ${title}`)
     expect(output).toMatch(/"status":"requires_action"/)
     expect(output).toMatch(/event: run\.completed/)
     expect(output).toMatch(/"status":"cancelled"/)

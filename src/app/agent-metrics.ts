@@ -2,7 +2,7 @@ import { Counter, Histogram, type Registry } from 'prom-client'
 import type { CommandBus } from '../cmdbus/index.js'
 import type { RunObserver } from '../runmgr/index.js'
 
-/** Run, tool, decision and model-latency metrics on the server's registry (/metrics, README.md#configuration). */
+/** Run, tool, decision and model-latency metrics on the server's registry (/metrics, docs/reference/configuration.md). */
 export function createAgentMetrics(registry: Registry, bus: CommandBus): RunObserver {
   const llm = new Histogram({
     name: 'plinth_llm_call_duration_seconds',

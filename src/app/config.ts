@@ -7,7 +7,7 @@ import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.j
 import type { McpServerConfig } from '../mcp/index.js'
 import { defaultWebhookSettings, type WebhookSettings } from '../webhooks/index.js'
 
-/** A model entry of the config file (README.md#models); the llm module defines its shape. */
+/** A model entry of the config file (docs/guides/agent-runs.md#models); the llm module defines its shape. */
 export type ModelConfig = ModelSettings
 
 /** The validated configuration the server runs with. */
@@ -359,8 +359,11 @@ const fileSchema = {
   },
 } as const
 
+/** How an environment variable's text is read. */
+export type EnvKind = 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration' | 'json'
+
 /** Environment variables and the config key each one sets. */
-const envKeys: Array<[string, string, 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration' | 'json']> = [
+const envKeys: Array<[string, string, EnvKind]> = [
   ['PORT', 'port', 'int'],
   ['HOST', 'host', 'string'],
   ['DATABASE_URL', 'databaseUrl', 'string'],
@@ -550,9 +553,43 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   return config
 }
 
+/** One setting as docs/reference/configuration.md lists it (written by `npm run docs`). */
+export interface ConfigSetting {
+  /** Dotted file key, e.g. `exec.limits.outputBytes`. */
+  key: string
+  /** The environment variables that set it. */
+  env: Array<{ name: string; kind: EnvKind }>
+  /** Its JSON schema in the config file. */
+  schema: Readonly<Record<string, unknown>>
+  /** Its default here; undefined where another module fills it in (exec, knowledge extraction). */
+  defaultValue: unknown
+}
+
+/**
+ * Every setting of the config file, in schema order: objects of named keys are listed key by key,
+ * anything else (arrays, maps, `embeddings`) as one setting.
+ */
+export function configSettings(): ConfigSetting[] {
+  const settings: ConfigSetting[] = []
+  const walk = (properties: Readonly<Record<string, Readonly<Record<string, unknown>>>>, prefix: string, defaultsHere: unknown): void => {
+    for (const [name, schema] of Object.entries(properties)) {
+      const key = `${prefix}${name}`
+      const value = defaultsHere !== null && typeof defaultsHere === 'object' ? (defaultsHere as Record<string, unknown>)[name] : undefined
+      if (schema.type === 'object' && schema.properties && !schema.required) {
+        walk(schema.properties as Record<string, Readonly<Record<string, unknown>>>, `${key}.`, value)
+        continue
+      }
+      const env = envKeys.filter(([, target]) => target === key).map(([envName, , kind]) => ({ name: envName, kind }))
+      settings.push({ key, env, schema, defaultValue: value })
+    }
+  }
+  walk(fileSchema.properties, '', defaults)
+  return settings
+}
+
 const durationUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }
 
-function parseEnv(raw: string, kind: 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration' | 'json'): unknown {
+function parseEnv(raw: string, kind: EnvKind): unknown {
   if (kind === 'string') return raw
   if (kind === 'json') {
     try {

@@ -28,7 +28,7 @@ export interface PluginLoadResult {
 const setupTimeoutMs = 10_000
 
 /**
- * Loads plugins in order (README.md#writing-a-plugin): a bundled one by bare name (`rdm`), a path
+ * Loads plugins in order (docs/guides/writing-a-plugin.md): a bundled one by bare name (`rdm`), a path
  * (`./my-plugin.js`, `./my-plugin.ts`, a folder), or an installed package (resolved from `cwd`).
  * Wherever a plugin lives, `plinth/extension` is this server's own surface. A plugin that fails to
  * import, declares an incompatible `surface`, throws in setup or registers anything invalid is refused

@@ -96,7 +96,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       shutdownGraceMs: config.shutdownGraceMs,
       retriever,
     })
-    // Removing a model that projects or unfinished runs still name is said, not silent (README "Models").
+    // Removing a model that projects or unfinished runs still name is said, not silent (docs/guides/agent-runs.md, "Models").
     for (const missing of await modelsNamedButMissing(store.db, runs.models.list().map((model) => model.id))) {
       const warning =
         `model ${missing.model} is not configured but ${[missing.projects > 0 && `${missing.projects} project${missing.projects === 1 ? '' : 's'} (defaultModel)`, missing.runs > 0 && `${missing.runs} unfinished run${missing.runs === 1 ? '' : 's'}`].filter(Boolean).join(' and ')} name it: ` +

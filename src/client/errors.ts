@@ -4,8 +4,8 @@ import type { components } from 'plinth/openapi'
 export type Problem = components['schemas']['Problem']
 
 /**
- * What every failed call throws: the server's problem+json, with its stable `code` (the README's error
- * table). A server that cannot be reached is `status: 0`, `code: 'unreachable'`; a stream the server
+ * What every failed call throws: the server's problem+json, with its stable `code` (listed in
+ * docs/reference/errors.md). A server that cannot be reached is `status: 0`, `code: 'unreachable'`; a stream the server
  * closed because access went is `code: 'access_revoked'`.
  */
 export class PlinthError extends Error {

@@ -16,7 +16,7 @@ import {
 } from '../store/index.js'
 import { redact, truncateForAudit } from './redact.js'
 
-/** The audit envelope of one dispatch, the same shape for every entrance (README.md#commands-decisions-and-audit). */
+/** The audit envelope of one dispatch, the same shape for every entrance (docs/guides/commands-and-decisions.md). */
 export interface AuditEnvelope {
   [key: string]: JsonValue
 }

@@ -139,7 +139,7 @@ export class CommandBus {
   }
 
   /**
-   * A client tool call's audit row (entrance `agent`, `kind: "client"`; README.md#agent-runs, "Client
+   * A client tool call's audit row (entrance `agent`, `kind: "client"`; docs/guides/agent-runs.md, "Client
    * tools"): opened when the call is handed to the client, finished with its answer — in the caller's
    * transaction, like the ledger change it goes with.
    */
@@ -469,7 +469,7 @@ export class CommandBus {
   }
 
   /**
-   * Answers a pending decision (README.md#commands-decisions-and-audit). The command runs at most once,
+   * Answers a pending decision (docs/guides/commands-and-decisions.md). The command runs at most once,
    * whoever answers how often.
    */
   decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {

@@ -40,7 +40,7 @@ export interface DecisionDeps {
 }
 
 /**
- * Human-in-the-loop decisions (README.md#commands-decisions-and-audit): answering one (once, whoever
+ * Human-in-the-loop decisions (docs/guides/commands-and-decisions.md): answering one (once, whoever
  * answers how often), expiring those nobody answered, and who may act on them. Each change is recorded
  * on the dispatch's audit envelope and the run's ledger in the same transaction.
  */

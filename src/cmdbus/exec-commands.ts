@@ -4,7 +4,7 @@ import type { Store } from '../store/index.js'
 import type { CommandCatalog, CoreContext } from './command-catalog.js'
 import { classifyCommandLine } from './risk-rules.js'
 
-/** What the model reads of an execution (README.md#execution), before the output cap. */
+/** What the model reads of an execution (docs/guides/sandbox.md), before the output cap. */
 export function execModelText(result: JsonValue): string {
   const value = result as Partial<ExecResult> | null
   if (!value || typeof value !== 'object' || !('stdout' in value)) return JSON.stringify(result)
@@ -121,7 +121,7 @@ function pathError(error: unknown): never {
 }
 
 /**
- * The exec and file tools (README.md#execution), core commands through the same bus as everything else.
+ * The exec and file tools (docs/guides/sandbox.md), core commands through the same bus as everything else.
  * Under `direct` the exec tools are high risk and always confirmed; under `sandbox` they are medium
  * (high when a shell line matches the high-risk rules). `exec.disableExecTools` registers no exec tool
  * at all (the file tools stay: they run nothing).

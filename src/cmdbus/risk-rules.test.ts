@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import { classifyCommandLine } from './risk-rules.js'
 
 /**
- * The high-risk rules for shell command text (README.md#commands-decisions-and-audit). Anything a rule
+ * The high-risk rules for shell command text (docs/guides/commands-and-decisions.md). Anything a rule
  * matches is high; anything else is medium (running a shell command is never low). The rules read text,
  * not a parsed shell: they err towards high when a dangerous command merely appears in the text (`echo
  * "rm -rf /"`), but shutdown/reboot only count in command position, so a word like "reboot" in a message

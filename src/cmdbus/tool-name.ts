@@ -1,4 +1,4 @@
-/** Command ids: lowercase ASCII snake segments joined by dots, at least two segments (README.md#writing-a-plugin). */
+/** Command ids: lowercase ASCII snake segments joined by dots, at least two segments (docs/guides/writing-a-plugin.md). */
 export const commandIdPattern = /^[a-z][a-z0-9]*(_[a-z0-9]+)*(\.[a-z][a-z0-9]*(_[a-z0-9]+)*)+$/
 
 /** What every model provider accepts as a tool name: a letter, then letters, digits and `_`, 64 at most. */

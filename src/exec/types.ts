@@ -12,7 +12,7 @@ export interface ExecLimits {
   outputBytes: number
 }
 
-/** What to run (README.md#execution). argv only: a shell runs only when argv names one. */
+/** What to run (docs/guides/sandbox.md). argv only: a shell runs only when argv names one. */
 export interface ExecSpec {
   argv: string[]
   /** Absolute host path of the working directory (the conversation's work directory). */

@@ -4,7 +4,7 @@ import { ModelError, type LanguageModel, type ModelRequest, type StreamPart } fr
 import { DemoModel } from './scripted/demo-model.js'
 import { ScriptedModel, type ScriptedTurn } from './scripted/scripted-model.js'
 
-/** A model entry of the config file (README.md#models). */
+/** A model entry of the config file (docs/guides/agent-runs.md#models). */
 export interface ModelSettings {
   id: string
   provider: 'openai' | 'anthropic' | 'scripted'

@@ -53,7 +53,7 @@ const rrfK = 60
 export const defaultMinSimilarity = 0.3
 
 /**
- * The one retrieval implementation (README.md#knowledge-and-search) behind the HTTP search, the
+ * The one retrieval implementation (docs/guides/knowledge-and-search.md) behind the HTTP search, the
  * `knowledge_search` tool, knowledge injection into runs and `host.knowledgeSearch`.
  *
  * `retrieve` searches the actor's own items (drafts included). `retrieveShared` adds other users'

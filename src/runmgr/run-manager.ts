@@ -406,7 +406,7 @@ export class RunManager {
   }
 
   /**
-   * Client-tool results (README.md#agent-runs, "Client tools"). Returns an error text for calls that are
+   * Client-tool results (docs/guides/agent-runs.md, "Client tools"). Returns an error text for calls that are
    * not awaited.
    */
   async submitToolOutputs(runId: string, outputs: Array<{ callId: string; output: unknown }>): Promise<{ error?: string; run?: Run }> {

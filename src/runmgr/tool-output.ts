@@ -1,6 +1,6 @@
 /**
  * What the model reads of a tool result: at most `limitBytes` of UTF-8, cut on a code-point boundary
- * (README.md#agent-runs, "Tool results").
+ * (docs/guides/agent-runs.md, "Tool results").
  */
 export function capForModel(text: string, limitBytes: number): { text: string; truncated: boolean } {
   const bytes = Buffer.byteLength(text)

@@ -3,7 +3,7 @@ import { Counter, Gauge, type Registry } from 'prom-client'
 import { isTokenLive, type AccessSubject, type Store } from '../store/index.js'
 import { HttpProblem } from './problem.js'
 
-/** Bounds on event streams, so no client holds unbounded server resources (README.md#events-and-sse). */
+/** Bounds on event streams, so no client holds unbounded server resources (docs/reference/events.md). */
 export interface StreamLimits {
   /** Concurrent streams one token may hold. */
   maxPerToken: number

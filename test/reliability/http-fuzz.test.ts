@@ -7,7 +7,7 @@ import { recordFigures } from './figures.js'
 import { fuzzHttp } from './http-fuzz.js'
 import { rawRequest, rawSocket } from '../helpers/raw-http.js'
 
-// HTTP fuzzing (README.md#reliability, R4; a short version inside npm test): requests generated from the
+// HTTP fuzzing (docs/guides/reliability.md, R4; a short version inside npm test): requests generated from the
 // server's own OpenAPI document, with a fixed seed. `npm run reliability` runs 10,000
 // (RELIABILITY_REQUESTS, RELIABILITY_SEED).
 const count = Number(process.env.RELIABILITY_REQUESTS ?? 3000)

@@ -3,7 +3,7 @@ import { testEngines } from '../helpers/engines.js'
 import { recordFigures, reliabilityMode } from './figures.js'
 import { runKillMatrix, type KillMatrixReport } from './kill-matrix.js'
 
-// The kill -9 matrix (README.md#reliability, R1): SIGKILL at every distinct point of a 3-round run (a
+// The kill -9 matrix (docs/guides/reliability.md, R1): SIGKILL at every distinct point of a 3-round run (a
 // tool, a decision, a client tool, a streamed answer) and at seeded random offsets, on PGlite and
 // Postgres; restart; check recovery. Two kills inside the tools always; inside npm test 2 stream points
 // and 1 random offset per engine; RELIABILITY_SHORT=1 12 and 2; the full run every point and 10 random

@@ -6,7 +6,7 @@ import { http, lastLine, runPlinth, startServe, type ServeProcess } from '../hel
 import { createTestDatabase, type TestDatabase, type TestEngine } from '../helpers/engines.js'
 import { openSse, type SseEvent } from '../helpers/sse-client.js'
 
-// The kill -9 matrix (README.md#reliability, R1): a real server process is killed with SIGKILL at every
+// The kill -9 matrix (docs/guides/reliability.md, R1): a real server process is killed with SIGKILL at every
 // distinct point of a run — after each state change it announced on the run's stream (chosen from the
 // stream, not by sleeping) and at seeded random offsets — then restarted; recovery must leave everything
 // consistent.

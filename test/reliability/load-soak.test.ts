@@ -3,7 +3,7 @@ import { testEngines } from '../helpers/engines.js'
 import { recordFigures, reliabilityMode } from './figures.js'
 import { runLoadSoak } from './load-soak.js'
 
-// Load and soak (README.md#reliability, R5): load (concurrent runs × 3 rounds with SSE subscribers) then
+// Load and soak (docs/guides/reliability.md, R5): load (concurrent runs × 3 rounds with SSE subscribers) then
 // a soak of mixed traffic. Full: 200 runs, 100 subscribers, 30 minutes; RELIABILITY_SHORT=1: the same
 // load, 2 minutes; inside npm test: 20 runs, 10 subscribers, 15 s. On Postgres when configured, else
 // PGlite.

@@ -10,7 +10,7 @@ import { http, lastLine, runPlinth, startServe, type ServeProcess } from '../hel
 import { createTestDatabase, type TestDatabase, type TestEngine } from '../helpers/engines.js'
 import { openSse, type SseConnection } from '../helpers/sse-client.js'
 
-// Load and soak (README.md#reliability, R5): a real `plinth serve` process under load (concurrent runs
+// Load and soak (docs/guides/reliability.md, R5): a real `plinth serve` process under load (concurrent runs
 // against an instant upstream in the real OpenAI wire format, with SSE subscribers watching), then
 // steady mixed traffic for a while, its memory and file descriptors sampled from /proc.
 

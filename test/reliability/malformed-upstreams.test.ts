@@ -90,7 +90,7 @@ const cases: Case[] = [
   },
 ]
 
-// Malformed upstreams (README.md#reliability): whatever the provider sends, a run ends cleanly (failed
+// Malformed upstreams (docs/guides/reliability.md): whatever the provider sends, a run ends cleanly (failed
 // with the right code, or completed), the ledger holds, nothing is left running, and no key reaches
 // events or logs.
 describe('runs against malformed upstreams', () => {

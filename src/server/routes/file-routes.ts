@@ -64,7 +64,7 @@ function decodePathCursor(cursor: string | undefined): string | undefined {
 }
 
 /**
- * The conversation's work directory over HTTP (README.md#execution, docs/security.md#work-directories):
+ * The conversation's work directory over HTTP (docs/guides/sandbox.md, docs/security.md#work-directories):
  * list, download, upload (size-limited), and register a file as a knowledge item. Only the
  * conversation's owner; paths follow the work directory's rules (relative, no `..`, no symlink out, no
  * sensitive segments).

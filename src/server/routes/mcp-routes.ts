@@ -88,7 +88,7 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
     mcp.addContentTypeParser('*', { parseAs: 'string' }, (_request, body, done) => done(null, body))
 
     for (const url of ['/mcp', '/mcp/projects/:projectId', '/mcp/projects/:projectId/conversations/:conversationId']) {
-      // JSON-RPC, not REST: documented in the README ("Using Plinth from MCP clients"), not in OpenAPI.
+      // JSON-RPC, not REST: documented in docs/guides/mcp.md ("Using Plinth from MCP clients"), not in OpenAPI.
       const schema = { hide: true, params: ScopeParams }
       mcp.post(url, { schema }, async (request, reply) => {
         const user = caller(request)
