@@ -180,7 +180,7 @@ export class RunManager {
     this.#unsubscribe.push(
       bus.onDecisionResolved((decision) => {
         if (!decision.runId) return
-        this.#afterDecision(decision.runId).catch((error: unknown) => log.error('could not continue a run after a decision', { runId: decision.runId, error: String(error) }))
+        this.#afterDecision(decision.runId).catch((error: unknown) => log.error('could not continue a run after a decision', { runId: decision.runId, err: error }))
       }),
       store.runs.subscribe((runId) => this.#onRunEndedElsewhere(runId)),
       // A run whose owner can no longer see its conversation stops calling the model at once.
@@ -349,7 +349,7 @@ export class RunManager {
         if (await bus.maySee(run.ownerId, run.conversationId)) return
         log.info('run ended: its owner lost access to the conversation', { runId })
         await this.cancel(runId, 'access_revoked')
-      })().catch((error: unknown) => log.warn('could not re-check a run’s access', { runId, error: String(error) }))
+      })().catch((error: unknown) => log.warn('could not re-check a run’s access', { runId, err: error }))
     }
   }
 
@@ -364,7 +364,7 @@ export class RunManager {
       if (waiting && (!run || terminalRunStatuses.includes(run.status))) waiting.abort('cancelled')
     }
     const ids = runId ? [runId] : [...new Set([...this.#drivers.keys(), ...this.#waiting.keys()])]
-    for (const id of ids) check(id).catch((error: unknown) => this.#options.log.warn('could not check a run another instance ended', { runId: id, error: String(error) }))
+    for (const id of ids) check(id).catch((error: unknown) => this.#options.log.warn('could not check a run another instance ended', { runId: id, err: error }))
   }
 
   /**
@@ -502,7 +502,7 @@ export class RunManager {
     const fence = { runId, owner }
     if (this.#stopping) {
       // Not driven here after all: give the lease up so the next server resumes the run at once.
-      void releaseLease(store.db, runId, owner).catch((error: unknown) => log.warn('could not release a run lease', { runId, error: String(error) }))
+      void releaseLease(store.db, runId, owner).catch((error: unknown) => log.warn('could not release a run lease', { runId, err: error }))
       return
     }
     const driver: Driver = { fence, resumed: hints.resumed ?? false, writable: hints.writable, initial: hints.run, prefetched: hints.prefetched, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
@@ -513,9 +513,9 @@ export class RunManager {
           log.info('stopped driving a run that was ended or taken over elsewhere', { runId })
           return
         }
-        log.error('run loop failed', { runId, error: error instanceof Error ? error.message : String(error) })
+        log.error('run loop failed', { runId, err: error })
         await this.#end(runId, { status: 'failed', error: { code: 'internal', message: 'an internal error ended the run' }, openCalls: 'interrupted' }, { fence }).catch((endError: unknown) => {
-          if (!(endError instanceof LeaseLost)) log.error('could not end a failed run', { runId, error: String(endError) })
+          if (!(endError instanceof LeaseLost)) log.error('could not end a failed run', { runId, err: endError })
         })
       })
       .finally(async () => {
@@ -524,7 +524,7 @@ export class RunManager {
           const queued = this.#stopping ? undefined : await nextQueuedRunAfterEnd(store.db, runId)
           if (queued) await this.#startQueued(queued)
         } catch (error) {
-          log.warn('could not start the next queued run', { runId, error: String(error) })
+          log.warn('could not start the next queued run', { runId, err: error })
         }
       })
   }
@@ -680,7 +680,7 @@ export class RunManager {
   /** Decisions of an ended run can no longer be answered. */
   async #expireDecisions(decisionIds: string[]): Promise<void> {
     for (const decisionId of decisionIds) {
-      await this.#options.bus.expireDecision(decisionId).catch((error: unknown) => this.#options.log.warn('could not expire a decision of an ended run', { decisionId, error: String(error) }))
+      await this.#options.bus.expireDecision(decisionId).catch((error: unknown) => this.#options.log.warn('could not expire a decision of an ended run', { decisionId, err: error }))
     }
   }
 
