@@ -404,16 +404,16 @@ export class RunManager {
     }
   }
 
-  /** Client-tool results (SPEC §8.4). Returns an error text for calls that are not awaited. */
-  async submitToolOutputs(runId: string, outputs: Array<{ callId: string; output: unknown }>): Promise<{ error?: string; run?: Run }> {
+  /** Client-tool results (SPEC §8.4); throws RunRequestError `run_not_waiting` for calls that are not awaited. */
+  async submitToolOutputs(runId: string, outputs: Array<{ callId: string; output: unknown }>): Promise<Run> {
     const { store } = this.#options
     const run = await getRun(store.db, runId)
-    if (!run) return { error: 'run not found' }
-    if (run.status !== 'requires_action') return { error: `the run is ${run.status}, not waiting for tool outputs` }
+    if (!run) throw new RunRequestError('run_not_waiting', 'run not found')
+    if (run.status !== 'requires_action') throw new RunRequestError('run_not_waiting', `the run is ${run.status}, not waiting for tool outputs`)
     const calls = await listToolCalls(store.db, runId)
     for (const output of outputs) {
       const call = calls.find((candidate) => candidate.id === output.callId)
-      if (!call || call.status !== 'awaiting_output') return { error: `call ${output.callId} is not waiting for an output` }
+      if (!call || call.status !== 'awaiting_output') throw new RunRequestError('run_not_waiting', `call ${output.callId} is not waiting for an output`)
     }
     await store.transaction(async (tx) => {
       const locked = await lockRun(tx, runId)
@@ -428,7 +428,7 @@ export class RunManager {
       }
     })
     await this.#resumeIfAnswered(runId)
-    return { run: await getRun(store.db, runId) }
+    return (await getRun(store.db, runId)) ?? run
   }
 
   /** See RunSweeper.sweep. */
@@ -440,30 +440,31 @@ export class RunManager {
    * Resumes a run that failed upstream (or was interrupted) from its last checkpoint: the transcript
    * already holds every finished round, so no completed tool call runs again.
    */
-  async resume(runId: string): Promise<{ run?: Run; error?: string; code?: 'run_active' | 'shutting_down' | 'unknown_model' }> {
+  async resume(runId: string): Promise<Run> {
     const { store } = this.#options
-    if (this.#stopping) return { error: 'the server is shutting down; try again in a moment', code: 'shutting_down' }
+    if (this.#stopping) throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
     const lease = this.#newLease()
-    let resumed: { run?: Run; error?: string; code?: 'run_active' | 'unknown_model' }
+    let resumed: Run
     try {
-      resumed = await store.transaction(async (tx): Promise<{ run?: Run; error?: string; code?: 'unknown_model' }> => {
+      // A refusal thrown here rolls back a transaction that has written nothing.
+      resumed = await store.transaction(async (tx) => {
         const run = await lockRun(tx, runId)
-        if (!run) return { error: 'run not found' }
+        if (!run) throw new RunRequestError('run_not_resumable', 'run not found')
         const code = (run.error as { code?: string } | null)?.code
         if (run.status !== 'failed' || !resumableCodes.includes(code ?? '')) {
-          return { error: `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})` }
+          throw new RunRequestError('run_not_resumable', `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})`)
         }
-        if (!this.#options.models.get(run.model)) return { error: `model ${run.model} is not configured; configure it again, then resume`, code: 'unknown_model' }
+        if (!this.#options.models.get(run.model)) throw new RunRequestError('unknown_model', `model ${run.model} is not configured; configure it again, then resume`)
         const updated = await updateRun(tx, runId, { status: 'running', phase: 'thinking', error: null, lease })
         await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
-        return { run: updated }
+        return updated
       })
     } catch (error) {
-      // Only the one-active-run index means another run is active; anything else is a real failure.
+      // Only the one-active-run index means another run is active; anything else is a refusal or a real failure.
       if (!isUniqueViolation(error)) throw error
-      resumed = { error: 'another run is active in this conversation', code: 'run_active' }
+      throw new RunRequestError('run_active', 'another run is active in this conversation')
     }
-    if (resumed.run) this.#spawn(runId, lease.owner)
+    this.#spawn(runId, lease.owner)
     return resumed
   }
 
