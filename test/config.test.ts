@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ConfigError, loadConfig } from '../src/app/index.js'
+import { startServe } from './helpers/cli-process.js'
 
 let root: string
 let counter = 0
@@ -172,7 +173,7 @@ describe('loadConfig', () => {
   it('refuses a short metrics token and a heartbeat that is not shorter than the connection timeout', async () => {
     const cwd = await workdir()
     expect(problemsOf({ PLINTH_METRICS_TOKEN: 'short' }, cwd)).toEqual([expect.stringMatching(/^metricsToken: /)])
-    expect(problemsOf({ PLINTH_SSE_HEARTBEAT_MS: '200000' }, cwd)).toEqual([expect.stringMatching(/sseHeartbeatMs .* connectionTimeoutMs/)])
+    expect(problemsOf({ PLINTH_SSE_HEARTBEAT: '200s' }, cwd)).toEqual([expect.stringMatching(/sseHeartbeatMs .* connectionTimeoutMs/)])
   })
 
   it('treats an empty environment variable as unset', async () => {
@@ -211,9 +212,9 @@ describe('loadConfig', () => {
       {
         PLINTH_EXEC_BACKEND: 'sandbox',
         PLINTH_BODY_LIMIT: '2048',
-        PLINTH_RATE_LIMIT_WINDOW_MS: '500',
-        PLINTH_SSE_HEARTBEAT_MS: '250',
-        PLINTH_FULL_MODE_TTL_MS: '5000',
+        PLINTH_RATE_LIMIT_WINDOW: '500ms',
+        PLINTH_SSE_HEARTBEAT: '250ms',
+        PLINTH_FULL_MODE_TTL: '5',
       },
       cwd,
     )
@@ -224,7 +225,39 @@ describe('loadConfig', () => {
       sseHeartbeatMs: 250,
       fullModeTtlMs: 5000,
     })
+    expect(config.deprecations).toBeUndefined()
   })
+
+  it('still takes the deprecated millisecond names, says which name replaces each, and lets the new name win', async () => {
+    const cwd = await workdir()
+    const config = loadConfig({ PLINTH_RATE_LIMIT_WINDOW_MS: '500', PLINTH_SSE_HEARTBEAT_MS: '250', PLINTH_FULL_MODE_TTL_MS: '5000' }, cwd)
+    expect(config).toMatchObject({ rateLimit: { windowMs: 500 }, sseHeartbeatMs: 250, fullModeTtlMs: 5000 })
+    expect(config.deprecations).toEqual([
+      expect.stringMatching(/^PLINTH_RATE_LIMIT_WINDOW_MS is deprecated: use PLINTH_RATE_LIMIT_WINDOW /),
+      expect.stringMatching(/^PLINTH_SSE_HEARTBEAT_MS is deprecated: use PLINTH_SSE_HEARTBEAT /),
+      expect.stringMatching(/^PLINTH_FULL_MODE_TTL_MS is deprecated: use PLINTH_FULL_MODE_TTL /),
+    ])
+    const both = loadConfig({ PLINTH_FULL_MODE_TTL_MS: '5000', PLINTH_FULL_MODE_TTL: '2m' }, cwd)
+    expect(both.fullModeTtlMs).toBe(120_000)
+    expect(both.deprecations).toEqual([expect.stringContaining('PLINTH_FULL_MODE_TTL is also set and wins')])
+    // An old name keeps its old meaning (milliseconds), and its checks.
+    expect(problemsOf({ PLINTH_SSE_HEARTBEAT_MS: '15s' }, cwd)).toEqual(['PLINTH_SSE_HEARTBEAT_MS: expected an integer, got "15s"'])
+  })
+
+  it('warns once at start-up for each deprecated name set', async () => {
+    const cwd = await workdir()
+    const server = await startServe({ cwd, env: { PLINTH_FULL_MODE_TTL_MS: '5000' }, timeoutMs: 180_000 })
+    try {
+      const warnings = server
+        .stdout()
+        .split('\n')
+        .filter((line) => line.includes('is deprecated'))
+        .map((line) => JSON.parse(line) as { level: number; msg: string })
+      expect(warnings).toEqual([expect.objectContaining({ level: 40, msg: expect.stringMatching(/^PLINTH_FULL_MODE_TTL_MS is deprecated: use PLINTH_FULL_MODE_TTL /) })])
+    } finally {
+      await server.stop()
+    }
+  }, 200_000)
 
   it('resolves plugin paths in the file against the file, and in PLINTH_PLUGINS against the working directory', async () => {
     const cwd = await workdir()

@@ -18,7 +18,7 @@ export function announceCatalogChanges(catalog: CommandCatalog, store: Store, lo
       try {
         await appendCatalogChange(store, plugin, ids)
       } catch (error) {
-        log.warn('the catalog change could not be put on the event log', { plugin, error: (error as Error)?.message ?? String(error) })
+        log.warn('the catalog change could not be put on the event log', { plugin, err: error })
       }
     })
     chains.set(plugin, next)

@@ -101,6 +101,8 @@ export interface PlinthConfig {
   pgPrepare: boolean
   /** Webhook delivery: retries, timeouts, SSRF rules (docs/webhooks.md). */
   webhooks: WebhookSettings
+  /** One line per deprecated environment variable that was set, naming its replacement (logged at start-up). */
+  deprecations?: string[]
 }
 
 export interface StreamSettings {
@@ -362,7 +364,10 @@ const fileSchema = {
 /** How an environment variable's text is read. */
 export type EnvKind = 'string' | 'int' | 'number' | 'bool' | 'list' | 'duration' | 'json'
 
-/** Environment variables and the config key each one sets. */
+/**
+ * Environment variables and the config key each one sets. A time is a duration (`30s`, `15m`; a bare
+ * number is seconds) named without a unit suffix.
+ */
 const envKeys: Array<[string, string, EnvKind]> = [
   ['PORT', 'port', 'int'],
   ['HOST', 'host', 'string'],
@@ -382,7 +387,7 @@ const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_LOG_LEVEL', 'logLevel', 'string'],
   ['PLINTH_BODY_LIMIT', 'bodyLimit', 'int'],
   ['PLINTH_RATE_LIMIT_MAX', 'rateLimit.max', 'int'],
-  ['PLINTH_RATE_LIMIT_WINDOW_MS', 'rateLimit.windowMs', 'int'],
+  ['PLINTH_RATE_LIMIT_WINDOW', 'rateLimit.windowMs', 'duration'],
   ['PLINTH_RATE_LIMIT_ADDRESS_MAX', 'rateLimit.addressMax', 'int'],
   ['PLINTH_AUTH_FAILURE_LIMIT', 'rateLimit.authFailureMax', 'int'],
   ['PLINTH_AUTH_FAILURE_WINDOW', 'rateLimit.authFailureWindowMs', 'duration'],
@@ -394,7 +399,7 @@ const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_METRICS_TOKEN', 'metricsToken', 'string'],
   ['PLINTH_CORS_ORIGINS', 'corsOrigins', 'list'],
   ['PLINTH_STRICT_PLUGINS', 'strictPlugins', 'bool'],
-  ['PLINTH_SSE_HEARTBEAT_MS', 'sseHeartbeatMs', 'int'],
+  ['PLINTH_SSE_HEARTBEAT', 'sseHeartbeatMs', 'duration'],
   ['PLINTH_SSE_MAX_PER_TOKEN', 'streams.maxPerToken', 'int'],
   ['PLINTH_SSE_MAX_STREAMS', 'streams.maxTotal', 'int'],
   ['PLINTH_SSE_MAX_LIFETIME', 'streams.maxLifetimeMs', 'duration'],
@@ -410,7 +415,6 @@ const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_EXTRACT_TIMEOUT', 'knowledge.extract.timeoutMs', 'duration'],
   ['PLINTH_EXTRACT_MEMORY_MB', 'knowledge.extract.rssMb', 'int'],
   ['PLINTH_KNOWLEDGE_MIN_SIMILARITY', 'knowledge.minSimilarity', 'number'],
-  ['PLINTH_FULL_MODE_TTL_MS', 'fullModeTtlMs', 'int'],
   ['PLINTH_FULL_MODE_TTL', 'fullModeTtlMs', 'duration'],
   ['PLINTH_ACTION_TTL', 'actionTtlMs', 'duration'],
   ['PLINTH_ALLOWANCE_TTL', 'allowanceTtlMs', 'duration'],
@@ -433,6 +437,16 @@ const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_WEBHOOK_TIMEOUT', 'webhooks.timeoutMs', 'duration'],
   ['PLINTH_WEBHOOK_DISABLE_AFTER', 'webhooks.disableAfter', 'int'],
   ['PLINTH_WEBHOOK_SECRET_GRACE', 'webhooks.secretGraceMs', 'duration'],
+]
+
+/**
+ * Old names that still work (milliseconds, as before) but warn at start-up: old name, new name, key.
+ * The new name wins when both are set.
+ */
+const deprecatedEnvKeys: Array<[string, string, string]> = [
+  ['PLINTH_RATE_LIMIT_WINDOW_MS', 'PLINTH_RATE_LIMIT_WINDOW', 'rateLimit.windowMs'],
+  ['PLINTH_SSE_HEARTBEAT_MS', 'PLINTH_SSE_HEARTBEAT', 'sseHeartbeatMs'],
+  ['PLINTH_FULL_MODE_TTL_MS', 'PLINTH_FULL_MODE_TTL', 'fullModeTtlMs'],
 ]
 
 const defaults: PlinthConfig = {
@@ -499,17 +513,25 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     }
   }
 
-  for (const [name, key, kind] of envKeys) {
+  const deprecations: string[] = []
+  const fromEnv = (name: string, key: string, kind: EnvKind): void => {
     const raw = env[name]
-    if (raw === undefined || raw === '') continue
+    if (raw === undefined || raw === '') return
     const value = parseEnv(raw, kind)
     if (value === undefined) {
       const expected = kind === 'int' ? 'an integer' : kind === 'number' ? 'a number like 0.3' : kind === 'duration' ? 'a duration like 30s, 15m, 8h or 1d (a bare number is seconds)' : kind === 'json' ? 'JSON' : 'true or false'
       problems.push(`${name}: expected ${expected}, got ${JSON.stringify(raw)}`)
-      continue
+      return
     }
     setPath(merged, key, value)
   }
+  // Deprecated names first, so the current name wins when both are set.
+  for (const [name, replacement, key] of deprecatedEnvKeys) {
+    if (env[name] === undefined || env[name] === '') continue
+    deprecations.push(`${name} is deprecated: use ${replacement} (a duration like 30s; a bare number is seconds)${env[replacement] ? `; ${replacement} is also set and wins` : ''}`)
+    fromEnv(name, key, 'int')
+  }
+  for (const [name, key, kind] of envKeys) fromEnv(name, key, kind)
 
   const ajv = new Ajv({ allErrors: true, strict: false })
   if (!ajv.validate(fileSchema, merged)) problems.push(...(ajv.errors ?? []).map((error) => describeError(error)))
@@ -543,6 +565,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     knowledge: { ...defaults.knowledge, ...file.knowledge },
     webhooks: { ...defaults.webhooks, ...file.webhooks },
     dataDir: resolve(cwd, file.dataDir ?? defaults.dataDir),
+    ...(deprecations.length > 0 && { deprecations }),
   }
   if (config.exec.workRoot) config.exec.workRoot = resolve(cwd, config.exec.workRoot)
   if (config.trustProxy === 'true' || config.trustProxy === 'false') config.trustProxy = config.trustProxy === 'true'

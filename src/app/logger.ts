@@ -26,6 +26,9 @@ const secretShapes: Array<[RegExp, string]> = [
   [/\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{8,}/gi, '$1 [redacted]'],
   [/\bsk-(ant-)?[A-Za-z0-9_-]{8,}/g, 'sk-[redacted]'],
   [/(postgres(?:ql)?:\/\/[^:/\s"]*:)[^@\s"]+@/gi, '$1[redacted]@'],
+  // Any other URL's password, and credential query parameters: error messages and stacks quote URLs.
+  [/(\b[a-z][a-z0-9+.-]*:\/\/[^:/\s"@]*:)[^@\s"/]+@/gi, '$1[redacted]@'],
+  [/([?&](?:access_?token|token|ticket|api_?key|key|secret|password|passwd|auth|authorization|signature|sig|code)=)(?!\[redacted\])[^&\s"#\\]+/gi, '$1[redacted]'],
 ]
 
 /** A URL as logged: query parameters that carry credentials are blanked. */
@@ -72,7 +75,8 @@ export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metrics
 /**
  * The server's logger: structured JSON, with credentials removed three ways — known fields by path,
  * URLs without their credential parameters, and every finished line scrubbed of token shapes and of
- * the configured secrets. Errors are logged without `rawPacket` (the client's raw request bytes).
+ * the configured secrets. Errors go in `err` (message, stack, causes; scrubbed like the rest of the line),
+ * without `rawPacket` (the client's raw request bytes).
  */
 export function createLogger(level: string, destination?: NodeJS.WritableStream, secrets: readonly string[] = []): Logger {
   const literal = secrets.filter((secret) => secret.length >= 8)

@@ -62,7 +62,7 @@ export async function loadPlugins(
     } catch (error) {
       const reason = (error as Error).message
       refused.push({ specifier, reason })
-      options.logger.error({ plugin: specifier, reason }, `plugin ${specifier} refused: ${reason}`)
+      options.logger.error({ plugin: specifier, err: error }, `plugin ${specifier} refused: ${reason}`)
     }
   }
   return { loaded, refused }

@@ -28,6 +28,7 @@ export interface RunningServer {
 
 /** Opens the store (migrating it), builds the HTTP app and listens. */
 export async function startServer(config: PlinthConfig, logger: Logger): Promise<RunningServer> {
+  for (const deprecation of config.deprecations ?? []) logger.warn(deprecation)
   const store = await openStore({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,

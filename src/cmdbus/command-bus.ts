@@ -5,6 +5,7 @@ import {
   getDecision,
   getDispatch,
   insertDecision,
+  KeyTaken,
   lastAuditEnvelope,
   newId,
   pendingConnectDecisions,
@@ -487,7 +488,7 @@ export class CommandBus {
         const outcome = await this.#decisions.decide(id, userId, 'approve', 'account connected')
         if (outcome.ok) approved++
       } catch (error) {
-        this.#options.logger('mcp').warn('a waiting call could not be approved after its account was connected', { decisionId: id, error: (error as Error)?.message ?? String(error) })
+        this.#options.logger('mcp').warn('a waiting call could not be approved after its account was connected', { decisionId: id, err: error })
       }
     }
     return approved
@@ -663,9 +664,6 @@ export class CommandBus {
 
 /** The `running` step of a dispatch. */
 type StartChange = EnvelopeChange & { status: 'running'; risk: string; executor: { id: string; expiresAt: Date } }
-
-/** An idempotency key taken by a concurrent dispatch: roll back and replay the winner. */
-class KeyTaken extends Error {}
 
 /** What a dispatch may touch, once authorized. */
 interface Scope {

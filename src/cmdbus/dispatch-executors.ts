@@ -41,7 +41,7 @@ export class DispatchExecutors {
     if (this.#running++ > 0) return
     this.#timer = setInterval(() => {
       renewDispatchExecutor(this.#store.db, this.id, new Date(Date.now() + this.#leaseMs)).catch((error: unknown) =>
-        this.#log.warn('could not renew the lease of running dispatches', { error: String(error) }),
+        this.#log.warn('could not renew the lease of running dispatches', { err: error }),
       )
     }, Math.max(200, Math.floor(this.#leaseMs / 3)))
     this.#timer.unref()

@@ -327,7 +327,7 @@ export async function registerCliTools(catalog: CommandCatalog, deps: ExecComman
         riskRangeWhen: () => (deps.exec.backendName === 'direct' ? ['high', 'high'] : [spec.risk ?? 'low', spec.risk ?? 'low']),
       })
     } catch (error) {
-      deps.log.warn(`CLI tool ${spec.name} is not offered: ${(error as Error).message}`, { plugin })
+      deps.log.warn(`CLI tool ${spec.name} is not offered: ${(error as Error).message}`, { plugin, err: error })
     }
   }
 }

@@ -54,7 +54,7 @@ export async function runHandler(
     } else if (isCommandError(error)) {
       outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: error.code, message: storableText(error.message), ...(command.plugin === 'core' && { core: true }) } }
     } else {
-      context.log.error('command handler threw', { commandId: command.spec.id, dispatchId: dispatch.id, error: (error as Error)?.message ?? String(error) })
+      context.log.error('command handler threw', { commandId: command.spec.id, dispatchId: dispatch.id, err: error })
       outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'command_failed', message: `${command.spec.id} failed` } }
     }
   } finally {
@@ -65,7 +65,7 @@ export async function runHandler(
   } catch (error) {
     // The outcome could not be stored: the dispatch ends `failed` with the reason now, not `running`
     // until a restart calls it interrupted. If even that cannot be written, the caller sees the error.
-    context.log.error('a dispatch outcome could not be stored', { commandId: command.spec.id, dispatchId: dispatch.id, error: (error as Error)?.message ?? String(error) })
+    context.log.error('a dispatch outcome could not be stored', { commandId: command.spec.id, dispatchId: dispatch.id, err: error })
     const failed: DispatchOutcome = { status: 'failed', dispatchId: dispatch.id, error: { core: true, code: 'result_not_stored', message: `the result could not be stored: ${storableText((error as Error)?.message ?? String(error)).slice(0, 300)}` } }
     return recordOutcome(store, failed, current, dispatch, hooks)
   }

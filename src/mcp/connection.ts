@@ -211,10 +211,10 @@ export class McpConnection {
     try {
       transport = this.#transport(auth)
       client.onclose = () => this.#closed(client)
-      client.onerror = (error) => this.#log.debug('MCP transport error', { server: this.config.name, error: error.message })
+      client.onerror = (error) => this.#log.debug('MCP transport error', { server: this.config.name, err: error })
       client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
         if (client !== this.#client) return
-        const listing = this.#refresh(client).catch((error: Error) => this.#log.warn('MCP tools could not be listed again', { server: this.config.name, error: error.message }))
+        const listing = this.#refresh(client).catch((error: Error) => this.#log.warn('MCP tools could not be listed again', { server: this.config.name, err: error }))
         this.#relistings.add(listing)
         void listing.finally(() => this.#relistings.delete(listing))
       })

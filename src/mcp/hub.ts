@@ -177,7 +177,7 @@ export class McpHub {
     this.#connections.find((connection) => connection.config.name === record.server)?.retryNow()
     // The calls that waited for this run now, after the page has answered (they may take a while).
     void Promise.resolve(this.onConnected?.(record.userId, record.server)).catch((error: unknown) =>
-      this.#log(`mcp:${record.server}`).warn('runs waiting for this connection could not be resumed', { error: (error as Error)?.message ?? String(error) }),
+      this.#log(`mcp:${record.server}`).warn('runs waiting for this connection could not be resumed', { err: error }),
     )
     return { server: record.server, userId: record.userId }
   }

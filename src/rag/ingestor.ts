@@ -115,7 +115,7 @@ export class Ingestor {
 
   /** Picks up what earlier processes left pending, then keeps looking every `pollMs`. */
   async start(): Promise<void> {
-    await this.#sweepUploads().catch((error: unknown) => this.#options.log.warn('could not tidy the uploads directory', { error: String(error) }))
+    await this.#sweepUploads().catch((error: unknown) => this.#options.log.warn('could not tidy the uploads directory', { err: error }))
     await this.#poll()
     this.#timer = setInterval(() => void this.#poll().catch(() => undefined), this.#options.pollMs)
     this.#timer.unref()
@@ -142,7 +142,7 @@ export class Ingestor {
     const clean = cleanText(text)
     if (clean.length > this.#options.maxSyncChars) return null
     return this.#chunks(clean).catch((error: unknown) => {
-      this.#options.log.warn('embedding failed; the item will be ingested in the background', { error: String(error) })
+      this.#options.log.warn('embedding failed; the item will be ingested in the background', { err: error })
       return null
     })
   }
@@ -271,7 +271,7 @@ export class Ingestor {
 
   async #drain(): Promise<void> {
     for (let id = this.#queue.shift(); id !== undefined && !this.#stopped; id = this.#queue.shift()) {
-      await this.#ingest(id).catch((error: unknown) => this.#options.log.error('ingestion failed unexpectedly', { itemId: id, error: String(error) }))
+      await this.#ingest(id).catch((error: unknown) => this.#options.log.error('ingestion failed unexpectedly', { itemId: id, err: error }))
     }
   }
 
@@ -321,11 +321,11 @@ export class Ingestor {
     } catch (error) {
       if (error instanceof EmbeddingError && attempt < maxAttempts) {
         // Left pending: its lease runs out and the poll tries again.
-        log.warn('embedding failed; will retry', { itemId, attempt, error: error.message })
+        log.warn('embedding failed; will retry', { itemId, attempt, err: error })
         return
       }
       const reason = error instanceof ExtractError || error instanceof EmbeddingError ? error.message : 'an internal error stopped the ingestion'
-      if (!(error instanceof ExtractError || error instanceof EmbeddingError)) log.error('ingestion failed', { itemId, error: String(error) })
+      if (!(error instanceof ExtractError || error instanceof EmbeddingError)) log.error('ingestion failed', { itemId, err: error })
       await this.#removeChunks(itemId).catch(() => undefined)
       const failed = await store.transaction((tx) => failKnowledgeIngest(tx, itemId, reason))
       if (failed && claimed.uploadPath) await rm(claimed.uploadPath, { force: true })

@@ -25,7 +25,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       .then((held) => {
         if (!held) kit.abort(driver, 'lease_lost')
       })
-      .catch((error: unknown) => log.warn('could not renew a run lease; the next write re-checks it', { runId, error: String(error) }))
+      .catch((error: unknown) => log.warn('could not renew a run lease; the next write re-checks it', { runId, err: error }))
   }, Math.max(500, kit.leaseMs / 3))
   // A finished tool round is announced with the next round's opening transaction.
   let roundDone = false

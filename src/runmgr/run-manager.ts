@@ -180,7 +180,7 @@ export class RunManager {
     this.#unsubscribe.push(
       bus.onDecisionResolved((decision) => {
         if (!decision.runId) return
-        this.#afterDecision(decision.runId).catch((error: unknown) => log.error('could not continue a run after a decision', { runId: decision.runId, error: String(error) }))
+        this.#afterDecision(decision.runId).catch((error: unknown) => log.error('could not continue a run after a decision', { runId: decision.runId, err: error }))
       }),
       store.runs.subscribe((runId) => this.#onRunEndedElsewhere(runId)),
       // A run whose owner can no longer see its conversation stops calling the model at once.
@@ -350,7 +350,7 @@ export class RunManager {
         if (await bus.maySee(run.ownerId, run.conversationId)) return
         log.info('run ended: its owner lost access to the conversation', { runId })
         await this.cancel(runId, 'access_revoked')
-      })().catch((error: unknown) => log.warn('could not re-check a run’s access', { runId, error: String(error) }))
+      })().catch((error: unknown) => log.warn('could not re-check a run’s access', { runId, err: error }))
     }
   }
 
@@ -365,7 +365,7 @@ export class RunManager {
       if (waiting && (!run || terminalRunStatuses.includes(run.status))) waiting.abort('cancelled')
     }
     const ids = runId ? [runId] : [...new Set([...this.#drivers.keys(), ...this.#waiting.keys()])]
-    for (const id of ids) check(id).catch((error: unknown) => this.#options.log.warn('could not check a run another instance ended', { runId: id, error: String(error) }))
+    for (const id of ids) check(id).catch((error: unknown) => this.#options.log.warn('could not check a run another instance ended', { runId: id, err: error }))
   }
 
   /**
@@ -405,19 +405,16 @@ export class RunManager {
     }
   }
 
-  /**
-   * Client-tool results (docs/guides/agent-runs.md, "Client tools"). Returns an error text for calls that are
-   * not awaited.
-   */
-  async submitToolOutputs(runId: string, outputs: Array<{ callId: string; output: unknown }>): Promise<{ error?: string; run?: Run }> {
+  /** Client-tool results (docs/guides/agent-runs.md, "Client tools"); throws RunRequestError `run_not_waiting` for calls that are not awaited. */
+  async submitToolOutputs(runId: string, outputs: Array<{ callId: string; output: unknown }>): Promise<Run> {
     const { store } = this.#options
     const run = await getRun(store.db, runId)
-    if (!run) return { error: 'run not found' }
-    if (run.status !== 'requires_action') return { error: `the run is ${run.status}, not waiting for tool outputs` }
+    if (!run) throw new RunRequestError('run_not_waiting', 'run not found')
+    if (run.status !== 'requires_action') throw new RunRequestError('run_not_waiting', `the run is ${run.status}, not waiting for tool outputs`)
     const calls = await listToolCalls(store.db, runId)
     for (const output of outputs) {
       const call = calls.find((candidate) => candidate.id === output.callId)
-      if (!call || call.status !== 'awaiting_output') return { error: `call ${output.callId} is not waiting for an output` }
+      if (!call || call.status !== 'awaiting_output') throw new RunRequestError('run_not_waiting', `call ${output.callId} is not waiting for an output`)
     }
     await store.transaction(async (tx) => {
       const locked = await lockRun(tx, runId)
@@ -432,7 +429,7 @@ export class RunManager {
       }
     })
     await this.#resumeIfAnswered(runId)
-    return { run: await getRun(store.db, runId) }
+    return (await getRun(store.db, runId)) ?? run
   }
 
   /** See RunSweeper.sweep. */
@@ -444,30 +441,31 @@ export class RunManager {
    * Resumes a run that failed upstream (or was interrupted) from its last checkpoint: the transcript
    * already holds every finished round, so no completed tool call runs again.
    */
-  async resume(runId: string): Promise<{ run?: Run; error?: string; code?: 'run_active' | 'shutting_down' | 'unknown_model' }> {
+  async resume(runId: string): Promise<Run> {
     const { store } = this.#options
-    if (this.#stopping) return { error: 'the server is shutting down; try again in a moment', code: 'shutting_down' }
+    if (this.#stopping) throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
     const lease = this.#newLease()
-    let resumed: { run?: Run; error?: string; code?: 'run_active' | 'unknown_model' }
+    let resumed: Run
     try {
-      resumed = await store.transaction(async (tx): Promise<{ run?: Run; error?: string; code?: 'unknown_model' }> => {
+      // A refusal thrown here rolls back a transaction that has written nothing.
+      resumed = await store.transaction(async (tx) => {
         const run = await lockRun(tx, runId)
-        if (!run) return { error: 'run not found' }
+        if (!run) throw new RunRequestError('run_not_resumable', 'run not found')
         const code = (run.error as { code?: string } | null)?.code
         if (run.status !== 'failed' || !resumableCodes.includes(code ?? '')) {
-          return { error: `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})` }
+          throw new RunRequestError('run_not_resumable', `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})`)
         }
-        if (!this.#options.models.get(run.model)) return { error: `model ${run.model} is not configured; configure it again, then resume`, code: 'unknown_model' }
+        if (!this.#options.models.get(run.model)) throw new RunRequestError('unknown_model', `model ${run.model} is not configured; configure it again, then resume`)
         const updated = await updateRun(tx, runId, { status: 'running', phase: 'thinking', error: null, lease })
         await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
-        return { run: updated }
+        return updated
       })
     } catch (error) {
-      // Only the one-active-run index means another run is active; anything else is a real failure.
+      // Only the one-active-run index means another run is active; anything else is a refusal or a real failure.
       if (!isUniqueViolation(error)) throw error
-      resumed = { error: 'another run is active in this conversation', code: 'run_active' }
+      throw new RunRequestError('run_active', 'another run is active in this conversation')
     }
-    if (resumed.run) this.#spawn(runId, lease.owner)
+    this.#spawn(runId, lease.owner)
     return resumed
   }
 
@@ -506,7 +504,7 @@ export class RunManager {
     const fence = { runId, owner }
     if (this.#stopping) {
       // Not driven here after all: give the lease up so the next server resumes the run at once.
-      void releaseLease(store.db, runId, owner).catch((error: unknown) => log.warn('could not release a run lease', { runId, error: String(error) }))
+      void releaseLease(store.db, runId, owner).catch((error: unknown) => log.warn('could not release a run lease', { runId, err: error }))
       return
     }
     const driver: Driver = { fence, resumed: hints.resumed ?? false, writable: hints.writable, initial: hints.run, prefetched: hints.prefetched, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
@@ -517,9 +515,9 @@ export class RunManager {
           log.info('stopped driving a run that was ended or taken over elsewhere', { runId })
           return
         }
-        log.error('run loop failed', { runId, error: error instanceof Error ? error.message : String(error) })
+        log.error('run loop failed', { runId, err: error })
         await this.#end(runId, { status: 'failed', error: { code: 'internal', message: 'an internal error ended the run' }, openCalls: 'interrupted' }, { fence }).catch((endError: unknown) => {
-          if (!(endError instanceof LeaseLost)) log.error('could not end a failed run', { runId, error: String(endError) })
+          if (!(endError instanceof LeaseLost)) log.error('could not end a failed run', { runId, err: endError })
         })
       })
       .finally(async () => {
@@ -528,7 +526,7 @@ export class RunManager {
           const queued = this.#stopping ? undefined : await nextQueuedRunAfterEnd(store.db, runId)
           if (queued) await this.#startQueued(queued)
         } catch (error) {
-          log.warn('could not start the next queued run', { runId, error: String(error) })
+          log.warn('could not start the next queued run', { runId, err: error })
         }
       })
   }
@@ -684,7 +682,7 @@ export class RunManager {
   /** Decisions of an ended run can no longer be answered. */
   async #expireDecisions(decisionIds: string[]): Promise<void> {
     for (const decisionId of decisionIds) {
-      await this.#options.bus.expireDecision(decisionId).catch((error: unknown) => this.#options.log.warn('could not expire a decision of an ended run', { decisionId, error: String(error) }))
+      await this.#options.bus.expireDecision(decisionId).catch((error: unknown) => this.#options.log.warn('could not expire a decision of an ended run', { decisionId, err: error }))
     }
   }
 

@@ -120,7 +120,7 @@ export class RunSweeper {
       if (swept.resumed > 0) this.#host.log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed })
       if (swept.failed > 0) this.#host.log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed })
     } catch (error) {
-      this.#host.log.warn('the run sweeper failed; it tries again', { error: String(error) })
+      this.#host.log.warn('the run sweeper failed; it tries again', { err: error })
     }
   }
 }

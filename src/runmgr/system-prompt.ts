@@ -62,7 +62,7 @@ export async function retrieveKnowledge(
     const hits = await deps.retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
     return { hits: selectForInjection(hits.filter((hit) => mayInject(hit, run.ownerId, run.profile.injectFrom))) }
   } catch (error) {
-    deps.log.warn('knowledge retrieval for the prompt failed; the run goes on without it', { runId: run.id, error: String(error) })
+    deps.log.warn('knowledge retrieval for the prompt failed; the run goes on without it', { runId: run.id, err: error })
     return { hits: [] }
   }
 }

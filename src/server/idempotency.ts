@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { canonicalJson, findIdempotencyRecord, saveIdempotencyRecord, type Executor, type JsonValue, type Store } from '../store/index.js'
+import { canonicalJson, findIdempotencyRecord, KeyTaken, saveIdempotencyRecord, type Executor, type JsonValue, type Store } from '../store/index.js'
 import { HttpProblem } from './problem.js'
 
-const keyPattern = /^[\x21-\x7e]{1,255}$/
+// Routes that store an answer themselves (storeAnswer) catch it; routes import no store errors directly.
+export { KeyTaken }
 
-/** Another request with the same key committed first (the caller's transaction must roll back). */
-export class KeyTaken extends Error {}
+const keyPattern = /^[\x21-\x7e]{1,255}$/
 
 /**
  * The request's `Idempotency-Key`: undefined when absent; 400 `validation_failed` unless it is 1–255

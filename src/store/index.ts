@@ -1,7 +1,7 @@
 /** The store: one set of queries over Postgres (pg) or embedded PGlite, migrations and the event log. */
 export { openStore, dumpMigratedPGlite, pgliteTemplatePath, redactUrl, type Engine, type Store, type StoreOptions } from './open-store.js'
 export { readMigrations, migrate, type Migration, type MigrationResult } from './migrator.js'
-export { StoreError, RequestError, notFoundError, isUniqueViolation, type StoreErrorCode, type RequestErrorCode } from './store-errors.js'
+export { StoreError, RequestError, KeyTaken, notFoundError, isUniqueViolation, type StoreErrorCode, type RequestErrorCode } from './store-errors.js'
 export type { Database, Executor, JsonValue, PermissionMode } from './database.js'
 export { newId, isId } from './ids.js'
 export type { Page, PageRequest } from './page.js'

@@ -21,6 +21,17 @@ export type StoreErrorCode =
   | 'migrations_pending'
   | 'vector_unavailable'
 
+/**
+ * An idempotency key another transaction committed first: the caller rolls its transaction back and
+ * replays the winner's outcome (an HTTP answer or a dispatch).
+ */
+export class KeyTaken extends Error {
+  constructor() {
+    super('the idempotency key was taken by a concurrent request')
+    this.name = 'KeyTaken'
+  }
+}
+
 /** Whether a database error is a unique-constraint violation (e.g. a second active run in a conversation). */
 export function isUniqueViolation(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '23505'
@@ -37,6 +48,9 @@ export type RequestErrorCode =
   | 'client_tool_conflict'
   | 'quota_exceeded'
   | 'too_many_runs'
+  | 'run_active'
+  | 'run_not_resumable'
+  | 'run_not_waiting'
   | 'invalid_webhook_url'
   | 'webhook_url_not_allowed'
   | 'too_many_webhooks'

@@ -1,5 +1,6 @@
 import type { RunAgentInput } from '@ag-ui/core'
 import type { Conversation, Project, User } from '../../store/index.js'
+import { RunRequestError } from '../../runmgr/index.js'
 import { HttpProblem } from '../problem.js'
 import type { ServerDeps } from '../server-deps.js'
 import { AnswerFailed, type AgUiStreamPlan } from './ag-ui-stream.js'
@@ -68,8 +69,9 @@ async function continueWaitingRun(deps: ServerDeps, user: User, conversation: Co
 /** Client-tool outputs first (they return at once), then each decision in order, as POST /api/decisions does. */
 async function applyAnswers(deps: ServerDeps, userId: string, runId: string, answers: Answers): Promise<void> {
   if (answers.toolOutputs.length > 0) {
-    const submitted = await deps.runs.submitToolOutputs(runId, answers.toolOutputs)
-    if (submitted.error) throw new AnswerFailed('run_not_waiting', submitted.error)
+    await deps.runs.submitToolOutputs(runId, answers.toolOutputs).catch((error: unknown) => {
+      throw error instanceof RunRequestError ? new AnswerFailed(error.code, error.message) : error
+    })
   }
   for (const decision of answers.decisions) {
     const outcome = await deps.bus.decide(decision.decisionId, userId, decision.answer, decision.note)

@@ -246,9 +246,8 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const run = await runQueries.resolve(caller(request), request.params.id)
-      const answer = await runs.resume(run.id)
-      if (answer.error) throw new HttpProblem(answer.code ?? 'run_not_resumable', answer.error)
-      return runJson(answer.run ?? run)
+      // Refusals are RunRequestErrors: run_not_resumable, run_active, unknown_model, shutting_down.
+      return runJson(await runs.resume(run.id))
     },
   )
 
@@ -269,9 +268,8 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const run = await runQueries.resolve(caller(request), request.params.id)
-      const answer = await runs.submitToolOutputs(run.id, request.body.outputs)
-      if (answer.error) throw new HttpProblem('run_not_waiting', answer.error)
-      return runJson(answer.run ?? run)
+      // A call not awaited is a RunRequestError run_not_waiting.
+      return runJson(await runs.submitToolOutputs(run.id, request.body.outputs))
     },
   )
 

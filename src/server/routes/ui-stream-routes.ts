@@ -145,8 +145,7 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
     const callIds = new Set((waiting.toolOutputs ?? []).map((call) => call.callId))
     const submitted = outputs.filter((output) => callIds.has(output.callId))
     if (submitted.length > 0 && submitted.length === callIds.size) {
-      const result = await runs.submitToolOutputs(run.id, submitted)
-      if (result.error) throw new HttpProblem('run_not_waiting', result.error)
+      await runs.submitToolOutputs(run.id, submitted)
       callIds.clear()
     }
     return decisionIds.size > 0 || callIds.size > 0
