@@ -2,14 +2,46 @@ import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 import globals from 'globals'
 
-const modules = ['app', 'server', 'runmgr', 'llm', 'cmdbus', 'mcp', 'rag', 'exec', 'extension', 'store', 'testing', 'webhooks', 'client', 'chat']
+const modules = [
+  'app',
+  'server',
+  'runmgr',
+  'llm',
+  'cmdbus',
+  'mcp',
+  'rag',
+  'exec',
+  'extension',
+  'store',
+  'testing',
+  'webhooks',
+  'client',
+  'chat',
+]
 
 export default tseslint.config(
   { ignores: ['node_modules/', 'dist/', 'data/', 'coverage/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
-    languageOptions: { globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly', URL: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly', setInterval: 'readonly', clearInterval: 'readonly', AbortController: 'readonly', AbortSignal: 'readonly', fetch: 'readonly', TextDecoder: 'readonly', TextEncoder: 'readonly', Blob: 'readonly' } },
+    languageOptions: {
+      globals: {
+        process: 'readonly',
+        console: 'readonly',
+        Buffer: 'readonly',
+        URL: 'readonly',
+        setTimeout: 'readonly',
+        clearTimeout: 'readonly',
+        setInterval: 'readonly',
+        clearInterval: 'readonly',
+        AbortController: 'readonly',
+        AbortSignal: 'readonly',
+        fetch: 'readonly',
+        TextDecoder: 'readonly',
+        TextEncoder: 'readonly',
+        Blob: 'readonly',
+      },
+    },
     rules: {
       '@typescript-eslint/no-explicit-any': 'error',
       '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
@@ -30,7 +62,7 @@ export default tseslint.config(
           patterns: [
             {
               regex: `^\\.\\./(?!${module}/)(\\.\\./)*(${modules.join('|')})/(?!index\\.js$).+`,
-              message: "Import another module only through its index.ts.",
+              message: 'Import another module only through its index.ts.',
             },
           ],
         },
@@ -44,12 +76,27 @@ export default tseslint.config(
     rules: {
       '@typescript-eslint/no-restricted-imports': [
         'error',
-        { paths: [{ name: '../../store/index.js', allowTypeImports: true, allowImportNames: ['runJson', 'terminalRunStatuses'], message: 'Routes call module services, not repositories.' }] },
+        {
+          paths: [
+            {
+              name: '../../store/index.js',
+              allowTypeImports: true,
+              allowImportNames: ['runJson', 'terminalRunStatuses'],
+              message: 'Routes call module services, not repositories.',
+            },
+          ],
+        },
       ],
       'no-restricted-syntax': [
         'error',
-        { selector: "MemberExpression[object.name='store'][property.name=/^(db|transaction)$/]", message: 'Routes call module services, not the database.' },
-        { selector: "MemberExpression[object.property.name='store'][property.name=/^(db|transaction)$/]", message: 'Routes call module services, not the database.' },
+        {
+          selector: "MemberExpression[object.name='store'][property.name=/^(db|transaction)$/]",
+          message: 'Routes call module services, not the database.',
+        },
+        {
+          selector: "MemberExpression[object.property.name='store'][property.name=/^(db|transaction)$/]",
+          message: 'Routes call module services, not the database.',
+        },
       ],
     },
   },
@@ -75,7 +122,14 @@ export default tseslint.config(
       'no-restricted-imports': [
         'error',
         // Plugins see what the package exports: plinth/extension and (in their tests) plinth/testing.
-        { patterns: [{ regex: '(^|/)src/(?!(extension|testing)/index\\.js$)', message: 'The extension surface and plugins depend on nothing internal.' }] },
+        {
+          patterns: [
+            {
+              regex: '(^|/)src/(?!(extension|testing)/index\\.js$)',
+              message: 'The extension surface and plugins depend on nothing internal.',
+            },
+          ],
+        },
       ],
     },
   },
@@ -85,7 +139,14 @@ export default tseslint.config(
       'no-restricted-imports': [
         'error',
         // It runs in browsers too: the API's generated types (plinth/openapi) and its own files only.
-        { patterns: [{ regex: '^\\.\\./', message: 'plinth/client depends on nothing internal (it is served to browsers as it is).' }] },
+        {
+          patterns: [
+            {
+              regex: '^\\.\\./',
+              message: 'plinth/client depends on nothing internal (it is served to browsers as it is).',
+            },
+          ],
+        },
       ],
     },
   },
@@ -94,7 +155,14 @@ export default tseslint.config(
     rules: {
       'no-restricted-imports': [
         'error',
-        { patterns: [{ regex: '^\\.\\./(?!extension/index\\.js$)', message: 'plinth/testing is written against the extension surface alone.' }] },
+        {
+          patterns: [
+            {
+              regex: '^\\.\\./(?!extension/index\\.js$)',
+              message: 'plinth/testing is written against the extension surface alone.',
+            },
+          ],
+        },
       ],
     },
   },

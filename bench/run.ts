@@ -33,7 +33,9 @@ const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_
 // `ag-ui` named the frontend-routes part before it measured the UI message stream too.
 const only = process.env.BENCH_ONLY === 'ag-ui' ? 'frontends' : process.env.BENCH_ONLY || undefined
 if (only !== undefined && !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 'webhooks'].includes(only)) {
-  console.error(`BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui") or "webhooks", got ${JSON.stringify(process.env.BENCH_ONLY)}`)
+  console.error(
+    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui") or "webhooks", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
+  )
   process.exit(2)
 }
 
@@ -41,7 +43,12 @@ if (only !== undefined && !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 
 async function runHttpBench(): Promise<boolean> {
   const settings = loadSettingsFromEnv()
   // Hello-world first: it is the yardstick for everything after it.
-  const scenarios: Scenario[] = [helloWorldScenario(), plinthProjectsOnPGlite(), plinthProjectsOnPg(databaseUrl), ...dispatchScenarios(databaseUrl)]
+  const scenarios: Scenario[] = [
+    helloWorldScenario(),
+    plinthProjectsOnPGlite(),
+    plinthProjectsOnPg(databaseUrl),
+    ...dispatchScenarios(databaseUrl),
+  ]
   console.log(
     `plinth bench: node ${process.version}, ${cpus().length} cpus; ${settings.connections} connections, ` +
       `pipelining ${settings.pipelining}, ${settings.warmupSeconds}s warm-up + ${settings.durationSeconds}s per target`,
@@ -54,7 +61,9 @@ async function runHttpBench(): Promise<boolean> {
 
   const broken = results.filter((result) => !('skipped' in result) && (result.non2xx > 0 || result.errors > 0))
   if (broken.length > 0) {
-    console.error(`\nbench is broken: non-2xx responses or connection errors in ${broken.map((result) => result.name).join(', ')}`)
+    console.error(
+      `\nbench is broken: non-2xx responses or connection errors in ${broken.map((result) => result.name).join(', ')}`,
+    )
     return false
   }
   return true

@@ -15,7 +15,12 @@ export class Api {
   async request(method, path, body, options = {}) {
     const client = options.token ? createClient({ baseUrl: '', token: options.token }) : this.client
     try {
-      return (await client.request(method, path, { ...(body !== undefined && { body }), ...(options.headers && { headers: options.headers }) })) ?? null
+      return (
+        (await client.request(method, path, {
+          ...(body !== undefined && { body }),
+          ...(options.headers && { headers: options.headers }),
+        })) ?? null
+      )
     } catch (error) {
       // A wrong or revoked token: sign out once, with the reason (never a retry loop).
       if (error instanceof PlinthError && error.status === 401 && !options.token) this.onUnauthorized?.(error)
@@ -49,7 +54,8 @@ export class Api {
 
 export function query(params) {
   const search = new URLSearchParams()
-  for (const [key, value] of Object.entries(params)) if (value !== undefined && value !== null && value !== '') search.set(key, String(value))
+  for (const [key, value] of Object.entries(params))
+    if (value !== undefined && value !== null && value !== '') search.set(key, String(value))
   const text = search.toString()
   return text ? `?${text}` : ''
 }

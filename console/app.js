@@ -31,7 +31,10 @@ function signOut(reason) {
 }
 
 async function signIn(token) {
-  const api = new Api(token, { onUnauthorized: () => signOut('Your token is no longer accepted (revoked, expired or the user was disabled). Sign in again.') })
+  const api = new Api(token, {
+    onUnauthorized: () =>
+      signOut('Your token is no longer accepted (revoked, expired or the user was disabled). Sign in again.'),
+  })
   // The first check gets no automatic sign-out: a wrong token is reported once, on this form.
   const me = await api.request('GET', '/api/me', undefined, { token })
   sessionStorage.setItem('plinth.token', token)
@@ -46,7 +49,14 @@ function renderSignIn(message) {
   crumbs.replaceChildren()
   who.replaceChildren()
   notice(null)
-  const input = h('input', { type: 'password', name: 'token', autocomplete: 'off', placeholder: 'plt_…', required: true, 'aria-label': 'API token' })
+  const input = h('input', {
+    type: 'password',
+    name: 'token',
+    autocomplete: 'off',
+    placeholder: 'plt_…',
+    required: true,
+    'aria-label': 'API token',
+  })
   const error = h('p.error', { role: 'alert' }, message ?? '')
   const button = h('button', { type: 'submit' }, 'Sign in')
   const form = h(
@@ -69,7 +79,10 @@ function renderSignIn(message) {
       },
     },
     h('h1', 'Sign in'),
-    h('p.muted', 'Paste an API token. It stays in this browser tab only (sessionStorage) and is sent as an Authorization header.'),
+    h(
+      'p.muted',
+      'Paste an API token. It stays in this browser tab only (sessionStorage) and is sent as an Authorization header.',
+    ),
     h('label', 'Token', input),
     button,
     error,
@@ -79,7 +92,13 @@ function renderSignIn(message) {
 }
 
 function setCrumbs(...parts) {
-  mount(crumbs, parts.flatMap((part, index) => [index > 0 ? h('span.sep', '›') : null, part.href ? h('a', { href: part.href }, part.label) : h('span', part.label)]))
+  mount(
+    crumbs,
+    parts.flatMap((part, index) => [
+      index > 0 ? h('span.sep', '›') : null,
+      part.href ? h('a', { href: part.href }, part.label) : h('span', part.label),
+    ]),
+  )
 }
 
 async function renderProjects() {
@@ -106,7 +125,13 @@ async function renderProjects() {
     more.hidden = !cursor
   }
   more.onclick = () => load().catch(showError)
-  const name = h('input', { name: 'name', placeholder: 'Project name', required: true, maxLength: 200, 'aria-label': 'Project name' })
+  const name = h('input', {
+    name: 'name',
+    placeholder: 'Project name',
+    required: true,
+    maxLength: 200,
+    'aria-label': 'Project name',
+  })
   const form = h(
     'form.inline',
     {
@@ -130,7 +155,13 @@ async function renderProjects() {
 async function renderAdmin() {
   setCrumbs({ label: 'Admin' })
   const stored = sessionStorage.getItem('plinth.adminToken') ?? ''
-  const token = h('input', { type: 'password', name: 'adminToken', value: stored, placeholder: 'PLINTH_ADMIN_TOKEN', 'aria-label': 'Admin token' })
+  const token = h('input', {
+    type: 'password',
+    name: 'adminToken',
+    value: stored,
+    placeholder: 'PLINTH_ADMIN_TOKEN',
+    'aria-label': 'Admin token',
+  })
   const out = h('div')
   const show = async () => {
     const adminToken = token.value.trim()
@@ -145,14 +176,23 @@ async function renderAdmin() {
     mount(
       out,
       h('p', 'Execution backend: ', h('strong', { id: 'exec-backend' }, settings.execBackend)),
-      settings.sandbox ? h('p.muted', `Sandbox probe: ${settings.sandbox.ok ? `available (bwrap ${settings.sandbox.bwrapVersion ?? '?'}, cgroups ${settings.sandbox.cgroups})` : `unavailable — ${settings.sandbox.reason ?? ''}`}`) : null,
+      settings.sandbox
+        ? h(
+            'p.muted',
+            `Sandbox probe: ${settings.sandbox.ok ? `available (bwrap ${settings.sandbox.bwrapVersion ?? '?'}, cgroups ${settings.sandbox.cgroups})` : `unavailable — ${settings.sandbox.reason ?? ''}`}`,
+          )
+        : null,
       h(
         'form.inline',
         {
           onsubmit: async (event) => {
             event.preventDefault()
             try {
-              const updated = await state.api.patch('/api/admin/settings', { execBackend: select.value }, { token: adminToken })
+              const updated = await state.api.patch(
+                '/api/admin/settings',
+                { execBackend: select.value },
+                { token: adminToken },
+              )
               status.textContent = `Switched to ${updated.execBackend}.`
               document.getElementById('exec-backend').textContent = updated.execBackend
             } catch (error) {
@@ -171,13 +211,30 @@ async function renderAdmin() {
     {
       onsubmit: (event) => {
         event.preventDefault()
-        show().catch((error) => mount(out, h('p.error', error.status === 401 || error.status === 404 ? 'That admin token was not accepted.' : error.message)))
+        show().catch((error) =>
+          mount(
+            out,
+            h(
+              'p.error',
+              error.status === 401 || error.status === 404 ? 'That admin token was not accepted.' : error.message,
+            ),
+          ),
+        )
       },
     },
     token,
     h('button', { type: 'submit' }, 'Open settings'),
   )
-  mount(main, h('section', h('h1', 'Operator settings'), h('p.muted', 'Needs the server’s admin token (PLINTH_ADMIN_TOKEN).'), form, out))
+  mount(
+    main,
+    h(
+      'section',
+      h('h1', 'Operator settings'),
+      h('p.muted', 'Needs the server’s admin token (PLINTH_ADMIN_TOKEN).'),
+      form,
+      out,
+    ),
+  )
   if (stored) form.requestSubmit()
 }
 
@@ -191,17 +248,32 @@ async function route() {
   state.cleanup = null
   notice(null)
   if (!state.api) return renderSignIn()
-  mount(who, h('span', state.me.name ?? state.me.id), ' ', h('a', { href: '#/admin' }, 'admin'), ' ', h('button.link', { onclick: () => signOut() }, 'sign out'))
+  mount(
+    who,
+    h('span', state.me.name ?? state.me.id),
+    ' ',
+    h('a', { href: '#/admin' }, 'admin'),
+    ' ',
+    h('button.link', { onclick: () => signOut() }, 'sign out'),
+  )
   const path = location.hash.replace(/^#/, '') || '/'
   const [, kind, id] = path.split('/')
-  const context = { api: state.api, me: state.me, setCrumbs, notice, showError, onCleanup: (fn) => (state.cleanup = fn) }
+  const context = {
+    api: state.api,
+    me: state.me,
+    setCrumbs,
+    notice,
+    showError,
+    onCleanup: (fn) => (state.cleanup = fn),
+  }
   try {
     if (kind === 'projects' && id) await renderProject(main, id, context)
     else if (kind === 'conversations' && id) await renderConversation(main, id, context)
     else if (kind === 'admin') await renderAdmin()
     else await renderProjects()
   } catch (error) {
-    if (error instanceof ApiError && error.status === 404) mount(main, h('p.error', 'Not found (or not yours).'), h('a', { href: '#/' }, 'Back to projects'))
+    if (error instanceof ApiError && error.status === 404)
+      mount(main, h('p.error', 'Not found (or not yours).'), h('a', { href: '#/' }, 'Back to projects'))
     else showError(error)
   }
 }

@@ -17,12 +17,22 @@ export async function renderConversation(main, conversationId, context) {
   const { api, setCrumbs, showError, onCleanup } = context
   const conversation = await api.get(`/api/conversations/${conversationId}`)
   const project = await api.get(`/api/projects/${conversation.projectId}`).catch(() => null)
-  setCrumbs({ label: 'Projects', href: '#/' }, { label: project?.name ?? 'Project', href: `#/projects/${conversation.projectId}` }, { label: conversation.title || 'Conversation' })
+  setCrumbs(
+    { label: 'Projects', href: '#/' },
+    { label: project?.name ?? 'Project', href: `#/projects/${conversation.projectId}` },
+    { label: conversation.title || 'Conversation' },
+  )
 
   const log = h('div.log', { id: 'log', 'aria-live': 'polite' })
   const runStatus = h('div.run-status', { id: 'run-status', role: 'status' })
   const cancel = h('button.danger', { id: 'cancel', hidden: true }, 'Cancel run')
-  const input = h('textarea', { id: 'composer', name: 'input', rows: 3, placeholder: 'Message the agent… (Enter sends, Shift+Enter for a new line)', 'aria-label': 'Message' })
+  const input = h('textarea', {
+    id: 'composer',
+    name: 'input',
+    rows: 3,
+    placeholder: 'Message the agent… (Enter sends, Shift+Enter for a new line)',
+    'aria-label': 'Message',
+  })
   const send = h('button', { type: 'submit', id: 'send' }, 'Send')
   const models = await api.get('/api/models').catch(() => ({ items: [] }))
   const model = h(
@@ -34,15 +44,25 @@ export async function renderConversation(main, conversationId, context) {
   const mode = h(
     'select',
     { name: 'permissionMode', 'aria-label': 'Permission mode', title: 'Which commands need your approval' },
-    ['manual', 'risky', 'full'].map((name) => h('option', { value: name, selected: conversation.permissionMode === name }, `approvals: ${name}`)),
+    ['manual', 'risky', 'full'].map((name) =>
+      h('option', { value: name, selected: conversation.permissionMode === name }, `approvals: ${name}`),
+    ),
   )
-  mode.onchange = () => api.patch(`/api/conversations/${conversationId}`, { permissionMode: mode.value }).catch(showError)
+  mode.onchange = () =>
+    api.patch(`/api/conversations/${conversationId}`, { permissionMode: mode.value }).catch(showError)
   const composer = h('form.composer', input, h('div.row', model, mode, send, cancel))
   const audit = h('div', { id: 'audit' })
   const tabs = h(
     'div.tabs',
     h('button.tab.active', { onclick: (event) => showTab(event, chat) }, 'Chat'),
-    h('button.tab', { id: 'audit-tab', onclick: (event) => showTab(event, audit, () => renderAudit(audit, api, conversationId, context.me)) }, 'Audit'),
+    h(
+      'button.tab',
+      {
+        id: 'audit-tab',
+        onclick: (event) => showTab(event, audit, () => renderAudit(audit, api, conversationId, context.me)),
+      },
+      'Audit',
+    ),
   )
   const chat = h('div', log, runStatus, composer)
   audit.hidden = true
@@ -116,7 +136,9 @@ export async function renderConversation(main, conversationId, context) {
     if (!text || activeRun) return
     send.disabled = true
     try {
-      const run = await api.call((client) => client.runs.create(conversationId, { input: text, ...(model.value && { model: model.value }) }))
+      const run = await api.call((client) =>
+        client.runs.create(conversationId, { input: text, ...(model.value && { model: model.value }) }),
+      )
       input.value = ''
       watch(run.id)
     } catch (error) {
@@ -132,7 +154,8 @@ export async function renderConversation(main, conversationId, context) {
   if (conversation.activeRunId) watch(conversation.activeRunId)
   else {
     // Reopened after the fact: a last run that did not complete says how it ended, and why.
-    const last = (await api.get(`/api/conversations/${conversationId}/runs${query({ limit: 1 })}`).catch(() => null))?.items?.[0]
+    const last = (await api.get(`/api/conversations/${conversationId}/runs${query({ limit: 1 })}`).catch(() => null))
+      ?.items?.[0]
     if (last && ['failed', 'cancelled', 'expired'].includes(last.status)) {
       runStatus.textContent = endedText(last.status, last.error, last.cancelReason)
       runStatus.dataset.runStatus = last.status
@@ -143,7 +166,8 @@ export async function renderConversation(main, conversationId, context) {
 
 /** How a run ended, with its reason: the same words live and when the conversation is reopened. */
 function endedText(status, error, reason) {
-  if (status === 'failed') return `Failed: ${error?.message ?? error?.code ?? 'unknown error'}${error?.code && error?.message ? ` (${error.code})` : ''}`
+  if (status === 'failed')
+    return `Failed: ${error?.message ?? error?.code ?? 'unknown error'}${error?.code && error?.message ? ` (${error.code})` : ''}`
   if (status === 'cancelled') return `Cancelled${reason && reason !== 'cancelled' ? ` (${reason})` : ''}.`
   return 'Expired: nobody answered in time.'
 }
@@ -181,16 +205,26 @@ class ChatView {
   transcript(messages) {
     for (const message of messages) {
       if (message.role === 'tool') {
-        const call = [...this.calls.values()].find((candidate) => candidate.callId === message.toolCallId || candidate.providerCallId === message.toolCallId)
+        const call = [...this.calls.values()].find(
+          (candidate) => candidate.callId === message.toolCallId || candidate.providerCallId === message.toolCallId,
+        )
         // The call's own outcome and raw output, as tool_call.completed showed them live.
-        if (call) call.setResult(message.toolStatus ?? (message.status === 'completed' ? 'ok' : message.status), message.toolStatus ? message.toolOutput : message.content)
+        if (call)
+          call.setResult(
+            message.toolStatus ?? (message.status === 'completed' ? 'ok' : message.status),
+            message.toolStatus ? message.toolOutput : message.content,
+          )
         continue
       }
       if (message.role === 'system') continue
       const entry = this.message(message.id, message.role)
       entry.complete(message.content ?? '', message.status)
       for (const toolCall of message.toolCalls ?? []) {
-        const call = this.call(toolCall.callId, { name: toolCall.name, providerCallId: toolCall.providerCallId, args: parseArgs(toolCall.arguments) })
+        const call = this.call(toolCall.callId, {
+          name: toolCall.name,
+          providerCallId: toolCall.providerCallId,
+          args: parseArgs(toolCall.arguments),
+        })
         call.setStatus('done')
       }
     }
@@ -201,7 +235,12 @@ class ChatView {
     let entry = this.messages.get(id)
     if (!entry) {
       const text = h('div.text')
-      const el = h(`div.msg.${role}`, { dataset: { messageId: id } }, h('div.role', role === 'user' ? 'you' : role), text)
+      const el = h(
+        `div.msg.${role}`,
+        { dataset: { messageId: id } },
+        h('div.role', role === 'user' ? 'you' : role),
+        text,
+      )
       entry = {
         el,
         final: false,
@@ -242,7 +281,13 @@ class ChatView {
     const el = h(
       'div.call',
       { dataset: { callId } },
-      h('div.call-head', h('span.call-name', info.name), info.kind === 'client' ? h('span.tag', 'client tool') : null, info.risk ? riskTag(info.risk) : null, status),
+      h(
+        'div.call-head',
+        h('span.call-name', info.name),
+        info.kind === 'client' ? h('span.tag', 'client tool') : null,
+        info.risk ? riskTag(info.risk) : null,
+        status,
+      ),
       info.args !== undefined ? h('pre.args', pretty(info.args)) : null,
       info.matchedRules?.length ? h('div.rules', 'matched rules: ', info.matchedRules.join(', ')) : null,
       live,
@@ -335,7 +380,12 @@ class ChatView {
       { dataset: { decisionId: data.decisionId } },
       h('div.call-head', h('strong', 'Approval needed: '), h('span.call-name', data.commandId), riskTag(data.risk)),
       data.preview ? h('pre.preview', data.preview) : null,
-      data.reasons?.length ? h('ul.reasons', data.reasons.map((reason) => h('li', reason))) : null,
+      data.reasons?.length
+        ? h(
+            'ul.reasons',
+            data.reasons.map((reason) => h('li', reason)),
+          )
+        : null,
       h('details', h('summary', 'parameters'), h('pre.args', pretty(data.params))),
       h('div.muted.small', `expires ${when(data.expiresAt)}`),
       buttons,
@@ -368,7 +418,11 @@ class ChatView {
     }
     buttons.append(
       h('button', { onclick: () => answer('approve'), dataset: { answer: 'approve' } }, 'Approve once'),
-      h('button.secondary', { onclick: () => answer('approve_session'), dataset: { answer: 'approve_session' } }, 'Approve for this session'),
+      h(
+        'button.secondary',
+        { onclick: () => answer('approve_session'), dataset: { answer: 'approve_session' } },
+        'Approve for this session',
+      ),
       h('button.danger', { onclick: () => answer('reject'), dataset: { answer: 'reject' } }, 'Reject'),
     )
     this.decisions.set(data.decisionId, entry)
@@ -446,9 +500,17 @@ async function renderAudit(panel, api, conversationId, me) {
           h('td', when(item.timings?.requestedAt)),
           h('td', item.commandId),
           h('td', item.entrance),
-          h('td', item.actor?.type === 'user' ? name(item.actor.id) : `${item.actor?.type ?? ''}${item.actor?.onBehalfOf ? ` for ${name(item.actor.onBehalfOf)}` : ''}`),
+          h(
+            'td',
+            item.actor?.type === 'user'
+              ? name(item.actor.id)
+              : `${item.actor?.type ?? ''}${item.actor?.onBehalfOf ? ` for ${name(item.actor.onBehalfOf)}` : ''}`,
+          ),
           h('td', item.risk ?? ''),
-          h('td', item.decision ? `${item.decision.outcome}${item.decision.by ? ` by ${name(item.decision.by)}` : ''}` : ''),
+          h(
+            'td',
+            item.decision ? `${item.decision.outcome}${item.decision.by ? ` by ${name(item.decision.by)}` : ''}` : '',
+          ),
           h('td', h(`span.tag.status-${item.status}`, item.status)),
         ),
       ),
@@ -463,6 +525,19 @@ async function renderAudit(panel, api, conversationId, me) {
     panel,
     first.items.length === 0
       ? h('p.muted', 'Nothing was dispatched in this conversation yet.')
-      : [h('table.audit', h('thead', h('tr', ['when', 'command', 'entrance', 'actor', 'risk', 'decision', 'status'].map((name) => h('th', name)))), rows), more],
+      : [
+          h(
+            'table.audit',
+            h(
+              'thead',
+              h(
+                'tr',
+                ['when', 'command', 'entrance', 'actor', 'risk', 'decision', 'status'].map((name) => h('th', name)),
+              ),
+            ),
+            rows,
+          ),
+          more,
+        ],
   )
 }

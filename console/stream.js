@@ -10,7 +10,12 @@ export function follow(api, path, { after = 0, onEvent, onState = () => {} }) {
   const controller = new AbortController()
   let lastId = after
   const read = async () => {
-    const events = api.client.stream(path, { after, untilRunEnds: path.startsWith('/api/runs/'), signal: controller.signal, onState: (state) => onState(state) })
+    const events = api.client.stream(path, {
+      after,
+      untilRunEnds: path.startsWith('/api/runs/'),
+      signal: controller.signal,
+      onState: (state) => onState(state),
+    })
     for await (const event of events) {
       const id = Number(event.id)
       if (id) lastId = id

@@ -20,12 +20,23 @@ function fail(error: components['schemas']['Problem'] | undefined, what: string)
 }
 
 /** Creates a project with a profile and a conversation, runs one message (create and wait), and returns the answer. */
-export async function ask(client: PlinthClient, question: string): Promise<{ project: Project; run: Run; answer: string | null; messages: Message[] }> {
-  const project = await client.POST('/api/projects', { body: { name: 'typed client', systemPrompt: 'Answer briefly.', modelParams: { temperature: 0.1 } } })
+export async function ask(
+  client: PlinthClient,
+  question: string,
+): Promise<{ project: Project; run: Run; answer: string | null; messages: Message[] }> {
+  const project = await client.POST('/api/projects', {
+    body: { name: 'typed client', systemPrompt: 'Answer briefly.', modelParams: { temperature: 0.1 } },
+  })
   if (!project.data) fail(project.error, 'create project')
-  const conversation = await client.POST('/api/projects/{id}/conversations', { params: { path: { id: project.data.id } }, body: { title: 'first' } })
+  const conversation = await client.POST('/api/projects/{id}/conversations', {
+    params: { path: { id: project.data.id } },
+    body: { title: 'first' },
+  })
   if (!conversation.data) fail(conversation.error, 'create conversation')
-  const run = await client.POST('/api/conversations/{id}/runs', { params: { path: { id: conversation.data.id }, query: { wait: true } }, body: { input: question } })
+  const run = await client.POST('/api/conversations/{id}/runs', {
+    params: { path: { id: conversation.data.id }, query: { wait: true } },
+    body: { input: question },
+  })
   if (!run.data) fail(run.error, 'run')
   // The route answers JSON, or its SSE stream when asked for one (not here; a client made with
   // createClient<paths, 'application/json'> leaves the stream out of `data`).

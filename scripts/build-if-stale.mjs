@@ -17,13 +17,21 @@ function newest(path) {
   return latest
 }
 
-const sources = Math.max(...['src', 'plugins', 'migrations', 'openapi', 'tsconfig.json', 'tsconfig.build.json', 'package.json'].map((name) => newest(join(root, name))))
+const sources = Math.max(
+  ...['src', 'plugins', 'migrations', 'openapi', 'tsconfig.json', 'tsconfig.build.json', 'package.json'].map((name) =>
+    newest(join(root, name)),
+  ),
+)
 const built = statSync(stamp, { throwIfNoEntry: false })?.mtimeMs ?? 0
 if (sources > built) {
   console.error('plinth: compiling to dist/ (sources changed since the last build)…')
   // From scratch: a file removed from the sources must not linger in dist/.
   rmSync(join(root, 'dist'), { recursive: true, force: true })
-  const result = spawnSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.build.json')], { stdio: 'inherit' })
+  const result = spawnSync(
+    process.execPath,
+    [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(root, 'tsconfig.build.json')],
+    { stdio: 'inherit' },
+  )
   if (result.status !== 0) process.exit(result.status ?? 1)
   const types = spawnSync(process.execPath, [join(root, 'scripts', 'copy-openapi-types.mjs')], { stdio: 'inherit' })
   if (types.status !== 0) process.exit(types.status ?? 1)

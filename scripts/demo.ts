@@ -12,7 +12,10 @@ import { createClient } from '../src/client/index.js'
 import { createToken, createUser } from '../src/store/index.js'
 
 const dataDir = await mkdtemp(join(tmpdir(), 'plinth-demo-'))
-const config = loadConfig({ PLINTH_DATA_DIR: dataDir, PLINTH_PLUGINS: 'rdm', PORT: '0', PLINTH_LOG_LEVEL: 'warn' }, dataDir)
+const config = loadConfig(
+  { PLINTH_DATA_DIR: dataDir, PLINTH_PLUGINS: 'rdm', PORT: '0', PLINTH_LOG_LEVEL: 'warn' },
+  dataDir,
+)
 const server = await startServer(config, createLogger(config.logLevel))
 
 try {
@@ -32,7 +35,9 @@ try {
 
   console.log('POST /runs, streaming:\n')
   let text = ''
-  for await (const event of plinth.runs.start(conversation.id, { input: 'Is the service up? Then write a short note about it.' })) {
+  for await (const event of plinth.runs.start(conversation.id, {
+    input: 'Is the service up? Then write a short note about it.',
+  })) {
     switch (event.event) {
       case 'message.delta':
         text += event.data.text
@@ -42,27 +47,39 @@ try {
         text = ''
         break
       case 'tool_call.created':
-        console.log(`  [${event.id}] tool call  ${event.data.name}(${JSON.stringify(event.data.args)})  risk=${String(event.data.risk)}`)
+        console.log(
+          `  [${event.id}] tool call  ${event.data.name}(${JSON.stringify(event.data.args)})  risk=${String(event.data.risk)}`,
+        )
         break
       case 'tool_call.completed':
         console.log(`  [${event.id}] tool done  ${event.data.status}: ${JSON.stringify(event.data.output)}`)
         break
       case 'decision.required':
-        console.log(`  [${event.id}] decision   "${String(event.data.preview)}" (${String(event.data.risk)}) — the demo approves it`)
+        console.log(
+          `  [${event.id}] decision   "${String(event.data.preview)}" (${String(event.data.risk)}) — the demo approves it`,
+        )
         await plinth.decisions.answer(event.data.decisionId, { decision: 'approve', note: 'approved by npm run demo' })
         break
       case 'decision.resolved':
         console.log(`  [${event.id}] decided    ${event.data.outcome}`)
         break
       case 'run.status':
-        console.log(`  [${event.id}] run        ${event.data.status}${event.data.phase ? ` (${event.data.phase})` : ''}`)
+        console.log(
+          `  [${event.id}] run        ${event.data.status}${event.data.phase ? ` (${event.data.phase})` : ''}`,
+        )
         break
       default:
         console.log(`  [${event.id}] ${event.event}`)
     }
   }
-  const audit = await plinth.request<{ items: Array<{ commandId: string; entrance: string; status: string }> }>('GET', '/api/audit', { query: { conversationId: conversation.id } })
-  console.log(`\naudit envelopes: ${audit.items.map((item) => `${item.commandId} (${item.entrance}, ${item.status})`).join(', ')}`)
+  const audit = await plinth.request<{ items: Array<{ commandId: string; entrance: string; status: string }> }>(
+    'GET',
+    '/api/audit',
+    { query: { conversationId: conversation.id } },
+  )
+  console.log(
+    `\naudit envelopes: ${audit.items.map((item) => `${item.commandId} (${item.entrance}, ${item.status})`).join(', ')}`,
+  )
 } finally {
   await server.close()
   await rm(dataDir, { recursive: true, force: true })

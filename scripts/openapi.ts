@@ -18,7 +18,10 @@ export const typesFile = join(openapiDir, 'plinth-api.d.ts')
 export async function fetchOpenApiDocument(): Promise<Record<string, unknown>> {
   const dataDir = await mkdtemp(join(tmpdir(), 'plinth-openapi-'))
   try {
-    const config = loadConfig({ PLINTH_DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', PLINTH_ADMIN_TOKEN: 'openapi-admin-token-0123456789' }, dataDir)
+    const config = loadConfig(
+      { PLINTH_DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', PLINTH_ADMIN_TOKEN: 'openapi-admin-token-0123456789' },
+      dataDir,
+    )
     const server = await startServer(config, pino({ level: 'silent' }))
     try {
       return (await (await fetch(`${server.url}/docs/json`)).json()) as Record<string, unknown>

@@ -3,7 +3,9 @@
 import { writeFile } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 
-const { dumpMigratedPGlite, pgliteTemplatePath } = await import(new URL('../dist/src/store/index.js', import.meta.url).href)
+const { dumpMigratedPGlite, pgliteTemplatePath } = await import(
+  new URL('../dist/src/store/index.js', import.meta.url).href
+)
 const dump = await dumpMigratedPGlite('gzip')
 await writeFile(pgliteTemplatePath, Buffer.from(await dump.arrayBuffer()))
 console.error(`plinth: wrote ${fileURLToPath(new URL(`file://${pgliteTemplatePath}`))}`)

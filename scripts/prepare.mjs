@@ -12,5 +12,7 @@ if (process.env.npm_command === 'ci' && initCwd === root) {
   console.error('plinth: prepare: no build on `npm ci` in the checkout (`npm run build` builds dist/)')
   process.exit(0)
 }
-const result = spawnSync(process.execPath, [fileURLToPath(new URL('build-if-stale.mjs', import.meta.url))], { stdio: 'inherit' })
+const result = spawnSync(process.execPath, [fileURLToPath(new URL('build-if-stale.mjs', import.meta.url))], {
+  stdio: 'inherit',
+})
 process.exit(result.status ?? 1)

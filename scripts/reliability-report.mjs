@@ -10,11 +10,22 @@ if (process.argv.includes('--clear')) {
   mkdirSync(dir, { recursive: true })
   process.exit(0)
 }
-const files = existsSync(dir) ? readdirSync(dir).filter((name) => name.endsWith('.json')).sort() : []
+const files = existsSync(dir)
+  ? readdirSync(dir)
+      .filter((name) => name.endsWith('.json'))
+      .sort()
+  : []
 const rows = []
 for (const file of files) {
   const { mode, at, rows: entries } = JSON.parse(readFileSync(join(dir, file), 'utf8'))
-  for (const row of entries) rows.push([row.check, row.figure, row.goal, row.ok ? 'ok' : 'MISSED', `${mode} ${at.slice(0, 16).replace('T', ' ')}`])
+  for (const row of entries)
+    rows.push([
+      row.check,
+      row.figure,
+      row.goal,
+      row.ok ? 'ok' : 'MISSED',
+      `${mode} ${at.slice(0, 16).replace('T', ' ')}`,
+    ])
 }
 if (rows.length === 0) {
   console.log(`no reliability figures in ${dir}`)

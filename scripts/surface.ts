@@ -34,7 +34,9 @@ export function generateSurface(): string {
     .filter((file) => !relative(join(repoRoot, 'src', 'extension'), file.fileName).startsWith('..'))
     .flatMap((file) => [...program.getSyntacticDiagnostics(file), ...program.getSemanticDiagnostics(file)])
   if (problems.length > 0) {
-    throw new Error(`the extension surface does not compile:\n${ts.formatDiagnostics(problems, { getCanonicalFileName: (name) => name, getCurrentDirectory: () => repoRoot, getNewLine: () => '\n' })}`)
+    throw new Error(
+      `the extension surface does not compile:\n${ts.formatDiagnostics(problems, { getCanonicalFileName: (name) => name, getCurrentDirectory: () => repoRoot, getNewLine: () => '\n' })}`,
+    )
   }
 
   const moduleSymbol = checker.getSymbolAtLocation(source)
@@ -89,7 +91,11 @@ class SurfacePrinter {
 
   export(exported: ts.Symbol): string {
     const name = exported.getName()
-    const typeOnly = exported.declarations?.some((declaration) => ts.isExportSpecifier(declaration) && (declaration.isTypeOnly || declaration.parent.parent.isTypeOnly)) ?? false
+    const typeOnly =
+      exported.declarations?.some(
+        (declaration) =>
+          ts.isExportSpecifier(declaration) && (declaration.isTypeOnly || declaration.parent.parent.isTypeOnly),
+      ) ?? false
     const symbol = exported.flags & ts.SymbolFlags.Alias ? this.checker.getAliasedSymbol(exported) : exported
     const valueNote = typeOnly && symbol.flags & ts.SymbolFlags.Value ? ' (type-only export)' : ''
     const flags = symbol.flags
@@ -102,18 +108,32 @@ class SurfacePrinter {
     }
     if (flags & ts.SymbolFlags.Variable) {
       const declaration = symbol.valueDeclaration
-      const keyword = declaration && ts.isVariableDeclaration(declaration) && ts.getCombinedNodeFlags(declaration) & ts.NodeFlags.Const ? 'const' : 'let'
+      const keyword =
+        declaration &&
+        ts.isVariableDeclaration(declaration) &&
+        ts.getCombinedNodeFlags(declaration) & ts.NodeFlags.Const
+          ? 'const'
+          : 'let'
       return `${keyword} ${name}${valueNote}: ${this.type(this.checker.getTypeOfSymbol(symbol))}`
     }
     if (flags & ts.SymbolFlags.Enum) {
-      const members = this.checker.getExportsOfModule(symbol).map((member) => `  ${member.getName()} = ${JSON.stringify(this.checker.getConstantValue(member.valueDeclaration as ts.EnumMember))}`)
+      const members = this.checker
+        .getExportsOfModule(symbol)
+        .map(
+          (member) =>
+            `  ${member.getName()} = ${JSON.stringify(this.checker.getConstantValue(member.valueDeclaration as ts.EnumMember))}`,
+        )
       return [`enum ${name}${valueNote}`, ...members].join('\n')
     }
     if (flags & ts.SymbolFlags.Module) {
-      const members = this.checker.getExportsOfModule(symbol).map((member) => `  ${member.getName()}: ${this.type(this.checker.getTypeOfSymbol(member))}`)
+      const members = this.checker
+        .getExportsOfModule(symbol)
+        .map((member) => `  ${member.getName()}: ${this.type(this.checker.getTypeOfSymbol(member))}`)
       return [`namespace ${name}${valueNote}`, ...members.sort()].join('\n')
     }
-    throw new Error(`surface export ${name} has a kind this generator does not know (symbol flags ${flags}); teach scripts/surface.ts to print it`)
+    throw new Error(
+      `surface export ${name} has a kind this generator does not know (symbol flags ${flags}); teach scripts/surface.ts to print it`,
+    )
   }
 
   typeAlias(name: string, symbol: ts.Symbol): string {
@@ -136,8 +156,12 @@ class SurfacePrinter {
     const constructor = this.checker.getTypeOfSymbol(symbol)
     const bases = this.checker.getBaseTypes(instance).map((base) => this.type(base))
     const head = `class ${name}${this.typeParameters(instance.typeParameters)}${note}${bases.length ? ` extends ${bases.join(', ')}` : ''}`
-    const constructors = this.checker.getSignaturesOfType(constructor, ts.SignatureKind.Construct).map((signature) => `  constructor${this.signature(signature, ts.SignatureKind.Construct).replace(/^new /, '')}`)
-    const statics = this.ownMembers(constructor, symbol).filter((member) => member.getName() !== 'prototype').map((member) => `  static ${this.member(member)}`)
+    const constructors = this.checker
+      .getSignaturesOfType(constructor, ts.SignatureKind.Construct)
+      .map((signature) => `  constructor${this.signature(signature, ts.SignatureKind.Construct).replace(/^new /, '')}`)
+    const statics = this.ownMembers(constructor, symbol)
+      .filter((member) => member.getName() !== 'prototype')
+      .map((member) => `  static ${this.member(member)}`)
     return [head, ...constructors, ...statics, ...this.members(instance, symbol)].join('\n')
   }
 
@@ -147,7 +171,8 @@ class SurfacePrinter {
     return this.checker.getPropertiesOfType(type).filter((member) => {
       const declaration = member.declarations?.[0]
       if (!declaration) return false
-      if (ts.getCombinedModifierFlags(declaration) & (ts.ModifierFlags.Private | ts.ModifierFlags.Protected)) return false
+      if (ts.getCombinedModifierFlags(declaration) & (ts.ModifierFlags.Private | ts.ModifierFlags.Protected))
+        return false
       if (member.getName().startsWith('#')) return false
       return ownDeclarations.has(declaration.parent as ts.Declaration)
     })
@@ -156,7 +181,8 @@ class SurfacePrinter {
   members(type: ts.Type, owner: ts.Symbol): string[] {
     const lines: string[] = []
     for (const signature of type.getCallSignatures()) lines.push(`  ${this.signature(signature)}`)
-    for (const signature of type.getConstructSignatures()) lines.push(`  ${this.signature(signature, ts.SignatureKind.Construct)}`)
+    for (const signature of type.getConstructSignatures())
+      lines.push(`  ${this.signature(signature, ts.SignatureKind.Construct)}`)
     for (const index of this.checker.getIndexInfosOfType(type)) {
       lines.push(`  ${index.isReadonly ? 'readonly ' : ''}[key: ${this.type(index.keyType)}]: ${this.type(index.type)}`)
     }
@@ -167,14 +193,22 @@ class SurfacePrinter {
   member(member: ts.Symbol): string {
     const declaration = member.declarations?.[0]
     const optional = member.flags & ts.SymbolFlags.Optional ? '?' : ''
-    const readonly = declaration && ts.getCombinedModifierFlags(declaration) & ts.ModifierFlags.Readonly ? 'readonly ' : ''
+    const readonly =
+      declaration && ts.getCombinedModifierFlags(declaration) & ts.ModifierFlags.Readonly ? 'readonly ' : ''
     if (member.flags & ts.SymbolFlags.Method) {
       // From the declarations: an optional method's type is `(...) | undefined`, which has no signatures.
-      const signatures = (member.declarations ?? []).filter((node) => ts.isMethodSignature(node) || ts.isMethodDeclaration(node)).map((node) => this.checker.getSignatureFromDeclaration(node as ts.SignatureDeclaration))
-      return signatures.map((signature) => `${member.getName()}${optional}${signature ? this.signature(signature) : '(?)'}`).join('\n  ')
+      const signatures = (member.declarations ?? [])
+        .filter((node) => ts.isMethodSignature(node) || ts.isMethodDeclaration(node))
+        .map((node) => this.checker.getSignatureFromDeclaration(node as ts.SignatureDeclaration))
+      return signatures
+        .map((signature) => `${member.getName()}${optional}${signature ? this.signature(signature) : '(?)'}`)
+        .join('\n  ')
     }
     // The declared type, not the read type: an optional property would otherwise gain `| undefined`.
-    const declared = declaration && (ts.isPropertySignature(declaration) || ts.isPropertyDeclaration(declaration)) && declaration.type ? this.checker.getTypeFromTypeNode(declaration.type) : this.checker.getTypeOfSymbol(member)
+    const declared =
+      declaration && (ts.isPropertySignature(declaration) || ts.isPropertyDeclaration(declaration)) && declaration.type
+        ? this.checker.getTypeFromTypeNode(declaration.type)
+        : this.checker.getTypeOfSymbol(member)
     return `${readonly}${member.getName()}${optional}: ${this.type(declared)}`
   }
 }

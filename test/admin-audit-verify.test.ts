@@ -15,9 +15,18 @@ for (const engine of testEngines()) {
       store = await openTestStore(engine)
       server = await startTestServer(store, { adminToken, plugins: ['rdm'] })
       const alice = await server.createUser()
-      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'audited' } })).body.id
+      const projectId = (
+        await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'audited' } })
+      ).body.id
       for (let index = 0; index < 3; index++) {
-        expect((await server.request('POST', '/api/commands/rdm.ping', { token: alice.token, body: { entrance: 'button', projectId } })).status).toBe(200)
+        expect(
+          (
+            await server.request('POST', '/api/commands/rdm.ping', {
+              token: alice.token,
+              body: { entrance: 'button', projectId },
+            })
+          ).status,
+        ).toBe(200)
       }
     })
     afterAll(async () => {
@@ -42,11 +51,23 @@ for (const engine of testEngines()) {
       expect(intact.body.checked).toBeGreaterThanOrEqual(6)
       expect(intact.body.firstBad).toBeUndefined()
 
-      const middle = await store.db.selectFrom('audit_log').select('id').orderBy('id').offset(2).limit(1).executeTakeFirstOrThrow()
-      await sql`update audit_log set envelope = jsonb_set(envelope, '{status}', '"tampered"') where id = ${middle.id}`.execute(store.db)
+      const middle = await store.db
+        .selectFrom('audit_log')
+        .select('id')
+        .orderBy('id')
+        .offset(2)
+        .limit(1)
+        .executeTakeFirstOrThrow()
+      await sql`update audit_log set envelope = jsonb_set(envelope, '{status}', '"tampered"') where id = ${middle.id}`.execute(
+        store.db,
+      )
       const broken = await server.request('GET', '/api/admin/audit/verify', { token: adminToken })
       expect(broken.status).toBe(200)
-      expect(broken.body).toEqual({ ok: false, checked: 2, firstBad: { id: Number(middle.id), reason: expect.stringMatching(/altered/) } })
+      expect(broken.body).toEqual({
+        ok: false,
+        checked: 2,
+        firstBad: { id: Number(middle.id), reason: expect.stringMatching(/altered/) },
+      })
     })
   })
 }

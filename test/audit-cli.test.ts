@@ -23,11 +23,20 @@ describe('plinth audit verify', () => {
     const server = await startServe({ cwd, env })
     try {
       const project = await http(server.url, 'POST', '/api/projects', { token, body: { name: 'audited' } })
-      const ping = await http(server.url, 'POST', '/api/commands/rdm.ping', { token, body: { entrance: 'button', projectId: project.body.id } })
+      const ping = await http(server.url, 'POST', '/api/commands/rdm.ping', {
+        token,
+        body: { entrance: 'button', projectId: project.body.id },
+      })
       expect(ping.status).toBe(200)
-      const card = await http(server.url, 'POST', '/api/commands/rdm.draft.compose', { token, body: { entrance: 'card', projectId: project.body.id, params: { title: 'T', body: 'B' } } })
+      const card = await http(server.url, 'POST', '/api/commands/rdm.draft.compose', {
+        token,
+        body: { entrance: 'card', projectId: project.body.id, params: { title: 'T', body: 'B' } },
+      })
       expect(card.status).toBe(202)
-      const approved = await http(server.url, 'POST', `/api/decisions/${card.body.decision.id}`, { token, body: { decision: 'approve' } })
+      const approved = await http(server.url, 'POST', `/api/decisions/${card.body.decision.id}`, {
+        token,
+        body: { decision: 'approve' },
+      })
       expect(approved.body.dispatch.status).toBe('succeeded')
     } finally {
       expect(await server.stop()).toBe(0)
@@ -38,7 +47,9 @@ describe('plinth audit verify', () => {
     expect(intact.stdout).toMatch(/audit chain intact: 8 entries verified/)
 
     const store = await openStore({ dataDir: join(cwd, 'data') })
-    await sql`update audit_log set envelope = jsonb_set(envelope, '{params}', '{"title":"forged"}') where id = 5`.execute(store.db)
+    await sql`update audit_log set envelope = jsonb_set(envelope, '{params}', '{"title":"forged"}') where id = 5`.execute(
+      store.db,
+    )
     await store.close()
     const broken = await runPlinth(['audit', 'verify'], { cwd })
     expect(broken.code).toBe(1)
@@ -53,7 +64,14 @@ describe('plinth audit verify', () => {
       const server = await startServe({ cwd: dir, env })
       try {
         const project = await http(server.url, 'POST', '/api/projects', { token, body: { name: 'audited' } })
-        expect((await http(server.url, 'POST', '/api/commands/rdm.ping', { token, body: { entrance: 'button', projectId: project.body.id } })).status).toBe(200)
+        expect(
+          (
+            await http(server.url, 'POST', '/api/commands/rdm.ping', {
+              token,
+              body: { entrance: 'button', projectId: project.body.id },
+            })
+          ).status,
+        ).toBe(200)
         const intact = await runPlinth(['audit', 'verify'], { cwd: dir, env })
         expect(intact.code, intact.stderr).toBe(0)
         expect(intact.stderr).toMatch(/the server at .* holds the database: using its admin API/)

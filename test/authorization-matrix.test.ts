@@ -34,71 +34,464 @@ interface RouteCase {
 const routes: RouteCase[] = [
   { method: 'GET', path: '/api/me', url: () => '/api/me', owner: 200, member: 200, stranger: 200 },
   // Issuing a ticket grants nothing: the stream it opens checks access as with the header (stream-tickets.test).
-  { method: 'POST', path: '/api/stream-tickets', url: () => '/api/stream-tickets', body: 'ticket', owner: 201, member: 201, stranger: 201 },
+  {
+    method: 'POST',
+    path: '/api/stream-tickets',
+    url: () => '/api/stream-tickets',
+    body: 'ticket',
+    owner: 201,
+    member: 201,
+    stranger: 201,
+  },
   { method: 'GET', path: '/api/projects', url: () => '/api/projects', owner: 200, member: 200, stranger: 200 },
-  { method: 'POST', path: '/api/projects', url: () => '/api/projects', body: { name: 'n' }, owner: 201, member: 201, stranger: 201 },
-  { method: 'GET', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, owner: 200, member: 200, stranger: 404 },
-  { method: 'PATCH', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, body: { name: 'x' }, owner: 200, member: 200, stranger: 404 },
-  { method: 'DELETE', path: '/api/projects/{id}', url: (f) => `/api/projects/${f.projectId}`, owner: 204, member: 403, stranger: 404 },
-  { method: 'POST', path: '/api/projects/{id}/conversations', url: (f) => `/api/projects/${f.projectId}/conversations`, body: {}, owner: 201, member: 201, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/conversations', url: (f) => `/api/projects/${f.projectId}/conversations`, owner: 200, member: 200, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/events', url: (f) => `/api/projects/${f.projectId}/events`, owner: 200, member: 200, stranger: 404, stream: true },
-  { method: 'GET', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, owner: 200, member: 404, stranger: 404 },
-  { method: 'PATCH', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, body: { title: 't' }, owner: 200, member: 404, stranger: 404 },
-  { method: 'DELETE', path: '/api/conversations/{id}', url: (f) => `/api/conversations/${f.conversationId}`, owner: 204, member: 404, stranger: 404 },
-  { method: 'GET', path: '/api/conversations/{id}/messages', url: (f) => `/api/conversations/${f.conversationId}/messages`, owner: 200, member: 404, stranger: 404 },
-  { method: 'GET', path: '/api/conversations/{id}/events', url: (f) => `/api/conversations/${f.conversationId}/events`, owner: 200, member: 404, stranger: 404, stream: true },
+  {
+    method: 'POST',
+    path: '/api/projects',
+    url: () => '/api/projects',
+    body: { name: 'n' },
+    owner: 201,
+    member: 201,
+    stranger: 201,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}',
+    url: (f) => `/api/projects/${f.projectId}`,
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+  {
+    method: 'PATCH',
+    path: '/api/projects/{id}',
+    url: (f) => `/api/projects/${f.projectId}`,
+    body: { name: 'x' },
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+  {
+    method: 'DELETE',
+    path: '/api/projects/{id}',
+    url: (f) => `/api/projects/${f.projectId}`,
+    owner: 204,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/projects/{id}/conversations',
+    url: (f) => `/api/projects/${f.projectId}/conversations`,
+    body: {},
+    owner: 201,
+    member: 201,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}/conversations',
+    url: (f) => `/api/projects/${f.projectId}/conversations`,
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}/events',
+    url: (f) => `/api/projects/${f.projectId}/events`,
+    owner: 200,
+    member: 200,
+    stranger: 404,
+    stream: true,
+  },
+  {
+    method: 'GET',
+    path: '/api/conversations/{id}',
+    url: (f) => `/api/conversations/${f.conversationId}`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'PATCH',
+    path: '/api/conversations/{id}',
+    url: (f) => `/api/conversations/${f.conversationId}`,
+    body: { title: 't' },
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'DELETE',
+    path: '/api/conversations/{id}',
+    url: (f) => `/api/conversations/${f.conversationId}`,
+    owner: 204,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/conversations/{id}/messages',
+    url: (f) => `/api/conversations/${f.conversationId}/messages`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/conversations/{id}/events',
+    url: (f) => `/api/conversations/${f.conversationId}/events`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+    stream: true,
+  },
 
   { method: 'GET', path: '/api/commands', url: () => '/api/commands', owner: 200, member: 200, stranger: 200 },
   // Per-user MCP connections are the caller's own; no OAuth MCP server is configured here.
-  { method: 'GET', path: '/api/mcp/connections', url: () => '/api/mcp/connections', owner: 200, member: 200, stranger: 200 },
-  { method: 'POST', path: '/api/mcp/connections/{server}', url: () => '/api/mcp/connections/acct', owner: 404, member: 404, stranger: 404 },
-  { method: 'DELETE', path: '/api/mcp/connections/{server}', url: () => '/api/mcp/connections/acct', owner: 404, member: 404, stranger: 404 },
-  { method: 'POST', path: '/api/commands/{commandId}', url: () => '/api/commands/rdm.ping', body: 'ping', owner: 200, member: 200, stranger: 404 },
-  { method: 'GET', path: '/api/decisions', url: () => '/api/decisions?status=pending', owner: 200, member: 200, stranger: 200 },
-  { method: 'GET', path: '/api/decisions/{id}', url: (f) => `/api/decisions/${f.decisionId}`, owner: 200, member: 404, stranger: 404 },
-  { method: 'POST', path: '/api/decisions/{id}', url: (f) => `/api/decisions/${f.decisionId}`, body: { decision: 'reject' }, owner: 200, member: 404, stranger: 404 },
-  { method: 'POST', path: '/api/decisions', url: () => '/api/decisions', body: 'batch', owner: 200, member: 200, stranger: 200 },
+  {
+    method: 'GET',
+    path: '/api/mcp/connections',
+    url: () => '/api/mcp/connections',
+    owner: 200,
+    member: 200,
+    stranger: 200,
+  },
+  {
+    method: 'POST',
+    path: '/api/mcp/connections/{server}',
+    url: () => '/api/mcp/connections/acct',
+    owner: 404,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'DELETE',
+    path: '/api/mcp/connections/{server}',
+    url: () => '/api/mcp/connections/acct',
+    owner: 404,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/commands/{commandId}',
+    url: () => '/api/commands/rdm.ping',
+    body: 'ping',
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/decisions',
+    url: () => '/api/decisions?status=pending',
+    owner: 200,
+    member: 200,
+    stranger: 200,
+  },
+  {
+    method: 'GET',
+    path: '/api/decisions/{id}',
+    url: (f) => `/api/decisions/${f.decisionId}`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/decisions/{id}',
+    url: (f) => `/api/decisions/${f.decisionId}`,
+    body: { decision: 'reject' },
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/decisions',
+    url: () => '/api/decisions',
+    body: 'batch',
+    owner: 200,
+    member: 200,
+    stranger: 200,
+  },
   { method: 'GET', path: '/api/audit', url: () => '/api/audit', owner: 200, member: 200, stranger: 200 },
   { method: 'GET', path: '/api/models', url: () => '/api/models', owner: 200, member: 200, stranger: 200 },
-  { method: 'POST', path: '/api/conversations/{id}/runs', url: (f) => `/api/conversations/${f.conversationId}/runs`, body: { input: 'hi' }, owner: 201, member: 404, stranger: 404 },
-  { method: 'POST', path: '/api/conversations/{id}/ag-ui', url: (f) => `/api/conversations/${f.conversationId}/ag-ui`, body: 'ag-ui', owner: 200, member: 404, stranger: 404, stream: true },
-  { method: 'POST', path: '/api/conversations/{id}/ui-stream', url: (f) => `/api/conversations/${f.conversationId}/ui-stream`, body: 'ui-stream', owner: 200, member: 404, stranger: 404, stream: true },
-  { method: 'GET', path: '/api/conversations/{id}/ui-stream', url: (f) => `/api/conversations/${f.conversationId}/ui-stream`, owner: 204, member: 404, stranger: 404 },
-  { method: 'GET', path: '/api/conversations/{id}/runs', url: (f) => `/api/conversations/${f.conversationId}/runs`, owner: 200, member: 404, stranger: 404 },
-  { method: 'GET', path: '/api/conversations', url: () => '/api/conversations', owner: 200, member: 200, stranger: 200 },
-  { method: 'GET', path: '/api/runs', url: () => '/api/runs?status=requires_action', owner: 200, member: 200, stranger: 200 },
+  {
+    method: 'POST',
+    path: '/api/conversations/{id}/runs',
+    url: (f) => `/api/conversations/${f.conversationId}/runs`,
+    body: { input: 'hi' },
+    owner: 201,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/conversations/{id}/ag-ui',
+    url: (f) => `/api/conversations/${f.conversationId}/ag-ui`,
+    body: 'ag-ui',
+    owner: 200,
+    member: 404,
+    stranger: 404,
+    stream: true,
+  },
+  {
+    method: 'POST',
+    path: '/api/conversations/{id}/ui-stream',
+    url: (f) => `/api/conversations/${f.conversationId}/ui-stream`,
+    body: 'ui-stream',
+    owner: 200,
+    member: 404,
+    stranger: 404,
+    stream: true,
+  },
+  {
+    method: 'GET',
+    path: '/api/conversations/{id}/ui-stream',
+    url: (f) => `/api/conversations/${f.conversationId}/ui-stream`,
+    owner: 204,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/conversations/{id}/runs',
+    url: (f) => `/api/conversations/${f.conversationId}/runs`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/conversations',
+    url: () => '/api/conversations',
+    owner: 200,
+    member: 200,
+    stranger: 200,
+  },
+  {
+    method: 'GET',
+    path: '/api/runs',
+    url: () => '/api/runs?status=requires_action',
+    owner: 200,
+    member: 200,
+    stranger: 200,
+  },
   { method: 'GET', path: '/api/runs/{id}', url: (f) => `/api/runs/${f.runId}`, owner: 200, member: 404, stranger: 404 },
-  { method: 'POST', path: '/api/runs/{id}/resume', url: (f) => `/api/runs/${f.runId}/resume`, owner: 409, member: 404, stranger: 404 },
-  { method: 'POST', path: '/api/runs/{id}/cancel', url: (f) => `/api/runs/${f.runId}/cancel`, owner: 200, member: 404, stranger: 404 },
-  { method: 'POST', path: '/api/runs/{id}/tool-outputs', url: (f) => `/api/runs/${f.runId}/tool-outputs`, body: { outputs: [{ callId: 'x', output: {} }] }, owner: 409, member: 404, stranger: 404 },
-  { method: 'GET', path: '/api/runs/{id}/events', url: (f) => `/api/runs/${f.runId}/events`, owner: 200, member: 404, stranger: 404, stream: true },
+  {
+    method: 'POST',
+    path: '/api/runs/{id}/resume',
+    url: (f) => `/api/runs/${f.runId}/resume`,
+    owner: 409,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/runs/{id}/cancel',
+    url: (f) => `/api/runs/${f.runId}/cancel`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/runs/{id}/tool-outputs',
+    url: (f) => `/api/runs/${f.runId}/tool-outputs`,
+    body: { outputs: [{ callId: 'x', output: {} }] },
+    owner: 409,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/runs/{id}/events',
+    url: (f) => `/api/runs/${f.runId}/events`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+    stream: true,
+  },
 
-  { method: 'POST', path: '/api/projects/{id}/knowledge', url: (f) => `/api/projects/${f.projectId}/knowledge`, body: { title: 't', text: 'some text' }, owner: 201, member: 201, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/knowledge', url: (f) => `/api/projects/${f.projectId}/knowledge`, owner: 200, member: 200, stranger: 404 },
-  { method: 'GET', path: '/api/knowledge/{id}', url: (f) => `/api/knowledge/${f.knowledgeId}`, owner: 200, member: 404, stranger: 404 },
-  { method: 'GET', path: '/api/knowledge/{id}/chunks', url: (f) => `/api/knowledge/${f.knowledgeId}/chunks`, owner: 200, member: 404, stranger: 404 },
-  { method: 'POST', path: '/api/knowledge/{id}/publish', url: (f) => `/api/knowledge/${f.knowledgeId}/publish`, owner: 200, member: 404, stranger: 404 },
-  { method: 'DELETE', path: '/api/knowledge/{id}', url: (f) => `/api/knowledge/${f.knowledgeId}`, owner: 204, member: 404, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/search', url: (f) => `/api/projects/${f.projectId}/search?q=text`, owner: 200, member: 200, stranger: 404 },
+  {
+    method: 'POST',
+    path: '/api/projects/{id}/knowledge',
+    url: (f) => `/api/projects/${f.projectId}/knowledge`,
+    body: { title: 't', text: 'some text' },
+    owner: 201,
+    member: 201,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}/knowledge',
+    url: (f) => `/api/projects/${f.projectId}/knowledge`,
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/knowledge/{id}',
+    url: (f) => `/api/knowledge/${f.knowledgeId}`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/knowledge/{id}/chunks',
+    url: (f) => `/api/knowledge/${f.knowledgeId}/chunks`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/knowledge/{id}/publish',
+    url: (f) => `/api/knowledge/${f.knowledgeId}/publish`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'DELETE',
+    path: '/api/knowledge/{id}',
+    url: (f) => `/api/knowledge/${f.knowledgeId}`,
+    owner: 204,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}/search',
+    url: (f) => `/api/projects/${f.projectId}/search?q=text`,
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
   { method: 'GET', path: '/api/search', url: () => '/api/search?q=text', owner: 200, member: 200, stranger: 200 },
 
   // Webhooks are the project owner's alone: a member is refused (403), like deleting the project.
-  { method: 'POST', path: '/api/projects/{id}/webhooks', url: (f) => `/api/projects/${f.projectId}/webhooks`, body: { url: 'https://example.com/hook', events: ['run.completed'] }, owner: 201, member: 403, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/webhooks', url: (f) => `/api/projects/${f.projectId}/webhooks`, owner: 200, member: 403, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/webhooks/{webhookId}', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}`, owner: 200, member: 403, stranger: 404 },
-  { method: 'PATCH', path: '/api/projects/{id}/webhooks/{webhookId}', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}`, body: { description: 'x' }, owner: 200, member: 403, stranger: 404 },
-  { method: 'DELETE', path: '/api/projects/{id}/webhooks/{webhookId}', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}`, owner: 204, member: 403, stranger: 404 },
-  { method: 'POST', path: '/api/projects/{id}/webhooks/{webhookId}/rotate-secret', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/rotate-secret`, owner: 200, member: 403, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/webhooks/{webhookId}/deliveries', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/deliveries`, owner: 200, member: 403, stranger: 404 },
-  { method: 'GET', path: '/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/deliveries/${f.deliveryId}`, owner: 200, member: 403, stranger: 404 },
-  { method: 'POST', path: '/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver', url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/deliveries/${f.deliveryId}/redeliver`, owner: 202, member: 403, stranger: 404 },
+  {
+    method: 'POST',
+    path: '/api/projects/{id}/webhooks',
+    url: (f) => `/api/projects/${f.projectId}/webhooks`,
+    body: { url: 'https://example.com/hook', events: ['run.completed'] },
+    owner: 201,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}/webhooks',
+    url: (f) => `/api/projects/${f.projectId}/webhooks`,
+    owner: 200,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}/webhooks/{webhookId}',
+    url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}`,
+    owner: 200,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'PATCH',
+    path: '/api/projects/{id}/webhooks/{webhookId}',
+    url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}`,
+    body: { description: 'x' },
+    owner: 200,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'DELETE',
+    path: '/api/projects/{id}/webhooks/{webhookId}',
+    url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}`,
+    owner: 204,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/projects/{id}/webhooks/{webhookId}/rotate-secret',
+    url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/rotate-secret`,
+    owner: 200,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}/webhooks/{webhookId}/deliveries',
+    url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/deliveries`,
+    owner: 200,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}',
+    url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/deliveries/${f.deliveryId}`,
+    owner: 200,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/projects/{id}/webhooks/{webhookId}/deliveries/{deliveryId}/redeliver',
+    url: (f) => `/api/projects/${f.projectId}/webhooks/${f.webhookId}/deliveries/${f.deliveryId}/redeliver`,
+    owner: 202,
+    member: 403,
+    stranger: 404,
+  },
 
-  { method: 'GET', path: '/api/conversations/{id}/files', url: (f) => `/api/conversations/${f.conversationId}/files`, owner: 200, member: 404, stranger: 404 },
-  { method: 'GET', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/notes.md`, owner: 200, member: 404, stranger: 404 },
-  { method: 'PUT', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/new.md`, body: 'bytes', owner: 201, member: 404, stranger: 404 },
-  { method: 'DELETE', path: '/api/conversations/{id}/files/{*}', url: (f) => `/api/conversations/${f.conversationId}/files/old.md`, owner: 204, member: 404, stranger: 404 },
-  { method: 'POST', path: '/api/conversations/{id}/files/register', url: (f) => `/api/conversations/${f.conversationId}/files/register`, body: { path: 'notes.md' }, owner: 202, member: 404, stranger: 404 },
+  {
+    method: 'GET',
+    path: '/api/conversations/{id}/files',
+    url: (f) => `/api/conversations/${f.conversationId}/files`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/conversations/{id}/files/{*}',
+    url: (f) => `/api/conversations/${f.conversationId}/files/notes.md`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'PUT',
+    path: '/api/conversations/{id}/files/{*}',
+    url: (f) => `/api/conversations/${f.conversationId}/files/new.md`,
+    body: 'bytes',
+    owner: 201,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'DELETE',
+    path: '/api/conversations/{id}/files/{*}',
+    url: (f) => `/api/conversations/${f.conversationId}/files/old.md`,
+    owner: 204,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/conversations/{id}/files/register',
+    url: (f) => `/api/conversations/${f.conversationId}/files/register`,
+    body: { path: 'notes.md' },
+    owner: 202,
+    member: 404,
+    stranger: 404,
+  },
 ]
 
 for (const engine of testEngines()) {
@@ -128,7 +521,10 @@ for (const engine of testEngines()) {
 
     async function fixture(): Promise<Fixture> {
       const project = await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'matrix' } })
-      const conversation = await server.request('POST', `/api/projects/${project.body.id}/conversations`, { token: owner.token, body: {} })
+      const conversation = await server.request('POST', `/api/projects/${project.body.id}/conversations`, {
+        token: owner.token,
+        body: {},
+      })
       // The member is listed; the revoked member was listed and removed again.
       await kvSet(store.db, 'rdm', `members:${project.body.id}`, [revokedMember.user.id, member.user.id])
       await kvSet(store.db, 'rdm', `members:${project.body.id}`, [member.user.id])
@@ -136,35 +532,68 @@ for (const engine of testEngines()) {
         token: owner.token,
         body: { entrance: 'card', conversationId: conversation.body.id, params: { title: 't', body: 'b' } },
       })
-      const other = await server.request('POST', `/api/projects/${project.body.id}/conversations`, { token: owner.token, body: {} })
-      const run = await server.request('POST', `/api/conversations/${other.body.id}/runs`, { token: owner.token, body: { input: 'hello' } })
-      const webhook = await server.request('POST', `/api/projects/${project.body.id}/webhooks`, { token: owner.token, body: { url: 'https://example.com/hook', events: ['knowledge.ingested'] } })
+      const other = await server.request('POST', `/api/projects/${project.body.id}/conversations`, {
+        token: owner.token,
+        body: {},
+      })
+      const run = await server.request('POST', `/api/conversations/${other.body.id}/runs`, {
+        token: owner.token,
+        body: { input: 'hello' },
+      })
+      const webhook = await server.request('POST', `/api/projects/${project.body.id}/webhooks`, {
+        token: owner.token,
+        body: { url: 'https://example.com/hook', events: ['knowledge.ingested'] },
+      })
       // Small text is ingested within the request: its outbox message is committed with it.
-      const knowledge = await server.request('POST', `/api/projects/${project.body.id}/knowledge`, { token: owner.token, body: { title: 'draft', text: 'draft text' } })
-      const deliveries = await server.request('GET', `/api/projects/${project.body.id}/webhooks/${webhook.body.id}/deliveries`, { token: owner.token })
+      const knowledge = await server.request('POST', `/api/projects/${project.body.id}/knowledge`, {
+        token: owner.token,
+        body: { title: 'draft', text: 'draft text' },
+      })
+      const deliveries = await server.request(
+        'GET',
+        `/api/projects/${project.body.id}/webhooks/${webhook.body.id}/deliveries`,
+        { token: owner.token },
+      )
       await server.exec.workdirs.write(conversation.body.id, 'notes.md', '# Notes')
       await server.exec.workdirs.write(conversation.body.id, 'old.md', '# Old')
-      return { projectId: project.body.id, conversationId: conversation.body.id, decisionId: pending.body.decision.id, runId: run.body.id, knowledgeId: knowledge.body.id, webhookId: webhook.body.id, deliveryId: deliveries.body.items[0].id }
+      return {
+        projectId: project.body.id,
+        conversationId: conversation.body.id,
+        decisionId: pending.body.decision.id,
+        runId: run.body.id,
+        knowledgeId: knowledge.body.id,
+        webhookId: webhook.body.id,
+        deliveryId: deliveries.body.items[0].id,
+      }
     }
 
-    async function call(route: RouteCase, fixtureValue: Fixture, token: string | undefined): Promise<{ status: number; code?: string; type: string | null }> {
+    async function call(
+      route: RouteCase,
+      fixtureValue: Fixture,
+      token: string | undefined,
+    ): Promise<{ status: number; code?: string; type: string | null }> {
       const headers: Record<string, string> = {}
       if (token) headers.authorization = `Bearer ${token}`
-      if (route.body !== undefined) headers['content-type'] = route.body === 'bytes' ? 'application/octet-stream' : 'application/json'
+      if (route.body !== undefined)
+        headers['content-type'] = route.body === 'bytes' ? 'application/octet-stream' : 'application/json'
       const body =
         route.body === 'bytes'
           ? '# uploaded'
           : route.body === 'ping'
-          ? { entrance: 'button', projectId: fixtureValue.projectId, params: {} }
-          : route.body === 'batch'
-            ? { items: [{ id: fixtureValue.decisionId, decision: 'reject' }] }
-            : route.body === 'ticket'
-              ? { path: `/api/projects/${fixtureValue.projectId}/events` }
-              : route.body === 'ui-stream'
-                ? { messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }] }
-              : route.body === 'ag-ui'
-                ? { threadId: fixtureValue.conversationId, runId: 'r1', messages: [{ id: 'u1', role: 'user', content: 'hi' }] }
-                : route.body
+            ? { entrance: 'button', projectId: fixtureValue.projectId, params: {} }
+            : route.body === 'batch'
+              ? { items: [{ id: fixtureValue.decisionId, decision: 'reject' }] }
+              : route.body === 'ticket'
+                ? { path: `/api/projects/${fixtureValue.projectId}/events` }
+                : route.body === 'ui-stream'
+                  ? { messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }] }
+                  : route.body === 'ag-ui'
+                    ? {
+                        threadId: fixtureValue.conversationId,
+                        runId: 'r1',
+                        messages: [{ id: 'u1', role: 'user', content: 'hi' }],
+                      }
+                    : route.body
       const controller = new AbortController()
       const response = await fetch(server.url + route.url(fixtureValue), {
         method: route.method,
@@ -186,7 +615,11 @@ for (const engine of testEngines()) {
       const openapi = await server.request('GET', '/docs/json')
       const documented = Object.entries(openapi.body.paths as Record<string, Record<string, unknown>>)
         .filter(([path]) => path.startsWith('/api/') && !path.startsWith('/api/admin/'))
-        .flatMap(([path, methods]) => Object.keys(methods).filter((method) => method !== 'head').map((method) => `${method.toUpperCase()} ${path}`))
+        .flatMap(([path, methods]) =>
+          Object.keys(methods)
+            .filter((method) => method !== 'head')
+            .map((method) => `${method.toUpperCase()} ${path}`),
+        )
       expect(routes.map((route) => `${route.method} ${route.path}`).sort()).toEqual(documented.sort())
     })
 

@@ -9,7 +9,12 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 // `varies` with the range where a classifier decides (docs/guides/commands-and-decisions.md).
 const classified = new URL('./__fixtures__/plugins/classified.ts', import.meta.url).pathname
 
-async function settledRun(server: TestServer, token: string, runId: string, statuses: string[]): Promise<Record<string, unknown>> {
+async function settledRun(
+  server: TestServer,
+  token: string,
+  runId: string,
+  statuses: string[],
+): Promise<Record<string, unknown>> {
   const deadline = Date.now() + 30_000
   for (;;) {
     const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
@@ -31,8 +36,11 @@ describe('risk on the wire', () => {
     model = new ScriptedModel({ id: 'scripted', turns: [] })
     server = await startTestServer(store, { models: [model], plugins: [classified], exec: { backend: 'direct' } })
     alice = await server.createUser()
-    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'risk' } })).body.id
-    conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'risk' } }))
+      .body.id
+    conversationId = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
   })
   afterAll(async () => {
     await server?.close()
@@ -41,51 +49,103 @@ describe('risk on the wire', () => {
 
   it('a call shows the level its classifier gives these arguments, in tool_call.created and requiredAction', async () => {
     model.setTurns([
-      { toolCalls: [{ name: 'classified__touch', arguments: { path: '/etc/hosts' } }, { name: 'classified__touch', arguments: { path: 'notes.txt' } }] },
+      {
+        toolCalls: [
+          { name: 'classified__touch', arguments: { path: '/etc/hosts' } },
+          { name: 'classified__touch', arguments: { path: 'notes.txt' } },
+        ],
+      },
       { text: 'done' },
     ])
     const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
-    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'touch', knowledge: { autoInject: false } } })
+    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: alice.token,
+      body: { input: 'touch', knowledge: { autoInject: false } },
+    })
     const waiting = await settledRun(server, alice.token, run.body.id, ['requires_action', 'completed', 'failed'])
     expect(waiting.status).toBe('requires_action')
-    const decisions = (waiting.requiredAction as { decisions: Array<{ risk: string; args: { path: string } }> }).decisions
+    const decisions = (waiting.requiredAction as { decisions: Array<{ risk: string; args: { path: string } }> })
+      .decisions
     expect(decisions.map((decision) => [decision.args.path, decision.risk])).toEqual([['/etc/hosts', 'high']])
     const createdEvents = () => stream.events.filter((event) => event.event === 'tool_call.created')
-    for (const deadline = Date.now() + 15_000; createdEvents().length < 2 && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 30))
+    for (const deadline = Date.now() + 15_000; createdEvents().length < 2 && Date.now() < deadline;)
+      await new Promise((resolve) => setTimeout(resolve, 30))
     stream.close()
-    const risks = createdEvents().filter((event) => event.event === 'tool_call.created').map((event) => [event.data.args.path, event.data.risk])
-    expect(risks).toEqual([['/etc/hosts', 'high'], ['notes.txt', 'low']])
+    const risks = createdEvents()
+      .filter((event) => event.event === 'tool_call.created')
+      .map((event) => [event.data.args.path, event.data.risk])
+    expect(risks).toEqual([
+      ['/etc/hosts', 'high'],
+      ['notes.txt', 'low'],
+    ])
     // The decision itself carries the same level (GET /api/decisions/:id).
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     const decision = await server.request('GET', `/api/decisions/${decisionId}`, { token: alice.token })
     expect(decision.status).toBe(200)
-    expect(decision.body).toMatchObject({ id: decisionId, commandId: 'classified.touch', risk: 'high', status: 'pending', params: { path: '/etc/hosts' } })
+    expect(decision.body).toMatchObject({
+      id: decisionId,
+      commandId: 'classified.touch',
+      risk: 'high',
+      status: 'pending',
+      params: { path: '/etc/hosts' },
+    })
     const stranger = await server.createUser()
     expect((await server.request('GET', `/api/decisions/${decisionId}`, { token: stranger.token })).status).toBe(404)
   })
 
   it('a call that waits for a person starts after the decision: created, decision.required, then started once approved', async () => {
     model.setTurns([{ toolCalls: [{ name: 'classified__touch', arguments: { path: '/etc/motd' } }] }, { text: 'done' }])
-    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'order' } })).body.id
-    const conversation = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'order' } }))
+      .body.id
+    const conversation = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
     const stream = await openSse(`${server.url}/api/conversations/${conversation}/events`, { token: alice.token })
-    const run = await server.request('POST', `/api/conversations/${conversation}/runs`, { token: alice.token, body: { input: 'touch motd', knowledge: { autoInject: false } } })
+    const run = await server.request('POST', `/api/conversations/${conversation}/runs`, {
+      token: alice.token,
+      body: { input: 'touch motd', knowledge: { autoInject: false } },
+    })
     const waiting = await settledRun(server, alice.token, run.body.id, ['requires_action'])
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
-    expect((await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })).status).toBe(200)
+    expect(
+      (
+        await server.request('POST', `/api/decisions/${decisionId}`, {
+          token: alice.token,
+          body: { decision: 'approve' },
+        })
+      ).status,
+    ).toBe(200)
     await settledRun(server, alice.token, run.body.id, ['completed'])
-    const ofThisRun = () => stream.events.filter((event) => ['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'].includes(event.event ?? '') && (event.data.runId === run.body.id || event.data.callId !== undefined))
-    for (const deadline = Date.now() + 15_000; !ofThisRun().some((event) => event.event === 'tool_call.completed') && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 30))
+    const ofThisRun = () =>
+      stream.events.filter(
+        (event) =>
+          ['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'].includes(
+            event.event ?? '',
+          ) &&
+          (event.data.runId === run.body.id || event.data.callId !== undefined),
+      )
+    for (
+      const deadline = Date.now() + 15_000;
+      !ofThisRun().some((event) => event.event === 'tool_call.completed') && Date.now() < deadline;
+    )
+      await new Promise((resolve) => setTimeout(resolve, 30))
     stream.close()
-    const callId = ofThisRun().find((event) => event.event === 'tool_call.created' && event.data.runId === run.body.id)!.data.callId
-    const order = ofThisRun().filter((event) => event.data.callId === callId).map((event) => event.event)
+    const callId = ofThisRun().find((event) => event.event === 'tool_call.created' && event.data.runId === run.body.id)!
+      .data.callId
+    const order = ofThisRun()
+      .filter((event) => event.data.callId === callId)
+      .map((event) => event.event)
     expect(order).toEqual(['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'])
   })
 
   it('the catalog shows a static level, or `varies` with the range, never an internal word', async () => {
     const answer = await server.request('GET', '/api/commands', { token: alice.token })
     expect(answer.status).toBe(200)
-    const catalog = answer.body.items as Array<{ id: string; risk: string; riskRange: { min: string; max: string } | null }>
+    const catalog = answer.body.items as Array<{
+      id: string
+      risk: string
+      riskRange: { min: string; max: string } | null
+    }>
     const byId = new Map(catalog.map((command) => [command.id, command]))
     expect(byId.get('classified.touch')).toMatchObject({ risk: 'varies', riskRange: { min: 'low', max: 'high' } })
     // Under direct an execution is always high.

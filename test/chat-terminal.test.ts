@@ -13,10 +13,33 @@ if (!hasTmux && requireTmux) throw new Error('REQUIRE_TMUX=1 but tmux is not ins
 if (!hasTmux) console.warn('[plinth tests] skipping the plinth chat terminal tests: tmux is not installed')
 
 const scripts = {
-  propose: { turnBy: 'round', turns: [{ text: 'Let me look.', toolCalls: [{ name: 'propose_command', arguments: { command: 'echo hello-from-local', reason: 'to see' } }] }, { text: 'Seen it: all good.' }] },
-  danger: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'propose_command', arguments: { command: 'rm -rf /tmp/plinth-chat-never-exists' } }] }, { text: 'Fine, I will not.' }] },
-  decide: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Memo', body: 'hello' } }] }, { text: 'The draft is written.' }] },
-  slow: { turns: [{ text: Array.from({ length: 300 }, (_, index) => `w${index} `).join(''), chunks: 300, delayMs: 50 }] },
+  propose: {
+    turnBy: 'round',
+    turns: [
+      {
+        text: 'Let me look.',
+        toolCalls: [{ name: 'propose_command', arguments: { command: 'echo hello-from-local', reason: 'to see' } }],
+      },
+      { text: 'Seen it: all good.' },
+    ],
+  },
+  danger: {
+    turnBy: 'round',
+    turns: [
+      { toolCalls: [{ name: 'propose_command', arguments: { command: 'rm -rf /tmp/plinth-chat-never-exists' } }] },
+      { text: 'Fine, I will not.' },
+    ],
+  },
+  decide: {
+    turnBy: 'round',
+    turns: [
+      { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Memo', body: 'hello' } }] },
+      { text: 'The draft is written.' },
+    ],
+  },
+  slow: {
+    turns: [{ text: Array.from({ length: 300 }, (_, index) => `w${index} `).join(''), chunks: 300, delayMs: 50 }],
+  },
   other: { turns: [{ text: 'Answered by the other model.' }] },
 }
 
@@ -30,11 +53,16 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
   beforeAll(async () => {
     cwd = await mkdtemp(join(tmpdir(), 'plinth-chat-'))
     upstream = await startFakeUpstream()
-    for (const [name, script] of Object.entries(scripts)) await writeFile(join(cwd, `${name}.json`), JSON.stringify(script))
+    for (const [name, script] of Object.entries(scripts))
+      await writeFile(join(cwd, `${name}.json`), JSON.stringify(script))
     const broken = { id: 'broken', provider: 'openai', baseUrl: upstream.url, model: 'gpt-x' }
     await writeFile(
       join(cwd, 'plinth.config.json'),
-      JSON.stringify({ plugins: ['rdm'], models: [...Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })), broken], defaultModel: 'propose' }),
+      JSON.stringify({
+        plugins: ['rdm'],
+        models: [...Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })), broken],
+        defaultModel: 'propose',
+      }),
     )
     token = lastLine((await runPlinth(['users', 'create', 'chatter'], { cwd })).stdout)
     server = await startServe({ cwd })
@@ -47,14 +75,32 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
   })
 
   /** A project whose runs use `model`, and `plinth chat` on it in a new tmux session. */
-  const open = async (model: keyof typeof scripts | 'broken', extraArgs = ''): Promise<{ session: string; projectId: string }> => {
-    const project = await http(server.url, 'POST', '/api/projects', { token, body: { name: `chat-${model}-${Date.now()}`, defaultModel: model } })
+  const open = async (
+    model: keyof typeof scripts | 'broken',
+    extraArgs = '',
+  ): Promise<{ session: string; projectId: string }> => {
+    const project = await http(server.url, 'POST', '/api/projects', {
+      token,
+      body: { name: `chat-${model}-${Date.now()}`, defaultModel: model },
+    })
     expect(project.status).toBe(201)
     const session = `plinth-chat-${process.pid}-${sessions.length}`
     sessions.push(session)
     const env = cliEnv({ PLINTH_URL: server.url, PLINTH_TOKEN: token, NO_COLOR: '1' })
-    const exports = ['PLINTH_URL', 'PLINTH_TOKEN', 'NO_COLOR', 'PLINTH_FROM_SOURCE'].map((name) => `${name}=${JSON.stringify(env[name] ?? '')}`).join(' ')
-    execFileSync('tmux', ['new-session', '-d', '-s', session, '-x', '140', '-y', '50', `cd ${JSON.stringify(cwd)} && ${exports} ${JSON.stringify(process.execPath)} ${JSON.stringify(plinthBin)} chat --project ${project.body.id} ${extraArgs}; echo "[exit $?]"; sleep 600`])
+    const exports = ['PLINTH_URL', 'PLINTH_TOKEN', 'NO_COLOR', 'PLINTH_FROM_SOURCE']
+      .map((name) => `${name}=${JSON.stringify(env[name] ?? '')}`)
+      .join(' ')
+    execFileSync('tmux', [
+      'new-session',
+      '-d',
+      '-s',
+      session,
+      '-x',
+      '140',
+      '-y',
+      '50',
+      `cd ${JSON.stringify(cwd)} && ${exports} ${JSON.stringify(process.execPath)} ${JSON.stringify(plinthBin)} chat --project ${project.body.id} ${extraArgs}; echo "[exit $?]"; sleep 600`,
+    ])
     await screenShows(session, /you>/)
     return { session, projectId: project.body.id }
   }
@@ -62,7 +108,8 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
     execFileSync('tmux', ['send-keys', '-t', session, '-l', keys])
     if (enter) execFileSync('tmux', ['send-keys', '-t', session, 'Enter'])
   }
-  const screen = (session: string): string => execFileSync('tmux', ['capture-pane', '-p', '-t', session, '-S', '-200']).toString()
+  const screen = (session: string): string =>
+    execFileSync('tmux', ['capture-pane', '-p', '-t', session, '-S', '-200']).toString()
   const screenShows = async (session: string, pattern: RegExp, timeoutMs = 20_000): Promise<string> => {
     const deadline = Date.now() + timeoutMs
     for (;;) {
@@ -133,17 +180,21 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
     expect((await lastRun(projectId)).status).toBe('completed')
   })
 
-  it('survives a server restart mid-run: reconnects with the last event id and shows the rest', { timeout: 120_000 }, async () => {
-    const { session, projectId } = await open('slow')
-    type(session, 'talk for a while')
-    await screenShows(session, /agent> w0 w1 w2/)
-    // A graceful restart on the same port: the new server resumes the run, the client follows it.
-    expect(await server.stop()).toBe(0)
-    server = await startServe({ cwd, env: { PORT: String(server.port) } })
-    await screenShows(session, /reconnecting in/)
-    await screenShows(session, /w299\s*\n(.*\n)*you>/, 60_000)
-    expect((await lastRun(projectId)).status).toBe('completed')
-  })
+  it(
+    'survives a server restart mid-run: reconnects with the last event id and shows the rest',
+    { timeout: 120_000 },
+    async () => {
+      const { session, projectId } = await open('slow')
+      type(session, 'talk for a while')
+      await screenShows(session, /agent> w0 w1 w2/)
+      // A graceful restart on the same port: the new server resumes the run, the client follows it.
+      expect(await server.stop()).toBe(0)
+      server = await startServe({ cwd, env: { PORT: String(server.port) } })
+      await screenShows(session, /reconnecting in/)
+      await screenShows(session, /w299\s*\n(.*\n)*you>/, 60_000)
+      expect((await lastRun(projectId)).status).toBe('completed')
+    },
+  )
 
   it('Ctrl-C cancels the run; a second Ctrl-C quits', async () => {
     const { session, projectId } = await open('slow')
@@ -200,7 +251,13 @@ describe('plinth chat without a terminal', () => {
   beforeAll(async () => {
     cwd = await mkdtemp(join(tmpdir(), 'plinth-chat-once-'))
     await writeFile(join(cwd, 'answer.json'), JSON.stringify({ turns: [{ text: 'Forty-two.' }] }))
-    await writeFile(join(cwd, 'plinth.config.json'), JSON.stringify({ models: [{ id: 'answer', provider: 'scripted', script: 'answer.json' }], defaultModel: 'answer' }))
+    await writeFile(
+      join(cwd, 'plinth.config.json'),
+      JSON.stringify({
+        models: [{ id: 'answer', provider: 'scripted', script: 'answer.json' }],
+        defaultModel: 'answer',
+      }),
+    )
     token = lastLine((await runPlinth(['users', 'create', 'once'], { cwd })).stdout)
     server = await startServe({ cwd })
   }, 120_000)
@@ -216,14 +273,19 @@ describe('plinth chat without a terminal', () => {
   })
 
   it('a refused token is said plainly, once, and exits 1', async () => {
-    const result = await runPlinth(['chat', '--url', server.url, '--token', 'plt_not-a-real-token', '--once', 'x'], { cwd })
+    const result = await runPlinth(['chat', '--url', server.url, '--token', 'plt_not-a-real-token', '--once', 'x'], {
+      cwd,
+    })
     expect(result.code).toBe(1)
     expect(result.stderr).toMatch(/the token was refused/)
     expect(result.stderr.match(/refused/g)).toHaveLength(1)
   })
 
   it('a server that is down: says so and retries with backoff, then gives up with exit 1', async () => {
-    const result = await runPlinth(['chat', '--url', 'http://127.0.0.1:9', '--token', token, '--once', 'x'], { cwd, timeoutMs: 60_000 })
+    const result = await runPlinth(['chat', '--url', 'http://127.0.0.1:9', '--token', token, '--once', 'x'], {
+      cwd,
+      timeoutMs: 60_000,
+    })
     expect(result.code).toBe(1)
     expect(result.stderr).toMatch(/cannot reach http:\/\/127\.0\.0\.1:9.*retrying sign in in 0\.5 s/)
     expect(result.stderr.match(/retrying/g)!.length).toBeGreaterThanOrEqual(3)

@@ -19,39 +19,52 @@ describe('first start and the CLI beside a running server', () => {
     await rm(cwd, { recursive: true, force: true })
   })
 
-  it('creates the first user and prints its token once; users and tokens commands go through the admin API', { timeout: 240_000 }, async () => {
-    server = await startServe({ cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
-    await new Promise((resolve) => setTimeout(resolve, 300))
-    const printed = server.stdout().split('\n')
-    const notice = printed.findIndex((line) => line.includes('created the first user "admin"'))
-    expect(notice).toBeGreaterThanOrEqual(0)
-    const token = printed[notice + 1]!
-    expect(token).toMatch(/^plt_/)
-    expect((await http(server.url, 'GET', '/api/me', { token })).body).toMatchObject({ name: 'admin' })
+  it(
+    'creates the first user and prints its token once; users and tokens commands go through the admin API',
+    { timeout: 240_000 },
+    async () => {
+      server = await startServe({ cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      const printed = server.stdout().split('\n')
+      const notice = printed.findIndex((line) => line.includes('created the first user "admin"'))
+      expect(notice).toBeGreaterThanOrEqual(0)
+      const token = printed[notice + 1]!
+      expect(token).toMatch(/^plt_/)
+      expect((await http(server.url, 'GET', '/api/me', { token })).body).toMatchObject({ name: 'admin' })
 
-    const created = await runPlinth(['users', 'create', 'bob'], { cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
-    expect(created.code, created.stderr).toBe(0)
-    expect(created.stderr).toMatch(/using its admin API/)
-    const bobToken = lastLine(created.stdout)
-    expect((await http(server.url, 'GET', '/api/me', { token: bobToken })).body).toMatchObject({ name: 'bob' })
-    const list = await runPlinth(['users', 'list', '--json'], { cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
-    expect(JSON.parse(list.stdout).map((user: { name: string }) => user.name).sort()).toEqual(['admin', 'bob'])
-    const tokens = await runPlinth(['tokens', 'list', 'bob', '--json'], { cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
-    const tokenId = JSON.parse(tokens.stdout)[0].id as string
-    expect((await runPlinth(['tokens', 'revoke', tokenId], { cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })).code).toBe(0)
-    expect((await http(server.url, 'GET', '/api/me', { token: bobToken })).status).toBe(401)
+      const created = await runPlinth(['users', 'create', 'bob'], { cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
+      expect(created.code, created.stderr).toBe(0)
+      expect(created.stderr).toMatch(/using its admin API/)
+      const bobToken = lastLine(created.stdout)
+      expect((await http(server.url, 'GET', '/api/me', { token: bobToken })).body).toMatchObject({ name: 'bob' })
+      const list = await runPlinth(['users', 'list', '--json'], { cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
+      expect(
+        JSON.parse(list.stdout)
+          .map((user: { name: string }) => user.name)
+          .sort(),
+      ).toEqual(['admin', 'bob'])
+      const tokens = await runPlinth(['tokens', 'list', 'bob', '--json'], {
+        cwd,
+        env: { PLINTH_ADMIN_TOKEN: adminToken },
+      })
+      const tokenId = JSON.parse(tokens.stdout)[0].id as string
+      expect(
+        (await runPlinth(['tokens', 'revoke', tokenId], { cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })).code,
+      ).toBe(0)
+      expect((await http(server.url, 'GET', '/api/me', { token: bobToken })).status).toBe(401)
 
-    // Without the admin token: the lock error says where the server is and what to set.
-    const refused = await runPlinth(['users', 'create', 'carol'], { cwd })
-    expect(refused.code).toBe(1)
-    expect(refused.stderr).toMatch(new RegExp(`${server.url.replace(/[.]/g, '\\.')}.*PLINTH_ADMIN_TOKEN`))
+      // Without the admin token: the lock error says where the server is and what to set.
+      const refused = await runPlinth(['users', 'create', 'carol'], { cwd })
+      expect(refused.code).toBe(1)
+      expect(refused.stderr).toMatch(new RegExp(`${server.url.replace(/[.]/g, '\\.')}.*PLINTH_ADMIN_TOKEN`))
 
-    expect(await server.stop()).toBe(0)
-    server = undefined
-    // The next start finds users: nothing is created or printed again.
-    const again = await startServe({ cwd })
-    server = again
-    await new Promise((resolve) => setTimeout(resolve, 300))
-    expect(again.stdout()).not.toMatch(/created the first user/)
-  })
+      expect(await server.stop()).toBe(0)
+      server = undefined
+      // The next start finds users: nothing is created or printed again.
+      const again = await startServe({ cwd })
+      server = again
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      expect(again.stdout()).not.toMatch(/created the first user/)
+    },
+  )
 })

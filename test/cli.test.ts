@@ -39,7 +39,8 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
   let alice: { id: string; token: string } | undefined
   let carolToken: string | undefined
 
-  const run = (args: string[], env: Record<string, string> = {}): Promise<CliResult> => runPlinth(args, { cwd, env, timeoutMs: spawnTimeout })
+  const run = (args: string[], env: Record<string, string> = {}): Promise<CliResult> =>
+    runPlinth(args, { cwd, env, timeoutMs: spawnTimeout })
   const serve = async (env: Record<string, string> = {}): Promise<ServeProcess> => {
     const server = await startServe({ cwd, env, timeoutMs: spawnTimeout })
     servers.push(server)
@@ -59,181 +60,217 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
     await rm(cwd, { recursive: true, force: true })
   })
 
-  it('migrate on a fresh data directory applies the migrations, and a second run has nothing to do', async () => {
-    // Every migration shipped in <package root>/migrations, in order, starting with the foundation.
-    const shipped = (await readdir(new URL('../migrations/', import.meta.url))).filter((name) => /^\d{4}_[\w-]+\.sql$/.test(name)).sort()
-    expect(shipped[0]).toBe('0001_foundation.sql')
-    const first = await run(['migrate'])
-    expect(succeeded(first).trim()).toBe(`applied ${shipped.join(', ')}`)
-    // The default data directory is ./data in the working directory.
-    expect(await readdir(join(cwd, 'data'))).toContain('pg')
+  it(
+    'migrate on a fresh data directory applies the migrations, and a second run has nothing to do',
+    async () => {
+      // Every migration shipped in <package root>/migrations, in order, starting with the foundation.
+      const shipped = (await readdir(new URL('../migrations/', import.meta.url)))
+        .filter((name) => /^\d{4}_[\w-]+\.sql$/.test(name))
+        .sort()
+      expect(shipped[0]).toBe('0001_foundation.sql')
+      const first = await run(['migrate'])
+      expect(succeeded(first).trim()).toBe(`applied ${shipped.join(', ')}`)
+      // The default data directory is ./data in the working directory.
+      expect(await readdir(join(cwd, 'data'))).toContain('pg')
 
-    const second = await run(['migrate'])
-    expect(succeeded(second).trim()).toBe('database is up to date')
-  }, 2 * spawnTimeout)
+      const second = await run(['migrate'])
+      expect(succeeded(second).trim()).toBe('database is up to date')
+    },
+    2 * spawnTimeout,
+  )
 
-  it('users create prints the token as the last line, --json prints {userId, token}, and a taken name exits 1', async () => {
-    const created = await run(['users', 'create', 'alice'])
-    const lines = succeeded(created).trimEnd().split('\n')
-    expect(lines[0]).toMatch(/^created user alice \(\S+\)$/)
-    expect(lines).toContain('token (shown once, store it now):')
-    const token = lastLine(created.stdout)
-    expect(token).toMatch(tokenPattern)
-    const id = /\((\S+)\)/.exec(lines[0] ?? '')?.[1] ?? ''
-    alice = { id, token }
+  it(
+    'users create prints the token as the last line, --json prints {userId, token}, and a taken name exits 1',
+    async () => {
+      const created = await run(['users', 'create', 'alice'])
+      const lines = succeeded(created).trimEnd().split('\n')
+      expect(lines[0]).toMatch(/^created user alice \(\S+\)$/)
+      expect(lines).toContain('token (shown once, store it now):')
+      const token = lastLine(created.stdout)
+      expect(token).toMatch(tokenPattern)
+      const id = /\((\S+)\)/.exec(lines[0] ?? '')?.[1] ?? ''
+      alice = { id, token }
 
-    const json = await run(['users', 'create', 'carol', '--json'])
-    const jsonLines = succeeded(json).trimEnd().split('\n')
-    expect(jsonLines).toHaveLength(1)
-    const issued = JSON.parse(jsonLines[0] ?? '') as { userId: string; token: string }
-    expect(Object.keys(issued).sort()).toEqual(['token', 'userId'])
-    expect(issued.userId).toMatch(/^\S+$/)
-    expect(issued.userId).not.toBe(id)
-    expect(issued.token).toMatch(tokenPattern)
-    expect(issued.token).not.toBe(token)
-    carolToken = issued.token
+      const json = await run(['users', 'create', 'carol', '--json'])
+      const jsonLines = succeeded(json).trimEnd().split('\n')
+      expect(jsonLines).toHaveLength(1)
+      const issued = JSON.parse(jsonLines[0] ?? '') as { userId: string; token: string }
+      expect(Object.keys(issued).sort()).toEqual(['token', 'userId'])
+      expect(issued.userId).toMatch(/^\S+$/)
+      expect(issued.userId).not.toBe(id)
+      expect(issued.token).toMatch(tokenPattern)
+      expect(issued.token).not.toBe(token)
+      carolToken = issued.token
 
-    const duplicate = await run(['users', 'create', 'alice'])
-    expect(duplicate.code, describeRun(duplicate)).toBe(1)
-    expect(duplicate.stderr).toMatch(/"alice" already exists/)
-    expect(duplicate.stderr).not.toMatch(stackFrame)
-    expect(duplicate.stdout).not.toMatch(/plt_/)
-  }, 3 * spawnTimeout)
+      const duplicate = await run(['users', 'create', 'alice'])
+      expect(duplicate.code, describeRun(duplicate)).toBe(1)
+      expect(duplicate.stderr).toMatch(/"alice" already exists/)
+      expect(duplicate.stderr).not.toMatch(stackFrame)
+      expect(duplicate.stdout).not.toMatch(/plt_/)
+    },
+    3 * spawnTimeout,
+  )
 
-  it('tokens create/list/revoke and users disable: the list never shows a secret, and a revoked token or disabled user no longer authenticates', async () => {
-    const { id: aliceId, token: aliceToken } = requireAlice()
+  it(
+    'tokens create/list/revoke and users disable: the list never shows a secret, and a revoked token or disabled user no longer authenticates',
+    async () => {
+      const { id: aliceId, token: aliceToken } = requireAlice()
 
-    const laptop = await run(['tokens', 'create', 'alice', '--name', 'laptop', '--json'])
-    const issued = JSON.parse(succeeded(laptop).trim()) as { userId: string; tokenId: string; token: string }
-    expect(issued.userId).toBe(aliceId)
-    expect(issued.token).toMatch(tokenPattern)
+      const laptop = await run(['tokens', 'create', 'alice', '--name', 'laptop', '--json'])
+      const issued = JSON.parse(succeeded(laptop).trim()) as { userId: string; tokenId: string; token: string }
+      expect(issued.userId).toBe(aliceId)
+      expect(issued.token).toMatch(tokenPattern)
 
-    // By id as well as by name; the plain form ends with the secret.
-    const phone = await run(['tokens', 'create', aliceId, '--name', 'phone'])
-    const phoneToken = lastLine(succeeded(phone))
-    expect(phoneToken).toMatch(tokenPattern)
+      // By id as well as by name; the plain form ends with the secret.
+      const phone = await run(['tokens', 'create', aliceId, '--name', 'phone'])
+      const phoneToken = lastLine(succeeded(phone))
+      expect(phoneToken).toMatch(tokenPattern)
 
-    const revoked = await run(['tokens', 'revoke', issued.tokenId])
-    expect(succeeded(revoked)).toContain(`revoked token ${issued.tokenId}`)
+      const revoked = await run(['tokens', 'revoke', issued.tokenId])
+      expect(succeeded(revoked)).toContain(`revoked token ${issued.tokenId}`)
 
-    const listed = await run(['tokens', 'list', 'alice', '--json'])
-    const listText = succeeded(listed)
-    const tokens = JSON.parse(listText) as Array<Record<string, unknown>>
-    expect(tokens.map((token) => token.name).sort()).toEqual(['default', 'laptop', 'phone'])
-    for (const token of tokens) {
-      expect(Object.keys(token).sort()).toEqual(['createdAt', 'id', 'lastUsedAt', 'name', 'prefix', 'revokedAt', 'userId'])
-      expect(token.userId).toBe(aliceId)
-      expect(token.revokedAt === null).toBe(token.id !== issued.tokenId)
-      expect(typeof token.prefix === 'string' && token.prefix.length > 0 && token.prefix.length < 20).toBe(true)
-    }
-    for (const secret of [aliceToken, issued.token, phoneToken]) expect(listText).not.toContain(secret)
-    const laptopPrefix = tokens.find((token) => token.id === issued.tokenId)?.prefix
-    expect(issued.token.startsWith(String(laptopPrefix))).toBe(true)
+      const listed = await run(['tokens', 'list', 'alice', '--json'])
+      const listText = succeeded(listed)
+      const tokens = JSON.parse(listText) as Array<Record<string, unknown>>
+      expect(tokens.map((token) => token.name).sort()).toEqual(['default', 'laptop', 'phone'])
+      for (const token of tokens) {
+        expect(Object.keys(token).sort()).toEqual([
+          'createdAt',
+          'id',
+          'lastUsedAt',
+          'name',
+          'prefix',
+          'revokedAt',
+          'userId',
+        ])
+        expect(token.userId).toBe(aliceId)
+        expect(token.revokedAt === null).toBe(token.id !== issued.tokenId)
+        expect(typeof token.prefix === 'string' && token.prefix.length > 0 && token.prefix.length < 20).toBe(true)
+      }
+      for (const secret of [aliceToken, issued.token, phoneToken]) expect(listText).not.toContain(secret)
+      const laptopPrefix = tokens.find((token) => token.id === issued.tokenId)?.prefix
+      expect(issued.token.startsWith(String(laptopPrefix))).toBe(true)
 
-    expect(succeeded(await run(['users', 'disable', 'carol']))).toMatch(/^disabled user carol/)
+      expect(succeeded(await run(['users', 'disable', 'carol']))).toMatch(/^disabled user carol/)
 
-    // PGlite is single-process: the server starts only after the CLI steps.
-    const server = await serve()
-    expect(server.url).toBe(`http://127.0.0.1:${server.port}`)
-    expect(server.listening).toMatchObject({ engine: 'pglite', adminApi: false })
+      // PGlite is single-process: the server starts only after the CLI steps.
+      const server = await serve()
+      expect(server.url).toBe(`http://127.0.0.1:${server.port}`)
+      expect(server.listening).toMatchObject({ engine: 'pglite', adminApi: false })
 
-    const health = await http(server.url, 'GET', '/healthz')
-    expect(health).toMatchObject({ status: 200, body: { status: 'ok' } })
+      const health = await http(server.url, 'GET', '/healthz')
+      expect(health).toMatchObject({ status: 200, body: { status: 'ok' } })
 
-    for (const token of [aliceToken, phoneToken]) {
-      const me = await http(server.url, 'GET', '/api/me', { token })
-      expect(me.status).toBe(200)
-      expect(me.body).toEqual({ id: aliceId, name: 'alice', disabled: false, createdAt: expect.any(String) })
-    }
-    for (const token of [issued.token, carolToken ?? 'carol token missing']) {
-      const denied = await http(server.url, 'GET', '/api/me', { token })
-      expect(denied.status).toBe(401)
-      expect(denied.contentType).toMatch(/^application\/problem\+json/)
-      expect(denied.body).toMatchObject({ status: 401, code: 'unauthorized' })
-    }
-    // Without PLINTH_ADMIN_TOKEN the admin API does not exist.
-    const admin = await http(server.url, 'POST', '/api/admin/users', { token: aliceToken, body: { name: 'mallory' } })
-    expect(admin.status).toBe(404)
+      for (const token of [aliceToken, phoneToken]) {
+        const me = await http(server.url, 'GET', '/api/me', { token })
+        expect(me.status).toBe(200)
+        expect(me.body).toEqual({ id: aliceId, name: 'alice', disabled: false, createdAt: expect.any(String) })
+      }
+      for (const token of [issued.token, carolToken ?? 'carol token missing']) {
+        const denied = await http(server.url, 'GET', '/api/me', { token })
+        expect(denied.status).toBe(401)
+        expect(denied.contentType).toMatch(/^application\/problem\+json/)
+        expect(denied.body).toMatchObject({ status: 401, code: 'unauthorized' })
+      }
+      // Without PLINTH_ADMIN_TOKEN the admin API does not exist.
+      const admin = await http(server.url, 'POST', '/api/admin/users', { token: aliceToken, body: { name: 'mallory' } })
+      expect(admin.status).toBe(404)
 
-    expect(await server.stop()).toBe(0)
-  }, 8 * spawnTimeout)
+      expect(await server.stop()).toBe(0)
+    },
+    8 * spawnTimeout,
+  )
 
-  it('keeps data across a restart: a project created before SIGTERM is listed by the next server', async () => {
-    const { id: aliceId, token } = requireAlice()
-    const first = await serve()
-    const created = await http(first.url, 'POST', '/api/projects', { token, body: { name: 'survivor' } })
-    expect(created.status).toBe(201)
-    expect(created.body).toMatchObject({ ownerId: aliceId, name: 'survivor', id: expect.any(String) })
-    expect(await first.stop('SIGTERM')).toBe(0)
-    expect(first.stdout()).toContain('"msg":"shutting down"')
-    // Logs go to stdout as JSON; a clean start and stop writes no warnings to stderr.
-    expect(first.stderr()).toBe('')
-    // A graceful stop releases the data directory.
-    expect(await readdir(join(cwd, 'data'))).not.toContain('plinth.lock')
+  it(
+    'keeps data across a restart: a project created before SIGTERM is listed by the next server',
+    async () => {
+      const { id: aliceId, token } = requireAlice()
+      const first = await serve()
+      const created = await http(first.url, 'POST', '/api/projects', { token, body: { name: 'survivor' } })
+      expect(created.status).toBe(201)
+      expect(created.body).toMatchObject({ ownerId: aliceId, name: 'survivor', id: expect.any(String) })
+      expect(await first.stop('SIGTERM')).toBe(0)
+      expect(first.stdout()).toContain('"msg":"shutting down"')
+      // Logs go to stdout as JSON; a clean start and stop writes no warnings to stderr.
+      expect(first.stderr()).toBe('')
+      // A graceful stop releases the data directory.
+      expect(await readdir(join(cwd, 'data'))).not.toContain('plinth.lock')
 
-    const second = await serve()
-    const listed = await http(second.url, 'GET', '/api/projects', { token })
-    expect(listed.status).toBe(200)
-    expect(listed.body.items).toEqual([expect.objectContaining({ id: created.body.id, name: 'survivor', ownerId: aliceId })])
-    expect(listed.body.nextCursor).toBeNull()
-    expect(await second.stop('SIGINT')).toBe(0)
-  }, 4 * spawnTimeout)
+      const second = await serve()
+      const listed = await http(second.url, 'GET', '/api/projects', { token })
+      expect(listed.status).toBe(200)
+      expect(listed.body.items).toEqual([
+        expect.objectContaining({ id: created.body.id, name: 'survivor', ownerId: aliceId }),
+      ])
+      expect(listed.body.nextCursor).toBeNull()
+      expect(await second.stop('SIGINT')).toBe(0)
+    },
+    4 * spawnTimeout,
+  )
 
-  it('refuses CLI commands while a server holds the data directory, while the admin API works; the CLI works again after the server stops', async () => {
-    const server = await serve({ PLINTH_ADMIN_TOKEN: adminToken })
-    expect(server.listening).toMatchObject({ adminApi: true })
+  it(
+    'refuses CLI commands while a server holds the data directory, while the admin API works; the CLI works again after the server stops',
+    async () => {
+      const server = await serve({ PLINTH_ADMIN_TOKEN: adminToken })
+      expect(server.listening).toMatchObject({ adminApi: true })
 
-    const blocked = await run(['users', 'create', 'bob'])
-    expect(blocked.code, describeRun(blocked)).toBe(1)
-    expect(blocked.stderr).toContain('embedded database')
-    expect(blocked.stderr).toContain(`in use by another Plinth process (pid ${server.pid})`)
-    expect(blocked.stderr).toContain('stop it first')
-    expect(blocked.stderr).toContain('admin API')
-    expect(blocked.stderr).not.toMatch(stackFrame)
-    expect(blocked.stdout).toBe('')
+      const blocked = await run(['users', 'create', 'bob'])
+      expect(blocked.code, describeRun(blocked)).toBe(1)
+      expect(blocked.stderr).toContain('embedded database')
+      expect(blocked.stderr).toContain(`in use by another Plinth process (pid ${server.pid})`)
+      expect(blocked.stderr).toContain('stop it first')
+      expect(blocked.stderr).toContain('admin API')
+      expect(blocked.stderr).not.toMatch(stackFrame)
+      expect(blocked.stdout).toBe('')
 
-    // The server is unharmed by the refused command.
-    expect((await http(server.url, 'GET', '/healthz')).status).toBe(200)
+      // The server is unharmed by the refused command.
+      expect((await http(server.url, 'GET', '/healthz')).status).toBe(200)
 
-    const noAuth = await http(server.url, 'POST', '/api/admin/users', { body: { name: 'bob' } })
-    expect(noAuth.status).toBe(401)
-    expect(noAuth.contentType).toMatch(/^application\/problem\+json/)
-    expect(noAuth.body).toMatchObject({ code: 'unauthorized' })
+      const noAuth = await http(server.url, 'POST', '/api/admin/users', { body: { name: 'bob' } })
+      expect(noAuth.status).toBe(401)
+      expect(noAuth.contentType).toMatch(/^application\/problem\+json/)
+      expect(noAuth.body).toMatchObject({ code: 'unauthorized' })
 
-    const bob = await http(server.url, 'POST', '/api/admin/users', { token: adminToken, body: { name: 'bob' } })
-    expect(bob.status).toBe(201)
-    expect(bob.body.user).toMatchObject({ name: 'bob', disabled: false })
-    expect(bob.body.token.token).toMatch(tokenPattern)
-    const me = await http(server.url, 'GET', '/api/me', { token: bob.body.token.token })
-    expect(me).toMatchObject({ status: 200, body: { id: bob.body.user.id, name: 'bob' } })
+      const bob = await http(server.url, 'POST', '/api/admin/users', { token: adminToken, body: { name: 'bob' } })
+      expect(bob.status).toBe(201)
+      expect(bob.body.user).toMatchObject({ name: 'bob', disabled: false })
+      expect(bob.body.token.token).toMatch(tokenPattern)
+      const me = await http(server.url, 'GET', '/api/me', { token: bob.body.token.token })
+      expect(me).toMatchObject({ status: 200, body: { id: bob.body.user.id, name: 'bob' } })
 
-    const taken = await http(server.url, 'POST', '/api/admin/users', { token: adminToken, body: { name: 'alice' } })
-    expect(taken.status).toBe(409)
+      const taken = await http(server.url, 'POST', '/api/admin/users', { token: adminToken, body: { name: 'alice' } })
+      expect(taken.status).toBe(409)
 
-    expect(await server.stop()).toBe(0)
+      expect(await server.stop()).toBe(0)
 
-    const list = await run(['users', 'list', '--json'])
-    const users = JSON.parse(succeeded(list)) as Array<{ name: string; disabled: boolean }>
-    expect(users.map((user) => [user.name, user.disabled]).sort()).toEqual([
-      ['alice', false],
-      ['bob', false],
-      ['carol', true],
-    ])
-  }, 4 * spawnTimeout)
+      const list = await run(['users', 'list', '--json'])
+      const users = JSON.parse(succeeded(list)) as Array<{ name: string; disabled: boolean }>
+      expect(users.map((user) => [user.name, user.disabled]).sort()).toEqual([
+        ['alice', false],
+        ['bob', false],
+        ['carol', true],
+      ])
+    },
+    4 * spawnTimeout,
+  )
 
-  it('takes over the lock of a server that was killed, without losing data', async () => {
-    const { token } = requireAlice()
-    const server = await serve()
-    expect((await http(server.url, 'GET', '/api/me', { token })).status).toBe(200)
-    await server.stop('SIGKILL')
-    expect(await readdir(join(cwd, 'data'))).toContain('plinth.lock')
+  it(
+    'takes over the lock of a server that was killed, without losing data',
+    async () => {
+      const { token } = requireAlice()
+      const server = await serve()
+      expect((await http(server.url, 'GET', '/api/me', { token })).status).toBe(200)
+      await server.stop('SIGKILL')
+      expect(await readdir(join(cwd, 'data'))).toContain('plinth.lock')
 
-    const list = await run(['users', 'list'])
-    const lines = succeeded(list).trimEnd().split('\n')
-    expect(lines).toHaveLength(3)
-    expect(lines.find((line) => line.endsWith('  carol  (disabled)'))).toBeDefined()
-    expect(lines.find((line) => line.endsWith('  alice'))).toBeDefined()
-  }, 3 * spawnTimeout)
+      const list = await run(['users', 'list'])
+      const lines = succeeded(list).trimEnd().split('\n')
+      expect(lines).toHaveLength(3)
+      expect(lines.find((line) => line.endsWith('  carol  (disabled)'))).toBeDefined()
+      expect(lines.find((line) => line.endsWith('  alice'))).toBeDefined()
+    },
+    3 * spawnTimeout,
+  )
 })
 
 describe.concurrent('plinth CLI start-up failures: one clear message, no stack trace', () => {
@@ -248,110 +285,155 @@ describe.concurrent('plinth CLI start-up failures: one clear message, no stack t
     await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })))
   })
 
-  it('a bad configuration exits 2 and lists every bad key (env and file) in one message', async ({ expect }) => {
-    const cwd = await freshDir('config')
-    await writeFile(join(cwd, 'plinth.config.json'), JSON.stringify({ bogus: 1, port: 'x' }))
-    const result = await runPlinth(['serve'], { cwd, env: { PORT: 'abc' }, timeoutMs: spawnTimeout })
-    expect(result.code, describeRun(result)).toBe(2)
-    expect(result.stdout).toBe('')
-    expect(result.stderr).not.toMatch(stackFrame)
-    expect(result.stderr.match(/invalid configuration/g)).toHaveLength(1)
-    const problems = result.stderr
-      .split('\n')
-      .filter((line) => line.startsWith('  - '))
-      .map((line) => line.slice(4))
-    expect(problems).toHaveLength(3)
-    expect(problems.find((problem) => problem.startsWith('PORT:'))).toContain('"abc"')
-    expect(problems.find((problem) => problem.startsWith('bogus:'))).toContain('unknown key')
-    expect(problems.find((problem) => problem.startsWith('port:'))).toBeDefined()
-    // It failed before touching the database.
-    expect(await readdir(cwd)).toEqual(['plinth.config.json'])
-  }, spawnTimeout)
+  it(
+    'a bad configuration exits 2 and lists every bad key (env and file) in one message',
+    async ({ expect }) => {
+      const cwd = await freshDir('config')
+      await writeFile(join(cwd, 'plinth.config.json'), JSON.stringify({ bogus: 1, port: 'x' }))
+      const result = await runPlinth(['serve'], { cwd, env: { PORT: 'abc' }, timeoutMs: spawnTimeout })
+      expect(result.code, describeRun(result)).toBe(2)
+      expect(result.stdout).toBe('')
+      expect(result.stderr).not.toMatch(stackFrame)
+      expect(result.stderr.match(/invalid configuration/g)).toHaveLength(1)
+      const problems = result.stderr
+        .split('\n')
+        .filter((line) => line.startsWith('  - '))
+        .map((line) => line.slice(4))
+      expect(problems).toHaveLength(3)
+      expect(problems.find((problem) => problem.startsWith('PORT:'))).toContain('"abc"')
+      expect(problems.find((problem) => problem.startsWith('bogus:'))).toContain('unknown key')
+      expect(problems.find((problem) => problem.startsWith('port:'))).toBeDefined()
+      // It failed before touching the database.
+      expect(await readdir(cwd)).toEqual(['plinth.config.json'])
+    },
+    spawnTimeout,
+  )
 
-  it('a bad configuration also stops the other commands', async ({ expect }) => {
-    const cwd = await freshDir('config-users')
-    const result = await runPlinth(['users', 'create', 'alice'], { cwd, env: { PLINTH_LOG_LEVEL: 'loud' }, timeoutMs: spawnTimeout })
-    expect(result.code, describeRun(result)).toBe(2)
-    expect(result.stderr).toMatch(/logLevel: must be one of/)
-    expect(result.stderr).not.toMatch(stackFrame)
-    expect(await readdir(cwd)).toEqual([])
-  }, spawnTimeout)
+  it(
+    'a bad configuration also stops the other commands',
+    async ({ expect }) => {
+      const cwd = await freshDir('config-users')
+      const result = await runPlinth(['users', 'create', 'alice'], {
+        cwd,
+        env: { PLINTH_LOG_LEVEL: 'loud' },
+        timeoutMs: spawnTimeout,
+      })
+      expect(result.code, describeRun(result)).toBe(2)
+      expect(result.stderr).toMatch(/logLevel: must be one of/)
+      expect(result.stderr).not.toMatch(stackFrame)
+      expect(await readdir(cwd)).toEqual([])
+    },
+    spawnTimeout,
+  )
 
-  it('an unreachable DATABASE_URL exits 1 saying it cannot connect, with the password redacted', async ({ expect }) => {
-    const cwd = await freshDir('unreachable')
-    const result = await runPlinth(['serve'], {
-      cwd,
-      env: { DATABASE_URL: 'postgres://u:secretpw@127.0.0.1:1/x', PORT: '0' },
-      timeoutMs: spawnTimeout,
-    })
-    expect(result.code, describeRun(result)).toBe(1)
-    expect(result.stderr).toContain('cannot connect to the database at postgres://u:***@127.0.0.1:1/x')
-    expect(result.stderr + result.stdout).not.toContain('secretpw')
-    expect(result.stderr).not.toMatch(stackFrame)
-    // With a database URL, no embedded data directory is created.
-    expect(await readdir(cwd)).toEqual([])
-  }, spawnTimeout)
+  it(
+    'an unreachable DATABASE_URL exits 1 saying it cannot connect, with the password redacted',
+    async ({ expect }) => {
+      const cwd = await freshDir('unreachable')
+      const result = await runPlinth(['serve'], {
+        cwd,
+        env: { DATABASE_URL: 'postgres://u:secretpw@127.0.0.1:1/x', PORT: '0' },
+        timeoutMs: spawnTimeout,
+      })
+      expect(result.code, describeRun(result)).toBe(1)
+      expect(result.stderr).toContain('cannot connect to the database at postgres://u:***@127.0.0.1:1/x')
+      expect(result.stderr + result.stdout).not.toContain('secretpw')
+      expect(result.stderr).not.toMatch(stackFrame)
+      // With a database URL, no embedded data directory is created.
+      expect(await readdir(cwd)).toEqual([])
+    },
+    spawnTimeout,
+  )
 
-  it('a data directory that cannot be written exits 1 saying so', async ({ expect }) => {
-    const cwd = await freshDir('unwritable')
-    // Below a regular file, so the directory cannot be created even as root (ENOTDIR).
-    await writeFile(join(cwd, 'f'), 'not a directory')
-    const result = await runPlinth(['serve'], { cwd, env: { PLINTH_DATA_DIR: 'f/data', PORT: '0' }, timeoutMs: spawnTimeout })
-    expect(result.code, describeRun(result)).toBe(1)
-    expect(result.stderr).toContain(`data directory ${join(cwd, 'f', 'data')} is not writable`)
-    expect(result.stderr).not.toMatch(stackFrame)
-  }, spawnTimeout)
+  it(
+    'a data directory that cannot be written exits 1 saying so',
+    async ({ expect }) => {
+      const cwd = await freshDir('unwritable')
+      // Below a regular file, so the directory cannot be created even as root (ENOTDIR).
+      await writeFile(join(cwd, 'f'), 'not a directory')
+      const result = await runPlinth(['serve'], {
+        cwd,
+        env: { PLINTH_DATA_DIR: 'f/data', PORT: '0' },
+        timeoutMs: spawnTimeout,
+      })
+      expect(result.code, describeRun(result)).toBe(1)
+      expect(result.stderr).toContain(`data directory ${join(cwd, 'f', 'data')} is not writable`)
+      expect(result.stderr).not.toMatch(stackFrame)
+    },
+    spawnTimeout,
+  )
 
-  it('an unknown command exits 2 with the usage', async ({ expect }) => {
-    const cwd = await freshDir('unknown')
-    const result = await runPlinth(['frobnicate'], { cwd, timeoutMs: spawnTimeout })
-    expect(result.code, describeRun(result)).toBe(2)
-    expect(result.stderr).toContain('unknown command: frobnicate')
-    expect(result.stderr).toContain('plinth users create <name>')
-    expect(await readdir(cwd)).toEqual([])
-  }, spawnTimeout)
+  it(
+    'an unknown command exits 2 with the usage',
+    async ({ expect }) => {
+      const cwd = await freshDir('unknown')
+      const result = await runPlinth(['frobnicate'], { cwd, timeoutMs: spawnTimeout })
+      expect(result.code, describeRun(result)).toBe(2)
+      expect(result.stderr).toContain('unknown command: frobnicate')
+      expect(result.stderr).toContain('plinth users create <name>')
+      expect(await readdir(cwd)).toEqual([])
+    },
+    spawnTimeout,
+  )
 })
 
 describe('plinth CLI on Postgres (DATABASE_URL)', () => {
   const adminUrl = inject('postgres')?.adminUrl ?? process.env.TEST_DATABASE_URL
 
-  it('users create and serve work against a fresh database', async (context) => {
-    if (!adminUrl) {
-      if (process.env.REQUIRE_PG === '1') throw new Error('REQUIRE_PG=1 but no Postgres is available (set TEST_DATABASE_URL)')
-      const reason = 'no Postgres: set TEST_DATABASE_URL (or REQUIRE_PG=1 to make this a failure)'
-      console.warn(`[plinth tests] skipping the CLI-on-Postgres test: ${reason}`)
-      context.skip(reason)
-      return
-    }
-    const database = `plinth_cli_${process.pid}_${Date.now().toString(36)}`
-    const databaseUrl = withDatabase(adminUrl, database)
-    const cwd = await tempDir('postgres')
-    let server: ServeProcess | undefined
-    await adminQuery(adminUrl, `create database ${database}`)
-    try {
-      const created = await runPlinth(['users', 'create', 'pgalice', '--json'], { cwd, env: { DATABASE_URL: databaseUrl }, timeoutMs: spawnTimeout })
-      const issued = JSON.parse(succeeded(created).trim()) as { userId: string; token: string }
-      expect(issued.token).toMatch(tokenPattern)
+  it(
+    'users create and serve work against a fresh database',
+    async (context) => {
+      if (!adminUrl) {
+        if (process.env.REQUIRE_PG === '1')
+          throw new Error('REQUIRE_PG=1 but no Postgres is available (set TEST_DATABASE_URL)')
+        const reason = 'no Postgres: set TEST_DATABASE_URL (or REQUIRE_PG=1 to make this a failure)'
+        console.warn(`[plinth tests] skipping the CLI-on-Postgres test: ${reason}`)
+        context.skip(reason)
+        return
+      }
+      const database = `plinth_cli_${process.pid}_${Date.now().toString(36)}`
+      const databaseUrl = withDatabase(adminUrl, database)
+      const cwd = await tempDir('postgres')
+      let server: ServeProcess | undefined
+      await adminQuery(adminUrl, `create database ${database}`)
+      try {
+        const created = await runPlinth(['users', 'create', 'pgalice', '--json'], {
+          cwd,
+          env: { DATABASE_URL: databaseUrl },
+          timeoutMs: spawnTimeout,
+        })
+        const issued = JSON.parse(succeeded(created).trim()) as { userId: string; token: string }
+        expect(issued.token).toMatch(tokenPattern)
 
-      const migrate = await runPlinth(['migrate'], { cwd, env: { DATABASE_URL: databaseUrl }, timeoutMs: spawnTimeout })
-      expect(succeeded(migrate).trim()).toBe('database is up to date')
+        const migrate = await runPlinth(['migrate'], {
+          cwd,
+          env: { DATABASE_URL: databaseUrl },
+          timeoutMs: spawnTimeout,
+        })
+        expect(succeeded(migrate).trim()).toBe('database is up to date')
 
-      // A server on Postgres does not lock anything: the CLI keeps working beside it.
-      server = await startServe({ cwd, env: { DATABASE_URL: databaseUrl }, timeoutMs: spawnTimeout })
-      expect(server.listening).toMatchObject({ engine: 'pg' })
-      const tokenForBob = await runPlinth(['users', 'create', 'pgbob'], { cwd, env: { DATABASE_URL: databaseUrl }, timeoutMs: spawnTimeout })
-      const bobToken = lastLine(succeeded(tokenForBob))
+        // A server on Postgres does not lock anything: the CLI keeps working beside it.
+        server = await startServe({ cwd, env: { DATABASE_URL: databaseUrl }, timeoutMs: spawnTimeout })
+        expect(server.listening).toMatchObject({ engine: 'pg' })
+        const tokenForBob = await runPlinth(['users', 'create', 'pgbob'], {
+          cwd,
+          env: { DATABASE_URL: databaseUrl },
+          timeoutMs: spawnTimeout,
+        })
+        const bobToken = lastLine(succeeded(tokenForBob))
 
-      const me = await http(server.url, 'GET', '/api/me', { token: issued.token })
-      expect(me).toMatchObject({ status: 200, body: { id: issued.userId, name: 'pgalice' } })
-      expect((await http(server.url, 'GET', '/api/me', { token: bobToken })).body).toMatchObject({ name: 'pgbob' })
-      expect(await server.stop()).toBe(0)
-      // Nothing embedded was created in the working directory.
-      expect(await readdir(cwd)).toEqual([])
-    } finally {
-      await server?.kill()
-      await adminQuery(adminUrl, `drop database if exists ${database} with (force)`)
-      await rm(cwd, { recursive: true, force: true })
-    }
-  }, 5 * spawnTimeout)
+        const me = await http(server.url, 'GET', '/api/me', { token: issued.token })
+        expect(me).toMatchObject({ status: 200, body: { id: issued.userId, name: 'pgalice' } })
+        expect((await http(server.url, 'GET', '/api/me', { token: bobToken })).body).toMatchObject({ name: 'pgbob' })
+        expect(await server.stop()).toBe(0)
+        // Nothing embedded was created in the working directory.
+        expect(await readdir(cwd)).toEqual([])
+      } finally {
+        await server?.kill()
+        await adminQuery(adminUrl, `drop database if exists ${database} with (force)`)
+        await rm(cwd, { recursive: true, force: true })
+      }
+    },
+    5 * spawnTimeout,
+  )
 })

@@ -12,7 +12,10 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 const words = Array.from({ length: 60 }, (_, index) => `w${index}`)
 
 /** Reads a run's events to their end; `onEvent` may act on each (answer a decision, cut the network). */
-async function collect(events: AsyncIterable<RunEvent>, onEvent: (event: RunEvent) => void | Promise<void> = () => {}): Promise<RunEvent[]> {
+async function collect(
+  events: AsyncIterable<RunEvent>,
+  onEvent: (event: RunEvent) => void | Promise<void> = () => {},
+): Promise<RunEvent[]> {
   const seen: RunEvent[] = []
   for await (const event of events) {
     seen.push(event)
@@ -20,7 +23,8 @@ async function collect(events: AsyncIterable<RunEvent>, onEvent: (event: RunEven
   }
   return seen
 }
-const textOf = (events: RunEvent[]): string => events.flatMap((event) => (event.event === 'message.delta' ? [event.data.text] : [])).join('')
+const textOf = (events: RunEvent[]): string =>
+  events.flatMap((event) => (event.event === 'message.delta' ? [event.data.text] : [])).join('')
 
 for (const engine of testEngines()) {
   describe(`plinth/client on ${engine}`, () => {
@@ -63,9 +67,13 @@ for (const engine of testEngines()) {
       expect(missing).toMatchObject({ status: 404, code: 'not_found' })
       const invalid = await client.projects.create({ name: '' }).catch((error: unknown) => error)
       expect(invalid).toMatchObject({ status: 400, code: 'validation_failed', problem: { errors: expect.any(Array) } })
-      const refused = await createClient({ baseUrl: server.url, token: 'plt_wrong' }).me().catch((error: unknown) => error)
+      const refused = await createClient({ baseUrl: server.url, token: 'plt_wrong' })
+        .me()
+        .catch((error: unknown) => error)
       expect(refused).toMatchObject({ status: 401, code: 'unauthorized' })
-      const down = await createClient({ baseUrl: 'http://127.0.0.1:9', token: alice.token }).me().catch((error: unknown) => error)
+      const down = await createClient({ baseUrl: 'http://127.0.0.1:9', token: alice.token })
+        .me()
+        .catch((error: unknown) => error)
       expect(down).toMatchObject({ status: 0, code: 'unreachable' })
     })
 
@@ -105,76 +113,114 @@ for (const engine of testEngines()) {
         { text: 'Written, in blue.' },
       ])
       const conversation = await client.conversations.create(projectId)
-      const clientTools = [{ name: 'pick_color', description: 'Ask for a color', parameters: { type: 'object', properties: { from: { type: 'array', items: { type: 'string' } } } } }]
+      const clientTools = [
+        {
+          name: 'pick_color',
+          description: 'Ask for a color',
+          parameters: { type: 'object', properties: { from: { type: 'array', items: { type: 'string' } } } },
+        },
+      ]
       let runId = ''
-      const events = await collect(client.runs.start(conversation.id, { input: 'write it', clientTools }), async (event) => {
-        if (event.event === 'run.created') runId = event.data.run.id
-        if (event.event !== 'run.status' || event.data.status !== 'requires_action') return
-        for (const decision of event.data.requiredAction?.decisions ?? []) await client.decisions.answer(decision.decisionId, { decision: 'approve' })
-        const calls = event.data.requiredAction?.toolOutputs ?? []
-        if (calls.length > 0) await client.toolOutputs.submit(runId, calls.map((call) => ({ callId: call.callId, output: { color: 'blue' } })))
-      })
-      expect(events.map((event) => event.event)).toEqual(expect.arrayContaining(['decision.required', 'decision.resolved', 'tool_call.completed']))
+      const events = await collect(
+        client.runs.start(conversation.id, { input: 'write it', clientTools }),
+        async (event) => {
+          if (event.event === 'run.created') runId = event.data.run.id
+          if (event.event !== 'run.status' || event.data.status !== 'requires_action') return
+          for (const decision of event.data.requiredAction?.decisions ?? [])
+            await client.decisions.answer(decision.decisionId, { decision: 'approve' })
+          const calls = event.data.requiredAction?.toolOutputs ?? []
+          if (calls.length > 0)
+            await client.toolOutputs.submit(
+              runId,
+              calls.map((call) => ({ callId: call.callId, output: { color: 'blue' } })),
+            )
+        },
+      )
+      expect(events.map((event) => event.event)).toEqual(
+        expect.arrayContaining(['decision.required', 'decision.resolved', 'tool_call.completed']),
+      )
       expect(events.at(-1)?.event).toBe('run.completed')
       expect(textOf(events)).toBe('Written, in blue.')
       expect((await client.decisions.list({ status: 'approved' })).items.length).toBeGreaterThan(0)
     })
 
     for (const tickets of [false, true]) {
-      it(`reconnects after the network drops mid-run, with ${tickets ? 'stream tickets (as in a browser)' : 'the bearer header'}: no text lost or doubled`, { timeout: 90_000 }, async () => {
-        model.setTurns([{ text: words.join(' '), delayMs: 25 }])
-        const conversation = await client.conversations.create(projectId)
-        const cut = createClient({ baseUrl: `http://127.0.0.1:${proxy.port}`, token: alice.token, streamTickets: tickets, reconnect: { initialDelayMs: 100 } })
-        const states: StreamState[] = []
-        let dropped = false
-        const events = await collect(cut.runs.start(conversation.id, { input: 'a long one' }, { onState: (state) => states.push(state) }), (event) => {
-          if (!dropped && event.event === 'message.delta' && event.data.text.includes('w10')) {
-            dropped = true
-            proxy.drop(300)
-          }
-        })
-        expect(dropped).toBe(true)
-        expect(states).toContain('reconnecting')
-        expect(textOf(events)).toBe(words.join(' '))
-        const ids = events.map((event) => Number(event.id))
-        expect(ids).toEqual([...ids].sort((a, b) => a - b))
-        expect(new Set(ids).size).toBe(ids.length)
-        expect(events.at(-1)?.event).toBe('run.completed')
-      })
+      it(
+        `reconnects after the network drops mid-run, with ${tickets ? 'stream tickets (as in a browser)' : 'the bearer header'}: no text lost or doubled`,
+        { timeout: 90_000 },
+        async () => {
+          model.setTurns([{ text: words.join(' '), delayMs: 25 }])
+          const conversation = await client.conversations.create(projectId)
+          const cut = createClient({
+            baseUrl: `http://127.0.0.1:${proxy.port}`,
+            token: alice.token,
+            streamTickets: tickets,
+            reconnect: { initialDelayMs: 100 },
+          })
+          const states: StreamState[] = []
+          let dropped = false
+          const events = await collect(
+            cut.runs.start(conversation.id, { input: 'a long one' }, { onState: (state) => states.push(state) }),
+            (event) => {
+              if (!dropped && event.event === 'message.delta' && event.data.text.includes('w10')) {
+                dropped = true
+                proxy.drop(300)
+              }
+            },
+          )
+          expect(dropped).toBe(true)
+          expect(states).toContain('reconnecting')
+          expect(textOf(events)).toBe(words.join(' '))
+          const ids = events.map((event) => Number(event.id))
+          expect(ids).toEqual([...ids].sort((a, b) => a - b))
+          expect(new Set(ids).size).toBe(ids.length)
+          expect(events.at(-1)?.event).toBe('run.completed')
+        },
+      )
     }
 
-    it('conversation events follow live until the caller stops; a revoked token ends the stream with access_revoked', { timeout: 60_000 }, async () => {
-      const bob = await server.createUser()
-      const bobs = createClient({ baseUrl: server.url, token: bob.token })
-      const project = await bobs.projects.create({ name: 'bob' })
-      const conversation = await bobs.conversations.create(project.id)
-      model.setTurns([{ text: 'Seen live.' }])
-      const stop = new AbortController()
-      const seen: string[] = []
-      const following = (async () => {
-        for await (const event of bobs.conversations.events(conversation.id, { signal: stop.signal })) {
-          seen.push(event.event)
-          if (event.event === 'run.completed') stop.abort()
-        }
-      })()
-      await bobs.runs.create(conversation.id, { input: 'go' })
-      await following
-      expect(seen).toContain('run.completed')
+    it(
+      'conversation events follow live until the caller stops; a revoked token ends the stream with access_revoked',
+      { timeout: 60_000 },
+      async () => {
+        const bob = await server.createUser()
+        const bobs = createClient({ baseUrl: server.url, token: bob.token })
+        const project = await bobs.projects.create({ name: 'bob' })
+        const conversation = await bobs.conversations.create(project.id)
+        model.setTurns([{ text: 'Seen live.' }])
+        const stop = new AbortController()
+        const seen: string[] = []
+        const following = (async () => {
+          for await (const event of bobs.conversations.events(conversation.id, { signal: stop.signal })) {
+            seen.push(event.event)
+            if (event.event === 'run.completed') stop.abort()
+          }
+        })()
+        await bobs.runs.create(conversation.id, { input: 'go' })
+        await following
+        expect(seen).toContain('run.completed')
 
-      const revoked = (async () => {
-        for await (const event of bobs.conversations.events(conversation.id, { after: 0 })) {
-          if (event.event === 'run.completed') await server.revoke(bob)
-        }
-      })()
-      await expect(revoked).rejects.toMatchObject({ code: 'access_revoked' })
-    })
+        const revoked = (async () => {
+          for await (const event of bobs.conversations.events(conversation.id, { after: 0 })) {
+            if (event.event === 'run.completed') await server.revoke(bob)
+          }
+        })()
+        await expect(revoked).rejects.toMatchObject({ code: 'access_revoked' })
+      },
+    )
 
     it('knowledge.upload takes text or a file; search finds it; commands dispatch through the bus', async () => {
-      const text = await client.knowledge.upload(projectId, { title: 'Runbook', text: 'Restart the flux capacitor with care.' })
+      const text = await client.knowledge.upload(projectId, {
+        title: 'Runbook',
+        text: 'Restart the flux capacitor with care.',
+      })
       expect(text).toMatchObject({ title: 'Runbook' })
-      const file = await client.knowledge.upload(projectId, { file: new Blob(['# Pager\n\nThe pager rotation changes on Mondays.'], { type: 'text/markdown' }), filename: 'pager.md' })
+      const file = await client.knowledge.upload(projectId, {
+        file: new Blob(['# Pager\n\nThe pager rotation changes on Mondays.'], { type: 'text/markdown' }),
+        filename: 'pager.md',
+      })
       expect(file.id).toBeTruthy()
-      for (let deadline = Date.now() + 30_000; (await client.knowledge.get(file.id)).ingestStatus !== 'ready'; ) {
+      for (let deadline = Date.now() + 30_000; (await client.knowledge.get(file.id)).ingestStatus !== 'ready';) {
         if (Date.now() > deadline) throw new Error('the file never became ready')
         await new Promise((resolve) => setTimeout(resolve, 100))
       }
@@ -184,7 +230,11 @@ for (const engine of testEngines()) {
 
       const commands = await client.commands.list()
       expect(commands.items.map((command) => command.id)).toContain('rdm.ping')
-      const pinged = await client.commands.dispatch('rdm.ping', { entrance: 'button', projectId, params: { target: 'db-1' } })
+      const pinged = await client.commands.dispatch('rdm.ping', {
+        entrance: 'button',
+        projectId,
+        params: { target: 'db-1' },
+      })
       expect(pinged).toMatchObject({ status: 'succeeded', result: { pong: true } })
     })
   })
@@ -212,7 +262,8 @@ describe('plinth/client when the network or a proxy misbehaves', () => {
   })
 
   /** A stream body that fails at once, as a connection cut right after the headers. */
-  const cutBody = (): ReadableStream<Uint8Array> => new ReadableStream({ start: (controller) => controller.error(new TypeError('terminated')) })
+  const cutBody = (): ReadableStream<Uint8Array> =>
+    new ReadableStream({ start: (controller) => controller.error(new TypeError('terminated')) })
 
   it('a POST whose stream is cut before run.created is sent again with the same Idempotency-Key: one run, followed to its end', async () => {
     model.setTurns([{ text: 'Only once.' }])
@@ -230,7 +281,12 @@ describe('plinth/client when the network or a proxy misbehaves', () => {
       }
       return fetch(request)
     }
-    const client = createClient({ baseUrl: server.url, token: alice.token, fetch: fetchWithCut, reconnect: { initialDelayMs: 50 } })
+    const client = createClient({
+      baseUrl: server.url,
+      token: alice.token,
+      fetch: fetchWithCut,
+      reconnect: { initialDelayMs: 50 },
+    })
     const conversation = await client.conversations.create(projectId)
     const events = await collect(client.runs.start(conversation.id, { input: 'once' }))
     expect(posts).toBe(2)
@@ -257,7 +313,11 @@ describe('plinth/client when the network or a proxy misbehaves', () => {
     await expect(read).rejects.toMatchObject({ code: 'invalid_stream', status: 200 })
     expect(opened).toBe(1)
     // And a 2xx that is not JSON on a call is a PlinthError too.
-    const notJson = createClient({ baseUrl: server.url, token: alice.token, fetch: async () => new Response('<html/>', { status: 200 }) })
+    const notJson = createClient({
+      baseUrl: server.url,
+      token: alice.token,
+      fetch: async () => new Response('<html/>', { status: 200 }),
+    })
     await expect(notJson.me()).rejects.toMatchObject({ code: 'invalid_response' })
   })
 
@@ -275,9 +335,13 @@ describe('plinth/client when the network or a proxy misbehaves', () => {
     }
     expect(seen).toEqual(['run.created'])
 
-    const throwing = collect(client.runs.stream(run.id, { onState: (state) => {
-      if (state === 'live') throw new Error('status line broke')
-    } }))
+    const throwing = collect(
+      client.runs.stream(run.id, {
+        onState: (state) => {
+          if (state === 'live') throw new Error('status line broke')
+        },
+      }),
+    )
     await expect(throwing).rejects.toThrow('status line broke')
   })
 })

@@ -22,28 +22,53 @@ for (const engine of testEngines()) {
       alice = await server.createUser()
       bob = await server.createUser()
       projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'ops' } })).body.id
-      conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+      conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
     })
     afterAll(async () => {
       await server?.close()
       await store?.close()
     })
 
-    const dispatch = (token: string, commandId: string, body: Record<string, unknown>, headers?: Record<string, string>) =>
-      server.request('POST', `/api/commands/${commandId}`, { token, body, headers })
+    const dispatch = (
+      token: string,
+      commandId: string,
+      body: Record<string, unknown>,
+      headers?: Record<string, string>,
+    ) => server.request('POST', `/api/commands/${commandId}`, { token, body, headers })
 
     it('lists the catalog with core and rdm commands', async () => {
       const catalog = await server.request('GET', '/api/commands', { token: alice.token })
       expect(catalog.status).toBe(200)
       const byId = Object.fromEntries(catalog.body.items.map((item: { id: string }) => [item.id, item]))
-      expect(Object.keys(byId)).toEqual(expect.arrayContaining(['core.list_projects', 'rdm.ping', 'rdm.trace', 'rdm.baseline', 'rdm.draft.compose', 'rdm.member.add', 'rdm.member.remove', 'rdm.member.list']))
+      expect(Object.keys(byId)).toEqual(
+        expect.arrayContaining([
+          'core.list_projects',
+          'rdm.ping',
+          'rdm.trace',
+          'rdm.baseline',
+          'rdm.draft.compose',
+          'rdm.member.add',
+          'rdm.member.remove',
+          'rdm.member.list',
+        ]),
+      )
       expect(byId['rdm.ping']).toMatchObject({ risk: 'low', exposeAsTool: { name: 'rdm__ping' }, plugin: 'rdm' })
-      expect(byId['rdm.draft.compose']).toMatchObject({ risk: 'high', confirm: true, exposeAsTool: { name: 'rdm__draft__compose' } })
+      expect(byId['rdm.draft.compose']).toMatchObject({
+        risk: 'high',
+        confirm: true,
+        exposeAsTool: { name: 'rdm__draft__compose' },
+      })
       expect(byId['rdm.member.add'].exposeAsTool).toBeNull()
     })
 
     it('runs rdm.ping from a button (200) and audits it with one envelope', async () => {
-      const answer = await dispatch(alice.token, 'rdm.ping', { entrance: 'button', params: { target: 'db-1' }, projectId })
+      const answer = await dispatch(alice.token, 'rdm.ping', {
+        entrance: 'button',
+        params: { target: 'db-1' },
+        projectId,
+      })
       expect(answer.status).toBe(200)
       expect(answer.body).toMatchObject({ status: 'succeeded', result: { pong: true, target: 'db-1' } })
       const audit = await server.request('GET', `/api/audit?commandId=rdm.ping&entrance=button`, { token: alice.token })
@@ -71,7 +96,10 @@ for (const engine of testEngines()) {
       const ok = await dispatch(alice.token, 'rdm.ping', { entrance: 'slash', text: '/rdm.ping target="two words"' })
       expect(ok.status).toBe(200)
       expect(ok.body.result.target).toBe('two words')
-      const positional = await dispatch(alice.token, 'rdm.ping', { entrance: 'slash', text: '/rdm.ping "positional value"' })
+      const positional = await dispatch(alice.token, 'rdm.ping', {
+        entrance: 'slash',
+        text: '/rdm.ping "positional value"',
+      })
       expect(positional.body.result.target).toBe('positional value')
       const unbalanced = await dispatch(alice.token, 'rdm.ping', { entrance: 'slash', text: '/rdm.ping target="oops' })
       expect(unbalanced.status).toBe(400)
@@ -83,10 +111,15 @@ for (const engine of testEngines()) {
     it('answers bad dispatches with clean problems: unknown command, bad params, agent entrance, foreign conversation', async () => {
       const unknown = await dispatch(alice.token, 'rdm.nope', { entrance: 'button' })
       expect([unknown.status, unknown.body.code]).toEqual([404, 'unknown_command'])
-      const badParams = await dispatch(alice.token, 'rdm.trace', { entrance: 'button', params: { traceId: 42, extra: true } })
+      const badParams = await dispatch(alice.token, 'rdm.trace', {
+        entrance: 'button',
+        params: { traceId: 42, extra: true },
+      })
       expect(badParams.status).toBe(400)
       expect(badParams.body.code).toBe('validation_failed')
-      expect(badParams.body.errors.map((error: { path: string }) => error.path).sort()).toEqual(expect.arrayContaining(['params.traceId']))
+      expect(badParams.body.errors.map((error: { path: string }) => error.path).sort()).toEqual(
+        expect.arrayContaining(['params.traceId']),
+      )
       const agent = await dispatch(alice.token, 'rdm.ping', { entrance: 'agent' })
       expect([agent.status, agent.body.code]).toEqual([422, 'entrance_not_allowed'])
       const foreign = await dispatch(bob.token, 'rdm.ping', { entrance: 'button', conversationId })
@@ -94,7 +127,11 @@ for (const engine of testEngines()) {
       const foreignProject = await dispatch(bob.token, 'rdm.ping', { entrance: 'button', projectId })
       expect([foreignProject.status, foreignProject.body.code]).toEqual([404, 'not_found'])
       const noProject = await dispatch(alice.token, 'rdm.member.list', { entrance: 'button' })
-      expect([noProject.status, noProject.body.code, noProject.body.commandCode]).toEqual([422, 'command_error', 'project_required'])
+      expect([noProject.status, noProject.body.code, noProject.body.commandCode]).toEqual([
+        422,
+        'command_error',
+        'project_required',
+      ])
     })
 
     it('replays a dispatch with the same Idempotency-Key and refuses different params with 422', async () => {
@@ -103,117 +140,282 @@ for (const engine of testEngines()) {
       const again = await dispatch(alice.token, 'rdm.ping', { entrance: 'button', params: { target: 'a' } }, headers)
       expect(again.body).toEqual(first.body)
       expect(again.headers.get('idempotent-replayed')).toBe('true')
-      const different = await dispatch(alice.token, 'rdm.ping', { entrance: 'button', params: { target: 'b' } }, headers)
+      const different = await dispatch(
+        alice.token,
+        'rdm.ping',
+        { entrance: 'button', params: { target: 'b' } },
+        headers,
+      )
       expect([different.status, different.body.code]).toEqual([422, 'idempotency_key_reused'])
-      const dispatches = await store.db.selectFrom('dispatches').select('id').where('idempotency_key', '=', headers['idempotency-key']).execute()
+      const dispatches = await store.db
+        .selectFrom('dispatches')
+        .select('id')
+        .where('idempotency_key', '=', headers['idempotency-key'])
+        .execute()
       expect(dispatches).toHaveLength(1)
     })
 
     it('asks before rdm.draft.compose from a card (202), runs it exactly once on approve, and audits the approver', async () => {
       const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
       await stream.waitFor(1)
-      const pending = await dispatch(alice.token, 'rdm.draft.compose', { entrance: 'card', conversationId, params: { title: 'Postmortem', body: 'It was DNS.' } })
+      const pending = await dispatch(alice.token, 'rdm.draft.compose', {
+        entrance: 'card',
+        conversationId,
+        params: { title: 'Postmortem', body: 'It was DNS.' },
+      })
       expect(pending.status).toBe(202)
-      expect(pending.body).toMatchObject({ status: 'awaiting_decision', decision: { status: 'pending', risk: 'high', commandId: 'rdm.draft.compose', conversationId, projectId } })
+      expect(pending.body).toMatchObject({
+        status: 'awaiting_decision',
+        decision: { status: 'pending', risk: 'high', commandId: 'rdm.draft.compose', conversationId, projectId },
+      })
       expect(pending.body.decision.preview).toContain('Postmortem')
       const decisionId = pending.body.decision.id as string
       const required = await stream.waitFor(2)
-      expect(required[1]).toMatchObject({ event: 'decision.required', data: { decisionId, commandId: 'rdm.draft.compose', risk: 'high' } })
+      expect(required[1]).toMatchObject({
+        event: 'decision.required',
+        data: { decisionId, commandId: 'rdm.draft.compose', risk: 'high' },
+      })
       const listed = await server.request('GET', '/api/decisions?status=pending', { token: alice.token })
       expect(listed.body.items.map((item: { id: string }) => item.id)).toContain(decisionId)
-      expect((await server.request('GET', '/api/decisions?status=pending', { token: bob.token })).body.items).toEqual([])
+      expect((await server.request('GET', '/api/decisions?status=pending', { token: bob.token })).body.items).toEqual(
+        [],
+      )
       // A stranger cannot answer it.
-      const strangers = await server.request('POST', `/api/decisions/${decisionId}`, { token: bob.token, body: { decision: 'approve' } })
+      const strangers = await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: bob.token,
+        body: { decision: 'approve' },
+      })
       expect([strangers.status, strangers.body.code]).toEqual([404, 'not_found'])
 
-      const approved = await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve', note: 'ok' } })
+      const approved = await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: alice.token,
+        body: { decision: 'approve', note: 'ok' },
+      })
       expect(approved.status).toBe(200)
       expect(approved.body.decision).toMatchObject({ status: 'approved', decidedBy: alice.user.id, scope: 'once' })
       expect(approved.body.dispatch).toMatchObject({ status: 'succeeded', result: { title: 'Postmortem', projectId } })
       const resolved = await stream.waitFor(3)
-      expect(resolved[2]).toMatchObject({ event: 'decision.resolved', data: { decisionId, outcome: 'approved', by: alice.user.id, scope: 'once' } })
+      expect(resolved[2]).toMatchObject({
+        event: 'decision.resolved',
+        data: { decisionId, outcome: 'approved', by: alice.user.id, scope: 'once' },
+      })
       stream.close()
 
       // The same answer again: 200 with the stored outcome, and the command did not run again.
-      const twice = await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })
+      const twice = await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: alice.token,
+        body: { decision: 'approve' },
+      })
       expect(twice.status).toBe(200)
       expect(twice.body.dispatch.result).toEqual(approved.body.dispatch.result)
-      const conflict = await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'reject' } })
+      const conflict = await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: alice.token,
+        body: { decision: 'reject' },
+      })
       expect([conflict.status, conflict.body.code]).toEqual([409, 'decision_conflict'])
       // Ran once: one draft in the project's knowledge.
-      const drafts = await store.db.selectFrom('knowledge_items').select(['title', 'status', 'owner_id']).where('project_id', '=', projectId).execute()
+      const drafts = await store.db
+        .selectFrom('knowledge_items')
+        .select(['title', 'status', 'owner_id'])
+        .where('project_id', '=', projectId)
+        .execute()
       expect(drafts).toEqual([{ title: 'Postmortem', status: 'draft', owner_id: alice.user.id }])
 
-      const audit = await server.request('GET', `/api/audit?conversationId=${conversationId}&commandId=rdm.draft.compose`, { token: alice.token })
+      const audit = await server.request(
+        'GET',
+        `/api/audit?conversationId=${conversationId}&commandId=rdm.draft.compose`,
+        { token: alice.token },
+      )
       const envelope = audit.body.items[0]
-      expect(envelope).toMatchObject({ entrance: 'card', status: 'succeeded', decision: { id: decisionId, outcome: 'approved', by: alice.user.id, scope: 'once', via: 'human' } })
-      expect(envelope.history.map((step: { step: string }) => step.step)).toEqual(['requested', 'awaiting_decision', 'decided', 'running', 'finished'])
+      expect(envelope).toMatchObject({
+        entrance: 'card',
+        status: 'succeeded',
+        decision: { id: decisionId, outcome: 'approved', by: alice.user.id, scope: 'once', via: 'human' },
+      })
+      expect(envelope.history.map((step: { step: string }) => step.step)).toEqual([
+        'requested',
+        'awaiting_decision',
+        'decided',
+        'running',
+        'finished',
+      ])
     })
 
     it('runs a command once when two approvals race', async () => {
-      const pending = await dispatch(alice.token, 'rdm.draft.compose', { entrance: 'card', projectId, params: { title: 'Race', body: 'x' } })
+      const pending = await dispatch(alice.token, 'rdm.draft.compose', {
+        entrance: 'card',
+        projectId,
+        params: { title: 'Race', body: 'x' },
+      })
       const decisionId = pending.body.decision.id
-      const answers = await Promise.all([1, 2, 3].map(() => server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })))
+      const answers = await Promise.all(
+        [1, 2, 3].map(() =>
+          server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } }),
+        ),
+      )
       expect(answers.map((answer) => answer.status)).toEqual([200, 200, 200])
-      const runs = await store.db.selectFrom('audit_log').select('id').where('dispatch_id', '=', pending.body.dispatchId).where('step', '=', 'running').execute()
+      const runs = await store.db
+        .selectFrom('audit_log')
+        .select('id')
+        .where('dispatch_id', '=', pending.body.dispatchId)
+        .where('step', '=', 'running')
+        .execute()
       expect(runs).toHaveLength(1)
-      const drafts = await store.db.selectFrom('knowledge_items').select('id').where('project_id', '=', projectId).where('title', '=', 'Race').execute()
+      const drafts = await store.db
+        .selectFrom('knowledge_items')
+        .select('id')
+        .where('project_id', '=', projectId)
+        .where('title', '=', 'Race')
+        .execute()
       expect(drafts).toHaveLength(1)
     })
 
     it('rejects: the command never runs; an expired decision answers 409 decision_expired', async () => {
-      const pending = await dispatch(alice.token, 'rdm.draft.compose', { entrance: 'card', projectId, params: { title: 'No', body: 'x' } })
-      const rejected = await server.request('POST', `/api/decisions/${pending.body.decision.id}`, { token: alice.token, body: { decision: 'reject' } })
+      const pending = await dispatch(alice.token, 'rdm.draft.compose', {
+        entrance: 'card',
+        projectId,
+        params: { title: 'No', body: 'x' },
+      })
+      const rejected = await server.request('POST', `/api/decisions/${pending.body.decision.id}`, {
+        token: alice.token,
+        body: { decision: 'reject' },
+      })
       expect(rejected.body.decision.status).toBe('rejected')
       expect(rejected.body.dispatch.status).toBe('rejected')
-      const ran = await store.db.selectFrom('audit_log').select('id').where('dispatch_id', '=', pending.body.dispatchId).where('step', '=', 'running').execute()
+      const ran = await store.db
+        .selectFrom('audit_log')
+        .select('id')
+        .where('dispatch_id', '=', pending.body.dispatchId)
+        .where('step', '=', 'running')
+        .execute()
       expect(ran).toHaveLength(0)
 
-      const later = await dispatch(alice.token, 'rdm.draft.compose', { entrance: 'card', projectId, params: { title: 'Late', body: 'x' } })
-      await store.db.updateTable('decisions').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', later.body.decision.id).execute()
-      const expired = await server.request('POST', `/api/decisions/${later.body.decision.id}`, { token: alice.token, body: { decision: 'approve' } })
+      const later = await dispatch(alice.token, 'rdm.draft.compose', {
+        entrance: 'card',
+        projectId,
+        params: { title: 'Late', body: 'x' },
+      })
+      await store.db
+        .updateTable('decisions')
+        .set({ expires_at: new Date(Date.now() - 1000) })
+        .where('id', '=', later.body.decision.id)
+        .execute()
+      const expired = await server.request('POST', `/api/decisions/${later.body.decision.id}`, {
+        token: alice.token,
+        body: { decision: 'approve' },
+      })
       expect([expired.status, expired.body.code]).toEqual([409, 'decision_expired'])
     })
 
     it('honours permission modes and session allowances, but confirm always asks', async () => {
-      const conversation = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+      const conversation = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
       // medium risk (member.add) asks in manual mode
-      const manual = await dispatch(alice.token, 'rdm.member.add', { entrance: 'button', conversationId: conversation, params: { userId: 'nobody' } })
+      const manual = await dispatch(alice.token, 'rdm.member.add', {
+        entrance: 'button',
+        conversationId: conversation,
+        params: { userId: 'nobody' },
+      })
       expect(manual.status).toBe(202)
       // approve_session: the exact same call is allowed again in this conversation without asking
-      await server.request('POST', `/api/decisions/${manual.body.decision.id}`, { token: alice.token, body: { decision: 'approve_session' } })
-      const again = await dispatch(alice.token, 'rdm.member.add', { entrance: 'button', conversationId: conversation, params: { userId: 'nobody' } })
+      await server.request('POST', `/api/decisions/${manual.body.decision.id}`, {
+        token: alice.token,
+        body: { decision: 'approve_session' },
+      })
+      const again = await dispatch(alice.token, 'rdm.member.add', {
+        entrance: 'button',
+        conversationId: conversation,
+        params: { userId: 'nobody' },
+      })
       expect(again.status).toBe(200)
-      const other = await dispatch(alice.token, 'rdm.member.add', { entrance: 'button', conversationId: conversation, params: { userId: 'someone-else' } })
+      const other = await dispatch(alice.token, 'rdm.member.add', {
+        entrance: 'button',
+        conversationId: conversation,
+        params: { userId: 'someone-else' },
+      })
       expect(other.status).toBe(202)
       // risky mode: medium passes
-      await server.request('PATCH', `/api/conversations/${conversation}`, { token: alice.token, body: { permissionMode: 'risky' } })
-      expect((await dispatch(alice.token, 'rdm.member.remove', { entrance: 'button', conversationId: conversation, params: { userId: 'nobody' } })).status).toBe(200)
+      await server.request('PATCH', `/api/conversations/${conversation}`, {
+        token: alice.token,
+        body: { permissionMode: 'risky' },
+      })
+      expect(
+        (
+          await dispatch(alice.token, 'rdm.member.remove', {
+            entrance: 'button',
+            conversationId: conversation,
+            params: { userId: 'nobody' },
+          })
+        ).status,
+      ).toBe(200)
       // full mode: still asks for confirm: true
-      await server.request('PATCH', `/api/conversations/${conversation}`, { token: alice.token, body: { permissionMode: 'full' } })
-      expect((await dispatch(alice.token, 'rdm.draft.compose', { entrance: 'button', conversationId: conversation, params: { title: 'T', body: 'b' } })).status).toBe(202)
+      await server.request('PATCH', `/api/conversations/${conversation}`, {
+        token: alice.token,
+        body: { permissionMode: 'full' },
+      })
+      expect(
+        (
+          await dispatch(alice.token, 'rdm.draft.compose', {
+            entrance: 'button',
+            conversationId: conversation,
+            params: { title: 'T', body: 'b' },
+          })
+        ).status,
+      ).toBe(202)
     })
 
     it('keeps the audit hash chain verifiable, and detects an altered, removed or reordered entry', async () => {
       expect((await verifyAuditChain(store)).ok).toBe(true)
-      const last = await store.db.selectFrom('audit_log').select(['id', 'envelope']).orderBy('id', 'desc').limit(1).executeTakeFirstOrThrow()
-      const middle = await store.db.selectFrom('audit_log').select(['id']).orderBy('id').offset(3).limit(1).executeTakeFirstOrThrow()
-      await sql`update audit_log set envelope = jsonb_set(envelope, '{status}', '"tampered"') where id = ${middle.id}`.execute(store.db)
+      const last = await store.db
+        .selectFrom('audit_log')
+        .select(['id', 'envelope'])
+        .orderBy('id', 'desc')
+        .limit(1)
+        .executeTakeFirstOrThrow()
+      const middle = await store.db
+        .selectFrom('audit_log')
+        .select(['id'])
+        .orderBy('id')
+        .offset(3)
+        .limit(1)
+        .executeTakeFirstOrThrow()
+      await sql`update audit_log set envelope = jsonb_set(envelope, '{status}', '"tampered"') where id = ${middle.id}`.execute(
+        store.db,
+      )
       const altered = await verifyAuditChain(store)
       expect(altered.ok).toBe(false)
       expect(altered.firstBad?.id).toBe(Number(middle.id))
-      await sql`update audit_log set envelope = (select envelope from audit_log where id = ${last.id}) where id = ${middle.id}`.execute(store.db)
+      await sql`update audit_log set envelope = (select envelope from audit_log where id = ${last.id}) where id = ${middle.id}`.execute(
+        store.db,
+      )
       expect((await verifyAuditChain(store)).ok).toBe(false)
       // Removed: a later entry no longer links to the one before it.
-      const before = await store.db.selectFrom('audit_log').select(['id']).orderBy('id').limit(1).executeTakeFirstOrThrow()
-      const survivors = await store.db.selectFrom('audit_log').select(['id', 'envelope']).where('id', '>', before.id).orderBy('id').limit(2).execute()
+      const before = await store.db
+        .selectFrom('audit_log')
+        .select(['id'])
+        .orderBy('id')
+        .limit(1)
+        .executeTakeFirstOrThrow()
+      const survivors = await store.db
+        .selectFrom('audit_log')
+        .select(['id', 'envelope'])
+        .where('id', '>', before.id)
+        .orderBy('id')
+        .limit(2)
+        .execute()
       await store.db.deleteFrom('audit_log').where('id', '=', survivors[0]!.id).execute()
       const removed = await verifyAuditChain(store)
       expect(removed.ok).toBe(false)
       // Named at the entry after the gap (before the altered ones).
       expect(removed.firstBad?.id).toBe(Number(survivors[1]!.id))
       recordFigures(`audit-chain-${engine}`, [
-        { check: `Security: audit hash chain (${engine})`, figure: 'altered, reordered and removed entries each detected', goal: 'detected', ok: true },
+        {
+          check: `Security: audit hash chain (${engine})`,
+          figure: 'altered, reordered and removed entries each detected',
+          goal: 'detected',
+          ok: true,
+        },
       ])
     })
   })

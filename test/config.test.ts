@@ -12,7 +12,8 @@ let counter = 0
 async function workdir(config?: unknown): Promise<string> {
   const dir = join(root, `case-${counter++}`)
   await mkdir(dir)
-  if (config !== undefined) await writeFile(join(dir, 'plinth.config.json'), typeof config === 'string' ? config : JSON.stringify(config))
+  if (config !== undefined)
+    await writeFile(join(dir, 'plinth.config.json'), typeof config === 'string' ? config : JSON.stringify(config))
   // The scripts the cases' scripted models name (a missing one is a problem of its own).
   for (const script of ['hello', 's.json']) await writeFile(join(dir, script), '[{"text": "hi"}]')
   return dir
@@ -112,7 +113,13 @@ describe('loadConfig', () => {
   })
 
   it('lets the environment win over the file', async () => {
-    const cwd = await workdir({ port: 9001, host: '0.0.0.0', logLevel: 'warn', rateLimit: { max: 5, windowMs: 1000 }, plugins: ['from-file'] })
+    const cwd = await workdir({
+      port: 9001,
+      host: '0.0.0.0',
+      logLevel: 'warn',
+      rateLimit: { max: 5, windowMs: 1000 },
+      plugins: ['from-file'],
+    })
     const config = loadConfig(
       {
         PORT: '9002',
@@ -165,7 +172,13 @@ describe('loadConfig', () => {
       maxConnectionsPerAddress: 32,
       trustProxy: true,
       metricsToken: 'metrics-token-0123456789',
-      streams: { maxPerToken: 4, maxTotal: 100, maxLifetimeMs: 900_000, recheckIntervalMs: 30_000, drainTimeoutMs: 5000 },
+      streams: {
+        maxPerToken: 4,
+        maxTotal: 100,
+        maxLifetimeMs: 900_000,
+        recheckIntervalMs: 30_000,
+        drainTimeoutMs: 5000,
+      },
     })
     expect(loadConfig({ PLINTH_TRUST_PROXY: '10.0.0.0/8,127.0.0.1' }, cwd).trustProxy).toBe('10.0.0.0/8,127.0.0.1')
   })
@@ -173,7 +186,9 @@ describe('loadConfig', () => {
   it('refuses a short metrics token and a heartbeat that is not shorter than the connection timeout', async () => {
     const cwd = await workdir()
     expect(problemsOf({ PLINTH_METRICS_TOKEN: 'short' }, cwd)).toEqual([expect.stringMatching(/^metricsToken: /)])
-    expect(problemsOf({ PLINTH_SSE_HEARTBEAT: '200s' }, cwd)).toEqual([expect.stringMatching(/sseHeartbeatMs .* connectionTimeoutMs/)])
+    expect(problemsOf({ PLINTH_SSE_HEARTBEAT: '200s' }, cwd)).toEqual([
+      expect.stringMatching(/sseHeartbeatMs .* connectionTimeoutMs/),
+    ])
   })
 
   it('treats an empty environment variable as unset', async () => {
@@ -190,17 +205,29 @@ describe('loadConfig', () => {
   it('reads the CORS allowlist from PLINTH_CORS_ORIGINS and refuses an origin with a path', async () => {
     const cwd = await workdir()
     expect(loadConfig({}, cwd).corsOrigins).toEqual([])
-    expect(loadConfig({ PLINTH_CORS_ORIGINS: 'https://app.example, http://localhost:5173' }, cwd).corsOrigins).toEqual(['https://app.example', 'http://localhost:5173'])
-    expect(problemsOf({ PLINTH_CORS_ORIGINS: 'https://app.example/path' }, cwd)).toEqual([expect.stringMatching(/^corsOrigins/)])
+    expect(loadConfig({ PLINTH_CORS_ORIGINS: 'https://app.example, http://localhost:5173' }, cwd).corsOrigins).toEqual([
+      'https://app.example',
+      'http://localhost:5173',
+    ])
+    expect(problemsOf({ PLINTH_CORS_ORIGINS: 'https://app.example/path' }, cwd)).toEqual([
+      expect.stringMatching(/^corsOrigins/),
+    ])
   })
 
   it('reads the search relevance floor (knowledge.minSimilarity) from the file or PLINTH_KNOWLEDGE_MIN_SIMILARITY', async () => {
     expect(loadConfig({}, await workdir()).knowledge.minSimilarity).toBeUndefined()
     const cwd = await workdir({ knowledge: { minSimilarity: 0.45 } })
     expect(loadConfig({}, cwd).knowledge.minSimilarity).toBe(0.45)
-    expect(loadConfig({ PLINTH_KNOWLEDGE_MIN_SIMILARITY: '0.2' }, cwd).knowledge).toMatchObject({ minSimilarity: 0.2, maxFileBytes: 20 * 1024 * 1024 })
-    expect(problemsOf({ PLINTH_KNOWLEDGE_MIN_SIMILARITY: 'high' }, cwd)).toEqual(['PLINTH_KNOWLEDGE_MIN_SIMILARITY: expected a number like 0.3, got "high"'])
-    expect(problemsOf({}, await workdir({ knowledge: { minSimilarity: 2 } }))).toEqual([expect.stringMatching(/^knowledge\.minSimilarity: must be <= 1/)])
+    expect(loadConfig({ PLINTH_KNOWLEDGE_MIN_SIMILARITY: '0.2' }, cwd).knowledge).toMatchObject({
+      minSimilarity: 0.2,
+      maxFileBytes: 20 * 1024 * 1024,
+    })
+    expect(problemsOf({ PLINTH_KNOWLEDGE_MIN_SIMILARITY: 'high' }, cwd)).toEqual([
+      'PLINTH_KNOWLEDGE_MIN_SIMILARITY: expected a number like 0.3, got "high"',
+    ])
+    expect(problemsOf({}, await workdir({ knowledge: { minSimilarity: 2 } }))).toEqual([
+      expect.stringMatching(/^knowledge\.minSimilarity: must be <= 1/),
+    ])
   })
 
   it('reads booleans and integers from the environment', async () => {
@@ -230,7 +257,10 @@ describe('loadConfig', () => {
 
   it('still takes the deprecated millisecond names, says which name replaces each, and lets the new name win', async () => {
     const cwd = await workdir()
-    const config = loadConfig({ PLINTH_RATE_LIMIT_WINDOW_MS: '500', PLINTH_SSE_HEARTBEAT_MS: '250', PLINTH_FULL_MODE_TTL_MS: '5000' }, cwd)
+    const config = loadConfig(
+      { PLINTH_RATE_LIMIT_WINDOW_MS: '500', PLINTH_SSE_HEARTBEAT_MS: '250', PLINTH_FULL_MODE_TTL_MS: '5000' },
+      cwd,
+    )
     expect(config).toMatchObject({ rateLimit: { windowMs: 500 }, sseHeartbeatMs: 250, fullModeTtlMs: 5000 })
     expect(config.deprecations).toEqual([
       expect.stringMatching(/^PLINTH_RATE_LIMIT_WINDOW_MS is deprecated: use PLINTH_RATE_LIMIT_WINDOW /),
@@ -241,7 +271,9 @@ describe('loadConfig', () => {
     expect(both.fullModeTtlMs).toBe(120_000)
     expect(both.deprecations).toEqual([expect.stringContaining('PLINTH_FULL_MODE_TTL is also set and wins')])
     // An old name keeps its old meaning (milliseconds), and its checks.
-    expect(problemsOf({ PLINTH_SSE_HEARTBEAT_MS: '15s' }, cwd)).toEqual(['PLINTH_SSE_HEARTBEAT_MS: expected an integer, got "15s"'])
+    expect(problemsOf({ PLINTH_SSE_HEARTBEAT_MS: '15s' }, cwd)).toEqual([
+      'PLINTH_SSE_HEARTBEAT_MS: expected an integer, got "15s"',
+    ])
   })
 
   it('warns once at start-up for each deprecated name set', async () => {
@@ -253,7 +285,12 @@ describe('loadConfig', () => {
         .split('\n')
         .filter((line) => line.includes('is deprecated'))
         .map((line) => JSON.parse(line) as { level: number; msg: string })
-      expect(warnings).toEqual([expect.objectContaining({ level: 40, msg: expect.stringMatching(/^PLINTH_FULL_MODE_TTL_MS is deprecated: use PLINTH_FULL_MODE_TTL /) })])
+      expect(warnings).toEqual([
+        expect.objectContaining({
+          level: 40,
+          msg: expect.stringMatching(/^PLINTH_FULL_MODE_TTL_MS is deprecated: use PLINTH_FULL_MODE_TTL /),
+        }),
+      ])
     } finally {
       await server.stop()
     }
@@ -262,8 +299,15 @@ describe('loadConfig', () => {
   it('resolves plugin paths in the file against the file, and in PLINTH_PLUGINS against the working directory', async () => {
     const cwd = await workdir()
     const elsewhere = await workdir({ plugins: ['./notes.js', 'rdm', 'some-package', '/abs/plugin.js'] })
-    expect(loadConfig({ PLINTH_CONFIG: join(elsewhere, 'plinth.config.json') }, cwd).plugins).toEqual([join(elsewhere, 'notes.js'), 'rdm', 'some-package', '/abs/plugin.js'])
-    expect(loadConfig({ PLINTH_CONFIG: join(elsewhere, 'plinth.config.json'), PLINTH_PLUGINS: './mine.js' }, cwd).plugins).toEqual(['./mine.js'])
+    expect(loadConfig({ PLINTH_CONFIG: join(elsewhere, 'plinth.config.json') }, cwd).plugins).toEqual([
+      join(elsewhere, 'notes.js'),
+      'rdm',
+      'some-package',
+      '/abs/plugin.js',
+    ])
+    expect(
+      loadConfig({ PLINTH_CONFIG: join(elsewhere, 'plinth.config.json'), PLINTH_PLUGINS: './mine.js' }, cwd).plugins,
+    ).toEqual(['./mine.js'])
     expect(loadConfig({ PLINTH_STRICT_PLUGINS: '1' }, cwd).strictPlugins).toBe(true)
     expect(loadConfig({}, cwd).strictPlugins).toBe(false)
     expect(loadConfig({}, cwd).pgPrepare).toBe(true)
@@ -282,9 +326,22 @@ describe('loadConfig', () => {
     const cwd = await workdir({ bogus: 1, port: 'x', logLevel: 'loud', rateLimit: { max: 0, extra: true } })
     const problems = problemsOf({ PORT: 'abc', PLINTH_DISABLE_EXEC_TOOLS: 'maybe', PLINTH_BODY_LIMIT: '1.5' }, cwd)
     const keys = problems.map((problem) => problem.slice(0, problem.indexOf(':')))
-    expect(keys.sort()).toEqual(['PLINTH_BODY_LIMIT', 'PLINTH_DISABLE_EXEC_TOOLS', 'PORT', 'bogus', 'logLevel', 'port', 'rateLimit.extra', 'rateLimit.max'].sort())
+    expect(keys.sort()).toEqual(
+      [
+        'PLINTH_BODY_LIMIT',
+        'PLINTH_DISABLE_EXEC_TOOLS',
+        'PORT',
+        'bogus',
+        'logLevel',
+        'port',
+        'rateLimit.extra',
+        'rateLimit.max',
+      ].sort(),
+    )
     expect(problems.find((problem) => problem.startsWith('PORT:'))).toBe('PORT: expected an integer, got "abc"')
-    expect(problems.find((problem) => problem.startsWith('PLINTH_DISABLE_EXEC_TOOLS:'))).toBe('PLINTH_DISABLE_EXEC_TOOLS: expected true or false, got "maybe"')
+    expect(problems.find((problem) => problem.startsWith('PLINTH_DISABLE_EXEC_TOOLS:'))).toBe(
+      'PLINTH_DISABLE_EXEC_TOOLS: expected true or false, got "maybe"',
+    )
     expect(problems.find((problem) => problem.startsWith('bogus:'))).toBe('bogus: unknown key')
     expect(problems.find((problem) => problem.startsWith('rateLimit.extra:'))).toBe('rateLimit.extra: unknown key')
     expect(problems.find((problem) => problem.startsWith('logLevel:'))).toMatch(/must be one of .*info/)
@@ -293,24 +350,53 @@ describe('loadConfig', () => {
   it('rejects values out of range and a database URL that is not Postgres', async () => {
     const cwd = await workdir()
     const problems = problemsOf(
-      { PORT: '70000', PLINTH_ADMIN_TOKEN: 'short', DATABASE_URL: 'mysql://db/x', PLINTH_EXEC_BACKEND: 'docker', PLINTH_BODY_LIMIT: '10' },
+      {
+        PORT: '70000',
+        PLINTH_ADMIN_TOKEN: 'short',
+        DATABASE_URL: 'mysql://db/x',
+        PLINTH_EXEC_BACKEND: 'docker',
+        PLINTH_BODY_LIMIT: '10',
+      },
       cwd,
     )
-    expect(problems.map((problem) => problem.slice(0, problem.indexOf(':'))).sort()).toEqual(['adminToken', 'bodyLimit', 'databaseUrl', 'exec.backend', 'port'])
+    expect(problems.map((problem) => problem.slice(0, problem.indexOf(':'))).sort()).toEqual([
+      'adminToken',
+      'bodyLimit',
+      'databaseUrl',
+      'exec.backend',
+      'port',
+    ])
   })
 
   it('rejects unknown keys, also inside models', async () => {
-    const cwd = await workdir({ models: [{ id: 'm', provider: 'scripted', script: 's.json', temprature: 2 }], prot: 80 })
+    const cwd = await workdir({
+      models: [{ id: 'm', provider: 'scripted', script: 's.json', temprature: 2 }],
+      prot: 80,
+    })
     const problems = problemsOf({}, cwd)
     expect(problems).toEqual(expect.arrayContaining(['prot: unknown key', 'models[0].temprature: unknown key']))
     expect(problems).toHaveLength(2)
   })
 
   it('takes request defaults and extra headers on a model, within range', async () => {
-    const model = { id: 'gpt', provider: 'openai', baseUrl: 'http://127.0.0.1:1/v1', temperature: 0.3, maxTokens: 1024, topP: 0.9, stop: ['END'], headers: { 'x-tenant': 'acme' } }
+    const model = {
+      id: 'gpt',
+      provider: 'openai',
+      baseUrl: 'http://127.0.0.1:1/v1',
+      temperature: 0.3,
+      maxTokens: 1024,
+      topP: 0.9,
+      stop: ['END'],
+      headers: { 'x-tenant': 'acme' },
+    }
     expect(loadConfig({}, await workdir({ models: [model] })).models[0]).toMatchObject(model)
     const problems = problemsOf({}, await workdir({ models: [{ ...model, temperature: 3, topP: 0 }] }))
-    expect(problems).toEqual(expect.arrayContaining([expect.stringMatching(/^models\[0\]\.temperature/), expect.stringMatching(/^models\[0\]\.topP/)]))
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^models\[0\]\.temperature/),
+        expect.stringMatching(/^models\[0\]\.topP/),
+      ]),
+    )
   })
 
   it('rejects a model without a known provider', async () => {
@@ -344,19 +430,31 @@ describe('loadConfig', () => {
   })
 
   it('rejects a defaultModel that names no configured model', async () => {
-    const cwd = await workdir({ models: [{ id: 'fast', provider: 'scripted', script: 's.json' }], defaultModel: 'slow' })
+    const cwd = await workdir({
+      models: [{ id: 'fast', provider: 'scripted', script: 's.json' }],
+      defaultModel: 'slow',
+    })
     const problems = problemsOf({}, cwd)
     expect(problems).toEqual(['defaultModel: no model with id "slow" is configured'])
     // With the model configured it is accepted.
     const ok = await workdir({
-      models: [{ id: 'fast', provider: 'scripted', script: 's.json' }, { id: 'slow', provider: 'openai', model: 'gpt', baseUrl: 'http://127.0.0.1:9/v1' }],
+      models: [
+        { id: 'fast', provider: 'scripted', script: 's.json' },
+        { id: 'slow', provider: 'openai', model: 'gpt', baseUrl: 'http://127.0.0.1:9/v1' },
+      ],
       defaultModel: 'slow',
     })
     expect(loadConfig({}, ok).defaultModel).toBe('slow')
   })
 
   it('requires a base URL for openai and anthropic models and a script for scripted ones', async () => {
-    const cwd = await workdir({ models: [{ id: 'a', provider: 'openai' }, { id: 'b', provider: 'anthropic' }, { id: 'c', provider: 'scripted' }] })
+    const cwd = await workdir({
+      models: [
+        { id: 'a', provider: 'openai' },
+        { id: 'b', provider: 'anthropic' },
+        { id: 'c', provider: 'scripted' },
+      ],
+    })
     expect(problemsOf({}, cwd)).toEqual([
       'models[0].baseUrl: required for provider openai',
       'models[1].baseUrl: required for provider anthropic',

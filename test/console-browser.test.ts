@@ -10,11 +10,16 @@ import { CuttableProxy } from './helpers/cuttable-proxy.js'
 
 // The web console used as a person would: Debian's Chromium, clicking and typing, through a proxy
 // the test can cut to drop the network mid-run. Screenshots of each step go to PLINTH_SCREENSHOTS.
-const executablePath = process.env.PLINTH_CHROMIUM ?? ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((path) => existsSync(path))
-if (!executablePath && process.env.REQUIRE_BROWSER === '1') throw new Error('REQUIRE_BROWSER=1 but no Chromium is installed (apt-get install chromium)')
-if (!executablePath) console.warn('[plinth tests] skipping the console browser tests: no Chromium (apt-get install chromium)')
+const executablePath =
+  process.env.PLINTH_CHROMIUM ??
+  ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((path) => existsSync(path))
+if (!executablePath && process.env.REQUIRE_BROWSER === '1')
+  throw new Error('REQUIRE_BROWSER=1 but no Chromium is installed (apt-get install chromium)')
+if (!executablePath)
+  console.warn('[plinth tests] skipping the console browser tests: no Chromium (apt-get install chromium)')
 
-const screenshots = process.env.PLINTH_SCREENSHOTS ?? fileURLToPath(new URL('../test-artifacts/console/', import.meta.url))
+const screenshots =
+  process.env.PLINTH_SCREENSHOTS ?? fileURLToPath(new URL('../test-artifacts/console/', import.meta.url))
 const adminToken = 'console-admin-token-0123456789'
 const slowWords = Array.from({ length: 120 }, (_, index) => `w${index}`)
 
@@ -50,10 +55,31 @@ const scripts = {
   chinese: { turns: [{ text: chineseAnswer }] },
   // Calls a tool it does not have, even when told to stop: a run capped at one iteration fails.
   loop: { turns: [{ toolCalls: [{ name: 'no_such_tool', arguments: {} }], evenWithoutTools: true }] },
-  decide: { turnBy: 'round', turns: [{ text: 'I will write it.', toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Memo', body: 'hello' } }] }, { text: 'The draft is written.' }] },
+  decide: {
+    turnBy: 'round',
+    turns: [
+      {
+        text: 'I will write it.',
+        toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Memo', body: 'hello' } }],
+      },
+      { text: 'The draft is written.' },
+    ],
+  },
   slow: { turns: [{ text: slowWords.join(' '), chunks: 120, delayMs: 60 }] },
-  exec: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'exec', arguments: { command: 'for i in 1 2 3 4 5; do echo line $i; sleep 0.4; done' } }] }, { text: 'Counted to five.' }] },
-  client: { turnBy: 'round', turns: [{ toolCalls: [{ name: 'propose_command', arguments: { command: 'ls -la', reason: 'to look' } }] }, { text: 'Understood, not running it.' }] },
+  exec: {
+    turnBy: 'round',
+    turns: [
+      { toolCalls: [{ name: 'exec', arguments: { command: 'for i in 1 2 3 4 5; do echo line $i; sleep 0.4; done' } }] },
+      { text: 'Counted to five.' },
+    ],
+  },
+  client: {
+    turnBy: 'round',
+    turns: [
+      { toolCalls: [{ name: 'propose_command', arguments: { command: 'ls -la', reason: 'to look' } }] },
+      { text: 'Understood, not running it.' },
+    ],
+  },
 }
 
 describe.skipIf(!executablePath)('the web console in Chromium', () => {
@@ -68,11 +94,17 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     cwd = await mkdtemp(join(tmpdir(), 'plinth-console-'))
     // The sandbox user must reach the work directories below it (the admin test switches to the sandbox).
     await chmod(cwd, 0o755)
-    for (const [name, script] of Object.entries(scripts)) await writeFile(join(cwd, `${name}.json`), JSON.stringify(script))
+    for (const [name, script] of Object.entries(scripts))
+      await writeFile(join(cwd, `${name}.json`), JSON.stringify(script))
     await writeFile(
       join(cwd, 'plinth.config.json'),
       // Programs run on the server itself here by explicit choice: the admin test switches to the sandbox and back.
-      JSON.stringify({ plugins: ['rdm'], models: Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })), defaultModel: 'decide', exec: { backend: 'direct' } }),
+      JSON.stringify({
+        plugins: ['rdm'],
+        models: Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })),
+        defaultModel: 'decide',
+        exec: { backend: 'direct' },
+      }),
     )
     token = lastLine((await runPlinth(['users', 'create', 'alice'], { cwd })).stdout)
     server = await startServe({ cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
@@ -142,7 +174,9 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.click('#send')
     const card = page.locator('.decision')
     await card.locator('button[data-answer=approve]').waitFor()
-    await expect(card.innerText()).resolves.toMatch(/Approval needed:\s*rdm\.draft\.compose\s*risk: high[\s\S]*Write draft "Memo"/)
+    await expect(card.innerText()).resolves.toMatch(
+      /Approval needed:\s*rdm\.draft\.compose\s*risk: high[\s\S]*Write draft "Memo"/,
+    )
     await expect(page.locator('#run-status').innerText()).resolves.toMatch(/Waiting for you/)
     await shot(page, '03-decision-card')
     await card.locator('button[data-answer=approve]').click()
@@ -153,7 +187,9 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await shot(page, '04-answer')
     await page.click('#audit-tab')
     await page.waitForSelector('table.audit >> text=rdm.draft.compose')
-    await expect(page.locator('table.audit').innerText()).resolves.toMatch(/rdm\.draft\.compose\s+agent[\s\S]*approved by you\s+succeeded/)
+    await expect(page.locator('table.audit').innerText()).resolves.toMatch(
+      /rdm\.draft\.compose\s+agent[\s\S]*approved by you\s+succeeded/,
+    )
     await shot(page, '05-audit')
     // Reloading shows the same conversation from the transcript, once.
     await page.reload()
@@ -164,12 +200,27 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
   })
 
   it('lists a project shared with you, marked shared', async () => {
-    const bob = await http(server.url, 'POST', '/api/admin/users', { token: adminToken, body: { name: `bob-${Date.now()}` } })
+    const bob = await http(server.url, 'POST', '/api/admin/users', {
+      token: adminToken,
+      body: { name: `bob-${Date.now()}` },
+    })
     const bobToken = bob.body.token.token as string
     const aliceId = (await http(server.url, 'GET', '/api/me', { token })).body.id as string
-    const shared = (await http(server.url, 'POST', '/api/projects', { token: bobToken, body: { name: 'Bob shares this' } })).body.id as string
-    const asked = await http(server.url, 'POST', '/api/commands/rdm.member.add', { token: bobToken, body: { entrance: 'button', projectId: shared, params: { userId: aliceId } } })
-    expect((await http(server.url, 'POST', `/api/decisions/${asked.body.decision.id}`, { token: bobToken, body: { decision: 'approve' } })).status).toBe(200)
+    const shared = (
+      await http(server.url, 'POST', '/api/projects', { token: bobToken, body: { name: 'Bob shares this' } })
+    ).body.id as string
+    const asked = await http(server.url, 'POST', '/api/commands/rdm.member.add', {
+      token: bobToken,
+      body: { entrance: 'button', projectId: shared, params: { userId: aliceId } },
+    })
+    expect(
+      (
+        await http(server.url, 'POST', `/api/decisions/${asked.body.decision.id}`, {
+          token: bobToken,
+          body: { decision: 'approve' },
+        })
+      ).status,
+    ).toBe(200)
     const page = await newPage()
     await signIn(page)
     const item = page.locator('#projects li', { hasText: 'Bob shares this' })
@@ -181,7 +232,10 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
 
   it('recovers from a dropped connection mid-run with no duplicated or missing text', async () => {
     const projectId = await project('Slow stream', 'slow')
-    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: { title: 'drop' } })
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, {
+      token,
+      body: { title: 'drop' },
+    })
     const page = await newPage()
     await signIn(page, `#/conversations/${conversation.body.id}`)
     await page.fill('#composer', 'Tell me a long story.')
@@ -225,8 +279,12 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.click('#send')
     await page.locator('.decision button[data-answer=approve]').waitFor()
     const decisions = await http(server.url, 'GET', '/api/decisions?status=pending', { token })
-    const pending = decisions.body.items.find((item: { conversationId: string }) => item.conversationId === conversation.body.id)
-    expect((await http(server.url, 'POST', `/api/decisions/${pending.id}`, { token, body: { decision: 'reject' } })).status).toBe(200)
+    const pending = decisions.body.items.find(
+      (item: { conversationId: string }) => item.conversationId === conversation.body.id,
+    )
+    expect(
+      (await http(server.url, 'POST', `/api/decisions/${pending.id}`, { token, body: { decision: 'reject' } })).status,
+    ).toBe(200)
     await page.waitForSelector('.decision >> text=Rejected by you.')
     await expect(page.locator('.decision button').count()).resolves.toBe(0)
     await page.waitForSelector('#run-status >> text=Completed.')
@@ -241,8 +299,12 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     proxy.drop(0)
     await page.waitForSelector('#banner >> text=reconnecting')
     const waiting = await http(server.url, 'GET', '/api/decisions?status=pending', { token })
-    const second = waiting.body.items.find((item: { conversationId: string }) => item.conversationId === conversation.body.id)
-    expect((await http(server.url, 'POST', `/api/decisions/${second.id}`, { token, body: { decision: 'reject' } })).status).toBe(200)
+    const second = waiting.body.items.find(
+      (item: { conversationId: string }) => item.conversationId === conversation.body.id,
+    )
+    expect(
+      (await http(server.url, 'POST', `/api/decisions/${second.id}`, { token, body: { decision: 'reject' } })).status,
+    ).toBe(200)
     await card.locator('button[data-answer=approve]').click()
     await card.locator('text=Rejected by you. (answered elsewhere)').waitFor()
     await expect(card.locator('button').count()).resolves.toBe(0)
@@ -253,7 +315,10 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
   it('answers a client tool of a run started elsewhere (opened mid-run), and can cancel a run', async () => {
     const projectId = await project('Client tools', 'client')
     const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
-    const started = await http(server.url, 'POST', `/api/conversations/${conversation.body.id}/runs?wait=true`, { token, body: { input: 'look around', clientTools: ['propose_command'] } })
+    const started = await http(server.url, 'POST', `/api/conversations/${conversation.body.id}/runs?wait=true`, {
+      token,
+      body: { input: 'look around', clientTools: ['propose_command'] },
+    })
     expect(started.body.status).toBe('requires_action')
     const page = await newPage()
     await signIn(page, `#/conversations/${conversation.body.id}`)
@@ -282,7 +347,10 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     const page = await newPage()
     await signIn(page, `#/projects/${projectId}`)
     await page.fill('input[name=title][aria-label="Knowledge title"]', 'Deploy notes')
-    await page.fill('textarea[name=text]', 'The blue-green deploy switches traffic with the lighthouse script after the canary passes.')
+    await page.fill(
+      'textarea[name=text]',
+      'The blue-green deploy switches traffic with the lighthouse script after the canary passes.',
+    )
     await page.click('button >> text=Add knowledge')
     await page.waitForSelector('#knowledge >> text=Deploy notes')
     await page.fill('input[name=q]', 'lighthouse canary')
@@ -290,7 +358,11 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.waitForSelector('#search-results >> text=Deploy notes')
     // A file, uploaded as multipart.
     await page.fill('input[name=title][aria-label="Knowledge title"]', 'Runbook file')
-    await page.setInputFiles('input[type=file]', { name: 'runbook.md', mimeType: 'text/markdown', buffer: Buffer.from('# Runbook\n\nRestart the quartzite worker when the queue stalls.\n') })
+    await page.setInputFiles('input[type=file]', {
+      name: 'runbook.md',
+      mimeType: 'text/markdown',
+      buffer: Buffer.from('# Runbook\n\nRestart the quartzite worker when the queue stalls.\n'),
+    })
     await page.click('button >> text=Add knowledge')
     await page.waitForSelector('#knowledge >> text=Runbook file')
     // A file ingests in the background: the list shows it pending until it is ready, as a person sees.
@@ -315,9 +387,9 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.click('button >> text=Apply')
     const status = page.locator('p[role=status]', { hasText: /Switched|Not switched/ })
     await status.waitFor()
-    const settings = await fetch(`${server.url}/api/admin/settings`, { headers: { authorization: `Bearer ${adminToken}` } }).then(
-      (response) => response.json() as Promise<{ execBackend: string; sandbox: { ok: boolean } }>,
-    )
+    const settings = await fetch(`${server.url}/api/admin/settings`, {
+      headers: { authorization: `Bearer ${adminToken}` },
+    }).then((response) => response.json() as Promise<{ execBackend: string; sandbox: { ok: boolean } }>)
     // Where the sandbox works (CI prepares it), the switch happens; elsewhere the page says why not.
     if (settings.sandbox.ok) {
       await expect(status.innerText()).resolves.toBe('Switched to sandbox.')
@@ -353,7 +425,9 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
       await expect(answer.locator('ul > li').allInnerTexts()).resolves.toEqual(['first step', 'second step'])
       await expect(answer.locator('pre code').innerText()).resolves.toMatch(/^npm test\s*$/)
       await expect(answer.locator('table td').allInnerTexts()).resolves.toEqual(['a', '2'])
-      await expect(answer.locator('a', { hasText: 'the docs' }).getAttribute('href')).resolves.toBe('https://example.com/docs')
+      await expect(answer.locator('a', { hasText: 'the docs' }).getAttribute('href')).resolves.toBe(
+        'https://example.com/docs',
+      )
       // In the page (a string: the tests compile without the DOM library).
       const hostile = await page.evaluate(`(() => {
         const all = [...document.getElementById('log').querySelectorAll('*')]
@@ -380,7 +454,10 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
 
   it('renders Chinese text with a CJK font, not as empty boxes', async () => {
     const projectId = await project('中文项目', 'chinese')
-    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: { title: '中文对话' } })
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, {
+      token,
+      body: { title: '中文对话' },
+    })
     const page = await newPage()
     await signIn(page, `#/conversations/${conversation.body.id}`)
     await page.fill('#composer', '你好')
@@ -396,7 +473,10 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     const { nodeId } = await cdp.send('DOM.querySelector', { nodeId: root.nodeId, selector: '.msg.assistant .text p' })
     const { fonts } = await cdp.send('CSS.getPlatformFontsForNode', { nodeId })
     const cjk = fonts.filter((font) => /CJK|Source Han|PingFang|YaHei/i.test(font.familyName))
-    expect(cjk.reduce((sum, font) => sum + font.glyphCount, 0), JSON.stringify(fonts)).toBe([...chineseAnswer].length)
+    expect(
+      cjk.reduce((sum, font) => sum + font.glyphCount, 0),
+      JSON.stringify(fonts),
+    ).toBe([...chineseAnswer].length)
     await shot(page, '14-chinese')
     await page.close()
   })
@@ -410,25 +490,45 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     }
 
     const failedProject = await project('Failed run', 'loop')
-    const failed = (await http(server.url, 'POST', `/api/projects/${failedProject}/conversations`, { token, body: {} })).body.id as string
-    const failedRun = await http(server.url, 'POST', `/api/conversations/${failed}/runs?wait=true`, { token, body: { input: 'go', maxIterations: 1 } })
+    const failed = (await http(server.url, 'POST', `/api/projects/${failedProject}/conversations`, { token, body: {} }))
+      .body.id as string
+    const failedRun = await http(server.url, 'POST', `/api/conversations/${failed}/runs?wait=true`, {
+      token,
+      body: { input: 'go', maxIterations: 1 },
+    })
     expect(failedRun.body.status).toBe('failed')
     await open(failed)
     await page.waitForSelector('#run-status >> text=Failed:')
-    await expect(page.locator('#run-status').innerText()).resolves.toBe(`Failed: ${failedRun.body.error.message} (${failedRun.body.error.code})`)
+    await expect(page.locator('#run-status').innerText()).resolves.toBe(
+      `Failed: ${failedRun.body.error.message} (${failedRun.body.error.code})`,
+    )
     await shot(page, '15-reopened-failed')
 
     const slowProject = await project('Cancelled run', 'slow')
-    const cancelled = (await http(server.url, 'POST', `/api/projects/${slowProject}/conversations`, { token, body: {} })).body.id as string
-    const slowRun = await http(server.url, 'POST', `/api/conversations/${cancelled}/runs`, { token, body: { input: 'go' } })
+    const cancelled = (
+      await http(server.url, 'POST', `/api/projects/${slowProject}/conversations`, { token, body: {} })
+    ).body.id as string
+    const slowRun = await http(server.url, 'POST', `/api/conversations/${cancelled}/runs`, {
+      token,
+      body: { input: 'go' },
+    })
     await http(server.url, 'POST', `/api/runs/${slowRun.body.id}/cancel`, { token })
-    await expect.poll(async () => (await http(server.url, 'GET', `/api/runs/${slowRun.body.id}`, { token })).body.status, { timeout: 20_000 }).toBe('cancelled')
+    await expect
+      .poll(async () => (await http(server.url, 'GET', `/api/runs/${slowRun.body.id}`, { token })).body.status, {
+        timeout: 20_000,
+      })
+      .toBe('cancelled')
     await open(cancelled)
     await page.waitForSelector('#run-status >> text=Cancelled.')
 
     const decideProject = await project('Waiting run', 'decide')
-    const waiting = (await http(server.url, 'POST', `/api/projects/${decideProject}/conversations`, { token, body: {} })).body.id as string
-    const waitingRun = await http(server.url, 'POST', `/api/conversations/${waiting}/runs?wait=true`, { token, body: { input: 'write it' } })
+    const waiting = (
+      await http(server.url, 'POST', `/api/projects/${decideProject}/conversations`, { token, body: {} })
+    ).body.id as string
+    const waitingRun = await http(server.url, 'POST', `/api/conversations/${waiting}/runs?wait=true`, {
+      token,
+      body: { input: 'write it' },
+    })
     expect(waitingRun.body.status).toBe('requires_action')
     await open(waiting)
     await page.waitForSelector('#run-status >> text=Waiting for you')
@@ -446,7 +546,10 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.locator('.decision button[data-answer=reject]').click()
     await page.waitForSelector('#run-status >> text=Completed.')
     const call = page.locator('.call', { hasText: 'rdm__draft__compose' })
-    const seen = async () => ({ status: await call.locator('.call-status').innerText(), result: await call.locator('pre.result').innerText() })
+    const seen = async () => ({
+      status: await call.locator('.call-status').innerText(),
+      result: await call.locator('pre.result').innerText(),
+    })
     const live = await seen()
     expect(live.status).toBe('rejected')
     await page.reload()
@@ -466,12 +569,17 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await ready.locator('.ingest-ready').waitFor({ timeout: 30_000 })
     await expect(ready.innerText()).resolves.toMatch(/ready\s+1 chunk\b(?!s)/)
     await page.fill('input[name=title][aria-label="Knowledge title"]', 'Broken file')
-    await page.setInputFiles('input[type=file]', { name: 'broken.pdf', mimeType: 'application/pdf', buffer: Buffer.from('this is not a PDF at all') })
+    await page.setInputFiles('input[type=file]', {
+      name: 'broken.pdf',
+      mimeType: 'application/pdf',
+      buffer: Buffer.from('this is not a PDF at all'),
+    })
     await page.click('button >> text=Add knowledge')
     const broken = page.locator('#knowledge li', { hasText: 'Broken file' })
     await broken.locator('.ingest-failed').waitFor({ timeout: 30_000 })
     const items = await http(server.url, 'GET', `/api/projects/${projectId}/knowledge`, { token })
-    const reason = items.body.items.find((item: { title: string }) => item.title === 'Broken file').ingestError as string
+    const reason = items.body.items.find((item: { title: string }) => item.title === 'Broken file')
+      .ingestError as string
     expect(reason).toBeTruthy()
     await expect(broken.locator('.ingest-error').innerText()).resolves.toBe(`Failed: ${reason}`)
     await shot(page, '16-knowledge-states')
@@ -483,7 +591,8 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await signIn(page)
     const streamUrls: string[] = []
     page.on('request', (request) => {
-      if (request.url().includes('/events')) streamUrls.push(`${request.method()} ${request.url()} ${request.headers().authorization ?? 'no-auth'}`)
+      if (request.url().includes('/events'))
+        streamUrls.push(`${request.method()} ${request.url()} ${request.headers().authorization ?? 'no-auth'}`)
     })
     // The same module the console imports, used as an app would (the page's import map finds its dependency).
     // A string, not a function: vitest would rewrite the dynamic import inside a function's source.
@@ -504,7 +613,12 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
       for await (const event of client.runs.stream(runId)) replayed.push(event.event)
       return { events, text, replayed, missing: { isPlinthError: missing instanceof PlinthError, status: missing.status, code: missing.code } }
     })(${JSON.stringify(token)})`
-    const result = (await page.evaluate(inPage)) as { events: string[]; text: string; replayed: string[]; missing: unknown }
+    const result = (await page.evaluate(inPage)) as {
+      events: string[]
+      text: string
+      replayed: string[]
+      missing: unknown
+    }
     expect(result.events[0]).toBe('run.created')
     expect(result.events.at(-1)).toBe('run.completed')
     expect(result.text).toBe('I will write it.The draft is written.')
@@ -524,15 +638,28 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
       const batch = Array.from({ length: Math.min(10, total - index) }, (_, offset) => index + offset)
       await Promise.all(
         batch.map(async (n) => {
-          const made = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: { title: `c${n}` } })
+          const made = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, {
+            token,
+            body: { title: `c${n}` },
+          })
           conversationIds.push(made.body.id)
-          expect((await http(server.url, 'POST', `/api/projects/${projectId}/knowledge`, { token, body: { title: `k${n}`, text: `note ${n}` } })).status).toBe(201)
+          expect(
+            (
+              await http(server.url, 'POST', `/api/projects/${projectId}/knowledge`, {
+                token,
+                body: { title: `k${n}`, text: `note ${n}` },
+              })
+            ).status,
+          ).toBe(201)
         }),
       )
     }
     const busy = conversationIds[0]!
     for (let n = 0; n < total; n++) {
-      const answer = await http(server.url, 'PATCH', `/api/conversations/${busy}`, { token, body: { permissionMode: n % 2 === 0 ? 'risky' : 'manual' } })
+      const answer = await http(server.url, 'PATCH', `/api/conversations/${busy}`, {
+        token,
+        body: { permissionMode: n % 2 === 0 ? 'risky' : 'manual' },
+      })
       expect(answer.status).toBe(200)
     }
     const page = await newPage()

@@ -18,43 +18,73 @@ describe('executions on the server itself approved by a designated approver', ()
     server = await startTestServer(store, { exec: { backend: 'direct', directApprovers: ['ops-approver'] } })
     alice = await server.createUser()
     ops = await server.createUser('ops-approver')
-    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'p' } })).body.id
-    conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'p' } })).body
+      .id
+    conversationId = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
   })
   afterAll(async () => {
     await server?.close()
     await store?.close()
   })
 
-  const exec = (command: string) => server.request('POST', '/api/commands/core.exec', { token: alice.token, body: { entrance: 'button', conversationId, params: { command } } })
+  const exec = (command: string) =>
+    server.request('POST', '/api/commands/core.exec', {
+      token: alice.token,
+      body: { entrance: 'button', conversationId, params: { command } },
+    })
 
   it('the requester cannot approve; the approver sees it among their decisions and approves it; the requester may still reject', async () => {
     const asked = await exec('echo approved-by-ops')
     expect(asked.status).toBe(202)
-    const self = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, { token: alice.token, body: { decision: 'approve' } })
+    const self = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
+      token: alice.token,
+      body: { decision: 'approve' },
+    })
     expect([self.status, self.body.code]).toEqual([403, 'forbidden'])
-    const session = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, { token: alice.token, body: { decision: 'approve_session' } })
+    const session = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
+      token: alice.token,
+      body: { decision: 'approve_session' },
+    })
     expect(session.status).toBe(403)
     const pending = await server.request('GET', '/api/decisions?status=pending', { token: ops.token })
     expect(pending.body.items.map((item: { id: string }) => item.id)).toContain(asked.body.decision.id)
-    const approved = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, { token: ops.token, body: { decision: 'approve' } })
+    const approved = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
+      token: ops.token,
+      body: { decision: 'approve' },
+    })
     expect(approved.status).toBe(200)
     expect(approved.body.dispatch).toMatchObject({ status: 'succeeded', result: { stdout: 'approved-by-ops\n' } })
 
     const second = await exec('echo never')
-    const rejected = await server.request('POST', `/api/decisions/${second.body.decision.id}`, { token: alice.token, body: { decision: 'reject' } })
+    const rejected = await server.request('POST', `/api/decisions/${second.body.decision.id}`, {
+      token: alice.token,
+      body: { decision: 'reject' },
+    })
     expect([rejected.status, rejected.body.decision.status]).toEqual([200, 'rejected'])
     // Someone else entirely still sees nothing.
     const stranger = await server.createUser()
-    expect((await server.request('GET', '/api/decisions?status=pending', { token: stranger.token })).body.items).toEqual([])
+    expect(
+      (await server.request('GET', '/api/decisions?status=pending', { token: stranger.token })).body.items,
+    ).toEqual([])
   })
 
   it('an approver asking for their own execution needs another approver', async () => {
-    const projectId = (await server.request('POST', '/api/projects', { token: ops.token, body: { name: 'ops' } })).body.id
-    const conversation = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: ops.token, body: {} })).body.id
-    const asked = await server.request('POST', '/api/commands/core.exec', { token: ops.token, body: { entrance: 'button', conversationId: conversation, params: { command: 'id' } } })
+    const projectId = (await server.request('POST', '/api/projects', { token: ops.token, body: { name: 'ops' } })).body
+      .id
+    const conversation = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: ops.token, body: {} })
+    ).body.id
+    const asked = await server.request('POST', '/api/commands/core.exec', {
+      token: ops.token,
+      body: { entrance: 'button', conversationId: conversation, params: { command: 'id' } },
+    })
     expect(asked.status).toBe(202)
-    const self = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, { token: ops.token, body: { decision: 'approve' } })
+    const self = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
+      token: ops.token,
+      body: { decision: 'approve' },
+    })
     expect(self.status).toBe(403)
   })
 })

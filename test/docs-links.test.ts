@@ -77,11 +77,17 @@ function brokenTarget(from: string, target: string, base = dirname(from)): strin
 describe('the repository cites only what it holds', () => {
   it('the code cites no spec sections or files outside the repository', () => {
     // Written in two parts so this file does not match itself.
-    const forbidden = [new RegExp('SPEC' + ' §'), new RegExp('\\.\\./' + 'shared\\b'), new RegExp('\\b[Ii]ssues? ' + '#?\\d')]
+    const forbidden = [
+      new RegExp('SPEC' + ' §'),
+      new RegExp('\\.\\./' + 'shared\\b'),
+      new RegExp('\\b[Ii]ssues? ' + '#?\\d'),
+    ]
     const hits = codeFiles.flatMap((path) =>
       read(path)
         .split('\n')
-        .flatMap((line, index) => (forbidden.some((pattern) => pattern.test(line)) ? [`${path}:${index + 1}: ${line.trim()}`] : [])),
+        .flatMap((line, index) =>
+          forbidden.some((pattern) => pattern.test(line)) ? [`${path}:${index + 1}: ${line.trim()}`] : [],
+        ),
     )
     expect(hits).toEqual([])
   })
@@ -91,7 +97,10 @@ describe('the repository cites only what it holds', () => {
     for (const path of markdownFiles) {
       // Inline code is not a link either.
       const text = withoutFences(read(path)).replace(/`[^`\n]*`/g, '')
-      const targets = [...text.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g), ...text.matchAll(/^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)/gm)].map((match) => match[1]!)
+      const targets = [
+        ...text.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g),
+        ...text.matchAll(/^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)/gm),
+      ].map((match) => match[1]!)
       for (const target of targets) {
         if (/^[a-z][a-z0-9+.-]*:/i.test(target) || target.startsWith('//') || target.startsWith('/')) continue
         const why = brokenTarget(path, target)
@@ -116,8 +125,12 @@ describe('the repository cites only what it holds', () => {
     expect(slug('AI SDK `useChat`')).toBe('ai-sdk-usechat')
     expect(slug('SSRF: where Plinth may send')).toBe('ssrf-where-plinth-may-send')
     expect(slug('`plinth/client`: the TypeScript client')).toBe('plinthclient-the-typescript-client')
-    expect(slug('Sessions and elicitation (Plinth as an MCP server)')).toBe('sessions-and-elicitation-plinth-as-an-mcp-server')
-    expect(slug('Postgres with pgvector on Debian (CI and development)')).toBe('postgres-with-pgvector-on-debian-ci-and-development')
+    expect(slug('Sessions and elicitation (Plinth as an MCP server)')).toBe(
+      'sessions-and-elicitation-plinth-as-an-mcp-server',
+    )
+    expect(slug('Postgres with pgvector on Debian (CI and development)')).toBe(
+      'postgres-with-pgvector-on-debian-ci-and-development',
+    )
     expect(slug('snake_case and dash-ed')).toBe('snake_case-and-dash-ed')
   })
 })

@@ -5,7 +5,15 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { EmbedderMismatchError, HashingEmbedder, Ingestor, OpenAIEmbedder, prepareEmbeddings, reembedAll, Retriever } from '../src/rag/index.js'
+import {
+  EmbedderMismatchError,
+  HashingEmbedder,
+  Ingestor,
+  OpenAIEmbedder,
+  prepareEmbeddings,
+  reembedAll,
+  Retriever,
+} from '../src/rag/index.js'
 import { createPluginLogger } from '../src/cmdbus/index.js'
 import { createProject, createUser, openStore, type Store } from '../src/store/index.js'
 import { runPlinth } from './helpers/cli-process.js'
@@ -13,10 +21,16 @@ import { openTestStore } from './helpers/engines.js'
 import { startTestServer } from './helpers/test-server.js'
 
 /** An OpenAI-compatible /embeddings endpoint (real wire format) whose vectors come from a small hashing embedder. */
-async function startFakeEmbeddings(dimensions: number): Promise<{ url: string; requests: Array<{ auth: string | undefined; body: { model: string; input: string[]; dimensions?: number } }>; failNext: number; close(): Promise<void> }> {
+async function startFakeEmbeddings(dimensions: number): Promise<{
+  url: string
+  requests: Array<{ auth: string | undefined; body: { model: string; input: string[]; dimensions?: number } }>
+  failNext: number
+  close(): Promise<void>
+}> {
   const hasher = new HashingEmbedder(dimensions)
   const state = { failNext: 0 }
-  const requests: Array<{ auth: string | undefined; body: { model: string; input: string[]; dimensions?: number } }> = []
+  const requests: Array<{ auth: string | undefined; body: { model: string; input: string[]; dimensions?: number } }> =
+    []
   const server: Server = createServer(async (request: IncomingMessage, response) => {
     let raw = ''
     for await (const chunk of request) raw += chunk
@@ -24,13 +38,17 @@ async function startFakeEmbeddings(dimensions: number): Promise<{ url: string; r
     requests.push({ auth: request.headers.authorization, body })
     if (state.failNext > 0) {
       state.failNext--
-      response.writeHead(503, { 'content-type': 'application/json', 'retry-after': '0' }).end('{"error":{"message":"overloaded"}}')
+      response
+        .writeHead(503, { 'content-type': 'application/json', 'retry-after': '0' })
+        .end('{"error":{"message":"overloaded"}}')
       return
     }
     const vectors = await hasher.embed(body.input)
     // Real servers may answer out of order; the index says which input each vector is for.
     const data = vectors.map((embedding, index) => ({ object: 'embedding', index, embedding })).reverse()
-    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ object: 'list', data, model: body.model, usage: { prompt_tokens: 1, total_tokens: 1 } }))
+    response
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ object: 'list', data, model: body.model, usage: { prompt_tokens: 1, total_tokens: 1 } }))
   })
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
@@ -63,15 +81,28 @@ describe('an OpenAI-compatible embeddings provider', () => {
   })
 
   it('embeds through /embeddings (key sent, order by index, retries a 503) and powers search', async () => {
-    const embedder = new OpenAIEmbedder({ model: 'text-embedding-test', baseUrl: fake.url, apiKey: 'sk-embed-secret-0123456789', dimensions: 32 })
+    const embedder = new OpenAIEmbedder({
+      model: 'text-embedding-test',
+      baseUrl: fake.url,
+      apiKey: 'sk-embed-secret-0123456789',
+      dimensions: 32,
+    })
     fake.failNext = 1
     const server = await startTestServer(store, { embedder })
     try {
       const user = await server.createUser()
-      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-      const item = await server.request('POST', `/api/projects/${project}/knowledge`, { token: user.token, body: { title: 'Vectors', text: 'The heron migration happens in spring.' } })
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
+        .id
+      const item = await server.request('POST', `/api/projects/${project}/knowledge`, {
+        token: user.token,
+        body: { title: 'Vectors', text: 'The heron migration happens in spring.' },
+      })
       expect(item.body.ingestStatus).toBe('ready')
-      const hits = (await server.request('GET', `/api/projects/${project}/search?q=heron%20migration&mode=vector`, { token: user.token })).body.items
+      const hits = (
+        await server.request('GET', `/api/projects/${project}/search?q=heron%20migration&mode=vector`, {
+          token: user.token,
+        })
+      ).body.items
       expect(hits[0].itemId).toBe(item.body.id)
       expect(fake.requests.every((request) => request.auth === 'Bearer sk-embed-secret-0123456789')).toBe(true)
       expect(fake.requests[0]!.body).toMatchObject({ model: 'text-embedding-test', dimensions: 32 })
@@ -81,9 +112,19 @@ describe('an OpenAI-compatible embeddings provider', () => {
   })
 
   it('reports a vector of the wrong size clearly, without the key', async () => {
-    const wrong = new OpenAIEmbedder({ model: 'm', baseUrl: fake.url, apiKey: 'sk-embed-secret-0123456789', dimensions: 64 })
+    const wrong = new OpenAIEmbedder({
+      model: 'm',
+      baseUrl: fake.url,
+      apiKey: 'sk-embed-secret-0123456789',
+      dimensions: 64,
+    })
     await expect(wrong.embed(['x'])).rejects.toThrow(/vector of 32 numbers; configured dimensions: 64/)
-    const down = new OpenAIEmbedder({ model: 'm', baseUrl: 'http://127.0.0.1:1/v1', apiKey: 'sk-embed-secret-0123456789', dimensions: 32 })
+    const down = new OpenAIEmbedder({
+      model: 'm',
+      baseUrl: 'http://127.0.0.1:1/v1',
+      apiKey: 'sk-embed-secret-0123456789',
+      dimensions: 32,
+    })
     const error = await down.embed(['x']).catch((caught: Error) => caught)
     expect(String(error)).not.toContain('sk-embed-secret')
   })
@@ -97,8 +138,17 @@ describe('the recorded embedder', () => {
       const user = await createUser(store.db, 'embedder-owner')
       if ('error' in user) throw new Error('name taken')
       const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
-      const ingestor = new Ingestor({ store, embedder: new HashingEmbedder(256), log: createPluginLogger(pino({ level: 'silent' }), 'rag') })
-      await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'A', text: 'Alpaca grooming guide.\n\nSecond paragraph about wool.' })
+      const ingestor = new Ingestor({
+        store,
+        embedder: new HashingEmbedder(256),
+        log: createPluginLogger(pino({ level: 'silent' }), 'rag'),
+      })
+      await ingestor.addText({
+        projectId: project.id,
+        ownerId: user.id,
+        title: 'A',
+        text: 'Alpaca grooming guide.\n\nSecond paragraph about wool.',
+      })
       const smaller = new HashingEmbedder(64)
       const refused = await prepareEmbeddings(store, smaller).catch((error: unknown) => error)
       expect(refused).toBeInstanceOf(EmbedderMismatchError)
@@ -124,12 +174,19 @@ describe('the recorded embedder', () => {
         const user = await createUser(store.db, 'cli-owner')
         if ('error' in user) throw new Error('name taken')
         const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
-        const ingestor = new Ingestor({ store, embedder: new HashingEmbedder(256), log: createPluginLogger(pino({ level: 'silent' }), 'rag') })
+        const ingestor = new Ingestor({
+          store,
+          embedder: new HashingEmbedder(256),
+          log: createPluginLogger(pino({ level: 'silent' }), 'rag'),
+        })
         await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'Doc', text: 'Capybara facts.' })
       } finally {
         await store.close()
       }
-      await writeFile(join(cwd, 'plinth.config.json'), JSON.stringify({ dataDir: './data', embeddings: { provider: 'hash', dimensions: 64 } }))
+      await writeFile(
+        join(cwd, 'plinth.config.json'),
+        JSON.stringify({ dataDir: './data', embeddings: { provider: 'hash', dimensions: 64 } }),
+      )
       const serve = await runPlinth(['serve'], { cwd, env: { PORT: '0' }, timeoutMs: 60_000 })
       expect(serve.code).toBe(1)
       expect(serve.stderr).toMatch(/plinth knowledge reembed/)
@@ -156,7 +213,14 @@ describe('ingestion that survives a crash', () => {
       // The first process stored the upload and died before its queue ran.
       const first = new Ingestor({ store, embedder: new HashingEmbedder(256), log })
       const item = await store.transaction((tx) =>
-        first.insertFile(tx, { projectId: project.id, ownerId: user.id, title: 'Notes', filename: 'notes.md', format: 'markdown', bytes: Buffer.from('# Ibex\n\nIbex herds climb at dawn.') }),
+        first.insertFile(tx, {
+          projectId: project.id,
+          ownerId: user.id,
+          title: 'Notes',
+          filename: 'notes.md',
+          format: 'markdown',
+          bytes: Buffer.from('# Ibex\n\nIbex herds climb at dawn.'),
+        }),
       )
       expect(item.ingestStatus).toBe('pending')
       const second = new Ingestor({ store, embedder: new HashingEmbedder(256), log })
@@ -176,8 +240,12 @@ describe('ingestion that survives a crash', () => {
     const server = await startTestServer(store, { embedder: down })
     try {
       const user = await server.createUser()
-      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-      const answer = await server.request('POST', `/api/projects/${project}/knowledge`, { token: user.token, body: { title: 'T', text: 'text' } })
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
+        .id
+      const answer = await server.request('POST', `/api/projects/${project}/knowledge`, {
+        token: user.token,
+        body: { title: 'T', text: 'text' },
+      })
       expect(answer.status).toBe(202)
       expect(answer.body.ingestStatus).toBe('pending')
     } finally {

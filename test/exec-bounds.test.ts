@@ -17,18 +17,42 @@ interface Answer {
   body: Record<string, unknown> & { result?: Record<string, unknown>; code?: string }
 }
 
-async function setUp(backend: 'direct' | 'sandbox', exec: Record<string, unknown> = {}): Promise<{ store: Store; server: TestServer; alice: TestUser; run: (id: string, params: object) => Promise<Answer> }> {
+async function setUp(
+  backend: 'direct' | 'sandbox',
+  exec: Record<string, unknown> = {},
+): Promise<{
+  store: Store
+  server: TestServer
+  alice: TestUser
+  run: (id: string, params: object) => Promise<Answer>
+}> {
   const store = await openTestStore('pglite')
   const server = await startTestServer(store, { exec: { backend, ...exec } })
   const alice = await server.createUser()
-  const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'bounds' } })).body.id
-  const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+  const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'bounds' } }))
+    .body.id
+  const conversationId = (
+    await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+  ).body.id
   const run = async (id: string, params: object): Promise<Answer> => {
-    const answer = await server.request('POST', `/api/commands/${id}`, { token: alice.token, body: { entrance: 'button', conversationId, params } })
+    const answer = await server.request('POST', `/api/commands/${id}`, {
+      token: alice.token,
+      body: { entrance: 'button', conversationId, params },
+    })
     if (answer.status !== 202) return answer
-    const decided = await server.request('POST', `/api/decisions/${answer.body.decision.id}`, { token: alice.token, body: { decision: 'approve' } })
-    const dispatch = decided.body.dispatch as { status: string; result?: Record<string, unknown>; error?: { code: string } }
-    return { status: dispatch.status === 'succeeded' ? 200 : 502, body: { ...dispatch, ...(dispatch.error && { code: dispatch.error.code }) } }
+    const decided = await server.request('POST', `/api/decisions/${answer.body.decision.id}`, {
+      token: alice.token,
+      body: { decision: 'approve' },
+    })
+    const dispatch = decided.body.dispatch as {
+      status: string
+      result?: Record<string, unknown>
+      error?: { code: string }
+    }
+    return {
+      status: dispatch.status === 'succeeded' ? 200 : 502,
+      body: { ...dispatch, ...(dispatch.error && { code: dispatch.error.code }) },
+    }
   }
   return { store, server, alice, run }
 }
@@ -49,7 +73,11 @@ describe('an execution that outlives its timeout or floods its output still answ
     expect(answer.body.code).toBeUndefined()
     expect(answer.status).toBe(200)
     expect(answer.body.result).toMatchObject({ timedOut: true, stdout: 'start\n', exitCode: null })
-    const audit = await context.store.db.selectFrom('dispatches').select(['status']).where('id', '=', String(answer.body.dispatchId ?? answer.body.id)).executeTakeFirst()
+    const audit = await context.store.db
+      .selectFrom('dispatches')
+      .select(['status'])
+      .where('id', '=', String(answer.body.dispatchId ?? answer.body.id))
+      .executeTakeFirst()
     if (audit) expect(audit.status).toBe('succeeded')
   }, 90_000)
 
@@ -109,7 +137,11 @@ describe('the bounds are derived from one another and checked at start', () => {
   it('`plinth serve` refuses exec output caps that cannot fit a result, naming both keys', async () => {
     const cwd = await mkdtemp(join(tmpdir(), 'plinth-bounds-'))
     try {
-      const result = await runPlinth(['serve'], { cwd, env: { PORT: '0', PLINTH_RESULT_MAX_BYTES: String(64 * 1024), PLINTH_EXEC_OUTPUT_BYTES: String(1024 * 1024) }, timeoutMs: 120_000 })
+      const result = await runPlinth(['serve'], {
+        cwd,
+        env: { PORT: '0', PLINTH_RESULT_MAX_BYTES: String(64 * 1024), PLINTH_EXEC_OUTPUT_BYTES: String(1024 * 1024) },
+        timeoutMs: 120_000,
+      })
       expect(result.code).toBe(2)
       expect(result.stderr).toMatch(/exec\.limits\.outputBytes/)
       expect(result.stderr).toMatch(/PLINTH_RESULT_MAX_BYTES/)

@@ -34,7 +34,9 @@ describe('the direct backend', () => {
   it('captures stdout and stderr separately, feeds stdin, and passes only the allowlisted environment', async () => {
     process.env.PLINTH_DIRECT_TEST_API_KEY = 'sk-should-never-reach-0123456789'
     try {
-      const result = await backend.run(spec(['/bin/sh', '-c', 'cat; echo to-err >&2; env; exit 7'], { stdin: 'from stdin\n' }))
+      const result = await backend.run(
+        spec(['/bin/sh', '-c', 'cat; echo to-err >&2; env; exit 7'], { stdin: 'from stdin\n' }),
+      )
       expect(result.exitCode).toBe(7)
       expect(result.stdout.startsWith('from stdin\n')).toBe(true)
       expect(result.stderr).toBe('to-err\n')
@@ -48,7 +50,17 @@ describe('the direct backend', () => {
   it('kills the whole tree on cancel within 1.5 s, daemons included, leaving nothing', async () => {
     const marker = `plinth-direct-${process.pid}`
     const controller = new AbortController()
-    const pending = backend.run(spec(['/bin/bash', '-c', `(setsid sh -c "exec -a ${marker}-a sleep 300" &); (exec -a ${marker}-b sleep 300) & sleep 300`], { timeoutMs: 60_000 }), { signal: controller.signal })
+    const pending = backend.run(
+      spec(
+        [
+          '/bin/bash',
+          '-c',
+          `(setsid sh -c "exec -a ${marker}-a sleep 300" &); (exec -a ${marker}-b sleep 300) & sleep 300`,
+        ],
+        { timeoutMs: 60_000 },
+      ),
+      { signal: controller.signal },
+    )
     await new Promise((resolve) => setTimeout(resolve, 300))
     expect(running(marker).length).toBeGreaterThan(0)
     const started = Date.now()

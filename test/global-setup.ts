@@ -8,7 +8,6 @@ import { adminQuery, withDatabase } from './helpers/pg-admin.js'
 import { startPostgresContainer } from './helpers/postgres-container.js'
 import './helpers/provided-context.js'
 
-
 /**
  * Prepares what every test file clones: a migrated PGlite dump, and (when a Postgres server is
  * available) a migrated template database. Postgres comes from TEST_DATABASE_URL, or from a
@@ -30,10 +29,14 @@ export default async function setup(project: TestProject): Promise<() => Promise
     }
   }
   if (!adminUrl && process.env.REQUIRE_PG === '1') {
-    throw new Error('REQUIRE_PG=1 but no Postgres: set TEST_DATABASE_URL (see scripts/ci-postgres.sh) or make a Docker engine reachable')
+    throw new Error(
+      'REQUIRE_PG=1 but no Postgres: set TEST_DATABASE_URL (see scripts/ci-postgres.sh) or make a Docker engine reachable',
+    )
   }
   if (!adminUrl) {
-    console.warn('\n[plinth tests] Postgres suites skipped: no TEST_DATABASE_URL and no Docker engine; running on PGlite only\n')
+    console.warn(
+      '\n[plinth tests] Postgres suites skipped: no TEST_DATABASE_URL and no Docker engine; running on PGlite only\n',
+    )
     project.provide('postgres', null)
   } else {
     const templateDb = `plinth_tpl_${process.pid}`
@@ -43,7 +46,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
     const { rows } = await new pg.Pool({ connectionString: withDatabase(adminUrl, templateDb), max: 1 })
       .query("select extversion from pg_extension where extname = 'vector'")
       .catch(() => ({ rows: [] as { extversion: string }[] }))
-    console.warn(`\n[plinth tests] Postgres suites run against ${new URL(adminUrl).host} with pgvector ${rows[0]?.extversion ?? '?'}\n`)
+    console.warn(
+      `\n[plinth tests] Postgres suites run against ${new URL(adminUrl).host} with pgvector ${rows[0]?.extversion ?? '?'}\n`,
+    )
     await store.close()
     project.provide('postgres', { adminUrl, templateDb })
     const previousStop = stopContainer

@@ -3,7 +3,11 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-function expectProblem(answer: { status: number; headers: Headers; body: { code?: string; status?: number; title?: string } }, status: number, code: string): void {
+function expectProblem(
+  answer: { status: number; headers: Headers; body: { code?: string; status?: number; title?: string } },
+  status: number,
+  code: string,
+): void {
   expect(answer.status).toBe(status)
   expect(answer.headers.get('content-type')).toMatch(/^application\/problem\+json/)
   expect(answer.body.code).toBe(code)
@@ -57,7 +61,16 @@ for (const engine of testEngines()) {
       const openapi = await server.request('GET', '/docs/json')
       expect(openapi.status).toBe(200)
       expect(Object.keys(openapi.body.paths)).toEqual(
-        expect.arrayContaining(['/api/me', '/api/projects', '/api/projects/{id}', '/api/projects/{id}/conversations', '/api/conversations/{id}', '/api/conversations/{id}/messages', '/api/projects/{id}/events', '/api/conversations/{id}/events']),
+        expect.arrayContaining([
+          '/api/me',
+          '/api/projects',
+          '/api/projects/{id}',
+          '/api/projects/{id}/conversations',
+          '/api/conversations/{id}',
+          '/api/conversations/{id}/messages',
+          '/api/projects/{id}/events',
+          '/api/conversations/{id}/events',
+        ]),
       )
       const ui = await server.request('GET', '/docs/')
       expect(ui.status).toBe(200)
@@ -70,7 +83,10 @@ for (const engine of testEngines()) {
     })
 
     it('creates, reads, updates and soft-deletes projects, with camelCase JSON and a request id', async () => {
-      const created = await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'Apollo', description: 'moon' } })
+      const created = await server.request('POST', '/api/projects', {
+        token: alice.token,
+        body: { name: 'Apollo', description: 'moon' },
+      })
       expect(created.status).toBe(201)
       expect(created.headers.get('x-request-id')).toBeTruthy()
       expect(created.body).toEqual({
@@ -90,7 +106,10 @@ for (const engine of testEngines()) {
       })
       const id = created.body.id as string
       expect((await server.request('GET', `/api/projects/${id}`, { token: alice.token })).body.name).toBe('Apollo')
-      const patched = await server.request('PATCH', `/api/projects/${id}`, { token: alice.token, body: { name: 'Artemis' } })
+      const patched = await server.request('PATCH', `/api/projects/${id}`, {
+        token: alice.token,
+        body: { name: 'Artemis' },
+      })
       expect(patched.status).toBe(200)
       expect(patched.body).toMatchObject({ name: 'Artemis', description: 'moon' })
       const deleted = await server.request('DELETE', `/api/projects/${id}`, { token: alice.token })
@@ -121,16 +140,42 @@ for (const engine of testEngines()) {
       } while (cursor)
       expect(seen).toEqual([...names].reverse())
       expect(pages).toBe(3)
-      expectProblem(await server.request('GET', '/api/projects?cursor=garbage', { token: carol.token }), 400, 'invalid_cursor')
-      expectProblem(await server.request('GET', `/api/projects?cursor=${Buffer.from('{"after":"x"}').toString('base64url')}`, { token: carol.token }), 400, 'invalid_cursor')
-      expectProblem(await server.request('GET', '/api/projects?limit=0', { token: carol.token }), 400, 'validation_failed')
-      expectProblem(await server.request('GET', '/api/projects?limit=abc', { token: carol.token }), 400, 'validation_failed')
-      expectProblem(await server.request('GET', '/api/projects?bogus=1', { token: carol.token }), 400, 'validation_failed')
+      expectProblem(
+        await server.request('GET', '/api/projects?cursor=garbage', { token: carol.token }),
+        400,
+        'invalid_cursor',
+      )
+      expectProblem(
+        await server.request('GET', `/api/projects?cursor=${Buffer.from('{"after":"x"}').toString('base64url')}`, {
+          token: carol.token,
+        }),
+        400,
+        'invalid_cursor',
+      )
+      expectProblem(
+        await server.request('GET', '/api/projects?limit=0', { token: carol.token }),
+        400,
+        'validation_failed',
+      )
+      expectProblem(
+        await server.request('GET', '/api/projects?limit=abc', { token: carol.token }),
+        400,
+        'validation_failed',
+      )
+      expectProblem(
+        await server.request('GET', '/api/projects?bogus=1', { token: carol.token }),
+        400,
+        'validation_failed',
+      )
     })
 
     it('creates conversations in a project and lists, patches and deletes them; messages start empty', async () => {
-      const project = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'chat' } })).body
-      const created = await server.request('POST', `/api/projects/${project.id}/conversations`, { token: alice.token, body: { title: 'first' } })
+      const project = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'chat' } }))
+        .body
+      const created = await server.request('POST', `/api/projects/${project.id}/conversations`, {
+        token: alice.token,
+        body: { title: 'first' },
+      })
       expect(created.status).toBe(201)
       expect(created.body).toEqual({
         id: expect.any(String),
@@ -147,31 +192,71 @@ for (const engine of testEngines()) {
       expect(untitled.status).toBe(201)
       expect(untitled.body.title).toBe('')
       const list = await server.request('GET', `/api/projects/${project.id}/conversations`, { token: alice.token })
-      expect(list.body.items.map((conversation: { id: string }) => conversation.id)).toEqual([untitled.body.id, created.body.id])
-      const full = await server.request('PATCH', `/api/conversations/${created.body.id}`, { token: alice.token, body: { permissionMode: 'full', title: 'renamed' } })
+      expect(list.body.items.map((conversation: { id: string }) => conversation.id)).toEqual([
+        untitled.body.id,
+        created.body.id,
+      ])
+      const full = await server.request('PATCH', `/api/conversations/${created.body.id}`, {
+        token: alice.token,
+        body: { permissionMode: 'full', title: 'renamed' },
+      })
       expect(full.body).toMatchObject({ permissionMode: 'full', title: 'renamed' })
       expect(Date.parse(full.body.modeExpiresAt)).toBeGreaterThan(Date.now())
-      const manual = await server.request('PATCH', `/api/conversations/${created.body.id}`, { token: alice.token, body: { permissionMode: 'manual' } })
+      const manual = await server.request('PATCH', `/api/conversations/${created.body.id}`, {
+        token: alice.token,
+        body: { permissionMode: 'manual' },
+      })
       expect(manual.body).toMatchObject({ permissionMode: 'manual', modeExpiresAt: null })
-      expectProblem(await server.request('PATCH', `/api/conversations/${created.body.id}`, { token: alice.token, body: { permissionMode: 'yolo' } }), 400, 'validation_failed')
-      const messages = await server.request('GET', `/api/conversations/${created.body.id}/messages`, { token: alice.token })
+      expectProblem(
+        await server.request('PATCH', `/api/conversations/${created.body.id}`, {
+          token: alice.token,
+          body: { permissionMode: 'yolo' },
+        }),
+        400,
+        'validation_failed',
+      )
+      const messages = await server.request('GET', `/api/conversations/${created.body.id}/messages`, {
+        token: alice.token,
+      })
       expect(messages.body).toEqual({ items: [], nextCursor: null })
-      expect((await server.request('DELETE', `/api/conversations/${untitled.body.id}`, { token: alice.token })).status).toBe(204)
-      expectProblem(await server.request('GET', `/api/conversations/${untitled.body.id}`, { token: alice.token }), 404, 'not_found')
+      expect(
+        (await server.request('DELETE', `/api/conversations/${untitled.body.id}`, { token: alice.token })).status,
+      ).toBe(204)
+      expectProblem(
+        await server.request('GET', `/api/conversations/${untitled.body.id}`, { token: alice.token }),
+        404,
+        'not_found',
+      )
       // Deleting the project hides its conversations too.
       await server.request('DELETE', `/api/projects/${project.id}`, { token: alice.token })
-      expectProblem(await server.request('GET', `/api/conversations/${created.body.id}`, { token: alice.token }), 404, 'not_found')
+      expectProblem(
+        await server.request('GET', `/api/conversations/${created.body.id}`, { token: alice.token }),
+        404,
+        'not_found',
+      )
     })
 
     it('replays a creating POST with the same Idempotency-Key and refuses the key for a different body', async () => {
       const headers = { 'idempotency-key': `key-${engine}-1` }
-      const first = await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'once' }, headers })
-      const again = await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'once' }, headers })
+      const first = await server.request('POST', '/api/projects', {
+        token: alice.token,
+        body: { name: 'once' },
+        headers,
+      })
+      const again = await server.request('POST', '/api/projects', {
+        token: alice.token,
+        body: { name: 'once' },
+        headers,
+      })
       expect(first.status).toBe(201)
       expect(again.status).toBe(201)
       expect(again.body).toEqual(first.body)
       expect(again.headers.get('idempotent-replayed')).toBe('true')
-      const different = await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'twice' }, headers })
+      const different = await server.request('POST', '/api/projects', {
+        token: alice.token,
+        body: { name: 'twice' },
+        headers,
+      })
       expectProblem(different, 422, 'idempotency_key_reused')
       const list = await server.request('GET', '/api/projects?limit=200', { token: alice.token })
       expect(list.body.items.filter((project: { name: string }) => project.name === 'once')).toHaveLength(1)
@@ -181,65 +266,152 @@ for (const engine of testEngines()) {
       expect(bobs.status).toBe(201)
       // Concurrent duplicates create one project.
       const racing = { 'idempotency-key': `key-${engine}-race` }
-      const answers = await Promise.all(Array.from({ length: 5 }, () => server.request('POST', '/api/projects', { token: alice.token, body: { name: 'raced' }, headers: racing })))
+      const answers = await Promise.all(
+        Array.from({ length: 5 }, () =>
+          server.request('POST', '/api/projects', { token: alice.token, body: { name: 'raced' }, headers: racing }),
+        ),
+      )
       expect(new Set(answers.map((answer) => answer.body.id)).size).toBe(1)
       expect(answers.every((answer) => answer.status === 201)).toBe(true)
-      expectProblem(await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'x' }, headers: { 'idempotency-key': 'é'.repeat(3) } }), 400, 'validation_failed')
+      expectProblem(
+        await server.request('POST', '/api/projects', {
+          token: alice.token,
+          body: { name: 'x' },
+          headers: { 'idempotency-key': 'é'.repeat(3) },
+        }),
+        400,
+        'validation_failed',
+      )
     })
 
     it('answers malformed input with 4xx problem+json and writes nothing', async () => {
-      const countProjects = async (): Promise<number> => (await store.db.selectFrom('projects').select('id').execute()).length
+      const countProjects = async (): Promise<number> =>
+        (await store.db.selectFrom('projects').select('id').execute()).length
       const before = await countProjects()
-      expectProblem(await server.request('POST', '/api/projects', { token: alice.token, rawBody: '{"name": ' }), 400, 'invalid_json')
+      expectProblem(
+        await server.request('POST', '/api/projects', { token: alice.token, rawBody: '{"name": ' }),
+        400,
+        'invalid_json',
+      )
       const wrongType = await server.request('POST', '/api/projects', { token: alice.token, body: { name: 42 } })
       expectProblem(wrongType, 400, 'validation_failed')
       expect(wrongType.body.errors).toEqual([{ path: 'body.name', message: expect.any(String) }])
-      const unknown = await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'ok', color: 'red', size: 2 } })
+      const unknown = await server.request('POST', '/api/projects', {
+        token: alice.token,
+        body: { name: 'ok', color: 'red', size: 2 },
+      })
       expectProblem(unknown, 400, 'validation_failed')
-      expect(unknown.body.errors.map((error: { path: string }) => error.path).sort()).toEqual(['body.color', 'body.size'])
+      expect(unknown.body.errors.map((error: { path: string }) => error.path).sort()).toEqual([
+        'body.color',
+        'body.size',
+      ])
       const missing = await server.request('POST', '/api/projects', { token: alice.token, body: {} })
       expect(missing.body.errors).toEqual([{ path: 'body.name', message: 'is required' }])
-      expectProblem(await server.request('POST', '/api/projects', { token: alice.token, body: ['array'] }), 400, 'validation_failed')
-      expectProblem(await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'x'.repeat(100_000) } }), 413, 'payload_too_large')
-      expectProblem(await server.request('POST', '/api/projects', { token: alice.token, rawBody: 'name=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 415, 'unsupported_media_type')
+      expectProblem(
+        await server.request('POST', '/api/projects', { token: alice.token, body: ['array'] }),
+        400,
+        'validation_failed',
+      )
+      expectProblem(
+        await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'x'.repeat(100_000) } }),
+        413,
+        'payload_too_large',
+      )
+      expectProblem(
+        await server.request('POST', '/api/projects', {
+          token: alice.token,
+          rawBody: 'name=x',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        }),
+        415,
+        'unsupported_media_type',
+      )
       expectProblem(await server.request('GET', '/api/nothing-here', { token: alice.token }), 404, 'not_found')
-      expectProblem(await server.request('GET', '/api/projects/../../etc/passwd', { token: alice.token }), 404, 'not_found')
+      expectProblem(
+        await server.request('GET', '/api/projects/../../etc/passwd', { token: alice.token }),
+        404,
+        'not_found',
+      )
       expect(await countProjects()).toBe(before)
     })
 
     it("answers 404 for another user's project and conversation on every route, exactly like a missing id", async () => {
-      const project = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'private' } })).body
-      const conversation = (await server.request('POST', `/api/projects/${project.id}/conversations`, { token: alice.token, body: {} })).body
+      const project = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'private' } }))
+        .body
+      const conversation = (
+        await server.request('POST', `/api/projects/${project.id}/conversations`, { token: alice.token, body: {} })
+      ).body
       const missing = '01ARZ3NDEKTSV4RRFFQ69G5FAV'
       for (const id of [project.id, missing]) {
         expectProblem(await server.request('GET', `/api/projects/${id}`, { token: bob.token }), 404, 'not_found')
-        expectProblem(await server.request('PATCH', `/api/projects/${id}`, { token: bob.token, body: { name: 'mine' } }), 404, 'not_found')
+        expectProblem(
+          await server.request('PATCH', `/api/projects/${id}`, { token: bob.token, body: { name: 'mine' } }),
+          404,
+          'not_found',
+        )
         expectProblem(await server.request('DELETE', `/api/projects/${id}`, { token: bob.token }), 404, 'not_found')
-        expectProblem(await server.request('POST', `/api/projects/${id}/conversations`, { token: bob.token, body: {} }), 404, 'not_found')
-        expectProblem(await server.request('GET', `/api/projects/${id}/conversations`, { token: bob.token }), 404, 'not_found')
+        expectProblem(
+          await server.request('POST', `/api/projects/${id}/conversations`, { token: bob.token, body: {} }),
+          404,
+          'not_found',
+        )
+        expectProblem(
+          await server.request('GET', `/api/projects/${id}/conversations`, { token: bob.token }),
+          404,
+          'not_found',
+        )
         expectProblem(await server.request('GET', `/api/projects/${id}/events`, { token: bob.token }), 404, 'not_found')
       }
       for (const id of [conversation.id, missing]) {
         expectProblem(await server.request('GET', `/api/conversations/${id}`, { token: bob.token }), 404, 'not_found')
-        expectProblem(await server.request('PATCH', `/api/conversations/${id}`, { token: bob.token, body: { title: 'x' } }), 404, 'not_found')
-        expectProblem(await server.request('DELETE', `/api/conversations/${id}`, { token: bob.token }), 404, 'not_found')
-        expectProblem(await server.request('GET', `/api/conversations/${id}/messages`, { token: bob.token }), 404, 'not_found')
-        expectProblem(await server.request('GET', `/api/conversations/${id}/events`, { token: bob.token }), 404, 'not_found')
+        expectProblem(
+          await server.request('PATCH', `/api/conversations/${id}`, { token: bob.token, body: { title: 'x' } }),
+          404,
+          'not_found',
+        )
+        expectProblem(
+          await server.request('DELETE', `/api/conversations/${id}`, { token: bob.token }),
+          404,
+          'not_found',
+        )
+        expectProblem(
+          await server.request('GET', `/api/conversations/${id}/messages`, { token: bob.token }),
+          404,
+          'not_found',
+        )
+        expectProblem(
+          await server.request('GET', `/api/conversations/${id}/events`, { token: bob.token }),
+          404,
+          'not_found',
+        )
       }
       // Nothing changed for the owner.
-      expect((await server.request('GET', `/api/projects/${project.id}`, { token: alice.token })).body.name).toBe('private')
+      expect((await server.request('GET', `/api/projects/${project.id}`, { token: alice.token })).body.name).toBe(
+        'private',
+      )
       const bobsList = await server.request('GET', '/api/projects?limit=200', { token: bob.token })
       expect(bobsList.body.items.map((item: { id: string }) => item.id)).not.toContain(project.id)
     })
 
     it('appends an event for every change, in the same transaction as the change', async () => {
-      const project = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'evented' } })).body
-      const conversation = (await server.request('POST', `/api/projects/${project.id}/conversations`, { token: alice.token, body: {} })).body
-      await server.request('PATCH', `/api/conversations/${conversation.id}`, { token: alice.token, body: { title: 't' } })
+      const project = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'evented' } }))
+        .body
+      const conversation = (
+        await server.request('POST', `/api/projects/${project.id}/conversations`, { token: alice.token, body: {} })
+      ).body
+      await server.request('PATCH', `/api/conversations/${conversation.id}`, {
+        token: alice.token,
+        body: { title: 't' },
+      })
       await server.request('DELETE', `/api/conversations/${conversation.id}`, { token: alice.token })
       await server.request('PATCH', `/api/projects/${project.id}`, { token: alice.token, body: { description: 'd' } })
       await server.request('DELETE', `/api/projects/${project.id}`, { token: alice.token })
-      const events = await store.db.selectFrom('events').select(['type', 'conversation_id']).where('project_id', '=', project.id).orderBy('id').execute()
+      const events = await store.db
+        .selectFrom('events')
+        .select(['type', 'conversation_id'])
+        .where('project_id', '=', project.id)
+        .orderBy('id')
+        .execute()
       expect(events.map((event) => event.type)).toEqual([
         'project.created',
         'conversation.created',
@@ -268,7 +440,8 @@ describe('limits', () => {
     const noisy = await server.createUser()
     const quiet = await server.createUser()
     const statuses: number[] = []
-    for (let index = 0; index < 7; index++) statuses.push((await server.request('GET', '/api/me', { token: noisy.token })).status)
+    for (let index = 0; index < 7; index++)
+      statuses.push((await server.request('GET', '/api/me', { token: noisy.token })).status)
     expect(statuses.slice(0, 5)).toEqual([200, 200, 200, 200, 200])
     const limited = await server.request('GET', '/api/me', { token: noisy.token })
     expectProblem(limited, 429, 'rate_limited')
@@ -302,17 +475,27 @@ describe('admin API', () => {
     expect(created.body.token.token).toMatch(/^plt_[A-Za-z0-9_-]{43}$/)
     const doraToken = created.body.token.token as string
     expect((await server.request('GET', '/api/me', { token: doraToken })).body.name).toBe('dora')
-    expectProblem(await server.request('POST', '/api/admin/users', { ...admin, body: { name: 'dora' } }), 409, 'name_taken')
+    expectProblem(
+      await server.request('POST', '/api/admin/users', { ...admin, body: { name: 'dora' } }),
+      409,
+      'name_taken',
+    )
     const list = await server.request('GET', '/api/admin/users', admin)
     expect(list.body.items.map((user: { name: string }) => user.name)).toContain('dora')
-    const second = await server.request('POST', `/api/admin/users/${created.body.user.id}/tokens`, { ...admin, body: { name: 'ci' } })
+    const second = await server.request('POST', `/api/admin/users/${created.body.user.id}/tokens`, {
+      ...admin,
+      body: { name: 'ci' },
+    })
     expect(second.status).toBe(201)
     const tokens = await server.request('GET', `/api/admin/users/${created.body.user.id}/tokens`, admin)
     expect(tokens.body.items).toHaveLength(2)
     expect(JSON.stringify(tokens.body)).not.toContain(doraToken)
     expect((await server.request('DELETE', `/api/admin/tokens/${second.body.id}`, admin)).status).toBe(204)
     expectProblem(await server.request('GET', '/api/me', { token: second.body.token }), 401, 'unauthorized')
-    const disabled = await server.request('PATCH', `/api/admin/users/${created.body.user.id}`, { ...admin, body: { disabled: true } })
+    const disabled = await server.request('PATCH', `/api/admin/users/${created.body.user.id}`, {
+      ...admin,
+      body: { disabled: true },
+    })
     expect(disabled.body.disabled).toBe(true)
     expectProblem(await server.request('GET', '/api/me', { token: doraToken }), 401, 'unauthorized')
     await server.request('PATCH', `/api/admin/users/${created.body.user.id}`, { ...admin, body: { disabled: false } })

@@ -12,8 +12,18 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 /** A DOCX whose document.xml is `xml` (stored compressed, as Word does). */
 async function docxWith(xml: string): Promise<Buffer> {
   const zip = new yazl.ZipFile()
-  zip.addBuffer(Buffer.from('<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>'), '[Content_Types].xml')
-  zip.addBuffer(Buffer.from('<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="r1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>'), '_rels/.rels')
+  zip.addBuffer(
+    Buffer.from(
+      '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/></Types>',
+    ),
+    '[Content_Types].xml',
+  )
+  zip.addBuffer(
+    Buffer.from(
+      '<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="r1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>',
+    ),
+    '_rels/.rels',
+  )
   zip.addBuffer(Buffer.from(xml), 'word/document.xml')
   zip.end()
   const chunks: Buffer[] = []
@@ -21,7 +31,8 @@ async function docxWith(xml: string): Promise<Buffer> {
   return Buffer.concat(chunks)
 }
 
-const docxXml = (body: string) => `<?xml version="1.0"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body>${body}</w:body></w:document>`
+const docxXml = (body: string) =>
+  `<?xml version="1.0"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body>${body}</w:body></w:document>`
 
 /** A one-page PDF whose content stream (deflated) is `content`; pdf.js rebuilds the missing xref. */
 function pdfWithContent(content: string): Buffer {
@@ -33,7 +44,9 @@ function pdfWithContent(content: string): Buffer {
         `4 0 obj <</Length ${stream.length}/Filter/FlateDecode>>\nstream\n`,
     ),
     stream,
-    Buffer.from('\nendstream endobj\n5 0 obj <</Type/Font/Subtype/Type1/BaseFont/Helvetica>> endobj\ntrailer <</Root 1 0 R>>\n%%EOF\n'),
+    Buffer.from(
+      '\nendstream endobj\n5 0 obj <</Type/Font/Subtype/Type1/BaseFont/Helvetica>> endobj\ntrailer <</Root 1 0 R>>\n%%EOF\n',
+    ),
   ])
 }
 
@@ -68,7 +81,9 @@ describe.each(testEngines())('hostile knowledge uploads on %s', (engine) => {
   beforeAll(async () => {
     store = await openTestStore(engine)
     // Limits low enough that the bombs below meet them quickly on a slow machine.
-    server = await startTestServer(store, { extract: { heapMb: 96, rssMb: 384, timeoutMs: 20_000, limits: { maxChars: 2_000_000 } } })
+    server = await startTestServer(store, {
+      extract: { heapMb: 96, rssMb: 384, timeoutMs: 20_000, limits: { maxChars: 2_000_000 } },
+    })
     alice = await server.createUser()
     projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'Bombs' } })).body.id
   })
@@ -77,7 +92,10 @@ describe.each(testEngines())('hostile knowledge uploads on %s', (engine) => {
     await store?.close()
   })
 
-  async function ingest(name: string, bytes: Buffer | string): Promise<{ item: { ingestStatus: string; ingestError: string | null; chunkCount: number }; latencies: number[] }> {
+  async function ingest(
+    name: string,
+    bytes: Buffer | string,
+  ): Promise<{ item: { ingestStatus: string; ingestError: string | null; chunkCount: number }; latencies: number[] }> {
     const answer = await upload(`${server.url}/api/projects/${projectId}/knowledge`, alice.token, { name, bytes })
     expect(answer.status, JSON.stringify(answer.body)).toBe(202)
     const settled = (async () => {
@@ -95,34 +113,81 @@ describe.each(testEngines())('hostile knowledge uploads on %s', (engine) => {
 
   const bombs: Array<[string, () => Promise<Buffer | string>, RegExp | 'ready']> = [
     // 10 MB of XML in a few tens of KB: refused from the ZIP's directory, before anything inflates.
-    ['ratio.docx', () => docxWith(docxXml('<w:p><w:r><w:t>a</w:t></w:r></w:p>'.repeat(300_000))), /inflates more than 200:1/],
+    [
+      'ratio.docx',
+      () => docxWith(docxXml('<w:p><w:r><w:t>a</w:t></w:r></w:p>'.repeat(300_000))),
+      /inflates more than 200:1/,
+    ],
     // Text that inflates modestly but is far more than the parser's heap can turn into HTML.
-    ['heavy.docx', () => docxWith(docxXml(Array.from({ length: 60_000 }, (_, index) => `<w:p><w:r><w:t>paragraph ${index} ${Math.random().toString(36)}</w:t></w:r></w:p>`).join(''))), /longer than|memory|parser stopped|took longer/],
+    [
+      'heavy.docx',
+      () =>
+        docxWith(
+          docxXml(
+            Array.from(
+              { length: 60_000 },
+              (_, index) => `<w:p><w:r><w:t>paragraph ${index} ${Math.random().toString(36)}</w:t></w:r></w:p>`,
+            ).join(''),
+          ),
+        ),
+      /longer than|memory|parser stopped|took longer/,
+    ],
     // A content stream that yields far more text than allowed.
-    ['content.pdf', () => Promise.resolve(pdfWithContent(`BT /F1 12 Tf ${'(aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa) Tj '.repeat(400_000)} ET`)), /longer than|memory|parser stopped|took longer/],
+    [
+      'content.pdf',
+      () =>
+        Promise.resolve(
+          pdfWithContent(
+            `BT /F1 12 Tf ${'(aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa) Tj '.repeat(400_000)} ET`,
+          ),
+        ),
+      /longer than|memory|parser stopped|took longer/,
+    ],
     // 1.1 MB of nested divs.
-    ['nested.html', () => Promise.resolve(`<html><body>${'<div>'.repeat(100_000)}deep${'</div>'.repeat(100_000)}</body></html>`), /nests elements deeper than/],
+    [
+      'nested.html',
+      () => Promise.resolve(`<html><body>${'<div>'.repeat(100_000)}deep${'</div>'.repeat(100_000)}</body></html>`),
+      /nests elements deeper than/,
+    ],
     // A large plain text within the limits: ingested, while other users stay served.
-    ['large.txt', () => Promise.resolve(Array.from({ length: 25_000 }, (_, index) => `Line ${index}: the pangolin survey counted ${index % 97} animals near site ${index % 13}.`).join('\n')), 'ready'],
+    [
+      'large.txt',
+      () =>
+        Promise.resolve(
+          Array.from(
+            { length: 25_000 },
+            (_, index) => `Line ${index}: the pangolin survey counted ${index % 97} animals near site ${index % 13}.`,
+          ).join('\n'),
+        ),
+      'ready',
+    ],
   ]
 
-  it.each(bombs)('%s: the server stays responsive (p99 of /api/me ≤ 500 ms) and the item ends with a reason', async (name, make, expected) => {
-    const { item, latencies } = await ingest(name, await make())
-    if (expected === 'ready') {
-      expect(item.ingestStatus, item.ingestError ?? '').toBe('ready')
-      expect(item.chunkCount).toBeGreaterThan(100)
-    } else {
-      expect(item.ingestStatus).toBe('failed')
-      expect(item.ingestError).toMatch(expected)
-      expect(item.chunkCount).toBe(0)
-    }
-    console.log(`[bombs] ${engine} ${name}: ${item.ingestStatus} (${item.ingestError}); /api/me p50 ${percentile(latencies, 0.5).toFixed(1)} ms, p99 ${percentile(latencies, 0.99).toFixed(1)} ms over ${latencies.length}`)
-    expect(latencies.length).toBeGreaterThan(0)
-    expect(percentile(latencies, 0.99), `p99 over ${latencies.length} requests`).toBeLessThanOrEqual(500)
-    // And the next item still ingests.
-    const after = await server.request('POST', `/api/projects/${projectId}/knowledge`, { token: alice.token, body: { title: `after ${name}`, text: 'Still working.' } })
-    expect(after.body.ingestStatus).toBe('ready')
-  })
+  it.each(bombs)(
+    '%s: the server stays responsive (p99 of /api/me ≤ 500 ms) and the item ends with a reason',
+    async (name, make, expected) => {
+      const { item, latencies } = await ingest(name, await make())
+      if (expected === 'ready') {
+        expect(item.ingestStatus, item.ingestError ?? '').toBe('ready')
+        expect(item.chunkCount).toBeGreaterThan(100)
+      } else {
+        expect(item.ingestStatus).toBe('failed')
+        expect(item.ingestError).toMatch(expected)
+        expect(item.chunkCount).toBe(0)
+      }
+      console.log(
+        `[bombs] ${engine} ${name}: ${item.ingestStatus} (${item.ingestError}); /api/me p50 ${percentile(latencies, 0.5).toFixed(1)} ms, p99 ${percentile(latencies, 0.99).toFixed(1)} ms over ${latencies.length}`,
+      )
+      expect(latencies.length).toBeGreaterThan(0)
+      expect(percentile(latencies, 0.99), `p99 over ${latencies.length} requests`).toBeLessThanOrEqual(500)
+      // And the next item still ingests.
+      const after = await server.request('POST', `/api/projects/${projectId}/knowledge`, {
+        token: alice.token,
+        body: { title: `after ${name}`, text: 'Still working.' },
+      })
+      expect(after.body.ingestStatus).toBe('ready')
+    },
+  )
 })
 
 describe('an item whose ingestion never finishes', () => {
@@ -140,25 +205,49 @@ describe('an item whose ingestion never finishes', () => {
     let itemId: string
     try {
       const user = await server.createUser()
-      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-      const answer = await upload(`${server.url}/api/projects/${project}/knowledge`, user.token, { name: 'notes.md', bytes: '# Notes\n\nSomething.' })
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
+        .id
+      const answer = await upload(`${server.url}/api/projects/${project}/knowledge`, user.token, {
+        name: 'notes.md',
+        bytes: '# Notes\n\nSomething.',
+      })
       itemId = answer.body.id
       await server.ingestor.idle()
     } finally {
       await server.close()
     }
     // As if three servers had each claimed it and died mid-way: the count is at its limit, the lease lapsed.
-    await store.db.updateTable('knowledge_items').set({ ingest_status: 'pending', ingest_attempts: 3, ingest_lease_until: new Date(Date.now() - 1000), chunk_count: 0 }).where('id', '=', itemId).execute()
-    const ingestor = new Ingestor({ store, embedder: new HashingEmbedder(), log: createPluginLogger(pino({ level: 'silent' }), 'rag'), maxAttempts: 3 })
+    await store.db
+      .updateTable('knowledge_items')
+      .set({
+        ingest_status: 'pending',
+        ingest_attempts: 3,
+        ingest_lease_until: new Date(Date.now() - 1000),
+        chunk_count: 0,
+      })
+      .where('id', '=', itemId)
+      .execute()
+    const ingestor = new Ingestor({
+      store,
+      embedder: new HashingEmbedder(),
+      log: createPluginLogger(pino({ level: 'silent' }), 'rag'),
+      maxAttempts: 3,
+    })
     try {
       await ingestor.start()
       await ingestor.idle()
     } finally {
       await ingestor.stop()
     }
-    const row = await store.db.selectFrom('knowledge_items').select(['ingest_status', 'ingest_error', 'ingest_attempts']).where('id', '=', itemId).executeTakeFirstOrThrow()
+    const row = await store.db
+      .selectFrom('knowledge_items')
+      .select(['ingest_status', 'ingest_error', 'ingest_attempts'])
+      .where('id', '=', itemId)
+      .executeTakeFirstOrThrow()
     expect(row).toMatchObject({ ingest_status: 'failed', ingest_attempts: 4 })
     expect(row.ingest_error).toMatch(/started 3 times and never finished/)
-    expect(await store.db.selectFrom('knowledge_chunks').select('id').where('item_id', '=', itemId).execute()).toEqual([])
+    expect(await store.db.selectFrom('knowledge_chunks').select('id').where('item_id', '=', itemId).execute()).toEqual(
+      [],
+    )
   })
 })

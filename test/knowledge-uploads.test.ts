@@ -21,11 +21,17 @@ describe('knowledge uploads on the embedded database', () => {
 
   beforeAll(async () => {
     store = await openTestStore('pglite')
-    server = await startTestServer(store, { maxKnowledgeFileBytes: 10 * mib, maxKnowledgeBytesPerUser: 24 * mib, uploads: { perUser: 2, total: 8 } })
+    server = await startTestServer(store, {
+      maxKnowledgeFileBytes: 10 * mib,
+      maxKnowledgeBytesPerUser: 24 * mib,
+      uploads: { perUser: 2, total: 8 },
+    })
     for (let index = 0; index < 4; index++) {
       const user = await server.createUser()
       users.push(user)
-      projects.push((await server.request('POST', '/api/projects', { token: user.token, body: { name: `p${index}` } })).body.id)
+      projects.push(
+        (await server.request('POST', '/api/projects', { token: user.token, body: { name: `p${index}` } })).body.id,
+      )
     }
   })
   afterAll(async () => {
@@ -33,45 +39,93 @@ describe('knowledge uploads on the embedded database', () => {
     await store?.close()
   })
 
-  const text = (megabytes: number, word: string): string => `${word} `.repeat(Math.ceil((megabytes * mib) / (word.length + 1)))
+  const text = (megabytes: number, word: string): string =>
+    `${word} `.repeat(Math.ceil((megabytes * mib) / (word.length + 1)))
 
   it('eight uploads at once wait on disk, not in the database, and are removed once settled', async () => {
     // DOCX-named files that are not ZIP archives: taken whole, then refused quickly by the parser.
     const body = Buffer.concat([Buffer.from('PK'), Buffer.alloc(8 * mib - 2, 65)])
     // Four users, two uploads each: every one is taken (2 per user, 8 in all).
-    const answers = await Promise.all(users.flatMap((user, index) => [0, 1].map((copy) => upload(`${server.url}/api/projects/${projects[index]}/knowledge`, user.token, { name: `big-${copy}.docx`, bytes: body }))))
+    const answers = await Promise.all(
+      users.flatMap((user, index) =>
+        [0, 1].map((copy) =>
+          upload(`${server.url}/api/projects/${projects[index]}/knowledge`, user.token, {
+            name: `big-${copy}.docx`,
+            bytes: body,
+          }),
+        ),
+      ),
+    )
     expect(answers.map((answer) => answer.status)).toEqual(Array(8).fill(202))
     // While pending, an item's bytes are in a file of the uploads directory, not in the database.
-    const rows = await store.db.selectFrom('knowledge_items').select(['upload', 'upload_path', 'ingest_status']).execute()
+    const rows = await store.db
+      .selectFrom('knowledge_items')
+      .select(['upload', 'upload_path', 'ingest_status'])
+      .execute()
     for (const row of rows) {
       expect(row.upload).toBeNull()
       if (row.ingest_status === 'pending') expect(row.upload_path).toMatch(/\/uploads\//)
     }
     await server.ingestor.idle()
-    const done = await store.db.selectFrom('knowledge_items').select(['ingest_status', 'upload_path', 'ingest_error']).execute()
-    expect(done.every((row) => row.ingest_status === 'failed' && row.upload_path === null && /ZIP/.test(row.ingest_error ?? ''))).toBe(true)
+    const done = await store.db
+      .selectFrom('knowledge_items')
+      .select(['ingest_status', 'upload_path', 'ingest_error'])
+      .execute()
+    expect(
+      done.every(
+        (row) => row.ingest_status === 'failed' && row.upload_path === null && /ZIP/.test(row.ingest_error ?? ''),
+      ),
+    ).toBe(true)
     expect(await readdir(join(server.dataDir, 'uploads'))).toEqual([])
   })
 
-  it('413 past the file limit and 507 past the user’s knowledge volume, leaving nothing behind', { timeout: 90_000 }, async () => {
-    const [user] = users
-    const tooBig = await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, { name: 'huge.txt', bytes: text(11, 'huge') })
-    expect([tooBig.status, tooBig.body.code]).toEqual([413, 'payload_too_large'])
-    // Failed items still count: 16 MiB held from the test above; 24 MiB is the limit.
-    const over = await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, { name: 'more.txt', bytes: text(9, 'more') })
-    expect([over.status, over.body.code]).toEqual([507, 'quota_exceeded'])
-    // Text items count too: 7.98 MiB more fits, then 50 KB of text does not.
-    expect((await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, { name: 'near.docx', bytes: Buffer.alloc(7.98 * mib, 65) })).status).toBe(202)
-    const overText = await server.request('POST', `/api/projects/${projects[0]}/knowledge`, { token: user!.token, body: { title: 'text', text: 'y '.repeat(25_000) } })
-    expect([overText.status, overText.body.code]).toEqual([507, 'quota_exceeded'])
-    await server.ingestor.idle()
-    expect(await readdir(join(server.dataDir, 'uploads'))).toEqual([])
-    // Deleting an item makes room again.
-    const items = (await server.request('GET', `/api/projects/${projects[0]}/knowledge`, { token: user!.token })).body.items
-    await server.request('DELETE', `/api/knowledge/${items[0].id}`, { token: user!.token })
-    expect((await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, { name: 'fits.docx', bytes: Buffer.alloc(6 * mib, 66) })).status).toBe(202)
-    await server.ingestor.idle()
-  })
+  it(
+    '413 past the file limit and 507 past the user’s knowledge volume, leaving nothing behind',
+    { timeout: 90_000 },
+    async () => {
+      const [user] = users
+      const tooBig = await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, {
+        name: 'huge.txt',
+        bytes: text(11, 'huge'),
+      })
+      expect([tooBig.status, tooBig.body.code]).toEqual([413, 'payload_too_large'])
+      // Failed items still count: 16 MiB held from the test above; 24 MiB is the limit.
+      const over = await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, {
+        name: 'more.txt',
+        bytes: text(9, 'more'),
+      })
+      expect([over.status, over.body.code]).toEqual([507, 'quota_exceeded'])
+      // Text items count too: 7.98 MiB more fits, then 50 KB of text does not.
+      expect(
+        (
+          await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, {
+            name: 'near.docx',
+            bytes: Buffer.alloc(7.98 * mib, 65),
+          })
+        ).status,
+      ).toBe(202)
+      const overText = await server.request('POST', `/api/projects/${projects[0]}/knowledge`, {
+        token: user!.token,
+        body: { title: 'text', text: 'y '.repeat(25_000) },
+      })
+      expect([overText.status, overText.body.code]).toEqual([507, 'quota_exceeded'])
+      await server.ingestor.idle()
+      expect(await readdir(join(server.dataDir, 'uploads'))).toEqual([])
+      // Deleting an item makes room again.
+      const items = (await server.request('GET', `/api/projects/${projects[0]}/knowledge`, { token: user!.token })).body
+        .items
+      await server.request('DELETE', `/api/knowledge/${items[0].id}`, { token: user!.token })
+      expect(
+        (
+          await upload(`${server.url}/api/projects/${projects[0]}/knowledge`, user!.token, {
+            name: 'fits.docx',
+            bytes: Buffer.alloc(6 * mib, 66),
+          })
+        ).status,
+      ).toBe(202)
+      await server.ingestor.idle()
+    },
+  )
 })
 
 describe('a plinth serve process taking parallel uploads', () => {
@@ -88,26 +142,47 @@ describe('a plinth serve process taking parallel uploads', () => {
     if (cwd) await rm(cwd, { recursive: true, force: true })
   })
 
-  const residentMb = async (): Promise<number> => Number(/VmRSS:\s+(\d+)/.exec(await readFile(`/proc/${server.pid}/status`, 'utf8'))![1]) / 1024
+  const residentMb = async (): Promise<number> =>
+    Number(/VmRSS:\s+(\d+)/.exec(await readFile(`/proc/${server.pid}/status`, 'utf8'))![1]) / 1024
 
-  it('keeps its memory: 8 parallel 16 MiB uploads stream to disk, not into the embedded database', { timeout: 120_000 }, async () => {
-    const tokens: Array<{ token: string; project: string }> = []
-    for (let index = 0; index < 4; index++) {
-      const created = await fetch(`${server.url}/api/admin/users`, { method: 'POST', headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify({ name: `u${index}` }) })
-      const token = ((await created.json()) as { token: { token: string } }).token.token
-      const project = await fetch(`${server.url}/api/projects`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'p' }) })
-      tokens.push({ token, project: ((await project.json()) as { id: string }).id })
-    }
-    const before = await residentMb()
-    const body = Buffer.concat([Buffer.from('PK'), Buffer.alloc(16 * mib - 2, 65)])
-    let peak = before
-    const sampler = setInterval(() => void residentMb().then((rss) => (peak = Math.max(peak, rss))), 50)
-    const answers = await Promise.all(tokens.flatMap(({ token, project }) => [0, 1].map((copy) => upload(`${server.url}/api/projects/${project}/knowledge`, token, { name: `big-${copy}.docx`, bytes: body }))))
-    clearInterval(sampler)
-    expect(answers.map((answer) => answer.status)).toEqual(Array(8).fill(202))
-    const after = await residentMb()
-    console.log(`[uploads] plinth serve RSS ${before.toFixed(0)} MiB before, peak ${peak.toFixed(0)} MiB during, ${after.toFixed(0)} MiB after 8 parallel 16 MiB uploads`)
-    // Before the fix the same kind of load took a server from 296 MB to 1.99 GB and kept 811 MB.
-    expect(peak - before).toBeLessThan(400)
-  })
+  it(
+    'keeps its memory: 8 parallel 16 MiB uploads stream to disk, not into the embedded database',
+    { timeout: 120_000 },
+    async () => {
+      const tokens: Array<{ token: string; project: string }> = []
+      for (let index = 0; index < 4; index++) {
+        const created = await fetch(`${server.url}/api/admin/users`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ name: `u${index}` }),
+        })
+        const token = ((await created.json()) as { token: { token: string } }).token.token
+        const project = await fetch(`${server.url}/api/projects`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ name: 'p' }),
+        })
+        tokens.push({ token, project: ((await project.json()) as { id: string }).id })
+      }
+      const before = await residentMb()
+      const body = Buffer.concat([Buffer.from('PK'), Buffer.alloc(16 * mib - 2, 65)])
+      let peak = before
+      const sampler = setInterval(() => void residentMb().then((rss) => (peak = Math.max(peak, rss))), 50)
+      const answers = await Promise.all(
+        tokens.flatMap(({ token, project }) =>
+          [0, 1].map((copy) =>
+            upload(`${server.url}/api/projects/${project}/knowledge`, token, { name: `big-${copy}.docx`, bytes: body }),
+          ),
+        ),
+      )
+      clearInterval(sampler)
+      expect(answers.map((answer) => answer.status)).toEqual(Array(8).fill(202))
+      const after = await residentMb()
+      console.log(
+        `[uploads] plinth serve RSS ${before.toFixed(0)} MiB before, peak ${peak.toFixed(0)} MiB during, ${after.toFixed(0)} MiB after 8 parallel 16 MiB uploads`,
+      )
+      // Before the fix the same kind of load took a server from 296 MB to 1.99 GB and kept 811 MB.
+      expect(peak - before).toBeLessThan(400)
+    },
+  )
 })

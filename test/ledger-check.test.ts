@@ -16,7 +16,9 @@ describe(`the ledger invariant check (${engine})`, () => {
     const user = await createUser(store.db, 'ledger')
     if ('error' in user) throw new Error('unexpected')
     const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'ledger' }))
-    const conversation = await store.transaction((tx) => createConversation(tx, { projectId: project.id, ownerId: user.id }))
+    const conversation = await store.transaction((tx) =>
+      createConversation(tx, { projectId: project.id, ownerId: user.id }),
+    )
     conversationId = conversation.id
   })
   afterAll(async () => store?.close())
@@ -28,14 +30,31 @@ describe(`the ledger invariant check (${engine})`, () => {
     role: fields.role,
     content: '',
     status: 'completed',
-    tool_calls: fields.toolCalls ? JSON.stringify(fields.toolCalls.map((callId) => ({ callId, providerCallId: callId, name: 'x', arguments: '{}' }))) : null,
+    tool_calls: fields.toolCalls
+      ? JSON.stringify(
+          fields.toolCalls.map((callId) => ({ callId, providerCallId: callId, name: 'x', arguments: '{}' })),
+        )
+      : null,
     tool_call_id: fields.toolCallId ?? null,
   })
 
   it('holds for a call with its one result, and names an unanswered call, a second answer and a stray result', async () => {
-    await store.db.insertInto('messages').values([message({ role: 'assistant', toolCalls: ['c1', 'c2'] }), message({ role: 'tool', toolCallId: 'c1' })]).execute()
+    await store.db
+      .insertInto('messages')
+      .values([message({ role: 'assistant', toolCalls: ['c1', 'c2'] }), message({ role: 'tool', toolCallId: 'c1' })])
+      .execute()
     expect(await ledgerViolations(store.db)).toEqual([`conversation ${conversationId}: call c2 never answered`])
-    await store.db.insertInto('messages').values([message({ role: 'tool', toolCallId: 'c2' }), message({ role: 'tool', toolCallId: 'c2' }), message({ role: 'tool', toolCallId: 'c9' })]).execute()
-    expect(await ledgerViolations(store.db)).toEqual([`conversation ${conversationId}: call c2 answered twice`, `conversation ${conversationId}: result for c9 without an earlier call`])
+    await store.db
+      .insertInto('messages')
+      .values([
+        message({ role: 'tool', toolCallId: 'c2' }),
+        message({ role: 'tool', toolCallId: 'c2' }),
+        message({ role: 'tool', toolCallId: 'c9' }),
+      ])
+      .execute()
+    expect(await ledgerViolations(store.db)).toEqual([
+      `conversation ${conversationId}: call c2 answered twice`,
+      `conversation ${conversationId}: result for c9 without an earlier call`,
+    ])
   })
 })

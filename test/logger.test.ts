@@ -4,7 +4,11 @@ import { createLogger } from '../src/app/index.js'
 import { createPluginLogger } from '../src/cmdbus/index.js'
 
 /** A logger writing into an array of parsed lines (and the raw text, for leak checks). */
-function capture(secrets: string[] = []): { logger: ReturnType<typeof createLogger>; lines: () => Array<Record<string, unknown>>; raw: string[] } {
+function capture(secrets: string[] = []): {
+  logger: ReturnType<typeof createLogger>
+  lines: () => Array<Record<string, unknown>>
+  raw: string[]
+} {
   const raw: string[] = []
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -46,9 +50,22 @@ describe('errors in log lines', () => {
   it('are scrubbed of credentials in the message, the stack and the causes', () => {
     const configured = 'configured-secret-0123456789'
     const { logger, raw, lines } = capture([configured])
-    const leaks = ['pgpassword1', 'hunter2pass', 'queryToken123', 'apikeyvalue9', configured, 'sk-abcdefghijklmnop', 'plt_abcdefghijklmnopqrstuvwxyz']
-    const cause = new Error(`fetch https://bob:hunter2pass@api.example/v1?access_token=queryToken123&page=2 failed (${configured})`)
-    const failure = new Error(`connect postgres://plinth:pgpassword1@db:5432/plinth: refused; key sk-abcdefghijklmnop; token plt_abcdefghijklmnopqrstuvwxyz; https://h.example/x?api_key=apikeyvalue9`, { cause })
+    const leaks = [
+      'pgpassword1',
+      'hunter2pass',
+      'queryToken123',
+      'apikeyvalue9',
+      configured,
+      'sk-abcdefghijklmnop',
+      'plt_abcdefghijklmnopqrstuvwxyz',
+    ]
+    const cause = new Error(
+      `fetch https://bob:hunter2pass@api.example/v1?access_token=queryToken123&page=2 failed (${configured})`,
+    )
+    const failure = new Error(
+      `connect postgres://plinth:pgpassword1@db:5432/plinth: refused; key sk-abcdefghijklmnop; token plt_abcdefghijklmnopqrstuvwxyz; https://h.example/x?api_key=apikeyvalue9`,
+      { cause },
+    )
     createPluginLogger(logger, 'mcp').warn('MCP tools could not be listed again', { err: failure })
     expect(raw).toHaveLength(1)
     for (const secret of leaks) expect(raw[0], `${secret.slice(0, 6)}… leaked`).not.toContain(secret)
@@ -62,6 +79,8 @@ describe('errors in log lines', () => {
   it('leave a URL with a port and no password alone', () => {
     const { logger, lines } = capture()
     logger.warn({ err: new Error('GET https://host.example:8443/users/@me?page=2 answered 500') }, 'upstream failed')
-    expect((lines()[0]?.err as { message: string }).message).toBe('GET https://host.example:8443/users/@me?page=2 answered 500')
+    expect((lines()[0]?.err as { message: string }).message).toBe(
+      'GET https://host.example:8443/users/@me?page=2 answered 500',
+    )
   })
 })

@@ -52,7 +52,15 @@ describe('MCP client: per-user OAuth connections', () => {
     server = await startTestServer(store, {
       models: [model],
       secretKey: 'a-secret-key-for-the-oauth-test',
-      mcpServers: [{ name: 'acct', transport: 'http', url: `${authBase}/mcp`, auth: { type: 'oauth' }, risk: { default: 'low', perTool: { 'delete-thing': 'high' } } }],
+      mcpServers: [
+        {
+          name: 'acct',
+          transport: 'http',
+          url: `${authBase}/mcp`,
+          auth: { type: 'oauth' },
+          risk: { default: 'low', perTool: { 'delete-thing': 'high' } },
+        },
+      ],
     })
     alice = await server.createUser()
     bob = await server.createUser()
@@ -63,8 +71,15 @@ describe('MCP client: per-user OAuth connections', () => {
     oauth?.kill('SIGKILL')
   })
 
-  const commandIds = async () => ((await server.request('GET', '/api/commands', { token: alice.token })).body.items as Array<{ id: string }>).map((item) => item.id)
-  const echo = (user: TestUser) => server.request('POST', '/api/commands/mcp.acct.echo', { token: user.token, body: { entrance: 'button', params: { text: 'hi' } } })
+  const commandIds = async () =>
+    ((await server.request('GET', '/api/commands', { token: alice.token })).body.items as Array<{ id: string }>).map(
+      (item) => item.id,
+    )
+  const echo = (user: TestUser) =>
+    server.request('POST', '/api/commands/mcp.acct.echo', {
+      token: user.token,
+      body: { entrance: 'button', params: { text: 'hi' } },
+    })
 
   /** What the user does in a browser: opens the URL; the authorization server approves and sends them back. */
   async function authorize(user: TestUser): Promise<{ status: number; text: string }> {
@@ -80,7 +95,9 @@ describe('MCP client: per-user OAuth connections', () => {
   }
 
   it('before anyone connects, the server offers no tools and /readyz says why', async () => {
-    expect((await server.request('GET', '/api/mcp/connections', { token: alice.token })).body.items).toEqual([{ server: 'acct', connected: false, pending: false }])
+    expect((await server.request('GET', '/api/mcp/connections', { token: alice.token })).body.items).toEqual([
+      { server: 'acct', connected: false, pending: false },
+    ])
     expect((await commandIds()).some((id) => id.startsWith('mcp.acct.'))).toBe(false)
     const warnings = (await server.request('GET', '/readyz')).body.warnings as string[]
     expect(warnings.find((warning) => warning.includes('MCP server acct'))).toMatch(/no user has connected it yet/)
@@ -90,7 +107,9 @@ describe('MCP client: per-user OAuth connections', () => {
     const callback = await authorize(alice)
     expect(callback.status).toBe(200)
     expect(callback.text).toContain('connected to acct')
-    expect((await server.request('GET', '/api/mcp/connections', { token: alice.token })).body.items).toEqual([{ server: 'acct', connected: true, pending: false }])
+    expect((await server.request('GET', '/api/mcp/connections', { token: alice.token })).body.items).toEqual([
+      { server: 'acct', connected: true, pending: false },
+    ])
     await until('mcp.acct.echo in the catalog', async () => (await commandIds()).includes('mcp.acct.echo'))
     const answer = await echo(alice)
     expect(answer.status).toBe(200)
@@ -107,49 +126,95 @@ describe('MCP client: per-user OAuth connections', () => {
     const answer = await echo(bob)
     expect(answer.body).toMatchObject({ code: 'command_error', commandCode: 'mcp_connection_required' })
     expect(answer.body.detail).toContain('POST /api/mcp/connections/acct')
-    expect((await server.request('GET', '/api/mcp/connections', { token: bob.token })).body.items).toEqual([{ server: 'acct', connected: false, pending: false }])
+    expect((await server.request('GET', '/api/mcp/connections', { token: bob.token })).body.items).toEqual([
+      { server: 'acct', connected: false, pending: false },
+    ])
   })
 
   it('a run whose call needs the user’s connection waits (requires_action, kind connect) and goes on once they connect', async () => {
-    const projectId = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'oauth' } })).body.id
-    const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: bob.token, body: {} })).body.id
-    model.setTurns([{ toolCalls: [{ name: 'mcp__acct__echo', arguments: { text: 'as bob' } }, { name: 'mcp__acct__delete_thing', arguments: { name: 'z' } }] }, { text: 'done' }])
-    const run = (await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: bob.token, body: { input: 'go', knowledge: { autoInject: false } } })).body
+    const projectId = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'oauth' } }))
+      .body.id
+    const conversationId = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: bob.token, body: {} })
+    ).body.id
+    model.setTurns([
+      {
+        toolCalls: [
+          { name: 'mcp__acct__echo', arguments: { text: 'as bob' } },
+          { name: 'mcp__acct__delete_thing', arguments: { name: 'z' } },
+        ],
+      },
+      { text: 'done' },
+    ])
+    const run = (
+      await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: bob.token,
+        body: { input: 'go', knowledge: { autoInject: false } },
+      })
+    ).body
     const status = async () => (await server.request('GET', `/api/runs/${run.id}`, { token: bob.token })).body
     const waiting = await until('the run to wait', async () => {
       const current = await status()
       return ['requires_action', 'completed', 'failed'].includes(current.status) ? current : undefined
     })
     expect(waiting.status).toBe('requires_action')
-    expect(waiting.requiredAction.decisions[0]).toMatchObject({ commandId: 'mcp.acct.echo', kind: 'connect', connect: { server: 'acct', path: '/api/mcp/connections/acct' } })
+    expect(waiting.requiredAction.decisions[0]).toMatchObject({
+      commandId: 'mcp.acct.echo',
+      kind: 'connect',
+      connect: { server: 'acct', path: '/api/mcp/connections/acct' },
+    })
     // A high-risk call stays an approval (told to connect first): connecting must not approve it.
     const risky = waiting.requiredAction.decisions[1]
     expect(risky).toMatchObject({ commandId: 'mcp.acct.delete_thing', kind: 'approve', risk: 'high' })
-    const decision = (await server.request('GET', `/api/decisions/${waiting.requiredAction.decisions[0].decisionId}`, { token: bob.token })).body
+    const decision = (
+      await server.request('GET', `/api/decisions/${waiting.requiredAction.decisions[0].decisionId}`, {
+        token: bob.token,
+      })
+    ).body
     expect(decision).toMatchObject({ kind: 'connect', status: 'pending' })
     expect(decision.reasons[0]).toContain('POST /api/mcp/connections/acct')
     // Connecting approves the waiting call: the run goes on with bob's own account.
     expect((await authorize(bob)).status).toBe(200)
-    await until('the connect decision to be approved', async () => (await server.request('GET', `/api/decisions/${decision.id}`, { token: bob.token })).body.status === 'approved')
-    expect((await server.request('GET', `/api/decisions/${risky.decisionId}`, { token: bob.token })).body.status).toBe('pending')
-    expect((await server.request('POST', `/api/decisions/${risky.decisionId}`, { token: bob.token, body: { decision: 'approve' } })).status).toBe(200)
+    await until(
+      'the connect decision to be approved',
+      async () =>
+        (await server.request('GET', `/api/decisions/${decision.id}`, { token: bob.token })).body.status === 'approved',
+    )
+    expect((await server.request('GET', `/api/decisions/${risky.decisionId}`, { token: bob.token })).body.status).toBe(
+      'pending',
+    )
+    expect(
+      (
+        await server.request('POST', `/api/decisions/${risky.decisionId}`, {
+          token: bob.token,
+          body: { decision: 'approve' },
+        })
+      ).status,
+    ).toBe(200)
     const done = await until('the run to finish', async () => {
       const current = await status()
       return ['completed', 'failed'].includes(current.status) ? current : undefined
     })
     expect(done.status).toBe('completed')
-    const messages = (await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: bob.token })).body.items as Array<{ role: string; content: unknown }>
+    const messages = (
+      await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: bob.token })
+    ).body.items as Array<{ role: string; content: unknown }>
     expect(JSON.stringify(messages)).toContain('echo: as bob')
   })
 
   it('revoked upstream: the call says to connect again; connecting again works; disconnecting forgets the tokens', async () => {
     await fetch(`${authBase}/revoke-all`, { method: 'POST' })
     const refused = await echo(alice)
-    expect(refused.body, refused.body.detail).toMatchObject({ code: 'command_error', commandCode: 'mcp_connection_required' })
+    expect(refused.body, refused.body.detail).toMatchObject({
+      code: 'command_error',
+      commandCode: 'mcp_connection_required',
+    })
     expect((await authorize(alice)).status).toBe(200)
     expect((await echo(alice)).status).toBe(200)
     expect((await server.request('DELETE', '/api/mcp/connections/acct', { token: alice.token })).status).toBe(204)
-    expect((await server.request('GET', '/api/mcp/connections', { token: alice.token })).body.items).toEqual([{ server: 'acct', connected: false, pending: false }])
+    expect((await server.request('GET', '/api/mcp/connections', { token: alice.token })).body.items).toEqual([
+      { server: 'acct', connected: false, pending: false },
+    ])
     expect((await echo(alice)).body).toMatchObject({ commandCode: 'mcp_connection_required' })
     expect((await server.request('DELETE', '/api/mcp/connections/acct', { token: alice.token })).status).toBe(404)
     expect((await server.request('POST', '/api/mcp/connections/nosuch', { token: alice.token })).status).toBe(404)

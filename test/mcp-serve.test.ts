@@ -10,7 +10,9 @@ import { freePort, http, startServe, type ServeProcess } from './helpers/cli-pro
 // `plinth serve` with MCP servers in its config file, as an operator runs it: the reference server
 // (@modelcontextprotocol/server-everything) over stdio and over Streamable HTTP, and a server that
 // wants a bearer token from the environment (docs/mcp.md).
-const everything = fileURLToPath(new URL('../node_modules/@modelcontextprotocol/server-everything/dist/index.js', import.meta.url))
+const everything = fileURLToPath(
+  new URL('../node_modules/@modelcontextprotocol/server-everything/dist/index.js', import.meta.url),
+)
 const toy = fileURLToPath(new URL('./__fixtures__/mcp/toy-server.mjs', import.meta.url))
 const adminToken = 'admin-token-for-mcp-tests-0123456789'
 const toySecret = 'toy-secret-never-logged-4242'
@@ -44,7 +46,9 @@ describe('plinth serve with mounted MCP servers', () => {
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'plinth-mcp-serve-'))
     const everythingPort = await freePort()
-    children.push(await startChild([everything, 'streamableHttp'], { PORT: String(everythingPort) }, /listening on port/i))
+    children.push(
+      await startChild([everything, 'streamableHttp'], { PORT: String(everythingPort) }, /listening on port/i),
+    )
     const toyPort = await freePort()
     children.push(await startChild([toy, 'http', String(toyPort)], { TOY_TOKEN: toySecret }, /listening \d+/))
     const config = {
@@ -52,10 +56,33 @@ describe('plinth serve with mounted MCP servers', () => {
       mcpAuthorizationServers: ['https://auth.example.test'],
       dataDir: './data',
       mcpServers: [
-        { name: 'everything', transport: 'stdio', command: process.execPath, args: [everything], risk: { default: 'low' } },
-        { name: 'everything_http', transport: 'http', url: `http://127.0.0.1:${everythingPort}/mcp`, risk: { default: 'low' } },
-        { name: 'toy', transport: 'stdio', command: process.execPath, args: [toy], env: { TOY_LOG: './toy.log' }, cwd: '.' },
-        { name: 'toy_http', transport: 'http', url: `http://127.0.0.1:${toyPort}/mcp`, headersEnv: { Authorization: 'TOY_AUTHORIZATION' } },
+        {
+          name: 'everything',
+          transport: 'stdio',
+          command: process.execPath,
+          args: [everything],
+          risk: { default: 'low' },
+        },
+        {
+          name: 'everything_http',
+          transport: 'http',
+          url: `http://127.0.0.1:${everythingPort}/mcp`,
+          risk: { default: 'low' },
+        },
+        {
+          name: 'toy',
+          transport: 'stdio',
+          command: process.execPath,
+          args: [toy],
+          env: { TOY_LOG: './toy.log' },
+          cwd: '.',
+        },
+        {
+          name: 'toy_http',
+          transport: 'http',
+          url: `http://127.0.0.1:${toyPort}/mcp`,
+          headersEnv: { Authorization: 'TOY_AUTHORIZATION' },
+        },
       ],
     }
     await writeFile(join(dir, 'plinth.config.json'), JSON.stringify(config))
@@ -70,21 +97,38 @@ describe('plinth serve with mounted MCP servers', () => {
   })
 
   it('mounts the reference server over stdio and over Streamable HTTP, and a server that needs a token', async () => {
-    const catalog = (await http(serve.url, 'GET', '/api/commands', { token })).body.items as Array<{ id: string; plugin: string; origin: Record<string, unknown> | null }>
+    const catalog = (await http(serve.url, 'GET', '/api/commands', { token })).body.items as Array<{
+      id: string
+      plugin: string
+      origin: Record<string, unknown> | null
+    }>
     const echo = (server: string) => catalog.find((command) => command.id === `mcp.${server}.echo`)
-    expect(echo('everything')).toMatchObject({ plugin: 'mcp:everything', origin: { tool: 'echo', server: 'everything' } })
+    expect(echo('everything')).toMatchObject({
+      plugin: 'mcp:everything',
+      origin: { tool: 'echo', server: 'everything' },
+    })
     expect(echo('everything_http')).toMatchObject({ plugin: 'mcp:everything_http' })
-    expect(echo('toy_http')).toMatchObject({ plugin: 'mcp:toy_http', origin: { serverName: 'toy-server', serverVersion: '1.2.3' } })
+    expect(echo('toy_http')).toMatchObject({
+      plugin: 'mcp:toy_http',
+      origin: { serverName: 'toy-server', serverVersion: '1.2.3' },
+    })
     // camelCase remote names become snake segments; the remote name stays in the catalog.
     const sum = catalog.find((command) => command.plugin === 'mcp:everything' && command.id.endsWith('.get_sum'))
     expect(sum?.origin?.tool).toMatch(/^get[-_]?[sS]um$/)
     for (const server of ['everything', 'everything_http', 'toy_http']) {
-      const answer = await http(serve.url, 'POST', `/api/commands/mcp.${server}.echo`, { token, body: { entrance: 'button', params: server === 'toy_http' ? { text: 'hello' } : { message: 'hello' } } })
+      const answer = await http(serve.url, 'POST', `/api/commands/mcp.${server}.echo`, {
+        token,
+        body: { entrance: 'button', params: server === 'toy_http' ? { text: 'hello' } : { message: 'hello' } },
+      })
       expect(answer.status, JSON.stringify(answer.body)).toBe(200)
       expect(JSON.stringify(answer.body.result.content)).toMatch(/hello/i)
     }
     const ready = await http(serve.url, 'GET', '/readyz')
-    expect(ready.body.warnings.filter((warning: string) => warning.startsWith('MCP server') && warning.includes('not available'))).toEqual([])
+    expect(
+      ready.body.warnings.filter(
+        (warning: string) => warning.startsWith('MCP server') && warning.includes('not available'),
+      ),
+    ).toEqual([])
   })
 
   it('names the configured authorization servers in /mcp’s protected-resource metadata', async () => {
@@ -98,7 +142,10 @@ describe('plinth serve with mounted MCP servers', () => {
   })
 
   it('stops its stdio servers when it stops', async () => {
-    const answer = await http(serve.url, 'POST', '/api/commands/mcp.toy.echo', { token, body: { entrance: 'button', params: { text: 'x' } } })
+    const answer = await http(serve.url, 'POST', '/api/commands/mcp.toy.echo', {
+      token,
+      body: { entrance: 'button', params: { text: 'x' } },
+    })
     expect(answer.status).toBe(200)
     const pid = Number(/start (\d+)/.exec(await readFile(join(dir, 'toy.log'), 'utf8'))?.[1])
     expect(pid).toBeGreaterThan(0)
@@ -123,9 +170,15 @@ describe('mcpServers configuration', () => {
   it('PLINTH_MCP_SERVERS (JSON) replaces the file’s list', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'plinth-mcp-config-'))
     try {
-      await writeFile(join(dir, 'plinth.config.json'), JSON.stringify({ mcpServers: [stdio, { ...stdio, name: 'other' }] }))
+      await writeFile(
+        join(dir, 'plinth.config.json'),
+        JSON.stringify({ mcpServers: [stdio, { ...stdio, name: 'other' }] }),
+      )
       expect(loadConfig({}, dir).mcpServers.map((server) => server.name)).toEqual(['files', 'other'])
-      const replaced = loadConfig({ PLINTH_MCP_SERVERS: JSON.stringify([{ name: 'web', transport: 'http', url: 'https://example.test/mcp' }]) }, dir)
+      const replaced = loadConfig(
+        { PLINTH_MCP_SERVERS: JSON.stringify([{ name: 'web', transport: 'http', url: 'https://example.test/mcp' }]) },
+        dir,
+      )
       expect(replaced.mcpServers).toEqual([{ name: 'web', transport: 'http', url: 'https://example.test/mcp' }])
     } finally {
       await rm(dir, { recursive: true, force: true })
@@ -142,13 +195,19 @@ describe('mcpServers configuration', () => {
       }
       throw new Error('no ConfigError')
     }
-    expect(problems([{ name: 'Bad-Name', transport: 'stdio', command: 'x' }]).join('\n')).toMatch(/mcpServers\[0\]\.name/)
-    expect(problems([{ name: 'a', transport: 'stdio' }])).toContain('mcpServers[0].command: required for transport stdio')
+    expect(problems([{ name: 'Bad-Name', transport: 'stdio', command: 'x' }]).join('\n')).toMatch(
+      /mcpServers\[0\]\.name/,
+    )
+    expect(problems([{ name: 'a', transport: 'stdio' }])).toContain(
+      'mcpServers[0].command: required for transport stdio',
+    )
     expect(problems([{ name: 'a', transport: 'http' }])).toContain('mcpServers[0].url: required for transport http')
     expect(problems([stdio, stdio])).toContain('mcpServers[1].name: "files" is used twice')
     expect(problems([{ ...stdio, risk: { default: 'extreme' } }]).join('\n')).toMatch(/mcpServers\[0\]\.risk\.default/)
     expect(problems([{ ...stdio, headers: { a: 1 } }]).join('\n')).toMatch(/mcpServers\[0\]\.headers/)
-    expect(problems([{ ...stdio, auth: { type: 'oauth' } }])).toContain('mcpServers[0].auth: OAuth applies to transport http only')
+    expect(problems([{ ...stdio, auth: { type: 'oauth' } }])).toContain(
+      'mcpServers[0].auth: OAuth applies to transport http only',
+    )
     try {
       loadConfig({ PLINTH_MCP_SERVERS: '[not json' }, tmpdir())
       throw new Error('no ConfigError')

@@ -29,7 +29,10 @@ describe('MCP servers that plugins ship', () => {
     await store?.close()
   })
 
-  const commandsOf = async (server: TestServer, token: string): Promise<Array<{ id: string; plugin: string; risk: string; origin: { server: string } | null }>> =>
+  const commandsOf = async (
+    server: TestServer,
+    token: string,
+  ): Promise<Array<{ id: string; plugin: string; risk: string; origin: { server: string } | null }>> =>
     (await server.request('GET', '/api/commands', { token })).body.items
 
   it('mounts the shipped server’s tools as commands of plugin mcp:<name>, through the bus', async () => {
@@ -38,12 +41,21 @@ describe('MCP servers that plugins ship', () => {
     user = await server.createUser()
     const shipped = (await commandsOf(server, user.token)).filter((command) => command.plugin === 'mcp:shipped')
     expect(shipped.map((command) => command.id).sort()).toEqual(['mcp.shipped.delete_thing', 'mcp.shipped.echo'])
-    expect(shipped.find((command) => command.id === 'mcp.shipped.echo')).toMatchObject({ risk: 'low', origin: { server: 'shipped' } })
-    const echoed = await server.request('POST', '/api/commands/mcp.shipped.echo', { token: user.token, body: { entrance: 'button', params: { text: 'shipped' } } })
+    expect(shipped.find((command) => command.id === 'mcp.shipped.echo')).toMatchObject({
+      risk: 'low',
+      origin: { server: 'shipped' },
+    })
+    const echoed = await server.request('POST', '/api/commands/mcp.shipped.echo', {
+      token: user.token,
+      body: { entrance: 'button', params: { text: 'shipped' } },
+    })
     expect(echoed.status).toBe(200)
     expect(JSON.stringify(echoed.body.result)).toContain('shipped')
     // The destructive one waits for a person, as any high-risk command.
-    const wiped = await server.request('POST', '/api/commands/mcp.shipped.delete_thing', { token: user.token, body: { entrance: 'button', params: { name: 'x' } } })
+    const wiped = await server.request('POST', '/api/commands/mcp.shipped.delete_thing', {
+      token: user.token,
+      body: { entrance: 'button', params: { name: 'x' } },
+    })
     expect(wiped.status).toBe(202)
     expect(wiped.body).toMatchObject({ status: 'awaiting_decision' })
     await server.close()
@@ -51,7 +63,12 @@ describe('MCP servers that plugins ship', () => {
   })
 
   it('a configured server of the same name replaces the shipped one', async () => {
-    const server = await startTestServer(store, { plugins: [shipper], mcpServers: [{ name: 'shipped', transport: 'stdio', command: process.execPath, args: [toy], tools: { include: ['fail'] } }] })
+    const server = await startTestServer(store, {
+      plugins: [shipper],
+      mcpServers: [
+        { name: 'shipped', transport: 'stdio', command: process.execPath, args: [toy], tools: { include: ['fail'] } },
+      ],
+    })
     servers.push(server)
     const other = await server.createUser()
     const shipped = (await commandsOf(server, other.token)).filter((command) => command.plugin === 'mcp:shipped')
@@ -70,7 +87,14 @@ describe('MCP servers that plugins ship', () => {
     process.env.PLINTH_TEST_SHIPPED_SECRET = secret
     const logger = createLogger('debug', sink)
     const dataDir = await mkdtemp(join(tmpdir(), 'plinth-shipper-log-'))
-    const setup = await setUpCommandBus(store, { plugins: [secretShipper], dataDir, exec: { backend: 'direct' }, logger, actionTtlMs: 60_000, allowanceTtlMs: 60_000 })
+    const setup = await setUpCommandBus(store, {
+      plugins: [secretShipper],
+      dataDir,
+      exec: { backend: 'direct' },
+      logger,
+      actionTtlMs: 60_000,
+      allowanceTtlMs: 60_000,
+    })
     try {
       logger.info({ leaked: `token=${secret}` }, `a line that carries ${secret}`)
       const joined = lines.join('')
@@ -85,7 +109,14 @@ describe('MCP servers that plugins ship', () => {
 
   it('a malformed shipped server refuses its plugin at load, naming what is wrong', async () => {
     const dataDir = await mkdtemp(join(tmpdir(), 'plinth-bad-shipper-'))
-    const setup = await setUpCommandBus(store, { plugins: [badShipper], dataDir, exec: { backend: 'direct' }, logger: pino({ level: 'silent' }), actionTtlMs: 60_000, allowanceTtlMs: 60_000 })
+    const setup = await setUpCommandBus(store, {
+      plugins: [badShipper],
+      dataDir,
+      exec: { backend: 'direct' },
+      logger: pino({ level: 'silent' }),
+      actionTtlMs: 60_000,
+      allowanceTtlMs: 60_000,
+    })
     try {
       expect(setup.refusedPlugins).toHaveLength(1)
       expect(setup.refusedPlugins[0]!.reason).toContain('MCP server "broken"')

@@ -15,11 +15,21 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 
 // `plinth mcp`: the stdio MCP server desktop clients start, forwarding to a running server's /mcp.
 // Driven here by the MCP Inspector's CLI (as a user would check it) and by the SDK's stdio client.
-const inspectorCli = fileURLToPath(new URL('../node_modules/@modelcontextprotocol/inspector/cli/build/cli.js', import.meta.url))
+const inspectorCli = fileURLToPath(
+  new URL('../node_modules/@modelcontextprotocol/inspector/cli/build/cli.js', import.meta.url),
+)
 
 /** Runs the Inspector CLI against the `plinth` server of a client config file (the Claude Desktop shape). */
-async function inspect(cwd: string, configFile: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [inspectorCli, '--cli', '--config', configFile, '--server', 'plinth', ...args], { cwd, env: cliEnv(), stdio: ['ignore', 'pipe', 'pipe'] })
+async function inspect(
+  cwd: string,
+  configFile: string,
+  args: string[],
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(
+    process.execPath,
+    [inspectorCli, '--cli', '--config', configFile, '--server', 'plinth', ...args],
+    { cwd, env: cliEnv(), stdio: ['ignore', 'pipe', 'pipe'] },
+  )
   let stdout = ''
   let stderr = ''
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
@@ -44,7 +54,9 @@ describe('plinth mcp (stdio)', () => {
     store = await openTestStore('pglite')
     server = await startTestServer(store, { plugins: ['rdm'] })
     user = await server.createUser()
-    projectId = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'stdio', tools: ['rdm.ping'] } })).body.id
+    projectId = (
+      await server.request('POST', '/api/projects', { token: user.token, body: { name: 'stdio', tools: ['rdm.ping'] } })
+    ).body.id
     cwd = await mkdtemp(join(tmpdir(), 'plinth-mcp-stdio-'))
   })
   afterAll(async () => {
@@ -53,23 +65,44 @@ describe('plinth mcp (stdio)', () => {
     if (cwd) await rm(cwd, { recursive: true, force: true })
   })
 
-  it('the MCP Inspector CLI lists and calls tools through it (token from PLINTH_TOKEN)', { timeout: 240_000 }, async () => {
-    const configFile = join(cwd, 'mcp.json')
-    await writeFile(
-      configFile,
-      JSON.stringify({ mcpServers: { plinth: { command: process.execPath, args: [plinthBin, 'mcp', '--url', server.url], env: { PLINTH_TOKEN: user.token, PLINTH_FROM_SOURCE: '1' } } } }),
-    )
-    const listed = await inspect(cwd, configFile, ['--method', 'tools/list'])
-    expect(listed.code, listed.stderr).toBe(0)
-    const tools = (JSON.parse(listed.stdout) as { tools: Array<{ name: string }> }).tools.map((tool) => tool.name)
-    expect(tools).toEqual(expect.arrayContaining(['rdm__ping', 'rdm__draft__compose']))
+  it(
+    'the MCP Inspector CLI lists and calls tools through it (token from PLINTH_TOKEN)',
+    { timeout: 240_000 },
+    async () => {
+      const configFile = join(cwd, 'mcp.json')
+      await writeFile(
+        configFile,
+        JSON.stringify({
+          mcpServers: {
+            plinth: {
+              command: process.execPath,
+              args: [plinthBin, 'mcp', '--url', server.url],
+              env: { PLINTH_TOKEN: user.token, PLINTH_FROM_SOURCE: '1' },
+            },
+          },
+        }),
+      )
+      const listed = await inspect(cwd, configFile, ['--method', 'tools/list'])
+      expect(listed.code, listed.stderr).toBe(0)
+      const tools = (JSON.parse(listed.stdout) as { tools: Array<{ name: string }> }).tools.map((tool) => tool.name)
+      expect(tools).toEqual(expect.arrayContaining(['rdm__ping', 'rdm__draft__compose']))
 
-    const called = await inspect(cwd, configFile, ['--method', 'tools/call', '--tool-name', 'rdm__ping', '--tool-arg', 'target=inspector'])
-    expect(called.code, called.stderr).toBe(0)
-    expect(JSON.parse(called.stdout)).toMatchObject({ structuredContent: { pong: true, target: 'inspector' } })
-    const audit = await server.request('GET', '/api/audit?commandId=rdm.ping&entrance=mcp', { token: user.token })
-    expect(audit.body.items.some((item: { params: { target?: string } }) => item.params.target === 'inspector')).toBe(true)
-  })
+      const called = await inspect(cwd, configFile, [
+        '--method',
+        'tools/call',
+        '--tool-name',
+        'rdm__ping',
+        '--tool-arg',
+        'target=inspector',
+      ])
+      expect(called.code, called.stderr).toBe(0)
+      expect(JSON.parse(called.stdout)).toMatchObject({ structuredContent: { pong: true, target: 'inspector' } })
+      const audit = await server.request('GET', '/api/audit?commandId=rdm.ping&entrance=mcp', { token: user.token })
+      expect(audit.body.items.some((item: { params: { target?: string } }) => item.params.target === 'inspector')).toBe(
+        true,
+      )
+    },
+  )
 
   it('with --token and --project: that project’s tools only', { timeout: 120_000 }, async () => {
     const transport = new StdioClientTransport({
@@ -90,7 +123,9 @@ describe('plinth mcp (stdio)', () => {
   })
 
   it('a desktop client that answers elicitations approves a call through it', { timeout: 120_000 }, async () => {
-    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'stdio-asked' } })).body.id as string
+    const project = (
+      await server.request('POST', '/api/projects', { token: user.token, body: { name: 'stdio-asked' } })
+    ).body.id as string
     const transport = new StdioClientTransport({
       command: process.execPath,
       args: [plinthBin, 'mcp', '--token', user.token, '--url', server.url, '--project', project],
@@ -105,7 +140,10 @@ describe('plinth mcp (stdio)', () => {
     })
     await client.connect(transport)
     try {
-      const result = await client.callTool({ name: 'rdm__draft__compose', arguments: { title: 'Over stdio', body: 'asked in the desktop client' } })
+      const result = await client.callTool({
+        name: 'rdm__draft__compose',
+        arguments: { title: 'Over stdio', body: 'asked in the desktop client' },
+      })
       expect(result.structuredContent).toMatchObject({ title: 'Over stdio', projectId: project })
       expect(asked).toHaveLength(1)
       expect(asked[0]!.params.message).toContain('rdm.draft.compose')
@@ -115,7 +153,12 @@ describe('plinth mcp (stdio)', () => {
   })
 
   it('renews a session the server has forgotten, without the client noticing', { timeout: 120_000 }, async () => {
-    const transport = new StdioClientTransport({ command: process.execPath, args: [plinthBin, 'mcp', '--token', user.token, '--url', server.url], env: cliEnv() as Record<string, string>, stderr: 'pipe' })
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [plinthBin, 'mcp', '--token', user.token, '--url', server.url],
+      env: cliEnv() as Record<string, string>,
+      stderr: 'pipe',
+    })
     const client = new Client({ name: 'stdio-renew', version: '1.0.0' })
     await client.connect(transport)
     try {
@@ -129,35 +172,64 @@ describe('plinth mcp (stdio)', () => {
     }
   })
 
-  it('answers what it was sent, then exits 0 once stdin closes; stdout holds JSON-RPC only', { timeout: 120_000 }, async () => {
-    const child = spawn(process.execPath, [plinthBin, 'mcp', '--url', server.url], { cwd, env: cliEnv({ PLINTH_TOKEN: user.token }), stdio: ['pipe', 'pipe', 'pipe'] })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
-    const exited = once(child, 'close') as Promise<[number | null, NodeJS.Signals | null]>
-    const initialize = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } } }
-    child.stdin.write(`${JSON.stringify(initialize)}\n`)
-    child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' })}\n`)
-    child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'rdm__ping', arguments: { target: 'raw' } } })}\n`)
-    // Closed at once: the calls under way are still answered before it exits.
-    child.stdin.end()
-    const timer = setTimeout(() => child.kill('SIGKILL'), 110_000)
-    const [code] = await exited
-    clearTimeout(timer)
-    expect(code, stderr).toBe(0)
-    const messages = stdout.trim().split('\n').map((line) => JSON.parse(line) as { id?: number; result?: Record<string, unknown> })
-    expect(messages.map((message) => message.id).sort()).toEqual([1, 2])
-    expect(messages.find((message) => message.id === 1)!.result).toMatchObject({ serverInfo: { name: 'plinth' } })
-    expect(messages.find((message) => message.id === 2)!.result).toMatchObject({ structuredContent: { pong: true, target: 'raw' } })
-  })
+  it(
+    'answers what it was sent, then exits 0 once stdin closes; stdout holds JSON-RPC only',
+    { timeout: 120_000 },
+    async () => {
+      const child = spawn(process.execPath, [plinthBin, 'mcp', '--url', server.url], {
+        cwd,
+        env: cliEnv({ PLINTH_TOKEN: user.token }),
+        stdio: ['pipe', 'pipe', 'pipe'],
+      })
+      let stdout = ''
+      let stderr = ''
+      child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+      child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+      const exited = once(child, 'close') as Promise<[number | null, NodeJS.Signals | null]>
+      const initialize = {
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+      }
+      child.stdin.write(`${JSON.stringify(initialize)}\n`)
+      child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' })}\n`)
+      child.stdin.write(
+        `${JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'rdm__ping', arguments: { target: 'raw' } } })}\n`,
+      )
+      // Closed at once: the calls under way are still answered before it exits.
+      child.stdin.end()
+      const timer = setTimeout(() => child.kill('SIGKILL'), 110_000)
+      const [code] = await exited
+      clearTimeout(timer)
+      expect(code, stderr).toBe(0)
+      const messages = stdout
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line) as { id?: number; result?: Record<string, unknown> })
+      expect(messages.map((message) => message.id).sort()).toEqual([1, 2])
+      expect(messages.find((message) => message.id === 1)!.result).toMatchObject({ serverInfo: { name: 'plinth' } })
+      expect(messages.find((message) => message.id === 2)!.result).toMatchObject({
+        structuredContent: { pong: true, target: 'raw' },
+      })
+    },
+  )
 
-  it('a refused token answers the client’s request with an error naming the 401, not silence', { timeout: 120_000 }, async () => {
-    const transport = new StdioClientTransport({ command: process.execPath, args: [plinthBin, 'mcp', '--url', server.url], env: cliEnv({ PLINTH_TOKEN: 'not-a-token' }) as Record<string, string>, stderr: 'pipe' })
-    const client = new Client({ name: 'stdio-test', version: '1.0.0' })
-    await expect(client.connect(transport)).rejects.toThrow(/401/)
-    await client.close()
-  })
+  it(
+    'a refused token answers the client’s request with an error naming the 401, not silence',
+    { timeout: 120_000 },
+    async () => {
+      const transport = new StdioClientTransport({
+        command: process.execPath,
+        args: [plinthBin, 'mcp', '--url', server.url],
+        env: cliEnv({ PLINTH_TOKEN: 'not-a-token' }) as Record<string, string>,
+        stderr: 'pipe',
+      })
+      const client = new Client({ name: 'stdio-test', version: '1.0.0' })
+      await expect(client.connect(transport)).rejects.toThrow(/401/)
+      await client.close()
+    },
+  )
 
   it('without a token it says how to get one (exit 2), and the help lists it', async () => {
     const missing = await runPlinth(['mcp', '--url', server.url], { cwd })

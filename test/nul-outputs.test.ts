@@ -20,8 +20,11 @@ describe.each(testEngines())('outputs holding NUL on %s', (engine) => {
     model = new ScriptedModel({ id: 'scripted', turns: [] })
     server = await startTestServer(store, { models: [model], exec: { backend: 'direct' } })
     alice = await server.createUser()
-    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'nul' } })).body.id
-    conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'nul' } }))
+      .body.id
+    conversationId = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
     const upload = await fetch(`${server.url}/api/conversations/${conversationId}/files/nul.bin`, {
       method: 'PUT',
       headers: { authorization: `Bearer ${alice.token}`, 'content-type': 'application/octet-stream' },
@@ -34,15 +37,27 @@ describe.each(testEngines())('outputs holding NUL on %s', (engine) => {
     await store?.close()
   })
 
-  const dispatch = (id: string, params: object) => server.request('POST', `/api/commands/${id}`, { token: alice.token, body: { entrance: 'button', conversationId, params } })
+  const dispatch = (id: string, params: object) =>
+    server.request('POST', `/api/commands/${id}`, {
+      token: alice.token,
+      body: { entrance: 'button', conversationId, params },
+    })
 
   it('an execution printing a NUL answers its result, the NUL stored as U+FFFD', async () => {
     const asked = await dispatch('core.exec', { command: "printf 'a\\0b'; printf 'err\\0' >&2" })
     expect(asked.status).toBe(202)
-    const decided = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, { token: alice.token, body: { decision: 'approve' } })
+    const decided = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
+      token: alice.token,
+      body: { decision: 'approve' },
+    })
     expect(decided.status).toBe(200)
-    expect(decided.body.dispatch).toMatchObject({ status: 'succeeded', result: { exitCode: 0, stdout: 'a\uFFFDb', stderr: 'err\uFFFD' } })
-    const audit = await server.request('GET', `/api/audit?conversationId=${conversationId}&commandId=core.exec`, { token: alice.token })
+    expect(decided.body.dispatch).toMatchObject({
+      status: 'succeeded',
+      result: { exitCode: 0, stdout: 'a\uFFFDb', stderr: 'err\uFFFD' },
+    })
+    const audit = await server.request('GET', `/api/audit?conversationId=${conversationId}&commandId=core.exec`, {
+      token: alice.token,
+    })
     expect(audit.body.items[0]).toMatchObject({ status: 'succeeded' })
   })
 
@@ -54,13 +69,24 @@ describe.each(testEngines())('outputs holding NUL on %s', (engine) => {
 
   it('a run whose model text, tool arguments and tool output hold NUL completes, and every dispatch ends', async () => {
     model.setTurns([
-      { text: 'reading\u0000 it', toolCalls: [{ name: 'read_file', arguments: { path: 'nul.bin' } }, { name: 'list_files', arguments: { path: 'di\u0000r' } }] },
+      {
+        text: 'reading\u0000 it',
+        toolCalls: [
+          { name: 'read_file', arguments: { path: 'nul.bin' } },
+          { name: 'list_files', arguments: { path: 'di\u0000r' } },
+        ],
+      },
       { text: 'done\u0000.' },
     ])
-    const run = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: alice.token, body: { input: 'read nul.bin', model: 'scripted' } })
+    const run = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
+      token: alice.token,
+      body: { input: 'read nul.bin', model: 'scripted' },
+    })
     expect(run.status, JSON.stringify(run.body)).toBe(201)
     expect(run.body.status).toBe('completed')
-    const messages = (await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: alice.token })).body.items
+    const messages = (
+      await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: alice.token })
+    ).body.items
     expect(messages.at(-1)).toMatchObject({ role: 'assistant', content: 'done\uFFFD.' })
     const tools = messages.filter((message: { role: string }) => message.role === 'tool')
     expect(tools.map((message: { content: string }) => message.content).join('\n')).toContain('a\uFFFDb')

@@ -28,9 +28,18 @@ describe('answers and stream frames fit the closed OpenAPI schemas', () => {
   let store: Store
   let server: TestServer
   let user: TestUser
-  let document: { paths: Record<string, Record<string, { requestBody?: { content: Record<string, unknown> } }>>; components: { schemas: Record<string, Schema> } }
+  let document: {
+    paths: Record<string, Record<string, { requestBody?: { content: Record<string, unknown> } }>>
+    components: { schemas: Record<string, Schema> }
+  }
   const validators = new Map<string, ValidateFunction>()
-  const model = new ScriptedModel({ id: 'scripted', turns: [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } }] }, { text: 'Drafted.' }] })
+  const model = new ScriptedModel({
+    id: 'scripted',
+    turns: [
+      { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } }] },
+      { text: 'Drafted.' },
+    ],
+  })
 
   const fits = (name: string, value: unknown): void => {
     let validate = validators.get(name)
@@ -53,58 +62,113 @@ describe('answers and stream frames fit the closed OpenAPI schemas', () => {
     await store?.close()
   })
 
-  it('every frame of a project stream and a run stream (knowledge, a decision, tool calls) and the run answers', { timeout: 120_000 }, async () => {
-    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'conformance' } })).body
-    const stream = await openSse(`${server.url}/api/projects/${project.id}/events`, { token: user.token })
-    expect(stream.status).toBe(200)
-    const item = await server.request('POST', `/api/projects/${project.id}/knowledge`, { token: user.token, body: { title: 'Drafting', text: 'Drafts are composed with the draft command.' } })
-    expect(item.status).toBeLessThan(300)
-    fits('KnowledgeItem', item.body)
-    await server.request('PATCH', `/api/projects/${project.id}`, { token: user.token, body: { description: 'changed' } })
-    const conversation = (await server.request('POST', `/api/projects/${project.id}/conversations`, { token: user.token, body: { title: 'c' } })).body
-    const created = await server.request('POST', `/api/conversations/${conversation.id}/runs`, { token: user.token, body: { input: 'draft with the draft command' } })
-    expect(created.status).toBe(201)
-    fits('RunWithMessages', created.body)
-    const deadline = Date.now() + 90_000
-    let decisions = await server.request('GET', '/api/decisions?status=pending', { token: user.token })
-    while (decisions.body.items.length === 0 && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 100))
-      decisions = await server.request('GET', '/api/decisions?status=pending', { token: user.token })
-    }
-    expect(decisions.body.items.length).toBeGreaterThan(0)
-    for (const decision of decisions.body.items) fits('Decision', decision)
-    const answered = await server.request('POST', `/api/decisions/${decisions.body.items[0].id}`, { token: user.token, body: { decision: 'approve' } })
-    expect(answered.status).toBe(200)
-    fits('Decision', answered.body.decision)
-    fits('DispatchState', answered.body.dispatch)
-    const search = await server.request('GET', `/api/projects/${project.id}/search?q=draft`, { token: user.token })
-    for (const hit of search.body.items) fits('SearchHit', hit)
+  it(
+    'every frame of a project stream and a run stream (knowledge, a decision, tool calls) and the run answers',
+    { timeout: 120_000 },
+    async () => {
+      const project = (
+        await server.request('POST', '/api/projects', { token: user.token, body: { name: 'conformance' } })
+      ).body
+      const stream = await openSse(`${server.url}/api/projects/${project.id}/events`, { token: user.token })
+      expect(stream.status).toBe(200)
+      const item = await server.request('POST', `/api/projects/${project.id}/knowledge`, {
+        token: user.token,
+        body: { title: 'Drafting', text: 'Drafts are composed with the draft command.' },
+      })
+      expect(item.status).toBeLessThan(300)
+      fits('KnowledgeItem', item.body)
+      await server.request('PATCH', `/api/projects/${project.id}`, {
+        token: user.token,
+        body: { description: 'changed' },
+      })
+      const conversation = (
+        await server.request('POST', `/api/projects/${project.id}/conversations`, {
+          token: user.token,
+          body: { title: 'c' },
+        })
+      ).body
+      const created = await server.request('POST', `/api/conversations/${conversation.id}/runs`, {
+        token: user.token,
+        body: { input: 'draft with the draft command' },
+      })
+      expect(created.status).toBe(201)
+      fits('RunWithMessages', created.body)
+      const deadline = Date.now() + 90_000
+      let decisions = await server.request('GET', '/api/decisions?status=pending', { token: user.token })
+      while (decisions.body.items.length === 0 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        decisions = await server.request('GET', '/api/decisions?status=pending', { token: user.token })
+      }
+      expect(decisions.body.items.length).toBeGreaterThan(0)
+      for (const decision of decisions.body.items) fits('Decision', decision)
+      const answered = await server.request('POST', `/api/decisions/${decisions.body.items[0].id}`, {
+        token: user.token,
+        body: { decision: 'approve' },
+      })
+      expect(answered.status).toBe(200)
+      fits('Decision', answered.body.decision)
+      fits('DispatchState', answered.body.dispatch)
+      const search = await server.request('GET', `/api/projects/${project.id}/search?q=draft`, { token: user.token })
+      for (const hit of search.body.items) fits('SearchHit', hit)
 
-    const ended = (events: SseEvent[]): boolean => events.some((event) => event.event === 'run.completed' && event.data.runId === created.body.id)
-    while (!ended(stream.events) && Date.now() < deadline) await stream.waitFor(stream.events.length + 1, deadline - Date.now()).catch(() => undefined)
-    stream.close()
-    expect(ended(stream.events)).toBe(true)
-    const seen = new Set(stream.events.map((event) => event.event))
-    for (const event of ['project.updated', 'knowledge.created', 'conversation.created', 'run.created', 'message.delta', 'tool_call.created', 'decision.required', 'decision.resolved', 'tool_call.completed', 'run.completed']) expect(seen, event).toContain(event)
-    for (const event of stream.events) fits('StreamEvent', event)
+      const ended = (events: SseEvent[]): boolean =>
+        events.some((event) => event.event === 'run.completed' && event.data.runId === created.body.id)
+      while (!ended(stream.events) && Date.now() < deadline)
+        await stream.waitFor(stream.events.length + 1, deadline - Date.now()).catch(() => undefined)
+      stream.close()
+      expect(ended(stream.events)).toBe(true)
+      const seen = new Set(stream.events.map((event) => event.event))
+      for (const event of [
+        'project.updated',
+        'knowledge.created',
+        'conversation.created',
+        'run.created',
+        'message.delta',
+        'tool_call.created',
+        'decision.required',
+        'decision.resolved',
+        'tool_call.completed',
+        'run.completed',
+      ])
+        expect(seen, event).toContain(event)
+      for (const event of stream.events) fits('StreamEvent', event)
 
-    const replay = await openSse(`${server.url}/api/runs/${created.body.id}/events`, { token: user.token })
-    await replay.ended
-    expect(replay.events.at(-1)?.event).toBe('run.completed')
-    for (const event of replay.events) fits('RunStreamEvent', event)
-  })
+      const replay = await openSse(`${server.url}/api/runs/${created.body.id}/events`, { token: user.token })
+      await replay.ended
+      expect(replay.events.at(-1)?.event).toBe('run.completed')
+      for (const event of replay.events) fits('RunStreamEvent', event)
+    },
+  )
 
   it('problem answers, extensions included', async () => {
-    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'problems' } })).body
-    const conversation = (await server.request('POST', `/api/projects/${project.id}/conversations`, { token: user.token, body: {} })).body
+    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'problems' } }))
+      .body
+    const conversation = (
+      await server.request('POST', `/api/projects/${project.id}/conversations`, { token: user.token, body: {} })
+    ).body
     model.setTurns([{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } }] }])
-    const run = await server.request('POST', `/api/conversations/${conversation.id}/runs`, { token: user.token, body: { input: 'draft' }, headers: { prefer: 'wait=60' } })
+    const run = await server.request('POST', `/api/conversations/${conversation.id}/runs`, {
+      token: user.token,
+      body: { input: 'draft' },
+      headers: { prefer: 'wait=60' },
+    })
     expect(run.body.status).toBe('requires_action')
-    const active = await server.request('POST', `/api/conversations/${conversation.id}/runs`, { token: user.token, body: { input: 'more' } })
-    expect(active.body).toMatchObject({ code: 'run_active', activeRunId: run.body.id, activeStatus: 'requires_action', awaiting: { decisions: [{ commandId: 'rdm.draft.compose' }] } })
+    const active = await server.request('POST', `/api/conversations/${conversation.id}/runs`, {
+      token: user.token,
+      body: { input: 'more' },
+    })
+    expect(active.body).toMatchObject({
+      code: 'run_active',
+      activeRunId: run.body.id,
+      activeStatus: 'requires_action',
+      awaiting: { decisions: [{ commandId: 'rdm.draft.compose' }] },
+    })
     const decisionId = run.body.requiredAction.decisions[0].decisionId
     await server.request('POST', `/api/decisions/${decisionId}`, { token: user.token, body: { decision: 'reject' } })
-    const conflict = await server.request('POST', `/api/decisions/${decisionId}`, { token: user.token, body: { decision: 'approve' } })
+    const conflict = await server.request('POST', `/api/decisions/${decisionId}`, {
+      token: user.token,
+      body: { decision: 'approve' },
+    })
     expect(conflict.body).toMatchObject({ code: 'decision_conflict', decision: { id: decisionId, status: 'rejected' } })
     const problems = [
       active.body,
@@ -124,17 +188,27 @@ describe('answers and stream frames fit the closed OpenAPI schemas', () => {
     )
     expect(routes.length).toBeGreaterThan(10)
     // Real ids where a route looks its resource up before it reads the body.
-    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'unknown fields' } })).body
-    const conversation = (await server.request('POST', `/api/projects/${project.id}/conversations`, { token: user.token, body: {} })).body
+    const project = (
+      await server.request('POST', '/api/projects', { token: user.token, body: { name: 'unknown fields' } })
+    ).body
+    const conversation = (
+      await server.request('POST', `/api/projects/${project.id}/conversations`, { token: user.token, body: {} })
+    ).body
     for (const [method, path] of routes) {
       const url = path
         .replace('/api/projects/{id}', `/api/projects/${project.id}`)
         .replace('/api/conversations/{id}', `/api/conversations/${conversation.id}`)
         .replace('{commandId}', 'rdm.ping')
         .replace(/\{[^}]+\}/g, someId)
-      const answer = await server.request(method, url, { token: path.startsWith('/api/admin') ? adminToken : user.token, body: { unknownField: 1 } })
+      const answer = await server.request(method, url, {
+        token: path.startsWith('/api/admin') ? adminToken : user.token,
+        body: { unknownField: 1 },
+      })
       expect([method, path, answer.status, answer.body.code]).toEqual([method, path, 400, 'validation_failed'])
-      expect(answer.body.errors, `${method} ${path}`).toContainEqual({ path: 'body.unknownField', message: 'unknown field' })
+      expect(answer.body.errors, `${method} ${path}`).toContainEqual({
+        path: 'body.unknownField',
+        message: 'unknown field',
+      })
     }
   })
 })

@@ -44,33 +44,62 @@ describe('an oversize request body', () => {
         }
       }
       console.log(JSON.stringify(answers))`
-    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', client, server.url, alice.token], { maxBuffer: 1024 * 1024 })
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', client, server.url, alice.token], {
+      maxBuffer: 1024 * 1024,
+    })
     const answers = JSON.parse(stdout) as unknown[][]
     // Without draining, about half of these failed with EPIPE.
-    expect(answers).toEqual(Array.from({ length: 10 }, () => [413, 'application/problem+json; charset=utf-8', 'payload_too_large']))
+    expect(answers).toEqual(
+      Array.from({ length: 10 }, () => [413, 'application/problem+json; charset=utf-8', 'payload_too_large']),
+    )
     expect((await server.request('GET', '/api/projects', { token: alice.token })).status).toBe(200)
   }, 120_000)
 
   it('curl (Expect: 100-continue) gets the 413 before sending the body, and exits 0', async () => {
     const { stdout, stderr } = await run('curl', [
-      '-sS', '-v', '-o', join(dir, 'answer.json'), '-w', '%{http_code}',
-      '-X', 'POST', `${server.url}/api/projects`,
-      '-H', `Authorization: Bearer ${alice.token}`, '-H', 'Content-Type: application/json',
-      '--data-binary', `@${join(dir, 'big.json')}`,
+      '-sS',
+      '-v',
+      '-o',
+      join(dir, 'answer.json'),
+      '-w',
+      '%{http_code}',
+      '-X',
+      'POST',
+      `${server.url}/api/projects`,
+      '-H',
+      `Authorization: Bearer ${alice.token}`,
+      '-H',
+      'Content-Type: application/json',
+      '--data-binary',
+      `@${join(dir, 'big.json')}`,
     ])
     expect(stdout).toBe('413')
     expect(stderr).toContain('Expect: 100-continue')
     expect(stderr).not.toContain('< HTTP/1.1 100 Continue')
-    expect(JSON.parse(await (await import('node:fs/promises')).readFile(join(dir, 'answer.json'), 'utf8'))).toMatchObject({ code: 'payload_too_large' })
+    expect(
+      JSON.parse(await (await import('node:fs/promises')).readFile(join(dir, 'answer.json'), 'utf8')),
+    ).toMatchObject({ code: 'payload_too_large' })
   }, 60_000)
 
   it('a body within the limit still gets 100 Continue and is served', async () => {
     await writeFile(join(dir, 'ok.json'), JSON.stringify({ name: 'fits', description: 'x'.repeat(2000) }))
     const { stdout } = await run('curl', [
-      '-sS', '-o', '/dev/null', '-w', '%{http_code}', '-H', 'Expect: 100-continue',
-      '-X', 'POST', `${server.url}/api/projects`,
-      '-H', `Authorization: Bearer ${alice.token}`, '-H', 'Content-Type: application/json',
-      '--data-binary', `@${join(dir, 'ok.json')}`,
+      '-sS',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code}',
+      '-H',
+      'Expect: 100-continue',
+      '-X',
+      'POST',
+      `${server.url}/api/projects`,
+      '-H',
+      `Authorization: Bearer ${alice.token}`,
+      '-H',
+      'Content-Type: application/json',
+      '--data-binary',
+      `@${join(dir, 'ok.json')}`,
     ])
     expect(stdout).toBe('201')
   }, 60_000)

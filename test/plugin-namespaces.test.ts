@@ -24,7 +24,10 @@ describe('plugin namespaces and logging', () => {
   beforeAll(async () => {
     store = await openTestStore('pglite')
     const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line) as LogLine) })
-    server = await startTestServer(store, { logger, plugins: ['rdm', fixture('poacher'), fixture('squatter'), fixture('core-squatter'), fixture('notes-kit')] })
+    server = await startTestServer(store, {
+      logger,
+      plugins: ['rdm', fixture('poacher'), fixture('squatter'), fixture('core-squatter'), fixture('notes-kit')],
+    })
     user = await server.createUser()
   })
   afterAll(async () => {
@@ -47,9 +50,15 @@ describe('plugin namespaces and logging', () => {
   })
 
   it('loads a plugin with declared namespaces; its context.log takes (fields, message) and (message, fields)', async () => {
-    const note = await server.request('POST', '/api/commands/notes.add', { token: user.token, body: { entrance: 'button', params: { text: 'launch at dawn' } } })
+    const note = await server.request('POST', '/api/commands/notes.add', {
+      token: user.token,
+      body: { entrance: 'button', params: { text: 'launch at dawn' } },
+    })
     expect(note.body).toMatchObject({ status: 'succeeded', result: { saved: 'launch at dawn' } })
-    const todo = await server.request('POST', '/api/commands/todo.add', { token: user.token, body: { entrance: 'button', params: { item: 'pack snacks' } } })
+    const todo = await server.request('POST', '/api/commands/todo.add', {
+      token: user.token,
+      body: { entrance: 'button', params: { item: 'pack snacks' } },
+    })
     expect(todo.body).toMatchObject({ status: 'succeeded', result: { added: 'pack snacks' } })
     const logged = lines.filter((line) => line.plugin === 'notes-kit' && !line.msg.startsWith('plugin '))
     expect(logged).toEqual([

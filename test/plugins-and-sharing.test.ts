@@ -21,7 +21,14 @@ describe('plugin loading', () => {
     const lines: Array<{ msg: string; plugin?: string }> = []
     const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) })
     const setup = await setUpCommandBus(store, {
-      plugins: ['rdm', fixture('throwing'), fixture('incompatible'), fixture('bad-id'), fixture('collide'), 'no-such-plugin-package'],
+      plugins: [
+        'rdm',
+        fixture('throwing'),
+        fixture('incompatible'),
+        fixture('bad-id'),
+        fixture('collide'),
+        'no-such-plugin-package',
+      ],
       logger,
       actionTtlMs: 60_000,
       allowanceTtlMs: 60_000,
@@ -58,15 +65,33 @@ describe('a misbehaving plugin', () => {
   })
 
   it('gives the caller a clean error, audits the failure and keeps serving', async () => {
-    const thrown = await server.request('POST', '/api/commands/misbehaving.throws', { token: user.token, body: { entrance: 'button' } })
+    const thrown = await server.request('POST', '/api/commands/misbehaving.throws', {
+      token: user.token,
+      body: { entrance: 'button' },
+    })
     expect([thrown.status, thrown.body.code]).toEqual([502, 'command_failed'])
     expect(JSON.stringify(thrown.body)).not.toContain('secret internal detail')
-    const refused = await server.request('POST', '/api/commands/misbehaving.refuses', { token: user.token, body: { entrance: 'button' } })
-    expect([refused.status, refused.body.code, refused.body.commandCode]).toEqual([422, 'command_error', 'quota_exceeded'])
-    const hung = await server.request('POST', '/api/commands/misbehaving.hangs', { token: user.token, body: { entrance: 'button' } })
+    const refused = await server.request('POST', '/api/commands/misbehaving.refuses', {
+      token: user.token,
+      body: { entrance: 'button' },
+    })
+    expect([refused.status, refused.body.code, refused.body.commandCode]).toEqual([
+      422,
+      'command_error',
+      'quota_exceeded',
+    ])
+    const hung = await server.request('POST', '/api/commands/misbehaving.hangs', {
+      token: user.token,
+      body: { entrance: 'button' },
+    })
     expect([hung.status, hung.body.code]).toEqual([504, 'command_timeout'])
     const audit = await server.request('GET', '/api/audit', { token: user.token })
-    const statuses = Object.fromEntries(audit.body.items.map((item: { commandId: string; status: string; error: { code: string } }) => [item.commandId, [item.status, item.error?.code]]))
+    const statuses = Object.fromEntries(
+      audit.body.items.map((item: { commandId: string; status: string; error: { code: string } }) => [
+        item.commandId,
+        [item.status, item.error?.code],
+      ]),
+    )
     expect(statuses).toMatchObject({
       'misbehaving.throws': ['failed', 'command_failed'],
       'misbehaving.refuses': ['failed', 'quota_exceeded'],
@@ -76,7 +101,10 @@ describe('a misbehaving plugin', () => {
   })
 
   it('redacts x-sensitive params and secret-looking values in the audit envelope', async () => {
-    const answer = await server.request('POST', '/api/commands/misbehaving.secret', { token: user.token, body: { entrance: 'button', params: { apiKey: 'hunter2-but-long', note: 'hello' } } })
+    const answer = await server.request('POST', '/api/commands/misbehaving.secret', {
+      token: user.token,
+      body: { entrance: 'button', params: { apiKey: 'hunter2-but-long', note: 'hello' } },
+    })
     expect(answer.status).toBe(200)
     const audit = await server.request('GET', '/api/audit?commandId=misbehaving.secret', { token: user.token })
     expect(audit.body.items[0].params).toEqual({ apiKey: '[redacted]', note: 'hello' })
@@ -98,11 +126,23 @@ for (const engine of testEngines()) {
     beforeAll(async () => {
       store = await openTestStore(engine)
       // A slow model: a run goes on long enough for its owner's access to be taken away meanwhile.
-      server = await startTestServer(store, { plugins: ['rdm'], models: [new ScriptedModel({ id: 'slow', turns: [{ text: Array.from({ length: 100 }, (_, index) => `w${index}`).join(' '), chunks: 100, delayMs: 100 }], whenExhausted: 'loop' })] })
+      server = await startTestServer(store, {
+        plugins: ['rdm'],
+        models: [
+          new ScriptedModel({
+            id: 'slow',
+            turns: [
+              { text: Array.from({ length: 100 }, (_, index) => `w${index}`).join(' '), chunks: 100, delayMs: 100 },
+            ],
+            whenExhausted: 'loop',
+          }),
+        ],
+      })
       owner = await server.createUser()
       member = await server.createUser()
       stranger = await server.createUser()
-      projectId = (await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'shared one' } })).body.id
+      projectId = (await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'shared one' } }))
+        .body.id
     })
     afterAll(async () => {
       await server?.close()
@@ -110,33 +150,54 @@ for (const engine of testEngines()) {
     })
 
     const add = (token: string, userId: string) =>
-      server.request('POST', '/api/commands/rdm.member.add', { token, body: { entrance: 'button', projectId, params: { userId } } })
+      server.request('POST', '/api/commands/rdm.member.add', {
+        token,
+        body: { entrance: 'button', projectId, params: { userId } },
+      })
 
     it('shares a project with a member until they are removed; the grant is audited', async () => {
       expect((await server.request('GET', `/api/projects/${projectId}`, { token: member.token })).status).toBe(404)
       const added = await add(owner.token, member.user.id)
       // Adding members is medium risk: approve it.
       expect(added.status).toBe(202)
-      await server.request('POST', `/api/decisions/${added.body.decision.id}`, { token: owner.token, body: { decision: 'approve' } })
+      await server.request('POST', `/api/decisions/${added.body.decision.id}`, {
+        token: owner.token,
+        body: { decision: 'approve' },
+      })
 
       const list = await server.request('GET', '/api/projects', { token: member.token })
-      expect(list.body.items).toEqual([expect.objectContaining({ id: projectId, shared: true, ownerId: owner.user.id })])
-      expect((await server.request('GET', '/api/projects', { token: owner.token })).body.items.filter((item: { id: string }) => item.id === projectId)).toEqual([
-        expect.objectContaining({ shared: false }),
+      expect(list.body.items).toEqual([
+        expect.objectContaining({ id: projectId, shared: true, ownerId: owner.user.id }),
       ])
+      expect(
+        (await server.request('GET', '/api/projects', { token: owner.token })).body.items.filter(
+          (item: { id: string }) => item.id === projectId,
+        ),
+      ).toEqual([expect.objectContaining({ shared: false })])
       // The member creates a conversation there; it is theirs.
-      const conversation = await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: { title: 'mine' } })
+      const conversation = await server.request('POST', `/api/projects/${projectId}/conversations`, {
+        token: member.token,
+        body: { title: 'mine' },
+      })
       expect(conversation.status).toBe(201)
       expect(conversation.body.ownerId).toBe(member.user.id)
       // The member sees their own conversations only, and cannot delete the project.
-      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: owner.token, body: { title: 'owners' } })
-      const conversations = await server.request('GET', `/api/projects/${projectId}/conversations`, { token: member.token })
+      await server.request('POST', `/api/projects/${projectId}/conversations`, {
+        token: owner.token,
+        body: { title: 'owners' },
+      })
+      const conversations = await server.request('GET', `/api/projects/${projectId}/conversations`, {
+        token: member.token,
+      })
       expect(conversations.body.items.map((item: { title: string }) => item.title)).toEqual(['mine'])
       expect((await server.request('DELETE', `/api/projects/${projectId}`, { token: member.token })).status).toBe(403)
       // A member may not manage members.
       const memberAdds = await add(member.token, stranger.user.id)
       expect(memberAdds.status).toBe(202)
-      const refused = await server.request('POST', `/api/decisions/${memberAdds.body.decision.id}`, { token: member.token, body: { decision: 'approve' } })
+      const refused = await server.request('POST', `/api/decisions/${memberAdds.body.decision.id}`, {
+        token: member.token,
+        body: { decision: 'approve' },
+      })
       expect(refused.body.dispatch).toMatchObject({ status: 'failed', error: { code: 'forbidden' } })
       // The member's project stream: project-level events and their own conversation, not the owner's.
       const stream = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: member.token })
@@ -144,38 +205,78 @@ for (const engine of testEngines()) {
       await new Promise((resolve) => setTimeout(resolve, 200))
       stream.close()
       // project.created, the member's conversation, and the member's own decision — nothing of the owner's.
-      expect(events.map((event) => event.event)).toEqual(['project.created', 'conversation.created', 'decision.required', 'decision.resolved'])
+      expect(events.map((event) => event.event)).toEqual([
+        'project.created',
+        'conversation.created',
+        'decision.required',
+        'decision.resolved',
+      ])
       expect(events[1]!.data.conversation.ownerId).toBe(member.user.id)
       expect(events[2]!.data.params.userId).toBe(stranger.user.id)
       // The stranger sees nothing.
       expect((await server.request('GET', `/api/projects/${projectId}`, { token: stranger.token })).status).toBe(404)
       expect((await server.request('GET', '/api/projects', { token: stranger.token })).body.items).toEqual([])
       // The grant is in the audit log.
-      const audit = await server.request('GET', `/api/audit?commandId=rdm.member.add&projectId=${projectId}`, { token: owner.token })
-      expect(audit.body.items.some((item: { status: string; params: { userId: string } }) => item.status === 'succeeded' && item.params.userId === member.user.id)).toBe(true)
+      const audit = await server.request('GET', `/api/audit?commandId=rdm.member.add&projectId=${projectId}`, {
+        token: owner.token,
+      })
+      expect(
+        audit.body.items.some(
+          (item: { status: string; params: { userId: string } }) =>
+            item.status === 'succeeded' && item.params.userId === member.user.id,
+        ),
+      ).toBe(true)
 
       // Removal applies on the next request.
-      const removed = await server.request('POST', '/api/commands/rdm.member.remove', { token: owner.token, body: { entrance: 'button', projectId, params: { userId: member.user.id } } })
-      await server.request('POST', `/api/decisions/${removed.body.decision.id}`, { token: owner.token, body: { decision: 'approve' } })
+      const removed = await server.request('POST', '/api/commands/rdm.member.remove', {
+        token: owner.token,
+        body: { entrance: 'button', projectId, params: { userId: member.user.id } },
+      })
+      await server.request('POST', `/api/decisions/${removed.body.decision.id}`, {
+        token: owner.token,
+        body: { decision: 'approve' },
+      })
       expect((await server.request('GET', `/api/projects/${projectId}`, { token: member.token })).status).toBe(404)
       expect((await server.request('GET', '/api/projects', { token: member.token })).body.items).toEqual([])
-      expect((await server.request('GET', `/api/conversations/${conversation.body.id}`, { token: member.token })).status).toBe(404)
+      expect(
+        (await server.request('GET', `/api/conversations/${conversation.body.id}`, { token: member.token })).status,
+      ).toBe(404)
     })
 
     // Regression (docs/security.md#smaller-findings): a run whose owner lost access to the project kept
     // calling the model.
     it('ends a member’s running run (cancelled, access_revoked) when they are removed from the project', async () => {
       const approve = async (answer: { status: number; body: { decision?: { id: string } } }) => {
-        if (answer.status === 202) await server.request('POST', `/api/decisions/${answer.body.decision!.id}`, { token: owner.token, body: { decision: 'approve' } })
+        if (answer.status === 202)
+          await server.request('POST', `/api/decisions/${answer.body.decision!.id}`, {
+            token: owner.token,
+            body: { decision: 'approve' },
+          })
       }
       await approve(await add(owner.token, member.user.id))
-      const conversation = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: {} })).body.id
-      const run = (await server.request('POST', `/api/conversations/${conversation}/runs`, { token: member.token, body: { input: 'talk for a while' } })).body
-      await approve(await server.request('POST', '/api/commands/rdm.member.remove', { token: owner.token, body: { entrance: 'button', projectId, params: { userId: member.user.id } } }))
+      const conversation = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: {} })
+      ).body.id
+      const run = (
+        await server.request('POST', `/api/conversations/${conversation}/runs`, {
+          token: member.token,
+          body: { input: 'talk for a while' },
+        })
+      ).body
+      await approve(
+        await server.request('POST', '/api/commands/rdm.member.remove', {
+          token: owner.token,
+          body: { entrance: 'button', projectId, params: { userId: member.user.id } },
+        }),
+      )
       const deadline = Date.now() + 15_000
       let ended: { status: string; cancelReason?: string } | undefined
       while (Date.now() < deadline) {
-        const row = await store.db.selectFrom('runs').select(['status', 'cancel_reason']).where('id', '=', run.id).executeTakeFirstOrThrow()
+        const row = await store.db
+          .selectFrom('runs')
+          .select(['status', 'cancel_reason'])
+          .where('id', '=', run.id)
+          .executeTakeFirstOrThrow()
         if (row.status !== 'running') {
           ended = { status: row.status, cancelReason: row.cancel_reason ?? undefined }
           break
@@ -184,7 +285,12 @@ for (const engine of testEngines()) {
       }
       // Well before the model's 10 s answer was done.
       expect(ended).toEqual({ status: 'cancelled', cancelReason: 'access_revoked' })
-      const cancelled = await store.db.selectFrom('events').select('data').where('run_id', '=', run.id).where('type', '=', 'run.cancelled').execute()
+      const cancelled = await store.db
+        .selectFrom('events')
+        .select('data')
+        .where('run_id', '=', run.id)
+        .where('type', '=', 'run.cancelled')
+        .execute()
       expect(cancelled[0]?.data).toMatchObject({ reason: 'access_revoked' })
     })
   })
@@ -201,11 +307,17 @@ describe('without a ProjectAuthz adapter', () => {
       const ownerList = await server.request('GET', '/api/projects', { token: owner.token })
       expect(ownerList.body).toEqual({ items: [project], nextCursor: null })
       expect(project.shared).toBe(false)
-      expect((await server.request('GET', '/api/projects', { token: other.token })).body).toEqual({ items: [], nextCursor: null })
+      expect((await server.request('GET', '/api/projects', { token: other.token })).body).toEqual({
+        items: [],
+        nextCursor: null,
+      })
       for (const path of [`/api/projects/${project.id}`, `/api/projects/${project.id}/conversations`]) {
         expect((await server.request('GET', path, { token: other.token })).status).toBe(404)
       }
-      expect((await server.request('POST', `/api/projects/${project.id}/conversations`, { token: other.token, body: {} })).status).toBe(404)
+      expect(
+        (await server.request('POST', `/api/projects/${project.id}/conversations`, { token: other.token, body: {} }))
+          .status,
+      ).toBe(404)
     } finally {
       await server.close()
       await store.close()

@@ -36,7 +36,9 @@ describe('the typed-client example of the clients guide', () => {
 
   beforeAll(async () => {
     store = await openTestStore('pglite')
-    server = await startTestServer(store, { models: [new ScriptedModel({ id: 'scripted', turns: [{ text: 'Yes, it is up.' }] })] })
+    server = await startTestServer(store, {
+      models: [new ScriptedModel({ id: 'scripted', turns: [{ text: 'Yes, it is up.' }] })],
+    })
     // A project of its own, as a reader's would be: `plinth/openapi` and `openapi-fetch` resolve as installed packages.
     dir = await mkdtemp(join(tmpdir(), 'plinth-typed-client-'))
     await mkdir(join(dir, 'node_modules', '@types'), { recursive: true })
@@ -44,7 +46,16 @@ describe('the typed-client example of the clients guide', () => {
     await symlink(join(root, 'node_modules', 'openapi-fetch'), join(dir, 'node_modules', 'openapi-fetch'))
     await symlink(join(root, 'node_modules', '@types', 'node'), join(dir, 'node_modules', '@types', 'node'))
     await writeFile(join(dir, 'package.json'), JSON.stringify({ type: 'module' }))
-    const compilerOptions = { target: 'ES2023', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noUncheckedIndexedAccess: true, noEmit: true, skipLibCheck: true, types: ['node'] }
+    const compilerOptions = {
+      target: 'ES2023',
+      module: 'NodeNext',
+      moduleResolution: 'NodeNext',
+      strict: true,
+      noUncheckedIndexedAccess: true,
+      noEmit: true,
+      skipLibCheck: true,
+      types: ['node'],
+    }
     await writeFile(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: ['example.ts'] }))
     file = join(dir, 'example.ts')
     await writeFile(file, typedClientExample(await readFile(guide, 'utf8')))
@@ -56,7 +67,11 @@ describe('the typed-client example of the clients guide', () => {
   })
 
   it('type-checks with tsc against the generated types', { timeout: 120_000 }, async () => {
-    const checked = await run(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')], { cwd: dir }).catch((error: { stdout?: string; stderr?: string }) => {
+    const checked = await run(
+      process.execPath,
+      [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')],
+      { cwd: dir },
+    ).catch((error: { stdout?: string; stderr?: string }) => {
       throw new Error(`tsc failed:\n${error.stdout ?? ''}${error.stderr ?? ''}`)
     })
     expect(checked.stdout).toBe('')
@@ -64,7 +79,10 @@ describe('the typed-client example of the clients guide', () => {
 
   it('runs against a listening server and prints the settled run and its answer', { timeout: 120_000 }, async () => {
     const user = await server.createUser()
-    const { stdout } = await run(process.execPath, ['--import', 'tsx', file], { cwd: root, env: { ...process.env, PLINTH_URL: server.url, PLINTH_TOKEN: user.token } })
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', file], {
+      cwd: root,
+      env: { ...process.env, PLINTH_URL: server.url, PLINTH_TOKEN: user.token },
+    })
     expect(stdout.trim()).toBe('completed: Yes, it is up.')
     const runs = await server.request('GET', '/api/runs', { token: user.token })
     expect(runs.body.items).toMatchObject([{ status: 'completed' }])
@@ -81,17 +99,31 @@ describe('the plinth/client example of the clients guide', () => {
 
   beforeAll(async () => {
     store = await openTestStore('pglite')
-    server = await startTestServer(store, { models: [new ScriptedModel({ id: 'scripted', turns: [{ text: 'Yes, it is up.' }] })] })
+    server = await startTestServer(store, {
+      models: [new ScriptedModel({ id: 'scripted', turns: [{ text: 'Yes, it is up.' }] })],
+    })
     dir = await mkdtemp(join(tmpdir(), 'plinth-client-example-'))
     await mkdir(join(dir, 'node_modules', '@types'), { recursive: true })
     await symlink(join(root, 'node_modules', '@types', 'node'), join(dir, 'node_modules', '@types', 'node'))
     await writeFile(join(dir, 'package.json'), JSON.stringify({ type: 'module' }))
-    const compilerOptions = { target: 'ES2023', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noUncheckedIndexedAccess: true, noEmit: true, skipLibCheck: true, types: ['node'] }
+    const compilerOptions = {
+      target: 'ES2023',
+      module: 'NodeNext',
+      moduleResolution: 'NodeNext',
+      strict: true,
+      noUncheckedIndexedAccess: true,
+      noEmit: true,
+      skipLibCheck: true,
+      types: ['node'],
+    }
     await writeFile(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: ['example.ts'] }))
     file = join(dir, 'example.ts')
     const example = exampleAfter(await readFile(guide, 'utf8'), '<!-- plinth-client-example -->')
     expect(example).toContain("from 'plinth/client'")
-    await writeFile(file, example.replace("from 'plinth/client'", `from ${JSON.stringify(join(root, 'src', 'client', 'index.js'))}`))
+    await writeFile(
+      file,
+      example.replace("from 'plinth/client'", `from ${JSON.stringify(join(root, 'src', 'client', 'index.js'))}`),
+    )
   })
   afterAll(async () => {
     await server?.close()
@@ -100,7 +132,11 @@ describe('the plinth/client example of the clients guide', () => {
   })
 
   it('type-checks with tsc', { timeout: 120_000 }, async () => {
-    const checked = await run(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')], { cwd: dir }).catch((error: { stdout?: string; stderr?: string }) => {
+    const checked = await run(
+      process.execPath,
+      [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(dir, 'tsconfig.json')],
+      { cwd: dir },
+    ).catch((error: { stdout?: string; stderr?: string }) => {
       throw new Error(`tsc failed:\n${error.stdout ?? ''}${error.stderr ?? ''}`)
     })
     expect(checked.stdout).toBe('')
@@ -108,7 +144,10 @@ describe('the plinth/client example of the clients guide', () => {
 
   it('streams the answer and reports a bad request by its code', { timeout: 120_000 }, async () => {
     const user = await server.createUser()
-    const { stdout } = await run(process.execPath, ['--import', 'tsx', file], { cwd: root, env: { ...process.env, PLINTH_URL: server.url, PLINTH_TOKEN: user.token } })
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', file], {
+      cwd: root,
+      env: { ...process.env, PLINTH_URL: server.url, PLINTH_TOKEN: user.token },
+    })
     expect(stdout.trim()).toBe('Yes, it is up. (and an empty input is validation_failed)')
   })
 })

@@ -29,7 +29,9 @@ async function walkthroughScript(port: number): Promise<string> {
     if (!heading) throw new Error(`${file} has no section ${title}`)
     const rest = text.slice(heading.index + heading[0].length)
     const end = rest.search(/\n#{2,3} /)
-    const blocks = [...(end < 0 ? rest : rest.slice(0, end)).matchAll(/```sh\n([\s\S]*?)```/g)].map((match) => match[1]!)
+    const blocks = [...(end < 0 ? rest : rest.slice(0, end)).matchAll(/```sh\n([\s\S]*?)```/g)].map(
+      (match) => match[1]!,
+    )
     parts.push(`echo "=== ${title}"`, ...blocks.slice(0, count ?? blocks.length))
   }
   parts.push('kill %1; wait')
@@ -60,7 +62,11 @@ describe.skipIf(!hasCurl)('the README walkthrough', () => {
   it('works in the order written', { timeout: 240_000 }, async () => {
     const port = await freePort()
     const script = await walkthroughScript(port)
-    const child = spawn('bash', ['-c', `set -u\n${script}`], { cwd, env: cliEnv({ PORT: String(port) }), stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn('bash', ['-c', `set -u\n${script}`], {
+      cwd,
+      env: cliEnv({ PORT: String(port) }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
     let output = ''
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))

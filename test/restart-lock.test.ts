@@ -22,14 +22,19 @@ describe('a restart on the embedded database while the old process is still stop
     const old = await startServe({ cwd, timeoutMs: 150_000 })
     servers.push(old)
     const port = await freePort()
-    const next = spawn(process.execPath, [plinthBin, 'serve'], { cwd, env: cliEnv({ PORT: String(port), PLINTH_DATA_DIR_LOCK_WAIT: '120s' }), stdio: ['ignore', 'pipe', 'pipe'] })
+    const next = spawn(process.execPath, [plinthBin, 'serve'], {
+      cwd,
+      env: cliEnv({ PORT: String(port), PLINTH_DATA_DIR_LOCK_WAIT: '120s' }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
     let output = ''
     next.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
     next.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk))
     const exited = new Promise<number | null>((resolve) => next.once('close', resolve))
     const waitFor = async (pattern: RegExp, what: string): Promise<void> => {
-      for (const deadline = Date.now() + 120_000; !pattern.test(output); ) {
-        if (next.exitCode !== null) throw new Error(`the new server exited (${next.exitCode}) before ${what}:\n${output}`)
+      for (const deadline = Date.now() + 120_000; !pattern.test(output);) {
+        if (next.exitCode !== null)
+          throw new Error(`the new server exited (${next.exitCode}) before ${what}:\n${output}`)
         if (Date.now() > deadline) throw new Error(`no ${what}:\n${output}`)
         await new Promise((resolve) => setTimeout(resolve, 50))
       }
@@ -48,7 +53,11 @@ describe('a restart on the embedded database while the old process is still stop
   it('with no wait configured, refuses at once while the other process runs', async () => {
     const holder = await startServe({ cwd, timeoutMs: 150_000 })
     servers.push(holder)
-    const refused = await runPlinth(['serve'], { cwd, env: { PORT: String(await freePort()), PLINTH_DATA_DIR_LOCK_WAIT: '0' }, timeoutMs: 120_000 })
+    const refused = await runPlinth(['serve'], {
+      cwd,
+      env: { PORT: String(await freePort()), PLINTH_DATA_DIR_LOCK_WAIT: '0' },
+      timeoutMs: 120_000,
+    })
     expect(refused.code).not.toBe(0)
     expect(refused.stderr).toContain(`in use by another Plinth process (pid ${holder.pid})`)
     await holder.stop('SIGTERM')

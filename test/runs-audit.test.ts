@@ -28,10 +28,15 @@ describe('runs: audit, risk keywords, client tools, tool list', () => {
 
   beforeAll(async () => {
     store = await openTestStore('pglite')
-    server = await startTestServer(store, { plugins: [slowPlugin, sharePlugin], models: [model], highRiskKeywords: ['deploy-prod'] })
+    server = await startTestServer(store, {
+      plugins: [slowPlugin, sharePlugin],
+      models: [model],
+      highRiskKeywords: ['deploy-prod'],
+    })
     alice = await server.createUser()
     bob = await server.createUser()
-    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'audited' } })).body.id
+    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'audited' } })).body
+      .id
   })
   afterAll(async () => {
     await server?.close()
@@ -43,49 +48,112 @@ describe('runs: audit, risk keywords, client tools, tool list', () => {
 
   it('switching a conversation to full mode is audited (core.set_permission_mode, who and when)', async () => {
     const conversationId = await conversation()
-    const patched = await server.request('PATCH', `/api/conversations/${conversationId}`, { token: alice.token, body: { permissionMode: 'full', title: 'yolo' } })
+    const patched = await server.request('PATCH', `/api/conversations/${conversationId}`, {
+      token: alice.token,
+      body: { permissionMode: 'full', title: 'yolo' },
+    })
     expect(patched.status).toBe(200)
     expect(patched.body).toMatchObject({ permissionMode: 'full', title: 'yolo' })
     expect(patched.body.modeExpiresAt).toEqual(expect.any(String))
-    const audit = await server.request('GET', `/api/audit?commandId=core.set_permission_mode&conversationId=${conversationId}`, { token: alice.token })
+    const audit = await server.request(
+      'GET',
+      `/api/audit?commandId=core.set_permission_mode&conversationId=${conversationId}`,
+      { token: alice.token },
+    )
     expect(audit.body.items).toHaveLength(1)
-    expect(audit.body.items[0]).toMatchObject({ status: 'succeeded', params: { mode: 'full' }, actor: { type: 'user', id: alice.user.id }, conversationId })
+    expect(audit.body.items[0]).toMatchObject({
+      status: 'succeeded',
+      params: { mode: 'full' },
+      actor: { type: 'user', id: alice.user.id },
+      conversationId,
+    })
     // Setting the same mode again changes nothing and records nothing.
-    await server.request('PATCH', `/api/conversations/${conversationId}`, { token: alice.token, body: { permissionMode: 'full' } })
-    expect((await server.request('GET', `/api/audit?commandId=core.set_permission_mode&conversationId=${conversationId}`, { token: alice.token })).body.items).toHaveLength(1)
+    await server.request('PATCH', `/api/conversations/${conversationId}`, {
+      token: alice.token,
+      body: { permissionMode: 'full' },
+    })
+    expect(
+      (
+        await server.request('GET', `/api/audit?commandId=core.set_permission_mode&conversationId=${conversationId}`, {
+          token: alice.token,
+        })
+      ).body.items,
+    ).toHaveLength(1)
   })
 
   it('operator high-risk keywords make a proposed command high risk, naming the rule', async () => {
-    model.setTurns([{ toolCalls: [{ name: 'propose_command', arguments: { command: 'make deploy-prod' } }] }, { text: 'ok' }])
+    model.setTurns([
+      { toolCalls: [{ name: 'propose_command', arguments: { command: 'make deploy-prod' } }] },
+      { text: 'ok' },
+    ])
     const conversationId = await conversation()
-    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'ship it', clientTools: ['propose_command'] } })
+    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: alice.token,
+      body: { input: 'ship it', clientTools: ['propose_command'] },
+    })
     expect(run.status).toBe(201)
     await settled(server, alice.token, run.body.id)
-    const created = await store.db.selectFrom('events').select('data').where('run_id', '=', run.body.id).where('type', '=', 'tool_call.created').executeTakeFirstOrThrow()
-    expect(created.data).toMatchObject({ risk: 'high', matchedRules: [expect.objectContaining({ id: expect.stringContaining('deploy-prod') })] })
+    const created = await store.db
+      .selectFrom('events')
+      .select('data')
+      .where('run_id', '=', run.body.id)
+      .where('type', '=', 'tool_call.created')
+      .executeTakeFirstOrThrow()
+    expect(created.data).toMatchObject({
+      risk: 'high',
+      matchedRules: [expect.objectContaining({ id: expect.stringContaining('deploy-prod') })],
+    })
     await server.request('POST', `/api/runs/${run.body.id}/cancel`, { token: alice.token })
   })
 
   it('a client tool call has an audit row (entrance agent, kind client) from the hand-over to its answer', async () => {
     model.setTurns([{ toolCalls: [{ name: 'propose_command', arguments: { command: 'ls -la' } }] }, { text: 'listed' }])
     const conversationId = await conversation()
-    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'list', clientTools: ['propose_command'] } })
+    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: alice.token,
+      body: { input: 'list', clientTools: ['propose_command'] },
+    })
     const waiting = await settled(server, alice.token, run.body.id)
     const callId = (waiting.requiredAction as { toolOutputs: Array<{ callId: string }> }).toolOutputs[0]!.callId
-    const before = await server.request('GET', `/api/audit?commandId=propose_command&conversationId=${conversationId}`, { token: alice.token })
+    const before = await server.request(
+      'GET',
+      `/api/audit?commandId=propose_command&conversationId=${conversationId}`,
+      { token: alice.token },
+    )
     expect(before.body.items).toHaveLength(1)
-    expect(before.body.items[0]).toMatchObject({ entrance: 'agent', kind: 'client', status: 'requested', runId: run.body.id, callId, actor: { type: 'agent', id: run.body.id, onBehalfOf: alice.user.id } })
-    await server.request('POST', `/api/runs/${run.body.id}/tool-outputs`, { token: alice.token, body: { outputs: [{ callId, output: { accepted: true, exitCode: 0 } }] } })
+    expect(before.body.items[0]).toMatchObject({
+      entrance: 'agent',
+      kind: 'client',
+      status: 'requested',
+      runId: run.body.id,
+      callId,
+      actor: { type: 'agent', id: run.body.id, onBehalfOf: alice.user.id },
+    })
+    await server.request('POST', `/api/runs/${run.body.id}/tool-outputs`, {
+      token: alice.token,
+      body: { outputs: [{ callId, output: { accepted: true, exitCode: 0 } }] },
+    })
     expect((await settled(server, alice.token, run.body.id)).status).toBe('completed')
-    const after = await server.request('GET', `/api/audit?commandId=propose_command&conversationId=${conversationId}`, { token: alice.token })
-    expect(after.body.items[0]).toMatchObject({ status: 'succeeded', kind: 'client', result: { accepted: true, exitCode: 0 } })
+    const after = await server.request('GET', `/api/audit?commandId=propose_command&conversationId=${conversationId}`, {
+      token: alice.token,
+    })
+    expect(after.body.items[0]).toMatchObject({
+      status: 'succeeded',
+      kind: 'client',
+      result: { accepted: true, exitCode: 0 },
+    })
   })
 
   it('a client tool named like a command tool is refused at run creation (422 client_tool_conflict)', async () => {
     const conversationId = await conversation()
     const answer = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
       token: alice.token,
-      body: { input: 'x', clientTools: [{ name: 'slow__wait', description: 'not the real one', parameters: { type: 'object', properties: {} } }] },
+      body: {
+        input: 'x',
+        clientTools: [
+          { name: 'slow__wait', description: 'not the real one', parameters: { type: 'object', properties: {} } },
+        ],
+      },
     })
     expect(answer.status).toBe(422)
     expect(answer.body.code).toBe('client_tool_conflict')
@@ -93,12 +161,22 @@ describe('runs: audit, risk keywords, client tools, tool list', () => {
   })
 
   it('a command result over PLINTH_RESULT_MAX_BYTES is refused (502 result_too_large), not stored', async () => {
-    const small = await server.request('POST', '/api/commands/slow.big', { token: alice.token, body: { entrance: 'button', projectId, params: { bytes: 1000 } } })
+    const small = await server.request('POST', '/api/commands/slow.big', {
+      token: alice.token,
+      body: { entrance: 'button', projectId, params: { bytes: 1000 } },
+    })
     expect(small.status).toBe(200)
-    const big = await server.request('POST', '/api/commands/slow.big', { token: alice.token, body: { entrance: 'button', projectId, params: { bytes: 2 * 1024 * 1024 } } })
+    const big = await server.request('POST', '/api/commands/slow.big', {
+      token: alice.token,
+      body: { entrance: 'button', projectId, params: { bytes: 2 * 1024 * 1024 } },
+    })
     expect(big.status).toBe(502)
     expect(big.body.code).toBe('result_too_large')
-    const row = await store.db.selectFrom('dispatches').select(['status', 'result']).where('id', '=', big.body.dispatchId).executeTakeFirstOrThrow()
+    const row = await store.db
+      .selectFrom('dispatches')
+      .select(['status', 'result'])
+      .where('id', '=', big.body.dispatchId)
+      .executeTakeFirstOrThrow()
     expect(row).toEqual({ status: 'failed', result: null })
   })
 
@@ -106,11 +184,17 @@ describe('runs: audit, risk keywords, client tools, tool list', () => {
     readOnlyShares.set(projectId, new Set([bob.user.id]))
     try {
       model.setTurns([{ text: 'hello' }])
-      const own = await server.request('POST', `/api/conversations/${await conversation()}/runs`, { token: alice.token, body: { input: 'hi' } })
+      const own = await server.request('POST', `/api/conversations/${await conversation()}/runs`, {
+        token: alice.token,
+        body: { input: 'hi' },
+      })
       await settled(server, alice.token, own.body.id)
       const ownerTools = model.calls.at(-1)!.tools.map((tool) => tool.name)
       model.setTurns([{ text: 'hello' }])
-      const shared = await server.request('POST', `/api/conversations/${await conversation(bob.token)}/runs`, { token: bob.token, body: { input: 'hi' } })
+      const shared = await server.request('POST', `/api/conversations/${await conversation(bob.token)}/runs`, {
+        token: bob.token,
+        body: { input: 'hi' },
+      })
       expect(shared.status).toBe(201)
       await settled(server, bob.token, shared.body.id)
       const readerTools = model.calls.at(-1)!.tools.map((tool) => tool.name)

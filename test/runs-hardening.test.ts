@@ -36,7 +36,13 @@ class GateModel implements LanguageModel {
   }
 }
 
-async function waitForRun(server: TestServer, token: string, runId: string, check: (run: Record<string, unknown>) => boolean, timeoutMs = 10_000): Promise<Record<string, unknown>> {
+async function waitForRun(
+  server: TestServer,
+  token: string,
+  runId: string,
+  check: (run: Record<string, unknown>) => boolean,
+  timeoutMs = 10_000,
+): Promise<Record<string, unknown>> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
@@ -59,7 +65,8 @@ describe('runs hardening', () => {
     store = await openTestStore('pglite')
     server = await startTestServer(store, { plugins: ['rdm'], models: [gate, held], llmConcurrency: 1 })
     alice = await server.createUser()
-    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'hardening' } })).body.id
+    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'hardening' } }))
+      .body.id
   })
   afterAll(async () => {
     gate.open()
@@ -68,9 +75,13 @@ describe('runs hardening', () => {
     await store?.close()
   })
 
-  const conversation = async (): Promise<string> => (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+  const conversation = async (): Promise<string> =>
+    (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
   const start = async (conversationId: string, body: Record<string, unknown> = {}) => {
-    const answer = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'hi', ...body } })
+    const answer = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: alice.token,
+      body: { input: 'hi', ...body },
+    })
     expect(answer.status, JSON.stringify(answer.body)).toBe(201)
     return answer.body.id as string
   }
@@ -82,7 +93,9 @@ describe('runs hardening', () => {
     // It waits for the slot: its model call has not started.
     await new Promise((resolve) => setTimeout(resolve, 200))
     expect(gate.calls).toBe(1)
-    expect((await server.request('POST', `/api/runs/${waiting}/cancel`, { token: alice.token })).body.status).toBe('cancelled')
+    expect((await server.request('POST', `/api/runs/${waiting}/cancel`, { token: alice.token })).body.status).toBe(
+      'cancelled',
+    )
     gate.open()
     await waitForRun(server, alice.token, holder, (run) => run.status === 'completed')
     const later = await start(await conversation())
@@ -95,16 +108,28 @@ describe('runs hardening', () => {
     const active = await start(conversationId, { model: 'held' })
     const queued = await start(conversationId, { model: 'held', ifActive: 'enqueue' })
     expect((await server.request('GET', `/api/runs/${queued}`, { token: alice.token })).body.status).toBe('queued')
-    const interrupting = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'stop, do this', model: 'gate', ifActive: 'interrupt' } })
+    const interrupting = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: alice.token,
+      body: { input: 'stop, do this', model: 'gate', ifActive: 'interrupt' },
+    })
     expect(interrupting.status, JSON.stringify(interrupting.body)).toBe(201)
-    for (const runId of [active, queued]) expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body).toMatchObject({ status: 'cancelled', cancelReason: 'superseded' })
+    for (const runId of [active, queued])
+      expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body).toMatchObject({
+        status: 'cancelled',
+        cancelReason: 'superseded',
+      })
     await waitForRun(server, alice.token, interrupting.body.id, (run) => run.status === 'completed')
   })
 
   it('POST /api/conversations/:id/runs honours Idempotency-Key: a retry answers the same run and starts no second one', async () => {
     gate.open()
     const conversationId = await conversation()
-    const post = (input: string) => server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input, model: 'gate' }, headers: { 'idempotency-key': 'retry-me-1' } })
+    const post = (input: string) =>
+      server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: alice.token,
+        body: { input, model: 'gate' },
+        headers: { 'idempotency-key': 'retry-me-1' },
+      })
     const first = await post('once')
     expect(first.status).toBe(201)
     await waitForRun(server, alice.token, first.body.id, (run) => run.status === 'completed')
@@ -112,9 +137,12 @@ describe('runs hardening', () => {
     expect(again.status).toBe(201)
     expect(again.headers.get('idempotent-replayed')).toBe('true')
     expect(again.body).toMatchObject({ id: first.body.id, status: 'completed' })
-    const runs = (await server.request('GET', `/api/conversations/${conversationId}/runs`, { token: alice.token })).body.items
+    const runs = (await server.request('GET', `/api/conversations/${conversationId}/runs`, { token: alice.token })).body
+      .items
     expect(runs.map((run: { id: string }) => run.id)).toEqual([first.body.id])
-    const messages = (await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: alice.token })).body.items
+    const messages = (
+      await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: alice.token })
+    ).body.items
     expect(messages.filter((message: { role: string }) => message.role === 'user')).toHaveLength(1)
     const reused = await post('something else')
     expect(reused.status).toBe(422)
@@ -136,16 +164,21 @@ describe('runs hardening: leases, decisions and stopping', () => {
     store = await openTestStore('pglite')
     server = await startTestServer(store, { plugins: ['rdm', slowPlugin], models: [model], actionTtlMs: 2_000 })
     alice = await server.createUser()
-    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'leases' } })).body.id
+    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'leases' } })).body
+      .id
   })
   afterAll(async () => {
     await server?.close()
     await store?.close()
   })
 
-  const conversation = async (): Promise<string> => (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+  const conversation = async (): Promise<string> =>
+    (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
   const start = async (conversationId: string, body: Record<string, unknown> = {}) => {
-    const answer = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'hi', ...body } })
+    const answer = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: alice.token,
+      body: { input: 'hi', ...body },
+    })
     expect(answer.status, JSON.stringify(answer.body)).toBe(201)
     return answer.body.id as string
   }
@@ -156,32 +189,61 @@ describe('runs hardening: leases, decisions and stopping', () => {
     await waitForRun(server, alice.token, runId, (run) => run.iteration === 1)
     await new Promise((resolve) => setTimeout(resolve, 200))
     // Another instance took the run over (its fencing token replaced ours).
-    await store.db.updateTable('runs').set({ lease_owner: 'another-instance.1', lease_expires_at: new Date(Date.now() + 60_000) }).where('id', '=', runId).execute()
-    const stolenAt = await store.db.selectFrom('events').select((eb) => eb.fn.max('id').as('max')).executeTakeFirstOrThrow()
+    await store.db
+      .updateTable('runs')
+      .set({ lease_owner: 'another-instance.1', lease_expires_at: new Date(Date.now() + 60_000) })
+      .where('id', '=', runId)
+      .execute()
+    const stolenAt = await store.db
+      .selectFrom('events')
+      .select((eb) => eb.fn.max('id').as('max'))
+      .executeTakeFirstOrThrow()
     await new Promise((resolve) => setTimeout(resolve, 2_500))
-    const later = await store.db.selectFrom('events').select(['id', 'type']).where('run_id', '=', runId).where('id', '>', String(stolenAt.max)).execute()
+    const later = await store.db
+      .selectFrom('events')
+      .select(['id', 'type'])
+      .where('run_id', '=', runId)
+      .where('id', '>', String(stolenAt.max))
+      .execute()
     // At most one delta already in flight; no completion, no terminal event, no state change.
     expect(later.filter((event) => event.type !== 'message.delta')).toEqual([])
     expect(later.length).toBeLessThanOrEqual(1)
-    const row = await store.db.selectFrom('runs').select(['status', 'lease_owner']).where('id', '=', runId).executeTakeFirstOrThrow()
+    const row = await store.db
+      .selectFrom('runs')
+      .select(['status', 'lease_owner'])
+      .where('id', '=', runId)
+      .executeTakeFirstOrThrow()
     expect(row).toEqual({ status: 'running', lease_owner: 'another-instance.1' })
-    const message = await store.db.selectFrom('messages').select('status').where('run_id', '=', runId).where('role', '=', 'assistant').executeTakeFirstOrThrow()
+    const message = await store.db
+      .selectFrom('messages')
+      .select('status')
+      .where('run_id', '=', runId)
+      .where('role', '=', 'assistant')
+      .executeTakeFirstOrThrow()
     expect(message.status).toBe('streaming')
     // Tidy up as the new owner would: cancel it (from here, as a non-driver).
-    expect((await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })).body.status).toBe('cancelled')
+    expect((await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })).body.status).toBe(
+      'cancelled',
+    )
   })
 
   it('a tool that finishes after its run passed to another instance: its dispatch and audit are recorded, the run gets no answer from the old driver', async () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__brief', arguments: {} }] }, { text: 'after' }])
     const runId = await start(await conversation())
-    const calls = async () => store.db.selectFrom('run_tool_calls').select(['id', 'status']).where('run_id', '=', runId).execute()
+    const calls = async () =>
+      store.db.selectFrom('run_tool_calls').select(['id', 'status']).where('run_id', '=', runId).execute()
     for (let tries = 0; (await calls()).at(0)?.status !== 'running'; tries++) {
       if (tries > 200) throw new Error('the tool never started')
       await new Promise((resolve) => setTimeout(resolve, 10))
     }
     // Another instance took the run over while the tool works.
-    await store.db.updateTable('runs').set({ lease_owner: 'another-instance.2', lease_expires_at: new Date(Date.now() + 60_000) }).where('id', '=', runId).execute()
-    const finished = async () => store.db.selectFrom('dispatches').select(['id', 'status']).where('run_id', '=', runId).executeTakeFirstOrThrow()
+    await store.db
+      .updateTable('runs')
+      .set({ lease_owner: 'another-instance.2', lease_expires_at: new Date(Date.now() + 60_000) })
+      .where('id', '=', runId)
+      .execute()
+    const finished = async () =>
+      store.db.selectFrom('dispatches').select(['id', 'status']).where('run_id', '=', runId).executeTakeFirstOrThrow()
     for (let tries = 0; (await finished()).status === 'running'; tries++) {
       if (tries > 300) throw new Error('the tool never finished')
       await new Promise((resolve) => setTimeout(resolve, 10))
@@ -190,15 +252,36 @@ describe('runs hardening: leases, decisions and stopping', () => {
     // The command ran: its dispatch and audit say so.
     const dispatch = await finished()
     expect(dispatch.status).toBe('succeeded')
-    const steps = await store.db.selectFrom('audit_log').select('step').where('dispatch_id', '=', dispatch.id).orderBy('id').execute()
+    const steps = await store.db
+      .selectFrom('audit_log')
+      .select('step')
+      .where('dispatch_id', '=', dispatch.id)
+      .orderBy('id')
+      .execute()
     expect(steps.map((entry) => entry.step)).toEqual(['requested', 'running', 'finished'])
     expect((await verifyAuditChain(store)).ok).toBe(true)
     // But the run is someone else's now: the old driver answered nothing.
     expect((await calls())[0]!.status).toBe('running')
-    expect(await store.db.selectFrom('messages').select('id').where('run_id', '=', runId).where('role', '=', 'tool').execute()).toEqual([])
-    expect(await store.db.selectFrom('events').select('id').where('run_id', '=', runId).where('type', '=', 'tool_call.completed').execute()).toEqual([])
+    expect(
+      await store.db
+        .selectFrom('messages')
+        .select('id')
+        .where('run_id', '=', runId)
+        .where('role', '=', 'tool')
+        .execute(),
+    ).toEqual([])
+    expect(
+      await store.db
+        .selectFrom('events')
+        .select('id')
+        .where('run_id', '=', runId)
+        .where('type', '=', 'tool_call.completed')
+        .execute(),
+    ).toEqual([])
     // Tidy up as the new owner would.
-    expect((await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })).body.status).toBe('cancelled')
+    expect((await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })).body.status).toBe(
+      'cancelled',
+    )
   })
 
   it('an approved call is in the ledger by the time the decision is answered, and cancelling the run reaches its handler', async () => {
@@ -208,7 +291,10 @@ describe('runs hardening: leases, decisions and stopping', () => {
     const waiting = await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     // Approving runs the handler (which waits until cancelled); cancel the run meanwhile.
-    const approving = server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })
+    const approving = server.request('POST', `/api/decisions/${decisionId}`, {
+      token: alice.token,
+      body: { decision: 'approve' },
+    })
     await new Promise((resolve) => setTimeout(resolve, 300))
     const cancelled = await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })
     expect(cancelled.body.status).toBe('cancelled')
@@ -225,7 +311,10 @@ describe('runs hardening: leases, decisions and stopping', () => {
     const runId = await start(await conversation())
     const waiting = await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
-    const rejected = await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'reject' } })
+    const rejected = await server.request('POST', `/api/decisions/${decisionId}`, {
+      token: alice.token,
+      body: { decision: 'reject' },
+    })
     expect(rejected.status).toBe(200)
     // No listener running later: the ledger changed in the decision's own transaction.
     const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', runId).execute()
@@ -237,7 +326,11 @@ describe('runs hardening: leases, decisions and stopping', () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'should not be asked' }])
     const runId = await start(await conversation())
     await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
-    await store.db.updateTable('decisions').set({ expires_at: new Date(Date.now() - 1000) }).where('run_id', '=', runId).execute()
+    await store.db
+      .updateTable('decisions')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('run_id', '=', runId)
+      .execute()
     await server.request('GET', '/api/decisions?status=pending', { token: alice.token })
     await server.runs.sweep()
     const run = await waitForRun(server, alice.token, runId, (candidate) => candidate.status !== 'requires_action')
@@ -247,12 +340,27 @@ describe('runs hardening: leases, decisions and stopping', () => {
   })
 
   it("a partial answer does not restart the run's clock: it expires PLINTH_ACTION_TTL after it started waiting", async () => {
-    model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }, { name: 'propose_command', arguments: { command: 'ls' } }] }, { text: 'after' }])
+    model.setTurns([
+      {
+        toolCalls: [
+          { name: 'slow__guarded', arguments: {} },
+          { name: 'propose_command', arguments: { command: 'ls' } },
+        ],
+      },
+      { text: 'after' },
+    ])
     const runId = await start(await conversation(), { clientTools: ['propose_command'] })
     const waiting = await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     await new Promise((resolve) => setTimeout(resolve, 1_200))
-    expect((await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'reject' } })).status).toBe(200)
+    expect(
+      (
+        await server.request('POST', `/api/decisions/${decisionId}`, {
+          token: alice.token,
+          body: { decision: 'reject' },
+        })
+      ).status,
+    ).toBe(200)
     // 2 s after it started waiting (not after the reject), the client tool still unanswered: expired.
     await new Promise((resolve) => setTimeout(resolve, 1_000))
     await server.runs.sweep()
@@ -266,12 +374,24 @@ describe('runs hardening: leases, decisions and stopping', () => {
     await waitForRun(server, alice.token, runId, (run) => run.iteration === 1)
     await new Promise((resolve) => setTimeout(resolve, 200))
     await server.runs.stop()
-    const refused = await server.request('POST', `/api/conversations/${await conversation()}/runs`, { token: alice.token, body: { input: 'late' } })
+    const refused = await server.request('POST', `/api/conversations/${await conversation()}/runs`, {
+      token: alice.token,
+      body: { input: 'late' },
+    })
     expect(refused.status).toBe(503)
     expect(refused.body.code).toBe('shutting_down')
-    const row = await store.db.selectFrom('runs').select(['status', 'lease_owner', 'iteration']).where('id', '=', runId).executeTakeFirstOrThrow()
+    const row = await store.db
+      .selectFrom('runs')
+      .select(['status', 'lease_owner', 'iteration'])
+      .where('id', '=', runId)
+      .executeTakeFirstOrThrow()
     expect(row).toEqual({ status: 'running', lease_owner: null, iteration: 0 })
-    const message = await store.db.selectFrom('messages').select('status').where('run_id', '=', runId).where('role', '=', 'assistant').executeTakeFirstOrThrow()
+    const message = await store.db
+      .selectFrom('messages')
+      .select('status')
+      .where('run_id', '=', runId)
+      .where('role', '=', 'assistant')
+      .executeTakeFirstOrThrow()
     expect(message.status).toBe('interrupted')
   })
 })

@@ -30,7 +30,13 @@ class FlakyModel implements LanguageModel {
   }
 }
 
-async function waitForRun(server: TestServer, token: string, runId: string, check: (run: Record<string, unknown>) => boolean, timeoutMs = 10_000): Promise<Record<string, unknown>> {
+async function waitForRun(
+  server: TestServer,
+  token: string,
+  runId: string,
+  check: (run: Record<string, unknown>) => boolean,
+  timeoutMs = 10_000,
+): Promise<Record<string, unknown>> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
@@ -47,7 +53,11 @@ for (const engine of testEngines()) {
     let alice: TestUser
     let projectId: string
     const scripted = new ScriptedModel({ id: 'scripted', turns: [] })
-    const toolless = new ScriptedModel({ id: 'toolless', turns: [{ text: 'I cannot look that up.' }], supportsTools: false })
+    const toolless = new ScriptedModel({
+      id: 'toolless',
+      turns: [{ text: 'I cannot look that up.' }],
+      supportsTools: false,
+    })
     const flaky = new FlakyModel()
 
     beforeAll(async () => {
@@ -55,45 +65,67 @@ for (const engine of testEngines()) {
       const slowPlugin = new URL('./__fixtures__/plugins/slow-tool.ts', import.meta.url).pathname
       server = await startTestServer(store, { plugins: ['rdm', slowPlugin], models: [scripted, flaky, toolless] })
       alice = await server.createUser()
-      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'lifecycle' } })).body.id
+      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'lifecycle' } }))
+        .body.id
     })
     afterAll(async () => {
       await server?.close()
       await store?.close()
     })
 
-    const conversation = async (): Promise<string> => (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
-    const start = (conversationId: string, body: Record<string, unknown>) => server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body })
+    const conversation = async (): Promise<string> =>
+      (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body
+        .id
+    const start = (conversationId: string, body: Record<string, unknown>) =>
+      server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body })
 
     it('messages sent at once to an idle conversation: one run starts, the others are told it is active — or queue behind it in order', async () => {
       // The first run must still be active when the last of the six requests lands, on a loaded machine too.
       const slow = { text: 'a b c d e f g h', chunks: 8, delayMs: 400 }
       scripted.setTurns(Array.from({ length: 12 }, () => slow))
       const idle = await conversation()
-      const answers = await Promise.all(Array.from({ length: 6 }, (_, index) => start(idle, { input: `m${index}`, model: 'scripted' })))
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, (_, index) => start(idle, { input: `m${index}`, model: 'scripted' })),
+      )
       const started = answers.filter((answer) => answer.status === 201)
       expect(started).toHaveLength(1)
       const refused = answers.filter((answer) => answer.status === 409)
       expect(refused).toHaveLength(5)
-      for (const answer of refused) expect(answer.body).toMatchObject({ code: 'run_active', activeRunId: started[0]!.body.id })
-      const messages = (await server.request('GET', `/api/conversations/${idle}/messages`, { token: alice.token })).body.items
+      for (const answer of refused)
+        expect(answer.body).toMatchObject({ code: 'run_active', activeRunId: started[0]!.body.id })
+      const messages = (await server.request('GET', `/api/conversations/${idle}/messages`, { token: alice.token })).body
+        .items
       expect(messages.filter((message: { role: string }) => message.role === 'user')).toHaveLength(1)
       await waitForRun(server, alice.token, started[0]!.body.id, (run) => run.status === 'completed')
 
       const queueing = await conversation()
-      const queued = await Promise.all(Array.from({ length: 4 }, (_, index) => start(queueing, { input: `q${index}`, model: 'scripted', ifActive: 'enqueue' })))
+      const queued = await Promise.all(
+        Array.from({ length: 4 }, (_, index) =>
+          start(queueing, { input: `q${index}`, model: 'scripted', ifActive: 'enqueue' }),
+        ),
+      )
       expect(queued.map((answer) => answer.status)).toEqual([201, 201, 201, 201])
       expect(queued.filter((answer) => answer.body.status === 'running')).toHaveLength(1)
-      for (const answer of queued) await waitForRun(server, alice.token, answer.body.id, (run) => run.status === 'completed', 20_000)
-      const runs = await Promise.all(queued.map(async (answer) => (await server.request('GET', `/api/runs/${answer.body.id}`, { token: alice.token })).body))
+      for (const answer of queued)
+        await waitForRun(server, alice.token, answer.body.id, (run) => run.status === 'completed', 20_000)
+      const runs = await Promise.all(
+        queued.map(
+          async (answer) => (await server.request('GET', `/api/runs/${answer.body.id}`, { token: alice.token })).body,
+        ),
+      )
       // They ran one after another, in the order they were created.
       const byCreation = [...runs].sort((a, b) => (a.id < b.id ? -1 : 1))
-      for (let index = 1; index < byCreation.length; index++) expect(Date.parse(byCreation[index].startedAt)).toBeGreaterThanOrEqual(Date.parse(byCreation[index - 1].endedAt))
+      for (let index = 1; index < byCreation.length; index++)
+        expect(Date.parse(byCreation[index].startedAt)).toBeGreaterThanOrEqual(
+          Date.parse(byCreation[index - 1].endedAt),
+        )
     })
 
     it('cancels during model streaming: the partial text is kept as a cancelled message and run.cancelled is the last event', async () => {
       const conversationId = await conversation()
-      scripted.setTurns([{ text: Array.from({ length: 200 }, (_, index) => `w${index} `).join(''), chunks: 200, delayMs: 20 }])
+      scripted.setTurns([
+        { text: Array.from({ length: 200 }, (_, index) => `w${index} `).join(''), chunks: 200, delayMs: 20 },
+      ])
       const run = (await start(conversationId, { input: 'talk' })).body
       const stream = await openSse(`${server.url}/api/runs/${run.id}/events`, { token: alice.token })
       await waitForRun(server, alice.token, run.id, () => true)
@@ -101,8 +133,13 @@ for (const engine of testEngines()) {
       const cancelled = await server.request('POST', `/api/runs/${run.id}/cancel`, { token: alice.token })
       expect(cancelled.body.status).toBe('cancelled')
       await stream.ended
-      expect(stream.events.at(-1)).toMatchObject({ event: 'run.cancelled', data: { runId: run.id, reason: 'cancelled' } })
-      const messages = (await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: alice.token })).body.items
+      expect(stream.events.at(-1)).toMatchObject({
+        event: 'run.cancelled',
+        data: { runId: run.id, reason: 'cancelled' },
+      })
+      const messages = (
+        await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: alice.token })
+      ).body.items
       const assistant = messages.find((message: { role: string }) => message.role === 'assistant')
       expect(assistant.status).toBe('cancelled')
       expect(assistant.content.length).toBeGreaterThan(0)
@@ -119,7 +156,11 @@ for (const engine of testEngines()) {
       const cancelled = await server.request('POST', `/api/runs/${run.id}/cancel`, { token: alice.token })
       expect(cancelled.body.status).toBe('cancelled')
       expect(Date.now() - started).toBeLessThan(5000)
-      const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', run.id).execute()
+      const calls = await store.db
+        .selectFrom('run_tool_calls')
+        .select(['status'])
+        .where('run_id', '=', run.id)
+        .execute()
       expect(calls.map((call) => call.status)).toEqual(['cancelled'])
     })
 
@@ -148,20 +189,28 @@ for (const engine of testEngines()) {
 
     it('replays exactly the missed events, deltas included, when a client reconnects mid-run', async () => {
       const conversationId = await conversation()
-      scripted.setTurns([{ text: Array.from({ length: 60 }, (_, index) => `t${index} `).join(''), chunks: 60, delayMs: 15 }])
+      scripted.setTurns([
+        { text: Array.from({ length: 60 }, (_, index) => `t${index} `).join(''), chunks: 60, delayMs: 15 },
+      ])
       const run = (await start(conversationId, { input: 'stream' })).body
       const first = await openSse(`${server.url}/api/runs/${run.id}/events`, { token: alice.token })
       const early = await first.waitFor(6)
       first.close()
       const lastSeen = early.at(-1)!.id!
-      const resumed = await openSse(`${server.url}/api/runs/${run.id}/events`, { token: alice.token, lastEventId: lastSeen })
+      const resumed = await openSse(`${server.url}/api/runs/${run.id}/events`, {
+        token: alice.token,
+        lastEventId: lastSeen,
+      })
       await resumed.ended // a run stream ends after the terminal event
       const full = await openSse(`${server.url}/api/runs/${run.id}/events`, { token: alice.token })
       await full.ended
       const expected = full.events.filter((event) => Number(event.id) > Number(lastSeen)).map((event) => event.id)
       expect(resumed.events.map((event) => event.id)).toEqual(expected)
       expect(resumed.events.at(-1)!.event).toBe('run.completed')
-      const text = full.events.filter((event) => event.event === 'message.delta').map((event) => event.data.text).join('')
+      const text = full.events
+        .filter((event) => event.event === 'message.delta')
+        .map((event) => event.data.text)
+        .join('')
       const completed = full.events.filter((event) => event.event === 'message.completed').at(-1)!
       expect(text).toBe(completed.data.content)
     })
@@ -171,23 +220,49 @@ for (const engine of testEngines()) {
 describe('a run left waiting', () => {
   it('ends expired after PLINTH_ACTION_TTL, answering its calls and expiring its decision', async () => {
     const store = await openTestStore('pglite')
-    const model = new ScriptedModel({ id: 'scripted', turns: [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'b' } }] }] })
+    const model = new ScriptedModel({
+      id: 'scripted',
+      turns: [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'b' } }] }],
+    })
     const server = await startTestServer(store, { plugins: ['rdm'], models: [model], actionTtlMs: 300 })
     try {
       const user = await server.createUser()
-      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-      const conversationId = (await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
-      const run = (await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'x' } })).body
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
+        .id
+      const conversationId = (
+        await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+      ).body.id
+      const run = (
+        await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+          token: user.token,
+          body: { input: 'x' },
+        })
+      ).body
       await waitForRun(server, user.token, run.id, (current) => current.status === 'requires_action')
       await new Promise((resolve) => setTimeout(resolve, 400))
       await server.runs.sweep()
       expect((await server.request('GET', `/api/runs/${run.id}`, { token: user.token })).body.status).toBe('expired')
-      const calls = await store.db.selectFrom('run_tool_calls').select(['status', 'decision_id']).where('run_id', '=', run.id).execute()
+      const calls = await store.db
+        .selectFrom('run_tool_calls')
+        .select(['status', 'decision_id'])
+        .where('run_id', '=', run.id)
+        .execute()
       expect(calls.map((call) => call.status)).toEqual(['expired'])
-      const decision = await store.db.selectFrom('decisions').select('status').where('id', '=', calls[0]!.decision_id!).executeTakeFirstOrThrow()
+      const decision = await store.db
+        .selectFrom('decisions')
+        .select('status')
+        .where('id', '=', calls[0]!.decision_id!)
+        .executeTakeFirstOrThrow()
       expect(decision.status).toBe('expired')
       // The conversation is free again.
-      expect((await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'next' } })).status).toBe(201)
+      expect(
+        (
+          await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+            token: user.token,
+            body: { input: 'next' },
+          })
+        ).status,
+      ).toBe(201)
     } finally {
       await server.close()
       await store.close()
@@ -198,23 +273,46 @@ describe('a run left waiting', () => {
 describe('a run waiting for a decision across a restart', () => {
   it('stays decidable: the new server resumes it on approval', async () => {
     const store = await openTestStore('pglite')
-    const turns = [{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Across', body: 'b' } }] }, { text: 'Written after the restart.' }]
-    const first = await startTestServer(store, { plugins: ['rdm'], models: [new ScriptedModel({ id: 'scripted', turns })] })
+    const turns = [
+      { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Across', body: 'b' } }] },
+      { text: 'Written after the restart.' },
+    ]
+    const first = await startTestServer(store, {
+      plugins: ['rdm'],
+      models: [new ScriptedModel({ id: 'scripted', turns })],
+    })
     const user = await first.createUser()
     const project = (await first.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-    const conversationId = (await first.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
-    const run = (await first.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'x' } })).body
+    const conversationId = (
+      await first.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+    ).body.id
+    const run = (
+      await first.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: user.token,
+        body: { input: 'x' },
+      })
+    ).body
     const waiting = await waitForRun(first, user.token, run.id, (current) => current.status === 'requires_action')
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     await first.close()
     // A new server on the same database; its model continues with the second turn.
-    const second = await startTestServer(store, { plugins: ['rdm'], models: [new ScriptedModel({ id: 'scripted', turns: turns.slice(1) })] })
+    const second = await startTestServer(store, {
+      plugins: ['rdm'],
+      models: [new ScriptedModel({ id: 'scripted', turns: turns.slice(1) })],
+    })
     try {
-      expect((await second.request('GET', `/api/runs/${run.id}`, { token: user.token })).body.status).toBe('requires_action')
-      const approved = await second.request('POST', `/api/decisions/${decisionId}`, { token: user.token, body: { decision: 'approve' } })
+      expect((await second.request('GET', `/api/runs/${run.id}`, { token: user.token })).body.status).toBe(
+        'requires_action',
+      )
+      const approved = await second.request('POST', `/api/decisions/${decisionId}`, {
+        token: user.token,
+        body: { decision: 'approve' },
+      })
       expect(approved.body.dispatch.status).toBe('succeeded')
       await waitForRun(second, user.token, run.id, (current) => current.status === 'completed')
-      const messages = (await second.request('GET', `/api/conversations/${conversationId}/messages`, { token: user.token })).body.items
+      const messages = (
+        await second.request('GET', `/api/conversations/${conversationId}/messages`, { token: user.token })
+      ).body.items
       expect(messages.at(-1)).toMatchObject({ role: 'assistant', content: 'Written after the restart.' })
     } finally {
       await second.close()

@@ -12,7 +12,8 @@ import { ledgerViolations } from './helpers/ledger.js'
 // taken over and resumed by the other once its lease has passed, without running its completed tool call
 // again.
 const engines = testEngines()
-if (!engines.includes('postgres')) console.warn('[plinth tests] skipping the two-instance run tests: they need Postgres (TEST_DATABASE_URL)')
+if (!engines.includes('postgres'))
+  console.warn('[plinth tests] skipping the two-instance run tests: they need Postgres (TEST_DATABASE_URL)')
 
 describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', () => {
   let cwd: string
@@ -31,11 +32,21 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
     const slowText = Array.from({ length: 150 }, (_, index) => `word${index} `).join('')
     await writeFile(
       join(cwd, 'ping-then-slow.json'),
-      JSON.stringify({ turnBy: 'round', turns: [{ text: 'Pinging first.', toolCalls: [{ name: 'rdm__ping', arguments: { target: 'x' } }] }, { text: slowText, chunks: 150, delayMs: 40 }] }),
+      JSON.stringify({
+        turnBy: 'round',
+        turns: [
+          { text: 'Pinging first.', toolCalls: [{ name: 'rdm__ping', arguments: { target: 'x' } }] },
+          { text: slowText, chunks: 150, delayMs: 40 },
+        ],
+      }),
     )
     await writeFile(
       join(cwd, 'plinth.config.json'),
-      JSON.stringify({ plugins: ['rdm'], models: [{ id: 'slow', provider: 'scripted', script: 'ping-then-slow.json' }], defaultModel: 'slow' }),
+      JSON.stringify({
+        plugins: ['rdm'],
+        models: [{ id: 'slow', provider: 'scripted', script: 'ping-then-slow.json' }],
+        defaultModel: 'slow',
+      }),
     )
     const env = { DATABASE_URL: database.url!, PLINTH_RUN_LEASE: '2s', PLINTH_ADMIN_TOKEN: adminToken }
     token = lastLine((await runPlinth(['users', 'create', 'two'], { cwd, env })).stdout)
@@ -52,15 +63,30 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
 
   const startRun = async (on: ServeProcess): Promise<{ runId: string; conversationId: string }> => {
     const project = await http(on.url, 'POST', '/api/projects', { token, body: { name: `p${Date.now()}` } })
-    const conversation = await http(on.url, 'POST', `/api/projects/${project.body.id}/conversations`, { token, body: {} })
-    const run = await http(on.url, 'POST', `/api/conversations/${conversation.body.id}/runs`, { token, body: { input: 'go' } })
+    const conversation = await http(on.url, 'POST', `/api/projects/${project.body.id}/conversations`, {
+      token,
+      body: {},
+    })
+    const run = await http(on.url, 'POST', `/api/conversations/${conversation.body.id}/runs`, {
+      token,
+      body: { input: 'go' },
+    })
     expect(run.status).toBe(201)
     return { runId: run.body.id, conversationId: conversation.body.id }
   }
   const waitForStreaming = async (runId: string): Promise<void> => {
     for (let attempt = 0; attempt < 400; attempt++) {
-      const deltas = await store.db.selectFrom('events').select('id').where('run_id', '=', runId).where('type', '=', 'message.delta').execute()
-      const run = await store.db.selectFrom('runs').select('iteration').where('id', '=', runId).executeTakeFirstOrThrow()
+      const deltas = await store.db
+        .selectFrom('events')
+        .select('id')
+        .where('run_id', '=', runId)
+        .where('type', '=', 'message.delta')
+        .execute()
+      const run = await store.db
+        .selectFrom('runs')
+        .select('iteration')
+        .where('id', '=', runId)
+        .executeTakeFirstOrThrow()
       if (run.iteration === 2 && deltas.length > 3) return
       await new Promise((resolve) => setTimeout(resolve, 25))
     }
@@ -77,13 +103,20 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
     // B has looked the token up (and cached it).
     expect((await me()).status).toBe(200)
     expect((await me()).status).toBe(200)
-    const revoked = await fetch(`${a.url}/api/admin/tokens/${issued.token.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${adminToken}` } })
+    const revoked = await fetch(`${a.url}/api/admin/tokens/${issued.token.id}`, {
+      method: 'DELETE',
+      headers: { authorization: `Bearer ${adminToken}` },
+    })
     expect(revoked.status).toBe(204)
     expect((await me()).status).toBe(401)
   })
 
-  it('project listings are cached, and a project created, renamed or deleted on one instance shows in the other\'s next listings', async () => {
-    const names = async (on: ServeProcess) => ((await http(on.url, 'GET', '/api/projects?limit=100', { token })).body.items as Array<{ id: string; name: string }>)
+  it("project listings are cached, and a project created, renamed or deleted on one instance shows in the other's next listings", async () => {
+    const names = async (on: ServeProcess) =>
+      (await http(on.url, 'GET', '/api/projects?limit=100', { token })).body.items as Array<{
+        id: string
+        name: string
+      }>
     // Until the other instance's notification arrives (milliseconds; the cache alone would keep it 2 s).
     const eventually = async (check: () => Promise<boolean>) => {
       for (let attempt = 0; attempt < 25; attempt++) {
@@ -97,54 +130,75 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
     // On the instance that wrote: at once.
     expect((await names(a)).some((project) => project.id === created.body.id)).toBe(true)
     await eventually(async () => (await names(b)).some((project) => project.id === created.body.id))
-    expect((await http(a.url, 'PATCH', `/api/projects/${created.body.id}`, { token, body: { name: 'listed-2' } })).status).toBe(200)
+    expect(
+      (await http(a.url, 'PATCH', `/api/projects/${created.body.id}`, { token, body: { name: 'listed-2' } })).status,
+    ).toBe(200)
     expect((await names(a)).find((project) => project.id === created.body.id)?.name).toBe('listed-2')
-    await eventually(async () => (await names(b)).find((project) => project.id === created.body.id)?.name === 'listed-2')
+    await eventually(
+      async () => (await names(b)).find((project) => project.id === created.body.id)?.name === 'listed-2',
+    )
     expect((await http(b.url, 'DELETE', `/api/projects/${created.body.id}`, { token })).status).toBe(204)
     expect((await names(b)).some((project) => project.id === created.body.id)).toBe(false)
     await eventually(async () => !(await names(a)).some((project) => project.id === created.body.id))
   })
 
-  it('a cancel on the other instance stops the driver at once: no more deltas, the call answered once', { timeout: 60_000 }, async () => {
-    const { runId } = await startRun(a)
-    await waitForStreaming(runId)
-    const cancelled = await http(b.url, 'POST', `/api/runs/${runId}/cancel`, { token })
-    expect(cancelled.status).toBe(200)
-    expect(cancelled.body).toMatchObject({ status: 'cancelled' })
-    // The driver (A) heard of it within moments; give it time to have misbehaved if it were going to.
-    await new Promise((resolve) => setTimeout(resolve, 1500))
-    const events = await store.db.selectFrom('events').select(['id', 'type']).where('run_id', '=', runId).orderBy('id').execute()
-    const end = events.findIndex((event) => event.type === 'run.cancelled')
-    expect(end).toBeGreaterThan(0)
-    // At most a delta already in flight as the cancel committed; nothing else after the end.
-    const after = events.slice(end + 1)
-    expect(after.filter((event) => event.type !== 'message.delta')).toEqual([])
-    expect(after.length).toBeLessThanOrEqual(1)
-    expect(events.filter((event) => event.type === 'run.cancelled')).toHaveLength(1)
-    const run = await store.db.selectFrom('runs').select(['status', 'lease_owner']).where('id', '=', runId).executeTakeFirstOrThrow()
-    expect(run).toEqual({ status: 'cancelled', lease_owner: null })
-    // A logged that it stopped driving a run ended elsewhere.
-    expect(a.stdout()).toMatch(/stopped driving a run that was ended or taken over elsewhere/)
-    expect(await ledgerViolations(store.db)).toEqual([])
-  })
+  it(
+    'a cancel on the other instance stops the driver at once: no more deltas, the call answered once',
+    { timeout: 60_000 },
+    async () => {
+      const { runId } = await startRun(a)
+      await waitForStreaming(runId)
+      const cancelled = await http(b.url, 'POST', `/api/runs/${runId}/cancel`, { token })
+      expect(cancelled.status).toBe(200)
+      expect(cancelled.body).toMatchObject({ status: 'cancelled' })
+      // The driver (A) heard of it within moments; give it time to have misbehaved if it were going to.
+      await new Promise((resolve) => setTimeout(resolve, 1500))
+      const events = await store.db
+        .selectFrom('events')
+        .select(['id', 'type'])
+        .where('run_id', '=', runId)
+        .orderBy('id')
+        .execute()
+      const end = events.findIndex((event) => event.type === 'run.cancelled')
+      expect(end).toBeGreaterThan(0)
+      // At most a delta already in flight as the cancel committed; nothing else after the end.
+      const after = events.slice(end + 1)
+      expect(after.filter((event) => event.type !== 'message.delta')).toEqual([])
+      expect(after.length).toBeLessThanOrEqual(1)
+      expect(events.filter((event) => event.type === 'run.cancelled')).toHaveLength(1)
+      const run = await store.db
+        .selectFrom('runs')
+        .select(['status', 'lease_owner'])
+        .where('id', '=', runId)
+        .executeTakeFirstOrThrow()
+      expect(run).toEqual({ status: 'cancelled', lease_owner: null })
+      // A logged that it stopped driving a run ended elsewhere.
+      expect(a.stdout()).toMatch(/stopped driving a run that was ended or taken over elsewhere/)
+      expect(await ledgerViolations(store.db)).toEqual([])
+    },
+  )
 
-  it('a run whose driver is killed (kill -9) is resumed by the other instance once the lease has passed', { timeout: 90_000 }, async () => {
-    const { runId } = await startRun(a)
-    await waitForStreaming(runId)
-    a.child.kill('SIGKILL')
-    await new Promise((resolve) => a.child.once('exit', resolve))
-    let run = await http(b.url, 'GET', `/api/runs/${runId}`, { token })
-    for (let attempt = 0; attempt < 400 && run.body.status === 'running'; attempt++) {
-      await new Promise((resolve) => setTimeout(resolve, 100))
-      run = await http(b.url, 'GET', `/api/runs/${runId}`, { token })
-    }
-    expect(run.body).toMatchObject({ status: 'completed', iteration: 2 })
-    expect(b.stdout()).toMatch(/"msg":"resumed 1 runs"/)
-    const row = await store.db.selectFrom('runs').select('resumes').where('id', '=', runId).executeTakeFirstOrThrow()
-    expect(row.resumes).toBe(1)
-    // The ping completed before the kill: it ran once.
-    const pings = await store.db.selectFrom('dispatches').select('status').where('run_id', '=', runId).execute()
-    expect(pings).toEqual([{ status: 'succeeded' }])
-    expect(await ledgerViolations(store.db)).toEqual([])
-  })
+  it(
+    'a run whose driver is killed (kill -9) is resumed by the other instance once the lease has passed',
+    { timeout: 90_000 },
+    async () => {
+      const { runId } = await startRun(a)
+      await waitForStreaming(runId)
+      a.child.kill('SIGKILL')
+      await new Promise((resolve) => a.child.once('exit', resolve))
+      let run = await http(b.url, 'GET', `/api/runs/${runId}`, { token })
+      for (let attempt = 0; attempt < 400 && run.body.status === 'running'; attempt++) {
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        run = await http(b.url, 'GET', `/api/runs/${runId}`, { token })
+      }
+      expect(run.body).toMatchObject({ status: 'completed', iteration: 2 })
+      expect(b.stdout()).toMatch(/"msg":"resumed 1 runs"/)
+      const row = await store.db.selectFrom('runs').select('resumes').where('id', '=', runId).executeTakeFirstOrThrow()
+      expect(row.resumes).toBe(1)
+      // The ping completed before the kill: it ran once.
+      const pings = await store.db.selectFrom('dispatches').select('status').where('run_id', '=', runId).execute()
+      expect(pings).toEqual([{ status: 'succeeded' }])
+      expect(await ledgerViolations(store.db)).toEqual([])
+    },
+  )
 })

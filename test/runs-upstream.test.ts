@@ -2,7 +2,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AnthropicMessagesModel, OpenAIChatModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
-import { anthropicMessageEnd, anthropicMessageStart, anthropicTextEvents, anthropicToolUseEvents, openaiTextChunks, openaiToolCallChunks, startFakeUpstream, type FakeUpstream } from './helpers/fake-upstream.js'
+import {
+  anthropicMessageEnd,
+  anthropicMessageStart,
+  anthropicTextEvents,
+  anthropicToolUseEvents,
+  openaiTextChunks,
+  openaiToolCallChunks,
+  startFakeUpstream,
+  type FakeUpstream,
+} from './helpers/fake-upstream.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 // Runs end to end against a local upstream that speaks the providers' real streaming wire formats.
@@ -19,12 +28,29 @@ describe('runs against a fake upstream', () => {
     server = await startTestServer(store, {
       plugins: ['rdm'],
       models: [
-        new OpenAIChatModel({ id: 'gpt', model: 'gpt-test', baseUrl: `${upstream.url}/v1`, apiKey: 'sk-test-secret-key-0123456789', contextWindow: 100_000, supportsTools: true, idleTimeoutMs: 500 }),
-        new AnthropicMessagesModel({ id: 'claude', model: 'claude-test', baseUrl: upstream.url, apiKey: 'sk-ant-test-secret-0123456789', contextWindow: 100_000, supportsTools: true, idleTimeoutMs: 500 }),
+        new OpenAIChatModel({
+          id: 'gpt',
+          model: 'gpt-test',
+          baseUrl: `${upstream.url}/v1`,
+          apiKey: 'sk-test-secret-key-0123456789',
+          contextWindow: 100_000,
+          supportsTools: true,
+          idleTimeoutMs: 500,
+        }),
+        new AnthropicMessagesModel({
+          id: 'claude',
+          model: 'claude-test',
+          baseUrl: upstream.url,
+          apiKey: 'sk-ant-test-secret-0123456789',
+          contextWindow: 100_000,
+          supportsTools: true,
+          idleTimeoutMs: 500,
+        }),
       ],
     })
     alice = await server.createUser()
-    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'upstream' } })).body.id
+    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'upstream' } })).body
+      .id
   })
   afterAll(async () => {
     await server?.close()
@@ -33,10 +59,16 @@ describe('runs against a fake upstream', () => {
   })
 
   const run = async (model: string): Promise<Record<string, unknown>> => {
-    const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+    const conversationId = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
     const response = await fetch(`${server.url}/api/conversations/${conversationId}/runs`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${alice.token}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+      headers: {
+        authorization: `Bearer ${alice.token}`,
+        'content-type': 'application/json',
+        accept: 'text/event-stream',
+      },
       body: JSON.stringify({ input: 'What is the weather in Paris?', model }),
     })
     await response.text()
@@ -46,24 +78,47 @@ describe('runs against a fake upstream', () => {
 
   it('OpenAI-compatible: tool-call fragments split mid-token are joined, the tool runs, the answer streams', async () => {
     const before = upstream.requests.length
-    upstream.enqueue({ kind: 'openai-stream', chunks: openaiToolCallChunks([{ id: 'call_1', name: 'rdm__ping', arguments: '{"target":"Paris"}' }], { argumentPieceSize: 6 }), splitEvery: 7 })
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: openaiToolCallChunks([{ id: 'call_1', name: 'rdm__ping', arguments: '{"target":"Paris"}' }], {
+        argumentPieceSize: 6,
+      }),
+      splitEvery: 7,
+    })
     upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('Il fait beau à Paris ☀️.', 20) })
     const finished = await run('gpt')
     expect(finished).toMatchObject({ status: 'completed', iteration: 2 })
     const second = upstream.requests[before + 1]!
-    expect(second.body.messages.at(-2)).toMatchObject({ role: 'assistant', content: null, tool_calls: [{ id: 'call_1', function: { name: 'rdm__ping' } }] })
+    expect(second.body.messages.at(-2)).toMatchObject({
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'call_1', function: { name: 'rdm__ping' } }],
+    })
     expect(second.body.messages.at(-1)).toMatchObject({ role: 'tool', tool_call_id: 'call_1' })
     expect(JSON.parse(second.body.messages.at(-1).content)).toMatchObject({ pong: true, target: 'Paris' })
-    expect(upstream.requests[before]!.body.tools.map((tool: { function: { name: string } }) => tool.function.name)).toContain('rdm__ping')
+    expect(
+      upstream.requests[before]!.body.tools.map((tool: { function: { name: string } }) => tool.function.name),
+    ).toContain('rdm__ping')
   })
 
   it('Anthropic: tool_use with input_json_delta, tool_result in a user message', async () => {
     const before = upstream.requests.length
     upstream.enqueue({
       kind: 'anthropic-stream',
-      events: [anthropicMessageStart(), ...anthropicToolUseEvents(0, { id: 'toolu_1', name: 'rdm__ping', arguments: '{"target":"Lyon"}' }), ...anthropicMessageEnd('tool_use')],
+      events: [
+        anthropicMessageStart(),
+        ...anthropicToolUseEvents(0, { id: 'toolu_1', name: 'rdm__ping', arguments: '{"target":"Lyon"}' }),
+        ...anthropicMessageEnd('tool_use'),
+      ],
     })
-    upstream.enqueue({ kind: 'anthropic-stream', events: [anthropicMessageStart(), ...anthropicTextEvents('Lyon answered.', 4), ...anthropicMessageEnd('end_turn')] })
+    upstream.enqueue({
+      kind: 'anthropic-stream',
+      events: [
+        anthropicMessageStart(),
+        ...anthropicTextEvents('Lyon answered.', 4),
+        ...anthropicMessageEnd('end_turn'),
+      ],
+    })
     const finished = await run('claude')
     expect(finished).toMatchObject({ status: 'completed' })
     const second = upstream.requests[before + 1]!
@@ -73,7 +128,12 @@ describe('runs against a fake upstream', () => {
   })
 
   it('retries a 429 with Retry-After before anything streamed', async () => {
-    upstream.enqueue({ kind: 'error', status: 429, body: { error: { message: 'slow down' } }, headers: { 'retry-after': '0' } })
+    upstream.enqueue({
+      kind: 'error',
+      status: 429,
+      body: { error: { message: 'slow down' } },
+      headers: { 'retry-after': '0' },
+    })
     upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('ok', 2) })
     expect(await run('gpt')).toMatchObject({ status: 'completed' })
   })

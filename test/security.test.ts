@@ -21,7 +21,10 @@ describe('failed authentication is rate-limited by address, before the token is 
 
   beforeAll(async () => {
     store = await openTestStore('pglite')
-    server = await startTestServer(store, { adminToken, rateLimit: { max: 10_000, windowMs: 60_000, addressMax: 10_000, authFailureMax: 5 } })
+    server = await startTestServer(store, {
+      adminToken,
+      rateLimit: { max: 10_000, windowMs: 60_000, addressMax: 10_000, authFailureMax: 5 },
+    })
   })
   afterAll(async () => {
     await server?.close()
@@ -37,7 +40,10 @@ describe('failed authentication is rate-limited by address, before the token is 
       expect(answer.headers.get('x-ratelimit-limit')).toBe('10000')
       expect(answer.headers.get('x-ratelimit-remaining')).not.toBeNull()
     }
-    for (let attempt = 0; attempt < 2; attempt++) expect((await server.request('GET', '/api/admin/users', { token: `wrong-admin-token-${attempt}` })).status).toBe(401)
+    for (let attempt = 0; attempt < 2; attempt++)
+      expect((await server.request('GET', '/api/admin/users', { token: `wrong-admin-token-${attempt}` })).status).toBe(
+        401,
+      )
     // The address is now refused for guesses, and the answer says when to come back…
     const refused = await server.request('GET', '/api/me', { token: 'plt_wrong-again' })
     expect(refused.status).toBe(429)
@@ -50,7 +56,13 @@ describe('failed authentication is rate-limited by address, before the token is 
     const valid = await server.request('GET', '/api/me', { token: alice.token })
     expect([valid.status, valid.body.id]).toEqual([200, alice.user.id])
     recordFigures('security-brute-force', [
-      { check: 'Security: token brute force', figure: 'after 5 failed tokens the address gets 429 with Retry-After for guesses and the admin API; valid user tokens still work', goal: 'rate-limited', ok: true },
+      {
+        check: 'Security: token brute force',
+        figure:
+          'after 5 failed tokens the address gets 429 with Retry-After for guesses and the admin API; valid user tokens still work',
+        goal: 'rate-limited',
+        ok: true,
+      },
     ])
   })
 })
@@ -61,7 +73,9 @@ describe('requests are limited per address before authentication; /metrics and /
 
   beforeAll(async () => {
     store = await openTestStore('pglite')
-    server = await startTestServer(store, { rateLimit: { max: 10_000, windowMs: 60_000, addressMax: 6, authFailureMax: 1000 } })
+    server = await startTestServer(store, {
+      rateLimit: { max: 10_000, windowMs: 60_000, addressMax: 6, authFailureMax: 1000 },
+    })
   })
   afterAll(async () => {
     await server?.close()
@@ -70,7 +84,17 @@ describe('requests are limited per address before authentication; /metrics and /
 
   it('answers 429 once the address budget is spent, on unauthenticated routes too; probes are exempt', async () => {
     const statuses = []
-    for (const path of ['/metrics', '/docs/json', '/metrics', '/docs/json', '/api/me', '/api/me', '/metrics', '/docs/json', '/api/me']) {
+    for (const path of [
+      '/metrics',
+      '/docs/json',
+      '/metrics',
+      '/docs/json',
+      '/api/me',
+      '/api/me',
+      '/metrics',
+      '/docs/json',
+      '/api/me',
+    ]) {
       statuses.push((await server.request('GET', path)).status)
     }
     expect(statuses.slice(0, 4)).toEqual([200, 200, 200, 200])
@@ -129,7 +153,9 @@ describe('request timeouts and connection caps', () => {
   it('answers 408 problem+json and closes a request whose body never finishes', async () => {
     const socket = await rawSocket(server.url)
     const answer = await collect(socket, Date.now(), 5000, () =>
-      socket.write(`POST /api/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":`),
+      socket.write(
+        `POST /api/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":`,
+      ),
     )
     expect(answer.closed).toBe(true)
     expect(answer.status).toBe(408)
@@ -165,15 +191,21 @@ for (const engine of testEngines()) {
       store = await openTestStore(engine)
       server = await startTestServer(store, { plugins: ['rdm'], bodyLimit: 2 * 1024 * 1024 })
       alice = await server.createUser()
-      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'target' } })).body.id
-      conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'target' } })).body
+        .id
+      conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
     })
     afterAll(async () => {
       await server?.close()
       await store?.close()
     })
 
-    const expectRejected = (answer: { status: number; body: { code?: string; errors?: Array<{ path: string }> } }, path: string): void => {
+    const expectRejected = (
+      answer: { status: number; body: { code?: string; errors?: Array<{ path: string }> } },
+      path: string,
+    ): void => {
       expect(answer.status, JSON.stringify(answer.body)).toBe(400)
       expect(answer.body.code).toBe('validation_failed')
       expect(answer.body.errors?.map((error) => error.path)).toContain(path)
@@ -186,21 +218,70 @@ for (const engine of testEngines()) {
       it(`answers 400 validation_failed naming the field for ${label} in any string`, async () => {
         const token = alice.token
         expectRejected(await server.request('POST', '/api/projects', { token, body: { name: bad } }), 'body.name')
-        expectRejected(await server.request('PATCH', `/api/projects/${projectId}`, { token, body: { description: bad } }), 'body.description')
-        expectRejected(await server.request('POST', `/api/projects/${projectId}/conversations`, { token, body: { title: bad } }), 'body.title')
-        expectRejected(await server.request('POST', `/api/conversations/${conversationId}/runs`, { token, body: { input: bad } }), 'body.input')
-        expectRejected(await server.request('POST', '/api/commands/rdm.ping', { token, body: { entrance: 'button', projectId, params: { target: bad } } }), 'body.params.target')
-        expectRejected(await server.request('POST', '/api/commands/rdm.ping', { token, body: { entrance: 'slash', projectId, text: `/rdm.ping target=${bad}` } }), 'body.text')
-        expectRejected(await server.request('POST', `/api/decisions/${missingId}`, { token, body: { decision: 'approve', note: bad } }), 'body.note')
-        expectRejected(await server.request('POST', `/api/runs/${missingId}/tool-outputs`, { token, body: { outputs: [{ callId: missingId, output: { text: bad } }] } }), 'body.outputs.0.output.text')
-        expectRejected(await server.request('POST', '/api/projects', { token, body: { name: 'ok', [`k${bad}`]: 1 } }), 'body.ka\ufffdb')
+        expectRejected(
+          await server.request('PATCH', `/api/projects/${projectId}`, { token, body: { description: bad } }),
+          'body.description',
+        )
+        expectRejected(
+          await server.request('POST', `/api/projects/${projectId}/conversations`, { token, body: { title: bad } }),
+          'body.title',
+        )
+        expectRejected(
+          await server.request('POST', `/api/conversations/${conversationId}/runs`, { token, body: { input: bad } }),
+          'body.input',
+        )
+        expectRejected(
+          await server.request('POST', '/api/commands/rdm.ping', {
+            token,
+            body: { entrance: 'button', projectId, params: { target: bad } },
+          }),
+          'body.params.target',
+        )
+        expectRejected(
+          await server.request('POST', '/api/commands/rdm.ping', {
+            token,
+            body: { entrance: 'slash', projectId, text: `/rdm.ping target=${bad}` },
+          }),
+          'body.text',
+        )
+        expectRejected(
+          await server.request('POST', `/api/decisions/${missingId}`, {
+            token,
+            body: { decision: 'approve', note: bad },
+          }),
+          'body.note',
+        )
+        expectRejected(
+          await server.request('POST', `/api/runs/${missingId}/tool-outputs`, {
+            token,
+            body: { outputs: [{ callId: missingId, output: { text: bad } }] },
+          }),
+          'body.outputs.0.output.text',
+        )
+        expectRejected(
+          await server.request('POST', '/api/projects', { token, body: { name: 'ok', [`k${bad}`]: 1 } }),
+          'body.ka\ufffdb',
+        )
         if (label === 'NUL') {
-          expectRejected(await server.request('GET', `/api/audit?commandId=${encodeURIComponent(bad)}`, { token }), 'query.commandId')
-          expectRejected(await server.request('GET', `/api/projects?cursor=${encodeURIComponent(bad)}`, { token }), 'query.cursor')
-          expectRejected(await server.request('GET', `/api/projects/${encodeURIComponent(bad)}`, { token }), 'params.id')
+          expectRejected(
+            await server.request('GET', `/api/audit?commandId=${encodeURIComponent(bad)}`, { token }),
+            'query.commandId',
+          )
+          expectRejected(
+            await server.request('GET', `/api/projects?cursor=${encodeURIComponent(bad)}`, { token }),
+            'query.cursor',
+          )
+          expectRejected(
+            await server.request('GET', `/api/projects/${encodeURIComponent(bad)}`, { token }),
+            'params.id',
+          )
         } else {
           // A surrogate cannot be percent-encoded as UTF-8; its WTF-8 bytes decode to U+FFFD or are refused, never a 500.
-          for (const path of ['/api/audit?commandId=a%ED%A0%80b', '/api/projects?cursor=a%ED%A0%80b', '/api/projects/a%ED%A0%80b']) {
+          for (const path of [
+            '/api/audit?commandId=a%ED%A0%80b',
+            '/api/projects?cursor=a%ED%A0%80b',
+            '/api/projects/a%ED%A0%80b',
+          ]) {
             expect((await server.request('GET', path, { token })).status, path).toBeLessThan(500)
           }
         }
@@ -210,16 +291,44 @@ for (const engine of testEngines()) {
     it('answers 400 for ids that are not ULIDs, and for non-finite numbers and JSON nested 10,000 deep', async () => {
       const token = alice.token
       expectRejected(await server.request('GET', '/api/projects/not-an-id', { token }), 'params.id')
-      expectRejected(await server.request('POST', '/api/commands/Rdm.Ping', { token, body: { entrance: 'button' } }), 'params.commandId')
-      expectRejected(await server.request('POST', '/api/commands/rdm.ping', { token, body: { entrance: 'button', conversationId: 'x' } }), 'body.conversationId')
-      expectRejected(await server.request('POST', `/api/conversations/${conversationId}/runs`, { token, rawBody: '{"input":"hi","maxIterations":1e309}' }), 'body.maxIterations')
-      expectRejected(await server.request('POST', '/api/commands/rdm.ping', { token, rawBody: `{"entrance":"button","params":{"target":"x","n":-1e999}}` }), 'body.params.n')
+      expectRejected(
+        await server.request('POST', '/api/commands/Rdm.Ping', { token, body: { entrance: 'button' } }),
+        'params.commandId',
+      )
+      expectRejected(
+        await server.request('POST', '/api/commands/rdm.ping', {
+          token,
+          body: { entrance: 'button', conversationId: 'x' },
+        }),
+        'body.conversationId',
+      )
+      expectRejected(
+        await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+          token,
+          rawBody: '{"input":"hi","maxIterations":1e309}',
+        }),
+        'body.maxIterations',
+      )
+      expectRejected(
+        await server.request('POST', '/api/commands/rdm.ping', {
+          token,
+          rawBody: `{"entrance":"button","params":{"target":"x","n":-1e999}}`,
+        }),
+        'body.params.n',
+      )
       const deep = `{"entrance":"button","params":{"target":${'['.repeat(10_000)}${']'.repeat(10_000)}}}`
       const answer = await server.request('POST', '/api/commands/rdm.ping', { token, rawBody: deep })
       expect(answer.status).toBe(400)
       expect(answer.body).toMatchObject({ code: 'validation_failed', detail: expect.stringMatching(/nested deeper/) })
       // Strings that merely look odd are fine.
-      expect((await server.request('POST', '/api/projects', { token, body: { name: 'emoji 🚀 and 中文 and \\u0000 as text' } })).status).toBe(201)
+      expect(
+        (
+          await server.request('POST', '/api/projects', {
+            token,
+            body: { name: 'emoji 🚀 and 中文 and \\u0000 as text' },
+          })
+        ).status,
+      ).toBe(201)
     })
   })
 }
@@ -257,13 +366,23 @@ describe('protocol-level errors are problem+json and echo nothing', () => {
   })
 
   it('text/plain is 415; x-request-id is capped and sanitised; 869 KB of unknown keys gets a small answer', async () => {
-    const plain = await server.request('POST', '/api/projects', { token: alice.token, rawBody: 'name=x', headers: { 'content-type': 'text/plain' } })
+    const plain = await server.request('POST', '/api/projects', {
+      token: alice.token,
+      rawBody: 'name=x',
+      headers: { 'content-type': 'text/plain' },
+    })
     expect(plain.status).toBe(415)
     expect(plain.body.code).toBe('unsupported_media_type')
 
-    expect((await server.request('GET', '/healthz', { headers: { 'x-request-id': 'trace-42.a:b' } })).headers.get('x-request-id')).toBe('trace-42.a:b')
+    expect(
+      (await server.request('GET', '/healthz', { headers: { 'x-request-id': 'trace-42.a:b' } })).headers.get(
+        'x-request-id',
+      ),
+    ).toBe('trace-42.a:b')
     for (const bad of ['x'.repeat(1000), 'evil\tinjected value', 'a"b']) {
-      const id = (await server.request('GET', '/healthz', { headers: { 'x-request-id': bad } })).headers.get('x-request-id')
+      const id = (await server.request('GET', '/healthz', { headers: { 'x-request-id': bad } })).headers.get(
+        'x-request-id',
+      )
       expect(id).toMatch(/^[0-9a-f-]{36}$/)
     }
 
@@ -298,12 +417,22 @@ for (const engine of testEngines()) {
     })
 
     it('another user’s conversation id answers 404, and neither audit learns anything from the attempt', async () => {
-      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'secret project' } })).body.id
-      const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
-      const attempt = await server.request('POST', '/api/commands/rdm.ping', { token: mallory.token, body: { entrance: 'button', conversationId, params: { target: 'probe' } } })
+      const projectId = (
+        await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'secret project' } })
+      ).body.id
+      const conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
+      const attempt = await server.request('POST', '/api/commands/rdm.ping', {
+        token: mallory.token,
+        body: { entrance: 'button', conversationId, params: { target: 'probe' } },
+      })
       expect(attempt.status).toBe(404)
       expect(attempt.body.code).toBe('not_found')
-      const viaProject = await server.request('POST', '/api/commands/rdm.ping', { token: mallory.token, body: { entrance: 'button', projectId, params: { target: 'probe2' } } })
+      const viaProject = await server.request('POST', '/api/commands/rdm.ping', {
+        token: mallory.token,
+        body: { entrance: 'button', projectId, params: { target: 'probe2' } },
+      })
       expect(viaProject.status).toBe(404)
 
       const malloryAudit = await server.request('GET', '/api/audit', { token: mallory.token })
@@ -318,9 +447,16 @@ for (const engine of testEngines()) {
     })
 
     it('validates Idempotency-Key on commands and makes project, conversation and entrance part of its identity', async () => {
-      const projectA = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'a' } })).body.id
-      const projectB = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'b' } })).body.id
-      const dispatch = (key: string, body: object) => server.request('POST', '/api/commands/rdm.ping', { token: alice.token, headers: { 'idempotency-key': key }, body })
+      const projectA = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'a' } })).body
+        .id
+      const projectB = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'b' } })).body
+        .id
+      const dispatch = (key: string, body: object) =>
+        server.request('POST', '/api/commands/rdm.ping', {
+          token: alice.token,
+          headers: { 'idempotency-key': key },
+          body,
+        })
       for (const bad of ['k'.repeat(5000), 'has spaces in it']) {
         const answer = await dispatch(bad, { entrance: 'button', projectId: projectA, params: { target: 'x' } })
         expect(answer.status).toBe(400)
@@ -359,7 +495,8 @@ describe('no timing oracle between another user’s project and a missing one', 
   it('asks the ProjectAuthz adapter the same question either way', async () => {
     const owner = await server.createUser()
     const stranger = await server.createUser()
-    const projectId = (await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'p' } })).body.id
+    const projectId = (await server.request('POST', '/api/projects', { token: owner.token, body: { name: 'p' } })).body
+      .id
     authzCalls.length = 0
     expect((await server.request('GET', `/api/projects/${projectId}`, { token: stranger.token })).status).toBe(404)
     const forExisting = authzCalls.length
@@ -389,19 +526,46 @@ describe('no credential in any log line, at trace level', () => {
       adminToken,
       metricsToken,
       plugins: ['rdm'],
-      models: [new OpenAIChatModel({ id: 'gpt', model: 'gpt-test', baseUrl: `${upstream.url}/v1`, apiKey: upstreamKey, contextWindow: 100_000, supportsTools: true, idleTimeoutMs: 2000 })],
+      models: [
+        new OpenAIChatModel({
+          id: 'gpt',
+          model: 'gpt-test',
+          baseUrl: `${upstream.url}/v1`,
+          apiKey: upstreamKey,
+          contextWindow: 100_000,
+          supportsTools: true,
+          idleTimeoutMs: 2000,
+        }),
+      ],
     })
     const secrets: string[] = [adminToken, metricsToken, upstreamKey]
     try {
-      const created = await server.request('POST', '/api/admin/users', { token: adminToken, body: { name: 'logged-user' } })
+      const created = await server.request('POST', '/api/admin/users', {
+        token: adminToken,
+        body: { name: 'logged-user' },
+      })
       const token: string = created.body.token.token
       secrets.push(token)
-      const projectId = (await server.request('POST', '/api/projects', { token, body: { name: 'p' }, headers: { 'idempotency-key': 'idem-key-secretish-1' } })).body.id
-      const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token, body: {} })).body.id
-      upstream.enqueue({ kind: 'openai-stream', chunks: openaiToolCallChunks([{ id: 'call_1', name: 'rdm__ping', arguments: '{"target":"x"}' }]) })
+      const projectId = (
+        await server.request('POST', '/api/projects', {
+          token,
+          body: { name: 'p' },
+          headers: { 'idempotency-key': 'idem-key-secretish-1' },
+        })
+      ).body.id
+      const conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+      ).body.id
+      upstream.enqueue({
+        kind: 'openai-stream',
+        chunks: openaiToolCallChunks([{ id: 'call_1', name: 'rdm__ping', arguments: '{"target":"x"}' }]),
+      })
       upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('done', 3) })
       const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token })
-      const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token, body: { input: 'ping x' } })
+      const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token,
+        body: { input: 'ping x' },
+      })
       expect(run.status).toBe(201)
       await stream.waitFor(5)
       for (let attempt = 0; attempt < 50; attempt++) {
@@ -413,7 +577,10 @@ describe('no credential in any log line, at trace level', () => {
       await server.request('GET', `/api/me?access_token=${token}`, { token })
       await server.request('GET', '/metrics', { token: metricsToken })
       await server.request('GET', '/api/me', { token: `${token}x` })
-      await rawRequest(server.url, `GET /api/me HTTP/1.1\r\nAuthorization: Bearer ${token}\r\nBroken header without colon\r\n\r\n`)
+      await rawRequest(
+        server.url,
+        `GET /api/me HTTP/1.1\r\nAuthorization: Bearer ${token}\r\nBroken header without colon\r\n\r\n`,
+      )
       await rawRequest(server.url, `GARBAGE ${token}\r\n\r\n`)
       // A failing upstream (its error must not carry the key either).
       upstream.enqueue({ kind: 'error', status: 401, body: { error: { message: `invalid key ${upstreamKey}` } } })
@@ -434,7 +601,12 @@ describe('no credential in any log line, at trace level', () => {
     expect(lines.some((line) => line.includes('rawPacket'))).toBe(false)
     expect(lines.some((line) => line.includes('access_token=[redacted]'))).toBe(true)
     recordFigures('security-logs', [
-      { check: 'Security: secrets in logs at trace level (a full run)', figure: `${lines.length} log lines scanned for ${secrets.length} secrets: 0 found`, goal: '0 secrets', ok: true },
+      {
+        check: 'Security: secrets in logs at trace level (a full run)',
+        figure: `${lines.length} log lines scanned for ${secrets.length} secrets: 0 found`,
+        goal: '0 secrets',
+        ok: true,
+      },
     ])
   })
 })

@@ -24,7 +24,12 @@ for (const engine of testEngines()) {
     const newProject = async (): Promise<string> =>
       (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'streamed' } })).body.id
     const newConversation = async (projectId: string, title = ''): Promise<string> =>
-      (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: { title } })).body.id
+      (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, {
+          token: alice.token,
+          body: { title },
+        })
+      ).body.id
 
     it('streams a project’s events live with id, event and JSON data, and sends heartbeats', async () => {
       const projectId = await newProject()
@@ -35,7 +40,10 @@ for (const engine of testEngines()) {
       const conversationId = await newConversation(projectId, 'live')
       const events = await stream.waitFor(2)
       expect(events[0]).toMatchObject({ event: 'project.created', data: { project: { id: projectId } } })
-      expect(events[1]).toMatchObject({ event: 'conversation.created', data: { conversation: { id: conversationId, title: 'live', projectId } } })
+      expect(events[1]).toMatchObject({
+        event: 'conversation.created',
+        data: { conversation: { id: conversationId, title: 'live', projectId } },
+      })
       expect(Number(events[1]!.id)).toBeGreaterThan(Number(events[0]!.id))
       await new Promise((resolve) => setTimeout(resolve, 500))
       expect(stream.raw()).toMatch(/^: ?heartbeat/m)
@@ -52,7 +60,10 @@ for (const engine of testEngines()) {
       // While disconnected:
       const missedB = await newConversation(projectId, 'b')
       await server.request('PATCH', `/api/projects/${projectId}`, { token: alice.token, body: { name: 'renamed' } })
-      const resumed = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: alice.token, lastEventId: lastSeen })
+      const resumed = await openSse(`${server.url}/api/projects/${projectId}/events`, {
+        token: alice.token,
+        lastEventId: lastSeen,
+      })
       const replayed = await resumed.waitFor(2)
       expect(replayed.map((event) => event.event)).toEqual(['conversation.created', 'project.updated'])
       expect(replayed[0]!.data.conversation.id).toBe(missedB)
@@ -63,7 +74,9 @@ for (const engine of testEngines()) {
       expect(resumed.events).toHaveLength(3)
       resumed.close()
 
-      const viaQuery = await openSse(`${server.url}/api/projects/${projectId}/events?after=${lastSeen}`, { token: alice.token })
+      const viaQuery = await openSse(`${server.url}/api/projects/${projectId}/events?after=${lastSeen}`, {
+        token: alice.token,
+      })
       expect((await viaQuery.waitFor(3)).map((event) => event.id)).toEqual(after.map((event) => event.id))
       viaQuery.close()
     })
@@ -71,10 +84,17 @@ for (const engine of testEngines()) {
     it('rejects a Last-Event-ID or ?after= that is not a non-negative integer with 400 problem+json', async () => {
       const projectId = await newProject()
       for (const bad of ['abc', '-1', '1.5', '12abc']) {
-        const viaHeader = await server.request('GET', `/api/projects/${projectId}/events`, { token: alice.token, headers: { 'last-event-id': bad } })
+        const viaHeader = await server.request('GET', `/api/projects/${projectId}/events`, {
+          token: alice.token,
+          headers: { 'last-event-id': bad },
+        })
         expect(viaHeader.status).toBe(400)
         expect(viaHeader.body.code).toBe('invalid_last_event_id')
-        const viaQuery = await server.request('GET', `/api/projects/${projectId}/events?after=${encodeURIComponent(bad)}`, { token: alice.token })
+        const viaQuery = await server.request(
+          'GET',
+          `/api/projects/${projectId}/events?after=${encodeURIComponent(bad)}`,
+          { token: alice.token },
+        )
         expect(viaQuery.status).toBe(400)
         expect(viaQuery.body.code).toBe('invalid_last_event_id')
       }
@@ -100,14 +120,19 @@ for (const engine of testEngines()) {
       // A client that sends the request and never reads: its socket buffers fill up.
       const { port } = new URL(server.url)
       const stalled = connect({ port: Number(port), host: '127.0.0.1' })
-      stalled.write(`GET /api/projects/${projectId}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${alice.token}\r\nAccept: text/event-stream\r\n\r\n`)
+      stalled.write(
+        `GET /api/projects/${projectId}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${alice.token}\r\nAccept: text/event-stream\r\n\r\n`,
+      )
       stalled.pause()
       const healthy = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: alice.token })
       await healthy.waitFor(1)
       const long = 'x'.repeat(8000)
       const total = 150
       for (let index = 0; index < total; index++) {
-        await server.request('PATCH', `/api/projects/${projectId}`, { token: alice.token, body: { description: `${index}${long}` } })
+        await server.request('PATCH', `/api/projects/${projectId}`, {
+          token: alice.token,
+          body: { description: `${index}${long}` },
+        })
       }
       const events = await healthy.waitFor(total + 1, 15_000)
       expect(events.at(-1)!.data.project.description.startsWith(String(total - 1))).toBe(true)
@@ -123,7 +148,8 @@ describe('SSE shutdown', () => {
     const server = await startTestServer(store)
     try {
       const user = await server.createUser()
-      const projectId = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 's' } })).body.id
+      const projectId = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 's' } })).body
+        .id
       const stream = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: user.token })
       await stream.waitFor(1)
       await server.close()
@@ -160,12 +186,19 @@ describe.runIf(testEngines().includes('postgres'))('SSE across server instances 
 
   it('delivers live to a client of instance A what a client of instance B wrote', async () => {
     const user = await serverA.createUser()
-    const projectId = (await serverA.request('POST', '/api/projects', { token: user.token, body: { name: 'x' } })).body.id
+    const projectId = (await serverA.request('POST', '/api/projects', { token: user.token, body: { name: 'x' } })).body
+      .id
     const stream = await openSse(`${serverA.url}/api/projects/${projectId}/events`, { token: user.token })
     await stream.waitFor(1)
-    const conversation = await serverB.request('POST', `/api/projects/${projectId}/conversations`, { token: user.token, body: { title: 'from B' } })
+    const conversation = await serverB.request('POST', `/api/projects/${projectId}/conversations`, {
+      token: user.token,
+      body: { title: 'from B' },
+    })
     const events = await stream.waitFor(2)
-    expect(events[1]).toMatchObject({ event: 'conversation.created', data: { conversation: { id: conversation.body.id, title: 'from B' } } })
+    expect(events[1]).toMatchObject({
+      event: 'conversation.created',
+      data: { conversation: { id: conversation.body.id, title: 'from B' } },
+    })
     stream.close()
   })
 })

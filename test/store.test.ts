@@ -40,7 +40,9 @@ for (const engine of testEngines()) {
     afterAll(async () => store?.close())
 
     it('has the vector extension (pgvector) enabled', async () => {
-      const { rows } = await sql<{ distance: number }>`select '[1,0]'::vector <=> '[0,1]'::vector as distance`.execute(store.db)
+      const { rows } = await sql<{ distance: number }>`select '[1,0]'::vector <=> '[0,1]'::vector as distance`.execute(
+        store.db,
+      )
       expect(rows[0]?.distance).toBeCloseTo(1)
     })
 
@@ -51,14 +53,20 @@ for (const engine of testEngines()) {
     })
 
     it('writes a change and its event atomically: a failed transaction leaves neither', async () => {
-      const before = await store.db.selectFrom('events').select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()
+      const before = await store.db
+        .selectFrom('events')
+        .select(sql<string>`count(*)`.as('n'))
+        .executeTakeFirstOrThrow()
       await expect(
         store.transaction(async (tx) => {
           await createProject(tx, ownerId, { name: 'doomed' })
           throw new Error('boom')
         }),
       ).rejects.toThrow('boom')
-      const after = await store.db.selectFrom('events').select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()
+      const after = await store.db
+        .selectFrom('events')
+        .select(sql<string>`count(*)`.as('n'))
+        .executeTakeFirstOrThrow()
       expect(after.n).toBe(before.n)
       const doomed = await store.db.selectFrom('projects').select('id').where('name', '=', 'doomed').execute()
       expect(doomed).toEqual([])
@@ -66,14 +74,25 @@ for (const engine of testEngines()) {
 
     it('appends several entries in one statement, chained in order, while single appends run concurrently', async () => {
       const entry = (step: string) => ({
-        dispatchId: null, step, ownerId, projectId: null, conversationId: null, commandId: 'test.audit', entrance: 'api',
+        dispatchId: null,
+        step,
+        ownerId,
+        projectId: null,
+        conversationId: null,
+        commandId: 'test.audit',
+        entrance: 'api',
         envelope: { text: `批 ${step} “q” 🙂`, quote: '"id":987654321012345' },
       })
-      const before = await store.db.selectFrom('audit_log').select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()
+      const before = await store.db
+        .selectFrom('audit_log')
+        .select(sql<string>`count(*)`.as('n'))
+        .executeTakeFirstOrThrow()
       await Promise.all(
         Array.from({ length: 10 }, (_, writer) =>
           writer % 2 === 0
-            ? sql`with ${auditAppendManyCtes([entry(`m${writer}:a`), entry(`m${writer}:b`), entry(`m${writer}:c`)], sql``).sql} select count(*) from audit_entry`.execute(store.db)
+            ? sql`with ${auditAppendManyCtes([entry(`m${writer}:a`), entry(`m${writer}:b`), entry(`m${writer}:c`)], sql``).sql} select count(*) from audit_entry`.execute(
+                store.db,
+              )
             : store.transaction((tx) => appendAuditEntry(tx, entry(`s${writer}`))),
         ),
       )
@@ -87,46 +106,113 @@ for (const engine of testEngines()) {
       expect(await verifyAuditChain(store)).toEqual({ ok: true, checked: rows.length })
     })
 
-    it('records a dispatch that runs at once in one statement, only under its run\'s lease, and not twice for one key', async () => {
+    it("records a dispatch that runs at once in one statement, only under its run's lease, and not twice for one key", async () => {
       const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'dispatch-start' }))
       const conversation = await store.transaction((tx) => createConversation(tx, { projectId: project.id, ownerId }))
       const lease = { owner: 'this-instance.1', expiresAt: new Date(Date.now() + 60_000) }
       const started = await store.startRun(
-        { conversationId: conversation.id, projectId: project.id, ownerId, model: 'm', maxIterations: 3, approvalPolicy: 'ask', clientTools: [], input: 'hi' },
+        {
+          conversationId: conversation.id,
+          projectId: project.id,
+          ownerId,
+          model: 'm',
+          maxIterations: 3,
+          approvalPolicy: 'ask',
+          clientTools: [],
+          input: 'hi',
+        },
         lease,
       )
       const run = started!.run
       const dispatch = (id: string) => ({
-        id, commandId: 'test.cmd', plugin: 'test', pluginVersion: '1', entrance: 'agent', actor: { type: 'agent' as const, id: run.id, onBehalfOf: ownerId },
-        ownerId, projectId: project.id, conversationId: conversation.id, runId: run.id, callId: 'call-1', idempotencyKey: `${run.id}:call-1`,
-        params: { q: 'x' }, paramsHash: 'h', requestHash: 'r', risk: 'low', status: 'requested' as const, decisionId: null,
+        id,
+        commandId: 'test.cmd',
+        plugin: 'test',
+        pluginVersion: '1',
+        entrance: 'agent',
+        actor: { type: 'agent' as const, id: run.id, onBehalfOf: ownerId },
+        ownerId,
+        projectId: project.id,
+        conversationId: conversation.id,
+        runId: run.id,
+        callId: 'call-1',
+        idempotencyKey: `${run.id}:call-1`,
+        params: { q: 'x' },
+        paramsHash: 'h',
+        requestHash: 'r',
+        risk: 'low',
+        status: 'requested' as const,
+        decisionId: null,
         executor: { id: 'exec-1', expiresAt: new Date(Date.now() + 30_000) },
       })
       const audits = (id: string) =>
-        ['requested', 'running'].map((step) => ({ dispatchId: id, step, ownerId, projectId: project.id, conversationId: conversation.id, commandId: 'test.cmd', entrance: 'agent', envelope: { id, step } }))
+        ['requested', 'running'].map((step) => ({
+          dispatchId: id,
+          step,
+          ownerId,
+          projectId: project.id,
+          conversationId: conversation.id,
+          commandId: 'test.cmd',
+          entrance: 'agent',
+          envelope: { id, step },
+        }))
       const part = (owner: string) => ({
         fence: { runId: run.id, owner, expiresAt: new Date(Date.now() + 60_000) },
-        writes: [sql`update messages set status = status where run_id = ${run.id} and exists (select 1 from d) returning id`],
-        events: [{ type: 'test.started', runId: run.id, conversationId: conversation.id, projectId: project.id, userId: ownerId, data: {} }],
+        writes: [
+          sql`update messages set status = status where run_id = ${run.id} and exists (select 1 from d) returning id`,
+        ],
+        events: [
+          {
+            type: 'test.started',
+            runId: run.id,
+            conversationId: conversation.id,
+            projectId: project.id,
+            userId: ownerId,
+            data: {},
+          },
+        ],
       })
-      const count = async (table: 'audit_log' | 'events') => Number((await store.db.selectFrom(table).select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()).n)
+      const count = async (table: 'audit_log' | 'events') =>
+        Number(
+          (
+            await store.db
+              .selectFrom(table)
+              .select(sql<string>`count(*)`.as('n'))
+              .executeTakeFirstOrThrow()
+          ).n,
+        )
       const [audit0, events0] = [await count('audit_log'), await count('events')]
       // Another instance holds the lease: nothing at all is written.
-      const stale = await store.statement((db, tag) => insertDispatchStarted(db, dispatch('d-stale'), audits('d-stale'), part('another-instance.1'), tag))
+      const stale = await store.statement((db, tag) =>
+        insertDispatchStarted(db, dispatch('d-stale'), audits('d-stale'), part('another-instance.1'), tag),
+      )
       expect(stale).toMatchObject({ fenced: false, inserted: false, events: [] })
       expect(await store.db.selectFrom('dispatches').select('id').where('id', '=', 'd-stale').execute()).toEqual([])
       expect([await count('audit_log'), await count('events')]).toEqual([audit0, events0])
       // The lease holder: the row (running), both entries in order, the event.
-      const fresh = await store.statement((db, tag) => insertDispatchStarted(db, dispatch('d-1'), audits('d-1'), part(lease.owner), tag))
+      const fresh = await store.statement((db, tag) =>
+        insertDispatchStarted(db, dispatch('d-1'), audits('d-1'), part(lease.owner), tag),
+      )
       expect(fresh).toMatchObject({ fenced: true, inserted: true })
       expect(fresh.events.map((event) => event.type)).toEqual(['test.started'])
-      const row = await store.db.selectFrom('dispatches').select(['status', 'executor']).where('id', '=', 'd-1').executeTakeFirstOrThrow()
+      const row = await store.db
+        .selectFrom('dispatches')
+        .select(['status', 'executor'])
+        .where('id', '=', 'd-1')
+        .executeTakeFirstOrThrow()
       expect(row).toEqual({ status: 'running', executor: 'exec-1' })
-      const entries = await store.db.selectFrom('audit_log').select(['id', 'step']).where('dispatch_id', '=', 'd-1').orderBy('id').execute()
+      const entries = await store.db
+        .selectFrom('audit_log')
+        .select(['id', 'step'])
+        .where('dispatch_id', '=', 'd-1')
+        .orderBy('id')
+        .execute()
       expect(entries.map((entry) => entry.step)).toEqual(['requested', 'running'])
       expect(Number(entries[1]!.id)).toBe(Number(entries[0]!.id) + 1)
       // The same key again: nothing written.
-      const again = await store.statement((db, tag) => insertDispatchStarted(db, dispatch('d-2'), audits('d-2'), part(lease.owner), tag))
+      const again = await store.statement((db, tag) =>
+        insertDispatchStarted(db, dispatch('d-2'), audits('d-2'), part(lease.owner), tag),
+      )
       expect(again).toMatchObject({ fenced: true, inserted: false, events: [] })
       expect([await count('audit_log'), await count('events')]).toEqual([audit0 + 2, events0 + 1])
       expect(await verifyAuditChain(store)).toMatchObject({ ok: true })
@@ -136,12 +222,30 @@ for (const engine of testEngines()) {
       const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'replay' }))
       const conversation = await store.transaction((tx) => createConversation(tx, { projectId: project.id, ownerId }))
       const started = await store.startRun(
-        { conversationId: conversation.id, projectId: project.id, ownerId, model: 'm', maxIterations: 1, approvalPolicy: 'ask', clientTools: [], input: 'hi' },
+        {
+          conversationId: conversation.id,
+          projectId: project.id,
+          ownerId,
+          model: 'm',
+          maxIterations: 1,
+          approvalPolicy: 'ask',
+          clientTools: [],
+          input: 'hi',
+        },
         { owner: 'replay.1', expiresAt: new Date(Date.now() + 60_000) },
       )
       const run = started!.run
       for (let index = 0; index < 5; index++) {
-        await store.appendEvents([{ type: 'message.delta', runId: run.id, conversationId: conversation.id, projectId: project.id, userId: ownerId, data: { text: `t${index} 🙂` } }])
+        await store.appendEvents([
+          {
+            type: 'message.delta',
+            runId: run.id,
+            conversationId: conversation.id,
+            projectId: project.id,
+            userId: ownerId,
+            data: { text: `t${index} 🙂` },
+          },
+        ])
       }
       await store.feed.flush()
       const table = (await readEventPage(store.db, { runId: run.id }, 0, 500, 1 << 20)).events
@@ -155,23 +259,50 @@ for (const engine of testEngines()) {
       const controller = new AbortController()
       const seen: number[] = []
       const reader = (async () => {
-        for await (const event of streamEvents(store.db, store.feed, { runId: run.id }, { afterId: table[1]!.id, signal: controller.signal })) {
+        for await (const event of streamEvents(
+          store.db,
+          store.feed,
+          { runId: run.id },
+          { afterId: table[1]!.id, signal: controller.signal },
+        )) {
           seen.push(event.id)
           if (seen.length === table.length - 2 + 1) controller.abort()
         }
       })()
-      const [live] = await store.appendEvents([{ type: 'run.status', runId: run.id, conversationId: conversation.id, projectId: project.id, userId: ownerId, data: {} }])
+      const [live] = await store.appendEvents([
+        {
+          type: 'run.status',
+          runId: run.id,
+          conversationId: conversation.id,
+          projectId: project.id,
+          userId: ownerId,
+          data: {},
+        },
+      ])
       await reader
       expect(seen).toEqual([...table.slice(2).map((event) => event.id), live!.id])
-      await store.db.updateTable('runs').set({ status: 'completed', lease_owner: null }).where('id', '=', run.id).execute()
+      await store.db
+        .updateTable('runs')
+        .set({ status: 'completed', lease_owner: null })
+        .where('id', '=', run.id)
+        .execute()
     })
 
     it('chains audit entries from concurrent transactions, any text included; a rolled-back append leaves no gap; a removed newest entry is detected', async () => {
       const entry = (step: string, text: string) => ({
-        dispatchId: null, step, ownerId, projectId: null, conversationId: null, commandId: 'test.audit', entrance: 'api',
+        dispatchId: null,
+        step,
+        ownerId,
+        projectId: null,
+        conversationId: null,
+        commandId: 'test.audit',
+        entrance: 'api',
         envelope: { text, nested: { id: 5, ownerId: 'x' }, quote: '"id":987654321012345' },
       })
-      const start = await store.db.selectFrom('audit_log').select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()
+      const start = await store.db
+        .selectFrom('audit_log')
+        .select(sql<string>`count(*)`.as('n'))
+        .executeTakeFirstOrThrow()
       await Promise.all(
         Array.from({ length: 12 }, (_, writer) =>
           store.transaction(async (tx) => {
@@ -244,7 +375,12 @@ for (const engine of testEngines()) {
       const seen: number[] = []
       const total = 60
       const reader = (async () => {
-        for await (const event of streamEvents(store.db, store.feed, { projectId: project.id }, { afterId: 0, signal: controller.signal })) {
+        for await (const event of streamEvents(
+          store.db,
+          store.feed,
+          { projectId: project.id },
+          { afterId: 0, signal: controller.signal },
+        )) {
           seen.push(event.id)
           if (seen.length === total + 1) controller.abort()
         }
@@ -258,7 +394,10 @@ for (const engine of testEngines()) {
           }),
         ),
       )
-      await Promise.race([reader, new Promise((_, reject) => setTimeout(() => reject(new Error(`saw ${seen.length}`)), 10_000))])
+      await Promise.race([
+        reader,
+        new Promise((_, reject) => setTimeout(() => reject(new Error(`saw ${seen.length}`)), 10_000)),
+      ])
       expect(seen).toHaveLength(total + 1)
       expect([...seen].sort((a, b) => a - b)).toEqual(seen)
       expect(new Set(seen).size).toBe(seen.length)
@@ -278,7 +417,9 @@ for (const engine of testEngines()) {
 
         // A commit this instance does not track (as another instance's would be) leaves a gap
         // before the next local commit: the feed reads the table and delivers both, in order.
-        await store.db.transaction().execute((tx) => appendEvents(tx, [{ type: 'test.foreign', projectId: project.id, data: {} }]))
+        await store.db
+          .transaction()
+          .execute((tx) => appendEvents(tx, [{ type: 'test.foreign', projectId: project.id, data: {} }]))
         await store.transaction((tx) => appendEvents(tx, [{ type: 'test.local.2', projectId: project.id, data: {} }]))
         await store.feed.flush()
         expect(seen).toEqual(['test.local.1', 'test.foreign', 'test.local.2'])
@@ -290,41 +431,69 @@ for (const engine of testEngines()) {
     it('replays from any point then continues live without a gap or duplicate', async () => {
       const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'replay' }))
       for (let index = 0; index < 5; index++) {
-        await store.transaction((tx) => appendEvents(tx, [{ type: 'test.before', projectId: project.id, data: { index } }]))
+        await store.transaction((tx) =>
+          appendEvents(tx, [{ type: 'test.before', projectId: project.id, data: { index } }]),
+        )
       }
       const all = await readEvents(store.db, { projectId: project.id }, 0, 100)
       const resumeAfter = all[2]!.id
       const controller = new AbortController()
       const got: EventRecord[] = []
       const reader = (async () => {
-        for await (const event of streamEvents(store.db, store.feed, { projectId: project.id }, { afterId: resumeAfter, signal: controller.signal })) {
+        for await (const event of streamEvents(
+          store.db,
+          store.feed,
+          { projectId: project.id },
+          { afterId: resumeAfter, signal: controller.signal },
+        )) {
           got.push(event)
           if (got.length === 6) controller.abort()
         }
       })()
       for (let index = 0; index < 3; index++) {
-        await store.transaction((tx) => appendEvents(tx, [{ type: 'test.after', projectId: project.id, data: { index } }]))
+        await store.transaction((tx) =>
+          appendEvents(tx, [{ type: 'test.after', projectId: project.id, data: { index } }]),
+        )
       }
       await reader
-      expect(got.map((event) => event.type)).toEqual(['test.before', 'test.before', 'test.before', 'test.after', 'test.after', 'test.after'])
+      expect(got.map((event) => event.type)).toEqual([
+        'test.before',
+        'test.before',
+        'test.before',
+        'test.after',
+        'test.after',
+        'test.after',
+      ])
       expect(got[0]!.id).toBe(all[3]!.id)
     })
 
     it('lets a reader that falls behind catch up from the table, in order, without holding others', async () => {
       const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'slow' }))
       const controller = new AbortController()
-      const slow = streamEvents(store.db, store.feed, { projectId: project.id }, { afterId: 0, signal: controller.signal, maxQueued: 5 })
+      const slow = streamEvents(
+        store.db,
+        store.feed,
+        { projectId: project.id },
+        { afterId: 0, signal: controller.signal, maxQueued: 5 },
+      )
       const first = await slow.next() // the project.created event; the reader now waits live
       expect(first.value?.type).toBe('project.created')
       const fast: number[] = []
       const fastReader = (async () => {
-        for await (const event of streamEvents(store.db, store.feed, { projectId: project.id }, { afterId: 0, signal: controller.signal })) {
+        for await (const event of streamEvents(
+          store.db,
+          store.feed,
+          { projectId: project.id },
+          { afterId: 0, signal: controller.signal },
+        )) {
           fast.push(event.id)
           if (fast.length === 31) break
         }
       })()
       for (let index = 0; index < 30; index++) {
-        await store.transaction((tx) => appendEvents(tx, [{ type: 'test.burst', projectId: project.id, data: { index } }]))
+        await store.transaction((tx) =>
+          appendEvents(tx, [{ type: 'test.burst', projectId: project.id, data: { index } }]),
+        )
       }
       await fastReader // the fast reader finished while the slow one read nothing
       await store.feed.flush()
@@ -350,7 +519,9 @@ describe.runIf(testEngines().includes('postgres'))('prepared statements on Postg
             await sql`select ${index}::int as n`.execute(store.db)
             await sql`select ${'[1,0]'}::vector <=> ${'[0,1]'}::vector as d`.execute(store.db)
           }
-          const { rows } = await sql<{ statement: string }>`select statement from pg_prepared_statements where from_sql = false`.execute(store.db)
+          const { rows } = await sql<{
+            statement: string
+          }>`select statement from pg_prepared_statements where from_sql = false`.execute(store.db)
           const statements = rows.map((row) => row.statement)
           expect(statements.some((text) => text.includes('as n'))).toBe(prepare)
           expect(statements.some((text) => text.includes('<=>'))).toBe(false)
@@ -377,7 +548,9 @@ describe('migrations', () => {
       await migrate(pool, migrations)
       const again = await migrate(pool, migrations)
       expect(again.applied).toEqual([])
-      const changed = migrations.map((migration, index) => (index === 0 ? { ...migration, checksum: 'f'.repeat(64) } : migration))
+      const changed = migrations.map((migration, index) =>
+        index === 0 ? { ...migration, checksum: 'f'.repeat(64) } : migration,
+      )
       const error = await migrate(pool, changed).catch((caught: unknown) => caught)
       expect(error).toBeInstanceOf(StoreError)
       expect((error as StoreError).code).toBe('migration_checksum_mismatch')
@@ -451,7 +624,9 @@ describe('embedded data directory', () => {
       await fresh.close()
       // Restarted: its own data, not the template's.
       const again = await openStore({ dataDir: join(dir, 'data'), pgliteTemplate: template })
-      expect((await again.db.selectFrom('users').select('name').execute()).map((row) => row.name)).toEqual(['from-template'])
+      expect((await again.db.selectFrom('users').select('name').execute()).map((row) => row.name)).toEqual([
+        'from-template',
+      ])
       await again.close()
     } finally {
       await rm(dir, { recursive: true, force: true })
@@ -473,11 +648,12 @@ describe('embedded data directory', () => {
   })
 
   it('fails with a clear error, password hidden, when DATABASE_URL is unreachable', async () => {
-    const error = await openStore({ databaseUrl: 'postgres://someone:hunter2@127.0.0.1:1/nowhere' }).catch((caught: unknown) => caught)
+    const error = await openStore({ databaseUrl: 'postgres://someone:hunter2@127.0.0.1:1/nowhere' }).catch(
+      (caught: unknown) => caught,
+    )
     expect(error).toBeInstanceOf(StoreError)
     expect((error as StoreError).code).toBe('database_unreachable')
     expect((error as StoreError).message).toContain('127.0.0.1:1')
     expect((error as StoreError).message).not.toContain('hunter2')
   })
 })
-

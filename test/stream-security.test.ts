@@ -40,7 +40,9 @@ describe('stalled streams do not pin memory', () => {
     server = await startTestServer(store, { streams: { drainTimeoutMs: 60_000, maxPerToken: 100 } })
     alice = await server.createUser()
     const project = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'big' } })).body
-    const conversation = (await server.request('POST', `/api/projects/${project.id}/conversations`, { token: alice.token, body: {} })).body
+    const conversation = (
+      await server.request('POST', `/api/projects/${project.id}/conversations`, { token: alice.token, body: {} })
+    ).body
     conversationId = conversation.id
     // 300 events of 100 KB each: 30 MB a reader could hold if nothing bounded it.
     const blob = 'x'.repeat(100_000)
@@ -48,7 +50,13 @@ describe('stalled streams do not pin memory', () => {
       await store.transaction((tx) =>
         appendEvents(
           tx,
-          Array.from({ length: 10 }, (_, index) => ({ type: 'test.large', projectId: project.id, conversationId, userId: alice.user.id, data: { index: batch * 10 + index, blob } })),
+          Array.from({ length: 10 }, (_, index) => ({
+            type: 'test.large',
+            projectId: project.id,
+            conversationId,
+            userId: alice.user.id,
+            data: { index: batch * 10 + index, blob },
+          })),
         ),
       )
     }
@@ -58,7 +66,8 @@ describe('stalled streams do not pin memory', () => {
     await store?.close()
   })
 
-  const openStreams = async (): Promise<number> => metricValue((await server.request('GET', '/metrics')).body as string, 'plinth_sse_streams')
+  const openStreams = async (): Promise<number> =>
+    metricValue((await server.request('GET', '/metrics')).body as string, 'plinth_sse_streams')
 
   it('releases 50 streams that stopped reading and then disconnected: heap back within 50 MB of its baseline', async () => {
     // Warm up every code path once, so the baseline includes what stays loaded anyway.
@@ -68,7 +77,8 @@ describe('stalled streams do not pin memory', () => {
     const baseline = await heapAfterGc()
 
     const clients = []
-    for (let index = 0; index < 50; index++) clients.push(await openStalledStream(server.url, `/api/conversations/${conversationId}/events`, alice.token))
+    for (let index = 0; index < 50; index++)
+      clients.push(await openStalledStream(server.url, `/api/conversations/${conversationId}/events`, alice.token))
     await until(async () => (await openStreams()) === 50, 10_000, '50 open streams')
     // Let every stream fill its socket and block on a write that will not drain.
     await sleep(1000)
@@ -85,7 +95,11 @@ describe('stalled streams do not pin memory', () => {
       const client = await openStalledStream(strict.url, `/api/conversations/${conversationId}/events`, alice.token)
       const metrics = async (): Promise<string> => (await strict.request('GET', '/metrics')).body as string
       // The server ends the stream itself; the client does nothing (a paused socket does not even see the close).
-      await until(async () => metricValue(await metrics(), 'plinth_sse_streams_ended_total', '{reason="slow_consumer"}') === 1, 5000, 'the stalled client to be dropped')
+      await until(
+        async () => metricValue(await metrics(), 'plinth_sse_streams_ended_total', '{reason="slow_consumer"}') === 1,
+        5000,
+        'the stalled client to be dropped',
+      )
       expect(metricValue(await metrics(), 'plinth_sse_streams')).toBe(0)
       client.socket.resume()
       await client.closed
@@ -121,12 +135,23 @@ for (const engine of testEngines()) {
     })
 
     const newProject = async (user: TestUser = owner): Promise<string> =>
-      (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'watched', description: 'before' } })).body.id
+      (
+        await server.request('POST', '/api/projects', {
+          token: user.token,
+          body: { name: 'watched', description: 'before' },
+        })
+      ).body.id
     /** Dispatches as a button click, approving the confirmation if one is asked. */
     const command = async (user: TestUser, id: string, projectId: string, params: object): Promise<number> => {
-      const answer = await server.request('POST', `/api/commands/${id}`, { token: user.token, body: { entrance: 'button', projectId, params } })
+      const answer = await server.request('POST', `/api/commands/${id}`, {
+        token: user.token,
+        body: { entrance: 'button', projectId, params },
+      })
       if (answer.status !== 202) return answer.status
-      const decided = await server.request('POST', `/api/decisions/${answer.body.decision.id}`, { token: user.token, body: { decision: 'approve' } })
+      const decided = await server.request('POST', `/api/decisions/${answer.body.decision.id}`, {
+        token: user.token,
+        body: { decision: 'approve' },
+      })
       return decided.body.dispatch?.status === 'succeeded' ? 200 : decided.status
     }
 
@@ -140,15 +165,26 @@ for (const engine of testEngines()) {
       expect(refused.headers.get('content-type')).toMatch(/problem\+json/)
       expect(refused.body).toMatchObject({ code: 'too_many_streams', limit: 3 })
       // Another token of the same server still gets in, until the total is reached.
-      const others = await Promise.all([1, 2, 3].map(async () => openSse(`${server.url}/api/projects/${await newProject(member)}/events`, { token: member.token })))
+      const others = await Promise.all(
+        [1, 2, 3].map(async () =>
+          openSse(`${server.url}/api/projects/${await newProject(member)}/events`, { token: member.token }),
+        ),
+      )
       expect(others.map((stream) => stream.status)).toEqual([200, 200, 200])
       const third = await server.createUser()
-      const full = await server.request('GET', `/api/projects/${await newProject(third)}/events`, { token: third.token })
+      const full = await server.request('GET', `/api/projects/${await newProject(third)}/events`, {
+        token: third.token,
+      })
       expect(full.status).toBe(429)
       expect(full.body).toMatchObject({ code: 'too_many_streams', limit: 6 })
       // A closed stream frees its place.
       held[0]!.close()
-      await until(async () => (await openSse(path, { token: owner.token }).then((stream) => (stream.close(), stream.status))) === 200, 5000, 'a freed place')
+      await until(
+        async () =>
+          (await openSse(path, { token: owner.token }).then((stream) => (stream.close(), stream.status))) === 200,
+        5000,
+        'a freed place',
+      )
       for (const stream of [...held, ...others]) stream.close()
     })
 
@@ -168,7 +204,14 @@ for (const engine of testEngines()) {
       const projectId = await newProject(user)
       const stream = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: user.token })
       await stream.waitFor(1)
-      expect((await server.request('PATCH', `/api/admin/users/${user.user.id}`, { token: adminToken, body: { disabled: true } })).status).toBe(200)
+      expect(
+        (
+          await server.request('PATCH', `/api/admin/users/${user.user.id}`, {
+            token: adminToken,
+            body: { disabled: true },
+          })
+        ).status,
+      ).toBe(200)
       await stream.ended
       expect(stream.events.at(-1)?.event).toBe('access_revoked')
     })
@@ -176,16 +219,23 @@ for (const engine of testEngines()) {
     it('ends a removed member’s streams before the owner’s next change reaches them', async () => {
       const projectId = await newProject()
       expect(await command(owner, 'rdm.member.add', projectId, { userId: member.user.id })).toBe(200)
-      const conversation = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: {} })).body
+      const conversation = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: {} })
+      ).body
       const projectStream = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: member.token })
-      const conversationStream = await openSse(`${server.url}/api/conversations/${conversation.id}/events`, { token: member.token })
+      const conversationStream = await openSse(`${server.url}/api/conversations/${conversation.id}/events`, {
+        token: member.token,
+      })
       await projectStream.waitFor(1)
       await conversationStream.waitFor(1)
       expect(await command(owner, 'rdm.member.remove', projectId, { userId: member.user.id })).toBe(200)
       await Promise.all([projectStream.ended, conversationStream.ended])
       expect(projectStream.events.at(-1)?.event).toBe('access_revoked')
       expect(conversationStream.events.at(-1)?.event).toBe('access_revoked')
-      await server.request('PATCH', `/api/projects/${projectId}`, { token: owner.token, body: { description: 'the owner’s secret plans' } })
+      await server.request('PATCH', `/api/projects/${projectId}`, {
+        token: owner.token,
+        body: { description: 'the owner’s secret plans' },
+      })
       expect(JSON.stringify(projectStream.events)).not.toContain('secret plans')
     })
 
@@ -196,7 +246,10 @@ for (const engine of testEngines()) {
       await stream.waitFor(1)
       // The member table changes behind the adapter's back: no announcement.
       await kvSet(store.db, 'rdm', `members:${projectId}`, [])
-      await Promise.race([stream.ended, sleep(5000).then(() => Promise.reject(new Error('the periodic re-check did not end the stream')))])
+      await Promise.race([
+        stream.ended,
+        sleep(5000).then(() => Promise.reject(new Error('the periodic re-check did not end the stream'))),
+      ])
       expect(stream.events.at(-1)?.event).toBe('access_revoked')
     })
 
@@ -239,7 +292,10 @@ for (const engine of testEngines()) {
         const lastId = first.events.at(-2)!.id!
         expect(final.data.lastEventId).toBe(Number(lastId))
         await server.request('PATCH', `/api/projects/${projectId}`, { token: owner.token, body: { name: 'renamed' } })
-        const second = await openSse(`${short.url}/api/projects/${projectId}/events`, { token: owner.token, lastEventId: lastId })
+        const second = await openSse(`${short.url}/api/projects/${projectId}/events`, {
+          token: owner.token,
+          lastEventId: lastId,
+        })
         const [next] = await second.waitFor(1)
         expect(next).toMatchObject({ event: 'project.updated' })
         second.close()

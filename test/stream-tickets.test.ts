@@ -17,18 +17,23 @@ describe('stream tickets (EventSource without a header)', () => {
     server = await startTestServer(store)
     alice = await server.createUser()
     mallory = await server.createUser()
-    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'tickets' } })).body.id
+    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'tickets' } })).body
+      .id
   })
   afterAll(async () => {
     await server?.close()
     await store?.close()
   })
 
-  const ticketFor = async (user: TestUser, path: string) => server.request('POST', '/api/stream-tickets', { token: user.token, body: { path } })
+  const ticketFor = async (user: TestUser, path: string) =>
+    server.request('POST', '/api/stream-tickets', { token: user.token, body: { path } })
   /** Opens a stream with no Authorization header, as EventSource does; the status and the first chunk. */
   const open = async (url: string): Promise<{ status: number; first: string }> => {
     const controller = new AbortController()
-    const response = await fetch(`${server.url}${url}`, { headers: { accept: 'text/event-stream' }, signal: controller.signal })
+    const response = await fetch(`${server.url}${url}`, {
+      headers: { accept: 'text/event-stream' },
+      signal: controller.signal,
+    })
     let first = ''
     if (response.ok && response.body) {
       const reader = response.body.getReader()
@@ -52,7 +57,8 @@ describe('stream tickets (EventSource without a header)', () => {
   })
 
   it('is refused on another path, on a non-stream route, and when its token is revoked', async () => {
-    const other = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'other' } })).body.id
+    const other = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'other' } })).body
+      .id
     const issued = await ticketFor(alice, `/api/projects/${projectId}/events`)
     expect((await open(`/api/projects/${other}/events?ticket=${issued.body.ticket}`)).status).toBe(401)
     const another = await ticketFor(alice, `/api/projects/${projectId}/events`)
@@ -74,6 +80,8 @@ describe('stream tickets (EventSource without a header)', () => {
     const bad = await ticketFor(alice, `/api/projects/${projectId}`)
     expect(bad.status).toBe(400)
     expect(bad.body.code).toBe('validation_failed')
-    expect(redactUrl('/api/runs/X/events?ticket=pst_abcdefghijkl&after=3')).toBe('/api/runs/X/events?ticket=[redacted]&after=3')
+    expect(redactUrl('/api/runs/X/events?ticket=pst_abcdefghijkl&after=3')).toBe(
+      '/api/runs/X/events?ticket=[redacted]&after=3',
+    )
   })
 })

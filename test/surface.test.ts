@@ -17,7 +17,10 @@ function firstDifferences(expected: string, actual: string, limit = 8): string {
   const have = actual.split('\n')
   const out: string[] = []
   for (let line = 0; line < Math.max(want.length, have.length) && out.length < limit; line++) {
-    if (want[line] !== have[line]) out.push(`  line ${line + 1}: surface.txt has ${JSON.stringify(have[line] ?? '<end>')}, the surface gives ${JSON.stringify(want[line] ?? '<end>')}`)
+    if (want[line] !== have[line])
+      out.push(
+        `  line ${line + 1}: surface.txt has ${JSON.stringify(have[line] ?? '<end>')}, the surface gives ${JSON.stringify(want[line] ?? '<end>')}`,
+      )
   }
   return out.join('\n')
 }
@@ -34,7 +37,8 @@ describe('extension surface', () => {
     } catch {
       expect.fail(`surface.txt is missing. ${RULES.join('\n')}`)
     }
-    if (committed !== generated()) expect.fail(`${RULES.join('\n')}\nFirst differences:\n${firstDifferences(generated(), committed)}`)
+    if (committed !== generated())
+      expect.fail(`${RULES.join('\n')}\nFirst differences:\n${firstDifferences(generated(), committed)}`)
   })
 
   it('records the exported SurfaceVersion, a plain x.y.z that ^1.0.0-style ranges match', () => {

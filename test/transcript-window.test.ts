@@ -21,8 +21,11 @@ for (const engine of testEngines()) {
       store = await openTestStore(engine)
       server = await startTestServer(store, { models: [model] })
       alice = await server.createUser()
-      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'long' } })).body.id
-      conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'long' } }))
+        .body.id
+      conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
       // 500 earlier messages of 1,000 characters each (≈ 125k tokens, far past the 4k window).
       const rows = Array.from({ length: 500 }, (_, index) => ({
         id: newId(),
@@ -49,7 +52,10 @@ for (const engine of testEngines()) {
 
     it('a run there sends the model a window within its budget, ending with the new message', async () => {
       model.setTurns([{ text: 'short answer' }])
-      const run = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: alice.token, body: { input: 'and now?' } })
+      const run = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
+        token: alice.token,
+        body: { input: 'and now?' },
+      })
       expect(run.status).toBe(201)
       expect(run.body.status).toBe('completed')
       const sent = model.calls.at(-1)!.messages
@@ -67,14 +73,45 @@ for (const engine of testEngines()) {
       expect(first).toEqual(await readTranscriptTail(store.db, conversationId, 20_000))
       // A round adds an assistant turn with a call and its result, then a long one that pushes old turns out.
       const assistant = newId()
-      await store.db.insertInto('messages').values({ id: assistant, conversation_id: conversationId, role: 'assistant', content: 'calling', tool_calls: JSON.stringify([{ callId: 'c1', providerCallId: 'p1', name: 'x', arguments: '{"a": 1}' }]), status: 'completed' }).execute()
-      await store.db.insertInto('messages').values({ id: newId(), conversation_id: conversationId, role: 'tool', content: 'result', tool_call_id: 'c1', status: 'completed' }).execute()
-      await store.db.insertInto('messages').values({ id: newId(), conversation_id: conversationId, role: 'assistant', content: 'y'.repeat(5_000), status: 'completed' }).execute()
+      await store.db
+        .insertInto('messages')
+        .values({
+          id: assistant,
+          conversation_id: conversationId,
+          role: 'assistant',
+          content: 'calling',
+          tool_calls: JSON.stringify([{ callId: 'c1', providerCallId: 'p1', name: 'x', arguments: '{"a": 1}' }]),
+          status: 'completed',
+        })
+        .execute()
+      await store.db
+        .insertInto('messages')
+        .values({
+          id: newId(),
+          conversation_id: conversationId,
+          role: 'tool',
+          content: 'result',
+          tool_call_id: 'c1',
+          status: 'completed',
+        })
+        .execute()
+      await store.db
+        .insertInto('messages')
+        .values({
+          id: newId(),
+          conversation_id: conversationId,
+          role: 'assistant',
+          content: 'y'.repeat(5_000),
+          status: 'completed',
+        })
+        .execute()
       const later = await window.read()
       const fresh = await readTranscriptTail(store.db, conversationId, 20_000)
       expect(later).toEqual(fresh)
       expect(later.length).toBeLessThan(first.length + 3)
-      expect(later.find((message) => message.id === assistant)?.toolCalls).toEqual([{ callId: 'c1', providerCallId: 'p1', name: 'x', arguments: '{"a": 1}' }])
+      expect(later.find((message) => message.id === assistant)?.toolCalls).toEqual([
+        { callId: 'c1', providerCallId: 'p1', name: 'x', arguments: '{"a": 1}' },
+      ])
       // Nothing new: nothing changes.
       expect(await window.read()).toEqual(fresh)
     })
@@ -83,7 +120,22 @@ for (const engine of testEngines()) {
       // A run started in the idle conversation reads its window in the same statement (emoji and CJK count as the database counts them).
       const input = 'and 🙂 再一次 — the window?'
       const started = await store.startRun(
-        { conversationId, projectId: (await store.db.selectFrom('conversations').select('project_id').where('id', '=', conversationId).executeTakeFirstOrThrow()).project_id, ownerId: alice.user.id, model: 'small', maxIterations: 1, approvalPolicy: 'ask', clientTools: [], input },
+        {
+          conversationId,
+          projectId: (
+            await store.db
+              .selectFrom('conversations')
+              .select('project_id')
+              .where('id', '=', conversationId)
+              .executeTakeFirstOrThrow()
+          ).project_id,
+          ownerId: alice.user.id,
+          model: 'small',
+          maxIterations: 1,
+          approvalPolicy: 'ask',
+          clientTools: [],
+          input,
+        },
         { owner: 'test.1', expiresAt: new Date(Date.now() + 60_000) },
         { maxChars: 20_000 },
       )
@@ -93,10 +145,25 @@ for (const engine of testEngines()) {
       expect(window.extend([])).toEqual(await readTranscriptTail(store.db, conversationId, 20_000))
       expect(window.extend([]).at(-1)).toMatchObject({ role: 'user', content: input })
       // What was added after it, read inside another statement (as the round's opening carries it).
-      await store.db.insertInto('messages').values({ id: newId(), conversation_id: conversationId, role: 'assistant', content: '答 🙂'.repeat(2_000), status: 'completed' }).execute()
+      await store.db
+        .insertInto('messages')
+        .values({
+          id: newId(),
+          conversation_id: conversationId,
+          role: 'assistant',
+          content: '答 🙂'.repeat(2_000),
+          status: 'completed',
+        })
+        .execute()
       const { rows } = await sql<{ added: unknown }>`select (${window.addedRead()!}) as added`.execute(store.db)
-      expect(window.extend(transcriptRowsFromJson(rows[0]!.added))).toEqual(await readTranscriptTail(store.db, conversationId, 20_000))
-      await store.db.updateTable('runs').set({ status: 'completed', lease_owner: null }).where('id', '=', started!.run.id).execute()
+      expect(window.extend(transcriptRowsFromJson(rows[0]!.added))).toEqual(
+        await readTranscriptTail(store.db, conversationId, 20_000),
+      )
+      await store.db
+        .updateTable('runs')
+        .set({ status: 'completed', lease_owner: null })
+        .where('id', '=', started!.run.id)
+        .execute()
     })
   })
 }

@@ -15,9 +15,13 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 // A real page built on @ai-sdk/react's useChat (test/__fixtures__/use-chat-page, wired as
 // docs/ui-stream.md shows), bundled here with esbuild, served from its own origin and driven in Chromium
 // against a Plinth that allows that origin (CORS), as a frontend of one's own would be.
-const executablePath = process.env.PLINTH_CHROMIUM ?? ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((path) => existsSync(path))
-if (!executablePath && process.env.REQUIRE_BROWSER === '1') throw new Error('REQUIRE_BROWSER=1 but no Chromium is installed (apt-get install chromium)')
-if (!executablePath) console.warn('[plinth tests] skipping the useChat browser tests: no Chromium (apt-get install chromium)')
+const executablePath =
+  process.env.PLINTH_CHROMIUM ??
+  ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find((path) => existsSync(path))
+if (!executablePath && process.env.REQUIRE_BROWSER === '1')
+  throw new Error('REQUIRE_BROWSER=1 but no Chromium is installed (apt-get install chromium)')
+if (!executablePath)
+  console.warn('[plinth tests] skipping the useChat browser tests: no Chromium (apt-get install chromium)')
 
 const pageDir = fileURLToPath(new URL('./__fixtures__/use-chat-page/', import.meta.url))
 const halfAnswer = 'Counting slowly: one, two, three, '
@@ -47,7 +51,8 @@ class GatedModel implements LanguageModel {
       request.signal?.addEventListener('abort', () => resolve(), { once: true })
     })
     if (request.signal?.aborted) return
-    for (const piece of wholeAnswer.slice(halfAnswer.length).match(/\S+\s*/g) ?? []) yield { type: 'text-delta', text: piece }
+    for (const piece of wholeAnswer.slice(halfAnswer.length).match(/\S+\s*/g) ?? [])
+      yield { type: 'text-delta', text: piece }
     yield { type: 'usage', usage: { inputTokens: 10, outputTokens: 10 } }
     yield { type: 'finish', reason: 'stop' }
   }
@@ -111,7 +116,8 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
         gated = new GatedModel()
         server = await startTestServer(store, { models: [model, gated], plugins: ['rdm'], corsOrigins: [page.origin] })
         alice = await server.createUser()
-        projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'useChat' } })).body.id
+        projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'useChat' } }))
+          .body.id
       })
       afterAll(async () => {
         await server?.close()
@@ -120,11 +126,17 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
 
       /** A new conversation and the page open on it, signed in with alice's token. */
       async function openChat(options: { model?: string } = {}): Promise<{ tab: Page; conversationId: string }> {
-        const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id as string
+        const conversationId = (
+          await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+        ).body.id as string
         const tab = await browser.newPage({ viewport: { width: 900, height: 760 } })
         tab.setDefaultTimeout(45_000)
         tab.on('pageerror', (error) => console.warn('[useChat page error]', error.message))
-        const query = new URLSearchParams({ conversation: conversationId, api: server.url, ...(options.model && { model: options.model }) })
+        const query = new URLSearchParams({
+          conversation: conversationId,
+          api: server.url,
+          ...(options.model && { model: options.model }),
+        })
         await tab.goto(`${page.origin}/?${query}#token=${encodeURIComponent(alice.token)}`)
         await tab.locator('[data-testid=chat][data-status=ready]').waitFor()
         return { tab, conversationId }
@@ -138,8 +150,13 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
         const chat = await tab.locator('[data-testid=chat]').elementHandle()
         await tab.waitForFunction(
           ({ chat, texts, status }) => {
-            const shown = [...chat.querySelectorAll('[data-testid=message-assistant]')].map((message) => [...message.querySelectorAll('[data-testid=text]')].map((part) => part.textContent).join(''))
-            return (status === undefined || chat.getAttribute('data-status') === status) && JSON.stringify(shown) === JSON.stringify(texts)
+            const shown = [...chat.querySelectorAll('[data-testid=message-assistant]')].map((message) =>
+              [...message.querySelectorAll('[data-testid=text]')].map((part) => part.textContent).join(''),
+            )
+            return (
+              (status === undefined || chat.getAttribute('data-status') === status) &&
+              JSON.stringify(shown) === JSON.stringify(texts)
+            )
           },
           { chat: chat!, texts, status },
           { timeout: 45_000 },
@@ -148,7 +165,13 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
       /** Waits until the page is idle again with one assistant message whose text is `text`. */
       const answered = (tab: Page, text: string): Promise<void> => showing(tab, [text], 'ready')
       const assistantTexts = (tab: Page): Promise<string[]> =>
-        tab.locator('[data-testid=message-assistant]').evaluateAll((messages) => messages.map((message) => [...message.querySelectorAll('[data-testid=text]')].map((part) => part.textContent).join('')))
+        tab
+          .locator('[data-testid=message-assistant]')
+          .evaluateAll((messages) =>
+            messages.map((message) =>
+              [...message.querySelectorAll('[data-testid=text]')].map((part) => part.textContent).join(''),
+            ),
+          )
 
       it('a streamed answer shows with its exact text, in one assistant message whose id is the run id', async () => {
         model.setTurns([{ text: 'Hello from Plinth, streamed word by word.' }])
@@ -158,25 +181,42 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
         await expect(tab.locator('[data-testid=message-user]').innerText()).resolves.toContain('Say hello.')
         expect(await assistantTexts(tab)).toEqual(['Hello from Plinth, streamed word by word.'])
         const runId = await tab.locator('[data-testid=message-assistant]').getAttribute('data-message-id')
-        expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body).toMatchObject({ conversationId, status: 'completed' })
+        expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body).toMatchObject({
+          conversationId,
+          status: 'completed',
+        })
         await expect(tab.locator('[data-testid=error]').count()).resolves.toBe(0)
         await tab.close()
       })
 
       it('a tool call Plinth runs shows as a tool part with its input and output, then the answer', async () => {
-        model.setTurns([{ toolCalls: [{ name: 'rdm__ping', arguments: { target: 'db-1' } }] }, { text: 'db-1 answers.' }])
+        model.setTurns([
+          { toolCalls: [{ name: 'rdm__ping', arguments: { target: 'db-1' } }] },
+          { text: 'db-1 answers.' },
+        ])
         const { tab } = await openChat()
         await send(tab, 'Ping db-1.')
         await answered(tab, 'db-1 answers.')
         const tool = tab.locator('[data-testid=tool][data-tool-name=rdm__ping]')
         await expect(tool.getAttribute('data-state')).resolves.toBe('output-available')
         expect(JSON.parse(await tool.locator('[data-testid=tool-input]').innerText())).toEqual({ target: 'db-1' })
-        expect(JSON.parse(await tool.locator('[data-testid=tool-output]').innerText())).toMatchObject({ pong: true, target: 'db-1' })
+        expect(JSON.parse(await tool.locator('[data-testid=tool-output]').innerText())).toMatchObject({
+          pong: true,
+          target: 'db-1',
+        })
         await tab.close()
       })
 
       it('a call that needs approval shows Approve; clicking it in the page lets the run go on to its answer', async () => {
-        model.setTurns([{ text: 'Writing it down.', toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'From the page', body: 'approved in Chromium' } }] }, { text: 'Done: the draft is written.' }])
+        model.setTurns([
+          {
+            text: 'Writing it down.',
+            toolCalls: [
+              { name: 'rdm__draft__compose', arguments: { title: 'From the page', body: 'approved in Chromium' } },
+            ],
+          },
+          { text: 'Done: the draft is written.' },
+        ])
         const { tab } = await openChat()
         await send(tab, 'Write it up.')
         const tool = tab.locator('[data-testid=tool][data-tool-name=rdm__draft__compose]')
@@ -191,12 +231,21 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
         await tool.locator('[data-testid=approve]').click()
         await answered(tab, 'Writing it down.Done: the draft is written.')
         await expect(tool.getAttribute('data-state')).resolves.toBe('output-available')
-        expect(JSON.parse(await tool.locator('[data-testid=tool-output]').innerText())).toMatchObject({ title: 'From the page', status: 'draft' })
+        expect(JSON.parse(await tool.locator('[data-testid=tool-output]').innerText())).toMatchObject({
+          title: 'From the page',
+          status: 'draft',
+        })
         // The same assistant message went on: one of it, with the run's id; the decision is approved.
         await expect(tab.locator('[data-testid=message-assistant]').count()).resolves.toBe(1)
-        await expect(tab.locator('[data-testid=message-assistant]').getAttribute('data-message-id')).resolves.toBe(runId)
-        expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body.status).toBe('completed')
-        expect((await server.request('GET', `/api/decisions/${decisionId}`, { token: alice.token })).body).toMatchObject({ status: 'approved', runId })
+        await expect(tab.locator('[data-testid=message-assistant]').getAttribute('data-message-id')).resolves.toBe(
+          runId,
+        )
+        expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body.status).toBe(
+          'completed',
+        )
+        expect(
+          (await server.request('GET', `/api/decisions/${decisionId}`, { token: alice.token })).body,
+        ).toMatchObject({ status: 'approved', runId })
         await tab.screenshot({ path: join(screenshots, `usechat-approval-${engine}.png`), fullPage: true })
         await tab.close()
       })
@@ -208,15 +257,23 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
         const runId = await tab.locator('[data-testid=message-assistant]').getAttribute('data-message-id')
         expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body.status).toBe('running')
         // The reloaded page GETs the active run's message (useChat's resume): what came so far, once.
-        const resumed = tab.waitForResponse((response) => response.request().method() === 'GET' && response.url().endsWith(`/api/conversations/${conversationId}/ui-stream`))
+        const resumed = tab.waitForResponse(
+          (response) =>
+            response.request().method() === 'GET' &&
+            response.url().endsWith(`/api/conversations/${conversationId}/ui-stream`),
+        )
         await tab.reload()
         expect((await resumed).status()).toBe(200)
         await showing(tab, [halfAnswer], 'streaming')
         gated.open()
         await answered(tab, wholeAnswer)
         expect(await assistantTexts(tab)).toEqual([wholeAnswer])
-        await expect(tab.locator('[data-testid=message-assistant]').getAttribute('data-message-id')).resolves.toBe(runId)
-        expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body.status).toBe('completed')
+        await expect(tab.locator('[data-testid=message-assistant]').getAttribute('data-message-id')).resolves.toBe(
+          runId,
+        )
+        expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body.status).toBe(
+          'completed',
+        )
         await tab.close()
       })
     })

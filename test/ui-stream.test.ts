@@ -8,7 +8,15 @@ import { startTestServer, type TestServer, type TestUser } from './helpers/test-
 // The AI SDK's UI message stream (useChat) over a conversation, read by the real `ai`
 // package's transport and reader (docs/ui-stream.md).
 
-type ToolPart = { type: string; toolCallId: string; toolName: string; state: string; input?: unknown; output?: unknown; approval?: { id: string; approved?: boolean } }
+type ToolPart = {
+  type: string
+  toolCallId: string
+  toolName: string
+  state: string
+  input?: unknown
+  output?: unknown
+  approval?: { id: string; approved?: boolean }
+}
 
 for (const engine of testEngines()) {
   describe(`UI message stream on ${engine}`, () => {
@@ -30,21 +38,54 @@ for (const engine of testEngines()) {
       await store?.close()
     })
 
-    const conversation = async (): Promise<string> => (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
-    const transportFor = (conversationId: string, body: Record<string, unknown> = {}): DefaultChatTransport<UIMessage> =>
-      new DefaultChatTransport({ api: `${server.url}/api/conversations/${conversationId}/ui-stream`, headers: { authorization: `Bearer ${alice.token}` }, body })
-    const userMessage = (text: string): UIMessage => ({ id: `u-${Math.random().toString(36).slice(2)}`, role: 'user', parts: [{ type: 'text', text }] })
+    const conversation = async (): Promise<string> =>
+      (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body
+        .id
+    const transportFor = (
+      conversationId: string,
+      body: Record<string, unknown> = {},
+    ): DefaultChatTransport<UIMessage> =>
+      new DefaultChatTransport({
+        api: `${server.url}/api/conversations/${conversationId}/ui-stream`,
+        headers: { authorization: `Bearer ${alice.token}` },
+        body,
+      })
+    const userMessage = (text: string): UIMessage => ({
+      id: `u-${Math.random().toString(36).slice(2)}`,
+      role: 'user',
+      parts: [{ type: 'text', text }],
+    })
 
     /** Sends like useChat and reads the stream like it: the assistant message as it ends up. */
-    async function send(conversationId: string, messages: UIMessage[], options: { continuing?: UIMessage; body?: Record<string, unknown> } = {}): Promise<UIMessage> {
-      const stream = await transportFor(conversationId, options.body).sendMessages({ chatId: conversationId, messages, trigger: 'submit-message', messageId: undefined, abortSignal: undefined })
+    async function send(
+      conversationId: string,
+      messages: UIMessage[],
+      options: { continuing?: UIMessage; body?: Record<string, unknown> } = {},
+    ): Promise<UIMessage> {
+      const stream = await transportFor(conversationId, options.body).sendMessages({
+        chatId: conversationId,
+        messages,
+        trigger: 'submit-message',
+        messageId: undefined,
+        abortSignal: undefined,
+      })
       let last: UIMessage | undefined
-      for await (const message of readUIMessageStream({ stream, ...(options.continuing && { message: options.continuing }), terminateOnError: true })) last = message
+      for await (const message of readUIMessageStream({
+        stream,
+        ...(options.continuing && { message: options.continuing }),
+        terminateOnError: true,
+      }))
+        last = message
       if (!last) throw new Error('no message')
       return last
     }
-    const text = (message: UIMessage): string => message.parts.filter((part) => part.type === 'text').map((part) => (part as { text: string }).text).join('')
-    const tools = (message: UIMessage): ToolPart[] => message.parts.filter((part) => part.type === 'dynamic-tool') as unknown as ToolPart[]
+    const text = (message: UIMessage): string =>
+      message.parts
+        .filter((part) => part.type === 'text')
+        .map((part) => (part as { text: string }).text)
+        .join('')
+    const tools = (message: UIMessage): ToolPart[] =>
+      message.parts.filter((part) => part.type === 'dynamic-tool') as unknown as ToolPart[]
 
     it('streams an answer as one assistant message whose id is the run id', async () => {
       model.setTurns([{ text: 'Hello from Plinth, streamed word by word.' }])
@@ -59,9 +100,14 @@ for (const engine of testEngines()) {
       expect(raw.headers.get('content-type')).toContain('text/event-stream')
       const body = await raw.text()
       expect(body.trim().endsWith('data: [DONE]')).toBe(true)
-      const types = body.split('\n\n').filter((frame) => frame.startsWith('data: {')).map((frame) => (JSON.parse(frame.slice(6)) as { type: string }).type)
+      const types = body
+        .split('\n\n')
+        .filter((frame) => frame.startsWith('data: {'))
+        .map((frame) => (JSON.parse(frame.slice(6)) as { type: string }).type)
       expect(types[0]).toBe('start')
-      expect(types).toEqual(expect.arrayContaining(['start-step', 'text-start', 'text-delta', 'text-end', 'finish-step', 'finish']))
+      expect(types).toEqual(
+        expect.arrayContaining(['start-step', 'text-start', 'text-delta', 'text-end', 'finish-step', 'finish']),
+      )
 
       model.setTurns([{ text: 'Second answer.' }])
       const message = await send(conversationId, [userMessage('again')])
@@ -76,54 +122,118 @@ for (const engine of testEngines()) {
       const conversationId = await conversation()
       const message = await send(conversationId, [userMessage('ping db-1')])
       const [ping] = tools(message)
-      expect(ping).toMatchObject({ toolName: 'rdm__ping', state: 'output-available', input: { target: 'db-1' }, output: { pong: true, target: 'db-1' } })
+      expect(ping).toMatchObject({
+        toolName: 'rdm__ping',
+        state: 'output-available',
+        input: { target: 'db-1' },
+        output: { pong: true, target: 'db-1' },
+      })
       expect(text(message)).toBe('db-1 answers.')
     })
 
     it('a call that waits for a person is an approval request; the approval answers the decision and the same message continues', async () => {
-      model.setTurns([{ text: 'Writing it down.', toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'From useChat', body: 'approved in the page' } }] }, { text: 'Done: the draft is written.' }])
+      model.setTurns([
+        {
+          text: 'Writing it down.',
+          toolCalls: [
+            { name: 'rdm__draft__compose', arguments: { title: 'From useChat', body: 'approved in the page' } },
+          ],
+        },
+        { text: 'Done: the draft is written.' },
+      ])
       const conversationId = await conversation()
       const first = userMessage('write it up')
       const asked = await send(conversationId, [first])
       const [compose] = tools(asked)
-      expect(compose).toMatchObject({ toolName: 'rdm__draft__compose', state: 'approval-requested', approval: { id: expect.any(String) } })
+      expect(compose).toMatchObject({
+        toolName: 'rdm__draft__compose',
+        state: 'approval-requested',
+        approval: { id: expect.any(String) },
+      })
       const decision = await server.request('GET', `/api/decisions/${compose!.approval!.id}`, { token: alice.token })
       expect(decision.body).toMatchObject({ status: 'pending', runId: asked.id, commandId: 'rdm.draft.compose' })
       // What addToolApprovalResponse does to the part, then the request sendAutomaticallyWhen sends.
       const answered: UIMessage = {
         ...asked,
-        parts: asked.parts.map((part) => (part.type === 'dynamic-tool' ? ({ ...part, state: 'approval-responded', approval: { id: compose!.approval!.id, approved: true } } as unknown as typeof part) : part)),
+        parts: asked.parts.map((part) =>
+          part.type === 'dynamic-tool'
+            ? ({
+                ...part,
+                state: 'approval-responded',
+                approval: { id: compose!.approval!.id, approved: true },
+              } as unknown as typeof part)
+            : part,
+        ),
       }
       const continued = await send(conversationId, [first, answered], { continuing: answered })
       expect(continued.id).toBe(asked.id)
-      expect(tools(continued)[0]).toMatchObject({ state: 'output-available', output: { title: 'From useChat', status: 'draft' } })
+      expect(tools(continued)[0]).toMatchObject({
+        state: 'output-available',
+        output: { title: 'From useChat', status: 'draft' },
+      })
       expect(text(continued)).toBe('Writing it down.Done: the draft is written.')
-      expect((await server.request('GET', `/api/decisions/${compose!.approval!.id}`, { token: alice.token })).body.status).toBe('approved')
+      expect(
+        (await server.request('GET', `/api/decisions/${compose!.approval!.id}`, { token: alice.token })).body.status,
+      ).toBe('approved')
     })
 
     it('a denied approval rejects the call: the part is output-denied and the run goes on', async () => {
-      model.setTurns([{ toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Never', body: 'x' } }] }, { text: 'Not written, as you asked.' }])
+      model.setTurns([
+        { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Never', body: 'x' } }] },
+        { text: 'Not written, as you asked.' },
+      ])
       const conversationId = await conversation()
       const first = userMessage('write')
       const asked = await send(conversationId, [first])
       const approvalId = tools(asked)[0]!.approval!.id
-      const answered: UIMessage = { ...asked, parts: asked.parts.map((part) => (part.type === 'dynamic-tool' ? ({ ...part, state: 'approval-responded', approval: { id: approvalId, approved: false, reason: 'not now' } } as unknown as typeof part) : part)) }
+      const answered: UIMessage = {
+        ...asked,
+        parts: asked.parts.map((part) =>
+          part.type === 'dynamic-tool'
+            ? ({
+                ...part,
+                state: 'approval-responded',
+                approval: { id: approvalId, approved: false, reason: 'not now' },
+              } as unknown as typeof part)
+            : part,
+        ),
+      }
       const continued = await send(conversationId, [first, answered], { continuing: answered })
       expect(tools(continued)[0]!.state).toBe('output-denied')
       expect(text(continued)).toBe('Not written, as you asked.')
     })
 
     it('a client tool is the client’s to run (not providerExecuted); its output continues the run', async () => {
-      model.setTurns([{ toolCalls: [{ name: 'pick_color', arguments: { from: ['red', 'blue'] } }] }, { text: 'You picked blue.' }])
+      model.setTurns([
+        { toolCalls: [{ name: 'pick_color', arguments: { from: ['red', 'blue'] } }] },
+        { text: 'You picked blue.' },
+      ])
       const conversationId = await conversation()
       const first = userMessage('pick a color')
-      const body = { clientTools: [{ name: 'pick_color', description: 'Ask the user for a color', parameters: { type: 'object', properties: { from: { type: 'array', items: { type: 'string' } } } } }] }
+      const body = {
+        clientTools: [
+          {
+            name: 'pick_color',
+            description: 'Ask the user for a color',
+            parameters: { type: 'object', properties: { from: { type: 'array', items: { type: 'string' } } } },
+          },
+        ],
+      }
       const asked = await send(conversationId, [first], { body })
       const [pick] = tools(asked)
       expect(pick).toMatchObject({ toolName: 'pick_color', state: 'input-available', input: { from: ['red', 'blue'] } })
-      expect((asked.parts.find((part) => part.type === 'dynamic-tool') as { providerExecuted?: boolean }).providerExecuted).toBe(false)
+      expect(
+        (asked.parts.find((part) => part.type === 'dynamic-tool') as { providerExecuted?: boolean }).providerExecuted,
+      ).toBe(false)
       // What addToolOutput does, then the automatic send.
-      const answered: UIMessage = { ...asked, parts: asked.parts.map((part) => (part.type === 'dynamic-tool' ? ({ ...part, state: 'output-available', output: { color: 'blue' } } as unknown as typeof part) : part)) }
+      const answered: UIMessage = {
+        ...asked,
+        parts: asked.parts.map((part) =>
+          part.type === 'dynamic-tool'
+            ? ({ ...part, state: 'output-available', output: { color: 'blue' } } as unknown as typeof part)
+            : part,
+        ),
+      }
       const continued = await send(conversationId, [first, answered], { continuing: answered })
       expect(text(continued)).toBe('You picked blue.')
       expect(model.calls.at(-1)!.messages.some((message) => JSON.stringify(message).includes('blue'))).toBe(true)
@@ -135,7 +245,13 @@ for (const engine of testEngines()) {
       const transport = transportFor(conversationId)
       // The first request goes away early, as a reload would; the run goes on.
       const controller = new AbortController()
-      const stream = await transport.sendMessages({ chatId: conversationId, messages: [userMessage('count')], trigger: 'submit-message', messageId: undefined, abortSignal: controller.signal })
+      const stream = await transport.sendMessages({
+        chatId: conversationId,
+        messages: [userMessage('count')],
+        trigger: 'submit-message',
+        messageId: undefined,
+        abortSignal: controller.signal,
+      })
       const reader = stream.getReader()
       for (;;) {
         const { value } = await reader.read()
@@ -151,25 +267,39 @@ for (const engine of testEngines()) {
       let last: UIMessage | undefined
       for await (const message of readUIMessageStream({ stream: resumed!, terminateOnError: true })) last = message
       expect(text(last!)).toBe('one two three four five six seven eight nine ten')
-      const idle = await fetch(`${server.url}/api/conversations/${conversationId}/ui-stream`, { headers: { authorization: `Bearer ${alice.token}` } })
+      const idle = await fetch(`${server.url}/api/conversations/${conversationId}/ui-stream`, {
+        headers: { authorization: `Bearer ${alice.token}` },
+      })
       expect(idle.status).toBe(204)
     })
 
     it('refuses what it cannot act on with problem+json and a stable code', async () => {
       const conversationId = await conversation()
-      const post = (body: unknown) => server.request('POST', `/api/conversations/${conversationId}/ui-stream`, { token: alice.token, body })
+      const post = (body: unknown) =>
+        server.request('POST', `/api/conversations/${conversationId}/ui-stream`, { token: alice.token, body })
       const role = await post({ messages: [{ id: 'm', role: 'robot', parts: [{ type: 'text', text: 'x' }] }] })
       expect(role.status).toBe(400)
-      expect(role.body).toMatchObject({ code: 'invalid_ui_message', detail: expect.stringContaining('messages[0].role') })
+      expect(role.body).toMatchObject({
+        code: 'invalid_ui_message',
+        detail: expect.stringContaining('messages[0].role'),
+      })
       const part = await post({ messages: [{ id: 'm', role: 'user', parts: [{ type: 'hologram' }] }] })
-      expect(part.body).toMatchObject({ code: 'invalid_ui_message', detail: expect.stringContaining('messages[0].parts[0].type') })
-      const file = await post({ messages: [{ id: 'm', role: 'user', parts: [{ type: 'file', mediaType: 'image/png', url: 'data:,' }] }] })
+      expect(part.body).toMatchObject({
+        code: 'invalid_ui_message',
+        detail: expect.stringContaining('messages[0].parts[0].type'),
+      })
+      const file = await post({
+        messages: [{ id: 'm', role: 'user', parts: [{ type: 'file', mediaType: 'image/png', url: 'data:,' }] }],
+      })
       expect(file.body.code).toBe('unsupported_ui_part')
       expect((await post({ id: 'another-chat', messages: [userMessage('x')] })).body.code).toBe('chat_id_mismatch')
       expect((await post({ messages: [] })).status).toBe(400)
       expect((await post({ messages: [{ id: 'nope', role: 'assistant', parts: [] }] })).status).toBe(404)
       const strangers = await server.createUser()
-      const hidden = await server.request('POST', `/api/conversations/${conversationId}/ui-stream`, { token: strangers.token, body: { messages: [userMessage('x')] } })
+      const hidden = await server.request('POST', `/api/conversations/${conversationId}/ui-stream`, {
+        token: strangers.token,
+        body: { messages: [userMessage('x')] },
+      })
       expect(hidden.status).toBe(404)
     })
   })

@@ -48,7 +48,8 @@ function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     const raw = env[name]
     if (raw === undefined || raw === '') return fallback
     const value = Number(raw)
-    if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`)
+    if (!Number.isInteger(value) || value < min)
+      throw new Error(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`)
     return value
   }
   return {
@@ -84,13 +85,22 @@ export async function runFrontendsBench(databaseUrl: string | undefined): Promis
   console.log(`\n${format(results, skipped)}`)
 }
 
-async function onEngine(engine: string, databaseUrl: string | undefined, upstreamUrl: string, settings: Settings): Promise<EngineResult> {
+async function onEngine(
+  engine: string,
+  databaseUrl: string | undefined,
+  upstreamUrl: string,
+  settings: Settings,
+): Promise<EngineResult> {
   console.log(`  ${engine}: starting`)
   const plinth = await startPlinthAgent(upstreamUrl, databaseUrl)
   try {
     const { target, projectId } = plinth
     const rounds = settings.warmup + settings.rounds
-    const conversations = await createConversations(target, projectId, routes.length * (rounds + settings.ttftRounds + settings.cpuRounds) + 1)
+    const conversations = await createConversations(
+      target,
+      projectId,
+      routes.length * (rounds + settings.ttftRounds + settings.cpuRounds) + 1,
+    )
     const take = (): string => conversations.shift() ?? ''
     const total = Object.fromEntries(routes.map((route) => [route, [] as number[]])) as Record<Route, number[]>
     const ttft = Object.fromEntries(routes.map((route) => [route, [] as number[]])) as Record<Route, number[]>
@@ -103,12 +113,27 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
       }
     }
     const mapping = await measureMappingCost(target, await completedRun(target, conversations.shift() ?? ''), 'c')
-    const result: EngineResult = { engine, total: summaries(total), ttft: summaries(ttft), pairedTotal: paired(total), pairedTtft: paired(ttft), pacedTtft: null, pairedPacedTtft: null, cpuMs: null, mapping }
-    console.log(`  ${engine}: round p50 native ${ms(result.total.native.p50)} ms, AG-UI ${ms(result.total['AG-UI'].p50)} ms, UI stream ${ms(result.total['UI stream'].p50)} ms`)
+    const result: EngineResult = {
+      engine,
+      total: summaries(total),
+      ttft: summaries(ttft),
+      pairedTotal: paired(total),
+      pairedTtft: paired(ttft),
+      pacedTtft: null,
+      pairedPacedTtft: null,
+      cpuMs: null,
+      mapping,
+    }
+    console.log(
+      `  ${engine}: round p50 native ${ms(result.total.native.p50)} ms, AG-UI ${ms(result.total['AG-UI'].p50)} ms, UI stream ${ms(result.total['UI stream'].p50)} ms`,
+    )
     if (settings.ttftRounds > 0) {
       const paced = Object.fromEntries(routes.map((route) => [route, [] as number[]])) as Record<Route, number[]>
       for (let index = 0; index < settings.ttftRounds; index++) {
-        for (const route of rotate(routes, index)) paced[route].push((await round(route, target, take(), { model: pacedTtftModel.id, checkAnswer: false })).ttftMs)
+        for (const route of rotate(routes, index))
+          paced[route].push(
+            (await round(route, target, take(), { model: pacedTtftModel.id, checkAnswer: false })).ttftMs,
+          )
       }
       result.pacedTtft = summaries(paced)
       result.pairedPacedTtft = paired(paced)
@@ -143,7 +168,8 @@ async function completedRun(target: { url: string; token: string }, conversation
     body: JSON.stringify({ input: 'What is the weather in Paris?' }),
   })
   const run = (await response.json()) as { id?: string; status?: string }
-  if (response.status !== 201 || run.status !== 'completed' || !run.id) throw new Error(`the reference run answered ${response.status} ${run.status}`)
+  if (response.status !== 201 || run.status !== 'completed' || !run.id)
+    throw new Error(`the reference run answered ${response.status} ${run.status}`)
   return run.id
 }
 
@@ -154,7 +180,12 @@ function rotate<T>(items: readonly T[], by: number): T[] {
 }
 
 function paired(values: Record<Route, number[]>): Record<Route, number> {
-  return Object.fromEntries(routes.map((route) => [route, summarize(values[route].map((value, index) => value - (values.native[index] ?? Number.NaN))).p50])) as Record<Route, number>
+  return Object.fromEntries(
+    routes.map((route) => [
+      route,
+      summarize(values[route].map((value, index) => value - (values.native[index] ?? Number.NaN))).p50,
+    ]),
+  ) as Record<Route, number>
 }
 
 function summaries(values: Record<Route, number[]>): Record<Route, Summary> {
@@ -168,7 +199,9 @@ function format(results: EngineResult[], skipped: string[]): string {
       `${result.engine}, ${route}`,
       ms(result.total[route].p50),
       ms(result.total[route].p95),
-      route === 'native' ? '' : `${ms(result.pairedTotal[route])} (${percent(result.total.native.p50 + result.pairedTotal[route], result.total.native.p50)})`,
+      route === 'native'
+        ? ''
+        : `${ms(result.pairedTotal[route])} (${percent(result.total.native.p50 + result.pairedTotal[route], result.total.native.p50)})`,
       ms(result.ttft[route].p50),
       route === 'native' ? '' : ms(result.pairedTtft[route]),
       result.pacedTtft ? ms(result.pacedTtft[route].p50) : 'n/a',
@@ -178,7 +211,21 @@ function format(results: EngineResult[], skipped: string[]): string {
     ]),
   )
   return [
-    table(['agent round (ms)', 'round p50', 'p95', 'Δ native', 'first text p50', 'Δ native', 'paced first text p50', 'Δ native', 'server cpu', 'Δ native'], rows),
+    table(
+      [
+        'agent round (ms)',
+        'round p50',
+        'p95',
+        'Δ native',
+        'first text p50',
+        'Δ native',
+        'paced first text p50',
+        'Δ native',
+        'server cpu',
+        'Δ native',
+      ],
+      rows,
+    ),
     ...results.flatMap(({ engine, mapping }) => [
       `  ${engine}: in process, per round of ${mapping.events} log events → ${mapping.agUiEvents} AG-UI events: input check ${mapping.inputUs.toFixed(0)} µs, mapping + encoding ${mapping.mapEncodeUs.toFixed(0)} µs`,
       `  ${engine}: in process, per round of ${mapping.events} log events → ${mapping.uiChunks} UI message parts: request check ${mapping.uiInputUs.toFixed(0)} µs, mapping + framing ${mapping.uiMapEncodeUs.toFixed(0)} µs`,

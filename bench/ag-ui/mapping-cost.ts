@@ -32,11 +32,22 @@ export interface MappingCost {
 
 /** The events of run `runId` as the log holds them. */
 async function runEvents(target: PlinthTarget, runId: string): Promise<EventRecord[]> {
-  const response = await fetch(`${target.url}/api/runs/${runId}/events`, { headers: { authorization: `Bearer ${target.token}`, accept: 'text/event-stream' } })
+  const response = await fetch(`${target.url}/api/runs/${runId}/events`, {
+    headers: { authorization: `Bearer ${target.token}`, accept: 'text/event-stream' },
+  })
   const events: EventRecord[] = []
   await readEventStream(response.body, (message) => {
     if (!message.id || !message.event) return
-    events.push({ id: Number(message.id), type: message.event, projectId: null, conversationId: null, runId, userId: null, data: JSON.parse(message.data) as EventRecord['data'], createdAt: '' })
+    events.push({
+      id: Number(message.id),
+      type: message.event,
+      projectId: null,
+      conversationId: null,
+      runId,
+      userId: null,
+      data: JSON.parse(message.data) as EventRecord['data'],
+      createdAt: '',
+    })
   })
   return events
 }
@@ -49,10 +60,22 @@ function timeUs(work: () => void, repetitions: number): number {
   return ((performance.now() - started) * 1000) / repetitions
 }
 
-export async function measureMappingCost(target: PlinthTarget, runId: string, conversationId: string, repetitions = 5000): Promise<MappingCost> {
+export async function measureMappingCost(
+  target: PlinthTarget,
+  runId: string,
+  conversationId: string,
+  repetitions = 5000,
+): Promise<MappingCost> {
   const events = await runEvents(target, runId)
   const encoder = new EventEncoder()
-  const input = { threadId: conversationId, runId: 'bench', messages: [{ id: 'u1', role: 'user', content: 'What is the weather in Paris?' }], tools: [], context: [], forwardedProps: {} }
+  const input = {
+    threadId: conversationId,
+    runId: 'bench',
+    messages: [{ id: 'u1', role: 'user', content: 'What is the weather in Paris?' }],
+    tools: [],
+    context: [],
+    forwardedProps: {},
+  }
   let agUiEvents = 0
   const mapAgUi = (): void => {
     const mapper = new AgUiEventMapper({ threadId: conversationId, runId: 'bench', plinthRunId: runId, model: 'm' })

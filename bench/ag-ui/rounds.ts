@@ -21,14 +21,23 @@ export type Route = 'native' | 'native GET' | 'AG-UI' | 'UI stream'
 const roundTimeoutMs = 30_000
 let sequence = 0
 
-export async function round(route: Route, target: PlinthTarget, conversationId: string, options: { model?: string; checkAnswer?: boolean } = {}): Promise<RoundTiming> {
+export async function round(
+  route: Route,
+  target: PlinthTarget,
+  conversationId: string,
+  options: { model?: string; checkAnswer?: boolean } = {},
+): Promise<RoundTiming> {
   if (route === 'native') return plinthRound(target, conversationId, options)
   if (route === 'native GET') return nativeGetRound(target, conversationId, options)
   if (route === 'UI stream') return uiStreamRound(target, conversationId, options)
   return agUiRound(target, conversationId, options)
 }
 
-async function nativeGetRound(target: PlinthTarget, conversationId: string, options: { model?: string; checkAnswer?: boolean }): Promise<RoundTiming> {
+async function nativeGetRound(
+  target: PlinthTarget,
+  conversationId: string,
+  options: { model?: string; checkAnswer?: boolean },
+): Promise<RoundTiming> {
   const started = performance.now()
   const headers = { authorization: `Bearer ${target.token}`, 'content-type': 'application/json' }
   const created = await fetch(`${target.url}/api/conversations/${conversationId}/runs`, {
@@ -39,7 +48,10 @@ async function nativeGetRound(target: PlinthTarget, conversationId: string, opti
   })
   const run = (await created.json()) as { id?: string }
   if (created.status !== 201 || !run.id) throw new Error(`POST /runs answered ${created.status}`)
-  const response = await fetch(`${target.url}/api/runs/${run.id}/events`, { headers: { authorization: headers.authorization, accept: 'text/event-stream' }, signal: AbortSignal.timeout(roundTimeoutMs) })
+  const response = await fetch(`${target.url}/api/runs/${run.id}/events`, {
+    headers: { authorization: headers.authorization, accept: 'text/event-stream' },
+    signal: AbortSignal.timeout(roundTimeoutMs),
+  })
   if (response.status !== 200) throw new Error(`GET /runs/:id/events answered ${response.status}`)
   let firstDelta: number | undefined
   let completed: number | undefined
@@ -47,19 +59,30 @@ async function nativeGetRound(target: PlinthTarget, conversationId: string, opti
   await readEventStream(response.body, (event) => {
     const now = performance.now()
     if (event.event === 'message.delta') firstDelta ??= now
-    else if (event.event === 'message.completed') answer = (JSON.parse(event.data) as { content?: string }).content ?? answer
+    else if (event.event === 'message.completed')
+      answer = (JSON.parse(event.data) as { content?: string }).content ?? answer
     else if (event.event === 'run.completed') completed = now
   })
-  if (completed === undefined || firstDelta === undefined) throw new Error('the run stream ended without run.completed or message.delta')
-  if (options.checkAnswer !== false && answer !== answerText) throw new Error(`unexpected answer ${JSON.stringify(answer)}`)
+  if (completed === undefined || firstDelta === undefined)
+    throw new Error('the run stream ended without run.completed or message.delta')
+  if (options.checkAnswer !== false && answer !== answerText)
+    throw new Error(`unexpected answer ${JSON.stringify(answer)}`)
   return { totalMs: completed - started, ttftMs: firstDelta - started }
 }
 
-async function agUiRound(target: PlinthTarget, conversationId: string, options: { model?: string; checkAnswer?: boolean }): Promise<RoundTiming> {
+async function agUiRound(
+  target: PlinthTarget,
+  conversationId: string,
+  options: { model?: string; checkAnswer?: boolean },
+): Promise<RoundTiming> {
   const started = performance.now()
   const response = await fetch(`${target.url}/api/conversations/${conversationId}/ag-ui`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${target.token}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+    headers: {
+      authorization: `Bearer ${target.token}`,
+      'content-type': 'application/json',
+      accept: 'text/event-stream',
+    },
     body: JSON.stringify({
       threadId: conversationId,
       runId: `bench-${++sequence}`,
@@ -70,7 +93,8 @@ async function agUiRound(target: PlinthTarget, conversationId: string, options: 
     }),
     signal: AbortSignal.timeout(roundTimeoutMs),
   })
-  if (response.status !== 200) throw new Error(`POST /ag-ui answered ${response.status}: ${(await response.text()).slice(0, 300)}`)
+  if (response.status !== 200)
+    throw new Error(`POST /ag-ui answered ${response.status}: ${(await response.text()).slice(0, 300)}`)
   let firstText: number | undefined
   let finished: number | undefined
   let failure: string | undefined
@@ -89,13 +113,18 @@ async function agUiRound(target: PlinthTarget, conversationId: string, options: 
     } else if (event.type === 'RUN_ERROR') failure = message.data
   })
   if (failure) throw new Error(`the AG-UI run did not finish: ${failure.slice(0, 500)}`)
-  if (finished === undefined || firstText === undefined) throw new Error('the AG-UI stream ended without RUN_FINISHED or text')
+  if (finished === undefined || firstText === undefined)
+    throw new Error('the AG-UI stream ended without RUN_FINISHED or text')
   if (!toolResult) throw new Error('no TOOL_CALL_RESULT for get_weather')
   if (options.checkAnswer !== false && text !== answerText) throw new Error(`unexpected answer ${JSON.stringify(text)}`)
   return { totalMs: finished - started, ttftMs: firstText - started }
 }
 
-async function uiStreamRound(target: PlinthTarget, conversationId: string, options: { model?: string; checkAnswer?: boolean }): Promise<RoundTiming> {
+async function uiStreamRound(
+  target: PlinthTarget,
+  conversationId: string,
+  options: { model?: string; checkAnswer?: boolean },
+): Promise<RoundTiming> {
   const started = performance.now()
   const response = await fetch(`${target.url}/api/conversations/${conversationId}/ui-stream`, {
     method: 'POST',
@@ -108,7 +137,8 @@ async function uiStreamRound(target: PlinthTarget, conversationId: string, optio
     }),
     signal: AbortSignal.timeout(roundTimeoutMs),
   })
-  if (response.status !== 200) throw new Error(`POST /ui-stream answered ${response.status}: ${(await response.text()).slice(0, 300)}`)
+  if (response.status !== 200)
+    throw new Error(`POST /ui-stream answered ${response.status}: ${(await response.text()).slice(0, 300)}`)
   let firstText: number | undefined
   let done: number | undefined
   let finishReason: string | undefined
@@ -127,10 +157,12 @@ async function uiStreamRound(target: PlinthTarget, conversationId: string, optio
       text += chunk.delta ?? ''
     } else if (chunk.type === 'tool-output-available') toolOutput = true
     else if (chunk.type === 'finish') finishReason = chunk.finishReason
-    else if (chunk.type === 'error' || chunk.type === 'abort' || chunk.type === 'tool-output-error') failure = message.data
+    else if (chunk.type === 'error' || chunk.type === 'abort' || chunk.type === 'tool-output-error')
+      failure = message.data
   })
   if (failure) throw new Error(`the UI message stream failed: ${failure.slice(0, 500)}`)
-  if (done === undefined || firstText === undefined) throw new Error('the UI message stream ended without [DONE] or a text-delta')
+  if (done === undefined || firstText === undefined)
+    throw new Error('the UI message stream ended without [DONE] or a text-delta')
   if (finishReason !== 'stop') throw new Error(`the UI message stream finished ${finishReason ?? 'without finish'}`)
   if (!toolOutput) throw new Error('no tool-output-available for get_weather')
   if (options.checkAnswer !== false && text !== answerText) throw new Error(`unexpected answer ${JSON.stringify(text)}`)

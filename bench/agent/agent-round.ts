@@ -34,11 +34,16 @@ export async function plinthRound(
   const started = performance.now()
   const response = await fetch(`${target.url}/api/conversations/${conversationId}/runs`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${target.token}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+    headers: {
+      authorization: `Bearer ${target.token}`,
+      'content-type': 'application/json',
+      accept: 'text/event-stream',
+    },
     body: JSON.stringify({ input: roundInput, ...(options.model && { model: options.model }) }),
     signal: AbortSignal.timeout(roundTimeoutMs),
   })
-  if (response.status !== 201) throw new Error(`POST /runs answered ${response.status}: ${(await response.text()).slice(0, 300)}`)
+  if (response.status !== 201)
+    throw new Error(`POST /runs answered ${response.status}: ${(await response.text()).slice(0, 300)}`)
   let firstDelta: number | undefined
   let completed: number | undefined
   let failure: string | undefined
@@ -55,23 +60,32 @@ export async function plinthRound(
     else if (event.event === 'tool_call.completed') toolStatus = (JSON.parse(event.data) as { status?: string }).status
     else if (event.event === 'message.completed') answer = (JSON.parse(event.data) as { content?: string }).content
     else if (event.event === 'run.completed') completed = now
-    else if (event.event === 'run.failed' || event.event === 'run.cancelled' || event.event === 'run.expired') failure = `${event.event} ${event.data}`
+    else if (event.event === 'run.failed' || event.event === 'run.cancelled' || event.event === 'run.expired')
+      failure = `${event.event} ${event.data}`
   })
   if (failure) throw new Error(`the run did not complete: ${failure.slice(0, 500)}`)
-  if (completed === undefined || firstDelta === undefined) throw new Error('the run stream ended without run.completed or message.delta')
+  if (completed === undefined || firstDelta === undefined)
+    throw new Error('the run stream ended without run.completed or message.delta')
   if (toolStatus !== 'ok') throw new Error(`the get_weather call ended ${toolStatus ?? 'without a result'}`)
-  if (options.checkAnswer !== false && answer !== answerText) throw new Error(`unexpected answer ${JSON.stringify(answer)}`)
+  if (options.checkAnswer !== false && answer !== answerText)
+    throw new Error(`unexpected answer ${JSON.stringify(answer)}`)
   return { totalMs: completed - started, ttftMs: firstDelta - started, events, trace }
 }
 
-const systemPrompt = 'You are an agent working inside Plinth. Use the tools offered when they help; a person may have to approve some calls. Answer concisely.'
+const systemPrompt =
+  'You are an agent working inside Plinth. Use the tools offered when they help; a person may have to approve some calls. Answer concisely.'
 const tools = [
   {
     type: 'function',
     function: {
       name: 'get_weather',
       description: 'The current weather in a city.',
-      parameters: { type: 'object', required: ['city'], additionalProperties: false, properties: { city: { type: 'string', minLength: 1, maxLength: 100 } } },
+      parameters: {
+        type: 'object',
+        required: ['city'],
+        additionalProperties: false,
+        properties: { city: { type: 'string', minLength: 1, maxLength: 100 } },
+      },
     },
   },
 ]
@@ -89,20 +103,41 @@ export async function rawRound(upstreamUrl: string, model = 'm'): Promise<RoundT
     { role: 'system', content: systemPrompt },
     { role: 'user', content: roundInput },
   ]
-  const first = await rawCall(upstreamUrl, { model, messages, stream: true, stream_options: { include_usage: true }, tools })
+  const first = await rawCall(upstreamUrl, {
+    model,
+    messages,
+    stream: true,
+    stream_options: { include_usage: true },
+    tools,
+  })
   const call = first.calls[0]
-  if (!call || call.name !== 'get_weather' || call.arguments !== '{"city":"Paris"}') throw new Error(`raw: unexpected tool call ${JSON.stringify(call)}`)
+  if (!call || call.name !== 'get_weather' || call.arguments !== '{"city":"Paris"}')
+    throw new Error(`raw: unexpected tool call ${JSON.stringify(call)}`)
   messages.push(
-    { role: 'assistant', content: null, tool_calls: [{ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } }] },
+    {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } }],
+    },
     { role: 'tool', tool_call_id: call.id, content: JSON.stringify({ city: 'Paris', tempC: 21, sky: 'clear' }) },
   )
-  const second = await rawCall(upstreamUrl, { model, messages, stream: true, stream_options: { include_usage: true }, tools })
+  const second = await rawCall(upstreamUrl, {
+    model,
+    messages,
+    stream: true,
+    stream_options: { include_usage: true },
+    tools,
+  })
   const ended = performance.now()
-  if (second.firstText === undefined || !second.text.startsWith('It is 21')) throw new Error(`raw: unexpected answer ${JSON.stringify(second.text)}`)
+  if (second.firstText === undefined || !second.text.startsWith('It is 21'))
+    throw new Error(`raw: unexpected answer ${JSON.stringify(second.text)}`)
   return { totalMs: ended - started, ttftMs: second.firstText - started }
 }
 
-async function rawCall(upstreamUrl: string, body: object): Promise<{ calls: StreamedCall[]; text: string; firstText: number | undefined }> {
+async function rawCall(
+  upstreamUrl: string,
+  body: object,
+): Promise<{ calls: StreamedCall[]; text: string; firstText: number | undefined }> {
   const response = await fetch(`${upstreamUrl}/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
@@ -116,7 +151,12 @@ async function rawCall(upstreamUrl: string, body: object): Promise<{ calls: Stre
   await readEventStream(response.body, (event) => {
     if (event.data === '[DONE]') return
     const chunk = JSON.parse(event.data) as {
-      choices?: Array<{ delta?: { content?: string | null; tool_calls?: Array<{ index: number; id?: string; function?: { name?: string; arguments?: string } }> } }>
+      choices?: Array<{
+        delta?: {
+          content?: string | null
+          tool_calls?: Array<{ index: number; id?: string; function?: { name?: string; arguments?: string } }>
+        }
+      }>
     }
     const delta = chunk.choices?.[0]?.delta
     if (delta?.content) {

@@ -42,7 +42,13 @@ export function answerFrames(request: ChatRequest): { frames: string[]; paceMs: 
     return {
       paceMs: 0,
       frames: [
-        frame({ role: 'assistant', content: null, tool_calls: [{ index: 0, id: `call_${sequence}`, type: 'function', function: { name: toolName, arguments: '' } }] }),
+        frame({
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            { index: 0, id: `call_${sequence}`, type: 'function', function: { name: toolName, arguments: '' } },
+          ],
+        }),
         ...toolArgumentPieces.map((piece) => frame({ tool_calls: [{ index: 0, function: { arguments: piece } }] })),
         frame({}, 'tool_calls'),
         usage(12),
@@ -57,7 +63,13 @@ export function answerFrames(request: ChatRequest): { frames: string[]; paceMs: 
     : [`unexpected tool result: ${String(last.content).slice(0, 200)}`]
   return {
     paceMs: paced ? Number(paced[2]) : 0,
-    frames: [frame({ role: 'assistant', content: '' }), ...pieces.map((piece) => frame({ content: piece })), frame({}, 'stop'), usage(pieces.length), done],
+    frames: [
+      frame({ role: 'assistant', content: '' }),
+      ...pieces.map((piece) => frame({ content: piece })),
+      frame({}, 'stop'),
+      usage(pieces.length),
+      done,
+    ],
   }
 }
 
@@ -79,7 +91,8 @@ async function handle(request: IncomingMessage, response: ServerResponse): Promi
   response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
   for (const [index, frame] of frames.entries()) {
     // Pacing applies between text chunks: frames 2.. up to the finish frame (the first frame is the role).
-    if (paceMs > 0 && index >= 2 && index < frames.length - 3) await new Promise((resolve) => setTimeout(resolve, paceMs))
+    if (paceMs > 0 && index >= 2 && index < frames.length - 3)
+      await new Promise((resolve) => setTimeout(resolve, paceMs))
     response.write(frame)
   }
   response.end()

@@ -50,7 +50,9 @@ export async function measureFanOut(
   try {
     const connectStarted = performance.now()
     for (let index = 0; index < options.subscribers; index += connectBatch) {
-      const batch = Array.from({ length: Math.min(connectBatch, options.subscribers - index) }, () => subscribe(target, conversationId, types, connectDeadline))
+      const batch = Array.from({ length: Math.min(connectBatch, options.subscribers - index) }, () =>
+        subscribe(target, conversationId, types, connectDeadline),
+      )
       const settled = await Promise.allSettled(batch)
       for (const outcome of settled) if (outcome.status === 'fulfilled') subscribers.push(outcome.value)
       const failed = settled.find((outcome) => outcome.status === 'rejected')
@@ -66,17 +68,29 @@ export async function measureFanOut(
       body: JSON.stringify({ input: roundInput, model: options.model }),
       signal: deadline,
     })
-    if (response.status !== 201) throw new Error(`fan-out: POST /runs answered ${response.status}: ${(await response.text()).slice(0, 300)}`)
+    if (response.status !== 201)
+      throw new Error(`fan-out: POST /runs answered ${response.status}: ${(await response.text()).slice(0, 300)}`)
     await response.arrayBuffer()
     await Promise.race([
       Promise.all(subscribers.map((subscriber) => subscriber.completed)),
-      new Promise((_, reject) => deadline.addEventListener('abort', () => reject(new Error(`fan-out: not every subscriber saw run.completed within ${options.timeoutMs} ms`)), { once: true })),
+      new Promise((_, reject) =>
+        deadline.addEventListener(
+          'abort',
+          () => reject(new Error(`fan-out: not every subscriber saw run.completed within ${options.timeoutMs} ms`)),
+          { once: true },
+        ),
+      ),
     ])
 
     const ids = [...types.keys()].sort((a, b) => a - b)
     if (ids.some((id) => types.get(id) === 'run.failed')) throw new Error('fan-out: the run failed')
     // The first receipt of each event is the reference for its other deliveries.
-    const first = new Map(ids.map((id) => [id, Math.min(...subscribers.map((subscriber) => subscriber.received.get(id) ?? Number.POSITIVE_INFINITY))]))
+    const first = new Map(
+      ids.map((id) => [
+        id,
+        Math.min(...subscribers.map((subscriber) => subscriber.received.get(id) ?? Number.POSITIVE_INFINITY)),
+      ]),
+    )
     const lags: number[] = []
     let missing = 0
     for (const subscriber of subscribers) {
@@ -87,7 +101,9 @@ export async function measureFanOut(
       }
     }
     const completedId = ids.find((id) => types.get(id) === 'run.completed')
-    const completions = subscribers.map((subscriber) => (completedId === undefined ? Number.NaN : (subscriber.received.get(completedId) ?? Number.NaN)))
+    const completions = subscribers.map((subscriber) =>
+      completedId === undefined ? Number.NaN : (subscriber.received.get(completedId) ?? Number.NaN),
+    )
     return {
       subscribers: subscribers.length,
       connectMs,
@@ -104,7 +120,12 @@ export async function measureFanOut(
 }
 
 /** Opens one stream; resolves once its replay (conversation.created) has arrived. */
-function subscribe(target: PlinthTarget, conversationId: string, types: Map<number, string>, connectDeadline: AbortSignal): Promise<Subscriber> {
+function subscribe(
+  target: PlinthTarget,
+  conversationId: string,
+  types: Map<number, string>,
+  connectDeadline: AbortSignal,
+): Promise<Subscriber> {
   return new Promise((resolve, reject) => {
     const received = new Map<number, number>()
     let live = false

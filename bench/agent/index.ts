@@ -75,7 +75,8 @@ export function loadAgentSettings(env: NodeJS.ProcessEnv = process.env): AgentSe
     const raw = env[name]
     if (raw === undefined || raw === '') return fallback
     const value = Number(raw)
-    if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`)
+    if (!Number.isInteger(value) || value < min)
+      throw new Error(`${name} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`)
     return value
   }
   return {
@@ -115,12 +116,21 @@ export async function runAgentBench(adminUrl: string | undefined, settings = loa
   console.log(`\n${formatResults(results)}`)
 }
 
-async function onEngine(engine: string, databaseUrl: string | undefined, upstreamUrl: string, settings: AgentSettings): Promise<EngineResult> {
+async function onEngine(
+  engine: string,
+  databaseUrl: string | undefined,
+  upstreamUrl: string,
+  settings: AgentSettings,
+): Promise<EngineResult> {
   console.log(`  ${engine}: starting`)
   const plinth = await startPlinthAgent(upstreamUrl, databaseUrl)
   try {
     const target = plinth.target
-    const conversations = await createConversations(target, plinth.projectId, settings.warmup + settings.rounds + settings.ttftRounds + 1)
+    const conversations = await createConversations(
+      target,
+      plinth.projectId,
+      settings.warmup + settings.rounds + settings.ttftRounds + 1,
+    )
     const take = (): string => conversations.shift() ?? ''
 
     const plinthTimes: Array<RoundTiming & { trace: Array<[string, number]> }> = []
@@ -141,7 +151,8 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
       engine,
       plinth: summarize(plinthTimes.map((time) => time.totalMs)),
       raw: summarize(rawTimes.map((time) => time.totalMs)),
-      ttftAdded: summarize(plinthTimes.map((time) => time.ttftMs)).p50 - summarize(rawTimes.map((time) => time.ttftMs)).p50,
+      ttftAdded:
+        summarize(plinthTimes.map((time) => time.ttftMs)).p50 - summarize(rawTimes.map((time) => time.ttftMs)).p50,
       pacedTtftAdded: Number.NaN,
       eventsPerRound: events / settings.rounds,
       queriesPerRound: (after.queries - before.queries) / settings.rounds,
@@ -152,9 +163,14 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
     // BENCH_TRACE=1: when each event of a round arrives (p50 over the measured rounds, ms after the POST).
     if (process.env.BENCH_TRACE) {
       const first = plinthTimes[0]?.trace ?? []
-      const rows = first.map(([name], index) => [name, ms(summarize(plinthTimes.map((time) => time.trace[index]?.[1] ?? Number.NaN)).p50)])
+      const rows = first.map(([name], index) => [
+        name,
+        ms(summarize(plinthTimes.map((time) => time.trace[index]?.[1] ?? Number.NaN)).p50),
+      ])
       console.log(table(['event', 'p50 ms'], rows))
-      console.log(`  server user cpu ${ms((after.userMs - before.userMs) / settings.rounds)} ms per round (the rest of its cpu is system time)`)
+      console.log(
+        `  server user cpu ${ms((after.userMs - before.userMs) / settings.rounds)} ms per round (the rest of its cpu is system time)`,
+      )
     }
 
     if (settings.ttftRounds > 0) {
@@ -168,14 +184,23 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
     }
     if (settings.history > 0) {
       result.long = await measureLongConversation(target, plinth.projectId, settings)
-      console.log(`  ${engine}: round p50 in a conversation of ${settings.history} messages ${ms(result.long.long.p50)} ms, in a new one ${ms(result.long.fresh.p50)} ms`)
+      console.log(
+        `  ${engine}: round p50 in a conversation of ${settings.history} messages ${ms(result.long.long.p50)} ms, in a new one ${ms(result.long.fresh.p50)} ms`,
+      )
     }
     if (settings.concurrent > 0) {
       result.concurrent = await measureConcurrent(target, plinth.projectId, settings, plinth.stats)
-      console.log(`  ${engine}: ${result.concurrent.completed}/${result.concurrent.runs * result.concurrent.rounds} concurrent rounds completed, p99 ${ms(result.concurrent.round.p99)} ms`)
+      console.log(
+        `  ${engine}: ${result.concurrent.completed}/${result.concurrent.runs * result.concurrent.rounds} concurrent rounds completed, p99 ${ms(result.concurrent.round.p99)} ms`,
+      )
     }
     if (settings.subscribers > 0) {
-      result.fanOut = await measureFanOut(target, take(), { subscribers: settings.subscribers, model: fanOutModel.id, connectTimeoutMs: 120_000, timeoutMs: 60_000 })
+      result.fanOut = await measureFanOut(target, take(), {
+        subscribers: settings.subscribers,
+        model: fanOutModel.id,
+        connectTimeoutMs: 120_000,
+        timeoutMs: 60_000,
+      })
       console.log(`  ${engine}: fan-out delivery lag p99 ${ms(result.fanOut.lag.p99)} ms`)
     }
     return result
@@ -187,14 +212,31 @@ async function onEngine(engine: string, databaseUrl: string | undefined, upstrea
 export async function startPlinthAgent(
   upstreamUrl: string,
   databaseUrl: string | undefined,
-): Promise<ChildServer & { target: PlinthTarget; projectId: string; stats(): Promise<{ queries: number; queryMs: number; cpuMs: number; userMs: number; rssMb: number }> }> {
+): Promise<
+  ChildServer & {
+    target: PlinthTarget
+    projectId: string
+    stats(): Promise<{ queries: number; queryMs: number; cpuMs: number; userMs: number; rssMb: number }>
+  }
+> {
   const dataDir = await createTempDir('plinth-agent-bench-')
   try {
-    const model = (id: string, name: string) => ({ id, provider: 'openai', model: name, baseUrl: upstreamUrl, contextWindow: 128_000, supportsTools: true })
+    const model = (id: string, name: string) => ({
+      id,
+      provider: 'openai',
+      model: name,
+      baseUrl: upstreamUrl,
+      contextWindow: 128_000,
+      supportsTools: true,
+    })
     const configPath = join(dataDir.path, 'plinth.config.json')
     const config = {
       plugins: [weatherPlugin],
-      models: [model('fake', 'm'), model(pacedTtftModel.id, pacedTtftModel.model), model(fanOutModel.id, fanOutModel.model)],
+      models: [
+        model('fake', 'm'),
+        model(pacedTtftModel.id, pacedTtftModel.model),
+        model(fanOutModel.id, fanOutModel.model),
+      ],
       defaultModel: 'fake',
     }
     await writeFile(configPath, JSON.stringify(config, null, 2))
@@ -218,7 +260,14 @@ export async function startPlinthAgent(
       ...server,
       target: { url: server.url, token },
       projectId,
-      stats: async () => (await (await fetch(statsUrl)).json()) as { queries: number; queryMs: number; cpuMs: number; userMs: number; rssMb: number },
+      stats: async () =>
+        (await (await fetch(statsUrl)).json()) as {
+          queries: number
+          queryMs: number
+          cpuMs: number
+          userMs: number
+          rssMb: number
+        },
       stop: async () => {
         await server.stop()
         await dataDir.remove()
@@ -234,7 +283,11 @@ export async function startPlinthAgent(
  * The same round in a conversation that already holds `history` messages (filled by earlier rounds,
  * four messages each), interleaved with rounds in new conversations: what length costs per round.
  */
-async function measureLongConversation(target: PlinthTarget, projectId: string, settings: AgentSettings): Promise<LongConversationResult> {
+async function measureLongConversation(
+  target: PlinthTarget,
+  projectId: string,
+  settings: AgentSettings,
+): Promise<LongConversationResult> {
   const samples = Math.max(20, Math.min(50, settings.rounds))
   const [longConversation, ...fresh] = await createConversations(target, projectId, samples + 1)
   for (let filled = 0; filled < settings.history; filled += 4) await plinthRound(target, longConversation!)
@@ -272,7 +325,16 @@ async function measureConcurrent(
   )
   const wallMs = performance.now() - started
   const rssMbAfter = (await stats()).rssMb ?? Number.NaN
-  return { runs: settings.concurrent, rounds: settings.concurrentRounds, completed: times.length, failed, round: summarize(times), wallMs, rssMbBefore, rssMbAfter }
+  return {
+    runs: settings.concurrent,
+    rounds: settings.concurrentRounds,
+    completed: times.length,
+    failed,
+    round: summarize(times),
+    wallMs,
+    rssMbBefore,
+    rssMbAfter,
+  }
 }
 
 /** Conversations made ahead of time (one active run per conversation), outside anything timed. */
@@ -291,12 +353,26 @@ export async function createConversations(target: PlinthTarget, projectId: strin
   return ids
 }
 
-const references = 'reference streaming overhead p50: AI SDK 4.4 ms (no persistence, no HTTP), Mastra 9.0 ms, LangGraph.js 11.1 ms in memory / 19.7 ms with its Postgres checkpointer; target ≤ 5 ms on pg'
+const references =
+  'reference streaming overhead p50: AI SDK 4.4 ms (no persistence, no HTTP), Mastra 9.0 ms, LangGraph.js 11.1 ms in memory / 19.7 ms with its Postgres checkpointer; target ≤ 5 ms on pg'
 
 function formatResults(results: Array<EngineResult | { engine: string; skipped: string }>): string {
   const measured = results.filter((result): result is EngineResult => !('skipped' in result))
   const rounds = table(
-    ['agent round (ms)', 'plinth p50', 'p95', 'raw p50', 'p95', 'overhead p50', 'TTFT added', 'paced TTFT added', 'events', 'db queries', 'db ms', 'server cpu ms'],
+    [
+      'agent round (ms)',
+      'plinth p50',
+      'p95',
+      'raw p50',
+      'p95',
+      'overhead p50',
+      'TTFT added',
+      'paced TTFT added',
+      'events',
+      'db queries',
+      'db ms',
+      'server cpu ms',
+    ],
     measured.map((result) => [
       result.engine,
       ms(result.plinth.p50),
@@ -314,7 +390,19 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
   )
   const fanOuts = measured.filter((result) => result.fanOut)
   const fanOut = table(
-    ['SSE fan-out (ms)', 'subscribers', 'events each', 'deltas', 'missing', 'lag p50', 'p99', 'max', 'POST→first done', 'POST→all done', 'connect all'],
+    [
+      'SSE fan-out (ms)',
+      'subscribers',
+      'events each',
+      'deltas',
+      'missing',
+      'lag p50',
+      'p99',
+      'max',
+      'POST→first done',
+      'POST→all done',
+      'connect all',
+    ],
     fanOuts.map(({ engine, fanOut: f }) => [
       engine,
       String(f!.subscribers),
@@ -332,11 +420,29 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
   const longs = measured.filter((result) => result.long)
   const long = table(
     ['long conversation (ms)', 'messages before', 'round p50 there', 'p95', 'new conversation p50', 'p95', 'ratio p50'],
-    longs.map(({ engine, long: l }) => [engine, String(l!.messages), ms(l!.long.p50), ms(l!.long.p95), ms(l!.fresh.p50), ms(l!.fresh.p95), (l!.long.p50 / l!.fresh.p50).toFixed(2)]),
+    longs.map(({ engine, long: l }) => [
+      engine,
+      String(l!.messages),
+      ms(l!.long.p50),
+      ms(l!.long.p95),
+      ms(l!.fresh.p50),
+      ms(l!.fresh.p95),
+      (l!.long.p50 / l!.fresh.p50).toFixed(2),
+    ]),
   )
   const concurrents = measured.filter((result) => result.concurrent)
   const concurrent = table(
-    ['concurrent runs (ms)', 'runs × rounds', 'completed', 'failed', 'round p50', 'p99', 'max', 'wall', 'server RSS before → after (MB)'],
+    [
+      'concurrent runs (ms)',
+      'runs × rounds',
+      'completed',
+      'failed',
+      'round p50',
+      'p99',
+      'max',
+      'wall',
+      'server RSS before → after (MB)',
+    ],
     concurrents.map(({ engine, concurrent: c }) => [
       engine,
       `${c!.runs} × ${c!.rounds}`,
@@ -349,7 +455,9 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
       `${c!.rssMbBefore.toFixed(0)} → ${c!.rssMbAfter.toFixed(0)}`,
     ]),
   )
-  const skipped = results.filter((result) => 'skipped' in result).map((result) => `${result.engine}: skipped (${(result as { skipped: string }).skipped})`)
+  const skipped = results
+    .filter((result) => 'skipped' in result)
+    .map((result) => `${result.engine}: skipped (${(result as { skipped: string }).skipped})`)
   return [
     rounds,
     ...(longs.length > 0 ? [long] : []),
@@ -359,6 +467,12 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
     '  paced: the answer streams 20 chunks 10 ms apart; events = SSE events per round; db = round trips / ms awaiting them in the server, per round;',
     '  server cpu = CPU time (user + system) of the Plinth process per round',
     `  ${references}`,
-    ...(fanOuts.length > 0 ? ['', fanOut, '  lag = receive time − first receipt of the same event by any subscriber, over every delivery of every run event'] : []),
+    ...(fanOuts.length > 0
+      ? [
+          '',
+          fanOut,
+          '  lag = receive time − first receipt of the same event by any subscriber, over every delivery of every run event',
+        ]
+      : []),
   ].join('\n')
 }

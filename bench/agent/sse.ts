@@ -4,7 +4,10 @@ import { createParser, type EventSourceMessage } from 'eventsource-parser'
  * Reads a server-sent-event body to its end, calling `onEvent` with each event as soon as its bytes
  * arrive. `onEvent` returning true stops reading (and cancels the body).
  */
-export async function readEventStream(body: ReadableStream<Uint8Array> | null, onEvent: (event: EventSourceMessage) => boolean | void): Promise<void> {
+export async function readEventStream(
+  body: ReadableStream<Uint8Array> | null,
+  onEvent: (event: EventSourceMessage) => boolean | void,
+): Promise<void> {
   if (!body) throw new Error('response without a body')
   let stop = false
   const parser = createParser({

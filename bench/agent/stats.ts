@@ -24,6 +24,9 @@ export function ms(value: number): string {
 export function table(header: string[], rows: string[][]): string {
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]?.length ?? 0)))
   const line = (cells: string[]): string =>
-    cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[0] ?? 0) : cell.padStart(widths[column] ?? 0))).join('  ').trimEnd()
+    cells
+      .map((cell, column) => (column === 0 ? cell.padEnd(widths[0] ?? 0) : cell.padStart(widths[column] ?? 0)))
+      .join('  ')
+      .trimEnd()
   return [line(header), line(widths.map((width) => '-'.repeat(width))), ...rows.map(line)].join('\n')
 }

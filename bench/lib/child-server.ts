@@ -99,7 +99,8 @@ function waitForReady(child: ChildProcess, script: string, timeoutMs: number): P
 function inheritedEnv(): Record<string, string> {
   const env: Record<string, string> = {}
   for (const [key, value] of Object.entries(process.env)) {
-    if (value === undefined || key.startsWith('PLINTH_') || key === 'DATABASE_URL' || key === 'PORT' || key === 'HOST') continue
+    if (value === undefined || key.startsWith('PLINTH_') || key === 'DATABASE_URL' || key === 'PORT' || key === 'HOST')
+      continue
     env[key] = value
   }
   return env

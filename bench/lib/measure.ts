@@ -67,6 +67,7 @@ function numberSetting(env: NodeJS.ProcessEnv, name: string, fallback: number, m
   const raw = env[name]
   if (raw === undefined || raw === '') return fallback
   const value = Number(raw)
-  if (!Number.isFinite(value) || value < min) throw new Error(`${name} must be a number ≥ ${min}, got ${JSON.stringify(raw)}`)
+  if (!Number.isFinite(value) || value < min)
+    throw new Error(`${name} must be a number ≥ ${min}, got ${JSON.stringify(raw)}`)
   return value
 }

@@ -15,17 +15,23 @@ export async function createTempDir(prefix: string): Promise<{ path: string; rem
  * A fresh, empty database on the server `adminUrl` points at (the role needs CREATEDB), so the
  * bench never touches existing data. `drop()` removes it.
  */
-export async function createTempDatabase(adminUrl: string): Promise<{ url: string; name: string; drop(): Promise<void> }> {
+export async function createTempDatabase(
+  adminUrl: string,
+): Promise<{ url: string; name: string; drop(): Promise<void> }> {
   const name = `plinth_bench_${randomBytes(4).toString('hex')}`
   await withClient(adminUrl, (client) => client.query(`create database ${name}`)).catch((error: unknown) => {
-    throw new Error(`cannot create a bench database via ${redact(adminUrl)}: ${(error as Error).message}`, { cause: error })
+    throw new Error(`cannot create a bench database via ${redact(adminUrl)}: ${(error as Error).message}`, {
+      cause: error,
+    })
   })
   const url = new URL(adminUrl)
   url.pathname = `/${name}`
   const drop = registerCleanup(() =>
     withClient(adminUrl, async (client) => {
       // `with (force)` ends stray sessions (Postgres 13+); older servers get a plain drop.
-      await client.query(`drop database if exists ${name} with (force)`).catch(() => client.query(`drop database if exists ${name}`))
+      await client
+        .query(`drop database if exists ${name} with (force)`)
+        .catch(() => client.query(`drop database if exists ${name}`))
     }),
   )
   return { url: url.toString(), name, drop }

@@ -78,11 +78,15 @@ export function formatTable(results: readonly ScenarioResult[]): string {
   const header = ['target', 'req/s (mean)', 'p50 ms', 'p99 ms', 'non-2xx', 'errors']
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]?.length ?? 0)))
   const line = (cells: string[]): string =>
-    cells.map((cell, column) => (column === 0 ? cell.padEnd(widths[0] ?? 0) : cell.padStart(widths[column] ?? 0))).join('  ')
+    cells
+      .map((cell, column) => (column === 0 ? cell.padEnd(widths[0] ?? 0) : cell.padStart(widths[column] ?? 0)))
+      .join('  ')
   return [
     line(header),
     line(widths.map((width) => '-'.repeat(width))),
-    ...results.map((result, index) => ('skipped' in result ? `${line([result.name])}  skipped: ${result.skipped}` : line(rows[index] ?? []))),
+    ...results.map((result, index) =>
+      'skipped' in result ? `${line([result.name])}  skipped: ${result.skipped}` : line(rows[index] ?? []),
+    ),
   ].join('\n')
 }
 

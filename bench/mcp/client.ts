@@ -21,11 +21,16 @@ const toy = fileURLToPath(new URL('../../test/__fixtures__/mcp/toy-server.mjs', 
 
 export async function runMcpClientBench(databaseUrl: string | undefined): Promise<void> {
   const calls = Number(process.env.BENCH_MCP_CALLS ?? 500)
-  console.log(`MCP client bench: ${calls} echo calls per path after 50 warm-up, interleaved; stdio server ${toy.split('/').slice(-3).join('/')}`)
+  console.log(
+    `MCP client bench: ${calls} echo calls per path after 50 warm-up, interleaved; stdio server ${toy.split('/').slice(-3).join('/')}`,
+  )
   const rows: string[][] = []
   for (const engine of databaseUrl ? (['PGlite', 'pg'] as const) : (['PGlite'] as const)) {
     const temp = engine === 'pg' ? await createTempDatabase(databaseUrl!) : await createTempDir('plinth-bench-mcp-')
-    const store: Store = engine === 'pg' ? await openStore({ databaseUrl: (temp as { url: string }).url, poolSize: 4 }) : await openStore({ dataDir: (temp as { path: string }).path })
+    const store: Store =
+      engine === 'pg'
+        ? await openStore({ databaseUrl: (temp as { url: string }).url, poolSize: 4 })
+        : await openStore({ dataDir: (temp as { path: string }).path })
     const data = await createTempDir('plinth-bench-mcp-data-')
     const direct = new Client({ name: 'bench', version: '0' })
     let setup: Awaited<ReturnType<typeof setUpCommandBus>> | undefined
@@ -46,19 +51,39 @@ export async function runMcpClientBench(databaseUrl: string | undefined): Promis
       if ('error' in user) throw new Error('user')
       const bus = setup.bus
       const viaBus = async (index: number) => {
-        const outcome = await bus.dispatch({ commandId: 'mcp.toy.echo', params: { text: `n${index}` }, entrance: 'button', actor: { type: 'user', id: user.id, onBehalfOf: user.id }, projectId: null, conversationId: null, idempotencyKey: null })
+        const outcome = await bus.dispatch({
+          commandId: 'mcp.toy.echo',
+          params: { text: `n${index}` },
+          entrance: 'button',
+          actor: { type: 'user', id: user.id, onBehalfOf: user.id },
+          projectId: null,
+          conversationId: null,
+          idempotencyKey: null,
+        })
         if (outcome.status !== 'succeeded') throw new Error(`bus call ${outcome.status}`)
       }
       const viaSdk = async (index: number) => {
         await direct.callTool({ name: 'echo', arguments: { text: `n${index}` } })
       }
       const viaPing = async () => {
-        const outcome = await bus.dispatch({ commandId: 'rdm.ping', params: {}, entrance: 'button', actor: { type: 'user', id: user.id, onBehalfOf: user.id }, projectId: null, conversationId: null, idempotencyKey: null })
+        const outcome = await bus.dispatch({
+          commandId: 'rdm.ping',
+          params: {},
+          entrance: 'button',
+          actor: { type: 'user', id: user.id, onBehalfOf: user.id },
+          projectId: null,
+          conversationId: null,
+          idempotencyKey: null,
+        })
         if (outcome.status !== 'succeeded') throw new Error(`ping ${outcome.status}`)
       }
       const timings = { sdk: [] as number[], bus: [] as number[], ping: [] as number[] }
       for (let index = 0; index < calls + 50; index++) {
-        for (const [name, call] of [['sdk', viaSdk], ['bus', viaBus], ['ping', viaPing]] as const) {
+        for (const [name, call] of [
+          ['sdk', viaSdk],
+          ['bus', viaBus],
+          ['ping', viaPing],
+        ] as const) {
           const started = performance.now()
           await call(index)
           if (index >= 50) timings[name].push(performance.now() - started)

@@ -15,7 +15,9 @@ type Call = () => Promise<void>
 export async function runMcpServerBench(databaseUrl: string | undefined): Promise<void> {
   const calls = Number(process.env.BENCH_MCP_CALLS ?? 400)
   const concurrency = Number(process.env.BENCH_MCP_CONCURRENCY ?? 8)
-  console.log(`mcp bench: ${calls} calls per target and mode after 50 warm-up, MCP and API interleaved; concurrency ${concurrency} in the second mode`)
+  console.log(
+    `mcp bench: ${calls} calls per target and mode after 50 warm-up, MCP and API interleaved; concurrency ${concurrency} in the second mode`,
+  )
   const rows: string[][] = []
   for (const engine of ['PGlite', 'pg'] as const) {
     if (engine === 'pg' && !databaseUrl) {
@@ -27,11 +29,22 @@ export async function runMcpServerBench(databaseUrl: string | undefined): Promis
       const server = await startPlinth(database?.url)
       try {
         const targets = { mcp: mcpCall(server), api: apiCall(server) }
-        for (const [mode, inFlight] of [['1 at a time', 1], [`${concurrency} in flight`, concurrency]] as const) {
+        for (const [mode, inFlight] of [
+          ['1 at a time', 1],
+          [`${concurrency} in flight`, concurrency],
+        ] as const) {
           const timings = await interleaved(targets, calls, inFlight)
           const mcp = summarize(timings.mcp)
           const api = summarize(timings.api)
-          rows.push([`${engine}, ${mode}`, ms(api.p50), ms(api.p95), ms(mcp.p50), ms(mcp.p95), `${(mcp.p50 / api.p50).toFixed(2)}×`, `${(mcp.p95 / api.p95).toFixed(2)}×`])
+          rows.push([
+            `${engine}, ${mode}`,
+            ms(api.p50),
+            ms(api.p95),
+            ms(mcp.p50),
+            ms(mcp.p95),
+            `${(mcp.p50 / api.p50).toFixed(2)}×`,
+            `${(mcp.p95 / api.p95).toFixed(2)}×`,
+          ])
         }
       } finally {
         await server.stop()
@@ -41,11 +54,17 @@ export async function runMcpServerBench(databaseUrl: string | undefined): Promis
     }
   }
   console.log(table(['rdm.ping (ms)', 'API p50', 'p95', 'MCP p50', 'p95', 'ratio p50', 'ratio p95'], rows))
-  console.log('  API: POST /api/commands/rdm.ping {entrance: button}; MCP: POST /mcp tools/call rdm__ping (stateless: a server and transport per request); goal: ratio ≤ 1.5×')
+  console.log(
+    '  API: POST /api/commands/rdm.ping {entrance: button}; MCP: POST /mcp tools/call rdm__ping (stateless: a server and transport per request); goal: ratio ≤ 1.5×',
+  )
 }
 
 /** `inFlight` workers, each alternating the two targets, until each has `calls` timings (after warm-up). */
-async function interleaved(targets: { mcp: Call; api: Call }, calls: number, inFlight: number): Promise<{ mcp: number[]; api: number[] }> {
+async function interleaved(
+  targets: { mcp: Call; api: Call },
+  calls: number,
+  inFlight: number,
+): Promise<{ mcp: number[]; api: number[] }> {
   const timings = { mcp: [] as number[], api: [] as number[] }
   const warmup = 50
   let started = 0
@@ -64,16 +83,27 @@ async function interleaved(targets: { mcp: Call; api: Call }, calls: number, inF
 }
 
 function mcpCall(server: { url: string; token: string }): Call {
-  const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' }
+  const headers = {
+    authorization: `Bearer ${server.token}`,
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': '2025-06-18',
+  }
   let id = 0
   return async () => {
     const response = await fetch(`${server.url}/mcp`, {
       method: 'POST',
       headers,
-      body: JSON.stringify({ jsonrpc: '2.0', id: ++id, method: 'tools/call', params: { name: 'rdm__ping', arguments: { target: 'bench' } } }),
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: ++id,
+        method: 'tools/call',
+        params: { name: 'rdm__ping', arguments: { target: 'bench' } },
+      }),
     })
     const text = await response.text()
-    if (response.status !== 200 || !text.includes('"pong":true')) throw new Error(`MCP tools/call answered ${response.status}: ${text.slice(0, 200)}`)
+    if (response.status !== 200 || !text.includes('"pong":true'))
+      throw new Error(`MCP tools/call answered ${response.status}: ${text.slice(0, 200)}`)
   }
 }
 
@@ -83,6 +113,7 @@ function apiCall(server: { url: string; token: string }): Call {
   return async () => {
     const response = await fetch(`${server.url}/api/commands/rdm.ping`, { method: 'POST', headers, body })
     const text = await response.text()
-    if (response.status !== 200 || !text.includes('"succeeded"')) throw new Error(`dispatch answered ${response.status}: ${text.slice(0, 200)}`)
+    if (response.status !== 200 || !text.includes('"succeeded"'))
+      throw new Error(`dispatch answered ${response.status}: ${text.slice(0, 200)}`)
   }
 }

@@ -15,7 +15,12 @@ export default definePlugin({
         id: 'bench.weather',
         title: 'Weather',
         description: 'The current weather in a city.',
-        paramsSchema: { type: 'object', required: ['city'], additionalProperties: false, properties: { city: { type: 'string', minLength: 1, maxLength: 100 } } },
+        paramsSchema: {
+          type: 'object',
+          required: ['city'],
+          additionalProperties: false,
+          properties: { city: { type: 'string', minLength: 1, maxLength: 100 } },
+        },
         risk: 'low',
         exposeAsTool: { name: 'get_weather' },
       },

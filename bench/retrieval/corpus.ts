@@ -21,7 +21,10 @@ export function random(seed: number): () => number {
   }
 }
 
-const syllables = 'ka lo mi ne ru ta vi so pe da li mo gra ster vel tion pro con dis ment ics ure ble ness cor tri mar phon log net ser vic'.split(' ')
+const syllables =
+  'ka lo mi ne ru ta vi so pe da li mo gra ster vel tion pro con dis ment ics ure ble ness cor tri mar phon log net ser vic'.split(
+    ' ',
+  )
 
 interface Topic {
   english: string[]
@@ -75,7 +78,12 @@ export class Corpus {
     let text = ''
     while (text.length < chars) {
       const chinese = next() < 0.5
-      const word = next() < 0.6 ? this.#topicWord(words, chinese) : chinese ? this.#chinese[this.#rank()]! : this.#english[this.#rank()]!
+      const word =
+        next() < 0.6
+          ? this.#topicWord(words, chinese)
+          : chinese
+            ? this.#chinese[this.#rank()]!
+            : this.#english[this.#rank()]!
       text += chinese ? word + (next() < 0.15 ? '。' : '') : ` ${word}${next() < 0.1 ? '.' : ''} `
     }
     return text.replace(/ +/g, ' ').trim()

@@ -11,7 +11,15 @@ import { performance } from 'node:perf_hooks'
 import { pino } from 'pino'
 import { createPluginLogger } from '../../src/cmdbus/index.js'
 import { HashingEmbedder, Ingestor, prepareEmbeddings, Retriever } from '../../src/rag/index.js'
-import { createProject, createUser, dropVectorIndexes, ensureVectorIndex, openStore, searchChunksVector, type Store } from '../../src/store/index.js'
+import {
+  createProject,
+  createUser,
+  dropVectorIndexes,
+  ensureVectorIndex,
+  openStore,
+  searchChunksVector,
+  type Store,
+} from '../../src/store/index.js'
 import { ms, summarize, table, type Summary } from '../agent/stats.js'
 import { createTempDatabase, createTempDir } from '../lib/resources.js'
 import { Corpus, random } from './corpus.js'
@@ -37,20 +45,29 @@ function numberSetting(name: string, fallback: number): number {
   const raw = process.env[name]
   if (raw === undefined || raw === '') return fallback
   const value = Number(raw)
-  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(raw)}`)
+  if (!Number.isInteger(value) || value < 1)
+    throw new Error(`${name} must be a positive integer, got ${JSON.stringify(raw)}`)
   return value
 }
 
 export async function runRetrievalBench(databaseUrl: string | undefined): Promise<void> {
   const seed = numberSetting('BENCH_RAG_SEED', 42)
   const queries = numberSetting('BENCH_RAG_QUERIES', 200)
-  const targets: Array<{ engine: 'PGlite' | 'pg'; chunks: number }> = [{ engine: 'PGlite', chunks: numberSetting('BENCH_RAG_CHUNKS_PGLITE', 20_000) }]
+  const targets: Array<{ engine: 'PGlite' | 'pg'; chunks: number }> = [
+    { engine: 'PGlite', chunks: numberSetting('BENCH_RAG_CHUNKS_PGLITE', 20_000) },
+  ]
   if (databaseUrl) targets.push({ engine: 'pg', chunks: numberSetting('BENCH_RAG_CHUNKS_PG', 100_000) })
-  console.log(`retrieval bench: seed ${seed}, hashing embedder (256 dims), ${queries} queries per path after 20 warm-up, recall@10 over 100 queries`)
+  console.log(
+    `retrieval bench: seed ${seed}, hashing embedder (256 dims), ${queries} queries per path after 20 warm-up, recall@10 over 100 queries`,
+  )
   const results: EngineResult[] = []
   for (const target of targets) {
-    const temp = target.engine === 'pg' ? await createTempDatabase(databaseUrl!) : await createTempDir('plinth-bench-rag-')
-    const store = target.engine === 'pg' ? await openStore({ databaseUrl: (temp as { url: string }).url, poolSize: 4 }) : await openStore({ dataDir: (temp as { path: string }).path })
+    const temp =
+      target.engine === 'pg' ? await createTempDatabase(databaseUrl!) : await createTempDir('plinth-bench-rag-')
+    const store =
+      target.engine === 'pg'
+        ? await openStore({ databaseUrl: (temp as { url: string }).url, poolSize: 4 })
+        : await openStore({ dataDir: (temp as { path: string }).path })
     try {
       console.log(`  ${target.engine}: loading ${target.chunks} chunks`)
       results.push(await benchEngine(target.engine, store, target.chunks, queries, seed))
@@ -61,7 +78,20 @@ export async function runRetrievalBench(databaseUrl: string | undefined): Promis
   }
   console.log(
     table(
-      ['retrieval (ms)', 'chunks', 'ingest/s', 'bulk/s', 'HNSW build s', 'fulltext p50', 'p95', 'vector p50', 'p95', 'fused p50', 'p95', 'recall@10'],
+      [
+        'retrieval (ms)',
+        'chunks',
+        'ingest/s',
+        'bulk/s',
+        'HNSW build s',
+        'fulltext p50',
+        'p95',
+        'vector p50',
+        'p95',
+        'fused p50',
+        'p95',
+        'recall@10',
+      ],
       results.map((result) => [
         result.engine,
         String(result.chunks),
@@ -78,10 +108,18 @@ export async function runRetrievalBench(databaseUrl: string | undefined): Promis
       ]),
     ),
   )
-  console.log('  latencies in ms, in process (retrieval only, no HTTP); ingest/s: chunk + embed + insert with every index in place; goals on pg at 100k: fused p95 ≤ 30 ms, recall@10 ≥ 0.95')
+  console.log(
+    '  latencies in ms, in process (retrieval only, no HTTP); ingest/s: chunk + embed + insert with every index in place; goals on pg at 100k: fused p95 ≤ 30 ms, recall@10 ≥ 0.95',
+  )
 }
 
-async function benchEngine(engine: string, store: Store, chunkCount: number, queryCount: number, seed: number): Promise<EngineResult> {
+async function benchEngine(
+  engine: string,
+  store: Store,
+  chunkCount: number,
+  queryCount: number,
+  seed: number,
+): Promise<EngineResult> {
   const corpus = new Corpus(random(seed))
   const embedder = new HashingEmbedder(256)
   await prepareEmbeddings(store, embedder)
@@ -91,7 +129,12 @@ async function benchEngine(engine: string, store: Store, chunkCount: number, que
   const ingestor = new Ingestor({ store, embedder, log: createPluginLogger(pino({ level: 'silent' }), 'rag') })
   const item = (index: number) => {
     const topic = index % corpus.topicCount
-    return { projectId: project.id, ownerId: user.id, title: `Document ${index}`, text: Array.from({ length: paragraphsPerItem }, () => corpus.paragraph(topic)).join('\n\n') }
+    return {
+      projectId: project.id,
+      ownerId: user.id,
+      title: `Document ${index}`,
+      text: Array.from({ length: paragraphsPerItem }, () => corpus.paragraph(topic)).join('\n\n'),
+    }
   }
 
   // Ingestion as a request does it, with the GIN and HNSW indexes maintained.
@@ -109,10 +152,13 @@ async function benchEngine(engine: string, store: Store, chunkCount: number, que
   const bulkItems = Math.max(0, Math.ceil(chunkCount / paragraphsPerItem) - sampleItems)
   started = performance.now()
   for (let batch = 0; batch < bulkItems; batch += 50) {
-    const inputs = Array.from({ length: Math.min(50, bulkItems - batch) }, (_, offset) => item(sampleItems + batch + offset))
+    const inputs = Array.from({ length: Math.min(50, bulkItems - batch) }, (_, offset) =>
+      item(sampleItems + batch + offset),
+    )
     const prepared = await Promise.all(inputs.map((input) => ingestor.prepareText(input.text)))
     await store.transaction(async (tx) => {
-      for (let index = 0; index < inputs.length; index++) await ingestor.insertText(tx, inputs[index]!, prepared[index]!)
+      for (let index = 0; index < inputs.length; index++)
+        await ingestor.insertText(tx, inputs[index]!, prepared[index]!)
     })
   }
   const bulkRate = bulkItems === 0 ? 0 : (bulkItems * paragraphsPerItem) / ((performance.now() - started) / 1000)
@@ -121,8 +167,12 @@ async function benchEngine(engine: string, store: Store, chunkCount: number, que
   const indexBuildSeconds = (performance.now() - started) / 1000
   const { sql } = await import('kysely')
   await sql`analyze knowledge_chunks`.execute(store.db)
-  const total = Number((await sql<{ count: string }>`select count(*) from knowledge_chunks`.execute(store.db)).rows[0]!.count)
-  console.log(`  ${engine}: ${total} chunks (ingest ${ingestRate.toFixed(0)}/s, bulk ${bulkRate.toFixed(0)}/s, HNSW build ${indexBuildSeconds.toFixed(1)} s); querying`)
+  const total = Number(
+    (await sql<{ count: string }>`select count(*) from knowledge_chunks`.execute(store.db)).rows[0]!.count,
+  )
+  console.log(
+    `  ${engine}: ${total} chunks (ingest ${ingestRate.toFixed(0)}/s, bulk ${bulkRate.toFixed(0)}/s, HNSW build ${indexBuildSeconds.toFixed(1)} s); querying`,
+  )
 
   const retriever = new Retriever({ store, embedder, adapter: () => null })
   const timings = { fulltext: [] as number[], vector: [] as number[], hybrid: [] as number[] }

@@ -12,11 +12,20 @@ type Target = 'me' | 'dispatch'
 function request(server: { url: string; token: string }, target: Target): Pick<StartedScenario, 'request' | 'check'> {
   const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' }
   if (target === 'me') {
-    return { request: { url: `${server.url}/api/me`, headers }, check: ({ status }) => (status === 200 ? undefined : `GET /api/me answered ${status}`) }
+    return {
+      request: { url: `${server.url}/api/me`, headers },
+      check: ({ status }) => (status === 200 ? undefined : `GET /api/me answered ${status}`),
+    }
   }
   return {
-    request: { url: `${server.url}/api/commands/rdm.ping`, method: 'POST', headers, body: JSON.stringify({ entrance: 'button', params: { target: 'bench' } }) },
-    check: ({ status, body }) => (status === 200 && body.includes('"succeeded"') ? undefined : `dispatch answered ${status}: ${body.slice(0, 200)}`),
+    request: {
+      url: `${server.url}/api/commands/rdm.ping`,
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ entrance: 'button', params: { target: 'bench' } }),
+    },
+    check: ({ status, body }) =>
+      status === 200 && body.includes('"succeeded"') ? undefined : `dispatch answered ${status}: ${body.slice(0, 200)}`,
   }
 }
 

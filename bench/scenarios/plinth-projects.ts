@@ -47,7 +47,9 @@ function projectsRequest(server: ChildServer & { token: string }): Pick<StartedS
     request: { url: `${server.url}/api/projects`, headers: { authorization: `Bearer ${server.token}` } },
     check: ({ body }) => {
       const items = (JSON.parse(body) as { items?: unknown[] }).items
-      return items?.length === projectCount ? undefined : `expected ${projectCount} projects, got ${items?.length ?? 'no list'}`
+      return items?.length === projectCount
+        ? undefined
+        : `expected ${projectCount} projects, got ${items?.length ?? 'no list'}`
     },
   }
 }

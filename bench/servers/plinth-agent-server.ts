@@ -50,13 +50,22 @@ try {
   const config = loadConfig(process.env, dataDir)
   const server = await startServer(config, createLogger(config.logLevel))
   const statsServer = createServer((_request, response) => {
-    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ ...stats, cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000, userMs: process.cpuUsage().user / 1000, rssMb: process.memoryUsage().rss / 2 ** 20 }))
+    response.writeHead(200, { 'content-type': 'application/json' }).end(
+      JSON.stringify({
+        ...stats,
+        cpuMs: (process.cpuUsage().user + process.cpuUsage().system) / 1000,
+        userMs: process.cpuUsage().user / 1000,
+        rssMb: process.memoryUsage().rss / 2 ** 20,
+      }),
+    )
   })
   try {
     const user = await createUser(server.store.db, 'bench')
     if ('error' in user) throw new Error(`cannot create bench user: ${user.error}`)
     const { token } = await createToken(server.store.db, user.id, 'bench')
-    const project = await server.store.transaction((tx) => createProject(tx, user.id, { name: 'agent bench', description: 'agent-round bench' }))
+    const project = await server.store.transaction((tx) =>
+      createProject(tx, user.id, { name: 'agent bench', description: 'agent-round bench' }),
+    )
     await new Promise<void>((resolve) => statsServer.listen(0, '127.0.0.1', resolve))
     const statsUrl = `http://127.0.0.1:${(statsServer.address() as AddressInfo).port}/`
     announceReady(server.url, { token, projectId: project.id, engine: server.store.engine, statsUrl }, async () => {

@@ -19,7 +19,9 @@ try {
     if ('error' in user) throw new Error(`cannot create bench user: ${user.error}`)
     const { token } = await createToken(server.store.db, user.id, 'bench')
     for (let index = 1; index <= projectCount; index++) {
-      await server.store.transaction((tx) => createProject(tx, user.id, { name: `project ${index}`, description: 'bench project' }))
+      await server.store.transaction((tx) =>
+        createProject(tx, user.id, { name: `project ${index}`, description: 'bench project' }),
+      )
     }
     announceReady(server.url, { token, engine: server.store.engine, projects: projectCount }, () => server.close())
   } catch (error) {

@@ -4,7 +4,12 @@ import type { KvStore, ProjectAction, ProjectAuthzAdapter } from '../../src/exte
 export const MEMBERS_PREFIX = 'members:'
 
 /** Every action a listed member may take on a shared project. */
-const MEMBER_ACTIONS: ReadonlySet<ProjectAction> = new Set<ProjectAction>(['read', 'search', 'create_conversation', 'write'])
+const MEMBER_ACTIONS: ReadonlySet<ProjectAction> = new Set<ProjectAction>([
+  'read',
+  'search',
+  'create_conversation',
+  'write',
+])
 
 export function membersKey(projectId: string): string {
   return `${MEMBERS_PREFIX}${projectId}`

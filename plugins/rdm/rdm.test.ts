@@ -91,10 +91,21 @@ describe('rdm plugin: read-only commands', () => {
 describe('rdm plugin: rdm.draft.compose', () => {
   it('writes the draft into the project knowledge as the user the call is for', async () => {
     const harness = await setupPlugin(plugin)
-    const result = (await harness.dispatch('rdm.draft.compose', { title: 'Incident 42', body: 'héllo' })) as { itemId: string; projectId: string; title: string; bytes: number }
+    const result = (await harness.dispatch('rdm.draft.compose', { title: 'Incident 42', body: 'héllo' })) as {
+      itemId: string
+      projectId: string
+      title: string
+      bytes: number
+    }
     expect(result).toMatchObject({ projectId: defaultProject.id, title: 'Incident 42', bytes: 6, status: 'draft' })
     expect(harness.host.knowledge).toEqual([
-      { itemId: result.itemId, actor: expect.objectContaining({ onBehalfOf: owner }), projectId: defaultProject.id, title: 'Incident 42', text: 'héllo' },
+      {
+        itemId: result.itemId,
+        actor: expect.objectContaining({ onBehalfOf: owner }),
+        projectId: defaultProject.id,
+        title: 'Incident 42',
+        text: 'héllo',
+      },
     ])
   })
 
@@ -107,7 +118,9 @@ describe('rdm plugin: rdm.draft.compose', () => {
 
   it('needs a project', async () => {
     const harness = await setupPlugin(plugin)
-    const error = await commandError(() => harness.dispatch('rdm.draft.compose', { title: 't', body: 'b' }, { project: null }))
+    const error = await commandError(() =>
+      harness.dispatch('rdm.draft.compose', { title: 't', body: 'b' }, { project: null }),
+    )
     expect(error.code).toBe('project_required')
   })
 })
@@ -117,10 +130,19 @@ describe('rdm plugin: member table and ProjectAuthz', () => {
     const harness = await setupPlugin(plugin)
     expect(await harness.dispatch('rdm.member.list')).toEqual({ projectId: defaultProject.id, members: [] })
     await harness.dispatch('rdm.member.add', { userId: 'usr_bob' })
-    expect(await harness.dispatch('rdm.member.add', { userId: 'usr_bob' })).toEqual({ projectId: defaultProject.id, members: ['usr_bob'] })
+    expect(await harness.dispatch('rdm.member.add', { userId: 'usr_bob' })).toEqual({
+      projectId: defaultProject.id,
+      members: ['usr_bob'],
+    })
     await harness.dispatch('rdm.member.add', { userId: 'usr_ann' })
-    expect(await harness.dispatch('rdm.member.list', {}, { user: 'usr_bob' })).toEqual({ projectId: defaultProject.id, members: ['usr_ann', 'usr_bob'] })
-    expect(await harness.dispatch('rdm.member.remove', { userId: 'usr_bob' })).toEqual({ projectId: defaultProject.id, members: ['usr_ann'] })
+    expect(await harness.dispatch('rdm.member.list', {}, { user: 'usr_bob' })).toEqual({
+      projectId: defaultProject.id,
+      members: ['usr_ann', 'usr_bob'],
+    })
+    expect(await harness.dispatch('rdm.member.remove', { userId: 'usr_bob' })).toEqual({
+      projectId: defaultProject.id,
+      members: ['usr_ann'],
+    })
     expect(await harness.kv.get(`members:${defaultProject.id}`)).toEqual(['usr_ann'])
     // Removing a member announces the change, so their open streams end at once.
     expect(harness.host.accessChanges).toEqual([defaultProject.id])
@@ -134,15 +156,29 @@ describe('rdm plugin: member table and ProjectAuthz', () => {
       expect(error.code).toBe('forbidden')
     }
     // The agent acts for whoever it runs for: on behalf of the owner it may, on behalf of a member not.
-    await harness.dispatch('rdm.member.add', { userId: 'usr_ann' }, { actor: { type: 'agent', id: 'agent', onBehalfOf: owner }, entrance: 'agent' })
-    const error = await commandError(() => harness.dispatch('rdm.member.remove', { userId: 'usr_ann' }, { actor: { type: 'agent', id: 'agent', onBehalfOf: 'usr_bob' }, entrance: 'agent' }))
+    await harness.dispatch(
+      'rdm.member.add',
+      { userId: 'usr_ann' },
+      { actor: { type: 'agent', id: 'agent', onBehalfOf: owner }, entrance: 'agent' },
+    )
+    const error = await commandError(() =>
+      harness.dispatch(
+        'rdm.member.remove',
+        { userId: 'usr_ann' },
+        { actor: { type: 'agent', id: 'agent', onBehalfOf: 'usr_bob' }, entrance: 'agent' },
+      ),
+    )
     expect(error.code).toBe('forbidden')
     expect(await harness.kv.get(`members:${defaultProject.id}`)).toEqual(['usr_ann', 'usr_bob'])
   })
 
   it('needs a project', async () => {
     const harness = await setupPlugin(plugin)
-    for (const [id, params] of [['rdm.member.add', { userId: 'usr_bob' }], ['rdm.member.remove', { userId: 'usr_bob' }], ['rdm.member.list', {}]] as const) {
+    for (const [id, params] of [
+      ['rdm.member.add', { userId: 'usr_bob' }],
+      ['rdm.member.remove', { userId: 'usr_bob' }],
+      ['rdm.member.list', {}],
+    ] as const) {
       const error = await commandError(() => harness.dispatch(id, params, { project: null }))
       expect(error.code, id).toBe('project_required')
     }

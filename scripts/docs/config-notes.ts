@@ -16,23 +16,39 @@ export const configNotes: Record<string, ConfigNote> = {
   databaseUrl: { meaning: '`postgres://…`: use a Postgres server (needs pgvector ≥ 0.5); unset: embedded PGlite' },
   dataDir: { meaning: 'PGlite files (`<dir>/pg`) and the process lock' },
   adminToken: { meaning: 'enables `/api/admin` (≥ 16 chars)' },
-  plugins: { meaning: 'plugins to load in order, comma-separated: a bundled one by name (`rdm`), a path (`./my-plugin.js`, `.ts`, a folder; in the file: relative to the file), or an installed package' },
+  plugins: {
+    meaning:
+      'plugins to load in order, comma-separated: a bundled one by name (`rdm`), a path (`./my-plugin.js`, `.ts`, a folder; in the file: relative to the file), or an installed package',
+  },
   mcpServers: {
     meaning:
       "MCP servers whose tools become commands `mcp.<server>.<tool>`; the variable is the same array as JSON and replaces the file's ([docs/mcp.md](../mcp.md#configuration)). `mcpServers[].sandbox` (default `false`), stdio: run the server in the exec sandbox, one process per conversation with its work directory as cwd; never started outside the sandbox (with `network`, `mounts`, `idleTimeoutMs`, `maxProcesses`: [docs/mcp.md](../mcp.md#sandboxed-stdio-servers))",
   },
-  secretKey: { meaning: 'seals per-user MCP OAuth tokens at rest (≥ 16 chars; set it in the environment, not the file)' },
-  mcpAuthorizationServers: { meaning: "authorization server URLs `/mcp`'s protected-resource metadata names (`authorization_servers`), comma-separated, for OAuth-aware MCP clients" },
+  secretKey: {
+    meaning: 'seals per-user MCP OAuth tokens at rest (≥ 16 chars; set it in the environment, not the file)',
+  },
+  mcpAuthorizationServers: {
+    meaning:
+      "authorization server URLs `/mcp`'s protected-resource metadata names (`authorization_servers`), comma-separated, for OAuth-aware MCP clients",
+  },
   strictPlugins: { meaning: 'a plugin that cannot load stops the server (also `plinth serve --strict-plugins`)' },
   models: { meaning: 'model configuration (see [Models](../guides/agent-runs.md#models))', default: 'demo model' },
-  defaultModel: { meaning: 'the configured model (its `id`) a run uses when neither the run nor its project names one (see [Models](../guides/agent-runs.md#models))' },
+  defaultModel: {
+    meaning:
+      'the configured model (its `id`) a run uses when neither the run nor its project names one (see [Models](../guides/agent-runs.md#models))',
+  },
   'exec.backend': {
     meaning:
       '`auto` (the sandbox where its probe passes, otherwise exec tools off), `sandbox`, or `direct` — programs on the server itself, only by this explicit choice (see [Execution](../guides/sandbox.md)); switchable at run time',
   },
-  'exec.disableExecTools': { meaning: 'no exec tools at all (no `exec`, `run_code` or CLI tools; the file tools stay)' },
+  'exec.disableExecTools': {
+    meaning: 'no exec tools at all (no `exec`, `run_code` or CLI tools; the file tools stay)',
+  },
   'exec.sandboxUser': { meaning: 'the unprivileged user sandboxed programs run as when the server runs as root' },
-  'exec.workRoot': { meaning: 'where conversation work directories live (the sandbox user must be able to reach it)', default: '`<dataDir>/work`' },
+  'exec.workRoot': {
+    meaning: 'where conversation work directories live (the sandbox user must be able to reach it)',
+    default: '`<dataDir>/work`',
+  },
   'exec.requireCgroups': { meaning: 'refuse the sandbox without cgroups' },
   'exec.allowMultiline': { meaning: 'shell lines with newlines' },
   'exec.timeoutMs': { meaning: 'wall-clock limit of one execution' },
@@ -41,7 +57,8 @@ export const configNotes: Record<string, ConfigNote> = {
   'exec.limits.cpuSeconds': { meaning: 'per-execution CPU time (RLIMIT_CPU)' },
   'exec.limits.fileSizeMb': { meaning: 'largest file an execution may write (RLIMIT_FSIZE)' },
   'exec.limits.outputBytes': {
-    meaning: 'captured output per stream; two of it plus 16 KiB must fit `resultMaxBytes` (checked at start, [docs/exec.md](../exec.md#bounds))',
+    meaning:
+      'captured output per stream; two of it plus 16 KiB must fit `resultMaxBytes` (checked at start, [docs/exec.md](../exec.md#bounds))',
     default: '`(resultMaxBytes − 16 KiB) / 2` = `516096`',
   },
   'exec.network': { meaning: 'network inside the sandbox' },
@@ -51,7 +68,9 @@ export const configNotes: Record<string, ConfigNote> = {
   'exec.maxCodeBytes': { meaning: '`run_code` size' },
   'exec.maxUploadBytes': { meaning: 'files API upload limit (413 above)' },
   'exec.maxDownloadBytes': { meaning: 'files API download limit (413 above)' },
-  'exec.directApprovers': { meaning: 'user names or ids who alone may approve an execution under `direct` (never the requester)' },
+  'exec.directApprovers': {
+    meaning: 'user names or ids who alone may approve an execution under `direct` (never the requester)',
+  },
   'exec.quota.conversationBytes': { meaning: 'bytes one work directory may hold' },
   'exec.quota.userBytes': { meaning: "bytes all of one user's work directories may hold" },
   'exec.quota.conversationFiles': { meaning: 'entries one work directory may hold' },
@@ -64,7 +83,9 @@ export const configNotes: Record<string, ConfigNote> = {
   'rateLimit.max': { meaning: 'requests per token per window' },
   'rateLimit.windowMs': { meaning: 'rate-limit window' },
   'rateLimit.addressMax': { meaning: 'requests per client address per window, counted before authentication' },
-  'rateLimit.authFailureMax': { meaning: 'failed authentications (401) per address per window; past it the address gets 429' },
+  'rateLimit.authFailureMax': {
+    meaning: 'failed authentications (401) per address per window; past it the address gets 429',
+  },
   'rateLimit.authFailureWindowMs': { meaning: 'window of the failure budget' },
   requestTimeoutMs: { meaning: 'the whole request (headers and body) must arrive within this (408)' },
   connectionTimeoutMs: { meaning: 'an idle connection is closed (must exceed the heartbeat)' },
@@ -72,42 +93,70 @@ export const configNotes: Record<string, ConfigNote> = {
   maxConnections: { meaning: 'open connections in total' },
   'uploads.perUser': { meaning: 'uploads in flight per user (429 `too_many_uploads` past it)' },
   'uploads.total': { meaning: 'uploads in flight in all (429 `too_many_uploads` past it)' },
-  trustProxy: { meaning: "reverse proxies whose `X-Forwarded-For` is believed (`true`, or addresses/CIDRs, comma-separated); without it the client address is the socket's" },
-  metricsToken: { meaning: 'bearer token for `/metrics` (≥ 16 chars); without it `/metrics` answers only when `HOST` is loopback' },
+  trustProxy: {
+    meaning:
+      "reverse proxies whose `X-Forwarded-For` is believed (`true`, or addresses/CIDRs, comma-separated); without it the client address is the socket's",
+  },
+  metricsToken: {
+    meaning: 'bearer token for `/metrics` (≥ 16 chars); without it `/metrics` answers only when `HOST` is loopback',
+  },
   corsOrigins: { meaning: 'origins browsers may call from (`scheme://host[:port]`, comma-separated); empty: CORS off' },
   sseHeartbeatMs: { meaning: 'SSE heartbeat interval' },
   embeddings: {
-    meaning: '`{"provider": "hash", "dimensions": 256}` or `{"provider": "openai", "model", "baseUrl", "apiKeyEnv", "dimensions"}` (see [Knowledge and search](../guides/knowledge-and-search.md))',
+    meaning:
+      '`{"provider": "hash", "dimensions": 256}` or `{"provider": "openai", "model", "baseUrl", "apiKeyEnv", "dimensions"}` (see [Knowledge and search](../guides/knowledge-and-search.md))',
     default: 'hashing embedder',
   },
   'knowledge.maxFileBytes': { meaning: 'largest knowledge upload (413 above)' },
-  'knowledge.maxBytesPerUser': { meaning: "knowledge one user may hold (their items' sizes); past it 507 `quota_exceeded`" },
-  'knowledge.maxAttempts': { meaning: "times an item's ingestion may start without finishing before it is failed", default: '`3`' },
+  'knowledge.maxBytesPerUser': {
+    meaning: "knowledge one user may hold (their items' sizes); past it 507 `quota_exceeded`",
+  },
+  'knowledge.maxAttempts': {
+    meaning: "times an item's ingestion may start without finishing before it is failed",
+    default: '`3`',
+  },
   'knowledge.minSimilarity': {
-    meaning: "hybrid search's relevance floor: a hit that matched no word of the query needs at least this cosine similarity (-1 turns it off; see [Knowledge and search](../guides/knowledge-and-search.md))",
+    meaning:
+      "hybrid search's relevance floor: a hit that matched no word of the query needs at least this cosine similarity (-1 turns it off; see [Knowledge and search](../guides/knowledge-and-search.md))",
   },
   'knowledge.extract.heapMb': { meaning: "caps the parser process's JS heap", default: '`512`' },
   'knowledge.extract.rssMb': { meaning: "the parser process's memory; past it the document fails", default: '`1024`' },
-  'knowledge.extract.timeoutMs': { meaning: 'how long parsing one document may take before it fails', default: '`120s`' },
+  'knowledge.extract.timeoutMs': {
+    meaning: 'how long parsing one document may take before it fails',
+    default: '`120s`',
+  },
   'knowledge.extract.limits.maxChars': { meaning: 'characters of text a document may yield' },
   'knowledge.extract.limits.maxPages': { meaning: 'pages of a PDF' },
   'knowledge.extract.limits.maxDecompressedBytes': { meaning: "bytes a DOCX's ZIP entries may inflate to, in all" },
   'knowledge.extract.limits.maxZipRatio': { meaning: 'how much larger than its compressed size one ZIP entry may be' },
   'knowledge.extract.limits.maxZipEntries': { meaning: 'entries of a ZIP archive (a DOCX)' },
-  'knowledge.extract.limits.maxNesting': { meaning: 'elements nested in one another (HTML, and the HTML a DOCX becomes)' },
+  'knowledge.extract.limits.maxNesting': {
+    meaning: 'elements nested in one another (HTML, and the HTML a DOCX becomes)',
+  },
   'streams.maxPerToken': { meaning: 'open event streams per token' },
   'streams.maxTotal': { meaning: 'open event streams per server' },
   'streams.maxLifetimeMs': { meaning: 'a stream ends with `event: reconnect` after this long' },
-  'streams.recheckIntervalMs': { meaning: 'streams that see a project through sharing re-ask the ProjectAuthz adapter this often' },
+  'streams.recheckIntervalMs': {
+    meaning: 'streams that see a project through sharing re-ask the ProjectAuthz adapter this often',
+  },
   'streams.drainTimeoutMs': { meaning: 'a client that has not taken a write this long is dropped' },
   fullModeTtlMs: { meaning: 'how long `permissionMode: "full"` lasts before reverting to `manual`' },
   actionTtlMs: { meaning: 'how long a pending decision waits before it expires' },
   allowanceTtlMs: { meaning: 'how long an `approve_session` allowance lasts' },
   toolOutputLimit: { meaning: 'bytes of a tool result the model reads' },
   llmIdleTimeoutMs: { meaning: 'a model stream silent this long is aborted' },
-  llmConcurrency: { meaning: 'model calls in flight across all runs on this instance (one per conversation), shared fairly between users: a freed slot goes to the waiting user holding the fewest' },
-  llmConcurrencyPerUser: { meaning: 'model calls one user may hold at once, so other users always find room', default: 'half of `llmConcurrency`' },
-  maxActiveRunsPerUser: { meaning: 'runs one user may have queued or running at once, on all instances together (counted in the database); the next is 429 `too_many_runs`' },
+  llmConcurrency: {
+    meaning:
+      'model calls in flight across all runs on this instance (one per conversation), shared fairly between users: a freed slot goes to the waiting user holding the fewest',
+  },
+  llmConcurrencyPerUser: {
+    meaning: 'model calls one user may hold at once, so other users always find room',
+    default: 'half of `llmConcurrency`',
+  },
+  maxActiveRunsPerUser: {
+    meaning:
+      'runs one user may have queued or running at once, on all instances together (counted in the database); the next is 429 `too_many_runs`',
+  },
   runLeaseMs: {
     meaning:
       "a running run's lease, and a running dispatch's executor lease: after a crash, another instance resumes the run (and ends the dead process's dispatches `interrupted`) once it has passed",
@@ -118,21 +167,31 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       'embedded database: how long `plinth serve` waits (logging that it waits) for another process still holding the data directory — a restart right after a stop — before refusing; `0` refuses at once. Other CLI commands never wait',
   },
-  highRiskKeywords: { meaning: 'comma-separated operator keywords (plain, case-sensitive substrings): a command string containing one is high risk (on top of the built-in rules)' },
+  highRiskKeywords: {
+    meaning:
+      'comma-separated operator keywords (plain, case-sensitive substrings): a command string containing one is high risk (on top of the built-in rules)',
+  },
   resultMaxBytes: {
-    meaning: 'largest result a command may return (JSON bytes, at least 32 KiB); over it the dispatch fails `result_too_large` and nothing of the result is stored (an execution\'s result is cut to fit instead)',
+    meaning:
+      "largest result a command may return (JSON bytes, at least 32 KiB); over it the dispatch fails `result_too_large` and nothing of the result is stored (an execution's result is cut to fit instead)",
   },
   pgliteSharedBuffers: {
-    meaning: "the embedded database's shared buffers (Postgres' 128MB default is what made it big: its WASM memory never shrinks); raise it for large knowledge bases on PGlite",
+    meaning:
+      "the embedded database's shared buffers (Postgres' 128MB default is what made it big: its WASM memory never shrinks); raise it for large knowledge bases on PGlite",
   },
   pgPrepare: {
     meaning:
       'on Postgres, each pooled connection prepares the statements it repeats (parsed once instead of on every call); set `false` behind a connection pooler in transaction mode that cannot keep prepared statements. After `plinth migrate` changes tables under running servers, restart them: a prepared `select *` refuses a changed row type until its connection is renewed',
   },
-  'webhooks.allowPrivate': { meaning: 'webhooks may reach loopback, private, link-local and metadata addresses, and use plain http (tests, on-prem receivers); off: https to public addresses only' },
+  'webhooks.allowPrivate': {
+    meaning:
+      'webhooks may reach loopback, private, link-local and metadata addresses, and use plain http (tests, on-prem receivers); off: https to public addresses only',
+  },
   'webhooks.retryBaseMs': { meaning: "a failed webhook attempt's first retry; each next one doubles (± 20 % jitter)" },
   'webhooks.retryWindowMs': { meaning: 'how long a webhook message is retried before it fails for good' },
   'webhooks.timeoutMs': { meaning: "one webhook attempt's deadline" },
-  'webhooks.disableAfter': { meaning: 'messages in a row that fail for good before a webhook is disabled (`webhook.disabled`)' },
+  'webhooks.disableAfter': {
+    meaning: 'messages in a row that fail for good before a webhook is disabled (`webhook.disabled`)',
+  },
   'webhooks.secretGraceMs': { meaning: 'after a secret rotation, how long the old secret signs too' },
 }

@@ -12,9 +12,10 @@ export const errorNotes = {
   invalid_last_event_id: '`Last-Event-ID` / `?after=` is not a non-negative integer',
   bad_request: 'other malformed requests',
   invalid_slash_command: 'slash text that does not parse (e.g. unbalanced quotes)',
-  request_timeout: 'the request (headers and body) did not arrive within `PLINTH_REQUEST_TIMEOUT`; the connection is closed',
+  request_timeout:
+    'the request (headers and body) did not arrive within `PLINTH_REQUEST_TIMEOUT`; the connection is closed',
   uri_too_long: 'a path segment longer than 100 characters (the URL is not echoed)',
-  headers_too_large: 'request headers over Node\'s limit',
+  headers_too_large: "request headers over Node's limit",
   unauthorized: 'missing, unknown or revoked token; disabled user',
   forbidden: 'the caller sees the resource but may not do this (a member deleting a shared project; a rejected call)',
   denied: 'the risk gate denied a call that would need a human (`approvalPolicy: "dontAsk"`)',
@@ -27,45 +28,58 @@ export const errorNotes = {
   dispatch_in_progress: 'a concurrent dispatch with the same key has not finished',
   decision_conflict: 'the decision was already answered differently',
   decision_expired: 'the decision expired (or was superseded) before this answer',
-  scope_not_allowed: '`approve_session` on a command that asks every time (an execution under `direct`, a `confirm` command): no allowance could ever apply to it; approve it once',
+  scope_not_allowed:
+    '`approve_session` on a command that asks every time (an execution under `direct`, a `confirm` command): no allowance could ever apply to it; approve it once',
   run_active: 'a run is queued, running or waiting in the conversation (`activeRunId`, `activeStatus`, `awaiting`)',
   run_not_waiting: 'tool outputs for a call the run does not await',
   run_not_resumable: 'resume of a run that did not fail upstream',
-  sandbox_unavailable: '`PATCH /api/admin/settings {"execBackend":"sandbox"}` when the sandbox probe fails (the reason is in `detail` and `probe`); an execution where the sandbox cannot work (exec tools off)',
+  sandbox_unavailable:
+    '`PATCH /api/admin/settings {"execBackend":"sandbox"}` when the sandbox probe fails (the reason is in `detail` and `probe`); an execution where the sandbox cannot work (exec tools off)',
   invalid_webhook_url: 'a webhook URL that is not an http(s) URL (or carries credentials)',
-  webhook_url_not_allowed: 'a webhook URL Plinth may not reach: http, loopback, private, link-local, metadata (see [Webhooks](../guides/frontends.md#webhooks))',
-  too_many_webhooks: 'a project\'s 51st webhook',
+  webhook_url_not_allowed:
+    'a webhook URL Plinth may not reach: http, loopback, private, link-local, metadata (see [Webhooks](../guides/frontends.md#webhooks))',
+  too_many_webhooks: "a project's 51st webhook",
   webhook_disabled: 'a redelivery while the webhook is disabled',
   unknown_model: 'a `model` that is not configured',
-  client_tool_conflict: 'a run\'s client tool has the name of a command tool the model is offered',
-  invalid_ui_message: 'UI message stream: an unknown role or part type, or a last message Plinth cannot act on ([docs/ui-stream.md](../ui-stream.md#requests))',
+  client_tool_conflict: "a run's client tool has the name of a command tool the model is offered",
+  invalid_ui_message:
+    'UI message stream: an unknown role or part type, or a last message Plinth cannot act on ([docs/ui-stream.md](../ui-stream.md#requests))',
   unsupported_ui_part: 'UI message stream: a file part (text only for now)',
   chat_id_mismatch: 'UI message stream: a chat id that is not the conversation',
   unknown_approval: 'UI message stream: an approval the run does not wait for',
-  thread_mismatch: 'AG-UI input: a `threadId` that is not the conversation ([docs/ag-ui.md](../ag-ui.md#errors-before-the-stream))',
+  thread_mismatch:
+    'AG-UI input: a `threadId` that is not the conversation ([docs/ag-ui.md](../ag-ui.md#errors-before-the-stream))',
   no_input: 'AG-UI input: neither a user message last nor answers to the waiting run',
   unsupported_content: 'AG-UI input: a non-text part',
   invalid_tool: 'AG-UI input: a frontend tool Plinth cannot offer',
-  unknown_interrupt: 'AG-UI input: answers that do not match what the run waits for (an interrupt it does not wait for)',
-  unknown_tool_call: 'AG-UI input: answers that do not match what the run waits for (a tool result for a call it did not make)',
+  unknown_interrupt:
+    'AG-UI input: answers that do not match what the run waits for (an interrupt it does not wait for)',
+  unknown_tool_call:
+    'AG-UI input: answers that do not match what the run waits for (a tool result for a call it did not make)',
   incomplete_resume: 'AG-UI input: answers that do not match what the run waits for (not all of them)',
   payload_too_large: 'body over the limit',
   unsupported_media_type: 'a body that is not `application/json`',
   idempotency_key_reused: 'same `Idempotency-Key`, different request',
-  entrance_not_allowed: '`entrance: "agent"` over HTTP (`"mcp"` is not accepted there either: 400), or an entrance the command does not accept',
+  entrance_not_allowed:
+    '`entrance: "agent"` over HTTP (`"mcp"` is not accepted there either: 400), or an entrance the command does not accept',
   command_error: 'the command refused on purpose (`CommandError`); its own code is in `commandCode`',
-  command_failed: 'the command\'s handler crashed (details are logged, not returned)',
+  command_failed: "the command's handler crashed (details are logged, not returned)",
   command_timeout: 'the handler did not finish within its `timeoutMs` (it is aborted)',
-  result_too_large: 'the command returned more than `PLINTH_RESULT_MAX_BYTES` of JSON (for a model\'s call, the tool result says so)',
-  command_interrupted: 'the server running the command stopped (crash) before it finished — or after a person approved it, before it started (then it did not run); the dispatch ended `interrupted` (a replay of its `Idempotency-Key` answers this), and a run waiting for it continues with the call answered `interrupted`',
-  quota_exceeded: 'a work-directory upload, `write_file` or execution past the conversation\'s or the user\'s disk quota; knowledge past the user\'s volume',
+  result_too_large:
+    "the command returned more than `PLINTH_RESULT_MAX_BYTES` of JSON (for a model's call, the tool result says so)",
+  command_interrupted:
+    'the server running the command stopped (crash) before it finished — or after a person approved it, before it started (then it did not run); the dispatch ended `interrupted` (a replay of its `Idempotency-Key` answers this), and a run waiting for it continues with the call answered `interrupted`',
+  quota_exceeded:
+    "a work-directory upload, `write_file` or execution past the conversation's or the user's disk quota; knowledge past the user's volume",
   too_many_runs: 'the caller already has `maxActiveRunsPerUser` runs queued or running',
   too_many_uploads: 'more uploads in flight than `uploads.perUser` / `uploads.total` (`Retry-After`)',
-  result_not_stored: 'a command\'s outcome could not be stored; the dispatch ended `failed` with the database\'s reason',
+  result_not_stored: "a command's outcome could not be stored; the dispatch ended `failed` with the database's reason",
   rate_limited: 'over a rate limit (per address, per failed authentication, per token) or the connection cap',
-  too_many_streams: 'the token already holds `PLINTH_SSE_MAX_PER_TOKEN` streams, or the server `PLINTH_SSE_MAX_STREAMS` (`limit` says which)',
+  too_many_streams:
+    'the token already holds `PLINTH_SSE_MAX_PER_TOKEN` streams, or the server `PLINTH_SSE_MAX_STREAMS` (`limit` says which)',
   internal: 'a bug; logged with the request id, nothing internal in the answer',
   not_implemented: 'no route answers it today (kept in the catalogue for features not built yet)',
   service_unavailable: '`/readyz` when the database does not answer; requests during shutdown',
-  shutting_down: 'a new run (or a resume) while the server is stopping; retry — another instance, or this one restarted, takes it',
+  shutting_down:
+    'a new run (or a resume) while the server is stopping; retry — another instance, or this one restarted, takes it',
 } as const satisfies Record<ProblemCode, string>

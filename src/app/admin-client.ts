@@ -15,7 +15,9 @@ export interface UserAdmin {
   revokeToken(tokenId: string): Promise<{ id: string; prefix: string | null } | undefined>
 }
 
-export async function all<T>(fetchPage: (after: string | undefined) => Promise<{ items: T[]; nextCursor: string | null }>): Promise<T[]> {
+export async function all<T>(
+  fetchPage: (after: string | undefined) => Promise<{ items: T[]; nextCursor: string | null }>,
+): Promise<T[]> {
   const items: T[] = []
   let after: string | undefined
   for (;;) {
@@ -51,10 +53,19 @@ export async function runningServer(dataDir: string): Promise<ServerAnnouncement
 }
 
 /** One call to a running server's admin API; a refusal or a server error throws, with the server's words. */
-async function adminCall<T>(url: string, adminToken: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
+async function adminCall<T>(
+  url: string,
+  adminToken: string,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; body: T }> {
   const response = await fetch(`${url}/api/admin${path}`, {
     method,
-    headers: { authorization: `Bearer ${adminToken}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
+    headers: {
+      authorization: `Bearer ${adminToken}`,
+      ...(body !== undefined && { 'content-type': 'application/json' }),
+    },
     ...(body !== undefined && { body: JSON.stringify(body) }),
   })
   const text = await response.text()
@@ -75,7 +86,10 @@ export interface AuditVerdict {
 export async function httpAuditVerify(url: string, adminToken: string): Promise<AuditVerdict> {
   const answer = await adminCall<AuditVerdict>(url, adminToken, 'GET', '/audit/verify')
   // A server from before this route.
-  if (answer.status !== 200) throw new Error(`the running server at ${url} answered ${answer.status} to GET /api/admin/audit/verify (stop it, or upgrade it)`)
+  if (answer.status !== 200)
+    throw new Error(
+      `the running server at ${url} answered ${answer.status} to GET /api/admin/audit/verify (stop it, or upgrade it)`,
+    )
   return answer.body
 }
 
@@ -87,7 +101,16 @@ export function httpUserAdmin(url: string, adminToken: string): UserAdmin {
       const answer = await call<{ user: User; token: IssuedToken }>('POST', '/users', { name, tokenName })
       return answer.status === 409 ? 'name_taken' : answer.body
     },
-    listUsers: () => all(async (after) => (await call<{ items: User[]; nextCursor: string | null }>('GET', `/users?limit=200${after ? `&cursor=${after}` : ''}`)).body),
+    listUsers: () =>
+      all(
+        async (after) =>
+          (
+            await call<{ items: User[]; nextCursor: string | null }>(
+              'GET',
+              `/users?limit=200${after ? `&cursor=${after}` : ''}`,
+            )
+          ).body,
+      ),
     findUser: async (idOrName) => {
       if (/^[0-9A-HJKMNP-TV-Z]{26}$/.test(idOrName)) {
         const byId = await call<User>('GET', `/users/${idOrName}`)
@@ -100,7 +123,16 @@ export function httpUserAdmin(url: string, adminToken: string): UserAdmin {
       return answer.status === 200 ? answer.body : undefined
     },
     createToken: async (userId, name) => (await call<IssuedToken>('POST', `/users/${userId}/tokens`, { name })).body,
-    listTokens: (userId) => all(async (after) => (await call<{ items: ApiToken[]; nextCursor: string | null }>('GET', `/users/${userId}/tokens?limit=200${after ? `&cursor=${after}` : ''}`)).body),
+    listTokens: (userId) =>
+      all(
+        async (after) =>
+          (
+            await call<{ items: ApiToken[]; nextCursor: string | null }>(
+              'GET',
+              `/users/${userId}/tokens?limit=200${after ? `&cursor=${after}` : ''}`,
+            )
+          ).body,
+      ),
     revokeToken: async (tokenId) => {
       if (!/^[0-9A-HJKMNP-TV-Z]{26}$/.test(tokenId)) return undefined
       const answer = await call<undefined>('DELETE', `/tokens/${tokenId}`)

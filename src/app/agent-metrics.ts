@@ -11,8 +11,18 @@ export function createAgentMetrics(registry: Registry, bus: CommandBus): RunObse
     buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
     registers: [registry],
   })
-  const tools = new Counter({ name: 'plinth_tool_calls_total', help: 'Tool calls by terminal status', labelNames: ['status'] as const, registers: [registry] })
-  const runs = new Counter({ name: 'plinth_runs_total', help: 'Finished runs by status', labelNames: ['status'] as const, registers: [registry] })
+  const tools = new Counter({
+    name: 'plinth_tool_calls_total',
+    help: 'Tool calls by terminal status',
+    labelNames: ['status'] as const,
+    registers: [registry],
+  })
+  const runs = new Counter({
+    name: 'plinth_runs_total',
+    help: 'Finished runs by status',
+    labelNames: ['status'] as const,
+    registers: [registry],
+  })
   const runDuration = new Histogram({
     name: 'plinth_run_duration_seconds',
     help: 'Run duration from start to its terminal state',
@@ -20,7 +30,12 @@ export function createAgentMetrics(registry: Registry, bus: CommandBus): RunObse
     buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 1800],
     registers: [registry],
   })
-  const decisions = new Counter({ name: 'plinth_decisions_total', help: 'Resolved decisions by outcome', labelNames: ['outcome'] as const, registers: [registry] })
+  const decisions = new Counter({
+    name: 'plinth_decisions_total',
+    help: 'Resolved decisions by outcome',
+    labelNames: ['outcome'] as const,
+    registers: [registry],
+  })
   bus.onDecisionResolved((decision) => decisions.inc({ outcome: decision.status }))
   return {
     modelCall: ({ model, durationMs, outcome }) => llm.observe({ model, outcome }, durationMs / 1000),

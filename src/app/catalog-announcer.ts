@@ -14,7 +14,10 @@ export function announceCatalogChanges(catalog: CommandCatalog, store: Store, lo
     const previous = chains.get(plugin) ?? Promise.resolve()
     const next = previous.then(async () => {
       // The plugin's commands as they are when this write runs: a burst of changes ends in one event.
-      const ids = catalog.list().filter((command) => command.plugin === plugin).map((command) => command.spec.id)
+      const ids = catalog
+        .list()
+        .filter((command) => command.plugin === plugin)
+        .map((command) => command.spec.id)
       try {
         await appendCatalogChange(store, plugin, ids)
       } catch (error) {

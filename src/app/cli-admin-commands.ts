@@ -13,7 +13,12 @@ type Usage = () => string
  * Runs a command on the database — or, while a server holds the embedded database, through that
  * server's admin API when PLINTH_ADMIN_TOKEN is set (else the lock error says how).
  */
-async function withAdmin(config: PlinthConfig, io: Io, viaStore: (store: Store) => Promise<number>, viaServer: (url: string, adminToken: string) => Promise<number>): Promise<number> {
+async function withAdmin(
+  config: PlinthConfig,
+  io: Io,
+  viaStore: (store: Store) => Promise<number>,
+  viaServer: (url: string, adminToken: string) => Promise<number>,
+): Promise<number> {
   if (!config.databaseUrl && config.adminToken) {
     const server = await runningServer(config.dataDir)
     if (server) {
@@ -24,13 +29,21 @@ async function withAdmin(config: PlinthConfig, io: Io, viaStore: (store: Store) 
   const { openStore, StoreError } = await import('../store/index.js')
   let store: Store
   try {
-    store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers, prepareStatements: config.pgPrepare })
+    store = await openStore({
+      databaseUrl: config.databaseUrl,
+      dataDir: config.dataDir,
+      pgliteSharedBuffers: config.pgliteSharedBuffers,
+      prepareStatements: config.pgPrepare,
+    })
   } catch (error) {
     if (!(error instanceof StoreError) || error.code !== 'data_dir_locked') throw error
     const server = await runningServer(config.dataDir)
     if (!server) throw error
     if (!config.adminToken) {
-      throw new StoreError('data_dir_locked', `${error.message}. The server at ${server.url} holds it: set PLINTH_ADMIN_TOKEN (the server's) and this command goes through its admin API`)
+      throw new StoreError(
+        'data_dir_locked',
+        `${error.message}. The server at ${server.url} holds it: set PLINTH_ADMIN_TOKEN (the server's) and this command goes through its admin API`,
+      )
     }
     io.err(`(the server at ${server.url} holds the database: using its admin API)`)
     return viaServer(server.url, config.adminToken)
@@ -58,7 +71,9 @@ export async function auditVerifyCommand(config: PlinthConfig, io: Io): Promise<
       io.out(`audit chain intact: ${verdict.checked} entries verified`)
       return 0
     }
-    io.err(`audit chain broken at entry ${verdict.firstBad?.id}: ${verdict.firstBad?.reason} (${verdict.checked} entries before it verified)`)
+    io.err(
+      `audit chain broken at entry ${verdict.firstBad?.id}: ${verdict.firstBad?.reason} (${verdict.checked} entries before it verified)`,
+    )
     return 1
   }
   return withAdmin(
@@ -69,7 +84,14 @@ export async function auditVerifyCommand(config: PlinthConfig, io: Io): Promise<
   )
 }
 
-export async function usersCommand(config: PlinthConfig, sub: string | undefined, arg: string | undefined, flags: Flags, io: Io, usage: Usage): Promise<number> {
+export async function usersCommand(
+  config: PlinthConfig,
+  sub: string | undefined,
+  arg: string | undefined,
+  flags: Flags,
+  io: Io,
+  usage: Usage,
+): Promise<number> {
   if (sub === 'create' && arg) {
     return withUserAdmin(config, io, async (admin) => {
       const issued = await admin.createUser(arg, flags['token-name'] ?? 'default')
@@ -110,7 +132,14 @@ export async function usersCommand(config: PlinthConfig, sub: string | undefined
   return 2
 }
 
-export async function tokensCommand(config: PlinthConfig, sub: string | undefined, arg: string | undefined, flags: Flags, io: Io, usage: Usage): Promise<number> {
+export async function tokensCommand(
+  config: PlinthConfig,
+  sub: string | undefined,
+  arg: string | undefined,
+  flags: Flags,
+  io: Io,
+  usage: Usage,
+): Promise<number> {
   if (!arg || !['create', 'list', 'revoke'].includes(sub ?? '')) {
     io.err(usage())
     return 2
@@ -143,7 +172,9 @@ export async function tokensCommand(config: PlinthConfig, sub: string | undefine
     if (flags.json) io.out(JSON.stringify(tokens))
     else {
       for (const token of tokens) {
-        io.out(`${token.id}  ${token.name}  ${token.prefix}…  created ${token.createdAt}${token.revokedAt ? `  revoked ${token.revokedAt}` : ''}`)
+        io.out(
+          `${token.id}  ${token.name}  ${token.prefix}…  created ${token.createdAt}${token.revokedAt ? `  revoked ${token.revokedAt}` : ''}`,
+        )
       }
     }
     return 0

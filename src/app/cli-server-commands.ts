@@ -24,7 +24,10 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
   for (const warning of server.warnings) io.err(`plinth: WARNING: ${warning}`)
   await createFirstUser(server.store, io)
   // The CLI beside a server that holds the embedded database finds it here (see cli-admin-commands.ts).
-  const unannounce = server.store.engine === 'pglite' ? await announceServer(config.dataDir, { pid: process.pid, url: server.url }) : async () => undefined
+  const unannounce =
+    server.store.engine === 'pglite'
+      ? await announceServer(config.dataDir, { pid: process.pid, url: server.url })
+      : async () => undefined
   stop = (signal: string): void => {
     logger.info({ signal }, 'shutting down')
     const force = setTimeout(() => process.exit(1), 10_000)
@@ -51,14 +54,22 @@ async function createFirstUser(store: Store, io: Io): Promise<void> {
   if (existing.length > 0) return
   const issued = await storeUserAdmin(store).createUser('admin', 'first start')
   if (issued === 'name_taken') return
-  io.out(`plinth: no users yet — created the first user "admin" (${issued.user.id}). Its token, shown once (store it now):`)
+  io.out(
+    `plinth: no users yet — created the first user "admin" (${issued.user.id}). Its token, shown once (store it now):`,
+  )
   io.out(issued.token.token)
 }
 
 /** Re-embeds every chunk with the configured embedder, showing progress (a bar on a terminal). */
 export async function reembed(store: Store, config: PlinthConfig, io: Io): Promise<number> {
   const embedder = createEmbedder(config.embeddings)
-  const bar = io === processIo && process.stderr.isTTY ? new SingleBar({ format: 're-embedding [{bar}] {percentage}% {value}/{total} chunks', stream: process.stderr }, Presets.shades_classic) : null
+  const bar =
+    io === processIo && process.stderr.isTTY
+      ? new SingleBar(
+          { format: 're-embedding [{bar}] {percentage}% {value}/{total} chunks', stream: process.stderr },
+          Presets.shades_classic,
+        )
+      : null
   let reported = -1
   const done = await reembedAll(store, embedder, (count, total) => {
     if (bar) {
@@ -79,14 +90,18 @@ export async function reembed(store: Store, config: PlinthConfig, io: Io): Promi
 }
 
 export async function withStore<T>(config: PlinthConfig, fn: (store: Store) => Promise<T>): Promise<T> {
-  const store = await openStore({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, pgliteSharedBuffers: config.pgliteSharedBuffers, prepareStatements: config.pgPrepare })
+  const store = await openStore({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.dataDir,
+    pgliteSharedBuffers: config.pgliteSharedBuffers,
+    prepareStatements: config.pgPrepare,
+  })
   try {
     return await fn(store)
   } finally {
     await store.close()
   }
 }
-
 
 /** "1 chunk", "2 chunks". */
 function chunks(count: number): string {

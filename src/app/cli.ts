@@ -134,7 +134,15 @@ async function mcp(values: { url?: string; token?: string; project?: string }, i
 }
 
 async function chat(
-  values: { url?: string; token?: string; project?: string; conversation?: string; model?: string; once?: string; 'command-timeout'?: string },
+  values: {
+    url?: string
+    token?: string
+    project?: string
+    conversation?: string
+    model?: string
+    once?: string
+    'command-timeout'?: string
+  },
   io: Io,
 ): Promise<number> {
   const token = values.token ?? process.env.PLINTH_TOKEN

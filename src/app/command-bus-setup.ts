@@ -1,9 +1,25 @@
 import { join } from 'node:path'
 import type { Logger } from 'pino'
-import { CommandBus, CommandCatalog, ProjectAccess, createPluginLogger, defaultResultMaxBytes, registerCliTools, registerCoreCommands, registerExecCommands } from '../cmdbus/index.js'
+import {
+  CommandBus,
+  CommandCatalog,
+  ProjectAccess,
+  createPluginLogger,
+  defaultResultMaxBytes,
+  registerCliTools,
+  registerCoreCommands,
+  registerExecCommands,
+} from '../cmdbus/index.js'
 import { CommandError, type McpServerSpec } from '../extension/index.js'
 import { defaultExecSettings, ExecService, QuotaError, resolveOutputBytes, type ExecSettings } from '../exec/index.js'
-import { createEmbedder, DocumentExtractor, Ingestor, Retriever, type DocumentExtractorOptions, type Embedder } from '../rag/index.js'
+import {
+  createEmbedder,
+  DocumentExtractor,
+  Ingestor,
+  Retriever,
+  type DocumentExtractorOptions,
+  type Embedder,
+} from '../rag/index.js'
 import { McpHub, type McpSandboxHost, type McpServerConfig } from '../mcp/index.js'
 import { announceCatalogChanges } from './catalog-announcer.js'
 import type { Store } from '../store/index.js'
@@ -77,7 +93,12 @@ export async function setUpCommandBus(
   const access = new ProjectAccess(store, () => catalog.projectAuthz)
   const embedder = options.embedder ?? createEmbedder(undefined)
   // The adapter is looked up on every call: plugins register it after this point.
-  const retriever = new Retriever({ store, embedder, adapter: () => catalog.projectAuthz, ...(options.minSimilarity !== undefined && { minSimilarity: options.minSimilarity }) })
+  const retriever = new Retriever({
+    store,
+    embedder,
+    adapter: () => catalog.projectAuthz,
+    ...(options.minSimilarity !== undefined && { minSimilarity: options.minSimilarity }),
+  })
   const ingestor = new Ingestor({
     store,
     embedder,
@@ -87,19 +108,47 @@ export async function setUpCommandBus(
     ...(store.engine === 'pglite' && { uploadDir: join(options.dataDir, 'uploads') }),
     ...(options.ingestMaxAttempts !== undefined && { maxAttempts: options.ingestMaxAttempts }),
   })
-  registerCoreCommands(catalog, { store, access, version, retriever, ...(options.fullModeTtlMs !== undefined && { fullModeTtlMs: options.fullModeTtlMs }) })
-  const exec = await ExecService.create({ store, settings: execSettings, dataDir: options.dataDir, log: createPluginLogger(options.logger, 'exec') })
-  const execDeps = { store, exec, version, log: createPluginLogger(options.logger, 'exec'), highRiskKeywords: options.highRiskKeywords ?? [], resultMaxBytes }
+  registerCoreCommands(catalog, {
+    store,
+    access,
+    version,
+    retriever,
+    ...(options.fullModeTtlMs !== undefined && { fullModeTtlMs: options.fullModeTtlMs }),
+  })
+  const exec = await ExecService.create({
+    store,
+    settings: execSettings,
+    dataDir: options.dataDir,
+    log: createPluginLogger(options.logger, 'exec'),
+  })
+  const execDeps = {
+    store,
+    exec,
+    version,
+    log: createPluginLogger(options.logger, 'exec'),
+    highRiskKeywords: options.highRiskKeywords ?? [],
+    resultMaxBytes,
+  }
   registerExecCommands(catalog, execDeps)
   const { loaded: plugins, refused: refusedPlugins } = await loadPlugins(options.plugins, {
     catalog,
     cwd: options.cwd ?? process.cwd(),
     logger: options.logger,
     createHost: (plugin) =>
-      createPluginHost(plugin, { store, logger: options.logger, options: { execBackend: exec.backendName, disableExecTools: execSettings.disableExecTools }, access, retriever, ingestor }),
+      createPluginHost(plugin, {
+        store,
+        logger: options.logger,
+        options: { execBackend: exec.backendName, disableExecTools: execSettings.disableExecTools },
+        access,
+        retriever,
+        ingestor,
+      }),
   })
   // CLIs from the configuration, then those plugins declared; each is probed before it is offered.
-  await registerCliTools(catalog, execDeps, [...execSettings.cliTools.map((spec) => ({ plugin: 'config', pluginVersion: version, spec })), ...catalog.cliTools])
+  await registerCliTools(catalog, execDeps, [
+    ...execSettings.cliTools.map((spec) => ({ plugin: 'config', pluginVersion: version, spec })),
+    ...catalog.cliTools,
+  ])
   // After the plugins: an MCP server cannot take a namespace a plugin has (all of them are under `mcp.`).
   const mcp = new McpHub({
     store,
@@ -135,11 +184,18 @@ export async function setUpCommandBus(
  * The configured MCP servers, then those plugins ship (`Registry.addMcpServer`); a configured server of
  * the same name replaces the shipped one (docs/mcp.md, "Servers plugins ship").
  */
-function withShippedServers(configured: readonly McpServerConfig[], shipped: ReadonlyArray<{ plugin: string; spec: McpServerSpec }>, logger: Logger): McpServerConfig[] {
+function withShippedServers(
+  configured: readonly McpServerConfig[],
+  shipped: ReadonlyArray<{ plugin: string; spec: McpServerSpec }>,
+  logger: Logger,
+): McpServerConfig[] {
   const servers = [...configured]
   for (const { plugin, spec } of shipped) {
     if (configured.some((server) => server.name === spec.name)) {
-      createPluginLogger(logger, 'mcp').info('the configured MCP server replaces the one a plugin ships', { server: spec.name, plugin })
+      createPluginLogger(logger, 'mcp').info('the configured MCP server replaces the one a plugin ships', {
+        server: spec.name,
+        plugin,
+      })
       continue
     }
     servers.push(spec)
@@ -163,6 +219,7 @@ function mcpSandboxHost(exec: ExecService): McpSandboxHost {
     unavailable: () => exec.sandboxUnavailable,
     launch: (input) => exec.launchSandboxed(input),
     beforeCall: (conversationId, ownerId) => quota(() => exec.quota.ensureRoom(conversationId, ownerId)),
-    afterCall: (conversationId, ownerId, startedAt) => quota(() => exec.quota.settleAfterExec(conversationId, ownerId, startedAt)),
+    afterCall: (conversationId, ownerId, startedAt) =>
+      quota(() => exec.quota.settleAfterExec(conversationId, ownerId, startedAt)),
   }
 }

@@ -12,7 +12,10 @@ export type ModelConfig = ModelSettings
 
 /** The validated configuration the server runs with. */
 /** The exec settings an operator may set (each optional; limits and quota by key). */
-export type ExecConfig = Partial<Omit<ExecSettings, 'limits' | 'quota'>> & { limits?: Partial<ExecSettings['limits']>; quota?: Partial<ExecSettings['quota']> }
+export type ExecConfig = Partial<Omit<ExecSettings, 'limits' | 'quota'>> & {
+  limits?: Partial<ExecSettings['limits']>
+  quota?: Partial<ExecSettings['quota']>
+}
 
 export interface PlinthConfig {
   port: number
@@ -66,7 +69,13 @@ export interface PlinthConfig {
   /** The embeddings provider (default: the local hashing embedder). */
   embeddings?: EmbeddingSettings
   /** Knowledge uploads, and the parser's limits (docs/security.md, "untrusted documents"). */
-  knowledge: { maxFileBytes: number; maxBytesPerUser: number; extract?: DocumentExtractorOptions; maxAttempts?: number; minSimilarity?: number }
+  knowledge: {
+    maxFileBytes: number
+    maxBytesPerUser: number
+    extract?: DocumentExtractorOptions
+    maxAttempts?: number
+    minSimilarity?: number
+  }
   /** How long a `full` permission mode lasts before reverting to `manual`. */
   fullModeTtlMs: number
   /** How long a pending decision (a run in `requires_action`) waits before it expires. */
@@ -143,13 +152,29 @@ const mcpServerSchema = {
     url: { type: 'string', pattern: '^https?://' },
     headers: stringMap,
     headersEnv: stringMap,
-    tools: { type: 'object', additionalProperties: false, properties: { include: { type: 'array', items: { type: 'string' } }, exclude: { type: 'array', items: { type: 'string' } } } },
-    risk: { type: 'object', additionalProperties: false, properties: { default: riskLevel, perTool: { type: 'object', additionalProperties: riskLevel } } },
+    tools: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        include: { type: 'array', items: { type: 'string' } },
+        exclude: { type: 'array', items: { type: 'string' } },
+      },
+    },
+    risk: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { default: riskLevel, perTool: { type: 'object', additionalProperties: riskLevel } },
+    },
     confirm: { anyOf: [{ type: 'boolean' }, { type: 'array', items: { type: 'string' } }] },
     exposeAsTool: { type: 'boolean' },
     timeoutMs: { type: 'integer', minimum: 100, maximum: 3_600_000 },
     startTimeoutMs: { type: 'integer', minimum: 100, maximum: 600_000 },
-    auth: { type: 'object', additionalProperties: false, required: ['type'], properties: { type: { enum: ['oauth'] }, scopes: { type: 'array', items: { type: 'string', minLength: 1 } } } },
+    auth: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['type'],
+      properties: { type: { enum: ['oauth'] }, scopes: { type: 'array', items: { type: 'string', minLength: 1 } } },
+    },
     sandbox: { type: 'boolean' },
     network: { type: 'boolean' },
     mounts: { type: 'array', maxItems: 50, items: { type: 'string', minLength: 1 } },
@@ -194,7 +219,11 @@ const fileSchema = {
           maxTokens: { type: 'integer', minimum: 1, maximum: 1_000_000 },
           topP: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
           stop: { type: 'array', maxItems: 4, items: { type: 'string', minLength: 1, maxLength: 100 } },
-          headers: { type: 'object', additionalProperties: { type: 'string' }, propertyNames: { pattern: '^[A-Za-z0-9-]+$' } },
+          headers: {
+            type: 'object',
+            additionalProperties: { type: 'string' },
+            propertyNames: { pattern: '^[A-Za-z0-9-]+$' },
+          },
         },
       },
     },
@@ -223,7 +252,11 @@ const fileSchema = {
         },
         network: { type: 'boolean' },
         tmpSizeMb: { type: 'integer', minimum: 1 },
-        runtimes: { type: 'object', additionalProperties: { type: 'string', pattern: '^/' }, propertyNames: { pattern: '^[a-z][a-z0-9_-]{0,40}$' } },
+        runtimes: {
+          type: 'object',
+          additionalProperties: { type: 'string', pattern: '^/' },
+          propertyNames: { pattern: '^[a-z][a-z0-9_-]{0,40}$' },
+        },
         deniedSegments: { type: 'array', items: { type: 'string', minLength: 1 } },
         maxCodeBytes: { type: 'integer', minimum: 1024 },
         maxUploadBytes: { type: 'integer', minimum: 1024 },
@@ -248,7 +281,11 @@ const fileSchema = {
               description: { type: 'string' },
               binary: { type: 'string' },
               commands: { type: 'object' },
-              env: { type: 'object', additionalProperties: { type: 'string', maxLength: 4096 }, propertyNames: { pattern: '^[A-Za-z_][A-Za-z0-9_]{0,127}$' } },
+              env: {
+                type: 'object',
+                additionalProperties: { type: 'string', maxLength: 4096 },
+                propertyNames: { pattern: '^[A-Za-z_][A-Za-z0-9_]{0,127}$' },
+              },
             },
           },
         },
@@ -271,7 +308,11 @@ const fileSchema = {
     connectionTimeoutMs: { type: 'integer', minimum: 1000 },
     maxConnectionsPerAddress: { type: 'integer', minimum: 1 },
     maxConnections: { type: 'integer', minimum: 1 },
-    uploads: { type: 'object', additionalProperties: false, properties: { perUser: { type: 'integer', minimum: 1 }, total: { type: 'integer', minimum: 1 } } },
+    uploads: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { perUser: { type: 'integer', minimum: 1 }, total: { type: 'integer', minimum: 1 } },
+    },
     trustProxy: { anyOf: [{ type: 'boolean' }, { type: 'string', minLength: 1 }] },
     metricsToken: { type: 'string', minLength: 16 },
     corsOrigins: { type: 'array', items: { type: 'string', pattern: '^https?://[^/\\s]+$' } },
@@ -469,7 +510,13 @@ const defaults: PlinthConfig = {
   corsOrigins: [],
   strictPlugins: false,
   sseHeartbeatMs: 15_000,
-  streams: { maxPerToken: 32, maxTotal: 5000, maxLifetimeMs: 60 * 60 * 1000, recheckIntervalMs: 60_000, drainTimeoutMs: 30_000 },
+  streams: {
+    maxPerToken: 32,
+    maxTotal: 5000,
+    maxLifetimeMs: 60 * 60 * 1000,
+    recheckIntervalMs: 60_000,
+    drainTimeoutMs: 30_000,
+  },
   knowledge: { maxFileBytes: 20 * 1024 * 1024, maxBytesPerUser: 1024 * 1024 * 1024 },
   fullModeTtlMs: 60 * 60 * 1000,
   actionTtlMs: 24 * 60 * 60 * 1000,
@@ -503,7 +550,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   if (explicitPath || existsSync(path)) {
     try {
       const parsed: unknown = JSON.parse(readFileSync(path, 'utf8'))
-      if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) problems.push(`${path}: must hold a JSON object`)
+      if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
+        problems.push(`${path}: must hold a JSON object`)
       else {
         Object.assign(merged, parsed)
         resolveFilePaths(merged, dirname(path))
@@ -519,7 +567,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     if (raw === undefined || raw === '') return
     const value = parseEnv(raw, kind)
     if (value === undefined) {
-      const expected = kind === 'int' ? 'an integer' : kind === 'number' ? 'a number like 0.3' : kind === 'duration' ? 'a duration like 30s, 15m, 8h or 1d (a bare number is seconds)' : kind === 'json' ? 'JSON' : 'true or false'
+      const expected =
+        kind === 'int'
+          ? 'an integer'
+          : kind === 'number'
+            ? 'a number like 0.3'
+            : kind === 'duration'
+              ? 'a duration like 30s, 15m, 8h or 1d (a bare number is seconds)'
+              : kind === 'json'
+                ? 'JSON'
+                : 'true or false'
       problems.push(`${name}: expected ${expected}, got ${JSON.stringify(raw)}`)
       return
     }
@@ -528,26 +585,34 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   // Deprecated names first, so the current name wins when both are set.
   for (const [name, replacement, key] of deprecatedEnvKeys) {
     if (env[name] === undefined || env[name] === '') continue
-    deprecations.push(`${name} is deprecated: use ${replacement} (a duration like 30s; a bare number is seconds)${env[replacement] ? `; ${replacement} is also set and wins` : ''}`)
+    deprecations.push(
+      `${name} is deprecated: use ${replacement} (a duration like 30s; a bare number is seconds)${env[replacement] ? `; ${replacement} is also set and wins` : ''}`,
+    )
     fromEnv(name, key, 'int')
   }
   for (const [name, key, kind] of envKeys) fromEnv(name, key, kind)
 
   const ajv = new Ajv({ allErrors: true, strict: false })
   if (!ajv.validate(fileSchema, merged)) problems.push(...(ajv.errors ?? []).map((error) => describeError(error)))
-  const models = Array.isArray(merged.models) ? (merged.models as Array<{ id?: unknown; provider?: unknown; baseUrl?: unknown; script?: unknown }>) : []
+  const models = Array.isArray(merged.models)
+    ? (merged.models as Array<{ id?: unknown; provider?: unknown; baseUrl?: unknown; script?: unknown }>)
+    : []
   models.forEach((model, index) => {
-    if ((model?.provider === 'openai' || model?.provider === 'anthropic') && typeof model.baseUrl !== 'string') problems.push(`models[${index}].baseUrl: required for provider ${String(model.provider)}`)
-    if (model?.provider === 'scripted' && typeof model.script !== 'string') problems.push(`models[${index}].script: required for provider scripted`)
+    if ((model?.provider === 'openai' || model?.provider === 'anthropic') && typeof model.baseUrl !== 'string')
+      problems.push(`models[${index}].baseUrl: required for provider ${String(model.provider)}`)
+    if (model?.provider === 'scripted' && typeof model.script !== 'string')
+      problems.push(`models[${index}].script: required for provider scripted`)
     else if (model?.provider === 'scripted') {
       const problem = scriptProblem(resolve(cwd, model.script as string))
       if (problem) problems.push(`models[${index}].script: ${problem}`)
     }
   })
   problems.push(...mcpServerProblems(merged.mcpServers))
-  const embeddings = merged.embeddings as { provider?: unknown; model?: unknown; baseUrl?: unknown; dimensions?: unknown } | undefined
+  const embeddings = merged.embeddings as
+    { provider?: unknown; model?: unknown; baseUrl?: unknown; dimensions?: unknown } | undefined
   if (embeddings?.provider === 'openai') {
-    for (const key of ['model', 'baseUrl', 'dimensions'] as const) if (embeddings[key] === undefined) problems.push(`embeddings.${key}: required for provider openai`)
+    for (const key of ['model', 'baseUrl', 'dimensions'] as const)
+      if (embeddings[key] === undefined) problems.push(`embeddings.${key}: required for provider openai`)
   }
   if (typeof merged.defaultModel === 'string' && !models.some((model) => model?.id === merged.defaultModel)) {
     problems.push(`defaultModel: no model with id ${JSON.stringify(merged.defaultModel)} is configured`)
@@ -571,7 +636,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   if (config.trustProxy === 'true' || config.trustProxy === 'false') config.trustProxy = config.trustProxy === 'true'
   // Heartbeats are what keep a quiet stream's connection from looking idle.
   if (config.sseHeartbeatMs >= config.connectionTimeoutMs) {
-    throw new ConfigError([`sseHeartbeatMs (${config.sseHeartbeatMs}) must be shorter than connectionTimeoutMs (${config.connectionTimeoutMs})`])
+    throw new ConfigError([
+      `sseHeartbeatMs (${config.sseHeartbeatMs}) must be shorter than connectionTimeoutMs (${config.connectionTimeoutMs})`,
+    ])
   }
   return config
 }
@@ -594,10 +661,17 @@ export interface ConfigSetting {
  */
 export function configSettings(): ConfigSetting[] {
   const settings: ConfigSetting[] = []
-  const walk = (properties: Readonly<Record<string, Readonly<Record<string, unknown>>>>, prefix: string, defaultsHere: unknown): void => {
+  const walk = (
+    properties: Readonly<Record<string, Readonly<Record<string, unknown>>>>,
+    prefix: string,
+    defaultsHere: unknown,
+  ): void => {
     for (const [name, schema] of Object.entries(properties)) {
       const key = `${prefix}${name}`
-      const value = defaultsHere !== null && typeof defaultsHere === 'object' ? (defaultsHere as Record<string, unknown>)[name] : undefined
+      const value =
+        defaultsHere !== null && typeof defaultsHere === 'object'
+          ? (defaultsHere as Record<string, unknown>)[name]
+          : undefined
       if (schema.type === 'object' && schema.properties && !schema.required) {
         walk(schema.properties as Record<string, Readonly<Record<string, unknown>>>, `${key}.`, value)
         continue
@@ -626,7 +700,11 @@ function parseEnv(raw: string, kind: EnvKind): unknown {
     const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(raw.trim())
     return match ? Math.round(Number(match[1]) * (durationUnits[match[2] ?? 's'] ?? 1000)) : undefined
   }
-  if (kind === 'list') return raw.split(',').map((item) => item.trim()).filter(Boolean)
+  if (kind === 'list')
+    return raw
+      .split(',')
+      .map((item) => item.trim())
+      .filter(Boolean)
   if (kind === 'bool') return raw === 'true' || raw === '1' ? true : raw === 'false' || raw === '0' ? false : undefined
   return /^-?\d+$/.test(raw) ? Number(raw) : undefined
 }
@@ -638,7 +716,8 @@ function setPath(target: Record<string, unknown>, path: string, value: unknown):
     target[head] = value
     return
   }
-  const child = typeof target[head] === 'object' && target[head] !== null ? (target[head] as Record<string, unknown>) : {}
+  const child =
+    typeof target[head] === 'object' && target[head] !== null ? (target[head] as Record<string, unknown>) : {}
   target[head] = child
   setPath(child, rest.join('.'), value)
 }
@@ -650,9 +729,16 @@ function setPath(target: Record<string, unknown>, path: string, value: unknown):
 function resolveFilePaths(config: Record<string, unknown>, base: string): void {
   const path = (value: unknown): unknown => (typeof value === 'string' && value !== '' ? resolve(base, value) : value)
   // A bare plugin name is a package; only `./` and `../` entries are paths.
-  if (Array.isArray(config.plugins)) config.plugins = config.plugins.map((entry: unknown) => (typeof entry === 'string' && entry.startsWith('.') ? resolve(base, entry) : entry))
+  if (Array.isArray(config.plugins))
+    config.plugins = config.plugins.map((entry: unknown) =>
+      typeof entry === 'string' && entry.startsWith('.') ? resolve(base, entry) : entry,
+    )
   if (Array.isArray(config.models)) {
-    config.models = config.models.map((model: unknown) => (model && typeof model === 'object' && 'script' in model ? { ...model, script: path((model as { script: unknown }).script) } : model))
+    config.models = config.models.map((model: unknown) =>
+      model && typeof model === 'object' && 'script' in model
+        ? { ...model, script: path((model as { script: unknown }).script) }
+        : model,
+    )
   }
   if ('dataDir' in config) config.dataDir = path(config.dataDir)
   // A stdio MCP server's working directory is relative to the file; its command is looked up as a shell would.
@@ -683,7 +769,8 @@ export function mcpServerSpecProblems(spec: unknown): string[] {
   const record = spec !== null && typeof spec === 'object' ? (spec as Record<string, unknown>) : {}
   if (typeof record.cwd === 'string' && !isAbsolute(record.cwd)) problems.push('cwd: must be an absolute path')
   // The operator's to set (in an mcpServers entry of the same name), not the plugin's.
-  for (const key of ['auth', 'idleTimeoutMs', 'maxProcesses']) if (key in record) problems.push(`${key}: not for a server a plugin ships (the operator sets it in mcpServers)`)
+  for (const key of ['auth', 'idleTimeoutMs', 'maxProcesses'])
+    if (key in record) problems.push(`${key}: not for a server a plugin ships (the operator sets it in mcpServers)`)
   return problems.map((problem) => problem.replace(/^mcpServers\[0\]\./, '').replace(/^\(root\): /, ''))
 }
 
@@ -691,24 +778,49 @@ function mcpServerProblems(servers: unknown): string[] {
   if (!Array.isArray(servers)) return []
   const problems: string[] = []
   const seen = new Set<string>()
-  servers.forEach((server: { name?: unknown; transport?: unknown; command?: unknown; url?: unknown; sandbox?: unknown; mounts?: unknown } | null, index) => {
-    if (!server || typeof server !== 'object') return
-    if (server.transport === 'stdio' && typeof server.command !== 'string') problems.push(`mcpServers[${index}].command: required for transport stdio`)
-    if (server.transport === 'http' && typeof server.url !== 'string') problems.push(`mcpServers[${index}].url: required for transport http`)
-    if (server.transport === 'stdio' && 'auth' in server) problems.push(`mcpServers[${index}].auth: OAuth applies to transport http only`)
-    if (server.sandbox === true && server.transport !== 'stdio') problems.push(`mcpServers[${index}].sandbox: only for transport stdio`)
-    if (server.sandbox === true && 'cwd' in server) problems.push(`mcpServers[${index}].cwd: not with sandbox (a sandboxed server runs in the conversation's work directory)`)
-    for (const key of sandboxOnlyKeys) if (key in server && server.sandbox !== true) problems.push(`mcpServers[${index}].${key}: only with sandbox: true`)
-    if (Array.isArray(server.mounts)) {
-      server.mounts.forEach((mount: unknown, at) => {
-        if (typeof mount === 'string' && !isAbsolute(mount)) problems.push(`mcpServers[${index}].mounts[${at}]: must be an absolute path (in the file: relative to the file)`)
-      })
-    }
-    if (typeof server.name === 'string') {
-      if (seen.has(server.name)) problems.push(`mcpServers[${index}].name: ${JSON.stringify(server.name)} is used twice`)
-      seen.add(server.name)
-    }
-  })
+  servers.forEach(
+    (
+      server: {
+        name?: unknown
+        transport?: unknown
+        command?: unknown
+        url?: unknown
+        sandbox?: unknown
+        mounts?: unknown
+      } | null,
+      index,
+    ) => {
+      if (!server || typeof server !== 'object') return
+      if (server.transport === 'stdio' && typeof server.command !== 'string')
+        problems.push(`mcpServers[${index}].command: required for transport stdio`)
+      if (server.transport === 'http' && typeof server.url !== 'string')
+        problems.push(`mcpServers[${index}].url: required for transport http`)
+      if (server.transport === 'stdio' && 'auth' in server)
+        problems.push(`mcpServers[${index}].auth: OAuth applies to transport http only`)
+      if (server.sandbox === true && server.transport !== 'stdio')
+        problems.push(`mcpServers[${index}].sandbox: only for transport stdio`)
+      if (server.sandbox === true && 'cwd' in server)
+        problems.push(
+          `mcpServers[${index}].cwd: not with sandbox (a sandboxed server runs in the conversation's work directory)`,
+        )
+      for (const key of sandboxOnlyKeys)
+        if (key in server && server.sandbox !== true)
+          problems.push(`mcpServers[${index}].${key}: only with sandbox: true`)
+      if (Array.isArray(server.mounts)) {
+        server.mounts.forEach((mount: unknown, at) => {
+          if (typeof mount === 'string' && !isAbsolute(mount))
+            problems.push(
+              `mcpServers[${index}].mounts[${at}]: must be an absolute path (in the file: relative to the file)`,
+            )
+        })
+      }
+      if (typeof server.name === 'string') {
+        if (seen.has(server.name))
+          problems.push(`mcpServers[${index}].name: ${JSON.stringify(server.name)} is used twice`)
+        seen.add(server.name)
+      }
+    },
+  )
   return problems
 }
 
@@ -732,11 +844,16 @@ function scriptProblem(file: string): string | null {
 
 function describeError(error: ErrorObject): string {
   // models/2/script → models[2].script
-  const key = error.instancePath.replace(/^\//, '').replace(/\/(\d+)(?=\/|$)/g, '[$1]').replace(/\//g, '.') || '(root)'
+  const key =
+    error.instancePath
+      .replace(/^\//, '')
+      .replace(/\/(\d+)(?=\/|$)/g, '[$1]')
+      .replace(/\//g, '.') || '(root)'
   if (error.keyword === 'additionalProperties') {
     const extra = (error.params as { additionalProperty: string }).additionalProperty
     return `${key === '(root)' ? '' : `${key}.`}${extra}: unknown key`
   }
-  if (error.keyword === 'enum') return `${key}: must be one of ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`
+  if (error.keyword === 'enum')
+    return `${key}: must be one of ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`
   return `${key}: ${error.message ?? 'is invalid'}`
 }

@@ -14,7 +14,9 @@ export function resolveExtensionToSelf(): void {
   if (installed) return
   installed = true
   // dist/src/app → dist/src/extension/index.js; src/app (run through tsx) → src/extension/index.ts.
-  const file = ['index.js', 'index.ts'].map((name) => fileURLToPath(new URL(`../extension/${name}`, import.meta.url))).find((path) => existsSync(path))
+  const file = ['index.js', 'index.ts']
+    .map((name) => fileURLToPath(new URL(`../extension/${name}`, import.meta.url)))
+    .find((path) => existsSync(path))
   if (!file) return
   // Resolved as if this module imported it: run from source, tsx loads Plinth's modules under a
   // namespace, and the plugin must get that very module (through tsx), not a second copy.
@@ -22,7 +24,10 @@ export function resolveExtensionToSelf(): void {
   register(`data:text/javascript,${encodeURIComponent(hooks)}`, { data: { map } })
   // CommonJS (a TypeScript plugin tsx compiles to CommonJS): the require cache answers with the
   // exports of the module this server already runs.
-  const internals = Module as unknown as { _resolveFilename: (request: string, ...rest: unknown[]) => string; _cache: Record<string, unknown> }
+  const internals = Module as unknown as {
+    _resolveFilename: (request: string, ...rest: unknown[]) => string
+    _cache: Record<string, unknown>
+  }
   const cached = new Module(file)
   cached.filename = file
   cached.loaded = true

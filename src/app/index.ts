@@ -1,5 +1,13 @@
 /** Composition root: configuration, wiring, process entry. */
-export { loadConfig, configSettings, ConfigError, type ConfigSetting, type EnvKind, type PlinthConfig, type ModelConfig } from './config.js'
+export {
+  loadConfig,
+  configSettings,
+  ConfigError,
+  type ConfigSetting,
+  type EnvKind,
+  type PlinthConfig,
+  type ModelConfig,
+} from './config.js'
 export { startServer, type RunningServer } from './start-server.js'
 export { configSecrets, createLogger } from './logger.js'
 export { version } from './version.js'

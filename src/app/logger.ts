@@ -18,7 +18,8 @@ export const redactPaths = [
 ]
 
 /** Query parameters whose values are credentials wherever they appear in a URL. */
-const secretParam = /^(access_?token|token|ticket|api_?key|key|secret|password|passwd|auth|authorization|signature|sig|code)$/i
+const secretParam =
+  /^(access_?token|token|ticket|api_?key|key|secret|password|passwd|auth|authorization|signature|sig|code)$/i
 
 /** Credential shapes scrubbed from every line, whatever field they hide in. */
 const secretShapes: Array<[RegExp, string]> = [
@@ -28,23 +29,29 @@ const secretShapes: Array<[RegExp, string]> = [
   [/(postgres(?:ql)?:\/\/[^:/\s"]*:)[^@\s"]+@/gi, '$1[redacted]@'],
   // Any other URL's password, and credential query parameters: error messages and stacks quote URLs.
   [/(\b[a-z][a-z0-9+.-]*:\/\/[^:/\s"@]*:)[^@\s"/]+@/gi, '$1[redacted]@'],
-  [/([?&](?:access_?token|token|ticket|api_?key|key|secret|password|passwd|auth|authorization|signature|sig|code)=)(?!\[redacted\])[^&\s"#\\]+/gi, '$1[redacted]'],
+  [
+    /([?&](?:access_?token|token|ticket|api_?key|key|secret|password|passwd|auth|authorization|signature|sig|code)=)(?!\[redacted\])[^&\s"#\\]+/gi,
+    '$1[redacted]',
+  ],
 ]
 
 /** A URL as logged: query parameters that carry credentials are blanked. */
 export function redactUrl(url: string): string {
   const query = url.indexOf('?')
   if (query < 0) return url
-  const params = url.slice(query + 1).split('&').map((pair) => {
-    const name = pair.split('=', 1)[0] ?? ''
-    let decoded = name
-    try {
-      decoded = decodeURIComponent(name)
-    } catch {
-      // keep the raw name
-    }
-    return secretParam.test(decoded) ? `${name}=[redacted]` : pair
-  })
+  const params = url
+    .slice(query + 1)
+    .split('&')
+    .map((pair) => {
+      const name = pair.split('=', 1)[0] ?? ''
+      let decoded = name
+      try {
+        decoded = decodeURIComponent(name)
+      } catch {
+        // keep the raw name
+      }
+      return secretParam.test(decoded) ? `${name}=[redacted]` : pair
+    })
   return `${url.slice(0, query)}?${params.join('&')}`
 }
 
@@ -52,14 +59,25 @@ export function redactUrl(url: string): string {
 export const fastifyListeningText = 'fastify listening'
 
 /** MCP servers' credentials: from the environment (headersEnv, envFrom) and plain headers. */
-export function mcpServerSecrets(servers: ReadonlyArray<Pick<McpServerConfig, 'headersEnv' | 'envFrom' | 'headers'>>, env: NodeJS.ProcessEnv = process.env): string[] {
+export function mcpServerSecrets(
+  servers: ReadonlyArray<Pick<McpServerConfig, 'headersEnv' | 'envFrom' | 'headers'>>,
+  env: NodeJS.ProcessEnv = process.env,
+): string[] {
   return servers
-    .flatMap((server) => [...Object.values(server.headersEnv ?? {}).map((name) => env[name]), ...Object.values(server.envFrom ?? {}).map((name) => env[name]), ...Object.values(server.headers ?? {})])
+    .flatMap((server) => [
+      ...Object.values(server.headersEnv ?? {}).map((name) => env[name]),
+      ...Object.values(server.envFrom ?? {}).map((name) => env[name]),
+      ...Object.values(server.headers ?? {}),
+    ])
     .filter((secret): secret is string => typeof secret === 'string' && secret.length >= 8)
 }
 
 /** The secrets of a configuration, scrubbed literally from every log line. */
-export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metricsToken' | 'models'> & Partial<Pick<PlinthConfig, 'mcpServers' | 'secretKey'>>, env: NodeJS.ProcessEnv = process.env): string[] {
+export function configSecrets(
+  config: Pick<PlinthConfig, 'adminToken' | 'metricsToken' | 'models'> &
+    Partial<Pick<PlinthConfig, 'mcpServers' | 'secretKey'>>,
+  env: NodeJS.ProcessEnv = process.env,
+): string[] {
   const secrets = [
     config.adminToken,
     config.metricsToken,
@@ -78,7 +96,11 @@ export function configSecrets(config: Pick<PlinthConfig, 'adminToken' | 'metrics
  * the configured secrets. Errors go in `err` (message, stack, causes; scrubbed like the rest of the line),
  * without `rawPacket` (the client's raw request bytes).
  */
-export function createLogger(level: string, destination?: NodeJS.WritableStream, secrets: readonly string[] = []): Logger {
+export function createLogger(
+  level: string,
+  destination?: NodeJS.WritableStream,
+  secrets: readonly string[] = [],
+): Logger {
   const literal = secrets.filter((secret) => secret.length >= 8)
   const logger = pino(options(level, literal), destination ?? process.stdout)
   literalSecrets.set(logger, literal)

@@ -1,7 +1,14 @@
 import type { Readable, Writable } from 'node:stream'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
-import { ErrorCode, InitializeResultSchema, isJSONRPCRequest, type JSONRPCMessage, type JSONRPCRequest, type RequestId } from '@modelcontextprotocol/sdk/types.js'
+import {
+  ErrorCode,
+  InitializeResultSchema,
+  isJSONRPCRequest,
+  type JSONRPCMessage,
+  type JSONRPCRequest,
+  type RequestId,
+} from '@modelcontextprotocol/sdk/types.js'
 
 /** The id of the proxy's own `initialize` when it renews a forgotten session. */
 const reinitializeId = 'plinth-proxy-reinitialize'
@@ -39,7 +46,9 @@ export async function runMcpProxy(options: McpProxyOptions): Promise<number> {
   let reinitialized: ((ok: boolean) => void) | null = null
 
   const reply = (message: JSONRPCMessage): void => {
-    stdio.send(message).catch((error: unknown) => options.log(`plinth mcp: cannot write to stdout: ${(error as Error).message}`))
+    stdio
+      .send(message)
+      .catch((error: unknown) => options.log(`plinth mcp: cannot write to stdout: ${(error as Error).message}`))
   }
   const connect = (): StreamableHTTPClientTransport => {
     const transport = new StreamableHTTPClientTransport(mcpEndpoint(options.url, options.project), {
@@ -80,7 +89,11 @@ export async function runMcpProxy(options: McpProxyOptions): Promise<number> {
     const ok = await answered
     reinitialized = null
     if (ok) await http.send({ jsonrpc: '2.0', method: 'notifications/initialized' })
-    options.log(ok ? 'plinth mcp: the server had forgotten the session; started a new one' : 'plinth mcp: the server had forgotten the session, and a new one could not be started')
+    options.log(
+      ok
+        ? 'plinth mcp: the server had forgotten the session; started a new one'
+        : 'plinth mcp: the server had forgotten the session, and a new one could not be started',
+    )
     return ok
   }
 
@@ -94,7 +107,8 @@ export async function runMcpProxy(options: McpProxyOptions): Promise<number> {
       try {
         await http.send(message)
       } catch (error) {
-        if (!(error instanceof StreamableHTTPError && error.code === 404 && http.sessionId && (await renew()))) throw error
+        if (!(error instanceof StreamableHTTPError && error.code === 404 && http.sessionId && (await renew())))
+          throw error
         await http.send(message)
       }
     }
@@ -103,7 +117,11 @@ export async function runMcpProxy(options: McpProxyOptions): Promise<number> {
       // error for its request instead of waiting forever.
       if (isJSONRPCRequest(message)) {
         initializeIds.delete(message.id)
-        reply({ jsonrpc: '2.0', id: message.id, error: { code: ErrorCode.InternalError, message: `plinth mcp: ${describe(error)}` } })
+        reply({
+          jsonrpc: '2.0',
+          id: message.id,
+          error: { code: ErrorCode.InternalError, message: `plinth mcp: ${describe(error)}` },
+        })
       }
     })
     inFlight.add(sending)

@@ -7,7 +7,14 @@ import { announceAccessChange, appendAuditEntry, appendEvents, getProject, type 
 /** Builds the capabilities a plugin receives at setup. */
 export function createPluginHost(
   plugin: string,
-  deps: { store: Store; logger: Logger; options: Options; access: ProjectAccess; retriever: Retriever; ingestor: Ingestor },
+  deps: {
+    store: Store
+    logger: Logger
+    options: Options
+    access: ProjectAccess
+    retriever: Retriever
+    ingestor: Ingestor
+  },
 ): Host {
   const { store } = deps
   return {
@@ -33,7 +40,15 @@ export function createPluginHost(
       if (!project) throw new Error(`emit: no project ${event.projectId}`)
       const type = `plugin.${plugin}.${event.type}`
       await store.transaction((tx) =>
-        appendEvents(tx, [{ type, projectId: project.id, conversationId: event.conversationId ?? null, userId: project.ownerId, data: event.data }]),
+        appendEvents(tx, [
+          {
+            type,
+            projectId: project.id,
+            conversationId: event.conversationId ?? null,
+            userId: project.ownerId,
+            data: event.data,
+          },
+        ]),
       )
     },
     accessChanged: async (projectId) => {
@@ -44,7 +59,10 @@ export function createPluginHost(
     },
     knowledgeSearch: async (actor, query, options = {}) => {
       try {
-        const hits = await deps.retriever.retrieveShared(actor.onBehalfOf, query, { ...(options.projectId && { projectId: options.projectId }), k: options.k ?? 4 })
+        const hits = await deps.retriever.retrieveShared(actor.onBehalfOf, query, {
+          ...(options.projectId && { projectId: options.projectId }),
+          k: options.k ?? 4,
+        })
         return hits.map((hit) => knowledgeHitJson(hit) as unknown as KnowledgeHit)
       } catch (error) {
         if (error instanceof RetrievalScopeError) return []
@@ -53,8 +71,15 @@ export function createPluginHost(
     },
     addKnowledge: async (actor, item) => {
       const ownerId = actor.onBehalfOf
-      if (!(await deps.access.project(ownerId, item.projectId, 'write'))) throw new Error(`addKnowledge: ${ownerId} may not write to project ${item.projectId}`)
-      const created = await deps.ingestor.addText({ projectId: item.projectId, ownerId, title: item.title, text: item.text, source: 'command' })
+      if (!(await deps.access.project(ownerId, item.projectId, 'write')))
+        throw new Error(`addKnowledge: ${ownerId} may not write to project ${item.projectId}`)
+      const created = await deps.ingestor.addText({
+        projectId: item.projectId,
+        ownerId,
+        title: item.title,
+        text: item.text,
+        source: 'command',
+      })
       return { itemId: created.id }
     },
   }

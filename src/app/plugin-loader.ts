@@ -47,18 +47,31 @@ export async function loadPlugins(
     try {
       const definition = await importPlugin(specifier, options.cwd)
       if (!semver.validRange(definition.surface) || !semver.satisfies(SurfaceVersion, definition.surface)) {
-        throw new Error(`it needs extension surface ${JSON.stringify(definition.surface)} but this server provides ${SurfaceVersion}`)
+        throw new Error(
+          `it needs extension surface ${JSON.stringify(definition.surface)} but this server provides ${SurfaceVersion}`,
+        )
       }
-      if (loaded.some((plugin) => plugin.name === definition.name)) throw new Error(`a plugin named ${definition.name} is already loaded`)
+      if (loaded.some((plugin) => plugin.name === definition.name))
+        throw new Error(`a plugin named ${definition.name} is already loaded`)
       const namespaces = claimNamespaces(definition, owners, options.catalog)
       const staged = options.catalog.stage(definition.name, definition.version, { namespaces })
       const before = new Set(options.catalog.list().map((command) => command.spec.id))
-      await withTimeout(Promise.resolve(definition.setup(staged.registry, options.createHost(definition.name))), setupTimeoutMs, 'setup did not finish in time')
+      await withTimeout(
+        Promise.resolve(definition.setup(staged.registry, options.createHost(definition.name))),
+        setupTimeoutMs,
+        'setup did not finish in time',
+      )
       staged.commit()
-      const commands = options.catalog.list().map((command) => command.spec.id).filter((id) => !before.has(id))
+      const commands = options.catalog
+        .list()
+        .map((command) => command.spec.id)
+        .filter((id) => !before.has(id))
       for (const namespace of namespaces) owners.set(namespace, definition.name)
       loaded.push({ name: definition.name, version: definition.version, commands })
-      options.logger.info({ plugin: definition.name, version: definition.version, commands }, `plugin ${definition.name} ${definition.version} loaded`)
+      options.logger.info(
+        { plugin: definition.name, version: definition.version, commands },
+        `plugin ${definition.name} ${definition.version} loaded`,
+      )
     } catch (error) {
       const reason = (error as Error).message
       refused.push({ specifier, reason })
@@ -71,15 +84,24 @@ export async function loadPlugins(
 const namespacePattern = /^[a-z][a-z0-9_]*$/
 
 /** The namespaces a plugin declares (default: its name), refused when malformed or already had. */
-function claimNamespaces(definition: PluginDefinition, owners: ReadonlyMap<string, string>, catalog: CommandCatalog): string[] {
+function claimNamespaces(
+  definition: PluginDefinition,
+  owners: ReadonlyMap<string, string>,
+  catalog: CommandCatalog,
+): string[] {
   // A name that makes no namespace (say `MyPlugin`) gives none: such a plugin registers no command unless it declares some.
   const derived = definition.name.replaceAll('-', '_')
   const declared = definition.namespaces ?? (namespacePattern.test(derived) ? [derived] : [])
   if (!Array.isArray(declared)) throw new Error('its "namespaces" must be a list of lowercase snake names')
   for (const namespace of declared) {
-    if (typeof namespace !== 'string' || !namespacePattern.test(namespace)) throw new Error(`namespace ${JSON.stringify(namespace)} is malformed: namespaces are lowercase snake names like "rdm"`)
-    const owner = owners.get(namespace) ?? catalog.list().find((command) => command.spec.id.split('.')[0] === namespace)?.plugin
-    if (owner) throw new Error(`namespace ${namespace} belongs to ${owner === 'core' ? 'Plinth itself' : `plugin ${owner}`}`)
+    if (typeof namespace !== 'string' || !namespacePattern.test(namespace))
+      throw new Error(
+        `namespace ${JSON.stringify(namespace)} is malformed: namespaces are lowercase snake names like "rdm"`,
+      )
+    const owner =
+      owners.get(namespace) ?? catalog.list().find((command) => command.spec.id.split('.')[0] === namespace)?.plugin
+    if (owner)
+      throw new Error(`namespace ${namespace} belongs to ${owner === 'core' ? 'Plinth itself' : `plugin ${owner}`}`)
   }
   return declared
 }
@@ -97,7 +119,8 @@ async function importPlugin(specifier: string, cwd: string): Promise<PluginDefin
   }
   let definition = (module.default ?? module.plugin) as (Partial<PluginDefinition> & { default?: unknown }) | undefined
   // A TypeScript file tsx ran as CommonJS: its exports object is the default.
-  if (definition && typeof definition.setup !== 'function' && definition.default) definition = definition.default as Partial<PluginDefinition>
+  if (definition && typeof definition.setup !== 'function' && definition.default)
+    definition = definition.default as Partial<PluginDefinition>
   if (
     !definition ||
     typeof definition.name !== 'string' ||
@@ -122,7 +145,8 @@ function resolveSpecifier(specifier: string, cwd: string): string {
     if (statSync(path).isDirectory()) {
       const main = packageEntry(path)
       if (main) return pathToFileURL(main).href
-      for (const index of ['index.js', 'index.mjs', 'index.ts', 'index.mts']) if (existsSync(join(path, index))) return pathToFileURL(join(path, index)).href
+      for (const index of ['index.js', 'index.mjs', 'index.ts', 'index.mts'])
+        if (existsSync(join(path, index))) return pathToFileURL(join(path, index)).href
       throw new Error(`${path} is a folder without a package entry or an index.js/index.ts`)
     }
     return pathToFileURL(path).href
@@ -163,7 +187,10 @@ function packageEntry(folder: string): string | undefined {
     }
     return undefined
   }
-  const entry = pick(manifest.exports) ?? (typeof manifest.module === 'string' ? manifest.module : undefined) ?? (typeof manifest.main === 'string' ? manifest.main : undefined)
+  const entry =
+    pick(manifest.exports) ??
+    (typeof manifest.module === 'string' ? manifest.module : undefined) ??
+    (typeof manifest.main === 'string' ? manifest.main : undefined)
   return entry ? resolve(folder, entry) : undefined
 }
 
@@ -180,7 +207,10 @@ function bundledPlugin(name: string): string | undefined {
 async function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined
   try {
-    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(message)), ms)))])
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(message)), ms))),
+    ])
   } finally {
     clearTimeout(timer)
   }

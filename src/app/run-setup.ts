@@ -1,6 +1,16 @@
 import type { Logger } from 'pino'
 import { createPluginLogger, type CommandBus } from '../cmdbus/index.js'
-import { AnthropicMessagesModel, createModels, ModelRegistry, modelsMissingKeys, OpenAIChatModel, type LanguageModel, type ModelParams, type ModelSettings, type ProviderFactory } from '../llm/index.js'
+import {
+  AnthropicMessagesModel,
+  createModels,
+  ModelRegistry,
+  modelsMissingKeys,
+  OpenAIChatModel,
+  type LanguageModel,
+  type ModelParams,
+  type ModelSettings,
+  type ProviderFactory,
+} from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import { RunManager, type RunObserver } from '../runmgr/index.js'
 import type { Store } from '../store/index.js'
@@ -73,7 +83,10 @@ export async function setUpRuns(
   const prebuilt = options.models.length > 0 && 'stream' in (options.models[0] as object)
   if (!prebuilt) {
     for (const missing of modelsMissingKeys(options.models as ModelSettings[], process.env)) {
-      options.logger.warn(missing, `model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs will fail with upstream_auth_missing`)
+      options.logger.warn(
+        missing,
+        `model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs will fail with upstream_auth_missing`,
+      )
     }
   }
   const models = prebuilt
@@ -94,7 +107,9 @@ export async function setUpRuns(
     ...(options.actionTtlMs !== undefined && { actionTtlMs: options.actionTtlMs }),
     ...(options.observer && { observer: options.observer }),
     ...(options.llmConcurrency !== undefined && { maxConcurrentModelCalls: options.llmConcurrency }),
-    ...(options.llmConcurrencyPerUser !== undefined && { maxConcurrentModelCallsPerUser: options.llmConcurrencyPerUser }),
+    ...(options.llmConcurrencyPerUser !== undefined && {
+      maxConcurrentModelCallsPerUser: options.llmConcurrencyPerUser,
+    }),
     ...(options.maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser: options.maxActiveRunsPerUser }),
     ...(options.retriever && { retriever: options.retriever }),
     ...(options.maxResumes !== undefined && { maxResumes: options.maxResumes }),

@@ -35,7 +35,14 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     pgliteSharedBuffers: config.pgliteSharedBuffers,
     prepareStatements: config.pgPrepare,
     // A restart right after a stop: the old process may still be closing the embedded database.
-    lockWait: { ms: config.dataDirLockWaitMs, onWait: (holder) => logger.warn({ holder }, `the embedded database is held by process ${holder} (still stopping?); waiting up to ${Math.round(config.dataDirLockWaitMs / 1000)} s for it`) },
+    lockWait: {
+      ms: config.dataDirLockWaitMs,
+      onWait: (holder) =>
+        logger.warn(
+          { holder },
+          `the embedded database is held by process ${holder} (still stopping?); waiting up to ${Math.round(config.dataDirLockWaitMs / 1000)} s for it`,
+        ),
+    },
   })
   let app: App
   let runs: RunManager | undefined
@@ -71,13 +78,15 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     execService = setup.exec
     mcp = setup.mcp
     warnings.push(...setup.refusedPlugins.map((plugin) => `plugin ${plugin.specifier} refused: ${plugin.reason}`))
-    if (config.strictPlugins && warnings.length > 0) throw new Error(`${warnings.join('; ')} (strict plugins: fix or remove it, or start without --strict-plugins)`)
+    if (config.strictPlugins && warnings.length > 0)
+      throw new Error(`${warnings.join('; ')} (strict plugins: fix or remove it, or start without --strict-plugins)`)
     const directWarning = await setup.exec.directWarning()
     if (directWarning) {
       warnings.push(directWarning)
       logger.warn(directWarning)
     }
-    for (const missing of modelsMissingKeys(config.models, process.env)) warnings.push(`model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs fail with upstream_auth_missing`)
+    for (const missing of modelsMissingKeys(config.models, process.env))
+      warnings.push(`model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs fail with upstream_auth_missing`)
     ingestor = setup.ingestor
     await ingestor.start()
     const metrics = new Registry()
@@ -98,7 +107,10 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       retriever,
     })
     // Removing a model that projects or unfinished runs still name is said, not silent (docs/guides/agent-runs.md, "Models").
-    for (const missing of await modelsNamedButMissing(store.db, runs.models.list().map((model) => model.id))) {
+    for (const missing of await modelsNamedButMissing(
+      store.db,
+      runs.models.list().map((model) => model.id),
+    )) {
       const warning =
         `model ${missing.model} is not configured but ${[missing.projects > 0 && `${missing.projects} project${missing.projects === 1 ? '' : 's'} (defaultModel)`, missing.runs > 0 && `${missing.runs} unfinished run${missing.runs === 1 ? '' : 's'}`].filter(Boolean).join(' and ')} name it: ` +
         'those projects fall back to the default model; those runs fail unknown_model and can be resumed once it is configured again'
@@ -141,7 +153,11 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       adminToken: config.adminToken,
       version,
       metrics,
-      webhooks: { allowPrivate: config.webhooks.allowPrivate, secretGraceMs: config.webhooks.secretGraceMs, wake: () => deliverer.poke() },
+      webhooks: {
+        allowPrivate: config.webhooks.allowPrivate,
+        secretGraceMs: config.webhooks.secretGraceMs,
+        wake: () => deliverer.poke(),
+      },
     })
     await app.listen({ port: config.port, host: config.host, listenTextResolver: () => fastifyListeningText })
   } catch (error) {

@@ -65,7 +65,13 @@ export class ChatSession {
       const me = await this.#withRetry('sign in', () => this.#client.me())
       const conversationId = await this.#pickConversation()
       if (this.#options.once !== undefined) return await this.#once(conversationId, this.#options.once)
-      this.#say(paint(this.#color, 'dim', `signed in as ${me.name} — conversation ${conversationId}; Ctrl-C cancels a run, twice quits; /quit ends`))
+      this.#say(
+        paint(
+          this.#color,
+          'dim',
+          `signed in as ${me.name} — conversation ${conversationId}; Ctrl-C cancels a run, twice quits; /quit ends`,
+        ),
+      )
       return await this.#repl(conversationId)
     } catch (error) {
       this.#fail(error)
@@ -101,11 +107,17 @@ export class ChatSession {
       lastInterrupt = now
     })
     for (;;) {
-      const line = await Promise.race([rl.question(paint(this.#color, 'bold', 'you> ')).catch(() => '/quit'), quitting.then(() => '/quit')])
+      const line = await Promise.race([
+        rl.question(paint(this.#color, 'bold', 'you> ')).catch(() => '/quit'),
+        quitting.then(() => '/quit'),
+      ])
       const text = line.trim()
       if (text === '/quit' || text === '/exit') return (await Promise.race([quitting, Promise.resolve(0)])) || 0
       if (text === '') continue
-      const status = await Promise.race([this.#runTurn(conversationId, text, { interactive: true }), quitting.then(() => 'quit')])
+      const status = await Promise.race([
+        this.#runTurn(conversationId, text, { interactive: true }),
+        quitting.then(() => 'quit'),
+      ])
       if (status === 'quit') return 130
     }
   }
@@ -121,20 +133,41 @@ export class ChatSession {
 
   /** Posts a message and follows its run to the end, reconnecting when the stream drops. */
   async #runTurn(conversationId: string, input: string, mode: { interactive: boolean }): Promise<string> {
-    const turn: Turn = { runId: null, lastEventId: null, ended: null, answer: '', handled: new Set(), streaming: false, cancelling: false, risks: new Map(), decisions: new Map() }
+    const turn: Turn = {
+      runId: null,
+      lastEventId: null,
+      ended: null,
+      answer: '',
+      handled: new Set(),
+      streaming: false,
+      cancelling: false,
+      risks: new Map(),
+      decisions: new Map(),
+    }
     this.#turn = turn
     const body = {
-      ...(mode.interactive ? { input, clientTools: ['propose_command'] } : { input, approvalPolicy: 'dontAsk' as const }),
+      ...(mode.interactive
+        ? { input, clientTools: ['propose_command'] }
+        : { input, approvalPolicy: 'dontAsk' as const }),
       ...(this.#options.model && { model: this.#options.model }),
     }
     // plinth/client follows the run: after a drop or a restart it reconnects with the last event id.
     const onState = (state: string, info: { delayMs: number; lastEventId: string | null }): void => {
       if (state !== 'reconnecting') return
-      const where = turn.runId ? `run ${turn.runId}, after event ${info.lastEventId ?? 0}` : 'the run is not created yet'
-      this.#say(paint(this.#color, 'yellow', `\nconnection lost; reconnecting in ${(info.delayMs / 1000).toFixed(1)} s (${where})`))
+      const where = turn.runId
+        ? `run ${turn.runId}, after event ${info.lastEventId ?? 0}`
+        : 'the run is not created yet'
+      this.#say(
+        paint(
+          this.#color,
+          'yellow',
+          `\nconnection lost; reconnecting in ${(info.delayMs / 1000).toFixed(1)} s (${where})`,
+        ),
+      )
     }
     try {
-      for await (const event of this.#client.runs.start(conversationId, body, { onState })) await this.#onEvent(turn, event, mode)
+      for await (const event of this.#client.runs.start(conversationId, body, { onState }))
+        await this.#onEvent(turn, event, mode)
     } catch (error) {
       this.#fail(error)
       return 'failed'
@@ -161,24 +194,42 @@ export class ChatSession {
         if (typeof data.content === 'string' && data.content && !data.toolCalls) turn.answer = data.content
         break
       case 'tool_call.created':
-        if (data.kind === 'client') turn.risks.set(String(data.callId), { risk: (data.risk as string | null) ?? null, matchedRules: (data.matchedRules as Array<{ id: string; description?: string }>) ?? [] })
-        else if (mode.interactive) this.#say(paint(this.#color, 'dim', `  → ${String(data.name)} ${JSON.stringify(data.args)}`))
+        if (data.kind === 'client')
+          turn.risks.set(String(data.callId), {
+            risk: (data.risk as string | null) ?? null,
+            matchedRules: (data.matchedRules as Array<{ id: string; description?: string }>) ?? [],
+          })
+        else if (mode.interactive)
+          this.#say(paint(this.#color, 'dim', `  → ${String(data.name)} ${JSON.stringify(data.args)}`))
         break
       case 'tool_call.completed':
         if (mode.interactive) this.#say(paint(this.#color, 'dim', `  ← ${String(data.status)} ${preview(data.output)}`))
         break
       case 'decision.required':
-        turn.decisions.set(String(data.decisionId), { preview: typeof data.preview === 'string' ? data.preview : null, risk: typeof data.risk === 'string' ? data.risk : null })
+        turn.decisions.set(String(data.decisionId), {
+          preview: typeof data.preview === 'string' ? data.preview : null,
+          risk: typeof data.risk === 'string' ? data.risk : null,
+        })
         break
       case 'run.status':
-        if (data.status === 'requires_action' && mode.interactive) await this.#answer(turn, data.requiredAction as RequiredAction | undefined)
+        if (data.status === 'requires_action' && mode.interactive)
+          await this.#answer(turn, data.requiredAction as RequiredAction | undefined)
         break
       default:
         if (terminal.has(event.event)) {
           turn.ended = event.event
-          if (event.event === 'run.failed') this.#options.errorOutput.write(`${paint(this.#color, 'red', `the run failed: ${failure(data.error)}`)}\n`)
-          if (event.event === 'run.cancelled') this.#say(paint(this.#color, 'yellow', `(cancelled${data.reason && data.reason !== 'cancelled' ? `: ${String(data.reason)}` : ''})`))
-          if (event.event === 'run.expired') this.#say(paint(this.#color, 'yellow', '(the run expired waiting for an answer)'))
+          if (event.event === 'run.failed')
+            this.#options.errorOutput.write(`${paint(this.#color, 'red', `the run failed: ${failure(data.error)}`)}\n`)
+          if (event.event === 'run.cancelled')
+            this.#say(
+              paint(
+                this.#color,
+                'yellow',
+                `(cancelled${data.reason && data.reason !== 'cancelled' ? `: ${String(data.reason)}` : ''})`,
+              ),
+            )
+          if (event.event === 'run.expired')
+            this.#say(paint(this.#color, 'yellow', '(the run expired waiting for an answer)'))
         }
     }
   }
@@ -195,14 +246,24 @@ export class ChatSession {
       try {
         await this.#client.decisions.answer(decision.decisionId, { decision: choice })
       } catch (error) {
-        if (error instanceof PlinthError && (error.code === 'decision_conflict' || error.code === 'decision_expired')) this.#say(paint(this.#color, 'dim', `    (already ${error.code === 'decision_expired' ? 'expired' : 'answered elsewhere'})`))
+        if (error instanceof PlinthError && (error.code === 'decision_conflict' || error.code === 'decision_expired'))
+          this.#say(
+            paint(
+              this.#color,
+              'dim',
+              `    (already ${error.code === 'decision_expired' ? 'expired' : 'answered elsewhere'})`,
+            ),
+          )
         else throw error
       }
     }
     for (const call of required?.toolOutputs ?? []) {
       if (turn.handled.has(call.callId) || turn.ended) continue
       turn.handled.add(call.callId)
-      const output = call.name === 'propose_command' ? await this.#proposedCommand({ ...call, ...turn.risks.get(call.callId) }) : { accepted: false, error: `plinth chat cannot run the client tool ${call.name}` }
+      const output =
+        call.name === 'propose_command'
+          ? await this.#proposedCommand({ ...call, ...turn.risks.get(call.callId) })
+          : { accepted: false, error: `plinth chat cannot run the client tool ${call.name}` }
       if (output === null) return
       try {
         await this.#client.toolOutputs.submit(turn.runId ?? '', [{ callId: call.callId, output }])
@@ -213,13 +274,24 @@ export class ChatSession {
   }
 
   /** Shows a decision's preview and evaluated risk and asks (its arguments on request); null: Ctrl-C. */
-  async #askDecision(decision: NonNullable<RequiredAction['decisions']>[number], seen: { preview: string | null; risk: string | null } | undefined): Promise<string | null> {
+  async #askDecision(
+    decision: NonNullable<RequiredAction['decisions']>[number],
+    seen: { preview: string | null; risk: string | null } | undefined,
+  ): Promise<string | null> {
     const risk = seen?.risk ?? decision.risk ?? 'unknown'
     const preview = seen?.preview ?? null
-    this.#say(paint(this.#color, risk === 'high' ? 'red' : 'yellow', `  ? ${decision.name} wants to run (${risk} risk)${preview ? '' : `: ${JSON.stringify(decision.args)}`}`))
+    this.#say(
+      paint(
+        this.#color,
+        risk === 'high' ? 'red' : 'yellow',
+        `  ? ${decision.name} wants to run (${risk} risk)${preview ? '' : `: ${JSON.stringify(decision.args)}`}`,
+      ),
+    )
     if (preview) this.#say(indentWith(preview, '    '))
     for (;;) {
-      const answer = await this.#ask(`    approve? [y] once, [s] for this session, [n] reject${preview ? ', [a] arguments' : ''}: `)
+      const answer = await this.#ask(
+        `    approve? [y] once, [s] for this session, [n] reject${preview ? ', [a] arguments' : ''}: `,
+      )
       if (answer === null) return null
       const text = answer.trim().toLowerCase()
       if (text !== 'a' && text !== '?') return text
@@ -228,13 +300,24 @@ export class ChatSession {
   }
 
   /** Shows a proposed command with its risk, asks, runs it here, and returns what the model reads (null: Ctrl-C). */
-  async #proposedCommand(call: { callId: string; args: { command?: unknown; reason?: unknown }; risk?: string | null; matchedRules?: Array<{ id: string; description?: string }> }): Promise<Record<string, unknown> | null> {
+  async #proposedCommand(call: {
+    callId: string
+    args: { command?: unknown; reason?: unknown }
+    risk?: string | null
+    matchedRules?: Array<{ id: string; description?: string }>
+  }): Promise<Record<string, unknown> | null> {
     const command = String(call.args?.command ?? '')
     const risk = call.risk ?? 'medium'
     const high = risk === 'high'
     this.#say(paint(this.#color, high ? 'red' : 'yellow', `  $ ${command}`))
     if (call.args?.reason) this.#say(paint(this.#color, 'dim', `    why: ${String(call.args.reason)}`))
-    this.#say(paint(this.#color, high ? 'red' : 'dim', `    risk: ${risk}${call.matchedRules && call.matchedRules.length > 0 ? ` — ${call.matchedRules.map((rule) => rule.description ?? rule.id).join('; ')}` : ''}`))
+    this.#say(
+      paint(
+        this.#color,
+        high ? 'red' : 'dim',
+        `    risk: ${risk}${call.matchedRules && call.matchedRules.length > 0 ? ` — ${call.matchedRules.map((rule) => rule.description ?? rule.id).join('; ')}` : ''}`,
+      ),
+    )
     const asked = await this.#ask(high ? '    HIGH RISK — type "yes" to run it here: ' : '    run it here? [y/n] ')
     if (asked === null) return null
     const answer = asked.trim().toLowerCase()
@@ -243,10 +326,26 @@ export class ChatSession {
       this.#say(paint(this.#color, 'dim', '    declined'))
       return { accepted: false, rejected: true }
     }
-    const result = await runLocalCommand(command, { cwd: process.cwd(), timeoutMs: this.#options.commandTimeoutMs, maxBytes: this.#options.outputMaxBytes })
+    const result = await runLocalCommand(command, {
+      cwd: process.cwd(),
+      timeoutMs: this.#options.commandTimeoutMs,
+      maxBytes: this.#options.outputMaxBytes,
+    })
     if (result.output) this.#options.output.write(indent(result.output))
-    this.#say(paint(this.#color, 'dim', `    exit ${result.exitCode ?? 'none'}${result.timedOut ? ` (killed after ${this.#options.commandTimeoutMs} ms)` : ''}${result.truncated ? ' (output truncated)' : ''}`))
-    return { accepted: true, exitCode: result.exitCode, output: result.output, truncated: result.truncated, timedOut: result.timedOut }
+    this.#say(
+      paint(
+        this.#color,
+        'dim',
+        `    exit ${result.exitCode ?? 'none'}${result.timedOut ? ` (killed after ${this.#options.commandTimeoutMs} ms)` : ''}${result.truncated ? ' (output truncated)' : ''}`,
+      ),
+    )
+    return {
+      accepted: true,
+      exitCode: result.exitCode,
+      output: result.output,
+      truncated: result.truncated,
+      timedOut: result.timedOut,
+    }
   }
 
   async #cancel(): Promise<void> {
@@ -266,7 +365,9 @@ export class ChatSession {
         const name = projects.items.length === 0 ? 'chat' : undefined
         projectId = name ? (await this.#client.projects.create({ name })).id : projects.items[0]!.id
       } else {
-        projects.items.forEach((project, index) => this.#say(`  ${index + 1}. ${project.name}${project.shared ? ' (shared)' : ''}`))
+        projects.items.forEach((project, index) =>
+          this.#say(`  ${index + 1}. ${project.name}${project.shared ? ' (shared)' : ''}`),
+        )
         const answer = ((await this.#ask('project number, or a name for a new one: ')) ?? '').trim()
         const picked = /^\d+$/.test(answer) ? projects.items[Number(answer) - 1] : undefined
         projectId = picked?.id ?? (await this.#client.projects.create({ name: answer || 'chat' })).id
@@ -291,7 +392,11 @@ export class ChatSession {
   }
 
   #readline(): Interface {
-    this.#rl ??= createInterface({ input: this.#options.input, output: this.#options.output, terminal: this.#options.output.isTTY === true })
+    this.#rl ??= createInterface({
+      input: this.#options.input,
+      output: this.#options.output,
+      terminal: this.#options.output.isTTY === true,
+    })
     return this.#rl
   }
 
@@ -327,7 +432,13 @@ export class ChatSession {
 
 interface RequiredAction {
   decisions?: Array<{ decisionId: string; name: string; args: unknown; risk?: string | null }>
-  toolOutputs?: Array<{ callId: string; name: string; args: { command?: unknown; reason?: unknown }; risk?: string | null; matchedRules?: Array<{ id: string; description?: string }> }>
+  toolOutputs?: Array<{
+    callId: string
+    name: string
+    args: { command?: unknown; reason?: unknown }
+    risk?: string | null
+    matchedRules?: Array<{ id: string; description?: string }>
+  }>
 }
 
 function preview(value: unknown): string {

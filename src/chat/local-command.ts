@@ -12,9 +12,16 @@ export interface LocalResult {
  * Runs a proposed command on this machine, in `cwd`, through the user's shell: killed after
  * `timeoutMs`, its output kept up to `maxBytes` (the rest counted, not kept).
  */
-export function runLocalCommand(command: string, options: { cwd: string; timeoutMs: number; maxBytes: number; shell?: string }): Promise<LocalResult> {
+export function runLocalCommand(
+  command: string,
+  options: { cwd: string; timeoutMs: number; maxBytes: number; shell?: string },
+): Promise<LocalResult> {
   return new Promise((resolve) => {
-    const child = spawn(options.shell ?? process.env.SHELL ?? '/bin/sh', ['-c', command], { cwd: options.cwd, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+    const child = spawn(options.shell ?? process.env.SHELL ?? '/bin/sh', ['-c', command], {
+      cwd: options.cwd,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    })
     const chunks: Buffer[] = []
     let kept = 0
     let total = 0

@@ -16,7 +16,13 @@ export class PlinthError extends Error {
   /** The whole problem document (extra members such as `activeRunId` included). */
   readonly problem: Problem | null
 
-  constructor(status: number, code: string, message: string, problem: Problem | null = null, options?: { cause?: unknown }) {
+  constructor(
+    status: number,
+    code: string,
+    message: string,
+    problem: Problem | null = null,
+    options?: { cause?: unknown },
+  ) {
     super(message, options)
     this.name = 'PlinthError'
     this.status = status
@@ -29,7 +35,14 @@ export class PlinthError extends Error {
 export function problemError(status: number, body: unknown): PlinthError {
   const problem = body !== null && typeof body === 'object' && !Array.isArray(body) ? (body as Problem) : null
   const code = typeof problem?.code === 'string' ? problem.code : `http_${status}`
-  const detail = typeof problem?.detail === 'string' && problem.detail ? problem.detail : typeof problem?.title === 'string' ? problem.title : typeof body === 'string' && body ? body.slice(0, 200) : `HTTP ${status}`
+  const detail =
+    typeof problem?.detail === 'string' && problem.detail
+      ? problem.detail
+      : typeof problem?.title === 'string'
+        ? problem.title
+        : typeof body === 'string' && body
+          ? body.slice(0, 200)
+          : `HTTP ${status}`
   return new PlinthError(status, code, detail, problem)
 }
 
@@ -46,6 +59,7 @@ export async function errorFrom(response: Response): Promise<PlinthError> {
 }
 
 export function unreachable(url: string, cause: unknown): PlinthError {
-  const reason = (cause as { cause?: { code?: string } })?.cause?.code ?? (cause instanceof Error ? cause.message : String(cause))
+  const reason =
+    (cause as { cause?: { code?: string } })?.cause?.code ?? (cause instanceof Error ? cause.message : String(cause))
   return new PlinthError(0, 'unreachable', `cannot reach ${url}: ${reason}`, null, { cause })
 }

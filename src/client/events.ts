@@ -22,10 +22,17 @@ export type PlinthEvent = Exclude<Named<AnyStreamEvent>, { event: ControlName }>
 export type RunEvent = Exclude<Named<components['schemas']['RunStreamEvent']>, { event: ControlName }>
 export type PlinthEventName = PlinthEvent['event']
 /** The data of one kind of event, e.g. `EventData<'message.delta'>` is `{messageId, text}`. */
-export type EventData<Name extends PlinthEventName> = Name extends `plugin.${string}` ? unknown : Extract<PlinthEvent, { event: Name }>['data']
+export type EventData<Name extends PlinthEventName> = Name extends `plugin.${string}`
+  ? unknown
+  : Extract<PlinthEvent, { event: Name }>['data']
 
 export const controlEvents: ReadonlySet<string> = new Set<ControlName>(['access_revoked', 'reconnect', 'shutdown'])
-export const terminalRunEvents: ReadonlySet<string> = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.expired'])
+export const terminalRunEvents: ReadonlySet<string> = new Set([
+  'run.completed',
+  'run.failed',
+  'run.cancelled',
+  'run.expired',
+])
 
 /** The connection's state, for a status line: each (re)connect, then `live` once the server answered. */
 export type StreamState = 'connecting' | 'live' | 'reconnecting'

@@ -28,7 +28,10 @@ export interface FollowPlan {
 
 /** Statuses worth another try: the server is busy, restarting or behind a proxy that timed out. */
 function retryable(error: unknown): boolean {
-  return error instanceof PlinthError && (error.status === 0 || error.status === 408 || error.status === 429 || error.status >= 500)
+  return (
+    error instanceof PlinthError &&
+    (error.status === 0 || error.status === 408 || error.status === 429 || error.status >= 500)
+  )
 }
 
 /**
@@ -36,7 +39,10 @@ function retryable(error: unknown): boolean {
  * A 429 (too many runs) or a 500 is the answer to give the caller, not to repeat.
  */
 function retryableCreate(error: unknown): boolean {
-  return error instanceof PlinthError && (error.status === 0 || error.status === 502 || error.status === 503 || error.status === 504)
+  return (
+    error instanceof PlinthError &&
+    (error.status === 0 || error.status === 502 || error.status === 503 || error.status === 504)
+  )
 }
 
 /** A connection that stayed up this long (or gave an event) was a good one: backoff starts over. */
@@ -66,7 +72,11 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
  * reconnect with the last event id after a backoff with jitter; `access_revoked`, 401/403/404 and other
  * client errors end the iteration with a PlinthError.
  */
-export async function* follow(transport: Transport, plan: FollowPlan, options: StreamOptions = {}): AsyncGenerator<PlinthEvent, void, undefined> {
+export async function* follow(
+  transport: Transport,
+  plan: FollowPlan,
+  options: StreamOptions = {},
+): AsyncGenerator<PlinthEvent, void, undefined> {
   const { initialDelayMs, maxDelayMs, maxAttempts } = transport.reconnect
   const controller = new AbortController()
   const abort = (): void => controller.abort()
@@ -78,7 +88,12 @@ export async function* follow(transport: Transport, plan: FollowPlan, options: S
   let lost: unknown
   try {
     for (;;) {
-      options.onState?.(attempt === 0 ? 'connecting' : 'reconnecting', { attempt, delayMs, lastEventId, ...(attempt > 0 && { error: lost }) })
+      options.onState?.(attempt === 0 ? 'connecting' : 'reconnecting', {
+        attempt,
+        delayMs,
+        lastEventId,
+        ...(attempt > 0 && { error: lost }),
+      })
       if (delayMs > 0) await sleep(delayMs, controller.signal)
       if (controller.signal.aborted) return
       const path = plan.path()
@@ -101,9 +116,17 @@ export async function* follow(transport: Transport, plan: FollowPlan, options: S
         const openedAt = Date.now()
         options.onState?.('live', { attempt, delayMs: 0, lastEventId })
         try {
-          for await (const frame of sseFrames(response.body as ReadableStream<Uint8Array>, transport.baseUrl || 'the server')) {
+          for await (const frame of sseFrames(
+            response.body as ReadableStream<Uint8Array>,
+            transport.baseUrl || 'the server',
+          )) {
             if (controlEvents.has(frame.event)) {
-              if (frame.event === 'access_revoked') throw new PlinthError(403, 'access_revoked', 'access to this stream was revoked (token, user or project access)')
+              if (frame.event === 'access_revoked')
+                throw new PlinthError(
+                  403,
+                  'access_revoked',
+                  'access to this stream was revoked (token, user or project access)',
+                )
               // `reconnect` (the stream's lifetime) comes back at once; `shutdown` after a backoff.
               lost = new PlinthError(503, frame.event, `the server ended the stream (${frame.event})`)
               restartAtOnce = frame.event === 'reconnect'
@@ -137,7 +160,10 @@ export async function* follow(transport: Transport, plan: FollowPlan, options: S
       if (controller.signal.aborted) return
       attempt = healthy ? 1 : attempt + 1
       if (attempt > maxAttempts) throw lost ?? new PlinthError(0, 'unreachable', 'the stream kept dropping')
-      delayMs = restartAtOnce && healthy ? 0 : Math.min(maxDelayMs, initialDelayMs * 2 ** (attempt - 1)) * (0.75 + Math.random() / 2)
+      delayMs =
+        restartAtOnce && healthy
+          ? 0
+          : Math.min(maxDelayMs, initialDelayMs * 2 ** (attempt - 1)) * (0.75 + Math.random() / 2)
     }
   } finally {
     options.signal?.removeEventListener('abort', abort)

@@ -28,7 +28,8 @@ export async function* sseFrames(body: ReadableStream<Uint8Array>, source: strin
       }
       if (chunk.done) break
       parser.feed(decoder.decode(chunk.value, { stream: true }))
-      for (const message of queue.splice(0)) yield { event: message.event ?? 'message', id: message.id ?? null, data: message.data }
+      for (const message of queue.splice(0))
+        yield { event: message.event ?? 'message', id: message.id ?? null, data: message.data }
     }
   } finally {
     await reader.cancel().catch(() => undefined)

@@ -25,7 +25,8 @@ export interface RawRequest {
 }
 
 /** Browsers and web workers (no Node `process`): streams go through tickets by default. */
-const inBrowser = typeof (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node !== 'string'
+const inBrowser =
+  typeof (globalThis as { process?: { versions?: { node?: string } } }).process?.versions?.node !== 'string'
 
 /** HTTP for the client: JSON calls and streams, with the token on each. */
 export class Transport {
@@ -41,7 +42,12 @@ export class Transport {
     // Bound late: a test (or a polyfill) may replace the global fetch after the client is made.
     this.#fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init))
     this.streamTickets = options.streamTickets ?? inBrowser
-    this.reconnect = { initialDelayMs: 500, maxDelayMs: 10_000, maxAttempts: Number.POSITIVE_INFINITY, ...options.reconnect }
+    this.reconnect = {
+      initialDelayMs: 500,
+      maxDelayMs: 10_000,
+      maxAttempts: Number.POSITIVE_INFINITY,
+      ...options.reconnect,
+    }
   }
 
   async token(): Promise<string | undefined> {
@@ -64,7 +70,11 @@ export class Transport {
       return (text ? JSON.parse(text) : undefined) as T
     } catch {
       // A 2xx that is not JSON: something between the client and Plinth (a proxy's page) answered.
-      throw new PlinthError(response.status, 'invalid_response', `${method} ${path} answered ${response.status} with a body that is not JSON`)
+      throw new PlinthError(
+        response.status,
+        'invalid_response',
+        `${method} ${path} answered ${response.status} with a body that is not JSON`,
+      )
     }
   }
 
@@ -80,7 +90,12 @@ export class Transport {
       headers.set('content-type', 'application/json')
       body = JSON.stringify(options.body)
     }
-    return this.#send(this.url(path, options.query), { method, headers, ...(body !== undefined && { body }), ...(options.signal && { signal: options.signal }) })
+    return this.#send(this.url(path, options.query), {
+      method,
+      headers,
+      ...(body !== undefined && { body }),
+      ...(options.signal && { signal: options.signal }),
+    })
   }
 
   /**
@@ -92,10 +107,17 @@ export class Transport {
     if (this.streamTickets) {
       // Tickets exist for the three event streams (/api/runs|conversations|projects/<id>/events).
       const ticket = await this.request<{ url: string }>('POST', '/api/stream-tickets', { body: { path }, signal })
-      const url = lastEventId === null ? ticket.url : `${ticket.url}${ticket.url.includes('?') ? '&' : '?'}after=${encodeURIComponent(lastEventId)}`
+      const url =
+        lastEventId === null
+          ? ticket.url
+          : `${ticket.url}${ticket.url.includes('?') ? '&' : '?'}after=${encodeURIComponent(lastEventId)}`
       response = await this.#send(this.url(url), { headers: { accept: 'text/event-stream' }, signal })
     } else {
-      response = await this.fetch('GET', path, { accept: 'text/event-stream', signal, ...(lastEventId !== null && { headers: { 'last-event-id': lastEventId } }) })
+      response = await this.fetch('GET', path, {
+        accept: 'text/event-stream',
+        signal,
+        ...(lastEventId !== null && { headers: { 'last-event-id': lastEventId } }),
+      })
     }
     if (response.status === 204) return null
     if (!response.ok) throw await errorFrom(response)
@@ -105,7 +127,8 @@ export class Transport {
 
   url(path: string, query?: RawRequest['query']): string {
     const search = new URLSearchParams()
-    for (const [key, value] of Object.entries(query ?? {})) if (value !== undefined && value !== null) search.set(key, String(value))
+    for (const [key, value] of Object.entries(query ?? {}))
+      if (value !== undefined && value !== null) search.set(key, String(value))
     const text = search.toString()
     return `${this.baseUrl}${path}${text ? (path.includes('?') ? '&' : '?') + text : ''}`
   }
@@ -124,6 +147,10 @@ export class Transport {
 export function checkStream(response: Response, path: string): void {
   const type = response.headers.get('content-type') ?? ''
   if (!response.body || !type.includes('text/event-stream')) {
-    throw new PlinthError(response.status, 'invalid_stream', `${path} answered ${response.status} ${type || 'without a content type'}, not an event stream`)
+    throw new PlinthError(
+      response.status,
+      'invalid_stream',
+      `${path} answered ${response.status} ${type || 'without a content type'}, not an event stream`,
+    )
   }
 }

@@ -5,9 +5,13 @@ export type Schemas = components['schemas']
 
 type Json<T> = T extends { content: { 'application/json': infer B } } ? B : never
 /** The JSON body an operation takes, e.g. `RequestBody<'createRun'>`. */
-export type RequestBody<Op extends keyof operations> = operations[Op] extends { requestBody?: infer R } ? Json<NonNullable<R>> : never
+export type RequestBody<Op extends keyof operations> = operations[Op] extends { requestBody?: infer R }
+  ? Json<NonNullable<R>>
+  : never
 /** The query parameters an operation takes. */
-export type QueryOf<Op extends keyof operations> = operations[Op] extends { parameters: { query?: infer Q } } ? NonNullable<Q> : never
+export type QueryOf<Op extends keyof operations> = operations[Op] extends { parameters: { query?: infer Q } }
+  ? NonNullable<Q>
+  : never
 /** The JSON answer of an operation's success status (200 or 201). */
 export type Answer<Op extends keyof operations> = operations[Op]['responses'] extends infer R
   ? R extends { 200: infer A }

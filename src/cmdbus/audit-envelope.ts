@@ -31,7 +31,11 @@ export interface DecisionSummary {
 }
 
 /** Builds the first envelope of a dispatch. */
-export function initialEnvelope(dispatch: DispatchRecord, schema: JsonSchema | undefined, origin?: { [key: string]: JsonValue }): AuditEnvelope {
+export function initialEnvelope(
+  dispatch: DispatchRecord,
+  schema: JsonSchema | undefined,
+  origin?: { [key: string]: JsonValue },
+): AuditEnvelope {
   return {
     // A mounted command's source (an MCP server: its name, reported name and version, the remote tool).
     ...(origin && { origin }),
@@ -92,7 +96,13 @@ export async function recordStep(
 }
 
 /** A later step's parts — the next envelope, the row change (also as a query) and the audit entry — for a caller that writes them in a larger statement. */
-export function stepParts(db: Executor, step: string, envelope: AuditEnvelope, dispatch: DispatchRecord, change: EnvelopeChange) {
+export function stepParts(
+  db: Executor,
+  step: string,
+  envelope: AuditEnvelope,
+  dispatch: DispatchRecord,
+  change: EnvelopeChange,
+) {
   const next = nextEnvelope(envelope, change)
   const rowChange: DispatchChange = {
     status: change.status,
@@ -102,14 +112,23 @@ export function stepParts(db: Executor, step: string, envelope: AuditEnvelope, d
     ...(change.error !== undefined && { error: change.error }),
     ...(change.executor && { executor: change.executor }),
   }
-  return { next, change: rowChange, query: updateDispatchQuery(db, dispatch.id, rowChange), entry: auditEntry(step, dispatch, next) }
+  return {
+    next,
+    change: rowChange,
+    query: updateDispatchQuery(db, dispatch.id, rowChange),
+    entry: auditEntry(step, dispatch, next),
+  }
 }
 
 /**
  * Inserts a new dispatch with its `requested` entry, in one statement; `undefined` (nothing written)
  * when its idempotency key is taken.
  */
-export async function insertRequested(tx: Executor, dispatch: DispatchRecord, envelope: AuditEnvelope): Promise<AuditEnvelope | undefined> {
+export async function insertRequested(
+  tx: Executor,
+  dispatch: DispatchRecord,
+  envelope: AuditEnvelope,
+): Promise<AuditEnvelope | undefined> {
   const next = nextEnvelope(envelope, { status: 'requested' })
   return (await insertDispatchAudited(tx, dispatch, auditEntry('requested', dispatch, next))) ? next : undefined
 }
@@ -128,9 +147,21 @@ export async function recordStarted(
 ): Promise<AuditEnvelope | 'lost' | 'key_taken'> {
   const requested = nextEnvelope(envelope, { status: 'requested' })
   const running = nextEnvelope(requested, change)
-  const starting = { ...dispatch, status: 'running' as const, risk: change.risk, decisionId: change.decision?.id ?? null, executor: change.executor }
+  const starting = {
+    ...dispatch,
+    status: 'running' as const,
+    risk: change.risk,
+    decisionId: change.decision?.id ?? null,
+    executor: change.executor,
+  }
   const written = await store.statement((db, tag) =>
-    insertDispatchStarted(db, starting, [auditEntry('requested', dispatch, requested), auditEntry('running', dispatch, running)], run, tag),
+    insertDispatchStarted(
+      db,
+      starting,
+      [auditEntry('requested', dispatch, requested), auditEntry('running', dispatch, running)],
+      run,
+      tag,
+    ),
   )
   if (!written.fenced) return 'lost'
   return written.inserted ? running : 'key_taken'
@@ -154,7 +185,9 @@ function nextEnvelope(envelope: AuditEnvelope, change: EnvelopeChange): AuditEnv
   }
   if (change.result !== undefined) {
     next.result = truncateForAudit(redact(change.result))
-    next.resultHash = createHash('sha256').update(JSON.stringify(change.result) ?? 'null').digest('hex')
+    next.resultHash = createHash('sha256')
+      .update(JSON.stringify(change.result) ?? 'null')
+      .digest('hex')
   }
   return next
 }

@@ -1,5 +1,15 @@
 import type { JsonValue } from '../extension/index.js'
-import { genesisHash, hashAuditEntry, listAuditDispatches, readAuditEntries, readAuditTail, type AuditFilter, type Page, type PageRequest, type Store } from '../store/index.js'
+import {
+  genesisHash,
+  hashAuditEntry,
+  listAuditDispatches,
+  readAuditEntries,
+  readAuditTail,
+  type AuditFilter,
+  type Page,
+  type PageRequest,
+  type Store,
+} from '../store/index.js'
 
 /** A dispatch as `GET /api/audit` shows it: the latest envelope plus its steps. */
 export type AuditEnvelopeView = { [key: string]: JsonValue } & {
@@ -7,8 +17,16 @@ export type AuditEnvelopeView = { [key: string]: JsonValue } & {
 }
 
 /** Dispatches visible to `filter.userId` (on their behalf, or in a project they own), newest first. */
-export async function listAuditEnvelopes(store: Store, filter: Omit<AuditFilter, 'visibleProjectIds'>, page: PageRequest): Promise<Page<AuditEnvelopeView>> {
-  const dispatches = await listAuditDispatches(store.db, { ...filter, visibleProjectIds: await ownedProjectIds(store, filter.userId) }, page)
+export async function listAuditEnvelopes(
+  store: Store,
+  filter: Omit<AuditFilter, 'visibleProjectIds'>,
+  page: PageRequest,
+): Promise<Page<AuditEnvelopeView>> {
+  const dispatches = await listAuditDispatches(
+    store.db,
+    { ...filter, visibleProjectIds: await ownedProjectIds(store, filter.userId) },
+    page,
+  )
   return {
     items: dispatches.items
       .filter((item) => item.entries.length > 0)
@@ -16,7 +34,12 @@ export async function listAuditEnvelopes(store: Store, filter: Omit<AuditFilter,
         const latest = item.entries.at(-1)!
         return {
           ...latest.envelope,
-          history: item.entries.map((entry) => ({ entryId: entry.id, step: entry.step, status: entry.envelope.status ?? null, at: entry.createdAt })),
+          history: item.entries.map((entry) => ({
+            entryId: entry.id,
+            step: entry.step,
+            status: entry.envelope.status ?? null,
+            at: entry.createdAt,
+          })),
         }
       }),
     nextCursor: dispatches.nextCursor,
@@ -47,17 +70,37 @@ export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
     const entries = await readAuditEntries(store.db, afterId, 1000)
     for (const entry of entries) {
       if (entry.prevHash !== previousHash) {
-        return { ok: false, checked, firstBad: { id: entry.id, reason: 'does not link to the entry before it (an entry was removed, inserted or reordered)' } }
+        return {
+          ok: false,
+          checked,
+          firstBad: {
+            id: entry.id,
+            reason: 'does not link to the entry before it (an entry was removed, inserted or reordered)',
+          },
+        }
       }
       const { hash, ...content } = entry
-      if (hashAuditEntry(content) !== hash) return { ok: false, checked, firstBad: { id: entry.id, reason: 'its content does not match its hash (the entry was altered)' } }
+      if (hashAuditEntry(content) !== hash)
+        return {
+          ok: false,
+          checked,
+          firstBad: { id: entry.id, reason: 'its content does not match its hash (the entry was altered)' },
+        }
       if (entry.id === tail.id && hash === tail.hash) reachedTail = true
       previousHash = hash
       afterId = entry.id
       checked++
     }
     if (entries.length < 1000) {
-      if (!reachedTail) return { ok: false, checked, firstBad: { id: tail.id, reason: 'the newest entries are missing (the log ends before the last entry appended)' } }
+      if (!reachedTail)
+        return {
+          ok: false,
+          checked,
+          firstBad: {
+            id: tail.id,
+            reason: 'the newest entries are missing (the log ends before the last entry appended)',
+          },
+        }
       return { ok: true, checked }
     }
   }
@@ -65,5 +108,7 @@ export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
 
 /** Every project the user owns, deleted ones included: their history stays the owner's to read. */
 export async function ownedProjectIds(store: Store, userId: string): Promise<string[]> {
-  return (await store.db.selectFrom('projects').select('id').where('owner_id', '=', userId).execute()).map((row) => row.id)
+  return (await store.db.selectFrom('projects').select('id').where('owner_id', '=', userId).execute()).map(
+    (row) => row.id,
+  )
 }

@@ -105,10 +105,22 @@ export interface DecisionView {
 export type DispatchOutcome =
   | { status: 'succeeded'; dispatchId: string; result: JsonValue; replayed?: boolean }
   | { status: 'awaiting_decision'; dispatchId: string; decision: DecisionView; replayed?: boolean }
-  | { status: 'failed' | 'rejected' | 'expired' | 'cancelled'; dispatchId: string | null; error: BusError; replayed?: boolean }
+  | {
+      status: 'failed' | 'rejected' | 'expired' | 'cancelled'
+      dispatchId: string | null
+      error: BusError
+      replayed?: boolean
+    }
 
 export type DecisionAnswer = 'approve' | 'approve_session' | 'reject'
 
 export type DecideOutcome =
   | { ok: true; decision: DecisionView; dispatch: DispatchOutcome }
-  | { ok: false; error: { code: 'not_found' | 'forbidden' | 'decision_conflict' | 'decision_expired' | 'scope_not_allowed'; message: string }; decision?: DecisionView }
+  | {
+      ok: false
+      error: {
+        code: 'not_found' | 'forbidden' | 'decision_conflict' | 'decision_expired' | 'scope_not_allowed'
+        message: string
+      }
+      decision?: DecisionView
+    }

@@ -19,12 +19,38 @@ import {
   type Executor,
   type Store,
 } from '../store/index.js'
-import { initialEnvelope, insertRequested, recordStarted, recordStep, type AuditEnvelope, type DecisionSummary, type EnvelopeChange } from './audit-envelope.js'
+import {
+  initialEnvelope,
+  insertRequested,
+  recordStarted,
+  recordStep,
+  type AuditEnvelope,
+  type DecisionSummary,
+  type EnvelopeChange,
+} from './audit-envelope.js'
 import { Decisions } from './decisions.js'
 import { DispatchExecutors } from './dispatch-executors.js'
 import { runHandler } from './handler-runner.js'
-import { appendDecisionEvent, fail, hashParams, hashRequest, outcomeOf, staticRisk, toDecisionView, toJsonError, validateParams } from './outcomes.js'
-import type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest } from './bus-types.js'
+import {
+  appendDecisionEvent,
+  fail,
+  hashParams,
+  hashRequest,
+  outcomeOf,
+  staticRisk,
+  toDecisionView,
+  toJsonError,
+  validateParams,
+} from './outcomes.js'
+import type {
+  BusError,
+  DecideOutcome,
+  DecisionAnswer,
+  DecisionView,
+  DispatchHooks,
+  DispatchOutcome,
+  DispatchRequest,
+} from './bus-types.js'
 import { alwaysAsks, type CommandCatalog, type RegisteredCommand } from './command-catalog.js'
 import { evaluateGate, type PermissionMode } from './gate.js'
 import { createPluginKv } from './plugin-kv.js'
@@ -133,7 +159,11 @@ export class CommandBus {
     for (const orphan of ended) {
       const decision = decided.get(orphan.id)
       if (!decision) continue
-      const outcome: DispatchOutcome = { status: 'failed', dispatchId: orphan.id, error: { code: 'interrupted', message: 'the server stopped while the command ran' } }
+      const outcome: DispatchOutcome = {
+        status: 'failed',
+        dispatchId: orphan.id,
+        error: { code: 'interrupted', message: 'the server stopped while the command ran' },
+      }
       for (const listener of this.#listeners) listener(toDecisionView(decision), outcome)
     }
     return ended.length
@@ -144,7 +174,11 @@ export class CommandBus {
    * tools"): opened when the call is handed to the client, finished with its answer — in the caller's
    * transaction, like the ledger change it goes with.
    */
-  async auditClientCall(tx: Executor, call: ClientCallAudit, answer?: { status: string; output: JsonValue }): Promise<void> {
+  async auditClientCall(
+    tx: Executor,
+    call: ClientCallAudit,
+    answer?: { status: string; output: JsonValue },
+  ): Promise<void> {
     const key = `${call.runId}:${call.callId}`
     let dispatch = await findDispatchByKey(tx, call.ownerId, key)
     let envelope: AuditEnvelope
@@ -180,7 +214,10 @@ export class CommandBus {
       dispatch = record
       envelope = requested
     } else {
-      envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? { ...initialEnvelope(dispatch, undefined), kind: 'client' }
+      envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? {
+        ...initialEnvelope(dispatch, undefined),
+        kind: 'client',
+      }
     }
     if (!answer || dispatch.status !== 'requested') return
     const finishedAt = new Date().toISOString()
@@ -189,9 +226,21 @@ export class CommandBus {
       await recordStep(tx, 'finished', envelope, dispatch, { status: 'succeeded', result: answer.output, finishedAt })
       return
     }
-    const mapped = status === 'rejected' ? 'rejected' : status === 'expired' ? 'expired' : status === 'cancelled' ? 'cancelled' : 'failed'
+    const mapped =
+      status === 'rejected'
+        ? 'rejected'
+        : status === 'expired'
+          ? 'expired'
+          : status === 'cancelled'
+            ? 'cancelled'
+            : 'failed'
     const code = status === 'error' ? 'client_error' : status
-    await recordStep(tx, 'finished', envelope, dispatch, { status: mapped, result: answer.output, error: { code, message: `the client answered ${status}` }, finishedAt })
+    await recordStep(tx, 'finished', envelope, dispatch, {
+      status: mapped,
+      result: answer.output,
+      error: { code, message: `the client answered ${status}` },
+      finishedAt,
+    })
   }
 
   /** Whether a user may change things in a project (write commands are offered to their runs only then). */
@@ -209,17 +258,34 @@ export class CommandBus {
    * params), so clients are shown `low|medium|high`, never how it is decided. Null when the command is
    * unknown or the params are invalid (the dispatch refuses those without a decision).
    */
-  async assessRisk(request: Pick<DispatchRequest, 'commandId' | 'params' | 'entrance' | 'actor' | 'projectId' | 'conversationId' | 'runId'>): Promise<Risk | null> {
+  async assessRisk(
+    request: Pick<
+      DispatchRequest,
+      'commandId' | 'params' | 'entrance' | 'actor' | 'projectId' | 'conversationId' | 'runId'
+    >,
+  ): Promise<Risk | null> {
     await this.#options.catalog.settled()
     const command = this.#options.catalog.get(request.commandId)
     if (!command || validateParams(command, request.params)) return null
     if (request.entrance === 'agent' && command.spec.exposeAsTool?.risk) return command.spec.exposeAsTool.risk
     if (typeof command.spec.risk === 'string') return command.spec.risk
-    const found = request.projectId ? await this.#options.access.project(request.actor.onBehalfOf, request.projectId, 'read') : undefined
+    const found = request.projectId
+      ? await this.#options.access.project(request.actor.onBehalfOf, request.projectId, 'read')
+      : undefined
     const project = found ? { id: found.id, ownerId: found.ownerId, name: found.name } : null
-    const dispatch = { id: null, callId: null, conversationId: request.conversationId ?? null, runId: request.runId ?? null, entrance: request.entrance }
+    const dispatch = {
+      id: null,
+      callId: null,
+      conversationId: request.conversationId ?? null,
+      runId: request.runId ?? null,
+      entrance: request.entrance,
+    }
     try {
-      return this.#risk(command, request as DispatchRequest, this.#context(command, request.actor, dispatch, project, undefined))
+      return this.#risk(
+        command,
+        request as DispatchRequest,
+        this.#context(command, request.actor, dispatch, project, undefined),
+      )
     } catch {
       return 'high' // a classifier that fails refuses the dispatch; until then, assume the worst
     }
@@ -261,7 +327,11 @@ export class CommandBus {
     const command = catalog.get(request.commandId)
     if (!command) return fail(null, 'unknown_command', `no command ${request.commandId}`)
     if (command.spec.entrances && !command.spec.entrances.includes(request.entrance)) {
-      return fail(null, 'entrance_not_allowed', `${command.spec.id} cannot be dispatched from the ${request.entrance} entrance`)
+      return fail(
+        null,
+        'entrance_not_allowed',
+        `${command.spec.id} cannot be dispatched from the ${request.entrance} entrance`,
+      )
     }
     const ownerId = request.actor.onBehalfOf
     const paramsHash = hashParams(request.params)
@@ -275,7 +345,12 @@ export class CommandBus {
     // the caller may not see answers not_found, and the attempt is recorded without its ids, so the
     // caller learns nothing (not even the project of the conversation) and its owner's audit lists
     // nothing of the caller's.
-    const scope = await this.#authorize(command, { ownerId, projectId: request.projectId ?? null, conversationId: request.conversationId ?? null, params: request.params })
+    const scope = await this.#authorize(command, {
+      ownerId,
+      projectId: request.projectId ?? null,
+      conversationId: request.conversationId ?? null,
+      params: request.params,
+    })
     const unseen = 'error' in scope && scope.error.code === 'not_found'
     const projectId = unseen ? null : (scope.project?.id ?? null)
     const now = new Date().toISOString()
@@ -334,12 +409,24 @@ export class CommandBus {
           }
         : undefined
     try {
-      return await this.#pipeline(request, command, dispatch, paramsHash, scope, step, () => envelope, (next) => (envelope = next), begin)
+      return await this.#pipeline(
+        request,
+        command,
+        dispatch,
+        paramsHash,
+        scope,
+        step,
+        () => envelope,
+        (next) => (envelope = next),
+        begin,
+      )
     } catch (error) {
       if (!(error instanceof KeyTaken)) throw error
       // A concurrent request with the same key got there first.
       const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey ?? '')
-      return previous ? this.#replay(previous, command.spec.id, paramsHash, requestHash) : fail(null, 'dispatch_in_progress', 'a dispatch with this idempotency key is in progress')
+      return previous
+        ? this.#replay(previous, command.spec.id, paramsHash, requestHash)
+        : fail(null, 'dispatch_in_progress', 'a dispatch with this idempotency key is in progress')
     }
   }
 
@@ -361,7 +448,11 @@ export class CommandBus {
     const finish = async (status: 'failed' | 'rejected', error: BusError): Promise<DispatchOutcome> => {
       const outcome: DispatchOutcome = { status, dispatchId: dispatch.id, error }
       await step(async (tx) => {
-        await recordStep(tx, 'finished', getEnvelope(), dispatch, { status, error: toJsonError(error), finishedAt: new Date().toISOString() })
+        await recordStep(tx, 'finished', getEnvelope(), dispatch, {
+          status,
+          error: toJsonError(error),
+          finishedAt: new Date().toISOString(),
+        })
         await settled?.(tx, outcome)
       })
       return outcome
@@ -378,7 +469,10 @@ export class CommandBus {
     try {
       risk = this.#risk(command, request, context)
     } catch (error) {
-      return finish('failed', { code: 'command_failed', message: `risk classifier failed: ${(error as Error).message}` })
+      return finish('failed', {
+        code: 'command_failed',
+        message: `risk classifier failed: ${(error as Error).message}`,
+      })
     }
     // 5. gate (a session allowance is looked up only when it could change the answer)
     const gateInput = {
@@ -390,19 +484,32 @@ export class CommandBus {
     }
     let gate = evaluateGate(gateInput)
     const allowance =
-      gate.decision !== 'allow' && scope.conversation ? await findAllowance(store.db, scope.conversation.id, command.spec.id, paramsHash) : undefined
+      gate.decision !== 'allow' && scope.conversation
+        ? await findAllowance(store.db, scope.conversation.id, command.spec.id, paramsHash)
+        : undefined
     if (allowance) gate = evaluateGate({ ...gateInput, hasAllowance: true })
     // The model calls an MCP server that acts with each user's own account, and this user has not
     // connected theirs: the run waits for them to connect (a `connect` decision; docs/mcp.md). Human
     // entrances are told at once by the command's own error.
-    const needsAccount = request.entrance === 'agent' && command.connectionWhen && gate.decision !== 'deny' ? await command.connectionWhen(ownerId) : null
+    const needsAccount =
+      request.entrance === 'agent' && command.connectionWhen && gate.decision !== 'deny'
+        ? await command.connectionWhen(ownerId)
+        : null
     // Connecting approves only a call that needed nothing else; one that needs a person's approval
     // anyway stays an approval, told to connect first.
     const connect = needsAccount && gate.decision === 'allow' ? needsAccount : null
-    if (needsAccount) gate = { decision: 'ask', reasons: connect ? [connect] : [...gate.reasons, needsAccount.replace(' (connecting approves this call)', '')] }
+    if (needsAccount)
+      gate = {
+        decision: 'ask',
+        reasons: connect ? [connect] : [...gate.reasons, needsAccount.replace(' (connecting approves this call)', '')],
+      }
     if (gate.decision === 'deny') {
       setEnvelope(await step((tx) => recordStep(tx, 'gated', getEnvelope(), dispatch, { status: 'requested', risk })))
-      return finish('rejected', { code: 'denied', message: 'denied: this call needs a human confirmation and approvalPolicy is dontAsk', reasons: gate.reasons })
+      return finish('rejected', {
+        code: 'denied',
+        message: 'denied: this call needs a human confirmation and approvalPolicy is dontAsk',
+        reasons: gate.reasons,
+      })
     }
     if (gate.decision === 'ask') {
       let preview: string | null = null
@@ -454,13 +561,32 @@ export class CommandBus {
       })
       return { status: 'awaiting_decision', dispatchId: dispatch.id, decision: toDecisionView(decision) }
     }
-    const summary: DecisionSummary = { id: allowance?.decisionId ?? null, outcome: 'approved', by: null, scope: allowance ? 'session' : null, via: gate.via ?? 'risk' }
+    const summary: DecisionSummary = {
+      id: allowance?.decisionId ?? null,
+      outcome: 'approved',
+      by: null,
+      scope: allowance ? 'session' : null,
+      via: gate.via ?? 'risk',
+    }
     // 6. execute
-    return this.#execute(command, dispatch, getEnvelope(), context, { risk, decision: summary }, step, request.within, begin)
+    return this.#execute(
+      command,
+      dispatch,
+      getEnvelope(),
+      context,
+      { risk, decision: summary },
+      step,
+      request.within,
+      begin,
+    )
   }
 
   /** Decisions the user may answer, newest first (overdue ones expired first). */
-  listDecisions(userId: string, filter: { status?: DecisionStatus; conversationId?: string }, page: PageRequest): Promise<Page<DecisionView>> {
+  listDecisions(
+    userId: string,
+    filter: { status?: DecisionStatus; conversationId?: string },
+    page: PageRequest,
+  ): Promise<Page<DecisionView>> {
     return this.#decisions.list(userId, filter, page)
   }
 
@@ -488,7 +614,9 @@ export class CommandBus {
         const outcome = await this.#decisions.decide(id, userId, 'approve', 'account connected')
         if (outcome.ok) approved++
       } catch (error) {
-        this.#options.logger('mcp').warn('a waiting call could not be approved after its account was connected', { decisionId: id, err: error })
+        this.#options
+          .logger('mcp')
+          .warn('a waiting call could not be approved after its account was connected', { decisionId: id, err: error })
       }
     }
     return approved
@@ -501,13 +629,19 @@ export class CommandBus {
   async dispatchOutcome(dispatchId: string): Promise<DispatchOutcome | null | undefined> {
     const dispatch = await getDispatch(this.#options.store.db, dispatchId)
     if (!dispatch) return undefined
-    return dispatch.status === 'requested' || dispatch.status === 'awaiting_decision' || dispatch.status === 'running' ? null : outcomeOf(dispatch)
+    return dispatch.status === 'requested' || dispatch.status === 'awaiting_decision' || dispatch.status === 'running'
+      ? null
+      : outcomeOf(dispatch)
   }
 
   /** Whether the user may approve the decision (not only reject it): it may be reserved to designated approvers. */
   async mayApprove(decisionId: string, userId: string): Promise<boolean> {
     const decision = await getDecision(this.#options.store.db, decisionId)
-    return decision !== undefined && (await this.#decisions.canAct(userId, decision)) && (!decision.approvers || decision.approvers.includes(userId))
+    return (
+      decision !== undefined &&
+      (await this.#decisions.canAct(userId, decision)) &&
+      (!decision.approvers || decision.approvers.includes(userId))
+    )
   }
 
   /** Marks a pending decision expired (also used when a run is superseded or times out). */
@@ -525,18 +659,28 @@ export class CommandBus {
     return this.#decisions.canAct(userId, decision)
   }
 
-  async #runApproved(decision: DecisionRecord, dispatch: DispatchRecord, envelope: AuditEnvelope, summary: DecisionSummary): Promise<DispatchOutcome> {
+  async #runApproved(
+    decision: DecisionRecord,
+    dispatch: DispatchRecord,
+    envelope: AuditEnvelope,
+    summary: DecisionSummary,
+  ): Promise<DispatchOutcome> {
     const command = this.#options.catalog.get(dispatch.commandId)
     const fail = async (error: BusError): Promise<DispatchOutcome> => {
       const outcome: DispatchOutcome = { status: 'failed', dispatchId: dispatch.id, error }
       await this.#options.store.transaction(async (tx) => {
         await this.#lockRun(tx, decision)
-        await recordStep(tx, 'finished', envelope, dispatch, { status: 'failed', error: toJsonError(error), finishedAt: new Date().toISOString() })
+        await recordStep(tx, 'finished', envelope, dispatch, {
+          status: 'failed',
+          error: toJsonError(error),
+          finishedAt: new Date().toISOString(),
+        })
         await this.#settleRun(tx, decision, outcome)
       })
       return outcome
     }
-    if (!command) return fail({ code: 'unknown_command', message: `command ${dispatch.commandId} is no longer registered` })
+    if (!command)
+      return fail({ code: 'unknown_command', message: `command ${dispatch.commandId} is no longer registered` })
     // Approval does not bypass the rules: validate again and re-authorize the original actor.
     const invalid = validateParams(command, dispatch.params)
     if (invalid) return fail(invalid)
@@ -545,7 +689,10 @@ export class CommandBus {
     // Cancelling the run reaches the handler, as it would have without the wait for a human.
     const signal = dispatch.runId ? this.#runs?.signal(dispatch.runId) : undefined
     const context = this.#context(command, dispatch.actor, dispatch, scope.project, signal)
-    const hooks: DispatchHooks = { lock: (tx) => this.#lockRun(tx, decision), settled: (tx, outcome) => this.#settleRun(tx, decision, outcome) }
+    const hooks: DispatchHooks = {
+      lock: (tx) => this.#lockRun(tx, decision),
+      settled: (tx, outcome) => this.#settleRun(tx, decision, outcome),
+    }
     // The only step before the handler is `running`: the run's call starts with it, not before the decision.
     const step = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
       this.#options.store.transaction(async (tx) => {
@@ -554,7 +701,15 @@ export class CommandBus {
         if (decision.runId) await this.#runs?.started(tx, toDecisionView(decision))
         return result
       })
-    return this.#execute(command, dispatch, envelope, context, { risk: dispatch.risk as Risk, decision: summary }, step, hooks)
+    return this.#execute(
+      command,
+      dispatch,
+      envelope,
+      context,
+      { risk: dispatch.risk as Risk, decision: summary },
+      step,
+      hooks,
+    )
   }
 
   async #execute(
@@ -567,11 +722,24 @@ export class CommandBus {
     hooks?: DispatchHooks,
     begin?: (change: StartChange) => Promise<AuditEnvelope>,
   ): Promise<DispatchOutcome> {
-    const change: StartChange = { status: 'running', risk: gate.risk, decision: gate.decision, startedAt: new Date().toISOString(), executor: this.#executors.claim() }
+    const change: StartChange = {
+      status: 'running',
+      risk: gate.risk,
+      decision: gate.decision,
+      startedAt: new Date().toISOString(),
+      executor: this.#executors.claim(),
+    }
     const current = await (begin ? begin(change) : step((tx) => recordStep(tx, 'running', envelope, dispatch, change)))
     this.#executors.started()
     try {
-      return await runHandler({ store: this.#options.store, maxResultBytes: this.#options.maxResultBytes }, command, dispatch, current, context, hooks)
+      return await runHandler(
+        { store: this.#options.store, maxResultBytes: this.#options.maxResultBytes },
+        command,
+        dispatch,
+        current,
+        context,
+        hooks,
+      )
     } finally {
       this.#executors.finished()
     }
@@ -592,7 +760,8 @@ export class CommandBus {
       if (!found) return { error: { code: 'not_found', message: 'conversation not found' } }
       conversation = found.conversation
       known = found.project
-      if (projectId && projectId !== conversation.projectId) return { error: { code: 'not_found', message: 'project not found' } }
+      if (projectId && projectId !== conversation.projectId)
+        return { error: { code: 'not_found', message: 'project not found' } }
       projectId = conversation.projectId
     }
     let project: ProjectRef | null = null
@@ -605,25 +774,35 @@ export class CommandBus {
       const authorizer = catalog.authorizer(command.spec.resource.kind)
       let allowed = false
       try {
-        allowed = authorizer ? await authorizer(userId, command.spec.resource.id(dispatch.params), { projectId: project?.id ?? null }) : false
+        allowed = authorizer
+          ? await authorizer(userId, command.spec.resource.id(dispatch.params), { projectId: project?.id ?? null })
+          : false
       } catch {
         allowed = false
       }
-      if (!allowed) return { error: { code: 'forbidden', message: `not allowed to use this ${command.spec.resource.kind}` }, project }
+      if (!allowed)
+        return {
+          error: { code: 'forbidden', message: `not allowed to use this ${command.spec.resource.kind}` },
+          project,
+        }
     }
     return { project, conversation }
   }
 
   #risk(command: RegisteredCommand, request: DispatchRequest, context: CommandContext): Risk {
     if (request.entrance === 'agent' && command.spec.exposeAsTool?.risk) return command.spec.exposeAsTool.risk
-    const risk = typeof command.spec.risk === 'function' ? command.spec.risk(request.params, context) : command.spec.risk
+    const risk =
+      typeof command.spec.risk === 'function' ? command.spec.risk(request.params, context) : command.spec.risk
     return risk === 'low' || risk === 'medium' || risk === 'high' ? risk : 'high'
   }
 
   #context(
     command: RegisteredCommand,
     actor: Actor,
-    dispatch: Pick<DispatchRecord, 'entrance' | 'conversationId' | 'runId'> & { id: string | null; callId: string | null },
+    dispatch: Pick<DispatchRecord, 'entrance' | 'conversationId' | 'runId'> & {
+      id: string | null
+      callId: string | null
+    },
     project: ProjectRef | null,
     signal: AbortSignal | undefined,
   ): CommandContext & { abort: AbortController } {
@@ -646,17 +825,35 @@ export class CommandBus {
     return context
   }
 
-  async #replay(previous: DispatchRecord, commandId: string, paramsHash: string, requestHash: string): Promise<DispatchOutcome> {
-    const same = previous.requestHash !== null ? previous.requestHash === requestHash : previous.commandId === commandId && previous.paramsHash === paramsHash
+  async #replay(
+    previous: DispatchRecord,
+    commandId: string,
+    paramsHash: string,
+    requestHash: string,
+  ): Promise<DispatchOutcome> {
+    const same =
+      previous.requestHash !== null
+        ? previous.requestHash === requestHash
+        : previous.commandId === commandId && previous.paramsHash === paramsHash
     if (!same) {
-      return fail(null, 'idempotency_key_reused', 'this idempotency key was used for a different command, params, entrance, project or conversation')
+      return fail(
+        null,
+        'idempotency_key_reused',
+        'this idempotency key was used for a different command, params, entrance, project or conversation',
+      )
     }
     if (previous.status === 'requested' || previous.status === 'running') {
       return fail(previous.id, 'dispatch_in_progress', 'the first dispatch with this key is still running')
     }
     if (previous.status === 'awaiting_decision' && previous.decisionId) {
       const decision = await getDecision(this.#options.store.db, previous.decisionId)
-      if (decision) return { status: 'awaiting_decision', dispatchId: previous.id, decision: toDecisionView(decision), replayed: true }
+      if (decision)
+        return {
+          status: 'awaiting_decision',
+          dispatchId: previous.id,
+          decision: toDecisionView(decision),
+          replayed: true,
+        }
     }
     return { ...outcomeOf(previous), replayed: true }
   }

@@ -46,7 +46,10 @@ export interface RegisteredCommand {
 }
 
 /** A command a mount (an MCP server) provides, with the hooks core commands may set. */
-export interface MountedCommand extends Pick<RegisteredCommand, 'modelText' | 'availableWhen' | 'origin' | 'connectionWhen'> {
+export interface MountedCommand extends Pick<
+  RegisteredCommand,
+  'modelText' | 'availableWhen' | 'origin' | 'connectionWhen'
+> {
   spec: CommandSpec<Params>
   handler: CommandHandler<Params>
 }
@@ -60,7 +63,10 @@ export function alwaysAsks(command: RegisteredCommand, params: Params): boolean 
  * How a command's risk appears in the catalog: its level, or `varies` with the range a classifier can
  * answer (a plugin's classifier: low…high). A call is always shown the evaluated level.
  */
-export function catalogRisk(command: RegisteredCommand): { risk: Risk | 'varies'; riskRange: { min: Risk; max: Risk } | null } {
+export function catalogRisk(command: RegisteredCommand): {
+  risk: Risk | 'varies'
+  riskRange: { min: Risk; max: Risk } | null
+} {
   if (typeof command.spec.risk === 'string') return { risk: command.spec.risk, riskRange: null }
   const [min, max] = command.riskRangeWhen?.() ?? (['low', 'high'] as const)
   return min === max ? { risk: min, riskRange: null } : { risk: 'varies', riskRange: { min, max } }
@@ -103,7 +109,11 @@ export class CommandCatalog {
    * A Registry for one plugin. Call `commit()` after its setup resolved; nothing is visible before.
    * With `namespaces`, a command id must start with one of them.
    */
-  stage(plugin: string, pluginVersion: string, options: { namespaces?: readonly string[] } = {}): { registry: Registry; commit(): void } {
+  stage(
+    plugin: string,
+    pluginVersion: string,
+    options: { namespaces?: readonly string[] } = {},
+  ): { registry: Registry; commit(): void } {
     const commands: RegisteredCommand[] = []
     const skills: Skill[] = []
     const notes: string[] = []
@@ -113,7 +123,16 @@ export class CommandCatalog {
     let projectAuthz: ProjectAuthzAdapter | null = null
     const registry: Registry = {
       addCommand: (spec: CommandSpec<never>, handler: CommandHandler<never>) => {
-        commands.push(this.#prepare(spec as unknown as CommandSpec<Params>, handler as unknown as CommandHandler<Params>, plugin, pluginVersion, commands, options.namespaces))
+        commands.push(
+          this.#prepare(
+            spec as unknown as CommandSpec<Params>,
+            handler as unknown as CommandHandler<Params>,
+            plugin,
+            pluginVersion,
+            commands,
+            options.namespaces,
+          ),
+        )
       },
       addSkill: (skill) => {
         if (!skill.name || !skill.instructions) throw new RegistrationError('a skill needs a name and instructions')
@@ -123,27 +142,37 @@ export class CommandCatalog {
         if (typeof text === 'string' && text.trim()) notes.push(text.trim())
       },
       registerResourceAuthorizer: (kind, authorizer) => {
-        if (this.#authorizers.has(kind) || authorizers.has(kind)) throw new RegistrationError(`resource kind ${kind} already has an authorizer`)
+        if (this.#authorizers.has(kind) || authorizers.has(kind))
+          throw new RegistrationError(`resource kind ${kind} already has an authorizer`)
         authorizers.set(kind, authorizer)
       },
       registerProjectAuthz: (adapter) => {
         if (this.#projectAuthz || projectAuthz) {
-          throw new RegistrationError(`a ProjectAuthz adapter is already registered${this.#projectAuthz ? ` by ${this.#projectAuthz.plugin}` : ''}`)
+          throw new RegistrationError(
+            `a ProjectAuthz adapter is already registered${this.#projectAuthz ? ` by ${this.#projectAuthz.plugin}` : ''}`,
+          )
         }
         projectAuthz = adapter
       },
       addCliTool: (spec) => {
         const problem = validateCliSpec(spec)
         if (problem) throw new RegistrationError(problem)
-        if (this.#cliTools.some((tool) => tool.spec.name === spec.name) || cliTools.some((tool) => tool.name === spec.name)) {
+        if (
+          this.#cliTools.some((tool) => tool.spec.name === spec.name) ||
+          cliTools.some((tool) => tool.name === spec.name)
+        ) {
           throw new RegistrationError(`CLI tool ${spec.name} is already registered`)
         }
         cliTools.push(spec)
       },
       addMcpServer: (spec) => {
         const problems = this.#checkMcpServer(spec)
-        if (problems.length > 0) throw new RegistrationError(`MCP server ${JSON.stringify(spec?.name)}: ${problems.join('; ')}`)
-        if (this.#mcpServers.some((server) => server.spec.name === spec.name) || mcpServers.some((server) => server.name === spec.name)) {
+        if (problems.length > 0)
+          throw new RegistrationError(`MCP server ${JSON.stringify(spec?.name)}: ${problems.join('; ')}`)
+        if (
+          this.#mcpServers.some((server) => server.spec.name === spec.name) ||
+          mcpServers.some((server) => server.name === spec.name)
+        ) {
           throw new RegistrationError(`MCP server ${spec.name} is already registered`)
         }
         mcpServers.push(spec)
@@ -171,7 +200,12 @@ export class CommandCatalog {
    * Each command is checked as a plugin's would be; one that is refused (a malformed schema, an id or
    * tool name another command has) is left out with its reason, and the rest are mounted.
    */
-  mount(plugin: string, pluginVersion: string, commands: readonly MountedCommand[], namespace: string): { mounted: string[]; refused: Array<{ id: string; reason: string }> } {
+  mount(
+    plugin: string,
+    pluginVersion: string,
+    commands: readonly MountedCommand[],
+    namespace: string,
+  ): { mounted: string[]; refused: Array<{ id: string; reason: string }> } {
     this.unmount(plugin, { quiet: true })
     const staged: RegisteredCommand[] = []
     const refused: Array<{ id: string; reason: string }> = []
@@ -268,7 +302,10 @@ export class CommandCatalog {
   }
 
   /** Core commands only: a per-call confirmation, the model's view of results, availability. */
-  setCoreHooks(commandId: string, hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText' | 'availableWhen' | 'approversWhen' | 'riskRangeWhen'>): void {
+  setCoreHooks(
+    commandId: string,
+    hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText' | 'availableWhen' | 'approversWhen' | 'riskRangeWhen'>,
+  ): void {
     const command = this.#commands.get(commandId)
     if (command) Object.assign(command, hooks)
   }
@@ -277,21 +314,34 @@ export class CommandCatalog {
     return this.#projectAuthz?.adapter ?? null
   }
 
-  #prepare(spec: CommandSpec<Params>, handler: CommandHandler<Params>, plugin: string, pluginVersion: string, staged: RegisteredCommand[], namespaces?: readonly string[]): RegisteredCommand {
+  #prepare(
+    spec: CommandSpec<Params>,
+    handler: CommandHandler<Params>,
+    plugin: string,
+    pluginVersion: string,
+    staged: RegisteredCommand[],
+    namespaces?: readonly string[],
+  ): RegisteredCommand {
     if (!spec || typeof spec.id !== 'string' || !commandIdPattern.test(spec.id)) {
-      throw new RegistrationError(`malformed command id ${JSON.stringify(spec?.id)}: ids are lowercase dotted snake segments like "rdm.draft.compose"`)
+      throw new RegistrationError(
+        `malformed command id ${JSON.stringify(spec?.id)}: ids are lowercase dotted snake segments like "rdm.draft.compose"`,
+      )
     }
     const namespace = spec.id.split('.')[0] ?? ''
     if (namespaces && !namespaces.includes(namespace)) {
       const own = namespaces.length === 1 ? `namespace ${namespaces[0]}` : `namespaces ${namespaces.join(', ')}`
-      throw new RegistrationError(`command ${spec.id} is outside the plugin's ${own} (a command id starts with the plugin's name or a namespace declared in definePlugin's "namespaces")`)
+      throw new RegistrationError(
+        `command ${spec.id} is outside the plugin's ${own} (a command id starts with the plugin's name or a namespace declared in definePlugin's "namespaces")`,
+      )
     }
     if (this.#commands.has(spec.id) || staged.some((command) => command.spec.id === spec.id)) {
       throw new RegistrationError(`command ${spec.id} is already registered`)
     }
     if (typeof handler !== 'function') throw new RegistrationError(`command ${spec.id} has no handler`)
-    if (!spec.paramsSchema || spec.paramsSchema.type !== 'object') throw new RegistrationError(`command ${spec.id}: paramsSchema must be a JSON Schema with type "object"`)
-    if (typeof spec.risk !== 'function' && !['low', 'medium', 'high'].includes(spec.risk)) throw new RegistrationError(`command ${spec.id}: risk must be low, medium, high or a classifier`)
+    if (!spec.paramsSchema || spec.paramsSchema.type !== 'object')
+      throw new RegistrationError(`command ${spec.id}: paramsSchema must be a JSON Schema with type "object"`)
+    if (typeof spec.risk !== 'function' && !['low', 'medium', 'high'].includes(spec.risk))
+      throw new RegistrationError(`command ${spec.id}: risk must be low, medium, high or a classifier`)
     let validate: ValidateFunction
     try {
       validate = this.#ajv.compile(spec.paramsSchema)
@@ -301,7 +351,10 @@ export class CommandCatalog {
     let toolName: string | null = null
     if (spec.exposeAsTool) {
       toolName = spec.exposeAsTool.name ?? projectToolName(spec.id)
-      if (!toolNamePattern.test(toolName)) throw new RegistrationError(`command ${spec.id}: tool name ${JSON.stringify(toolName)} must match ${toolNamePattern.source}`)
+      if (!toolNamePattern.test(toolName))
+        throw new RegistrationError(
+          `command ${spec.id}: tool name ${JSON.stringify(toolName)} must match ${toolNamePattern.source}`,
+        )
       const clash = this.#toolNames.get(toolName) ?? staged.find((command) => command.toolName === toolName)?.spec.id
       if (clash) throw new RegistrationError(`command ${spec.id}: tool name ${toolName} collides with ${clash}`)
     }

@@ -43,7 +43,13 @@ export function registerCoreCommands(
       paramsSchema: {
         type: 'object',
         properties: {
-          query: { type: 'string', minLength: 1, maxLength: 2000, pattern: '\\S', description: 'What to look for, in any language' },
+          query: {
+            type: 'string',
+            minLength: 1,
+            maxLength: 2000,
+            pattern: '\\S',
+            description: 'What to look for, in any language',
+          },
           k: { type: 'integer', minimum: 1, maximum: 20, description: 'How many passages (default 4)' },
           scope: { enum: ['project', 'all'], description: 'The current project (default) or everything you can see' },
         },
@@ -75,16 +81,36 @@ export function registerCoreCommands(
     {
       id: 'core.set_permission_mode',
       title: 'Set the permission mode',
-      description: 'Sets the conversation\'s permission mode: manual (medium and high risk ask), risky (only high asks) or full (nothing asks, until PLINTH_FULL_MODE_TTL passes).',
-      paramsSchema: { type: 'object', properties: { mode: { enum: ['manual', 'risky', 'full'] } }, required: ['mode'], additionalProperties: false },
+      description:
+        "Sets the conversation's permission mode: manual (medium and high risk ask), risky (only high asks) or full (nothing asks, until PLINTH_FULL_MODE_TTL passes).",
+      paramsSchema: {
+        type: 'object',
+        properties: { mode: { enum: ['manual', 'risky', 'full'] } },
+        required: ['mode'],
+        additionalProperties: false,
+      },
       risk: 'low',
       entrances: ['button', 'card', 'slash', 'chat'],
     },
     async (params, context) => {
-      const conversation = context.conversationId ? await getConversation(deps.store.db, context.conversationId) : undefined
-      if (!conversation) throw new CommandError('validation_failed', 'name the conversation (conversationId) whose mode to set')
-      const updated = await deps.store.transaction((tx) => updateConversation(tx, conversation, { permissionMode: params.mode }, { fullModeTtlMs: deps.fullModeTtlMs ?? 3_600_000 }))
-      return { conversationId: updated.id, permissionMode: updated.permissionMode, modeExpiresAt: updated.modeExpiresAt }
+      const conversation = context.conversationId
+        ? await getConversation(deps.store.db, context.conversationId)
+        : undefined
+      if (!conversation)
+        throw new CommandError('validation_failed', 'name the conversation (conversationId) whose mode to set')
+      const updated = await deps.store.transaction((tx) =>
+        updateConversation(
+          tx,
+          conversation,
+          { permissionMode: params.mode },
+          { fullModeTtlMs: deps.fullModeTtlMs ?? 3_600_000 },
+        ),
+      )
+      return {
+        conversationId: updated.id,
+        permissionMode: updated.permissionMode,
+        modeExpiresAt: updated.modeExpiresAt,
+      }
     },
   )
   staged.commit()

@@ -34,7 +34,12 @@ export interface DecisionDeps {
   /** The decision's outcome for its run's ledger, inside the caller's transaction. */
   settleRun(tx: Executor, decision: DecisionRecord, outcome: DispatchOutcome | null): Promise<void>
   /** Runs an approved dispatch (validated and authorized again, then executed). */
-  runApproved(decision: DecisionRecord, dispatch: DispatchRecord, envelope: AuditEnvelope, summary: DecisionSummary): Promise<DispatchOutcome>
+  runApproved(
+    decision: DecisionRecord,
+    dispatch: DispatchRecord,
+    envelope: AuditEnvelope,
+    summary: DecisionSummary,
+  ): Promise<DispatchOutcome>
   /** Tells the bus's listeners a decision was resolved. */
   notify(decision: DecisionView, outcome: DispatchOutcome | null): void
 }
@@ -55,10 +60,18 @@ export class Decisions {
    * Decisions the user may answer (on their behalf, or in a project they own), newest first; those
    * past their deadline are expired first, so none is listed pending that could no longer be answered.
    */
-  async list(userId: string, filter: { status?: DecisionStatus; conversationId?: string }, page: PageRequest): Promise<Page<DecisionView>> {
+  async list(
+    userId: string,
+    filter: { status?: DecisionStatus; conversationId?: string },
+    page: PageRequest,
+  ): Promise<Page<DecisionView>> {
     await this.expireOverdue()
     const { store } = this.#deps
-    const found = await listDecisions(store.db, { userId, visibleProjectIds: await ownedProjectIds(store, userId), ...filter }, page)
+    const found = await listDecisions(
+      store.db,
+      { userId, visibleProjectIds: await ownedProjectIds(store, userId), ...filter },
+      page,
+    )
     return { items: found.items.map((decision) => toDecisionView(decision)), nextCursor: found.nextCursor }
   }
 
@@ -79,17 +92,32 @@ export class Decisions {
     await this.#deps.catalog.settled()
     const { store } = this.#deps
     const current = await getDecision(store.db, decisionId)
-    if (!current || !(await this.canAct(userId, current))) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
+    if (!current || !(await this.canAct(userId, current)))
+      return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
     // A call reserved for designated approvers: only they approve it; whoever may act may still reject.
     if (current.approvers && answer !== 'reject' && !current.approvers.includes(userId)) {
-      return { ok: false, error: { code: 'forbidden', message: 'this execution on the server itself must be approved by an operator-designated approver (exec.directApprovers), not by the person who asked' } }
+      return {
+        ok: false,
+        error: {
+          code: 'forbidden',
+          message:
+            'this execution on the server itself must be approved by an operator-designated approver (exec.directApprovers), not by the person who asked',
+        },
+      }
     }
     if (answer === 'approve_session' && current.status === 'pending') {
       // A command that asks every time (e.g. an execution under direct) is never let through by an allowance.
       const command = this.#deps.catalog.get(current.commandId)
       const dispatch = command ? await getDispatch(store.db, current.dispatchId) : undefined
       if (command && dispatch && alwaysAsks(command, dispatch.params)) {
-        return { ok: false, error: { code: 'scope_not_allowed', message: `${current.commandId} asks for confirmation every time, so approve_session could never apply: approve it once` }, decision: toDecisionView(current) }
+        return {
+          ok: false,
+          error: {
+            code: 'scope_not_allowed',
+            message: `${current.commandId} asks for confirmation every time, so approve_session could never apply: approve it once`,
+          },
+          decision: toDecisionView(current),
+        }
       }
     }
     if (current.status === 'pending' && Date.parse(current.expiresAt) <= Date.now()) {
@@ -108,8 +136,21 @@ export class Decisions {
       const dispatch = await getDispatch(tx, decision.dispatchId)
       if (!dispatch) throw new Error(`decision ${decision.id} has no dispatch`)
       const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
-      const summary: DecisionSummary = { id: decision.id, outcome: wanted, by: userId, scope: decision.scope, via: 'human' }
-      const next = await recordStep(tx, 'decided', envelope, dispatch, { status: wanted === 'approved' ? 'awaiting_decision' : 'rejected', decision: summary, ...(wanted === 'rejected' && { error: { code: 'rejected', message: 'rejected by a human' }, finishedAt: new Date().toISOString() }) })
+      const summary: DecisionSummary = {
+        id: decision.id,
+        outcome: wanted,
+        by: userId,
+        scope: decision.scope,
+        via: 'human',
+      }
+      const next = await recordStep(tx, 'decided', envelope, dispatch, {
+        status: wanted === 'approved' ? 'awaiting_decision' : 'rejected',
+        decision: summary,
+        ...(wanted === 'rejected' && {
+          error: { code: 'rejected', message: 'rejected by a human' },
+          finishedAt: new Date().toISOString(),
+        }),
+      })
       if (answer === 'approve_session' && decision.conversationId) {
         await insertAllowance(tx, {
           id: newId(),
@@ -121,7 +162,12 @@ export class Decisions {
           expiresAt: new Date(Date.now() + this.#deps.allowanceTtlMs).toISOString(),
         })
       }
-      await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: wanted, by: userId, scope: decision.scope ?? 'once' })
+      await appendDecisionEvent(tx, 'decision.resolved', decision, {
+        decisionId: decision.id,
+        outcome: wanted,
+        by: userId,
+        scope: decision.scope ?? 'once',
+      })
       if (wanted === 'rejected') await this.#deps.settleRun(tx, decision, rejectedOutcome(dispatch.id))
       return { decision, dispatch, envelope: next, summary }
     })
@@ -130,10 +176,26 @@ export class Decisions {
       const decided = await getDecision(store.db, decisionId)
       if (!decided) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
       const view = toDecisionView(decided)
-      if (decided.status === 'expired') return { ok: false, error: { code: 'decision_expired', message: 'the decision expired or was superseded' }, decision: view }
-      if (decided.status !== wanted) return { ok: false, error: { code: 'decision_conflict', message: `the decision was already ${decided.status}` }, decision: view }
+      if (decided.status === 'expired')
+        return {
+          ok: false,
+          error: { code: 'decision_expired', message: 'the decision expired or was superseded' },
+          decision: view,
+        }
+      if (decided.status !== wanted)
+        return {
+          ok: false,
+          error: { code: 'decision_conflict', message: `the decision was already ${decided.status}` },
+          decision: view,
+        }
       const dispatch = await getDispatch(store.db, decided.dispatchId)
-      return { ok: true, decision: view, dispatch: dispatch ? outcomeOf(dispatch) : { status: 'failed', dispatchId: null, error: { code: 'not_found', message: 'dispatch missing' } } }
+      return {
+        ok: true,
+        decision: view,
+        dispatch: dispatch
+          ? outcomeOf(dispatch)
+          : { status: 'failed', dispatchId: null, error: { code: 'not_found', message: 'dispatch missing' } },
+      }
     }
     const view = toDecisionView(resolved.decision)
     let outcome: DispatchOutcome
@@ -165,7 +227,12 @@ export class Decisions {
           finishedAt: new Date().toISOString(),
         })
       }
-      await appendDecisionEvent(tx, 'decision.resolved', decision, { decisionId: decision.id, outcome: 'expired', by: null, scope: 'once' })
+      await appendDecisionEvent(tx, 'decision.resolved', decision, {
+        decisionId: decision.id,
+        outcome: 'expired',
+        by: null,
+        scope: 'once',
+      })
       await this.#deps.settleRun(tx, decision, null)
       return decision
     })

@@ -1,6 +1,16 @@
 import { randomUUID } from 'node:crypto'
 import type { PluginLogger } from '../extension/index.js'
-import { findApprovedUnstarted, findOrphanedDispatches, getDecision, lastAuditEnvelope, lockDispatch, renewDispatchExecutor, type DispatchRecord, type Executor, type Store } from '../store/index.js'
+import {
+  findApprovedUnstarted,
+  findOrphanedDispatches,
+  getDecision,
+  lastAuditEnvelope,
+  lockDispatch,
+  renewDispatchExecutor,
+  type DispatchRecord,
+  type Executor,
+  type Store,
+} from '../store/index.js'
 import { recordStep, type AuditEnvelope } from './audit-envelope.js'
 import type { DispatchOutcome } from './bus-types.js'
 
@@ -39,11 +49,14 @@ export class DispatchExecutors {
   /** Counts a dispatch as running here (renewals run while any does). */
   started(): void {
     if (this.#running++ > 0) return
-    this.#timer = setInterval(() => {
-      renewDispatchExecutor(this.#store.db, this.id, new Date(Date.now() + this.#leaseMs)).catch((error: unknown) =>
-        this.#log.warn('could not renew the lease of running dispatches', { err: error }),
-      )
-    }, Math.max(200, Math.floor(this.#leaseMs / 3)))
+    this.#timer = setInterval(
+      () => {
+        renewDispatchExecutor(this.#store.db, this.id, new Date(Date.now() + this.#leaseMs)).catch((error: unknown) =>
+          this.#log.warn('could not renew the lease of running dispatches', { err: error }),
+        )
+      },
+      Math.max(200, Math.floor(this.#leaseMs / 3)),
+    )
     this.#timer.unref()
   }
 
@@ -74,23 +87,41 @@ export class DispatchExecutors {
         if (!current || !message) return false
         const envelope = ((await lastAuditEnvelope(tx, current.id)) ?? {}) as AuditEnvelope
         const error = { code: 'interrupted', message }
-        await recordStep(tx, 'interrupted', envelope, current, { status: 'failed', error, finishedAt: new Date().toISOString() })
-        await hooks?.settle(tx, current, { status: 'failed', dispatchId: current.id, error: { code: 'interrupted', message } })
+        await recordStep(tx, 'interrupted', envelope, current, {
+          status: 'failed',
+          error,
+          finishedAt: new Date().toISOString(),
+        })
+        await hooks?.settle(tx, current, {
+          status: 'failed',
+          dispatchId: current.id,
+          error: { code: 'interrupted', message },
+        })
         return true
       })
       if (done) ended.push(orphan)
     }
-    if (ended.length > 0) this.#log.warn(`ended ${ended.length} dispatches a stopped server left running or approved but unstarted (interrupted)`, { ended: ended.length })
+    if (ended.length > 0)
+      this.#log.warn(
+        `ended ${ended.length} dispatches a stopped server left running or approved but unstarted (interrupted)`,
+        { ended: ended.length },
+      )
     return ended
   }
 
   /** Why a locked dispatch counts as orphaned (what its `interrupted` error says), or null when it does not. */
   async #orphaned(tx: Executor, current: DispatchRecord, all: boolean, before: Date): Promise<string | null> {
-    const row = await tx.selectFrom('dispatches').select(['executor', 'executor_expires_at', 'updated_at']).where('id', '=', current.id).executeTakeFirst()
+    const row = await tx
+      .selectFrom('dispatches')
+      .select(['executor', 'executor_expires_at', 'updated_at'])
+      .where('id', '=', current.id)
+      .executeTakeFirst()
     if (!row) return null
     if (current.status === 'running') {
       const expired = !row.executor_expires_at || row.executor_expires_at.getTime() < Date.now()
-      return (all ? row.executor !== this.id : expired) ? 'the server stopped while the command ran; whether it took effect is unknown' : null
+      return (all ? row.executor !== this.id : expired)
+        ? 'the server stopped while the command ran; whether it took effect is unknown'
+        : null
     }
     if (current.status === 'awaiting_decision' && current.decisionId) {
       const decision = await getDecision(tx, current.decisionId)

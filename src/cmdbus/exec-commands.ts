@@ -1,5 +1,23 @@
-import { CommandError, type CliToolSpec, type CommandContext, type JsonValue, type PluginLogger, type Risk } from '../extension/index.js'
-import { cliEnvironment, execCommandTimeoutMs, fitExecResult, gateCliCall, PathError, probeCliVersion, QuotaError, SandboxUnavailableError, type ExecResult, type ExecService } from '../exec/index.js'
+import {
+  CommandError,
+  type CliToolSpec,
+  type CommandContext,
+  type JsonValue,
+  type PluginLogger,
+  type Risk,
+} from '../extension/index.js'
+import {
+  cliEnvironment,
+  execCommandTimeoutMs,
+  fitExecResult,
+  gateCliCall,
+  PathError,
+  probeCliVersion,
+  QuotaError,
+  SandboxUnavailableError,
+  type ExecResult,
+  type ExecService,
+} from '../exec/index.js'
 import type { Store } from '../store/index.js'
 import type { CommandCatalog, CoreContext } from './command-catalog.js'
 import { classifyCommandLine } from './risk-rules.js'
@@ -8,7 +26,11 @@ import { classifyCommandLine } from './risk-rules.js'
 export function execModelText(result: JsonValue): string {
   const value = result as Partial<ExecResult> | null
   if (!value || typeof value !== 'object' || !('stdout' in value)) return JSON.stringify(result)
-  const status = value.timedOut ? `timeout (killed after ${value.durationMs}ms)` : value.signal ? `signal ${value.signal}` : String(value.exitCode)
+  const status = value.timedOut
+    ? `timeout (killed after ${value.durationMs}ms)`
+    : value.signal
+      ? `signal ${value.signal}`
+      : String(value.exitCode)
   return `exitCode=${status}\nduration=${value.durationMs}ms\nstdout:\n${value.stdout ?? ''}\n\nstderr:\n${value.stderr ?? ''}${value.truncated ? '\n[output truncated]' : ''}`
 }
 
@@ -77,17 +99,33 @@ export interface ExecCommandDeps {
 }
 
 function requireConversation(context: CommandContext, command: string): string {
-  if (!context.conversationId) throw new CommandError('conversation_required', `${command} runs in a conversation's work directory: dispatch it with a conversationId`)
+  if (!context.conversationId)
+    throw new CommandError(
+      'conversation_required',
+      `${command} runs in a conversation's work directory: dispatch it with a conversationId`,
+    )
   return context.conversationId
 }
 
 /** Runs argv for a command, streaming its output; refusals of the sandbox become a readable error. */
-async function execute(deps: ExecCommandDeps, context: CommandContext, argv: string[], input: { stdin?: string; env?: Record<string, string> } = {}): Promise<JsonValue> {
+async function execute(
+  deps: ExecCommandDeps,
+  context: CommandContext,
+  argv: string[],
+  input: { stdin?: string; env?: Record<string, string> } = {},
+): Promise<JsonValue> {
   const conversationId = requireConversation(context, 'this command')
   const events = new OutputEvents(deps.store, context as CoreContext)
   try {
     const result = await deps.exec.run(
-      { conversationId, projectId: context.project?.id ?? null, ownerId: context.actor.onBehalfOf, argv, ...(input.stdin !== undefined && { stdin: input.stdin }), ...(input.env && { env: input.env }) },
+      {
+        conversationId,
+        projectId: context.project?.id ?? null,
+        ownerId: context.actor.onBehalfOf,
+        argv,
+        ...(input.stdin !== undefined && { stdin: input.stdin }),
+        ...(input.env && { env: input.env }),
+      },
       { signal: context.signal, onOutput: (stream, text) => events.push(stream, text) },
     )
     // The head of each stream, not a `result_too_large` with nothing kept.
@@ -103,7 +141,9 @@ async function execute(deps: ExecCommandDeps, context: CommandContext, argv: str
 
 /** Under `direct`, the operator's designated approvers (a second person), if any. */
 function directApprovers(exec: ExecService): readonly string[] | null {
-  return exec.backendName === 'direct' && exec.settings.directApprovers.length > 0 ? exec.settings.directApprovers : null
+  return exec.backendName === 'direct' && exec.settings.directApprovers.length > 0
+    ? exec.settings.directApprovers
+    : null
 }
 
 function backendNoteOf(exec: ExecService): string {
@@ -132,7 +172,12 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
   const staged = catalog.stage('core', deps.version)
   const registry = staged.registry
   const backendNote = (): string => backendNoteOf(exec)
-  const shellRisk = (text: string): Risk => (exec.backendName === 'direct' ? 'high' : classifyCommandLine(text, deps.highRiskKeywords).risk === 'high' ? 'high' : 'medium')
+  const shellRisk = (text: string): Risk =>
+    exec.backendName === 'direct'
+      ? 'high'
+      : classifyCommandLine(text, deps.highRiskKeywords).risk === 'high'
+        ? 'high'
+        : 'medium'
 
   if (!settings.disableExecTools) {
     registry.addCommand<{ command: string }>(
@@ -167,28 +212,41 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
       (params, context) => execute(deps, context, ['/bin/bash', '-c', params.command]),
     )
 
-    const interpreters: Record<string, string[]> = { bash: ['/bin/bash', '-s'], python: ['python3', '-'], node: ['node', '-'] }
+    const interpreters: Record<string, string[]> = {
+      bash: ['/bin/bash', '-s'],
+      python: ['python3', '-'],
+      node: ['node', '-'],
+    }
     registry.addCommand<{ language: 'bash' | 'python' | 'node'; code: string }>(
       {
         id: 'core.run_code',
         title: 'Run code',
-        description: 'Runs a bash, Python 3 or Node.js program (the code is given on stdin) in the conversation’s work directory and returns its exit code, stdout and stderr.',
+        description:
+          'Runs a bash, Python 3 or Node.js program (the code is given on stdin) in the conversation’s work directory and returns its exit code, stdout and stderr.',
         paramsSchema: {
           type: 'object',
           properties: {
             language: { enum: ['bash', 'python', 'node'] },
-            code: { type: 'string', minLength: 1, maxLength: settings.maxCodeBytes, description: `The program (at most ${settings.maxCodeBytes} bytes)` },
+            code: {
+              type: 'string',
+              minLength: 1,
+              maxLength: settings.maxCodeBytes,
+              description: `The program (at most ${settings.maxCodeBytes} bytes)`,
+            },
           },
           required: ['language', 'code'],
           additionalProperties: false,
         },
-        risk: (params) => (params.language === 'bash' ? shellRisk(params.code) : exec.backendName === 'direct' ? 'high' : 'medium'),
+        risk: (params) =>
+          params.language === 'bash' ? shellRisk(params.code) : exec.backendName === 'direct' ? 'high' : 'medium',
         exposeAsTool: { name: 'run_code' },
         timeoutMs: execCommandTimeoutMs(settings.timeoutMs),
-        preview: (params) => `Run ${params.language} ${backendNote()}:\n${params.code.slice(0, 2000)}${params.code.length > 2000 ? '\n…' : ''}`,
+        preview: (params) =>
+          `Run ${params.language} ${backendNote()}:\n${params.code.slice(0, 2000)}${params.code.length > 2000 ? '\n…' : ''}`,
       },
       async (params, context) => {
-        if (Buffer.byteLength(params.code) > settings.maxCodeBytes) throw new CommandError('code_too_large', `the code is over ${settings.maxCodeBytes} bytes`)
+        if (Buffer.byteLength(params.code) > settings.maxCodeBytes)
+          throw new CommandError('code_too_large', `the code is over ${settings.maxCodeBytes} bytes`)
         return execute(deps, context, interpreters[params.language]!, { stdin: params.code })
       },
     )
@@ -198,7 +256,8 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     {
       id: 'core.read_file',
       title: 'Read a file',
-      description: 'Reads a text file of the conversation’s work directory (relative path), a page at a time (offset/limit in bytes).',
+      description:
+        'Reads a text file of the conversation’s work directory (relative path), a page at a time (offset/limit in bytes).',
       paramsSchema: {
         type: 'object',
         properties: {
@@ -216,8 +275,17 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     async (params, context) => {
       const conversationId = requireConversation(context, 'core.read_file')
       const offset = params.offset ?? 0
-      const { bytes, size } = await exec.workdirs.read(conversationId, params.path, { offset, limit: params.limit ?? 64 * 1024 }).catch(pathError)
-      return { path: params.path, offset, bytes: bytes.length, size, eof: offset + bytes.length >= size, content: bytes.toString('utf8') }
+      const { bytes, size } = await exec.workdirs
+        .read(conversationId, params.path, { offset, limit: params.limit ?? 64 * 1024 })
+        .catch(pathError)
+      return {
+        path: params.path,
+        offset,
+        bytes: bytes.length,
+        size,
+        eof: offset + bytes.length >= size,
+        content: bytes.toString('utf8'),
+      }
     },
   )
 
@@ -225,10 +293,14 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     {
       id: 'core.write_file',
       title: 'Write a file',
-      description: 'Writes a text file in the conversation’s work directory (relative path; parent directories are created).',
+      description:
+        'Writes a text file in the conversation’s work directory (relative path; parent directories are created).',
       paramsSchema: {
         type: 'object',
-        properties: { path: { type: 'string', minLength: 1, maxLength: 1024 }, content: { type: 'string', maxLength: 1024 * 1024 } },
+        properties: {
+          path: { type: 'string', minLength: 1, maxLength: 1024 },
+          content: { type: 'string', maxLength: 1024 * 1024 },
+        },
         required: ['path', 'content'],
         additionalProperties: false,
       },
@@ -242,7 +314,10 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
       const size = Buffer.byteLength(params.content)
       await exec.quota.ensureRoom(conversationId, owner, size, 1).catch(quotaError)
       const written = await exec.workdirs.write(conversationId, params.path, params.content).catch(pathError)
-      await exec.quota.adjust(conversationId, owner, { bytes: written.size - (written.replaced ?? 0), files: written.replaced === null ? 1 : 0 })
+      await exec.quota.adjust(conversationId, owner, {
+        bytes: written.size - (written.replaced ?? 0),
+        files: written.replaced === null ? 1 : 0,
+      })
       return { path: written.path, size: written.size }
     },
   )
@@ -252,7 +327,11 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
       id: 'core.list_files',
       title: 'List files',
       description: 'Lists the conversation’s work directory (or a directory in it), recursively.',
-      paramsSchema: { type: 'object', properties: { path: { type: 'string', maxLength: 1024 } }, additionalProperties: false },
+      paramsSchema: {
+        type: 'object',
+        properties: { path: { type: 'string', maxLength: 1024 } },
+        additionalProperties: false,
+      },
       risk: 'low',
       idempotent: true,
       exposeAsTool: { name: 'list_files' },
@@ -282,7 +361,11 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
  * each is probed first (missing or too old → not offered, one warning). A call outside the allowlist
  * is a result with exit code 126 and the reason in stderr, so the model can explain it.
  */
-export async function registerCliTools(catalog: CommandCatalog, deps: ExecCommandDeps, tools: ReadonlyArray<{ plugin: string; pluginVersion: string; spec: CliToolSpec }>): Promise<void> {
+export async function registerCliTools(
+  catalog: CommandCatalog,
+  deps: ExecCommandDeps,
+  tools: ReadonlyArray<{ plugin: string; pluginVersion: string; spec: CliToolSpec }>,
+): Promise<void> {
   if (deps.exec.settings.disableExecTools) return
   for (const { plugin, pluginVersion, spec } of tools) {
     const probe = await probeCliVersion(spec)
@@ -310,11 +393,21 @@ export async function registerCliTools(catalog: CommandCatalog, deps: ExecComman
           risk: () => (deps.exec.backendName === 'direct' ? 'high' : (spec.risk ?? 'low')),
           exposeAsTool: { name: spec.name },
           timeoutMs: execCommandTimeoutMs(deps.exec.settings.timeoutMs),
-          preview: (params) => `Run ${spec.name} ${backendNoteOf(deps.exec)}: ${[params.command, ...(params.subargs ?? [])].join(' ')}`,
+          preview: (params) =>
+            `Run ${spec.name} ${backendNoteOf(deps.exec)}: ${[params.command, ...(params.subargs ?? [])].join(' ')}`,
         },
         async (params, context) => {
           const gate = gateCliCall(spec, params.command, params.subargs ?? [])
-          if (!gate.ok) return { exitCode: 126, signal: null, stdout: '', stderr: `denied: ${gate.reason}\n`, truncated: false, durationMs: 0, timedOut: false }
+          if (!gate.ok)
+            return {
+              exitCode: 126,
+              signal: null,
+              stdout: '',
+              stderr: `denied: ${gate.reason}\n`,
+              truncated: false,
+              durationMs: 0,
+              timedOut: false,
+            }
           return execute(deps, context, gate.argv, { env: cliEnvironment(spec) })
         },
       )
@@ -324,7 +417,8 @@ export async function registerCliTools(catalog: CommandCatalog, deps: ExecComman
         modelText: execModelText,
         availableWhen: () => deps.exec.executionAvailable,
         approversWhen: () => directApprovers(deps.exec),
-        riskRangeWhen: () => (deps.exec.backendName === 'direct' ? ['high', 'high'] : [spec.risk ?? 'low', spec.risk ?? 'low']),
+        riskRangeWhen: () =>
+          deps.exec.backendName === 'direct' ? ['high', 'high'] : [spec.risk ?? 'low', spec.risk ?? 'low'],
       })
     } catch (error) {
       deps.log.warn(`CLI tool ${spec.name} is not offered: ${(error as Error).message}`, { plugin, err: error })
@@ -334,6 +428,8 @@ export async function registerCliTools(catalog: CommandCatalog, deps: ExecComman
 
 function describeCommands(spec: CliToolSpec): string {
   return Object.entries(spec.commands)
-    .map(([command, entry]) => (entry.subcommands ? `${command} (${Object.keys(entry.subcommands).join('|')})` : command))
+    .map(([command, entry]) =>
+      entry.subcommands ? `${command} (${Object.keys(entry.subcommands).join('|')})` : command,
+    )
     .join(', ')
 }

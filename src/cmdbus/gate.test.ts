@@ -61,7 +61,10 @@ describe('evaluateGate: a session allowance', () => {
   })
 
   it('still allows under approvalPolicy dontAsk (nothing to ask)', () => {
-    expect(gate({ risk: 'high', hasAllowance: true, approvalPolicy: 'dontAsk' })).toMatchObject({ decision: 'allow', via: 'allowance' })
+    expect(gate({ risk: 'high', hasAllowance: true, approvalPolicy: 'dontAsk' })).toMatchObject({
+      decision: 'allow',
+      via: 'allowance',
+    })
   })
 })
 

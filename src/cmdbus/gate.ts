@@ -28,10 +28,14 @@ export interface GateResult {
 export function evaluateGate(input: GateInput): GateResult {
   const ask = (reasons: string[]): GateResult =>
     input.approvalPolicy === 'dontAsk'
-      ? { decision: 'deny', reasons: [...reasons, 'approvalPolicy is dontAsk: nobody can confirm, so the call is denied'] }
+      ? {
+          decision: 'deny',
+          reasons: [...reasons, 'approvalPolicy is dontAsk: nobody can confirm, so the call is denied'],
+        }
       : { decision: 'ask', reasons }
   if (input.confirm) return ask(['the command always asks for confirmation'])
-  if (input.hasAllowance) return { decision: 'allow', reasons: ['allowed for this session by an earlier approval'], via: 'allowance' }
+  if (input.hasAllowance)
+    return { decision: 'allow', reasons: ['allowed for this session by an earlier approval'], via: 'allowance' }
   if (input.mode === 'full') return { decision: 'allow', reasons: ['permission mode is full'], via: 'mode' }
   if (input.risk === 'high') return ask(['high risk'])
   if (input.risk === 'medium' && input.mode === 'manual') return ask(['medium risk in manual permission mode'])

@@ -1,5 +1,12 @@
 import type { CommandContext, JsonValue } from '../extension/index.js'
-import { finishDispatchInRun, storableJsonText, storableText, type DispatchRecord, type Executor, type Store } from '../store/index.js'
+import {
+  finishDispatchInRun,
+  storableJsonText,
+  storableText,
+  type DispatchRecord,
+  type Executor,
+  type Store,
+} from '../store/index.js'
 import { recordStep, stepParts, type AuditEnvelope, type EnvelopeChange } from './audit-envelope.js'
 import type { BusError, DispatchHooks, DispatchOutcome } from './bus-types.js'
 import type { RegisteredCommand } from './command-catalog.js'
@@ -30,9 +37,16 @@ export async function runHandler(
   })
   let outcome: DispatchOutcome
   try {
-    const result = await Promise.race([Promise.resolve().then(() => command.handler(dispatch.params, context)), timedOut])
+    const result = await Promise.race([
+      Promise.resolve().then(() => command.handler(dispatch.params, context)),
+      timedOut,
+    ])
     if (result === 'timeout') {
-      outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
+      outcome = {
+        status: 'failed',
+        dispatchId: dispatch.id,
+        error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` },
+      }
     } else if (context.signal.aborted) {
       outcome = { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
     } else {
@@ -42,20 +56,44 @@ export async function runHandler(
       const limit = deps.maxResultBytes ?? defaultResultMaxBytes
       outcome =
         bytes > limit
-          ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'result_too_large', message: `${command.spec.id} returned ${bytes} bytes; results are limited to ${limit} (PLINTH_RESULT_MAX_BYTES)` } }
+          ? {
+              status: 'failed',
+              dispatchId: dispatch.id,
+              error: {
+                code: 'result_too_large',
+                message: `${command.spec.id} returned ${bytes} bytes; results are limited to ${limit} (PLINTH_RESULT_MAX_BYTES)`,
+              },
+            }
           : { status: 'succeeded', dispatchId: dispatch.id, result: JSON.parse(json) as JsonValue }
     }
   } catch (error) {
     if (context.signal.aborted && !isCommandError(error)) {
       const reason = context.abort.signal.reason as Error | undefined
-      outcome = reason?.message === 'timeout'
-        ? { status: 'failed', dispatchId: dispatch.id, error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` } }
-        : { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
+      outcome =
+        reason?.message === 'timeout'
+          ? {
+              status: 'failed',
+              dispatchId: dispatch.id,
+              error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` },
+            }
+          : { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
     } else if (isCommandError(error)) {
-      outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: error.code, message: storableText(error.message), ...(command.plugin === 'core' && { core: true }) } }
+      outcome = {
+        status: 'failed',
+        dispatchId: dispatch.id,
+        error: {
+          code: error.code,
+          message: storableText(error.message),
+          ...(command.plugin === 'core' && { core: true }),
+        },
+      }
     } else {
       context.log.error('command handler threw', { commandId: command.spec.id, dispatchId: dispatch.id, err: error })
-      outcome = { status: 'failed', dispatchId: dispatch.id, error: { code: 'command_failed', message: `${command.spec.id} failed` } }
+      outcome = {
+        status: 'failed',
+        dispatchId: dispatch.id,
+        error: { code: 'command_failed', message: `${command.spec.id} failed` },
+      }
     }
   } finally {
     clearTimeout(timer)
@@ -65,24 +103,48 @@ export async function runHandler(
   } catch (error) {
     // The outcome could not be stored: the dispatch ends `failed` with the reason now, not `running`
     // until a restart calls it interrupted. If even that cannot be written, the caller sees the error.
-    context.log.error('a dispatch outcome could not be stored', { commandId: command.spec.id, dispatchId: dispatch.id, err: error })
-    const failed: DispatchOutcome = { status: 'failed', dispatchId: dispatch.id, error: { core: true, code: 'result_not_stored', message: `the result could not be stored: ${storableText((error as Error)?.message ?? String(error)).slice(0, 300)}` } }
+    context.log.error('a dispatch outcome could not be stored', {
+      commandId: command.spec.id,
+      dispatchId: dispatch.id,
+      err: error,
+    })
+    const failed: DispatchOutcome = {
+      status: 'failed',
+      dispatchId: dispatch.id,
+      error: {
+        core: true,
+        code: 'result_not_stored',
+        message: `the result could not be stored: ${storableText((error as Error)?.message ?? String(error)).slice(0, 300)}`,
+      },
+    }
     return recordOutcome(store, failed, current, dispatch, hooks)
   }
 }
 
 /** Records how a dispatch ended: its last audit step, with whatever the caller changes alongside. */
-async function recordOutcome(store: Store, outcome: DispatchOutcome, current: AuditEnvelope, dispatch: DispatchRecord, hooks: DispatchHooks | undefined): Promise<DispatchOutcome> {
+async function recordOutcome(
+  store: Store,
+  outcome: DispatchOutcome,
+  current: AuditEnvelope,
+  dispatch: DispatchRecord,
+  hooks: DispatchHooks | undefined,
+): Promise<DispatchOutcome> {
   const change: EnvelopeChange =
     outcome.status === 'succeeded'
       ? { status: 'succeeded', result: outcome.result, finishedAt: new Date().toISOString() }
-      : { status: outcome.status as 'failed', error: toJsonError((outcome as { error: BusError }).error), finishedAt: new Date().toISOString() }
+      : {
+          status: outcome.status as 'failed',
+          error: toJsonError((outcome as { error: BusError }).error),
+          finishedAt: new Date().toISOString(),
+        }
   const finished = (tx: Executor) => recordStep(tx, 'finished', current, dispatch, change)
   const together = hooks?.finishTogether?.(outcome)
   if (together) {
     // The caller's answer (e.g. the run's ledger row) and the dispatch's last step: one statement.
     const parts = stepParts(store.db, 'finished', current, dispatch, change)
-    const { fenced } = await store.statement((db, tag) => finishDispatchInRun(db, parts.query, parts.entry, together, tag))
+    const { fenced } = await store.statement((db, tag) =>
+      finishDispatchInRun(db, parts.query, parts.entry, together, tag),
+    )
     together.written(fenced)
     return outcome
   }

@@ -1,7 +1,21 @@
 /** The command bus: one dispatch path, HITL decisions, the audit envelope, tool projection. */
 export { hashParams, toDecisionView } from './outcomes.js'
-export { CommandBus, type CommandBusOptions, type DecisionListener, type RunBinding, type ClientCallAudit } from './command-bus.js'
-export { CommandCatalog, RegistrationError, alwaysAsks, catalogRisk, type CoreContext, type MountedCommand, type RegisteredCommand } from './command-catalog.js'
+export {
+  CommandBus,
+  type CommandBusOptions,
+  type DecisionListener,
+  type RunBinding,
+  type ClientCallAudit,
+} from './command-bus.js'
+export {
+  CommandCatalog,
+  RegistrationError,
+  alwaysAsks,
+  catalogRisk,
+  type CoreContext,
+  type MountedCommand,
+  type RegisteredCommand,
+} from './command-catalog.js'
 export { ProjectAccess } from './project-access.js'
 export { createPluginKv, createPluginLogger } from './plugin-kv.js'
 export { evaluateGate, type GateInput, type GateResult, type PermissionMode } from './gate.js'
@@ -10,7 +24,16 @@ export { redact, looksSecret } from './redact.js'
 export { parseSlash, type SlashParse } from './slash-parser.js'
 export { projectToolName, commandIdPattern, toolNamePattern } from './tool-name.js'
 export { listAuditEnvelopes, verifyAuditChain, type AuditEnvelopeView, type ChainVerdict } from './audit-query.js'
-export type { BusError, DecideOutcome, DecisionAnswer, DecisionView, DispatchHooks, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
+export type {
+  BusError,
+  DecideOutcome,
+  DecisionAnswer,
+  DecisionView,
+  DispatchHooks,
+  DispatchOutcome,
+  DispatchRequest,
+  Params,
+} from './bus-types.js'
 export { registerCoreCommands, knowledgeHitJson } from './core-commands.js'
 export { registerExecCommands, registerCliTools, execModelText, type ExecCommandDeps } from './exec-commands.js'
 export { defaultResultMaxBytes } from './handler-runner.js'

@@ -7,14 +7,28 @@ import type { RegisteredCommand } from './command-catalog.js'
 /** What an idempotency key stands for: everything the caller chose, ids as named (not as resolved). */
 export function hashRequest(commandId: string, paramsHash: string, request: DispatchRequest): string {
   return createHash('sha256')
-    .update(JSON.stringify([commandId, paramsHash, request.entrance, request.projectId ?? null, request.conversationId ?? null]))
+    .update(
+      JSON.stringify([
+        commandId,
+        paramsHash,
+        request.entrance,
+        request.projectId ?? null,
+        request.conversationId ?? null,
+      ]),
+    )
     .digest('hex')
 }
 
 /** A CommandError from any copy of the extension surface (plugins may bundle their own). */
 export function isCommandError(error: unknown): error is { code: string; message: string } {
   const candidate = error as { name?: unknown; code?: unknown; message?: unknown } | null
-  return candidate !== null && typeof candidate === 'object' && candidate.name === 'CommandError' && typeof candidate.code === 'string' && typeof candidate.message === 'string'
+  return (
+    candidate !== null &&
+    typeof candidate === 'object' &&
+    candidate.name === 'CommandError' &&
+    typeof candidate.code === 'string' &&
+    typeof candidate.message === 'string'
+  )
 }
 
 export function fail(dispatchId: string | null, code: BusError['code'], message: string): DispatchOutcome {
@@ -29,11 +43,17 @@ export function validateParams(command: RegisteredCommand, params: Params): BusE
   if (command.validate(params)) return undefined
   const errors = (command.validate.errors ?? []).map((issue) => {
     const base = ['params', ...issue.instancePath.split('/').filter(Boolean)]
-    if (issue.keyword === 'additionalProperties') return { path: [...base, String(issue.params.additionalProperty)].join('.'), message: 'unknown field' }
-    if (issue.keyword === 'required') return { path: [...base, String(issue.params.missingProperty)].join('.'), message: 'is required' }
+    if (issue.keyword === 'additionalProperties')
+      return { path: [...base, String(issue.params.additionalProperty)].join('.'), message: 'unknown field' }
+    if (issue.keyword === 'required')
+      return { path: [...base, String(issue.params.missingProperty)].join('.'), message: 'is required' }
     return { path: base.join('.'), message: issue.message ?? 'is invalid' }
   })
-  return { code: 'validation_failed', message: errors.map((error) => `${error.path}: ${error.message}`).join('; '), errors }
+  return {
+    code: 'validation_failed',
+    message: errors.map((error) => `${error.path}: ${error.message}`).join('; '),
+    errors,
+  }
 }
 
 /** sha256 of the canonical JSON (RFC 8785) of params. */
@@ -48,7 +68,10 @@ export function toJsonError(error: BusError): { code: string; message: string; [
 export function outcomeOf(dispatch: DispatchRecord): DispatchOutcome {
   if (dispatch.status === 'succeeded') return { status: 'succeeded', dispatchId: dispatch.id, result: dispatch.result }
   const error = (dispatch.error as BusError | null) ?? { code: dispatch.status, message: dispatch.status }
-  const status = dispatch.status === 'rejected' || dispatch.status === 'expired' || dispatch.status === 'cancelled' ? dispatch.status : 'failed'
+  const status =
+    dispatch.status === 'rejected' || dispatch.status === 'expired' || dispatch.status === 'cancelled'
+      ? dispatch.status
+      : 'failed'
   return { status, dispatchId: dispatch.id, error }
 }
 
@@ -76,9 +99,23 @@ export function toDecisionView(decision: DecisionRecord): DecisionView {
   }
 }
 
-export async function appendDecisionEvent(tx: Store['db'], type: string, decision: DecisionRecord, data: { [key: string]: JsonValue }): Promise<void> {
+export async function appendDecisionEvent(
+  tx: Store['db'],
+  type: string,
+  decision: DecisionRecord,
+  data: { [key: string]: JsonValue },
+): Promise<void> {
   if (!decision.projectId && !decision.conversationId) return
-  await appendEvents(tx, [{ type, projectId: decision.projectId, conversationId: decision.conversationId, runId: decision.runId, userId: decision.ownerId, data }])
+  await appendEvents(tx, [
+    {
+      type,
+      projectId: decision.projectId,
+      conversationId: decision.conversationId,
+      runId: decision.runId,
+      userId: decision.ownerId,
+      data,
+    },
+  ])
 }
 
 export function rejectedOutcome(dispatchId: string): DispatchOutcome {

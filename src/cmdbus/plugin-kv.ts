@@ -26,7 +26,10 @@ export function createPluginLogger(logger: PinoLike, plugin: string): PluginLogg
     (level: 'debug' | 'info' | 'warn' | 'error'): LogMethod =>
     (first: string | Record<string, unknown>, second?: string | Record<string, unknown>) => {
       const [fields, message] = typeof first === 'string' ? [second, first] : [first, second]
-      child[level](typeof fields === 'object' && fields !== null ? fields : {}, typeof message === 'string' ? message : '')
+      child[level](
+        typeof fields === 'object' && fields !== null ? fields : {},
+        typeof message === 'string' ? message : '',
+      )
     }
   return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') }
 }

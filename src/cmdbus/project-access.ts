@@ -20,7 +20,12 @@ export class ProjectAccess {
   }
 
   /** The live project if `userId` may perform `action` on it. */
-  async project(userId: string, projectId: string, action: ProjectAction, known?: Project): Promise<Project | undefined> {
+  async project(
+    userId: string,
+    projectId: string,
+    action: ProjectAction,
+    known?: Project,
+  ): Promise<Project | undefined> {
     // `known`: the project as just read with something else (saves reading it again).
     const project = known?.id === projectId ? known : await getProject(this.#store.db, projectId)
     if (project?.ownerId === userId) return project
@@ -28,10 +33,12 @@ export class ProjectAccess {
     if (!adapter) return undefined
     // The adapter is asked for a missing project too: another user's project and no project at
     // all must take the same time, or the difference tells which ids exist.
-    const allowed = await Promise.resolve(adapter.canAccessProject(userId, projectId, action)).catch((error: unknown) => {
-      if (project) throw error
-      return false
-    })
+    const allowed = await Promise.resolve(adapter.canAccessProject(userId, projectId, action)).catch(
+      (error: unknown) => {
+        if (project) throw error
+        return false
+      },
+    )
     return project && allowed ? project : undefined
   }
 
@@ -39,7 +46,9 @@ export class ProjectAccess {
   async sharedProjectIds(userId: string): Promise<string[]> {
     const adapter = this.#adapter()
     if (!adapter) return []
-    return [...new Set(await adapter.listSharedProjects(userId))].filter((id) => typeof id === 'string' && id.length > 0)
+    return [...new Set(await adapter.listSharedProjects(userId))].filter(
+      (id) => typeof id === 'string' && id.length > 0,
+    )
   }
 
   /** A live conversation the user may act in: one they own, in a project they may still read. */
@@ -48,7 +57,10 @@ export class ProjectAccess {
   }
 
   /** The same, with its project (no extra query). */
-  async conversationInProject(userId: string, conversationId: string): Promise<{ conversation: Conversation; project: Project } | undefined> {
+  async conversationInProject(
+    userId: string,
+    conversationId: string,
+  ): Promise<{ conversation: Conversation; project: Project } | undefined> {
     const found = await getConversationWithProject(this.#store.db, conversationId)
     if (!found || found.conversation.ownerId !== userId) return undefined
     // A member whose access to the project was revoked loses its conversations too.

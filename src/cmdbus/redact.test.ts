@@ -127,10 +127,16 @@ describe('redact: fields marked x-sensitive in the schema', () => {
     properties: {
       note: { type: 'string', 'x-sensitive': true },
       title: { type: 'string' },
-      nested: { type: 'object', properties: { pin: { type: 'string', 'x-sensitive': true }, label: { type: 'string' } } },
+      nested: {
+        type: 'object',
+        properties: { pin: { type: 'string', 'x-sensitive': true }, label: { type: 'string' } },
+      },
       list: {
         type: 'array',
-        items: { type: 'object', properties: { code: { type: 'integer', 'x-sensitive': true }, label: { type: 'string' } } },
+        items: {
+          type: 'object',
+          properties: { code: { type: 'integer', 'x-sensitive': true }, label: { type: 'string' } },
+        },
       },
       codes: { type: 'array', items: { type: 'string', 'x-sensitive': true } },
       whole: { type: 'object', 'x-sensitive': true },
@@ -140,17 +146,35 @@ describe('redact: fields marked x-sensitive in the schema', () => {
 
   it.each<[label: string, input: { [key: string]: JsonValue }, output: { [key: string]: JsonValue }]>([
     ['a top-level field', { note: 'call me', title: 'hi' }, { note: redactedMarker, title: 'hi' }],
-    ['a field of a nested object', { nested: { pin: '1234', label: 'door' } }, { nested: { pin: redactedMarker, label: 'door' } }],
+    [
+      'a field of a nested object',
+      { nested: { pin: '1234', label: 'door' } },
+      { nested: { pin: redactedMarker, label: 'door' } },
+    ],
     [
       'a field of each array item',
-      { list: [{ code: 1, label: 'a' }, { code: 2, label: 'b' }] },
-      { list: [{ code: redactedMarker, label: 'a' }, { code: redactedMarker, label: 'b' }] },
+      {
+        list: [
+          { code: 1, label: 'a' },
+          { code: 2, label: 'b' },
+        ],
+      },
+      {
+        list: [
+          { code: redactedMarker, label: 'a' },
+          { code: redactedMarker, label: 'b' },
+        ],
+      },
     ],
     ['each item of a sensitive array', { codes: ['111', '222'] }, { codes: [redactedMarker, redactedMarker] }],
     ['a whole object', { whole: { a: 1, b: 'x' } }, { whole: redactedMarker }],
     ['a whole array', { wholeList: [1, 2, 3] }, { wholeList: redactedMarker }],
     ['a number or boolean', { note: 42, title: 'x' }, { note: redactedMarker, title: 'x' }],
-    ['fields not in the schema, by their values', { other: jwt, title: 'plain' }, { other: redactedMarker, title: 'plain' }],
+    [
+      'fields not in the schema, by their values',
+      { other: jwt, title: 'plain' },
+      { other: redactedMarker, title: 'plain' },
+    ],
   ])('hides %s', (_label, input, output) => {
     expect(redact(input, schema)).toEqual(output)
   })
@@ -164,9 +188,12 @@ describe('redact: fields marked x-sensitive in the schema', () => {
 })
 
 describe('truncateForAudit', () => {
-  it.each<JsonValue>(['small', 42, null, { a: 1, b: ['x', 'y'] }, 'x'.repeat(16 * 1024 - 2)])('keeps a small value as it is: %#', (value) => {
-    expect(truncateForAudit(value)).toBe(value)
-  })
+  it.each<JsonValue>(['small', 42, null, { a: 1, b: ['x', 'y'] }, 'x'.repeat(16 * 1024 - 2)])(
+    'keeps a small value as it is: %#',
+    (value) => {
+      expect(truncateForAudit(value)).toBe(value)
+    },
+  )
 
   it('shortens a big value and says how big it was', () => {
     const value = { text: 'x'.repeat(20_000) }

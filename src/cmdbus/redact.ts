@@ -3,11 +3,34 @@ import type { JsonSchema, JsonValue } from '../extension/index.js'
 export const redactedMarker = '[redacted]'
 
 /** Words of a key that name a secret (`password`, `clientSecret`, `X-Api-Key`, `refresh_token`). */
-const secretKeyWords = new Set(['pass', 'password', 'passwd', 'passphrase', 'secret', 'token', 'apikey', 'authorization', 'credential', 'credentials'])
+const secretKeyWords = new Set([
+  'pass',
+  'password',
+  'passwd',
+  'passphrase',
+  'secret',
+  'token',
+  'apikey',
+  'authorization',
+  'credential',
+  'credentials',
+])
 /** `api key`, `private key`, … as two words. */
 const secretKeyPrefixes = new Set(['api', 'private', 'secret', 'access'])
 /** Words that make a key a measure of something rather than the thing (`tokenCount`, `passwordHint`). */
-const measureWords = new Set(['count', 'max', 'min', 'limit', 'budget', 'total', 'usage', 'length', 'size', 'ttl', 'hint'])
+const measureWords = new Set([
+  'count',
+  'max',
+  'min',
+  'limit',
+  'budget',
+  'total',
+  'usage',
+  'length',
+  'size',
+  'ttl',
+  'hint',
+])
 
 /**
  * Whether a key names a secret, by its words (camelCase, snake_case and kebab-case are split), so
@@ -21,7 +44,9 @@ function isSecretKey(key: string): boolean {
     .split(/[^a-z]+/)
     .filter(Boolean)
   if (words.some((word) => measureWords.has(word))) return false
-  return words.some((word, index) => secretKeyWords.has(word) || (word === 'key' && secretKeyPrefixes.has(words[index - 1] ?? '')))
+  return words.some(
+    (word, index) => secretKeyWords.has(word) || (word === 'key' && secretKeyPrefixes.has(words[index - 1] ?? '')),
+  )
 }
 
 const secretValuePatterns = [
@@ -57,7 +82,10 @@ export function redact(value: JsonValue, schema?: JsonSchema): JsonValue {
   const out: { [key: string]: JsonValue } = {}
   for (const [key, item] of Object.entries(value)) {
     const property = properties[key]
-    if (property?.['x-sensitive'] === true || (isSecretKey(key) && item !== null && typeof item !== 'object' && typeof item !== 'boolean')) {
+    if (
+      property?.['x-sensitive'] === true ||
+      (isSecretKey(key) && item !== null && typeof item !== 'object' && typeof item !== 'boolean')
+    ) {
       out[key] = redactedMarker
     } else {
       out[key] = redact(item, property)

@@ -199,7 +199,9 @@ describe('classifyCommandLine: operator keywords', () => {
 
   it('adds to the built-in rules, which cannot be switched off', () => {
     const result = classifyCommandLine('sudo reboot # DROP TABLE', ['DROP TABLE'])
-    expect(result.matchedRules.map((match) => match.id)).toEqual(expect.arrayContaining(['shutdown', 'keyword:DROP TABLE']))
+    expect(result.matchedRules.map((match) => match.id)).toEqual(
+      expect.arrayContaining(['shutdown', 'keyword:DROP TABLE']),
+    )
   })
 })
 

@@ -36,13 +36,39 @@ const builtInRules: RiskRule[] = [
     id: 'recursive_forced_delete',
     description: 'recursive forced delete (rm -rf)',
     // rm with a recursive flag (-r, -R, --recursive or in a bundle such as -Rf) and a force flag anywhere among its words.
-    pattern: new RegExp(String.raw`${program('rm')}(?=${words}(-[a-zA-Z]*[rR]|--recursive\b))(?=${words}(-[a-zA-Z]*f|--force\b))`),
+    pattern: new RegExp(
+      String.raw`${program('rm')}(?=${words}(-[a-zA-Z]*[rR]|--recursive\b))(?=${words}(-[a-zA-Z]*f|--force\b))`,
+    ),
   },
-  { id: 'disk_write', description: 'raw disk write (dd / mkfs / writes to a block device)', pattern: new RegExp(String.raw`\bdd\s+[^\n]*\bof=/dev/(?!${harmlessDevices})|\b(mkfs(\.\w+)?|mke2fs|wipefs|fdisk|parted)\b|>\s*/dev/(sd|hd|nvme|vd|xvd|mmcblk)\w*`) },
-  { id: 'shutdown', description: 'shutdown, reboot or halt', pattern: /(^\s*|[;&|]\s*|\bsudo\s+(-\S+\s+)*)([^\s;&|]*\/)?(shutdown|reboot|halt|poweroff|init\s+[06])(?![\w.-])|\bsystemctl\s+(poweroff|reboot|halt)\b/ },
-  { id: 'pipe_to_shell', description: 'piping a download into a shell', pattern: /\b(curl|wget|fetch)\b[^\n]*(?<!\|)\|(?!\|)\s*(sudo\s+(-\S+\s+)*)?([^\s;&|]*\/)?(ba|z|da|k)?sh\b|\b(ba|z)?sh\s+<\(\s*(curl|wget)\b/ },
-  { id: 'fork_bomb', description: 'fork bomb', pattern: /(?<![\w:])([a-zA-Z_:][\w:]*)\s*\(\s*\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}\s*;\s*\1/ },
-  { id: 'chmod_world_writable_root', description: 'recursive chmod 777 on / or a system path', pattern: new RegExp(`\\bchmod\\s+(-[a-zA-Z]*R[a-zA-Z]*\\s+|--recursive\\s+)[0-7]?777\\s+(/(\\s|$)|${systemPaths})`) },
+  {
+    id: 'disk_write',
+    description: 'raw disk write (dd / mkfs / writes to a block device)',
+    pattern: new RegExp(
+      String.raw`\bdd\s+[^\n]*\bof=/dev/(?!${harmlessDevices})|\b(mkfs(\.\w+)?|mke2fs|wipefs|fdisk|parted)\b|>\s*/dev/(sd|hd|nvme|vd|xvd|mmcblk)\w*`,
+    ),
+  },
+  {
+    id: 'shutdown',
+    description: 'shutdown, reboot or halt',
+    pattern:
+      /(^\s*|[;&|]\s*|\bsudo\s+(-\S+\s+)*)([^\s;&|]*\/)?(shutdown|reboot|halt|poweroff|init\s+[06])(?![\w.-])|\bsystemctl\s+(poweroff|reboot|halt)\b/,
+  },
+  {
+    id: 'pipe_to_shell',
+    description: 'piping a download into a shell',
+    pattern:
+      /\b(curl|wget|fetch)\b[^\n]*(?<!\|)\|(?!\|)\s*(sudo\s+(-\S+\s+)*)?([^\s;&|]*\/)?(ba|z|da|k)?sh\b|\b(ba|z)?sh\s+<\(\s*(curl|wget)\b/,
+  },
+  {
+    id: 'fork_bomb',
+    description: 'fork bomb',
+    pattern: /(?<![\w:])([a-zA-Z_:][\w:]*)\s*\(\s*\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}\s*;\s*\1/,
+  },
+  {
+    id: 'chmod_world_writable_root',
+    description: 'recursive chmod 777 on / or a system path',
+    pattern: new RegExp(`\\bchmod\\s+(-[a-zA-Z]*R[a-zA-Z]*\\s+|--recursive\\s+)[0-7]?777\\s+(/(\\s|$)|${systemPaths})`),
+  },
   {
     id: 'system_path_write',
     description: 'writing to a system path',
@@ -57,8 +83,16 @@ const builtInRules: RiskRule[] = [
       ].join('|'),
     ),
   },
-  { id: 'delete_root', description: 'deleting / or the home directory', pattern: new RegExp(String.raw`${program('rm')}${words}"?(/|~|\$HOME|\$\{HOME\})"?/?\*?(?=$|[\s;&|])`) },
-  { id: 'privilege_escalation', description: 'running as root (sudo / su)', pattern: /(^\s*|[;&|]\s*)(sudo\s|su(\s|$))/ },
+  {
+    id: 'delete_root',
+    description: 'deleting / or the home directory',
+    pattern: new RegExp(String.raw`${program('rm')}${words}"?(/|~|\$HOME|\$\{HOME\})"?/?\*?(?=$|[\s;&|])`),
+  },
+  {
+    id: 'privilege_escalation',
+    description: 'running as root (sudo / su)',
+    pattern: /(^\s*|[;&|]\s*)(sudo\s|su(\s|$))/,
+  },
 ]
 
 /**
@@ -73,7 +107,8 @@ export function classifyCommandLine(text: string, operatorKeywords: readonly str
       if (rule.pattern.test(line)) matchedRules.push({ id: rule.id, description: rule.description, line: index + 1 })
     }
     for (const keyword of operatorKeywords) {
-      if (keyword && line.includes(keyword)) matchedRules.push({ id: `keyword:${keyword}`, description: `operator keyword "${keyword}"`, line: index + 1 })
+      if (keyword && line.includes(keyword))
+        matchedRules.push({ id: `keyword:${keyword}`, description: `operator keyword "${keyword}"`, line: index + 1 })
     }
   })
   return { risk: matchedRules.length > 0 ? 'high' : 'medium', matchedRules }

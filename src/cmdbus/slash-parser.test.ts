@@ -7,7 +7,13 @@ const pingSchema: JsonSchema = { type: 'object', properties: { a: { type: 'integ
 /** rdm.ping-like: `target` is required, so bare words fill it first, then `message`. */
 const targetSchema: JsonSchema = {
   type: 'object',
-  properties: { message: { type: 'string' }, target: { type: 'string' }, count: { type: 'integer' }, loud: { type: 'boolean' }, ratio: { type: 'number' } },
+  properties: {
+    message: { type: 'string' },
+    target: { type: 'string' },
+    count: { type: 'integer' },
+    loud: { type: 'boolean' },
+    ratio: { type: 'number' },
+  },
   required: ['target'],
 }
 
@@ -45,7 +51,7 @@ describe('parseSlash: text into a command id and params', () => {
     ['/x.y a="say \\"hi\\"" b=1', stringSchema, 'x.y', { a: 'say "hi"', b: '1' }],
     ['/x.y a="back\\\\slash"', stringSchema, 'x.y', { a: 'back\\slash' }],
     ["/x.y a='no \\escapes'", stringSchema, 'x.y', { a: 'no \\escapes' }],
-    ["/x.y a=\"it's\" b='say \"hi\"'", stringSchema, 'x.y', { a: "it's", b: 'say "hi"' }],
+    ['/x.y a="it\'s" b=\'say "hi"\'', stringSchema, 'x.y', { a: "it's", b: 'say "hi"' }],
     ['/x.y a=pre"fix suffix"', stringSchema, 'x.y', { a: 'prefix suffix' }],
     ['/x.y "a=b"', stringSchema, 'x.y', { a: 'a=b' }],
     ["/x.y 'a=b'", stringSchema, 'x.y', { a: 'a=b' }],
@@ -92,6 +98,9 @@ describe('parseSlash: errors', () => {
   })
 
   it('says which quote is unbalanced and where', () => {
-    expect(parseSlash('/x.y a=ok b="open', stringSchema)).toEqual({ ok: false, message: expect.stringMatching(/unbalanced " quote.*column 13/) })
+    expect(parseSlash('/x.y a=ok b="open', stringSchema)).toEqual({
+      ok: false,
+      message: expect.stringMatching(/unbalanced " quote.*column 13/),
+    })
   })
 })

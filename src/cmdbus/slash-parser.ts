@@ -1,8 +1,7 @@
 import type { JsonSchema, JsonValue } from '../extension/index.js'
 
 export type SlashParse =
-  | { ok: true; commandId: string | null; params: { [key: string]: JsonValue } }
-  | { ok: false; message: string }
+  { ok: true; commandId: string | null; params: { [key: string]: JsonValue } } | { ok: false; message: string }
 
 /**
  * Parses slash text (`/rdm.ping target=x "quoted value" count=2`) into params, the one parser for
@@ -36,7 +35,8 @@ export function parseSlash(text: string, schema: JsonSchema): SlashParse {
   }
   for (const value of positional) {
     const slot = order.find((name) => !(name in params))
-    if (!slot) return { ok: false, message: `unexpected argument ${JSON.stringify(value)}: every parameter is already set` }
+    if (!slot)
+      return { ok: false, message: `unexpected argument ${JSON.stringify(value)}: every parameter is already set` }
     params[slot] = convert(value, properties[slot])
   }
   return { ok: true, commandId, params }
@@ -101,7 +101,8 @@ function tokenize(text: string): { ok: true; words: Word[] } | { ok: false; mess
 function convert(value: string, schema: JsonSchema | undefined): JsonValue {
   const type = schema?.type
   // Decimal notation only: `Number()` would also take `0x10`, `Infinity` and padded text.
-  if ((type === 'integer' || type === 'number') && /^-?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(value)) return Number(value)
+  if ((type === 'integer' || type === 'number') && /^-?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(value))
+    return Number(value)
   if (type === 'boolean' && (value === 'true' || value === 'false')) return value === 'true'
   return value
 }

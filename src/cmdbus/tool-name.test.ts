@@ -72,10 +72,13 @@ describe('projectToolName: ids too long for 64 characters', () => {
 })
 
 describe('commandIdPattern: lowercase snake segments joined by dots', () => {
-  it.each(['rdm.ping', 'rdm.draft.compose', 'a1.b_c.d', 'core.list_projects', 'x.y', 'a.b2_c3_d4.e'])('accepts %s', (id) => {
-    expect(commandIdPattern.test(id)).toBe(true)
-    expect(projectToolName(id)).toMatch(providerSafe)
-  })
+  it.each(['rdm.ping', 'rdm.draft.compose', 'a1.b_c.d', 'core.list_projects', 'x.y', 'a.b2_c3_d4.e'])(
+    'accepts %s',
+    (id) => {
+      expect(commandIdPattern.test(id)).toBe(true)
+      expect(projectToolName(id)).toMatch(providerSafe)
+    },
+  )
 
   it.each([
     ['rdm', 'one segment'],

@@ -6,7 +6,12 @@ import { buildSeccompFilter, seccompSupported } from './seccomp.js'
 import type { ExecBackend, ExecOptions, ExecResult, ExecSpec } from './types.js'
 
 /** Where the helper programs live (util-linux and bubblewrap, from the distribution). */
-export const tools = { sh: '/bin/sh', prlimit: '/usr/bin/prlimit', setpriv: '/usr/bin/setpriv', bwrap: '/usr/bin/bwrap' }
+export const tools = {
+  sh: '/bin/sh',
+  prlimit: '/usr/bin/prlimit',
+  setpriv: '/usr/bin/setpriv',
+  bwrap: '/usr/bin/bwrap',
+}
 
 /** The work directory's path inside the sandbox. */
 export const sandboxWorkdir = '/work'
@@ -21,7 +26,11 @@ export interface HostSupport {
  * The wrapper chain in front of a program: enter the cgroup, then set rlimits. A long-lived program
  * (`persistent`) gets no RLIMIT_CPU, which counts its whole life: the cgroup's cpu.max bounds its rate.
  */
-async function prelude(support: HostSupport, spec: Pick<ExecSpec, 'limits'>, persistent = false): Promise<{ argv: string[]; cgroup: ExecCgroup | null }> {
+async function prelude(
+  support: HostSupport,
+  spec: Pick<ExecSpec, 'limits'>,
+  persistent = false,
+): Promise<{ argv: string[]; cgroup: ExecCgroup | null }> {
   const argv: string[] = []
   let cgroup: ExecCgroup | null = null
   if (support.cgroups.kind !== 'none') {
@@ -31,7 +40,14 @@ async function prelude(support: HostSupport, spec: Pick<ExecSpec, 'limits'>, per
   }
   if (support.prlimit) {
     // No RLIMIT_AS: it breaks V8 and WebAssembly; the cgroup bounds memory instead.
-    argv.push(tools.prlimit, `--fsize=${spec.limits.fileSizeMb * 1024 * 1024}`, '--nofile=1024', '--core=0', ...(persistent ? [] : [`--cpu=${spec.limits.cpuSeconds}`]), '--')
+    argv.push(
+      tools.prlimit,
+      `--fsize=${spec.limits.fileSizeMb * 1024 * 1024}`,
+      '--nofile=1024',
+      '--core=0',
+      ...(persistent ? [] : [`--cpu=${spec.limits.cpuSeconds}`]),
+      '--',
+    )
   }
   return { argv, cgroup }
 }
@@ -51,7 +67,18 @@ export class DirectBackend implements ExecBackend {
 
   async run(spec: ExecSpec, options: ExecOptions = {}): Promise<ExecResult> {
     const { argv, cgroup } = await prelude(this.#support, spec)
-    return runProcess({ argv: [...argv, ...spec.argv], cwd: spec.cwd, env: spec.env, ...(spec.stdin !== undefined && { stdin: spec.stdin }), timeoutMs: spec.timeoutMs, outputBytes: spec.limits.outputBytes, cgroup }, options)
+    return runProcess(
+      {
+        argv: [...argv, ...spec.argv],
+        cwd: spec.cwd,
+        env: spec.env,
+        ...(spec.stdin !== undefined && { stdin: spec.stdin }),
+        timeoutMs: spec.timeoutMs,
+        outputBytes: spec.limits.outputBytes,
+        cgroup,
+      },
+      options,
+    )
   }
 }
 
@@ -113,15 +140,29 @@ export class SandboxBackend implements ExecBackend {
    * programs (`persistent`: no RLIMIT_CPU), so both get the same isolation. The caller kills and
    * removes the cgroup when the program is over.
    */
-  async launch(spec: Pick<ExecSpec, 'argv' | 'cwd' | 'limits' | 'network' | 'mounts'>, options: { persistent?: boolean } = {}): Promise<SandboxLaunch> {
+  async launch(
+    spec: Pick<ExecSpec, 'argv' | 'cwd' | 'limits' | 'network' | 'mounts'>,
+    options: { persistent?: boolean } = {},
+  ): Promise<SandboxLaunch> {
     const bwrap = await bwrapArgs(spec, this.#tmpSizeMb)
     const { argv, cgroup } = await prelude(this.#support, spec, options.persistent)
     if (this.#identity) {
-      argv.push(tools.setpriv, `--reuid=${this.#identity.uid}`, `--regid=${this.#identity.gid}`, '--clear-groups', '--no-new-privs', '--')
+      argv.push(
+        tools.setpriv,
+        `--reuid=${this.#identity.uid}`,
+        `--regid=${this.#identity.gid}`,
+        '--clear-groups',
+        '--no-new-privs',
+        '--',
+      )
     }
     // The seccomp filter reaches bwrap on fd 3, through the wrappers (they keep inherited descriptors).
     const filter = seccompFilter()
-    return { argv: [...argv, tools.bwrap, ...(filter ? ['--seccomp', '3'] : []), ...bwrap, '--', ...spec.argv], fd3: filter, cgroup }
+    return {
+      argv: [...argv, tools.bwrap, ...(filter ? ['--seccomp', '3'] : []), ...bwrap, '--', ...spec.argv],
+      fd3: filter,
+      cgroup,
+    }
   }
 }
 
@@ -185,7 +226,8 @@ let etcCache: { at: number; binds: Array<[string, string]> } | null = null
 async function etcBinds(): Promise<Array<[string, string]>> {
   if (etcCache && Date.now() - etcCache.at < 60_000) return etcCache.binds
   const names = new Set(sandboxEtc)
-  for (const name of await readdir('/etc').catch(() => [] as string[])) if (/^(python3\.\d+|java-\d+-openjdk)$/.test(name)) names.add(name)
+  for (const name of await readdir('/etc').catch(() => [] as string[]))
+    if (/^(python3\.\d+|java-\d+-openjdk)$/.test(name)) names.add(name)
   const binds: Array<[string, string]> = []
   for (const name of [...names].sort()) {
     const source = await realpath(`/etc/${name}`).catch(() => null)
@@ -196,8 +238,18 @@ async function etcBinds(): Promise<Array<[string, string]>> {
 }
 
 /** The bwrap command line for a spec (everything before `--`). Source paths are realpath-resolved. */
-export async function bwrapArgs(spec: Pick<ExecSpec, 'cwd' | 'network' | 'mounts'>, tmpSizeMb: number): Promise<string[]> {
-  const args = ['--unshare-user', '--disable-userns', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try']
+export async function bwrapArgs(
+  spec: Pick<ExecSpec, 'cwd' | 'network' | 'mounts'>,
+  tmpSizeMb: number,
+): Promise<string[]> {
+  const args = [
+    '--unshare-user',
+    '--disable-userns',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+  ]
   if (!spec.network) args.push('--unshare-net')
   args.push('--cap-drop', 'ALL', '--new-session', '--die-with-parent', '--hostname', 'sandbox')
   args.push('--ro-bind', '/usr', '/usr')

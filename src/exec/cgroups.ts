@@ -28,7 +28,8 @@ export async function detectCgroups(root = mountPoint): Promise<CgroupMode> {
     if (await exists(join(root, 'cgroup.controllers'))) {
       const available = (await readFile(join(root, 'cgroup.controllers'), 'utf8')).split(/\s+/)
       const wanted = ['pids', 'memory', 'cpu'].filter((name) => available.includes(name))
-      if (!wanted.includes('pids') || !wanted.includes('memory')) return { kind: 'none', reason: 'cgroup v2 without the pids and memory controllers' }
+      if (!wanted.includes('pids') || !wanted.includes('memory'))
+        return { kind: 'none', reason: 'cgroup v2 without the pids and memory controllers' }
       const base = join(root, group)
       await mkdir(base, { recursive: true })
       const enable = wanted.map((name) => `+${name}`).join(' ')
@@ -39,7 +40,11 @@ export async function detectCgroups(root = mountPoint): Promise<CgroupMode> {
     const pids = join(root, 'pids')
     const memory = join(root, 'memory')
     if ((await exists(join(pids, 'cgroup.procs'))) && (await exists(join(memory, 'cgroup.procs')))) {
-      const cpuRoot = (await exists(join(root, 'cpu', 'cpu.cfs_quota_us'))) ? join(root, 'cpu') : (await exists(join(root, 'cpu,cpuacct', 'cpu.cfs_quota_us'))) ? join(root, 'cpu,cpuacct') : null
+      const cpuRoot = (await exists(join(root, 'cpu', 'cpu.cfs_quota_us')))
+        ? join(root, 'cpu')
+        : (await exists(join(root, 'cpu,cpuacct', 'cpu.cfs_quota_us')))
+          ? join(root, 'cpu,cpuacct')
+          : null
       const bases = { pids: join(pids, group), memory: join(memory, group), cpu: cpuRoot && join(cpuRoot, group) }
       for (const base of [bases.pids, bases.memory, bases.cpu]) if (base) await mkdir(base, { recursive: true })
       return { kind: 'v1', bases }
@@ -63,7 +68,11 @@ export class ExecCgroup {
     this.#dirs = dirs
   }
 
-  static async create(mode: Exclude<CgroupMode, { kind: 'none' }>, id: string, limits: ExecLimits): Promise<ExecCgroup> {
+  static async create(
+    mode: Exclude<CgroupMode, { kind: 'none' }>,
+    id: string,
+    limits: ExecLimits,
+  ): Promise<ExecCgroup> {
     const memory = String(limits.memoryMb * 1024 * 1024)
     if (mode.kind === 'v2') {
       const dir = join(mode.base, id)
@@ -80,7 +89,11 @@ export class ExecCgroup {
       }
       return cgroup
     }
-    const dirs = [join(mode.bases.pids, id), join(mode.bases.memory, id), ...(mode.bases.cpu ? [join(mode.bases.cpu, id)] : [])]
+    const dirs = [
+      join(mode.bases.pids, id),
+      join(mode.bases.memory, id),
+      ...(mode.bases.cpu ? [join(mode.bases.cpu, id)] : []),
+    ]
     for (const dir of dirs) await mkdir(dir)
     const cgroup = new ExecCgroup(mode, dirs)
     try {

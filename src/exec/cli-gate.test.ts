@@ -11,7 +11,14 @@ const spec: CliToolSpec = {
     status: { flags: { verbose: { type: 'bool' } } },
     log: {
       subcommands: {
-        list: { flags: { limit: { type: 'int', min: 1, max: 100 }, author: { type: 'string', maxLength: 20 }, all: { type: 'bool' } }, defaults: { limit: 20 } },
+        list: {
+          flags: {
+            limit: { type: 'int', min: 1, max: 100 },
+            author: { type: 'string', maxLength: 20 },
+            all: { type: 'bool' },
+          },
+          defaults: { limit: 20 },
+        },
         show: { flags: { id: { type: 'string' } } },
       },
     },
@@ -26,23 +33,43 @@ const denied = (command: string, subargs: string[]): string => {
 
 describe('gateCliCall', () => {
   it('allows declared commands and flags in both forms, and adds defaults after the gate', () => {
-    expect(gateCliCall(spec, 'log', ['list', '--limit', '5', '--author=ann'])).toEqual({ ok: true, argv: ['/usr/local/bin/cc', 'log', 'list', '--limit=5', '--author=ann'] })
-    expect(gateCliCall(spec, 'log', ['list'])).toEqual({ ok: true, argv: ['/usr/local/bin/cc', 'log', 'list', '--limit=20'] })
-    expect(gateCliCall(spec, 'status', ['--verbose'])).toEqual({ ok: true, argv: ['/usr/local/bin/cc', 'status', '--verbose'] })
-    expect(gateCliCall(spec, 'status', ['--verbose', 'false'])).toEqual({ ok: true, argv: ['/usr/local/bin/cc', 'status'] })
-    expect(gateCliCall(spec, 'log', ['list', '--all=true'])).toMatchObject({ ok: true, argv: expect.arrayContaining(['--all']) })
+    expect(gateCliCall(spec, 'log', ['list', '--limit', '5', '--author=ann'])).toEqual({
+      ok: true,
+      argv: ['/usr/local/bin/cc', 'log', 'list', '--limit=5', '--author=ann'],
+    })
+    expect(gateCliCall(spec, 'log', ['list'])).toEqual({
+      ok: true,
+      argv: ['/usr/local/bin/cc', 'log', 'list', '--limit=20'],
+    })
+    expect(gateCliCall(spec, 'status', ['--verbose'])).toEqual({
+      ok: true,
+      argv: ['/usr/local/bin/cc', 'status', '--verbose'],
+    })
+    expect(gateCliCall(spec, 'status', ['--verbose', 'false'])).toEqual({
+      ok: true,
+      argv: ['/usr/local/bin/cc', 'status'],
+    })
+    expect(gateCliCall(spec, 'log', ['list', '--all=true'])).toMatchObject({
+      ok: true,
+      argv: expect.arrayContaining(['--all']),
+    })
   })
 
-  it.each([';', '&', '|', '$', '`', '<', '>', '\n', '\r'])('denies the shell metacharacter %j in any argument', (char) => {
-    expect(denied('log', ['list', `--author=a${char}b`])).toMatch(/shell metacharacter/)
-    expect(denied(`status${char}`, [])).toMatch(/shell metacharacter|lowercase/)
-  })
+  it.each([';', '&', '|', '$', '`', '<', '>', '\n', '\r'])(
+    'denies the shell metacharacter %j in any argument',
+    (char) => {
+      expect(denied('log', ['list', `--author=a${char}b`])).toMatch(/shell metacharacter/)
+      expect(denied(`status${char}`, [])).toMatch(/shell metacharacter|lowercase/)
+    },
+  )
 
   it('denies empty and over-long arguments, too many arguments, and unknown commands', () => {
     expect(denied('log', ['list', ''])).toMatch(/empty argument/)
     expect(denied('', [])).toMatch(/empty argument/)
     expect(denied('log', ['list', `--author=${'a'.repeat(300)}`])).toMatch(/longer than 256/)
-    expect(denied('log', ['list', '--all', '--all', '--all', '--all', '--all', '--all', '--all'])).toMatch(/at most 6 arguments/)
+    expect(denied('log', ['list', '--all', '--all', '--all', '--all', '--all', '--all', '--all'])).toMatch(
+      /at most 6 arguments/,
+    )
     expect(denied('push', [])).toMatch(/not allowed/)
     expect(denied('log', [])).toMatch(/needs a subcommand/)
     expect(denied('log', ['delete'])).toMatch(/not allowed/)

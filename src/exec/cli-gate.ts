@@ -36,10 +36,12 @@ export function gateCliCall(spec: CliToolSpec, command: string, subargs: readonl
   let defaults = entry.defaults ?? {}
   if (entry.subcommands) {
     const sub = rest.shift()
-    if (sub === undefined) return deny(`command ${command} needs a subcommand (${Object.keys(entry.subcommands).join(', ')})`)
+    if (sub === undefined)
+      return deny(`command ${command} needs a subcommand (${Object.keys(entry.subcommands).join(', ')})`)
     if (!word.test(sub)) return deny(`subcommand ${JSON.stringify(sub)} must be lowercase letters and dashes`)
     const subEntry = Object.hasOwn(entry.subcommands, sub) ? entry.subcommands[sub] : undefined
-    if (!subEntry) return deny(`subcommand ${command} ${sub} is not allowed (allowed: ${Object.keys(entry.subcommands).join(', ')})`)
+    if (!subEntry)
+      return deny(`subcommand ${command} ${sub} is not allowed (allowed: ${Object.keys(entry.subcommands).join(', ')})`)
     argv.push(sub)
     flags = subEntry.flags ?? {}
     defaults = subEntry.defaults ?? {}
@@ -47,7 +49,8 @@ export function gateCliCall(spec: CliToolSpec, command: string, subargs: readonl
   const given = new Set<string>()
   while (rest.length > 0) {
     const token = rest.shift()!
-    if (!token.startsWith('--')) return deny(`unexpected argument ${JSON.stringify(token)}: only declared --flags are allowed`)
+    if (!token.startsWith('--'))
+      return deny(`unexpected argument ${JSON.stringify(token)}: only declared --flags are allowed`)
     const equals = token.indexOf('=')
     const name = token.slice(2, equals < 0 ? undefined : equals)
     if (!flagName.test(name)) return deny(`malformed flag ${JSON.stringify(token)}`)
@@ -58,7 +61,8 @@ export function gateCliCall(spec: CliToolSpec, command: string, subargs: readonl
     let value: string | undefined = equals < 0 ? undefined : token.slice(equals + 1)
     if (flag.type === 'bool') {
       if (value === undefined && (rest[0] === 'true' || rest[0] === 'false')) value = rest.shift()
-      if (value !== undefined && value !== 'true' && value !== 'false') return deny(`flag --${name} takes true or false, not ${JSON.stringify(value)}`)
+      if (value !== undefined && value !== 'true' && value !== 'false')
+        return deny(`flag --${name} takes true or false, not ${JSON.stringify(value)}`)
       if (value !== 'false') argv.push(`--${name}`)
       continue
     }
@@ -67,7 +71,8 @@ export function gateCliCall(spec: CliToolSpec, command: string, subargs: readonl
     if (flag.type === 'int') {
       if (!/^-?\d{1,15}$/.test(value)) return deny(`flag --${name} takes an integer, not ${JSON.stringify(value)}`)
       const number = Number(value)
-      if (number < flag.min || number > flag.max) return deny(`flag --${name} must be between ${flag.min} and ${flag.max}`)
+      if (number < flag.min || number > flag.max)
+        return deny(`flag --${name} must be between ${flag.min} and ${flag.max}`)
     } else if (value.length > (flag.maxLength ?? 64)) {
       return deny(`flag --${name} takes at most ${flag.maxLength ?? 64} characters`)
     }
@@ -85,14 +90,19 @@ export function gateCliCall(spec: CliToolSpec, command: string, subargs: readonl
 /** Checks a CLI spec's shape; the error names what is wrong. */
 export function validateCliSpec(spec: CliToolSpec): string | null {
   if (!spec || typeof spec !== 'object') return 'a CLI tool spec is an object'
-  if (!/^[a-z][a-z0-9_]{0,40}$/.test(spec.name ?? '')) return `CLI tool name ${JSON.stringify(spec.name)} must match ^[a-z][a-z0-9_]{0,40}$`
+  if (!/^[a-z][a-z0-9_]{0,40}$/.test(spec.name ?? ''))
+    return `CLI tool name ${JSON.stringify(spec.name)} must match ^[a-z][a-z0-9_]{0,40}$`
   if (typeof spec.binary !== 'string' || spec.binary === '') return `CLI tool ${spec.name}: binary is required`
   if (!spec.commands || Object.keys(spec.commands).length === 0) return `CLI tool ${spec.name}: commands are required`
   for (const [command, entry] of Object.entries(spec.commands)) {
-    if (!word.test(command)) return `CLI tool ${spec.name}: command ${JSON.stringify(command)} must be lowercase letters and dashes`
-    for (const sub of Object.keys(entry.subcommands ?? {})) if (!word.test(sub)) return `CLI tool ${spec.name}: subcommand ${JSON.stringify(sub)} must be lowercase letters and dashes`
+    if (!word.test(command))
+      return `CLI tool ${spec.name}: command ${JSON.stringify(command)} must be lowercase letters and dashes`
+    for (const sub of Object.keys(entry.subcommands ?? {}))
+      if (!word.test(sub))
+        return `CLI tool ${spec.name}: subcommand ${JSON.stringify(sub)} must be lowercase letters and dashes`
   }
-  if (spec.minVersion !== undefined && !semver.valid(semver.coerce(spec.minVersion))) return `CLI tool ${spec.name}: minVersion ${JSON.stringify(spec.minVersion)} is not a version`
+  if (spec.minVersion !== undefined && !semver.valid(semver.coerce(spec.minVersion)))
+    return `CLI tool ${spec.name}: minVersion ${JSON.stringify(spec.minVersion)} is not a version`
   return null
 }
 
@@ -102,10 +112,15 @@ const run = promisify(execFile)
  * Whether the CLI is installed and recent enough: runs `binary versionArgs` (default `--version`)
  * without a shell and reads the first version number it prints.
  */
-export async function probeCliVersion(spec: CliToolSpec): Promise<{ ok: true; version: string | null } | { ok: false; reason: string }> {
+export async function probeCliVersion(
+  spec: CliToolSpec,
+): Promise<{ ok: true; version: string | null } | { ok: false; reason: string }> {
   let output: string
   try {
-    const { stdout, stderr } = await run(spec.binary, spec.versionArgs ?? ['--version'], { timeout: 5000, env: { PATH: '/usr/local/bin:/usr/bin:/bin' } })
+    const { stdout, stderr } = await run(spec.binary, spec.versionArgs ?? ['--version'], {
+      timeout: 5000,
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin' },
+    })
     output = `${stdout}\n${stderr}`
   } catch (error) {
     const failure = error as NodeJS.ErrnoException & { stdout?: string; stderr?: string }
@@ -116,5 +131,7 @@ export async function probeCliVersion(spec: CliToolSpec): Promise<{ ok: true; ve
   if (!spec.minVersion) return { ok: true, version: found }
   if (!found) return { ok: false, reason: `${spec.binary} did not print a version` }
   const wanted = semver.coerce(spec.minVersion)!.version
-  return semver.gte(found, wanted) ? { ok: true, version: found } : { ok: false, reason: `${spec.binary} ${found} is older than the required ${wanted}` }
+  return semver.gte(found, wanted)
+    ? { ok: true, version: found }
+    : { ok: false, reason: `${spec.binary} ${found} is older than the required ${wanted}` }
 }

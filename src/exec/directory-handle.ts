@@ -10,7 +10,8 @@ const directoryFlags = constants.O_RDONLY | constants.O_DIRECTORY | noFollow
 
 /** A name that is one path component: no separator, not `.` or `..`, no NUL. */
 function checkName(name: string): void {
-  if (name === '' || name === '.' || name === '..' || name.includes('/') || name.includes('\0')) throw new Error(`not a single path component: ${JSON.stringify(name)}`)
+  if (name === '' || name === '.' || name === '..' || name.includes('/') || name.includes('\0'))
+    throw new Error(`not a single path component: ${JSON.stringify(name)}`)
 }
 
 /**
@@ -67,7 +68,10 @@ export class DirectoryHandle {
   /** Creates a new file (fails with EEXIST when anything has the name), or opens an existing one. */
   async openForWriting(name: string, mode: number): Promise<{ handle: FileHandle; created: boolean }> {
     try {
-      return { handle: await open(this.at(name), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | noFollow, mode), created: true }
+      return {
+        handle: await open(this.at(name), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | noFollow, mode),
+        created: true,
+      }
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
       return { handle: await open(this.at(name), constants.O_WRONLY | noFollow), created: false }

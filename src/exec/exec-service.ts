@@ -110,7 +110,14 @@ export class ExecService {
   #backend: BackendName
   #unsubscribe: (() => void) | null = null
 
-  private constructor(store: Store, settings: ExecSettings, dataDir: string, log: PluginLogger, support: HostSupport, probe: { result: ProbeResult; identity: SandboxIdentity | null }) {
+  private constructor(
+    store: Store,
+    settings: ExecSettings,
+    dataDir: string,
+    log: PluginLogger,
+    support: HostSupport,
+    probe: { result: ProbeResult; identity: SandboxIdentity | null },
+  ) {
     this.#store = store
     this.#dataDir = dataDir
     this.settings = settings
@@ -120,17 +127,30 @@ export class ExecService {
     this.#identity = probe.identity
     // `auto` runs in the sandbox; where the probe failed, executions are off (see `executionAvailable`).
     this.#backend = settings.backend === 'direct' ? 'direct' : 'sandbox'
-    this.workdirs = new WorkDirectories(settings.workRoot ?? join(dataDir, 'work'), { deniedSegments: settings.deniedSegments })
+    this.workdirs = new WorkDirectories(settings.workRoot ?? join(dataDir, 'work'), {
+      deniedSegments: settings.deniedSegments,
+    })
     this.workdirs.setOwner(probe.identity)
     this.quota = new WorkQuota(store, this.workdirs, settings.quota)
   }
 
-  static async create(options: { store: Store; settings: ExecSettings; dataDir: string; log: PluginLogger }): Promise<ExecService> {
+  static async create(options: {
+    store: Store
+    settings: ExecSettings
+    dataDir: string
+    log: PluginLogger
+  }): Promise<ExecService> {
     const support = await detectHostSupport()
     // Under `direct` the probe only reports whether the sandbox could work (in a temporary directory);
     // choosing the sandbox probes again where the work directories really are.
-    const workRoot = options.settings.backend !== 'direct' ? (options.settings.workRoot ?? join(options.dataDir, 'work')) : undefined
-    const probe = await probeSandbox({ sandboxUser: options.settings.sandboxUser, requireCgroups: options.settings.requireCgroups, support, ...(workRoot && { workRoot }) })
+    const workRoot =
+      options.settings.backend !== 'direct' ? (options.settings.workRoot ?? join(options.dataDir, 'work')) : undefined
+    const probe = await probeSandbox({
+      sandboxUser: options.settings.sandboxUser,
+      requireCgroups: options.settings.requireCgroups,
+      support,
+      ...(workRoot && { workRoot }),
+    })
     const service = new ExecService(options.store, options.settings, options.dataDir, options.log, support, probe)
     await service.#refresh()
     service.#unsubscribe = options.store.settings.subscribe((key) => {
@@ -138,8 +158,14 @@ export class ExecService {
     })
     if (service.#backend === 'sandbox' && !probe.result.ok) {
       if (options.settings.backend === 'auto') {
-        options.log.warn('exec tools are off: the sandbox cannot work here, and programs run on the server itself only by the operator’s explicit choice (exec.backend "direct")', { reason: probe.result.reason })
-      } else options.log.error('exec backend is sandbox but the sandbox cannot work here; exec tools will refuse', { reason: probe.result.reason })
+        options.log.warn(
+          'exec tools are off: the sandbox cannot work here, and programs run on the server itself only by the operator’s explicit choice (exec.backend "direct")',
+          { reason: probe.result.reason },
+        )
+      } else
+        options.log.error('exec backend is sandbox but the sandbox cannot work here; exec tools will refuse', {
+          reason: probe.result.reason,
+        })
     }
     return service
   }
@@ -176,21 +202,34 @@ export class ExecService {
    * (the operator wrote it). Never falls back to running outside: SandboxUnavailableError instead. The
    * starter spawns `argv` with the filter on fd 3, and calls `release` once the program has exited.
    */
-  async launchSandboxed(input: { conversationId: string | null; argv: string[]; env: Record<string, string>; network: boolean; mounts: string[] }): Promise<SandboxedLaunch> {
+  async launchSandboxed(input: {
+    conversationId: string | null
+    argv: string[]
+    env: Record<string, string>
+    network: boolean
+    mounts: string[]
+  }): Promise<SandboxedLaunch> {
     const unavailable = this.sandboxUnavailable
     if (unavailable) throw new SandboxUnavailableError(unavailable)
     for (const mount of input.mounts) {
       // bwrap would make the mount point inside the conversation's directory.
       const real = await realpath(mount).catch((error: NodeJS.ErrnoException) => {
-        throw new Error(`mount ${mount} cannot be used (${error.code === 'ENOENT' ? 'no such file or directory' : (error.code ?? error.message)})`)
+        throw new Error(
+          `mount ${mount} cannot be used (${error.code === 'ENOENT' ? 'no such file or directory' : (error.code ?? error.message)})`,
+        )
       })
-      if (real === sandboxWorkdir || real.startsWith(`${sandboxWorkdir}/`)) throw new Error(`mount ${mount} is under ${sandboxWorkdir}, the work directory inside the sandbox; move it elsewhere`)
+      if (real === sandboxWorkdir || real.startsWith(`${sandboxWorkdir}/`))
+        throw new Error(
+          `mount ${mount} is under ${sandboxWorkdir}, the work directory inside the sandbox; move it elsewhere`,
+        )
       // Every conversation's directory is owned by the one sandbox user: a mount that holds (or is in)
       // the work root or the data directory would show the server other conversations' files.
       for (const guarded of [this.workdirs.root, this.#dataDir]) {
         const root = await realpath(guarded).catch(() => guarded)
         if (real === root || root.startsWith(`${real}/`) || real === '/' || real.startsWith(`${root}/`)) {
-          throw new Error(`mount ${mount} overlaps ${root} (the work directories or the data directory), which a sandboxed server must not see`)
+          throw new Error(
+            `mount ${mount} overlaps ${root} (the work directories or the data directory), which a sandboxed server must not see`,
+          )
         }
       }
     }
@@ -198,7 +237,16 @@ export class ExecService {
     try {
       const cwd = scratch ?? (await this.workdirs.prepareForSandbox(input.conversationId!))
       const backend = new SandboxBackend(this.#support, this.#identity, { tmpSizeMb: this.settings.tmpSizeMb })
-      const launch = await backend.launch({ argv: input.argv, cwd, limits: this.settings.limits, network: input.network, mounts: { ro: input.mounts, rw: [] } }, { persistent: true })
+      const launch = await backend.launch(
+        {
+          argv: input.argv,
+          cwd,
+          limits: this.settings.limits,
+          network: input.network,
+          mounts: { ro: input.mounts, rw: [] },
+        },
+        { persistent: true },
+      )
       return {
         argv: launch.argv,
         cwd: '/',
@@ -262,7 +310,16 @@ export class ExecService {
    * that went over loses what it wrote and fails with a QuotaError.
    */
   async run(
-    input: { conversationId: string; projectId: string | null; ownerId?: string; argv: string[]; stdin?: string; timeoutMs?: number; mounts?: string[]; env?: Record<string, string> },
+    input: {
+      conversationId: string
+      projectId: string | null
+      ownerId?: string
+      argv: string[]
+      stdin?: string
+      timeoutMs?: number
+      mounts?: string[]
+      env?: Record<string, string>
+    },
     options: ExecOptions = {},
   ): Promise<ExecResult> {
     if (input.ownerId) await this.quota.ensureRoom(input.conversationId, input.ownerId)
@@ -276,7 +333,18 @@ export class ExecService {
     return result
   }
 
-  async #run(input: { conversationId: string; projectId: string | null; argv: string[]; stdin?: string; timeoutMs?: number; mounts?: string[]; env?: Record<string, string> }, options: ExecOptions): Promise<ExecResult> {
+  async #run(
+    input: {
+      conversationId: string
+      projectId: string | null
+      argv: string[]
+      stdin?: string
+      timeoutMs?: number
+      mounts?: string[]
+      env?: Record<string, string>
+    },
+    options: ExecOptions,
+  ): Promise<ExecResult> {
     const name = this.#backend
     const limits = this.settings.limits
     const ro = [...(input.mounts ?? []), ...(await this.#runtimeMounts(input.projectId))]
@@ -285,7 +353,16 @@ export class ExecService {
       const cwd = await this.workdirs.prepareForSandbox(input.conversationId)
       const backend = new SandboxBackend(this.#support, this.#identity, { tmpSizeMb: this.settings.tmpSizeMb })
       return backend.run(
-        { argv: input.argv, cwd, env: buildExecEnv(sandboxWorkdir, input.env), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: this.settings.network, mounts: { ro, rw: [] } },
+        {
+          argv: input.argv,
+          cwd,
+          env: buildExecEnv(sandboxWorkdir, input.env),
+          ...(input.stdin !== undefined && { stdin: input.stdin }),
+          timeoutMs: input.timeoutMs ?? this.settings.timeoutMs,
+          limits,
+          network: this.settings.network,
+          mounts: { ro, rw: [] },
+        },
         options,
       )
     }
@@ -293,14 +370,28 @@ export class ExecService {
     // What a direct program writes belongs to the server's user: handed over before the next sandboxed run.
     await this.workdirs.markForeign(input.conversationId)
     return new DirectBackend(this.#support).run(
-      { argv: input.argv, cwd, env: buildExecEnv(cwd, input.env), ...(input.stdin !== undefined && { stdin: input.stdin }), timeoutMs: input.timeoutMs ?? this.settings.timeoutMs, limits, network: true, mounts: { ro, rw: [] } },
+      {
+        argv: input.argv,
+        cwd,
+        env: buildExecEnv(cwd, input.env),
+        ...(input.stdin !== undefined && { stdin: input.stdin }),
+        timeoutMs: input.timeoutMs ?? this.settings.timeoutMs,
+        limits,
+        network: true,
+        mounts: { ro, rw: [] },
+      },
       options,
     )
   }
 
   /** Probes the sandbox where the work directories are (the sandbox user must reach them). */
   async #reprobe(): Promise<ProbeResult> {
-    const probe = await probeSandbox({ sandboxUser: this.settings.sandboxUser, requireCgroups: this.settings.requireCgroups, support: this.#support, workRoot: this.workdirs.root })
+    const probe = await probeSandbox({
+      sandboxUser: this.settings.sandboxUser,
+      requireCgroups: this.settings.requireCgroups,
+      support: this.#support,
+      workRoot: this.workdirs.root,
+    })
     this.#probe = probe.result
     this.#identity = probe.identity
     this.workdirs.setOwner(probe.identity)
@@ -310,7 +401,9 @@ export class ExecService {
   async #runtimeMounts(projectId: string | null): Promise<string[]> {
     if (!projectId) return []
     const project = await getProject(this.#store.db, projectId)
-    return (project?.runtimes ?? []).flatMap((runtime) => (this.settings.runtimes[runtime] ? [this.settings.runtimes[runtime]] : []))
+    return (project?.runtimes ?? []).flatMap((runtime) =>
+      this.settings.runtimes[runtime] ? [this.settings.runtimes[runtime]] : [],
+    )
   }
 
   async #refresh(): Promise<void> {

@@ -1,7 +1,16 @@
 /** Running model-generated code: the ExecBackend (direct | bwrap sandbox), work directories, allowlisted CLIs. */
 export type { ExecBackend, ExecLimits, ExecOptions, ExecResult, ExecSpec } from './types.js'
 export { defaultLimits } from './types.js'
-export { DirectBackend, SandboxBackend, bwrapArgs, sandboxEtc, sandboxWorkdir, type HostSupport, type SandboxIdentity, type SandboxLaunch } from './backends.js'
+export {
+  DirectBackend,
+  SandboxBackend,
+  bwrapArgs,
+  sandboxEtc,
+  sandboxWorkdir,
+  type HostSupport,
+  type SandboxIdentity,
+  type SandboxLaunch,
+} from './backends.js'
 export { buildSeccompFilter, deniedSyscalls, seccompSupported } from './seccomp.js'
 export { detectCgroups, ExecCgroup, type CgroupMode } from './cgroups.js'
 export { settleCleanups } from './process-runner.js'
@@ -10,6 +19,20 @@ export { detectHostSupport, lookupUser, probeSandbox, type ProbeResult } from '.
 export { WorkDirectories, PathError, defaultDeniedSegments, type FileEntry } from './workdirs.js'
 export { cliEnvironment } from './cli-env.js'
 export { gateCliCall, probeCliVersion, validateCliSpec, type CliGate } from './cli-gate.js'
-export { ExecService, SandboxUnavailableError, defaultExecSettings, type BackendName, type ExecSettings, type SandboxedLaunch } from './exec-service.js'
-export { execCommandTimeoutMs, execKillGraceMs, fitExecResult, outputBytesFor, resolveOutputBytes, resultEnvelopeBytes } from './result-bounds.js'
+export {
+  ExecService,
+  SandboxUnavailableError,
+  defaultExecSettings,
+  type BackendName,
+  type ExecSettings,
+  type SandboxedLaunch,
+} from './exec-service.js'
+export {
+  execCommandTimeoutMs,
+  execKillGraceMs,
+  fitExecResult,
+  outputBytesFor,
+  resolveOutputBytes,
+  resultEnvelopeBytes,
+} from './result-bounds.js'
 export { defaultQuota, QuotaError, WorkQuota, type QuotaSettings } from './work-quota.js'

@@ -70,7 +70,8 @@ export async function probeSandbox(options: {
     result: { ok: false, reason, cgroups, user: null, bwrapVersion: null, ...extra },
     identity: null,
   })
-  if (!(await executable(tools.bwrap))) return fail(`bubblewrap is not installed (${tools.bwrap}); install it (Debian: apt-get install bubblewrap)`)
+  if (!(await executable(tools.bwrap)))
+    return fail(`bubblewrap is not installed (${tools.bwrap}); install it (Debian: apt-get install bubblewrap)`)
   const version = (await run(tools.bwrap, ['--version']).catch(() => ({ stdout: '' }))).stdout.trim() || null
   let identity: SandboxIdentity | null = null
   if (process.getuid?.() === 0) {
@@ -82,13 +83,20 @@ export async function probeSandbox(options: {
         { bwrapVersion: version },
       )
     }
-    if (identity.uid === 0) return fail(`the sandbox user ${options.sandboxUser} is root; it must be an unprivileged user`, { bwrapVersion: version })
-    if (!(await executable(tools.setpriv))) return fail(`setpriv is missing (${tools.setpriv}, util-linux)`, { bwrapVersion: version })
+    if (identity.uid === 0)
+      return fail(`the sandbox user ${options.sandboxUser} is root; it must be an unprivileged user`, {
+        bwrapVersion: version,
+      })
+    if (!(await executable(tools.setpriv)))
+      return fail(`setpriv is missing (${tools.setpriv}, util-linux)`, { bwrapVersion: version })
   }
   if (!support.prlimit) return fail(`prlimit is missing (${tools.prlimit}, util-linux)`, { bwrapVersion: version })
   if (cgroups === 'none' && options.requireCgroups) {
     const reason = support.cgroups.kind === 'none' ? support.cgroups.reason : ''
-    return fail(`no usable cgroups (${reason}); run the server as root on a host with cgroup v2 or the v1 pids and memory controllers, or set exec.requireCgroups to false`, { bwrapVersion: version })
+    return fail(
+      `no usable cgroups (${reason}); run the server as root on a host with cgroup v2 or the v1 pids and memory controllers, or set exec.requireCgroups to false`,
+      { bwrapVersion: version },
+    )
   }
   // Try it, in a directory where work directories will be: a program that must see its own namespaces.
   // Where work directories will be; before the first exists, its nearest existing ancestor (the probe
@@ -118,7 +126,10 @@ export async function probeSandbox(options: {
           { bwrapVersion: version },
         )
       }
-      return fail(`bwrap cannot create its sandbox here (exit ${result.exitCode ?? result.signal}): ${stderr || 'no output'}`, { bwrapVersion: version })
+      return fail(
+        `bwrap cannot create its sandbox here (exit ${result.exitCode ?? result.signal}): ${stderr || 'no output'}`,
+        { bwrapVersion: version },
+      )
     }
   } finally {
     await rm(work, { recursive: true, force: true })

@@ -22,7 +22,8 @@ export interface Launch {
  * Shell prelude that moves itself into the execution's cgroup before anything runs, then becomes the
  * rest of the command line (`exec`): `sh -c ENTER n procs1 … procsN argv…`.
  */
-export const enterCgroupScript = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
+export const enterCgroupScript =
+  'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; exec "$@"'
 
 const termGraceMs = 200
 
@@ -153,7 +154,10 @@ export function runProcess(launch: Launch, options: ExecOptions = {}): Promise<E
       if (launch.cgroup) await launch.cgroup.killAll(1000)
       signalGroup('SIGKILL')
       // Output already written is still in the pipes: a short wait for it, then the pipes close.
-      await Promise.race([Promise.all([streamEnd(child.stdout), streamEnd(child.stderr)]), new Promise((resolve) => setTimeout(resolve, 200))])
+      await Promise.race([
+        Promise.all([streamEnd(child.stdout), streamEnd(child.stderr)]),
+        new Promise((resolve) => setTimeout(resolve, 200)),
+      ])
       child.stdout.destroy()
       child.stderr.destroy()
       // Everything in the group is dead; removing the directory waits for the kernel to finish

@@ -29,7 +29,10 @@ export function outputBytesFor(resultMaxBytes: number): number {
  * The output cap per stream to use: the configured one when it fits a result, else a reason naming
  * both settings (a start-up error); derived from `resultMaxBytes` when none is configured.
  */
-export function resolveOutputBytes(configured: number | undefined, resultMaxBytes: number): { outputBytes: number } | { problem: string } {
+export function resolveOutputBytes(
+  configured: number | undefined,
+  resultMaxBytes: number,
+): { outputBytes: number } | { problem: string } {
   const fits = outputBytesFor(resultMaxBytes)
   if (configured === undefined) return { outputBytes: fits }
   if (2 * configured + resultEnvelopeBytes <= resultMaxBytes) return { outputBytes: configured }

@@ -4,7 +4,7 @@ import { buildSeccompFilter, deniedSyscalls } from './seccomp.js'
 /** Runs a classic BPF seccomp program (the few opcodes the builder uses) on one system call. */
 function evaluate(program: Buffer, nr: number, arch: number): number {
   let accumulator = 0
-  for (let pc = 0; pc < program.length / 8; ) {
+  for (let pc = 0; pc < program.length / 8;) {
     const code = program.readUInt16LE(pc * 8)
     const jt = program.readUInt8(pc * 8 + 2)
     const jf = program.readUInt8(pc * 8 + 3)
@@ -34,7 +34,8 @@ describe.each([
       if (pair[index] !== null) expect(evaluate(program, pair[index]!, audit), name).toBe(eperm)
     }
     // read, write, openat, execve, clone: what every program needs.
-    for (const nr of arch === 'x64' ? [0, 1, 257, 59, 56] : [63, 64, 56, 221, 220]) expect(evaluate(program, nr, audit)).toBe(allow)
+    for (const nr of arch === 'x64' ? [0, 1, 257, 59, 56] : [63, 64, 56, 221, 220])
+      expect(evaluate(program, nr, audit)).toBe(allow)
   })
 
   it('kills a call made through another architecture’s ABI', () => {

@@ -93,7 +93,11 @@ export function seccompSupported(arch: string = process.arch): boolean {
 export function buildSeccompFilter(arch: string = process.arch): Buffer {
   const target = architectures[arch as keyof typeof architectures]
   if (!target) throw new Error(`no seccomp filter for ${arch}`)
-  const numbers = [...new Set(Object.values(deniedSyscalls).flatMap((pair) => (pair[target.index] === null ? [] : [pair[target.index]!])))].sort((a, b) => a - b)
+  const numbers = [
+    ...new Set(
+      Object.values(deniedSyscalls).flatMap((pair) => (pair[target.index] === null ? [] : [pair[target.index]!])),
+    ),
+  ].sort((a, b) => a - b)
   // Layout: check arch → load nr → [x32 check] → one jump per denied call → allow | deny | kill.
   const program: Instruction[] = []
   const body = numbers.length + (target.x32Bit === null ? 0 : 1)

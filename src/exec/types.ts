@@ -49,4 +49,10 @@ export interface ExecBackend {
   run(spec: ExecSpec, options?: ExecOptions): Promise<ExecResult>
 }
 
-export const defaultLimits: ExecLimits = { memoryMb: 512, pids: 128, cpuSeconds: 60, fileSizeMb: 64, outputBytes: 1024 * 1024 }
+export const defaultLimits: ExecLimits = {
+  memoryMb: 512,
+  pids: 128,
+  cpuSeconds: 60,
+  fileSizeMb: 64,
+  outputBytes: 1024 * 1024,
+}

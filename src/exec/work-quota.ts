@@ -11,7 +11,11 @@ export interface QuotaSettings {
   conversationFiles: number
 }
 
-export const defaultQuota: QuotaSettings = { conversationBytes: 512 * 1024 * 1024, userBytes: 2 * 1024 * 1024 * 1024, conversationFiles: 50_000 }
+export const defaultQuota: QuotaSettings = {
+  conversationBytes: 512 * 1024 * 1024,
+  userBytes: 2 * 1024 * 1024 * 1024,
+  conversationFiles: 50_000,
+}
 
 /** A write or an execution would put a work directory, or its owner, over quota. */
 export class QuotaError extends Error {
@@ -46,12 +50,17 @@ export class WorkQuota {
     const usage = await workUsageOf(this.#store.db, conversationId, ownerId)
     const { conversationBytes, userBytes, conversationFiles } = this.settings
     if (usage.conversation.bytes + adding > conversationBytes) {
-      throw new QuotaError(`the work directory would hold ${mib(usage.conversation.bytes + adding)}; it is limited to ${mib(conversationBytes)} (delete files with DELETE …/files/*path)`)
+      throw new QuotaError(
+        `the work directory would hold ${mib(usage.conversation.bytes + adding)}; it is limited to ${mib(conversationBytes)} (delete files with DELETE …/files/*path)`,
+      )
     }
     if (usage.user.bytes + adding > userBytes) {
-      throw new QuotaError(`your work directories would hold ${mib(usage.user.bytes + adding)}; they are limited to ${mib(userBytes)} together`)
+      throw new QuotaError(
+        `your work directories would hold ${mib(usage.user.bytes + adding)}; they are limited to ${mib(userBytes)} together`,
+      )
     }
-    if (usage.conversation.files + files > conversationFiles) throw new QuotaError(`the work directory would hold more than ${conversationFiles} entries`)
+    if (usage.conversation.files + files > conversationFiles)
+      throw new QuotaError(`the work directory would hold more than ${conversationFiles} entries`)
   }
 
   /** Records what the server itself changed (a write, a delete). */
@@ -67,7 +76,10 @@ export class WorkQuota {
     const { conversationBytes, userBytes, conversationFiles } = this.settings
     // A second of slack: a file system keeps modification times coarser than the clock.
     // Counted well past the limit, so that what the execution wrote can be found and removed.
-    const measured = await this.#workdirs.measure(conversationId, { since: startedAt - 1000, maxFiles: conversationFiles * 10 })
+    const measured = await this.#workdirs.measure(conversationId, {
+      since: startedAt - 1000,
+      maxFiles: conversationFiles * 10,
+    })
     const recorded = await workUsageOf(this.#store.db, conversationId, ownerId)
     const others = recorded.user.bytes - recorded.conversation.bytes
     const limit = Math.min(conversationBytes, userBytes - Math.max(0, others))

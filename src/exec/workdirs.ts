@@ -34,7 +34,16 @@ export interface OpenedFile {
   size: number
 }
 
-export const defaultDeniedSegments = ['.ssh', '.aws', '.gnupg', '.netrc', '.git-credentials', '.docker', '.kube', '.config/gcloud']
+export const defaultDeniedSegments = [
+  '.ssh',
+  '.aws',
+  '.gnupg',
+  '.netrc',
+  '.git-credentials',
+  '.docker',
+  '.kube',
+  '.config/gcloud',
+]
 
 const maxDepth = 32
 
@@ -42,7 +51,11 @@ const maxDepth = 32
 function pathFailure(error: unknown, path: string): PathError {
   const code = (error as NodeJS.ErrnoException).code
   if (code === 'ENOENT') return new PathError('not_found', `${path || '.'} does not exist`)
-  if (code === 'ELOOP' || code === 'ENOTDIR' || code === 'EMLINK') return new PathError('invalid_path', `${path}: a part of the path is a symlink or not a directory (symlinks are never followed, so none leads outside the work directory)`)
+  if (code === 'ELOOP' || code === 'ENOTDIR' || code === 'EMLINK')
+    return new PathError(
+      'invalid_path',
+      `${path}: a part of the path is a symlink or not a directory (symlinks are never followed, so none leads outside the work directory)`,
+    )
   if (code === 'EISDIR') return new PathError('is_directory', `${path} is a directory`)
   if (code === 'ENXIO' || code === 'ETXTBSY') return new PathError('invalid_path', `${path} is not a regular file`)
   if (error instanceof PathError) return error
@@ -126,7 +139,8 @@ export class WorkDirectories {
   /** The relative path's segments, or a PathError saying what is wrong with it. */
   segments(path: string): string[] {
     if (path.includes('\0')) throw new PathError('invalid_path', 'the path contains a NUL character')
-    if (path.startsWith('/') || /^[A-Za-z]:[\\/]/.test(path)) throw new PathError('invalid_path', 'the path must be relative to the work directory')
+    if (path.startsWith('/') || /^[A-Za-z]:[\\/]/.test(path))
+      throw new PathError('invalid_path', 'the path must be relative to the work directory')
     if (path.length > 1024) throw new PathError('invalid_path', 'the path is longer than 1024 characters')
     const parts = path.split('/').filter((part) => part !== '' && part !== '.')
     if (parts.includes('..')) throw new PathError('invalid_path', 'the path must not contain ..')
@@ -143,7 +157,12 @@ export class WorkDirectories {
   }
 
   /** Opens the conversation's directory, then each directory of `parts` in turn (made when `create`). */
-  async #walk(conversationId: string, parts: readonly string[], path: string, create: boolean): Promise<DirectoryHandle> {
+  async #walk(
+    conversationId: string,
+    parts: readonly string[],
+    path: string,
+    create: boolean,
+  ): Promise<DirectoryHandle> {
     let current = await DirectoryHandle.openTrusted(await this.dir(conversationId))
     try {
       for (const part of parts) {
@@ -198,7 +217,11 @@ export class WorkDirectories {
   }
 
   /** Reads a file: at most `limit` bytes from `offset`, and its total size. */
-  async read(conversationId: string, path: string, options: { offset?: number; limit: number }): Promise<{ bytes: Buffer; size: number }> {
+  async read(
+    conversationId: string,
+    path: string,
+    options: { offset?: number; limit: number },
+  ): Promise<{ bytes: Buffer; size: number }> {
     const { handle, size } = await this.open(conversationId, path)
     try {
       const offset = Math.min(options.offset ?? 0, size)
@@ -217,7 +240,12 @@ export class WorkDirectories {
    * body over `maxBytes` (PathError `too_large`), leaves nothing behind. `replaced` is the size of the
    * file it replaced (null when the name was new).
    */
-  async write(conversationId: string, path: string, content: Buffer | string | Readable, options: { maxBytes?: number } = {}): Promise<{ path: string; size: number; replaced: number | null }> {
+  async write(
+    conversationId: string,
+    path: string,
+    content: Buffer | string | Readable,
+    options: { maxBytes?: number } = {},
+  ): Promise<{ path: string; size: number; replaced: number | null }> {
     const parts = this.segments(path)
     if (parts.length === 0) throw new PathError('invalid_path', 'a file path is required')
     const name = parts.at(-1)!
@@ -276,8 +304,19 @@ export class WorkDirectories {
         const entry = await dir.lstat(name).catch(() => null)
         if (!entry) continue
         const relative = prefix ? `${prefix}/${name}` : name
-        const type = entry.isSymbolicLink() ? 'symlink' : entry.isDirectory() ? 'directory' : entry.isFile() ? 'file' : 'other'
-        entries.push({ path: relative, type, size: type === 'file' ? entry.size : 0, modifiedAt: entry.mtime.toISOString() })
+        const type = entry.isSymbolicLink()
+          ? 'symlink'
+          : entry.isDirectory()
+            ? 'directory'
+            : entry.isFile()
+              ? 'file'
+              : 'other'
+        entries.push({
+          path: relative,
+          type,
+          size: type === 'file' ? entry.size : 0,
+          modifiedAt: entry.mtime.toISOString(),
+        })
         // Symlinks are listed, never followed; a directory swapped for one meanwhile is not opened.
         if (type !== 'directory') continue
         const child = await dir.openDirectory(name).catch(() => null)
@@ -302,7 +341,10 @@ export class WorkDirectories {
    * `since` — the regular files modified since then (what an execution wrote). Counting stops past
    * `maxFiles` entries (`truncated`). Walked through directory descriptors like everything here.
    */
-  async measure(conversationId: string, options: { since?: number; maxFiles: number }): Promise<{ bytes: number; files: number; recent: Array<{ parts: string[]; size: number }>; truncated: boolean }> {
+  async measure(
+    conversationId: string,
+    options: { since?: number; maxFiles: number },
+  ): Promise<{ bytes: number; files: number; recent: Array<{ parts: string[]; size: number }>; truncated: boolean }> {
     const root = await this.#walk(conversationId, [], '', false)
     let bytes = 0
     let files = 0
@@ -319,7 +361,8 @@ export class WorkDirectories {
         files++
         if (entry.isFile()) {
           bytes += entry.size
-          if (options.since !== undefined && entry.mtimeMs >= options.since) recent.push({ parts: [...prefix, name], size: entry.size })
+          if (options.since !== undefined && entry.mtimeMs >= options.since)
+            recent.push({ parts: [...prefix, name], size: entry.size })
         } else if (entry.isDirectory() && depth < maxDepth) {
           const child = await dir.openDirectory(name).catch(() => null)
           if (!child) continue
@@ -358,13 +401,15 @@ export class WorkDirectories {
    */
   async remove(conversationId: string, path: string): Promise<{ bytes: number; files: number }> {
     const parts = this.segments(path)
-    if (parts.length === 0) throw new PathError('invalid_path', 'the work directory itself cannot be deleted; name a file or directory in it')
+    if (parts.length === 0)
+      throw new PathError('invalid_path', 'the work directory itself cannot be deleted; name a file or directory in it')
     const parent = await this.#walk(conversationId, parts.slice(0, -1), path, false)
     const removed = { bytes: 0, files: 0 }
     const removeIn = async (dir: DirectoryHandle, name: string, depth: number): Promise<void> => {
       const entry = await dir.lstat(name)
       if (entry.isDirectory()) {
-        if (depth > maxDepth) throw new PathError('invalid_path', `${path} is nested deeper than ${maxDepth} directories`)
+        if (depth > maxDepth)
+          throw new PathError('invalid_path', `${path} is nested deeper than ${maxDepth} directories`)
         const child = await dir.openDirectory(name)
         try {
           for (const inner of await child.list()) await removeIn(child, inner, depth + 1)

@@ -171,7 +171,10 @@ export interface CommandSpec<P = { [key: string]: JsonValue }, S extends JsonSch
 }
 
 /** Runs a command; returns its JSON result. Throw `CommandError` for a failure the caller should read. */
-export type CommandHandler<P = { [key: string]: JsonValue }> = (params: P, context: CommandContext) => JsonValue | Promise<JsonValue>
+export type CommandHandler<P = { [key: string]: JsonValue }> = (
+  params: P,
+  context: CommandContext,
+) => JsonValue | Promise<JsonValue>
 
 /** Named instructions listed to the model, with optional files mounted read-only in the sandbox. */
 export interface Skill {
@@ -182,7 +185,11 @@ export interface Skill {
 }
 
 /** Decides whether an actor may use one resource of a plugin's own kind. */
-export type ResourceAuthorizer = (actorId: string, resourceId: string, context: { projectId: string | null }) => boolean | Promise<boolean>
+export type ResourceAuthorizer = (
+  actorId: string,
+  resourceId: string,
+  context: { projectId: string | null },
+) => boolean | Promise<boolean>
 
 /** Shares projects beyond their owner. At most one is registered. */
 export interface ProjectAuthzAdapter {
@@ -192,7 +199,8 @@ export interface ProjectAuthzAdapter {
 }
 
 /** A flag an allowlisted CLI accepts: bool (`true`/`false` or bare), an int in a range, or a string (default ≤ 64 chars). */
-export type CliFlag = { type: 'bool' } | { type: 'int'; min: number; max: number } | { type: 'string'; maxLength?: number }
+export type CliFlag =
+  { type: 'bool' } | { type: 'int'; min: number; max: number } | { type: 'string'; maxLength?: number }
 
 /** One allowed (sub)command: its flags, and flags added when the call leaves them out (e.g. `{limit: 20}`). */
 export interface CliSubcommandSpec {
@@ -280,7 +288,10 @@ export interface Registry {
    * `risk`'s params (see `ParamsOf`; since surface 1.4.0). An explicit `addCommand<P>` still wins.
    * The id's first segment must be one of the plugin's namespaces.
    */
-  addCommand<const S extends { type: 'object' } & JsonSchema>(spec: CommandSpec<ParamsOf<S>, S>, handler: CommandHandler<ParamsOf<S>>): void
+  addCommand<const S extends { type: 'object' } & JsonSchema>(
+    spec: CommandSpec<ParamsOf<S>, S>,
+    handler: CommandHandler<ParamsOf<S>>,
+  ): void
   addCommand<P = { [key: string]: JsonValue }>(spec: CommandSpec<P>, handler: CommandHandler<P>): void
   addSkill(skill: Skill): void
   /** A fragment of the model's system prompt. */

@@ -1,8 +1,27 @@
 /** Model providers: canonical types and adapters (OpenAI-compatible, Anthropic, scripted). */
-export { ModelError, type LanguageModel, type ModelErrorCode, type ModelMessage, type ModelParams, type ModelRequest, type ModelTool, type ModelToolCall, type StreamPart, type Usage, type ToolParameters } from './model.js'
+export {
+  ModelError,
+  type LanguageModel,
+  type ModelErrorCode,
+  type ModelMessage,
+  type ModelParams,
+  type ModelRequest,
+  type ModelTool,
+  type ModelToolCall,
+  type StreamPart,
+  type Usage,
+  type ToolParameters,
+} from './model.js'
 export { ScriptedModel, type ScriptedTurn, type ScriptedModelOptions } from './scripted/scripted-model.js'
 export { DemoModel } from './scripted/demo-model.js'
-export { ModelRegistry, createModels, modelsMissingKeys, MissingKeyModel, type ModelSettings, type ProviderFactory } from './model-registry.js'
+export {
+  ModelRegistry,
+  createModels,
+  modelsMissingKeys,
+  MissingKeyModel,
+  type ModelSettings,
+  type ProviderFactory,
+} from './model-registry.js'
 export { OpenAIChatModel, type OpenAIChatModelOptions } from './openai/openai-chat-model.js'
 export { AnthropicMessagesModel, type AnthropicMessagesModelOptions } from './anthropic/anthropic-messages-model.js'
 export { defaultToolsUnsupportedKeywords } from './openai/upstream-errors.js'

@@ -44,12 +44,19 @@ export class MissingKeyModel implements LanguageModel {
 
   // eslint-disable-next-line require-yield -- fails before anything streams
   async *stream(_request: ModelRequest): AsyncGenerator<StreamPart> {
-    throw new ModelError('upstream_auth_missing', `model ${this.id} has no API key: the environment variable ${this.apiKeyEnv} is not set on the server`)
+    throw new ModelError(
+      'upstream_auth_missing',
+      `model ${this.id} has no API key: the environment variable ${this.apiKeyEnv} is not set on the server`,
+    )
   }
 }
 
 /** Builds a provider adapter for a non-scripted model (registered by the composition root). */
-export type ProviderFactory = (settings: ModelSettings, apiKey: string | undefined, options: { idleTimeoutMs: number }) => LanguageModel
+export type ProviderFactory = (
+  settings: ModelSettings,
+  apiKey: string | undefined,
+  options: { idleTimeoutMs: number },
+) => LanguageModel
 
 /** The configured models; with none configured, the scripted demo model. */
 export class ModelRegistry {
@@ -75,22 +82,40 @@ export class ModelRegistry {
 }
 
 /** The models whose `apiKeyEnv` names an unset variable (warned about at start). */
-export function modelsMissingKeys(settings: readonly ModelSettings[], env: NodeJS.ProcessEnv): Array<{ id: string; apiKeyEnv: string }> {
-  return settings.filter((entry) => entry.provider !== 'scripted' && entry.apiKeyEnv && !env[entry.apiKeyEnv]).map((entry) => ({ id: entry.id, apiKeyEnv: entry.apiKeyEnv! }))
+export function modelsMissingKeys(
+  settings: readonly ModelSettings[],
+  env: NodeJS.ProcessEnv,
+): Array<{ id: string; apiKeyEnv: string }> {
+  return settings
+    .filter((entry) => entry.provider !== 'scripted' && entry.apiKeyEnv && !env[entry.apiKeyEnv])
+    .map((entry) => ({ id: entry.id, apiKeyEnv: entry.apiKeyEnv! }))
 }
 
 /** Creates models from settings; API keys are read from the named environment variables only. */
 export function createModels(
   settings: ModelSettings[],
-  options: { cwd: string; env: NodeJS.ProcessEnv; providers: Partial<Record<'openai' | 'anthropic', ProviderFactory>>; idleTimeoutMs: number },
+  options: {
+    cwd: string
+    env: NodeJS.ProcessEnv
+    providers: Partial<Record<'openai' | 'anthropic', ProviderFactory>>
+    idleTimeoutMs: number
+  },
 ): LanguageModel[] {
   return settings.map((entry) => {
     if (entry.provider === 'scripted') {
       const path = resolve(options.cwd, entry.script ?? '')
-      const script = JSON.parse(readFileSync(path, 'utf8')) as { turns?: ScriptedTurn[]; turnBy?: 'call' | 'round' } | ScriptedTurn[]
+      const script = JSON.parse(readFileSync(path, 'utf8')) as
+        { turns?: ScriptedTurn[]; turnBy?: 'call' | 'round' } | ScriptedTurn[]
       const turns = Array.isArray(script) ? script : (script.turns ?? [])
       const turnBy = Array.isArray(script) ? undefined : script.turnBy
-      return new ScriptedModel({ id: entry.id, turns, contextWindow: entry.contextWindow, supportsTools: entry.supportsTools, whenExhausted: 'loop', ...(turnBy && { turnBy }) })
+      return new ScriptedModel({
+        id: entry.id,
+        turns,
+        contextWindow: entry.contextWindow,
+        supportsTools: entry.supportsTools,
+        whenExhausted: 'loop',
+        ...(turnBy && { turnBy }),
+      })
     }
     const factory = options.providers[entry.provider]
     if (!factory) throw new Error(`model ${entry.id}: provider ${entry.provider} is not available`)

@@ -77,7 +77,11 @@ export class ModelError extends Error {
   /** From a `Retry-After` header. */
   readonly retryAfterMs?: number
 
-  constructor(code: ModelErrorCode, message: string, options: { upstreamStatus?: number; isRetryable?: boolean; retryAfterMs?: number; cause?: unknown } = {}) {
+  constructor(
+    code: ModelErrorCode,
+    message: string,
+    options: { upstreamStatus?: number; isRetryable?: boolean; retryAfterMs?: number; cause?: unknown } = {},
+  ) {
     super(message, { cause: options.cause })
     this.name = 'ModelError'
     this.code = code

@@ -29,7 +29,8 @@ const answer: StreamPart[] = [
   { type: 'text-delta', text: 'ok' },
   { type: 'finish', reason: 'stop' },
 ]
-const overloaded = (retryAfterMs?: number): ModelError => new ModelError('upstream_error', 'HTTP 503', { upstreamStatus: 503, isRetryable: true, retryAfterMs })
+const overloaded = (retryAfterMs?: number): ModelError =>
+  new ModelError('upstream_error', 'HTTP 503', { upstreamStatus: 503, isRetryable: true, retryAfterMs })
 
 async function collect(stream: AsyncIterable<StreamPart>): Promise<StreamPart[]> {
   const parts: StreamPart[] = []
@@ -44,10 +45,17 @@ function recordingSleep(): { sleep: (ms: number) => Promise<void>; waits: number
 
 describe('streamWithRetries', () => {
   it('retries retryable errors thrown before anything was yielded, with exponential full-jitter backoff', async () => {
-    const model = new FlakyModel([{ error: overloaded() }, { error: overloaded() }, { error: overloaded() }, { parts: answer }])
+    const model = new FlakyModel([
+      { error: overloaded() },
+      { error: overloaded() },
+      { error: overloaded() },
+      { parts: answer },
+    ])
     const { sleep, waits } = recordingSleep()
     const retries: number[] = []
-    const parts = await collect(streamWithRetries(model, request, { sleep, random: () => 0.5, onRetry: ({ attempt }) => retries.push(attempt) }))
+    const parts = await collect(
+      streamWithRetries(model, request, { sleep, random: () => 0.5, onRetry: ({ attempt }) => retries.push(attempt) }),
+    )
     expect(parts).toEqual(answer)
     expect(model.calls).toBe(4)
     // random 0.5 × min(8000, 250 × 2^n)
@@ -58,10 +66,17 @@ describe('streamWithRetries', () => {
   it('caps the backoff at maxDelayMs and jitters over the whole range', async () => {
     const model = new FlakyModel([{ error: overloaded() }, { error: overloaded() }, { parts: answer }])
     const { sleep, waits } = recordingSleep()
-    await collect(streamWithRetries(model, request, { sleep, random: () => 0.999, baseDelayMs: 1000, maxDelayMs: 1500 }))
+    await collect(
+      streamWithRetries(model, request, { sleep, random: () => 0.999, baseDelayMs: 1000, maxDelayMs: 1500 }),
+    )
     expect(waits).toEqual([999, 1498])
     const low = recordingSleep()
-    await collect(streamWithRetries(new FlakyModel([{ error: overloaded() }, { parts: answer }]), request, { sleep: low.sleep, random: () => 0 }))
+    await collect(
+      streamWithRetries(new FlakyModel([{ error: overloaded() }, { parts: answer }]), request, {
+        sleep: low.sleep,
+        random: () => 0,
+      }),
+    )
     expect(low.waits).toEqual([0])
   })
 
@@ -112,7 +127,9 @@ describe('streamWithRetries', () => {
     const model = new FlakyModel([{ error: overloaded(60_000) }, { parts: answer }])
     const started = Date.now()
     setTimeout(() => controller.abort(), 30)
-    await expect(collect(streamWithRetries(model, { ...request, signal: controller.signal }))).rejects.toMatchObject({ code: 'cancelled' })
+    await expect(collect(streamWithRetries(model, { ...request, signal: controller.signal }))).rejects.toMatchObject({
+      code: 'cancelled',
+    })
     expect(Date.now() - started).toBeLessThan(5_000)
     expect(model.calls).toBe(1)
   })
@@ -120,7 +137,9 @@ describe('streamWithRetries', () => {
   it('does not retry when the signal is already aborted', async () => {
     const model = new FlakyModel([{ error: overloaded() }, { parts: answer }])
     const { sleep } = recordingSleep()
-    await expect(collect(streamWithRetries(model, { ...request, signal: AbortSignal.abort() }, { sleep }))).rejects.toMatchObject({ code: 'upstream_error' })
+    await expect(
+      collect(streamWithRetries(model, { ...request, signal: AbortSignal.abort() }, { sleep })),
+    ).rejects.toMatchObject({ code: 'upstream_error' })
     expect(model.calls).toBe(1)
   })
 

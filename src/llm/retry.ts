@@ -25,7 +25,11 @@ export interface RetryOptions {
  * @example
  * for await (const part of streamWithRetries(model, { messages, tools, signal })) handle(part)
  */
-export async function* streamWithRetries(model: LanguageModel, request: ModelRequest, options: RetryOptions = {}): AsyncGenerator<StreamPart> {
+export async function* streamWithRetries(
+  model: LanguageModel,
+  request: ModelRequest,
+  options: RetryOptions = {},
+): AsyncGenerator<StreamPart> {
   const maxRetries = options.maxRetries ?? 3
   const baseDelayMs = options.baseDelayMs ?? 250
   const maxDelayMs = options.maxDelayMs ?? 8000
@@ -40,7 +44,12 @@ export async function* streamWithRetries(model: LanguageModel, request: ModelReq
       }
       return
     } catch (error) {
-      const canRetry = error instanceof ModelError && error.isRetryable && !hasYielded && attempt < maxRetries && !request.signal?.aborted
+      const canRetry =
+        error instanceof ModelError &&
+        error.isRetryable &&
+        !hasYielded &&
+        attempt < maxRetries &&
+        !request.signal?.aborted
       if (!canRetry) throw error
       const delayMs =
         error.retryAfterMs !== undefined
@@ -48,7 +57,8 @@ export async function* streamWithRetries(model: LanguageModel, request: ModelReq
           : Math.floor(random() * Math.min(maxDelayMs, baseDelayMs * 2 ** attempt))
       options.onRetry?.({ attempt: attempt + 1, delayMs, error })
       await sleep(delayMs, request.signal)
-      if (request.signal?.aborted) throw new ModelError('cancelled', 'The model request was cancelled while waiting to retry', { cause: error })
+      if (request.signal?.aborted)
+        throw new ModelError('cancelled', 'The model request was cancelled while waiting to retry', { cause: error })
     }
   }
 }

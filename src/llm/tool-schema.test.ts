@@ -26,7 +26,10 @@ describe('projectToolSchema: what stays', () => {
 
   it('adds type object and properties to a root that lacks them', () => {
     expect(projectToolSchema({}).parameters).toEqual({ type: 'object', properties: {} })
-    expect(projectToolSchema({ type: ['object', 'null'], properties: { a: { type: 'string' } } }).parameters).toEqual({ type: 'object', properties: { a: { type: 'string' } } })
+    expect(projectToolSchema({ type: ['object', 'null'], properties: { a: { type: 'string' } } }).parameters).toEqual({
+      type: 'object',
+      properties: { a: { type: 'string' } },
+    })
   })
 })
 
@@ -50,7 +53,14 @@ describe('projectToolSchema: what is dropped', () => {
       properties: {
         kind: { type: 'string', enum: ['person', 'company'] },
         labels: { type: 'object', patternProperties: { '^x-': { type: 'string' } } },
-        items: { type: 'array', items: { type: 'object', properties: { sku: { type: 'string', not: { const: '' } } }, unevaluatedProperties: false } },
+        items: {
+          type: 'array',
+          items: {
+            type: 'object',
+            properties: { sku: { type: 'string', not: { const: '' } } },
+            unevaluatedProperties: false,
+          },
+        },
       },
       if: { properties: { kind: { const: 'company' } } },
       then: { required: ['vat'] },
@@ -77,7 +87,10 @@ describe('projectToolSchema: what is dropped', () => {
   it('restates tuple items, examples and properties that must not be given', () => {
     const { parameters, descriptionSuffix } = projectToolSchema({
       type: 'object',
-      properties: { point: { type: 'array', items: [{ type: 'number' }, { type: 'number' }], examples: [[1, 2]] }, legacy: false },
+      properties: {
+        point: { type: 'array', items: [{ type: 'number' }, { type: 'number' }], examples: [[1, 2]] },
+        legacy: false,
+      },
     })
     expect(parameters).toEqual({ type: 'object', properties: { point: { type: 'array' } } })
     expect(descriptionSuffix).toContain('- `point`: items [{"type":"number"},{"type":"number"}]')
@@ -86,7 +99,10 @@ describe('projectToolSchema: what is dropped', () => {
   })
 
   it('bounds a long restatement', () => {
-    const { descriptionSuffix } = projectToolSchema({ type: 'object', patternProperties: { '^a': { enum: Array.from({ length: 500 }, (_, index) => `value-${index}`) } } })
+    const { descriptionSuffix } = projectToolSchema({
+      type: 'object',
+      patternProperties: { '^a': { enum: Array.from({ length: 500 }, (_, index) => `value-${index}`) } },
+    })
     expect(descriptionSuffix.length).toBeLessThan(600)
     expect(descriptionSuffix.endsWith('…')).toBe(true)
   })
@@ -96,7 +112,13 @@ describe('projectToolSchema: references', () => {
   it('inlines local $refs ($defs, definitions, JSON pointers) and drops the definitions', () => {
     const { parameters, descriptionSuffix } = projectToolSchema({
       type: 'object',
-      $defs: { address: { type: 'object', properties: { city: { type: 'string' }, zip: { $ref: '#/definitions/zip' } }, required: ['city'] } },
+      $defs: {
+        address: {
+          type: 'object',
+          properties: { city: { type: 'string' }, zip: { $ref: '#/definitions/zip' } },
+          required: ['city'],
+        },
+      },
       definitions: { zip: { type: 'string', pattern: '^[0-9]{5}$' } },
       properties: {
         home: { $ref: '#/$defs/address', description: 'Where you live' },
@@ -104,16 +126,32 @@ describe('projectToolSchema: references', () => {
         copy: { $ref: '#/properties/home/description' },
       },
     })
-    const address = { type: 'object', properties: { city: { type: 'string' }, zip: { type: 'string', pattern: '^[0-9]{5}$' } }, required: ['city'] }
-    expect(parameters).toEqual({ type: 'object', properties: { home: { ...address, description: 'Where you live' }, work: address, copy: {} } })
+    const address = {
+      type: 'object',
+      properties: { city: { type: 'string' }, zip: { type: 'string', pattern: '^[0-9]{5}$' } },
+      required: ['city'],
+    }
+    expect(parameters).toEqual({
+      type: 'object',
+      properties: { home: { ...address, description: 'Where you live' }, work: address, copy: {} },
+    })
     expect(descriptionSuffix).toBe('')
   })
 
   it('stops at recursive references and unresolvable ones, restating both', () => {
     const { parameters, descriptionSuffix } = projectToolSchema({
       type: 'object',
-      $defs: { node: { type: 'object', properties: { name: { type: 'string' }, children: { type: 'array', items: { $ref: '#/$defs/node' } } } } },
-      properties: { tree: { $ref: '#/$defs/node' }, self: { $ref: '#' }, remote: { $ref: 'https://example.invalid/schema.json', description: 'Remote' } },
+      $defs: {
+        node: {
+          type: 'object',
+          properties: { name: { type: 'string' }, children: { type: 'array', items: { $ref: '#/$defs/node' } } },
+        },
+      },
+      properties: {
+        tree: { $ref: '#/$defs/node' },
+        self: { $ref: '#' },
+        remote: { $ref: 'https://example.invalid/schema.json', description: 'Remote' },
+      },
     })
     expect(parameters).toEqual({
       type: 'object',
@@ -129,7 +167,10 @@ describe('projectToolSchema: references', () => {
   })
 
   it('inlines a $ref at the root', () => {
-    const { parameters } = projectToolSchema({ $ref: '#/$defs/params', $defs: { params: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } } })
+    const { parameters } = projectToolSchema({
+      $ref: '#/$defs/params',
+      $defs: { params: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } },
+    })
     expect(parameters).toEqual({ type: 'object', properties: { q: { type: 'string' } }, required: ['q'] })
   })
 })
@@ -143,17 +184,33 @@ describe('projectToolSchema: the root must be a plain object', () => {
       allOf: [{ properties: { page: { type: 'integer' } }, required: ['page'] }, { $ref: '#/$defs/paging' }],
       $defs: { paging: { type: 'object', properties: { size: { type: 'integer', maximum: 100 } } } },
     })
-    expect(parameters).toEqual({ type: 'object', properties: { id: { type: 'string' }, page: { type: 'integer' }, size: { type: 'integer', maximum: 100 } }, required: ['id', 'page'] })
+    expect(parameters).toEqual({
+      type: 'object',
+      properties: { id: { type: 'string' }, page: { type: 'integer' }, size: { type: 'integer', maximum: 100 } },
+      required: ['id', 'page'],
+    })
     expect(descriptionSuffix).toBe('')
   })
 
   it('turns a root oneOf into the union of its properties (required only where every branch requires) and restates it', () => {
     const branches = [
-      { type: 'object', properties: { kind: { const: 'email' }, address: { type: 'string' } }, required: ['kind', 'address'] },
-      { type: 'object', properties: { kind: { const: 'sms' }, phone: { type: 'string' } }, required: ['kind', 'phone'] },
+      {
+        type: 'object',
+        properties: { kind: { const: 'email' }, address: { type: 'string' } },
+        required: ['kind', 'address'],
+      },
+      {
+        type: 'object',
+        properties: { kind: { const: 'sms' }, phone: { type: 'string' } },
+        required: ['kind', 'phone'],
+      },
     ]
     const { parameters, descriptionSuffix } = projectToolSchema({ oneOf: branches })
-    expect(parameters).toEqual({ type: 'object', properties: { kind: { const: 'email' }, address: { type: 'string' }, phone: { type: 'string' } }, required: ['kind'] })
+    expect(parameters).toEqual({
+      type: 'object',
+      properties: { kind: { const: 'email' }, address: { type: 'string' }, phone: { type: 'string' } },
+      required: ['kind'],
+    })
     expect(descriptionSuffix).toContain(`- arguments: must match exactly one of ${JSON.stringify(branches)}`)
     expect(parameters).not.toHaveProperty('oneOf')
   })
@@ -167,17 +224,35 @@ describe('projectToolSchema: the root must be a plain object', () => {
   it('keeps nested combinators, projecting each branch', () => {
     const { parameters, descriptionSuffix } = projectToolSchema({
       type: 'object',
-      properties: { target: { oneOf: [{ type: 'string', $comment: 'id' }, { type: 'object', properties: { url: { type: 'string' } }, propertyNames: { maxLength: 3 } }] } },
+      properties: {
+        target: {
+          oneOf: [
+            { type: 'string', $comment: 'id' },
+            { type: 'object', properties: { url: { type: 'string' } }, propertyNames: { maxLength: 3 } },
+          ],
+        },
+      },
     })
-    expect(parameters).toEqual({ type: 'object', properties: { target: { oneOf: [{ type: 'string' }, { type: 'object', properties: { url: { type: 'string' } } }] } } })
+    expect(parameters).toEqual({
+      type: 'object',
+      properties: {
+        target: { oneOf: [{ type: 'string' }, { type: 'object', properties: { url: { type: 'string' } } }] },
+      },
+    })
     expect(descriptionSuffix).toContain('- `target.oneOf[1]`: propertyNames {"maxLength":3}')
   })
 
   it('never mutates its input', () => {
-    const schema = { type: 'object', properties: { a: { $ref: '#/$defs/a' } }, $defs: { a: { type: 'string', enum: ['x'] } }, if: {}, then: {} }
+    const schema = {
+      type: 'object',
+      properties: { a: { $ref: '#/$defs/a' } },
+      $defs: { a: { type: 'string', enum: ['x'] } },
+      if: {},
+      then: {},
+    }
     const before = structuredClone(schema)
     const { parameters } = projectToolSchema(schema)
-    ;((parameters.properties as { a: { enum: string[] } }).a.enum).push('y')
+    ;(parameters.properties as { a: { enum: string[] } }).a.enum.push('y')
     expect(schema).toEqual(before)
   })
 })

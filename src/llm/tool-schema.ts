@@ -15,15 +15,43 @@ type SchemaObject = { [keyword: string]: unknown }
 
 /** Keywords every provider accepts, copied as they are. */
 const plainKeywords = new Set([
-  'type', 'enum', 'const', 'description', 'title', 'default', 'format', 'nullable',
-  'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'multipleOf',
-  'minLength', 'maxLength', 'pattern',
-  'minItems', 'maxItems', 'uniqueItems',
-  'required', 'minProperties', 'maxProperties',
+  'type',
+  'enum',
+  'const',
+  'description',
+  'title',
+  'default',
+  'format',
+  'nullable',
+  'minimum',
+  'maximum',
+  'exclusiveMinimum',
+  'exclusiveMaximum',
+  'multipleOf',
+  'minLength',
+  'maxLength',
+  'pattern',
+  'minItems',
+  'maxItems',
+  'uniqueItems',
+  'required',
+  'minProperties',
+  'maxProperties',
 ])
 
 /** Keywords with meaning only to tooling, dropped without a word (`x-*` extensions too). */
-const silentKeywords = new Set(['$schema', '$id', '$comment', '$anchor', '$dynamicAnchor', '$vocabulary', 'readOnly', 'writeOnly', '$defs', 'definitions'])
+const silentKeywords = new Set([
+  '$schema',
+  '$id',
+  '$comment',
+  '$anchor',
+  '$dynamicAnchor',
+  '$vocabulary',
+  'readOnly',
+  'writeOnly',
+  '$defs',
+  'definitions',
+])
 
 /** Longest JSON restated for one dropped keyword. */
 const maxRestatedLength = 400
@@ -67,7 +95,10 @@ export function projectToolSchema(schema: ToolParameters): ProjectedToolSchema {
     parameters.type = 'object'
     if (!isRecord(parameters.properties)) parameters.properties = {}
   }
-  const descriptionSuffix = projection.restated.length > 0 ? ['Argument constraints not expressed in the parameter schema (JSON Schema):', ...projection.restated].join('\n') : ''
+  const descriptionSuffix =
+    projection.restated.length > 0
+      ? ['Argument constraints not expressed in the parameter schema (JSON Schema):', ...projection.restated].join('\n')
+      : ''
   return { parameters, descriptionSuffix }
 }
 
@@ -118,9 +149,12 @@ function projectNode(node: unknown, path: string, projection: Projection, depth:
     } else if (keyword === 'items' && !Array.isArray(value)) {
       result.items = projectNode(value, `${path}[]`, projection, depth + 1)
     } else if (keyword === 'additionalProperties') {
-      result.additionalProperties = typeof value === 'boolean' ? value : projectNode(value, `${path}.*`, projection, depth + 1)
+      result.additionalProperties =
+        typeof value === 'boolean' ? value : projectNode(value, `${path}.*`, projection, depth + 1)
     } else if ((keyword === 'anyOf' || keyword === 'oneOf' || keyword === 'allOf') && Array.isArray(value)) {
-      result[keyword] = value.map((branch, index) => projectNode(branch, `${path}.${keyword}[${index}]`, projection, depth + 1))
+      result[keyword] = value.map((branch, index) =>
+        projectNode(branch, `${path}.${keyword}[${index}]`, projection, depth + 1),
+      )
     } else if (keyword === 'if') {
       const parts = [`if ${json(value)}`]
       if (node.then !== undefined) parts.push(`then ${json(node.then)}`)
@@ -143,7 +177,8 @@ function flattenRootCombinators(root: SchemaObject, projection: Projection): Sch
   const required = new Set(stringsOf(root.required))
   const addProperties = (branch: SchemaObject): void => {
     if (!isRecord(branch.properties)) return
-    for (const [name, property] of Object.entries(branch.properties)) if (!(name in properties)) properties[name] = property
+    for (const [name, property] of Object.entries(branch.properties))
+      if (!(name in properties)) properties[name] = property
   }
 
   if (Array.isArray(root.allOf)) {
@@ -182,7 +217,9 @@ function inlineRef(node: unknown, projection: Projection): SchemaObject {
 }
 
 function mergeRef(target: unknown, siblings: SchemaObject): SchemaObject {
-  return isRecord(target) ? { ...withoutKeys(target, ['$defs', 'definitions', '$id', '$schema']), ...siblings } : siblings
+  return isRecord(target)
+    ? { ...withoutKeys(target, ['$defs', 'definitions', '$id', '$schema']), ...siblings }
+    : siblings
 }
 
 /** The schema a local reference (`#` or `#/a/b` JSON pointer) names; undefined for anything else. */

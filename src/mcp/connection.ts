@@ -34,7 +34,11 @@ const waitingRecheckMs = 30_000
 
 // The SDK's own list schema refuses the whole list for one malformed tool; Plinth checks each tool.
 const LooseToolList = z.looseObject({ tools: z.array(z.unknown()), nextCursor: z.string().optional() })
-const LooseCallResult = z.looseObject({ content: z.array(z.unknown()).optional(), structuredContent: z.unknown().optional(), isError: z.boolean().optional() })
+const LooseCallResult = z.looseObject({
+  content: z.array(z.unknown()).optional(),
+  structuredContent: z.unknown().optional(),
+  isError: z.boolean().optional(),
+})
 
 /** Raised when the server cannot be reached or stopped during a call. */
 export class McpUnavailableError extends Error {}
@@ -81,7 +85,15 @@ export class McpConnection {
 
   constructor(
     config: McpServerConfig,
-    deps: { log: PluginLogger; clientVersion: string; onTools: () => void; authProvider?: () => Promise<OAuthClientProvider | null>; lists?: boolean; transport?: () => Transport; restarts?: boolean },
+    deps: {
+      log: PluginLogger
+      clientVersion: string
+      onTools: () => void
+      authProvider?: () => Promise<OAuthClientProvider | null>
+      lists?: boolean
+      transport?: () => Transport
+      restarts?: boolean
+    },
   ) {
     this.config = config
     this.#log = deps.log
@@ -112,15 +124,25 @@ export class McpConnection {
   }
 
   /** Calls a tool; reconnects first when the server is down. */
-  async call(tool: string, args: { [key: string]: unknown }, signal: AbortSignal, timeoutMs: number): Promise<WireToolResult> {
+  async call(
+    tool: string,
+    args: { [key: string]: unknown },
+    signal: AbortSignal,
+    timeoutMs: number,
+  ): Promise<WireToolResult> {
     const client = await this.#connected()
     try {
       // The bus aborts `signal` at the command's deadline; the SDK then sends notifications/cancelled.
-      return await client.request({ method: 'tools/call', params: { name: tool, arguments: args } }, LooseCallResult, { signal, timeout: timeoutMs + 5_000 })
+      return await client.request({ method: 'tools/call', params: { name: tool, arguments: args } }, LooseCallResult, {
+        signal,
+        timeout: timeoutMs + 5_000,
+      })
     } catch (error) {
       if (signal.aborted) throw error
-      if (error instanceof UnauthorizedError || (error as { code?: unknown }).code === 401) throw new McpAuthorizationError(`MCP server ${this.config.name} refused the credentials`)
-      if (client !== this.#client || (error as { code?: unknown }).code === -32000) throw new McpUnavailableError(`MCP server ${this.config.name} stopped during the call`)
+      if (error instanceof UnauthorizedError || (error as { code?: unknown }).code === 401)
+        throw new McpAuthorizationError(`MCP server ${this.config.name} refused the credentials`)
+      if (client !== this.#client || (error as { code?: unknown }).code === -32000)
+        throw new McpUnavailableError(`MCP server ${this.config.name} stopped during the call`)
       throw error
     }
   }
@@ -163,7 +185,9 @@ export class McpConnection {
     }
     if (!this.#client || this.state !== 'ready') {
       if (this.#unauthorized) throw new McpAuthorizationError(`MCP server ${this.config.name} refused the credentials`)
-      throw new McpUnavailableError(`MCP server ${this.config.name} is not available: ${this.problem ?? 'not connected'}`)
+      throw new McpUnavailableError(
+        `MCP server ${this.config.name} is not available: ${this.problem ?? 'not connected'}`,
+      )
     }
     return this.#client
   }
@@ -214,7 +238,9 @@ export class McpConnection {
       client.onerror = (error) => this.#log.debug('MCP transport error', { server: this.config.name, err: error })
       client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
         if (client !== this.#client) return
-        const listing = this.#refresh(client).catch((error: Error) => this.#log.warn('MCP tools could not be listed again', { server: this.config.name, err: error }))
+        const listing = this.#refresh(client).catch((error: Error) =>
+          this.#log.warn('MCP tools could not be listed again', { server: this.config.name, err: error }),
+        )
         this.#relistings.add(listing)
         void listing.finally(() => this.#relistings.delete(listing))
       })
@@ -235,7 +261,12 @@ export class McpConnection {
       this.state = 'ready'
       this.problem = null
       this.#connectedAt = Date.now()
-      this.#log.info('MCP server connected', { server: this.config.name, serverName: this.serverInfo.name, serverVersion: this.serverInfo.version, tools: this.tools.length })
+      this.#log.info('MCP server connected', {
+        server: this.config.name,
+        serverName: this.serverInfo.name,
+        serverVersion: this.serverInfo.version,
+        tools: this.tools.length,
+      })
     } catch (error) {
       if (this.#client === client) this.#client = null
       await client.close().catch(() => undefined)
@@ -276,7 +307,10 @@ export class McpConnection {
         if (value === undefined) throw new Error(`headersEnv.${header}: ${variable} is not set`)
         headers[header] = value
       }
-      return new StreamableHTTPClientTransport(new URL(config.url ?? ''), { requestInit: { headers }, ...(authProvider && { authProvider }) })
+      return new StreamableHTTPClientTransport(new URL(config.url ?? ''), {
+        requestInit: { headers },
+        ...(authProvider && { authProvider }),
+      })
     }
     const env: { [name: string]: string } = { ...getDefaultEnvironment(), ...config.env }
     for (const [name, variable] of Object.entries(config.envFrom ?? {})) {
@@ -284,9 +318,17 @@ export class McpConnection {
       if (value === undefined) throw new Error(`envFrom.${name}: ${variable} is not set`)
       env[name] = value
     }
-    const transport = new StdioClientTransport({ command: config.command ?? '', args: config.args ?? [], env, ...(config.cwd && { cwd: config.cwd }), stderr: 'pipe' })
+    const transport = new StdioClientTransport({
+      command: config.command ?? '',
+      args: config.args ?? [],
+      env,
+      ...(config.cwd && { cwd: config.cwd }),
+      stderr: 'pipe',
+    })
     // The server's own diagnostics, a line at a time, at debug level (a chatty server cannot flood the log).
-    transport.stderr?.on('data', (chunk: Buffer) => this.#log.debug('MCP server stderr', { server: this.config.name, text: chunk.toString('utf8').slice(0, 2000) }))
+    transport.stderr?.on('data', (chunk: Buffer) =>
+      this.#log.debug('MCP server stderr', { server: this.config.name, text: chunk.toString('utf8').slice(0, 2000) }),
+    )
     return transport
   }
 
@@ -297,12 +339,23 @@ export class McpConnection {
     const invalid: string[] = []
     let cursor: string | undefined
     for (let page = 0; page < maxListPages; page++) {
-      const answer = await client.request({ method: 'tools/list', params: cursor ? { cursor } : {} }, LooseToolList, { timeout })
+      const answer = await client.request({ method: 'tools/list', params: cursor ? { cursor } : {} }, LooseToolList, {
+        timeout,
+      })
       for (const raw of answer.tools) {
         const tool = remoteTool(raw)
         if (tool) tools.push(tool)
-        else invalid.push(typeof (raw as { name?: unknown })?.name === 'string' ? (raw as { name: string }).name : JSON.stringify(raw).slice(0, 60))
-        if (!tool) this.#log.warn('MCP tool ignored: not a tool (a name and an inputSchema object are required)', { server: this.config.name, tool: JSON.stringify(raw).slice(0, 200) })
+        else
+          invalid.push(
+            typeof (raw as { name?: unknown })?.name === 'string'
+              ? (raw as { name: string }).name
+              : JSON.stringify(raw).slice(0, 60),
+          )
+        if (!tool)
+          this.#log.warn('MCP tool ignored: not a tool (a name and an inputSchema object are required)', {
+            server: this.config.name,
+            tool: JSON.stringify(raw).slice(0, 200),
+          })
       }
       cursor = answer.nextCursor
       if (!cursor) break
@@ -319,7 +372,9 @@ export class McpConnection {
     this.#client = null
     if (Date.now() - this.#connectedAt >= stableMs) this.#failures = 0
     this.problem = 'the server stopped'
-    this.#log.warn(this.#restarts ? 'MCP server stopped; restarting it' : 'MCP server stopped', { server: this.config.name })
+    this.#log.warn(this.#restarts ? 'MCP server stopped; restarting it' : 'MCP server stopped', {
+      server: this.config.name,
+    })
     this.#down()
   }
 
@@ -348,7 +403,8 @@ function remoteTool(raw: unknown): RemoteTool | null {
   if (typeof tool.name !== 'string' || !tool.name) return null
   if (!tool.inputSchema || typeof tool.inputSchema !== 'object' || Array.isArray(tool.inputSchema)) return null
   const text = (value: unknown) => (typeof value === 'string' ? value : undefined)
-  const object = (value: unknown) => (value && typeof value === 'object' && !Array.isArray(value) ? (value as { [key: string]: unknown }) : undefined)
+  const object = (value: unknown) =>
+    value && typeof value === 'object' && !Array.isArray(value) ? (value as { [key: string]: unknown }) : undefined
   const annotations = object(tool.annotations)
   return {
     name: tool.name,
@@ -371,7 +427,8 @@ export function withoutMetaSchema(schema: { [key: string]: unknown }): { [key: s
 
 function describe(error: unknown, timeout: number): string {
   const message = (error as Error)?.message ?? String(error)
-  if ((error as { code?: unknown }).code === -32001 || /timed out/i.test(message)) return `it did not answer initialize within ${timeout} ms`
+  if ((error as { code?: unknown }).code === -32001 || /timed out/i.test(message))
+    return `it did not answer initialize within ${timeout} ms`
   if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 'its command was not found'
   if (/Connection closed/i.test(message)) return 'it exited before answering initialize'
   return message.slice(0, 300)

@@ -1,8 +1,28 @@
 import { auth } from '@modelcontextprotocol/sdk/client/auth.js'
-import { CommandError, type CommandContext, type CommandSpec, type JsonValue, type PluginLogger, type Risk } from '../extension/index.js'
+import {
+  CommandError,
+  type CommandContext,
+  type CommandSpec,
+  type JsonValue,
+  type PluginLogger,
+  type Risk,
+} from '../extension/index.js'
 import type { CommandCatalog, MountedCommand } from '../cmdbus/index.js'
-import { anyConnectedMcpConnection, deleteMcpConnection, findMcpConnectionByState, getMcpConnection, listMcpConnections, type Store } from '../store/index.js'
-import { McpAuthorizationError, McpConnection, McpUnavailableError, withoutMetaSchema, type RemoteTool } from './connection.js'
+import {
+  anyConnectedMcpConnection,
+  deleteMcpConnection,
+  findMcpConnectionByState,
+  getMcpConnection,
+  listMcpConnections,
+  type Store,
+} from '../store/index.js'
+import {
+  McpAuthorizationError,
+  McpConnection,
+  McpUnavailableError,
+  withoutMetaSchema,
+  type RemoteTool,
+} from './connection.js'
 import { pendingTtlMs, sealContext, StoredOAuthProvider } from './oauth-provider.js'
 import { SecretBox } from './secret-box.js'
 import { riskFromAnnotations, toolSegment } from './names.js'
@@ -64,7 +84,11 @@ export class McpHub {
     this.#store = deps.store
     this.#clientVersion = deps.clientVersion
     this.#box = deps.secretKey ? new SecretBox(deps.secretKey) : null
-    this.#sandboxed = new SandboxedServers({ host: deps.sandbox ?? null, log: deps.log, clientVersion: deps.clientVersion })
+    this.#sandboxed = new SandboxedServers({
+      host: deps.sandbox ?? null,
+      log: deps.log,
+      clientVersion: deps.clientVersion,
+    })
     this.#connections = deps.servers.map((config) => {
       const connection: McpConnection = new McpConnection(config, {
         log: deps.log(`mcp:${config.name}`),
@@ -84,7 +108,9 @@ export class McpHub {
   /** Starts every server not yet started; resolves when each has had its first attempt. */
   async ready(): Promise<void> {
     // A sandboxed server starts once the sandbox can be used (the backend may be switched to it later).
-    const startable = this.#connections.filter((connection) => !connection.config.sandbox || this.#sandboxed.unavailable() === null)
+    const startable = this.#connections.filter(
+      (connection) => !connection.config.sandbox || this.#sandboxed.unavailable() === null,
+    )
     await Promise.all(startable.map((connection) => connection.firstAttempt()))
   }
 
@@ -94,17 +120,32 @@ export class McpHub {
     for (const connection of this.#connections) {
       const { name } = connection.config
       const sandboxProblem = connection.config.sandbox ? this.#sandboxed.unavailable() : null
-      if (sandboxProblem) warnings.push(`MCP server ${name} runs only in the sandbox (sandbox: true), and ${sandboxProblem}: it is not started outside it and its tools are not offered`)
-      else if (connection.config.auth?.type === 'oauth' && !this.#box) warnings.push(`MCP server ${name} uses OAuth: set PLINTH_SECRET_KEY so users can connect their accounts`)
+      if (sandboxProblem)
+        warnings.push(
+          `MCP server ${name} runs only in the sandbox (sandbox: true), and ${sandboxProblem}: it is not started outside it and its tools are not offered`,
+        )
+      else if (connection.config.auth?.type === 'oauth' && !this.#box)
+        warnings.push(`MCP server ${name} uses OAuth: set PLINTH_SECRET_KEY so users can connect their accounts`)
       // While a retry is under way the last problem still stands.
-      else if ((connection.state === 'down' || connection.state === 'starting') && connection.problem) warnings.push(`MCP server ${name} is not available (${connection.problem ?? 'unknown'}); its tools are not offered`)
+      else if ((connection.state === 'down' || connection.state === 'starting') && connection.problem)
+        warnings.push(
+          `MCP server ${name} is not available (${connection.problem ?? 'unknown'}); its tools are not offered`,
+        )
       for (const refusal of this.#refusals.get(name) ?? []) warnings.push(`MCP server ${name}: ${refusal}`)
     }
     return warnings
   }
 
   /** Each server's state, for the admin view. */
-  status(): Array<{ name: string; transport: string; state: string; problem: string | null; serverName: string; serverVersion: string; tools: number }> {
+  status(): Array<{
+    name: string
+    transport: string
+    state: string
+    problem: string | null
+    serverName: string
+    serverVersion: string
+    tools: number
+  }> {
     return this.#connections.map((connection) => ({
       name: connection.config.name,
       transport: connection.config.transport,
@@ -127,13 +168,21 @@ export class McpHub {
     const records = this.#store ? await listMcpConnections(this.#store.db, userId) : []
     return this.#oauthConfigs().map((config) => {
       const record = records.find((candidate) => candidate.server === config.name)
-      return { server: config.name, connected: Boolean(record && this.#usable(record)), pending: Boolean(record?.state) }
+      return {
+        server: config.name,
+        connected: Boolean(record && this.#usable(record)),
+        pending: Boolean(record?.state),
+      }
     })
   }
 
   /** Connected, and sealed under the current PLINTH_SECRET_KEY (after a key change, users connect again). */
   #usable(record: { userId: string; server: string; connected: boolean; sealed: string }): boolean {
-    return record.connected && this.#box !== null && this.#box.open(record.sealed, sealContext(record.userId, record.server)) !== null
+    return (
+      record.connected &&
+      this.#box !== null &&
+      this.#box.open(record.sealed, sealContext(record.userId, record.server)) !== null
+    )
   }
 
   /**
@@ -143,16 +192,33 @@ export class McpHub {
   async connect(userId: string, server: string, redirectUrl: string): Promise<{ authorizationUrl: string }> {
     const { config, store, box } = this.#oauth(server)
     const record = await getMcpConnection(store.db, userId, server)
-    const provider = (record && StoredOAuthProvider.open({ store, box, record, ...(config.auth?.scopes && { scopes: config.auth.scopes }) })) || new StoredOAuthProvider({ store, box, userId, server, secrets: {}, ...(config.auth?.scopes && { scopes: config.auth.scopes }) })
+    const provider =
+      (record &&
+        StoredOAuthProvider.open({ store, box, record, ...(config.auth?.scopes && { scopes: config.auth.scopes }) })) ||
+      new StoredOAuthProvider({
+        store,
+        box,
+        userId,
+        server,
+        secrets: {},
+        ...(config.auth?.scopes && { scopes: config.auth.scopes }),
+      })
     await provider.begin(redirectUrl)
     // Starting over forgets the tokens: nothing of theirs may go on using the old ones.
     await this.#credentialsChanged(server, userId)
     try {
-      await auth(provider, { serverUrl: config.url ?? '', ...(config.auth?.scopes && { scope: config.auth.scopes.join(' ') }) })
+      await auth(provider, {
+        serverUrl: config.url ?? '',
+        ...(config.auth?.scopes && { scope: config.auth.scopes.join(' ') }),
+      })
     } catch (error) {
-      throw new McpConnectError('upstream', `MCP server ${server}: its authorization server could not be used (${((error as Error)?.message ?? String(error)).slice(0, 300)})`)
+      throw new McpConnectError(
+        'upstream',
+        `MCP server ${server}: its authorization server could not be used (${((error as Error)?.message ?? String(error)).slice(0, 300)})`,
+      )
     }
-    if (!provider.authorizationUrl) throw new McpConnectError('upstream', `MCP server ${server}: its authorization server gave no authorization URL`)
+    if (!provider.authorizationUrl)
+      throw new McpConnectError('upstream', `MCP server ${server}: its authorization server gave no authorization URL`)
     return { authorizationUrl: provider.authorizationUrl.toString() }
   }
 
@@ -161,16 +227,31 @@ export class McpHub {
     const store = this.#store
     const box = this.#box
     const record = store && box && state ? await findMcpConnectionByState(store.db, state) : undefined
-    if (!store || !box || !record) throw new McpConnectError('bad_request', 'this authorization is unknown or already used; start again with POST /api/mcp/connections/:server')
+    if (!store || !box || !record)
+      throw new McpConnectError(
+        'bad_request',
+        'this authorization is unknown or already used; start again with POST /api/mcp/connections/:server',
+      )
     const config = this.#oauthConfigs().find((candidate) => candidate.name === record.server)
     const provider = StoredOAuthProvider.open({ store, box, record })
-    if (!config || !provider) throw new McpConnectError('bad_request', 'this authorization cannot be completed; start again with POST /api/mcp/connections/:server')
-    if (Date.now() - (provider.secrets.startedAt ?? 0) > pendingTtlMs) throw new McpConnectError('bad_request', `this authorization was started more than ${pendingTtlMs / 60_000} minutes ago; start again with POST /api/mcp/connections/${record.server}`)
+    if (!config || !provider)
+      throw new McpConnectError(
+        'bad_request',
+        'this authorization cannot be completed; start again with POST /api/mcp/connections/:server',
+      )
+    if (Date.now() - (provider.secrets.startedAt ?? 0) > pendingTtlMs)
+      throw new McpConnectError(
+        'bad_request',
+        `this authorization was started more than ${pendingTtlMs / 60_000} minutes ago; start again with POST /api/mcp/connections/${record.server}`,
+      )
     try {
       const result = await auth(provider, { serverUrl: config.url ?? '', authorizationCode: code })
       if (result !== 'AUTHORIZED') throw new Error('the code was not accepted')
     } catch (error) {
-      throw new McpConnectError('upstream', `MCP server ${record.server}: the authorization could not be completed (${((error as Error)?.message ?? String(error)).slice(0, 300)})`)
+      throw new McpConnectError(
+        'upstream',
+        `MCP server ${record.server}: the authorization could not be completed (${((error as Error)?.message ?? String(error)).slice(0, 300)})`,
+      )
     }
     await this.#credentialsChanged(record.server, record.userId)
     // The shared connection may have been waiting for a first user.
@@ -195,8 +276,16 @@ export class McpHub {
 
   #oauth(server: string): { config: McpServerConfig; store: Store; box: SecretBox } {
     const config = this.#oauthConfigs().find((candidate) => candidate.name === server)
-    if (!config) throw new McpConnectError('not_found', `no MCP server ${server} that takes per-user connections (GET /api/mcp/connections lists them)`)
-    if (!this.#box || !this.#store) throw new McpConnectError('service_unavailable', 'per-user MCP connections need PLINTH_SECRET_KEY to be set on the server')
+    if (!config)
+      throw new McpConnectError(
+        'not_found',
+        `no MCP server ${server} that takes per-user connections (GET /api/mcp/connections lists them)`,
+      )
+    if (!this.#box || !this.#store)
+      throw new McpConnectError(
+        'service_unavailable',
+        'per-user MCP connections need PLINTH_SECRET_KEY to be set on the server',
+      )
     return { config, store: this.#store, box: this.#box }
   }
 
@@ -212,7 +301,8 @@ export class McpHub {
   /** A user's tokens changed or are gone: drop their connection, and the listing one if it used them. */
   async #credentialsChanged(server: string, userId: string): Promise<void> {
     await this.#forget(server, userId)
-    if (this.#sharedUser.get(server) === userId) this.#connections.find((connection) => connection.config.name === server)?.reconnect()
+    if (this.#sharedUser.get(server) === userId)
+      this.#connections.find((connection) => connection.config.name === server)?.reconnect()
   }
 
   async #forget(server: string, userId: string): Promise<void> {
@@ -224,7 +314,10 @@ export class McpHub {
 
   /** The user's own connection to an OAuth server; `mcp_connection_required` when they have none. */
   async #forUser(config: McpServerConfig, userId: string): Promise<McpConnection> {
-    const required = new CommandError('mcp_connection_required', `MCP server ${config.name} acts with each user's own account, and yours is not connected: connect it with POST /api/mcp/connections/${config.name}, then try again`)
+    const required = new CommandError(
+      'mcp_connection_required',
+      `MCP server ${config.name} acts with each user's own account, and yours is not connected: connect it with POST /api/mcp/connections/${config.name}, then try again`,
+    )
     if (!this.#store || !this.#box) throw required
     const key = `${config.name}\0${userId}`
     let known = this.#userConnections.get(key)
@@ -276,12 +369,15 @@ export class McpHub {
     const commands: MountedCommand[] = []
     for (const [segment, tools] of bySegment) {
       if (tools.length > 1) {
-        refusals.push(`tools ${tools.map((tool) => JSON.stringify(tool.name)).join(' and ')} refused: they all map to ${namespace}.${segment}`)
+        refusals.push(
+          `tools ${tools.map((tool) => JSON.stringify(tool.name)).join(' and ')} refused: they all map to ${namespace}.${segment}`,
+        )
         continue
       }
       commands.push(this.#command(connection, tools[0] as RemoteTool, `${namespace}.${segment}`))
     }
-    for (const name of connection.invalidTools) refusals.push(`tool ${JSON.stringify(name)} refused: it has no name or its inputSchema is not an object`)
+    for (const name of connection.invalidTools)
+      refusals.push(`tool ${JSON.stringify(name)} refused: it has no name or its inputSchema is not an object`)
     const { refused } = this.#catalog.mount(plugin, connection.serverInfo.version, commands, namespace)
     for (const { id, reason } of refused) refusals.push(`${id} refused: ${reason}`)
     this.#refusals.set(config.name, refusals)
@@ -290,7 +386,8 @@ export class McpHub {
 
   #command(connection: McpConnection, tool: RemoteTool, id: string): MountedCommand {
     const { config } = connection
-    const risk: Risk = config.risk?.perTool?.[tool.name] ?? config.risk?.default ?? riskFromAnnotations(tool.annotations)
+    const risk: Risk =
+      config.risk?.perTool?.[tool.name] ?? config.risk?.default ?? riskFromAnnotations(tool.annotations)
     const timeoutMs = config.timeoutMs ?? defaultTimeoutMs
     const title = tool.title ?? tool.annotations?.title ?? tool.name
     const spec: CommandSpec<Params> = {
@@ -309,24 +406,41 @@ export class McpHub {
       try {
         if (config.sandbox) {
           // The process bound to the caller's conversation, never the listing one.
-          answer = await this.#sandboxed.call(config, context, (own) => own.call(tool.name, params, context.signal, timeoutMs))
+          answer = await this.#sandboxed.call(config, context, (own) =>
+            own.call(tool.name, params, context.signal, timeoutMs),
+          )
         } else {
-          const target = config.auth?.type === 'oauth' ? await this.#forUser(config, context.actor.onBehalfOf) : connection
+          const target =
+            config.auth?.type === 'oauth' ? await this.#forUser(config, context.actor.onBehalfOf) : connection
           answer = await target.call(tool.name, params, context.signal, timeoutMs)
         }
       } catch (error) {
         if (context.signal.aborted || error instanceof CommandError) throw error
         if (error instanceof McpAuthorizationError) {
-          if (config.auth?.type !== 'oauth') throw new CommandError('mcp_unavailable', `MCP server ${config.name} refused the credentials Plinth is configured with (headersEnv)`)
+          if (config.auth?.type !== 'oauth')
+            throw new CommandError(
+              'mcp_unavailable',
+              `MCP server ${config.name} refused the credentials Plinth is configured with (headersEnv)`,
+            )
           await this.#forget(config.name, context.actor.onBehalfOf)
-          throw new CommandError('mcp_connection_required', `MCP server ${config.name} refused your account's credentials: connect it again with POST /api/mcp/connections/${config.name}, then try again`)
+          throw new CommandError(
+            'mcp_connection_required',
+            `MCP server ${config.name} refused your account's credentials: connect it again with POST /api/mcp/connections/${config.name}, then try again`,
+          )
         }
         if (error instanceof McpUnavailableError) throw new CommandError('mcp_unavailable', error.message)
-        throw new CommandError('mcp_error', `MCP server ${config.name} answered ${tool.name} with an error: ${((error as Error)?.message ?? String(error)).slice(0, 500)}`)
+        throw new CommandError(
+          'mcp_error',
+          `MCP server ${config.name} answered ${tool.name} with an error: ${((error as Error)?.message ?? String(error)).slice(0, 500)}`,
+        )
       }
       if (answer.isError === true) throw new CommandError('mcp_tool_error', errorText(answer))
       const problem = connection.outputProblem(tool.name, answer.structuredContent)
-      if (problem) throw new CommandError('mcp_invalid_result', `MCP tool ${tool.name} of ${config.name} returned structured content that breaks its own output schema: ${problem}`)
+      if (problem)
+        throw new CommandError(
+          'mcp_invalid_result',
+          `MCP tool ${tool.name} of ${config.name} returned structured content that breaks its own output schema: ${problem}`,
+        )
       return toCommandResult(answer, this.#resultMaxBytes)
     }
     return {
@@ -339,7 +453,9 @@ export class McpHub {
         connectionWhen: async (userId: string) => {
           const store = this.#store
           const record = store && this.#box ? await getMcpConnection(store.db, userId, config.name) : undefined
-          return record && this.#usable(record) ? null : `connect your account to MCP server ${config.name} first: POST /api/mcp/connections/${config.name} (connecting approves this call)`
+          return record && this.#usable(record)
+            ? null
+            : `connect your account to MCP server ${config.name} first: POST /api/mcp/connections/${config.name} (connecting approves this call)`
         },
       }),
       origin: {

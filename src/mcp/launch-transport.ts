@@ -45,7 +45,12 @@ export class LaunchTransport implements Transport {
     const [command, ...args] = launch.argv
     let child: ChildProcess
     try {
-      child = spawn(command!, args, { cwd: launch.cwd, env: launch.env, detached: true, stdio: ['pipe', 'pipe', 'pipe', launch.fd3 ? 'pipe' : 'ignore'] })
+      child = spawn(command!, args, {
+        cwd: launch.cwd,
+        env: launch.env,
+        detached: true,
+        stdio: ['pipe', 'pipe', 'pipe', launch.fd3 ? 'pipe' : 'ignore'],
+      })
       await new Promise<void>((resolve, reject) => {
         child.once('spawn', resolve)
         child.once('error', reject)
@@ -60,7 +65,8 @@ export class LaunchTransport implements Transport {
       fd3.on('error', () => undefined)
       fd3.end(launch.fd3)
     }
-    for (const stream of [child.stdin!, child.stdout!, child.stderr!]) stream.on('error', (error: Error) => this.onerror?.(error))
+    for (const stream of [child.stdin!, child.stdout!, child.stderr!])
+      stream.on('error', (error: Error) => this.onerror?.(error))
     child.stderr!.on('data', (chunk: Buffer) => {
       const text = chunk.toString('utf8')
       const complaint = text.split('\n').findLast((line) => line.startsWith('bwrap: '))
@@ -92,7 +98,10 @@ export class LaunchTransport implements Transport {
     this.#ended = new Promise<void>((resolve) => {
       child.once('exit', () => {
         void (async () => {
-          await Promise.race([new Promise((done) => child.stdout!.once('close', done)), new Promise((done) => setTimeout(done, drainMs))])
+          await Promise.race([
+            new Promise((done) => child.stdout!.once('close', done)),
+            new Promise((done) => setTimeout(done, drainMs)),
+          ])
           killGroup(child, 'SIGKILL')
           child.stdout!.destroy()
           child.stderr!.destroy()
@@ -131,7 +140,10 @@ export class LaunchTransport implements Transport {
       const ended = this.#ended
       if (!child || !ended) return
       child.stdin?.end()
-      const exited = await Promise.race([ended.then(() => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), exitGraceMs))])
+      const exited = await Promise.race([
+        ended.then(() => true),
+        new Promise<boolean>((resolve) => setTimeout(() => resolve(false), exitGraceMs)),
+      ])
       if (!exited) killGroup(child, 'SIGKILL')
       await ended
     })()

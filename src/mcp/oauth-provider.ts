@@ -1,6 +1,10 @@
 import { randomBytes } from 'node:crypto'
 import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js'
-import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js'
+import type {
+  OAuthClientInformationMixed,
+  OAuthClientMetadata,
+  OAuthTokens,
+} from '@modelcontextprotocol/sdk/shared/auth.js'
 import { saveMcpConnection, updateMcpConnection, type McpConnectionRecord, type Store } from '../store/index.js'
 import type { SecretBox } from './secret-box.js'
 
@@ -35,7 +39,14 @@ export class StoredOAuthProvider implements OAuthClientProvider {
   readonly #box: SecretBox
   readonly #scope: string | undefined
 
-  constructor(deps: { store: Store; box: SecretBox; userId: string; server: string; secrets: ConnectionSecrets; scopes?: string[] }) {
+  constructor(deps: {
+    store: Store
+    box: SecretBox
+    userId: string
+    server: string
+    secrets: ConnectionSecrets
+    scopes?: string[]
+  }) {
     this.#store = deps.store
     this.#box = deps.box
     this.userId = deps.userId
@@ -44,17 +55,46 @@ export class StoredOAuthProvider implements OAuthClientProvider {
     this.#scope = deps.scopes?.join(' ')
   }
 
-  static open(deps: { store: Store; box: SecretBox; record: McpConnectionRecord; scopes?: string[] }): StoredOAuthProvider | null {
-    const secrets = deps.box.open<ConnectionSecrets>(deps.record.sealed, sealContext(deps.record.userId, deps.record.server))
+  static open(deps: {
+    store: Store
+    box: SecretBox
+    record: McpConnectionRecord
+    scopes?: string[]
+  }): StoredOAuthProvider | null {
+    const secrets = deps.box.open<ConnectionSecrets>(
+      deps.record.sealed,
+      sealContext(deps.record.userId, deps.record.server),
+    )
     if (!secrets) return null
-    return new StoredOAuthProvider({ store: deps.store, box: deps.box, userId: deps.record.userId, server: deps.record.server, secrets, ...(deps.scopes && { scopes: deps.scopes }) })
+    return new StoredOAuthProvider({
+      store: deps.store,
+      box: deps.box,
+      userId: deps.record.userId,
+      server: deps.record.server,
+      secrets,
+      ...(deps.scopes && { scopes: deps.scopes }),
+    })
   }
 
   /** Starts a new authorization: a fresh state, this redirect, no tokens until the callback. */
   async begin(redirectUrl: string): Promise<void> {
     // A registration made for another redirect (Plinth reached at another address) is not reused.
-    const client = this.secrets.client && 'redirect_uris' in this.secrets.client && Array.isArray(this.secrets.client.redirect_uris) && !this.secrets.client.redirect_uris.includes(redirectUrl) ? undefined : this.secrets.client
-    this.secrets = { ...this.secrets, client, redirectUrl, state: randomBytes(24).toString('base64url'), startedAt: Date.now(), tokens: undefined, verifier: undefined }
+    const client =
+      this.secrets.client &&
+      'redirect_uris' in this.secrets.client &&
+      Array.isArray(this.secrets.client.redirect_uris) &&
+      !this.secrets.client.redirect_uris.includes(redirectUrl)
+        ? undefined
+        : this.secrets.client
+    this.secrets = {
+      ...this.secrets,
+      client,
+      redirectUrl,
+      state: randomBytes(24).toString('base64url'),
+      startedAt: Date.now(),
+      tokens: undefined,
+      verifier: undefined,
+    }
     await this.#persist(true)
   }
 
@@ -125,7 +165,13 @@ export class StoredOAuthProvider implements OAuthClientProvider {
    * must not bring the connection back.
    */
   async #persist(create = false): Promise<void> {
-    const record = { userId: this.userId, server: this.server, state: this.secrets.state ?? null, connected: this.connected, sealed: this.#box.seal(this.secrets, sealContext(this.userId, this.server)) }
+    const record = {
+      userId: this.userId,
+      server: this.server,
+      state: this.secrets.state ?? null,
+      connected: this.connected,
+      sealed: this.#box.seal(this.secrets, sealContext(this.userId, this.server)),
+    }
     if (create) await saveMcpConnection(this.#store.db, record)
     else await updateMcpConnection(this.#store.db, record)
   }

@@ -18,9 +18,18 @@ const headroom = 4 * 1024
  * longest texts — with `truncated: true` when anything was cut (docs/mcp.md, "Results").
  */
 export function toCommandResult(answer: WireToolResult, maxBytes: number): Json {
-  const content = Array.isArray(answer.content) ? answer.content.filter((item): item is Json => item !== null && typeof item === 'object' && !Array.isArray(item)).map(contentItem) : []
+  const content = Array.isArray(answer.content)
+    ? answer.content
+        .filter((item): item is Json => item !== null && typeof item === 'object' && !Array.isArray(item))
+        .map(contentItem)
+    : []
   const result: Json = { content }
-  if (answer.structuredContent && typeof answer.structuredContent === 'object' && !Array.isArray(answer.structuredContent)) result.structuredContent = answer.structuredContent as Json
+  if (
+    answer.structuredContent &&
+    typeof answer.structuredContent === 'object' &&
+    !Array.isArray(answer.structuredContent)
+  )
+    result.structuredContent = answer.structuredContent as Json
   return fit(result, maxBytes - headroom)
 }
 
@@ -30,7 +39,11 @@ function contentItem(item: Json): Json {
       return { type: 'text', text: typeof item.text === 'string' ? item.text : '' }
     case 'image':
     case 'audio':
-      return { type: item.type, mimeType: typeof item.mimeType === 'string' ? item.mimeType : 'application/octet-stream', data: typeof item.data === 'string' ? item.data : '' }
+      return {
+        type: item.type,
+        mimeType: typeof item.mimeType === 'string' ? item.mimeType : 'application/octet-stream',
+        data: typeof item.data === 'string' ? item.data : '',
+      }
     case 'resource': {
       const resource = (item.resource ?? {}) as Json
       return { type: 'resource', resource: pick(resource, ['uri', 'mimeType', 'text', 'blob']) }
@@ -73,7 +86,9 @@ function fit(result: Json, limit: number): Json {
   // Then texts, longest first, each cut to what is left.
   for (let guard = 0; size(result) > limit && guard < content.length * 4; guard++) {
     const texts = content.map((item) => (item.type === 'text' ? item : (item.resource as Json | undefined)))
-    const longest = texts.filter((item): item is Json => typeof item?.text === 'string').sort((a, b) => (b.text as string).length - (a.text as string).length)[0]
+    const longest = texts
+      .filter((item): item is Json => typeof item?.text === 'string')
+      .sort((a, b) => (b.text as string).length - (a.text as string).length)[0]
     if (!longest) break
     const text = longest.text as string
     const over = size(result) - limit
@@ -90,11 +105,15 @@ export function modelText(result: JsonValue): string {
   const content = Array.isArray(result.content) ? (result.content as Json[]) : []
   for (const item of content) {
     if (item.type === 'text') lines.push(String(item.text))
-    else if (item.type === 'image' || item.type === 'audio') lines.push(`[${item.type} ${String(item.mimeType)}, ${typeof item.omittedBytes === 'number' ? item.omittedBytes : Math.floor((String(item.data).length * 3) / 4)} bytes]`)
+    else if (item.type === 'image' || item.type === 'audio')
+      lines.push(
+        `[${item.type} ${String(item.mimeType)}, ${typeof item.omittedBytes === 'number' ? item.omittedBytes : Math.floor((String(item.data).length * 3) / 4)} bytes]`,
+      )
     else if (item.type === 'resource') {
       const resource = item.resource as Json
       lines.push(typeof resource.text === 'string' ? resource.text : `[resource ${String(resource.uri)}]`)
-    } else if (item.type === 'resource_link') lines.push(`[resource ${String(item.uri)}${item.name ? ` (${String(item.name)})` : ''}]`)
+    } else if (item.type === 'resource_link')
+      lines.push(`[resource ${String(item.uri)}${item.name ? ` (${String(item.name)})` : ''}]`)
   }
   if (result.structuredContent !== undefined && lines.length === 0) lines.push(JSON.stringify(result.structuredContent))
   if (result.truncated) lines.push('[the result was cut to fit]')

@@ -56,13 +56,24 @@ export class SandboxedServers {
   }
 
   /** Runs `call` with the process of the caller's conversation (started when there is none). */
-  async call<T>(config: McpServerConfig, context: CommandContext, call: (connection: McpConnection) => Promise<T>): Promise<T> {
+  async call<T>(
+    config: McpServerConfig,
+    context: CommandContext,
+    call: (connection: McpConnection) => Promise<T>,
+  ): Promise<T> {
     const conversationId = context.conversationId
     if (!conversationId) {
-      throw new CommandError('conversation_required', `MCP server ${config.name} runs in a conversation's work directory (sandbox: true): call its tools within a conversation (dispatch with a conversationId)`)
+      throw new CommandError(
+        'conversation_required',
+        `MCP server ${config.name} runs in a conversation's work directory (sandbox: true): call its tools within a conversation (dispatch with a conversationId)`,
+      )
     }
     const reason = this.unavailable()
-    if (reason || !this.#host) throw new CommandError('sandbox_unavailable', `MCP server ${config.name} runs only in the sandbox, and ${reason ?? 'there is none'}`)
+    if (reason || !this.#host)
+      throw new CommandError(
+        'sandbox_unavailable',
+        `MCP server ${config.name} runs only in the sandbox, and ${reason ?? 'there is none'}`,
+      )
     const host = this.#host
     await host.beforeCall(conversationId, context.actor.onBehalfOf)
     if (this.#stopped) throw new CommandError('mcp_unavailable', `MCP server ${config.name} is stopped`)
@@ -75,7 +86,10 @@ export class SandboxedServers {
     } finally {
       live.calls--
       if (live.calls === 0 && this.#pools.get(config.name)?.get(conversationId) === live) {
-        live.idle = setTimeout(() => void this.#close(config.name, conversationId, live, 'idle'), config.idleTimeoutMs ?? defaultIdleTimeoutMs)
+        live.idle = setTimeout(
+          () => void this.#close(config.name, conversationId, live, 'idle'),
+          config.idleTimeoutMs ?? defaultIdleTimeoutMs,
+        )
         live.idle.unref()
       }
       // What the tool wrote counts against the work directory's quota, as an execution's does.
@@ -87,7 +101,8 @@ export class SandboxedServers {
   async stop(): Promise<void> {
     this.#stopped = true
     const closing: Array<Promise<void>> = []
-    for (const [server, pool] of this.#pools) for (const [conversationId, live] of pool) closing.push(this.#close(server, conversationId, live, 'shutdown'))
+    for (const [server, pool] of this.#pools)
+      for (const [conversationId, live] of pool) closing.push(this.#close(server, conversationId, live, 'shutdown'))
     await Promise.all(closing)
   }
 
@@ -107,7 +122,10 @@ export class SandboxedServers {
       // call would fail for this one's sake.
       const idle = [...pool].find(([, candidate]) => candidate.calls === 0)
       if (!idle) {
-        throw new CommandError('mcp_busy', `MCP server ${config.name} already runs ${max} processes (maxProcesses), each with a call under way: try again shortly`)
+        throw new CommandError(
+          'mcp_busy',
+          `MCP server ${config.name} already runs ${max} processes (maxProcesses), each with a call under way: try again shortly`,
+        )
       }
       void this.#close(config.name, idle[0], idle[1], `more than maxProcesses (${max})`)
     }
@@ -128,19 +146,27 @@ export class SandboxedServers {
     clearTimeout(live.idle)
     const pool = this.#pools.get(server)
     if (pool?.get(conversationId) === live) pool.delete(conversationId)
-    if (why !== 'shutdown') this.#log(`mcp:${server}`).info('sandboxed MCP server process closed', { server, conversationId, why })
+    if (why !== 'shutdown')
+      this.#log(`mcp:${server}`).info('sandboxed MCP server process closed', { server, conversationId, why })
     return live.connection.stop()
   }
 
   async #launch(config: McpServerConfig, conversationId: string | null): Promise<SandboxLaunch> {
     const reason = this.unavailable()
-    if (reason || !this.#host) throw new Error(`it runs only in the sandbox (sandbox: true), and ${reason ?? 'there is none'}`)
+    if (reason || !this.#host)
+      throw new Error(`it runs only in the sandbox (sandbox: true), and ${reason ?? 'there is none'}`)
     const env: { [name: string]: string } = { ...config.env }
     for (const [name, variable] of Object.entries(config.envFrom ?? {})) {
       const value = process.env[variable]
       if (value === undefined) throw new Error(`envFrom.${name}: ${variable} is not set`)
       env[name] = value
     }
-    return this.#host.launch({ conversationId, argv: [config.command ?? '', ...(config.args ?? [])], env, network: config.network === true, mounts: config.mounts ?? [] })
+    return this.#host.launch({
+      conversationId,
+      argv: [config.command ?? '', ...(config.args ?? [])],
+      env,
+      network: config.network === true,
+      mounts: config.mounts ?? [],
+    })
   }
 }

@@ -17,7 +17,9 @@ export class SecretBox {
     const cipher = createCipheriv('aes-256-gcm', this.#key, iv)
     cipher.setAAD(Buffer.from(context, 'utf8'))
     const body = Buffer.concat([cipher.update(JSON.stringify(value), 'utf8'), cipher.final()])
-    return ['v1', iv.toString('base64url'), cipher.getAuthTag().toString('base64url'), body.toString('base64url')].join('.')
+    return ['v1', iv.toString('base64url'), cipher.getAuthTag().toString('base64url'), body.toString('base64url')].join(
+      '.',
+    )
   }
 
   /** Null when it was sealed under another key (PLINTH_SECRET_KEY changed) or is damaged. */
@@ -28,7 +30,9 @@ export class SecretBox {
       const decipher = createDecipheriv('aes-256-gcm', this.#key, Buffer.from(iv, 'base64url'))
       decipher.setAuthTag(Buffer.from(tag, 'base64url'))
       decipher.setAAD(Buffer.from(context, 'utf8'))
-      return JSON.parse(Buffer.concat([decipher.update(Buffer.from(body, 'base64url')), decipher.final()]).toString('utf8')) as T
+      return JSON.parse(
+        Buffer.concat([decipher.update(Buffer.from(body, 'base64url')), decipher.final()]).toString('utf8'),
+      ) as T
     } catch {
       return null
     }

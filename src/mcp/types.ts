@@ -64,7 +64,13 @@ export interface McpSandboxHost {
   /** Why the sandbox cannot be used now (the exec backend is direct, the probe failed), or null. */
   unavailable(): string | null
   /** Prepares `argv` in the sandbox with the conversation's work directory (null: an empty scratch directory). */
-  launch(input: { conversationId: string | null; argv: string[]; env: { [name: string]: string }; network: boolean; mounts: string[] }): Promise<SandboxLaunch>
+  launch(input: {
+    conversationId: string | null
+    argv: string[]
+    env: { [name: string]: string }
+    network: boolean
+    mounts: string[]
+  }): Promise<SandboxLaunch>
   /** Refuses a call in a conversation whose work directory is over its quota (CommandError `quota_exceeded`). */
   beforeCall(conversationId: string, ownerId: string): Promise<void>
   /** Measures the work directory after a call that began at `startedAt`; over quota, removes what it wrote and throws. */

@@ -45,7 +45,13 @@ export class DocumentExtractor {
   #idleTimer: NodeJS.Timeout | null = null
 
   constructor(options: DocumentExtractorOptions = {}) {
-    this.#options = { heapMb: 512, rssMb: 1024, timeoutMs: 120_000, ...options, limits: { ...defaultExtractLimits, ...options.limits } }
+    this.#options = {
+      heapMb: 512,
+      rssMb: 1024,
+      timeoutMs: 120_000,
+      ...options,
+      limits: { ...defaultExtractLimits, ...options.limits },
+    }
   }
 
   get limits(): ExtractLimits {
@@ -53,7 +59,12 @@ export class DocumentExtractor {
   }
 
   /** The text and chunks of a document (or of a text, `format` null); an ExtractError says why not. */
-  extract(input: { format: SourceFormat | null; bytes?: Uint8Array | null; path?: string | null; text?: string | null }): Promise<Extracted> {
+  extract(input: {
+    format: SourceFormat | null
+    bytes?: Uint8Array | null
+    path?: string | null
+    text?: string | null
+  }): Promise<Extracted> {
     if (this.#idleTimer) clearTimeout(this.#idleTimer)
     const run = this.#tail.then(() => this.#run(input))
     const tail = run.then(
@@ -84,7 +95,12 @@ export class DocumentExtractor {
   #spawn(): ChildProcess {
     const execArgv = [`--max-old-space-size=${this.#options.heapMb}`]
     if (fromSources) execArgv.unshift('--import', pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href)
-    const child = fork(workerEntry, [], { execArgv, serialization: 'advanced', stdio: ['ignore', 'ignore', 'pipe', 'ipc'], env: { NODE_ENV: process.env.NODE_ENV ?? 'production', PATH: process.env.PATH ?? '/usr/bin:/bin' } })
+    const child = fork(workerEntry, [], {
+      execArgv,
+      serialization: 'advanced',
+      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+      env: { NODE_ENV: process.env.NODE_ENV ?? 'production', PATH: process.env.PATH ?? '/usr/bin:/bin' },
+    })
     // Its stderr is read and dropped; an idle child does not keep the server's process alive.
     child.stderr?.on('data', () => undefined)
     child.unref()
@@ -95,10 +111,22 @@ export class DocumentExtractor {
     return child
   }
 
-  async #run(input: { format: SourceFormat | null; bytes?: Uint8Array | null; path?: string | null; text?: string | null }): Promise<Extracted> {
+  async #run(input: {
+    format: SourceFormat | null
+    bytes?: Uint8Array | null
+    path?: string | null
+    text?: string | null
+  }): Promise<Extracted> {
     if (this.#stopped) throw new ExtractError('the server is stopping')
     const child = (this.#child ??= this.#spawn())
-    const job: ExtractJob = { id: this.#nextId++, format: input.format, bytes: input.bytes ?? null, path: input.path ?? null, text: input.text ?? null, limits: this.#options.limits }
+    const job: ExtractJob = {
+      id: this.#nextId++,
+      format: input.format,
+      bytes: input.bytes ?? null,
+      path: input.path ?? null,
+      text: input.text ?? null,
+      limits: this.#options.limits,
+    }
     return new Promise<Extracted>((resolve, reject) => {
       let settled = false
       const finish = (outcome: { answer?: ExtractAnswer; failure?: string }): void => {
@@ -122,12 +150,19 @@ export class DocumentExtractor {
         if (answer.id === job.id) finish({ answer })
       }
       const onExit = (code: number | null, signal: string | null): void => {
-        finish({ failure: `the parser stopped (${signal ?? `exit ${code}`}): the document is too large or malformed for it (heap limit ${this.#options.heapMb} MB)` })
+        finish({
+          failure: `the parser stopped (${signal ?? `exit ${code}`}): the document is too large or malformed for it (heap limit ${this.#options.heapMb} MB)`,
+        })
       }
-      const timer = setTimeout(() => finish({ failure: `the document took longer than ${Math.round(this.#options.timeoutMs / 1000)} s to read` }), this.#options.timeoutMs)
+      const timer = setTimeout(
+        () =>
+          finish({ failure: `the document took longer than ${Math.round(this.#options.timeoutMs / 1000)} s to read` }),
+        this.#options.timeoutMs,
+      )
       const watchdog = setInterval(() => {
         void residentMb(child.pid).then((rss) => {
-          if (rss !== null && rss > this.#options.rssMb) finish({ failure: `the document needed more than ${this.#options.rssMb} MB of memory to read` })
+          if (rss !== null && rss > this.#options.rssMb)
+            finish({ failure: `the document needed more than ${this.#options.rssMb} MB of memory to read` })
         })
       }, 200)
       child.on('message', onMessage)

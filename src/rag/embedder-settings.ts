@@ -1,4 +1,13 @@
-import { chunksAfter, countKnowledgeChunks, dropVectorIndexes, ensureVectorIndex, getRagSettings, setRagSettings, updateChunkEmbeddings, type Store } from '../store/index.js'
+import {
+  chunksAfter,
+  countKnowledgeChunks,
+  dropVectorIndexes,
+  ensureVectorIndex,
+  getRagSettings,
+  setRagSettings,
+  updateChunkEmbeddings,
+  type Store,
+} from '../store/index.js'
 import type { Embedder } from './embeddings.js'
 
 /** The configured embedder is not the one the stored knowledge was embedded with. */
@@ -32,7 +41,11 @@ export async function prepareEmbeddings(store: Store, embedder: Embedder): Promi
  * dimension. The old index is dropped first (updating an indexed column row by row is slow).
  * `onProgress(done, total)` is called after every batch.
  */
-export async function reembedAll(store: Store, embedder: Embedder, onProgress: (done: number, total: number) => void = () => undefined): Promise<number> {
+export async function reembedAll(
+  store: Store,
+  embedder: Embedder,
+  onProgress: (done: number, total: number) => void = () => undefined,
+): Promise<number> {
   const total = await countKnowledgeChunks(store.db)
   await dropVectorIndexes(store.db)
   let done = 0
@@ -43,8 +56,14 @@ export async function reembedAll(store: Store, embedder: Embedder, onProgress: (
     if (page.length === 0) break
     const texts = page.map((chunk) => (chunk.heading ? `${chunk.heading}\n${chunk.text}` : chunk.text))
     const vectors: number[][] = []
-    for (let start = 0; start < texts.length; start += embedder.batchSize) vectors.push(...(await embedder.embed(texts.slice(start, start + embedder.batchSize))))
-    await store.transaction((tx) => updateChunkEmbeddings(tx, page.map((chunk, index) => ({ id: chunk.id, embedding: vectors[index]! }))))
+    for (let start = 0; start < texts.length; start += embedder.batchSize)
+      vectors.push(...(await embedder.embed(texts.slice(start, start + embedder.batchSize))))
+    await store.transaction((tx) =>
+      updateChunkEmbeddings(
+        tx,
+        page.map((chunk, index) => ({ id: chunk.id, embedding: vectors[index]! })),
+      ),
+    )
     done += page.length
     after = page.at(-1)!.id
     onProgress(done, total)

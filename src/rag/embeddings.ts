@@ -85,9 +85,21 @@ export class OpenAIEmbedder implements Embedder {
   readonly id: string
   readonly dimensions: number
   readonly batchSize = 64
-  readonly #options: { model: string; baseUrl: string; apiKey: string | undefined; dimensions: number; sendDimensions: boolean }
+  readonly #options: {
+    model: string
+    baseUrl: string
+    apiKey: string | undefined
+    dimensions: number
+    sendDimensions: boolean
+  }
 
-  constructor(options: { model: string; baseUrl: string; apiKey?: string; dimensions: number; sendDimensions?: boolean }) {
+  constructor(options: {
+    model: string
+    baseUrl: string
+    apiKey?: string
+    dimensions: number
+    sendDimensions?: boolean
+  }) {
     this.#options = { ...options, apiKey: options.apiKey, sendDimensions: options.sendDimensions ?? true }
     this.dimensions = options.dimensions
     this.id = `openai:${options.model}:${options.dimensions}`
@@ -96,7 +108,12 @@ export class OpenAIEmbedder implements Embedder {
   async embed(texts: readonly string[], signal?: AbortSignal): Promise<number[][]> {
     if (texts.length === 0) return []
     const { model, baseUrl, apiKey, dimensions, sendDimensions } = this.#options
-    const body = JSON.stringify({ model, input: texts, encoding_format: 'float', ...(sendDimensions && { dimensions }) })
+    const body = JSON.stringify({
+      model,
+      input: texts,
+      encoding_format: 'float',
+      ...(sendDimensions && { dimensions }),
+    })
     for (let attempt = 0; ; attempt++) {
       let response: Response
       try {
@@ -107,7 +124,8 @@ export class OpenAIEmbedder implements Embedder {
           ...(signal && { signal }),
         })
       } catch (error) {
-        if (signal?.aborted || attempt >= 3) throw new EmbeddingError(`embeddings request failed: ${(error as Error).message}`)
+        if (signal?.aborted || attempt >= 3)
+          throw new EmbeddingError(`embeddings request failed: ${(error as Error).message}`)
         await sleep(backoff(attempt, null), signal)
         continue
       }
@@ -117,18 +135,30 @@ export class OpenAIEmbedder implements Embedder {
         await sleep(backoff(attempt, response.headers.get('retry-after')), signal)
         continue
       }
-      throw new EmbeddingError(`embeddings endpoint answered ${response.status}: ${text.slice(0, 300)}`, response.status)
+      throw new EmbeddingError(
+        `embeddings endpoint answered ${response.status}: ${text.slice(0, 300)}`,
+        response.status,
+      )
     }
   }
 
   #parse(json: unknown, expected: number): number[][] {
     const data = (json as { data?: Array<{ index?: number; embedding?: unknown }> }).data
-    if (!Array.isArray(data) || data.length !== expected) throw new EmbeddingError(`embeddings endpoint returned ${Array.isArray(data) ? data.length : 'no'} vectors for ${expected} texts`)
+    if (!Array.isArray(data) || data.length !== expected)
+      throw new EmbeddingError(
+        `embeddings endpoint returned ${Array.isArray(data) ? data.length : 'no'} vectors for ${expected} texts`,
+      )
     const vectors: number[][] = new Array(expected)
     data.forEach((entry, position) => {
       const vector = entry.embedding
-      if (!Array.isArray(vector) || vector.length !== this.dimensions || !vector.every((value) => typeof value === 'number' && Number.isFinite(value))) {
-        throw new EmbeddingError(`embeddings endpoint returned a vector of ${Array.isArray(vector) ? vector.length : 'no'} numbers; configured dimensions: ${this.dimensions}`)
+      if (
+        !Array.isArray(vector) ||
+        vector.length !== this.dimensions ||
+        !vector.every((value) => typeof value === 'number' && Number.isFinite(value))
+      ) {
+        throw new EmbeddingError(
+          `embeddings endpoint returned a vector of ${Array.isArray(vector) ? vector.length : 'no'} numbers; configured dimensions: ${this.dimensions}`,
+        )
       }
       vectors[typeof entry.index === 'number' ? entry.index : position] = vector as number[]
     })
@@ -145,10 +175,14 @@ function backoff(attempt: number, retryAfter: string | null): number {
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(resolve, ms)
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer)
-      reject(new EmbeddingError('aborted'))
-    }, { once: true })
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer)
+        reject(new EmbeddingError('aborted'))
+      },
+      { once: true },
+    )
   })
 }
 
@@ -157,9 +191,13 @@ function redact(text: string, secret: string | undefined): string {
 }
 
 /** The embedder the configuration names (the hashing embedder when none is configured). */
-export function createEmbedder(settings: EmbeddingSettings | undefined, env: NodeJS.ProcessEnv = process.env): Embedder {
+export function createEmbedder(
+  settings: EmbeddingSettings | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): Embedder {
   if (!settings || settings.provider === 'hash') return new HashingEmbedder(settings?.dimensions ?? 256)
-  if (!settings.model || !settings.baseUrl || !settings.dimensions) throw new Error('embeddings: provider openai needs model, baseUrl and dimensions')
+  if (!settings.model || !settings.baseUrl || !settings.dimensions)
+    throw new Error('embeddings: provider openai needs model, baseUrl and dimensions')
   return new OpenAIEmbedder({
     model: settings.model,
     baseUrl: settings.baseUrl,
@@ -169,7 +207,11 @@ export function createEmbedder(settings: EmbeddingSettings | undefined, env: Nod
 }
 
 /** Embeds any number of texts in the provider's batches. */
-export async function embedAll(embedder: Embedder, texts: readonly string[], signal?: AbortSignal): Promise<number[][]> {
+export async function embedAll(
+  embedder: Embedder,
+  texts: readonly string[],
+  signal?: AbortSignal,
+): Promise<number[][]> {
   const vectors: number[][] = []
   for (let start = 0; start < texts.length; start += embedder.batchSize) {
     vectors.push(...(await embedder.embed(texts.slice(start, start + embedder.batchSize), signal)))

@@ -30,7 +30,8 @@ async function handle(job: ExtractJob): Promise<ExtractAnswer> {
     let text: string
     if (job.text !== null) {
       text = cleanText(job.text)
-      if (text.length > job.limits.maxChars) throw new ExtractError(`the text is longer than ${job.limits.maxChars.toLocaleString('en')} characters`)
+      if (text.length > job.limits.maxChars)
+        throw new ExtractError(`the text is longer than ${job.limits.maxChars.toLocaleString('en')} characters`)
     } else {
       const bytes = job.bytes ?? (job.path ? await readFile(job.path).catch(() => null) : null)
       if (!job.format || !bytes) throw new ExtractError('the upload is missing or of an unsupported type')
@@ -39,7 +40,12 @@ async function handle(job: ExtractJob): Promise<ExtractAnswer> {
     return { id: job.id, ok: true, text, pieces: chunkMarkdown(text) }
   } catch (error) {
     const expected = error instanceof ExtractError
-    return { id: job.id, ok: false, expected, error: expected ? error.message : `the parser failed: ${(error as Error).message ?? String(error)}`.slice(0, 500) }
+    return {
+      id: job.id,
+      ok: false,
+      expected,
+      error: expected ? error.message : `the parser failed: ${(error as Error).message ?? String(error)}`.slice(0, 500),
+    }
   }
 }
 

@@ -82,7 +82,11 @@ export const defaultExtractLimits: ExtractLimits = {
 }
 
 /** The text of a file, as markdown where the format has structure (headings survive into chunks). */
-export async function extractText(format: SourceFormat, bytes: Uint8Array, limits: ExtractLimits = defaultExtractLimits): Promise<string> {
+export async function extractText(
+  format: SourceFormat,
+  bytes: Uint8Array,
+  limits: ExtractLimits = defaultExtractLimits,
+): Promise<string> {
   let text: string
   switch (format) {
     case 'text':
@@ -101,8 +105,15 @@ export async function extractText(format: SourceFormat, bytes: Uint8Array, limit
       break
   }
   if (text.length > limits.maxChars) throw tooLong(limits)
-  text = cleanText(text).replace(/^\uFEFF/, '').trim()
-  if (!text) throw new ExtractError(format === 'pdf' ? 'no extractable text: the PDF may be scanned images (text is not recognised in images)' : 'the file holds no text')
+  text = cleanText(text)
+    .replace(/^\uFEFF/, '')
+    .trim()
+  if (!text)
+    throw new ExtractError(
+      format === 'pdf'
+        ? 'no extractable text: the PDF may be scanned images (text is not recognised in images)'
+        : 'the file holds no text',
+    )
   if (undecodableShare(text) > maxUndecodableShare) {
     throw new ExtractError(
       format === 'pdf'
@@ -130,7 +141,22 @@ function tooLong(limits: ExtractLimits): ExtractError {
   return new ExtractError(`the document's text is longer than ${limits.maxChars.toLocaleString('en')} characters`)
 }
 
-const voidElements = new Set(['area', 'base', 'br', 'col', 'embed', 'hr', 'img', 'input', 'link', 'meta', 'param', 'source', 'track', 'wbr'])
+const voidElements = new Set([
+  'area',
+  'base',
+  'br',
+  'col',
+  'embed',
+  'hr',
+  'img',
+  'input',
+  'link',
+  'meta',
+  'param',
+  'source',
+  'track',
+  'wbr',
+])
 
 /** The deepest nesting of elements in an HTML text (a cheap scan: tags only, no parsing). */
 export function htmlNestingDepth(html: string, stopAt = Infinity): number {
@@ -149,11 +175,16 @@ export function htmlNestingDepth(html: string, stopAt = Infinity): number {
 }
 
 function htmlToMarkdown(html: string, limits: ExtractLimits): string {
-  if (htmlNestingDepth(html, limits.maxNesting) > limits.maxNesting) throw new ExtractError(`the document nests elements deeper than ${limits.maxNesting} levels`)
+  if (htmlNestingDepth(html, limits.maxNesting) > limits.maxNesting)
+    throw new ExtractError(`the document nests elements deeper than ${limits.maxNesting} levels`)
   const turndown = new TurndownService({ headingStyle: 'atx', codeBlockStyle: 'fenced', bulletListMarker: '-' })
   turndown.remove(['script', 'style', 'noscript', 'iframe', 'head', 'nav', 'aside'])
   // A page's header and footer are boilerplate; an article's or section's own are part of it (its title).
-  turndown.remove((node) => (node.nodeName === 'HEADER' || node.nodeName === 'FOOTER') && !node.parentElement?.closest('article, section, main'))
+  turndown.remove(
+    (node) =>
+      (node.nodeName === 'HEADER' || node.nodeName === 'FOOTER') &&
+      !node.parentElement?.closest('article, section, main'),
+  )
   // Tables stay tables: header row, separator, rows (GitHub-flavoured Markdown).
   turndown.use(tables)
   try {
@@ -181,14 +212,23 @@ async function pdfText(bytes: Uint8Array, limits: ExtractLimits): Promise<string
   let document
   try {
     // pdf.js takes ownership of the buffer it is given: hand it a copy.
-    document = await getDocument({ data: new Uint8Array(bytes), ...pdfjsData(), cMapPacked: true, isEvalSupported: false, disableFontFace: true, useSystemFonts: false, verbosity: 0 }).promise
+    document = await getDocument({
+      data: new Uint8Array(bytes),
+      ...pdfjsData(),
+      cMapPacked: true,
+      isEvalSupported: false,
+      disableFontFace: true,
+      useSystemFonts: false,
+      verbosity: 0,
+    }).promise
   } catch (error) {
     const name = (error as Error).name
     if (name === 'PasswordException') throw new ExtractError('the PDF is encrypted with a password')
     throw new ExtractError(`the PDF could not be read: ${(error as Error).message}`)
   }
   try {
-    if (document.numPages > limits.maxPages) throw new ExtractError(`the PDF has ${document.numPages} pages; at most ${limits.maxPages} are read`)
+    if (document.numPages > limits.maxPages)
+      throw new ExtractError(`the PDF has ${document.numPages} pages; at most ${limits.maxPages} are read`)
     const pages: string[] = []
     let length = 0
     for (let number = 1; number <= document.numPages; number++) {
@@ -216,7 +256,11 @@ async function pdfText(bytes: Uint8Array, limits: ExtractLimits): Promise<string
 /** Checks a ZIP's directory before anything inflates it: entry count, total size, each entry's ratio. */
 async function checkZip(bytes: Uint8Array, limits: ExtractLimits, what: string): Promise<void> {
   const zip = await new Promise<yauzl.ZipFile>((resolve, reject) =>
-    yauzl.fromBuffer(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), { lazyEntries: true, autoClose: false }, (error, file) => (error ? reject(error) : resolve(file))),
+    yauzl.fromBuffer(
+      Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength),
+      { lazyEntries: true, autoClose: false },
+      (error, file) => (error ? reject(error) : resolve(file)),
+    ),
   ).catch((error: Error) => {
     throw new ExtractError(`the ${what} could not be read: it is not a valid ZIP archive (${error.message})`)
   })
@@ -226,16 +270,25 @@ async function checkZip(bytes: Uint8Array, limits: ExtractLimits, what: string):
     zip.on('entry', (entry: yauzl.Entry) => {
       entries++
       total += entry.uncompressedSize
-      if (entries > limits.maxZipEntries) return reject(new ExtractError(`the ${what} holds more than ${limits.maxZipEntries} files`))
-      if (total > limits.maxDecompressedBytes) return reject(new ExtractError(`the ${what} would inflate to more than ${limits.maxDecompressedBytes} bytes`))
+      if (entries > limits.maxZipEntries)
+        return reject(new ExtractError(`the ${what} holds more than ${limits.maxZipEntries} files`))
+      if (total > limits.maxDecompressedBytes)
+        return reject(new ExtractError(`the ${what} would inflate to more than ${limits.maxDecompressedBytes} bytes`))
       // Tiny entries may inflate a lot (an empty file is all header); the ratio counts past 64 KiB.
-      if (entry.uncompressedSize > 64 * 1024 && entry.uncompressedSize > Math.max(1, entry.compressedSize) * limits.maxZipRatio) {
-        return reject(new ExtractError(`the ${what}'s ${entry.fileName} inflates more than ${limits.maxZipRatio}:1 (a ZIP bomb?)`))
+      if (
+        entry.uncompressedSize > 64 * 1024 &&
+        entry.uncompressedSize > Math.max(1, entry.compressedSize) * limits.maxZipRatio
+      ) {
+        return reject(
+          new ExtractError(`the ${what}'s ${entry.fileName} inflates more than ${limits.maxZipRatio}:1 (a ZIP bomb?)`),
+        )
       }
       zip.readEntry()
     })
     zip.on('end', () => resolve())
-    zip.on('error', (error: Error) => reject(new ExtractError(`the ${what} could not be read: it is not a valid ZIP archive (${error.message})`)))
+    zip.on('error', (error: Error) =>
+      reject(new ExtractError(`the ${what} could not be read: it is not a valid ZIP archive (${error.message})`)),
+    )
     zip.readEntry()
   }).finally(() => zip.close())
 }

@@ -106,7 +106,14 @@ export class Ingestor {
 
   constructor(options: IngestorOptions) {
     const { extractor, uploadDir, ...rest } = options
-    this.#options = { maxSyncChars: 64 * 1024, leaseMs: 5 * 60_000, pollMs: 30_000, maxAttempts: 3, batchSize: options.store.engine === 'pglite' ? 8 : 64, ...rest }
+    this.#options = {
+      maxSyncChars: 64 * 1024,
+      leaseMs: 5 * 60_000,
+      pollMs: 30_000,
+      maxAttempts: 3,
+      batchSize: options.store.engine === 'pglite' ? 8 : 64,
+      ...rest,
+    }
     this.#uploadDir = uploadDir ?? null
     this.#extractor = extractor ?? new DocumentExtractor()
     const embedder = options.embedder
@@ -115,7 +122,9 @@ export class Ingestor {
 
   /** Picks up what earlier processes left pending, then keeps looking every `pollMs`. */
   async start(): Promise<void> {
-    await this.#sweepUploads().catch((error: unknown) => this.#options.log.warn('could not tidy the uploads directory', { err: error }))
+    await this.#sweepUploads().catch((error: unknown) =>
+      this.#options.log.warn('could not tidy the uploads directory', { err: error }),
+    )
     await this.#poll()
     this.#timer = setInterval(() => void this.#poll().catch(() => undefined), this.#options.pollMs)
     this.#timer.unref()
@@ -271,7 +280,9 @@ export class Ingestor {
 
   async #drain(): Promise<void> {
     for (let id = this.#queue.shift(); id !== undefined && !this.#stopped; id = this.#queue.shift()) {
-      await this.#ingest(id).catch((error: unknown) => this.#options.log.error('ingestion failed unexpectedly', { itemId: id, err: error }))
+      await this.#ingest(id).catch((error: unknown) =>
+        this.#options.log.error('ingestion failed unexpectedly', { itemId: id, err: error }),
+      )
     }
   }
 
@@ -290,15 +301,21 @@ export class Ingestor {
     const { attempt } = claimed
     try {
       await this.#removeChunks(itemId)
-      if (attempt > maxAttempts) throw new ExtractError(`ingestion was started ${maxAttempts} times and never finished (the server stopped or the embedder failed each time)`)
+      if (attempt > maxAttempts)
+        throw new ExtractError(
+          `ingestion was started ${maxAttempts} times and never finished (the server stopped or the embedder failed each time)`,
+        )
       let extracted: { text: string; pieces: TextChunk[] }
       if (claimed.body !== null) {
         extracted = await this.#extractor.extract({ format: null, text: claimed.body })
       } else {
         const format = detectFormat(claimed.item.filename ?? undefined, claimed.item.mediaType ?? undefined)
-        if (!format || (!claimed.upload && !claimed.uploadPath)) throw new ExtractError('the upload is missing or of an unsupported type')
+        if (!format || (!claimed.upload && !claimed.uploadPath))
+          throw new ExtractError('the upload is missing or of an unsupported type')
         // A file on disk is read by the parser's process, not this one.
-        extracted = await this.#extractor.extract(claimed.uploadPath ? { format, path: claimed.uploadPath } : { format, bytes: claimed.upload })
+        extracted = await this.#extractor.extract(
+          claimed.uploadPath ? { format, path: claimed.uploadPath } : { format, bytes: claimed.upload },
+        )
       }
       let stored = 0
       let lastRenewal = Date.now()
@@ -315,7 +332,9 @@ export class Ingestor {
         // Let requests (and, on the embedded database, their queries) through between batches.
         await nextTurn()
       }
-      const ready = await store.transaction((tx) => completeKnowledgeIngest(tx, itemId, attempt, extracted.text, stored))
+      const ready = await store.transaction((tx) =>
+        completeKnowledgeIngest(tx, itemId, attempt, extracted.text, stored),
+      )
       if (ready) log.info('knowledge ingested', { itemId, chunks: stored })
       if (ready && claimed.uploadPath) await rm(claimed.uploadPath, { force: true })
     } catch (error) {
@@ -324,8 +343,12 @@ export class Ingestor {
         log.warn('embedding failed; will retry', { itemId, attempt, err: error })
         return
       }
-      const reason = error instanceof ExtractError || error instanceof EmbeddingError ? error.message : 'an internal error stopped the ingestion'
-      if (!(error instanceof ExtractError || error instanceof EmbeddingError)) log.error('ingestion failed', { itemId, err: error })
+      const reason =
+        error instanceof ExtractError || error instanceof EmbeddingError
+          ? error.message
+          : 'an internal error stopped the ingestion'
+      if (!(error instanceof ExtractError || error instanceof EmbeddingError))
+        log.error('ingestion failed', { itemId, err: error })
       await this.#removeChunks(itemId).catch(() => undefined)
       const failed = await store.transaction((tx) => failKnowledgeIngest(tx, itemId, reason))
       if (failed && claimed.uploadPath) await rm(claimed.uploadPath, { force: true })
@@ -341,7 +364,13 @@ export class Ingestor {
   async #embed(pieces: readonly TextChunk[]): Promise<NewChunk[]> {
     const indexed = pieces.map((piece) => (piece.heading ? `${piece.heading}\n${piece.text}` : piece.text))
     const embeddings = await embedAll(this.#embedder(), indexed)
-    return pieces.map((piece, index) => ({ seq: piece.seq, heading: piece.heading, text: piece.text, search: toTsvector(indexed[index]!), embedding: embeddings[index]! }))
+    return pieces.map((piece, index) => ({
+      seq: piece.seq,
+      heading: piece.heading,
+      text: piece.text,
+      search: toTsvector(indexed[index]!),
+      embedding: embeddings[index]!,
+    }))
   }
 
   /** Chunks a small text and embeds each chunk (the in-request path). */

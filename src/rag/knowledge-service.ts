@@ -54,7 +54,10 @@ export class KnowledgeService {
   async ensureVolume(user: User, adding: number, limit: number): Promise<void> {
     const held = await knowledgeBytesOf(this.#store.db, user.id)
     if (held + adding > limit) {
-      throw new RequestError('quota_exceeded', `your knowledge would hold ${((held + adding) / (1024 * 1024)).toFixed(1)} MiB; it is limited to ${(limit / (1024 * 1024)).toFixed(1)} MiB (delete items to make room)`)
+      throw new RequestError(
+        'quota_exceeded',
+        `your knowledge would hold ${((held + adding) / (1024 * 1024)).toFixed(1)} MiB; it is limited to ${(limit / (1024 * 1024)).toFixed(1)} MiB (delete items to make room)`,
+      )
     }
   }
 

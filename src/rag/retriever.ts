@@ -1,5 +1,12 @@
 import type { ProjectAuthzAdapter } from '../extension/index.js'
-import { getProject, searchChunksFullText, searchChunksVector, type ChunkHit, type ChunkScope, type Store } from '../store/index.js'
+import {
+  getProject,
+  searchChunksFullText,
+  searchChunksVector,
+  type ChunkHit,
+  type ChunkScope,
+  type Store,
+} from '../store/index.js'
 import type { Embedder } from './embeddings.js'
 import { queryTokens, snippet, tsqueryStages } from './text.js'
 
@@ -67,7 +74,12 @@ export class Retriever {
   readonly #adapter: () => ProjectAuthzAdapter | null
   readonly #minSimilarity: number
 
-  constructor(options: { store: Store; embedder: Embedder | (() => Embedder); adapter: () => ProjectAuthzAdapter | null; minSimilarity?: number }) {
+  constructor(options: {
+    store: Store
+    embedder: Embedder | (() => Embedder)
+    adapter: () => ProjectAuthzAdapter | null
+    minSimilarity?: number
+  }) {
     this.#store = options.store
     this.#minSimilarity = options.minSimilarity ?? defaultMinSimilarity
     const embedder = options.embedder
@@ -87,7 +99,10 @@ export class Retriever {
   async retrieveShared(actorId: string, query: string, options: RetrieveOptions = {}): Promise<RetrievalHit[]> {
     if (!this.#adapter()) return this.retrieve(actorId, query, options)
     const projects = await this.#projects(actorId, options.projectId, true)
-    return this.#search(actorId, query, options, { own: { ownerId: actorId, projectIds: projects }, shared: { actorId, projectIds: projects } })
+    return this.#search(actorId, query, options, {
+      own: { ownerId: actorId, projectIds: projects },
+      shared: { actorId, projectIds: projects },
+    })
   }
 
   /** Projects the actor may search: the one named (or a scope error), else all owned and shared ones. */
@@ -97,11 +112,18 @@ export class Retriever {
       const project = await getProject(this.#store.db, projectId)
       if (project?.ownerId === actorId) return [project.id]
       // Asked whether the project exists or not, so a missing id and a forbidden one take the same path.
-      const allowed = adapter ? await Promise.resolve(adapter.canAccessProject(actorId, projectId, 'search')).catch(() => false) : false
+      const allowed = adapter
+        ? await Promise.resolve(adapter.canAccessProject(actorId, projectId, 'search')).catch(() => false)
+        : false
       if (!project || !allowed) throw new RetrievalScopeError()
       return [project.id]
     }
-    const owned = await this.#store.db.selectFrom('projects').select('id').where('owner_id', '=', actorId).where('deleted_at', 'is', null).execute()
+    const owned = await this.#store.db
+      .selectFrom('projects')
+      .select('id')
+      .where('owner_id', '=', actorId)
+      .where('deleted_at', 'is', null)
+      .execute()
     const ids = owned.map((row) => row.id)
     if (!adapter) return ids
     for (const id of new Set(await adapter.listSharedProjects(actorId))) {
@@ -126,14 +148,26 @@ export class Retriever {
     const lists: Array<Promise<{ path: 'fulltext' | 'vector'; hits: ChunkHit[] }>> = []
     if (mode !== 'vector') {
       const stages = tsqueryStages(tokens)
-      for (const part of scopes) lists.push(searchChunksFullText(db, part, stages, candidates).then((hits) => ({ path: 'fulltext' as const, hits })))
+      for (const part of scopes)
+        lists.push(
+          searchChunksFullText(db, part, stages, candidates).then((hits) => ({ path: 'fulltext' as const, hits })),
+        )
     }
     if (mode !== 'fulltext') {
       const embedder = this.#embedder()
       const [embedding] = await embedder.embed([query], options.signal)
-      for (const part of scopes) lists.push(searchChunksVector(db, part, embedding!, embedder.dimensions, candidates).then((hits) => ({ path: 'vector' as const, hits })))
+      for (const part of scopes)
+        lists.push(
+          searchChunksVector(db, part, embedding!, embedder.dimensions, candidates).then((hits) => ({
+            path: 'vector' as const,
+            hits,
+          })),
+        )
     }
-    const fused = new Map<string, { hit: ChunkHit; score: number; fulltextRank: number | null; vectorSimilarity: number | null }>()
+    const fused = new Map<
+      string,
+      { hit: ChunkHit; score: number; fulltextRank: number | null; vectorSimilarity: number | null }
+    >()
     for (const { path, hits } of await Promise.all(lists)) {
       hits.forEach((hit, index) => {
         const entry = fused.get(hit.chunkId) ?? { hit, score: 0, fulltextRank: null, vectorSimilarity: null }
@@ -146,7 +180,12 @@ export class Retriever {
     // The relevance floor (hybrid): what matched no word of the query must be close enough in meaning.
     // `vector` asks for the nearest neighbours as they are.
     return [...fused.values()]
-      .filter((entry) => mode !== 'hybrid' || entry.fulltextRank !== null || (entry.vectorSimilarity ?? -Infinity) >= this.#minSimilarity)
+      .filter(
+        (entry) =>
+          mode !== 'hybrid' ||
+          entry.fulltextRank !== null ||
+          (entry.vectorSimilarity ?? -Infinity) >= this.#minSimilarity,
+      )
       .sort((a, b) => b.score - a.score || (a.hit.chunkId < b.hit.chunkId ? -1 : 1))
       .slice(0, k)
       .map(({ hit, score, fulltextRank, vectorSimilarity }) => {

@@ -5,7 +5,17 @@ import { cleanText, queryTokens, snippet, tokenize, toTsquery, toTsvector } from
 
 describe('tokenize', () => {
   it('turns CJK runs into overlapping bigrams and keeps words of other scripts', () => {
-    expect(tokenize('编写项目建议书的要点')).toEqual(['编写', '写项', '项目', '目建', '建议', '议书', '书的', '的要', '要点'])
+    expect(tokenize('编写项目建议书的要点')).toEqual([
+      '编写',
+      '写项',
+      '项目',
+      '目建',
+      '建议',
+      '议书',
+      '书的',
+      '的要',
+      '要点',
+    ])
     expect(tokenize('Budget 项目 plan, Ünïcode ２０２６')).toEqual(['budget', '项目', 'plan', 'ünïcode', '2026'])
     expect(tokenize('字')).toEqual(['字'])
     // The query's bigrams are all in the document's: the full-text path finds it.
@@ -15,7 +25,7 @@ describe('tokenize', () => {
 
   it('drops stop words and treats query syntax as plain text', () => {
     expect(tokenize('the plan of the year')).toEqual(['plan', 'year'])
-    expect(queryTokens("'a & | !b:* \" \\\\ drop table")).toEqual(['b', 'drop', 'table'])
+    expect(queryTokens('\'a & | !b:* " \\\\ drop table')).toEqual(['b', 'drop', 'table'])
   })
 })
 
@@ -42,7 +52,16 @@ describe('snippet', () => {
 describe('chunkMarkdown', () => {
   it('cuts at about 800 characters along sections and paragraphs, carrying heading paths', () => {
     const paragraph = (n: number): string => `Paragraph ${n}. ${'word '.repeat(60).trim()}.`
-    const markdown = ['# Guide', paragraph(1), '## Setup', paragraph(2), paragraph(3), paragraph(4), '## Use', paragraph(5)].join('\n\n')
+    const markdown = [
+      '# Guide',
+      paragraph(1),
+      '## Setup',
+      paragraph(2),
+      paragraph(3),
+      paragraph(4),
+      '## Use',
+      paragraph(5),
+    ].join('\n\n')
     const chunks = chunkMarkdown(markdown)
     expect(chunks.map((chunk) => chunk.heading)).toEqual(['Guide', 'Guide > Setup', 'Guide > Setup', 'Guide > Use'])
     for (const chunk of chunks) expect(chunk.text.length).toBeLessThanOrEqual(800 + 130)
@@ -65,7 +84,12 @@ describe('chunkMarkdown', () => {
 describe('HashingEmbedder', () => {
   it('is deterministic, unit length, and closer for texts that share words', async () => {
     const embedder = new HashingEmbedder(256)
-    const [a, b, c, again] = await embedder.embed(['database failover runbook', 'runbook for database failover', '项目建议书 要点', 'database failover runbook'])
+    const [a, b, c, again] = await embedder.embed([
+      'database failover runbook',
+      'runbook for database failover',
+      '项目建议书 要点',
+      'database failover runbook',
+    ])
     expect(again).toEqual(a)
     const dot = (x: number[], y: number[]): number => x.reduce((sum, value, index) => sum + value * y[index]!, 0)
     expect(dot(a!, a!)).toBeCloseTo(1, 5)

@@ -75,7 +75,8 @@ export function tsqueryStages(tokens: readonly string[]): string[] {
   if (tokens.length >= 3) {
     const head = tokens.slice(0, maxPairTokens)
     const pairs: string[] = []
-    for (let a = 0; a < head.length; a++) for (let b = a + 1; b < head.length; b++) pairs.push(`(${lexeme(head[a]!)} & ${lexeme(head[b]!)})`)
+    for (let a = 0; a < head.length; a++)
+      for (let b = a + 1; b < head.length; b++) pairs.push(`(${lexeme(head[a]!)} & ${lexeme(head[b]!)})`)
     stages.push(pairs.join(' | '))
   }
   stages.push(toTsquery(tokens))
@@ -122,6 +123,10 @@ export function snippet(text: string, tokens: readonly string[], width = 240): S
 
 /** Text fit to store: no NUL, no lone surrogates (Postgres text refuses the first; UTF-8 cannot hold the second). */
 export function cleanText(text: string): string {
-  // eslint-disable-next-line no-control-regex -- NUL is exactly what is removed
-  return text.replace(/\u0000/g, '').replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD')
+  return (
+    text
+      // eslint-disable-next-line no-control-regex -- NUL is exactly what is removed
+      .replace(/\u0000/g, '')
+      .replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD')
+  )
 }

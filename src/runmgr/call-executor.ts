@@ -1,13 +1,29 @@
 import { sql } from 'kysely'
 import { hashParams, type DispatchOutcome } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, fenceRun, listToolCalls, runEvent, updateToolCall, updateToolCallQuery, type Executor, type Run, type ToolCallRecord } from '../store/index.js'
+import {
+  appendEvents,
+  fenceRun,
+  listToolCalls,
+  runEvent,
+  updateToolCall,
+  updateToolCallQuery,
+  type Executor,
+  type Run,
+  type ToolCallRecord,
+} from '../store/index.js'
 import { LeaseLost, type Driver, type DriverKit } from './driver.js'
 import { clientCallAudit } from './run-ledger.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
 
 /** Dispatches a round's calls in order. Returns true when any waits for a human or the client. */
-export async function runCalls(kit: DriverKit, run: Run, calls: ToolCallRecord[], tools: Map<string, ToolEntry>, driver: Driver): Promise<boolean> {
+export async function runCalls(
+  kit: DriverKit,
+  run: Run,
+  calls: ToolCallRecord[],
+  tools: Map<string, ToolEntry>,
+  driver: Driver,
+): Promise<boolean> {
   const { store, bus } = kit
   const { fence } = driver
   let waiting = false
@@ -17,13 +33,21 @@ export async function runCalls(kit: DriverKit, run: Run, calls: ToolCallRecord[]
     if (driver.loop.signal.aborted) return waiting
     const entry = tools.get(call.name)
     const parsed = parseArguments(call.rawArgs)
-    const fail = (output: JsonValue) => kit.fenced(fence, (tx, locked) => kit.ledger.finish(tx, locked, call, 'error', output))
+    const fail = (output: JsonValue) =>
+      kit.fenced(fence, (tx, locked) => kit.ledger.finish(tx, locked, call, 'error', output))
     if (!entry) {
-      await fail({ error: { code: 'unknown_tool', message: `there is no tool named ${call.name}; use one of the offered tools` } })
+      await fail({
+        error: { code: 'unknown_tool', message: `there is no tool named ${call.name}; use one of the offered tools` },
+      })
       continue
     }
     if (parsed.error || parsed.value === null || typeof parsed.value !== 'object' || Array.isArray(parsed.value)) {
-      await fail({ error: { code: 'invalid_arguments', message: `the arguments are not a JSON object: ${parsed.error ?? 'wrong type'}` } })
+      await fail({
+        error: {
+          code: 'invalid_arguments',
+          message: `the arguments are not a JSON object: ${parsed.error ?? 'wrong type'}`,
+        },
+      })
       continue
     }
     if (entry.kind === 'client') {
@@ -41,9 +65,17 @@ export async function runCalls(kit: DriverKit, run: Run, calls: ToolCallRecord[]
     if (entry.command.spec.idempotent) {
       const hash = hashParams(params)
       earlier ??= await listToolCalls(store.db, run.id)
-      const previous = earlier.find((candidate) => candidate.status === 'ok' && candidate.name === call.name && candidate.args !== null && hashParams(candidate.args as { [key: string]: JsonValue }) === hash)
+      const previous = earlier.find(
+        (candidate) =>
+          candidate.status === 'ok' &&
+          candidate.name === call.name &&
+          candidate.args !== null &&
+          hashParams(candidate.args as { [key: string]: JsonValue }) === hash,
+      )
       if (previous) {
-        await kit.fenced(fence, (tx, locked) => kit.ledger.finish(tx, locked, call, 'ok', previous.output, { repeatOf: previous.id }))
+        await kit.fenced(fence, (tx, locked) =>
+          kit.ledger.finish(tx, locked, call, 'ok', previous.output, { repeatOf: previous.id }),
+        )
         continue
       }
     }
@@ -66,7 +98,11 @@ export async function runCalls(kit: DriverKit, run: Run, calls: ToolCallRecord[]
         return
       }
       if (outcome.status === 'awaiting_decision') {
-        await updateToolCall(tx, call.id, { status: 'awaiting_decision', dispatchId: outcome.dispatchId, decisionId: outcome.decision.id })
+        await updateToolCall(tx, call.id, {
+          status: 'awaiting_decision',
+          dispatchId: outcome.dispatchId,
+          decisionId: outcome.decision.id,
+        })
       } else {
         await kit.ledger.applyOutcome(tx, locked, call, outcome)
       }
@@ -96,7 +132,11 @@ export async function runCalls(kit: DriverKit, run: Run, calls: ToolCallRecord[]
         // The dispatch's row and first entries, the call `running` and its event: one statement, fenced.
         startTogether: () => ({
           fence: { ...fence, expiresAt: kit.expiry() },
-          writes: [updateToolCallQuery(store.db, call.id, { status: 'running', started: true }).where(sql<boolean>`exists (select 1 from d)`)],
+          writes: [
+            updateToolCallQuery(store.db, call.id, { status: 'running', started: true }).where(
+              sql<boolean>`exists (select 1 from d)`,
+            ),
+          ],
           events: [runEvent(run, 'tool_call.started', { callId: call.id })],
           lost: () => new LeaseLost(),
         }),

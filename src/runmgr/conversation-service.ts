@@ -47,7 +47,10 @@ export class ConversationService {
   }
 
   /** The same, with its project (one read). */
-  async resolveWithProject(user: User, conversationId: string): Promise<{ conversation: Conversation; project: Project }> {
+  async resolveWithProject(
+    user: User,
+    conversationId: string,
+  ): Promise<{ conversation: Conversation; project: Project }> {
     const found = await this.#access.conversationInProject(user.id, conversationId)
     if (!found) throw notFoundError('conversation')
     return found
@@ -65,7 +68,14 @@ export class ConversationService {
 
   /** Creates a conversation in `tx` (the caller's transaction) in a project resolved for `create_conversation`. */
   async create(tx: Executor, user: User, project: Project, title: string | undefined): Promise<ConversationWithRun> {
-    return { ...(await createConversation(tx, { projectId: project.id, ownerId: user.id, ...(title !== undefined && { title }) })), activeRunId: null }
+    return {
+      ...(await createConversation(tx, {
+        projectId: project.id,
+        ownerId: user.id,
+        ...(title !== undefined && { title }),
+      })),
+      activeRunId: null,
+    }
   }
 
   /** The caller's conversations in a project they may read. */
@@ -85,11 +95,19 @@ export class ConversationService {
    * Retitles a conversation the caller resolved. `reread`: its permission mode was just changed
    * (through the bus, which audits it), so it is read again first.
    */
-  async update(conversation: Conversation, patch: { title?: string }, options: { reread: boolean }): Promise<ConversationWithRun> {
-    let current = options.reread ? ((await getConversation(this.#store.db, conversation.id)) ?? conversation) : conversation
+  async update(
+    conversation: Conversation,
+    patch: { title?: string },
+    options: { reread: boolean },
+  ): Promise<ConversationWithRun> {
+    let current = options.reread
+      ? ((await getConversation(this.#store.db, conversation.id)) ?? conversation)
+      : conversation
     if (patch.title !== undefined) {
       const before = current
-      current = await this.#store.transaction((tx) => updateConversation(tx, before, { title: patch.title }, { fullModeTtlMs: this.#fullModeTtlMs }))
+      current = await this.#store.transaction((tx) =>
+        updateConversation(tx, before, { title: patch.title }, { fullModeTtlMs: this.#fullModeTtlMs }),
+      )
     }
     return (await this.withActiveRuns([current]))[0]!
   }
@@ -107,7 +125,10 @@ export class ConversationService {
   }
 
   async withActiveRuns(conversations: readonly Conversation[]): Promise<ConversationWithRun[]> {
-    const active = await activeRunIds(this.#store.db, conversations.map((conversation) => conversation.id))
+    const active = await activeRunIds(
+      this.#store.db,
+      conversations.map((conversation) => conversation.id),
+    )
     return conversations.map((conversation) => ({ ...conversation, activeRunId: active.get(conversation.id) ?? null }))
   }
 }

@@ -2,7 +2,17 @@ import type { CommandBus } from '../cmdbus/index.js'
 import type { PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
-import type { Executor, NewEvent, Prefetched, Run, RunFence, RunPatch, Store, TransitionReads, TransitionWrite } from '../store/index.js'
+import type {
+  Executor,
+  NewEvent,
+  Prefetched,
+  Run,
+  RunFence,
+  RunPatch,
+  Store,
+  TransitionReads,
+  TransitionWrite,
+} from '../store/index.js'
 import type { ModelSlots } from './model-slots.js'
 import type { RunEnd, RunLedger } from './run-ledger.js'
 import type { RunObserver } from './run-observer.js'
@@ -54,9 +64,19 @@ export interface DriverKit {
   ledger: RunLedger
   modelSlots: ModelSlots
   /** One transaction under the run's lease; throws LeaseLost (writing nothing) when the lease has passed. */
-  fenced<T>(fence: RunFence, fn: (tx: Executor, run: Run) => Promise<T>, options?: { audit?: boolean; patch?: RunPatch }): Promise<T>
+  fenced<T>(
+    fence: RunFence,
+    fn: (tx: Executor, run: Run) => Promise<T>,
+    options?: { audit?: boolean; patch?: RunPatch },
+  ): Promise<T>
   /** One state change in one statement under the run's lease; throws LeaseLost (writing nothing) when the lease has passed. */
-  transition(fence: RunFence, patch: RunPatch, writes: TransitionWrite[], events: NewEvent[], reads?: TransitionReads): Promise<{ run: Run; reads: { [name: string]: unknown } }>
+  transition(
+    fence: RunFence,
+    patch: RunPatch,
+    writes: TransitionWrite[],
+    events: NewEvent[],
+    reads?: TransitionReads,
+  ): Promise<{ run: Run; reads: { [name: string]: unknown } }>
   /** The driver was stopped mid-round: end, checkpoint or leave the run as the stop's reason says. */
   endAborted(run: Run, driver: Driver, messageId: string | null, text: string): Promise<void>
   expireDecisions(decisionIds: string[]): Promise<void>

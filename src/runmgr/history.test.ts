@@ -16,14 +16,28 @@ describe('buildModelMessages', () => {
   it('places each tool result right after its call and sends the provider call id upstream', () => {
     const out = buildModelMessages([
       message({ role: 'user', content: 'hi' }),
-      message({ role: 'assistant', content: '', toolCalls: [{ callId: 'c1', providerCallId: 'p1', name: 'a', arguments: '{}' }, { callId: 'c2', providerCallId: 'p2', name: 'b', arguments: '{}' }] }),
+      message({
+        role: 'assistant',
+        content: '',
+        toolCalls: [
+          { callId: 'c1', providerCallId: 'p1', name: 'a', arguments: '{}' },
+          { callId: 'c2', providerCallId: 'p2', name: 'b', arguments: '{}' },
+        ],
+      }),
       message({ role: 'tool', toolCallId: 'c2', content: 'two' }),
       message({ role: 'tool', toolCallId: 'c1', content: 'one' }),
       message({ role: 'assistant', content: 'done' }),
     ])
     expect(out).toEqual([
       { role: 'user', content: 'hi' },
-      { role: 'assistant', content: null, toolCalls: [{ id: 'p1', name: 'a', arguments: '{}' }, { id: 'p2', name: 'b', arguments: '{}' }] },
+      {
+        role: 'assistant',
+        content: null,
+        toolCalls: [
+          { id: 'p1', name: 'a', arguments: '{}' },
+          { id: 'p2', name: 'b', arguments: '{}' },
+        ],
+      },
       { role: 'tool', toolCallId: 'p1', content: 'one' },
       { role: 'tool', toolCallId: 'p2', content: 'two' },
       { role: 'assistant', content: 'done' },
@@ -33,7 +47,11 @@ describe('buildModelMessages', () => {
   it('repairs an unanswered call with an interrupted result and drops results without a call', () => {
     const out = buildModelMessages([
       message({ role: 'user', content: 'hi' }),
-      message({ role: 'assistant', content: 'x', toolCalls: [{ callId: 'c1', providerCallId: 'p1', name: 'a', arguments: '{}' }] }),
+      message({
+        role: 'assistant',
+        content: 'x',
+        toolCalls: [{ callId: 'c1', providerCallId: 'p1', name: 'a', arguments: '{}' }],
+      }),
       message({ role: 'tool', toolCallId: 'orphan', content: 'stray' }),
     ])
     expect(out).toHaveLength(3)
@@ -50,7 +68,10 @@ describe('buildModelMessages', () => {
       message({ role: 'assistant', content: 'now', status: 'streaming' }),
       message({ role: 'assistant', content: 'kept', status: 'cancelled' }),
     ])
-    expect(out).toEqual([{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'kept' }])
+    expect(out).toEqual([
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: 'kept' },
+    ])
   })
 })
 
@@ -80,7 +101,8 @@ describe('trimToBudget', () => {
     expect(trimmed.slice(-6)).toEqual(history.slice(-6))
     expect(trimmed[0]?.role).toBe('user')
     for (const [index, item] of trimmed.entries()) {
-      if (item.role === 'tool') expect(trimmed[index - 1]?.role === 'assistant' || trimmed[index - 1]?.role === 'tool').toBe(true)
+      if (item.role === 'tool')
+        expect(trimmed[index - 1]?.role === 'assistant' || trimmed[index - 1]?.role === 'tool').toBe(true)
     }
     expect(trimmed.length).toBeLessThan(history.length)
   })

@@ -2,7 +2,9 @@ import type { ModelMessage } from '../llm/index.js'
 import type { TranscriptMessage } from '../store/index.js'
 
 /** A tool result the model reads when a call has none recorded (it was cut off by a crash). */
-const missingResult = JSON.stringify({ error: { code: 'interrupted', message: 'no result was recorded for this call' } })
+const missingResult = JSON.stringify({
+  error: { code: 'interrupted', message: 'no result was recorded for this call' },
+})
 
 /**
  * Turns a stored transcript into model messages. Before every model call the history is checked
@@ -12,7 +14,8 @@ const missingResult = JSON.stringify({ error: { code: 'interrupted', message: 'n
  */
 export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessage[] {
   const results = new Map<string, string>()
-  for (const message of transcript) if (message.role === 'tool' && message.toolCallId) results.set(message.toolCallId, message.content ?? '')
+  for (const message of transcript)
+    if (message.role === 'tool' && message.toolCallId) results.set(message.toolCallId, message.content ?? '')
   const out: ModelMessage[] = []
   for (const message of transcript) {
     if (message.role === 'user') out.push({ role: 'user', content: message.content ?? '' })
@@ -30,7 +33,8 @@ export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessag
         content: message.content ? message.content : null,
         toolCalls: calls.map((call) => ({ id: call.providerCallId, name: call.name, arguments: call.arguments })),
       })
-      for (const call of calls) out.push({ role: 'tool', toolCallId: call.providerCallId, content: results.get(call.callId) ?? missingResult })
+      for (const call of calls)
+        out.push({ role: 'tool', toolCallId: call.providerCallId, content: results.get(call.callId) ?? missingResult })
     }
     // Tool messages are placed right after their call above; stray ones are dropped.
   }

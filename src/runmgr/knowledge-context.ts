@@ -33,7 +33,14 @@ export function selectForInjection(hits: readonly RetrievalHit[]): InjectedHit[]
     if (hit.fulltextRank === null && (hit.vectorSimilarity ?? 0) < minSimilarity) continue
     if (selected.length >= maxHits || chars + hit.text.length > maxChars) break
     chars += hit.text.length
-    selected.push({ chunkId: hit.chunkId, itemId: hit.itemId, title: hit.title, heading: hit.heading, text: hit.text, shared: hit.shared })
+    selected.push({
+      chunkId: hit.chunkId,
+      itemId: hit.itemId,
+      title: hit.title,
+      heading: hit.heading,
+      text: hit.text,
+      shared: hit.shared,
+    })
   }
   return selected
 }
@@ -65,7 +72,11 @@ export function knowledgeBlock(hits: readonly InjectedHit[]): string {
  * Whether a hit may be injected automatically: the run owner's own items and what the project's owner
  * published; items other members published only when the project opts in (`injectMemberKnowledge`).
  */
-export function mayInject(hit: { ownerId: string }, runOwnerId: string, from: { projectOwnerId: string; members: boolean } | undefined): boolean {
+export function mayInject(
+  hit: { ownerId: string },
+  runOwnerId: string,
+  from: { projectOwnerId: string; members: boolean } | undefined,
+): boolean {
   if (hit.ownerId === runOwnerId) return true
   if (!from) return false
   return from.members || hit.ownerId === from.projectOwnerId

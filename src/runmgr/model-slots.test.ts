@@ -20,7 +20,11 @@ describe('ModelSlots', () => {
     await slots.acquire(never, 'a')
     await slots.acquire(never, 'a')
     const order: string[] = []
-    const waits = [slots.acquire(never, 'a').then(() => order.push('a1')), slots.acquire(never, 'a').then(() => order.push('a2')), slots.acquire(never, 'b').then(() => order.push('b1'))]
+    const waits = [
+      slots.acquire(never, 'a').then(() => order.push('a1')),
+      slots.acquire(never, 'a').then(() => order.push('a2')),
+      slots.acquire(never, 'b').then(() => order.push('b1')),
+    ]
     slots.release('a')
     await Promise.resolve()
     expect(order).toEqual(['b1'])

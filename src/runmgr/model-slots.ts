@@ -71,7 +71,8 @@ export class ModelSlots {
         if (seen.has(userId)) continue
         seen.add(userId)
         if (!this.#mayTake(userId)) continue
-        if (chosen < 0 || (this.#held.get(userId) ?? 0) < (this.#held.get(this.#waiters[chosen]!.userId) ?? 0)) chosen = index
+        if (chosen < 0 || (this.#held.get(userId) ?? 0) < (this.#held.get(this.#waiters[chosen]!.userId) ?? 0))
+          chosen = index
       }
       if (chosen < 0) return
       const [entry] = this.#waiters.splice(chosen, 1)

@@ -1,5 +1,22 @@
-import { ModelError, streamWithRetries, type LanguageModel, type ModelMessage, type ModelToolCall } from '../llm/index.js'
-import { appendEvents, completeAssistantMessage, completeAssistantMessageWrite, insertToolCallsWrite, newId, runEvent, type Run, type RunPatch, type StoredToolCall, type ToolCallRecord } from '../store/index.js'
+import {
+  ModelError,
+  streamWithRetries,
+  type LanguageModel,
+  type ModelMessage,
+  type ModelToolCall,
+} from '../llm/index.js'
+import {
+  appendEvents,
+  completeAssistantMessage,
+  completeAssistantMessageWrite,
+  insertToolCallsWrite,
+  newId,
+  runEvent,
+  type Run,
+  type RunPatch,
+  type StoredToolCall,
+  type ToolCallRecord,
+} from '../store/index.js'
 import { proposeCommandTool } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
 import type { Driver, DriverKit } from './driver.js'
@@ -21,7 +38,9 @@ export async function modelTurn(
   const signal = driver.loop.signal
   let text = ''
   // Deltas are fenced too: once the lease has passed, nothing more streams from here.
-  const coalescer = new DeltaCoalescer(50, (delta) => store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })], fence).then(() => undefined))
+  const coalescer = new DeltaCoalescer(50, (delta) =>
+    store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })], fence).then(() => undefined),
+  )
   const calls: ModelToolCall[] = []
   let usage = { ...run.usage }
   const holdsSlot = await kit.modelSlots.acquire(signal, run.ownerId)
@@ -34,12 +53,21 @@ export async function modelTurn(
   const modelStarted = performance.now()
   let modelOutcome = 'ok'
   try {
-    for await (const part of streamWithRetries(model, { messages, tools: [...tools.values()].map((entry) => entry.tool), params: run.profile.modelParams, signal })) {
+    for await (const part of streamWithRetries(model, {
+      messages,
+      tools: [...tools.values()].map((entry) => entry.tool),
+      params: run.profile.modelParams,
+      signal,
+    })) {
       if (part.type === 'text-delta') {
         text += part.text
         coalescer.push(part.text)
       } else if (part.type === 'tool-call') calls.push(part.call)
-      else if (part.type === 'usage') usage = { inputTokens: usage.inputTokens + part.usage.inputTokens, outputTokens: usage.outputTokens + part.usage.outputTokens }
+      else if (part.type === 'usage')
+        usage = {
+          inputTokens: usage.inputTokens + part.usage.inputTokens,
+          outputTokens: usage.outputTokens + part.usage.outputTokens,
+        }
     }
   } catch (error) {
     modelOutcome = error instanceof ModelError ? error.code : 'internal'
@@ -50,13 +78,19 @@ export async function modelTurn(
     }
     const failure =
       error instanceof ModelError
-        ? { code: error.code === 'cancelled' ? 'upstream_error' : error.code, message: error.message, ...(error.upstreamStatus !== undefined && { upstreamStatus: error.upstreamStatus }) }
+        ? {
+            code: error.code === 'cancelled' ? 'upstream_error' : error.code,
+            message: error.message,
+            ...(error.upstreamStatus !== undefined && { upstreamStatus: error.upstreamStatus }),
+          }
         : { code: 'internal', message: 'the model call failed' }
     const decisions = await kit.fenced(
       fence,
       async (tx, locked) => {
         await completeAssistantMessage(tx, messageId, text, null, 'failed')
-        await appendEvents(tx, [runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'failed' })])
+        await appendEvents(tx, [
+          runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'failed' }),
+        ])
         return kit.ledger.end(tx, locked, { status: 'failed', error: failure, openCalls: 'interrupted', usage })
       },
       { audit: true },
@@ -65,7 +99,11 @@ export async function modelTurn(
     return { kind: 'ended' }
   } finally {
     if (holdsSlot) kit.modelSlots.release(run.ownerId)
-    kit.observer?.modelCall?.({ model: model.id, durationMs: performance.now() - modelStarted, outcome: signal.aborted ? 'cancelled' : modelOutcome })
+    kit.observer?.modelCall?.({
+      model: model.id,
+      durationMs: performance.now() - modelStarted,
+      outcome: signal.aborted ? 'cancelled' : modelOutcome,
+    })
   }
   // The text not yet streamed goes out with the turn's end, in its statement.
   const rest = await coalescer.take()
@@ -103,15 +141,30 @@ export async function modelTurn(
   // answered), the message, the ledger rows and the events.
   const completed: RunEnd = { status: 'completed', usage, clean: true }
   const patch: RunPatch = ledger.length > 0 ? { usage, phase: 'tool_running' } : endPatch(completed)
-  const stored: StoredToolCall[] = ledger.map((call) => ({ callId: call.id, providerCallId: call.providerCallId, name: call.name, arguments: call.rawArgs }))
+  const stored: StoredToolCall[] = ledger.map((call) => ({
+    callId: call.id,
+    providerCallId: call.providerCallId,
+    name: call.name,
+    arguments: call.rawArgs,
+  }))
   const writes = [completeAssistantMessageWrite(messageId, text, stored, 'completed')]
   const events = rest ? [runEvent(run, 'message.delta', { messageId, text: rest })] : []
-  events.push(runEvent(run, 'message.completed', { messageId, content: text, toolCalls: stored.length > 0 ? stored : null, status: 'completed' }))
+  events.push(
+    runEvent(run, 'message.completed', {
+      messageId,
+      content: text,
+      toolCalls: stored.length > 0 ? stored : null,
+      status: 'completed',
+    }),
+  )
   if (ledger.length === 0) {
     events.push(...kit.ledger.ended(run, completed))
   } else {
     for (const call of ledger) {
-      const risk = call.kind === 'client' && call.name === proposeCommandTool.name ? kit.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? '')) : null
+      const risk =
+        call.kind === 'client' && call.name === proposeCommandTool.name
+          ? kit.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? ''))
+          : null
       call.risk = risk?.risk ?? (await commandRisk(kit.bus, run, tools.get(call.name), call.args))
       events.push(
         runEvent(run, 'tool_call.created', {

@@ -71,7 +71,12 @@ export class ProjectService {
 
   /** Live projects the user owns, and those shared with them. */
   async visibleIds(userId: string): Promise<string[]> {
-    const owned = await this.#deps.store.db.selectFrom('projects').select('id').where('owner_id', '=', userId).where('deleted_at', 'is', null).execute()
+    const owned = await this.#deps.store.db
+      .selectFrom('projects')
+      .select('id')
+      .where('owner_id', '=', userId)
+      .where('deleted_at', 'is', null)
+      .execute()
     const shared = await this.#deps.access.sharedProjectIds(userId)
     return [...new Set([...owned.map((row) => row.id), ...shared])]
   }
@@ -106,7 +111,10 @@ export class ProjectService {
   checkProfile<T extends ProfileInput>(input: T): T {
     const { models, catalog, runtimes } = this.#deps
     if (typeof input.defaultModel === 'string' && !models.get(input.defaultModel)) {
-      throw new RequestError('unknown_model', `body.defaultModel: no model ${JSON.stringify(input.defaultModel)}; GET /api/models lists them`)
+      throw new RequestError(
+        'unknown_model',
+        `body.defaultModel: no model ${JSON.stringify(input.defaultModel)}; GET /api/models lists them`,
+      )
     }
     const declared = runtimes()
     const unknownRuntimes = (input.runtimes ?? []).filter((name) => !declared.includes(name))
@@ -118,7 +126,9 @@ export class ProjectService {
       )
     }
     if (!input.tools) return input
-    const exposed = catalog.list().filter((command) => command.toolName && (!command.spec.entrances || command.spec.entrances.includes('agent')))
+    const exposed = catalog
+      .list()
+      .filter((command) => command.toolName && (!command.spec.entrances || command.spec.entrances.includes('agent')))
     const errors: Array<{ path: string; message: string }> = []
     const ids = input.tools.map((name, index) => {
       const command = exposed.find((candidate) => candidate.spec.id === name || candidate.toolName === name)
@@ -126,7 +136,11 @@ export class ProjectService {
       return command?.spec.id ?? name
     })
     if (errors.length > 0) {
-      throw new RequestError('validation_failed', `${errors.map((error) => `${error.path}: ${error.message}`).join('; ')} (GET /api/commands lists the commands; those with exposeAsTool are tools)`, errors)
+      throw new RequestError(
+        'validation_failed',
+        `${errors.map((error) => `${error.path}: ${error.message}`).join('; ')} (GET /api/commands lists the commands; those with exposeAsTool are tools)`,
+        errors,
+      )
     }
     return { ...input, tools: [...new Set(ids)] }
   }
@@ -136,7 +150,8 @@ export class ProjectService {
 async function auditProfileChange(tx: Executor, before: Project, after: Project, by: string): Promise<void> {
   const changes: { [key: string]: JsonValue } = {}
   for (const key of profileKeys) {
-    if (JSON.stringify(before[key]) !== JSON.stringify(after[key])) changes[key] = { from: before[key] as JsonValue, to: after[key] as JsonValue }
+    if (JSON.stringify(before[key]) !== JSON.stringify(after[key]))
+      changes[key] = { from: before[key] as JsonValue, to: after[key] as JsonValue }
   }
   if (Object.keys(changes).length === 0) return
   await appendAuditEntry(tx, {

@@ -2,7 +2,18 @@ import { RequestError } from '../store/index.js'
 
 /** Why a run could not be created, resumed or answered; the HTTP layer maps the code. */
 export class RunRequestError extends RequestError {
-  constructor(code: 'unknown_model' | 'validation_failed' | 'shutting_down' | 'client_tool_conflict' | 'too_many_runs' | 'run_active' | 'run_not_resumable' | 'run_not_waiting', message: string) {
+  constructor(
+    code:
+      | 'unknown_model'
+      | 'validation_failed'
+      | 'shutting_down'
+      | 'client_tool_conflict'
+      | 'too_many_runs'
+      | 'run_active'
+      | 'run_not_resumable'
+      | 'run_not_waiting',
+    message: string,
+  ) {
     super(code, message)
     this.name = 'RunRequestError'
   }

@@ -87,18 +87,32 @@ export class RunLedger {
    * carries the run's fence (the CTE `f`): nothing is written unless the fence holds. Undefined while
    * the outcome is not final (waiting for a decision).
    */
-  outcomePart(db: Executor, run: Run, call: ToolCallRecord, outcome: DispatchOutcome): { writes: OperationNodeSource[]; events: NewEvent[] } | undefined {
+  outcomePart(
+    db: Executor,
+    run: Run,
+    call: ToolCallRecord,
+    outcome: DispatchOutcome,
+  ): { writes: OperationNodeSource[]; events: NewEvent[] } | undefined {
     const answer = outcomeAnswer(outcome)
     if (!answer) return undefined
     const result = this.#result(run, call, answer.status, answer.output, { dispatchId: outcome.dispatchId })
     return {
-      writes: [updateToolCallQuery(db, call.id, result.row).where(sql<boolean>`exists (select 1 from f)`), insertToolMessageAfterFence(run, call.id, result.text)],
+      writes: [
+        updateToolCallQuery(db, call.id, result.row).where(sql<boolean>`exists (select 1 from f)`),
+        insertToolMessageAfterFence(run, call.id, result.text),
+      ],
       events: [result.event],
     }
   }
 
   /** A terminal result's ledger row, the text the model reads, and its event. */
-  #result(run: Run, call: ToolCallRecord, status: ToolCallStatus, output: JsonValue, extra: { dispatchId?: string | null; repeatOf?: string }) {
+  #result(
+    run: Run,
+    call: ToolCallRecord,
+    status: ToolCallStatus,
+    output: JsonValue,
+    extra: { dispatchId?: string | null; repeatOf?: string },
+  ) {
     const modelText = status === 'ok' && call.commandId ? this.#bus.catalog.get(call.commandId)?.modelText : undefined
     const text = modelText ? modelText(output) : typeof output === 'string' ? output : JSON.stringify(output)
     const capped = capForModel(text, this.#toolOutputLimit)
@@ -130,15 +144,29 @@ export class RunLedger {
   async requiredAction(db: Executor, runId: string): Promise<JsonValue> {
     const calls = await listToolCalls(db, runId)
     const waiting = calls.filter((call) => call.status === 'awaiting_decision')
-    const kinds = await decisionKinds(db, waiting.map((call) => call.decisionId).filter((id): id is string => typeof id === 'string'))
+    const kinds = await decisionKinds(
+      db,
+      waiting.map((call) => call.decisionId).filter((id): id is string => typeof id === 'string'),
+    )
     return {
       decisions: waiting.map((call) => {
         const kind = (call.decisionId && kinds.get(call.decisionId)) || 'approve'
         // A `connect` decision: the user connects their account to the MCP server, which approves the call.
         const server = kind === 'connect' ? (call.commandId ?? '').split('.')[1] : undefined
-        return { decisionId: call.decisionId, callId: call.id, commandId: call.commandId, name: call.name, args: call.args, risk: call.risk, kind, ...(server && { connect: { server, path: `/api/mcp/connections/${server}` } }) }
+        return {
+          decisionId: call.decisionId,
+          callId: call.id,
+          commandId: call.commandId,
+          name: call.name,
+          args: call.args,
+          risk: call.risk,
+          kind,
+          ...(server && { connect: { server, path: `/api/mcp/connections/${server}` } }),
+        }
       }),
-      toolOutputs: calls.filter((call) => call.status === 'awaiting_output').map((call) => ({ callId: call.id, name: call.name, args: call.args })),
+      toolOutputs: calls
+        .filter((call) => call.status === 'awaiting_output')
+        .map((call) => ({ callId: call.id, name: call.name, args: call.args })),
     }
   }
 
@@ -155,7 +183,14 @@ export class RunLedger {
       const status = end.openCalls ?? 'cancelled'
       const code = status === 'error' ? String(end.error?.code ?? 'error') : status
       const output: JsonValue =
-        call.kind === 'client' ? { accepted: false, [code]: true } : { error: { code, message: `the run ended (${end.reason ?? (status === 'error' ? code : end.status)}) before this call finished` } }
+        call.kind === 'client'
+          ? { accepted: false, [code]: true }
+          : {
+              error: {
+                code,
+                message: `the run ended (${end.reason ?? (status === 'error' ? code : end.status)}) before this call finished`,
+              },
+            }
       await this.finish(tx, run, call, status, output)
     }
     // A turn that was streaming when the run ended (a crash, a cancel elsewhere) is closed, not left streaming.
@@ -179,7 +214,10 @@ export class RunLedger {
           : end.status === 'cancelled'
             ? runEvent(run, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
             : runEvent(run, 'run.expired', { runId })
-    this.#observer?.runEnded?.({ status: end.status, durationMs: run.startedAt ? Date.now() - Date.parse(run.startedAt) : null })
+    this.#observer?.runEnded?.({
+      status: end.status,
+      durationMs: run.startedAt ? Date.now() - Date.parse(run.startedAt) : null,
+    })
     return [runEvent(run, 'run.status', { runId, status: end.status, phase: null }), terminal]
   }
 }
@@ -190,12 +228,16 @@ function outcomeAnswer(outcome: DispatchOutcome): { status: ToolCallStatus; outp
   if (outcome.status === 'awaiting_decision') return undefined
   const error = outcome.error
   if (outcome.status === 'rejected' || error.code === 'rejected' || error.code === 'denied') {
-    return { status: 'rejected', output: { accepted: false, rejected: true, ...(error.code === 'denied' && { reason: error.message }) } }
+    return {
+      status: 'rejected',
+      output: { accepted: false, rejected: true, ...(error.code === 'denied' && { reason: error.message }) },
+    }
   }
   if (outcome.status === 'expired') return { status: 'expired', output: { accepted: false, expired: true } }
   if (outcome.status === 'cancelled') return { status: 'cancelled', output: { accepted: false, cancelled: true } }
   // Cut off by a crash: whether it took effect is unknown, and the call says so.
-  if (error.code === 'interrupted') return { status: 'interrupted', output: { error: JSON.parse(JSON.stringify(error)) as JsonValue } }
+  if (error.code === 'interrupted')
+    return { status: 'interrupted', output: { error: JSON.parse(JSON.stringify(error)) as JsonValue } }
   return { status: 'error', output: { error: JSON.parse(JSON.stringify(error)) as JsonValue } }
 }
 
@@ -216,5 +258,14 @@ export function endPatch(end: RunEnd): RunPatch {
 
 /** A client tool call as its audit row describes it. */
 export function clientCallAudit(run: Run, call: ToolCallRecord): ClientCallAudit {
-  return { runId: run.id, callId: call.id, name: call.name, args: call.args, ownerId: run.ownerId, projectId: run.projectId, conversationId: run.conversationId, risk: call.risk }
+  return {
+    runId: run.id,
+    callId: call.id,
+    name: call.name,
+    args: call.args,
+    ownerId: run.ownerId,
+    projectId: run.projectId,
+    conversationId: run.conversationId,
+    risk: call.risk,
+  }
 }

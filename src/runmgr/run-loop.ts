@@ -1,5 +1,18 @@
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, insertAssistantMessageWrite, listToolCalls, newId, renewLease, runEvent, getRun, transcriptRowsFromJson, updateRun, type Run, type RunFence, type RunPatch } from '../store/index.js'
+import {
+  appendEvents,
+  insertAssistantMessageWrite,
+  listToolCalls,
+  newId,
+  renewLease,
+  runEvent,
+  getRun,
+  transcriptRowsFromJson,
+  updateRun,
+  type Run,
+  type RunFence,
+  type RunPatch,
+} from '../store/index.js'
 import { runCalls } from './call-executor.js'
 import type { Driver, DriverKit } from './driver.js'
 import type { KnowledgeContext } from './knowledge-context.js'
@@ -20,13 +33,18 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   const { fence } = driver
   const runId = fence.runId
   const signal = driver.loop.signal
-  const heartbeat = setInterval(() => {
-    renewLease(store.db, runId, fence.owner, kit.expiry())
-      .then((held) => {
-        if (!held) kit.abort(driver, 'lease_lost')
-      })
-      .catch((error: unknown) => log.warn('could not renew a run lease; the next write re-checks it', { runId, err: error }))
-  }, Math.max(500, kit.leaseMs / 3))
+  const heartbeat = setInterval(
+    () => {
+      renewLease(store.db, runId, fence.owner, kit.expiry())
+        .then((held) => {
+          if (!held) kit.abort(driver, 'lease_lost')
+        })
+        .catch((error: unknown) =>
+          log.warn('could not renew a run lease; the next write re-checks it', { runId, err: error }),
+        )
+    },
+    Math.max(500, kit.leaseMs / 3),
+  )
   // A finished tool round is announced with the next round's opening transaction.
   let roundDone = false
   // Only a run taken over from a stopped driver can have calls left open from its last round.
@@ -46,7 +64,19 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       if (signal.aborted) return await kit.endAborted(run, driver, null, '')
       const model = kit.models.get(run.model)
       // The operator removed it: the run can be resumed once the model is configured again.
-      if (!model) return await kit.end(runId, { status: 'failed', error: { code: 'unknown_model', message: `model ${run.model} is no longer configured; configure it again and resume the run` }, openCalls: 'interrupted' }, { fence })
+      if (!model)
+        return await kit.end(
+          runId,
+          {
+            status: 'failed',
+            error: {
+              code: 'unknown_model',
+              message: `model ${run.model} is no longer configured; configure it again and resume the run`,
+            },
+            openCalls: 'interrupted',
+          },
+          { fence },
+        )
       const atCap = run.iteration >= run.maxIterations
       writable ??= await kit.bus.mayWrite(run.ownerId, run.projectId)
       // Mounted MCP servers start when first needed; their tools are part of the table.
@@ -59,7 +89,8 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         const open = (await listToolCalls(store.db, runId)).filter((call) => openStatuses.includes(call.status))
         if (open.length > 0) {
           const redo = open.filter((call) => call.status === 'pending' || call.status === 'running')
-          const waiting = (await runCalls(kit, run, redo, toolTable(kit.bus, run, writable), driver)) || redo.length < open.length
+          const waiting =
+            (await runCalls(kit, run, redo, toolTable(kit.bus, run, writable), driver)) || redo.length < open.length
           if (signal.aborted) return await kit.endAborted(run, driver, null, '')
           if (waiting) return await requireAction(kit, fence)
           roundDone = true
@@ -77,12 +108,25 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       const added = run.knowledge === null ? undefined : window.addedRead()
       const read = added ? undefined : prefetched ? window.extend([]) : await window.read()
       // Project knowledge is looked up once, at the start, and kept with the run (resume sees the same).
-      const injected = read && run.knowledge === null ? await retrieveKnowledge({ db: store.db, retriever: kit.retriever, log }, run, read, signal, prefetched?.hasKnowledge) : null
+      const injected =
+        read && run.knowledge === null
+          ? await retrieveKnowledge(
+              { db: store.db, retriever: kit.retriever, log },
+              run,
+              read,
+              signal,
+              prefetched?.hasKnowledge,
+            )
+          : null
       prefetched = undefined
       const knowledge = (injected ?? run.knowledge) as KnowledgeContext | null
       // One statement opens the round: the previous round's tool_done, the new phase and the
       // assistant message the model's turn streams into.
-      const patch: RunPatch = { iteration, phase: iteration === 1 ? 'thinking' : 'finalizing', ...(injected && { knowledge: injected as unknown as JsonValue }) }
+      const patch: RunPatch = {
+        iteration,
+        phase: iteration === 1 ? 'thinking' : 'finalizing',
+        ...(injected && { knowledge: injected as unknown as JsonValue }),
+      }
       const messageId = newId()
       const events = roundDone ? [runEvent(run, 'run.status', { runId, status: 'running', phase: 'tool_done' })] : []
       if (injected?.hits && injected.hits.length > 0) {
@@ -90,7 +134,12 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
           runEvent(run, 'knowledge.injected', {
             runId,
             chunkIds: injected.hits.map((hit) => hit.chunkId),
-            items: injected.hits.map((hit) => ({ itemId: hit.itemId, chunkId: hit.chunkId, title: hit.title, shared: hit.shared })),
+            items: injected.hits.map((hit) => ({
+              itemId: hit.itemId,
+              chunkId: hit.chunkId,
+              title: hit.title,
+              shared: hit.shared,
+            })),
           }),
         )
       }
@@ -99,7 +148,13 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         runEvent(run, 'round.started', { runId, iteration }),
         runEvent(run, 'message.created', { messageId, role: 'assistant' }),
       )
-      const opened = await kit.transition(fence, patch, [insertAssistantMessageWrite(run, messageId)], events, added && { added })
+      const opened = await kit.transition(
+        fence,
+        patch,
+        [insertAssistantMessageWrite(run, messageId)],
+        events,
+        added && { added },
+      )
       const transcript = read ?? window.extend(transcriptRowsFromJson(opened.reads.added))
       const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
       run = opened.run
@@ -109,7 +164,11 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       if (atCap) {
         // The last, tool-less call still asked for tools: nothing more runs; the calls are answered.
         const message = `the model still called tools after ${run.maxIterations} iterations (maxIterations)`
-        await kit.end(runId, { status: 'failed', error: { code: 'iteration_cap', message }, openCalls: 'error' }, { fence })
+        await kit.end(
+          runId,
+          { status: 'failed', error: { code: 'iteration_cap', message }, openCalls: 'error' },
+          { fence },
+        )
         return
       }
       const waiting = await runCalls(kit, run, turn.calls, tools, driver)
@@ -130,7 +189,15 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
 async function requireAction(kit: DriverKit, fence: RunFence): Promise<void> {
   await kit.fenced(fence, async (tx) => {
     const requiredAction = await kit.ledger.requiredAction(tx, fence.runId)
-    const updated = await updateRun(tx, fence.runId, { status: 'requires_action', phase: null, requiredAction, lease: null, waiting: true })
-    await appendEvents(tx, [runEvent(updated, 'run.status', { runId: fence.runId, status: updated.status, phase: null, requiredAction })])
+    const updated = await updateRun(tx, fence.runId, {
+      status: 'requires_action',
+      phase: null,
+      requiredAction,
+      lease: null,
+      waiting: true,
+    })
+    await appendEvents(tx, [
+      runEvent(updated, 'run.status', { runId: fence.runId, status: updated.status, phase: null, requiredAction }),
+    ])
   })
 }

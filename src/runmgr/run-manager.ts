@@ -106,7 +106,14 @@ export interface CreateRunInput {
  * lease passed to another instance (or whose run was cancelled elsewhere) changes nothing and stops.
  */
 /** Failures a run can be resumed from: upstream trouble, an interruption, a model configured again. */
-const resumableCodes = ['upstream_error', 'upstream_auth_missing', 'timeout', 'interrupted', 'tools_unsupported', 'unknown_model']
+const resumableCodes = [
+  'upstream_error',
+  'upstream_auth_missing',
+  'timeout',
+  'interrupted',
+  'tools_unsupported',
+  'unknown_model',
+]
 
 export class RunManager {
   readonly #options: RunManagerOptions
@@ -140,7 +147,13 @@ export class RunManager {
       modelSlots: this.#modelSlots,
       fenced: (fence, fn, fencedOptions) => this.#fenced(fence, fn, fencedOptions),
       transition: async (fence, patch, writes, events, reads) => {
-        const done = await this.#options.store.transition({ ...fence, expiresAt: this.#expiry() }, patch, writes, events, reads)
+        const done = await this.#options.store.transition(
+          { ...fence, expiresAt: this.#expiry() },
+          patch,
+          writes,
+          events,
+          reads,
+        )
         if (!done) throw new LeaseLost()
         return done
       },
@@ -180,7 +193,9 @@ export class RunManager {
     this.#unsubscribe.push(
       bus.onDecisionResolved((decision) => {
         if (!decision.runId) return
-        this.#afterDecision(decision.runId).catch((error: unknown) => log.error('could not continue a run after a decision', { runId: decision.runId, err: error }))
+        this.#afterDecision(decision.runId).catch((error: unknown) =>
+          log.error('could not continue a run after a decision', { runId: decision.runId, err: error }),
+        )
       }),
       store.runs.subscribe((runId) => this.#onRunEndedElsewhere(runId)),
       // A run whose owner can no longer see its conversation stops calling the model at once.
@@ -192,8 +207,16 @@ export class RunManager {
     // Dispatches first: a resumed run's interrupted tool call then finds its dispatch ended too.
     await bus.sweepOrphanedDispatches({ all: this.#options.exclusiveDatabase === true })
     const swept = await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
-    if (swept.resumed > 0) log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed, outcome: 'continuing from their last checkpoint' })
-    if (swept.failed > 0) log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed, outcome: 'failed (interrupted); resume with POST /api/runs/:id/resume' })
+    if (swept.resumed > 0)
+      log.info(`resumed ${swept.resumed} runs`, {
+        resumed: swept.resumed,
+        outcome: 'continuing from their last checkpoint',
+      })
+    if (swept.failed > 0)
+      log.warn(`ended ${swept.failed} runs that could not resume`, {
+        failed: swept.failed,
+        outcome: 'failed (interrupted); resume with POST /api/runs/:id/resume',
+      })
     this.#sweeper.start(Math.max(1000, this.#leaseMs() / 2))
   }
 
@@ -231,11 +254,15 @@ export class RunManager {
     if (this.#stopping) throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
     const { models } = this.#options
     // The caller usually read the project with the conversation (one query); otherwise read it here.
-    const project = hooks.project?.id === conversation.projectId ? hooks.project : await getProject(this.#options.store.db, conversation.projectId)
+    const project =
+      hooks.project?.id === conversation.projectId
+        ? hooks.project
+        : await getProject(this.#options.store.db, conversation.projectId)
     // The project's default model, unless the operator has since removed it from the configuration.
     const projectModel = project?.defaultModel && models.get(project.defaultModel) ? project.defaultModel : undefined
     const model = input.model ?? projectModel ?? models.defaultId
-    if (!models.get(model)) throw new RunRequestError('unknown_model', `no model ${JSON.stringify(model)}; GET /api/models lists them`)
+    if (!models.get(model))
+      throw new RunRequestError('unknown_model', `no model ${JSON.stringify(model)}; GET /api/models lists them`)
     const profile: RunProfile = {
       systemPrompt: project?.systemPrompt ?? null,
       modelParams: { ...project?.modelParams, ...input.modelParams },
@@ -244,16 +271,25 @@ export class RunManager {
     }
     const clientTools = resolveClientTools(input.clientTools)
     // A client tool must not take the name of a command tool: the model would call one thinking it the other.
-    const byToolName = new Map([...commandTools(this.#options.bus, profile.tools)].map((entry) => [entry.toolName, entry.commandId]))
+    const byToolName = new Map(
+      [...commandTools(this.#options.bus, profile.tools)].map((entry) => [entry.toolName, entry.commandId]),
+    )
     for (const tool of clientTools) {
       const commandId = byToolName.get(tool.name)
-      if (commandId) throw new RunRequestError('client_tool_conflict', `the client tool ${JSON.stringify(tool.name)} has the name of the tool of command ${commandId}; rename the client tool`)
+      if (commandId)
+        throw new RunRequestError(
+          'client_tool_conflict',
+          `the client tool ${JSON.stringify(tool.name)} has the name of the tool of command ${commandId}; rename the client tool`,
+        )
     }
     // A user may not crowd the model out for everyone: a cap on their queued and running runs, counted
     // in the database so it holds across instances.
     const cap = this.#options.maxActiveRunsPerUser ?? 10
     if ((await countActiveRunsOf(this.#options.store.db, userId)) >= cap) {
-      throw new RunRequestError('too_many_runs', `you have ${cap} runs queued or running (the most one user may have at once); wait for one to finish, or cancel one`)
+      throw new RunRequestError(
+        'too_many_runs',
+        `you have ${cap} runs queued or running (the most one user may have at once); wait for one to finish, or cancel one`,
+      )
     }
     const maxIterations = input.maxIterations ?? 10
     const lease = this.#newLease()
@@ -279,7 +315,9 @@ export class RunManager {
     // In an idle conversation (the usual case) the run starts in one statement; otherwise, or with
     // something to record in the same transaction, the locking path queues or reports the active run.
     // Its driver's first reads (the transcript window, whether there is knowledge) go with it.
-    const alone = hooks.onCreated ? undefined : await this.#options.store.startRun(newRun, lease, { maxChars: transcriptBudget(models.get(model)!) })
+    const alone = hooks.onCreated
+      ? undefined
+      : await this.#options.store.startRun(newRun, lease, { maxChars: transcriptBudget(models.get(model)!) })
     let created = alone ? { run: alone.run } : await create(input.ifActive === 'enqueue')
     // Interrupt: the new message supersedes everything still pending in the conversation — the queued
     // runs first (so ending the active one promotes none of them), then the active one.
@@ -289,7 +327,11 @@ export class RunManager {
     }
     // The owner of the project may write there (anyone else: the driver asks).
     if ('run' in created && created.run.status === 'running') {
-      this.#spawn(created.run.id, lease.owner, { run: created.run, prefetched: alone?.prefetched, ...(project?.ownerId === userId && { writable: true }) })
+      this.#spawn(created.run.id, lease.owner, {
+        run: created.run,
+        prefetched: alone?.prefetched,
+        ...(project?.ownerId === userId && { writable: true }),
+      })
     }
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#startNext(conversation.id)
@@ -298,7 +340,11 @@ export class RunManager {
 
   /** Ends every queued and active run of a conversation as `superseded`, queued ones first. */
   async #supersede(conversationId: string): Promise<void> {
-    const pending = await listRuns(this.#options.store.db, { conversationId, statuses: activeRunStatuses }, { limit: 200 })
+    const pending = await listRuns(
+      this.#options.store.db,
+      { conversationId, statuses: activeRunStatuses },
+      { limit: 200 },
+    )
     const queuedFirst = [...pending.items].sort((a, b) => Number(b.status === 'queued') - Number(a.status === 'queued'))
     for (const run of queuedFirst) await this.cancel(run.id, 'superseded')
   }
@@ -317,7 +363,8 @@ export class RunManager {
       this.#abort(driver, reason)
       await driver.done
       const after = await getRun(store.db, runId)
-      if (after && !terminalRunStatuses.includes(after.status)) await this.#end(runId, this.#cancelEnd(reason), { announce: true })
+      if (after && !terminalRunStatuses.includes(after.status))
+        await this.#end(runId, this.#cancelEnd(reason), { announce: true })
     } else {
       await this.#end(runId, this.#cancelEnd(reason), { announce: true })
     }
@@ -361,20 +408,29 @@ export class RunManager {
       const waiting = this.#waiting.get(id)
       if (!driver && !waiting) return
       const run = await getRun(this.#options.store.db, id)
-      if (driver && (!run || run.status !== 'running' || run.leaseOwner !== driver.fence.owner)) this.#abort(driver, 'lease_lost')
+      if (driver && (!run || run.status !== 'running' || run.leaseOwner !== driver.fence.owner))
+        this.#abort(driver, 'lease_lost')
       if (waiting && (!run || terminalRunStatuses.includes(run.status))) waiting.abort('cancelled')
     }
     const ids = runId ? [runId] : [...new Set([...this.#drivers.keys(), ...this.#waiting.keys()])]
-    for (const id of ids) check(id).catch((error: unknown) => this.#options.log.warn('could not check a run another instance ended', { runId: id, err: error }))
+    for (const id of ids)
+      check(id).catch((error: unknown) =>
+        this.#options.log.warn('could not check a run another instance ended', { runId: id, err: error }),
+      )
   }
 
   /**
    * Resolves with the run once it has ended or needs action (or, after `timeoutMs`, as it is then):
    * create-and-wait for scripts and clients that do not stream.
    */
-  async waitUntilSettled(runId: string, timeoutMs: number, options: { signal?: AbortSignal } = {}): Promise<{ run: Run; settled: boolean }> {
+  async waitUntilSettled(
+    runId: string,
+    timeoutMs: number,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<{ run: Run; settled: boolean }> {
     const { store } = this.#options
-    const isSettled = (run: Run): boolean => terminalRunStatuses.includes(run.status) || run.status === 'requires_action'
+    const isSettled = (run: Run): boolean =>
+      terminalRunStatuses.includes(run.status) || run.status === 'requires_action'
     let wake: (() => void) | null = null
     const unsubscribe = store.feed.subscribe(`run:${runId}`, (event) => {
       if (event.type === 'run.status' || event.type.startsWith('run.')) wake?.()
@@ -410,11 +466,13 @@ export class RunManager {
     const { store } = this.#options
     const run = await getRun(store.db, runId)
     if (!run) throw new RunRequestError('run_not_waiting', 'run not found')
-    if (run.status !== 'requires_action') throw new RunRequestError('run_not_waiting', `the run is ${run.status}, not waiting for tool outputs`)
+    if (run.status !== 'requires_action')
+      throw new RunRequestError('run_not_waiting', `the run is ${run.status}, not waiting for tool outputs`)
     const calls = await listToolCalls(store.db, runId)
     for (const output of outputs) {
       const call = calls.find((candidate) => candidate.id === output.callId)
-      if (!call || call.status !== 'awaiting_output') throw new RunRequestError('run_not_waiting', `call ${output.callId} is not waiting for an output`)
+      if (!call || call.status !== 'awaiting_output')
+        throw new RunRequestError('run_not_waiting', `call ${output.callId} is not waiting for an output`)
     }
     await store.transaction(async (tx) => {
       const locked = await lockRun(tx, runId)
@@ -423,8 +481,10 @@ export class RunManager {
       for (const output of outputs) {
         const call = calls.find((candidate) => candidate.id === output.callId)!
         const value = (output.output ?? null) as JsonValue
-        const accepted = typeof value === 'object' && value !== null && !Array.isArray(value) ? value.accepted : undefined
-        const status: ToolCallStatus = accepted === false ? ((value as { rejected?: unknown }).rejected ? 'rejected' : 'error') : 'ok'
+        const accepted =
+          typeof value === 'object' && value !== null && !Array.isArray(value) ? value.accepted : undefined
+        const status: ToolCallStatus =
+          accepted === false ? ((value as { rejected?: unknown }).rejected ? 'rejected' : 'error') : 'ok'
         await this.#ledger.finish(tx, locked, call, status, value)
       }
     })
@@ -453,11 +513,20 @@ export class RunManager {
         if (!run) throw new RunRequestError('run_not_resumable', 'run not found')
         const code = (run.error as { code?: string } | null)?.code
         if (run.status !== 'failed' || !resumableCodes.includes(code ?? '')) {
-          throw new RunRequestError('run_not_resumable', `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})`)
+          throw new RunRequestError(
+            'run_not_resumable',
+            `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})`,
+          )
         }
-        if (!this.#options.models.get(run.model)) throw new RunRequestError('unknown_model', `model ${run.model} is not configured; configure it again, then resume`)
+        if (!this.#options.models.get(run.model))
+          throw new RunRequestError(
+            'unknown_model',
+            `model ${run.model} is not configured; configure it again, then resume`,
+          )
         const updated = await updateRun(tx, runId, { status: 'running', phase: 'thinking', error: null, lease })
-        await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
+        await appendEvents(tx, [
+          runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
+        ])
         return updated
       })
     } catch (error) {
@@ -499,15 +568,30 @@ export class RunManager {
     if (started) this.#spawn(started.id, lease.owner, { run: started })
   }
 
-  #spawn(runId: string, owner: string, hints: { resumed?: boolean; writable?: boolean; run?: Run; prefetched?: Prefetched } = {}): void {
+  #spawn(
+    runId: string,
+    owner: string,
+    hints: { resumed?: boolean; writable?: boolean; run?: Run; prefetched?: Prefetched } = {},
+  ): void {
     const { store, log } = this.#options
     const fence = { runId, owner }
     if (this.#stopping) {
       // Not driven here after all: give the lease up so the next server resumes the run at once.
-      void releaseLease(store.db, runId, owner).catch((error: unknown) => log.warn('could not release a run lease', { runId, err: error }))
+      void releaseLease(store.db, runId, owner).catch((error: unknown) =>
+        log.warn('could not release a run lease', { runId, err: error }),
+      )
       return
     }
-    const driver: Driver = { fence, resumed: hints.resumed ?? false, writable: hints.writable, initial: hints.run, prefetched: hints.prefetched, loop: new AbortController(), calls: new AbortController(), done: Promise.resolve() }
+    const driver: Driver = {
+      fence,
+      resumed: hints.resumed ?? false,
+      writable: hints.writable,
+      initial: hints.run,
+      prefetched: hints.prefetched,
+      loop: new AbortController(),
+      calls: new AbortController(),
+      done: Promise.resolve(),
+    }
     this.#drivers.set(runId, driver)
     driver.done = driveRun(this.#kit, driver)
       .catch(async (error: unknown) => {
@@ -516,7 +600,15 @@ export class RunManager {
           return
         }
         log.error('run loop failed', { runId, err: error })
-        await this.#end(runId, { status: 'failed', error: { code: 'internal', message: 'an internal error ended the run' }, openCalls: 'interrupted' }, { fence }).catch((endError: unknown) => {
+        await this.#end(
+          runId,
+          {
+            status: 'failed',
+            error: { code: 'internal', message: 'an internal error ended the run' },
+            openCalls: 'interrupted',
+          },
+          { fence },
+        ).catch((endError: unknown) => {
           if (!(endError instanceof LeaseLost)) log.error('could not end a failed run', { runId, err: endError })
         })
       })
@@ -535,7 +627,11 @@ export class RunManager {
    * One transaction under the run's lease; throws LeaseLost (writing nothing) when the lease has passed.
    * `audit`: it may end client calls, whose audit entries need the audit lock before any event is appended.
    */
-  async #fenced<T>(fence: RunFence, fn: (tx: Executor, run: Run) => Promise<T>, options: { audit?: boolean; patch?: RunPatch } = {}): Promise<T> {
+  async #fenced<T>(
+    fence: RunFence,
+    fn: (tx: Executor, run: Run) => Promise<T>,
+    options: { audit?: boolean; patch?: RunPatch } = {},
+  ): Promise<T> {
     return this.#options.store.transaction(async (tx) => {
       const run = await this.#fence(tx, fence, options.patch)
       if (options.audit) await lockAuditLog(tx)
@@ -575,7 +671,12 @@ export class RunManager {
       const requiredAction = await this.#ledger.requiredAction(tx, runId)
       const updated = await updateRun(tx, runId, { requiredAction })
       // Still waiting, for less: not a new `run.requires_action` for webhooks.
-      await appendEvents(tx, [{ ...runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction }), webhook: false }])
+      await appendEvents(tx, [
+        {
+          ...runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction }),
+          webhook: false,
+        },
+      ])
     }
   }
 
@@ -619,7 +720,13 @@ export class RunManager {
       const open = (await listToolCalls(tx, runId)).filter((call) => openStatuses.includes(call.status))
       if (open.length > 0) return undefined
       // Stopping: the run continues with no lease, so the next sweeper (here after a restart, or elsewhere) drives it.
-      const updated = await updateRun(tx, runId, { status: 'running', phase: 'tool_done', requiredAction: null, lease, waiting: false })
+      const updated = await updateRun(tx, runId, {
+        status: 'running',
+        phase: 'tool_done',
+        requiredAction: null,
+        lease,
+        waiting: false,
+      })
       await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
       return updated
     })
@@ -640,7 +747,9 @@ export class RunManager {
       await this.#fenced(driver.fence, async (tx, locked) => {
         if (messageId) {
           await completeAssistantMessage(tx, messageId, text, null, 'interrupted')
-          await appendEvents(tx, [runEvent(locked, 'message.completed', { messageId, content: text, toolCalls: null, status: 'interrupted' })])
+          await appendEvents(tx, [
+            runEvent(locked, 'message.completed', { messageId, content: text, toolCalls: null, status: 'interrupted' }),
+          ])
         }
         // The cut-off round is asked again on resume.
         await updateRun(tx, run.id, { lease: null, ...(messageId && { iteration: Math.max(0, locked.iteration - 1) }) })
@@ -652,7 +761,9 @@ export class RunManager {
       async (tx, locked) => {
         if (messageId) {
           await completeAssistantMessage(tx, messageId, text, null, 'cancelled')
-          await appendEvents(tx, [runEvent(locked, 'message.completed', { messageId, content: text, toolCalls: null, status: 'cancelled' })])
+          await appendEvents(tx, [
+            runEvent(locked, 'message.completed', { messageId, content: text, toolCalls: null, status: 'cancelled' }),
+          ])
         }
         return this.#ledger.end(tx, locked, this.#cancelEnd(reason))
       },
@@ -682,7 +793,11 @@ export class RunManager {
   /** Decisions of an ended run can no longer be answered. */
   async #expireDecisions(decisionIds: string[]): Promise<void> {
     for (const decisionId of decisionIds) {
-      await this.#options.bus.expireDecision(decisionId).catch((error: unknown) => this.#options.log.warn('could not expire a decision of an ended run', { decisionId, err: error }))
+      await this.#options.bus
+        .expireDecision(decisionId)
+        .catch((error: unknown) =>
+          this.#options.log.warn('could not expire a decision of an ended run', { decisionId, err: error }),
+        )
     }
   }
 

@@ -1,4 +1,19 @@
-import { getRun, lastEventId, listRuns, notFoundError, readEvents, runLogPoint, runMessages, type Message, type Page, type PageRequest, type Run, type RunStatus, type Store, type User } from '../store/index.js'
+import {
+  getRun,
+  lastEventId,
+  listRuns,
+  notFoundError,
+  readEvents,
+  runLogPoint,
+  runMessages,
+  type Message,
+  type Page,
+  type PageRequest,
+  type Run,
+  type RunStatus,
+  type Store,
+  type User,
+} from '../store/index.js'
 import type { ConversationService } from './conversation-service.js'
 import type { ProjectService } from './project-service.js'
 
@@ -35,11 +50,20 @@ export class RunQueries {
 
   /** The caller's runs across the projects they can see, newest first. */
   async listMine(user: User, statuses: readonly RunStatus[] | undefined, page: PageRequest): Promise<Page<Run>> {
-    return listRuns(this.#store.db, { ownerId: user.id, projectIds: await this.#projects.visibleIds(user.id), ...(statuses && { statuses }) }, page)
+    return listRuns(
+      this.#store.db,
+      { ownerId: user.id, projectIds: await this.#projects.visibleIds(user.id), ...(statuses && { statuses }) },
+      page,
+    )
   }
 
   /** A conversation's runs, newest first. */
-  async ofConversation(user: User, conversationId: string, statuses: readonly RunStatus[] | undefined, page: PageRequest): Promise<Page<Run>> {
+  async ofConversation(
+    user: User,
+    conversationId: string,
+    statuses: readonly RunStatus[] | undefined,
+    page: PageRequest,
+  ): Promise<Page<Run>> {
     const conversation = await this.#conversations.resolve(user, conversationId)
     return listRuns(this.#store.db, { conversationId: conversation.id, ...(statuses && { statuses }) }, page)
   }

@@ -97,14 +97,20 @@ export class RunSweeper {
       // A turn cut off mid-stream is closed; its round is asked again (the iteration is not used up).
       const cut = await closeStreamingMessages(tx, runId, 'interrupted')
       const updated = cut > 0 ? await updateRun(tx, runId, { iteration: Math.max(0, run.iteration - 1) }) : run
-      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase, resumed: true })])
+      await appendEvents(tx, [
+        runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase, resumed: true }),
+      ])
       return updated
     })
     if (!taken) return undefined
     const fence = { runId, owner: lease.owner }
     if (taken.resumes > (this.#host.maxResumes ?? 3)) {
       const message = `the run was interrupted ${taken.resumes} times (a server stopped while driving it) and is not resumed again`
-      await this.#host.end(runId, { status: 'failed', error: { code: 'interrupted', message }, openCalls: 'interrupted' }, { fence })
+      await this.#host.end(
+        runId,
+        { status: 'failed', error: { code: 'interrupted', message }, openCalls: 'interrupted' },
+        { fence },
+      )
       await this.#host.startNext(taken.conversationId)
       return 'failed'
     }
@@ -118,7 +124,8 @@ export class RunSweeper {
       await this.#host.bus.sweepOrphanedDispatches({ all: false })
       const swept = await this.sweep()
       if (swept.resumed > 0) this.#host.log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed })
-      if (swept.failed > 0) this.#host.log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed })
+      if (swept.failed > 0)
+        this.#host.log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed })
     } catch (error) {
       this.#host.log.warn('the run sweeper failed; it tries again', { err: error })
     }

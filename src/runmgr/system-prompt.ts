@@ -4,13 +4,20 @@ import type { LanguageModel, ModelMessage } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import { hasKnowledge, type Executor, type Run, type TranscriptMessage } from '../store/index.js'
 import { buildModelMessages, trimToBudget } from './history.js'
-import { knowledgeBlock, knowledgeRule, mayInject, selectForInjection, type KnowledgeContext } from './knowledge-context.js'
+import {
+  knowledgeBlock,
+  knowledgeRule,
+  mayInject,
+  selectForInjection,
+  type KnowledgeContext,
+} from './knowledge-context.js'
 
 const baseSystemPrompt =
   'You are an agent working inside Plinth. Use the tools offered when they help; a person may have to approve some calls. Answer concisely.'
 const noToolsPrompt =
   'You cannot use tools or look anything up in this conversation. When a question needs data you do not have, say so plainly instead of inventing it.'
-const capPrompt = 'The maximum number of tool rounds for this run has been reached. Answer now with what you have, without calling tools, and say that the limit was reached.'
+const capPrompt =
+  'The maximum number of tool rounds for this run has been reached. Answer now with what you have, without calling tools, and say that the limit was reached.'
 
 /** The messages of one model call: the system prompt (operator, project, plugins, knowledge), then the trimmed transcript. */
 export function buildPrompt(
@@ -29,7 +36,9 @@ export function buildPrompt(
     operatorPrompt,
     run.profile.systemPrompt,
     ...notes,
-    skills.length > 0 ? `Skills you can follow:\n${skills.map((skill) => `- ${skill.name}: ${skill.description}`).join('\n')}` : undefined,
+    skills.length > 0
+      ? `Skills you can follow:\n${skills.map((skill) => `- ${skill.name}: ${skill.description}`).join('\n')}`
+      : undefined,
     model.supportsTools ? undefined : noToolsPrompt,
     knowledge?.hits && knowledge.hits.length > 0 ? knowledgeRule : undefined,
   ]
@@ -43,7 +52,11 @@ export function buildPrompt(
     const at = history.findLastIndex((message) => message.role === 'user')
     history.splice(at < 0 ? 0 : at, 0, { role: 'user', content: passages })
   }
-  return [{ role: 'system', content: system }, ...history, ...(atCap ? [{ role: 'system' as const, content: capPrompt }] : [])]
+  return [
+    { role: 'system', content: system },
+    ...history,
+    ...(atCap ? [{ role: 'system' as const, content: capPrompt }] : []),
+  ]
 }
 
 /** The top knowledge hits for the run's user message, or `{hits: []}` when there are none (or retrieval failed). */
@@ -62,7 +75,10 @@ export async function retrieveKnowledge(
     const hits = await deps.retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
     return { hits: selectForInjection(hits.filter((hit) => mayInject(hit, run.ownerId, run.profile.injectFrom))) }
   } catch (error) {
-    deps.log.warn('knowledge retrieval for the prompt failed; the run goes on without it', { runId: run.id, err: error })
+    deps.log.warn('knowledge retrieval for the prompt failed; the run goes on without it', {
+      runId: run.id,
+      err: error,
+    })
     return { hits: [] }
   }
 }

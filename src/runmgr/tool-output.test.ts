@@ -13,7 +13,9 @@ describe('capForModel', () => {
     const body = capped.text.split('\n... [TRUNCATED')[0]!
     expect(Buffer.byteLength(body)).toBeLessThanOrEqual(4096)
     expect(body).not.toContain('\uFFFD')
-    expect(capped.text).toMatch(new RegExp(`\\.\\.\\. \\[TRUNCATED, total=${Buffer.byteLength(text)} bytes, 3 lines\\]$`))
+    expect(capped.text).toMatch(
+      new RegExp(`\\.\\.\\. \\[TRUNCATED, total=${Buffer.byteLength(text)} bytes, 3 lines\\]$`),
+    )
   })
 
   it('never splits a 4-byte character', () => {

@@ -4,7 +4,8 @@ import { projectToolSchema, type ModelTool } from '../llm/index.js'
 import type { Run } from '../store/index.js'
 
 /** What a tool name the model may call stands for. */
-export type ToolEntry = { kind: 'command'; command: RegisteredCommand; tool: ModelTool } | { kind: 'client'; tool: ModelTool }
+export type ToolEntry =
+  { kind: 'command'; command: RegisteredCommand; tool: ModelTool } | { kind: 'client'; tool: ModelTool }
 
 /**
  * Exposed commands the agent (or, with `entrance: 'mcp'`, an MCP client) may call — the project's
@@ -37,8 +38,14 @@ export function toolTable(bus: CommandBus, run: Run, writable = true): Map<strin
     if (!writable && !command.spec.idempotent) continue
     // Providers get a projection; the command's own schema is still enforced on dispatch.
     const projected = projectToolSchema(command.spec.paramsSchema)
-    const description = projected.descriptionSuffix ? `${command.spec.description}\n\n${projected.descriptionSuffix}` : command.spec.description
-    table.set(toolName, { kind: 'command', command, tool: { name: toolName, description, parameters: projected.parameters } })
+    const description = projected.descriptionSuffix
+      ? `${command.spec.description}\n\n${projected.descriptionSuffix}`
+      : command.spec.description
+    table.set(toolName, {
+      kind: 'command',
+      command,
+      tool: { name: toolName, description, parameters: projected.parameters },
+    })
   }
   for (const tool of (run.clientTools as unknown as ModelTool[]) ?? []) table.set(tool.name, { kind: 'client', tool })
   return table
@@ -63,7 +70,12 @@ export function parseArguments(raw: string): { value: JsonValue | null; error?: 
 }
 
 /** The call's risk as the gate will evaluate it (a classifier run on these args): what clients are shown. */
-export async function commandRisk(bus: CommandBus, run: Run, entry: ToolEntry | undefined, args: JsonValue | null): Promise<Risk | null> {
+export async function commandRisk(
+  bus: CommandBus,
+  run: Run,
+  entry: ToolEntry | undefined,
+  args: JsonValue | null,
+): Promise<Risk | null> {
   if (entry?.kind !== 'command' || args === null || typeof args !== 'object' || Array.isArray(args)) return null
   return bus.assessRisk({
     commandId: entry.command.spec.id,

@@ -1,6 +1,13 @@
 import type { RawBuilder } from 'kysely'
 import type { LanguageModel } from '../llm/index.js'
-import { readTranscriptAfter, readTranscriptTail, transcriptAfterRead, type Executor, type TranscriptMessage, type TranscriptRow } from '../store/index.js'
+import {
+  readTranscriptAfter,
+  readTranscriptTail,
+  transcriptAfterRead,
+  type Executor,
+  type TranscriptMessage,
+  type TranscriptRow,
+} from '../store/index.js'
 
 /**
  * The conversation's tail as far as the model's window reaches, kept by a run's driver: read once,

@@ -18,7 +18,11 @@ export async function conversationForStream(
   return {
     conversation,
     project,
-    access: { projectId: project.id, shared: project.ownerId !== user.id, recheck: () => deps.conversations.stillVisible(user.id, conversation.id) },
+    access: {
+      projectId: project.id,
+      shared: project.ownerId !== user.id,
+      recheck: () => deps.conversations.stillVisible(user.id, conversation.id),
+    },
   }
 }
 

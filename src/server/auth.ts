@@ -32,7 +32,11 @@ export function createUserAuth(accounts: Accounts, cache?: TokenCache): (request
       const ticket = streamTicket(request)
       if (!ticket) throw new HttpProblem('unauthorized', 'missing bearer token')
       const redeemed = await accounts.redeemStreamTicket(ticket.value, ticket.path)
-      if (!redeemed) throw new HttpProblem('unauthorized', 'invalid, used or expired stream ticket (POST /api/stream-tickets issues one)')
+      if (!redeemed)
+        throw new HttpProblem(
+          'unauthorized',
+          'invalid, used or expired stream ticket (POST /api/stream-tickets issues one)',
+        )
       request.user = redeemed.user
       request.tokenId = redeemed.tokenId
       return
@@ -49,7 +53,9 @@ export function createUserAuth(accounts: Accounts, cache?: TokenCache): (request
     const now = Date.now()
     if ((lastTouched.get(found.tokenId) ?? 0) + touchIntervalMs < now) {
       lastTouched.set(found.tokenId, now)
-      accounts.touchToken(found.tokenId).catch((error: unknown) => request.log.warn({ err: error }, 'could not record token use'))
+      accounts
+        .touchToken(found.tokenId)
+        .catch((error: unknown) => request.log.warn({ err: error }, 'could not record token use'))
     }
   }
 }
@@ -59,7 +65,9 @@ export function createAdminAuth(adminToken: string): (request: FastifyRequest) =
   const expected = createHash('sha256').update(adminToken).digest()
   return async (request) => {
     const token = bearerToken(request)
-    const given = createHash('sha256').update(token ?? '').digest()
+    const given = createHash('sha256')
+      .update(token ?? '')
+      .digest()
     if (!token || !timingSafeEqual(given, expected)) throw new HttpProblem('unauthorized', 'admin token required')
   }
 }

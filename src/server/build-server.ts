@@ -46,7 +46,14 @@ import { registerProjectRoutes } from './routes/project-routes.js'
 import { registerWebhookRoutes } from './routes/webhook-routes.js'
 import { registerMcpRoutes } from './routes/mcp-routes.js'
 import { registerMcpCallbackRoute, registerMcpConnectionRoutes } from './routes/mcp-connection-routes.js'
-import { clientErrorHandler, frameworkErrors, limitByAddress, limitConnections, refuseIfBlocked, requestId } from './request-guards.js'
+import {
+  clientErrorHandler,
+  frameworkErrors,
+  limitByAddress,
+  limitConnections,
+  refuseIfBlocked,
+  requestId,
+} from './request-guards.js'
 import { RunStreamEvent, StreamEvent } from './event-schemas.js'
 import { Problem, Run } from './schemas.js'
 import type { App, ServerDeps } from './server-deps.js'
@@ -79,7 +86,13 @@ export interface ServerOptions {
    * Requests per token per window (`max`), and before authentication per client address
    * (`addressMax`) with a stricter budget for failed authentications (`authFailureMax`).
    */
-  rateLimit: { max: number; windowMs: number; addressMax?: number; authFailureMax?: number; authFailureWindowMs?: number }
+  rateLimit: {
+    max: number
+    windowMs: number
+    addressMax?: number
+    authFailureMax?: number
+    authFailureWindowMs?: number
+  }
   /** Whole request (headers and body) must arrive within this long (default 30 s). */
   requestTimeoutMs?: number
   /** A connection idle this long is closed (default 120 s; SSE heartbeats keep streams busy). */
@@ -145,14 +158,23 @@ export async function buildServer(options: ServerOptions): Promise<App> {
 
   // Bodies are validated strictly (no coercion, unknown fields rejected); path and query strings
   // are text, so they are coerced to the declared types.
-  const bodyAjv = addFormats(new Ajv({ allErrors: true, strict: false, coerceTypes: false, removeAdditional: false, useDefaults: true }))
-  const textAjv = addFormats(new Ajv({ allErrors: true, strict: false, coerceTypes: 'array', removeAdditional: false, useDefaults: true }))
+  const bodyAjv = addFormats(
+    new Ajv({ allErrors: true, strict: false, coerceTypes: false, removeAdditional: false, useDefaults: true }),
+  )
+  const textAjv = addFormats(
+    new Ajv({ allErrors: true, strict: false, coerceTypes: 'array', removeAdditional: false, useDefaults: true }),
+  )
   app.setValidatorCompiler(({ schema, httpPart }) => lazyValidator(httpPart === 'body' ? bodyAjv : textAjv, schema))
 
   const shutdown = new AbortController()
   // Every open stream listens for shutdown; thousands of them are expected, not a leak.
   setMaxListeners(0, shutdown.signal)
-  const streams = new StreamRegistry(options.store, { ...defaultStreamLimits, ...options.streams }, options.logger, options.metrics)
+  const streams = new StreamRegistry(
+    options.store,
+    { ...defaultStreamLimits, ...options.streams },
+    options.logger,
+    options.metrics,
+  )
   streams.start()
   const projects = new ProjectService({
     store: options.store,
@@ -161,7 +183,9 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     catalog: options.bus.catalog,
     runtimes: () => Object.keys(options.exec.settings.runtimes),
   })
-  const conversations = new ConversationService(options.store, options.access, projects, { fullModeTtlMs: options.fullModeTtlMs })
+  const conversations = new ConversationService(options.store, options.access, projects, {
+    fullModeTtlMs: options.fullModeTtlMs,
+  })
   const deps: ServerDeps = {
     store: options.store,
     accounts: new Accounts(options.store),
@@ -177,7 +201,12 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     retriever: options.retriever,
     ingestor: options.ingestor,
     knowledge: new KnowledgeService(options.store, projects),
-    webhooks: new WebhookService(options.store, projects, { ...defaultWebhookSettings, ...options.webhooks }, options.webhooks?.wake),
+    webhooks: new WebhookService(
+      options.store,
+      projects,
+      { ...defaultWebhookSettings, ...options.webhooks },
+      options.webhooks?.wake,
+    ),
     exec: options.exec,
     maxKnowledgeFileBytes: options.maxKnowledgeFileBytes ?? 20 * 1024 * 1024,
     uploads: new UploadSlots(options.uploads),
@@ -204,8 +233,28 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     await app.register(fastifyCors, {
       origin: options.corsOrigins,
       methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
-      allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'last-event-id', 'prefer', 'x-request-id', 'mcp-protocol-version', 'mcp-session-id'],
-      exposedHeaders: ['x-request-id', 'retry-after', 'idempotent-replayed', 'preference-applied', 'content-disposition', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset', 'www-authenticate', 'mcp-session-id'],
+      allowedHeaders: [
+        'authorization',
+        'content-type',
+        'idempotency-key',
+        'last-event-id',
+        'prefer',
+        'x-request-id',
+        'mcp-protocol-version',
+        'mcp-session-id',
+      ],
+      exposedHeaders: [
+        'x-request-id',
+        'retry-after',
+        'idempotent-replayed',
+        'preference-applied',
+        'content-disposition',
+        'x-ratelimit-limit',
+        'x-ratelimit-remaining',
+        'x-ratelimit-reset',
+        'www-authenticate',
+        'mcp-session-id',
+      ],
       maxAge: 600,
       strictPreflight: false,
     })
@@ -221,7 +270,10 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       return token ? `token:${createHash('sha256').update(token).digest('hex').slice(0, 32)}` : `ip:${request.ip}`
     },
     errorResponseBuilder: (_request, context) =>
-      new HttpProblem('rate_limited', `rate limit of ${context.max} requests per ${context.after} exceeded; retry later`),
+      new HttpProblem(
+        'rate_limited',
+        `rate limit of ${context.max} requests per ${context.after} exceeded; retry later`,
+      ),
   })
   limitByAddress(app, {
     windowMs: options.rateLimit.windowMs,
@@ -240,18 +292,29 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addSchema(AgUiEventSchema)
   app.setErrorHandler(handleError)
   app.setNotFoundHandler((request, reply) => {
-    reply.code(404).type('application/problem+json').send(problemBody('not_found', `no route ${request.method} ${requestPath(request)}`))
+    reply
+      .code(404)
+      .type('application/problem+json')
+      .send(problemBody('not_found', `no route ${request.method} ${requestPath(request)}`))
   })
 
   await app.register(fastifySwagger, {
     openapi: {
       openapi: '3.1.0',
-      info: { title: 'Plinth', description: 'Headless HTTP + SSE agent server with a plugin command bus', version: options.version },
+      info: {
+        title: 'Plinth',
+        description: 'Headless HTTP + SSE agent server with a plugin command bus',
+        version: options.version,
+      },
       components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
       security: [{ bearer: [] }],
     },
-    refResolver: { buildLocalReference: (json, _baseUri, _fragment, index) => (typeof json.$id === 'string' ? json.$id : `def-${index}`) },
-    transformObject: (document) => ('openapiObject' in document ? hoistTitledSchemas(document.openapiObject) : document.swaggerObject),
+    refResolver: {
+      buildLocalReference: (json, _baseUri, _fragment, index) =>
+        typeof json.$id === 'string' ? json.$id : `def-${index}`,
+    },
+    transformObject: (document) =>
+      'openapiObject' in document ? hoistTitledSchemas(document.openapiObject) : document.swaggerObject,
   })
   // The API explorer is a page like any other: a strict CSP (its own script hashes), never framed,
   // no MIME sniffing, no referrer, no calls to the public validator.
@@ -260,18 +323,29 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     uiConfig: { validatorUrl: null },
     staticCSP: true,
     transformStaticCSP: (header: string) =>
-      header.replace("frame-ancestors 'self'", "frame-ancestors 'none'").replace(' validator.swagger.io', '').replace(' upgrade-insecure-requests;', '').replace('upgrade-insecure-requests;', ''),
+      header
+        .replace("frame-ancestors 'self'", "frame-ancestors 'none'")
+        .replace(' validator.swagger.io', '')
+        .replace(' upgrade-insecure-requests;', '')
+        .replace('upgrade-insecure-requests;', ''),
   })
   app.addHook('onSend', async (request, reply) => {
     if (!request.url.startsWith('/docs')) return
-    reply.header('x-content-type-options', 'nosniff').header('x-frame-options', 'DENY').header('referrer-policy', 'no-referrer')
-    if (!reply.getHeader('content-security-policy')) reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'")
+    reply
+      .header('x-content-type-options', 'nosniff')
+      .header('x-frame-options', 'DENY')
+      .header('referrer-policy', 'no-referrer')
+    if (!reply.getHeader('content-security-policy'))
+      reply.header('content-security-policy', "default-src 'none'; frame-ancestors 'none'")
   })
   await app.register(fastifySSE, { heartbeatInterval: options.sseHeartbeatMs })
   await registerConsole(app)
 
   const metrics = registerMetrics(app, options.metrics)
-  registerHealthRoutes(app, deps, metrics, { token: options.metricsToken, openWithoutToken: isLoopback(options.host ?? '127.0.0.1') })
+  registerHealthRoutes(app, deps, metrics, {
+    token: options.metricsToken,
+    openWithoutToken: isLoopback(options.host ?? '127.0.0.1'),
+  })
 
   // Token lookups are cached; revocations and disabled users (from any instance) drop them at once.
   const userAuth = createUserAuth(deps.accounts, new TokenCache(options.store.access))
@@ -329,7 +403,11 @@ export async function buildServer(options: ServerOptions): Promise<App> {
 
   registerMcpCallbackRoute(app, deps)
   // The MCP server: the same tokens, limits and audit as /api (see routes/mcp-routes.ts).
-  await registerMcpRoutes(app, deps, { authenticate, authorizationServers: options.mcpAuthorizationServers ?? [], version: options.version })
+  await registerMcpRoutes(app, deps, {
+    authenticate,
+    authorizationServers: options.mcpAuthorizationServers ?? [],
+    version: options.version,
+  })
 
   return app
 }

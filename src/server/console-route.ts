@@ -23,8 +23,18 @@ function clientModule(file: string): Promise<string> {
   if (!module) {
     module = compiled
       ? readFile(join(here, '../client', file), 'utf8')
-      : Promise.all([import('typescript'), readFile(join(here, '../client', file.replace(/\.js$/, '.ts')), 'utf8')]).then(
-          ([ts, source]) => ts.default.transpileModule(source, { compilerOptions: { target: ts.default.ScriptTarget.ES2022, module: ts.default.ModuleKind.ESNext, verbatimModuleSyntax: true } }).outputText,
+      : Promise.all([
+          import('typescript'),
+          readFile(join(here, '../client', file.replace(/\.js$/, '.ts')), 'utf8'),
+        ]).then(
+          ([ts, source]) =>
+            ts.default.transpileModule(source, {
+              compilerOptions: {
+                target: ts.default.ScriptTarget.ES2022,
+                module: ts.default.ModuleKind.ESNext,
+                verbatimModuleSyntax: true,
+              },
+            }).outputText,
         )
     module.catch(() => clientModules.delete(file))
     clientModules.set(file, module)
@@ -39,16 +49,17 @@ function importMapHash(page: string): string | null {
 }
 
 // The page talks to this origin only, runs only its own scripts and cannot be framed.
-const contentSecurityPolicy = (importMap: string | null): string => [
-  "default-src 'self'",
-  `script-src 'self'${importMap ? ` ${importMap}` : ''}`,
-  "style-src 'self'",
-  "connect-src 'self'",
-  "img-src 'self' data:",
-  "frame-ancestors 'none'",
-  "base-uri 'none'",
-  "form-action 'self'",
-].join('; ')
+const contentSecurityPolicy = (importMap: string | null): string =>
+  [
+    "default-src 'self'",
+    `script-src 'self'${importMap ? ` ${importMap}` : ''}`,
+    "style-src 'self'",
+    "connect-src 'self'",
+    "img-src 'self' data:",
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+    "form-action 'self'",
+  ].join('; ')
 
 /** ES modules the console imports from /console/vendor/. */
 const vendorModules = { 'marked.js': 'marked', 'purify.js': 'dompurify', 'eventsource-parser.js': 'eventsource-parser' }
@@ -57,18 +68,28 @@ const vendorModules = { 'marked.js': 'marked', 'purify.js': 'dompurify', 'events
 export async function registerConsole(app: FastifyInstance): Promise<void> {
   const root = consoleRoot()
   const importMap = importMapHash(await readFile(join(root, 'index.html'), 'utf8'))
-  const securityHeaders = { 'content-security-policy': contentSecurityPolicy(importMap), 'x-content-type-options': 'nosniff', 'referrer-policy': 'no-referrer' }
+  const securityHeaders = {
+    'content-security-policy': contentSecurityPolicy(importMap),
+    'x-content-type-options': 'nosniff',
+    'referrer-policy': 'no-referrer',
+  }
   // The page itself, at /console and /console/ (the router ignores trailing slashes; the page links
   // its files by absolute path, so both work).
   app.get('/console', { schema: { hide: true } }, async (_request, reply) => {
     const page = await readFile(join(root, 'index.html'))
-    return reply.headers({ ...securityHeaders, 'cache-control': 'no-cache' }).type('text/html; charset=utf-8').send(page)
+    return reply
+      .headers({ ...securityHeaders, 'cache-control': 'no-cache' })
+      .type('text/html; charset=utf-8')
+      .send(page)
   })
   // The Markdown renderer and its sanitizer, served from their installed packages (kept by npm, no copy).
   for (const [file, specifier] of Object.entries(vendorModules)) {
     const path = fileURLToPath(import.meta.resolve(specifier))
     app.get(`/console/vendor/${file}`, { schema: { hide: true } }, async (_request, reply) =>
-      reply.headers({ ...securityHeaders, 'cache-control': 'no-cache' }).type('text/javascript; charset=utf-8').send(await readFile(path)),
+      reply
+        .headers({ ...securityHeaders, 'cache-control': 'no-cache' })
+        .type('text/javascript; charset=utf-8')
+        .send(await readFile(path)),
     )
   }
   // plinth/client, the same modules a browser app bundles: the console's one HTTP and stream reader.
@@ -77,7 +98,10 @@ export async function registerConsole(app: FastifyInstance): Promise<void> {
     if (!/^[a-z][a-z-]*\.js$/.test(file)) return reply.code(404).type('text/plain').send('not found')
     const source = await clientModule(file).catch(() => null)
     if (source === null) return reply.code(404).type('text/plain').send('not found')
-    return reply.headers({ ...securityHeaders, 'cache-control': 'no-cache' }).type('text/javascript; charset=utf-8').send(source)
+    return reply
+      .headers({ ...securityHeaders, 'cache-control': 'no-cache' })
+      .type('text/javascript; charset=utf-8')
+      .send(source)
   })
   await app.register(fastifyStatic, {
     root,

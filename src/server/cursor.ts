@@ -20,6 +20,9 @@ export function decodeCursor(cursor: string | undefined): string | undefined {
 }
 
 /** A store page as an API list answer. */
-export function toListAnswer<T, R>(page: { items: T[]; nextCursor: string | null }, map: (item: T) => R): { items: R[]; nextCursor: string | null } {
+export function toListAnswer<T, R>(
+  page: { items: T[]; nextCursor: string | null },
+  map: (item: T) => R,
+): { items: R[]; nextCursor: string | null } {
   return { items: page.items.map(map), nextCursor: encodeCursor(page.nextCursor) }
 }

@@ -9,7 +9,13 @@ export function busProblem(error: BusError, dispatchId: string | null): HttpProb
   const extensions: Record<string, unknown> = { ...(dispatchId && { dispatchId }) }
   if (error.errors) extensions.errors = error.errors
   if (error.reasons) extensions.reasons = error.reasons
-  const mapped: Record<string, ProblemCode> = { timeout: 'command_timeout', rejected: 'forbidden', expired: 'decision_expired', cancelled: 'command_failed', interrupted: 'command_interrupted' }
+  const mapped: Record<string, ProblemCode> = {
+    timeout: 'command_timeout',
+    rejected: 'forbidden',
+    expired: 'decision_expired',
+    cancelled: 'command_failed',
+    interrupted: 'command_interrupted',
+  }
   // Codes added for the server's own limits keep their HTTP meaning only when core raised them: a
   // plugin's CommandError of the same name stays the plugin's (command_error, with its commandCode).
   const known = error.code in problemCatalogue && (error.core === true || !coreOnlyCodes.has(error.code))
@@ -21,14 +27,18 @@ export function busProblem(error: BusError, dispatchId: string | null): HttpProb
 /** The HTTP answer for a dispatch: 200 with the result, 202 with the pending decision, or a problem. */
 export function sendDispatchOutcome(reply: FastifyReply, outcome: DispatchOutcome): unknown {
   if (outcome.replayed) reply.header('idempotent-replayed', 'true')
-  if (outcome.status === 'succeeded') return reply.code(200).send({ dispatchId: outcome.dispatchId, status: outcome.status, result: outcome.result })
-  if (outcome.status === 'awaiting_decision') return reply.code(202).send({ dispatchId: outcome.dispatchId, status: outcome.status, decision: outcome.decision })
+  if (outcome.status === 'succeeded')
+    return reply.code(200).send({ dispatchId: outcome.dispatchId, status: outcome.status, result: outcome.result })
+  if (outcome.status === 'awaiting_decision')
+    return reply.code(202).send({ dispatchId: outcome.dispatchId, status: outcome.status, decision: outcome.decision })
   throw busProblem(outcome.error, outcome.dispatchId)
 }
 
 /** A dispatch outcome as a JSON value inside another answer (decisions). */
 export function outcomeView(outcome: DispatchOutcome): Record<string, unknown> {
-  if (outcome.status === 'succeeded') return { dispatchId: outcome.dispatchId, status: outcome.status, result: outcome.result }
-  if (outcome.status === 'awaiting_decision') return { dispatchId: outcome.dispatchId, status: outcome.status, decisionId: outcome.decision.id }
+  if (outcome.status === 'succeeded')
+    return { dispatchId: outcome.dispatchId, status: outcome.status, result: outcome.result }
+  if (outcome.status === 'awaiting_decision')
+    return { dispatchId: outcome.dispatchId, status: outcome.status, decisionId: outcome.decision.id }
   return { dispatchId: outcome.dispatchId, status: outcome.status, error: outcome.error }
 }

@@ -20,7 +20,11 @@ export function requestPath(request: FastifyRequest): string {
 }
 
 /** Maps every error to problem+json; never leaks a stack trace or an internal message. */
-export function handleError(error: FastifyError | HttpProblem | Error, request: FastifyRequest, reply: FastifyReply): void {
+export function handleError(
+  error: FastifyError | HttpProblem | Error,
+  request: FastifyRequest,
+  reply: FastifyReply,
+): void {
   if (reply.sent || reply.raw.headersSent) return
   const { code, detail, extensions } = classify(error, request)
   const body = problemBody(code, detail, { ...extensions, instance: requestPath(request) })
@@ -41,12 +45,15 @@ function classify(
 ): { code: ProblemCode; detail?: string; extensions?: Record<string, unknown> } {
   if (error instanceof HttpProblem) return { code: error.code, detail: error.message, extensions: error.extensions }
   // A module service's refusal (not found, forbidden, a bad field): the caller's mistake, never a 500.
-  if (error instanceof RequestError) return { code: error.code, detail: error.message, ...(error.errors && { extensions: { errors: error.errors } }) }
+  if (error instanceof RequestError)
+    return { code: error.code, detail: error.message, ...(error.errors && { extensions: { errors: error.errors } }) }
   const fastifyError = error as FastifyError & { validation?: ValidationIssue[]; validationContext?: string }
   if (fastifyError.validation) {
     const all = fastifyError.validation
     // A body of thousands of bad fields gets a bounded answer: the first few, and how many there were.
-    const errors = all.slice(0, maxReportedErrors).map((issue) => describeIssue(issue, fastifyError.validationContext ?? 'body'))
+    const errors = all
+      .slice(0, maxReportedErrors)
+      .map((issue) => describeIssue(issue, fastifyError.validationContext ?? 'body'))
     const more = all.length - errors.length
     return {
       code: 'validation_failed',
@@ -62,7 +69,10 @@ function classify(
       return { code: 'payload_too_large', detail: 'request body is larger than the configured limit' }
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
-      return { code: 'unsupported_media_type', detail: `content-type ${request.headers['content-type'] ?? '(none)'} is not accepted; send application/json` }
+      return {
+        code: 'unsupported_media_type',
+        detail: `content-type ${request.headers['content-type'] ?? '(none)'} is not accepted; send application/json`,
+      }
   }
   if (error instanceof SyntaxError) return { code: 'invalid_json', detail: 'request body is not valid JSON' }
   const status = fastifyError.statusCode ?? 500

@@ -17,21 +17,40 @@ function frame(event: string, data: TSchema, description: string): TSchema {
 }
 
 function control(event: string, data: TSchema, description: string): TSchema {
-  return Type.Object({ event: Type.Literal(event), data }, { description: `${description} (no id: Last-Event-ID stays the last real event)` })
+  return Type.Object(
+    { event: Type.Literal(event), data },
+    { description: `${description} (no id: Last-Event-ID stays the last real event)` },
+  )
 }
 
 const Json = Type.Unknown()
 
 /** A resource as events carry it: without the caller-specific fields the API adds (and untitled). */
 function asStored(schema: { properties: Record<string, TSchema> }, drop: string[]): TSchema {
-  return Type.Object(Object.fromEntries(Object.entries(schema.properties).filter(([key]) => !drop.includes(key))), closed)
+  return Type.Object(
+    Object.fromEntries(Object.entries(schema.properties).filter(([key]) => !drop.includes(key))),
+    closed,
+  )
 }
 const nullable = (schema: TSchema): TSchema => Type.Union([schema, Type.Null()])
-const ToolCallStatus = Type.Union(['ok', 'error', 'rejected', 'cancelled', 'expired', 'interrupted'].map((status) => Type.Literal(status)))
-const RunStatus = Type.Union(['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'].map((status) => Type.Literal(status)))
-const Phase = nullable(Type.Union(['thinking', 'tool_called', 'tool_running', 'tool_done', 'finalizing'].map((phase) => Type.Literal(phase))))
+const ToolCallStatus = Type.Union(
+  ['ok', 'error', 'rejected', 'cancelled', 'expired', 'interrupted'].map((status) => Type.Literal(status)),
+)
+const RunStatus = Type.Union(
+  ['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'].map((status) =>
+    Type.Literal(status),
+  ),
+)
+const Phase = nullable(
+  Type.Union(
+    ['thinking', 'tool_called', 'tool_running', 'tool_done', 'finalizing'].map((phase) => Type.Literal(phase)),
+  ),
+)
 const Usage = Type.Object({ inputTokens: Type.Integer(), outputTokens: Type.Integer() })
-const ToolCall = Type.Object({ callId: Type.String(), providerCallId: Type.String(), name: Type.String(), arguments: Type.String() }, closed)
+const ToolCall = Type.Object(
+  { callId: Type.String(), providerCallId: Type.String(), name: Type.String(), arguments: Type.String() },
+  closed,
+)
 
 /** Events of one run (also on its conversation's and project's streams). */
 const runEvents: TSchema[] = [
@@ -44,18 +63,40 @@ const runEvents: TSchema[] = [
         status: RunStatus,
         phase: Phase,
         requiredAction: Type.Optional(Type.Union([RequiredAction, Type.Null()])),
-        resumed: Type.Optional(Type.Boolean({ description: 'True when the run was taken over after its instance stopped' })),
+        resumed: Type.Optional(
+          Type.Boolean({ description: 'True when the run was taken over after its instance stopped' }),
+        ),
       },
       closed,
     ),
     'The run’s status or phase changed',
   ),
-  frame('round.started', Type.Object({ runId: Type.String(), iteration: Type.Integer() }, closed), 'A model call began'),
-  frame('message.created', Type.Object({ messageId: Type.String(), role: Type.String() }, closed), 'A message was started'),
-  frame('message.delta', Type.Object({ messageId: Type.String(), text: Type.String() }, closed), 'Text streamed into a message (incremental, coalesced about every 50 ms)'),
+  frame(
+    'round.started',
+    Type.Object({ runId: Type.String(), iteration: Type.Integer() }, closed),
+    'A model call began',
+  ),
+  frame(
+    'message.created',
+    Type.Object({ messageId: Type.String(), role: Type.String() }, closed),
+    'A message was started',
+  ),
+  frame(
+    'message.delta',
+    Type.Object({ messageId: Type.String(), text: Type.String() }, closed),
+    'Text streamed into a message (incremental, coalesced about every 50 ms)',
+  ),
   frame(
     'message.completed',
-    Type.Object({ messageId: Type.String(), content: nullable(Type.String()), toolCalls: nullable(Type.Array(ToolCall)), status: Type.String() }, closed),
+    Type.Object(
+      {
+        messageId: Type.String(),
+        content: nullable(Type.String()),
+        toolCalls: nullable(Type.Array(ToolCall)),
+        status: Type.String(),
+      },
+      closed,
+    ),
     'A message is complete (authoritative content)',
   ),
   frame(
@@ -64,7 +105,12 @@ const runEvents: TSchema[] = [
       {
         runId: Type.String(),
         chunkIds: Type.Array(Type.String()),
-        items: Type.Array(Type.Object({ itemId: Type.String(), chunkId: Type.String(), title: Type.String(), shared: Type.Boolean() }, closed)),
+        items: Type.Array(
+          Type.Object(
+            { itemId: Type.String(), chunkId: Type.String(), title: Type.String(), shared: Type.Boolean() },
+            closed,
+          ),
+        ),
       },
       closed,
     ),
@@ -91,17 +137,52 @@ const runEvents: TSchema[] = [
   frame('tool_call.started', Type.Object({ callId: Type.String() }, closed), 'A tool call began running'),
   frame(
     'tool_call.output',
-    Type.Object({ callId: nullable(Type.String()), dispatchId: Type.String(), stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]), text: Type.String() }, closed),
+    Type.Object(
+      {
+        callId: nullable(Type.String()),
+        dispatchId: Type.String(),
+        stream: Type.Union([Type.Literal('stdout'), Type.Literal('stderr')]),
+        text: Type.String(),
+      },
+      closed,
+    ),
     'Output of a program while it runs (exec tools and CLIs)',
   ),
   frame(
     'tool_call.completed',
-    Type.Object({ callId: Type.String(), status: ToolCallStatus, output: Json, modelTruncated: Type.Boolean(), durationMs: nullable(Type.Number()), repeatOf: Type.Optional(Type.String()) }, closed),
+    Type.Object(
+      {
+        callId: Type.String(),
+        status: ToolCallStatus,
+        output: Json,
+        modelTruncated: Type.Boolean(),
+        durationMs: nullable(Type.Number()),
+        repeatOf: Type.Optional(Type.String()),
+      },
+      closed,
+    ),
     'A tool call ended (exactly one per call)',
   ),
   frame('run.completed', Type.Object({ runId: Type.String(), usage: Usage }, closed), 'The run answered (terminal)'),
-  frame('run.failed', Type.Object({ runId: Type.String(), error: Type.Object({ code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) }, closed) }, closed), 'The run failed (terminal)'),
-  frame('run.cancelled', Type.Object({ runId: Type.String(), reason: Type.String() }, closed), 'The run was cancelled (terminal)'),
+  frame(
+    'run.failed',
+    Type.Object(
+      {
+        runId: Type.String(),
+        error: Type.Object(
+          { code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) },
+          closed,
+        ),
+      },
+      closed,
+    ),
+    'The run failed (terminal)',
+  ),
+  frame(
+    'run.cancelled',
+    Type.Object({ runId: Type.String(), reason: Type.String() }, closed),
+    'The run was cancelled (terminal)',
+  ),
   frame('run.expired', Type.Object({ runId: Type.String() }, closed), 'The run waited too long for action (terminal)'),
 ]
 
@@ -140,20 +221,49 @@ const decisionEvents: TSchema[] = [
 ]
 
 const controlFrames: TSchema[] = [
-  control('shutdown', Type.Object({ reason: Type.String() }, closed), 'The server is stopping; reconnect with the last id'),
-  control('access_revoked', Type.Object({ code: Type.Literal('access_revoked'), message: Type.String() }, closed), 'Access is gone; do not reconnect with this token'),
-  control('reconnect', Type.Object({ reason: Type.String(), lastEventId: nullable(Type.String()), message: Type.String() }, closed), 'The stream reached its maximum lifetime; reconnect with Last-Event-ID'),
+  control(
+    'shutdown',
+    Type.Object({ reason: Type.String() }, closed),
+    'The server is stopping; reconnect with the last id',
+  ),
+  control(
+    'access_revoked',
+    Type.Object({ code: Type.Literal('access_revoked'), message: Type.String() }, closed),
+    'Access is gone; do not reconnect with this token',
+  ),
+  control(
+    'reconnect',
+    Type.Object({ reason: Type.String(), lastEventId: nullable(Type.String()), message: Type.String() }, closed),
+    'The stream reached its maximum lifetime; reconnect with Last-Event-ID',
+  ),
 ]
 
 const projectEvents: TSchema[] = [
   frame('project.created', Type.Object({ project: asStored(Project, ['shared']) }, closed), 'A project was created'),
-  frame('project.updated', Type.Object({ project: asStored(Project, ['shared']) }, closed), 'A project changed (name, profile, runtimes)'),
+  frame(
+    'project.updated',
+    Type.Object({ project: asStored(Project, ['shared']) }, closed),
+    'A project changed (name, profile, runtimes)',
+  ),
   frame('project.deleted', Type.Object({ projectId: Type.String() }, closed), 'A project was deleted'),
-  frame('conversation.created', Type.Object({ conversation: asStored(Conversation, ['activeRunId']) }, closed), 'A conversation was created'),
-  frame('conversation.updated', Type.Object({ conversation: asStored(Conversation, ['activeRunId']) }, closed), 'A conversation changed'),
+  frame(
+    'conversation.created',
+    Type.Object({ conversation: asStored(Conversation, ['activeRunId']) }, closed),
+    'A conversation was created',
+  ),
+  frame(
+    'conversation.updated',
+    Type.Object({ conversation: asStored(Conversation, ['activeRunId']) }, closed),
+    'A conversation changed',
+  ),
   frame('conversation.deleted', Type.Object({ conversationId: Type.String() }, closed), 'A conversation was deleted'),
-  ...['knowledge.created', 'knowledge.ingested', 'knowledge.failed', 'knowledge.published', 'knowledge.deleted'].map((event) =>
-    frame(event, Type.Object({ item: asStored(KnowledgeItem, ['shared']) }, closed), 'A knowledge item changed (see its ingestStatus and status)'),
+  ...['knowledge.created', 'knowledge.ingested', 'knowledge.failed', 'knowledge.published', 'knowledge.deleted'].map(
+    (event) =>
+      frame(
+        event,
+        Type.Object({ item: asStored(KnowledgeItem, ['shared']) }, closed),
+        'A knowledge item changed (see its ingestStatus and status)',
+      ),
   ),
   frame(
     'webhook.disabled',
@@ -172,7 +282,10 @@ const projectEvents: TSchema[] = [
 ]
 
 /** A frame of a run's stream. */
-export const RunStreamEvent = Type.Union([...runEvents, ...decisionEvents, ...controlFrames], { $id: 'RunStreamEvent', description: 'A frame of a run’s SSE stream (ends after the terminal run event)' })
+export const RunStreamEvent = Type.Union([...runEvents, ...decisionEvents, ...controlFrames], {
+  $id: 'RunStreamEvent',
+  description: 'A frame of a run’s SSE stream (ends after the terminal run event)',
+})
 
 /** A frame of a project's or conversation's stream. */
 export const StreamEvent = Type.Union([...projectEvents, ...runEvents, ...decisionEvents, ...controlFrames], {

@@ -45,10 +45,20 @@ const finalFrameTimeoutMs = 2000
  * with Last-Event-ID); `shutdown`. Call only after authorization: the caps (429
  * `too_many_streams`) and other errors before the first write are ordinary problem+json answers.
  */
-export async function serveEventStream(request: FastifyRequest, reply: FastifyReply, context: StreamContext, options: StreamOptions): Promise<void> {
+export async function serveEventStream(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  context: StreamContext,
+  options: StreamOptions,
+): Promise<void> {
   const afterId = resumePoint(request)
   if (!request.user || !request.tokenId) throw new HttpProblem('unauthorized')
-  const handle = options.handle ?? context.streams.open({ ...options.access, userId: request.user.id, tokenId: request.tokenId }, Date.now() - reply.elapsedTime)
+  const handle =
+    options.handle ??
+    context.streams.open(
+      { ...options.access, userId: request.user.id, tokenId: request.tokenId },
+      Date.now() - reply.elapsedTime,
+    )
   const writer = new SseWriter(reply.raw, context.streams.limits.drainTimeoutMs)
   const finished = new AbortController()
   const stop = (): void => finished.abort()
@@ -90,7 +100,10 @@ export async function serveEventStream(request: FastifyRequest, reply: FastifyRe
 function finalFrame(reason: StreamEndReason, lastEventId: number): string {
   switch (reason) {
     case 'access_revoked':
-      return controlFrame('access_revoked', { code: 'access_revoked', message: 'access to this stream was revoked (token, user or project access)' })
+      return controlFrame('access_revoked', {
+        code: 'access_revoked',
+        message: 'access to this stream was revoked (token, user or project access)',
+      })
     case 'shutdown':
       return controlFrame('shutdown', { reason: 'server shutting down; reconnect with Last-Event-ID' })
     default:

@@ -21,7 +21,8 @@ export function jsonDepth(text: string, limit: number): number {
   for (let index = 0; index < text.length; index++) {
     const code = text.charCodeAt(index)
     if (inString) {
-      if (code === 92) index++ // backslash: skip the escaped character
+      if (code === 92)
+        index++ // backslash: skip the escaped character
       else if (code === 34) inString = false
       continue
     }
@@ -71,7 +72,9 @@ function safeKey(key: string): string {
 
 function rejection(found: { path: string; message: string }): HttpProblem {
   const path = safeKey(found.path)
-  return new HttpProblem('validation_failed', `${path}: ${found.message}`, { errors: [{ path, message: found.message }] })
+  return new HttpProblem('validation_failed', `${path}: ${found.message}`, {
+    errors: [{ path, message: found.message }],
+  })
 }
 
 /**
@@ -85,7 +88,12 @@ export function guardHostileInput(app: FastifyInstance): void {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
     const text = body as string
     if (jsonDepth(text, maxJsonDepth) > maxJsonDepth) {
-      done(new HttpProblem('validation_failed', `body: JSON is nested deeper than ${maxJsonDepth} levels`, { errors: [{ path: 'body', message: `nested deeper than ${maxJsonDepth} levels` }] }), undefined)
+      done(
+        new HttpProblem('validation_failed', `body: JSON is nested deeper than ${maxJsonDepth} levels`, {
+          errors: [{ path: 'body', message: `nested deeper than ${maxJsonDepth} levels` }],
+        }),
+        undefined,
+      )
       return
     }
     parse(request, text, (error, value) => {

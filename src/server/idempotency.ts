@@ -1,6 +1,14 @@
 import { createHash } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { canonicalJson, findIdempotencyRecord, KeyTaken, saveIdempotencyRecord, type Executor, type JsonValue, type Store } from '../store/index.js'
+import {
+  canonicalJson,
+  findIdempotencyRecord,
+  KeyTaken,
+  saveIdempotencyRecord,
+  type Executor,
+  type JsonValue,
+  type Store,
+} from '../store/index.js'
 import { HttpProblem } from './problem.js'
 
 // Routes that store an answer themselves (storeAnswer) catch it; routes import no store errors directly.
@@ -55,7 +63,11 @@ export async function runIdempotent<T extends object>(
   try {
     return await store.transaction(async (tx) => {
       const result = await create(tx)
-      const saved = await saveIdempotencyRecord(tx, userId, key, { requestHash, statusCode, response: result as JsonValue })
+      const saved = await saveIdempotencyRecord(tx, userId, key, {
+        requestHash,
+        statusCode,
+        response: result as JsonValue,
+      })
       if (!saved) throw new KeyTaken()
       return result
     })
@@ -70,19 +82,32 @@ export async function runIdempotent<T extends object>(
 /** What makes two requests "the same" for a key: method, route, params and canonical body. */
 export function hashRequest(request: FastifyRequest): string {
   return createHash('sha256')
-    .update(`${request.method} ${request.routeOptions.url ?? request.url}\n${JSON.stringify(request.params)}\n${request.body === undefined ? '' : canonicalJson(request.body)}`)
+    .update(
+      `${request.method} ${request.routeOptions.url ?? request.url}\n${JSON.stringify(request.params)}\n${request.body === undefined ? '' : canonicalJson(request.body)}`,
+    )
     .digest('hex')
 }
 
 /** The answer stored for `key`, if any; 422 `idempotency_key_reused` when it was for another request. */
-export async function storedAnswer(store: Store, userId: string, key: string, requestHash: string): Promise<{ statusCode: number; response: JsonValue } | undefined> {
+export async function storedAnswer(
+  store: Store,
+  userId: string,
+  key: string,
+  requestHash: string,
+): Promise<{ statusCode: number; response: JsonValue } | undefined> {
   const record = await findIdempotencyRecord(store.db, userId, key)
   if (!record) return undefined
-  if (record.requestHash !== requestHash) throw new HttpProblem('idempotency_key_reused', 'this Idempotency-Key was used with a different request')
+  if (record.requestHash !== requestHash)
+    throw new HttpProblem('idempotency_key_reused', 'this Idempotency-Key was used with a different request')
   return { statusCode: record.statusCode, response: record.response }
 }
 
 /** Stores the answer for `key` in the caller's transaction; throws KeyTaken when another request got there first. */
-export async function storeAnswer(tx: Executor, userId: string, key: string, answer: { requestHash: string; statusCode: number; response: JsonValue }): Promise<void> {
+export async function storeAnswer(
+  tx: Executor,
+  userId: string,
+  key: string,
+  answer: { requestHash: string; statusCode: number; response: JsonValue },
+): Promise<void> {
   if (!(await saveIdempotencyRecord(tx, userId, key, answer))) throw new KeyTaken()
 }

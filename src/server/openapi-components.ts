@@ -4,7 +4,9 @@
  * while Fastify validates and serializes with the inline schemas. Two different schemas with one title
  * are a bug: it throws.
  */
-export function hoistTitledSchemas<T extends { components?: { schemas?: Record<string, unknown> }; paths?: unknown }>(document: T): T {
+export function hoistTitledSchemas<T extends { components?: { schemas?: Record<string, unknown> }; paths?: unknown }>(
+  document: T,
+): T {
   const components = (document.components ??= {})
   const schemas = (components.schemas ??= {})
   const seen = new Map<string, string>()
@@ -17,13 +19,27 @@ export function hoistTitledSchemas<T extends { components?: { schemas?: Record<s
     const out: Record<string, unknown> = {}
     for (const [key, value] of Object.entries(node)) {
       // Inside a schema, `properties` maps names to schemas (a property may be called "title").
-      out[key] = key === 'properties' && isSchema ? mapValues(value, (property) => visit(property, true)) : visit(value, isSchema || key === 'schema' || key === 'items' || key === 'anyOf' || key === 'oneOf' || key === 'allOf' || key === 'additionalProperties' || key === 'not')
+      out[key] =
+        key === 'properties' && isSchema
+          ? mapValues(value, (property) => visit(property, true))
+          : visit(
+              value,
+              isSchema ||
+                key === 'schema' ||
+                key === 'items' ||
+                key === 'anyOf' ||
+                key === 'oneOf' ||
+                key === 'allOf' ||
+                key === 'additionalProperties' ||
+                key === 'not',
+            )
     }
     const title = out.title
     if (!hoist || !isSchema || typeof title !== 'string' || !/^[A-Z][A-Za-z0-9]*$/.test(title)) return out
     const text = JSON.stringify(out)
     const existing = seen.get(title)
-    if (existing !== undefined && existing !== text) throw new Error(`OpenAPI: two different schemas are titled ${title}`)
+    if (existing !== undefined && existing !== text)
+      throw new Error(`OpenAPI: two different schemas are titled ${title}`)
     seen.set(title, text)
     schemas[title] = out
     return { $ref: `#/components/schemas/${title}` }

@@ -16,8 +16,18 @@ export function refuseOversizeBeforeContinue(server: Server, bodyLimit: number):
   server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
     const length = Number(request.headers['content-length'])
     if (parsedInMemory(request) && Number.isFinite(length) && length > bodyLimit) {
-      const body = JSON.stringify(problemBody('payload_too_large', `request body is ${length} bytes; the limit is ${bodyLimit} (PLINTH_BODY_LIMIT)`, { instance: (request.url ?? '').split('?')[0]?.slice(0, 200) ?? '' }))
-      response.writeHead(413, { 'content-type': 'application/problem+json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' })
+      const body = JSON.stringify(
+        problemBody(
+          'payload_too_large',
+          `request body is ${length} bytes; the limit is ${bodyLimit} (PLINTH_BODY_LIMIT)`,
+          { instance: (request.url ?? '').split('?')[0]?.slice(0, 200) ?? '' },
+        ),
+      )
+      response.writeHead(413, {
+        'content-type': 'application/problem+json; charset=utf-8',
+        'content-length': Buffer.byteLength(body),
+        connection: 'close',
+      })
       response.end(body)
       return
     }

@@ -102,7 +102,11 @@ export class HttpProblem extends Error {
   }
 }
 
-export function problemBody(code: ProblemCode, detail: string | undefined, extensions: Record<string, unknown> = {}): ProblemBody {
+export function problemBody(
+  code: ProblemCode,
+  detail: string | undefined,
+  extensions: Record<string, unknown> = {},
+): ProblemBody {
   const entry = problemCatalogue[code]
   return {
     type: `urn:plinth:problem:${code}`,

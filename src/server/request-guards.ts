@@ -32,8 +32,16 @@ export function requestId(request: IncomingMessage): string {
  * carries the address budget in `x-ratelimit-*` (authenticated routes then show the token's).
  */
 export function limitByAddress(app: FastifyInstance, limits: AddressLimits): void {
-  const countRequest = app.createRateLimit({ max: limits.addressMax, timeWindow: limits.windowMs, keyGenerator: (request) => `addr:${request.ip}` })
-  const countFailure = app.createRateLimit({ max: limits.authFailureMax, timeWindow: limits.authFailureWindowMs, keyGenerator: (request) => `authfail:${request.ip}` })
+  const countRequest = app.createRateLimit({
+    max: limits.addressMax,
+    timeWindow: limits.windowMs,
+    keyGenerator: (request) => `addr:${request.ip}`,
+  })
+  const countFailure = app.createRateLimit({
+    max: limits.authFailureMax,
+    timeWindow: limits.authFailureWindowMs,
+    keyGenerator: (request) => `authfail:${request.ip}`,
+  })
   const blocked = new Map<string, number>()
 
   app.addHook('onRequest', async (request, reply) => {
@@ -45,16 +53,25 @@ export function limitByAddress(app: FastifyInstance, limits: AddressLimits): voi
         // still bounds the volume): the address is shared by every user behind it. Only a failed
         // check is then refused 429 — see `refuseIfBlocked`. The admin API and token-less requests stay shut.
         const path = request.url.split('?')[0] ?? ''
-        const userRoute = (path.startsWith('/api/') && !path.startsWith('/api/admin')) || path === '/mcp' || path.startsWith('/mcp/')
+        const userRoute =
+          (path.startsWith('/api/') && !path.startsWith('/api/admin')) || path === '/mcp' || path.startsWith('/mcp/')
         if (!userRoute || !request.headers.authorization) {
-          throw limited(reply, 'authentication failed too often from this address', limits.authFailureMax, until - Date.now())
+          throw limited(
+            reply,
+            'authentication failed too often from this address',
+            limits.authFailureMax,
+            until - Date.now(),
+          )
         }
         deferredBlocks.set(request, { until, max: limits.authFailureMax })
       } else blocked.delete(request.ip)
     }
     const count = await countRequest(request)
     if (count.isAllowed) return
-    reply.header('x-ratelimit-limit', count.max).header('x-ratelimit-remaining', count.remaining).header('x-ratelimit-reset', count.ttlInSeconds)
+    reply
+      .header('x-ratelimit-limit', count.max)
+      .header('x-ratelimit-remaining', count.remaining)
+      .header('x-ratelimit-reset', count.ttlInSeconds)
     if (count.isExceeded) throw limited(reply, 'too many requests from this address', count.max, count.ttl)
   })
 
@@ -81,12 +98,17 @@ const deferredBlocks = new WeakMap<FastifyRequest, { until: number; max: number 
  */
 export function refuseIfBlocked(request: FastifyRequest, reply: FastifyReply): void {
   const deferred = deferredBlocks.get(request)
-  if (deferred) throw limited(reply, 'authentication failed too often from this address', deferred.max, deferred.until - Date.now())
+  if (deferred)
+    throw limited(reply, 'authentication failed too often from this address', deferred.max, deferred.until - Date.now())
 }
 
 function limited(reply: FastifyReply, why: string, max: number, ttlMs: number): HttpProblem {
   const seconds = Math.max(1, Math.ceil(ttlMs / 1000))
-  reply.header('retry-after', seconds).header('x-ratelimit-limit', max).header('x-ratelimit-remaining', 0).header('x-ratelimit-reset', seconds)
+  reply
+    .header('retry-after', seconds)
+    .header('x-ratelimit-limit', max)
+    .header('x-ratelimit-remaining', 0)
+    .header('x-ratelimit-reset', seconds)
   return new HttpProblem('rate_limited', `${why}; retry in ${seconds} s`)
 }
 
@@ -103,8 +125,17 @@ export function limitConnections(server: Server, perAddress: number, total: numb
     if (held >= perAddress || count >= total) {
       // Nothing of the request is read (so no handler runs for it): the answer is written and the socket closed.
       socket.pause()
-      const body = JSON.stringify(problemBody('rate_limited', held >= perAddress ? `more than ${perAddress} open connections from this address` : 'the server is at its connection limit'))
-      socket.end(`HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n${body}`)
+      const body = JSON.stringify(
+        problemBody(
+          'rate_limited',
+          held >= perAddress
+            ? `more than ${perAddress} open connections from this address`
+            : 'the server is at its connection limit',
+        ),
+      )
+      socket.end(
+        `HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n${body}`,
+      )
       socket.destroySoon()
       return
     }
@@ -134,7 +165,9 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
   this.log.debug({ code: error.code, status }, 'client error')
   if (socket.writable) {
     const body = JSON.stringify(problemBody(code, code === 'bad_request' ? 'malformed HTTP request' : undefined))
-    socket.write(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+    socket.write(
+      `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    )
   }
   socket.destroy()
 }
@@ -142,7 +175,10 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
 /** Router errors (bad percent-encoding, over-long path segments) as problem+json, without echoing the URL. */
 export function frameworkErrors(error: Error & { code?: string }, request: FastifyRequest, reply: FastifyReply): void {
   const code: ProblemCode = error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'uri_too_long' : 'bad_request'
-  const detail = code === 'uri_too_long' ? 'a path segment is longer than allowed' : 'the URL is not valid (malformed percent-encoding?)'
+  const detail =
+    code === 'uri_too_long'
+      ? 'a path segment is longer than allowed'
+      : 'the URL is not valid (malformed percent-encoding?)'
   const body = problemBody(code, detail)
   reply.code(body.status).type('application/problem+json').send(body)
 }

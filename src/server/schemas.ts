@@ -22,51 +22,79 @@ export function PageOf<T extends TSchema>(item: T) {
   return Type.Object({ items: Type.Array(item), nextCursor: Type.Union([Type.String(), Type.Null()]) })
 }
 
-export const User = Type.Object({
-  id: Type.String(),
-  name: Type.String(),
-  disabled: Type.Boolean(),
-  createdAt: Type.String({ format: 'date-time' }),
-}, { title: 'User' })
+export const User = Type.Object(
+  {
+    id: Type.String(),
+    name: Type.String(),
+    disabled: Type.Boolean(),
+    createdAt: Type.String({ format: 'date-time' }),
+  },
+  { title: 'User' },
+)
 
-export const ApiToken = Type.Object({
-  id: Type.String(),
-  userId: Type.String(),
-  name: Type.String(),
-  prefix: Type.String(),
-  createdAt: Type.String({ format: 'date-time' }),
-  lastUsedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-  revokedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-}, { title: 'ApiToken' })
+export const ApiToken = Type.Object(
+  {
+    id: Type.String(),
+    userId: Type.String(),
+    name: Type.String(),
+    prefix: Type.String(),
+    createdAt: Type.String({ format: 'date-time' }),
+    lastUsedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+    revokedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  },
+  { title: 'ApiToken' },
+)
 
-export const IssuedToken = Type.Object({
-  ...ApiToken.properties,
-  token: Type.String({ description: 'The secret. Shown once; only its sha256 is stored.' }),
-}, { title: 'IssuedToken' })
+export const IssuedToken = Type.Object(
+  {
+    ...ApiToken.properties,
+    token: Type.String({ description: 'The secret. Shown once; only its sha256 is stored.' }),
+  },
+  { title: 'IssuedToken' },
+)
 
 /** Sampling parameters: a project's defaults, a run's overrides (unset: the model's configuration). */
 export const ModelParams = Type.Object(
   {
     temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
-    maxTokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'Most tokens the model may write per turn' })),
+    maxTokens: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'Most tokens the model may write per turn' }),
+    ),
     topP: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
-    stop: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }), { maxItems: 4, description: 'Stop sequences' })),
+    stop: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 100 }), { maxItems: 4, description: 'Stop sequences' }),
+    ),
   },
   { ...strict, title: 'ModelParams' },
 )
 
 /** The agent profile fields a project carries (create and update). */
 const profileFields = {
-  systemPrompt: Type.Optional(Type.Union([Type.String({ maxLength: 20_000 }), Type.Null()], { description: 'Added to the system prompt of every run in the project; null clears it' })),
-  defaultModel: Type.Optional(Type.Union([Type.String({ minLength: 1, maxLength: 200 }), Type.Null()], { description: 'A configured model id (GET /api/models) runs use when they name none; null clears it' })),
-  modelParams: Type.Optional(ModelParams),
-  tools: Type.Optional(
-    Type.Union([Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 200, uniqueItems: true }), Type.Null()], {
-      description: 'The tools its agents may use: command ids (or tool names) of exposed commands, GET /api/commands; [] for none, null for all',
+  systemPrompt: Type.Optional(
+    Type.Union([Type.String({ maxLength: 20_000 }), Type.Null()], {
+      description: 'Added to the system prompt of every run in the project; null clears it',
     }),
   ),
+  defaultModel: Type.Optional(
+    Type.Union([Type.String({ minLength: 1, maxLength: 200 }), Type.Null()], {
+      description: 'A configured model id (GET /api/models) runs use when they name none; null clears it',
+    }),
+  ),
+  modelParams: Type.Optional(ModelParams),
+  tools: Type.Optional(
+    Type.Union(
+      [Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 200, uniqueItems: true }), Type.Null()],
+      {
+        description:
+          'The tools its agents may use: command ids (or tool names) of exposed commands, GET /api/commands; [] for none, null for all',
+      },
+    ),
+  ),
   injectMemberKnowledge: Type.Optional(
-    Type.Boolean({ description: 'Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones)' }),
+    Type.Boolean({
+      description:
+        'Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones)',
+    }),
   ),
 }
 
@@ -76,12 +104,19 @@ export const Project = Type.Object(
     ownerId: Type.String(),
     name: Type.String(),
     description: Type.String(),
-    runtimes: Type.Array(Type.String(), { description: 'Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox.' }),
+    runtimes: Type.Array(Type.String(), {
+      description:
+        'Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox.',
+    }),
     systemPrompt: Type.Union([Type.String(), Type.Null()]),
     defaultModel: Type.Union([Type.String(), Type.Null()]),
     modelParams: ModelParams,
-    tools: Type.Union([Type.Array(Type.String()), Type.Null()], { description: 'Command ids its agents may call; null: every exposed tool' }),
-    injectMemberKnowledge: Type.Boolean({ description: 'Whether automatic knowledge injection also uses items other members published' }),
+    tools: Type.Union([Type.Array(Type.String()), Type.Null()], {
+      description: 'Command ids its agents may call; null: every exposed tool',
+    }),
+    injectMemberKnowledge: Type.Boolean({
+      description: 'Whether automatic knowledge injection also uses items other members published',
+    }),
     shared: Type.Boolean({ description: 'True when the caller sees the project through sharing, not ownership.' }),
     createdAt: Type.String({ format: 'date-time' }),
     updatedAt: Type.String({ format: 'date-time' }),
@@ -102,7 +137,9 @@ export const ProjectPatch = Type.Object(
   {
     name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
     description: Type.Optional(Type.String({ maxLength: 10_000 })),
-    runtimes: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 16, uniqueItems: true })),
+    runtimes: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 16, uniqueItems: true }),
+    ),
     ...profileFields,
   },
   strict,
@@ -110,17 +147,22 @@ export const ProjectPatch = Type.Object(
 
 export const PermissionMode = Type.Union([Type.Literal('manual'), Type.Literal('risky'), Type.Literal('full')])
 
-export const Conversation = Type.Object({
-  id: Type.String(),
-  projectId: Type.String(),
-  ownerId: Type.String(),
-  title: Type.String(),
-  permissionMode: PermissionMode,
-  modeExpiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-  activeRunId: Type.Union([Type.String(), Type.Null()], { description: 'The run that is queued, running or waiting for action in this conversation, if any.' }),
-  createdAt: Type.String({ format: 'date-time' }),
-  updatedAt: Type.String({ format: 'date-time' }),
-}, { title: 'Conversation' })
+export const Conversation = Type.Object(
+  {
+    id: Type.String(),
+    projectId: Type.String(),
+    ownerId: Type.String(),
+    title: Type.String(),
+    permissionMode: PermissionMode,
+    modeExpiresAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+    activeRunId: Type.Union([Type.String(), Type.Null()], {
+      description: 'The run that is queued, running or waiting for action in this conversation, if any.',
+    }),
+    createdAt: Type.String({ format: 'date-time' }),
+    updatedAt: Type.String({ format: 'date-time' }),
+  },
+  { title: 'Conversation' },
+)
 
 export const ConversationCreate = Type.Object({ title: Type.Optional(Type.String({ maxLength: 500 })) }, strict)
 
@@ -129,32 +171,53 @@ export const ConversationPatch = Type.Object(
   strict,
 )
 
-export const Message = Type.Object({
-  id: Type.String(),
-  conversationId: Type.String(),
-  runId: Type.Union([Type.String(), Type.Null()]),
-  role: Type.Union([Type.Literal('system'), Type.Literal('user'), Type.Literal('assistant'), Type.Literal('tool')]),
-  content: Type.Union([Type.String(), Type.Null()]),
-  toolCalls: Type.Union([
-    Type.Array(
-      Type.Object(
-        { callId: Type.String(), name: Type.String(), arguments: Type.String({ description: 'As the model sent them (JSON text)' }), providerCallId: Type.String() },
-        { additionalProperties: false },
+export const Message = Type.Object(
+  {
+    id: Type.String(),
+    conversationId: Type.String(),
+    runId: Type.Union([Type.String(), Type.Null()]),
+    role: Type.Union([Type.Literal('system'), Type.Literal('user'), Type.Literal('assistant'), Type.Literal('tool')]),
+    content: Type.Union([Type.String(), Type.Null()]),
+    toolCalls: Type.Union([
+      Type.Array(
+        Type.Object(
+          {
+            callId: Type.String(),
+            name: Type.String(),
+            arguments: Type.String({ description: 'As the model sent them (JSON text)' }),
+            providerCallId: Type.String(),
+          },
+          { additionalProperties: false },
+        ),
       ),
+      Type.Null(),
+    ]),
+    toolCallId: Type.Union([Type.String(), Type.Null()]),
+    status: Type.String(),
+    createdAt: Type.String({ format: 'date-time' }),
+    toolStatus: Type.Optional(
+      Type.Union([Type.String(), Type.Null()], {
+        description: "A tool message's call outcome (ok, error, rejected…), as tool_call.completed said",
+      }),
     ),
-    Type.Null(),
-  ]),
-  toolCallId: Type.Union([Type.String(), Type.Null()]),
-  status: Type.String(),
-  createdAt: Type.String({ format: 'date-time' }),
-  toolStatus: Type.Optional(Type.Union([Type.String(), Type.Null()], { description: "A tool message's call outcome (ok, error, rejected…), as tool_call.completed said" })),
-  toolOutput: Type.Optional(Type.Unknown({ description: "A tool message's raw call output, as tool_call.completed carried it (content is the text the model read)" })),
-}, { title: 'Message' })
+    toolOutput: Type.Optional(
+      Type.Unknown({
+        description:
+          "A tool message's raw call output, as tool_call.completed carried it (content is the text the model read)",
+      }),
+    ),
+  },
+  { title: 'Message' },
+)
 
 export const EventsQuery = Type.Object(
   {
     after: Type.Optional(Type.String({ description: 'Replay events with a larger id (same as Last-Event-ID).' })),
-    ticket: Type.Optional(Type.String({ description: 'A single-use stream ticket (POST /api/stream-tickets) instead of the Authorization header' })),
+    ticket: Type.Optional(
+      Type.String({
+        description: 'A single-use stream ticket (POST /api/stream-tickets) instead of the Authorization header',
+      }),
+    ),
   },
   strict,
 )
@@ -180,21 +243,41 @@ export const RequiredAction = Type.Object(
           commandId: Type.String(),
           risk: Type.String(),
           args: Type.Unknown(),
-          kind: Type.Optional(Type.Union([Type.Literal('approve'), Type.Literal('connect')], { description: '`connect`: the user must first connect their account to an MCP server (`connect`)' })),
+          kind: Type.Optional(
+            Type.Union([Type.Literal('approve'), Type.Literal('connect')], {
+              description: '`connect`: the user must first connect their account to an MCP server (`connect`)',
+            }),
+          ),
           connect: Type.Optional(
-            Type.Object({ server: Type.String(), path: Type.String({ description: 'POST it to get the authorization URL; connecting approves the call' }) }, { additionalProperties: false }),
+            Type.Object(
+              {
+                server: Type.String(),
+                path: Type.String({
+                  description: 'POST it to get the authorization URL; connecting approves the call',
+                }),
+              },
+              { additionalProperties: false },
+            ),
           ),
         },
-        { additionalProperties: false, description: 'A tool call waiting for a person: answer decisionId with POST /api/decisions/:id (kind `connect`: connect the account instead)' },
+        {
+          additionalProperties: false,
+          description:
+            'A tool call waiting for a person: answer decisionId with POST /api/decisions/:id (kind `connect`: connect the account instead)',
+        },
       ),
     ),
-    toolOutputs: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), args: Type.Unknown() }), { description: 'Client-tool calls to answer with POST /api/runs/:id/tool-outputs' }),
+    toolOutputs: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), args: Type.Unknown() }), {
+      description: 'Client-tool calls to answer with POST /api/runs/:id/tool-outputs',
+    }),
   },
   { title: 'RequiredAction' },
 )
 
 export const RunStatus = Type.Union(
-  ['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'].map((status) => Type.Literal(status)),
+  ['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'].map((status) =>
+    Type.Literal(status),
+  ),
 )
 
 /** A run as the API shows it. */
@@ -205,13 +288,29 @@ export const Run = Type.Object(
     projectId: Type.String(),
     model: Type.String(),
     status: RunStatus,
-    phase: Type.Union([Type.Literal('thinking'), Type.Literal('tool_called'), Type.Literal('tool_running'), Type.Literal('tool_done'), Type.Literal('finalizing'), Type.Null()]),
+    phase: Type.Union([
+      Type.Literal('thinking'),
+      Type.Literal('tool_called'),
+      Type.Literal('tool_running'),
+      Type.Literal('tool_done'),
+      Type.Literal('finalizing'),
+      Type.Null(),
+    ]),
     iteration: Type.Integer(),
     maxIterations: Type.Integer(),
     approvalPolicy: Type.Union([Type.Literal('ask'), Type.Literal('dontAsk')]),
-    modelParams: Type.Object(ModelParams.properties, { description: 'The project’s parameters with this run’s overrides (the model’s configured defaults apply to the rest)' }),
+    modelParams: Type.Object(ModelParams.properties, {
+      description:
+        'The project’s parameters with this run’s overrides (the model’s configured defaults apply to the rest)',
+    }),
     requiredAction: Type.Union([RequiredAction, Type.Null()]),
-    error: Type.Union([Type.Object({ code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) }, { additionalProperties: true }), Type.Null()]),
+    error: Type.Union([
+      Type.Object(
+        { code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) },
+        { additionalProperties: true },
+      ),
+      Type.Null(),
+    ]),
     usage: Type.Object({ inputTokens: Type.Integer(), outputTokens: Type.Integer() }),
     cancelReason: Type.Union([Type.String(), Type.Null()]),
     createdAt: Type.String({ format: 'date-time' }),
@@ -224,21 +323,35 @@ export const Run = Type.Object(
 
 export const RunListQuery = Type.Object(
   {
-    status: Type.Optional(Type.String({ pattern: '^(queued|running|requires_action|completed|failed|cancelled|expired)(,(queued|running|requires_action|completed|failed|cancelled|expired))*$', description: 'Comma-separated statuses' })),
+    status: Type.Optional(
+      Type.String({
+        pattern:
+          '^(queued|running|requires_action|completed|failed|cancelled|expired)(,(queued|running|requires_action|completed|failed|cancelled|expired))*$',
+        description: 'Comma-separated statuses',
+      }),
+    ),
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
     cursor: Type.Optional(Type.String({ maxLength: 200 })),
   },
   { additionalProperties: false },
 )
 
-export const RunList = Type.Object({ items: Type.Array(Type.Ref('Run')), nextCursor: Type.Union([Type.String(), Type.Null()]) })
+export const RunList = Type.Object({
+  items: Type.Array(Type.Ref('Run')),
+  nextCursor: Type.Union([Type.String(), Type.Null()]),
+})
 
 /** A human-in-the-loop decision. */
 export const Decision = Type.Object(
   {
     id: Type.String(),
     dispatchId: Type.String(),
-    status: Type.Union([Type.Literal('pending'), Type.Literal('approved'), Type.Literal('rejected'), Type.Literal('expired')]),
+    status: Type.Union([
+      Type.Literal('pending'),
+      Type.Literal('approved'),
+      Type.Literal('rejected'),
+      Type.Literal('expired'),
+    ]),
     commandId: Type.String(),
     params: Type.Unknown({ description: 'The command’s params (redacted)' }),
     preview: Type.Union([Type.String(), Type.Null()]),
@@ -255,7 +368,8 @@ export const Decision = Type.Object(
     expiresAt: Type.String({ format: 'date-time' }),
     decidedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
     kind: Type.Union([Type.Literal('approve'), Type.Literal('connect')], {
-      description: '`connect`: the caller must first connect their account to the MCP server the call goes to (POST /api/mcp/connections/:server), which approves it',
+      description:
+        '`connect`: the caller must first connect their account to the MCP server the call goes to (POST /api/mcp/connections/:server), which approves it',
     }),
   },
   { title: 'Decision' },
@@ -277,14 +391,17 @@ export const BusError = Type.Object(
 export const DispatchState = Type.Object(
   {
     dispatchId: Type.Union([Type.String(), Type.Null()]),
-    status: Type.Union(['succeeded', 'awaiting_decision', 'failed', 'rejected', 'expired', 'cancelled'].map((status) => Type.Literal(status))),
+    status: Type.Union(
+      ['succeeded', 'awaiting_decision', 'failed', 'rejected', 'expired', 'cancelled'].map((status) =>
+        Type.Literal(status),
+      ),
+    ),
     result: Type.Optional(Type.Unknown({ description: 'The command’s result (succeeded)' })),
     decisionId: Type.Optional(Type.String()),
     error: Type.Optional(BusError),
   },
   { title: 'DispatchState' },
 )
-
 
 const nullableString = Type.Union([Type.String(), Type.Null()])
 
@@ -296,7 +413,10 @@ export const AuditEnvelope = Type.Object(
     plugin: Type.String(),
     pluginVersion: Type.String(),
     entrance: Type.String(),
-    actor: Type.Object({ type: Type.String(), id: Type.String(), onBehalfOf: Type.Optional(nullableString) }, { additionalProperties: true }),
+    actor: Type.Object(
+      { type: Type.String(), id: Type.String(), onBehalfOf: Type.Optional(nullableString) },
+      { additionalProperties: true },
+    ),
     projectId: nullableString,
     conversationId: nullableString,
     runId: nullableString,
@@ -305,44 +425,68 @@ export const AuditEnvelope = Type.Object(
     paramsHash: Type.String(),
     risk: nullableString,
     decision: Type.Union([
-      Type.Object({ id: nullableString, outcome: Type.String(), by: nullableString, scope: nullableString, via: nullableString }, { additionalProperties: true }),
+      Type.Object(
+        { id: nullableString, outcome: Type.String(), by: nullableString, scope: nullableString, via: nullableString },
+        { additionalProperties: true },
+      ),
       Type.Null(),
     ]),
     result: Type.Unknown({ description: 'Redacted and truncated' }),
     resultHash: nullableString,
     status: Type.String(),
-    error: Type.Union([Type.Object({ code: Type.String(), message: Type.String() }, { additionalProperties: true }), Type.Null()]),
+    error: Type.Union([
+      Type.Object({ code: Type.String(), message: Type.String() }, { additionalProperties: true }),
+      Type.Null(),
+    ]),
     timings: Type.Object(
-      { requestedAt: Type.String(), startedAt: nullableString, finishedAt: nullableString, durationMs: Type.Union([Type.Number(), Type.Null()]) },
+      {
+        requestedAt: Type.String(),
+        startedAt: nullableString,
+        finishedAt: nullableString,
+        durationMs: Type.Union([Type.Number(), Type.Null()]),
+      },
       { additionalProperties: true },
     ),
-    history: Type.Array(Type.Object({ entryId: Type.Integer(), step: Type.String(), status: nullableString, at: Type.String({ format: 'date-time' }) })),
+    history: Type.Array(
+      Type.Object({
+        entryId: Type.Integer(),
+        step: Type.String(),
+        status: nullableString,
+        at: Type.String({ format: 'date-time' }),
+      }),
+    ),
     origin: Type.Optional(
-      Type.Record(Type.String(), Type.Unknown(), { description: 'A mounted command’s source: for an MCP tool `{type: "mcp", server, serverName, serverVersion, tool, openWorldHint}`' }),
+      Type.Record(Type.String(), Type.Unknown(), {
+        description:
+          'A mounted command’s source: for an MCP tool `{type: "mcp", server, serverName, serverVersion, tool, openWorldHint}`',
+      }),
     ),
   },
   { additionalProperties: true, title: 'AuditEnvelope' },
 )
 
 /** A knowledge item of a project. */
-export const KnowledgeItem = Type.Object({
-  id: Type.String(),
-  projectId: Type.String(),
-  ownerId: Type.String(),
-  title: Type.String(),
-  status: Type.Union([Type.Literal('draft'), Type.Literal('published')]),
-  ingestStatus: Type.Union([Type.Literal('pending'), Type.Literal('ready'), Type.Literal('failed')]),
-  ingestError: Type.Union([Type.String(), Type.Null()]),
-  source: Type.Union([Type.Literal('text'), Type.Literal('file'), Type.Literal('command')]),
-  filename: Type.Union([Type.String(), Type.Null()]),
-  mediaType: Type.Union([Type.String(), Type.Null()]),
-  byteSize: Type.Integer(),
-  chunkCount: Type.Integer(),
-  shared: Type.Boolean({ description: 'True when the item belongs to another user of a shared project.' }),
-  createdAt: Type.String({ format: 'date-time' }),
-  updatedAt: Type.String({ format: 'date-time' }),
-  publishedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
-}, { title: 'KnowledgeItem' })
+export const KnowledgeItem = Type.Object(
+  {
+    id: Type.String(),
+    projectId: Type.String(),
+    ownerId: Type.String(),
+    title: Type.String(),
+    status: Type.Union([Type.Literal('draft'), Type.Literal('published')]),
+    ingestStatus: Type.Union([Type.Literal('pending'), Type.Literal('ready'), Type.Literal('failed')]),
+    ingestError: Type.Union([Type.String(), Type.Null()]),
+    source: Type.Union([Type.Literal('text'), Type.Literal('file'), Type.Literal('command')]),
+    filename: Type.Union([Type.String(), Type.Null()]),
+    mediaType: Type.Union([Type.String(), Type.Null()]),
+    byteSize: Type.Integer(),
+    chunkCount: Type.Integer(),
+    shared: Type.Boolean({ description: 'True when the item belongs to another user of a shared project.' }),
+    createdAt: Type.String({ format: 'date-time' }),
+    updatedAt: Type.String({ format: 'date-time' }),
+    publishedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  },
+  { title: 'KnowledgeItem' },
+)
 
 /**
  * An error answer (RFC 9457). Closed: every extension member Plinth sends is listed (the serializer
@@ -356,19 +500,35 @@ export const Problem = Type.Object(
     code: Type.String(),
     detail: Type.Optional(Type.String()),
     instance: Type.Optional(Type.String()),
-    errors: Type.Optional(Type.Array(Type.Object({ path: Type.String(), message: Type.String() }, { additionalProperties: false }), { description: 'validation_failed: each bad field' })),
-    errorCount: Type.Optional(Type.Integer({ description: 'validation_failed: how many bad fields there were when errors lists only the first ones' })),
+    errors: Type.Optional(
+      Type.Array(Type.Object({ path: Type.String(), message: Type.String() }, { additionalProperties: false }), {
+        description: 'validation_failed: each bad field',
+      }),
+    ),
+    errorCount: Type.Optional(
+      Type.Integer({
+        description: 'validation_failed: how many bad fields there were when errors lists only the first ones',
+      }),
+    ),
     reasons: Type.Optional(Type.Array(Type.String(), { description: 'Why the risk gate or a command refused' })),
     dispatchId: Type.Optional(Type.String({ description: 'The dispatch that failed (command answers)' })),
     commandCode: Type.Optional(Type.String({ description: 'command_error: the code the plugin’s command gave' })),
     activeRunId: Type.Optional(Type.String({ description: 'run_active: the run in the way' })),
     activeStatus: Type.Optional(Type.String({ description: 'run_active: its status' })),
-    awaiting: Type.Optional(Type.Union([RequiredAction, Type.Null()], { description: 'run_active: what it waits for (its requiredAction)' })),
+    awaiting: Type.Optional(
+      Type.Union([RequiredAction, Type.Null()], { description: 'run_active: what it waits for (its requiredAction)' }),
+    ),
     limit: Type.Optional(Type.Integer({ description: 'too_many_streams: the limit reached' })),
     decision: Type.Optional(Decision), // decision_conflict / decision_expired: the decision as it stands
     probe: Type.Optional(Type.Unknown({ description: 'sandbox_unavailable: what the sandbox probe found' })),
-    pending: Type.Optional(Type.Array(Type.String(), { description: 'unknown_interrupt · unknown_tool_call (AG-UI): the decision and call ids the run waits for' })),
-    missing: Type.Optional(Type.Array(Type.String(), { description: 'incomplete_resume (AG-UI): what the input left unanswered' })),
+    pending: Type.Optional(
+      Type.Array(Type.String(), {
+        description: 'unknown_interrupt · unknown_tool_call (AG-UI): the decision and call ids the run waits for',
+      }),
+    ),
+    missing: Type.Optional(
+      Type.Array(Type.String(), { description: 'incomplete_resume (AG-UI): what the input left unanswered' }),
+    ),
   },
   { additionalProperties: false, $id: 'Problem' },
 )

@@ -1,5 +1,11 @@
 import type { UploadSlots } from './upload-slots.js'
-import type { FastifyBaseLogger, FastifyInstance, RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault } from 'fastify'
+import type {
+  FastifyBaseLogger,
+  FastifyInstance,
+  RawReplyDefaultExpression,
+  RawRequestDefaultExpression,
+  RawServerDefault,
+} from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
 import type { ExecService } from '../exec/index.js'

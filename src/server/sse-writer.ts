@@ -53,7 +53,11 @@ export class SseWriter {
     return this.#raw.writableLength
   }
 
-  async write(frame: Buffer | string, signal?: AbortSignal, drainTimeoutMs = this.#drainTimeoutMs): Promise<WriteOutcome> {
+  async write(
+    frame: Buffer | string,
+    signal?: AbortSignal,
+    drainTimeoutMs = this.#drainTimeoutMs,
+  ): Promise<WriteOutcome> {
     if (!this.open) return 'closed'
     // Frames written in one turn of the event loop (a commit's events arrive together) leave in one
     // socket write instead of one each.

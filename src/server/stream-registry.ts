@@ -114,14 +114,22 @@ export class StreamRegistry {
   open(access: StreamAccess, openedAt: number): StreamHandle {
     const held = this.#perToken.get(access.tokenId) ?? 0
     if (held >= this.limits.maxPerToken) {
-      throw new HttpProblem('too_many_streams', `this token already holds ${held} open streams (limit ${this.limits.maxPerToken}); close one first`, {
-        limit: this.limits.maxPerToken,
-      })
+      throw new HttpProblem(
+        'too_many_streams',
+        `this token already holds ${held} open streams (limit ${this.limits.maxPerToken}); close one first`,
+        {
+          limit: this.limits.maxPerToken,
+        },
+      )
     }
     if (this.#streams.size >= this.limits.maxTotal) {
-      throw new HttpProblem('too_many_streams', `the server holds its maximum of ${this.limits.maxTotal} open streams; retry later`, {
-        limit: this.limits.maxTotal,
-      })
+      throw new HttpProblem(
+        'too_many_streams',
+        `the server holds its maximum of ${this.limits.maxTotal} open streams; retry later`,
+        {
+          limit: this.limits.maxTotal,
+        },
+      )
     }
     const controller = new AbortController()
     const stream: OpenStream = {
@@ -136,7 +144,8 @@ export class StreamRegistry {
     this.#perToken.set(access.tokenId, held + 1)
     this.#openGauge?.inc()
     // A change announced while the request was being authorized would otherwise be missed.
-    if (this.#recent.some((change) => change.at >= openedAt && matches(change.subject, stream))) void this.#check(stream)
+    if (this.#recent.some((change) => change.at >= openedAt && matches(change.subject, stream)))
+      void this.#check(stream)
     let released = false
     return {
       signal: controller.signal,

@@ -50,7 +50,8 @@ export class TokenCache {
     const [kind, id] = subject.split(':') as [string, string]
     if (kind !== 'token' && kind !== 'user') return
     for (const [key, entry] of this.#entries) {
-      if ((kind === 'token' && entry.tokenId === id) || (kind === 'user' && entry.user.id === id)) this.#entries.delete(key)
+      if ((kind === 'token' && entry.tokenId === id) || (kind === 'user' && entry.user.id === id))
+        this.#entries.delete(key)
     }
   }
 }

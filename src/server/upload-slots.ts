@@ -30,8 +30,10 @@ export class UploadSlots {
       reply.header('retry-after', '1')
       throw new HttpProblem('too_many_uploads', detail)
     }
-    if (mine >= this.#limits.perUser) refuse(`at most ${this.#limits.perUser} of your uploads may be in flight at once; retry when one has finished`)
-    if (this.#total >= this.#limits.total) refuse(`the server takes at most ${this.#limits.total} uploads at once; retry in a moment`)
+    if (mine >= this.#limits.perUser)
+      refuse(`at most ${this.#limits.perUser} of your uploads may be in flight at once; retry when one has finished`)
+    if (this.#total >= this.#limits.total)
+      refuse(`the server takes at most ${this.#limits.total} uploads at once; retry in a moment`)
     this.#byUser.set(userId, mine + 1)
     this.#total++
     let released = false

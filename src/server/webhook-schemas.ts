@@ -11,10 +11,15 @@ const DateTime = Type.String({ format: 'date-time' })
 export const WebhookEvent = Type.Unsafe<WebhookEventType>({
   type: 'string',
   enum: [...webhookEventTypes],
-  description: 'run.completed, run.failed, run.cancelled, run.requires_action (a decision or client tool waits), decision.required, knowledge.ingested, knowledge.failed',
+  description:
+    'run.completed, run.failed, run.cancelled, run.requires_action (a decision or client tool waits), decision.required, knowledge.ingested, knowledge.failed',
 })
 
-const Url = Type.String({ minLength: 1, maxLength: 2048, description: 'Where messages are POSTed: https, and a public address unless the operator allows private ones' })
+const Url = Type.String({
+  minLength: 1,
+  maxLength: 2048,
+  description: 'Where messages are POSTed: https, and a public address unless the operator allows private ones',
+})
 const Events = Type.Array(WebhookEvent, { minItems: 1, maxItems: webhookEventTypes.length, uniqueItems: true })
 const Description = Type.Union([Type.String({ maxLength: 500 }), Type.Null()])
 
@@ -24,12 +29,19 @@ const webhookFields = {
   url: Type.String(),
   events: Type.Array(WebhookEvent),
   description: nullable(Type.String()),
-  enabled: Type.Boolean({ description: 'False after a run of failures (see disabledReason) or PATCH {"enabled": false}; PATCH {"enabled": true} re-enables it' }),
+  enabled: Type.Boolean({
+    description:
+      'False after a run of failures (see disabledReason) or PATCH {"enabled": false}; PATCH {"enabled": true} re-enables it',
+  }),
   disabledReason: nullable(Type.String()),
   disabledAt: nullable(DateTime),
   failedMessages: Type.Integer({ description: 'Messages in a row that failed for good (a success resets it)' }),
-  failingSince: nullable(Type.String({ format: 'date-time', description: 'The first failed attempt since the last success' })),
-  previousSecretUntil: nullable(Type.String({ format: 'date-time', description: 'After a rotation: until when the old secret signs too' })),
+  failingSince: nullable(
+    Type.String({ format: 'date-time', description: 'The first failed attempt since the last success' }),
+  ),
+  previousSecretUntil: nullable(
+    Type.String({ format: 'date-time', description: 'After a rotation: until when the old secret signs too' }),
+  ),
   createdBy: Type.String(),
   createdAt: DateTime,
   updatedAt: DateTime,
@@ -38,14 +50,24 @@ const webhookFields = {
 export const Webhook = Type.Object(webhookFields, { title: 'Webhook' })
 
 export const WebhookWithSecret = Type.Object(
-  { ...webhookFields, secret: Type.String({ description: 'The signing secret, `whsec_` + base64 (Standard Webhooks). Shown only in this answer.' }) },
+  {
+    ...webhookFields,
+    secret: Type.String({
+      description: 'The signing secret, `whsec_` + base64 (Standard Webhooks). Shown only in this answer.',
+    }),
+  },
   { title: 'WebhookWithSecret' },
 )
 
 export const WebhookCreate = Type.Object({ url: Url, events: Events, description: Type.Optional(Description) }, strict)
 
 export const WebhookPatch = Type.Object(
-  { url: Type.Optional(Url), events: Type.Optional(Events), description: Type.Optional(Description), enabled: Type.Optional(Type.Boolean()) },
+  {
+    url: Type.Optional(Url),
+    events: Type.Optional(Events),
+    description: Type.Optional(Description),
+    enabled: Type.Optional(Type.Boolean()),
+  },
   { ...strict, minProperties: 1 },
 )
 
@@ -57,9 +79,16 @@ const Attempt = Type.Object(
     attempt: Type.Integer(),
     startedAt: DateTime,
     durationMs: Type.Integer(),
-    statusCode: Type.Union([Type.Integer(), Type.Null()], { description: 'The receiver’s status; null when it did not answer' }),
+    statusCode: Type.Union([Type.Integer(), Type.Null()], {
+      description: 'The receiver’s status; null when it did not answer',
+    }),
     error: nullable(Type.String()),
-    nextAttemptAt: nullable(Type.String({ format: 'date-time', description: 'The retry this failure scheduled; null after a success or the last attempt' })),
+    nextAttemptAt: nullable(
+      Type.String({
+        format: 'date-time',
+        description: 'The retry this failure scheduled; null after a success or the last attempt',
+      }),
+    ),
   },
   { title: 'WebhookAttempt' },
 )
@@ -68,7 +97,9 @@ export const WebhookDelivery = Type.Object(
   {
     id: Type.String(),
     webhookId: Type.String(),
-    messageId: Type.String({ description: 'The `webhook-id` header: the same on every attempt and redelivery (deduplicate on it)' }),
+    messageId: Type.String({
+      description: 'The `webhook-id` header: the same on every attempt and redelivery (deduplicate on it)',
+    }),
     eventId: Type.String({ description: 'The event’s id in the project’s stream' }),
     eventType: WebhookEvent,
     status: Type.Union([Type.Literal('pending'), Type.Literal('delivered'), Type.Literal('failed')]),

@@ -43,7 +43,9 @@ function auditContent(entry: Omit<AuditEntry, 'hash' | 'prevHash'>): string {
 
 /** The hash an entry must carry: sha256 over the previous hash, a newline and the entry's canonical JSON. */
 export function hashAuditEntry(entry: Omit<AuditEntry, 'hash'>): string {
-  return createHash('sha256').update(`${entry.prevHash}\n${auditContent(entry)}`).digest('hex')
+  return createHash('sha256')
+    .update(`${entry.prevHash}\n${auditContent(entry)}`)
+    .digest('hex')
 }
 
 /**
@@ -76,7 +78,10 @@ function contentAroundId(input: AuditEntryInput, createdAt: string): { before: s
  * SQL. With `after`, they write only when that CTE produced a row, and only once it has run — so the
  * row it writes is locked before the chain is (the lock order every transaction keeps).
  */
-export function auditAppendCtes(input: AuditEntryInput, after?: string): { sql: RawBuilder<unknown>; createdAt: string } {
+export function auditAppendCtes(
+  input: AuditEntryInput,
+  after?: string,
+): { sql: RawBuilder<unknown>; createdAt: string } {
   return auditAppendManyCtes([input], after ? sql`where (select count(*) from ${sql.ref(after)}) > 0` : sql``)
 }
 
@@ -86,7 +91,10 @@ export function auditAppendCtes(input: AuditEntryInput, after?: string): { sql: 
  * them in `prev_hash`, and the entries' own hashes are computed again from it for their rows.
  * `gate` is the tail update's WHERE clause (empty: always).
  */
-export function auditAppendManyCtes(inputs: AuditEntryInput[], gate: RawBuilder<unknown>): { sql: RawBuilder<unknown>; createdAt: string } {
+export function auditAppendManyCtes(
+  inputs: AuditEntryInput[],
+  gate: RawBuilder<unknown>,
+): { sql: RawBuilder<unknown>; createdAt: string } {
   if (inputs.length === 0) throw new Error('no audit entries to append')
   const createdAt = new Date().toISOString()
   const parts = inputs.map((input) => contentAroundId(input, createdAt))
@@ -104,7 +112,10 @@ export function auditAppendManyCtes(inputs: AuditEntryInput[], gate: RawBuilder<
   const tailHash = hashes(sql`hash`, sql`last_id`)[n - 1]!
   const entryHashes = hashes(sql`audit_tail.prev_hash`, sql`(audit_tail.last_id - ${n})`)
   const rows = inputs.map(
-    (input, index) => sql`select audit_tail.last_id - ${n - 1 - index}, ${input.dispatchId}, ${input.step}, ${input.ownerId}, ${input.projectId},
+    (
+      input,
+      index,
+    ) => sql`select audit_tail.last_id - ${n - 1 - index}, ${input.dispatchId}, ${input.step}, ${input.ownerId}, ${input.projectId},
              ${input.conversationId}, ${input.commandId}, ${input.entrance}, ${storableJson(input.envelope)}::jsonb,
              ${index === 0 ? sql`audit_tail.prev_hash` : entryHashes[index - 1]!}, ${index === n - 1 ? sql`audit_tail.hash` : entryHashes[index]!}, ${createdAt}::timestamptz
       from audit_tail`,
@@ -129,7 +140,11 @@ export function auditAppendManyCtes(inputs: AuditEntryInput[], gate: RawBuilder<
 export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Promise<AuditEntry> {
   if (!tx.isTransaction) throw new Error('appendAuditEntry must run inside a transaction')
   const append = auditAppendCtes(input)
-  const { rows } = await sql<{ id: string; prev_hash: string; hash: string }>`with ${append.sql} select * from audit_entry`.execute(tx)
+  const { rows } = await sql<{
+    id: string
+    prev_hash: string
+    hash: string
+  }>`with ${append.sql} select * from audit_entry`.execute(tx)
   const row = rows[0]
   if (!row) throw new Error('the audit chain has no tail row')
   return { ...input, id: Number(row.id), prevHash: row.prev_hash, hash: row.hash, createdAt: append.createdAt }
@@ -143,7 +158,13 @@ export async function readAuditTail(db: Executor): Promise<{ id: number; hash: s
 
 /** Entries in chain order after `afterId` (for verification). */
 export async function readAuditEntries(db: Executor, afterId: number, limit: number): Promise<AuditEntry[]> {
-  const rows = await db.selectFrom('audit_log').selectAll().where('id', '>', String(afterId)).orderBy('id').limit(limit).execute()
+  const rows = await db
+    .selectFrom('audit_log')
+    .selectAll()
+    .where('id', '>', String(afterId))
+    .orderBy('id')
+    .limit(limit)
+    .execute()
   return rows.map(toEntry)
 }
 
@@ -158,7 +179,11 @@ export interface AuditFilter {
 }
 
 /** A page of dispatch ids visible under the filter, newest first, with every entry of each. */
-export async function listAuditDispatches(db: Executor, filter: AuditFilter, page: PageRequest): Promise<Page<{ id: string; entries: AuditEntry[] }>> {
+export async function listAuditDispatches(
+  db: Executor,
+  filter: AuditFilter,
+  page: PageRequest,
+): Promise<Page<{ id: string; entries: AuditEntry[] }>> {
   let query = db
     .selectFrom('dispatches')
     .select('id')
@@ -177,7 +202,11 @@ export async function listAuditDispatches(db: Executor, filter: AuditFilter, pag
   const ids = toPage(await query.execute(), page.limit)
   const dispatchIds = ids.items.map((item) => item.id)
   const entries =
-    dispatchIds.length === 0 ? [] : (await db.selectFrom('audit_log').selectAll().where('dispatch_id', 'in', dispatchIds).orderBy('id').execute()).map(toEntry)
+    dispatchIds.length === 0
+      ? []
+      : (
+          await db.selectFrom('audit_log').selectAll().where('dispatch_id', 'in', dispatchIds).orderBy('id').execute()
+        ).map(toEntry)
   return {
     items: dispatchIds.map((id) => ({ id, entries: entries.filter((entry) => entry.dispatchId === id) })),
     nextCursor: ids.nextCursor,
@@ -217,7 +246,16 @@ function toEntry(row: AuditRow): AuditEntry {
 }
 
 /** The envelope of a dispatch's latest entry. */
-export async function lastAuditEnvelope(db: Executor, dispatchId: string): Promise<{ [key: string]: JsonValue } | undefined> {
-  const row = await db.selectFrom('audit_log').select('envelope').where('dispatch_id', '=', dispatchId).orderBy('id', 'desc').limit(1).executeTakeFirst()
+export async function lastAuditEnvelope(
+  db: Executor,
+  dispatchId: string,
+): Promise<{ [key: string]: JsonValue } | undefined> {
+  const row = await db
+    .selectFrom('audit_log')
+    .select('envelope')
+    .where('dispatch_id', '=', dispatchId)
+    .orderBy('id', 'desc')
+    .limit(1)
+    .executeTakeFirst()
   return row?.envelope as { [key: string]: JsonValue } | undefined
 }

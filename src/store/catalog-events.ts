@@ -8,7 +8,11 @@ import { appendEvents, catalogEventType, eventLogLock } from './event-log.js'
  * `{plugin, commandIds}`. Skipped when the plugin's last such event already says the same, so several
  * instances mounting one server, or a restart, do not repeat it. Returns whether it was appended.
  */
-export async function appendCatalogChange(store: Store, plugin: string, commandIds: readonly string[]): Promise<boolean> {
+export async function appendCatalogChange(
+  store: Store,
+  plugin: string,
+  commandIds: readonly string[],
+): Promise<boolean> {
   const ids = [...commandIds].sort()
   return store.transaction(async (tx) => {
     // The log's append lock first: two instances mounting one server see each other's event.

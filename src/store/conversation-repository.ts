@@ -47,7 +47,10 @@ export async function createConversation(
 
 /** A live conversation in a live project, whoever owns it; callers check access. */
 /** A live conversation and its live project, in one query. */
-export async function getConversationWithProject(db: Executor, id: string): Promise<{ conversation: Conversation; project: Project } | undefined> {
+export async function getConversationWithProject(
+  db: Executor,
+  id: string,
+): Promise<{ conversation: Conversation; project: Project } | undefined> {
   const row = await db
     .selectFrom('conversations')
     .innerJoin('projects', 'projects.id', 'conversations.project_id')
@@ -92,7 +95,12 @@ export async function listConversations(
 }
 
 /** A user's live conversations in some projects (live ones), newest first. */
-export async function listConversationsOf(db: Executor, ownerId: string, projectIds: readonly string[], page: PageRequest): Promise<Page<Conversation>> {
+export async function listConversationsOf(
+  db: Executor,
+  ownerId: string,
+  projectIds: readonly string[],
+  page: PageRequest,
+): Promise<Page<Conversation>> {
   if (projectIds.length === 0) return { items: [], nextCursor: null }
   let query = db
     .selectFrom('conversations')
@@ -142,7 +150,11 @@ export async function updateConversation(
 
 export async function deleteConversation(tx: Executor, conversation: Conversation): Promise<void> {
   const now = new Date()
-  await tx.updateTable('conversations').set({ deleted_at: now, updated_at: now }).where('id', '=', conversation.id).execute()
+  await tx
+    .updateTable('conversations')
+    .set({ deleted_at: now, updated_at: now })
+    .where('id', '=', conversation.id)
+    .execute()
   await appendEvents(tx, [
     {
       type: 'conversation.deleted',
@@ -166,7 +178,8 @@ function toConversation(row: {
   updated_at: Date
 }): Conversation {
   // An expired `full` mode reads as `manual` even before anything rewrites the row.
-  const expired = row.permission_mode === 'full' && row.mode_expires_at !== null && row.mode_expires_at.getTime() <= Date.now()
+  const expired =
+    row.permission_mode === 'full' && row.mode_expires_at !== null && row.mode_expires_at.getTime() <= Date.now()
   return {
     id: row.id,
     projectId: row.project_id,

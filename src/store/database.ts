@@ -171,7 +171,11 @@ export interface DecisionsTable {
   preview: string | null
   risk: string
   reasons: Json
-  status: ColumnType<'pending' | 'approved' | 'rejected' | 'expired', 'pending' | undefined, 'approved' | 'rejected' | 'expired'>
+  status: ColumnType<
+    'pending' | 'approved' | 'rejected' | 'expired',
+    'pending' | undefined,
+    'approved' | 'rejected' | 'expired'
+  >
   scope: 'once' | 'session' | null
   decided_by: string | null
   note: string | null
@@ -217,7 +221,17 @@ export interface AuditChainTable {
 
 export type RunStatus = 'queued' | 'running' | 'requires_action' | 'completed' | 'failed' | 'cancelled' | 'expired'
 export type RunPhase = 'thinking' | 'tool_called' | 'tool_running' | 'tool_done' | 'finalizing'
-export type ToolCallStatus = 'pending' | 'running' | 'awaiting_decision' | 'awaiting_output' | 'ok' | 'error' | 'rejected' | 'cancelled' | 'expired' | 'interrupted'
+export type ToolCallStatus =
+  | 'pending'
+  | 'running'
+  | 'awaiting_decision'
+  | 'awaiting_output'
+  | 'ok'
+  | 'error'
+  | 'rejected'
+  | 'cancelled'
+  | 'expired'
+  | 'interrupted'
 
 export interface RunsTable {
   id: string

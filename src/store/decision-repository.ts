@@ -33,7 +33,19 @@ export interface DecisionRecord {
 
 export type NewDecision = Pick<
   DecisionRecord,
-  'id' | 'dispatchId' | 'ownerId' | 'projectId' | 'conversationId' | 'runId' | 'callId' | 'commandId' | 'params' | 'preview' | 'risk' | 'reasons' | 'expiresAt'
+  | 'id'
+  | 'dispatchId'
+  | 'ownerId'
+  | 'projectId'
+  | 'conversationId'
+  | 'runId'
+  | 'callId'
+  | 'commandId'
+  | 'params'
+  | 'preview'
+  | 'risk'
+  | 'reasons'
+  | 'expiresAt'
 > & { approvers?: string[] | null; kind?: 'approve' | 'connect' }
 
 export async function insertDecision(tx: Executor, decision: NewDecision): Promise<DecisionRecord> {
@@ -73,7 +85,12 @@ export async function getDecision(db: Executor, id: string): Promise<DecisionRec
 export async function resolveDecision(
   tx: Executor,
   id: string,
-  outcome: { status: 'approved' | 'rejected' | 'expired'; scope?: 'once' | 'session'; decidedBy?: string; note?: string },
+  outcome: {
+    status: 'approved' | 'rejected' | 'expired'
+    scope?: 'once' | 'session'
+    decidedBy?: string
+    note?: string
+  },
 ): Promise<DecisionRecord | undefined> {
   const row = await tx
     .updateTable('decisions')
@@ -93,7 +110,12 @@ export async function resolveDecision(
 
 /** A run's decisions still pending (to expire once the run has ended). */
 export async function pendingDecisionIds(db: Executor, runId: string): Promise<string[]> {
-  const rows = await db.selectFrom('decisions').select('id').where('run_id', '=', runId).where('status', '=', 'pending').execute()
+  const rows = await db
+    .selectFrom('decisions')
+    .select('id')
+    .where('run_id', '=', runId)
+    .where('status', '=', 'pending')
+    .execute()
   return rows.map((row) => row.id)
 }
 
@@ -124,7 +146,15 @@ export async function listDecisions(
 
 export async function insertAllowance(
   tx: Executor,
-  allowance: { id: string; conversationId: string; commandId: string; paramsHash: string; decisionId: string; createdBy: string; expiresAt: string },
+  allowance: {
+    id: string
+    conversationId: string
+    commandId: string
+    paramsHash: string
+    decisionId: string
+    createdBy: string
+    expiresAt: string
+  },
 ): Promise<void> {
   await tx
     .insertInto('allowances')
@@ -141,7 +171,12 @@ export async function insertAllowance(
 }
 
 /** Whether a live session allowance covers exactly this command and these params in this conversation. */
-export async function findAllowance(db: Executor, conversationId: string, commandId: string, paramsHash: string): Promise<{ decisionId: string } | undefined> {
+export async function findAllowance(
+  db: Executor,
+  conversationId: string,
+  commandId: string,
+  paramsHash: string,
+): Promise<{ decisionId: string } | undefined> {
   const row = await db
     .selectFrom('allowances')
     .select('decision_id')
@@ -180,7 +215,12 @@ interface DecisionRow {
 /** A decision row as `to_jsonb` renders it (inside a larger statement's result). */
 export function decisionFromJson(json: { [key: string]: JsonValue }): DecisionRecord {
   const date = (value: JsonValue | undefined) => (typeof value === 'string' ? new Date(value) : null)
-  return toDecision({ ...(json as unknown as DecisionRow), created_at: date(json.created_at)!, expires_at: date(json.expires_at)!, decided_at: date(json.decided_at) })
+  return toDecision({
+    ...(json as unknown as DecisionRow),
+    created_at: date(json.created_at)!,
+    expires_at: date(json.expires_at)!,
+    decided_at: date(json.decided_at),
+  })
 }
 
 function toDecision(row: DecisionRow): DecisionRecord {
@@ -204,7 +244,9 @@ function toDecision(row: DecisionRow): DecisionRecord {
     createdAt: row.created_at.toISOString(),
     expiresAt: row.expires_at.toISOString(),
     decidedAt: row.decided_at?.toISOString() ?? null,
-    approvers: Array.isArray(row.approvers) ? row.approvers.filter((id: JsonValue): id is string => typeof id === 'string') : null,
+    approvers: Array.isArray(row.approvers)
+      ? row.approvers.filter((id: JsonValue): id is string => typeof id === 'string')
+      : null,
     kind: row.kind ?? 'approve',
   }
 }
@@ -226,6 +268,10 @@ export async function pendingConnectDecisions(db: Executor, ownerId: string, pre
 /** The kind of each of these decisions (`approve` or `connect`). */
 export async function decisionKinds(db: Executor, ids: readonly string[]): Promise<Map<string, 'approve' | 'connect'>> {
   if (ids.length === 0) return new Map()
-  const rows = await db.selectFrom('decisions').select(['id', 'kind']).where('id', 'in', [...ids]).execute()
+  const rows = await db
+    .selectFrom('decisions')
+    .select(['id', 'kind'])
+    .where('id', 'in', [...ids])
+    .execute()
   return new Map(rows.map((row) => [row.id, row.kind]))
 }

@@ -3,7 +3,8 @@ import { auditAppendCtes, type AuditEntryInput } from './audit-repository.js'
 import type { Executor, JsonValue } from './database.js'
 import { storableJson } from './storable.js'
 
-export type DispatchStatus = 'requested' | 'awaiting_decision' | 'running' | 'succeeded' | 'failed' | 'rejected' | 'expired' | 'cancelled'
+export type DispatchStatus =
+  'requested' | 'awaiting_decision' | 'running' | 'succeeded' | 'failed' | 'rejected' | 'expired' | 'cancelled'
 
 export interface DispatchActor {
   type: 'user' | 'agent'
@@ -66,7 +67,9 @@ export async function insertDispatch(tx: Executor, dispatch: NewDispatch): Promi
   const row = await tx
     .insertInto('dispatches')
     .values(dispatchValues(dispatch))
-    .onConflict((conflict) => conflict.columns(['owner_id', 'idempotency_key']).where('idempotency_key', 'is not', null).doNothing())
+    .onConflict((conflict) =>
+      conflict.columns(['owner_id', 'idempotency_key']).where('idempotency_key', 'is not', null).doNothing(),
+    )
     .returningAll()
     .executeTakeFirst()
   return row && toDispatch(row)
@@ -76,13 +79,20 @@ export async function insertDispatch(tx: Executor, dispatch: NewDispatch): Promi
  * Inserts a dispatch and appends its audit entry in one statement; `undefined` (nothing written) when
  * its idempotency key is already taken.
  */
-export async function insertDispatchAudited(tx: Executor, dispatch: NewDispatch, audit: AuditEntryInput): Promise<DispatchRecord | undefined> {
+export async function insertDispatchAudited(
+  tx: Executor,
+  dispatch: NewDispatch,
+  audit: AuditEntryInput,
+): Promise<DispatchRecord | undefined> {
   const insert = tx
     .insertInto('dispatches')
     .values(dispatchValues(dispatch))
-    .onConflict((conflict) => conflict.columns(['owner_id', 'idempotency_key']).where('idempotency_key', 'is not', null).doNothing())
+    .onConflict((conflict) =>
+      conflict.columns(['owner_id', 'idempotency_key']).where('idempotency_key', 'is not', null).doNothing(),
+    )
     .returningAll()
-  const { rows } = await sql<DispatchRow>`with d as (${insert}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(tx)
+  const { rows } =
+    await sql<DispatchRow>`with d as (${insert}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(tx)
   const row = rows[0]
   return row && toDispatch(row)
 }
@@ -92,12 +102,28 @@ export async function getDispatch(db: Executor, id: string): Promise<DispatchRec
   return row && toDispatch(row)
 }
 
-export async function findDispatchByKey(db: Executor, ownerId: string, key: string): Promise<DispatchRecord | undefined> {
-  const row = await db.selectFrom('dispatches').selectAll().where('owner_id', '=', ownerId).where('idempotency_key', '=', key).executeTakeFirst()
+export async function findDispatchByKey(
+  db: Executor,
+  ownerId: string,
+  key: string,
+): Promise<DispatchRecord | undefined> {
+  const row = await db
+    .selectFrom('dispatches')
+    .selectAll()
+    .where('owner_id', '=', ownerId)
+    .where('idempotency_key', '=', key)
+    .executeTakeFirst()
   return row && toDispatch(row)
 }
 
-export type DispatchChange = { status: DispatchStatus; risk?: string; decisionId?: string; result?: JsonValue; error?: DispatchRecord['error']; executor?: { id: string; expiresAt: Date } }
+export type DispatchChange = {
+  status: DispatchStatus
+  risk?: string
+  decisionId?: string
+  result?: JsonValue
+  error?: DispatchRecord['error']
+  executor?: { id: string; expiresAt: Date }
+}
 
 /** A dispatch's change as a query (RETURNING the row), to ride in a larger statement. */
 export function updateDispatchQuery(tx: Executor, id: string, change: DispatchChange) {
@@ -121,8 +147,16 @@ export async function updateDispatch(tx: Executor, id: string, change: DispatchC
 }
 
 /** Changes a dispatch and appends its audit entry in one statement (the row is locked before the chain). */
-export async function updateDispatchAudited(tx: Executor, id: string, change: DispatchChange, audit: AuditEntryInput): Promise<DispatchRecord> {
-  const { rows } = await sql<DispatchRow>`with d as (${updateDispatchQuery(tx, id, change)}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(tx)
+export async function updateDispatchAudited(
+  tx: Executor,
+  id: string,
+  change: DispatchChange,
+  audit: AuditEntryInput,
+): Promise<DispatchRecord> {
+  const { rows } =
+    await sql<DispatchRow>`with d as (${updateDispatchQuery(tx, id, change)}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(
+      tx,
+    )
   const row = rows[0]
   if (!row) throw new Error(`no dispatch ${id}`)
   return toDispatch(row)
@@ -182,14 +216,22 @@ function toDispatch(row: DispatchRow): DispatchRecord {
 
 /** Renews the executor lease of every dispatch this process is running. */
 export async function renewDispatchExecutor(db: Executor, executor: string, expiresAt: Date): Promise<void> {
-  await db.updateTable('dispatches').set({ executor_expires_at: expiresAt }).where('executor', '=', executor).where('status', '=', 'running').execute()
+  await db
+    .updateTable('dispatches')
+    .set({ executor_expires_at: expiresAt })
+    .where('executor', '=', executor)
+    .where('status', '=', 'running')
+    .execute()
 }
 
 /**
  * Running dispatches nobody vouches for any more: their executor's lease has passed (or, with
  * `all`, every running one not run by `except` — on a database only this process uses).
  */
-export async function findOrphanedDispatches(db: Executor, options: { all: boolean; except: string }): Promise<DispatchRecord[]> {
+export async function findOrphanedDispatches(
+  db: Executor,
+  options: { all: boolean; except: string },
+): Promise<DispatchRecord[]> {
   let query = db.selectFrom('dispatches').selectAll().where('status', '=', 'running')
   query = options.all
     ? query.where((eb) => eb.or([eb('executor', 'is', null), eb('executor', '!=', options.except)]))
@@ -202,7 +244,10 @@ export async function findOrphanedDispatches(db: Executor, options: { all: boole
  * the approval's commit and the command's start. Normally that gap is milliseconds; these have sat
  * since before `before` (or, with `all`, on a database only this process uses, any).
  */
-export async function findApprovedUnstarted(db: Executor, options: { all: boolean; before: Date }): Promise<DispatchRecord[]> {
+export async function findApprovedUnstarted(
+  db: Executor,
+  options: { all: boolean; before: Date },
+): Promise<DispatchRecord[]> {
   let query = db
     .selectFrom('dispatches')
     .innerJoin('decisions', 'decisions.id', 'dispatches.decision_id')

@@ -67,7 +67,9 @@ export async function insertDispatchStarted(
     ${auditAppendManyCtes(audits, sql`where (select count(*) from d) > 0 ${sql.join(done, sql``)}`).sql},
     ${eventsPart}
     select ${run ? sql`(select count(*) from f)` : sql`1`} as fenced, (select count(*) from d) as inserted,
-           (select count(*) from audit_entry) as audited, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(db)
+           (select count(*) from audit_entry) as audited, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(
+    db,
+  )
   const row = rows[0]
   return {
     fenced: Number(row?.fenced ?? 0) > 0,

@@ -1,4 +1,13 @@
-import { sql, type KyselyPlugin, type OperationNodeSource, type PluginTransformQueryArgs, type PluginTransformResultArgs, type QueryResult, type RootOperationNode, type UnknownRow } from 'kysely'
+import {
+  sql,
+  type KyselyPlugin,
+  type OperationNodeSource,
+  type PluginTransformQueryArgs,
+  type PluginTransformResultArgs,
+  type QueryResult,
+  type RootOperationNode,
+  type UnknownRow,
+} from 'kysely'
 import type { Executor, JsonValue } from './database.js'
 import { storableJson } from './storable.js'
 import { outboxCte } from './webhook-outbox.js'
@@ -81,7 +90,11 @@ export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<Ev
  * the caller's transaction: the writes finish (their rows locked) before the event log's lock is
  * taken, the order every transaction keeps.
  */
-export async function appendEventsAfter(tx: Executor, writes: OperationNodeSource[], events: NewEvent[]): Promise<EventRecord[]> {
+export async function appendEventsAfter(
+  tx: Executor,
+  writes: OperationNodeSource[],
+  events: NewEvent[],
+): Promise<EventRecord[]> {
   if (!tx.isTransaction) throw new Error('appendEventsAfter must run inside a transaction')
   const tracking = appendLogOf(tx)
   const names = writes.map((_, index) => `w${index}`)
@@ -110,7 +123,12 @@ export interface RunFence {
  * Appends events on their own: one statement, so one implicit transaction that holds the lock
  * until it commits (for events that change nothing else, such as streamed deltas).
  */
-export function appendEventsAlone(db: Executor, events: NewEvent[], tag: string, fence?: RunFence): Promise<EventRecord[]> {
+export function appendEventsAlone(
+  db: Executor,
+  events: NewEvent[],
+  tag: string,
+  fence?: RunFence,
+): Promise<EventRecord[]> {
   return insertEvents(db, events, tag, fence)
 }
 
@@ -144,7 +162,9 @@ async function insertEvents(db: Executor, events: NewEvent[], tag: string, fence
     returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified`
   // Events a webhook reports carry their outbox messages in the same statement (webhook-outbox.ts).
   const outbox = outboxCte(events)
-  const { rows } = await (outbox ? sql<EventRow>`with e as (${insert}), ${outbox} select * from e` : sql<EventRow>`${insert}`).execute(db)
+  const { rows } = await (
+    outbox ? sql<EventRow>`with e as (${insert}), ${outbox} select * from e` : sql<EventRow>`${insert}`
+  ).execute(db)
   return rows.map(toEventRecord).sort((a, b) => a.id - b.id)
 }
 
@@ -158,8 +178,10 @@ export const catalogEventType = 'commands.changed'
  */
 function scopedEvents(scope: EventScope, afterId: number, limit: number) {
   const after = String(afterId)
-  if ('runId' in scope) return sql`(select * from events where run_id = ${scope.runId} and id > ${after} order by id limit ${limit})`
-  const own = 'projectId' in scope ? sql`project_id = ${scope.projectId}` : sql`conversation_id = ${scope.conversationId}`
+  if ('runId' in scope)
+    return sql`(select * from events where run_id = ${scope.runId} and id > ${after} order by id limit ${limit})`
+  const own =
+    'projectId' in scope ? sql`project_id = ${scope.projectId}` : sql`conversation_id = ${scope.conversationId}`
   return sql`(
     (select * from events where ${own} and id > ${after} order by id limit ${limit})
     union all
@@ -173,8 +195,14 @@ export function isCatalogEvent(event: Pick<EventRecord, 'type' | 'projectId'>): 
 }
 
 /** Events of a scope after `afterId`, oldest first. */
-export async function readEvents(db: Executor, scope: EventScope, afterId: number, limit: number): Promise<EventRecord[]> {
-  const { rows } = await sql<EventRow>`select * from ${scopedEvents(scope, afterId, limit)} e order by id limit ${limit}`.execute(db)
+export async function readEvents(
+  db: Executor,
+  scope: EventScope,
+  afterId: number,
+  limit: number,
+): Promise<EventRecord[]> {
+  const { rows } =
+    await sql<EventRow>`select * from ${scopedEvents(scope, afterId, limit)} e order by id limit ${limit}`.execute(db)
   return rows.map(toEventRecord)
 }
 
@@ -200,7 +228,10 @@ export async function readEventPage(
     where page.through - page.size < ${maxBytes}
     order by e.id`.execute(db)
   const last = rows.at(-1)
-  return { events: rows.map(toEventRecord), more: rows.length === limit || (last !== undefined && Number(last.through) >= maxBytes) }
+  return {
+    events: rows.map(toEventRecord),
+    more: rows.length === limit || (last !== undefined && Number(last.through) >= maxBytes),
+  }
 }
 
 const dataJson = new WeakMap<EventRecord, string>()
@@ -217,12 +248,21 @@ export function eventDataJson(event: EventRecord): string {
 
 /** Every event after `afterId`, oldest first (the live feed's read). */
 export async function readAllEvents(db: Executor, afterId: number, limit: number): Promise<EventRecord[]> {
-  const rows = await db.selectFrom('events').selectAll().where('id', '>', String(afterId)).orderBy('id').limit(limit).execute()
+  const rows = await db
+    .selectFrom('events')
+    .selectAll()
+    .where('id', '>', String(afterId))
+    .orderBy('id')
+    .limit(limit)
+    .execute()
   return rows.map(toEventRecord)
 }
 
 export async function lastEventId(db: Executor): Promise<number> {
-  const row = await db.selectFrom('events').select(sql<string | null>`max(id)`.as('max')).executeTakeFirst()
+  const row = await db
+    .selectFrom('events')
+    .select(sql<string | null>`max(id)`.as('max'))
+    .executeTakeFirst()
   return Number(row?.max ?? 0)
 }
 
@@ -258,7 +298,12 @@ export async function runLogPoint(db: Executor, runId: string): Promise<{ lastId
   const { rows } = await sql<{ last: string | null; status_id: string | null; status: string | null }>`
     select (select max(id) from events where run_id = ${runId}) as last, s.id as status_id, s.data->>'status' as status
     from (select 1) one
-    left join lateral (select id, data from events where run_id = ${runId} and type = 'run.status' order by id desc limit 1) s on true`.execute(db)
+    left join lateral (select id, data from events where run_id = ${runId} and type = 'run.status' order by id desc limit 1) s on true`.execute(
+    db,
+  )
   const row = rows[0]
-  return { lastId: Number(row?.last ?? 0), waitingAt: row?.status === 'requires_action' && row.status_id ? Number(row.status_id) : null }
+  return {
+    lastId: Number(row?.last ?? 0),
+    waitingAt: row?.status === 'requires_action' && row.status_id ? Number(row.status_id) : null,
+  }
 }

@@ -49,7 +49,8 @@ export async function* streamEvents(
     queue = []
     queuedBytes = 0
   }
-  const hasRoom = (event: EventRecord): boolean => queue.length < maxQueued && queuedBytes + eventDataJson(event).length <= maxBytes
+  const hasRoom = (event: EventRecord): boolean =>
+    queue.length < maxQueued && queuedBytes + eventDataJson(event).length <= maxBytes
   const push = (event: EventRecord): void => {
     queue.push(event)
     queuedBytes += eventDataJson(event).length
@@ -94,7 +95,9 @@ export async function* streamEvents(
       if (fromTable) {
         // A run this instance has followed since it was created replays from memory.
         const recent = 'runId' in scope ? feed.recentRunEvents(scope.runId, cursor) : undefined
-        const page = recent ? { events: recent, more: false } : await readEventPage(db, scope, cursor, replayPage, maxBytes)
+        const page = recent
+          ? { events: recent, more: false }
+          : await readEventPage(db, scope, cursor, replayPage, maxBytes)
         for (const event of page.events) {
           if (options.signal?.aborted) return
           cursor = event.id

@@ -7,7 +7,11 @@ export interface IdempotencyRecord {
   response: JsonValue
 }
 
-export async function findIdempotencyRecord(db: Executor, userId: string, key: string): Promise<IdempotencyRecord | undefined> {
+export async function findIdempotencyRecord(
+  db: Executor,
+  userId: string,
+  key: string,
+): Promise<IdempotencyRecord | undefined> {
   const row = await db
     .selectFrom('idempotency_keys')
     .select(['request_hash', 'status_code', 'response'])

@@ -1,13 +1,40 @@
 /** The store: one set of queries over Postgres (pg) or embedded PGlite, migrations and the event log. */
-export { openStore, dumpMigratedPGlite, pgliteTemplatePath, redactUrl, type Engine, type Store, type StoreOptions } from './open-store.js'
+export {
+  openStore,
+  dumpMigratedPGlite,
+  pgliteTemplatePath,
+  redactUrl,
+  type Engine,
+  type Store,
+  type StoreOptions,
+} from './open-store.js'
 export { readMigrations, migrate, type Migration, type MigrationResult } from './migrator.js'
-export { StoreError, RequestError, KeyTaken, notFoundError, isUniqueViolation, type StoreErrorCode, type RequestErrorCode } from './store-errors.js'
+export {
+  StoreError,
+  RequestError,
+  KeyTaken,
+  notFoundError,
+  isUniqueViolation,
+  type StoreErrorCode,
+  type RequestErrorCode,
+} from './store-errors.js'
 export type { Database, Executor, JsonValue, PermissionMode } from './database.js'
 export { newId, isId } from './ids.js'
 export type { Page, PageRequest } from './page.js'
 export { appendCatalogChange } from './catalog-events.js'
 export { runLogPoint } from './event-log.js'
-export { appendEvents, appendEventsAfter, readEvents, readEventPage, eventDataJson, lastEventId, type EventRecord, type EventScope, type NewEvent, type RunFence } from './event-log.js'
+export {
+  appendEvents,
+  appendEventsAfter,
+  readEvents,
+  readEventPage,
+  eventDataJson,
+  lastEventId,
+  type EventRecord,
+  type EventScope,
+  type NewEvent,
+  type RunFence,
+} from './event-log.js'
 export { EventFeed } from './event-feed.js'
 export { AccessSignals, announceAccessChange, type AccessListener, type AccessSubject } from './access-signals.js'
 export { RunSignals, announceRunEnded, type RunSignalListener } from './run-signals.js'
@@ -48,7 +75,17 @@ export * from './stream-ticket-repository.js'
 export * from './storable.js'
 export * from './work-usage-repository.js'
 export { webhookEventTypes, webhookTypeOf, WebhookSignals, type WebhookEventType } from './webhook-outbox.js'
-export { insertWebhook, getWebhook, listWebhooks, updateWebhook, rotateWebhookSecret, deleteWebhook, type WebhookRecord, type NewWebhook, type WebhookPatch } from './webhook-repository.js'
+export {
+  insertWebhook,
+  getWebhook,
+  listWebhooks,
+  updateWebhook,
+  rotateWebhookSecret,
+  deleteWebhook,
+  type WebhookRecord,
+  type NewWebhook,
+  type WebhookPatch,
+} from './webhook-repository.js'
 export {
   claimMessages,
   recordAttempts,

@@ -118,12 +118,22 @@ export async function insertKnowledgeItem(tx: Executor, input: NewKnowledgeItem)
 }
 
 export async function getKnowledgeItem(db: Executor, id: string): Promise<KnowledgeItem | undefined> {
-  const row = await db.selectFrom('knowledge_items').select(itemColumns).where('id', '=', id).where('deleted_at', 'is', null).executeTakeFirst()
+  const row = await db
+    .selectFrom('knowledge_items')
+    .select(itemColumns)
+    .where('id', '=', id)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst()
   return row && toItem(row)
 }
 
 /** A project's items a viewer may list: every published item and the viewer's own drafts; newest first. */
-export async function listKnowledgeItems(db: Executor, projectId: string, viewerId: string, page: PageRequest): Promise<Page<KnowledgeItem>> {
+export async function listKnowledgeItems(
+  db: Executor,
+  projectId: string,
+  viewerId: string,
+  page: PageRequest,
+): Promise<Page<KnowledgeItem>> {
   let query = db
     .selectFrom('knowledge_items')
     .select(itemColumns)
@@ -145,7 +155,10 @@ export async function claimKnowledgeIngest(
   db: Executor,
   id: string,
   leaseMs: number,
-): Promise<{ item: KnowledgeItem; body: string | null; upload: Uint8Array | null; uploadPath: string | null; attempt: number } | undefined> {
+): Promise<
+  | { item: KnowledgeItem; body: string | null; upload: Uint8Array | null; uploadPath: string | null; attempt: number }
+  | undefined
+> {
   const row = await db
     .updateTable('knowledge_items')
     .set({ ingest_lease_until: new Date(Date.now() + leaseMs), ingest_attempts: sql`ingest_attempts + 1` })
@@ -156,12 +169,22 @@ export async function claimKnowledgeIngest(
     .returning([...itemColumns, 'body', 'upload', 'upload_path', 'ingest_attempts'])
     .executeTakeFirst()
   if (!row) return undefined
-  return { item: toItem(row), body: row.body, upload: row.upload, uploadPath: row.upload_path, attempt: row.ingest_attempts }
+  return {
+    item: toItem(row),
+    body: row.body,
+    upload: row.upload,
+    uploadPath: row.upload_path,
+    attempt: row.ingest_attempts,
+  }
 }
 
 /** Upload files still waiting for ingestion (any file of the uploads directory not named here is left over). */
 export async function pendingUploadPaths(db: Executor): Promise<Set<string>> {
-  const rows = await db.selectFrom('knowledge_items').select('upload_path').where('upload_path', 'is not', null).execute()
+  const rows = await db
+    .selectFrom('knowledge_items')
+    .select('upload_path')
+    .where('upload_path', 'is not', null)
+    .execute()
   return new Set(rows.map((row) => row.upload_path!))
 }
 
@@ -180,10 +203,23 @@ export async function pendingKnowledgeItemIds(db: Executor, limit: number): Prom
 }
 
 /** Stores an item's chunks and marks it ready, in the caller's transaction (the upload is dropped). */
-export async function finishKnowledgeIngest(tx: Executor, itemId: string, body: string, chunks: readonly NewChunk[]): Promise<KnowledgeItem | undefined> {
+export async function finishKnowledgeIngest(
+  tx: Executor,
+  itemId: string,
+  body: string,
+  chunks: readonly NewChunk[],
+): Promise<KnowledgeItem | undefined> {
   const item = await tx
     .updateTable('knowledge_items')
-    .set({ ingest_status: 'ready', ingest_error: null, body, upload: null, chunk_count: chunks.length, ingest_lease_until: null, updated_at: new Date() })
+    .set({
+      ingest_status: 'ready',
+      ingest_error: null,
+      body,
+      upload: null,
+      chunk_count: chunks.length,
+      ingest_lease_until: null,
+      updated_at: new Date(),
+    })
     .where('id', '=', itemId)
     .where('deleted_at', 'is', null)
     .returning(itemColumns)
@@ -198,11 +234,15 @@ export async function finishKnowledgeIngest(tx: Executor, itemId: string, body: 
 async function insertChunks(tx: Executor, item: KnowledgeItem, chunks: readonly NewChunk[]): Promise<void> {
   // Batches keep each statement's parameter count well under the protocol's limit.
   for (let start = 0; start < chunks.length; start += 500) {
-    const values = chunks.slice(start, start + 500).map(
-      (chunk) =>
-        sql`(${newId()}, ${item.id}, ${item.projectId}, ${item.ownerId}, ${item.status === 'published'}, ${chunk.seq}, ${chunk.heading}, ${chunk.text}, ${chunk.search}::tsvector, ${vectorLiteral(chunk.embedding)}::vector)`,
+    const values = chunks
+      .slice(start, start + 500)
+      .map(
+        (chunk) =>
+          sql`(${newId()}, ${item.id}, ${item.projectId}, ${item.ownerId}, ${item.status === 'published'}, ${chunk.seq}, ${chunk.heading}, ${chunk.text}, ${chunk.search}::tsvector, ${vectorLiteral(chunk.embedding)}::vector)`,
+      )
+    await sql`insert into knowledge_chunks (id, item_id, project_id, owner_id, published, seq, heading, text, search, embedding) values ${sql.join(values)}`.execute(
+      tx,
     )
-    await sql`insert into knowledge_chunks (id, item_id, project_id, owner_id, published, seq, heading, text, search, embedding) values ${sql.join(values)}`.execute(tx)
   }
 }
 
@@ -212,19 +252,34 @@ async function insertChunks(tx: Executor, item: KnowledgeItem, chunks: readonly 
  * chunks were stored (0: stop). Each batch is its own statement, so a large item never holds the
  * database in one long transaction.
  */
-export async function insertKnowledgeChunkBatch(db: Executor, itemId: string, attempt: number, chunks: readonly NewChunk[]): Promise<number> {
+export async function insertKnowledgeChunkBatch(
+  db: Executor,
+  itemId: string,
+  attempt: number,
+  chunks: readonly NewChunk[],
+): Promise<number> {
   if (chunks.length === 0) return 0
-  const values = chunks.map((chunk) => sql`(${newId()}, ${chunk.seq}::integer, ${chunk.heading}, ${chunk.text}, ${chunk.search}::tsvector, ${vectorLiteral(chunk.embedding)}::vector)`)
+  const values = chunks.map(
+    (chunk) =>
+      sql`(${newId()}, ${chunk.seq}::integer, ${chunk.heading}, ${chunk.text}, ${chunk.search}::tsvector, ${vectorLiteral(chunk.embedding)}::vector)`,
+  )
   const result = await sql`
     insert into knowledge_chunks (id, item_id, project_id, owner_id, published, seq, heading, text, search, embedding)
     select v.id, i.id, i.project_id, i.owner_id, i.status = 'published', v.seq, v.heading, v.text, v.search, v.embedding
     from (values ${sql.join(values)}) as v (id, seq, heading, text, search, embedding)
-    join knowledge_items i on i.id = ${itemId} and i.ingest_status = 'pending' and i.deleted_at is null and i.ingest_attempts = ${attempt}`.execute(db)
+    join knowledge_items i on i.id = ${itemId} and i.ingest_status = 'pending' and i.deleted_at is null and i.ingest_attempts = ${attempt}`.execute(
+    db,
+  )
   return Number(result.numAffectedRows ?? 0)
 }
 
 /** Extends a claim's lease; false when the claim is no longer the item's (stop). */
-export async function renewKnowledgeLease(db: Executor, itemId: string, attempt: number, leaseMs: number): Promise<boolean> {
+export async function renewKnowledgeLease(
+  db: Executor,
+  itemId: string,
+  attempt: number,
+  leaseMs: number,
+): Promise<boolean> {
   const result = await db
     .updateTable('knowledge_items')
     .set({ ingest_lease_until: new Date(Date.now() + leaseMs) })
@@ -238,15 +293,33 @@ export async function renewKnowledgeLease(db: Executor, itemId: string, attempt:
 
 /** Deletes up to `limit` of an item's chunks (a bounded statement; call until it returns 0). */
 export async function deleteKnowledgeChunkBatch(db: Executor, itemId: string, limit: number): Promise<number> {
-  const result = await sql`delete from knowledge_chunks where id in (select id from knowledge_chunks where item_id = ${itemId} limit ${limit})`.execute(db)
+  const result =
+    await sql`delete from knowledge_chunks where id in (select id from knowledge_chunks where item_id = ${itemId} limit ${limit})`.execute(
+      db,
+    )
   return Number(result.numAffectedRows ?? 0)
 }
 
 /** Marks a claimed item ready once its chunks are stored (the upload is dropped), fenced by the claim. */
-export async function completeKnowledgeIngest(tx: Executor, itemId: string, attempt: number, body: string, chunkCount: number): Promise<KnowledgeItem | undefined> {
+export async function completeKnowledgeIngest(
+  tx: Executor,
+  itemId: string,
+  attempt: number,
+  body: string,
+  chunkCount: number,
+): Promise<KnowledgeItem | undefined> {
   const row = await tx
     .updateTable('knowledge_items')
-    .set({ ingest_status: 'ready', ingest_error: null, body, upload: null, upload_path: null, chunk_count: chunkCount, ingest_lease_until: null, updated_at: new Date() })
+    .set({
+      ingest_status: 'ready',
+      ingest_error: null,
+      body,
+      upload: null,
+      upload_path: null,
+      chunk_count: chunkCount,
+      ingest_lease_until: null,
+      updated_at: new Date(),
+    })
     .where('id', '=', itemId)
     .where('ingest_status', '=', 'pending')
     .where('deleted_at', 'is', null)
@@ -271,10 +344,21 @@ export async function knowledgeBytesOf(db: Executor, ownerId: string): Promise<n
 }
 
 /** Marks an item failed with a reason a person can read. */
-export async function failKnowledgeIngest(tx: Executor, itemId: string, reason: string): Promise<KnowledgeItem | undefined> {
+export async function failKnowledgeIngest(
+  tx: Executor,
+  itemId: string,
+  reason: string,
+): Promise<KnowledgeItem | undefined> {
   const row = await tx
     .updateTable('knowledge_items')
-    .set({ ingest_status: 'failed', ingest_error: reason.slice(0, 1000), upload: null, upload_path: null, ingest_lease_until: null, updated_at: new Date() })
+    .set({
+      ingest_status: 'failed',
+      ingest_error: reason.slice(0, 1000),
+      upload: null,
+      upload_path: null,
+      ingest_lease_until: null,
+      updated_at: new Date(),
+    })
     .where('id', '=', itemId)
     .where('ingest_status', '=', 'pending')
     .where('deleted_at', 'is', null)
@@ -303,24 +387,43 @@ export async function publishKnowledgeItem(tx: Executor, itemId: string): Promis
 
 /** Soft-deletes an item (its row and text stay for history); its chunks go, so no search finds it. */
 export async function deleteKnowledgeItem(tx: Executor, item: KnowledgeItem): Promise<void> {
-  await tx.updateTable('knowledge_items').set({ deleted_at: new Date(), upload: null, upload_path: null, updated_at: new Date() }).where('id', '=', item.id).execute()
+  await tx
+    .updateTable('knowledge_items')
+    .set({ deleted_at: new Date(), upload: null, upload_path: null, updated_at: new Date() })
+    .where('id', '=', item.id)
+    .execute()
   await tx.deleteFrom('knowledge_chunks').where('item_id', '=', item.id).execute()
   await appendEvents(tx, [knowledgeEvent('knowledge.deleted', item)])
 }
 
 /** An item's chunks in order (ids are made in order, so the id is the cursor). */
-export async function listKnowledgeChunks(db: Executor, itemId: string, page: PageRequest): Promise<Page<KnowledgeChunk>> {
-  let query = db.selectFrom('knowledge_chunks').select(['id', 'item_id', 'seq', 'heading', 'text']).where('item_id', '=', itemId).orderBy('id').limit(page.limit + 1)
+export async function listKnowledgeChunks(
+  db: Executor,
+  itemId: string,
+  page: PageRequest,
+): Promise<Page<KnowledgeChunk>> {
+  let query = db
+    .selectFrom('knowledge_chunks')
+    .select(['id', 'item_id', 'seq', 'heading', 'text'])
+    .where('item_id', '=', itemId)
+    .orderBy('id')
+    .limit(page.limit + 1)
   if (page.after) query = query.where('id', '>', page.after)
   const rows = await query.execute()
-  return toPage(rows.map((row) => ({ id: row.id, itemId: row.item_id, seq: row.seq, heading: row.heading, text: row.text })), page.limit)
+  return toPage(
+    rows.map((row) => ({ id: row.id, itemId: row.item_id, seq: row.seq, heading: row.heading, text: row.text })),
+    page.limit,
+  )
 }
 
 function scopeCondition(scope: ChunkScope) {
   const parts = []
-  if (scope.own && scope.own.projectIds.length > 0) parts.push(sql`(c.owner_id = ${scope.own.ownerId} and c.project_id = any(${[...scope.own.projectIds]}::text[]))`)
+  if (scope.own && scope.own.projectIds.length > 0)
+    parts.push(sql`(c.owner_id = ${scope.own.ownerId} and c.project_id = any(${[...scope.own.projectIds]}::text[]))`)
   if (scope.shared && scope.shared.projectIds.length > 0) {
-    parts.push(sql`(c.owner_id <> ${scope.shared.actorId} and c.published and c.project_id = any(${[...scope.shared.projectIds]}::text[]))`)
+    parts.push(
+      sql`(c.owner_id <> ${scope.shared.actorId} and c.published and c.project_id = any(${[...scope.shared.projectIds]}::text[]))`,
+    )
   }
   return parts.length === 0 ? null : sql`(${sql.join(parts, sql` or `)})`
 }
@@ -331,7 +434,12 @@ function scopeCondition(scope: ChunkScope) {
  * find, ranked by ts_rank_cd within the stage. Each stage ranks at most `limit × 20` matches, so a
  * query of common words does not rank a large part of the corpus.
  */
-export async function searchChunksFullText(db: Executor, scope: ChunkScope, stages: readonly string[], limit: number): Promise<ChunkHit[]> {
+export async function searchChunksFullText(
+  db: Executor,
+  scope: ChunkScope,
+  stages: readonly string[],
+  limit: number,
+): Promise<ChunkHit[]> {
   const where = scopeCondition(scope)
   if (!where || stages.length === 0) return []
   const found: Array<{ id: string; score: number }> = []
@@ -353,7 +461,10 @@ export async function searchChunksFullText(db: Executor, scope: ChunkScope, stag
     if (found.length >= limit) break
   }
   if (found.length === 0) return []
-  const details = await chunkDetails(db, found.map((hit) => hit.id))
+  const details = await chunkDetails(
+    db,
+    found.map((hit) => hit.id),
+  )
   return found.flatMap((hit) => {
     const detail = details.get(hit.id)
     return detail ? [{ ...detail, score: hit.score }] : []
@@ -372,7 +483,14 @@ async function chunkDetails(db: Executor, ids: readonly string[]): Promise<Map<s
  * Vector path: the nearest chunks by cosine distance, through the HNSW index on the recorded
  * dimension (iterative scans keep filtered searches complete); `exact` skips the index (for recall).
  */
-export async function searchChunksVector(db: Executor, scope: ChunkScope, embedding: readonly number[], dimensions: number, limit: number, exact = false): Promise<ChunkHit[]> {
+export async function searchChunksVector(
+  db: Executor,
+  scope: ChunkScope,
+  embedding: readonly number[],
+  dimensions: number,
+  limit: number,
+  exact = false,
+): Promise<ChunkHit[]> {
   const where = scopeCondition(scope)
   if (!where) return []
   const dims = sql.raw(String(Math.trunc(dimensions)))
@@ -427,24 +545,47 @@ export async function ensureVectorIndex(db: Executor, dimensions: number, buildM
 
 /** Drops the HNSW indexes on knowledge chunks (all, or all but `keep`). */
 export async function dropVectorIndexes(db: Executor, keep?: string): Promise<void> {
-  const { rows } = await sql<{ indexname: string }>`select indexname from pg_indexes where tablename = 'knowledge_chunks' and indexname like 'knowledge_chunks_embedding_%'`.execute(db)
-  for (const row of rows) if (row.indexname !== keep) await sql`drop index if exists ${sql.id(row.indexname)}`.execute(db)
+  const { rows } = await sql<{
+    indexname: string
+  }>`select indexname from pg_indexes where tablename = 'knowledge_chunks' and indexname like 'knowledge_chunks_embedding_%'`.execute(
+    db,
+  )
+  for (const row of rows)
+    if (row.indexname !== keep) await sql`drop index if exists ${sql.id(row.indexname)}`.execute(db)
 }
 
 export async function countKnowledgeChunks(db: Executor): Promise<number> {
-  const row = await db.selectFrom('knowledge_chunks').select(sql<string>`count(*)`.as('count')).executeTakeFirst()
+  const row = await db
+    .selectFrom('knowledge_chunks')
+    .select(sql<string>`count(*)`.as('count'))
+    .executeTakeFirst()
   return Number(row?.count ?? 0)
 }
 
 /** A page of chunks (id order) for re-embedding. */
-export async function chunksAfter(db: Executor, afterId: string, limit: number): Promise<Array<{ id: string; heading: string; text: string }>> {
-  return db.selectFrom('knowledge_chunks').select(['id', 'heading', 'text']).where('id', '>', afterId).orderBy('id').limit(limit).execute()
+export async function chunksAfter(
+  db: Executor,
+  afterId: string,
+  limit: number,
+): Promise<Array<{ id: string; heading: string; text: string }>> {
+  return db
+    .selectFrom('knowledge_chunks')
+    .select(['id', 'heading', 'text'])
+    .where('id', '>', afterId)
+    .orderBy('id')
+    .limit(limit)
+    .execute()
 }
 
-export async function updateChunkEmbeddings(tx: Executor, updates: ReadonlyArray<{ id: string; embedding: readonly number[] }>): Promise<void> {
+export async function updateChunkEmbeddings(
+  tx: Executor,
+  updates: ReadonlyArray<{ id: string; embedding: readonly number[] }>,
+): Promise<void> {
   if (updates.length === 0) return
   const values = updates.map((update) => sql`(${update.id}, ${vectorLiteral(update.embedding)}::vector)`)
-  await sql`update knowledge_chunks c set embedding = v.embedding from (values ${sql.join(values)}) as v (id, embedding) where c.id = v.id`.execute(tx)
+  await sql`update knowledge_chunks c set embedding = v.embedding from (values ${sql.join(values)}) as v (id, embedding) where c.id = v.id`.execute(
+    tx,
+  )
 }
 
 /** `[0.1,0.2,…]`: pgvector's text form. */
@@ -454,7 +595,12 @@ export function vectorLiteral(values: readonly number[]): string {
 
 /** A knowledge event on the project stream; its user is the item's owner. */
 function knowledgeEvent(type: string, item: KnowledgeItem) {
-  return { type, projectId: item.projectId, userId: item.ownerId, data: { item: item as unknown as { [key: string]: JsonValue } } }
+  return {
+    type,
+    projectId: item.projectId,
+    userId: item.ownerId,
+    data: { item: item as unknown as { [key: string]: JsonValue } },
+  }
 }
 
 interface ItemRow {
@@ -528,15 +674,27 @@ export function hasKnowledgeRead(projectId: string): RawBuilder<boolean> {
 }
 
 export async function hasKnowledge(db: Executor, projectId: string): Promise<boolean> {
-  const row = await db.selectFrom('knowledge_chunks').select('id').where('project_id', '=', projectId).limit(1).executeTakeFirst()
+  const row = await db
+    .selectFrom('knowledge_chunks')
+    .select('id')
+    .where('project_id', '=', projectId)
+    .limit(1)
+    .executeTakeFirst()
   return row !== undefined
 }
 
 /** The first `maxChars` characters of an item's extracted text (null before it is ready), and its whole length. */
-export async function knowledgeItemText(db: Executor, itemId: string, maxChars: number): Promise<{ text: string; length: number } | null> {
+export async function knowledgeItemText(
+  db: Executor,
+  itemId: string,
+  maxChars: number,
+): Promise<{ text: string; length: number } | null> {
   const row = await db
     .selectFrom('knowledge_items')
-    .select([sql<string | null>`substr(body, 1, ${maxChars})`.as('text'), sql<number | null>`char_length(body)`.as('length')])
+    .select([
+      sql<string | null>`substr(body, 1, ${maxChars})`.as('text'),
+      sql<number | null>`char_length(body)`.as('length'),
+    ])
     .where('id', '=', itemId)
     .where('ingest_status', '=', 'ready')
     .executeTakeFirst()

@@ -4,7 +4,12 @@ import { storableJson } from './storable.js'
 
 /** A plugin's namespaced key-value store. */
 export async function kvGet(db: Executor, plugin: string, key: string): Promise<JsonValue | undefined> {
-  const row = await db.selectFrom('plugin_kv').select('value').where('plugin', '=', plugin).where('key', '=', key).executeTakeFirst()
+  const row = await db
+    .selectFrom('plugin_kv')
+    .select('value')
+    .where('plugin', '=', plugin)
+    .where('key', '=', key)
+    .executeTakeFirst()
   return row?.value
 }
 
@@ -12,7 +17,9 @@ export async function kvSet(db: Executor, plugin: string, key: string, value: Js
   await db
     .insertInto('plugin_kv')
     .values({ plugin, key, value: storableJson(value) })
-    .onConflict((conflict) => conflict.columns(['plugin', 'key']).doUpdateSet({ value: storableJson(value), updated_at: new Date() }))
+    .onConflict((conflict) =>
+      conflict.columns(['plugin', 'key']).doUpdateSet({ value: storableJson(value), updated_at: new Date() }),
+    )
     .execute()
 }
 
@@ -20,7 +27,11 @@ export async function kvDelete(db: Executor, plugin: string, key: string): Promi
   await db.deleteFrom('plugin_kv').where('plugin', '=', plugin).where('key', '=', key).execute()
 }
 
-export async function kvList(db: Executor, plugin: string, prefix = ''): Promise<Array<{ key: string; value: JsonValue }>> {
+export async function kvList(
+  db: Executor,
+  plugin: string,
+  prefix = '',
+): Promise<Array<{ key: string; value: JsonValue }>> {
   let query = db.selectFrom('plugin_kv').select(['key', 'value']).where('plugin', '=', plugin).orderBy('key')
   // starts_with, not a range: a range depends on the database's collation.
   if (prefix) query = query.where(sql<boolean>`starts_with(key, ${prefix})`)

@@ -11,12 +11,27 @@ export interface McpConnectionRecord {
 
 const columns = ['user_id', 'server', 'state', 'connected', 'sealed'] as const
 
-function toRecord(row: { user_id: string; server: string; state: string | null; connected: boolean; sealed: string }): McpConnectionRecord {
+function toRecord(row: {
+  user_id: string
+  server: string
+  state: string | null
+  connected: boolean
+  sealed: string
+}): McpConnectionRecord {
   return { userId: row.user_id, server: row.server, state: row.state, connected: row.connected, sealed: row.sealed }
 }
 
-export async function getMcpConnection(db: Executor, userId: string, server: string): Promise<McpConnectionRecord | undefined> {
-  const row = await db.selectFrom('mcp_connections').select(columns).where('user_id', '=', userId).where('server', '=', server).executeTakeFirst()
+export async function getMcpConnection(
+  db: Executor,
+  userId: string,
+  server: string,
+): Promise<McpConnectionRecord | undefined> {
+  const row = await db
+    .selectFrom('mcp_connections')
+    .select(columns)
+    .where('user_id', '=', userId)
+    .where('server', '=', server)
+    .executeTakeFirst()
   return row ? toRecord(row) : undefined
 }
 
@@ -26,26 +41,54 @@ export async function findMcpConnectionByState(db: Executor, state: string): Pro
 }
 
 /** Some user's connected record for `server` (its tool list is the same for everyone). */
-export async function anyConnectedMcpConnection(db: Executor, server: string): Promise<McpConnectionRecord | undefined> {
-  const row = await db.selectFrom('mcp_connections').select(columns).where('server', '=', server).where('connected', '=', true).orderBy('updated_at', 'desc').executeTakeFirst()
+export async function anyConnectedMcpConnection(
+  db: Executor,
+  server: string,
+): Promise<McpConnectionRecord | undefined> {
+  const row = await db
+    .selectFrom('mcp_connections')
+    .select(columns)
+    .where('server', '=', server)
+    .where('connected', '=', true)
+    .orderBy('updated_at', 'desc')
+    .executeTakeFirst()
   return row ? toRecord(row) : undefined
 }
 
 export async function listMcpConnections(db: Executor, userId: string): Promise<McpConnectionRecord[]> {
-  return (await db.selectFrom('mcp_connections').select(columns).where('user_id', '=', userId).orderBy('server').execute()).map(toRecord)
+  return (
+    await db.selectFrom('mcp_connections').select(columns).where('user_id', '=', userId).orderBy('server').execute()
+  ).map(toRecord)
 }
 
 export async function saveMcpConnection(db: Executor, record: McpConnectionRecord): Promise<void> {
-  const values = { user_id: record.userId, server: record.server, state: record.state, connected: record.connected, sealed: record.sealed }
+  const values = {
+    user_id: record.userId,
+    server: record.server,
+    state: record.state,
+    connected: record.connected,
+    sealed: record.sealed,
+  }
   await db
     .insertInto('mcp_connections')
     .values(values)
-    .onConflict((conflict) => conflict.columns(['user_id', 'server']).doUpdateSet({ state: record.state, connected: record.connected, sealed: record.sealed, updated_at: new Date() }))
+    .onConflict((conflict) =>
+      conflict.columns(['user_id', 'server']).doUpdateSet({
+        state: record.state,
+        connected: record.connected,
+        sealed: record.sealed,
+        updated_at: new Date(),
+      }),
+    )
     .execute()
 }
 
 export async function deleteMcpConnection(db: Executor, userId: string, server: string): Promise<boolean> {
-  const result = await db.deleteFrom('mcp_connections').where('user_id', '=', userId).where('server', '=', server).executeTakeFirst()
+  const result = await db
+    .deleteFrom('mcp_connections')
+    .where('user_id', '=', userId)
+    .where('server', '=', server)
+    .executeTakeFirst()
   return Number(result.numDeletedRows) > 0
 }
 

@@ -10,7 +10,10 @@ export interface McpSessionRecord {
   clientCapabilities: JsonValue
 }
 
-export async function createMcpSession(db: Executor, session: McpSessionRecord & { clientInfo: JsonValue | null }): Promise<void> {
+export async function createMcpSession(
+  db: Executor,
+  session: McpSessionRecord & { clientInfo: JsonValue | null },
+): Promise<void> {
   await db
     .insertInto('mcp_sessions')
     .values({
@@ -28,40 +31,75 @@ export async function createMcpSession(db: Executor, session: McpSessionRecord &
  * is deleted: the client starts a new one). Its last use is written at most once a minute, so a
  * request reads one row and writes nothing.
  */
-export async function touchMcpSession(db: Executor, id: string, userId: string, idleMs: number): Promise<McpSessionRecord | undefined> {
-  const row = await db.selectFrom('mcp_sessions').select(['id', 'user_id', 'protocol_version', 'client_capabilities', 'last_seen_at']).where('id', '=', id).executeTakeFirst()
+export async function touchMcpSession(
+  db: Executor,
+  id: string,
+  userId: string,
+  idleMs: number,
+): Promise<McpSessionRecord | undefined> {
+  const row = await db
+    .selectFrom('mcp_sessions')
+    .select(['id', 'user_id', 'protocol_version', 'client_capabilities', 'last_seen_at'])
+    .where('id', '=', id)
+    .executeTakeFirst()
   if (!row || row.user_id !== userId) return undefined
   const idle = Date.now() - row.last_seen_at.getTime()
   if (idle > idleMs) {
     // Unless another request used it meanwhile.
-    await db.deleteFrom('mcp_sessions').where('id', '=', id).where('last_seen_at', '<=', new Date(Date.now() - idleMs)).execute()
+    await db
+      .deleteFrom('mcp_sessions')
+      .where('id', '=', id)
+      .where('last_seen_at', '<=', new Date(Date.now() - idleMs))
+      .execute()
     return undefined
   }
-  if (idle > 60_000) await db.updateTable('mcp_sessions').set({ last_seen_at: new Date() }).where('id', '=', id).execute()
-  return { id: row.id, userId: row.user_id, protocolVersion: row.protocol_version, clientCapabilities: row.client_capabilities }
+  if (idle > 60_000)
+    await db.updateTable('mcp_sessions').set({ last_seen_at: new Date() }).where('id', '=', id).execute()
+  return {
+    id: row.id,
+    userId: row.user_id,
+    protocolVersion: row.protocol_version,
+    clientCapabilities: row.client_capabilities,
+  }
 }
 
 export async function deleteMcpSession(db: Executor, id: string, userId: string): Promise<boolean> {
-  const result = await db.deleteFrom('mcp_sessions').where('id', '=', id).where('user_id', '=', userId).executeTakeFirst()
+  const result = await db
+    .deleteFrom('mcp_sessions')
+    .where('id', '=', id)
+    .where('user_id', '=', userId)
+    .executeTakeFirst()
   return Number(result.numDeletedRows) > 0
 }
 
 /** Sessions idle longer than `idleMs`, deleted; how many. */
 export async function deleteIdleMcpSessions(db: Executor, idleMs: number): Promise<number> {
-  const result = await db.deleteFrom('mcp_sessions').where('last_seen_at', '<=', new Date(Date.now() - idleMs)).executeTakeFirst()
+  const result = await db
+    .deleteFrom('mcp_sessions')
+    .where('last_seen_at', '<=', new Date(Date.now() - idleMs))
+    .executeTakeFirst()
   return Number(result.numDeletedRows)
 }
 
 /** Records that a decision was put to a session as an elicitation. */
 export async function createMcpElicitation(db: Executor, decisionId: string, sessionId: string): Promise<void> {
-  await db.insertInto('mcp_elicitations').values({ decision_id: decisionId, session_id: sessionId }).onConflict((conflict) => conflict.column('decision_id').doNothing()).execute()
+  await db
+    .insertInto('mcp_elicitations')
+    .values({ decision_id: decisionId, session_id: sessionId })
+    .onConflict((conflict) => conflict.column('decision_id').doNothing())
+    .execute()
 }
 
 /**
  * Records the client's answer to the elicitation of a decision, once and only from the session it was
  * put to; false when there is no such open elicitation.
  */
-export async function answerMcpElicitation(db: Executor, decisionId: string, sessionId: string, action: 'accept' | 'decline' | 'cancel'): Promise<boolean> {
+export async function answerMcpElicitation(
+  db: Executor,
+  decisionId: string,
+  sessionId: string,
+  action: 'accept' | 'decline' | 'cancel',
+): Promise<boolean> {
   const result = await db
     .updateTable('mcp_elicitations')
     .set({ action, answered_at: new Date() })
@@ -73,11 +111,18 @@ export async function answerMcpElicitation(db: Executor, decisionId: string, ses
 }
 
 /** The decision's status, and the session its elicitation was put to with the client's answer (null while unanswered). */
-export async function mcpElicitationState(db: Executor, decisionId: string): Promise<{ decision: string; sessionId: string | null; action: string | null } | undefined> {
+export async function mcpElicitationState(
+  db: Executor,
+  decisionId: string,
+): Promise<{ decision: string; sessionId: string | null; action: string | null } | undefined> {
   const row = await db
     .selectFrom('decisions')
     .leftJoin('mcp_elicitations', 'mcp_elicitations.decision_id', 'decisions.id')
-    .select(['decisions.status as decision', sql<string | null>`mcp_elicitations.session_id`.as('sessionId'), sql<string | null>`mcp_elicitations.action`.as('action')])
+    .select([
+      'decisions.status as decision',
+      sql<string | null>`mcp_elicitations.session_id`.as('sessionId'),
+      sql<string | null>`mcp_elicitations.action`.as('action'),
+    ])
     .where('decisions.id', '=', decisionId)
     .executeTakeFirst()
   return row

@@ -29,7 +29,11 @@ export async function listMessages(db: Executor, conversationId: string, page: P
   if (page.after) query = query.where('m.id', '>', page.after)
   const rows = await query.execute()
   return toPage(
-    rows.map((row) => (row.role === 'tool' ? { ...toMessage(row), toolStatus: row.tool_status, toolOutput: row.tool_output } : toMessage(row))),
+    rows.map((row) =>
+      row.role === 'tool'
+        ? { ...toMessage(row), toolStatus: row.tool_status, toolOutput: row.tool_output }
+        : toMessage(row),
+    ),
     page.limit,
   )
 }
@@ -60,6 +64,12 @@ function toMessage(row: {
 
 /** A run's messages (its user message, the model's turns and the tool results), oldest first. */
 export async function runMessages(db: Executor, runId: string): Promise<Message[]> {
-  const rows = await db.selectFrom('messages').selectAll().where('run_id', '=', runId).orderBy('id').limit(1000).execute()
+  const rows = await db
+    .selectFrom('messages')
+    .selectAll()
+    .where('run_id', '=', runId)
+    .orderBy('id')
+    .limit(1000)
+    .execute()
   return rows.map(toMessage)
 }

@@ -9,10 +9,25 @@ import { RunSignals, runsChannel } from './run-signals.js'
 import { EventFeed } from './event-feed.js'
 import { SettingsSignals, settingsChannel } from './settings-repository.js'
 import { WebhookSignals, webhooksChannel } from './webhook-outbox.js'
-import { AppendLog, appendEventsAlone, eventsChannel, type EventRecord, type NewEvent, type RunFence } from './event-log.js'
+import {
+  AppendLog,
+  appendEventsAlone,
+  eventsChannel,
+  type EventRecord,
+  type NewEvent,
+  type RunFence,
+} from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import type { NewRun, Run, RunPatch } from './run-repository.js'
-import { runTransition, startRunAlone, type Prefetched, type RunPrefetch, type TransitionFence, type TransitionReads, type TransitionWrite } from './run-transition.js'
+import {
+  runTransition,
+  startRunAlone,
+  type Prefetched,
+  type RunPrefetch,
+  type TransitionFence,
+  type TransitionReads,
+  type TransitionWrite,
+} from './run-transition.js'
 import { lockDataDir, type LockWait } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
 import { unpackTemplate } from './pglite/template.js'
@@ -98,7 +113,9 @@ export interface Store {
 
 /** Opens the database named by the options, migrates it and starts the event feed. */
 export async function openStore(options: StoreOptions): Promise<Store> {
-  const connection = options.databaseUrl ? await connectPostgres(options.databaseUrl, options.poolSize ?? 10, options.prepareStatements ?? true) : await connectPGlite(options)
+  const connection = options.databaseUrl
+    ? await connectPostgres(options.databaseUrl, options.poolSize ?? 10, options.prepareStatements ?? true)
+    : await connectPGlite(options)
   try {
     const migrations = await prepareSchema(connection.pool, options.migrate ?? true)
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: connection.pool }) })
@@ -108,7 +125,13 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     const webhooks = new WebhookSignals()
     // One listening connection carries every channel; it starts and stops with the feed.
     const feed = new EventFeed(db, (onEvents) =>
-      connection.listen({ [eventsChannel]: onEvents, [accessChannel]: (payload) => access.heard(payload), [settingsChannel]: (payload) => settings.deliver(payload), [runsChannel]: (payload) => runs.deliver(payload), [webhooksChannel]: () => webhooks.deliver() }),
+      connection.listen({
+        [eventsChannel]: onEvents,
+        [accessChannel]: (payload) => access.heard(payload),
+        [settingsChannel]: (payload) => settings.deliver(payload),
+        [runsChannel]: (payload) => runs.deliver(payload),
+        [webhooksChannel]: () => webhooks.deliver(),
+      }),
     )
     await feed.start()
     return {
@@ -166,14 +189,19 @@ async function prepareSchema(pool: PostgresPool, apply: boolean): Promise<Migrat
   if (apply) return migrate(pool, migrations)
   const client = await pool.connect()
   try {
-    const { rows } = await client.query<{ name: string }>(
-      "select name from plinth_migrations where to_regclass('plinth_migrations') is not null and $1::int = 1",
-      [1],
-    ).catch(() => ({ rows: [] as { name: string }[] }))
+    const { rows } = await client
+      .query<{ name: string }>(
+        "select name from plinth_migrations where to_regclass('plinth_migrations') is not null and $1::int = 1",
+        [1],
+      )
+      .catch(() => ({ rows: [] as { name: string }[] }))
     const applied = new Set(rows.map((row) => row.name))
     const pending = migrations.filter((migration) => !applied.has(migration.name))
     if (pending.length > 0) {
-      throw new StoreError('migrations_pending', `database has ${pending.length} pending migration(s); run \`plinth migrate\``)
+      throw new StoreError(
+        'migrations_pending',
+        `database has ${pending.length} pending migration(s); run \`plinth migrate\``,
+      )
     }
     return { applied: [], alreadyApplied: applied.size }
   } finally {
@@ -201,7 +229,12 @@ const vectorSearchOptions = Object.entries(vectorSearchSettings)
 
 async function connectPostgres(url: string, poolSize: number, prepare: boolean): Promise<Connection> {
   // int8 (event ids, counts) arrives as a string; callers convert where they need a number.
-  const pool = new pg.Pool({ connectionString: url, max: poolSize, connectionTimeoutMillis: 5000, options: vectorSearchOptions })
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: poolSize,
+    connectionTimeoutMillis: 5000,
+    options: vectorSearchOptions,
+  })
   pool.on('error', () => undefined) // idle-client errors surface on the next query instead
   guardParameters(pool)
   if (prepare) prepareRepeatedStatements(pool)
@@ -210,15 +243,22 @@ async function connectPostgres(url: string, poolSize: number, prepare: boolean):
     client.release()
   } catch (error) {
     await pool.end().catch(() => undefined)
-    throw new StoreError('database_unreachable', `cannot connect to the database at ${redactUrl(url)}: ${describe(error)}`, {
-      cause: error,
-    })
+    throw new StoreError(
+      'database_unreachable',
+      `cannot connect to the database at ${redactUrl(url)}: ${describe(error)}`,
+      {
+        cause: error,
+      },
+    )
   }
   return { engine: 'pg', pool, listen: (handlers) => listenPostgres(url, handlers) }
 }
 
 /** LISTENs on a dedicated connection, reconnecting with backoff; a reconnect also wakes every handler. */
-async function listenPostgres(url: string, handlers: Record<string, (payload?: string) => void>): Promise<() => Promise<void>> {
+async function listenPostgres(
+  url: string,
+  handlers: Record<string, (payload?: string) => void>,
+): Promise<() => Promise<void>> {
   let client: pg.Client | null = null
   let stopped = false
   let retryTimer: NodeJS.Timeout | null = null
@@ -243,10 +283,13 @@ async function listenPostgres(url: string, handlers: Record<string, (payload?: s
   }
   const scheduleReconnect = (attempt: number): void => {
     if (stopped || retryTimer) return
-    retryTimer = setTimeout(() => {
-      retryTimer = null
-      void connect(attempt)
-    }, Math.min(5000, 100 * 2 ** attempt))
+    retryTimer = setTimeout(
+      () => {
+        retryTimer = null
+        void connect(attempt)
+      },
+      Math.min(5000, 100 * 2 ** attempt),
+    )
     retryTimer.unref()
   }
   await connect(0)
@@ -297,7 +340,9 @@ async function connectPGlite(options: StoreOptions): Promise<Connection> {
       },
     },
     listen: async (handlers) => {
-      const stops = await Promise.all(Object.entries(handlers).map(([channel, handler]) => pglite.listen(channel, (payload) => handler(payload))))
+      const stops = await Promise.all(
+        Object.entries(handlers).map(([channel, handler]) => pglite.listen(channel, (payload) => handler(payload))),
+      )
       return async () => {
         for (const stop of stops) await stop()
       }
@@ -312,7 +357,9 @@ async function ensureWritable(dir: string): Promise<void> {
     await writeFile(probe, '')
     await rm(probe, { force: true })
   } catch (error) {
-    throw new StoreError('data_dir_unwritable', `data directory ${dir} is not writable: ${describe(error)}`, { cause: error })
+    throw new StoreError('data_dir_unwritable', `data directory ${dir} is not writable: ${describe(error)}`, {
+      cause: error,
+    })
   }
 }
 

@@ -18,7 +18,11 @@ const planEachTime = /<=>|tsquery|ts_rank/
 export function guardParameters(pool: pg.Pool): void {
   pool.on('connect', (client) => {
     const query = client.query.bind(client) as (...args: unknown[]) => unknown
-    ;(client as unknown as { query: (...args: unknown[]) => unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
+    ;(client as unknown as { query: (...args: unknown[]) => unknown }).query = (
+      config: unknown,
+      values?: unknown,
+      callback?: unknown,
+    ) => {
       if (Array.isArray(values)) return query(config, storableParameters(values), callback)
       if (config !== null && typeof config === 'object' && Array.isArray((config as { values?: unknown }).values)) {
         const statement = config as { values: unknown[] }
@@ -33,8 +37,18 @@ export function prepareRepeatedStatements(pool: pg.Pool, maxPerConnection = 256)
   pool.on('connect', (client) => {
     const names = new Map<string, string>()
     const query = client.query.bind(client) as (...args: unknown[]) => unknown
-    ;(client as unknown as { query: (...args: unknown[]) => unknown }).query = (config: unknown, values?: unknown, callback?: unknown) => {
-      if (typeof config !== 'string' || !Array.isArray(values) || values.length === 0 || typeof callback === 'function' || planEachTime.test(config)) {
+    ;(client as unknown as { query: (...args: unknown[]) => unknown }).query = (
+      config: unknown,
+      values?: unknown,
+      callback?: unknown,
+    ) => {
+      if (
+        typeof config !== 'string' ||
+        !Array.isArray(values) ||
+        values.length === 0 ||
+        typeof callback === 'function' ||
+        planEachTime.test(config)
+      ) {
         return query(config, values, callback)
       }
       let name = names.get(config)

@@ -70,7 +70,12 @@ export async function createProject(tx: Executor, ownerId: string, input: Projec
 
 /** A live (not deleted) project by id, whoever owns it; callers check access. */
 export async function getProject(db: Executor, id: string): Promise<Project | undefined> {
-  const row = await db.selectFrom('projects').selectAll().where('id', '=', id).where('deleted_at', 'is', null).executeTakeFirst()
+  const row = await db
+    .selectFrom('projects')
+    .selectAll()
+    .where('id', '=', id)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst()
   return row && toProject(row)
 }
 
@@ -85,7 +90,11 @@ export async function listProjects(
     .selectFrom('projects')
     .selectAll()
     .where('deleted_at', 'is', null)
-    .where((eb) => (sharedIds.length > 0 ? eb.or([eb('owner_id', '=', ownerId), eb('id', 'in', sharedIds)]) : eb('owner_id', '=', ownerId)))
+    .where((eb) =>
+      sharedIds.length > 0
+        ? eb.or([eb('owner_id', '=', ownerId), eb('id', 'in', sharedIds)])
+        : eb('owner_id', '=', ownerId),
+    )
     .orderBy('id', 'desc')
     .limit(page.limit + 1)
   if (page.after) query = query.where('id', '<', page.after)
@@ -110,7 +119,9 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
     .returningAll()
     .executeTakeFirstOrThrow()
   const updated = toProject(row)
-  await appendEvents(tx, [{ type: 'project.updated', projectId: project.id, userId: project.ownerId, data: { project: updated } }])
+  await appendEvents(tx, [
+    { type: 'project.updated', projectId: project.id, userId: project.ownerId, data: { project: updated } },
+  ])
   await announceAccessChange(tx, [`project:${project.id}`])
   return updated
 }
@@ -151,7 +162,9 @@ export function toProject(row: {
     ownerId: row.owner_id,
     name: row.name,
     description: row.description,
-    runtimes: Array.isArray(row.runtimes) ? row.runtimes.filter((name): name is string => typeof name === 'string') : [],
+    runtimes: Array.isArray(row.runtimes)
+      ? row.runtimes.filter((name): name is string => typeof name === 'string')
+      : [],
     systemPrompt: row.system_prompt,
     defaultModel: row.default_model,
     modelParams: (row.model_params && typeof row.model_params === 'object' ? row.model_params : {}) as ModelParams,

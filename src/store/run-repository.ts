@@ -109,7 +109,11 @@ export async function createRun(
       model: input.model,
       status: startNow ? 'running' : 'queued',
       phase: startNow ? 'thinking' : null,
-      ...(startNow && { started_at: new Date(), lease_owner: options.lease.owner, lease_expires_at: options.lease.expiresAt }),
+      ...(startNow && {
+        started_at: new Date(),
+        lease_owner: options.lease.owner,
+        lease_expires_at: options.lease.expiresAt,
+      }),
       max_iterations: input.maxIterations,
       approval_policy: input.approvalPolicy,
       client_tools: storableJson(input.clientTools),
@@ -122,7 +126,14 @@ export async function createRun(
   const messageId = newId()
   await tx
     .insertInto('messages')
-    .values({ id: messageId, conversation_id: run.conversationId, run_id: run.id, role: 'user', content: input.input, status: 'completed' })
+    .values({
+      id: messageId,
+      conversation_id: run.conversationId,
+      run_id: run.id,
+      role: 'user',
+      content: input.input,
+      status: 'completed',
+    })
     .execute()
   await appendEvents(tx, runStartEvents(run, messageId, input.input, startNow))
   return { run }
@@ -166,7 +177,12 @@ export interface RunPatch {
 }
 
 export async function updateRun(tx: Executor, id: string, patch: RunPatch): Promise<Run> {
-  const row = await tx.updateTable('runs').set(patchColumns(patch)).where('id', '=', id).returningAll().executeTakeFirstOrThrow()
+  const row = await tx
+    .updateTable('runs')
+    .set(patchColumns(patch))
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirstOrThrow()
   return toRun(row)
 }
 
@@ -177,21 +193,34 @@ export function patchColumns(patch: RunPatch) {
     ...(patch.status !== undefined && { status: patch.status }),
     ...(patch.phase !== undefined && { phase: patch.phase }),
     ...(patch.iteration !== undefined && { iteration: patch.iteration }),
-    ...(patch.requiredAction !== undefined && { required_action: patch.requiredAction === null ? null : storableJson(patch.requiredAction) }),
+    ...(patch.requiredAction !== undefined && {
+      required_action: patch.requiredAction === null ? null : storableJson(patch.requiredAction),
+    }),
     ...(patch.error !== undefined && { error: patch.error === null ? null : storableJson(patch.error) }),
     ...(patch.usage !== undefined && { usage: storableJson(patch.usage) }),
     ...(patch.cancelReason !== undefined && { cancel_reason: patch.cancelReason }),
     ...(patch.started && { started_at: new Date() }),
     ...(patch.ended && { ended_at: new Date() }),
-    ...(patch.lease !== undefined && { lease_owner: patch.lease?.owner ?? null, lease_expires_at: patch.lease?.expiresAt ?? null }),
-    ...(patch.knowledge !== undefined && { knowledge: patch.knowledge === null ? null : storableJson(patch.knowledge) }),
+    ...(patch.lease !== undefined && {
+      lease_owner: patch.lease?.owner ?? null,
+      lease_expires_at: patch.lease?.expiresAt ?? null,
+    }),
+    ...(patch.knowledge !== undefined && {
+      knowledge: patch.knowledge === null ? null : storableJson(patch.knowledge),
+    }),
     ...(patch.waiting !== undefined && { waiting_since: patch.waiting ? new Date() : null }),
   }
 }
 
 /** The oldest queued run of a conversation, if no other run there is active. */
 export async function nextQueuedRun(db: Executor, conversationId: string): Promise<Run | undefined> {
-  const rows = await db.selectFrom('runs').selectAll().where('conversation_id', '=', conversationId).where('status', 'in', activeRunStatuses).orderBy('id').execute()
+  const rows = await db
+    .selectFrom('runs')
+    .selectAll()
+    .where('conversation_id', '=', conversationId)
+    .where('status', 'in', activeRunStatuses)
+    .orderBy('id')
+    .execute()
   if (rows.some((row) => row.status !== 'queued')) return undefined
   const first = rows[0]
   return first && toRun(first)
@@ -203,7 +232,11 @@ export async function nextQueuedRunAfterEnd(db: Executor, runId: string): Promis
     .selectFrom('runs')
     .selectAll()
     .where('conversation_id', '=', (eb) =>
-      eb.selectFrom('runs as ended').select('ended.conversation_id').where('ended.id', '=', runId).where('ended.status', 'in', terminalRunStatuses),
+      eb
+        .selectFrom('runs as ended')
+        .select('ended.conversation_id')
+        .where('ended.id', '=', runId)
+        .where('ended.status', 'in', terminalRunStatuses),
     )
     .where('status', 'in', activeRunStatuses)
     .orderBy('id')
@@ -228,7 +261,14 @@ export async function findRunsWithExpiredLease(db: Executor, now: Date): Promise
 
 /** Runs waiting (for humans or client tools) since before `since`. */
 export async function findRunsWaitingSince(db: Executor, since: Date): Promise<Run[]> {
-  const rows = await db.selectFrom('runs').selectAll().where('status', '=', 'requires_action').where('waiting_since', '<', since).orderBy('id').limit(500).execute()
+  const rows = await db
+    .selectFrom('runs')
+    .selectAll()
+    .where('status', '=', 'requires_action')
+    .where('waiting_since', '<', since)
+    .orderBy('id')
+    .limit(500)
+    .execute()
   return rows.map(toRun)
 }
 
@@ -236,7 +276,10 @@ export async function findRunsWaitingSince(db: Executor, since: Date): Promise<R
  * Models that projects (their default) or unfinished runs name and that are not in `configured`, with
  * how many of each name them: warned about at start, so removing a model is never silent.
  */
-export async function modelsNamedButMissing(db: Executor, configured: readonly string[]): Promise<Array<{ model: string; projects: number; runs: number }>> {
+export async function modelsNamedButMissing(
+  db: Executor,
+  configured: readonly string[],
+): Promise<Array<{ model: string; projects: number; runs: number }>> {
   const { rows } = await sql<{ model: string; projects: string | number; runs: string | number }>`
     select model, sum(projects) as projects, sum(runs) as runs from (
       select default_model as model, count(*) as projects, 0 as runs from projects where default_model is not null group by default_model
@@ -245,7 +288,9 @@ export async function modelsNamedButMissing(db: Executor, configured: readonly s
     ) named
     group by model order by model`.execute(db)
   const known = new Set(configured)
-  return rows.filter((row) => !known.has(row.model)).map((row) => ({ model: row.model, projects: Number(row.projects), runs: Number(row.runs) }))
+  return rows
+    .filter((row) => !known.has(row.model))
+    .map((row) => ({ model: row.model, projects: Number(row.projects), runs: Number(row.runs) }))
 }
 
 /** Conversations whose oldest queued run could start (nothing else there is active), e.g. after a restart. */
@@ -263,7 +308,13 @@ export async function findStartableQueues(db: Executor): Promise<string[]> {
  * `owner` still holds it and the run is running. Undefined means the lease has passed to someone else
  * (or the run ended elsewhere): the caller must stop without writing.
  */
-export async function fenceRun(tx: Executor, id: string, owner: string, expiresAt: Date, patch?: RunPatch): Promise<Run | undefined> {
+export async function fenceRun(
+  tx: Executor,
+  id: string,
+  owner: string,
+  expiresAt: Date,
+  patch?: RunPatch,
+): Promise<Run | undefined> {
   // With a patch, the state change rides in the same statement as the fence (a patch that ends the
   // run also gives the lease up).
   const row = await tx
@@ -306,10 +357,20 @@ export async function releaseLease(tx: Executor, id: string, owner: string): Pro
  * is still running and its lease still passed (`before`) — the check a sweeper racing a heartbeat needs.
  * Counts the resume.
  */
-export async function takeOverRun(tx: Executor, id: string, lease: { owner: string; expiresAt: Date }, before: Date): Promise<Run | undefined> {
+export async function takeOverRun(
+  tx: Executor,
+  id: string,
+  lease: { owner: string; expiresAt: Date },
+  before: Date,
+): Promise<Run | undefined> {
   const row = await tx
     .updateTable('runs')
-    .set((eb) => ({ lease_owner: lease.owner, lease_expires_at: lease.expiresAt, resumes: eb('resumes', '+', 1), updated_at: new Date() }))
+    .set((eb) => ({
+      lease_owner: lease.owner,
+      lease_expires_at: lease.expiresAt,
+      resumes: eb('resumes', '+', 1),
+      updated_at: new Date(),
+    }))
     .where('id', '=', id)
     .where('status', '=', 'running')
     .where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<', before)]))
@@ -346,7 +407,11 @@ export async function completeAssistantMessage(
  * `message.delta` events; it becomes the message's content rather than being lost.
  */
 /** Closes a run's streaming assistant messages (a turn cut off); returns how many there were. */
-export async function closeStreamingMessages(tx: Executor, runId: string, status: 'cancelled' | 'interrupted'): Promise<number> {
+export async function closeStreamingMessages(
+  tx: Executor,
+  runId: string,
+  status: 'cancelled' | 'interrupted',
+): Promise<number> {
   const result = await sql`
     update messages m set status = ${status}, content = coalesce(nullif(m.content, ''), (
       select string_agg(e.data->>'text', '' order by e.id) from events e
@@ -397,10 +462,19 @@ export async function activeRunIds(db: Executor, conversationIds: readonly strin
 /** Runs newest first: of one conversation, or of an owner in some projects; optionally by status. */
 export async function listRuns(
   db: Executor,
-  filter: { conversationId?: string; ownerId?: string; projectIds?: readonly string[]; statuses?: readonly RunStatus[] },
+  filter: {
+    conversationId?: string
+    ownerId?: string
+    projectIds?: readonly string[]
+    statuses?: readonly RunStatus[]
+  },
   page: { limit: number; after?: string },
 ): Promise<{ items: Run[]; nextCursor: string | null }> {
-  let query = db.selectFrom('runs').selectAll().orderBy('id', 'desc').limit(page.limit + 1)
+  let query = db
+    .selectFrom('runs')
+    .selectAll()
+    .orderBy('id', 'desc')
+    .limit(page.limit + 1)
   if (filter.conversationId) query = query.where('conversation_id', '=', filter.conversationId)
   if (filter.ownerId) query = query.where('owner_id', '=', filter.ownerId)
   if (filter.projectIds) {
@@ -421,8 +495,25 @@ export async function insertToolMessage(tx: Executor, run: Run, callId: string, 
 }
 
 /** The tool message's insert as a query, to ride in a larger statement (`appendEventsAfter`). */
-export function insertToolMessageQuery(tx: Executor, run: Pick<Run, 'id' | 'conversationId'>, callId: string, content: string, id = newId()) {
-  return tx.insertInto('messages').values({ id, conversation_id: run.conversationId, run_id: run.id, role: 'tool', content, tool_call_id: callId, status: 'completed' }).returning('id')
+export function insertToolMessageQuery(
+  tx: Executor,
+  run: Pick<Run, 'id' | 'conversationId'>,
+  callId: string,
+  content: string,
+  id = newId(),
+) {
+  return tx
+    .insertInto('messages')
+    .values({
+      id,
+      conversation_id: run.conversationId,
+      run_id: run.id,
+      role: 'tool',
+      content,
+      tool_call_id: callId,
+      status: 'completed',
+    })
+    .returning('id')
 }
 
 export interface TranscriptMessage {
@@ -436,7 +527,12 @@ export interface TranscriptMessage {
 
 /** The whole transcript of a conversation, oldest first (what the model is shown, after trimming). */
 export async function readTranscript(db: Executor, conversationId: string): Promise<TranscriptMessage[]> {
-  const rows = await db.selectFrom('messages').selectAll().where('conversation_id', '=', conversationId).orderBy('id').execute()
+  const rows = await db
+    .selectFrom('messages')
+    .selectAll()
+    .where('conversation_id', '=', conversationId)
+    .orderBy('id')
+    .execute()
   return rows.map(toTranscriptMessage)
 }
 
@@ -445,13 +541,23 @@ export async function readTranscript(db: Executor, conversationId: string): Prom
  * for each message's frame), oldest first — what a model call can be shown at most. Reads at most
  * `maxRows` rows however long the conversation, so a round's cost does not grow with its length.
  */
-export async function readTranscriptTail(db: Executor, conversationId: string, maxChars: number, maxRows = 2000): Promise<TranscriptRow[]> {
+export async function readTranscriptTail(
+  db: Executor,
+  conversationId: string,
+  maxChars: number,
+  maxRows = 2000,
+): Promise<TranscriptRow[]> {
   const { rows } = await sql<MessageRow>`${tailQuery(conversationId, maxChars, maxRows)}`.execute(db)
   return rows.map(toTranscriptRow)
 }
 
 /** The conversation's messages after `afterId`, oldest first (to extend a transcript read earlier). */
-export async function readTranscriptAfter(db: Executor, conversationId: string, afterId: string, maxRows = 2000): Promise<TranscriptRow[]> {
+export async function readTranscriptAfter(
+  db: Executor,
+  conversationId: string,
+  afterId: string,
+  maxRows = 2000,
+): Promise<TranscriptRow[]> {
   const { rows } = await sql<MessageRow>`${afterQuery(conversationId, afterId, maxRows)}`.execute(db)
   return rows.map(toTranscriptRow)
 }
@@ -544,9 +650,25 @@ export interface ToolCallRecord {
   repeatOf: string | null
 }
 
-export const terminalToolCallStatuses: ToolCallStatus[] = ['ok', 'error', 'rejected', 'cancelled', 'expired', 'interrupted']
+export const terminalToolCallStatuses: ToolCallStatus[] = [
+  'ok',
+  'error',
+  'rejected',
+  'cancelled',
+  'expired',
+  'interrupted',
+]
 
-export type ToolCallPatch = { status: ToolCallStatus; output?: JsonValue; modelOutput?: string; modelTruncated?: boolean; dispatchId?: string | null; decisionId?: string | null; repeatOf?: string | null; started?: boolean }
+export type ToolCallPatch = {
+  status: ToolCallStatus
+  output?: JsonValue
+  modelOutput?: string
+  modelTruncated?: boolean
+  dispatchId?: string | null
+  decisionId?: string | null
+  repeatOf?: string | null
+  started?: boolean
+}
 
 export async function updateToolCall(tx: Executor, id: string, patch: ToolCallPatch): Promise<void> {
   await updateToolCallQuery(tx, id, patch).execute()
@@ -573,7 +695,13 @@ export function updateToolCallQuery(tx: Executor, id: string, patch: ToolCallPat
 }
 
 export async function listToolCalls(db: Executor, runId: string): Promise<ToolCallRecord[]> {
-  const rows = await db.selectFrom('run_tool_calls').selectAll().where('run_id', '=', runId).orderBy('iteration').orderBy('seq').execute()
+  const rows = await db
+    .selectFrom('run_tool_calls')
+    .selectAll()
+    .where('run_id', '=', runId)
+    .orderBy('iteration')
+    .orderBy('seq')
+    .execute()
   return rows.map((row) => ({
     id: row.id,
     runId: row.run_id,
@@ -600,8 +728,19 @@ export async function listToolCalls(db: Executor, runId: string): Promise<ToolCa
 // --- events ------------------------------------------------------------------------------------
 
 /** An event on the run, conversation and project streams. */
-export function runEvent(run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>, type: string, data: { [key: string]: unknown }): NewEvent {
-  return { type, runId: run.id, conversationId: run.conversationId, projectId: run.projectId, userId: run.ownerId, data }
+export function runEvent(
+  run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>,
+  type: string,
+  data: { [key: string]: unknown },
+): NewEvent {
+  return {
+    type,
+    runId: run.id,
+    conversationId: run.conversationId,
+    projectId: run.projectId,
+    userId: run.ownerId,
+    data,
+  }
 }
 
 /** A run as the API and `run.created` show it. */
@@ -708,6 +847,9 @@ function toProfile(value: JsonValue | null): RunProfile {
     systemPrompt: profile.systemPrompt ?? null,
     modelParams: profile.modelParams ?? {},
     tools: profile.tools ?? null,
-    ...(from && typeof from.projectOwnerId === 'string' && { injectFrom: { projectOwnerId: from.projectOwnerId, members: from.members === true } }),
+    ...(from &&
+      typeof from.projectOwnerId === 'string' && {
+        injectFrom: { projectOwnerId: from.projectOwnerId, members: from.members === true },
+      }),
   }
 }

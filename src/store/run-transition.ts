@@ -1,10 +1,30 @@
 import { sql, type OperationNodeSource, type RawBuilder } from 'kysely'
 import { auditAppendCtes, type AuditEntryInput } from './audit-repository.js'
 import type { Executor, JsonValue } from './database.js'
-import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord, type NewEvent } from './event-log.js'
+import {
+  eventFromJson,
+  eventLogLock,
+  eventsChannel,
+  eventValues,
+  type EventRecord,
+  type NewEvent,
+} from './event-log.js'
 import { newId } from './ids.js'
 import { hasKnowledgeRead } from './knowledge-repository.js'
-import { patchColumns, runStartEvents, toRun, transcriptRowsFromJson, transcriptTailRead, type NewRun, type Run, type RunPatch, type RunRow, type StoredToolCall, type ToolCallRecord, type TranscriptRow } from './run-repository.js'
+import {
+  patchColumns,
+  runStartEvents,
+  toRun,
+  transcriptRowsFromJson,
+  transcriptTailRead,
+  type NewRun,
+  type Run,
+  type RunPatch,
+  type RunRow,
+  type StoredToolCall,
+  type ToolCallRecord,
+  type TranscriptRow,
+} from './run-repository.js'
 import { isUniqueViolation } from './store-errors.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
@@ -39,14 +59,18 @@ export async function runTransition(
   tag: string,
   reads: TransitionReads = {},
 ): Promise<{ run: Run; events: EventRecord[]; reads: { [name: string]: unknown } } | undefined> {
-  const set = Object.entries({ lease_expires_at: fence.expiresAt, ...patchColumns(patch) }).map(([column, value]) => sql`${sql.ref(column)} = ${value}`)
+  const set = Object.entries({ lease_expires_at: fence.expiresAt, ...patchColumns(patch) }).map(
+    ([column, value]) => sql`${sql.ref(column)} = ${value}`,
+  )
   const names = writes.map((_, index) => `w${index}`)
   const ctes = writes.map((write, index) => sql`, ${sql.ref(names[index]!)} as (${write.sql})`)
   // Each write's rows are counted before the lock is taken: that forces them to run first.
   const writesDone = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
   // Reads too, so none is made while the event log's lock is held.
   const readNames = Object.keys(reads).map((name) => `read_${name}`)
-  const readCtes = Object.values(reads).map((read, index) => sql`, ${sql.ref(readNames[index]!)} as (select (${read}) as value)`)
+  const readCtes = Object.values(reads).map(
+    (read, index) => sql`, ${sql.ref(readNames[index]!)} as (select (${read}) as value)`,
+  )
   const readsDone = readNames.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
   const eventsPart =
     events.length === 0
@@ -70,7 +94,11 @@ export async function runTransition(
   if (!row) return undefined
   const appended = (row.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id)
   const read = row as unknown as { [column: string]: unknown }
-  return { run: toRun(row), events: appended, reads: Object.fromEntries(Object.keys(reads).map((name) => [name, read[`read_${name}`]])) }
+  return {
+    run: toRun(row),
+    events: appended,
+    reads: Object.fromEntries(Object.keys(reads).map((name) => [name, read[`read_${name}`]])),
+  }
 }
 
 /**
@@ -104,7 +132,14 @@ export function completeAssistantMessageWrite(
 }
 
 /** Inserts a turn's tool calls into the run's ledger, `pending`. */
-export function insertToolCallsWrite(calls: Array<Omit<ToolCallRecord, 'status' | 'output' | 'modelOutput' | 'modelTruncated' | 'dispatchId' | 'decisionId' | 'repeatOf'>>): TransitionWrite {
+export function insertToolCallsWrite(
+  calls: Array<
+    Omit<
+      ToolCallRecord,
+      'status' | 'output' | 'modelOutput' | 'modelTruncated' | 'dispatchId' | 'decisionId' | 'repeatOf'
+    >
+  >,
+): TransitionWrite {
   const values = calls.map(
     (call) =>
       sql`(${call.id}, ${call.runId}, ${call.messageId}, ${call.iteration}::int, ${call.seq}::int, ${call.providerCallId}, ${call.name}, ${call.commandId}, ${call.kind}, ${call.args === null ? null : storableJson(call.args)}::jsonb, ${call.rawArgs}, ${call.risk})`,
@@ -163,7 +198,13 @@ export async function startRunAlone(
   const events = runStartEvents(run, messageId, input.input, true)
   const json = (value: JsonValue | null) => (value === null ? null : storableJson(value))
   try {
-    const { rows } = await sql<{ id: string; events: Array<{ [key: string]: JsonValue }> | null; transcript?: unknown; has_knowledge?: boolean; input_size?: number | string }>`
+    const { rows } = await sql<{
+      id: string
+      events: Array<{ [key: string]: JsonValue }> | null
+      transcript?: unknown
+      has_knowledge?: boolean
+      input_size?: number | string
+    }>`
       with r as (
         insert into runs (id, conversation_id, project_id, owner_id, model, status, phase, iteration, max_iterations, approval_policy,
                           client_tools, usage, created_at, updated_at, started_at, knowledge, profile, lease_owner, lease_expires_at)
@@ -188,14 +229,31 @@ export async function startRunAlone(
         select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
         returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified
       )${outboxAfter(events)}
-      select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events, pre.transcript, pre.has_knowledge, pre.input_size from r, pre`.execute(db)
+      select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events, pre.transcript, pre.has_knowledge, pre.input_size from r, pre`.execute(
+      db,
+    )
     const created = rows[0]
     if (!created) return undefined
     const appended = (created.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id)
     if (!prefetch) return { run, events: appended }
     // The statement reads what was there before it: the user message it wrote is added here.
-    const message: TranscriptRow = { id: messageId, role: 'user', content: input.input, toolCalls: null, toolCallId: null, status: 'completed', size: Number(created.input_size) }
-    return { run, events: appended, prefetched: { transcript: [...transcriptRowsFromJson(created.transcript), message], hasKnowledge: created.has_knowledge === true } }
+    const message: TranscriptRow = {
+      id: messageId,
+      role: 'user',
+      content: input.input,
+      toolCalls: null,
+      toolCallId: null,
+      status: 'completed',
+      size: Number(created.input_size),
+    }
+    return {
+      run,
+      events: appended,
+      prefetched: {
+        transcript: [...transcriptRowsFromJson(created.transcript), message],
+        hasKnowledge: created.has_knowledge === true,
+      },
+    }
   } catch (error) {
     if (isUniqueViolation(error)) return undefined
     throw error
@@ -261,11 +319,18 @@ export async function finishDispatchInRun(
     select (select count(*) from f) as fenced, (select count(*) from audit_entry) as audited,
            (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(db)
   const row = rows[0]
-  return { fenced: Number(row?.fenced ?? 0) > 0, events: (row?.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id) }
+  return {
+    fenced: Number(row?.fenced ?? 0) > 0,
+    events: (row?.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id),
+  }
 }
 
 /** The tool message of a call, written only if the run's fence (`f`) holds. */
-export function insertToolMessageAfterFence(run: Pick<Run, 'id' | 'conversationId'>, callId: string, content: string): OperationNodeSource {
+export function insertToolMessageAfterFence(
+  run: Pick<Run, 'id' | 'conversationId'>,
+  callId: string,
+  content: string,
+): OperationNodeSource {
   return sql`insert into messages (id, conversation_id, run_id, role, content, tool_call_id, status)
     select ${newId()}, ${run.conversationId}, ${run.id}, 'tool', ${content}, ${callId}, 'completed' from f returning id`
 }

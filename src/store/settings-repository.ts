@@ -15,7 +15,9 @@ export async function setSetting(db: Executor, key: string, value: JsonValue): P
   await db
     .insertInto('settings')
     .values({ key, value: storableJson(value) })
-    .onConflict((conflict) => conflict.column('key').doUpdateSet({ value: storableJson(value), updated_at: new Date() }))
+    .onConflict((conflict) =>
+      conflict.column('key').doUpdateSet({ value: storableJson(value), updated_at: new Date() }),
+    )
     .execute()
   await sql`select pg_notify(${settingsChannel}, ${key})`.execute(db)
 }

@@ -15,7 +15,9 @@ describe('storable values', () => {
     expect(JSON.parse(storableJson({ code: 'printf "\\u0000"' }))).toEqual({ code: 'printf "\\u0000"' })
     expect(storableJsonText('"\\\\\\u0000"')).toBe('"\\\\\\ufffd"')
     expect(storableJsonText('"tab\\there\\n\\u00e9"')).toBe('"tab\\there\\n\\u00e9"')
-    expect(JSON.parse(storableJson({ [`k\0`]: ['\0', { deep: '\uDFFF' }] }))).toEqual({ 'k\uFFFD': ['\uFFFD', { deep: '\uFFFD' }] })
+    expect(JSON.parse(storableJson({ [`k\0`]: ['\0', { deep: '\uDFFF' }] }))).toEqual({
+      'k\uFFFD': ['\uFFFD', { deep: '\uFFFD' }],
+    })
   })
 
   it('parameters: strings and objects made safe, arrays, buffers and dates untouched, the same array when clean', () => {

@@ -69,7 +69,13 @@ export function storableParameters<T>(values: readonly T[]): readonly T[] {
     let safe = value
     if (typeof value === 'string') {
       if (value.includes('\0')) safe = storableText(value)
-    } else if (value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof Date) && !ArrayBuffer.isView(value)) {
+    } else if (
+      value !== null &&
+      typeof value === 'object' &&
+      !Array.isArray(value) &&
+      !(value instanceof Date) &&
+      !ArrayBuffer.isView(value)
+    ) {
       safe = storableJson(value)
     }
     if (safe !== value) {

@@ -8,12 +8,20 @@ function hashTicket(ticket: string): string {
 }
 
 /** Issues a single-use ticket for one stream path (e.g. `/api/runs/<id>/events`), valid for `ttlMs`. */
-export async function issueStreamTicket(db: Executor, tokenId: string, path: string, ttlMs: number): Promise<{ ticket: string; expiresAt: string }> {
+export async function issueStreamTicket(
+  db: Executor,
+  tokenId: string,
+  path: string,
+  ttlMs: number,
+): Promise<{ ticket: string; expiresAt: string }> {
   const ticket = `pst_${randomBytes(32).toString('base64url')}`
   const expiresAt = new Date(Date.now() + ttlMs)
   // Expired tickets go as new ones are issued: the table stays small without a sweeper.
   await db.deleteFrom('stream_tickets').where('expires_at', '<', new Date()).execute()
-  await db.insertInto('stream_tickets').values({ ticket_hash: hashTicket(ticket), token_id: tokenId, path, expires_at: expiresAt }).execute()
+  await db
+    .insertInto('stream_tickets')
+    .values({ ticket_hash: hashTicket(ticket), token_id: tokenId, path, expires_at: expiresAt })
+    .execute()
   return { ticket, expiresAt: expiresAt.toISOString() }
 }
 
@@ -21,8 +29,16 @@ export async function issueStreamTicket(db: Executor, tokenId: string, path: str
  * Redeems a ticket for `path`: deleted whatever the outcome (single use), valid only for that path,
  * before it expires, while the token that issued it is live and its user enabled.
  */
-export async function redeemStreamTicket(db: Executor, ticket: string, path: string): Promise<{ user: User; tokenId: string } | undefined> {
-  const row = await db.deleteFrom('stream_tickets').where('ticket_hash', '=', hashTicket(ticket)).returningAll().executeTakeFirst()
+export async function redeemStreamTicket(
+  db: Executor,
+  ticket: string,
+  path: string,
+): Promise<{ user: User; tokenId: string } | undefined> {
+  const row = await db
+    .deleteFrom('stream_tickets')
+    .where('ticket_hash', '=', hashTicket(ticket))
+    .returningAll()
+    .executeTakeFirst()
   if (!row || row.path !== path || row.expires_at.getTime() <= Date.now()) return undefined
   const token = await db
     .selectFrom('api_tokens')

@@ -62,12 +62,20 @@ export async function findUser(db: Executor, idOrName: string): Promise<User | u
 
 /** How many users may sign in (not disabled). */
 export async function countActiveUsers(db: Executor): Promise<number> {
-  const row = await db.selectFrom('users').select((eb) => eb.fn.countAll<string>().as('count')).where('disabled_at', 'is', null).executeTakeFirstOrThrow()
+  const row = await db
+    .selectFrom('users')
+    .select((eb) => eb.fn.countAll<string>().as('count'))
+    .where('disabled_at', 'is', null)
+    .executeTakeFirstOrThrow()
   return Number(row.count)
 }
 
 export async function listUsers(db: Executor, page: PageRequest): Promise<Page<User>> {
-  let query = db.selectFrom('users').selectAll().orderBy('id').limit(page.limit + 1)
+  let query = db
+    .selectFrom('users')
+    .selectAll()
+    .orderBy('id')
+    .limit(page.limit + 1)
   if (page.after) query = query.where('id', '>', page.after)
   return toPage((await query.execute()).map(toUser), page.limit)
 }
@@ -96,7 +104,12 @@ export async function createToken(db: Executor, userId: string, name: string): P
 }
 
 export async function listTokens(db: Executor, userId: string, page: PageRequest): Promise<Page<ApiToken>> {
-  let query = db.selectFrom('api_tokens').selectAll().where('user_id', '=', userId).orderBy('id').limit(page.limit + 1)
+  let query = db
+    .selectFrom('api_tokens')
+    .selectAll()
+    .where('user_id', '=', userId)
+    .orderBy('id')
+    .limit(page.limit + 1)
   if (page.after) query = query.where('id', '>', page.after)
   return toPage((await query.execute()).map(toToken), page.limit)
 }
@@ -108,7 +121,12 @@ export async function getToken(db: Executor, id: string): Promise<ApiToken | und
 
 /** Revokes a token; revoking twice keeps the first time. Streams opened with it end at once. */
 export async function revokeToken(db: Executor, id: string): Promise<ApiToken | undefined> {
-  await db.updateTable('api_tokens').set({ revoked_at: new Date() }).where('id', '=', id).where('revoked_at', 'is', null).execute()
+  await db
+    .updateTable('api_tokens')
+    .set({ revoked_at: new Date() })
+    .where('id', '=', id)
+    .where('revoked_at', 'is', null)
+    .execute()
   await announceAccessChange(db, [`token:${id}`])
   return getToken(db, id)
 }
@@ -127,7 +145,10 @@ export async function isTokenLive(db: Executor, tokenId: string): Promise<boolea
 }
 
 /** The enabled user holding a live token, or undefined. */
-export async function authenticateToken(db: Executor, token: string): Promise<{ user: User; tokenId: string } | undefined> {
+export async function authenticateToken(
+  db: Executor,
+  token: string,
+): Promise<{ user: User; tokenId: string } | undefined> {
   const row = await db
     .selectFrom('api_tokens')
     .innerJoin('users', 'users.id', 'api_tokens.user_id')

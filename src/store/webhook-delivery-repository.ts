@@ -79,7 +79,14 @@ interface DeliveryRow {
   lease_owner: string | null
   created_at: Date
   delivered_at: Date | null
-  log: Array<{ attempt: number; started_at: string; duration_ms: number; status_code: number | null; error: string | null; next_attempt_at: string | null }> | null
+  log: Array<{
+    attempt: number
+    started_at: string
+    duration_ms: number
+    status_code: number | null
+    error: string | null
+    next_attempt_at: string | null
+  }> | null
 }
 
 const iso = (value: Date | string | null): string | null => (value === null ? null : new Date(value).toISOString())
@@ -93,7 +100,8 @@ function toDelivery(row: DeliveryRow): DeliveryRecord {
     eventId: String(row.event_id),
     eventType: row.event_type as WebhookEventType,
     status: row.status,
-    inFlight: row.status === 'pending' && row.lease_owner !== null && new Date(row.next_attempt_at).getTime() > Date.now(),
+    inFlight:
+      row.status === 'pending' && row.lease_owner !== null && new Date(row.next_attempt_at).getTime() > Date.now(),
     attemptCount: row.attempts,
     nextAttemptAt: row.status === 'pending' ? iso(row.next_attempt_at) : null,
     createdAt: iso(row.created_at)!,
@@ -115,7 +123,11 @@ const deliveryColumns = sql`m.id, m.webhook_id, m.event_id, m.event_type, m.stat
    ) a) as log`
 
 /** A subscription's messages, newest first, each with its latest attempts. `after` is a public id. */
-export async function listDeliveries(db: Executor, webhookId: string, page: PageRequest): Promise<Page<DeliveryRecord>> {
+export async function listDeliveries(
+  db: Executor,
+  webhookId: string,
+  page: PageRequest,
+): Promise<Page<DeliveryRecord>> {
   const { rows } = await sql<DeliveryRow>`
     select ${deliveryColumns} from webhook_messages m
     where m.webhook_id = ${webhookId} ${page.after ? sql`and m.id < ${String(deliveryRow(page.after))}` : sql``}
@@ -125,7 +137,10 @@ export async function listDeliveries(db: Executor, webhookId: string, page: Page
 }
 
 export async function getDelivery(db: Executor, webhookId: string, id: string): Promise<DeliveryRecord | undefined> {
-  const { rows } = await sql<DeliveryRow>`select ${deliveryColumns} from webhook_messages m where m.id = ${String(deliveryRow(id))} and m.webhook_id = ${webhookId}`.execute(db)
+  const { rows } =
+    await sql<DeliveryRow>`select ${deliveryColumns} from webhook_messages m where m.id = ${String(deliveryRow(id))} and m.webhook_id = ${webhookId}`.execute(
+      db,
+    )
   const found = rows[0] && toDelivery(rows[0])
   return found?.id === id ? found : undefined
 }
@@ -134,11 +149,17 @@ export async function getDelivery(db: Executor, webhookId: string, id: string): 
  * Queues a message again, with the body and `webhook-id` it had, and a fresh retry window. One that
  * is being attempted right now is left to that attempt.
  */
-export async function redeliverMessage(db: Executor, webhookId: string, id: string): Promise<DeliveryRecord | undefined> {
+export async function redeliverMessage(
+  db: Executor,
+  webhookId: string,
+  id: string,
+): Promise<DeliveryRecord | undefined> {
   if (!(await getDelivery(db, webhookId, id))) return undefined
   await sql`
     update webhook_messages set status = 'pending', next_attempt_at = now(), window_start = now(), lease_owner = null
-    where id = ${String(deliveryRow(id))} and webhook_id = ${webhookId} and not (status = 'pending' and lease_owner is not null and next_attempt_at > now())`.execute(db)
+    where id = ${String(deliveryRow(id))} and webhook_id = ${webhookId} and not (status = 'pending' and lease_owner is not null and next_attempt_at > now())`.execute(
+    db,
+  )
   return getDelivery(db, webhookId, id)
 }
 
@@ -161,7 +182,13 @@ export interface ClaimedMessage {
   /** The secret before the last rotation, while it still signs too. */
   previousSecret: string | null
   /** While `payload` is null: the reported event, and the run or decision it is about as they are now. */
-  event: { id: string; type: string; data: { [key: string]: JsonValue }; createdAt: string; runId: string | null } | null
+  event: {
+    id: string
+    type: string
+    data: { [key: string]: JsonValue }
+    createdAt: string
+    runId: string | null
+  } | null
   run: Run | null
   decision: DecisionRecord | null
 }
@@ -178,7 +205,13 @@ interface ClaimRow {
   url: string
   secret: string
   previous_secret: string | null
-  event: { id: number; type: string; data: { [key: string]: JsonValue }; created_at: string; run_id: string | null } | null
+  event: {
+    id: number
+    type: string
+    data: { [key: string]: JsonValue }
+    created_at: string
+    run_id: string | null
+  } | null
   run: { [key: string]: JsonValue } | null
   decision: { [key: string]: JsonValue } | null
 }
@@ -190,7 +223,12 @@ interface ClaimRow {
  * never recorded (its instance died) gets that attempt logged as interrupted. A first attempt also
  * gets what its body is rendered from (the event; its run or decision), read in the same statement.
  */
-export async function claimMessages(db: Executor, owner: string, limit: number, leaseMs: number): Promise<ClaimedMessage[]> {
+export async function claimMessages(
+  db: Executor,
+  owner: string,
+  limit: number,
+  leaseMs: number,
+): Promise<ClaimedMessage[]> {
   const { rows } = await sql<ClaimRow>`
     with due as (
       select m.id, m.attempts, m.lease_owner from webhook_messages m join webhooks w on w.id = m.webhook_id
@@ -213,7 +251,9 @@ export async function claimMessages(db: Executor, owner: string, limit: number, 
            case when ev.id is not null and c.event_type like 'run.%' then (select to_jsonb(r) from runs r where r.id = coalesce(ev.run_id, ev.data->>'runId')) end as run,
            case when ev.id is not null and c.event_type = 'decision.required' then (select to_jsonb(d) from decisions d where d.id = ev.data->>'decisionId') end as decision
     from c join webhooks w on w.id = c.webhook_id
-    left join lateral (select id, type, data, created_at, run_id from events where id = c.event_id and c.payload is null) ev on true`.execute(db)
+    left join lateral (select id, type, data, created_at, run_id from events where id = c.event_id and c.payload is null) ev on true`.execute(
+    db,
+  )
   return rows.map((row) => ({
     row: String(row.id),
     id: deliveryId(row.id, row.created_at),
@@ -226,7 +266,13 @@ export async function claimMessages(db: Executor, owner: string, limit: number, 
     url: row.url,
     secret: row.secret,
     previousSecret: row.previous_secret,
-    event: row.event && { id: String(row.event.id), type: row.event.type, data: row.event.data, createdAt: new Date(row.event.created_at).toISOString(), runId: row.event.run_id },
+    event: row.event && {
+      id: String(row.event.id),
+      type: row.event.type,
+      data: row.event.data,
+      createdAt: new Date(row.event.created_at).toISOString(),
+      runId: row.event.run_id,
+    },
     run: row.run && runFromJson(row.run),
     decision: row.decision && decisionFromJson(row.decision),
   }))
@@ -250,10 +296,15 @@ export interface AttemptOutcome {
  * failure record (a success clears it; a failure starts it). An attempt whose claim was lost (another
  * instance took the message over) is not recorded. Returns how many were.
  */
-export async function recordAttempts(db: Executor, owner: string, attempts: ReadonlyArray<{ message: ClaimedMessage; outcome: AttemptOutcome }>): Promise<number> {
+export async function recordAttempts(
+  db: Executor,
+  owner: string,
+  attempts: ReadonlyArray<{ message: ClaimedMessage; outcome: AttemptOutcome }>,
+): Promise<number> {
   if (attempts.length === 0) return 0
   const values = attempts.map(({ message, outcome }) => {
-    if (outcome.result === 'failed') throw new Error('recordAttempts takes no attempt that failed for good (recordFailure does)')
+    if (outcome.result === 'failed')
+      throw new Error('recordAttempts takes no attempt that failed for good (recordFailure does)')
     const status = outcome.result === 'delivered' ? 'delivered' : 'pending'
     return sql`(${message.row}::bigint, ${message.attempt}::int, ${status}::text, ${outcome.payload}::text, ${outcome.nextAttemptAt}::timestamptz,
       ${outcome.startedAt}::timestamptz, ${Math.round(outcome.durationMs)}::int, ${outcome.statusCode}::int, ${outcome.error}::text, ${outcome.result === 'retry'}::boolean)`
@@ -282,12 +333,19 @@ export async function recordAttempts(db: Executor, owner: string, attempts: Read
         and ((s.ok and (w.failed_messages <> 0 or w.failing_since is not null)) or (not s.ok and s.failed_at is not null and w.failing_since is null))
       returning w.id
     )
-    select (select count(*) from m) as recorded, (select count(*) from a) as logged, (select count(*) from h) as hooked`.execute(db)
+    select (select count(*) from m) as recorded, (select count(*) from a) as logged, (select count(*) from h) as hooked`.execute(
+    db,
+  )
   return Number(rows[0]?.recorded ?? 0)
 }
 
 /** Records an attempt after which its message failed for good, counting it on the subscription. Returns whether it was recorded. */
-export async function recordFailure(db: Executor, message: ClaimedMessage, owner: string, outcome: AttemptOutcome): Promise<boolean> {
+export async function recordFailure(
+  db: Executor,
+  message: ClaimedMessage,
+  owner: string,
+  outcome: AttemptOutcome,
+): Promise<boolean> {
   const { rows } = await sql<{ recorded: string }>`
     with m as (
       update webhook_messages set status = 'failed', lease_owner = null, payload = coalesce(payload, ${outcome.payload})
@@ -303,7 +361,9 @@ export async function recordFailure(db: Executor, message: ClaimedMessage, owner
       update webhooks set failed_messages = failed_messages + 1, failing_since = coalesce(failing_since, ${outcome.startedAt}::timestamptz)
       where id = (select webhook_id from m) returning id
     )
-    select (select count(*) from m) as recorded, (select count(*) from a) as logged, (select count(*) from h) as hooked`.execute(db)
+    select (select count(*) from m) as recorded, (select count(*) from a) as logged, (select count(*) from h) as hooked`.execute(
+    db,
+  )
   return Number(rows[0]?.recorded ?? 0) > 0
 }
 
@@ -312,7 +372,12 @@ export async function recordFailure(db: Executor, message: ClaimedMessage, owner
  * failed for good, or failing (no success) for `failingMs`. Returns it when this call disabled it
  * (exactly one caller does, whatever runs concurrently).
  */
-export async function disableIfFailing(db: Executor, webhookId: string, failedMessages: number, failingMs: number): Promise<WebhookRecord | undefined> {
+export async function disableIfFailing(
+  db: Executor,
+  webhookId: string,
+  failedMessages: number,
+  failingMs: number,
+): Promise<WebhookRecord | undefined> {
   const { rows } = await sql<Parameters<typeof toWebhook>[0]>`
     update webhooks set enabled = false, disabled_at = now(), updated_at = now(),
            disabled_reason = case when failed_messages >= ${failedMessages} then failed_messages || ' messages in a row failed'
@@ -326,7 +391,9 @@ export async function disableIfFailing(db: Executor, webhookId: string, failedMe
 
 /** Embedded database at start: every claim is a dead process's, so those messages are due now. */
 export async function releaseWebhookClaims(db: Executor): Promise<void> {
-  await sql`update webhook_messages set next_attempt_at = now() where status = 'pending' and lease_owner is not null and next_attempt_at > now()`.execute(db)
+  await sql`update webhook_messages set next_attempt_at = now() where status = 'pending' and lease_owner is not null and next_attempt_at > now()`.execute(
+    db,
+  )
 }
 
 /** The owner of a project (the `webhook.disabled` event is theirs). */

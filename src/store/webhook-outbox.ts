@@ -19,7 +19,15 @@ export class WebhookSignals {
 }
 
 /** The events a webhook may subscribe to (docs/webhooks.md, "Events"). */
-export const webhookEventTypes = ['run.completed', 'run.failed', 'run.cancelled', 'run.requires_action', 'decision.required', 'knowledge.ingested', 'knowledge.failed'] as const
+export const webhookEventTypes = [
+  'run.completed',
+  'run.failed',
+  'run.cancelled',
+  'run.requires_action',
+  'decision.required',
+  'knowledge.ingested',
+  'knowledge.failed',
+] as const
 
 export type WebhookEventType = (typeof webhookEventTypes)[number]
 
@@ -48,7 +56,8 @@ export function outboxCte(events: readonly Pick<NewEvent, 'type' | 'data' | 'web
   const requiresAction = reported.has('run.requires_action')
     ? sql`when e.type = 'run.status' and e.data->>'status' = 'requires_action' then 'run.requires_action'`
     : sql``
-  const sameTypes = same.length > 0 ? sql`when e.type in (${sql.join(same.map((type) => sql.lit(type)))}) then e.type` : sql``
+  const sameTypes =
+    same.length > 0 ? sql`when e.type in (${sql.join(same.map((type) => sql.lit(type)))}) then e.type` : sql``
   return sql`wo as (
     insert into webhook_messages (webhook_id, event_id, event_type)
     select w.id, e.id, t.type

@@ -85,7 +85,11 @@ export function toWebhook(row: WebhookRow): WebhookRecord {
 }
 
 /** Inserts a subscription when the project has fewer than `max`; undefined otherwise. */
-export async function insertWebhook(db: Executor, webhook: NewWebhook, max: number): Promise<WebhookRecord | undefined> {
+export async function insertWebhook(
+  db: Executor,
+  webhook: NewWebhook,
+  max: number,
+): Promise<WebhookRecord | undefined> {
   // The project's row lock serialises creations, so the count holds.
   const { rows } = await sql<WebhookRow>`
     with p as (select id from projects where id = ${webhook.projectId} for no key update)
@@ -97,7 +101,8 @@ export async function insertWebhook(db: Executor, webhook: NewWebhook, max: numb
 }
 
 export async function getWebhook(db: Executor, projectId: string, id: string): Promise<WebhookRecord | undefined> {
-  const { rows } = await sql<WebhookRow>`select ${columns} from webhooks where id = ${id} and project_id = ${projectId}`.execute(db)
+  const { rows } =
+    await sql<WebhookRow>`select ${columns} from webhooks where id = ${id} and project_id = ${projectId}`.execute(db)
   return rows[0] && toWebhook(rows[0])
 }
 
@@ -110,21 +115,46 @@ export async function listWebhooks(db: Executor, projectId: string, page: PageRe
 }
 
 /** Applies a patch; enabling a disabled subscription clears its failure record. */
-export async function updateWebhook(db: Executor, projectId: string, id: string, patch: WebhookPatch): Promise<WebhookRecord | undefined> {
+export async function updateWebhook(
+  db: Executor,
+  projectId: string,
+  id: string,
+  patch: WebhookPatch,
+): Promise<WebhookRecord | undefined> {
   const sets = [sql`updated_at = now()`]
   if (patch.url !== undefined) sets.push(sql`url = ${patch.url}`)
   if (patch.events !== undefined) sets.push(sql`events = ${sql.val(patch.events)}::text[]`)
   if (patch.description !== undefined) sets.push(sql`description = ${patch.description}`)
-  if (patch.enabled === false) sets.push(sql`enabled = false`, sql`disabled_reason = coalesce(disabled_reason, 'disabled by a person')`, sql`disabled_at = coalesce(disabled_at, now())`)
+  if (patch.enabled === false)
+    sets.push(
+      sql`enabled = false`,
+      sql`disabled_reason = coalesce(disabled_reason, 'disabled by a person')`,
+      sql`disabled_at = coalesce(disabled_at, now())`,
+    )
   if (patch.enabled === true) {
-    sets.push(sql`enabled = true`, sql`disabled_reason = null`, sql`disabled_at = null`, sql`failed_messages = 0`, sql`failing_since = null`)
+    sets.push(
+      sql`enabled = true`,
+      sql`disabled_reason = null`,
+      sql`disabled_at = null`,
+      sql`failed_messages = 0`,
+      sql`failing_since = null`,
+    )
   }
-  const { rows } = await sql<WebhookRow>`update webhooks set ${sql.join(sets)} where id = ${id} and project_id = ${projectId} returning ${columns}`.execute(db)
+  const { rows } =
+    await sql<WebhookRow>`update webhooks set ${sql.join(sets)} where id = ${id} and project_id = ${projectId} returning ${columns}`.execute(
+      db,
+    )
   return rows[0] && toWebhook(rows[0])
 }
 
 /** A new secret; the current one keeps signing (a second signature) until `previousUntil`. */
-export async function rotateWebhookSecret(db: Executor, projectId: string, id: string, secret: string, previousUntil: Date): Promise<WebhookRecord | undefined> {
+export async function rotateWebhookSecret(
+  db: Executor,
+  projectId: string,
+  id: string,
+  secret: string,
+  previousUntil: Date,
+): Promise<WebhookRecord | undefined> {
   const { rows } = await sql<WebhookRow>`
     update webhooks set previous_secret = secret, previous_secret_until = ${previousUntil}::timestamptz, secret = ${secret}, updated_at = now()
     where id = ${id} and project_id = ${projectId} returning ${columns}`.execute(db)

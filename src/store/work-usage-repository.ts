@@ -8,19 +8,38 @@ export interface WorkUsage {
 }
 
 /** Records a conversation's measured usage (replacing what was recorded). */
-export async function recordWorkUsage(db: Executor, conversationId: string, ownerId: string, usage: WorkUsage): Promise<void> {
+export async function recordWorkUsage(
+  db: Executor,
+  conversationId: string,
+  ownerId: string,
+  usage: WorkUsage,
+): Promise<void> {
   await db
     .insertInto('work_usage')
     .values({ conversation_id: conversationId, owner_id: ownerId, bytes: usage.bytes, files: usage.files })
-    .onConflict((conflict) => conflict.column('conversation_id').doUpdateSet({ bytes: usage.bytes, files: usage.files, measured_at: new Date() }))
+    .onConflict((conflict) =>
+      conflict
+        .column('conversation_id')
+        .doUpdateSet({ bytes: usage.bytes, files: usage.files, measured_at: new Date() }),
+    )
     .execute()
 }
 
 /** Adds a change the server made itself (a write or a delete) to the recorded usage. */
-export async function adjustWorkUsage(db: Executor, conversationId: string, ownerId: string, change: WorkUsage): Promise<void> {
+export async function adjustWorkUsage(
+  db: Executor,
+  conversationId: string,
+  ownerId: string,
+  change: WorkUsage,
+): Promise<void> {
   await db
     .insertInto('work_usage')
-    .values({ conversation_id: conversationId, owner_id: ownerId, bytes: Math.max(0, change.bytes), files: Math.max(0, change.files) })
+    .values({
+      conversation_id: conversationId,
+      owner_id: ownerId,
+      bytes: Math.max(0, change.bytes),
+      files: Math.max(0, change.files),
+    })
     .onConflict((conflict) =>
       conflict.column('conversation_id').doUpdateSet({
         bytes: sql`greatest(0, work_usage.bytes + ${change.bytes})`,
@@ -31,7 +50,11 @@ export async function adjustWorkUsage(db: Executor, conversationId: string, owne
 }
 
 /** The recorded usage of one conversation and of all its owner's conversations. */
-export async function workUsageOf(db: Executor, conversationId: string, ownerId: string): Promise<{ conversation: WorkUsage; user: WorkUsage }> {
+export async function workUsageOf(
+  db: Executor,
+  conversationId: string,
+  ownerId: string,
+): Promise<{ conversation: WorkUsage; user: WorkUsage }> {
   const row = await db
     .selectFrom('work_usage')
     .select([

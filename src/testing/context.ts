@@ -15,7 +15,10 @@ export interface ContextOptions extends Partial<CommandContext> {
  */
 export function context(kv: KvStore, options: ContextOptions = {}): CommandContext {
   const { user, ...rest } = options
-  const actor: Actor = user === undefined ? { type: 'user', id: defaultProject.ownerId, onBehalfOf: defaultProject.ownerId } : { type: 'user', id: user, onBehalfOf: user }
+  const actor: Actor =
+    user === undefined
+      ? { type: 'user', id: defaultProject.ownerId, onBehalfOf: defaultProject.ownerId }
+      : { type: 'user', id: user, onBehalfOf: user }
   return {
     actor,
     entrance: 'button',
@@ -28,4 +31,3 @@ export function context(kv: KvStore, options: ContextOptions = {}): CommandConte
     ...rest,
   }
 }
-

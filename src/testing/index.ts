@@ -17,4 +17,13 @@ export { TestRegistry, type CollectedCommand } from './test-registry.js'
 export { createHost, type TestHost } from './test-host.js'
 export { context, defaultProject, type ContextOptions } from './context.js'
 export { setupPlugin, type Harness } from './harness.js'
-export { offeredTools, runScriptedAgent, type AgentStep, type OfferedTool, type ScriptedAgentOptions, type ScriptedAgentResult, type ScriptedCall, type ScriptedTurn } from './scripted-agent.js'
+export {
+  offeredTools,
+  runScriptedAgent,
+  type AgentStep,
+  type OfferedTool,
+  type ScriptedAgentOptions,
+  type ScriptedAgentResult,
+  type ScriptedCall,
+  type ScriptedTurn,
+} from './scripted-agent.js'

@@ -29,4 +29,3 @@ export class MemoryKv implements KvStore {
       .map((key) => ({ key, value: copy(this.entries.get(key) as JsonValue) }))
   }
 }
-

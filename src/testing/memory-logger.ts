@@ -15,8 +15,11 @@ export function memoryLogger(): PluginLogger & { lines: LogLine[] } {
     (level: LogLine['level']): LogMethod =>
     (first: string | Record<string, unknown>, second?: string | Record<string, unknown>) => {
       const [fields, message] = typeof first === 'string' ? [second, first] : [first, second]
-      lines.push({ level, message: typeof message === 'string' ? message : '', fields: typeof fields === 'object' && fields !== null ? fields : {} })
+      lines.push({
+        level,
+        message: typeof message === 'string' ? message : '',
+        fields: typeof fields === 'object' && fields !== null ? fields : {},
+      })
     }
   return { lines, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') }
 }
-

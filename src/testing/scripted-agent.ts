@@ -44,7 +44,13 @@ export interface AgentStep {
 
 export interface ScriptedAgentOptions extends ContextOptions {
   /** Answers the human-in-the-loop question for medium and high risk and `confirm` commands (default: approve). */
-  approve?: (step: { name: string; commandId: string; args: Params; risk: Risk; preview: string | null }) => boolean | Promise<boolean>
+  approve?: (step: {
+    name: string
+    commandId: string
+    args: Params
+    risk: Risk
+    preview: string | null
+  }) => boolean | Promise<boolean>
 }
 
 export interface ScriptedAgentResult {
@@ -79,14 +85,23 @@ export function offeredTools(harness: Harness): OfferedTool[] {
  * const { steps } = await runScriptedAgent(harness, [{ toolCalls: [{ name: 'hello__greet', arguments: { name: 'Ada' } }] }, { text: 'Done.' }])
  * expect(steps[0]).toMatchObject({ status: 'ok', output: { greeting: 'hello Ada' } })
  */
-export async function runScriptedAgent(harness: Harness, turns: readonly ScriptedTurn[], options: ScriptedAgentOptions = {}): Promise<ScriptedAgentResult> {
+export async function runScriptedAgent(
+  harness: Harness,
+  turns: readonly ScriptedTurn[],
+  options: ScriptedAgentOptions = {},
+): Promise<ScriptedAgentResult> {
   const { approve = () => true, ...contextOptions } = options
   const tools = offeredTools(harness)
   const ajv = new Ajv({ allErrors: true, strict: false })
   const validators = new Map<string, ValidateFunction>()
   const base = harness.context(contextOptions)
   const runId = 'run_scripted'
-  const agentContext: CommandContext = { ...base, actor: { type: 'agent', id: runId, onBehalfOf: base.actor.onBehalfOf }, entrance: 'agent', runId }
+  const agentContext: CommandContext = {
+    ...base,
+    actor: { type: 'agent', id: runId, onBehalfOf: base.actor.onBehalfOf },
+    entrance: 'agent',
+    runId,
+  }
   const steps: AgentStep[] = []
   let answer: string | null = null
   for (const turn of turns) {
@@ -99,21 +114,45 @@ export async function runScriptedAgent(harness: Harness, turns: readonly Scripte
   return { steps, answer, tools }
 
   async function runCall(call: ScriptedCall): Promise<AgentStep> {
-    const step = (fields: Partial<AgentStep> & Pick<AgentStep, 'status' | 'output'>): AgentStep => ({ name: call.name, commandId: null, args: null, risk: null, asked: false, ...fields })
+    const step = (fields: Partial<AgentStep> & Pick<AgentStep, 'status' | 'output'>): AgentStep => ({
+      name: call.name,
+      commandId: null,
+      args: null,
+      risk: null,
+      asked: false,
+      ...fields,
+    })
     const tool = tools.find((candidate) => candidate.name === call.name)
-    if (!tool) return step({ status: 'error', output: { error: { code: 'unknown_tool', message: `there is no tool named ${call.name}` } } })
+    if (!tool)
+      return step({
+        status: 'error',
+        output: { error: { code: 'unknown_tool', message: `there is no tool named ${call.name}` } },
+      })
     const command = harness.registry.command(tool.commandId)
     let args: JsonValue
     try {
-      args = typeof call.arguments === 'string' ? (JSON.parse(call.arguments || '{}') as JsonValue) : (call.arguments ?? {})
+      args =
+        typeof call.arguments === 'string' ? (JSON.parse(call.arguments || '{}') as JsonValue) : (call.arguments ?? {})
     } catch (error) {
-      return step({ commandId: tool.commandId, status: 'error', output: { error: { code: 'invalid_arguments', message: (error as Error).message } } })
+      return step({
+        commandId: tool.commandId,
+        status: 'error',
+        output: { error: { code: 'invalid_arguments', message: (error as Error).message } },
+      })
     }
     const validate = validators.get(tool.commandId) ?? ajv.compile(command.spec.paramsSchema as object)
     validators.set(tool.commandId, validate)
     if (args === null || typeof args !== 'object' || Array.isArray(args) || !validate(args)) {
-      const errors = (validate.errors ?? []).map((error) => ({ path: error.instancePath || '/', message: error.message ?? 'invalid' }))
-      return step({ commandId: tool.commandId, args, status: 'error', output: { error: { code: 'invalid_params', message: 'the arguments do not match the parameters', errors } } })
+      const errors = (validate.errors ?? []).map((error) => ({
+        path: error.instancePath || '/',
+        message: error.message ?? 'invalid',
+      }))
+      return step({
+        commandId: tool.commandId,
+        args,
+        status: 'error',
+        output: { error: { code: 'invalid_params', message: 'the arguments do not match the parameters', errors } },
+      })
     }
     const params = args as Params
     const risk = riskOf(command, params, agentContext)
@@ -121,7 +160,14 @@ export async function runScriptedAgent(harness: Harness, turns: readonly Scripte
     if (asked) {
       const preview = command.spec.preview ? await command.spec.preview(params, agentContext) : null
       if (!(await approve({ name: call.name, commandId: tool.commandId, args: params, risk, preview }))) {
-        return step({ commandId: tool.commandId, args, risk, asked, status: 'rejected', output: { accepted: false, rejected: true } })
+        return step({
+          commandId: tool.commandId,
+          args,
+          risk,
+          asked,
+          status: 'rejected',
+          output: { accepted: false, rejected: true },
+        })
       }
     }
     try {
@@ -130,9 +176,24 @@ export async function runScriptedAgent(harness: Harness, turns: readonly Scripte
     } catch (error) {
       if (error instanceof CommandError || (error as { name?: unknown })?.name === 'CommandError') {
         const { code, message } = error as CommandError
-        return step({ commandId: tool.commandId, args, risk, asked, status: 'error', output: { error: { code, message } } })
+        return step({
+          commandId: tool.commandId,
+          args,
+          risk,
+          asked,
+          status: 'error',
+          output: { error: { code, message } },
+        })
       }
-      return step({ commandId: tool.commandId, args, risk, asked, status: 'error', output: { error: { code: 'command_failed', message: 'the command failed' } }, thrown: error })
+      return step({
+        commandId: tool.commandId,
+        args,
+        risk,
+        asked,
+        status: 'error',
+        output: { error: { code: 'command_failed', message: 'the command failed' } },
+        thrown: error,
+      })
     }
   }
 }

@@ -40,9 +40,10 @@ export function createHost(kv: MemoryKv = new MemoryKv()): TestHost {
       return { itemId }
     },
     async knowledgeSearch(_actor, _query, options) {
-      return host.hits.filter((hit) => !options?.projectId || hit.projectId === options.projectId).slice(0, options?.k ?? 10)
+      return host.hits
+        .filter((hit) => !options?.projectId || hit.projectId === options.projectId)
+        .slice(0, options?.k ?? 10)
     },
   }
   return host
 }
-

@@ -1,4 +1,14 @@
-import type { CliToolSpec, CommandHandler, CommandSpec, JsonValue, McpServerSpec, ProjectAuthzAdapter, Registry, ResourceAuthorizer, Skill } from '../extension/index.js'
+import type {
+  CliToolSpec,
+  CommandHandler,
+  CommandSpec,
+  JsonValue,
+  McpServerSpec,
+  ProjectAuthzAdapter,
+  Registry,
+  ResourceAuthorizer,
+  Skill,
+} from '../extension/index.js'
 
 type Params = { [key: string]: JsonValue }
 
@@ -20,7 +30,10 @@ export class TestRegistry implements Registry {
 
   addCommand<P = Params>(spec: CommandSpec<P>, handler: CommandHandler<P>): void {
     if (this.commands.has(spec.id)) throw new Error(`command ${spec.id} is already registered`)
-    this.commands.set(spec.id, { spec: spec as unknown as CommandSpec<Params>, handler: handler as unknown as CommandHandler<Params> })
+    this.commands.set(spec.id, {
+      spec: spec as unknown as CommandSpec<Params>,
+      handler: handler as unknown as CommandHandler<Params>,
+    })
   }
 
   addSkill(skill: Skill): void {
@@ -42,12 +55,14 @@ export class TestRegistry implements Registry {
   }
 
   addCliTool(spec: CliToolSpec): void {
-    if (this.cliTools.some((tool) => tool.name === spec.name)) throw new Error(`CLI tool ${spec.name} is already registered`)
+    if (this.cliTools.some((tool) => tool.name === spec.name))
+      throw new Error(`CLI tool ${spec.name} is already registered`)
     this.cliTools.push(spec)
   }
 
   addMcpServer(spec: McpServerSpec): void {
-    if (this.mcpServers.some((server) => server.name === spec.name)) throw new Error(`MCP server ${spec.name} is already registered`)
+    if (this.mcpServers.some((server) => server.name === spec.name))
+      throw new Error(`MCP server ${spec.name} is already registered`)
     this.mcpServers.push(spec)
   }
 
@@ -58,4 +73,3 @@ export class TestRegistry implements Registry {
     return command
   }
 }
-

@@ -46,7 +46,8 @@ export function nonPublicReason(address: string): string | null {
   const family = isIP(address)
   if (family === 0) return 'not an IP address'
   // BlockList matches an IPv4-mapped IPv6 address (::ffff:127.0.0.1) against the IPv4 ranges too.
-  for (const { list, reason } of lists) if (list.check(address, family === 4 ? 'ipv4' : 'ipv6')) return `${reason} address ${address}`
+  for (const { list, reason } of lists)
+    if (list.check(address, family === 4 ? 'ipv4' : 'ipv6')) return `${reason} address ${address}`
   return null
 }
 
@@ -67,10 +68,14 @@ export function publicOnlyLookup(): LookupFunction {
       if (error) return callback(error, '', 0)
       const refused = addresses.map((entry) => nonPublicReason(entry.address)).find((reason) => reason !== null)
       if (refused) {
-        const denied = Object.assign(new Error(`${hostname} resolves to a ${refused}; webhooks may only reach public addresses`), { code: 'WEBHOOK_ADDRESS_NOT_ALLOWED' })
+        const denied = Object.assign(
+          new Error(`${hostname} resolves to a ${refused}; webhooks may only reach public addresses`),
+          { code: 'WEBHOOK_ADDRESS_NOT_ALLOWED' },
+        )
         return callback(denied, '', 0)
       }
-      if (options.all) return (callback as unknown as (error: null, addresses: LookupAddress[]) => void)(null, addresses)
+      if (options.all)
+        return (callback as unknown as (error: null, addresses: LookupAddress[]) => void)(null, addresses)
       const first = addresses[0]
       if (!first) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), '', 0)
       callback(null, first.address, first.family)

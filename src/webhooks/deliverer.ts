@@ -65,7 +65,11 @@ export class WebhookDeliverer {
     this.#options = options
     // Every attempt in flight listens for the stop.
     setMaxListeners(0, this.#stopping.signal)
-    this.#poster = new WebhookPoster({ allowPrivate: settings.allowPrivate, timeoutMs: settings.timeoutMs, maxResponseBytes: webhookLimits.maxResponseBytes })
+    this.#poster = new WebhookPoster({
+      allowPrivate: settings.allowPrivate,
+      timeoutMs: settings.timeoutMs,
+      maxResponseBytes: webhookLimits.maxResponseBytes,
+    })
   }
 
   /** A claim outlives its attempt's deadline by this much (time to record the outcome). */
@@ -133,7 +137,10 @@ export class WebhookDeliverer {
         if (!this.#backlog) return
       }
     } catch (error) {
-      this.#options.log?.warn({ err: error }, 'webhook delivery: could not claim messages (retrying on the next wake-up)')
+      this.#options.log?.warn(
+        { err: error },
+        'webhook delivery: could not claim messages (retrying on the next wake-up)',
+      )
     }
   }
 
@@ -146,7 +153,12 @@ export class WebhookDeliverer {
       const result = await this.#poster.post(new URL(message.url), payload, headers, this.#stopping.signal)
       const interrupted = this.#stopping.signal.aborted && result.error !== null
       const failedAt = Date.now()
-      const retryAt = result.error === null ? null : interrupted ? new Date(failedAt) : nextAttempt(message.attempt, failedAt, message.windowStart.getTime(), this.#settings)
+      const retryAt =
+        result.error === null
+          ? null
+          : interrupted
+            ? new Date(failedAt)
+            : nextAttempt(message.attempt, failedAt, message.windowStart.getTime(), this.#settings)
       const outcome: AttemptOutcome = {
         startedAt,
         durationMs: result.durationMs,
@@ -161,13 +173,18 @@ export class WebhookDeliverer {
       if (outcome.result === 'retry' && retryAt) this.#wakeAt(retryAt.getTime())
     } catch (error) {
       // Rendering or recording failed (the database is away): the claim runs out and the message is due again.
-      this.#options.log?.warn({ err: error, webhookId: message.webhookId, deliveryId: message.id }, 'webhook delivery: attempt not recorded')
+      this.#options.log?.warn(
+        { err: error, webhookId: message.webhookId, deliveryId: message.id },
+        'webhook delivery: attempt not recorded',
+      )
     }
   }
 
   /** Records an outcome with the others that finished meanwhile (group commit). */
   #record(message: ClaimedMessage, outcome: AttemptOutcome): Promise<void> {
-    const recorded = new Promise<void>((resolve, reject) => this.#toRecord.push({ message, outcome, done: (error) => (error ? reject(error) : resolve()) }))
+    const recorded = new Promise<void>((resolve, reject) =>
+      this.#toRecord.push({ message, outcome, done: (error) => (error ? reject(error) : resolve()) }),
+    )
     this.#flush()
     return recorded
   }
@@ -200,11 +217,20 @@ export class WebhookDeliverer {
       if (!webhook) return undefined
       const ownerId = await projectOwnerOf(tx, webhook.projectId)
       await appendEvents(tx, [
-        { type: 'webhook.disabled', projectId: webhook.projectId, userId: ownerId ?? null, data: { webhookId: webhook.id, url: webhook.url, reason: webhook.disabledReason ?? 'failing' } },
+        {
+          type: 'webhook.disabled',
+          projectId: webhook.projectId,
+          userId: ownerId ?? null,
+          data: { webhookId: webhook.id, url: webhook.url, reason: webhook.disabledReason ?? 'failing' },
+        },
       ])
       return webhook
     })
-    if (disabled) this.#options.log?.warn({ webhookId: disabled.id, projectId: disabled.projectId, reason: disabled.disabledReason }, 'webhook disabled after repeated failures')
+    if (disabled)
+      this.#options.log?.warn(
+        { webhookId: disabled.id, projectId: disabled.projectId, reason: disabled.disabledReason },
+        'webhook disabled after repeated failures',
+      )
   }
 
   /** Pokes when a retry falls due (the earliest one armed; the rest re-armed as each fires). */

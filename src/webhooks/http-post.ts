@@ -29,7 +29,11 @@ export class WebhookPoster {
 
   constructor(options: PosterOptions) {
     this.#options = options
-    const agentOptions = { keepAlive: true, maxSockets: 64, ...(!options.allowPrivate && { lookup: publicOnlyLookup() }) }
+    const agentOptions = {
+      keepAlive: true,
+      maxSockets: 64,
+      ...(!options.allowPrivate && { lookup: publicOnlyLookup() }),
+    }
     this.#http = new HttpAgent(agentOptions)
     this.#https = new HttpsAgent(agentOptions)
   }
@@ -37,7 +41,8 @@ export class WebhookPoster {
   /** Why a URL may not be posted to right now (the settings may have changed since it was accepted), or null. */
   refusal(url: URL): string | null {
     if (this.#options.allowPrivate) return null
-    if (url.protocol !== 'https:') return 'https is required (private addresses and http are allowed only with PLINTH_WEBHOOK_ALLOW_PRIVATE)'
+    if (url.protocol !== 'https:')
+      return 'https is required (private addresses and http are allowed only with PLINTH_WEBHOOK_ALLOW_PRIVATE)'
     const literal = ipLiteral(url)
     const reason = literal && nonPublicReason(literal)
     return reason ? `${reason}: webhooks may only reach public addresses` : null
@@ -62,7 +67,12 @@ export class WebhookPoster {
       const request = send(url, {
         method: 'POST',
         agent: url.protocol === 'https:' ? this.#https : this.#http,
-        headers: { ...headers, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), 'user-agent': 'Plinth-Webhooks/1' },
+        headers: {
+          ...headers,
+          'content-type': 'application/json',
+          'content-length': String(Buffer.byteLength(body)),
+          'user-agent': 'Plinth-Webhooks/1',
+        },
       })
       const timer = setTimeout(() => {
         request.destroy()
@@ -107,6 +117,9 @@ function verdict(status: number): string | null {
 }
 
 function describe(error: NodeJS.ErrnoException): string {
-  const text = error.code === 'WEBHOOK_ADDRESS_NOT_ALLOWED' ? error.message : `${error.code ? `${error.code}: ` : ''}${error.message}`
+  const text =
+    error.code === 'WEBHOOK_ADDRESS_NOT_ALLOWED'
+      ? error.message
+      : `${error.code ? `${error.code}: ` : ''}${error.message}`
   return text.length > 500 ? `${text.slice(0, 500)}…` : text
 }

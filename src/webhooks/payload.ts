@@ -19,12 +19,17 @@ export function renderPayload(message: ClaimedMessage): string {
   const body = JSON.stringify({ type: message.eventType, timestamp, data })
   if (Buffer.byteLength(body) <= webhookLimits.maxBodyBytes) return body
   // Too large to send whole (a decision's params, a long error): the id, to fetch it by.
-  return JSON.stringify({ type: message.eventType, timestamp, data: { id: typeof data.id === 'string' ? data.id : null, truncated: true } })
+  return JSON.stringify({
+    type: message.eventType,
+    timestamp,
+    data: { id: typeof data.id === 'string' ? data.id : null, truncated: true },
+  })
 }
 
 function resourceOf(message: ClaimedMessage, event: NonNullable<ClaimedMessage['event']>): Data {
   if (message.eventType.startsWith('run.')) return message.run ? runJson(message.run) : event.data
-  if (message.eventType === 'decision.required') return message.decision ? (toDecisionView(message.decision) as unknown as Data) : event.data
+  if (message.eventType === 'decision.required')
+    return message.decision ? (toDecisionView(message.decision) as unknown as Data) : event.data
   const item = event.data.item
   return item && typeof item === 'object' && !Array.isArray(item) ? item : event.data
 }

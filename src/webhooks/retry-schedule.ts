@@ -8,7 +8,12 @@ export function retryDelay(attempt: number, baseMs: number, random: () => number
 }
 
 /** When to try again after a failed attempt, or null when that would fall past the retry window. */
-export function nextAttempt(attempt: number, now: number, windowStart: number, settings: { retryBaseMs: number; retryWindowMs: number }): Date | null {
+export function nextAttempt(
+  attempt: number,
+  now: number,
+  windowStart: number,
+  settings: { retryBaseMs: number; retryWindowMs: number },
+): Date | null {
   const at = now + retryDelay(attempt, settings.retryBaseMs)
   return at <= windowStart + settings.retryWindowMs ? new Date(at) : null
 }

@@ -14,11 +14,22 @@ function keyOf(secret: string): Buffer {
 
 /** `v1,<base64 HMAC-SHA256 of id.timestamp.body>` under each secret, space-separated (Standard Webhooks). */
 export function signatureHeader(secrets: readonly string[], id: string, timestamp: number, body: string): string {
-  return secrets.map((secret) => `v1,${createHmac('sha256', keyOf(secret)).update(`${id}.${timestamp}.${body}`).digest('base64')}`).join(' ')
+  return secrets
+    .map((secret) => `v1,${createHmac('sha256', keyOf(secret)).update(`${id}.${timestamp}.${body}`).digest('base64')}`)
+    .join(' ')
 }
 
 /** The Standard Webhooks headers of one attempt. */
-export function signedHeaders(secrets: readonly string[], id: string, body: string, now = Date.now()): Record<string, string> {
+export function signedHeaders(
+  secrets: readonly string[],
+  id: string,
+  body: string,
+  now = Date.now(),
+): Record<string, string> {
   const timestamp = Math.floor(now / 1000)
-  return { 'webhook-id': id, 'webhook-timestamp': String(timestamp), 'webhook-signature': signatureHeader(secrets, id, timestamp, body) }
+  return {
+    'webhook-id': id,
+    'webhook-timestamp': String(timestamp),
+    'webhook-signature': signatureHeader(secrets, id, timestamp, body),
+  }
 }

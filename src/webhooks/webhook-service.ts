@@ -52,7 +52,12 @@ export class WebhookService {
   readonly #settings: Pick<WebhookSettings, 'allowPrivate' | 'secretGraceMs'>
   readonly #wake: () => void
 
-  constructor(store: Store, projects: Pick<ProjectService, 'owned'>, settings: Pick<WebhookSettings, 'allowPrivate' | 'secretGraceMs'>, wake: () => void = () => undefined) {
+  constructor(
+    store: Store,
+    projects: Pick<ProjectService, 'owned'>,
+    settings: Pick<WebhookSettings, 'allowPrivate' | 'secretGraceMs'>,
+    wake: () => void = () => undefined,
+  ) {
     this.#store = store
     this.#projects = projects
     this.#settings = settings
@@ -65,10 +70,22 @@ export class WebhookService {
     const secret = newSecret()
     const webhook = await insertWebhook(
       this.#store.db,
-      { id: newId(), projectId: project.id, url, events: [...new Set(input.events)], description: input.description ?? null, secret, createdBy: user.id },
+      {
+        id: newId(),
+        projectId: project.id,
+        url,
+        events: [...new Set(input.events)],
+        description: input.description ?? null,
+        secret,
+        createdBy: user.id,
+      },
       webhookLimits.maxPerProject,
     )
-    if (!webhook) throw new RequestError('too_many_webhooks', `a project may have at most ${webhookLimits.maxPerProject} webhooks; delete one first`)
+    if (!webhook)
+      throw new RequestError(
+        'too_many_webhooks',
+        `a project may have at most ${webhookLimits.maxPerProject} webhooks; delete one first`,
+      )
     return { ...webhook, secret }
   }
 
@@ -103,7 +120,15 @@ export class WebhookService {
   async rotateSecret(user: User, projectId: string, webhookId: string): Promise<WebhookWithSecret> {
     const project = await this.#projects.owned(user, projectId)
     const secret = newSecret()
-    const webhook = found(await rotateWebhookSecret(this.#store.db, project.id, webhookId, secret, new Date(Date.now() + this.#settings.secretGraceMs)))
+    const webhook = found(
+      await rotateWebhookSecret(
+        this.#store.db,
+        project.id,
+        webhookId,
+        secret,
+        new Date(Date.now() + this.#settings.secretGraceMs),
+      ),
+    )
     return { ...webhook, secret }
   }
 
@@ -127,7 +152,8 @@ export class WebhookService {
   /** Sends a message again (same body, same `webhook-id`) with a fresh retry window. */
   async redeliver(user: User, projectId: string, webhookId: string, deliveryId: string): Promise<DeliveryRecord> {
     const webhook = await this.get(user, projectId, webhookId)
-    if (!webhook.enabled) throw new RequestError('webhook_disabled', 'the webhook is disabled; enable it (PATCH {"enabled": true}) first')
+    if (!webhook.enabled)
+      throw new RequestError('webhook_disabled', 'the webhook is disabled; enable it (PATCH {"enabled": true}) first')
     const delivery = await redeliverMessage(this.#store.db, webhook.id, deliveryId)
     if (!delivery) throw notFoundError('delivery')
     this.#wake()
@@ -142,23 +168,32 @@ function found(webhook: WebhookRecord | undefined): WebhookRecord {
 
 /** The URL as stored (normalised), or the refusal: `invalid_webhook_url` for its shape, `webhook_url_not_allowed` for where it points. */
 export function checkWebhookUrl(raw: string, allowPrivate: boolean): string {
-  const invalid = (why: string) => new RequestError('invalid_webhook_url', `body.url: ${why}`, [{ path: 'body.url', message: why }])
-  const refused = (why: string) => new RequestError('webhook_url_not_allowed', `body.url: ${why}`, [{ path: 'body.url', message: why }])
+  const invalid = (why: string) =>
+    new RequestError('invalid_webhook_url', `body.url: ${why}`, [{ path: 'body.url', message: why }])
+  const refused = (why: string) =>
+    new RequestError('webhook_url_not_allowed', `body.url: ${why}`, [{ path: 'body.url', message: why }])
   let url: URL
   try {
     url = new URL(raw)
   } catch {
     throw invalid('not a URL')
   }
-  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw invalid(`scheme ${url.protocol} is not http or https`)
-  if (url.username || url.password) throw invalid('credentials in the URL are not accepted (put a token in the path or query, or verify the signature)')
-  if (url.href.length > webhookLimits.maxUrlLength) throw invalid(`longer than ${webhookLimits.maxUrlLength} characters`)
+  if (url.protocol !== 'https:' && url.protocol !== 'http:')
+    throw invalid(`scheme ${url.protocol} is not http or https`)
+  if (url.username || url.password)
+    throw invalid('credentials in the URL are not accepted (put a token in the path or query, or verify the signature)')
+  if (url.href.length > webhookLimits.maxUrlLength)
+    throw invalid(`longer than ${webhookLimits.maxUrlLength} characters`)
   if (allowPrivate) return url.href
   if (url.protocol !== 'https:') throw refused('https is required (http only with PLINTH_WEBHOOK_ALLOW_PRIVATE)')
   const literal = ipLiteral(url)
   const reason = literal && nonPublicReason(literal)
-  if (reason) throw refused(`${reason}: webhooks may only reach public addresses (PLINTH_WEBHOOK_ALLOW_PRIVATE allows private ones)`)
+  if (reason)
+    throw refused(
+      `${reason}: webhooks may only reach public addresses (PLINTH_WEBHOOK_ALLOW_PRIVATE allows private ones)`,
+    )
   const host = url.hostname.replace(/\.$/, '')
-  if (host === 'localhost' || host.endsWith('.localhost')) throw refused('localhost is this host: webhooks may only reach public addresses')
+  if (host === 'localhost' || host.endsWith('.localhost'))
+    throw refused('localhost is this host: webhooks may only reach public addresses')
   return url.href
 }

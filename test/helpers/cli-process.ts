@@ -36,7 +36,11 @@ export interface CliOptions {
 
 /** Runs `plinth <args>` to completion. */
 export async function runPlinth(args: string[], options: CliOptions): Promise<CliResult> {
-  const child = spawn(process.execPath, [options.bin ?? plinthBin, ...args, ...(options.args ?? [])], { cwd: options.cwd, env: cliEnv(options.env), stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = spawn(process.execPath, [options.bin ?? plinthBin, ...args, ...(options.args ?? [])], {
+    cwd: options.cwd,
+    env: cliEnv(options.env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
   let stdout = ''
   let stderr = ''
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
@@ -150,11 +154,20 @@ export interface HttpAnswer {
 }
 
 /** A JSON request to a running server. */
-export async function http(url: string, method: string, path: string, options: { token?: string; body?: unknown } = {}): Promise<HttpAnswer> {
+export async function http(
+  url: string,
+  method: string,
+  path: string,
+  options: { token?: string; body?: unknown } = {},
+): Promise<HttpAnswer> {
   const headers: Record<string, string> = {}
   if (options.token) headers.authorization = `Bearer ${options.token}`
   if (options.body !== undefined) headers['content-type'] = 'application/json'
-  const response = await fetch(url + path, { method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body) })
+  const response = await fetch(url + path, {
+    method,
+    headers,
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+  })
   const text = await response.text()
   const contentType = response.headers.get('content-type') ?? ''
   return { status: response.status, contentType, body: /json/.test(contentType) && text ? JSON.parse(text) : text }

@@ -19,7 +19,14 @@ export async function makePdf(pages: string[]): Promise<Buffer> {
 /** A real DOCX (made with the docx package): a heading and paragraphs. */
 export async function makeDocx(heading: string, paragraphs: string[]): Promise<Buffer> {
   const document = new Document({
-    sections: [{ children: [new Paragraph({ text: heading, heading: HeadingLevel.HEADING_1 }), ...paragraphs.map((text) => new Paragraph({ children: [new TextRun(text)] }))] }],
+    sections: [
+      {
+        children: [
+          new Paragraph({ text: heading, heading: HeadingLevel.HEADING_1 }),
+          ...paragraphs.map((text) => new Paragraph({ children: [new TextRun(text)] })),
+        ],
+      },
+    ],
   })
   return Packer.toBuffer(document)
 }
@@ -36,7 +43,11 @@ export async function upload(
   const form = new FormData()
   if (title !== undefined) form.append('title', title)
   form.append('file', new Blob([file.bytes], { type: file.type ?? 'application/octet-stream' }), file.name)
-  const response = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, ...headers }, body: form })
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, ...headers },
+    body: form,
+  })
   const text = await response.text()
   return { status: response.status, body: text ? JSON.parse(text) : null }
 }
@@ -54,7 +65,11 @@ export function rawPdf(objects: Array<string | { dict: string; stream: Buffer | 
     const body =
       typeof object === 'string'
         ? [Buffer.from(`${index + 1} 0 obj\n${object}\nendobj\n`)]
-        : [Buffer.from(`${index + 1} 0 obj\n<<${object.dict}/Length ${Buffer.byteLength(object.stream)}>>\nstream\n`), Buffer.from(object.stream), Buffer.from('\nendstream\nendobj\n')]
+        : [
+            Buffer.from(`${index + 1} 0 obj\n<<${object.dict}/Length ${Buffer.byteLength(object.stream)}>>\nstream\n`),
+            Buffer.from(object.stream),
+            Buffer.from('\nendstream\nendobj\n'),
+          ]
     for (const part of body) {
       parts.push(part)
       length += part.length

@@ -124,9 +124,17 @@ async function answer(response: ServerResponse, reply: FakeReply | undefined): P
   }
   const frames =
     reply.kind === 'openai-stream'
-      ? [...reply.chunks.map((chunk) => `data: ${encode(chunk)}\n\n`), ...(reply.done === false ? [] : ['data: [DONE]\n\n'])]
+      ? [
+          ...reply.chunks.map((chunk) => `data: ${encode(chunk)}\n\n`),
+          ...(reply.done === false ? [] : ['data: [DONE]\n\n']),
+        ]
       : reply.events.map(({ event, data }) => `event: ${event}\ndata: ${encode(data)}\n\n`)
-  response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', ...reply.headers })
+  response.writeHead(200, {
+    'content-type': 'text/event-stream',
+    'cache-control': 'no-cache',
+    connection: 'keep-alive',
+    ...reply.headers,
+  })
   response.flushHeaders()
   for (const [index, frame] of frames.entries()) {
     if (reply.stallAfter === index) return
@@ -180,18 +188,31 @@ export function openaiChunk(delta: object, finishReason: string | null = null): 
 
 /** The usage-only chunk `stream_options.include_usage` adds at the end: empty `choices`. */
 export function openaiUsageChunk(promptTokens: number, completionTokens: number): object {
-  return { ...chunkBase, choices: [], usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens } }
+  return {
+    ...chunkBase,
+    choices: [],
+    usage: {
+      prompt_tokens: promptTokens,
+      completion_tokens: completionTokens,
+      total_tokens: promptTokens + completionTokens,
+    },
+  }
 }
 
 /**
  * A whole text answer: a role chunk, `text` in `pieces` content chunks (split by characters), a finish
  * chunk, then a usage-only chunk.
  */
-export function openaiTextChunks(text: string, pieces: number, usage: { prompt: number; completion: number } = { prompt: 10, completion: 5 }): object[] {
+export function openaiTextChunks(
+  text: string,
+  pieces: number,
+  usage: { prompt: number; completion: number } = { prompt: 10, completion: 5 },
+): object[] {
   const characters = [...text]
   const size = Math.max(1, Math.ceil(characters.length / pieces))
   const chunks: object[] = [openaiChunk({ role: 'assistant', content: '' })]
-  for (let start = 0; start < characters.length; start += size) chunks.push(openaiChunk({ content: characters.slice(start, start + size).join('') }))
+  for (let start = 0; start < characters.length; start += size)
+    chunks.push(openaiChunk({ content: characters.slice(start, start + size).join('') }))
   chunks.push(openaiChunk({}, 'stop'), openaiUsageChunk(usage.prompt, usage.completion))
   return chunks
 }
@@ -209,17 +230,22 @@ export interface FakeToolCall {
  * carrying only `index`. `interleave: true` alternates the calls' fragments; then a `tool_calls` finish
  * chunk and a usage-only chunk.
  */
-export function openaiToolCallChunks(calls: FakeToolCall[], options: { argumentPieceSize?: number; interleave?: boolean } = {}): object[] {
+export function openaiToolCallChunks(
+  calls: FakeToolCall[],
+  options: { argumentPieceSize?: number; interleave?: boolean } = {},
+): object[] {
   const pieceSize = options.argumentPieceSize ?? 4
   const perCall = calls.map((call, index) => {
     const fragments: object[] = [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }]
-    for (let start = 0; start < call.arguments.length; start += pieceSize) fragments.push({ index, function: { arguments: call.arguments.slice(start, start + pieceSize) } })
+    for (let start = 0; start < call.arguments.length; start += pieceSize)
+      fragments.push({ index, function: { arguments: call.arguments.slice(start, start + pieceSize) } })
     return fragments
   })
   const ordered: object[] = []
   if (options.interleave) {
     const longest = Math.max(0, ...perCall.map((fragments) => fragments.length))
-    for (let step = 0; step < longest; step++) for (const fragments of perCall) if (fragments[step]) ordered.push(fragments[step] as object)
+    for (let step = 0; step < longest; step++)
+      for (const fragments of perCall) if (fragments[step]) ordered.push(fragments[step] as object)
   } else {
     for (const fragments of perCall) ordered.push(...fragments)
   }
@@ -237,14 +263,33 @@ export function openaiToolCallChunks(calls: FakeToolCall[], options: { argumentP
 export function anthropicMessageStart(inputTokens = 10): { event: string; data: object } {
   return {
     event: 'message_start',
-    data: { type: 'message_start', message: { id: 'msg_fake', type: 'message', role: 'assistant', model: 'fake-model', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: inputTokens, output_tokens: 1 } } },
+    data: {
+      type: 'message_start',
+      message: {
+        id: 'msg_fake',
+        type: 'message',
+        role: 'assistant',
+        model: 'fake-model',
+        content: [],
+        stop_reason: null,
+        stop_sequence: null,
+        usage: { input_tokens: inputTokens, output_tokens: 1 },
+      },
+    },
   }
 }
 
 /** `message_delta` (stop reason, output usage) and `message_stop`. */
 export function anthropicMessageEnd(stopReason: string, outputTokens = 5): Array<{ event: string; data: object }> {
   return [
-    { event: 'message_delta', data: { type: 'message_delta', delta: { stop_reason: stopReason, stop_sequence: null }, usage: { output_tokens: outputTokens } } },
+    {
+      event: 'message_delta',
+      data: {
+        type: 'message_delta',
+        delta: { stop_reason: stopReason, stop_sequence: null },
+        usage: { output_tokens: outputTokens },
+      },
+    },
     { event: 'message_stop', data: { type: 'message_stop' } },
   ]
 }
@@ -255,11 +300,21 @@ export function anthropicTextEvents(text: string, pieces: number): Array<{ event
   const size = Math.max(1, Math.ceil(characters.length / pieces))
   const deltas: Array<{ event: string; data: object }> = []
   for (let start = 0; start < characters.length; start += size) {
-    deltas.push({ event: 'content_block_delta', data: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: characters.slice(start, start + size).join('') } } })
+    deltas.push({
+      event: 'content_block_delta',
+      data: {
+        type: 'content_block_delta',
+        index: 0,
+        delta: { type: 'text_delta', text: characters.slice(start, start + size).join('') },
+      },
+    })
   }
   return [
     anthropicMessageStart(),
-    { event: 'content_block_start', data: { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } } },
+    {
+      event: 'content_block_start',
+      data: { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+    },
     { event: 'ping', data: { type: 'ping' } },
     ...deltas,
     { event: 'content_block_stop', data: { type: 'content_block_stop', index: 0 } },
@@ -268,13 +323,31 @@ export function anthropicTextEvents(text: string, pieces: number): Array<{ event
 }
 
 /** One `tool_use` block at `index` with its input JSON streamed in `input_json_delta` pieces. */
-export function anthropicToolUseEvents(index: number, call: FakeToolCall, pieceSize = 5): Array<{ event: string; data: object }> {
+export function anthropicToolUseEvents(
+  index: number,
+  call: FakeToolCall,
+  pieceSize = 5,
+): Array<{ event: string; data: object }> {
   const deltas: Array<{ event: string; data: object }> = []
   for (let start = 0; start < call.arguments.length; start += pieceSize) {
-    deltas.push({ event: 'content_block_delta', data: { type: 'content_block_delta', index, delta: { type: 'input_json_delta', partial_json: call.arguments.slice(start, start + pieceSize) } } })
+    deltas.push({
+      event: 'content_block_delta',
+      data: {
+        type: 'content_block_delta',
+        index,
+        delta: { type: 'input_json_delta', partial_json: call.arguments.slice(start, start + pieceSize) },
+      },
+    })
   }
   return [
-    { event: 'content_block_start', data: { type: 'content_block_start', index, content_block: { type: 'tool_use', id: call.id, name: call.name, input: {} } } },
+    {
+      event: 'content_block_start',
+      data: {
+        type: 'content_block_start',
+        index,
+        content_block: { type: 'tool_use', id: call.id, name: call.name, input: {} },
+      },
+    },
     ...deltas,
     { event: 'content_block_stop', data: { type: 'content_block_stop', index } },
   ]

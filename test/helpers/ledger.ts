@@ -13,7 +13,9 @@ export async function ledgerViolations(db: Store['db']): Promise<string[]> {
   const problems: string[] = []
   const conversations = await db.selectFrom('conversations').select('id').execute()
   const active = new Set(
-    (await db.selectFrom('runs').select('conversation_id').where('status', 'in', activeRunStatuses).execute()).map((row) => row.conversation_id),
+    (await db.selectFrom('runs').select('conversation_id').where('status', 'in', activeRunStatuses).execute()).map(
+      (row) => row.conversation_id,
+    ),
   )
   for (const { id } of conversations) {
     const transcript = await readTranscript(db, id)
@@ -22,12 +24,15 @@ export async function ledgerViolations(db: Store['db']): Promise<string[]> {
     for (const message of transcript) {
       for (const call of message.toolCalls ?? []) called.add(call.callId)
       if (message.role !== 'tool' || !message.toolCallId) continue
-      if (!called.has(message.toolCallId)) problems.push(`conversation ${id}: result for ${message.toolCallId} without an earlier call`)
-      if (answered.has(message.toolCallId)) problems.push(`conversation ${id}: call ${message.toolCallId} answered twice`)
+      if (!called.has(message.toolCallId))
+        problems.push(`conversation ${id}: result for ${message.toolCallId} without an earlier call`)
+      if (answered.has(message.toolCallId))
+        problems.push(`conversation ${id}: call ${message.toolCallId} answered twice`)
       answered.add(message.toolCallId)
     }
     if (active.has(id)) continue
-    for (const callId of called) if (!answered.has(callId)) problems.push(`conversation ${id}: call ${callId} never answered`)
+    for (const callId of called)
+      if (!answered.has(callId)) problems.push(`conversation ${id}: call ${callId} never answered`)
   }
   const open = await db
     .selectFrom('run_tool_calls')

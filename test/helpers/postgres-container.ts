@@ -8,7 +8,11 @@ export async function startPostgresContainer(): Promise<{ url: string; stop: () 
   if (!process.env.DOCKER_HOST && !existsSync('/var/run/docker.sock')) return undefined
   try {
     const { PostgreSqlContainer } = await import('@testcontainers/postgresql')
-    const container = await new PostgreSqlContainer('pgvector/pgvector:pg17').withUsername('plinth').withPassword('plinth').withDatabase('plinth').start()
+    const container = await new PostgreSqlContainer('pgvector/pgvector:pg17')
+      .withUsername('plinth')
+      .withPassword('plinth')
+      .withDatabase('plinth')
+      .start()
     return { url: container.getConnectionUri(), stop: async () => void (await container.stop()) }
   } catch (error) {
     console.warn(`[plinth tests] Docker socket present but no usable engine: ${(error as Error).message}`)

@@ -11,8 +11,11 @@ export const sandboxUser = process.env.PLINTH_TEST_SANDBOX_USER ?? 'plinth-sandb
 export async function sandboxAvailable(suite: string): Promise<ProbeResult> {
   const { result } = await probeSandbox({ sandboxUser, requireCgroups: true, support: await detectHostSupport() })
   if (!result.ok) {
-    if (process.env.REQUIRE_BWRAP === '1') throw new Error(`REQUIRE_BWRAP=1 but the sandbox cannot run: ${result.reason}`)
-    console.warn(`\n[plinth tests] ${suite} skipped: the sandbox cannot run here (${result.reason}); REQUIRE_BWRAP=1 makes this a failure\n`)
+    if (process.env.REQUIRE_BWRAP === '1')
+      throw new Error(`REQUIRE_BWRAP=1 but the sandbox cannot run: ${result.reason}`)
+    console.warn(
+      `\n[plinth tests] ${suite} skipped: the sandbox cannot run here (${result.reason}); REQUIRE_BWRAP=1 makes this a failure\n`,
+    )
   }
   return result
 }
@@ -31,7 +34,9 @@ export function sandboxUserProcesses(): string[] {
   } catch {
     return [] // ps exits 1 when there are none
   }
-  return lines.filter((line) => line.trim() && !/^\s*\d+\s+Z/.test(line) && !startedElsewhere(Number(line.trim().split(/\s+/)[0])))
+  return lines.filter(
+    (line) => line.trim() && !/^\s*\d+\s+Z/.test(line) && !startedElsewhere(Number(line.trim().split(/\s+/)[0])),
+  )
 }
 
 /** Whether the process descends from a node process other than this one (another test worker). */

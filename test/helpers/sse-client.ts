@@ -21,7 +21,10 @@ export interface SseConnection {
 }
 
 /** Opens an SSE stream with fetch and parses it with eventsource-parser, as a browser would. */
-export async function openSse(url: string, options: { token?: string; lastEventId?: string; headers?: Record<string, string> } = {}): Promise<SseConnection> {
+export async function openSse(
+  url: string,
+  options: { token?: string; lastEventId?: string; headers?: Record<string, string> } = {},
+): Promise<SseConnection> {
   const controller = new AbortController()
   const headers: Record<string, string> = { accept: 'text/event-stream', ...options.headers }
   if (options.token) headers.authorization = `Bearer ${options.token}`
@@ -83,7 +86,10 @@ export async function openSse(url: string, options: { token?: string; lastEventI
       while (events.length < count) {
         if (finished) throw new Error(`stream ended after ${events.length} of ${count} events`)
         const remaining = deadline - Date.now()
-        if (remaining <= 0) throw new Error(`timed out with ${events.length} of ${count} events: ${JSON.stringify(events.map((event) => event.event))}`)
+        if (remaining <= 0)
+          throw new Error(
+            `timed out with ${events.length} of ${count} events: ${JSON.stringify(events.map((event) => event.event))}`,
+          )
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, remaining)
           waiters.push(() => {

@@ -22,7 +22,9 @@ export async function openStalledStream(url: string, path: string, token: string
     socket.once('connect', resolve)
     socket.once('error', reject)
   })
-  socket.write(`GET ${path} HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${token}\r\nAccept: text/event-stream\r\n\r\n`)
+  socket.write(
+    `GET ${path} HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${token}\r\nAccept: text/event-stream\r\n\r\n`,
+  )
   await new Promise<void>((resolve) => {
     socket.once('data', (chunk: Buffer) => {
       received += chunk.length

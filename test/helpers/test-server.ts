@@ -6,7 +6,14 @@ import type { ExecService, ExecSettings } from '../../src/exec/index.js'
 import { Registry } from 'prom-client'
 import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
 import type { LanguageModel, ModelSettings } from '../../src/llm/index.js'
-import { HashingEmbedder, prepareEmbeddings, type DocumentExtractorOptions, type Embedder, type Ingestor, type Retriever } from '../../src/rag/index.js'
+import {
+  HashingEmbedder,
+  prepareEmbeddings,
+  type DocumentExtractorOptions,
+  type Embedder,
+  type Ingestor,
+  type Retriever,
+} from '../../src/rag/index.js'
 import type { McpServerConfig } from '../../src/mcp/index.js'
 import type { RunManager } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
@@ -41,7 +48,11 @@ export interface TestServer {
   createUser(name?: string): Promise<TestUser>
   revoke(user: TestUser): Promise<void>
   /** A real HTTP request to the listening server; JSON in, JSON (or text) out. */
-  request(method: string, path: string, options?: { token?: string; body?: unknown; rawBody?: string; headers?: Record<string, string> }): Promise<Answer>
+  request(
+    method: string,
+    path: string,
+    options?: { token?: string; body?: unknown; rawBody?: string; headers?: Record<string, string> },
+  ): Promise<Answer>
   close(): Promise<void>
 }
 
@@ -50,9 +61,50 @@ let userCounter = 0
 /** Builds the app on `store` and listens on a free loopback port. */
 export async function startTestServer(
   store: Store,
-  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & { logger?: Logger; embedder?: Embedder; exec?: Partial<ExecSettings>; dataDir?: string; plugins?: string[]; actionTtlMs?: number; allowanceTtlMs?: number; models?: LanguageModel[] | ModelSettings[]; toolOutputLimit?: number; llmConcurrency?: number; llmConcurrencyPerUser?: number; maxActiveRunsPerUser?: number; leaseMs?: number; highRiskKeywords?: string[]; resultMaxBytes?: number; extract?: DocumentExtractorOptions; ingestMaxAttempts?: number; mcpServers?: McpServerConfig[]; secretKey?: string; webhookDelivery?: Partial<WebhookSettings> } = {},
+  overrides: Partial<Omit<ServerOptions, 'logger' | 'exec'>> & {
+    logger?: Logger
+    embedder?: Embedder
+    exec?: Partial<ExecSettings>
+    dataDir?: string
+    plugins?: string[]
+    actionTtlMs?: number
+    allowanceTtlMs?: number
+    models?: LanguageModel[] | ModelSettings[]
+    toolOutputLimit?: number
+    llmConcurrency?: number
+    llmConcurrencyPerUser?: number
+    maxActiveRunsPerUser?: number
+    leaseMs?: number
+    highRiskKeywords?: string[]
+    resultMaxBytes?: number
+    extract?: DocumentExtractorOptions
+    ingestMaxAttempts?: number
+    mcpServers?: McpServerConfig[]
+    secretKey?: string
+    webhookDelivery?: Partial<WebhookSettings>
+  } = {},
 ): Promise<TestServer> {
-  const { webhookDelivery, mcpServers = [], secretKey, plugins = [], actionTtlMs = 3_600_000, allowanceTtlMs = 3_600_000, models = [], toolOutputLimit, llmConcurrency, llmConcurrencyPerUser, maxActiveRunsPerUser, leaseMs, highRiskKeywords, resultMaxBytes, extract, ingestMaxAttempts, embedder = new HashingEmbedder(), exec: execOverrides = {}, ...serverOverrides } = overrides
+  const {
+    webhookDelivery,
+    mcpServers = [],
+    secretKey,
+    plugins = [],
+    actionTtlMs = 3_600_000,
+    allowanceTtlMs = 3_600_000,
+    models = [],
+    toolOutputLimit,
+    llmConcurrency,
+    llmConcurrencyPerUser,
+    maxActiveRunsPerUser,
+    leaseMs,
+    highRiskKeywords,
+    resultMaxBytes,
+    extract,
+    ingestMaxAttempts,
+    embedder = new HashingEmbedder(),
+    exec: execOverrides = {},
+    ...serverOverrides
+  } = overrides
   // Work directories live here; removed when the server closes (unless the test chose the directory).
   const ownDataDir = overrides.dataDir === undefined
   const dataDir = overrides.dataDir ?? (await mkdtemp(join(tmpdir(), 'plinth-test-data-')))
@@ -61,13 +113,48 @@ export async function startTestServer(
   const exec = { ...execOverrides }
   const logger = serverOverrides.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
   await prepareEmbeddings(store, embedder)
-  const { bus, access, retriever, ingestor, exec: execService, mcp } = await setUpCommandBus(store, { mcpServers, ...(secretKey && { secretKey }), plugins, logger, actionTtlMs, allowanceTtlMs, exec, dataDir, embedder, ...(serverOverrides.fullModeTtlMs !== undefined && { fullModeTtlMs: serverOverrides.fullModeTtlMs }), ...(highRiskKeywords && { highRiskKeywords }), ...(resultMaxBytes !== undefined && { resultMaxBytes }), ...(extract && { extract }), ...(ingestMaxAttempts !== undefined && { ingestMaxAttempts }) })
+  const {
+    bus,
+    access,
+    retriever,
+    ingestor,
+    exec: execService,
+    mcp,
+  } = await setUpCommandBus(store, {
+    mcpServers,
+    ...(secretKey && { secretKey }),
+    plugins,
+    logger,
+    actionTtlMs,
+    allowanceTtlMs,
+    exec,
+    dataDir,
+    embedder,
+    ...(serverOverrides.fullModeTtlMs !== undefined && { fullModeTtlMs: serverOverrides.fullModeTtlMs }),
+    ...(highRiskKeywords && { highRiskKeywords }),
+    ...(resultMaxBytes !== undefined && { resultMaxBytes }),
+    ...(extract && { extract }),
+    ...(ingestMaxAttempts !== undefined && { ingestMaxAttempts }),
+  })
   await ingestor.start()
   const metrics = new Registry()
-  const runs = await setUpRuns(store, bus, { models, logger, actionTtlMs, observer: createAgentMetrics(metrics, bus), retriever, ...(toolOutputLimit !== undefined && { toolOutputLimit }), ...(llmConcurrency !== undefined && { llmConcurrency }), ...(llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser }), ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }), ...(leaseMs !== undefined && { leaseMs }) })
+  const runs = await setUpRuns(store, bus, {
+    models,
+    logger,
+    actionTtlMs,
+    observer: createAgentMetrics(metrics, bus),
+    retriever,
+    ...(toolOutputLimit !== undefined && { toolOutputLimit }),
+    ...(llmConcurrency !== undefined && { llmConcurrency }),
+    ...(llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser }),
+    ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }),
+    ...(leaseMs !== undefined && { leaseMs }),
+  })
   // Webhook delivery runs only when a test asks for it (with its settings); the routes are always there.
   const webhookSettings = webhookDelivery && { ...defaultWebhookSettings, ...webhookDelivery }
-  const webhooks = webhookSettings && new WebhookDeliverer(store, webhookSettings, { exclusive: store.engine === 'pglite', pollMs: 200 })
+  const webhooks =
+    webhookSettings &&
+    new WebhookDeliverer(store, webhookSettings, { exclusive: store.engine === 'pglite', pollMs: 200 })
   await webhooks?.start()
   const app = await buildServer({
     store,
@@ -88,7 +175,13 @@ export async function startTestServer(
     metrics,
     liveWarnings: () => mcp.warnings(),
     mcp,
-    ...(webhookSettings && { webhooks: { allowPrivate: webhookSettings.allowPrivate, secretGraceMs: webhookSettings.secretGraceMs, wake: () => webhooks?.poke() } }),
+    ...(webhookSettings && {
+      webhooks: {
+        allowPrivate: webhookSettings.allowPrivate,
+        secretGraceMs: webhookSettings.secretGraceMs,
+        wake: () => webhooks?.poke(),
+      },
+    }),
     ...serverOverrides,
   })
   await app.listen({ port: 0, host: '127.0.0.1' })
@@ -121,7 +214,8 @@ export async function startTestServer(
       let body: string | undefined
       if (options.rawBody !== undefined) body = options.rawBody
       else if (options.body !== undefined) body = JSON.stringify(options.body)
-      if (body !== undefined && !Object.keys(headers).some((name) => name.toLowerCase() === 'content-type')) headers['content-type'] = 'application/json'
+      if (body !== undefined && !Object.keys(headers).some((name) => name.toLowerCase() === 'content-type'))
+        headers['content-type'] = 'application/json'
       const response = await fetch(url + path, { method, headers, body })
       const text = await response.text()
       let parsed: unknown = text

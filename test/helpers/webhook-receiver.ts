@@ -28,7 +28,11 @@ export class WebhookReceiver {
       const chunks: Buffer[] = []
       request.on('data', (chunk: Buffer) => chunks.push(chunk))
       request.on('end', () => {
-        const received: Received = { headers: request.headers as Record<string, string>, body: Buffer.concat(chunks).toString('utf8'), at: Date.now() }
+        const received: Received = {
+          headers: request.headers as Record<string, string>,
+          body: Buffer.concat(chunks).toString('utf8'),
+          at: Date.now(),
+        }
         this.received.push(received)
         const answer = this.respond(received, this.received)
         if (answer === 'hang') {
@@ -62,7 +66,7 @@ export class WebhookReceiver {
 
   /** Waits until `count` requests arrived (generous deadline). */
   async waitFor(count: number, timeoutMs = 30_000): Promise<Received[]> {
-    for (const deadline = Date.now() + timeoutMs; this.received.length < count; ) {
+    for (const deadline = Date.now() + timeoutMs; this.received.length < count;) {
       if (Date.now() > deadline) throw new Error(`receiver got ${this.received.length} of ${count} requests`)
       await new Promise((resolve) => setTimeout(resolve, 20))
     }
@@ -78,15 +82,23 @@ export class WebhookReceiver {
 }
 
 /** The payload, if the signature verifies under `secret` with the real `standardwebhooks` package; throws otherwise. */
-export function verified(secret: string, received: Received): { type: string; timestamp: string; data: Record<string, unknown> } {
-  return new Webhook(secret).verify(received.body, received.headers) as { type: string; timestamp: string; data: Record<string, unknown> }
+export function verified(
+  secret: string,
+  received: Received,
+): { type: string; timestamp: string; data: Record<string, unknown> } {
+  return new Webhook(secret).verify(received.body, received.headers) as {
+    type: string
+    timestamp: string
+    data: Record<string, unknown>
+  }
 }
 
 /** Polls `read` until `done` holds (generous deadline); returns the last value. */
 export async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 30_000): Promise<T> {
   let value = await read()
   for (const deadline = Date.now() + timeoutMs; !done(value); value = await read()) {
-    if (Date.now() > deadline) throw new Error(`condition not met in time; last value: ${JSON.stringify(value).slice(0, 2000)}`)
+    if (Date.now() > deadline)
+      throw new Error(`condition not met in time; last value: ${JSON.stringify(value).slice(0, 2000)}`)
     await new Promise((resolve) => setTimeout(resolve, 50))
   }
   return value

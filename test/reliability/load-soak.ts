@@ -28,7 +28,15 @@ export interface LoadSoakOptions {
 
 export interface LoadSoakReport {
   engine: TestEngine
-  load: { runs: number; rounds: number; errors: number; round: Summary; wallMs: number; subscribers: number; eventsSeen: number }
+  load: {
+    runs: number
+    rounds: number
+    errors: number
+    round: Summary
+    wallMs: number
+    subscribers: number
+    eventsSeen: number
+  }
   soak: {
     durationMs: number
     operations: Record<string, number>
@@ -82,8 +90,18 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
   let server: ServeProcess | undefined
   const streams: SseConnection[] = []
   try {
-    const model = { id: 'fake', provider: 'openai', model: 'm', baseUrl: upstream.url, contextWindow: 128_000, supportsTools: true }
-    await writeFile(join(cwd, 'plinth.config.json'), JSON.stringify({ plugins: ['rdm', weatherPlugin], models: [model], defaultModel: 'fake' }))
+    const model = {
+      id: 'fake',
+      provider: 'openai',
+      model: 'm',
+      baseUrl: upstream.url,
+      contextWindow: 128_000,
+      supportsTools: true,
+    }
+    await writeFile(
+      join(cwd, 'plinth.config.json'),
+      JSON.stringify({ plugins: ['rdm', weatherPlugin], models: [model], defaultModel: 'fake' }),
+    )
     const env: Record<string, string> = { ...unlimitedEnv, PLINTH_LOG_LEVEL: 'info', PLINTH_LLM_CONCURRENCY: '64' }
     if (options.engine === 'postgres') {
       database = await createTestDatabase('postgres')
@@ -94,16 +112,25 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     const url = server.url
     const project = (await http(url, 'POST', '/api/projects', { token, body: { name: 'soak' } })).body.id as string
     // The baseline: after one of each operation (pool connections, caches and modules in place), before any load.
-    const warm = (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body.id as string
+    const warm = (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body
+      .id as string
     await http(url, 'POST', `/api/conversations/${warm}/runs?wait=true`, { token, body: { input: 'weather?' } })
-    await http(url, 'POST', '/api/commands/rdm.ping', { token, body: { entrance: 'button', projectId: project, params: { target: 'warm' } } })
+    await http(url, 'POST', '/api/commands/rdm.ping', {
+      token,
+      body: { entrance: 'button', projectId: project, params: { target: 'warm' } },
+    })
     await new Promise((resolve) => setTimeout(resolve, 1000))
     const baseline = processStats(server.pid)
 
     // --- load: concurrent runs × rounds, with subscribers on the project stream ---------------------
-    for (let index = 0; index < options.subscribers; index++) streams.push(await openSse(`${url}/api/projects/${project}/events`, { token }))
+    for (let index = 0; index < options.subscribers; index++)
+      streams.push(await openSse(`${url}/api/projects/${project}/events`, { token }))
     const conversations = await Promise.all(
-      Array.from({ length: options.concurrentRuns }, async () => (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body.id as string),
+      Array.from(
+        { length: options.concurrentRuns },
+        async () =>
+          (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body.id as string,
+      ),
     )
     const rounds: number[] = []
     let loadErrors = 0
@@ -112,7 +139,10 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
       conversations.map(async (conversation) => {
         for (let round = 0; round < options.roundsPerRun; round++) {
           const started = performance.now()
-          const answer = await http(url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, { token, body: { input: 'weather in Paris?' } }).catch(() => null)
+          const answer = await http(url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
+            token,
+            body: { input: 'weather in Paris?' },
+          }).catch(() => null)
           if (answer?.status !== 201 || answer.body.status !== 'completed') {
             loadErrors++
             continue
@@ -125,7 +155,9 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     await new Promise((resolve) => setTimeout(resolve, 500))
     const eventsSeen = streams.reduce((sum, stream) => sum + stream.events.length, 0)
     for (const stream of streams.splice(0)) stream.close()
-    log(`[soak] load: ${rounds.length}/${options.concurrentRuns * options.roundsPerRun} rounds in ${Math.round(loadWallMs)} ms, ${loadErrors} errors, ${eventsSeen} events to ${options.subscribers} subscribers`)
+    log(
+      `[soak] load: ${rounds.length}/${options.concurrentRuns * options.roundsPerRun} rounds in ${Math.round(loadWallMs)} ms, ${loadErrors} errors, ${eventsSeen} events to ${options.subscribers} subscribers`,
+    )
 
     // --- soak: steady mixed traffic, memory and descriptors sampled ---------------------------------
     const pid = server.pid
@@ -135,8 +167,12 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     const operations: Record<string, number> = { run: 0, dispatch: 0, decision: 0, reconnect: 0 }
     const errors: string[] = []
     const soakStarted = Date.now()
-    const sampler = setInterval(() => samples.push({ atMs: Date.now() - soakStarted, ...processStats(pid) }), options.sampleEveryMs)
-    const soakConversation = (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body.id as string
+    const sampler = setInterval(
+      () => samples.push({ atMs: Date.now() - soakStarted, ...processStats(pid) }),
+      options.sampleEveryMs,
+    )
+    const soakConversation = (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} }))
+      .body.id as string
     const note = (what: string, problem: string): void => {
       if (errors.length < 50) errors.push(`${what}: ${problem}`)
     }
@@ -144,22 +180,36 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     const workers = [
       // Runs, each in a conversation of its own (one active run per conversation).
       async () => {
-        const conversation = (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} })).body.id as string
-        const answer = await http(url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, { token, body: { input: 'weather?' } })
-        if (answer.status !== 201 || answer.body.status !== 'completed') note('run', `${answer.status} ${answer.body.status ?? answer.body.code}`)
+        const conversation = (await http(url, 'POST', `/api/projects/${project}/conversations`, { token, body: {} }))
+          .body.id as string
+        const answer = await http(url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
+          token,
+          body: { input: 'weather?' },
+        })
+        if (answer.status !== 201 || answer.body.status !== 'completed')
+          note('run', `${answer.status} ${answer.body.status ?? answer.body.code}`)
         operations.run!++
       },
       // An audited no-op dispatch from a button.
       async () => {
-        const answer = await http(url, 'POST', '/api/commands/rdm.ping', { token, body: { entrance: 'button', projectId: project, params: { target: 'soak' } } })
+        const answer = await http(url, 'POST', '/api/commands/rdm.ping', {
+          token,
+          body: { entrance: 'button', projectId: project, params: { target: 'soak' } },
+        })
         if (answer.status !== 200) note('dispatch', `${answer.status} ${answer.body.code}`)
         operations.dispatch!++
       },
       // A command that asks, answered by a person.
       async () => {
-        const asked = await http(url, 'POST', '/api/commands/rdm.draft.compose', { token, body: { entrance: 'button', conversationId: soakConversation, params: { title: 'soak', body: 'x' } } })
+        const asked = await http(url, 'POST', '/api/commands/rdm.draft.compose', {
+          token,
+          body: { entrance: 'button', conversationId: soakConversation, params: { title: 'soak', body: 'x' } },
+        })
         if (asked.status !== 202) return note('decision', `asked: ${asked.status} ${asked.body.code}`)
-        const answered = await http(url, 'POST', `/api/decisions/${asked.body.decision.id}`, { token, body: { decision: 'approve' } })
+        const answered = await http(url, 'POST', `/api/decisions/${asked.body.decision.id}`, {
+          token,
+          body: { decision: 'approve' },
+        })
         if (answered.status !== 200) note('decision', `answered: ${answered.status} ${answered.body.code}`)
         operations.decision!++
       },
@@ -183,7 +233,9 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     clearInterval(sampler)
     // The client's idle keep-alive connections are the client's, not the server's: close them (fetch's
     // global dispatcher, registered under undici's documented symbol), then let the server see it.
-    const dispatcher = (globalThis as Record<symbol, { close?: () => Promise<void> } | undefined>)[Symbol.for('undici.globalDispatcher.1')]
+    const dispatcher = (globalThis as Record<symbol, { close?: () => Promise<void> } | undefined>)[
+      Symbol.for('undici.globalDispatcher.1')
+    ]
     await dispatcher?.close?.()
     // Likewise the server's idle keep-alive connections to the upstream, which grow with concurrency
     // and which a real upstream closes after its keep-alive timeout: the fake closes them now.
@@ -194,7 +246,15 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     const steady = samples.filter((sample) => sample.atMs >= options.soakMs / 5)
     const report: LoadSoakReport = {
       engine: options.engine,
-      load: { runs: options.concurrentRuns, rounds: options.concurrentRuns * options.roundsPerRun, errors: loadErrors, round: summarize(rounds), wallMs: loadWallMs, subscribers: options.subscribers, eventsSeen },
+      load: {
+        runs: options.concurrentRuns,
+        rounds: options.concurrentRuns * options.roundsPerRun,
+        errors: loadErrors,
+        round: summarize(rounds),
+        wallMs: loadWallMs,
+        subscribers: options.subscribers,
+        eventsSeen,
+      },
       soak: {
         durationMs: Date.now() - soakStarted,
         operations,

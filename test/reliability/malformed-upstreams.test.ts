@@ -34,57 +34,162 @@ interface Case {
 }
 
 const cases: Case[] = [
-  { name: 'OpenAI: a frame cut in the middle of its JSON', model: 'gpt', replies: [{ kind: 'openai-stream', chunks: ['{"choices":[{"delta":{"content":"hel'] }], ends: ['failed'], codes: ['upstream_error'] },
+  {
+    name: 'OpenAI: a frame cut in the middle of its JSON',
+    model: 'gpt',
+    replies: [{ kind: 'openai-stream', chunks: ['{"choices":[{"delta":{"content":"hel'] }],
+    ends: ['failed'],
+    codes: ['upstream_error'],
+  },
   {
     name: 'OpenAI: invalid JSON after some text',
     model: 'gpt',
-    replies: [{ kind: 'openai-stream', chunks: [...openaiTextChunks('Hello there', 2).slice(0, 2), 'not json at all', ...openaiTextChunks('', 1).slice(-2)] }],
+    replies: [
+      {
+        kind: 'openai-stream',
+        chunks: [
+          ...openaiTextChunks('Hello there', 2).slice(0, 2),
+          'not json at all',
+          ...openaiTextChunks('', 1).slice(-2),
+        ],
+      },
+    ],
     ends: ['failed', 'completed'],
     codes: ['upstream_error'],
   },
-  { name: 'OpenAI: unknown fields and delta types', model: 'gpt', replies: [{ kind: 'openai-stream', chunks: [openaiChunk({ weird: { nested: true } }), { object: 'mystery' }, ...openaiTextChunks('Fine.', 2)] }], ends: ['completed'] },
-  { name: 'OpenAI: a stream that never ends', model: 'gpt', replies: [{ kind: 'openai-stream', chunks: openaiTextChunks('never finishes', 5), stallAfter: 2 }], ends: ['failed'], codes: ['timeout'] },
-  { name: 'OpenAI: 200 with an HTML body', model: 'gpt', replies: [{ kind: 'error', status: 200, body: '<html><body>Welcome to the proxy</body></html>' }], ends: ['failed'], codes: ['upstream_error'] },
-  { name: 'OpenAI: 502 with an HTML body, three times', model: 'gpt', replies: [1, 2, 3, 4].map(() => ({ kind: 'error' as const, status: 502, body: '<html>Bad gateway</html>' })), ends: ['failed'], codes: ['upstream_error'] },
+  {
+    name: 'OpenAI: unknown fields and delta types',
+    model: 'gpt',
+    replies: [
+      {
+        kind: 'openai-stream',
+        chunks: [openaiChunk({ weird: { nested: true } }), { object: 'mystery' }, ...openaiTextChunks('Fine.', 2)],
+      },
+    ],
+    ends: ['completed'],
+  },
+  {
+    name: 'OpenAI: a stream that never ends',
+    model: 'gpt',
+    replies: [{ kind: 'openai-stream', chunks: openaiTextChunks('never finishes', 5), stallAfter: 2 }],
+    ends: ['failed'],
+    codes: ['timeout'],
+  },
+  {
+    name: 'OpenAI: 200 with an HTML body',
+    model: 'gpt',
+    replies: [{ kind: 'error', status: 200, body: '<html><body>Welcome to the proxy</body></html>' }],
+    ends: ['failed'],
+    codes: ['upstream_error'],
+  },
+  {
+    name: 'OpenAI: 502 with an HTML body, three times',
+    model: 'gpt',
+    replies: [1, 2, 3, 4].map(() => ({ kind: 'error' as const, status: 502, body: '<html>Bad gateway</html>' })),
+    ends: ['failed'],
+    codes: ['upstream_error'],
+  },
   {
     name: 'OpenAI: gigantic tool arguments (2 MiB)',
     model: 'gpt',
-    replies: [{ kind: 'openai-stream', chunks: openaiToolCallChunks([{ id: 'call_big', name: 'rdm__ping', arguments: hugeArguments }], { argumentPieceSize: 256 * 1024 }) }, { kind: 'openai-stream', chunks: openaiTextChunks('Too big, sorry.', 2) }],
+    replies: [
+      {
+        kind: 'openai-stream',
+        chunks: openaiToolCallChunks([{ id: 'call_big', name: 'rdm__ping', arguments: hugeArguments }], {
+          argumentPieceSize: 256 * 1024,
+        }),
+      },
+      { kind: 'openai-stream', chunks: openaiTextChunks('Too big, sorry.', 2) },
+    ],
     ends: ['completed', 'failed'],
     codes: ['upstream_error'],
   },
   {
     name: 'OpenAI: connection reset in the middle of a tool call',
     model: 'gpt',
-    replies: [{ kind: 'openai-stream', chunks: openaiToolCallChunks([{ id: 'call_1', name: 'rdm__ping', arguments: '{"target":"somewhere far"}' }], { argumentPieceSize: 3 }), cutAfter: 4 }],
+    replies: [
+      {
+        kind: 'openai-stream',
+        chunks: openaiToolCallChunks([{ id: 'call_1', name: 'rdm__ping', arguments: '{"target":"somewhere far"}' }], {
+          argumentPieceSize: 3,
+        }),
+        cutAfter: 4,
+      },
+    ],
     ends: ['failed'],
     codes: ['upstream_error'],
   },
   {
     name: 'Anthropic: unknown event types among the real ones',
     model: 'claude',
-    replies: [{ kind: 'anthropic-stream', events: [anthropicMessageStart(), { event: 'ping', data: { type: 'ping' } }, { event: 'mystery', data: { type: 'mystery', x: 1 } }, ...anthropicTextEvents('All good.', 2), ...anthropicMessageEnd('end_turn')] }],
+    replies: [
+      {
+        kind: 'anthropic-stream',
+        events: [
+          anthropicMessageStart(),
+          { event: 'ping', data: { type: 'ping' } },
+          { event: 'mystery', data: { type: 'mystery', x: 1 } },
+          ...anthropicTextEvents('All good.', 2),
+          ...anthropicMessageEnd('end_turn'),
+        ],
+      },
+    ],
     ends: ['completed'],
   },
   {
     name: 'Anthropic: a frame cut in the middle of its JSON',
     model: 'claude',
-    replies: [{ kind: 'anthropic-stream', events: [anthropicMessageStart(), { event: 'content_block_delta', data: '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x' }] }],
+    replies: [
+      {
+        kind: 'anthropic-stream',
+        events: [
+          anthropicMessageStart(),
+          {
+            event: 'content_block_delta',
+            data: '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x',
+          },
+        ],
+      },
+    ],
     ends: ['failed'],
     codes: ['upstream_error'],
   },
-  { name: 'Anthropic: 200 with an HTML body', model: 'claude', replies: [{ kind: 'error', status: 200, body: '<html>hello</html>' }], ends: ['failed'], codes: ['upstream_error'] },
+  {
+    name: 'Anthropic: 200 with an HTML body',
+    model: 'claude',
+    replies: [{ kind: 'error', status: 200, body: '<html>hello</html>' }],
+    ends: ['failed'],
+    codes: ['upstream_error'],
+  },
   {
     name: 'Anthropic: connection reset in the middle of tool_use',
     model: 'claude',
-    replies: [{ kind: 'anthropic-stream', events: [anthropicMessageStart(), ...anthropicToolUseEvents(0, { id: 'toolu_1', name: 'rdm__ping', arguments: '{"target":"far away"}' }, 3)], cutAfter: 4 }],
+    replies: [
+      {
+        kind: 'anthropic-stream',
+        events: [
+          anthropicMessageStart(),
+          ...anthropicToolUseEvents(0, { id: 'toolu_1', name: 'rdm__ping', arguments: '{"target":"far away"}' }, 3),
+        ],
+        cutAfter: 4,
+      },
+    ],
     ends: ['failed'],
     codes: ['upstream_error'],
   },
   {
     name: 'Anthropic: an error event mid-stream',
     model: 'claude',
-    replies: [{ kind: 'anthropic-stream', events: [anthropicMessageStart(), ...anthropicTextEvents('Half', 1).slice(0, 2), { event: 'error', data: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } } }] }],
+    replies: [
+      {
+        kind: 'anthropic-stream',
+        events: [
+          anthropicMessageStart(),
+          ...anthropicTextEvents('Half', 1).slice(0, 2),
+          { event: 'error', data: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } } },
+        ],
+      },
+    ],
     ends: ['failed'],
     codes: ['upstream_error'],
   },
@@ -114,12 +219,29 @@ describe('runs against malformed upstreams', () => {
       plugins: ['rdm'],
       logger: pino({ level: 'trace' }, sink),
       models: [
-        new OpenAIChatModel({ id: 'gpt', model: 'gpt-test', baseUrl: `${upstream.url}/v1`, apiKey: openaiKey, contextWindow: 100_000, supportsTools: true, idleTimeoutMs: 500 }),
-        new AnthropicMessagesModel({ id: 'claude', model: 'claude-test', baseUrl: upstream.url, apiKey: anthropicKey, contextWindow: 100_000, supportsTools: true, idleTimeoutMs: 500 }),
+        new OpenAIChatModel({
+          id: 'gpt',
+          model: 'gpt-test',
+          baseUrl: `${upstream.url}/v1`,
+          apiKey: openaiKey,
+          contextWindow: 100_000,
+          supportsTools: true,
+          idleTimeoutMs: 500,
+        }),
+        new AnthropicMessagesModel({
+          id: 'claude',
+          model: 'claude-test',
+          baseUrl: upstream.url,
+          apiKey: anthropicKey,
+          contextWindow: 100_000,
+          supportsTools: true,
+          idleTimeoutMs: 500,
+        }),
       ],
     })
     alice = await server.createUser()
-    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'malformed' } })).body.id
+    projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'malformed' } }))
+      .body.id
   })
   afterAll(async () => {
     await server?.close()
@@ -130,8 +252,13 @@ describe('runs against malformed upstreams', () => {
   for (const testCase of cases) {
     it(testCase.name, { timeout: 60_000 }, async () => {
       for (const reply of testCase.replies) upstream.enqueue(reply)
-      const conversationId = (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
-      const created = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'go', model: testCase.model } })
+      const conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
+      const created = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: alice.token,
+        body: { input: 'go', model: testCase.model },
+      })
       expect(created.status).toBe(201)
       let run = created.body
       for (let attempt = 0; attempt < 400 && (run.status === 'running' || run.status === 'queued'); attempt++) {
@@ -154,7 +281,12 @@ describe('runs against malformed upstreams', () => {
     }
     expect(logs.length).toBeGreaterThan(1000)
     recordFigures('malformed-upstreams', [
-      { check: 'Malformed upstreams (OpenAI and Anthropic wire formats)', figure: `${cases.length} cases, each ended cleanly with the ledger intact; no key in events or trace logs`, goal: 'clean run.failed or completed, 0 leaks', ok: true },
+      {
+        check: 'Malformed upstreams (OpenAI and Anthropic wire formats)',
+        figure: `${cases.length} cases, each ended cleanly with the ledger intact; no key in events or trace logs`,
+        goal: 'clean run.failed or completed, 0 leaks',
+        ok: true,
+      },
     ])
   })
 })

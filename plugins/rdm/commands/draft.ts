@@ -21,7 +21,8 @@ export function registerDraft(registry: Registry, host: Pick<Host, 'addKnowledge
     {
       id: 'rdm.draft.compose',
       title: 'Compose draft',
-      description: "Writes a titled text draft into the current project's knowledge (as a draft only its author sees until published). A person confirms it before it is written.",
+      description:
+        "Writes a titled text draft into the current project's knowledge (as a draft only its author sees until published). A person confirms it before it is written.",
       paramsSchema: {
         type: 'object',
         properties: {
@@ -38,7 +39,11 @@ export function registerDraft(registry: Registry, host: Pick<Host, 'addKnowledge
     },
     async (params, context) => {
       const project = requireProject(context, 'rdm.draft.compose')
-      const { itemId } = await host.addKnowledge(context.actor, { projectId: project.id, title: params.title, text: params.body })
+      const { itemId } = await host.addKnowledge(context.actor, {
+        projectId: project.id,
+        title: params.title,
+        text: params.body,
+      })
       const bytes = Buffer.byteLength(params.body, 'utf8')
       context.log.info('draft written', { projectId: project.id, itemId, bytes })
       return { itemId, projectId: project.id, title: params.title, bytes, status: 'draft' }

@@ -30,7 +30,10 @@ export function registerMembers(registry: Registry, host: Pick<Host, 'accessChan
     async (params, context) => {
       const project = requireProject(context, 'rdm.member.add')
       requireOwner(context, project)
-      const members = await writeMembers(context.kv, project.id, [...(await readMembers(context.kv, project.id)), params.userId])
+      const members = await writeMembers(context.kv, project.id, [
+        ...(await readMembers(context.kv, project.id)),
+        params.userId,
+      ])
       return { projectId: project.id, members }
     },
   )
@@ -39,7 +42,8 @@ export function registerMembers(registry: Registry, host: Pick<Host, 'accessChan
     {
       id: 'rdm.member.remove',
       title: 'Remove project member',
-      description: 'Stops sharing the current project with a user (owner only). Takes effect on their next request, and their open streams end.',
+      description:
+        'Stops sharing the current project with a user (owner only). Takes effect on their next request, and their open streams end.',
       paramsSchema: userIdSchema,
       risk: 'medium',
     },
@@ -47,7 +51,11 @@ export function registerMembers(registry: Registry, host: Pick<Host, 'accessChan
       const project = requireProject(context, 'rdm.member.remove')
       requireOwner(context, project)
       const current = await readMembers(context.kv, project.id)
-      const members = await writeMembers(context.kv, project.id, current.filter((member) => member !== params.userId))
+      const members = await writeMembers(
+        context.kv,
+        project.id,
+        current.filter((member) => member !== params.userId),
+      )
       // The removed member's open streams end now rather than at their next periodic re-check.
       if (members.length < current.length) await host.accessChanged(project.id)
       return { projectId: project.id, members }

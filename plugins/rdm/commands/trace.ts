@@ -6,7 +6,15 @@ interface TraceParams {
 }
 
 const SERVICES = ['gateway', 'auth', 'orders', 'inventory', 'payments', 'search', 'db'] as const
-const OPERATIONS = ['GET /api', 'verify token', 'load order', 'reserve stock', 'charge card', 'query index', 'SELECT'] as const
+const OPERATIONS = [
+  'GET /api',
+  'verify token',
+  'load order',
+  'reserve stock',
+  'charge card',
+  'query index',
+  'SELECT',
+] as const
 
 /**
  * A fake trace derived from the id alone (sha256 bytes drive every choice), so the same id always
@@ -22,7 +30,10 @@ export function fakeTrace(traceId: string): { traceId: string; spans: JsonValue[
     const pick = byte(index + 1) % SERVICES.length
     const durationMs = 1 + ((byte(index + 8) * 7 + byte(index + 16)) % 400)
     spans.push({
-      spanId: bytes.subarray(index * 2, index * 2 + 4).toString('hex').padEnd(8, '0'),
+      spanId: bytes
+        .subarray(index * 2, index * 2 + 4)
+        .toString('hex')
+        .padEnd(8, '0'),
       parentSpanId: index === 0 ? null : bytes.subarray(0, 4).toString('hex'),
       service: SERVICES[pick] ?? 'unknown',
       operation: OPERATIONS[pick] ?? 'unknown',
@@ -41,10 +52,17 @@ export function registerTrace(registry: Registry): void {
     {
       id: 'rdm.trace',
       title: 'Show trace',
-      description: 'Returns the spans of a distributed trace by its id (service, operation, start and duration in ms, status).',
+      description:
+        'Returns the spans of a distributed trace by its id (service, operation, start and duration in ms, status).',
       paramsSchema: {
         type: 'object',
-        properties: { traceId: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'Trace id: letters, digits, _ or -, at most 64' } },
+        properties: {
+          traceId: {
+            type: 'string',
+            pattern: '^[A-Za-z0-9_-]{1,64}$',
+            description: 'Trace id: letters, digits, _ or -, at most 64',
+          },
+        },
         required: ['traceId'],
         additionalProperties: false,
       },

@@ -22,10 +22,24 @@ afterEach(async () => {
 })
 
 function createModel(overrides: Partial<AnthropicMessagesModelOptions> = {}): AnthropicMessagesModel {
-  return new AnthropicMessagesModel({ id: 'test', model: 'fake-model', baseUrl: upstream.url, apiKey, contextWindow: 200_000, supportsTools: true, ...overrides })
+  return new AnthropicMessagesModel({
+    id: 'test',
+    model: 'fake-model',
+    baseUrl: upstream.url,
+    apiKey,
+    contextWindow: 200_000,
+    supportsTools: true,
+    ...overrides,
+  })
 }
 
-const hello: ModelRequest = { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello' }], tools: [] }
+const hello: ModelRequest = {
+  messages: [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'Hello' },
+  ],
+  tools: [],
+}
 
 async function collect(stream: AsyncIterable<StreamPart>): Promise<StreamPart[]> {
   const parts: StreamPart[] = []
@@ -50,7 +64,10 @@ function textOf(parts: StreamPart[]): string {
 
 /** A recorded fixture: one event `data` per line; the SSE event name is its `type`. */
 function fixture(name: string): Array<{ event: string; data: object }> {
-  return readChunksFixture(new URL(`./__fixtures__/${name}`, import.meta.url)).map((data) => ({ event: String((data as { type?: unknown }).type), data }))
+  return readChunksFixture(new URL(`./__fixtures__/${name}`, import.meta.url)).map((data) => ({
+    event: String((data as { type?: unknown }).type),
+    data,
+  }))
 }
 
 describe('AnthropicMessagesModel: the request', () => {
@@ -62,7 +79,13 @@ describe('AnthropicMessagesModel: the request', () => {
     expect(request?.headers['x-api-key']).toBe(apiKey)
     expect(request?.headers['anthropic-version']).toBe('2023-06-01')
     expect(request?.headers.authorization).toBeUndefined()
-    expect(request?.body).toEqual({ model: 'fake-model', max_tokens: 4096, system: 'Be brief.', messages: [{ role: 'user', content: [{ type: 'text', text: 'Hello' }] }], stream: true })
+    expect(request?.body).toEqual({
+      model: 'fake-model',
+      max_tokens: 4096,
+      system: 'Be brief.',
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'Hello' }] }],
+      stream: true,
+    })
   })
 
   it('sends tools with input_schema, tool_use blocks with parsed input, and consecutive tool results in one user message', async () => {
@@ -92,7 +115,9 @@ describe('AnthropicMessagesModel: the request', () => {
     expect(request?.body.max_tokens).toBe(1000)
     expect(request?.body).toMatchObject({ temperature: 0, top_p: 0.5, stop_sequences: ['\n\nHuman:'] })
     expect(request?.body).not.toHaveProperty('system')
-    expect(request?.body.tools).toEqual([{ name: 'weather__current', description: 'Current weather', input_schema: parameters }])
+    expect(request?.body.tools).toEqual([
+      { name: 'weather__current', description: 'Current weather', input_schema: parameters },
+    ])
     expect(request?.body.messages).toEqual([
       { role: 'user', content: [{ type: 'text', text: 'Weather in Paris and Tokyo?' }] },
       {
@@ -120,7 +145,10 @@ describe('AnthropicMessagesModel: streaming', () => {
       kind: 'anthropic-stream',
       // Compact events: every byte is its own write.
       events: [
-        ...pieces.map((text) => ({ event: 'content_block_delta', data: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text } } })),
+        ...pieces.map((text) => ({
+          event: 'content_block_delta',
+          data: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text } },
+        })),
         { event: 'message_delta', data: { type: 'message_delta', delta: { stop_reason: 'end_turn' } } },
       ],
       splitEvery: 1,
@@ -134,7 +162,10 @@ describe('AnthropicMessagesModel: streaming', () => {
     expect(await collect(createModel().stream(hello))).toEqual([
       { type: 'text-delta', text: 'Let me check ' },
       { type: 'text-delta', text: 'the weather in 東京.' },
-      { type: 'tool-call', call: { id: 'toolu_fx1', name: 'weather__current', arguments: '{"city": "Tokyo", "unit": "c"}' } },
+      {
+        type: 'tool-call',
+        call: { id: 'toolu_fx1', name: 'weather__current', arguments: '{"city": "Tokyo", "unit": "c"}' },
+      },
       // No input_json_delta at all: a tool without parameters.
       { type: 'tool-call', call: { id: 'toolu_fx2', name: 'clock__now', arguments: '{}' } },
       { type: 'usage', usage: { inputTokens: 572, outputTokens: 89 } },
@@ -152,14 +183,21 @@ describe('AnthropicMessagesModel: streaming', () => {
   })
 
   it('passes interleaved tool_use blocks, stringified and invalid JSON arguments through raw', async () => {
-    const first = anthropicToolUseEvents(0, { id: 'toolu_a', name: 'weather__current', arguments: JSON.stringify(JSON.stringify({ city: 'Paris' })) }, 4)
+    const first = anthropicToolUseEvents(
+      0,
+      { id: 'toolu_a', name: 'weather__current', arguments: JSON.stringify(JSON.stringify({ city: 'Paris' })) },
+      4,
+    )
     const second = anthropicToolUseEvents(1, { id: 'toolu_b', name: 'notes__search', arguments: '{"query": ' }, 3)
     const interleaved: Array<{ event: string; data: object }> = []
     for (let step = 0; step < Math.max(first.length, second.length); step++) {
       if (first[step]) interleaved.push(first[step] as { event: string; data: object })
       if (second[step]) interleaved.push(second[step] as { event: string; data: object })
     }
-    upstream.enqueue({ kind: 'anthropic-stream', events: [anthropicMessageStart(7), ...interleaved, ...anthropicMessageEnd('tool_use', 30)] })
+    upstream.enqueue({
+      kind: 'anthropic-stream',
+      events: [anthropicMessageStart(7), ...interleaved, ...anthropicMessageEnd('tool_use', 30)],
+    })
     expect(await collect(createModel().stream(hello))).toEqual([
       { type: 'tool-call', call: { id: 'toolu_a', name: 'weather__current', arguments: '"{\\"city\\":\\"Paris\\"}"' } },
       { type: 'tool-call', call: { id: 'toolu_b', name: 'notes__search', arguments: '{"query": ' } },
@@ -171,7 +209,15 @@ describe('AnthropicMessagesModel: streaming', () => {
   it('maps max_tokens to length and skips malformed events', async () => {
     upstream.enqueue({
       kind: 'anthropic-stream',
-      events: [anthropicMessageStart(), { event: 'content_block_delta', data: '{"type": "content_block_delta", "index": 0, "delta": {"type": "text_de' }, ...anthropicTextEvents('cut short', 1).slice(1, -2), ...anthropicMessageEnd('max_tokens', 4096)],
+      events: [
+        anthropicMessageStart(),
+        {
+          event: 'content_block_delta',
+          data: '{"type": "content_block_delta", "index": 0, "delta": {"type": "text_de',
+        },
+        ...anthropicTextEvents('cut short', 1).slice(1, -2),
+        ...anthropicMessageEnd('max_tokens', 4096),
+      ],
     })
     const parts = await collect(createModel().stream(hello))
     expect(textOf(parts)).toBe('cut short')
@@ -181,14 +227,23 @@ describe('AnthropicMessagesModel: streaming', () => {
   it('throws an error event as upstream_error (retryable when overloaded), after what was yielded', async () => {
     upstream.enqueue({
       kind: 'anthropic-stream',
-      events: [...anthropicTextEvents('partial', 1).slice(0, 4), { event: 'error', data: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } } }],
+      events: [
+        ...anthropicTextEvents('partial', 1).slice(0, 4),
+        { event: 'error', data: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } } },
+      ],
     })
     const { error, parts } = await collectError(createModel().stream(hello))
     expect(textOf(parts)).toBe('partial')
     expect(error).toMatchObject({ code: 'upstream_error', isRetryable: true })
     expect(error.message).toContain('overloaded_error')
 
-    upstream.enqueue({ kind: 'anthropic-stream', events: [anthropicMessageStart(), { event: 'error', data: { type: 'error', error: { type: 'invalid_request_error', message: 'bad' } } }] })
+    upstream.enqueue({
+      kind: 'anthropic-stream',
+      events: [
+        anthropicMessageStart(),
+        { event: 'error', data: { type: 'error', error: { type: 'invalid_request_error', message: 'bad' } } },
+      ],
+    })
     expect((await collectError(createModel().stream(hello))).error.isRetryable).toBe(false)
   })
 
@@ -201,20 +256,50 @@ describe('AnthropicMessagesModel: streaming', () => {
 
 describe('AnthropicMessagesModel: upstream faults', () => {
   it('maps a 429 with Retry-After to a retryable upstream_error carrying the delay', async () => {
-    upstream.enqueue({ kind: 'error', status: 429, body: { type: 'error', error: { type: 'rate_limit_error', message: 'Number of request tokens has exceeded your per-minute rate limit' } }, headers: { 'retry-after': '7' } })
+    upstream.enqueue({
+      kind: 'error',
+      status: 429,
+      body: {
+        type: 'error',
+        error: {
+          type: 'rate_limit_error',
+          message: 'Number of request tokens has exceeded your per-minute rate limit',
+        },
+      },
+      headers: { 'retry-after': '7' },
+    })
     const { error } = await collectError(createModel().stream(hello))
     expect(error).toMatchObject({ code: 'upstream_error', upstreamStatus: 429, isRetryable: true, retryAfterMs: 7000 })
     expect(error.message).toContain('per-minute rate limit')
   })
 
   it('maps 529 (overloaded) to a retryable upstream_error', async () => {
-    upstream.enqueue({ kind: 'error', status: 529, body: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } } })
-    expect((await collectError(createModel().stream(hello))).error).toMatchObject({ code: 'upstream_error', upstreamStatus: 529, isRetryable: true })
+    upstream.enqueue({
+      kind: 'error',
+      status: 529,
+      body: { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } },
+    })
+    expect((await collectError(createModel().stream(hello))).error).toMatchObject({
+      code: 'upstream_error',
+      upstreamStatus: 529,
+      isRetryable: true,
+    })
   })
 
   it('maps a 400 saying tools are not supported to tools_unsupported', async () => {
-    upstream.enqueue({ kind: 'error', status: 400, body: { type: 'error', error: { type: 'invalid_request_error', message: 'Tool use is not supported by this model' } } })
-    expect((await collectError(createModel().stream(hello))).error).toMatchObject({ code: 'tools_unsupported', upstreamStatus: 400, isRetryable: false })
+    upstream.enqueue({
+      kind: 'error',
+      status: 400,
+      body: {
+        type: 'error',
+        error: { type: 'invalid_request_error', message: 'Tool use is not supported by this model' },
+      },
+    })
+    expect((await collectError(createModel().stream(hello))).error).toMatchObject({
+      code: 'tools_unsupported',
+      upstreamStatus: 400,
+      isRetryable: false,
+    })
   })
 
   it('aborts a stream that stalls for idleTimeoutMs and throws timeout', async () => {
@@ -234,7 +319,11 @@ describe('AnthropicMessagesModel: upstream faults', () => {
   })
 
   it('never puts the API key in an error message', async () => {
-    upstream.enqueue({ kind: 'error', status: 401, body: { type: 'error', error: { type: 'authentication_error', message: `invalid x-api-key ${apiKey}` } } })
+    upstream.enqueue({
+      kind: 'error',
+      status: 401,
+      body: { type: 'error', error: { type: 'authentication_error', message: `invalid x-api-key ${apiKey}` } },
+    })
     const { error } = await collectError(createModel().stream(hello))
     expect(error.message).not.toContain(apiKey)
     expect(JSON.stringify(error)).not.toContain(apiKey)

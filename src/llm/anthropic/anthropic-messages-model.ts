@@ -81,7 +81,10 @@ export class AnthropicMessagesModel implements LanguageModel {
         yield* parser.push(parsed.value, event.event)
         if (parser.isStopped) break
       }
-      if (!parser.isComplete) throw new ModelError('upstream_error', 'The upstream stream ended before the message was complete', { isRetryable: true })
+      if (!parser.isComplete)
+        throw new ModelError('upstream_error', 'The upstream stream ended before the message was complete', {
+          isRetryable: true,
+        })
     } catch (error) {
       throw error instanceof ModelError ? redactModelError(error, [options.apiKey]) : error
     }

@@ -54,16 +54,27 @@ export class AnthropicStreamParser {
       case 'content_block_start': {
         const block = asRecord(event.content_block)
         if (typeof event.index === 'number' && block?.type === 'tool_use' && typeof block.name === 'string') {
-          this.#toolUses.set(event.index, { id: typeof block.id === 'string' ? block.id : `toolu_${event.index}`, name: block.name, startInput: block.input, partialJson: '' })
+          this.#toolUses.set(event.index, {
+            id: typeof block.id === 'string' ? block.id : `toolu_${event.index}`,
+            name: block.name,
+            startInput: block.input,
+            partialJson: '',
+          })
         }
         // A server may open a text block with its first text already in it.
-        if (block?.type === 'text' && typeof block.text === 'string' && block.text !== '') return [{ type: 'text-delta', text: block.text }]
+        if (block?.type === 'text' && typeof block.text === 'string' && block.text !== '')
+          return [{ type: 'text-delta', text: block.text }]
         return []
       }
       case 'content_block_delta': {
         const delta = asRecord(event.delta)
-        if (delta?.type === 'text_delta' && typeof delta.text === 'string' && delta.text !== '') return [{ type: 'text-delta', text: delta.text }]
-        if (delta?.type === 'input_json_delta' && typeof delta.partial_json === 'string' && typeof event.index === 'number') {
+        if (delta?.type === 'text_delta' && typeof delta.text === 'string' && delta.text !== '')
+          return [{ type: 'text-delta', text: delta.text }]
+        if (
+          delta?.type === 'input_json_delta' &&
+          typeof delta.partial_json === 'string' &&
+          typeof event.index === 'number'
+        ) {
           const toolUse = this.#toolUses.get(event.index)
           if (toolUse) toolUse.partialJson += delta.partial_json
         }
@@ -95,7 +106,10 @@ export class AnthropicStreamParser {
       parts.push({ type: 'tool-call', call: { id: toolUse.id, name: toolUse.name, arguments: argumentsOf(toolUse) } })
     }
     if (this.#inputTokens !== undefined || this.#outputTokens !== undefined) {
-      parts.push({ type: 'usage', usage: { inputTokens: this.#inputTokens ?? 0, outputTokens: this.#outputTokens ?? 0 } })
+      parts.push({
+        type: 'usage',
+        usage: { inputTokens: this.#inputTokens ?? 0, outputTokens: this.#outputTokens ?? 0 },
+      })
     }
     parts.push({ type: 'finish', reason: mapAnthropicStopReason(this.#stopReason) })
     return parts
@@ -104,10 +118,16 @@ export class AnthropicStreamParser {
   #readUsage(value: unknown): void {
     const usage = asRecord(value)
     if (!usage) return
-    const counts = [usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens].filter((count): count is number => typeof count === 'number')
+    const counts = [usage.input_tokens, usage.cache_creation_input_tokens, usage.cache_read_input_tokens].filter(
+      (count): count is number => typeof count === 'number',
+    )
     // `input_tokens` excludes cached tokens; the prompt is all three together. A later event may repeat
     // only some of the counts, so it never lowers the total.
-    if (counts.length > 0) this.#inputTokens = Math.max(this.#inputTokens ?? 0, counts.reduce((sum, count) => sum + count, 0))
+    if (counts.length > 0)
+      this.#inputTokens = Math.max(
+        this.#inputTokens ?? 0,
+        counts.reduce((sum, count) => sum + count, 0),
+      )
     if (typeof usage.output_tokens === 'number') this.#outputTokens = usage.output_tokens
   }
 }
@@ -123,5 +143,7 @@ function streamedError(value: unknown): ModelError {
   const error = asRecord(value)
   const type = typeof error?.type === 'string' ? error.type : 'error'
   const message = typeof error?.message === 'string' ? error.message.slice(0, 500) : 'unknown error'
-  return new ModelError('upstream_error', `The upstream reported ${type} mid-stream: ${message}`, { isRetryable: retryableErrorTypes.has(type) })
+  return new ModelError('upstream_error', `The upstream reported ${type} mid-stream: ${message}`, {
+    isRetryable: retryableErrorTypes.has(type),
+  })
 }

@@ -8,7 +8,14 @@ describe('convertToAnthropicMessages', () => {
         { role: 'system', content: 'one' },
         { role: 'user', content: 'q' },
         { role: 'system', content: 'two' },
-        { role: 'assistant', content: 'Looking.', toolCalls: [{ id: 't1', name: 'a', arguments: '{"k":1}' }, { id: 't2', name: 'b', arguments: '' }] },
+        {
+          role: 'assistant',
+          content: 'Looking.',
+          toolCalls: [
+            { id: 't1', name: 'a', arguments: '{"k":1}' },
+            { id: 't2', name: 'b', arguments: '' },
+          ],
+        },
         { role: 'tool', toolCallId: 't1', content: 'r1' },
         { role: 'tool', toolCallId: 't2', content: 'r2' },
         { role: 'user', content: 'and?' },
@@ -46,7 +53,9 @@ describe('convertToAnthropicMessages', () => {
   })
 
   it('converts tools', () => {
-    expect(convertToAnthropicTools([{ name: 'a', description: 'd', parameters: { type: 'object' } }])).toEqual([{ name: 'a', description: 'd', input_schema: { type: 'object' } }])
+    expect(convertToAnthropicTools([{ name: 'a', description: 'd', parameters: { type: 'object' } }])).toEqual([
+      { name: 'a', description: 'd', input_schema: { type: 'object' } },
+    ])
   })
 })
 

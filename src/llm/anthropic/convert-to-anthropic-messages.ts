@@ -52,7 +52,8 @@ export function convertToAnthropicMessages(messages: readonly ModelMessage[]): A
       case 'assistant': {
         const blocks: AnthropicContentBlock[] = []
         if (message.content) blocks.push({ type: 'text', text: message.content })
-        for (const call of message.toolCalls ?? []) blocks.push({ type: 'tool_use', id: call.id, name: call.name, input: parseToolInput(call.arguments) })
+        for (const call of message.toolCalls ?? [])
+          blocks.push({ type: 'tool_use', id: call.id, name: call.name, input: parseToolInput(call.arguments) })
         append('assistant', blocks)
         break
       }

@@ -34,7 +34,11 @@ export function convertToOpenAIMessages(messages: readonly ModelMessage[]): Open
         return {
           role: 'assistant',
           content: message.content ? message.content : null,
-          tool_calls: toolCalls.map((call) => ({ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } })),
+          tool_calls: toolCalls.map((call) => ({
+            id: call.id,
+            type: 'function',
+            function: { name: call.name, arguments: call.arguments },
+          })),
         }
       }
       case 'tool':
@@ -45,5 +49,8 @@ export function convertToOpenAIMessages(messages: readonly ModelMessage[]): Open
 
 /** Canonical tools → chat-completions `tools`. */
 export function convertToOpenAITools(tools: readonly ModelTool[]): OpenAIChatTool[] {
-  return tools.map((tool) => ({ type: 'function', function: { name: tool.name, description: tool.description, parameters: tool.parameters } }))
+  return tools.map((tool) => ({
+    type: 'function',
+    function: { name: tool.name, description: tool.description, parameters: tool.parameters },
+  }))
 }

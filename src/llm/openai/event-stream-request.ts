@@ -22,7 +22,9 @@ export interface EventStreamRequestOptions {
  * → `timeout`; `signal` aborted → `cancelled`. A clean end of the body ends the iteration. Stopping the
  * iteration early aborts the request.
  */
-export async function* streamEventsFromUpstream(options: EventStreamRequestOptions): AsyncGenerator<EventSourceMessage> {
+export async function* streamEventsFromUpstream(
+  options: EventStreamRequestOptions,
+): AsyncGenerator<EventSourceMessage> {
   const { signal } = options
   if (signal?.aborted) throw cancelledError(signal.reason)
   const controller = new AbortController()
@@ -47,10 +49,14 @@ export async function* streamEventsFromUpstream(options: EventStreamRequestOptio
   }
   const toModelError = (error: unknown, phase: 'connect' | 'stream'): ModelError => {
     if (error instanceof ModelError) return error
-    if (abortedBy === 'timeout') return new ModelError('timeout', `The upstream sent nothing for ${options.idleTimeoutMs} ms`, { cause: error })
+    if (abortedBy === 'timeout')
+      return new ModelError('timeout', `The upstream sent nothing for ${options.idleTimeoutMs} ms`, { cause: error })
     if (abortedBy === 'cancelled') return cancelledError(error)
     const reason = describeNetworkError(error)
-    const message = phase === 'connect' ? `Could not reach the upstream: ${reason}` : `The upstream connection broke mid-stream: ${reason}`
+    const message =
+      phase === 'connect'
+        ? `Could not reach the upstream: ${reason}`
+        : `The upstream connection broke mid-stream: ${reason}`
     return new ModelError('upstream_error', message, { isRetryable: true, cause: error })
   }
 
@@ -91,7 +97,11 @@ export async function* streamEventsFromUpstream(options: EventStreamRequestOptio
       } catch (error) {
         throw toModelError(error, 'stream')
       }
-      throw new ModelError('upstream_error', `The upstream answered JSON instead of an event stream: ${describeErrorBody(text)}`, { upstreamStatus: response.status })
+      throw new ModelError(
+        'upstream_error',
+        `The upstream answered JSON instead of an event stream: ${describeErrorBody(text)}`,
+        { upstreamStatus: response.status },
+      )
     }
     if (!response.body) return
 

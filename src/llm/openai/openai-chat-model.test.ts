@@ -23,7 +23,15 @@ afterEach(async () => {
 })
 
 function createModel(overrides: Partial<OpenAIChatModelOptions> = {}): OpenAIChatModel {
-  return new OpenAIChatModel({ id: 'test', model: 'fake-model', baseUrl: `${upstream.url}/v1`, apiKey, contextWindow: 32_000, supportsTools: true, ...overrides })
+  return new OpenAIChatModel({
+    id: 'test',
+    model: 'fake-model',
+    baseUrl: `${upstream.url}/v1`,
+    apiKey,
+    contextWindow: 32_000,
+    supportsTools: true,
+    ...overrides,
+  })
 }
 
 const hello: ModelRequest = { messages: [{ role: 'user', content: 'Hello' }], tools: [] }
@@ -61,7 +69,12 @@ describe('OpenAIChatModel: the request', () => {
     expect(request?.path).toBe('/v1/chat/completions')
     expect(request?.headers.authorization).toBe(`Bearer ${apiKey}`)
     expect(request?.headers['content-type']).toBe('application/json')
-    expect(request?.body).toEqual({ model: 'fake-model', messages: [{ role: 'user', content: 'Hello' }], stream: true, stream_options: { include_usage: true } })
+    expect(request?.body).toEqual({
+      model: 'fake-model',
+      messages: [{ role: 'user', content: 'Hello' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    })
     expect(request?.body).not.toHaveProperty('tools')
     expect(request?.body).not.toHaveProperty('tool_choice')
   })
@@ -74,7 +87,11 @@ describe('OpenAIChatModel: the request', () => {
         messages: [
           { role: 'system', content: 'Be brief.' },
           { role: 'user', content: 'Weather in Paris?' },
-          { role: 'assistant', content: null, toolCalls: [{ id: 'call_1', name: 'weather__current', arguments: '{"city":"Paris"}' }] },
+          {
+            role: 'assistant',
+            content: null,
+            toolCalls: [{ id: 'call_1', name: 'weather__current', arguments: '{"city":"Paris"}' }],
+          },
           { role: 'tool', toolCallId: 'call_1', content: '{"sky":"clear"}' },
         ],
         tools: [{ name: 'weather__current', description: 'Current weather', parameters }],
@@ -86,19 +103,32 @@ describe('OpenAIChatModel: the request', () => {
     expect(request?.headers['x-gateway-tenant']).toBe('t1')
     expect(request?.body.max_tokens).toBe(256)
     expect(request?.body).toMatchObject({ temperature: 0.2, top_p: 0.9, stop: ['END'] })
-    expect(request?.body.tools).toEqual([{ type: 'function', function: { name: 'weather__current', description: 'Current weather', parameters } }])
+    expect(request?.body.tools).toEqual([
+      { type: 'function', function: { name: 'weather__current', description: 'Current weather', parameters } },
+    ])
     expect(request?.body).not.toHaveProperty('tool_choice')
     expect(request?.body.messages).toEqual([
       { role: 'system', content: 'Be brief.' },
       { role: 'user', content: 'Weather in Paris?' },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'weather__current', arguments: '{"city":"Paris"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call_1', type: 'function', function: { name: 'weather__current', arguments: '{"city":"Paris"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: 'call_1', content: '{"sky":"clear"}' },
     ])
   })
 
   it('gives a model without tool support no tools, whatever the request says', async () => {
     upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('I cannot look that up.', 2) })
-    await collect(createModel({ supportsTools: false }).stream({ ...hello, tools: [{ name: 't', description: 'd', parameters: { type: 'object' } }] }))
+    await collect(
+      createModel({ supportsTools: false }).stream({
+        ...hello,
+        tools: [{ name: 't', description: 'd', parameters: { type: 'object' } }],
+      }),
+    )
     expect(upstream.requests[0]?.body).not.toHaveProperty('tools')
   })
 })
@@ -106,7 +136,11 @@ describe('OpenAIChatModel: the request', () => {
 describe('OpenAIChatModel: streaming', () => {
   it('joins text whose bytes arrive split mid-token and mid-UTF-8 character', async () => {
     const pieces = ['日本語', ' and 👋', ' émoji', ' 🇫🇷!']
-    upstream.enqueue({ kind: 'openai-stream', chunks: pieces.map((content) => ({ choices: [{ index: 0, delta: { content } }] })), splitEvery: 1 })
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: pieces.map((content) => ({ choices: [{ index: 0, delta: { content } }] })),
+      splitEvery: 1,
+    })
     const parts = await collect(createModel().stream(hello))
     expect(textOf(parts)).toBe(pieces.join(''))
     expect(parts.filter((part) => part.type === 'text-delta')).toHaveLength(4)
@@ -114,7 +148,11 @@ describe('OpenAIChatModel: streaming', () => {
   })
 
   it('splits every frame in odd-sized pieces without losing a character', async () => {
-    upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('Grüße aus 東京 — ça va? 🙂', 5), splitEvery: 7 })
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: openaiTextChunks('Grüße aus 東京 — ça va? 🙂', 5),
+      splitEvery: 7,
+    })
     const parts = await collect(createModel().stream(hello))
     expect(textOf(parts)).toBe('Grüße aus 東京 — ça va? 🙂')
     expect(parts.slice(-2)).toEqual([
@@ -158,8 +196,14 @@ describe('OpenAIChatModel: streaming', () => {
   it('replays recorded parallel tool calls in index order', async () => {
     upstream.enqueue({ kind: 'openai-stream', chunks: fixture('parallel-tool-calls.chunks.txt') })
     expect(await collect(createModel().stream(hello))).toEqual([
-      { type: 'tool-call', call: { id: 'call_weather_paris', name: 'weather__current', arguments: '{"city": "Paris"}' } },
-      { type: 'tool-call', call: { id: 'call_weather_tokyo', name: 'weather__current', arguments: '{"city": "東京"}' } },
+      {
+        type: 'tool-call',
+        call: { id: 'call_weather_paris', name: 'weather__current', arguments: '{"city": "Paris"}' },
+      },
+      {
+        type: 'tool-call',
+        call: { id: 'call_weather_tokyo', name: 'weather__current', arguments: '{"city": "東京"}' },
+      },
       { type: 'usage', usage: { inputTokens: 80, outputTokens: 40 } },
       { type: 'finish', reason: 'tool_calls' },
     ])
@@ -175,7 +219,11 @@ describe('OpenAIChatModel: streaming', () => {
   })
 
   it('accepts whole tool calls without an index (and arguments sent as an object)', async () => {
-    upstream.enqueue({ kind: 'openai-stream', chunks: fixture('whole-tool-call-without-index.chunks.txt'), done: false })
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: fixture('whole-tool-call-without-index.chunks.txt'),
+      done: false,
+    })
     expect(await collect(createModel().stream(hello))).toEqual([
       { type: 'tool-call', call: { id: 'call_a1', name: 'rdm__draft__compose', arguments: '{"title":"Q3"}' } },
       { type: 'tool-call', call: { id: 'call_b2', name: 'rdm__draft__list', arguments: '{"limit":5}' } },
@@ -200,7 +248,14 @@ describe('OpenAIChatModel: streaming', () => {
   it('skips malformed chunks and ignores unknown fields', async () => {
     upstream.enqueue({
       kind: 'openai-stream',
-      chunks: [openaiChunk({ content: 'a' }), '{"choices": [{"delta": {"content": "broken', { surprise: true, choices: 'not-an-array' }, { choices: [null, 5] }, openaiChunk({ content: 'b', reasoning_content: 'hmm' }), openaiUsageChunk(3, 2)],
+      chunks: [
+        openaiChunk({ content: 'a' }),
+        '{"choices": [{"delta": {"content": "broken',
+        { surprise: true, choices: 'not-an-array' },
+        { choices: [null, 5] },
+        openaiChunk({ content: 'b', reasoning_content: 'hmm' }),
+        openaiUsageChunk(3, 2),
+      ],
     })
     expect(await collect(createModel().stream(hello))).toEqual([
       { type: 'text-delta', text: 'a' },
@@ -211,7 +266,13 @@ describe('OpenAIChatModel: streaming', () => {
   })
 
   it('throws a retryable upstream_error for an error chunk mid-stream, after what was yielded', async () => {
-    upstream.enqueue({ kind: 'openai-stream', chunks: [openaiChunk({ content: 'partial' }), { error: { message: 'The server had an error while processing your request.', type: 'server_error' } }] })
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: [
+        openaiChunk({ content: 'partial' }),
+        { error: { message: 'The server had an error while processing your request.', type: 'server_error' } },
+      ],
+    })
     const { error, parts } = await collectError(createModel().stream(hello))
     expect(textOf(parts)).toBe('partial')
     expect(error.code).toBe('upstream_error')
@@ -222,14 +283,24 @@ describe('OpenAIChatModel: streaming', () => {
 
 describe('OpenAIChatModel: upstream faults', () => {
   it('maps a 429 with Retry-After seconds to a retryable upstream_error carrying the delay', async () => {
-    upstream.enqueue({ kind: 'error', status: 429, body: { error: { message: 'Rate limit reached', type: 'requests', code: 'rate_limit_exceeded' } }, headers: { 'retry-after': '2' } })
+    upstream.enqueue({
+      kind: 'error',
+      status: 429,
+      body: { error: { message: 'Rate limit reached', type: 'requests', code: 'rate_limit_exceeded' } },
+      headers: { 'retry-after': '2' },
+    })
     const { error } = await collectError(createModel().stream(hello))
     expect(error).toMatchObject({ code: 'upstream_error', upstreamStatus: 429, isRetryable: true, retryAfterMs: 2000 })
     expect(error.message).toBe('Upstream answered HTTP 429: Rate limit reached')
   })
 
   it('reads Retry-After as an HTTP-date', async () => {
-    upstream.enqueue({ kind: 'error', status: 503, body: 'overloaded', headers: { 'retry-after': new Date(Date.now() + 30_000).toUTCString() } })
+    upstream.enqueue({
+      kind: 'error',
+      status: 503,
+      body: 'overloaded',
+      headers: { 'retry-after': new Date(Date.now() + 30_000).toUTCString() },
+    })
     const { error } = await collectError(createModel().stream(hello))
     expect(error).toMatchObject({ code: 'upstream_error', upstreamStatus: 503, isRetryable: true })
     expect(error.retryAfterMs).toBeGreaterThan(25_000)
@@ -239,17 +310,30 @@ describe('OpenAIChatModel: upstream faults', () => {
   it('maps other 4xx to a non-retryable upstream_error', async () => {
     upstream.enqueue({ kind: 'error', status: 400, body: { error: { message: "Invalid value for 'messages'" } } })
     const { error } = await collectError(createModel().stream(hello))
-    expect(error).toMatchObject({ code: 'upstream_error', upstreamStatus: 400, isRetryable: false, retryAfterMs: undefined })
+    expect(error).toMatchObject({
+      code: 'upstream_error',
+      upstreamStatus: 400,
+      isRetryable: false,
+      retryAfterMs: undefined,
+    })
   })
 
   it('maps a 400 saying tools are unsupported to tools_unsupported (keywords case-insensitive, configurable)', async () => {
-    upstream.enqueue({ kind: 'error', status: 400, body: { error: { message: 'registry/library/tiny-model does NOT support tools' } } })
-    const { error } = await collectError(createModel().stream({ ...hello, tools: [{ name: 't', description: 'd', parameters: { type: 'object' } }] }))
+    upstream.enqueue({
+      kind: 'error',
+      status: 400,
+      body: { error: { message: 'registry/library/tiny-model does NOT support tools' } },
+    })
+    const { error } = await collectError(
+      createModel().stream({ ...hello, tools: [{ name: 't', description: 'd', parameters: { type: 'object' } }] }),
+    )
     expect(error).toMatchObject({ code: 'tools_unsupported', upstreamStatus: 400, isRetryable: false })
     expect(error.message).toContain('does NOT support tools')
 
     upstream.enqueue({ kind: 'error', status: 422, body: 'This deployment cannot call functions' })
-    const custom = await collectError(createModel({ toolsUnsupportedKeywords: ['cannot call functions'] }).stream(hello))
+    const custom = await collectError(
+      createModel({ toolsUnsupportedKeywords: ['cannot call functions'] }).stream(hello),
+    )
     expect(custom.error.code).toBe('tools_unsupported')
   })
 
@@ -287,7 +371,12 @@ describe('OpenAIChatModel: upstream faults', () => {
   })
 
   it('does not follow redirects (they would carry the key elsewhere)', async () => {
-    upstream.enqueue({ kind: 'error', status: 307, body: '', headers: { location: 'http://127.0.0.1:9/v1/chat/completions' } })
+    upstream.enqueue({
+      kind: 'error',
+      status: 307,
+      body: '',
+      headers: { location: 'http://127.0.0.1:9/v1/chat/completions' },
+    })
     const { error } = await collectError(createModel().stream(hello))
     expect(error).toMatchObject({ code: 'upstream_error', upstreamStatus: 307, isRetryable: false })
     expect(error.message).toContain('check the base URL')
@@ -302,10 +391,18 @@ describe('OpenAIChatModel: upstream faults', () => {
   })
 
   it('never puts the API key in an error message, even when the upstream echoes it', async () => {
-    upstream.enqueue({ kind: 'error', status: 401, body: { error: { message: `Incorrect API key provided: ${apiKey}.` } } })
+    upstream.enqueue({
+      kind: 'error',
+      status: 401,
+      body: { error: { message: `Incorrect API key provided: ${apiKey}.` } },
+    })
     upstream.enqueue({ kind: 'error', status: 400, body: `tools are not supported for key ${apiKey}` })
     upstream.enqueue({ kind: 'openai-stream', chunks: [{ error: { message: `quota exceeded for ${apiKey}` } }] })
-    const errors = [await collectError(createModel().stream(hello)), await collectError(createModel().stream(hello)), await collectError(createModel().stream(hello))]
+    const errors = [
+      await collectError(createModel().stream(hello)),
+      await collectError(createModel().stream(hello)),
+      await collectError(createModel().stream(hello)),
+    ]
     expect(errors.map(({ error }) => error.code)).toEqual(['upstream_error', 'tools_unsupported', 'upstream_error'])
     for (const { error } of errors) {
       expect(error.message).not.toContain(apiKey)
@@ -355,11 +452,18 @@ describe('OpenAIChatModel: cancellation', () => {
 
 describe('OpenAIChatModel with streamWithRetries over the wire', () => {
   it('retries a 429 (honouring Retry-After) and a 503, then streams the answer', async () => {
-    upstream.enqueue({ kind: 'error', status: 429, body: { error: { message: 'slow down' } }, headers: { 'retry-after': '0.05' } })
+    upstream.enqueue({
+      kind: 'error',
+      status: 429,
+      body: { error: { message: 'slow down' } },
+      headers: { 'retry-after': '0.05' },
+    })
     upstream.enqueue({ kind: 'error', status: 503, body: 'unavailable' })
     upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('third time lucky', 3) })
     const waits: number[] = []
-    const parts = await collect(streamWithRetries(createModel(), hello, { baseDelayMs: 10, onRetry: ({ delayMs }) => waits.push(delayMs) }))
+    const parts = await collect(
+      streamWithRetries(createModel(), hello, { baseDelayMs: 10, onRetry: ({ delayMs }) => waits.push(delayMs) }),
+    )
     expect(textOf(parts)).toBe('third time lucky')
     expect(upstream.requests).toHaveLength(3)
     expect(waits[0]).toBe(50)

@@ -94,7 +94,10 @@ export class OpenAIChatModel implements LanguageModel {
       }
       // Not one readable chunk (an HTML page from a proxy, frames cut short): not an empty answer.
       if (readable === 0) {
-        const seen = firstUnreadable === undefined ? 'no event at all' : `only unreadable data (${JSON.stringify(firstUnreadable.slice(0, 120))})`
+        const seen =
+          firstUnreadable === undefined
+            ? 'no event at all'
+            : `only unreadable data (${JSON.stringify(firstUnreadable.slice(0, 120))})`
         throw new ModelError('upstream_error', `The upstream's stream carried ${seen}; expected chat-completion chunks`)
       }
     } catch (error) {

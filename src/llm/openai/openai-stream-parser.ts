@@ -42,8 +42,10 @@ export class OpenAIStreamParser {
       this.#readUsage(choice.usage)
       const delta = asRecord(choice.delta) ?? asRecord(choice.message)
       if (!delta) continue
-      if (typeof delta.content === 'string' && delta.content !== '') parts.push({ type: 'text-delta', text: delta.content })
-      if (typeof delta.refusal === 'string' && delta.refusal !== '') parts.push({ type: 'text-delta', text: delta.refusal })
+      if (typeof delta.content === 'string' && delta.content !== '')
+        parts.push({ type: 'text-delta', text: delta.content })
+      if (typeof delta.refusal === 'string' && delta.refusal !== '')
+        parts.push({ type: 'text-delta', text: delta.refusal })
       if (Array.isArray(delta.tool_calls)) for (const fragment of delta.tool_calls) this.#addToolCallFragment(fragment)
     }
     return parts
@@ -57,7 +59,10 @@ export class OpenAIStreamParser {
       const call = this.#toolCalls.get(index)
       // A call without a name cannot be dispatched or answered; nothing was recorded for it.
       if (!call?.name) continue
-      parts.push({ type: 'tool-call', call: { id: call.id ?? `call_${index}`, name: call.name, arguments: call.arguments } })
+      parts.push({
+        type: 'tool-call',
+        call: { id: call.id ?? `call_${index}`, name: call.name, arguments: call.arguments },
+      })
     }
     if (this.#usage) parts.push({ type: 'usage', usage: this.#usage })
     parts.push({ type: 'finish', reason: this.#finishReason })
@@ -109,6 +114,9 @@ export class OpenAIStreamParser {
 
 function streamedError(value: unknown): ModelError {
   const error = asRecord(value)
-  const message = typeof error?.message === 'string' ? error.message : typeof value === 'string' ? value : 'unknown error'
-  return new ModelError('upstream_error', `The upstream reported an error mid-stream: ${message.slice(0, 500)}`, { isRetryable: true })
+  const message =
+    typeof error?.message === 'string' ? error.message : typeof value === 'string' ? value : 'unknown error'
+  return new ModelError('upstream_error', `The upstream reported an error mid-stream: ${message.slice(0, 500)}`, {
+    isRetryable: true,
+  })
 }

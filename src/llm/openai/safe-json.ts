@@ -12,5 +12,7 @@ export function safeParseJson(text: string): JsonParseResult {
 
 /** `value` as a plain object, or undefined (arrays and null are not records). */
 export function asRecord(value: unknown): Record<string, unknown> | undefined {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : undefined
 }

@@ -1,7 +1,13 @@
 import { describe, expect, it } from 'vitest'
 import { ModelError } from '../model.js'
 import { safeParseJson } from './safe-json.js'
-import { createHttpError, defaultToolsUnsupportedKeywords, describeErrorBody, parseRetryAfter, redactModelError } from './upstream-errors.js'
+import {
+  createHttpError,
+  defaultToolsUnsupportedKeywords,
+  describeErrorBody,
+  parseRetryAfter,
+  redactModelError,
+} from './upstream-errors.js'
 
 describe('parseRetryAfter', () => {
   const now = Date.parse('2025-01-01T00:00:00Z')
@@ -22,13 +28,34 @@ describe('parseRetryAfter', () => {
 describe('createHttpError', () => {
   const keywords = defaultToolsUnsupportedKeywords
   it('classifies statuses', () => {
-    expect(createHttpError(429, new Headers({ 'retry-after': '1' }), '', keywords)).toMatchObject({ code: 'upstream_error', upstreamStatus: 429, isRetryable: true, retryAfterMs: 1000 })
-    expect(createHttpError(500, new Headers(), 'oops', keywords)).toMatchObject({ code: 'upstream_error', isRetryable: true, retryAfterMs: undefined })
-    expect(createHttpError(404, new Headers({ 'retry-after': '1' }), 'no such model', keywords)).toMatchObject({ code: 'upstream_error', isRetryable: false, retryAfterMs: undefined })
-    expect(createHttpError(400, new Headers(), '{"error":{"message":"Tools are not supported"}}', keywords)).toMatchObject({ code: 'tools_unsupported', upstreamStatus: 400 })
+    expect(createHttpError(429, new Headers({ 'retry-after': '1' }), '', keywords)).toMatchObject({
+      code: 'upstream_error',
+      upstreamStatus: 429,
+      isRetryable: true,
+      retryAfterMs: 1000,
+    })
+    expect(createHttpError(500, new Headers(), 'oops', keywords)).toMatchObject({
+      code: 'upstream_error',
+      isRetryable: true,
+      retryAfterMs: undefined,
+    })
+    expect(createHttpError(404, new Headers({ 'retry-after': '1' }), 'no such model', keywords)).toMatchObject({
+      code: 'upstream_error',
+      isRetryable: false,
+      retryAfterMs: undefined,
+    })
+    expect(
+      createHttpError(400, new Headers(), '{"error":{"message":"Tools are not supported"}}', keywords),
+    ).toMatchObject({ code: 'tools_unsupported', upstreamStatus: 400 })
     // Only a 4xx names missing tool support; a 5xx mentioning tools is still an outage.
-    expect(createHttpError(500, new Headers(), 'tools not supported', keywords)).toMatchObject({ code: 'upstream_error', isRetryable: true })
-    expect(createHttpError(400, new Headers(), 'tools not supported', [])).toMatchObject({ code: 'upstream_error', isRetryable: false })
+    expect(createHttpError(500, new Headers(), 'tools not supported', keywords)).toMatchObject({
+      code: 'upstream_error',
+      isRetryable: true,
+    })
+    expect(createHttpError(400, new Headers(), 'tools not supported', [])).toMatchObject({
+      code: 'upstream_error',
+      isRetryable: false,
+    })
   })
 })
 

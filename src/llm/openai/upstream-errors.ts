@@ -40,7 +40,14 @@ export function describeErrorBody(text: string): string {
     const body = asRecord(parsed.value)
     const error = body?.error
     const nested = asRecord(error)?.message
-    const message = typeof nested === 'string' ? nested : typeof body?.message === 'string' ? body.message : typeof error === 'string' ? error : undefined
+    const message =
+      typeof nested === 'string'
+        ? nested
+        : typeof body?.message === 'string'
+          ? body.message
+          : typeof error === 'string'
+            ? error
+            : undefined
     if (message) return truncate(message)
   }
   return truncate(text.trim().replace(/\s+/g, ' '))
@@ -51,14 +58,31 @@ export function describeErrorBody(text: string): string {
  * 429 and 5xx → retryable `upstream_error` (with `retryAfterMs`); any other status (redirects included,
  * which are never followed) → non-retryable `upstream_error`.
  */
-export function createHttpError(status: number, headers: Headers, body: string, toolsUnsupportedKeywords: readonly string[]): ModelError {
+export function createHttpError(
+  status: number,
+  headers: Headers,
+  body: string,
+  toolsUnsupportedKeywords: readonly string[],
+): ModelError {
   const detail = describeErrorBody(body)
   const lowered = body.toLowerCase()
-  if (status >= 400 && status < 500 && toolsUnsupportedKeywords.some((keyword) => keyword && lowered.includes(keyword.toLowerCase()))) {
-    return new ModelError('tools_unsupported', `The upstream model does not support tools (HTTP ${status}): ${detail}`, { upstreamStatus: status })
+  if (
+    status >= 400 &&
+    status < 500 &&
+    toolsUnsupportedKeywords.some((keyword) => keyword && lowered.includes(keyword.toLowerCase()))
+  ) {
+    return new ModelError(
+      'tools_unsupported',
+      `The upstream model does not support tools (HTTP ${status}): ${detail}`,
+      { upstreamStatus: status },
+    )
   }
   if (status >= 300 && status < 400) {
-    return new ModelError('upstream_error', `Upstream answered HTTP ${status} (a redirect, not followed): check the base URL`, { upstreamStatus: status })
+    return new ModelError(
+      'upstream_error',
+      `Upstream answered HTTP ${status} (a redirect, not followed): check the base URL`,
+      { upstreamStatus: status },
+    )
   }
   const isRetryable = status === 429 || status >= 500
   return new ModelError('upstream_error', `Upstream answered HTTP ${status}${detail ? `: ${detail}` : ''}`, {
@@ -80,9 +104,17 @@ export function redactSecrets(text: string, secrets: ReadonlyArray<string | unde
 /** The same ModelError with secrets removed from its message (the cause is dropped if it mentioned one). */
 export function redactModelError(error: ModelError, secrets: ReadonlyArray<string | undefined>): ModelError {
   const message = redactSecrets(error.message, secrets)
-  const cause = error.cause instanceof Error && redactSecrets(String(error.cause.message), secrets) !== error.cause.message ? undefined : error.cause
+  const cause =
+    error.cause instanceof Error && redactSecrets(String(error.cause.message), secrets) !== error.cause.message
+      ? undefined
+      : error.cause
   if (message === error.message && cause === error.cause) return error
-  return new ModelError(error.code, message, { upstreamStatus: error.upstreamStatus, isRetryable: error.isRetryable, retryAfterMs: error.retryAfterMs, cause })
+  return new ModelError(error.code, message, {
+    upstreamStatus: error.upstreamStatus,
+    isRetryable: error.isRetryable,
+    retryAfterMs: error.retryAfterMs,
+    cause,
+  })
 }
 
 function truncate(text: string): string {

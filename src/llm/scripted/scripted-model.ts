@@ -60,7 +60,9 @@ export class ScriptedModel implements LanguageModel {
     this.calls.push({ messages: structuredClone(request.messages), tools: structuredClone(request.tools) })
     if (this.#turnBy === 'round') {
       const lastUser = request.messages.findLastIndex((message) => message.role === 'user')
-      this.#next = request.messages.slice(lastUser + 1).filter((message) => message.role === 'assistant' && (message.toolCalls?.length ?? 0) > 0).length
+      this.#next = request.messages
+        .slice(lastUser + 1)
+        .filter((message) => message.role === 'assistant' && (message.toolCalls?.length ?? 0) > 0).length
     }
     let turn = this.#turns[this.#next]
     if (!turn && this.#whenExhausted === 'loop' && this.#turns.length > 0) {
@@ -80,7 +82,14 @@ export class ScriptedModel implements LanguageModel {
     let index = 0
     for (const call of toolCalls) {
       const id = call.id ?? `call_${this.#next}_${index++}`
-      yield { type: 'tool-call', call: { id, name: call.name, arguments: typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments ?? {}) } }
+      yield {
+        type: 'tool-call',
+        call: {
+          id,
+          name: call.name,
+          arguments: typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments ?? {}),
+        },
+      }
     }
     yield { type: 'usage', usage: { inputTokens: estimate(request), outputTokens: Math.ceil(text.length / 4) } }
     yield { type: 'finish', reason: toolCalls.length > 0 ? 'tool_calls' : 'stop' }

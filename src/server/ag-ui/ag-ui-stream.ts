@@ -46,7 +46,10 @@ export async function serveAgUiStream(
   prepare: () => Promise<AgUiStreamPlan>,
 ): Promise<void> {
   if (!request.user || !request.tokenId) throw new HttpProblem('unauthorized')
-  const handle = context.streams.open({ ...access, userId: request.user.id, tokenId: request.tokenId }, Date.now() - reply.elapsedTime)
+  const handle = context.streams.open(
+    { ...access, userId: request.user.id, tokenId: request.tokenId },
+    Date.now() - reply.elapsedTime,
+  )
   let plan: AgUiStreamPlan
   try {
     plan = await prepare()
@@ -75,21 +78,28 @@ export async function serveAgUiStream(
     reply.code(200).header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
     reply.sse.sendHeaders()
     if (!(await send(mapper.start()))) return
-    plan
-      .afterOpen?.()
-      .catch((error: unknown) => {
-        failure = error instanceof AnswerFailed ? error : new AnswerFailed('internal', 'answering the run failed')
-        if (!(error instanceof AnswerFailed)) request.log.error({ err: error }, 'AG-UI answers failed')
-        stop()
-      })
-    for await (const event of streamEvents(context.store.db, context.store.feed, { runId: plan.runId }, { afterId: plan.afterId, signal: finished.signal, maxQueuedBytes: context.streams.limits.maxQueuedBytes })) {
+    plan.afterOpen?.().catch((error: unknown) => {
+      failure = error instanceof AnswerFailed ? error : new AnswerFailed('internal', 'answering the run failed')
+      if (!(error instanceof AnswerFailed)) request.log.error({ err: error }, 'AG-UI answers failed')
+      stop()
+    })
+    for await (const event of streamEvents(
+      context.store.db,
+      context.store.feed,
+      { runId: plan.runId },
+      { afterId: plan.afterId, signal: finished.signal, maxQueuedBytes: context.streams.limits.maxQueuedBytes },
+    )) {
       if (!(await send(mapper.map(event)))) break
       if (mapper.done) break
     }
     if (!mapper.done && writer.open) {
       const ended = failure as AnswerFailed | null
       const reason: StreamEndReason | null = context.shutdown.aborted ? 'shutdown' : handle.reason
-      const last = ended ? mapper.fail(ended.code, ended.message) : reason ? mapper.fail(reason, endMessage(reason, plan.runId)) : []
+      const last = ended
+        ? mapper.fail(ended.code, ended.message)
+        : reason
+          ? mapper.fail(reason, endMessage(reason, plan.runId))
+          : []
       if (last.length > 0) await writer.write(encodeAll(last), undefined, finalFrameTimeoutMs)
     }
   } catch (error) {

@@ -27,7 +27,10 @@ export function readAnswers(messages: readonly Message[], resume: readonly Resum
   const decisions = new Map(work.decisions.map((decision) => [decision.decisionId, decision]))
   const calls = new Map(work.toolOutputs.map((call) => [call.callId, call]))
   const take = (id: string, path: string): void => {
-    if (found.ids.has(id)) throw new HttpProblem('validation_failed', `${path}: ${id} is answered twice`, { errors: [{ path, message: 'answered twice' }] })
+    if (found.ids.has(id))
+      throw new HttpProblem('validation_failed', `${path}: ${id} is answered twice`, {
+        errors: [{ path, message: 'answered twice' }],
+      })
     found.ids.add(id)
   }
   resume.forEach((entry, index) => {
@@ -40,10 +43,17 @@ export function readAnswers(messages: readonly Message[], resume: readonly Resum
     }
     if (calls.has(entry.interruptId)) {
       take(entry.interruptId, path)
-      found.toolOutputs.push({ callId: entry.interruptId, output: entry.status === 'cancelled' ? { accepted: false, rejected: true } : (entry.payload ?? null) })
+      found.toolOutputs.push({
+        callId: entry.interruptId,
+        output: entry.status === 'cancelled' ? { accepted: false, rejected: true } : (entry.payload ?? null),
+      })
       return
     }
-    throw new HttpProblem('unknown_interrupt', `resume[${index}].interruptId ${JSON.stringify(entry.interruptId)} is not something the run waits for`, { pending: [...decisions.keys(), ...calls.keys()] })
+    throw new HttpProblem(
+      'unknown_interrupt',
+      `resume[${index}].interruptId ${JSON.stringify(entry.interruptId)} is not something the run waits for`,
+      { pending: [...decisions.keys(), ...calls.keys()] },
+    )
   })
   // The trailing tool messages: answers to the calls the run awaits. A result of a call Plinth ran
   // itself (a TOOL_CALL_RESULT the client kept) is history; one for any other call is refused.
@@ -57,12 +67,20 @@ export function readAnswers(messages: readonly Message[], resume: readonly Resum
       continue
     }
     if (!callNameIn(messages, message.toolCallId)) {
-      throw new HttpProblem('unknown_tool_call', `messages[${index}] answers tool call ${JSON.stringify(message.toolCallId)}, which no assistant message of the thread made and the run does not await`, { pending: [...decisions.keys(), ...calls.keys()] })
+      throw new HttpProblem(
+        'unknown_tool_call',
+        `messages[${index}] answers tool call ${JSON.stringify(message.toolCallId)}, which no assistant message of the thread made and the run does not await`,
+        { pending: [...decisions.keys(), ...calls.keys()] },
+      )
     }
   }
   const missing = [...decisions.keys(), ...calls.keys()].filter((id) => !found.ids.has(id))
   if (found.ids.size > 0 && missing.length > 0) {
-    throw new HttpProblem('incomplete_resume', `answer everything the run waits for at once; unanswered: ${missing.join(', ')}`, { missing })
+    throw new HttpProblem(
+      'incomplete_resume',
+      `answer everything the run waits for at once; unanswered: ${missing.join(', ')}`,
+      { missing },
+    )
   }
   return found
 }
@@ -72,18 +90,25 @@ function decisionAnswer(entry: ResumeEntry, path: string): { answer: DecisionAns
   const payload = entry.payload as { decision?: unknown; note?: unknown } | undefined
   const decision = payload?.decision
   if (typeof decision !== 'string' || !answers.has(decision)) {
-    throw new HttpProblem('validation_failed', `${path}.payload.decision must be approve, approve_session or reject`, { errors: [{ path: `${path}.payload.decision`, message: 'must be approve, approve_session or reject' }] })
+    throw new HttpProblem('validation_failed', `${path}.payload.decision must be approve, approve_session or reject`, {
+      errors: [{ path: `${path}.payload.decision`, message: 'must be approve, approve_session or reject' }],
+    })
   }
   const note = payload?.note
   if (note !== undefined && (typeof note !== 'string' || note.length > 2000)) {
-    throw new HttpProblem('validation_failed', `${path}.payload.note must be a string of at most 2000 characters`, { errors: [{ path: `${path}.payload.note`, message: 'must be a string of at most 2000 characters' }] })
+    throw new HttpProblem('validation_failed', `${path}.payload.note must be a string of at most 2000 characters`, {
+      errors: [{ path: `${path}.payload.note`, message: 'must be a string of at most 2000 characters' }],
+    })
   }
   return { answer: decision as DecisionAnswer, ...(typeof note === 'string' && { note }) }
 }
 
 /** A tool message's content as the call's output: JSON when it parses, else the text; `error` marks a failure. */
 function toolMessageOutput(message: Extract<Message, { role: 'tool' }>): unknown {
-  const text = typeof message.content === 'string' ? message.content : message.content.map((part) => (part.type === 'text' ? part.text : '')).join('')
+  const text =
+    typeof message.content === 'string'
+      ? message.content
+      : message.content.map((part) => (part.type === 'text' ? part.text : '')).join('')
   if (message.error !== undefined) return { accepted: false, error: message.error, content: text }
   try {
     return JSON.parse(text) as unknown

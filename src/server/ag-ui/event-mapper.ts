@@ -1,4 +1,10 @@
-import { EventType, PROTOCOL_VERSION, type Event as AgUiEvent, type RunFinishedOutcome, type TokenUsage } from '@ag-ui/core'
+import {
+  EventType,
+  PROTOCOL_VERSION,
+  type Event as AgUiEvent,
+  type RunFinishedOutcome,
+  type TokenUsage,
+} from '@ag-ui/core'
 import type { EventRecord } from '../../store/index.js'
 import { interruptsOf, waitingWorkOf, type DecisionDetails } from './interrupts.js'
 
@@ -56,7 +62,15 @@ export class AgUiEventMapper {
   /** What opens the stream: RUN_STARTED (with Plinth's run id in its metadata), the continued round's step. */
   start(): AgUiEvent[] {
     const { threadId, runId, plinthRunId, continuesRound } = this.#setup
-    const events: AgUiEvent[] = [{ type: EventType.RUN_STARTED, threadId, runId, protocolVersion: PROTOCOL_VERSION, metadata: { plinth: { runId: plinthRunId } } }]
+    const events: AgUiEvent[] = [
+      {
+        type: EventType.RUN_STARTED,
+        threadId,
+        runId,
+        protocolVersion: PROTOCOL_VERSION,
+        metadata: { plinth: { runId: plinthRunId } },
+      },
+    ]
     if (continuesRound !== undefined && continuesRound > 0) events.push(this.#openStep(continuesRound))
     return events
   }
@@ -74,17 +88,31 @@ export class AgUiEventMapper {
         }
         return []
       case 'message.delta':
-        return this.#assistantMessages.has(String(data.messageId)) ? this.#text(String(data.messageId), String(data.text ?? '')) : []
+        return this.#assistantMessages.has(String(data.messageId))
+          ? this.#text(String(data.messageId), String(data.text ?? ''))
+          : []
       case 'message.completed':
-        return this.#assistantMessages.has(String(data.messageId)) ? this.#messageCompleted(String(data.messageId), data.content, data.toolCalls) : []
+        return this.#assistantMessages.has(String(data.messageId))
+          ? this.#messageCompleted(String(data.messageId), data.content, data.toolCalls)
+          : []
       case 'tool_call.created':
         return this.#toolCall(String(data.callId), String(data.name), data.args)
       case 'tool_call.completed':
         return this.#toolResult(String(data.callId), data.status, data.output)
       case 'tool_call.output':
-        return [{ type: EventType.CUSTOM, name: 'plinth.tool_output', value: { toolCallId: data.callId, stream: data.stream, text: data.text } }]
+        return [
+          {
+            type: EventType.CUSTOM,
+            name: 'plinth.tool_output',
+            value: { toolCallId: data.callId, stream: data.stream, text: data.text },
+          },
+        ]
       case 'decision.required':
-        this.#decisions.set(String(data.decisionId), { preview: (data.preview as string | null | undefined) ?? null, expiresAt: String(data.expiresAt), reasons: (data.reasons as string[] | undefined) ?? [] })
+        this.#decisions.set(String(data.decisionId), {
+          preview: (data.preview as string | null | undefined) ?? null,
+          expiresAt: String(data.expiresAt),
+          reasons: (data.reasons as string[] | undefined) ?? [],
+        })
         return []
       case 'run.status':
         return data.status === 'requires_action' ? this.#waiting(data.requiredAction) : []
@@ -132,7 +160,12 @@ export class AgUiEventMapper {
     this.#rawArguments.delete(callId)
     return [
       ...this.#closeText(),
-      { type: EventType.TOOL_CALL_START, toolCallId: callId, toolCallName: name, ...(this.#assistantMessage && { parentMessageId: this.#assistantMessage }) },
+      {
+        type: EventType.TOOL_CALL_START,
+        toolCallId: callId,
+        toolCallName: name,
+        ...(this.#assistantMessage && { parentMessageId: this.#assistantMessage }),
+      },
       ...(raw === '' ? [] : [{ type: EventType.TOOL_CALL_ARGS, toolCallId: callId, delta: raw } as AgUiEvent]),
       { type: EventType.TOOL_CALL_END, toolCallId: callId },
     ]
@@ -141,7 +174,16 @@ export class AgUiEventMapper {
   #toolResult(callId: string, status: unknown, output: unknown): AgUiEvent[] {
     if (this.#setup.answeredByClient?.has(callId)) return []
     const content = typeof output === 'string' ? output : JSON.stringify(output ?? null)
-    return [{ type: EventType.TOOL_CALL_RESULT, messageId: `${callId}-result`, toolCallId: callId, role: 'tool', content, ...(status !== 'ok' && { metadata: { plinth: { status } } }) }]
+    return [
+      {
+        type: EventType.TOOL_CALL_RESULT,
+        messageId: `${callId}-result`,
+        toolCallId: callId,
+        role: 'tool',
+        content,
+        ...(status !== 'ok' && { metadata: { plinth: { status } } }),
+      },
+    ]
   }
 
   /** A wait ends the AG-UI run unless this request answers everything it lists. */
@@ -153,20 +195,42 @@ export class AgUiEventMapper {
     if (decisions.length === 0 && toolOutputs.length === 0) return []
     // Only frontend tools wait: AG-UI's own pattern, a finished run with pending tool calls that the
     // client answers with tool messages in its next input.
-    if (decisions.length === 0) return this.#finish({ type: 'success', pendingToolCallIds: toolOutputs.map((call) => call.callId) }, undefined)
-    return this.#finish({ type: 'interrupt', interrupts: interruptsOf({ decisions, toolOutputs }, this.#decisions, this.#setup.plinthRunId) }, undefined)
+    if (decisions.length === 0)
+      return this.#finish({ type: 'success', pendingToolCallIds: toolOutputs.map((call) => call.callId) }, undefined)
+    return this.#finish(
+      {
+        type: 'interrupt',
+        interrupts: interruptsOf({ decisions, toolOutputs }, this.#decisions, this.#setup.plinthRunId),
+      },
+      undefined,
+    )
   }
 
   #finish(outcome: RunFinishedOutcome, usage: unknown, plinth: Record<string, unknown> = {}): AgUiEvent[] {
     this.#done = true
     const { threadId, runId, plinthRunId } = this.#setup
     const used = this.#usage(usage)
-    return [...this.#closeText(), ...this.#closeStep(), { type: EventType.RUN_FINISHED, threadId, runId, outcome, ...(used && { usage: used }), metadata: { plinth: { runId: plinthRunId, ...plinth } } }]
+    return [
+      ...this.#closeText(),
+      ...this.#closeStep(),
+      {
+        type: EventType.RUN_FINISHED,
+        threadId,
+        runId,
+        outcome,
+        ...(used && { usage: used }),
+        metadata: { plinth: { runId: plinthRunId, ...plinth } },
+      },
+    ]
   }
 
   #error(code: string, message: string): AgUiEvent[] {
     this.#done = true
-    return [...this.#closeText(), ...this.#closeStep(), { type: EventType.RUN_ERROR, code, message, metadata: { plinth: { runId: this.#setup.plinthRunId } } }]
+    return [
+      ...this.#closeText(),
+      ...this.#closeStep(),
+      { type: EventType.RUN_ERROR, code, message, metadata: { plinth: { runId: this.#setup.plinthRunId } } },
+    ]
   }
 
   #usage(usage: unknown): TokenUsage[] | undefined {

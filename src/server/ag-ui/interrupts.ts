@@ -2,7 +2,16 @@ import type { Interrupt } from '@ag-ui/core'
 
 /** What a run in `requires_action` waits for, as `requiredAction` holds it. */
 export interface WaitingWork {
-  decisions: Array<{ decisionId: string; callId: string; name: string; commandId: string; risk: string | null; args: unknown; kind?: 'approve' | 'connect'; connect?: { server: string; path: string } }>
+  decisions: Array<{
+    decisionId: string
+    callId: string
+    name: string
+    commandId: string
+    risk: string | null
+    args: unknown
+    kind?: 'approve' | 'connect'
+    connect?: { server: string; path: string }
+  }>
   toolOutputs: Array<{ callId: string; name: string; args: unknown }>
 }
 
@@ -14,13 +23,20 @@ export interface DecisionDetails {
 }
 
 /** Reasons of the interrupts Plinth raises. */
-export const interruptReasons = { approval: 'tool_approval', connect: 'account_connection', clientTool: 'client_tool' } as const
+export const interruptReasons = {
+  approval: 'tool_approval',
+  connect: 'account_connection',
+  clientTool: 'client_tool',
+} as const
 
 /** What a resume entry answering an approval carries. */
 export const decisionAnswerSchema = {
   type: 'object',
   properties: {
-    decision: { enum: ['approve', 'approve_session', 'reject'], description: 'approve once, approve for the rest of the session, or reject' },
+    decision: {
+      enum: ['approve', 'approve_session', 'reject'],
+      description: 'approve once, approve for the rest of the session, or reject',
+    },
     note: { type: 'string', maxLength: 2000 },
   },
   required: ['decision'],
@@ -33,7 +49,11 @@ export function waitingWorkOf(requiredAction: unknown): WaitingWork {
 }
 
 /** The interrupts of a wait: one per decision, one per client-tool call. */
-export function interruptsOf(work: WaitingWork, details: ReadonlyMap<string, DecisionDetails>, runId: string): Interrupt[] {
+export function interruptsOf(
+  work: WaitingWork,
+  details: ReadonlyMap<string, DecisionDetails>,
+  runId: string,
+): Interrupt[] {
   const decisions = work.decisions.map((decision): Interrupt => {
     const known = details.get(decision.decisionId)
     const connect = decision.kind === 'connect'
@@ -46,17 +66,24 @@ export function interruptsOf(work: WaitingWork, details: ReadonlyMap<string, Dec
       toolCallId: decision.callId,
       ...(!connect && { responseSchema: decisionAnswerSchema }),
       ...(known && { expiresAt: known.expiresAt }),
-      metadata: { plinth: { runId, commandId: decision.commandId, risk: decision.risk, args: decision.args, ...(known && { reasons: known.reasons }), ...(decision.connect && { connect: decision.connect }) } },
+      metadata: {
+        plinth: {
+          runId,
+          commandId: decision.commandId,
+          risk: decision.risk,
+          args: decision.args,
+          ...(known && { reasons: known.reasons }),
+          ...(decision.connect && { connect: decision.connect }),
+        },
+      },
     }
   })
-  const clientTools = work.toolOutputs.map(
-    (call): Interrupt => ({
-      id: call.callId,
-      reason: interruptReasons.clientTool,
-      message: `Run the client tool ${call.name} and resume with its output as the payload`,
-      toolCallId: call.callId,
-      metadata: { plinth: { runId, name: call.name, args: call.args } },
-    }),
-  )
+  const clientTools = work.toolOutputs.map((call): Interrupt => ({
+    id: call.callId,
+    reason: interruptReasons.clientTool,
+    message: `Run the client tool ${call.name} and resume with its output as the payload`,
+    toolCallId: call.callId,
+    metadata: { plinth: { runId, name: call.name, args: call.args } },
+  }))
   return [...decisions, ...clientTools]
 }

@@ -27,29 +27,63 @@ export async function planAgUiRun(
   const resume = input.resume ?? []
   if (resume.length > 0 || last?.role === 'tool') return continueWaitingRun(deps, user, target.conversation, input)
   if (last?.role !== 'user') {
-    throw new HttpProblem('no_input', 'the last message must be a user message (it starts a run), or the input must answer the conversation’s waiting run (resume entries or tool messages)')
+    throw new HttpProblem(
+      'no_input',
+      'the last message must be a user message (it starts a run), or the input must answer the conversation’s waiting run (resume entries or tool messages)',
+    )
   }
   const text = userText(last, input.messages.length - 1)
   const clientTools = clientToolsOf(input.tools ?? [])
-  const created = await deps.runs.createRun(target.conversation, user.id, { ...options, input: text, ...(clientTools.length > 0 && { clientTools }) }, { project: target.project })
+  const created = await deps.runs.createRun(
+    target.conversation,
+    user.id,
+    { ...options, input: text, ...(clientTools.length > 0 && { clientTools }) },
+    { project: target.project },
+  )
   if ('active' in created) {
     const { active } = created
-    throw new HttpProblem('run_active', `run ${active.id} is ${active.status} in this conversation; answer it (resume), cancel it, or send forwardedProps.plinth.ifActive`, {
-      activeRunId: active.id,
-      activeStatus: active.status,
-      awaiting: active.requiredAction,
-    })
+    throw new HttpProblem(
+      'run_active',
+      `run ${active.id} is ${active.status} in this conversation; answer it (resume), cancel it, or send forwardedProps.plinth.ifActive`,
+      {
+        activeRunId: active.id,
+        activeStatus: active.status,
+        awaiting: active.requiredAction,
+      },
+    )
   }
   const { run } = created
-  return { runId: run.id, afterId: 0, mapper: new AgUiEventMapper({ threadId: input.threadId, runId: input.runId, plinthRunId: run.id, model: run.model }) }
+  return {
+    runId: run.id,
+    afterId: 0,
+    mapper: new AgUiEventMapper({
+      threadId: input.threadId,
+      runId: input.runId,
+      plinthRunId: run.id,
+      model: run.model,
+    }),
+  }
 }
 
-async function continueWaitingRun(deps: ServerDeps, user: User, conversation: Conversation, input: RunAgentInput): Promise<AgUiStreamPlan> {
-  const waiting = (await deps.runQueries.ofConversation(user, conversation.id, ['requires_action'], { limit: 1 })).items[0]
-  if (!waiting) throw new HttpProblem('run_not_waiting', 'no run waits for an answer in this conversation; send a user message to start one')
+async function continueWaitingRun(
+  deps: ServerDeps,
+  user: User,
+  conversation: Conversation,
+  input: RunAgentInput,
+): Promise<AgUiStreamPlan> {
+  const waiting = (await deps.runQueries.ofConversation(user, conversation.id, ['requires_action'], { limit: 1 }))
+    .items[0]
+  if (!waiting)
+    throw new HttpProblem(
+      'run_not_waiting',
+      'no run waits for an answer in this conversation; send a user message to start one',
+    )
   const answers = readAnswers(input.messages, input.resume ?? [], waitingWorkOf(waiting.requiredAction))
   if (answers.ids.size === 0) {
-    throw new HttpProblem('no_input', 'the input neither answers the waiting run (resume entries, tool messages for the calls it awaits) nor ends with a user message')
+    throw new HttpProblem(
+      'no_input',
+      'the input neither answers the waiting run (resume entries, tool messages for the calls it awaits) nor ends with a user message',
+    )
   }
   // Read before answering: everything the answers cause comes after it.
   const afterId = await deps.runQueries.lastEventId()

@@ -15,7 +15,13 @@ export interface AskClient {
  * Runs one `tools/call` through the bus — entrance `mcp`, the caller as actor — so the same
  * validation, authorization, risk gate, decisions and audit apply as from any other entrance.
  */
-export async function callTool(bus: CommandBus, scope: McpScope, command: RegisteredCommand, args: Params, ask: AskClient | null): Promise<CallToolResult> {
+export async function callTool(
+  bus: CommandBus,
+  scope: McpScope,
+  command: RegisteredCommand,
+  args: Params,
+  ask: AskClient | null,
+): Promise<CallToolResult> {
   let outcome = await bus.dispatch({
     commandId: command.spec.id,
     params: args,
@@ -26,7 +32,8 @@ export async function callTool(bus: CommandBus, scope: McpScope, command: Regist
     // MCP has no idempotency key; a client's retry is a new call.
     idempotencyKey: null,
   })
-  if (ask && outcome.status === 'awaiting_decision' && outcome.decision.kind === 'approve') outcome = await ask.elicitor.ask(command, outcome, ask.requestId, ask.signal)
+  if (ask && outcome.status === 'awaiting_decision' && outcome.decision.kind === 'approve')
+    outcome = await ask.elicitor.ask(command, outcome, ask.requestId, ask.signal)
   return toolResult(command, outcome)
 }
 
@@ -69,7 +76,10 @@ export function toolResult(command: RegisteredCommand, outcome: DispatchOutcome)
   return {
     content: [{ type: 'text', text: `${code}: ${message}` }],
     isError: true,
-    structuredContent: { error: { code, message, ...(errors && { errors }) }, ...(outcome.dispatchId && { dispatchId: outcome.dispatchId }) },
+    structuredContent: {
+      error: { code, message, ...(errors && { errors }) },
+      ...(outcome.dispatchId && { dispatchId: outcome.dispatchId }),
+    },
     ...meta,
   }
 }

@@ -1,4 +1,9 @@
-import type { GetPromptResult, ListPromptsResult, ListResourcesResult, ReadResourceResult } from '@modelcontextprotocol/sdk/types.js'
+import type {
+  GetPromptResult,
+  ListPromptsResult,
+  ListResourcesResult,
+  ReadResourceResult,
+} from '@modelcontextprotocol/sdk/types.js'
 import type { KnowledgeService } from '../../rag/index.js'
 import type { Project, User } from '../../store/index.js'
 import { decodeCursor, encodeCursor } from '../cursor.js'
@@ -55,14 +60,26 @@ export class McpContent {
     const item = await this.#knowledge.item(this.#user, id).catch(() => undefined)
     if (!item || item.projectId !== this.#project.id) throw new McpContentNotFound(`Resource ${uri} not found`)
     const body = await this.#knowledge.text(item, maxResourceChars)
-    if (!body) throw new McpContentNotFound(`Resource ${uri} is not readable yet: its ingestion is ${item.ingestStatus}`)
-    const text = body.length > body.text.length ? `${body.text}\n\n[TRUNCATED: ${body.length} characters in all; search the rest with the knowledge_search tool]` : body.text
+    if (!body)
+      throw new McpContentNotFound(`Resource ${uri} is not readable yet: its ingestion is ${item.ingestStatus}`)
+    const text =
+      body.length > body.text.length
+        ? `${body.text}\n\n[TRUNCATED: ${body.length} characters in all; search the rest with the knowledge_search tool]`
+        : body.text
     return { contents: [{ uri, mimeType: 'text/plain', text }] }
   }
 
   listPrompts(): ListPromptsResult {
     if (!this.#project?.systemPrompt) return { prompts: [] }
-    return { prompts: [{ name: profilePrompt, title: `${this.#project.name}: agent profile`, description: "The project's system prompt: what its agents are told in every run" }] }
+    return {
+      prompts: [
+        {
+          name: profilePrompt,
+          title: `${this.#project.name}: agent profile`,
+          description: "The project's system prompt: what its agents are told in every run",
+        },
+      ],
+    }
   }
 
   async getPrompt(name: string): Promise<GetPromptResult> {

@@ -1,5 +1,12 @@
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
-import { alwaysAsks, type CommandBus, type DecisionAnswer, type DispatchOutcome, type Params, type RegisteredCommand } from '../../cmdbus/index.js'
+import {
+  alwaysAsks,
+  type CommandBus,
+  type DecisionAnswer,
+  type DispatchOutcome,
+  type Params,
+  type RegisteredCommand,
+} from '../../cmdbus/index.js'
 import { answerMcpElicitation, createMcpElicitation, mcpElicitationState, type Store } from '../../store/index.js'
 
 /**
@@ -37,7 +44,12 @@ export class McpElicitor {
    * client or anywhere else) and the command to finish. Returns the waiting outcome unchanged when the
    * client cancels, goes away, or the decision outlives the wait: the decision stays open.
    */
-  async ask(command: RegisteredCommand, waiting: Extract<DispatchOutcome, { status: 'awaiting_decision' }>, requestId: string | number, signal: AbortSignal): Promise<DispatchOutcome> {
+  async ask(
+    command: RegisteredCommand,
+    waiting: Extract<DispatchOutcome, { status: 'awaiting_decision' }>,
+    requestId: string | number,
+    signal: AbortSignal,
+  ): Promise<DispatchOutcome> {
     const { decision } = waiting
     // A call only designated approvers may approve is not put to this user: the answer says who must.
     if (!(await this.#bus.mayApprove(decision.id, this.#userId))) return waiting
@@ -61,7 +73,8 @@ export class McpElicitor {
               decision: {
                 type: 'string',
                 title: 'Decision',
-                description: 'approve: run it once; approve_session: and let this conversation run it again without asking; reject: do not run it',
+                description:
+                  'approve: run it once; approve_session: and let this conversation run it again without asking; reject: do not run it',
                 enum: choices,
               },
             },
@@ -85,7 +98,10 @@ export class McpElicitor {
   }
 
   /** The outcome of the decided call, once its command has finished (whichever instance runs it). */
-  async #finished(waiting: Extract<DispatchOutcome, { status: 'awaiting_decision' }>, signal: AbortSignal): Promise<DispatchOutcome> {
+  async #finished(
+    waiting: Extract<DispatchOutcome, { status: 'awaiting_decision' }>,
+    signal: AbortSignal,
+  ): Promise<DispatchOutcome> {
     const deadline = Date.now() + maxRunWaitMs
     let pollMs = firstPollMs
     while (!signal.aborted && Date.now() < deadline) {
@@ -98,7 +114,10 @@ export class McpElicitor {
     return {
       status: 'failed',
       dispatchId: waiting.dispatchId,
-      error: { code: 'still_running', message: `approved; ${waiting.decision.commandId} is still running: its result will be on dispatch ${waiting.dispatchId} (GET /api/audit)` },
+      error: {
+        code: 'still_running',
+        message: `approved; ${waiting.decision.commandId} is still running: its result will be on dispatch ${waiting.dispatchId} (GET /api/audit)`,
+      },
     }
   }
 }
@@ -118,7 +137,10 @@ export function splitAnswers(body: unknown): { answers: ElicitationAnswer[]; res
   for (const message of messages) {
     const id = isRecord(message) && !('method' in message) ? message.id : undefined
     if (typeof id === 'string' && id.startsWith(elicitationIdPrefix) && isRecord(message)) {
-      answers.push({ decisionId: id.slice(elicitationIdPrefix.length), result: 'result' in message ? message.result : null })
+      answers.push({
+        decisionId: id.slice(elicitationIdPrefix.length),
+        result: 'result' in message ? message.result : null,
+      })
     } else rest.push(message)
   }
   return { answers, rest: Array.isArray(body) ? rest : rest[0] }
@@ -129,7 +151,12 @@ export function splitAnswers(body: unknown): { answers: ElicitationAnswer[]; res
  * here, now), `decline` rejects it, `cancel` or anything unreadable leaves it open. Only the session
  * the question was put to may answer, once.
  */
-export async function applyAnswer(bus: CommandBus, store: Store, session: { id: string; userId: string }, answer: ElicitationAnswer): Promise<void> {
+export async function applyAnswer(
+  bus: CommandBus,
+  store: Store,
+  session: { id: string; userId: string },
+  answer: ElicitationAnswer,
+): Promise<void> {
   const { action, decision } = readResult(answer.result)
   let recorded: 'accept' | 'decline' | 'cancel' = action
   if (action !== 'cancel') {
@@ -138,7 +165,8 @@ export async function applyAnswer(bus: CommandBus, store: Store, session: { id: 
     const chosen: DecisionAnswer = action === 'decline' ? 'reject' : (decision ?? 'reject')
     let outcome = await bus.decide(answer.decisionId, session.userId, chosen, 'answered through MCP elicitation')
     // A command that asks every time takes no session allowance: approved once instead.
-    if (!outcome.ok && outcome.error.code === 'scope_not_allowed') outcome = await bus.decide(answer.decisionId, session.userId, 'approve', 'answered through MCP elicitation')
+    if (!outcome.ok && outcome.error.code === 'scope_not_allowed')
+      outcome = await bus.decide(answer.decisionId, session.userId, 'approve', 'answered through MCP elicitation')
     if (!outcome.ok) recorded = 'cancel'
   }
   if (await answerMcpElicitation(store.db, answer.decisionId, session.id, recorded)) wakers.get(answer.decisionId)?.()
@@ -149,7 +177,8 @@ function readResult(result: unknown): { action: 'accept' | 'decline' | 'cancel';
   if (result.action === 'decline') return { action: 'decline' }
   if (result.action !== 'accept') return { action: 'cancel' }
   const chosen = isRecord(result.content) ? result.content.decision : undefined
-  if (chosen === 'approve' || chosen === 'approve_session' || chosen === 'reject') return { action: 'accept', decision: chosen }
+  if (chosen === 'approve' || chosen === 'approve_session' || chosen === 'reject')
+    return { action: 'accept', decision: chosen }
   return { action: 'cancel' }
 }
 

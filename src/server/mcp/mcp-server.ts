@@ -27,17 +27,33 @@ export function createMcpServer(
   const { bus, content } = deps
   const server = new sdk.Server(
     { name: 'plinth', title: 'Plinth', version },
-    { capabilities: { tools: { listChanged: false }, resources: { listChanged: false }, prompts: { listChanged: false } }, instructions, jsonSchemaValidator: sdk.validator },
+    {
+      capabilities: {
+        tools: { listChanged: false },
+        resources: { listChanged: false },
+        prompts: { listChanged: false },
+      },
+      instructions,
+      jsonSchemaValidator: sdk.validator,
+    },
   )
   // The protocol's "not found" for resources is -32002; an unknown prompt is invalid params.
   const notFound = (code: number) => (error: unknown) => {
     throw error instanceof McpContentNotFound ? new sdk.McpError(code, error.message) : error
   }
-  server.setRequestHandler(sdk.ListResourcesRequestSchema, (request) => content.listResources(request.params?.cursor).catch(notFound(sdk.ErrorCode.InvalidParams)))
-  server.setRequestHandler(sdk.ReadResourceRequestSchema, (request) => content.readResource(request.params.uri).catch(notFound(-32002)))
+  server.setRequestHandler(sdk.ListResourcesRequestSchema, (request) =>
+    content.listResources(request.params?.cursor).catch(notFound(sdk.ErrorCode.InvalidParams)),
+  )
+  server.setRequestHandler(sdk.ReadResourceRequestSchema, (request) =>
+    content.readResource(request.params.uri).catch(notFound(-32002)),
+  )
   server.setRequestHandler(sdk.ListPromptsRequestSchema, () => content.listPrompts())
-  server.setRequestHandler(sdk.GetPromptRequestSchema, async (request) => content.getPrompt(request.params.name).catch(notFound(sdk.ErrorCode.InvalidParams)))
-  server.setRequestHandler(sdk.ListToolsRequestSchema, () => ({ tools: offeredCommands(bus, scope).map(({ command }) => describeTool(command)) }))
+  server.setRequestHandler(sdk.GetPromptRequestSchema, async (request) =>
+    content.getPrompt(request.params.name).catch(notFound(sdk.ErrorCode.InvalidParams)),
+  )
+  server.setRequestHandler(sdk.ListToolsRequestSchema, () => ({
+    tools: offeredCommands(bus, scope).map(({ command }) => describeTool(command)),
+  }))
   server.setRequestHandler(sdk.CallToolRequestSchema, async (request, extra) => {
     const command = offeredCommand(bus, scope, request.params.name)
     // As the specification asks for an unknown tool: a protocol error, not a tool result.

@@ -1,5 +1,13 @@
 import { randomUUID } from 'node:crypto'
-import { createMcpSession, deleteIdleMcpSessions, deleteMcpSession, touchMcpSession, type JsonValue, type McpSessionRecord, type Store } from '../../store/index.js'
+import {
+  createMcpSession,
+  deleteIdleMcpSessions,
+  deleteMcpSession,
+  touchMcpSession,
+  type JsonValue,
+  type McpSessionRecord,
+  type Store,
+} from '../../store/index.js'
 
 /** How long a session may go unused before it is forgotten (the client then starts a new one). */
 export const mcpSessionIdleMs = 24 * 60 * 60 * 1000
@@ -27,7 +35,13 @@ export class McpSessions {
     // Forgotten sessions go as new ones come: no sweeper needed.
     await deleteIdleMcpSessions(this.#store.db, mcpSessionIdleMs)
     const id = randomUUID()
-    await createMcpSession(this.#store.db, { id, userId, protocolVersion: params.protocolVersion, clientCapabilities: params.capabilities, clientInfo: params.clientInfo ?? null })
+    await createMcpSession(this.#store.db, {
+      id,
+      userId,
+      protocolVersion: params.protocolVersion,
+      clientCapabilities: params.capabilities,
+      clientInfo: params.clientInfo ?? null,
+    })
     return id
   }
 

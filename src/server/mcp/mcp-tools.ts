@@ -24,8 +24,13 @@ export interface McpScope {
  * instances and restarts): commands exposed as tools whose entrances allow `mcp` and that can work
  * now, narrowed to the project's subset.
  */
-export function offeredCommands(bus: CommandBus, scope: McpScope): Array<{ toolName: string; command: RegisteredCommand }> {
-  const offered = [...commandTools(bus, scope.subset, 'mcp')].filter(({ command }) => scope.writable || command.spec.idempotent === true)
+export function offeredCommands(
+  bus: CommandBus,
+  scope: McpScope,
+): Array<{ toolName: string; command: RegisteredCommand }> {
+  const offered = [...commandTools(bus, scope.subset, 'mcp')].filter(
+    ({ command }) => scope.writable || command.spec.idempotent === true,
+  )
   return offered.sort((a, b) => (a.toolName < b.toolName ? -1 : a.toolName > b.toolName ? 1 : 0))
 }
 
@@ -51,7 +56,9 @@ export function describeTool(command: RegisteredCommand): Tool {
   tool = {
     name: command.toolName!,
     title: command.spec.title,
-    description: projected.descriptionSuffix ? `${command.spec.description}\n\n${projected.descriptionSuffix}` : command.spec.description,
+    description: projected.descriptionSuffix
+      ? `${command.spec.description}\n\n${projected.descriptionSuffix}`
+      : command.spec.description,
     inputSchema: projected.parameters as Tool['inputSchema'],
     annotations: toolAnnotations(command),
     _meta: { 'plinth/commandId': command.spec.id, 'plinth/risk': risk },

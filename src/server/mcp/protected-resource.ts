@@ -7,7 +7,9 @@ export const mcpMetadataPath = '/.well-known/oauth-protected-resource/mcp'
 /** The server's origin as the client reached it (through trusted proxies: their forwarded host and scheme). */
 export function requestOrigin(request: FastifyRequest): string | undefined {
   // Only a plain host[:port] goes into a header or a document: never anything a client could smuggle in.
-  return /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/.test(request.host) ? `${request.protocol}://${request.host}` : undefined
+  return /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/.test(request.host)
+    ? `${request.protocol}://${request.host}`
+    : undefined
 }
 
 /**
@@ -24,14 +26,23 @@ export function bearerChallenge(request: FastifyRequest): string {
 }
 
 /** The fields of RFC 9728 metadata Plinth fills (the SDK's type, every one of them present). */
-export type ResourceMetadata = Required<Pick<OAuthProtectedResourceMetadata, 'resource' | 'authorization_servers' | 'bearer_methods_supported' | 'resource_name'>>
+export type ResourceMetadata = Required<
+  Pick<
+    OAuthProtectedResourceMetadata,
+    'resource' | 'authorization_servers' | 'bearer_methods_supported' | 'resource_name'
+  >
+>
 
 /**
  * The protected resource metadata (RFC 9728) of the server (`path` '') or of its MCP endpoint
  * (`path` '/mcp'): bearer tokens in the Authorization header, issued by Plinth itself unless the
  * operator names authorization servers.
  */
-export function protectedResourceMetadata(request: FastifyRequest, path: '' | '/mcp', authorizationServers: readonly string[]): ResourceMetadata {
+export function protectedResourceMetadata(
+  request: FastifyRequest,
+  path: '' | '/mcp',
+  authorizationServers: readonly string[],
+): ResourceMetadata {
   const origin = requestOrigin(request) ?? 'http://localhost'
   return {
     resource: `${origin}${path}`,

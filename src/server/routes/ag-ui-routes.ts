@@ -26,7 +26,10 @@ export function registerAgUiRoutes(app: App, deps: ServerDeps): void {
         params: IdParams,
         body: AgUiRunInput,
         response: {
-          200: Type.Unsafe({ description: 'AG-UI events (SSE `data:` frames), RUN_STARTED to RUN_FINISHED or RUN_ERROR', content: { 'text/event-stream': { schema: Type.Ref('AgUiEvent') } } }),
+          200: Type.Unsafe({
+            description: 'AG-UI events (SSE `data:` frames), RUN_STARTED to RUN_FINISHED or RUN_ERROR',
+            content: { 'text/event-stream': { schema: Type.Ref('AgUiEvent') } },
+          }),
           ...problemResponses,
           409: problem,
           422: problem,
@@ -39,9 +42,14 @@ export function registerAgUiRoutes(app: App, deps: ServerDeps): void {
       const input = parseRunAgentInput(request.body)
       const target = await conversationForStream(deps, user, request.params.id)
       if (input.threadId !== target.conversation.id) {
-        throw new HttpProblem('thread_mismatch', `threadId ${JSON.stringify(input.threadId)} is not this conversation; the AG-UI threadId is the conversation id`)
+        throw new HttpProblem(
+          'thread_mismatch',
+          `threadId ${JSON.stringify(input.threadId)} is not this conversation; the AG-UI threadId is the conversation id`,
+        )
       }
-      await serveAgUiStream(request, reply, deps, target.access, () => planAgUiRun(deps, user, target, input, request.body.forwardedProps?.plinth))
+      await serveAgUiStream(request, reply, deps, target.access, () =>
+        planAgUiRun(deps, user, target, input, request.body.forwardedProps?.plinth),
+      )
     },
   )
 }

@@ -18,7 +18,16 @@ export function registerAuditRoutes(app: App, deps: ServerDeps): void {
             conversationId: Type.Optional(Id),
             projectId: Type.Optional(Id),
             commandId: Type.Optional(Type.String({ maxLength: 200 })),
-            entrance: Type.Optional(Type.Union([Type.Literal('button'), Type.Literal('card'), Type.Literal('slash'), Type.Literal('chat'), Type.Literal('agent'), Type.Literal('mcp')])),
+            entrance: Type.Optional(
+              Type.Union([
+                Type.Literal('button'),
+                Type.Literal('card'),
+                Type.Literal('slash'),
+                Type.Literal('chat'),
+                Type.Literal('agent'),
+                Type.Literal('mcp'),
+              ]),
+            ),
             limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
             cursor: Type.Optional(Type.String({ maxLength: 200 })),
           },

@@ -19,16 +19,23 @@ const CommandView = Type.Object(
     description: Type.String(),
     paramsSchema: Type.Record(Type.String(), Type.Unknown(), { description: 'The JSON Schema of its params' }),
     risk: Type.Union([Type.Literal('low'), Type.Literal('medium'), Type.Literal('high'), Type.Literal('varies')], {
-      description: 'The command’s risk level, or `varies` when a classifier decides it per call (each call is shown its evaluated level)',
+      description:
+        'The command’s risk level, or `varies` when a classifier decides it per call (each call is shown its evaluated level)',
     }),
-    riskRange: Type.Union([Type.Object({ min: RiskLevel, max: RiskLevel }), Type.Null()], { description: 'With `varies`: the lowest and highest level a call can get; otherwise null' }),
+    riskRange: Type.Union([Type.Object({ min: RiskLevel, max: RiskLevel }), Type.Null()], {
+      description: 'With `varies`: the lowest and highest level a call can get; otherwise null',
+    }),
     confirm: Type.Boolean(),
     entrances: Type.Array(Type.String()),
-    exposeAsTool: Type.Union([Type.Object({ name: Type.String(), risk: Type.Union([Type.String(), Type.Null()]) }), Type.Null()]),
+    exposeAsTool: Type.Union([
+      Type.Object({ name: Type.String(), risk: Type.Union([Type.String(), Type.Null()]) }),
+      Type.Null(),
+    ]),
     idempotent: Type.Boolean(),
     plugin: Type.String(),
     origin: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()], {
-      description: 'A mounted command’s source, or null: for an MCP tool `{type: "mcp", server, serverName, serverVersion, tool (the remote name), openWorldHint}`',
+      description:
+        'A mounted command’s source, or null: for an MCP tool `{type: "mcp", server, serverName, serverVersion, tool (the remote name), openWorldHint}`',
     }),
   },
   { title: 'Command' },
@@ -36,9 +43,17 @@ const CommandView = Type.Object(
 
 const DispatchBody = Type.Object(
   {
-    entrance: Type.Union([Type.Literal('button'), Type.Literal('card'), Type.Literal('slash'), Type.Literal('chat'), Type.Literal('agent')]),
+    entrance: Type.Union([
+      Type.Literal('button'),
+      Type.Literal('card'),
+      Type.Literal('slash'),
+      Type.Literal('chat'),
+      Type.Literal('agent'),
+    ]),
     params: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
-    text: Type.Optional(Type.String({ maxLength: 20_000, description: 'Slash text, e.g. /rdm.ping target=x "two words"' })),
+    text: Type.Optional(
+      Type.String({ maxLength: 20_000, description: 'Slash text, e.g. /rdm.ping target=x "two words"' }),
+    ),
     conversationId: Type.Optional(Id),
     projectId: Type.Optional(Id),
   },
@@ -60,25 +75,37 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
 
   app.get(
     '/commands',
-    { schema: { operationId: 'listCommands', tags, summary: 'The command catalog', response: { 200: Type.Object({ items: Type.Array(CommandView), nextCursor: Type.Null() }), ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'listCommands',
+        tags,
+        summary: 'The command catalog',
+        response: {
+          200: Type.Object({ items: Type.Array(CommandView), nextCursor: Type.Null() }),
+          ...problemResponses,
+        },
+      },
+    },
     async () => {
       await bus.catalog.settled()
       return {
-      items: bus.catalog.list().map((command) => ({
-        id: command.spec.id,
-        title: command.spec.title,
-        description: command.spec.description,
-        paramsSchema: command.spec.paramsSchema,
-        ...catalogRisk(command),
-        confirm: command.spec.confirm === true,
-        entrances: command.spec.entrances ?? allEntrances,
-        exposeAsTool: command.toolName ? { name: command.toolName, risk: command.spec.exposeAsTool?.risk ?? null } : null,
-        idempotent: command.spec.idempotent === true,
-        plugin: command.plugin,
-        origin: command.origin ?? null,
-      })),
-      nextCursor: null,
-    }
+        items: bus.catalog.list().map((command) => ({
+          id: command.spec.id,
+          title: command.spec.title,
+          description: command.spec.description,
+          paramsSchema: command.spec.paramsSchema,
+          ...catalogRisk(command),
+          confirm: command.spec.confirm === true,
+          entrances: command.spec.entrances ?? allEntrances,
+          exposeAsTool: command.toolName
+            ? { name: command.toolName, risk: command.spec.exposeAsTool?.risk ?? null }
+            : null,
+          idempotent: command.spec.idempotent === true,
+          plugin: command.plugin,
+          origin: command.origin ?? null,
+        })),
+        nextCursor: null,
+      }
     },
   )
 
@@ -89,9 +116,20 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
         operationId: 'dispatchCommand',
         tags,
         summary: 'Dispatch a command from a human entrance: 200 with the result, or 202 with the pending decision',
-        params: Type.Object({ commandId: Type.String({ maxLength: 200, pattern: commandIdPattern.source }) }, { additionalProperties: false }),
+        params: Type.Object(
+          { commandId: Type.String({ maxLength: 200, pattern: commandIdPattern.source }) },
+          { additionalProperties: false },
+        ),
         body: DispatchBody,
-        response: { 200: DispatchAnswer, 202: DispatchAnswer, ...problemResponses, 409: problem, 422: problem, 502: problem, 504: problem },
+        response: {
+          200: DispatchAnswer,
+          202: DispatchAnswer,
+          ...problemResponses,
+          409: problem,
+          422: problem,
+          502: problem,
+          504: problem,
+        },
       },
     },
     async (request, reply) => {
@@ -99,7 +137,10 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
       const { commandId } = request.params
       const body = request.body
       if (body.entrance === 'agent') {
-        throw new HttpProblem('entrance_not_allowed', 'the agent entrance is for the model’s own tool calls; use button, card, slash or chat')
+        throw new HttpProblem(
+          'entrance_not_allowed',
+          'the agent entrance is for the model’s own tool calls; use button, card, slash or chat',
+        )
       }
       // Mounted MCP servers start when the catalog is first needed: a dispatch may be that first need.
       await bus.catalog.settled()
@@ -110,7 +151,10 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
         const parsed = parseSlash(body.text, command.spec.paramsSchema)
         if (!parsed.ok) throw new HttpProblem('invalid_slash_command', parsed.message)
         if (parsed.commandId !== null && parsed.commandId !== commandId) {
-          throw new HttpProblem('invalid_slash_command', `the text names /${parsed.commandId} but the route is ${commandId}`)
+          throw new HttpProblem(
+            'invalid_slash_command',
+            `the text names /${parsed.commandId} but the route is ${commandId}`,
+          )
         }
         params = { ...parsed.params, ...params }
       }

@@ -6,7 +6,18 @@ import { busProblem } from '../dispatch-answer.js'
 import { sseResponse } from '../event-schemas.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { serveEventStream } from '../event-stream-route.js'
-import { Conversation, ConversationPatch, EventsQuery, IdParams, Message, PageOf, PageQuery, problemResponses, RunList, RunListQuery } from '../schemas.js'
+import {
+  Conversation,
+  ConversationPatch,
+  EventsQuery,
+  IdParams,
+  Message,
+  PageOf,
+  PageQuery,
+  problemResponses,
+  RunList,
+  RunListQuery,
+} from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['conversations']
@@ -26,14 +37,25 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const page = await conversations.listMine(caller(request), { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const page = await conversations.listMine(caller(request), {
+        limit: request.query.limit ?? 50,
+        after: decodeCursor(request.query.cursor),
+      })
       return toListAnswer(page, (item) => item)
     },
   )
 
   app.get(
     '/conversations/:id',
-    { schema: { operationId: 'getConversation', tags, summary: 'A conversation', params: IdParams, response: { 200: Conversation, ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'getConversation',
+        tags,
+        summary: 'A conversation',
+        params: IdParams,
+        response: { 200: Conversation, ...problemResponses },
+      },
+    },
     async (request) => conversations.get(caller(request), request.params.id),
   )
 
@@ -50,7 +72,12 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const page = await runQueries.ofConversation(caller(request), request.params.id, statusFilter(request.query.status), { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const page = await runQueries.ofConversation(
+        caller(request),
+        request.params.id,
+        statusFilter(request.query.status),
+        { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) },
+      )
       return toListAnswer(page, runJson)
     },
   )
@@ -82,7 +109,13 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
           conversationId: conversation.id,
           projectId: conversation.projectId,
         })
-        if (outcome.status !== 'succeeded') throw busProblem(outcome.status === 'awaiting_decision' ? { code: 'forbidden', message: 'the mode change needs a decision' } : outcome.error, outcome.dispatchId)
+        if (outcome.status !== 'succeeded')
+          throw busProblem(
+            outcome.status === 'awaiting_decision'
+              ? { code: 'forbidden', message: 'the mode change needs a decision' }
+              : outcome.error,
+            outcome.dispatchId,
+          )
       }
       return conversations.update(conversation, { ...(title !== undefined && { title }) }, { reread: modeChange })
     },
@@ -90,7 +123,15 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
 
   app.delete(
     '/conversations/:id',
-    { schema: { operationId: 'deleteConversation', tags, summary: 'Delete a conversation (soft)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'deleteConversation',
+        tags,
+        summary: 'Delete a conversation (soft)',
+        params: IdParams,
+        response: { 204: Type.Null(), ...problemResponses },
+      },
+    },
     async (request, reply) => {
       await conversations.remove(caller(request), request.params.id)
       return reply.code(204).send(null)
@@ -110,7 +151,10 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const page = await conversations.messages(caller(request), request.params.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const page = await conversations.messages(caller(request), request.params.id, {
+        limit: request.query.limit ?? 50,
+        after: decodeCursor(request.query.cursor),
+      })
       return toListAnswer(page, (message) => message)
     },
   )
@@ -125,7 +169,10 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
         summary: 'SSE: every event of the conversation; resume with Last-Event-ID or ?after=',
         params: IdParams,
         querystring: EventsQuery,
-        response: { 200: sseResponse('StreamEvent', 'The conversation’s events: the log after Last-Event-ID, then live'), ...problemResponses },
+        response: {
+          200: sseResponse('StreamEvent', 'The conversation’s events: the log after Last-Event-ID, then live'),
+          ...problemResponses,
+        },
       },
     },
     async (request, reply) => {

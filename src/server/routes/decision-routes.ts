@@ -25,7 +25,14 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
         summary: 'Decisions the caller may answer (filter by status and conversation)',
         querystring: Type.Object(
           {
-            status: Type.Optional(Type.Union([Type.Literal('pending'), Type.Literal('approved'), Type.Literal('rejected'), Type.Literal('expired')])),
+            status: Type.Optional(
+              Type.Union([
+                Type.Literal('pending'),
+                Type.Literal('approved'),
+                Type.Literal('rejected'),
+                Type.Literal('expired'),
+              ]),
+            ),
             conversationId: Type.Optional(Id),
             limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),
             cursor: Type.Optional(Type.String({ maxLength: 200 })),
@@ -51,7 +58,15 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
 
   app.get(
     '/decisions/:id',
-    { schema: { operationId: 'getDecision', tags, summary: 'One decision the caller may act on (its preview, risk, status and answer)', params: IdParams, response: { 200: Decision, ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'getDecision',
+        tags,
+        summary: 'One decision the caller may act on (its preview, risk, status and answer)',
+        params: IdParams,
+        response: { 200: Decision, ...problemResponses },
+      },
+    },
     async (request) => {
       const decision = await bus.getDecision(request.params.id, caller(request).id)
       if (!decision) throw new HttpProblem('not_found', 'decision not found')
@@ -67,15 +82,27 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
         tags,
         summary: 'Answer a decision: approve (once), approve_session, or reject',
         params: IdParams,
-        body: Type.Object({ decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) }, { additionalProperties: false }),
+        body: Type.Object(
+          { decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) },
+          { additionalProperties: false },
+        ),
         response: { 200: DecideResult, ...problemResponses, 409: problem },
       },
     },
     async (request) => {
       const user = caller(request)
-      const outcome = await bus.decide(request.params.id, user.id, request.body.decision as DecisionAnswer, request.body.note)
+      const outcome = await bus.decide(
+        request.params.id,
+        user.id,
+        request.body.decision as DecisionAnswer,
+        request.body.note,
+      )
       if (!outcome.ok) {
-        throw new HttpProblem(outcome.error.code, outcome.error.message, outcome.decision ? { decision: outcome.decision } : {})
+        throw new HttpProblem(
+          outcome.error.code,
+          outcome.error.message,
+          outcome.decision ? { decision: outcome.decision } : {},
+        )
       }
       return { decision: outcome.decision, dispatch: outcomeView(outcome.dispatch) }
     },
@@ -91,7 +118,10 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
         body: Type.Object(
           {
             items: Type.Array(
-              Type.Object({ id: Id, decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) }, { additionalProperties: false }),
+              Type.Object(
+                { id: Id, decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) },
+                { additionalProperties: false },
+              ),
               { minItems: 1, maxItems: 100 },
             ),
           },
@@ -119,7 +149,11 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
       // In order, one at a time: answers to decisions of one run resume it once all are in.
       for (const item of request.body.items) {
         const outcome = await bus.decide(item.id, user.id, item.decision as DecisionAnswer, item.note)
-        items.push(outcome.ok ? { id: item.id, ok: true, decision: outcome.decision, dispatch: outcomeView(outcome.dispatch) } : { id: item.id, ok: false, error: outcome.error, ...(outcome.decision && { decision: outcome.decision }) })
+        items.push(
+          outcome.ok
+            ? { id: item.id, ok: true, decision: outcome.decision, dispatch: outcomeView(outcome.dispatch) }
+            : { id: item.id, ok: false, error: outcome.error, ...(outcome.decision && { decision: outcome.decision }) },
+        )
       }
       return { items }
     },

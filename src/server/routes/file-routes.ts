@@ -11,12 +11,15 @@ import type { App, ServerDeps } from '../server-deps.js'
 const tags = ['files']
 const problem = Type.Ref('Problem')
 const FileParams = Type.Object({ id: Id, '*': Type.String({ maxLength: 1024 }) }, { additionalProperties: false })
-const FileEntry = Type.Object({
-  path: Type.String(),
-  type: Type.Union([Type.Literal('file'), Type.Literal('directory'), Type.Literal('symlink'), Type.Literal('other')]),
-  size: Type.Integer(),
-  modifiedAt: Type.String({ format: 'date-time' }),
-}, { title: 'FileEntry' })
+const FileEntry = Type.Object(
+  {
+    path: Type.String(),
+    type: Type.Union([Type.Literal('file'), Type.Literal('directory'), Type.Literal('symlink'), Type.Literal('other')]),
+    size: Type.Integer(),
+    modifiedAt: Type.String({ format: 'date-time' }),
+  },
+  { title: 'FileEntry' },
+)
 
 const mediaTypes: Record<string, string> = {
   txt: 'text/plain; charset=utf-8',
@@ -45,7 +48,9 @@ function pathProblem(error: unknown): never {
   if (!(error instanceof PathError)) throw error
   if (error.code === 'not_found') throw new HttpProblem('not_found', error.message)
   if (error.code === 'too_large') throw new HttpProblem('payload_too_large', error.message)
-  throw new HttpProblem('validation_failed', `path: ${error.message}`, { errors: [{ path: 'path', message: error.message }] })
+  throw new HttpProblem('validation_failed', `path: ${error.message}`, {
+    errors: [{ path: 'path', message: error.message }],
+  })
 }
 
 function encodePathCursor(path: string): string {
@@ -88,14 +93,19 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
           },
           { additionalProperties: false },
         ),
-        response: { 200: Type.Object({ items: Type.Array(FileEntry), nextCursor: Type.Union([Type.String(), Type.Null()]) }), ...problemResponses },
+        response: {
+          200: Type.Object({ items: Type.Array(FileEntry), nextCursor: Type.Union([Type.String(), Type.Null()]) }),
+          ...problemResponses,
+        },
       },
     },
     async (request) => {
       const conversation = await deps.conversations.resolve(caller(request), request.params.id)
       const after = decodePathCursor(request.query.cursor)
       const limit = request.query.limit ?? 100
-      const entries = (await exec.workdirs.list(conversation.id, request.query.path ?? '').catch(pathProblem)).filter((entry) => after === undefined || entry.path > after)
+      const entries = (await exec.workdirs.list(conversation.id, request.query.path ?? '').catch(pathProblem)).filter(
+        (entry) => after === undefined || entry.path > after,
+      )
       const items = entries.slice(0, limit)
       return { items, nextCursor: entries.length > limit ? encodePathCursor(items.at(-1)!.path) : null }
     },
@@ -109,7 +119,11 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
         tags,
         summary: 'Download a file of the work directory',
         params: FileParams,
-        response: { 200: Type.String({ description: 'The file’s bytes (its media type by extension)' }), ...problemResponses, 413: problem },
+        response: {
+          200: Type.String({ description: 'The file’s bytes (its media type by extension)' }),
+          ...problemResponses,
+          413: problem,
+        },
       },
     },
     async (request, reply) => {
@@ -118,13 +132,20 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       // Opened once, without following links; the bytes sent are the descriptor's (never a path's).
       const { handle, size } = await exec.workdirs.open(conversation.id, path).catch((error: unknown) => {
         if (error instanceof PathError && error.code === 'is_directory') {
-          throw new HttpProblem('validation_failed', `path: ${path || '.'} is a directory; list it with GET …/files?path=`, { errors: [{ path: 'path', message: 'is a directory' }] })
+          throw new HttpProblem(
+            'validation_failed',
+            `path: ${path || '.'} is a directory; list it with GET …/files?path=`,
+            { errors: [{ path: 'path', message: 'is a directory' }] },
+          )
         }
         return pathProblem(error)
       })
       if (size > exec.settings.maxDownloadBytes) {
         await handle.close()
-        throw new HttpProblem('payload_too_large', `the file is ${size} bytes; downloads are limited to ${exec.settings.maxDownloadBytes}`)
+        throw new HttpProblem(
+          'payload_too_large',
+          `the file is ${size} bytes; downloads are limited to ${exec.settings.maxDownloadBytes}`,
+        )
       }
       const name = path.split('/').at(-1) ?? 'file'
       const extension = name.toLowerCase().match(/\.([a-z0-9]+)$/)?.[1] ?? ''
@@ -133,7 +154,9 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       reply.header('content-disposition', `attachment; filename*=UTF-8''${encodeURIComponent(name)}`)
       reply.header('x-content-type-options', 'nosniff')
       // A file that grows meanwhile is cut at the announced length.
-      return reply.send(handle.createReadStream({ start: 0, end: Math.max(0, size - 1), autoClose: true, emitClose: true }))
+      return reply.send(
+        handle.createReadStream({ start: 0, end: Math.max(0, size - 1), autoClose: true, emitClose: true }),
+      )
     },
   )
 
@@ -147,9 +170,16 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
         schema: {
           operationId: 'uploadFile',
           tags,
-          summary: 'Upload a file into the work directory (the body is the file’s bytes, streamed to disk; parent directories are created)',
+          summary:
+            'Upload a file into the work directory (the body is the file’s bytes, streamed to disk; parent directories are created)',
           params: FileParams,
-          response: { 201: Type.Object({ path: Type.String(), size: Type.Integer() }), ...problemResponses, 413: problem, 429: problem, 507: problem },
+          response: {
+            201: Type.Object({ path: Type.String(), size: Type.Integer() }),
+            ...problemResponses,
+            413: problem,
+            429: problem,
+            507: problem,
+          },
         },
       },
       async (request, reply) => {
@@ -157,13 +187,21 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
         const conversation = await deps.conversations.resolve(user, request.params.id)
         const max = exec.settings.maxUploadBytes
         const declared = Number(request.headers['content-length'])
-        if (declared > max) throw new HttpProblem('payload_too_large', `the file is ${declared} bytes; uploads are limited to ${max}`)
-        await exec.quota.ensureRoom(conversation.id, conversation.ownerId, Number.isFinite(declared) ? declared : 0, 1).catch(quotaProblem)
+        if (declared > max)
+          throw new HttpProblem('payload_too_large', `the file is ${declared} bytes; uploads are limited to ${max}`)
+        await exec.quota
+          .ensureRoom(conversation.id, conversation.ownerId, Number.isFinite(declared) ? declared : 0, 1)
+          .catch(quotaProblem)
         const release = deps.uploads.acquire(user.id, reply)
         try {
           const body = request.body instanceof Readable ? request.body : Readable.from([])
-          const written = await exec.workdirs.write(conversation.id, request.params['*'], body, { maxBytes: max }).catch(pathProblem)
-          await exec.quota.adjust(conversation.id, conversation.ownerId, { bytes: written.size - (written.replaced ?? 0), files: written.replaced === null ? 1 : 0 })
+          const written = await exec.workdirs
+            .write(conversation.id, request.params['*'], body, { maxBytes: max })
+            .catch(pathProblem)
+          await exec.quota.adjust(conversation.id, conversation.ownerId, {
+            bytes: written.size - (written.replaced ?? 0),
+            files: written.replaced === null ? 1 : 0,
+          })
           return reply.code(201).send({ path: written.path, size: written.size })
         } finally {
           release()
@@ -178,7 +216,8 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'deleteFile',
         tags,
-        summary: 'Delete a file, a symlink (not what it points to) or a directory with everything in it, from the work directory',
+        summary:
+          'Delete a file, a symlink (not what it points to) or a directory with everything in it, from the work directory',
         params: FileParams,
         response: { 204: Type.Null(), ...problemResponses },
       },
@@ -197,9 +236,16 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'registerFile',
         tags,
-        summary: 'Turn a file of the work directory (.txt .md .html .pdf .docx) into a knowledge item of the conversation’s project (202: it ingests in the background)',
+        summary:
+          'Turn a file of the work directory (.txt .md .html .pdf .docx) into a knowledge item of the conversation’s project (202: it ingests in the background)',
         params: Type.Object({ id: Id }, { additionalProperties: false }),
-        body: Type.Object({ path: Type.String({ minLength: 1, maxLength: 1024 }), title: Type.Optional(Type.String({ minLength: 1, maxLength: 500, pattern: '\\S' })) }, { additionalProperties: false }),
+        body: Type.Object(
+          {
+            path: Type.String({ minLength: 1, maxLength: 1024 }),
+            title: Type.Optional(Type.String({ minLength: 1, maxLength: 500, pattern: '\\S' })),
+          },
+          { additionalProperties: false },
+        ),
         response: { 202: KnowledgeItem, ...problemResponses, 413: problem, 415: problem, 507: problem },
       },
     },
@@ -210,9 +256,16 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       const { path, title } = request.body
       const filename = path.split('/').at(-1) ?? path
       const format = detectFormat(filename, undefined)
-      if (!format) throw new HttpProblem('unsupported_media_type', `${filename} cannot become knowledge: register a .txt, .md, .html, .pdf or .docx file`)
+      if (!format)
+        throw new HttpProblem(
+          'unsupported_media_type',
+          `${filename} cannot become knowledge: register a .txt, .md, .html, .pdf or .docx file`,
+        )
       const { handle, size } = await exec.workdirs.open(conversation.id, path).catch((error: unknown) => {
-        if (error instanceof PathError && error.code === 'is_directory') throw new HttpProblem('validation_failed', `path: ${path} is not a file`, { errors: [{ path: 'body.path', message: 'is not a file' }] })
+        if (error instanceof PathError && error.code === 'is_directory')
+          throw new HttpProblem('validation_failed', `path: ${path} is not a file`, {
+            errors: [{ path: 'body.path', message: 'is not a file' }],
+          })
         return pathProblem(error)
       })
       await deps.knowledge.ensureVolume(user, size, deps.maxKnowledgeBytesPerUser).catch(async (error: unknown) => {
@@ -221,14 +274,25 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       })
       let bytes: Buffer
       try {
-        if (size > deps.maxKnowledgeFileBytes) throw new HttpProblem('payload_too_large', `the file is ${size} bytes; knowledge files are limited to ${deps.maxKnowledgeFileBytes}`)
+        if (size > deps.maxKnowledgeFileBytes)
+          throw new HttpProblem(
+            'payload_too_large',
+            `the file is ${size} bytes; knowledge files are limited to ${deps.maxKnowledgeFileBytes}`,
+          )
         bytes = Buffer.alloc(size)
         const { bytesRead } = await handle.read(bytes, 0, size, 0)
         bytes = bytes.subarray(0, bytesRead)
       } finally {
         await handle.close()
       }
-      const item = await deps.ingestor.addFile({ projectId: project.id, ownerId: user.id, title: title ?? filename.replace(/\.[^.]+$/, ''), filename, format, bytes })
+      const item = await deps.ingestor.addFile({
+        projectId: project.id,
+        ownerId: user.id,
+        title: title ?? filename.replace(/\.[^.]+$/, ''),
+        filename,
+        format,
+        bytes,
+      })
       return reply.code(202).send({ ...item, shared: false })
     },
   )

@@ -16,9 +16,22 @@ export interface MetricsAccess {
 export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Registry, access: MetricsAccess): void {
   const expected = access.token ? createHash('sha256').update(access.token).digest() : null
   const config = { rateLimit: false } as const
-  app.get('/healthz', { config, schema: { operationId: 'getHealth', tags: ['operations'], summary: 'Liveness', security: [], response: { 200: Status } } }, async () => ({
-    status: 'ok',
-  }))
+  app.get(
+    '/healthz',
+    {
+      config,
+      schema: {
+        operationId: 'getHealth',
+        tags: ['operations'],
+        summary: 'Liveness',
+        security: [],
+        response: { 200: Status },
+      },
+    },
+    async () => ({
+      status: 'ok',
+    }),
+  )
   app.get(
     '/readyz',
     {
@@ -26,7 +39,8 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
       schema: {
         operationId: 'getReadiness',
         tags: ['operations'],
-        summary: 'Readiness: the database answers and migrations are applied; which exec backend runs and whether the sandbox works (details: GET /api/admin/settings)',
+        summary:
+          'Readiness: the database answers and migrations are applied; which exec backend runs and whether the sandbox works (details: GET /api/admin/settings)',
         security: [],
         response: {
           200: Type.Object({
@@ -47,8 +61,18 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
       const probe = deps.exec.probe
       // Mounted MCP servers start when first needed: this is one of those needs.
       await deps.bus.catalog.settled()
-      const warnings = [...deps.startWarnings, ...(deps.liveWarnings?.() ?? []), ...(deps.exec.backendName === 'sandbox' && !probe.ok ? [`exec tools are off: the sandbox cannot work here (${probe.reason ?? 'the probe failed'})`] : [])]
-      return { status: 'ready', exec: { backend: deps.exec.backendName, sandboxReady: probe.ok, cgroups: probe.cgroups }, warnings }
+      const warnings = [
+        ...deps.startWarnings,
+        ...(deps.liveWarnings?.() ?? []),
+        ...(deps.exec.backendName === 'sandbox' && !probe.ok
+          ? [`exec tools are off: the sandbox cannot work here (${probe.reason ?? 'the probe failed'})`]
+          : []),
+      ]
+      return {
+        status: 'ready',
+        exec: { backend: deps.exec.backendName, sandboxReady: probe.ok, cgroups: probe.cgroups },
+        warnings,
+      }
     },
   )
   app.get(
@@ -59,7 +83,10 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
         tags: ['operations'],
         summary: 'Prometheus metrics (bearer PLINTH_METRICS_TOKEN; open without one only when listening on loopback)',
         response: {
-          200: Type.Unsafe({ description: 'Prometheus text exposition format', content: { 'text/plain': { schema: Type.String() } } }),
+          200: Type.Unsafe({
+            description: 'Prometheus text exposition format',
+            content: { 'text/plain': { schema: Type.String() } },
+          }),
           401: Type.Ref('Problem'),
           404: Type.Ref('Problem'),
           429: Type.Ref('Problem'),
@@ -68,10 +95,15 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
     },
     async (request, reply) => {
       if (expected) {
-        const given = createHash('sha256').update(bearerToken(request) ?? '').digest()
+        const given = createHash('sha256')
+          .update(bearerToken(request) ?? '')
+          .digest()
         if (!timingSafeEqual(given, expected)) throw new HttpProblem('unauthorized', 'metrics token required')
       } else if (!access.openWithoutToken) {
-        throw new HttpProblem('not_found', '/metrics is disabled: the server listens beyond loopback; set PLINTH_METRICS_TOKEN to enable it')
+        throw new HttpProblem(
+          'not_found',
+          '/metrics is disabled: the server listens beyond loopback; set PLINTH_METRICS_TOKEN to enable it',
+        )
       }
       reply.type(metrics.contentType)
       return metrics.metrics()

@@ -1,6 +1,14 @@
 import type { FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
-import { detectFormat, RetrievalScopeError, UploadTooLargeError, type Ingestor, type RetrievalHit, type SourceFormat, type StagedUpload } from '../../rag/index.js'
+import {
+  detectFormat,
+  RetrievalScopeError,
+  UploadTooLargeError,
+  type Ingestor,
+  type RetrievalHit,
+  type SourceFormat,
+  type StagedUpload,
+} from '../../rag/index.js'
 import type { KnowledgeItem, User } from '../../store/index.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
@@ -13,7 +21,10 @@ import type { App, ServerDeps } from '../server-deps.js'
 const tags = ['knowledge']
 const problem = Type.Ref('Problem')
 
-const Chunk = Type.Object({ id: Type.String(), seq: Type.Integer(), heading: Type.String(), text: Type.String() }, { title: 'KnowledgeChunk' })
+const Chunk = Type.Object(
+  { id: Type.String(), seq: Type.Integer(), heading: Type.String(), text: Type.String() },
+  { title: 'KnowledgeChunk' },
+)
 
 const KnowledgeCreate = Type.Object(
   {
@@ -36,28 +47,38 @@ const SearchMode = Type.Unsafe<(typeof searchModes)[number]>({
 
 const SearchQuery = Type.Object(
   {
-    q: Type.String({ minLength: 1, maxLength: 20_000, pattern: '\\S', description: 'What to look for, in any language (not a query language: operators are text)' }),
+    q: Type.String({
+      minLength: 1,
+      maxLength: 20_000,
+      pattern: '\\S',
+      description: 'What to look for, in any language (not a query language: operators are text)',
+    }),
     k: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, default: 10 })),
     mode: Type.Optional(SearchMode),
   },
   { additionalProperties: false },
 )
 
-const SearchHit = Type.Object({
-  chunkId: Type.String(),
-  itemId: Type.String(),
-  projectId: Type.String(),
-  ownerId: Type.String(),
-  title: Type.String(),
-  heading: Type.String(),
-  text: Type.String(),
-  snippet: Type.String(),
-  highlights: Type.Array(Type.Tuple([Type.Integer(), Type.Integer()]), { description: '[start, end) of matched spans within snippet' }),
-  score: Type.Number({ description: 'Reciprocal Rank Fusion score (k = 60)' }),
-  shared: Type.Boolean(),
-  fulltextRank: Type.Union([Type.Integer(), Type.Null()]),
-  vectorSimilarity: Type.Union([Type.Number(), Type.Null()]),
-}, { title: 'SearchHit' })
+const SearchHit = Type.Object(
+  {
+    chunkId: Type.String(),
+    itemId: Type.String(),
+    projectId: Type.String(),
+    ownerId: Type.String(),
+    title: Type.String(),
+    heading: Type.String(),
+    text: Type.String(),
+    snippet: Type.String(),
+    highlights: Type.Array(Type.Tuple([Type.Integer(), Type.Integer()]), {
+      description: '[start, end) of matched spans within snippet',
+    }),
+    score: Type.Number({ description: 'Reciprocal Rank Fusion score (k = 60)' }),
+    shared: Type.Boolean(),
+    fulltextRank: Type.Union([Type.Integer(), Type.Null()]),
+    vectorSimilarity: Type.Union([Type.Number(), Type.Null()]),
+  },
+  { title: 'SearchHit' },
+)
 const SearchAnswer = Type.Object({ items: Type.Array(SearchHit), nextCursor: Type.Null() })
 
 function itemView(item: KnowledgeItem, user: User): KnowledgeItem & { shared: boolean } {
@@ -78,7 +99,16 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
           'Add knowledge: JSON {title, text}, or multipart/form-data with one `file` (.txt .md .html .pdf .docx) and an optional `title`. 201 when a small text is ready at once; 202 while it ingests in the background',
         params: IdParams,
         body: KnowledgeCreate,
-        response: { 201: KnowledgeItemSchema, 202: KnowledgeItemSchema, ...problemResponses, 413: problem, 415: problem, 422: problem, 429: problem, 507: problem },
+        response: {
+          201: KnowledgeItemSchema,
+          202: KnowledgeItemSchema,
+          ...problemResponses,
+          413: problem,
+          415: problem,
+          422: problem,
+          429: problem,
+          507: problem,
+        },
       },
     },
     async (request, reply) => {
@@ -87,17 +117,32 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
       let created: KnowledgeItem
       if (request.isMultipart()) {
         const declared = Number(request.headers['content-length'])
-        if (declared > deps.maxKnowledgeFileBytes + 64 * 1024) throw new HttpProblem('payload_too_large', `knowledge files are limited to ${deps.maxKnowledgeFileBytes} bytes`)
+        if (declared > deps.maxKnowledgeFileBytes + 64 * 1024)
+          throw new HttpProblem(
+            'payload_too_large',
+            `knowledge files are limited to ${deps.maxKnowledgeFileBytes} bytes`,
+          )
         const release = deps.uploads.acquire(user.id, reply)
         let upload: Upload | undefined
         try {
           upload = await readUpload(request, ingestor, deps.maxKnowledgeFileBytes)
           await knowledge.ensureVolume(user, upload.staged.size, deps.maxKnowledgeBytesPerUser)
           // What an Idempotency-Key stands for: the title and the file's content.
-          ;(request as { body: unknown }).body = { title: upload.title, filename: upload.filename, sha256: upload.staged.sha256 }
+          ;(request as { body: unknown }).body = {
+            title: upload.title,
+            filename: upload.filename,
+            sha256: upload.staged.sha256,
+          }
           const staged = upload
           created = await runIdempotent(request, reply, store, user.id, 202, (tx) =>
-            ingestor.insertFile(tx, { projectId: project.id, ownerId: user.id, title: staged.title, filename: staged.filename, format: staged.format, staged: staged.staged }),
+            ingestor.insertFile(tx, {
+              projectId: project.id,
+              ownerId: user.id,
+              title: staged.title,
+              filename: staged.filename,
+              format: staged.format,
+              staged: staged.staged,
+            }),
           )
         } finally {
           release()
@@ -109,7 +154,11 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
         await knowledge.ensureVolume(user, Buffer.byteLength(body.text), deps.maxKnowledgeBytesPerUser)
         const chunks = await ingestor.prepareText(body.text)
         created = await runIdempotent(request, reply, store, user.id, chunks ? 201 : 202, (tx) =>
-          ingestor.insertText(tx, { projectId: project.id, ownerId: user.id, title: body.title, text: body.text }, chunks),
+          ingestor.insertText(
+            tx,
+            { projectId: project.id, ownerId: user.id, title: body.title, text: body.text },
+            chunks,
+          ),
         )
       }
       if (created.ingestStatus === 'pending') ingestor.enqueue(created.id)
@@ -131,7 +180,10 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const user = caller(request)
-      const page = await knowledge.list(user, request.params.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const page = await knowledge.list(user, request.params.id, {
+        limit: request.query.limit ?? 50,
+        after: decodeCursor(request.query.cursor),
+      })
       return toListAnswer(page, (item) => itemView(item, user))
     },
   )
@@ -144,7 +196,14 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
         tags,
         summary: 'A knowledge item with its first chunks (GET /api/knowledge/:id/chunks pages through all)',
         params: IdParams,
-        response: { 200: Type.Object({ ...KnowledgeItemSchema.properties, chunks: Type.Array(Chunk), chunksNextCursor: Type.Union([Type.String(), Type.Null()]) }), ...problemResponses },
+        response: {
+          200: Type.Object({
+            ...KnowledgeItemSchema.properties,
+            chunks: Type.Array(Chunk),
+            chunksNextCursor: Type.Union([Type.String(), Type.Null()]),
+          }),
+          ...problemResponses,
+        },
       },
     },
     async (request) => {
@@ -157,16 +216,36 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
 
   app.get(
     '/knowledge/:id/chunks',
-    { schema: { operationId: 'listKnowledgeChunks', tags, summary: "A knowledge item's chunks, in order", params: IdParams, querystring: PageQuery, response: { 200: PageOf(Chunk), ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'listKnowledgeChunks',
+        tags,
+        summary: "A knowledge item's chunks, in order",
+        params: IdParams,
+        querystring: PageQuery,
+        response: { 200: PageOf(Chunk), ...problemResponses },
+      },
+    },
     async (request) => {
       const item = await knowledge.item(caller(request), request.params.id)
-      return toListAnswer(await knowledge.chunks(item, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }), chunkView)
+      return toListAnswer(
+        await knowledge.chunks(item, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) }),
+        chunkView,
+      )
     },
   )
 
   app.post(
     '/knowledge/:id/publish',
-    { schema: { operationId: 'publishKnowledge', tags, summary: 'Publish an item of yours: members of the project find it too (idempotent)', params: IdParams, response: { 200: KnowledgeItemSchema, ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'publishKnowledge',
+        tags,
+        summary: 'Publish an item of yours: members of the project find it too (idempotent)',
+        params: IdParams,
+        response: { 200: KnowledgeItemSchema, ...problemResponses },
+      },
+    },
     async (request) => {
       const user = caller(request)
       return itemView(await knowledge.publish(user, request.params.id), user)
@@ -175,7 +254,15 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
 
   app.delete(
     '/knowledge/:id',
-    { schema: { operationId: 'deleteKnowledge', tags, summary: 'Delete an item of yours (soft: searches stop finding it at once)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'deleteKnowledge',
+        tags,
+        summary: 'Delete an item of yours (soft: searches stop finding it at once)',
+        params: IdParams,
+        response: { 204: Type.Null(), ...problemResponses },
+      },
+    },
     async (request, reply) => {
       await knowledge.remove(caller(request), request.params.id)
       return reply.code(204).send(null)
@@ -188,7 +275,8 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'searchProject',
         tags: ['search'],
-        summary: 'Hybrid search (full text + vectors, RRF) over the project’s knowledge the caller may see — the same retrieval the agent uses',
+        summary:
+          'Hybrid search (full text + vectors, RRF) over the project’s knowledge the caller may see — the same retrieval the agent uses',
         params: IdParams,
         querystring: SearchQuery,
         response: { 200: SearchAnswer, ...problemResponses },
@@ -198,7 +286,11 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
       const user = caller(request)
       const { q, k, mode } = request.query
       try {
-        const hits = await retriever.retrieveShared(user.id, q, { projectId: request.params.id, k: k ?? 10, ...(mode && { mode }) })
+        const hits = await retriever.retrieveShared(user.id, q, {
+          projectId: request.params.id,
+          k: k ?? 10,
+          ...(mode && { mode }),
+        })
         return { items: hits.map(hitView), nextCursor: null }
       } catch (error) {
         if (error instanceof RetrievalScopeError) throw notFound('project')
@@ -249,15 +341,24 @@ async function readUpload(request: FastifyRequest, ingestor: Ingestor, maxBytes:
   let file: { filename: string; format: SourceFormat; staged: StagedUpload } | undefined
   const fields: Record<string, string> = {}
   try {
-    for await (const part of request.parts({ limits: { fileSize: maxBytes + 1, files: 1, fields: 10, fieldSize: 10_000 } })) {
+    for await (const part of request.parts({
+      limits: { fileSize: maxBytes + 1, files: 1, fields: 10, fieldSize: 10_000 },
+    })) {
       if (part.type === 'file') {
         const format = detectFormat(part.filename, part.mimetype)
         if (!format) {
           part.file.resume()
-          throw new HttpProblem('unsupported_media_type', `cannot read ${JSON.stringify(part.filename)}: upload .txt, .md, .html, .pdf or .docx`)
+          throw new HttpProblem(
+            'unsupported_media_type',
+            `cannot read ${JSON.stringify(part.filename)}: upload .txt, .md, .html, .pdf or .docx`,
+          )
         }
         const staged = await ingestor.stageUpload(part.file, maxBytes).catch((error: unknown) => {
-          if (error instanceof UploadTooLargeError) throw new HttpProblem('payload_too_large', `the file is larger than ${maxBytes} bytes; knowledge files are limited to that`)
+          if (error instanceof UploadTooLargeError)
+            throw new HttpProblem(
+              'payload_too_large',
+              `the file is larger than ${maxBytes} bytes; knowledge files are limited to that`,
+            )
           throw error
         })
         file = { filename: part.filename, format, staged }
@@ -265,13 +366,25 @@ async function readUpload(request: FastifyRequest, ingestor: Ingestor, maxBytes:
         fields[part.fieldname] = String(part.value)
       }
     }
-    if (!file) throw new HttpProblem('validation_failed', 'body.file: a multipart upload needs a file field', { errors: [{ path: 'body.file', message: 'is required' }] })
+    if (!file)
+      throw new HttpProblem('validation_failed', 'body.file: a multipart upload needs a file field', {
+        errors: [{ path: 'body.file', message: 'is required' }],
+      })
     const title = (fields.title ?? file.filename.replace(/\.[^.]+$/, '')).trim() || file.filename
-    for (const [path, value] of [['body.title', title], ['body.file.filename', file.filename]] as const) {
+    for (const [path, value] of [
+      ['body.title', title],
+      ['body.file.filename', file.filename],
+    ] as const) {
       const problemText = stringProblem(value) ?? (value.length > 500 ? 'must be at most 500 characters' : null)
-      if (problemText) throw new HttpProblem('validation_failed', `${path}: ${problemText}`, { errors: [{ path, message: problemText }] })
+      if (problemText)
+        throw new HttpProblem('validation_failed', `${path}: ${problemText}`, {
+          errors: [{ path, message: problemText }],
+        })
     }
-    if (file.staged.size === 0) throw new HttpProblem('validation_failed', 'body.file: the file is empty', { errors: [{ path: 'body.file', message: 'is empty' }] })
+    if (file.staged.size === 0)
+      throw new HttpProblem('validation_failed', 'body.file: the file is empty', {
+        errors: [{ path: 'body.file', message: 'is empty' }],
+      })
     return { title, filename: file.filename, format: file.format, staged: file.staged }
   } catch (error) {
     if (file) await ingestor.discard(file.staged)

@@ -32,7 +32,14 @@ export function registerMcpConnectionRoutes(api: App, deps: ServerDeps): void {
   const hub = deps.mcp
   api.get(
     '/mcp/connections',
-    { schema: { operationId: 'listMcpConnections', tags, summary: 'The MCP servers that take per-user OAuth connections, and whether the caller has connected each', response: { 200: Type.Object({ items: Type.Array(Connection), nextCursor: Type.Null() }), ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'listMcpConnections',
+        tags,
+        summary: 'The MCP servers that take per-user OAuth connections, and whether the caller has connected each',
+        response: { 200: Type.Object({ items: Type.Array(Connection), nextCursor: Type.Null() }), ...problemResponses },
+      },
+    },
     async (request) => ({ items: hub ? await hub.connections(caller(request).id) : [], nextCursor: null }),
   )
   api.post(
@@ -41,15 +48,24 @@ export function registerMcpConnectionRoutes(api: App, deps: ServerDeps): void {
       schema: {
         operationId: 'connectMcpServer',
         tags,
-        summary: 'Start connecting the caller’s account to an OAuth MCP server: open `authorizationUrl` in a browser; the server’s callback finishes it',
+        summary:
+          'Start connecting the caller’s account to an OAuth MCP server: open `authorizationUrl` in a browser; the server’s callback finishes it',
         params: Type.Object({ server: Server }, { additionalProperties: false }),
-        response: { 200: Type.Object({ server: Type.String(), authorizationUrl: Type.String() }), ...problemResponses, 502: Type.Ref('Problem'), 503: Type.Ref('Problem') },
+        response: {
+          200: Type.Object({ server: Type.String(), authorizationUrl: Type.String() }),
+          ...problemResponses,
+          502: Type.Ref('Problem'),
+          503: Type.Ref('Problem'),
+        },
       },
     },
     async (request) => {
       if (!hub) throw new HttpProblem('not_found', `no MCP server ${request.params.server}`)
       try {
-        return { server: request.params.server, ...(await hub.connect(caller(request).id, request.params.server, callbackUrl(request))) }
+        return {
+          server: request.params.server,
+          ...(await hub.connect(caller(request).id, request.params.server, callbackUrl(request))),
+        }
       } catch (error) {
         return problemOf(error)
       }
@@ -69,7 +85,8 @@ export function registerMcpConnectionRoutes(api: App, deps: ServerDeps): void {
     async (request, reply) => {
       if (!hub) throw new HttpProblem('not_found', `no MCP server ${request.params.server}`)
       try {
-        if (!(await hub.disconnect(caller(request).id, request.params.server))) throw new HttpProblem('not_found', `you have no connection to ${request.params.server}`)
+        if (!(await hub.disconnect(caller(request).id, request.params.server)))
+          throw new HttpProblem('not_found', `you have no connection to ${request.params.server}`)
       } catch (error) {
         return problemOf(error)
       }
@@ -92,18 +109,34 @@ export function registerMcpCallbackRoute(app: App, deps: ServerDeps): void {
         tags,
         summary: 'Where an MCP server’s authorization server returns the user; answers a small HTML page',
         security: [],
-        querystring: Type.Object({ state: Type.Optional(Type.String({ maxLength: 512 })), code: Type.Optional(Type.String({ maxLength: 4096 })), error: Type.Optional(Type.String({ maxLength: 512 })), error_description: Type.Optional(Type.String({ maxLength: 2048 })) }),
+        querystring: Type.Object({
+          state: Type.Optional(Type.String({ maxLength: 512 })),
+          code: Type.Optional(Type.String({ maxLength: 4096 })),
+          error: Type.Optional(Type.String({ maxLength: 512 })),
+          error_description: Type.Optional(Type.String({ maxLength: 2048 })),
+        }),
         response: { 200: Type.String(), 400: Type.String(), 502: Type.String() },
       },
     },
     async (request, reply) => {
       reply.type('text/html; charset=utf-8').header('cache-control', 'no-store')
       const { state, code, error } = request.query
-      if (error || !state || !code) return reply.code(400).send(page('Not connected', escape(error ? `The authorization server said: ${error}` : 'The callback has no code or state.')))
-      if (!deps.mcp) return reply.code(400).send(page('Not connected', 'No MCP server here takes per-user connections.'))
+      if (error || !state || !code)
+        return reply
+          .code(400)
+          .send(
+            page(
+              'Not connected',
+              escape(error ? `The authorization server said: ${error}` : 'The callback has no code or state.'),
+            ),
+          )
+      if (!deps.mcp)
+        return reply.code(400).send(page('Not connected', 'No MCP server here takes per-user connections.'))
       try {
         const done = await deps.mcp.complete(state, code)
-        return reply.code(200).send(page('Connected', `Your account is connected to ${escape(done.server)}. You can close this window.`))
+        return reply
+          .code(200)
+          .send(page('Connected', `Your account is connected to ${escape(done.server)}. You can close this window.`))
       } catch (caught) {
         if (!(caught instanceof McpConnectError)) throw caught
         return reply.code(caught.code === 'bad_request' ? 400 : 502).send(page('Not connected', escape(caught.message)))

@@ -25,14 +25,19 @@ export interface McpRouteOptions {
 const ProtectedResourceMetadata = Type.Object(
   {
     resource: Type.String({ description: 'The protected resource: the server, or its MCP endpoint' }),
-    authorization_servers: Type.Array(Type.String(), { description: 'Issuers of tokens for it (none: Plinth issues its own; `plinth tokens create`)' }),
+    authorization_servers: Type.Array(Type.String(), {
+      description: 'Issuers of tokens for it (none: Plinth issues its own; `plinth tokens create`)',
+    }),
     bearer_methods_supported: Type.Array(Type.String()),
     resource_name: Type.String(),
   },
   { title: 'ProtectedResourceMetadata' },
 )
 
-const ScopeParams = Type.Object({ projectId: Type.Optional(Id), conversationId: Type.Optional(Id) }, { additionalProperties: false })
+const ScopeParams = Type.Object(
+  { projectId: Type.Optional(Id), conversationId: Type.Optional(Id) },
+  { additionalProperties: false },
+)
 
 /** A body that is not a JSON-RPC message we can accept: answered with a JSON-RPC error, never a problem. */
 class RefusedBody {
@@ -50,15 +55,23 @@ class RefusedBody {
  * (RFC 9728) 401 answers point MCP clients to.
  */
 export async function registerMcpRoutes(app: App, deps: ServerDeps, options: McpRouteOptions): Promise<void> {
-  const metadataRoute = (operationId: string, summary: string) => ({ schema: { operationId, tags: ['mcp'], summary, security: [], response: { 200: ProtectedResourceMetadata } } })
+  const metadataRoute = (operationId: string, summary: string) => ({
+    schema: { operationId, tags: ['mcp'], summary, security: [], response: { 200: ProtectedResourceMetadata } },
+  })
   app.get(
     '/.well-known/oauth-protected-resource',
-    metadataRoute('getProtectedResourceMetadata', 'Protected resource metadata of the server (RFC 9728): bearer tokens in the Authorization header'),
+    metadataRoute(
+      'getProtectedResourceMetadata',
+      'Protected resource metadata of the server (RFC 9728): bearer tokens in the Authorization header',
+    ),
     async (request) => protectedResourceMetadata(request, '', options.authorizationServers),
   )
   app.get(
     mcpMetadataPath,
-    metadataRoute('getMcpProtectedResourceMetadata', 'Protected resource metadata of the MCP endpoint /mcp (RFC 9728), named by its 401 answers'),
+    metadataRoute(
+      'getMcpProtectedResourceMetadata',
+      'Protected resource metadata of the MCP endpoint /mcp (RFC 9728), named by its 401 answers',
+    ),
     async (request) => protectedResourceMetadata(request, '/mcp', options.authorizationServers),
   )
 
@@ -68,7 +81,8 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
       try {
         await options.authenticate(request, reply)
       } catch (error) {
-        if (error instanceof HttpProblem && error.code === 'unauthorized') reply.header('www-authenticate', bearerChallenge(request))
+        if (error instanceof HttpProblem && error.code === 'unauthorized')
+          reply.header('www-authenticate', bearerChallenge(request))
         throw error
       }
     })
@@ -78,7 +92,8 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
     mcp.removeAllContentTypeParsers()
     mcp.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
       const text = body as string
-      if (jsonDepth(text, maxJsonDepth) > maxJsonDepth) return done(null, new RefusedBody('invalid', `Invalid Request: JSON nested deeper than ${maxJsonDepth} levels`))
+      if (jsonDepth(text, maxJsonDepth) > maxJsonDepth)
+        return done(null, new RefusedBody('invalid', `Invalid Request: JSON nested deeper than ${maxJsonDepth} levels`))
       parse(request, text, (error, value) => {
         if (error) return done(null, new RefusedBody('parse', 'Parse error: Invalid JSON'))
         const found = findHostileValue(value, 'body')
@@ -97,34 +112,63 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
         await deps.bus.catalog.settled()
         const sdk = await loadMcpSdk()
         if (request.body instanceof RefusedBody) {
-          return reply.code(400).type('application/json').send(jsonRpcError(request.body.kind === 'parse' ? sdk.ErrorCode.ParseError : sdk.ErrorCode.InvalidRequest, request.body.message))
+          return reply
+            .code(400)
+            .type('application/json')
+            .send(
+              jsonRpcError(
+                request.body.kind === 'parse' ? sdk.ErrorCode.ParseError : sdk.ErrorCode.InvalidRequest,
+                request.body.message,
+              ),
+            )
         }
         // An initialize starts afresh whatever session it names: a client whose session was forgotten recovers so.
         const session = isInitialize(request.body) ? null : await findSession(sessions, user, request)
-        if (session === 'unknown') return reply.code(404).type('application/json').send(jsonRpcError(-32001, 'Session not found'))
+        if (session === 'unknown')
+          return reply.code(404).type('application/json').send(jsonRpcError(-32001, 'Session not found'))
         // Answers to Plinth's own elicitations are applied here, whichever instance asked.
         const { answers, rest } = splitAnswers(request.body)
         if (answers.length > 0) {
-          if (!session) return reply.code(400).type('application/json').send(jsonRpcError(sdk.ErrorCode.InvalidRequest, 'Invalid Request: an elicitation answer needs the Mcp-Session-Id it was asked in'))
+          if (!session)
+            return reply
+              .code(400)
+              .type('application/json')
+              .send(
+                jsonRpcError(
+                  sdk.ErrorCode.InvalidRequest,
+                  'Invalid Request: an elicitation answer needs the Mcp-Session-Id it was asked in',
+                ),
+              )
           for (const answer of answers) await applyAnswer(deps.bus, deps.store, session, answer)
           if (rest === undefined || (Array.isArray(rest) && rest.length === 0)) return reply.code(202).send()
         }
         const body = answers.length > 0 ? rest : request.body
         const elicits = session !== null && answersElicitation(session) && callsTool(body)
         // A call that may wait for a person answers over SSE (the question, then the result); the rest as JSON.
-        const transport = new sdk.StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: !elicits })
+        const transport = new sdk.StreamableHTTPServerTransport({
+          sessionIdGenerator: undefined,
+          enableJsonResponse: !elicits,
+        })
         const closed = new AbortController()
         const elicitor = elicits ? new McpElicitor({ bus: deps.bus, store: deps.store, transport, session }) : null
         const content = new McpContent(deps.knowledge, user, scope.project)
         // A call waiting for a person ends when the client goes or the server stops.
-        const server = createMcpServer(sdk, { bus: deps.bus, content }, scope, options.version, elicitor, AbortSignal.any([closed.signal, deps.shutdown]))
+        const server = createMcpServer(
+          sdk,
+          { bus: deps.bus, content },
+          scope,
+          options.version,
+          elicitor,
+          AbortSignal.any([closed.signal, deps.shutdown]),
+        )
         await server.connect(transport)
         if (isInitialize(body)) {
           reply.header('mcp-session-id', await sessions.open(user.id, body.params))
         }
         reply.hijack()
         // Headers the hooks set (request id, rate limits, CORS) go out with the transport's answer.
-        for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) reply.raw.setHeader(name, value)
+        for (const [name, value] of Object.entries(reply.getHeaders()))
+          if (value !== undefined) reply.raw.setHeader(name, value)
         reply.raw.once('close', () => {
           closed.abort()
           transport.close().catch(() => undefined)
@@ -134,7 +178,10 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
           await transport.handleRequest(request.raw, reply.raw, body)
         } catch (error) {
           request.log.error({ err: error }, 'MCP request failed')
-          if (!reply.raw.headersSent) reply.raw.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify(jsonRpcError(sdk.ErrorCode.InternalError, 'Internal error')))
+          if (!reply.raw.headersSent)
+            reply.raw
+              .writeHead(500, { 'content-type': 'application/json' })
+              .end(JSON.stringify(jsonRpcError(sdk.ErrorCode.InternalError, 'Internal error')))
           else reply.raw.destroy()
         }
       })
@@ -142,7 +189,8 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
       mcp.delete(url, { schema }, async (request, reply) => {
         const id = request.headers['mcp-session-id']
         if (typeof id !== 'string') return methodNotAllowed(request, reply)
-        if (!(await sessions.end(id, caller(request).id))) return reply.code(404).type('application/json').send(jsonRpcError(-32001, 'Session not found'))
+        if (!(await sessions.end(id, caller(request).id)))
+          return reply.code(404).type('application/json').send(jsonRpcError(-32001, 'Session not found'))
         return reply.code(200).send()
       })
       // No stream to open: the server sends nothing outside the answer to a request.
@@ -152,10 +200,18 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
 }
 
 const methodNotAllowed = async (_request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> =>
-  reply.code(405).header('allow', 'POST, DELETE').type('application/json').send(jsonRpcError(-32000, 'Method not allowed.'))
+  reply
+    .code(405)
+    .header('allow', 'POST, DELETE')
+    .type('application/json')
+    .send(jsonRpcError(-32000, 'Method not allowed.'))
 
 /** The request's session: null without an `Mcp-Session-Id`, `unknown` when it names none of the caller's. */
-async function findSession(sessions: McpSessions, user: User, request: FastifyRequest): Promise<McpSessionRecord | null | 'unknown'> {
+async function findSession(
+  sessions: McpSessions,
+  user: User,
+  request: FastifyRequest,
+): Promise<McpSessionRecord | null | 'unknown'> {
   const id = request.headers['mcp-session-id']
   if (typeof id !== 'string') return null
   return (await sessions.find(id, user.id)) ?? 'unknown'
@@ -180,17 +236,33 @@ function isRecord(value: unknown): value is { [key: string]: unknown } {
 }
 
 /** The user, project and conversation a request acts in; 404 for a project or conversation the caller may not read. */
-async function resolveScope(deps: ServerDeps, user: User, params: { projectId?: string; conversationId?: string }): Promise<McpScope> {
-  if (!params.projectId) return { userId: user.id, user, project: null, projectId: null, conversationId: null, subset: null, writable: true }
+async function resolveScope(
+  deps: ServerDeps,
+  user: User,
+  params: { projectId?: string; conversationId?: string },
+): Promise<McpScope> {
+  if (!params.projectId)
+    return { userId: user.id, user, project: null, projectId: null, conversationId: null, subset: null, writable: true }
   const project = await deps.projects.resolve(user, params.projectId)
   if (params.conversationId) {
     const { conversation } = await deps.conversations.resolveWithProject(user, params.conversationId)
     if (conversation.projectId !== project.id) throw notFound('conversation')
   }
   const writable = project.ownerId === user.id || (await deps.bus.mayWrite(user.id, project.id))
-  return { userId: user.id, user, project, projectId: project.id, conversationId: params.conversationId ?? null, subset: project.tools, writable }
+  return {
+    userId: user.id,
+    user,
+    project,
+    projectId: project.id,
+    conversationId: params.conversationId ?? null,
+    subset: project.tools,
+    writable,
+  }
 }
 
-function jsonRpcError(code: number, message: string): { jsonrpc: '2.0'; error: { code: number; message: string }; id: null } {
+function jsonRpcError(
+  code: number,
+  message: string,
+): { jsonrpc: '2.0'; error: { code: number; message: string }; id: null } {
   return { jsonrpc: '2.0', error: { code, message }, id: null }
 }

@@ -31,10 +31,20 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
 
   app.post(
     '/projects',
-    { schema: { operationId: 'createProject', tags, summary: 'Create a project', body: ProjectCreate, response: { 201: Project, ...problemResponses, 422: Type.Ref('Problem') } } },
+    {
+      schema: {
+        operationId: 'createProject',
+        tags,
+        summary: 'Create a project',
+        body: ProjectCreate,
+        response: { 201: Project, ...problemResponses, 422: Type.Ref('Problem') },
+      },
+    },
     async (request, reply) => {
       const user = caller(request)
-      const answer = await runIdempotent(request, reply, store, user.id, 201, async (tx) => projectView(await projects.create(tx, user, request.body), user))
+      const answer = await runIdempotent(request, reply, store, user.id, 201, async (tx) =>
+        projectView(await projects.create(tx, user, request.body), user),
+      )
       lists.forget('all')
       return answer
     },
@@ -42,7 +52,15 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
 
   app.get(
     '/projects',
-    { schema: { operationId: 'listProjects', tags, summary: 'Projects the caller owns (and, with sharing, may see)', querystring: PageQuery, response: { 200: PageOf(Project), ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'listProjects',
+        tags,
+        summary: 'Projects the caller owns (and, with sharing, may see)',
+        querystring: PageQuery,
+        response: { 200: PageOf(Project), ...problemResponses },
+      },
+    },
     async (request, reply) => {
       const user = caller(request)
       const limit = request.query.limit ?? 50
@@ -57,10 +75,22 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     },
   )
 
-  app.get('/projects/:id', { schema: { operationId: 'getProject', tags, summary: 'A project', params: IdParams, response: { 200: Project, ...problemResponses } } }, async (request) => {
-    const user = caller(request)
-    return projectView(await projects.resolve(user, request.params.id), user)
-  })
+  app.get(
+    '/projects/:id',
+    {
+      schema: {
+        operationId: 'getProject',
+        tags,
+        summary: 'A project',
+        params: IdParams,
+        response: { 200: Project, ...problemResponses },
+      },
+    },
+    async (request) => {
+      const user = caller(request)
+      return projectView(await projects.resolve(user, request.params.id), user)
+    },
+  )
 
   app.patch(
     '/projects/:id',
@@ -68,7 +98,8 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'updateProject',
         tags,
-        summary: 'Update a project: its name and description, its agent profile (system prompt, default model, model parameters, tool subset; audited), its runtime directories',
+        summary:
+          'Update a project: its name and description, its agent profile (system prompt, default model, model parameters, tool subset; audited), its runtime directories',
         params: IdParams,
         body: ProjectPatch,
         response: { 200: Project, ...problemResponses, 422: Type.Ref('Problem') },
@@ -84,7 +115,15 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
 
   app.delete(
     '/projects/:id',
-    { schema: { operationId: 'deleteProject', tags, summary: 'Delete a project (soft: history is kept)', params: IdParams, response: { 204: Type.Null(), ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'deleteProject',
+        tags,
+        summary: 'Delete a project (soft: history is kept)',
+        params: IdParams,
+        response: { 204: Type.Null(), ...problemResponses },
+      },
+    },
     async (request, reply) => {
       const project = await projects.remove(caller(request), request.params.id)
       changed(project.id)
@@ -107,7 +146,9 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       const user = caller(request)
       const project = await projects.resolve(user, request.params.id, 'create_conversation')
-      return runIdempotent(request, reply, store, user.id, 201, (tx) => conversations.create(tx, user, project, request.body.title))
+      return runIdempotent(request, reply, store, user.id, 201, (tx) =>
+        conversations.create(tx, user, project, request.body.title),
+      )
     },
   )
 
@@ -124,7 +165,10 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request) => {
-      const page = await conversations.listInProject(caller(request), request.params.id, { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const page = await conversations.listInProject(caller(request), request.params.id, {
+        limit: request.query.limit ?? 50,
+        after: decodeCursor(request.query.cursor),
+      })
       return toListAnswer(page, (item) => item)
     },
   )
@@ -139,7 +183,10 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
         summary: 'SSE: every event of the project; resume with Last-Event-ID or ?after=',
         params: IdParams,
         querystring: EventsQuery,
-        response: { 200: sseResponse('StreamEvent', 'The project’s events: the log after Last-Event-ID, then live'), ...problemResponses },
+        response: {
+          200: sseResponse('StreamEvent', 'The project’s events: the log after Last-Event-ID, then live'),
+          ...problemResponses,
+        },
       },
     },
     async (request, reply) => {
@@ -149,14 +196,25 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       // Members see events about the project itself and their own doings; the owner sees everything
       // else too. Knowledge drafts are their author's alone (as in the item list).
       const filter = (event: EventRecord): boolean => {
-        if (event.type.startsWith('knowledge.') && event.userId !== user.id && (event.data.item as { status?: string } | undefined)?.status !== 'published') return false
+        if (
+          event.type.startsWith('knowledge.') &&
+          event.userId !== user.id &&
+          (event.data.item as { status?: string } | undefined)?.status !== 'published'
+        )
+          return false
         // Webhooks are the owner's to manage (and their URLs theirs to see).
         if (event.type.startsWith('webhook.')) return !shared
-        return !shared || event.userId === user.id || (event.conversationId === null && !event.type.startsWith('decision.'))
+        return (
+          !shared || event.userId === user.id || (event.conversationId === null && !event.type.startsWith('decision.'))
+        )
       }
       await serveEventStream(request, reply, deps, {
         scope: { projectId: project.id },
-        access: { projectId: project.id, shared, recheck: async () => (await deps.access.project(user.id, project.id, 'read')) !== undefined },
+        access: {
+          projectId: project.id,
+          shared,
+          recheck: async () => (await deps.access.project(user.id, project.id, 'read')) !== undefined,
+        },
         filter,
       })
     },

@@ -9,14 +9,26 @@ import { sseResponse } from '../event-schemas.js'
 import { resumePoint, serveEventStream } from '../event-stream-route.js'
 import { hashRequest, idempotencyKey, KeyTaken, storeAnswer, storedAnswer } from '../idempotency.js'
 import { HttpProblem } from '../problem.js'
-import { EventsQuery, IdParams, Message, ModelParams, problemResponses, Run as RunSchema, RunList, RunListQuery } from '../schemas.js'
+import {
+  EventsQuery,
+  IdParams,
+  Message,
+  ModelParams,
+  problemResponses,
+  Run as RunSchema,
+  RunList,
+  RunListQuery,
+} from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 import type { StreamHandle } from '../stream-registry.js'
 
 const tags = ['runs']
 const problem = Type.Ref('Problem')
 const RunView = Type.Ref('Run')
-const WaitedRun = Type.Object({ ...RunSchema.properties, messages: Type.Array(Message, { description: 'The run’s messages, oldest first' }) }, { title: 'RunWithMessages' })
+const WaitedRun = Type.Object(
+  { ...RunSchema.properties, messages: Type.Array(Message, { description: 'The run’s messages, oldest first' }) },
+  { title: 'RunWithMessages' },
+)
 const maxWaitSeconds = 120
 const defaultWaitSeconds = 30
 const terminalEvents = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.expired'])
@@ -31,7 +43,13 @@ const RunCreate = Type.Object(
     approvalPolicy: Type.Optional(Type.Union([Type.Literal('ask'), Type.Literal('dontAsk')])),
     knowledge: Type.Optional(
       Type.Object(
-        { autoInject: Type.Optional(Type.Boolean({ description: 'Put the top project-knowledge hits for the message into the prompt (default true)' })) },
+        {
+          autoInject: Type.Optional(
+            Type.Boolean({
+              description: 'Put the top project-knowledge hits for the message into the prompt (default true)',
+            }),
+          ),
+        },
         { additionalProperties: false },
       ),
     ),
@@ -52,7 +70,15 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         summary: 'Configured models (never keys)',
         response: {
           200: Type.Object({
-            items: Type.Array(Type.Object({ id: Type.String(), provider: Type.String(), supportsTools: Type.Boolean(), contextWindow: Type.Integer(), default: Type.Boolean() })),
+            items: Type.Array(
+              Type.Object({
+                id: Type.String(),
+                provider: Type.String(),
+                supportsTools: Type.Boolean(),
+                contextWindow: Type.Integer(),
+                default: Type.Boolean(),
+              }),
+            ),
             nextCursor: Type.Null(),
           }),
           ...problemResponses,
@@ -92,10 +118,14 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
             description:
               'The run with its messages so far: just created (no wait), or settled — ended or waiting for action — within the wait. ' +
               'With Accept: text/event-stream, its stream instead',
-            content: { 'application/json': { schema: WaitedRun }, 'text/event-stream': { schema: Type.Ref('RunStreamEvent') } },
+            content: {
+              'application/json': { schema: WaitedRun },
+              'text/event-stream': { schema: Type.Ref('RunStreamEvent') },
+            },
           }),
           202: Type.Unsafe({
-            description: 'Still queued or running after the wait: the run with its messages so far; ask again after Retry-After seconds (GET /api/runs/:id)',
+            description:
+              'Still queued or running after the wait: the run with its messages so far; ask again after Retry-After seconds (GET /api/runs/:id)',
             headers: { 'retry-after': Type.Integer({ description: 'Seconds' }) },
             content: { 'application/json': { schema: WaitedRun } },
           }),
@@ -115,7 +145,10 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       // when the caller's access goes.
       const waitSeconds = reply.sse ? null : requestedWait(request.query.wait, request.headers.prefer)
       // A stream's slot too is taken first: a 429 never leaves a run nobody watches.
-      const slot = waitSeconds === null && !reply.sse ? null : deps.streams.open({ ...access, userId: user.id, tokenId: request.tokenId ?? '' }, openedAt)
+      const slot =
+        waitSeconds === null && !reply.sse
+          ? null
+          : deps.streams.open({ ...access, userId: user.id, tokenId: request.tokenId ?? '' }, openedAt)
       try {
         return await answer(slot)
       } finally {
@@ -140,7 +173,10 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
           try {
             created = await runs.createRun(conversation, user.id, request.body, {
               project,
-              ...(key !== undefined && { onCreated: (tx, run) => storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }) }),
+              ...(key !== undefined && {
+                onCreated: (tx, run) =>
+                  storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }),
+              }),
             })
           } catch (error) {
             if (!(error instanceof KeyTaken)) throw error
@@ -150,22 +186,32 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
           }
         }
         if ('active' in created) {
-          throw new HttpProblem('run_active', `run ${created.active.id} is ${created.active.status} in this conversation; wait, cancel it, or send ifActive: "interrupt" or "enqueue"`, {
-            activeRunId: created.active.id,
-            activeStatus: created.active.status,
-            awaiting: created.active.requiredAction,
-          })
+          throw new HttpProblem(
+            'run_active',
+            `run ${created.active.id} is ${created.active.status} in this conversation; wait, cancel it, or send ifActive: "interrupt" or "enqueue"`,
+            {
+              activeRunId: created.active.id,
+              activeStatus: created.active.status,
+              awaiting: created.active.requiredAction,
+            },
+          )
         }
         if (reply.sse) {
           reply.code(201)
           return streamRun(request, reply, deps, created.run, access, slot ?? undefined)
         }
-        if (waitSeconds === null || !slot) return reply.code(201).send({ ...runJson(created.run), messages: await runQueries.messages(created.run.id) })
-        const { run, settled } = await runs.waitUntilSettled(created.run.id, waitSeconds * 1000, { signal: slot.signal })
+        if (waitSeconds === null || !slot)
+          return reply.code(201).send({ ...runJson(created.run), messages: await runQueries.messages(created.run.id) })
+        const { run, settled } = await runs.waitUntilSettled(created.run.id, waitSeconds * 1000, {
+          signal: slot.signal,
+        })
         const messages = await runQueries.messages(run.id)
         if (settled) return reply.code(201).send({ ...runJson(run), messages })
         reply.header('preference-applied', `wait=${waitSeconds}`)
-        return reply.code(202).header('retry-after', 5).send({ ...runJson(run), messages })
+        return reply
+          .code(202)
+          .header('retry-after', 5)
+          .send({ ...runJson(run), messages })
       }
     },
   )
@@ -176,13 +222,17 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'listRuns',
         tags,
-        summary: "The caller's runs across conversations, newest first — e.g. ?status=requires_action for everything waiting on them",
+        summary:
+          "The caller's runs across conversations, newest first — e.g. ?status=requires_action for everything waiting on them",
         querystring: RunListQuery,
         response: { 200: RunList, ...problemResponses },
       },
     },
     async (request) => {
-      const page = await runQueries.listMine(caller(request), statusFilter(request.query.status), { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) })
+      const page = await runQueries.listMine(caller(request), statusFilter(request.query.status), {
+        limit: request.query.limit ?? 50,
+        after: decodeCursor(request.query.cursor),
+      })
       return toListAnswer(page, runJson)
     },
   )
@@ -205,7 +255,8 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       const user = caller(request)
       const run = await runQueries.resolve(user, request.params.id)
       const waitSeconds = requestedWait(request.query.wait, request.headers.prefer)
-      if (!waitSeconds || terminalRunStatuses.includes(run.status) || run.status === 'requires_action') return runJson(run)
+      if (!waitSeconds || terminalRunStatuses.includes(run.status) || run.status === 'requires_action')
+        return runJson(run)
       // Held like a stream: it counts against the same caps and ends early when access goes.
       const { access } = await conversationForStream(deps, user, run.conversationId)
       const slot = deps.streams.open({ ...access, userId: user.id, tokenId: request.tokenId ?? '' }, Date.now())
@@ -214,7 +265,9 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       const onClose = (): void => gone.abort()
       reply.raw.once('close', onClose)
       try {
-        const waited = await runs.waitUntilSettled(run.id, waitSeconds * 1000, { signal: AbortSignal.any([slot.signal, gone.signal]) })
+        const waited = await runs.waitUntilSettled(run.id, waitSeconds * 1000, {
+          signal: AbortSignal.any([slot.signal, gone.signal]),
+        })
         if (!waited.settled) reply.header('preference-applied', `wait=${waitSeconds}`).header('retry-after', 1)
         return runJson(waited.run)
       } finally {
@@ -226,7 +279,15 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
 
   app.post(
     '/runs/:id/cancel',
-    { schema: { operationId: 'cancelRun', tags, summary: 'Cancel a run (a finished run is returned unchanged)', params: IdParams, response: { 200: RunView, ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'cancelRun',
+        tags,
+        summary: 'Cancel a run (a finished run is returned unchanged)',
+        params: IdParams,
+        response: { 200: RunView, ...problemResponses },
+      },
+    },
     async (request) => {
       const run = await runQueries.resolve(caller(request), request.params.id)
       return runJson((await runs.cancel(run.id)) ?? run)
@@ -239,7 +300,8 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'resumeRun',
         tags,
-        summary: 'Resume a run that failed upstream (or was interrupted, or lost its model) from its last checkpoint; no completed tool call runs again',
+        summary:
+          'Resume a run that failed upstream (or was interrupted, or lost its model) from its last checkpoint; no completed tool call runs again',
         params: IdParams,
         response: { 200: RunView, ...problemResponses, 409: problem, 422: problem, 503: problem },
       },
@@ -260,7 +322,22 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         summary: 'Results of client-side tool calls the run awaits',
         params: IdParams,
         body: Type.Object(
-          { outputs: Type.Array(Type.Object({ callId: Type.String({ minLength: 1, maxLength: 64, description: 'A callId from requiredAction.toolOutputs; any other answers 409 run_not_waiting' }), output: Type.Unknown() }, { additionalProperties: false }), { minItems: 1, maxItems: 64 }) },
+          {
+            outputs: Type.Array(
+              Type.Object(
+                {
+                  callId: Type.String({
+                    minLength: 1,
+                    maxLength: 64,
+                    description: 'A callId from requiredAction.toolOutputs; any other answers 409 run_not_waiting',
+                  }),
+                  output: Type.Unknown(),
+                },
+                { additionalProperties: false },
+              ),
+              { minItems: 1, maxItems: 64 },
+            ),
+          },
           { additionalProperties: false },
         ),
         response: { 200: RunView, ...problemResponses, 409: problem },
@@ -284,8 +361,13 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         params: IdParams,
         querystring: EventsQuery,
         response: {
-          200: sseResponse('RunStreamEvent', 'The run’s events from the start (or after Last-Event-ID); ends after the terminal run event'),
-          204: Type.Null({ description: 'The run has ended and there is nothing after Last-Event-ID: stop reconnecting' }),
+          200: sseResponse(
+            'RunStreamEvent',
+            'The run’s events from the start (or after Last-Event-ID); ends after the terminal run event',
+          ),
+          204: Type.Null({
+            description: 'The run has ended and there is nothing after Last-Event-ID: stop reconnecting',
+          }),
           ...problemResponses,
         },
       },
@@ -297,11 +379,17 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       await streamRun(request, reply, deps, run, access)
     },
   )
-
 }
 
 /** A run's stream: replay, then live until its terminal event (a finished run: replay and close). */
-async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: ServerDeps, run: Run, access: ConversationStreamAccess, handle?: StreamHandle): Promise<void> {
+async function streamRun(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  deps: ServerDeps,
+  run: Run,
+  access: ConversationStreamAccess,
+  handle?: StreamHandle,
+): Promise<void> {
   const isTerminal = (event: EventRecord): boolean => terminalEvents.has(event.type)
   if (terminalRunStatuses.includes(run.status)) {
     // A finished run with nothing after the client's id: 204, which tells an EventSource not to
@@ -311,7 +399,12 @@ async function streamRun(request: FastifyRequest, reply: FastifyReply, deps: Ser
       return
     }
   }
-  await serveEventStream(request, reply, deps, { scope: { runId: run.id }, access, until: isTerminal, ...(handle && { handle }) })
+  await serveEventStream(request, reply, deps, {
+    scope: { runId: run.id },
+    access,
+    until: isTerminal,
+    ...(handle && { handle }),
+  })
 }
 
 /** Seconds to wait for a new run to settle: `?wait=true`, or `Prefer: wait=N` (RFC 7240); null for no wait. */

@@ -43,7 +43,9 @@ export function registerStreamTicketRoutes(app: App, deps: ServerDeps): void {
       caller(request)
       if (!request.tokenId) throw new HttpProblem('unauthorized')
       const issued = await deps.accounts.issueStreamTicket(request.tokenId, request.body.path, ticketTtlMs)
-      return reply.code(201).send({ ...issued, url: `${request.body.path}?ticket=${encodeURIComponent(issued.ticket)}` })
+      return reply
+        .code(201)
+        .send({ ...issued, url: `${request.body.path}?ticket=${encodeURIComponent(issued.ticket)}` })
     },
   )
 }

@@ -3,7 +3,15 @@ import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { IdParams, PageOf, PageQuery, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
-import { DeliveryParams, Webhook, WebhookCreate, WebhookDelivery, WebhookParams, WebhookPatch, WebhookWithSecret } from '../webhook-schemas.js'
+import {
+  DeliveryParams,
+  Webhook,
+  WebhookCreate,
+  WebhookDelivery,
+  WebhookParams,
+  WebhookPatch,
+  WebhookWithSecret,
+} from '../webhook-schemas.js'
 
 const tags = ['webhooks']
 const problem = Type.Ref('Problem')
@@ -11,7 +19,10 @@ const problem = Type.Ref('Problem')
 /** A project's webhooks (docs/webhooks.md): its owner's alone. */
 export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
   const { webhooks } = deps
-  const page = (query: { limit?: number; cursor?: string }) => ({ limit: query.limit ?? 50, after: decodeCursor(query.cursor) })
+  const page = (query: { limit?: number; cursor?: string }) => ({
+    limit: query.limit ?? 50,
+    after: decodeCursor(query.cursor),
+  })
 
   app.post(
     '/projects/:id/webhooks',
@@ -27,20 +38,42 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const { url, events, description } = request.body
-      const created = await webhooks.create(caller(request), request.params.id, { url, events, ...(description !== undefined && { description }) })
+      const created = await webhooks.create(caller(request), request.params.id, {
+        url,
+        events,
+        ...(description !== undefined && { description }),
+      })
       return reply.code(201).send(created)
     },
   )
 
   app.get(
     '/projects/:id/webhooks',
-    { schema: { operationId: 'listWebhooks', tags, summary: "The project's webhooks, newest first (never their secrets)", params: IdParams, querystring: PageQuery, response: { 200: PageOf(Webhook), ...problemResponses } } },
-    async (request) => toListAnswer(await webhooks.list(caller(request), request.params.id, page(request.query)), (webhook) => webhook),
+    {
+      schema: {
+        operationId: 'listWebhooks',
+        tags,
+        summary: "The project's webhooks, newest first (never their secrets)",
+        params: IdParams,
+        querystring: PageQuery,
+        response: { 200: PageOf(Webhook), ...problemResponses },
+      },
+    },
+    async (request) =>
+      toListAnswer(await webhooks.list(caller(request), request.params.id, page(request.query)), (webhook) => webhook),
   )
 
   app.get(
     '/projects/:id/webhooks/:webhookId',
-    { schema: { operationId: 'getWebhook', tags, summary: 'A webhook (never its secret)', params: WebhookParams, response: { 200: Webhook, ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'getWebhook',
+        tags,
+        summary: 'A webhook (never its secret)',
+        params: WebhookParams,
+        response: { 200: Webhook, ...problemResponses },
+      },
+    },
     async (request) => webhooks.get(caller(request), request.params.id, request.params.webhookId),
   )
 
@@ -50,7 +83,8 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'updateWebhook',
         tags,
-        summary: 'Change a webhook’s URL, events or description; enable or disable it (enabling clears its failure record)',
+        summary:
+          'Change a webhook’s URL, events or description; enable or disable it (enabling clears its failure record)',
         params: WebhookParams,
         body: WebhookPatch,
         response: { 200: Webhook, ...problemResponses },
@@ -69,7 +103,15 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
 
   app.delete(
     '/projects/:id/webhooks/:webhookId',
-    { schema: { operationId: 'deleteWebhook', tags, summary: 'Delete a webhook with its delivery log (nothing more is sent)', params: WebhookParams, response: { 204: Type.Null(), ...problemResponses } } },
+    {
+      schema: {
+        operationId: 'deleteWebhook',
+        tags,
+        summary: 'Delete a webhook with its delivery log (nothing more is sent)',
+        params: WebhookParams,
+        response: { 204: Type.Null(), ...problemResponses },
+      },
+    },
     async (request, reply) => {
       await webhooks.remove(caller(request), request.params.id, request.params.webhookId)
       return reply.code(204).send(null)
@@ -82,7 +124,8 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'rotateWebhookSecret',
         tags,
-        summary: 'A new signing secret, shown this once; messages carry a signature by the old one too for the grace period (PLINTH_WEBHOOK_SECRET_GRACE)',
+        summary:
+          'A new signing secret, shown this once; messages carry a signature by the old one too for the grace period (PLINTH_WEBHOOK_SECRET_GRACE)',
         params: WebhookParams,
         response: { 200: WebhookWithSecret, ...problemResponses },
       },
@@ -96,19 +139,33 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'listWebhookDeliveries',
         tags,
-        summary: 'The delivery log: messages newest first, each with its attempts (status code, duration, error, next attempt)',
+        summary:
+          'The delivery log: messages newest first, each with its attempts (status code, duration, error, next attempt)',
         params: WebhookParams,
         querystring: PageQuery,
         response: { 200: PageOf(WebhookDelivery), ...problemResponses },
       },
     },
-    async (request) => toListAnswer(await webhooks.deliveries(caller(request), request.params.id, request.params.webhookId, page(request.query)), (delivery) => delivery),
+    async (request) =>
+      toListAnswer(
+        await webhooks.deliveries(caller(request), request.params.id, request.params.webhookId, page(request.query)),
+        (delivery) => delivery,
+      ),
   )
 
   app.get(
     '/projects/:id/webhooks/:webhookId/deliveries/:deliveryId',
-    { schema: { operationId: 'getWebhookDelivery', tags, summary: 'One message of the delivery log, with its attempts', params: DeliveryParams, response: { 200: WebhookDelivery, ...problemResponses } } },
-    async (request) => webhooks.delivery(caller(request), request.params.id, request.params.webhookId, request.params.deliveryId),
+    {
+      schema: {
+        operationId: 'getWebhookDelivery',
+        tags,
+        summary: 'One message of the delivery log, with its attempts',
+        params: DeliveryParams,
+        response: { 200: WebhookDelivery, ...problemResponses },
+      },
+    },
+    async (request) =>
+      webhooks.delivery(caller(request), request.params.id, request.params.webhookId, request.params.deliveryId),
   )
 
   app.post(
@@ -123,7 +180,12 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
-      const delivery = await webhooks.redeliver(caller(request), request.params.id, request.params.webhookId, request.params.deliveryId)
+      const delivery = await webhooks.redeliver(
+        caller(request),
+        request.params.id,
+        request.params.webhookId,
+        request.params.deliveryId,
+      )
       return reply.code(202).send(delivery)
     },
   )

@@ -11,7 +11,14 @@ export type UiChunk =
   | { type: 'text-start'; id: string }
   | { type: 'text-delta'; id: string; delta: string }
   | { type: 'text-end'; id: string }
-  | { type: 'tool-input-available'; toolCallId: string; toolName: string; input: JsonValue; dynamic: true; providerExecuted: boolean }
+  | {
+      type: 'tool-input-available'
+      toolCallId: string
+      toolName: string
+      input: JsonValue
+      dynamic: true
+      providerExecuted: boolean
+    }
   | { type: 'tool-approval-request'; approvalId: string; toolCallId: string }
   | { type: 'tool-output-available'; toolCallId: string; output: JsonValue; dynamic: true; providerExecuted: boolean }
   | { type: 'tool-output-error'; toolCallId: string; errorText: string; dynamic: true; providerExecuted: boolean }
@@ -90,24 +97,50 @@ export class UiChunkMapper {
         const executed = data.kind !== 'client'
         this.#executed.set(callId, executed)
         this.#closeText(chunks)
-        chunks.push({ type: 'tool-input-available', toolCallId: callId, toolName: String(data.name), input: data.args ?? null, dynamic: true, providerExecuted: executed })
+        chunks.push({
+          type: 'tool-input-available',
+          toolCallId: callId,
+          toolName: String(data.name),
+          input: data.args ?? null,
+          dynamic: true,
+          providerExecuted: executed,
+        })
         break
       }
       case 'decision.required':
-        if (typeof data.callId === 'string') chunks.push({ type: 'tool-approval-request', approvalId: String(data.decisionId), toolCallId: data.callId })
+        if (typeof data.callId === 'string')
+          chunks.push({ type: 'tool-approval-request', approvalId: String(data.decisionId), toolCallId: data.callId })
         break
       case 'tool_call.completed': {
         const callId = String(data.callId)
         const providerExecuted = this.#executed.get(callId) ?? true
-        if (data.status === 'ok') chunks.push({ type: 'tool-output-available', toolCallId: callId, output: data.output ?? null, dynamic: true, providerExecuted })
+        if (data.status === 'ok')
+          chunks.push({
+            type: 'tool-output-available',
+            toolCallId: callId,
+            output: data.output ?? null,
+            dynamic: true,
+            providerExecuted,
+          })
         else if (data.status === 'rejected') chunks.push({ type: 'tool-output-denied', toolCallId: callId })
-        else chunks.push({ type: 'tool-output-error', toolCallId: callId, errorText: `${String(data.status)}: ${describe(data.output)}`, dynamic: true, providerExecuted })
+        else
+          chunks.push({
+            type: 'tool-output-error',
+            toolCallId: callId,
+            errorText: `${String(data.status)}: ${describe(data.output)}`,
+            dynamic: true,
+            providerExecuted,
+          })
         break
       }
       case 'run.status':
         // The run waits for an answer: the stream ends so the client can give it (a status update
         // once everything asked is answered waits for nothing).
-        if (data.status === 'requires_action' && waitsForSomething(data.requiredAction) && (event.id === this.#end.waitingAt || event.id > this.#end.liveAfter)) {
+        if (
+          data.status === 'requires_action' &&
+          waitsForSomething(data.requiredAction) &&
+          (event.id === this.#end.waitingAt || event.id > this.#end.liveAfter)
+        ) {
           this.#finish(chunks, 'tool-calls')
           return { chunks, end: true }
         }
@@ -167,6 +200,7 @@ function waitsForSomething(action: JsonValue | undefined): boolean {
 
 function describe(output: JsonValue | undefined): string {
   if (typeof output === 'string') return output
-  if (output && typeof output === 'object' && !Array.isArray(output) && typeof output.message === 'string') return output.message
+  if (output && typeof output === 'object' && !Array.isArray(output) && typeof output.message === 'string')
+    return output.message
   return JSON.stringify(output ?? null)
 }

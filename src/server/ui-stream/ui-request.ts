@@ -28,10 +28,17 @@ const partTypes = new Set(['text', 'reasoning', 'source-url', 'source-document',
  */
 export function readUiRequest(messages: readonly UiMessage[]): UiRequest {
   messages.forEach((message, index) => {
-    if (!roles.has(message.role)) throw new HttpProblem('invalid_ui_message', `messages[${index}].role: ${JSON.stringify(message.role)} is not system, user or assistant`)
+    if (!roles.has(message.role))
+      throw new HttpProblem(
+        'invalid_ui_message',
+        `messages[${index}].role: ${JSON.stringify(message.role)} is not system, user or assistant`,
+      )
     message.parts.forEach((part, at) => {
       if (!partTypes.has(part.type) && !part.type.startsWith('tool-') && !part.type.startsWith('data-')) {
-        throw new HttpProblem('invalid_ui_message', `messages[${index}].parts[${at}].type: ${JSON.stringify(part.type)} is not a UI message part type`)
+        throw new HttpProblem(
+          'invalid_ui_message',
+          `messages[${index}].parts[${at}].type: ${JSON.stringify(part.type)} is not a UI message part type`,
+        )
       }
     })
   })
@@ -39,14 +46,21 @@ export function readUiRequest(messages: readonly UiMessage[]): UiRequest {
   if (!last) throw new HttpProblem('invalid_ui_message', 'messages: empty; send at least the user message')
   if (last.role === 'user') return { kind: 'new', text: userText(last, messages.length - 1) }
   if (last.role === 'assistant') return answers(last)
-  throw new HttpProblem('invalid_ui_message', `messages[${messages.length - 1}]: the last message must be the user's (or the assistant's, answering its tool calls)`)
+  throw new HttpProblem(
+    'invalid_ui_message',
+    `messages[${messages.length - 1}]: the last message must be the user's (or the assistant's, answering its tool calls)`,
+  )
 }
 
 function userText(message: UiMessage, index: number): string {
   const texts: string[] = []
   message.parts.forEach((part, at) => {
     if (part.type === 'text') texts.push(typeof part.text === 'string' ? part.text : '')
-    else if (part.type === 'file') throw new HttpProblem('unsupported_ui_part', `messages[${index}].parts[${at}]: file parts are not supported yet; send text`)
+    else if (part.type === 'file')
+      throw new HttpProblem(
+        'unsupported_ui_part',
+        `messages[${index}].parts[${at}]: file parts are not supported yet; send text`,
+      )
   })
   const text = texts.join('\n').trim()
   if (!text) throw new HttpProblem('invalid_ui_message', `messages[${index}]: the user message has no text`)
@@ -60,13 +74,25 @@ function answers(message: UiMessage): UiRequest {
   for (const part of message.parts) {
     if (part.type !== 'dynamic-tool' && !part.type.startsWith('tool-')) continue
     const approval = part.approval as { id?: unknown; approved?: unknown; reason?: unknown } | undefined
-    if (part.state === 'approval-responded' && typeof approval?.id === 'string' && typeof approval.approved === 'boolean') {
-      approvals.push({ approvalId: approval.id, approved: approval.approved, ...(typeof approval.reason === 'string' && { reason: approval.reason }) })
+    if (
+      part.state === 'approval-responded' &&
+      typeof approval?.id === 'string' &&
+      typeof approval.approved === 'boolean'
+    ) {
+      approvals.push({
+        approvalId: approval.id,
+        approved: approval.approved,
+        ...(typeof approval.reason === 'string' && { reason: approval.reason }),
+      })
     }
     // A client tool's result (the client ran it); Plinth's own commands carry providerExecuted.
     if (part.providerExecuted !== true && typeof part.toolCallId === 'string') {
       if (part.state === 'output-available') outputs.push({ callId: part.toolCallId, output: part.output ?? null })
-      else if (part.state === 'output-error') outputs.push({ callId: part.toolCallId, output: { error: typeof part.errorText === 'string' ? part.errorText : 'the client tool failed' } })
+      else if (part.state === 'output-error')
+        outputs.push({
+          callId: part.toolCallId,
+          output: { error: typeof part.errorText === 'string' ? part.errorText : 'the client tool failed' },
+        })
     }
   }
   return { kind: 'answer', runId: message.id, approvals, outputs }

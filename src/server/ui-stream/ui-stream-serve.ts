@@ -36,7 +36,10 @@ export async function serveUiStream(
 ): Promise<void> {
   if (!request.user || !request.tokenId) throw new HttpProblem('unauthorized')
   // The stream's slot first: a 429 too_many_streams must come before a run is created or answered.
-  const handle = context.streams.open({ ...access, userId: request.user.id, tokenId: request.tokenId }, Date.now() - reply.elapsedTime)
+  const handle = context.streams.open(
+    { ...access, userId: request.user.id, tokenId: request.tokenId },
+    Date.now() - reply.elapsedTime,
+  )
   let options: UiStreamOptions
   try {
     options = await prepare()
@@ -63,13 +66,28 @@ export async function serveUiStream(
       }
       return true
     }
-    if (!(await send([{ type: 'start', messageId: options.runId, messageMetadata: { runId: options.runId, conversationId: options.conversationId } }, ...(options.lead ?? [])]))) return
+    if (
+      !(await send([
+        {
+          type: 'start',
+          messageId: options.runId,
+          messageMetadata: { runId: options.runId, conversationId: options.conversationId },
+        },
+        ...(options.lead ?? []),
+      ]))
+    )
+      return
     if (options.only) {
       ended = true
       return
     }
     const mapper = new UiChunkMapper(options.end)
-    for await (const event of streamEvents(context.store.db, context.store.feed, { runId: options.runId }, { afterId: options.afterId, signal: finished.signal, maxQueuedBytes: context.streams.limits.maxQueuedBytes })) {
+    for await (const event of streamEvents(
+      context.store.db,
+      context.store.feed,
+      { runId: options.runId },
+      { afterId: options.afterId, signal: finished.signal, maxQueuedBytes: context.streams.limits.maxQueuedBytes },
+    )) {
       const mapped = mapper.map(event)
       if (!(await send(mapped.chunks))) return
       if (mapped.end) {
