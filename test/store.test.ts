@@ -10,6 +10,7 @@ import {
   auditAppendManyCtes,
   createConversation,
   insertDispatchStarted,
+  toolCallStartedWithDispatch,
   appendEvents,
   createProject,
   createUser,
@@ -106,7 +107,7 @@ for (const engine of testEngines()) {
         ['requested', 'running'].map((step) => ({ dispatchId: id, step, ownerId, projectId: project.id, conversationId: conversation.id, commandId: 'test.cmd', entrance: 'agent', envelope: { id, step } }))
       const part = (owner: string) => ({
         fence: { runId: run.id, owner, expiresAt: new Date(Date.now() + 60_000) },
-        writes: [sql`update messages set status = status where run_id = ${run.id} and exists (select 1 from d) returning id`],
+        writes: [toolCallStartedWithDispatch(store.db, 'call-1')],
         events: [{ type: 'test.started', runId: run.id, conversationId: conversation.id, projectId: project.id, userId: ownerId, data: {} }],
       })
       const count = async (table: 'audit_log' | 'events') => Number((await store.db.selectFrom(table).select(sql<string>`count(*)`.as('n')).executeTakeFirstOrThrow()).n)
