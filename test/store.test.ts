@@ -10,6 +10,7 @@ import {
   auditAppendManyCtes,
   createConversation,
   insertDispatchStarted,
+  toolCallStartedWithDispatch,
   appendEvents,
   createProject,
   createUser,
@@ -158,19 +159,8 @@ for (const engine of testEngines()) {
         }))
       const part = (owner: string) => ({
         fence: { runId: run.id, owner, expiresAt: new Date(Date.now() + 60_000) },
-        writes: [
-          sql`update messages set status = status where run_id = ${run.id} and exists (select 1 from d) returning id`,
-        ],
-        events: [
-          {
-            type: 'test.started',
-            runId: run.id,
-            conversationId: conversation.id,
-            projectId: project.id,
-            userId: ownerId,
-            data: {},
-          },
-        ],
+        writes: [toolCallStartedWithDispatch(store.db, 'call-1')],
+        events: [{ type: 'test.started', runId: run.id, conversationId: conversation.id, projectId: project.id, userId: ownerId, data: {} }],
       })
       const count = async (table: 'audit_log' | 'events') =>
         Number(

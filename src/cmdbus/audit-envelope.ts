@@ -11,7 +11,7 @@ import {
   type DispatchRecord,
   type DispatchStatus,
   type Executor,
-  type FencedPart,
+  type DispatchStartPart,
   type Store,
 } from '../store/index.js'
 import { redact, truncateForAudit } from './redact.js'
@@ -143,7 +143,7 @@ export async function recordStarted(
   dispatch: DispatchRecord,
   envelope: AuditEnvelope,
   change: EnvelopeChange & { status: 'running'; risk: string; executor: { id: string; expiresAt: Date } },
-  run: FencedPart | undefined,
+  run: DispatchStartPart | undefined,
 ): Promise<AuditEnvelope | 'lost' | 'key_taken'> {
   const requested = nextEnvelope(envelope, { status: 'requested' })
   const running = nextEnvelope(requested, change)

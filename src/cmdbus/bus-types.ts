@@ -1,5 +1,5 @@
 import type { Actor, Entrance, JsonValue } from '../extension/index.js'
-import type { Executor, FencedPart } from '../store/index.js'
+import type { DispatchStartPart, Executor, FencedPart } from '../store/index.js'
 
 export type Params = { [key: string]: JsonValue }
 
@@ -46,10 +46,9 @@ export interface DispatchHooks {
   /**
    * For a dispatch that runs at once (no human asked): the caller's part to go in ONE statement with
    * the dispatch's row and its `requested` and `running` entries, instead of `lock` and `persisted` in
-   * a transaction. Its writes gate themselves on the CTE `d` (the dispatch was recorded, which needs
-   * the fence). When the fence did not hold, nothing is written and `lost()` is thrown.
+   * a transaction. Its writes go only if the dispatch was recorded (which needs the fence). When the fence did not hold, nothing is written and `lost()` is thrown.
    */
-  startTogether?: () => FencedPart & { lost(): Error }
+  startTogether?: () => DispatchStartPart & { lost(): Error }
 }
 
 /** Stable codes of a dispatch that did not succeed. */

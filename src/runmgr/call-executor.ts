@@ -1,17 +1,6 @@
-import { sql } from 'kysely'
 import { hashParams, type DispatchOutcome } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
-import {
-  appendEvents,
-  fenceRun,
-  listToolCalls,
-  runEvent,
-  updateToolCall,
-  updateToolCallQuery,
-  type Executor,
-  type Run,
-  type ToolCallRecord,
-} from '../store/index.js'
+import { appendEvents, fenceRun, listToolCalls, runEvent, toolCallStartedWithDispatch, updateToolCall, type Executor, type Run, type ToolCallRecord } from '../store/index.js'
 import { LeaseLost, type Driver, type DriverKit } from './driver.js'
 import { clientCallAudit } from './run-ledger.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
@@ -132,11 +121,7 @@ export async function runCalls(
         // The dispatch's row and first entries, the call `running` and its event: one statement, fenced.
         startTogether: () => ({
           fence: { ...fence, expiresAt: kit.expiry() },
-          writes: [
-            updateToolCallQuery(store.db, call.id, { status: 'running', started: true }).where(
-              sql<boolean>`exists (select 1 from d)`,
-            ),
-          ],
+          writes: [toolCallStartedWithDispatch(store.db, call.id)],
           events: [runEvent(run, 'tool_call.started', { callId: call.id })],
           lost: () => new LeaseLost(),
         }),

@@ -1,18 +1,20 @@
 import type { ClientCallAudit, CommandBus, DispatchOutcome } from '../cmdbus/index.js'
-import { sql, type OperationNodeSource } from 'kysely'
 import type { JsonValue } from '../extension/index.js'
 import {
   appendEvents,
   appendEventsAfter,
   closeStreamingMessages,
   insertToolMessageAfterFence,
+  toolCallResultAfterFence,
   insertToolMessageQuery,
   decisionKinds,
   listToolCalls,
+  moveInto,
   runEvent,
   updateRun,
   updateToolCallQuery,
   type Executor,
+  type FencedWrite,
   type NewEvent,
   type Run,
   type RunPatch,
@@ -84,23 +86,15 @@ export class RunLedger {
 
   /**
    * A command call's result from its dispatch's outcome as writes and an event for a statement that
-   * carries the run's fence (the CTE `f`): nothing is written unless the fence holds. Undefined while
+   * carries the run's fence: nothing is written unless the fence holds. Undefined while
    * the outcome is not final (waiting for a decision).
    */
-  outcomePart(
-    db: Executor,
-    run: Run,
-    call: ToolCallRecord,
-    outcome: DispatchOutcome,
-  ): { writes: OperationNodeSource[]; events: NewEvent[] } | undefined {
+  outcomePart(db: Executor, run: Run, call: ToolCallRecord, outcome: DispatchOutcome): { writes: FencedWrite[]; events: NewEvent[] } | undefined {
     const answer = outcomeAnswer(outcome)
     if (!answer) return undefined
     const result = this.#result(run, call, answer.status, answer.output, { dispatchId: outcome.dispatchId })
     return {
-      writes: [
-        updateToolCallQuery(db, call.id, result.row).where(sql<boolean>`exists (select 1 from f)`),
-        insertToolMessageAfterFence(run, call.id, result.text),
-      ],
+      writes: [toolCallResultAfterFence(db, call.id, result.row), insertToolMessageAfterFence(run, call.id, result.text)],
       events: [result.event],
     }
   }
@@ -244,7 +238,7 @@ function outcomeAnswer(outcome: DispatchOutcome): { status: ToolCallStatus; outp
 /** A run's terminal state as one patch (so a fence can end a run that has nothing open in its own statement). */
 export function endPatch(end: RunEnd): RunPatch {
   return {
-    status: end.status,
+    move: moveInto(end.status),
     phase: null,
     requiredAction: null,
     ended: true,

@@ -1,9 +1,10 @@
-import { sql } from 'kysely'
+import { sql, type OperationNodeSource } from 'kysely'
 import { auditAppendManyCtes, type AuditEntryInput } from './audit-repository.js'
 import type { Executor, JsonValue } from './database.js'
 import type { NewDispatch } from './dispatch-repository.js'
-import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord } from './event-log.js'
-import type { FencedPart } from './run-transition.js'
+import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord, type NewEvent } from './event-log.js'
+import { updateToolCallQuery } from './run-repository.js'
+import type { TransitionFence } from './run-transition.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
 
@@ -13,19 +14,44 @@ export interface StartingDispatch extends NewDispatch {
   executor: { id: string; expiresAt: Date }
 }
 
+declare const dispatchGate: unique symbol
+
+/**
+ * A write for `insertDispatchStarted` that changes something only when the dispatch was recorded (the
+ * statement's CTE `d`, which itself needs the run's fence). Only this file builds one.
+ */
+export interface DispatchGatedWrite {
+  readonly query: OperationNodeSource
+  readonly [dispatchGate]: true
+}
+
+/** A run's part of a dispatch's first statement: its fence, and the writes and events that go only if the dispatch was recorded. */
+export interface DispatchStartPart {
+  fence: TransitionFence
+  writes: DispatchGatedWrite[]
+  events: NewEvent[]
+}
+
+/** The condition, inside `insertDispatchStarted`'s statement, that the dispatch was recorded (CTE `d`). */
+const dispatchRecorded = sql<boolean>`exists (select 1 from d)`
+
+/** The call marked `running` (it starts now), written only if its dispatch was recorded. */
+export function toolCallStartedWithDispatch(db: Executor, callId: string): DispatchGatedWrite {
+  return { query: updateToolCallQuery(db, callId, { status: 'running', started: true }).where(dispatchRecorded) } as unknown as DispatchGatedWrite
+}
+
 /**
  * Records a dispatch that runs at once — its row (already `running`) and its audit entries
  * (`requested`, `running`) — in ONE statement, instead of a transaction of four. With `run`, the
  * dispatch is recorded only while the run's lease holds (a driver that lost it dispatches nothing),
- * with the run's writes and events; those writes gate themselves on the CTE `d` (the dispatch was
- * recorded). Locks: the run's row, the dispatch row, the run's rows, the audit chain, the event log.
+ * with the run's writes and events, which go only if the dispatch was recorded. Locks: the run's row, the dispatch row, the run's rows, the audit chain, the event log.
  * `inserted` is false when the idempotency key was already taken (nothing was written).
  */
 export async function insertDispatchStarted(
   db: Executor,
   dispatch: StartingDispatch,
   audits: AuditEntryInput[],
-  run: FencedPart | undefined,
+  run: DispatchStartPart | undefined,
   tag: string,
 ): Promise<{ fenced: boolean; inserted: boolean; events: EventRecord[] }> {
   const json = (value: JsonValue) => storableJson(value)
@@ -38,7 +64,7 @@ export async function insertDispatchStarted(
     : sql``
   const writes = run?.writes ?? []
   const names = writes.map((_, index) => `w${index}`)
-  const ctes = writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write}),`)
+  const ctes = writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write.query}),`)
   const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
   const events = run?.events ?? []
   const eventsPart =

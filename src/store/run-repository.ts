@@ -4,6 +4,7 @@ import { appendEvents, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
 import type { ModelParams } from './project-repository.js'
 import { storableJson } from './storable.js'
+import type { RunCreatedStatus, RunMove } from './run-states.js'
 
 export interface Run {
   id: string
@@ -107,7 +108,7 @@ export async function createRun(
       project_id: input.projectId,
       owner_id: input.ownerId,
       model: input.model,
-      status: startNow ? 'running' : 'queued',
+      status: (startNow ? 'running' : 'queued') satisfies RunCreatedStatus,
       phase: startNow ? 'thinking' : null,
       ...(startNow && {
         started_at: new Date(),
@@ -161,7 +162,8 @@ export async function lockRun(tx: Executor, id: string): Promise<Run | undefined
 }
 
 export interface RunPatch {
-  status?: RunStatus
+  /** A status change, declared against the run state machine (`run-states.ts`): only listed moves compile. */
+  move?: RunMove
   phase?: RunPhase | null
   iteration?: number
   requiredAction?: JsonValue | null
@@ -190,7 +192,7 @@ export async function updateRun(tx: Executor, id: string, patch: RunPatch): Prom
 export function patchColumns(patch: RunPatch) {
   return {
     updated_at: new Date(),
-    ...(patch.status !== undefined && { status: patch.status }),
+    ...(patch.move !== undefined && { status: patch.move.to }),
     ...(patch.phase !== undefined && { phase: patch.phase }),
     ...(patch.iteration !== undefined && { iteration: patch.iteration }),
     ...(patch.requiredAction !== undefined && {

@@ -11,20 +11,8 @@ import {
 } from './event-log.js'
 import { newId } from './ids.js'
 import { hasKnowledgeRead } from './knowledge-repository.js'
-import {
-  patchColumns,
-  runStartEvents,
-  toRun,
-  transcriptRowsFromJson,
-  transcriptTailRead,
-  type NewRun,
-  type Run,
-  type RunPatch,
-  type RunRow,
-  type StoredToolCall,
-  type ToolCallRecord,
-  type TranscriptRow,
-} from './run-repository.js'
+import { patchColumns, runStartEvents, toRun, transcriptRowsFromJson, transcriptTailRead, updateToolCallQuery, type NewRun, type Run, type RunPatch, type RunRow, type StoredToolCall, type ToolCallPatch, type ToolCallRecord, type TranscriptRow } from './run-repository.js'
+import type { RunCreatedStatus } from './run-states.js'
 import { isUniqueViolation } from './store-errors.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
@@ -172,7 +160,7 @@ export async function startRunAlone(
     project_id: input.projectId,
     owner_id: input.ownerId,
     model: input.model,
-    status: 'running',
+    status: 'running' satisfies RunCreatedStatus,
     phase: 'thinking',
     iteration: 0,
     max_iterations: input.maxIterations,
@@ -274,12 +262,30 @@ export interface Prefetched {
   hasKnowledge: boolean
 }
 
+declare const runFenceGate: unique symbol
+
+/**
+ * A write for `finishDispatchInRun` that changes something only when the run's fence (the statement's
+ * CTE `f`) holds. Only this file builds one (`toolCallResultAfterFence`, `insertToolMessageAfterFence`),
+ * so no caller has to know the CTE's name.
+ */
+export interface FencedWrite {
+  readonly query: OperationNodeSource
+  readonly [runFenceGate]: true
+}
+
 /** A run's part of a statement: its fence, and the writes and events that go only if the fence holds. */
 export interface FencedPart {
   fence: TransitionFence
-  /** Data-modifying queries with RETURNING that check the fence themselves (the CTE `f`). */
-  writes: OperationNodeSource[]
+  writes: FencedWrite[]
   events: NewEvent[]
+}
+
+/** The condition, inside `finishDispatchInRun`'s statement, that the run's fence (CTE `f`) held. */
+const runFenceHeld = sql<boolean>`exists (select 1 from f)`
+
+function fencedWrite(query: OperationNodeSource): FencedWrite {
+  return { query } as unknown as FencedWrite
 }
 
 /**
@@ -296,7 +302,7 @@ export async function finishDispatchInRun(
   tag: string,
 ): Promise<{ fenced: boolean; events: EventRecord[] }> {
   const names = run.writes.map((_, index) => `w${index}`)
-  const ctes = run.writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write}),`)
+  const ctes = run.writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write.query}),`)
   const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
   const eventsPart =
     run.events.length === 0
@@ -325,12 +331,13 @@ export async function finishDispatchInRun(
   }
 }
 
-/** The tool message of a call, written only if the run's fence (`f`) holds. */
-export function insertToolMessageAfterFence(
-  run: Pick<Run, 'id' | 'conversationId'>,
-  callId: string,
-  content: string,
-): OperationNodeSource {
-  return sql`insert into messages (id, conversation_id, run_id, role, content, tool_call_id, status)
-    select ${newId()}, ${run.conversationId}, ${run.id}, 'tool', ${content}, ${callId}, 'completed' from f returning id`
+/** A call's ledger row (its terminal result), written only if the run's fence holds. */
+export function toolCallResultAfterFence(db: Executor, callId: string, patch: ToolCallPatch): FencedWrite {
+  return fencedWrite(updateToolCallQuery(db, callId, patch).where(runFenceHeld))
+}
+
+/** The tool message of a call, written only if the run's fence holds. */
+export function insertToolMessageAfterFence(run: Pick<Run, 'id' | 'conversationId'>, callId: string, content: string): FencedWrite {
+  return fencedWrite(sql`insert into messages (id, conversation_id, run_id, role, content, tool_call_id, status)
+    select ${newId()}, ${run.conversationId}, ${run.id}, 'tool', ${content}, ${callId}, 'completed' from f returning id`)
 }
