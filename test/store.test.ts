@@ -160,7 +160,16 @@ for (const engine of testEngines()) {
       const part = (owner: string) => ({
         fence: { runId: run.id, owner, expiresAt: new Date(Date.now() + 60_000) },
         writes: [toolCallStartedWithDispatch(store.db, 'call-1')],
-        events: [{ type: 'test.started', runId: run.id, conversationId: conversation.id, projectId: project.id, userId: ownerId, data: {} }],
+        events: [
+          {
+            type: 'test.started',
+            runId: run.id,
+            conversationId: conversation.id,
+            projectId: project.id,
+            userId: ownerId,
+            data: {},
+          },
+        ],
       })
       const count = async (table: 'audit_log' | 'events') =>
         Number(

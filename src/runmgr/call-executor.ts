@@ -1,6 +1,16 @@
 import { hashParams, type DispatchOutcome } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, fenceRun, listToolCalls, runEvent, toolCallStartedWithDispatch, updateToolCall, type Executor, type Run, type ToolCallRecord } from '../store/index.js'
+import {
+  appendEvents,
+  fenceRun,
+  listToolCalls,
+  runEvent,
+  toolCallStartedWithDispatch,
+  updateToolCall,
+  type Executor,
+  type Run,
+  type ToolCallRecord,
+} from '../store/index.js'
 import { LeaseLost, type Driver, type DriverKit } from './driver.js'
 import { clientCallAudit } from './run-ledger.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'

@@ -89,12 +89,20 @@ export class RunLedger {
    * carries the run's fence: nothing is written unless the fence holds. Undefined while
    * the outcome is not final (waiting for a decision).
    */
-  outcomePart(db: Executor, run: Run, call: ToolCallRecord, outcome: DispatchOutcome): { writes: FencedWrite[]; events: NewEvent[] } | undefined {
+  outcomePart(
+    db: Executor,
+    run: Run,
+    call: ToolCallRecord,
+    outcome: DispatchOutcome,
+  ): { writes: FencedWrite[]; events: NewEvent[] } | undefined {
     const answer = outcomeAnswer(outcome)
     if (!answer) return undefined
     const result = this.#result(run, call, answer.status, answer.output, { dispatchId: outcome.dispatchId })
     return {
-      writes: [toolCallResultAfterFence(db, call.id, result.row), insertToolMessageAfterFence(run, call.id, result.text)],
+      writes: [
+        toolCallResultAfterFence(db, call.id, result.row),
+        insertToolMessageAfterFence(run, call.id, result.text),
+      ],
       events: [result.event],
     }
   }

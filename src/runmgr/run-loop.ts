@@ -189,7 +189,15 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
 async function requireAction(kit: DriverKit, fence: RunFence): Promise<void> {
   await kit.fenced(fence, async (tx) => {
     const requiredAction = await kit.ledger.requiredAction(tx, fence.runId)
-    const updated = await updateRun(tx, fence.runId, { move: { from: ['running'], to: 'requires_action' }, phase: null, requiredAction, lease: null, waiting: true })
-    await appendEvents(tx, [runEvent(updated, 'run.status', { runId: fence.runId, status: updated.status, phase: null, requiredAction })])
+    const updated = await updateRun(tx, fence.runId, {
+      move: { from: ['running'], to: 'requires_action' },
+      phase: null,
+      requiredAction,
+      lease: null,
+      waiting: true,
+    })
+    await appendEvents(tx, [
+      runEvent(updated, 'run.status', { runId: fence.runId, status: updated.status, phase: null, requiredAction }),
+    ])
   })
 }

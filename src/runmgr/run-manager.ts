@@ -518,9 +518,20 @@ export class RunManager {
             `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})`,
           )
         }
-        if (!this.#options.models.get(run.model)) throw new RunRequestError('unknown_model', `model ${run.model} is not configured; configure it again, then resume`)
-        const updated = await updateRun(tx, runId, { move: { from: ['failed'], to: 'running' }, phase: 'thinking', error: null, lease })
-        await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
+        if (!this.#options.models.get(run.model))
+          throw new RunRequestError(
+            'unknown_model',
+            `model ${run.model} is not configured; configure it again, then resume`,
+          )
+        const updated = await updateRun(tx, runId, {
+          move: { from: ['failed'], to: 'running' },
+          phase: 'thinking',
+          error: null,
+          lease,
+        })
+        await appendEvents(tx, [
+          runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
+        ])
         return updated
       })
     } catch (error) {
@@ -551,7 +562,12 @@ export class RunManager {
       started = await store.transaction(async (tx) => {
         const locked = await lockRun(tx, queued.id)
         if (!locked || locked.status !== 'queued') return undefined
-        const run = await updateRun(tx, queued.id, { move: { from: ['queued'], to: 'running' }, phase: 'thinking', started: true, lease })
+        const run = await updateRun(tx, queued.id, {
+          move: { from: ['queued'], to: 'running' },
+          phase: 'thinking',
+          started: true,
+          lease,
+        })
         await appendEvents(tx, [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })])
         return run
       })
@@ -714,7 +730,13 @@ export class RunManager {
       const open = (await listToolCalls(tx, runId)).filter((call) => openStatuses.includes(call.status))
       if (open.length > 0) return undefined
       // Stopping: the run continues with no lease, so the next sweeper (here after a restart, or elsewhere) drives it.
-      const updated = await updateRun(tx, runId, { move: { from: ['requires_action'], to: 'running' }, phase: 'tool_done', requiredAction: null, lease, waiting: false })
+      const updated = await updateRun(tx, runId, {
+        move: { from: ['requires_action'], to: 'running' },
+        phase: 'tool_done',
+        requiredAction: null,
+        lease,
+        waiting: false,
+      })
       await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
       return updated
     })

@@ -2,7 +2,14 @@ import { sql, type OperationNodeSource } from 'kysely'
 import { auditAppendManyCtes, type AuditEntryInput } from './audit-repository.js'
 import type { Executor, JsonValue } from './database.js'
 import type { NewDispatch } from './dispatch-repository.js'
-import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord, type NewEvent } from './event-log.js'
+import {
+  eventFromJson,
+  eventLogLock,
+  eventsChannel,
+  eventValues,
+  type EventRecord,
+  type NewEvent,
+} from './event-log.js'
 import { updateToolCallQuery } from './run-repository.js'
 import type { TransitionFence } from './run-transition.js'
 import { storableJson } from './storable.js'
@@ -37,7 +44,9 @@ const dispatchRecorded = sql<boolean>`exists (select 1 from d)`
 
 /** The call marked `running` (it starts now), written only if its dispatch was recorded. */
 export function toolCallStartedWithDispatch(db: Executor, callId: string): DispatchGatedWrite {
-  return { query: updateToolCallQuery(db, callId, { status: 'running', started: true }).where(dispatchRecorded) } as unknown as DispatchGatedWrite
+  return {
+    query: updateToolCallQuery(db, callId, { status: 'running', started: true }).where(dispatchRecorded),
+  } as unknown as DispatchGatedWrite
 }
 
 /**

@@ -69,8 +69,24 @@ export {
   type RunPrefetch,
   type TransitionWrite,
 } from './run-transition.js'
-export { runStatuses, runTransitions, moveInto, isRunTransition, type RunActor, type RunTransitionRule, type RunFrom, type RunCreatedStatus, type RunMove } from './run-states.js'
-export { insertDispatchStarted, toolCallStartedWithDispatch, type DispatchGatedWrite, type DispatchStartPart, type StartingDispatch } from './dispatch-start.js'
+export {
+  runStatuses,
+  runTransitions,
+  moveInto,
+  isRunTransition,
+  type RunActor,
+  type RunTransitionRule,
+  type RunFrom,
+  type RunCreatedStatus,
+  type RunMove,
+} from './run-states.js'
+export {
+  insertDispatchStarted,
+  toolCallStartedWithDispatch,
+  type DispatchGatedWrite,
+  type DispatchStartPart,
+  type StartingDispatch,
+} from './dispatch-start.js'
 export type { RunStatus, RunPhase, ToolCallStatus, KnowledgeStatus, IngestStatus } from './database.js'
 export * from './knowledge-repository.js'
 export { getSetting, setSetting, SettingsSignals, settingsChannel } from './settings-repository.js'

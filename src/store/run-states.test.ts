@@ -1,6 +1,13 @@
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { isRunTransition, moveInto, runStatuses, runTransitions, type RunCreatedStatus, type RunMove } from './run-states.js'
+import {
+  isRunTransition,
+  moveInto,
+  runStatuses,
+  runTransitions,
+  type RunCreatedStatus,
+  type RunMove,
+} from './run-states.js'
 import { activeRunStatuses, terminalRunStatuses } from './run-repository.js'
 
 const root = new URL('../../', import.meta.url)
@@ -21,13 +28,18 @@ describe('the run state machine (run-states.ts)', () => {
   })
 
   it('creates runs only queued or running', () => {
-    expect(runTransitions.filter((rule) => rule.from === null).map((rule) => rule.to).sort()).toEqual(['queued', 'running'])
+    expect(
+      runTransitions
+        .filter((rule) => rule.from === null)
+        .map((rule) => rule.to)
+        .sort(),
+    ).toEqual(['queued', 'running'])
     expect(runTransitions.every((rule) => rule.from !== null || rule.by === 'create')).toBe(true)
   })
 
   it('reaches every status from queued, and ends every run that is not terminal', () => {
     const reached = new Set<string>(['queued'])
-    for (let grown = true; grown; ) {
+    for (let grown = true; grown;) {
       grown = false
       for (const rule of runTransitions) {
         if (rule.from !== null && reached.has(rule.from) && !reached.has(rule.to)) {
@@ -38,12 +50,17 @@ describe('the run state machine (run-states.ts)', () => {
     }
     expect([...reached].sort()).toEqual([...runStatuses].sort())
     // Every active state has a way out to a terminal one (a cancel, at least).
-    for (const status of activeRunStatuses) expect(runTransitions.some((rule) => rule.from === status && terminalRunStatuses.includes(rule.to))).toBe(true)
+    for (const status of activeRunStatuses)
+      expect(runTransitions.some((rule) => rule.from === status && terminalRunStatuses.includes(rule.to))).toBe(true)
   })
 
   it('lets only the driver and cancels leave running, and only the loop wait', () => {
-    expect(runTransitions.filter((rule) => rule.to === 'requires_action').map((rule) => [rule.from, rule.by])).toEqual([['running', 'loop']])
-    expect(runTransitions.filter((rule) => rule.to === 'completed').map((rule) => [rule.from, rule.by])).toEqual([['running', 'loop']])
+    expect(runTransitions.filter((rule) => rule.to === 'requires_action').map((rule) => [rule.from, rule.by])).toEqual([
+      ['running', 'loop'],
+    ])
+    expect(runTransitions.filter((rule) => rule.to === 'completed').map((rule) => [rule.from, rule.by])).toEqual([
+      ['running', 'loop'],
+    ])
   })
 
   it('computes the moves that end a run from the table', () => {
@@ -54,14 +71,22 @@ describe('the run state machine (run-states.ts)', () => {
   })
 
   it('types only listed moves (checked by tsc)', () => {
-    const listed: RunMove[] = [{ from: ['failed'], to: 'running' }, { from: ['running'], to: 'requires_action' }, moveInto('cancelled')]
+    const listed: RunMove[] = [
+      { from: ['failed'], to: 'running' },
+      { from: ['running'], to: 'requires_action' },
+      moveInto('cancelled'),
+    ]
     // @ts-expect-error completed is terminal: no move leaves it
     const leavesTerminal: RunMove = { from: ['completed'], to: 'running' }
     // @ts-expect-error a waiting run is never completed directly
     const skipsTheLoop: RunMove = { from: ['requires_action'], to: 'completed' }
     // @ts-expect-error a run is never created waiting
     const createdWaiting: RunCreatedStatus = 'requires_action'
-    expect([...listed, leavesTerminal, skipsTheLoop].every((move) => move.from.every((from) => isRunTransition(from, move.to)))).toBe(false)
+    expect(
+      [...listed, leavesTerminal, skipsTheLoop].every((move) =>
+        move.from.every((from) => isRunTransition(from, move.to)),
+      ),
+    ).toBe(false)
     expect(createdWaiting).toBe('requires_action')
   })
 
@@ -77,6 +102,10 @@ describe('the run state machine (run-states.ts)', () => {
       rows.push(line)
     }
     const state = (status: string | null) => (status === null ? '—' : `\`${status}\``)
-    expect(rows).toEqual(runTransitions.map((rule) => `| ${state(rule.from)} | ${state(rule.to)} | ${rule.by} | ${rule.when} | ${rule.madeBy} |`))
+    expect(rows).toEqual(
+      runTransitions.map(
+        (rule) => `| ${state(rule.from)} | ${state(rule.to)} | ${rule.by} | ${rule.when} | ${rule.madeBy} |`,
+      ),
+    )
   })
 })

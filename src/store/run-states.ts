@@ -7,7 +7,15 @@ import type { RunStatus } from './database.js'
  */
 
 /** Every run status, in the order of the check constraint (migrations/0003_runs.sql). */
-export const runStatuses = ['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'] as const satisfies readonly RunStatus[]
+export const runStatuses = [
+  'queued',
+  'running',
+  'requires_action',
+  'completed',
+  'failed',
+  'cancelled',
+  'expired',
+] as const satisfies readonly RunStatus[]
 
 /** Who makes a transition. */
 export type RunActor =
@@ -47,7 +55,13 @@ export const runTransitions = [
     when: 'A new run in an idle conversation',
     madeBy: '`RunManager.createRun` → `startRunAlone` (`run-transition.ts`) or `createRun` (`run-repository.ts`)',
   },
-  { from: null, to: 'queued', by: 'create', when: 'Another run is active and `ifActive: "enqueue"`', madeBy: '`createRun` (`run-repository.ts`, `allowQueue`)' },
+  {
+    from: null,
+    to: 'queued',
+    by: 'create',
+    when: 'Another run is active and `ifActive: "enqueue"`',
+    madeBy: '`createRun` (`run-repository.ts`, `allowQueue`)',
+  },
   {
     from: 'queued',
     to: 'running',
@@ -55,8 +69,20 @@ export const runTransitions = [
     when: "The conversation's active run ended (or the sweeper finds the queue idle)",
     madeBy: "`RunManager.#startQueued`, from `#spawn`'s end (`nextQueuedRunAfterEnd`), `#startNext`, `RunSweeper`",
   },
-  { from: 'queued', to: 'cancelled', by: 'cancel', when: '`POST /api/runs/:id/cancel`, or superseded by `ifActive: "interrupt"`', madeBy: '`RunManager.cancel` → `#end` under the row lock' },
-  { from: 'running', to: 'running', by: 'takeover', when: 'Lease passed or released: another driver takes over (`resumes + 1`)', madeBy: '`RunSweeper.#takeOver` → `takeOverRun`' },
+  {
+    from: 'queued',
+    to: 'cancelled',
+    by: 'cancel',
+    when: '`POST /api/runs/:id/cancel`, or superseded by `ifActive: "interrupt"`',
+    madeBy: '`RunManager.cancel` → `#end` under the row lock',
+  },
+  {
+    from: 'running',
+    to: 'running',
+    by: 'takeover',
+    when: 'Lease passed or released: another driver takes over (`resumes + 1`)',
+    madeBy: '`RunSweeper.#takeOver` → `takeOverRun`',
+  },
   {
     from: 'running',
     to: 'requires_action',
@@ -64,8 +90,20 @@ export const runTransitions = [
     when: 'A call of the round awaits a decision or a client tool output; the lease is released',
     madeBy: '`requireAction` in `run-loop.ts` (fenced)',
   },
-  { from: 'running', to: 'completed', by: 'loop', when: 'The model answered without tool calls', madeBy: "`modelTurn` (`model-turn.ts`): `endPatch` in the turn's `runTransition`" },
-  { from: 'running', to: 'failed', by: 'loop', when: 'Model error after retries (`upstream_error`, `timeout`, `tools_unsupported`, …)', madeBy: '`modelTurn` → `RunLedger.end` (fenced)' },
+  {
+    from: 'running',
+    to: 'completed',
+    by: 'loop',
+    when: 'The model answered without tool calls',
+    madeBy: "`modelTurn` (`model-turn.ts`): `endPatch` in the turn's `runTransition`",
+  },
+  {
+    from: 'running',
+    to: 'failed',
+    by: 'loop',
+    when: 'Model error after retries (`upstream_error`, `timeout`, `tools_unsupported`, …)',
+    madeBy: '`modelTurn` → `RunLedger.end` (fenced)',
+  },
   {
     from: 'running',
     to: 'failed',
@@ -73,15 +111,34 @@ export const runTransitions = [
     when: 'Tool calls at the `maxIterations` cap (`iteration_cap`); model removed from config (`unknown_model`)',
     madeBy: '`driveRun` → `kit.end` (fenced)',
   },
-  { from: 'running', to: 'failed', by: 'loop', when: 'An unexpected error in the loop (`internal`)', madeBy: '`RunManager.#spawn` → `#end` (fenced)' },
-  { from: 'running', to: 'failed', by: 'takeover', when: 'Taken over more than `maxResumes` times (`interrupted`)', madeBy: '`RunSweeper.#takeOver` → `end` (fenced by the new lease)' },
-  { from: 'running', to: 'cancelled', by: 'cancel', when: 'Cancel, supersede, or the owner lost access (`access_revoked`) while driven here', madeBy: 'driver aborted → `#endAborted` (fenced)' },
+  {
+    from: 'running',
+    to: 'failed',
+    by: 'loop',
+    when: 'An unexpected error in the loop (`internal`)',
+    madeBy: '`RunManager.#spawn` → `#end` (fenced)',
+  },
+  {
+    from: 'running',
+    to: 'failed',
+    by: 'takeover',
+    when: 'Taken over more than `maxResumes` times (`interrupted`)',
+    madeBy: '`RunSweeper.#takeOver` → `end` (fenced by the new lease)',
+  },
+  {
+    from: 'running',
+    to: 'cancelled',
+    by: 'cancel',
+    when: 'Cancel, supersede, or the owner lost access (`access_revoked`) while driven here',
+    madeBy: 'driver aborted → `#endAborted` (fenced)',
+  },
   {
     from: 'running',
     to: 'cancelled',
     by: 'cancel',
     when: 'Cancel while driven by another instance',
-    madeBy: "`RunManager.cancel` → `#end` under the row lock + `plinth_runs` NOTIFY; the driver's next write fails its fence",
+    madeBy:
+      "`RunManager.cancel` → `#end` under the row lock + `plinth_runs` NOTIFY; the driver's next write fails its fence",
   },
   {
     from: 'requires_action',
@@ -90,9 +147,27 @@ export const runTransitions = [
     when: 'Every awaited call answered (decision, tool outputs, orphaned dispatch ended)',
     madeBy: '`RunManager.#resumeIfAnswered` (from `#afterDecision`, `submitToolOutputs`, the sweeper)',
   },
-  { from: 'requires_action', to: 'expired', by: 'expiry', when: 'One of its pending decisions expired', madeBy: "`RunManager.#settleDecision`, in the bus's transaction" },
-  { from: 'requires_action', to: 'expired', by: 'expiry', when: 'Waiting longer than `PLINTH_ACTION_TTL`', madeBy: '`RunSweeper.sweep` → `#end`' },
-  { from: 'requires_action', to: 'cancelled', by: 'cancel', when: 'Cancel or supersede', madeBy: '`RunManager.cancel` → `#end` under the row lock' },
+  {
+    from: 'requires_action',
+    to: 'expired',
+    by: 'expiry',
+    when: 'One of its pending decisions expired',
+    madeBy: "`RunManager.#settleDecision`, in the bus's transaction",
+  },
+  {
+    from: 'requires_action',
+    to: 'expired',
+    by: 'expiry',
+    when: 'Waiting longer than `PLINTH_ACTION_TTL`',
+    madeBy: '`RunSweeper.sweep` → `#end`',
+  },
+  {
+    from: 'requires_action',
+    to: 'cancelled',
+    by: 'cancel',
+    when: 'Cancel or supersede',
+    madeBy: '`RunManager.cancel` → `#end` under the row lock',
+  },
   {
     from: 'failed',
     to: 'running',
@@ -114,14 +189,22 @@ export type RunCreatedStatus = Extract<Rule, { from: null }>['to']
  * A status change as a write declares it: the status it sets, and the states it may find the run in.
  * The type admits only moves the table lists, so an unlisted one does not compile.
  */
-export type RunMove = { [To in RunStatus]: { readonly from: ReadonlyArray<Exclude<RunFrom<To>, null>>; readonly to: To } }[RunStatus]
+export type RunMove = {
+  [To in RunStatus]: { readonly from: ReadonlyArray<Exclude<RunFrom<To>, null>>; readonly to: To }
+}[RunStatus]
 
 /**
  * A move into `to` from every state the table lets a run reach it from — for a write that ends a run
  * in whatever state it finds it (`RunLedger.end`). Computed from the table, so listed by construction.
  */
 export function moveInto<To extends RunStatus>(to: To): Extract<RunMove, { to: To }> {
-  const from = [...new Set(runTransitions.filter((rule) => rule.to === to && rule.from !== null).map((rule) => rule.from as Exclude<RunFrom<To>, null>))]
+  const from = [
+    ...new Set(
+      runTransitions
+        .filter((rule) => rule.to === to && rule.from !== null)
+        .map((rule) => rule.from as Exclude<RunFrom<To>, null>),
+    ),
+  ]
   if (from.length === 0) throw new Error(`no run transition into ${to} is listed in run-states.ts`)
   return { from, to } as unknown as Extract<RunMove, { to: To }>
 }

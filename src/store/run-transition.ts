@@ -11,7 +11,22 @@ import {
 } from './event-log.js'
 import { newId } from './ids.js'
 import { hasKnowledgeRead } from './knowledge-repository.js'
-import { patchColumns, runStartEvents, toRun, transcriptRowsFromJson, transcriptTailRead, updateToolCallQuery, type NewRun, type Run, type RunPatch, type RunRow, type StoredToolCall, type ToolCallPatch, type ToolCallRecord, type TranscriptRow } from './run-repository.js'
+import {
+  patchColumns,
+  runStartEvents,
+  toRun,
+  transcriptRowsFromJson,
+  transcriptTailRead,
+  updateToolCallQuery,
+  type NewRun,
+  type Run,
+  type RunPatch,
+  type RunRow,
+  type StoredToolCall,
+  type ToolCallPatch,
+  type ToolCallRecord,
+  type TranscriptRow,
+} from './run-repository.js'
 import type { RunCreatedStatus } from './run-states.js'
 import { isUniqueViolation } from './store-errors.js'
 import { storableJson } from './storable.js'
@@ -337,7 +352,11 @@ export function toolCallResultAfterFence(db: Executor, callId: string, patch: To
 }
 
 /** The tool message of a call, written only if the run's fence holds. */
-export function insertToolMessageAfterFence(run: Pick<Run, 'id' | 'conversationId'>, callId: string, content: string): FencedWrite {
+export function insertToolMessageAfterFence(
+  run: Pick<Run, 'id' | 'conversationId'>,
+  callId: string,
+  content: string,
+): FencedWrite {
   return fencedWrite(sql`insert into messages (id, conversation_id, run_id, role, content, tool_call_id, status)
     select ${newId()}, ${run.conversationId}, ${run.id}, 'tool', ${content}, ${callId}, 'completed' from f returning id`)
 }
