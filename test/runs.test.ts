@@ -4,6 +4,7 @@ import { readTranscript, type Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse, type SseEvent } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitForRun } from './helpers/waits.js'
 
 /** Every assistant tool call has exactly one result in the transcript, right after it. */
 async function expectLedgerInvariant(store: Store, conversationId: string): Promise<void> {
@@ -15,16 +16,6 @@ async function expectLedgerInvariant(store: Store, conversationId: string): Prom
   const open = await store.db.selectFrom('run_tool_calls').select(['id', 'status']).where('status', 'in', ['pending', 'running', 'awaiting_decision', 'awaiting_output']).execute()
   const active = await store.db.selectFrom('runs').select('id').where('status', 'in', ['running', 'requires_action', 'queued']).execute()
   if (active.length === 0) expect(open).toEqual([])
-}
-
-async function waitForRun(server: TestServer, token: string, runId: string, statuses: string[], timeoutMs = 10_000): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
-    if (statuses.includes(run.status)) return run
-    if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}, expected ${statuses.join('|')}`)
-    await new Promise((resolve) => setTimeout(resolve, 30))
-  }
 }
 
 for (const engine of testEngines()) {
@@ -120,8 +111,8 @@ for (const engine of testEngines()) {
       const approved = await server.request('POST', `/api/decisions/${required.decisions[0]!.decisionId}`, { token: alice.token, body: { decision: 'approve' } })
       expect(approved.status).toBe(200)
       await waitForRun(server, alice.token, created.body.id, ['completed'])
-      const events: SseEvent[] = await stream.waitFor(1)
-      await new Promise((resolve) => setTimeout(resolve, 200))
+      await stream.waitForEvent((event) => event.event === 'run.completed' && event.data.runId === created.body.id, { what: 'run.completed' })
+      const events: SseEvent[] = stream.events
       stream.close()
       const types = events.map((event) => event.event)
       expect(types).toEqual(expect.arrayContaining(['tool_call.created', 'decision.required', 'decision.resolved', 'tool_call.completed', 'run.completed']))
