@@ -4,6 +4,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { sandboxAvailable } from './helpers/sandbox.js'
 import { startTestServer, type Answer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitFor } from './helpers/waits.js'
 
 const probe = await sandboxAvailable('work-directory quota suite (sandbox parts)')
 const mib = 1024 * 1024
@@ -119,13 +120,15 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
     const first = put(conversation, 'one.bin', slow())
     const second = put(conversation, 'two.bin', slow())
     // Wait until both are in flight (their first chunk has arrived), then a third.
-    for (let tries = 0; releases.length < 2 && tries < 200; tries++) await new Promise((resolve) => setTimeout(resolve, 25))
+    await waitFor(() => releases.length >= 2, { what: 'both uploads in flight' })
     let third: Response | undefined
-    for (let tries = 0; tries < 100; tries++) {
-      third = await put(conversation, 'three.bin', Buffer.alloc(10))
-      if (third.status === 429) break
-      await new Promise((resolve) => setTimeout(resolve, 25))
-    }
+    await waitFor(
+      async () => {
+        third = await put(conversation, 'three.bin', Buffer.alloc(10))
+        return third.status === 429
+      },
+      { what: 'the third upload to be refused' },
+    ).catch(() => undefined)
     expect(third!.status).toBe(429)
     expect(third!.headers.get('retry-after')).toBe('1')
     expect(((await third!.json()) as { code: string }).code).toBe('too_many_uploads')

@@ -78,6 +78,19 @@ export async function waitForRun(source: RunSource, token: string, runId: string
   }
 }
 
+/** `promise`, or a failure naming `what` if it has not settled within `timeoutMs` (when the bound is itself asserted). */
+export async function within<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not happen within ${timeoutMs} ms`)), timeoutMs)
+  })
+  try {
+    return await Promise.race([promise, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** Resolves when `emitter`'s `event` fires, or fails past the deadline. */
 export function nextEvent(emitter: { once(event: string, listener: (...args: unknown[]) => void): unknown; off(event: string, listener: (...args: unknown[]) => void): unknown }, event: string, options: WaitOptions = {}): Promise<unknown[]> {
   const { timeoutMs = 15_000, what = `event ${event}` } = options
