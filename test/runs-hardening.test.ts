@@ -200,8 +200,9 @@ describe('runs hardening: leases, decisions and stopping', () => {
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     // Approving runs the handler (which waits until cancelled); cancel the run meanwhile.
     const approving = server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })
-    const running = () => store.db.selectFrom('run_tool_calls').select('id').where('run_id', '=', runId).where('status', '=', 'running').executeTakeFirst()
-    await waitFor(running, { what: 'the approved call to be running' })
+    // Its handler is at work once the command's dispatch is running.
+    const running = () => store.db.selectFrom('dispatches').select('id').where('run_id', '=', runId).where('status', '=', 'running').executeTakeFirst()
+    await waitFor(running, { what: "the approved call's dispatch to be running" })
     const cancelled = await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })
     expect(cancelled.body.status).toBe('cancelled')
     const approved = await approving
