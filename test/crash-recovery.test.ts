@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openStore } from '../src/store/index.js'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
 import { ledgerViolations } from './helpers/ledger.js'
+import { settledRunStatuses, waitForRun } from './helpers/waits.js'
 
 // A real server process is stopped in the middle of a run — killed with SIGKILL, or asked to stop
 // with SIGTERM — then started again on the same data directory: the run is resumed automatically
@@ -41,11 +42,8 @@ describe('crash recovery', () => {
       const run = await http(first.url, 'POST', `/api/conversations/${conversation.body.id}/runs`, { token, body: { input: 'go' } })
       expect(run.status).toBe(201)
       // Wait until the second model turn is streaming (the ping has completed).
-      for (let attempt = 0; attempt < 200; attempt++) {
-        const current = await http(first.url, 'GET', `/api/runs/${run.body.id}`, { token })
-        if (current.body.iteration === 2) break
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
+      await waitForRun(first.url, token, run.body.id, (current) => current.iteration === 2)
+      // Into that turn's stream: the child process's progress is not observable from here, so a short while.
       await new Promise((resolve) => setTimeout(resolve, 300))
       if (how === 'SIGKILL') {
         first.child.kill('SIGKILL')
@@ -58,12 +56,8 @@ describe('crash recovery', () => {
       const second = await startServe({ cwd })
       servers.push(second)
       expect(second.stdout()).toMatch(/"msg":"resumed 1 runs"/)
-      let after = await http(second.url, 'GET', `/api/runs/${run.body.id}`, { token })
-      for (let attempt = 0; attempt < 300 && after.body.status === 'running'; attempt++) {
-        await new Promise((resolve) => setTimeout(resolve, 100))
-        after = await http(second.url, 'GET', `/api/runs/${run.body.id}`, { token })
-      }
-      expect(after.body).toMatchObject({ status: 'completed', error: null, iteration: 2 })
+      const after = await waitForRun(second.url, token, run.body.id, settledRunStatuses, 30_000)
+      expect(after).toMatchObject({ status: 'completed', error: null, iteration: 2 })
       const messages = await http(second.url, 'GET', `/api/conversations/${conversation.body.id}/messages?limit=200`, { token })
       const roles = messages.body.items.map((message: { role: string; status: string }) => `${message.role}:${message.status}`)
       expect(roles).toEqual(['user:completed', 'assistant:completed', 'tool:completed', 'assistant:interrupted', 'assistant:completed'])

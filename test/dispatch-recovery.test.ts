@@ -3,6 +3,7 @@ import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { settledRunStatuses, waitForRun } from './helpers/waits.js'
 
 // A dispatch a crash left `running` is ended `interrupted` (with its audit entry), and
 // a replay of its Idempotency-Key answers that instead of 409 for ever.
@@ -68,11 +69,7 @@ for (const engine of testEngines()) {
       await store.db.updateTable('dispatches').set({ status: 'running', executor: 'a-dead-instance', executor_expires_at: new Date(Date.now() - 60_000) }).where('id', '=', decision.dispatch_id).execute()
 
       server = await startTestServer(store, { plugins: ['rdm'], models: [model()] })
-      let after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: bob.token })).body
-      for (let attempt = 0; attempt < 100 && after.status !== 'completed'; attempt++) {
-        await new Promise((resolve) => setTimeout(resolve, 100))
-        after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: bob.token })).body
-      }
+      const after = await waitForRun(server, bob.token, run.body.id, settledRunStatuses)
       expect(after.status).toBe('completed')
       const messages = (await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: bob.token })).body.items
       const tool = messages.find((message: { role: string }) => message.role === 'tool')
@@ -101,11 +98,7 @@ for (const engine of testEngines()) {
       await store.db.updateTable('dispatches').set({ updated_at: new Date(Date.now() - 60_000) }).where('id', '=', decision.dispatch_id).execute()
 
       server = await startTestServer(store, { plugins: ['rdm'], models: [model()] })
-      let after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: carol.token })).body
-      for (let attempt = 0; attempt < 100 && after.status !== 'completed'; attempt++) {
-        await new Promise((resolve) => setTimeout(resolve, 100))
-        after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: carol.token })).body
-      }
+      const after = await waitForRun(server, carol.token, run.body.id, settledRunStatuses)
       expect(after.status).toBe('completed')
       const calls = await store.db.selectFrom('run_tool_calls').select(['status', 'output']).where('run_id', '=', run.body.id).execute()
       expect(calls).toEqual([{ status: 'interrupted', output: { error: expect.objectContaining({ code: 'interrupted', message: expect.stringMatching(/did not run/) }) } }])

@@ -38,7 +38,8 @@ export type RunSource = { url: string } | string
 type RunJson = Record<string, unknown> & { status?: string }
 
 /** A run's statuses the server's long poll answers at: ended or waiting for action. */
-const settledStatuses: readonly string[] = [...terminalRunStatuses, 'requires_action']
+export const settledRunStatuses: readonly string[] = [...terminalRunStatuses, 'requires_action']
+const settledStatuses = settledRunStatuses
 
 /**
  * Waits until run `runId` is in one of `until` (or satisfies it) and returns the run as JSON.
