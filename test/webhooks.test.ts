@@ -97,7 +97,7 @@ for (const engine of testEngines()) {
       expect(delivery!.attempts[0]).toMatchObject({ attempt: 1, error: 'answered 500', nextAttemptAt: expect.any(String) })
       expect(delivery!.attempts[2]).toMatchObject({ attempt: 3, error: null, nextAttemptAt: null })
       expect(delivery!.attempts[2].durationMs).toBeGreaterThanOrEqual(0)
-      // Nothing more arrives.
+      // Nothing more arrives (an absence, so a fixed while is the assertion's window).
       await new Promise((resolve) => setTimeout(resolve, 500))
       expect(hook.received).toHaveLength(3)
       // One delivery: GET by id; the list and GET never show the secret.
@@ -136,6 +136,7 @@ for (const engine of testEngines()) {
       // Not subscribed: nothing for run.completed once the decision is answered.
       await server.request('POST', `/api/decisions/${decisionId}`, { token: owner.token, body: { decision: 'reject' } })
       await until(() => server.request('GET', `/api/runs/${runId}`, { token: owner.token }), (answer) => answer.body.status === 'completed')
+      // An absence (no run.completed delivery): a fixed while is the assertion's window.
       await new Promise((resolve) => setTimeout(resolve, 300))
       expect(hook.received.map((request) => JSON.parse(request.body).type).sort()).toEqual(['decision.required', 'knowledge.ingested', 'run.requires_action'])
     })
@@ -260,6 +261,7 @@ for (const engine of testEngines()) {
       expect(rest.body.items[0].id < page.body.items[0].id).toBe(true)
       for (const id of ids) expect((await server.request('DELETE', `/api/projects/${projectId}/webhooks/${id}`, { token: owner.token })).status).toBe(204)
       await run(conversationId, [{ text: 'c' }])
+      // An absence (deleted webhooks get nothing): a fixed while is the assertion's window.
       await new Promise((resolve) => setTimeout(resolve, 300))
       expect(hook.received).toHaveLength(6)
       expect((await server.request('GET', `/api/projects/${projectId}/webhooks/${ids[0]}`, { token: owner.token })).status).toBe(404)
@@ -356,6 +358,7 @@ describe.skipIf(!testEngines().includes('postgres'))('two deliverers on one Post
         async () => new Set(hook.received.filter((request) => verified(secret, request)).map((request) => request.headers['webhook-id'])).size,
         (delivered) => delivered === count,
       )
+      // An absence (no second delivery of a message): a fixed while is the assertion's window.
       await new Promise((resolve) => setTimeout(resolve, 500))
       const successes = new Map<string, number>()
       hook.received.forEach((request, index) => {
