@@ -39,7 +39,6 @@ type RunJson = Record<string, unknown> & { status?: string }
 
 /** A run's statuses the server's long poll answers at: ended or waiting for action. */
 export const settledRunStatuses: readonly string[] = [...terminalRunStatuses, 'requires_action']
-const settledStatuses = settledRunStatuses
 
 /**
  * Waits until run `runId` is in one of `until` (or satisfies it) and returns the run as JSON.
@@ -50,7 +49,7 @@ const settledStatuses = settledRunStatuses
 export async function waitForRun(source: RunSource, token: string, runId: string, until: readonly string[] | ((run: RunJson) => boolean), timeoutMs = 15_000): Promise<RunJson> {
   const baseUrl = typeof source === 'string' ? source : source.url
   const matches = typeof until === 'function' ? until : (run: RunJson) => until.includes(run.status ?? '')
-  const longPoll = typeof until !== 'function' && until.every((status) => settledStatuses.includes(status))
+  const longPoll = typeof until !== 'function' && until.every((status) => settledRunStatuses.includes(status))
   const deadline = Date.now() + timeoutMs
   let last: RunJson | undefined
   let slotsFull = false
@@ -58,7 +57,7 @@ export async function waitForRun(source: RunSource, token: string, runId: string
     const remaining = deadline - Date.now()
     const waitSeconds = Math.min(120, Math.floor(remaining / 1000))
     const headers: Record<string, string> = { authorization: `Bearer ${token}` }
-    const settledBefore = last !== undefined && settledStatuses.includes(last.status ?? '')
+    const settledBefore = last !== undefined && settledRunStatuses.includes(last.status ?? '')
     if (longPoll && !slotsFull && waitSeconds >= 1 && !settledBefore) headers.prefer = `wait=${waitSeconds}`
     const response = await fetch(`${baseUrl}/api/runs/${runId}`, { headers })
     const body = (await response.json()) as RunJson
@@ -75,7 +74,7 @@ export async function waitForRun(source: RunSource, token: string, runId: string
       throw new Error(`run ${runId} did not reach ${expected} within ${timeoutMs} ms: ${JSON.stringify(body)}`)
     }
     // Unsettled after a long poll means the wait ran out; otherwise read again shortly.
-    if (!headers.prefer || settledStatuses.includes(body.status ?? '')) await pause(20)
+    if (!headers.prefer || settledRunStatuses.includes(body.status ?? '')) await pause(20)
   }
 }
 
@@ -90,23 +89,6 @@ export async function within<T>(promise: Promise<T>, timeoutMs: number, what: st
   } finally {
     clearTimeout(timer)
   }
-}
-
-/** Resolves when `emitter`'s `event` fires, or fails past the deadline. */
-export function nextEvent(emitter: { once(event: string, listener: (...args: unknown[]) => void): unknown; off(event: string, listener: (...args: unknown[]) => void): unknown }, event: string, options: WaitOptions = {}): Promise<unknown[]> {
-  const { timeoutMs = 15_000, what = `event ${event}` } = options
-  const described = typeof what === 'function' ? what : () => what
-  return new Promise((resolve, reject) => {
-    const listener = (...args: unknown[]): void => {
-      clearTimeout(timer)
-      resolve(args)
-    }
-    const timer = setTimeout(() => {
-      emitter.off(event, listener)
-      reject(new Error(`timed out after ${timeoutMs} ms waiting for ${described()}`))
-    }, timeoutMs)
-    emitter.once(event, listener)
-  })
 }
 
 function pause(ms: number): Promise<void> {
