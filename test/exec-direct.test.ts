@@ -50,9 +50,9 @@ describe('the direct backend', () => {
     const marker = `plinth-direct-${process.pid}`
     const controller = new AbortController()
     const pending = backend.run(spec(['/bin/bash', '-c', `(setsid sh -c "exec -a ${marker}-a sleep 300" &); (exec -a ${marker}-b sleep 300) & sleep 300`], { timeoutMs: 60_000 }), { signal: controller.signal })
-    // Both renamed sleeps (the daemon and the child) are up.
+    // The tree is up once a renamed sleep runs (the daemon is started before it; dash's exec has no -a).
     const renamed = new RegExp(`^\\s*\\S+\\s+${marker}-[ab] `)
-    await waitFor(() => running(marker).filter((line) => renamed.test(line)).length === 2, { what: 'the tree to be up' })
+    await waitFor(() => running(marker).some((line) => renamed.test(line)), { what: 'the tree to be up' })
     expect(running(marker).length).toBeGreaterThan(0)
     const started = Date.now()
     controller.abort()
