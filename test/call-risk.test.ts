@@ -4,25 +4,12 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitFor, waitForRun } from './helpers/waits.js'
 
 // Clients see a call's evaluated risk (low|medium|high), never how it is decided; the catalog says
 // `varies` with the range where a classifier decides (docs/guides/commands-and-decisions.md).
 const classified = new URL('./__fixtures__/plugins/classified.ts', import.meta.url).pathname
 
-async function settledRun(
-  server: TestServer,
-  token: string,
-  runId: string,
-  statuses: string[],
-): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + 30_000
-  for (;;) {
-    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
-    if (statuses.includes(run.status)) return run
-    if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}`)
-    await new Promise((resolve) => setTimeout(resolve, 30))
-  }
-}
 
 describe('risk on the wire', () => {
   let store: Store
@@ -58,18 +45,14 @@ describe('risk on the wire', () => {
       { text: 'done' },
     ])
     const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
-    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
-      token: alice.token,
-      body: { input: 'touch', knowledge: { autoInject: false } },
-    })
-    const waiting = await settledRun(server, alice.token, run.body.id, ['requires_action', 'completed', 'failed'])
+    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'touch', knowledge: { autoInject: false } } })
+    const waiting = await waitForRun(server, alice.token, run.body.id, ['requires_action', 'completed', 'failed'], 30_000)
     expect(waiting.status).toBe('requires_action')
     const decisions = (waiting.requiredAction as { decisions: Array<{ risk: string; args: { path: string } }> })
       .decisions
     expect(decisions.map((decision) => [decision.args.path, decision.risk])).toEqual([['/etc/hosts', 'high']])
     const createdEvents = () => stream.events.filter((event) => event.event === 'tool_call.created')
-    for (const deadline = Date.now() + 15_000; createdEvents().length < 2 && Date.now() < deadline;)
-      await new Promise((resolve) => setTimeout(resolve, 30))
+    await waitFor(() => createdEvents().length >= 2, { what: 'two tool_call.created events' })
     stream.close()
     const risks = createdEvents()
       .filter((event) => event.event === 'tool_call.created')
@@ -101,34 +84,13 @@ describe('risk on the wire', () => {
       await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
     ).body.id
     const stream = await openSse(`${server.url}/api/conversations/${conversation}/events`, { token: alice.token })
-    const run = await server.request('POST', `/api/conversations/${conversation}/runs`, {
-      token: alice.token,
-      body: { input: 'touch motd', knowledge: { autoInject: false } },
-    })
-    const waiting = await settledRun(server, alice.token, run.body.id, ['requires_action'])
+    const run = await server.request('POST', `/api/conversations/${conversation}/runs`, { token: alice.token, body: { input: 'touch motd', knowledge: { autoInject: false } } })
+    const waiting = await waitForRun(server, alice.token, run.body.id, ['requires_action'], 30_000)
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
-    expect(
-      (
-        await server.request('POST', `/api/decisions/${decisionId}`, {
-          token: alice.token,
-          body: { decision: 'approve' },
-        })
-      ).status,
-    ).toBe(200)
-    await settledRun(server, alice.token, run.body.id, ['completed'])
-    const ofThisRun = () =>
-      stream.events.filter(
-        (event) =>
-          ['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'].includes(
-            event.event ?? '',
-          ) &&
-          (event.data.runId === run.body.id || event.data.callId !== undefined),
-      )
-    for (
-      const deadline = Date.now() + 15_000;
-      !ofThisRun().some((event) => event.event === 'tool_call.completed') && Date.now() < deadline;
-    )
-      await new Promise((resolve) => setTimeout(resolve, 30))
+    expect((await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })).status).toBe(200)
+    await waitForRun(server, alice.token, run.body.id, ['completed'], 30_000)
+    const ofThisRun = () => stream.events.filter((event) => ['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'].includes(event.event ?? '') && (event.data.runId === run.body.id || event.data.callId !== undefined))
+    await stream.waitForEvent((event) => ofThisRun().includes(event) && event.event === 'tool_call.completed', { what: "the run's tool_call.completed" })
     stream.close()
     const callId = ofThisRun().find((event) => event.event === 'tool_call.created' && event.data.runId === run.body.id)!
       .data.callId

@@ -3,6 +3,7 @@ import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { settledRunStatuses, waitForRun } from './helpers/waits.js'
 
 // A dispatch a crash left `running` is ended `interrupted` (with its audit entry), and
 // a replay of its Idempotency-Key answers that instead of 409 for ever.
@@ -121,11 +122,7 @@ for (const engine of testEngines()) {
         .execute()
 
       server = await startTestServer(store, { plugins: ['rdm'], models: [model()] })
-      let after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: bob.token })).body
-      for (let attempt = 0; attempt < 100 && after.status !== 'completed'; attempt++) {
-        await new Promise((resolve) => setTimeout(resolve, 100))
-        after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: bob.token })).body
-      }
+      const after = await waitForRun(server, bob.token, run.body.id, settledRunStatuses)
       expect(after.status).toBe('completed')
       const messages = (
         await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: bob.token })
@@ -187,11 +184,7 @@ for (const engine of testEngines()) {
         .execute()
 
       server = await startTestServer(store, { plugins: ['rdm'], models: [model()] })
-      let after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: carol.token })).body
-      for (let attempt = 0; attempt < 100 && after.status !== 'completed'; attempt++) {
-        await new Promise((resolve) => setTimeout(resolve, 100))
-        after = (await server.request('GET', `/api/runs/${run.body.id}`, { token: carol.token })).body
-      }
+      const after = await waitForRun(server, carol.token, run.body.id, settledRunStatuses)
       expect(after.status).toBe('completed')
       const calls = await store.db
         .selectFrom('run_tool_calls')

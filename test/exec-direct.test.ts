@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildExecEnv, defaultLimits, detectHostSupport, DirectBackend, type ExecSpec } from '../src/exec/index.js'
+import { waitFor } from './helpers/waits.js'
 
 function running(pattern: string): string[] {
   return execFileSync('ps', ['-eo', 'stat=,args='], { encoding: 'utf8' })
@@ -50,18 +51,10 @@ describe('the direct backend', () => {
   it('kills the whole tree on cancel within 1.5 s, daemons included, leaving nothing', async () => {
     const marker = `plinth-direct-${process.pid}`
     const controller = new AbortController()
-    const pending = backend.run(
-      spec(
-        [
-          '/bin/bash',
-          '-c',
-          `(setsid sh -c "exec -a ${marker}-a sleep 300" &); (exec -a ${marker}-b sleep 300) & sleep 300`,
-        ],
-        { timeoutMs: 60_000 },
-      ),
-      { signal: controller.signal },
-    )
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    const pending = backend.run(spec(['/bin/bash', '-c', `(setsid sh -c "exec -a ${marker}-a sleep 300" &); (exec -a ${marker}-b sleep 300) & sleep 300`], { timeoutMs: 60_000 }), { signal: controller.signal })
+    // The tree is up once a renamed sleep runs (the daemon is started before it; dash's exec has no -a).
+    const renamed = new RegExp(`^\\s*\\S+\\s+${marker}-[ab] `)
+    await waitFor(() => running(marker).some((line) => renamed.test(line)), { what: 'the tree to be up' })
     expect(running(marker).length).toBeGreaterThan(0)
     const started = Date.now()
     controller.abort()

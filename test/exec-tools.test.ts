@@ -10,24 +10,10 @@ import { openTestStore } from './helpers/engines.js'
 import { sandboxAvailable } from './helpers/sandbox.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitForRun } from './helpers/waits.js'
 
 const adminToken = 'admin-secret-0123456789'
 const probe = await sandboxAvailable('execution over HTTP (sandbox parts)')
-
-async function waitForRun(
-  server: TestServer,
-  token: string,
-  runId: string,
-  statuses: string[],
-): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + 15_000
-  for (;;) {
-    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
-    if (statuses.includes(run.status)) return run
-    if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}`)
-    await new Promise((resolve) => setTimeout(resolve, 30))
-  }
-}
 
 describe('execution tools over HTTP', () => {
   let store: Store
@@ -133,7 +119,8 @@ describe('execution tools over HTTP', () => {
     const decision = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!
     await approve(decision.decisionId)
     await waitForRun(server, alice.token, run.body.id, ['completed'])
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // The stream is ordered: once run.completed is in, so is every output before it.
+    await stream.waitForEvent((event) => event.event === 'run.completed' && event.data.runId === run.body.id, { what: 'run.completed' })
     stream.close()
     // Only this run's call (earlier button dispatches in the conversation streamed too, without a callId).
     const outputs = stream.events.filter((event) => event.event === 'tool_call.output' && event.data.callId !== null)

@@ -3,6 +3,7 @@ import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitForRun } from './helpers/waits.js'
 
 // Regression (docs/security.md#fair-model-slots): one user could hold every model slot — a victim's
 // one-turn run waited 13.6 s behind another user's 20 slow runs.
@@ -56,11 +57,7 @@ describe('model time is shared fairly between users', () => {
     const started = performance.now()
     const mine = await startIn(victim)
     expect(mine.status).toBe(201)
-    const deadline = Date.now() + 60_000
-    while ((await statusOf(victim, mine.body.id)) !== 'completed') {
-      if (Date.now() > deadline) throw new Error('the victim’s run did not complete')
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
+    await waitForRun(server, victim.token, mine.body.id, ['completed'], 60_000)
     const waited = performance.now() - started
     const stillGoing = (await Promise.all(attackerRuns.map((id) => statusOf(attacker, id)))).filter(
       (status) => status === 'running',

@@ -11,6 +11,7 @@ import type { Store } from '../src/store/index.js'
 import { readOnlyShares } from './__fixtures__/plugins/read-only-share.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitFor } from './helpers/waits.js'
 
 // Plinth as an MCP server (docs/mcp.md#sessions-and-elicitation-plinth-as-an-mcp-server).
 // The official SDK client talks to /mcp with a user's token; every call goes through the bus (entrance
@@ -577,16 +578,11 @@ describe('MCP when the client goes away mid-call', () => {
       }),
       signal: abort.signal,
     }).catch((error: unknown) => error)
-    const deadline = Date.now() + 30_000
-    const audit = async () =>
-      (await server.request('GET', '/api/audit?commandId=slow.brief&entrance=mcp', { token: user.token })).body
-        .items as Array<{ status: string }>
-    while ((await audit()).length === 0 && Date.now() < deadline)
-      await new Promise((resolve) => setTimeout(resolve, 20))
+    const audit = async () => (await server.request('GET', '/api/audit?commandId=slow.brief&entrance=mcp', { token: user.token })).body.items as Array<{ status: string }>
+    await waitFor(async () => (await audit()).length > 0, { timeoutMs: 30_000, what: 'the call to be audited' })
     abort.abort()
     expect(await call).toBeInstanceOf(Error)
-    while ((await audit())[0]?.status !== 'succeeded' && Date.now() < deadline)
-      await new Promise((resolve) => setTimeout(resolve, 50))
+    await waitFor(async () => (await audit())[0]?.status === 'succeeded', { timeoutMs: 30_000, what: 'the call to succeed' }).catch(() => undefined)
     expect((await audit())[0]).toMatchObject({ status: 'succeeded', result: { done: true } })
     const { client } = await connectClient(server.url, user.token)
     try {

@@ -4,15 +4,9 @@ import type { Store } from '../src/store/index.js'
 import { readOnlyShares } from './__fixtures__/plugins/read-only-share.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { settledRunStatuses, waitForRun } from './helpers/waits.js'
 
-async function settled(server: TestServer, token: string, runId: string): Promise<Record<string, unknown>> {
-  for (let attempt = 0; attempt < 400; attempt++) {
-    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
-    if (run.status !== 'running' && run.status !== 'queued') return run
-    await new Promise((resolve) => setTimeout(resolve, 25))
-  }
-  throw new Error(`run ${runId} did not settle`)
-}
+const settled = (server: TestServer, token: string, runId: string) => waitForRun(server, token, runId, settledRunStatuses)
 
 // What runs do with modes and client tools is audited, operator keywords count,
 // client tools cannot pose as command tools, and the model is offered only what the owner may use.

@@ -4,6 +4,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
+import { waitFor, waitForRun } from './helpers/waits.js'
 
 /** A model whose calls wait at a gate until the test opens it (an abort ends the wait). */
 class GateModel implements LanguageModel {
@@ -33,22 +34,6 @@ class GateModel implements LanguageModel {
     request.signal?.throwIfAborted()
     yield { type: 'text-delta', text: 'done' }
     yield { type: 'finish', reason: 'stop' }
-  }
-}
-
-async function waitForRun(
-  server: TestServer,
-  token: string,
-  runId: string,
-  check: (run: Record<string, unknown>) => boolean,
-  timeoutMs = 10_000,
-): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
-    if (check(run)) return run
-    if (Date.now() > deadline) throw new Error(`run ${runId} did not reach the expected state: ${JSON.stringify(run)}`)
-    await new Promise((resolve) => setTimeout(resolve, 25))
   }
 }
 
@@ -90,16 +75,17 @@ describe('runs hardening', () => {
     const holder = await start(await conversation())
     await waitForRun(server, alice.token, holder, () => gate.calls === 1)
     const waiting = await start(await conversation())
-    // It waits for the slot: its model call has not started.
+    // It waits for the slot: its model call has not started. Nothing to wait for here — the
+    // assertion is that nothing happens for a while.
     await new Promise((resolve) => setTimeout(resolve, 200))
     expect(gate.calls).toBe(1)
     expect((await server.request('POST', `/api/runs/${waiting}/cancel`, { token: alice.token })).body.status).toBe(
       'cancelled',
     )
     gate.open()
-    await waitForRun(server, alice.token, holder, (run) => run.status === 'completed')
+    await waitForRun(server, alice.token, holder, ['completed'])
     const later = await start(await conversation())
-    await waitForRun(server, alice.token, later, (run) => run.status === 'completed', 5_000)
+    await waitForRun(server, alice.token, later, ['completed'], 5_000)
   })
 
   it('ifActive "interrupt" supersedes the active run and the queued ones behind it, and starts at once', async () => {
@@ -113,12 +99,8 @@ describe('runs hardening', () => {
       body: { input: 'stop, do this', model: 'gate', ifActive: 'interrupt' },
     })
     expect(interrupting.status, JSON.stringify(interrupting.body)).toBe(201)
-    for (const runId of [active, queued])
-      expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body).toMatchObject({
-        status: 'cancelled',
-        cancelReason: 'superseded',
-      })
-    await waitForRun(server, alice.token, interrupting.body.id, (run) => run.status === 'completed')
+    for (const runId of [active, queued]) expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body).toMatchObject({ status: 'cancelled', cancelReason: 'superseded' })
+    await waitForRun(server, alice.token, interrupting.body.id, ['completed'])
   })
 
   it('POST /api/conversations/:id/runs honours Idempotency-Key: a retry answers the same run and starts no second one', async () => {
@@ -132,7 +114,7 @@ describe('runs hardening', () => {
       })
     const first = await post('once')
     expect(first.status).toBe(201)
-    await waitForRun(server, alice.token, first.body.id, (run) => run.status === 'completed')
+    await waitForRun(server, alice.token, first.body.id, ['completed'])
     const again = await post('once')
     expect(again.status).toBe(201)
     expect(again.headers.get('idempotent-replayed')).toBe('true')
@@ -187,17 +169,13 @@ describe('runs hardening: leases, decisions and stopping', () => {
     model.setTurns([{ text: Array.from({ length: 80 }, (_, index) => `w${index} `).join(''), chunks: 80, delayMs: 25 }])
     const runId = await start(await conversation())
     await waitForRun(server, alice.token, runId, (run) => run.iteration === 1)
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // The driver is streaming: its first delta is in.
+    await waitFor(() => store.db.selectFrom('events').select('id').where('run_id', '=', runId).where('type', '=', 'message.delta').executeTakeFirst(), { what: 'a message.delta' })
     // Another instance took the run over (its fencing token replaced ours).
-    await store.db
-      .updateTable('runs')
-      .set({ lease_owner: 'another-instance.1', lease_expires_at: new Date(Date.now() + 60_000) })
-      .where('id', '=', runId)
-      .execute()
-    const stolenAt = await store.db
-      .selectFrom('events')
-      .select((eb) => eb.fn.max('id').as('max'))
-      .executeTakeFirstOrThrow()
+    await store.db.updateTable('runs').set({ lease_owner: 'another-instance.1', lease_expires_at: new Date(Date.now() + 60_000) }).where('id', '=', runId).execute()
+    const stolenAt = await store.db.selectFrom('events').select((eb) => eb.fn.max('id').as('max')).executeTakeFirstOrThrow()
+    // The old driver must write nothing more: an absence, so a fixed while (longer than the model's
+    // 80 × 25 ms stream) is the assertion's window.
     await new Promise((resolve) => setTimeout(resolve, 2_500))
     const later = await store.db
       .selectFrom('events')
@@ -230,25 +208,15 @@ describe('runs hardening: leases, decisions and stopping', () => {
   it('a tool that finishes after its run passed to another instance: its dispatch and audit are recorded, the run gets no answer from the old driver', async () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__brief', arguments: {} }] }, { text: 'after' }])
     const runId = await start(await conversation())
-    const calls = async () =>
-      store.db.selectFrom('run_tool_calls').select(['id', 'status']).where('run_id', '=', runId).execute()
-    for (let tries = 0; (await calls()).at(0)?.status !== 'running'; tries++) {
-      if (tries > 200) throw new Error('the tool never started')
-      await new Promise((resolve) => setTimeout(resolve, 10))
-    }
+    const calls = async () => store.db.selectFrom('run_tool_calls').select(['id', 'status']).where('run_id', '=', runId).execute()
+    await waitFor(async () => (await calls()).at(0)?.status === 'running', { what: 'the tool to start' })
     // Another instance took the run over while the tool works.
-    await store.db
-      .updateTable('runs')
-      .set({ lease_owner: 'another-instance.2', lease_expires_at: new Date(Date.now() + 60_000) })
-      .where('id', '=', runId)
-      .execute()
-    const finished = async () =>
-      store.db.selectFrom('dispatches').select(['id', 'status']).where('run_id', '=', runId).executeTakeFirstOrThrow()
-    for (let tries = 0; (await finished()).status === 'running'; tries++) {
-      if (tries > 300) throw new Error('the tool never finished')
-      await new Promise((resolve) => setTimeout(resolve, 10))
-    }
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    await store.db.updateTable('runs').set({ lease_owner: 'another-instance.2', lease_expires_at: new Date(Date.now() + 60_000) }).where('id', '=', runId).execute()
+    const finished = async () => store.db.selectFrom('dispatches').select(['id', 'status']).where('run_id', '=', runId).executeTakeFirstOrThrow()
+    await waitFor(async () => (await finished()).status !== 'running', { what: 'the tool to finish' })
+    // Its last audit step is written with the result (and any answer to the run would be too).
+    const auditSteps = async () => (await store.db.selectFrom('audit_log').select('step').where('dispatch_id', '=', (await finished()).id).execute()).map((entry) => entry.step)
+    await waitFor(async () => (await auditSteps()).includes('finished'), { what: "the dispatch's finished audit step" })
     // The command ran: its dispatch and audit say so.
     const dispatch = await finished()
     expect(dispatch.status).toBe('succeeded')
@@ -288,14 +256,13 @@ describe('runs hardening: leases, decisions and stopping', () => {
     // A confirm: true command always asks.
     model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'after' }])
     const runId = await start(await conversation())
-    const waiting = await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
+    const waiting = await waitForRun(server, alice.token, runId, ['requires_action'])
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     // Approving runs the handler (which waits until cancelled); cancel the run meanwhile.
-    const approving = server.request('POST', `/api/decisions/${decisionId}`, {
-      token: alice.token,
-      body: { decision: 'approve' },
-    })
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    const approving = server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })
+    // Its handler is at work once the command's dispatch is running.
+    const running = () => store.db.selectFrom('dispatches').select('id').where('run_id', '=', runId).where('status', '=', 'running').executeTakeFirst()
+    await waitFor(running, { what: "the approved call's dispatch to be running" })
     const cancelled = await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })
     expect(cancelled.body.status).toBe('cancelled')
     const approved = await approving
@@ -309,7 +276,7 @@ describe('runs hardening: leases, decisions and stopping', () => {
   it('the result of an approved call is written with its dispatch: answered when the decision answer returns', async () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'after' }])
     const runId = await start(await conversation())
-    const waiting = await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
+    const waiting = await waitForRun(server, alice.token, runId, ['requires_action'])
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     const rejected = await server.request('POST', `/api/decisions/${decisionId}`, {
       token: alice.token,
@@ -319,18 +286,14 @@ describe('runs hardening: leases, decisions and stopping', () => {
     // No listener running later: the ledger changed in the decision's own transaction.
     const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', runId).execute()
     expect(calls).toEqual([{ status: 'rejected' }])
-    await waitForRun(server, alice.token, runId, (run) => run.status === 'completed')
+    await waitForRun(server, alice.token, runId, ['completed'])
   })
 
   it('a decision that expires (seen through GET /api/decisions) ends its run expired, not resumed with an expired result', async () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'should not be asked' }])
     const runId = await start(await conversation())
-    await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
-    await store.db
-      .updateTable('decisions')
-      .set({ expires_at: new Date(Date.now() - 1000) })
-      .where('run_id', '=', runId)
-      .execute()
+    await waitForRun(server, alice.token, runId, ['requires_action'])
+    await store.db.updateTable('decisions').set({ expires_at: new Date(Date.now() - 1000) }).where('run_id', '=', runId).execute()
     await server.request('GET', '/api/decisions?status=pending', { token: alice.token })
     await server.runs.sweep()
     const run = await waitForRun(server, alice.token, runId, (candidate) => candidate.status !== 'requires_action')
@@ -350,8 +313,9 @@ describe('runs hardening: leases, decisions and stopping', () => {
       { text: 'after' },
     ])
     const runId = await start(await conversation(), { clientTools: ['propose_command'] })
-    const waiting = await waitForRun(server, alice.token, runId, (run) => run.status === 'requires_action')
+    const waiting = await waitForRun(server, alice.token, runId, ['requires_action'])
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
+    // Time is the subject (the 2 s TTL runs on the server's wall clock): sleeps, not waits.
     await new Promise((resolve) => setTimeout(resolve, 1_200))
     expect(
       (
@@ -372,7 +336,8 @@ describe('runs hardening: leases, decisions and stopping', () => {
     const conversationId = await conversation()
     const runId = await start(conversationId)
     await waitForRun(server, alice.token, runId, (run) => run.iteration === 1)
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    // The driver is streaming: its first delta is in.
+    await waitFor(() => store.db.selectFrom('events').select('id').where('run_id', '=', runId).where('type', '=', 'message.delta').executeTakeFirst(), { what: 'a message.delta' })
     await server.runs.stop()
     const refused = await server.request('POST', `/api/conversations/${await conversation()}/runs`, {
       token: alice.token,

@@ -4,6 +4,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitFor, waitForRun } from './helpers/waits.js'
 
 /** Fails its second call once with a retryable-looking upstream error after streaming a little. */
 class FlakyModel implements LanguageModel {
@@ -27,22 +28,6 @@ class FlakyModel implements LanguageModel {
     }
     yield { type: 'text-delta', text: 'Recovered answer.' }
     yield { type: 'finish', reason: 'stop' }
-  }
-}
-
-async function waitForRun(
-  server: TestServer,
-  token: string,
-  runId: string,
-  check: (run: Record<string, unknown>) => boolean,
-  timeoutMs = 10_000,
-): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
-    if (check(run)) return run
-    if (Date.now() > deadline) throw new Error(`run ${runId} did not reach the expected state: ${JSON.stringify(run)}`)
-    await new Promise((resolve) => setTimeout(resolve, 25))
   }
 }
 
@@ -96,7 +81,7 @@ for (const engine of testEngines()) {
       const messages = (await server.request('GET', `/api/conversations/${idle}/messages`, { token: alice.token })).body
         .items
       expect(messages.filter((message: { role: string }) => message.role === 'user')).toHaveLength(1)
-      await waitForRun(server, alice.token, started[0]!.body.id, (run) => run.status === 'completed')
+      await waitForRun(server, alice.token, started[0]!.body.id, ['completed'])
 
       const queueing = await conversation()
       const queued = await Promise.all(
@@ -106,13 +91,8 @@ for (const engine of testEngines()) {
       )
       expect(queued.map((answer) => answer.status)).toEqual([201, 201, 201, 201])
       expect(queued.filter((answer) => answer.body.status === 'running')).toHaveLength(1)
-      for (const answer of queued)
-        await waitForRun(server, alice.token, answer.body.id, (run) => run.status === 'completed', 20_000)
-      const runs = await Promise.all(
-        queued.map(
-          async (answer) => (await server.request('GET', `/api/runs/${answer.body.id}`, { token: alice.token })).body,
-        ),
-      )
+      for (const answer of queued) await waitForRun(server, alice.token, answer.body.id, ['completed'], 20_000)
+      const runs = await Promise.all(queued.map(async (answer) => (await server.request('GET', `/api/runs/${answer.body.id}`, { token: alice.token })).body))
       // They ran one after another, in the order they were created.
       const byCreation = [...runs].sort((a, b) => (a.id < b.id ? -1 : 1))
       for (let index = 1; index < byCreation.length; index++)
@@ -151,7 +131,9 @@ for (const engine of testEngines()) {
       scripted.setTurns([{ toolCalls: [{ name: 'slow__wait', arguments: {} }] }])
       const run = (await start(conversationId, { input: 'wait' })).body
       await waitForRun(server, alice.token, run.id, (current) => current.phase === 'tool_running')
-      await new Promise((resolve) => setTimeout(resolve, 100))
+      // The call is `running` once its handler has been handed the work.
+      const running = () => store.db.selectFrom('run_tool_calls').select('id').where('run_id', '=', run.id).where('status', '=', 'running').executeTakeFirst()
+      await waitFor(running, { what: 'the tool call to be running' })
       const started = Date.now()
       const cancelled = await server.request('POST', `/api/runs/${run.id}/cancel`, { token: alice.token })
       expect(cancelled.body.status).toBe('cancelled')
@@ -167,11 +149,11 @@ for (const engine of testEngines()) {
     it('fails on an upstream error with a clear code, and resumes from the checkpoint without re-running the tool', async () => {
       const conversationId = await conversation()
       const run = (await start(conversationId, { input: 'go', model: 'flaky' })).body
-      const failed = await waitForRun(server, alice.token, run.id, (current) => current.status === 'failed')
+      const failed = await waitForRun(server, alice.token, run.id, ['failed'])
       expect(failed.error).toEqual({ code: 'upstream_error', message: 'upstream answered 502', upstreamStatus: 502 })
       const resumed = await server.request('POST', `/api/runs/${run.id}/resume`, { token: alice.token })
       expect(resumed.status).toBe(200)
-      await waitForRun(server, alice.token, run.id, (current) => current.status === 'completed')
+      await waitForRun(server, alice.token, run.id, ['completed'])
       const dispatches = await store.db.selectFrom('dispatches').select('id').where('run_id', '=', run.id).execute()
       expect(dispatches).toHaveLength(1)
       const again = await server.request('POST', `/api/runs/${run.id}/resume`, { token: alice.token })
@@ -181,7 +163,7 @@ for (const engine of testEngines()) {
     it('gives a model without tool support no tools and tells it not to invent data', async () => {
       const conversationId = await conversation()
       const run = (await start(conversationId, { input: 'what is the latency?', model: 'toolless' })).body
-      await waitForRun(server, alice.token, run.id, (current) => current.status === 'completed')
+      await waitForRun(server, alice.token, run.id, ['completed'])
       const request = toolless.calls.at(-1)!
       expect(request.tools).toEqual([])
       expect((request.messages[0] as { content: string }).content).toMatch(/cannot use tools/)
@@ -227,26 +209,19 @@ describe('a run left waiting', () => {
     const server = await startTestServer(store, { plugins: ['rdm'], models: [model], actionTtlMs: 300 })
     try {
       const user = await server.createUser()
-      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
-        .id
-      const conversationId = (
-        await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
-      ).body.id
-      const run = (
-        await server.request('POST', `/api/conversations/${conversationId}/runs`, {
-          token: user.token,
-          body: { input: 'x' },
-        })
-      ).body
-      await waitForRun(server, user.token, run.id, (current) => current.status === 'requires_action')
-      await new Promise((resolve) => setTimeout(resolve, 400))
-      await server.runs.sweep()
-      expect((await server.request('GET', `/api/runs/${run.id}`, { token: user.token })).body.status).toBe('expired')
-      const calls = await store.db
-        .selectFrom('run_tool_calls')
-        .select(['status', 'decision_id'])
-        .where('run_id', '=', run.id)
-        .execute()
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
+      const conversationId = (await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
+      const run = (await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'x' } })).body
+      await waitForRun(server, user.token, run.id, ['requires_action'])
+      // Sweeps until the 300 ms TTL has passed and the sweep expired the run.
+      await waitFor(
+        async () => {
+          await server.runs.sweep()
+          return (await server.request('GET', `/api/runs/${run.id}`, { token: user.token })).body.status === 'expired'
+        },
+        { what: 'the sweep to expire the run' },
+      )
+      const calls = await store.db.selectFrom('run_tool_calls').select(['status', 'decision_id']).where('run_id', '=', run.id).execute()
       expect(calls.map((call) => call.status)).toEqual(['expired'])
       const decision = await store.db
         .selectFrom('decisions')
@@ -283,16 +258,9 @@ describe('a run waiting for a decision across a restart', () => {
     })
     const user = await first.createUser()
     const project = (await first.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-    const conversationId = (
-      await first.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
-    ).body.id
-    const run = (
-      await first.request('POST', `/api/conversations/${conversationId}/runs`, {
-        token: user.token,
-        body: { input: 'x' },
-      })
-    ).body
-    const waiting = await waitForRun(first, user.token, run.id, (current) => current.status === 'requires_action')
+    const conversationId = (await first.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
+    const run = (await first.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'x' } })).body
+    const waiting = await waitForRun(first, user.token, run.id, ['requires_action'])
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     await first.close()
     // A new server on the same database; its model continues with the second turn.
@@ -309,10 +277,8 @@ describe('a run waiting for a decision across a restart', () => {
         body: { decision: 'approve' },
       })
       expect(approved.body.dispatch.status).toBe('succeeded')
-      await waitForRun(second, user.token, run.id, (current) => current.status === 'completed')
-      const messages = (
-        await second.request('GET', `/api/conversations/${conversationId}/messages`, { token: user.token })
-      ).body.items
+      await waitForRun(second, user.token, run.id, ['completed'])
+      const messages = (await second.request('GET', `/api/conversations/${conversationId}/messages`, { token: user.token })).body.items
       expect(messages.at(-1)).toMatchObject({ role: 'assistant', content: 'Written after the restart.' })
     } finally {
       await second.close()

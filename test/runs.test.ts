@@ -4,6 +4,7 @@ import { readTranscript, type Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse, type SseEvent } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitForRun } from './helpers/waits.js'
 
 /** Every assistant tool call has exactly one result in the transcript, right after it. */
 async function expectLedgerInvariant(store: Store, conversationId: string): Promise<void> {
@@ -23,22 +24,6 @@ async function expectLedgerInvariant(store: Store, conversationId: string): Prom
     .where('status', 'in', ['running', 'requires_action', 'queued'])
     .execute()
   if (active.length === 0) expect(open).toEqual([])
-}
-
-async function waitForRun(
-  server: TestServer,
-  token: string,
-  runId: string,
-  statuses: string[],
-  timeoutMs = 10_000,
-): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
-    if (statuses.includes(run.status)) return run
-    if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}, expected ${statuses.join('|')}`)
-    await new Promise((resolve) => setTimeout(resolve, 30))
-  }
 }
 
 for (const engine of testEngines()) {
@@ -206,8 +191,8 @@ for (const engine of testEngines()) {
       })
       expect(approved.status).toBe(200)
       await waitForRun(server, alice.token, created.body.id, ['completed'])
-      const events: SseEvent[] = await stream.waitFor(1)
-      await new Promise((resolve) => setTimeout(resolve, 200))
+      await stream.waitForEvent((event) => event.event === 'run.completed' && event.data.runId === created.body.id, { what: 'run.completed' })
+      const events: SseEvent[] = stream.events
       stream.close()
       const types = events.map((event) => event.event)
       expect(types).toEqual(

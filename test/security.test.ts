@@ -10,6 +10,7 @@ import { collect, rawRequest, rawSocket } from './helpers/raw-http.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { recordFigures } from './reliability/figures.js'
+import { waitFor, waitForRun } from './helpers/waits.js'
 
 const fixture = (name: string): string => new URL(`./__fixtures__/plugins/${name}.ts`, import.meta.url).pathname
 const adminToken = 'admin-secret-0123456789'
@@ -174,7 +175,7 @@ describe('request timeouts and connection caps', () => {
       for (const socket of held) socket.destroy()
     }
     // Closed connections free their places.
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await waitFor(async () => (await server.request('GET', '/healthz')).status === 200, { what: 'a freed place' }).catch(() => undefined)
     expect((await server.request('GET', '/healthz')).status).toBe(200)
   })
 })
@@ -568,10 +569,7 @@ describe('no credential in any log line, at trace level', () => {
       })
       expect(run.status).toBe(201)
       await stream.waitFor(5)
-      for (let attempt = 0; attempt < 50; attempt++) {
-        if ((await server.request('GET', `/api/runs/${run.body.id}`, { token })).body.status === 'completed') break
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
+      await waitForRun(server, token, run.body.id, ['completed'])
       stream.close()
       // Credentials in places a client should not put them: the URL, a malformed request, a wrong token.
       await server.request('GET', `/api/me?access_token=${token}`, { token })
@@ -584,8 +582,8 @@ describe('no credential in any log line, at trace level', () => {
       await rawRequest(server.url, `GARBAGE ${token}\r\n\r\n`)
       // A failing upstream (its error must not carry the key either).
       upstream.enqueue({ kind: 'error', status: 401, body: { error: { message: `invalid key ${upstreamKey}` } } })
-      await server.request('POST', `/api/conversations/${conversationId}/runs`, { token, body: { input: 'again' } })
-      await new Promise((resolve) => setTimeout(resolve, 300))
+      const failing = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token, body: { input: 'again' } })
+      await waitForRun(server, token, failing.body.id, ['failed', 'completed', 'cancelled', 'expired', 'requires_action'])
     } finally {
       await server.close()
       await store.close()

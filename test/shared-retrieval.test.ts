@@ -3,23 +3,9 @@ import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitForRun } from './helpers/waits.js'
 
 const fixture = (name: string): string => new URL(`./__fixtures__/plugins/${name}.ts`, import.meta.url).pathname
-
-async function waitForRun(
-  server: TestServer,
-  token: string,
-  runId: string,
-  statuses: string[],
-): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + 10_000
-  for (;;) {
-    const run = (await server.request('GET', `/api/runs/${runId}`, { token })).body
-    if (statuses.includes(run.status)) return run
-    if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}`)
-    await new Promise((resolve) => setTimeout(resolve, 30))
-  }
-}
 
 // EXT-13: a member's agent must find the project knowledge another member published — and nothing else.
 for (const engine of testEngines()) {

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
 import { createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
+import { waitFor } from './helpers/waits.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 for (const engine of testEngines()) {
@@ -45,7 +46,7 @@ for (const engine of testEngines()) {
         data: { conversation: { id: conversationId, title: 'live', projectId } },
       })
       expect(Number(events[1]!.id)).toBeGreaterThan(Number(events[0]!.id))
-      await new Promise((resolve) => setTimeout(resolve, 500))
+      await waitFor(() => /^: ?heartbeat/m.test(stream.raw()), { what: 'a heartbeat' })
       expect(stream.raw()).toMatch(/^: ?heartbeat/m)
       stream.close()
     })
@@ -70,6 +71,7 @@ for (const engine of testEngines()) {
       const live = await newConversation(projectId, 'c')
       const after = await resumed.waitFor(3)
       expect(after[2]!.data.conversation.id).toBe(live)
+      // No duplicates trail in: an absence, so a short fixed while is the assertion's window.
       await new Promise((resolve) => setTimeout(resolve, 200))
       expect(resumed.events).toHaveLength(3)
       resumed.close()

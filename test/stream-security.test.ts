@@ -6,24 +6,21 @@ import { createTestDatabase, openTestStore, testEngines, type TestDatabase } fro
 import { openSse } from './helpers/sse-client.js'
 import { metricValue, openStalledStream } from './helpers/stalled-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitFor, within } from './helpers/waits.js'
 
 setFlagsFromString('--expose_gc')
 const gc = runInNewContext('gc') as () => void
 
 const adminToken = 'admin-secret-0123456789'
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms))
-
-async function until(check: () => Promise<boolean> | boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await sleep(50)
-  }
+const until = async (check: () => Promise<boolean> | boolean, timeoutMs: number, what: string): Promise<void> => {
+  await waitFor(check, { timeoutMs, what, intervalMs: 50 })
 }
 
 async function heapAfterGc(): Promise<number> {
   for (let round = 0; round < 4; round++) {
     gc()
+    // Not a wait for a state: a pause between collections lets finalizers and weak refs run.
     await sleep(50)
   }
   return process.memoryUsage().heapUsed
@@ -80,7 +77,8 @@ describe('stalled streams do not pin memory', () => {
     for (let index = 0; index < 50; index++)
       clients.push(await openStalledStream(server.url, `/api/conversations/${conversationId}/events`, alice.token))
     await until(async () => (await openStreams()) === 50, 10_000, '50 open streams')
-    // Let every stream fill its socket and block on a write that will not drain.
+    // Let every stream fill its socket and block on a write that will not drain (no event says a
+    // socket is full, so a fixed while).
     await sleep(1000)
     for (const client of clients) client.socket.destroy()
     await until(async () => (await openStreams()) === 0, 10_000, 'every stream to end after its client left')
@@ -246,10 +244,7 @@ for (const engine of testEngines()) {
       await stream.waitFor(1)
       // The member table changes behind the adapter's back: no announcement.
       await kvSet(store.db, 'rdm', `members:${projectId}`, [])
-      await Promise.race([
-        stream.ended,
-        sleep(5000).then(() => Promise.reject(new Error('the periodic re-check did not end the stream'))),
-      ])
+      await within(stream.ended, 5000, 'the periodic re-check ending the stream')
       expect(stream.events.at(-1)?.event).toBe('access_revoked')
     })
 

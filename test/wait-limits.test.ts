@@ -3,6 +3,7 @@ import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitFor } from './helpers/waits.js'
 
 // Regression (docs/security.md#smaller-findings): ?wait=true / Prefer: wait held connections that no cap
 // counted.
@@ -47,18 +48,14 @@ describe('a request that waits for its run counts like a stream', () => {
     ).toEqual([])
     // Without waiting, the run starts; once the stream is closed, waiting works again.
     abort.abort()
-    const deadline = Date.now() + 10_000
-    let waited = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
-      token: alice.token,
-      body: { input: 'hi' },
-    })
-    while (waited.status === 429 && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 50))
-      waited = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
-        token: alice.token,
-        body: { input: 'hi' },
-      })
-    }
+    // The closed stream frees its slot soon after: ask until it has.
+    const waited = await waitFor(
+      async () => {
+        const answer = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: alice.token, body: { input: 'hi' } })
+        return answer.status === 429 ? undefined : answer
+      },
+      { timeoutMs: 10_000, what: 'a freed wait slot', intervalMs: 50 },
+    )
     expect([waited.status, waited.body.status]).toEqual([201, 'completed'])
   })
   it('past the cap, POST …/ui-stream (useChat) is 429 too_many_streams before any run is made', async () => {
@@ -116,18 +113,13 @@ describe('a request that waits for its run counts like a stream', () => {
       body: { input: 'again' },
     })
     expect(created.status).toBe(201)
-    const deadline = Date.now() + 10_000
-    let waited = await server.request('GET', `/api/runs/${created.body.id}`, {
-      token: alice.token,
-      headers: { prefer: 'wait=30' },
-    })
-    while (waited.status === 429 && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 50))
-      waited = await server.request('GET', `/api/runs/${created.body.id}`, {
-        token: alice.token,
-        headers: { prefer: 'wait=30' },
-      })
-    }
+    const waited = await waitFor(
+      async () => {
+        const answer = await server.request('GET', `/api/runs/${created.body.id}`, { token: alice.token, headers: { prefer: 'wait=30' } })
+        return answer.status === 429 ? undefined : answer
+      },
+      { timeoutMs: 10_000, what: 'a freed wait slot', intervalMs: 50 },
+    )
     expect([waited.status, waited.body.status]).toEqual([200, 'completed'])
   })
 })

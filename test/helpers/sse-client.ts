@@ -14,6 +14,8 @@ export interface SseConnection {
   raw(): string
   /** Waits until `count` events have arrived in total; returns all received so far. */
   waitFor(count: number, timeoutMs?: number): Promise<SseEvent[]>
+  /** Waits until an event matching `match` has arrived (received before the call count); returns the first. */
+  waitForEvent(match: (event: SseEvent) => boolean, options?: { timeoutMs?: number; what?: string }): Promise<SseEvent>
   events: SseEvent[]
   /** Resolves when the server ends the stream. */
   ended: Promise<void>
@@ -75,6 +77,22 @@ export async function openSse(
   void ended.then(() => {
     finished = true
   })
+  // Wakes on each event (or the stream's end) rather than polling.
+  const waitUntil = async (done: () => boolean, timeoutMs: number, what: () => string): Promise<void> => {
+    const deadline = Date.now() + timeoutMs
+    while (!done()) {
+      if (finished) throw new Error(`stream ended before ${what()}: ${JSON.stringify(events.map((event) => event.event))}`)
+      const remaining = deadline - Date.now()
+      if (remaining <= 0) throw new Error(`timed out waiting for ${what()}; got ${events.length} events: ${JSON.stringify(events.map((event) => event.event))}`)
+      await new Promise<void>((wake) => {
+        const timer = setTimeout(wake, remaining)
+        waiters.push(() => {
+          clearTimeout(timer)
+          wake()
+        })
+      })
+    }
+  }
   return {
     status: response.status,
     headers: response.headers,
@@ -82,23 +100,12 @@ export async function openSse(
     events,
     ended,
     async waitFor(count, timeoutMs = 5000) {
-      const deadline = Date.now() + timeoutMs
-      while (events.length < count) {
-        if (finished) throw new Error(`stream ended after ${events.length} of ${count} events`)
-        const remaining = deadline - Date.now()
-        if (remaining <= 0)
-          throw new Error(
-            `timed out with ${events.length} of ${count} events: ${JSON.stringify(events.map((event) => event.event))}`,
-          )
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, remaining)
-          waiters.push(() => {
-            clearTimeout(timer)
-            resolve()
-          })
-        })
-      }
+      await waitUntil(() => events.length >= count, timeoutMs, () => `${count} events`)
       return events
+    },
+    async waitForEvent(match, { timeoutMs = 15_000, what = 'a matching event' } = {}) {
+      await waitUntil(() => events.some(match), timeoutMs, () => what)
+      return events.find(match)!
     },
     close: () => controller.abort(),
   }

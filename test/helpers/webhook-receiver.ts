@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { once } from 'node:events'
 import { Webhook } from 'standardwebhooks'
+import { waitFor } from './waits.js'
 
 /** One request a receiver got. */
 export interface Received {
@@ -66,10 +67,7 @@ export class WebhookReceiver {
 
   /** Waits until `count` requests arrived (generous deadline). */
   async waitFor(count: number, timeoutMs = 30_000): Promise<Received[]> {
-    for (const deadline = Date.now() + timeoutMs; this.received.length < count;) {
-      if (Date.now() > deadline) throw new Error(`receiver got ${this.received.length} of ${count} requests`)
-      await new Promise((resolve) => setTimeout(resolve, 20))
-    }
+    await waitFor(() => this.received.length >= count, { timeoutMs, what: () => `${count} requests (got ${this.received.length})` })
     return this.received
   }
 
@@ -95,11 +93,15 @@ export function verified(
 
 /** Polls `read` until `done` holds (generous deadline); returns the last value. */
 export async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 30_000): Promise<T> {
-  let value = await read()
-  for (const deadline = Date.now() + timeoutMs; !done(value); value = await read()) {
-    if (Date.now() > deadline)
-      throw new Error(`condition not met in time; last value: ${JSON.stringify(value).slice(0, 2000)}`)
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
+  let value = undefined as T
+  await waitFor(
+    async () => {
+      value = await read()
+      return done(value)
+    },
+    { timeoutMs, what: 'the condition', intervalMs: 50 },
+  ).catch((error: unknown) => {
+    throw new Error(`condition not met in time; last value: ${JSON.stringify(value).slice(0, 2000)}`, { cause: error })
+  })
   return value
 }
