@@ -10,7 +10,6 @@ import { waitFor, waitForRun } from './helpers/waits.js'
 // `varies` with the range where a classifier decides (docs/guides/commands-and-decisions.md).
 const classified = new URL('./__fixtures__/plugins/classified.ts', import.meta.url).pathname
 
-
 describe('risk on the wire', () => {
   let store: Store
   let server: TestServer
@@ -45,8 +44,17 @@ describe('risk on the wire', () => {
       { text: 'done' },
     ])
     const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
-    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body: { input: 'touch', knowledge: { autoInject: false } } })
-    const waiting = await waitForRun(server, alice.token, run.body.id, ['requires_action', 'completed', 'failed'], 30_000)
+    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: alice.token,
+      body: { input: 'touch', knowledge: { autoInject: false } },
+    })
+    const waiting = await waitForRun(
+      server,
+      alice.token,
+      run.body.id,
+      ['requires_action', 'completed', 'failed'],
+      30_000,
+    )
     expect(waiting.status).toBe('requires_action')
     const decisions = (waiting.requiredAction as { decisions: Array<{ risk: string; args: { path: string } }> })
       .decisions
@@ -84,13 +92,32 @@ describe('risk on the wire', () => {
       await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
     ).body.id
     const stream = await openSse(`${server.url}/api/conversations/${conversation}/events`, { token: alice.token })
-    const run = await server.request('POST', `/api/conversations/${conversation}/runs`, { token: alice.token, body: { input: 'touch motd', knowledge: { autoInject: false } } })
+    const run = await server.request('POST', `/api/conversations/${conversation}/runs`, {
+      token: alice.token,
+      body: { input: 'touch motd', knowledge: { autoInject: false } },
+    })
     const waiting = await waitForRun(server, alice.token, run.body.id, ['requires_action'], 30_000)
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
-    expect((await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })).status).toBe(200)
+    expect(
+      (
+        await server.request('POST', `/api/decisions/${decisionId}`, {
+          token: alice.token,
+          body: { decision: 'approve' },
+        })
+      ).status,
+    ).toBe(200)
     await waitForRun(server, alice.token, run.body.id, ['completed'], 30_000)
-    const ofThisRun = () => stream.events.filter((event) => ['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'].includes(event.event ?? '') && (event.data.runId === run.body.id || event.data.callId !== undefined))
-    await stream.waitForEvent((event) => ofThisRun().includes(event) && event.event === 'tool_call.completed', { what: "the run's tool_call.completed" })
+    const ofThisRun = () =>
+      stream.events.filter(
+        (event) =>
+          ['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'].includes(
+            event.event ?? '',
+          ) &&
+          (event.data.runId === run.body.id || event.data.callId !== undefined),
+      )
+    await stream.waitForEvent((event) => ofThisRun().includes(event) && event.event === 'tool_call.completed', {
+      what: "the run's tool_call.completed",
+    })
     stream.close()
     const callId = ofThisRun().find((event) => event.event === 'tool_call.created' && event.data.runId === run.body.id)!
       .data.callId

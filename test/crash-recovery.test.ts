@@ -43,52 +43,78 @@ describe('crash recovery', () => {
   })
 
   for (const how of ['SIGKILL', 'SIGTERM'] as const) {
-    it(`resumes a run stopped by ${how} on restart; the completed call is not run again`, { timeout: 240_000 }, async () => {
-      const token = lastLine((await runPlinth(['users', 'create', `crash-${how.toLowerCase()}`], { cwd })).stdout)
-      const first = await startServe({ cwd })
-      servers.push(first)
-      const project = await http(first.url, 'POST', '/api/projects', { token, body: { name: 'p' } })
-      const conversation = await http(first.url, 'POST', `/api/projects/${project.body.id}/conversations`, { token, body: {} })
-      const run = await http(first.url, 'POST', `/api/conversations/${conversation.body.id}/runs`, { token, body: { input: 'go' } })
-      expect(run.status).toBe(201)
-      // Wait until the second model turn is streaming (the ping has completed).
-      await waitForRun(first.url, token, run.body.id, (current) => current.iteration === 2)
-      // Into that turn's stream: the child process's progress is not observable from here, so a short while.
-      await new Promise((resolve) => setTimeout(resolve, 300))
-      if (how === 'SIGKILL') {
-        first.child.kill('SIGKILL')
-        await new Promise((resolve) => first.child.once('exit', resolve))
-      } else {
-        // A graceful stop checkpoints the run and releases its lease, and exits cleanly.
-        expect(await first.stop('SIGTERM')).toBe(0)
-      }
+    it(
+      `resumes a run stopped by ${how} on restart; the completed call is not run again`,
+      { timeout: 240_000 },
+      async () => {
+        const token = lastLine((await runPlinth(['users', 'create', `crash-${how.toLowerCase()}`], { cwd })).stdout)
+        const first = await startServe({ cwd })
+        servers.push(first)
+        const project = await http(first.url, 'POST', '/api/projects', { token, body: { name: 'p' } })
+        const conversation = await http(first.url, 'POST', `/api/projects/${project.body.id}/conversations`, {
+          token,
+          body: {},
+        })
+        const run = await http(first.url, 'POST', `/api/conversations/${conversation.body.id}/runs`, {
+          token,
+          body: { input: 'go' },
+        })
+        expect(run.status).toBe(201)
+        // Wait until the second model turn is streaming (the ping has completed).
+        await waitForRun(first.url, token, run.body.id, (current) => current.iteration === 2)
+        // Into that turn's stream: the child process's progress is not observable from here, so a short while.
+        await new Promise((resolve) => setTimeout(resolve, 300))
+        if (how === 'SIGKILL') {
+          first.child.kill('SIGKILL')
+          await new Promise((resolve) => first.child.once('exit', resolve))
+        } else {
+          // A graceful stop checkpoints the run and releases its lease, and exits cleanly.
+          expect(await first.stop('SIGTERM')).toBe(0)
+        }
 
-      const second = await startServe({ cwd })
-      servers.push(second)
-      expect(second.stdout()).toMatch(/"msg":"resumed 1 runs"/)
-      const after = await waitForRun(second.url, token, run.body.id, settledRunStatuses, 30_000)
-      expect(after).toMatchObject({ status: 'completed', error: null, iteration: 2 })
-      const messages = await http(second.url, 'GET', `/api/conversations/${conversation.body.id}/messages?limit=200`, { token })
-      const roles = messages.body.items.map((message: { role: string; status: string }) => `${message.role}:${message.status}`)
-      expect(roles).toEqual(['user:completed', 'assistant:completed', 'tool:completed', 'assistant:interrupted', 'assistant:completed'])
-      // What streamed before the stop is kept on the interrupted message; the answer was asked again.
-      expect(messages.body.items[3].content).toMatch(/^word0 word1 /)
-      expect(messages.body.items[4].content).toMatch(/word99 $/)
-      const audit = await http(second.url, 'GET', '/api/audit?commandId=rdm.ping', { token })
-      expect(audit.body.items).toHaveLength(1)
-      expect(audit.body.items[0].status).toBe('succeeded')
-      // The conversation is not blocked.
-      const next = await http(second.url, 'POST', `/api/conversations/${conversation.body.id}/runs`, { token, body: { input: 'again' } })
-      expect(next.status).toBe(201)
-      await http(second.url, 'POST', `/api/runs/${next.body.id}/cancel`, { token })
-      expect(await second.stop()).toBe(0)
-      // Every tool call of every run, the stopped one included, has exactly one result.
-      const store = await openStore({ dataDir: join(cwd, 'data'), migrate: false })
-      try {
-        expect(await ledgerViolations(store.db)).toEqual([])
-      } finally {
-        await store.close()
-      }
-    })
+        const second = await startServe({ cwd })
+        servers.push(second)
+        expect(second.stdout()).toMatch(/"msg":"resumed 1 runs"/)
+        const after = await waitForRun(second.url, token, run.body.id, settledRunStatuses, 30_000)
+        expect(after).toMatchObject({ status: 'completed', error: null, iteration: 2 })
+        const messages = await http(
+          second.url,
+          'GET',
+          `/api/conversations/${conversation.body.id}/messages?limit=200`,
+          { token },
+        )
+        const roles = messages.body.items.map(
+          (message: { role: string; status: string }) => `${message.role}:${message.status}`,
+        )
+        expect(roles).toEqual([
+          'user:completed',
+          'assistant:completed',
+          'tool:completed',
+          'assistant:interrupted',
+          'assistant:completed',
+        ])
+        // What streamed before the stop is kept on the interrupted message; the answer was asked again.
+        expect(messages.body.items[3].content).toMatch(/^word0 word1 /)
+        expect(messages.body.items[4].content).toMatch(/word99 $/)
+        const audit = await http(second.url, 'GET', '/api/audit?commandId=rdm.ping', { token })
+        expect(audit.body.items).toHaveLength(1)
+        expect(audit.body.items[0].status).toBe('succeeded')
+        // The conversation is not blocked.
+        const next = await http(second.url, 'POST', `/api/conversations/${conversation.body.id}/runs`, {
+          token,
+          body: { input: 'again' },
+        })
+        expect(next.status).toBe(201)
+        await http(second.url, 'POST', `/api/runs/${next.body.id}/cancel`, { token })
+        expect(await second.stop()).toBe(0)
+        // Every tool call of every run, the stopped one included, has exactly one result.
+        const store = await openStore({ dataDir: join(cwd, 'data'), migrate: false })
+        try {
+          expect(await ledgerViolations(store.db)).toEqual([])
+        } finally {
+          await store.close()
+        }
+      },
+    )
   }
 })

@@ -51,7 +51,17 @@ describe('the direct backend', () => {
   it('kills the whole tree on cancel within 1.5 s, daemons included, leaving nothing', async () => {
     const marker = `plinth-direct-${process.pid}`
     const controller = new AbortController()
-    const pending = backend.run(spec(['/bin/bash', '-c', `(setsid sh -c "exec -a ${marker}-a sleep 300" &); (exec -a ${marker}-b sleep 300) & sleep 300`], { timeoutMs: 60_000 }), { signal: controller.signal })
+    const pending = backend.run(
+      spec(
+        [
+          '/bin/bash',
+          '-c',
+          `(setsid sh -c "exec -a ${marker}-a sleep 300" &); (exec -a ${marker}-b sleep 300) & sleep 300`,
+        ],
+        { timeoutMs: 60_000 },
+      ),
+      { signal: controller.signal },
+    )
     // The tree is up once a renamed sleep runs (the daemon is started before it; dash's exec has no -a).
     const renamed = new RegExp(`^\\s*\\S+\\s+${marker}-[ab] `)
     await waitFor(() => running(marker).some((line) => renamed.test(line)), { what: 'the tree to be up' })

@@ -120,7 +120,9 @@ describe('execution tools over HTTP', () => {
     await approve(decision.decisionId)
     await waitForRun(server, alice.token, run.body.id, ['completed'])
     // The stream is ordered: once run.completed is in, so is every output before it.
-    await stream.waitForEvent((event) => event.event === 'run.completed' && event.data.runId === run.body.id, { what: 'run.completed' })
+    await stream.waitForEvent((event) => event.event === 'run.completed' && event.data.runId === run.body.id, {
+      what: 'run.completed',
+    })
     stream.close()
     // Only this run's call (earlier button dispatches in the conversation streamed too, without a callId).
     const outputs = stream.events.filter((event) => event.event === 'tool_call.output' && event.data.callId !== null)

@@ -578,11 +578,16 @@ describe('MCP when the client goes away mid-call', () => {
       }),
       signal: abort.signal,
     }).catch((error: unknown) => error)
-    const audit = async () => (await server.request('GET', '/api/audit?commandId=slow.brief&entrance=mcp', { token: user.token })).body.items as Array<{ status: string }>
+    const audit = async () =>
+      (await server.request('GET', '/api/audit?commandId=slow.brief&entrance=mcp', { token: user.token })).body
+        .items as Array<{ status: string }>
     await waitFor(async () => (await audit()).length > 0, { timeoutMs: 30_000, what: 'the call to be audited' })
     abort.abort()
     expect(await call).toBeInstanceOf(Error)
-    await waitFor(async () => (await audit())[0]?.status === 'succeeded', { timeoutMs: 30_000, what: 'the call to succeed' }).catch(() => undefined)
+    await waitFor(async () => (await audit())[0]?.status === 'succeeded', {
+      timeoutMs: 30_000,
+      what: 'the call to succeed',
+    }).catch(() => undefined)
     expect((await audit())[0]).toMatchObject({ status: 'succeeded', result: { done: true } })
     const { client } = await connectClient(server.url, user.token)
     try {

@@ -6,7 +6,8 @@ import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { settledRunStatuses, waitForRun } from './helpers/waits.js'
 
-const settled = (server: TestServer, token: string, runId: string) => waitForRun(server, token, runId, settledRunStatuses)
+const settled = (server: TestServer, token: string, runId: string) =>
+  waitForRun(server, token, runId, settledRunStatuses)
 
 // What runs do with modes and client tools is audited, operator keywords count,
 // client tools cannot pose as command tools, and the model is offered only what the owner may use.

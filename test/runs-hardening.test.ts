@@ -99,7 +99,11 @@ describe('runs hardening', () => {
       body: { input: 'stop, do this', model: 'gate', ifActive: 'interrupt' },
     })
     expect(interrupting.status, JSON.stringify(interrupting.body)).toBe(201)
-    for (const runId of [active, queued]) expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body).toMatchObject({ status: 'cancelled', cancelReason: 'superseded' })
+    for (const runId of [active, queued])
+      expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body).toMatchObject({
+        status: 'cancelled',
+        cancelReason: 'superseded',
+      })
     await waitForRun(server, alice.token, interrupting.body.id, ['completed'])
   })
 
@@ -170,10 +174,26 @@ describe('runs hardening: leases, decisions and stopping', () => {
     const runId = await start(await conversation())
     await waitForRun(server, alice.token, runId, (run) => run.iteration === 1)
     // The driver is streaming: its first delta is in.
-    await waitFor(() => store.db.selectFrom('events').select('id').where('run_id', '=', runId).where('type', '=', 'message.delta').executeTakeFirst(), { what: 'a message.delta' })
+    await waitFor(
+      () =>
+        store.db
+          .selectFrom('events')
+          .select('id')
+          .where('run_id', '=', runId)
+          .where('type', '=', 'message.delta')
+          .executeTakeFirst(),
+      { what: 'a message.delta' },
+    )
     // Another instance took the run over (its fencing token replaced ours).
-    await store.db.updateTable('runs').set({ lease_owner: 'another-instance.1', lease_expires_at: new Date(Date.now() + 60_000) }).where('id', '=', runId).execute()
-    const stolenAt = await store.db.selectFrom('events').select((eb) => eb.fn.max('id').as('max')).executeTakeFirstOrThrow()
+    await store.db
+      .updateTable('runs')
+      .set({ lease_owner: 'another-instance.1', lease_expires_at: new Date(Date.now() + 60_000) })
+      .where('id', '=', runId)
+      .execute()
+    const stolenAt = await store.db
+      .selectFrom('events')
+      .select((eb) => eb.fn.max('id').as('max'))
+      .executeTakeFirstOrThrow()
     // The old driver must write nothing more: an absence, so a fixed while (longer than the model's
     // 80 × 25 ms stream) is the assertion's window.
     await new Promise((resolve) => setTimeout(resolve, 2_500))
@@ -208,14 +228,27 @@ describe('runs hardening: leases, decisions and stopping', () => {
   it('a tool that finishes after its run passed to another instance: its dispatch and audit are recorded, the run gets no answer from the old driver', async () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__brief', arguments: {} }] }, { text: 'after' }])
     const runId = await start(await conversation())
-    const calls = async () => store.db.selectFrom('run_tool_calls').select(['id', 'status']).where('run_id', '=', runId).execute()
+    const calls = async () =>
+      store.db.selectFrom('run_tool_calls').select(['id', 'status']).where('run_id', '=', runId).execute()
     await waitFor(async () => (await calls()).at(0)?.status === 'running', { what: 'the tool to start' })
     // Another instance took the run over while the tool works.
-    await store.db.updateTable('runs').set({ lease_owner: 'another-instance.2', lease_expires_at: new Date(Date.now() + 60_000) }).where('id', '=', runId).execute()
-    const finished = async () => store.db.selectFrom('dispatches').select(['id', 'status']).where('run_id', '=', runId).executeTakeFirstOrThrow()
+    await store.db
+      .updateTable('runs')
+      .set({ lease_owner: 'another-instance.2', lease_expires_at: new Date(Date.now() + 60_000) })
+      .where('id', '=', runId)
+      .execute()
+    const finished = async () =>
+      store.db.selectFrom('dispatches').select(['id', 'status']).where('run_id', '=', runId).executeTakeFirstOrThrow()
     await waitFor(async () => (await finished()).status !== 'running', { what: 'the tool to finish' })
     // Its last audit step is written with the result (and any answer to the run would be too).
-    const auditSteps = async () => (await store.db.selectFrom('audit_log').select('step').where('dispatch_id', '=', (await finished()).id).execute()).map((entry) => entry.step)
+    const auditSteps = async () =>
+      (
+        await store.db
+          .selectFrom('audit_log')
+          .select('step')
+          .where('dispatch_id', '=', (await finished()).id)
+          .execute()
+      ).map((entry) => entry.step)
     await waitFor(async () => (await auditSteps()).includes('finished'), { what: "the dispatch's finished audit step" })
     // The command ran: its dispatch and audit say so.
     const dispatch = await finished()
@@ -259,9 +292,18 @@ describe('runs hardening: leases, decisions and stopping', () => {
     const waiting = await waitForRun(server, alice.token, runId, ['requires_action'])
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     // Approving runs the handler (which waits until cancelled); cancel the run meanwhile.
-    const approving = server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body: { decision: 'approve' } })
+    const approving = server.request('POST', `/api/decisions/${decisionId}`, {
+      token: alice.token,
+      body: { decision: 'approve' },
+    })
     // Its handler is at work once the command's dispatch is running.
-    const running = () => store.db.selectFrom('dispatches').select('id').where('run_id', '=', runId).where('status', '=', 'running').executeTakeFirst()
+    const running = () =>
+      store.db
+        .selectFrom('dispatches')
+        .select('id')
+        .where('run_id', '=', runId)
+        .where('status', '=', 'running')
+        .executeTakeFirst()
     await waitFor(running, { what: "the approved call's dispatch to be running" })
     const cancelled = await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })
     expect(cancelled.body.status).toBe('cancelled')
@@ -293,7 +335,11 @@ describe('runs hardening: leases, decisions and stopping', () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'should not be asked' }])
     const runId = await start(await conversation())
     await waitForRun(server, alice.token, runId, ['requires_action'])
-    await store.db.updateTable('decisions').set({ expires_at: new Date(Date.now() - 1000) }).where('run_id', '=', runId).execute()
+    await store.db
+      .updateTable('decisions')
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where('run_id', '=', runId)
+      .execute()
     await server.request('GET', '/api/decisions?status=pending', { token: alice.token })
     await server.runs.sweep()
     const run = await waitForRun(server, alice.token, runId, (candidate) => candidate.status !== 'requires_action')
@@ -337,7 +383,16 @@ describe('runs hardening: leases, decisions and stopping', () => {
     const runId = await start(conversationId)
     await waitForRun(server, alice.token, runId, (run) => run.iteration === 1)
     // The driver is streaming: its first delta is in.
-    await waitFor(() => store.db.selectFrom('events').select('id').where('run_id', '=', runId).where('type', '=', 'message.delta').executeTakeFirst(), { what: 'a message.delta' })
+    await waitFor(
+      () =>
+        store.db
+          .selectFrom('events')
+          .select('id')
+          .where('run_id', '=', runId)
+          .where('type', '=', 'message.delta')
+          .executeTakeFirst(),
+      { what: 'a message.delta' },
+    )
     await server.runs.stop()
     const refused = await server.request('POST', `/api/conversations/${await conversation()}/runs`, {
       token: alice.token,

@@ -92,7 +92,11 @@ for (const engine of testEngines()) {
       expect(queued.map((answer) => answer.status)).toEqual([201, 201, 201, 201])
       expect(queued.filter((answer) => answer.body.status === 'running')).toHaveLength(1)
       for (const answer of queued) await waitForRun(server, alice.token, answer.body.id, ['completed'], 20_000)
-      const runs = await Promise.all(queued.map(async (answer) => (await server.request('GET', `/api/runs/${answer.body.id}`, { token: alice.token })).body))
+      const runs = await Promise.all(
+        queued.map(
+          async (answer) => (await server.request('GET', `/api/runs/${answer.body.id}`, { token: alice.token })).body,
+        ),
+      )
       // They ran one after another, in the order they were created.
       const byCreation = [...runs].sort((a, b) => (a.id < b.id ? -1 : 1))
       for (let index = 1; index < byCreation.length; index++)
@@ -132,7 +136,13 @@ for (const engine of testEngines()) {
       const run = (await start(conversationId, { input: 'wait' })).body
       await waitForRun(server, alice.token, run.id, (current) => current.phase === 'tool_running')
       // The call is `running` once its handler has been handed the work.
-      const running = () => store.db.selectFrom('run_tool_calls').select('id').where('run_id', '=', run.id).where('status', '=', 'running').executeTakeFirst()
+      const running = () =>
+        store.db
+          .selectFrom('run_tool_calls')
+          .select('id')
+          .where('run_id', '=', run.id)
+          .where('status', '=', 'running')
+          .executeTakeFirst()
       await waitFor(running, { what: 'the tool call to be running' })
       const started = Date.now()
       const cancelled = await server.request('POST', `/api/runs/${run.id}/cancel`, { token: alice.token })
@@ -209,9 +219,17 @@ describe('a run left waiting', () => {
     const server = await startTestServer(store, { plugins: ['rdm'], models: [model], actionTtlMs: 300 })
     try {
       const user = await server.createUser()
-      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-      const conversationId = (await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
-      const run = (await server.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'x' } })).body
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
+        .id
+      const conversationId = (
+        await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+      ).body.id
+      const run = (
+        await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+          token: user.token,
+          body: { input: 'x' },
+        })
+      ).body
       await waitForRun(server, user.token, run.id, ['requires_action'])
       // Sweeps until the 300 ms TTL has passed and the sweep expired the run.
       await waitFor(
@@ -221,7 +239,11 @@ describe('a run left waiting', () => {
         },
         { what: 'the sweep to expire the run' },
       )
-      const calls = await store.db.selectFrom('run_tool_calls').select(['status', 'decision_id']).where('run_id', '=', run.id).execute()
+      const calls = await store.db
+        .selectFrom('run_tool_calls')
+        .select(['status', 'decision_id'])
+        .where('run_id', '=', run.id)
+        .execute()
       expect(calls.map((call) => call.status)).toEqual(['expired'])
       const decision = await store.db
         .selectFrom('decisions')
@@ -258,8 +280,15 @@ describe('a run waiting for a decision across a restart', () => {
     })
     const user = await first.createUser()
     const project = (await first.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-    const conversationId = (await first.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })).body.id
-    const run = (await first.request('POST', `/api/conversations/${conversationId}/runs`, { token: user.token, body: { input: 'x' } })).body
+    const conversationId = (
+      await first.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+    ).body.id
+    const run = (
+      await first.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: user.token,
+        body: { input: 'x' },
+      })
+    ).body
     const waiting = await waitForRun(first, user.token, run.id, ['requires_action'])
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     await first.close()
@@ -278,7 +307,9 @@ describe('a run waiting for a decision across a restart', () => {
       })
       expect(approved.body.dispatch.status).toBe('succeeded')
       await waitForRun(second, user.token, run.id, ['completed'])
-      const messages = (await second.request('GET', `/api/conversations/${conversationId}/messages`, { token: user.token })).body.items
+      const messages = (
+        await second.request('GET', `/api/conversations/${conversationId}/messages`, { token: user.token })
+      ).body.items
       expect(messages.at(-1)).toMatchObject({ role: 'assistant', content: 'Written after the restart.' })
     } finally {
       await second.close()

@@ -78,8 +78,17 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
   const waitForStreaming = async (runId: string): Promise<void> => {
     await waitFor(
       async () => {
-        const deltas = await store.db.selectFrom('events').select('id').where('run_id', '=', runId).where('type', '=', 'message.delta').execute()
-        const run = await store.db.selectFrom('runs').select('iteration').where('id', '=', runId).executeTakeFirstOrThrow()
+        const deltas = await store.db
+          .selectFrom('events')
+          .select('id')
+          .where('run_id', '=', runId)
+          .where('type', '=', 'message.delta')
+          .execute()
+        const run = await store.db
+          .selectFrom('runs')
+          .select('iteration')
+          .where('id', '=', runId)
+          .executeTakeFirstOrThrow()
         return run.iteration === 2 && deltas.length > 3
       },
       { timeoutMs: 20_000, what: 'the run to stream its second turn' },
@@ -112,7 +121,8 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
       }>
     // Until the other instance's notification arrives (milliseconds; the cache alone would keep it 2 s).
     // The deadline stays under the cache's 2 s: only the notification can meet it.
-    const eventually = (check: () => Promise<boolean>) => waitFor(check, { timeoutMs: 1_500, what: 'the other instance to drop its cached listing' })
+    const eventually = (check: () => Promise<boolean>) =>
+      waitFor(check, { timeoutMs: 1_500, what: 'the other instance to drop its cached listing' })
     await names(b)
     const created = await http(a.url, 'POST', '/api/projects', { token, body: { name: 'listed-1' } })
     // On the instance that wrote: at once.
@@ -130,43 +140,68 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
     await eventually(async () => !(await names(a)).some((project) => project.id === created.body.id))
   })
 
-  it('a cancel on the other instance stops the driver at once: no more deltas, the call answered once', { timeout: 60_000 }, async () => {
-    const { runId } = await startRun(a)
-    await waitForStreaming(runId)
-    const cancelled = await http(b.url, 'POST', `/api/runs/${runId}/cancel`, { token })
-    expect(cancelled.status).toBe(200)
-    expect(cancelled.body).toMatchObject({ status: 'cancelled' })
-    // The driver (A) heard of it within moments: once it says it stopped, it writes nothing more.
-    await waitFor(() => /stopped driving a run that was ended or taken over elsewhere/.test(a.stdout()), { what: 'A to stop driving the run' })
-    const events = await store.db.selectFrom('events').select(['id', 'type']).where('run_id', '=', runId).orderBy('id').execute()
-    const end = events.findIndex((event) => event.type === 'run.cancelled')
-    expect(end).toBeGreaterThan(0)
-    // At most a delta already in flight as the cancel committed; nothing else after the end.
-    const after = events.slice(end + 1)
-    expect(after.filter((event) => event.type !== 'message.delta')).toEqual([])
-    expect(after.length).toBeLessThanOrEqual(1)
-    expect(events.filter((event) => event.type === 'run.cancelled')).toHaveLength(1)
-    const run = await store.db.selectFrom('runs').select(['status', 'lease_owner']).where('id', '=', runId).executeTakeFirstOrThrow()
-    expect(run).toEqual({ status: 'cancelled', lease_owner: null })
-    // A logged that it stopped driving a run ended elsewhere.
-    expect(a.stdout()).toMatch(/stopped driving a run that was ended or taken over elsewhere/)
-    expect(await ledgerViolations(store.db)).toEqual([])
-  })
+  it(
+    'a cancel on the other instance stops the driver at once: no more deltas, the call answered once',
+    { timeout: 60_000 },
+    async () => {
+      const { runId } = await startRun(a)
+      await waitForStreaming(runId)
+      const cancelled = await http(b.url, 'POST', `/api/runs/${runId}/cancel`, { token })
+      expect(cancelled.status).toBe(200)
+      expect(cancelled.body).toMatchObject({ status: 'cancelled' })
+      // The driver (A) heard of it within moments: once it says it stopped, it writes nothing more.
+      await waitFor(() => /stopped driving a run that was ended or taken over elsewhere/.test(a.stdout()), {
+        what: 'A to stop driving the run',
+      })
+      const events = await store.db
+        .selectFrom('events')
+        .select(['id', 'type'])
+        .where('run_id', '=', runId)
+        .orderBy('id')
+        .execute()
+      const end = events.findIndex((event) => event.type === 'run.cancelled')
+      expect(end).toBeGreaterThan(0)
+      // At most a delta already in flight as the cancel committed; nothing else after the end.
+      const after = events.slice(end + 1)
+      expect(after.filter((event) => event.type !== 'message.delta')).toEqual([])
+      expect(after.length).toBeLessThanOrEqual(1)
+      expect(events.filter((event) => event.type === 'run.cancelled')).toHaveLength(1)
+      const run = await store.db
+        .selectFrom('runs')
+        .select(['status', 'lease_owner'])
+        .where('id', '=', runId)
+        .executeTakeFirstOrThrow()
+      expect(run).toEqual({ status: 'cancelled', lease_owner: null })
+      // A logged that it stopped driving a run ended elsewhere.
+      expect(a.stdout()).toMatch(/stopped driving a run that was ended or taken over elsewhere/)
+      expect(await ledgerViolations(store.db)).toEqual([])
+    },
+  )
 
-  it('a run whose driver is killed (kill -9) is resumed by the other instance once the lease has passed', { timeout: 90_000 }, async () => {
-    const { runId } = await startRun(a)
-    await waitForStreaming(runId)
-    a.child.kill('SIGKILL')
-    await new Promise((resolve) => a.child.once('exit', resolve))
-    // B takes the run over once A's lease has passed; it settles there.
-    const run = await waitForRun(b.url, token, runId, ['completed', 'failed', 'cancelled', 'expired', 'requires_action'], 60_000)
-    expect(run).toMatchObject({ status: 'completed', iteration: 2 })
-    expect(b.stdout()).toMatch(/"msg":"resumed 1 runs"/)
-    const row = await store.db.selectFrom('runs').select('resumes').where('id', '=', runId).executeTakeFirstOrThrow()
-    expect(row.resumes).toBe(1)
-    // The ping completed before the kill: it ran once.
-    const pings = await store.db.selectFrom('dispatches').select('status').where('run_id', '=', runId).execute()
-    expect(pings).toEqual([{ status: 'succeeded' }])
-    expect(await ledgerViolations(store.db)).toEqual([])
-  })
+  it(
+    'a run whose driver is killed (kill -9) is resumed by the other instance once the lease has passed',
+    { timeout: 90_000 },
+    async () => {
+      const { runId } = await startRun(a)
+      await waitForStreaming(runId)
+      a.child.kill('SIGKILL')
+      await new Promise((resolve) => a.child.once('exit', resolve))
+      // B takes the run over once A's lease has passed; it settles there.
+      const run = await waitForRun(
+        b.url,
+        token,
+        runId,
+        ['completed', 'failed', 'cancelled', 'expired', 'requires_action'],
+        60_000,
+      )
+      expect(run).toMatchObject({ status: 'completed', iteration: 2 })
+      expect(b.stdout()).toMatch(/"msg":"resumed 1 runs"/)
+      const row = await store.db.selectFrom('runs').select('resumes').where('id', '=', runId).executeTakeFirstOrThrow()
+      expect(row.resumes).toBe(1)
+      // The ping completed before the kill: it ran once.
+      const pings = await store.db.selectFrom('dispatches').select('status').where('run_id', '=', runId).execute()
+      expect(pings).toEqual([{ status: 'succeeded' }])
+      expect(await ledgerViolations(store.db)).toEqual([])
+    },
+  )
 })

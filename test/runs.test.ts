@@ -191,7 +191,9 @@ for (const engine of testEngines()) {
       })
       expect(approved.status).toBe(200)
       await waitForRun(server, alice.token, created.body.id, ['completed'])
-      await stream.waitForEvent((event) => event.event === 'run.completed' && event.data.runId === created.body.id, { what: 'run.completed' })
+      await stream.waitForEvent((event) => event.event === 'run.completed' && event.data.runId === created.body.id, {
+        what: 'run.completed',
+      })
       const events: SseEvent[] = stream.events
       stream.close()
       const types = events.map((event) => event.event)

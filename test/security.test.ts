@@ -175,7 +175,9 @@ describe('request timeouts and connection caps', () => {
       for (const socket of held) socket.destroy()
     }
     // Closed connections free their places.
-    await waitFor(async () => (await server.request('GET', '/healthz')).status === 200, { what: 'a freed place' }).catch(() => undefined)
+    await waitFor(async () => (await server.request('GET', '/healthz')).status === 200, {
+      what: 'a freed place',
+    }).catch(() => undefined)
     expect((await server.request('GET', '/healthz')).status).toBe(200)
   })
 })
@@ -582,8 +584,17 @@ describe('no credential in any log line, at trace level', () => {
       await rawRequest(server.url, `GARBAGE ${token}\r\n\r\n`)
       // A failing upstream (its error must not carry the key either).
       upstream.enqueue({ kind: 'error', status: 401, body: { error: { message: `invalid key ${upstreamKey}` } } })
-      const failing = await server.request('POST', `/api/conversations/${conversationId}/runs`, { token, body: { input: 'again' } })
-      await waitForRun(server, token, failing.body.id, ['failed', 'completed', 'cancelled', 'expired', 'requires_action'])
+      const failing = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token,
+        body: { input: 'again' },
+      })
+      await waitForRun(server, token, failing.body.id, [
+        'failed',
+        'completed',
+        'cancelled',
+        'expired',
+        'requires_action',
+      ])
     } finally {
       await server.close()
       await store.close()

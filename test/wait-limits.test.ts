@@ -51,7 +51,10 @@ describe('a request that waits for its run counts like a stream', () => {
     // The closed stream frees its slot soon after: ask until it has.
     const waited = await waitFor(
       async () => {
-        const answer = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, { token: alice.token, body: { input: 'hi' } })
+        const answer = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
+          token: alice.token,
+          body: { input: 'hi' },
+        })
         return answer.status === 429 ? undefined : answer
       },
       { timeoutMs: 10_000, what: 'a freed wait slot', intervalMs: 50 },
@@ -115,7 +118,10 @@ describe('a request that waits for its run counts like a stream', () => {
     expect(created.status).toBe(201)
     const waited = await waitFor(
       async () => {
-        const answer = await server.request('GET', `/api/runs/${created.body.id}`, { token: alice.token, headers: { prefer: 'wait=30' } })
+        const answer = await server.request('GET', `/api/runs/${created.body.id}`, {
+          token: alice.token,
+          headers: { prefer: 'wait=30' },
+        })
         return answer.status === 429 ? undefined : answer
       },
       { timeoutMs: 10_000, what: 'a freed wait slot', intervalMs: 50 },

@@ -29,24 +29,25 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
         },
         uploads: { perUser: 2, total: 8 },
       })
-    const first = put(conversation, 'one.bin', slow())
-    const second = put(conversation, 'two.bin', slow())
-    // Wait until both are in flight (their first chunk has arrived), then a third.
-    await waitFor(() => releases.length >= 2, { what: 'both uploads in flight' })
-    let third: Response | undefined
-    await waitFor(
-      async () => {
-        third = await put(conversation, 'three.bin', Buffer.alloc(10))
-        return third.status === 429
-      },
-      { what: 'the third upload to be refused' },
-    ).catch(() => undefined)
-    expect(third!.status).toBe(429)
-    expect(third!.headers.get('retry-after')).toBe('1')
-    expect(((await third!.json()) as { code: string }).code).toBe('too_many_uploads')
-    for (const release of releases) release()
-    expect((await first).status).toBe(201)
-    expect((await second).status).toBe(201)
-    expect((await put(conversation, 'four.bin', Buffer.alloc(10))).status).toBe(201)
-  })
-})
+      const first = put(conversation, 'one.bin', slow())
+      const second = put(conversation, 'two.bin', slow())
+      // Wait until both are in flight (their first chunk has arrived), then a third.
+      await waitFor(() => releases.length >= 2, { what: 'both uploads in flight' })
+      let third: Response | undefined
+      await waitFor(
+        async () => {
+          third = await put(conversation, 'three.bin', Buffer.alloc(10))
+          return third.status === 429
+        },
+        { what: 'the third upload to be refused' },
+      ).catch(() => undefined)
+      expect(third!.status).toBe(429)
+      expect(third!.headers.get('retry-after')).toBe('1')
+      expect(((await third!.json()) as { code: string }).code).toBe('too_many_uploads')
+      for (const release of releases) release()
+      expect((await first).status).toBe(201)
+      expect((await second).status).toBe(201)
+      expect((await put(conversation, 'four.bin', Buffer.alloc(10))).status).toBe(201)
+    })
+  },
+)

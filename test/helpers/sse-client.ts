@@ -81,9 +81,13 @@ export async function openSse(
   const waitUntil = async (done: () => boolean, timeoutMs: number, what: () => string): Promise<void> => {
     const deadline = Date.now() + timeoutMs
     while (!done()) {
-      if (finished) throw new Error(`stream ended before ${what()}: ${JSON.stringify(events.map((event) => event.event))}`)
+      if (finished)
+        throw new Error(`stream ended before ${what()}: ${JSON.stringify(events.map((event) => event.event))}`)
       const remaining = deadline - Date.now()
-      if (remaining <= 0) throw new Error(`timed out waiting for ${what()}; got ${events.length} events: ${JSON.stringify(events.map((event) => event.event))}`)
+      if (remaining <= 0)
+        throw new Error(
+          `timed out waiting for ${what()}; got ${events.length} events: ${JSON.stringify(events.map((event) => event.event))}`,
+        )
       await new Promise<void>((wake) => {
         const timer = setTimeout(wake, remaining)
         waiters.push(() => {
@@ -100,11 +104,19 @@ export async function openSse(
     events,
     ended,
     async waitFor(count, timeoutMs = 5000) {
-      await waitUntil(() => events.length >= count, timeoutMs, () => `${count} events`)
+      await waitUntil(
+        () => events.length >= count,
+        timeoutMs,
+        () => `${count} events`,
+      )
       return events
     },
     async waitForEvent(match, { timeoutMs = 15_000, what = 'a matching event' } = {}) {
-      await waitUntil(() => events.some(match), timeoutMs, () => what)
+      await waitUntil(
+        () => events.some(match),
+        timeoutMs,
+        () => what,
+      )
       return events.find(match)!
     },
     close: () => controller.abort(),

@@ -27,7 +27,10 @@ export async function waitFor<T>(check: () => T | Promise<T>, options: WaitOptio
     } catch (error) {
       last = error
     }
-    if (Date.now() >= deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what} (last: ${describe(last)})`)
+    if (Date.now() >= deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what} (last: ${describe(last)})`,
+      )
     await pause(Math.min(intervalMs, Math.max(0, deadline - Date.now())))
   }
 }
@@ -46,7 +49,13 @@ export const settledRunStatuses: readonly string[] = [...terminalRunStatuses, 'r
  * which answers the moment the run ends or needs action; for mid-run states it reads the run
  * until it matches.
  */
-export async function waitForRun(source: RunSource, token: string, runId: string, until: readonly string[] | ((run: RunJson) => boolean), timeoutMs = 15_000): Promise<RunJson> {
+export async function waitForRun(
+  source: RunSource,
+  token: string,
+  runId: string,
+  until: readonly string[] | ((run: RunJson) => boolean),
+  timeoutMs = 15_000,
+): Promise<RunJson> {
   const baseUrl = typeof source === 'string' ? source : source.url
   const matches = typeof until === 'function' ? until : (run: RunJson) => until.includes(run.status ?? '')
   const longPoll = typeof until !== 'function' && until.every((status) => settledRunStatuses.includes(status))
@@ -66,7 +75,8 @@ export async function waitForRun(source: RunSource, token: string, runId: string
       slotsFull = true
       continue
     }
-    if (response.status !== 200) throw new Error(`GET /api/runs/${runId} answered ${response.status}: ${JSON.stringify(body)}`)
+    if (response.status !== 200)
+      throw new Error(`GET /api/runs/${runId} answered ${response.status}: ${JSON.stringify(body)}`)
     last = body
     if (matches(body)) return body
     if (Date.now() >= deadline) {

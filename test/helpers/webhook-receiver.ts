@@ -67,7 +67,10 @@ export class WebhookReceiver {
 
   /** Waits until `count` requests arrived (generous deadline). */
   async waitFor(count: number, timeoutMs = 30_000): Promise<Received[]> {
-    await waitFor(() => this.received.length >= count, { timeoutMs, what: () => `${count} requests (got ${this.received.length})` })
+    await waitFor(() => this.received.length >= count, {
+      timeoutMs,
+      what: () => `${count} requests (got ${this.received.length})`,
+    })
     return this.received
   }
 
