@@ -212,7 +212,10 @@ for (const engine of testEngines()) {
         expect(ingested.data[key]).toEqual(asStored[key])
       // Not subscribed: nothing for run.completed once the decision is answered.
       await server.request('POST', `/api/decisions/${decisionId}`, { token: owner.token, body: { decision: 'reject' } })
-      await until(() => server.request('GET', `/api/runs/${runId}`, { token: owner.token }), (answer) => answer.body.status === 'completed')
+      await until(
+        () => server.request('GET', `/api/runs/${runId}`, { token: owner.token }),
+        (answer) => answer.body.status === 'completed',
+      )
       // An absence (no run.completed delivery): a fixed while is the assertion's window.
       await new Promise((resolve) => setTimeout(resolve, 300))
       expect(hook.received.map((request) => JSON.parse(request.body).type).sort()).toEqual([
@@ -527,25 +530,68 @@ describe.skipIf(!testEngines().includes('postgres'))('two deliverers on one Post
       const deliverers = stores.map(
         (store) => new WebhookDeliverer(store, { ...defaultWebhookSettings, allowPrivate: true, retryBaseMs: 100 }),
       )
-      // An absence (no second delivery of a message): a fixed while is the assertion's window.
-      await new Promise((resolve) => setTimeout(resolve, 500))
-      const successes = new Map<string, number>()
-      hook.received.forEach((request, index) => {
-        const id = request.headers['webhook-id']!
-        const failed = hook.received.slice(0, index + 1).filter((other) => other.headers['webhook-id'] === id).length === 1 && (index + 1) % 10 === 0
-        if (!failed) successes.set(id, (successes.get(id) ?? 0) + 1)
-      })
-      expect(successes.size).toBe(count)
-      expect([...successes.values()].every((times) => times === 1)).toBe(true)
-      const payloads = hook.received.map((request) => verified(secret, request).data.n as number)
-      expect(new Set(payloads).size).toBe(count)
-    } finally {
-      for (const deliverer of deliverers) await deliverer.stop()
-      await hook.close()
-      for (const store of stores) await store.close()
-      await database.drop()
-    }
-  })
+      try {
+        const [first, second] = stores as [Store, Store]
+        const owner = await createUser(first.db, `two-${Date.now()}`)
+        if ('error' in owner) throw new Error('user')
+        const project = await first.transaction((tx) => createProject(tx, owner.id, { name: 'two' }))
+        const secret = 'whsec_' + Buffer.alloc(32, 3).toString('base64')
+        await insertWebhook(
+          first.db,
+          {
+            id: newId(),
+            projectId: project.id,
+            url: hook.url(),
+            events: ['run.completed'],
+            description: null,
+            secret,
+            createdBy: owner.id,
+          },
+          50,
+        )
+        // One in ten answers fails once, so retries are claimed too.
+        hook.respond = (request, all) =>
+          all.filter((other) => other.headers['webhook-id'] === request.headers['webhook-id']).length === 1 &&
+          all.length % 10 === 0
+            ? 500
+            : 200
+        for (const deliverer of deliverers) await deliverer.start()
+        const count = 60
+        for (let n = 0; n < count; n++)
+          await (n % 2 === 0 ? first : second).appendEvents([
+            { type: 'run.completed', projectId: project.id, data: { runId: `r${n}`, n } },
+          ])
+        await until(
+          async () =>
+            new Set(
+              hook.received
+                .filter((request) => verified(secret, request))
+                .map((request) => request.headers['webhook-id']),
+            ).size,
+          (delivered) => delivered === count,
+        )
+        // An absence (no second delivery of a message): a fixed while is the assertion's window.
+        await new Promise((resolve) => setTimeout(resolve, 500))
+        const successes = new Map<string, number>()
+        hook.received.forEach((request, index) => {
+          const id = request.headers['webhook-id']!
+          const failed =
+            hook.received.slice(0, index + 1).filter((other) => other.headers['webhook-id'] === id).length === 1 &&
+            (index + 1) % 10 === 0
+          if (!failed) successes.set(id, (successes.get(id) ?? 0) + 1)
+        })
+        expect(successes.size).toBe(count)
+        expect([...successes.values()].every((times) => times === 1)).toBe(true)
+        const payloads = hook.received.map((request) => verified(secret, request).data.n as number)
+        expect(new Set(payloads).size).toBe(count)
+      } finally {
+        for (const deliverer of deliverers) await deliverer.stop()
+        await hook.close()
+        for (const store of stores) await store.close()
+        await database.drop()
+      }
+    },
+  )
 })
 
 describe('webhook internals', () => {

@@ -29,6 +29,140 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
         },
         uploads: { perUser: 2, total: 8 },
       })
+      alice = await server.createUser()
+      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'quota' } })).body
+        .id
+    })
+    afterAll(async () => {
+      await server?.close()
+      await store?.close()
+    })
+
+    const newConversation = async (): Promise<string> => {
+      const id = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
+      await server.request('PATCH', `/api/conversations/${id}`, {
+        token: alice.token,
+        body: { permissionMode: 'risky' },
+      })
+      return id
+    }
+    const put = (
+      conversation: string,
+      path: string,
+      bytes: Buffer | ReadableStream<Uint8Array>,
+      headers: Record<string, string> = {},
+    ) =>
+      fetch(`${server.url}/api/conversations/${conversation}/files/${path}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${alice.token}`, 'content-type': 'application/octet-stream', ...headers },
+        body: bytes,
+        ...(!(bytes instanceof Buffer) && { duplex: 'half' }),
+      } as RequestInit)
+    /** Runs a shell line, approving it when the backend asks (direct always asks). */
+    const exec = async (conversation: string, command: string): Promise<Answer> => {
+      const asked = await server.request('POST', '/api/commands/core.exec', {
+        token: alice.token,
+        body: { entrance: 'button', conversationId: conversation, params: { command } },
+      })
+      if (asked.status !== 202) return asked
+      const decided = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
+        token: alice.token,
+        body: { decision: 'approve' },
+      })
+      return {
+        status: decided.body.dispatch.status === 'succeeded' ? 200 : 507,
+        headers: decided.headers,
+        body: decided.body.dispatch,
+      }
+    }
+    const names = async (conversation: string): Promise<string[]> =>
+      (await readdir(await server.exec.workdirs.dir(conversation))).sort()
+
+    it('an execution that writes past the quota fails quota_exceeded, and what it wrote is removed', async () => {
+      const conversation = await newConversation()
+      const small = await exec(conversation, 'head -c 100000 /dev/zero > keep.bin')
+      expect(small.status).toBe(200)
+      const flood = await exec(
+        conversation,
+        'for i in 1 2 3 4 5 6 7 8; do head -c 1000000 /dev/zero > big$i.bin; done; echo done',
+      )
+      expect(flood.status).toBe(507)
+      expect(JSON.stringify(flood.body)).toMatch(/quota/)
+      expect(await names(conversation)).toEqual(expect.arrayContaining(['keep.bin']))
+      const left = await server.exec.workdirs.measure(conversation, { maxFiles: 1000 })
+      expect(left.bytes).toBeLessThanOrEqual(4 * mib)
+      // Too many files counts too.
+      const files = await exec(conversation, 'for i in $(seq 1 400); do : > n$i; done')
+      expect(files.status).toBe(507)
+      expect((await server.exec.workdirs.measure(conversation, { maxFiles: 1000 })).files).toBeLessThanOrEqual(200)
+    })
+
+    it('uploads: 413 past the size limit, 507 past the quota, nothing half-written left; DELETE frees room', async () => {
+      const conversation = await newConversation()
+      expect((await put(conversation, 'a.bin', Buffer.alloc(2 * mib))).status).toBe(201)
+      const tooBig = await put(conversation, 'huge.bin', Buffer.alloc(3 * mib + 1))
+      expect([tooBig.status, ((await tooBig.json()) as { code: string }).code]).toEqual([413, 'payload_too_large'])
+      // Without Content-Length (chunked), the limit holds while streaming.
+      const chunked = await put(conversation, 'stream.bin', new Blob([Buffer.alloc(3 * mib + 10)]).stream())
+      expect(chunked.status).toBe(413)
+      const over = await put(conversation, 'b.bin', Buffer.alloc(2.5 * mib))
+      expect([over.status, ((await over.json()) as { code: string }).code]).toEqual([507, 'quota_exceeded'])
+      expect(await names(conversation)).toEqual(['a.bin'])
+      const deleted = await server.request('DELETE', `/api/conversations/${conversation}/files/a.bin`, {
+        token: alice.token,
+      })
+      expect(deleted.status).toBe(204)
+      expect((await put(conversation, 'dir/b.bin', Buffer.alloc(2.5 * mib))).status).toBe(201)
+      expect(
+        (await server.request('DELETE', `/api/conversations/${conversation}/files/dir`, { token: alice.token })).status,
+      ).toBe(204)
+      expect(await names(conversation)).toEqual([])
+      expect(
+        (await server.request('DELETE', `/api/conversations/${conversation}/files/dir`, { token: alice.token })).status,
+      ).toBe(404)
+      expect([400, 404]).toContain(
+        (await server.request('DELETE', `/api/conversations/${conversation}/files/`, { token: alice.token })).status,
+      )
+    })
+
+    it('a user’s work directories share one quota', async () => {
+      const bob = await server.createUser()
+      const conversationOf = async (): Promise<string> =>
+        (await server.request('POST', `/api/projects/${bobProject}/conversations`, { token: bob.token, body: {} })).body
+          .id
+      const bobProject = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'bob' } }))
+        .body.id
+      const putAs = (conversation: string, path: string, bytes: Buffer) =>
+        fetch(`${server.url}/api/conversations/${conversation}/files/${path}`, {
+          method: 'PUT',
+          headers: { authorization: `Bearer ${bob.token}` },
+          body: bytes,
+        })
+      const first = await conversationOf()
+      const second = await conversationOf()
+      expect((await putAs(first, 'x.bin', Buffer.alloc(3 * mib))).status).toBe(201)
+      expect((await putAs(second, 'y.bin', Buffer.alloc(2 * mib))).status).toBe(201)
+      // 5 MiB in two conversations: another 2 MiB in a third would pass the user's 6 MiB.
+      const third = await conversationOf()
+      const refused = await putAs(third, 'z.bin', Buffer.alloc(2 * mib))
+      expect(refused.status).toBe(507)
+      expect(((await refused.json()) as { detail: string }).detail).toMatch(/your work directories/)
+      expect((await putAs(third, 'z.bin', Buffer.alloc(mib / 2))).status).toBe(201)
+    })
+
+    it('at most two uploads per user at once: the third is 429 too_many_uploads with Retry-After', async () => {
+      const conversation = await newConversation()
+      const releases: Array<() => void> = []
+      const slow = () =>
+        new ReadableStream<Uint8Array>({
+          async start(controller) {
+            controller.enqueue(new Uint8Array(1024))
+            await new Promise<void>((resolve) => releases.push(resolve))
+            controller.close()
+          },
+        })
       const first = put(conversation, 'one.bin', slow())
       const second = put(conversation, 'two.bin', slow())
       // Wait until both are in flight (their first chunk has arrived), then a third.
