@@ -67,7 +67,9 @@ const vendorModules = { 'marked.js': 'marked', 'purify.js': 'dompurify', 'events
 /** `GET /console/`: the web console, static files served by this server (no separate process, no CDN). */
 export async function registerConsole(app: FastifyInstance): Promise<void> {
   const root = consoleRoot()
-  const importMap = importMapHash(await readFile(join(root, 'index.html'), 'utf8'))
+  // A copy without the console's files still starts (the page then answers 404).
+  const page = await readFile(join(root, 'index.html'), 'utf8').catch(() => '')
+  const importMap = importMapHash(page)
   const securityHeaders = {
     'content-security-policy': contentSecurityPolicy(importMap),
     'x-content-type-options': 'nosniff',
