@@ -77,7 +77,7 @@ describe('plinth mcp (stdio)', () => {
             plinth: {
               command: process.execPath,
               args: [plinthBin, 'mcp', '--url', server.url],
-              env: { PLINTH_TOKEN: user.token, PLINTH_FROM_SOURCE: '1' },
+              env: { PLINTH_TOKEN: user.token },
             },
           },
         }),

@@ -9,11 +9,14 @@ export const plinthBin = fileURLToPath(new URL('../../bin/plinth.js', import.met
 /** Variables that configure Plinth: stripped from the inherited environment so the developer's own settings cannot leak into a test. */
 const configVars = /^(PLINTH_|VITEST|TEST_DATABASE_URL$|DATABASE_URL$|PORT$|HOST$|NODE_OPTIONS$)/
 
-/** A clean environment for a CLI process (runs from the TypeScript sources), plus `extra`. */
+/**
+ * A clean environment for a CLI process, plus `extra`. It runs the compiled build (test/global-setup.ts
+ * compiles it when a source changed); `PLINTH_FROM_SOURCE: '1'` in `extra` runs the sources through tsx.
+ */
 export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {}
   for (const [name, value] of Object.entries(process.env)) if (!configVars.test(name)) env[name] = value
-  return { ...env, PLINTH_FROM_SOURCE: '1', ...extra }
+  return { ...env, ...extra }
 }
 
 export interface CliResult {
