@@ -3,6 +3,7 @@ import {
   genesisHash,
   hashAuditEntry,
   listAuditDispatches,
+  projectIdsOwnedBy,
   readAuditEntries,
   readAuditTail,
   type AuditFilter,
@@ -108,7 +109,5 @@ export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
 
 /** Every project the user owns, deleted ones included: their history stays the owner's to read. */
 export async function ownedProjectIds(store: Store, userId: string): Promise<string[]> {
-  return (await store.db.selectFrom('projects').select('id').where('owner_id', '=', userId).execute()).map(
-    (row) => row.id,
-  )
+  return projectIdsOwnedBy(store.db, userId)
 }

@@ -1,5 +1,6 @@
 import type { Actor, CommandContext, JsonValue, PluginLogger, ProjectRef, Risk } from '../extension/index.js'
 import {
+  activeUserIds,
   findAllowance,
   findDispatchByKey,
   getDecision,
@@ -520,7 +521,7 @@ export class CommandBus {
       }
       // Designated approvers (a second person), as user ids; none that exist means none may approve.
       const named = command.approversWhen?.() ?? null
-      const approvers = named && named.length > 0 ? await approverIds(store.db, named) : null
+      const approvers = named && named.length > 0 ? await activeUserIds(store.db, named) : null
       const decision = await step(async (tx) => {
         const created: DecisionRecord = await insertDecision(tx, {
           approvers: approvers?.filter((id) => id !== ownerId) ?? null,
@@ -872,15 +873,4 @@ interface Scope {
 interface Refusal {
   error: BusError
   project?: ProjectRef | null
-}
-
-/** The ids of the active users named (by name or id) as approvers. */
-async function approverIds(db: Executor, names: readonly string[]): Promise<string[]> {
-  const rows = await db
-    .selectFrom('users')
-    .select('id')
-    .where((eb) => eb.or([eb('name', 'in', [...names]), eb('id', 'in', [...names])]))
-    .where('disabled_at', 'is', null)
-    .execute()
-  return rows.map((row) => row.id)
 }

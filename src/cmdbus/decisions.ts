@@ -5,6 +5,7 @@ import {
   lastAuditEnvelope,
   listDecisions,
   newId,
+  overdueDecisionIds,
   resolveDecision,
   type DecisionRecord,
   type DecisionStatus,
@@ -244,13 +245,8 @@ export class Decisions {
 
   /** Expires every pending decision past its deadline. */
   async expireOverdue(): Promise<number> {
-    const overdue = await this.#deps.store.db
-      .selectFrom('decisions')
-      .select('id')
-      .where('status', '=', 'pending')
-      .where('expires_at', '<=', new Date())
-      .execute()
-    for (const row of overdue) await this.expireDecision(row.id)
+    const overdue = await overdueDecisionIds(this.#deps.store.db, new Date())
+    for (const id of overdue) await this.expireDecision(id)
     return overdue.length
   }
 

@@ -1,6 +1,7 @@
 import type { ProjectAuthzAdapter } from '../extension/index.js'
 import {
   getProject,
+  liveProjectIdsOwnedBy,
   searchChunksFullText,
   searchChunksVector,
   type ChunkHit,
@@ -118,13 +119,7 @@ export class Retriever {
       if (!project || !allowed) throw new RetrievalScopeError()
       return [project.id]
     }
-    const owned = await this.#store.db
-      .selectFrom('projects')
-      .select('id')
-      .where('owner_id', '=', actorId)
-      .where('deleted_at', 'is', null)
-      .execute()
-    const ids = owned.map((row) => row.id)
+    const ids = await liveProjectIdsOwnedBy(this.#store.db, actorId)
     if (!adapter) return ids
     for (const id of new Set(await adapter.listSharedProjects(actorId))) {
       if (typeof id !== 'string' || ids.includes(id)) continue

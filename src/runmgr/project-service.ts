@@ -6,6 +6,7 @@ import {
   createProject,
   deleteProject,
   listProjects,
+  liveProjectIdsOwnedBy,
   notFoundError,
   RequestError,
   updateProject,
@@ -71,14 +72,9 @@ export class ProjectService {
 
   /** Live projects the user owns, and those shared with them. */
   async visibleIds(userId: string): Promise<string[]> {
-    const owned = await this.#deps.store.db
-      .selectFrom('projects')
-      .select('id')
-      .where('owner_id', '=', userId)
-      .where('deleted_at', 'is', null)
-      .execute()
+    const owned = await liveProjectIdsOwnedBy(this.#deps.store.db, userId)
     const shared = await this.#deps.access.sharedProjectIds(userId)
-    return [...new Set([...owned.map((row) => row.id), ...shared])]
+    return [...new Set([...owned, ...shared])]
   }
 
   /** Creates a project in `tx` (the caller's transaction: it may also record an idempotent answer). */

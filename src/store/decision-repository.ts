@@ -119,6 +119,17 @@ export async function pendingDecisionIds(db: Executor, runId: string): Promise<s
   return rows.map((row) => row.id)
 }
 
+/** Pending decisions whose deadline is at or before `now`. */
+export async function overdueDecisionIds(db: Executor, now: Date): Promise<string[]> {
+  const overdue = await db
+    .selectFrom('decisions')
+    .select('id')
+    .where('status', '=', 'pending')
+    .where('expires_at', '<=', now)
+    .execute()
+  return overdue.map((row) => row.id)
+}
+
 /** Decisions a user may see: those in projects or conversations given, or their own. */
 export async function listDecisions(
   db: Executor,

@@ -258,6 +258,19 @@ export async function findApprovedUnstarted(
   return (await query.limit(500).execute()).map(toDispatch)
 }
 
+/** Who runs a dispatch and until when its lease holds (with its last change); `undefined` when absent. */
+export async function dispatchExecution(
+  db: Executor,
+  id: string,
+): Promise<{ executor: string | null; executorExpiresAt: Date | null; updatedAt: Date } | undefined> {
+  const row = await db
+    .selectFrom('dispatches')
+    .select(['executor', 'executor_expires_at', 'updated_at'])
+    .where('id', '=', id)
+    .executeTakeFirst()
+  return row && { executor: row.executor, executorExpiresAt: row.executor_expires_at, updatedAt: row.updated_at }
+}
+
 /** Locks a dispatch row for the rest of the transaction and reads it. */
 export async function lockDispatch(tx: Executor, id: string): Promise<DispatchRecord | undefined> {
   const row = await tx.selectFrom('dispatches').selectAll().where('id', '=', id).forNoKeyUpdate().executeTakeFirst()

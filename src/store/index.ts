@@ -64,6 +64,7 @@ export {
   type FencedPart,
   type FencedWrite,
   type TransitionFence,
+  type TransitionRead,
   type TransitionReads,
   type Prefetched,
   type RunPrefetch,

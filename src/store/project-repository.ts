@@ -79,6 +79,22 @@ export async function getProject(db: Executor, id: string): Promise<Project | un
   return row && toProject(row)
 }
 
+/** The ids of the live projects `ownerId` owns. */
+export async function liveProjectIdsOwnedBy(db: Executor, ownerId: string): Promise<string[]> {
+  const owned = await db
+    .selectFrom('projects')
+    .select('id')
+    .where('owner_id', '=', ownerId)
+    .where('deleted_at', 'is', null)
+    .execute()
+  return owned.map((row) => row.id)
+}
+
+/** The ids of every project `ownerId` owns, deleted ones included. */
+export async function projectIdsOwnedBy(db: Executor, ownerId: string): Promise<string[]> {
+  return (await db.selectFrom('projects').select('id').where('owner_id', '=', ownerId).execute()).map((row) => row.id)
+}
+
 /** Live projects owned by `ownerId` plus those in `sharedIds`, newest first. */
 export async function listProjects(
   db: Executor,

@@ -104,12 +104,15 @@ export async function runTransition(
   }
 }
 
+/** One read a transition's statement carries (a subquery built by a repository, e.g. `transcriptAfterRead`). */
+export type TransitionRead = RawBuilder<unknown>
+
 /**
  * Scalar subqueries that go with a transition, each read in the statement's snapshot (what was
  * committed before it, not its own writes): a read the next step needs costs no round trip of its own.
  */
 export interface TransitionReads {
-  [name: string]: RawBuilder<unknown>
+  [name: string]: TransitionRead
 }
 
 /** Inserts the assistant message a model turn streams into. */

@@ -60,6 +60,23 @@ export async function findUser(db: Executor, idOrName: string): Promise<User | u
   return row && toUser(row)
 }
 
+/** Whether the database holds any user at all (a first start has none). */
+export async function hasUsers(db: Executor): Promise<boolean> {
+  const existing = await db.selectFrom('users').select('id').limit(1).execute()
+  return existing.length > 0
+}
+
+/** The ids of the active users named (by name or id) in `names`. */
+export async function activeUserIds(db: Executor, names: readonly string[]): Promise<string[]> {
+  const rows = await db
+    .selectFrom('users')
+    .select('id')
+    .where((eb) => eb.or([eb('name', 'in', [...names]), eb('id', 'in', [...names])]))
+    .where('disabled_at', 'is', null)
+    .execute()
+  return rows.map((row) => row.id)
+}
+
 /** How many users may sign in (not disabled). */
 export async function countActiveUsers(db: Executor): Promise<number> {
   const row = await db
