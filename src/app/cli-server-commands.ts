@@ -50,7 +50,7 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
  * on the terminal, never through the logger — so the quickstart works in the order written.
  */
 async function createFirstUser(store: Store, io: Io): Promise<void> {
-  if (await hasUsers(store.db)) return
+  if (await hasUsers(store)) return
   const issued = await storeUserAdmin(store).createUser('admin', 'first start')
   if (issued === 'name_taken') return
   io.out(

@@ -52,7 +52,7 @@ export class DispatchExecutors {
     if (this.#running++ > 0) return
     this.#timer = setInterval(
       () => {
-        renewDispatchExecutor(this.#store.db, this.id, new Date(Date.now() + this.#leaseMs)).catch((error: unknown) =>
+        renewDispatchExecutor(this.#store, this.id, new Date(Date.now() + this.#leaseMs)).catch((error: unknown) =>
           this.#log.warn('could not renew the lease of running dispatches', { err: error }),
         )
       },
@@ -76,8 +76,8 @@ export class DispatchExecutors {
     const ended: DispatchRecord[] = []
     const before = new Date(Date.now() - this.#leaseMs)
     const orphans = [
-      ...(await findOrphanedDispatches(this.#store.db, { all: options.all, except: this.id })),
-      ...(await findApprovedUnstarted(this.#store.db, { all: options.all, before })),
+      ...(await findOrphanedDispatches(this.#store, { all: options.all, except: this.id })),
+      ...(await findApprovedUnstarted(this.#store, { all: options.all, before })),
     ]
     for (const orphan of orphans) {
       const done = await this.#store.transaction(async (tx) => {

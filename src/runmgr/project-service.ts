@@ -67,12 +67,12 @@ export class ProjectService {
   /** The projects the user owns and those shared with them, newest first. */
   async list(user: User, page: PageRequest): Promise<Page<Project>> {
     const shared = await this.#deps.access.sharedProjectIds(user.id)
-    return listProjects(this.#deps.store.db, user.id, page, shared)
+    return listProjects(this.#deps.store, user.id, page, shared)
   }
 
   /** Live projects the user owns, and those shared with them. */
   async visibleIds(userId: string): Promise<string[]> {
-    const owned = await liveProjectIdsOwnedBy(this.#deps.store.db, userId)
+    const owned = await liveProjectIdsOwnedBy(this.#deps.store, userId)
     const shared = await this.#deps.access.sharedProjectIds(userId)
     return [...new Set([...owned, ...shared])]
   }
