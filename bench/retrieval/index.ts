@@ -23,7 +23,7 @@ import {
 import { ms, summarize, table, type Summary } from '../agent/stats.js'
 import { createTempDatabase, createTempDir } from '../lib/resources.js'
 import { Corpus, random } from './corpus.js'
-import { testDb } from '../../src/store/test-access.js'
+import { sql, testDb } from '../../src/store/test-access.js'
 
 interface EngineResult {
   engine: string
@@ -166,7 +166,6 @@ async function benchEngine(
   started = performance.now()
   await ensureVectorIndex(store, embedder.dimensions, '1GB')
   const indexBuildSeconds = (performance.now() - started) / 1000
-  const { sql } = await import('kysely')
   await sql`analyze knowledge_chunks`.execute(testDb(store))
   const total = Number(
     (await sql<{ count: string }>`select count(*) from knowledge_chunks`.execute(testDb(store))).rows[0]!.count,
