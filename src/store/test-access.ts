@@ -6,7 +6,6 @@ import { executorOf, kysely, type Executor } from './executor.js'
 // else; the app reaches the database through the store's named functions).
 
 export { sql } from 'kysely'
-export type { Database } from './database.js'
 
 /** A handle repository functions take, on a Kysely instance or transaction a test opened itself. */
 export function testExecutor(db: Kysely<Database>): Executor {
