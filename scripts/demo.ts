@@ -19,9 +19,9 @@ const config = loadConfig(
 const server = await startServer(config, createLogger(config.logLevel))
 
 try {
-  const user = await createUser(server.store.db, 'demo')
+  const user = await createUser(server.store, 'demo')
   if ('error' in user) throw new Error('cannot create the demo user')
-  const { token } = await createToken(server.store.db, user.id, 'demo')
+  const { token } = await createToken(server.store, user.id, 'demo')
   // The same client an app would use (plinth/client): typed calls, and the run's events as they come.
   const plinth = createClient({ baseUrl: server.url, token })
 

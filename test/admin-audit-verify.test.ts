@@ -1,8 +1,8 @@
-import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer } from './helpers/test-server.js'
+import { sql, testDb } from '../src/store/test-access.js'
 
 // GET /api/admin/audit/verify: the audit chain checked by the running server (no downtime).
 for (const engine of testEngines()) {
@@ -51,7 +51,7 @@ for (const engine of testEngines()) {
       expect(intact.body.checked).toBeGreaterThanOrEqual(6)
       expect(intact.body.firstBad).toBeUndefined()
 
-      const middle = await store.db
+      const middle = await testDb(store)
         .selectFrom('audit_log')
         .select('id')
         .orderBy('id')
@@ -59,7 +59,7 @@ for (const engine of testEngines()) {
         .limit(1)
         .executeTakeFirstOrThrow()
       await sql`update audit_log set envelope = jsonb_set(envelope, '{status}', '"tampered"') where id = ${middle.id}`.execute(
-        store.db,
+        testDb(store),
       )
       const broken = await server.request('GET', '/api/admin/audit/verify', { token: adminToken })
       expect(broken.status).toBe(200)

@@ -10,6 +10,7 @@ import {
   type FakeUpstream,
 } from './helpers/fake-upstream.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 const keyVar = 'PLINTH_TEST_PROFILE_KEY'
 const missingKeyVar = 'PLINTH_TEST_PROFILE_KEY_THAT_IS_NOT_SET'
@@ -116,7 +117,7 @@ describe('agent profiles', () => {
     })
 
     // Audited in the hash-chained log, with who changed what.
-    const audit = await store.db
+    const audit = await testDb(store)
       .selectFrom('audit_log')
       .select(['step', 'envelope', 'project_id'])
       .where('step', '=', 'project:profile')
@@ -177,7 +178,7 @@ describe('agent profiles', () => {
     expect(JSON.parse(toolMessage.content)).toMatchObject({ error: { code: 'unknown_tool' } })
     // Not dispatched: a draft would have needed an approval (requires_action) and left an audit envelope.
     expect(
-      await store.db
+      await testDb(store)
         .selectFrom('dispatches')
         .select('id')
         .where('command_id', '=', 'rdm.draft.compose')
@@ -265,7 +266,7 @@ describe('agent profiles', () => {
       tools: null,
     })
     expect(
-      await store.db
+      await testDb(store)
         .selectFrom('audit_log')
         .select('id')
         .where('project_id', '=', projectId)

@@ -1,10 +1,10 @@
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openStore } from '../src/store/index.js'
 import { http, lastLine, runPlinth, startServe } from './helpers/cli-process.js'
+import { sql, testDb } from '../src/store/test-access.js'
 
 // The flow of docs/guides/commands-and-decisions.md: rdm.ping from a button, rdm.draft.compose from a card approved by a
 // human, then `plinth audit verify` passes — and fails once an entry is altered in the database.
@@ -48,7 +48,7 @@ describe('plinth audit verify', () => {
 
     const store = await openStore({ dataDir: join(cwd, 'data') })
     await sql`update audit_log set envelope = jsonb_set(envelope, '{params}', '{"title":"forged"}') where id = 5`.execute(
-      store.db,
+      testDb(store),
     )
     await store.close()
     const broken = await runPlinth(['audit', 'verify'], { cwd })

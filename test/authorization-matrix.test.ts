@@ -526,8 +526,8 @@ for (const engine of testEngines()) {
         body: {},
       })
       // The member is listed; the revoked member was listed and removed again.
-      await kvSet(store.db, 'rdm', `members:${project.body.id}`, [revokedMember.user.id, member.user.id])
-      await kvSet(store.db, 'rdm', `members:${project.body.id}`, [member.user.id])
+      await kvSet(store, 'rdm', `members:${project.body.id}`, [revokedMember.user.id, member.user.id])
+      await kvSet(store, 'rdm', `members:${project.body.id}`, [member.user.id])
       const pending = await server.request('POST', '/api/commands/rdm.draft.compose', {
         token: owner.token,
         body: { entrance: 'card', conversationId: conversation.body.id, params: { title: 't', body: 'b' } },

@@ -1,4 +1,3 @@
-import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
 import type { Store } from '../src/store/index.js'
@@ -6,6 +5,7 @@ import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { recordFigures } from './reliability/figures.js'
+import { sql, testDb } from '../src/store/test-access.js'
 
 for (const engine of testEngines()) {
   describe(`command bus over HTTP on ${engine}`, () => {
@@ -147,7 +147,7 @@ for (const engine of testEngines()) {
         headers,
       )
       expect([different.status, different.body.code]).toEqual([422, 'idempotency_key_reused'])
-      const dispatches = await store.db
+      const dispatches = await testDb(store)
         .selectFrom('dispatches')
         .select('id')
         .where('idempotency_key', '=', headers['idempotency-key'])
@@ -214,7 +214,7 @@ for (const engine of testEngines()) {
       })
       expect([conflict.status, conflict.body.code]).toEqual([409, 'decision_conflict'])
       // Ran once: one draft in the project's knowledge.
-      const drafts = await store.db
+      const drafts = await testDb(store)
         .selectFrom('knowledge_items')
         .select(['title', 'status', 'owner_id'])
         .where('project_id', '=', projectId)
@@ -254,14 +254,14 @@ for (const engine of testEngines()) {
         ),
       )
       expect(answers.map((answer) => answer.status)).toEqual([200, 200, 200])
-      const runs = await store.db
+      const runs = await testDb(store)
         .selectFrom('audit_log')
         .select('id')
         .where('dispatch_id', '=', pending.body.dispatchId)
         .where('step', '=', 'running')
         .execute()
       expect(runs).toHaveLength(1)
-      const drafts = await store.db
+      const drafts = await testDb(store)
         .selectFrom('knowledge_items')
         .select('id')
         .where('project_id', '=', projectId)
@@ -282,7 +282,7 @@ for (const engine of testEngines()) {
       })
       expect(rejected.body.decision.status).toBe('rejected')
       expect(rejected.body.dispatch.status).toBe('rejected')
-      const ran = await store.db
+      const ran = await testDb(store)
         .selectFrom('audit_log')
         .select('id')
         .where('dispatch_id', '=', pending.body.dispatchId)
@@ -295,7 +295,7 @@ for (const engine of testEngines()) {
         projectId,
         params: { title: 'Late', body: 'x' },
       })
-      await store.db
+      await testDb(store)
         .updateTable('decisions')
         .set({ expires_at: new Date(Date.now() - 1000) })
         .where('id', '=', later.body.decision.id)
@@ -367,13 +367,13 @@ for (const engine of testEngines()) {
 
     it('keeps the audit hash chain verifiable, and detects an altered, removed or reordered entry', async () => {
       expect((await verifyAuditChain(store)).ok).toBe(true)
-      const last = await store.db
+      const last = await testDb(store)
         .selectFrom('audit_log')
         .select(['id', 'envelope'])
         .orderBy('id', 'desc')
         .limit(1)
         .executeTakeFirstOrThrow()
-      const middle = await store.db
+      const middle = await testDb(store)
         .selectFrom('audit_log')
         .select(['id'])
         .orderBy('id')
@@ -381,30 +381,30 @@ for (const engine of testEngines()) {
         .limit(1)
         .executeTakeFirstOrThrow()
       await sql`update audit_log set envelope = jsonb_set(envelope, '{status}', '"tampered"') where id = ${middle.id}`.execute(
-        store.db,
+        testDb(store),
       )
       const altered = await verifyAuditChain(store)
       expect(altered.ok).toBe(false)
       expect(altered.firstBad?.id).toBe(Number(middle.id))
       await sql`update audit_log set envelope = (select envelope from audit_log where id = ${last.id}) where id = ${middle.id}`.execute(
-        store.db,
+        testDb(store),
       )
       expect((await verifyAuditChain(store)).ok).toBe(false)
       // Removed: a later entry no longer links to the one before it.
-      const before = await store.db
+      const before = await testDb(store)
         .selectFrom('audit_log')
         .select(['id'])
         .orderBy('id')
         .limit(1)
         .executeTakeFirstOrThrow()
-      const survivors = await store.db
+      const survivors = await testDb(store)
         .selectFrom('audit_log')
         .select(['id', 'envelope'])
         .where('id', '>', before.id)
         .orderBy('id')
         .limit(2)
         .execute()
-      await store.db.deleteFrom('audit_log').where('id', '=', survivors[0]!.id).execute()
+      await testDb(store).deleteFrom('audit_log').where('id', '=', survivors[0]!.id).execute()
       const removed = await verifyAuditChain(store)
       expect(removed.ok).toBe(false)
       // Named at the entry after the gap (before the altered ones).

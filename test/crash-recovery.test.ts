@@ -110,7 +110,7 @@ describe('crash recovery', () => {
         // Every tool call of every run, the stopped one included, has exactly one result.
         const store = await openStore({ dataDir: join(cwd, 'data'), migrate: false })
         try {
-          expect(await ledgerViolations(store.db)).toEqual([])
+          expect(await ledgerViolations(store)).toEqual([])
         } finally {
           await store.close()
         }

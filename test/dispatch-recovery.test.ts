@@ -4,6 +4,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { settledRunStatuses, waitForRun } from './helpers/waits.js'
+import { testDb } from '../src/store/test-access.js'
 
 // A dispatch a crash left `running` is ended `interrupted` (with its audit entry), and
 // a replay of its Idempotency-Key answers that instead of 409 for ever.
@@ -36,7 +37,7 @@ for (const engine of testEngines()) {
       expect(first.status).toBe(200)
       const dispatchId = first.body.dispatchId as string
       // What a crash mid-handler leaves behind: the dispatch still running, its executor gone.
-      await store.db
+      await testDb(store)
         .updateTable('dispatches')
         .set({
           status: 'running',
@@ -53,13 +54,13 @@ for (const engine of testEngines()) {
       // A restart (on Postgres: any instance's sweeper) ends it.
       await server.close()
       server = await startTestServer(store, { plugins: ['rdm'] })
-      const row = await store.db
+      const row = await testDb(store)
         .selectFrom('dispatches')
         .select(['status', 'error'])
         .where('id', '=', dispatchId)
         .executeTakeFirstOrThrow()
       expect(row).toMatchObject({ status: 'failed', error: { code: 'interrupted' } })
-      const steps = await store.db
+      const steps = await testDb(store)
         .selectFrom('audit_log')
         .select(['step', 'envelope'])
         .where('dispatch_id', '=', dispatchId)
@@ -105,17 +106,17 @@ for (const engine of testEngines()) {
       await server.close()
       // What a crash in the approved handler leaves: the decision approved, its dispatch running on a
       // dead executor, the run still waiting with the call awaiting its decision.
-      const decision = await store.db
+      const decision = await testDb(store)
         .selectFrom('decisions')
         .select('dispatch_id')
         .where('id', '=', decisionId)
         .executeTakeFirstOrThrow()
-      await store.db
+      await testDb(store)
         .updateTable('decisions')
         .set({ status: 'approved', scope: 'once', decided_by: bobId, decided_at: new Date() })
         .where('id', '=', decisionId)
         .execute()
-      await store.db
+      await testDb(store)
         .updateTable('dispatches')
         .set({ status: 'running', executor: 'a-dead-instance', executor_expires_at: new Date(Date.now() - 60_000) })
         .where('id', '=', decision.dispatch_id)
@@ -129,7 +130,7 @@ for (const engine of testEngines()) {
       ).body.items
       const tool = messages.find((message: { role: string }) => message.role === 'tool')
       expect(JSON.parse(tool.content)).toMatchObject({ error: { code: 'interrupted' } })
-      const calls = await store.db
+      const calls = await testDb(store)
         .selectFrom('run_tool_calls')
         .select('status')
         .where('run_id', '=', run.body.id)
@@ -167,17 +168,17 @@ for (const engine of testEngines()) {
       const carolId = (await server.request('GET', '/api/me', { token: carol.token })).body.id as string
       await server.close()
       // The approval committed (the decision approved, its dispatch still awaiting it), then the process died.
-      const decision = await store.db
+      const decision = await testDb(store)
         .selectFrom('decisions')
         .select('dispatch_id')
         .where('id', '=', decisionId)
         .executeTakeFirstOrThrow()
-      await store.db
+      await testDb(store)
         .updateTable('decisions')
         .set({ status: 'approved', scope: 'once', decided_by: carolId, decided_at: new Date(Date.now() - 60_000) })
         .where('id', '=', decisionId)
         .execute()
-      await store.db
+      await testDb(store)
         .updateTable('dispatches')
         .set({ updated_at: new Date(Date.now() - 60_000) })
         .where('id', '=', decision.dispatch_id)
@@ -186,7 +187,7 @@ for (const engine of testEngines()) {
       server = await startTestServer(store, { plugins: ['rdm'], models: [model()] })
       const after = await waitForRun(server, carol.token, run.body.id, settledRunStatuses)
       expect(after.status).toBe('completed')
-      const calls = await store.db
+      const calls = await testDb(store)
         .selectFrom('run_tool_calls')
         .select(['status', 'output'])
         .where('run_id', '=', run.body.id)
@@ -199,7 +200,7 @@ for (const engine of testEngines()) {
           },
         },
       ])
-      const dispatch = await store.db
+      const dispatch = await testDb(store)
         .selectFrom('dispatches')
         .select(['status', 'error'])
         .where('id', '=', decision.dispatch_id)
@@ -215,7 +216,7 @@ for (const engine of testEngines()) {
         token: alice.token,
         body: { entrance: 'button', projectId, params: { target: 'x' } },
       })
-      await store.db
+      await testDb(store)
         .updateTable('dispatches')
         .set({
           status: 'running',
@@ -226,7 +227,7 @@ for (const engine of testEngines()) {
         .execute()
       await server!.close()
       server = await startTestServer(store, { plugins: ['rdm'] })
-      const row = await store.db
+      const row = await testDb(store)
         .selectFrom('dispatches')
         .select('status')
         .where('id', '=', done.body.dispatchId)

@@ -135,7 +135,7 @@ describe('the recorded embedder', () => {
     const store = await openTestStore('pglite')
     try {
       await prepareEmbeddings(store, new HashingEmbedder(256))
-      const user = await createUser(store.db, 'embedder-owner')
+      const user = await createUser(store, 'embedder-owner')
       if ('error' in user) throw new Error('name taken')
       const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
       const ingestor = new Ingestor({
@@ -171,7 +171,7 @@ describe('the recorded embedder', () => {
       const store = await openStore({ dataDir })
       try {
         await prepareEmbeddings(store, new HashingEmbedder(256))
-        const user = await createUser(store.db, 'cli-owner')
+        const user = await createUser(store, 'cli-owner')
         if ('error' in user) throw new Error('name taken')
         const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
         const ingestor = new Ingestor({
@@ -206,7 +206,7 @@ describe('ingestion that survives a crash', () => {
     const store = await openTestStore('pglite')
     try {
       await prepareEmbeddings(store, new HashingEmbedder(256))
-      const user = await createUser(store.db, 'restart-owner')
+      const user = await createUser(store, 'restart-owner')
       if ('error' in user) throw new Error('name taken')
       const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
       const log = createPluginLogger(pino({ level: 'silent' }), 'rag')

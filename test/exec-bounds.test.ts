@@ -7,6 +7,7 @@ import { runPlinth } from './helpers/cli-process.js'
 import { openTestStore } from './helpers/engines.js'
 import { sandboxAvailable } from './helpers/sandbox.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 // An execution's own limits (its timeout, its captured output) must always produce the documented
 // result: the bus's timeout and result cap are derived from them (docs/exec.md, "Bounds").
@@ -73,7 +74,7 @@ describe('an execution that outlives its timeout or floods its output still answ
     expect(answer.body.code).toBeUndefined()
     expect(answer.status).toBe(200)
     expect(answer.body.result).toMatchObject({ timedOut: true, stdout: 'start\n', exitCode: null })
-    const audit = await context.store.db
+    const audit = await testDb(context.store)
       .selectFrom('dispatches')
       .select(['status'])
       .where('id', '=', String(answer.body.dispatchId ?? answer.body.id))

@@ -11,6 +11,7 @@ import { sandboxAvailable } from './helpers/sandbox.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitForRun } from './helpers/waits.js'
+import { testDb } from '../src/store/test-access.js'
 
 const adminToken = 'admin-secret-0123456789'
 const probe = await sandboxAvailable('execution over HTTP (sandbox parts)')
@@ -256,7 +257,7 @@ describe('execution tools over HTTP', () => {
         body: { execBackend: 'sandbox' },
       })
       expect(switched.body).toMatchObject({ execBackend: 'sandbox', sandbox: { ok: true } })
-      const audit = await store.db
+      const audit = await testDb(store)
         .selectFrom('audit_log')
         .select('envelope')
         .where('step', '=', 'settings:update')

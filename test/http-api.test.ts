@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 function expectProblem(
   answer: { status: number; headers: Headers; body: { code?: string; status?: number; title?: string } },
@@ -118,7 +119,11 @@ for (const engine of testEngines()) {
       const list = await server.request('GET', '/api/projects', { token: alice.token })
       expect(list.body.items.map((project: { id: string }) => project.id)).not.toContain(id)
       // Soft delete: the row and its history remain.
-      const row = await store.db.selectFrom('projects').select(['deleted_at']).where('id', '=', id).executeTakeFirst()
+      const row = await testDb(store)
+        .selectFrom('projects')
+        .select(['deleted_at'])
+        .where('id', '=', id)
+        .executeTakeFirst()
       expect(row?.deleted_at).toBeInstanceOf(Date)
     })
 
@@ -286,7 +291,7 @@ for (const engine of testEngines()) {
 
     it('answers malformed input with 4xx problem+json and writes nothing', async () => {
       const countProjects = async (): Promise<number> =>
-        (await store.db.selectFrom('projects').select('id').execute()).length
+        (await testDb(store).selectFrom('projects').select('id').execute()).length
       const before = await countProjects()
       expectProblem(
         await server.request('POST', '/api/projects', { token: alice.token, rawBody: '{"name": ' }),
@@ -406,7 +411,7 @@ for (const engine of testEngines()) {
       await server.request('DELETE', `/api/conversations/${conversation.id}`, { token: alice.token })
       await server.request('PATCH', `/api/projects/${project.id}`, { token: alice.token, body: { description: 'd' } })
       await server.request('DELETE', `/api/projects/${project.id}`, { token: alice.token })
-      const events = await store.db
+      const events = await testDb(store)
         .selectFrom('events')
         .select(['type', 'conversation_id'])
         .where('project_id', '=', project.id)

@@ -8,6 +8,7 @@ import { createPluginLogger } from '../src/cmdbus/index.js'
 import { upload } from './helpers/documents.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 /** A DOCX whose document.xml is `xml` (stored compressed, as Word does). */
 async function docxWith(xml: string): Promise<Buffer> {
@@ -228,7 +229,7 @@ describe('an item whose ingestion never finishes', () => {
       await server.close()
     }
     // As if three servers had each claimed it and died mid-way: the count is at its limit, the lease lapsed.
-    await store.db
+    await testDb(store)
       .updateTable('knowledge_items')
       .set({
         ingest_status: 'pending',
@@ -250,15 +251,15 @@ describe('an item whose ingestion never finishes', () => {
     } finally {
       await ingestor.stop()
     }
-    const row = await store.db
+    const row = await testDb(store)
       .selectFrom('knowledge_items')
       .select(['ingest_status', 'ingest_error', 'ingest_attempts'])
       .where('id', '=', itemId)
       .executeTakeFirstOrThrow()
     expect(row).toMatchObject({ ingest_status: 'failed', ingest_attempts: 4 })
     expect(row.ingest_error).toMatch(/started 3 times and never finished/)
-    expect(await store.db.selectFrom('knowledge_chunks').select('id').where('item_id', '=', itemId).execute()).toEqual(
-      [],
-    )
+    expect(
+      await testDb(store).selectFrom('knowledge_chunks').select('id').where('item_id', '=', itemId).execute(),
+    ).toEqual([])
   })
 })

@@ -7,6 +7,7 @@ import { startServe, type ServeProcess } from './helpers/cli-process.js'
 import { upload } from './helpers/documents.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 const mib = 1024 * 1024
 
@@ -58,7 +59,7 @@ describe('knowledge uploads on the embedded database', () => {
     )
     expect(answers.map((answer) => answer.status)).toEqual(Array(8).fill(202))
     // While pending, an item's bytes are in a file of the uploads directory, not in the database.
-    const rows = await store.db
+    const rows = await testDb(store)
       .selectFrom('knowledge_items')
       .select(['upload', 'upload_path', 'ingest_status'])
       .execute()
@@ -67,7 +68,7 @@ describe('knowledge uploads on the embedded database', () => {
       if (row.ingest_status === 'pending') expect(row.upload_path).toMatch(/\/uploads\//)
     }
     await server.ingestor.idle()
-    const done = await store.db
+    const done = await testDb(store)
       .selectFrom('knowledge_items')
       .select(['ingest_status', 'upload_path', 'ingest_error'])
       .execute()

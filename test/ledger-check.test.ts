@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createConversation, createProject, createUser, newId, type Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { ledgerViolations } from './helpers/ledger.js'
+import { testDb } from '../src/store/test-access.js'
 
 // Every test server checks the ledger invariant when it closes (helpers/test-server.ts); this shows
 // that check finds what it is there to find.
@@ -13,7 +14,7 @@ describe(`the ledger invariant check (${engine})`, () => {
 
   beforeAll(async () => {
     store = await openTestStore(engine)
-    const user = await createUser(store.db, 'ledger')
+    const user = await createUser(store, 'ledger')
     if ('error' in user) throw new Error('unexpected')
     const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'ledger' }))
     const conversation = await store.transaction((tx) =>
@@ -39,12 +40,12 @@ describe(`the ledger invariant check (${engine})`, () => {
   })
 
   it('holds for a call with its one result, and names an unanswered call, a second answer and a stray result', async () => {
-    await store.db
+    await testDb(store)
       .insertInto('messages')
       .values([message({ role: 'assistant', toolCalls: ['c1', 'c2'] }), message({ role: 'tool', toolCallId: 'c1' })])
       .execute()
-    expect(await ledgerViolations(store.db)).toEqual([`conversation ${conversationId}: call c2 never answered`])
-    await store.db
+    expect(await ledgerViolations(store)).toEqual([`conversation ${conversationId}: call c2 never answered`])
+    await testDb(store)
       .insertInto('messages')
       .values([
         message({ role: 'tool', toolCallId: 'c2' }),
@@ -52,7 +53,7 @@ describe(`the ledger invariant check (${engine})`, () => {
         message({ role: 'tool', toolCallId: 'c9' }),
       ])
       .execute()
-    expect(await ledgerViolations(store.db)).toEqual([
+    expect(await ledgerViolations(store)).toEqual([
       `conversation ${conversationId}: call c2 answered twice`,
       `conversation ${conversationId}: result for c9 without an earlier call`,
     ])

@@ -6,6 +6,7 @@ import type { Store } from '../src/store/index.js'
 import { freePort } from './helpers/cli-process.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 // Per-user OAuth connections to an HTTP MCP server (docs/mcp.md, "Per-user connections"), against an
 // authorization server built with the SDK's own server-side auth helpers (test/__fixtures__/mcp).
@@ -115,7 +116,7 @@ describe('MCP client: per-user OAuth connections', () => {
     expect(answer.status).toBe(200)
     expect(answer.body.result.content[0].text).toBe('echo: hi')
     // Tokens are sealed at rest: nothing token-shaped is stored in the clear.
-    const rows = await store.db.selectFrom('mcp_connections').select(['sealed']).execute()
+    const rows = await testDb(store).selectFrom('mcp_connections').select(['sealed']).execute()
     for (const row of rows) expect(row.sealed).not.toMatch(/access_token|refresh_token|code_verifier/)
     // A replayed callback is refused.
     const again = await fetch(`${server.url}/oauth/mcp/callback?state=nope&code=x`)

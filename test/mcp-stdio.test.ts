@@ -12,6 +12,7 @@ import type { Store } from '../src/store/index.js'
 import { cliEnv, plinthBin, runPlinth } from './helpers/cli-process.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 // `plinth mcp`: the stdio MCP server desktop clients start, forwarding to a running server's /mcp.
 // Driven here by the MCP Inspector's CLI (as a user would check it) and by the SDK's stdio client.
@@ -164,7 +165,7 @@ describe('plinth mcp (stdio)', () => {
     try {
       expect((await client.listTools()).tools.length).toBeGreaterThan(0)
       // As after a day idle: every session is gone.
-      await store.db.deleteFrom('mcp_sessions').execute()
+      await testDb(store).deleteFrom('mcp_sessions').execute()
       const pinged = await client.callTool({ name: 'rdm__ping', arguments: { target: 'renewed' } })
       expect(pinged.structuredContent).toMatchObject({ pong: true, target: 'renewed' })
     } finally {

@@ -7,6 +7,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 const fixture = (name: string): string => new URL(`./__fixtures__/plugins/${name}.ts`, import.meta.url).pathname
 
@@ -109,7 +110,7 @@ describe('a misbehaving plugin', () => {
     const audit = await server.request('GET', '/api/audit?commandId=misbehaving.secret', { token: user.token })
     expect(audit.body.items[0].params).toEqual({ apiKey: '[redacted]', note: 'hello' })
     expect(audit.body.items[0].result).toEqual({ echoed: 'hello', token: '[redacted]' })
-    const raw = await store.db.selectFrom('audit_log').select('envelope').execute()
+    const raw = await testDb(store).selectFrom('audit_log').select('envelope').execute()
     expect(JSON.stringify(raw)).not.toContain('hunter2-but-long')
   })
 })
@@ -272,7 +273,7 @@ for (const engine of testEngines()) {
       const deadline = Date.now() + 15_000
       let ended: { status: string; cancelReason?: string } | undefined
       while (Date.now() < deadline) {
-        const row = await store.db
+        const row = await testDb(store)
           .selectFrom('runs')
           .select(['status', 'cancel_reason'])
           .where('id', '=', run.id)
@@ -285,7 +286,7 @@ for (const engine of testEngines()) {
       }
       // Well before the model's 10 s answer was done.
       expect(ended).toEqual({ status: 'cancelled', cancelReason: 'access_revoked' })
-      const cancelled = await store.db
+      const cancelled = await testDb(store)
         .selectFrom('events')
         .select('data')
         .where('run_id', '=', run.id)

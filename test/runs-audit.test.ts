@@ -5,6 +5,7 @@ import { readOnlyShares } from './__fixtures__/plugins/read-only-share.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { settledRunStatuses, waitForRun } from './helpers/waits.js'
+import { testDb } from '../src/store/test-access.js'
 
 const settled = (server: TestServer, token: string, runId: string) =>
   waitForRun(server, token, runId, settledRunStatuses)
@@ -88,7 +89,7 @@ describe('runs: audit, risk keywords, client tools, tool list', () => {
     })
     expect(run.status).toBe(201)
     await settled(server, alice.token, run.body.id)
-    const created = await store.db
+    const created = await testDb(store)
       .selectFrom('events')
       .select('data')
       .where('run_id', '=', run.body.id)
@@ -167,7 +168,7 @@ describe('runs: audit, risk keywords, client tools, tool list', () => {
     })
     expect(big.status).toBe(502)
     expect(big.body.code).toBe('result_too_large')
-    const row = await store.db
+    const row = await testDb(store)
       .selectFrom('dispatches')
       .select(['status', 'result'])
       .where('id', '=', big.body.dispatchId)

@@ -5,6 +5,7 @@ import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
 import { waitFor, waitForRun } from './helpers/waits.js'
+import { testDb } from '../src/store/test-access.js'
 
 /** A model whose calls wait at a gate until the test opens it (an abort ends the wait). */
 class GateModel implements LanguageModel {
@@ -176,7 +177,7 @@ describe('runs hardening: leases, decisions and stopping', () => {
     // The driver is streaming: its first delta is in.
     await waitFor(
       () =>
-        store.db
+        testDb(store)
           .selectFrom('events')
           .select('id')
           .where('run_id', '=', runId)
@@ -185,19 +186,19 @@ describe('runs hardening: leases, decisions and stopping', () => {
       { what: 'a message.delta' },
     )
     // Another instance took the run over (its fencing token replaced ours).
-    await store.db
+    await testDb(store)
       .updateTable('runs')
       .set({ lease_owner: 'another-instance.1', lease_expires_at: new Date(Date.now() + 60_000) })
       .where('id', '=', runId)
       .execute()
-    const stolenAt = await store.db
+    const stolenAt = await testDb(store)
       .selectFrom('events')
       .select((eb) => eb.fn.max('id').as('max'))
       .executeTakeFirstOrThrow()
     // The old driver must write nothing more: an absence, so a fixed while (longer than the model's
     // 80 × 25 ms stream) is the assertion's window.
     await new Promise((resolve) => setTimeout(resolve, 2_500))
-    const later = await store.db
+    const later = await testDb(store)
       .selectFrom('events')
       .select(['id', 'type'])
       .where('run_id', '=', runId)
@@ -206,13 +207,13 @@ describe('runs hardening: leases, decisions and stopping', () => {
     // At most one delta already in flight; no completion, no terminal event, no state change.
     expect(later.filter((event) => event.type !== 'message.delta')).toEqual([])
     expect(later.length).toBeLessThanOrEqual(1)
-    const row = await store.db
+    const row = await testDb(store)
       .selectFrom('runs')
       .select(['status', 'lease_owner'])
       .where('id', '=', runId)
       .executeTakeFirstOrThrow()
     expect(row).toEqual({ status: 'running', lease_owner: 'another-instance.1' })
-    const message = await store.db
+    const message = await testDb(store)
       .selectFrom('messages')
       .select('status')
       .where('run_id', '=', runId)
@@ -229,21 +230,25 @@ describe('runs hardening: leases, decisions and stopping', () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__brief', arguments: {} }] }, { text: 'after' }])
     const runId = await start(await conversation())
     const calls = async () =>
-      store.db.selectFrom('run_tool_calls').select(['id', 'status']).where('run_id', '=', runId).execute()
+      testDb(store).selectFrom('run_tool_calls').select(['id', 'status']).where('run_id', '=', runId).execute()
     await waitFor(async () => (await calls()).at(0)?.status === 'running', { what: 'the tool to start' })
     // Another instance took the run over while the tool works.
-    await store.db
+    await testDb(store)
       .updateTable('runs')
       .set({ lease_owner: 'another-instance.2', lease_expires_at: new Date(Date.now() + 60_000) })
       .where('id', '=', runId)
       .execute()
     const finished = async () =>
-      store.db.selectFrom('dispatches').select(['id', 'status']).where('run_id', '=', runId).executeTakeFirstOrThrow()
+      testDb(store)
+        .selectFrom('dispatches')
+        .select(['id', 'status'])
+        .where('run_id', '=', runId)
+        .executeTakeFirstOrThrow()
     await waitFor(async () => (await finished()).status !== 'running', { what: 'the tool to finish' })
     // Its last audit step is written with the result (and any answer to the run would be too).
     const auditSteps = async () =>
       (
-        await store.db
+        await testDb(store)
           .selectFrom('audit_log')
           .select('step')
           .where('dispatch_id', '=', (await finished()).id)
@@ -253,7 +258,7 @@ describe('runs hardening: leases, decisions and stopping', () => {
     // The command ran: its dispatch and audit say so.
     const dispatch = await finished()
     expect(dispatch.status).toBe('succeeded')
-    const steps = await store.db
+    const steps = await testDb(store)
       .selectFrom('audit_log')
       .select('step')
       .where('dispatch_id', '=', dispatch.id)
@@ -264,7 +269,7 @@ describe('runs hardening: leases, decisions and stopping', () => {
     // But the run is someone else's now: the old driver answered nothing.
     expect((await calls())[0]!.status).toBe('running')
     expect(
-      await store.db
+      await testDb(store)
         .selectFrom('messages')
         .select('id')
         .where('run_id', '=', runId)
@@ -272,7 +277,7 @@ describe('runs hardening: leases, decisions and stopping', () => {
         .execute(),
     ).toEqual([])
     expect(
-      await store.db
+      await testDb(store)
         .selectFrom('events')
         .select('id')
         .where('run_id', '=', runId)
@@ -298,7 +303,7 @@ describe('runs hardening: leases, decisions and stopping', () => {
     })
     // Its handler is at work once the command's dispatch is running.
     const running = () =>
-      store.db
+      testDb(store)
         .selectFrom('dispatches')
         .select('id')
         .where('run_id', '=', runId)
@@ -311,7 +316,11 @@ describe('runs hardening: leases, decisions and stopping', () => {
     expect(approved.status).toBe(200)
     // The handler saw the run's cancel signal instead of working on for 20 s.
     expect(approved.body.dispatch).toMatchObject({ status: 'cancelled' })
-    const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', runId).execute()
+    const calls = await testDb(store)
+      .selectFrom('run_tool_calls')
+      .select(['status'])
+      .where('run_id', '=', runId)
+      .execute()
     expect(calls).toEqual([{ status: 'cancelled' }])
   })
 
@@ -326,7 +335,11 @@ describe('runs hardening: leases, decisions and stopping', () => {
     })
     expect(rejected.status).toBe(200)
     // No listener running later: the ledger changed in the decision's own transaction.
-    const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', runId).execute()
+    const calls = await testDb(store)
+      .selectFrom('run_tool_calls')
+      .select(['status'])
+      .where('run_id', '=', runId)
+      .execute()
     expect(calls).toEqual([{ status: 'rejected' }])
     await waitForRun(server, alice.token, runId, ['completed'])
   })
@@ -335,7 +348,7 @@ describe('runs hardening: leases, decisions and stopping', () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'should not be asked' }])
     const runId = await start(await conversation())
     await waitForRun(server, alice.token, runId, ['requires_action'])
-    await store.db
+    await testDb(store)
       .updateTable('decisions')
       .set({ expires_at: new Date(Date.now() - 1000) })
       .where('run_id', '=', runId)
@@ -344,7 +357,11 @@ describe('runs hardening: leases, decisions and stopping', () => {
     await server.runs.sweep()
     const run = await waitForRun(server, alice.token, runId, (candidate) => candidate.status !== 'requires_action')
     expect(run.status).toBe('expired')
-    const calls = await store.db.selectFrom('run_tool_calls').select(['status']).where('run_id', '=', runId).execute()
+    const calls = await testDb(store)
+      .selectFrom('run_tool_calls')
+      .select(['status'])
+      .where('run_id', '=', runId)
+      .execute()
     expect(calls).toEqual([{ status: 'expired' }])
   })
 
@@ -385,7 +402,7 @@ describe('runs hardening: leases, decisions and stopping', () => {
     // The driver is streaming: its first delta is in.
     await waitFor(
       () =>
-        store.db
+        testDb(store)
           .selectFrom('events')
           .select('id')
           .where('run_id', '=', runId)
@@ -400,13 +417,13 @@ describe('runs hardening: leases, decisions and stopping', () => {
     })
     expect(refused.status).toBe(503)
     expect(refused.body.code).toBe('shutting_down')
-    const row = await store.db
+    const row = await testDb(store)
       .selectFrom('runs')
       .select(['status', 'lease_owner', 'iteration'])
       .where('id', '=', runId)
       .executeTakeFirstOrThrow()
     expect(row).toEqual({ status: 'running', lease_owner: null, iteration: 0 })
-    const message = await store.db
+    const message = await testDb(store)
       .selectFrom('messages')
       .select('status')
       .where('run_id', '=', runId)

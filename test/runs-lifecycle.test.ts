@@ -5,6 +5,7 @@ import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitFor, waitForRun } from './helpers/waits.js'
+import { testDb } from '../src/store/test-access.js'
 
 /** Fails its second call once with a retryable-looking upstream error after streaming a little. */
 class FlakyModel implements LanguageModel {
@@ -137,7 +138,7 @@ for (const engine of testEngines()) {
       await waitForRun(server, alice.token, run.id, (current) => current.phase === 'tool_running')
       // The call is `running` once its handler has been handed the work.
       const running = () =>
-        store.db
+        testDb(store)
           .selectFrom('run_tool_calls')
           .select('id')
           .where('run_id', '=', run.id)
@@ -148,7 +149,7 @@ for (const engine of testEngines()) {
       const cancelled = await server.request('POST', `/api/runs/${run.id}/cancel`, { token: alice.token })
       expect(cancelled.body.status).toBe('cancelled')
       expect(Date.now() - started).toBeLessThan(5000)
-      const calls = await store.db
+      const calls = await testDb(store)
         .selectFrom('run_tool_calls')
         .select(['status'])
         .where('run_id', '=', run.id)
@@ -164,7 +165,11 @@ for (const engine of testEngines()) {
       const resumed = await server.request('POST', `/api/runs/${run.id}/resume`, { token: alice.token })
       expect(resumed.status).toBe(200)
       await waitForRun(server, alice.token, run.id, ['completed'])
-      const dispatches = await store.db.selectFrom('dispatches').select('id').where('run_id', '=', run.id).execute()
+      const dispatches = await testDb(store)
+        .selectFrom('dispatches')
+        .select('id')
+        .where('run_id', '=', run.id)
+        .execute()
       expect(dispatches).toHaveLength(1)
       const again = await server.request('POST', `/api/runs/${run.id}/resume`, { token: alice.token })
       expect([again.status, again.body.code]).toEqual([409, 'run_not_resumable'])
@@ -239,13 +244,13 @@ describe('a run left waiting', () => {
         },
         { what: 'the sweep to expire the run' },
       )
-      const calls = await store.db
+      const calls = await testDb(store)
         .selectFrom('run_tool_calls')
         .select(['status', 'decision_id'])
         .where('run_id', '=', run.id)
         .execute()
       expect(calls.map((call) => call.status)).toEqual(['expired'])
-      const decision = await store.db
+      const decision = await testDb(store)
         .selectFrom('decisions')
         .select('status')
         .where('id', '=', calls[0]!.decision_id!)

@@ -7,6 +7,7 @@ import { http, lastLine, runPlinth, startServe, type ServeProcess } from './help
 import { createTestDatabase, testEngines, type TestDatabase } from './helpers/engines.js'
 import { ledgerViolations } from './helpers/ledger.js'
 import { waitFor, waitForRun } from './helpers/waits.js'
+import { testDb } from '../src/store/test-access.js'
 
 // Two server processes on one Postgres (docs/architecture.md#cooperating-instances). Cancel from the
 // instance that does not drive a run reaches the one that does at once; a run whose driver was killed is
@@ -78,13 +79,13 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
   const waitForStreaming = async (runId: string): Promise<void> => {
     await waitFor(
       async () => {
-        const deltas = await store.db
+        const deltas = await testDb(store)
           .selectFrom('events')
           .select('id')
           .where('run_id', '=', runId)
           .where('type', '=', 'message.delta')
           .execute()
-        const run = await store.db
+        const run = await testDb(store)
           .selectFrom('runs')
           .select('iteration')
           .where('id', '=', runId)
@@ -153,7 +154,7 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
       await waitFor(() => /stopped driving a run that was ended or taken over elsewhere/.test(a.stdout()), {
         what: 'A to stop driving the run',
       })
-      const events = await store.db
+      const events = await testDb(store)
         .selectFrom('events')
         .select(['id', 'type'])
         .where('run_id', '=', runId)
@@ -166,7 +167,7 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
       expect(after.filter((event) => event.type !== 'message.delta')).toEqual([])
       expect(after.length).toBeLessThanOrEqual(1)
       expect(events.filter((event) => event.type === 'run.cancelled')).toHaveLength(1)
-      const run = await store.db
+      const run = await testDb(store)
         .selectFrom('runs')
         .select(['status', 'lease_owner'])
         .where('id', '=', runId)
@@ -174,7 +175,7 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
       expect(run).toEqual({ status: 'cancelled', lease_owner: null })
       // A logged that it stopped driving a run ended elsewhere.
       expect(a.stdout()).toMatch(/stopped driving a run that was ended or taken over elsewhere/)
-      expect(await ledgerViolations(store.db)).toEqual([])
+      expect(await ledgerViolations(store)).toEqual([])
     },
   )
 
@@ -196,12 +197,16 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
       )
       expect(run).toMatchObject({ status: 'completed', iteration: 2 })
       expect(b.stdout()).toMatch(/"msg":"resumed 1 runs"/)
-      const row = await store.db.selectFrom('runs').select('resumes').where('id', '=', runId).executeTakeFirstOrThrow()
+      const row = await testDb(store)
+        .selectFrom('runs')
+        .select('resumes')
+        .where('id', '=', runId)
+        .executeTakeFirstOrThrow()
       expect(row.resumes).toBe(1)
       // The ping completed before the kill: it ran once.
-      const pings = await store.db.selectFrom('dispatches').select('status').where('run_id', '=', runId).execute()
+      const pings = await testDb(store).selectFrom('dispatches').select('status').where('run_id', '=', runId).execute()
       expect(pings).toEqual([{ status: 'succeeded' }])
-      expect(await ledgerViolations(store.db)).toEqual([])
+      expect(await ledgerViolations(store)).toEqual([])
     },
   )
 })

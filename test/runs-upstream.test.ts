@@ -13,6 +13,7 @@ import {
   type FakeUpstream,
 } from './helpers/fake-upstream.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 // Runs end to end against a local upstream that speaks the providers' real streaming wire formats.
 describe('runs against a fake upstream', () => {
@@ -72,7 +73,11 @@ describe('runs against a fake upstream', () => {
       body: JSON.stringify({ input: 'What is the weather in Paris?', model }),
     })
     await response.text()
-    const runs = await store.db.selectFrom('runs').select('id').where('conversation_id', '=', conversationId).execute()
+    const runs = await testDb(store)
+      .selectFrom('runs')
+      .select('id')
+      .where('conversation_id', '=', conversationId)
+      .execute()
     return (await server.request('GET', `/api/runs/${runs[0]!.id}`, { token: alice.token })).body
   }
 
@@ -145,7 +150,7 @@ describe('runs against a fake upstream', () => {
     upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('never finishes', 5), stallAfter: 2 })
     const stalled = await run('gpt')
     expect(stalled).toMatchObject({ status: 'failed', error: { code: 'timeout' } })
-    const everything = JSON.stringify(await store.db.selectFrom('events').select('data').execute())
+    const everything = JSON.stringify(await testDb(store).selectFrom('events').select('data').execute())
     expect(everything).not.toContain('sk-test-secret')
   })
 })

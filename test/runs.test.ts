@@ -5,20 +5,21 @@ import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse, type SseEvent } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitForRun } from './helpers/waits.js'
+import { testDb } from '../src/store/test-access.js'
 
 /** Every assistant tool call has exactly one result in the transcript, right after it. */
 async function expectLedgerInvariant(store: Store, conversationId: string): Promise<void> {
-  const transcript = await readTranscript(store.db, conversationId)
+  const transcript = await readTranscript(store, conversationId)
   const results = transcript.filter((message) => message.role === 'tool').map((message) => message.toolCallId)
   const calls = transcript.flatMap((message) => (message.toolCalls ?? []).map((call) => call.callId))
   expect([...results].sort()).toEqual([...calls].sort())
   expect(new Set(results).size).toBe(results.length)
-  const open = await store.db
+  const open = await testDb(store)
     .selectFrom('run_tool_calls')
     .select(['id', 'status'])
     .where('status', 'in', ['pending', 'running', 'awaiting_decision', 'awaiting_output'])
     .execute()
-  const active = await store.db
+  const active = await testDb(store)
     .selectFrom('runs')
     .select('id')
     .where('status', 'in', ['running', 'requires_action', 'queued'])
@@ -213,7 +214,7 @@ for (const engine of testEngines()) {
         status: 'ok',
         durationMs: expect.any(Number),
       })
-      const drafts = await store.db
+      const drafts = await testDb(store)
         .selectFrom('knowledge_items')
         .select('id')
         .where('project_id', '=', projectId)
@@ -290,7 +291,7 @@ for (const engine of testEngines()) {
       const run = await waitForRun(server, alice.token, created.body.id, ['completed'])
       expect(run.iteration).toBe(4)
       expect(model.calls.at(-1)!.tools).toEqual([])
-      const calls = await store.db
+      const calls = await testDb(store)
         .selectFrom('run_tool_calls')
         .select(['id', 'status', 'repeat_of'])
         .where('run_id', '=', created.body.id)
@@ -298,7 +299,7 @@ for (const engine of testEngines()) {
         .execute()
       expect(calls).toHaveLength(3)
       expect(calls[1]!.repeat_of).toBe(calls[0]!.id)
-      const dispatches = await store.db
+      const dispatches = await testDb(store)
         .selectFrom('dispatches')
         .select('id')
         .where('run_id', '=', created.body.id)
@@ -328,7 +329,7 @@ for (const engine of testEngines()) {
         headers: { authorization: `Bearer ${alice.token}` },
       }).then((response) => response.text())
       expect(events).toMatch(/event: run\.failed\ndata: .*"iteration_cap"/)
-      const calls = await store.db
+      const calls = await testDb(store)
         .selectFrom('run_tool_calls')
         .select(['status', 'output', 'dispatch_id'])
         .where('run_id', '=', created.body.id)
@@ -391,13 +392,13 @@ for (const engine of testEngines()) {
         status: 'cancelled',
         cancelReason: 'superseded',
       })
-      const superseded = await store.db
+      const superseded = await testDb(store)
         .selectFrom('run_tool_calls')
         .select(['status', 'decision_id'])
         .where('run_id', '=', first.body.id)
         .execute()
       expect(superseded.map((call) => call.status)).toEqual(['expired'])
-      const decision = await store.db
+      const decision = await testDb(store)
         .selectFrom('decisions')
         .select('status')
         .where('id', '=', superseded[0]!.decision_id!)

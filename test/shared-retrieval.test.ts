@@ -4,6 +4,7 @@ import type { Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitForRun } from './helpers/waits.js'
+import { testDb } from '../src/store/test-access.js'
 
 const fixture = (name: string): string => new URL(`./__fixtures__/plugins/${name}.ts`, import.meta.url).pathname
 
@@ -83,7 +84,7 @@ for (const engine of testEngines()) {
       })
       expect(run.status).toBe(201)
       await waitForRun(server, user.token, run.body.id, ['completed'])
-      const call = await store.db
+      const call = await testDb(store)
         .selectFrom('run_tool_calls')
         .select(['status', 'output', 'name'])
         .where('run_id', '=', run.body.id)
@@ -172,7 +173,7 @@ for (const engine of testEngines()) {
       expect(messages.at(-1)).toMatchObject({ role: 'user', content: 'How do I restart the zephyr cluster?' })
       const events = await server.request('GET', `/api/runs/${run.body.id}`, { token: b.token })
       expect(events.status).toBe(200)
-      const injected = await store.db
+      const injected = await testDb(store)
         .selectFrom('events')
         .select('data')
         .where('run_id', '=', run.body.id)
@@ -192,7 +193,7 @@ for (const engine of testEngines()) {
       await waitForRun(server, b.token, off.body.id, ['completed'])
       expect(JSON.stringify(model.calls.at(-1)!.messages)).not.toContain('drain the nodes first')
       expect(
-        await store.db
+        await testDb(store)
           .selectFrom('events')
           .select('id')
           .where('run_id', '=', off.body.id)

@@ -1,7 +1,6 @@
 import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
 import {
@@ -26,6 +25,7 @@ import {
   type Store,
 } from '../src/store/index.js'
 import { createTestDatabase, openTestStore, testEngines } from './helpers/engines.js'
+import { sql, testDb, testExecutor } from '../src/store/test-access.js'
 
 for (const engine of testEngines()) {
   describe(`store on ${engine}`, () => {
@@ -34,7 +34,7 @@ for (const engine of testEngines()) {
 
     beforeAll(async () => {
       store = await openTestStore(engine)
-      const user = await createUser(store.db, 'owner')
+      const user = await createUser(store, 'owner')
       if ('error' in user) throw new Error('unexpected')
       ownerId = user.id
     })
@@ -42,19 +42,19 @@ for (const engine of testEngines()) {
 
     it('has the vector extension (pgvector) enabled', async () => {
       const { rows } = await sql<{ distance: number }>`select '[1,0]'::vector <=> '[0,1]'::vector as distance`.execute(
-        store.db,
+        testDb(store),
       )
       expect(rows[0]?.distance).toBeCloseTo(1)
     })
 
     it('records applied migrations with their checksums and applies nothing twice', async () => {
-      const rows = await store.db.selectFrom('plinth_migrations').selectAll().execute()
+      const rows = await testDb(store).selectFrom('plinth_migrations').selectAll().execute()
       const files = await readMigrations()
       expect(rows.map((row) => [row.name, row.checksum])).toEqual(files.map((file) => [file.name, file.checksum]))
     })
 
     it('writes a change and its event atomically: a failed transaction leaves neither', async () => {
-      const before = await store.db
+      const before = await testDb(store)
         .selectFrom('events')
         .select(sql<string>`count(*)`.as('n'))
         .executeTakeFirstOrThrow()
@@ -64,12 +64,12 @@ for (const engine of testEngines()) {
           throw new Error('boom')
         }),
       ).rejects.toThrow('boom')
-      const after = await store.db
+      const after = await testDb(store)
         .selectFrom('events')
         .select(sql<string>`count(*)`.as('n'))
         .executeTakeFirstOrThrow()
       expect(after.n).toBe(before.n)
-      const doomed = await store.db.selectFrom('projects').select('id').where('name', '=', 'doomed').execute()
+      const doomed = await testDb(store).selectFrom('projects').select('id').where('name', '=', 'doomed').execute()
       expect(doomed).toEqual([])
     })
 
@@ -84,7 +84,7 @@ for (const engine of testEngines()) {
         entrance: 'api',
         envelope: { text: `批 ${step} “q” 🙂`, quote: '"id":987654321012345' },
       })
-      const before = await store.db
+      const before = await testDb(store)
         .selectFrom('audit_log')
         .select(sql<string>`count(*)`.as('n'))
         .executeTakeFirstOrThrow()
@@ -92,12 +92,12 @@ for (const engine of testEngines()) {
         Array.from({ length: 10 }, (_, writer) =>
           writer % 2 === 0
             ? sql`with ${auditAppendManyCtes([entry(`m${writer}:a`), entry(`m${writer}:b`), entry(`m${writer}:c`)], sql``).sql} select count(*) from audit_entry`.execute(
-                store.db,
+                testDb(store),
               )
             : store.transaction((tx) => appendAuditEntry(tx, entry(`s${writer}`))),
         ),
       )
-      const rows = await store.db.selectFrom('audit_log').select(['id', 'step']).orderBy('id').execute()
+      const rows = await testDb(store).selectFrom('audit_log').select(['id', 'step']).orderBy('id').execute()
       expect(rows.length - Number(before.n)).toBe(5 * 3 + 5)
       // A statement's entries are consecutive and in the order given.
       for (const writer of [0, 2, 4, 6, 8]) {
@@ -159,7 +159,7 @@ for (const engine of testEngines()) {
         }))
       const part = (owner: string) => ({
         fence: { runId: run.id, owner, expiresAt: new Date(Date.now() + 60_000) },
-        writes: [toolCallStartedWithDispatch(store.db, 'call-1')],
+        writes: [toolCallStartedWithDispatch(store, 'call-1')],
         events: [
           {
             type: 'test.started',
@@ -174,7 +174,7 @@ for (const engine of testEngines()) {
       const count = async (table: 'audit_log' | 'events') =>
         Number(
           (
-            await store.db
+            await testDb(store)
               .selectFrom(table)
               .select(sql<string>`count(*)`.as('n'))
               .executeTakeFirstOrThrow()
@@ -186,7 +186,9 @@ for (const engine of testEngines()) {
         insertDispatchStarted(db, dispatch('d-stale'), audits('d-stale'), part('another-instance.1'), tag),
       )
       expect(stale).toMatchObject({ fenced: false, inserted: false, events: [] })
-      expect(await store.db.selectFrom('dispatches').select('id').where('id', '=', 'd-stale').execute()).toEqual([])
+      expect(await testDb(store).selectFrom('dispatches').select('id').where('id', '=', 'd-stale').execute()).toEqual(
+        [],
+      )
       expect([await count('audit_log'), await count('events')]).toEqual([audit0, events0])
       // The lease holder: the row (running), both entries in order, the event.
       const fresh = await store.statement((db, tag) =>
@@ -194,13 +196,13 @@ for (const engine of testEngines()) {
       )
       expect(fresh).toMatchObject({ fenced: true, inserted: true })
       expect(fresh.events.map((event) => event.type)).toEqual(['test.started'])
-      const row = await store.db
+      const row = await testDb(store)
         .selectFrom('dispatches')
         .select(['status', 'executor'])
         .where('id', '=', 'd-1')
         .executeTakeFirstOrThrow()
       expect(row).toEqual({ status: 'running', executor: 'exec-1' })
-      const entries = await store.db
+      const entries = await testDb(store)
         .selectFrom('audit_log')
         .select(['id', 'step'])
         .where('dispatch_id', '=', 'd-1')
@@ -247,7 +249,7 @@ for (const engine of testEngines()) {
         ])
       }
       await store.feed.flush()
-      const table = (await readEventPage(store.db, { runId: run.id }, 0, 500, 1 << 20)).events
+      const table = (await readEventPage(store, { runId: run.id }, 0, 500, 1 << 20)).events
       expect(table.length).toBeGreaterThanOrEqual(7)
       expect(store.feed.recentRunEvents(run.id, 0)).toEqual(table)
       expect(store.feed.recentRunEvents(run.id, table[3]!.id)).toEqual(table.slice(4))
@@ -259,7 +261,7 @@ for (const engine of testEngines()) {
       const seen: number[] = []
       const reader = (async () => {
         for await (const event of streamEvents(
-          store.db,
+          store,
           store.feed,
           { runId: run.id },
           { afterId: table[1]!.id, signal: controller.signal },
@@ -280,7 +282,7 @@ for (const engine of testEngines()) {
       ])
       await reader
       expect(seen).toEqual([...table.slice(2).map((event) => event.id), live!.id])
-      await store.db
+      await testDb(store)
         .updateTable('runs')
         .set({ status: 'completed', lease_owner: null })
         .where('id', '=', run.id)
@@ -298,7 +300,7 @@ for (const engine of testEngines()) {
         entrance: 'api',
         envelope: { text, nested: { id: 5, ownerId: 'x' }, quote: '"id":987654321012345' },
       })
-      const start = await store.db
+      const start = await testDb(store)
         .selectFrom('audit_log')
         .select(sql<string>`count(*)`.as('n'))
         .executeTakeFirstOrThrow()
@@ -319,13 +321,13 @@ for (const engine of testEngines()) {
         }),
       ).rejects.toThrow('boom')
       await store.transaction((tx) => appendAuditEntry(tx, entry('after', 'after the rollback')))
-      const rows = await store.db.selectFrom('audit_log').select(['id', 'step']).orderBy('id').execute()
+      const rows = await testDb(store).selectFrom('audit_log').select(['id', 'step']).orderBy('id').execute()
       expect(rows.length - Number(start.n)).toBe(37)
       expect(rows.map((row) => Number(row.id))).toEqual(rows.map((_, index) => index + 1))
       expect(rows.some((row) => row.step === 'doomed')).toBe(false)
       expect(await verifyAuditChain(store)).toEqual({ ok: true, checked: rows.length })
       // Removing entries from the end leaves a chain that links, but it no longer reaches the recorded tail.
-      await store.db.deleteFrom('audit_log').where('id', '=', rows.at(-1)!.id).execute()
+      await testDb(store).deleteFrom('audit_log').where('id', '=', rows.at(-1)!.id).execute()
       const verdict = await verifyAuditChain(store)
       expect(verdict.ok).toBe(false)
       expect(verdict.firstBad?.id).toBe(rows.length)
@@ -351,7 +353,7 @@ for (const engine of testEngines()) {
       try {
         const echoed = store.access.echo('token:echo-test', 10_000)
         const started = Date.now()
-        await announceAccessChange(store.db, ['token:echo-test'])
+        await announceAccessChange(store, ['token:echo-test'])
         await echoed()
         // Resolved by the notification, not by the timeout.
         expect(Date.now() - started).toBeLessThan(5_000)
@@ -365,7 +367,7 @@ for (const engine of testEngines()) {
     })
 
     it('refuses to append events outside a transaction', async () => {
-      await expect(appendEvents(store.db, [{ type: 'x', data: {} }])).rejects.toThrow(/inside a transaction/)
+      await expect(appendEvents(store, [{ type: 'x', data: {} }])).rejects.toThrow(/inside a transaction/)
     })
 
     it('gives event ids in commit order under concurrent writers, and a live reader sees every one exactly once', async () => {
@@ -375,7 +377,7 @@ for (const engine of testEngines()) {
       const total = 60
       const reader = (async () => {
         for await (const event of streamEvents(
-          store.db,
+          store,
           store.feed,
           { projectId: project.id },
           { afterId: 0, signal: controller.signal },
@@ -400,7 +402,7 @@ for (const engine of testEngines()) {
       expect(seen).toHaveLength(total + 1)
       expect([...seen].sort((a, b) => a - b)).toEqual(seen)
       expect(new Set(seen).size).toBe(seen.length)
-      const stored = await readEvents(store.db, { projectId: project.id }, 0, 1000)
+      const stored = await readEvents(store, { projectId: project.id }, 0, 1000)
       expect(stored.map((event) => event.id)).toEqual(seen)
     })
 
@@ -416,9 +418,9 @@ for (const engine of testEngines()) {
 
         // A commit this instance does not track (as another instance's would be) leaves a gap
         // before the next local commit: the feed reads the table and delivers both, in order.
-        await store.db
+        await testDb(store)
           .transaction()
-          .execute((tx) => appendEvents(tx, [{ type: 'test.foreign', projectId: project.id, data: {} }]))
+          .execute((tx) => appendEvents(testExecutor(tx), [{ type: 'test.foreign', projectId: project.id, data: {} }]))
         await store.transaction((tx) => appendEvents(tx, [{ type: 'test.local.2', projectId: project.id, data: {} }]))
         await store.feed.flush()
         expect(seen).toEqual(['test.local.1', 'test.foreign', 'test.local.2'])
@@ -434,13 +436,13 @@ for (const engine of testEngines()) {
           appendEvents(tx, [{ type: 'test.before', projectId: project.id, data: { index } }]),
         )
       }
-      const all = await readEvents(store.db, { projectId: project.id }, 0, 100)
+      const all = await readEvents(store, { projectId: project.id }, 0, 100)
       const resumeAfter = all[2]!.id
       const controller = new AbortController()
       const got: EventRecord[] = []
       const reader = (async () => {
         for await (const event of streamEvents(
-          store.db,
+          store,
           store.feed,
           { projectId: project.id },
           { afterId: resumeAfter, signal: controller.signal },
@@ -470,7 +472,7 @@ for (const engine of testEngines()) {
       const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'slow' }))
       const controller = new AbortController()
       const slow = streamEvents(
-        store.db,
+        store,
         store.feed,
         { projectId: project.id },
         { afterId: 0, signal: controller.signal, maxQueued: 5 },
@@ -480,7 +482,7 @@ for (const engine of testEngines()) {
       const fast: number[] = []
       const fastReader = (async () => {
         for await (const event of streamEvents(
-          store.db,
+          store,
           store.feed,
           { projectId: project.id },
           { afterId: 0, signal: controller.signal },
@@ -515,12 +517,12 @@ describe.runIf(testEngines().includes('postgres'))('prepared statements on Postg
         const store = await openStore({ databaseUrl: database.url!, poolSize: 1, prepareStatements: prepare })
         try {
           for (let index = 0; index < 3; index++) {
-            await sql`select ${index}::int as n`.execute(store.db)
-            await sql`select ${'[1,0]'}::vector <=> ${'[0,1]'}::vector as d`.execute(store.db)
+            await sql`select ${index}::int as n`.execute(testDb(store))
+            await sql`select ${'[1,0]'}::vector <=> ${'[0,1]'}::vector as d`.execute(testDb(store))
           }
           const { rows } = await sql<{
             statement: string
-          }>`select statement from pg_prepared_statements where from_sql = false`.execute(store.db)
+          }>`select statement from pg_prepared_statements where from_sql = false`.execute(testDb(store))
           const statements = rows.map((row) => row.statement)
           expect(statements.some((text) => text.includes('as n'))).toBe(prepare)
           expect(statements.some((text) => text.includes('<=>'))).toBe(false)
@@ -579,7 +581,7 @@ describe('embedded data directory', () => {
     const dir = await mkdtemp(join(tmpdir(), 'plinth-data-'))
     try {
       const first = await openStore({ dataDir: dir })
-      const user = await createUser(first.db, 'persisted')
+      const user = await createUser(first, 'persisted')
       expect('error' in user).toBe(false)
       // Another live process holding the lock (this test's parent stands in for it).
       await first.close()
@@ -592,7 +594,7 @@ describe('embedded data directory', () => {
       // A stale lock (dead pid) is taken over.
       await writeFile(join(dir, 'plinth.lock'), '999999999')
       const second = await openStore({ dataDir: dir })
-      const rows = await second.db.selectFrom('users').select('name').execute()
+      const rows = await testDb(second).selectFrom('users').select('name').execute()
       expect(rows.map((row) => row.name)).toEqual(['persisted'])
       expect(second.migrations.applied).toEqual([])
       await second.close()
@@ -616,14 +618,14 @@ describe('embedded data directory', () => {
       // Everything was already applied in the template.
       expect(fresh.migrations.applied).toEqual([])
       expect(fresh.migrations.alreadyApplied).toBe((await readMigrations()).length)
-      const user = await createUser(fresh.db, 'from-template')
+      const user = await createUser(fresh, 'from-template')
       expect('error' in user).toBe(false)
-      const buffers = await sql<{ shared_buffers: string }>`show shared_buffers`.execute(fresh.db)
+      const buffers = await sql<{ shared_buffers: string }>`show shared_buffers`.execute(testDb(fresh))
       expect(buffers.rows[0]?.shared_buffers).toBe('16MB')
       await fresh.close()
       // Restarted: its own data, not the template's.
       const again = await openStore({ dataDir: join(dir, 'data'), pgliteTemplate: template })
-      expect((await again.db.selectFrom('users').select('name').execute()).map((row) => row.name)).toEqual([
+      expect((await testDb(again).selectFrom('users').select('name').execute()).map((row) => row.name)).toEqual([
         'from-template',
       ])
       await again.close()

@@ -243,7 +243,7 @@ for (const engine of testEngines()) {
       const stream = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: member.token })
       await stream.waitFor(1)
       // The member table changes behind the adapter's back: no announcement.
-      await kvSet(store.db, 'rdm', `members:${projectId}`, [])
+      await kvSet(store, 'rdm', `members:${projectId}`, [])
       await within(stream.ended, 5000, 'the periodic re-check ending the stream')
       expect(stream.events.at(-1)?.event).toBe('access_revoked')
     })
@@ -266,7 +266,7 @@ for (const engine of testEngines()) {
         await stream.waitFor(1)
         const other = await openStore({ databaseUrl: database.url!, poolSize: 1 })
         try {
-          await revokeToken(other.db, user.tokenId)
+          await revokeToken(other, user.tokenId)
         } finally {
           await other.close()
         }

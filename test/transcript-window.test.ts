@@ -1,4 +1,3 @@
-import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { estimateTokens } from '../src/runmgr/index.js'
 import { ScriptedModel } from '../src/llm/index.js'
@@ -6,6 +5,7 @@ import { TranscriptWindow } from '../src/runmgr/transcript-window.js'
 import { newId, readTranscriptTail, transcriptRowsFromJson, type Store } from '../src/store/index.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { sql, testDb } from '../src/store/test-access.js'
 
 // A long conversation is not re-read whole before every model call; what is read
 // is bounded by the model's window, and the request still ends with the newest turns.
@@ -34,7 +34,7 @@ for (const engine of testEngines()) {
         content: `m${index} ${'x'.repeat(990)}`,
         status: 'completed',
       }))
-      await store.db.insertInto('messages').values(rows).execute()
+      await testDb(store).insertInto('messages').values(rows).execute()
     })
     afterAll(async () => {
       await server?.close()
@@ -42,7 +42,7 @@ for (const engine of testEngines()) {
     })
 
     it('reads only the tail that fits, newest last', async () => {
-      const tail = await readTranscriptTail(store.db, conversationId, 20_000)
+      const tail = await readTranscriptTail(store, conversationId, 20_000)
       expect(tail.length).toBeGreaterThan(10)
       expect(tail.length).toBeLessThan(25)
       expect(tail.at(-1)!.content).toMatch(/^m499 /)
@@ -68,12 +68,12 @@ for (const engine of testEngines()) {
     })
 
     it('a driver reads the window once, then only what was added, and holds what a fresh read would', async () => {
-      const window = new TranscriptWindow(store.db, conversationId, 20_000)
+      const window = new TranscriptWindow(store, conversationId, 20_000)
       const first = await window.read()
-      expect(first).toEqual(await readTranscriptTail(store.db, conversationId, 20_000))
+      expect(first).toEqual(await readTranscriptTail(store, conversationId, 20_000))
       // A round adds an assistant turn with a call and its result, then a long one that pushes old turns out.
       const assistant = newId()
-      await store.db
+      await testDb(store)
         .insertInto('messages')
         .values({
           id: assistant,
@@ -84,7 +84,7 @@ for (const engine of testEngines()) {
           status: 'completed',
         })
         .execute()
-      await store.db
+      await testDb(store)
         .insertInto('messages')
         .values({
           id: newId(),
@@ -95,7 +95,7 @@ for (const engine of testEngines()) {
           status: 'completed',
         })
         .execute()
-      await store.db
+      await testDb(store)
         .insertInto('messages')
         .values({
           id: newId(),
@@ -106,7 +106,7 @@ for (const engine of testEngines()) {
         })
         .execute()
       const later = await window.read()
-      const fresh = await readTranscriptTail(store.db, conversationId, 20_000)
+      const fresh = await readTranscriptTail(store, conversationId, 20_000)
       expect(later).toEqual(fresh)
       expect(later.length).toBeLessThan(first.length + 3)
       expect(later.find((message) => message.id === assistant)?.toolCalls).toEqual([
@@ -123,7 +123,7 @@ for (const engine of testEngines()) {
         {
           conversationId,
           projectId: (
-            await store.db
+            await testDb(store)
               .selectFrom('conversations')
               .select('project_id')
               .where('id', '=', conversationId)
@@ -140,12 +140,12 @@ for (const engine of testEngines()) {
         { maxChars: 20_000 },
       )
       expect(started?.prefetched?.hasKnowledge).toBe(false)
-      const window = new TranscriptWindow(store.db, conversationId, 20_000)
+      const window = new TranscriptWindow(store, conversationId, 20_000)
       window.seed(started!.prefetched!.transcript)
-      expect(window.extend([])).toEqual(await readTranscriptTail(store.db, conversationId, 20_000))
+      expect(window.extend([])).toEqual(await readTranscriptTail(store, conversationId, 20_000))
       expect(window.extend([]).at(-1)).toMatchObject({ role: 'user', content: input })
       // What was added after it, read inside another statement (as the round's opening carries it).
-      await store.db
+      await testDb(store)
         .insertInto('messages')
         .values({
           id: newId(),
@@ -155,11 +155,11 @@ for (const engine of testEngines()) {
           status: 'completed',
         })
         .execute()
-      const { rows } = await sql<{ added: unknown }>`select (${window.addedRead()!}) as added`.execute(store.db)
+      const { rows } = await sql<{ added: unknown }>`select (${window.addedRead()!}) as added`.execute(testDb(store))
       expect(window.extend(transcriptRowsFromJson(rows[0]!.added))).toEqual(
-        await readTranscriptTail(store.db, conversationId, 20_000),
+        await readTranscriptTail(store, conversationId, 20_000),
       )
-      await store.db
+      await testDb(store)
         .updateTable('runs')
         .set({ status: 'completed', lease_owner: null })
         .where('id', '=', started!.run.id)

@@ -312,7 +312,7 @@ for (const engine of testEngines()) {
         disabledReason: '2 messages in a row failed',
         failingSince: expect.any(String),
       })
-      const events = (await readEvents(store.db, { projectId }, 0, 1000)).filter(
+      const events = (await readEvents(store, { projectId }, 0, 1000)).filter(
         (event) => event.type === 'webhook.disabled',
       )
       expect(events).toHaveLength(1)
@@ -480,7 +480,7 @@ for (const engine of testEngines()) {
       // A subscription whose name resolved publicly when it was made, and to this host now.
       const webhookId = newId()
       await insertWebhook(
-        store.db,
+        store,
         {
           id: webhookId,
           projectId,
@@ -532,12 +532,12 @@ describe.skipIf(!testEngines().includes('postgres'))('two deliverers on one Post
       )
       try {
         const [first, second] = stores as [Store, Store]
-        const owner = await createUser(first.db, `two-${Date.now()}`)
+        const owner = await createUser(first, `two-${Date.now()}`)
         if ('error' in owner) throw new Error('user')
         const project = await first.transaction((tx) => createProject(tx, owner.id, { name: 'two' }))
         const secret = 'whsec_' + Buffer.alloc(32, 3).toString('base64')
         await insertWebhook(
-          first.db,
+          first,
           {
             id: newId(),
             projectId: project.id,

@@ -47,7 +47,7 @@ export async function runMcpClientBench(databaseUrl: string | undefined): Promis
         mcpServers: [{ name: 'toy', transport: 'stdio', command: process.execPath, args: [toy] }],
       })
       await direct.connect(new StdioClientTransport({ command: process.execPath, args: [toy] }))
-      const user = await createUser(store.db, 'bench')
+      const user = await createUser(store, 'bench')
       if ('error' in user) throw new Error('user')
       const bus = setup.bus
       const viaBus = async (index: number) => {

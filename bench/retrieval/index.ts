@@ -23,6 +23,7 @@ import {
 import { ms, summarize, table, type Summary } from '../agent/stats.js'
 import { createTempDatabase, createTempDir } from '../lib/resources.js'
 import { Corpus, random } from './corpus.js'
+import { sql, testDb } from '../../src/store/test-access.js'
 
 interface EngineResult {
   engine: string
@@ -123,7 +124,7 @@ async function benchEngine(
   const corpus = new Corpus(random(seed))
   const embedder = new HashingEmbedder(256)
   await prepareEmbeddings(store, embedder)
-  const user = await createUser(store.db, 'bench')
+  const user = await createUser(store, 'bench')
   if ('error' in user) throw new Error('bench user exists')
   const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'bench' }))
   const ingestor = new Ingestor({ store, embedder, log: createPluginLogger(pino({ level: 'silent' }), 'rag') })
@@ -148,7 +149,7 @@ async function benchEngine(
   const ingestRate = (sampleItems * paragraphsPerItem) / ((performance.now() - started) / 1000)
 
   // The rest in bulk, then the HNSW index built once (as `plinth knowledge reembed` does).
-  await dropVectorIndexes(store.db)
+  await dropVectorIndexes(store)
   const bulkItems = Math.max(0, Math.ceil(chunkCount / paragraphsPerItem) - sampleItems)
   started = performance.now()
   for (let batch = 0; batch < bulkItems; batch += 50) {
@@ -163,12 +164,11 @@ async function benchEngine(
   }
   const bulkRate = bulkItems === 0 ? 0 : (bulkItems * paragraphsPerItem) / ((performance.now() - started) / 1000)
   started = performance.now()
-  await ensureVectorIndex(store.db, embedder.dimensions, '1GB')
+  await ensureVectorIndex(store, embedder.dimensions, '1GB')
   const indexBuildSeconds = (performance.now() - started) / 1000
-  const { sql } = await import('kysely')
-  await sql`analyze knowledge_chunks`.execute(store.db)
+  await sql`analyze knowledge_chunks`.execute(testDb(store))
   const total = Number(
-    (await sql<{ count: string }>`select count(*) from knowledge_chunks`.execute(store.db)).rows[0]!.count,
+    (await sql<{ count: string }>`select count(*) from knowledge_chunks`.execute(testDb(store))).rows[0]!.count,
   )
   console.log(
     `  ${engine}: ${total} chunks (ingest ${ingestRate.toFixed(0)}/s, bulk ${bulkRate.toFixed(0)}/s, HNSW build ${indexBuildSeconds.toFixed(1)} s); querying`,
@@ -189,8 +189,8 @@ async function benchEngine(
   const scope = { own: { ownerId: user.id, projectIds: [project.id] } }
   for (let index = 0; index < 100; index++) {
     const [embedding] = await embedder.embed([corpus.query()])
-    const approximate = await searchChunksVector(store.db, scope, embedding!, embedder.dimensions, 10)
-    const exact = await searchChunksVector(store.db, scope, embedding!, embedder.dimensions, 10, true)
+    const approximate = await searchChunksVector(store, scope, embedding!, embedder.dimensions, 10)
+    const exact = await searchChunksVector(store, scope, embedding!, embedder.dimensions, 10, true)
     // Ties are common (many chunks share a query word): an approximate hit at least as close as the
     // exact tenth counts, whichever of the tied chunks it is.
     const tenth = exact.at(-1)?.score ?? 1

@@ -60,9 +60,9 @@ try {
     )
   })
   try {
-    const user = await createUser(server.store.db, 'bench')
+    const user = await createUser(server.store, 'bench')
     if ('error' in user) throw new Error(`cannot create bench user: ${user.error}`)
-    const { token } = await createToken(server.store.db, user.id, 'bench')
+    const { token } = await createToken(server.store, user.id, 'bench')
     const project = await server.store.transaction((tx) =>
       createProject(tx, user.id, { name: 'agent bench', description: 'agent-round bench' }),
     )

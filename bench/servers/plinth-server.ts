@@ -15,9 +15,9 @@ try {
   const config = loadConfig(process.env, dataDir)
   const server = await startServer(config, createLogger(config.logLevel))
   try {
-    const user = await createUser(server.store.db, 'bench')
+    const user = await createUser(server.store, 'bench')
     if ('error' in user) throw new Error(`cannot create bench user: ${user.error}`)
-    const { token } = await createToken(server.store.db, user.id, 'bench')
+    const { token } = await createToken(server.store, user.id, 'bench')
     for (let index = 1; index <= projectCount; index++) {
       await server.store.transaction((tx) =>
         createProject(tx, user.id, { name: `project ${index}`, description: 'bench project' }),

@@ -35,7 +35,7 @@ export async function runWebhookBench(databaseUrl: string | undefined): Promise<
         ? await openStore({ databaseUrl: (temp as { url: string }).url, poolSize: 8 })
         : await openStore({ dataDir: (temp as { path: string }).path })
     try {
-      const owner = await createUser(store.db, 'bench')
+      const owner = await createUser(store, 'bench')
       if ('error' in owner) throw new Error('user')
       const project = () => store.transaction((tx) => createProject(tx, owner.id, { name: 'bench' }))
       if (events > 0)
@@ -100,7 +100,7 @@ async function commitToDelivery(
   const deliverer = new WebhookDeliverer(store, { ...defaultWebhookSettings, allowPrivate: true })
   try {
     await insertWebhook(
-      store.db,
+      store,
       {
         id: newId(),
         projectId,
@@ -157,7 +157,7 @@ async function outboxCost(store: Store, ownerId: string, projects: string[], cou
   const [bare, one, five] = projects as [string, string, string]
   const hook = (projectId: string) =>
     insertWebhook(
-      store.db,
+      store,
       {
         id: newId(),
         projectId,

@@ -1,5 +1,5 @@
 import { SingleBar, Presets } from 'cli-progress'
-import { openStore, type Store } from '../store/index.js'
+import { hasUsers, openStore, type Store } from '../store/index.js'
 import { createEmbedder, reembedAll } from '../rag/index.js'
 import { announceServer } from './admin-client.js'
 import type { PlinthConfig } from './config.js'
@@ -50,8 +50,7 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
  * on the terminal, never through the logger — so the quickstart works in the order written.
  */
 async function createFirstUser(store: Store, io: Io): Promise<void> {
-  const existing = await store.db.selectFrom('users').select('id').limit(1).execute()
-  if (existing.length > 0) return
+  if (await hasUsers(store)) return
   const issued = await storeUserAdmin(store).createUser('admin', 'first start')
   if (issued === 'name_taken') return
   io.out(

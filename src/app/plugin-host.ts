@@ -36,7 +36,7 @@ export function createPluginHost(
       )
     },
     emit: async (event) => {
-      const project = await getProject(store.db, event.projectId)
+      const project = await getProject(store, event.projectId)
       if (!project) throw new Error(`emit: no project ${event.projectId}`)
       const type = `plugin.${plugin}.${event.type}`
       await store.transaction((tx) =>
@@ -53,7 +53,7 @@ export function createPluginHost(
     },
     accessChanged: async (projectId) => {
       const subject = projectId ? (`project:${projectId}` as const) : 'all'
-      await announceAccessChange(store.db, [subject])
+      await announceAccessChange(store, [subject])
       // Here at once too (the notification comes back a moment later).
       store.access.deliver(subject)
     },

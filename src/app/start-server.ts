@@ -108,7 +108,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     })
     // Removing a model that projects or unfinished runs still name is said, not silent (docs/guides/agent-runs.md, "Models").
     for (const missing of await modelsNamedButMissing(
-      store.db,
+      store,
       runs.models.list().map((model) => model.id),
     )) {
       const warning =

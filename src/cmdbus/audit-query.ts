@@ -3,6 +3,7 @@ import {
   genesisHash,
   hashAuditEntry,
   listAuditDispatches,
+  projectIdsOwnedBy,
   readAuditEntries,
   readAuditTail,
   type AuditFilter,
@@ -23,7 +24,7 @@ export async function listAuditEnvelopes(
   page: PageRequest,
 ): Promise<Page<AuditEnvelopeView>> {
   const dispatches = await listAuditDispatches(
-    store.db,
+    store,
     { ...filter, visibleProjectIds: await ownedProjectIds(store, filter.userId) },
     page,
   )
@@ -61,13 +62,13 @@ export interface ChainVerdict {
  */
 export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
   // Read first: entries appended while the walk runs come after it.
-  const tail = await readAuditTail(store.db)
+  const tail = await readAuditTail(store)
   let previousHash = genesisHash
   let afterId = 0
   let checked = 0
   let reachedTail = tail.id === 0
   for (;;) {
-    const entries = await readAuditEntries(store.db, afterId, 1000)
+    const entries = await readAuditEntries(store, afterId, 1000)
     for (const entry of entries) {
       if (entry.prevHash !== previousHash) {
         return {
@@ -108,7 +109,5 @@ export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
 
 /** Every project the user owns, deleted ones included: their history stays the owner's to read. */
 export async function ownedProjectIds(store: Store, userId: string): Promise<string[]> {
-  return (await store.db.selectFrom('projects').select('id').where('owner_id', '=', userId).execute()).map(
-    (row) => row.id,
-  )
+  return projectIdsOwnedBy(store, userId)
 }

@@ -1,5 +1,6 @@
 import type { Actor, CommandContext, JsonValue, PluginLogger, ProjectRef, Risk } from '../extension/index.js'
 import {
+  activeUserIds,
   findAllowance,
   findDispatchByKey,
   getDecision,
@@ -338,7 +339,7 @@ export class CommandBus {
     const requestHash = hashRequest(command.spec.id, paramsHash, request)
     // Idempotency: a repeat returns the first outcome.
     if (request.idempotencyKey && !request.fresh) {
-      const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey)
+      const previous = await findDispatchByKey(store, ownerId, request.idempotencyKey)
       if (previous) return this.#replay(previous, command.spec.id, paramsHash, requestHash)
     }
     // Authorized before anything about the target is resolved or recorded: a conversation or project
@@ -423,7 +424,7 @@ export class CommandBus {
     } catch (error) {
       if (!(error instanceof KeyTaken)) throw error
       // A concurrent request with the same key got there first.
-      const previous = await findDispatchByKey(store.db, ownerId, request.idempotencyKey ?? '')
+      const previous = await findDispatchByKey(store, ownerId, request.idempotencyKey ?? '')
       return previous
         ? this.#replay(previous, command.spec.id, paramsHash, requestHash)
         : fail(null, 'dispatch_in_progress', 'a dispatch with this idempotency key is in progress')
@@ -485,7 +486,7 @@ export class CommandBus {
     let gate = evaluateGate(gateInput)
     const allowance =
       gate.decision !== 'allow' && scope.conversation
-        ? await findAllowance(store.db, scope.conversation.id, command.spec.id, paramsHash)
+        ? await findAllowance(store, scope.conversation.id, command.spec.id, paramsHash)
         : undefined
     if (allowance) gate = evaluateGate({ ...gateInput, hasAllowance: true })
     // The model calls an MCP server that acts with each user's own account, and this user has not
@@ -520,7 +521,7 @@ export class CommandBus {
       }
       // Designated approvers (a second person), as user ids; none that exist means none may approve.
       const named = command.approversWhen?.() ?? null
-      const approvers = named && named.length > 0 ? await approverIds(store.db, named) : null
+      const approvers = named && named.length > 0 ? await activeUserIds(store, named) : null
       const decision = await step(async (tx) => {
         const created: DecisionRecord = await insertDecision(tx, {
           approvers: approvers?.filter((id) => id !== ownerId) ?? null,
@@ -609,7 +610,7 @@ export class CommandBus {
    */
   async approveConnected(userId: string, prefix: string): Promise<number> {
     let approved = 0
-    for (const id of await pendingConnectDecisions(this.#options.store.db, userId, prefix)) {
+    for (const id of await pendingConnectDecisions(this.#options.store, userId, prefix)) {
       try {
         const outcome = await this.#decisions.decide(id, userId, 'approve', 'account connected')
         if (outcome.ok) approved++
@@ -627,7 +628,7 @@ export class CommandBus {
    * it is requested, awaiting a decision or running; undefined when there is no such dispatch.
    */
   async dispatchOutcome(dispatchId: string): Promise<DispatchOutcome | null | undefined> {
-    const dispatch = await getDispatch(this.#options.store.db, dispatchId)
+    const dispatch = await getDispatch(this.#options.store, dispatchId)
     if (!dispatch) return undefined
     return dispatch.status === 'requested' || dispatch.status === 'awaiting_decision' || dispatch.status === 'running'
       ? null
@@ -636,7 +637,7 @@ export class CommandBus {
 
   /** Whether the user may approve the decision (not only reject it): it may be reserved to designated approvers. */
   async mayApprove(decisionId: string, userId: string): Promise<boolean> {
-    const decision = await getDecision(this.#options.store.db, decisionId)
+    const decision = await getDecision(this.#options.store, decisionId)
     return (
       decision !== undefined &&
       (await this.#decisions.canAct(userId, decision)) &&
@@ -846,7 +847,7 @@ export class CommandBus {
       return fail(previous.id, 'dispatch_in_progress', 'the first dispatch with this key is still running')
     }
     if (previous.status === 'awaiting_decision' && previous.decisionId) {
-      const decision = await getDecision(this.#options.store.db, previous.decisionId)
+      const decision = await getDecision(this.#options.store, previous.decisionId)
       if (decision)
         return {
           status: 'awaiting_decision',
@@ -872,15 +873,4 @@ interface Scope {
 interface Refusal {
   error: BusError
   project?: ProjectRef | null
-}
-
-/** The ids of the active users named (by name or id) as approvers. */
-async function approverIds(db: Executor, names: readonly string[]): Promise<string[]> {
-  const rows = await db
-    .selectFrom('users')
-    .select('id')
-    .where((eb) => eb.or([eb('name', 'in', [...names]), eb('id', 'in', [...names])]))
-    .where('disabled_at', 'is', null)
-    .execute()
-  return rows.map((row) => row.id)
 }

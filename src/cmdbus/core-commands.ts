@@ -23,7 +23,7 @@ export function registerCoreCommands(
     async (_params, context) => {
       const userId = context.actor.onBehalfOf
       const shared = await deps.access.sharedProjectIds(userId)
-      const page = await listProjects(deps.store.db, userId, { limit: 50 }, shared)
+      const page = await listProjects(deps.store, userId, { limit: 50 }, shared)
       const projects: JsonValue[] = page.items.map((project) => ({
         id: project.id,
         name: project.name,
@@ -94,7 +94,7 @@ export function registerCoreCommands(
     },
     async (params, context) => {
       const conversation = context.conversationId
-        ? await getConversation(deps.store.db, context.conversationId)
+        ? await getConversation(deps.store, context.conversationId)
         : undefined
       if (!conversation)
         throw new CommandError('validation_failed', 'name the conversation (conversationId) whose mode to set')

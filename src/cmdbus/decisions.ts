@@ -5,6 +5,7 @@ import {
   lastAuditEnvelope,
   listDecisions,
   newId,
+  overdueDecisionIds,
   resolveDecision,
   type DecisionRecord,
   type DecisionStatus,
@@ -68,7 +69,7 @@ export class Decisions {
     await this.expireOverdue()
     const { store } = this.#deps
     const found = await listDecisions(
-      store.db,
+      store,
       { userId, visibleProjectIds: await ownedProjectIds(store, userId), ...filter },
       page,
     )
@@ -78,11 +79,11 @@ export class Decisions {
   /** One decision the user may act on (expired first when overdue, as in `list`), or undefined. */
   async get(decisionId: string, userId: string): Promise<DecisionView | undefined> {
     const { store } = this.#deps
-    let decision = await getDecision(store.db, decisionId)
+    let decision = await getDecision(store, decisionId)
     if (!decision || !(await this.canAct(userId, decision))) return undefined
     if (decision.status === 'pending' && Date.parse(decision.expiresAt) <= Date.now()) {
       await this.expireDecision(decision.id)
-      decision = (await getDecision(store.db, decisionId)) ?? decision
+      decision = (await getDecision(store, decisionId)) ?? decision
     }
     return toDecisionView(decision)
   }
@@ -91,7 +92,7 @@ export class Decisions {
   async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
     await this.#deps.catalog.settled()
     const { store } = this.#deps
-    const current = await getDecision(store.db, decisionId)
+    const current = await getDecision(store, decisionId)
     if (!current || !(await this.canAct(userId, current)))
       return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
     // A call reserved for designated approvers: only they approve it; whoever may act may still reject.
@@ -108,7 +109,7 @@ export class Decisions {
     if (answer === 'approve_session' && current.status === 'pending') {
       // A command that asks every time (e.g. an execution under direct) is never let through by an allowance.
       const command = this.#deps.catalog.get(current.commandId)
-      const dispatch = command ? await getDispatch(store.db, current.dispatchId) : undefined
+      const dispatch = command ? await getDispatch(store, current.dispatchId) : undefined
       if (command && dispatch && alwaysAsks(command, dispatch.params)) {
         return {
           ok: false,
@@ -173,7 +174,7 @@ export class Decisions {
     })
     if (!resolved) {
       // Already answered (possibly by a racing request): same answer → its stored outcome.
-      const decided = await getDecision(store.db, decisionId)
+      const decided = await getDecision(store, decisionId)
       if (!decided) return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
       const view = toDecisionView(decided)
       if (decided.status === 'expired')
@@ -188,7 +189,7 @@ export class Decisions {
           error: { code: 'decision_conflict', message: `the decision was already ${decided.status}` },
           decision: view,
         }
-      const dispatch = await getDispatch(store.db, decided.dispatchId)
+      const dispatch = await getDispatch(store, decided.dispatchId)
       return {
         ok: true,
         decision: view,
@@ -211,7 +212,7 @@ export class Decisions {
   /** Marks a pending decision expired (also used when a run is superseded or times out). */
   async expireDecision(decisionId: string): Promise<DecisionView | undefined> {
     const { store } = this.#deps
-    const pending = await getDecision(store.db, decisionId)
+    const pending = await getDecision(store, decisionId)
     if (!pending || pending.status !== 'pending') return undefined
     const expired = await store.transaction(async (tx) => {
       await this.#deps.lockRun(tx, pending)
@@ -244,13 +245,8 @@ export class Decisions {
 
   /** Expires every pending decision past its deadline. */
   async expireOverdue(): Promise<number> {
-    const overdue = await this.#deps.store.db
-      .selectFrom('decisions')
-      .select('id')
-      .where('status', '=', 'pending')
-      .where('expires_at', '<=', new Date())
-      .execute()
-    for (const row of overdue) await this.expireDecision(row.id)
+    const overdue = await overdueDecisionIds(this.#deps.store, new Date())
+    for (const id of overdue) await this.expireDecision(id)
     return overdue.length
   }
 

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { PluginLogger } from '../extension/index.js'
 import {
+  dispatchExecution,
   findApprovedUnstarted,
   findOrphanedDispatches,
   getDecision,
@@ -51,7 +52,7 @@ export class DispatchExecutors {
     if (this.#running++ > 0) return
     this.#timer = setInterval(
       () => {
-        renewDispatchExecutor(this.#store.db, this.id, new Date(Date.now() + this.#leaseMs)).catch((error: unknown) =>
+        renewDispatchExecutor(this.#store, this.id, new Date(Date.now() + this.#leaseMs)).catch((error: unknown) =>
           this.#log.warn('could not renew the lease of running dispatches', { err: error }),
         )
       },
@@ -75,8 +76,8 @@ export class DispatchExecutors {
     const ended: DispatchRecord[] = []
     const before = new Date(Date.now() - this.#leaseMs)
     const orphans = [
-      ...(await findOrphanedDispatches(this.#store.db, { all: options.all, except: this.id })),
-      ...(await findApprovedUnstarted(this.#store.db, { all: options.all, before })),
+      ...(await findOrphanedDispatches(this.#store, { all: options.all, except: this.id })),
+      ...(await findApprovedUnstarted(this.#store, { all: options.all, before })),
     ]
     for (const orphan of orphans) {
       const done = await this.#store.transaction(async (tx) => {
@@ -111,21 +112,17 @@ export class DispatchExecutors {
 
   /** Why a locked dispatch counts as orphaned (what its `interrupted` error says), or null when it does not. */
   async #orphaned(tx: Executor, current: DispatchRecord, all: boolean, before: Date): Promise<string | null> {
-    const row = await tx
-      .selectFrom('dispatches')
-      .select(['executor', 'executor_expires_at', 'updated_at'])
-      .where('id', '=', current.id)
-      .executeTakeFirst()
+    const row = await dispatchExecution(tx, current.id)
     if (!row) return null
     if (current.status === 'running') {
-      const expired = !row.executor_expires_at || row.executor_expires_at.getTime() < Date.now()
+      const expired = !row.executorExpiresAt || row.executorExpiresAt.getTime() < Date.now()
       return (all ? row.executor !== this.id : expired)
         ? 'the server stopped while the command ran; whether it took effect is unknown'
         : null
     }
     if (current.status === 'awaiting_decision' && current.decisionId) {
       const decision = await getDecision(tx, current.decisionId)
-      if (decision?.status !== 'approved' || (!all && row.updated_at.getTime() >= before.getTime())) return null
+      if (decision?.status !== 'approved' || (!all && row.updatedAt.getTime() >= before.getTime())) return null
       return 'the server stopped after the approval, before the command started: it did not run (call it again to be asked again)'
     }
     return null

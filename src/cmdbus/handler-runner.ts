@@ -141,7 +141,7 @@ async function recordOutcome(
   const together = hooks?.finishTogether?.(outcome)
   if (together) {
     // The caller's answer (e.g. the run's ledger row) and the dispatch's last step: one statement.
-    const parts = stepParts(store.db, 'finished', current, dispatch, change)
+    const parts = stepParts(store, 'finished', current, dispatch, change)
     const { fenced } = await store.statement((db, tag) =>
       finishDispatchInRun(db, parts.query, parts.entry, together, tag),
     )
@@ -150,7 +150,7 @@ async function recordOutcome(
   }
   if (!hooks?.lock && !hooks?.settled) {
     // Nothing else changes with it: the row and its audit entry are one statement, its own transaction.
-    await finished(store.db)
+    await finished(store)
     return outcome
   }
   await store.transaction(async (tx) => {

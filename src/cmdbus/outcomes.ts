@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, canonicalJson, type DecisionRecord, type DispatchRecord, type Store } from '../store/index.js'
+import { appendEvents, canonicalJson, type DecisionRecord, type DispatchRecord, type Executor } from '../store/index.js'
 import type { BusError, DecisionView, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
 import type { RegisteredCommand } from './command-catalog.js'
 
@@ -100,7 +100,7 @@ export function toDecisionView(decision: DecisionRecord): DecisionView {
 }
 
 export async function appendDecisionEvent(
-  tx: Store['db'],
+  tx: Executor,
   type: string,
   decision: DecisionRecord,
   data: { [key: string]: JsonValue },

@@ -4,10 +4,10 @@ import { kvDelete, kvGet, kvList, kvSet, type Store } from '../store/index.js'
 /** A plugin's namespaced key-value store over `plugin_kv`. */
 export function createPluginKv(store: Store, plugin: string): KvStore {
   return {
-    get: async <T extends JsonValue = JsonValue>(key: string) => (await kvGet(store.db, plugin, key)) as T | undefined,
-    set: (key, value) => kvSet(store.db, plugin, key, value),
-    delete: (key) => kvDelete(store.db, plugin, key),
-    list: (prefix) => kvList(store.db, plugin, prefix),
+    get: async <T extends JsonValue = JsonValue>(key: string) => (await kvGet(store, plugin, key)) as T | undefined,
+    set: (key, value) => kvSet(store, plugin, key, value),
+    delete: (key) => kvDelete(store, plugin, key),
+    list: (prefix) => kvList(store, plugin, prefix),
   }
 }
 

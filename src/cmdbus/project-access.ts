@@ -27,7 +27,7 @@ export class ProjectAccess {
     known?: Project,
   ): Promise<Project | undefined> {
     // `known`: the project as just read with something else (saves reading it again).
-    const project = known?.id === projectId ? known : await getProject(this.#store.db, projectId)
+    const project = known?.id === projectId ? known : await getProject(this.#store, projectId)
     if (project?.ownerId === userId) return project
     const adapter = this.#adapter()
     if (!adapter) return undefined
@@ -61,7 +61,7 @@ export class ProjectAccess {
     userId: string,
     conversationId: string,
   ): Promise<{ conversation: Conversation; project: Project } | undefined> {
-    const found = await getConversationWithProject(this.#store.db, conversationId)
+    const found = await getConversationWithProject(this.#store, conversationId)
     if (!found || found.conversation.ownerId !== userId) return undefined
     // A member whose access to the project was revoked loses its conversations too.
     const project = await this.project(userId, found.conversation.projectId, 'read', found.project)

@@ -272,7 +272,7 @@ export class ExecService {
    */
   async directWarning(): Promise<string | null> {
     if (this.#backend !== 'direct') return null
-    const users = await countActiveUsers(this.#store.db)
+    const users = await countActiveUsers(this.#store)
     if (users <= 1) return null
     return `exec backend is direct and ${users} users exist: each of them can run programs on this machine as the server's user (a person approves each run, but that person is the one asking); use the sandbox for several users`
   }
@@ -400,14 +400,14 @@ export class ExecService {
 
   async #runtimeMounts(projectId: string | null): Promise<string[]> {
     if (!projectId) return []
-    const project = await getProject(this.#store.db, projectId)
+    const project = await getProject(this.#store, projectId)
     return (project?.runtimes ?? []).flatMap((runtime) =>
       this.settings.runtimes[runtime] ? [this.settings.runtimes[runtime]] : [],
     )
   }
 
   async #refresh(): Promise<void> {
-    const stored = await getSetting(this.#store.db, settingKey).catch(() => undefined)
+    const stored = await getSetting(this.#store, settingKey).catch(() => undefined)
     if (stored !== 'direct' && stored !== 'sandbox') return
     const switchedToSandbox = stored === 'sandbox' && this.#backend !== 'sandbox'
     this.#backend = stored

@@ -47,7 +47,7 @@ export class WorkQuota {
 
   /** Refuses (QuotaError) when `adding` more bytes, and `files` more entries, would not fit. */
   async ensureRoom(conversationId: string, ownerId: string, adding = 0, files = 0): Promise<void> {
-    const usage = await workUsageOf(this.#store.db, conversationId, ownerId)
+    const usage = await workUsageOf(this.#store, conversationId, ownerId)
     const { conversationBytes, userBytes, conversationFiles } = this.settings
     if (usage.conversation.bytes + adding > conversationBytes) {
       throw new QuotaError(
@@ -65,7 +65,7 @@ export class WorkQuota {
 
   /** Records what the server itself changed (a write, a delete). */
   async adjust(conversationId: string, ownerId: string, change: WorkUsage): Promise<void> {
-    await adjustWorkUsage(this.#store.db, conversationId, ownerId, change)
+    await adjustWorkUsage(this.#store, conversationId, ownerId, change)
   }
 
   /**
@@ -80,7 +80,7 @@ export class WorkQuota {
       since: startedAt - 1000,
       maxFiles: conversationFiles * 10,
     })
-    const recorded = await workUsageOf(this.#store.db, conversationId, ownerId)
+    const recorded = await workUsageOf(this.#store, conversationId, ownerId)
     const others = recorded.user.bytes - recorded.conversation.bytes
     const limit = Math.min(conversationBytes, userBytes - Math.max(0, others))
     let { bytes, files } = measured
@@ -101,7 +101,7 @@ export class WorkQuota {
         files = again.files
       }
     }
-    await recordWorkUsage(this.#store.db, conversationId, ownerId, { bytes, files })
+    await recordWorkUsage(this.#store, conversationId, ownerId, { bytes, files })
     if (over) {
       const shown = removed.slice(0, 10).join(', ') + (removed.length > 10 ? `, and ${removed.length - 10} more` : '')
       throw new QuotaError(

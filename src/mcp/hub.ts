@@ -165,7 +165,7 @@ export class McpHub {
 
   /** The OAuth servers and whether `userId` has connected each (never the tokens). */
   async connections(userId: string): Promise<Array<{ server: string; connected: boolean; pending: boolean }>> {
-    const records = this.#store ? await listMcpConnections(this.#store.db, userId) : []
+    const records = this.#store ? await listMcpConnections(this.#store, userId) : []
     return this.#oauthConfigs().map((config) => {
       const record = records.find((candidate) => candidate.server === config.name)
       return {
@@ -191,7 +191,7 @@ export class McpHub {
    */
   async connect(userId: string, server: string, redirectUrl: string): Promise<{ authorizationUrl: string }> {
     const { config, store, box } = this.#oauth(server)
-    const record = await getMcpConnection(store.db, userId, server)
+    const record = await getMcpConnection(store, userId, server)
     const provider =
       (record &&
         StoredOAuthProvider.open({ store, box, record, ...(config.auth?.scopes && { scopes: config.auth.scopes }) })) ||
@@ -226,7 +226,7 @@ export class McpHub {
   async complete(state: string, code: string): Promise<{ server: string; userId: string }> {
     const store = this.#store
     const box = this.#box
-    const record = store && box && state ? await findMcpConnectionByState(store.db, state) : undefined
+    const record = store && box && state ? await findMcpConnectionByState(store, state) : undefined
     if (!store || !box || !record)
       throw new McpConnectError(
         'bad_request',
@@ -265,7 +265,7 @@ export class McpHub {
 
   async disconnect(userId: string, server: string): Promise<boolean> {
     const { store } = this.#oauth(server)
-    const deleted = await deleteMcpConnection(store.db, userId, server)
+    const deleted = await deleteMcpConnection(store, userId, server)
     await this.#credentialsChanged(server, userId)
     return deleted
   }
@@ -292,7 +292,7 @@ export class McpHub {
   async #anyProvider(config: McpServerConfig): Promise<StoredOAuthProvider | null> {
     this.#sharedUser.delete(config.name)
     if (!this.#store || !this.#box) return null
-    const record = await anyConnectedMcpConnection(this.#store.db, config.name)
+    const record = await anyConnectedMcpConnection(this.#store, config.name)
     const provider = record ? StoredOAuthProvider.open({ store: this.#store, box: this.#box, record }) : null
     if (provider) this.#sharedUser.set(config.name, provider.userId)
     return provider
@@ -335,7 +335,7 @@ export class McpHub {
   async #openForUser(config: McpServerConfig, userId: string): Promise<McpConnection> {
     const store = this.#store!
     const box = this.#box!
-    const record = await getMcpConnection(store.db, userId, config.name)
+    const record = await getMcpConnection(store, userId, config.name)
     if (!record || !this.#usable(record)) throw new Error('not connected')
     const connection = new McpConnection(config, {
       log: this.#log(`mcp:${config.name}`),
@@ -343,7 +343,7 @@ export class McpHub {
       onTools: () => undefined,
       lists: false,
       authProvider: async () => {
-        const current = await getMcpConnection(store.db, userId, config.name)
+        const current = await getMcpConnection(store, userId, config.name)
         return current?.connected ? StoredOAuthProvider.open({ store, box, record: current }) : null
       },
     })
@@ -452,7 +452,7 @@ export class McpHub {
       ...(config.auth?.type === 'oauth' && {
         connectionWhen: async (userId: string) => {
           const store = this.#store
-          const record = store && this.#box ? await getMcpConnection(store.db, userId, config.name) : undefined
+          const record = store && this.#box ? await getMcpConnection(store, userId, config.name) : undefined
           return record && this.#usable(record)
             ? null
             : `connect your account to MCP server ${config.name} first: POST /api/mcp/connections/${config.name} (connecting approves this call)`

@@ -172,7 +172,7 @@ export class StoredOAuthProvider implements OAuthClientProvider {
       connected: this.connected,
       sealed: this.#box.seal(this.secrets, sealContext(this.userId, this.server)),
     }
-    if (create) await saveMcpConnection(this.#store.db, record)
-    else await updateMcpConnection(this.#store.db, record)
+    if (create) await saveMcpConnection(this.#store, record)
+    else await updateMcpConnection(this.#store, record)
   }
 }

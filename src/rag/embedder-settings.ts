@@ -28,12 +28,12 @@ export class EmbedderMismatchError extends Error {
  * fresh database) and that the HNSW index for its dimension exists. Refuses on a mismatch.
  */
 export async function prepareEmbeddings(store: Store, embedder: Embedder): Promise<void> {
-  const recorded = await getRagSettings(store.db)
+  const recorded = await getRagSettings(store)
   if (recorded && recorded.embedder !== embedder.id) {
-    if ((await countKnowledgeChunks(store.db)) > 0) throw new EmbedderMismatchError(recorded, embedder)
+    if ((await countKnowledgeChunks(store)) > 0) throw new EmbedderMismatchError(recorded, embedder)
   }
-  if (!recorded || recorded.embedder !== embedder.id) await setRagSettings(store.db, embedder.id, embedder.dimensions)
-  await ensureVectorIndex(store.db, embedder.dimensions)
+  if (!recorded || recorded.embedder !== embedder.id) await setRagSettings(store, embedder.id, embedder.dimensions)
+  await ensureVectorIndex(store, embedder.dimensions)
 }
 
 /**
@@ -46,13 +46,13 @@ export async function reembedAll(
   embedder: Embedder,
   onProgress: (done: number, total: number) => void = () => undefined,
 ): Promise<number> {
-  const total = await countKnowledgeChunks(store.db)
-  await dropVectorIndexes(store.db)
+  const total = await countKnowledgeChunks(store)
+  await dropVectorIndexes(store)
   let done = 0
   let after = ''
   onProgress(0, total)
   for (;;) {
-    const page = await chunksAfter(store.db, after, embedder.batchSize * 4)
+    const page = await chunksAfter(store, after, embedder.batchSize * 4)
     if (page.length === 0) break
     const texts = page.map((chunk) => (chunk.heading ? `${chunk.heading}\n${chunk.text}` : chunk.text))
     const vectors: number[][] = []
@@ -68,7 +68,7 @@ export async function reembedAll(
     after = page.at(-1)!.id
     onProgress(done, total)
   }
-  await setRagSettings(store.db, embedder.id, embedder.dimensions)
-  await ensureVectorIndex(store.db, embedder.dimensions, '256MB')
+  await setRagSettings(store, embedder.id, embedder.dimensions)
+  await ensureVectorIndex(store, embedder.dimensions, '256MB')
   return done
 }

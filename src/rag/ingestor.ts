@@ -248,7 +248,7 @@ export class Ingestor {
     if (!this.#uploadDir) return
     const names = await readdir(this.#uploadDir).catch(() => [] as string[])
     if (names.length === 0) return
-    const pending = await pendingUploadPaths(this.#options.store.db)
+    const pending = await pendingUploadPaths(this.#options.store)
     for (const name of names) {
       const path = join(this.#uploadDir, name)
       if (!pending.has(path)) await rm(path, { force: true })
@@ -275,7 +275,7 @@ export class Ingestor {
 
   async #poll(): Promise<void> {
     if (this.#stopped) return
-    for (const id of await pendingKnowledgeItemIds(this.#options.store.db, 100)) this.enqueue(id)
+    for (const id of await pendingKnowledgeItemIds(this.#options.store, 100)) this.enqueue(id)
   }
 
   async #drain(): Promise<void> {
@@ -296,7 +296,7 @@ export class Ingestor {
    */
   async #ingest(itemId: string): Promise<void> {
     const { store, log, maxAttempts, leaseMs } = this.#options
-    const claimed = await claimKnowledgeIngest(store.db, itemId, leaseMs)
+    const claimed = await claimKnowledgeIngest(store, itemId, leaseMs)
     if (!claimed) return
     const { attempt } = claimed
     try {
@@ -322,11 +322,11 @@ export class Ingestor {
       for (let start = 0; start < extracted.pieces.length; start += this.#options.batchSize) {
         if (this.#stopped) return
         const chunks = await this.#embed(extracted.pieces.slice(start, start + this.#options.batchSize))
-        const written = await insertKnowledgeChunkBatch(store.db, itemId, attempt, chunks)
+        const written = await insertKnowledgeChunkBatch(store, itemId, attempt, chunks)
         if (written === 0) return // deleted, or no longer ours
         stored += written
         if (Date.now() - lastRenewal > leaseMs / 4) {
-          if (!(await renewKnowledgeLease(store.db, itemId, attempt, leaseMs))) return
+          if (!(await renewKnowledgeLease(store, itemId, attempt, leaseMs))) return
           lastRenewal = Date.now()
         }
         // Let requests (and, on the embedded database, their queries) through between batches.
@@ -357,7 +357,7 @@ export class Ingestor {
 
   /** Removes what an earlier attempt stored, in bounded statements. */
   async #removeChunks(itemId: string): Promise<void> {
-    while ((await deleteKnowledgeChunkBatch(this.#options.store.db, itemId, 256)) > 0) await nextTurn()
+    while ((await deleteKnowledgeChunkBatch(this.#options.store, itemId, 256)) > 0) await nextTurn()
   }
 
   /** Embeds chunks (with their heading path, which is part of what they are about). */

@@ -38,7 +38,7 @@ export class KnowledgeService {
 
   /** An item the caller may see (`ownerOnly`: only their own), in a project they can still read. */
   async item(user: User, itemId: string, options: { ownerOnly?: boolean } = {}): Promise<KnowledgeItem> {
-    const item = await getKnowledgeItem(this.#store.db, itemId)
+    const item = await getKnowledgeItem(this.#store, itemId)
     const visible = item && (item.ownerId === user.id || (!options.ownerOnly && item.status === 'published'))
     if (!item || !visible) throw notFoundError('knowledge item')
     await this.#projects.resolve(user, item.projectId).catch(() => {
@@ -52,7 +52,7 @@ export class KnowledgeService {
    * (docs/security.md, "disk quotas").
    */
   async ensureVolume(user: User, adding: number, limit: number): Promise<void> {
-    const held = await knowledgeBytesOf(this.#store.db, user.id)
+    const held = await knowledgeBytesOf(this.#store, user.id)
     if (held + adding > limit) {
       throw new RequestError(
         'quota_exceeded',
@@ -64,17 +64,17 @@ export class KnowledgeService {
   /** A project's knowledge the caller may see, newest first. */
   async list(user: User, projectId: string, page: PageRequest): Promise<Page<KnowledgeItem>> {
     const project = await this.#projects.resolve(user, projectId)
-    return listKnowledgeItems(this.#store.db, project.id, user.id, page)
+    return listKnowledgeItems(this.#store, project.id, user.id, page)
   }
 
   /** An item's extracted text, at most `maxChars` characters (the item as resolved by `item`); null before it is ready. */
   text(item: KnowledgeItem, maxChars: number): Promise<{ text: string; length: number } | null> {
-    return knowledgeItemText(this.#store.db, item.id, maxChars)
+    return knowledgeItemText(this.#store, item.id, maxChars)
   }
 
   /** An item's chunks, in order (the item as resolved by `item`). */
   chunks(item: KnowledgeItem, page: PageRequest): Promise<Page<KnowledgeChunk>> {
-    return listKnowledgeChunks(this.#store.db, item.id, page)
+    return listKnowledgeChunks(this.#store, item.id, page)
   }
 
   /** Publishes an item of the caller's: members of the project find it too (idempotent). */

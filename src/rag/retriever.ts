@@ -1,6 +1,7 @@
 import type { ProjectAuthzAdapter } from '../extension/index.js'
 import {
   getProject,
+  liveProjectIdsOwnedBy,
   searchChunksFullText,
   searchChunksVector,
   type ChunkHit,
@@ -109,7 +110,7 @@ export class Retriever {
   async #projects(actorId: string, projectId: string | undefined, withSharing: boolean): Promise<string[]> {
     const adapter = withSharing ? this.#adapter() : null
     if (projectId !== undefined) {
-      const project = await getProject(this.#store.db, projectId)
+      const project = await getProject(this.#store, projectId)
       if (project?.ownerId === actorId) return [project.id]
       // Asked whether the project exists or not, so a missing id and a forbidden one take the same path.
       const allowed = adapter
@@ -118,18 +119,12 @@ export class Retriever {
       if (!project || !allowed) throw new RetrievalScopeError()
       return [project.id]
     }
-    const owned = await this.#store.db
-      .selectFrom('projects')
-      .select('id')
-      .where('owner_id', '=', actorId)
-      .where('deleted_at', 'is', null)
-      .execute()
-    const ids = owned.map((row) => row.id)
+    const ids = await liveProjectIdsOwnedBy(this.#store, actorId)
     if (!adapter) return ids
     for (const id of new Set(await adapter.listSharedProjects(actorId))) {
       if (typeof id !== 'string' || ids.includes(id)) continue
       if (!(await adapter.canAccessProject(actorId, id, 'search'))) continue
-      if (await getProject(this.#store.db, id)) ids.push(id)
+      if (await getProject(this.#store, id)) ids.push(id)
     }
     return ids
   }
@@ -144,13 +139,13 @@ export class Retriever {
     const scopes: ChunkScope[] = []
     if (scope.own) scopes.push({ own: scope.own })
     if (scope.shared) scopes.push({ shared: scope.shared })
-    const db = this.#store.db
+    const store = this.#store
     const lists: Array<Promise<{ path: 'fulltext' | 'vector'; hits: ChunkHit[] }>> = []
     if (mode !== 'vector') {
       const stages = tsqueryStages(tokens)
       for (const part of scopes)
         lists.push(
-          searchChunksFullText(db, part, stages, candidates).then((hits) => ({ path: 'fulltext' as const, hits })),
+          searchChunksFullText(store, part, stages, candidates).then((hits) => ({ path: 'fulltext' as const, hits })),
         )
     }
     if (mode !== 'fulltext') {
@@ -158,7 +153,7 @@ export class Retriever {
       const [embedding] = await embedder.embed([query], options.signal)
       for (const part of scopes)
         lists.push(
-          searchChunksVector(db, part, embedding!, embedder.dimensions, candidates).then((hits) => ({
+          searchChunksVector(store, part, embedding!, embedder.dimensions, candidates).then((hits) => ({
             path: 'vector' as const,
             hits,
           })),

@@ -63,7 +63,7 @@ export async function runCalls(
     // An identical read-only call in this run returns the earlier ok result again.
     if (entry.command.spec.idempotent) {
       const hash = hashParams(params)
-      earlier ??= await listToolCalls(store.db, run.id)
+      earlier ??= await listToolCalls(store, run.id)
       const previous = earlier.find(
         (candidate) =>
           candidate.status === 'ok' &&
@@ -131,13 +131,13 @@ export async function runCalls(
         // The dispatch's row and first entries, the call `running` and its event: one statement, fenced.
         startTogether: () => ({
           fence: { ...fence, expiresAt: kit.expiry() },
-          writes: [toolCallStartedWithDispatch(store.db, call.id)],
+          writes: [toolCallStartedWithDispatch(store, call.id)],
           events: [runEvent(run, 'tool_call.started', { callId: call.id })],
           lost: () => new LeaseLost(),
         }),
         // The result and the dispatch's last step in one statement, under the run's fence.
         finishTogether: (outcome) => {
-          const part = kit.ledger.outcomePart(store.db, run, call, outcome)
+          const part = kit.ledger.outcomePart(store, run, call, outcome)
           if (!part) return undefined
           return {
             fence: { ...fence, expiresAt: kit.expiry() },

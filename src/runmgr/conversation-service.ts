@@ -81,13 +81,13 @@ export class ConversationService {
   /** The caller's conversations in a project they may read. */
   async listInProject(user: User, projectId: string, page: PageRequest): Promise<Page<ConversationWithRun>> {
     const project = await this.#projects.resolve(user, projectId)
-    const found = await listConversations(this.#store.db, project.id, page, user.id)
+    const found = await listConversations(this.#store, project.id, page, user.id)
     return { items: await this.withActiveRuns(found.items), nextCursor: found.nextCursor }
   }
 
   /** The caller's conversations across every project they can see, newest first. */
   async listMine(user: User, page: PageRequest): Promise<Page<ConversationWithRun>> {
-    const found = await listConversationsOf(this.#store.db, user.id, await this.#projects.visibleIds(user.id), page)
+    const found = await listConversationsOf(this.#store, user.id, await this.#projects.visibleIds(user.id), page)
     return { items: await this.withActiveRuns(found.items), nextCursor: found.nextCursor }
   }
 
@@ -101,7 +101,7 @@ export class ConversationService {
     options: { reread: boolean },
   ): Promise<ConversationWithRun> {
     let current = options.reread
-      ? ((await getConversation(this.#store.db, conversation.id)) ?? conversation)
+      ? ((await getConversation(this.#store, conversation.id)) ?? conversation)
       : conversation
     if (patch.title !== undefined) {
       const before = current
@@ -121,12 +121,12 @@ export class ConversationService {
   /** A conversation's transcript, oldest first. */
   async messages(user: User, conversationId: string, page: PageRequest): Promise<Page<Message>> {
     const conversation = await this.resolve(user, conversationId)
-    return listMessages(this.#store.db, conversation.id, page)
+    return listMessages(this.#store, conversation.id, page)
   }
 
   async withActiveRuns(conversations: readonly Conversation[]): Promise<ConversationWithRun[]> {
     const active = await activeRunIds(
-      this.#store.db,
+      this.#store,
       conversations.map((conversation) => conversation.id),
     )
     return conversations.map((conversation) => ({ ...conversation, activeRunId: active.get(conversation.id) ?? null }))

@@ -6,6 +6,7 @@ import {
   createProject,
   deleteProject,
   listProjects,
+  liveProjectIdsOwnedBy,
   notFoundError,
   RequestError,
   updateProject,
@@ -66,19 +67,14 @@ export class ProjectService {
   /** The projects the user owns and those shared with them, newest first. */
   async list(user: User, page: PageRequest): Promise<Page<Project>> {
     const shared = await this.#deps.access.sharedProjectIds(user.id)
-    return listProjects(this.#deps.store.db, user.id, page, shared)
+    return listProjects(this.#deps.store, user.id, page, shared)
   }
 
   /** Live projects the user owns, and those shared with them. */
   async visibleIds(userId: string): Promise<string[]> {
-    const owned = await this.#deps.store.db
-      .selectFrom('projects')
-      .select('id')
-      .where('owner_id', '=', userId)
-      .where('deleted_at', 'is', null)
-      .execute()
+    const owned = await liveProjectIdsOwnedBy(this.#deps.store, userId)
     const shared = await this.#deps.access.sharedProjectIds(userId)
-    return [...new Set([...owned.map((row) => row.id), ...shared])]
+    return [...new Set([...owned, ...shared])]
   }
 
   /** Creates a project in `tx` (the caller's transaction: it may also record an idempotent answer). */

@@ -35,7 +35,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   const signal = driver.loop.signal
   const heartbeat = setInterval(
     () => {
-      renewLease(store.db, runId, fence.owner, kit.expiry())
+      renewLease(store, runId, fence.owner, kit.expiry())
         .then((held) => {
           if (!held) kit.abort(driver, 'lease_lost')
         })
@@ -58,7 +58,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   let known: Run | undefined = driver.initial?.leaseOwner === fence.owner ? driver.initial : undefined
   try {
     for (;;) {
-      let run = known ?? (await getRun(store.db, runId))
+      let run = known ?? (await getRun(store, runId))
       known = undefined
       if (!run || run.status !== 'running' || run.leaseOwner !== fence.owner) return
       if (signal.aborted) return await kit.endAborted(run, driver, null, '')
@@ -86,7 +86,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         first = false
         // Resumed after its driver stopped: calls of the last round not yet answered are dispatched
         // again under their idempotency keys (a finished dispatch answers with its recorded outcome).
-        const open = (await listToolCalls(store.db, runId)).filter((call) => openStatuses.includes(call.status))
+        const open = (await listToolCalls(store, runId)).filter((call) => openStatuses.includes(call.status))
         if (open.length > 0) {
           const redo = open.filter((call) => call.status === 'pending' || call.status === 'running')
           const waiting =
@@ -101,7 +101,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       // whole turns), and later rounds read only what the earlier ones added: a long conversation
       // costs no more per round than a short one.
       if (!window) {
-        window = new TranscriptWindow(store.db, run.conversationId, transcriptBudget(model))
+        window = new TranscriptWindow(store, run.conversationId, transcriptBudget(model))
         if (prefetched) window.seed(prefetched.transcript)
       }
       // A later round reads what the last one added in the statement that opens it.
@@ -111,7 +111,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       const injected =
         read && run.knowledge === null
           ? await retrieveKnowledge(
-              { db: store.db, retriever: kit.retriever, log },
+              { store, retriever: kit.retriever, log },
               run,
               read,
               signal,

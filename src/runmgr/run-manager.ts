@@ -257,7 +257,7 @@ export class RunManager {
     const project =
       hooks.project?.id === conversation.projectId
         ? hooks.project
-        : await getProject(this.#options.store.db, conversation.projectId)
+        : await getProject(this.#options.store, conversation.projectId)
     // The project's default model, unless the operator has since removed it from the configuration.
     const projectModel = project?.defaultModel && models.get(project.defaultModel) ? project.defaultModel : undefined
     const model = input.model ?? projectModel ?? models.defaultId
@@ -285,7 +285,7 @@ export class RunManager {
     // A user may not crowd the model out for everyone: a cap on their queued and running runs, counted
     // in the database so it holds across instances.
     const cap = this.#options.maxActiveRunsPerUser ?? 10
-    if ((await countActiveRunsOf(this.#options.store.db, userId)) >= cap) {
+    if ((await countActiveRunsOf(this.#options.store, userId)) >= cap) {
       throw new RunRequestError(
         'too_many_runs',
         `you have ${cap} runs queued or running (the most one user may have at once); wait for one to finish, or cancel one`,
@@ -340,11 +340,7 @@ export class RunManager {
 
   /** Ends every queued and active run of a conversation as `superseded`, queued ones first. */
   async #supersede(conversationId: string): Promise<void> {
-    const pending = await listRuns(
-      this.#options.store.db,
-      { conversationId, statuses: activeRunStatuses },
-      { limit: 200 },
-    )
+    const pending = await listRuns(this.#options.store, { conversationId, statuses: activeRunStatuses }, { limit: 200 })
     const queuedFirst = [...pending.items].sort((a, b) => Number(b.status === 'queued') - Number(a.status === 'queued'))
     for (const run of queuedFirst) await this.cancel(run.id, 'superseded')
   }
@@ -356,20 +352,20 @@ export class RunManager {
    */
   async cancel(runId: string, reason = 'cancelled'): Promise<Run | undefined> {
     const { store } = this.#options
-    const run = await getRun(store.db, runId)
+    const run = await getRun(store, runId)
     if (!run || terminalRunStatuses.includes(run.status)) return run
     const driver = this.#drivers.get(runId)
     if (driver) {
       this.#abort(driver, reason)
       await driver.done
-      const after = await getRun(store.db, runId)
+      const after = await getRun(store, runId)
       if (after && !terminalRunStatuses.includes(after.status))
         await this.#end(runId, this.#cancelEnd(reason), { announce: true })
     } else {
       await this.#end(runId, this.#cancelEnd(reason), { announce: true })
     }
     this.#waiting.get(runId)?.abort(reason)
-    return getRun(store.db, runId)
+    return getRun(store, runId)
   }
 
   #cancelEnd(reason: string): RunEnd {
@@ -392,7 +388,7 @@ export class RunManager {
     const { store, bus, log } = this.#options
     for (const runId of this.#drivers.keys()) {
       void (async () => {
-        const run = await getRun(store.db, runId)
+        const run = await getRun(store, runId)
         if (!run || terminalRunStatuses.includes(run.status)) return
         if (await bus.maySee(run.ownerId, run.conversationId)) return
         log.info('run ended: its owner lost access to the conversation', { runId })
@@ -407,7 +403,7 @@ export class RunManager {
       const driver = this.#drivers.get(id)
       const waiting = this.#waiting.get(id)
       if (!driver && !waiting) return
-      const run = await getRun(this.#options.store.db, id)
+      const run = await getRun(this.#options.store, id)
       if (driver && (!run || run.status !== 'running' || run.leaseOwner !== driver.fence.owner))
         this.#abort(driver, 'lease_lost')
       if (waiting && (!run || terminalRunStatuses.includes(run.status))) waiting.abort('cancelled')
@@ -441,7 +437,7 @@ export class RunManager {
     const deadline = Date.now() + timeoutMs
     try {
       for (;;) {
-        const run = await getRun(store.db, runId)
+        const run = await getRun(store, runId)
         if (!run) throw new Error(`run ${runId} vanished`)
         if (isSettled(run)) return { run, settled: true }
         const remaining = deadline - Date.now()
@@ -464,11 +460,11 @@ export class RunManager {
   /** Client-tool results (docs/guides/agent-runs.md, "Client tools"); throws RunRequestError `run_not_waiting` for calls that are not awaited. */
   async submitToolOutputs(runId: string, outputs: Array<{ callId: string; output: unknown }>): Promise<Run> {
     const { store } = this.#options
-    const run = await getRun(store.db, runId)
+    const run = await getRun(store, runId)
     if (!run) throw new RunRequestError('run_not_waiting', 'run not found')
     if (run.status !== 'requires_action')
       throw new RunRequestError('run_not_waiting', `the run is ${run.status}, not waiting for tool outputs`)
-    const calls = await listToolCalls(store.db, runId)
+    const calls = await listToolCalls(store, runId)
     for (const output of outputs) {
       const call = calls.find((candidate) => candidate.id === output.callId)
       if (!call || call.status !== 'awaiting_output')
@@ -489,7 +485,7 @@ export class RunManager {
       }
     })
     await this.#resumeIfAnswered(runId)
-    return (await getRun(store.db, runId)) ?? run
+    return (await getRun(store, runId)) ?? run
   }
 
   /** See RunSweeper.sweep. */
@@ -548,7 +544,7 @@ export class RunManager {
   /** Starts the conversation's oldest queued run when nothing else there is active. */
   async #startNext(conversationId: string): Promise<void> {
     if (this.#stopping) return // the next server (or another instance) starts it
-    const queued = await nextQueuedRun(this.#options.store.db, conversationId)
+    const queued = await nextQueuedRun(this.#options.store, conversationId)
     if (queued) await this.#startQueued(queued)
   }
 
@@ -587,7 +583,7 @@ export class RunManager {
     const fence = { runId, owner }
     if (this.#stopping) {
       // Not driven here after all: give the lease up so the next server resumes the run at once.
-      void releaseLease(store.db, runId, owner).catch((error: unknown) =>
+      void releaseLease(store, runId, owner).catch((error: unknown) =>
         log.warn('could not release a run lease', { runId, err: error }),
       )
       return
@@ -625,7 +621,7 @@ export class RunManager {
       .finally(async () => {
         this.#drivers.delete(runId)
         try {
-          const queued = this.#stopping ? undefined : await nextQueuedRunAfterEnd(store.db, runId)
+          const queued = this.#stopping ? undefined : await nextQueuedRunAfterEnd(store, runId)
           if (queued) await this.#startQueued(queued)
         } catch (error) {
           log.warn('could not start the next queued run', { runId, err: error })
@@ -700,11 +696,11 @@ export class RunManager {
 
   /** After a decision committed: continue the run once nothing is awaited, or tidy up after it ended. */
   async #afterDecision(runId: string): Promise<void> {
-    const run = await getRun(this.#options.store.db, runId)
+    const run = await getRun(this.#options.store, runId)
     if (!run) return
     if (terminalRunStatuses.includes(run.status)) {
       this.#waiting.delete(runId)
-      await this.#expireDecisions(await pendingDecisionIds(this.#options.store.db, runId))
+      await this.#expireDecisions(await pendingDecisionIds(this.#options.store, runId))
       await this.#startNext(run.conversationId)
       return
     }

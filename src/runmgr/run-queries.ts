@@ -38,20 +38,20 @@ export class RunQueries {
 
   /** A run of the caller's (its conversation not yet checked). */
   async own(user: User, runId: string): Promise<Run> {
-    const run = await getRun(this.#store.db, runId)
+    const run = await getRun(this.#store, runId)
     if (!run || run.ownerId !== user.id) throw notFoundError('run')
     return run
   }
 
   /** A run by id, unchecked: for a run this request itself created (or an idempotent replay of it). */
   get(runId: string): Promise<Run | undefined> {
-    return getRun(this.#store.db, runId)
+    return getRun(this.#store, runId)
   }
 
   /** The caller's runs across the projects they can see, newest first. */
   async listMine(user: User, statuses: readonly RunStatus[] | undefined, page: PageRequest): Promise<Page<Run>> {
     return listRuns(
-      this.#store.db,
+      this.#store,
       { ownerId: user.id, projectIds: await this.#projects.visibleIds(user.id), ...(statuses && { statuses }) },
       page,
     )
@@ -65,26 +65,26 @@ export class RunQueries {
     page: PageRequest,
   ): Promise<Page<Run>> {
     const conversation = await this.#conversations.resolve(user, conversationId)
-    return listRuns(this.#store.db, { conversationId: conversation.id, ...(statuses && { statuses }) }, page)
+    return listRuns(this.#store, { conversationId: conversation.id, ...(statuses && { statuses }) }, page)
   }
 
   /** The messages a run added. */
   messages(runId: string): Promise<Message[]> {
-    return runMessages(this.#store.db, runId)
+    return runMessages(this.#store, runId)
   }
 
   /** Whether the run has any event after `afterId` (a finished run's stream has nothing left to send otherwise). */
   async hasEventsAfter(runId: string, afterId: number): Promise<boolean> {
-    return (await readEvents(this.#store.db, { runId }, afterId, 1)).length > 0
+    return (await readEvents(this.#store, { runId }, afterId, 1)).length > 0
   }
 
   /** The run's last event id and, while it waits for action, the id of the status event that says so. */
   logPoint(runId: string): Promise<{ lastId: number; waitingAt: number | null }> {
-    return runLogPoint(this.#store.db, runId)
+    return runLogPoint(this.#store, runId)
   }
 
   /** The newest event id of the whole log: a stream that must see only what happens from now on starts after it. */
   lastEventId(): Promise<number> {
-    return lastEventId(this.#store.db)
+    return lastEventId(this.#store)
   }
 }

@@ -72,15 +72,15 @@ export class RunSweeper {
     if (this.#host.stopping()) return counts
     // With an exclusive database every running run not driven here is an orphan, whatever its lease says.
     const before = options.orphansOnly ? new Date(Date.UTC(9999, 0, 1)) : new Date()
-    for (const run of await findRunsWithExpiredLease(store.db, before)) {
+    for (const run of await findRunsWithExpiredLease(store, before)) {
       if (this.#host.isDriven(run.id) || this.#host.stopping()) continue
       const taken = await this.#takeOver(run.id, before)
       if (taken) counts[taken]++
     }
-    for (const run of await findAnsweredWaitingRuns(store.db)) await this.#host.resumeIfAnswered(run.id)
-    for (const conversationId of await findStartableQueues(store.db)) await this.#host.startNext(conversationId)
+    for (const run of await findAnsweredWaitingRuns(store)) await this.#host.resumeIfAnswered(run.id)
+    for (const conversationId of await findStartableQueues(store)) await this.#host.startNext(conversationId)
     const ttl = this.#host.actionTtlMs ?? 24 * 3_600_000
-    for (const run of await findRunsWaitingSince(store.db, new Date(Date.now() - ttl))) {
+    for (const run of await findRunsWaitingSince(store, new Date(Date.now() - ttl))) {
       await this.#host.end(run.id, { status: 'expired', openCalls: 'expired' })
       await this.#host.startNext(run.conversationId)
     }

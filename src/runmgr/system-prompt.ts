@@ -61,7 +61,7 @@ export function buildPrompt(
 
 /** The top knowledge hits for the run's user message, or `{hits: []}` when there are none (or retrieval failed). */
 export async function retrieveKnowledge(
-  deps: { db: Executor; retriever?: Retriever; log: PluginLogger },
+  deps: { store: Executor; retriever?: Retriever; log: PluginLogger },
   run: Run,
   transcript: readonly TranscriptMessage[],
   signal: AbortSignal,
@@ -71,7 +71,7 @@ export async function retrieveKnowledge(
   if (!deps.retriever || !input) return { hits: [] }
   try {
     // One cheap look instead of a full hybrid search (several queries) in a project with no knowledge.
-    if (!(known ?? (await hasKnowledge(deps.db, run.projectId)))) return { hits: [] }
+    if (!(known ?? (await hasKnowledge(deps.store, run.projectId)))) return { hits: [] }
     const hits = await deps.retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
     return { hits: selectForInjection(hits.filter((hit) => mayInject(hit, run.ownerId, run.profile.injectFrom))) }
   } catch (error) {

@@ -1,4 +1,3 @@
-import type { RawBuilder } from 'kysely'
 import type { LanguageModel } from '../llm/index.js'
 import {
   readTranscriptAfter,
@@ -7,6 +6,7 @@ import {
   type Executor,
   type TranscriptMessage,
   type TranscriptRow,
+  type TransitionRead,
 } from '../store/index.js'
 
 /**
@@ -47,7 +47,7 @@ export class TranscriptWindow {
    * Once the window holds rows: the read of what was added after them, as a subquery for the caller's
    * next statement to carry (then `extend` with its rows) instead of a query of its own.
    */
-  addedRead(): RawBuilder<unknown> | undefined {
+  addedRead(): TransitionRead | undefined {
     const last = this.#rows?.at(-1)
     return last && transcriptAfterRead(this.#conversationId, last.id, this.#maxRows)
   }

@@ -70,7 +70,7 @@ export async function serveEventStream(
     reply.sse.keepAlive()
     reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
     reply.sse.sendHeaders()
-    for await (const event of streamEvents(context.store.db, context.store.feed, options.scope, {
+    for await (const event of streamEvents(context.store, context.store.feed, options.scope, {
       afterId,
       signal: finished.signal,
       maxQueuedBytes: context.streams.limits.maxQueuedBytes,

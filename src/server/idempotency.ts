@@ -50,7 +50,7 @@ export async function runIdempotent<T extends object>(
   if (key === undefined) return store.transaction(create)
   const requestHash = hashRequest(request)
   const replay = async (): Promise<T | undefined> => {
-    const record = await findIdempotencyRecord(store.db, userId, key)
+    const record = await findIdempotencyRecord(store, userId, key)
     if (!record) return undefined
     if (record.requestHash !== requestHash) {
       throw new HttpProblem('idempotency_key_reused', 'this Idempotency-Key was used with a different request')
@@ -95,7 +95,7 @@ export async function storedAnswer(
   key: string,
   requestHash: string,
 ): Promise<{ statusCode: number; response: JsonValue } | undefined> {
-  const record = await findIdempotencyRecord(store.db, userId, key)
+  const record = await findIdempotencyRecord(store, userId, key)
   if (!record) return undefined
   if (record.requestHash !== requestHash)
     throw new HttpProblem('idempotency_key_reused', 'this Idempotency-Key was used with a different request')

@@ -195,7 +195,7 @@ export class StreamRegistry {
     if (stream.reason || stream.checking) return
     stream.checking = true
     try {
-      const allowed = (await isTokenLive(this.#store.db, stream.access.tokenId)) && (await stream.access.recheck())
+      const allowed = (await isTokenLive(this.#store, stream.access.tokenId)) && (await stream.access.recheck())
       if (!allowed) this.#end(stream, 'access_revoked')
     } catch (error) {
       // Unsure is not allowed: a stream whose access cannot be confirmed ends; the client reconnects.

@@ -1,5 +1,5 @@
 import { sql } from 'kysely'
-import type { Executor } from './database.js'
+import { kysely, type Executor } from './executor.js'
 
 /** The channel on which changes of access are announced to every server instance. */
 export const accessChannel = 'plinth_access'
@@ -18,7 +18,9 @@ export type AccessListener = (subject: AccessSubject) => void
  */
 export async function announceAccessChange(db: Executor, subjects: readonly AccessSubject[]): Promise<void> {
   if (subjects.length === 0) return
-  await sql`select pg_notify(${accessChannel}, subject) from unnest(${[...subjects]}::text[]) as subject`.execute(db)
+  await sql`select pg_notify(${accessChannel}, subject) from unnest(${[...subjects]}::text[]) as subject`.execute(
+    kysely(db),
+  )
 }
 
 /** In-process fan-out of access notifications (from this and every other instance). */

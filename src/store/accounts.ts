@@ -43,23 +43,23 @@ export class Accounts {
   }
 
   listUsers(page: PageRequest): Promise<Page<User>> {
-    return listUsers(this.#store.db, page)
+    return listUsers(this.#store, page)
   }
 
   async user(id: string): Promise<User> {
-    const user = await getUser(this.#store.db, id)
+    const user = await getUser(this.#store, id)
     if (!user) throw notFoundError('user')
     return user
   }
 
   /** By id or by name. */
   findUser(idOrName: string): Promise<User | undefined> {
-    return findUser(this.#store.db, idOrName)
+    return findUser(this.#store, idOrName)
   }
 
   async setDisabled(id: string, disabled: boolean): Promise<User> {
     const echoed = disabled ? this.#store.access.echo(`user:${id}`) : undefined
-    const user = await setUserDisabled(this.#store.db, id, disabled)
+    const user = await setUserDisabled(this.#store, id, disabled)
     if (!user) throw notFoundError('user')
     if (echoed) {
       // Here at once, everywhere else by the time this answers.
@@ -71,19 +71,19 @@ export class Accounts {
 
   async createToken(userId: string, name = 'default'): Promise<IssuedToken> {
     await this.user(userId)
-    return createToken(this.#store.db, userId, name)
+    return createToken(this.#store, userId, name)
   }
 
   async listTokens(userId: string, page: PageRequest): Promise<Page<ApiToken>> {
     await this.user(userId)
-    return listTokens(this.#store.db, userId, page)
+    return listTokens(this.#store, userId, page)
   }
 
   /** Revokes a token (revoking twice keeps the first time). */
   async revokeToken(id: string): Promise<ApiToken> {
-    if (!(await getToken(this.#store.db, id))) throw notFoundError('token')
+    if (!(await getToken(this.#store, id))) throw notFoundError('token')
     const echoed = this.#store.access.echo(`token:${id}`)
-    const token = await revokeToken(this.#store.db, id)
+    const token = await revokeToken(this.#store, id)
     this.#store.access.deliver(`token:${id}`)
     await echoed()
     if (!token) throw notFoundError('token')
@@ -92,26 +92,26 @@ export class Accounts {
 
   /** A single-use ticket that opens one event stream at `path` as the token's user. */
   issueStreamTicket(tokenId: string, path: string, ttlMs: number): Promise<{ ticket: string; expiresAt: string }> {
-    return issueStreamTicket(this.#store.db, tokenId, path, ttlMs)
+    return issueStreamTicket(this.#store, tokenId, path, ttlMs)
   }
 
   /** Redeems a stream ticket (once, for its path, before it expires). */
   redeemStreamTicket(ticket: string, path: string): Promise<{ user: User; tokenId: string } | undefined> {
-    return redeemStreamTicket(this.#store.db, ticket, path)
+    return redeemStreamTicket(this.#store, ticket, path)
   }
 
   /** The live token's user (enabled); `undefined` for an unknown, revoked or disabled one. */
   authenticate(token: string): Promise<{ user: User; tokenId: string } | undefined> {
-    return authenticateToken(this.#store.db, token)
+    return authenticateToken(this.#store, token)
   }
 
   /** Whether a token (by id) is live and its user enabled: what an open stream re-checks. */
   isTokenLive(tokenId: string): Promise<boolean> {
-    return isTokenLive(this.#store.db, tokenId)
+    return isTokenLive(this.#store, tokenId)
   }
 
   /** Records a token's use. */
   touchToken(tokenId: string): Promise<void> {
-    return touchToken(this.#store.db, tokenId)
+    return touchToken(this.#store, tokenId)
   }
 }

@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto'
 import { sql, type RawBuilder } from 'kysely'
 import { canonicalJson } from './canonical-json.js'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import { storableJson } from './storable.js'
+import { kysely, type Executor } from './executor.js'
 
 export const genesisHash = '0'.repeat(64)
 
@@ -54,7 +55,7 @@ export function hashAuditEntry(entry: Omit<AuditEntry, 'hash'>): string {
  * lock keeps one lock order everywhere (rows, audit chain, event log).
  */
 export async function lockAuditLog(tx: Executor): Promise<void> {
-  await sql`select 1 from audit_chain for no key update`.execute(tx)
+  await sql`select 1 from audit_chain for no key update`.execute(kysely(tx))
 }
 
 // Stands for the id in the canonical JSON the statement completes: the id is only known once the
@@ -138,13 +139,13 @@ export function auditAppendManyCtes(
 
 /** Appends one entry to the chain inside the caller's transaction, in one statement (`auditAppendCtes`). */
 export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Promise<AuditEntry> {
-  if (!tx.isTransaction) throw new Error('appendAuditEntry must run inside a transaction')
+  if (!kysely(tx).isTransaction) throw new Error('appendAuditEntry must run inside a transaction')
   const append = auditAppendCtes(input)
   const { rows } = await sql<{
     id: string
     prev_hash: string
     hash: string
-  }>`with ${append.sql} select * from audit_entry`.execute(tx)
+  }>`with ${append.sql} select * from audit_entry`.execute(kysely(tx))
   const row = rows[0]
   if (!row) throw new Error('the audit chain has no tail row')
   return { ...input, id: Number(row.id), prevHash: row.prev_hash, hash: row.hash, createdAt: append.createdAt }
@@ -152,13 +153,13 @@ export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Pr
 
 /** The chain's tail as recorded by the last append (to detect entries removed from the end). */
 export async function readAuditTail(db: Executor): Promise<{ id: number; hash: string }> {
-  const row = await db.selectFrom('audit_chain').select(['last_id', 'hash']).executeTakeFirst()
+  const row = await kysely(db).selectFrom('audit_chain').select(['last_id', 'hash']).executeTakeFirst()
   return { id: Number(row?.last_id ?? 0), hash: row?.hash ?? genesisHash }
 }
 
 /** Entries in chain order after `afterId` (for verification). */
 export async function readAuditEntries(db: Executor, afterId: number, limit: number): Promise<AuditEntry[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('audit_log')
     .selectAll()
     .where('id', '>', String(afterId))
@@ -184,7 +185,7 @@ export async function listAuditDispatches(
   filter: AuditFilter,
   page: PageRequest,
 ): Promise<Page<{ id: string; entries: AuditEntry[] }>> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('dispatches')
     .select('id')
     .where((eb) =>
@@ -205,7 +206,12 @@ export async function listAuditDispatches(
     dispatchIds.length === 0
       ? []
       : (
-          await db.selectFrom('audit_log').selectAll().where('dispatch_id', 'in', dispatchIds).orderBy('id').execute()
+          await kysely(db)
+            .selectFrom('audit_log')
+            .selectAll()
+            .where('dispatch_id', 'in', dispatchIds)
+            .orderBy('id')
+            .execute()
         ).map(toEntry)
   return {
     items: dispatchIds.map((id) => ({ id, entries: entries.filter((entry) => entry.dispatchId === id) })),
@@ -250,7 +256,7 @@ export async function lastAuditEnvelope(
   db: Executor,
   dispatchId: string,
 ): Promise<{ [key: string]: JsonValue } | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('audit_log')
     .select('envelope')
     .where('dispatch_id', '=', dispatchId)

@@ -1,10 +1,11 @@
 import { sql } from 'kysely'
 import { announceAccessChange } from './access-signals.js'
 import { toProject, type Project } from './project-repository.js'
-import type { Executor, PermissionMode } from './database.js'
+import type { PermissionMode } from './database.js'
 import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
+import { kysely, type Executor } from './executor.js'
 
 export interface Conversation {
   id: string
@@ -27,7 +28,7 @@ export async function createConversation(
   tx: Executor,
   input: { projectId: string; ownerId: string; title?: string },
 ): Promise<Conversation> {
-  const row = await tx
+  const row = await kysely(tx)
     .insertInto('conversations')
     .values({ id: newId(), project_id: input.projectId, owner_id: input.ownerId, title: input.title ?? '' })
     .returningAll()
@@ -51,7 +52,7 @@ export async function getConversationWithProject(
   db: Executor,
   id: string,
 ): Promise<{ conversation: Conversation; project: Project } | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('conversations')
     .innerJoin('projects', 'projects.id', 'conversations.project_id')
     .selectAll('conversations')
@@ -64,7 +65,7 @@ export async function getConversationWithProject(
 }
 
 export async function getConversation(db: Executor, id: string): Promise<Conversation | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('conversations')
     .innerJoin('projects', 'projects.id', 'conversations.project_id')
     .selectAll('conversations')
@@ -82,7 +83,7 @@ export async function listConversations(
   page: PageRequest,
   ownerId?: string,
 ): Promise<Page<Conversation>> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('conversations')
     .selectAll()
     .where('project_id', '=', projectId)
@@ -102,7 +103,7 @@ export async function listConversationsOf(
   page: PageRequest,
 ): Promise<Page<Conversation>> {
   if (projectIds.length === 0) return { items: [], nextCursor: null }
-  let query = db
+  let query = kysely(db)
     .selectFrom('conversations')
     .innerJoin('projects', 'projects.id', 'conversations.project_id')
     .selectAll('conversations')
@@ -129,7 +130,7 @@ export async function updateConversation(
           permission_mode: patch.permissionMode,
           mode_expires_at: patch.permissionMode === 'full' ? new Date(Date.now() + options.fullModeTtlMs) : null,
         }
-  const row = await tx
+  const row = await kysely(tx)
     .updateTable('conversations')
     .set({ ...(patch.title !== undefined && { title: patch.title }), ...modeChange, updated_at: new Date() })
     .where('id', '=', conversation.id)
@@ -150,7 +151,7 @@ export async function updateConversation(
 
 export async function deleteConversation(tx: Executor, conversation: Conversation): Promise<void> {
   const now = new Date()
-  await tx
+  await kysely(tx)
     .updateTable('conversations')
     .set({ deleted_at: now, updated_at: now })
     .where('id', '=', conversation.id)

@@ -1,4 +1,4 @@
-import type { ColumnType, Generated, Kysely } from 'kysely'
+import type { ColumnType, Generated } from 'kysely'
 
 /** A timestamp column: read as Date, written as Date or ISO string, defaulted by the database. */
 type CreatedAt = ColumnType<Date, Date | string | undefined, never>
@@ -381,6 +381,3 @@ export interface Database {
   rag_settings: RagSettingsTable
   settings: SettingsTable
 }
-
-/** Anything queries can run on: the database or an open transaction. */
-export type Executor = Kysely<Database>

@@ -1,7 +1,8 @@
 import { sql } from 'kysely'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import { storableJson } from './storable.js'
+import { kysely, type Executor } from './executor.js'
 
 export type DecisionStatus = 'pending' | 'approved' | 'rejected' | 'expired'
 
@@ -49,7 +50,7 @@ export type NewDecision = Pick<
 > & { approvers?: string[] | null; kind?: 'approve' | 'connect' }
 
 export async function insertDecision(tx: Executor, decision: NewDecision): Promise<DecisionRecord> {
-  const row = await tx
+  const row = await kysely(tx)
     .insertInto('decisions')
     .values({
       id: decision.id,
@@ -74,7 +75,7 @@ export async function insertDecision(tx: Executor, decision: NewDecision): Promi
 }
 
 export async function getDecision(db: Executor, id: string): Promise<DecisionRecord | undefined> {
-  const row = await db.selectFrom('decisions').selectAll().where('id', '=', id).executeTakeFirst()
+  const row = await kysely(db).selectFrom('decisions').selectAll().where('id', '=', id).executeTakeFirst()
   return row && toDecision(row)
 }
 
@@ -92,7 +93,7 @@ export async function resolveDecision(
     note?: string
   },
 ): Promise<DecisionRecord | undefined> {
-  const row = await tx
+  const row = await kysely(tx)
     .updateTable('decisions')
     .set({
       status: outcome.status,
@@ -110,7 +111,7 @@ export async function resolveDecision(
 
 /** A run's decisions still pending (to expire once the run has ended). */
 export async function pendingDecisionIds(db: Executor, runId: string): Promise<string[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('decisions')
     .select('id')
     .where('run_id', '=', runId)
@@ -119,13 +120,24 @@ export async function pendingDecisionIds(db: Executor, runId: string): Promise<s
   return rows.map((row) => row.id)
 }
 
+/** Pending decisions whose deadline is at or before `now`. */
+export async function overdueDecisionIds(db: Executor, now: Date): Promise<string[]> {
+  const overdue = await kysely(db)
+    .selectFrom('decisions')
+    .select('id')
+    .where('status', '=', 'pending')
+    .where('expires_at', '<=', now)
+    .execute()
+  return overdue.map((row) => row.id)
+}
+
 /** Decisions a user may see: those in projects or conversations given, or their own. */
 export async function listDecisions(
   db: Executor,
   filter: { userId: string; visibleProjectIds: string[]; status?: DecisionStatus; conversationId?: string },
   page: PageRequest,
 ): Promise<Page<DecisionRecord>> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('decisions')
     .selectAll()
     .where((eb) =>
@@ -156,7 +168,7 @@ export async function insertAllowance(
     expiresAt: string
   },
 ): Promise<void> {
-  await tx
+  await kysely(tx)
     .insertInto('allowances')
     .values({
       id: allowance.id,
@@ -177,7 +189,7 @@ export async function findAllowance(
   commandId: string,
   paramsHash: string,
 ): Promise<{ decisionId: string } | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('allowances')
     .select('decision_id')
     .where('conversation_id', '=', conversationId)
@@ -253,7 +265,7 @@ function toDecision(row: DecisionRow): DecisionRecord {
 
 /** A user's pending `connect` decisions for commands under `prefix` (an MCP server's `mcp.<server>.`). */
 export async function pendingConnectDecisions(db: Executor, ownerId: string, prefix: string): Promise<string[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('decisions')
     .select('id')
     .where('owner_id', '=', ownerId)
@@ -268,7 +280,7 @@ export async function pendingConnectDecisions(db: Executor, ownerId: string, pre
 /** The kind of each of these decisions (`approve` or `connect`). */
 export async function decisionKinds(db: Executor, ids: readonly string[]): Promise<Map<string, 'approve' | 'connect'>> {
   if (ids.length === 0) return new Map()
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('decisions')
     .select(['id', 'kind'])
     .where('id', 'in', [...ids])

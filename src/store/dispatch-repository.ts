@@ -1,7 +1,8 @@
 import { sql } from 'kysely'
 import { auditAppendCtes, type AuditEntryInput } from './audit-repository.js'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import { storableJson } from './storable.js'
+import { kysely, type Executor } from './executor.js'
 
 export type DispatchStatus =
   'requested' | 'awaiting_decision' | 'running' | 'succeeded' | 'failed' | 'rejected' | 'expired' | 'cancelled'
@@ -64,7 +65,7 @@ function dispatchValues(dispatch: NewDispatch) {
 }
 
 export async function insertDispatch(tx: Executor, dispatch: NewDispatch): Promise<DispatchRecord | undefined> {
-  const row = await tx
+  const row = await kysely(tx)
     .insertInto('dispatches')
     .values(dispatchValues(dispatch))
     .onConflict((conflict) =>
@@ -84,7 +85,7 @@ export async function insertDispatchAudited(
   dispatch: NewDispatch,
   audit: AuditEntryInput,
 ): Promise<DispatchRecord | undefined> {
-  const insert = tx
+  const insert = kysely(tx)
     .insertInto('dispatches')
     .values(dispatchValues(dispatch))
     .onConflict((conflict) =>
@@ -92,13 +93,15 @@ export async function insertDispatchAudited(
     )
     .returningAll()
   const { rows } =
-    await sql<DispatchRow>`with d as (${insert}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(tx)
+    await sql<DispatchRow>`with d as (${insert}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(
+      kysely(tx),
+    )
   const row = rows[0]
   return row && toDispatch(row)
 }
 
 export async function getDispatch(db: Executor, id: string): Promise<DispatchRecord | undefined> {
-  const row = await db.selectFrom('dispatches').selectAll().where('id', '=', id).executeTakeFirst()
+  const row = await kysely(db).selectFrom('dispatches').selectAll().where('id', '=', id).executeTakeFirst()
   return row && toDispatch(row)
 }
 
@@ -107,7 +110,7 @@ export async function findDispatchByKey(
   ownerId: string,
   key: string,
 ): Promise<DispatchRecord | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('dispatches')
     .selectAll()
     .where('owner_id', '=', ownerId)
@@ -127,7 +130,7 @@ export type DispatchChange = {
 
 /** A dispatch's change as a query (RETURNING the row), to ride in a larger statement. */
 export function updateDispatchQuery(tx: Executor, id: string, change: DispatchChange) {
-  return tx
+  return kysely(tx)
     .updateTable('dispatches')
     .set({
       status: change.status,
@@ -155,7 +158,7 @@ export async function updateDispatchAudited(
 ): Promise<DispatchRecord> {
   const { rows } =
     await sql<DispatchRow>`with d as (${updateDispatchQuery(tx, id, change)}), ${auditAppendCtes(audit, 'd').sql} select d.* from d`.execute(
-      tx,
+      kysely(tx),
     )
   const row = rows[0]
   if (!row) throw new Error(`no dispatch ${id}`)
@@ -216,7 +219,7 @@ function toDispatch(row: DispatchRow): DispatchRecord {
 
 /** Renews the executor lease of every dispatch this process is running. */
 export async function renewDispatchExecutor(db: Executor, executor: string, expiresAt: Date): Promise<void> {
-  await db
+  await kysely(db)
     .updateTable('dispatches')
     .set({ executor_expires_at: expiresAt })
     .where('executor', '=', executor)
@@ -232,7 +235,7 @@ export async function findOrphanedDispatches(
   db: Executor,
   options: { all: boolean; except: string },
 ): Promise<DispatchRecord[]> {
-  let query = db.selectFrom('dispatches').selectAll().where('status', '=', 'running')
+  let query = kysely(db).selectFrom('dispatches').selectAll().where('status', '=', 'running')
   query = options.all
     ? query.where((eb) => eb.or([eb('executor', 'is', null), eb('executor', '!=', options.except)]))
     : query.where((eb) => eb.or([eb('executor_expires_at', 'is', null), eb('executor_expires_at', '<', new Date())]))
@@ -248,7 +251,7 @@ export async function findApprovedUnstarted(
   db: Executor,
   options: { all: boolean; before: Date },
 ): Promise<DispatchRecord[]> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('dispatches')
     .innerJoin('decisions', 'decisions.id', 'dispatches.decision_id')
     .selectAll('dispatches')
@@ -258,8 +261,26 @@ export async function findApprovedUnstarted(
   return (await query.limit(500).execute()).map(toDispatch)
 }
 
+/** Who runs a dispatch and until when its lease holds (with its last change); `undefined` when absent. */
+export async function dispatchExecution(
+  db: Executor,
+  id: string,
+): Promise<{ executor: string | null; executorExpiresAt: Date | null; updatedAt: Date } | undefined> {
+  const row = await kysely(db)
+    .selectFrom('dispatches')
+    .select(['executor', 'executor_expires_at', 'updated_at'])
+    .where('id', '=', id)
+    .executeTakeFirst()
+  return row && { executor: row.executor, executorExpiresAt: row.executor_expires_at, updatedAt: row.updated_at }
+}
+
 /** Locks a dispatch row for the rest of the transaction and reads it. */
 export async function lockDispatch(tx: Executor, id: string): Promise<DispatchRecord | undefined> {
-  const row = await tx.selectFrom('dispatches').selectAll().where('id', '=', id).forNoKeyUpdate().executeTakeFirst()
+  const row = await kysely(tx)
+    .selectFrom('dispatches')
+    .selectAll()
+    .where('id', '=', id)
+    .forNoKeyUpdate()
+    .executeTakeFirst()
   return row && toDispatch(row)
 }

@@ -1,6 +1,6 @@
 import { sql, type OperationNodeSource } from 'kysely'
 import { auditAppendManyCtes, type AuditEntryInput } from './audit-repository.js'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import type { NewDispatch } from './dispatch-repository.js'
 import {
   eventFromJson,
@@ -14,6 +14,7 @@ import { updateToolCallQuery } from './run-repository.js'
 import type { TransitionFence } from './run-transition.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
+import { kysely, type Executor } from './executor.js'
 
 /** A dispatch that starts running as it is recorded (no human had to be asked). */
 export interface StartingDispatch extends NewDispatch {
@@ -103,7 +104,7 @@ export async function insertDispatchStarted(
     ${eventsPart}
     select ${run ? sql`(select count(*) from f)` : sql`1`} as fenced, (select count(*) from d) as inserted,
            (select count(*) from audit_entry) as audited, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(
-    db,
+    kysely(db),
   )
   const row = rows[0]
   return {

@@ -1,5 +1,5 @@
-import type { Executor } from './database.js'
 import { eventDataJson, isCatalogEvent, lastEventId, readAllEvents, type EventRecord } from './event-log.js'
+import type { Executor } from './executor.js'
 
 /** Starts listening for commit notifications (with their payload); returns a function that stops. */
 export type NotificationSource = (onNotify: (payload?: string) => void) => Promise<() => Promise<void>>

@@ -8,9 +8,10 @@ import {
   type RootOperationNode,
   type UnknownRow,
 } from 'kysely'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import { storableJson } from './storable.js'
 import { outboxCte } from './webhook-outbox.js'
+import { kysely, type Db, type Executor } from './executor.js'
 
 /** The channel on which committed events are announced to every server instance. */
 export const eventsChannel = 'plinth_events'
@@ -50,7 +51,7 @@ export class AppendLog implements KyselyPlugin {
   constructor(readonly tag: string) {}
 
   /** `tx` with this log installed (what the transaction's callback is given). */
-  install<T extends Executor>(tx: T): T {
+  install<T extends Db>(tx: T): T {
     return tx.withPlugin(this) as T
   }
 
@@ -64,7 +65,7 @@ export class AppendLog implements KyselyPlugin {
 }
 
 function appendLogOf(tx: Executor): AppendLog | undefined {
-  for (const plugin of tx.getExecutor().plugins) if (plugin instanceof AppendLog) return plugin
+  for (const plugin of kysely(tx).getExecutor().plugins) if (plugin instanceof AppendLog) return plugin
   return undefined
 }
 
@@ -78,7 +79,7 @@ export type EventScope = { projectId: string } | { conversationId: string } | { 
  * rollback), waking live streams on every instance.
  */
 export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<EventRecord[]> {
-  if (!tx.isTransaction) throw new Error('appendEvents must run inside a transaction')
+  if (!kysely(tx).isTransaction) throw new Error('appendEvents must run inside a transaction')
   const tracking = appendLogOf(tx)
   const records = await insertEvents(tx, events, tracking?.tag ?? '')
   tracking?.events.push(...records)
@@ -95,7 +96,7 @@ export async function appendEventsAfter(
   writes: OperationNodeSource[],
   events: NewEvent[],
 ): Promise<EventRecord[]> {
-  if (!tx.isTransaction) throw new Error('appendEventsAfter must run inside a transaction')
+  if (!kysely(tx).isTransaction) throw new Error('appendEventsAfter must run inside a transaction')
   const tracking = appendLogOf(tx)
   const names = writes.map((_, index) => `w${index}`)
   const ctes = writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write}), `)
@@ -107,7 +108,7 @@ export async function appendEventsAfter(
   const { rows } = await sql<EventRow>`
     with ${sql.join(ctes, sql``)}
     lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked where true ${sql.join(done, sql``)})
-    ${outbox ? sql`, e as (${insert}), ${outbox} select * from e` : insert}`.execute(tx)
+    ${outbox ? sql`, e as (${insert}), ${outbox} select * from e` : insert}`.execute(kysely(tx))
   const records = rows.map(toEventRecord).sort((a, b) => a.id - b.id)
   tracking?.events.push(...records)
   return records
@@ -164,7 +165,7 @@ async function insertEvents(db: Executor, events: NewEvent[], tag: string, fence
   const outbox = outboxCte(events)
   const { rows } = await (
     outbox ? sql<EventRow>`with e as (${insert}), ${outbox} select * from e` : sql<EventRow>`${insert}`
-  ).execute(db)
+  ).execute(kysely(db))
   return rows.map(toEventRecord).sort((a, b) => a.id - b.id)
 }
 
@@ -202,7 +203,9 @@ export async function readEvents(
   limit: number,
 ): Promise<EventRecord[]> {
   const { rows } =
-    await sql<EventRow>`select * from ${scopedEvents(scope, afterId, limit)} e order by id limit ${limit}`.execute(db)
+    await sql<EventRow>`select * from ${scopedEvents(scope, afterId, limit)} e order by id limit ${limit}`.execute(
+      kysely(db),
+    )
   return rows.map(toEventRecord)
 }
 
@@ -226,7 +229,7 @@ export async function readEventPage(
       from (select * from ${scopedEvents(scope, afterId, limit)} s order by id limit ${limit}) scoped order by id
     ) page on page.id = e.id
     where page.through - page.size < ${maxBytes}
-    order by e.id`.execute(db)
+    order by e.id`.execute(kysely(db))
   const last = rows.at(-1)
   return {
     events: rows.map(toEventRecord),
@@ -248,7 +251,7 @@ export function eventDataJson(event: EventRecord): string {
 
 /** Every event after `afterId`, oldest first (the live feed's read). */
 export async function readAllEvents(db: Executor, afterId: number, limit: number): Promise<EventRecord[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('events')
     .selectAll()
     .where('id', '>', String(afterId))
@@ -259,7 +262,7 @@ export async function readAllEvents(db: Executor, afterId: number, limit: number
 }
 
 export async function lastEventId(db: Executor): Promise<number> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('events')
     .select(sql<string | null>`max(id)`.as('max'))
     .executeTakeFirst()
@@ -299,7 +302,7 @@ export async function runLogPoint(db: Executor, runId: string): Promise<{ lastId
     select (select max(id) from events where run_id = ${runId}) as last, s.id as status_id, s.data->>'status' as status
     from (select 1) one
     left join lateral (select id, data from events where run_id = ${runId} and type = 'run.status' order by id desc limit 1) s on true`.execute(
-    db,
+    kysely(db),
   )
   const row = rows[0]
   return {

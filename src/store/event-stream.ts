@@ -1,6 +1,6 @@
-import type { Executor } from './database.js'
 import type { EventFeed } from './event-feed.js'
 import { eventDataJson, readEventPage, type EventRecord, type EventScope } from './event-log.js'
+import type { Executor } from './executor.js'
 
 export interface EventStreamOptions {
   /** Deliver events with ids above this one (from `Last-Event-ID` or `?after=`). */

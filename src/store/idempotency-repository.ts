@@ -1,5 +1,6 @@
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import { storableJson } from './storable.js'
+import { kysely, type Executor } from './executor.js'
 
 export interface IdempotencyRecord {
   requestHash: string
@@ -12,7 +13,7 @@ export async function findIdempotencyRecord(
   userId: string,
   key: string,
 ): Promise<IdempotencyRecord | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('idempotency_keys')
     .select(['request_hash', 'status_code', 'response'])
     .where('user_id', '=', userId)
@@ -31,7 +32,7 @@ export async function saveIdempotencyRecord(
   key: string,
   record: IdempotencyRecord,
 ): Promise<boolean> {
-  const row = await tx
+  const row = await kysely(tx)
     .insertInto('idempotency_keys')
     .values({
       user_id: userId,

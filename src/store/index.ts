@@ -1,24 +1,9 @@
 /** The store: one set of queries over Postgres (pg) or embedded PGlite, migrations and the event log. */
-export {
-  openStore,
-  dumpMigratedPGlite,
-  pgliteTemplatePath,
-  redactUrl,
-  type Engine,
-  type Store,
-  type StoreOptions,
-} from './open-store.js'
-export { readMigrations, migrate, type Migration, type MigrationResult } from './migrator.js'
-export {
-  StoreError,
-  RequestError,
-  KeyTaken,
-  notFoundError,
-  isUniqueViolation,
-  type StoreErrorCode,
-  type RequestErrorCode,
-} from './store-errors.js'
-export type { Database, Executor, JsonValue, PermissionMode } from './database.js'
+export { openStore, dumpMigratedPGlite, pgliteTemplatePath, type Store } from './open-store.js'
+export { readMigrations, migrate } from './migrator.js'
+export { StoreError, RequestError, KeyTaken, notFoundError, isUniqueViolation } from './store-errors.js'
+export type { JsonValue } from './database.js'
+export type { Executor } from './executor.js'
 export { newId, isId } from './ids.js'
 export type { Page, PageRequest } from './page.js'
 export { appendCatalogChange } from './catalog-events.js'
@@ -35,25 +20,154 @@ export {
   type NewEvent,
   type RunFence,
 } from './event-log.js'
-export { EventFeed } from './event-feed.js'
-export { AccessSignals, announceAccessChange, type AccessListener, type AccessSubject } from './access-signals.js'
-export { RunSignals, announceRunEnded, type RunSignalListener } from './run-signals.js'
-export { streamEvents, type EventStreamOptions } from './event-stream.js'
-export * from './user-repository.js'
+export { AccessSignals, announceAccessChange, type AccessSubject } from './access-signals.js'
+export { announceRunEnded } from './run-signals.js'
+export { streamEvents } from './event-stream.js'
+export {
+  createUser,
+  hasUsers,
+  activeUserIds,
+  countActiveUsers,
+  createToken,
+  revokeToken,
+  isTokenLive,
+  type User,
+  type ApiToken,
+  type IssuedToken,
+} from './user-repository.js'
 export { Accounts } from './accounts.js'
-export * from './project-repository.js'
-export * from './conversation-repository.js'
-export * from './message-repository.js'
-export * from './idempotency-repository.js'
-export * from './kv-repository.js'
-export * from './mcp-connection-repository.js'
-export * from './mcp-session-repository.js'
-export * from './dispatch-repository.js'
-export * from './decision-repository.js'
-export * from './audit-repository.js'
+export {
+  createProject,
+  getProject,
+  liveProjectIdsOwnedBy,
+  projectIdsOwnedBy,
+  listProjects,
+  updateProject,
+  deleteProject,
+  type ModelParams,
+  type AgentProfile,
+  type Project,
+  type ProjectInput,
+} from './project-repository.js'
+export {
+  createConversation,
+  getConversationWithProject,
+  getConversation,
+  listConversations,
+  listConversationsOf,
+  updateConversation,
+  deleteConversation,
+  type Conversation,
+} from './conversation-repository.js'
+export { listMessages, runMessages, type Message } from './message-repository.js'
+export { findIdempotencyRecord, saveIdempotencyRecord } from './idempotency-repository.js'
+export { kvGet, kvSet, kvDelete, kvList } from './kv-repository.js'
+export {
+  getMcpConnection,
+  findMcpConnectionByState,
+  anyConnectedMcpConnection,
+  listMcpConnections,
+  saveMcpConnection,
+  deleteMcpConnection,
+  updateMcpConnection,
+  type McpConnectionRecord,
+} from './mcp-connection-repository.js'
+export {
+  createMcpSession,
+  touchMcpSession,
+  deleteMcpSession,
+  deleteIdleMcpSessions,
+  createMcpElicitation,
+  answerMcpElicitation,
+  mcpElicitationState,
+  type McpSessionRecord,
+} from './mcp-session-repository.js'
+export {
+  insertDispatchAudited,
+  getDispatch,
+  findDispatchByKey,
+  updateDispatchQuery,
+  updateDispatchAudited,
+  renewDispatchExecutor,
+  findOrphanedDispatches,
+  findApprovedUnstarted,
+  dispatchExecution,
+  lockDispatch,
+  type DispatchStatus,
+  type DispatchRecord,
+  type DispatchChange,
+} from './dispatch-repository.js'
+export {
+  insertDecision,
+  getDecision,
+  resolveDecision,
+  pendingDecisionIds,
+  overdueDecisionIds,
+  listDecisions,
+  insertAllowance,
+  findAllowance,
+  pendingConnectDecisions,
+  decisionKinds,
+  type DecisionStatus,
+  type DecisionRecord,
+} from './decision-repository.js'
+export {
+  hashAuditEntry,
+  lockAuditLog,
+  auditAppendManyCtes,
+  appendAuditEntry,
+  readAuditTail,
+  readAuditEntries,
+  listAuditDispatches,
+  lastAuditEnvelope,
+  genesisHash,
+  type AuditEntryInput,
+  type AuditFilter,
+} from './audit-repository.js'
 export { canonicalJson } from './canonical-json.js'
-export type { AuditFilter, AuditEntry } from './audit-repository.js'
-export * from './run-repository.js'
+export {
+  countActiveRunsOf,
+  createRun,
+  getRun,
+  lockRun,
+  updateRun,
+  nextQueuedRun,
+  nextQueuedRunAfterEnd,
+  findRunsWithExpiredLease,
+  findRunsWaitingSince,
+  modelsNamedButMissing,
+  findStartableQueues,
+  fenceRun,
+  renewLease,
+  releaseLease,
+  takeOverRun,
+  completeAssistantMessage,
+  closeStreamingMessages,
+  findAnsweredWaitingRuns,
+  activeRunIds,
+  listRuns,
+  insertToolMessageQuery,
+  readTranscript,
+  readTranscriptTail,
+  readTranscriptAfter,
+  transcriptAfterRead,
+  transcriptRowsFromJson,
+  updateToolCall,
+  updateToolCallQuery,
+  listToolCalls,
+  runEvent,
+  runJson,
+  activeRunStatuses,
+  terminalRunStatuses,
+  type Run,
+  type RunProfile,
+  type NewRun,
+  type RunPatch,
+  type StoredToolCall,
+  type TranscriptMessage,
+  type TranscriptRow,
+  type ToolCallRecord,
+} from './run-repository.js'
 export {
   completeAssistantMessageWrite,
   finishDispatchInRun,
@@ -63,37 +177,52 @@ export {
   toolCallResultAfterFence,
   type FencedPart,
   type FencedWrite,
-  type TransitionFence,
+  type TransitionRead,
   type TransitionReads,
   type Prefetched,
-  type RunPrefetch,
   type TransitionWrite,
 } from './run-transition.js'
+export { moveInto } from './run-states.js'
+export { insertDispatchStarted, toolCallStartedWithDispatch, type DispatchStartPart } from './dispatch-start.js'
+export type { RunStatus, ToolCallStatus } from './database.js'
 export {
-  runStatuses,
-  runTransitions,
-  moveInto,
-  isRunTransition,
-  type RunActor,
-  type RunTransitionRule,
-  type RunFrom,
-  type RunCreatedStatus,
-  type RunMove,
-} from './run-states.js'
-export {
-  insertDispatchStarted,
-  toolCallStartedWithDispatch,
-  type DispatchGatedWrite,
-  type DispatchStartPart,
-  type StartingDispatch,
-} from './dispatch-start.js'
-export type { RunStatus, RunPhase, ToolCallStatus, KnowledgeStatus, IngestStatus } from './database.js'
-export * from './knowledge-repository.js'
-export { getSetting, setSetting, SettingsSignals, settingsChannel } from './settings-repository.js'
-export * from './stream-ticket-repository.js'
-export * from './storable.js'
-export * from './work-usage-repository.js'
-export { webhookEventTypes, webhookTypeOf, WebhookSignals, type WebhookEventType } from './webhook-outbox.js'
+  insertKnowledgeItem,
+  getKnowledgeItem,
+  listKnowledgeItems,
+  claimKnowledgeIngest,
+  pendingUploadPaths,
+  pendingKnowledgeItemIds,
+  finishKnowledgeIngest,
+  insertKnowledgeChunkBatch,
+  renewKnowledgeLease,
+  deleteKnowledgeChunkBatch,
+  completeKnowledgeIngest,
+  knowledgeBytesOf,
+  failKnowledgeIngest,
+  publishKnowledgeItem,
+  deleteKnowledgeItem,
+  listKnowledgeChunks,
+  searchChunksFullText,
+  searchChunksVector,
+  getRagSettings,
+  setRagSettings,
+  ensureVectorIndex,
+  dropVectorIndexes,
+  countKnowledgeChunks,
+  chunksAfter,
+  updateChunkEmbeddings,
+  hasKnowledge,
+  knowledgeItemText,
+  type KnowledgeItem,
+  type NewChunk,
+  type KnowledgeChunk,
+  type ChunkScope,
+  type ChunkHit,
+} from './knowledge-repository.js'
+export { getSetting, setSetting } from './settings-repository.js'
+export { storableText, storableJsonText } from './storable.js'
+export { recordWorkUsage, adjustWorkUsage, workUsageOf, type WorkUsage } from './work-usage-repository.js'
+export { webhookEventTypes, type WebhookEventType } from './webhook-outbox.js'
 export {
   insertWebhook,
   getWebhook,
@@ -102,8 +231,6 @@ export {
   rotateWebhookSecret,
   deleteWebhook,
   type WebhookRecord,
-  type NewWebhook,
-  type WebhookPatch,
 } from './webhook-repository.js'
 export {
   claimMessages,
@@ -118,5 +245,4 @@ export {
   type ClaimedMessage,
   type AttemptOutcome,
   type DeliveryRecord,
-  type DeliveryAttempt,
 } from './webhook-delivery-repository.js'

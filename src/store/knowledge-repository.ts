@@ -1,8 +1,9 @@
 import { sql, type RawBuilder } from 'kysely'
-import type { Executor, IngestStatus, JsonValue, KnowledgeStatus } from './database.js'
+import type { IngestStatus, JsonValue, KnowledgeStatus } from './database.js'
 import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
+import { kysely, type Executor } from './executor.js'
 
 /** A knowledge item as the API shows it (never its body or upload). */
 export interface KnowledgeItem {
@@ -95,7 +96,7 @@ const itemColumns = [
 
 /** Creates an item (pending ingestion) and announces it on the project stream. */
 export async function insertKnowledgeItem(tx: Executor, input: NewKnowledgeItem): Promise<KnowledgeItem> {
-  const row = await tx
+  const row = await kysely(tx)
     .insertInto('knowledge_items')
     .values({
       id: newId(),
@@ -118,7 +119,7 @@ export async function insertKnowledgeItem(tx: Executor, input: NewKnowledgeItem)
 }
 
 export async function getKnowledgeItem(db: Executor, id: string): Promise<KnowledgeItem | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('knowledge_items')
     .select(itemColumns)
     .where('id', '=', id)
@@ -134,7 +135,7 @@ export async function listKnowledgeItems(
   viewerId: string,
   page: PageRequest,
 ): Promise<Page<KnowledgeItem>> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('knowledge_items')
     .select(itemColumns)
     .where('project_id', '=', projectId)
@@ -159,7 +160,7 @@ export async function claimKnowledgeIngest(
   | { item: KnowledgeItem; body: string | null; upload: Uint8Array | null; uploadPath: string | null; attempt: number }
   | undefined
 > {
-  const row = await db
+  const row = await kysely(db)
     .updateTable('knowledge_items')
     .set({ ingest_lease_until: new Date(Date.now() + leaseMs), ingest_attempts: sql`ingest_attempts + 1` })
     .where('id', '=', id)
@@ -180,7 +181,7 @@ export async function claimKnowledgeIngest(
 
 /** Upload files still waiting for ingestion (any file of the uploads directory not named here is left over). */
 export async function pendingUploadPaths(db: Executor): Promise<Set<string>> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('knowledge_items')
     .select('upload_path')
     .where('upload_path', 'is not', null)
@@ -190,7 +191,7 @@ export async function pendingUploadPaths(db: Executor): Promise<Set<string>> {
 
 /** Ids of items waiting for ingestion whose lease (if any) ran out, oldest first. */
 export async function pendingKnowledgeItemIds(db: Executor, limit: number): Promise<string[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('knowledge_items')
     .select('id')
     .where('ingest_status', '=', 'pending')
@@ -209,7 +210,7 @@ export async function finishKnowledgeIngest(
   body: string,
   chunks: readonly NewChunk[],
 ): Promise<KnowledgeItem | undefined> {
-  const item = await tx
+  const item = await kysely(tx)
     .updateTable('knowledge_items')
     .set({
       ingest_status: 'ready',
@@ -241,7 +242,7 @@ async function insertChunks(tx: Executor, item: KnowledgeItem, chunks: readonly 
           sql`(${newId()}, ${item.id}, ${item.projectId}, ${item.ownerId}, ${item.status === 'published'}, ${chunk.seq}, ${chunk.heading}, ${chunk.text}, ${chunk.search}::tsvector, ${vectorLiteral(chunk.embedding)}::vector)`,
       )
     await sql`insert into knowledge_chunks (id, item_id, project_id, owner_id, published, seq, heading, text, search, embedding) values ${sql.join(values)}`.execute(
-      tx,
+      kysely(tx),
     )
   }
 }
@@ -268,7 +269,7 @@ export async function insertKnowledgeChunkBatch(
     select v.id, i.id, i.project_id, i.owner_id, i.status = 'published', v.seq, v.heading, v.text, v.search, v.embedding
     from (values ${sql.join(values)}) as v (id, seq, heading, text, search, embedding)
     join knowledge_items i on i.id = ${itemId} and i.ingest_status = 'pending' and i.deleted_at is null and i.ingest_attempts = ${attempt}`.execute(
-    db,
+    kysely(db),
   )
   return Number(result.numAffectedRows ?? 0)
 }
@@ -280,7 +281,7 @@ export async function renewKnowledgeLease(
   attempt: number,
   leaseMs: number,
 ): Promise<boolean> {
-  const result = await db
+  const result = await kysely(db)
     .updateTable('knowledge_items')
     .set({ ingest_lease_until: new Date(Date.now() + leaseMs) })
     .where('id', '=', itemId)
@@ -295,7 +296,7 @@ export async function renewKnowledgeLease(
 export async function deleteKnowledgeChunkBatch(db: Executor, itemId: string, limit: number): Promise<number> {
   const result =
     await sql`delete from knowledge_chunks where id in (select id from knowledge_chunks where item_id = ${itemId} limit ${limit})`.execute(
-      db,
+      kysely(db),
     )
   return Number(result.numAffectedRows ?? 0)
 }
@@ -308,7 +309,7 @@ export async function completeKnowledgeIngest(
   body: string,
   chunkCount: number,
 ): Promise<KnowledgeItem | undefined> {
-  const row = await tx
+  const row = await kysely(tx)
     .updateTable('knowledge_items')
     .set({
       ingest_status: 'ready',
@@ -334,7 +335,7 @@ export async function completeKnowledgeIngest(
 
 /** Bytes of knowledge a user holds: the sizes of their items that are not deleted. */
 export async function knowledgeBytesOf(db: Executor, ownerId: string): Promise<number> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('knowledge_items')
     .select((eb) => eb.fn.coalesce(eb.fn.sum<string>('byte_size'), sql<string>`0`).as('bytes'))
     .where('owner_id', '=', ownerId)
@@ -349,7 +350,7 @@ export async function failKnowledgeIngest(
   itemId: string,
   reason: string,
 ): Promise<KnowledgeItem | undefined> {
-  const row = await tx
+  const row = await kysely(tx)
     .updateTable('knowledge_items')
     .set({
       ingest_status: 'failed',
@@ -371,7 +372,7 @@ export async function failKnowledgeIngest(
 }
 
 export async function publishKnowledgeItem(tx: Executor, itemId: string): Promise<KnowledgeItem | undefined> {
-  const row = await tx
+  const row = await kysely(tx)
     .updateTable('knowledge_items')
     .set({ status: 'published', published_at: sql`coalesce(published_at, now())`, updated_at: new Date() })
     .where('id', '=', itemId)
@@ -379,7 +380,7 @@ export async function publishKnowledgeItem(tx: Executor, itemId: string): Promis
     .returning(itemColumns)
     .executeTakeFirst()
   if (!row) return undefined
-  await tx.updateTable('knowledge_chunks').set({ published: true }).where('item_id', '=', itemId).execute()
+  await kysely(tx).updateTable('knowledge_chunks').set({ published: true }).where('item_id', '=', itemId).execute()
   const item = toItem(row)
   await appendEvents(tx, [knowledgeEvent('knowledge.published', item)])
   return item
@@ -387,12 +388,12 @@ export async function publishKnowledgeItem(tx: Executor, itemId: string): Promis
 
 /** Soft-deletes an item (its row and text stay for history); its chunks go, so no search finds it. */
 export async function deleteKnowledgeItem(tx: Executor, item: KnowledgeItem): Promise<void> {
-  await tx
+  await kysely(tx)
     .updateTable('knowledge_items')
     .set({ deleted_at: new Date(), upload: null, upload_path: null, updated_at: new Date() })
     .where('id', '=', item.id)
     .execute()
-  await tx.deleteFrom('knowledge_chunks').where('item_id', '=', item.id).execute()
+  await kysely(tx).deleteFrom('knowledge_chunks').where('item_id', '=', item.id).execute()
   await appendEvents(tx, [knowledgeEvent('knowledge.deleted', item)])
 }
 
@@ -402,7 +403,7 @@ export async function listKnowledgeChunks(
   itemId: string,
   page: PageRequest,
 ): Promise<Page<KnowledgeChunk>> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('knowledge_chunks')
     .select(['id', 'item_id', 'seq', 'heading', 'text'])
     .where('item_id', '=', itemId)
@@ -451,7 +452,7 @@ export async function searchChunksFullText(
       select m.id, ts_rank_cd(m.search, ${tsquery}::tsquery) as score
       from (select c.id, c.search from knowledge_chunks c where c.search @@ ${tsquery}::tsquery and ${where} limit ${limit * 20}) as m
       order by score desc, m.id
-      limit ${limit + seen.size}`.execute(db)
+      limit ${limit + seen.size}`.execute(kysely(db))
     for (const row of rows) {
       if (seen.has(row.id)) continue
       seen.add(row.id)
@@ -475,7 +476,7 @@ async function chunkDetails(db: Executor, ids: readonly string[]): Promise<Map<s
   const { rows } = await sql<HitRow>`
     select c.id, c.item_id, c.project_id, c.owner_id, c.heading, c.text, c.seq, i.title, 0 as score
     from knowledge_chunks c join knowledge_items i on i.id = c.item_id
-    where c.id = any(${[...ids]}::text[])`.execute(db)
+    where c.id = any(${[...ids]}::text[])`.execute(kysely(db))
   return new Map(rows.map((row) => [row.id, toHit(row)]))
 }
 
@@ -507,17 +508,17 @@ export async function searchChunksVector(
     )
     select n.id, n.item_id, n.project_id, n.owner_id, n.heading, n.text, n.seq, i.title, 1 - n.distance as score
     from nearest n join knowledge_items i on i.id = n.item_id
-    order by n.distance, n.id`.execute(db)
+    order by n.distance, n.id`.execute(kysely(db))
   return rows.map(toHit)
 }
 
 /** The embedder recorded for this database, if any. */
 export async function getRagSettings(db: Executor): Promise<{ embedder: string; dimensions: number } | undefined> {
-  return db.selectFrom('rag_settings').select(['embedder', 'dimensions']).where('id', '=', 1).executeTakeFirst()
+  return kysely(db).selectFrom('rag_settings').select(['embedder', 'dimensions']).where('id', '=', 1).executeTakeFirst()
 }
 
 export async function setRagSettings(db: Executor, embedder: string, dimensions: number): Promise<void> {
-  await db
+  await kysely(db)
     .insertInto('rag_settings')
     .values({ id: 1, embedder, dimensions })
     .onConflict((conflict) => conflict.column('id').doUpdateSet({ embedder, dimensions, updated_at: new Date() }))
@@ -536,11 +537,13 @@ export async function ensureVectorIndex(db: Executor, dimensions: number, buildM
   // m = 24 and ef_construction = 128 (pgvector's defaults are 16 and 64): with ef_search 400 the
   // bench's recall@10 at 100k chunks is 0.97 instead of 0.7, for twice the build time.
   const create = sql`create index if not exists ${sql.id(name)} on knowledge_chunks using hnsw ((embedding::vector(${sql.raw(String(dims))})) vector_cosine_ops) with (m = 24, ef_construction = 128)`
-  if (!buildMemory || !/^\d+(kB|MB|GB)$/.test(buildMemory)) return void (await create.execute(db))
-  await db.transaction().execute(async (tx) => {
-    await sql`select set_config('maintenance_work_mem', ${buildMemory}, true)`.execute(tx)
-    await create.execute(tx)
-  })
+  if (!buildMemory || !/^\d+(kB|MB|GB)$/.test(buildMemory)) return void (await create.execute(kysely(db)))
+  await kysely(db)
+    .transaction()
+    .execute(async (tx) => {
+      await sql`select set_config('maintenance_work_mem', ${buildMemory}, true)`.execute(tx)
+      await create.execute(tx)
+    })
 }
 
 /** Drops the HNSW indexes on knowledge chunks (all, or all but `keep`). */
@@ -548,14 +551,14 @@ export async function dropVectorIndexes(db: Executor, keep?: string): Promise<vo
   const { rows } = await sql<{
     indexname: string
   }>`select indexname from pg_indexes where tablename = 'knowledge_chunks' and indexname like 'knowledge_chunks_embedding_%'`.execute(
-    db,
+    kysely(db),
   )
   for (const row of rows)
-    if (row.indexname !== keep) await sql`drop index if exists ${sql.id(row.indexname)}`.execute(db)
+    if (row.indexname !== keep) await sql`drop index if exists ${sql.id(row.indexname)}`.execute(kysely(db))
 }
 
 export async function countKnowledgeChunks(db: Executor): Promise<number> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('knowledge_chunks')
     .select(sql<string>`count(*)`.as('count'))
     .executeTakeFirst()
@@ -568,7 +571,7 @@ export async function chunksAfter(
   afterId: string,
   limit: number,
 ): Promise<Array<{ id: string; heading: string; text: string }>> {
-  return db
+  return kysely(db)
     .selectFrom('knowledge_chunks')
     .select(['id', 'heading', 'text'])
     .where('id', '>', afterId)
@@ -584,7 +587,7 @@ export async function updateChunkEmbeddings(
   if (updates.length === 0) return
   const values = updates.map((update) => sql`(${update.id}, ${vectorLiteral(update.embedding)}::vector)`)
   await sql`update knowledge_chunks c set embedding = v.embedding from (values ${sql.join(values)}) as v (id, embedding) where c.id = v.id`.execute(
-    tx,
+    kysely(tx),
   )
 }
 
@@ -674,7 +677,7 @@ export function hasKnowledgeRead(projectId: string): RawBuilder<boolean> {
 }
 
 export async function hasKnowledge(db: Executor, projectId: string): Promise<boolean> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('knowledge_chunks')
     .select('id')
     .where('project_id', '=', projectId)
@@ -689,7 +692,7 @@ export async function knowledgeItemText(
   itemId: string,
   maxChars: number,
 ): Promise<{ text: string; length: number } | null> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('knowledge_items')
     .select([
       sql<string | null>`substr(body, 1, ${maxChars})`.as('text'),

@@ -1,10 +1,11 @@
 import { sql } from 'kysely'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import { storableJson } from './storable.js'
+import { kysely, type Executor } from './executor.js'
 
 /** A plugin's namespaced key-value store. */
 export async function kvGet(db: Executor, plugin: string, key: string): Promise<JsonValue | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('plugin_kv')
     .select('value')
     .where('plugin', '=', plugin)
@@ -14,7 +15,7 @@ export async function kvGet(db: Executor, plugin: string, key: string): Promise<
 }
 
 export async function kvSet(db: Executor, plugin: string, key: string, value: JsonValue): Promise<void> {
-  await db
+  await kysely(db)
     .insertInto('plugin_kv')
     .values({ plugin, key, value: storableJson(value) })
     .onConflict((conflict) =>
@@ -24,7 +25,7 @@ export async function kvSet(db: Executor, plugin: string, key: string, value: Js
 }
 
 export async function kvDelete(db: Executor, plugin: string, key: string): Promise<void> {
-  await db.deleteFrom('plugin_kv').where('plugin', '=', plugin).where('key', '=', key).execute()
+  await kysely(db).deleteFrom('plugin_kv').where('plugin', '=', plugin).where('key', '=', key).execute()
 }
 
 export async function kvList(
@@ -32,7 +33,7 @@ export async function kvList(
   plugin: string,
   prefix = '',
 ): Promise<Array<{ key: string; value: JsonValue }>> {
-  let query = db.selectFrom('plugin_kv').select(['key', 'value']).where('plugin', '=', plugin).orderBy('key')
+  let query = kysely(db).selectFrom('plugin_kv').select(['key', 'value']).where('plugin', '=', plugin).orderBy('key')
   // starts_with, not a range: a range depends on the database's collation.
   if (prefix) query = query.where(sql<boolean>`starts_with(key, ${prefix})`)
   return query.execute()

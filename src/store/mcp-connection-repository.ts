@@ -1,4 +1,4 @@
-import type { Executor } from './database.js'
+import { kysely, type Executor } from './executor.js'
 
 /** A user's connection to an OAuth MCP server; `sealed` is opaque here (the mcp module seals it). */
 export interface McpConnectionRecord {
@@ -26,7 +26,7 @@ export async function getMcpConnection(
   userId: string,
   server: string,
 ): Promise<McpConnectionRecord | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('mcp_connections')
     .select(columns)
     .where('user_id', '=', userId)
@@ -36,7 +36,11 @@ export async function getMcpConnection(
 }
 
 export async function findMcpConnectionByState(db: Executor, state: string): Promise<McpConnectionRecord | undefined> {
-  const row = await db.selectFrom('mcp_connections').select(columns).where('state', '=', state).executeTakeFirst()
+  const row = await kysely(db)
+    .selectFrom('mcp_connections')
+    .select(columns)
+    .where('state', '=', state)
+    .executeTakeFirst()
   return row ? toRecord(row) : undefined
 }
 
@@ -45,7 +49,7 @@ export async function anyConnectedMcpConnection(
   db: Executor,
   server: string,
 ): Promise<McpConnectionRecord | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('mcp_connections')
     .select(columns)
     .where('server', '=', server)
@@ -57,7 +61,12 @@ export async function anyConnectedMcpConnection(
 
 export async function listMcpConnections(db: Executor, userId: string): Promise<McpConnectionRecord[]> {
   return (
-    await db.selectFrom('mcp_connections').select(columns).where('user_id', '=', userId).orderBy('server').execute()
+    await kysely(db)
+      .selectFrom('mcp_connections')
+      .select(columns)
+      .where('user_id', '=', userId)
+      .orderBy('server')
+      .execute()
   ).map(toRecord)
 }
 
@@ -69,7 +78,7 @@ export async function saveMcpConnection(db: Executor, record: McpConnectionRecor
     connected: record.connected,
     sealed: record.sealed,
   }
-  await db
+  await kysely(db)
     .insertInto('mcp_connections')
     .values(values)
     .onConflict((conflict) =>
@@ -84,7 +93,7 @@ export async function saveMcpConnection(db: Executor, record: McpConnectionRecor
 }
 
 export async function deleteMcpConnection(db: Executor, userId: string, server: string): Promise<boolean> {
-  const result = await db
+  const result = await kysely(db)
     .deleteFrom('mcp_connections')
     .where('user_id', '=', userId)
     .where('server', '=', server)
@@ -94,7 +103,7 @@ export async function deleteMcpConnection(db: Executor, userId: string, server: 
 
 /** Updates an existing row only (false when it is gone). */
 export async function updateMcpConnection(db: Executor, record: McpConnectionRecord): Promise<boolean> {
-  const result = await db
+  const result = await kysely(db)
     .updateTable('mcp_connections')
     .set({ state: record.state, connected: record.connected, sealed: record.sealed, updated_at: new Date() })
     .where('user_id', '=', record.userId)

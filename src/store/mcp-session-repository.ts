@@ -1,6 +1,7 @@
 import { sql } from 'kysely'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import { storableJson } from './storable.js'
+import { kysely, type Executor } from './executor.js'
 
 /** An MCP client's session on /mcp (docs/mcp.md, "Sessions and elicitation"). */
 export interface McpSessionRecord {
@@ -14,7 +15,7 @@ export async function createMcpSession(
   db: Executor,
   session: McpSessionRecord & { clientInfo: JsonValue | null },
 ): Promise<void> {
-  await db
+  await kysely(db)
     .insertInto('mcp_sessions')
     .values({
       id: session.id,
@@ -37,7 +38,7 @@ export async function touchMcpSession(
   userId: string,
   idleMs: number,
 ): Promise<McpSessionRecord | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('mcp_sessions')
     .select(['id', 'user_id', 'protocol_version', 'client_capabilities', 'last_seen_at'])
     .where('id', '=', id)
@@ -46,7 +47,7 @@ export async function touchMcpSession(
   const idle = Date.now() - row.last_seen_at.getTime()
   if (idle > idleMs) {
     // Unless another request used it meanwhile.
-    await db
+    await kysely(db)
       .deleteFrom('mcp_sessions')
       .where('id', '=', id)
       .where('last_seen_at', '<=', new Date(Date.now() - idleMs))
@@ -54,7 +55,7 @@ export async function touchMcpSession(
     return undefined
   }
   if (idle > 60_000)
-    await db.updateTable('mcp_sessions').set({ last_seen_at: new Date() }).where('id', '=', id).execute()
+    await kysely(db).updateTable('mcp_sessions').set({ last_seen_at: new Date() }).where('id', '=', id).execute()
   return {
     id: row.id,
     userId: row.user_id,
@@ -64,7 +65,7 @@ export async function touchMcpSession(
 }
 
 export async function deleteMcpSession(db: Executor, id: string, userId: string): Promise<boolean> {
-  const result = await db
+  const result = await kysely(db)
     .deleteFrom('mcp_sessions')
     .where('id', '=', id)
     .where('user_id', '=', userId)
@@ -74,7 +75,7 @@ export async function deleteMcpSession(db: Executor, id: string, userId: string)
 
 /** Sessions idle longer than `idleMs`, deleted; how many. */
 export async function deleteIdleMcpSessions(db: Executor, idleMs: number): Promise<number> {
-  const result = await db
+  const result = await kysely(db)
     .deleteFrom('mcp_sessions')
     .where('last_seen_at', '<=', new Date(Date.now() - idleMs))
     .executeTakeFirst()
@@ -83,7 +84,7 @@ export async function deleteIdleMcpSessions(db: Executor, idleMs: number): Promi
 
 /** Records that a decision was put to a session as an elicitation. */
 export async function createMcpElicitation(db: Executor, decisionId: string, sessionId: string): Promise<void> {
-  await db
+  await kysely(db)
     .insertInto('mcp_elicitations')
     .values({ decision_id: decisionId, session_id: sessionId })
     .onConflict((conflict) => conflict.column('decision_id').doNothing())
@@ -100,7 +101,7 @@ export async function answerMcpElicitation(
   sessionId: string,
   action: 'accept' | 'decline' | 'cancel',
 ): Promise<boolean> {
-  const result = await db
+  const result = await kysely(db)
     .updateTable('mcp_elicitations')
     .set({ action, answered_at: new Date() })
     .where('decision_id', '=', decisionId)
@@ -115,7 +116,7 @@ export async function mcpElicitationState(
   db: Executor,
   decisionId: string,
 ): Promise<{ decision: string; sessionId: string | null; action: string | null } | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('decisions')
     .leftJoin('mcp_elicitations', 'mcp_elicitations.decision_id', 'decisions.id')
     .select([

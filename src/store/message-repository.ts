@@ -1,5 +1,6 @@
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
+import { kysely, type Executor } from './executor.js'
 
 export interface Message {
   id: string
@@ -18,7 +19,7 @@ export interface Message {
 
 /** A conversation's transcript, oldest first. */
 export async function listMessages(db: Executor, conversationId: string, page: PageRequest): Promise<Page<Message>> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('messages as m')
     .leftJoin('run_tool_calls as c', 'c.id', 'm.tool_call_id')
     .selectAll('m')
@@ -64,7 +65,7 @@ function toMessage(row: {
 
 /** A run's messages (its user message, the model's turns and the tool results), oldest first. */
 export async function runMessages(db: Executor, runId: string): Promise<Message[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('messages')
     .selectAll()
     .where('run_id', '=', runId)

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url'
 import { join } from 'node:path'
 import { Kysely, PostgresDialect, sql, type PostgresPool } from 'kysely'
 import pg from 'pg'
-import type { Database, Executor } from './database.js'
+import type { Database } from './database.js'
 import { AccessSignals, accessChannel } from './access-signals.js'
 import { RunSignals, runsChannel } from './run-signals.js'
 import { EventFeed } from './event-feed.js'
@@ -33,6 +33,7 @@ import { PGlitePool } from './pglite/pglite-pool.js'
 import { unpackTemplate } from './pglite/template.js'
 import { guardParameters, prepareRepeatedStatements } from './prepared-statements.js'
 import { StoreError } from './store-errors.js'
+import { executorOf, type Executor } from './executor.js'
 
 export type Engine = 'pg' | 'pglite'
 
@@ -60,10 +61,12 @@ export interface StoreOptions {
   lockWait?: LockWait
 }
 
-/** The database, its engine, and the live event feed. */
-export interface Store {
+/**
+ * The database, its engine, and the live event feed. The store is itself the `Executor` repository
+ * functions take outside a transaction (`getRun(store, id)`); inside one they take its `tx`.
+ */
+export interface Store extends Executor {
   readonly engine: Engine
-  readonly db: Kysely<Database>
   readonly feed: EventFeed
   /** Access changes (revoked tokens, disabled users, sharing) announced by any instance. */
   readonly access: AccessSignals
@@ -124,7 +127,8 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     const runs = new RunSignals()
     const webhooks = new WebhookSignals()
     // One listening connection carries every channel; it starts and stops with the feed.
-    const feed = new EventFeed(db, (onEvents) =>
+    const root = executorOf(db)
+    const feed = new EventFeed(root, (onEvents) =>
       connection.listen({
         [eventsChannel]: onEvents,
         [accessChannel]: (payload) => access.heard(payload),
@@ -135,8 +139,8 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     )
     await feed.start()
     return {
+      ...root,
       engine: connection.engine,
-      db,
       feed,
       access,
       settings,
@@ -145,27 +149,27 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       migrations,
       transaction: async (fn) => {
         const log = new AppendLog(feed.tag)
-        const result = await db.transaction().execute((tx) => fn(log.install(tx)))
+        const result = await db.transaction().execute((tx) => fn(executorOf(log.install(tx))))
         if (log.events.length > 0) feed.deliverCommitted(log.events)
         return result
       },
       appendEvents: async (events, fence) => {
-        const appended = await appendEventsAlone(db, events, feed.tag, fence)
+        const appended = await appendEventsAlone(root, events, feed.tag, fence)
         feed.deliverCommitted(appended)
         return appended
       },
       startRun: async (input, lease, prefetch) => {
-        const result = await startRunAlone(db, input, lease, feed.tag, prefetch)
+        const result = await startRunAlone(root, input, lease, feed.tag, prefetch)
         if (result && result.events.length > 0) feed.deliverCommitted(result.events)
         return result
       },
       statement: async (fn) => {
-        const result = await fn(db, feed.tag)
+        const result = await fn(root, feed.tag)
         if (result.events.length > 0) feed.deliverCommitted(result.events)
         return result
       },
       transition: async (fence, patch, writes, events, reads) => {
-        const result = await runTransition(db, fence, patch, writes, events, feed.tag, reads)
+        const result = await runTransition(root, fence, patch, writes, events, feed.tag, reads)
         if (result && result.events.length > 0) feed.deliverCommitted(result.events)
         return result
       },

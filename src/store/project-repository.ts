@@ -1,9 +1,9 @@
 import { announceAccessChange } from './access-signals.js'
-import type { Executor } from './database.js'
 import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import { storableJson } from './storable.js'
+import { kysely, type Executor } from './executor.js'
 
 /** Model parameters a project (or a run) sets; unset ones come from the model's configuration. */
 export interface ModelParams {
@@ -45,7 +45,7 @@ export interface ProjectInput extends Partial<AgentProfile> {
 
 /** Creates a project and its `project.created` event in the caller's transaction. */
 export async function createProject(tx: Executor, ownerId: string, input: ProjectInput): Promise<Project> {
-  const row = await tx
+  const row = await kysely(tx)
     .insertInto('projects')
     .values({
       id: newId(),
@@ -70,13 +70,31 @@ export async function createProject(tx: Executor, ownerId: string, input: Projec
 
 /** A live (not deleted) project by id, whoever owns it; callers check access. */
 export async function getProject(db: Executor, id: string): Promise<Project | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('projects')
     .selectAll()
     .where('id', '=', id)
     .where('deleted_at', 'is', null)
     .executeTakeFirst()
   return row && toProject(row)
+}
+
+/** The ids of the live projects `ownerId` owns. */
+export async function liveProjectIdsOwnedBy(db: Executor, ownerId: string): Promise<string[]> {
+  const owned = await kysely(db)
+    .selectFrom('projects')
+    .select('id')
+    .where('owner_id', '=', ownerId)
+    .where('deleted_at', 'is', null)
+    .execute()
+  return owned.map((row) => row.id)
+}
+
+/** The ids of every project `ownerId` owns, deleted ones included. */
+export async function projectIdsOwnedBy(db: Executor, ownerId: string): Promise<string[]> {
+  return (await kysely(db).selectFrom('projects').select('id').where('owner_id', '=', ownerId).execute()).map(
+    (row) => row.id,
+  )
 }
 
 /** Live projects owned by `ownerId` plus those in `sharedIds`, newest first. */
@@ -86,7 +104,7 @@ export async function listProjects(
   page: PageRequest,
   sharedIds: readonly string[] = [],
 ): Promise<Page<Project>> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('projects')
     .selectAll()
     .where('deleted_at', 'is', null)
@@ -102,7 +120,7 @@ export async function listProjects(
 }
 
 export async function updateProject(tx: Executor, project: Project, patch: Partial<ProjectInput>): Promise<Project> {
-  const row = await tx
+  const row = await kysely(tx)
     .updateTable('projects')
     .set({
       ...(patch.name !== undefined && { name: patch.name }),
@@ -129,8 +147,12 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
 /** Soft-deletes a project and its conversations; history stays for audit. */
 export async function deleteProject(tx: Executor, project: Project): Promise<void> {
   const now = new Date()
-  await tx.updateTable('projects').set({ deleted_at: now, updated_at: now }).where('id', '=', project.id).execute()
-  await tx
+  await kysely(tx)
+    .updateTable('projects')
+    .set({ deleted_at: now, updated_at: now })
+    .where('id', '=', project.id)
+    .execute()
+  await kysely(tx)
     .updateTable('conversations')
     .set({ deleted_at: now })
     .where('project_id', '=', project.id)

@@ -1,10 +1,11 @@
 import { sql, type RawBuilder } from 'kysely'
-import type { Executor, JsonValue, RunPhase, RunStatus, ToolCallStatus } from './database.js'
+import type { JsonValue, RunPhase, RunStatus, ToolCallStatus } from './database.js'
 import { appendEvents, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
 import type { ModelParams } from './project-repository.js'
 import { storableJson } from './storable.js'
 import type { RunCreatedStatus, RunMove } from './run-states.js'
+import { kysely, type Executor } from './executor.js'
 
 export interface Run {
   id: string
@@ -52,7 +53,7 @@ export const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_ac
 
 /** A user's runs queued or running (waiting for people does not count: it holds no model time). */
 export async function countActiveRunsOf(db: Executor, ownerId: string): Promise<number> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('runs')
     .select((eb) => eb.fn.countAll<string>().as('count'))
     .where('owner_id', '=', ownerId)
@@ -89,8 +90,8 @@ export async function createRun(
   // NO KEY UPDATE: serializes run creation in the conversation without blocking the foreign-key checks of
   // concurrent inserts there (a tool message waiting on this lock while holding the event log's lock
   // deadlocked with this transaction waiting for that lock).
-  await sql`select id from conversations where id = ${input.conversationId} for no key update`.execute(tx)
-  const active = await tx
+  await sql`select id from conversations where id = ${input.conversationId} for no key update`.execute(kysely(tx))
+  const active = await kysely(tx)
     .selectFrom('runs')
     .selectAll()
     .where('conversation_id', '=', input.conversationId)
@@ -100,7 +101,7 @@ export async function createRun(
   if (active && !options.allowQueue) return { active: toRun(active) }
   // With nothing active the run starts right away (one transaction instead of create-then-start).
   const startNow = !active
-  const row = await tx
+  const row = await kysely(tx)
     .insertInto('runs')
     .values({
       id: newId(),
@@ -125,7 +126,7 @@ export async function createRun(
     .executeTakeFirstOrThrow()
   const run = toRun(row)
   const messageId = newId()
-  await tx
+  await kysely(tx)
     .insertInto('messages')
     .values({
       id: messageId,
@@ -151,13 +152,13 @@ export function runStartEvents(run: Run, messageId: string, input: string, start
 }
 
 export async function getRun(db: Executor, id: string): Promise<Run | undefined> {
-  const row = await db.selectFrom('runs').selectAll().where('id', '=', id).executeTakeFirst()
+  const row = await kysely(db).selectFrom('runs').selectAll().where('id', '=', id).executeTakeFirst()
   return row && toRun(row)
 }
 
 /** Locks a run row for a state change (the caller is in a transaction). */
 export async function lockRun(tx: Executor, id: string): Promise<Run | undefined> {
-  const row = await tx.selectFrom('runs').selectAll().where('id', '=', id).forNoKeyUpdate().executeTakeFirst()
+  const row = await kysely(tx).selectFrom('runs').selectAll().where('id', '=', id).forNoKeyUpdate().executeTakeFirst()
   return row && toRun(row)
 }
 
@@ -179,7 +180,7 @@ export interface RunPatch {
 }
 
 export async function updateRun(tx: Executor, id: string, patch: RunPatch): Promise<Run> {
-  const row = await tx
+  const row = await kysely(tx)
     .updateTable('runs')
     .set(patchColumns(patch))
     .where('id', '=', id)
@@ -216,7 +217,7 @@ export function patchColumns(patch: RunPatch) {
 
 /** The oldest queued run of a conversation, if no other run there is active. */
 export async function nextQueuedRun(db: Executor, conversationId: string): Promise<Run | undefined> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('runs')
     .selectAll()
     .where('conversation_id', '=', conversationId)
@@ -230,7 +231,7 @@ export async function nextQueuedRun(db: Executor, conversationId: string): Promi
 
 /** Once `runId` has ended: the next queued run of its conversation, if nothing else there is active (one query). */
 export async function nextQueuedRunAfterEnd(db: Executor, runId: string): Promise<Run | undefined> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('runs')
     .selectAll()
     .where('conversation_id', '=', (eb) =>
@@ -250,7 +251,7 @@ export async function nextQueuedRunAfterEnd(db: Executor, runId: string): Promis
 
 /** Running runs whose lease ran out or was released (their driver stopped), for the sweeper. */
 export async function findRunsWithExpiredLease(db: Executor, now: Date): Promise<Run[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('runs')
     .selectAll()
     .where('status', '=', 'running')
@@ -263,7 +264,7 @@ export async function findRunsWithExpiredLease(db: Executor, now: Date): Promise
 
 /** Runs waiting (for humans or client tools) since before `since`. */
 export async function findRunsWaitingSince(db: Executor, since: Date): Promise<Run[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('runs')
     .selectAll()
     .where('status', '=', 'requires_action')
@@ -288,7 +289,7 @@ export async function modelsNamedButMissing(
       union all
       select model, 0 as projects, count(*) as runs from runs where status in ('queued', 'running', 'requires_action') group by model
     ) named
-    group by model order by model`.execute(db)
+    group by model order by model`.execute(kysely(db))
   const known = new Set(configured)
   return rows
     .filter((row) => !known.has(row.model))
@@ -301,7 +302,7 @@ export async function findStartableQueues(db: Executor): Promise<string[]> {
     select distinct q.conversation_id from runs q
     where q.status = 'queued'
       and not exists (select 1 from runs a where a.conversation_id = q.conversation_id and a.status in ('running', 'requires_action'))
-    limit 500`.execute(db)
+    limit 500`.execute(kysely(db))
   return rows.map((row) => row.conversation_id)
 }
 
@@ -319,7 +320,7 @@ export async function fenceRun(
 ): Promise<Run | undefined> {
   // With a patch, the state change rides in the same statement as the fence (a patch that ends the
   // run also gives the lease up).
-  const row = await tx
+  const row = await kysely(tx)
     .updateTable('runs')
     .set({ lease_expires_at: expiresAt, ...(patch && patchColumns(patch)) })
     .where('id', '=', id)
@@ -332,7 +333,7 @@ export async function fenceRun(
 
 /** The heartbeat: true while `owner` still holds the lease. */
 export async function renewLease(db: Executor, id: string, owner: string, expiresAt: Date): Promise<boolean> {
-  const result = await db
+  const result = await kysely(db)
     .updateTable('runs')
     .set({ lease_expires_at: expiresAt })
     .where('id', '=', id)
@@ -344,7 +345,7 @@ export async function renewLease(db: Executor, id: string, owner: string, expire
 
 /** Gives a running run's lease up (graceful shutdown): the next sweeper, here or elsewhere, resumes it. */
 export async function releaseLease(tx: Executor, id: string, owner: string): Promise<boolean> {
-  const result = await tx
+  const result = await kysely(tx)
     .updateTable('runs')
     .set({ lease_owner: null, lease_expires_at: null })
     .where('id', '=', id)
@@ -365,7 +366,7 @@ export async function takeOverRun(
   lease: { owner: string; expiresAt: Date },
   before: Date,
 ): Promise<Run | undefined> {
-  const row = await tx
+  const row = await kysely(tx)
     .updateTable('runs')
     .set((eb) => ({
       lease_owner: lease.owner,
@@ -397,7 +398,7 @@ export async function completeAssistantMessage(
   toolCalls: StoredToolCall[] | null,
   status: 'completed' | 'cancelled' | 'failed' | 'interrupted',
 ): Promise<void> {
-  await tx
+  await kysely(tx)
     .updateTable('messages')
     .set({ content, tool_calls: toolCalls && toolCalls.length > 0 ? storableJson(toolCalls) : null, status })
     .where('id', '=', id)
@@ -419,13 +420,13 @@ export async function closeStreamingMessages(
       select string_agg(e.data->>'text', '' order by e.id) from events e
       where e.run_id = m.run_id and e.type = 'message.delta' and e.data->>'messageId' = m.id
     ), m.content)
-    where m.run_id = ${runId} and m.status = 'streaming'`.execute(tx)
+    where m.run_id = ${runId} and m.status = 'streaming'`.execute(kysely(tx))
   return Number(result.numAffectedRows ?? 0)
 }
 
 /** Runs left waiting with nothing awaited any more (a stop between the last answer and the resume). */
 export async function findAnsweredWaitingRuns(db: Executor): Promise<Run[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('runs as r')
     .selectAll('r')
     .where('r.status', '=', 'requires_action')
@@ -448,7 +449,7 @@ export async function findAnsweredWaitingRuns(db: Executor): Promise<Run[]> {
 /** The active run (queued, running or waiting) of each conversation that has one. */
 export async function activeRunIds(db: Executor, conversationIds: readonly string[]): Promise<Map<string, string>> {
   if (conversationIds.length === 0) return new Map()
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('runs')
     .select(['conversation_id', 'id'])
     .where('conversation_id', 'in', [...conversationIds])
@@ -472,7 +473,7 @@ export async function listRuns(
   },
   page: { limit: number; after?: string },
 ): Promise<{ items: Run[]; nextCursor: string | null }> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('runs')
     .selectAll()
     .orderBy('id', 'desc')
@@ -504,7 +505,7 @@ export function insertToolMessageQuery(
   content: string,
   id = newId(),
 ) {
-  return tx
+  return kysely(tx)
     .insertInto('messages')
     .values({
       id,
@@ -529,7 +530,7 @@ export interface TranscriptMessage {
 
 /** The whole transcript of a conversation, oldest first (what the model is shown, after trimming). */
 export async function readTranscript(db: Executor, conversationId: string): Promise<TranscriptMessage[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('messages')
     .selectAll()
     .where('conversation_id', '=', conversationId)
@@ -549,7 +550,7 @@ export async function readTranscriptTail(
   maxChars: number,
   maxRows = 2000,
 ): Promise<TranscriptRow[]> {
-  const { rows } = await sql<MessageRow>`${tailQuery(conversationId, maxChars, maxRows)}`.execute(db)
+  const { rows } = await sql<MessageRow>`${tailQuery(conversationId, maxChars, maxRows)}`.execute(kysely(db))
   return rows.map(toTranscriptRow)
 }
 
@@ -560,7 +561,7 @@ export async function readTranscriptAfter(
   afterId: string,
   maxRows = 2000,
 ): Promise<TranscriptRow[]> {
-  const { rows } = await sql<MessageRow>`${afterQuery(conversationId, afterId, maxRows)}`.execute(db)
+  const { rows } = await sql<MessageRow>`${afterQuery(conversationId, afterId, maxRows)}`.execute(kysely(db))
   return rows.map(toTranscriptRow)
 }
 
@@ -679,7 +680,7 @@ export async function updateToolCall(tx: Executor, id: string, patch: ToolCallPa
 /** The ledger row's update as a query, to ride in a larger statement (`appendEventsAfter`). */
 export function updateToolCallQuery(tx: Executor, id: string, patch: ToolCallPatch) {
   const terminal = terminalToolCallStatuses.includes(patch.status)
-  return tx
+  return kysely(tx)
     .updateTable('run_tool_calls')
     .set({
       status: patch.status,
@@ -697,7 +698,7 @@ export function updateToolCallQuery(tx: Executor, id: string, patch: ToolCallPat
 }
 
 export async function listToolCalls(db: Executor, runId: string): Promise<ToolCallRecord[]> {
-  const rows = await db
+  const rows = await kysely(db)
     .selectFrom('run_tool_calls')
     .selectAll()
     .where('run_id', '=', runId)

@@ -1,5 +1,5 @@
 import { sql } from 'kysely'
-import type { Executor } from './database.js'
+import { kysely, type Executor } from './executor.js'
 
 /** The channel on which a run's lease holder is told to stop (its run was cancelled or ended elsewhere). */
 export const runsChannel = 'plinth_runs'
@@ -11,7 +11,7 @@ export type RunSignalListener = (runId: string | null) => void
  * is delivered on commit, so the driver, when it looks, finds the run already ended.
  */
 export async function announceRunEnded(db: Executor, runId: string): Promise<void> {
-  await sql`select pg_notify(${runsChannel}, ${runId})`.execute(db)
+  await sql`select pg_notify(${runsChannel}, ${runId})`.execute(kysely(db))
 }
 
 /** In-process fan-out of run notifications (from this and every other instance). */

@@ -1,6 +1,6 @@
 import { sql, type OperationNodeSource, type RawBuilder } from 'kysely'
 import { auditAppendCtes, type AuditEntryInput } from './audit-repository.js'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import {
   eventFromJson,
   eventLogLock,
@@ -31,6 +31,7 @@ import type { RunCreatedStatus } from './run-states.js'
 import { isUniqueViolation } from './store-errors.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
+import { kysely, type Executor } from './executor.js'
 
 /**
  * A write that belongs to a run's state change: a data-modifying statement that changes something
@@ -92,7 +93,7 @@ export async function runTransition(
     select f.*, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events${sql.join(
       readNames.map((name) => sql`, (select value from ${sql.ref(name)}) as ${sql.ref(name)}`),
       sql``,
-    )} from f`.execute(db)
+    )} from f`.execute(kysely(db))
   const row = rows[0]
   if (!row) return undefined
   const appended = (row.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id)
@@ -104,12 +105,15 @@ export async function runTransition(
   }
 }
 
+/** One read a transition's statement carries (a subquery built by a repository, e.g. `transcriptAfterRead`). */
+export type TransitionRead = RawBuilder<unknown>
+
 /**
  * Scalar subqueries that go with a transition, each read in the statement's snapshot (what was
  * committed before it, not its own writes): a read the next step needs costs no round trip of its own.
  */
 export interface TransitionReads {
-  [name: string]: RawBuilder<unknown>
+  [name: string]: TransitionRead
 }
 
 /** Inserts the assistant message a model turn streams into. */
@@ -233,7 +237,7 @@ export async function startRunAlone(
         returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified
       )${outboxAfter(events)}
       select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events, pre.transcript, pre.has_knowledge, pre.input_size from r, pre`.execute(
-      db,
+      kysely(db),
     )
     const created = rows[0]
     if (!created) return undefined
@@ -338,7 +342,7 @@ export async function finishDispatchInRun(
     ${auditAppendCtes(audit, 'd').sql},
     ${eventsPart}
     select (select count(*) from f) as fenced, (select count(*) from audit_entry) as audited,
-           (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(db)
+           (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(kysely(db))
   const row = rows[0]
   return {
     fenced: Number(row?.fenced ?? 0) > 0,

@@ -1,25 +1,26 @@
 import { sql } from 'kysely'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import { storableJson } from './storable.js'
+import { kysely, type Executor } from './executor.js'
 
 /** The channel on which changed settings are announced to every server instance. */
 export const settingsChannel = 'plinth_settings'
 
 export async function getSetting(db: Executor, key: string): Promise<JsonValue | undefined> {
-  const row = await db.selectFrom('settings').select('value').where('key', '=', key).executeTakeFirst()
+  const row = await kysely(db).selectFrom('settings').select('value').where('key', '=', key).executeTakeFirst()
   return row?.value
 }
 
 /** Stores a setting and announces it (on commit, when inside a transaction). */
 export async function setSetting(db: Executor, key: string, value: JsonValue): Promise<void> {
-  await db
+  await kysely(db)
     .insertInto('settings')
     .values({ key, value: storableJson(value) })
     .onConflict((conflict) =>
       conflict.column('key').doUpdateSet({ value: storableJson(value), updated_at: new Date() }),
     )
     .execute()
-  await sql`select pg_notify(${settingsChannel}, ${key})`.execute(db)
+  await sql`select pg_notify(${settingsChannel}, ${key})`.execute(kysely(db))
 }
 
 /** In-process fan-out of setting changes (from this and every other instance). */

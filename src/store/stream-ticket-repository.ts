@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto'
-import type { Executor } from './database.js'
 import type { User } from './user-repository.js'
 import { getUser } from './user-repository.js'
+import { kysely, type Executor } from './executor.js'
 
 function hashTicket(ticket: string): string {
   return createHash('sha256').update(ticket).digest('hex')
@@ -17,8 +17,8 @@ export async function issueStreamTicket(
   const ticket = `pst_${randomBytes(32).toString('base64url')}`
   const expiresAt = new Date(Date.now() + ttlMs)
   // Expired tickets go as new ones are issued: the table stays small without a sweeper.
-  await db.deleteFrom('stream_tickets').where('expires_at', '<', new Date()).execute()
-  await db
+  await kysely(db).deleteFrom('stream_tickets').where('expires_at', '<', new Date()).execute()
+  await kysely(db)
     .insertInto('stream_tickets')
     .values({ ticket_hash: hashTicket(ticket), token_id: tokenId, path, expires_at: expiresAt })
     .execute()
@@ -34,13 +34,13 @@ export async function redeemStreamTicket(
   ticket: string,
   path: string,
 ): Promise<{ user: User; tokenId: string } | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .deleteFrom('stream_tickets')
     .where('ticket_hash', '=', hashTicket(ticket))
     .returningAll()
     .executeTakeFirst()
   if (!row || row.path !== path || row.expires_at.getTime() <= Date.now()) return undefined
-  const token = await db
+  const token = await kysely(db)
     .selectFrom('api_tokens')
     .innerJoin('users', 'users.id', 'api_tokens.user_id')
     .select(['api_tokens.id', 'api_tokens.user_id'])

@@ -1,8 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { announceAccessChange } from './access-signals.js'
-import type { Executor } from './database.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
+import { kysely, type Executor } from './executor.js'
 
 export interface User {
   id: string
@@ -35,7 +35,7 @@ export function hashToken(token: string): string {
 }
 
 export async function createUser(db: Executor, name: string): Promise<User | { error: 'name_taken' }> {
-  const row = await db
+  const row = await kysely(db)
     .insertInto('users')
     .values({ id: newId(), name })
     .onConflict((conflict) => conflict.column('name').doNothing())
@@ -45,13 +45,13 @@ export async function createUser(db: Executor, name: string): Promise<User | { e
 }
 
 export async function getUser(db: Executor, id: string): Promise<User | undefined> {
-  const row = await db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst()
+  const row = await kysely(db).selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst()
   return row && toUser(row)
 }
 
 /** A user by id or, failing that, by name (the CLI accepts either). */
 export async function findUser(db: Executor, idOrName: string): Promise<User | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('users')
     .selectAll()
     .where((eb) => eb.or([eb('id', '=', idOrName), eb('name', '=', idOrName)]))
@@ -60,9 +60,26 @@ export async function findUser(db: Executor, idOrName: string): Promise<User | u
   return row && toUser(row)
 }
 
+/** Whether the database holds any user at all (a first start has none). */
+export async function hasUsers(db: Executor): Promise<boolean> {
+  const existing = await kysely(db).selectFrom('users').select('id').limit(1).execute()
+  return existing.length > 0
+}
+
+/** The ids of the active users named (by name or id) in `names`. */
+export async function activeUserIds(db: Executor, names: readonly string[]): Promise<string[]> {
+  const rows = await kysely(db)
+    .selectFrom('users')
+    .select('id')
+    .where((eb) => eb.or([eb('name', 'in', [...names]), eb('id', 'in', [...names])]))
+    .where('disabled_at', 'is', null)
+    .execute()
+  return rows.map((row) => row.id)
+}
+
 /** How many users may sign in (not disabled). */
 export async function countActiveUsers(db: Executor): Promise<number> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('users')
     .select((eb) => eb.fn.countAll<string>().as('count'))
     .where('disabled_at', 'is', null)
@@ -71,7 +88,7 @@ export async function countActiveUsers(db: Executor): Promise<number> {
 }
 
 export async function listUsers(db: Executor, page: PageRequest): Promise<Page<User>> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('users')
     .selectAll()
     .orderBy('id')
@@ -81,7 +98,7 @@ export async function listUsers(db: Executor, page: PageRequest): Promise<Page<U
 }
 
 export async function setUserDisabled(db: Executor, id: string, disabled: boolean): Promise<User | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .updateTable('users')
     .set({ disabled_at: disabled ? new Date() : null })
     .where('id', '=', id)
@@ -95,7 +112,7 @@ export async function setUserDisabled(db: Executor, id: string, disabled: boolea
 /** Issues a token: ≥ 32 random bytes, returned once, stored as sha256. */
 export async function createToken(db: Executor, userId: string, name: string): Promise<IssuedToken> {
   const token = tokenPrefix + randomBytes(32).toString('base64url')
-  const row = await db
+  const row = await kysely(db)
     .insertInto('api_tokens')
     .values({ id: newId(), user_id: userId, name, token_hash: hashToken(token), prefix: token.slice(0, 10) })
     .returningAll()
@@ -104,7 +121,7 @@ export async function createToken(db: Executor, userId: string, name: string): P
 }
 
 export async function listTokens(db: Executor, userId: string, page: PageRequest): Promise<Page<ApiToken>> {
-  let query = db
+  let query = kysely(db)
     .selectFrom('api_tokens')
     .selectAll()
     .where('user_id', '=', userId)
@@ -115,13 +132,13 @@ export async function listTokens(db: Executor, userId: string, page: PageRequest
 }
 
 export async function getToken(db: Executor, id: string): Promise<ApiToken | undefined> {
-  const row = await db.selectFrom('api_tokens').selectAll().where('id', '=', id).executeTakeFirst()
+  const row = await kysely(db).selectFrom('api_tokens').selectAll().where('id', '=', id).executeTakeFirst()
   return row && toToken(row)
 }
 
 /** Revokes a token; revoking twice keeps the first time. Streams opened with it end at once. */
 export async function revokeToken(db: Executor, id: string): Promise<ApiToken | undefined> {
-  await db
+  await kysely(db)
     .updateTable('api_tokens')
     .set({ revoked_at: new Date() })
     .where('id', '=', id)
@@ -133,7 +150,7 @@ export async function revokeToken(db: Executor, id: string): Promise<ApiToken | 
 
 /** Whether a token (by id) is live and its user enabled: what an open stream re-checks. */
 export async function isTokenLive(db: Executor, tokenId: string): Promise<boolean> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('api_tokens')
     .innerJoin('users', 'users.id', 'api_tokens.user_id')
     .select('api_tokens.id')
@@ -149,7 +166,7 @@ export async function authenticateToken(
   db: Executor,
   token: string,
 ): Promise<{ user: User; tokenId: string } | undefined> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('api_tokens')
     .innerJoin('users', 'users.id', 'api_tokens.user_id')
     .select(['api_tokens.id as token_id', 'users.id', 'users.name', 'users.disabled_at', 'users.created_at'])
@@ -162,7 +179,7 @@ export async function authenticateToken(
 }
 
 export async function touchToken(db: Executor, id: string): Promise<void> {
-  await db.updateTable('api_tokens').set({ last_used_at: new Date() }).where('id', '=', id).execute()
+  await kysely(db).updateTable('api_tokens').set({ last_used_at: new Date() }).where('id', '=', id).execute()
 }
 
 function toUser(row: { id: string; name: string; disabled_at: Date | null; created_at: Date }): User {

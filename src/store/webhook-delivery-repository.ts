@@ -1,10 +1,11 @@
 import { sql } from 'kysely'
-import type { Executor, JsonValue } from './database.js'
+import type { JsonValue } from './database.js'
 import type { Page, PageRequest } from './page.js'
 import { decisionFromJson, type DecisionRecord } from './decision-repository.js'
 import { runFromJson, type Run } from './run-repository.js'
 import type { WebhookEventType } from './webhook-outbox.js'
 import { toWebhook, type WebhookRecord } from './webhook-repository.js'
+import { kysely, type Executor } from './executor.js'
 
 // --- ids ---------------------------------------------------------------------------------------
 
@@ -131,7 +132,7 @@ export async function listDeliveries(
   const { rows } = await sql<DeliveryRow>`
     select ${deliveryColumns} from webhook_messages m
     where m.webhook_id = ${webhookId} ${page.after ? sql`and m.id < ${String(deliveryRow(page.after))}` : sql``}
-    order by m.id desc limit ${page.limit + 1}`.execute(db)
+    order by m.id desc limit ${page.limit + 1}`.execute(kysely(db))
   const items = rows.slice(0, page.limit).map(toDelivery)
   return { items, nextCursor: rows.length > page.limit ? (items.at(-1)?.id ?? null) : null }
 }
@@ -139,7 +140,7 @@ export async function listDeliveries(
 export async function getDelivery(db: Executor, webhookId: string, id: string): Promise<DeliveryRecord | undefined> {
   const { rows } =
     await sql<DeliveryRow>`select ${deliveryColumns} from webhook_messages m where m.id = ${String(deliveryRow(id))} and m.webhook_id = ${webhookId}`.execute(
-      db,
+      kysely(db),
     )
   const found = rows[0] && toDelivery(rows[0])
   return found?.id === id ? found : undefined
@@ -158,7 +159,7 @@ export async function redeliverMessage(
   await sql`
     update webhook_messages set status = 'pending', next_attempt_at = now(), window_start = now(), lease_owner = null
     where id = ${String(deliveryRow(id))} and webhook_id = ${webhookId} and not (status = 'pending' and lease_owner is not null and next_attempt_at > now())`.execute(
-    db,
+    kysely(db),
   )
   return getDelivery(db, webhookId, id)
 }
@@ -252,7 +253,7 @@ export async function claimMessages(
            case when ev.id is not null and c.event_type = 'decision.required' then (select to_jsonb(d) from decisions d where d.id = ev.data->>'decisionId') end as decision
     from c join webhooks w on w.id = c.webhook_id
     left join lateral (select id, type, data, created_at, run_id from events where id = c.event_id and c.payload is null) ev on true`.execute(
-    db,
+    kysely(db),
   )
   return rows.map((row) => ({
     row: String(row.id),
@@ -334,7 +335,7 @@ export async function recordAttempts(
       returning w.id
     )
     select (select count(*) from m) as recorded, (select count(*) from a) as logged, (select count(*) from h) as hooked`.execute(
-    db,
+    kysely(db),
   )
   return Number(rows[0]?.recorded ?? 0)
 }
@@ -362,7 +363,7 @@ export async function recordFailure(
       where id = (select webhook_id from m) returning id
     )
     select (select count(*) from m) as recorded, (select count(*) from a) as logged, (select count(*) from h) as hooked`.execute(
-    db,
+    kysely(db),
   )
   return Number(rows[0]?.recorded ?? 0) > 0
 }
@@ -385,19 +386,19 @@ export async function disableIfFailing(
     where id = ${webhookId} and enabled
       and (failed_messages >= ${failedMessages} or failing_since <= now() - ${failingMs} * interval '1 millisecond')
     returning id, project_id, url, events, description, enabled, disabled_reason, disabled_at, failed_messages, failing_since, null::timestamptz as previous_secret_until,
-              created_by, created_at, updated_at`.execute(db)
+              created_by, created_at, updated_at`.execute(kysely(db))
   return rows[0] && toWebhook(rows[0])
 }
 
 /** Embedded database at start: every claim is a dead process's, so those messages are due now. */
 export async function releaseWebhookClaims(db: Executor): Promise<void> {
   await sql`update webhook_messages set next_attempt_at = now() where status = 'pending' and lease_owner is not null and next_attempt_at > now()`.execute(
-    db,
+    kysely(db),
   )
 }
 
 /** The owner of a project (the `webhook.disabled` event is theirs). */
 export async function projectOwnerOf(db: Executor, projectId: string): Promise<string | undefined> {
-  const row = await db.selectFrom('projects').select('owner_id').where('id', '=', projectId).executeTakeFirst()
+  const row = await kysely(db).selectFrom('projects').select('owner_id').where('id', '=', projectId).executeTakeFirst()
   return row?.owner_id
 }

@@ -1,7 +1,7 @@
 import { sql } from 'kysely'
-import type { Executor } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import type { WebhookEventType } from './webhook-outbox.js'
+import { kysely, type Executor } from './executor.js'
 
 /** A webhook subscription as the API shows it: never its secret. */
 export interface WebhookRecord {
@@ -96,13 +96,15 @@ export async function insertWebhook(
     insert into webhooks (id, project_id, url, events, description, secret, created_by)
     select ${webhook.id}, p.id, ${webhook.url}, ${sql.val(webhook.events)}::text[], ${webhook.description}, ${webhook.secret}, ${webhook.createdBy}
     from p where (select count(*) from webhooks where project_id = p.id) < ${max}
-    returning ${columns}`.execute(db)
+    returning ${columns}`.execute(kysely(db))
   return rows[0] && toWebhook(rows[0])
 }
 
 export async function getWebhook(db: Executor, projectId: string, id: string): Promise<WebhookRecord | undefined> {
   const { rows } =
-    await sql<WebhookRow>`select ${columns} from webhooks where id = ${id} and project_id = ${projectId}`.execute(db)
+    await sql<WebhookRow>`select ${columns} from webhooks where id = ${id} and project_id = ${projectId}`.execute(
+      kysely(db),
+    )
   return rows[0] && toWebhook(rows[0])
 }
 
@@ -110,7 +112,7 @@ export async function getWebhook(db: Executor, projectId: string, id: string): P
 export async function listWebhooks(db: Executor, projectId: string, page: PageRequest): Promise<Page<WebhookRecord>> {
   const { rows } = await sql<WebhookRow>`
     select ${columns} from webhooks where project_id = ${projectId} ${page.after ? sql`and id < ${page.after}` : sql``}
-    order by id desc limit ${page.limit + 1}`.execute(db)
+    order by id desc limit ${page.limit + 1}`.execute(kysely(db))
   return toPage(rows.map(toWebhook), page.limit)
 }
 
@@ -142,7 +144,7 @@ export async function updateWebhook(
   }
   const { rows } =
     await sql<WebhookRow>`update webhooks set ${sql.join(sets)} where id = ${id} and project_id = ${projectId} returning ${columns}`.execute(
-      db,
+      kysely(db),
     )
   return rows[0] && toWebhook(rows[0])
 }
@@ -157,12 +159,12 @@ export async function rotateWebhookSecret(
 ): Promise<WebhookRecord | undefined> {
   const { rows } = await sql<WebhookRow>`
     update webhooks set previous_secret = secret, previous_secret_until = ${previousUntil}::timestamptz, secret = ${secret}, updated_at = now()
-    where id = ${id} and project_id = ${projectId} returning ${columns}`.execute(db)
+    where id = ${id} and project_id = ${projectId} returning ${columns}`.execute(kysely(db))
   return rows[0] && toWebhook(rows[0])
 }
 
 /** Deletes a subscription with its messages and their attempts. */
 export async function deleteWebhook(db: Executor, projectId: string, id: string): Promise<boolean> {
-  const result = await sql`delete from webhooks where id = ${id} and project_id = ${projectId}`.execute(db)
+  const result = await sql`delete from webhooks where id = ${id} and project_id = ${projectId}`.execute(kysely(db))
   return Number(result.numAffectedRows ?? 0) > 0
 }

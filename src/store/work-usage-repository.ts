@@ -1,5 +1,5 @@
 import { sql } from 'kysely'
-import type { Executor } from './database.js'
+import { kysely, type Executor } from './executor.js'
 
 /** A conversation's work directory as last measured. */
 export interface WorkUsage {
@@ -14,7 +14,7 @@ export async function recordWorkUsage(
   ownerId: string,
   usage: WorkUsage,
 ): Promise<void> {
-  await db
+  await kysely(db)
     .insertInto('work_usage')
     .values({ conversation_id: conversationId, owner_id: ownerId, bytes: usage.bytes, files: usage.files })
     .onConflict((conflict) =>
@@ -32,7 +32,7 @@ export async function adjustWorkUsage(
   ownerId: string,
   change: WorkUsage,
 ): Promise<void> {
-  await db
+  await kysely(db)
     .insertInto('work_usage')
     .values({
       conversation_id: conversationId,
@@ -55,7 +55,7 @@ export async function workUsageOf(
   conversationId: string,
   ownerId: string,
 ): Promise<{ conversation: WorkUsage; user: WorkUsage }> {
-  const row = await db
+  const row = await kysely(db)
     .selectFrom('work_usage')
     .select([
       sql<string>`coalesce(sum(bytes) filter (where conversation_id = ${conversationId}), 0)`.as('conversation_bytes'),

@@ -78,7 +78,7 @@ export class WebhookDeliverer {
   }
 
   async start(): Promise<void> {
-    if (this.#options.exclusive) await releaseWebhookClaims(this.#store.db)
+    if (this.#options.exclusive) await releaseWebhookClaims(this.#store)
     this.#unsubscribe = this.#store.webhooks.subscribe(() => this.poke())
     this.#poll = setInterval(() => this.poke(), this.#options.pollMs ?? 1000)
     this.#poll.unref()
@@ -123,7 +123,7 @@ export class WebhookDeliverer {
           this.#backlog = true
           return
         }
-        const claimed = await claimMessages(this.#store.db, this.#owner, room, this.leaseMs)
+        const claimed = await claimMessages(this.#store, this.#owner, room, this.leaseMs)
         for (const message of claimed) {
           const attempt = this.#attempt(message).finally(() => {
             this.#inFlight.delete(attempt)
@@ -195,7 +195,7 @@ export class WebhookDeliverer {
       while (this.#toRecord.length > 0) {
         const batch = this.#toRecord.splice(0, 200)
         try {
-          await recordAttempts(this.#store.db, this.#owner, batch)
+          await recordAttempts(this.#store, this.#owner, batch)
           for (const entry of batch) entry.done()
         } catch (error) {
           for (const entry of batch) entry.done(error)

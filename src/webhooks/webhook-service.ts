@@ -69,7 +69,7 @@ export class WebhookService {
     const url = checkWebhookUrl(input.url, this.#settings.allowPrivate)
     const secret = newSecret()
     const webhook = await insertWebhook(
-      this.#store.db,
+      this.#store,
       {
         id: newId(),
         projectId: project.id,
@@ -91,12 +91,12 @@ export class WebhookService {
 
   async list(user: User, projectId: string, page: PageRequest): Promise<Page<WebhookRecord>> {
     const project = await this.#projects.owned(user, projectId)
-    return listWebhooks(this.#store.db, project.id, page)
+    return listWebhooks(this.#store, project.id, page)
   }
 
   async get(user: User, projectId: string, webhookId: string): Promise<WebhookRecord> {
     const project = await this.#projects.owned(user, projectId)
-    return found(await getWebhook(this.#store.db, project.id, webhookId))
+    return found(await getWebhook(this.#store, project.id, webhookId))
   }
 
   /** Changes the URL, events, description; `enabled: true` re-enables a disabled one (its failure record cleared). */
@@ -104,7 +104,7 @@ export class WebhookService {
     const project = await this.#projects.owned(user, projectId)
     const url = change.url === undefined ? undefined : checkWebhookUrl(change.url, this.#settings.allowPrivate)
     const updated = found(
-      await updateWebhook(this.#store.db, project.id, webhookId, {
+      await updateWebhook(this.#store, project.id, webhookId, {
         ...(url !== undefined && { url }),
         ...(change.events !== undefined && { events: [...new Set(change.events)] }),
         ...(change.description !== undefined && { description: change.description }),
@@ -122,7 +122,7 @@ export class WebhookService {
     const secret = newSecret()
     const webhook = found(
       await rotateWebhookSecret(
-        this.#store.db,
+        this.#store,
         project.id,
         webhookId,
         secret,
@@ -134,17 +134,17 @@ export class WebhookService {
 
   async remove(user: User, projectId: string, webhookId: string): Promise<void> {
     const project = await this.#projects.owned(user, projectId)
-    if (!(await deleteWebhook(this.#store.db, project.id, webhookId))) throw notFoundError('webhook')
+    if (!(await deleteWebhook(this.#store, project.id, webhookId))) throw notFoundError('webhook')
   }
 
   async deliveries(user: User, projectId: string, webhookId: string, page: PageRequest): Promise<Page<DeliveryRecord>> {
     const webhook = await this.get(user, projectId, webhookId)
-    return listDeliveries(this.#store.db, webhook.id, page)
+    return listDeliveries(this.#store, webhook.id, page)
   }
 
   async delivery(user: User, projectId: string, webhookId: string, deliveryId: string): Promise<DeliveryRecord> {
     const webhook = await this.get(user, projectId, webhookId)
-    const delivery = await getDelivery(this.#store.db, webhook.id, deliveryId)
+    const delivery = await getDelivery(this.#store, webhook.id, deliveryId)
     if (!delivery) throw notFoundError('delivery')
     return delivery
   }
@@ -154,7 +154,7 @@ export class WebhookService {
     const webhook = await this.get(user, projectId, webhookId)
     if (!webhook.enabled)
       throw new RequestError('webhook_disabled', 'the webhook is disabled; enable it (PATCH {"enabled": true}) first')
-    const delivery = await redeliverMessage(this.#store.db, webhook.id, deliveryId)
+    const delivery = await redeliverMessage(this.#store, webhook.id, deliveryId)
     if (!delivery) throw notFoundError('delivery')
     this.#wake()
     return delivery

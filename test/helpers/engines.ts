@@ -48,7 +48,6 @@ export async function openTestStore(engine: TestEngine): Promise<Store> {
   return {
     ...store,
     engine: store.engine,
-    db: store.db,
     feed: store.feed,
     access: store.access,
     settings: store.settings,

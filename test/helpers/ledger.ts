@@ -1,4 +1,5 @@
 import { readTranscript, type RunStatus, type Store, type ToolCallStatus } from '../../src/store/index.js'
+import { testDb } from '../../src/store/test-access.js'
 
 const openStatuses: ToolCallStatus[] = ['pending', 'running', 'awaiting_decision', 'awaiting_output']
 const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_action']
@@ -9,7 +10,8 @@ const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_action']
  * twice, and once no run of a conversation is active every call has its one result and no ledger row is
  * left open. Returns what is wrong, one line each (empty when the invariant holds).
  */
-export async function ledgerViolations(db: Store['db']): Promise<string[]> {
+export async function ledgerViolations(store: Store): Promise<string[]> {
+  const db = testDb(store)
   const problems: string[] = []
   const conversations = await db.selectFrom('conversations').select('id').execute()
   const active = new Set(
@@ -18,7 +20,7 @@ export async function ledgerViolations(db: Store['db']): Promise<string[]> {
     ),
   )
   for (const { id } of conversations) {
-    const transcript = await readTranscript(db, id)
+    const transcript = await readTranscript(store, id)
     const called = new Set<string>()
     const answered = new Set<string>()
     for (const message of transcript) {
@@ -46,7 +48,7 @@ export async function ledgerViolations(db: Store['db']): Promise<string[]> {
 }
 
 /** Throws with every violation when the ledger invariant does not hold. */
-export async function assertLedgerInvariant(db: Store['db']): Promise<void> {
-  const problems = await ledgerViolations(db)
+export async function assertLedgerInvariant(store: Store): Promise<void> {
+  const problems = await ledgerViolations(store)
   if (problems.length > 0) throw new Error(`tool-call ledger invariant violated:\n${problems.join('\n')}`)
 }

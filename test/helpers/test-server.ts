@@ -198,13 +198,13 @@ export async function startTestServer(
     url,
     ...(webhooks && { webhooks }),
     async createUser(name) {
-      const created = await createUser(store.db, name ?? `user${process.pid}_${userCounter++}_${Date.now()}`)
+      const created = await createUser(store, name ?? `user${process.pid}_${userCounter++}_${Date.now()}`)
       if ('error' in created) throw new Error('name taken')
-      const token = await createToken(store.db, created.id, 'test')
+      const token = await createToken(store, created.id, 'test')
       return { user: created, token: token.token, tokenId: token.id }
     },
     async revoke(user) {
-      await revokeToken(store.db, user.tokenId)
+      await revokeToken(store, user.tokenId)
       // As the admin route does: this instance's token cache forgets it at once (others hear the notification).
       store.access.deliver(`token:${user.tokenId}`)
     },
@@ -231,7 +231,7 @@ export async function startTestServer(
       await mcp.stop()
       if (ownDataDir) await rm(dataDir, { recursive: true, force: true })
       // Every test's transcript is held to the ledger invariant, whatever the test itself checks.
-      await assertLedgerInvariant(store.db)
+      await assertLedgerInvariant(store)
     },
   }
 }

@@ -19,6 +19,7 @@ import {
 import { ledgerViolations } from '../helpers/ledger.js'
 import { recordFigures } from './figures.js'
 import { startTestServer, type TestServer, type TestUser } from '../helpers/test-server.js'
+import { testDb } from '../../src/store/test-access.js'
 
 const openaiKey = 'sk-malformed-openai-key-0123456789'
 const anthropicKey = 'sk-ant-malformed-key-0123456789'
@@ -269,12 +270,12 @@ describe('runs against malformed upstreams', () => {
       if (run.status === 'failed') expect(testCase.codes).toContain(run.error.code)
       // Scripted replies not used up (a failure before the second turn) must not reach the next case.
       upstream.clear()
-      expect(await ledgerViolations(store.db)).toEqual([])
+      expect(await ledgerViolations(store)).toEqual([])
     })
   }
 
   it('no key reached the events or any log line (trace level)', async () => {
-    const events = JSON.stringify(await store.db.selectFrom('events').select('data').execute())
+    const events = JSON.stringify(await testDb(store).selectFrom('events').select('data').execute())
     for (const key of [openaiKey, anthropicKey]) {
       expect(events).not.toContain(key)
       expect(logs).not.toContain(key)

@@ -84,7 +84,7 @@ export async function serveAgUiStream(
       stop()
     })
     for await (const event of streamEvents(
-      context.store.db,
+      context.store,
       context.store.feed,
       { runId: plan.runId },
       { afterId: plan.afterId, signal: finished.signal, maxQueuedBytes: context.streams.limits.maxQueuedBytes },

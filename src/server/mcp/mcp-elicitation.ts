@@ -53,7 +53,7 @@ export class McpElicitor {
     const { decision } = waiting
     // A call only designated approvers may approve is not put to this user: the answer says who must.
     if (!(await this.#bus.mayApprove(decision.id, this.#userId))) return waiting
-    await createMcpElicitation(this.#store.db, decision.id, this.#sessionId)
+    await createMcpElicitation(this.#store, decision.id, this.#sessionId)
     // A session allowance needs a conversation, and never covers a command that asks every time.
     const allowable = decision.conversationId !== null && !alwaysAsks(command, decision.params as Params)
     const choices: DecisionAnswer[] = allowable ? ['approve', 'approve_session', 'reject'] : ['approve', 'reject']
@@ -87,7 +87,7 @@ export class McpElicitor {
     const deadline = Date.parse(decision.expiresAt)
     let pollMs = firstPollMs
     while (!signal.aborted && Date.now() < deadline) {
-      const state = await mcpElicitationState(this.#store.db, decision.id)
+      const state = await mcpElicitationState(this.#store, decision.id)
       if (!state) return waiting
       if (state.decision !== 'pending') return this.#finished(waiting, signal)
       if (state.action === 'cancel') return waiting
@@ -160,7 +160,7 @@ export async function applyAnswer(
   const { action, decision } = readResult(answer.result)
   let recorded: 'accept' | 'decline' | 'cancel' = action
   if (action !== 'cancel') {
-    const state = await mcpElicitationState(store.db, answer.decisionId)
+    const state = await mcpElicitationState(store, answer.decisionId)
     if (!state || state.sessionId !== session.id || state.action !== null) return
     const chosen: DecisionAnswer = action === 'decline' ? 'reject' : (decision ?? 'reject')
     let outcome = await bus.decide(answer.decisionId, session.userId, chosen, 'answered through MCP elicitation')
@@ -169,7 +169,7 @@ export async function applyAnswer(
       outcome = await bus.decide(answer.decisionId, session.userId, 'approve', 'answered through MCP elicitation')
     if (!outcome.ok) recorded = 'cancel'
   }
-  if (await answerMcpElicitation(store.db, answer.decisionId, session.id, recorded)) wakers.get(answer.decisionId)?.()
+  if (await answerMcpElicitation(store, answer.decisionId, session.id, recorded)) wakers.get(answer.decisionId)?.()
 }
 
 function readResult(result: unknown): { action: 'accept' | 'decline' | 'cancel'; decision?: DecisionAnswer } {

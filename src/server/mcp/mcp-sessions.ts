@@ -33,9 +33,9 @@ export class McpSessions {
   /** A new session for the user's `initialize`; its id goes out as `Mcp-Session-Id`. */
   async open(userId: string, params: InitializeParams): Promise<string> {
     // Forgotten sessions go as new ones come: no sweeper needed.
-    await deleteIdleMcpSessions(this.#store.db, mcpSessionIdleMs)
+    await deleteIdleMcpSessions(this.#store, mcpSessionIdleMs)
     const id = randomUUID()
-    await createMcpSession(this.#store.db, {
+    await createMcpSession(this.#store, {
       id,
       userId,
       protocolVersion: params.protocolVersion,
@@ -47,12 +47,12 @@ export class McpSessions {
 
   /** The user's session of this id, seen now; undefined when unknown, another user's or forgotten. */
   find(id: string, userId: string): Promise<McpSessionRecord | undefined> {
-    return touchMcpSession(this.#store.db, id, userId, mcpSessionIdleMs)
+    return touchMcpSession(this.#store, id, userId, mcpSessionIdleMs)
   }
 
   /** Ends the user's session; false when there was none. */
   end(id: string, userId: string): Promise<boolean> {
-    return deleteMcpSession(this.#store.db, id, userId)
+    return deleteMcpSession(this.#store, id, userId)
   }
 }
 

@@ -83,7 +83,7 @@ export async function serveUiStream(
     }
     const mapper = new UiChunkMapper(options.end)
     for await (const event of streamEvents(
-      context.store.db,
+      context.store,
       context.store.feed,
       { runId: options.runId },
       { afterId: options.afterId, signal: finished.signal, maxQueuedBytes: context.streams.limits.maxQueuedBytes },
