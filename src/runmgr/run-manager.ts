@@ -24,6 +24,7 @@ import {
   releaseLease,
   runEvent,
   terminalRunStatuses,
+  isRunTransition,
   updateRun,
   type Conversation,
   type Executor,
@@ -788,6 +789,16 @@ export class RunManager {
     const decisions = await this.#options.store.transaction(async (tx) => {
       const run = options.fence ? await this.#fence(tx, options.fence) : await lockRun(tx, runId)
       if (!run || terminalRunStatuses.includes(run.status)) return []
+      // The run may have moved on since the caller looked (the sweeper saw it waiting; an answer has
+      // since continued it): an end the state table does not allow from here is not made.
+      if (!isRunTransition(run.status, end.status)) {
+        this.#options.log.info('a run moved on before it could end; left as it is', {
+          runId,
+          status: run.status,
+          end: end.status,
+        })
+        return []
+      }
       await lockAuditLog(tx)
       const expire = await this.#ledger.end(tx, run, end)
       if (options.announce) await announceRunEnded(tx, runId)

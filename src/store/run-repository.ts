@@ -4,7 +4,7 @@ import { appendEvents, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
 import type { ModelParams } from './project-repository.js'
 import { storableJson } from './storable.js'
-import type { RunCreatedStatus, RunMove } from './run-states.js'
+import { RunMoveRefused, type RunCreatedStatus, type RunMove } from './run-states.js'
 import { kysely, type Executor } from './executor.js'
 
 export interface Run {
@@ -179,13 +179,19 @@ export interface RunPatch {
   waiting?: boolean
 }
 
+/**
+ * Updates a run. A patch with a `move` changes the status only from a state the move lists: checked in
+ * the statement itself, so a run that moved on since the caller read it is refused (`RunMoveRefused`),
+ * never moved along an edge the table does not have.
+ */
 export async function updateRun(tx: Executor, id: string, patch: RunPatch): Promise<Run> {
-  const row = await kysely(tx)
-    .updateTable('runs')
-    .set(patchColumns(patch))
-    .where('id', '=', id)
-    .returningAll()
-    .executeTakeFirstOrThrow()
+  let update = kysely(tx).updateTable('runs').set(patchColumns(patch)).where('id', '=', id)
+  if (patch.move) update = update.where('status', 'in', patch.move.from)
+  const row = await update.returningAll().executeTakeFirst()
+  if (!row) {
+    if (patch.move) throw new RunMoveRefused(id, patch.move)
+    throw new Error(`run ${id} not found`)
+  }
   return toRun(row)
 }
 

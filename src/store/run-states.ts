@@ -213,3 +213,14 @@ export function moveInto<To extends RunStatus>(to: To): Extract<RunMove, { to: T
 export function isRunTransition(from: RunStatus | null, to: RunStatus): boolean {
   return runTransitions.some((rule) => rule.from === from && rule.to === to)
 }
+
+/** A status write that found the run in a state its move does not list (it moved on since it was read). */
+export class RunMoveRefused extends Error {
+  constructor(
+    readonly runId: string,
+    readonly move: RunMove,
+  ) {
+    super(`run ${runId} is not in ${move.from.join(' or ')}: it cannot move to ${move.to}`)
+    this.name = 'RunMoveRefused'
+  }
+}
