@@ -318,8 +318,9 @@ for (const engine of testEngines()) {
 
     row({ from: 'requires_action', to: 'expired', by: 'expiry', when: /PLINTH_ACTION_TTL/ }, async () => {
       const { run } = await waitingOnDraft()
-      // Time is the subject: only `Date` is faked (timers and database I/O stay real), set past the TTL.
-      vi.useFakeTimers({ toFake: ['Date'] })
+      // Time is the subject: only `Date` is faked (moving with real time; timers and database I/O stay
+      // real), and jumped past the TTL.
+      vi.useFakeTimers({ toFake: ['Date'], shouldAdvanceTime: true })
       try {
         vi.setSystemTime(Date.now() + 3_600_000 + 60_000)
         await core.runs.sweep()
