@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pino } from 'pino'
 import { setUpCommandBus, setUpRuns, type CommandBusSetup } from '../../src/app/index.js'
+import { CommandBus, createPluginLogger } from '../../src/cmdbus/index.js'
 import {
   ModelError,
   ScriptedModel,
@@ -37,14 +38,18 @@ import { waitFor } from '../helpers/waits.js'
  */
 export interface Core {
   store: Store
-  bus: CommandBusSetup['bus']
+  bus: CommandBus
   setup: CommandBusSetup
   runs: RunManager
   owner: User
   project: Project
   /** A new conversation in the owner's project. */
   conversation(): Promise<Conversation>
-  /** Another RunManager over the same store and bus: a second "instance" (see `setUpRuns`). */
+  /**
+   * A second "instance", as another server process on the same database would have: its own CommandBus
+   * (over the same catalog: the plugins are loaded once) and its own RunManager (`setUpRuns`, which
+   * starts it, running its start-up sweep). Stopped by `close` if the test did not stop it.
+   */
   instance(options?: InstanceOptions): Promise<RunManager>
   close(): Promise<void>
 }
@@ -71,10 +76,18 @@ export async function startCore(store: Store, models: LanguageModel[]): Promise<
   })
   await setup.ingestor.start()
   const managers: RunManager[] = []
-  const instance = async (extra: InstanceOptions = {}): Promise<RunManager> => {
+  const busOptions = {
+    store,
+    catalog: setup.catalog,
+    access: setup.access,
+    logger: (plugin: string) => createPluginLogger(logger, plugin),
+    actionTtlMs: 3_600_000,
+    allowanceTtlMs: 3_600_000,
+  }
+  const manage = async (bus: CommandBus, extra: InstanceOptions = {}): Promise<RunManager> => {
     // A long lease keeps the periodic sweeper (every lease / 2) out of the way: tests that need a
     // sweep call `runs.sweep()` themselves, so which instance takes a run over is never a race.
-    const runs = await setUpRuns(store, setup.bus, {
+    const runs = await setUpRuns(store, bus, {
       models,
       logger,
       actionTtlMs: 3_600_000,
@@ -84,7 +97,7 @@ export async function startCore(store: Store, models: LanguageModel[]): Promise<
     managers.push(runs)
     return runs
   }
-  const runs = await instance()
+  const runs = await manage(setup.bus)
   const owner = await newUser(store)
   const project = await store.transaction((tx) => createProject(tx, owner.id, { name: 'unit' }))
   return {
@@ -95,7 +108,7 @@ export async function startCore(store: Store, models: LanguageModel[]): Promise<
     owner,
     project,
     conversation: () => store.transaction((tx) => createConversation(tx, { projectId: project.id, ownerId: owner.id })),
-    instance,
+    instance: (extra) => manage(new CommandBus(busOptions), extra),
     async close() {
       for (const manager of managers) await manager.stop()
       await setup.ingestor.stop()
