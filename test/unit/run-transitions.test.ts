@@ -9,6 +9,7 @@ import {
   isRunTransition,
   listToolCalls,
   readEvents,
+  runEvent,
   runTransitions,
   takeOverRun,
   type RunMove,
@@ -300,6 +301,26 @@ for (const engine of testEngines()) {
       expect((await statusEvents(run.id)).at(-3)).toMatchObject({ status: 'running', phase: 'tool_done' })
     })
 
+    it('requires_action → running (answer), by tool outputs: the client answers its tool call', async () => {
+      model.script.setTurns([{ toolCalls: [{ name: 'lookup', arguments: { q: 'x' } }] }])
+      const clientTools = [{ name: 'lookup', description: 'Looks up', parameters: { type: 'object' } }]
+      const run = await start(await core.conversation(), { clientTools })
+      await untilRun(store, run.id, ['requires_action'])
+      const [call] = await listToolCalls(store.db, run.id)
+      expect(call).toMatchObject({ kind: 'client', status: 'awaiting_output' })
+      const before = (await eventTypes(store, run.id)).length
+      await core.runs.submitToolOutputs(run.id, [{ callId: call!.id, output: { found: 1 } }])
+      await untilRun(store, run.id, ['completed'])
+      expect((await eventTypes(store, run.id)).slice(before)).toEqual([
+        'tool_call.completed',
+        'run.status', // requires_action → running (tool_done)
+        ...opened,
+        'message.completed',
+        'run.status',
+        'run.completed',
+      ])
+    })
+
     row({ from: 'requires_action', to: 'expired', by: 'expiry', when: /pending decisions/ }, async () => {
       const { run, decisionId } = await waitingOnDraft()
       const before = (await eventTypes(store, run.id)).length
@@ -388,21 +409,8 @@ for (const engine of testEngines()) {
         const run = await streaming()
         const driving = await getRun(store.db, run.id)
         const stale = { runId: run.id, owner: `${driving!.leaseOwner}-stale`, expiresAt: new Date(Date.now() + 60_000) }
-        const written = await store.transition(
-          stale,
-          { move: { from: ['running'], to: 'completed' }, ended: true },
-          [],
-          [
-            {
-              type: 'run.completed',
-              runId: run.id,
-              conversationId: run.conversationId,
-              projectId: run.projectId,
-              userId: run.ownerId,
-              data: {},
-            },
-          ],
-        )
+        const ending = { move: { from: ['running'], to: 'completed' }, ended: true } as const
+        const written = await store.transition(stale, ending, [], [runEvent(run, 'run.completed', {})])
         expect(written).toBeUndefined()
         const lease = { owner: 'someone-else', expiresAt: new Date(Date.now() + 60_000) }
         expect(await store.transaction((tx) => takeOverRun(tx, run.id, lease, new Date()))).toBeUndefined()
