@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { ScriptedModel, type LanguageModel, type ModelRequest, type StreamPart } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
@@ -378,19 +378,27 @@ describe('runs hardening: leases, decisions and stopping', () => {
     const runId = await start(await conversation(), { clientTools: ['propose_command'] })
     const waiting = await waitForRun(server, alice.token, runId, ['requires_action'])
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
-    // Time is the subject (the 2 s TTL runs on the server's wall clock): sleeps, not waits.
-    await new Promise((resolve) => setTimeout(resolve, 1_200))
-    expect(
-      (
-        await server.request('POST', `/api/decisions/${decisionId}`, {
-          token: alice.token,
-          body: { decision: 'reject' },
-        })
-      ).status,
-    ).toBe(200)
+    // Time is the subject (the 2 s TTL runs on the server's wall clock): the clock jumps instead of the
+    // test sleeping. Only `Date` is faked — it keeps moving with real time, and timers, sockets and
+    // database I/O stay real.
+    vi.useFakeTimers({ toFake: ['Date'], shouldAdvanceTime: true })
+    try {
+      vi.setSystemTime(Date.now() + 1_200)
+      expect(
+        (
+          await server.request('POST', `/api/decisions/${decisionId}`, {
+            token: alice.token,
+            body: { decision: 'reject' },
+          })
+        ).status,
+      ).toBe(200)
+      // Had the reject restarted the clock, the run would now have waited only 1 s: within its TTL.
+      vi.setSystemTime(Date.now() + 1_000)
+      await server.runs.sweep()
+    } finally {
+      vi.useRealTimers()
+    }
     // 2 s after it started waiting (not after the reject), the client tool still unanswered: expired.
-    await new Promise((resolve) => setTimeout(resolve, 1_000))
-    await server.runs.sweep()
     expect((await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body.status).toBe('expired')
   })
 
