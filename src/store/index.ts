@@ -182,7 +182,14 @@ export {
   type Prefetched,
   type TransitionWrite,
 } from './run-transition.js'
-export { moveInto, isRunTransition, RunMoveRefused } from './run-states.js'
+export {
+  moveInto,
+  isRunTransition,
+  runTransitions,
+  RunMoveRefused,
+  type RunMove,
+  type RunTransitionRule,
+} from './run-states.js'
 export { insertDispatchStarted, toolCallStartedWithDispatch, type DispatchStartPart } from './dispatch-start.js'
 export type { RunStatus, ToolCallStatus } from './database.js'
 export {

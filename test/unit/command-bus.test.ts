@@ -7,6 +7,7 @@ import { verifyAuditChain, type DispatchOutcome, type DispatchRequest } from '..
 import { getDispatch, type Store } from '../../src/store/index.js'
 import { openTestStore, testEngines } from '../helpers/engines.js'
 import { Scripted, startCore, type Core } from './core.js'
+import { testDb } from '../../src/store/test-access.js'
 
 for (const engine of testEngines()) {
   describe(`command bus dispatch on ${engine}`, () => {
@@ -36,7 +37,7 @@ for (const engine of testEngines()) {
     /** The audit steps recorded for a dispatch, in order. */
     const steps = async (dispatchId: string | null) =>
       (
-        await store.db
+        await testDb(store)
           .selectFrom('audit_log')
           .select('step')
           .where('dispatch_id', '=', dispatchId ?? '')
@@ -46,7 +47,7 @@ for (const engine of testEngines()) {
     const count = async (table: 'dispatches' | 'audit_log' | 'knowledge_items') =>
       Number(
         (
-          await store.db
+          await testDb(store)
             .selectFrom(table)
             .select((eb) => eb.fn.countAll<string>().as('n'))
             .executeTakeFirstOrThrow()
@@ -69,7 +70,7 @@ for (const engine of testEngines()) {
       expect(outcome).toMatchObject({ status: 'failed', error: { code: 'validation_failed' } })
       expect(outcome.status === 'failed' && outcome.error.errors?.length).toBeGreaterThan(0)
       const id = dispatchId(outcome)
-      expect(await getDispatch(store.db, id)).toMatchObject({ status: 'failed', commandId: 'rdm.ping' })
+      expect(await getDispatch(store, id)).toMatchObject({ status: 'failed', commandId: 'rdm.ping' })
       expect(await steps(id)).toEqual(['requested', 'finished'])
     })
 
@@ -79,7 +80,7 @@ for (const engine of testEngines()) {
       expect(outcome).toMatchObject({ status: 'succeeded', result: { pong: true, target: 'unit' } })
       const id = dispatchId(outcome)
       expect(await count('dispatches')).toBe(dispatches + 1)
-      expect(await getDispatch(store.db, id)).toMatchObject({ status: 'succeeded', risk: 'low', entrance: 'button' })
+      expect(await getDispatch(store, id)).toMatchObject({ status: 'succeeded', risk: 'low', entrance: 'button' })
       expect(await steps(id)).toEqual(['requested', 'running', 'finished'])
     })
 
@@ -126,7 +127,7 @@ for (const engine of testEngines()) {
         if (asked.status !== 'awaiting_decision') throw new Error(`expected a decision: ${JSON.stringify(asked)}`)
         const rejected = await core.bus.decide(asked.decision.id, core.owner.id, 'reject')
         expect(rejected).toMatchObject({ ok: true, decision: { status: 'rejected' }, dispatch: { status: 'rejected' } })
-        expect(await getDispatch(store.db, asked.dispatchId)).toMatchObject({ status: 'rejected' })
+        expect(await getDispatch(store, asked.dispatchId)).toMatchObject({ status: 'rejected' })
         expect(await steps(asked.dispatchId)).toEqual(['requested', 'awaiting_decision', 'decided'])
         const late = await core.bus.decide(asked.decision.id, core.owner.id, 'approve')
         expect(late).toMatchObject({ ok: false, error: { code: 'decision_conflict' } })
@@ -179,7 +180,7 @@ for (const engine of testEngines()) {
         ok: true,
         dispatch: { status: 'failed', dispatchId: asked.dispatchId, error: { code: 'project_required' } },
       })
-      const recorded = await getDispatch(store.db, asked.dispatchId)
+      const recorded = await getDispatch(store, asked.dispatchId)
       expect(recorded).toMatchObject({ status: 'failed', error: { code: 'project_required' }, result: null })
       expect(await steps(asked.dispatchId)).toEqual([
         'requested',

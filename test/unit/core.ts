@@ -116,26 +116,26 @@ export async function startCore(store: Store, models: LanguageModel[]): Promise<
       await setup.mcp.stop()
       await rm(dataDir, { recursive: true, force: true })
       // Whatever a test checks, every tool call must end with exactly one terminal result.
-      await assertLedgerInvariant(store.db)
+      await assertLedgerInvariant(store)
     },
   }
 }
 
 export async function newUser(store: Store): Promise<User> {
-  const created = await createUser(store.db, `unit${process.pid}_${users++}_${Date.now()}`)
+  const created = await createUser(store, `unit${process.pid}_${users++}_${Date.now()}`)
   if ('error' in created) throw new Error('user name taken')
   return created
 }
 
 /** The types of a run's events in log order; `message.delta` left out (how many depends on timing). */
 export async function eventTypes(store: Store, runId: string): Promise<string[]> {
-  const events = await readEvents(store.db, { runId }, 0, 10_000)
+  const events = await readEvents(store, { runId }, 0, 10_000)
   return events.map((event) => event.type).filter((type) => type !== 'message.delta')
 }
 
 /** How many events the log holds for a run (deltas included): to show that nothing was appended. */
 export async function eventCount(store: Store, runId: string): Promise<number> {
-  return (await readEvents(store.db, { runId }, 0, 10_000)).length
+  return (await readEvents(store, { runId }, 0, 10_000)).length
 }
 
 /** Waits until the run is in one of `statuses` (or matches), read from the store. */
@@ -149,7 +149,7 @@ export function untilRun(
   let last: Run | undefined
   return waitFor(
     async () => {
-      last = await getRun(store.db, runId)
+      last = await getRun(store, runId)
       return last && matches(last) ? last : undefined
     },
     { timeoutMs, what: () => `run ${runId} to reach ${String(until)} (it is ${last?.status ?? 'missing'})` },
@@ -198,14 +198,14 @@ export function runKit(core: () => Core, model: Scripted) {
       model.script.setTurns([{ toolCalls: [draftCall] }])
       const run = await start(conversation ?? (await core().conversation()))
       await untilRun(core().store, run.id, ['requires_action'])
-      const [call] = await listToolCalls(core().store.db, run.id)
+      const [call] = await listToolCalls(core().store, run.id)
       return { run, decisionId: call!.decisionId! }
     },
     /** A run streaming its answer slowly, once its first delta is in the log. */
     async streaming(runs = core().runs): Promise<Run> {
       model.script.setTurns([slowTurn])
       const run = await start(await core().conversation(), {}, runs)
-      const { db } = core().store
+      const db = core().store
       await waitFor(async () =>
         (await readEvents(db, { runId: run.id }, 0, 100)).some((e) => e.type === 'message.delta'),
       )
@@ -213,12 +213,12 @@ export function runKit(core: () => Core, model: Scripted) {
     },
     /** The statuses of a conversation's assistant messages, oldest first. */
     async turnStatuses(conversationId: string): Promise<string[]> {
-      const transcript = await readTranscript(core().store.db, conversationId)
+      const transcript = await readTranscript(core().store, conversationId)
       return transcript.filter((message) => message.role === 'assistant').map((message) => message.status)
     },
     /** The data of a run's `run.status` events, in order. */
     async statusEvents(runId: string) {
-      const events = await readEvents(core().store.db, { runId }, 0, 10_000)
+      const events = await readEvents(core().store, { runId }, 0, 10_000)
       return events.filter((event) => event.type === 'run.status').map((event) => event.data)
     },
   }

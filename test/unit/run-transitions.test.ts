@@ -117,7 +117,7 @@ for (const engine of testEngines()) {
       const other = await core.instance()
       const run = await streaming(other)
       await other.stop()
-      const released = await getRun(store.db, run.id)
+      const released = await getRun(store, run.id)
       expect(released).toMatchObject({ status: 'running', leaseOwner: null, resumes: 0 })
       const before = (await eventTypes(store, run.id)).length
       // This instance's sweeper takes it over (a new lease, resumes + 1) and drives it to the end.
@@ -136,7 +136,7 @@ for (const engine of testEngines()) {
 
     row({ from: 'running', to: 'requires_action', by: 'loop' }, async () => {
       const { run, decisionId } = await waitingOnDraft()
-      const waiting = await getRun(store.db, run.id)
+      const waiting = await getRun(store, run.id)
       // Waiting for a person: the lease is given up and the wait's clock starts.
       expect(waiting).toMatchObject({ status: 'requires_action', phase: null, leaseOwner: null })
       expect(waiting?.waitingSince).not.toBeNull()
@@ -195,7 +195,7 @@ for (const engine of testEngines()) {
       const run = await start(await core.conversation(), { maxIterations: 1 })
       const failed = await untilRun(store, run.id, ['failed'])
       expect(failed.error).toMatchObject({ code: 'iteration_cap' })
-      const calls = await listToolCalls(store.db, run.id)
+      const calls = await listToolCalls(store, run.id)
       expect(calls.map((call) => call.status)).toEqual(['ok', 'error'])
       const toolRound = ['message.completed', 'tool_call.created', 'run.status', 'run.status']
       expect(await eventTypes(store, run.id)).toEqual([
@@ -260,7 +260,7 @@ for (const engine of testEngines()) {
       const cancelled = await core.runs.cancel(run.id)
       expect(cancelled).toMatchObject({ status: 'cancelled', cancelReason: 'cancelled', leaseOwner: null })
       // The partial answer is kept, marked cancelled.
-      const events = await readEvents(store.db, { runId: run.id }, 0, 10_000)
+      const events = await readEvents(store, { runId: run.id }, 0, 10_000)
       const turn = events.filter((event) => event.type === 'message.completed').at(-1)
       expect(turn?.data).toMatchObject({ status: 'cancelled' })
       expect((await eventTypes(store, run.id)).slice(-3)).toEqual(['message.completed', 'run.status', 'run.cancelled'])
@@ -306,7 +306,7 @@ for (const engine of testEngines()) {
       const clientTools = [{ name: 'lookup', description: 'Looks up', parameters: { type: 'object' } }]
       const run = await start(await core.conversation(), { clientTools })
       await untilRun(store, run.id, ['requires_action'])
-      const [call] = await listToolCalls(store.db, run.id)
+      const [call] = await listToolCalls(store, run.id)
       expect(call).toMatchObject({ kind: 'client', status: 'awaiting_output' })
       const before = (await eventTypes(store, run.id)).length
       await core.runs.submitToolOutputs(run.id, [{ callId: call!.id, output: { found: 1 } }])
@@ -334,7 +334,7 @@ for (const engine of testEngines()) {
         'run.status',
         'run.expired',
       ])
-      expect((await listToolCalls(store.db, run.id))[0]?.status).toBe('expired')
+      expect((await listToolCalls(store, run.id))[0]?.status).toBe('expired')
     })
 
     row({ from: 'requires_action', to: 'expired', by: 'expiry', when: /PLINTH_ACTION_TTL/ }, async () => {
@@ -348,7 +348,7 @@ for (const engine of testEngines()) {
       } finally {
         vi.useRealTimers()
       }
-      const expired = await getRun(store.db, run.id)
+      const expired = await getRun(store, run.id)
       expect(expired?.status).toBe('expired')
       expect(await eventTypes(store, run.id)).toContain('run.expired')
     })
@@ -401,20 +401,20 @@ for (const engine of testEngines()) {
         expect(await core.runs.cancel(run.id)).toEqual(done)
         await expect(core.runs.resume(run.id)).rejects.toMatchObject({ code: 'run_not_resumable' })
         await expect(core.runs.submitToolOutputs(run.id, [])).rejects.toBeInstanceOf(RunRequestError)
-        expect(await getRun(store.db, run.id)).toEqual(done)
+        expect(await getRun(store, run.id)).toEqual(done)
         expect(await eventCount(store, run.id)).toBe(count)
       })
 
       it('a write fenced by a stale lease owner, or a takeover of a held lease, writes nothing', async () => {
         const run = await streaming()
-        const driving = await getRun(store.db, run.id)
+        const driving = await getRun(store, run.id)
         const stale = { runId: run.id, owner: `${driving!.leaseOwner}-stale`, expiresAt: new Date(Date.now() + 60_000) }
         const ending = { move: { from: ['running'], to: 'completed' }, ended: true } as const
         const written = await store.transition(stale, ending, [], [runEvent(run, 'run.completed', {})])
         expect(written).toBeUndefined()
         const lease = { owner: 'someone-else', expiresAt: new Date(Date.now() + 60_000) }
         expect(await store.transaction((tx) => takeOverRun(tx, run.id, lease, new Date()))).toBeUndefined()
-        const after = await getRun(store.db, run.id)
+        const after = await getRun(store, run.id)
         expect(after).toMatchObject({ status: 'running', leaseOwner: driving!.leaseOwner, resumes: 0 })
         expect(await eventTypes(store, run.id)).not.toContain('run.completed')
         await core.runs.cancel(run.id)
