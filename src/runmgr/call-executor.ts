@@ -33,7 +33,7 @@ export async function runCalls(
     const entry = tools.get(call.name)
     const parsed = parseArguments(call.rawArgs)
     const fail = (output: JsonValue) =>
-      kit.fenced(fence, (tx, locked) => kit.ledger.finish(tx, locked, call, 'error', output))
+      kit.writer.fenced(fence, (tx, locked) => kit.ledger.finish(tx, locked, call, 'error', output))
     if (!entry) {
       await fail({
         error: { code: 'unknown_tool', message: `there is no tool named ${call.name}; use one of the offered tools` },
@@ -51,7 +51,7 @@ export async function runCalls(
     }
     if (entry.kind === 'client') {
       kit.ledger.started(call.id)
-      await kit.fenced(fence, async (tx, locked) => {
+      await kit.writer.fenced(fence, async (tx, locked) => {
         await updateToolCall(tx, call.id, { status: 'awaiting_output', started: true })
         await bus.auditClientCall(tx, clientCallAudit(locked, call))
         await appendEvents(tx, [runEvent(locked, 'tool_call.started', { callId: call.id })])
@@ -72,7 +72,7 @@ export async function runCalls(
           hashParams(candidate.args as { [key: string]: JsonValue }) === hash,
       )
       if (previous) {
-        await kit.fenced(fence, (tx, locked) =>
+        await kit.writer.fenced(fence, (tx, locked) =>
           kit.ledger.finish(tx, locked, call, 'ok', previous.output, { repeatOf: previous.id }),
         )
         continue
@@ -88,7 +88,7 @@ export async function runCalls(
     // Each of the dispatch's transactions fences the run first (before the bus's audit and event locks).
     let locked: Run | undefined
     const lock = async (tx: Executor): Promise<void> => {
-      locked = await fenceRun(tx, fence.runId, fence.owner, kit.expiry())
+      locked = await fenceRun(tx, fence.runId, fence.owner, kit.leases.expiry())
     }
     const record = async (tx: Executor, outcome: DispatchOutcome): Promise<void> => {
       recorded = true
@@ -130,7 +130,7 @@ export async function runCalls(
         settled: record,
         // The dispatch's row and first entries, the call `running` and its event: one statement, fenced.
         startTogether: () => ({
-          fence: { ...fence, expiresAt: kit.expiry() },
+          fence: { ...fence, expiresAt: kit.leases.expiry() },
           writes: [toolCallStartedWithDispatch(store, call.id)],
           events: [runEvent(run, 'tool_call.started', { callId: call.id })],
           lost: () => new LeaseLost(),
@@ -140,7 +140,7 @@ export async function runCalls(
           const part = kit.ledger.outcomePart(store, run, call, outcome)
           if (!part) return undefined
           return {
-            fence: { ...fence, expiresAt: kit.expiry() },
+            fence: { ...fence, expiresAt: kit.leases.expiry() },
             ...part,
             written: (fenced) => {
               recorded = true

@@ -2,20 +2,12 @@ import type { CommandBus } from '../cmdbus/index.js'
 import type { PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
-import type {
-  Executor,
-  NewEvent,
-  Prefetched,
-  Run,
-  RunFence,
-  RunPatch,
-  Store,
-  TransitionReads,
-  TransitionWrite,
-} from '../store/index.js'
+import type { Prefetched, Run, RunFence, Store } from '../store/index.js'
+import type { LeaseClock } from './leases.js'
 import type { ModelSlots } from './model-slots.js'
-import type { RunEnd, RunLedger } from './run-ledger.js'
+import type { RunLedger } from './run-ledger.js'
 import type { RunObserver } from './run-observer.js'
+import type { RunWriter } from './run-writer.js'
 
 /** The run's lease has passed to someone else (or the run ended elsewhere): its driver stops without writing. */
 export class LeaseLost extends Error {
@@ -46,9 +38,15 @@ export interface Driver {
   done: Promise<void>
 }
 
+/** Stops a driver: its loop at once, its tool calls too unless the server is shutting down. */
+export function abortDriver(driver: Driver, reason: StopReason): void {
+  driver.loop.abort(reason)
+  if (reason !== 'shutdown') driver.calls.abort(reason)
+}
+
 /**
- * What a round's steps (the model turn, the call executor) need from the run manager: its
- * components and its fenced writes. One object, so the steps live in their own files.
+ * What a round's steps (the loop, the model turn, the call executor) work with: the run manager's
+ * components, each a named object, so the steps live in their own files.
  */
 export interface DriverKit {
   store: Store
@@ -58,32 +56,10 @@ export interface DriverKit {
   retriever: Retriever | undefined
   /** The operator's extra system-prompt text. */
   systemPrompt: string | undefined
-  /** A lease's length: the heartbeat renews it at a third of that. */
-  leaseMs: number
   observer: RunObserver | undefined
   ledger: RunLedger
   modelSlots: ModelSlots
-  /** One transaction under the run's lease; throws LeaseLost (writing nothing) when the lease has passed. */
-  fenced<T>(
-    fence: RunFence,
-    fn: (tx: Executor, run: Run) => Promise<T>,
-    options?: { audit?: boolean; patch?: RunPatch },
-  ): Promise<T>
-  /** One state change in one statement under the run's lease; throws LeaseLost (writing nothing) when the lease has passed. */
-  transition(
-    fence: RunFence,
-    patch: RunPatch,
-    writes: TransitionWrite[],
-    events: NewEvent[],
-    reads?: TransitionReads,
-  ): Promise<{ run: Run; reads: { [name: string]: unknown } }>
-  /** The driver was stopped mid-round: end, checkpoint or leave the run as the stop's reason says. */
-  endAborted(run: Run, driver: Driver, messageId: string | null, text: string): Promise<void>
-  expireDecisions(decisionIds: string[]): Promise<void>
-  /** Ends the run under its lease (see RunManager). */
-  end(runId: string, end: RunEnd, options: { fence: RunFence }): Promise<void>
-  /** Stops a driver: its loop at once, its tool calls too unless the server is shutting down. */
-  abort(driver: Driver, reason: StopReason): void
-  /** When a lease taken or renewed now runs out. */
-  expiry(): Date
+  leases: LeaseClock
+  /** The fenced writes and the ends of runs. */
+  writer: RunWriter
 }

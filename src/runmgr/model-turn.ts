@@ -47,7 +47,7 @@ export async function modelTurn(
   if (!holdsSlot) {
     // Stopped while waiting for a slot: the model was never called.
     await coalescer.close()
-    await kit.endAborted(run, driver, messageId, '')
+    await kit.writer.endAborted(run, driver, messageId, '')
     return { kind: 'ended' }
   }
   const modelStarted = performance.now()
@@ -73,7 +73,7 @@ export async function modelTurn(
     modelOutcome = error instanceof ModelError ? error.code : 'internal'
     await coalescer.close()
     if (signal.aborted || (error instanceof ModelError && error.code === 'cancelled')) {
-      await kit.endAborted(run, driver, messageId, text)
+      await kit.writer.endAborted(run, driver, messageId, text)
       return { kind: 'ended' }
     }
     const failure =
@@ -84,7 +84,7 @@ export async function modelTurn(
             ...(error.upstreamStatus !== undefined && { upstreamStatus: error.upstreamStatus }),
           }
         : { code: 'internal', message: 'the model call failed' }
-    const decisions = await kit.fenced(
+    const decisions = await kit.writer.fenced(
       fence,
       async (tx, locked) => {
         await completeAssistantMessage(tx, messageId, text, null, 'failed')
@@ -95,7 +95,7 @@ export async function modelTurn(
       },
       { audit: true },
     )
-    await kit.expireDecisions(decisions)
+    await kit.writer.expireDecisions(decisions)
     return { kind: 'ended' }
   } finally {
     if (holdsSlot) kit.modelSlots.release(run.ownerId)
@@ -108,7 +108,7 @@ export async function modelTurn(
   // The text not yet streamed goes out with the turn's end, in its statement.
   const rest = await coalescer.take()
   if (signal.aborted) {
-    await kit.endAborted(run, driver, messageId, text)
+    await kit.writer.endAborted(run, driver, messageId, text)
     return { kind: 'ended' }
   }
   // The turn and its calls are one checkpoint: message, ledger rows and events in one transaction.
@@ -185,7 +185,7 @@ export async function modelTurn(
     events.push(runEvent(run, 'run.status', { runId: run.id, status: 'running', phase: 'tool_called' }))
     events.push(runEvent(run, 'run.status', { runId: run.id, status: 'running', phase: 'tool_running' }))
   }
-  const { run: checkpointed } = await kit.transition(fence, patch, writes, events)
+  const { run: checkpointed } = await kit.writer.transition(fence, patch, writes, events)
   if (ledger.length === 0) return { kind: 'ended' }
   return { kind: 'turn', calls: ledger, run: checkpointed }
 }

@@ -14,7 +14,7 @@ import {
   type RunPatch,
 } from '../store/index.js'
 import { runCalls } from './call-executor.js'
-import type { Driver, DriverKit } from './driver.js'
+import { abortDriver, type Driver, type DriverKit } from './driver.js'
 import type { KnowledgeContext } from './knowledge-context.js'
 import { modelTurn } from './model-turn.js'
 import { openStatuses } from './run-ledger.js'
@@ -35,15 +35,15 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   const signal = driver.loop.signal
   const heartbeat = setInterval(
     () => {
-      renewLease(store, runId, fence.owner, kit.expiry())
+      renewLease(store, runId, fence.owner, kit.leases.expiry())
         .then((held) => {
-          if (!held) kit.abort(driver, 'lease_lost')
+          if (!held) abortDriver(driver, 'lease_lost')
         })
         .catch((error: unknown) =>
           log.warn('could not renew a run lease; the next write re-checks it', { runId, err: error }),
         )
     },
-    Math.max(500, kit.leaseMs / 3),
+    Math.max(500, kit.leases.ms / 3),
   )
   // A finished tool round is announced with the next round's opening transaction.
   let roundDone = false
@@ -61,11 +61,11 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       let run = known ?? (await getRun(store, runId))
       known = undefined
       if (!run || run.status !== 'running' || run.leaseOwner !== fence.owner) return
-      if (signal.aborted) return await kit.endAborted(run, driver, null, '')
+      if (signal.aborted) return await kit.writer.endAborted(run, driver, null, '')
       const model = kit.models.get(run.model)
       // The operator removed it: the run can be resumed once the model is configured again.
       if (!model)
-        return await kit.end(
+        return await kit.writer.end(
           runId,
           {
             status: 'failed',
@@ -91,7 +91,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
           const redo = open.filter((call) => call.status === 'pending' || call.status === 'running')
           const waiting =
             (await runCalls(kit, run, redo, toolTable(kit.bus, run, writable), driver)) || redo.length < open.length
-          if (signal.aborted) return await kit.endAborted(run, driver, null, '')
+          if (signal.aborted) return await kit.writer.endAborted(run, driver, null, '')
           if (waiting) return await requireAction(kit, fence)
           roundDone = true
         }
@@ -148,7 +148,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         runEvent(run, 'round.started', { runId, iteration }),
         runEvent(run, 'message.created', { messageId, role: 'assistant' }),
       )
-      const opened = await kit.transition(
+      const opened = await kit.writer.transition(
         fence,
         patch,
         [insertAssistantMessageWrite(run, messageId)],
@@ -164,7 +164,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       if (atCap) {
         // The last, tool-less call still asked for tools: nothing more runs; the calls are answered.
         const message = `the model still called tools after ${run.maxIterations} iterations (maxIterations)`
-        await kit.end(
+        await kit.writer.end(
           runId,
           { status: 'failed', error: { code: 'iteration_cap', message }, openCalls: 'error' },
           { fence },
@@ -172,7 +172,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         return
       }
       const waiting = await runCalls(kit, run, turn.calls, tools, driver)
-      if (signal.aborted) return await kit.endAborted(run, driver, null, '')
+      if (signal.aborted) return await kit.writer.endAborted(run, driver, null, '')
       if (waiting) {
         await requireAction(kit, fence)
         return
@@ -187,7 +187,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
 
 /** The round waits for humans or the client: the lease is given up until every call is answered. */
 async function requireAction(kit: DriverKit, fence: RunFence): Promise<void> {
-  await kit.fenced(fence, async (tx) => {
+  await kit.writer.fenced(fence, async (tx) => {
     const requiredAction = await kit.ledger.requiredAction(tx, fence.runId)
     const updated = await updateRun(tx, fence.runId, {
       move: { from: ['running'], to: 'requires_action' },

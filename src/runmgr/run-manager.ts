@@ -1,16 +1,12 @@
-import { randomUUID } from 'node:crypto'
-import type { CommandBus, DecisionView, DispatchOutcome } from '../cmdbus/index.js'
+import type { CommandBus } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import {
   activeRunStatuses,
-  announceRunEnded,
   countActiveRunsOf,
   appendEvents,
-  completeAssistantMessage,
   createRun,
-  fenceRun,
   getProject,
   getRun,
   isUniqueViolation,
@@ -18,13 +14,8 @@ import {
   listToolCalls,
   lockAuditLog,
   lockRun,
-  nextQueuedRun,
-  nextQueuedRunAfterEnd,
-  pendingDecisionIds,
-  releaseLease,
   runEvent,
   terminalRunStatuses,
-  isRunTransition,
   updateRun,
   type Conversation,
   type Executor,
@@ -32,22 +23,22 @@ import {
   type NewRun,
   type Project,
   type Run,
-  type RunFence,
   type RunProfile,
-  type RunPatch,
   type Store,
   type ToolCallStatus,
-  type Prefetched,
 } from '../store/index.js'
 import { resolveClientTools } from './client-tools.js'
 import { ModelSlots } from './model-slots.js'
-import { LeaseLost, type Driver, type DriverKit, type StopReason } from './driver.js'
+import { abortDriver } from './driver.js'
+import { DriverPool } from './driver-pool.js'
+import { LeaseClock } from './leases.js'
+import { RunDecisions } from './run-decisions.js'
+import { RunWriter, cancelEnd } from './run-writer.js'
 import { RunSweeper } from './run-sweeper.js'
 import { transcriptBudget } from './transcript-window.js'
-import { driveRun } from './run-loop.js'
 import { commandTools } from './tool-table.js'
 import { RunRequestError } from './run-errors.js'
-import { RunLedger, openStatuses, type RunEnd } from './run-ledger.js'
+import { RunLedger } from './run-ledger.js'
 import type { RunObserver } from './run-observer.js'
 
 export type { RunObserver } from './run-observer.js'
@@ -118,86 +109,52 @@ const resumableCodes = [
 
 export class RunManager {
   readonly #options: RunManagerOptions
-  readonly #instanceId = randomUUID()
-  #leaseSeq = 0
-  readonly #drivers = new Map<string, Driver>()
-  /** Cancel signals of waiting runs, for handlers that run after a human approved. */
-  readonly #waiting = new Map<string, AbortController>()
+  readonly #leases: LeaseClock
   readonly #ledger: RunLedger
+  readonly #writer: RunWriter
+  readonly #pool: DriverPool
+  readonly #decisions: RunDecisions
   readonly #sweeper: RunSweeper
   #unsubscribe: Array<() => void> = []
-  #stopping = false
-  readonly #modelSlots: ModelSlots
-  /** What the round's steps (model turn, call executor) use of this manager. */
-  readonly #kit: DriverKit
 
   constructor(options: RunManagerOptions) {
     this.#options = options
-    this.#modelSlots = new ModelSlots(options.maxConcurrentModelCalls ?? 16, options.maxConcurrentModelCallsPerUser)
-    this.#ledger = new RunLedger(options.bus, options.toolOutputLimit ?? 4096, options.observer)
-    this.#kit = {
-      store: options.store,
-      bus: options.bus,
+    const { store, bus, log } = options
+    this.#leases = new LeaseClock(options.leaseMs ?? 30_000)
+    this.#ledger = new RunLedger(bus, options.toolOutputLimit ?? 4096, options.observer)
+    this.#writer = new RunWriter({ store, bus, log, ledger: this.#ledger, leases: this.#leases })
+    this.#pool = new DriverPool({
+      store,
+      bus,
       models: options.models,
-      log: options.log,
+      log,
       retriever: options.retriever,
       systemPrompt: options.systemPrompt,
-      leaseMs: this.#leaseMs(),
       observer: options.observer,
       ledger: this.#ledger,
-      modelSlots: this.#modelSlots,
-      fenced: (fence, fn, fencedOptions) => this.#fenced(fence, fn, fencedOptions),
-      transition: async (fence, patch, writes, events, reads) => {
-        const done = await this.#options.store.transition(
-          { ...fence, expiresAt: this.#expiry() },
-          patch,
-          writes,
-          events,
-          reads,
-        )
-        if (!done) throw new LeaseLost()
-        return done
-      },
-      endAborted: (run, driver, messageId, text) => this.#endAborted(run, driver, messageId, text),
-      expireDecisions: (decisionIds) => this.#expireDecisions(decisionIds),
-      expiry: () => this.#expiry(),
-      end: (runId, end, endOptions) => this.#end(runId, end, endOptions),
-      abort: (driver, reason) => this.#abort(driver, reason),
-    }
+      modelSlots: new ModelSlots(options.maxConcurrentModelCalls ?? 16, options.maxConcurrentModelCallsPerUser),
+      leases: this.#leases,
+      writer: this.#writer,
+    })
+    this.#decisions = new RunDecisions({ store, ledger: this.#ledger, pool: this.#pool, writer: this.#writer })
     this.#sweeper = new RunSweeper({
-      store: options.store,
-      bus: options.bus,
-      log: options.log,
+      store,
+      bus,
+      log,
+      leases: this.#leases,
+      pool: this.#pool,
+      writer: this.#writer,
       maxResumes: options.maxResumes,
       actionTtlMs: options.actionTtlMs,
-      stopping: () => this.#stopping,
-      isDriven: (runId) => this.#drivers.has(runId),
-      newLease: () => this.#newLease(),
-      drive: (runId, owner) => this.#spawn(runId, owner, { resumed: true }),
-      end: (runId, end, endOptions) => this.#end(runId, end, endOptions),
-      startNext: (conversationId) => this.#startNext(conversationId),
-      resumeIfAnswered: (runId) => this.#resumeIfAnswered(runId),
     })
   }
 
   /** Binds to the bus and run signals, recovers what a previous process left, starts the sweeper. */
   async start(): Promise<void> {
     const { bus, store, log } = this.#options
-    bus.bindRuns({
-      lock: async (tx, runId) => {
-        await lockRun(tx, runId)
-      },
-      settle: (tx, decision, outcome) => this.#settleDecision(tx, decision, outcome),
-      signal: (runId) => this.#waitSignal(runId),
-      started: (tx, decision) => this.#decisionStarted(tx, decision),
-    })
+    bus.bindRuns(this.#decisions)
     this.#unsubscribe.push(
-      bus.onDecisionResolved((decision) => {
-        if (!decision.runId) return
-        this.#afterDecision(decision.runId).catch((error: unknown) =>
-          log.error('could not continue a run after a decision', { runId: decision.runId, err: error }),
-        )
-      }),
+      this.#decisions.follow(bus, log),
       store.runs.subscribe((runId) => this.#onRunEndedElsewhere(runId)),
       // A run whose owner can no longer see its conversation stops calling the model at once.
       store.access.subscribe(() => this.#recheckAccess()),
@@ -218,7 +175,7 @@ export class RunManager {
         failed: swept.failed,
         outcome: 'failed (interrupted); resume with POST /api/runs/:id/resume',
       })
-    this.#sweeper.start(Math.max(1000, this.#leaseMs() / 2))
+    this.#sweeper.start(Math.max(1000, this.#leases.ms / 2))
   }
 
   /**
@@ -227,16 +184,10 @@ export class RunManager {
    * server (or another instance) resumes it.
    */
   async stop(): Promise<void> {
-    this.#stopping = true
     this.#sweeper.stop()
     for (const unsubscribe of this.#unsubscribe) unsubscribe()
     this.#unsubscribe = []
-    for (const driver of this.#drivers.values()) driver.loop.abort('shutdown')
-    const grace = setTimeout(() => {
-      for (const driver of this.#drivers.values()) driver.calls.abort('shutdown')
-    }, this.#options.shutdownGraceMs ?? 10_000)
-    await Promise.allSettled([...this.#drivers.values()].map((driver) => driver.done))
-    clearTimeout(grace)
+    await this.#pool.stop(this.#options.shutdownGraceMs ?? 10_000)
     // The bus stays bound: a decision answered before the server stops listening must still reach
     // its run's ledger (in the bus's transaction); the next server's sweeper continues that run.
   }
@@ -252,7 +203,8 @@ export class RunManager {
     input: CreateRunInput,
     hooks: { onCreated?: (tx: Executor, run: Run) => Promise<void>; project?: Project } = {},
   ): Promise<{ run: Run } | { active: Run }> {
-    if (this.#stopping) throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
+    if (this.#pool.stopping)
+      throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
     const { models } = this.#options
     // The caller usually read the project with the conversation (one query); otherwise read it here.
     const project =
@@ -293,7 +245,7 @@ export class RunManager {
       )
     }
     const maxIterations = input.maxIterations ?? 10
-    const lease = this.#newLease()
+    const lease = this.#leases.newLease()
     const newRun: NewRun = {
       conversationId: conversation.id,
       projectId: conversation.projectId,
@@ -328,14 +280,14 @@ export class RunManager {
     }
     // The owner of the project may write there (anyone else: the driver asks).
     if ('run' in created && created.run.status === 'running') {
-      this.#spawn(created.run.id, lease.owner, {
+      this.#pool.spawn(created.run.id, lease.owner, {
         run: created.run,
         prefetched: alone?.prefetched,
         ...(project?.ownerId === userId && { writable: true }),
       })
     }
     // A queued run: the active one may have ended between our check and our commit; look again.
-    else if ('run' in created) await this.#startNext(conversation.id)
+    else if ('run' in created) await this.#pool.startNext(conversation.id)
     return created
   }
 
@@ -355,29 +307,18 @@ export class RunManager {
     const { store } = this.#options
     const run = await getRun(store, runId)
     if (!run || terminalRunStatuses.includes(run.status)) return run
-    const driver = this.#drivers.get(runId)
+    const driver = this.#pool.driver(runId)
     if (driver) {
-      this.#abort(driver, reason)
+      abortDriver(driver, reason)
       await driver.done
       const after = await getRun(store, runId)
       if (after && !terminalRunStatuses.includes(after.status))
-        await this.#end(runId, this.#cancelEnd(reason), { announce: true })
+        await this.#writer.end(runId, cancelEnd(reason), { announce: true })
     } else {
-      await this.#end(runId, this.#cancelEnd(reason), { announce: true })
+      await this.#writer.end(runId, cancelEnd(reason), { announce: true })
     }
-    this.#waiting.get(runId)?.abort(reason)
+    this.#pool.stopWaiting(runId, reason)
     return getRun(store, runId)
-  }
-
-  #cancelEnd(reason: string): RunEnd {
-    // A superseded run's open calls expire, a cancelled one's are cancelled
-    // (docs/architecture.md#the-tool-call-ledger).
-    return { status: 'cancelled', reason, openCalls: reason === 'superseded' ? 'expired' : 'cancelled' }
-  }
-
-  #abort(driver: Driver, reason: StopReason): void {
-    driver.loop.abort(reason)
-    if (reason !== 'shutdown') driver.calls.abort(reason)
   }
 
   /**
@@ -387,7 +328,7 @@ export class RunManager {
    */
   #recheckAccess(): void {
     const { store, bus, log } = this.#options
-    for (const runId of this.#drivers.keys()) {
+    for (const runId of this.#pool.drivenRunIds()) {
       void (async () => {
         const run = await getRun(store, runId)
         if (!run || terminalRunStatuses.includes(run.status)) return
@@ -401,15 +342,15 @@ export class RunManager {
   /** Another instance ended a run (null: any run, after a reconnect): drivers here that lost it stop. */
   #onRunEndedElsewhere(runId: string | null): void {
     const check = async (id: string): Promise<void> => {
-      const driver = this.#drivers.get(id)
-      const waiting = this.#waiting.get(id)
+      const driver = this.#pool.driver(id)
+      const waiting = this.#pool.waitingRunIds().includes(id)
       if (!driver && !waiting) return
       const run = await getRun(this.#options.store, id)
       if (driver && (!run || run.status !== 'running' || run.leaseOwner !== driver.fence.owner))
-        this.#abort(driver, 'lease_lost')
-      if (waiting && (!run || terminalRunStatuses.includes(run.status))) waiting.abort('cancelled')
+        abortDriver(driver, 'lease_lost')
+      if (waiting && (!run || terminalRunStatuses.includes(run.status))) this.#pool.stopWaiting(id, 'cancelled')
     }
-    const ids = runId ? [runId] : [...new Set([...this.#drivers.keys(), ...this.#waiting.keys()])]
+    const ids = runId ? [runId] : [...new Set([...this.#pool.drivenRunIds(), ...this.#pool.waitingRunIds()])]
     for (const id of ids)
       check(id).catch((error: unknown) =>
         this.#options.log.warn('could not check a run another instance ended', { runId: id, err: error }),
@@ -485,7 +426,7 @@ export class RunManager {
         await this.#ledger.finish(tx, locked, call, status, value)
       }
     })
-    await this.#resumeIfAnswered(runId)
+    await this.#pool.resumeIfAnswered(runId)
     return (await getRun(store, runId)) ?? run
   }
 
@@ -500,8 +441,9 @@ export class RunManager {
    */
   async resume(runId: string): Promise<Run> {
     const { store } = this.#options
-    if (this.#stopping) throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
-    const lease = this.#newLease()
+    if (this.#pool.stopping)
+      throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
+    const lease = this.#leases.newLease()
     let resumed: Run
     try {
       // A refusal thrown here rolls back a transaction that has written nothing.
@@ -536,298 +478,7 @@ export class RunManager {
       if (!isUniqueViolation(error)) throw error
       throw new RunRequestError('run_active', 'another run is active in this conversation')
     }
-    this.#spawn(runId, lease.owner)
+    this.#pool.spawn(runId, lease.owner)
     return resumed
-  }
-
-  // --- the loop ------------------------------------------------------------------------------
-
-  /** Starts the conversation's oldest queued run when nothing else there is active. */
-  async #startNext(conversationId: string): Promise<void> {
-    if (this.#stopping) return // the next server (or another instance) starts it
-    const queued = await nextQueuedRun(this.#options.store, conversationId)
-    if (queued) await this.#startQueued(queued)
-  }
-
-  /** Starts a queued run unless something else started it (or another run) first. */
-  async #startQueued(queued: Run): Promise<void> {
-    const { store } = this.#options
-    if (this.#stopping) return
-    const lease = this.#newLease()
-    let started: Run | undefined
-    try {
-      started = await store.transaction(async (tx) => {
-        const locked = await lockRun(tx, queued.id)
-        if (!locked || locked.status !== 'queued') return undefined
-        const run = await updateRun(tx, queued.id, {
-          move: { from: ['queued'], to: 'running' },
-          phase: 'thinking',
-          started: true,
-          lease,
-        })
-        await appendEvents(tx, [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })])
-        return run
-      })
-    } catch (error) {
-      // The one-active-run index refused: another run became active first, and it starts this one when it ends.
-      if (!isUniqueViolation(error)) throw error
-    }
-    if (started) this.#spawn(started.id, lease.owner, { run: started })
-  }
-
-  #spawn(
-    runId: string,
-    owner: string,
-    hints: { resumed?: boolean; writable?: boolean; run?: Run; prefetched?: Prefetched } = {},
-  ): void {
-    const { store, log } = this.#options
-    const fence = { runId, owner }
-    if (this.#stopping) {
-      // Not driven here after all: give the lease up so the next server resumes the run at once.
-      void releaseLease(store, runId, owner).catch((error: unknown) =>
-        log.warn('could not release a run lease', { runId, err: error }),
-      )
-      return
-    }
-    const driver: Driver = {
-      fence,
-      resumed: hints.resumed ?? false,
-      writable: hints.writable,
-      initial: hints.run,
-      prefetched: hints.prefetched,
-      loop: new AbortController(),
-      calls: new AbortController(),
-      done: Promise.resolve(),
-    }
-    this.#drivers.set(runId, driver)
-    driver.done = driveRun(this.#kit, driver)
-      .catch(async (error: unknown) => {
-        if (error instanceof LeaseLost) {
-          log.info('stopped driving a run that was ended or taken over elsewhere', { runId })
-          return
-        }
-        log.error('run loop failed', { runId, err: error })
-        await this.#end(
-          runId,
-          {
-            status: 'failed',
-            error: { code: 'internal', message: 'an internal error ended the run' },
-            openCalls: 'interrupted',
-          },
-          { fence },
-        ).catch((endError: unknown) => {
-          if (!(endError instanceof LeaseLost)) log.error('could not end a failed run', { runId, err: endError })
-        })
-      })
-      .finally(async () => {
-        this.#drivers.delete(runId)
-        try {
-          const queued = this.#stopping ? undefined : await nextQueuedRunAfterEnd(store, runId)
-          if (queued) await this.#startQueued(queued)
-        } catch (error) {
-          log.warn('could not start the next queued run', { runId, err: error })
-        }
-      })
-  }
-
-  /**
-   * One transaction under the run's lease; throws LeaseLost (writing nothing) when the lease has passed.
-   * `audit`: it may end client calls, whose audit entries need the audit lock before any event is appended.
-   */
-  async #fenced<T>(
-    fence: RunFence,
-    fn: (tx: Executor, run: Run) => Promise<T>,
-    options: { audit?: boolean; patch?: RunPatch } = {},
-  ): Promise<T> {
-    return this.#options.store.transaction(async (tx) => {
-      const run = await this.#fence(tx, fence, options.patch)
-      if (options.audit) await lockAuditLog(tx)
-      return fn(tx, run)
-    })
-  }
-
-  async #fence(tx: Executor, fence: RunFence, patch?: RunPatch): Promise<Run> {
-    const run = await fenceRun(tx, fence.runId, fence.owner, this.#expiry(), patch)
-    if (!run) throw new LeaseLost()
-    return run
-  }
-
-  /**
-   * A decision about one of a run's calls, inside the bus's transaction that records it: the call's
-   * result is written there, so an executed call can never end up marked otherwise. A decision that
-   * expired while its run waited ends the run `expired` (docs/architecture.md#run-states).
-   */
-  async #settleDecision(tx: Executor, decision: DecisionView, outcome: DispatchOutcome | null): Promise<void> {
-    const runId = decision.runId!
-    const run = await lockRun(tx, runId)
-    if (!run || terminalRunStatuses.includes(run.status)) return
-    const call = (await listToolCalls(tx, runId)).find((candidate) => candidate.decisionId === decision.id)
-    if (!call || call.status !== 'awaiting_decision') return
-    if (decision.status === 'expired' || !outcome) {
-      if (run.status === 'requires_action') {
-        await this.#ledger.end(tx, run, { status: 'expired', openCalls: 'expired' })
-        return
-      }
-      await this.#ledger.finish(tx, run, call, 'expired', { accepted: false, expired: true })
-    } else if (decision.status === 'rejected') {
-      await this.#ledger.finish(tx, run, call, 'rejected', { accepted: false, rejected: true })
-    } else {
-      await this.#ledger.applyOutcome(tx, run, call, outcome)
-    }
-    if (run.status === 'requires_action') {
-      const requiredAction = await this.#ledger.requiredAction(tx, runId)
-      const updated = await updateRun(tx, runId, { requiredAction })
-      // Still waiting, for less: not a new `run.requires_action` for webhooks.
-      await appendEvents(tx, [
-        {
-          ...runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction }),
-          webhook: false,
-        },
-      ])
-    }
-  }
-
-  /** An approved call of a run begins running: announced now, not when the call first asked for a decision. */
-  async #decisionStarted(tx: Executor, decision: DecisionView): Promise<void> {
-    const run = await getRun(tx, decision.runId!)
-    if (!run || terminalRunStatuses.includes(run.status)) return
-    const call = (await listToolCalls(tx, run.id)).find((candidate) => candidate.decisionId === decision.id)
-    if (call) await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
-  }
-
-  /** After a decision committed: continue the run once nothing is awaited, or tidy up after it ended. */
-  async #afterDecision(runId: string): Promise<void> {
-    const run = await getRun(this.#options.store, runId)
-    if (!run) return
-    if (terminalRunStatuses.includes(run.status)) {
-      this.#waiting.delete(runId)
-      await this.#expireDecisions(await pendingDecisionIds(this.#options.store, runId))
-      await this.#startNext(run.conversationId)
-      return
-    }
-    await this.#resumeIfAnswered(runId)
-  }
-
-  /** The cancel signal of a waiting run, for a command a human approved. */
-  #waitSignal(runId: string): AbortSignal {
-    let controller = this.#waiting.get(runId)
-    if (!controller || controller.signal.aborted) {
-      controller = new AbortController()
-      this.#waiting.set(runId, controller)
-    }
-    return controller.signal
-  }
-
-  async #resumeIfAnswered(runId: string): Promise<void> {
-    const { store } = this.#options
-    const lease = this.#stopping ? null : this.#newLease()
-    const resumed = await store.transaction(async (tx) => {
-      const run = await lockRun(tx, runId)
-      if (!run || run.status !== 'requires_action') return undefined
-      const open = (await listToolCalls(tx, runId)).filter((call) => openStatuses.includes(call.status))
-      if (open.length > 0) return undefined
-      // Stopping: the run continues with no lease, so the next sweeper (here after a restart, or elsewhere) drives it.
-      const updated = await updateRun(tx, runId, {
-        move: { from: ['requires_action'], to: 'running' },
-        phase: 'tool_done',
-        requiredAction: null,
-        lease,
-        waiting: false,
-      })
-      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
-      return updated
-    })
-    if (!resumed) return
-    this.#waiting.delete(runId)
-    if (lease) this.#spawn(runId, lease.owner)
-  }
-
-  /**
-   * The driver was stopped. Cancelled: the run ends cancelled (partial text kept). Shutdown: the round
-   * is checkpointed and the lease released, for the next server to resume. Lease lost: nothing is
-   * written — the run belongs to someone else now.
-   */
-  async #endAborted(run: Run, driver: Driver, messageId: string | null, text: string): Promise<void> {
-    const reason = String(driver.loop.signal.reason ?? 'cancelled')
-    if (reason === 'lease_lost') throw new LeaseLost()
-    if (reason === 'shutdown') {
-      await this.#fenced(driver.fence, async (tx, locked) => {
-        if (messageId) {
-          await completeAssistantMessage(tx, messageId, text, null, 'interrupted')
-          await appendEvents(tx, [
-            runEvent(locked, 'message.completed', { messageId, content: text, toolCalls: null, status: 'interrupted' }),
-          ])
-        }
-        // The cut-off round is asked again on resume.
-        await updateRun(tx, run.id, { lease: null, ...(messageId && { iteration: Math.max(0, locked.iteration - 1) }) })
-      })
-      return
-    }
-    const decisions = await this.#fenced(
-      driver.fence,
-      async (tx, locked) => {
-        if (messageId) {
-          await completeAssistantMessage(tx, messageId, text, null, 'cancelled')
-          await appendEvents(tx, [
-            runEvent(locked, 'message.completed', { messageId, content: text, toolCalls: null, status: 'cancelled' }),
-          ])
-        }
-        return this.#ledger.end(tx, locked, this.#cancelEnd(reason))
-      },
-      { audit: true },
-    )
-    await this.#expireDecisions(decisions)
-  }
-
-  /**
-   * Ends a run: every open call gets its terminal result, pending decisions expire, the run's
-   * terminal state and event are written — all before anything else happens in the conversation.
-   * With a fence, only while that lease holds (LeaseLost otherwise); without, under the row lock,
-   * and `announce` tells a driver elsewhere to stop.
-   */
-  async #end(runId: string, end: RunEnd, options: { fence?: RunFence; announce?: boolean } = {}): Promise<void> {
-    const decisions = await this.#options.store.transaction(async (tx) => {
-      const run = options.fence ? await this.#fence(tx, options.fence) : await lockRun(tx, runId)
-      if (!run || terminalRunStatuses.includes(run.status)) return []
-      // The run may have moved on since the caller looked (the sweeper saw it waiting; an answer has
-      // since continued it): an end the state table does not allow from here is not made.
-      if (!isRunTransition(run.status, end.status)) {
-        this.#options.log.info('a run moved on before it could end; left as it is', {
-          runId,
-          status: run.status,
-          end: end.status,
-        })
-        return []
-      }
-      await lockAuditLog(tx)
-      const expire = await this.#ledger.end(tx, run, end)
-      if (options.announce) await announceRunEnded(tx, runId)
-      return expire
-    })
-    await this.#expireDecisions(decisions)
-  }
-
-  /** Decisions of an ended run can no longer be answered. */
-  async #expireDecisions(decisionIds: string[]): Promise<void> {
-    for (const decisionId of decisionIds) {
-      await this.#options.bus
-        .expireDecision(decisionId)
-        .catch((error: unknown) =>
-          this.#options.log.warn('could not expire a decision of an ended run', { decisionId, err: error }),
-        )
-    }
-  }
-
-  #leaseMs(): number {
-    return this.#options.leaseMs ?? 30_000
-  }
-
-  #expiry(): Date {
-    return new Date(Date.now() + this.#leaseMs())
-  }
-
-  /** A new fencing token: one per acquisition, so even this process's own stale driver is fenced out. */
-  #newLease(): { owner: string; expiresAt: Date } {
-    return { owner: `${this.#instanceId}.${++this.#leaseSeq}`, expiresAt: this.#expiry() }
   }
 }

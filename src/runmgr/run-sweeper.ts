@@ -10,29 +10,25 @@ import {
   runEvent,
   takeOverRun,
   updateRun,
-  type RunFence,
   type Store,
 } from '../store/index.js'
-import type { RunEnd } from './run-ledger.js'
+import type { DriverPool } from './driver-pool.js'
+import type { LeaseClock } from './leases.js'
+import type { RunWriter } from './run-writer.js'
 
-/** What the sweeper needs from the run manager. */
-export interface SweeperHost {
+/** The sweeper's collaborators. */
+export interface SweeperDeps {
   store: Store
   bus: CommandBus
   log: PluginLogger
+  leases: LeaseClock
+  /** Starts, and knows, the runs this process drives. */
+  pool: DriverPool
+  writer: RunWriter
   /** Resumes after which a run taken over ends `failed` instead (default 3). */
   maxResumes: number | undefined
   /** How long a run may wait for decisions or the client (PLINTH_ACTION_TTL). */
   actionTtlMs: number | undefined
-  stopping(): boolean
-  /** Whether this process drives the run. */
-  isDriven(runId: string): boolean
-  newLease(): { owner: string; expiresAt: Date }
-  /** Drives a run taken over (its calls of the last round may still be open). */
-  drive(runId: string, owner: string): void
-  end(runId: string, end: RunEnd, options?: { fence?: RunFence }): Promise<void>
-  startNext(conversationId: string): Promise<void>
-  resumeIfAnswered(runId: string): Promise<void>
 }
 
 /**
@@ -41,11 +37,11 @@ export interface SweeperHost {
  * waiting runs whose calls are answered and expires those that waited too long.
  */
 export class RunSweeper {
-  readonly #host: SweeperHost
+  readonly #deps: SweeperDeps
   #timer: NodeJS.Timeout | null = null
 
-  constructor(host: SweeperHost) {
-    this.#host = host
+  constructor(deps: SweeperDeps) {
+    this.#deps = deps
   }
 
   /** Sweeps every `intervalMs` from now on. */
@@ -67,31 +63,31 @@ export class RunSweeper {
    * is answered, and expires runs left waiting past their deadline.
    */
   async sweep(options: { orphansOnly?: boolean } = {}): Promise<{ resumed: number; failed: number }> {
-    const { store } = this.#host
+    const { store, pool } = this.#deps
     const counts = { resumed: 0, failed: 0 }
-    if (this.#host.stopping()) return counts
+    if (pool.stopping) return counts
     // With an exclusive database every running run not driven here is an orphan, whatever its lease says.
     const before = options.orphansOnly ? new Date(Date.UTC(9999, 0, 1)) : new Date()
     for (const run of await findRunsWithExpiredLease(store, before)) {
-      if (this.#host.isDriven(run.id) || this.#host.stopping()) continue
+      if (pool.isDriven(run.id) || pool.stopping) continue
       const taken = await this.#takeOver(run.id, before)
       if (taken) counts[taken]++
     }
-    for (const run of await findAnsweredWaitingRuns(store)) await this.#host.resumeIfAnswered(run.id)
-    for (const conversationId of await findStartableQueues(store)) await this.#host.startNext(conversationId)
-    const ttl = this.#host.actionTtlMs ?? 24 * 3_600_000
+    for (const run of await findAnsweredWaitingRuns(store)) await pool.resumeIfAnswered(run.id)
+    for (const conversationId of await findStartableQueues(store)) await pool.startNext(conversationId)
+    const ttl = this.#deps.actionTtlMs ?? 24 * 3_600_000
     for (const run of await findRunsWaitingSince(store, new Date(Date.now() - ttl))) {
-      await this.#host.end(run.id, { status: 'expired', openCalls: 'expired' })
-      await this.#host.startNext(run.conversationId)
+      await this.#deps.writer.end(run.id, { status: 'expired', openCalls: 'expired' })
+      await pool.startNext(run.conversationId)
     }
-    await this.#host.bus.expireOverdue()
+    await this.#deps.bus.expireOverdue()
     return counts
   }
 
   /** Takes over a run whose driver stopped; re-checks the lease under the row lock. */
   async #takeOver(runId: string, before: Date): Promise<'resumed' | 'failed' | undefined> {
-    const lease = this.#host.newLease()
-    const taken = await this.#host.store.transaction(async (tx) => {
+    const lease = this.#deps.leases.newLease()
+    const taken = await this.#deps.store.transaction(async (tx) => {
       const run = await takeOverRun(tx, runId, lease, before)
       if (!run) return undefined
       // A turn cut off mid-stream is closed; its round is asked again (the iteration is not used up).
@@ -104,30 +100,30 @@ export class RunSweeper {
     })
     if (!taken) return undefined
     const fence = { runId, owner: lease.owner }
-    if (taken.resumes > (this.#host.maxResumes ?? 3)) {
+    if (taken.resumes > (this.#deps.maxResumes ?? 3)) {
       const message = `the run was interrupted ${taken.resumes} times (a server stopped while driving it) and is not resumed again`
-      await this.#host.end(
+      await this.#deps.writer.end(
         runId,
         { status: 'failed', error: { code: 'interrupted', message }, openCalls: 'interrupted' },
         { fence },
       )
-      await this.#host.startNext(taken.conversationId)
+      await this.#deps.pool.startNext(taken.conversationId)
       return 'failed'
     }
-    this.#host.drive(runId, lease.owner)
+    this.#deps.pool.spawn(runId, lease.owner, { resumed: true })
     return 'resumed'
   }
 
   /** One pass of the periodic sweeper: orphaned dispatches, then runs. Failures are logged, and it tries again. */
   async #sweepOnce(): Promise<void> {
     try {
-      await this.#host.bus.sweepOrphanedDispatches({ all: false })
+      await this.#deps.bus.sweepOrphanedDispatches({ all: false })
       const swept = await this.sweep()
-      if (swept.resumed > 0) this.#host.log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed })
+      if (swept.resumed > 0) this.#deps.log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed })
       if (swept.failed > 0)
-        this.#host.log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed })
+        this.#deps.log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed })
     } catch (error) {
-      this.#host.log.warn('the run sweeper failed; it tries again', { err: error })
+      this.#deps.log.warn('the run sweeper failed; it tries again', { err: error })
     }
   }
 }

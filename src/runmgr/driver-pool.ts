@@ -1,0 +1,220 @@
+import type { PluginLogger } from '../extension/index.js'
+import {
+  appendEvents,
+  isUniqueViolation,
+  listToolCalls,
+  lockRun,
+  nextQueuedRun,
+  nextQueuedRunAfterEnd,
+  releaseLease,
+  runEvent,
+  updateRun,
+  type Prefetched,
+  type Run,
+  type Store,
+} from '../store/index.js'
+import { LeaseLost, type Driver, type DriverKit } from './driver.js'
+import type { LeaseClock } from './leases.js'
+import { driveRun } from './run-loop.js'
+import { openStatuses } from './run-ledger.js'
+import type { RunWriter } from './run-writer.js'
+
+/** What starting a driver may already know, so its first round need not read it. */
+export interface DriverHints {
+  /** Taken over from a stopped driver: calls of its last round may still be open. */
+  resumed?: boolean
+  writable?: boolean
+  run?: Run
+  prefetched?: Prefetched
+}
+
+/**
+ * The runs this process drives (docs/architecture.md#the-run-loop): it starts a driver for a run
+ * whose lease it took — a new run, the next queued one, a waiting run whose calls are all answered,
+ * one taken over — and, when a driver stops, starts the conversation's next queued run.
+ */
+export class DriverPool {
+  readonly #drivers = new Map<string, Driver>()
+  /** Cancel signals of waiting runs, for handlers that run after a human approved. */
+  readonly #waiting = new Map<string, AbortController>()
+  #stopping = false
+  readonly #store: Store
+  readonly #log: PluginLogger
+  readonly #leases: LeaseClock
+  readonly #writer: RunWriter
+  readonly #kit: DriverKit
+
+  constructor(kit: DriverKit) {
+    this.#kit = kit
+    this.#store = kit.store
+    this.#log = kit.log
+    this.#leases = kit.leases
+    this.#writer = kit.writer
+  }
+
+  get stopping(): boolean {
+    return this.#stopping
+  }
+
+  isDriven(runId: string): boolean {
+    return this.#drivers.has(runId)
+  }
+
+  driver(runId: string): Driver | undefined {
+    return this.#drivers.get(runId)
+  }
+
+  drivenRunIds(): string[] {
+    return [...this.#drivers.keys()]
+  }
+
+  waitingRunIds(): string[] {
+    return [...this.#waiting.keys()]
+  }
+
+  /**
+   * Graceful stop: starts nothing more, stops model calls at once, lets tool calls in flight finish
+   * (up to `graceMs`), and resolves when every driver has checkpointed and released its lease.
+   */
+  async stop(graceMs: number): Promise<void> {
+    this.#stopping = true
+    for (const driver of this.#drivers.values()) driver.loop.abort('shutdown')
+    const grace = setTimeout(() => {
+      for (const driver of this.#drivers.values()) driver.calls.abort('shutdown')
+    }, graceMs)
+    await Promise.allSettled([...this.#drivers.values()].map((driver) => driver.done))
+    clearTimeout(grace)
+  }
+
+  /** The cancel signal of a waiting run, for a command a human approved. */
+  waitSignal(runId: string): AbortSignal {
+    let controller = this.#waiting.get(runId)
+    if (!controller || controller.signal.aborted) {
+      controller = new AbortController()
+      this.#waiting.set(runId, controller)
+    }
+    return controller.signal
+  }
+
+  /** A waiting run ended (or continued): handlers approved for it stop, with `reason`. */
+  stopWaiting(runId: string, reason?: string): void {
+    if (reason !== undefined) this.#waiting.get(runId)?.abort(reason)
+    this.#waiting.delete(runId)
+  }
+
+  /** Starts the conversation's oldest queued run when nothing else there is active. */
+  async startNext(conversationId: string): Promise<void> {
+    if (this.#stopping) return // the next server (or another instance) starts it
+    const queued = await nextQueuedRun(this.#store, conversationId)
+    if (queued) await this.startQueued(queued)
+  }
+
+  /** Starts a queued run unless something else started it (or another run) first. */
+  async startQueued(queued: Run): Promise<void> {
+    if (this.#stopping) return
+    const lease = this.#leases.newLease()
+    let started: Run | undefined
+    try {
+      started = await this.#store.transaction(async (tx) => {
+        const locked = await lockRun(tx, queued.id)
+        if (!locked || locked.status !== 'queued') return undefined
+        const run = await updateRun(tx, queued.id, {
+          move: { from: ['queued'], to: 'running' },
+          phase: 'thinking',
+          started: true,
+          lease,
+        })
+        await appendEvents(tx, [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })])
+        return run
+      })
+    } catch (error) {
+      // The one-active-run index refused: another run became active first, and it starts this one when it ends.
+      if (!isUniqueViolation(error)) throw error
+    }
+    if (started) this.spawn(started.id, lease.owner, { run: started })
+  }
+
+  /** Continues a waiting run once none of its calls is open. */
+  async resumeIfAnswered(runId: string): Promise<void> {
+    const lease = this.#stopping ? null : this.#leases.newLease()
+    const resumed = await this.#store.transaction(async (tx) => {
+      const run = await lockRun(tx, runId)
+      if (!run || run.status !== 'requires_action') return undefined
+      const open = (await listToolCalls(tx, runId)).filter((call) => openStatuses.includes(call.status))
+      if (open.length > 0) return undefined
+      // Stopping: the run continues with no lease, so the next sweeper (here after a restart, or elsewhere) drives it.
+      const updated = await updateRun(tx, runId, {
+        move: { from: ['requires_action'], to: 'running' },
+        phase: 'tool_done',
+        requiredAction: null,
+        lease,
+        waiting: false,
+      })
+      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
+      return updated
+    })
+    if (!resumed) return
+    this.#waiting.delete(runId)
+    if (lease) this.spawn(runId, lease.owner)
+  }
+
+  /** Drives a run whose lease `owner` holds, until it ends, waits, or the driver is stopped. */
+  spawn(runId: string, owner: string, hints: DriverHints = {}): void {
+    const fence = { runId, owner }
+    if (this.#stopping) {
+      // Not driven here after all: give the lease up so the next server resumes the run at once.
+      void releaseLease(this.#store, runId, owner).catch((error: unknown) =>
+        this.#log.warn('could not release a run lease', { runId, err: error }),
+      )
+      return
+    }
+    const driver: Driver = {
+      fence,
+      resumed: hints.resumed ?? false,
+      writable: hints.writable,
+      initial: hints.run,
+      prefetched: hints.prefetched,
+      loop: new AbortController(),
+      calls: new AbortController(),
+      done: Promise.resolve(),
+    }
+    this.#drivers.set(runId, driver)
+    driver.done = driveRun(this.#kit, driver)
+      .catch((error: unknown) => this.#failed(driver, error))
+      .finally(() => this.#stopped(runId))
+  }
+
+  /** The loop threw: the run ends failed, unless its lease had already passed. */
+  async #failed(driver: Driver, error: unknown): Promise<void> {
+    const { runId } = driver.fence
+    if (error instanceof LeaseLost) {
+      this.#log.info('stopped driving a run that was ended or taken over elsewhere', { runId })
+      return
+    }
+    this.#log.error('run loop failed', { runId, err: error })
+    await this.#writer
+      .end(
+        runId,
+        {
+          status: 'failed',
+          error: { code: 'internal', message: 'an internal error ended the run' },
+          openCalls: 'interrupted',
+        },
+        { fence: driver.fence },
+      )
+      .catch((endError: unknown) => {
+        if (!(endError instanceof LeaseLost)) this.#log.error('could not end a failed run', { runId, err: endError })
+      })
+  }
+
+  /** A driver stopped: the conversation's next queued run may start. */
+  async #stopped(runId: string): Promise<void> {
+    this.#drivers.delete(runId)
+    try {
+      const queued = this.#stopping ? undefined : await nextQueuedRunAfterEnd(this.#store, runId)
+      if (queued) await this.startQueued(queued)
+    } catch (error) {
+      this.#log.warn('could not start the next queued run', { runId, err: error })
+    }
+  }
+}
