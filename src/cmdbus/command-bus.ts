@@ -23,13 +23,12 @@ import {
 import {
   initialEnvelope,
   insertRequested,
-  recordStarted,
   recordStep,
   type AuditEnvelope,
   type DecisionSummary,
-  type EnvelopeChange,
 } from './audit-envelope.js'
 import { Decisions } from './decisions.js'
+import { DispatchRecorder, type StartChange } from './dispatch-recorder.js'
 import { DispatchExecutors } from './dispatch-executors.js'
 import { runHandler } from './handler-runner.js'
 import {
@@ -40,7 +39,6 @@ import {
   outcomeOf,
   staticRisk,
   toDecisionView,
-  toJsonError,
   validateParams,
 } from './outcomes.js'
 import type {
@@ -48,7 +46,6 @@ import type {
   DecideOutcome,
   DecisionAnswer,
   DecisionView,
-  DispatchHooks,
   DispatchOutcome,
   DispatchRequest,
 } from './bus-types.js'
@@ -379,48 +376,14 @@ export class CommandBus {
       createdAt: now,
       updatedAt: now,
     }
-    let envelope = initialEnvelope(dispatch, command.spec.paramsSchema, command.origin)
-    // The dispatch row and its `requested` entry are written with the next step, saving a commit.
-    let persisted = false
-    const step = async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
-      const result = await store.transaction(async (tx) => {
-        await request.within?.lock?.(tx)
-        if (!persisted) {
-          if (!(await insertRequested(tx, dispatch, envelope))) throw new KeyTaken()
-          await request.within?.persisted?.(tx)
-        }
-        return fn(tx)
-      })
-      persisted = true
-      return result
-    }
-    // A dispatch whose first step is `running` is recorded in one statement, with the caller's part
-    // when it has one; a caller with only transaction hooks keeps the transaction.
-    const hooks = request.within
-    const begin =
-      !hooks || hooks.startTogether
-        ? async (change: StartChange): Promise<AuditEnvelope> => {
-            if (persisted) return step((tx) => recordStep(tx, 'running', envelope, dispatch, change))
-            const part = hooks?.startTogether?.()
-            const started = await recordStarted(store, dispatch, envelope, change, part)
-            if (started === 'lost') throw part!.lost()
-            if (started === 'key_taken') throw new KeyTaken()
-            persisted = true
-            return started
-          }
-        : undefined
+    const recorder = new DispatchRecorder(
+      store,
+      dispatch,
+      initialEnvelope(dispatch, command.spec.paramsSchema, command.origin),
+      { hooks: request.within },
+    )
     try {
-      return await this.#pipeline(
-        request,
-        command,
-        dispatch,
-        paramsHash,
-        scope,
-        step,
-        () => envelope,
-        (next) => (envelope = next),
-        begin,
-      )
+      return await this.#pipeline(request, command, scope, recorder)
     } catch (error) {
       if (!(error instanceof KeyTaken)) throw error
       // A concurrent request with the same key got there first.
@@ -431,33 +394,18 @@ export class CommandBus {
     }
   }
 
-  /** Steps 2–6 of a dispatch; `step` runs a transaction that also persists the dispatch the first time. */
+  /** Steps 2–6 of a dispatch, each recorded by `recorder`. */
   async #pipeline(
     request: DispatchRequest,
     command: RegisteredCommand,
-    dispatch: DispatchRecord,
-    paramsHash: string,
     scope: Scope | Refusal,
-    step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T>,
-    getEnvelope: () => AuditEnvelope,
-    setEnvelope: (envelope: AuditEnvelope) => void,
-    begin?: (change: StartChange) => Promise<AuditEnvelope>,
+    recorder: DispatchRecorder,
   ): Promise<DispatchOutcome> {
     const { store } = this.#options
+    const { dispatch } = recorder
     const ownerId = dispatch.ownerId
     const settled = request.within?.settled
-    const finish = async (status: 'failed' | 'rejected', error: BusError): Promise<DispatchOutcome> => {
-      const outcome: DispatchOutcome = { status, dispatchId: dispatch.id, error }
-      await step(async (tx) => {
-        await recordStep(tx, 'finished', getEnvelope(), dispatch, {
-          status,
-          error: toJsonError(error),
-          finishedAt: new Date().toISOString(),
-        })
-        await settled?.(tx, outcome)
-      })
-      return outcome
-    }
+    const finish = (status: 'failed' | 'rejected', error: BusError) => recorder.refuse(status, error)
 
     // 2. validate
     const invalid = validateParams(command, request.params)
@@ -486,7 +434,7 @@ export class CommandBus {
     let gate = evaluateGate(gateInput)
     const allowance =
       gate.decision !== 'allow' && scope.conversation
-        ? await findAllowance(store, scope.conversation.id, command.spec.id, paramsHash)
+        ? await findAllowance(store, scope.conversation.id, command.spec.id, dispatch.paramsHash)
         : undefined
     if (allowance) gate = evaluateGate({ ...gateInput, hasAllowance: true })
     // The model calls an MCP server that acts with each user's own account, and this user has not
@@ -505,7 +453,7 @@ export class CommandBus {
         reasons: connect ? [connect] : [...gate.reasons, needsAccount.replace(' (connecting approves this call)', '')],
       }
     if (gate.decision === 'deny') {
-      setEnvelope(await step((tx) => recordStep(tx, 'gated', getEnvelope(), dispatch, { status: 'requested', risk })))
+      await recorder.record('gated', { status: 'requested', risk })
       return finish('rejected', {
         code: 'denied',
         message: 'denied: this call needs a human confirmation and approvalPolicy is dontAsk',
@@ -522,7 +470,7 @@ export class CommandBus {
       // Designated approvers (a second person), as user ids; none that exist means none may approve.
       const named = command.approversWhen?.() ?? null
       const approvers = named && named.length > 0 ? await activeUserIds(store, named) : null
-      const decision = await step(async (tx) => {
+      const decision = await recorder.step(async (tx) => {
         const created: DecisionRecord = await insertDecision(tx, {
           approvers: approvers?.filter((id) => id !== ownerId) ?? null,
           ...(connect && { kind: 'connect' as const }),
@@ -540,12 +488,13 @@ export class CommandBus {
           reasons: gate.reasons,
           expiresAt: new Date(Date.now() + this.#options.actionTtlMs).toISOString(),
         })
-        const next = await recordStep(tx, 'awaiting_decision', getEnvelope(), dispatch, {
-          status: 'awaiting_decision',
-          risk,
-          decision: { id: created.id, outcome: 'pending', by: null, scope: null, via: null },
-        })
-        setEnvelope(next)
+        recorder.advance(
+          await recordStep(tx, 'awaiting_decision', recorder.envelope, dispatch, {
+            status: 'awaiting_decision',
+            risk,
+            decision: { id: created.id, outcome: 'pending', by: null, scope: null, via: null },
+          }),
+        )
         await appendDecisionEvent(tx, 'decision.required', created, {
           decisionId: created.id,
           runId: created.runId,
@@ -570,16 +519,7 @@ export class CommandBus {
       via: gate.via ?? 'risk',
     }
     // 6. execute
-    return this.#execute(
-      command,
-      dispatch,
-      getEnvelope(),
-      context,
-      { risk, decision: summary },
-      step,
-      request.within,
-      begin,
-    )
+    return this.#execute(command, recorder, context, { risk, decision: summary })
   }
 
   /** Decisions the user may answer, newest first (overdue ones expired first). */
@@ -667,19 +607,16 @@ export class CommandBus {
     summary: DecisionSummary,
   ): Promise<DispatchOutcome> {
     const command = this.#options.catalog.get(dispatch.commandId)
-    const fail = async (error: BusError): Promise<DispatchOutcome> => {
-      const outcome: DispatchOutcome = { status: 'failed', dispatchId: dispatch.id, error }
-      await this.#options.store.transaction(async (tx) => {
-        await this.#lockRun(tx, decision)
-        await recordStep(tx, 'finished', envelope, dispatch, {
-          status: 'failed',
-          error: toJsonError(error),
-          finishedAt: new Date().toISOString(),
-        })
-        await this.#settleRun(tx, decision, outcome)
-      })
-      return outcome
-    }
+    // Every transaction locks the decision's run first; the outcome goes to the run's ledger in the
+    // transaction that records it.
+    const recorder = new DispatchRecorder(this.#options.store, dispatch, envelope, {
+      persisted: true,
+      hooks: {
+        lock: (tx) => this.#lockRun(tx, decision),
+        settled: (tx, outcome) => this.#settleRun(tx, decision, outcome),
+      },
+    })
+    const fail = (error: BusError) => recorder.refuse('failed', error)
     if (!command)
       return fail({ code: 'unknown_command', message: `command ${dispatch.commandId} is no longer registered` })
     // Approval does not bypass the rules: validate again and re-authorize the original actor.
@@ -690,38 +627,23 @@ export class CommandBus {
     // Cancelling the run reaches the handler, as it would have without the wait for a human.
     const signal = dispatch.runId ? this.#runs?.signal(dispatch.runId) : undefined
     const context = this.#context(command, dispatch.actor, dispatch, scope.project, signal)
-    const hooks: DispatchHooks = {
-      lock: (tx) => this.#lockRun(tx, decision),
-      settled: (tx, outcome) => this.#settleRun(tx, decision, outcome),
-    }
     // The only step before the handler is `running`: the run's call starts with it, not before the decision.
-    const step = <T>(fn: (tx: Executor) => Promise<T>): Promise<T> =>
-      this.#options.store.transaction(async (tx) => {
-        await hooks.lock!(tx)
-        const result = await fn(tx)
-        if (decision.runId) await this.#runs?.started(tx, toDecisionView(decision))
-        return result
-      })
-    return this.#execute(
-      command,
-      dispatch,
-      envelope,
-      context,
-      { risk: dispatch.risk as Risk, decision: summary },
-      step,
-      hooks,
+    return this.#execute(command, recorder, context, { risk: dispatch.risk as Risk, decision: summary }, (tx) =>
+      this.#callStarted(tx, decision),
     )
+  }
+
+  /** An approved call of a run begins running (its `tool_call.started`). */
+  async #callStarted(tx: Executor, decision: DecisionRecord): Promise<void> {
+    if (decision.runId) await this.#runs?.started(tx, toDecisionView(decision))
   }
 
   async #execute(
     command: RegisteredCommand,
-    dispatch: DispatchRecord,
-    envelope: AuditEnvelope,
+    recorder: DispatchRecorder,
     context: CommandContext & { abort: AbortController },
     gate: { risk: Risk; decision: DecisionSummary },
-    step: <T>(fn: (tx: Executor) => Promise<T>) => Promise<T> = (fn) => this.#options.store.transaction(fn),
-    hooks?: DispatchHooks,
-    begin?: (change: StartChange) => Promise<AuditEnvelope>,
+    announce?: (tx: Executor) => Promise<void>,
   ): Promise<DispatchOutcome> {
     const change: StartChange = {
       status: 'running',
@@ -730,16 +652,16 @@ export class CommandBus {
       startedAt: new Date().toISOString(),
       executor: this.#executors.claim(),
     }
-    const current = await (begin ? begin(change) : step((tx) => recordStep(tx, 'running', envelope, dispatch, change)))
+    const current = await recorder.start(change, announce)
     this.#executors.started()
     try {
       return await runHandler(
         { store: this.#options.store, maxResultBytes: this.#options.maxResultBytes },
         command,
-        dispatch,
+        recorder.dispatch,
         current,
         context,
-        hooks,
+        recorder.hooks,
       )
     } finally {
       this.#executors.finished()
@@ -859,9 +781,6 @@ export class CommandBus {
     return { ...outcomeOf(previous), replayed: true }
   }
 }
-
-/** The `running` step of a dispatch. */
-type StartChange = EnvelopeChange & { status: 'running'; risk: string; executor: { id: string; expiresAt: Date } }
 
 /** What a dispatch may touch, once authorized. */
 interface Scope {
