@@ -1,14 +1,10 @@
 import type { PluginLogger } from '../extension/index.js'
 import {
-  appendEvents,
-  isUniqueViolation,
-  listToolCalls,
-  lockRun,
+  continueAnsweredRun,
   nextQueuedRun,
   nextQueuedRunAfterEnd,
   releaseLease,
-  runEvent,
-  updateRun,
+  startQueuedRun,
   type Prefetched,
   type Run,
   type Store,
@@ -16,7 +12,6 @@ import {
 import { LeaseLost, type Driver, type DriverKit } from './driver.js'
 import type { LeaseClock } from './leases.js'
 import { driveRun } from './run-loop.js'
-import { openStatuses } from './run-ledger.js'
 import type { RunWriter } from './run-writer.js'
 
 /** What starting a driver may already know, so its first round need not read it. */
@@ -113,47 +108,14 @@ export class DriverPool {
   async startQueued(queued: Run): Promise<void> {
     if (this.#stopping) return
     const lease = this.#leases.newLease()
-    let started: Run | undefined
-    try {
-      started = await this.#store.transaction(async (tx) => {
-        const locked = await lockRun(tx, queued.id)
-        if (!locked || locked.status !== 'queued') return undefined
-        const run = await updateRun(tx, queued.id, {
-          move: { from: ['queued'], to: 'running' },
-          phase: 'thinking',
-          started: true,
-          lease,
-        })
-        await appendEvents(tx, [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })])
-        return run
-      })
-    } catch (error) {
-      // The one-active-run index refused: another run became active first, and it starts this one when it ends.
-      if (!isUniqueViolation(error)) throw error
-    }
+    const started = await startQueuedRun(this.#store, queued.id, lease)
     if (started) this.spawn(started.id, lease.owner, { run: started })
   }
 
   /** Continues a waiting run once none of its calls is open. */
   async resumeIfAnswered(runId: string): Promise<void> {
     const lease = this.#stopping ? null : this.#leases.newLease()
-    const resumed = await this.#store.transaction(async (tx) => {
-      const run = await lockRun(tx, runId)
-      if (!run || run.status !== 'requires_action') return undefined
-      const open = (await listToolCalls(tx, runId)).filter((call) => openStatuses.includes(call.status))
-      if (open.length > 0) return undefined
-      // Stopping: the run continues with no lease, so the next sweeper (here after a restart, or elsewhere) drives it.
-      const updated = await updateRun(tx, runId, {
-        move: { from: ['requires_action'], to: 'running' },
-        phase: 'tool_done',
-        requiredAction: null,
-        lease,
-        waiting: false,
-      })
-      await appendEvents(tx, [runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase })])
-      return updated
-    })
-    if (!resumed) return
+    if (!(await continueAnsweredRun(this.#store, runId, lease))) return
     this.#waiting.delete(runId)
     if (lease) this.spawn(runId, lease.owner)
   }

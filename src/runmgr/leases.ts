@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 
 /**
- * This process's run leases (docs/architecture.md#how-instances-cooperate): how long one lasts, and a
+ * This process's run leases (docs/architecture.md#cooperating-instances): how long one lasts, and a
  * new fencing token per acquisition, so even this process's own stale driver is fenced out.
  */
 export class LeaseClock {

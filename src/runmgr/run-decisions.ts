@@ -8,7 +8,7 @@ import {
   pendingDecisionIds,
   runEvent,
   terminalRunStatuses,
-  updateRun,
+  waitForLess,
   type Executor,
   type Store,
 } from '../store/index.js'
@@ -63,17 +63,7 @@ export class RunDecisions implements RunBinding {
     } else {
       await this.#ledger.applyOutcome(tx, run, call, outcome)
     }
-    if (run.status === 'requires_action') {
-      const requiredAction = await this.#ledger.requiredAction(tx, runId)
-      const updated = await updateRun(tx, runId, { requiredAction })
-      // Still waiting, for less: not a new `run.requires_action` for webhooks.
-      await appendEvents(tx, [
-        {
-          ...runEvent(updated, 'run.status', { runId, status: updated.status, phase: null, requiredAction }),
-          webhook: false,
-        },
-      ])
-    }
+    if (run.status === 'requires_action') await waitForLess(tx, runId)
   }
 
   /** An approved call of a run begins running: announced now, not when the call first asked for a decision. */

@@ -7,9 +7,9 @@ import {
   insertToolMessageAfterFence,
   toolCallResultAfterFence,
   insertToolMessageQuery,
-  decisionKinds,
   listToolCalls,
   moveInto,
+  openToolCallStatuses,
   runEvent,
   updateRun,
   updateToolCallQuery,
@@ -35,8 +35,6 @@ export interface RunEnd {
   /** The caller knows nothing is open or streaming (it just completed the last turn): skip looking. */
   clean?: boolean
 }
-
-export const openStatuses: ToolCallStatus[] = ['pending', 'running', 'awaiting_decision', 'awaiting_output']
 
 /**
  * The tool-call ledger's writes (docs/architecture.md#the-tool-call-ledger): every call gets exactly one
@@ -142,36 +140,6 @@ export class RunLedger {
     }
   }
 
-  /** What a waiting run awaits (`requiredAction`). */
-  async requiredAction(db: Executor, runId: string): Promise<JsonValue> {
-    const calls = await listToolCalls(db, runId)
-    const waiting = calls.filter((call) => call.status === 'awaiting_decision')
-    const kinds = await decisionKinds(
-      db,
-      waiting.map((call) => call.decisionId).filter((id): id is string => typeof id === 'string'),
-    )
-    return {
-      decisions: waiting.map((call) => {
-        const kind = (call.decisionId && kinds.get(call.decisionId)) || 'approve'
-        // A `connect` decision: the user connects their account to the MCP server, which approves the call.
-        const server = kind === 'connect' ? (call.commandId ?? '').split('.')[1] : undefined
-        return {
-          decisionId: call.decisionId,
-          callId: call.id,
-          commandId: call.commandId,
-          name: call.name,
-          args: call.args,
-          risk: call.risk,
-          kind,
-          ...(server && { connect: { server, path: `/api/mcp/connections/${server}` } }),
-        }
-      }),
-      toolOutputs: calls
-        .filter((call) => call.status === 'awaiting_output')
-        .map((call) => ({ callId: call.id, name: call.name, args: call.args })),
-    }
-  }
-
   /**
    * Ends a run the caller has locked (or fenced): every open call gets its terminal result, a turn
    * still streaming is closed, the terminal state and events are written. Returns the decisions to
@@ -180,7 +148,7 @@ export class RunLedger {
   async end(tx: Executor, run: Run, end: RunEnd): Promise<string[]> {
     const decisions: string[] = []
     for (const call of end.clean ? [] : await listToolCalls(tx, run.id)) {
-      if (!openStatuses.includes(call.status)) continue
+      if (!openToolCallStatuses.includes(call.status)) continue
       if (call.decisionId) decisions.push(call.decisionId)
       const status = end.openCalls ?? 'cancelled'
       const code = status === 'error' ? String(end.error?.code ?? 'error') : status

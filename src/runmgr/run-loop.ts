@@ -1,14 +1,14 @@
 import type { JsonValue } from '../extension/index.js'
 import {
-  appendEvents,
   insertAssistantMessageWrite,
   listToolCalls,
   newId,
+  openToolCallStatuses,
   renewLease,
   runEvent,
   getRun,
   transcriptRowsFromJson,
-  updateRun,
+  waitForPerson,
   type Run,
   type RunFence,
   type RunPatch,
@@ -17,7 +17,6 @@ import { runCalls } from './call-executor.js'
 import { abortDriver, type Driver, type DriverKit } from './driver.js'
 import type { KnowledgeContext } from './knowledge-context.js'
 import { modelTurn } from './model-turn.js'
-import { openStatuses } from './run-ledger.js'
 import { TranscriptWindow, transcriptBudget } from './transcript-window.js'
 import { buildPrompt, retrieveKnowledge } from './system-prompt.js'
 import { toolTable, type ToolEntry } from './tool-table.js'
@@ -86,7 +85,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         first = false
         // Resumed after its driver stopped: calls of the last round not yet answered are dispatched
         // again under their idempotency keys (a finished dispatch answers with its recorded outcome).
-        const open = (await listToolCalls(store, runId)).filter((call) => openStatuses.includes(call.status))
+        const open = (await listToolCalls(store, runId)).filter((call) => openToolCallStatuses.includes(call.status))
         if (open.length > 0) {
           const redo = open.filter((call) => call.status === 'pending' || call.status === 'running')
           const waiting =
@@ -187,17 +186,5 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
 
 /** The round waits for humans or the client: the lease is given up until every call is answered. */
 async function requireAction(kit: DriverKit, fence: RunFence): Promise<void> {
-  await kit.writer.fenced(fence, async (tx) => {
-    const requiredAction = await kit.ledger.requiredAction(tx, fence.runId)
-    const updated = await updateRun(tx, fence.runId, {
-      move: { from: ['running'], to: 'requires_action' },
-      phase: null,
-      requiredAction,
-      lease: null,
-      waiting: true,
-    })
-    await appendEvents(tx, [
-      runEvent(updated, 'run.status', { runId: fence.runId, status: updated.status, phase: null, requiredAction }),
-    ])
-  })
+  await kit.writer.fenced(fence, (tx) => waitForPerson(tx, fence.runId))
 }

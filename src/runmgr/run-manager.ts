@@ -5,7 +5,6 @@ import type { Retriever } from '../rag/index.js'
 import {
   activeRunStatuses,
   countActiveRunsOf,
-  appendEvents,
   createRun,
   getProject,
   getRun,
@@ -14,9 +13,8 @@ import {
   listToolCalls,
   lockAuditLog,
   lockRun,
-  runEvent,
+  resumeFailedRun,
   terminalRunStatuses,
-  updateRun,
   type Conversation,
   type Executor,
   type ModelParams,
@@ -462,16 +460,7 @@ export class RunManager {
             'unknown_model',
             `model ${run.model} is not configured; configure it again, then resume`,
           )
-        const updated = await updateRun(tx, runId, {
-          move: { from: ['failed'], to: 'running' },
-          phase: 'thinking',
-          error: null,
-          lease,
-        })
-        await appendEvents(tx, [
-          runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase }),
-        ])
-        return updated
+        return resumeFailedRun(tx, runId, lease)
       })
     } catch (error) {
       // Only the one-active-run index means another run is active; anything else is a refusal or a real failure.

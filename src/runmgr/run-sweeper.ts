@@ -1,15 +1,11 @@
 import type { CommandBus } from '../cmdbus/index.js'
 import type { PluginLogger } from '../extension/index.js'
 import {
-  appendEvents,
-  closeStreamingMessages,
   findAnsweredWaitingRuns,
   findRunsWaitingSince,
   findRunsWithExpiredLease,
   findStartableQueues,
-  runEvent,
-  takeOverRun,
-  updateRun,
+  takeOver,
   type Store,
 } from '../store/index.js'
 import type { DriverPool } from './driver-pool.js'
@@ -87,17 +83,7 @@ export class RunSweeper {
   /** Takes over a run whose driver stopped; re-checks the lease under the row lock. */
   async #takeOver(runId: string, before: Date): Promise<'resumed' | 'failed' | undefined> {
     const lease = this.#deps.leases.newLease()
-    const taken = await this.#deps.store.transaction(async (tx) => {
-      const run = await takeOverRun(tx, runId, lease, before)
-      if (!run) return undefined
-      // A turn cut off mid-stream is closed; its round is asked again (the iteration is not used up).
-      const cut = await closeStreamingMessages(tx, runId, 'interrupted')
-      const updated = cut > 0 ? await updateRun(tx, runId, { iteration: Math.max(0, run.iteration - 1) }) : run
-      await appendEvents(tx, [
-        runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase, resumed: true }),
-      ])
-      return updated
-    })
+    const taken = await takeOver(this.#deps.store, runId, lease, before)
     if (!taken) return undefined
     const fence = { runId, owner: lease.owner }
     if (taken.resumes > (this.#deps.maxResumes ?? 3)) {

@@ -8,9 +8,9 @@ import {
   isRunTransition,
   lockAuditLog,
   lockRun,
+  releaseForShutdown,
   runEvent,
   terminalRunStatuses,
-  updateRun,
   type Executor,
   type NewEvent,
   type Run,
@@ -128,16 +128,9 @@ export class RunWriter {
     const reason = String(driver.loop.signal.reason ?? 'cancelled')
     if (reason === 'lease_lost') throw new LeaseLost()
     if (reason === 'shutdown') {
-      await this.fenced(driver.fence, async (tx, locked) => {
-        if (messageId) {
-          await completeAssistantMessage(tx, messageId, text, null, 'interrupted')
-          await appendEvents(tx, [
-            runEvent(locked, 'message.completed', { messageId, content: text, toolCalls: null, status: 'interrupted' }),
-          ])
-        }
-        // The cut-off round is asked again on resume.
-        await updateRun(tx, run.id, { lease: null, ...(messageId && { iteration: Math.max(0, locked.iteration - 1) }) })
-      })
+      await this.fenced(driver.fence, (tx, locked) =>
+        releaseForShutdown(tx, locked, messageId ? { messageId, text } : null),
+      )
       return
     }
     const decisions = await this.fenced(

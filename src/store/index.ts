@@ -253,3 +253,10 @@ export {
   type AttemptOutcome,
   type DeliveryRecord,
 } from './webhook-delivery-repository.js'
+// The run's transitions, one file each (docs/architecture.md#run-states).
+export { startQueuedRun } from './transitions/start-queued.js'
+export { continueAnsweredRun, openToolCallStatuses } from './transitions/continue-answered.js'
+export { waitForPerson, waitForLess } from './transitions/wait-for-person.js'
+export { resumeFailedRun } from './transitions/resume-failed.js'
+export { takeOver } from './transitions/take-over.js'
+export { releaseForShutdown } from './transitions/release-for-shutdown.js'
