@@ -404,7 +404,6 @@ export class CommandBus {
     const { store } = this.#options
     const { dispatch } = recorder
     const ownerId = dispatch.ownerId
-    const settled = request.within?.settled
     const finish = (status: 'failed' | 'rejected', error: BusError) => recorder.refuse(status, error)
 
     // 2. validate
@@ -506,7 +505,11 @@ export class CommandBus {
           reasons: created.reasons,
           expiresAt: created.expiresAt,
         })
-        await settled?.(tx, { status: 'awaiting_decision', dispatchId: dispatch.id, decision: toDecisionView(created) })
+        await request.within?.settled?.(tx, {
+          status: 'awaiting_decision',
+          dispatchId: dispatch.id,
+          decision: toDecisionView(created),
+        })
         return created
       })
       return { status: 'awaiting_decision', dispatchId: dispatch.id, decision: toDecisionView(decision) }

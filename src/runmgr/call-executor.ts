@@ -1,16 +1,7 @@
-import { hashParams, type DispatchOutcome } from '../cmdbus/index.js'
+import { hashParams } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
-import {
-  appendEvents,
-  fenceRun,
-  listToolCalls,
-  runEvent,
-  toolCallStartedWithDispatch,
-  updateToolCall,
-  type Executor,
-  type Run,
-  type ToolCallRecord,
-} from '../store/index.js'
+import { appendEvents, listToolCalls, runEvent, updateToolCall, type Run, type ToolCallRecord } from '../store/index.js'
+import { CallDispatch } from './call-dispatch.js'
 import { LeaseLost, type Driver, type DriverKit } from './driver.js'
 import { clientCallAudit } from './run-ledger.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
@@ -79,33 +70,7 @@ export async function runCalls(
       }
     }
     kit.ledger.started(call.id)
-    // The call's own writes ride in the dispatch's transactions, fenced by the lease: `running` with
-    // the dispatch row (a driver that lost the lease dispatches nothing), the result (or the wait for
-    // a decision) with the dispatch's outcome (a driver that lost it meanwhile records nothing: the
-    // run's new owner, or whoever ended it, has answered the call).
-    let recorded = false
-    let lost = false
-    // Each of the dispatch's transactions fences the run first (before the bus's audit and event locks).
-    let locked: Run | undefined
-    const lock = async (tx: Executor): Promise<void> => {
-      locked = await fenceRun(tx, fence.runId, fence.owner, kit.leases.expiry())
-    }
-    const record = async (tx: Executor, outcome: DispatchOutcome): Promise<void> => {
-      recorded = true
-      if (!locked) {
-        lost = true
-        return
-      }
-      if (outcome.status === 'awaiting_decision') {
-        await updateToolCall(tx, call.id, {
-          status: 'awaiting_decision',
-          dispatchId: outcome.dispatchId,
-          decisionId: outcome.decision.id,
-        })
-      } else {
-        await kit.ledger.applyOutcome(tx, locked, call, outcome)
-      }
-    }
+    const hooks = new CallDispatch(kit, fence, run, call)
     const outcome = await bus.dispatch({
       commandId: entry.command.spec.id,
       params,
@@ -120,44 +85,10 @@ export async function runCalls(
       fresh: !driver.resumed,
       approvalPolicy: run.approvalPolicy,
       signal: driver.calls.signal,
-      within: {
-        lock,
-        // Written before running only when the call does not run now (refused, or waiting for a person):
-        // it has not started, so no `running` and no `tool_call.started` (that comes when it runs).
-        persisted: async () => {
-          if (!locked) throw new LeaseLost()
-        },
-        settled: record,
-        // The dispatch's row and first entries, the call `running` and its event: one statement, fenced.
-        startTogether: () => ({
-          fence: { ...fence, expiresAt: kit.leases.expiry() },
-          writes: [toolCallStartedWithDispatch(store, call.id)],
-          events: [runEvent(run, 'tool_call.started', { callId: call.id })],
-          lost: () => new LeaseLost(),
-        }),
-        // The result and the dispatch's last step in one statement, under the run's fence.
-        finishTogether: (outcome) => {
-          const part = kit.ledger.outcomePart(store, run, call, outcome)
-          if (!part) return undefined
-          return {
-            fence: { ...fence, expiresAt: kit.leases.expiry() },
-            ...part,
-            written: (fenced) => {
-              recorded = true
-              if (!fenced) lost = true
-            },
-          }
-        },
-      },
+      within: hooks,
     })
-    // A replayed outcome (the dispatch already existed) ran no hook.
-    if (!recorded) {
-      await store.transaction(async (tx) => {
-        await lock(tx)
-        await record(tx, outcome)
-      })
-    }
-    if (lost) throw new LeaseLost()
+    await hooks.recordReplayed(outcome)
+    if (hooks.lost) throw new LeaseLost()
     if (outcome.status === 'awaiting_decision') {
       waiting = true
       continue
