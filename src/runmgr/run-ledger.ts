@@ -164,7 +164,7 @@ export class RunLedger {
       await this.finish(tx, run, call, status, output)
     }
     // A turn that was streaming when the run ended (a crash, a cancel elsewhere) is closed, not left streaming.
-    if (!end.clean) await closeStreamingMessages(tx, run.id, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
+    if (!end.clean) await closeStreamingMessages(tx, run, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
     const updated = await updateRun(tx, run.id, endPatch(end))
     await appendEvents(tx, this.ended(updated, end))
     return decisions

@@ -412,22 +412,31 @@ export async function completeAssistantMessage(
 }
 
 /**
- * Closes a run's messages still streaming. Text streamed before a crash lives only in the
- * `message.delta` events; it becomes the message's content rather than being lost.
+ * Closes a run's assistant messages still streaming (a turn cut off by a crash, or by a cancel made
+ * elsewhere), with the `message.completed` event each, so a client streaming it sees it end. Text
+ * streamed before lives only in the `message.delta` events; it becomes the message's content rather
+ * than being lost. Returns how many there were.
  */
-/** Closes a run's streaming assistant messages (a turn cut off); returns how many there were. */
 export async function closeStreamingMessages(
   tx: Executor,
-  runId: string,
+  run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>,
   status: 'cancelled' | 'interrupted',
 ): Promise<number> {
-  const result = await sql`
+  const { rows } = await sql<{ id: string; content: string | null }>`
     update messages m set status = ${status}, content = coalesce(nullif(m.content, ''), (
       select string_agg(e.data->>'text', '' order by e.id) from events e
       where e.run_id = m.run_id and e.type = 'message.delta' and e.data->>'messageId' = m.id
     ), m.content)
-    where m.run_id = ${runId} and m.status = 'streaming'`.execute(kysely(tx))
-  return Number(result.numAffectedRows ?? 0)
+    where m.run_id = ${run.id} and m.status = 'streaming'
+    returning m.id, m.content`.execute(kysely(tx))
+  if (rows.length === 0) return 0
+  await appendEvents(
+    tx,
+    rows.map((row) =>
+      runEvent(run, 'message.completed', { messageId: row.id, content: row.content ?? '', toolCalls: null, status }),
+    ),
+  )
+  return rows.length
 }
 
 /** Runs left waiting with nothing awaited any more (a stop between the last answer and the resume). */

@@ -231,9 +231,15 @@ for (const engine of testEngines()) {
       const run = await start(await core.conversation(), {}, other)
       const failed = await untilRun(store, run.id, ['failed'])
       expect(failed.error).toMatchObject({ code: 'internal' })
-      // The turn cut off by the failure is closed with the run's end: its row only, no message.completed
-      // (RunLedger.end → closeStreamingMessages appends no event for it).
-      expect(await eventTypes(store, run.id)).toEqual([...created, 'run.status', ...opened, 'run.status', 'run.failed'])
+      // The turn cut off by the failure is closed with the run's end, and announced.
+      expect(await eventTypes(store, run.id)).toEqual([
+        ...created,
+        'run.status',
+        ...opened,
+        'message.completed',
+        'run.status',
+        'run.failed',
+      ])
       expect(await turnStatuses(run.conversationId)).toEqual(['interrupted'])
       await other.stop()
     })
@@ -275,8 +281,11 @@ for (const engine of testEngines()) {
       expect(cancelled).toMatchObject({ status: 'cancelled', leaseOwner: null })
       // The notification reaches the driver here, which stops; its fenced writes would write nothing.
       await waitFor(() => driving.aborted, { what: 'the driver to stop' })
-      expect((await eventTypes(store, run.id)).slice(-2)).toEqual(['run.status', 'run.cancelled'])
-      // The turn it was streaming is closed by the cancel (its row; no message.completed event).
+      // The turn it was streaming is closed by the cancel, and announced: a client streaming it sees it end.
+      expect((await eventTypes(store, run.id)).slice(-3)).toEqual(['message.completed', 'run.status', 'run.cancelled'])
+      const events = await readEvents(store, { runId: run.id }, 0, 10_000)
+      const turn = events.filter((event) => event.type === 'message.completed').at(-1)
+      expect(turn?.data).toMatchObject({ status: 'cancelled', toolCalls: null })
       expect(await turnStatuses(run.conversationId)).toEqual(['cancelled'])
       await other.stop()
     })

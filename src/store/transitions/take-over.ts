@@ -12,7 +12,7 @@ export async function takeOver(store: Store, runId: string, lease: Lease, before
   return store.transaction(async (tx) => {
     const run = await takeOverRun(tx, runId, lease, before)
     if (!run) return undefined
-    const cut = await closeStreamingMessages(tx, runId, 'interrupted')
+    const cut = await closeStreamingMessages(tx, run, 'interrupted')
     const updated = cut > 0 ? await updateRun(tx, runId, { iteration: Math.max(0, run.iteration - 1) }) : run
     await appendEvents(tx, [
       runEvent(updated, 'run.status', { runId, status: updated.status, phase: updated.phase, resumed: true }),
