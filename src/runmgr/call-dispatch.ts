@@ -11,7 +11,8 @@ import {
   type RunFence,
   type ToolCallRecord,
 } from '../store/index.js'
-import { LeaseLost, type DriverKit } from './driver.js'
+import type { DriverKit } from './driver-kit.js'
+import { LeaseLost } from './leases.js'
 
 /**
  * One model tool call's part in its command's dispatch (the bus's `within` hooks): the call's own

@@ -9,8 +9,9 @@ import {
   type Run,
   type Store,
 } from '../store/index.js'
-import { LeaseLost, type Driver, type DriverKit } from './driver.js'
-import type { LeaseClock } from './leases.js'
+import type { Driver } from './driver.js'
+import type { DriverKit } from './driver-kit.js'
+import { LeaseLost, type LeaseClock } from './leases.js'
 import { driveRun } from './run-loop.js'
 import type { RunWriter } from './run-writer.js'
 

@@ -19,7 +19,8 @@ import {
 } from '../store/index.js'
 import { proposeCommandTool } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
-import type { Driver, DriverKit } from './driver.js'
+import type { Driver } from './driver.js'
+import type { DriverKit } from './driver-kit.js'
 import { endPatch, type RunEnd } from './run-ledger.js'
 import { commandRisk, parseArguments, type ToolEntry } from './tool-table.js'
 

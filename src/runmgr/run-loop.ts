@@ -14,7 +14,8 @@ import {
   type RunPatch,
 } from '../store/index.js'
 import { runCalls } from './call-executor.js'
-import { abortDriver, type Driver, type DriverKit } from './driver.js'
+import { abortDriver, type Driver } from './driver.js'
+import type { DriverKit } from './driver-kit.js'
 import type { KnowledgeContext } from './knowledge-context.js'
 import { modelTurn } from './model-turn.js'
 import { TranscriptWindow, transcriptBudget } from './transcript-window.js'

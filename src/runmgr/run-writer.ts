@@ -20,8 +20,8 @@ import {
   type TransitionReads,
   type TransitionWrite,
 } from '../store/index.js'
-import { LeaseLost, type Driver } from './driver.js'
-import type { LeaseClock } from './leases.js'
+import type { Driver } from './driver.js'
+import { LeaseLost, type LeaseClock } from './leases.js'
 import type { RunEnd, RunLedger } from './run-ledger.js'
 
 /** How a cancel ends a run: a superseded run's open calls expire, a cancelled one's are cancelled. */

@@ -1,3 +1,5 @@
+import type { NewEvent } from './new-event.js'
+export type { NewEvent } from './new-event.js'
 import {
   sql,
   type KyselyPlugin,
@@ -26,17 +28,6 @@ export interface EventRecord {
   userId: string | null
   data: { [key: string]: JsonValue }
   createdAt: string
-}
-
-export interface NewEvent {
-  type: string
-  projectId?: string | null
-  conversationId?: string | null
-  runId?: string | null
-  userId?: string | null
-  data: { [key: string]: unknown }
-  /** `false`: no webhook reports it (a waiting run's `requiredAction` changed; it did not start waiting). Not stored. */
-  webhook?: false
 }
 
 /**

@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely'
-import type { NewEvent } from './event-log.js'
+import type { NewEvent } from './new-event.js'
 
 /** The channel that tells every instance's deliverer that messages were committed (docs/webhooks.md). */
 export const webhooksChannel = 'plinth_webhooks'

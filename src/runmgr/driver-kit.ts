@@ -1,0 +1,30 @@
+import type { CommandBus } from '../cmdbus/index.js'
+import type { PluginLogger } from '../extension/index.js'
+import type { ModelRegistry } from '../llm/index.js'
+import type { Retriever } from '../rag/index.js'
+import type { Store } from '../store/index.js'
+import type { LeaseClock } from './leases.js'
+import type { ModelSlots } from './model-slots.js'
+import type { RunLedger } from './run-ledger.js'
+import type { RunObserver } from './run-observer.js'
+import type { RunWriter } from './run-writer.js'
+
+/**
+ * What a round's steps (the loop, the model turn, the call executor) work with: the run manager's
+ * components, each a named object, so the steps live in their own files.
+ */
+export interface DriverKit {
+  store: Store
+  bus: CommandBus
+  models: ModelRegistry
+  log: PluginLogger
+  retriever: Retriever | undefined
+  /** The operator's extra system-prompt text. */
+  systemPrompt: string | undefined
+  observer: RunObserver | undefined
+  ledger: RunLedger
+  modelSlots: ModelSlots
+  leases: LeaseClock
+  /** The fenced writes and the ends of runs. */
+  writer: RunWriter
+}
