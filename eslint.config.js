@@ -13,6 +13,7 @@ const modules = [
   'exec',
   'extension',
   'store',
+  'resources',
   'testing',
   'webhooks',
   'client',
@@ -112,7 +113,7 @@ export default tseslint.config(
     })),
   ),
   // Routes call module services (ProjectService, KnowledgeService, Accounts, the bus, …), not
-  // repositories: from the store they take types and pure views only, and never its transactions.
+  // repositories: from the store they take types and its status lists only, and never its transactions.
   {
     files: ['src/server/routes/**/*.ts'],
     rules: {
@@ -123,7 +124,7 @@ export default tseslint.config(
             {
               name: '../../store/index.js',
               allowTypeImports: true,
-              allowImportNames: ['runJson', 'terminalRunStatuses'],
+              allowImportNames: ['terminalRunStatuses'],
               message: 'Routes call module services, not repositories.',
             },
           ],

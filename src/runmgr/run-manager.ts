@@ -3,6 +3,7 @@ import type { CommandBus, DecisionView, DispatchOutcome } from '../cmdbus/index.
 import type { JsonValue, PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
+import { runView } from '../resources/index.js'
 import {
   activeRunStatuses,
   announceRunEnded,
@@ -305,6 +306,7 @@ export class RunManager {
       input: input.input,
       ...(input.knowledge?.autoInject === false && { knowledge: { autoInject: false } }),
       profile,
+      view: runView,
     }
     const create = (allowQueue: boolean) =>
       this.#options.store.transaction(async (tx) => {
