@@ -1,4 +1,4 @@
-import { sql, type RawBuilder, type Selectable } from 'kysely'
+import { sql, type RawBuilder, type Selectable, type Updateable } from 'kysely'
 import type { Database, JsonValue, RunPhase, RunStatus, ToolCallStatus } from './database.js'
 import { appendEvents, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
@@ -203,7 +203,7 @@ export async function updateRun(tx: Executor, id: string, patch: RunPatch): Prom
 }
 
 /** The columns a patch sets (and `updated_at`). */
-export function patchColumns(patch: RunPatch) {
+export function patchColumns(patch: RunPatch): Updateable<Database['runs']> {
   return {
     updated_at: new Date(),
     ...(patch.move !== undefined && { status: patch.move.to }),
