@@ -26,6 +26,7 @@ import {
 } from '../src/store/index.js'
 import { createTestDatabase, openTestStore, testEngines } from './helpers/engines.js'
 import { sql, testDb, testExecutor } from '../src/store/test-access.js'
+import { runView } from '../src/resources/index.js'
 
 for (const engine of testEngines()) {
   describe(`store on ${engine}`, () => {
@@ -121,6 +122,7 @@ for (const engine of testEngines()) {
           approvalPolicy: 'ask',
           clientTools: [],
           input: 'hi',
+          view: runView,
         },
         lease,
       )
@@ -232,6 +234,7 @@ for (const engine of testEngines()) {
           approvalPolicy: 'ask',
           clientTools: [],
           input: 'hi',
+          view: runView,
         },
         { owner: 'replay.1', expiresAt: new Date(Date.now() + 60_000) },
       )

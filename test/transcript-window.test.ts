@@ -6,6 +6,7 @@ import { newId, readTranscriptTail, transcriptRowsFromJson, type Store } from '.
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { sql, testDb } from '../src/store/test-access.js'
+import { runView } from '../src/resources/index.js'
 
 // A long conversation is not re-read whole before every model call; what is read
 // is bounded by the model's window, and the request still ends with the newest turns.
@@ -135,6 +136,7 @@ for (const engine of testEngines()) {
           approvalPolicy: 'ask',
           clientTools: [],
           input,
+          view: runView,
         },
         { owner: 'test.1', expiresAt: new Date(Date.now() + 60_000) },
         { maxChars: 20_000 },

@@ -2,6 +2,7 @@ import type { CommandBus } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
+import { runView } from '../resources/index.js'
 import {
   activeRunStatuses,
   countActiveRunsOf,
@@ -255,6 +256,7 @@ export class RunManager {
       input: input.input,
       ...(input.knowledge?.autoInject === false && { knowledge: { autoInject: false } }),
       profile,
+      view: runView,
     }
     const create = (allowQueue: boolean) =>
       this.#options.store.transaction(async (tx) => {

@@ -1,5 +1,5 @@
 import { Type, type TSchema } from 'typebox'
-import { Conversation, KnowledgeItem, Project, RequiredAction } from './schemas.js'
+import { Conversation, KnowledgeItem, Project, RequiredAction, RunStatus } from './schemas.js'
 
 /**
  * The frames of Plinth's SSE streams, for the OpenAPI document: each frame is `id:` (absent on control
@@ -35,11 +35,6 @@ function asStored(schema: { properties: Record<string, TSchema> }, drop: string[
 const nullable = (schema: TSchema): TSchema => Type.Union([schema, Type.Null()])
 const ToolCallStatus = Type.Union(
   ['ok', 'error', 'rejected', 'cancelled', 'expired', 'interrupted'].map((status) => Type.Literal(status)),
-)
-const RunStatus = Type.Union(
-  ['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'].map((status) =>
-    Type.Literal(status),
-  ),
 )
 const Phase = nullable(
   Type.Union(

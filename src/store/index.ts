@@ -156,7 +156,6 @@ export {
   updateToolCallQuery,
   listToolCalls,
   runEvent,
-  runJson,
   activeRunStatuses,
   terminalRunStatuses,
   type Run,

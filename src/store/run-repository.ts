@@ -1,5 +1,5 @@
-import { sql, type RawBuilder } from 'kysely'
-import type { JsonValue, RunPhase, RunStatus, ToolCallStatus } from './database.js'
+import { sql, type RawBuilder, type Selectable, type Updateable } from 'kysely'
+import type { Database, JsonValue, RunPhase, RunStatus, ToolCallStatus } from './database.js'
 import { appendEvents, type NewEvent } from './event-log.js'
 import { newId } from './ids.js'
 import type { ModelParams } from './project-repository.js'
@@ -75,6 +75,8 @@ export interface NewRun {
   /** `{autoInject: false}` turns knowledge injection off for this run. */
   knowledge?: JsonValue | null
   profile?: RunProfile
+  /** The new run as its `run.created` event shows it: the API's view, which is not the store's to define. */
+  view: (run: Run) => { [key: string]: JsonValue }
 }
 
 /**
@@ -137,16 +139,21 @@ export async function createRun(
       status: 'completed',
     })
     .execute()
-  await appendEvents(tx, runStartEvents(run, messageId, input.input, startNow))
+  await appendEvents(tx, runStartEvents(run, messageId, input, startNow))
   return { run }
 }
 
 /** The events of a new run: created, its user message, and (when it starts at once) its status. */
-export function runStartEvents(run: Run, messageId: string, input: string, started: boolean): NewEvent[] {
+export function runStartEvents(
+  run: Run,
+  messageId: string,
+  input: Pick<NewRun, 'input' | 'view'>,
+  started: boolean,
+): NewEvent[] {
   return [
-    runEvent(run, 'run.created', { run: runJson(run) }),
+    runEvent(run, 'run.created', { run: input.view(run) }),
     runEvent(run, 'message.created', { messageId, role: 'user' }),
-    runEvent(run, 'message.completed', { messageId, content: input, toolCalls: null, status: 'completed' }),
+    runEvent(run, 'message.completed', { messageId, content: input.input, toolCalls: null, status: 'completed' }),
     ...(started ? [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })] : []),
   ]
 }
@@ -196,7 +203,7 @@ export async function updateRun(tx: Executor, id: string, patch: RunPatch): Prom
 }
 
 /** The columns a patch sets (and `updated_at`). */
-export function patchColumns(patch: RunPatch) {
+export function patchColumns(patch: RunPatch): Updateable<Database['runs']> {
   return {
     updated_at: new Date(),
     ...(patch.move !== undefined && { status: patch.move.to }),
@@ -761,57 +768,8 @@ export function runEvent(
   }
 }
 
-/** A run as the API and `run.created` show it. */
-export function runJson(run: Run): { [key: string]: JsonValue } {
-  return {
-    id: run.id,
-    conversationId: run.conversationId,
-    projectId: run.projectId,
-    model: run.model,
-    status: run.status,
-    phase: run.phase,
-    iteration: run.iteration,
-    maxIterations: run.maxIterations,
-    approvalPolicy: run.approvalPolicy,
-    modelParams: run.profile.modelParams as { [key: string]: JsonValue },
-    requiredAction: run.requiredAction,
-    error: run.error,
-    usage: run.usage,
-    cancelReason: run.cancelReason,
-    createdAt: run.createdAt,
-    updatedAt: run.updatedAt,
-    startedAt: run.startedAt,
-    endedAt: run.endedAt,
-  }
-}
-
-export interface RunRow {
-  id: string
-  conversation_id: string
-  project_id: string
-  owner_id: string
-  model: string
-  status: RunStatus
-  phase: RunPhase | null
-  iteration: number
-  max_iterations: number
-  approval_policy: 'ask' | 'dontAsk'
-  client_tools: JsonValue
-  required_action: JsonValue | null
-  error: JsonValue | null
-  usage: JsonValue
-  cancel_reason: string | null
-  created_at: Date
-  updated_at: Date
-  started_at: Date | null
-  ended_at: Date | null
-  knowledge: JsonValue | null
-  profile: JsonValue | null
-  lease_owner: string | null
-  lease_expires_at: Date | null
-  resumes: number
-  waiting_since: Date | null
-}
+/** A `runs` row as Kysely reads it (the generated table type, refined in database.ts). */
+export type RunRow = Selectable<Database['runs']>
 
 /** A run row as `to_jsonb` renders it (inside a larger statement's result). */
 export function runFromJson(json: { [key: string]: JsonValue }): Run {

@@ -202,7 +202,7 @@ export async function startRunAlone(
   }
   const run = toRun(row)
   const messageId = newId()
-  const events = runStartEvents(run, messageId, input.input, true)
+  const events = runStartEvents(run, messageId, input, true)
   const json = (value: JsonValue | null) => (value === null ? null : storableJson(value))
   try {
     const { rows } = await sql<{

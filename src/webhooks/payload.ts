@@ -1,5 +1,6 @@
 import { toDecisionView } from '../cmdbus/index.js'
-import { runJson, type ClaimedMessage, type JsonValue } from '../store/index.js'
+import { runView } from '../resources/index.js'
+import type { ClaimedMessage, JsonValue } from '../store/index.js'
 import { webhookLimits } from './settings.js'
 
 type Data = { [key: string]: JsonValue }
@@ -27,7 +28,7 @@ export function renderPayload(message: ClaimedMessage): string {
 }
 
 function resourceOf(message: ClaimedMessage, event: NonNullable<ClaimedMessage['event']>): Data {
-  if (message.eventType.startsWith('run.')) return message.run ? runJson(message.run) : event.data
+  if (message.eventType.startsWith('run.')) return message.run ? runView(message.run) : event.data
   if (message.eventType === 'decision.required')
     return message.decision ? (toDecisionView(message.decision) as unknown as Data) : event.data
   const item = event.data.item

@@ -11,6 +11,7 @@ import {
   type Store,
 } from '../../src/store/index.js'
 import { openTestStore, testEngines } from '../helpers/engines.js'
+import { runView } from '../../src/resources/index.js'
 
 // A status write checks the state it starts from at run time, in its own statement
 // (docs/architecture.md#run-states): the table's types stop an unlisted move from compiling, this stops
@@ -45,6 +46,7 @@ describe.each(testEngines())('run moves on %s', (engine) => {
           approvalPolicy: 'ask',
           clientTools: [],
           input: 'hi',
+          view: runView,
         },
         { allowQueue: false, lease: { owner: 'test', expiresAt: new Date(Date.now() + 60_000) } },
       ),

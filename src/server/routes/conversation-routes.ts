@@ -1,5 +1,6 @@
 import { Type } from 'typebox'
-import { runJson, type RunStatus } from '../../store/index.js'
+import { runView } from '../../resources/index.js'
+import type { RunStatus } from '../../store/index.js'
 import { conversationForStream } from '../access.js'
 import { caller } from '../auth.js'
 import { busProblem } from '../dispatch-answer.js'
@@ -78,7 +79,7 @@ export function registerConversationRoutes(app: App, deps: ServerDeps): void {
         statusFilter(request.query.status),
         { limit: request.query.limit ?? 50, after: decodeCursor(request.query.cursor) },
       )
-      return toListAnswer(page, runJson)
+      return toListAnswer(page, runView)
     },
   )
 

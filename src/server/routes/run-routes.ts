@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
-import { runJson, terminalRunStatuses, type EventRecord, type Run } from '../../store/index.js'
+import { runView } from '../../resources/index.js'
+import { terminalRunStatuses, type EventRecord, type Run } from '../../store/index.js'
 import { conversationForStream, type ConversationStreamAccess } from '../access.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { statusFilter } from './conversation-routes.js'
@@ -201,17 +202,17 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
           return streamRun(request, reply, deps, created.run, access, slot ?? undefined)
         }
         if (waitSeconds === null || !slot)
-          return reply.code(201).send({ ...runJson(created.run), messages: await runQueries.messages(created.run.id) })
+          return reply.code(201).send({ ...runView(created.run), messages: await runQueries.messages(created.run.id) })
         const { run, settled } = await runs.waitUntilSettled(created.run.id, waitSeconds * 1000, {
           signal: slot.signal,
         })
         const messages = await runQueries.messages(run.id)
-        if (settled) return reply.code(201).send({ ...runJson(run), messages })
+        if (settled) return reply.code(201).send({ ...runView(run), messages })
         reply.header('preference-applied', `wait=${waitSeconds}`)
         return reply
           .code(202)
           .header('retry-after', 5)
-          .send({ ...runJson(run), messages })
+          .send({ ...runView(run), messages })
       }
     },
   )
@@ -233,7 +234,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         limit: request.query.limit ?? 50,
         after: decodeCursor(request.query.cursor),
       })
-      return toListAnswer(page, runJson)
+      return toListAnswer(page, runView)
     },
   )
 
@@ -256,7 +257,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
       const run = await runQueries.resolve(user, request.params.id)
       const waitSeconds = requestedWait(request.query.wait, request.headers.prefer)
       if (!waitSeconds || terminalRunStatuses.includes(run.status) || run.status === 'requires_action')
-        return runJson(run)
+        return runView(run)
       // Held like a stream: it counts against the same caps and ends early when access goes.
       const { access } = await conversationForStream(deps, user, run.conversationId)
       const slot = deps.streams.open({ ...access, userId: user.id, tokenId: request.tokenId ?? '' }, Date.now())
@@ -269,7 +270,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
           signal: AbortSignal.any([slot.signal, gone.signal]),
         })
         if (!waited.settled) reply.header('preference-applied', `wait=${waitSeconds}`).header('retry-after', 1)
-        return runJson(waited.run)
+        return runView(waited.run)
       } finally {
         reply.raw.off('close', onClose)
         slot.release()
@@ -290,7 +291,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const run = await runQueries.resolve(caller(request), request.params.id)
-      return runJson((await runs.cancel(run.id)) ?? run)
+      return runView((await runs.cancel(run.id)) ?? run)
     },
   )
 
@@ -309,7 +310,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     async (request) => {
       const run = await runQueries.resolve(caller(request), request.params.id)
       // Refusals are RunRequestErrors: run_not_resumable, run_active, unknown_model, shutting_down.
-      return runJson(await runs.resume(run.id))
+      return runView(await runs.resume(run.id))
     },
   )
 
@@ -346,7 +347,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     async (request) => {
       const run = await runQueries.resolve(caller(request), request.params.id)
       // A call not awaited is a RunRequestError run_not_waiting.
-      return runJson(await runs.submitToolOutputs(run.id, request.body.outputs))
+      return runView(await runs.submitToolOutputs(run.id, request.body.outputs))
     },
   )
 

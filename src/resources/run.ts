@@ -1,0 +1,116 @@
+import { Type } from 'typebox'
+import type { JsonValue, Run as RunRecord } from '../store/index.js'
+import { viewOf } from './view-of.js'
+
+/** Sampling parameters: a project's defaults, a run's overrides (unset: the model's configuration). */
+export const ModelParams = Type.Object(
+  {
+    temperature: Type.Optional(Type.Number({ minimum: 0, maximum: 2 })),
+    maxTokens: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'Most tokens the model may write per turn' }),
+    ),
+    topP: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
+    stop: Type.Optional(
+      Type.Array(Type.String({ minLength: 1, maxLength: 100 }), { maxItems: 4, description: 'Stop sequences' }),
+    ),
+  },
+  { additionalProperties: false, title: 'ModelParams' },
+)
+
+/** What a run in requires_action waits for: decisions and client-tool outputs. */
+export const RequiredAction = Type.Object(
+  {
+    decisions: Type.Array(
+      Type.Object(
+        {
+          decisionId: Type.String(),
+          callId: Type.String(),
+          name: Type.String(),
+          commandId: Type.String(),
+          risk: Type.String(),
+          args: Type.Unknown(),
+          kind: Type.Optional(
+            Type.Union([Type.Literal('approve'), Type.Literal('connect')], {
+              description: '`connect`: the user must first connect their account to an MCP server (`connect`)',
+            }),
+          ),
+          connect: Type.Optional(
+            Type.Object(
+              {
+                server: Type.String(),
+                path: Type.String({
+                  description: 'POST it to get the authorization URL; connecting approves the call',
+                }),
+              },
+              { additionalProperties: false },
+            ),
+          ),
+        },
+        {
+          additionalProperties: false,
+          description:
+            'A tool call waiting for a person: answer decisionId with POST /api/decisions/:id (kind `connect`: connect the account instead)',
+        },
+      ),
+    ),
+    toolOutputs: Type.Array(Type.Object({ callId: Type.String(), name: Type.String(), args: Type.Unknown() }), {
+      description: 'Client-tool calls to answer with POST /api/runs/:id/tool-outputs',
+    }),
+  },
+  { title: 'RequiredAction' },
+)
+
+export const RunStatus = Type.Union(
+  ['queued', 'running', 'requires_action', 'completed', 'failed', 'cancelled', 'expired'].map((status) =>
+    Type.Literal(status),
+  ),
+)
+
+/** A run as the API shows it (`GET /api/runs/:id`, `run.created`, webhooks' `run.*`). */
+export const Run = Type.Object(
+  {
+    id: Type.String(),
+    conversationId: Type.String(),
+    projectId: Type.String(),
+    model: Type.String(),
+    status: RunStatus,
+    phase: Type.Union([
+      Type.Literal('thinking'),
+      Type.Literal('tool_called'),
+      Type.Literal('tool_running'),
+      Type.Literal('tool_done'),
+      Type.Literal('finalizing'),
+      Type.Null(),
+    ]),
+    iteration: Type.Integer(),
+    maxIterations: Type.Integer(),
+    approvalPolicy: Type.Union([Type.Literal('ask'), Type.Literal('dontAsk')]),
+    modelParams: Type.Object(ModelParams.properties, {
+      description:
+        'The project’s parameters with this run’s overrides (the model’s configured defaults apply to the rest)',
+    }),
+    requiredAction: Type.Union([RequiredAction, Type.Null()]),
+    error: Type.Union([
+      Type.Object(
+        { code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) },
+        { additionalProperties: true },
+      ),
+      Type.Null(),
+    ]),
+    usage: Type.Object({ inputTokens: Type.Integer(), outputTokens: Type.Integer() }),
+    cancelReason: Type.Union([Type.String(), Type.Null()]),
+    createdAt: Type.String({ format: 'date-time' }),
+    updatedAt: Type.String({ format: 'date-time' }),
+    startedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+    endedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  },
+  { $id: 'Run' },
+)
+
+/**
+ * A run as the API shows it, rendered from the store's record by the schema above: a property the
+ * record has under the schema's name is taken as it is, so a field is added in the schema alone.
+ */
+export const runView = viewOf<RunRecord, typeof Run>(Run, {
+  modelParams: (run) => run.profile.modelParams as { [key: string]: JsonValue },
+})
