@@ -55,9 +55,13 @@ export default async function setup(project: TestProject): Promise<() => Promise
     await adminQuery(adminUrl, `drop database if exists ${templateDb}`)
     await adminQuery(adminUrl, `create database ${templateDb}`)
     const store = await openStore({ databaseUrl: withDatabase(adminUrl, templateDb) })
-    const { rows } = await new pg.Pool({ connectionString: withDatabase(adminUrl, templateDb), max: 1 })
+    // Closed at once: an idle connection left open would be killed by the template's `drop … with (force)`
+    // at teardown, an unhandled 'error' event that fails the run after every test passed.
+    const versionPool = new pg.Pool({ connectionString: withDatabase(adminUrl, templateDb), max: 1 })
+    const { rows } = await versionPool
       .query("select extversion from pg_extension where extname = 'vector'")
       .catch(() => ({ rows: [] as { extversion: string }[] }))
+      .finally(() => versionPool.end())
     console.warn(
       `\n[plinth tests] Postgres suites run against ${new URL(adminUrl).host} with pgvector ${rows[0]?.extversion ?? '?'}\n`,
     )
