@@ -10,7 +10,7 @@ import {
   type EventRecord,
   type NewEvent,
 } from './event-log.js'
-import { updateToolCallQuery } from './run-repository.js'
+import { updateToolCallQuery } from './tool-call-repository.js'
 import type { TransitionFence } from './run-transition.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'

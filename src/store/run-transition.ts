@@ -15,18 +15,18 @@ import {
   patchColumns,
   runStartEvents,
   toRun,
-  transcriptRowsFromJson,
-  transcriptTailRead,
-  updateToolCallQuery,
   type NewRun,
   type Run,
   type RunPatch,
   type RunRow,
-  type StoredToolCall,
-  type ToolCallPatch,
-  type ToolCallRecord,
-  type TranscriptRow,
 } from './run-repository.js'
+import {
+  transcriptRowsFromJson,
+  transcriptTailRead,
+  type StoredToolCall,
+  type TranscriptRow,
+} from './transcript-repository.js'
+import { updateToolCallQuery, type ToolCallPatch, type ToolCallRecord } from './tool-call-repository.js'
 import type { RunCreatedStatus } from './run-states.js'
 import { isUniqueViolation } from './store-errors.js'
 import { storableJson } from './storable.js'

@@ -1,6 +1,7 @@
 import { appendEvents } from '../event-log.js'
 import type { Store } from '../open-store.js'
-import { listToolCalls, lockRun, runEvent, updateRun, type Run } from '../run-repository.js'
+import { lockRun, runEvent, updateRun, type Run } from '../run-repository.js'
+import { listToolCalls } from '../tool-call-repository.js'
 import type { ToolCallStatus } from '../database.js'
 import type { Lease } from './lease.js'
 

@@ -1,6 +1,7 @@
 import { appendEvents } from '../event-log.js'
 import type { Executor } from '../executor.js'
-import { completeAssistantMessage, runEvent, updateRun, type Run } from '../run-repository.js'
+import { runEvent, updateRun, type Run } from '../run-repository.js'
+import { completeAssistantMessage } from '../transcript-repository.js'
 
 /**
  * A running run's driver stops with the server, in its fenced transaction: the turn it was streaming

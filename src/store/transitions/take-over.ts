@@ -1,6 +1,7 @@
 import { appendEvents } from '../event-log.js'
 import type { Store } from '../open-store.js'
-import { closeStreamingMessages, runEvent, takeOverRun, updateRun, type Run } from '../run-repository.js'
+import { runEvent, takeOverRun, updateRun, type Run } from '../run-repository.js'
+import { closeStreamingMessages } from '../transcript-repository.js'
 import type { Lease } from './lease.js'
 
 /**

@@ -2,7 +2,8 @@ import type { JsonValue } from '../database.js'
 import { decisionKinds } from '../decision-repository.js'
 import { appendEvents } from '../event-log.js'
 import type { Executor } from '../executor.js'
-import { listToolCalls, runEvent, updateRun, type Run } from '../run-repository.js'
+import { runEvent, updateRun, type Run } from '../run-repository.js'
+import { listToolCalls } from '../tool-call-repository.js'
 
 /**
  * running → requires_action, in the caller's fenced transaction: a call of the round awaits a

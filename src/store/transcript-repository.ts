@@ -1,0 +1,194 @@
+import { sql, type RawBuilder } from 'kysely'
+import type { JsonValue } from './database.js'
+import { appendEvents } from './event-log.js'
+import { newId } from './ids.js'
+import { storableJson } from './storable.js'
+import { runEvent, type Run } from './run-repository.js'
+import { kysely, type Executor } from './executor.js'
+
+export interface StoredToolCall {
+  callId: string
+  providerCallId: string
+  name: string
+  arguments: string
+}
+
+export async function completeAssistantMessage(
+  tx: Executor,
+  id: string,
+  content: string,
+  toolCalls: StoredToolCall[] | null,
+  status: 'completed' | 'cancelled' | 'failed' | 'interrupted',
+): Promise<void> {
+  await kysely(tx)
+    .updateTable('messages')
+    .set({ content, tool_calls: toolCalls && toolCalls.length > 0 ? storableJson(toolCalls) : null, status })
+    .where('id', '=', id)
+    .execute()
+}
+
+/**
+ * Closes a run's assistant messages still streaming (a turn cut off by a crash, or by a cancel made
+ * elsewhere), with the `message.completed` event each, so a client streaming it sees it end. Text
+ * streamed before lives only in the `message.delta` events; it becomes the message's content rather
+ * than being lost. Returns how many there were.
+ */
+export async function closeStreamingMessages(
+  tx: Executor,
+  run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>,
+  status: 'cancelled' | 'interrupted',
+): Promise<number> {
+  const { rows } = await sql<{ id: string; content: string | null }>`
+    update messages m set status = ${status}, content = coalesce(nullif(m.content, ''), (
+      select string_agg(e.data->>'text', '' order by e.id) from events e
+      where e.run_id = m.run_id and e.type = 'message.delta' and e.data->>'messageId' = m.id
+    ), m.content)
+    where m.run_id = ${run.id} and m.status = 'streaming'
+    returning m.id, m.content`.execute(kysely(tx))
+  if (rows.length === 0) return 0
+  await appendEvents(
+    tx,
+    rows.map((row) =>
+      runEvent(run, 'message.completed', { messageId: row.id, content: row.content ?? '', toolCalls: null, status }),
+    ),
+  )
+  return rows.length
+}
+
+export async function insertToolMessage(tx: Executor, run: Run, callId: string, content: string): Promise<string> {
+  const id = newId()
+  await insertToolMessageQuery(tx, run, callId, content, id).execute()
+  return id
+}
+
+/** The tool message's insert as a query, to ride in a larger statement (`appendEventsAfter`). */
+export function insertToolMessageQuery(
+  tx: Executor,
+  run: Pick<Run, 'id' | 'conversationId'>,
+  callId: string,
+  content: string,
+  id = newId(),
+) {
+  return kysely(tx)
+    .insertInto('messages')
+    .values({
+      id,
+      conversation_id: run.conversationId,
+      run_id: run.id,
+      role: 'tool',
+      content,
+      tool_call_id: callId,
+      status: 'completed',
+    })
+    .returning('id')
+}
+
+export interface TranscriptMessage {
+  id: string
+  role: 'system' | 'user' | 'assistant' | 'tool'
+  content: string | null
+  toolCalls: StoredToolCall[] | null
+  toolCallId: string | null
+  status: string
+}
+
+/** The whole transcript of a conversation, oldest first (what the model is shown, after trimming). */
+export async function readTranscript(db: Executor, conversationId: string): Promise<TranscriptMessage[]> {
+  const rows = await kysely(db)
+    .selectFrom('messages')
+    .selectAll()
+    .where('conversation_id', '=', conversationId)
+    .orderBy('id')
+    .execute()
+  return rows.map(toTranscriptMessage)
+}
+
+/**
+ * The newest messages of a conversation that fit in `maxChars` (content and tool calls, plus a little
+ * for each message's frame), oldest first — what a model call can be shown at most. Reads at most
+ * `maxRows` rows however long the conversation, so a round's cost does not grow with its length.
+ */
+export async function readTranscriptTail(
+  db: Executor,
+  conversationId: string,
+  maxChars: number,
+  maxRows = 2000,
+): Promise<TranscriptRow[]> {
+  const { rows } = await sql<MessageRow>`${tailQuery(conversationId, maxChars, maxRows)}`.execute(kysely(db))
+  return rows.map(toTranscriptRow)
+}
+
+/** The conversation's messages after `afterId`, oldest first (to extend a transcript read earlier). */
+export async function readTranscriptAfter(
+  db: Executor,
+  conversationId: string,
+  afterId: string,
+  maxRows = 2000,
+): Promise<TranscriptRow[]> {
+  const { rows } = await sql<MessageRow>`${afterQuery(conversationId, afterId, maxRows)}`.execute(kysely(db))
+  return rows.map(toTranscriptRow)
+}
+
+/** `readTranscriptTail` as a scalar subquery (a JSON array), to ride in a larger statement. */
+export function transcriptTailRead(conversationId: string, maxChars: number, maxRows = 2000): RawBuilder<unknown> {
+  return sql`select coalesce(json_agg(t.* order by t.id), '[]'::json) from (${tailQuery(conversationId, maxChars, maxRows)}) t`
+}
+
+/** `readTranscriptAfter` as a scalar subquery (a JSON array), to ride in a larger statement. */
+export function transcriptAfterRead(conversationId: string, afterId: string, maxRows = 2000): RawBuilder<unknown> {
+  return sql`select coalesce(json_agg(t.* order by t.id), '[]'::json) from (${afterQuery(conversationId, afterId, maxRows)}) t`
+}
+
+/** The rows a transcript read returned as JSON. */
+export function transcriptRowsFromJson(value: unknown): TranscriptRow[] {
+  return (Array.isArray(value) ? (value as MessageRow[]) : []).map(toTranscriptRow)
+}
+
+function tailQuery(conversationId: string, maxChars: number, maxRows: number): RawBuilder<MessageRow> {
+  return sql<MessageRow>`
+    select id, role, content, tool_calls, tool_call_id, status, size from (
+      select m.*, sum(m.size) over (order by m.id desc) as through
+      from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId} order by id desc limit ${maxRows}) m
+    ) t
+    where t.through - t.size < ${maxChars}
+    order by id`
+}
+
+function afterQuery(conversationId: string, afterId: string, maxRows: number): RawBuilder<MessageRow> {
+  return sql<MessageRow>`
+    select id, role, content, tool_calls, tool_call_id, status, ${transcriptSize} as size from messages
+    where conversation_id = ${conversationId} and id > ${afterId} order by id limit ${maxRows}`
+}
+
+/** What a message counts for against the window (its text, its calls' JSON, and a per-message allowance). */
+const transcriptSize = sql`(coalesce(length(content), 0) + coalesce(length(tool_calls::text), 0) + 64)`
+
+/** A transcript message with what it counts for against the model's window. */
+export interface TranscriptRow extends TranscriptMessage {
+  size: number
+}
+
+function toTranscriptRow(row: MessageRow): TranscriptRow {
+  return { ...toTranscriptMessage(row), size: Number(row.size) }
+}
+
+interface MessageRow {
+  id: string
+  role: TranscriptMessage['role']
+  content: string | null
+  tool_calls: JsonValue | null
+  tool_call_id: string | null
+  status: string
+  size?: number | string
+}
+
+function toTranscriptMessage(row: MessageRow): TranscriptMessage {
+  return {
+    id: row.id,
+    role: row.role,
+    content: row.content,
+    toolCalls: (row.tool_calls as StoredToolCall[] | null) ?? null,
+    toolCallId: row.tool_call_id,
+    status: row.status,
+  }
+}
