@@ -10,7 +10,7 @@ const unknown = 1e9
  * worker sits idle. Vitest's own order knows durations only from an earlier run on this machine; a
  * fresh checkout (CI) has none and starts the biggest files first, yet a 50-line file can run for
  * minutes. Durations from an earlier run here win; those recorded in test/file-durations.json (seconds
- * per file in a full run, from node_modules/.vite/vitest/…/results.json; refreshed now and then, since
+ * per file in a full run; `node scripts/test-durations.mjs` refreshes them after one, now and then, since
  * only the order depends on them) stand in.
  */
 export class LongestFirstSequencer extends BaseSequencer {
