@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config'
+import { LongestFirstSequencer } from './test/longest-first.js'
 
 export default defineConfig({
   test: {
@@ -12,5 +13,7 @@ export default defineConfig({
     // 2-core machines: more workers than cores only adds PGlite start-up contention.
     maxWorkers: 2,
     reporters: ['default'],
+    // The longest files first (test/file-durations.json): a long one started last would leave a worker idle.
+    sequence: { sequencer: LongestFirstSequencer },
   },
 })

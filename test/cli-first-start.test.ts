@@ -1,8 +1,9 @@
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
+import { waitFor } from './helpers/waits.js'
 
 const adminToken = 'admin-secret-0123456789'
 
@@ -18,14 +19,31 @@ describe('first start and the CLI beside a running server', () => {
     await server?.kill()
     await rm(cwd, { recursive: true, force: true })
   })
+  // A started server announces itself to the CLI (data/server.json) once the first-user step is
+  // done: what it printed by then is all it prints for that step.
+  const announced = (started: ServeProcess): Promise<unknown> =>
+    waitFor(
+      async () =>
+        (JSON.parse(await readFile(join(cwd, 'data', 'server.json'), 'utf8')) as { pid: number }).pid === started.pid,
+      { timeoutMs: 60_000, what: `server ${started.pid} to announce itself in data/server.json` },
+    )
 
   it(
     'creates the first user and prints its token once; users and tokens commands go through the admin API',
     { timeout: 240_000 },
     async () => {
       server = await startServe({ cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
-      await new Promise((resolve) => setTimeout(resolve, 300))
-      const printed = server.stdout().split('\n')
+      const first = server
+      await announced(first)
+      // The token line follows the notice; wait until the pipe has delivered both, whole (newline-ended).
+      const printed = await waitFor(
+        (): string[] | undefined => {
+          const lines = first.stdout().split('\n')
+          const notice = lines.findIndex((line) => line.includes('created the first user'))
+          return notice >= 0 && lines.length > notice + 2 ? lines : undefined
+        },
+        { what: 'the first-user notice and its token on stdout' },
+      )
       const notice = printed.findIndex((line) => line.includes('created the first user "admin"'))
       expect(notice).toBeGreaterThanOrEqual(0)
       const token = printed[notice + 1]!
@@ -63,7 +81,7 @@ describe('first start and the CLI beside a running server', () => {
       // The next start finds users: nothing is created or printed again.
       const again = await startServe({ cwd })
       server = again
-      await new Promise((resolve) => setTimeout(resolve, 300))
+      await announced(again)
       expect(again.stdout()).not.toMatch(/created the first user/)
     },
   )

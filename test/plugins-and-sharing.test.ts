@@ -203,6 +203,7 @@ for (const engine of testEngines()) {
       // The member's project stream: project-level events and their own conversation, not the owner's.
       const stream = await openSse(`${server.url}/api/projects/${projectId}/events`, { token: member.token })
       const events = await stream.waitFor(4)
+      // Nothing of the owner's trails in: an absence, so a short fixed while is the assertion's window.
       await new Promise((resolve) => setTimeout(resolve, 200))
       stream.close()
       // project.created, the member's conversation, and the member's own decision — nothing of the owner's.

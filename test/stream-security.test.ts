@@ -1,10 +1,11 @@
+import type { Socket } from 'node:net'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { appendEvents, kvSet, openStore, revokeToken, type Store } from '../src/store/index.js'
 import { createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
-import { metricValue, openStalledStream } from './helpers/stalled-client.js'
+import { metricValue, openStalledStream, type StalledClient } from './helpers/stalled-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitFor, within } from './helpers/waits.js'
 
@@ -73,13 +74,24 @@ describe('stalled streams do not pin memory', () => {
     await until(async () => (await openStreams()) === 0, 10_000, 'the warm-up stream to end')
     const baseline = await heapAfterGc()
 
-    const clients = []
-    for (let index = 0; index < 50; index++)
-      clients.push(await openStalledStream(server.url, `/api/conversations/${conversationId}/events`, alice.token))
+    // The server's side of each connection, to see its writes back up.
+    const serverSockets = new Map<number, Socket>()
+    const track = (socket: Socket): void => void serverSockets.set(socket.remotePort ?? 0, socket)
+    server.app.server.on('connection', track)
+    const clients: StalledClient[] = []
+    try {
+      for (let index = 0; index < 50; index++)
+        clients.push(await openStalledStream(server.url, `/api/conversations/${conversationId}/events`, alice.token))
+    } finally {
+      server.app.server.off('connection', track)
+    }
     await until(async () => (await openStreams()) === 50, 10_000, '50 open streams')
-    // Let every stream fill its socket and block on a write that will not drain (no event says a
-    // socket is full, so a fixed while).
-    await sleep(1000)
+    // Every stream fills its socket and blocks on a write that will not drain.
+    await until(
+      () => clients.every((client) => serverSockets.get(client.socket.localPort ?? -1)?.writableNeedDrain === true),
+      30_000,
+      'every stream to block on a write its client does not read',
+    )
     for (const client of clients) client.socket.destroy()
     await until(async () => (await openStreams()) === 0, 10_000, 'every stream to end after its client left')
 

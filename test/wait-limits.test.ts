@@ -31,24 +31,39 @@ describe('a request that waits for its run counts like a stream', () => {
     await store?.close()
   })
 
-  it('past the per-token cap a waiting request is 429 too_many_streams, before any run is made', async () => {
+  /** Runs `attempt` while alice's one stream slot is taken by a project event stream, then closes that stream. */
+  async function whileTheSlotIsHeld<T>(attempt: () => Promise<T>): Promise<T> {
     const abort = new AbortController()
-    const stream = await fetch(`${server.url}/api/projects/${projectId}/events`, {
-      headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream' },
-      signal: abort.signal,
-    })
-    expect(stream.status).toBe(200)
-    const refused = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
-      token: alice.token,
-      body: { input: 'hi' },
-    })
-    expect([refused.status, refused.body.code]).toEqual([429, 'too_many_streams'])
+    try {
+      const stream = await fetch(`${server.url}/api/projects/${projectId}/events`, {
+        headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream' },
+        signal: abort.signal,
+      })
+      expect(stream.status).toBe(200)
+      return await attempt()
+    } finally {
+      abort.abort()
+    }
+  }
+  /** The refusal past the cap: 429 too_many_streams, and no run was made in the conversation. */
+  async function expectRefusedBeforeAnyRun(refused: { status: number; code: string }, inConversation: string) {
+    expect([refused.status, refused.code]).toEqual([429, 'too_many_streams'])
     expect(
-      (await server.request('GET', `/api/conversations/${conversationId}/runs`, { token: alice.token })).body.items,
+      (await server.request('GET', `/api/conversations/${inConversation}/runs`, { token: alice.token })).body.items,
     ).toEqual([])
-    // Without waiting, the run starts; once the stream is closed, waiting works again.
-    abort.abort()
-    // The closed stream frees its slot soon after: ask until it has.
+  }
+  const newConversation = async (): Promise<string> =>
+    (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body.id
+
+  it('past the per-token cap a waiting request is 429 too_many_streams, before any run is made', async () => {
+    await whileTheSlotIsHeld(async () => {
+      const refused = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
+        token: alice.token,
+        body: { input: 'hi' },
+      })
+      await expectRefusedBeforeAnyRun({ status: refused.status, code: refused.body.code }, conversationId)
+    })
+    // Once the stream is closed, waiting works again. The closed stream frees its slot soon after: ask until it has.
     const waited = await waitFor(
       async () => {
         const answer = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
@@ -62,52 +77,36 @@ describe('a request that waits for its run counts like a stream', () => {
     expect([waited.status, waited.body.status]).toEqual([201, 'completed'])
   })
   it('past the cap, POST …/ui-stream (useChat) is 429 too_many_streams before any run is made', async () => {
-    const fresh = (
-      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
-    ).body.id
-    const abort = new AbortController()
-    const stream = await fetch(`${server.url}/api/projects/${projectId}/events`, {
-      headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream' },
-      signal: abort.signal,
+    const fresh = await newConversation()
+    await whileTheSlotIsHeld(async () => {
+      const body = {
+        id: fresh,
+        messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }],
+        trigger: 'submit-message',
+      }
+      const refused = await server.request('POST', `/api/conversations/${fresh}/ui-stream`, {
+        token: alice.token,
+        body,
+      })
+      await expectRefusedBeforeAnyRun({ status: refused.status, code: refused.body.code }, fresh)
     })
-    expect(stream.status).toBe(200)
-    const body = {
-      id: fresh,
-      messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }],
-      trigger: 'submit-message',
-    }
-    const refused = await server.request('POST', `/api/conversations/${fresh}/ui-stream`, { token: alice.token, body })
-    expect([refused.status, refused.body.code]).toEqual([429, 'too_many_streams'])
-    expect(
-      (await server.request('GET', `/api/conversations/${fresh}/runs`, { token: alice.token })).body.items,
-    ).toEqual([])
-    abort.abort()
   })
 
   it('past the cap, POST …/runs with Accept: text/event-stream is 429 too_many_streams before any run is made', async () => {
-    const fresh = (
-      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
-    ).body.id
-    const abort = new AbortController()
-    const stream = await fetch(`${server.url}/api/projects/${projectId}/events`, {
-      headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream' },
-      signal: abort.signal,
+    const fresh = await newConversation()
+    await whileTheSlotIsHeld(async () => {
+      const refused = await fetch(`${server.url}/api/conversations/${fresh}/runs`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${alice.token}`,
+          accept: 'text/event-stream',
+          'content-type': 'application/json',
+        },
+        body: JSON.stringify({ input: 'hi' }),
+      })
+      const { code } = (await refused.json()) as { code: string }
+      await expectRefusedBeforeAnyRun({ status: refused.status, code }, fresh)
     })
-    expect(stream.status).toBe(200)
-    const refused = await fetch(`${server.url}/api/conversations/${fresh}/runs`, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${alice.token}`,
-        accept: 'text/event-stream',
-        'content-type': 'application/json',
-      },
-      body: JSON.stringify({ input: 'hi' }),
-    })
-    expect([refused.status, ((await refused.json()) as { code: string }).code]).toEqual([429, 'too_many_streams'])
-    expect(
-      (await server.request('GET', `/api/conversations/${fresh}/runs`, { token: alice.token })).body.items,
-    ).toEqual([])
-    abort.abort()
   })
 
   it('GET /api/runs/:id with Prefer: wait holds a slot too, and answers the run once it settles', async () => {
