@@ -68,12 +68,17 @@ export class DriverPool {
     return [...this.#waiting.keys()]
   }
 
+  /** From now on nothing more is started here (the next server, or another instance, starts it). */
+  refuseNew(): void {
+    this.#stopping = true
+  }
+
   /**
    * Graceful stop: starts nothing more, stops model calls at once, lets tool calls in flight finish
    * (up to `graceMs`), and resolves when every driver has checkpointed and released its lease.
    */
   async stop(graceMs: number): Promise<void> {
-    this.#stopping = true
+    this.refuseNew()
     for (const driver of this.#drivers.values()) driver.loop.abort('shutdown')
     const grace = setTimeout(() => {
       for (const driver of this.#drivers.values()) driver.calls.abort('shutdown')
@@ -92,9 +97,13 @@ export class DriverPool {
     return controller.signal
   }
 
-  /** A waiting run ended (or continued): handlers approved for it stop, with `reason`. */
-  stopWaiting(runId: string, reason?: string): void {
-    if (reason !== undefined) this.#waiting.get(runId)?.abort(reason)
+  /** The controller behind a waiting run's cancel signal, if one was handed out. */
+  waitController(runId: string): AbortController | undefined {
+    return this.#waiting.get(runId)
+  }
+
+  /** The run waits no more (it ended): its cancel signal is forgotten. */
+  forgetWaiting(runId: string): void {
     this.#waiting.delete(runId)
   }
 

@@ -79,7 +79,7 @@ export class RunDecisions implements RunBinding {
     const run = await getRun(this.#store, runId)
     if (!run) return
     if (terminalRunStatuses.includes(run.status)) {
-      this.#pool.stopWaiting(runId)
+      this.#pool.forgetWaiting(runId)
       await this.#writer.expireDecisions(await pendingDecisionIds(this.#store, runId))
       await this.#pool.startNext(run.conversationId)
       return

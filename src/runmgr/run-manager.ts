@@ -183,6 +183,7 @@ export class RunManager {
    * server (or another instance) resumes it.
    */
   async stop(): Promise<void> {
+    this.#pool.refuseNew()
     this.#sweeper.stop()
     for (const unsubscribe of this.#unsubscribe) unsubscribe()
     this.#unsubscribe = []
@@ -317,7 +318,7 @@ export class RunManager {
     } else {
       await this.#writer.end(runId, cancelEnd(reason), { announce: true })
     }
-    this.#pool.stopWaiting(runId, reason)
+    this.#pool.waitController(runId)?.abort(reason)
     return getRun(store, runId)
   }
 
@@ -343,12 +344,12 @@ export class RunManager {
   #onRunEndedElsewhere(runId: string | null): void {
     const check = async (id: string): Promise<void> => {
       const driver = this.#pool.driver(id)
-      const waiting = this.#pool.waitingRunIds().includes(id)
+      const waiting = this.#pool.waitController(id)
       if (!driver && !waiting) return
       const run = await getRun(this.#options.store, id)
       if (driver && (!run || run.status !== 'running' || run.leaseOwner !== driver.fence.owner))
         abortDriver(driver, 'lease_lost')
-      if (waiting && (!run || terminalRunStatuses.includes(run.status))) this.#pool.stopWaiting(id, 'cancelled')
+      if (waiting && (!run || terminalRunStatuses.includes(run.status))) waiting.abort('cancelled')
     }
     const ids = runId ? [runId] : [...new Set([...this.#pool.drivenRunIds(), ...this.#pool.waitingRunIds()])]
     for (const id of ids)
