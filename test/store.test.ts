@@ -112,7 +112,7 @@ for (const engine of testEngines()) {
       const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'dispatch-start' }))
       const conversation = await store.transaction((tx) => createConversation(tx, { projectId: project.id, ownerId }))
       const lease = { owner: 'this-instance.1', expiresAt: new Date(Date.now() + 60_000) }
-      const started = await store.startRun(
+      const started = await store.createRun(
         {
           conversationId: conversation.id,
           projectId: project.id,
@@ -124,9 +124,10 @@ for (const engine of testEngines()) {
           input: 'hi',
           view: runView,
         },
-        lease,
+        { lease, allowQueue: false },
       )
-      const run = started!.run
+      if (!('run' in started)) throw new Error('the conversation has an active run')
+      const run = started.run
       const dispatch = (id: string) => ({
         id,
         commandId: 'test.cmd',
@@ -224,7 +225,7 @@ for (const engine of testEngines()) {
     it('a run followed since its creation replays from memory exactly what the table holds; others read the table', async () => {
       const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'replay' }))
       const conversation = await store.transaction((tx) => createConversation(tx, { projectId: project.id, ownerId }))
-      const started = await store.startRun(
+      const started = await store.createRun(
         {
           conversationId: conversation.id,
           projectId: project.id,
@@ -236,9 +237,10 @@ for (const engine of testEngines()) {
           input: 'hi',
           view: runView,
         },
-        { owner: 'replay.1', expiresAt: new Date(Date.now() + 60_000) },
+        { lease: { owner: 'replay.1', expiresAt: new Date(Date.now() + 60_000) }, allowQueue: false },
       )
-      const run = started!.run
+      if (!('run' in started)) throw new Error('the conversation has an active run')
+      const run = started.run
       for (let index = 0; index < 5; index++) {
         await store.appendEvents([
           {

@@ -120,7 +120,7 @@ for (const engine of testEngines()) {
     it('the reads that ride in other statements (a run start, a round opening) hold what a fresh read would', async () => {
       // A run started in the idle conversation reads its window in the same statement (emoji and CJK count as the database counts them).
       const input = 'and 🙂 再一次 — the window?'
-      const started = await store.startRun(
+      const started = await store.createRun(
         {
           conversationId,
           projectId: (
@@ -138,12 +138,16 @@ for (const engine of testEngines()) {
           input,
           view: runView,
         },
-        { owner: 'test.1', expiresAt: new Date(Date.now() + 60_000) },
-        { maxChars: 20_000 },
+        {
+          lease: { owner: 'test.1', expiresAt: new Date(Date.now() + 60_000) },
+          allowQueue: false,
+          prefetch: { maxChars: 20_000 },
+        },
       )
-      expect(started?.prefetched?.hasKnowledge).toBe(false)
+      if (!('run' in started)) throw new Error('the conversation has an active run')
+      expect(started.prefetched?.hasKnowledge).toBe(false)
       const window = new TranscriptWindow(store, conversationId, 20_000)
-      window.seed(started!.prefetched!.transcript)
+      window.seed(started.prefetched!.transcript)
       expect(window.extend([])).toEqual(await readTranscriptTail(store, conversationId, 20_000))
       expect(window.extend([]).at(-1)).toMatchObject({ role: 'user', content: input })
       // What was added after it, read inside another statement (as the round's opening carries it).
@@ -164,7 +168,7 @@ for (const engine of testEngines()) {
       await testDb(store)
         .updateTable('runs')
         .set({ status: 'completed', lease_owner: null })
-        .where('id', '=', started!.run.id)
+        .where('id', '=', started.run.id)
         .execute()
     })
   })

@@ -6,7 +6,7 @@ import { runView } from '../resources/index.js'
 import {
   activeRunStatuses,
   countActiveRunsOf,
-  createRun,
+  type CreatedRun,
   getProject,
   getRun,
   isUniqueViolation,
@@ -259,20 +259,17 @@ export class RunManager {
       profile,
       view: runView,
     }
+    // One statement starts the run, queues it, or reports the active run; with a hook, inside the
+    // transaction the hook writes in (e.g. the Idempotency-Key's record: both or neither). A run that
+    // starts at once gets its driver's first reads (the transcript window, whether there is knowledge).
     const create = (allowQueue: boolean) =>
-      this.#options.store.transaction(async (tx) => {
-        const result = await createRun(tx, newRun, { allowQueue, lease })
-        // In the same transaction, e.g. the Idempotency-Key's record: both or neither.
-        if ('run' in result) await hooks.onCreated?.(tx, result.run)
-        return result
+      this.#options.store.createRun(newRun, {
+        lease,
+        allowQueue,
+        prefetch: { maxChars: transcriptBudget(models.get(model)!) },
+        ...(hooks.onCreated && { within: hooks.onCreated }),
       })
-    // In an idle conversation (the usual case) the run starts in one statement; otherwise, or with
-    // something to record in the same transaction, the locking path queues or reports the active run.
-    // Its driver's first reads (the transcript window, whether there is knowledge) go with it.
-    const alone = hooks.onCreated
-      ? undefined
-      : await this.#options.store.startRun(newRun, lease, { maxChars: transcriptBudget(models.get(model)!) })
-    let created = alone ? { run: alone.run } : await create(input.ifActive === 'enqueue')
+    let created: CreatedRun = await create(input.ifActive === 'enqueue')
     // Interrupt: the new message supersedes everything still pending in the conversation — the queued
     // runs first (so ending the active one promotes none of them), then the active one.
     for (let attempt = 0; 'active' in created && input.ifActive === 'interrupt' && attempt < 5; attempt++) {
@@ -283,7 +280,7 @@ export class RunManager {
     if ('run' in created && created.run.status === 'running') {
       this.#pool.spawn(created.run.id, lease.owner, {
         run: created.run,
-        prefetched: alone?.prefetched,
+        prefetched: created.prefetched,
         ...(project?.ownerId === userId && { writable: true }),
       })
     }

@@ -77,6 +77,11 @@ export async function appendEvents(tx: Executor, events: NewEvent[]): Promise<Ev
   return records
 }
 
+/** Events a statement of the caller's transaction appended itself: they reach streams on commit. */
+export function noteAppended(tx: Executor, records: EventRecord[]): void {
+  appendLogOf(tx)?.events.push(...records)
+}
+
 /**
  * Runs `writes` (data-modifying queries with RETURNING) and appends `events`, in ONE statement inside
  * the caller's transaction: the writes finish (their rows locked) before the event log's lock is

@@ -127,7 +127,6 @@ export {
 export { canonicalJson } from './canonical-json.js'
 export {
   countActiveRunsOf,
-  createRun,
   getRun,
   lockRun,
   updateRun,
@@ -177,7 +176,6 @@ export {
   type FencedWrite,
   type TransitionRead,
   type TransitionReads,
-  type Prefetched,
   type TransitionWrite,
 } from './run-transition.js'
 export {
@@ -252,6 +250,7 @@ export {
   type DeliveryRecord,
 } from './webhook-delivery-repository.js'
 // The run's transitions, one file each (docs/architecture.md#run-states).
+export { type CreatedRun, type CreateRunOptions, type Prefetched, type RunPrefetch } from './transitions/create-run.js'
 export { startQueuedRun } from './transitions/start-queued.js'
 export { continueAnsweredRun, openToolCallStatuses } from './transitions/continue-answered.js'
 export { waitForPerson, waitForLess } from './transitions/wait-for-person.js'

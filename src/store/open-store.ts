@@ -12,6 +12,7 @@ import { WebhookSignals, webhooksChannel } from './webhook-outbox.js'
 import {
   AppendLog,
   appendEventsAlone,
+  noteAppended,
   eventsChannel,
   type EventRecord,
   type NewEvent,
@@ -19,20 +20,13 @@ import {
 } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import type { NewRun, Run, RunPatch } from './run-repository.js'
-import {
-  runTransition,
-  startRunAlone,
-  type Prefetched,
-  type RunPrefetch,
-  type TransitionFence,
-  type TransitionReads,
-  type TransitionWrite,
-} from './run-transition.js'
+import { createRun, type CreateRunOptions, type CreatedRun } from './transitions/create-run.js'
+import { runTransition, type TransitionFence, type TransitionReads, type TransitionWrite } from './run-transition.js'
 import { lockDataDir, type LockWait } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
 import { unpackTemplate } from './pglite/template.js'
 import { guardParameters, prepareRepeatedStatements } from './prepared-statements.js'
-import { StoreError } from './store-errors.js'
+import { StoreError, isOneActiveRunViolation } from './store-errors.js'
 import { executorOf, type Executor } from './executor.js'
 
 export type Engine = 'pg' | 'pglite'
@@ -89,14 +83,14 @@ export interface Store extends Executor {
    * instance's streams on return. `undefined` when the lease has passed (nothing was written).
    */
   /**
-   * Starts a run in one statement when its conversation has nothing active or queued (`startRunAlone`);
-   * `undefined` otherwise, with nothing written.
+   * Creates a user message's run (`transitions/create-run.ts`): one statement, its own transaction, or
+   * with `within` inside a transaction that `within` also writes in (e.g. an Idempotency-Key's record:
+   * both or neither). Run again when a concurrent start in the same conversation won the race.
    */
-  startRun(
+  createRun(
     input: NewRun,
-    lease: { owner: string; expiresAt: Date },
-    prefetch?: RunPrefetch,
-  ): Promise<{ run: Run; events: EventRecord[]; prefetched?: Prefetched } | undefined>
+    options: CreateRunOptions & { within?: (tx: Executor, run: Run) => Promise<void> },
+  ): Promise<CreatedRun>
   /**
    * Runs one statement (its own transaction) that appends events, tagged as this instance's; they
    * reach this instance's streams on return.
@@ -138,6 +132,12 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       }),
     )
     await feed.start()
+    const transaction = async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
+      const log = new AppendLog(feed.tag)
+      const result = await db.transaction().execute((tx) => fn(executorOf(log.install(tx))))
+      if (log.events.length > 0) feed.deliverCommitted(log.events)
+      return result
+    }
     return {
       ...root,
       engine: connection.engine,
@@ -147,21 +147,31 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       runs,
       webhooks,
       migrations,
-      transaction: async (fn) => {
-        const log = new AppendLog(feed.tag)
-        const result = await db.transaction().execute((tx) => fn(executorOf(log.install(tx))))
-        if (log.events.length > 0) feed.deliverCommitted(log.events)
-        return result
-      },
+      transaction,
       appendEvents: async (events, fence) => {
         const appended = await appendEventsAlone(root, events, feed.tag, fence)
         feed.deliverCommitted(appended)
         return appended
       },
-      startRun: async (input, lease, prefetch) => {
-        const result = await startRunAlone(root, input, lease, feed.tag, prefetch)
-        if (result && result.events.length > 0) feed.deliverCommitted(result.events)
-        return result
+      createRun: async (input, options) => {
+        const { within } = options
+        for (let attempt = 1; ; attempt++) {
+          try {
+            if (!within) {
+              const created = await createRun(root, input, options, feed.tag)
+              feed.deliverCommitted(created.events)
+              return created
+            }
+            return await transaction(async (tx) => {
+              const created = await createRun(tx, input, options, feed.tag)
+              noteAppended(tx, created.events)
+              if ('run' in created) await within(tx, created.run)
+              return created
+            })
+          } catch (error) {
+            if (attempt >= 3 || !isOneActiveRunViolation(error)) throw error
+          }
+        }
       },
       statement: async (fn) => {
         const result = await fn(root, feed.tag)

@@ -1,10 +1,9 @@
 import { sql, type Selectable, type Updateable } from 'kysely'
 import type { Database, JsonValue, RunPhase, RunStatus } from './database.js'
-import { appendEvents, type NewEvent } from './event-log.js'
-import { newId } from './ids.js'
+import type { NewEvent } from './event-log.js'
 import type { ModelParams } from './project-repository.js'
 import { storableJson } from './storable.js'
-import { RunMoveRefused, type RunCreatedStatus, type RunMove } from './run-states.js'
+import { RunMoveRefused, type RunMove } from './run-states.js'
 import { kysely, type Executor } from './executor.js'
 
 export interface Run {
@@ -77,70 +76,6 @@ export interface NewRun {
   profile?: RunProfile
   /** The new run as its `run.created` event shows it: the API's view, which is not the store's to define. */
   view: (run: Run) => { [key: string]: JsonValue }
-}
-
-/**
- * Creates a queued run and its user message. The conversation row is locked first, so two requests
- * (on any instance) cannot both find the conversation idle. Returns the active run instead when
- * there is one and `allowQueue` is false.
- */
-export async function createRun(
-  tx: Executor,
-  input: NewRun,
-  options: { allowQueue: boolean; lease: { owner: string; expiresAt: Date } },
-): Promise<{ run: Run } | { active: Run }> {
-  // NO KEY UPDATE: serializes run creation in the conversation without blocking the foreign-key checks of
-  // concurrent inserts there (a tool message waiting on this lock while holding the event log's lock
-  // deadlocked with this transaction waiting for that lock).
-  await sql`select id from conversations where id = ${input.conversationId} for no key update`.execute(kysely(tx))
-  const active = await kysely(tx)
-    .selectFrom('runs')
-    .selectAll()
-    .where('conversation_id', '=', input.conversationId)
-    .where('status', 'in', activeRunStatuses)
-    .orderBy('id')
-    .executeTakeFirst()
-  if (active && !options.allowQueue) return { active: toRun(active) }
-  // With nothing active the run starts right away (one transaction instead of create-then-start).
-  const startNow = !active
-  const row = await kysely(tx)
-    .insertInto('runs')
-    .values({
-      id: newId(),
-      conversation_id: input.conversationId,
-      project_id: input.projectId,
-      owner_id: input.ownerId,
-      model: input.model,
-      status: (startNow ? 'running' : 'queued') satisfies RunCreatedStatus,
-      phase: startNow ? 'thinking' : null,
-      ...(startNow && {
-        started_at: new Date(),
-        lease_owner: options.lease.owner,
-        lease_expires_at: options.lease.expiresAt,
-      }),
-      max_iterations: input.maxIterations,
-      approval_policy: input.approvalPolicy,
-      client_tools: storableJson(input.clientTools),
-      ...(input.knowledge !== undefined && input.knowledge !== null && { knowledge: storableJson(input.knowledge) }),
-      ...(input.profile && { profile: storableJson(input.profile) }),
-    })
-    .returningAll()
-    .executeTakeFirstOrThrow()
-  const run = toRun(row)
-  const messageId = newId()
-  await kysely(tx)
-    .insertInto('messages')
-    .values({
-      id: messageId,
-      conversation_id: run.conversationId,
-      run_id: run.id,
-      role: 'user',
-      content: input.input,
-      status: 'completed',
-    })
-    .execute()
-  await appendEvents(tx, runStartEvents(run, messageId, input, startNow))
-  return { run }
 }
 
 /** The events of a new run: created, its user message, and (when it starts at once) its status. */

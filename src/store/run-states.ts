@@ -53,14 +53,14 @@ export const runTransitions = [
     to: 'running',
     by: 'create',
     when: 'A new run in an idle conversation',
-    madeBy: '`RunManager.createRun` → `startRunAlone` (`run-transition.ts`) or `createRun` (`run-repository.ts`)',
+    madeBy: '`RunManager.createRun` → `createRun` (`transitions/create-run.ts`)',
   },
   {
     from: null,
     to: 'queued',
     by: 'create',
     when: 'Another run is active and `ifActive: "enqueue"`',
-    madeBy: '`createRun` (`run-repository.ts`, `allowQueue`)',
+    madeBy: '`createRun` (`transitions/create-run.ts`, `allowQueue`)',
   },
   {
     from: 'queued',

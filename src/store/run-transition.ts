@@ -10,25 +10,9 @@ import {
   type NewEvent,
 } from './event-log.js'
 import { newId } from './ids.js'
-import { hasKnowledgeRead } from './knowledge-repository.js'
-import {
-  patchColumns,
-  runStartEvents,
-  toRun,
-  type NewRun,
-  type Run,
-  type RunPatch,
-  type RunRow,
-} from './run-repository.js'
-import {
-  transcriptRowsFromJson,
-  transcriptTailRead,
-  type StoredToolCall,
-  type TranscriptRow,
-} from './transcript-repository.js'
+import { patchColumns, toRun, type Run, type RunPatch, type RunRow } from './run-repository.js'
+import type { StoredToolCall } from './transcript-repository.js'
 import { updateToolCallQuery, type ToolCallPatch, type ToolCallRecord } from './tool-call-repository.js'
-import type { RunCreatedStatus } from './run-states.js'
-import { isUniqueViolation } from './store-errors.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
 import { kysely, type Executor } from './executor.js'
@@ -156,129 +140,6 @@ export function insertToolCallsWrite(
       select v.*, 'pending' from f, (values ${sql.join(values)}) as v (id, run_id, message_id, iteration, seq, provider_call_id, name, command_id, kind, args, raw_args, risk)
       returning id`,
   }
-}
-
-/**
- * Starts a run at once, with its user message and events, in ONE statement — when the conversation
- * has no run queued, running or waiting. `undefined` otherwise (nothing is written): the caller takes
- * the locking path, which queues or reports the active run. Two requests racing here are told apart by
- * the one-active-run index, which refuses the second.
- */
-export async function startRunAlone(
-  db: Executor,
-  input: NewRun,
-  lease: { owner: string; expiresAt: Date },
-  tag: string,
-  prefetch?: RunPrefetch,
-): Promise<{ run: Run; events: EventRecord[]; prefetched?: Prefetched } | undefined> {
-  const now = new Date()
-  // The row as the database will hold it, so the run (and run.created) needs no read back.
-  const row: RunRow = {
-    id: newId(),
-    conversation_id: input.conversationId,
-    project_id: input.projectId,
-    owner_id: input.ownerId,
-    model: input.model,
-    status: 'running' satisfies RunCreatedStatus,
-    phase: 'thinking',
-    iteration: 0,
-    max_iterations: input.maxIterations,
-    approval_policy: input.approvalPolicy,
-    client_tools: input.clientTools,
-    required_action: null,
-    error: null,
-    usage: { inputTokens: 0, outputTokens: 0 },
-    cancel_reason: null,
-    created_at: now,
-    updated_at: now,
-    started_at: now,
-    ended_at: null,
-    knowledge: input.knowledge ?? null,
-    profile: (input.profile as unknown as JsonValue) ?? null,
-    lease_owner: lease.owner,
-    lease_expires_at: lease.expiresAt,
-    resumes: 0,
-    waiting_since: null,
-  }
-  const run = toRun(row)
-  const messageId = newId()
-  const events = runStartEvents(run, messageId, input, true)
-  const json = (value: JsonValue | null) => (value === null ? null : storableJson(value))
-  try {
-    const { rows } = await sql<{
-      id: string
-      events: Array<{ [key: string]: JsonValue }> | null
-      transcript?: unknown
-      has_knowledge?: boolean
-      input_size?: number | string
-    }>`
-      with r as (
-        insert into runs (id, conversation_id, project_id, owner_id, model, status, phase, iteration, max_iterations, approval_policy,
-                          client_tools, usage, created_at, updated_at, started_at, knowledge, profile, lease_owner, lease_expires_at)
-        select ${row.id}, ${row.conversation_id}, ${row.project_id}, ${row.owner_id}, ${row.model}, 'running', 'thinking', 0, ${row.max_iterations}::int,
-               ${row.approval_policy}, ${json(row.client_tools)}::jsonb, ${json(row.usage)}::jsonb, ${now}::timestamptz, ${now}::timestamptz,
-               ${now}::timestamptz, ${json(row.knowledge)}::jsonb, ${json(row.profile)}::jsonb, ${lease.owner}, ${lease.expiresAt}::timestamptz
-        where not exists (select 1 from runs where conversation_id = ${input.conversationId} and status in ('queued', 'running', 'requires_action'))
-        returning id
-      ),
-      m as (
-        insert into messages (id, conversation_id, run_id, role, content, status)
-        select ${messageId}, ${input.conversationId}, r.id, 'user', ${input.input}, 'completed' from r returning id
-      ),
-      -- The first reads of the run's driver, made before the event log's lock is taken (not while holding it).
-      pre as (
-        select ${prefetch ? sql`(${transcriptTailRead(input.conversationId, prefetch.maxChars, prefetch.maxRows)})` : sql`null::json`} as transcript,
-               ${prefetch ? hasKnowledgeRead(input.projectId) : sql`null::boolean`} as has_knowledge, length(${input.input}::text) + 64 as input_size
-      ),
-      lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r where (select count(*) from m) >= 0 and (select count(*) from pre) >= 0),
-      e as (
-        insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
-        select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
-        returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified
-      )${outboxAfter(events)}
-      select r.id, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events, pre.transcript, pre.has_knowledge, pre.input_size from r, pre`.execute(
-      kysely(db),
-    )
-    const created = rows[0]
-    if (!created) return undefined
-    const appended = (created.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id)
-    if (!prefetch) return { run, events: appended }
-    // The statement reads what was there before it: the user message it wrote is added here.
-    const message: TranscriptRow = {
-      id: messageId,
-      role: 'user',
-      content: input.input,
-      toolCalls: null,
-      toolCallId: null,
-      status: 'completed',
-      size: Number(created.input_size),
-    }
-    return {
-      run,
-      events: appended,
-      prefetched: {
-        transcript: [...transcriptRowsFromJson(created.transcript), message],
-        hasKnowledge: created.has_knowledge === true,
-      },
-    }
-  } catch (error) {
-    if (isUniqueViolation(error)) return undefined
-    throw error
-  }
-}
-
-/** What the driver of a run started by `startRunAlone` will read first, read in the same statement. */
-export interface RunPrefetch {
-  /** The transcript window's size (see `readTranscriptTail`). */
-  maxChars: number
-  maxRows?: number
-}
-
-export interface Prefetched {
-  /** The conversation's tail as `readTranscriptTail` would read it just after (more rows may need cutting). */
-  transcript: TranscriptRow[]
-  /** Whether the project has knowledge to retrieve. */
-  hasKnowledge: boolean
 }
 
 declare const runFenceGate: unique symbol

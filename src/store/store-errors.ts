@@ -37,6 +37,15 @@ export function isUniqueViolation(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '23505'
 }
 
+/**
+ * Whether a database error is the one-active-run index refusing a second running run in a
+ * conversation (where the driver does not name the constraint, any unique violation).
+ */
+export function isOneActiveRunViolation(error: unknown): boolean {
+  const constraint = (error as { constraint?: unknown } | null)?.constraint
+  return isUniqueViolation(error) && (constraint === undefined || constraint === 'runs_one_active')
+}
+
 /** What a caller's request may be refused for by a module service; the HTTP layer maps the code. */
 export type RequestErrorCode =
   | 'not_found'

@@ -2,7 +2,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   createConversation,
   createProject,
-  createRun,
   createUser,
   getRun,
   RunMoveRefused,
@@ -34,22 +33,19 @@ describe.each(testEngines())('run moves on %s', (engine) => {
   /** A run in `status`, alone in a new conversation. */
   async function runIn(status: 'running' | 'requires_action' | 'completed'): Promise<Run> {
     const conversationId = (await store.transaction((tx) => createConversation(tx, { projectId, ownerId }))).id
-    const created = await store.transaction((tx) =>
-      createRun(
-        tx,
-        {
-          conversationId,
-          projectId,
-          ownerId,
-          model: 'm',
-          maxIterations: 5,
-          approvalPolicy: 'ask',
-          clientTools: [],
-          input: 'hi',
-          view: runView,
-        },
-        { allowQueue: false, lease: { owner: 'test', expiresAt: new Date(Date.now() + 60_000) } },
-      ),
+    const created = await store.createRun(
+      {
+        conversationId,
+        projectId,
+        ownerId,
+        model: 'm',
+        maxIterations: 5,
+        approvalPolicy: 'ask',
+        clientTools: [],
+        input: 'hi',
+        view: runView,
+      },
+      { allowQueue: false, lease: { owner: 'test', expiresAt: new Date(Date.now() + 60_000) } },
     )
     if (!('run' in created)) throw new Error('the conversation has an active run')
     const run = created.run
