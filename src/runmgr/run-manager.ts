@@ -286,7 +286,7 @@ export class RunManager {
     }
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#pool.startNext(conversation.id)
-    return created
+    return 'run' in created ? { run: created.run } : { active: created.active }
   }
 
   /** Ends every queued and active run of a conversation as `superseded`, queued ones first. */

@@ -233,10 +233,12 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     clearInterval(sampler)
     // The client's idle keep-alive connections are the client's, not the server's: close them (fetch's
     // global dispatcher, registered under undici's documented symbol), then let the server see it.
-    const dispatcher = (globalThis as Record<symbol, { close?: () => Promise<void> } | undefined>)[
-      Symbol.for('undici.globalDispatcher.1')
-    ]
+    // A fresh one of the same class takes its place: later test files in this worker fetch too.
+    const globalDispatcher = Symbol.for('undici.globalDispatcher.1')
+    const globals = globalThis as unknown as Record<symbol, { close?: () => Promise<void> } | undefined>
+    const dispatcher = globals[globalDispatcher]
     await dispatcher?.close?.()
+    if (dispatcher) globals[globalDispatcher] = new (dispatcher.constructor as new () => typeof dispatcher)()
     // Likewise the server's idle keep-alive connections to the upstream, which grow with concurrency
     // and which a real upstream closes after its keep-alive timeout: the fake closes them now.
     upstream.server.closeIdleConnections()
