@@ -79,10 +79,6 @@ export interface Store extends Executor {
    */
   appendEvents(events: NewEvent[], fence?: RunFence): Promise<EventRecord[]>
   /**
-   * A run's state change in one statement under its lease (`runTransition`); its events reach this
-   * instance's streams on return. `undefined` when the lease has passed (nothing was written).
-   */
-  /**
    * Creates a user message's run (`transitions/create-run.ts`): one statement, its own transaction, or
    * with `within` inside a transaction that `within` also writes in (e.g. an Idempotency-Key's record:
    * both or neither). Run again when a concurrent start in the same conversation won the race.
@@ -96,6 +92,10 @@ export interface Store extends Executor {
    * reach this instance's streams on return.
    */
   statement<T extends { events: EventRecord[] }>(fn: (db: Executor, tag: string) => Promise<T>): Promise<T>
+  /**
+   * A run's state change in one statement under its lease (`runTransition`); its events reach this
+   * instance's streams on return. `undefined` when the lease has passed (nothing was written).
+   */
   transition(
     fence: TransitionFence,
     patch: RunPatch,
