@@ -5,7 +5,7 @@ import addFormatsModule from 'ajv-formats'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { ModelError, ScriptedModel, type LanguageModel, type StreamPart } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 // AG-UI (docs/ag-ui.md): POST /api/conversations/:id/ag-ui, driven by the real @ag-ui/client HttpAgent
@@ -36,7 +36,7 @@ const broken: LanguageModel = {
   },
 }
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`AG-UI over HttpAgent (${engine})`, () => {
     let store: Store
     let server: TestServer

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { kvSet, type Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 interface Fixture {
@@ -494,7 +494,7 @@ const routes: RouteCase[] = [
   },
 ]
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`authorization matrix on ${engine}`, () => {
     let store: Store
     let server: TestServer

@@ -3,7 +3,7 @@ import { createClient, PlinthError, type PlinthClient, type RunEvent, type Strea
 import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { CuttableProxy } from './helpers/cuttable-proxy.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 // plinth/client against a real listening server (docs/client.md). The console's
@@ -26,7 +26,7 @@ async function collect(
 const textOf = (events: RunEvent[]): string =>
   events.flatMap((event) => (event.event === 'message.delta' ? [event.data.text] : [])).join('')
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`plinth/client on ${engine}`, () => {
     let store: Store
     let server: TestServer

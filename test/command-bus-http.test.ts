@@ -1,13 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
 import type { Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { recordFigures } from './reliability/figures.js'
 import { sql, testDb } from '../src/store/test-access.js'
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`command bus over HTTP on ${engine}`, () => {
     let store: Store
     let server: TestServer

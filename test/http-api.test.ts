@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { testDb } from '../src/store/test-access.js'
 
@@ -17,7 +17,7 @@ function expectProblem(
   expect(JSON.stringify(answer.body)).not.toMatch(/\n\s+at /)
 }
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`HTTP API on ${engine}`, () => {
     let store: Store
     let server: TestServer

@@ -3,7 +3,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { ElicitRequestSchema, type ElicitRequest, type ElicitResult } from '@modelcontextprotocol/sdk/types.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 const classified = new URL('./__fixtures__/plugins/classified.ts', import.meta.url).pathname
@@ -49,7 +49,7 @@ async function rpc(
   return { status: response.status, text: await response.text() }
 }
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`MCP sessions and elicitation on ${engine}`, () => {
     let store: Store
     let server: TestServer

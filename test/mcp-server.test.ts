@@ -9,7 +9,7 @@ import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
 import { readOnlyShares } from './__fixtures__/plugins/read-only-share.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitFor } from './helpers/waits.js'
 
@@ -51,7 +51,7 @@ async function post(
   return { status: response.status, headers: response.headers, text: await response.text() }
 }
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`MCP server on ${engine}`, () => {
     let store: Store
     let server: TestServer

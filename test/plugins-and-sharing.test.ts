@@ -4,7 +4,7 @@ import { pino } from 'pino'
 import { setUpCommandBus } from '../src/app/index.js'
 import { SurfaceVersion } from '../src/extension/index.js'
 import type { Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { testDb } from '../src/store/test-access.js'
@@ -115,7 +115,7 @@ describe('a misbehaving plugin', () => {
   })
 })
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`project sharing through the rdm ProjectAuthz adapter on ${engine}`, () => {
     let store: Store
     let server: TestServer

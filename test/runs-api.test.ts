@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`finding runs and create-and-wait on ${engine}`, () => {
     let store: Store
     let server: TestServer

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ModelError, ScriptedModel, type LanguageModel, type ModelRequest, type StreamPart } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitFor, waitForRun } from './helpers/waits.js'
@@ -32,7 +32,7 @@ class FlakyModel implements LanguageModel {
   }
 }
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`run lifecycle on ${engine}`, () => {
     let store: Store
     let server: TestServer

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel, type ScriptedTurn } from '../src/llm/index.js'
 import { readTranscript, type Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { openSse, type SseEvent } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitForRun } from './helpers/waits.js'
@@ -27,7 +27,7 @@ async function expectLedgerInvariant(store: Store, conversationId: string): Prom
   if (active.length === 0) expect(open).toEqual([])
 }
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`agent runs on ${engine}`, () => {
     let store: Store
     let server: TestServer

@@ -4,7 +4,7 @@ import { createLogger } from '../src/app/index.js'
 import { OpenAIChatModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { calls as authzCalls } from './__fixtures__/plugins/counting-authz.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { openaiTextChunks, openaiToolCallChunks, startFakeUpstream } from './helpers/fake-upstream.js'
 import { collect, rawRequest, rawSocket } from './helpers/raw-http.js'
 import { openSse } from './helpers/sse-client.js'
@@ -182,7 +182,7 @@ describe('request timeouts and connection caps', () => {
   })
 })
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`hostile input on ${engine}`, () => {
     let store: Store
     let server: TestServer
@@ -401,7 +401,7 @@ describe('protocol-level errors are problem+json and echo nothing', () => {
   })
 })
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`no cross-tenant oracle through the command bus on ${engine}`, () => {
     let store: Store
     let server: TestServer

@@ -3,7 +3,7 @@ import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { appendEvents, kvSet, openStore, revokeToken, type Store } from '../src/store/index.js'
-import { createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
+import { createTestDatabase, openTestStore, apiEngines, type TestDatabase } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { metricValue, openStalledStream, type StalledClient } from './helpers/stalled-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
@@ -119,7 +119,7 @@ describe('stalled streams do not pin memory', () => {
   })
 })
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`stream limits and access on ${engine}`, () => {
     let database: TestDatabase
     let store: Store

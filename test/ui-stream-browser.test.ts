@@ -9,7 +9,7 @@ import { chromium, type Browser, type Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel, type LanguageModel, type ModelRequest, type StreamPart } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 // A real page built on @ai-sdk/react's useChat (test/__fixtures__/use-chat-page, wired as
@@ -101,7 +101,7 @@ describe.skipIf(!executablePath)('useChat in Chromium', { timeout: 120_000 }, ()
     await new Promise((resolve) => page?.server.close(resolve))
   })
 
-  for (const engine of testEngines()) {
+  for (const engine of apiEngines()) {
     describe(`on ${engine}`, () => {
       let store: Store
       let server: TestServer

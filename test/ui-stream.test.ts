@@ -2,7 +2,7 @@ import { DefaultChatTransport, readUIMessageStream, type UIMessage } from 'ai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
-import { openTestStore, testEngines } from './helpers/engines.js'
+import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 // The AI SDK's UI message stream (useChat) over a conversation, read by the real `ai`
@@ -18,7 +18,7 @@ type ToolPart = {
   approval?: { id: string; approved?: boolean }
 }
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`UI message stream on ${engine}`, () => {
     let store: Store
     let server: TestServer

@@ -14,7 +14,7 @@ import {
   WebhookDeliverer,
   defaultWebhookSettings,
 } from '../src/webhooks/index.js'
-import { createTestDatabase, openTestStore, testEngines } from './helpers/engines.js'
+import { createTestDatabase, openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { until, verified, WebhookReceiver } from './helpers/webhook-receiver.js'
 
@@ -26,7 +26,7 @@ type Json = Record<string, any>
 
 const draft = { name: 'rdm__draft__compose', arguments: { title: 'Plan', body: 'Ship it' } }
 
-for (const engine of testEngines()) {
+for (const engine of apiEngines()) {
   describe(`webhooks on ${engine}`, () => {
     let store: Store
     let server: TestServer
@@ -519,7 +519,7 @@ for (const engine of testEngines()) {
   })
 }
 
-describe.skipIf(!testEngines().includes('postgres'))('two deliverers on one Postgres', () => {
+describe.skipIf(!apiEngines().includes('postgres'))('two deliverers on one Postgres', () => {
   it(
     'share the outbox: every message is delivered exactly once, whichever instance claims it',
     { timeout: 120_000 },

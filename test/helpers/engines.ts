@@ -6,9 +6,23 @@ import './provided-context.js'
 
 export type TestEngine = 'pglite' | 'postgres'
 
-/** The engines this run covers: PGlite always, Postgres when global setup found one. */
+/**
+ * Both engines this run has, for a suite whose subject is the database (the store, the transitions,
+ * the event feed, retrieval, crash recovery): PGlite always, Postgres when global setup found one.
+ */
 export function testEngines(): TestEngine[] {
   return inject('postgres') ? ['pglite', 'postgres'] : ['pglite']
+}
+
+/**
+ * One engine, for a suite whose subject is the API above the store: Postgres when this run has one
+ * (the engine where requests really run concurrently), else PGlite. PGlite stays covered end to end
+ * by the suites that always use it (the CLI, the README, the console and most single-feature files).
+ * `TEST_ALL_ENGINES=1` runs these suites on both (docs/guides/development.md#tests).
+ */
+export function apiEngines(): TestEngine[] {
+  const engines = testEngines()
+  return process.env.TEST_ALL_ENGINES === '1' ? engines : [engines.at(-1)!]
 }
 
 export interface TestDatabase {
