@@ -1,6 +1,7 @@
 import type { Actor, CommandContext, JsonValue, PluginLogger, ProjectRef, Risk } from '../extension/index.js'
 import {
   activeUserIds,
+  announceDecidedCallStarted,
   findAllowance,
   findDispatchByKey,
   getDecision,
@@ -8,8 +9,10 @@ import {
   insertDecision,
   KeyTaken,
   lastAuditEnvelope,
+  lockRunOf,
   newId,
   pendingConnectDecisions,
+  runEndedSignal,
   type Conversation,
   type DecisionRecord,
   type DecisionStatus,
@@ -94,18 +97,12 @@ export type DecisionListener = (decision: DecisionView, dispatch: DispatchOutcom
 /**
  * How the bus reaches the runs behind decisions (the run manager binds itself): a decision's outcome
  * is written to the run's tool-call ledger inside the same transaction that records it on the
- * dispatch, so a crash cannot leave an executed call marked otherwise; a handler run after approval
- * gets the run's cancel signal.
+ * dispatch, so a crash cannot leave an executed call marked otherwise. (The run's lock, its cancel
+ * signal and an approved call's `tool_call.started` the bus takes from the store itself.)
  */
 export interface RunBinding {
-  /** Locks the run's row: called first in the bus's transaction, before its audit and event locks. */
-  lock(tx: Executor, runId: string): Promise<void>
   /** Records a decision's outcome (null: it expired) for the run's call, in the bus's transaction. */
   settle(tx: Executor, decision: DecisionView, outcome: DispatchOutcome | null): Promise<void>
-  /** The run's cancel signal, if it has one here. */
-  signal(runId: string): AbortSignal | undefined
-  /** An approved call begins running (its `tool_call.started`), in the bus's transaction that records it. */
-  started(tx: Executor, decision: DecisionView): Promise<void>
 }
 
 /**
@@ -128,7 +125,6 @@ export class CommandBus {
       access: options.access,
       allowanceTtlMs: options.allowanceTtlMs,
       catalog: options.catalog,
-      lockRun: (tx, decision) => this.#lockRun(tx, decision),
       settleRun: (tx, decision, outcome) => this.#settleRun(tx, decision, outcome),
       runApproved: (decision, dispatch, envelope, summary) => this.#runApproved(decision, dispatch, envelope, summary),
       notify: (decision, outcome) => {
@@ -145,7 +141,6 @@ export class CommandBus {
   async sweepOrphanedDispatches(options: { all: boolean }): Promise<number> {
     const decided = new Map<string, DecisionRecord>()
     const ended = await this.#executors.sweep(options, {
-      lock: (tx, orphan) => this.#lockRun(tx, orphan),
       settle: async (tx, orphan, outcome) => {
         if (!orphan.decisionId || !orphan.runId) return
         const decision = await getDecision(tx, orphan.decisionId)
@@ -301,11 +296,6 @@ export class CommandBus {
   /** Binds the run manager (see RunBinding). */
   bindRuns(binding: RunBinding | null): void {
     this.#runs = binding
-  }
-
-  /** Locks the decision's run first (lock order: rows, then the audit and event locks). */
-  async #lockRun(tx: Executor, decision: { runId: string | null }): Promise<void> {
-    if (decision.runId && this.#runs) await this.#runs.lock(tx, decision.runId)
   }
 
   /** A decision's outcome for its run's ledger, inside the caller's transaction. */
@@ -615,7 +605,7 @@ export class CommandBus {
     const recorder = new DispatchRecorder(this.#options.store, dispatch, envelope, {
       persisted: true,
       hooks: {
-        lock: (tx) => this.#lockRun(tx, decision),
+        lock: (tx) => lockRunOf(tx, decision),
         settled: (tx, outcome) => this.#settleRun(tx, decision, outcome),
       },
     })
@@ -628,17 +618,20 @@ export class CommandBus {
     const scope = await this.#authorize(command, dispatch)
     if ('error' in scope) return fail(scope.error)
     // Cancelling the run reaches the handler, as it would have without the wait for a human.
-    const signal = dispatch.runId ? this.#runs?.signal(dispatch.runId) : undefined
-    const context = this.#context(command, dispatch.actor, dispatch, scope.project, signal)
-    // The only step before the handler is `running`: the run's call starts with it, not before the decision.
-    return this.#execute(command, recorder, context, { risk: dispatch.risk as Risk, decision: summary }, (tx) =>
-      this.#callStarted(tx, decision),
-    )
-  }
-
-  /** An approved call of a run begins running (its `tool_call.started`). */
-  async #callStarted(tx: Executor, decision: DecisionRecord): Promise<void> {
-    if (decision.runId) await this.#runs?.started(tx, toDecisionView(decision))
+    const runEnded = dispatch.runId ? runEndedSignal(this.#options.store, dispatch.runId) : undefined
+    try {
+      const context = this.#context(command, dispatch.actor, dispatch, scope.project, runEnded?.signal)
+      // The only step before the handler is `running`: the run's call starts with it, not before the decision.
+      return await this.#execute(
+        command,
+        recorder,
+        context,
+        { risk: dispatch.risk as Risk, decision: summary },
+        (tx) => (decision.runId ? announceDecidedCallStarted(tx, decision.runId, decision.id) : Promise.resolve()),
+      )
+    } finally {
+      runEnded?.stop()
+    }
   }
 
   async #execute(

@@ -4,6 +4,7 @@ import {
   insertAllowance,
   lastAuditEnvelope,
   listDecisions,
+  lockRunOf,
   newId,
   overdueDecisionIds,
   resolveDecision,
@@ -30,8 +31,6 @@ export interface DecisionDeps {
   allowanceTtlMs: number
   /** Whether a decision's command asks every time (then a session allowance could never apply). */
   catalog: CommandCatalog
-  /** Locks the decision's run first (lock order: rows, then the audit and event locks). */
-  lockRun(tx: Executor, decision: { runId: string | null }): Promise<void>
   /** The decision's outcome for its run's ledger, inside the caller's transaction. */
   settleRun(tx: Executor, decision: DecisionRecord, outcome: DispatchOutcome | null): Promise<void>
   /** Runs an approved dispatch (validated and authorized again, then executed). */
@@ -126,7 +125,7 @@ export class Decisions {
     }
     const wanted = answer === 'reject' ? 'rejected' : 'approved'
     const resolved = await store.transaction(async (tx) => {
-      await this.#deps.lockRun(tx, current)
+      await lockRunOf(tx, current)
       const decision = await resolveDecision(tx, decisionId, {
         status: wanted,
         scope: answer === 'approve_session' ? 'session' : 'once',
@@ -215,7 +214,7 @@ export class Decisions {
     const pending = await getDecision(store, decisionId)
     if (!pending || pending.status !== 'pending') return undefined
     const expired = await store.transaction(async (tx) => {
-      await this.#deps.lockRun(tx, pending)
+      await lockRunOf(tx, pending)
       const decision = await resolveDecision(tx, decisionId, { status: 'expired' })
       if (!decision) return undefined
       const dispatch = await getDispatch(tx, decision.dispatchId)

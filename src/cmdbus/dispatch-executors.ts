@@ -7,6 +7,7 @@ import {
   getDecision,
   lastAuditEnvelope,
   lockDispatch,
+  lockRunOf,
   renewDispatchExecutor,
   type DispatchRecord,
   type Executor,
@@ -17,8 +18,6 @@ import type { DispatchOutcome } from './bus-types.js'
 
 /** How an ended orphan reaches the run that waits for it (a command a human approved). */
 export interface OrphanHooks {
-  /** Locks what must be locked before the dispatch row (the run's row). */
-  lock(tx: Executor, orphan: DispatchRecord): Promise<void>
   /** Records the interrupted outcome where it is awaited, in the same transaction. */
   settle(tx: Executor, orphan: DispatchRecord, outcome: DispatchOutcome): Promise<void>
 }
@@ -81,7 +80,7 @@ export class DispatchExecutors {
     ]
     for (const orphan of orphans) {
       const done = await this.#store.transaction(async (tx) => {
-        await hooks?.lock(tx, orphan)
+        await lockRunOf(tx, orphan)
         // Re-checked under the row lock: its executor may have finished it (or renewed) meanwhile.
         const current = await lockDispatch(tx, orphan.id)
         const message = current && (await this.#orphaned(tx, current, options.all, before))

@@ -31,8 +31,6 @@ export interface DriverHints {
  */
 export class DriverPool {
   readonly #drivers = new Map<string, Driver>()
-  /** Cancel signals of waiting runs, for handlers that run after a human approved. */
-  readonly #waiting = new Map<string, AbortController>()
   #stopping = false
   readonly #store: Store
   readonly #log: PluginLogger
@@ -64,10 +62,6 @@ export class DriverPool {
     return [...this.#drivers.keys()]
   }
 
-  waitingRunIds(): string[] {
-    return [...this.#waiting.keys()]
-  }
-
   /** From now on nothing more is started here (the next server, or another instance, starts it). */
   refuseNew(): void {
     this.#stopping = true
@@ -85,26 +79,6 @@ export class DriverPool {
     }, graceMs)
     await Promise.allSettled([...this.#drivers.values()].map((driver) => driver.done))
     clearTimeout(grace)
-  }
-
-  /** The cancel signal of a waiting run, for a command a human approved. */
-  waitSignal(runId: string): AbortSignal {
-    let controller = this.#waiting.get(runId)
-    if (!controller || controller.signal.aborted) {
-      controller = new AbortController()
-      this.#waiting.set(runId, controller)
-    }
-    return controller.signal
-  }
-
-  /** The controller behind a waiting run's cancel signal, if one was handed out. */
-  waitController(runId: string): AbortController | undefined {
-    return this.#waiting.get(runId)
-  }
-
-  /** The run waits no more (it ended): its cancel signal is forgotten. */
-  forgetWaiting(runId: string): void {
-    this.#waiting.delete(runId)
   }
 
   /** Starts the conversation's oldest queued run when nothing else there is active. */
@@ -126,7 +100,6 @@ export class DriverPool {
   async resumeIfAnswered(runId: string): Promise<void> {
     const lease = this.#stopping ? null : this.#leases.newLease()
     if (!(await continueAnsweredRun(this.#store, runId, lease))) return
-    this.#waiting.delete(runId)
     if (lease) this.spawn(runId, lease.owner)
   }
 

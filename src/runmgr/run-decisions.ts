@@ -1,12 +1,10 @@
 import type { CommandBus, DecisionView, DispatchOutcome, RunBinding } from '../cmdbus/index.js'
 import type { PluginLogger } from '../extension/index.js'
 import {
-  appendEvents,
   getRun,
   listToolCalls,
   lockRun,
   pendingDecisionIds,
-  runEvent,
   terminalRunStatuses,
   waitForLess,
   type Executor,
@@ -34,14 +32,6 @@ export class RunDecisions implements RunBinding {
     this.#writer = deps.writer
   }
 
-  async lock(tx: Executor, runId: string): Promise<void> {
-    await lockRun(tx, runId)
-  }
-
-  signal(runId: string): AbortSignal {
-    return this.#pool.waitSignal(runId)
-  }
-
   /**
    * A decision's outcome (null: it expired) for the run's call. A decision that expired while its
    * run waited ends the run `expired` (docs/architecture.md#run-states).
@@ -66,20 +56,11 @@ export class RunDecisions implements RunBinding {
     if (run.status === 'requires_action') await waitForLess(tx, runId)
   }
 
-  /** An approved call of a run begins running: announced now, not when the call first asked for a decision. */
-  async started(tx: Executor, decision: DecisionView): Promise<void> {
-    const run = await getRun(tx, decision.runId!)
-    if (!run || terminalRunStatuses.includes(run.status)) return
-    const call = (await listToolCalls(tx, run.id)).find((candidate) => candidate.decisionId === decision.id)
-    if (call) await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
-  }
-
   /** After a decision committed: continue the run once nothing is awaited, or tidy up after it ended. */
   async afterDecision(runId: string): Promise<void> {
     const run = await getRun(this.#store, runId)
     if (!run) return
     if (terminalRunStatuses.includes(run.status)) {
-      this.#pool.forgetWaiting(runId)
       await this.#writer.expireDecisions(await pendingDecisionIds(this.#store, runId))
       await this.#pool.startNext(run.conversationId)
       return

@@ -315,7 +315,6 @@ export class RunManager {
     } else {
       await this.#writer.end(runId, cancelEnd(reason), { announce: true })
     }
-    this.#pool.waitController(runId)?.abort(reason)
     return getRun(store, runId)
   }
 
@@ -341,14 +340,11 @@ export class RunManager {
   #onRunEndedElsewhere(runId: string | null): void {
     const check = async (id: string): Promise<void> => {
       const driver = this.#pool.driver(id)
-      const waiting = this.#pool.waitController(id)
-      if (!driver && !waiting) return
+      if (!driver) return
       const run = await getRun(this.#options.store, id)
-      if (driver && (!run || run.status !== 'running' || run.leaseOwner !== driver.fence.owner))
-        abortDriver(driver, 'lease_lost')
-      if (waiting && (!run || terminalRunStatuses.includes(run.status))) waiting.abort('cancelled')
+      if (!run || run.status !== 'running' || run.leaseOwner !== driver.fence.owner) abortDriver(driver, 'lease_lost')
     }
-    const ids = runId ? [runId] : [...new Set([...this.#pool.drivenRunIds(), ...this.#pool.waitingRunIds()])]
+    const ids = runId ? [runId] : this.#pool.drivenRunIds()
     for (const id of ids)
       check(id).catch((error: unknown) =>
         this.#options.log.warn('could not check a run another instance ended', { runId: id, err: error }),

@@ -22,6 +22,7 @@ export {
 } from './event-log.js'
 export { AccessSignals, announceAccessChange, type AccessSubject } from './access-signals.js'
 export { announceRunEnded } from './run-signals.js'
+export { announceDecidedCallStarted, lockRunOf, runEndedSignal } from './decided-calls.js'
 export { streamEvents } from './event-stream.js'
 export {
   createUser,
