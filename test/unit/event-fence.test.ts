@@ -1,54 +1,22 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import {
-  appendEvents,
-  createConversation,
-  createProject,
-  createUser,
-  lockRun,
-  runEvent,
-  updateRun,
-  type Run,
-  type Store,
-} from '../../src/store/index.js'
+import { appendEvents, lockRun, runEvent, updateRun, type Run, type Store } from '../../src/store/index.js'
 import { sql, testDb } from '../../src/store/test-access.js'
 import { openTestStore, testEngines } from '../helpers/engines.js'
-import { runView } from '../../src/resources/index.js'
+import { seedProject, startedRun, type SeedScope } from '../helpers/store-seed.js'
 
 // A driver's streamed events go only while it holds its run (docs/architecture.md#the-event-log): a delta
 // must never land after the message.completed of a cancel made elsewhere, whatever the timing.
 describe.each(testEngines())('the run fence of a driver’s events on %s', (engine) => {
   let store: Store
-  let projectId: string
-  let ownerId: string
+  let scope: SeedScope
 
   beforeAll(async () => {
     store = await openTestStore(engine)
-    const user = await createUser(store, 'fenced')
-    if ('error' in user) throw new Error('unexpected')
-    ownerId = user.id
-    projectId = (await store.transaction((tx) => createProject(tx, user.id, { name: 'fence' }))).id
+    scope = await seedProject(store, 'fenced')
   })
   afterAll(async () => store?.close())
 
-  async function runningRun(owner: string): Promise<Run> {
-    const conversationId = (await store.transaction((tx) => createConversation(tx, { projectId, ownerId }))).id
-    const created = await store.createRun(
-      {
-        conversationId,
-        projectId,
-        ownerId,
-        model: 'm',
-        maxIterations: 3,
-        approvalPolicy: 'ask',
-        clientTools: [],
-        input: 'hi',
-        view: runView,
-      },
-      { lease: { owner, expiresAt: new Date(Date.now() + 60_000) }, allowQueue: false },
-    )
-    if (!('run' in created)) throw new Error('the conversation has an active run')
-    return created.run
-  }
+  const runningRun = (owner: string) => startedRun(store, scope, owner)
 
   const delta = (run: Run, text: string) => runEvent(run, 'message.delta', { messageId: 'm1', text })
   const typesOf = async (run: Run) =>

@@ -1,59 +1,27 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import {
-  announceRunEnded,
-  createConversation,
-  createProject,
-  createUser,
-  openStore,
-  runEndedSignal,
-  updateRun,
-  type Run,
-  type Store,
-} from '../../src/store/index.js'
+import { announceRunEnded, openStore, runEndedSignal, updateRun, type Store } from '../../src/store/index.js'
 import { createTestDatabase, testEngines, type TestDatabase } from '../helpers/engines.js'
+import { seedProject, startedRun, type SeedScope } from '../helpers/store-seed.js'
 import { within } from '../helpers/waits.js'
-import { runView } from '../../src/resources/index.js'
 
 // A handler run after a person approved it gets its run's cancel signal from the store, not from the
 // run manager (docs/architecture.md#the-command-bus): it aborts when the run ends, wherever it was ended.
 describe.each(testEngines())('the run-ended signal of an approved handler on %s', (engine) => {
   let database: TestDatabase
   let store: Store
-  let projectId: string
-  let ownerId: string
+  let scope: SeedScope
 
   beforeAll(async () => {
     database = await createTestDatabase(engine)
     store = await database.open()
-    const user = await createUser(store, 'approver')
-    if ('error' in user) throw new Error('unexpected')
-    ownerId = user.id
-    projectId = (await store.transaction((tx) => createProject(tx, user.id, { name: 'signals' }))).id
+    scope = await seedProject(store, 'approver')
   })
   afterAll(async () => {
     await store?.close()
     await database?.drop()
   })
 
-  async function newRun(): Promise<Run> {
-    const conversationId = (await store.transaction((tx) => createConversation(tx, { projectId, ownerId }))).id
-    const created = await store.createRun(
-      {
-        conversationId,
-        projectId,
-        ownerId,
-        model: 'm',
-        maxIterations: 3,
-        approvalPolicy: 'ask',
-        clientTools: [],
-        input: 'hi',
-        view: runView,
-      },
-      { lease: { owner: 'driver.1', expiresAt: new Date(Date.now() + 60_000) }, allowQueue: false },
-    )
-    if (!('run' in created)) throw new Error('the conversation has an active run')
-    return created.run
-  }
+  const newRun = () => startedRun(store, scope, 'driver.1')
 
   /** Ends the run as a cancel of a run nobody drives does: ended, and announced on commit. */
   const cancel = (db: Store, runId: string) =>

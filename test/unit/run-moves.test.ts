@@ -1,54 +1,24 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import {
-  createConversation,
-  createProject,
-  createUser,
-  getRun,
-  RunMoveRefused,
-  updateRun,
-  type Run,
-  type Store,
-} from '../../src/store/index.js'
+import { getRun, RunMoveRefused, updateRun, type Run, type Store } from '../../src/store/index.js'
 import { openTestStore, testEngines } from '../helpers/engines.js'
-import { runView } from '../../src/resources/index.js'
+import { seedProject, startedRun, type SeedScope } from '../helpers/store-seed.js'
 
 // A status write checks the state it starts from at run time, in its own statement
 // (docs/architecture.md#run-states): the table's types stop an unlisted move from compiling, this stops
 // a listed one from being made on a run that moved on since it was read.
 describe.each(testEngines())('run moves on %s', (engine) => {
   let store: Store
-  let projectId: string
-  let ownerId: string
+  let scope: SeedScope
 
   beforeAll(async () => {
     store = await openTestStore(engine)
-    const user = await createUser(store, 'moves')
-    if ('error' in user) throw new Error('unexpected')
-    ownerId = user.id
-    const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'moves' }))
-    projectId = project.id
+    scope = await seedProject(store, 'moves')
   })
   afterAll(async () => store?.close())
 
   /** A run in `status`, alone in a new conversation. */
   async function runIn(status: 'running' | 'requires_action' | 'completed'): Promise<Run> {
-    const conversationId = (await store.transaction((tx) => createConversation(tx, { projectId, ownerId }))).id
-    const created = await store.createRun(
-      {
-        conversationId,
-        projectId,
-        ownerId,
-        model: 'm',
-        maxIterations: 5,
-        approvalPolicy: 'ask',
-        clientTools: [],
-        input: 'hi',
-        view: runView,
-      },
-      { allowQueue: false, lease: { owner: 'test', expiresAt: new Date(Date.now() + 60_000) } },
-    )
-    if (!('run' in created)) throw new Error('the conversation has an active run')
-    const run = created.run
+    const run = await startedRun(store, scope, 'test')
     if (status === 'requires_action')
       return store.transaction((tx) => updateRun(tx, run.id, { move: { from: ['running'], to: 'requires_action' } }))
     if (status === 'completed')
