@@ -1,5 +1,6 @@
 import type { Actor, Entrance, JsonValue } from '../extension/index.js'
 import type { DispatchStartPart, Executor, FencedPart } from '../store/index.js'
+import type { DrivenCall } from './driven-call.js'
 
 export type Params = { [key: string]: JsonValue }
 
@@ -20,14 +21,17 @@ export interface DispatchRequest {
   approvalPolicy?: 'ask' | 'dontAsk'
   signal?: AbortSignal
   /**
-   * The caller's own writes that belong with the dispatch's, run inside the dispatch's transactions
-   * (a commit fewer each): `persisted` in the one that first writes the dispatch row, `settled` in the
-   * one that records the outcome `dispatch` then returns (a result, a failure, or the pending
-   * decision). Neither runs for a replayed outcome.
+   * A model tool call of a run's driver: the call's ledger rows are written with the dispatch's, in
+   * its statements and transactions, fenced by the driver's lease. Nothing of it runs for a replayed
+   * outcome (its `recorded` stays false).
    */
-  within?: DispatchHooks
+  driven?: DrivenCall
 }
 
+/**
+ * What goes with each step of a dispatch for the run behind it, inside the bus (`DrivenCall` for a
+ * driver's call, the approved path's run lock and ledger settle for a decided one).
+ */
 export interface DispatchHooks {
   /**
    * Called first in every transaction of the dispatch, before the bus takes the audit and event locks:

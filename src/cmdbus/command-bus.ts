@@ -370,7 +370,7 @@ export class CommandBus {
       store,
       dispatch,
       initialEnvelope(dispatch, command.spec.paramsSchema, command.origin),
-      { hooks: request.within },
+      { hooks: request.driven },
     )
     try {
       return await this.#pipeline(request, command, scope, recorder)
@@ -495,7 +495,7 @@ export class CommandBus {
           reasons: created.reasons,
           expiresAt: created.expiresAt,
         })
-        await request.within?.settled?.(tx, {
+        await request.driven?.settled(tx, {
           status: 'awaiting_decision',
           dispatchId: dispatch.id,
           decision: toDecisionView(created),

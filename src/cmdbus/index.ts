@@ -29,11 +29,13 @@ export type {
   DecideOutcome,
   DecisionAnswer,
   DecisionView,
-  DispatchHooks,
   DispatchOutcome,
   DispatchRequest,
   Params,
 } from './bus-types.js'
 export { registerCoreCommands, knowledgeHitJson } from './core-commands.js'
+export { DrivenCall, type RunCall } from './driven-call.js'
+export { callAnswer, answerAfterFence, outcomeAnswer, type CallAnswer, type CallRun } from './call-answer.js'
+export { capForModel } from './tool-output.js'
 export { registerExecCommands, registerCliTools, execModelText, type ExecCommandDeps } from './exec-commands.js'
 export { defaultResultMaxBytes } from './handler-runner.js'

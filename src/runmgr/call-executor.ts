@@ -1,10 +1,16 @@
-import { hashParams } from '../cmdbus/index.js'
+import { DrivenCall, hashParams } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
-import { appendEvents, listToolCalls, runEvent, updateToolCall, type Run, type ToolCallRecord } from '../store/index.js'
-import { CallDispatch } from './call-dispatch.js'
+import {
+  appendEvents,
+  LeaseLost,
+  listToolCalls,
+  runEvent,
+  updateToolCall,
+  type Run,
+  type ToolCallRecord,
+} from '../store/index.js'
 import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
-import { LeaseLost } from './leases.js'
 import { clientCallAudit } from './run-ledger.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
 
@@ -72,7 +78,14 @@ export async function runCalls(
       }
     }
     kit.ledger.started(call.id)
-    const hooks = new CallDispatch(kit, fence, run, call)
+    const driven = new DrivenCall(store, {
+      run,
+      callId: call.id,
+      lease: { owner: fence.owner, ms: kit.leases.ms },
+      toolOutputLimit: kit.ledger.toolOutputLimit,
+      modelText: entry.command.modelText,
+      startedAt: performance.now(),
+    })
     const outcome = await bus.dispatch({
       commandId: entry.command.spec.id,
       params,
@@ -87,10 +100,21 @@ export async function runCalls(
       fresh: !driver.resumed,
       approvalPolicy: run.approvalPolicy,
       signal: driver.calls.signal,
-      within: hooks,
+      driven,
     })
-    await hooks.recordReplayed(outcome)
-    if (hooks.lost) throw new LeaseLost()
+    if (driven.recorded) kit.ledger.answered(call.id, outcome)
+    // A replayed outcome (the dispatch existed): nothing of the call was written with it; write it now, fenced.
+    else
+      await kit.writer.fenced(fence, (tx, locked) =>
+        outcome.status === 'awaiting_decision'
+          ? updateToolCall(tx, call.id, {
+              status: 'awaiting_decision',
+              dispatchId: outcome.dispatchId,
+              decisionId: outcome.decision.id,
+            })
+          : kit.ledger.applyOutcome(tx, locked, call, outcome),
+      )
+    if (driven.lost) throw new LeaseLost()
     if (outcome.status === 'awaiting_decision') {
       waiting = true
       continue

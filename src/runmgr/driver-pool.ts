@@ -1,6 +1,7 @@
 import type { PluginLogger } from '../extension/index.js'
 import {
   continueAnsweredRun,
+  LeaseLost,
   nextQueuedRun,
   nextQueuedRunAfterEnd,
   releaseLease,
@@ -11,7 +12,7 @@ import {
 } from '../store/index.js'
 import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
-import { LeaseLost, type LeaseClock } from './leases.js'
+import type { LeaseClock } from './leases.js'
 import { driveRun } from './run-loop.js'
 import type { RunWriter } from './run-writer.js'
 

@@ -23,11 +23,3 @@ export class LeaseClock {
     return { owner: `${this.#instanceId}.${++this.#seq}`, expiresAt: this.expiry() }
   }
 }
-
-/** The run's lease has passed to someone else (or the run ended elsewhere): its driver stops without writing. */
-export class LeaseLost extends Error {
-  constructor() {
-    super('the run lease has passed to another driver')
-    this.name = 'LeaseLost'
-  }
-}

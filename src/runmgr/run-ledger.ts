@@ -1,11 +1,16 @@
-import type { ClientCallAudit, CommandBus, DispatchOutcome } from '../cmdbus/index.js'
+import {
+  callAnswer,
+  outcomeAnswer,
+  type CallAnswer,
+  type ClientCallAudit,
+  type CommandBus,
+  type DispatchOutcome,
+} from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
 import {
   appendEvents,
   appendEventsAfter,
   closeStreamingMessages,
-  insertToolMessageAfterFence,
-  toolCallResultAfterFence,
   insertToolMessageQuery,
   listToolCalls,
   moveInto,
@@ -14,7 +19,6 @@ import {
   updateRun,
   updateToolCallQuery,
   type Executor,
-  type FencedWrite,
   type NewEvent,
   type Run,
   type RunPatch,
@@ -22,7 +26,6 @@ import {
   type ToolCallStatus,
 } from '../store/index.js'
 import type { RunObserver } from './run-observer.js'
-import { capForModel } from './tool-output.js'
 
 /** How a run ends. */
 export interface RunEnd {
@@ -55,6 +58,11 @@ export class RunLedger {
     this.#observer = observer
   }
 
+  /** At most this many bytes of a result go to the model (PLINTH_TOOL_OUTPUT_MAX_BYTES). */
+  get toolOutputLimit(): number {
+    return this.#toolOutputLimit
+  }
+
   started(callId: string): void {
     this.#callStarts.set(callId, performance.now())
   }
@@ -82,27 +90,12 @@ export class RunLedger {
     if (answer) await this.finish(tx, run, call, answer.status, answer.output, { dispatchId: outcome.dispatchId })
   }
 
-  /**
-   * A command call's result from its dispatch's outcome as writes and an event for a statement that
-   * carries the run's fence: nothing is written unless the fence holds. Undefined while
-   * the outcome is not final (waiting for a decision).
-   */
-  outcomePart(
-    db: Executor,
-    run: Run,
-    call: ToolCallRecord,
-    outcome: DispatchOutcome,
-  ): { writes: FencedWrite[]; events: NewEvent[] } | undefined {
+  /** The bus wrote a call's result with its dispatch (a `DrivenCall`): counted, and its timing dropped. */
+  answered(callId: string, outcome: DispatchOutcome): void {
     const answer = outcomeAnswer(outcome)
-    if (!answer) return undefined
-    const result = this.#result(run, call, answer.status, answer.output, { dispatchId: outcome.dispatchId })
-    return {
-      writes: [
-        toolCallResultAfterFence(db, call.id, result.row),
-        insertToolMessageAfterFence(run, call.id, result.text),
-      ],
-      events: [result.event],
-    }
+    if (!answer) return
+    this.#callStarts.delete(callId)
+    this.#observer?.toolCall?.({ status: answer.status })
   }
 
   /** A terminal result's ledger row, the text the model reads, and its event. */
@@ -112,32 +105,16 @@ export class RunLedger {
     status: ToolCallStatus,
     output: JsonValue,
     extra: { dispatchId?: string | null; repeatOf?: string },
-  ) {
-    const modelText = status === 'ok' && call.commandId ? this.#bus.catalog.get(call.commandId)?.modelText : undefined
-    const text = modelText ? modelText(output) : typeof output === 'string' ? output : JSON.stringify(output)
-    const capped = capForModel(text, this.#toolOutputLimit)
+  ): CallAnswer {
     this.#observer?.toolCall?.({ status })
     const started = this.#callStarts.get(call.id)
     this.#callStarts.delete(call.id)
-    return {
-      row: {
-        status,
-        output,
-        modelOutput: capped.text,
-        modelTruncated: capped.truncated,
-        ...(extra.dispatchId !== undefined && { dispatchId: extra.dispatchId }),
-        ...(extra.repeatOf !== undefined && { repeatOf: extra.repeatOf }),
-      },
-      text: capped.text,
-      event: runEvent(run, 'tool_call.completed', {
-        callId: call.id,
-        status,
-        output,
-        modelTruncated: capped.truncated,
-        durationMs: started === undefined ? null : Math.round(performance.now() - started),
-        ...(extra.repeatOf && { repeatOf: extra.repeatOf }),
-      }),
-    }
+    return callAnswer(run, call.id, status, output, {
+      modelText: call.commandId ? this.#bus.catalog.get(call.commandId)?.modelText : undefined,
+      limitBytes: this.#toolOutputLimit,
+      durationMs: started === undefined ? null : Math.round(performance.now() - started),
+      ...extra,
+    })
   }
 
   /**
@@ -190,25 +167,6 @@ export class RunLedger {
     })
     return [runEvent(run, 'run.status', { runId, status: end.status, phase: null }), terminal]
   }
-}
-
-/** A dispatch's outcome as a call's terminal status and output; undefined while it waits for a decision. */
-function outcomeAnswer(outcome: DispatchOutcome): { status: ToolCallStatus; output: JsonValue } | undefined {
-  if (outcome.status === 'succeeded') return { status: 'ok', output: outcome.result }
-  if (outcome.status === 'awaiting_decision') return undefined
-  const error = outcome.error
-  if (outcome.status === 'rejected' || error.code === 'rejected' || error.code === 'denied') {
-    return {
-      status: 'rejected',
-      output: { accepted: false, rejected: true, ...(error.code === 'denied' && { reason: error.message }) },
-    }
-  }
-  if (outcome.status === 'expired') return { status: 'expired', output: { accepted: false, expired: true } }
-  if (outcome.status === 'cancelled') return { status: 'cancelled', output: { accepted: false, cancelled: true } }
-  // Cut off by a crash: whether it took effect is unknown, and the call says so.
-  if (error.code === 'interrupted')
-    return { status: 'interrupted', output: { error: JSON.parse(JSON.stringify(error)) as JsonValue } }
-  return { status: 'error', output: { error: JSON.parse(JSON.stringify(error)) as JsonValue } }
 }
 
 /** A run's terminal state as one patch (so a fence can end a run that has nothing open in its own statement). */

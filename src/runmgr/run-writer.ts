@@ -6,6 +6,7 @@ import {
   completeAssistantMessage,
   fenceRun,
   isRunTransition,
+  LeaseLost,
   lockAuditLog,
   lockRun,
   releaseForShutdown,
@@ -21,7 +22,7 @@ import {
   type TransitionWrite,
 } from '../store/index.js'
 import type { Driver } from './driver.js'
-import { LeaseLost, type LeaseClock } from './leases.js'
+import type { LeaseClock } from './leases.js'
 import type { RunEnd, RunLedger } from './run-ledger.js'
 
 /** How a cancel ends a run: a superseded run's open calls expire, a cancelled one's are cancelled. */

@@ -32,6 +32,14 @@ export class KeyTaken extends Error {
   }
 }
 
+/** The run's lease has passed to someone else (or the run ended elsewhere): its driver stops without writing. */
+export class LeaseLost extends Error {
+  constructor() {
+    super('the run lease has passed to another driver')
+    this.name = 'LeaseLost'
+  }
+}
+
 /** Whether a database error is a unique-constraint violation (e.g. a second active run in a conversation). */
 export function isUniqueViolation(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '23505'
