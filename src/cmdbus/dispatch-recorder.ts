@@ -86,14 +86,13 @@ export class DispatchRecorder {
   }
 
   /**
-   * The `running` step. A dispatch not yet written whose caller has no transaction hooks (or gives a
-   * part to go with it) is recorded in one statement; otherwise in a transaction, where `announce`
-   * writes what goes with it (an approved call's `tool_call.started`).
+   * The `running` step. A dispatch not yet written (it runs at once) is recorded in one statement, with
+   * a driver's call's part; one already written (a person approved it) moves on in a transaction, where
+   * `announce` writes what goes with it (an approved call's `tool_call.started`).
    */
   async start(change: StartChange, announce?: (tx: Executor) => Promise<void>): Promise<AuditEnvelope> {
-    const hooks = this.hooks
-    if (!this.#persisted && (!hooks || hooks.startTogether)) {
-      const part = hooks?.startTogether?.()
+    if (!this.#persisted) {
+      const part = this.hooks?.startTogether?.()
       const started = await recordStarted(this.#store, this.dispatch, this.#envelope, change, part)
       if (started === 'lost') throw part!.lost()
       if (started === 'key_taken') throw new KeyTaken()

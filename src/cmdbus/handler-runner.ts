@@ -1,12 +1,5 @@
 import type { CommandContext, JsonValue } from '../extension/index.js'
-import {
-  finishDispatchInRun,
-  storableJsonText,
-  storableText,
-  type DispatchRecord,
-  type Executor,
-  type Store,
-} from '../store/index.js'
+import { finishDispatch, storableJsonText, storableText, type DispatchRecord, type Store } from '../store/index.js'
 import { recordStep, stepParts, type AuditEnvelope, type EnvelopeChange } from './audit-envelope.js'
 import type { BusError, DispatchHooks, DispatchOutcome } from './bus-types.js'
 import type { RegisteredCommand } from './command-catalog.js'
@@ -137,25 +130,18 @@ async function recordOutcome(
           error: toJsonError((outcome as { error: BusError }).error),
           finishedAt: new Date().toISOString(),
         }
-  const finished = (tx: Executor) => recordStep(tx, 'finished', current, dispatch, change)
-  const together = hooks?.finishTogether?.(outcome)
-  if (together) {
-    // The caller's answer (e.g. the run's ledger row) and the dispatch's last step: one statement.
+  if (!hooks?.settled || hooks.finishTogether) {
+    // The dispatch's last step, with a driver's call's answer (fenced by its lease): one statement.
+    const together = hooks?.finishTogether?.(outcome)
     const parts = stepParts(store, 'finished', current, dispatch, change)
-    const { fenced } = await store.statement((db, tag) =>
-      finishDispatchInRun(db, parts.query, parts.entry, together, tag),
-    )
-    together.written(fenced)
+    const { fenced } = await store.statement((db, tag) => finishDispatch(db, parts.query, parts.entry, together, tag))
+    together?.written(fenced)
     return outcome
   }
-  if (!hooks?.lock && !hooks?.settled) {
-    // Nothing else changes with it: the row and its audit entry are one statement, its own transaction.
-    await finished(store)
-    return outcome
-  }
+  // A decided call's outcome: the run's row lock, the last step and the run's ledger in one transaction.
   await store.transaction(async (tx) => {
     await hooks.lock?.(tx)
-    await finished(tx)
+    await recordStep(tx, 'finished', current, dispatch, change)
     await hooks.settled?.(tx, outcome)
   })
   return outcome

@@ -168,7 +168,7 @@ export {
 export { updateToolCall, updateToolCallQuery, listToolCalls, type ToolCallRecord } from './tool-call-repository.js'
 export {
   completeAssistantMessageWrite,
-  finishDispatchInRun,
+  finishDispatch,
   insertAssistantMessageWrite,
   insertToolCallsWrite,
   insertToolMessageAfterFence,

@@ -145,7 +145,7 @@ export function insertToolCallsWrite(
 declare const runFenceGate: unique symbol
 
 /**
- * A write for `finishDispatchInRun` that changes something only when the run's fence (the statement's
+ * A write for `finishDispatch` that changes something only when the run's fence (the statement's
  * CTE `f`) holds. Only this file builds one (`toolCallResultAfterFence`, `insertToolMessageAfterFence`),
  * so no caller has to know the CTE's name.
  */
@@ -161,7 +161,7 @@ export interface FencedPart {
   events: NewEvent[]
 }
 
-/** The condition, inside `finishDispatchInRun`'s statement, that the run's fence (CTE `f`) held. */
+/** The condition, inside `finishDispatch`'s statement, that the run's fence (CTE `f`) held. */
 const runFenceHeld = sql<boolean>`exists (select 1 from f)`
 
 function fencedWrite(query: OperationNodeSource): FencedWrite {
@@ -169,18 +169,25 @@ function fencedWrite(query: OperationNodeSource): FencedWrite {
 }
 
 /**
- * A dispatch's last step and its run's answer in ONE statement: the dispatch row and its audit entry
- * are written whatever happened to the run (the command ran; its outcome is recorded), the run's
- * writes and events only while its lease holds. Locks: the run's row, its ledger rows, the dispatch
- * row, the audit chain, then the event log. `fenced` says whether the run's part was written.
+ * A dispatch's last step, with its run's answer when it has one (a driver's call), in ONE statement:
+ * the dispatch row and its audit entry are written whatever happened to the run (the command ran; its
+ * outcome is recorded), the run's writes and events only while its lease holds. Locks: the run's row,
+ * its ledger rows, the dispatch row, the audit chain, then the event log. `fenced` says whether the
+ * run's part was written (true when there is none).
  */
-export async function finishDispatchInRun(
+export async function finishDispatch(
   db: Executor,
   dispatch: OperationNodeSource,
   audit: AuditEntryInput,
-  run: FencedPart,
+  run: FencedPart | undefined,
   tag: string,
 ): Promise<{ fenced: boolean; events: EventRecord[] }> {
+  if (!run) {
+    await sql`with d as (${dispatch}), ${auditAppendCtes(audit, 'd').sql} select (select count(*) from audit_entry) as audited`.execute(
+      kysely(db),
+    )
+    return { fenced: true, events: [] }
+  }
   const names = run.writes.map((_, index) => `w${index}`)
   const ctes = run.writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write.query}),`)
   const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
