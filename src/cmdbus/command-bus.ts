@@ -9,7 +9,6 @@ import {
   insertDecision,
   KeyTaken,
   lastAuditEnvelope,
-  lockRunOf,
   newId,
   pendingConnectDecisions,
   runEndedSignal,
@@ -31,6 +30,7 @@ import {
   type DecisionSummary,
 } from './audit-envelope.js'
 import { Decisions } from './decisions.js'
+import { RunSettlement, type RunBinding } from './run-settlement.js'
 import { DispatchRecorder, type StartChange } from './dispatch-recorder.js'
 import { DispatchExecutors } from './dispatch-executors.js'
 import { runHandler } from './handler-runner.js'
@@ -95,17 +95,6 @@ export interface ClientCallAudit {
 export type DecisionListener = (decision: DecisionView, dispatch: DispatchOutcome | null) => void
 
 /**
- * How the bus reaches the runs behind decisions (the run manager binds itself): a decision's outcome
- * is written to the run's tool-call ledger inside the same transaction that records it on the
- * dispatch, so a crash cannot leave an executed call marked otherwise. (The run's lock, its cancel
- * signal and an approved call's `tool_call.started` the bus takes from the store itself.)
- */
-export interface RunBinding {
-  /** Records a decision's outcome (null: it expired) for the run's call, in the bus's transaction. */
-  settle(tx: Executor, decision: DecisionView, outcome: DispatchOutcome | null): Promise<void>
-}
-
-/**
  * The one dispatch path for every effect (docs/architecture.md#the-command-bus): resolve → validate →
  * authorize → risk → gate → execute, each step recorded in the dispatch's audit envelope. Expected
  * outcomes are values.
@@ -115,7 +104,7 @@ export class CommandBus {
   readonly #listeners = new Set<DecisionListener>()
   readonly #executors: DispatchExecutors
   readonly #decisions: Decisions
-  #runs: RunBinding | null = null
+  readonly #runs = new RunSettlement()
 
   constructor(options: CommandBusOptions) {
     this.#options = options
@@ -125,7 +114,7 @@ export class CommandBus {
       access: options.access,
       allowanceTtlMs: options.allowanceTtlMs,
       catalog: options.catalog,
-      settleRun: (tx, decision, outcome) => this.#settleRun(tx, decision, outcome),
+      runs: this.#runs,
       runApproved: (decision, dispatch, envelope, summary) => this.#runApproved(decision, dispatch, envelope, summary),
       notify: (decision, outcome) => {
         for (const listener of this.#listeners) listener(decision, outcome)
@@ -145,7 +134,7 @@ export class CommandBus {
         if (!orphan.decisionId || !orphan.runId) return
         const decision = await getDecision(tx, orphan.decisionId)
         if (!decision) return
-        await this.#settleRun(tx, decision, outcome)
+        await this.#runs.settle(tx, decision, outcome)
         decided.set(orphan.id, decision)
       },
     })
@@ -295,12 +284,7 @@ export class CommandBus {
 
   /** Binds the run manager (see RunBinding). */
   bindRuns(binding: RunBinding | null): void {
-    this.#runs = binding
-  }
-
-  /** A decision's outcome for its run's ledger, inside the caller's transaction. */
-  async #settleRun(tx: Executor, decision: DecisionRecord, outcome: DispatchOutcome | null): Promise<void> {
-    if (decision.runId && this.#runs) await this.#runs.settle(tx, toDecisionView(decision), outcome)
+    this.#runs.bind(binding)
   }
 
   onDecisionResolved(listener: DecisionListener): () => void {
@@ -604,10 +588,7 @@ export class CommandBus {
     // transaction that records it.
     const recorder = new DispatchRecorder(this.#options.store, dispatch, envelope, {
       persisted: true,
-      hooks: {
-        lock: (tx) => lockRunOf(tx, decision),
-        settled: (tx, outcome) => this.#settleRun(tx, decision, outcome),
-      },
+      hooks: this.#runs.approved(decision),
     })
     const fail = (error: BusError) => recorder.refuse('failed', error)
     if (!command)

@@ -11,7 +11,6 @@ import {
   type DecisionRecord,
   type DecisionStatus,
   type DispatchRecord,
-  type Executor,
   type Page,
   type PageRequest,
   type Store,
@@ -22,6 +21,7 @@ import type { DecideOutcome, DecisionAnswer, DecisionView, DispatchOutcome } fro
 import { alwaysAsks, type CommandCatalog } from './command-catalog.js'
 import { appendDecisionEvent, outcomeOf, rejectedOutcome, toDecisionView } from './outcomes.js'
 import type { ProjectAccess } from './project-access.js'
+import type { RunSettlement } from './run-settlement.js'
 
 /** What answering and expiring decisions needs from the bus. */
 export interface DecisionDeps {
@@ -31,8 +31,8 @@ export interface DecisionDeps {
   allowanceTtlMs: number
   /** Whether a decision's command asks every time (then a session allowance could never apply). */
   catalog: CommandCatalog
-  /** The decision's outcome for its run's ledger, inside the caller's transaction. */
-  settleRun(tx: Executor, decision: DecisionRecord, outcome: DispatchOutcome | null): Promise<void>
+  /** The runs behind decisions: an outcome goes to the run's ledger inside the caller's transaction. */
+  runs: RunSettlement
   /** Runs an approved dispatch (validated and authorized again, then executed). */
   runApproved(
     decision: DecisionRecord,
@@ -168,7 +168,7 @@ export class Decisions {
         by: userId,
         scope: decision.scope ?? 'once',
       })
-      if (wanted === 'rejected') await this.#deps.settleRun(tx, decision, rejectedOutcome(dispatch.id))
+      if (wanted === 'rejected') await this.#deps.runs.settle(tx, decision, rejectedOutcome(dispatch.id))
       return { decision, dispatch, envelope: next, summary }
     })
     if (!resolved) {
@@ -233,7 +233,7 @@ export class Decisions {
         by: null,
         scope: 'once',
       })
-      await this.#deps.settleRun(tx, decision, null)
+      await this.#deps.runs.settle(tx, decision, null)
       return decision
     })
     if (!expired) return undefined
