@@ -29,6 +29,7 @@ import {
   type AuditEnvelope,
   type DecisionSummary,
 } from './audit-envelope.js'
+import { DecisionFeed, type DecisionListener } from './decision-feed.js'
 import { Decisions } from './decisions.js'
 import { RunSettlement, type RunBinding } from './run-settlement.js'
 import { DispatchRecorder, type StartChange } from './dispatch-recorder.js'
@@ -91,9 +92,6 @@ export interface ClientCallAudit {
   risk: string | null
 }
 
-/** Told when a decision is resolved (the run manager resumes runs with it). */
-export type DecisionListener = (decision: DecisionView, dispatch: DispatchOutcome | null) => void
-
 /**
  * The one dispatch path for every effect (docs/architecture.md#the-command-bus): resolve → validate →
  * authorize → risk → gate → execute, each step recorded in the dispatch's audit envelope. Expected
@@ -101,7 +99,7 @@ export type DecisionListener = (decision: DecisionView, dispatch: DispatchOutcom
  */
 export class CommandBus {
   readonly #options: CommandBusOptions
-  readonly #listeners = new Set<DecisionListener>()
+  readonly #feed = new DecisionFeed()
   readonly #executors: DispatchExecutors
   readonly #decisions: Decisions
   readonly #runs = new RunSettlement()
@@ -115,10 +113,7 @@ export class CommandBus {
       allowanceTtlMs: options.allowanceTtlMs,
       catalog: options.catalog,
       runs: this.#runs,
-      runApproved: (decision, dispatch, envelope, summary) => this.#runApproved(decision, dispatch, envelope, summary),
-      notify: (decision, outcome) => {
-        for (const listener of this.#listeners) listener(decision, outcome)
-      },
+      feed: this.#feed,
     })
   }
 
@@ -146,7 +141,7 @@ export class CommandBus {
         dispatchId: orphan.id,
         error: { code: 'interrupted', message: 'the server stopped while the command ran' },
       }
-      for (const listener of this.#listeners) listener(toDecisionView(decision), outcome)
+      this.#feed.notify(toDecisionView(decision), outcome)
     }
     return ended.length
   }
@@ -288,8 +283,7 @@ export class CommandBus {
   }
 
   onDecisionResolved(listener: DecisionListener): () => void {
-    this.#listeners.add(listener)
-    return () => this.#listeners.delete(listener)
+    return this.#feed.subscribe(listener)
   }
 
   async dispatch(request: DispatchRequest): Promise<DispatchOutcome> {
@@ -517,8 +511,14 @@ export class CommandBus {
    * Answers a pending decision (docs/guides/commands-and-decisions.md). The command runs at most once,
    * whoever answers how often.
    */
-  decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
-    return this.#decisions.decide(decisionId, userId, answer, note)
+  async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
+    const answered = await this.#decisions.decide(decisionId, userId, answer, note)
+    if (!('approved' in answered)) return answered
+    const { decision, dispatch, envelope, summary } = answered.approved
+    const outcome = await this.#runApproved(decision, dispatch, envelope, summary)
+    const view = toDecisionView(decision)
+    this.#feed.notify(view, outcome)
+    return { ok: true, decision: view, dispatch: outcome }
   }
 
   /**
@@ -529,7 +529,7 @@ export class CommandBus {
     let approved = 0
     for (const id of await pendingConnectDecisions(this.#options.store, userId, prefix)) {
       try {
-        const outcome = await this.#decisions.decide(id, userId, 'approve', 'account connected')
+        const outcome = await this.decide(id, userId, 'approve', 'account connected')
         if (outcome.ok) approved++
       } catch (error) {
         this.#options

@@ -17,11 +17,12 @@ import {
 } from '../store/index.js'
 import { ownedProjectIds } from './audit-query.js'
 import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
-import type { DecideOutcome, DecisionAnswer, DecisionView, DispatchOutcome } from './bus-types.js'
+import type { DecideOutcome, DecisionAnswer, DecisionView } from './bus-types.js'
 import { alwaysAsks, type CommandCatalog } from './command-catalog.js'
 import { appendDecisionEvent, outcomeOf, rejectedOutcome, toDecisionView } from './outcomes.js'
 import type { ProjectAccess } from './project-access.js'
 import type { RunSettlement } from './run-settlement.js'
+import type { DecisionFeed } from './decision-feed.js'
 
 /** What answering and expiring decisions needs from the bus. */
 export interface DecisionDeps {
@@ -33,15 +34,16 @@ export interface DecisionDeps {
   catalog: CommandCatalog
   /** The runs behind decisions: an outcome goes to the run's ledger inside the caller's transaction. */
   runs: RunSettlement
-  /** Runs an approved dispatch (validated and authorized again, then executed). */
-  runApproved(
-    decision: DecisionRecord,
-    dispatch: DispatchRecord,
-    envelope: AuditEnvelope,
-    summary: DecisionSummary,
-  ): Promise<DispatchOutcome>
-  /** Tells the bus's listeners a decision was resolved. */
-  notify(decision: DecisionView, outcome: DispatchOutcome | null): void
+  /** Who is told when a decision is resolved. */
+  feed: DecisionFeed
+}
+
+/** An approved decision's dispatch, with its envelope and the decision's summary, ready to run. */
+export interface ApprovedDispatch {
+  decision: DecisionRecord
+  dispatch: DispatchRecord
+  envelope: AuditEnvelope
+  summary: DecisionSummary
 }
 
 /**
@@ -87,8 +89,17 @@ export class Decisions {
     return toDecisionView(decision)
   }
 
-  /** Answers a pending decision. The command runs at most once, whoever answers how often. */
-  async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
+  /**
+   * Answers a pending decision: the answer is recorded (once, whoever answers how often), and an
+   * approval comes back as `approved` for the bus to run (validated and authorized again, then
+   * executed) and then announce with its outcome.
+   */
+  async decide(
+    decisionId: string,
+    userId: string,
+    answer: DecisionAnswer,
+    note?: string,
+  ): Promise<DecideOutcome | { ok: true; approved: ApprovedDispatch }> {
     await this.#deps.catalog.settled()
     const { store } = this.#deps
     const current = await getDecision(store, decisionId)
@@ -197,14 +208,10 @@ export class Decisions {
           : { status: 'failed', dispatchId: null, error: { code: 'not_found', message: 'dispatch missing' } },
       }
     }
+    if (wanted === 'approved') return { ok: true, approved: resolved }
     const view = toDecisionView(resolved.decision)
-    let outcome: DispatchOutcome
-    if (wanted === 'rejected') {
-      outcome = rejectedOutcome(resolved.dispatch.id)
-    } else {
-      outcome = await this.#deps.runApproved(resolved.decision, resolved.dispatch, resolved.envelope, resolved.summary)
-    }
-    this.#deps.notify(view, outcome)
+    const outcome = rejectedOutcome(resolved.dispatch.id)
+    this.#deps.feed.notify(view, outcome)
     return { ok: true, decision: view, dispatch: outcome }
   }
 
@@ -238,7 +245,7 @@ export class Decisions {
     })
     if (!expired) return undefined
     const view = toDecisionView(expired)
-    this.#deps.notify(view, null)
+    this.#deps.feed.notify(view, null)
     return view
   }
 

@@ -1,6 +1,6 @@
 /** The command bus: one dispatch path, HITL decisions, the audit envelope, tool projection. */
 export { hashParams, toDecisionView } from './outcomes.js'
-export { CommandBus, type CommandBusOptions, type DecisionListener, type ClientCallAudit } from './command-bus.js'
+export { CommandBus, type CommandBusOptions, type ClientCallAudit } from './command-bus.js'
 export {
   CommandCatalog,
   RegistrationError,
@@ -12,6 +12,7 @@ export {
 } from './command-catalog.js'
 export { ProjectAccess } from './project-access.js'
 export type { RunBinding } from './run-settlement.js'
+export type { DecisionListener } from './decision-feed.js'
 export { createPluginKv, createPluginLogger } from './plugin-kv.js'
 export { evaluateGate, type GateInput, type GateResult, type PermissionMode } from './gate.js'
 export { classifyCommandLine, type CommandLineRisk, type MatchedRule } from './risk-rules.js'
