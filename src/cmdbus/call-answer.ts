@@ -26,7 +26,10 @@ export interface AnswerOptions {
   repeatOf?: string
 }
 
-/** A call's one terminal result (docs/architecture.md#the-tool-call-ledger): its ledger row, the text the model reads, and its event. */
+/**
+ * A call's one terminal result (docs/architecture.md#the-tool-call-ledger): its ledger row, the text the
+ * model reads, and its event.
+ */
 export interface CallAnswer {
   row: {
     status: ToolCallStatus

@@ -36,7 +36,10 @@ export class RunSettlement {
   }
 }
 
-/** An approved dispatch's run part: the run's row locked first in each transaction, the outcome settled with the last step. */
+/**
+ * An approved dispatch's run part: the run's row locked first in each transaction, the outcome settled
+ * with the last step.
+ */
 class ApprovedCall implements DispatchHooks {
   readonly #runs: RunSettlement
   readonly #decision: DecisionRecord
