@@ -1,4 +1,4 @@
-import type { Actor, CommandContext, JsonValue, PluginLogger, ProjectRef, Risk } from '../extension/index.js'
+import type { Actor, CommandContext, PluginLogger, ProjectRef, Risk } from '../extension/index.js'
 import {
   activeUserIds,
   announceDecidedCallStarted,
@@ -8,7 +8,6 @@ import {
   getDispatch,
   insertDecision,
   KeyTaken,
-  lastAuditEnvelope,
   newId,
   pendingConnectDecisions,
   runEndedSignal,
@@ -22,16 +21,11 @@ import {
   type Executor,
   type Store,
 } from '../store/index.js'
-import {
-  initialEnvelope,
-  insertRequested,
-  recordStep,
-  type AuditEnvelope,
-  type DecisionSummary,
-} from './audit-envelope.js'
+import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
 import { DecisionFeed, type DecisionListener } from './decision-feed.js'
 import { Decisions } from './decisions.js'
-import { RunSettlement, type RunBinding } from './run-settlement.js'
+import { RunSettlement } from './run-settlement.js'
+import type { CallLedger } from './call-ledger.js'
 import { DispatchRecorder, type StartChange } from './dispatch-recorder.js'
 import { DispatchExecutors } from './dispatch-executors.js'
 import { runHandler } from './handler-runner.js'
@@ -78,18 +72,6 @@ export interface CommandBusOptions {
    * result is kept with the dispatch, the run's ledger and its event, so it must be bounded.
    */
   maxResultBytes?: number
-}
-
-/** A client tool call, for its audit row. */
-export interface ClientCallAudit {
-  runId: string
-  callId: string
-  name: string
-  args: JsonValue
-  ownerId: string
-  projectId: string | null
-  conversationId: string | null
-  risk: string | null
 }
 
 /**
@@ -144,80 +126,6 @@ export class CommandBus {
       this.#feed.notify(toDecisionView(decision), outcome)
     }
     return ended.length
-  }
-
-  /**
-   * A client tool call's audit row (entrance `agent`, `kind: "client"`; docs/guides/agent-runs.md, "Client
-   * tools"): opened when the call is handed to the client, finished with its answer — in the caller's
-   * transaction, like the ledger change it goes with.
-   */
-  async auditClientCall(
-    tx: Executor,
-    call: ClientCallAudit,
-    answer?: { status: string; output: JsonValue },
-  ): Promise<void> {
-    const key = `${call.runId}:${call.callId}`
-    let dispatch = await findDispatchByKey(tx, call.ownerId, key)
-    let envelope: AuditEnvelope
-    if (!dispatch) {
-      const now = new Date().toISOString()
-      const params = call.args !== null && typeof call.args === 'object' && !Array.isArray(call.args) ? call.args : {}
-      const record: DispatchRecord = {
-        id: newId(),
-        commandId: call.name,
-        plugin: 'client',
-        pluginVersion: '',
-        entrance: 'agent',
-        actor: { type: 'agent', id: call.runId, onBehalfOf: call.ownerId },
-        ownerId: call.ownerId,
-        projectId: call.projectId,
-        conversationId: call.conversationId,
-        runId: call.runId,
-        callId: call.callId,
-        idempotencyKey: key,
-        params,
-        paramsHash: hashParams(params),
-        requestHash: null,
-        risk: call.risk ?? 'low',
-        status: 'requested',
-        decisionId: null,
-        result: null,
-        error: null,
-        createdAt: now,
-        updatedAt: now,
-      }
-      const requested = await insertRequested(tx, record, { ...initialEnvelope(record, undefined), kind: 'client' })
-      if (!requested) return
-      dispatch = record
-      envelope = requested
-    } else {
-      envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? {
-        ...initialEnvelope(dispatch, undefined),
-        kind: 'client',
-      }
-    }
-    if (!answer || dispatch.status !== 'requested') return
-    const finishedAt = new Date().toISOString()
-    const status = answer.status
-    if (status === 'ok') {
-      await recordStep(tx, 'finished', envelope, dispatch, { status: 'succeeded', result: answer.output, finishedAt })
-      return
-    }
-    const mapped =
-      status === 'rejected'
-        ? 'rejected'
-        : status === 'expired'
-          ? 'expired'
-          : status === 'cancelled'
-            ? 'cancelled'
-            : 'failed'
-    const code = status === 'error' ? 'client_error' : status
-    await recordStep(tx, 'finished', envelope, dispatch, {
-      status: mapped,
-      result: answer.output,
-      error: { code, message: `the client answered ${status}` },
-      finishedAt,
-    })
   }
 
   /** Whether a user may change things in a project (write commands are offered to their runs only then). */
@@ -277,9 +185,9 @@ export class CommandBus {
     return this.#options.catalog
   }
 
-  /** Binds the run manager (see RunBinding). */
-  bindRuns(binding: RunBinding | null): void {
-    this.#runs.bind(binding)
+  /** The run manager's ledger, through which decided calls are settled into their runs (see RunSettlement). */
+  bindRuns(ledger: CallLedger | null): void {
+    this.#runs.bind(ledger)
   }
 
   onDecisionResolved(listener: DecisionListener): () => void {

@@ -1,6 +1,8 @@
 /** The command bus: one dispatch path, HITL decisions, the audit envelope, tool projection. */
 export { hashParams, toDecisionView } from './outcomes.js'
-export { CommandBus, type CommandBusOptions, type ClientCallAudit } from './command-bus.js'
+export { CommandBus, type CommandBusOptions } from './command-bus.js'
+export { auditClientCall, type ClientCallAudit } from './client-call-audit.js'
+export { CallLedger, clientCallAudit, type CallLedgerOptions, type LedgerObserver, type RunEnd } from './call-ledger.js'
 export {
   CommandCatalog,
   RegistrationError,
@@ -11,7 +13,6 @@ export {
   type RegisteredCommand,
 } from './command-catalog.js'
 export { ProjectAccess } from './project-access.js'
-export type { RunBinding } from './run-settlement.js'
 export type { DecisionListener } from './decision-feed.js'
 export { createPluginKv, createPluginLogger } from './plugin-kv.js'
 export { evaluateGate, type GateInput, type GateResult, type PermissionMode } from './gate.js'

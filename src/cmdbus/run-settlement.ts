@@ -1,33 +1,53 @@
-import { lockRunOf, type DecisionRecord, type Executor } from '../store/index.js'
-import type { DispatchHooks, DispatchOutcome, DecisionView } from './bus-types.js'
-import { toDecisionView } from './outcomes.js'
+import {
+  listToolCalls,
+  lockRun,
+  lockRunOf,
+  terminalRunStatuses,
+  waitForLess,
+  type DecisionRecord,
+  type Executor,
+} from '../store/index.js'
+import type { DispatchHooks, DispatchOutcome } from './bus-types.js'
+import type { CallLedger } from './call-ledger.js'
 
 /**
- * How the bus reaches the runs behind decisions (the run manager binds itself): a decision's outcome
- * is written to the run's tool-call ledger inside the same transaction that records it on the
- * dispatch, so a crash cannot leave an executed call marked otherwise. (The run's lock, its cancel
- * signal and an approved call's `tool_call.started` the bus takes from the store itself.)
- */
-export interface RunBinding {
-  /** Records a decision's outcome (null: it expired) for the run's call, in the bus's transaction. */
-  settle(tx: Executor, decision: DecisionView, outcome: DispatchOutcome | null): Promise<void>
-}
-
-/**
- * The bus's one door into the runs (docs/architecture.md#the-tool-call-ledger): answering, expiring
- * and the orphan sweep settle a decided call's run through it, and an approved dispatch's steps get
- * their run part from it (`approved`). Until the run manager binds, there are no runs to settle.
+ * The bus's one door into the runs (docs/architecture.md#the-tool-call-ledger): a decision's outcome is
+ * written to its run's tool-call ledger inside the same transaction that records it on the dispatch, so
+ * a crash cannot leave an executed call marked otherwise. Answering, expiring and the orphan sweep settle
+ * through it, and an approved dispatch's steps get their run part from it (`approved`). It writes through
+ * the run manager's `CallLedger` (bound when the run manager starts; until then there are no runs to
+ * settle) and the store's transitions, and calls nothing of the run manager's.
  */
 export class RunSettlement {
-  #binding: RunBinding | null = null
+  #ledger: CallLedger | null = null
 
-  bind(binding: RunBinding | null): void {
-    this.#binding = binding
+  bind(ledger: CallLedger | null): void {
+    this.#ledger = ledger
   }
 
-  /** A decision's outcome (null: it expired) for its run's call, inside the caller's transaction. */
+  /**
+   * A decision's outcome (null: it expired) for its run's call, inside the caller's transaction. A
+   * decision that expired while its run waited ends the run `expired` (docs/architecture.md#run-states).
+   */
   async settle(tx: Executor, decision: DecisionRecord, outcome: DispatchOutcome | null): Promise<void> {
-    if (decision.runId && this.#binding) await this.#binding.settle(tx, toDecisionView(decision), outcome)
+    const ledger = this.#ledger
+    if (!decision.runId || !ledger) return
+    const run = await lockRun(tx, decision.runId)
+    if (!run || terminalRunStatuses.includes(run.status)) return
+    const call = (await listToolCalls(tx, run.id)).find((candidate) => candidate.decisionId === decision.id)
+    if (!call || call.status !== 'awaiting_decision') return
+    if (decision.status === 'expired' || !outcome) {
+      if (run.status === 'requires_action') {
+        await ledger.end(tx, run, { status: 'expired', openCalls: 'expired' })
+        return
+      }
+      await ledger.finish(tx, run, call, 'expired', { accepted: false, expired: true })
+    } else if (decision.status === 'rejected') {
+      await ledger.finish(tx, run, call, 'rejected', { accepted: false, rejected: true })
+    } else {
+      await ledger.applyOutcome(tx, run, call, outcome)
+    }
+    if (run.status === 'requires_action') await waitForLess(tx, run.id)
   }
 
   /** What goes with each step of a dispatch a person approved, for the run that waits for it. */

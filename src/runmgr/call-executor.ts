@@ -1,4 +1,4 @@
-import { DrivenCall, hashParams } from '../cmdbus/index.js'
+import { auditClientCall, clientCallAudit, DrivenCall, hashParams } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
 import {
   appendEvents,
@@ -11,7 +11,6 @@ import {
 } from '../store/index.js'
 import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
-import { clientCallAudit } from './run-ledger.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
 
 /** Dispatches a round's calls in order. Returns true when any waits for a human or the client. */
@@ -52,7 +51,7 @@ export async function runCalls(
       kit.ledger.started(call.id)
       await kit.writer.fenced(fence, async (tx, locked) => {
         await updateToolCall(tx, call.id, { status: 'awaiting_output', started: true })
-        await bus.auditClientCall(tx, clientCallAudit(locked, call))
+        await auditClientCall(tx, clientCallAudit(locked, call))
         await appendEvents(tx, [runEvent(locked, 'tool_call.started', { callId: call.id })])
       })
       waiting = true

@@ -1,11 +1,10 @@
-import type { CommandBus } from '../cmdbus/index.js'
+import type { CallLedger, CommandBus } from '../cmdbus/index.js'
 import type { PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import type { Store } from '../store/index.js'
 import type { LeaseClock } from './leases.js'
 import type { ModelSlots } from './model-slots.js'
-import type { RunLedger } from './run-ledger.js'
 import type { RunObserver } from './run-observer.js'
 import type { RunWriter } from './run-writer.js'
 
@@ -22,7 +21,7 @@ export interface DriverKit {
   /** The operator's extra system-prompt text. */
   systemPrompt: string | undefined
   observer: RunObserver | undefined
-  ledger: RunLedger
+  ledger: CallLedger
   modelSlots: ModelSlots
   leases: LeaseClock
   /** The fenced writes and the ends of runs. */

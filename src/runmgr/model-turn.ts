@@ -1,3 +1,4 @@
+import type { RunEnd } from '../cmdbus/index.js'
 import {
   ModelError,
   streamWithRetries,
@@ -9,6 +10,7 @@ import {
   appendEvents,
   completeAssistantMessage,
   completeAssistantMessageWrite,
+  endPatch,
   insertToolCallsWrite,
   newId,
   runEvent,
@@ -21,7 +23,6 @@ import { proposeCommandTool } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
 import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
-import { endPatch, type RunEnd } from './run-ledger.js'
 import { commandRisk, parseArguments, type ToolEntry } from './tool-table.js'
 
 /** Streams one model turn into an assistant message. */

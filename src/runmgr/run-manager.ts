@@ -1,4 +1,4 @@
-import type { CommandBus } from '../cmdbus/index.js'
+import { CallLedger, type CommandBus } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
@@ -37,7 +37,6 @@ import { RunSweeper } from './run-sweeper.js'
 import { transcriptBudget } from './transcript-window.js'
 import { commandTools } from './tool-table.js'
 import { RunRequestError } from './run-errors.js'
-import { RunLedger } from './run-ledger.js'
 import type { RunObserver } from './run-observer.js'
 
 export type { RunObserver } from './run-observer.js'
@@ -109,7 +108,7 @@ const resumableCodes = [
 export class RunManager {
   readonly #options: RunManagerOptions
   readonly #leases: LeaseClock
-  readonly #ledger: RunLedger
+  readonly #ledger: CallLedger
   readonly #writer: RunWriter
   readonly #pool: DriverPool
   readonly #decisions: RunDecisions
@@ -120,7 +119,11 @@ export class RunManager {
     this.#options = options
     const { store, bus, log } = options
     this.#leases = new LeaseClock(options.leaseMs ?? 30_000)
-    this.#ledger = new RunLedger(bus, options.toolOutputLimit ?? 4096, options.observer)
+    this.#ledger = new CallLedger({
+      catalog: bus.catalog,
+      toolOutputLimit: options.toolOutputLimit ?? 4096,
+      observer: options.observer,
+    })
     this.#writer = new RunWriter({ store, bus, log, ledger: this.#ledger, leases: this.#leases })
     this.#pool = new DriverPool({
       store,
@@ -135,7 +138,7 @@ export class RunManager {
       leases: this.#leases,
       writer: this.#writer,
     })
-    this.#decisions = new RunDecisions({ store, ledger: this.#ledger, pool: this.#pool, writer: this.#writer })
+    this.#decisions = new RunDecisions({ store, pool: this.#pool, writer: this.#writer })
     this.#sweeper = new RunSweeper({
       store,
       bus,
@@ -151,7 +154,7 @@ export class RunManager {
   /** Binds to the bus and run signals, recovers what a previous process left, starts the sweeper. */
   async start(): Promise<void> {
     const { bus, store, log } = this.#options
-    bus.bindRuns(this.#decisions)
+    bus.bindRuns(this.#ledger)
     this.#unsubscribe.push(
       this.#decisions.follow(bus, log),
       store.runs.subscribe((runId) => this.#onRunEndedElsewhere(runId)),

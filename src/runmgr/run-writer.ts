@@ -1,4 +1,4 @@
-import type { CommandBus } from '../cmdbus/index.js'
+import type { CallLedger, CommandBus, RunEnd } from '../cmdbus/index.js'
 import type { PluginLogger } from '../extension/index.js'
 import {
   announceRunEnded,
@@ -23,7 +23,6 @@ import {
 } from '../store/index.js'
 import type { Driver } from './driver.js'
 import type { LeaseClock } from './leases.js'
-import type { RunEnd, RunLedger } from './run-ledger.js'
 
 /** How a cancel ends a run: a superseded run's open calls expire, a cancelled one's are cancelled. */
 export function cancelEnd(reason: string): RunEnd {
@@ -39,10 +38,10 @@ export class RunWriter {
   readonly #store: Store
   readonly #bus: CommandBus
   readonly #log: PluginLogger
-  readonly #ledger: RunLedger
+  readonly #ledger: CallLedger
   readonly #leases: LeaseClock
 
-  constructor(deps: { store: Store; bus: CommandBus; log: PluginLogger; ledger: RunLedger; leases: LeaseClock }) {
+  constructor(deps: { store: Store; bus: CommandBus; log: PluginLogger; ledger: CallLedger; leases: LeaseClock }) {
     this.#store = deps.store
     this.#bus = deps.bus
     this.#log = deps.log

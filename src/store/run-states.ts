@@ -103,7 +103,7 @@ export const runTransitions = [
     to: 'failed',
     by: 'loop',
     when: 'Model error after retries (`upstream_error`, `timeout`, `tools_unsupported`, …)',
-    madeBy: '`modelTurn` → `RunLedger.end` (fenced)',
+    madeBy: '`modelTurn` → `CallLedger.end` → `endRun` (`transitions/end-run.ts`, fenced)',
   },
   {
     from: 'running',
@@ -154,7 +154,7 @@ export const runTransitions = [
     to: 'expired',
     by: 'expiry',
     when: 'One of its pending decisions expired',
-    madeBy: "`RunDecisions.settle`, in the bus's transaction",
+    madeBy: "`RunSettlement.settle` (cmdbus) → `CallLedger.end`, in the bus's transaction",
   },
   {
     from: 'requires_action',
@@ -197,7 +197,7 @@ export type RunMove = {
 
 /**
  * A move into `to` from every state the table lets a run reach it from — for a write that ends a run
- * in whatever state it finds it (`RunLedger.end`). Computed from the table, so listed by construction.
+ * in whatever state it finds it (`endRun`, after `CallLedger.end` answers its open calls). Computed from the table, so listed by construction.
  */
 export function moveInto<To extends RunStatus>(to: To): Extract<RunMove, { to: To }> {
   const from = [

@@ -1,61 +1,64 @@
-import {
-  callAnswer,
-  outcomeAnswer,
-  type CallAnswer,
-  type ClientCallAudit,
-  type CommandBus,
-  type DispatchOutcome,
-} from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
 import {
-  appendEvents,
   appendEventsAfter,
   closeStreamingMessages,
+  endRun,
   insertToolMessageQuery,
   listToolCalls,
-  moveInto,
   openToolCallStatuses,
-  runEvent,
-  updateRun,
+  runEndedEvents,
   updateToolCallQuery,
   type Executor,
   type NewEvent,
   type Run,
-  type RunPatch,
+  type RunEnding,
   type ToolCallRecord,
   type ToolCallStatus,
 } from '../store/index.js'
-import type { RunObserver } from './run-observer.js'
+import type { DispatchOutcome } from './bus-types.js'
+import { callAnswer, outcomeAnswer, type CallAnswer } from './call-answer.js'
+import { auditClientCall, type ClientCallAudit } from './client-call-audit.js'
+import type { CommandCatalog } from './command-catalog.js'
 
-/** How a run ends. */
-export interface RunEnd {
-  status: 'completed' | 'failed' | 'cancelled' | 'expired'
-  reason?: string
-  error?: { [key: string]: JsonValue }
+/** How a run ends, and what its open calls get. */
+export interface RunEnd extends RunEnding {
   /** The result open calls get; `error` carries the run's error code. */
   openCalls?: 'cancelled' | 'interrupted' | 'expired' | 'error'
-  usage?: Run['usage']
   /** The caller knows nothing is open or streaming (it just completed the last turn): skip looking. */
   clean?: boolean
+}
+
+/** Told about the calls the ledger answers and the runs it ends, for metrics. Must not throw. */
+export interface LedgerObserver {
+  toolCall?(figures: { status: string }): void
+  runEnded?(figures: { status: string; durationMs: number | null }): void
+}
+
+export interface CallLedgerOptions {
+  catalog: CommandCatalog
+  /** At most this many bytes of a result go to the model (PLINTH_TOOL_OUTPUT_MAX_BYTES). */
+  toolOutputLimit: number
+  observer?: LedgerObserver | undefined
 }
 
 /**
  * The tool-call ledger's writes (docs/architecture.md#the-tool-call-ledger): every call gets exactly one
  * terminal result, written with its tool message and event in the caller's transaction (the one that
- * also changes the run's state).
+ * also changes the run's state). The run manager and the bus (a decided call's outcome) both write
+ * through it; the run's own state changes are the store's transitions.
  */
-export class RunLedger {
+export class CallLedger {
   /** When each call started, for `tool_call.completed.durationMs` (in memory: only this process times it). */
   readonly #callStarts = new Map<string, number>()
 
-  readonly #bus: CommandBus
+  readonly #catalog: CommandCatalog
   readonly #toolOutputLimit: number
-  readonly #observer: RunObserver | undefined
+  readonly #observer: LedgerObserver | undefined
 
-  constructor(bus: CommandBus, toolOutputLimit: number, observer: RunObserver | undefined) {
-    this.#bus = bus
-    this.#toolOutputLimit = toolOutputLimit
-    this.#observer = observer
+  constructor(options: CallLedgerOptions) {
+    this.#catalog = options.catalog
+    this.#toolOutputLimit = options.toolOutputLimit
+    this.#observer = options.observer
   }
 
   /** At most this many bytes of a result go to the model (PLINTH_TOOL_OUTPUT_MAX_BYTES). */
@@ -79,7 +82,7 @@ export class RunLedger {
     const result = this.#result(run, call, status, output, extra)
     const writes = [updateToolCallQuery(tx, call.id, result.row), insertToolMessageQuery(tx, run, call.id, result.text)]
     // A client call's audit row ends with its ledger result (the audit chain's lock before the event log's).
-    if (call.kind === 'client') await this.#bus.auditClientCall(tx, clientCallAudit(run, call), { status, output })
+    if (call.kind === 'client') await auditClientCall(tx, clientCallAudit(run, call), { status, output })
     // The ledger row, the tool message and the event: one statement.
     await appendEventsAfter(tx, writes, [result.event])
   }
@@ -110,7 +113,7 @@ export class RunLedger {
     const started = this.#callStarts.get(call.id)
     this.#callStarts.delete(call.id)
     return callAnswer(run, call.id, status, output, {
-      modelText: call.commandId ? this.#bus.catalog.get(call.commandId)?.modelText : undefined,
+      modelText: call.commandId ? this.#catalog.get(call.commandId)?.modelText : undefined,
       limitBytes: this.#toolOutputLimit,
       durationMs: started === undefined ? null : Math.round(performance.now() - started),
       ...extra,
@@ -119,8 +122,8 @@ export class RunLedger {
 
   /**
    * Ends a run the caller has locked (or fenced): every open call gets its terminal result, a turn
-   * still streaming is closed, the terminal state and events are written. Returns the decisions to
-   * expire once the transaction commits.
+   * still streaming is closed, then the store's `endRun` writes the terminal state and its events.
+   * Returns the decisions to expire once the transaction commits.
    */
   async end(tx: Executor, run: Run, end: RunEnd): Promise<string[]> {
     const decisions: string[] = []
@@ -142,45 +145,32 @@ export class RunLedger {
     }
     // A turn that was streaming when the run ended (a crash, a cancel elsewhere) is closed, not left streaming.
     if (!end.clean) await closeStreamingMessages(tx, run, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
-    const updated = await updateRun(tx, run.id, endPatch(end))
-    await appendEvents(tx, this.ended(updated, end))
+    const ended = await endRun(tx, run.id, ending(end))
+    this.#observeEnd(ended, end)
     return decisions
   }
 
-  /**
-   * The events that announce a run's end (whoever writes it: `end`, or a fence that carries
-   * `endPatch`), from the run and how it ends; also tells the observer.
-   */
+  /** The events that announce a run's end, for a fence that carries `endPatch` (the observer is told). */
   ended(run: Run, end: RunEnd): NewEvent[] {
-    const runId = run.id
-    const terminal =
-      end.status === 'completed'
-        ? runEvent(run, 'run.completed', { runId, usage: end.usage ?? run.usage })
-        : end.status === 'failed'
-          ? runEvent(run, 'run.failed', { runId, error: end.error ?? run.error })
-          : end.status === 'cancelled'
-            ? runEvent(run, 'run.cancelled', { runId, reason: end.reason ?? 'cancelled' })
-            : runEvent(run, 'run.expired', { runId })
+    this.#observeEnd(run, end)
+    return runEndedEvents(run, ending(end))
+  }
+
+  #observeEnd(run: Run, end: RunEnd): void {
     this.#observer?.runEnded?.({
       status: end.status,
       durationMs: run.startedAt ? Date.now() - Date.parse(run.startedAt) : null,
     })
-    return [runEvent(run, 'run.status', { runId, status: end.status, phase: null }), terminal]
   }
 }
 
-/** A run's terminal state as one patch (so a fence can end a run that has nothing open in its own statement). */
-export function endPatch(end: RunEnd): RunPatch {
+/** The run's terminal state of a `RunEnd` (without what its open calls get). */
+function ending(end: RunEnd): RunEnding {
   return {
-    move: moveInto(end.status),
-    phase: null,
-    requiredAction: null,
-    ended: true,
-    lease: null,
-    waiting: false,
-    ...(end.error && { error: end.error }),
-    ...(end.reason && { cancelReason: end.reason }),
-    ...(end.usage && { usage: end.usage }),
+    status: end.status,
+    ...(end.reason !== undefined && { reason: end.reason }),
+    ...(end.error !== undefined && { error: end.error }),
+    ...(end.usage !== undefined && { usage: end.usage }),
   }
 }
 
