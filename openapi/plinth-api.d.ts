@@ -90,6 +90,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Model usage and cost of one user (`userId`) or of all, optionally grouped (also by user) */
+        get: operations["adminGetUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/admin/users": {
         parameters: {
             query?: never;
@@ -876,6 +893,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Your model usage and cost: totals, optionally grouped by model, project, conversation, run, day or month (the admin API reports any user) */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -1528,10 +1562,7 @@ export interface components {
             status: "queued" | "running" | "requires_action" | "completed" | "failed" | "cancelled" | "expired";
             /** Format: date-time */
             updatedAt: string;
-            usage: {
-                inputTokens: number;
-                outputTokens: number;
-            };
+            usage: components["schemas"]["RunUsage"];
         };
         /** @description A frame of a run’s SSE stream (ends after the terminal run event) */
         RunStreamEvent: {
@@ -1664,10 +1695,7 @@ export interface components {
         } | {
             data: {
                 runId: string;
-                usage: {
-                    inputTokens: number;
-                    outputTokens: number;
-                };
+                usage: components["schemas"]["RunUsage"];
             };
             /** @enum {string} */
             event: "run.completed";
@@ -1681,6 +1709,7 @@ export interface components {
                     upstreamStatus?: number;
                 };
                 runId: string;
+                usage: components["schemas"]["RunUsage"];
             };
             /** @enum {string} */
             event: "run.failed";
@@ -1754,6 +1783,21 @@ export interface components {
             /** @enum {string} */
             event: "reconnect";
         };
+        /** RunUsage */
+        RunUsage: {
+            /** @description Input tokens the provider read from its cache */
+            cachedInputTokens: number;
+            /** @description In the configured currency (`currency`); null when a call's model has no price */
+            cost: number | null;
+            /** @description Input tokens, cached input included */
+            inputTokens: number;
+            /** @description Model calls made (a retried call counts once) */
+            modelCalls: number;
+            /** @description Output tokens, reasoning included */
+            outputTokens: number;
+            /** @description Output tokens spent reasoning (where the provider says) */
+            reasoningTokens: number;
+        };
         /** RunWithMessages */
         RunWithMessages: {
             approvalPolicy: "ask" | "dontAsk";
@@ -1791,10 +1835,7 @@ export interface components {
             status: "queued" | "running" | "requires_action" | "completed" | "failed" | "cancelled" | "expired";
             /** Format: date-time */
             updatedAt: string;
-            usage: {
-                inputTokens: number;
-                outputTokens: number;
-            };
+            usage: components["schemas"]["RunUsage"];
         };
         /** SearchHit */
         SearchHit: {
@@ -2219,10 +2260,7 @@ export interface components {
         } | {
             data: {
                 runId: string;
-                usage: {
-                    inputTokens: number;
-                    outputTokens: number;
-                };
+                usage: components["schemas"]["RunUsage"];
             };
             /** @enum {string} */
             event: "run.completed";
@@ -2236,6 +2274,7 @@ export interface components {
                     upstreamStatus?: number;
                 };
                 runId: string;
+                usage: components["schemas"]["RunUsage"];
             };
             /** @enum {string} */
             event: "run.failed";
@@ -2345,6 +2384,42 @@ export interface components {
             model?: string;
             modelParams?: components["schemas"]["ModelParams"];
             trigger?: "submit-message" | "regenerate-message";
+        };
+        /** UsageReport */
+        UsageReport: {
+            currency: string;
+            from: string | null;
+            groupBy: string | null;
+            groups: ({
+                key: string;
+            } & {
+                cachedInputTokens: number;
+                /** @description Of the priced calls, in `currency`; null when none had a price */
+                cost: number | null;
+                /** @description Input tokens, cached input included */
+                inputTokens: number;
+                modelCalls: number;
+                /** @description Output tokens, reasoning included */
+                outputTokens: number;
+                reasoningTokens: number;
+                /** @description Calls whose model has no price (not in `cost`) */
+                unpricedCalls: number;
+            })[];
+            nextCursor: string | null;
+            to: string | null;
+            totals: {
+                cachedInputTokens: number;
+                /** @description Of the priced calls, in `currency`; null when none had a price */
+                cost: number | null;
+                /** @description Input tokens, cached input included */
+                inputTokens: number;
+                modelCalls: number;
+                /** @description Output tokens, reasoning included */
+                outputTokens: number;
+                reasoningTokens: number;
+                /** @description Calls whose model has no price (not in `cost`) */
+                unpricedCalls: number;
+            };
         };
         /** User */
         User: {
@@ -2710,6 +2785,83 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    adminGetUsage: {
+        parameters: {
+            query?: {
+                /** @description The previous page’s `nextCursor` */
+                cursor?: string;
+                /** @description Calls at or after this time */
+                from?: string;
+                groupBy?: "model" | "project" | "user" | "conversation" | "run" | "day" | "month";
+                limit?: number;
+                /** @description A ULID */
+                projectId?: string;
+                /** @description Calls before this time */
+                to?: string;
+                userId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                };
             };
             /** @description Default Response */
             400: {
@@ -7902,6 +8054,84 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["StreamTicket"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description The previous page’s `nextCursor` */
+                cursor?: string;
+                /** @description Calls at or after this time */
+                from?: string;
+                groupBy?: "model" | "project" | "user" | "conversation" | "run" | "day" | "month";
+                limit?: number;
+                /** @description A ULID */
+                projectId?: string;
+                /** @description Calls before this time */
+                to?: string;
+                /** @description Only yourself */
+                userId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
                 };
             };
             /** @description Default Response */

@@ -217,6 +217,7 @@ const routes: RouteCase[] = [
     stranger: 200,
   },
   { method: 'GET', path: '/api/audit', url: () => '/api/audit', owner: 200, member: 200, stranger: 200 },
+  { method: 'GET', path: '/api/usage', url: () => '/api/usage', owner: 200, member: 200, stranger: 200 },
   { method: 'GET', path: '/api/models', url: () => '/api/models', owner: 200, member: 200, stranger: 200 },
   {
     method: 'POST',

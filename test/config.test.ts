@@ -230,6 +230,22 @@ describe('loadConfig', () => {
     ])
   })
 
+  it('reads model prices and the currency; refuses a negative price, a price without its output half and a bad currency', async () => {
+    const pricing = { inputPerMillion: 2.5, outputPerMillion: 10, cachedInputPerMillion: 1.25 }
+    const cwd = await workdir({ models: [{ id: 'm', provider: 'scripted', script: 's.json', pricing }] })
+    expect(loadConfig({}, cwd)).toMatchObject({ currency: 'USD', models: [{ id: 'm', pricing }] })
+    expect(loadConfig({ PLINTH_CURRENCY: 'EUR' }, cwd).currency).toBe('EUR')
+    expect(problemsOf({ PLINTH_CURRENCY: 'euros' }, cwd)).toEqual([expect.stringMatching(/^currency: /)])
+    const priced = (value: unknown) =>
+      workdir({ models: [{ id: 'm', provider: 'scripted', script: 's.json', pricing: value }] })
+    expect(problemsOf({}, await priced({ inputPerMillion: -1, outputPerMillion: 1 }))).toEqual([
+      expect.stringMatching(/^models\[0\]\.pricing\.inputPerMillion: must be >= 0/),
+    ])
+    expect(problemsOf({}, await priced({ inputPerMillion: 1 }))).toEqual([
+      expect.stringMatching(/^models\[0\]\.pricing: .*outputPerMillion/),
+    ])
+  })
+
   it('reads booleans and integers from the environment', async () => {
     const cwd = await workdir()
     expect(loadConfig({ PLINTH_DISABLE_EXEC_TOOLS: 'true' }, cwd).exec).toEqual({ disableExecTools: true })

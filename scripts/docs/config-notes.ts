@@ -32,10 +32,18 @@ export const configNotes: Record<string, ConfigNote> = {
       "authorization server URLs `/mcp`'s protected-resource metadata names (`authorization_servers`), comma-separated, for OAuth-aware MCP clients",
   },
   strictPlugins: { meaning: 'a plugin that cannot load stops the server (also `plinth serve --strict-plugins`)' },
-  models: { meaning: 'model configuration (see [Models](../guides/agent-runs.md#models))', default: 'demo model' },
+  models: {
+    meaning:
+      'model configuration (see [Models](../guides/agent-runs.md#models)); `models[].pricing` `{inputPerMillion, outputPerMillion, cachedInputPerMillion}` prices its calls (see [Usage and cost](../guides/operating.md#usage-and-cost))',
+    default: 'demo model',
+  },
   defaultModel: {
     meaning:
       'the configured model (its `id`) a run uses when neither the run nor its project names one (see [Models](../guides/agent-runs.md#models))',
+  },
+  currency: {
+    meaning:
+      'the currency (ISO 4217 code) of `models[].pricing` and of every cost the API reports (see [Usage and cost](../guides/operating.md#usage-and-cost))',
   },
   'exec.backend': {
     meaning:

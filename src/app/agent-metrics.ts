@@ -30,6 +30,18 @@ export function createAgentMetrics(registry: Registry, bus: CommandBus): RunObse
     buckets: [0.1, 0.5, 1, 5, 15, 60, 300, 1800],
     registers: [registry],
   })
+  const tokens = new Counter({
+    name: 'plinth_llm_tokens_total',
+    help: 'Model tokens by model and kind (input includes cached_input; output includes reasoning)',
+    labelNames: ['model', 'kind'] as const,
+    registers: [registry],
+  })
+  const cost = new Counter({
+    name: 'plinth_llm_cost_total',
+    help: 'Model cost by model, in the configured currency (priced models only)',
+    labelNames: ['model'] as const,
+    registers: [registry],
+  })
   const decisions = new Counter({
     name: 'plinth_decisions_total',
     help: 'Resolved decisions by outcome',
@@ -38,7 +50,15 @@ export function createAgentMetrics(registry: Registry, bus: CommandBus): RunObse
   })
   bus.onDecisionResolved((decision) => decisions.inc({ outcome: decision.status }))
   return {
-    modelCall: ({ model, durationMs, outcome }) => llm.observe({ model, outcome }, durationMs / 1000),
+    modelCall: ({ model, durationMs, outcome, usage }) => {
+      llm.observe({ model, outcome }, durationMs / 1000)
+      if (!usage) return
+      tokens.inc({ model, kind: 'input' }, usage.inputTokens)
+      tokens.inc({ model, kind: 'output' }, usage.outputTokens)
+      tokens.inc({ model, kind: 'cached_input' }, usage.cachedInputTokens)
+      tokens.inc({ model, kind: 'reasoning' }, usage.reasoningTokens)
+      if (usage.cost !== null) cost.inc({ model }, usage.cost)
+    },
     toolCall: ({ status }) => tools.inc({ status }),
     runEnded: ({ status, durationMs }) => {
       runs.inc({ status })

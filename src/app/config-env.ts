@@ -54,6 +54,7 @@ export const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_EXTRACT_TIMEOUT', 'knowledge.extract.timeoutMs', 'duration'],
   ['PLINTH_EXTRACT_MEMORY_MB', 'knowledge.extract.rssMb', 'int'],
   ['PLINTH_KNOWLEDGE_MIN_SIMILARITY', 'knowledge.minSimilarity', 'number'],
+  ['PLINTH_CURRENCY', 'currency', 'string'],
   ['PLINTH_FULL_MODE_TTL', 'fullModeTtlMs', 'duration'],
   ['PLINTH_ACTION_TTL', 'actionTtlMs', 'duration'],
   ['PLINTH_ALLOWANCE_TTL', 'allowanceTtlMs', 'duration'],

@@ -90,10 +90,21 @@ export const fileSchema = {
             additionalProperties: { type: 'string' },
             propertyNames: { pattern: '^[A-Za-z0-9-]+$' },
           },
+          pricing: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['inputPerMillion', 'outputPerMillion'],
+            properties: {
+              inputPerMillion: { type: 'number', minimum: 0, maximum: 1_000_000 },
+              outputPerMillion: { type: 'number', minimum: 0, maximum: 1_000_000 },
+              cachedInputPerMillion: { type: 'number', minimum: 0, maximum: 1_000_000 },
+            },
+          },
         },
       },
     },
     defaultModel: { type: 'string' },
+    currency: { type: 'string', pattern: '^[A-Z]{3}$' },
     exec: {
       type: 'object',
       additionalProperties: false,

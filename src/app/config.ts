@@ -36,6 +36,8 @@ export interface PlinthConfig {
   mcpAuthorizationServers: string[]
   models: ModelConfig[]
   defaultModel?: string
+  /** The currency of `models[].pricing` and of every cost (ISO 4217 code). */
+  currency: string
   /**
    * What the operator set; the exec module fills in its defaults and checks them against
    * `resultMaxBytes` when the server starts (not loaded here: CLI commands that never run code stay light).
@@ -145,6 +147,7 @@ const defaults: PlinthConfig = {
   mcpServers: [],
   mcpAuthorizationServers: [],
   models: [],
+  currency: 'USD',
   exec: {},
   logLevel: 'info',
   bodyLimit: 1024 * 1024,

@@ -5,9 +5,12 @@ import {
   createModels,
   ModelRegistry,
   modelsMissingKeys,
+  modelsWithoutPrice,
+  pricesOf,
   OpenAIChatModel,
   type LanguageModel,
   type ModelParams,
+  type ModelPricing,
   type ModelSettings,
   type ProviderFactory,
 } from '../llm/index.js'
@@ -64,6 +67,8 @@ export async function setUpRuns(
   bus: CommandBus,
   options: {
     models: ModelSettings[] | LanguageModel[]
+    /** Prices of prebuilt models (configured ones carry theirs in `pricing`). */
+    prices?: ReadonlyMap<string, ModelPricing>
     defaultModel?: string
     logger: Logger
     cwd?: string
@@ -88,7 +93,14 @@ export async function setUpRuns(
         `model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs will fail with upstream_auth_missing`,
       )
     }
+    const unpriced = modelsWithoutPrice(options.models as ModelSettings[])
+    if (unpriced.length > 0)
+      options.logger.warn(
+        { models: unpriced },
+        `model${unpriced.length === 1 ? '' : 's'} ${unpriced.join(', ')} ha${unpriced.length === 1 ? 's' : 've'} no pricing: the cost of ${unpriced.length === 1 ? 'its' : 'their'} calls is null`,
+      )
   }
+  const prices = prebuilt ? (options.prices ?? new Map()) : pricesOf(options.models as ModelSettings[])
   const models = prebuilt
     ? (options.models as LanguageModel[])
     : createModels(options.models as ModelSettings[], {
@@ -100,7 +112,7 @@ export async function setUpRuns(
   const runs = new RunManager({
     store,
     bus,
-    models: new ModelRegistry(models, options.defaultModel),
+    models: new ModelRegistry(models, options.defaultModel, prices),
     log: createPluginLogger(options.logger, 'runmgr'),
     ...(options.toolOutputLimit !== undefined && { toolOutputLimit: options.toolOutputLimit }),
     ...(options.leaseMs !== undefined && { leaseMs: options.leaseMs }),

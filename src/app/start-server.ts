@@ -150,6 +150,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       sseHeartbeatMs: config.sseHeartbeatMs,
       streams: config.streams,
       fullModeTtlMs: config.fullModeTtlMs,
+      currency: config.currency,
       adminToken: config.adminToken,
       version,
       metrics,

@@ -18,6 +18,8 @@ export {
   ModelRegistry,
   createModels,
   modelsMissingKeys,
+  modelsWithoutPrice,
+  pricesOf,
   MissingKeyModel,
   type ModelSettings,
   type ProviderFactory,
@@ -25,5 +27,6 @@ export {
 export { OpenAIChatModel, type OpenAIChatModelOptions } from './openai/openai-chat-model.js'
 export { AnthropicMessagesModel, type AnthropicMessagesModelOptions } from './anthropic/anthropic-messages-model.js'
 export { defaultToolsUnsupportedKeywords } from './openai/upstream-errors.js'
+export { costOf, type ModelPricing } from './pricing.js'
 export { streamWithRetries, type RetryOptions } from './retry.js'
 export { projectToolSchema, type ProjectedToolSchema } from './tool-schema.js'

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { ModelError, type LanguageModel, type ModelRequest, type StreamPart } from './model.js'
+import type { ModelPricing } from './pricing.js'
 import { DemoModel } from './scripted/demo-model.js'
 import { ScriptedModel, type ScriptedTurn } from './scripted/scripted-model.js'
 
@@ -21,6 +22,8 @@ export interface ModelSettings {
   stop?: string[]
   /** Extra request headers (e.g. a gateway's tenant header); never shown by the API. */
   headers?: Record<string, string>
+  /** Price per million tokens, for the cost of its calls (none: cost null). */
+  pricing?: ModelPricing
 }
 
 /**
@@ -63,7 +66,11 @@ export class ModelRegistry {
   readonly #models = new Map<string, LanguageModel>()
   readonly defaultId: string
 
-  constructor(models: LanguageModel[], defaultId?: string) {
+  readonly #prices: ReadonlyMap<string, ModelPricing>
+
+  /** `prices`: each model's price by id (`models[].pricing`); a model without one costs null. */
+  constructor(models: LanguageModel[], defaultId?: string, prices: ReadonlyMap<string, ModelPricing> = new Map()) {
+    this.#prices = prices
     for (const model of models) this.#models.set(model.id, model)
     if (this.#models.size === 0) {
       const demo = new DemoModel()
@@ -79,6 +86,21 @@ export class ModelRegistry {
   list(): LanguageModel[] {
     return [...this.#models.values()]
   }
+
+  priceOf(id: string): ModelPricing | undefined {
+    return this.#prices.get(id)
+  }
+}
+
+/** Each configured model's price, by id. */
+export function pricesOf(settings: readonly ModelSettings[]): Map<string, ModelPricing> {
+  return new Map(settings.flatMap((entry) => (entry.pricing ? [[entry.id, entry.pricing] as const] : [])))
+}
+
+/** When some models have a price, the ones that have none (warned about at start: their cost is null). */
+export function modelsWithoutPrice(settings: readonly ModelSettings[]): string[] {
+  if (!settings.some((entry) => entry.pricing)) return []
+  return settings.filter((entry) => !entry.pricing).map((entry) => entry.id)
 }
 
 /** The models whose `apiKeyEnv` names an unset variable (warned about at start). */

@@ -26,9 +26,16 @@ export interface ModelTool {
   parameters: ToolParameters
 }
 
+/** A model call's token counts, as the provider reported them. */
 export interface Usage {
+  /** The whole prompt, cached input included. */
   inputTokens: number
+  /** Everything written, reasoning included. */
   outputTokens: number
+  /** Of the input, what the provider read from its prompt cache (when it says). */
+  cachedInputTokens?: number
+  /** Of the output, what was spent reasoning (when it says). */
+  reasoningTokens?: number
 }
 
 /** What a model stream yields, in order. Tool calls arrive complete (fragments already joined). */

@@ -17,6 +17,21 @@ export const ModelParams = Type.Object(
   { additionalProperties: false, title: 'ModelParams' },
 )
 
+/** What a run's model calls used (docs/guides/operating.md#usage-and-cost). */
+export const RunUsage = Type.Object(
+  {
+    inputTokens: Type.Integer({ description: 'Input tokens, cached input included' }),
+    outputTokens: Type.Integer({ description: 'Output tokens, reasoning included' }),
+    cachedInputTokens: Type.Integer({ description: 'Input tokens the provider read from its cache' }),
+    reasoningTokens: Type.Integer({ description: 'Output tokens spent reasoning (where the provider says)' }),
+    modelCalls: Type.Integer({ description: 'Model calls made (a retried call counts once)' }),
+    cost: Type.Union([Type.Number(), Type.Null()], {
+      description: "In the configured currency (`currency`); null when a call's model has no price",
+    }),
+  },
+  { title: 'RunUsage' },
+)
+
 /** What a run in requires_action waits for: decisions and client-tool outputs. */
 export const RequiredAction = Type.Object(
   {
@@ -97,7 +112,7 @@ export const Run = Type.Object(
       ),
       Type.Null(),
     ]),
-    usage: Type.Object({ inputTokens: Type.Integer(), outputTokens: Type.Integer() }),
+    usage: RunUsage,
     cancelReason: Type.Union([Type.String(), Type.Null()]),
     createdAt: Type.String({ format: 'date-time' }),
     updatedAt: Type.String({ format: 'date-time' }),

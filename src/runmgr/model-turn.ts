@@ -5,12 +5,19 @@ import {
   type LanguageModel,
   type ModelMessage,
   type ModelToolCall,
+  type ModelPricing,
+  type Usage,
+  costOf,
 } from '../llm/index.js'
 import {
   appendEvents,
   completeAssistantMessage,
   completeAssistantMessageWrite,
   endPatch,
+  insertModelCall,
+  insertModelCallWrite,
+  withModelCall,
+  type ModelCallUsage,
   insertToolCallsWrite,
   newId,
   runEvent,
@@ -44,7 +51,10 @@ export async function modelTurn(
     store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })], fence).then(() => undefined),
   )
   const calls: ModelToolCall[] = []
-  let usage = { ...run.usage }
+  // This call's tokens as the provider reports them (counted into the run's usage when it ends).
+  let reported: Usage = { inputTokens: 0, outputTokens: 0 }
+  let usage = run.usage
+  let callUsage: ModelCallUsage | undefined
   const holdsSlot = await kit.modelSlots.acquire(signal, run.ownerId)
   if (!holdsSlot) {
     // Stopped while waiting for a slot: the model was never called.
@@ -65,14 +75,15 @@ export async function modelTurn(
         text += part.text
         coalescer.push(part.text)
       } else if (part.type === 'tool-call') calls.push(part.call)
-      else if (part.type === 'usage')
-        usage = {
-          inputTokens: usage.inputTokens + part.usage.inputTokens,
-          outputTokens: usage.outputTokens + part.usage.outputTokens,
-        }
+      else if (part.type === 'usage') reported = part.usage
     }
+    callUsage = counted(reported, kit.models.priceOf(model.id))
+    usage = withModelCall(run.usage, callUsage)
   } catch (error) {
     modelOutcome = error instanceof ModelError ? error.code : 'internal'
+    callUsage = counted(reported, kit.models.priceOf(model.id))
+    usage = withModelCall(run.usage, callUsage)
+    const failedCall = callUsage
     await coalescer.close()
     if (signal.aborted || (error instanceof ModelError && error.code === 'cancelled')) {
       await kit.writer.endAborted(run, driver, messageId, text)
@@ -90,6 +101,7 @@ export async function modelTurn(
       fence,
       async (tx, locked) => {
         await completeAssistantMessage(tx, messageId, text, null, 'failed')
+        await insertModelCall(tx, run, model.id, failedCall)
         await appendEvents(tx, [
           runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'failed' }),
         ])
@@ -105,6 +117,7 @@ export async function modelTurn(
       model: model.id,
       durationMs: performance.now() - modelStarted,
       outcome: signal.aborted ? 'cancelled' : modelOutcome,
+      ...(callUsage && { usage: callUsage }),
     })
   }
   // The text not yet streamed goes out with the turn's end, in its statement.
@@ -150,6 +163,7 @@ export async function modelTurn(
     arguments: call.rawArgs,
   }))
   const writes = [completeAssistantMessageWrite(messageId, text, stored, 'completed')]
+  if (callUsage) writes.push(insertModelCallWrite(run, model.id, callUsage))
   const events = rest ? [runEvent(run, 'message.delta', { messageId, text: rest })] : []
   events.push(
     runEvent(run, 'message.completed', {
@@ -190,4 +204,15 @@ export async function modelTurn(
   const { run: checkpointed } = await kit.writer.transition(fence, patch, writes, events)
   if (ledger.length === 0) return { kind: 'ended' }
   return { kind: 'turn', calls: ledger, run: checkpointed }
+}
+
+/** A call's reported tokens as counted (cached input and reasoning 0 when the provider did not say), priced. */
+function counted(reported: Usage, pricing: ModelPricing | undefined): ModelCallUsage {
+  return {
+    inputTokens: reported.inputTokens,
+    outputTokens: reported.outputTokens,
+    cachedInputTokens: reported.cachedInputTokens ?? 0,
+    reasoningTokens: reported.reasoningTokens ?? 0,
+    cost: costOf(reported, pricing),
+  }
 }

@@ -6,6 +6,7 @@ import {
   readEvents,
   runLogPoint,
   runMessages,
+  usageReport,
   type Message,
   type Page,
   type PageRequest,
@@ -13,6 +14,9 @@ import {
   type RunStatus,
   type Store,
   type User,
+  type UsageFilter,
+  type UsageGrouping,
+  type UsageReport,
 } from '../store/index.js'
 import type { ConversationService } from './conversation-service.js'
 import type { ProjectService } from './project-service.js'
@@ -27,6 +31,17 @@ export class RunQueries {
     this.#store = store
     this.#projects = projects
     this.#conversations = conversations
+  }
+
+  /**
+   * Model usage and cost (docs/guides/operating.md#usage-and-cost): a user's own calls, or (the admin's
+   * report, `filter.userId` absent) everyone's.
+   */
+  async usage(
+    filter: UsageFilter,
+    grouping?: { by: UsageGrouping; limit: number; after?: string },
+  ): Promise<UsageReport> {
+    return usageReport(this.#store, filter, grouping)
   }
 
   /** A run of the caller's whose conversation they may still act in. */

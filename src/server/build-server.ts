@@ -31,6 +31,7 @@ import { hoistTitledSchemas } from './openapi-components.js'
 import { HttpProblem, problemBody } from './problem.js'
 import { registerAdminRoutes } from './routes/admin-routes.js'
 import { registerAuditRoutes } from './routes/audit-routes.js'
+import { registerAdminUsageRoutes, registerUsageRoutes } from './routes/usage-routes.js'
 import { registerRunRoutes } from './routes/run-routes.js'
 import { registerUiStreamRoutes } from './routes/ui-stream-routes.js'
 import { registerAgUiRoutes } from './routes/ag-ui-routes.js'
@@ -112,6 +113,8 @@ export interface ServerOptions {
   /** Caps, lifetime and buffering of event streams (defaults: defaultStreamLimits). */
   streams?: Partial<StreamLimits>
   fullModeTtlMs: number
+  /** The currency of every cost (`currency`, default USD). */
+  currency?: string
   /** Enables `/api/admin` when set. */
   adminToken?: string
   version: string
@@ -196,6 +199,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     access: options.access,
     runs: options.runs,
     fullModeTtlMs: options.fullModeTtlMs,
+    currency: options.currency ?? 'USD',
     shutdown: shutdown.signal,
     streams,
     retriever: options.retriever,
@@ -374,6 +378,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerCommandRoutes(api, deps)
       registerDecisionRoutes(api, deps)
       registerAuditRoutes(api, deps)
+      registerUsageRoutes(api, deps)
       registerRunRoutes(api, deps)
       registerUiStreamRoutes(api, deps)
       registerAgUiRoutes(api, deps)
@@ -397,6 +402,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
         if (request.body === undefined && (request.method === 'POST' || request.method === 'PATCH')) request.body = {}
       })
       registerAdminRoutes(admin, deps)
+      registerAdminUsageRoutes(admin, deps)
     },
     { prefix: '/api/admin' },
   )

@@ -1,5 +1,5 @@
 import { Type, type TSchema } from 'typebox'
-import { Conversation, KnowledgeItem, Project, RequiredAction, RunStatus } from './schemas.js'
+import { Conversation, KnowledgeItem, Project, RequiredAction, RunStatus, RunUsage } from './schemas.js'
 
 /**
  * The frames of Plinth's SSE streams, for the OpenAPI document: each frame is `id:` (absent on control
@@ -41,7 +41,6 @@ const Phase = nullable(
     ['thinking', 'tool_called', 'tool_running', 'tool_done', 'finalizing'].map((phase) => Type.Literal(phase)),
   ),
 )
-const Usage = Type.Object({ inputTokens: Type.Integer(), outputTokens: Type.Integer() })
 const ToolCall = Type.Object(
   { callId: Type.String(), providerCallId: Type.String(), name: Type.String(), arguments: Type.String() },
   closed,
@@ -158,7 +157,7 @@ const runEvents: TSchema[] = [
     ),
     'A tool call ended (exactly one per call)',
   ),
-  frame('run.completed', Type.Object({ runId: Type.String(), usage: Usage }, closed), 'The run answered (terminal)'),
+  frame('run.completed', Type.Object({ runId: Type.String(), usage: RunUsage }, closed), 'The run answered (terminal)'),
   frame(
     'run.failed',
     Type.Object(
@@ -168,6 +167,7 @@ const runEvents: TSchema[] = [
           { code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) },
           closed,
         ),
+        usage: RunUsage,
       },
       closed,
     ),

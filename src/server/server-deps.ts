@@ -30,6 +30,8 @@ export interface ServerDeps {
   runQueries: RunQueries
   /** How long a `full` permission mode lasts. */
   fullModeTtlMs: number
+  /** The currency of every cost (`currency`). */
+  currency: string
   /** Aborted at shutdown so long-lived streams end cleanly. */
   shutdown: AbortSignal
   /** Open event streams: caps, lifetimes, access re-checks. */

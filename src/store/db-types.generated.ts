@@ -215,6 +215,21 @@ export interface Messages {
   tool_calls: JsonColumn | null
 }
 
+export interface ModelCalls {
+  cached_input_tokens: Generated<Int8>
+  conversation_id: string
+  cost: number | null
+  created_at: Generated<Timestamp>
+  id: string
+  input_tokens: Generated<Int8>
+  model: string
+  output_tokens: Generated<Int8>
+  owner_id: string
+  project_id: string
+  reasoning_tokens: Generated<Int8>
+  run_id: string
+}
+
 export interface PlinthMigrations {
   applied_at: Generated<Timestamp>
   checksum: string
@@ -393,6 +408,7 @@ export interface DB {
   mcp_elicitations: McpElicitations
   mcp_sessions: McpSessions
   messages: Messages
+  model_calls: ModelCalls
   plinth_migrations: PlinthMigrations
   plugin_kv: PluginKv
   projects: Projects

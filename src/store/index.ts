@@ -151,6 +151,10 @@ export {
   type RunProfile,
   type NewRun,
   type RunPatch,
+  type RunUsage,
+  type ModelCallUsage,
+  noUsage,
+  withModelCall,
 } from './run-repository.js'
 export {
   completeAssistantMessage,
@@ -171,6 +175,8 @@ export {
   finishDispatch,
   insertAssistantMessageWrite,
   insertToolCallsWrite,
+  insertModelCall,
+  insertModelCallWrite,
   insertToolMessageAfterFence,
   toolCallResultAfterFence,
   type FencedPart,
@@ -258,4 +264,12 @@ export { waitForPerson, waitForLess } from './transitions/wait-for-person.js'
 export { resumeFailedRun } from './transitions/resume-failed.js'
 export { takeOver } from './transitions/take-over.js'
 export { releaseForShutdown } from './transitions/release-for-shutdown.js'
+export {
+  usageReport,
+  usageGroupings,
+  type UsageFilter,
+  type UsageGrouping,
+  type UsageReport,
+  type UsageTotals,
+} from './model-call-repository.js'
 export { endRun, endPatch, runEndedEvents, type RunEnding } from './transitions/end-run.js'

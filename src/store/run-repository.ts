@@ -20,7 +20,7 @@ export interface Run {
   clientTools: JsonValue
   requiredAction: JsonValue | null
   error: JsonValue | null
-  usage: { inputTokens: number; outputTokens: number }
+  usage: RunUsage
   cancelReason: string | null
   createdAt: string
   updatedAt: string
@@ -111,7 +111,7 @@ export interface RunPatch {
   iteration?: number
   requiredAction?: JsonValue | null
   error?: JsonValue | null
-  usage?: { inputTokens: number; outputTokens: number }
+  usage?: RunUsage
   cancelReason?: string | null
   started?: boolean
   ended?: boolean
@@ -448,7 +448,7 @@ export function toRun(row: RunRow): Run {
     clientTools: row.client_tools,
     requiredAction: row.required_action,
     error: row.error,
-    usage: row.usage as Run['usage'],
+    usage: runUsage(row.usage),
     cancelReason: row.cancel_reason,
     createdAt: row.created_at.toISOString(),
     updatedAt: row.updated_at.toISOString(),
@@ -474,5 +474,58 @@ function toProfile(value: JsonValue | null): RunProfile {
       typeof from.projectOwnerId === 'string' && {
         injectFrom: { projectOwnerId: from.projectOwnerId, members: from.members === true },
       }),
+  }
+}
+/**
+ * What a run's model calls used (docs/guides/operating.md#usage-and-cost): tokens as the provider counted
+ * them (input includes cached input), calls made, and cost in the configured currency — null when a call
+ * was made with a model that has no price (or none was made yet).
+ */
+// A type, not an interface: it is stored as JSON (JsonValue needs the implicit index signature).
+export type RunUsage = {
+  inputTokens: number
+  outputTokens: number
+  cachedInputTokens: number
+  reasoningTokens: number
+  modelCalls: number
+  cost: number | null
+}
+
+/** A run's usage before anything was called. */
+export const noUsage: RunUsage = {
+  inputTokens: 0,
+  outputTokens: 0,
+  cachedInputTokens: 0,
+  reasoningTokens: 0,
+  modelCalls: 0,
+  cost: null,
+}
+
+/** One model call's usage and cost (null: no price), as counted into a run's and recorded per call. */
+export type ModelCallUsage = Omit<RunUsage, 'modelCalls'>
+
+/** A run's usage with one more call: its cost stays null once a call had no price. */
+export function withModelCall(usage: RunUsage, call: ModelCallUsage): RunUsage {
+  return {
+    inputTokens: usage.inputTokens + call.inputTokens,
+    outputTokens: usage.outputTokens + call.outputTokens,
+    cachedInputTokens: usage.cachedInputTokens + call.cachedInputTokens,
+    reasoningTokens: usage.reasoningTokens + call.reasoningTokens,
+    modelCalls: usage.modelCalls + 1,
+    cost: call.cost === null || (usage.modelCalls > 0 && usage.cost === null) ? null : (usage.cost ?? 0) + call.cost,
+  }
+}
+
+/** A stored usage, read whole (rows written before calls and cost were counted lack those fields). */
+export function runUsage(stored: unknown): RunUsage {
+  const value = (stored ?? {}) as Partial<Record<keyof RunUsage, unknown>>
+  const count = (field: unknown): number => (typeof field === 'number' && Number.isFinite(field) ? field : 0)
+  return {
+    inputTokens: count(value.inputTokens),
+    outputTokens: count(value.outputTokens),
+    cachedInputTokens: count(value.cachedInputTokens),
+    reasoningTokens: count(value.reasoningTokens),
+    modelCalls: count(value.modelCalls),
+    cost: typeof value.cost === 'number' && Number.isFinite(value.cost) ? value.cost : null,
   }
 }

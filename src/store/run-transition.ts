@@ -10,7 +10,7 @@ import {
   type NewEvent,
 } from './event-log.js'
 import { newId } from './ids.js'
-import { patchColumns, toRun, type Run, type RunPatch, type RunRow } from './run-repository.js'
+import { patchColumns, toRun, type ModelCallUsage, type Run, type RunPatch, type RunRow } from './run-repository.js'
 import type { StoredToolCall } from './transcript-repository.js'
 import { updateToolCallQuery, type ToolCallPatch, type ToolCallRecord } from './tool-call-repository.js'
 import { storableJson } from './storable.js'
@@ -120,6 +120,42 @@ export function completeAssistantMessageWrite(
     sql: sql`update messages set content = ${content}, tool_calls = ${calls}::jsonb, status = ${status}
       where id = ${id} and exists (select 1 from f) returning id`,
   }
+}
+
+/** Records a model call's usage and cost with the turn that made it. */
+export function insertModelCallWrite(
+  run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>,
+  model: string,
+  usage: ModelCallUsage,
+): TransitionWrite {
+  return {
+    sql: sql`insert into model_calls ${modelCallColumns} select ${modelCallValues(run, model, usage)} from f returning id`,
+  }
+}
+
+/** The same record in the caller's transaction (a turn that failed ends its run in one). */
+export async function insertModelCall(
+  db: Executor,
+  run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>,
+  model: string,
+  usage: ModelCallUsage,
+): Promise<void> {
+  await sql`insert into model_calls ${modelCallColumns} values (${modelCallValues(run, model, usage)})`.execute(
+    kysely(db),
+  )
+}
+
+const modelCallColumns = sql`(id, run_id, conversation_id, project_id, owner_id, model, input_tokens, output_tokens,
+  cached_input_tokens, reasoning_tokens, cost)`
+
+function modelCallValues(
+  run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>,
+  model: string,
+  usage: ModelCallUsage,
+): RawBuilder<unknown> {
+  return sql`${newId()}, ${run.id}, ${run.conversationId}, ${run.projectId}, ${run.ownerId}, ${model},
+    ${usage.inputTokens}::bigint, ${usage.outputTokens}::bigint, ${usage.cachedInputTokens}::bigint,
+    ${usage.reasoningTokens}::bigint, ${usage.cost}::double precision`
 }
 
 /** Inserts a turn's tool calls into the run's ledger, `pending`. */

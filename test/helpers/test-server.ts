@@ -5,7 +5,7 @@ import { pino, type Logger } from 'pino'
 import type { ExecService, ExecSettings } from '../../src/exec/index.js'
 import { Registry } from 'prom-client'
 import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
-import type { LanguageModel, ModelSettings } from '../../src/llm/index.js'
+import type { LanguageModel, ModelPricing, ModelSettings } from '../../src/llm/index.js'
 import {
   HashingEmbedder,
   prepareEmbeddings,
@@ -70,6 +70,8 @@ export async function startTestServer(
     actionTtlMs?: number
     allowanceTtlMs?: number
     models?: LanguageModel[] | ModelSettings[]
+    /** Prices of prebuilt models, by id. */
+    prices?: ReadonlyMap<string, ModelPricing>
     toolOutputLimit?: number
     llmConcurrency?: number
     llmConcurrencyPerUser?: number
@@ -92,6 +94,7 @@ export async function startTestServer(
     actionTtlMs = 3_600_000,
     allowanceTtlMs = 3_600_000,
     models = [],
+    prices,
     toolOutputLimit,
     llmConcurrency,
     llmConcurrencyPerUser,
@@ -140,6 +143,7 @@ export async function startTestServer(
   const metrics = new Registry()
   const runs = await setUpRuns(store, bus, {
     models,
+    ...(prices && { prices }),
     logger,
     actionTtlMs,
     observer: createAgentMetrics(metrics, bus),

@@ -168,7 +168,7 @@ describe('AnthropicMessagesModel: streaming', () => {
       },
       // No input_json_delta at all: a tool without parameters.
       { type: 'tool-call', call: { id: 'toolu_fx2', name: 'clock__now', arguments: '{}' } },
-      { type: 'usage', usage: { inputTokens: 572, outputTokens: 89 } },
+      { type: 'usage', usage: { inputTokens: 572, outputTokens: 89, cachedInputTokens: 100 } },
       { type: 'finish', reason: 'tool_calls' },
     ])
   })

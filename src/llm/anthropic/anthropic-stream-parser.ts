@@ -29,6 +29,7 @@ export class AnthropicStreamParser {
   readonly #toolUses = new Map<number, ToolUseBlock>()
   #inputTokens: number | undefined
   #outputTokens: number | undefined
+  #cachedTokens: number | undefined
   #stopReason: string | null = null
   #isStopped = false
 
@@ -108,7 +109,11 @@ export class AnthropicStreamParser {
     if (this.#inputTokens !== undefined || this.#outputTokens !== undefined) {
       parts.push({
         type: 'usage',
-        usage: { inputTokens: this.#inputTokens ?? 0, outputTokens: this.#outputTokens ?? 0 },
+        usage: {
+          inputTokens: this.#inputTokens ?? 0,
+          outputTokens: this.#outputTokens ?? 0,
+          ...(this.#cachedTokens !== undefined && { cachedInputTokens: this.#cachedTokens }),
+        },
       })
     }
     parts.push({ type: 'finish', reason: mapAnthropicStopReason(this.#stopReason) })
@@ -129,6 +134,8 @@ export class AnthropicStreamParser {
         counts.reduce((sum, count) => sum + count, 0),
       )
     if (typeof usage.output_tokens === 'number') this.#outputTokens = usage.output_tokens
+    if (typeof usage.cache_read_input_tokens === 'number')
+      this.#cachedTokens = Math.max(this.#cachedTokens ?? 0, usage.cache_read_input_tokens)
   }
 }
 

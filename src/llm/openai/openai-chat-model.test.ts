@@ -167,7 +167,7 @@ describe('OpenAIChatModel: streaming', () => {
       { type: 'text-delta', text: 'Bonjour' },
       { type: 'text-delta', text: ' — ' },
       { type: 'text-delta', text: '日本語 👋' },
-      { type: 'usage', usage: { inputTokens: 21, outputTokens: 7 } },
+      { type: 'usage', usage: { inputTokens: 21, outputTokens: 7, cachedInputTokens: 0, reasoningTokens: 0 } },
       { type: 'finish', reason: 'stop' },
     ])
   })

@@ -105,9 +105,19 @@ export class OpenAIStreamParser {
     const input = usage.prompt_tokens
     const output = usage.completion_tokens
     if (typeof input !== 'number' && typeof output !== 'number') return
+    // OpenAI's details (also sent by compatible servers): cached prompt tokens, reasoning tokens.
+    const cached = asRecord(usage.prompt_tokens_details)?.cached_tokens
+    const reasoning = asRecord(usage.completion_tokens_details)?.reasoning_tokens
+    const previous = this.#usage
     this.#usage = {
-      inputTokens: typeof input === 'number' ? input : (this.#usage?.inputTokens ?? 0),
-      outputTokens: typeof output === 'number' ? output : (this.#usage?.outputTokens ?? 0),
+      inputTokens: typeof input === 'number' ? input : (previous?.inputTokens ?? 0),
+      outputTokens: typeof output === 'number' ? output : (previous?.outputTokens ?? 0),
+      ...(typeof cached === 'number'
+        ? { cachedInputTokens: cached }
+        : previous?.cachedInputTokens !== undefined && { cachedInputTokens: previous.cachedInputTokens }),
+      ...(typeof reasoning === 'number'
+        ? { reasoningTokens: reasoning }
+        : previous?.reasoningTokens !== undefined && { reasoningTokens: previous.reasoningTokens }),
     }
   }
 }

@@ -4,7 +4,7 @@ import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventReco
 import { kysely, type Executor } from '../executor.js'
 import { newId } from '../ids.js'
 import { hasKnowledgeRead } from '../knowledge-repository.js'
-import { runFromJson, runStartEvents, toRun, type NewRun, type Run, type RunRow } from '../run-repository.js'
+import { noUsage, runFromJson, runStartEvents, toRun, type NewRun, type Run, type RunRow } from '../run-repository.js'
 import type { RunCreatedStatus } from '../run-states.js'
 import { storableJson } from '../storable.js'
 import { transcriptRowsFromJson, transcriptTailRead, type TranscriptRow } from '../transcript-repository.js'
@@ -69,7 +69,7 @@ export async function createRun(
     client_tools: input.clientTools,
     required_action: null,
     error: null,
-    usage: { inputTokens: 0, outputTokens: 0 },
+    usage: noUsage,
     cancel_reason: null,
     created_at: now,
     updated_at: now,

@@ -46,7 +46,7 @@ export function runEndedEvents(run: Run, ending: RunEnding): NewEvent[] {
     ending.status === 'completed'
       ? runEvent(run, 'run.completed', { runId, usage: ending.usage ?? run.usage })
       : ending.status === 'failed'
-        ? runEvent(run, 'run.failed', { runId, error: ending.error ?? run.error })
+        ? runEvent(run, 'run.failed', { runId, error: ending.error ?? run.error, usage: ending.usage ?? run.usage })
         : ending.status === 'cancelled'
           ? runEvent(run, 'run.cancelled', { runId, reason: ending.reason ?? 'cancelled' })
           : runEvent(run, 'run.expired', { runId })
