@@ -1530,6 +1530,8 @@ export interface components {
         };
         Run: {
             approvalPolicy: "ask" | "dontAsk";
+            /** @description The most it may spend, checked before each model call (null: no limit) */
+            budget: components["schemas"]["RunBudget"] | null;
             cancelReason: string | null;
             conversationId: string;
             /** Format: date-time */
@@ -1563,6 +1565,15 @@ export interface components {
             /** Format: date-time */
             updatedAt: string;
             usage: components["schemas"]["RunUsage"];
+        };
+        /** RunBudget */
+        RunBudget: {
+            /** @description In the configured currency */
+            maxCost?: number;
+            /** @description Model calls */
+            maxModelCalls?: number;
+            /** @description Input plus output tokens */
+            maxTokens?: number;
         };
         /** @description A frame of a run’s SSE stream (ends after the terminal run event) */
         RunStreamEvent: {
@@ -1704,6 +1715,13 @@ export interface components {
         } | {
             data: {
                 error: {
+                    budget?: {
+                        /** @description `maxModelCalls`, `maxTokens` or `maxCost` */
+                        limit: string;
+                        scope: string;
+                        used: number;
+                        value: number;
+                    };
                     code: string;
                     message: string;
                     upstreamStatus?: number;
@@ -1801,6 +1819,8 @@ export interface components {
         /** RunWithMessages */
         RunWithMessages: {
             approvalPolicy: "ask" | "dontAsk";
+            /** @description The most it may spend, checked before each model call (null: no limit) */
+            budget: components["schemas"]["RunBudget"] | null;
             cancelReason: string | null;
             conversationId: string;
             /** Format: date-time */
@@ -2269,6 +2289,13 @@ export interface components {
         } | {
             data: {
                 error: {
+                    budget?: {
+                        /** @description `maxModelCalls`, `maxTokens` or `maxCost` */
+                        limit: string;
+                        scope: string;
+                        used: number;
+                        value: number;
+                    };
                     code: string;
                     message: string;
                     upstreamStatus?: number;
@@ -4670,6 +4697,7 @@ export interface operations {
             content: {
                 "application/json": {
                     approvalPolicy?: "ask" | "dontAsk";
+                    budget?: components["schemas"]["RunBudget"];
                     clientTools?: unknown[];
                     ifActive?: "interrupt" | "enqueue";
                     input: string;
@@ -7785,7 +7813,13 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": {
+                    budget?: components["schemas"]["RunBudget"];
+                };
+            };
+        };
         responses: {
             /** @description Default Response */
             200: {

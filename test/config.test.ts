@@ -235,6 +235,13 @@ describe('loadConfig', () => {
     const cwd = await workdir({ models: [{ id: 'm', provider: 'scripted', script: 's.json', pricing }] })
     expect(loadConfig({}, cwd)).toMatchObject({ currency: 'USD', models: [{ id: 'm', pricing }] })
     expect(loadConfig({ PLINTH_CURRENCY: 'EUR' }, cwd).currency).toBe('EUR')
+    expect(loadConfig({ PLINTH_RUN_MAX_MODEL_CALLS: '50', PLINTH_RUN_MAX_COST: '0.25' }, cwd).runBudget).toEqual({
+      maxModelCalls: 50,
+      maxCost: 0.25,
+    })
+    expect(problemsOf({ PLINTH_RUN_MAX_MODEL_CALLS: '0' }, cwd)).toEqual([
+      expect.stringMatching(/^runBudget\.maxModelCalls: must be >= 1/),
+    ])
     expect(problemsOf({ PLINTH_CURRENCY: 'euros' }, cwd)).toEqual([expect.stringMatching(/^currency: /)])
     const priced = (value: unknown) =>
       workdir({ models: [{ id: 'm', provider: 'scripted', script: 's.json', pricing: value }] })

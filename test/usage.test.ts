@@ -1,8 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { OpenAIChatModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { apiEngines, openTestStore } from './helpers/engines.js'
-import { openaiChunk, openaiToolCallChunks, startFakeUpstream, type FakeUpstream } from './helpers/fake-upstream.js'
+import {
+  fakeOpenAIModel,
+  openaiChunk,
+  openaiToolCallChunks,
+  startFakeUpstream,
+  type FakeUpstream,
+} from './helpers/fake-upstream.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 // Usage and cost (docs/guides/operating.md#usage-and-cost): every model call's tokens as the provider's
@@ -46,16 +51,7 @@ for (const engine of apiEngines()) {
     let bob: TestUser
     let projectId: string
 
-    const model = (id: string) =>
-      new OpenAIChatModel({
-        id,
-        model: 'gpt-test',
-        baseUrl: `${upstream.url}/v1`,
-        apiKey: 'sk-test-secret-key-0123456789',
-        contextWindow: 100_000,
-        supportsTools: true,
-        idleTimeoutMs: 2_000,
-      })
+    const model = (id: string) => fakeOpenAIModel(upstream, id)
 
     beforeAll(async () => {
       upstream = await startFakeUpstream()

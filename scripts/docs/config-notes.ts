@@ -45,6 +45,17 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       'the currency (ISO 4217 code) of `models[].pricing` and of every cost the API reports (see [Usage and cost](../guides/operating.md#usage-and-cost))',
   },
+  'runBudget.maxModelCalls': {
+    meaning:
+      'the most model calls a run may make unless its request sets `budget.maxModelCalls` (a run that reaches it fails `budget_exceeded`; see [Budgets](../guides/operating.md#budgets))',
+  },
+  'runBudget.maxTokens': {
+    meaning: 'the most tokens (input plus output) a run may spend unless its request sets `budget.maxTokens`',
+  },
+  'runBudget.maxCost': {
+    meaning:
+      'the most a run may cost, in `currency`, unless its request sets `budget.maxCost` (runs on a model without a price are not held to it)',
+  },
   'exec.backend': {
     meaning:
       '`auto` (the sandbox where its probe passes, otherwise exec tools off), `sandbox`, or `direct` — programs on the server itself, only by this explicit choice (see [Execution](../guides/sandbox.md)); switchable at run time',

@@ -105,6 +105,15 @@ export const fileSchema = {
     },
     defaultModel: { type: 'string' },
     currency: { type: 'string', pattern: '^[A-Z]{3}$' },
+    runBudget: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        maxModelCalls: { type: 'integer', minimum: 1, maximum: 100_000 },
+        maxTokens: { type: 'integer', minimum: 1, maximum: 1_000_000_000 },
+        maxCost: { type: 'number', exclusiveMinimum: 0, maximum: 1_000_000 },
+      },
+    },
     exec: {
       type: 'object',
       additionalProperties: false,

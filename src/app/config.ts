@@ -38,6 +38,8 @@ export interface PlinthConfig {
   defaultModel?: string
   /** The currency of `models[].pricing` and of every cost (ISO 4217 code). */
   currency: string
+  /** Every run's budget unless its request sets its own limits (docs/guides/operating.md#budgets). */
+  runBudget: { maxModelCalls?: number; maxTokens?: number; maxCost?: number }
   /**
    * What the operator set; the exec module fills in its defaults and checks them against
    * `resultMaxBytes` when the server starts (not loaded here: CLI commands that never run code stay light).
@@ -148,6 +150,7 @@ const defaults: PlinthConfig = {
   mcpAuthorizationServers: [],
   models: [],
   currency: 'USD',
+  runBudget: {},
   exec: {},
   logLevel: 'info',
   bodyLimit: 1024 * 1024,

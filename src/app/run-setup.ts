@@ -16,7 +16,7 @@ import {
 } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import { RunManager, type RunObserver } from '../runmgr/index.js'
-import type { Store } from '../store/index.js'
+import type { RunBudget, Store } from '../store/index.js'
 
 function requireBaseUrl(settings: ModelSettings): string {
   if (!settings.baseUrl) throw new Error(`model ${settings.id}: baseUrl is required for provider ${settings.provider}`)
@@ -83,6 +83,7 @@ export async function setUpRuns(
     maxResumes?: number
     shutdownGraceMs?: number
     retriever?: Retriever
+    runBudget?: RunBudget
   },
 ): Promise<RunManager> {
   const prebuilt = options.models.length > 0 && 'stream' in (options.models[0] as object)
@@ -124,6 +125,7 @@ export async function setUpRuns(
     }),
     ...(options.maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser: options.maxActiveRunsPerUser }),
     ...(options.retriever && { retriever: options.retriever }),
+    ...(options.runBudget && { runBudget: options.runBudget }),
     ...(options.maxResumes !== undefined && { maxResumes: options.maxResumes }),
     ...(options.shutdownGraceMs !== undefined && { shutdownGraceMs: options.shutdownGraceMs }),
     // Embedded PGlite belongs to this process: a running run found at start is an orphan.

@@ -105,6 +105,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       maxResumes: config.runMaxResumes,
       shutdownGraceMs: config.shutdownGraceMs,
       retriever,
+      runBudget: config.runBudget,
     })
     // Removing a model that projects or unfinished runs still name is said, not silent (docs/guides/agent-runs.md, "Models").
     for (const missing of await modelsNamedButMissing(

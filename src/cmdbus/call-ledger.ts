@@ -17,7 +17,7 @@ import {
 } from '../store/index.js'
 import type { DispatchOutcome } from './bus-types.js'
 import { callAnswer, outcomeAnswer, type CallAnswer } from './call-answer.js'
-import { auditClientCall, type ClientCallAudit } from './client-call-audit.js'
+import { auditBudgetStop, auditClientCall, type ClientCallAudit } from './client-call-audit.js'
 import type { CommandCatalog } from './command-catalog.js'
 
 /** How a run ends, and what its open calls get. */
@@ -145,6 +145,19 @@ export class CallLedger {
     }
     // A turn that was streaming when the run ended (a crash, a cancel elsewhere) is closed, not left streaming.
     if (!end.clean) await closeStreamingMessages(tx, run, end.status === 'cancelled' ? 'cancelled' : 'interrupted')
+    // A budget stop is in the audit chain (the audit lock, taken by the caller, before the event log's).
+    if (end.error?.code === 'budget_exceeded')
+      await auditBudgetStop(
+        tx,
+        {
+          runId: run.id,
+          ownerId: run.ownerId,
+          projectId: run.projectId,
+          conversationId: run.conversationId,
+          modelCalls: run.usage.modelCalls,
+        },
+        { ...end.error, code: 'budget_exceeded', message: String(end.error.message ?? 'the run’s budget is spent') },
+      )
     const ended = await endRun(tx, run.id, ending(end))
     this.#observeEnd(ended, end)
     return decisions

@@ -29,32 +29,8 @@ export async function auditClientCall(
   let dispatch = await findDispatchByKey(tx, call.ownerId, key)
   let envelope: AuditEnvelope
   if (!dispatch) {
-    const now = new Date().toISOString()
     const params = call.args !== null && typeof call.args === 'object' && !Array.isArray(call.args) ? call.args : {}
-    const record: DispatchRecord = {
-      id: newId(),
-      commandId: call.name,
-      plugin: 'client',
-      pluginVersion: '',
-      entrance: 'agent',
-      actor: { type: 'agent', id: call.runId, onBehalfOf: call.ownerId },
-      ownerId: call.ownerId,
-      projectId: call.projectId,
-      conversationId: call.conversationId,
-      runId: call.runId,
-      callId: call.callId,
-      idempotencyKey: key,
-      params,
-      paramsHash: hashParams(params),
-      requestHash: null,
-      risk: call.risk ?? 'low',
-      status: 'requested',
-      decisionId: null,
-      result: null,
-      error: null,
-      createdAt: now,
-      updatedAt: now,
-    }
+    const record = agentRecord(call, { commandId: call.name, plugin: 'client', key, params, risk: call.risk ?? 'low' })
     const requested = await insertRequested(tx, record, { ...initialEnvelope(record, undefined), kind: 'client' })
     if (!requested) return
     dispatch = record
@@ -86,5 +62,63 @@ export async function auditClientCall(
     result: answer.output,
     error: { code, message: `the client answered ${status}` },
     finishedAt,
+  })
+}
+
+/** A run's own effect as a dispatch row: entrance `agent`, the run acting for its owner. */
+function agentRecord(
+  run: Pick<ClientCallAudit, 'runId' | 'ownerId' | 'projectId' | 'conversationId'> & { callId?: string | null },
+  what: { commandId: string; plugin: string; key: string; params: { [key: string]: JsonValue }; risk: string },
+): DispatchRecord {
+  const now = new Date().toISOString()
+  return {
+    id: newId(),
+    commandId: what.commandId,
+    plugin: what.plugin,
+    pluginVersion: '',
+    entrance: 'agent',
+    actor: { type: 'agent', id: run.runId, onBehalfOf: run.ownerId },
+    ownerId: run.ownerId,
+    projectId: run.projectId,
+    conversationId: run.conversationId,
+    runId: run.runId,
+    callId: run.callId ?? null,
+    idempotencyKey: what.key,
+    params: what.params,
+    paramsHash: hashParams(what.params),
+    requestHash: null,
+    risk: what.risk,
+    status: 'requested',
+    decisionId: null,
+    result: null,
+    error: null,
+    createdAt: now,
+    updatedAt: now,
+  }
+}
+
+/**
+ * A run stopped by its budget, in the audit chain (docs/guides/operating.md#budgets): a `core.budget_stop`
+ * entry (kind `budget`) failed with the run's `budget_exceeded` error, in the transaction that ends the run.
+ */
+export async function auditBudgetStop(
+  tx: Executor,
+  run: Pick<ClientCallAudit, 'runId' | 'ownerId' | 'projectId' | 'conversationId'> & { modelCalls: number },
+  error: { code: string; message: string; [key: string]: JsonValue },
+): Promise<void> {
+  const record = agentRecord(run, {
+    commandId: 'core.budget_stop',
+    plugin: 'core',
+    // One per stop: a resumed run stopped again later has spent more calls.
+    key: `${run.runId}:budget:${run.modelCalls}`,
+    params: { budget: error.budget ?? null },
+    risk: 'low',
+  })
+  const requested = await insertRequested(tx, record, { ...initialEnvelope(record, undefined), kind: 'budget' })
+  if (!requested) return
+  await recordStep(tx, 'finished', requested, record, {
+    status: 'failed',
+    error,
+    finishedAt: new Date().toISOString(),
   })
 }

@@ -3,5 +3,5 @@
  * from one definition. Below the server (its routes and OpenAPI document), the run manager (the
  * `run.created` event) and webhooks (their payloads), and above nothing but the store's types.
  */
-export { ModelParams, RequiredAction, Run, RunStatus, RunUsage, runView } from './run.js'
+export { ModelParams, RequiredAction, Run, RunStatus, RunBudget, RunUsage, runView } from './run.js'
 export { viewOf } from './view-of.js'

@@ -32,6 +32,20 @@ export const RunUsage = Type.Object(
   { title: 'RunUsage' },
 )
 
+/** The most a run may spend (docs/guides/operating.md#budgets): each limit optional. */
+export const RunBudget = Type.Object(
+  {
+    maxModelCalls: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000, description: 'Model calls' })),
+    maxTokens: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 1_000_000_000, description: 'Input plus output tokens' }),
+    ),
+    maxCost: Type.Optional(
+      Type.Number({ exclusiveMinimum: 0, maximum: 1_000_000, description: 'In the configured currency' }),
+    ),
+  },
+  { additionalProperties: false, title: 'RunBudget' },
+)
+
 /** What a run in requires_action waits for: decisions and client-tool outputs. */
 export const RequiredAction = Type.Object(
   {
@@ -113,6 +127,9 @@ export const Run = Type.Object(
       Type.Null(),
     ]),
     usage: RunUsage,
+    budget: Type.Union([RunBudget, Type.Null()], {
+      description: 'The most it may spend, checked before each model call (null: no limit)',
+    }),
     cancelReason: Type.Union([Type.String(), Type.Null()]),
     createdAt: Type.String({ format: 'date-time' }),
     updatedAt: Type.String({ format: 'date-time' }),

@@ -13,7 +13,9 @@ import {
   type RunFence,
   type RunPatch,
 } from '../store/index.js'
+import { budgetStop } from './budget.js'
 import { runCalls } from './call-executor.js'
+import { estimateTokens } from './history.js'
 import { abortDriver, type Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
 import type { KnowledgeContext } from './knowledge-context.js'
@@ -159,6 +161,10 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
       run = opened.run
       roundDone = false
+      // The run's budget, before the call that would spend more (docs/guides/operating.md#budgets).
+      const overBudget = budgetStop(run, estimateTokens(messages), kit.models.priceOf(model.id))
+      if (overBudget)
+        return await kit.writer.end(runId, { status: 'failed', error: overBudget, openCalls: 'interrupted' }, { fence })
       const turn = await modelTurn(kit, run, model, tools, messages, messageId, driver)
       if (turn.kind === 'ended') return // completed with its answer, failed, cancelled or suspended
       if (atCap) {

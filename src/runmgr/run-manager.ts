@@ -24,6 +24,7 @@ import {
   type Run,
   type RunProfile,
   type Store,
+  type RunBudget,
   type ToolCallStatus,
 } from '../store/index.js'
 import { resolveClientTools } from './client-tools.js'
@@ -31,6 +32,7 @@ import { ModelSlots } from './model-slots.js'
 import { abortDriver } from './driver.js'
 import { DriverPool } from './driver-pool.js'
 import { LeaseClock } from './leases.js'
+import { budgetStop } from './budget.js'
 import { RunDecisions } from './run-decisions.js'
 import { RunWriter, cancelEnd } from './run-writer.js'
 import { RunSweeper } from './run-sweeper.js'
@@ -73,6 +75,8 @@ export interface RunManagerOptions {
   maxResumes?: number
   /** How long a graceful stop lets tool calls in flight finish before aborting them (PLINTH_SHUTDOWN_GRACE). */
   shutdownGraceMs?: number
+  /** Every run's budget unless its request sets its own limits (`budgets.run`). */
+  runBudget?: RunBudget
 }
 
 export interface CreateRunInput {
@@ -86,6 +90,8 @@ export interface CreateRunInput {
   knowledge?: { autoInject?: boolean }
   /** Override the project's (and the model's configured) parameters for this run. */
   modelParams?: ModelParams
+  /** The most this run may spend, over the server's default run budget (docs/guides/operating.md#budgets). */
+  budget?: RunBudget
 }
 
 /**
@@ -103,6 +109,7 @@ const resumableCodes = [
   'interrupted',
   'tools_unsupported',
   'unknown_model',
+  'budget_exceeded',
 ]
 
 export class RunManager {
@@ -248,6 +255,18 @@ export class RunManager {
       )
     }
     const maxIterations = input.maxIterations ?? 10
+    // The server's default cost limit cannot hold a model without a price; one the request asks for is refused.
+    const { maxCost: defaultMaxCost, ...defaults } = this.#options.runBudget ?? {}
+    const budget: RunBudget = {
+      ...defaults,
+      ...(defaultMaxCost !== undefined && models.priceOf(model) && { maxCost: defaultMaxCost }),
+      ...input.budget,
+    }
+    if (input.budget?.maxCost !== undefined && !models.priceOf(model))
+      throw new RunRequestError(
+        'validation_failed',
+        `budget.maxCost needs a price: model ${model} has none (models[].pricing)`,
+      )
     const lease = this.#leases.newLease()
     const newRun: NewRun = {
       conversationId: conversation.id,
@@ -260,6 +279,7 @@ export class RunManager {
       input: input.input,
       ...(input.knowledge?.autoInject === false && { knowledge: { autoInject: false } }),
       profile,
+      ...(Object.keys(budget).length > 0 && { budget }),
       view: runView,
     }
     // One statement starts the run, queues it, or reports the active run; with a hook, inside the
@@ -436,7 +456,7 @@ export class RunManager {
    * Resumes a run that failed upstream (or was interrupted) from its last checkpoint: the transcript
    * already holds every finished round, so no completed tool call runs again.
    */
-  async resume(runId: string): Promise<Run> {
+  async resume(runId: string, options: { budget?: RunBudget } = {}): Promise<Run> {
     const { store } = this.#options
     if (this.#pool.stopping)
       throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
@@ -459,7 +479,20 @@ export class RunManager {
             'unknown_model',
             `model ${run.model} is not configured; configure it again, then resume`,
           )
-        return resumeFailedRun(tx, runId, lease)
+        // A raised budget goes with the resume; one still spent would stop the run again at once.
+        const budget = options.budget ? { ...run.budget, ...options.budget } : run.budget
+        if (options.budget?.maxCost !== undefined && !this.#options.models.priceOf(run.model))
+          throw new RunRequestError(
+            'validation_failed',
+            `budget.maxCost needs a price: model ${run.model} has none (models[].pricing)`,
+          )
+        const spent = budgetStop({ ...run, budget }, 0, this.#options.models.priceOf(run.model))
+        if (spent)
+          throw new RunRequestError(
+            'run_not_resumable',
+            `the run's budget ${spent.budget.limit} (${spent.budget.value}) is still spent (${spent.budget.used}); resume with a higher one: {"budget": {"${spent.budget.limit}": …}}`,
+          )
+        return resumeFailedRun(tx, runId, lease, options.budget ? budget : undefined)
       })
     } catch (error) {
       // Only the one-active-run index means another run is active; anything else is a refusal or a real failure.

@@ -164,7 +164,22 @@ const runEvents: TSchema[] = [
       {
         runId: Type.String(),
         error: Type.Object(
-          { code: Type.String(), message: Type.String(), upstreamStatus: Type.Optional(Type.Integer()) },
+          {
+            code: Type.String(),
+            message: Type.String(),
+            upstreamStatus: Type.Optional(Type.Integer()),
+            budget: Type.Optional(
+              Type.Object(
+                {
+                  scope: Type.String(),
+                  limit: Type.String({ description: '`maxModelCalls`, `maxTokens` or `maxCost`' }),
+                  value: Type.Number(),
+                  used: Type.Number(),
+                },
+                closed,
+              ),
+            ),
+          },
           closed,
         ),
         usage: RunUsage,

@@ -2,7 +2,7 @@ import { Type, type Static, type TSchema } from 'typebox'
 import { ModelParams, RequiredAction } from '../resources/index.js'
 
 // The run's schemas are defined with its view (src/resources); routes take them from here.
-export { ModelParams, RequiredAction, Run, RunStatus, RunUsage } from '../resources/index.js'
+export { ModelParams, RequiredAction, Run, RunStatus, RunBudget, RunUsage } from '../resources/index.js'
 
 /** Request bodies and query strings reject unknown fields. */
 const strict = { additionalProperties: false } as const

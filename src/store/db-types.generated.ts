@@ -268,6 +268,7 @@ export interface RagSettings {
 
 export interface Runs {
   approval_policy: Generated<string>
+  budget: JsonColumn | null
   cancel_reason: string | null
   client_tools: Generated<JsonColumn>
   conversation_id: string

@@ -152,6 +152,7 @@ export {
   type NewRun,
   type RunPatch,
   type RunUsage,
+  type RunBudget,
   type ModelCallUsage,
   noUsage,
   withModelCall,

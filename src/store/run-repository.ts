@@ -21,6 +21,8 @@ export interface Run {
   requiredAction: JsonValue | null
   error: JsonValue | null
   usage: RunUsage
+  /** The most it may spend (checked before each model call); null: no limit. */
+  budget: RunBudget | null
   cancelReason: string | null
   createdAt: string
   updatedAt: string
@@ -74,6 +76,7 @@ export interface NewRun {
   /** `{autoInject: false}` turns knowledge injection off for this run. */
   knowledge?: JsonValue | null
   profile?: RunProfile
+  budget?: RunBudget | null
   /** The new run as its `run.created` event shows it: the API's view, which is not the store's to define. */
   view: (run: Run) => { [key: string]: JsonValue }
 }
@@ -112,6 +115,7 @@ export interface RunPatch {
   requiredAction?: JsonValue | null
   error?: JsonValue | null
   usage?: RunUsage
+  budget?: RunBudget | null
   cancelReason?: string | null
   started?: boolean
   ended?: boolean
@@ -149,6 +153,7 @@ export function patchColumns(patch: RunPatch): Updateable<Database['runs']> {
     }),
     ...(patch.error !== undefined && { error: patch.error === null ? null : storableJson(patch.error) }),
     ...(patch.usage !== undefined && { usage: storableJson(patch.usage) }),
+    ...(patch.budget !== undefined && { budget: patch.budget === null ? null : storableJson(patch.budget) }),
     ...(patch.cancelReason !== undefined && { cancel_reason: patch.cancelReason }),
     ...(patch.started && { started_at: new Date() }),
     ...(patch.ended && { ended_at: new Date() }),
@@ -449,6 +454,7 @@ export function toRun(row: RunRow): Run {
     requiredAction: row.required_action,
     error: row.error,
     usage: runUsage(row.usage),
+    budget: runBudget(row.budget),
     cancelReason: row.cancel_reason,
     createdAt: row.created_at.toISOString(),
     updatedAt: row.updated_at.toISOString(),
@@ -489,6 +495,24 @@ export type RunUsage = {
   reasoningTokens: number
   modelCalls: number
   cost: number | null
+}
+
+/** The most a run may spend; each limit optional (docs/guides/operating.md#budgets). */
+export type RunBudget = {
+  maxModelCalls?: number
+  maxTokens?: number
+  /** In the configured currency. */
+  maxCost?: number
+}
+
+/** A stored budget (null: none). */
+export function runBudget(stored: unknown): RunBudget | null {
+  if (stored === null || typeof stored !== 'object') return null
+  const value = stored as Record<string, unknown>
+  const budget: RunBudget = {}
+  for (const key of ['maxModelCalls', 'maxTokens', 'maxCost'] as const)
+    if (typeof value[key] === 'number') budget[key] = value[key]
+  return Object.keys(budget).length > 0 ? budget : null
 }
 
 /** A run's usage before anything was called. */

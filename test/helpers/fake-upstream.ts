@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { OpenAIChatModel } from '../../src/llm/index.js'
 
 /** How a streamed reply is written. */
 export interface StreamReplyOptions {
@@ -351,4 +352,17 @@ export function anthropicToolUseEvents(
     ...deltas,
     { event: 'content_block_stop', data: { type: 'content_block_stop', index } },
   ]
+}
+
+/** An OpenAI-compatible model `id` that calls `upstream` (a short idle timeout: tests wait for nothing). */
+export function fakeOpenAIModel(upstream: FakeUpstream, id: string): OpenAIChatModel {
+  return new OpenAIChatModel({
+    id,
+    model: 'gpt-test',
+    baseUrl: `${upstream.url}/v1`,
+    apiKey: 'sk-test-secret-key-0123456789',
+    contextWindow: 100_000,
+    supportsTools: true,
+    idleTimeoutMs: 2_000,
+  })
 }

@@ -17,7 +17,7 @@ import {
 import type { McpServerConfig } from '../../src/mcp/index.js'
 import type { RunManager } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
-import { createToken, createUser, revokeToken, type Store, type User } from '../../src/store/index.js'
+import { createToken, createUser, revokeToken, type RunBudget, type Store, type User } from '../../src/store/index.js'
 import { defaultWebhookSettings, WebhookDeliverer, type WebhookSettings } from '../../src/webhooks/index.js'
 import { assertLedgerInvariant } from './ledger.js'
 
@@ -72,6 +72,8 @@ export async function startTestServer(
     models?: LanguageModel[] | ModelSettings[]
     /** Prices of prebuilt models, by id. */
     prices?: ReadonlyMap<string, ModelPricing>
+    /** The server's default run budget. */
+    runBudget?: RunBudget
     toolOutputLimit?: number
     llmConcurrency?: number
     llmConcurrencyPerUser?: number
@@ -95,6 +97,7 @@ export async function startTestServer(
     allowanceTtlMs = 3_600_000,
     models = [],
     prices,
+    runBudget,
     toolOutputLimit,
     llmConcurrency,
     llmConcurrencyPerUser,
@@ -144,6 +147,7 @@ export async function startTestServer(
   const runs = await setUpRuns(store, bus, {
     models,
     ...(prices && { prices }),
+    ...(runBudget && { runBudget }),
     logger,
     actionTtlMs,
     observer: createAgentMetrics(metrics, bus),

@@ -15,6 +15,7 @@ import {
   IdParams,
   Message,
   ModelParams,
+  RunBudget,
   problemResponses,
   Run as RunSchema,
   RunList,
@@ -55,6 +56,7 @@ const RunCreate = Type.Object(
       ),
     ),
     modelParams: Type.Optional(ModelParams),
+    budget: Type.Optional(RunBudget),
   },
   { additionalProperties: false },
 )
@@ -304,13 +306,23 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         summary:
           'Resume a run that failed upstream (or was interrupted, or lost its model) from its last checkpoint; no completed tool call runs again',
         params: IdParams,
+        body: Type.Optional(
+          Type.Object(
+            {
+              // Raise the run's budget (limits not given are kept); needed after budget_exceeded.
+              budget: Type.Optional(RunBudget),
+            },
+            { additionalProperties: false },
+          ),
+        ),
         response: { 200: RunView, ...problemResponses, 409: problem, 422: problem, 503: problem },
       },
     },
     async (request) => {
       const run = await runQueries.resolve(caller(request), request.params.id)
       // Refusals are RunRequestErrors: run_not_resumable, run_active, unknown_model, shutting_down.
-      return runView(await runs.resume(run.id))
+      const budget = request.body?.budget
+      return runView(await runs.resume(run.id, budget ? { budget } : {}))
     },
   )
 

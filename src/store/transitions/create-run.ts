@@ -70,6 +70,7 @@ export async function createRun(
     required_action: null,
     error: null,
     usage: noUsage,
+    budget: input.budget ?? null,
     cancel_reason: null,
     created_at: now,
     updated_at: now,
@@ -109,11 +110,11 @@ export async function createRun(
     ),
     r as (
       insert into runs (id, conversation_id, project_id, owner_id, model, status, phase, iteration, max_iterations, approval_policy,
-                        client_tools, usage, created_at, updated_at, started_at, knowledge, profile, lease_owner, lease_expires_at)
+                        client_tools, usage, budget, created_at, updated_at, started_at, knowledge, profile, lease_owner, lease_expires_at)
       select ${running.id}, ${running.conversation_id}, ${running.project_id}, ${running.owner_id}, ${running.model},
              case when a.active is null then 'running' else 'queued' end, case when a.active is null then 'thinking' end,
              0, ${running.max_iterations}::int, ${running.approval_policy}, ${json(running.client_tools)}::jsonb,
-             ${json(running.usage)}::jsonb, ${now}::timestamptz, ${now}::timestamptz,
+             ${json(running.usage)}::jsonb, ${json(running.budget)}::jsonb, ${now}::timestamptz, ${now}::timestamptz,
              case when a.active is null then ${now}::timestamptz end, ${json(running.knowledge)}::jsonb, ${json(running.profile)}::jsonb,
              case when a.active is null then ${lease.owner} end, case when a.active is null then ${lease.expiresAt}::timestamptz end
       from a where a.active is null or ${options.allowQueue}::boolean
