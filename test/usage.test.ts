@@ -162,6 +162,20 @@ for (const engine of apiEngines()) {
       expect(second.body.groups.map((group: { key: string }) => group.key)).toEqual(['priced'])
       expect(second.body.nextCursor).toBeNull()
 
+      // By UTC day and month (the calls were all made just now), and by run.
+      const today = new Date().toISOString().slice(0, 10)
+      const byDay = await server.request('GET', '/api/usage?groupBy=day', { token: alice.token })
+      const byMonth = await server.request('GET', '/api/usage?groupBy=month', { token: alice.token })
+      const byRun = await server.request('GET', '/api/usage?groupBy=run', { token: alice.token })
+      // A day or month may turn over between the calls and the report: then there are two groups.
+      expect(byDay.body.groups.at(-1).key >= today).toBe(true)
+      expect(byMonth.body.groups.at(-1).key >= today.slice(0, 7)).toBe(true)
+      for (const report of [byDay, byMonth])
+        expect(
+          report.body.groups.reduce((sum: number, group: { modelCalls: number }) => sum + group.modelCalls, 0),
+        ).toBe(4)
+      expect(byRun.body.groups).toHaveLength(3)
+
       // A time window: nothing yet in the future.
       const later = await server.request('GET', `/api/usage?from=${encodeURIComponent('2999-01-01T00:00:00Z')}`, {
         token: alice.token,
