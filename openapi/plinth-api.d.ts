@@ -139,7 +139,7 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        /** Disable or re-enable a user (disabled users cannot authenticate) */
+        /** Disable or re-enable a user (disabled users cannot authenticate); set their budget per day and month */
         patch: operations["updateUser"];
         trace?: never;
     };
@@ -1437,6 +1437,13 @@ export interface components {
             temperature?: number;
             topP?: number;
         };
+        /** PeriodLimits */
+        PeriodLimits: {
+            /** @description In the configured currency (calls of models without a price count nothing) */
+            maxCost?: number;
+            /** @description Input plus output tokens */
+            maxTokens?: number;
+        };
         Problem: {
             /** @description run_active: the run in the way */
             activeRunId?: string;
@@ -1444,6 +1451,19 @@ export interface components {
             activeStatus?: string;
             /** @description run_active: what it waits for (its requiredAction) */
             awaiting?: components["schemas"]["RequiredAction"] | null;
+            /** @description budget_exceeded: the budget that is spent */
+            budget?: {
+                /** @description `maxTokens` or `maxCost` */
+                limit: string;
+                /** @description `daily` or `monthly` */
+                period: string;
+                /** Format: date-time */
+                resetAt: string;
+                /** @description `project` or `user` */
+                scope: string;
+                used: number;
+                value: number;
+            };
             code: string;
             /** @description command_error: the code the plugin’s command gave */
             commandCode?: string;
@@ -1469,12 +1489,18 @@ export interface components {
             probe?: unknown;
             /** @description Why the risk gate or a command refused */
             reasons?: string[];
+            /**
+             * Format: date-time
+             * @description budget_exceeded: when the spent budget resets
+             */
+            resetAt?: string;
             status: number;
             title: string;
             type: string;
         };
         /** Project */
         Project: {
+            budget: components["schemas"]["ProjectBudget"] | null;
             /** Format: date-time */
             createdAt: string;
             defaultModel: string | null;
@@ -1494,6 +1520,12 @@ export interface components {
             tools: string[] | null;
             /** Format: date-time */
             updatedAt: string;
+        };
+        /** ProjectBudget */
+        ProjectBudget: {
+            daily?: components["schemas"]["PeriodLimits"];
+            monthly?: components["schemas"]["PeriodLimits"];
+            run?: components["schemas"]["RunBudget"];
         };
         /** ProtectedResourceMetadata */
         ProtectedResourceMetadata: {
@@ -1718,6 +1750,14 @@ export interface components {
                     budget?: {
                         /** @description `maxModelCalls`, `maxTokens` or `maxCost` */
                         limit: string;
+                        /** @description `daily` or `monthly` (project and user budgets) */
+                        period?: string;
+                        /**
+                         * Format: date-time
+                         * @description When the period resets
+                         */
+                        resetAt?: string;
+                        /** @description `run`, `project` or `user` */
                         scope: string;
                         used: number;
                         value: number;
@@ -1893,6 +1933,7 @@ export interface components {
         StreamEvent: {
             data: {
                 project: {
+                    budget: components["schemas"]["ProjectBudget"] | null;
                     /** Format: date-time */
                     createdAt: string;
                     defaultModel: string | null;
@@ -1919,6 +1960,7 @@ export interface components {
         } | {
             data: {
                 project: {
+                    budget: components["schemas"]["ProjectBudget"] | null;
                     /** Format: date-time */
                     createdAt: string;
                     defaultModel: string | null;
@@ -2292,6 +2334,14 @@ export interface components {
                     budget?: {
                         /** @description `maxModelCalls`, `maxTokens` or `maxCost` */
                         limit: string;
+                        /** @description `daily` or `monthly` (project and user budgets) */
+                        period?: string;
+                        /**
+                         * Format: date-time
+                         * @description When the period resets
+                         */
+                        resetAt?: string;
+                        /** @description `run`, `project` or `user` */
                         scope: string;
                         used: number;
                         value: number;
@@ -2450,11 +2500,18 @@ export interface components {
         };
         /** User */
         User: {
+            /** @description What their model calls may spend per day and month (null: no limit); set by the operator */
+            budget: components["schemas"]["UserBudget"] | null;
             /** Format: date-time */
             createdAt: string;
             disabled: boolean;
             id: string;
             name: string;
+        };
+        /** UserBudget */
+        UserBudget: {
+            daily?: components["schemas"]["PeriodLimits"];
+            monthly?: components["schemas"]["PeriodLimits"];
         };
         /** Webhook */
         Webhook: {
@@ -3173,7 +3230,9 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    disabled: boolean;
+                    /** @description What their model calls may spend per day and month, on every project; null removes it */
+                    budget?: components["schemas"]["UserBudget"] | null;
+                    disabled?: boolean;
                 };
             };
         };
@@ -6026,6 +6085,8 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description What runs here may spend per day and month, and their default run budget; null removes it */
+                    budget?: components["schemas"]["ProjectBudget"] | null;
                     /** @description A configured model id (GET /api/models) runs use when they name none; null clears it */
                     defaultModel?: string | null;
                     description?: string;
@@ -6253,6 +6314,8 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
+                    /** @description What runs here may spend per day and month, and their default run budget; null removes it */
+                    budget?: components["schemas"]["ProjectBudget"] | null;
                     /** @description A configured model id (GET /api/models) runs use when they name none; null clears it */
                     defaultModel?: string | null;
                     description?: string;

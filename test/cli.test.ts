@@ -166,7 +166,13 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
       for (const token of [aliceToken, phoneToken]) {
         const me = await http(server.url, 'GET', '/api/me', { token })
         expect(me.status).toBe(200)
-        expect(me.body).toEqual({ id: aliceId, name: 'alice', disabled: false, createdAt: expect.any(String) })
+        expect(me.body).toEqual({
+          id: aliceId,
+          name: 'alice',
+          disabled: false,
+          budget: null,
+          createdAt: expect.any(String),
+        })
       }
       for (const token of [issued.token, carolToken ?? 'carol token missing']) {
         const denied = await http(server.url, 'GET', '/api/me', { token })

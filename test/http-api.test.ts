@@ -80,7 +80,13 @@ for (const engine of apiEngines()) {
     it('identifies the caller', async () => {
       const me = await server.request('GET', '/api/me', { token: alice.token })
       expect(me.status).toBe(200)
-      expect(me.body).toEqual({ id: alice.user.id, name: 'alice', disabled: false, createdAt: expect.any(String) })
+      expect(me.body).toEqual({
+        id: alice.user.id,
+        name: 'alice',
+        disabled: false,
+        budget: null,
+        createdAt: expect.any(String),
+      })
     })
 
     it('creates, reads, updates and soft-deletes projects, with camelCase JSON and a request id', async () => {
@@ -101,6 +107,7 @@ for (const engine of apiEngines()) {
         modelParams: {},
         tools: null,
         injectMemberKnowledge: false,
+        budget: null,
         shared: false,
         createdAt: expect.any(String),
         updatedAt: expect.any(String),

@@ -72,6 +72,8 @@ export const errorNotes = {
   quota_exceeded:
     "a work-directory upload, `write_file` or execution past the conversation's or the user's disk quota; knowledge past the user's volume",
   too_many_runs: 'the caller already has `maxActiveRunsPerUser` runs queued or running',
+  budget_exceeded:
+    'a new run (or a resume) while the project or the user has spent its daily or monthly budget; `budget` names it, `resetAt` says when it resets (and `Retry-After` in how many seconds)',
   too_many_uploads: 'more uploads in flight than `uploads.perUser` / `uploads.total` (`Retry-After`)',
   result_not_stored: "a command's outcome could not be stored; the dispatch ended `failed` with the database's reason",
   rate_limited: 'over a rate limit (per address, per failed authentication, per token) or the connection cap',

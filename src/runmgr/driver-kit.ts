@@ -5,6 +5,7 @@ import type { Retriever } from '../rag/index.js'
 import type { Store } from '../store/index.js'
 import type { LeaseClock } from './leases.js'
 import type { ModelSlots } from './model-slots.js'
+import type { PeriodBudgets } from './period-budgets.js'
 import type { RunObserver } from './run-observer.js'
 import type { RunWriter } from './run-writer.js'
 
@@ -23,6 +24,8 @@ export interface DriverKit {
   observer: RunObserver | undefined
   ledger: CallLedger
   modelSlots: ModelSlots
+  /** Project and user budgets per day and month, checked before each model call. */
+  periodBudgets: PeriodBudgets
   leases: LeaseClock
   /** The fenced writes and the ends of runs. */
   writer: RunWriter

@@ -23,7 +23,8 @@ import {
 
 type ProfileInput = Partial<AgentProfile> & { runtimes?: string[] }
 
-const profileKeys = ['systemPrompt', 'defaultModel', 'modelParams', 'tools', 'injectMemberKnowledge'] as const
+// What the audit log records changes of: the agent's profile, and what its runs may spend.
+const profileKeys = ['systemPrompt', 'defaultModel', 'modelParams', 'tools', 'injectMemberKnowledge', 'budget'] as const
 
 export interface ProjectServiceDeps {
   store: Store

@@ -9,12 +9,14 @@ export class RunRequestError extends RequestError {
       | 'shutting_down'
       | 'client_tool_conflict'
       | 'too_many_runs'
+      | 'budget_exceeded'
       | 'run_active'
       | 'run_not_resumable'
       | 'run_not_waiting',
     message: string,
+    more?: { extensions?: Record<string, unknown>; retryAfter?: number },
   ) {
-    super(code, message)
+    super(code, message, undefined, more)
     this.name = 'RunRequestError'
   }
 }

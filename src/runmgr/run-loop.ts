@@ -161,8 +161,13 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
       run = opened.run
       roundDone = false
-      // The run's budget, before the call that would spend more (docs/guides/operating.md#budgets).
-      const overBudget = budgetStop(run, estimateTokens(messages), kit.models.priceOf(model.id))
+      // The run's budget, then its project's and user's for the day and month, before the call that
+      // would spend more (docs/guides/operating.md#budgets).
+      const promptTokens = estimateTokens(messages)
+      const pricing = kit.models.priceOf(model.id)
+      const overBudget =
+        budgetStop(run, promptTokens, pricing) ??
+        (await kit.periodBudgets.stop({ projectId: run.projectId, userId: run.ownerId }, promptTokens, pricing))
       if (overBudget)
         return await kit.writer.end(runId, { status: 'failed', error: overBudget, openCalls: 'interrupted' }, { fence })
       const turn = await modelTurn(kit, run, model, tools, messages, messageId, driver)

@@ -33,6 +33,7 @@ import { abortDriver } from './driver.js'
 import { DriverPool } from './driver-pool.js'
 import { LeaseClock } from './leases.js'
 import { budgetStop } from './budget.js'
+import { PeriodBudgets } from './period-budgets.js'
 import { RunDecisions } from './run-decisions.js'
 import { RunWriter, cancelEnd } from './run-writer.js'
 import { RunSweeper } from './run-sweeper.js'
@@ -120,6 +121,7 @@ export class RunManager {
   readonly #pool: DriverPool
   readonly #decisions: RunDecisions
   readonly #sweeper: RunSweeper
+  readonly #periodBudgets: PeriodBudgets
   #unsubscribe: Array<() => void> = []
 
   constructor(options: RunManagerOptions) {
@@ -132,6 +134,7 @@ export class RunManager {
       observer: options.observer,
     })
     this.#writer = new RunWriter({ store, bus, log, ledger: this.#ledger, leases: this.#leases })
+    this.#periodBudgets = new PeriodBudgets(store)
     this.#pool = new DriverPool({
       store,
       bus,
@@ -142,6 +145,7 @@ export class RunManager {
       observer: options.observer,
       ledger: this.#ledger,
       modelSlots: new ModelSlots(options.maxConcurrentModelCalls ?? 16, options.maxConcurrentModelCallsPerUser),
+      periodBudgets: this.#periodBudgets,
       leases: this.#leases,
       writer: this.#writer,
     })
@@ -254,9 +258,11 @@ export class RunManager {
         `you have ${cap} runs queued or running (the most one user may have at once); wait for one to finish, or cancel one`,
       )
     }
+    await this.#periodBudgets.refuseWhenSpent({ projectId: conversation.projectId, userId })
     const maxIterations = input.maxIterations ?? 10
-    // The server's default cost limit cannot hold a model without a price; one the request asks for is refused.
-    const { maxCost: defaultMaxCost, ...defaults } = this.#options.runBudget ?? {}
+    // The project's and the server's default cost limit cannot hold a model without a price; one the
+    // request asks for is refused.
+    const { maxCost: defaultMaxCost, ...defaults } = { ...this.#options.runBudget, ...project?.budget?.run }
     const budget: RunBudget = {
       ...defaults,
       ...(defaultMaxCost !== undefined && models.priceOf(model) && { maxCost: defaultMaxCost }),
@@ -492,6 +498,7 @@ export class RunManager {
             'run_not_resumable',
             `the run's budget ${spent.budget.limit} (${spent.budget.value}) is still spent (${spent.budget.used}); resume with a higher one: {"budget": {"${spent.budget.limit}": …}}`,
           )
+        await this.#periodBudgets.refuseWhenSpent({ projectId: run.projectId, userId: run.ownerId }, tx)
         return resumeFailedRun(tx, runId, lease, options.budget ? budget : undefined)
       })
     } catch (error) {

@@ -31,6 +31,7 @@ export function handleError(
   if (body.status >= 500) request.log.error({ err: error }, 'request failed')
   // A route may have set a richer challenge (the MCP endpoint names its resource metadata).
   if (code === 'unauthorized' && !reply.hasHeader('www-authenticate')) reply.header('www-authenticate', 'Bearer')
+  if (error instanceof RequestError && error.retryAfter !== undefined) reply.header('retry-after', error.retryAfter)
   if (code === 'payload_too_large' && !request.raw.complete) {
     // Closing now would cut the client off mid-send, before it reads this answer: drain, then go on.
     reply.removeHeader('connection')
@@ -46,7 +47,11 @@ function classify(
   if (error instanceof HttpProblem) return { code: error.code, detail: error.message, extensions: error.extensions }
   // A module service's refusal (not found, forbidden, a bad field): the caller's mistake, never a 500.
   if (error instanceof RequestError)
-    return { code: error.code, detail: error.message, ...(error.errors && { extensions: { errors: error.errors } }) }
+    return {
+      code: error.code,
+      detail: error.message,
+      extensions: { ...error.extensions, ...(error.errors && { errors: error.errors }) },
+    }
   const fastifyError = error as FastifyError & { validation?: ValidationIssue[]; validationContext?: string }
   if (fastifyError.validation) {
     const all = fastifyError.validation

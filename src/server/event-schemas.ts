@@ -171,10 +171,14 @@ const runEvents: TSchema[] = [
             budget: Type.Optional(
               Type.Object(
                 {
-                  scope: Type.String(),
+                  scope: Type.String({ description: '`run`, `project` or `user`' }),
+                  period: Type.Optional(
+                    Type.String({ description: '`daily` or `monthly` (project and user budgets)' }),
+                  ),
                   limit: Type.String({ description: '`maxModelCalls`, `maxTokens` or `maxCost`' }),
                   value: Type.Number(),
                   used: Type.Number(),
+                  resetAt: Type.Optional(Type.String({ format: 'date-time', description: 'When the period resets' })),
                 },
                 closed,
               ),

@@ -57,6 +57,7 @@ export const problemCatalogue = {
   quota_exceeded: { status: 507, title: 'Storage quota exceeded' },
   too_many_uploads: { status: 429, title: 'Too many uploads at once' },
   too_many_runs: { status: 429, title: 'Too many runs queued or running' },
+  budget_exceeded: { status: 429, title: 'The budget for this period is spent' },
   result_not_stored: { status: 502, title: 'The command’s result could not be stored' },
   uri_too_long: { status: 414, title: 'URI too long' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },

@@ -1,5 +1,5 @@
 import { Type, type Static, type TSchema } from 'typebox'
-import { ModelParams, RequiredAction } from '../resources/index.js'
+import { ModelParams, RequiredAction, RunBudget } from '../resources/index.js'
 
 // The run's schemas are defined with its view (src/resources); routes take them from here.
 export { ModelParams, RequiredAction, Run, RunStatus, RunBudget, RunUsage } from '../resources/index.js'
@@ -26,11 +26,48 @@ export function PageOf<T extends TSchema>(item: T) {
   return Type.Object({ items: Type.Array(item), nextCursor: Type.Union([Type.String(), Type.Null()]) })
 }
 
+const PeriodLimits = Type.Object(
+  {
+    maxTokens: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 1_000_000_000_000, description: 'Input plus output tokens' }),
+    ),
+    maxCost: Type.Optional(
+      Type.Number({
+        exclusiveMinimum: 0,
+        maximum: 1_000_000_000,
+        description: 'In the configured currency (calls of models without a price count nothing)',
+      }),
+    ),
+  },
+  { additionalProperties: false, title: 'PeriodLimits' },
+)
+const periodFields = {
+  // Per UTC day (reset at 00:00 UTC) and per calendar month in UTC.
+  daily: Type.Optional(PeriodLimits),
+  monthly: Type.Optional(PeriodLimits),
+}
+
+/** A user's budget (docs/guides/operating.md#budgets): the operator's cap on what they spend on every project. */
+export const UserBudget = Type.Object(periodFields, { additionalProperties: false, title: 'UserBudget' })
+
+/** A project's budget: per day and month for everyone's runs there, and its runs' default run budget. */
+export const ProjectBudget = Type.Object(
+  {
+    ...periodFields,
+    // Its runs' budget unless their request sets the limit itself.
+    run: Type.Optional(RunBudget),
+  },
+  { additionalProperties: false, title: 'ProjectBudget' },
+)
+
 export const User = Type.Object(
   {
     id: Type.String(),
     name: Type.String(),
     disabled: Type.Boolean(),
+    budget: Type.Union([UserBudget, Type.Null()], {
+      description: 'What their model calls may spend per day and month (null: no limit); set by the operator',
+    }),
     createdAt: Type.String({ format: 'date-time' }),
   },
   { title: 'User' },
@@ -85,6 +122,11 @@ const profileFields = {
         'Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones)',
     }),
   ),
+  budget: Type.Optional(
+    Type.Union([ProjectBudget, Type.Null()], {
+      description: 'What runs here may spend per day and month, and their default run budget; null removes it',
+    }),
+  ),
 }
 
 export const Project = Type.Object(
@@ -106,6 +148,7 @@ export const Project = Type.Object(
     injectMemberKnowledge: Type.Boolean({
       description: 'Whether automatic knowledge injection also uses items other members published',
     }),
+    budget: Type.Union([ProjectBudget, Type.Null()]),
     shared: Type.Boolean({ description: 'True when the caller sees the project through sharing, not ownership.' }),
     createdAt: Type.String({ format: 'date-time' }),
     updatedAt: Type.String({ format: 'date-time' }),
@@ -427,6 +470,22 @@ export const Problem = Type.Object(
     ),
     missing: Type.Optional(
       Type.Array(Type.String(), { description: 'incomplete_resume (AG-UI): what the input left unanswered' }),
+    ),
+    budget: Type.Optional(
+      Type.Object(
+        {
+          scope: Type.String({ description: '`project` or `user`' }),
+          period: Type.String({ description: '`daily` or `monthly`' }),
+          limit: Type.String({ description: '`maxTokens` or `maxCost`' }),
+          value: Type.Number(),
+          used: Type.Number(),
+          resetAt: Type.String({ format: 'date-time' }),
+        },
+        { additionalProperties: false, description: 'budget_exceeded: the budget that is spent' },
+      ),
+    ),
+    resetAt: Type.Optional(
+      Type.String({ format: 'date-time', description: 'budget_exceeded: when the spent budget resets' }),
     ),
   },
   { additionalProperties: false, $id: 'Problem' },

@@ -2,6 +2,7 @@ import type { Store } from './open-store.js'
 import type { Page, PageRequest } from './page.js'
 import { issueStreamTicket, redeemStreamTicket } from './stream-ticket-repository.js'
 import { RequestError, notFoundError } from './store-errors.js'
+import { setUserBudget, type PeriodBudget } from './budget-repository.js'
 import {
   authenticateToken,
   createToken,
@@ -55,6 +56,12 @@ export class Accounts {
   /** By id or by name. */
   findUser(idOrName: string): Promise<User | undefined> {
     return findUser(this.#store, idOrName)
+  }
+
+  /** Sets (null: removes) what the user's model calls may spend per day and month. */
+  async setBudget(id: string, budget: PeriodBudget | null): Promise<User> {
+    if (!(await setUserBudget(this.#store, id, budget))) throw notFoundError('user')
+    return this.user(id)
   }
 
   async setDisabled(id: string, disabled: boolean): Promise<User> {

@@ -244,6 +244,7 @@ export interface PluginKv {
 }
 
 export interface Projects {
+  budget: JsonColumn | null
   created_at: Generated<Timestamp>
   default_model: string | null
   deleted_at: Timestamp | null
@@ -334,6 +335,7 @@ export interface StreamTickets {
 }
 
 export interface Users {
+  budget: JsonColumn | null
   created_at: Generated<Timestamp>
   disabled_at: Timestamp | null
   id: string

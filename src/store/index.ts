@@ -274,3 +274,14 @@ export {
   type UsageTotals,
 } from './model-call-repository.js'
 export { endRun, endPatch, runEndedEvents, type RunEnding } from './transitions/end-run.js'
+export {
+  budgetsFor,
+  spentSince,
+  budgetPeriods,
+  type BudgetPeriod,
+  type PeriodBudget,
+  type PeriodLimits,
+  type PeriodSpending,
+  type ProjectBudget,
+  type Spent,
+} from './budget-repository.js'

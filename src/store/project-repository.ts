@@ -4,6 +4,7 @@ import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import { storableJson } from './storable.js'
 import { kysely, type Executor } from './executor.js'
+import { projectBudget, storableBudget, type ProjectBudget } from './budget-repository.js'
 
 /** Model parameters a project (or a run) sets; unset ones come from the model's configuration. */
 export interface ModelParams {
@@ -33,6 +34,8 @@ export interface Project extends AgentProfile {
   description: string
   /** Names of operator-declared runtime directories mounted read-only into the project's sandbox. */
   runtimes: string[]
+  /** What its model calls may spend per day and month, and its runs' default run budget (null: none). */
+  budget: ProjectBudget | null
   createdAt: string
   updatedAt: string
 }
@@ -41,6 +44,7 @@ export interface ProjectInput extends Partial<AgentProfile> {
   name: string
   description?: string
   runtimes?: string[]
+  budget?: ProjectBudget | null
 }
 
 /** Creates a project and its `project.created` event in the caller's transaction. */
@@ -53,6 +57,7 @@ export async function createProject(tx: Executor, ownerId: string, input: Projec
       name: input.name,
       description: input.description ?? '',
       ...(input.runtimes !== undefined && { runtimes: storableJson(input.runtimes) }),
+      ...(input.budget && { budget: storableBudget(input.budget) }),
       system_prompt: input.systemPrompt ?? null,
       default_model: input.defaultModel ?? null,
       model_params: storableJson(input.modelParams ?? {}),
@@ -126,6 +131,7 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
       ...(patch.name !== undefined && { name: patch.name }),
       ...(patch.description !== undefined && { description: patch.description }),
       ...(patch.runtimes !== undefined && { runtimes: storableJson(patch.runtimes) }),
+      ...(patch.budget !== undefined && { budget: storableBudget(patch.budget) }),
       ...(patch.systemPrompt !== undefined && { system_prompt: patch.systemPrompt }),
       ...(patch.defaultModel !== undefined && { default_model: patch.defaultModel }),
       ...(patch.modelParams !== undefined && { model_params: storableJson(patch.modelParams) }),
@@ -176,6 +182,7 @@ export function toProject(row: {
   model_params: unknown
   tools: unknown
   inject_member_knowledge?: boolean
+  budget?: unknown
   created_at: Date | string
   updated_at: Date | string
 }): Project {
@@ -192,6 +199,7 @@ export function toProject(row: {
     modelParams: (row.model_params && typeof row.model_params === 'object' ? row.model_params : {}) as ModelParams,
     tools: Array.isArray(row.tools) ? row.tools.filter((name): name is string => typeof name === 'string') : null,
     injectMemberKnowledge: row.inject_member_knowledge === true,
+    budget: projectBudget(row.budget ?? null),
     createdAt: new Date(row.created_at).toISOString(),
     updatedAt: new Date(row.updated_at).toISOString(),
   }

@@ -65,6 +65,7 @@ export type RequestErrorCode =
   | 'client_tool_conflict'
   | 'quota_exceeded'
   | 'too_many_runs'
+  | 'budget_exceeded'
   | 'run_active'
   | 'run_not_resumable'
   | 'run_not_waiting'
@@ -80,12 +81,23 @@ export type RequestErrorCode =
 export class RequestError extends Error {
   readonly code: RequestErrorCode
   readonly errors: Array<{ path: string; message: string }> | undefined
+  /** More members of the problem answer (e.g. the budget that was hit and when it resets). */
+  readonly extensions: Record<string, unknown> | undefined
+  /** Seconds after which asking again may succeed (a `Retry-After` header). */
+  readonly retryAfter: number | undefined
 
-  constructor(code: RequestErrorCode, message: string, errors?: Array<{ path: string; message: string }>) {
+  constructor(
+    code: RequestErrorCode,
+    message: string,
+    errors?: Array<{ path: string; message: string }>,
+    more?: { extensions?: Record<string, unknown>; retryAfter?: number },
+  ) {
     super(message)
     this.name = 'RequestError'
     this.code = code
     this.errors = errors
+    this.extensions = more?.extensions
+    this.retryAfter = more?.retryAfter
   }
 }
 

@@ -3,11 +3,14 @@ import { announceAccessChange } from './access-signals.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import { kysely, type Executor } from './executor.js'
+import { periodBudget, type PeriodBudget } from './budget-repository.js'
 
 export interface User {
   id: string
   name: string
   disabled: boolean
+  /** What the user's model calls may spend per day and month, on every project (set by the operator). */
+  budget: PeriodBudget | null
   createdAt: string
 }
 
@@ -169,7 +172,14 @@ export async function authenticateToken(
   const row = await kysely(db)
     .selectFrom('api_tokens')
     .innerJoin('users', 'users.id', 'api_tokens.user_id')
-    .select(['api_tokens.id as token_id', 'users.id', 'users.name', 'users.disabled_at', 'users.created_at'])
+    .select([
+      'api_tokens.id as token_id',
+      'users.id',
+      'users.name',
+      'users.disabled_at',
+      'users.budget',
+      'users.created_at',
+    ])
     .where('api_tokens.token_hash', '=', hashToken(token))
     .where('api_tokens.revoked_at', 'is', null)
     .where('users.disabled_at', 'is', null)
@@ -182,8 +192,14 @@ export async function touchToken(db: Executor, id: string): Promise<void> {
   await kysely(db).updateTable('api_tokens').set({ last_used_at: new Date() }).where('id', '=', id).execute()
 }
 
-function toUser(row: { id: string; name: string; disabled_at: Date | null; created_at: Date }): User {
-  return { id: row.id, name: row.name, disabled: row.disabled_at !== null, createdAt: row.created_at.toISOString() }
+function toUser(row: { id: string; name: string; disabled_at: Date | null; budget: unknown; created_at: Date }): User {
+  return {
+    id: row.id,
+    name: row.name,
+    disabled: row.disabled_at !== null,
+    budget: periodBudget(row.budget),
+    createdAt: row.created_at.toISOString(),
+  }
 }
 
 function toToken(row: {

@@ -2,7 +2,7 @@ import { Type } from 'typebox'
 import { verifyAuditChain } from '../../cmdbus/index.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { HttpProblem } from '../problem.js'
-import { ApiToken, IdParams, IssuedToken, PageOf, PageQuery, problemResponses, User } from '../schemas.js'
+import { ApiToken, IdParams, IssuedToken, PageOf, PageQuery, problemResponses, User, UserBudget } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['admin']
@@ -14,7 +14,17 @@ const UserCreate = Type.Object(
   },
   strict,
 )
-const UserPatch = Type.Object({ disabled: Type.Boolean() }, strict)
+const UserPatch = Type.Object(
+  {
+    disabled: Type.Optional(Type.Boolean()),
+    budget: Type.Optional(
+      Type.Union([UserBudget, Type.Null()], {
+        description: 'What their model calls may spend per day and month, on every project; null removes it',
+      }),
+    ),
+  },
+  { ...strict, minProperties: 1 },
+)
 const TokenCreate = Type.Object({ name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })) }, strict)
 const conflict = { 409: Type.Ref('Problem') }
 
@@ -163,13 +173,19 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'updateUser',
         tags,
-        summary: 'Disable or re-enable a user (disabled users cannot authenticate)',
+        summary: 'Disable or re-enable a user (disabled users cannot authenticate); set their budget per day and month',
         params: IdParams,
         body: UserPatch,
         response: { 200: User, ...problemResponses },
       },
     },
-    async (request) => accounts.setDisabled(request.params.id, request.body.disabled),
+    async (request) => {
+      const { disabled, budget } = request.body
+      let user = await accounts.user(request.params.id)
+      if (budget !== undefined) user = await accounts.setBudget(user.id, budget)
+      if (disabled !== undefined) user = await accounts.setDisabled(user.id, disabled)
+      return user
+    },
   )
 
   app.post(
