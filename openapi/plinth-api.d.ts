@@ -55,6 +55,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/admin/projects/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /** Set a project's own run quota (active runs at once, runs started per minute) */
+        patch: operations["updateProjectQuota"];
+        trace?: never;
+    };
     "/api/admin/settings": {
         parameters: {
             query?: never;
@@ -1487,6 +1504,14 @@ export interface components {
             pending?: string[];
             /** @description sandbox_unavailable: what the sandbox probe found */
             probe?: unknown;
+            /** @description too_many_runs: the quota that is full */
+            quota?: {
+                /** @description `maxActiveRuns` or `runsPerMinute` */
+                limit: string;
+                /** @description `user` or `project` */
+                scope: string;
+                value: number;
+            };
             /** @description Why the risk gate or a command refused */
             reasons?: string[];
             /**
@@ -1511,6 +1536,8 @@ export interface components {
             modelParams: components["schemas"]["ModelParams"];
             name: string;
             ownerId: string;
+            /** @description Its own run quota, set by the operator (null: the server's runQuota) */
+            quota: components["schemas"]["ProjectQuota"] | null;
             /** @description Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox. */
             runtimes: string[];
             /** @description True when the caller sees the project through sharing, not ownership. */
@@ -1526,6 +1553,13 @@ export interface components {
             daily?: components["schemas"]["PeriodLimits"];
             monthly?: components["schemas"]["PeriodLimits"];
             run?: components["schemas"]["RunBudget"];
+        };
+        /** ProjectQuota */
+        ProjectQuota: {
+            /** @description Runs queued or running in the project at once */
+            maxActiveRuns?: number;
+            /** @description Runs started in the project in any 60 seconds */
+            runsPerMinute?: number;
         };
         /** ProtectedResourceMetadata */
         ProtectedResourceMetadata: {
@@ -1944,6 +1978,8 @@ export interface components {
                     modelParams: components["schemas"]["ModelParams"];
                     name: string;
                     ownerId: string;
+                    /** @description Its own run quota, set by the operator (null: the server's runQuota) */
+                    quota: components["schemas"]["ProjectQuota"] | null;
                     /** @description Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox. */
                     runtimes: string[];
                     systemPrompt: string | null;
@@ -1971,6 +2007,8 @@ export interface components {
                     modelParams: components["schemas"]["ModelParams"];
                     name: string;
                     ownerId: string;
+                    /** @description Its own run quota, set by the operator (null: the server's runQuota) */
+                    quota: components["schemas"]["ProjectQuota"] | null;
                     /** @description Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox. */
                     runtimes: string[];
                     systemPrompt: string | null;
@@ -2657,6 +2695,81 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AuditVerdict"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateProjectQuota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A ULID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description The project's own run quota; null: the server's runQuota again */
+                    quota: components["schemas"]["ProjectQuota"] | null;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Project"];
                 };
             };
             /** @description Default Response */

@@ -108,6 +108,7 @@ for (const engine of apiEngines()) {
         tools: null,
         injectMemberKnowledge: false,
         budget: null,
+        quota: null,
         shared: false,
         createdAt: expect.any(String),
         updatedAt: expect.any(String),

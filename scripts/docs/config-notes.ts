@@ -45,6 +45,16 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       'the currency (ISO 4217 code) of `models[].pricing` and of every cost the API reports (see [Usage and cost](../guides/operating.md#usage-and-cost))',
   },
+  'runQuota.maxActiveRunsPerProject': {
+    meaning:
+      "runs one project may have queued or running at once, everyone's together (the next is 429 `too_many_runs`; an operator may set a project's own with `PATCH /api/admin/projects/:id {quota}`; see [Run quotas](../guides/operating.md#run-quotas))",
+  },
+  'runQuota.runsPerMinutePerUser': {
+    meaning: 'runs one user may start in any 60 seconds (the next is 429 `too_many_runs` with `Retry-After`)',
+  },
+  'runQuota.runsPerMinutePerProject': {
+    meaning: "runs that may start in one project in any 60 seconds, everyone's together",
+  },
   'runBudget.maxModelCalls': {
     meaning:
       'the most model calls a run may make unless its request sets `budget.maxModelCalls` (a run that reaches it fails `budget_exceeded`; see [Budgets](../guides/operating.md#budgets))',

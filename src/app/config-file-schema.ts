@@ -105,6 +105,15 @@ export const fileSchema = {
     },
     defaultModel: { type: 'string' },
     currency: { type: 'string', pattern: '^[A-Z]{3}$' },
+    runQuota: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        maxActiveRunsPerProject: { type: 'integer', minimum: 1, maximum: 100_000 },
+        runsPerMinutePerUser: { type: 'integer', minimum: 1, maximum: 100_000 },
+        runsPerMinutePerProject: { type: 'integer', minimum: 1, maximum: 100_000 },
+      },
+    },
     runBudget: {
       type: 'object',
       additionalProperties: false,

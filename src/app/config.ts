@@ -40,6 +40,8 @@ export interface PlinthConfig {
   currency: string
   /** Every run's budget unless its request sets its own limits (docs/guides/operating.md#budgets). */
   runBudget: { maxModelCalls?: number; maxTokens?: number; maxCost?: number }
+  /** Limits on starting runs beyond `maxActiveRunsPerUser`, counted in the database (docs/guides/operating.md#run-quotas). */
+  runQuota: { maxActiveRunsPerProject?: number; runsPerMinutePerUser?: number; runsPerMinutePerProject?: number }
   /**
    * What the operator set; the exec module fills in its defaults and checks them against
    * `resultMaxBytes` when the server starts (not loaded here: CLI commands that never run code stay light).
@@ -151,6 +153,7 @@ const defaults: PlinthConfig = {
   models: [],
   currency: 'USD',
   runBudget: {},
+  runQuota: {},
   exec: {},
   logLevel: 'info',
   bodyLimit: 1024 * 1024,

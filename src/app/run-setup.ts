@@ -15,7 +15,7 @@ import {
   type ProviderFactory,
 } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
-import { RunManager, type RunObserver } from '../runmgr/index.js'
+import { RunManager, type RunObserver, type RunQuota } from '../runmgr/index.js'
 import type { RunBudget, Store } from '../store/index.js'
 
 function requireBaseUrl(settings: ModelSettings): string {
@@ -80,6 +80,7 @@ export async function setUpRuns(
     llmConcurrency?: number
     llmConcurrencyPerUser?: number
     maxActiveRunsPerUser?: number
+    runQuota?: RunQuota
     maxResumes?: number
     shutdownGraceMs?: number
     retriever?: Retriever
@@ -124,6 +125,7 @@ export async function setUpRuns(
       maxConcurrentModelCallsPerUser: options.llmConcurrencyPerUser,
     }),
     ...(options.maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser: options.maxActiveRunsPerUser }),
+    ...(options.runQuota && { runQuota: options.runQuota }),
     ...(options.retriever && { retriever: options.retriever }),
     ...(options.runBudget && { runBudget: options.runBudget }),
     ...(options.maxResumes !== undefined && { maxResumes: options.maxResumes }),

@@ -101,6 +101,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       llmConcurrency: config.llmConcurrency,
       ...(config.llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser: config.llmConcurrencyPerUser }),
       maxActiveRunsPerUser: config.maxActiveRunsPerUser,
+      runQuota: config.runQuota,
       leaseMs: config.runLeaseMs,
       maxResumes: config.runMaxResumes,
       shutdownGraceMs: config.shutdownGraceMs,

@@ -1,6 +1,7 @@
 /** The run manager: the agent's ReAct loop, run state machine, context budget, recovery. */
 export { RunManager, type RunManagerOptions, type CreateRunInput, type RunObserver } from './run-manager.js'
 export { RunRequestError } from './run-errors.js'
+export { type RunQuota } from './run-quotas.js'
 export { buildModelMessages, trimToBudget, estimateTokens } from './history.js'
 export { resolveClientTools, proposeCommandTool } from './client-tools.js'
 export { ProjectService, type ProjectServiceDeps } from './project-service.js'

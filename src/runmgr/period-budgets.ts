@@ -1,5 +1,5 @@
 import type { ModelPricing } from '../llm/index.js'
-import { budgetsFor, spentSince, type Executor, type Store } from '../store/index.js'
+import { periodStanding, periodStandingRead, type TransitionRead } from '../store/index.js'
 import { budgetWindows, periodStop, type BudgetStop } from './budget.js'
 import { RunRequestError } from './run-errors.js'
 
@@ -9,36 +9,39 @@ export interface SpendingScope {
   userId: string
 }
 
+/** A check prepared for one moment: the read to carry in a statement, and the verdict on what it read. */
+export interface PeriodCheck {
+  read: TransitionRead
+  /** Before a model call of `promptTokens`: the budget it would cross, if any. */
+  stop(readValue: unknown, promptTokens: number, pricing: ModelPricing | undefined): BudgetStop | undefined
+}
+
 /**
  * Project and user budgets per UTC day and month (docs/guides/operating.md#budgets), read from the
- * database each time: every instance sees every other's calls, and a raised budget applies at once.
+ * database at each check: every instance sees every other's calls, and a raised budget applies at once.
  */
 export class PeriodBudgets {
-  readonly #store: Store
   readonly #now: () => Date
 
-  constructor(store: Store, now: () => Date = () => new Date()) {
-    this.#store = store
+  constructor(now: () => Date = () => new Date()) {
     this.#now = now
   }
 
-  /** Before a model call of `promptTokens`: the budget it would cross, if any. One read without budgets. */
-  async stop(
-    scope: SpendingScope,
-    promptTokens: number,
-    pricing: ModelPricing | undefined,
-    db: Executor = this.#store,
-  ): Promise<BudgetStop | undefined> {
-    const budgets = await budgetsFor(db, scope.projectId, scope.userId)
-    if (!budgets.project && !budgets.user) return undefined
+  /** A check whose read the statement opening a round carries (no round trip of its own). */
+  check(scope: SpendingScope): PeriodCheck {
     const windows = budgetWindows(this.#now())
-    const spending = await spentSince(db, scope, windows)
-    return periodStop(budgets, spending, windows, promptTokens, pricing)
+    return {
+      read: periodStandingRead(scope, windows),
+      stop: (readValue, promptTokens, pricing) => {
+        const { budgets, spending } = periodStanding(readValue)
+        return periodStop(budgets, spending, windows, promptTokens, pricing)
+      },
+    }
   }
 
-  /** Before a new run (or a resume): 429 `budget_exceeded` while a period budget is spent. */
-  async refuseWhenSpent(scope: SpendingScope, db: Executor = this.#store): Promise<void> {
-    const spent = await this.stop(scope, 0, undefined, db)
+  /** Before a new run (or a resume), on what `check.read` found: 429 `budget_exceeded` while a period budget is spent. */
+  refuseWhenSpent(check: PeriodCheck, readValue: unknown): void {
+    const spent = check.stop(readValue, 0, undefined)
     if (!spent || spent.budget.scope === 'run') return
     const resetAt = spent.budget.resetAt
     throw new RunRequestError(

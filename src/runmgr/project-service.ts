@@ -5,10 +5,12 @@ import {
   appendAuditEntry,
   createProject,
   deleteProject,
+  getProject,
   listProjects,
   liveProjectIdsOwnedBy,
   notFoundError,
   RequestError,
+  setProjectQuota,
   updateProject,
   type AgentProfile,
   type Executor,
@@ -17,6 +19,7 @@ import {
   type PageRequest,
   type Project,
   type ProjectInput,
+  type ProjectQuota,
   type Store,
   type User,
 } from '../store/index.js'
@@ -91,6 +94,15 @@ export class ProjectService {
       await auditProfileChange(tx, project, next, user.id)
       return next
     })
+  }
+
+  /** The operator sets (null: removes) a project's own run quota (docs/guides/operating.md#run-quotas). */
+  async setQuota(projectId: string, quota: ProjectQuota | null): Promise<Project> {
+    const { store } = this.#deps
+    if (!(await setProjectQuota(store, projectId, quota))) throw notFoundError('project')
+    const project = await getProject(store, projectId)
+    if (!project) throw notFoundError('project')
+    return project
   }
 
   /** Deletes a project of the caller's (soft: history is kept). */

@@ -150,13 +150,12 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         runEvent(run, 'round.started', { runId, iteration }),
         runEvent(run, 'message.created', { messageId, role: 'assistant' }),
       )
-      const opened = await kit.writer.transition(
-        fence,
-        patch,
-        [insertAssistantMessageWrite(run, messageId)],
-        events,
-        added && { added },
-      )
+      // The project's and user's budgets for the day and month are read in the same statement.
+      const periods = kit.periodBudgets.check({ projectId: run.projectId, userId: run.ownerId })
+      const opened = await kit.writer.transition(fence, patch, [insertAssistantMessageWrite(run, messageId)], events, {
+        ...(added && { added }),
+        periods: periods.read,
+      })
       const transcript = read ?? window.extend(transcriptRowsFromJson(opened.reads.added))
       const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
       run = opened.run
@@ -166,8 +165,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       const promptTokens = estimateTokens(messages)
       const pricing = kit.models.priceOf(model.id)
       const overBudget =
-        budgetStop(run, promptTokens, pricing) ??
-        (await kit.periodBudgets.stop({ projectId: run.projectId, userId: run.ownerId }, promptTokens, pricing))
+        budgetStop(run, promptTokens, pricing) ?? periods.stop(opened.reads.periods, promptTokens, pricing)
       if (overBudget)
         return await kit.writer.end(runId, { status: 'failed', error: overBudget, openCalls: 'interrupted' }, { fence })
       const turn = await modelTurn(kit, run, model, tools, messages, messageId, driver)

@@ -5,9 +5,11 @@ import type { Retriever } from '../rag/index.js'
 import { runView } from '../resources/index.js'
 import {
   activeRunStatuses,
-  countActiveRunsOf,
   type CreatedRun,
   getProject,
+  readTogether,
+  runCounts,
+  runCountsRead,
   getRun,
   isUniqueViolation,
   listRuns,
@@ -34,6 +36,7 @@ import { DriverPool } from './driver-pool.js'
 import { LeaseClock } from './leases.js'
 import { budgetStop } from './budget.js'
 import { PeriodBudgets } from './period-budgets.js'
+import { RunQuotas, type RunQuota } from './run-quotas.js'
 import { RunDecisions } from './run-decisions.js'
 import { RunWriter, cancelEnd } from './run-writer.js'
 import { RunSweeper } from './run-sweeper.js'
@@ -78,6 +81,8 @@ export interface RunManagerOptions {
   shutdownGraceMs?: number
   /** Every run's budget unless its request sets its own limits (`budgets.run`). */
   runBudget?: RunBudget
+  /** Caps on active runs per project and on runs started per minute (docs/guides/operating.md#run-quotas). */
+  runQuota?: RunQuota
 }
 
 export interface CreateRunInput {
@@ -122,6 +127,7 @@ export class RunManager {
   readonly #decisions: RunDecisions
   readonly #sweeper: RunSweeper
   readonly #periodBudgets: PeriodBudgets
+  readonly #quotas: RunQuotas
   #unsubscribe: Array<() => void> = []
 
   constructor(options: RunManagerOptions) {
@@ -134,7 +140,8 @@ export class RunManager {
       observer: options.observer,
     })
     this.#writer = new RunWriter({ store, bus, log, ledger: this.#ledger, leases: this.#leases })
-    this.#periodBudgets = new PeriodBudgets(store)
+    this.#periodBudgets = new PeriodBudgets()
+    this.#quotas = new RunQuotas(options.maxActiveRunsPerUser ?? 10, options.runQuota)
     this.#pool = new DriverPool({
       store,
       bus,
@@ -249,16 +256,14 @@ export class RunManager {
           `the client tool ${JSON.stringify(tool.name)} has the name of the tool of command ${commandId}; rename the client tool`,
         )
     }
-    // A user may not crowd the model out for everyone: a cap on their queued and running runs, counted
-    // in the database so it holds across instances.
-    const cap = this.#options.maxActiveRunsPerUser ?? 10
-    if ((await countActiveRunsOf(this.#options.store, userId)) >= cap) {
-      throw new RunRequestError(
-        'too_many_runs',
-        `you have ${cap} runs queued or running (the most one user may have at once); wait for one to finish, or cancel one`,
-      )
-    }
-    await this.#periodBudgets.refuseWhenSpent({ projectId: conversation.projectId, userId })
+    // A user or project may not crowd the model out for everyone: caps on queued and running runs and
+    // on runs started per minute, counted in the database so they hold across instances.
+    // A spent budget for the day or month refuses it too; both in one read.
+    const scope = { projectId: conversation.projectId, userId }
+    const periods = this.#periodBudgets.check(scope)
+    const standing = await readTogether(this.#options.store, { counts: runCountsRead(scope), periods: periods.read })
+    this.#quotas.refuseWhenFull(runCounts(standing.counts), project?.quota ?? null)
+    this.#periodBudgets.refuseWhenSpent(periods, standing.periods)
     const maxIterations = input.maxIterations ?? 10
     // The project's and the server's default cost limit cannot hold a model without a price; one the
     // request asks for is refused.
@@ -498,7 +503,8 @@ export class RunManager {
             'run_not_resumable',
             `the run's budget ${spent.budget.limit} (${spent.budget.value}) is still spent (${spent.budget.used}); resume with a higher one: {"budget": {"${spent.budget.limit}": …}}`,
           )
-        await this.#periodBudgets.refuseWhenSpent({ projectId: run.projectId, userId: run.ownerId }, tx)
+        const periods = this.#periodBudgets.check({ projectId: run.projectId, userId: run.ownerId })
+        this.#periodBudgets.refuseWhenSpent(periods, (await readTogether(tx, { periods: periods.read })).periods)
         return resumeFailedRun(tx, runId, lease, options.budget ? budget : undefined)
       })
     } catch (error) {

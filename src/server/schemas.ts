@@ -60,6 +60,19 @@ export const ProjectBudget = Type.Object(
   { additionalProperties: false, title: 'ProjectBudget' },
 )
 
+/** A project's own run quota, set by the operator (docs/guides/operating.md#run-quotas). */
+export const ProjectQuota = Type.Object(
+  {
+    maxActiveRuns: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 100_000, description: 'Runs queued or running in the project at once' }),
+    ),
+    runsPerMinute: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 100_000, description: 'Runs started in the project in any 60 seconds' }),
+    ),
+  },
+  { additionalProperties: false, title: 'ProjectQuota' },
+)
+
 export const User = Type.Object(
   {
     id: Type.String(),
@@ -149,6 +162,9 @@ export const Project = Type.Object(
       description: 'Whether automatic knowledge injection also uses items other members published',
     }),
     budget: Type.Union([ProjectBudget, Type.Null()]),
+    quota: Type.Union([ProjectQuota, Type.Null()], {
+      description: "Its own run quota, set by the operator (null: the server's runQuota)",
+    }),
     shared: Type.Boolean({ description: 'True when the caller sees the project through sharing, not ownership.' }),
     createdAt: Type.String({ format: 'date-time' }),
     updatedAt: Type.String({ format: 'date-time' }),
@@ -486,6 +502,16 @@ export const Problem = Type.Object(
     ),
     resetAt: Type.Optional(
       Type.String({ format: 'date-time', description: 'budget_exceeded: when the spent budget resets' }),
+    ),
+    quota: Type.Optional(
+      Type.Object(
+        {
+          scope: Type.String({ description: '`user` or `project`' }),
+          limit: Type.String({ description: '`maxActiveRuns` or `runsPerMinute`' }),
+          value: Type.Integer(),
+        },
+        { additionalProperties: false, description: 'too_many_runs: the quota that is full' },
+      ),
     ),
   },
   { additionalProperties: false, $id: 'Problem' },

@@ -1,4 +1,4 @@
-import { sql } from 'kysely'
+import { sql, type RawBuilder } from 'kysely'
 import { kysely, type Executor } from './executor.js'
 import { storableJson } from './storable.js'
 import { runBudget, type RunBudget } from './run-repository.js'
@@ -51,29 +51,10 @@ export function storableBudget(budget: ProjectBudget | null): ReturnType<typeof 
   return kept ? storableJson(kept) : null
 }
 
-/** The period budgets a new run or model call of `userId` in `projectId` answers to. */
-export async function budgetsFor(
-  db: Executor,
-  projectId: string,
-  userId: string,
-): Promise<{ project: PeriodBudget | null; user: PeriodBudget | null }> {
-  const row = await kysely(db)
-    .selectFrom('users')
-    .leftJoin('projects', (join) => join.on('projects.id', '=', projectId))
-    .select(['users.budget as user_budget', 'projects.budget as project_budget'])
-    .where('users.id', '=', userId)
-    .executeTakeFirst()
-  return { project: periodBudget(row?.project_budget ?? null), user: periodBudget(row?.user_budget ?? null) }
-}
-
-/** The period part of a stored budget (null: no period limit). */
-export function periodBudget(stored: unknown): PeriodBudget | null {
-  const budget = projectBudget(stored)
-  const periods: PeriodBudget = {
-    ...(budget?.daily && { daily: budget.daily }),
-    ...(budget?.monthly && { monthly: budget.monthly }),
-  }
-  return Object.keys(periods).length > 0 ? periods : null
+/** The period budgets that apply to a user's calls in a project, and what those spent so far. */
+export interface PeriodStanding {
+  budgets: Record<'project' | 'user', PeriodBudget | null>
+  spending: PeriodSpending
 }
 
 /** Tokens (input plus output) and cost spent since a time. */
@@ -85,38 +66,70 @@ export interface Spent {
 /** What a project's and a user's model calls spent since the start of the day and of the month. */
 export type PeriodSpending = Record<'project' | 'user', Record<BudgetPeriod, Spent>>
 
+const nothingSpent: PeriodSpending = {
+  project: { daily: { tokens: 0, cost: 0 }, monthly: { tokens: 0, cost: 0 } },
+  user: { daily: { tokens: 0, cost: 0 }, monthly: { tokens: 0, cost: 0 } },
+}
+
 /**
- * One read of the calls since `monthStart` by the project or the user: the four sums a budget check
- * compares (docs/guides/operating.md#budgets). Indexed by (project_id, created_at) and (owner_id, created_at).
+ * The project's and the user's budgets and, only when either has a period limit, the four sums a check
+ * compares: one subquery, carried by the statement that opens a round (no round trip of its own) or
+ * run alone. The sums read the calls since `monthStart`, by (project_id, created_at) and
+ * (owner_id, created_at).
  */
-export async function spentSince(
-  db: Executor,
+export function periodStandingRead(
   scope: { projectId: string; userId: string },
   since: { dayStart: Date; monthStart: Date },
-): Promise<PeriodSpending> {
+): RawBuilder<unknown> {
   const { projectId, userId } = scope
   const day = since.dayStart
-  const result = await sql<Record<string, number>>`
-    select
-      coalesce(sum(input_tokens + output_tokens) filter (where project_id = ${projectId}), 0)::float8 as pm_tokens,
-      coalesce(sum(cost) filter (where project_id = ${projectId}), 0)::float8 as pm_cost,
-      coalesce(sum(input_tokens + output_tokens) filter (where project_id = ${projectId} and created_at >= ${day}), 0)::float8 as pd_tokens,
-      coalesce(sum(cost) filter (where project_id = ${projectId} and created_at >= ${day}), 0)::float8 as pd_cost,
-      coalesce(sum(input_tokens + output_tokens) filter (where owner_id = ${userId}), 0)::float8 as um_tokens,
-      coalesce(sum(cost) filter (where owner_id = ${userId}), 0)::float8 as um_cost,
-      coalesce(sum(input_tokens + output_tokens) filter (where owner_id = ${userId} and created_at >= ${day}), 0)::float8 as ud_tokens,
-      coalesce(sum(cost) filter (where owner_id = ${userId} and created_at >= ${day}), 0)::float8 as ud_cost
-    from model_calls
-    where (project_id = ${projectId} or owner_id = ${userId}) and created_at >= ${since.monthStart}`.execute(kysely(db))
-  const row = result.rows[0] ?? {}
-  const spent = (prefix: string): Spent => ({
-    tokens: Number(row[`${prefix}_tokens`] ?? 0),
-    cost: Number(row[`${prefix}_cost`] ?? 0),
+  const sums = (column: 'project_id' | 'owner_id', id: string) => sql`jsonb_build_object(
+      'daily', jsonb_build_object(
+        'tokens', coalesce(sum(input_tokens + output_tokens) filter (where ${sql.ref(column)} = ${id} and created_at >= ${day}), 0),
+        'cost', coalesce(sum(cost) filter (where ${sql.ref(column)} = ${id} and created_at >= ${day}), 0)),
+      'monthly', jsonb_build_object(
+        'tokens', coalesce(sum(input_tokens + output_tokens) filter (where ${sql.ref(column)} = ${id}), 0),
+        'cost', coalesce(sum(cost) filter (where ${sql.ref(column)} = ${id}), 0)))`
+  const hasPeriods = (budget: RawBuilder<unknown>) => sql`coalesce(${budget} ?| array['daily', 'monthly'], false)`
+  return sql`select jsonb_build_object(
+      'project', p.budget,
+      'user', u.budget,
+      'spending', case when ${hasPeriods(sql`p.budget`)} or ${hasPeriods(sql`u.budget`)} then (
+        select jsonb_build_object('project', ${sums('project_id', projectId)}, 'user', ${sums('owner_id', userId)})
+        from model_calls
+        where (project_id = ${projectId} or owner_id = ${userId}) and created_at >= ${since.monthStart}
+      ) end)
+    from users u left join projects p on p.id = ${projectId}
+    where u.id = ${userId}`
+}
+
+/** The standing a `periodStandingRead` found. */
+export function periodStanding(read: unknown): PeriodStanding {
+  const value = (read && typeof read === 'object' ? read : {}) as Record<string, unknown>
+  const spending = value.spending && typeof value.spending === 'object' ? (value.spending as PeriodSpending) : undefined
+  const spent = (scope: 'project' | 'user', period: BudgetPeriod): Spent => ({
+    tokens: Number(spending?.[scope]?.[period]?.tokens ?? 0),
+    cost: Number(spending?.[scope]?.[period]?.cost ?? 0),
   })
   return {
-    project: { daily: spent('pd'), monthly: spent('pm') },
-    user: { daily: spent('ud'), monthly: spent('um') },
+    budgets: { project: periodBudget(value.project ?? null), user: periodBudget(value.user ?? null) },
+    spending: spending
+      ? {
+          project: { daily: spent('project', 'daily'), monthly: spent('project', 'monthly') },
+          user: { daily: spent('user', 'daily'), monthly: spent('user', 'monthly') },
+        }
+      : nothingSpent,
   }
+}
+
+/** The period part of a stored budget (null: no period limit). */
+export function periodBudget(stored: unknown): PeriodBudget | null {
+  const budget = projectBudget(stored)
+  const periods: PeriodBudget = {
+    ...(budget?.daily && { daily: budget.daily }),
+    ...(budget?.monthly && { monthly: budget.monthly }),
+  }
+  return Object.keys(periods).length > 0 ? periods : null
 }
 
 /** Sets (or, with null, removes) a user's period budget; undefined when there is no such user. */

@@ -254,6 +254,7 @@ export interface Projects {
   model_params: Generated<JsonColumn>
   name: string
   owner_id: string
+  quota: JsonColumn | null
   runtimes: Generated<JsonColumn>
   system_prompt: string | null
   tools: JsonColumn | null

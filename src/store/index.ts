@@ -127,7 +127,6 @@ export {
 } from './audit-repository.js'
 export { canonicalJson } from './canonical-json.js'
 export {
-  countActiveRunsOf,
   getRun,
   lockRun,
   updateRun,
@@ -275,13 +274,22 @@ export {
 } from './model-call-repository.js'
 export { endRun, endPatch, runEndedEvents, type RunEnding } from './transitions/end-run.js'
 export {
-  budgetsFor,
-  spentSince,
+  periodStanding,
+  periodStandingRead,
   budgetPeriods,
   type BudgetPeriod,
   type PeriodBudget,
   type PeriodLimits,
   type PeriodSpending,
+  type PeriodStanding,
   type ProjectBudget,
   type Spent,
 } from './budget-repository.js'
+export {
+  runCounts,
+  runCountsRead,
+  readTogether,
+  setProjectQuota,
+  type ProjectQuota,
+  type RunCounts,
+} from './run-quota-repository.js'

@@ -5,6 +5,7 @@ import { toPage, type Page, type PageRequest } from './page.js'
 import { storableJson } from './storable.js'
 import { kysely, type Executor } from './executor.js'
 import { projectBudget, storableBudget, type ProjectBudget } from './budget-repository.js'
+import { projectQuota, type ProjectQuota } from './run-quota-repository.js'
 
 /** Model parameters a project (or a run) sets; unset ones come from the model's configuration. */
 export interface ModelParams {
@@ -36,6 +37,8 @@ export interface Project extends AgentProfile {
   runtimes: string[]
   /** What its model calls may spend per day and month, and its runs' default run budget (null: none). */
   budget: ProjectBudget | null
+  /** Its own run quota, set by the operator (null: the server's). */
+  quota: ProjectQuota | null
   createdAt: string
   updatedAt: string
 }
@@ -183,6 +186,7 @@ export function toProject(row: {
   tools: unknown
   inject_member_knowledge?: boolean
   budget?: unknown
+  quota?: unknown
   created_at: Date | string
   updated_at: Date | string
 }): Project {
@@ -200,6 +204,7 @@ export function toProject(row: {
     tools: Array.isArray(row.tools) ? row.tools.filter((name): name is string => typeof name === 'string') : null,
     injectMemberKnowledge: row.inject_member_knowledge === true,
     budget: projectBudget(row.budget ?? null),
+    quota: projectQuota(row.quota ?? null),
     createdAt: new Date(row.created_at).toISOString(),
     updatedAt: new Date(row.updated_at).toISOString(),
   }

@@ -52,16 +52,6 @@ export interface RunProfile {
 
 export const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_action']
 
-/** A user's runs queued or running (waiting for people does not count: it holds no model time). */
-export async function countActiveRunsOf(db: Executor, ownerId: string): Promise<number> {
-  const row = await kysely(db)
-    .selectFrom('runs')
-    .select((eb) => eb.fn.countAll<string>().as('count'))
-    .where('owner_id', '=', ownerId)
-    .where('status', 'in', ['queued', 'running'])
-    .executeTakeFirstOrThrow()
-  return Number(row.count)
-}
 export const terminalRunStatuses: RunStatus[] = ['completed', 'failed', 'cancelled', 'expired']
 
 export interface NewRun {

@@ -15,7 +15,7 @@ import {
   type Retriever,
 } from '../../src/rag/index.js'
 import type { McpServerConfig } from '../../src/mcp/index.js'
-import type { RunManager } from '../../src/runmgr/index.js'
+import type { RunManager, RunQuota } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type RunBudget, type Store, type User } from '../../src/store/index.js'
 import { defaultWebhookSettings, WebhookDeliverer, type WebhookSettings } from '../../src/webhooks/index.js'
@@ -78,6 +78,7 @@ export async function startTestServer(
     llmConcurrency?: number
     llmConcurrencyPerUser?: number
     maxActiveRunsPerUser?: number
+    runQuota?: RunQuota
     leaseMs?: number
     highRiskKeywords?: string[]
     resultMaxBytes?: number
@@ -102,6 +103,7 @@ export async function startTestServer(
     llmConcurrency,
     llmConcurrencyPerUser,
     maxActiveRunsPerUser,
+    runQuota,
     leaseMs,
     highRiskKeywords,
     resultMaxBytes,
@@ -156,6 +158,7 @@ export async function startTestServer(
     ...(llmConcurrency !== undefined && { llmConcurrency }),
     ...(llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser }),
     ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }),
+    ...(runQuota && { runQuota }),
     ...(leaseMs !== undefined && { leaseMs }),
   })
   // Webhook delivery runs only when a test asks for it (with its settings); the routes are always there.

@@ -2,7 +2,18 @@ import { Type } from 'typebox'
 import { verifyAuditChain } from '../../cmdbus/index.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { HttpProblem } from '../problem.js'
-import { ApiToken, IdParams, IssuedToken, PageOf, PageQuery, problemResponses, User, UserBudget } from '../schemas.js'
+import {
+  ApiToken,
+  IdParams,
+  IssuedToken,
+  PageOf,
+  PageQuery,
+  problemResponses,
+  Project,
+  ProjectQuota,
+  User,
+  UserBudget,
+} from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['admin']
@@ -24,6 +35,14 @@ const UserPatch = Type.Object(
     ),
   },
   { ...strict, minProperties: 1 },
+)
+const ProjectAdminPatch = Type.Object(
+  {
+    quota: Type.Union([ProjectQuota, Type.Null()], {
+      description: "The project's own run quota; null: the server's runQuota again",
+    }),
+  },
+  strict,
 )
 const TokenCreate = Type.Object({ name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })) }, strict)
 const conflict = { 409: Type.Ref('Problem') }
@@ -186,6 +205,24 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
       if (disabled !== undefined) user = await accounts.setDisabled(user.id, disabled)
       return user
     },
+  )
+
+  app.patch(
+    '/projects/:id',
+    {
+      schema: {
+        operationId: 'updateProjectQuota',
+        tags,
+        summary: "Set a project's own run quota (active runs at once, runs started per minute)",
+        params: IdParams,
+        body: ProjectAdminPatch,
+        response: { 200: Project, ...problemResponses },
+      },
+    },
+    async (request) => ({
+      ...(await deps.projects.setQuota(request.params.id, request.body.quota)),
+      shared: false,
+    }),
   )
 
   app.post(

@@ -1,0 +1,90 @@
+import { sql, type RawBuilder } from 'kysely'
+import { kysely, type Executor } from './executor.js'
+import { storableJson } from './storable.js'
+
+/** A project's own run quota, set by the operator (null: the server's defaults). */
+export type ProjectQuota = {
+  /** Runs queued or running in the project at once. */
+  maxActiveRuns?: number
+  /** Runs started in the project in any 60 seconds. */
+  runsPerMinute?: number
+}
+
+/** A stored quota (null: none). */
+export function projectQuota(stored: unknown): ProjectQuota | null {
+  if (stored === null || typeof stored !== 'object') return null
+  const value = stored as Record<string, unknown>
+  const quota: ProjectQuota = {}
+  for (const key of ['maxActiveRuns', 'runsPerMinute'] as const)
+    if (typeof value[key] === 'number') quota[key] = value[key]
+  return Object.keys(quota).length > 0 ? quota : null
+}
+
+/** What the quotas compare, for a user and a project: runs active now, and runs started in the last minute. */
+export interface RunCounts {
+  userActive: number
+  projectActive: number
+  userLastMinute: number
+  projectLastMinute: number
+  /** Milliseconds until the oldest of the last minute's runs leaves the window (0 without any). */
+  userWindowFreesInMs: number
+  projectWindowFreesInMs: number
+}
+
+/**
+ * The counts in one subquery (each an indexed lookup), timed by the database's clock so that every
+ * instance counts the same window; run with the other checks before a new run (`readTogether`).
+ */
+export function runCountsRead(scope: { projectId: string; userId: string }): RawBuilder<unknown> {
+  const { projectId, userId } = scope
+  const active = sql`status in ('queued', 'running')`
+  const lastMinute = sql`created_at > now() - interval '60 seconds'`
+  const freesIn = (column: 'owner_id' | 'project_id', id: string) =>
+    sql`coalesce((select extract(epoch from min(created_at) + interval '60 seconds' - now()) * 1000 from runs
+      where ${sql.ref(column)} = ${id} and ${lastMinute}), 0)`
+  return sql`select jsonb_build_object(
+      'userActive', (select count(*) from runs where owner_id = ${userId} and ${active}),
+      'projectActive', (select count(*) from runs where project_id = ${projectId} and ${active}),
+      'userLastMinute', (select count(*) from runs where owner_id = ${userId} and ${lastMinute}),
+      'projectLastMinute', (select count(*) from runs where project_id = ${projectId} and ${lastMinute}),
+      'userWindowFreesInMs', ${freesIn('owner_id', userId)},
+      'projectWindowFreesInMs', ${freesIn('project_id', projectId)})`
+}
+
+/** The counts a `runCountsRead` found. */
+export function runCounts(read: unknown): RunCounts {
+  const value = (read && typeof read === 'object' ? read : {}) as Record<string, unknown>
+  const count = (key: keyof RunCounts) => Math.max(0, Number(value[key] ?? 0))
+  return {
+    userActive: count('userActive'),
+    projectActive: count('projectActive'),
+    userLastMinute: count('userLastMinute'),
+    projectLastMinute: count('projectLastMinute'),
+    userWindowFreesInMs: count('userWindowFreesInMs'),
+    projectWindowFreesInMs: count('projectWindowFreesInMs'),
+  }
+}
+
+/** Several reads in one statement (one round trip): each subquery's value under its name. */
+export async function readTogether(
+  db: Executor,
+  reads: { [name: string]: RawBuilder<unknown> },
+): Promise<{ [name: string]: unknown }> {
+  const names = Object.keys(reads)
+  const result = await sql<{ [name: string]: unknown }>`select ${sql.join(
+    names.map((name) => sql`(${reads[name]!}) as ${sql.ref(name)}`),
+  )}`.execute(kysely(db))
+  return result.rows[0] ?? {}
+}
+
+/** Sets (null: removes) a live project's own quota; false when there is no such project. */
+export async function setProjectQuota(db: Executor, projectId: string, quota: ProjectQuota | null): Promise<boolean> {
+  const kept = projectQuota(quota)
+  const result = await kysely(db)
+    .updateTable('projects')
+    .set({ quota: kept ? storableJson(kept) : null, updated_at: new Date() })
+    .where('id', '=', projectId)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst()
+  return result.numUpdatedRows > 0n
+}
