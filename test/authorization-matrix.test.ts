@@ -13,6 +13,8 @@ interface Fixture {
   /** A webhook of the project, and the message it got for the knowledge item's ingestion. */
   webhookId: string
   deliveryId: string
+  /** A paused schedule of the project's. */
+  scheduleId: string
 }
 
 interface RouteCase {
@@ -375,6 +377,67 @@ const routes: RouteCase[] = [
   },
   { method: 'GET', path: '/api/search', url: () => '/api/search?q=text', owner: 200, member: 200, stranger: 200 },
 
+  // Schedules: whoever may edit the project creates them (the rdm adapter lets members write); a schedule
+  // runs as its creator, so only they change it or fire it by hand — others may pause or delete it.
+  {
+    method: 'POST',
+    path: '/api/projects/{id}/schedules',
+    url: (f) => `/api/projects/${f.projectId}/schedules`,
+    body: { every: '1h', enabled: false, target: { kind: 'run', input: 'x' } },
+    owner: 201,
+    member: 201,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/projects/{id}/schedules',
+    url: (f) => `/api/projects/${f.projectId}/schedules`,
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/schedules/{id}',
+    url: (f) => `/api/schedules/${f.scheduleId}`,
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+  {
+    method: 'PATCH',
+    path: '/api/schedules/{id}',
+    url: (f) => `/api/schedules/${f.scheduleId}`,
+    body: { name: 'renamed' },
+    owner: 200,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'DELETE',
+    path: '/api/schedules/{id}',
+    url: (f) => `/api/schedules/${f.scheduleId}`,
+    owner: 204,
+    member: 204,
+    stranger: 404,
+  },
+  {
+    method: 'POST',
+    path: '/api/schedules/{id}/run-now',
+    url: (f) => `/api/schedules/${f.scheduleId}/run-now`,
+    owner: 201,
+    member: 403,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/schedules/{id}/firings',
+    url: (f) => `/api/schedules/${f.scheduleId}/firings`,
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+
   // Webhooks are the project owner's alone: a member is refused (403), like deleting the project.
   {
     method: 'POST',
@@ -555,6 +618,10 @@ for (const engine of apiEngines()) {
         `/api/projects/${project.body.id}/webhooks/${webhook.body.id}/deliveries`,
         { token: owner.token },
       )
+      const schedule = await server.request('POST', `/api/projects/${project.body.id}/schedules`, {
+        token: owner.token,
+        body: { every: '1h', enabled: false, target: { kind: 'run', input: 'scheduled' } },
+      })
       await server.exec.workdirs.write(conversation.body.id, 'notes.md', '# Notes')
       await server.exec.workdirs.write(conversation.body.id, 'old.md', '# Old')
       return {
@@ -565,6 +632,7 @@ for (const engine of apiEngines()) {
         knowledgeId: knowledge.body.id,
         webhookId: webhook.body.id,
         deliveryId: deliveries.body.items[0].id,
+        scheduleId: schedule.body.id,
       }
     }
 

@@ -13,10 +13,11 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Ajv } from 'ajv'
 import addFormatsModule from 'ajv-formats'
 import type { Registry } from 'prom-client'
-import type { CommandBus, ProjectAccess } from '../cmdbus/index.js'
+import { createPluginLogger, type CommandBus, type ProjectAccess } from '../cmdbus/index.js'
 import type { ExecService } from '../exec/index.js'
 import { KnowledgeService, type Ingestor, type Retriever } from '../rag/index.js'
 import { ConversationService, ProjectService, RunQueries, type RunManager } from '../runmgr/index.js'
+import { ScheduleFirer, ScheduleService } from '../schedules/index.js'
 import { Accounts, type Store } from '../store/index.js'
 import { defaultWebhookSettings, WebhookService, type WebhookSettings } from '../webhooks/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
@@ -45,6 +46,7 @@ import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
 import { registerWebhookRoutes } from './routes/webhook-routes.js'
+import { registerScheduleRoutes } from './routes/schedule-routes.js'
 import { registerMcpRoutes } from './routes/mcp-routes.js'
 import { registerMcpCallbackRoute, registerMcpConnectionRoutes } from './routes/mcp-connection-routes.js'
 import {
@@ -124,6 +126,8 @@ export interface ServerOptions {
   mcpAuthorizationServers?: string[]
   /** Webhooks: which URLs are accepted, the rotation grace; `wake` tells this instance's deliverer a message is due. */
   webhooks?: Partial<Pick<WebhookSettings, 'allowPrivate' | 'secretGraceMs'>> & { wake?: () => void }
+  /** The schedule firer's timing (docs/guides/schedules.md); `enabled: false` leaves firing to other instances. */
+  schedules?: { enabled?: boolean; tickMs?: number; graceMs?: number; pendingLeaseMs?: number }
 }
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
@@ -189,7 +193,24 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   const conversations = new ConversationService(options.store, options.access, projects, {
     fullModeTtlMs: options.fullModeTtlMs,
   })
+  // Every instance fires due schedules; the database decides which one fires each occurrence.
+  const firer = new ScheduleFirer({
+    store: options.store,
+    runs: options.runs,
+    projects,
+    conversations,
+    log: createPluginLogger(options.logger, 'schedules'),
+    ...options.schedules,
+  })
+  if (options.schedules?.enabled !== false) firer.start()
   const deps: ServerDeps = {
+    schedules: new ScheduleService({
+      store: options.store,
+      projects,
+      conversations,
+      models: options.runs.models,
+      firer,
+    }),
     store: options.store,
     accounts: new Accounts(options.store),
     projects,
@@ -219,7 +240,10 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     ...(options.liveWarnings && { liveWarnings: options.liveWarnings }),
     ...(options.mcp && { mcp: options.mcp }),
   }
-  app.addHook('preClose', async () => shutdown.abort())
+  app.addHook('preClose', async () => {
+    shutdown.abort()
+    await firer.stop()
+  })
   app.addHook('onClose', async () => streams.stop())
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
@@ -374,6 +398,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerStreamTicketRoutes(api, deps)
       registerProjectRoutes(api, deps)
       registerWebhookRoutes(api, deps)
+      registerScheduleRoutes(api, deps)
       registerConversationRoutes(api, deps)
       registerCommandRoutes(api, deps)
       registerDecisionRoutes(api, deps)

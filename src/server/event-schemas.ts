@@ -285,6 +285,19 @@ const projectEvents: TSchema[] = [
     'A webhook was disabled after a run of failed deliveries (the project owner’s stream only); PATCH it with {"enabled": true} to resume',
   ),
   frame(
+    'schedule.fired',
+    Type.Object(
+      { scheduleId: Type.String(), firingId: Type.String(), occurrence: Type.String(), runId: Type.String() },
+      closed,
+    ),
+    'A schedule fired: its run started (docs/guides/schedules.md)',
+  ),
+  frame(
+    'schedule.stopped',
+    Type.Object({ scheduleId: Type.String(), reason: Type.String() }, closed),
+    'The server stopped a schedule (e.g. its owner lost access to the project); reason says why',
+  ),
+  frame(
     'commands.changed',
     Type.Object({ plugin: Type.String(), commandIds: Type.Array(Type.String()) }, closed),
     'The command catalog changed at run time (an MCP server’s tools): the plugin’s commands now; re-read GET /api/commands',

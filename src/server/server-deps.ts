@@ -13,6 +13,7 @@ import type { McpHub } from '../mcp/index.js'
 import type { Ingestor, KnowledgeService, Retriever } from '../rag/index.js'
 import type { ConversationService, ProjectService, RunManager, RunQueries } from '../runmgr/index.js'
 import type { Accounts, Store } from '../store/index.js'
+import type { ScheduleService } from '../schedules/index.js'
 import type { WebhookService } from '../webhooks/index.js'
 import type { StreamRegistry } from './stream-registry.js'
 
@@ -52,6 +53,7 @@ export interface ServerDeps {
   liveWarnings?: () => string[]
   /** A project's webhook subscriptions and their delivery log. */
   webhooks: WebhookService
+  schedules: ScheduleService
   /** Mounted MCP servers: per-user OAuth connections. */
   mcp?: Pick<McpHub, 'connections' | 'connect' | 'complete' | 'disconnect'>
 }

@@ -322,6 +322,41 @@ export interface RunToolCalls {
   status: Generated<string>
 }
 
+export interface ScheduleFirings {
+  claimed_at: Generated<Timestamp>
+  conversation_id: string | null
+  created_at: Generated<Timestamp>
+  error: JsonColumn | null
+  id: string
+  manual: Generated<boolean>
+  missed_count: Generated<number>
+  occurrence: Timestamp
+  run_id: string | null
+  schedule_id: string
+  status: string
+}
+
+export interface Schedules {
+  at: Timestamp | null
+  created_at: Generated<Timestamp>
+  cron: string | null
+  deleted_at: Timestamp | null
+  enabled: Generated<boolean>
+  every: string | null
+  id: string
+  last_fired_at: Timestamp | null
+  last_run_id: string | null
+  missed: Generated<string>
+  name: Generated<string>
+  next_fire_at: Timestamp | null
+  owner_id: string
+  project_id: string
+  stopped_reason: string | null
+  target: JsonColumn
+  timezone: Generated<string>
+  updated_at: Generated<Timestamp>
+}
+
 export interface Settings {
   key: string
   updated_at: Generated<Timestamp>
@@ -419,6 +454,8 @@ export interface DB {
   rag_settings: RagSettings
   run_tool_calls: RunToolCalls
   runs: Runs
+  schedule_firings: ScheduleFirings
+  schedules: Schedules
   settings: Settings
   stream_tickets: StreamTickets
   users: Users

@@ -1,0 +1,223 @@
+import type { PluginLogger } from '../extension/index.js'
+import type { ConversationService, ProjectService, RunManager } from '../runmgr/index.js'
+import {
+  Accounts,
+  appendAuditEntry,
+  getSchedule,
+  lockDueSchedules,
+  lockStalePendingFirings,
+  markFiringFailed,
+  markFiringStarted,
+  recordOccurrence,
+  RequestError,
+  setFiringConversation,
+  stopSchedule,
+  type Conversation,
+  type Project,
+  type Schedule,
+  type ScheduleFiring,
+  type Store,
+  type User,
+} from '../store/index.js'
+import { nextOccurrence } from './schedule-spec.js'
+
+export interface ScheduleFirerOptions {
+  store: Store
+  runs: RunManager
+  projects: ProjectService
+  conversations: ConversationService
+  log: PluginLogger
+  /** How often due schedules are looked for (default 1 s: the lateness of an on-time firing). */
+  tickMs?: number
+  /** An occurrence later than this is missed (its schedule's `missed` policy applies; default 60 s). */
+  graceMs?: number
+  /** A firing still pending this long after its claim (its instance died) is fired by another (default 30 s). */
+  pendingLeaseMs?: number
+}
+
+/** The firing was started by another instance meanwhile: the run made here is rolled back. */
+class AlreadyStarted extends Error {}
+
+/** The schedule cannot fire any more (its owner lost access): it is stopped, saying why. */
+class Unreachable extends Error {}
+
+/**
+ * Fires due schedules (docs/guides/schedules.md). Every instance looks each tick; an occurrence is
+ * claimed under FOR UPDATE SKIP LOCKED (its firing written, the schedule moved on) so exactly one
+ * fires it, and its run is tied to the firing in the run's own transaction.
+ */
+export class ScheduleFirer {
+  readonly #options: ScheduleFirerOptions
+  readonly #accounts: Accounts
+  #timer: NodeJS.Timeout | undefined
+  #ticking: Promise<void> | undefined
+
+  constructor(options: ScheduleFirerOptions) {
+    this.#options = options
+    this.#accounts = new Accounts(options.store)
+  }
+
+  start(): void {
+    this.#timer = setInterval(() => void this.tick(), this.#options.tickMs ?? 1000)
+    this.#timer.unref()
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#timer)
+    this.#timer = undefined
+    await this.#ticking
+  }
+
+  /** One look for due occurrences and stale pending firings; overlapping calls share one. */
+  tick(): Promise<void> {
+    this.#ticking ??= this.#tick().finally(() => (this.#ticking = undefined))
+    return this.#ticking
+  }
+
+  async #tick(): Promise<void> {
+    const { store, log } = this.#options
+    try {
+      const now = new Date()
+      const claimed = await store.transaction(async (tx) => {
+        const due = await lockDueSchedules(tx, now, 200)
+        const fired: Array<{ firing: ScheduleFiring; schedule: Schedule }> = []
+        for (const schedule of due) {
+          const firing = await this.#claim(tx, schedule, now)
+          if (firing) fired.push({ firing, schedule })
+        }
+        return fired
+      })
+      for (const { firing, schedule } of claimed) await this.#fire(firing, schedule)
+      const staleBefore = new Date(Date.now() - (this.#options.pendingLeaseMs ?? 30_000))
+      const stale = await store.transaction((tx) => lockStalePendingFirings(tx, staleBefore, 50))
+      for (const firing of stale) {
+        const schedule = await getSchedule(store, firing.scheduleId)
+        if (schedule) await this.#fire(firing, schedule)
+      }
+    } catch (error) {
+      log.warn({ err: error }, 'looking for due schedules failed; trying again next tick')
+    }
+  }
+
+  /** Records the due occurrence (pending, or missed after downtime) and moves the schedule on. */
+  async #claim(tx: Parameters<typeof recordOccurrence>[0], schedule: Schedule, now: Date) {
+    const occurrence = new Date(schedule.nextFireAt!)
+    let next = nextOccurrence(schedule, occurrence, occurrence)
+    let skipped = 0
+    while (next && next <= now && skipped < 100_000) {
+      skipped++
+      next = nextOccurrence(schedule, next, occurrence)
+    }
+    const late = now.getTime() - occurrence.getTime() > (this.#options.graceMs ?? 60_000)
+    // After downtime: `skip` records the occurrence as missed; `fireOnce` fires it, for all it missed.
+    const status = late && schedule.missed === 'skip' ? 'missed' : 'pending'
+    const firing = await recordOccurrence(tx, schedule, { at: occurrence, status, missedCount: skipped }, next)
+    return firing?.status === 'pending' ? firing : undefined
+  }
+
+  /** A firing by hand (`POST /api/schedules/:id/run-now`): recorded and fired at once. */
+  async fireNow(schedule: Schedule): Promise<ScheduleFiring> {
+    const { store } = this.#options
+    const firing = await store.transaction((tx) =>
+      recordOccurrence(tx, schedule, { at: new Date(), status: 'pending', missedCount: 0, manual: true }, undefined),
+    )
+    return this.#fire(firing!, schedule)
+  }
+
+  /** Starts the firing's run; a refusal fails the firing, lost access stops the schedule. */
+  async #fire(firing: ScheduleFiring, schedule: Schedule): Promise<ScheduleFiring> {
+    const { store, runs, log } = this.#options
+    try {
+      const { owner, project, conversation } = await this.#place(firing, schedule)
+      const target = schedule.target
+      const created = await runs.createRun(
+        conversation,
+        owner.id,
+        {
+          input: target.input,
+          ...(target.model !== undefined && { model: target.model }),
+          approvalPolicy: target.approvalPolicy ?? 'dontAsk',
+          ifActive: 'enqueue',
+        },
+        {
+          project,
+          onCreated: async (tx, run) => {
+            if (!(await markFiringStarted(tx, firing, schedule, run.id))) throw new AlreadyStarted()
+            await appendAuditEntry(tx, {
+              dispatchId: null,
+              step: 'schedule:fire',
+              ownerId: schedule.ownerId,
+              projectId: schedule.projectId,
+              conversationId: conversation.id,
+              commandId: null,
+              entrance: null,
+              envelope: {
+                scheduleId: schedule.id,
+                firingId: firing.id,
+                occurrence: firing.occurrence,
+                manual: firing.manual,
+                runId: run.id,
+              },
+            })
+          },
+        },
+      )
+      const runId = 'run' in created ? created.run.id : null
+      return { ...firing, status: 'started', conversationId: conversation.id, runId }
+    } catch (error) {
+      if (error instanceof AlreadyStarted) return firing
+      const failure =
+        error instanceof Unreachable
+          ? { code: 'schedule_stopped', message: error.message }
+          : error instanceof RequestError
+            ? { code: error.code, message: error.message }
+            : undefined
+      if (error instanceof Unreachable) {
+        await store.transaction((tx) => stopSchedule(tx, schedule, error.message))
+        log.warn({ scheduleId: schedule.id, reason: error.message }, 'schedule stopped')
+      }
+      if (!failure) {
+        // Anything else (the database, a bug): left pending, fired again once its claim is stale.
+        log.warn(
+          { err: error, scheduleId: schedule.id, firingId: firing.id },
+          'a schedule firing failed; it is retried',
+        )
+        return firing
+      }
+      await markFiringFailed(store, firing.id, failure)
+      return { ...firing, status: 'failed', error: failure }
+    }
+  }
+
+  /** Whose run it is, in which project and conversation; Unreachable when the owner lost access. */
+  async #place(
+    firing: ScheduleFiring,
+    schedule: Schedule,
+  ): Promise<{ owner: User; project: Project; conversation: Conversation }> {
+    const { store, projects, conversations } = this.#options
+    const owner = await this.#accounts.findUser(schedule.ownerId)
+    if (!owner || owner.disabled) throw new Unreachable('its owner is disabled')
+    const project = await projects.resolve(owner, schedule.projectId, 'create_conversation').catch((error: unknown) => {
+      if (error instanceof RequestError && (error.code === 'not_found' || error.code === 'forbidden'))
+        throw new Unreachable('its owner can no longer start conversations in the project')
+      throw error
+    })
+    const existing = schedule.target.conversation !== undefined && schedule.target.conversation !== 'new'
+    const conversationId = existing ? schedule.target.conversation! : firing.conversationId
+    if (conversationId) {
+      const conversation = await conversations.resolve(owner, conversationId).catch((error: unknown) => {
+        if (error instanceof RequestError && error.code === 'not_found')
+          throw new Unreachable('its conversation is gone, or its owner can no longer see it')
+        throw error
+      })
+      return { owner, project, conversation }
+    }
+    const title = `${schedule.name || 'Scheduled run'} · ${firing.occurrence}`
+    const conversation = await store.transaction(async (tx) => {
+      const created = await conversations.create(tx, owner, project, title)
+      await setFiringConversation(tx, firing.id, created.id)
+      return created
+    })
+    return { owner, project, conversation }
+  }
+}

@@ -1,0 +1,309 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ScriptedModel } from '../src/llm/index.js'
+import { nextOccurrence, timingErrors, type ScheduleTiming } from '../src/schedules/index.js'
+import { getSchedule, readAuditEntries, type Store } from '../src/store/index.js'
+import { apiEngines, createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitFor, waitForRun } from './helpers/waits.js'
+
+// Scheduled runs (docs/guides/schedules.md): timing by cron (in a time zone), interval or one time;
+// each occurrence claimed by exactly one instance; run-now; history; a schedule whose owner lost access
+// stops, saying why.
+
+const timing = (part: Partial<ScheduleTiming>): ScheduleTiming => ({
+  cron: null,
+  every: null,
+  at: null,
+  timezone: 'UTC',
+  ...part,
+})
+
+describe('schedule timing', () => {
+  it('reads cron in its time zone across daylight-saving changes', () => {
+    const daily = timing({ cron: '30 2 * * *', timezone: 'America/New_York' })
+    const after = (iso: string) => nextOccurrence(daily, new Date(iso), new Date(iso))?.toISOString()
+    // 7 March 2026 02:30 EST.
+    expect(after('2026-03-07T00:00:00Z')).toBe('2026-03-07T07:30:00.000Z')
+    // 8 March: the clocks jump from 02:00 to 03:00, so 02:30 never happens; it fires once, at 03:00 EDT.
+    expect(after('2026-03-07T08:00:00Z')).toBe('2026-03-08T07:00:00.000Z')
+    // 9 March: 02:30 EDT.
+    expect(after('2026-03-08T08:00:00Z')).toBe('2026-03-09T06:30:00.000Z')
+    // 1 November: 01:30 happens twice; an hourly-at-:30 schedule fires each real hour once.
+    const hourly = timing({ cron: '30 * * * *', timezone: 'America/New_York' })
+    const runs: string[] = []
+    let at = new Date('2026-11-01T04:00:00Z')
+    for (let step = 0; step < 4; step++) {
+      at = nextOccurrence(hourly, at, at)!
+      runs.push(at.toISOString())
+    }
+    expect(runs).toEqual([
+      '2026-11-01T04:30:00.000Z',
+      '2026-11-01T05:30:00.000Z',
+      '2026-11-01T06:30:00.000Z',
+      '2026-11-01T07:30:00.000Z',
+    ])
+    // Six fields: seconds first.
+    const everyTenSeconds = timing({ cron: '*/10 * * * * *' })
+    expect(nextOccurrence(everyTenSeconds, new Date('2026-01-01T00:00:03Z'), new Date(0))?.toISOString()).toBe(
+      '2026-01-01T00:00:10.000Z',
+    )
+  })
+
+  it('counts intervals from their anchor, and a one-time schedule has one occurrence', () => {
+    const anchor = new Date('2026-01-01T00:00:00Z')
+    const fiveMinutes = timing({ every: '5m' })
+    expect(nextOccurrence(fiveMinutes, anchor, anchor)?.toISOString()).toBe('2026-01-01T00:05:00.000Z')
+    // Late by 12 minutes: the next is on the anchor's grid, not 5 minutes from now.
+    expect(nextOccurrence(fiveMinutes, new Date('2026-01-01T00:12:00Z'), anchor)?.toISOString()).toBe(
+      '2026-01-01T00:15:00.000Z',
+    )
+    const once = timing({ at: '2026-06-01T12:00:00Z' })
+    expect(nextOccurrence(once, anchor, anchor)?.toISOString()).toBe('2026-06-01T12:00:00.000Z')
+    expect(nextOccurrence(once, new Date('2026-06-01T12:00:00Z'), anchor)).toBeNull()
+  })
+
+  it('names what is wrong with a bad timing', () => {
+    const problems = (part: Partial<ScheduleTiming>) => timingErrors(timing(part)).map((error) => error.path)
+    expect(problems({ cron: '61 * * * *' })).toEqual(['body.cron'])
+    expect(problems({ cron: '* * * *' })).toEqual(['body.cron'])
+    expect(problems({ cron: '0 0 * * * * 2027' })).toEqual(['body.cron'])
+    expect(problems({ cron: '0 9 * * 1-5', timezone: 'Mars/Olympus' })).toEqual(['body.timezone'])
+    expect(problems({ every: '0s' })).toEqual(['body.every'])
+    expect(problems({ every: '5 minutes' })).toEqual(['body.every'])
+    expect(problems({ every: '5m', cron: '* * * * *' })).toEqual(['body'])
+    expect(problems({})).toEqual(['body'])
+    expect(problems({ cron: '0 9 * * 1-5', timezone: 'Europe/Berlin' })).toEqual([])
+  })
+})
+
+for (const engine of apiEngines()) {
+  describe(`schedules over HTTP (${engine})`, () => {
+    let store: Store
+    let server: TestServer
+    let alice: TestUser
+    let projectId: string
+    const adminToken = 'admin-token-for-the-schedule-tests'
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      server = await startTestServer(store, {
+        adminToken,
+        models: [new ScriptedModel({ id: 'quick', turns: [{ text: 'Report written.' }], whenExhausted: 'loop' })],
+        schedules: { tickMs: 200 },
+      })
+      alice = await server.createUser()
+      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'sched' } })).body
+        .id
+    })
+    afterAll(async () => {
+      await server?.close()
+      await store?.close()
+    })
+
+    const create = (body: Record<string, unknown>, token = alice.token, project = projectId) =>
+      server.request('POST', `/api/projects/${project}/schedules`, { token, body })
+    const firings = async (scheduleId: string) =>
+      (await server.request('GET', `/api/schedules/${scheduleId}/firings?limit=200`, { token: alice.token })).body
+        .items as Array<Record<string, unknown>>
+
+    it('fires every second, each occurrence a run of its own; paused, it has no next occurrence', async () => {
+      const created = await create({ every: '1s', name: 'ticker', target: { kind: 'run', input: 'write the report' } })
+      expect(created.status).toBe(201)
+      expect(created.body).toMatchObject({
+        every: '1s',
+        cron: null,
+        timezone: 'UTC',
+        enabled: true,
+        missed: 'skip',
+        target: { kind: 'run', input: 'write the report' },
+      })
+      const scheduleId = created.body.id as string
+      await waitFor(async () => (await firings(scheduleId)).filter((f) => f.status === 'started').length >= 3, {
+        timeoutMs: 20_000,
+        intervalMs: 200,
+      })
+      const paused = await server.request('PATCH', `/api/schedules/${scheduleId}`, {
+        token: alice.token,
+        body: { enabled: false },
+      })
+      expect(paused.body).toMatchObject({ enabled: false, nextFireAt: null })
+
+      const history = await firings(scheduleId)
+      const started = history.filter((firing) => firing.status === 'started')
+      // One run per occurrence, each in its own conversation, occurrences a second apart.
+      expect(new Set(started.map((firing) => firing.runId)).size).toBe(started.length)
+      expect(new Set(started.map((firing) => firing.occurrence)).size).toBe(started.length)
+      const run = await waitForRun(server, alice.token, started.at(-1)!.runId as string, ['completed'])
+      expect(run.approvalPolicy).toBe('dontAsk')
+      const schedule = (await server.request('GET', `/api/schedules/${scheduleId}`, { token: alice.token })).body
+      expect(schedule.lastRunId).toEqual(expect.any(String))
+      expect(schedule.lastFiredAt).toEqual(expect.any(String))
+
+      // Each firing is in the audit chain with its run.
+      const chain = await readAuditEntries(store, 0, 100_000)
+      const fired = chain.filter(
+        (entry) =>
+          entry.step === 'schedule:fire' && (entry.envelope as { scheduleId?: string }).scheduleId === scheduleId,
+      )
+      expect(fired.map((entry) => (entry.envelope as { runId: string }).runId)).toEqual(
+        expect.arrayContaining(started.map((firing) => firing.runId)),
+      )
+    })
+
+    it('run-now fires a paused schedule into its conversation; resuming counts from now', async () => {
+      const conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id as string
+      const created = await create({
+        cron: '0 9 * * 1-5',
+        timezone: 'Europe/Berlin',
+        enabled: false,
+        target: { kind: 'run', input: 'morning digest', conversation: conversationId, approvalPolicy: 'ask' },
+      })
+      expect(created.status).toBe(201)
+      expect(created.body.nextFireAt).toBeNull()
+      const now = await server.request('POST', `/api/schedules/${created.body.id}/run-now`, { token: alice.token })
+      expect(now.status).toBe(201)
+      expect(now.body).toMatchObject({ status: 'started', manual: true, conversationId })
+      const run = await waitForRun(server, alice.token, now.body.runId as string, ['completed'])
+      expect(run.conversationId).toBe(conversationId)
+
+      const resumed = await server.request('PATCH', `/api/schedules/${created.body.id}`, {
+        token: alice.token,
+        body: { enabled: true },
+      })
+      const next = new Date(resumed.body.nextFireAt as string)
+      expect(next.getTime()).toBeGreaterThan(Date.now())
+      // 09:00 in Berlin is 07:00 or 08:00 UTC, on a weekday.
+      expect([7, 8]).toContain(next.getUTCHours())
+      expect([1, 2, 3, 4, 5]).toContain(next.getUTCDay())
+      const listed = await server.request('GET', `/api/projects/${projectId}/schedules`, { token: alice.token })
+      expect((listed.body.items as Array<{ id: string }>).map((item) => item.id)).toContain(created.body.id)
+      expect((await server.request('DELETE', `/api/schedules/${created.body.id}`, { token: alice.token })).status).toBe(
+        204,
+      )
+      expect((await server.request('GET', `/api/schedules/${created.body.id}`, { token: alice.token })).status).toBe(
+        404,
+      )
+    })
+
+    it('refuses bad schedules with the field named, and hides them from others', async () => {
+      const target = { kind: 'run', input: 'x' }
+      for (const [body, status, path] of [
+        [{ cron: '61 * * * *', target }, 400, 'body.cron'],
+        [{ cron: '0 9 * * *', timezone: 'Nowhere/City', target }, 400, 'body.timezone'],
+        [{ cron: '0 9 * * *', every: '1h', target }, 400, 'body'],
+        [{ every: 'often', target }, 400, 'body.every'],
+        [{ at: 'tomorrow', target }, 400, undefined],
+        [{ every: '1h', target: { kind: 'run', input: 'x', model: 'nope' } }, 422, undefined],
+        [{ every: '1h', target: { kind: 'command', commandId: 'rdm.ping' } }, 400, undefined],
+      ] as const) {
+        const answer = await create(body as Record<string, unknown>)
+        expect(answer.status, JSON.stringify(body)).toBe(status)
+        if (path) expect(answer.body.errors?.[0]?.path, JSON.stringify(body)).toBe(path)
+      }
+      const created = await create({ every: '1h', target })
+      const bob = await server.createUser()
+      expect((await server.request('GET', `/api/schedules/${created.body.id}`, { token: bob.token })).status).toBe(404)
+      expect((await create({ every: '1h', target }, bob.token)).status).toBe(404)
+      const othersConversation = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
+      const bobProject = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'b' } })).body
+        .id
+      const foreign = await create(
+        { every: '1h', target: { kind: 'run', input: 'x', conversation: othersConversation } },
+        bob.token,
+        bobProject,
+      )
+      expect(foreign.status).toBe(404)
+    })
+
+    it('stops a schedule whose owner was disabled, saying why', async () => {
+      const carol = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: carol.token, body: { name: 'c' } })).body
+        .id as string
+      const created = await create({ every: '1s', target: { kind: 'run', input: 'x' } }, carol.token, project)
+      expect(created.status).toBe(201)
+      await server.request('PATCH', `/api/admin/users/${carol.user.id}`, {
+        token: adminToken,
+        body: { disabled: true },
+      })
+      await waitFor(async () => (await getSchedule(store, created.body.id as string))?.enabled === false, {
+        timeoutMs: 20_000,
+        intervalMs: 200,
+      })
+      const stopped = await getSchedule(store, created.body.id as string)
+      expect(stopped).toMatchObject({ enabled: false, nextFireAt: null, stoppedReason: 'its owner is disabled' })
+    })
+  })
+}
+
+const engines = testEngines()
+if (!engines.includes('postgres'))
+  console.warn('[plinth tests] skipping the two-instance schedule test: it needs Postgres (TEST_DATABASE_URL)')
+
+describe.skipIf(!engines.includes('postgres'))('a schedule on two instances sharing Postgres', () => {
+  let database: TestDatabase
+  const stores: Store[] = []
+  const servers: TestServer[] = []
+
+  beforeAll(async () => {
+    database = await createTestDatabase('postgres')
+    for (let instance = 0; instance < 2; instance++) {
+      const store = await database.open()
+      stores.push(store)
+      servers.push(
+        await startTestServer(store, {
+          models: [new ScriptedModel({ id: 'quick', turns: [{ text: 'Done.' }], whenExhausted: 'loop' })],
+          schedules: { tickMs: 100, pendingLeaseMs: 2_000 },
+        }),
+      )
+    }
+  })
+  afterAll(async () => {
+    for (const server of servers) await server.close().catch(() => undefined)
+    for (const store of stores) await store.close()
+    await database?.drop()
+  })
+
+  it('fires each occurrence exactly once, and the other instance goes on when one stops', async () => {
+    const [a, b] = servers as [TestServer, TestServer]
+    const dana = await a.createUser()
+    const projectId = (await a.request('POST', '/api/projects', { token: dana.token, body: { name: 'two' } })).body
+      .id as string
+    const created = await a.request('POST', `/api/projects/${projectId}/schedules`, {
+      token: dana.token,
+      body: { every: '1s', target: { kind: 'run', input: 'tick' } },
+    })
+    const scheduleId = created.body.id as string
+    const history = async (server: TestServer) =>
+      (await server.request('GET', `/api/schedules/${scheduleId}/firings?limit=200`, { token: dana.token })).body
+        .items as Array<{ occurrence: string; status: string; runId: string | null }>
+    await waitFor(async () => (await history(b)).filter((f) => f.status === 'started').length >= 6, {
+      timeoutMs: 30_000,
+      intervalMs: 200,
+    })
+
+    // a stops; b goes on firing.
+    await a.close()
+    const before = (await history(b)).length
+    await waitFor(async () => (await history(b)).filter((f) => f.status === 'started').length >= before + 3, {
+      timeoutMs: 30_000,
+      intervalMs: 200,
+    })
+    await b.request('PATCH', `/api/schedules/${scheduleId}`, { token: dana.token, body: { enabled: false } })
+
+    const firings = await history(b)
+    const occurrences = firings.map((firing) => Date.parse(firing.occurrence)).sort((x, y) => x - y)
+    // Exactly one firing per occurrence, a second apart, none missed; one run each.
+    expect(new Set(occurrences).size).toBe(occurrences.length)
+    for (let index = 1; index < occurrences.length; index++)
+      expect(occurrences[index]! - occurrences[index - 1]!).toBe(1000)
+    const started = firings.filter((firing) => firing.status === 'started')
+    expect(new Set(started.map((firing) => firing.runId)).size).toBe(started.length)
+    expect(firings.every((firing) => firing.status === 'started' || firing.status === 'pending')).toBe(true)
+    const runs = await b.request('GET', `/api/projects/${projectId}/conversations?limit=200`, { token: dana.token })
+    expect(runs.body.items.length).toBe(firings.length)
+  })
+})
