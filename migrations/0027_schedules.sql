@@ -2,7 +2,8 @@
 -- An occurrence is claimed (its firing row written, the schedule's next_fire_at moved on) in one
 -- transaction under FOR UPDATE SKIP LOCKED, so exactly one instance fires it; the unique index is the
 -- last guard. A firing stays `pending` until its run exists; one pending too long (its instance died)
--- is fired by another, and the run is tied to it in the run's own transaction, so it starts once.
+-- is fired by another, and the run is tied to it in the run's own transaction, so it starts once (a
+-- command target's dispatch carries the firing as its idempotency key, so a retry finds it).
 
 create table schedules (
   id              text primary key,
@@ -37,6 +38,8 @@ create table schedule_firings (
   status           text not null check (status in ('pending', 'started', 'failed', 'missed')),
   conversation_id  text,
   run_id           text,
+  -- A command target's dispatch (its own outcome and audit entries are the dispatch's).
+  dispatch_id      text,
   error            jsonb,
   -- Occurrences skipped with this one (a `missed` firing after downtime, or a `fireOnce` catch-up).
   missed_count     integer not null default 0,

@@ -2022,16 +2022,30 @@ export interface components {
             projectId: string;
             /** @description Why the server stopped it (e.g. its owner lost access); PATCH enabled: true to start it again */
             stoppedReason: string | null;
-            target: components["schemas"]["ScheduleTarget"];
+            /** @description What each firing starts: a run, or a command dispatch */
+            target: components["schemas"]["ScheduleRunTarget"] | components["schemas"]["ScheduleCommandTarget"];
             timezone: string;
             /** Format: date-time */
             updatedAt: string;
+        };
+        /** ScheduleCommandTarget */
+        ScheduleCommandTarget: {
+            /** @description Dispatched from the `schedule` entrance */
+            commandId: string;
+            /** @enum {string} */
+            kind: "command";
+            /** @description The command's parameters */
+            params?: {
+                [key: string]: unknown;
+            };
         };
         /** ScheduleFiring */
         ScheduleFiring: {
             conversationId: string | null;
             /** Format: date-time */
             createdAt: string;
+            /** @description A command target's dispatch (its audit envelope: GET /api/audit?entrance=schedule) */
+            dispatchId: string | null;
             error: {
                 code: string;
                 message: string;
@@ -2048,8 +2062,8 @@ export interface components {
             /** @description started: its run exists; failed: the run was refused (see error); missed: skipped after downtime */
             status: "pending" | "started" | "failed" | "missed";
         };
-        /** ScheduleTarget */
-        ScheduleTarget: {
+        /** ScheduleRunTarget */
+        ScheduleRunTarget: {
             /** @description Default `dontAsk`: nobody is watching a scheduled run */
             approvalPolicy?: "ask" | "dontAsk";
             /** @description `new` (default): a conversation per firing; or a conversation of the project to post into */
@@ -3710,7 +3724,7 @@ export interface operations {
                 /** @description A ULID */
                 conversationId?: string;
                 cursor?: string;
-                entrance?: "button" | "card" | "slash" | "chat" | "agent" | "mcp";
+                entrance?: "button" | "card" | "slash" | "chat" | "agent" | "mcp" | "schedule";
                 limit?: number;
                 /** @description A ULID */
                 projectId?: string;
@@ -7184,7 +7198,8 @@ export interface operations {
                     /** @description Occurrences missed while no instance ran: skipped (default), or fired once for all of them */
                     missed?: "skip" | "fireOnce";
                     name?: string;
-                    target: components["schemas"]["ScheduleTarget"];
+                    /** @description What each firing starts: a run, or a command dispatch */
+                    target: components["schemas"]["ScheduleRunTarget"] | components["schemas"]["ScheduleCommandTarget"];
                     /** @description The IANA time zone cron is read in (default UTC) */
                     timezone?: string;
                 };
@@ -8650,7 +8665,8 @@ export interface operations {
                     /** @description Occurrences missed while no instance ran: skipped (default), or fired once for all of them */
                     missed?: "skip" | "fireOnce";
                     name?: string;
-                    target?: components["schemas"]["ScheduleTarget"];
+                    /** @description What each firing starts: a run, or a command dispatch */
+                    target?: components["schemas"]["ScheduleRunTarget"] | components["schemas"]["ScheduleCommandTarget"];
                     /** @description The IANA time zone cron is read in (default UTC) */
                     timezone?: string;
                 };

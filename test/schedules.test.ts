@@ -88,6 +88,7 @@ for (const engine of apiEngines()) {
       store = await openTestStore(engine)
       server = await startTestServer(store, {
         adminToken,
+        plugins: ['rdm'],
         models: [new ScriptedModel({ id: 'quick', turns: [{ text: 'Report written.' }], whenExhausted: 'loop' })],
         schedules: { tickMs: 200 },
       })
@@ -187,6 +188,28 @@ for (const engine of apiEngines()) {
       )
     })
 
+    it('a command target is dispatched from the schedule entrance, as the schedule for its owner', async () => {
+      const created = await create({
+        every: '1h',
+        enabled: false,
+        target: { kind: 'command', commandId: 'rdm.ping', params: { target: 'cron' } },
+      })
+      expect(created.status).toBe(201)
+      const fired = await server.request('POST', `/api/schedules/${created.body.id}/run-now`, { token: alice.token })
+      expect(fired.status).toBe(201)
+      expect(fired.body).toMatchObject({ status: 'started', runId: null, dispatchId: expect.any(String) })
+      const audit = await server.request('GET', `/api/audit?projectId=${projectId}&entrance=schedule`, {
+        token: alice.token,
+      })
+      expect(audit.body.items[0]).toMatchObject({
+        id: fired.body.dispatchId,
+        commandId: 'rdm.ping',
+        entrance: 'schedule',
+        actor: { type: 'schedule', id: created.body.id, onBehalfOf: alice.user.id },
+        status: 'succeeded',
+      })
+    })
+
     it('refuses bad schedules with the field named, and hides them from others', async () => {
       const target = { kind: 'run', input: 'x' }
       for (const [body, status, path] of [
@@ -196,7 +219,8 @@ for (const engine of apiEngines()) {
         [{ every: 'often', target }, 400, 'body.every'],
         [{ at: 'tomorrow', target }, 400, undefined],
         [{ every: '1h', target: { kind: 'run', input: 'x', model: 'nope' } }, 422, undefined],
-        [{ every: '1h', target: { kind: 'command', commandId: 'rdm.ping' } }, 400, undefined],
+        [{ every: '1h', target: { kind: 'command', commandId: 'nope.nothing' } }, 400, 'body.target.commandId'],
+        [{ every: '1h', target: { kind: 'mail', to: 'x' } }, 400, undefined],
       ] as const) {
         const answer = await create(body as Record<string, unknown>)
         expect(answer.status, JSON.stringify(body)).toBe(status)

@@ -15,16 +15,20 @@ export type Risk = 'low' | 'medium' | 'high'
 
 /**
  * Where a dispatch comes from. `agent` is the model's own tool call; `mcp` is a call from an MCP
- * client through `/mcp` (since surface 1.5.0), for the user whose token it sends; the others are humans.
+ * client through `/mcp` (since surface 1.5.0), for the user whose token it sends; `schedule` is a
+ * scheduled firing, for the schedule's creator (since surface 1.7.0); the others are humans.
  */
-export type Entrance = 'button' | 'card' | 'slash' | 'chat' | 'agent' | 'mcp'
+export type Entrance = 'button' | 'card' | 'slash' | 'chat' | 'agent' | 'mcp' | 'schedule'
 
 /** What an actor wants to do with a project, as asked of a ProjectAuthz adapter. */
 export type ProjectAction = 'read' | 'search' | 'create_conversation' | 'write'
 
-/** Who dispatches: a user, or the agent acting for a user (`onBehalfOf`). For a user, `onBehalfOf === id`. */
+/**
+ * Who dispatches: a user, the agent acting for a user (`onBehalfOf`), or a schedule firing for its
+ * creator (`id` the schedule's). For a user, `onBehalfOf === id`.
+ */
 export interface Actor {
-  type: 'user' | 'agent'
+  type: 'user' | 'agent' | 'schedule'
   id: string
   onBehalfOf: string
 }

@@ -1,4 +1,5 @@
-import type { PluginLogger } from '../extension/index.js'
+import type { CommandBus } from '../cmdbus/index.js'
+import type { JsonValue, PluginLogger } from '../extension/index.js'
 import type { ConversationService, ProjectService, RunManager } from '../runmgr/index.js'
 import {
   Accounts,
@@ -6,6 +7,7 @@ import {
   getSchedule,
   lockDueSchedules,
   lockStalePendingFirings,
+  markFiringDispatched,
   markFiringFailed,
   markFiringStarted,
   recordOccurrence,
@@ -15,7 +17,9 @@ import {
   type Conversation,
   type Project,
   type Schedule,
+  type ScheduleCommandTarget,
   type ScheduleFiring,
+  type ScheduleRunTarget,
   type Store,
   type User,
 } from '../store/index.js'
@@ -23,6 +27,7 @@ import { nextOccurrence } from './schedule-spec.js'
 
 export interface ScheduleFirerOptions {
   store: Store
+  bus: CommandBus
   runs: RunManager
   projects: ProjectService
   conversations: ConversationService
@@ -128,8 +133,9 @@ export class ScheduleFirer {
   async #fire(firing: ScheduleFiring, schedule: Schedule): Promise<ScheduleFiring> {
     const { store, runs, log } = this.#options
     try {
-      const { owner, project, conversation } = await this.#place(firing, schedule)
       const target = schedule.target
+      if (target.kind === 'command') return await this.#dispatch(firing, schedule, target)
+      const { owner, project, conversation } = await this.#place(firing, schedule, target)
       const created = await runs.createRun(
         conversation,
         owner.id,
@@ -189,21 +195,62 @@ export class ScheduleFirer {
     }
   }
 
+  /**
+   * A command target: dispatched from the `schedule` entrance as the schedule, for its creator. The
+   * firing is the idempotency key, so a retried firing finds its dispatch instead of making another.
+   */
+  async #dispatch(firing: ScheduleFiring, schedule: Schedule, target: ScheduleCommandTarget): Promise<ScheduleFiring> {
+    const { store, bus } = this.#options
+    const { owner, project } = await this.#reach(schedule, 'write')
+    const outcome = await bus.dispatch({
+      commandId: target.commandId,
+      params: (target.params ?? {}) as { [key: string]: JsonValue },
+      entrance: 'schedule',
+      actor: { type: 'schedule', id: schedule.id, onBehalfOf: owner.id },
+      projectId: project.id,
+      idempotencyKey: `schedule-firing:${firing.id}`,
+      approvalPolicy: 'dontAsk',
+    })
+    if (outcome.dispatchId === null) {
+      const error = 'error' in outcome ? outcome.error : { code: 'failed', message: 'the dispatch was refused' }
+      const failure = { code: error.code, message: error.message }
+      await markFiringFailed(store, firing.id, failure)
+      return { ...firing, status: 'failed', error: failure }
+    }
+    const dispatchId = outcome.dispatchId
+    await store.transaction((tx) => markFiringDispatched(tx, firing, schedule, dispatchId))
+    return { ...firing, status: 'started', dispatchId }
+  }
+
+  /** The schedule's owner and project, while the owner may still act there; Unreachable otherwise. */
+  async #reach(
+    schedule: Schedule,
+    action: 'create_conversation' | 'write',
+  ): Promise<{ owner: User; project: Project }> {
+    const owner = await this.#accounts.findUser(schedule.ownerId)
+    if (!owner || owner.disabled) throw new Unreachable('its owner is disabled')
+    const project = await this.#options.projects.resolve(owner, schedule.projectId, action).catch((error: unknown) => {
+      if (error instanceof RequestError && (error.code === 'not_found' || error.code === 'forbidden'))
+        throw new Unreachable(
+          action === 'write'
+            ? 'its owner can no longer act in the project'
+            : 'its owner can no longer start conversations in the project',
+        )
+      throw error
+    })
+    return { owner, project }
+  }
+
   /** Whose run it is, in which project and conversation; Unreachable when the owner lost access. */
   async #place(
     firing: ScheduleFiring,
     schedule: Schedule,
+    target: ScheduleRunTarget,
   ): Promise<{ owner: User; project: Project; conversation: Conversation }> {
-    const { store, projects, conversations } = this.#options
-    const owner = await this.#accounts.findUser(schedule.ownerId)
-    if (!owner || owner.disabled) throw new Unreachable('its owner is disabled')
-    const project = await projects.resolve(owner, schedule.projectId, 'create_conversation').catch((error: unknown) => {
-      if (error instanceof RequestError && (error.code === 'not_found' || error.code === 'forbidden'))
-        throw new Unreachable('its owner can no longer start conversations in the project')
-      throw error
-    })
-    const existing = schedule.target.conversation !== undefined && schedule.target.conversation !== 'new'
-    const conversationId = existing ? schedule.target.conversation! : firing.conversationId
+    const { store, conversations } = this.#options
+    const { owner, project } = await this.#reach(schedule, 'create_conversation')
+    const existing = target.conversation !== undefined && target.conversation !== 'new'
+    const conversationId = existing ? target.conversation! : firing.conversationId
     if (conversationId) {
       const conversation = await conversations.resolve(owner, conversationId).catch((error: unknown) => {
         if (error instanceof RequestError && error.code === 'not_found')

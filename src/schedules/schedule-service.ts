@@ -1,3 +1,4 @@
+import type { CommandCatalog } from '../cmdbus/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { ConversationService, ProjectService } from '../runmgr/index.js'
 import {
@@ -25,6 +26,7 @@ export interface ScheduleServiceDeps {
   projects: ProjectService
   conversations: ConversationService
   models: ModelRegistry
+  catalog: CommandCatalog
   firer: ScheduleFirer
 }
 
@@ -143,6 +145,18 @@ export class ScheduleService {
   async #checkTarget(user: User, projectId: string, input: ScheduleInput): Promise<void> {
     const target = input.target
     if (!target) return
+    if (target.kind === 'command') {
+      const command = this.#deps.catalog.get(target.commandId)
+      const refuse = (message: string) => {
+        throw new RequestError('validation_failed', `body.target.commandId: ${message}`, [
+          { path: 'body.target.commandId', message },
+        ])
+      }
+      if (!command) refuse(`no command ${JSON.stringify(target.commandId)} (GET /api/commands lists them)`)
+      else if (command.spec.entrances && !command.spec.entrances.includes('schedule'))
+        refuse(`${target.commandId} cannot be dispatched from the schedule entrance`)
+      return
+    }
     if (target.model !== undefined && !this.#deps.models.get(target.model))
       throw new RequestError(
         'unknown_model',

@@ -196,6 +196,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   // Every instance fires due schedules; the database decides which one fires each occurrence.
   const firer = new ScheduleFirer({
     store: options.store,
+    bus: options.bus,
     runs: options.runs,
     projects,
     conversations,
@@ -209,6 +210,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       projects,
       conversations,
       models: options.runs.models,
+      catalog: options.bus.catalog,
       firer,
     }),
     store: options.store,

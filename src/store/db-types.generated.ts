@@ -326,6 +326,7 @@ export interface ScheduleFirings {
   claimed_at: Generated<Timestamp>
   conversation_id: string | null
   created_at: Generated<Timestamp>
+  dispatch_id: string | null
   error: JsonColumn | null
   id: string
   manual: Generated<boolean>

@@ -8,7 +8,7 @@ export type DispatchStatus =
   'requested' | 'awaiting_decision' | 'running' | 'succeeded' | 'failed' | 'rejected' | 'expired' | 'cancelled'
 
 export interface DispatchActor {
-  type: 'user' | 'agent'
+  type: 'user' | 'agent' | 'schedule'
   id: string
   onBehalfOf: string
 }

@@ -302,6 +302,7 @@ export {
   listSchedules,
   lockDueSchedules,
   lockStalePendingFirings,
+  markFiringDispatched,
   markFiringFailed,
   markFiringStarted,
   recordOccurrence,
@@ -313,4 +314,6 @@ export {
   type ScheduleFiring,
   type ScheduleInput,
   type ScheduleRunTarget,
+  type ScheduleCommandTarget,
+  type ScheduleTarget,
 } from './schedule-repository.js'

@@ -17,6 +17,15 @@ export interface ScheduleRunTarget {
   approvalPolicy?: 'ask' | 'dontAsk'
 }
 
+/** What a firing dispatches: a command, as the schedule's creator, from the `schedule` entrance. */
+export interface ScheduleCommandTarget {
+  kind: 'command'
+  commandId: string
+  params?: Record<string, unknown>
+}
+
+export type ScheduleTarget = ScheduleRunTarget | ScheduleCommandTarget
+
 export interface Schedule {
   id: string
   projectId: string
@@ -26,7 +35,7 @@ export interface Schedule {
   every: string | null
   at: string | null
   timezone: string
-  target: ScheduleRunTarget
+  target: ScheduleTarget
   enabled: boolean
   missed: 'skip' | 'fireOnce'
   nextFireAt: string | null
@@ -43,7 +52,7 @@ export interface ScheduleInput {
   every?: string | null
   at?: string | null
   timezone?: string
-  target?: ScheduleRunTarget
+  target?: ScheduleTarget
   enabled?: boolean
   missed?: 'skip' | 'fireOnce'
 }
@@ -58,6 +67,7 @@ export interface ScheduleFiring {
   status: FiringStatus
   conversationId: string | null
   runId: string | null
+  dispatchId: string | null
   error: { code: string; message: string } | null
   missedCount: number
   createdAt: string
@@ -77,7 +87,7 @@ export function toSchedule(row: Selectable<Schedules>): Schedule {
     every: row.every,
     at: iso(row.at),
     timezone: row.timezone,
-    target: row.target as unknown as ScheduleRunTarget,
+    target: row.target as unknown as ScheduleTarget,
     enabled: row.enabled,
     missed: row.missed === 'fireOnce' ? 'fireOnce' : 'skip',
     nextFireAt: iso(row.next_fire_at),
@@ -98,6 +108,7 @@ function toFiring(row: Selectable<ScheduleFirings>): ScheduleFiring {
     status: row.status as FiringStatus,
     conversationId: row.conversation_id,
     runId: row.run_id,
+    dispatchId: row.dispatch_id,
     error: (row.error as ScheduleFiring['error']) ?? null,
     missedCount: row.missed_count,
     createdAt: iso(row.created_at)!,
@@ -300,6 +311,30 @@ export async function markFiringStarted(
     },
   ])
   return true
+}
+
+/** A command target's firing: its dispatch was made (whatever its outcome, which is the dispatch's). */
+export async function markFiringDispatched(
+  tx: Executor,
+  firing: ScheduleFiring,
+  schedule: Schedule,
+  dispatchId: string,
+): Promise<void> {
+  const updated = await kysely(tx)
+    .updateTable('schedule_firings')
+    .set({ status: 'started', dispatch_id: dispatchId })
+    .where('id', '=', firing.id)
+    .where('status', '=', 'pending')
+    .executeTakeFirst()
+  if (updated.numUpdatedRows === 0n) return
+  await appendEvents(tx, [
+    {
+      type: 'schedule.fired',
+      projectId: schedule.projectId,
+      userId: schedule.ownerId,
+      data: { scheduleId: schedule.id, firingId: firing.id, occurrence: firing.occurrence, dispatchId },
+    },
+  ])
 }
 
 /** A firing that could not start its run (refused, or its owner lost access). */

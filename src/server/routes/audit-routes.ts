@@ -26,6 +26,7 @@ export function registerAuditRoutes(app: App, deps: ServerDeps): void {
                 Type.Literal('chat'),
                 Type.Literal('agent'),
                 Type.Literal('mcp'),
+                Type.Literal('schedule'),
               ]),
             ),
             limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50 })),

@@ -68,7 +68,7 @@ const DispatchAnswer = Type.Object({
 })
 
 // A command without an `entrances` list may be dispatched from every entrance, `mcp` included.
-const allEntrances = ['button', 'card', 'slash', 'chat', 'agent', 'mcp']
+const allEntrances = ['button', 'card', 'slash', 'chat', 'agent', 'mcp', 'schedule']
 
 export function registerCommandRoutes(app: App, deps: ServerDeps): void {
   const { bus } = deps

@@ -8,7 +8,7 @@ const tags = ['schedules']
 const strict = { additionalProperties: false } as const
 const problem = Type.Ref('Problem')
 
-const ScheduleTarget = Type.Object(
+const ScheduleRunTarget = Type.Object(
   {
     kind: Type.Literal('run'),
     input: Type.String({ minLength: 1, maxLength: 100_000, description: 'The user message each run starts with' }),
@@ -24,8 +24,19 @@ const ScheduleTarget = Type.Object(
       }),
     ),
   },
-  { ...strict, title: 'ScheduleTarget' },
+  { ...strict, title: 'ScheduleRunTarget' },
 )
+const ScheduleCommandTarget = Type.Object(
+  {
+    kind: Type.Literal('command'),
+    commandId: Type.String({ minLength: 1, maxLength: 200, description: 'Dispatched from the `schedule` entrance' }),
+    params: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: "The command's parameters" })),
+  },
+  { ...strict, title: 'ScheduleCommandTarget' },
+)
+const ScheduleTarget = Type.Union([ScheduleRunTarget, ScheduleCommandTarget], {
+  description: 'What each firing starts: a run, or a command dispatch',
+})
 const timingFields = {
   cron: Type.Optional(
     Type.String({
@@ -95,6 +106,9 @@ const ScheduleFiring = Type.Object(
     ),
     conversationId: Type.Union([Type.String(), Type.Null()]),
     runId: Type.Union([Type.String(), Type.Null()]),
+    dispatchId: Type.Union([Type.String(), Type.Null()], {
+      description: "A command target's dispatch (its audit envelope: GET /api/audit?entrance=schedule)",
+    }),
     error: Type.Union([Type.Object({ code: Type.String(), message: Type.String() }), Type.Null()]),
     missedCount: Type.Integer({ description: 'Further occurrences missed with this one' }),
     createdAt: Type.String({ format: 'date-time' }),
