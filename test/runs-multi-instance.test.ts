@@ -180,6 +180,50 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
   )
 
   it(
+    'a schedule fires each occurrence once across instances, and goes on when one of them is killed (kill -9)',
+    { timeout: 90_000 },
+    async () => {
+      const env = { DATABASE_URL: database.url!, PLINTH_RUN_LEASE: '2s', PLINTH_ADMIN_TOKEN: adminToken }
+      const owner = lastLine((await runPlinth(['users', 'create', 'scheduler'], { cwd, env })).stdout)
+      const c = await startServe({ cwd, env })
+      servers.push(c)
+      const project = await http(a.url, 'POST', '/api/projects', { token: owner, body: { name: 'scheduled' } })
+      const created = await http(c.url, 'POST', `/api/projects/${project.body.id}/schedules`, {
+        token: owner,
+        body: { every: '1s', target: { kind: 'run', input: 'tick' } },
+      })
+      expect(created.status).toBe(201)
+      const scheduleId = created.body.id as string
+      const firings = async () =>
+        (await http(b.url, 'GET', `/api/schedules/${scheduleId}/firings?limit=200`, { token: owner })).body
+          .items as Array<{ occurrence: string; status: string; runId: string | null }>
+      await waitFor(async () => (await firings()).length >= 4, { timeoutMs: 30_000, intervalMs: 200 })
+      c.child.kill('SIGKILL')
+      await new Promise((resolve) => c.child.once('exit', resolve))
+      const atKill = (await firings()).length
+      // The others fire the next occurrences.
+      await waitFor(async () => (await firings()).length >= atKill + 3, { timeoutMs: 30_000, intervalMs: 200 })
+      await http(a.url, 'PATCH', `/api/schedules/${scheduleId}`, { token: owner, body: { enabled: false } })
+
+      const all = await firings()
+      const occurrences = all.map((firing) => Date.parse(firing.occurrence)).sort((x, y) => x - y)
+      // One firing per occurrence, a second apart: none fired twice, none skipped across the kill.
+      expect(new Set(occurrences).size).toBe(occurrences.length)
+      for (let index = 1; index < occurrences.length; index++)
+        expect(occurrences[index]! - occurrences[index - 1]!).toBe(1000)
+      const started = all.filter((firing) => firing.status === 'started')
+      expect(new Set(started.map((firing) => firing.runId)).size).toBe(started.length)
+      // A firing the killed instance had claimed but not started stays pending until its claim is stale;
+      // the rest started their runs (or were refused by the run quota, recorded as failed).
+      expect(all.every((firing) => ['started', 'pending', 'failed'].includes(firing.status))).toBe(true)
+      expect(started.length).toBeGreaterThanOrEqual(all.length - 2)
+      // The killed instance's runs are resumed by the others; all end before the next test.
+      for (const firing of started)
+        await waitForRun(b.url, owner, firing.runId!, ['completed', 'failed', 'cancelled', 'expired'], 60_000)
+    },
+  )
+
+  it(
     'a run whose driver is killed (kill -9) is resumed by the other instance once the lease has passed',
     { timeout: 90_000 },
     async () => {
