@@ -5,13 +5,15 @@
  * then the retrieval bench (bench/retrieval/index.ts), the exec bench (bench/exec/index.ts) and the MCP
  * benches (bench/mcp: /mcp beside /api, and a mounted MCP tool beside the SDK client); then the
  * frontend-routes bench (bench/ag-ui: POST /api/conversations/:id/ag-ui and …/ui-stream, the AI SDK's
- * UI message stream, beside the native run stream) and the webhook bench (bench/webhooks: commit →
- * delivery latency, and what the outbox adds to an event's insert).
+ * UI message stream, beside the native run stream), the webhook bench (bench/webhooks: commit →
+ * delivery latency, and what the outbox adds to an event's insert) and the schedule bench
+ * (bench/schedules: 1,000 schedules firing each minute across two instances sharing pg).
  * Each server runs in its own process; autocannon loads it from this one.
  *
- * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends` or `webhooks`: run one part; `ag-ui`
- * is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8), BENCH_WARMUP (s, 2),
- * BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in bench/agent/index.ts.
+ * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks` or `schedules`: run one
+ * part; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
+ * BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in
+ * bench/agent/index.ts.
  */
 import { cpus } from 'node:os'
 import { loadAgentSettings, runAgentBench } from './agent/index.js'
@@ -20,6 +22,7 @@ import { runMcpBench } from './mcp/index.js'
 import { runFrontendsBench } from './ag-ui/index.js'
 import { runRetrievalBench } from './retrieval/index.js'
 import { runWebhookBench } from './webhooks/index.js'
+import { runScheduleBench } from './schedules/index.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
 import { loadSettingsFromEnv } from './lib/measure.js'
 import { formatTable, runScenarios, type Scenario } from './lib/scenario.js'
@@ -32,9 +35,12 @@ cleanupOnSignals()
 const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_URL || undefined
 // `ag-ui` named the frontend-routes part before it measured the UI message stream too.
 const only = process.env.BENCH_ONLY === 'ag-ui' ? 'frontends' : process.env.BENCH_ONLY || undefined
-if (only !== undefined && !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 'webhooks'].includes(only)) {
+if (
+  only !== undefined &&
+  !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 'webhooks', 'schedules'].includes(only)
+) {
   console.error(
-    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui") or "webhooks", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
+    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks" or "schedules", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
   )
   process.exit(2)
 }
@@ -98,6 +104,10 @@ try {
   if (only === undefined || only === 'webhooks') {
     if (only === undefined) console.log('')
     await runWebhookBench(databaseUrl)
+  }
+  if (only === undefined || only === 'schedules') {
+    if (only === undefined) console.log('')
+    await runScheduleBench(databaseUrl)
   }
 } catch (error) {
   console.error(error)

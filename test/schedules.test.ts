@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel } from '../src/llm/index.js'
 import { nextOccurrence, timingErrors, type ScheduleTiming } from '../src/schedules/index.js'
-import { getSchedule, readAuditEntries, type Store } from '../src/store/index.js'
+import {
+  createSchedule,
+  getSchedule,
+  readAuditEntries,
+  recordOccurrence,
+  type Schedule,
+  type Store,
+} from '../src/store/index.js'
 import { apiEngines, createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitFor, waitForRun } from './helpers/waits.js'
@@ -208,6 +215,35 @@ for (const engine of apiEngines()) {
         actor: { type: 'schedule', id: created.body.id, onBehalfOf: alice.user.id },
         status: 'succeeded',
       })
+    })
+
+    // Regression: the claim's ON CONFLICT named the partial index's predicate with a parameter, which
+    // Postgres's generic plan (from a statement's 6th run on a connection) could not match: every claim
+    // of more than 5 due schedules rolled back, and nothing fired again.
+    it('claims many due schedules in one transaction, on one connection', async () => {
+      const due = new Date(Date.now() - 1000)
+      const schedules: Schedule[] = []
+      for (let index = 0; index < 12; index++)
+        schedules.push(
+          await createSchedule(store, {
+            projectId,
+            ownerId: alice.user.id,
+            every: '1h',
+            target: { kind: 'run', input: 'x' },
+            enabled: false,
+            nextFireAt: null,
+          }),
+        )
+      const recorded = await store.transaction(async (tx) => {
+        const firings = []
+        for (const schedule of schedules)
+          firings.push(await recordOccurrence(tx, schedule, { at: due, status: 'missed', missedCount: 0 }, null))
+        // The same occurrence again: nothing is written.
+        firings.push(await recordOccurrence(tx, schedules[0]!, { at: due, status: 'missed', missedCount: 0 }, null))
+        return firings
+      })
+      expect(recorded.slice(0, 12).every((firing) => firing?.status === 'missed')).toBe(true)
+      expect(recorded[12]).toBeUndefined()
     })
 
     it('refuses bad schedules with the field named, and hides them from others', async () => {

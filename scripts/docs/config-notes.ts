@@ -45,6 +45,13 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       'the currency (ISO 4217 code) of `models[].pricing` and of every cost the API reports (see [Usage and cost](../guides/operating.md#usage-and-cost))',
   },
+  'schedules.enabled': {
+    meaning:
+      'whether this instance fires due schedules (every instance may; the database picks one per occurrence — see [Scheduled runs](../guides/schedules.md))',
+  },
+  'schedules.tickMs': {
+    meaning: 'how often this instance looks for due schedules: about the most an occurrence fires late',
+  },
   'runQuota.maxActiveRunsPerProject': {
     meaning:
       "runs one project may have queued or running at once, everyone's together (the next is 429 `too_many_runs`; an operator may set a project's own with `PATCH /api/admin/projects/:id {quota}`; see [Run quotas](../guides/operating.md#run-quotas))",

@@ -105,6 +105,14 @@ export const fileSchema = {
     },
     defaultModel: { type: 'string' },
     currency: { type: 'string', pattern: '^[A-Z]{3}$' },
+    schedules: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        enabled: { type: 'boolean' },
+        tickMs: { type: 'integer', minimum: 100, maximum: 60_000 },
+      },
+    },
     runQuota: {
       type: 'object',
       additionalProperties: false,

@@ -42,6 +42,8 @@ export interface PlinthConfig {
   runBudget: { maxModelCalls?: number; maxTokens?: number; maxCost?: number }
   /** Limits on starting runs beyond `maxActiveRunsPerUser`, counted in the database (docs/guides/operating.md#run-quotas). */
   runQuota: { maxActiveRunsPerProject?: number; runsPerMinutePerUser?: number; runsPerMinutePerProject?: number }
+  /** Whether this instance fires due schedules, and how often it looks (docs/guides/schedules.md). */
+  schedules: { enabled: boolean; tickMs: number }
   /**
    * What the operator set; the exec module fills in its defaults and checks them against
    * `resultMaxBytes` when the server starts (not loaded here: CLI commands that never run code stay light).
@@ -154,6 +156,7 @@ const defaults: PlinthConfig = {
   currency: 'USD',
   runBudget: {},
   runQuota: {},
+  schedules: { enabled: true, tickMs: 1000 },
   exec: {},
   logLevel: 'info',
   bodyLimit: 1024 * 1024,

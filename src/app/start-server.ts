@@ -150,6 +150,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       ...(config.metricsToken && { metricsToken: config.metricsToken }),
       corsOrigins: config.corsOrigins,
       sseHeartbeatMs: config.sseHeartbeatMs,
+      schedules: config.schedules,
       streams: config.streams,
       fullModeTtlMs: config.fullModeTtlMs,
       currency: config.currency,

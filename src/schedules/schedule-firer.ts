@@ -38,6 +38,17 @@ export interface ScheduleFirerOptions {
   graceMs?: number
   /** A firing still pending this long after its claim (its instance died) is fired by another (default 30 s). */
   pendingLeaseMs?: number
+  /** Firings whose runs are started at once (default 8): many schedules due together start together. */
+  concurrency?: number
+}
+
+/** Runs `work` over `items`, at most `limit` at a time. */
+async function inParallel<T>(items: readonly T[], limit: number, work: (item: T) => Promise<unknown>): Promise<void> {
+  let next = 0
+  const worker = async () => {
+    while (next < items.length) await work(items[next++]!)
+  }
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker))
 }
 
 /** The firing was started by another instance meanwhile: the run made here is rolled back. */
@@ -92,7 +103,7 @@ export class ScheduleFirer {
         }
         return fired
       })
-      for (const { firing, schedule } of claimed) await this.#fire(firing, schedule)
+      await inParallel(claimed, this.#options.concurrency ?? 8, ({ firing, schedule }) => this.#fire(firing, schedule))
       const staleBefore = new Date(Date.now() - (this.#options.pendingLeaseMs ?? 30_000))
       const stale = await store.transaction((tx) => lockStalePendingFirings(tx, staleBefore, 50))
       for (const firing of stale) {
@@ -260,9 +271,10 @@ export class ScheduleFirer {
       return { owner, project, conversation }
     }
     const title = `${schedule.name || 'Scheduled run'} · ${firing.occurrence}`
+    // Another instance firing the same (stale) firing may have made one first: then it is on it.
     const conversation = await store.transaction(async (tx) => {
       const created = await conversations.create(tx, owner, project, title)
-      await setFiringConversation(tx, firing.id, created.id)
+      if (!(await setFiringConversation(tx, firing.id, created.id))) throw new AlreadyStarted()
       return created
     })
     return { owner, project, conversation }

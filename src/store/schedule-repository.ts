@@ -1,4 +1,4 @@
-import type { Selectable } from 'kysely'
+import { sql, type Selectable } from 'kysely'
 import type { Schedules, ScheduleFirings } from './db-types.generated.js'
 import { appendEvents } from './event-log.js'
 import { kysely, type Executor } from './executor.js'
@@ -238,7 +238,14 @@ export async function recordOccurrence(
       status: occurrence.status,
       missed_count: occurrence.missedCount,
     })
-    .onConflict((conflict) => conflict.columns(['schedule_id', 'occurrence']).where('manual', '=', false).doNothing())
+    // The index's predicate as a literal: a parameter here is not matched to the partial index by the
+    // generic plan Postgres switches a prepared statement to after 5 runs (error 42P10).
+    .onConflict((conflict) =>
+      conflict
+        .columns(['schedule_id', 'occurrence'])
+        .where(sql<boolean>`not manual`)
+        .doNothing(),
+    )
     .returningAll()
     .executeTakeFirst()
   if (nextFireAt !== undefined)
@@ -275,13 +282,18 @@ export async function lockStalePendingFirings(tx: Executor, olderThan: Date, lim
   return rows.map(toFiring)
 }
 
-/** Ties a firing to the conversation it created (so a retry posts there instead of making another). */
-export async function setFiringConversation(tx: Executor, firingId: string, conversationId: string): Promise<void> {
-  await kysely(tx)
+/**
+ * Ties a firing to the conversation it created (so a retry posts there instead of making another);
+ * false when it already has one (another instance got there first: the caller rolls back).
+ */
+export async function setFiringConversation(tx: Executor, firingId: string, conversationId: string): Promise<boolean> {
+  const updated = await kysely(tx)
     .updateTable('schedule_firings')
     .set({ conversation_id: conversationId })
     .where('id', '=', firingId)
-    .execute()
+    .where('conversation_id', 'is', null)
+    .executeTakeFirst()
+  return updated.numUpdatedRows > 0n
 }
 
 /**
