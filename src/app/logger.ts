@@ -117,13 +117,22 @@ export function scrubAlso(logger: Logger, secrets: readonly string[]): void {
   for (const secret of secrets) if (secret.length >= 8 && !literal.includes(secret)) literal.push(secret)
 }
 
-function options(level: string, literal: readonly string[]): LoggerOptions {
-  const scrub = (line: string): string => {
+/** Scrubs text the way `logger`'s lines are: credential shapes and its literal secrets (trace spans use it). */
+export function scrubberOf(logger: Logger): (text: string) => string {
+  return scrubber(literalSecrets.get(logger) ?? [])
+}
+
+function scrubber(literal: readonly string[]): (text: string) => string {
+  return (line) => {
     let out = line
     for (const [shape, replacement] of secretShapes) out = out.replace(shape, replacement)
     for (const secret of literal) if (out.includes(secret)) out = out.split(secret).join('[redacted]')
     return out
   }
+}
+
+function options(level: string, literal: readonly string[]): LoggerOptions {
+  const scrub = scrubber(literal)
   return {
     level,
     redact: { paths: redactPaths, censor: '[redacted]' },

@@ -12,8 +12,9 @@ import { setUpCommandBus } from './command-bus-setup.js'
 import { setUpRuns } from './run-setup.js'
 import { modelsMissingKeys } from '../llm/index.js'
 import type { PlinthConfig } from './config.js'
-import { fastifyListeningText } from './logger.js'
+import { fastifyListeningText, scrubberOf } from './logger.js'
 import { version } from './version.js'
+import { otelSettings, startOtel, type Otel } from '../telemetry/index.js'
 
 export interface RunningServer {
   app: App
@@ -29,6 +30,8 @@ export interface RunningServer {
 /** Opens the store (migrating it), builds the HTTP app and listens. */
 export async function startServer(config: PlinthConfig, logger: Logger): Promise<RunningServer> {
   for (const deprecation of config.deprecations ?? []) logger.warn(deprecation)
+  // Traces and GenAI metrics, when the standard OTEL_* variables ask for them (docs/guides/operating.md#tracing).
+  const otel = await startTelemetry(logger)
   const store = await openStore({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
@@ -157,6 +160,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       adminToken: config.adminToken,
       version,
       metrics,
+      ...(otel?.fastifyPlugin && { httpTracing: otel.fastifyPlugin }),
       webhooks: {
         allowPrivate: config.webhooks.allowPrivate,
         secretGraceMs: config.webhooks.secretGraceMs,
@@ -171,6 +175,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     await execService?.stop()
     await mcp?.stop()
     await store.close()
+    await otel?.shutdown()
     throw error
   }
   const runManager = runs
@@ -200,8 +205,26 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
         await exec.stop()
         await mcpHub?.stop()
         await store.close()
+        await otel?.shutdown()
       })()
       return closing
     },
   }
+}
+
+/** Starts OpenTelemetry when configured; what it cannot use is said, and never stops the server. */
+async function startTelemetry(logger: Logger): Promise<Otel | undefined> {
+  const settings = otelSettings()
+  for (const warning of settings.warnings) logger.warn(warning)
+  if (!settings.traces && !settings.metrics) return undefined
+  const otel = await startOtel(settings, {
+    serviceVersion: version,
+    warn: (message) => logger.warn(message),
+    scrub: scrubberOf(logger),
+  })
+  logger.info(
+    { traces: settings.traces, metrics: settings.metrics, protocol: settings.protocol },
+    'OpenTelemetry export is on',
+  )
+  return otel
 }

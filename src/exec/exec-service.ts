@@ -1,6 +1,7 @@
 import { realpath, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { CliToolSpec, PluginLogger } from '../extension/index.js'
+import { inSpan, type Span } from '../telemetry/index.js'
 import { appendAuditEntry, countActiveUsers, getProject, getSetting, setSetting, type Store } from '../store/index.js'
 import { DirectBackend, SandboxBackend, sandboxWorkdir, type HostSupport, type SandboxIdentity } from './backends.js'
 import { buildExecEnv } from './exec-env.js'
@@ -322,15 +323,22 @@ export class ExecService {
     },
     options: ExecOptions = {},
   ): Promise<ExecResult> {
-    if (input.ownerId) await this.quota.ensureRoom(input.conversationId, input.ownerId)
-    const startedAt = Date.now()
-    let result: ExecResult
-    try {
-      result = await this.#run(input, options)
-    } finally {
-      if (input.ownerId) await this.quota.settleAfterExec(input.conversationId, input.ownerId, startedAt)
-    }
-    return result
+    return inSpan(
+      'exec',
+      { 'plinth.exec.backend': this.#backend, 'plinth.exec.program': input.argv[0] ?? '' },
+      async (span) => {
+        if (input.ownerId) await this.quota.ensureRoom(input.conversationId, input.ownerId)
+        const startedAt = Date.now()
+        let result: ExecResult
+        try {
+          result = await this.#run(input, options)
+        } finally {
+          if (input.ownerId) await this.quota.settleAfterExec(input.conversationId, input.ownerId, startedAt)
+        }
+        annotateExecSpan(span, result)
+        return result
+      },
+    )
   }
 
   async #run(
@@ -414,4 +422,14 @@ export class ExecService {
     // Another instance chose the sandbox: check it works here too, where our work directories are.
     if (switchedToSandbox) await this.#reprobe()
   }
+}
+
+/** The exec span's outcome: exit code, whether it timed out or was cut off. */
+function annotateExecSpan(span: Span, result: ExecResult): void {
+  if (!span.isRecording()) return
+  span.setAttributes({
+    ...(result.exitCode !== null && { 'process.exit.code': result.exitCode }),
+    'plinth.exec.timed_out': result.timedOut,
+    'plinth.exec.duration_ms': result.durationMs,
+  })
 }

@@ -11,6 +11,7 @@ import { LaunchTransport } from './launch-transport.js'
 import type { ToolAnnotations } from './names.js'
 import type { WireToolResult } from './results.js'
 import type { McpServerConfig } from './types.js'
+import { injectTraceHeaders } from '../telemetry/index.js'
 
 /** A remote tool as listed (validated loosely: one bad tool must not hide the others). */
 export interface RemoteTool {
@@ -309,6 +310,8 @@ export class McpConnection {
       }
       return new StreamableHTTPClientTransport(new URL(config.url ?? ''), {
         requestInit: { headers },
+        // Calls made inside a traced tool call carry its `traceparent`.
+        fetch: (url, init) => fetch(url, { ...init, headers: injectTraceHeaders(new Headers(init?.headers)) }),
         ...(authProvider && { authProvider }),
       })
     }

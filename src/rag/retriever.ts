@@ -10,6 +10,7 @@ import {
 } from '../store/index.js'
 import type { Embedder } from './embeddings.js'
 import { queryTokens, snippet, tsqueryStages } from './text.js'
+import { inSpan, setContent } from '../telemetry/index.js'
 
 /** One search result, citable: which item (title, id), which chunk, and why it matched. */
 export interface RetrievalHit {
@@ -129,7 +130,25 @@ export class Retriever {
     return ids
   }
 
-  async #search(actorId: string, query: string, options: RetrieveOptions, scope: ChunkScope): Promise<RetrievalHit[]> {
+  #search(actorId: string, query: string, options: RetrieveOptions, scope: ChunkScope): Promise<RetrievalHit[]> {
+    return inSpan(
+      'retrieval',
+      {
+        'gen_ai.operation.name': 'retrieval',
+        'plinth.retrieval.mode': options.mode ?? 'hybrid',
+        'plinth.retrieval.shared': Boolean(scope.shared),
+        ...(options.projectId && { 'gen_ai.data_source.id': options.projectId }),
+      },
+      async (span) => {
+        setContent(span, 'gen_ai.retrieval.query.text', () => query)
+        const hits = await this.#hybrid(actorId, query, options, scope)
+        span.setAttribute('plinth.retrieval.hits', hits.length)
+        return hits
+      },
+    )
+  }
+
+  async #hybrid(actorId: string, query: string, options: RetrieveOptions, scope: ChunkScope): Promise<RetrievalHit[]> {
     const k = options.k ?? 10
     const mode = options.mode ?? 'hybrid'
     const tokens = queryTokens(query)

@@ -1,14 +1,17 @@
-import { auditClientCall, clientCallAudit, DrivenCall, hashParams } from '../cmdbus/index.js'
+import { auditClientCall, clientCallAudit, DrivenCall, hashParams, type DispatchOutcome } from '../cmdbus/index.js'
 import type { JsonValue } from '../extension/index.js'
 import {
   appendEvents,
+  latestAuditHashOf,
   LeaseLost,
   listToolCalls,
   runEvent,
   updateToolCall,
   type Run,
+  type Store,
   type ToolCallRecord,
 } from '../store/index.js'
+import { failSpan, inSpan, setContent, type Span } from '../telemetry/index.js'
 import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
@@ -85,22 +88,38 @@ export async function runCalls(
       modelText: entry.command.modelText,
       startedAt: performance.now(),
     })
-    const outcome = await bus.dispatch({
-      commandId: entry.command.spec.id,
-      params,
-      entrance: 'agent',
-      actor: { type: 'agent', id: run.id, onBehalfOf: run.ownerId },
-      conversationId: run.conversationId,
-      projectId: run.projectId,
-      runId: run.id,
-      callId: call.id,
-      idempotencyKey: `${run.id}:${call.id}`,
-      // A call of this driver's own round has never been dispatched (a resumed run's may have been).
-      fresh: !driver.resumed,
-      approvalPolicy: run.approvalPolicy,
-      signal: driver.calls.signal,
-      driven,
-    })
+    const outcome = await inSpan(
+      `execute_tool ${call.name}`,
+      {
+        'gen_ai.operation.name': 'execute_tool',
+        'gen_ai.tool.name': call.name,
+        'gen_ai.tool.call.id': call.providerCallId,
+        'gen_ai.tool.type': 'function',
+        'plinth.command.id': entry.command.spec.id,
+        'plinth.run.id': run.id,
+      },
+      async (span) => {
+        setContent(span, 'gen_ai.tool.call.arguments', () => params)
+        const outcome = await bus.dispatch({
+          commandId: entry.command.spec.id,
+          params,
+          entrance: 'agent',
+          actor: { type: 'agent', id: run.id, onBehalfOf: run.ownerId },
+          conversationId: run.conversationId,
+          projectId: run.projectId,
+          runId: run.id,
+          callId: call.id,
+          idempotencyKey: `${run.id}:${call.id}`,
+          // A call of this driver's own round has never been dispatched (a resumed run's may have been).
+          fresh: !driver.resumed,
+          approvalPolicy: run.approvalPolicy,
+          signal: driver.calls.signal,
+          driven,
+        })
+        await annotateToolSpan(store, span, outcome)
+        return outcome
+      },
+    )
     if (driven.recorded) kit.ledger.answered(call.id, outcome)
     // A replayed outcome (the dispatch existed): nothing of the call was written with it; write it now, fenced.
     else
@@ -121,4 +140,17 @@ export async function runCalls(
     if (outcome.status === 'succeeded') earlier?.push({ ...call, status: 'ok', output: outcome.result })
   }
   return waiting
+}
+
+/** The tool span names the dispatch, its outcome and the hash of its latest audit entry (read only when traced). */
+async function annotateToolSpan(store: Store, span: Span, outcome: DispatchOutcome): Promise<void> {
+  if (!span.isRecording()) return
+  span.setAttribute('plinth.dispatch.status', outcome.status)
+  if (outcome.dispatchId) {
+    span.setAttribute('plinth.dispatch.id', outcome.dispatchId)
+    const hash = await latestAuditHashOf(store, outcome.dispatchId).catch(() => undefined)
+    if (hash) span.setAttribute('plinth.audit.hash', hash)
+  }
+  if (outcome.status === 'succeeded') setContent(span, 'gen_ai.tool.call.result', () => outcome.result)
+  else if (outcome.status !== 'awaiting_decision') failSpan(span, outcome.error.message, outcome.error.code)
 }

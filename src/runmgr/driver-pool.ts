@@ -14,6 +14,7 @@ import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
 import type { LeaseClock } from './leases.js'
 import { driveRun } from './run-loop.js'
+import { inSpan } from '../telemetry/index.js'
 import type { RunWriter } from './run-writer.js'
 
 /** What starting a driver may already know, so its first round need not read it. */
@@ -125,7 +126,17 @@ export class DriverPool {
       done: Promise.resolve(),
     }
     this.#drivers.set(runId, driver)
-    driver.done = driveRun(this.#kit, driver)
+    // One span per drive: a run that waits for a person and goes on later is driven again (docs/guides/operating.md#tracing).
+    driver.done = inSpan(
+      'invoke_agent',
+      {
+        'gen_ai.operation.name': 'invoke_agent',
+        'gen_ai.agent.name': 'plinth',
+        'plinth.run.id': runId,
+        'plinth.run.resumed': driver.resumed,
+      },
+      () => driveRun(this.#kit, driver),
+    )
       .catch((error: unknown) => this.#failed(driver, error))
       .finally(() => this.#stopped(runId))
   }

@@ -26,6 +26,7 @@ import {
   type StoredToolCall,
   type ToolCallRecord,
 } from '../store/index.js'
+import { failSpan, openSpan, recordModelCall, setContent, SpanKind, type Span } from '../telemetry/index.js'
 import { proposeCommandTool } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
 import type { Driver } from './driver.js'
@@ -64,23 +65,41 @@ export async function modelTurn(
   }
   const modelStarted = performance.now()
   let modelOutcome = 'ok'
+  let finish: string | null = null
+  const chat = openSpan(
+    `chat ${model.id}`,
+    {
+      'gen_ai.operation.name': 'chat',
+      'gen_ai.provider.name': model.provider,
+      'gen_ai.request.model': model.id,
+      'gen_ai.conversation.id': run.conversationId,
+      'plinth.run.id': run.id,
+      'plinth.run.iteration': run.iteration,
+    },
+    SpanKind.CLIENT,
+  )
+  setContent(chat.span, 'gen_ai.input.messages', () => messages)
   try {
-    for await (const part of streamWithRetries(model, {
-      messages,
-      tools: [...tools.values()].map((entry) => entry.tool),
-      params: run.profile.modelParams,
-      signal,
-    })) {
-      if (part.type === 'text-delta') {
-        text += part.text
-        coalescer.push(part.text)
-      } else if (part.type === 'tool-call') calls.push(part.call)
-      else if (part.type === 'usage') reported = part.usage
-    }
+    await chat.within(async () => {
+      for await (const part of streamWithRetries(model, {
+        messages,
+        tools: [...tools.values()].map((entry) => entry.tool),
+        params: run.profile.modelParams,
+        signal,
+      })) {
+        if (part.type === 'text-delta') {
+          text += part.text
+          coalescer.push(part.text)
+        } else if (part.type === 'tool-call') calls.push(part.call)
+        else if (part.type === 'usage') reported = part.usage
+        else if (part.type === 'finish') finish = part.reason
+      }
+    })
     callUsage = counted(reported, kit.models.priceOf(model.id))
     usage = withModelCall(run.usage, callUsage)
   } catch (error) {
     modelOutcome = error instanceof ModelError ? error.code : 'internal'
+    failSpan(chat.span, error, modelOutcome)
     callUsage = counted(reported, kit.models.priceOf(model.id))
     usage = withModelCall(run.usage, callUsage)
     const failedCall = callUsage
@@ -113,11 +132,16 @@ export async function modelTurn(
     return { kind: 'ended' }
   } finally {
     if (holdsSlot) kit.modelSlots.release(run.ownerId)
-    kit.observer?.modelCall?.({
+    const durationMs = performance.now() - modelStarted
+    const outcome = signal.aborted ? 'cancelled' : modelOutcome
+    kit.observer?.modelCall?.({ model: model.id, durationMs, outcome, ...(callUsage && { usage: callUsage }) })
+    endChatSpan(chat.span, { usage: callUsage, finish, calls: calls.length, text })
+    recordModelCall({
+      provider: model.provider,
       model: model.id,
-      durationMs: performance.now() - modelStarted,
-      outcome: signal.aborted ? 'cancelled' : modelOutcome,
-      ...(callUsage && { usage: callUsage }),
+      durationMs,
+      ...(outcome !== 'ok' && { errorType: outcome }),
+      ...(callUsage && { inputTokens: callUsage.inputTokens, outputTokens: callUsage.outputTokens }),
     })
   }
   // The text not yet streamed goes out with the turn's end, in its statement.
@@ -204,6 +228,27 @@ export async function modelTurn(
   const { run: checkpointed } = await kit.writer.transition(fence, patch, writes, events)
   if (ledger.length === 0) return { kind: 'ended' }
   return { kind: 'turn', calls: ledger, run: checkpointed }
+}
+
+/** The chat span's GenAI attributes (usage, finish reason), and the completion when content is captured. */
+function endChatSpan(
+  span: Span,
+  turn: { usage: ModelCallUsage | undefined; finish: string | null; calls: number; text: string },
+): void {
+  if (span.isRecording()) {
+    if (turn.usage)
+      span.setAttributes({
+        'gen_ai.usage.input_tokens': turn.usage.inputTokens,
+        'gen_ai.usage.output_tokens': turn.usage.outputTokens,
+        'gen_ai.usage.cache_read.input_tokens': turn.usage.cachedInputTokens,
+        'gen_ai.usage.reasoning.output_tokens': turn.usage.reasoningTokens,
+        ...(turn.usage.cost !== null && { 'plinth.usage.cost': turn.usage.cost }),
+      })
+    const finish = turn.finish ?? (turn.calls > 0 ? 'tool_calls' : 'stop')
+    span.setAttribute('gen_ai.response.finish_reasons', [finish])
+    setContent(span, 'gen_ai.output.messages', () => turn.text)
+  }
+  span.end()
 }
 
 /** A call's reported tokens as counted (cached input and reasoning 0 when the provider did not say), priced. */

@@ -13,6 +13,7 @@ import {
   type RunFence,
   type RunPatch,
 } from '../store/index.js'
+import { annotateSpan } from '../telemetry/index.js'
 import { budgetStop } from './budget.js'
 import { runCalls } from './call-executor.js'
 import { estimateTokens } from './history.js'
@@ -63,6 +64,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       let run = known ?? (await getRun(store, runId))
       known = undefined
       if (!run || run.status !== 'running' || run.leaseOwner !== fence.owner) return
+      annotateSpan({ 'gen_ai.conversation.id': run.conversationId, 'plinth.project.id': run.projectId })
       if (signal.aborted) return await kit.writer.endAborted(run, driver, null, '')
       const model = kit.models.get(run.model)
       // The operator removed it: the run can be resumed once the model is configured again.

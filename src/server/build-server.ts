@@ -2,7 +2,13 @@ import { UploadSlots, type UploadLimits } from './upload-slots.js'
 import { refuseOversizeBeforeContinue } from './oversize-bodies.js'
 import { createHash } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify'
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyPluginCallback,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify'
 import fastifyCors from '@fastify/cors'
 import fastifyMultipart from '@fastify/multipart'
 import fastifyRateLimit from '@fastify/rate-limit'
@@ -128,6 +134,8 @@ export interface ServerOptions {
   webhooks?: Partial<Pick<WebhookSettings, 'allowPrivate' | 'secretGraceMs'>> & { wake?: () => void }
   /** The schedule firer's timing (docs/guides/schedules.md); `enabled: false` leaves firing to other instances. */
   schedules?: { enabled?: boolean; tickMs?: number; graceMs?: number; pendingLeaseMs?: number }
+  /** OpenTelemetry's server instrumentation, when tracing is on: registered before everything else. */
+  httpTracing?: FastifyPluginCallback
 }
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
@@ -172,6 +180,8 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     new Ajv({ allErrors: true, strict: false, coerceTypes: 'array', removeAdditional: false, useDefaults: true }),
   )
   app.setValidatorCompiler(({ schema, httpPart }) => lazyValidator(httpPart === 'body' ? bodyAjv : textAjv, schema))
+  // A server span per request (continuing an incoming `traceparent`) that the run's spans descend from.
+  if (options.httpTracing) await app.register(options.httpTracing)
 
   const shutdown = new AbortController()
   // Every open stream listens for shutdown; thousands of them are expected, not a leak.

@@ -157,6 +157,18 @@ export async function readAuditTail(db: Executor): Promise<{ id: number; hash: s
   return { id: Number(row?.last_id ?? 0), hash: row?.hash ?? genesisHash }
 }
 
+/** The hash of a dispatch's latest audit entry (for its trace span). */
+export async function latestAuditHashOf(db: Executor, dispatchId: string): Promise<string | undefined> {
+  const row = await kysely(db)
+    .selectFrom('audit_log')
+    .select('hash')
+    .where('dispatch_id', '=', dispatchId)
+    .orderBy('id', 'desc')
+    .limit(1)
+    .executeTakeFirst()
+  return row?.hash
+}
+
 /** Entries in chain order after `afterId` (for verification). */
 export async function readAuditEntries(db: Executor, afterId: number, limit: number): Promise<AuditEntry[]> {
   const rows = await kysely(db)

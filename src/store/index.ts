@@ -124,6 +124,7 @@ export {
   genesisHash,
   type AuditEntryInput,
   type AuditFilter,
+  latestAuditHashOf,
 } from './audit-repository.js'
 export { canonicalJson } from './canonical-json.js'
 export {

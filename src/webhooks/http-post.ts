@@ -1,6 +1,7 @@
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http'
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https'
 import { ipLiteral, nonPublicReason, publicOnlyLookup } from './address-policy.js'
+import { failSpan, openSpan, SpanKind, traceHeadersOf } from '../telemetry/index.js'
 
 export interface PostResult {
   /** The answer's status, or null when none came. */
@@ -54,6 +55,17 @@ export class WebhookPoster {
     const refused = this.refusal(url)
     if (refused) return Promise.resolve({ statusCode: null, error: refused, durationMs: 0 })
     const { timeoutMs, maxResponseBytes } = this.#options
+    // A client span per attempt; the receiver gets its `traceparent` (docs/guides/operating.md#tracing).
+    const { span } = openSpan(
+      'POST',
+      {
+        'http.request.method': 'POST',
+        'server.address': url.hostname,
+        'url.full': `${url.origin}${url.pathname}`,
+        'plinth.webhook': true,
+      },
+      SpanKind.CLIENT,
+    )
     return new Promise<PostResult>((resolve) => {
       let settled = false
       const finish = (result: Omit<PostResult, 'durationMs'>) => {
@@ -61,6 +73,10 @@ export class WebhookPoster {
         settled = true
         clearTimeout(timer)
         signal?.removeEventListener('abort', onAbort)
+        if (result.statusCode !== null) span.setAttribute('http.response.status_code', result.statusCode)
+        if (result.error)
+          failSpan(span, result.error, result.statusCode === null ? 'network' : String(result.statusCode))
+        span.end()
         resolve({ ...result, durationMs: elapsed() })
       }
       const send = url.protocol === 'https:' ? httpsRequest : httpRequest
@@ -69,6 +85,7 @@ export class WebhookPoster {
         agent: url.protocol === 'https:' ? this.#https : this.#http,
         headers: {
           ...headers,
+          ...traceHeadersOf(span),
           'content-type': 'application/json',
           'content-length': String(Buffer.byteLength(body)),
           'user-agent': 'Plinth-Webhooks/1',

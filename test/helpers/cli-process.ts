@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url'
 export const plinthBin = fileURLToPath(new URL('../../bin/plinth.js', import.meta.url))
 
 /** Variables that configure Plinth: stripped from the inherited environment so the developer's own settings cannot leak into a test. */
-const configVars = /^(PLINTH_|VITEST|TEST_DATABASE_URL$|DATABASE_URL$|PORT$|HOST$|NODE_OPTIONS$)/
+const configVars = /^(PLINTH_|OTEL_|VITEST|TEST_DATABASE_URL$|DATABASE_URL$|PORT$|HOST$|NODE_OPTIONS$)/
 
 /**
  * A clean environment for a CLI process, plus `extra`. It runs the compiled build (test/global-setup.ts

@@ -1,6 +1,7 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser'
 import { ModelError } from '../model.js'
 import { createHttpError, describeErrorBody } from './upstream-errors.js'
+import { withTraceHeaders } from '../../telemetry/index.js'
 
 export interface EventStreamRequestOptions {
   url: string
@@ -67,7 +68,12 @@ export async function* streamEventsFromUpstream(
       response = await waitingForUpstream(() =>
         fetch(options.url, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...options.headers },
+          // The run's trace goes on upstream (`traceparent`), when tracing is on.
+          headers: withTraceHeaders({
+            'content-type': 'application/json',
+            accept: 'text/event-stream',
+            ...options.headers,
+          }),
           body: JSON.stringify(options.body),
           // A redirect would carry the key headers to wherever it points; it is reported instead.
           redirect: 'manual',
