@@ -7,10 +7,11 @@
  * frontend-routes bench (bench/ag-ui: POST /api/conversations/:id/ag-ui and …/ui-stream, the AI SDK's
  * UI message stream, beside the native run stream), the webhook bench (bench/webhooks: commit →
  * delivery latency, and what the outbox adds to an event's insert) and the schedule bench
- * (bench/schedules: 1,000 schedules firing each minute across two instances sharing pg).
+ * (bench/schedules: 1,000 schedules firing each minute across two instances sharing pg), and the tracing
+ * bench (bench/agent/tracing.ts: the agent round with OpenTelemetry off and on, beside raw fetch).
  * Each server runs in its own process; autocannon loads it from this one.
  *
- * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks` or `schedules`: run one
+ * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks`, `schedules` or `tracing`: run one
  * part; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
  * BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in
  * bench/agent/index.ts.
@@ -23,6 +24,7 @@ import { runFrontendsBench } from './ag-ui/index.js'
 import { runRetrievalBench } from './retrieval/index.js'
 import { runWebhookBench } from './webhooks/index.js'
 import { runScheduleBench } from './schedules/index.js'
+import { runTracingBench } from './agent/tracing.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
 import { loadSettingsFromEnv } from './lib/measure.js'
 import { formatTable, runScenarios, type Scenario } from './lib/scenario.js'
@@ -37,10 +39,10 @@ const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_
 const only = process.env.BENCH_ONLY === 'ag-ui' ? 'frontends' : process.env.BENCH_ONLY || undefined
 if (
   only !== undefined &&
-  !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 'webhooks', 'schedules'].includes(only)
+  !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 'webhooks', 'schedules', 'tracing'].includes(only)
 ) {
   console.error(
-    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks" or "schedules", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
+    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules" or "tracing", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
   )
   process.exit(2)
 }
@@ -108,6 +110,10 @@ try {
   if (only === undefined || only === 'schedules') {
     if (only === undefined) console.log('')
     await runScheduleBench(databaseUrl)
+  }
+  if (only === undefined || only === 'tracing') {
+    if (only === undefined) console.log('')
+    await runTracingBench(databaseUrl)
   }
 } catch (error) {
   console.error(error)

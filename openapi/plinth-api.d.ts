@@ -1217,6 +1217,7 @@ export interface components {
                 /** @description Plinth run options (forwardedProps.plinth); used when the input starts a new run */
                 plinth?: {
                     approvalPolicy?: "ask" | "dontAsk";
+                    budget?: components["schemas"]["RunBudget"];
                     /** @description When another run is active in the conversation (otherwise 409 run_active) */
                     ifActive?: "interrupt" | "enqueue";
                     knowledge?: {
@@ -2638,6 +2639,7 @@ export interface components {
         /** UiStreamRequest */
         UiStreamRequest: {
             approvalPolicy?: "ask" | "dontAsk";
+            budget?: components["schemas"]["RunBudget"];
             clientTools?: unknown[];
             /** @description The chat id: the conversation id */
             id?: string;

@@ -454,6 +454,34 @@ for (const engine of apiEngines()) {
       ])
     })
 
+    it('a run budget in forwardedProps.plinth holds: the run that would pass it ends RUN_ERROR budget_exceeded', async () => {
+      model.setTurns([
+        { text: 'Touching.', toolCalls: [{ name: 'classified__touch', arguments: { path: 'a.txt' } }] },
+        { text: 'Touching again.', toolCalls: [{ name: 'classified__touch', arguments: { path: 'b.txt' } }] },
+        { text: 'Done.' },
+      ])
+      const conversationId = await newConversation()
+      const agent = agentFor(conversationId)
+      agent.addMessage({ id: 'u1', role: 'user', content: 'Touch twice' })
+      const errors: Array<Record<string, unknown>> = []
+      const events: BaseEvent[] = []
+      await agent
+        .runAgent(
+          { forwardedProps: { plinth: { budget: { maxModelCalls: 1 }, knowledge: { autoInject: false } } } },
+          { onEvent: ({ event }) => void events.push(event), onRunErrorEvent: ({ event }) => void errors.push(event) },
+        )
+        .catch(() => undefined)
+      expect(errors).toEqual([expect.objectContaining({ code: 'budget_exceeded' })])
+      const runId = ofType<{ metadata: { plinth: { runId: string } } }>(events, 'RUN_STARTED')[0]!.metadata.plinth.runId
+      const plinthRun = (await server.request('GET', `/api/runs/${runId}`, { token: alice.token })).body
+      expect(plinthRun).toMatchObject({
+        status: 'failed',
+        budget: { maxModelCalls: 1 },
+        error: { code: 'budget_exceeded' },
+        usage: { modelCalls: 1 },
+      })
+    })
+
     it('stop is Plinth’s cancel: RUN_FINISHED with the cancelled outcome', async () => {
       model.setTurns([{ text: 'a b c d e f g h i j k l m n o p q r s t u v w x y z', delayMs: 200 }])
       const conversationId = await newConversation()

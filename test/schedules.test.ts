@@ -9,6 +9,7 @@ import {
   type Schedule,
   type Store,
 } from '../src/store/index.js'
+import { testDb } from '../src/store/test-access.js'
 import { apiEngines, createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitFor, waitForRun } from './helpers/waits.js'
@@ -156,6 +157,41 @@ for (const engine of apiEngines()) {
       expect(fired.map((entry) => (entry.envelope as { runId: string }).runId)).toEqual(
         expect.arrayContaining(started.map((firing) => firing.runId)),
       )
+    })
+
+    it('after two hours with no instance, what was missed is counted, not walked, and the schedule goes on from now', async () => {
+      const target = { kind: 'run', input: 'tick' }
+      const every = await create({ every: '1s', enabled: false, target })
+      const cron = await create({ cron: '* * * * * *', enabled: false, target })
+      const ids = [every.body.id as string, cron.body.id as string]
+      // As if no instance had run since two hours ago.
+      const twoHoursAgo = new Date(Date.now() - 2 * 3_600_000)
+      await testDb(store)
+        .updateTable('schedules')
+        .set({ enabled: true, next_fire_at: twoHoursAgo })
+        .where('id', 'in', ids)
+        .execute()
+      const [everyMissed, cronMissed] = await Promise.all(
+        ids.map((id) =>
+          waitFor(async () => (await firings(id)).find((firing) => firing.status === 'missed'), {
+            timeoutMs: 20_000,
+            intervalMs: 200,
+          }),
+        ),
+      )
+      for (const id of ids)
+        await server.request('PATCH', `/api/schedules/${id}`, { token: alice.token, body: { enabled: false } })
+      // The interval's count is exact (7,200 occurrences, the first recorded as missed, the rest counted);
+      // the cron's is counted up to 1,000.
+      expect(everyMissed!.occurrence).toBe(twoHoursAgo.toISOString())
+      expect(everyMissed!.missedCount as number).toBeGreaterThanOrEqual(7_195)
+      expect(everyMissed!.missedCount as number).toBeLessThanOrEqual(7_260)
+      expect(cronMissed!.missedCount).toBe(1_000)
+      // Neither fired what it missed: the firings after it are recent.
+      for (const id of ids) {
+        const later = (await firings(id)).filter((firing) => firing.status !== 'missed')
+        for (const firing of later) expect(Date.parse(firing.occurrence as string)).toBeGreaterThan(Date.now() - 60_000)
+      }
     })
 
     it('run-now fires a paused schedule into its conversation; resuming counts from now', async () => {

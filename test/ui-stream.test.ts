@@ -131,6 +131,39 @@ for (const engine of apiEngines()) {
       expect(text(message)).toBe('db-1 answers.')
     })
 
+    it("a run budget passes through useChat's body: the run that would pass it fails budget_exceeded", async () => {
+      model.setTurns([
+        { toolCalls: [{ name: 'rdm__ping', arguments: { target: 'a' } }] },
+        { toolCalls: [{ name: 'rdm__ping', arguments: { target: 'b' } }] },
+        { text: 'Done.' },
+      ])
+      const conversationId = await conversation()
+      const raw = await fetch(`${server.url}/api/conversations/${conversationId}/ui-stream`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${alice.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          id: conversationId,
+          messages: [userMessage('ping twice')],
+          trigger: 'submit-message',
+          budget: { maxModelCalls: 1 },
+        }),
+      })
+      expect(raw.status).toBe(200)
+      const frames = (await raw.text())
+        .split('\n\n')
+        .filter((frame) => frame.startsWith('data: {'))
+        .map((frame) => JSON.parse(frame.slice(6)) as { type: string; messageId?: string; errorText?: string })
+      const runId = frames.find((frame) => frame.type === 'start')!.messageId!
+      expect(frames.find((frame) => frame.type === 'error')?.errorText).toContain('budget')
+      const run = await server.request('GET', `/api/runs/${runId}`, { token: alice.token })
+      expect(run.body).toMatchObject({
+        status: 'failed',
+        budget: { maxModelCalls: 1 },
+        error: { code: 'budget_exceeded' },
+        usage: { modelCalls: 1 },
+      })
+    })
+
     it('a call that waits for a person is an approval request; the approval answers the decision and the same message continues', async () => {
       model.setTurns([
         {

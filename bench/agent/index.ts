@@ -212,6 +212,7 @@ async function onEngine(
 export async function startPlinthAgent(
   upstreamUrl: string,
   databaseUrl: string | undefined,
+  env: Record<string, string> = {},
 ): Promise<
   ChildServer & {
     target: PlinthTarget
@@ -249,6 +250,7 @@ export async function startPlinthAgent(
         PLINTH_LOG_LEVEL: 'silent',
         ...unlimitedEnv,
         ...(databaseUrl && { DATABASE_URL: databaseUrl }),
+        ...env,
       },
     })
     const { token, projectId, statsUrl } = server.info

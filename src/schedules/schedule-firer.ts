@@ -23,7 +23,7 @@ import {
   type Store,
   type User,
 } from '../store/index.js'
-import { nextOccurrence } from './schedule-spec.js'
+import { everyMs, nextOccurrence } from './schedule-spec.js'
 
 export interface ScheduleFirerOptions {
   store: Store
@@ -120,9 +120,19 @@ export class ScheduleFirer {
     const occurrence = new Date(schedule.nextFireAt!)
     let next = nextOccurrence(schedule, occurrence, occurrence)
     let skipped = 0
-    while (next && next <= now && skipped < 100_000) {
-      skipped++
-      next = nextOccurrence(schedule, next, occurrence)
+    if (next && next <= now) {
+      if (schedule.every !== null) {
+        // An interval's missed occurrences are counted, not walked: the next one is the first after now.
+        skipped = Math.floor((now.getTime() - next.getTime()) / everyMs(schedule.every)!) + 1
+        next = nextOccurrence(schedule, now, occurrence)
+      } else {
+        // A cron is walked to count what it missed, up to 1,000 (a lower bound after long downtime), then jumps.
+        while (next && next <= now && skipped < 1_000) {
+          skipped++
+          next = nextOccurrence(schedule, next, occurrence)
+        }
+        if (next && next <= now) next = nextOccurrence(schedule, now, occurrence)
+      }
     }
     const late = now.getTime() - occurrence.getTime() > (this.#options.graceMs ?? 60_000)
     // After downtime: `skip` records the occurrence as missed; `fireOnce` fires it, for all it missed.

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox'
-import { ModelParams } from '../schemas.js'
+import { ModelParams, RunBudget } from '../schemas.js'
 
 /**
  * AG-UI's `RunAgentInput` as the route's body schema (for OpenAPI and the first check). Plinth closes
@@ -27,6 +27,7 @@ export const PlinthRunOptions = Type.Object(
       Type.Object({ autoInject: Type.Optional(Type.Boolean()) }, { additionalProperties: false }),
     ),
     modelParams: Type.Optional(ModelParams),
+    budget: Type.Optional(RunBudget),
   },
   {
     additionalProperties: false,

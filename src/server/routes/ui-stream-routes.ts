@@ -3,7 +3,7 @@ import { terminalRunStatuses, type Run } from '../../store/index.js'
 import { conversationForStream } from '../access.js'
 import { caller } from '../auth.js'
 import { HttpProblem, notFound } from '../problem.js'
-import { IdParams, ModelParams, problemResponses } from '../schemas.js'
+import { IdParams, ModelParams, problemResponses, RunBudget } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 import { readUiRequest, type UiMessage } from '../ui-stream/ui-request.js'
 import { serveUiStream } from '../ui-stream/ui-stream-serve.js'
@@ -41,6 +41,7 @@ const UiStreamRequest = Type.Object(
       Type.Object({ autoInject: Type.Optional(Type.Boolean()) }, { additionalProperties: false }),
     ),
     modelParams: Type.Optional(ModelParams),
+    budget: Type.Optional(RunBudget),
   },
   { additionalProperties: false, title: 'UiStreamRequest' },
 )
@@ -99,9 +100,10 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
         approvalPolicy,
         knowledge,
         modelParams,
+        budget,
       } = request.body
       // What a run request takes, passed through useChat's `body` (docs/ui-stream.md).
-      const options = { model, clientTools, maxIterations, approvalPolicy, knowledge, modelParams }
+      const options = { model, clientTools, maxIterations, approvalPolicy, knowledge, modelParams, budget }
       if (chatId !== undefined && chatId !== conversation.id)
         throw new HttpProblem(
           'chat_id_mismatch',
