@@ -12,6 +12,7 @@ import {
 } from './helpers/fake-upstream.js'
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from './helpers/otlp-receiver.js'
 import { waitFor, waitForRun } from './helpers/waits.js'
+import { WebhookReceiver } from './helpers/webhook-receiver.js'
 
 // OpenTelemetry (docs/guides/operating.md#tracing): a real `plinth serve` exporting OTLP/HTTP JSON to a
 // receiver in the test, a model upstream speaking the chat-completions wire format.
@@ -23,6 +24,7 @@ describe('OpenTelemetry traces and metrics', () => {
   let server: ServeProcess
   let token: string
   const servers: ServeProcess[] = []
+  const receivers: WebhookReceiver[] = []
 
   beforeAll(async () => {
     cwd = await mkdtemp(join(tmpdir(), 'plinth-otel-'))
@@ -46,6 +48,7 @@ describe('OpenTelemetry traces and metrics', () => {
       env: {
         TRACE_KEY: apiKey,
         PLINTH_EXEC_BACKEND: 'direct',
+        PLINTH_WEBHOOK_ALLOW_PRIVATE: '1',
         OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
         OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
         OTEL_SERVICE_NAME: 'plinth-traced',
@@ -69,6 +72,7 @@ describe('OpenTelemetry traces and metrics', () => {
   }
   afterAll(async () => {
     for (const each of servers) await each.kill()
+    for (const each of receivers) await each.close()
     await receiver?.close()
     await upstream?.close()
     await rm(cwd, { recursive: true, force: true })
@@ -84,6 +88,13 @@ describe('OpenTelemetry traces and metrics', () => {
       })
       upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('All done in Paris.', 4) })
       const project = await http(server.url, 'POST', '/api/projects', { token, body: { name: 'traced' } })
+      const hooks = await new WebhookReceiver().listen()
+      receivers.push(hooks)
+      const webhook = await http(server.url, 'POST', `/api/projects/${project.body.id}/webhooks`, {
+        token,
+        body: { url: hooks.url(), events: ['run.completed'] },
+      })
+      expect(webhook.status).toBe(201)
       const conversation = await http(server.url, 'POST', `/api/projects/${project.body.id}/conversations`, {
         token,
         body: {},
@@ -184,6 +195,17 @@ describe('OpenTelemetry traces and metrics', () => {
       // The dispatch the span names is the run's ping, in the audit log.
       const audit = await http(server.url, 'GET', `/api/audit?limit=100`, { token })
       expect(JSON.stringify(audit.body)).toContain(String(ping!.attributes['plinth.dispatch.id']))
+
+      // The run.completed webhook continues the run's trace: its delivery span, and the traceparent it sends.
+      const delivered = await waitFor(() => hooks.received[0], { timeoutMs: 30_000, what: 'the webhook' })
+      const deliverySpan = await waitFor(() => inTrace().find((span) => span.attributes['plinth.webhook'] === true), {
+        timeoutMs: 30_000,
+        what: 'the delivery span',
+      })
+      expect(deliverySpan.kind).toBe(3) // CLIENT
+      expect(deliverySpan.attributes['http.response.status_code']).toBe(200)
+      expect(delivered.headers.traceparent).toBe(`00-${traceId}-${deliverySpan.spanId}-01`)
+      expect(deliverySpan.parentSpanId).toBe(agent.spanId)
 
       // Nothing secret, and no prompt or completion without the opt-in.
       const everything = receiver.raw.join('\n')

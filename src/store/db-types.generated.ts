@@ -401,6 +401,7 @@ export interface WebhookMessages {
   next_attempt_at: Generated<Timestamp>
   payload: string | null
   status: Generated<string>
+  trace_parent: string | null
   webhook_id: string
   window_start: Generated<Timestamp>
 }

@@ -182,6 +182,8 @@ export interface ClaimedMessage {
   secret: string
   /** The secret before the last rotation, while it still signs too. */
   previousSecret: string | null
+  /** The W3C traceparent of the work that committed the event (tracing on), which the delivery continues. */
+  traceParent: string | null
   /** While `payload` is null: the reported event, and the run or decision it is about as they are now. */
   event: {
     id: string
@@ -206,6 +208,7 @@ interface ClaimRow {
   url: string
   secret: string
   previous_secret: string | null
+  trace_parent: string | null
   event: {
     id: number
     type: string
@@ -244,9 +247,9 @@ export async function claimMessages(
     c as (
       update webhook_messages m set attempts = m.attempts + 1, lease_owner = ${owner}, next_attempt_at = now() + ${leaseMs} * interval '1 millisecond'
       from due where m.id = due.id
-      returning m.id, m.webhook_id, m.event_id, m.event_type, m.attempts, m.payload, m.created_at, m.window_start
+      returning m.id, m.webhook_id, m.event_id, m.event_type, m.attempts, m.payload, m.created_at, m.window_start, m.trace_parent
     )
-    select c.id, c.webhook_id, w.project_id, c.event_type, c.attempts, c.payload, c.created_at, c.window_start, w.url, w.secret,
+    select c.id, c.webhook_id, w.project_id, c.event_type, c.attempts, c.payload, c.created_at, c.window_start, c.trace_parent, w.url, w.secret,
            case when w.previous_secret_until > now() then w.previous_secret end as previous_secret,
            case when ev.id is not null then jsonb_build_object('id', ev.id, 'type', ev.type, 'data', ev.data, 'created_at', ev.created_at, 'run_id', ev.run_id) end as event,
            case when ev.id is not null and c.event_type like 'run.%' then (select to_jsonb(r) from runs r where r.id = coalesce(ev.run_id, ev.data->>'runId')) end as run,
@@ -267,6 +270,7 @@ export async function claimMessages(
     url: row.url,
     secret: row.secret,
     previousSecret: row.previous_secret,
+    traceParent: row.trace_parent,
     event: row.event && {
       id: String(row.event.id),
       type: row.event.type,

@@ -1,4 +1,5 @@
 import { sql, type RawBuilder } from 'kysely'
+import { activeTraceParent } from '../telemetry/index.js'
 import type { NewEvent } from './new-event.js'
 
 /** The channel that tells every instance's deliverer that messages were committed (docs/webhooks.md). */
@@ -58,9 +59,11 @@ export function outboxCte(events: readonly Pick<NewEvent, 'type' | 'data' | 'web
     : sql``
   const sameTypes =
     same.length > 0 ? sql`when e.type in (${sql.join(same.map((type) => sql.lit(type)))}) then e.type` : sql``
+  // The trace that committed the events (when tracing is on): their deliveries continue it.
+  const traceParent = activeTraceParent() ?? null
   return sql`wo as (
-    insert into webhook_messages (webhook_id, event_id, event_type)
-    select w.id, e.id, t.type
+    insert into webhook_messages (webhook_id, event_id, event_type, trace_parent)
+    select w.id, e.id, t.type, ${traceParent}::text
     from e
     cross join lateral (select case ${requiresAction} ${sameTypes} end as type) t
     join webhooks w on w.project_id = e.project_id and w.enabled and t.type = any (w.events)

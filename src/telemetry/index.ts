@@ -1,6 +1,7 @@
 // Tracing and GenAI metrics (docs/guides/operating.md#tracing): spans and metrics through the
 // OpenTelemetry API, no-ops until startOtel registers the SDK.
 export {
+  activeTraceParent,
   annotateSpan,
   inSpan,
   failSpan,
@@ -9,6 +10,7 @@ export {
   setContent,
   traceHeadersOf,
   withTraceHeaders,
+  withinTraceParent,
 } from './spans.js'
 export { SpanKind, type Span } from '@opentelemetry/api'
 export { recordModelCall } from './gen-ai-metrics.js'

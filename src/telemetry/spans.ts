@@ -102,3 +102,16 @@ export function traceHeadersOf(span: Span): Record<string, string> {
   propagation.inject(trace.setSpan(context.active(), span), headers)
   return headers
 }
+
+/** The active span's W3C `traceparent`, when tracing is on and a span is active. */
+export function activeTraceParent(): string | undefined {
+  const headers: Record<string, string> = {}
+  propagation.inject(context.active(), headers)
+  return headers.traceparent
+}
+
+/** Runs `fn` with the trace a stored `traceparent` names as its parent (as if the request carried it). */
+export function withinTraceParent<T>(traceParent: string | null | undefined, fn: () => T): T {
+  if (!traceParent) return fn()
+  return context.with(propagation.extract(context.active(), { traceparent: traceParent }), fn)
+}

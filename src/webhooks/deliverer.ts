@@ -17,6 +17,7 @@ import { renderPayload } from './payload.js'
 import { nextAttempt } from './retry-schedule.js'
 import { webhookLimits, type WebhookSettings } from './settings.js'
 import { signedHeaders } from './signature.js'
+import { withinTraceParent } from '../telemetry/index.js'
 
 /** What the deliverer logs through (pino's shape). */
 export interface WebhookLog {
@@ -150,7 +151,10 @@ export class WebhookDeliverer {
       const payload = message.payload ?? renderPayload(message)
       const secrets = message.previousSecret ? [message.secret, message.previousSecret] : [message.secret]
       const headers = signedHeaders(secrets, `msg_${message.id}`, payload)
-      const result = await this.#poster.post(new URL(message.url), payload, headers, this.#stopping.signal)
+      // The delivery's span continues the trace that committed the event (docs/guides/operating.md#tracing).
+      const result = await withinTraceParent(message.traceParent, () =>
+        this.#poster.post(new URL(message.url), payload, headers, this.#stopping.signal),
+      )
       const interrupted = this.#stopping.signal.aborted && result.error !== null
       const failedAt = Date.now()
       const retryAt =
