@@ -1697,6 +1697,13 @@ export interface components {
             };
             phase: "thinking" | "tool_called" | "tool_running" | "tool_done" | "finalizing" | null;
             projectId: string;
+            /** @description Why a queued run waits (null unless `queued`) */
+            queue: {
+                /** @description Its place among the runs waiting for the same user’s or project’s quota (1: next); null where not computed (lists, events) */
+                position: number | null;
+                /** @description `conversation`: behind another run of its conversation; `quota`: a run quota is full (queue mode) */
+                reason: "conversation" | "quota";
+            } | null;
             requiredAction: components["schemas"]["RequiredAction"] | null;
             startedAt: string | null;
             status: "queued" | "running" | "requires_action" | "completed" | "failed" | "cancelled" | "expired";
@@ -1996,6 +2003,13 @@ export interface components {
             };
             phase: "thinking" | "tool_called" | "tool_running" | "tool_done" | "finalizing" | null;
             projectId: string;
+            /** @description Why a queued run waits (null unless `queued`) */
+            queue: {
+                /** @description Its place among the runs waiting for the same user’s or project’s quota (1: next); null where not computed (lists, events) */
+                position: number | null;
+                /** @description `conversation`: behind another run of its conversation; `quota`: a run quota is full (queue mode) */
+                reason: "conversation" | "quota";
+            } | null;
             requiredAction: components["schemas"]["RequiredAction"] | null;
             startedAt: string | null;
             status: "queued" | "running" | "requires_action" | "completed" | "failed" | "cancelled" | "expired";

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
-import { apiEngines, openTestStore } from './helpers/engines.js'
+import { apiEngines, createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitForRun } from './helpers/waits.js'
 
@@ -162,3 +162,169 @@ for (const engine of apiEngines()) {
     })
   })
 }
+
+for (const engine of apiEngines()) {
+  describe(`run quotas in queue mode (${engine})`, () => {
+    let store: Store
+    let server: TestServer
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      server = await startTestServer(store, {
+        models: [
+          new ScriptedModel({
+            id: 'slow',
+            turns: [{ text: 'x '.repeat(600), chunks: 600, delayMs: 100 }],
+            whenExhausted: 'loop',
+          }),
+          new ScriptedModel({ id: 'quick', turns: [{ text: 'Done.' }], whenExhausted: 'loop' }),
+        ],
+        runQuota: { maxActiveRunsPerProject: 1, overLimit: 'queue', maxQueuedRunsPerUser: 3 },
+      })
+    })
+    afterAll(async () => {
+      await server?.close()
+      await store?.close()
+    })
+
+    const start = async (user: TestUser, projectId: string, model: 'slow' | 'quick') => {
+      const conversation = await server.request('POST', `/api/projects/${projectId}/conversations`, {
+        token: user.token,
+        body: {},
+      })
+      return server.request('POST', `/api/conversations/${conversation.body.id}/runs`, {
+        token: user.token,
+        body: { input: 'go', model },
+      })
+    }
+
+    it('a run over a quota waits as queued with its position, and starts in order as room frees', async () => {
+      const alice = await server.createUser()
+      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'q' } }))
+        .body.id as string
+      const first = await start(alice, projectId, 'slow')
+      expect(first.body).toMatchObject({ status: 'running', queue: null })
+      const second = await start(alice, projectId, 'quick')
+      const third = await start(alice, projectId, 'quick')
+      expect([second.status, third.status]).toEqual([201, 201])
+      expect(second.body).toMatchObject({ status: 'queued', queue: { reason: 'quota', position: 1 }, startedAt: null })
+      expect(third.body).toMatchObject({ status: 'queued', queue: { reason: 'quota', position: 2 } })
+      const read = await server.request('GET', `/api/runs/${third.body.id}`, { token: alice.token })
+      expect(read.body.queue).toEqual({ reason: 'quota', position: 2 })
+
+      // The user's queue is bounded: past it, 429 naming that quota.
+      const fourth = await start(alice, projectId, 'quick')
+      expect(fourth.body.queue).toEqual({ reason: 'quota', position: 3 })
+      const refused = await start(alice, projectId, 'quick')
+      expect(refused.status).toBe(429)
+      expect(refused.body).toMatchObject({
+        code: 'too_many_runs',
+        quota: { scope: 'user', limit: 'maxQueuedRuns', value: 3 },
+      })
+
+      // The running one ends: the waiting ones start one at a time, oldest first, and complete.
+      await server.request('POST', `/api/runs/${first.body.id}/cancel`, { token: alice.token })
+      const runs = []
+      for (const queued of [second, third, fourth])
+        runs.push(await waitForRun(server, alice.token, queued.body.id as string, ['completed'], 30_000))
+      const started = runs.map((run) => Date.parse(run.startedAt as string))
+      const ended = runs.map((run) => Date.parse(run.endedAt as string))
+      expect(started).toEqual([...started].sort((a, b) => a - b))
+      // One at a time: each started once the one before it had ended.
+      expect(started[1]!).toBeGreaterThanOrEqual(ended[0]!)
+      expect(started[2]!).toBeGreaterThanOrEqual(ended[1]!)
+      expect(runs.every((run) => run.queue === null)).toBe(true)
+    })
+
+    it('a cancelled waiting run leaves the line; the others move up', async () => {
+      const bob = await server.createUser()
+      const projectId = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'q' } })).body
+        .id as string
+      const running = await start(bob, projectId, 'slow')
+      const a = await start(bob, projectId, 'quick')
+      const b = await start(bob, projectId, 'quick')
+      expect(b.body.queue).toEqual({ reason: 'quota', position: 2 })
+      expect((await server.request('POST', `/api/runs/${a.body.id}/cancel`, { token: bob.token })).body).toMatchObject({
+        status: 'cancelled',
+      })
+      expect((await server.request('GET', `/api/runs/${b.body.id}`, { token: bob.token })).body.queue).toEqual({
+        reason: 'quota',
+        position: 1,
+      })
+      await server.request('POST', `/api/runs/${running.body.id}/cancel`, { token: bob.token })
+      await waitForRun(server, bob.token, b.body.id as string, ['completed'], 30_000)
+    })
+  })
+}
+
+const engines = testEngines()
+if (!engines.includes('postgres'))
+  console.warn('[plinth tests] skipping the two-instance queue test: it needs Postgres (TEST_DATABASE_URL)')
+
+describe.skipIf(!engines.includes('postgres'))('queue mode across two instances on one Postgres', () => {
+  let database: TestDatabase
+  const stores: Store[] = []
+  const servers: TestServer[] = []
+
+  beforeAll(async () => {
+    database = await createTestDatabase('postgres')
+    for (let instance = 0; instance < 2; instance++) {
+      const store = await database.open()
+      stores.push(store)
+      servers.push(
+        await startTestServer(store, {
+          models: [
+            new ScriptedModel({
+              id: 'slow',
+              turns: [{ text: 'x '.repeat(600), chunks: 600, delayMs: 100 }],
+              whenExhausted: 'loop',
+            }),
+            new ScriptedModel({
+              id: 'steady',
+              turns: [{ text: 'a b c d', chunks: 4, delayMs: 30 }],
+              whenExhausted: 'loop',
+            }),
+          ],
+          runQuota: { maxActiveRunsPerProject: 1, overLimit: 'queue' },
+        }),
+      )
+    }
+  })
+  afterAll(async () => {
+    for (const server of servers) await server.close()
+    for (const store of stores) await store.close()
+    await database?.drop()
+  })
+
+  it('runs queued through either instance start one at a time, oldest first, whichever instance promotes them', async () => {
+    const [a, b] = servers as [TestServer, TestServer]
+    const dana = await a.createUser()
+    const projectId = (await a.request('POST', '/api/projects', { token: dana.token, body: { name: 'shared' } })).body
+      .id as string
+    const start = async (server: TestServer, model: string) => {
+      const conversation = await server.request('POST', `/api/projects/${projectId}/conversations`, {
+        token: dana.token,
+        body: {},
+      })
+      return server.request('POST', `/api/conversations/${conversation.body.id}/runs`, {
+        token: dana.token,
+        body: { input: 'go', model },
+      })
+    }
+    const blocker = await start(a, 'slow')
+    expect(blocker.body.status).toBe('running')
+    const queued = []
+    for (let index = 0; index < 6; index++) queued.push(await start(index % 2 === 0 ? b : a, 'steady'))
+    expect(queued.map((run) => run.body.queue)).toEqual(
+      queued.map((_, index) => ({ reason: 'quota', position: index + 1 })),
+    )
+    await b.request('POST', `/api/runs/${blocker.body.id}/cancel`, { token: dana.token })
+    const runs = []
+    for (const run of queued) runs.push(await waitForRun(a, dana.token, run.body.id as string, ['completed'], 60_000))
+    // Never two at once in the project, across both instances: each started after the one before ended.
+    for (let index = 1; index < runs.length; index++)
+      expect(Date.parse(runs[index]!.startedAt as string)).toBeGreaterThanOrEqual(
+        Date.parse(runs[index - 1]!.endedAt as string),
+      )
+  })
+})

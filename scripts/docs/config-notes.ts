@@ -62,6 +62,13 @@ export const configNotes: Record<string, ConfigNote> = {
   'runQuota.runsPerMinutePerProject': {
     meaning: "runs that may start in one project in any 60 seconds, everyone's together",
   },
+  'runQuota.overLimit': {
+    meaning:
+      'what a new run over one of these quotas gets: `refuse` (429 `too_many_runs` with `Retry-After`) or `queue` (201 `status: queued` with `queue: {reason: "quota", position}`, started oldest first as room frees, on whichever instance; see [Run quotas](../guides/operating.md#run-quotas))',
+  },
+  'runQuota.maxQueuedRunsPerUser': {
+    meaning: 'queue mode: runs one user may have waiting for a quota (the next is 429 `too_many_runs`)',
+  },
   'runBudget.maxModelCalls': {
     meaning:
       'the most model calls a run may make unless its request sets `budget.maxModelCalls` (a run that reaches it fails `budget_exceeded`; see [Budgets](../guides/operating.md#budgets))',

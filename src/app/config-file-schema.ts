@@ -120,6 +120,8 @@ export const fileSchema = {
         maxActiveRunsPerProject: { type: 'integer', minimum: 1, maximum: 100_000 },
         runsPerMinutePerUser: { type: 'integer', minimum: 1, maximum: 100_000 },
         runsPerMinutePerProject: { type: 'integer', minimum: 1, maximum: 100_000 },
+        overLimit: { enum: ['refuse', 'queue'] },
+        maxQueuedRunsPerUser: { type: 'integer', minimum: 1, maximum: 100_000 },
       },
     },
     runBudget: {

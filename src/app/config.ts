@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
+import type { RunQuota } from '../runmgr/index.js'
 import type { ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
 import type { McpServerConfig } from '../mcp/index.js'
@@ -41,7 +42,7 @@ export interface PlinthConfig {
   /** Every run's budget unless its request sets its own limits (docs/guides/operating.md#budgets). */
   runBudget: { maxModelCalls?: number; maxTokens?: number; maxCost?: number }
   /** Limits on starting runs beyond `maxActiveRunsPerUser`, counted in the database (docs/guides/operating.md#run-quotas). */
-  runQuota: { maxActiveRunsPerProject?: number; runsPerMinutePerUser?: number; runsPerMinutePerProject?: number }
+  runQuota: RunQuota
   /** Whether this instance fires due schedules, and how often it looks (docs/guides/schedules.md). */
   schedules: { enabled: boolean; tickMs: number }
   /**

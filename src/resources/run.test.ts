@@ -31,6 +31,7 @@ const record: RunRecord = {
   leaseExpiresAt: '2026-01-02T03:05:05.000Z',
   resumes: 1,
   waitingSince: '2026-01-02T03:04:06.000Z',
+  queuedFor: null,
 }
 
 describe('runView', () => {

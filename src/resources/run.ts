@@ -131,6 +131,25 @@ export const Run = Type.Object(
       description: 'The most it may spend, checked before each model call (null: no limit)',
     }),
     cancelReason: Type.Union([Type.String(), Type.Null()]),
+    queue: Type.Union(
+      [
+        Type.Object(
+          {
+            reason: Type.Union([Type.Literal('conversation'), Type.Literal('quota')], {
+              description:
+                '`conversation`: behind another run of its conversation; `quota`: a run quota is full (queue mode)',
+            }),
+            position: Type.Union([Type.Integer({ minimum: 1 }), Type.Null()], {
+              description:
+                'Its place among the runs waiting for the same user’s or project’s quota (1: next); null where not computed (lists, events)',
+            }),
+          },
+          { additionalProperties: false },
+        ),
+        Type.Null(),
+      ],
+      { description: 'Why a queued run waits (null unless `queued`)' },
+    ),
     createdAt: Type.String({ format: 'date-time' }),
     updatedAt: Type.String({ format: 'date-time' }),
     startedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
@@ -145,4 +164,8 @@ export const Run = Type.Object(
  */
 export const runView = viewOf<RunRecord, typeof Run>(Run, {
   modelParams: (run) => run.profile.modelParams as { [key: string]: JsonValue },
+  queue: (run) =>
+    run.status === 'queued'
+      ? { reason: run.queuedFor ?? 'conversation', position: run.queuedFor ? (run.queuePosition ?? null) : null }
+      : null,
 })

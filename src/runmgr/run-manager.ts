@@ -10,6 +10,7 @@ import {
   readTogether,
   runCounts,
   runCountsRead,
+  quotaQueuePosition,
   getRun,
   isUniqueViolation,
   listRuns,
@@ -37,6 +38,7 @@ import { LeaseClock } from './leases.js'
 import { budgetStop } from './budget.js'
 import { PeriodBudgets } from './period-budgets.js'
 import { RunQuotas, type RunQuota } from './run-quotas.js'
+import { QuotaPromoter } from './quota-promoter.js'
 import { RunDecisions } from './run-decisions.js'
 import { RunWriter, cancelEnd } from './run-writer.js'
 import { RunSweeper } from './run-sweeper.js'
@@ -128,6 +130,7 @@ export class RunManager {
   readonly #sweeper: RunSweeper
   readonly #periodBudgets: PeriodBudgets
   readonly #quotas: RunQuotas
+  readonly #promoter: QuotaPromoter | undefined
   #unsubscribe: Array<() => void> = []
 
   constructor(options: RunManagerOptions) {
@@ -157,6 +160,11 @@ export class RunManager {
       writer: this.#writer,
     })
     this.#decisions = new RunDecisions({ store, pool: this.#pool, writer: this.#writer })
+    // Queue mode: runs over a quota wait, and are started as room frees.
+    this.#promoter =
+      this.#quotas.mode === 'queue'
+        ? new QuotaPromoter({ store, log, quotas: this.#quotas, pool: this.#pool, leases: this.#leases })
+        : undefined
     this.#sweeper = new RunSweeper({
       store,
       bus,
@@ -176,6 +184,8 @@ export class RunManager {
     this.#unsubscribe.push(
       this.#decisions.follow(bus, log),
       store.runs.subscribe((runId) => this.#onRunEndedElsewhere(runId)),
+      // A run ended here or elsewhere: its quota slot may let a waiting run start.
+      store.runs.subscribe(() => this.#promoter?.poke()),
       // A run whose owner can no longer see its conversation stops calling the model at once.
       store.access.subscribe(() => this.#recheckAccess()),
     )
@@ -196,6 +206,8 @@ export class RunManager {
         outcome: 'failed (interrupted); resume with POST /api/runs/:id/resume',
       })
     this.#sweeper.start(Math.max(1000, this.#leases.ms / 2))
+    this.#promoter?.start()
+    this.#promoter?.poke()
   }
 
   /**
@@ -206,6 +218,7 @@ export class RunManager {
   async stop(): Promise<void> {
     this.#pool.refuseNew()
     this.#sweeper.stop()
+    this.#promoter?.stop()
     for (const unsubscribe of this.#unsubscribe) unsubscribe()
     this.#unsubscribe = []
     await this.#pool.stop(this.#options.shutdownGraceMs ?? 10_000)
@@ -261,8 +274,12 @@ export class RunManager {
     // A spent budget for the day or month refuses it too; both in one read.
     const scope = { projectId: conversation.projectId, userId }
     const periods = this.#periodBudgets.check(scope)
-    const standing = await readTogether(this.#options.store, { counts: runCountsRead(scope), periods: periods.read })
-    this.#quotas.refuseWhenFull(runCounts(standing.counts), project?.quota ?? null)
+    const standing = await readTogether(this.#options.store, {
+      counts: runCountsRead(scope, this.#quotas.mode),
+      periods: periods.read,
+    })
+    // Over a quota: 429, or (queue mode) the run waits as `queued` until there is room.
+    const admission = this.#quotas.admit(runCounts(standing.counts), project?.quota ?? null)
     this.#periodBudgets.refuseWhenSpent(periods, standing.periods)
     const maxIterations = input.maxIterations ?? 10
     // The project's and the server's default cost limit cannot hold a model without a price; one the
@@ -300,6 +317,7 @@ export class RunManager {
       this.#options.store.createRun(newRun, {
         lease,
         allowQueue,
+        ...(admission === 'queue' && { queueForQuota: true }),
         prefetch: { maxChars: transcriptBudget(models.get(model)!) },
         ...(hooks.onCreated && { within: hooks.onCreated }),
       })
@@ -317,6 +335,11 @@ export class RunManager {
         prefetched: created.prefetched,
         ...(project?.ownerId === userId && { writable: true }),
       })
+    }
+    // Waiting for a quota: its place in line, and a look for room (a run may have ended meanwhile).
+    else if ('run' in created && created.run.queuedFor === 'quota') {
+      created.run.queuePosition = await quotaQueuePosition(this.#options.store, created.run)
+      this.#promoter?.poke()
     }
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#pool.startNext(conversation.id)

@@ -1,5 +1,6 @@
 import {
   getRun,
+  quotaQueuePosition,
   lastEventId,
   listRuns,
   notFoundError,
@@ -48,6 +49,9 @@ export class RunQueries {
   async resolve(user: User, runId: string): Promise<Run> {
     const run = await this.own(user, runId)
     await this.#conversations.resolve(user, run.conversationId)
+    // A run waiting for a quota says where it stands.
+    if (run.status === 'queued' && run.queuedFor === 'quota')
+      run.queuePosition = await quotaQueuePosition(this.#store, run)
     return run
   }
 

@@ -6,14 +6,24 @@ export interface RunQuota {
   maxActiveRunsPerProject?: number
   runsPerMinutePerUser?: number
   runsPerMinutePerProject?: number
+  /** Over a quota, a new run is refused (429, the default) or queued until there is room. */
+  overLimit?: 'refuse' | 'queue'
+  /** Queue mode: runs one user may have waiting for a quota (default 100); past it, 429. */
+  maxQueuedRunsPerUser?: number
 }
 
 /** Which quota refused a run: a member of the 429 answer. */
 export interface QuotaHit {
   scope: 'user' | 'project'
-  limit: 'maxActiveRuns' | 'runsPerMinute'
+  limit: 'maxActiveRuns' | 'runsPerMinute' | 'maxQueuedRuns'
   value: number
   [key: string]: number | string
+}
+
+interface Full {
+  quota: QuotaHit
+  message: string
+  retryAfter: number
 }
 
 /**
@@ -30,38 +40,72 @@ export class RunQuotas {
     this.#quota = quota
   }
 
+  /** `queue`: a run over a quota waits for room instead of being refused. */
+  get mode(): 'refuse' | 'queue' {
+    return this.#quota.overLimit ?? 'refuse'
+  }
+
   /** On the counts (`runCountsRead`): 429 `too_many_runs` (with `quota` and `Retry-After`) when a new run would go past one. */
   refuseWhenFull(counts: RunCounts, own: ProjectQuota | null): void {
+    const full = this.full(counts, own)
+    if (full) throw this.#refusal(full)
+  }
+
+  /**
+   * A new run: `start` when there is room; over a quota, `queue` in queue mode (429 past the user's
+   * queue) or 429 `too_many_runs`.
+   */
+  admit(counts: RunCounts, own: ProjectQuota | null): 'start' | 'queue' {
+    const full = this.full(counts, own)
+    if (!full) return 'start'
+    if (this.mode === 'refuse') throw this.#refusal(full)
+    const maxQueued = this.#quota.maxQueuedRunsPerUser ?? 100
+    if (counts.userQueued >= maxQueued)
+      throw this.#refusal({
+        quota: { scope: 'user', limit: 'maxQueuedRuns', value: maxQueued },
+        message: `you have ${maxQueued} runs waiting for a quota (the most one user may have waiting); wait for them to start, or cancel one`,
+        retryAfter: full.retryAfter,
+      })
+    return 'queue'
+  }
+
+  /** The first quota a new run would go past, or null when there is room. */
+  full(counts: RunCounts, own: ProjectQuota | null): Full | null {
     const projectActive = own?.maxActiveRuns ?? this.#quota.maxActiveRunsPerProject
     const userPerMinute = this.#quota.runsPerMinutePerUser
     const projectPerMinute = own?.runsPerMinute ?? this.#quota.runsPerMinutePerProject
-    const refuse = (quota: QuotaHit, message: string, retryAfter: number): never => {
-      throw new RunRequestError('too_many_runs', message, { extensions: { quota }, retryAfter })
-    }
     if (counts.userActive >= this.#maxActiveRunsPerUser)
-      refuse(
-        { scope: 'user', limit: 'maxActiveRuns', value: this.#maxActiveRunsPerUser },
-        `you have ${this.#maxActiveRunsPerUser} runs queued or running (the most one user may have at once); wait for one to finish, or cancel one`,
-        5,
-      )
+      return {
+        quota: { scope: 'user', limit: 'maxActiveRuns', value: this.#maxActiveRunsPerUser },
+        message: `you have ${this.#maxActiveRunsPerUser} runs queued or running (the most one user may have at once); wait for one to finish, or cancel one`,
+        retryAfter: 5,
+      }
     if (projectActive !== undefined && counts.projectActive >= projectActive)
-      refuse(
-        { scope: 'project', limit: 'maxActiveRuns', value: projectActive },
-        `the project has ${projectActive} runs queued or running (the most it may have at once); wait for one to finish, or cancel one`,
-        5,
-      )
+      return {
+        quota: { scope: 'project', limit: 'maxActiveRuns', value: projectActive },
+        message: `the project has ${projectActive} runs queued or running (the most it may have at once); wait for one to finish, or cancel one`,
+        retryAfter: 5,
+      }
     if (userPerMinute !== undefined && counts.userLastMinute >= userPerMinute)
-      refuse(
-        { scope: 'user', limit: 'runsPerMinute', value: userPerMinute },
-        `you started ${userPerMinute} runs in the last minute (the most one user may start per minute)`,
-        seconds(counts.userWindowFreesInMs),
-      )
+      return {
+        quota: { scope: 'user', limit: 'runsPerMinute', value: userPerMinute },
+        message: `you started ${userPerMinute} runs in the last minute (the most one user may start per minute)`,
+        retryAfter: seconds(counts.userWindowFreesInMs),
+      }
     if (projectPerMinute !== undefined && counts.projectLastMinute >= projectPerMinute)
-      refuse(
-        { scope: 'project', limit: 'runsPerMinute', value: projectPerMinute },
-        `${projectPerMinute} runs started in the project in the last minute (the most it may start per minute)`,
-        seconds(counts.projectWindowFreesInMs),
-      )
+      return {
+        quota: { scope: 'project', limit: 'runsPerMinute', value: projectPerMinute },
+        message: `${projectPerMinute} runs started in the project in the last minute (the most it may start per minute)`,
+        retryAfter: seconds(counts.projectWindowFreesInMs),
+      }
+    return null
+  }
+
+  #refusal(full: Full): RunRequestError {
+    return new RunRequestError('too_many_runs', full.message, {
+      extensions: { quota: full.quota },
+      retryAfter: full.retryAfter,
+    })
   }
 }
 

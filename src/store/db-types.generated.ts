@@ -288,6 +288,7 @@ export interface Runs {
   phase: string | null
   profile: JsonColumn | null
   project_id: string
+  queued_for: string | null
   required_action: JsonColumn | null
   resumes: Generated<number>
   started_at: Timestamp | null

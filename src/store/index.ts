@@ -260,6 +260,14 @@ export {
 // The run's transitions, one file each (docs/architecture.md#run-states).
 export { type CreatedRun, type CreateRunOptions, type Prefetched, type RunPrefetch } from './transitions/create-run.js'
 export { startQueuedRun } from './transitions/start-queued.js'
+export {
+  lockQuotaPromotion,
+  quotaCandidates,
+  quotaCountsFor,
+  quotaQueuePosition,
+  startQuotaQueuedRun,
+  type QuotaCandidate,
+} from './transitions/promote-quota-queued.js'
 export { continueAnsweredRun, openToolCallStatuses } from './transitions/continue-answered.js'
 export { waitForPerson, waitForLess } from './transitions/wait-for-person.js'
 export { resumeFailedRun } from './transitions/resume-failed.js'

@@ -29,18 +29,28 @@ export interface RunCounts {
   /** Milliseconds until the oldest of the last minute's runs leaves the window (0 without any). */
   userWindowFreesInMs: number
   projectWindowFreesInMs: number
+  /** The user's runs waiting for a quota (queue mode). */
+  userQueued: number
 }
 
 /**
  * The counts in one subquery (each an indexed lookup), timed by the database's clock so that every
  * instance counts the same window; run with the other checks before a new run (`readTogether`).
  */
-export function runCountsRead(scope: { projectId: string; userId: string }): RawBuilder<unknown> {
+export function runCountsRead(
+  scope: { projectId: string; userId: string },
+  mode: 'refuse' | 'queue' = 'refuse',
+): RawBuilder<unknown> {
   const { projectId, userId } = scope
-  const active = sql`status in ('queued', 'running')`
-  const lastMinute = sql`created_at > now() - interval '60 seconds'`
+  // In queue mode the runs waiting for a quota hold no slot, and a minute's runs are those that started in it.
+  const active =
+    mode === 'queue'
+      ? sql`(status = 'running' or (status = 'queued' and queued_for is null))`
+      : sql`status in ('queued', 'running')`
+  const at = mode === 'queue' ? sql.ref('started_at') : sql.ref('created_at')
+  const lastMinute = sql`${at} > now() - interval '60 seconds'`
   const freesIn = (column: 'owner_id' | 'project_id', id: string) =>
-    sql`coalesce((select extract(epoch from min(created_at) + interval '60 seconds' - now()) * 1000 from runs
+    sql`coalesce((select extract(epoch from min(${at}) + interval '60 seconds' - now()) * 1000 from runs
       where ${sql.ref(column)} = ${id} and ${lastMinute}), 0)`
   return sql`select jsonb_build_object(
       'userActive', (select count(*) from runs where owner_id = ${userId} and ${active}),
@@ -48,7 +58,8 @@ export function runCountsRead(scope: { projectId: string; userId: string }): Raw
       'userLastMinute', (select count(*) from runs where owner_id = ${userId} and ${lastMinute}),
       'projectLastMinute', (select count(*) from runs where project_id = ${projectId} and ${lastMinute}),
       'userWindowFreesInMs', ${freesIn('owner_id', userId)},
-      'projectWindowFreesInMs', ${freesIn('project_id', projectId)})`
+      'projectWindowFreesInMs', ${freesIn('project_id', projectId)},
+      'userQueued', ${mode === 'queue' ? sql`(select count(*) from runs where owner_id = ${userId} and status = 'queued' and queued_for = 'quota')` : sql`0`})`
 }
 
 /** The counts a `runCountsRead` found. */
@@ -62,6 +73,7 @@ export function runCounts(read: unknown): RunCounts {
     projectLastMinute: count('projectLastMinute'),
     userWindowFreesInMs: count('userWindowFreesInMs'),
     projectWindowFreesInMs: count('projectWindowFreesInMs'),
+    userQueued: count('userQueued'),
   }
 }
 

@@ -39,6 +39,10 @@ export interface Run {
   resumes: number
   /** Since when the run waits for humans or client tools (its action TTL runs from here). */
   waitingSince: string | null
+  /** `quota`: queued because a run quota was full (queue mode), started by the quota promoter. */
+  queuedFor: 'quota' | null
+  /** Its place among the runs queued for the same user's or project's quota (1: next), when computed. */
+  queuePosition?: number
 }
 
 /** What a run was started with: the project's prompt and tool subset, the effective parameters. */
@@ -169,7 +173,8 @@ export async function nextQueuedRun(db: Executor, conversationId: string): Promi
     .execute()
   if (rows.some((row) => row.status !== 'queued')) return undefined
   const first = rows[0]
-  return first && toRun(first)
+  // One waiting for a quota is started by the quota promoter, when there is room.
+  return first && first.queued_for === null ? toRun(first) : undefined
 }
 
 /** Once `runId` has ended: the next queued run of its conversation, if nothing else there is active (one query). */
@@ -189,7 +194,7 @@ export async function nextQueuedRunAfterEnd(db: Executor, runId: string): Promis
     .execute()
   if (rows.some((row) => row.status !== 'queued')) return undefined
   const first = rows[0]
-  return first && toRun(first)
+  return first && first.queued_for === null ? toRun(first) : undefined
 }
 
 /** Running runs whose lease ran out or was released (their driver stopped), for the sweeper. */
@@ -456,6 +461,7 @@ export function toRun(row: RunRow): Run {
     leaseExpiresAt: row.lease_expires_at?.toISOString() ?? null,
     resumes: row.resumes,
     waitingSince: row.waiting_since?.toISOString() ?? null,
+    queuedFor: row.queued_for === 'quota' ? 'quota' : null,
   }
 }
 

@@ -59,16 +59,16 @@ export const runTransitions = [
     from: null,
     to: 'queued',
     by: 'create',
-    when: 'Another run is active and `ifActive: "enqueue"`',
-    madeBy: '`createRun` (`transitions/create-run.ts`, `allowQueue`)',
+    when: 'Another run is active and `ifActive: "enqueue"`, or a run quota is full in queue mode',
+    madeBy: '`createRun` (`transitions/create-run.ts`, `allowQueue`; `queueForQuota`)',
   },
   {
     from: 'queued',
     to: 'running',
     by: 'queue',
-    when: "The conversation's active run ended (or the sweeper finds the queue idle)",
+    when: "The conversation's active run ended (or the sweeper finds the queue idle); for a run waiting for a quota, room freed",
     madeBy:
-      '`startQueuedRun` (`transitions/start-queued.ts`), by `DriverPool.startQueued`: when a driver stops (`nextQueuedRunAfterEnd`), `startNext`, the sweeper',
+      '`startQueuedRun` (`transitions/start-queued.ts`), by `DriverPool.startQueued`: when a driver stops (`nextQueuedRunAfterEnd`), `startNext`, the sweeper; `startQuotaQueuedRun` (`transitions/promote-quota-queued.ts`), by `QuotaPromoter`',
   },
   {
     from: 'queued',

@@ -30,6 +30,8 @@ export interface CreateRunOptions {
   lease: Lease
   /** With another run queued or active: queue this one (true) or report that run (false). */
   allowQueue: boolean
+  /** A run quota is full (queue mode): the run is queued even in an idle conversation, for the promoter. */
+  queueForQuota?: boolean
   prefetch?: RunPrefetch
 }
 
@@ -82,9 +84,12 @@ export async function createRun(
     lease_expires_at: lease.expiresAt,
     resumes: 0,
     waiting_since: null,
+    queued_for: null,
   }
+  const forQuota = options.queueForQuota === true
   const queued: RunRow = {
     ...running,
+    queued_for: forQuota ? 'quota' : null,
     status: 'queued' satisfies RunCreatedStatus,
     phase: null,
     started_at: null,
@@ -108,16 +113,18 @@ export async function createRun(
       select (select to_jsonb(o.*) from runs o where o.conversation_id = ${input.conversationId}
                 and o.status in ('queued', 'running', 'requires_action') order by o.id limit 1) as active
     ),
+    s as (select a.active is null and not ${forQuota}::boolean as starts from a),
     r as (
       insert into runs (id, conversation_id, project_id, owner_id, model, status, phase, iteration, max_iterations, approval_policy,
-                        client_tools, usage, budget, created_at, updated_at, started_at, knowledge, profile, lease_owner, lease_expires_at)
+                        client_tools, usage, budget, created_at, updated_at, started_at, knowledge, profile, lease_owner, lease_expires_at, queued_for)
       select ${running.id}, ${running.conversation_id}, ${running.project_id}, ${running.owner_id}, ${running.model},
-             case when a.active is null then 'running' else 'queued' end, case when a.active is null then 'thinking' end,
+             case when s.starts then 'running' else 'queued' end, case when s.starts then 'thinking' end,
              0, ${running.max_iterations}::int, ${running.approval_policy}, ${json(running.client_tools)}::jsonb,
              ${json(running.usage)}::jsonb, ${json(running.budget)}::jsonb, ${now}::timestamptz, ${now}::timestamptz,
-             case when a.active is null then ${now}::timestamptz end, ${json(running.knowledge)}::jsonb, ${json(running.profile)}::jsonb,
-             case when a.active is null then ${lease.owner} end, case when a.active is null then ${lease.expiresAt}::timestamptz end
-      from a where a.active is null or ${options.allowQueue}::boolean
+             case when s.starts then ${now}::timestamptz end, ${json(running.knowledge)}::jsonb, ${json(running.profile)}::jsonb,
+             case when s.starts then ${lease.owner} end, case when s.starts then ${lease.expiresAt}::timestamptz end,
+             ${queued.queued_for}::text
+      from a, s where a.active is null or ${options.allowQueue}::boolean
       returning id, status
     ),
     m as (
@@ -128,7 +135,7 @@ export async function createRun(
     pre as (
       select ${prefetch ? sql`(${transcriptTailRead(input.conversationId, prefetch.maxChars, prefetch.maxRows)})` : sql`null::json`} as transcript,
              ${prefetch ? hasKnowledgeRead(input.projectId) : sql`null::boolean`} as has_knowledge, length(${input.input}::text) + 64 as input_size
-      from a where a.active is null
+      from s where s.starts
     ),
     lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r where (select count(*) from m) >= 0 and (select count(*) from pre) >= 0),
     e as (
