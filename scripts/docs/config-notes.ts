@@ -66,6 +66,13 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       'what a new run over one of these quotas gets: `refuse` (429 `too_many_runs` with `Retry-After`) or `queue` (201 `status: queued` with `queue: {reason: "quota", position}`, started oldest first as room frees, on whichever instance; see [Run quotas](../guides/operating.md#run-quotas))',
   },
+  'retention.runEventsDays': {
+    meaning:
+      "days after a run ends that its events (the streams' replay) are kept; then a sweeper deletes them in batches — the run, its messages, tool calls, usage and audit entries stay (unset: kept for ever; see [Retention](../guides/operating.md#retention))",
+  },
+  'retention.sweepMs': {
+    meaning: 'how often each instance sweeps (one at a time, under a lock in the database)',
+  },
   'runQuota.maxQueuedRunsPerUser': {
     meaning: 'queue mode: runs one user may have waiting for a quota (the next is 429 `too_many_runs`)',
   },

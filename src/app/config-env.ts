@@ -71,6 +71,8 @@ export const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_RUNS_PER_MINUTE_PER_PROJECT', 'runQuota.runsPerMinutePerProject', 'int'],
   ['PLINTH_RUN_QUOTA_OVER_LIMIT', 'runQuota.overLimit', 'string'],
   ['PLINTH_MAX_QUEUED_RUNS_PER_USER', 'runQuota.maxQueuedRunsPerUser', 'int'],
+  ['PLINTH_RETENTION_RUN_EVENTS_DAYS', 'retention.runEventsDays', 'number'],
+  ['PLINTH_RETENTION_SWEEP', 'retention.sweepMs', 'duration'],
   ['PLINTH_SCHEDULES_ENABLED', 'schedules.enabled', 'bool'],
   ['PLINTH_SCHEDULE_TICK', 'schedules.tickMs', 'duration'],
   ['PLINTH_RUN_LEASE', 'runLeaseMs', 'duration'],

@@ -124,6 +124,14 @@ export const fileSchema = {
         maxQueuedRunsPerUser: { type: 'integer', minimum: 1, maximum: 100_000 },
       },
     },
+    retention: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        runEventsDays: { type: 'number', exclusiveMinimum: 0, maximum: 36_500 },
+        sweepMs: { type: 'integer', minimum: 1_000, maximum: 86_400_000 },
+      },
+    },
     runBudget: {
       type: 'object',
       additionalProperties: false,

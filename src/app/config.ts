@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import type { ModelSettings } from '../llm/index.js'
-import type { RunQuota } from '../runmgr/index.js'
+import type { RetentionSettings, RunQuota } from '../runmgr/index.js'
 import type { ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
 import type { McpServerConfig } from '../mcp/index.js'
@@ -43,6 +43,7 @@ export interface PlinthConfig {
   runBudget: { maxModelCalls?: number; maxTokens?: number; maxCost?: number }
   /** Limits on starting runs beyond `maxActiveRunsPerUser`, counted in the database (docs/guides/operating.md#run-quotas). */
   runQuota: RunQuota
+  retention: RetentionSettings
   /** Whether this instance fires due schedules, and how often it looks (docs/guides/schedules.md). */
   schedules: { enabled: boolean; tickMs: number }
   /**
@@ -157,6 +158,7 @@ const defaults: PlinthConfig = {
   currency: 'USD',
   runBudget: {},
   runQuota: {},
+  retention: {},
   schedules: { enabled: true, tickMs: 1000 },
   exec: {},
   logLevel: 'info',

@@ -15,7 +15,7 @@ import {
   type ProviderFactory,
 } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
-import { RunManager, type RunObserver, type RunQuota } from '../runmgr/index.js'
+import { RunManager, type RetentionSettings, type RunObserver, type RunQuota } from '../runmgr/index.js'
 import type { RunBudget, Store } from '../store/index.js'
 
 function requireBaseUrl(settings: ModelSettings): string {
@@ -85,6 +85,7 @@ export async function setUpRuns(
     shutdownGraceMs?: number
     retriever?: Retriever
     runBudget?: RunBudget
+    retention?: RetentionSettings
   },
 ): Promise<RunManager> {
   const prebuilt = options.models.length > 0 && 'stream' in (options.models[0] as object)
@@ -128,6 +129,7 @@ export async function setUpRuns(
     ...(options.runQuota && { runQuota: options.runQuota }),
     ...(options.retriever && { retriever: options.retriever }),
     ...(options.runBudget && { runBudget: options.runBudget }),
+    ...(options.retention && { retention: options.retention }),
     ...(options.maxResumes !== undefined && { maxResumes: options.maxResumes }),
     ...(options.shutdownGraceMs !== undefined && { shutdownGraceMs: options.shutdownGraceMs }),
     // Embedded PGlite belongs to this process: a running run found at start is an orphan.

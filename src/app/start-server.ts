@@ -110,6 +110,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       shutdownGraceMs: config.shutdownGraceMs,
       retriever,
       runBudget: config.runBudget,
+      retention: config.retention,
     })
     // Removing a model that projects or unfinished runs still name is said, not silent (docs/guides/agent-runs.md, "Models").
     for (const missing of await modelsNamedButMissing(

@@ -39,6 +39,7 @@ import { budgetStop } from './budget.js'
 import { PeriodBudgets } from './period-budgets.js'
 import { RunQuotas, type RunQuota } from './run-quotas.js'
 import { QuotaPromoter } from './quota-promoter.js'
+import { RetentionSweeper, type RetentionSettings } from './retention-sweeper.js'
 import { RunDecisions } from './run-decisions.js'
 import { RunWriter, cancelEnd } from './run-writer.js'
 import { RunSweeper } from './run-sweeper.js'
@@ -85,6 +86,8 @@ export interface RunManagerOptions {
   runBudget?: RunBudget
   /** Caps on active runs per project and on runs started per minute (docs/guides/operating.md#run-quotas). */
   runQuota?: RunQuota
+  /** What is deleted after how long (docs/guides/operating.md#retention). */
+  retention?: RetentionSettings
 }
 
 export interface CreateRunInput {
@@ -131,6 +134,7 @@ export class RunManager {
   readonly #periodBudgets: PeriodBudgets
   readonly #quotas: RunQuotas
   readonly #promoter: QuotaPromoter | undefined
+  readonly #retention: RetentionSweeper
   #unsubscribe: Array<() => void> = []
 
   constructor(options: RunManagerOptions) {
@@ -165,6 +169,7 @@ export class RunManager {
       this.#quotas.mode === 'queue'
         ? new QuotaPromoter({ store, log, quotas: this.#quotas, pool: this.#pool, leases: this.#leases })
         : undefined
+    this.#retention = new RetentionSweeper(store, log, options.retention ?? {})
     this.#sweeper = new RunSweeper({
       store,
       bus,
@@ -208,6 +213,7 @@ export class RunManager {
     this.#sweeper.start(Math.max(1000, this.#leases.ms / 2))
     this.#promoter?.start()
     this.#promoter?.poke()
+    this.#retention.start()
   }
 
   /**
@@ -219,6 +225,7 @@ export class RunManager {
     this.#pool.refuseNew()
     this.#sweeper.stop()
     this.#promoter?.stop()
+    this.#retention.stop()
     for (const unsubscribe of this.#unsubscribe) unsubscribe()
     this.#unsubscribe = []
     await this.#pool.stop(this.#options.shutdownGraceMs ?? 10_000)
@@ -484,6 +491,11 @@ export class RunManager {
   /** See RunSweeper.sweep. */
   sweep(options: { orphansOnly?: boolean } = {}): Promise<{ resumed: number; failed: number }> {
     return this.#sweeper.sweep(options)
+  }
+
+  /** One retention sweep now (it also runs every `retention.sweepMs`): the number of rows deleted. */
+  sweepRetention(): Promise<number> {
+    return this.#retention.sweep()
   }
 
   /**

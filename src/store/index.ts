@@ -326,3 +326,4 @@ export {
   type ScheduleCommandTarget,
   type ScheduleTarget,
 } from './schedule-repository.js'
+export { deleteOldRunEvents, lockRetentionSweep } from './retention-repository.js'

@@ -15,7 +15,7 @@ import {
   type Retriever,
 } from '../../src/rag/index.js'
 import type { McpServerConfig } from '../../src/mcp/index.js'
-import type { RunManager, RunQuota } from '../../src/runmgr/index.js'
+import type { RetentionSettings, RunManager, RunQuota } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type RunBudget, type Store, type User } from '../../src/store/index.js'
 import { defaultWebhookSettings, WebhookDeliverer, type WebhookSettings } from '../../src/webhooks/index.js'
@@ -79,6 +79,7 @@ export async function startTestServer(
     llmConcurrencyPerUser?: number
     maxActiveRunsPerUser?: number
     runQuota?: RunQuota
+    retention?: RetentionSettings
     leaseMs?: number
     highRiskKeywords?: string[]
     resultMaxBytes?: number
@@ -104,6 +105,7 @@ export async function startTestServer(
     llmConcurrencyPerUser,
     maxActiveRunsPerUser,
     runQuota,
+    retention,
     leaseMs,
     highRiskKeywords,
     resultMaxBytes,
@@ -159,6 +161,7 @@ export async function startTestServer(
     ...(llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser }),
     ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }),
     ...(runQuota && { runQuota }),
+    ...(retention && { retention }),
     ...(leaseMs !== undefined && { leaseMs }),
   })
   // Webhook delivery runs only when a test asks for it (with its settings); the routes are always there.
