@@ -64,11 +64,6 @@ export class QuotaPromoter {
       })
   }
 
-  /** Waits for the pass in progress, if any (tests). */
-  async settled(): Promise<void> {
-    while (this.#running) await this.#running
-  }
-
   async #promote(): Promise<void> {
     const { store, quotas, leases, pool } = this.#deps
     const started = await store.transaction(async (tx) => {

@@ -9,14 +9,14 @@ import {
   type SpanOptions,
 } from '@opentelemetry/api'
 
-// A proxy: spans go nowhere (and cost next to nothing) until startTelemetry registers a provider.
+// A proxy: spans go nowhere (and cost next to nothing) until startOtel registers a provider.
 const tracer = trace.getTracer('plinth')
 
 /** What a span holds of prompts and completions: nothing, unless the operator opted in (docs/guides/operating.md#tracing). */
 let captureContent = false
 let scrub: (text: string) => string = (text) => text
 
-/** Set by startTelemetry: whether content is recorded, and how it is scrubbed first (like log lines). */
+/** Set by startOtel: whether content is recorded, and how it is scrubbed first (like log lines). */
 export function configureContent(options: { capture: boolean; scrub?: (text: string) => string }): void {
   captureContent = options.capture
   if (options.scrub) scrub = options.scrub
