@@ -1346,6 +1346,13 @@ export interface components {
         AuditVerdict: {
             /** @description Entries verified (before the first bad one) */
             checked: number;
+            /** @description Present once retention removed the oldest entries: the signed checkpoint the walk started from (entries up to throughId are gone) */
+            checkpoint?: {
+                /** Format: date-time */
+                createdAt: string;
+                throughHash: string;
+                throughId: number;
+            };
             /** @description The first entry that does not fit the chain (absent when ok) */
             firstBad?: {
                 id: number;
@@ -1610,6 +1617,8 @@ export interface components {
             ownerId: string;
             /** @description Its own run quota, set by the operator (null: the server's runQuota) */
             quota: components["schemas"]["ProjectQuota"] | null;
+            /** @description Its own retention periods (null: the server's) */
+            retention: components["schemas"]["ProjectRetention"] | null;
             /** @description Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox. */
             runtimes: string[];
             /** @description True when the caller sees the project through sharing, not ownership. */
@@ -1632,6 +1641,17 @@ export interface components {
             maxActiveRuns?: number;
             /** @description Runs started in the project in any 60 seconds */
             runsPerMinute?: number;
+        };
+        /** ProjectRetention */
+        ProjectRetention: {
+            /** @description Days a settled dispatch (and its decisions) is kept after its last change */
+            dispatchDays?: number;
+            /** @description Days a conversation may stay idle before its content is purged */
+            idleConversationDays?: number;
+            /** @description Days an unpublished draft, or a deleted item, of knowledge is kept */
+            knowledgeDraftDays?: number;
+            /** @description Days after a run ends that its events (the streams' replay) are kept */
+            runEventsDays?: number;
         };
         /** ProtectedResourceMetadata */
         ProtectedResourceMetadata: {
@@ -2138,6 +2158,8 @@ export interface components {
                     ownerId: string;
                     /** @description Its own run quota, set by the operator (null: the server's runQuota) */
                     quota: components["schemas"]["ProjectQuota"] | null;
+                    /** @description Its own retention periods (null: the server's) */
+                    retention: components["schemas"]["ProjectRetention"] | null;
                     /** @description Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox. */
                     runtimes: string[];
                     systemPrompt: string | null;
@@ -2167,6 +2189,8 @@ export interface components {
                     ownerId: string;
                     /** @description Its own run quota, set by the operator (null: the server's runQuota) */
                     quota: components["schemas"]["ProjectQuota"] | null;
+                    /** @description Its own retention periods (null: the server's) */
+                    retention: components["schemas"]["ProjectRetention"] | null;
                     /** @description Operator-declared runtime directories (exec.runtimes) mounted read-only into this project’s sandbox. */
                     runtimes: string[];
                     systemPrompt: string | null;
@@ -6386,6 +6410,8 @@ export interface operations {
                     injectMemberKnowledge?: boolean;
                     modelParams?: components["schemas"]["ModelParams"];
                     name: string;
+                    /** @description How many days its run events, idle conversations, settled dispatches and knowledge drafts are kept; the shorter of these and the server's retention applies; null removes it */
+                    retention?: components["schemas"]["ProjectRetention"] | null;
                     /** @description Added to the system prompt of every run in the project; null clears it */
                     systemPrompt?: string | null;
                     /** @description The tools its agents may use: command ids (or tool names) of exposed commands, GET /api/commands; [] for none, null for all */
@@ -6615,6 +6641,8 @@ export interface operations {
                     injectMemberKnowledge?: boolean;
                     modelParams?: components["schemas"]["ModelParams"];
                     name?: string;
+                    /** @description How many days its run events, idle conversations, settled dispatches and knowledge drafts are kept; the shorter of these and the server's retention applies; null removes it */
+                    retention?: components["schemas"]["ProjectRetention"] | null;
                     runtimes?: string[];
                     /** @description Added to the system prompt of every run in the project; null clears it */
                     systemPrompt?: string | null;

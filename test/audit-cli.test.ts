@@ -87,4 +87,62 @@ describe('plinth audit verify', () => {
       await rm(dir, { recursive: true, force: true })
     }
   })
+  it(
+    'verifies from the signed checkpoint retention leaves when it removes the oldest entries',
+    { timeout: 240_000 },
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'plinth-audit-retention-'))
+      const env = { PLINTH_PLUGINS: 'rdm', PLINTH_ADMIN_TOKEN: 'admin-secret-0123456789' }
+      const retention = {
+        ...env,
+        PLINTH_SECRET_KEY: 'retention-secret-key-0123456789',
+        PLINTH_RETENTION_AUDIT_DAYS: '30',
+      }
+      try {
+        const token = lastLine((await runPlinth(['users', 'create', 'alice'], { cwd: dir, env })).stdout)
+        const first = await startServe({ cwd: dir, env })
+        try {
+          const project = await http(first.url, 'POST', '/api/projects', { token, body: { name: 'audited' } })
+          for (let index = 0; index < 2; index++)
+            await http(first.url, 'POST', '/api/commands/rdm.ping', {
+              token,
+              body: { entrance: 'button', projectId: project.body.id },
+            })
+        } finally {
+          expect(await first.stop()).toBe(0)
+        }
+        // Every entry but the newest is 40 days old.
+        const store = await openStore({ dataDir: join(dir, 'data') })
+        await sql`update audit_log set created_at = now() - interval '40 days'
+                where id < (select max(id) from audit_log)`.execute(testDb(store))
+        await store.close()
+        // The server sweeps at start.
+        const second = await startServe({ cwd: dir, env: retention })
+        try {
+          const deadline = Date.now() + 60_000
+          for (;;) {
+            const verdict = await http(second.url, 'GET', '/api/admin/audit/verify', { token: env.PLINTH_ADMIN_TOKEN })
+            if (verdict.body.checkpoint) {
+              expect(verdict.body).toMatchObject({ ok: true, checked: 1 })
+              break
+            }
+            if (Date.now() > deadline) throw new Error('the retention sweep left no checkpoint')
+            await new Promise((resolve) => setTimeout(resolve, 200))
+          }
+        } finally {
+          expect(await second.stop()).toBe(0)
+        }
+        const intact = await runPlinth(['audit', 'verify'], { cwd: dir, env: retention })
+        expect(intact.code, intact.stderr).toBe(0)
+        expect(intact.stdout).toMatch(
+          /audit chain intact: 1 entries verified from the retention checkpoint after entry \d+/,
+        )
+        const keyless = await runPlinth(['audit', 'verify'], { cwd: dir, env })
+        expect(keyless.code).toBe(1)
+        expect(keyless.stderr).toMatch(/audit chain broken at entry \d+: .*secretKey/)
+      } finally {
+        await rm(dir, { recursive: true, force: true })
+      }
+    },
+  )
 })

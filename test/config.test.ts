@@ -191,6 +191,29 @@ describe('loadConfig', () => {
     ])
   })
 
+  it('reads every retention period; deleting audit entries needs the secretKey that signs their checkpoints', async () => {
+    const cwd = await workdir({ retention: { dispatchDays: 30, knowledgeDraftDays: 14 } })
+    const env = {
+      PLINTH_RETENTION_IDLE_CONVERSATION_DAYS: '90',
+      PLINTH_RETENTION_RUN_EVENTS_DAYS: '7',
+      PLINTH_RETENTION_AUDIT_DAYS: '365',
+      PLINTH_SECRET_KEY: 'a-secret-key-of-some-length',
+    }
+    expect(loadConfig(env, cwd).retention).toEqual({
+      runEventsDays: 7,
+      idleConversationDays: 90,
+      dispatchDays: 30,
+      knowledgeDraftDays: 14,
+      auditDays: 365,
+    })
+    expect(problemsOf({ ...env, PLINTH_SECRET_KEY: '' }, cwd)).toEqual([
+      expect.stringMatching(/^retention\.auditDays: needs secretKey/),
+    ])
+    expect(problemsOf({ PLINTH_RETENTION_DISPATCH_DAYS: '-1' }, cwd)).toEqual([
+      expect.stringMatching(/retention\/dispatchDays|retention\.dispatchDays/),
+    ])
+  })
+
   it('treats an empty environment variable as unset', async () => {
     const cwd = await workdir({ port: 9001 })
     expect(loadConfig({ PORT: '', PLINTH_PLUGINS: '' }, cwd)).toMatchObject({ port: 9001, plugins: [] })

@@ -109,6 +109,7 @@ for (const engine of apiEngines()) {
         injectMemberKnowledge: false,
         budget: null,
         quota: null,
+        retention: null,
         shared: false,
         createdAt: expect.any(String),
         updatedAt: expect.any(String),

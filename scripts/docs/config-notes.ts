@@ -70,6 +70,22 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       "days after a run ends that its events (the streams' replay) are kept; then a sweeper deletes them in batches — the run, its messages, tool calls, usage and audit entries stay (unset: kept for ever; see [Retention](../guides/operating.md#retention))",
   },
+  'retention.idleConversationDays': {
+    meaning:
+      'days a conversation may stay idle (no message, run or change) before its messages, tool calls, events and files are purged and it becomes deleted — its runs and usage stay (unset: kept for ever; a project may set a shorter period)',
+  },
+  'retention.dispatchDays': {
+    meaning:
+      'days a settled dispatch and its decisions are kept after their last change — their audit entries stay (unset: kept for ever; a project may set a shorter period)',
+  },
+  'retention.knowledgeDraftDays': {
+    meaning:
+      'days an unpublished knowledge draft nobody changes, or a deleted knowledge item, is kept (unset: kept for ever; a project may set a shorter period)',
+  },
+  'retention.auditDays': {
+    meaning:
+      'days the audit log keeps an entry; the oldest go as a prefix of the chain under a checkpoint signed with `secretKey` (required), from which `plinth audit verify` checks (unset: kept for ever)',
+  },
   'retention.sweepMs': {
     meaning: 'how often each instance sweeps (one at a time, under a lock in the database)',
   },

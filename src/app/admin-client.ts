@@ -81,6 +81,7 @@ export interface AuditVerdict {
   ok: boolean
   checked: number
   firstBad?: { id: number; reason: string }
+  checkpoint?: { throughId: number; throughHash: string; createdAt: string }
 }
 
 export async function httpAuditVerify(url: string, adminToken: string): Promise<AuditVerdict> {

@@ -67,8 +67,11 @@ async function withUserAdmin(config: PlinthConfig, io: Io, fn: (admin: UserAdmin
 /** `plinth audit verify`: the same verdict offline or from the running server. */
 export async function auditVerifyCommand(config: PlinthConfig, io: Io): Promise<number> {
   const report = (verdict: AuditVerdict): number => {
+    const from = verdict.checkpoint
+      ? ` from the retention checkpoint after entry ${verdict.checkpoint.throughId} (${verdict.checkpoint.createdAt})`
+      : ''
     if (verdict.ok) {
-      io.out(`audit chain intact: ${verdict.checked} entries verified`)
+      io.out(`audit chain intact: ${verdict.checked} entries verified${from}`)
       return 0
     }
     io.err(
@@ -79,7 +82,12 @@ export async function auditVerifyCommand(config: PlinthConfig, io: Io): Promise<
   return withAdmin(
     config,
     io,
-    async (store) => report(await (await import('../cmdbus/index.js')).verifyAuditChain(store)),
+    async (store) =>
+      report(
+        await (
+          await import('../cmdbus/index.js')
+        ).verifyAuditChain(store, { ...(config.secretKey && { secretKey: config.secretKey }) }),
+      ),
     async (url, adminToken) => report(await httpAuditVerify(url, adminToken)),
   )
 }

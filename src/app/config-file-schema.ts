@@ -129,6 +129,10 @@ export const fileSchema = {
       additionalProperties: false,
       properties: {
         runEventsDays: { type: 'number', exclusiveMinimum: 0, maximum: 36_500 },
+        idleConversationDays: { type: 'number', exclusiveMinimum: 0, maximum: 36_500 },
+        dispatchDays: { type: 'number', exclusiveMinimum: 0, maximum: 36_500 },
+        knowledgeDraftDays: { type: 'number', exclusiveMinimum: 0, maximum: 36_500 },
+        auditDays: { type: 'number', exclusiveMinimum: 0, maximum: 36_500 },
         sweepMs: { type: 'integer', minimum: 1_000, maximum: 86_400_000 },
       },
     },

@@ -279,6 +279,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   if (typeof merged.defaultModel === 'string' && !models.some((model) => model?.id === merged.defaultModel)) {
     problems.push(`defaultModel: no model with id ${JSON.stringify(merged.defaultModel)} is configured`)
   }
+  const retention = merged.retention as { auditDays?: unknown } | undefined
+  if (retention?.auditDays !== undefined && !merged.secretKey)
+    problems.push(
+      'retention.auditDays: needs secretKey (PLINTH_SECRET_KEY), which signs the checkpoint each deletion of audit entries leaves',
+    )
   if (problems.length > 0) throw new ConfigError(problems)
 
   const file = merged as Partial<PlinthConfig>

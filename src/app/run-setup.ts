@@ -86,6 +86,8 @@ export async function setUpRuns(
     retriever?: Retriever
     runBudget?: RunBudget
     retention?: RetentionSettings
+    auditKey?: string
+    discardWorkDir?: (conversationId: string) => Promise<void>
   },
 ): Promise<RunManager> {
   const prebuilt = options.models.length > 0 && 'stream' in (options.models[0] as object)
@@ -130,6 +132,8 @@ export async function setUpRuns(
     ...(options.retriever && { retriever: options.retriever }),
     ...(options.runBudget && { runBudget: options.runBudget }),
     ...(options.retention && { retention: options.retention }),
+    ...(options.auditKey && { auditKey: options.auditKey }),
+    ...(options.discardWorkDir && { discardWorkDir: options.discardWorkDir }),
     ...(options.maxResumes !== undefined && { maxResumes: options.maxResumes }),
     ...(options.shutdownGraceMs !== undefined && { shutdownGraceMs: options.shutdownGraceMs }),
     // Embedded PGlite belongs to this process: a running run found at start is an orphan.

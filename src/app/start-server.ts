@@ -111,6 +111,8 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       retriever,
       runBudget: config.runBudget,
       retention: config.retention,
+      ...(config.secretKey && { auditKey: config.secretKey }),
+      discardWorkDir: (conversationId) => setup.exec.workdirs.discard(conversationId),
     })
     // Removing a model that projects or unfinished runs still name is said, not silent (docs/guides/agent-runs.md, "Models").
     for (const missing of await modelsNamedButMissing(
@@ -159,6 +161,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       fullModeTtlMs: config.fullModeTtlMs,
       currency: config.currency,
       adminToken: config.adminToken,
+      ...(config.secretKey && { auditKey: config.secretKey }),
       version,
       metrics,
       ...(otel?.fastifyPlugin && { httpTracing: otel.fastifyPlugin }),

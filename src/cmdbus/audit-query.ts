@@ -1,10 +1,12 @@
 import type { JsonValue } from '../extension/index.js'
 import {
+  auditCheckpointSigned,
   genesisHash,
   hashAuditEntry,
   listAuditDispatches,
   projectIdsOwnedBy,
   readAuditEntries,
+  readAuditCheckpoint,
   readAuditTail,
   type AuditFilter,
   type Page,
@@ -52,21 +54,51 @@ export interface ChainVerdict {
   checked: number
   /** The first entry that does not fit the chain. */
   firstBad?: { id: number; reason: string }
+  /** Where the walk started when retention removed the oldest entries: the signed checkpoint it trusts. */
+  checkpoint?: { throughId: number; throughHash: string; createdAt: string }
 }
 
 /**
- * Walks the whole audit chain in id order: each entry must link to the previous entry's hash and
- * carry the hash of its own content. An altered entry fails its hash; a removed or reordered one
- * breaks the link of the next; entries removed from the end no longer reach the tail the chain's
- * last append recorded.
+ * Walks the audit chain in id order: each entry must link to the previous entry's hash and carry the
+ * hash of its own content. An altered entry fails its hash; a removed or reordered one breaks the link
+ * of the next; entries removed from the end no longer reach the tail the chain's last append recorded.
+ * After retention removed the oldest entries, the walk starts at the newest checkpoint, whose signature
+ * (a key derived from `secretKey`) must hold: the first entry kept links to the last one removed.
  */
-export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
+export async function verifyAuditChain(store: Store, options: { secretKey?: string } = {}): Promise<ChainVerdict> {
+  // A retention sweep that cuts the chain during the walk moves its start: walk again from the new checkpoint.
+  for (let attempt = 1; ; attempt++) {
+    const before = (await readAuditCheckpoint(store))?.throughId
+    const verdict = await walkAuditChain(store, options.secretKey)
+    if (verdict.ok || attempt === 3 || (await readAuditCheckpoint(store))?.throughId === before) return verdict
+  }
+}
+
+async function walkAuditChain(store: Store, secretKey: string | undefined): Promise<ChainVerdict> {
   // Read first: entries appended while the walk runs come after it.
   const tail = await readAuditTail(store)
+  const checkpoint = await readAuditCheckpoint(store)
   let previousHash = genesisHash
   let afterId = 0
   let checked = 0
   let reachedTail = tail.id === 0
+  let from: ChainVerdict['checkpoint']
+  if (checkpoint) {
+    from = { throughId: checkpoint.throughId, throughHash: checkpoint.throughHash, createdAt: checkpoint.createdAt }
+    const bad = (reason: string): ChainVerdict => ({
+      ok: false,
+      checked,
+      firstBad: { id: checkpoint.throughId, reason },
+      checkpoint: from,
+    })
+    if (!secretKey)
+      return bad('retention removed entries up to here; checking its checkpoint needs the server’s secretKey')
+    if (!auditCheckpointSigned(checkpoint, secretKey))
+      return bad('the retention checkpoint’s signature does not match (it was altered or forged)')
+    previousHash = checkpoint.throughHash
+    afterId = checkpoint.throughId
+    reachedTail = tail.id === checkpoint.throughId && tail.hash === checkpoint.throughHash
+  }
   for (;;) {
     const entries = await readAuditEntries(store, afterId, 1000)
     for (const entry of entries) {
@@ -78,6 +110,7 @@ export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
             id: entry.id,
             reason: 'does not link to the entry before it (an entry was removed, inserted or reordered)',
           },
+          ...(from && { checkpoint: from }),
         }
       }
       const { hash, ...content } = entry
@@ -86,6 +119,7 @@ export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
           ok: false,
           checked,
           firstBad: { id: entry.id, reason: 'its content does not match its hash (the entry was altered)' },
+          ...(from && { checkpoint: from }),
         }
       if (entry.id === tail.id && hash === tail.hash) reachedTail = true
       previousHash = hash
@@ -101,8 +135,9 @@ export async function verifyAuditChain(store: Store): Promise<ChainVerdict> {
             id: tail.id,
             reason: 'the newest entries are missing (the log ends before the last entry appended)',
           },
+          ...(from && { checkpoint: from }),
         }
-      return { ok: true, checked }
+      return { ok: true, checked, ...(from && { checkpoint: from }) }
     }
   }
 }

@@ -433,6 +433,16 @@ export class WorkDirectories {
     return removed
   }
 
+  /**
+   * Removes a conversation's whole directory (retention purged the conversation). `rm` unlinks
+   * symlinks rather than following them, so nothing outside the directory goes.
+   */
+  async discard(conversationId: string): Promise<void> {
+    if (!/^[0-9A-Za-z]{1,64}$/.test(conversationId)) throw new PathError('invalid_path', 'bad conversation id')
+    await rm(join(this.root, conversationId), { recursive: true, force: true })
+    await rm(this.#markerPath(conversationId), { force: true })
+  }
+
   /** Where the marker of a tree that holds files not owned by the sandbox user lives. */
   #markerPath(conversationId: string): string {
     return join(this.root, '.foreign', conversationId)

@@ -2,7 +2,7 @@
 export { RunManager, type RunManagerOptions, type CreateRunInput, type RunObserver } from './run-manager.js'
 export { RunRequestError } from './run-errors.js'
 export { type RunQuota } from './run-quotas.js'
-export { type RetentionSettings } from './retention-sweeper.js'
+export { type RetentionReport, type RetentionSettings } from './retention-sweeper.js'
 export { buildModelMessages, trimToBudget, estimateTokens } from './history.js'
 export { resolveClientTools, proposeCommandTool } from './client-tools.js'
 export { ProjectService, type ProjectServiceDeps } from './project-service.js'

@@ -27,7 +27,15 @@ import {
 type ProfileInput = Partial<AgentProfile> & { runtimes?: string[] }
 
 // What the audit log records changes of: the agent's profile, and what its runs may spend.
-const profileKeys = ['systemPrompt', 'defaultModel', 'modelParams', 'tools', 'injectMemberKnowledge', 'budget'] as const
+const profileKeys = [
+  'systemPrompt',
+  'defaultModel',
+  'modelParams',
+  'tools',
+  'injectMemberKnowledge',
+  'budget',
+  'retention',
+] as const
 
 export interface ProjectServiceDeps {
   store: Store
@@ -88,6 +96,9 @@ export class ProjectService {
 
   async update(user: User, projectId: string, patch: Partial<ProjectInput>): Promise<Project> {
     const project = await this.resolve(user, projectId, 'write')
+    // Retention deletes history: only the owner shortens it.
+    if (patch.retention !== undefined && project.ownerId !== user.id)
+      throw new RequestError('forbidden', "only the project owner may change the project's retention")
     const checked = this.checkProfile(patch)
     return this.#deps.store.transaction(async (tx) => {
       const next = await updateProject(tx, project, checked)

@@ -1,13 +1,40 @@
 import type { PluginLogger } from '../extension/index.js'
-import { deleteOldRunEvents, lockRetentionSweep, type Store } from '../store/index.js'
+import {
+  anyProjectRetention,
+  deleteOldDispatches,
+  deleteOldRunEvents,
+  deleteStaleKnowledge,
+  lockRetentionSweep,
+  pruneAuditLog,
+  purgeIdleConversations,
+  type Executor,
+  type RetentionDays,
+  type Store,
+} from '../store/index.js'
 
-/** How long what is kept is kept (docs/guides/operating.md#retention); unset: for ever. */
-export interface RetentionSettings {
-  /** Days after a run ends that its events (the streams' replay) are kept. */
-  runEventsDays?: number
+/**
+ * How long what is kept is kept (docs/guides/operating.md#retention); unset: for ever. A project may
+ * shorten any but `auditDays` (the chain is one for the whole server).
+ */
+export interface RetentionSettings extends RetentionDays {
+  /** Days the audit log keeps an entry; removing them needs the secretKey that signs the checkpoints. */
+  auditDays?: number
   /** How often each instance sweeps (default 10 minutes). */
   sweepMs?: number
 }
+
+/** What one sweep deleted. */
+export interface RetentionReport {
+  runEvents: number
+  dispatches: number
+  knowledgeItems: number
+  conversations: number
+  auditEntries: number
+}
+
+const batchSize = 5_000
+// A purge touches every table of a conversation: fewer per transaction.
+const conversationBatch = 100
 
 /**
  * Deletes what is past its retention, in batches (each its own short transaction, so no long lock and
@@ -17,21 +44,26 @@ export class RetentionSweeper {
   readonly #store: Store
   readonly #log: PluginLogger
   readonly #settings: RetentionSettings
+  readonly #auditKey: string | undefined
+  readonly #discardWorkDir: ((conversationId: string) => Promise<void>) | undefined
   #timer: NodeJS.Timeout | undefined
-  #running: Promise<number> | null = null
+  #running: Promise<RetentionReport> | null = null
 
-  constructor(store: Store, log: PluginLogger, settings: RetentionSettings) {
+  constructor(
+    store: Store,
+    log: PluginLogger,
+    settings: RetentionSettings,
+    hooks: { auditKey?: string; discardWorkDir?: (conversationId: string) => Promise<void> } = {},
+  ) {
     this.#store = store
     this.#log = log
     this.#settings = settings
-  }
-
-  get enabled(): boolean {
-    return this.#settings.runEventsDays !== undefined
+    this.#auditKey = hooks.auditKey
+    this.#discardWorkDir = hooks.discardWorkDir
   }
 
   start(): void {
-    if (!this.enabled) return
+    // Always on: a project may set its own retention at any time (a sweep without any is two cheap reads).
     this.#timer = setInterval(() => void this.sweep(), this.#settings.sweepMs ?? 600_000)
     this.#timer.unref()
     void this.sweep()
@@ -42,12 +74,12 @@ export class RetentionSweeper {
     this.#timer = undefined
   }
 
-  /** One sweep (overlapping calls share it): the number of rows deleted. */
-  sweep(): Promise<number> {
+  /** One sweep (overlapping calls share it). */
+  sweep(): Promise<RetentionReport> {
     this.#running ??= this.#sweep()
       .catch((error: unknown) => {
         this.#log.warn('the retention sweep failed; the next one tries again', { err: error })
-        return 0
+        return emptyReport()
       })
       .finally(() => {
         this.#running = null
@@ -55,21 +87,67 @@ export class RetentionSweeper {
     return this.#running
   }
 
-  async #sweep(): Promise<number> {
-    const days = this.#settings.runEventsDays
-    if (days === undefined) return 0
-    const endedBefore = new Date(Date.now() - days * 86_400_000)
-    let deleted = 0
-    for (;;) {
-      const batch = await this.#store.transaction(async (tx) =>
-        (await lockRetentionSweep(tx)) ? deleteOldRunEvents(tx, endedBefore, 5_000) : -1,
+  async #sweep(): Promise<RetentionReport> {
+    const report = emptyReport()
+    const s = this.#settings
+    const serverWide =
+      s.runEventsDays !== undefined ||
+      s.idleConversationDays !== undefined ||
+      s.dispatchDays !== undefined ||
+      s.knowledgeDraftDays !== undefined
+    if (serverWide || (await anyProjectRetention(this.#store))) {
+      report.runEvents = await this.#batches(batchSize, (tx) => deleteOldRunEvents(tx, s.runEventsDays, batchSize))
+      report.dispatches = await this.#batches(batchSize, (tx) => deleteOldDispatches(tx, s.dispatchDays, batchSize))
+      report.knowledgeItems = await this.#batches(batchSize, (tx) =>
+        deleteStaleKnowledge(tx, s.knowledgeDraftDays, batchSize),
       )
-      if (batch <= 0) break
-      deleted += batch
-      if (batch < 5_000) break
+      report.conversations = await this.#batches(conversationBatch, async (tx) => {
+        const purged = await purgeIdleConversations(tx, s.idleConversationDays, conversationBatch)
+        return { count: purged.length, after: () => this.#discard(purged) }
+      })
     }
-    if (deleted > 0)
-      this.#log.info(`retention: deleted ${deleted} events of runs ended over ${days} days ago`, { deleted })
-    return deleted
+    const auditKey = this.#auditKey
+    if (s.auditDays !== undefined && auditKey) {
+      const before = new Date(Date.now() - s.auditDays * 86_400_000)
+      report.auditEntries = await this.#batches(batchSize, (tx) => pruneAuditLog(tx, before, batchSize, auditKey))
+    }
+    const deleted = Object.entries(report).filter(([, count]) => count > 0)
+    if (deleted.length > 0)
+      this.#log.info(`retention: deleted ${deleted.map(([what, count]) => `${count} ${what}`).join(', ')}`, {
+        ...report,
+      })
+    return report
   }
+
+  /** Runs `batch` in its own transaction under the sweep lock until it deletes fewer than `size`. */
+  async #batches(
+    size: number,
+    batch: (tx: Executor) => Promise<number | { count: number; after: () => Promise<void> }>,
+  ): Promise<number> {
+    let total = 0
+    for (;;) {
+      const outcome = await this.#store.transaction(async (tx) => ((await lockRetentionSweep(tx)) ? batch(tx) : -1))
+      const count = typeof outcome === 'number' ? outcome : outcome.count
+      if (typeof outcome !== 'number') await outcome.after()
+      if (count <= 0) return total
+      total += count
+      if (count < size) return total
+    }
+  }
+
+  async #discard(conversationIds: string[]): Promise<void> {
+    const discard = this.#discardWorkDir
+    if (!discard) return
+    for (const id of conversationIds) {
+      await discard(id).catch((error: unknown) =>
+        this.#log.warn(`retention: the work directory of purged conversation ${id} could not be removed`, {
+          err: error,
+        }),
+      )
+    }
+  }
+}
+
+function emptyReport(): RetentionReport {
+  return { runEvents: 0, dispatches: 0, knowledgeItems: 0, conversations: 0, auditEntries: 0 }
 }

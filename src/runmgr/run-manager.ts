@@ -39,7 +39,7 @@ import { budgetStop } from './budget.js'
 import { PeriodBudgets } from './period-budgets.js'
 import { RunQuotas, type RunQuota } from './run-quotas.js'
 import { QuotaPromoter } from './quota-promoter.js'
-import { RetentionSweeper, type RetentionSettings } from './retention-sweeper.js'
+import { RetentionSweeper, type RetentionReport, type RetentionSettings } from './retention-sweeper.js'
 import { RunDecisions } from './run-decisions.js'
 import { RunWriter, cancelEnd } from './run-writer.js'
 import { RunSweeper } from './run-sweeper.js'
@@ -88,6 +88,10 @@ export interface RunManagerOptions {
   runQuota?: RunQuota
   /** What is deleted after how long (docs/guides/operating.md#retention). */
   retention?: RetentionSettings
+  /** Signs the checkpoints audit retention leaves (the server's secretKey). */
+  auditKey?: string
+  /** Removes the work directory of a conversation retention purged. */
+  discardWorkDir?: (conversationId: string) => Promise<void>
 }
 
 export interface CreateRunInput {
@@ -169,7 +173,10 @@ export class RunManager {
       this.#quotas.mode === 'queue'
         ? new QuotaPromoter({ store, log, quotas: this.#quotas, pool: this.#pool, leases: this.#leases })
         : undefined
-    this.#retention = new RetentionSweeper(store, log, options.retention ?? {})
+    this.#retention = new RetentionSweeper(store, log, options.retention ?? {}, {
+      ...(options.auditKey && { auditKey: options.auditKey }),
+      ...(options.discardWorkDir && { discardWorkDir: options.discardWorkDir }),
+    })
     this.#sweeper = new RunSweeper({
       store,
       bus,
@@ -493,8 +500,8 @@ export class RunManager {
     return this.#sweeper.sweep(options)
   }
 
-  /** One retention sweep now (it also runs every `retention.sweepMs`): the number of rows deleted. */
-  sweepRetention(): Promise<number> {
+  /** One retention sweep now (it also runs every `retention.sweepMs`): what it deleted. */
+  sweepRetention(): Promise<RetentionReport> {
     return this.#retention.sweep()
   }
 

@@ -125,6 +125,8 @@ export interface ServerOptions {
   currency?: string
   /** Enables `/api/admin` when set. */
   adminToken?: string
+  /** The server's secretKey: checks the signed checkpoints audit retention leaves (`GET /api/admin/audit/verify`). */
+  auditKey?: string
   version: string
   /** The registry `/metrics` serves (shared with the run manager's metrics). */
   metrics?: Registry
@@ -233,6 +235,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     runs: options.runs,
     fullModeTtlMs: options.fullModeTtlMs,
     currency: options.currency ?? 'USD',
+    ...(options.auditKey && { auditKey: options.auditKey }),
     shutdown: shutdown.signal,
     streams,
     retriever: options.retriever,

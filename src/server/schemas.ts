@@ -60,6 +60,20 @@ export const ProjectBudget = Type.Object(
   { additionalProperties: false, title: 'ProjectBudget' },
 )
 
+const retentionDays = (description: string) =>
+  Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 36_500, description }))
+
+/** A project's own retention (docs/guides/operating.md#retention): it can only shorten the server's. */
+export const ProjectRetention = Type.Object(
+  {
+    runEventsDays: retentionDays("Days after a run ends that its events (the streams' replay) are kept"),
+    idleConversationDays: retentionDays('Days a conversation may stay idle before its content is purged'),
+    dispatchDays: retentionDays('Days a settled dispatch (and its decisions) is kept after its last change'),
+    knowledgeDraftDays: retentionDays('Days an unpublished draft, or a deleted item, of knowledge is kept'),
+  },
+  { additionalProperties: false, title: 'ProjectRetention' },
+)
+
 /** A project's own run quota, set by the operator (docs/guides/operating.md#run-quotas). */
 export const ProjectQuota = Type.Object(
   {
@@ -140,6 +154,12 @@ const profileFields = {
       description: 'What runs here may spend per day and month, and their default run budget; null removes it',
     }),
   ),
+  retention: Type.Optional(
+    Type.Union([ProjectRetention, Type.Null()], {
+      description:
+        "How many days its run events, idle conversations, settled dispatches and knowledge drafts are kept; the shorter of these and the server's retention applies; null removes it",
+    }),
+  ),
 }
 
 export const Project = Type.Object(
@@ -162,6 +182,9 @@ export const Project = Type.Object(
       description: 'Whether automatic knowledge injection also uses items other members published',
     }),
     budget: Type.Union([ProjectBudget, Type.Null()]),
+    retention: Type.Union([ProjectRetention, Type.Null()], {
+      description: "Its own retention periods (null: the server's)",
+    }),
     quota: Type.Union([ProjectQuota, Type.Null()], {
       description: "Its own run quota, set by the operator (null: the server's runQuota)",
     }),

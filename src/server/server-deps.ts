@@ -33,6 +33,8 @@ export interface ServerDeps {
   fullModeTtlMs: number
   /** The currency of every cost (`currency`). */
   currency: string
+  /** The server's secretKey: checks the signed checkpoints audit retention leaves. */
+  auditKey?: string
   /** Aborted at shutdown so long-lived streams end cleanly. */
   shutdown: AbortSignal
   /** Open event streams: caps, lifetimes, access re-checks. */

@@ -39,6 +39,16 @@ export interface AuditChain {
   singleton: Generated<boolean>
 }
 
+export interface AuditCheckpoints {
+  created_at: Timestamp
+  first_id: Int8
+  id: Generated<Int8>
+  removed: Int8
+  signature: string
+  through_hash: string
+  through_id: Int8
+}
+
 export interface AuditLog {
   command_id: string | null
   conversation_id: string | null
@@ -62,6 +72,7 @@ export interface Conversations {
   owner_id: string
   permission_mode: Generated<string>
   project_id: string
+  purged_at: Timestamp | null
   title: Generated<string>
   updated_at: Generated<Timestamp>
 }
@@ -255,6 +266,7 @@ export interface Projects {
   name: string
   owner_id: string
   quota: JsonColumn | null
+  retention: JsonColumn | null
   runtimes: Generated<JsonColumn>
   system_prompt: string | null
   tools: JsonColumn | null
@@ -438,6 +450,7 @@ export interface DB {
   allowances: Allowances
   api_tokens: ApiTokens
   audit_chain: AuditChain
+  audit_checkpoints: AuditCheckpoints
   audit_log: AuditLog
   conversations: Conversations
   decisions: Decisions

@@ -326,4 +326,22 @@ export {
   type ScheduleCommandTarget,
   type ScheduleTarget,
 } from './schedule-repository.js'
-export { deleteOldRunEvents, lockRetentionSweep } from './retention-repository.js'
+export {
+  anyProjectRetention,
+  deleteOldDispatches,
+  deleteOldRunEvents,
+  deleteStaleKnowledge,
+  lockRetentionSweep,
+  projectRetention,
+  purgeIdleConversations,
+  retentionKinds,
+  type RetentionDays,
+  type RetentionKind,
+} from './retention-repository.js'
+export {
+  auditCheckpointSigned,
+  pruneAuditLog,
+  readAuditCheckpoint,
+  signAuditCheckpoint,
+  type AuditCheckpoint,
+} from './audit-checkpoints.js'

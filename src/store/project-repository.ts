@@ -5,6 +5,7 @@ import { toPage, type Page, type PageRequest } from './page.js'
 import { storableJson } from './storable.js'
 import { kysely, type Executor } from './executor.js'
 import { projectBudget, storableBudget, type ProjectBudget } from './budget-repository.js'
+import { projectRetention, type RetentionDays } from './retention-repository.js'
 import { projectQuota, type ProjectQuota } from './run-quota-repository.js'
 
 /** Model parameters a project (or a run) sets; unset ones come from the model's configuration. */
@@ -37,6 +38,8 @@ export interface Project extends AgentProfile {
   runtimes: string[]
   /** What its model calls may spend per day and month, and its runs' default run budget (null: none). */
   budget: ProjectBudget | null
+  /** Its own retention periods, in days; the shorter of these and the server's applies (null: the server's). */
+  retention: RetentionDays | null
   /** Its own run quota, set by the operator (null: the server's). */
   quota: ProjectQuota | null
   createdAt: string
@@ -48,6 +51,7 @@ export interface ProjectInput extends Partial<AgentProfile> {
   description?: string
   runtimes?: string[]
   budget?: ProjectBudget | null
+  retention?: RetentionDays | null
 }
 
 /** Creates a project and its `project.created` event in the caller's transaction. */
@@ -61,6 +65,7 @@ export async function createProject(tx: Executor, ownerId: string, input: Projec
       description: input.description ?? '',
       ...(input.runtimes !== undefined && { runtimes: storableJson(input.runtimes) }),
       ...(input.budget && { budget: storableBudget(input.budget) }),
+      ...(input.retention && { retention: storableRetention(input.retention) }),
       system_prompt: input.systemPrompt ?? null,
       default_model: input.defaultModel ?? null,
       model_params: storableJson(input.modelParams ?? {}),
@@ -135,6 +140,7 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
       ...(patch.description !== undefined && { description: patch.description }),
       ...(patch.runtimes !== undefined && { runtimes: storableJson(patch.runtimes) }),
       ...(patch.budget !== undefined && { budget: storableBudget(patch.budget) }),
+      ...(patch.retention !== undefined && { retention: storableRetention(patch.retention) }),
       ...(patch.systemPrompt !== undefined && { system_prompt: patch.systemPrompt }),
       ...(patch.defaultModel !== undefined && { default_model: patch.defaultModel }),
       ...(patch.modelParams !== undefined && { model_params: storableJson(patch.modelParams) }),
@@ -186,6 +192,7 @@ export function toProject(row: {
   tools: unknown
   inject_member_knowledge?: boolean
   budget?: unknown
+  retention?: unknown
   quota?: unknown
   created_at: Date | string
   updated_at: Date | string
@@ -204,8 +211,14 @@ export function toProject(row: {
     tools: Array.isArray(row.tools) ? row.tools.filter((name): name is string => typeof name === 'string') : null,
     injectMemberKnowledge: row.inject_member_knowledge === true,
     budget: projectBudget(row.budget ?? null),
+    retention: projectRetention(row.retention ?? null),
     quota: projectQuota(row.quota ?? null),
     createdAt: new Date(row.created_at).toISOString(),
     updatedAt: new Date(row.updated_at).toISOString(),
   }
+}
+
+function storableRetention(retention: RetentionDays | null): ReturnType<typeof storableJson> | null {
+  const kept = projectRetention(retention)
+  return kept ? storableJson(kept) : null
 }

@@ -162,6 +162,8 @@ export async function startTestServer(
     ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }),
     ...(runQuota && { runQuota }),
     ...(retention && { retention }),
+    ...(secretKey && { auditKey: secretKey }),
+    discardWorkDir: (conversationId) => execService.workdirs.discard(conversationId),
     ...(leaseMs !== undefined && { leaseMs }),
   })
   // Webhook delivery runs only when a test asks for it (with its settings); the routes are always there.
@@ -189,6 +191,7 @@ export async function startTestServer(
     metrics,
     liveWarnings: () => mcp.warnings(),
     mcp,
+    ...(secretKey && { auditKey: secretKey }),
     ...(webhookSettings && {
       webhooks: {
         allowPrivate: webhookSettings.allowPrivate,

@@ -75,6 +75,19 @@ const AuditVerdict = Type.Object(
         { description: 'The first entry that does not fit the chain (absent when ok)' },
       ),
     ),
+    checkpoint: Type.Optional(
+      Type.Object(
+        {
+          throughId: Type.Integer(),
+          throughHash: Type.String(),
+          createdAt: Type.String({ format: 'date-time' }),
+        },
+        {
+          description:
+            'Present once retention removed the oldest entries: the signed checkpoint the walk started from (entries up to throughId are gone)',
+        },
+      ),
+    ),
   },
   { title: 'AuditVerdict' },
 )
@@ -133,7 +146,7 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
         response: { 200: AuditVerdict, ...problemResponses },
       },
     },
-    async () => verifyAuditChain(deps.store),
+    async () => verifyAuditChain(deps.store, { ...(deps.auditKey && { secretKey: deps.auditKey }) }),
   )
 
   app.post(
