@@ -8,10 +8,11 @@
  * UI message stream, beside the native run stream), the webhook bench (bench/webhooks: commit →
  * delivery latency, and what the outbox adds to an event's insert) and the schedule bench
  * (bench/schedules: 1,000 schedules firing each minute across two instances sharing pg), and the tracing
- * bench (bench/agent/tracing.ts: the agent round with OpenTelemetry off and on, beside raw fetch).
+ * bench (bench/agent/tracing.ts: the agent round with OpenTelemetry off and on, beside raw fetch), and the
+ * budget bench (bench/agent/budgets.ts: the agent round without and with run and project budgets).
  * Each server runs in its own process; autocannon loads it from this one.
  *
- * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks`, `schedules` or `tracing`: run one
+ * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks`, `schedules`, `tracing` or `budgets`: run one
  * part; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
  * BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in
  * bench/agent/index.ts.
@@ -24,6 +25,7 @@ import { runFrontendsBench } from './ag-ui/index.js'
 import { runRetrievalBench } from './retrieval/index.js'
 import { runWebhookBench } from './webhooks/index.js'
 import { runScheduleBench } from './schedules/index.js'
+import { runBudgetBench } from './agent/budgets.js'
 import { runTracingBench } from './agent/tracing.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
 import { loadSettingsFromEnv } from './lib/measure.js'
@@ -39,10 +41,10 @@ const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_
 const only = process.env.BENCH_ONLY === 'ag-ui' ? 'frontends' : process.env.BENCH_ONLY || undefined
 if (
   only !== undefined &&
-  !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 'webhooks', 'schedules', 'tracing'].includes(only)
+  !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 'webhooks', 'schedules', 'tracing', 'budgets'].includes(only)
 ) {
   console.error(
-    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules" or "tracing", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
+    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules", "tracing" or "budgets", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
   )
   process.exit(2)
 }
@@ -114,6 +116,10 @@ try {
   if (only === undefined || only === 'tracing') {
     if (only === undefined) console.log('')
     await runTracingBench(databaseUrl)
+  }
+  if (only === undefined || only === 'budgets') {
+    if (only === undefined) console.log('')
+    await runBudgetBench(databaseUrl)
   }
 } catch (error) {
   console.error(error)
