@@ -1715,6 +1715,8 @@ export interface components {
                 temperature?: number;
                 topP?: number;
             };
+            /** @description The final answer parsed and validated against the request’s `output.schema` (null until then, or without one) */
+            output: unknown;
             phase: "thinking" | "tool_called" | "tool_running" | "tool_done" | "finalizing" | null;
             projectId: string;
             /** @description Why a queued run waits (null unless `queued`) */
@@ -1870,6 +1872,21 @@ export interface components {
             id: string;
         } | {
             data: {
+                /** @description Answers that failed so far */
+                attempt: number;
+                errors: string[];
+                /** @description The answer that failed */
+                messageId: string;
+                runId: string;
+            };
+            /** @enum {string} */
+            event: "output.invalid";
+            /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
+            id: string;
+        } | {
+            data: {
+                /** @description The parsed answer, when the run asked for structured output */
+                output?: unknown;
                 runId: string;
                 usage: components["schemas"]["RunUsage"];
             };
@@ -1896,6 +1913,8 @@ export interface components {
                         value: number;
                     };
                     code: string;
+                    /** @description output_invalid: what failed in the last answer */
+                    errors?: string[];
                     message: string;
                     upstreamStatus?: number;
                 };
@@ -2021,6 +2040,8 @@ export interface components {
                 temperature?: number;
                 topP?: number;
             };
+            /** @description The final answer parsed and validated against the request’s `output.schema` (null until then, or without one) */
+            output: unknown;
             phase: "thinking" | "tool_called" | "tool_running" | "tool_done" | "finalizing" | null;
             projectId: string;
             /** @description Why a queued run waits (null unless `queued`) */
@@ -2561,6 +2582,21 @@ export interface components {
             id: string;
         } | {
             data: {
+                /** @description Answers that failed so far */
+                attempt: number;
+                errors: string[];
+                /** @description The answer that failed */
+                messageId: string;
+                runId: string;
+            };
+            /** @enum {string} */
+            event: "output.invalid";
+            /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
+            id: string;
+        } | {
+            data: {
+                /** @description The parsed answer, when the run asked for structured output */
+                output?: unknown;
                 runId: string;
                 usage: components["schemas"]["RunUsage"];
             };
@@ -2587,6 +2623,8 @@ export interface components {
                         value: number;
                     };
                     code: string;
+                    /** @description output_invalid: what failed in the last answer */
+                    errors?: string[];
                     message: string;
                     upstreamStatus?: number;
                 };
@@ -5083,6 +5121,19 @@ export interface operations {
                     maxIterations?: number;
                     model?: string;
                     modelParams?: components["schemas"]["ModelParams"];
+                    /** @description Structured output (docs/guides/agent-runs.md#structured-output) */
+                    output?: {
+                        /** @description Answers asked for again, with what failed, after one fails the schema (default 2); then the run fails `output_invalid` */
+                        maxRepairs?: number;
+                        /** @description Default `output` */
+                        name?: string;
+                        /** @description A JSON Schema the final answer must follow (tools run as usual before it) */
+                        schema: {
+                            [key: string]: unknown;
+                        };
+                        /** @description OpenAI’s strict schema mode (default false) */
+                        strict?: boolean;
+                    };
                 };
             };
         };

@@ -71,6 +71,8 @@ export const errorNotes = {
     'the server running the command stopped (crash) before it finished — or after a person approved it, before it started (then it did not run); the dispatch ended `interrupted` (a replay of its `Idempotency-Key` answers this), and a run waiting for it continues with the call answered `interrupted`',
   quota_exceeded:
     "a work-directory upload, `write_file` or execution past the conversation's or the user's disk quota; knowledge past the user's volume",
+  output_schema_invalid:
+    "a run request's `output.schema` that is not a JSON Schema Ajv can compile (or is over 64 KiB); the message says what is wrong",
   too_many_runs:
     'a run quota is full: the caller already has `maxActiveRunsPerUser` runs queued or running, the project its most, or the runs started in the last minute reached a per-minute quota; `quota` names it (`Retry-After`)',
   budget_exceeded:

@@ -184,6 +184,7 @@ function ending(end: RunEnd): RunEnding {
     ...(end.reason !== undefined && { reason: end.reason }),
     ...(end.error !== undefined && { error: end.error }),
     ...(end.usage !== undefined && { usage: end.usage }),
+    ...(end.output !== undefined && { output: end.output }),
   }
 }
 

@@ -60,6 +60,11 @@ export interface ModelRequest {
   tools: ModelTool[]
   /** Override the configured parameters for this request. */
   params?: ModelParams
+  /**
+   * The answer must be JSON following this schema: sent natively where the provider has it (OpenAI's
+   * `response_format: json_schema`); others get only the prompt's instructions.
+   */
+  responseFormat?: { name: string; schema: ToolParameters; strict: boolean }
   signal?: AbortSignal
 }
 

@@ -131,6 +131,10 @@ export const Run = Type.Object(
       description: 'The most it may spend, checked before each model call (null: no limit)',
     }),
     cancelReason: Type.Union([Type.String(), Type.Null()]),
+    output: Type.Unknown({
+      description:
+        'The final answer parsed and validated against the request’s `output.schema` (null until then, or without one)',
+    }),
     queue: Type.Union(
       [
         Type.Object(

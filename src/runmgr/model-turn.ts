@@ -4,6 +4,7 @@ import {
   streamWithRetries,
   type LanguageModel,
   type ModelMessage,
+  type ModelRequest,
   type ModelToolCall,
   type ModelPricing,
   type Usage,
@@ -29,6 +30,7 @@ import {
 import { failSpan, openSpan, recordModelCall, setContent, SpanKind, type Span } from '../telemetry/index.js'
 import { proposeCommandTool } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
+import { checkAnswer } from './structured-output.js'
 import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
 import { commandRisk, parseArguments, type ToolEntry } from './tool-table.js'
@@ -42,6 +44,7 @@ export async function modelTurn(
   messages: ModelMessage[],
   messageId: string,
   driver: Driver,
+  request: Pick<ModelRequest, 'responseFormat'> = {},
 ): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[]; run: Run }> {
   const { store } = kit
   const { fence } = driver
@@ -85,6 +88,7 @@ export async function modelTurn(
         messages,
         tools: [...tools.values()].map((entry) => entry.tool),
         params: run.profile.modelParams,
+        ...(request.responseFormat && { responseFormat: request.responseFormat }),
         signal,
       })) {
         if (part.type === 'text-delta') {
@@ -178,8 +182,29 @@ export async function modelTurn(
   // The turn is one statement under the fence: the run's new state (with calls, the checkpoint;
   // without, the text is the answer and the run completes — nothing is open, every earlier round was
   // answered), the message, the ledger rows and the events.
-  const completed: RunEnd = { status: 'completed', usage, clean: true }
-  const patch: RunPatch = ledger.length > 0 ? { usage, phase: 'tool_running' } : endPatch(completed)
+  // An answer to a run that asked for structured output ends it only once it validates (structured-output.ts).
+  const answer = ledger.length === 0 && run.profile.output ? checkAnswer(run.profile.output, text) : undefined
+  const repairs = run.outputRepair?.attempts ?? 0
+  const retry = answer?.ok === false && repairs < run.profile.output!.maxRepairs ? answer.errors : undefined
+  const completed: RunEnd =
+    answer?.ok === false
+      ? {
+          status: 'failed',
+          usage,
+          clean: true,
+          error: {
+            code: 'output_invalid',
+            message: `the final answer did not follow the output schema after ${repairs + 1} attempt${repairs === 0 ? '' : 's'}`,
+            errors: answer.errors,
+          },
+        }
+      : { status: 'completed', usage, clean: true, ...(answer?.ok && { output: answer.value }) }
+  const patch: RunPatch =
+    ledger.length > 0
+      ? { usage, phase: 'tool_running' }
+      : retry
+        ? { usage, phase: 'finalizing', outputRepair: { attempts: repairs + 1, errors: retry } }
+        : endPatch(completed)
   const stored: StoredToolCall[] = ledger.map((call) => ({
     callId: call.id,
     providerCallId: call.providerCallId,
@@ -197,7 +222,9 @@ export async function modelTurn(
       status: 'completed',
     }),
   )
-  if (ledger.length === 0) {
+  if (retry) {
+    events.push(runEvent(run, 'output.invalid', { runId: run.id, messageId, attempt: repairs + 1, errors: retry }))
+  } else if (ledger.length === 0) {
     events.push(...kit.ledger.ended(run, completed))
   } else {
     for (const call of ledger) {
@@ -226,7 +253,7 @@ export async function modelTurn(
     events.push(runEvent(run, 'run.status', { runId: run.id, status: 'running', phase: 'tool_running' }))
   }
   const { run: checkpointed } = await kit.writer.transition(fence, patch, writes, events)
-  if (ledger.length === 0) return { kind: 'ended' }
+  if (ledger.length === 0 && !retry) return { kind: 'ended' }
   return { kind: 'turn', calls: ledger, run: checkpointed }
 }
 

@@ -12,7 +12,8 @@ export class RunRequestError extends RequestError {
       | 'budget_exceeded'
       | 'run_active'
       | 'run_not_resumable'
-      | 'run_not_waiting',
+      | 'run_not_waiting'
+      | 'output_schema_invalid',
     message: string,
     more?: { extensions?: Record<string, unknown>; retryAfter?: number },
   ) {

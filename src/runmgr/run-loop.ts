@@ -23,6 +23,7 @@ import type { KnowledgeContext } from './knowledge-context.js'
 import { modelTurn } from './model-turn.js'
 import { TranscriptWindow, transcriptBudget } from './transcript-window.js'
 import { buildPrompt, retrieveKnowledge } from './system-prompt.js'
+import { repairPrompt } from './structured-output.js'
 import { toolTable, type ToolEntry } from './tool-table.js'
 
 /**
@@ -160,6 +161,10 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       })
       const transcript = read ?? window.extend(transcriptRowsFromJson(opened.reads.added))
       const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
+      // The last answer failed the output schema: ask again, with what failed, for the answer alone.
+      const spec = run.profile.output
+      const repair = spec && run.outputRepair ? spec : undefined
+      if (repair) messages.push(repairPrompt(repair, run.outputRepair!.errors))
       run = opened.run
       roundDone = false
       // The run's budget, then its project's and user's for the day and month, before the call that
@@ -170,8 +175,22 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         budgetStop(run, promptTokens, pricing) ?? periods.stop(opened.reads.periods, promptTokens, pricing)
       if (overBudget)
         return await kit.writer.end(runId, { status: 'failed', error: overBudget, openCalls: 'interrupted' }, { fence })
-      const turn = await modelTurn(kit, run, model, tools, messages, messageId, driver)
+      const turn = await modelTurn(
+        kit,
+        run,
+        model,
+        repair ? new Map<string, ToolEntry>() : tools,
+        messages,
+        messageId,
+        driver,
+        repair ? { responseFormat: { name: repair.name, schema: repair.schema, strict: repair.strict } } : {},
+      )
       if (turn.kind === 'ended') return // completed with its answer, failed, cancelled or suspended
+      if (turn.calls.length === 0) {
+        // An answer that failed the output schema: the next round asks again.
+        known = turn.run
+        continue
+      }
       if (atCap) {
         // The last, tool-less call still asked for tools: nothing more runs; the calls are answered.
         const message = `the model still called tools after ${run.maxIterations} iterations (maxIterations)`

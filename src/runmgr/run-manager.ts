@@ -39,6 +39,7 @@ import { budgetStop } from './budget.js'
 import { PeriodBudgets } from './period-budgets.js'
 import { RunQuotas, type RunQuota } from './run-quotas.js'
 import { QuotaPromoter } from './quota-promoter.js'
+import { outputSpec } from './structured-output.js'
 import { RetentionSweeper, type RetentionReport, type RetentionSettings } from './retention-sweeper.js'
 import { RunDecisions } from './run-decisions.js'
 import { RunWriter, cancelEnd } from './run-writer.js'
@@ -107,6 +108,8 @@ export interface CreateRunInput {
   modelParams?: ModelParams
   /** The most this run may spend, over the server's default run budget (docs/guides/operating.md#budgets). */
   budget?: RunBudget
+  /** The schema the final answer must follow (docs/guides/agent-runs.md#structured-output). */
+  output?: { schema: { [key: string]: unknown }; name?: string; strict?: boolean; maxRepairs?: number }
 }
 
 /**
@@ -269,6 +272,7 @@ export class RunManager {
       modelParams: { ...project?.modelParams, ...input.modelParams },
       tools: project?.tools ?? null,
       ...(project && { injectFrom: { projectOwnerId: project.ownerId, members: project.injectMemberKnowledge } }),
+      ...(input.output && { output: outputSpec(input.output) }),
     }
     const clientTools = resolveClientTools(input.clientTools)
     // A client tool must not take the name of a command tool: the model would call one thinking it the other.

@@ -157,7 +157,33 @@ const runEvents: TSchema[] = [
     ),
     'A tool call ended (exactly one per call)',
   ),
-  frame('run.completed', Type.Object({ runId: Type.String(), usage: RunUsage }, closed), 'The run answered (terminal)'),
+  frame(
+    'output.invalid',
+    Type.Object(
+      {
+        runId: Type.String(),
+        messageId: Type.String({ description: 'The answer that failed' }),
+        attempt: Type.Integer({ description: 'Answers that failed so far' }),
+        errors: Type.Array(Type.String()),
+      },
+      closed,
+    ),
+    'A final answer failed the run’s output schema; the model is asked again (structured output)',
+  ),
+  frame(
+    'run.completed',
+    Type.Object(
+      {
+        runId: Type.String(),
+        usage: RunUsage,
+        output: Type.Optional(
+          Type.Unknown({ description: 'The parsed answer, when the run asked for structured output' }),
+        ),
+      },
+      closed,
+    ),
+    'The run answered (terminal)',
+  ),
   frame(
     'run.failed',
     Type.Object(
@@ -182,6 +208,9 @@ const runEvents: TSchema[] = [
                 },
                 closed,
               ),
+            ),
+            errors: Type.Optional(
+              Type.Array(Type.String(), { description: 'output_invalid: what failed in the last answer' }),
             ),
           },
           closed,

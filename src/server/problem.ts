@@ -45,6 +45,7 @@ export const problemCatalogue = {
   not_found: { status: 404, title: 'Not found' },
   bad_request: { status: 400, title: 'Bad request' },
   validation_failed: { status: 400, title: 'Validation failed' },
+  output_schema_invalid: { status: 400, title: 'The output schema is not a usable JSON Schema' },
   invalid_json: { status: 400, title: 'Malformed JSON body' },
   invalid_cursor: { status: 400, title: 'Invalid cursor' },
   invalid_last_event_id: { status: 400, title: 'Invalid Last-Event-ID' },

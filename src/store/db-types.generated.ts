@@ -296,6 +296,8 @@ export interface Runs {
   lease_owner: string | null
   max_iterations: number
   model: string
+  output: JsonColumn | null
+  output_repair: JsonColumn | null
   owner_id: string
   phase: string | null
   profile: JsonColumn | null

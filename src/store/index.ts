@@ -149,6 +149,8 @@ export {
   terminalRunStatuses,
   type Run,
   type RunProfile,
+  type OutputSpec,
+  type OutputRepair,
   type NewRun,
   type RunPatch,
   type RunUsage,

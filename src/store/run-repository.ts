@@ -41,6 +41,10 @@ export interface Run {
   waitingSince: string | null
   /** `quota`: queued because a run quota was full (queue mode), started by the quota promoter. */
   queuedFor: 'quota' | null
+  /** The final answer parsed and validated against `profile.output`'s schema (null: none asked, or not yet). */
+  output: JsonValue | null
+  /** While final answers fail `profile.output`'s schema: how many did, and what failed in the last. */
+  outputRepair: OutputRepair | null
   /** Its place among the runs queued for the same user's or project's quota (1: next), when computed. */
   queuePosition?: number
 }
@@ -52,6 +56,22 @@ export interface RunProfile {
   tools: string[] | null
   /** Whose published knowledge automatic injection may use besides the run owner's own (absent on older runs: the owner's only). */
   injectFrom?: { projectOwnerId: string; members: boolean }
+  /** The schema its final answer must follow (the request's `output`). */
+  output?: OutputSpec
+}
+
+/** A run request's `output` (docs/guides/agent-runs.md#structured-output). */
+export interface OutputSpec {
+  schema: { [key: string]: JsonValue }
+  name: string
+  strict: boolean
+  /** Answers after the first that may be asked for when one fails validation. */
+  maxRepairs: number
+}
+
+export interface OutputRepair {
+  attempts: number
+  errors: string[]
 }
 
 export const activeRunStatuses: RunStatus[] = ['queued', 'running', 'requires_action']
@@ -117,6 +137,8 @@ export interface RunPatch {
   knowledge?: JsonValue | null
   /** Set to now when the run starts waiting for humans or client tools; null when it stops. */
   waiting?: boolean
+  output?: JsonValue | null
+  outputRepair?: OutputRepair | null
 }
 
 /**
@@ -159,6 +181,10 @@ export function patchColumns(patch: RunPatch): Updateable<Database['runs']> {
       knowledge: patch.knowledge === null ? null : storableJson(patch.knowledge),
     }),
     ...(patch.waiting !== undefined && { waiting_since: patch.waiting ? new Date() : null }),
+    ...(patch.output !== undefined && { output: patch.output === null ? null : storableJson(patch.output) }),
+    ...(patch.outputRepair !== undefined && {
+      output_repair: patch.outputRepair === null ? null : storableJson(patch.outputRepair as unknown as JsonValue),
+    }),
   }
 }
 
@@ -462,6 +488,8 @@ export function toRun(row: RunRow): Run {
     resumes: row.resumes,
     waitingSince: row.waiting_since?.toISOString() ?? null,
     queuedFor: row.queued_for === 'quota' ? 'quota' : null,
+    output: row.output ?? null,
+    outputRepair: (row.output_repair as OutputRepair | null) ?? null,
   }
 }
 
@@ -476,6 +504,7 @@ function toProfile(value: JsonValue | null): RunProfile {
       typeof from.projectOwnerId === 'string' && {
         injectFrom: { projectOwnerId: from.projectOwnerId, members: from.members === true },
       }),
+    ...(profile.output && typeof profile.output.schema === 'object' && { output: profile.output }),
   }
 }
 /**

@@ -69,6 +69,7 @@ export type RequestErrorCode =
   | 'run_active'
   | 'run_not_resumable'
   | 'run_not_waiting'
+  | 'output_schema_invalid'
   | 'invalid_webhook_url'
   | 'webhook_url_not_allowed'
   | 'too_many_webhooks'

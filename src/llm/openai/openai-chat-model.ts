@@ -65,6 +65,10 @@ export class OpenAIChatModel implements LanguageModel {
     if (params.topP !== undefined) body.top_p = params.topP
     if (params.maxTokens !== undefined) body.max_tokens = params.maxTokens
     if (params.stop !== undefined && params.stop.length > 0) body.stop = params.stop
+    if (request.responseFormat) {
+      const { name, schema, strict } = request.responseFormat
+      body.response_format = { type: 'json_schema', json_schema: { name, schema, strict } }
+    }
     const headers: Record<string, string> = { ...options.headers }
     if (options.apiKey) headers.authorization = `Bearer ${options.apiKey}`
 

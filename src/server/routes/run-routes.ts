@@ -57,6 +57,26 @@ const RunCreate = Type.Object(
     ),
     modelParams: Type.Optional(ModelParams),
     budget: Type.Optional(RunBudget),
+    output: Type.Optional(
+      Type.Object(
+        {
+          schema: Type.Record(Type.String(), Type.Unknown(), {
+            description: 'A JSON Schema the final answer must follow (tools run as usual before it)',
+          }),
+          name: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'Default `output`' })),
+          strict: Type.Optional(Type.Boolean({ description: 'OpenAI’s strict schema mode (default false)' })),
+          maxRepairs: Type.Optional(
+            Type.Integer({
+              minimum: 0,
+              maximum: 5,
+              description:
+                'Answers asked for again, with what failed, after one fails the schema (default 2); then the run fails `output_invalid`',
+            }),
+          ),
+        },
+        { additionalProperties: false, description: 'Structured output (docs/guides/agent-runs.md#structured-output)' },
+      ),
+    ),
   },
   { additionalProperties: false },
 )

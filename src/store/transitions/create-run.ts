@@ -85,6 +85,8 @@ export async function createRun(
     resumes: 0,
     waiting_since: null,
     queued_for: null,
+    output: null,
+    output_repair: null,
   }
   const forQuota = options.queueForQuota === true
   const queued: RunRow = {

@@ -11,6 +11,8 @@ export interface RunEnding {
   reason?: string
   error?: { [key: string]: JsonValue }
   usage?: Run['usage']
+  /** A completed run's answer, parsed and validated against its `output` schema. */
+  output?: JsonValue
 }
 
 /**
@@ -36,6 +38,7 @@ export function endPatch(ending: RunEnding): RunPatch {
     ...(ending.error && { error: ending.error }),
     ...(ending.reason && { cancelReason: ending.reason }),
     ...(ending.usage && { usage: ending.usage }),
+    ...(ending.output !== undefined && { output: ending.output, outputRepair: null }),
   }
 }
 
@@ -44,7 +47,11 @@ export function runEndedEvents(run: Run, ending: RunEnding): NewEvent[] {
   const runId = run.id
   const terminal =
     ending.status === 'completed'
-      ? runEvent(run, 'run.completed', { runId, usage: ending.usage ?? run.usage })
+      ? runEvent(run, 'run.completed', {
+          runId,
+          usage: ending.usage ?? run.usage,
+          ...(ending.output !== undefined && { output: ending.output }),
+        })
       : ending.status === 'failed'
         ? runEvent(run, 'run.failed', { runId, error: ending.error ?? run.error, usage: ending.usage ?? run.usage })
         : ending.status === 'cancelled'
