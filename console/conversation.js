@@ -357,7 +357,7 @@ class ChatView {
         break
       case 'decision.resolved': {
         const decision = this.decisions.get(data.decisionId)
-        decision?.resolved(data.outcome, data.by, data.scope)
+        decision?.resolved(data.outcome, data.by, data.scope, data.reply)
         const call = decision?.callId ? this.calls.get(decision.callId) : undefined
         if (call && data.outcome === 'approved') call.setStatus('running')
         break
@@ -374,6 +374,8 @@ class ChatView {
   decisionCard(data) {
     if (this.decisions.has(data.decisionId)) return
     const buttons = h('div.row')
+    // Edit-and-approve or respond-instead: a text area and its send button, opened by their buttons.
+    const reply = h('div.decision-reply')
     const state = h('div.decision-state', { role: 'status' })
     const card = h(
       'div.decision',
@@ -389,32 +391,78 @@ class ChatView {
       h('details', h('summary', 'parameters'), h('pre.args', pretty(data.params))),
       h('div.muted.small', `expires ${when(data.expiresAt)}`),
       buttons,
+      reply,
       state,
     )
     const entry = {
       callId: data.callId,
-      resolved: (outcome, by, scope) => {
+      resolved: (outcome, by, scope, replied) => {
         buttons.replaceChildren()
+        reply.replaceChildren()
         card.classList.add(`resolved-${outcome}`)
         const who = by === this.me.id ? 'you' : by
-        state.textContent = `${outcome === 'approved' ? `Approved${scope === 'session' ? ' for this session' : ''}` : outcome === 'rejected' ? 'Rejected' : 'Expired'}${who ? ` by ${who}` : ''}.`
+        const how =
+          replied === 'edit'
+            ? 'Approved with edited arguments'
+            : replied === 'respond'
+              ? 'Answered instead of running'
+              : outcome === 'approved'
+                ? `Approved${scope === 'session' ? ' for this session' : ''}`
+                : outcome === 'rejected'
+                  ? 'Rejected'
+                  : 'Expired'
+        state.textContent = `${how}${who ? ` by ${who}` : ''}.`
       },
     }
-    const answer = async (decision) => {
-      for (const button of buttons.querySelectorAll('button')) button.disabled = true
+    const controls = () => [...buttons.querySelectorAll('button'), ...reply.querySelectorAll('button')]
+    const answer = async (decision, detail = {}) => {
+      for (const button of controls()) button.disabled = true
       try {
-        await this.api.call((client) => client.decisions.answer(data.decisionId, { decision }))
+        await this.api.call((client) => client.decisions.answer(data.decisionId, { decision, ...detail }))
       } catch (error) {
         // Answered elsewhere first (another tab, the terminal, a colleague): the card shows that.
         const decided = error.problem?.decision
         if (decided && (error.code === 'decision_conflict' || error.code === 'decision_expired')) {
-          entry.resolved(decided.status, decided.decidedBy, decided.scope)
+          entry.resolved(decided.status, decided.decidedBy, decided.scope, decided.reply?.kind)
           state.textContent += ' (answered elsewhere)'
           return
         }
-        for (const button of buttons.querySelectorAll('button')) button.disabled = false
+        for (const button of controls()) button.disabled = false
         this.showError(error)
       }
+    }
+    const open = (kind) => {
+      const area = h('textarea', {
+        rows: kind === 'edit' ? 6 : 3,
+        dataset: { reply: kind },
+        'aria-label': kind === 'edit' ? 'Arguments to run with (JSON)' : 'Your answer for the model',
+        placeholder: kind === 'edit' ? '' : 'What the model should read instead of the result',
+      })
+      if (kind === 'edit') area.value = JSON.stringify(data.params, null, 2)
+      const send = () => {
+        if (kind === 'respond') {
+          if (area.value.trim()) void answer('respond', { text: area.value.trim() })
+          return
+        }
+        let params
+        try {
+          params = JSON.parse(area.value)
+        } catch {
+          this.showError(new Error('The arguments are not valid JSON.'))
+          return
+        }
+        void answer('edit', { params })
+      }
+      reply.replaceChildren(
+        h('div.muted.small', kind === 'edit' ? 'Edit the arguments, then run it with them:' : 'Answer in its place:'),
+        area,
+        h(
+          'div.row',
+          h('button', { onclick: send, dataset: { send: kind } }, kind === 'edit' ? 'Run with these' : 'Send answer'),
+          h('button.secondary', { onclick: () => reply.replaceChildren() }, 'Cancel'),
+        ),
+      )
+      area.focus()
     }
     buttons.append(
       h('button', { onclick: () => answer('approve'), dataset: { answer: 'approve' } }, 'Approve once'),
@@ -423,6 +471,8 @@ class ChatView {
         { onclick: () => answer('approve_session'), dataset: { answer: 'approve_session' } },
         'Approve for this session',
       ),
+      h('button.secondary', { onclick: () => open('edit'), dataset: { answer: 'edit' } }, 'Edit and approve'),
+      h('button.secondary', { onclick: () => open('respond'), dataset: { answer: 'respond' } }, 'Respond instead'),
       h('button.danger', { onclick: () => answer('reject'), dataset: { answer: 'reject' } }, 'Reject'),
     )
     this.decisions.set(data.decisionId, entry)

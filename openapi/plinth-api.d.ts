@@ -433,7 +433,7 @@ export interface paths {
         /** One decision the caller may act on (its preview, risk, status and answer) */
         get: operations["getDecision"];
         put?: never;
-        /** Answer a decision: approve (once), approve_session, or reject */
+        /** Answer a decision: approve (once), approve_session, reject, edit (approve with changed params) or respond (do not run; the text is the result) */
         post: operations["decide"];
         delete?: never;
         options?: never;
@@ -1437,6 +1437,17 @@ export interface components {
             preview: string | null;
             projectId: string | null;
             reasons: string[];
+            /** @description Answered with `edit` (approved with these params) or `respond` (not run; the text went to the model as the result) */
+            reply: {
+                /** @enum {string} */
+                kind: "edit";
+                /** @description The params it ran with (redacted) */
+                params: unknown;
+            } | {
+                /** @enum {string} */
+                kind: "respond";
+                text: string;
+            } | null;
             risk: string;
             runId: string | null;
             scope: "once" | "session" | null;
@@ -1964,6 +1975,8 @@ export interface components {
                 by: string | null;
                 decisionId: string;
                 outcome: "approved" | "rejected" | "expired";
+                /** @description Approved with edited params, or answered in the call’s place */
+                reply?: "edit" | "respond";
                 scope?: ("once" | "session") | null;
             };
             /** @enum {string} */
@@ -2674,6 +2687,8 @@ export interface components {
                 by: string | null;
                 decisionId: string;
                 outcome: "approved" | "rejected" | "expired";
+                /** @description Approved with edited params, or answered in the call’s place */
+                reply?: "edit" | "respond";
                 scope?: ("once" | "session") | null;
             };
             /** @enum {string} */
@@ -5467,10 +5482,16 @@ export interface operations {
             content: {
                 "application/json": {
                     items: {
-                        decision: "approve" | "approve_session" | "reject";
+                        decision: "approve" | "approve_session" | "reject" | "edit" | "respond";
                         /** @description A ULID */
                         id: string;
                         note?: string;
+                        /** @description `edit`: the params to run with instead (checked against the command’s schema) */
+                        params?: {
+                            [key: string]: unknown;
+                        };
+                        /** @description `respond`: the answer the model gets as the call’s result (the command does not run) */
+                        text?: string;
                     }[];
                 };
             };
@@ -5624,8 +5645,14 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    decision: "approve" | "approve_session" | "reject";
+                    decision: "approve" | "approve_session" | "reject" | "edit" | "respond";
                     note?: string;
+                    /** @description `edit`: the params to run with instead (checked against the command’s schema) */
+                    params?: {
+                        [key: string]: unknown;
+                    };
+                    /** @description `respond`: the answer the model gets as the call’s result (the command does not run) */
+                    text?: string;
                 };
             };
         };

@@ -180,6 +180,34 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
     expect((await lastRun(projectId)).status).toBe('completed')
   })
 
+  it('edits a decision’s arguments inline, or answers in its place; the model reads what happened', async () => {
+    const { session, projectId } = await open('decide')
+    type(session, 'write a memo')
+    await screenShows(session, /\[e\] edit arguments, \[r\] respond instead/)
+    type(session, 'e')
+    await screenShows(session, /new arguments \(JSON\):/)
+    // Refused by the command's schema: said, and asked again.
+    type(session, '{"title": "Memo", "body": "hello", "extra": 1}')
+    await screenShows(session, /extra: unknown field\n[\s\S]*approve\?/)
+    type(session, 'e')
+    type(session, '{"title": "Edited memo", "body": "hello"}')
+    await screenShows(session, /agent> The draft is written\./)
+    const run = await lastRun(projectId)
+    expect(run.status).toBe('completed')
+    const decisions = await http(server.url, 'GET', '/api/decisions?status=approved', { token })
+    expect(decisions.body.items[0]).toMatchObject({ reply: { kind: 'edit', params: { title: 'Edited memo' } } })
+
+    const second = await open('decide')
+    type(second.session, 'write another memo')
+    await screenShows(second.session, /\[r\] respond instead/)
+    type(second.session, 'r')
+    await screenShows(second.session, /your answer for the model:/)
+    type(second.session, 'No memo today, thanks.')
+    await screenShows(second.session, /agent> The draft is written\./)
+    const rejected = await http(server.url, 'GET', '/api/decisions?status=rejected', { token })
+    expect(rejected.body.items[0]).toMatchObject({ reply: { kind: 'respond', text: 'No memo today, thanks.' } })
+  })
+
   it(
     'survives a server restart mid-run: reconnects with the last event id and shows the rest',
     { timeout: 120_000 },

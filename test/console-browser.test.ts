@@ -312,6 +312,39 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.close()
   })
 
+  it('edits a decision’s arguments in its card, or answers in its place', async () => {
+    const projectId = await project('Edited in the card', 'decide')
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    const page = await newPage()
+    await signIn(page, `#/conversations/${conversation.body.id}`)
+    await page.fill('#composer', 'Write it.')
+    await page.click('#send')
+    const card = page.locator('.decision').last()
+    await card.locator('button[data-answer=edit]').click()
+    const area = card.locator('textarea[data-reply=edit]')
+    await expect(area.inputValue()).resolves.toMatch(/"title": "Memo"/)
+    await area.fill('{"title": "Edited in the card", "body": "hello"}')
+    await shot(page, '14-decision-edit')
+    await card.locator('button[data-send=edit]').click()
+    await card.locator('text=Approved with edited arguments by you.').waitFor()
+    await page.waitForSelector('#run-status >> text=Completed.')
+    const approved = await http(server.url, 'GET', '/api/decisions?status=approved', { token })
+    expect(
+      approved.body.items.find((item: { conversationId: string }) => item.conversationId === conversation.body.id),
+    ).toMatchObject({ reply: { kind: 'edit', params: { title: 'Edited in the card' } } })
+
+    await page.fill('#composer', 'Write another.')
+    await page.click('#send')
+    const second = page.locator('.decision').last()
+    await second.locator('button[data-answer=respond]').click()
+    await second.locator('textarea[data-reply=respond]').fill('Not today.')
+    await second.locator('button[data-send=respond]').click()
+    await second.locator('text=Answered instead of running by you.').waitFor()
+    await page.waitForSelector('#run-status >> text=Completed.')
+    await shot(page, '15-decision-respond')
+    await page.close()
+  })
+
   it('answers a client tool of a run started elsewhere (opened mid-run), and can cancel a run', async () => {
     const projectId = await project('Client tools', 'client')
     const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })

@@ -38,6 +38,12 @@ interface Turn {
 
 const terminal = new Set(['run.completed', 'run.failed', 'run.cancelled', 'run.expired'])
 
+/** How `plinth chat` answers a decision (POST /api/decisions/:id). */
+type DecisionReply =
+  | { decision: 'approve' | 'approve_session' | 'reject' }
+  | { decision: 'edit'; params: Record<string, unknown> }
+  | { decision: 'respond'; text: string }
+
 /**
  * `plinth chat`: a terminal client. Streams the answer as it arrives, shows tool calls, asks for
  * decisions inline, runs proposed commands locally after approval, cancels with Ctrl-C (twice quits),
@@ -239,22 +245,29 @@ export class ChatSession {
     for (const decision of required?.decisions ?? []) {
       if (turn.handled.has(decision.decisionId) || turn.ended) continue
       turn.handled.add(decision.decisionId)
-      const answer = await this.#askDecision(decision, turn.decisions.get(decision.decisionId))
-      // Ctrl-C: the run is being cancelled, nothing more to answer.
-      if (answer === null) return
-      const choice = answer === 'y' || answer === 'yes' ? 'approve' : answer === 's' ? 'approve_session' : 'reject'
-      try {
-        await this.#client.decisions.answer(decision.decisionId, { decision: choice })
-      } catch (error) {
-        if (error instanceof PlinthError && (error.code === 'decision_conflict' || error.code === 'decision_expired'))
-          this.#say(
-            paint(
-              this.#color,
-              'dim',
-              `    (already ${error.code === 'decision_expired' ? 'expired' : 'answered elsewhere'})`,
-            ),
-          )
-        else throw error
+      for (;;) {
+        const answer = await this.#askDecision(decision, turn.decisions.get(decision.decisionId))
+        // Ctrl-C: the run is being cancelled, nothing more to answer.
+        if (answer === null) return
+        try {
+          await this.#client.decisions.answer(decision.decisionId, answer)
+        } catch (error) {
+          // Edited arguments the command refuses: say why and ask again.
+          if (error instanceof PlinthError && error.code === 'validation_failed') {
+            this.#say(paint(this.#color, 'red', `    ${error.message}`))
+            continue
+          }
+          if (error instanceof PlinthError && (error.code === 'decision_conflict' || error.code === 'decision_expired'))
+            this.#say(
+              paint(
+                this.#color,
+                'dim',
+                `    (already ${error.code === 'decision_expired' ? 'expired' : 'answered elsewhere'})`,
+              ),
+            )
+          else throw error
+        }
+        break
       }
     }
     for (const call of required?.toolOutputs ?? []) {
@@ -277,7 +290,7 @@ export class ChatSession {
   async #askDecision(
     decision: NonNullable<RequiredAction['decisions']>[number],
     seen: { preview: string | null; risk: string | null } | undefined,
-  ): Promise<string | null> {
+  ): Promise<DecisionReply | null> {
     const risk = seen?.risk ?? decision.risk ?? 'unknown'
     const preview = seen?.preview ?? null
     this.#say(
@@ -290,11 +303,33 @@ export class ChatSession {
     if (preview) this.#say(indentWith(preview, '    '))
     for (;;) {
       const answer = await this.#ask(
-        `    approve? [y] once, [s] for this session, [n] reject${preview ? ', [a] arguments' : ''}: `,
+        `    approve? [y] once, [s] for this session, [n] reject, [e] edit arguments, [r] respond instead${preview ? ', [a] arguments' : ''}: `,
       )
       if (answer === null) return null
       const text = answer.trim().toLowerCase()
-      if (text !== 'a' && text !== '?') return text
+      if (text === 'y' || text === 'yes') return { decision: 'approve' }
+      if (text === 's') return { decision: 'approve_session' }
+      if (text === 'e') {
+        this.#say(paint(this.#color, 'dim', `    args: ${JSON.stringify(decision.args)}`))
+        const edited = await this.#ask('    new arguments (JSON): ')
+        if (edited === null) return null
+        try {
+          const params: unknown = JSON.parse(edited)
+          if (params && typeof params === 'object' && !Array.isArray(params))
+            return { decision: 'edit', params: params as Record<string, unknown> }
+        } catch {
+          // Said below.
+        }
+        this.#say(paint(this.#color, 'red', '    not a JSON object; nothing sent'))
+        continue
+      }
+      if (text === 'r') {
+        const reply = await this.#ask('    your answer for the model: ')
+        if (reply === null) return null
+        if (reply.trim()) return { decision: 'respond', text: reply.trim() }
+        continue
+      }
+      if (text !== 'a' && text !== '?') return { decision: 'reject' }
       this.#say(paint(this.#color, 'dim', `    args: ${JSON.stringify(decision.args)}`))
     }
   }

@@ -28,6 +28,8 @@ export interface DecisionSummary {
   scope: 'once' | 'session' | null
   /** What let the call through: a human, a session allowance, the permission mode, or its low risk. */
   via: 'human' | 'allowance' | 'mode' | 'risk' | null
+  /** The person approved it with changed params (`edit`), or answered in its place (`respond`). */
+  reply?: 'edit' | 'respond'
 }
 
 /** Builds the first envelope of a dispatch. */

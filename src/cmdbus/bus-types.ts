@@ -103,6 +103,8 @@ export interface DecisionView {
   decidedAt: string | null
   /** `connect`: connect your account to the call's MCP server (POST /api/mcp/connections/:server); that approves it. */
   kind: 'approve' | 'connect'
+  /** An `edit` (approved with these params) or `respond` (not run; the text went to the model) answer. */
+  reply: { kind: 'edit'; params: JsonValue } | { kind: 'respond'; text: string } | null
 }
 
 export type DispatchOutcome =
@@ -115,14 +117,30 @@ export type DispatchOutcome =
       replayed?: boolean
     }
 
-export type DecisionAnswer = 'approve' | 'approve_session' | 'reject'
+/**
+ * How a person answers: approve (once, or for the session), reject, `edit` (approve with changed params,
+ * which must pass the command's schema) or `respond` (do not run; the text is the call's result).
+ */
+export type DecisionAnswer = 'approve' | 'approve_session' | 'reject' | 'edit' | 'respond'
+
+/** What an `edit` or `respond` answer carries. */
+export interface DecisionAnswerDetail {
+  params?: JsonValue
+  text?: string
+}
 
 export type DecideOutcome =
   | { ok: true; decision: DecisionView; dispatch: DispatchOutcome }
   | {
       ok: false
       error: {
-        code: 'not_found' | 'forbidden' | 'decision_conflict' | 'decision_expired' | 'scope_not_allowed'
+        code:
+          | 'not_found'
+          | 'forbidden'
+          | 'decision_conflict'
+          | 'decision_expired'
+          | 'scope_not_allowed'
+          | 'validation_failed'
         message: string
       }
       decision?: DecisionView

@@ -43,6 +43,7 @@ import type {
   BusError,
   DecideOutcome,
   DecisionAnswer,
+  DecisionAnswerDetail,
   DecisionView,
   DispatchOutcome,
   DispatchRequest,
@@ -419,8 +420,14 @@ export class CommandBus {
    * Answers a pending decision (docs/guides/commands-and-decisions.md). The command runs at most once,
    * whoever answers how often.
    */
-  async decide(decisionId: string, userId: string, answer: DecisionAnswer, note?: string): Promise<DecideOutcome> {
-    const answered = await this.#decisions.decide(decisionId, userId, answer, note)
+  async decide(
+    decisionId: string,
+    userId: string,
+    answer: DecisionAnswer,
+    note?: string,
+    detail: DecisionAnswerDetail = {},
+  ): Promise<DecideOutcome> {
+    const answered = await this.#decisions.decide(decisionId, userId, answer, note, detail)
     if (!('approved' in answered)) return answered
     const { decision, dispatch, envelope, summary } = answered.approved
     const outcome = await this.#runApproved(decision, dispatch, envelope, summary)

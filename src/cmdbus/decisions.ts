@@ -7,8 +7,10 @@ import {
   lockRunOf,
   newId,
   overdueDecisionIds,
+  replaceDispatchParams,
   resolveDecision,
   type DecisionRecord,
+  type DecisionReply,
   type DecisionStatus,
   type DispatchRecord,
   type Page,
@@ -17,9 +19,17 @@ import {
 } from '../store/index.js'
 import { ownedProjectIds } from './audit-query.js'
 import { initialEnvelope, recordStep, type AuditEnvelope, type DecisionSummary } from './audit-envelope.js'
-import type { DecideOutcome, DecisionAnswer, DecisionView } from './bus-types.js'
+import type { DecideOutcome, DecisionAnswer, DecisionAnswerDetail, DecisionView, Params } from './bus-types.js'
 import { alwaysAsks, type CommandCatalog } from './command-catalog.js'
-import { appendDecisionEvent, outcomeOf, rejectedOutcome, toDecisionView } from './outcomes.js'
+import {
+  appendDecisionEvent,
+  hashParams,
+  outcomeOf,
+  rejectedOutcome,
+  toDecisionView,
+  validateParams,
+} from './outcomes.js'
+import { redact } from './redact.js'
 import type { ProjectAccess } from './project-access.js'
 import type { RunSettlement } from './run-settlement.js'
 import type { DecisionFeed } from './decision-feed.js'
@@ -99,14 +109,17 @@ export class Decisions {
     userId: string,
     answer: DecisionAnswer,
     note?: string,
+    detail: DecisionAnswerDetail = {},
   ): Promise<DecideOutcome | { ok: true; approved: ApprovedDispatch }> {
     await this.#deps.catalog.settled()
     const { store } = this.#deps
     const current = await getDecision(store, decisionId)
     if (!current || !(await this.canAct(userId, current)))
       return { ok: false, error: { code: 'not_found', message: 'decision not found' } }
+    // Neither rejecting nor answering in the call's place runs anything.
+    const runs = answer !== 'reject' && answer !== 'respond'
     // A call reserved for designated approvers: only they approve it; whoever may act may still reject.
-    if (current.approvers && answer !== 'reject' && !current.approvers.includes(userId)) {
+    if (current.approvers && runs && !current.approvers.includes(userId)) {
       return {
         ok: false,
         error: {
@@ -131,10 +144,13 @@ export class Decisions {
         }
       }
     }
+    const reply = this.#reply(current, answer, detail)
+    if ('error' in reply) return { ok: false, error: reply.error, decision: toDecisionView(current) }
+    const command = this.#deps.catalog.get(current.commandId)
     if (current.status === 'pending' && Date.parse(current.expiresAt) <= Date.now()) {
       await this.expireDecision(current.id)
     }
-    const wanted = answer === 'reject' ? 'rejected' : 'approved'
+    const wanted = runs ? 'approved' : 'rejected'
     const resolved = await store.transaction(async (tx) => {
       await lockRunOf(tx, current)
       const decision = await resolveDecision(tx, decisionId, {
@@ -142,23 +158,38 @@ export class Decisions {
         scope: answer === 'approve_session' ? 'session' : 'once',
         decidedBy: userId,
         ...(note !== undefined && { note }),
+        ...(reply.reply && { reply: reply.reply }),
       })
       if (!decision) return undefined
-      const dispatch = await getDispatch(tx, decision.dispatchId)
+      let dispatch = await getDispatch(tx, decision.dispatchId)
       if (!dispatch) throw new Error(`decision ${decision.id} has no dispatch`)
-      const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
+      let envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
+      if (reply.reply?.kind === 'edit') {
+        // The person's params are what runs (validated again with the approval), and what the audit shows.
+        const params = reply.reply.params
+        dispatch = await replaceDispatchParams(tx, dispatch.id, params, hashParams(params as Params))
+        envelope = {
+          ...envelope,
+          params: redact(params, command?.spec.paramsSchema),
+          paramsHash: dispatch.paramsHash,
+        }
+      }
       const summary: DecisionSummary = {
         id: decision.id,
         outcome: wanted,
         by: userId,
         scope: decision.scope,
         via: 'human',
+        ...(reply.reply && { reply: reply.reply.kind }),
       }
       const next = await recordStep(tx, 'decided', envelope, dispatch, {
         status: wanted === 'approved' ? 'awaiting_decision' : 'rejected',
         decision: summary,
         ...(wanted === 'rejected' && {
-          error: { code: 'rejected', message: 'rejected by a human' },
+          error:
+            reply.reply?.kind === 'respond'
+              ? { code: 'rejected', message: 'a person answered in its place', response: reply.reply.text }
+              : { code: 'rejected', message: 'rejected by a human' },
           finishedAt: new Date().toISOString(),
         }),
       })
@@ -178,6 +209,7 @@ export class Decisions {
         outcome: wanted,
         by: userId,
         scope: decision.scope ?? 'once',
+        ...(reply.reply && { reply: reply.reply.kind }),
       })
       if (wanted === 'rejected') await this.#deps.runs.settle(tx, decision, rejectedOutcome(dispatch.id))
       return { decision, dispatch, envelope: next, summary }
@@ -213,6 +245,32 @@ export class Decisions {
     const outcome = rejectedOutcome(resolved.dispatch.id)
     this.#deps.feed.notify(view, outcome)
     return { ok: true, decision: view, dispatch: outcome }
+  }
+
+  /** An `edit` or `respond` answer's reply, checked: edited params must pass the command's schema. */
+  #reply(
+    decision: DecisionRecord,
+    answer: DecisionAnswer,
+    detail: DecisionAnswerDetail,
+  ): { reply?: DecisionReply } | { error: { code: 'validation_failed'; message: string } } {
+    if (answer === 'respond') {
+      const text = detail.text?.trim()
+      if (!text)
+        return { error: { code: 'validation_failed', message: 'body.text: respond needs the text to answer with' } }
+      return { reply: { kind: 'respond', text } }
+    }
+    if (answer !== 'edit') return {}
+    const params = detail.params
+    if (params === null || typeof params !== 'object' || Array.isArray(params))
+      return {
+        error: { code: 'validation_failed', message: 'body.params: edit needs the params to run with (an object)' },
+      }
+    const command = this.#deps.catalog.get(decision.commandId)
+    if (!command)
+      return { error: { code: 'validation_failed', message: `command ${decision.commandId} is no longer registered` } }
+    const invalid = validateParams(command, params as Params)
+    if (invalid) return { error: { code: 'validation_failed', message: `body.params: ${invalid.message}` } }
+    return { reply: { kind: 'edit', params } }
   }
 
   /** Marks a pending decision expired (also used when a run is superseded or times out). */

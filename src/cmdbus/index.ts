@@ -25,6 +25,7 @@ export type {
   BusError,
   DecideOutcome,
   DecisionAnswer,
+  DecisionAnswerDetail,
   DecisionView,
   DispatchOutcome,
   DispatchRequest,

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import { redact } from './redact.js'
 import type { JsonValue } from '../extension/index.js'
 import { appendEvents, canonicalJson, type DecisionRecord, type DispatchRecord, type Executor } from '../store/index.js'
 import type { BusError, DecisionView, DispatchOutcome, DispatchRequest, Params } from './bus-types.js'
@@ -96,6 +97,8 @@ export function toDecisionView(decision: DecisionRecord): DecisionView {
     expiresAt: decision.expiresAt,
     decidedAt: decision.decidedAt,
     kind: decision.kind,
+    // Edited params are shown redacted, like the proposed ones.
+    reply: decision.reply?.kind === 'edit' ? { kind: 'edit', params: redact(decision.reply.params) } : decision.reply,
   }
 }
 

@@ -8,6 +8,7 @@ import {
   type Executor,
 } from '../store/index.js'
 import type { DispatchHooks, DispatchOutcome } from './bus-types.js'
+import { outcomeAnswer } from './call-answer.js'
 import type { CallLedger } from './call-ledger.js'
 
 /**
@@ -43,7 +44,27 @@ export class RunSettlement {
       }
       await ledger.finish(tx, run, call, 'expired', { accepted: false, expired: true })
     } else if (decision.status === 'rejected') {
-      await ledger.finish(tx, run, call, 'rejected', { accepted: false, rejected: true })
+      // A person who answered in the call's place: their text is the call's result.
+      const reply = decision.reply
+      await ledger.finish(
+        tx,
+        run,
+        call,
+        'rejected',
+        reply?.kind === 'respond' ? { accepted: false, response: reply.text } : { accepted: false, rejected: true },
+      )
+    } else if (decision.reply?.kind === 'edit') {
+      // The model is told the call ran with the person's params, not its own.
+      const answer = outcomeAnswer(outcome)
+      if (answer)
+        await ledger.finish(
+          tx,
+          run,
+          call,
+          answer.status,
+          { editedByPerson: true, ranWith: decision.reply.params, outcome: answer.output },
+          { dispatchId: outcome.dispatchId },
+        )
     } else {
       await ledger.applyOutcome(tx, run, call, outcome)
     }

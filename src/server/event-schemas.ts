@@ -256,6 +256,11 @@ const decisionEvents: TSchema[] = [
         outcome: Type.Union([Type.Literal('approved'), Type.Literal('rejected'), Type.Literal('expired')]),
         by: nullable(Type.String()),
         scope: Type.Optional(nullable(Type.Union([Type.Literal('once'), Type.Literal('session')]))),
+        reply: Type.Optional(
+          Type.Union([Type.Literal('edit'), Type.Literal('respond')], {
+            description: 'Approved with edited params, or answered in the call’s place',
+          }),
+        ),
       },
       closed,
     ),

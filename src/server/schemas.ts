@@ -352,6 +352,20 @@ export const Decision = Type.Object(
       description:
         '`connect`: the caller must first connect their account to the MCP server the call goes to (POST /api/mcp/connections/:server), which approves it',
     }),
+    reply: Type.Union(
+      [
+        Type.Object(
+          { kind: Type.Literal('edit'), params: Type.Unknown({ description: 'The params it ran with (redacted)' }) },
+          { additionalProperties: false },
+        ),
+        Type.Object({ kind: Type.Literal('respond'), text: Type.String() }, { additionalProperties: false }),
+        Type.Null(),
+      ],
+      {
+        description:
+          'Answered with `edit` (approved with these params) or `respond` (not run; the text went to the model as the result)',
+      },
+    ),
   },
   { title: 'Decision' },
 )

@@ -95,6 +95,7 @@ export interface Decisions {
   preview: string | null
   project_id: string | null
   reasons: JsonColumn
+  reply: JsonColumn | null
   risk: string
   run_id: string | null
   scope: string | null

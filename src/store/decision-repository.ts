@@ -30,7 +30,11 @@ export interface DecisionRecord {
   approvers: string[] | null
   /** `connect`: the person must first connect their account to the MCP server the call goes to. */
   kind: 'approve' | 'connect'
+  /** What the person answered besides approve or reject: changed params, or a reply instead of running it. */
+  reply: DecisionReply | null
 }
+
+export type DecisionReply = { kind: 'edit'; params: JsonValue } | { kind: 'respond'; text: string }
 
 export type NewDecision = Pick<
   DecisionRecord,
@@ -91,6 +95,7 @@ export async function resolveDecision(
     scope?: 'once' | 'session'
     decidedBy?: string
     note?: string
+    reply?: DecisionReply
   },
 ): Promise<DecisionRecord | undefined> {
   const row = await kysely(tx)
@@ -100,6 +105,7 @@ export async function resolveDecision(
       scope: outcome.scope ?? null,
       decided_by: outcome.decidedBy ?? null,
       note: outcome.note ?? null,
+      ...(outcome.reply && { reply: storableJson(outcome.reply as unknown as JsonValue) }),
       decided_at: new Date(),
     })
     .where('id', '=', id)
@@ -222,6 +228,7 @@ interface DecisionRow {
   decided_at: Date | null
   approvers?: JsonValue | null
   kind?: 'approve' | 'connect'
+  reply?: JsonValue | null
 }
 
 /** A decision row as `to_jsonb` renders it (inside a larger statement's result). */
@@ -260,6 +267,7 @@ function toDecision(row: DecisionRow): DecisionRecord {
       ? row.approvers.filter((id: JsonValue): id is string => typeof id === 'string')
       : null,
     kind: row.kind ?? 'approve',
+    reply: (row.reply as DecisionReply | null) ?? null,
   }
 }
 

@@ -145,6 +145,22 @@ export function updateDispatchQuery(tx: Executor, id: string, change: DispatchCh
     .returningAll()
 }
 
+/** A person approved a dispatch with changed params (an `edit` answer): they are what runs. */
+export async function replaceDispatchParams(
+  tx: Executor,
+  id: string,
+  params: JsonValue,
+  paramsHash: string,
+): Promise<DispatchRecord> {
+  const row = await kysely(tx)
+    .updateTable('dispatches')
+    .set({ params: storableJson(params), params_hash: paramsHash, updated_at: new Date() })
+    .where('id', '=', id)
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  return toDispatch(row)
+}
+
 export async function updateDispatch(tx: Executor, id: string, change: DispatchChange): Promise<DispatchRecord> {
   return toDispatch(await updateDispatchQuery(tx, id, change).executeTakeFirstOrThrow())
 }

@@ -89,6 +89,7 @@ export {
   findDispatchByKey,
   updateDispatchQuery,
   updateDispatchAudited,
+  replaceDispatchParams,
   renewDispatchExecutor,
   findOrphanedDispatches,
   findApprovedUnstarted,
@@ -111,6 +112,7 @@ export {
   decisionKinds,
   type DecisionStatus,
   type DecisionRecord,
+  type DecisionReply,
 } from './decision-repository.js'
 export {
   hashAuditEntry,

@@ -1,5 +1,6 @@
 import { Type } from 'typebox'
-import type { DecisionAnswer } from '../../cmdbus/index.js'
+import type { DecisionAnswer, DecisionAnswerDetail } from '../../cmdbus/index.js'
+import type { JsonValue } from '../../extension/index.js'
 import type { DecisionStatus } from '../../store/index.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
@@ -10,7 +11,34 @@ import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['decisions']
 const problem = Type.Ref('Problem')
-const Answer = Type.Union([Type.Literal('approve'), Type.Literal('approve_session'), Type.Literal('reject')])
+const Answer = Type.Union([
+  Type.Literal('approve'),
+  Type.Literal('approve_session'),
+  Type.Literal('reject'),
+  Type.Literal('edit'),
+  Type.Literal('respond'),
+])
+/** An answer's fields besides the decision itself (docs/guides/commands-and-decisions.md#edit-or-respond). */
+const answerFields = {
+  decision: Answer,
+  note: Type.Optional(Type.String({ maxLength: 2000 })),
+  params: Type.Optional(
+    Type.Record(Type.String(), Type.Unknown(), {
+      description: '`edit`: the params to run with instead (checked against the command’s schema)',
+    }),
+  ),
+  text: Type.Optional(
+    Type.String({
+      minLength: 1,
+      maxLength: 20_000,
+      description: '`respond`: the answer the model gets as the call’s result (the command does not run)',
+    }),
+  ),
+}
+const detailOf = (body: { params?: Record<string, unknown>; text?: string }): DecisionAnswerDetail => ({
+  ...(body.params && { params: body.params as JsonValue }),
+  ...(body.text !== undefined && { text: body.text }),
+})
 const DecideResult = Type.Object({ decision: Decision, dispatch: DispatchState })
 
 export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
@@ -80,12 +108,10 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'decide',
         tags,
-        summary: 'Answer a decision: approve (once), approve_session, or reject',
+        summary:
+          'Answer a decision: approve (once), approve_session, reject, edit (approve with changed params) or respond (do not run; the text is the result)',
         params: IdParams,
-        body: Type.Object(
-          { decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) },
-          { additionalProperties: false },
-        ),
+        body: Type.Object(answerFields, { additionalProperties: false }),
         response: { 200: DecideResult, ...problemResponses, 409: problem },
       },
     },
@@ -96,6 +122,7 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
         user.id,
         request.body.decision as DecisionAnswer,
         request.body.note,
+        detailOf(request.body),
       )
       if (!outcome.ok) {
         throw new HttpProblem(
@@ -117,13 +144,10 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
         summary: 'Answer several decisions (parallel tool calls); each item succeeds or fails on its own',
         body: Type.Object(
           {
-            items: Type.Array(
-              Type.Object(
-                { id: Id, decision: Answer, note: Type.Optional(Type.String({ maxLength: 2000 })) },
-                { additionalProperties: false },
-              ),
-              { minItems: 1, maxItems: 100 },
-            ),
+            items: Type.Array(Type.Object({ id: Id, ...answerFields }, { additionalProperties: false }), {
+              minItems: 1,
+              maxItems: 100,
+            }),
           },
           { additionalProperties: false },
         ),
@@ -148,7 +172,7 @@ export function registerDecisionRoutes(app: App, deps: ServerDeps): void {
       const items = []
       // In order, one at a time: answers to decisions of one run resume it once all are in.
       for (const item of request.body.items) {
-        const outcome = await bus.decide(item.id, user.id, item.decision as DecisionAnswer, item.note)
+        const outcome = await bus.decide(item.id, user.id, item.decision as DecisionAnswer, item.note, detailOf(item))
         items.push(
           outcome.ok
             ? { id: item.id, ok: true, decision: outcome.decision, dispatch: outcomeView(outcome.dispatch) }
