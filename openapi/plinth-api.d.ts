@@ -1806,6 +1806,8 @@ export interface components {
             data: {
                 content: string | null;
                 messageId: string;
+                /** @description An assistant message: the model that answered (the run’s, or a fallback) */
+                model?: string;
                 status: string;
                 toolCalls: {
                     arguments: string;
@@ -2008,6 +2010,17 @@ export interface components {
         };
         /** RunUsage */
         RunUsage: {
+            /** @description The same, split by the model that answered each call (a fallback answers some) */
+            byModel?: {
+                [key: string]: {
+                    cachedInputTokens: number;
+                    cost: number | null;
+                    inputTokens: number;
+                    modelCalls: number;
+                    outputTokens: number;
+                    reasoningTokens: number;
+                };
+            };
             /** @description Input tokens the provider read from its cache */
             cachedInputTokens: number;
             /** @description In the configured currency (`currency`); null when a call's model has no price */
@@ -2518,6 +2531,8 @@ export interface components {
             data: {
                 content: string | null;
                 messageId: string;
+                /** @description An assistant message: the model that answered (the run’s, or a fallback) */
+                model?: string;
                 status: string;
                 toolCalls: {
                     arguments: string;

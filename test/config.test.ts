@@ -214,6 +214,30 @@ describe('loadConfig', () => {
     ])
   })
 
+  it('reads model fallbacks and retries; refuses unknown fallbacks, a model its own fallback, and cycles', async () => {
+    const model = (id: string, more: object = {}) => ({ id, provider: 'scripted', script: 'hello', ...more })
+    const ok = await workdir({
+      models: [model('a', { fallbacks: ['b'], retries: 1 }), model('b', { fallbacks: ['c'] }), model('c')],
+    })
+    expect(loadConfig({}, ok).models[0]).toMatchObject({ fallbacks: ['b'], retries: 1 })
+    const bad = await workdir({
+      models: [
+        model('a', { fallbacks: ['b'] }),
+        model('b', { fallbacks: ['c'] }),
+        model('c', { fallbacks: ['a'] }),
+        model('d', { fallbacks: ['d', 'nowhere'] }),
+      ],
+    })
+    const problems = problemsOf({}, bad)
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/fallbacks form a cycle \(a → b → c → a\)/),
+        'models[3].fallbacks: d cannot be its own fallback',
+        'models[3].fallbacks: no model with id "nowhere"',
+      ]),
+    )
+  })
+
   it('treats an empty environment variable as unset', async () => {
     const cwd = await workdir({ port: 9001 })
     expect(loadConfig({ PORT: '', PLINTH_PLUGINS: '' }, cwd)).toMatchObject({ port: 9001, plugins: [] })

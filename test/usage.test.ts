@@ -131,14 +131,15 @@ for (const engine of apiEngines()) {
         chunks: answerWithUsage('free answer', { prompt: 30, cached: 0, completion: 10, reasoning: 0 }),
       })
       const free = await runToEnd(alice, projectId, 'free')
-      expect(free.run.usage).toEqual({
+      const totals = {
         inputTokens: 30,
         outputTokens: 10,
         cachedInputTokens: 0,
         reasoningTokens: 0,
         modelCalls: 1,
         cost: null,
-      })
+      }
+      expect(free.run.usage).toEqual({ ...totals, byModel: { free: totals } })
       upstream.enqueue({ kind: 'error', status: 400, body: { error: { message: 'bad request', type: 'invalid' } } })
       const failed = await runToEnd(alice, projectId, 'priced')
       expect(failed.run.status).toBe('failed')

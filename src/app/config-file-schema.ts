@@ -100,6 +100,8 @@ export const fileSchema = {
               cachedInputPerMillion: { type: 'number', minimum: 0, maximum: 1_000_000 },
             },
           },
+          fallbacks: { type: 'array', maxItems: 10, uniqueItems: true, items: { type: 'string', minLength: 1 } },
+          retries: { type: 'integer', minimum: 0, maximum: 10 },
         },
       },
     },

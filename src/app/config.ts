@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
-import type { ModelSettings } from '../llm/index.js'
+import { fallbackProblems, type ModelSettings } from '../llm/index.js'
 import type { RetentionSettings, RunQuota } from '../runmgr/index.js'
 import type { ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
@@ -269,6 +269,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
       if (problem) problems.push(`models[${index}].script: ${problem}`)
     }
   })
+  problems.push(...fallbackProblems(models))
   problems.push(...mcpServerProblems(merged.mcpServers))
   const embeddings = merged.embeddings as
     { provider?: unknown; model?: unknown; baseUrl?: unknown; dimensions?: unknown } | undefined

@@ -7,6 +7,8 @@ import {
   modelsMissingKeys,
   modelsWithoutPrice,
   pricesOf,
+  fallbacksOf,
+  type FallbackSettings,
   OpenAIChatModel,
   type LanguageModel,
   type ModelParams,
@@ -69,6 +71,8 @@ export async function setUpRuns(
     models: ModelSettings[] | LanguageModel[]
     /** Prices of prebuilt models (configured ones carry theirs in `pricing`). */
     prices?: ReadonlyMap<string, ModelPricing>
+    /** Fallbacks and retries of prebuilt models (configured ones carry theirs in `fallbacks` and `retries`). */
+    fallbacks?: FallbackSettings
     defaultModel?: string
     logger: Logger
     cwd?: string
@@ -117,7 +121,12 @@ export async function setUpRuns(
   const runs = new RunManager({
     store,
     bus,
-    models: new ModelRegistry(models, options.defaultModel, prices),
+    models: new ModelRegistry(
+      models,
+      options.defaultModel,
+      prices,
+      prebuilt ? options.fallbacks : fallbacksOf(options.models as ModelSettings[]),
+    ),
     log: createPluginLogger(options.logger, 'runmgr'),
     ...(options.toolOutputLimit !== undefined && { toolOutputLimit: options.toolOutputLimit }),
     ...(options.leaseMs !== undefined && { leaseMs: options.leaseMs }),

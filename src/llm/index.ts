@@ -20,7 +20,10 @@ export {
   modelsMissingKeys,
   modelsWithoutPrice,
   pricesOf,
+  fallbacksOf,
+  fallbackProblems,
   MissingKeyModel,
+  type FallbackSettings,
   type ModelSettings,
   type ProviderFactory,
 } from './model-registry.js'
@@ -29,4 +32,5 @@ export { AnthropicMessagesModel, type AnthropicMessagesModelOptions } from './an
 export { defaultToolsUnsupportedKeywords } from './openai/upstream-errors.js'
 export { costOf, type ModelPricing } from './pricing.js'
 export { streamWithRetries, type RetryOptions } from './retry.js'
+export { streamWithFallbacks, type FallbackOptions, type FallbackPart } from './fallback.js'
 export { projectToolSchema, type ProjectedToolSchema } from './tool-schema.js'

@@ -24,6 +24,16 @@ export interface ModelSettings {
   headers?: Record<string, string>
   /** Price per million tokens, for the cost of its calls (none: cost null). */
   pricing?: ModelPricing
+  /** Models that take a call over when this one fails upstream (docs/guides/agent-runs.md#model-fallback). */
+  fallbacks?: string[]
+  /** Retries of a failed call on this model before a fallback takes over (default 3). */
+  retries?: number
+}
+
+/** How calls move between models: each model's fallbacks and own retries, by id. */
+export interface FallbackSettings {
+  fallbacks: ReadonlyMap<string, readonly string[]>
+  retries: ReadonlyMap<string, number>
 }
 
 /**
@@ -67,10 +77,17 @@ export class ModelRegistry {
   readonly defaultId: string
 
   readonly #prices: ReadonlyMap<string, ModelPricing>
+  readonly #fallbacks: FallbackSettings
 
   /** `prices`: each model's price by id (`models[].pricing`); a model without one costs null. */
-  constructor(models: LanguageModel[], defaultId?: string, prices: ReadonlyMap<string, ModelPricing> = new Map()) {
+  constructor(
+    models: LanguageModel[],
+    defaultId?: string,
+    prices: ReadonlyMap<string, ModelPricing> = new Map(),
+    fallbacks: FallbackSettings = { fallbacks: new Map(), retries: new Map() },
+  ) {
     this.#prices = prices
+    this.#fallbacks = fallbacks
     for (const model of models) this.#models.set(model.id, model)
     if (this.#models.size === 0) {
       const demo = new DemoModel()
@@ -90,6 +107,71 @@ export class ModelRegistry {
   priceOf(id: string): ModelPricing | undefined {
     return this.#prices.get(id)
   }
+
+  /**
+   * The model and those that take its calls over, in order: its fallbacks, each followed by theirs
+   * (depth first, each model once; cycles are refused when the configuration is loaded).
+   */
+  chain(id: string): LanguageModel[] {
+    const seen = new Set<string>()
+    const out: LanguageModel[] = []
+    const visit = (current: string): void => {
+      if (seen.has(current)) return
+      seen.add(current)
+      const model = this.#models.get(current)
+      if (!model) return
+      out.push(model)
+      for (const next of this.#fallbacks.fallbacks.get(current) ?? []) visit(next)
+    }
+    visit(id)
+    return out
+  }
+
+  /** A model's own retries (`models[].retries`), if it sets them. */
+  retriesOf(id: string): number | undefined {
+    return this.#fallbacks.retries.get(id)
+  }
+}
+
+/** Each configured model's fallbacks and retries, by id. */
+export function fallbacksOf(settings: readonly ModelSettings[]): FallbackSettings {
+  return {
+    fallbacks: new Map(settings.flatMap((entry) => (entry.fallbacks ? [[entry.id, entry.fallbacks] as const] : []))),
+    retries: new Map(
+      settings.flatMap((entry) => (entry.retries !== undefined ? [[entry.id, entry.retries] as const] : [])),
+    ),
+  }
+}
+
+/** Problems with the models' fallbacks: unknown models, a model its own fallback, cycles. */
+export function fallbackProblems(settings: ReadonlyArray<{ id?: unknown; fallbacks?: unknown }>): string[] {
+  const problems: string[] = []
+  const ids = new Set(settings.map((entry) => entry?.id).filter((id): id is string => typeof id === 'string'))
+  const graph = new Map<string, string[]>()
+  settings.forEach((entry, index) => {
+    if (typeof entry?.id !== 'string' || !Array.isArray(entry.fallbacks)) return
+    const targets = entry.fallbacks.filter((target): target is string => typeof target === 'string')
+    for (const target of targets) {
+      if (!ids.has(target)) problems.push(`models[${index}].fallbacks: no model with id ${JSON.stringify(target)}`)
+      if (target === entry.id) problems.push(`models[${index}].fallbacks: ${entry.id} cannot be its own fallback`)
+    }
+    graph.set(entry.id, targets)
+  })
+  // A cycle: a model reached again while its own fallbacks are being walked.
+  const state = new Map<string, 'walking' | 'done'>()
+  const walk = (id: string, path: string[]): void => {
+    if (state.get(id) === 'done') return
+    if (state.get(id) === 'walking') {
+      const cycle = [...path.slice(path.indexOf(id)), id]
+      if (cycle.length > 2) problems.push(`models: fallbacks form a cycle (${cycle.join(' → ')})`)
+      return
+    }
+    state.set(id, 'walking')
+    for (const next of graph.get(id) ?? []) walk(next, [...path, id])
+    state.set(id, 'done')
+  }
+  for (const id of graph.keys()) walk(id, [])
+  return problems
 }
 
 /** Each configured model's price, by id. */

@@ -28,6 +28,20 @@ export const RunUsage = Type.Object(
     cost: Type.Union([Type.Number(), Type.Null()], {
       description: "In the configured currency (`currency`); null when a call's model has no price",
     }),
+    byModel: Type.Optional(
+      Type.Record(
+        Type.String(),
+        Type.Object({
+          inputTokens: Type.Integer(),
+          outputTokens: Type.Integer(),
+          cachedInputTokens: Type.Integer(),
+          reasoningTokens: Type.Integer(),
+          modelCalls: Type.Integer(),
+          cost: Type.Union([Type.Number(), Type.Null()]),
+        }),
+        { description: 'The same, split by the model that answered each call (a fallback answers some)' },
+      ),
+    ),
   },
   { title: 'RunUsage' },
 )

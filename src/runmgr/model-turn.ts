@@ -1,7 +1,7 @@
 import type { RunEnd } from '../cmdbus/index.js'
 import {
   ModelError,
-  streamWithRetries,
+  streamWithFallbacks,
   type LanguageModel,
   type ModelMessage,
   type ModelRequest,
@@ -67,6 +67,8 @@ export async function modelTurn(
     return { kind: 'ended' }
   }
   const modelStarted = performance.now()
+  // The model that answers: the run's, or one of its fallbacks (docs/guides/agent-runs.md#model-fallback).
+  let answeredBy = model
   let modelOutcome = 'ok'
   let finish: string | null = null
   const chat = openSpan(
@@ -84,14 +86,26 @@ export async function modelTurn(
   setContent(chat.span, 'gen_ai.input.messages', () => messages)
   try {
     await chat.within(async () => {
-      for await (const part of streamWithRetries(model, {
-        messages,
-        tools: [...tools.values()].map((entry) => entry.tool),
-        params: run.profile.modelParams,
-        ...(request.responseFormat && { responseFormat: request.responseFormat }),
-        signal,
-      })) {
-        if (part.type === 'text-delta') {
+      for await (const part of streamWithFallbacks(
+        kit.models.chain(model.id),
+        {
+          messages,
+          tools: [...tools.values()].map((entry) => entry.tool),
+          params: run.profile.modelParams,
+          ...(request.responseFormat && { responseFormat: request.responseFormat }),
+          signal,
+        },
+        {
+          retriesOf: (candidate) => kit.models.retriesOf(candidate.id),
+          onFallback: ({ from, to, error }) =>
+            kit.log.warn(`model ${from.id} failed; ${to.id} takes the call over`, {
+              runId: run.id,
+              ...(error && { code: error.code, upstreamStatus: error.upstreamStatus }),
+            }),
+        },
+      )) {
+        if (part.type === 'model') answeredBy = part.model
+        else if (part.type === 'text-delta') {
           text += part.text
           coalescer.push(part.text)
         } else if (part.type === 'tool-call') calls.push(part.call)
@@ -99,13 +113,13 @@ export async function modelTurn(
         else if (part.type === 'finish') finish = part.reason
       }
     })
-    callUsage = counted(reported, kit.models.priceOf(model.id))
-    usage = withModelCall(run.usage, callUsage)
+    callUsage = counted(reported, kit.models.priceOf(answeredBy.id))
+    usage = withModelCall(run.usage, callUsage, answeredBy.id)
   } catch (error) {
     modelOutcome = error instanceof ModelError ? error.code : 'internal'
     failSpan(chat.span, error, modelOutcome)
-    callUsage = counted(reported, kit.models.priceOf(model.id))
-    usage = withModelCall(run.usage, callUsage)
+    callUsage = counted(reported, kit.models.priceOf(answeredBy.id))
+    usage = withModelCall(run.usage, callUsage, answeredBy.id)
     const failedCall = callUsage
     await coalescer.close()
     if (signal.aborted || (error instanceof ModelError && error.code === 'cancelled')) {
@@ -124,9 +138,15 @@ export async function modelTurn(
       fence,
       async (tx, locked) => {
         await completeAssistantMessage(tx, messageId, text, null, 'failed')
-        await insertModelCall(tx, run, model.id, failedCall)
+        await insertModelCall(tx, run, answeredBy.id, failedCall)
         await appendEvents(tx, [
-          runEvent(run, 'message.completed', { messageId, content: text, toolCalls: null, status: 'failed' }),
+          runEvent(run, 'message.completed', {
+            messageId,
+            content: text,
+            toolCalls: null,
+            status: 'failed',
+            model: answeredBy.id,
+          }),
         ])
         return kit.ledger.end(tx, locked, { status: 'failed', error: failure, openCalls: 'interrupted', usage })
       },
@@ -138,11 +158,12 @@ export async function modelTurn(
     if (holdsSlot) kit.modelSlots.release(run.ownerId)
     const durationMs = performance.now() - modelStarted
     const outcome = signal.aborted ? 'cancelled' : modelOutcome
-    kit.observer?.modelCall?.({ model: model.id, durationMs, outcome, ...(callUsage && { usage: callUsage }) })
+    kit.observer?.modelCall?.({ model: answeredBy.id, durationMs, outcome, ...(callUsage && { usage: callUsage }) })
+    if (answeredBy !== model) chat.span.setAttribute('gen_ai.response.model', answeredBy.id)
     endChatSpan(chat.span, { usage: callUsage, finish, calls: calls.length, text })
     recordModelCall({
-      provider: model.provider,
-      model: model.id,
+      provider: answeredBy.provider,
+      model: answeredBy.id,
       durationMs,
       ...(outcome !== 'ok' && { errorType: outcome }),
       ...(callUsage && { inputTokens: callUsage.inputTokens, outputTokens: callUsage.outputTokens }),
@@ -212,7 +233,7 @@ export async function modelTurn(
     arguments: call.rawArgs,
   }))
   const writes = [completeAssistantMessageWrite(messageId, text, stored, 'completed')]
-  if (callUsage) writes.push(insertModelCallWrite(run, model.id, callUsage))
+  if (callUsage) writes.push(insertModelCallWrite(run, answeredBy.id, callUsage))
   const events = rest ? [runEvent(run, 'message.delta', { messageId, text: rest })] : []
   events.push(
     runEvent(run, 'message.completed', {
@@ -220,6 +241,7 @@ export async function modelTurn(
       content: text,
       toolCalls: stored.length > 0 ? stored : null,
       status: 'completed',
+      model: answeredBy.id,
     }),
   )
   if (retry) {

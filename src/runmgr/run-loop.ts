@@ -86,7 +86,9 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       writable ??= await kit.bus.mayWrite(run.ownerId, run.projectId)
       // Mounted MCP servers start when first needed; their tools are part of the table.
       await kit.bus.catalog.settled()
-      const tools = atCap || !model.supportsTools ? new Map<string, ToolEntry>() : toolTable(kit.bus, run, writable)
+      // A model that takes no tools still gets them when a fallback does (the fallback answers then).
+      const takesTools = kit.models.chain(model.id).some((candidate) => candidate.supportsTools)
+      const tools = atCap || !takesTools ? new Map<string, ToolEntry>() : toolTable(kit.bus, run, writable)
       if (first) {
         first = false
         // Resumed after its driver stopped: calls of the last round not yet answered are dispatched

@@ -88,6 +88,9 @@ const runEvents: TSchema[] = [
         content: nullable(Type.String()),
         toolCalls: nullable(Type.Array(ToolCall)),
         status: Type.String(),
+        model: Type.Optional(
+          Type.String({ description: 'An assistant message: the model that answered (the run’s, or a fallback)' }),
+        ),
       },
       closed,
     ),

@@ -513,7 +513,7 @@ function toProfile(value: JsonValue | null): RunProfile {
  * was made with a model that has no price (or none was made yet).
  */
 // A type, not an interface: it is stored as JSON (JsonValue needs the implicit index signature).
-export type RunUsage = {
+export type UsageTotals = {
   inputTokens: number
   outputTokens: number
   cachedInputTokens: number
@@ -521,6 +521,9 @@ export type RunUsage = {
   modelCalls: number
   cost: number | null
 }
+
+/** A run's usage: its totals, and the same split by the model that answered each call. */
+export type RunUsage = UsageTotals & { byModel?: { [model: string]: UsageTotals } }
 
 /** The most a run may spend; each limit optional (docs/guides/operating.md#budgets). */
 export type RunBudget = {
@@ -551,17 +554,26 @@ export const noUsage: RunUsage = {
 }
 
 /** One model call's usage and cost (null: no price), as counted into a run's and recorded per call. */
-export type ModelCallUsage = Omit<RunUsage, 'modelCalls'>
+export type ModelCallUsage = Omit<UsageTotals, 'modelCalls'>
 
-/** A run's usage with one more call: its cost stays null once a call had no price. */
-export function withModelCall(usage: RunUsage, call: ModelCallUsage): RunUsage {
+/** Totals with one more call: the cost stays null once a call had no price. */
+function addCall(totals: UsageTotals, call: ModelCallUsage): UsageTotals {
   return {
-    inputTokens: usage.inputTokens + call.inputTokens,
-    outputTokens: usage.outputTokens + call.outputTokens,
-    cachedInputTokens: usage.cachedInputTokens + call.cachedInputTokens,
-    reasoningTokens: usage.reasoningTokens + call.reasoningTokens,
-    modelCalls: usage.modelCalls + 1,
-    cost: call.cost === null || (usage.modelCalls > 0 && usage.cost === null) ? null : (usage.cost ?? 0) + call.cost,
+    inputTokens: totals.inputTokens + call.inputTokens,
+    outputTokens: totals.outputTokens + call.outputTokens,
+    cachedInputTokens: totals.cachedInputTokens + call.cachedInputTokens,
+    reasoningTokens: totals.reasoningTokens + call.reasoningTokens,
+    modelCalls: totals.modelCalls + 1,
+    cost: call.cost === null || (totals.modelCalls > 0 && totals.cost === null) ? null : (totals.cost ?? 0) + call.cost,
+  }
+}
+
+/** A run's usage with one more call, answered by `model` (counted in its `byModel` share too). */
+export function withModelCall(usage: RunUsage, call: ModelCallUsage, model: string): RunUsage {
+  const { byModel, ...totals } = usage
+  return {
+    ...addCall(totals, call),
+    byModel: { ...byModel, [model]: addCall(byModel?.[model] ?? noUsage, call) },
   }
 }
 
@@ -569,12 +581,25 @@ export function withModelCall(usage: RunUsage, call: ModelCallUsage): RunUsage {
 export function runUsage(stored: unknown): RunUsage {
   const value = (stored ?? {}) as Partial<Record<keyof RunUsage, unknown>>
   const count = (field: unknown): number => (typeof field === 'number' && Number.isFinite(field) ? field : 0)
+  const totals = (from: Partial<Record<keyof UsageTotals, unknown>>): UsageTotals => ({
+    inputTokens: count(from.inputTokens),
+    outputTokens: count(from.outputTokens),
+    cachedInputTokens: count(from.cachedInputTokens),
+    reasoningTokens: count(from.reasoningTokens),
+    modelCalls: count(from.modelCalls),
+    cost: typeof from.cost === 'number' && Number.isFinite(from.cost) ? from.cost : null,
+  })
+  const byModel = value.byModel
   return {
-    inputTokens: count(value.inputTokens),
-    outputTokens: count(value.outputTokens),
-    cachedInputTokens: count(value.cachedInputTokens),
-    reasoningTokens: count(value.reasoningTokens),
-    modelCalls: count(value.modelCalls),
-    cost: typeof value.cost === 'number' && Number.isFinite(value.cost) ? value.cost : null,
+    ...totals(value),
+    ...(byModel && typeof byModel === 'object'
+      ? {
+          byModel: Object.fromEntries(
+            Object.entries(byModel as Record<string, Partial<Record<keyof UsageTotals, unknown>>>).map(
+              ([model, share]) => [model, totals(share ?? {})],
+            ),
+          ),
+        }
+      : {}),
   }
 }

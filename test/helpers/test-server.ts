@@ -5,7 +5,7 @@ import { pino, type Logger } from 'pino'
 import type { ExecService, ExecSettings } from '../../src/exec/index.js'
 import { Registry } from 'prom-client'
 import { createAgentMetrics, setUpCommandBus, setUpRuns } from '../../src/app/index.js'
-import type { LanguageModel, ModelPricing, ModelSettings } from '../../src/llm/index.js'
+import type { FallbackSettings, LanguageModel, ModelPricing, ModelSettings } from '../../src/llm/index.js'
 import {
   HashingEmbedder,
   prepareEmbeddings,
@@ -88,9 +88,12 @@ export async function startTestServer(
     mcpServers?: McpServerConfig[]
     secretKey?: string
     webhookDelivery?: Partial<WebhookSettings>
+    /** Fallbacks and retries of the models (by id). */
+    fallbacks?: FallbackSettings
   } = {},
 ): Promise<TestServer> {
   const {
+    fallbacks,
     webhookDelivery,
     mcpServers = [],
     secretKey,
@@ -151,6 +154,7 @@ export async function startTestServer(
   const runs = await setUpRuns(store, bus, {
     models,
     ...(prices && { prices }),
+    ...(fallbacks && { fallbacks }),
     ...(runBudget && { runBudget }),
     logger,
     actionTtlMs,
