@@ -74,7 +74,7 @@ export async function renderConversation(main, conversationId, context) {
   }
   mount(main, h('h1', conversation.title || 'Conversation'), tabs, chat, audit)
 
-  const view = new ChatView(log, api, showError, context.me)
+  const view = new ChatView(log, api, showError, context.me, conversationId)
   let stream = null
   let activeRun = null
   onCleanup(() => stream?.close())
@@ -192,8 +192,9 @@ async function loadTranscript(api, conversationId) {
 
 /** The chat log, keyed by message, call and decision ids: replayed or repeated events never duplicate anything. */
 class ChatView {
-  constructor(log, api, showError, me) {
+  constructor(log, api, showError, me, conversationId) {
     this.me = me
+    this.conversationId = conversationId
     this.log = log
     this.api = api
     this.showError = showError
@@ -218,7 +219,7 @@ class ChatView {
       }
       if (message.role === 'system') continue
       const entry = this.message(message.id, message.role)
-      entry.complete(message.content ?? '', message.status)
+      entry.complete(message.content ?? '', message.status, message.parts)
       for (const toolCall of message.toolCalls ?? []) {
         const call = this.call(toolCall.callId, {
           name: toolCall.name,
@@ -234,6 +235,7 @@ class ChatView {
   message(id, role) {
     let entry = this.messages.get(id)
     if (!entry) {
+      const image = (part) => this.image(part)
       const text = h('div.text')
       const el = h(
         `div.msg.${role}`,
@@ -251,7 +253,8 @@ class ChatView {
           text.textContent = this.text
           el.classList.add('streaming')
         },
-        complete(content, status) {
+        complete(content, status, parts) {
+          if (!this.final) for (const part of parts ?? []) if (part.type === 'image') el.append(image(part))
           this.final = true
           this.text = content ?? ''
           // The model's finished answer is Markdown; what people type stays plain text.
@@ -269,6 +272,21 @@ class ChatView {
       this.log.append(el)
     }
     return entry
+  }
+
+  /** An image of a message: a file of the conversation, fetched with the token (no token in any URL). */
+  image(part) {
+    const img = h('img.attached', { alt: part.path, title: `${part.path} (${part.width}×${part.height})` })
+    const path = part.path.split('/').map(encodeURIComponent).join('/')
+    fetch(`/api/conversations/${this.conversationId}/files/${path}`, {
+      headers: { authorization: `Bearer ${this.api.token}` },
+    })
+      .then((response) => (response.ok ? response.blob() : null))
+      .then((blob) => {
+        if (blob) img.src = URL.createObjectURL(blob)
+      })
+      .catch(() => {})
+    return img
   }
 
   call(callId, info) {
@@ -328,7 +346,7 @@ class ChatView {
         this.message(data.messageId, 'assistant').append(data.text)
         break
       case 'message.completed':
-        this.message(data.messageId, 'assistant').complete(data.content, data.status)
+        this.message(data.messageId, 'assistant').complete(data.content, data.status, data.parts)
         break
       case 'tool_call.created':
         this.call(data.callId, data).setStatus('pending')

@@ -1519,6 +1519,8 @@ export interface components {
             /** Format: date-time */
             createdAt: string;
             id: string;
+            /** @description A user message’s parts when it has more than text: text, and images kept as files of the conversation (GET /api/conversations/:id/files/{path}) */
+            parts: components["schemas"]["MessagePart"][] | null;
             role: "system" | "user" | "assistant" | "tool";
             runId: string | null;
             status: string;
@@ -1534,6 +1536,21 @@ export interface components {
             toolOutput?: unknown;
             /** @description A tool message's call outcome (ok, error, rejected…), as tool_call.completed said */
             toolStatus?: string | null;
+        };
+        /** MessagePart */
+        MessagePart: {
+            text: string;
+            /** @enum {string} */
+            type: "text";
+        } | {
+            bytes: number;
+            height: number;
+            mediaType: string;
+            /** @description The file in the conversation’s work directory */
+            path: string;
+            /** @enum {string} */
+            type: "image";
+            width: number;
         };
         /** ModelParams */
         ModelParams: {
@@ -1808,6 +1825,8 @@ export interface components {
                 messageId: string;
                 /** @description An assistant message: the model that answered (the run’s, or a fallback) */
                 model?: string;
+                /** @description A user message with images: its parts */
+                parts?: components["schemas"]["MessagePart"][];
                 status: string;
                 toolCalls: {
                     arguments: string;
@@ -2533,6 +2552,8 @@ export interface components {
                 messageId: string;
                 /** @description An assistant message: the model that answered (the run’s, or a fallback) */
                 model?: string;
+                /** @description A user message with images: its parts */
+                parts?: components["schemas"]["MessagePart"][];
                 status: string;
                 toolCalls: {
                     arguments: string;
@@ -5143,7 +5164,21 @@ export interface operations {
                     budget?: components["schemas"]["RunBudget"];
                     clientTools?: unknown[];
                     ifActive?: "interrupt" | "enqueue";
-                    input: string;
+                    /** @description The message: text, or an array of parts ({type: "text", text} | {type: "image", url | fileId}) */
+                    input: string | ({
+                        text: string;
+                        /** @enum {string} */
+                        type: "text";
+                    } | {
+                        /** @description A file of the conversation (its path, as uploaded) */
+                        fileId?: string;
+                        /** @description Checked against the bytes */
+                        mediaType?: string;
+                        /** @enum {string} */
+                        type: "image";
+                        /** @description A data URL (data:image/png;base64,…) */
+                        url?: string;
+                    })[];
                     knowledge?: {
                         /** @description Put the top project-knowledge hits for the message into the prompt (default true) */
                         autoInject?: boolean;

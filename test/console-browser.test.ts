@@ -312,6 +312,40 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.close()
   })
 
+  it('shows an image a message carries in the transcript', async () => {
+    const projectId = await project('With an image', 'markdown')
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    // A 2×3 PNG, sent inline with the question.
+    const png = 'iVBORw0KGgoAAAANSUhEUgAAAAIAAAADCAIAAAA2iEnWAAAAEklEQVR4nGP4z8DAwMDAwMAAAAQAAf/pMS8AAAAASUVORK5CYII='
+    const run = await http(server.url, 'POST', `/api/conversations/${conversation.body.id}/runs?wait=true`, {
+      token,
+      body: {
+        input: [
+          { type: 'text', text: 'What is in this picture?' },
+          { type: 'image', url: `data:image/png;base64,${png}` },
+        ],
+      },
+    })
+    expect(run.status).toBe(201)
+    const page = await newPage()
+    await signIn(page, `#/conversations/${conversation.body.id}`)
+    const image = page.locator('.msg.user img.attached')
+    await image.waitFor()
+    // The file came through the files API (with the token) and decoded: its real size.
+    await expect
+      .poll(
+        () =>
+          page.evaluate(
+            "(() => { const img = document.querySelector('.msg.user img.attached'); return img && img.complete ? img.naturalWidth + 'x' + img.naturalHeight : '' })()",
+          ),
+        { timeout: 20_000 },
+      )
+      .toBe('2x3')
+    await expect(page.locator('.msg.user').first().textContent()).resolves.toMatch(/What is in this picture\?/)
+    await shot(page, '16-message-image')
+    await page.close()
+  })
+
   it('edits a decision’s arguments in its card, or answers in its place', async () => {
     const projectId = await project('Edited in the card', 'decide')
     const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })

@@ -71,6 +71,10 @@ export const errorNotes = {
     'the server running the command stopped (crash) before it finished — or after a person approved it, before it started (then it did not run); the dispatch ended `interrupted` (a replay of its `Idempotency-Key` answers this), and a run waiting for it continues with the call answered `interrupted`',
   quota_exceeded:
     "a work-directory upload, `write_file` or execution past the conversation's or the user's disk quota; knowledge past the user's volume",
+  invalid_image:
+    "an image in a run's `input` that cannot be used: not PNG, JPEG, WebP or GIF by its bytes, declared as another type than it is, over 5 MiB or 8,192 pixels a side (40 megapixels in all), more than 8 in one message, or a `url` that is not a base64 data URL",
+  model_lacks_capability:
+    'a run\'s `input` has images but its model (and its fallbacks) does not declare `capabilities: ["vision"]`',
   output_schema_invalid:
     "a run request's `output.schema` that is not a JSON Schema Ajv can compile (or is over 64 KiB); the message says what is wrong",
   too_many_runs:

@@ -102,6 +102,7 @@ export const fileSchema = {
           },
           fallbacks: { type: 'array', maxItems: 10, uniqueItems: true, items: { type: 'string', minLength: 1 } },
           retries: { type: 'integer', minimum: 0, maximum: 10 },
+          capabilities: { type: 'array', uniqueItems: true, items: { enum: ['vision', 'pdf'] } },
         },
       },
     },

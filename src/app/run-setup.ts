@@ -45,6 +45,7 @@ export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderF
       ...(apiKey && { apiKey }),
       contextWindow: settings.contextWindow ?? 128_000,
       supportsTools: settings.supportsTools ?? true,
+      ...(settings.capabilities && { capabilities: settings.capabilities }),
       idleTimeoutMs,
       params: configuredParams(settings),
       ...(settings.headers && { headers: settings.headers }),
@@ -57,6 +58,7 @@ export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderF
       ...(apiKey && { apiKey }),
       contextWindow: settings.contextWindow ?? 200_000,
       supportsTools: settings.supportsTools ?? true,
+      ...(settings.capabilities && { capabilities: settings.capabilities }),
       idleTimeoutMs,
       params: configuredParams(settings),
       ...(settings.headers && { headers: settings.headers }),
@@ -92,6 +94,7 @@ export async function setUpRuns(
     retention?: RetentionSettings
     auditKey?: string
     discardWorkDir?: (conversationId: string) => Promise<void>
+    readFile?: (conversationId: string, path: string) => Promise<Buffer>
   },
 ): Promise<RunManager> {
   const prebuilt = options.models.length > 0 && 'stream' in (options.models[0] as object)
@@ -143,6 +146,7 @@ export async function setUpRuns(
     ...(options.retention && { retention: options.retention }),
     ...(options.auditKey && { auditKey: options.auditKey }),
     ...(options.discardWorkDir && { discardWorkDir: options.discardWorkDir }),
+    ...(options.readFile && { readFile: options.readFile }),
     ...(options.maxResumes !== undefined && { maxResumes: options.maxResumes }),
     ...(options.shutdownGraceMs !== undefined && { shutdownGraceMs: options.shutdownGraceMs }),
     // Embedded PGlite belongs to this process: a running run found at start is an orphan.

@@ -113,6 +113,8 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       retention: config.retention,
       ...(config.secretKey && { auditKey: config.secretKey }),
       discardWorkDir: (conversationId) => setup.exec.workdirs.discard(conversationId),
+      readFile: async (conversationId, path) =>
+        (await setup.exec.workdirs.read(conversationId, path, { limit: 8 * 1024 * 1024 })).bytes,
     })
     // Removing a model that projects or unfinished runs still name is said, not silent (docs/guides/agent-runs.md, "Models").
     for (const missing of await modelsNamedButMissing(

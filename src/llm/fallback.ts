@@ -26,12 +26,7 @@ export async function* streamWithFallbacks(
   for (let index = 0; index < chain.length; index++) {
     const model = chain[index]!
     const next = chain[index + 1]
-    if (
-      next &&
-      request.tools.length > 0 &&
-      !model.supportsTools &&
-      chain.slice(index + 1).some((m) => m.supportsTools)
-    ) {
+    if (next && lacks(model, request) && chain.slice(index + 1).some((later) => !lacks(later, request))) {
       options.onFallback?.({ from: model, to: next, error: undefined })
       continue
     }
@@ -52,6 +47,18 @@ export async function* streamWithFallbacks(
       options.onFallback?.({ from: model, to: next, error: error as ModelError })
     }
   }
+}
+
+/** The model cannot take the request: it offers tools the model does not take, or has images it cannot see. */
+function lacks(model: LanguageModel, request: ModelRequest): boolean {
+  if (request.tools.length > 0 && !model.supportsTools) return true
+  const images = request.messages.some(
+    (message) =>
+      message.role === 'user' &&
+      typeof message.content !== 'string' &&
+      message.content.some((part) => part.type === 'image'),
+  )
+  return images && !model.capabilities?.includes('vision')
 }
 
 function worthAnotherModel(error: unknown): boolean {

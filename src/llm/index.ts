@@ -4,6 +4,8 @@ export {
   type LanguageModel,
   type ModelErrorCode,
   type ModelMessage,
+  type ModelCapability,
+  type UserContentPart,
   type ModelParams,
   type ModelRequest,
   type ModelTool,

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { ModelError, type LanguageModel, type ModelRequest, type StreamPart } from './model.js'
+import { ModelError, type LanguageModel, type ModelCapability, type ModelRequest, type StreamPart } from './model.js'
 import type { ModelPricing } from './pricing.js'
 import { DemoModel } from './scripted/demo-model.js'
 import { ScriptedModel, type ScriptedTurn } from './scripted/scripted-model.js'
@@ -28,6 +28,8 @@ export interface ModelSettings {
   fallbacks?: string[]
   /** Retries of a failed call on this model before a fallback takes over (default 3). */
   retries?: number
+  /** What it takes besides text: `vision` (images), `pdf` (PDF documents). Default: text only. */
+  capabilities?: ModelCapability[]
 }
 
 /** How calls move between models: each model's fallbacks and own retries, by id. */
@@ -217,6 +219,7 @@ export function createModels(
         turns,
         contextWindow: entry.contextWindow,
         supportsTools: entry.supportsTools,
+        ...(entry.capabilities && { capabilities: entry.capabilities }),
         whenExhausted: 'loop',
         ...(turnBy && { turnBy }),
       })

@@ -14,9 +14,17 @@ export interface ModelToolCall {
   arguments: string
 }
 
+/**
+ * A part of a user message with more than text. An image's bytes (`data`, base64) are loaded just
+ * before the call; until then `path` names it in the conversation's files (and the prompt's size
+ * counts it as `imageTokens`, not as its bytes).
+ */
+export type UserContentPart =
+  { type: 'text'; text: string } | { type: 'image'; mediaType: string; path: string; data?: string }
+
 export type ModelMessage =
   | { role: 'system'; content: string }
-  | { role: 'user'; content: string }
+  | { role: 'user'; content: string | UserContentPart[] }
   | { role: 'assistant'; content: string | null; toolCalls?: ModelToolCall[] }
   | { role: 'tool'; toolCallId: string; content: string }
 
@@ -68,11 +76,16 @@ export interface ModelRequest {
   signal?: AbortSignal
 }
 
+/** What a model takes besides text (`models[].capabilities`). */
+export type ModelCapability = 'vision' | 'pdf'
+
 /** A configured model. */
 export interface LanguageModel {
   readonly id: string
   readonly provider: 'openai' | 'anthropic' | 'scripted'
   readonly supportsTools: boolean
+  /** Images (`vision`) or PDF documents (`pdf`) in messages; absent: text only. */
+  readonly capabilities?: readonly ModelCapability[]
   readonly contextWindow: number
   /** Streams one model turn. Throws ModelError for upstream failures. */
   stream(request: ModelRequest): AsyncIterable<StreamPart>

@@ -29,4 +29,6 @@ export interface DriverKit {
   leases: LeaseClock
   /** The fenced writes and the ends of runs. */
   writer: RunWriter
+  /** Reads a file of a conversation (the images of its messages). */
+  readFile: ((conversationId: string, path: string) => Promise<Buffer>) | undefined
 }

@@ -18,7 +18,18 @@ export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessag
     if (message.role === 'tool' && message.toolCallId) results.set(message.toolCallId, message.content ?? '')
   const out: ModelMessage[] = []
   for (const message of transcript) {
-    if (message.role === 'user') out.push({ role: 'user', content: message.content ?? '' })
+    if (message.role === 'user')
+      out.push({
+        role: 'user',
+        // Images go as references here; their bytes are loaded just before the call (`attachImages`).
+        content: message.parts
+          ? message.parts.map((part) =>
+              part.type === 'text'
+                ? { type: 'text' as const, text: part.text }
+                : { type: 'image' as const, mediaType: part.mediaType, path: part.path },
+            )
+          : (message.content ?? ''),
+      })
     else if (message.role === 'system') out.push({ role: 'system', content: message.content ?? '' })
     else if (message.role === 'assistant') {
       // A turn cut off by a failure is not shown again; a resumed run asks the model afresh.
@@ -39,6 +50,26 @@ export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessag
     // Tool messages are placed right after their call above; stray ones are dropped.
   }
   return out
+}
+
+/**
+ * Loads the bytes of the images the messages refer to (files of the conversation), base64, in place.
+ * One no longer there (deleted since) becomes a text saying so.
+ */
+export async function attachImages(messages: ModelMessage[], read: (path: string) => Promise<Buffer>): Promise<void> {
+  for (const message of messages) {
+    if (message.role !== 'user' || typeof message.content === 'string') continue
+    message.content = await Promise.all(
+      message.content.map(async (part) => {
+        if (part.type !== 'image' || part.data !== undefined) return part
+        try {
+          return { ...part, data: (await read(part.path)).toString('base64') }
+        } catch {
+          return { type: 'text' as const, text: `[image ${part.path} is no longer available]` }
+        }
+      }),
+    )
+  }
 }
 
 /** Rough token estimate (4 characters a token), enough to keep requests inside the window. */

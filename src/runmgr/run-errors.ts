@@ -13,7 +13,8 @@ export class RunRequestError extends RequestError {
       | 'run_active'
       | 'run_not_resumable'
       | 'run_not_waiting'
-      | 'output_schema_invalid',
+      | 'output_schema_invalid'
+      | 'model_lacks_capability',
     message: string,
     more?: { extensions?: Record<string, unknown>; retryAfter?: number },
   ) {

@@ -16,7 +16,7 @@ import {
 import { annotateSpan } from '../telemetry/index.js'
 import { budgetStop } from './budget.js'
 import { runCalls } from './call-executor.js'
-import { estimateTokens } from './history.js'
+import { attachImages, estimateTokens } from './history.js'
 import { abortDriver, type Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
 import type { KnowledgeContext } from './knowledge-context.js'
@@ -177,6 +177,9 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         budgetStop(run, promptTokens, pricing) ?? periods.stop(opened.reads.periods, promptTokens, pricing)
       if (overBudget)
         return await kit.writer.end(runId, { status: 'failed', error: overBudget, openCalls: 'interrupted' }, { fence })
+      // The images of the messages shown, read now (after the prompt was trimmed to the window).
+      const readFile = kit.readFile
+      if (readFile) await attachImages(messages, (path) => readFile(run.conversationId, path))
       const turn = await modelTurn(
         kit,
         run,

@@ -21,6 +21,7 @@ import {
   terminalRunStatuses,
   type Conversation,
   type Executor,
+  type MessagePart,
   type ModelParams,
   type NewRun,
   type Project,
@@ -93,6 +94,8 @@ export interface RunManagerOptions {
   auditKey?: string
   /** Removes the work directory of a conversation retention purged. */
   discardWorkDir?: (conversationId: string) => Promise<void>
+  /** Reads a file of a conversation: the images of its messages, sent to vision models. */
+  readFile?: (conversationId: string, path: string) => Promise<Buffer>
 }
 
 export interface CreateRunInput {
@@ -108,6 +111,8 @@ export interface CreateRunInput {
   modelParams?: ModelParams
   /** The most this run may spend, over the server's default run budget (docs/guides/operating.md#budgets). */
   budget?: RunBudget
+  /** The message's parts when it has images (`input` is then its text). */
+  parts?: MessagePart[]
   /** The schema the final answer must follow (docs/guides/agent-runs.md#structured-output). */
   output?: { schema: { [key: string]: unknown }; name?: string; strict?: boolean; maxRepairs?: number }
 }
@@ -169,6 +174,7 @@ export class RunManager {
       periodBudgets: this.#periodBudgets,
       leases: this.#leases,
       writer: this.#writer,
+      readFile: options.readFile,
     })
     this.#decisions = new RunDecisions({ store, pool: this.#pool, writer: this.#writer })
     // Queue mode: runs over a quota wait, and are started as room frees.
@@ -267,6 +273,14 @@ export class RunManager {
     const model = input.model ?? projectModel ?? models.defaultId
     if (!models.get(model))
       throw new RunRequestError('unknown_model', `no model ${JSON.stringify(model)}; GET /api/models lists them`)
+    if (
+      input.parts?.some((part) => part.type === 'image') &&
+      !models.chain(model).some((candidate) => candidate.capabilities?.includes('vision'))
+    )
+      throw new RunRequestError(
+        'model_lacks_capability',
+        `model ${model} takes no images (it does not declare capabilities: ["vision"]); pick one that does`,
+      )
     const profile: RunProfile = {
       systemPrompt: project?.systemPrompt ?? null,
       modelParams: { ...project?.modelParams, ...input.modelParams },
@@ -323,6 +337,7 @@ export class RunManager {
       approvalPolicy: input.approvalPolicy ?? 'ask',
       clientTools: clientTools as unknown as JsonValue,
       input: input.input,
+      ...(input.parts && { parts: input.parts }),
       ...(input.knowledge?.autoInject === false && { knowledge: { autoInject: false } }),
       profile,
       ...(Object.keys(budget).length > 0 && { budget }),

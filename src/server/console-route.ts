@@ -55,7 +55,7 @@ const contentSecurityPolicy = (importMap: string | null): string =>
     `script-src 'self'${importMap ? ` ${importMap}` : ''}`,
     "style-src 'self'",
     "connect-src 'self'",
-    "img-src 'self' data:",
+    "img-src 'self' data: blob:",
     "frame-ancestors 'none'",
     "base-uri 'none'",
     "form-action 'self'",

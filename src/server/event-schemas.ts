@@ -1,5 +1,5 @@
 import { Type, type TSchema } from 'typebox'
-import { Conversation, KnowledgeItem, Project, RequiredAction, RunStatus, RunUsage } from './schemas.js'
+import { Conversation, KnowledgeItem, MessagePart, Project, RequiredAction, RunStatus, RunUsage } from './schemas.js'
 
 /**
  * The frames of Plinth's SSE streams, for the OpenAPI document: each frame is `id:` (absent on control
@@ -91,6 +91,7 @@ const runEvents: TSchema[] = [
         model: Type.Optional(
           Type.String({ description: 'An assistant message: the model that answered (the run’s, or a fallback)' }),
         ),
+        parts: Type.Optional(Type.Array(MessagePart, { description: 'A user message with images: its parts' })),
       },
       closed,
     ),

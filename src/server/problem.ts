@@ -46,6 +46,8 @@ export const problemCatalogue = {
   bad_request: { status: 400, title: 'Bad request' },
   validation_failed: { status: 400, title: 'Validation failed' },
   output_schema_invalid: { status: 400, title: 'The output schema is not a usable JSON Schema' },
+  invalid_image: { status: 400, title: 'The image cannot be used' },
+  model_lacks_capability: { status: 400, title: 'The model cannot take this input' },
   invalid_json: { status: 400, title: 'Malformed JSON body' },
   invalid_cursor: { status: 400, title: 'Invalid cursor' },
   invalid_last_event_id: { status: 400, title: 'Invalid Last-Event-ID' },

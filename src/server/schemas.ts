@@ -242,6 +242,25 @@ export const ConversationPatch = Type.Object(
   strict,
 )
 
+/** A stored part of a user message (docs/guides/agent-runs.md#images-in-messages). */
+export const MessagePart = Type.Union(
+  [
+    Type.Object({ type: Type.Literal('text'), text: Type.String() }, { additionalProperties: false }),
+    Type.Object(
+      {
+        type: Type.Literal('image'),
+        path: Type.String({ description: 'The file in the conversation’s work directory' }),
+        mediaType: Type.String(),
+        width: Type.Integer(),
+        height: Type.Integer(),
+        bytes: Type.Integer(),
+      },
+      { additionalProperties: false },
+    ),
+  ],
+  { title: 'MessagePart' },
+)
+
 export const Message = Type.Object(
   {
     id: Type.String(),
@@ -265,6 +284,10 @@ export const Message = Type.Object(
     ]),
     toolCallId: Type.Union([Type.String(), Type.Null()]),
     status: Type.String(),
+    parts: Type.Union([Type.Array(MessagePart), Type.Null()], {
+      description:
+        'A user message’s parts when it has more than text: text, and images kept as files of the conversation (GET /api/conversations/:id/files/{path})',
+    }),
     createdAt: Type.String({ format: 'date-time' }),
     toolStatus: Type.Optional(
       Type.Union([Type.String(), Type.Null()], {

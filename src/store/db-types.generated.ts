@@ -220,6 +220,7 @@ export interface Messages {
   conversation_id: string
   created_at: Generated<Timestamp>
   id: string
+  parts: JsonColumn | null
   role: string
   run_id: string | null
   status: Generated<string>

@@ -172,6 +172,7 @@ export {
   transcriptRowsFromJson,
   type StoredToolCall,
   type TranscriptMessage,
+  type MessagePart,
   type TranscriptRow,
 } from './transcript-repository.js'
 export { updateToolCall, updateToolCallQuery, listToolCalls, type ToolCallRecord } from './tool-call-repository.js'

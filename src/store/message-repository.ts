@@ -11,6 +11,8 @@ export interface Message {
   toolCalls: JsonValue | null
   toolCallId: string | null
   status: string
+  /** A user message's parts beyond its text (images kept as the conversation's files). */
+  parts: JsonValue | null
   createdAt: string
   /** A tool message's call: its outcome and raw output (what `tool_call.completed` carried live). */
   toolStatus?: string | null
@@ -48,6 +50,7 @@ function toMessage(row: {
   tool_calls: JsonValue | null
   tool_call_id: string | null
   status: string
+  parts?: JsonValue | null
   created_at: Date
 }): Message {
   return {
@@ -59,6 +62,7 @@ function toMessage(row: {
     toolCalls: row.tool_calls,
     toolCallId: row.tool_call_id,
     status: row.status,
+    parts: row.parts ?? null,
     createdAt: row.created_at.toISOString(),
   }
 }

@@ -1,6 +1,7 @@
 import { sql, type Selectable, type Updateable } from 'kysely'
 import type { Database, JsonValue, RunPhase, RunStatus } from './database.js'
 import type { NewEvent } from './event-log.js'
+import type { MessagePart } from './transcript-repository.js'
 import type { ModelParams } from './project-repository.js'
 import { storableJson } from './storable.js'
 import { RunMoveRefused, type RunMove } from './run-states.js'
@@ -87,6 +88,8 @@ export interface NewRun {
   approvalPolicy: 'ask' | 'dontAsk'
   clientTools: JsonValue
   input: string
+  /** The user message's parts when it has more than text (images); `input` is its text. */
+  parts?: MessagePart[]
   /** `{autoInject: false}` turns knowledge injection off for this run. */
   knowledge?: JsonValue | null
   profile?: RunProfile
@@ -99,13 +102,19 @@ export interface NewRun {
 export function runStartEvents(
   run: Run,
   messageId: string,
-  input: Pick<NewRun, 'input' | 'view'>,
+  input: Pick<NewRun, 'input' | 'view' | 'parts'>,
   started: boolean,
 ): NewEvent[] {
   return [
     runEvent(run, 'run.created', { run: input.view(run) }),
     runEvent(run, 'message.created', { messageId, role: 'user' }),
-    runEvent(run, 'message.completed', { messageId, content: input.input, toolCalls: null, status: 'completed' }),
+    runEvent(run, 'message.completed', {
+      messageId,
+      content: input.input,
+      toolCalls: null,
+      status: 'completed',
+      ...(input.parts && { parts: input.parts as unknown as JsonValue }),
+    }),
     ...(started ? [runEvent(run, 'run.status', { runId: run.id, status: run.status, phase: run.phase })] : []),
   ]
 }

@@ -70,6 +70,7 @@ export type RequestErrorCode =
   | 'run_not_resumable'
   | 'run_not_waiting'
   | 'output_schema_invalid'
+  | 'model_lacks_capability'
   | 'invalid_webhook_url'
   | 'webhook_url_not_allowed'
   | 'too_many_webhooks'

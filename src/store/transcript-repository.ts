@@ -90,7 +90,14 @@ export interface TranscriptMessage {
   toolCalls: StoredToolCall[] | null
   toolCallId: string | null
   status: string
+  /** A user message's parts (text and images), when it has more than text. */
+  parts?: MessagePart[] | null
 }
+
+/** A stored part of a user message: text, or an image kept as a file of the conversation. */
+export type MessagePart =
+  | { type: 'text'; text: string }
+  | { type: 'image'; path: string; mediaType: string; width: number; height: number; bytes: number }
 
 /** The whole transcript of a conversation, oldest first (what the model is shown, after trimming). */
 export async function readTranscript(db: Executor, conversationId: string): Promise<TranscriptMessage[]> {
@@ -146,7 +153,7 @@ export function transcriptRowsFromJson(value: unknown): TranscriptRow[] {
 
 function tailQuery(conversationId: string, maxChars: number, maxRows: number): RawBuilder<MessageRow> {
   return sql<MessageRow>`
-    select id, role, content, tool_calls, tool_call_id, status, size from (
+    select id, role, content, tool_calls, tool_call_id, status, parts, size from (
       select m.*, sum(m.size) over (order by m.id desc) as through
       from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId} order by id desc limit ${maxRows}) m
     ) t
@@ -156,7 +163,7 @@ function tailQuery(conversationId: string, maxChars: number, maxRows: number): R
 
 function afterQuery(conversationId: string, afterId: string, maxRows: number): RawBuilder<MessageRow> {
   return sql<MessageRow>`
-    select id, role, content, tool_calls, tool_call_id, status, ${transcriptSize} as size from messages
+    select id, role, content, tool_calls, tool_call_id, status, parts, ${transcriptSize} as size from messages
     where conversation_id = ${conversationId} and id > ${afterId} order by id limit ${maxRows}`
 }
 
@@ -179,6 +186,7 @@ interface MessageRow {
   tool_calls: JsonValue | null
   tool_call_id: string | null
   status: string
+  parts?: JsonValue | null
   size?: number | string
 }
 
@@ -190,5 +198,6 @@ function toTranscriptMessage(row: MessageRow): TranscriptMessage {
     toolCalls: (row.tool_calls as StoredToolCall[] | null) ?? null,
     toolCallId: row.tool_call_id,
     status: row.status,
+    ...(row.parts && { parts: row.parts as MessagePart[] }),
   }
 }

@@ -168,6 +168,8 @@ export async function startTestServer(
     ...(retention && { retention }),
     ...(secretKey && { auditKey: secretKey }),
     discardWorkDir: (conversationId) => execService.workdirs.discard(conversationId),
+    readFile: async (conversationId, path) =>
+      (await execService.workdirs.read(conversationId, path, { limit: 8 * 1024 * 1024 })).bytes,
     ...(leaseMs !== undefined && { leaseMs }),
   })
   // Webhook delivery runs only when a test asks for it (with its settings); the routes are always there.

@@ -1,4 +1,11 @@
-import { ModelError, type LanguageModel, type ModelParams, type ModelRequest, type StreamPart } from '../model.js'
+import {
+  ModelError,
+  type LanguageModel,
+  type ModelParams,
+  type ModelRequest,
+  type StreamPart,
+  type ModelCapability,
+} from '../model.js'
 import { streamEventsFromUpstream } from '../openai/event-stream-request.js'
 import { safeParseJson } from '../openai/safe-json.js'
 import { defaultToolsUnsupportedKeywords, redactModelError } from '../openai/upstream-errors.js'
@@ -16,6 +23,8 @@ export interface AnthropicMessagesModelOptions {
   apiKey?: string
   contextWindow: number
   supportsTools: boolean
+  /** Images (`vision`) or PDF documents (`pdf`) in messages (`models[].capabilities`). */
+  capabilities?: readonly ModelCapability[]
   /** Defaults of every request (`max_tokens` defaults to 4096); a request's own win. */
   params?: ModelParams
   /** Abort when the upstream sends nothing for this long (default 60 000). */
@@ -38,12 +47,14 @@ export class AnthropicMessagesModel implements LanguageModel {
   readonly id: string
   readonly provider = 'anthropic' as const
   readonly supportsTools: boolean
+  readonly capabilities: readonly ModelCapability[]
   readonly contextWindow: number
   readonly #options: AnthropicMessagesModelOptions
 
   constructor(options: AnthropicMessagesModelOptions) {
     this.id = options.id
     this.supportsTools = options.supportsTools
+    this.capabilities = options.capabilities ?? []
     this.contextWindow = options.contextWindow
     this.#options = options
   }

@@ -3,6 +3,7 @@ import { asRecord, safeParseJson } from '../openai/safe-json.js'
 
 export type AnthropicContentBlock =
   | { type: 'text'; text: string }
+  | { type: 'image'; source: { type: 'base64'; media_type: string; data: string } }
   | { type: 'tool_use'; id: string; name: string; input: Record<string, unknown> }
   | { type: 'tool_result'; tool_use_id: string; content: string }
 
@@ -47,6 +48,17 @@ export function convertToAnthropicMessages(messages: readonly ModelMessage[]): A
         system.push(message.content)
         break
       case 'user':
+        if (typeof message.content !== 'string') {
+          append(
+            'user',
+            message.content.map((part): AnthropicContentBlock =>
+              part.type === 'text'
+                ? { type: 'text', text: part.text }
+                : { type: 'image', source: { type: 'base64', media_type: part.mediaType, data: part.data ?? '' } },
+            ),
+          )
+          break
+        }
         append('user', message.content ? [{ type: 'text', text: message.content }] : [])
         break
       case 'assistant': {

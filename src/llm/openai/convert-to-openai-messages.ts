@@ -3,9 +3,11 @@ import type { ModelMessage, ModelTool } from '../model.js'
 /** A chat-completions message as sent upstream. */
 export type OpenAIChatMessage =
   | { role: 'system'; content: string }
-  | { role: 'user'; content: string }
+  | { role: 'user'; content: string | OpenAIUserPart[] }
   | { role: 'assistant'; content: string | null; tool_calls?: OpenAIToolCall[] }
   | { role: 'tool'; tool_call_id: string; content: string }
+
+export type OpenAIUserPart = { type: 'text'; text: string } | { type: 'image_url'; image_url: { url: string } }
 
 export interface OpenAIToolCall {
   id: string
@@ -26,8 +28,17 @@ export function convertToOpenAIMessages(messages: readonly ModelMessage[]): Open
   return messages.map((message): OpenAIChatMessage => {
     switch (message.role) {
       case 'system':
+        return { role: 'system', content: message.content }
       case 'user':
-        return { role: message.role, content: message.content }
+        if (typeof message.content === 'string') return { role: 'user', content: message.content }
+        return {
+          role: 'user',
+          content: message.content.map((part): OpenAIUserPart =>
+            part.type === 'text'
+              ? { type: 'text', text: part.text }
+              : { type: 'image_url', image_url: { url: `data:${part.mediaType};base64,${part.data ?? ''}` } },
+          ),
+        }
       case 'assistant': {
         const toolCalls = message.toolCalls ?? []
         if (toolCalls.length === 0) return { role: 'assistant', content: message.content ?? '' }

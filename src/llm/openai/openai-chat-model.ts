@@ -1,4 +1,11 @@
-import { ModelError, type LanguageModel, type ModelParams, type ModelRequest, type StreamPart } from '../model.js'
+import {
+  ModelError,
+  type LanguageModel,
+  type ModelParams,
+  type ModelRequest,
+  type StreamPart,
+  type ModelCapability,
+} from '../model.js'
 import { convertToOpenAIMessages, convertToOpenAITools } from './convert-to-openai-messages.js'
 import { streamEventsFromUpstream } from './event-stream-request.js'
 import { OpenAIStreamParser } from './openai-stream-parser.js'
@@ -16,6 +23,8 @@ export interface OpenAIChatModelOptions {
   apiKey?: string
   contextWindow: number
   supportsTools: boolean
+  /** Images (`vision`) or PDF documents (`pdf`) in messages (`models[].capabilities`). */
+  capabilities?: readonly ModelCapability[]
   /** Abort when the upstream sends nothing for this long (default 60 000). */
   idleTimeoutMs?: number
   /** 4xx bodies containing one of these (case-insensitive) mean "this model takes no tools". */
@@ -38,12 +47,14 @@ export class OpenAIChatModel implements LanguageModel {
   readonly id: string
   readonly provider = 'openai' as const
   readonly supportsTools: boolean
+  readonly capabilities: readonly ModelCapability[]
   readonly contextWindow: number
   readonly #options: OpenAIChatModelOptions
 
   constructor(options: OpenAIChatModelOptions) {
     this.id = options.id
     this.supportsTools = options.supportsTools
+    this.capabilities = options.capabilities ?? []
     this.contextWindow = options.contextWindow
     this.#options = options
   }

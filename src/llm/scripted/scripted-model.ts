@@ -1,4 +1,4 @@
-import type { LanguageModel, ModelRequest, StreamPart } from '../model.js'
+import type { LanguageModel, ModelRequest, StreamPart, ModelCapability } from '../model.js'
 
 /** One scripted model turn: text (streamed in chunks) and/or tool calls. */
 export interface ScriptedTurn {
@@ -17,6 +17,8 @@ export interface ScriptedModelOptions {
   turns: ScriptedTurn[]
   contextWindow?: number
   supportsTools?: boolean
+  /** What it takes besides text (default: images and PDFs, so tests can send them). */
+  capabilities?: readonly ModelCapability[]
   /** When the script runs out: repeat from the start (demos) or answer a fixed text. */
   whenExhausted?: 'loop' | 'say-done'
   /**
@@ -34,6 +36,7 @@ export class ScriptedModel implements LanguageModel {
   readonly id: string
   readonly provider = 'scripted' as const
   readonly supportsTools: boolean
+  readonly capabilities: readonly ModelCapability[]
   readonly contextWindow: number
   readonly calls: ModelRequest[] = []
   readonly #turns: ScriptedTurn[]
@@ -45,6 +48,7 @@ export class ScriptedModel implements LanguageModel {
     this.id = options.id
     this.#turns = [...options.turns]
     this.supportsTools = options.supportsTools ?? true
+    this.capabilities = options.capabilities ?? ['vision', 'pdf']
     this.contextWindow = options.contextWindow ?? 128_000
     this.#whenExhausted = options.whenExhausted ?? 'say-done'
     this.#turnBy = options.turnBy ?? 'call'

@@ -7,6 +7,7 @@ import { decodeCursor, toListAnswer } from '../cursor.js'
 import { statusFilter } from './conversation-routes.js'
 import { caller } from '../auth.js'
 import { sseResponse } from '../event-schemas.js'
+import { InputPart, resolveInput } from '../input-parts.js'
 import { resumePoint, serveEventStream } from '../event-stream-route.js'
 import { hashRequest, idempotencyKey, KeyTaken, storeAnswer, storedAnswer } from '../idempotency.js'
 import { HttpProblem } from '../problem.js'
@@ -37,7 +38,17 @@ const terminalEvents = new Set(['run.completed', 'run.failed', 'run.cancelled', 
 
 const RunCreate = Type.Object(
   {
-    input: Type.String({ minLength: 1, maxLength: 200_000 }),
+    input: Type.Union(
+      [
+        Type.String({ minLength: 1, maxLength: 200_000 }),
+        Type.Array(InputPart, {
+          minItems: 1,
+          maxItems: 64,
+          description: 'Text and images (docs/guides/agent-runs.md#images-in-messages)',
+        }),
+      ],
+      { description: 'The message: text, or an array of parts ({type: "text", text} | {type: "image", url | fileId})' },
+    ),
     model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
     clientTools: Type.Optional(Type.Array(Type.Unknown(), { maxItems: 64 })),
     maxIterations: Type.Optional(Type.Integer({ minimum: 1, maximum: 100 })),
@@ -194,13 +205,19 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         if (previous) created = { run: previous }
         else {
           try {
-            created = await runs.createRun(conversation, user.id, request.body, {
-              project,
-              ...(key !== undefined && {
-                onCreated: (tx, run) =>
-                  storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }),
-              }),
-            })
+            const { text, parts } = await resolveInput(deps.exec.workdirs, conversation.id, request.body.input)
+            created = await runs.createRun(
+              conversation,
+              user.id,
+              { ...request.body, input: text, ...(parts && { parts }) },
+              {
+                project,
+                ...(key !== undefined && {
+                  onCreated: (tx, run) =>
+                    storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }),
+                }),
+              },
+            )
           } catch (error) {
             if (!(error instanceof KeyTaken)) throw error
             const winner = await replayed()

@@ -130,8 +130,9 @@ export async function createRun(
       returning id, status
     ),
     m as (
-      insert into messages (id, conversation_id, run_id, role, content, status)
-      select ${messageId}, ${input.conversationId}, r.id, 'user', ${input.input}, 'completed' from r returning id
+      insert into messages (id, conversation_id, run_id, role, content, status, parts)
+      select ${messageId}, ${input.conversationId}, r.id, 'user', ${input.input}, 'completed',
+             ${input.parts ? storableJson(input.parts as unknown as JsonValue) : null}::jsonb from r returning id
     ),
     -- The first reads of a started run's driver, made before the event log's lock is taken (not while holding it).
     pre as (
@@ -163,6 +164,7 @@ export async function createRun(
     toolCalls: null,
     toolCallId: null,
     status: 'completed',
+    ...(input.parts && { parts: input.parts }),
     size: Number(result.input_size),
   }
   return {

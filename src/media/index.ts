@@ -1,0 +1,1 @@
+export { imageMediaTypes, probeImage, type ImageInfo, type ImageMediaType } from './image-probe.js'
