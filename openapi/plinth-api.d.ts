@@ -545,6 +545,43 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/memories": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Your memories and those of projects you can search, newest first; with `q`, the best matches (hybrid search) */
+        get: operations["listMemories"];
+        put?: never;
+        /** Remember a fact (memory.remember): 201 when new, 200 when it replaced the one with the same namespace and key */
+        post: operations["rememberMemory"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/memories/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A memory you may see */
+        get: operations["getMemory"];
+        put?: never;
+        post?: never;
+        /** Forget a memory (memory.forget): no later search or recall finds it */
+        delete: operations["forgetMemory"];
+        options?: never;
+        head?: never;
+        /** Change a memory’s text or value (memory.remember with its namespace and key) */
+        patch: operations["updateMemory"];
+        trace?: never;
+    };
     "/api/models": {
         parameters: {
             query?: never;
@@ -1512,6 +1549,30 @@ export interface components {
             /** Format: date-time */
             updatedAt: string;
         };
+        /** Memory */
+        Memory: {
+            createdAt: string;
+            id: string;
+            key: string;
+            namespace: string;
+            /** @description Who wrote it; for a user memory, whose it is */
+            ownerId: string;
+            projectId: string | null;
+            scope: "user" | "project";
+            /** @description With `q`: the fused relevance (RRF) */
+            score?: number;
+            text: string;
+            updatedAt: string;
+            /** @description Structured data of the fact (null: none) */
+            value: unknown;
+        };
+        /** MemoryWritePending */
+        MemoryWritePending: {
+            decision: components["schemas"]["Decision"];
+            dispatchId: string;
+            /** @enum {string} */
+            status: "awaiting_decision";
+        };
         /** Message */
         Message: {
             content: string | null;
@@ -1640,6 +1701,8 @@ export interface components {
             id: string;
             /** @description Whether automatic knowledge injection also uses items other members published */
             injectMemberKnowledge: boolean;
+            /** @description Whether runs recall memories into the prompt */
+            memoryRecall: boolean;
             modelParams: components["schemas"]["ModelParams"];
             name: string;
             ownerId: string;
@@ -1852,6 +1915,19 @@ export interface components {
             };
             /** @enum {string} */
             event: "knowledge.injected";
+            /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
+            id: string;
+        } | {
+            data: {
+                memories: {
+                    id: string;
+                    key: string;
+                    scope: "user" | "project";
+                }[];
+                runId: string;
+            };
+            /** @enum {string} */
+            event: "memory.recalled";
             /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
             id: string;
         } | {
@@ -2219,6 +2295,8 @@ export interface components {
                     id: string;
                     /** @description Whether automatic knowledge injection also uses items other members published */
                     injectMemberKnowledge: boolean;
+                    /** @description Whether runs recall memories into the prompt */
+                    memoryRecall: boolean;
                     modelParams: components["schemas"]["ModelParams"];
                     name: string;
                     ownerId: string;
@@ -2250,6 +2328,8 @@ export interface components {
                     id: string;
                     /** @description Whether automatic knowledge injection also uses items other members published */
                     injectMemberKnowledge: boolean;
+                    /** @description Whether runs recall memories into the prompt */
+                    memoryRecall: boolean;
                     modelParams: components["schemas"]["ModelParams"];
                     name: string;
                     ownerId: string;
@@ -2579,6 +2659,19 @@ export interface components {
             };
             /** @enum {string} */
             event: "knowledge.injected";
+            /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
+            id: string;
+        } | {
+            data: {
+                memories: {
+                    id: string;
+                    key: string;
+                    scope: "user" | "project";
+                }[];
+                runId: string;
+            };
+            /** @enum {string} */
+            event: "memory.recalled";
             /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
             id: string;
         } | {
@@ -5184,6 +5277,10 @@ export interface operations {
                         autoInject?: boolean;
                     };
                     maxIterations?: number;
+                    memory?: {
+                        /** @description Put the memories best matching the message into the prompt (default: the project’s memoryRecall, true); false: an isolated run (the memory tools still work) */
+                        recall?: boolean;
+                    };
                     model?: string;
                     modelParams?: components["schemas"]["ModelParams"];
                     /** @description Structured output (docs/guides/agent-runs.md#structured-output) */
@@ -6374,6 +6471,433 @@ export interface operations {
             };
         };
     };
+    listMemories: {
+        parameters: {
+            query?: {
+                cursor?: string;
+                k?: number;
+                limit?: number;
+                namespace?: string;
+                /** @description A ULID */
+                projectId?: string;
+                /** @description Search instead of list: the best matches by words and meaning (no cursor) */
+                q?: string;
+                scope?: "user" | "project";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: components["schemas"]["Memory"][];
+                        nextCursor: string | null;
+                    };
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    rememberMemory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    key?: string;
+                    namespace?: string;
+                    /** @description A ULID */
+                    projectId?: string;
+                    scope?: "user" | "project";
+                    text: string;
+                    value?: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Memory"];
+                };
+            };
+            /** @description Default Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Memory"];
+                };
+            };
+            /** @description Default Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryWritePending"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getMemory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A ULID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Memory"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    forgetMemory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A ULID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryWritePending"];
+                };
+            };
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateMemory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A ULID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    text?: string;
+                    value?: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Memory"];
+                };
+            };
+            /** @description Default Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryWritePending"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     listModels: {
         parameters: {
             query?: never;
@@ -6536,6 +7060,8 @@ export interface operations {
                     description?: string;
                     /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones) */
                     injectMemberKnowledge?: boolean;
+                    /** @description Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it) */
+                    memoryRecall?: boolean;
                     modelParams?: components["schemas"]["ModelParams"];
                     name: string;
                     /** @description How many days its run events, idle conversations, settled dispatches and knowledge drafts are kept; the shorter of these and the server's retention applies; null removes it */
@@ -6767,6 +7293,8 @@ export interface operations {
                     description?: string;
                     /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones) */
                     injectMemberKnowledge?: boolean;
+                    /** @description Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it) */
+                    memoryRecall?: boolean;
                     modelParams?: components["schemas"]["ModelParams"];
                     name?: string;
                     /** @description How many days its run events, idle conversations, settled dispatches and knowledge drafts are kept; the shorter of these and the server's retention applies; null removes it */

@@ -15,6 +15,8 @@ interface Fixture {
   deliveryId: string
   /** A paused schedule of the project's. */
   scheduleId: string
+  /** A memory of the project's (members read and write it). */
+  memoryId: string
 }
 
 interface RouteCase {
@@ -367,6 +369,41 @@ const routes: RouteCase[] = [
     member: 404,
     stranger: 404,
   },
+  { method: 'GET', path: '/api/memories', url: () => '/api/memories', owner: 200, member: 200, stranger: 200 },
+  {
+    method: 'POST',
+    path: '/api/memories',
+    url: () => '/api/memories',
+    body: { text: 'a fact of my own' },
+    owner: 201,
+    member: 201,
+    stranger: 201,
+  },
+  {
+    method: 'GET',
+    path: '/api/memories/{id}',
+    url: (f) => `/api/memories/${f.memoryId}`,
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+  {
+    method: 'PATCH',
+    path: '/api/memories/{id}',
+    url: (f) => `/api/memories/${f.memoryId}`,
+    body: { text: 'changed' },
+    owner: 200,
+    member: 200,
+    stranger: 404,
+  },
+  {
+    method: 'DELETE',
+    path: '/api/memories/{id}',
+    url: (f) => `/api/memories/${f.memoryId}`,
+    owner: 204,
+    member: 204,
+    stranger: 404,
+  },
   {
     method: 'GET',
     path: '/api/projects/{id}/search',
@@ -622,6 +659,10 @@ for (const engine of apiEngines()) {
         token: owner.token,
         body: { every: '1h', enabled: false, target: { kind: 'run', input: 'scheduled' } },
       })
+      const memory = await server.request('POST', '/api/memories', {
+        token: owner.token,
+        body: { projectId: project.body.id, text: 'the project deploys on Thursdays' },
+      })
       await server.exec.workdirs.write(conversation.body.id, 'notes.md', '# Notes')
       await server.exec.workdirs.write(conversation.body.id, 'old.md', '# Old')
       return {
@@ -633,6 +674,7 @@ for (const engine of apiEngines()) {
         webhookId: webhook.body.id,
         deliveryId: deliveries.body.items[0].id,
         scheduleId: schedule.body.id,
+        memoryId: memory.body.id,
       }
     }
 

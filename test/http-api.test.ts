@@ -107,6 +107,7 @@ for (const engine of apiEngines()) {
         modelParams: {},
         tools: null,
         injectMemberKnowledge: false,
+        memoryRecall: true,
         budget: null,
         quota: null,
         retention: null,

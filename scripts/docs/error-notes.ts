@@ -75,6 +75,9 @@ export const errorNotes = {
     "an image in a run's `input` that cannot be used: not PNG, JPEG, WebP or GIF by its bytes, declared as another type than it is, over 5 MiB or 8,192 pixels a side (40 megapixels in all), more than 8 in one message, or a `url` that is not a base64 data URL",
   model_lacks_capability:
     'a run\'s `input` has images but its model (and its fallbacks) does not declare `capabilities: ["vision"]`',
+  memory_too_large:
+    'a memory whose `text` is over 4,000 characters, whose `value` is over 16 KiB as JSON, or whose namespace or key is over 200 characters',
+  too_many_memories: "a new memory in a scope (the user's own, or a project's) that already holds 10,000",
   output_schema_invalid:
     "a run request's `output.schema` that is not a JSON Schema Ajv can compile (or is over 64 KiB); the message says what is wrong",
   too_many_runs:

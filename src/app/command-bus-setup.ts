@@ -8,6 +8,7 @@ import {
   defaultResultMaxBytes,
   registerCliTools,
   registerCoreCommands,
+  registerMemoryCommands,
   registerExecCommands,
 } from '../cmdbus/index.js'
 import { CommandError, type McpServerSpec } from '../extension/index.js'
@@ -115,6 +116,7 @@ export async function setUpCommandBus(
     retriever,
     ...(options.fullModeTtlMs !== undefined && { fullModeTtlMs: options.fullModeTtlMs }),
   })
+  registerMemoryCommands(catalog, { memories: retriever.memories, version })
   const exec = await ExecService.create({
     store,
     settings: execSettings,

@@ -32,6 +32,7 @@ export type {
   Params,
 } from './bus-types.js'
 export { registerCoreCommands, knowledgeHitJson } from './core-commands.js'
+export { registerMemoryCommands, memoryJson } from './memory-commands.js'
 export { DrivenCall, type RunCall } from './driven-call.js'
 export { callAnswer, answerAfterFence, outcomeAnswer, type CallAnswer, type CallRun } from './call-answer.js'
 export { capForModel } from './tool-output.js'

@@ -14,6 +14,7 @@ export {
   type NewTextItem,
   type StagedUpload,
 } from './ingestor.js'
+export { Memories, memoryLimits, type MemoryFilter, type MemoryHit, type MemoryInput } from './memories.js'
 export { KnowledgeService, type ProjectResolver } from './knowledge-service.js'
 export {
   createEmbedder,

@@ -1,4 +1,4 @@
-import type { ProjectAuthzAdapter } from '../extension/index.js'
+import type { ProjectAction, ProjectAuthzAdapter } from '../extension/index.js'
 import {
   getProject,
   liveProjectIdsOwnedBy,
@@ -9,6 +9,7 @@ import {
   type Store,
 } from '../store/index.js'
 import type { Embedder } from './embeddings.js'
+import { Memories } from './memories.js'
 import { queryTokens, snippet, tsqueryStages } from './text.js'
 import { inSpan, setContent } from '../telemetry/index.js'
 
@@ -75,6 +76,8 @@ export class Retriever {
   readonly #embedder: () => Embedder
   readonly #adapter: () => ProjectAuthzAdapter | null
   readonly #minSimilarity: number
+  /** Long-term memory, searched the same way (docs/guides/memory.md). */
+  readonly memories: Memories
 
   constructor(options: {
     store: Store
@@ -87,6 +90,12 @@ export class Retriever {
     const embedder = options.embedder
     this.#embedder = typeof embedder === 'function' ? embedder : () => embedder
     this.#adapter = options.adapter
+    this.memories = new Memories(options.store, this)
+  }
+
+  /** The hybrid relevance floor (config `knowledge.minSimilarity`). */
+  get minSimilarity(): number {
+    return this.#minSimilarity
   }
 
   get embedder(): Embedder {
@@ -108,6 +117,19 @@ export class Retriever {
   }
 
   /** Projects the actor may search: the one named (or a scope error), else all owned and shared ones. */
+  searchableProjects(actorId: string, projectId?: string): Promise<string[]> {
+    return this.#projects(actorId, projectId, true)
+  }
+
+  /** Whether the actor may perform `action` on a live project (its owner, or as the adapter grants). */
+  async mayAccess(actorId: string, projectId: string, action: ProjectAction): Promise<boolean> {
+    const project = await getProject(this.#store, projectId)
+    if (project?.ownerId === actorId) return true
+    const adapter = this.#adapter()
+    if (!project || !adapter) return false
+    return Promise.resolve(adapter.canAccessProject(actorId, projectId, action)).catch(() => false)
+  }
+
   async #projects(actorId: string, projectId: string | undefined, withSharing: boolean): Promise<string[]> {
     const adapter = withSharing ? this.#adapter() : null
     if (projectId !== undefined) {

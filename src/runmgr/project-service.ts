@@ -33,6 +33,7 @@ const profileKeys = [
   'modelParams',
   'tools',
   'injectMemberKnowledge',
+  'memoryRecall',
   'budget',
   'retention',
 ] as const

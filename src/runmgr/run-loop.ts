@@ -112,18 +112,13 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         if (prefetched) window.seed(prefetched.transcript)
       }
       // A later round reads what the last one added in the statement that opens it.
-      const added = run.knowledge === null ? undefined : window.addedRead()
+      const retrieve = needsRetrieval(run)
+      const added = retrieve ? undefined : window.addedRead()
       const read = added ? undefined : prefetched ? window.extend([]) : await window.read()
       // Project knowledge is looked up once, at the start, and kept with the run (resume sees the same).
       const injected =
-        read && run.knowledge === null
-          ? await retrieveKnowledge(
-              { store, retriever: kit.retriever, log },
-              run,
-              read,
-              signal,
-              prefetched?.hasKnowledge,
-            )
+        read && retrieve
+          ? await retrieveKnowledge({ store, retriever: kit.retriever, log }, run, read, signal, prefetched)
           : null
       prefetched = undefined
       const knowledge = (injected ?? run.knowledge) as KnowledgeContext | null
@@ -136,6 +131,14 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       }
       const messageId = newId()
       const events = roundDone ? [runEvent(run, 'run.status', { runId, status: 'running', phase: 'tool_done' })] : []
+      if (injected?.memories && injected.memories.length > 0) {
+        events.push(
+          runEvent(run, 'memory.recalled', {
+            runId,
+            memories: injected.memories.map((memory) => ({ id: memory.id, scope: memory.scope, key: memory.key })),
+          }),
+        )
+      }
       if (injected?.hits && injected.hits.length > 0) {
         events.push(
           runEvent(run, 'knowledge.injected', {
@@ -223,4 +226,14 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
 /** The round waits for humans or the client: the lease is given up until every call is answered. */
 async function requireAction(kit: DriverKit, fence: RunFence): Promise<void> {
   await kit.writer.fenced(fence, (tx) => waitForPerson(tx, fence.runId))
+}
+
+/**
+ * Whether the run's knowledge and memories are yet to be looked up (once, at its start): never done,
+ * or knowledge was turned off at creation and memories are to be recalled.
+ */
+function needsRetrieval(run: Run): boolean {
+  const context = run.knowledge as KnowledgeContext | null
+  if (context === null) return true
+  return context.autoInject === false && context.memories === undefined && run.profile.memoryRecall !== false
 }

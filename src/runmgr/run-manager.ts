@@ -107,6 +107,8 @@ export interface CreateRunInput {
   approvalPolicy?: 'ask' | 'dontAsk'
   /** `autoInject: false` keeps project knowledge out of the prompt (the tool still searches it). */
   knowledge?: { autoInject?: boolean }
+  /** `recall: false` keeps memories out of the prompt (isolated); absent: the project's switch. */
+  memory?: { recall?: boolean }
   /** Override the project's (and the model's configured) parameters for this run. */
   modelParams?: ModelParams
   /** The most this run may spend, over the server's default run budget (docs/guides/operating.md#budgets). */
@@ -287,6 +289,7 @@ export class RunManager {
       tools: project?.tools ?? null,
       ...(project && { injectFrom: { projectOwnerId: project.ownerId, members: project.injectMemberKnowledge } }),
       ...(input.output && { output: outputSpec(input.output) }),
+      ...((input.memory?.recall ?? project?.memoryRecall ?? true) === false && { memoryRecall: false as const }),
     }
     const clientTools = resolveClientTools(input.clientTools)
     // A client tool must not take the name of a command tool: the model would call one thinking it the other.

@@ -2,14 +2,18 @@ import type { CommandBus } from '../cmdbus/index.js'
 import type { PluginLogger } from '../extension/index.js'
 import type { LanguageModel, ModelMessage } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
-import { hasKnowledge, type Executor, type Run, type TranscriptMessage } from '../store/index.js'
+import { hasKnowledge, hasMemories, type Executor, type Run, type TranscriptMessage } from '../store/index.js'
 import { buildModelMessages, trimToBudget } from './history.js'
 import {
   knowledgeBlock,
   knowledgeRule,
   mayInject,
+  memoryBlock,
+  memoryRule,
   selectForInjection,
+  selectMemories,
   type KnowledgeContext,
+  type RecalledMemory,
 } from './knowledge-context.js'
 
 const baseSystemPrompt =
@@ -41,16 +45,21 @@ export function buildPrompt(
       : undefined,
     model.supportsTools ? undefined : noToolsPrompt,
     knowledge?.hits && knowledge.hits.length > 0 ? knowledgeRule : undefined,
+    knowledge?.memories && knowledge.memories.length > 0 ? memoryRule : undefined,
   ]
     .filter(Boolean)
     .join('\n\n')
-  const passages = knowledge?.hits && knowledge.hits.length > 0 ? knowledgeBlock(knowledge.hits) : null
-  const budget = Math.floor(model.contextWindow * 0.7) - Math.ceil((system.length + (passages?.length ?? 0)) / 4)
+  const blocks = [
+    knowledge?.memories && knowledge.memories.length > 0 ? memoryBlock(knowledge.memories) : null,
+    knowledge?.hits && knowledge.hits.length > 0 ? knowledgeBlock(knowledge.hits) : null,
+  ].filter((block): block is string => block !== null)
+  const extra = blocks.reduce((sum, block) => sum + block.length, 0)
+  const budget = Math.floor(model.contextWindow * 0.7) - Math.ceil((system.length + extra) / 4)
   const history = trimToBudget(buildModelMessages(transcript), budget)
-  if (passages) {
+  if (blocks.length > 0) {
     // Just before the user's message they were retrieved for (the last user message).
     const at = history.findLastIndex((message) => message.role === 'user')
-    history.splice(at < 0 ? 0 : at, 0, { role: 'user', content: passages })
+    history.splice(at < 0 ? 0 : at, 0, ...blocks.map((content) => ({ role: 'user' as const, content })))
   }
   return [
     { role: 'system', content: system },
@@ -59,26 +68,70 @@ export function buildPrompt(
   ]
 }
 
-/** The top knowledge hits for the run's user message, or `{hits: []}` when there are none (or retrieval failed). */
+/**
+ * What the run's user message brings into the prompt: the top knowledge hits (unless `autoInject` is
+ * off) and, unless recall is off, the memories best matching it. Retrieval that fails is logged and
+ * left out: the run goes on without it.
+ */
 export async function retrieveKnowledge(
   deps: { store: Executor; retriever?: Retriever; log: PluginLogger },
   run: Run,
   transcript: readonly TranscriptMessage[],
   signal: AbortSignal,
-  known?: boolean,
+  known?: { hasKnowledge: boolean; hasMemories: boolean },
 ): Promise<KnowledgeContext> {
   const input = transcript.findLast((message) => message.role === 'user')?.content
-  if (!deps.retriever || !input) return { hits: [] }
+  const inject = (run.knowledge as KnowledgeContext | null)?.autoInject !== false
+  const recall = run.profile.memoryRecall !== false
+  const context: KnowledgeContext = inject ? { hits: [] } : { autoInject: false }
+  if (recall) context.memories = []
+  if (!deps.retriever || !input) return context
+  const retriever = deps.retriever
+  const [hits, memories] = await Promise.all([
+    inject ? knowledgeHits(deps, retriever, run, input, signal, known?.hasKnowledge) : undefined,
+    recall ? recalled(deps, retriever, run, input, signal, known?.hasMemories) : undefined,
+  ])
+  if (hits) context.hits = hits
+  if (memories) context.memories = memories
+  return context
+}
+
+async function knowledgeHits(
+  deps: { store: Executor; log: PluginLogger },
+  retriever: Retriever,
+  run: Run,
+  input: string,
+  signal: AbortSignal,
+  known: boolean | undefined,
+): Promise<KnowledgeContext['hits']> {
   try {
     // One cheap look instead of a full hybrid search (several queries) in a project with no knowledge.
-    if (!(known ?? (await hasKnowledge(deps.store, run.projectId)))) return { hits: [] }
-    const hits = await deps.retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
-    return { hits: selectForInjection(hits.filter((hit) => mayInject(hit, run.ownerId, run.profile.injectFrom))) }
+    if (!(known ?? (await hasKnowledge(deps.store, run.projectId)))) return []
+    const hits = await retriever.retrieveShared(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
+    return selectForInjection(hits.filter((hit) => mayInject(hit, run.ownerId, run.profile.injectFrom)))
   } catch (error) {
     deps.log.warn('knowledge retrieval for the prompt failed; the run goes on without it', {
       runId: run.id,
       err: error,
     })
-    return { hits: [] }
+    return []
+  }
+}
+
+async function recalled(
+  deps: { store: Executor; log: PluginLogger },
+  retriever: Retriever,
+  run: Run,
+  input: string,
+  signal: AbortSignal,
+  known: boolean | undefined,
+): Promise<RecalledMemory[]> {
+  try {
+    if (!(known ?? (await hasMemories(deps.store, run.ownerId, run.projectId)))) return []
+    const hits = await retriever.memories.recall(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
+    return selectMemories(hits)
+  } catch (error) {
+    deps.log.warn('memory recall for the prompt failed; the run goes on without it', { runId: run.id, err: error })
+    return []
   }
 }

@@ -49,6 +49,7 @@ import { registerConversationRoutes } from './routes/conversation-routes.js'
 import { registerHealthRoutes } from './routes/health-routes.js'
 import { registerFileRoutes } from './routes/file-routes.js'
 import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
+import { registerMemoryRoutes } from './routes/memory-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
 import { registerWebhookRoutes } from './routes/webhook-routes.js'
@@ -423,6 +424,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerUiStreamRoutes(api, deps)
       registerAgUiRoutes(api, deps)
       registerKnowledgeRoutes(api, deps)
+      registerMemoryRoutes(api, deps)
       registerFileRoutes(api, deps)
       registerMcpConnectionRoutes(api, deps)
     },

@@ -115,6 +115,26 @@ const runEvents: TSchema[] = [
     'Project knowledge put into the prompt at the start of the run',
   ),
   frame(
+    'memory.recalled',
+    Type.Object(
+      {
+        runId: Type.String(),
+        memories: Type.Array(
+          Type.Object(
+            {
+              id: Type.String(),
+              scope: Type.Union([Type.Literal('user'), Type.Literal('project')]),
+              key: Type.String(),
+            },
+            closed,
+          ),
+        ),
+      },
+      closed,
+    ),
+    'Memories (the user’s and the project’s) put into the prompt at the start of the run',
+  ),
+  frame(
     'tool_call.created',
     Type.Object(
       {

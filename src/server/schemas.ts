@@ -149,6 +149,12 @@ const profileFields = {
         'Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones)',
     }),
   ),
+  memoryRecall: Type.Optional(
+    Type.Boolean({
+      description:
+        'Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it)',
+    }),
+  ),
   budget: Type.Optional(
     Type.Union([ProjectBudget, Type.Null()], {
       description: 'What runs here may spend per day and month, and their default run budget; null removes it',
@@ -181,6 +187,7 @@ export const Project = Type.Object(
     injectMemberKnowledge: Type.Boolean({
       description: 'Whether automatic knowledge injection also uses items other members published',
     }),
+    memoryRecall: Type.Boolean({ description: 'Whether runs recall memories into the prompt' }),
     budget: Type.Union([ProjectBudget, Type.Null()]),
     retention: Type.Union([ProjectRetention, Type.Null()], {
       description: "Its own retention periods (null: the server's)",

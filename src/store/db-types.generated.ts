@@ -215,6 +215,21 @@ export interface McpSessions {
   user_id: string
 }
 
+export interface Memories {
+  created_at: Generated<Timestamp>
+  embedding: string
+  id: string
+  key: string
+  namespace: string
+  owner_id: string
+  project_id: string | null
+  scope: string
+  search: string
+  text: string
+  updated_at: Generated<Timestamp>
+  value: JsonColumn | null
+}
+
 export interface Messages {
   content: string | null
   conversation_id: string
@@ -264,6 +279,7 @@ export interface Projects {
   description: Generated<string>
   id: string
   inject_member_knowledge: Generated<boolean>
+  memory_recall: Generated<boolean>
   model_params: Generated<JsonColumn>
   name: string
   owner_id: string
@@ -466,6 +482,7 @@ export interface DB {
   mcp_connections: McpConnections
   mcp_elicitations: McpElicitations
   mcp_sessions: McpSessions
+  memories: Memories
   messages: Messages
   model_calls: ModelCalls
   plinth_migrations: PlinthMigrations

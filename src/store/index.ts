@@ -235,6 +235,21 @@ export {
   type ChunkScope,
   type ChunkHit,
 } from './knowledge-repository.js'
+export {
+  upsertMemory,
+  updateMemory,
+  getMemory,
+  findMemoryByKey,
+  deleteMemory,
+  countMemories,
+  listMemories,
+  searchMemoriesFullText,
+  searchMemoriesVector,
+  hasMemories,
+  type Memory,
+  type MemoryWrite,
+  type MemoryScope,
+} from './memory-repository.js'
 export { getSetting, setSetting } from './settings-repository.js'
 export { storableText, storableJsonText } from './storable.js'
 export { recordWorkUsage, adjustWorkUsage, workUsageOf, type WorkUsage } from './work-usage-repository.js'

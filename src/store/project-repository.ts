@@ -27,6 +27,8 @@ export interface AgentProfile {
   tools: string[] | null
   /** Automatic knowledge injection also uses items members other than the owner published. */
   injectMemberKnowledge: boolean
+  /** Runs recall the user's and the project's memories into the prompt (a run may turn it off or on). */
+  memoryRecall: boolean
 }
 
 export interface Project extends AgentProfile {
@@ -71,6 +73,7 @@ export async function createProject(tx: Executor, ownerId: string, input: Projec
       model_params: storableJson(input.modelParams ?? {}),
       tools: input.tools ? storableJson(input.tools) : null,
       inject_member_knowledge: input.injectMemberKnowledge ?? false,
+      memory_recall: input.memoryRecall ?? true,
     })
     .returningAll()
     .executeTakeFirstOrThrow()
@@ -146,6 +149,7 @@ export async function updateProject(tx: Executor, project: Project, patch: Parti
       ...(patch.modelParams !== undefined && { model_params: storableJson(patch.modelParams) }),
       ...(patch.tools !== undefined && { tools: patch.tools === null ? null : storableJson(patch.tools) }),
       ...(patch.injectMemberKnowledge !== undefined && { inject_member_knowledge: patch.injectMemberKnowledge }),
+      ...(patch.memoryRecall !== undefined && { memory_recall: patch.memoryRecall }),
       updated_at: new Date(),
     })
     .where('id', '=', project.id)
@@ -191,6 +195,7 @@ export function toProject(row: {
   model_params: unknown
   tools: unknown
   inject_member_knowledge?: boolean
+  memory_recall?: boolean
   budget?: unknown
   retention?: unknown
   quota?: unknown
@@ -210,6 +215,7 @@ export function toProject(row: {
     modelParams: (row.model_params && typeof row.model_params === 'object' ? row.model_params : {}) as ModelParams,
     tools: Array.isArray(row.tools) ? row.tools.filter((name): name is string => typeof name === 'string') : null,
     injectMemberKnowledge: row.inject_member_knowledge === true,
+    memoryRecall: row.memory_recall !== false,
     budget: projectBudget(row.budget ?? null),
     retention: projectRetention(row.retention ?? null),
     quota: projectQuota(row.quota ?? null),

@@ -59,6 +59,8 @@ export interface RunProfile {
   injectFrom?: { projectOwnerId: string; members: boolean }
   /** The schema its final answer must follow (the request's `output`). */
   output?: OutputSpec
+  /** `false`: no memories are recalled into its prompt (the run's or the project's switch). */
+  memoryRecall?: false
 }
 
 /** A run request's `output` (docs/guides/agent-runs.md#structured-output). */
@@ -514,6 +516,7 @@ function toProfile(value: JsonValue | null): RunProfile {
         injectFrom: { projectOwnerId: from.projectOwnerId, members: from.members === true },
       }),
     ...(profile.output && typeof profile.output.schema === 'object' && { output: profile.output }),
+    ...(profile.memoryRecall === false && { memoryRecall: false as const }),
   }
 }
 /**

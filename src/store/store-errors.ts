@@ -71,6 +71,8 @@ export type RequestErrorCode =
   | 'run_not_waiting'
   | 'output_schema_invalid'
   | 'model_lacks_capability'
+  | 'memory_too_large'
+  | 'too_many_memories'
   | 'invalid_webhook_url'
   | 'webhook_url_not_allowed'
   | 'too_many_webhooks'

@@ -66,6 +66,19 @@ const RunCreate = Type.Object(
         { additionalProperties: false },
       ),
     ),
+    memory: Type.Optional(
+      Type.Object(
+        {
+          recall: Type.Optional(
+            Type.Boolean({
+              description:
+                'Put the memories best matching the message into the prompt (default: the project’s memoryRecall, true); false: an isolated run (the memory tools still work)',
+            }),
+          ),
+        },
+        { additionalProperties: false },
+      ),
+    ),
     modelParams: Type.Optional(ModelParams),
     budget: Type.Optional(RunBudget),
     output: Type.Optional(

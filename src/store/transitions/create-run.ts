@@ -4,6 +4,7 @@ import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventReco
 import { kysely, type Executor } from '../executor.js'
 import { newId } from '../ids.js'
 import { hasKnowledgeRead } from '../knowledge-repository.js'
+import { hasMemoriesRead } from '../memory-repository.js'
 import { noUsage, runFromJson, runStartEvents, toRun, type NewRun, type Run, type RunRow } from '../run-repository.js'
 import type { RunCreatedStatus } from '../run-states.js'
 import { storableJson } from '../storable.js'
@@ -23,6 +24,8 @@ export interface Prefetched {
   transcript: TranscriptRow[]
   /** Whether the project has knowledge to retrieve. */
   hasKnowledge: boolean
+  /** Whether the run's user or its project has memories to recall. */
+  hasMemories: boolean
 }
 
 export interface CreateRunOptions {
@@ -109,6 +112,7 @@ export async function createRun(
     events: Array<{ [key: string]: JsonValue }> | null
     transcript?: unknown
     has_knowledge?: boolean | null
+    has_memories?: boolean | null
     input_size?: number | string | null
   }>`
     with a as (
@@ -137,7 +141,8 @@ export async function createRun(
     -- The first reads of a started run's driver, made before the event log's lock is taken (not while holding it).
     pre as (
       select ${prefetch ? sql`(${transcriptTailRead(input.conversationId, prefetch.maxChars, prefetch.maxRows)})` : sql`null::json`} as transcript,
-             ${prefetch ? hasKnowledgeRead(input.projectId) : sql`null::boolean`} as has_knowledge, length(${input.input}::text) + 64 as input_size
+             ${prefetch ? hasKnowledgeRead(input.projectId) : sql`null::boolean`} as has_knowledge,
+             ${prefetch ? hasMemoriesRead(input.ownerId, input.projectId) : sql`null::boolean`} as has_memories, length(${input.input}::text) + 64 as input_size
       from s where s.starts
     ),
     lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r where (select count(*) from m) >= 0 and (select count(*) from pre) >= 0),
@@ -149,7 +154,8 @@ export async function createRun(
       returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified
     )${outboxAfter([...startedEvents, ...queuedEvents])}
     select (select status from r) as status, a.active, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events,
-           (select transcript from pre) as transcript, (select has_knowledge from pre) as has_knowledge, (select input_size from pre) as input_size
+           (select transcript from pre) as transcript, (select has_knowledge from pre) as has_knowledge,
+           (select has_memories from pre) as has_memories, (select input_size from pre) as input_size
     from a`.execute(kysely(db))
   const result = rows[0]!
   if (result.status === null) return { active: runFromJson(result.active!), events: [] }
@@ -173,6 +179,7 @@ export async function createRun(
     prefetched: {
       transcript: [...transcriptRowsFromJson(result.transcript), message],
       hasKnowledge: result.has_knowledge === true,
+      hasMemories: result.has_memories === true,
     },
   }
 }
