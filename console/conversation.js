@@ -151,6 +151,7 @@ export async function renderConversation(main, conversationId, context) {
   // The transcript, without the active run's messages: its stream replays them from its start.
   const messages = await loadTranscript(api, conversationId)
   view.transcript(messages.filter((message) => !conversation.activeRunId || message.runId !== conversation.activeRunId))
+  await view.loadCompactions()
   if (conversation.activeRunId) watch(conversation.activeRunId)
   else {
     // Reopened after the fact: a last run that did not complete says how it ended, and why.
@@ -230,6 +231,30 @@ class ChatView {
       }
     }
     this.scroll()
+  }
+
+  /** The conversation's compactions, each shown where the messages it summarises end. */
+  async loadCompactions() {
+    const page = await this.api
+      .get(`/api/conversations/${this.conversationId}/compactions${query({ limit: 200 })}`)
+      .catch(() => ({ items: [] }))
+    for (const item of page.items) this.compaction(item)
+  }
+
+  compaction(item) {
+    if (this.log.querySelector(`[data-compaction-id="${item.id}"]`)) return
+    const el = h(
+      'details.compaction',
+      { dataset: { compactionId: item.id } },
+      h('summary', `Compacted: the ${item.messageCount} messages above are summarised for the model (${item.model})`),
+      h('div.text', item.summary),
+    )
+    // Before the first message after the range (ids sort by time), else at the end.
+    const next = [...this.log.querySelectorAll('[data-message-id]')].find(
+      (candidate) => candidate.dataset.messageId > item.throughMessageId,
+    )
+    if (next) this.log.insertBefore(el, next)
+    else this.log.append(el)
   }
 
   message(id, role) {
@@ -380,6 +405,17 @@ class ChatView {
         if (call && data.outcome === 'approved') call.setStatus('running')
         break
       }
+      case 'conversation.compacted':
+        void this.loadCompactions()
+        break
+      case 'memory.recalled':
+        this.log.append(
+          h(
+            'div.note',
+            `Recalled ${data.memories.length} remembered fact(s): ${data.memories.map((memory) => memory.key).join(', ')}`,
+          ),
+        )
+        break
       case 'knowledge.injected':
         this.log.append(h('div.note', `Using project knowledge: ${data.items.map((item) => item.title).join(', ')}`))
         break

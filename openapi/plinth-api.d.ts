@@ -282,6 +282,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/conversations/{id}/compact": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Summarise every turn but the last into a compaction that later prompts send instead of them (the messages stay) */
+        post: operations["compactConversation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/conversations/{id}/compactions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A conversation's compactions, oldest first (the newest is the one prompts use) */
+        get: operations["listCompactions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/conversations/{id}/events": {
         parameters: {
             query?: never;
@@ -1438,6 +1472,23 @@ export interface components {
             } | null;
             title: string;
         };
+        /** Compaction */
+        Compaction: {
+            /** @description The range it stands for starts after this message (null: at the start) */
+            afterMessageId: string | null;
+            conversationId: string;
+            createdAt: string;
+            id: string;
+            /** @description How many messages the range holds */
+            messageCount: number;
+            /** @description The model that wrote the summary */
+            model: string;
+            /** @description The run whose start compacted (null: forced over HTTP) */
+            runId: string | null;
+            summary: string;
+            /** @description …and ends with this one */
+            throughMessageId: string;
+        };
         /** Conversation */
         Conversation: {
             /** @description The run that is queued, running or waiting for action in this conversation, if any. */
@@ -1980,6 +2031,17 @@ export interface components {
             id: string;
         } | {
             data: {
+                error: {
+                    message: string;
+                };
+                runId: string;
+            };
+            /** @enum {string} */
+            event: "compaction.failed";
+            /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
+            id: string;
+        } | {
+            data: {
                 /** @description Answers that failed so far */
                 attempt: number;
                 errors: string[];
@@ -2406,6 +2468,20 @@ export interface components {
             id: string;
         } | {
             data: {
+                afterMessageId: string | null;
+                compactionId: string;
+                conversationId: string;
+                messageCount: number;
+                model: string;
+                runId: string | null;
+                throughMessageId: string;
+            };
+            /** @enum {string} */
+            event: "conversation.compacted";
+            /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
+            id: string;
+        } | {
+            data: {
                 item: {
                     byteSize: number;
                     chunkCount: number;
@@ -2720,6 +2796,17 @@ export interface components {
             };
             /** @enum {string} */
             event: "tool_call.completed";
+            /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
+            id: string;
+        } | {
+            data: {
+                error: {
+                    message: string;
+                };
+                runId: string;
+            };
+            /** @enum {string} */
+            event: "compaction.failed";
             /** @description The event id: send it back as Last-Event-ID (or ?after=) to resume after it */
             id: string;
         } | {
@@ -4594,6 +4681,173 @@ export interface operations {
             };
             /** @description Default Response */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    compactConversation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A ULID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description The model whose window decides the cut (default: the project’s, else the server’s default) */
+                    model?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Compaction"];
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listCompactions: {
+        parameters: {
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description A ULID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        items: components["schemas"]["Compaction"][];
+                        nextCursor: string | null;
+                    };
+                };
+            };
+            /** @description Default Response */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -369,6 +369,22 @@ const routes: RouteCase[] = [
     member: 404,
     stranger: 404,
   },
+  {
+    method: 'POST',
+    path: '/api/conversations/{id}/compact',
+    url: (f) => `/api/conversations/${f.conversationId}/compact`,
+    owner: 409,
+    member: 404,
+    stranger: 404,
+  },
+  {
+    method: 'GET',
+    path: '/api/conversations/{id}/compactions',
+    url: (f) => `/api/conversations/${f.conversationId}/compactions`,
+    owner: 200,
+    member: 404,
+    stranger: 404,
+  },
   { method: 'GET', path: '/api/memories', url: () => '/api/memories', owner: 200, member: 200, stranger: 200 },
   {
     method: 'POST',

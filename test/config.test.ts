@@ -238,6 +238,23 @@ describe('loadConfig', () => {
     )
   })
 
+  it('reads compaction settings; refuses an unknown summary model and keepRecent not under threshold', async () => {
+    const model = { id: 'a', provider: 'scripted', script: 'hello' }
+    const ok = await workdir({ models: [model], compaction: { model: 'a', threshold: 0.6 } })
+    expect(loadConfig({ PLINTH_COMPACTION_ENABLED: 'false' }, ok).compaction).toEqual({
+      model: 'a',
+      threshold: 0.6,
+      enabled: false,
+    })
+    const bad = await workdir({ models: [model], compaction: { model: 'nowhere', threshold: 0.3, keepRecent: 0.5 } })
+    expect(problemsOf({}, bad)).toEqual(
+      expect.arrayContaining([
+        'compaction.model: no model "nowhere" in models[]',
+        expect.stringMatching(/^compaction\.keepRecent: must be less than compaction\.threshold/),
+      ]),
+    )
+  })
+
   it('treats an empty environment variable as unset', async () => {
     const cwd = await workdir({ port: 9001 })
     expect(loadConfig({ PORT: '', PLINTH_PLUGINS: '' }, cwd)).toMatchObject({ port: 9001, plugins: [] })

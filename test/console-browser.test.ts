@@ -346,6 +346,31 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.close()
   })
 
+  it('shows a compaction where the messages it summarises end, with its summary', async () => {
+    const projectId = await project('Compacted', 'chinese')
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    const id = conversation.body.id as string
+    for (const input of ['first question', 'second question'])
+      expect(
+        (await http(server.url, 'POST', `/api/conversations/${id}/runs?wait=true`, { token, body: { input } })).status,
+      ).toBe(201)
+    const compacted = await http(server.url, 'POST', `/api/conversations/${id}/compact`, { token, body: {} })
+    expect([compacted.status, compacted.body.messageCount]).toEqual([201, 2])
+    const page = await newPage()
+    await signIn(page, `#/conversations/${id}`)
+    const item = page.locator('details.compaction')
+    await item.waitFor()
+    const order = await page.evaluate(
+      "[...document.querySelectorAll('.msg.user, details.compaction')].map((el) => el.matches('details.compaction') ? 'compaction' : el.textContent.includes('second') ? 'second' : 'first')",
+    )
+    expect(order).toEqual(['first', 'compaction', 'second'])
+    await expect(item.locator('summary').textContent()).resolves.toMatch(/2 messages above are summarised/)
+    await item.locator('summary').click()
+    await expect(item.locator('.text').textContent()).resolves.toBe(compacted.body.summary)
+    await shot(page, '17-compaction')
+    await page.close()
+  })
+
   it('edits a decision’s arguments in its card, or answers in its place', async () => {
     const projectId = await project('Edited in the card', 'decide')
     const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })

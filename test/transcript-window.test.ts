@@ -20,7 +20,8 @@ for (const engine of testEngines()) {
 
     beforeAll(async () => {
       store = await openTestStore(engine)
-      server = await startTestServer(store, { models: [model] })
+      // The window's own mechanics: no compaction (test/compaction.test.ts covers it).
+      server = await startTestServer(store, { models: [model], compaction: { enabled: false } })
       alice = await server.createUser()
       const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'long' } }))
         .body.id

@@ -66,6 +66,20 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       'what a new run over one of these quotas gets: `refuse` (429 `too_many_runs` with `Retry-After`) or `queue` (201 `status: queued` with `queue: {reason: "quota", position}`, started oldest first as room frees, on whichever instance; see [Run quotas](../guides/operating.md#run-quotas))',
   },
+  'compaction.enabled': {
+    meaning:
+      "compact long conversations automatically at a run's start (forcing it with `POST /api/conversations/:id/compact` works either way; see [Context compaction](../guides/agent-runs.md#context-compaction))",
+  },
+  'compaction.threshold': {
+    meaning:
+      "the share of the model's context window the uncompacted transcript may take before a run's start compacts it (tokens estimated at 4 characters)",
+  },
+  'compaction.keepRecent': {
+    meaning:
+      'the share of the context window the newest messages, kept as they are, may take (the cut moves to the start of a user turn); must be less than `threshold`',
+  },
+  'compaction.model': { meaning: "the model that writes summaries (unset: the run's own model)" },
+  'compaction.prompt': { meaning: 'the summariser’s instructions (unset: the built-in prompt)' },
   'retention.runEventsDays': {
     meaning:
       "days after a run ends that its events (the streams' replay) are kept; then a sweeper deletes them in batches — the run, its messages, tool calls, usage and audit entries stay (unset: kept for ever; see [Retention](../guides/operating.md#retention))",

@@ -75,6 +75,10 @@ export const errorNotes = {
     "an image in a run's `input` that cannot be used: not PNG, JPEG, WebP or GIF by its bytes, declared as another type than it is, over 5 MiB or 8,192 pixels a side (40 megapixels in all), more than 8 in one message, or a `url` that is not a base64 data URL",
   model_lacks_capability:
     'a run\'s `input` has images but its model (and its fallbacks) does not declare `capabilities: ["vision"]`',
+  nothing_to_compact:
+    '`POST /api/conversations/:id/compact` on a conversation with no turn before its last (or none after its last compaction)',
+  compaction_failed:
+    '`POST /api/conversations/:id/compact` whose summary call failed upstream (nothing changed); a run whose automatic compaction fails goes on and reports `compaction.failed` instead',
   memory_too_large:
     'a memory whose `text` is over 4,000 characters, whose `value` is over 16 KiB as JSON, or whose namespace or key is over 200 characters',
   too_many_memories: "a new memory in a scope (the user's own, or a project's) that already holds 10,000",

@@ -127,6 +127,17 @@ export const fileSchema = {
         maxQueuedRunsPerUser: { type: 'integer', minimum: 1, maximum: 100_000 },
       },
     },
+    compaction: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        enabled: { type: 'boolean' },
+        threshold: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+        keepRecent: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+        model: { type: 'string', minLength: 1, maxLength: 200 },
+        prompt: { type: 'string', minLength: 1, maxLength: 20_000 },
+      },
+    },
     retention: {
       type: 'object',
       additionalProperties: false,

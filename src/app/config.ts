@@ -2,7 +2,12 @@ import { existsSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import { fallbackProblems, type ModelSettings } from '../llm/index.js'
-import type { RetentionSettings, RunQuota } from '../runmgr/index.js'
+import {
+  defaultCompactionSettings,
+  type CompactionSettings,
+  type RetentionSettings,
+  type RunQuota,
+} from '../runmgr/index.js'
 import type { ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
 import type { McpServerConfig } from '../mcp/index.js'
@@ -44,6 +49,8 @@ export interface PlinthConfig {
   /** Limits on starting runs beyond `maxActiveRunsPerUser`, counted in the database (docs/guides/operating.md#run-quotas). */
   runQuota: RunQuota
   retention: RetentionSettings
+  /** Context compaction of long conversations (docs/guides/agent-runs.md#context-compaction). */
+  compaction: Partial<CompactionSettings>
   /** Whether this instance fires due schedules, and how often it looks (docs/guides/schedules.md). */
   schedules: { enabled: boolean; tickMs: number }
   /**
@@ -159,6 +166,7 @@ const defaults: PlinthConfig = {
   runBudget: {},
   runQuota: {},
   retention: {},
+  compaction: {},
   schedules: { enabled: true, tickMs: 1000 },
   exec: {},
   logLevel: 'info',
@@ -270,6 +278,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     }
   })
   problems.push(...fallbackProblems(models))
+  const compaction = merged.compaction as { model?: unknown; threshold?: unknown; keepRecent?: unknown } | undefined
+  if (typeof compaction?.model === 'string' && !models.some((model) => model?.id === compaction.model))
+    problems.push(`compaction.model: no model ${JSON.stringify(compaction.model)} in models[]`)
+  const threshold =
+    typeof compaction?.threshold === 'number' ? compaction.threshold : defaultCompactionSettings.threshold
+  const keep = typeof compaction?.keepRecent === 'number' ? compaction.keepRecent : defaultCompactionSettings.keepRecent
+  if (keep >= threshold)
+    problems.push('compaction.keepRecent: must be less than compaction.threshold (or every run would compact again)')
   problems.push(...mcpServerProblems(merged.mcpServers))
   const embeddings = merged.embeddings as
     { provider?: unknown; model?: unknown; baseUrl?: unknown; dimensions?: unknown } | undefined

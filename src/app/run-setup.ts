@@ -17,7 +17,13 @@ import {
   type ProviderFactory,
 } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
-import { RunManager, type RetentionSettings, type RunObserver, type RunQuota } from '../runmgr/index.js'
+import {
+  RunManager,
+  type CompactionSettings,
+  type RetentionSettings,
+  type RunObserver,
+  type RunQuota,
+} from '../runmgr/index.js'
 import type { RunBudget, Store } from '../store/index.js'
 
 function requireBaseUrl(settings: ModelSettings): string {
@@ -92,6 +98,7 @@ export async function setUpRuns(
     retriever?: Retriever
     runBudget?: RunBudget
     retention?: RetentionSettings
+    compaction?: Partial<CompactionSettings>
     auditKey?: string
     discardWorkDir?: (conversationId: string) => Promise<void>
     readFile?: (conversationId: string, path: string) => Promise<Buffer>
@@ -144,6 +151,7 @@ export async function setUpRuns(
     ...(options.retriever && { retriever: options.retriever }),
     ...(options.runBudget && { runBudget: options.runBudget }),
     ...(options.retention && { retention: options.retention }),
+    ...(options.compaction && { compaction: options.compaction }),
     ...(options.auditKey && { auditKey: options.auditKey }),
     ...(options.discardWorkDir && { discardWorkDir: options.discardWorkDir }),
     ...(options.readFile && { readFile: options.readFile }),

@@ -111,6 +111,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       retriever,
       runBudget: config.runBudget,
       retention: config.retention,
+      compaction: config.compaction,
       ...(config.secretKey && { auditKey: config.secretKey }),
       discardWorkDir: (conversationId) => setup.exec.workdirs.discard(conversationId),
       readFile: async (conversationId, path) =>

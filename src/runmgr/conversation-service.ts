@@ -17,6 +17,8 @@ import {
   type Project,
   type Store,
   type User,
+  listCompactions,
+  type Compaction,
 } from '../store/index.js'
 import type { ProjectService } from './project-service.js'
 
@@ -122,6 +124,12 @@ export class ConversationService {
   async messages(user: User, conversationId: string, page: PageRequest): Promise<Page<Message>> {
     const conversation = await this.resolve(user, conversationId)
     return listMessages(this.#store, conversation.id, page)
+  }
+
+  /** A conversation's compactions, oldest first (docs/guides/agent-runs.md#context-compaction). */
+  async compactions(user: User, conversationId: string, page: PageRequest): Promise<Page<Compaction>> {
+    const conversation = await this.resolve(user, conversationId)
+    return listCompactions(this.#store, conversation.id, page)
   }
 
   async withActiveRuns(conversations: readonly Conversation[]): Promise<ConversationWithRun[]> {

@@ -3,6 +3,7 @@ import type { PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import type { Store } from '../store/index.js'
+import type { Compactor } from './compaction.js'
 import type { LeaseClock } from './leases.js'
 import type { ModelSlots } from './model-slots.js'
 import type { PeriodBudgets } from './period-budgets.js'
@@ -31,4 +32,6 @@ export interface DriverKit {
   writer: RunWriter
   /** Reads a file of a conversation (the images of its messages). */
   readFile: ((conversationId: string, path: string) => Promise<Buffer>) | undefined
+  /** Summarises a long conversation's oldest turns at a run's start. */
+  compactor: Compactor
 }

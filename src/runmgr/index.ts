@@ -3,6 +3,12 @@ export { RunManager, type RunManagerOptions, type CreateRunInput, type RunObserv
 export { RunRequestError } from './run-errors.js'
 export { type RunQuota } from './run-quotas.js'
 export { type RetentionReport, type RetentionSettings } from './retention-sweeper.js'
+export {
+  defaultCompactionSettings,
+  defaultCompactionPrompt,
+  CompactionError,
+  type CompactionSettings,
+} from './compaction.js'
 export { buildModelMessages, trimToBudget, estimateTokens } from './history.js'
 export { resolveClientTools, proposeCommandTool } from './client-tools.js'
 export { ProjectService, type ProjectServiceDeps } from './project-service.js'

@@ -14,7 +14,9 @@ export class RunRequestError extends RequestError {
       | 'run_not_resumable'
       | 'run_not_waiting'
       | 'output_schema_invalid'
-      | 'model_lacks_capability',
+      | 'model_lacks_capability'
+      | 'nothing_to_compact'
+      | 'compaction_failed',
     message: string,
     more?: { extensions?: Record<string, unknown>; retryAfter?: number },
   ) {

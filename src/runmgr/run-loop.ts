@@ -7,6 +7,7 @@ import {
   renewLease,
   runEvent,
   getRun,
+  latestCompaction,
   transcriptRowsFromJson,
   waitForPerson,
   type Run,
@@ -15,6 +16,7 @@ import {
 } from '../store/index.js'
 import { annotateSpan } from '../telemetry/index.js'
 import { budgetStop } from './budget.js'
+import { summaryBlock } from './compaction.js'
 import { runCalls } from './call-executor.js'
 import { attachImages, estimateTokens } from './history.js'
 import { abortDriver, type Driver } from './driver.js'
@@ -57,6 +59,9 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   // The run as this driver last wrote it: its only writer need not read it back (a change made
   // elsewhere — a cancel, a takeover — makes the next fenced write fail).
   let window: TranscriptWindow | undefined
+  // The newest compaction's summary, sent before the window (loaded when the window is).
+  let summary: string | undefined
+  let windowFresh = false
   // Read with the run's start (a run started in an idle conversation): the first round need not.
   let prefetched = driver.prefetched
   let known: Run | undefined = driver.initial?.leaseOwner === fence.owner ? driver.initial : undefined
@@ -110,11 +115,25 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       if (!window) {
         window = new TranscriptWindow(store, run.conversationId, transcriptBudget(model))
         if (prefetched) window.seed(prefetched.transcript)
+        windowFresh = true
       }
       // A later round reads what the last one added in the statement that opens it.
       const retrieve = needsRetrieval(run)
       const added = retrieve ? undefined : window.addedRead()
-      const read = added ? undefined : prefetched ? window.extend([]) : await window.read()
+      let read = added ? undefined : prefetched ? window.extend([]) : await window.read()
+      if (windowFresh) {
+        windowFresh = false
+        // At the run's start a long conversation is compacted first; a resumed driver uses what is there.
+        const started =
+          read && run.iteration === 0
+            ? await kit.compactor.atRunStart(run, model, read, signal)
+            : { compaction: await latestCompaction(store, run.conversationId), rows: read }
+        if (started.compaction) {
+          window.dropThrough(started.compaction.throughMessageId)
+          summary = summaryBlock(started.compaction)
+        }
+        read = started.rows
+      }
       // Project knowledge is looked up once, at the start, and kept with the run (resume sees the same).
       const injected =
         read && retrieve
@@ -165,7 +184,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         periods: periods.read,
       })
       const transcript = read ?? window.extend(transcriptRowsFromJson(opened.reads.added))
-      const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge)
+      const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge, summary)
       // The last answer failed the output schema: ask again, with what failed, for the answer alone.
       const spec = run.profile.output
       const repair = spec && run.outputRepair ? spec : undefined

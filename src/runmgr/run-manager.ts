@@ -2,6 +2,7 @@ import { CallLedger, type CommandBus } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
+import { CompactionError, Compactor, type CompactionSettings } from './compaction.js'
 import { runView } from '../resources/index.js'
 import {
   activeRunStatuses,
@@ -19,6 +20,7 @@ import {
   lockRun,
   resumeFailedRun,
   terminalRunStatuses,
+  type Compaction,
   type Conversation,
   type Executor,
   type MessagePart,
@@ -90,6 +92,8 @@ export interface RunManagerOptions {
   runQuota?: RunQuota
   /** What is deleted after how long (docs/guides/operating.md#retention). */
   retention?: RetentionSettings
+  /** Context compaction of long conversations (docs/guides/agent-runs.md#context-compaction). */
+  compaction?: Partial<CompactionSettings>
   /** Signs the checkpoints audit retention leaves (the server's secretKey). */
   auditKey?: string
   /** Removes the work directory of a conversation retention purged. */
@@ -149,6 +153,7 @@ export class RunManager {
   readonly #quotas: RunQuotas
   readonly #promoter: QuotaPromoter | undefined
   readonly #retention: RetentionSweeper
+  readonly #compactor: Compactor
   #unsubscribe: Array<() => void> = []
 
   constructor(options: RunManagerOptions) {
@@ -162,6 +167,12 @@ export class RunManager {
     })
     this.#writer = new RunWriter({ store, bus, log, ledger: this.#ledger, leases: this.#leases })
     this.#periodBudgets = new PeriodBudgets()
+    this.#compactor = new Compactor({
+      store,
+      models: options.models,
+      log,
+      ...(options.compaction && { settings: options.compaction }),
+    })
     this.#quotas = new RunQuotas(options.maxActiveRunsPerUser ?? 10, options.runQuota)
     this.#pool = new DriverPool({
       store,
@@ -177,6 +188,7 @@ export class RunManager {
       leases: this.#leases,
       writer: this.#writer,
       readFile: options.readFile,
+      compactor: this.#compactor,
     })
     this.#decisions = new RunDecisions({ store, pool: this.#pool, writer: this.#writer })
     // Queue mode: runs over a quota wait, and are started as room frees.
@@ -523,6 +535,33 @@ export class RunManager {
   }
 
   /** One retention sweep now (it also runs every `retention.sweepMs`): what it deleted. */
+  /**
+   * Compacts a conversation now (`POST /api/conversations/:id/compact`): all but its last turn, with
+   * `model` or the project's default model writing the summary (unless `compaction.model` is set).
+   * 409 `nothing_to_compact` when it has no earlier turn to summarise; 502 `compaction_failed` when the
+   * summary call fails (nothing changes then).
+   */
+  async compact(conversation: Conversation, project: Project, model?: string): Promise<Compaction> {
+    const models = this.#options.models
+    const projectModel = project.defaultModel && models.get(project.defaultModel) ? project.defaultModel : undefined
+    const modelId = model ?? projectModel ?? models.defaultId
+    if (!models.get(modelId))
+      throw new RunRequestError('unknown_model', `no model ${JSON.stringify(modelId)}; GET /api/models lists them`)
+    let compaction: Compaction | undefined
+    try {
+      compaction = await this.#compactor.force(conversation, modelId)
+    } catch (error) {
+      if (error instanceof CompactionError) throw new RunRequestError('compaction_failed', error.message)
+      throw error
+    }
+    if (!compaction)
+      throw new RunRequestError(
+        'nothing_to_compact',
+        'the conversation has no earlier turn to summarise (its last turn is always kept as it is)',
+      )
+    return compaction
+  }
+
   sweepRetention(): Promise<RetentionReport> {
     return this.#retention.sweep()
   }

@@ -32,6 +32,7 @@ export function buildPrompt(
   atCap: boolean,
   transcript: TranscriptMessage[],
   knowledge: KnowledgeContext | null,
+  summary?: string,
 ): ModelMessage[] {
   const notes = bus.catalog.notes
   const skills = bus.catalog.skills
@@ -53,7 +54,7 @@ export function buildPrompt(
     knowledge?.memories && knowledge.memories.length > 0 ? memoryBlock(knowledge.memories) : null,
     knowledge?.hits && knowledge.hits.length > 0 ? knowledgeBlock(knowledge.hits) : null,
   ].filter((block): block is string => block !== null)
-  const extra = blocks.reduce((sum, block) => sum + block.length, 0)
+  const extra = blocks.reduce((sum, block) => sum + block.length, summary?.length ?? 0)
   const budget = Math.floor(model.contextWindow * 0.7) - Math.ceil((system.length + extra) / 4)
   const history = trimToBudget(buildModelMessages(transcript), budget)
   if (blocks.length > 0) {
@@ -61,6 +62,8 @@ export function buildPrompt(
     const at = history.findLastIndex((message) => message.role === 'user')
     history.splice(at < 0 ? 0 : at, 0, ...blocks.map((content) => ({ role: 'user' as const, content })))
   }
+  // The compacted messages' summary stands where they stood: before everything kept.
+  if (summary) history.unshift({ role: 'user', content: summary })
   return [
     { role: 'system', content: system },
     ...history,

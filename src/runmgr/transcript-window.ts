@@ -4,7 +4,6 @@ import {
   readTranscriptTail,
   transcriptAfterRead,
   type Executor,
-  type TranscriptMessage,
   type TranscriptRow,
   type TransitionRead,
 } from '../store/index.js'
@@ -34,7 +33,7 @@ export class TranscriptWindow {
   }
 
   /** The window as the database holds it now, oldest first. */
-  async read(): Promise<TranscriptMessage[]> {
+  async read(): Promise<TranscriptRow[]> {
     const last = this.#rows?.at(-1)
     if (!this.#rows || !last) {
       this.#rows = await readTranscriptTail(this.#db, this.#conversationId, this.#maxChars, this.#maxRows)
@@ -52,8 +51,13 @@ export class TranscriptWindow {
     return last && transcriptAfterRead(this.#conversationId, last.id, this.#maxRows)
   }
 
+  /** Leaves out the rows a compaction now stands for (through `messageId`). */
+  dropThrough(messageId: string): void {
+    if (this.#rows) this.#rows = this.#rows.filter((row) => row.id > messageId)
+  }
+
   /** The window with rows read after it (by `read` or a statement that carried `addedRead`). */
-  extend(added: TranscriptRow[]): TranscriptMessage[] {
+  extend(added: TranscriptRow[]): TranscriptRow[] {
     if (!this.#rows) throw new Error('the transcript window was not read yet')
     if (added.length > 0) this.#rows = cut([...this.#rows, ...added], this.#maxChars, this.#maxRows)
     return this.#rows

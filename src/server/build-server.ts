@@ -50,6 +50,7 @@ import { registerHealthRoutes } from './routes/health-routes.js'
 import { registerFileRoutes } from './routes/file-routes.js'
 import { registerKnowledgeRoutes } from './routes/knowledge-routes.js'
 import { registerMemoryRoutes } from './routes/memory-routes.js'
+import { registerCompactionRoutes } from './routes/compaction-routes.js'
 import { registerMeRoutes } from './routes/me-routes.js'
 import { registerProjectRoutes } from './routes/project-routes.js'
 import { registerWebhookRoutes } from './routes/webhook-routes.js'
@@ -416,6 +417,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       registerWebhookRoutes(api, deps)
       registerScheduleRoutes(api, deps)
       registerConversationRoutes(api, deps)
+      registerCompactionRoutes(api, deps)
       registerCommandRoutes(api, deps)
       registerDecisionRoutes(api, deps)
       registerAuditRoutes(api, deps)

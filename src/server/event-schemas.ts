@@ -182,6 +182,11 @@ const runEvents: TSchema[] = [
     'A tool call ended (exactly one per call)',
   ),
   frame(
+    'compaction.failed',
+    Type.Object({ runId: Type.String(), error: Type.Object({ message: Type.String() }, closed) }, closed),
+    'The summary call of context compaction failed; the run goes on without compacting',
+  ),
+  frame(
     'output.invalid',
     Type.Object(
       {
@@ -329,6 +334,22 @@ const projectEvents: TSchema[] = [
     'A conversation changed',
   ),
   frame('conversation.deleted', Type.Object({ conversationId: Type.String() }, closed), 'A conversation was deleted'),
+  frame(
+    'conversation.compacted',
+    Type.Object(
+      {
+        compactionId: Type.String(),
+        conversationId: Type.String(),
+        afterMessageId: Type.Union([Type.String(), Type.Null()]),
+        throughMessageId: Type.String(),
+        messageCount: Type.Integer(),
+        model: Type.String(),
+        runId: Type.Union([Type.String(), Type.Null()]),
+      },
+      closed,
+    ),
+    'The oldest messages of the conversation were summarised: later prompts send the summary instead of them (context compaction)',
+  ),
   ...['knowledge.created', 'knowledge.ingested', 'knowledge.failed', 'knowledge.published', 'knowledge.deleted'].map(
     (event) =>
       frame(

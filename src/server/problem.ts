@@ -48,6 +48,8 @@ export const problemCatalogue = {
   output_schema_invalid: { status: 400, title: 'The output schema is not a usable JSON Schema' },
   invalid_image: { status: 400, title: 'The image cannot be used' },
   model_lacks_capability: { status: 400, title: 'The model cannot take this input' },
+  nothing_to_compact: { status: 409, title: 'Nothing to compact' },
+  compaction_failed: { status: 502, title: 'The summary call failed' },
   memory_too_large: { status: 413, title: 'The memory is over the size limit' },
   too_many_memories: { status: 409, title: 'The scope holds as many memories as it may' },
   invalid_json: { status: 400, title: 'Malformed JSON body' },

@@ -64,6 +64,18 @@ export interface AuditLog {
   step: string
 }
 
+export interface Compactions {
+  after_message_id: string | null
+  conversation_id: string
+  created_at: Generated<Timestamp>
+  id: string
+  message_count: number
+  model: string
+  run_id: string | null
+  summary: string
+  through_message_id: string
+}
+
 export interface Conversations {
   created_at: Generated<Timestamp>
   deleted_at: Timestamp | null
@@ -472,6 +484,7 @@ export interface DB {
   audit_chain: AuditChain
   audit_checkpoints: AuditCheckpoints
   audit_log: AuditLog
+  compactions: Compactions
   conversations: Conversations
   decisions: Decisions
   dispatches: Dispatches

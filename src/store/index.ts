@@ -235,6 +235,7 @@ export {
   type ChunkScope,
   type ChunkHit,
 } from './knowledge-repository.js'
+export { latestCompaction, listCompactions, insertCompaction, type Compaction } from './compaction-repository.js'
 export {
   upsertMemory,
   updateMemory,

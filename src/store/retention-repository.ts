@@ -158,6 +158,7 @@ export async function purgeIdleConversations(
     db,
   )
   await sql`delete from messages where conversation_id = any(${ids})`.execute(db)
+  await sql`delete from compactions where conversation_id = any(${ids})`.execute(db)
   await sql`delete from events where conversation_id = any(${ids})`.execute(db)
   await sql`delete from allowances where conversation_id = any(${ids})`.execute(db)
   await sql`delete from work_usage where conversation_id = any(${ids})`.execute(db)

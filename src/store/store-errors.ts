@@ -72,6 +72,8 @@ export type RequestErrorCode =
   | 'output_schema_invalid'
   | 'model_lacks_capability'
   | 'memory_too_large'
+  | 'nothing_to_compact'
+  | 'compaction_failed'
   | 'too_many_memories'
   | 'invalid_webhook_url'
   | 'webhook_url_not_allowed'

@@ -155,7 +155,8 @@ function tailQuery(conversationId: string, maxChars: number, maxRows: number): R
   return sql<MessageRow>`
     select id, role, content, tool_calls, tool_call_id, status, parts, size from (
       select m.*, sum(m.size) over (order by m.id desc) as through
-      from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId} order by id desc limit ${maxRows}) m
+      from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId}
+              and id > ${compactedThrough(conversationId)} order by id desc limit ${maxRows}) m
     ) t
     where t.through - t.size < ${maxChars}
     order by id`
@@ -165,6 +166,14 @@ function afterQuery(conversationId: string, afterId: string, maxRows: number): R
   return sql<MessageRow>`
     select id, role, content, tool_calls, tool_call_id, status, parts, ${transcriptSize} as size from messages
     where conversation_id = ${conversationId} and id > ${afterId} order by id limit ${maxRows}`
+}
+
+/**
+ * The last message the conversation's newest compaction stands for ('' when none): prompts read what
+ * comes after it (docs/guides/agent-runs.md#context-compaction).
+ */
+function compactedThrough(conversationId: string): RawBuilder<string> {
+  return sql<string>`coalesce((select through_message_id from compactions where conversation_id = ${conversationId} order by id desc limit 1), '')`
 }
 
 /** What a message counts for against the window (its text, its calls' JSON, and a per-message allowance). */

@@ -15,7 +15,7 @@ import {
   type Retriever,
 } from '../../src/rag/index.js'
 import type { McpServerConfig } from '../../src/mcp/index.js'
-import type { RetentionSettings, RunManager, RunQuota } from '../../src/runmgr/index.js'
+import type { CompactionSettings, RetentionSettings, RunManager, RunQuota } from '../../src/runmgr/index.js'
 import { buildServer, type App, type ServerOptions } from '../../src/server/index.js'
 import { createToken, createUser, revokeToken, type RunBudget, type Store, type User } from '../../src/store/index.js'
 import { defaultWebhookSettings, WebhookDeliverer, type WebhookSettings } from '../../src/webhooks/index.js'
@@ -80,6 +80,8 @@ export async function startTestServer(
     maxActiveRunsPerUser?: number
     runQuota?: RunQuota
     retention?: RetentionSettings
+    /** Context compaction (default: on, with the default settings). */
+    compaction?: Partial<CompactionSettings>
     leaseMs?: number
     highRiskKeywords?: string[]
     resultMaxBytes?: number
@@ -109,6 +111,7 @@ export async function startTestServer(
     maxActiveRunsPerUser,
     runQuota,
     retention,
+    compaction,
     leaseMs,
     highRiskKeywords,
     resultMaxBytes,
@@ -166,6 +169,7 @@ export async function startTestServer(
     ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }),
     ...(runQuota && { runQuota }),
     ...(retention && { retention }),
+    ...(compaction && { compaction }),
     ...(secretKey && { auditKey: secretKey }),
     discardWorkDir: (conversationId) => execService.workdirs.discard(conversationId),
     readFile: async (conversationId, path) =>
