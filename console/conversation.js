@@ -279,7 +279,12 @@ class ChatView {
           el.classList.add('streaming')
         },
         complete(content, status, parts) {
-          if (!this.final) for (const part of parts ?? []) if (part.type === 'image') el.append(image(part))
+          if (!this.final)
+            for (const part of parts ?? []) {
+              if (part.type === 'image') el.append(image(part))
+              if (part.type === 'file')
+                el.append(h('div.attached-file', { title: part.path ?? part.filename }, `📄 ${part.filename}`))
+            }
           this.final = true
           this.text = content ?? ''
           // The model's finished answer is Markdown; what people type stays plain text.

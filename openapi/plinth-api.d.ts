@@ -1663,6 +1663,18 @@ export interface components {
             /** @enum {string} */
             type: "image";
             width: number;
+        } | {
+            bytes: number;
+            filename: string;
+            /** @description The knowledge item it came from */
+            knowledgeId?: string;
+            mediaType: string;
+            /** @description The document among the conversation’s files */
+            path?: string;
+            /** @description The extracted text, what a model without native input reads */
+            text: string;
+            /** @enum {string} */
+            type: "file";
         };
         /** ModelParams */
         ModelParams: {
@@ -5511,7 +5523,7 @@ export interface operations {
                     budget?: components["schemas"]["RunBudget"];
                     clientTools?: unknown[];
                     ifActive?: "interrupt" | "enqueue";
-                    /** @description The message: text, or an array of parts ({type: "text", text} | {type: "image", url | fileId}) */
+                    /** @description The message: text, or an array of parts ({type: "text", text} | {type: "image", url | fileId} | {type: "file", fileId | knowledgeId}) */
                     input: string | ({
                         text: string;
                         /** @enum {string} */
@@ -5525,6 +5537,13 @@ export interface operations {
                         type: "image";
                         /** @description A data URL (data:image/png;base64,…) */
                         url?: string;
+                    } | {
+                        /** @description A document among the conversation’s files (its path): .pdf, .docx, .html, .md or .txt */
+                        fileId?: string;
+                        /** @description A knowledge item */
+                        knowledgeId?: string;
+                        /** @enum {string} */
+                        type: "file";
                     })[];
                     knowledge?: {
                         /** @description Put the top project-knowledge hits for the message into the prompt (default true) */

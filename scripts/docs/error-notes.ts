@@ -73,6 +73,8 @@ export const errorNotes = {
     "a work-directory upload, `write_file` or execution past the conversation's or the user's disk quota; knowledge past the user's volume",
   invalid_image:
     "an image in a run's `input` that cannot be used: not PNG, JPEG, WebP or GIF by its bytes, declared as another type than it is, over 5 MiB or 8,192 pixels a side (40 megapixels in all), more than 8 in one message, or a `url` that is not a base64 data URL",
+  invalid_file:
+    "a document in a run's `input` that cannot be used: neither or both of `fileId` and `knowledgeId`, a file that is missing, over 10 MiB, not .pdf/.docx/.html/.md/.txt, named .pdf but not a PDF by its bytes, or that the parser cannot read; a knowledge item you cannot see or not ingested yet; more than 4 in one message",
   model_lacks_capability:
     'a run\'s `input` has images but its model (and its fallbacks) does not declare `capabilities: ["vision"]`',
   nothing_to_compact:

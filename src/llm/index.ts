@@ -6,6 +6,8 @@ export {
   type ModelMessage,
   type ModelCapability,
   type UserContentPart,
+  type DocumentPart,
+  documentText,
   type ModelParams,
   type ModelRequest,
   type ModelTool,

@@ -20,7 +20,27 @@ export interface ModelToolCall {
  * counts it as `imageTokens`, not as its bytes).
  */
 export type UserContentPart =
-  { type: 'text'; text: string } | { type: 'image'; mediaType: string; path: string; data?: string }
+  { type: 'text'; text: string } | { type: 'image'; mediaType: string; path: string; data?: string } | DocumentPart
+
+/**
+ * A document of a user message (docs/guides/agent-runs.md#files-in-messages): its extracted `text`
+ * always; a PDF kept as a file also by `path`, its bytes (`data`, base64) loaded before the call and
+ * sent natively to a model that declares `pdf` — every other model reads the text.
+ */
+export interface DocumentPart {
+  type: 'file'
+  filename: string
+  mediaType: string
+  text: string
+  path?: string
+  data?: string
+}
+
+/** A document as text, for a model that does not read it natively. */
+export function documentText(part: Pick<DocumentPart, 'filename' | 'text'>): string {
+  const text = part.text.replaceAll('</document>', '<\\/document>')
+  return `<document name=${JSON.stringify(part.filename)}>\n${text}\n</document>`
+}
 
 export type ModelMessage =
   | { role: 'system'; content: string }

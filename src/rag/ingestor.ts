@@ -147,6 +147,17 @@ export class Ingestor {
    * The chunks of a text small enough to ingest within a request; null when it is too large or the
    * embedder did not answer (the item is then ingested in the background).
    */
+  /**
+   * The text of a document given with a message (docs/guides/agent-runs.md#files-in-messages), parsed in
+   * the same sandboxed child as knowledge uploads; null for a type it cannot read, an ExtractError when
+   * the document breaks a limit or cannot be parsed.
+   */
+  async extractDocument(filename: string, bytes: Uint8Array): Promise<string | null> {
+    const format = detectFormat(filename, undefined)
+    if (!format) return null
+    return (await this.#extractor.extract({ format, bytes })).text
+  }
+
   async prepareText(text: string): Promise<NewChunk[] | null> {
     const clean = cleanText(text)
     if (clean.length > this.#options.maxSyncChars) return null

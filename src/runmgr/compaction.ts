@@ -106,7 +106,8 @@ function renderRow(row: TranscriptRow): string {
     return `Assistant: ${cut(row.content ?? '')}${calls}`
   }
   const images = row.parts?.filter((part) => part.type === 'image').length ?? 0
-  return `${row.role === 'user' ? 'User' : 'System'}: ${cut(row.content ?? '')}${images > 0 ? ` [${images} image(s)]` : ''}`
+  const files = (row.parts ?? []).flatMap((part) => (part.type === 'file' ? [part.filename] : []))
+  return `${row.role === 'user' ? 'User' : 'System'}: ${cut(row.content ?? '')}${images > 0 ? ` [${images} image(s)]` : ''}${files.length > 0 ? ` [documents: ${files.join(', ')}]` : ''}`
 }
 
 /** The prompt's message standing for the compacted messages (data, like retrieved knowledge). */

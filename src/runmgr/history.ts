@@ -1,4 +1,4 @@
-import type { ModelMessage } from '../llm/index.js'
+import type { ModelMessage, UserContentPart } from '../llm/index.js'
 import type { TranscriptMessage } from '../store/index.js'
 
 /** A tool result the model reads when a call has none recorded (it was cut off by a crash). */
@@ -23,11 +23,17 @@ export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessag
         role: 'user',
         // Images go as references here; their bytes are loaded just before the call (`attachImages`).
         content: message.parts
-          ? message.parts.map((part) =>
-              part.type === 'text'
-                ? { type: 'text' as const, text: part.text }
-                : { type: 'image' as const, mediaType: part.mediaType, path: part.path },
-            )
+          ? message.parts.map((part): UserContentPart => {
+              if (part.type === 'text') return { type: 'text', text: part.text }
+              if (part.type === 'image') return { type: 'image', mediaType: part.mediaType, path: part.path }
+              return {
+                type: 'file',
+                filename: part.filename,
+                mediaType: part.mediaType,
+                text: part.text,
+                ...(part.path !== undefined && { path: part.path }),
+              }
+            })
           : (message.content ?? ''),
       })
     else if (message.role === 'system') out.push({ role: 'system', content: message.content ?? '' })
@@ -53,14 +59,21 @@ export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessag
 }
 
 /**
- * Loads the bytes of the images the messages refer to (files of the conversation), base64, in place.
- * One no longer there (deleted since) becomes a text saying so.
+ * Loads the bytes of the images and PDFs the messages refer to (files of the conversation), base64, in
+ * place. An image no longer there (deleted since) becomes a text saying so; a PDF goes as its text.
  */
 export async function attachImages(messages: ModelMessage[], read: (path: string) => Promise<Buffer>): Promise<void> {
   for (const message of messages) {
     if (message.role !== 'user' || typeof message.content === 'string') continue
     message.content = await Promise.all(
-      message.content.map(async (part) => {
+      message.content.map(async (part): Promise<UserContentPart> => {
+        if (part.type === 'file') {
+          if (part.path === undefined || part.data !== undefined || part.mediaType !== 'application/pdf') return part
+          return read(part.path).then(
+            (bytes) => ({ ...part, data: bytes.toString('base64') }),
+            () => part,
+          )
+        }
         if (part.type !== 'image' || part.data !== undefined) return part
         try {
           return { ...part, data: (await read(part.path)).toString('base64') }

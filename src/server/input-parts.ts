@@ -2,13 +2,27 @@ import { createHash } from 'node:crypto'
 import { Type } from 'typebox'
 import type { WorkDirectories } from '../exec/index.js'
 import { probeImage, type ImageInfo } from '../media/index.js'
+import { detectFormat, mediaTypeOf } from '../rag/index.js'
 import type { MessagePart } from '../store/index.js'
 import { HttpProblem } from './problem.js'
 
 /** Limits on the images of one message (docs/guides/agent-runs.md#images-in-messages). */
 export const imageLimits = { maxImages: 8, maxBytes: 5 * 1024 * 1024, maxSide: 8192, maxPixels: 40_000_000 }
 
-/** A run request's `input` as parts: text, and images given inline (a data URL) or as a conversation file. */
+/** Limits on the documents of one message (docs/guides/agent-runs.md#files-in-messages). */
+export const fileLimits = { maxFiles: 4, maxBytes: 10 * 1024 * 1024, maxTextChars: 100_000 }
+
+/** What a run request's documents are read with: the document parser and the caller's knowledge. */
+export interface DocumentSources {
+  /** The text of a document (null: a type that cannot be read); throws when it cannot be parsed. */
+  extract(filename: string, bytes: Buffer): Promise<string | null>
+  /** A knowledge item the caller may see, with its extracted text (at most `fileLimits.maxTextChars`; null: not ready yet); throws when not found. */
+  knowledge(
+    id: string,
+  ): Promise<{ title: string; filename: string | null; mediaType: string | null; text: string | null }>
+}
+
+/** A run request's `input` as parts: text, images given inline (a data URL) or as a conversation file, documents. */
 export const InputPart = Type.Union([
   Type.Object(
     { type: Type.Literal('text'), text: Type.String({ maxLength: 200_000 }) },
@@ -29,10 +43,29 @@ export const InputPart = Type.Union([
     },
     { additionalProperties: false },
   ),
+  Type.Object(
+    {
+      type: Type.Literal('file'),
+      fileId: Type.Optional(
+        Type.String({
+          minLength: 1,
+          maxLength: 1024,
+          description: 'A document among the conversation’s files (its path): .pdf, .docx, .html, .md or .txt',
+        }),
+      ),
+      knowledgeId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'A knowledge item' })),
+    },
+    { additionalProperties: false },
+  ),
 ])
 
 type Input =
-  string | Array<{ type: 'text'; text: string } | { type: 'image'; url?: string; fileId?: string; mediaType?: string }>
+  | string
+  | Array<
+      | { type: 'text'; text: string }
+      | { type: 'image'; url?: string; fileId?: string; mediaType?: string }
+      | { type: 'file'; fileId?: string; knowledgeId?: string }
+    >
 
 const extensions: Record<string, string> = {
   'image/png': 'png',
@@ -50,18 +83,27 @@ export async function resolveInput(
   workdirs: WorkDirectories,
   conversationId: string,
   input: Input,
+  documents?: DocumentSources,
 ): Promise<{ text: string; parts?: MessagePart[] }> {
   if (typeof input === 'string') return { text: input }
   const images = input.filter((part) => part.type === 'image').length
   if (images > imageLimits.maxImages)
     throw invalid(`body.input: at most ${imageLimits.maxImages} images in one message (got ${images})`)
+  const files = input.filter((part) => part.type === 'file').length
+  if (files > fileLimits.maxFiles)
+    throw invalidFile(`body.input: at most ${fileLimits.maxFiles} documents in one message (got ${files})`)
   const parts: MessagePart[] = []
   for (const [index, part] of input.entries()) {
+    const where = `body.input[${index}]`
     if (part.type === 'text') {
       parts.push({ type: 'text', text: part.text })
       continue
     }
-    const where = `body.input[${index}]`
+    if (part.type === 'file') {
+      if (!documents) throw invalidFile(`${where}: documents cannot be given here`)
+      parts.push(await resolveDocument(workdirs, conversationId, part, documents, where))
+      continue
+    }
     if ((part.url === undefined) === (part.fileId === undefined))
       throw invalid(`${where}: an image needs exactly one of url (a data URL) and fileId`)
     const bytes =
@@ -88,8 +130,80 @@ export async function resolveInput(
     })
   }
   const text = parts.flatMap((part) => (part.type === 'text' ? [part.text] : [])).join('\n\n')
-  if (!text.trim() && images === 0) throw invalid('body.input: a message needs text or an image')
+  if (!text.trim() && images === 0 && files === 0)
+    throw invalid('body.input: a message needs text, an image or a document')
   return { text, parts }
+}
+
+/**
+ * A document of the message: a conversation file (read here, parsed in the sandboxed parser; a PDF
+ * must be one by its bytes) or a knowledge item the caller may see (its extracted text).
+ */
+async function resolveDocument(
+  workdirs: WorkDirectories,
+  conversationId: string,
+  part: { fileId?: string; knowledgeId?: string },
+  documents: DocumentSources,
+  where: string,
+): Promise<MessagePart> {
+  if ((part.fileId === undefined) === (part.knowledgeId === undefined))
+    throw invalidFile(`${where}: a document needs exactly one of fileId and knowledgeId`)
+  const cut = (text: string) =>
+    text.length > fileLimits.maxTextChars
+      ? `${text.slice(0, fileLimits.maxTextChars)}\n[… ${text.length - fileLimits.maxTextChars} more characters left out]`
+      : text
+  if (part.knowledgeId !== undefined) {
+    const item = await documents.knowledge(part.knowledgeId).catch(() => {
+      throw invalidFile(`${where}.knowledgeId: no knowledge item ${part.knowledgeId} you can see`)
+    })
+    if (item.text === null) throw invalidFile(`${where}.knowledgeId: the item is not ingested yet (or failed)`)
+    return {
+      type: 'file',
+      knowledgeId: part.knowledgeId,
+      filename: item.filename ?? item.title,
+      mediaType: item.mediaType ?? 'text/plain',
+      bytes: Buffer.byteLength(item.text),
+      // Already bounded by the source.
+      text: item.text,
+    }
+  }
+  const path = part.fileId!
+  let bytes: Buffer
+  try {
+    const read = await workdirs.read(conversationId, path, { limit: fileLimits.maxBytes })
+    if (read.size > fileLimits.maxBytes)
+      throw invalidFile(`${where}: the document is ${read.size} bytes, over the ${fileLimits.maxBytes}-byte limit`)
+    bytes = read.bytes
+  } catch (error) {
+    if (error instanceof HttpProblem) throw error
+    throw invalidFile(`${where}.fileId: ${error instanceof Error ? error.message : 'cannot be read'}`)
+  }
+  const filename = path.split('/').at(-1) ?? path
+  const pdf = /\.pdf$/i.test(filename)
+  if (pdf && bytes.subarray(0, 5).toString('latin1') !== '%PDF-')
+    throw invalidFile(`${where}: ${filename} is named a PDF, but its bytes are not one`)
+  let text: string | null
+  try {
+    text = await documents.extract(filename, bytes)
+  } catch (error) {
+    throw invalidFile(
+      `${where}: ${filename} cannot be read: ${error instanceof Error ? error.message : 'unknown error'}`,
+    )
+  }
+  if (text === null)
+    throw invalidFile(`${where}: ${filename} is not a document Plinth reads (.pdf, .docx, .html, .md, .txt)`)
+  return {
+    type: 'file',
+    path,
+    filename,
+    mediaType: mediaTypeOf(detectFormat(filename, undefined) ?? 'text'),
+    bytes: bytes.length,
+    text: cut(text),
+  }
+}
+
+function invalidFile(message: string): HttpProblem {
+  return new HttpProblem('invalid_file', message)
 }
 
 function invalid(message: string): HttpProblem {

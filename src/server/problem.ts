@@ -47,6 +47,7 @@ export const problemCatalogue = {
   validation_failed: { status: 400, title: 'Validation failed' },
   output_schema_invalid: { status: 400, title: 'The output schema is not a usable JSON Schema' },
   invalid_image: { status: 400, title: 'The image cannot be used' },
+  invalid_file: { status: 400, title: 'The document cannot be used' },
   model_lacks_capability: { status: 400, title: 'The model cannot take this input' },
   nothing_to_compact: { status: 409, title: 'Nothing to compact' },
   compaction_failed: { status: 502, title: 'The summary call failed' },

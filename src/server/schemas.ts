@@ -264,6 +264,18 @@ export const MessagePart = Type.Union(
       },
       { additionalProperties: false },
     ),
+    Type.Object(
+      {
+        type: Type.Literal('file'),
+        filename: Type.String(),
+        mediaType: Type.String(),
+        bytes: Type.Integer(),
+        text: Type.String({ description: 'The extracted text, what a model without native input reads' }),
+        path: Type.Optional(Type.String({ description: 'The document among the conversation’s files' })),
+        knowledgeId: Type.Optional(Type.String({ description: 'The knowledge item it came from' })),
+      },
+      { additionalProperties: false },
+    ),
   ],
   { title: 'MessagePart' },
 )

@@ -94,10 +94,22 @@ export interface TranscriptMessage {
   parts?: MessagePart[] | null
 }
 
-/** A stored part of a user message: text, or an image kept as a file of the conversation. */
+/**
+ * A stored part of a user message: text, an image kept as a file of the conversation, or a document —
+ * a conversation file (`path`) or a knowledge item (`knowledgeId`) — with its extracted text.
+ */
 export type MessagePart =
   | { type: 'text'; text: string }
   | { type: 'image'; path: string; mediaType: string; width: number; height: number; bytes: number }
+  | {
+      type: 'file'
+      filename: string
+      mediaType: string
+      bytes: number
+      text: string
+      path?: string
+      knowledgeId?: string
+    }
 
 /** The whole transcript of a conversation, oldest first (what the model is shown, after trimming). */
 export async function readTranscript(db: Executor, conversationId: string): Promise<TranscriptMessage[]> {

@@ -1,9 +1,10 @@
-import type { ModelMessage, ModelTool } from '../model.js'
+import { documentText, type ModelMessage, type ModelTool } from '../model.js'
 import { asRecord, safeParseJson } from '../openai/safe-json.js'
 
 export type AnthropicContentBlock =
   | { type: 'text'; text: string }
   | { type: 'image'; source: { type: 'base64'; media_type: string; data: string } }
+  | { type: 'document'; source: { type: 'base64'; media_type: 'application/pdf'; data: string }; title?: string }
   | { type: 'tool_use'; id: string; name: string; input: Record<string, unknown> }
   | { type: 'tool_result'; tool_use_id: string; content: string }
 
@@ -33,7 +34,10 @@ export interface AnthropicPrompt {
  *   right after them) share one user message, results first, since roles must alternate;
  * - empty assistant turns are dropped (the API rejects empty content).
  */
-export function convertToAnthropicMessages(messages: readonly ModelMessage[]): AnthropicPrompt {
+export function convertToAnthropicMessages(
+  messages: readonly ModelMessage[],
+  options: { pdf?: boolean } = {},
+): AnthropicPrompt {
   const system: string[] = []
   const result: AnthropicMessage[] = []
   const append = (role: AnthropicMessage['role'], blocks: AnthropicContentBlock[]): void => {
@@ -51,11 +55,19 @@ export function convertToAnthropicMessages(messages: readonly ModelMessage[]): A
         if (typeof message.content !== 'string') {
           append(
             'user',
-            message.content.map((part): AnthropicContentBlock =>
-              part.type === 'text'
-                ? { type: 'text', text: part.text }
-                : { type: 'image', source: { type: 'base64', media_type: part.mediaType, data: part.data ?? '' } },
-            ),
+            message.content.map((part): AnthropicContentBlock => {
+              if (part.type === 'text') return { type: 'text', text: part.text }
+              if (part.type === 'image')
+                return { type: 'image', source: { type: 'base64', media_type: part.mediaType, data: part.data ?? '' } }
+              // A PDF as a document block to a model that reads PDFs; every other document as text.
+              if (options.pdf && part.data !== undefined && part.mediaType === 'application/pdf')
+                return {
+                  type: 'document',
+                  source: { type: 'base64', media_type: 'application/pdf', data: part.data },
+                  title: part.filename,
+                }
+              return { type: 'text', text: documentText(part) }
+            }),
           )
           break
         }

@@ -1,4 +1,4 @@
-import type { ModelMessage, ModelTool } from '../model.js'
+import { documentText, type ModelMessage, type ModelTool } from '../model.js'
 
 /** A chat-completions message as sent upstream. */
 export type OpenAIChatMessage =
@@ -7,7 +7,10 @@ export type OpenAIChatMessage =
   | { role: 'assistant'; content: string | null; tool_calls?: OpenAIToolCall[] }
   | { role: 'tool'; tool_call_id: string; content: string }
 
-export type OpenAIUserPart = { type: 'text'; text: string } | { type: 'image_url'; image_url: { url: string } }
+export type OpenAIUserPart =
+  | { type: 'text'; text: string }
+  | { type: 'image_url'; image_url: { url: string } }
+  | { type: 'file'; file: { filename: string; file_data: string } }
 
 export interface OpenAIToolCall {
   id: string
@@ -24,7 +27,10 @@ export interface OpenAIChatTool {
  * Canonical messages → chat-completions messages. An assistant turn that only calls tools sends
  * `content: null`; tool arguments go back exactly as the model streamed them.
  */
-export function convertToOpenAIMessages(messages: readonly ModelMessage[]): OpenAIChatMessage[] {
+export function convertToOpenAIMessages(
+  messages: readonly ModelMessage[],
+  options: { pdf?: boolean } = {},
+): OpenAIChatMessage[] {
   return messages.map((message): OpenAIChatMessage => {
     switch (message.role) {
       case 'system':
@@ -33,11 +39,18 @@ export function convertToOpenAIMessages(messages: readonly ModelMessage[]): Open
         if (typeof message.content === 'string') return { role: 'user', content: message.content }
         return {
           role: 'user',
-          content: message.content.map((part): OpenAIUserPart =>
-            part.type === 'text'
-              ? { type: 'text', text: part.text }
-              : { type: 'image_url', image_url: { url: `data:${part.mediaType};base64,${part.data ?? ''}` } },
-          ),
+          content: message.content.map((part): OpenAIUserPart => {
+            if (part.type === 'text') return { type: 'text', text: part.text }
+            if (part.type === 'image')
+              return { type: 'image_url', image_url: { url: `data:${part.mediaType};base64,${part.data ?? ''}` } }
+            // A PDF natively to a model that reads PDFs (a `file` part); every other document as text.
+            if (options.pdf && part.data !== undefined && part.mediaType === 'application/pdf')
+              return {
+                type: 'file',
+                file: { filename: part.filename, file_data: `data:application/pdf;base64,${part.data}` },
+              }
+            return { type: 'text', text: documentText(part) }
+          }),
         }
       case 'assistant': {
         const toolCalls = message.toolCalls ?? []

@@ -65,7 +65,7 @@ export class OpenAIChatModel implements LanguageModel {
     const tools = this.supportsTools ? request.tools : []
     const body: Record<string, unknown> = {
       model: options.model,
-      messages: convertToOpenAIMessages(request.messages),
+      messages: convertToOpenAIMessages(request.messages, { pdf: this.capabilities.includes('pdf') }),
       stream: true,
       stream_options: { include_usage: true },
     }

@@ -7,7 +7,7 @@ import { decodeCursor, toListAnswer } from '../cursor.js'
 import { statusFilter } from './conversation-routes.js'
 import { caller } from '../auth.js'
 import { sseResponse } from '../event-schemas.js'
-import { InputPart, resolveInput } from '../input-parts.js'
+import { fileLimits, InputPart, resolveInput } from '../input-parts.js'
 import { resumePoint, serveEventStream } from '../event-stream-route.js'
 import { hashRequest, idempotencyKey, KeyTaken, storeAnswer, storedAnswer } from '../idempotency.js'
 import { HttpProblem } from '../problem.js'
@@ -47,7 +47,10 @@ const RunCreate = Type.Object(
           description: 'Text and images (docs/guides/agent-runs.md#images-in-messages)',
         }),
       ],
-      { description: 'The message: text, or an array of parts ({type: "text", text} | {type: "image", url | fileId})' },
+      {
+        description:
+          'The message: text, or an array of parts ({type: "text", text} | {type: "image", url | fileId} | {type: "file", fileId | knowledgeId})',
+      },
     ),
     model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
     clientTools: Type.Optional(Type.Array(Type.Unknown(), { maxItems: 64 })),
@@ -218,7 +221,21 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         if (previous) created = { run: previous }
         else {
           try {
-            const { text, parts } = await resolveInput(deps.exec.workdirs, conversation.id, request.body.input)
+            const { text, parts } = await resolveInput(deps.exec.workdirs, conversation.id, request.body.input, {
+              extract: (filename, bytes) => deps.ingestor.extractDocument(filename, bytes),
+              // Knowledge of the conversation's project the caller may see.
+              knowledge: async (id) => {
+                const item = await deps.knowledge.item(user, id)
+                if (item.projectId !== conversation.projectId) throw new Error('another project')
+                const text = await deps.knowledge.text(item, fileLimits.maxTextChars + 1)
+                return {
+                  title: item.title,
+                  filename: item.filename,
+                  mediaType: item.mediaType,
+                  text: text?.text ?? null,
+                }
+              },
+            })
             created = await runs.createRun(
               conversation,
               user.id,
