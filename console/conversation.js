@@ -165,6 +165,16 @@ export async function renderConversation(main, conversationId, context) {
   }
 }
 
+/** The images a tool result names: an execution's `images`, an MCP result's image items kept as files. */
+function resultImages(output) {
+  if (!output || typeof output !== 'object') return []
+  const listed = [
+    ...(Array.isArray(output.images) ? output.images : []),
+    ...(Array.isArray(output.content) ? output.content.filter((item) => item?.type === 'image') : []),
+  ]
+  return listed.filter((image) => typeof image?.path === 'string').slice(0, 4)
+}
+
 /** How a run ended, with its reason: the same words live and when the conversation is reopened. */
 function endedText(status, error, reason) {
   if (status === 'failed')
@@ -322,6 +332,7 @@ class ChatView {
   call(callId, info) {
     let call = this.calls.get(callId)
     if (call) return call
+    const view = this
     const status = h('span.tag.call-status', 'pending')
     const live = h('pre.live', { hidden: true })
     const result = h('pre.result', { hidden: true })
@@ -360,6 +371,8 @@ class ChatView {
         this.setStatus(outcome)
         result.hidden = false
         result.textContent = pretty(output)
+        // Images the result names (a plot an execution wrote, an MCP tool's image), once.
+        if (!el.querySelector('img.attached')) for (const image of resultImages(output)) el.append(view.image(image))
       },
     }
     this.calls.set(callId, call)

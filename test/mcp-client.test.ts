@@ -202,6 +202,30 @@ describe('MCP client: a mounted stdio server', () => {
     expect(JSON.stringify(big.body.result).length).toBeLessThanOrEqual(64 * 1024)
   })
 
+  it('an image a tool returns in a conversation is kept as a file of it, named in the result', async () => {
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'pics' } }))
+      .body.id
+    const conversationId = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
+    const image = await server.request('POST', '/api/commands/mcp.toy.image', {
+      token: alice.token,
+      body: { entrance: 'button', conversationId, params: {} },
+    })
+    expect(image.status).toBe(200)
+    const item = image.body.result.content[1]
+    expect(item).toEqual({
+      type: 'image',
+      mimeType: 'image/png',
+      path: expect.stringMatching(/^\.tool-images\/[0-9a-f]{24}\.png$/),
+      width: 1,
+      height: 1,
+      bytes: expect.any(Number),
+    })
+    const file = await server.exec.workdirs.read(conversationId, item.path, { limit: 1024 })
+    expect(file.bytes.subarray(1, 4).toString('latin1')).toBe('PNG')
+  })
+
   it('a call past its timeout is cancelled over the protocol', async () => {
     const slow = await dispatch('mcp.toy.slow', { ms: 20_000 })
     expect(slow.body.code).toBe('command_timeout')

@@ -9,6 +9,7 @@ import {
   registerCliTools,
   registerCoreCommands,
   registerMemoryCommands,
+  toolImageKeeper,
   registerExecCommands,
 } from '../cmdbus/index.js'
 import { CommandError, type McpServerSpec } from '../extension/index.js'
@@ -161,6 +162,7 @@ export async function setUpCommandBus(
     clientVersion: version,
     resultMaxBytes,
     sandbox: mcpSandboxHost(exec),
+    keepImage: toolImageKeeper(exec.workdirs),
   })
   const bus = new CommandBus({
     store,

@@ -5,11 +5,13 @@ import {
   toolCallResultAfterFence,
   type Executor,
   type FencedWrite,
+  type MessagePart,
   type NewEvent,
   type Run,
   type ToolCallStatus,
 } from '../store/index.js'
 import type { DispatchOutcome } from './bus-types.js'
+import { resultImages } from './exec-images.js'
 import { capForModel } from './tool-output.js'
 
 /** The run a call belongs to, as its rows and events name it. */
@@ -40,6 +42,8 @@ export interface CallAnswer {
     repeatOf?: string
   }
   text: string
+  /** Images the result names (an execution's plot, an MCP tool's image), kept with the tool message. */
+  parts: MessagePart[]
   event: NewEvent
 }
 
@@ -64,6 +68,7 @@ export function callAnswer(
       ...(options.repeatOf !== undefined && { repeatOf: options.repeatOf }),
     },
     text: capped.text,
+    parts: status === 'ok' ? resultImages(output).map((image): MessagePart => ({ type: 'image', ...image })) : [],
     event: runEvent(run, 'tool_call.completed', {
       callId,
       status,
@@ -83,7 +88,10 @@ export function answerAfterFence(
   answer: CallAnswer,
 ): { writes: FencedWrite[]; events: NewEvent[] } {
   return {
-    writes: [toolCallResultAfterFence(db, callId, answer.row), insertToolMessageAfterFence(run, callId, answer.text)],
+    writes: [
+      toolCallResultAfterFence(db, callId, answer.row),
+      insertToolMessageAfterFence(run, callId, answer.text, answer.parts),
+    ],
     events: [answer.event],
   }
 }

@@ -80,7 +80,10 @@ export class CallLedger {
     extra: { dispatchId?: string | null; repeatOf?: string } = {},
   ): Promise<void> {
     const result = this.#result(run, call, status, output, extra)
-    const writes = [updateToolCallQuery(tx, call.id, result.row), insertToolMessageQuery(tx, run, call.id, result.text)]
+    const writes = [
+      updateToolCallQuery(tx, call.id, result.row),
+      insertToolMessageQuery(tx, run, call.id, result.text, undefined, result.parts),
+    ]
     // A client call's audit row ends with its ledger result (the audit chain's lock before the event log's).
     if (call.kind === 'client') await auditClientCall(tx, clientCallAudit(run, call), { status, output })
     // The ledger row, the tool message and the event: one statement.

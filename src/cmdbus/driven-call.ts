@@ -108,7 +108,7 @@ export class DrivenCall implements DispatchHooks {
       tx,
       [
         updateToolCallQuery(tx, this.#callId, answer.row),
-        insertToolMessageQuery(tx, this.#run, this.#callId, answer.text),
+        insertToolMessageQuery(tx, this.#run, this.#callId, answer.text, undefined, answer.parts),
       ],
       [answer.event],
     )

@@ -20,6 +20,7 @@ import {
 } from '../exec/index.js'
 import type { Store } from '../store/index.js'
 import type { CommandCatalog, CoreContext } from './command-catalog.js'
+import { resultImages, writtenImages } from './exec-images.js'
 import { classifyCommandLine } from './risk-rules.js'
 
 /** What the model reads of an execution (docs/guides/sandbox.md), before the output cap. */
@@ -31,7 +32,10 @@ export function execModelText(result: JsonValue): string {
     : value.signal
       ? `signal ${value.signal}`
       : String(value.exitCode)
-  return `exitCode=${status}\nduration=${value.durationMs}ms\nstdout:\n${value.stdout ?? ''}\n\nstderr:\n${value.stderr ?? ''}${value.truncated ? '\n[output truncated]' : ''}`
+  const images = resultImages(result)
+    .map((image) => `${image.path} (${image.mediaType}, ${image.width}×${image.height})`)
+    .join(', ')
+  return `exitCode=${status}\nduration=${value.durationMs}ms\nstdout:\n${value.stdout ?? ''}\n\nstderr:\n${value.stderr ?? ''}${value.truncated ? '\n[output truncated]' : ''}${images ? `\nimages written: ${images}` : ''}`
 }
 
 /** Streams an execution's output as `tool_call.output` events, coalesced (≈ 50 ms or 4 KiB). */
@@ -116,6 +120,7 @@ async function execute(
 ): Promise<JsonValue> {
   const conversationId = requireConversation(context, 'this command')
   const events = new OutputEvents(deps.store, context as CoreContext)
+  const started = Date.now()
   try {
     const result = await deps.exec.run(
       {
@@ -129,7 +134,10 @@ async function execute(
       { signal: context.signal, onOutput: (stream, text) => events.push(stream, text) },
     )
     // The head of each stream, not a `result_too_large` with nothing kept.
-    return fitExecResult(result, deps.resultMaxBytes) as unknown as JsonValue
+    const fitted = fitExecResult(result, deps.resultMaxBytes) as unknown as { [key: string]: JsonValue }
+    // Images it wrote (a plot): named in the result, shown in the console, sent to vision models.
+    const images = await writtenImages(deps.exec.workdirs, conversationId, started)
+    return images.length > 0 ? { ...fitted, images: images as unknown as JsonValue } : fitted
   } catch (error) {
     if (error instanceof SandboxUnavailableError) throw new CommandError('sandbox_unavailable', error.message)
     if (error instanceof QuotaError) throw new CommandError('quota_exceeded', error.message)

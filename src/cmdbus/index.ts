@@ -33,6 +33,7 @@ export type {
 } from './bus-types.js'
 export { registerCoreCommands, knowledgeHitJson } from './core-commands.js'
 export { registerMemoryCommands, memoryJson } from './memory-commands.js'
+export { toolImageKeeper, type ToolImage } from './exec-images.js'
 export { DrivenCall, type RunCall } from './driven-call.js'
 export { callAnswer, answerAfterFence, outcomeAnswer, type CallAnswer, type CallRun } from './call-answer.js'
 export { capForModel } from './tool-output.js'

@@ -26,7 +26,7 @@ import {
 import { pendingTtlMs, sealContext, StoredOAuthProvider } from './oauth-provider.js'
 import { SecretBox } from './secret-box.js'
 import { riskFromAnnotations, toolSegment } from './names.js'
-import { errorText, modelText, toCommandResult } from './results.js'
+import { errorText, keepImages, modelText, toCommandResult, type ImageKeeper } from './results.js'
 import { SandboxedServers } from './sandbox-pool.js'
 import type { McpSandboxHost, McpServerConfig } from './types.js'
 
@@ -58,6 +58,7 @@ export class McpHub {
   readonly #store: Store | undefined
   readonly #box: SecretBox | null
   readonly #clientVersion: string
+  readonly #keepImage: ImageKeeper | undefined
   /** OAuth servers: each user's own connection, by `<server>\0<userId>`. */
   readonly #userConnections = new Map<string, Promise<McpConnection>>()
   /** OAuth servers: whose credentials the shared (listing) connection uses, by server. */
@@ -77,9 +78,12 @@ export class McpHub {
     secretKey?: string
     /** The exec sandbox, for `sandbox: true` servers (without it they never start). */
     sandbox?: McpSandboxHost
+    /** Keeps the images tools return as files of the conversation (without it they stay inline). */
+    keepImage?: ImageKeeper
   }) {
     this.#catalog = deps.catalog
     this.#resultMaxBytes = deps.resultMaxBytes
+    this.#keepImage = deps.keepImage
     this.#log = deps.log
     this.#store = deps.store
     this.#clientVersion = deps.clientVersion
@@ -441,7 +445,9 @@ export class McpHub {
           'mcp_invalid_result',
           `MCP tool ${tool.name} of ${config.name} returned structured content that breaks its own output schema: ${problem}`,
         )
-      return toCommandResult(answer, this.#resultMaxBytes)
+      const keep = this.#keepImage
+      const kept = keep && context.conversationId ? await keepImages(answer, context.conversationId, keep) : answer
+      return toCommandResult(kept, this.#resultMaxBytes)
     }
     return {
       spec,

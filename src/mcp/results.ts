@@ -9,6 +9,40 @@ export interface WireToolResult {
   isError?: unknown
 }
 
+/** An image a tool returned, kept as a file of the conversation (docs/guides/agent-runs.md#images-in-tool-results). */
+export interface KeptImage {
+  path: string
+  mediaType: string
+  width: number
+  height: number
+  bytes: number
+}
+
+/** Keeps an image's bytes as a file of the conversation; undefined when they are not an image it takes. */
+export type ImageKeeper = (conversationId: string, bytes: Buffer) => Promise<KeptImage | undefined>
+
+/**
+ * The answer with its image items kept as files of the conversation: each becomes `{type: "image",
+ * mimeType, path, width, height, bytes}` (no data), so the console shows it and a vision model is sent it.
+ * An item that is not an image by its bytes stays as it came.
+ */
+export async function keepImages(
+  answer: WireToolResult,
+  conversationId: string,
+  keep: ImageKeeper,
+): Promise<WireToolResult> {
+  if (!Array.isArray(answer.content)) return answer
+  const content = await Promise.all(
+    answer.content.map(async (item: unknown) => {
+      const image = item as { type?: unknown; data?: unknown; mimeType?: unknown } | null
+      if (image?.type !== 'image' || typeof image.data !== 'string') return item
+      const kept = await keep(conversationId, Buffer.from(image.data, 'base64')).catch(() => undefined)
+      return kept ? { type: 'image', mimeType: kept.mediaType, ...kept } : item
+    }),
+  )
+  return { ...answer, content }
+}
+
 /** Bytes kept for the envelope's own fields beyond the result. */
 const headroom = 4 * 1024
 
@@ -38,6 +72,20 @@ function contentItem(item: Json): Json {
     case 'text':
       return { type: 'text', text: typeof item.text === 'string' ? item.text : '' }
     case 'image':
+      if (typeof item.path === 'string')
+        return {
+          type: 'image',
+          mimeType: typeof item.mimeType === 'string' ? item.mimeType : 'application/octet-stream',
+          path: item.path,
+          width: typeof item.width === 'number' ? item.width : 0,
+          height: typeof item.height === 'number' ? item.height : 0,
+          bytes: typeof item.bytes === 'number' ? item.bytes : 0,
+        }
+      return {
+        type: item.type,
+        mimeType: typeof item.mimeType === 'string' ? item.mimeType : 'application/octet-stream',
+        data: typeof item.data === 'string' ? item.data : '',
+      }
     case 'audio':
       return {
         type: item.type,
@@ -105,6 +153,8 @@ export function modelText(result: JsonValue): string {
   const content = Array.isArray(result.content) ? (result.content as Json[]) : []
   for (const item of content) {
     if (item.type === 'text') lines.push(String(item.text))
+    else if (item.type === 'image' && typeof item.path === 'string')
+      lines.push(`[image ${String(item.mimeType)} ${item.width}×${item.height}, kept as ${item.path}]`)
     else if (item.type === 'image' || item.type === 'audio')
       lines.push(
         `[${item.type} ${String(item.mimeType)}, ${typeof item.omittedBytes === 'number' ? item.omittedBytes : Math.floor((String(item.data).length * 3) / 4)} bytes]`,

@@ -1,4 +1,5 @@
 import type { ModelMessage, UserContentPart } from '../llm/index.js'
+import { probeImage } from '../media/index.js'
 import type { TranscriptMessage } from '../store/index.js'
 
 /** A tool result the model reads when a call has none recorded (it was cut off by a crash). */
@@ -12,10 +13,13 @@ const missingResult = JSON.stringify({
  * `interrupted` result), and results without a call are dropped, so no provider ever sees an
  * unanswered tool call.
  */
-export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessage[] {
-  const results = new Map<string, string>()
+export function buildModelMessages(
+  transcript: TranscriptMessage[],
+  options: { vision?: boolean } = {},
+): ModelMessage[] {
+  const results = new Map<string, TranscriptMessage>()
   for (const message of transcript)
-    if (message.role === 'tool' && message.toolCallId) results.set(message.toolCallId, message.content ?? '')
+    if (message.role === 'tool' && message.toolCallId) results.set(message.toolCallId, message)
   const out: ModelMessage[] = []
   for (const message of transcript) {
     if (message.role === 'user')
@@ -50,8 +54,24 @@ export function buildModelMessages(transcript: TranscriptMessage[]): ModelMessag
         content: message.content ? message.content : null,
         toolCalls: calls.map((call) => ({ id: call.providerCallId, name: call.name, arguments: call.arguments })),
       })
-      for (const call of calls)
-        out.push({ role: 'tool', toolCallId: call.providerCallId, content: results.get(call.callId) ?? missingResult })
+      const images: UserContentPart[] = []
+      for (const call of calls) {
+        const result = results.get(call.callId)
+        out.push({
+          role: 'tool',
+          toolCallId: call.providerCallId,
+          content: result ? (result.content ?? '') : missingResult,
+        })
+        for (const part of result?.parts ?? [])
+          if (part.type === 'image') images.push({ type: 'image', mediaType: part.mediaType, path: part.path })
+      }
+      // Images the results name (a plot an execution wrote) follow them, for a model that sees images
+      // (docs/guides/agent-runs.md#images-in-tool-results); a tool message itself carries text only.
+      if (options.vision && images.length > 0)
+        out.push({
+          role: 'user',
+          content: [{ type: 'text', text: 'The images the tool results above refer to:' }, ...images],
+        })
     }
     // Tool messages are placed right after their call above; stray ones are dropped.
   }
@@ -70,13 +90,18 @@ export async function attachImages(messages: ModelMessage[], read: (path: string
         if (part.type === 'file') {
           if (part.path === undefined || part.data !== undefined || part.mediaType !== 'application/pdf') return part
           return read(part.path).then(
-            (bytes) => ({ ...part, data: bytes.toString('base64') }),
+            (bytes) =>
+              bytes.subarray(0, 5).toString('latin1') === '%PDF-' ? { ...part, data: bytes.toString('base64') } : part,
             () => part,
           )
         }
         if (part.type !== 'image' || part.data !== undefined) return part
         try {
-          return { ...part, data: (await read(part.path)).toString('base64') }
+          // The file may have been replaced since (tools write the work directory): it must still be
+          // the image it was, by its bytes.
+          const bytes = await read(part.path)
+          if (probeImage(bytes)?.mediaType !== part.mediaType) throw new Error('no longer the image')
+          return { ...part, data: bytes.toString('base64') }
         } catch {
           return { type: 'text' as const, text: `[image ${part.path} is no longer available]` }
         }

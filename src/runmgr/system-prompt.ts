@@ -56,7 +56,10 @@ export function buildPrompt(
   ].filter((block): block is string => block !== null)
   const extra = blocks.reduce((sum, block) => sum + block.length, summary?.length ?? 0)
   const budget = Math.floor(model.contextWindow * 0.7) - Math.ceil((system.length + extra) / 4)
-  const history = trimToBudget(buildModelMessages(transcript), budget)
+  const history = trimToBudget(
+    buildModelMessages(transcript, { vision: model.capabilities?.includes('vision') === true }),
+    budget,
+  )
   if (blocks.length > 0) {
     // Just before the user's message they were retrieved for (the last user message).
     const at = history.findLastIndex((message) => message.role === 'user')

@@ -11,7 +11,7 @@ import {
 } from './event-log.js'
 import { newId } from './ids.js'
 import { patchColumns, toRun, type ModelCallUsage, type Run, type RunPatch, type RunRow } from './run-repository.js'
-import type { StoredToolCall } from './transcript-repository.js'
+import type { MessagePart, StoredToolCall } from './transcript-repository.js'
 import { updateToolCallQuery, type ToolCallPatch, type ToolCallRecord } from './tool-call-repository.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
@@ -264,7 +264,9 @@ export function insertToolMessageAfterFence(
   run: Pick<Run, 'id' | 'conversationId'>,
   callId: string,
   content: string,
+  parts?: MessagePart[],
 ): FencedWrite {
-  return fencedWrite(sql`insert into messages (id, conversation_id, run_id, role, content, tool_call_id, status)
-    select ${newId()}, ${run.conversationId}, ${run.id}, 'tool', ${content}, ${callId}, 'completed' from f returning id`)
+  const stored = parts && parts.length > 0 ? storableJson(parts) : null
+  return fencedWrite(sql`insert into messages (id, conversation_id, run_id, role, content, tool_call_id, status, parts)
+    select ${newId()}, ${run.conversationId}, ${run.id}, 'tool', ${content}, ${callId}, 'completed', ${stored}::jsonb from f returning id`)
 }

@@ -68,6 +68,7 @@ export function insertToolMessageQuery(
   callId: string,
   content: string,
   id = newId(),
+  parts?: MessagePart[],
 ) {
   return kysely(tx)
     .insertInto('messages')
@@ -79,6 +80,7 @@ export function insertToolMessageQuery(
       content,
       tool_call_id: callId,
       status: 'completed',
+      ...(parts && parts.length > 0 && { parts: storableJson(parts) }),
     })
     .returning('id')
 }

@@ -63,7 +63,10 @@ export class ScriptedModel implements LanguageModel {
   async *stream(request: ModelRequest): AsyncGenerator<StreamPart> {
     this.calls.push({ messages: structuredClone(request.messages), tools: structuredClone(request.tools) })
     if (this.#turnBy === 'round') {
-      const lastUser = request.messages.findLastIndex((message) => message.role === 'user')
+      // The person's last message (not the images that follow tool results).
+      const lastUser = request.messages.findLastIndex(
+        (message, index) => message.role === 'user' && request.messages[index - 1]?.role !== 'tool',
+      )
       this.#next = request.messages
         .slice(lastUser + 1)
         .filter((message) => message.role === 'assistant' && (message.toolCalls?.length ?? 0) > 0).length
