@@ -332,7 +332,7 @@ class ChatView {
   call(callId, info) {
     let call = this.calls.get(callId)
     if (call) return call
-    const view = this
+    const image = (part) => this.image(part)
     const status = h('span.tag.call-status', 'pending')
     const live = h('pre.live', { hidden: true })
     const result = h('pre.result', { hidden: true })
@@ -372,7 +372,8 @@ class ChatView {
         result.hidden = false
         result.textContent = pretty(output)
         // Images the result names (a plot an execution wrote, an MCP tool's image), once.
-        if (!el.querySelector('img.attached')) for (const image of resultImages(output)) el.append(view.image(image))
+        if (!el.querySelector('img.attached'))
+          for (const part of resultImages(output).reverse()) result.after(image(part))
       },
     }
     this.calls.set(callId, call)

@@ -73,6 +73,23 @@ const scripts = {
       { text: 'Counted to five.' },
     ],
   },
+  plot: {
+    turnBy: 'round',
+    turns: [
+      {
+        toolCalls: [
+          {
+            name: 'exec',
+            arguments: {
+              command:
+                'echo iVBORw0KGgoAAAANSUhEUgAAAAIAAAADCAIAAAA2iEnWAAAAEklEQVR4nGP4z8DAwMDAwMAAAAQAAf/pMS8AAAAASUVORK5CYII= | base64 -d > plot.png',
+            },
+          },
+        ],
+      },
+      { text: 'The plot is ready.' },
+    ],
+  },
   client: {
     turnBy: 'round',
     turns: [
@@ -267,6 +284,27 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await shot(page, '08-exec-output')
     await page.waitForSelector('.msg.assistant >> text=Counted to five.')
     expect((await call.locator('pre.live').innerText()).trim()).toBe('line 1\nline 2\nline 3\nline 4\nline 5')
+    await page.close()
+  })
+
+  it('shows the image a tool wrote under its result, live and after a reload', async () => {
+    const projectId = await project('Plotted', 'plot')
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    const page = await newPage()
+    await signIn(page, `#/conversations/${conversation.body.id}`)
+    await page.fill('#composer', 'Plot it.')
+    await page.click('#send')
+    await page.locator('.decision button[data-answer=approve]').click()
+    await page.waitForSelector('.msg.assistant >> text=The plot is ready.')
+    const size = () =>
+      page.evaluate(
+        "(() => { const img = document.querySelector('.call img.attached'); return img && img.complete ? img.naturalWidth + 'x' + img.naturalHeight : '' })()",
+      )
+    await expect.poll(size, { timeout: 20_000 }).toBe('2x3')
+    await shot(page, '18-tool-image')
+    await page.reload()
+    await page.waitForSelector('.msg.assistant >> text=The plot is ready.')
+    await expect.poll(size, { timeout: 20_000 }).toBe('2x3')
     await page.close()
   })
 
