@@ -9,6 +9,8 @@ import { fileURLToPath } from 'node:url'
 import { configSettings, type ConfigSetting } from '../src/app/index.js'
 import { defaultExecSettings } from '../src/exec/index.js'
 import { defaultExtractLimits, defaultMinSimilarity } from '../src/rag/index.js'
+import { defaultCompactionSettings } from '../src/runmgr/index.js'
+import { defaultWebhookSettings } from '../src/webhooks/index.js'
 import { problemCatalogue, type ProblemCode } from '../src/server/index.js'
 import { configNotes } from './docs/config-notes.js'
 import { errorNotes } from './docs/error-notes.js'
@@ -54,10 +56,12 @@ export function errorsPage(): string {
   ].join('\n')
 }
 
-/** Defaults another module fills in (the exec module, knowledge extraction and retrieval). */
+/** Defaults another module fills in (the exec module, knowledge extraction and retrieval, webhooks, compaction). */
 const moduleDefaults: Record<string, unknown> = {
   exec: defaultExecSettings,
   knowledge: { minSimilarity: defaultMinSimilarity, extract: { limits: defaultExtractLimits } },
+  webhooks: defaultWebhookSettings,
+  compaction: defaultCompactionSettings,
 }
 
 function lookup(source: unknown, key: string): unknown {

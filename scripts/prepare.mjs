@@ -12,7 +12,12 @@ if (process.env.npm_command === 'ci' && initCwd === root) {
   console.error('plinth: prepare: no build on `npm ci` in the checkout (`npm run build` builds dist/)')
   process.exit(0)
 }
-const result = spawnSync(process.execPath, [fileURLToPath(new URL('build-if-stale.mjs', import.meta.url))], {
-  stdio: 'inherit',
-})
+// With declarations: the package's exports name its .d.ts files.
+const result = spawnSync(
+  process.execPath,
+  [fileURLToPath(new URL('build-if-stale.mjs', import.meta.url)), '--declarations'],
+  {
+    stdio: 'inherit',
+  },
+)
 process.exit(result.status ?? 1)

@@ -17,10 +17,11 @@ import './helpers/provided-context.js'
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   // The CLI tests run the compiled build, as `npm start` does: it starts in half the time of the
-  // sources through tsx, and there are a hundred such starts. Compiled only when a source changed.
+  // sources through tsx, and there are a hundred such starts. Compiled only when a source changed —
+  // with declarations, as a package install builds it (test/external-plugins type-checks against them).
   const build = spawnSync(
     process.execPath,
-    [fileURLToPath(new URL('../scripts/build-if-stale.mjs', import.meta.url))],
+    [fileURLToPath(new URL('../scripts/build-if-stale.mjs', import.meta.url)), '--declarations'],
     {
       stdio: 'inherit',
     },

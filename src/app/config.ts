@@ -2,16 +2,11 @@ import { existsSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import { Ajv, type ErrorObject } from 'ajv'
 import { fallbackProblems, type ModelSettings } from '../llm/index.js'
-import {
-  defaultCompactionSettings,
-  type CompactionSettings,
-  type RetentionSettings,
-  type RunQuota,
-} from '../runmgr/index.js'
+import type { CompactionSettings, RetentionSettings, RunQuota } from '../runmgr/index.js'
 import type { ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
 import type { McpServerConfig } from '../mcp/index.js'
-import { defaultWebhookSettings, type WebhookSettings } from '../webhooks/index.js'
+import type { WebhookSettings } from '../webhooks/index.js'
 import { deprecatedEnvKeys, envKeys, parseEnv, setPath, type EnvKind } from './config-env.js'
 import { fileSchema, mcpServerSchema, sandboxOnlyKeys } from './config-file-schema.js'
 
@@ -130,7 +125,7 @@ export interface PlinthConfig {
   /** Postgres: prepare repeated statements per connection (off behind a proxy that cannot keep them). */
   pgPrepare: boolean
   /** Webhook delivery: retries, timeouts, SSRF rules (docs/webhooks.md). */
-  webhooks: WebhookSettings
+  webhooks: Partial<WebhookSettings>
   /** One line per deprecated environment variable that was set, naming its replacement (logged at start-up). */
   deprecations?: string[]
 }
@@ -203,7 +198,8 @@ const defaults: PlinthConfig = {
   resultMaxBytes: 1024 * 1024,
   pgliteSharedBuffers: '16MB',
   pgPrepare: true,
-  webhooks: defaultWebhookSettings,
+  // Filled in by the webhooks module (not imported here: the CLI reads this file without it).
+  webhooks: {},
 }
 
 /**
@@ -281,9 +277,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   const compaction = merged.compaction as { model?: unknown; threshold?: unknown; keepRecent?: unknown } | undefined
   if (typeof compaction?.model === 'string' && !models.some((model) => model?.id === compaction.model))
     problems.push(`compaction.model: no model ${JSON.stringify(compaction.model)} in models[]`)
-  const threshold =
-    typeof compaction?.threshold === 'number' ? compaction.threshold : defaultCompactionSettings.threshold
-  const keep = typeof compaction?.keepRecent === 'number' ? compaction.keepRecent : defaultCompactionSettings.keepRecent
+  const threshold = typeof compaction?.threshold === 'number' ? compaction.threshold : 0.75
+  // The defaults of src/runmgr/compaction.ts (not imported: the CLI reads this file without the run manager).
+  const keep = typeof compaction?.keepRecent === 'number' ? compaction.keepRecent : 0.25
   if (keep >= threshold)
     problems.push('compaction.keepRecent: must be less than compaction.threshold (or every run would compact again)')
   problems.push(...mcpServerProblems(merged.mcpServers))

@@ -6,7 +6,7 @@ import type { McpHub } from '../mcp/index.js'
 import { createEmbedder, prepareEmbeddings, type Ingestor } from '../rag/index.js'
 import { Registry } from 'prom-client'
 import type { RunManager } from '../runmgr/index.js'
-import { WebhookDeliverer } from '../webhooks/index.js'
+import { defaultWebhookSettings, WebhookDeliverer } from '../webhooks/index.js'
 import { createAgentMetrics } from './agent-metrics.js'
 import { setUpCommandBus } from './command-bus-setup.js'
 import { setUpRuns } from './run-setup.js'
@@ -53,6 +53,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   let execService: ExecService | undefined
   let mcp: McpHub | undefined
   let webhooks: WebhookDeliverer | undefined
+  const webhookSettings = { ...defaultWebhookSettings, ...config.webhooks }
   const warnings: string[] = []
   try {
     const embedder = createEmbedder(config.embeddings)
@@ -129,7 +130,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       logger.warn(warning)
     }
     // Webhook deliveries, in every instance: the outbox is shared, each attempt leased (docs/webhooks.md).
-    webhooks = new WebhookDeliverer(store, config.webhooks, { log: logger, exclusive: store.engine === 'pglite' })
+    webhooks = new WebhookDeliverer(store, webhookSettings, { log: logger, exclusive: store.engine === 'pglite' })
     await webhooks.start()
     const deliverer = webhooks
     app = await buildServer({
@@ -169,8 +170,8 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       metrics,
       ...(otel?.fastifyPlugin && { httpTracing: otel.fastifyPlugin }),
       webhooks: {
-        allowPrivate: config.webhooks.allowPrivate,
-        secretGraceMs: config.webhooks.secretGraceMs,
+        allowPrivate: webhookSettings.allowPrivate,
+        secretGraceMs: webhookSettings.secretGraceMs,
         wake: () => deliverer.poke(),
       },
     })
