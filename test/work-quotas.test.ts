@@ -17,7 +17,6 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
     let store: Store
     let server: TestServer
     let alice: TestUser
-    let projectId: string
 
     beforeAll(async () => {
       store = await openTestStore('pglite')
@@ -25,20 +24,23 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
         exec: {
           backend,
           maxUploadBytes: 3 * mib,
-          quota: { conversationBytes: 4 * mib, userBytes: 6 * mib, conversationFiles: 200 },
+          quota: { conversationBytes: 4 * mib, userBytes: 6 * mib, conversationFiles: 200, projectBytes: 5.5 * mib },
+          // The files every instance shares (on the embedded engine here): quotas hold the same.
+          fileStore: 'postgres',
         },
         uploads: { perUser: 2, total: 8 },
       })
       alice = await server.createUser()
-      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'quota' } })).body
-        .id
     })
     afterAll(async () => {
       await server?.close()
       await store?.close()
     })
 
+    /** A conversation in a project of its own (the project quota is tested on its own below). */
     const newConversation = async (): Promise<string> => {
+      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'quota' } }))
+        .body.id
       const id = (
         await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
       ).body.id
@@ -150,6 +152,27 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
       expect(refused.status).toBe(507)
       expect(((await refused.json()) as { detail: string }).detail).toMatch(/your work directories/)
       expect((await putAs(third, 'z.bin', Buffer.alloc(mib / 2))).status).toBe(201)
+    })
+
+    it('a project’s work directories share one quota', async () => {
+      const carol = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: carol.token, body: { name: 'c' } })).body
+        .id
+      const conversationOf = async (): Promise<string> =>
+        (await server.request('POST', `/api/projects/${project}/conversations`, { token: carol.token, body: {} })).body
+          .id
+      const putAs = (conversation: string, path: string, bytes: Buffer) =>
+        fetch(`${server.url}/api/conversations/${conversation}/files/${path}`, {
+          method: 'PUT',
+          headers: { authorization: `Bearer ${carol.token}` },
+          body: bytes,
+        })
+      expect((await putAs(await conversationOf(), 'x.bin', Buffer.alloc(3 * mib))).status).toBe(201)
+      // 6 MiB would fit carol's 6 MiB, not the project's 5.5.
+      const refused = await putAs(await conversationOf(), 'y.bin', Buffer.alloc(3 * mib))
+      expect(refused.status).toBe(507)
+      const body = (await refused.json()) as { code: string; detail: string }
+      expect([body.code, body.detail]).toEqual(['quota_exceeded', expect.stringMatching(/project's work directories/)])
     })
 
     it('at most two uploads per user at once: the third is 429 too_many_uploads with Retry-After', async () => {

@@ -222,8 +222,16 @@ function mcpSandboxHost(exec: ExecService): McpSandboxHost {
   return {
     unavailable: () => exec.sandboxUnavailable,
     launch: (input) => exec.launchSandboxed(input),
-    beforeCall: (conversationId, ownerId) => quota(() => exec.quota.ensureRoom(conversationId, ownerId)),
-    afterCall: (conversationId, ownerId, startedAt) =>
-      quota(() => exec.quota.settleAfterExec(conversationId, ownerId, startedAt)),
+    beforeCall: async (conversationId, ownerId) => {
+      await quota(() => exec.quota.ensureRoom(conversationId, ownerId))
+      await exec.workdirs.beforeExec(conversationId)
+    },
+    afterCall: async (conversationId, ownerId, startedAt) => {
+      try {
+        await quota(() => exec.quota.settleAfterExec(conversationId, ownerId, startedAt))
+      } finally {
+        await exec.workdirs.afterExec(conversationId, startedAt)
+      }
+    },
   }
 }

@@ -49,6 +49,8 @@ export const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_WORK_QUOTA_CONVERSATION', 'exec.quota.conversationBytes', 'int'],
   ['PLINTH_DIRECT_APPROVERS', 'exec.directApprovers', 'list'],
   ['PLINTH_WORK_QUOTA_USER', 'exec.quota.userBytes', 'int'],
+  ['PLINTH_WORK_QUOTA_PROJECT', 'exec.quota.projectBytes', 'int'],
+  ['PLINTH_FILE_STORE', 'exec.fileStore', 'string'],
   ['PLINTH_UPLOADS_PER_USER', 'uploads.perUser', 'int'],
   ['PLINTH_UPLOADS_TOTAL', 'uploads.total', 'int'],
   ['PLINTH_EXTRACT_TIMEOUT', 'knowledge.extract.timeoutMs', 'duration'],

@@ -200,8 +200,10 @@ export const fileSchema = {
             conversationBytes: { type: 'integer', minimum: 1024 },
             userBytes: { type: 'integer', minimum: 1024 },
             conversationFiles: { type: 'integer', minimum: 10 },
+            projectBytes: { type: 'integer', minimum: 1024 },
           },
         },
+        fileStore: { enum: ['auto', 'postgres', 'local'] },
         cliTools: {
           type: 'array',
           items: {

@@ -9,6 +9,8 @@ import { settleCleanups } from './process-runner.js'
 import { detectHostSupport, probeSandbox, type ProbeResult } from './probe.js'
 import { defaultLimits, type ExecLimits, type ExecOptions, type ExecResult } from './types.js'
 import { defaultDeniedSegments, WorkDirectories } from './workdirs.js'
+import { PostgresFileStore } from './file-store.js'
+import { SharedWorkDirectories } from './shared-workdirs.js'
 import { defaultQuota, WorkQuota, type QuotaSettings } from './work-quota.js'
 
 export type BackendName = 'direct' | 'sandbox'
@@ -42,8 +44,14 @@ export interface ExecSettings {
   maxUploadBytes: number
   maxDownloadBytes: number
   cliTools: CliToolSpec[]
-  /** Disk quotas of work directories (per conversation, per user). */
+  /** Disk quotas of work directories (per conversation, per user, per project). */
   quota: QuotaSettings
+  /**
+   * Where work directories' files are kept for every instance (docs/guides/scaling.md#files): `postgres`
+   * (the database, each instance's directory a cache of it), `local` (each instance's own disk only), or
+   * `auto` (the default): `postgres` on an external Postgres, `local` on the embedded database.
+   */
+  fileStore: 'auto' | 'postgres' | 'local'
   /**
    * Users (names or ids) who alone may approve an execution under `direct` — a second person, never the
    * one who asked. Empty (the default): whoever may act on the decision approves it.
@@ -68,6 +76,7 @@ export const defaultExecSettings: ExecSettings = {
   maxDownloadBytes: 50 * 1024 * 1024,
   cliTools: [],
   quota: defaultQuota,
+  fileStore: 'auto',
   directApprovers: [],
 }
 
@@ -128,9 +137,11 @@ export class ExecService {
     this.#identity = probe.identity
     // `auto` runs in the sandbox; where the probe failed, executions are off (see `executionAvailable`).
     this.#backend = settings.backend === 'direct' ? 'direct' : 'sandbox'
-    this.workdirs = new WorkDirectories(settings.workRoot ?? join(dataDir, 'work'), {
-      deniedSegments: settings.deniedSegments,
-    })
+    const root = settings.workRoot ?? join(dataDir, 'work')
+    const shared = settings.fileStore === 'postgres' || (settings.fileStore === 'auto' && store.engine === 'pg')
+    this.workdirs = shared
+      ? new SharedWorkDirectories(root, new PostgresFileStore(store), log, { deniedSegments: settings.deniedSegments })
+      : new WorkDirectories(root, { deniedSegments: settings.deniedSegments })
     this.workdirs.setOwner(probe.identity)
     this.quota = new WorkQuota(store, this.workdirs, settings.quota)
   }
@@ -236,6 +247,7 @@ export class ExecService {
     }
     const scratch = input.conversationId === null ? await this.workdirs.scratch() : null
     try {
+      if (input.conversationId !== null) await this.workdirs.pull(input.conversationId)
       const cwd = scratch ?? (await this.workdirs.prepareForSandbox(input.conversationId!))
       const backend = new SandboxBackend(this.#support, this.#identity, { tmpSizeMb: this.settings.tmpSizeMb })
       const launch = await backend.launch(
@@ -328,12 +340,18 @@ export class ExecService {
       { 'plinth.exec.backend': this.#backend, 'plinth.exec.program': input.argv[0] ?? '' },
       async (span) => {
         if (input.ownerId) await this.quota.ensureRoom(input.conversationId, input.ownerId)
+        await this.workdirs.beforeExec(input.conversationId)
         const startedAt = Date.now()
         let result: ExecResult
         try {
           result = await this.#run(input, options)
         } finally {
-          if (input.ownerId) await this.quota.settleAfterExec(input.conversationId, input.ownerId, startedAt)
+          try {
+            if (input.ownerId) await this.quota.settleAfterExec(input.conversationId, input.ownerId, startedAt)
+          } finally {
+            // What the program wrote (within quota) is stored for every instance before its result is.
+            await this.workdirs.afterExec(input.conversationId, startedAt)
+          }
         }
         annotateExecSpan(span, result)
         return result

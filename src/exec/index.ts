@@ -17,6 +17,8 @@ export { settleCleanups } from './process-runner.js'
 export { buildExecEnv, isSecretName } from './exec-env.js'
 export { detectHostSupport, lookupUser, probeSandbox, type ProbeResult } from './probe.js'
 export { WorkDirectories, PathError, defaultDeniedSegments, type FileEntry } from './workdirs.js'
+export { SharedWorkDirectories } from './shared-workdirs.js'
+export { PostgresFileStore, ContentMissingError, type FileStore, type StoredWorkFile } from './file-store.js'
 export { cliEnvironment } from './cli-env.js'
 export { gateCliCall, probeCliVersion, validateCliSpec, type CliGate } from './cli-gate.js'
 export {

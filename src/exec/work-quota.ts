@@ -1,4 +1,11 @@
-import { adjustWorkUsage, recordWorkUsage, workUsageOf, type Store, type WorkUsage } from '../store/index.js'
+import {
+  adjustWorkUsage,
+  projectWorkBytes,
+  recordWorkUsage,
+  workUsageOf,
+  type Store,
+  type WorkUsage,
+} from '../store/index.js'
 import type { WorkDirectories } from './workdirs.js'
 
 /** Disk quotas of work directories (config `exec.quota`). */
@@ -9,12 +16,15 @@ export interface QuotaSettings {
   userBytes: number
   /** Entries (files, directories, links) one work directory may hold. */
   conversationFiles: number
+  /** Bytes the work directories of all of one project's conversations may hold together. */
+  projectBytes: number
 }
 
 export const defaultQuota: QuotaSettings = {
   conversationBytes: 512 * 1024 * 1024,
   userBytes: 2 * 1024 * 1024 * 1024,
   conversationFiles: 50_000,
+  projectBytes: 10 * 1024 * 1024 * 1024,
 }
 
 /** A write or an execution would put a work directory, or its owner, over quota. */
@@ -48,7 +58,7 @@ export class WorkQuota {
   /** Refuses (QuotaError) when `adding` more bytes, and `files` more entries, would not fit. */
   async ensureRoom(conversationId: string, ownerId: string, adding = 0, files = 0): Promise<void> {
     const usage = await workUsageOf(this.#store, conversationId, ownerId)
-    const { conversationBytes, userBytes, conversationFiles } = this.settings
+    const { conversationBytes, userBytes, conversationFiles, projectBytes } = this.settings
     if (usage.conversation.bytes + adding > conversationBytes) {
       throw new QuotaError(
         `the work directory would hold ${mib(usage.conversation.bytes + adding)}; it is limited to ${mib(conversationBytes)} (delete files with DELETE …/files/*path)`,
@@ -57,6 +67,12 @@ export class WorkQuota {
     if (usage.user.bytes + adding > userBytes) {
       throw new QuotaError(
         `your work directories would hold ${mib(usage.user.bytes + adding)}; they are limited to ${mib(userBytes)} together`,
+      )
+    }
+    const project = await projectWorkBytes(this.#store, conversationId)
+    if (project + adding > projectBytes) {
+      throw new QuotaError(
+        `the project's work directories would hold ${mib(project + adding)}; they are limited to ${mib(projectBytes)} together`,
       )
     }
     if (usage.conversation.files + files > conversationFiles)
@@ -73,7 +89,7 @@ export class WorkQuota {
    * quota, removes the files the execution wrote, largest first, until it fits; then throws.
    */
   async settleAfterExec(conversationId: string, ownerId: string, startedAt: number): Promise<void> {
-    const { conversationBytes, userBytes, conversationFiles } = this.settings
+    const { conversationBytes, userBytes, conversationFiles, projectBytes } = this.settings
     // A second of slack: a file system keeps modification times coarser than the clock.
     // Counted well past the limit, so that what the execution wrote can be found and removed.
     const measured = await this.#workdirs.measure(conversationId, {
@@ -82,7 +98,12 @@ export class WorkQuota {
     })
     const recorded = await workUsageOf(this.#store, conversationId, ownerId)
     const others = recorded.user.bytes - recorded.conversation.bytes
-    const limit = Math.min(conversationBytes, userBytes - Math.max(0, others))
+    const projectOthers = (await projectWorkBytes(this.#store, conversationId)) - recorded.conversation.bytes
+    const limit = Math.min(
+      conversationBytes,
+      userBytes - Math.max(0, others),
+      projectBytes - Math.max(0, projectOthers),
+    )
     let { bytes, files } = measured
     const over = bytes > limit || files > conversationFiles || measured.truncated
     const removed: string[] = []
@@ -105,7 +126,7 @@ export class WorkQuota {
     if (over) {
       const shown = removed.slice(0, 10).join(', ') + (removed.length > 10 ? `, and ${removed.length - 10} more` : '')
       throw new QuotaError(
-        `the program went over the work directory's quota (${mib(conversationBytes)} and ${conversationFiles} entries per conversation, ${mib(userBytes)} per user); ` +
+        `the program went over the work directory's quota (${mib(conversationBytes)} and ${conversationFiles} entries per conversation, ${mib(userBytes)} per user, ${mib(projectBytes)} per project); ` +
           (removed.length > 0 ? `the files it wrote were removed: ${shown}` : 'nothing it wrote could be removed'),
       )
     }

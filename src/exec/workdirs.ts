@@ -136,6 +136,18 @@ export class WorkDirectories {
     this.#rootReady = true
   }
 
+  /**
+   * Brings the conversation's directory up to date with the files every instance sees (a shared
+   * FileStore, `SharedWorkDirectories`); here, where the directory is the only copy, nothing to do.
+   */
+  async pull(_conversationId: string): Promise<void> {}
+
+  /** An execution is about to run in the conversation's directory. */
+  async beforeExec(_conversationId: string): Promise<void> {}
+
+  /** An execution that started at `startedAt` (ms since the epoch) ended: what it changed is kept. */
+  async afterExec(_conversationId: string, _startedAt: number): Promise<void> {}
+
   /** The relative path's segments, or a PathError saying what is wrong with it. */
   segments(path: string): string[] {
     if (path.includes('\0')) throw new PathError('invalid_path', 'the path contains a NUL character')
@@ -287,6 +299,33 @@ export class WorkDirectories {
     } catch (error) {
       await parent.unlink(staging).catch(() => undefined)
       throw error
+    } finally {
+      await parent.close()
+    }
+  }
+
+  /** What one path is (not following a symlink), or null when nothing is there. */
+  async entry(conversationId: string, path: string): Promise<FileEntry | null> {
+    const parts = this.segments(path)
+    if (parts.length === 0) return null
+    const parent = await this.#walk(conversationId, parts.slice(0, -1), path, false).catch(() => null)
+    if (!parent) return null
+    try {
+      const entry = await parent.lstat(parts.at(-1)!).catch(() => null)
+      if (!entry) return null
+      const type = entry.isSymbolicLink()
+        ? 'symlink'
+        : entry.isDirectory()
+          ? 'directory'
+          : entry.isFile()
+            ? 'file'
+            : 'other'
+      return {
+        path: parts.join('/'),
+        type,
+        size: type === 'file' ? entry.size : 0,
+        modifiedAt: entry.mtime.toISOString(),
+      }
     } finally {
       await parent.close()
     }

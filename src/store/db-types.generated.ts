@@ -470,6 +470,31 @@ export interface Webhooks {
   url: string
 }
 
+export interface WorkBlobChunks {
+  data: Uint8Array
+  hash: string
+  seq: number
+}
+
+export interface WorkBlobs {
+  created_at: Generated<Timestamp>
+  hash: string
+  size: Int8
+}
+
+export interface WorkFiles {
+  conversation_id: string
+  hash: string
+  modified_at: Generated<Timestamp>
+  path: string
+  size: Int8
+}
+
+export interface WorkManifests {
+  conversation_id: string
+  version: Generated<Int8>
+}
+
 export interface WorkUsage {
   bytes: Generated<Int8>
   conversation_id: string
@@ -512,5 +537,9 @@ export interface DB {
   webhook_attempts: WebhookAttempts
   webhook_messages: WebhookMessages
   webhooks: Webhooks
+  work_blob_chunks: WorkBlobChunks
+  work_blobs: WorkBlobs
+  work_files: WorkFiles
+  work_manifests: WorkManifests
   work_usage: WorkUsage
 }

@@ -253,7 +253,24 @@ export {
 } from './memory-repository.js'
 export { getSetting, setSetting } from './settings-repository.js'
 export { storableText, storableJsonText } from './storable.js'
-export { recordWorkUsage, adjustWorkUsage, workUsageOf, type WorkUsage } from './work-usage-repository.js'
+export {
+  recordWorkUsage,
+  adjustWorkUsage,
+  workUsageOf,
+  projectWorkBytes,
+  type WorkUsage,
+} from './work-usage-repository.js'
+export {
+  workFilesVersion,
+  workFileManifest,
+  touchWorkBlob,
+  storeWorkBlob,
+  readWorkBlob,
+  commitWorkFiles,
+  discardWorkFiles,
+  type StoredWorkFile,
+  type WorkFileChange,
+} from './work-file-repository.js'
 export { webhookEventTypes, type WebhookEventType } from './webhook-outbox.js'
 export {
   insertWebhook,

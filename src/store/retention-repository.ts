@@ -2,6 +2,7 @@ import { sql, type RawBuilder } from 'kysely'
 import { announceAccessChange } from './access-signals.js'
 import { appendEvents } from './event-log.js'
 import { kysely, type Executor } from './executor.js'
+import { discardWorkFiles } from './work-file-repository.js'
 
 /**
  * What a retention sweep deletes and after how many days (docs/guides/operating.md#retention). A
@@ -162,6 +163,7 @@ export async function purgeIdleConversations(
   await sql`delete from events where conversation_id = any(${ids})`.execute(db)
   await sql`delete from allowances where conversation_id = any(${ids})`.execute(db)
   await sql`delete from work_usage where conversation_id = any(${ids})`.execute(db)
+  await discardWorkFiles(tx, ids)
   await sql`update runs set required_action = null where conversation_id = any(${ids})`.execute(db)
   await sql`update conversations set title = '', purged_at = now(), deleted_at = coalesce(deleted_at, now())
             where id = any(${ids})`.execute(db)

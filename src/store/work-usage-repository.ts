@@ -70,3 +70,12 @@ export async function workUsageOf(
     user: { bytes: Number(row.user_bytes), files: Number(row.user_files) },
   }
 }
+
+/** The recorded bytes of the work directories of every conversation in the project of `conversationId`. */
+export async function projectWorkBytes(db: Executor, conversationId: string): Promise<number> {
+  const { rows } = await sql<{ bytes: string }>`
+    select coalesce(sum(u.bytes), 0) as bytes from work_usage u
+    join conversations c on c.id = u.conversation_id
+    where c.project_id = (select project_id from conversations where id = ${conversationId})`.execute(kysely(db))
+  return Number(rows[0]?.bytes ?? 0)
+}

@@ -1,0 +1,141 @@
+import { sql } from 'kysely'
+import { kysely, type Executor } from './executor.js'
+
+/** One file of a conversation's stored work directory (docs/guides/scaling.md#files). */
+export interface StoredWorkFile {
+  path: string
+  /** SHA-256 of the content, hex: the blob that holds it. */
+  hash: string
+  size: number
+}
+
+/** What a manifest change does: files to name (new or replaced) and paths to drop (each with what is under it). */
+export interface WorkFileChange {
+  put: readonly StoredWorkFile[]
+  remove: readonly string[]
+}
+
+/** The version of a conversation's stored files (0: nothing was ever stored). */
+export async function workFilesVersion(db: Executor, conversationId: string): Promise<number> {
+  const row = await kysely(db)
+    .selectFrom('work_manifests')
+    .select('version')
+    .where('conversation_id', '=', conversationId)
+    .executeTakeFirst()
+  return row ? Number(row.version) : 0
+}
+
+/** Every stored file of a conversation, with the version they are at (read in one statement). */
+export async function workFileManifest(
+  db: Executor,
+  conversationId: string,
+): Promise<{ version: number; files: StoredWorkFile[] }> {
+  const { rows } = await sql<{ path: string | null; hash: string | null; size: string | null; version: string }>`
+    select f.path, f.hash, f.size, coalesce(m.version, 0) as version
+    from (select ${conversationId}::text as id) c
+    left join work_manifests m on m.conversation_id = c.id
+    left join work_files f on f.conversation_id = c.id`.execute(kysely(db))
+  return {
+    version: Number(rows[0]?.version ?? 0),
+    files: rows.flatMap((row) =>
+      row.path === null ? [] : [{ path: row.path, hash: row.hash!, size: Number(row.size) }],
+    ),
+  }
+}
+
+/**
+ * Marks a blob as wanted: true when it is stored (its age reset), false when its bytes must be stored
+ * first (`storeWorkBlob`).
+ */
+export async function touchWorkBlob(db: Executor, hash: string): Promise<boolean> {
+  const result = await sql`update work_blobs set created_at = now() where hash = ${hash}`.execute(kysely(db))
+  return Number(result.numAffectedRows ?? 0) > 0
+}
+
+/** Stores a blob's chunks (in one transaction of the caller's); a blob stored meanwhile is kept as it is. */
+export async function storeWorkBlob(
+  tx: Executor,
+  hash: string,
+  size: number,
+  chunks: AsyncIterable<Buffer>,
+): Promise<void> {
+  const db = kysely(tx)
+  const inserted = await sql`insert into work_blobs (hash, size) values (${hash}, ${size})
+    on conflict (hash) do nothing`.execute(db)
+  if (Number(inserted.numAffectedRows ?? 0) === 0) return
+  let seq = 0
+  for await (const chunk of chunks) {
+    await sql`insert into work_blob_chunks (hash, seq, data) values (${hash}, ${seq++}, ${chunk})`.execute(db)
+  }
+}
+
+/** A stored blob's bytes, chunk by chunk (a few chunks per statement, never the whole blob at once). */
+export async function* readWorkBlob(db: Executor, hash: string): AsyncGenerator<Buffer> {
+  let next = 0
+  for (;;) {
+    const { rows } = await sql<{ seq: number; data: Uint8Array }>`
+      select seq, data from work_blob_chunks where hash = ${hash} and seq >= ${next} order by seq limit 4`.execute(
+      kysely(db),
+    )
+    for (const row of rows) yield Buffer.from(row.data.buffer, row.data.byteOffset, row.data.byteLength)
+    if (rows.length < 4) return
+    next = rows.at(-1)!.seq + 1
+  }
+}
+
+/**
+ * Applies a change to a conversation's manifest in one transaction of the caller's and answers the
+ * version before and after. Blobs no file names any more are deleted with it.
+ */
+export async function commitWorkFiles(
+  tx: Executor,
+  conversationId: string,
+  change: WorkFileChange,
+): Promise<{ previous: number; version: number }> {
+  const db = kysely(tx)
+  const { rows } = await sql<{ version: string }>`
+    insert into work_manifests (conversation_id, version) values (${conversationId}, 1)
+    on conflict (conversation_id) do update set version = work_manifests.version + 1
+    returning version`.execute(db)
+  const version = Number(rows[0]!.version)
+  const dropped: string[] = []
+  for (const path of change.remove) {
+    const removed = await sql<{ hash: string }>`
+      delete from work_files where conversation_id = ${conversationId}
+        and (path = ${path} or (${path} = '' or starts_with(path, ${path + '/'})))
+      returning hash`.execute(db)
+    dropped.push(...removed.rows.map((row) => row.hash))
+  }
+  for (const file of change.put) {
+    const replaced = await sql<{ hash: string | null }>`
+      with old as (select hash from work_files where conversation_id = ${conversationId} and path = ${file.path})
+      insert into work_files (conversation_id, path, hash, size) values (${conversationId}, ${file.path}, ${file.hash}, ${file.size})
+      on conflict (conversation_id, path) do update set hash = excluded.hash, size = excluded.size, modified_at = now()
+      returning (select hash from old) as hash`.execute(db)
+    const old = replaced.rows[0]?.hash
+    if (old && old !== file.hash) dropped.push(old)
+  }
+  await dropUnnamedBlobs(tx, dropped)
+  return { previous: version - 1, version }
+}
+
+/** Deletes the blobs among `hashes` that no file names. */
+async function dropUnnamedBlobs(tx: Executor, hashes: readonly string[]): Promise<void> {
+  if (hashes.length === 0) return
+  await sql`delete from work_blobs b where b.hash = any(${[...new Set(hashes)]}::text[])
+    and not exists (select 1 from work_files f where f.hash = b.hash)`.execute(kysely(tx))
+}
+
+/** Forgets every stored file of conversations (retention purged them), in the caller's transaction. */
+export async function discardWorkFiles(tx: Executor, conversationIds: readonly string[]): Promise<void> {
+  if (conversationIds.length === 0) return
+  const { rows } = await sql<{ hash: string }>`
+    delete from work_files where conversation_id = any(${conversationIds}::text[]) returning hash`.execute(kysely(tx))
+  await sql`update work_manifests set version = version + 1 where conversation_id = any(${conversationIds}::text[])`.execute(
+    kysely(tx),
+  )
+  await dropUnnamedBlobs(
+    tx,
+    rows.map((row) => row.hash),
+  )
+}
