@@ -12,6 +12,7 @@ import { defaultExtractLimits, defaultMinSimilarity } from '../src/rag/index.js'
 import { defaultCompactionSettings } from '../src/runmgr/index.js'
 import { defaultWebhookSettings } from '../src/webhooks/index.js'
 import { problemCatalogue, type ProblemCode } from '../src/server/index.js'
+import { configValidatorSource, validatorFile } from './config-validator.js'
 import { configNotes } from './docs/config-notes.js'
 import { errorNotes } from './docs/error-notes.js'
 
@@ -143,5 +144,6 @@ export function configurationPage(): string {
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   await writeFile(errorsFile, errorsPage())
   await writeFile(configurationFile, configurationPage())
+  await writeFile(validatorFile, configValidatorSource())
   console.log(`wrote ${errorsFile} and ${configurationFile}`)
 }

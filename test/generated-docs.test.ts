@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises'
 import { describe, expect, it } from 'vitest'
+import { configValidatorSource, validatorFile } from '../scripts/config-validator.js'
 import { configurationFile, configurationPage, errorsFile, errorsPage } from '../scripts/generate-docs.js'
 
 /** Where two texts first differ, as a readable message instead of a page-long diff. */
@@ -18,13 +19,14 @@ describe('generated reference pages', () => {
   for (const [name, file, page] of [
     ['docs/reference/errors.md', errorsFile, errorsPage],
     ['docs/reference/configuration.md', configurationFile, configurationPage],
+    ['src/app/config-validator.generated.ts', validatorFile, configValidatorSource],
   ] as const) {
     it(`${name} is up to date`, async () => {
       const generated = page()
       const committed = await readFile(file, 'utf8')
       if (generated !== committed)
         throw new Error(`${name} is stale (${firstDifference(generated, committed)}); run npm run docs`)
-      expect(generated).toContain('| ')
+      expect(generated).toMatch(/\| |validateFile/)
     })
   }
 

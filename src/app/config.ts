@@ -1,6 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs'
 import { dirname, isAbsolute, resolve } from 'node:path'
-import { Ajv, type ErrorObject } from 'ajv'
+import type { ErrorObject } from 'ajv'
 import { fallbackProblems, type ModelSettings } from '../llm/index.js'
 import type { CompactionSettings, RetentionSettings, RunQuota } from '../runmgr/index.js'
 import type { ExecSettings } from '../exec/index.js'
@@ -8,7 +8,13 @@ import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.j
 import type { McpServerConfig } from '../mcp/index.js'
 import type { WebhookSettings } from '../webhooks/index.js'
 import { deprecatedEnvKeys, envKeys, parseEnv, setPath, type EnvKind } from './config-env.js'
-import { fileSchema, mcpServerSchema, sandboxOnlyKeys } from './config-file-schema.js'
+import { fileSchema, sandboxOnlyKeys } from './config-file-schema.js'
+import * as compiled from './config-validator.generated.js'
+
+/** A validator Ajv compiled ahead of time (scripts/config-validator.ts): the errors of its last call. */
+type Validator = ((data: unknown) => boolean) & { errors?: ErrorObject[] | null }
+const validateFile = compiled.validateFile as Validator
+const validateMcpServer = compiled.validateMcpServer as Validator
 
 export type { EnvKind } from './config-env.js'
 
@@ -258,8 +264,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   }
   for (const [name, key, kind] of envKeys) fromEnv(name, key, kind)
 
-  const ajv = new Ajv({ allErrors: true, strict: false })
-  if (!ajv.validate(fileSchema, merged)) problems.push(...(ajv.errors ?? []).map((error) => describeError(error)))
+  if (!validateFile(merged)) problems.push(...(validateFile.errors ?? []).map((error) => describeError(error)))
   const models = Array.isArray(merged.models)
     ? (merged.models as Array<{ id?: unknown; provider?: unknown; baseUrl?: unknown; script?: unknown }>)
     : []
@@ -405,8 +410,7 @@ function resolveFilePaths(config: Record<string, unknown>, base: string): void {
  * relative to).
  */
 export function mcpServerSpecProblems(spec: unknown): string[] {
-  const ajv = new Ajv({ allErrors: true, strict: false })
-  const problems = ajv.validate(mcpServerSchema, spec) ? [] : (ajv.errors ?? []).map((error) => describeError(error))
+  const problems = validateMcpServer(spec) ? [] : (validateMcpServer.errors ?? []).map((error) => describeError(error))
   problems.push(...mcpServerProblems([spec]))
   const record = spec !== null && typeof spec === 'object' ? (spec as Record<string, unknown>) : {}
   if (typeof record.cwd === 'string' && !isAbsolute(record.cwd)) problems.push('cwd: must be an absolute path')
