@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { PostgresFileStore, SharedWorkDirectories } from '../src/exec/index.js'
-import { createConversation, type Store } from '../src/store/index.js'
+import { createConversation, deleteUnnamedWorkBlobs, type Store } from '../src/store/index.js'
 import { testDb } from '../src/store/test-access.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { seedProject, type SeedScope } from './helpers/store-seed.js'
@@ -107,6 +107,30 @@ describe.each(testEngines())('work files shared through the store (%s)', (engine
     const restarted = await instance(rootA)
     expect((await restarted.list(id)).map((entry) => entry.path)).toEqual(['keep.txt'])
     expect(await readFile(join(await restarted.dir(id), 'keep.txt'), 'utf8')).toBe('kept, changed while a was down')
+  })
+
+  it('content is stored only under its own hash (a file that changed while it was read is not)', async () => {
+    const files = new PostgresFileStore(store)
+    const hash = createHash('sha256').update('as hashed').digest('hex')
+    const before = await blobs()
+    const changed = async function* (): AsyncGenerator<Buffer> {
+      yield Buffer.from('as stored')
+    }
+    expect(await files.putContent(hash, 9, changed)).toBe(false)
+    expect(await blobs()).toBe(before)
+    const same = async function* (): AsyncGenerator<Buffer> {
+      yield Buffer.from('as hashed')
+    }
+    expect(await files.putContent(hash, 9, same)).toBe(true)
+    expect(await blobs()).toBe(before + 1)
+    // Stored and never named (an instance that died before its manifest change): swept after an hour.
+    expect(await store.transaction((tx) => deleteUnnamedWorkBlobs(tx, 100))).toBe(0)
+    await testDb(store)
+      .updateTable('work_blobs')
+      .set({ created_at: new Date(Date.now() - 2 * 3_600_000) })
+      .execute()
+    expect(await store.transaction((tx) => deleteUnnamedWorkBlobs(tx, 100))).toBe(1)
+    expect(await blobs()).toBe(before)
   })
 
   it('files a directory held before it was shared are stored on first use', async () => {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import {
   commitWorkFiles,
   readWorkBlob,
@@ -23,8 +24,11 @@ export interface FileStore {
   /** The version of the conversation's files (0: none were ever stored). */
   version(conversationId: string): Promise<number>
   manifest(conversationId: string): Promise<{ version: number; files: StoredWorkFile[] }>
-  /** Stores content under its hash unless it is stored already (`bytes` is called only then). */
-  putContent(hash: string, size: number, bytes: () => AsyncIterable<Buffer>): Promise<void>
+  /**
+   * Stores content under its hash unless it is stored already (`bytes` is called only then). False when
+   * the bytes read do not have that hash (the file changed since it was hashed): nothing is stored.
+   */
+  putContent(hash: string, size: number, bytes: () => AsyncIterable<Buffer>): Promise<boolean>
   /** The bytes of stored content. */
   read(hash: string): AsyncIterable<Buffer>
   /**
@@ -41,6 +45,9 @@ export class ContentMissingError extends Error {
     this.name = 'ContentMissingError'
   }
 }
+
+/** The bytes read to store did not have the hash they were stored under (rolled back). */
+class ContentChangedError extends Error {}
 
 const chunkBytes = 1024 * 1024
 
@@ -78,9 +85,28 @@ export class PostgresFileStore implements FileStore {
     return workFileManifest(this.#store, conversationId)
   }
 
-  async putContent(hash: string, size: number, bytes: () => AsyncIterable<Buffer>): Promise<void> {
-    if (await touchWorkBlob(this.#store, hash)) return
-    await this.#store.transaction((tx) => storeWorkBlob(tx, hash, size, inChunks(bytes())))
+  async putContent(hash: string, size: number, bytes: () => AsyncIterable<Buffer>): Promise<boolean> {
+    if (await touchWorkBlob(this.#store, hash)) return true
+    try {
+      await this.#store.transaction(async (tx) => {
+        const digest = createHash('sha256')
+        let length = 0
+        async function* hashed(): AsyncGenerator<Buffer> {
+          for await (const chunk of inChunks(bytes())) {
+            digest.update(chunk)
+            length += chunk.length
+            yield chunk
+          }
+        }
+        await storeWorkBlob(tx, hash, size, hashed())
+        // Content is addressed by its hash: bytes that changed while being read are never stored under it.
+        if (length > 0 && (length !== size || digest.digest('hex') !== hash)) throw new ContentChangedError()
+      })
+      return true
+    } catch (error) {
+      if (error instanceof ContentChangedError) return false
+      throw error
+    }
   }
 
   read(hash: string): AsyncIterable<Buffer> {

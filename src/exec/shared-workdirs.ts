@@ -278,8 +278,12 @@ export class SharedWorkDirectories extends WorkDirectories {
     local?: Map<string, { size: number; mtimeMs: number }>,
   ): Promise<void> {
     const store = async (): Promise<void> => {
-      for (const file of put)
-        await this.files.putContent(file.hash, file.size, () => this.#localBytes(conversationId, file.path))
+      for (const file of [...put]) {
+        if (await this.files.putContent(file.hash, file.size, () => this.#localBytes(conversationId, file.path)))
+          continue
+        // Changed while it was read (a program still writing it): left for the next sync.
+        put.splice(put.indexOf(file), 1)
+      }
     }
     await store()
     let result: { previous: number; version: number }

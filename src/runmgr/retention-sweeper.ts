@@ -3,6 +3,7 @@ import {
   anyProjectRetention,
   deleteOldDispatches,
   deleteOldRunEvents,
+  deleteUnnamedWorkBlobs,
   deleteStaleKnowledge,
   lockRetentionSweep,
   pruneAuditLog,
@@ -30,6 +31,8 @@ export interface RetentionReport {
   knowledgeItems: number
   conversations: number
   auditEntries: number
+  /** Stored work-directory content no file names (a sync that died before naming it), after an hour. */
+  workBlobs: number
 }
 
 const batchSize = 5_000
@@ -106,6 +109,7 @@ export class RetentionSweeper {
         return { count: purged.length, after: () => this.#discard(purged) }
       })
     }
+    report.workBlobs = await this.#batches(batchSize, (tx) => deleteUnnamedWorkBlobs(tx, batchSize))
     const auditKey = this.#auditKey
     if (s.auditDays !== undefined && auditKey) {
       const before = new Date(Date.now() - s.auditDays * 86_400_000)
@@ -149,5 +153,5 @@ export class RetentionSweeper {
 }
 
 function emptyReport(): RetentionReport {
-  return { runEvents: 0, dispatches: 0, knowledgeItems: 0, conversations: 0, auditEntries: 0 }
+  return { runEvents: 0, dispatches: 0, knowledgeItems: 0, conversations: 0, auditEntries: 0, workBlobs: 0 }
 }

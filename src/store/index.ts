@@ -268,6 +268,7 @@ export {
   readWorkBlob,
   commitWorkFiles,
   discardWorkFiles,
+  deleteUnnamedWorkBlobs,
   type StoredWorkFile,
   type WorkFileChange,
 } from './work-file-repository.js'

@@ -139,3 +139,16 @@ export async function discardWorkFiles(tx: Executor, conversationIds: readonly s
     rows.map((row) => row.hash),
   )
 }
+
+/**
+ * Deletes up to `limit` blobs no file names that were last wanted over an hour ago: content a sync stored
+ * and never named (its instance died between the two). Younger ones may be about to be named.
+ */
+export async function deleteUnnamedWorkBlobs(tx: Executor, limit: number): Promise<number> {
+  const result = await sql`delete from work_blobs where hash in (
+      select b.hash from work_blobs b
+      where b.created_at < now() - interval '1 hour'
+        and not exists (select 1 from work_files f where f.hash = b.hash)
+      limit ${limit})`.execute(kysely(tx))
+  return Number(result.numAffectedRows ?? 0)
+}
