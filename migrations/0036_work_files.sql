@@ -10,7 +10,8 @@
 create table work_blobs (
   hash        text primary key,
   size        bigint not null,
-  created_at  timestamptz not null default now()
+  -- when a sync last stored or reused it: content no file names is swept an hour after this
+  wanted_at   timestamptz not null default now()
 );
 
 create table work_blob_chunks (

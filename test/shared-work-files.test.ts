@@ -127,7 +127,7 @@ describe.each(testEngines())('work files shared through the store (%s)', (engine
     expect(await store.transaction((tx) => deleteUnnamedWorkBlobs(tx, 100))).toBe(0)
     await testDb(store)
       .updateTable('work_blobs')
-      .set({ created_at: new Date(Date.now() - 2 * 3_600_000) })
+      .set({ wanted_at: new Date(Date.now() - 2 * 3_600_000) })
       .execute()
     expect(await store.transaction((tx) => deleteUnnamedWorkBlobs(tx, 100))).toBe(1)
     expect(await blobs()).toBe(before)

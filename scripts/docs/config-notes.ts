@@ -176,6 +176,11 @@ export const configNotes: Record<string, ConfigNote> = {
   connectionTimeoutMs: { meaning: 'an idle connection is closed (must exceed the heartbeat)' },
   maxConnectionsPerAddress: { meaning: 'open connections per client address (429 past it)' },
   maxConnections: { meaning: 'open connections in total' },
+  'overload.maxEventLoopDelayMs': {
+    meaning:
+      'while the event loop runs this many milliseconds late, new runs (`POST /api/conversations/:id/runs`) are refused 503 `overloaded` with `Retry-After`, before any work; `0`: never (see [Scaling](../guides/scaling.md#overload))',
+  },
+  'overload.retryAfterSeconds': { meaning: 'the `Retry-After` of an `overloaded` refusal' },
   'uploads.perUser': { meaning: 'uploads in flight per user (429 `too_many_uploads` past it)' },
   'uploads.total': { meaning: 'uploads in flight in all (429 `too_many_uploads` past it)' },
   trustProxy: {

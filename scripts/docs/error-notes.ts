@@ -100,4 +100,6 @@ export const errorNotes = {
   service_unavailable: '`/readyz` when the database does not answer; requests during shutdown',
   shutting_down:
     'a new run (or a resume) while the server is stopping; retry — another instance, or this one restarted, takes it',
+  overloaded:
+    'a new run while this instance’s event loop runs later than `overload.maxEventLoopDelayMs`; nothing was started — retry after `Retry-After` (another instance may take it)',
 } as const satisfies Record<ProblemCode, string>

@@ -52,6 +52,8 @@ export const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_WORK_QUOTA_PROJECT', 'exec.quota.projectBytes', 'int'],
   ['PLINTH_FILE_STORE', 'exec.fileStore', 'string'],
   ['PLINTH_UPLOADS_PER_USER', 'uploads.perUser', 'int'],
+  ['PLINTH_OVERLOAD_LOOP_DELAY_MS', 'overload.maxEventLoopDelayMs', 'int'],
+  ['PLINTH_OVERLOAD_RETRY_AFTER', 'overload.retryAfterSeconds', 'int'],
   ['PLINTH_UPLOADS_TOTAL', 'uploads.total', 'int'],
   ['PLINTH_EXTRACT_TIMEOUT', 'knowledge.extract.timeoutMs', 'duration'],
   ['PLINTH_EXTRACT_MEMORY_MB', 'knowledge.extract.rssMb', 'int'],

@@ -241,6 +241,14 @@ export const fileSchema = {
     connectionTimeoutMs: { type: 'integer', minimum: 1000 },
     maxConnectionsPerAddress: { type: 'integer', minimum: 1 },
     maxConnections: { type: 'integer', minimum: 1 },
+    overload: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        maxEventLoopDelayMs: { type: 'integer', minimum: 0 },
+        retryAfterSeconds: { type: 'integer', minimum: 1, maximum: 3600 },
+      },
+    },
     uploads: {
       type: 'object',
       additionalProperties: false,

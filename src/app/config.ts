@@ -76,6 +76,8 @@ export interface PlinthConfig {
   maxConnections: number
   /** Uploads (file PUTs, knowledge files) in flight per user and in all. */
   uploads: { perUser: number; total: number }
+  /** New runs refused (503 `overloaded`) while the event loop is this late (docs/guides/scaling.md#overload). */
+  overload: { maxEventLoopDelayMs: number; retryAfterSeconds: number }
   /** Reverse proxies whose X-Forwarded-For is believed (addresses or CIDRs, comma-separated), or true for any. */
   trustProxy?: string | boolean
   /** Bearer token for `/metrics`; without it `/metrics` is open only when listening on loopback. */
@@ -178,6 +180,7 @@ const defaults: PlinthConfig = {
   maxConnectionsPerAddress: 256,
   maxConnections: 10_000,
   uploads: { perUser: 2, total: 8 },
+  overload: { maxEventLoopDelayMs: 2000, retryAfterSeconds: 2 },
   corsOrigins: [],
   strictPlugins: false,
   sseHeartbeatMs: 15_000,
@@ -310,6 +313,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     ...file,
     exec: { ...file.exec },
     uploads: { ...defaults.uploads, ...file.uploads },
+    overload: { ...defaults.overload, ...file.overload },
     rateLimit: { ...defaults.rateLimit, ...file.rateLimit },
     streams: { ...defaults.streams, ...file.streams },
     knowledge: { ...defaults.knowledge, ...file.knowledge },

@@ -154,6 +154,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       maxConnectionsPerAddress: config.maxConnectionsPerAddress,
       maxConnections: config.maxConnections,
       uploads: config.uploads,
+      overload: config.overload,
       maxKnowledgeBytesPerUser: config.knowledge.maxBytesPerUser,
       ...(config.trustProxy !== undefined && { trustProxy: config.trustProxy }),
       host: config.host,

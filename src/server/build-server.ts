@@ -36,6 +36,7 @@ import { registerConsole } from './console-route.js'
 import { registerMetrics } from './metrics.js'
 import { hoistTitledSchemas } from './openapi-components.js'
 import { HttpProblem, problemBody } from './problem.js'
+import { defaultOverloadSettings, OverloadGuard, runStartingRoutes, type OverloadSettings } from './overload.js'
 import { registerAdminRoutes } from './routes/admin-routes.js'
 import { registerAuditRoutes } from './routes/audit-routes.js'
 import { registerAdminUsageRoutes, registerUsageRoutes } from './routes/usage-routes.js'
@@ -88,6 +89,8 @@ export interface ServerOptions {
   maxKnowledgeFileBytes?: number
   /** Uploads in flight per user and in all (default 2 and 8). */
   uploads?: UploadLimits
+  /** When new runs are refused as overload (docs/guides/scaling.md#overload); default: a 2 s late event loop. */
+  overload?: Partial<OverloadSettings>
   /** Bytes of knowledge one user may hold (default 1 GiB). */
   maxKnowledgeBytesPerUser?: number
   logger: FastifyBaseLogger
@@ -264,6 +267,19 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addHook('onClose', async () => streams.stop())
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
+  })
+  const overload = new OverloadGuard({ ...defaultOverloadSettings, ...options.overload })
+  // Measured from when the server is ready: opening the database and loading plugins block the loop.
+  app.addHook('onReady', async () => overload.start())
+  app.addHook('onClose', async () => overload.stop())
+  app.addHook('onRequest', async (request, reply) => {
+    if (request.method !== 'POST' || !overload.overloaded || !runStartingRoutes.has(request.routeOptions.url ?? ''))
+      return
+    reply.header('retry-after', overload.settings.retryAfterSeconds)
+    throw new HttpProblem(
+      'overloaded',
+      `this instance is past its capacity (its event loop runs ${Math.round(overload.delayMs)} ms late); no run was started — retry in ${overload.settings.retryAfterSeconds} s`,
+    )
   })
   app.addHook('onResponse', async (request, reply) => {
     const probe = quietRoutes.has(request.routeOptions.url ?? '')

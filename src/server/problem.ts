@@ -75,6 +75,7 @@ export const problemCatalogue = {
   too_many_streams: { status: 429, title: 'Too many open event streams' },
   internal: { status: 500, title: 'Internal server error' },
   service_unavailable: { status: 503, title: 'Service unavailable' },
+  overloaded: { status: 503, title: 'The server is past its capacity; no run was started' },
 } as const satisfies Record<string, { status: number; title: string }>
 
 export type ProblemCode = keyof typeof problemCatalogue

@@ -477,9 +477,9 @@ export interface WorkBlobChunks {
 }
 
 export interface WorkBlobs {
-  created_at: Generated<Timestamp>
   hash: string
   size: Int8
+  wanted_at: Generated<Timestamp>
 }
 
 export interface WorkFiles {

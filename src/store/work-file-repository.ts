@@ -48,7 +48,7 @@ export async function workFileManifest(
  * first (`storeWorkBlob`).
  */
 export async function touchWorkBlob(db: Executor, hash: string): Promise<boolean> {
-  const result = await sql`update work_blobs set created_at = now() where hash = ${hash}`.execute(kysely(db))
+  const result = await sql`update work_blobs set wanted_at = now() where hash = ${hash}`.execute(kysely(db))
   return Number(result.numAffectedRows ?? 0) > 0
 }
 
@@ -147,7 +147,7 @@ export async function discardWorkFiles(tx: Executor, conversationIds: readonly s
 export async function deleteUnnamedWorkBlobs(tx: Executor, limit: number): Promise<number> {
   const result = await sql`delete from work_blobs where hash in (
       select b.hash from work_blobs b
-      where b.created_at < now() - interval '1 hour'
+      where b.wanted_at < now() - interval '1 hour'
         and not exists (select 1 from work_files f where f.hash = b.hash)
       limit ${limit})`.execute(kysely(tx))
   return Number(result.numAffectedRows ?? 0)

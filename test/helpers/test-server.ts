@@ -198,6 +198,8 @@ export async function startTestServer(
     sseHeartbeatMs: 15_000,
     fullModeTtlMs: 3_600_000,
     version: 'test',
+    // The tests share this process's event loop with the server: shedding only where a test asks for it.
+    overload: { maxEventLoopDelayMs: 0 },
     metrics,
     liveWarnings: () => mcp.warnings(),
     mcp,

@@ -24,7 +24,7 @@ describe('load and soak', () => {
       const report = await runLoadSoak({ engine, roundsPerRun: 3, ...size, log: (line) => console.log(line) })
       const { load, soak } = report
       console.log(
-        `[reliability] load (${engine}): ${load.rounds} rounds, ${load.errors} errors, round p50 ${load.round.p50.toFixed(1)} ms p99 ${load.round.p99.toFixed(1)} ms, wall ${Math.round(load.wallMs)} ms; ` +
+        `[reliability] load (${engine}): ${load.rounds} rounds, ${load.errors} errors, ${load.shed} refused as overload, round p50 ${load.round.p50.toFixed(1)} ms p99 ${load.round.p99.toFixed(1)} ms, wall ${Math.round(load.wallMs)} ms; ` +
           `soak ${Math.round(soak.durationMs / 1000)} s: ${JSON.stringify(soak.operations)}, ${soak.errors.length} errors, RSS ${soak.rssBaselineMb.toFixed(0)} (baseline) / ${soak.rssStartMb.toFixed(0)} (soak start) → ${soak.rssEndMb.toFixed(0)} MB (slope ${soak.rssSlopeMbPerMin.toFixed(2)} MB/min), fds ${soak.fdsBaseline} (baseline, ${soak.socketsBaseline} sockets) / ${soak.fdsStart} → ${soak.fdsEnd} (${soak.socketsEnd} sockets)`,
       )
       // Against the baseline taken before any load (the client's idle connections closed). Files, pipes and
@@ -37,7 +37,7 @@ describe('load and soak', () => {
         [
           {
             check: `R5 load (${engine}): ${load.runs} runs × 3 rounds, ${load.subscribers} subscribers`,
-            figure: `${load.errors} errors; round p50 ${load.round.p50.toFixed(1)} ms, p99 ${load.round.p99.toFixed(1)} ms`,
+            figure: `${load.errors} errors, ${load.shed} refused as overload; round p50 ${load.round.p50.toFixed(1)} ms, p99 ${load.round.p99.toFixed(1)} ms`,
             goal: '0 errors',
             ok: load.errors === 0,
           },

@@ -32,6 +32,8 @@ export interface LoadSoakReport {
     runs: number
     rounds: number
     errors: number
+    /** Runs refused 503 overloaded (retried after Retry-After): shed, not failed. */
+    shed: number
     round: Summary
     wallMs: number
     subscribers: number
@@ -102,7 +104,14 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
       join(cwd, 'plinth.config.json'),
       JSON.stringify({ plugins: ['rdm', weatherPlugin], models: [model], defaultModel: 'fake' }),
     )
-    const env: Record<string, string> = { ...unlimitedEnv, PLINTH_LOG_LEVEL: 'info', PLINTH_LLM_CONCURRENCY: '64' }
+    const env: Record<string, string> = {
+      ...unlimitedEnv,
+      PLINTH_LOG_LEVEL: 'info',
+      PLINTH_LLM_CONCURRENCY: '64',
+      // Shedding on, as shipped: a run refused as overload is retried after Retry-After, not an error.
+      PLINTH_OVERLOAD_LOOP_DELAY_MS: '2000',
+      PLINTH_OVERLOAD_RETRY_AFTER: '1',
+    }
     if (options.engine === 'postgres') {
       database = await createTestDatabase('postgres')
       env.DATABASE_URL = database.url!
@@ -134,15 +143,25 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     )
     const rounds: number[] = []
     let loadErrors = 0
+    let shed = 0
     const loadStarted = performance.now()
     await Promise.all(
       conversations.map(async (conversation) => {
         for (let round = 0; round < options.roundsPerRun; round++) {
-          const started = performance.now()
-          const answer = await http(url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
+          let started = performance.now()
+          let answer = await http(url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
             token,
             body: { input: 'weather in Paris?' },
           }).catch(() => null)
+          while (answer?.status === 503 && answer.body?.code === 'overloaded') {
+            shed++
+            await new Promise((resolve) => setTimeout(resolve, 1000))
+            started = performance.now()
+            answer = await http(url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
+              token,
+              body: { input: 'weather in Paris?' },
+            }).catch(() => null)
+          }
           if (answer?.status !== 201 || answer.body.status !== 'completed') {
             loadErrors++
             continue
@@ -156,7 +175,7 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     const eventsSeen = streams.reduce((sum, stream) => sum + stream.events.length, 0)
     for (const stream of streams.splice(0)) stream.close()
     log(
-      `[soak] load: ${rounds.length}/${options.concurrentRuns * options.roundsPerRun} rounds in ${Math.round(loadWallMs)} ms, ${loadErrors} errors, ${eventsSeen} events to ${options.subscribers} subscribers`,
+      `[soak] load: ${rounds.length}/${options.concurrentRuns * options.roundsPerRun} rounds in ${Math.round(loadWallMs)} ms, ${loadErrors} errors, ${shed} refused as overload (retried), ${eventsSeen} events to ${options.subscribers} subscribers`,
     )
 
     // --- soak: steady mixed traffic, memory and descriptors sampled ---------------------------------
@@ -252,6 +271,7 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
         runs: options.concurrentRuns,
         rounds: options.concurrentRuns * options.roundsPerRun,
         errors: loadErrors,
+        shed,
         round: summarize(rounds),
         wallMs: loadWallMs,
         subscribers: options.subscribers,

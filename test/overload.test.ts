@@ -1,0 +1,72 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ScriptedModel } from '../src/llm/index.js'
+import type { Store } from '../src/store/index.js'
+import { openTestStore } from './helpers/engines.js'
+import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { waitFor } from './helpers/waits.js'
+
+// Overload is shed, not timed out (docs/guides/scaling.md#overload): while the instance's event loop runs
+// late, a new run is refused at once — 503 overloaded with Retry-After, nothing created — and reads go
+// on; once the loop is on time again, runs are accepted.
+describe('overload', () => {
+  let store: Store
+  let server: TestServer
+  let user: TestUser
+  let conversation: string
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    server = await startTestServer(store, {
+      models: [new ScriptedModel({ id: 'quick', turns: [{ text: 'Done.' }], whenExhausted: 'loop' })],
+      overload: { maxEventLoopDelayMs: 150, retryAfterSeconds: 3 },
+    })
+    user = await server.createUser()
+    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'o' } })).body.id
+    conversation = (
+      await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+    ).body.id
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+  })
+
+  const runs = async (): Promise<number> =>
+    (await server.request('GET', `/api/conversations/${conversation}/runs`, { token: user.token })).body.items.length
+
+  it('a new run is refused 503 overloaded with Retry-After while the loop is late, and accepted after', async () => {
+    const startRun = async (): Promise<{ status: number; body: { status: string } } | null> => {
+      const answer = await server.request('POST', `/api/conversations/${conversation}/runs?wait=true`, {
+        token: user.token,
+        body: { input: 'again' },
+      })
+      return answer.status === 201 ? answer : null
+    }
+    // Setting up (the embedded database in this process) may itself have made the loop late.
+    await waitFor(startRun, { timeoutMs: 30_000, intervalMs: 500, what: 'a first run to be accepted' })
+    // The server shares this process's event loop: hold it for 400 ms, as a saturated instance would.
+    const until = Date.now() + 400
+    while (Date.now() < until) {
+      // busy
+    }
+    const refused = await fetch(`${server.url}/api/conversations/${conversation}/runs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${user.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ input: 'refused' }),
+    })
+    const problem = (await refused.json()) as { code: string; detail: string }
+    expect([refused.status, problem.code, refused.headers.get('retry-after')]).toEqual([503, 'overloaded', '3'])
+    expect(problem.detail).toMatch(/no run was started/)
+    expect(await runs()).toBe(1)
+    // Reads are not refused.
+    expect((await server.request('GET', '/api/me', { token: user.token })).status).toBe(200)
+    // Within two quiet windows the loop is on time again and the same request is accepted.
+    const accepted = await waitFor(startRun, {
+      timeoutMs: 30_000,
+      intervalMs: 500,
+      what: 'the run to be accepted once the loop is on time',
+    })
+    expect(accepted.body.status).toBe('completed')
+    expect(await runs()).toBe(2)
+  })
+})
