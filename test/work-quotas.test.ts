@@ -102,6 +102,9 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
     })
 
     it('uploads: 413 past the size limit, 507 past the quota, nothing half-written left; DELETE frees room', async () => {
+      // A user of its own from here on: what the execution test left (up to its 4 MiB, depending on how
+      // far the flood got) must not decide whether this user's 6 MiB still fits 2.5 MiB.
+      alice = await server.createUser()
       const conversation = await newConversation()
       expect((await put(conversation, 'a.bin', Buffer.alloc(2 * mib))).status).toBe(201)
       const tooBig = await put(conversation, 'huge.bin', Buffer.alloc(3 * mib + 1))
