@@ -7,8 +7,7 @@ import type { Store } from '../src/store/index.js'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
 import { createTestDatabase, testEngines, type TestDatabase } from './helpers/engines.js'
 import { sandboxAvailable } from './helpers/sandbox.js'
-import { waitFor } from './helpers/waits.js'
-import { testDb } from '../src/store/test-access.js'
+import { waitFor, waitForRoundStreaming } from './helpers/waits.js'
 
 // Work directories that follow the conversation (docs/guides/scaling.md#files): two `plinth serve`
 // processes on one Postgres, each with its own data directory, so a file is on the other instance only
@@ -181,23 +180,7 @@ describe.skipIf(!engines.includes('postgres')).each(backends)('work files across
         await http(a.url, 'POST', `/api/decisions/${decision.decisionId}`, { token, body: { decision: 'approve' } })
     }
     // The second round is streaming on a: its program ran there, and b has never seen the file.
-    await waitFor(
-      async () => {
-        const deltas = await testDb(store)
-          .selectFrom('events')
-          .select('id')
-          .where('run_id', '=', runId)
-          .where('type', '=', 'message.delta')
-          .execute()
-        const state = await testDb(store)
-          .selectFrom('runs')
-          .select('iteration')
-          .where('id', '=', runId)
-          .executeTakeFirstOrThrow()
-        return state.iteration === 2 && deltas.length > 3
-      },
-      { timeoutMs: 60_000, what: 'the run to stream its second round' },
-    ).catch(async (error: Error) => {
+    await waitForRoundStreaming(store, runId, 2, 60_000).catch(async (error: Error) => {
       throw new Error(
         `${error.message}: ${JSON.stringify((await http(b.url, 'GET', `/api/runs/${runId}`, { token })).body)}`,
       )

@@ -6,7 +6,7 @@ import type { Store } from '../src/store/index.js'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
 import { createTestDatabase, testEngines, type TestDatabase } from './helpers/engines.js'
 import { ledgerViolations } from './helpers/ledger.js'
-import { waitFor, waitForRun } from './helpers/waits.js'
+import { waitFor, waitForRoundStreaming, waitForRun } from './helpers/waits.js'
 import { testDb } from '../src/store/test-access.js'
 
 // Two server processes on one Postgres (docs/architecture.md#cooperating-instances). Cancel from the
@@ -76,25 +76,7 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
     expect(run.status).toBe(201)
     return { runId: run.body.id, conversationId: conversation.body.id }
   }
-  const waitForStreaming = async (runId: string): Promise<void> => {
-    await waitFor(
-      async () => {
-        const deltas = await testDb(store)
-          .selectFrom('events')
-          .select('id')
-          .where('run_id', '=', runId)
-          .where('type', '=', 'message.delta')
-          .execute()
-        const run = await testDb(store)
-          .selectFrom('runs')
-          .select('iteration')
-          .where('id', '=', runId)
-          .executeTakeFirstOrThrow()
-        return run.iteration === 2 && deltas.length > 3
-      },
-      { timeoutMs: 20_000, what: 'the run to stream its second turn' },
-    )
-  }
+  const waitForStreaming = (runId: string): Promise<void> => waitForRoundStreaming(store, runId, 2)
 
   it('a token revoked on one instance stops working on the other at the next request (token lookups are cached)', async () => {
     const issued = await fetch(`${a.url}/api/admin/users`, {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import type { Stats } from 'node:fs'
 import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import type { FileHandle } from 'node:fs/promises'
 import { Readable } from 'node:stream'
@@ -46,6 +47,11 @@ export const defaultDeniedSegments = [
 ]
 
 const maxDepth = 32
+
+/** What a name is, from its own (not followed) status. */
+function entryType(entry: Stats): FileEntry['type'] {
+  return entry.isSymbolicLink() ? 'symlink' : entry.isDirectory() ? 'directory' : entry.isFile() ? 'file' : 'other'
+}
 
 /** The errno of a failed system call, as the PathError a caller answers with. */
 function pathFailure(error: unknown, path: string): PathError {
@@ -313,13 +319,7 @@ export class WorkDirectories {
     try {
       const entry = await parent.lstat(parts.at(-1)!).catch(() => null)
       if (!entry) return null
-      const type = entry.isSymbolicLink()
-        ? 'symlink'
-        : entry.isDirectory()
-          ? 'directory'
-          : entry.isFile()
-            ? 'file'
-            : 'other'
+      const type = entryType(entry)
       return {
         path: parts.join('/'),
         type,
@@ -343,13 +343,7 @@ export class WorkDirectories {
         const entry = await dir.lstat(name).catch(() => null)
         if (!entry) continue
         const relative = prefix ? `${prefix}/${name}` : name
-        const type = entry.isSymbolicLink()
-          ? 'symlink'
-          : entry.isDirectory()
-            ? 'directory'
-            : entry.isFile()
-              ? 'file'
-              : 'other'
+        const type = entryType(entry)
         entries.push({
           path: relative,
           type,

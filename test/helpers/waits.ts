@@ -1,4 +1,5 @@
-import { terminalRunStatuses } from '../../src/store/index.js'
+import { terminalRunStatuses, type Executor } from '../../src/store/index.js'
+import { testDb } from '../../src/store/test-access.js'
 
 // Tests wait for the state they expect, with a generous deadline — never for a fixed duration.
 
@@ -112,4 +113,30 @@ function describe(value: unknown): string {
   } catch {
     return String(value)
   }
+}
+
+/** Waits until run `runId` streams its round `iteration` (a few text deltas of it stored). */
+export async function waitForRoundStreaming(
+  store: Executor,
+  runId: string,
+  iteration: number,
+  timeoutMs = 20_000,
+): Promise<void> {
+  await waitFor(
+    async () => {
+      const deltas = await testDb(store)
+        .selectFrom('events')
+        .select('id')
+        .where('run_id', '=', runId)
+        .where('type', '=', 'message.delta')
+        .execute()
+      const run = await testDb(store)
+        .selectFrom('runs')
+        .select('iteration')
+        .where('id', '=', runId)
+        .executeTakeFirstOrThrow()
+      return run.iteration === iteration && deltas.length > 3
+    },
+    { timeoutMs, what: `run ${runId} to stream round ${iteration}` },
+  )
 }
