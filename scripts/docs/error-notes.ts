@@ -97,7 +97,8 @@ export const errorNotes = {
     'the token already holds `PLINTH_SSE_MAX_PER_TOKEN` streams, or the server `PLINTH_SSE_MAX_STREAMS` (`limit` says which)',
   internal: 'a bug; logged with the request id, nothing internal in the answer',
   not_implemented: 'no route answers it today (kept in the catalogue for features not built yet)',
-  service_unavailable: '`/readyz` when the database does not answer; requests during shutdown',
+  service_unavailable:
+    '`/readyz` when the database does not answer; a request while the database restarts, fails over or is out of reach (with `Retry-After`); requests during shutdown',
   shutting_down:
     'a new run (or a resume) while the server is stopping; retry — another instance, or this one restarted, takes it',
   overloaded:

@@ -1,6 +1,7 @@
 import type { PluginLogger } from '../extension/index.js'
 import {
   continueAnsweredRun,
+  isDatabaseUnavailable,
   LeaseLost,
   nextQueuedRun,
   nextQueuedRunAfterEnd,
@@ -141,11 +142,21 @@ export class DriverPool {
       .finally(() => this.#stopped(runId))
   }
 
-  /** The loop threw: the run ends failed, unless its lease had already passed. */
+  /** The loop threw: the run ends failed, unless its lease had already passed or the database went away. */
   async #failed(driver: Driver, error: unknown): Promise<void> {
     const { runId } = driver.fence
     if (error instanceof LeaseLost) {
       this.#log.info('stopped driving a run that was ended or taken over elsewhere', { runId })
+      return
+    }
+    if (isDatabaseUnavailable(error)) {
+      // Not the run's fault: like a crash of this driver, the run resumes from its last checkpoint once
+      // the database is back (here or on another instance), instead of ending failed.
+      this.#log.warn('lost the database while driving a run; it resumes from its last checkpoint', {
+        runId,
+        err: error,
+      })
+      await releaseLease(this.#store, runId, driver.fence.owner).catch(() => undefined)
       return
     }
     this.#log.error('run loop failed', { runId, err: error })

@@ -1,5 +1,5 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
-import { RequestError } from '../store/index.js'
+import { isDatabaseUnavailable, RequestError } from '../store/index.js'
 import { drainRefusedBody } from './oversize-bodies.js'
 import { HttpProblem, problemBody, type ProblemCode, type ProblemField } from './problem.js'
 
@@ -32,6 +32,7 @@ export function handleError(
   // A route may have set a richer challenge (the MCP endpoint names its resource metadata).
   if (code === 'unauthorized' && !reply.hasHeader('www-authenticate')) reply.header('www-authenticate', 'Bearer')
   if (error instanceof RequestError && error.retryAfter !== undefined) reply.header('retry-after', error.retryAfter)
+  if (code === 'service_unavailable' && !reply.hasHeader('retry-after')) reply.header('retry-after', 2)
   if (code === 'payload_too_large' && !request.raw.complete) {
     // Closing now would cut the client off mid-send, before it reads this answer: drain, then go on.
     reply.removeHeader('connection')
@@ -52,6 +53,9 @@ function classify(
       detail: error.message,
       extensions: { ...error.extensions, ...(error.errors && { errors: error.errors }) },
     }
+  // The database restarting, failing over or out of reach: asking again shortly may succeed.
+  if (isDatabaseUnavailable(error))
+    return { code: 'service_unavailable', detail: 'the database is not reachable right now; try again shortly' }
   const fastifyError = error as FastifyError & { validation?: ValidationIssue[]; validationContext?: string }
   if (fastifyError.validation) {
     const all = fastifyError.validation

@@ -1,7 +1,15 @@
 /** The store: one set of queries over Postgres (pg) or embedded PGlite, migrations and the event log. */
 export { openStore, dumpMigratedPGlite, pgliteTemplatePath, type Store } from './open-store.js'
 export { readMigrations, migrate } from './migrator.js'
-export { StoreError, RequestError, KeyTaken, LeaseLost, notFoundError, isUniqueViolation } from './store-errors.js'
+export {
+  StoreError,
+  RequestError,
+  KeyTaken,
+  LeaseLost,
+  notFoundError,
+  isUniqueViolation,
+  isDatabaseUnavailable,
+} from './store-errors.js'
 export type { JsonValue } from './database.js'
 export type { Executor } from './executor.js'
 export { newId, isId } from './ids.js'

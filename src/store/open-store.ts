@@ -250,6 +250,10 @@ async function connectPostgres(url: string, poolSize: number, prepare: boolean):
     options: vectorSearchOptions,
   })
   pool.on('error', () => undefined) // idle-client errors surface on the next query instead
+  // The pool listens for errors only on idle clients: a client Kysely holds between two statements of
+  // a transaction when the server restarts would emit 'error' with no listener and end the process.
+  // The failure reaches the transaction through its next statement; the pool drops the client on release.
+  pool.on('connect', (client) => void client.on('error', () => undefined))
   guardParameters(pool)
   if (prepare) prepareRepeatedStatements(pool)
   try {

@@ -40,6 +40,30 @@ export class LeaseLost extends Error {
   }
 }
 
+/**
+ * SQLSTATEs of a database that went away: connection exceptions (08…), the server shutting down or
+ * restarting (57P01–57P03), and a standby that cannot take writes after a failover (25006).
+ */
+const unavailableStates = /^(08\d{3}|57P0[1-3]|25006)$/
+/** Messages and codes of a connection lost or refused below SQL (node-postgres and the socket). */
+const lostConnection =
+  /Connection terminated|connection error and is not queryable|Client was closed and is not queryable|timeout exceeded when trying to connect|Connection terminated due to connection timeout/
+const socketCodes = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH'])
+
+/**
+ * Whether an error means the database could not be reached (restarting, failing over, a network
+ * outage) rather than that the statement was wrong: asking again later may succeed.
+ */
+export function isDatabaseUnavailable(error: unknown, depth = 0): boolean {
+  if (typeof error !== 'object' || error === null) return false
+  const { code, message, cause } = error as { code?: unknown; message?: unknown; cause?: unknown }
+  if (typeof code === 'string' && unavailableStates.test(code)) return true
+  // A socket error only at the top: a cause chain may be another service's (a fetch to an upstream).
+  if (typeof code === 'string' && depth === 0 && socketCodes.has(code)) return true
+  if (typeof message === 'string' && lostConnection.test(message)) return true
+  return depth < 3 && isDatabaseUnavailable(cause, depth + 1)
+}
+
 /** Whether a database error is a unique-constraint violation (e.g. a second active run in a conversation). */
 export function isUniqueViolation(error: unknown): boolean {
   return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === '23505'
