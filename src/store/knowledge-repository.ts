@@ -3,7 +3,7 @@ import type { IngestStatus, JsonValue, KnowledgeStatus } from './database.js'
 import { appendEvents } from './event-log.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
-import { kysely, type Executor } from './executor.js'
+import { executorOf, kysely, type Executor } from './executor.js'
 
 /** A knowledge item as the API shows it (never its body or upload). */
 export interface KnowledgeItem {
@@ -533,18 +533,24 @@ export async function setRagSettings(db: Executor, embedder: string, dimensions:
 export async function ensureVectorIndex(db: Executor, dimensions: number, buildMemory?: string): Promise<void> {
   const dims = Math.trunc(dimensions)
   const name = `knowledge_chunks_embedding_${dims}`
-  await dropVectorIndexes(db, name)
   // m = 24 and ef_construction = 128 (pgvector's defaults are 16 and 64): with ef_search 400 the
   // bench's recall@10 at 100k chunks is 0.97 instead of 0.7, for twice the build time.
   const create = sql`create index if not exists ${sql.id(name)} on knowledge_chunks using hnsw ((embedding::vector(${sql.raw(String(dims))})) vector_cosine_ops) with (m = 24, ef_construction = 128)`
-  if (!buildMemory || !/^\d+(kB|MB|GB)$/.test(buildMemory)) return void (await create.execute(kysely(db)))
   await kysely(db)
     .transaction()
     .execute(async (tx) => {
-      await sql`select set_config('maintenance_work_mem', ${buildMemory}, true)`.execute(tx)
+      // Instances starting together each ensure the index: `if not exists` does not hold against a
+      // concurrent create (a duplicate-key error), so one at a time; the others then find it.
+      await sql`select pg_advisory_xact_lock(${vectorIndexLock})`.execute(tx)
+      await dropVectorIndexes(executorOf(tx), name)
+      if (buildMemory && /^\d+(kB|MB|GB)$/.test(buildMemory))
+        await sql`select set_config('maintenance_work_mem', ${buildMemory}, true)`.execute(tx)
       await create.execute(tx)
     })
 }
+
+/** The advisory lock under which the HNSW index is dropped and built. */
+const vectorIndexLock = 748202
 
 /** Drops the HNSW indexes on knowledge chunks (all, or all but `keep`). */
 export async function dropVectorIndexes(db: Executor, keep?: string): Promise<void> {
