@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel } from '../src/llm/index.js'
+import { OverloadGuard } from '../src/server/overload.js'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
@@ -68,5 +69,32 @@ describe('overload', () => {
     })
     expect(accepted.body.status).toBe('completed')
     expect(await runs()).toBe(2)
+  })
+
+  it('a statement waiting for the database refuses new runs too, while the loop is on time', async () => {
+    // What the embedded database's queue or an exhausted pool looks like from the server: a statement
+    // that takes long to come back while the event loop has nothing to do.
+    const guard = new OverloadGuard({ maxEventLoopDelayMs: 0, maxDatabaseWaitMs: 200, retryAfterSeconds: 1 })
+    let held: (() => void) | undefined
+    let hold = true
+    guard.start(() => (hold ? new Promise<void>((resolve) => (held = resolve)) : Promise.resolve()))
+    try {
+      const reason = await waitFor(() => guard.overloadReason ?? null, {
+        timeoutMs: 15_000,
+        intervalMs: 50,
+        what: 'the database wait to count',
+      })
+      expect(reason).toMatch(/a statement waits \d+ ms for the database/)
+      hold = false
+      held?.()
+      // The next probe comes back at once: runs are accepted again.
+      await waitFor(() => (guard.overloaded ? null : true), {
+        timeoutMs: 15_000,
+        intervalMs: 50,
+        what: 'the database wait to pass',
+      })
+    } finally {
+      guard.stop()
+    }
   })
 })

@@ -14,4 +14,5 @@ export const unlimitedEnv: Record<string, string> = {
   PLINTH_LLM_CONCURRENCY_PER_USER: '1024',
   // A benchmark measures what the server does under the load it is given: no run refused as overload.
   PLINTH_OVERLOAD_LOOP_DELAY_MS: '0',
+  PLINTH_OVERLOAD_DB_WAIT_MS: '0',
 }

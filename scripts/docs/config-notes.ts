@@ -180,6 +180,10 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       'while the event loop runs this many milliseconds late, new runs (`POST /api/conversations/:id/runs`) are refused 503 `overloaded` with `Retry-After`, before any work; `0`: never (see [Scaling](../guides/scaling.md#overload))',
   },
+  'overload.maxDatabaseWaitMs': {
+    meaning:
+      "while a trivial statement (sent once a second) waits this many milliseconds for the database — the embedded database's queue, a pooled connection, the server — new runs are refused as above; `0`: not measured",
+  },
   'overload.retryAfterSeconds': { meaning: 'the `Retry-After` of an `overloaded` refusal' },
   'uploads.perUser': { meaning: 'uploads in flight per user (429 `too_many_uploads` past it)' },
   'uploads.total': { meaning: 'uploads in flight in all (429 `too_many_uploads` past it)' },

@@ -246,6 +246,7 @@ export const fileSchema = {
       additionalProperties: false,
       properties: {
         maxEventLoopDelayMs: { type: 'integer', minimum: 0 },
+        maxDatabaseWaitMs: { type: 'integer', minimum: 0 },
         retryAfterSeconds: { type: 'integer', minimum: 1, maximum: 3600 },
       },
     },

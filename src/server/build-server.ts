@@ -89,7 +89,7 @@ export interface ServerOptions {
   maxKnowledgeFileBytes?: number
   /** Uploads in flight per user and in all (default 2 and 8). */
   uploads?: UploadLimits
-  /** When new runs are refused as overload (docs/guides/scaling.md#overload); default: a 2 s late event loop. */
+  /** When new runs are refused as overload (docs/guides/scaling.md#overload); default: a 2 s late event loop or a 1 s database wait. */
   overload?: Partial<OverloadSettings>
   /** Bytes of knowledge one user may hold (default 1 GiB). */
   maxKnowledgeBytesPerUser?: number
@@ -270,15 +270,16 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   })
   const overload = new OverloadGuard({ ...defaultOverloadSettings, ...options.overload })
   // Measured from when the server is ready: opening the database and loading plugins block the loop.
-  app.addHook('onReady', async () => overload.start())
+  app.addHook('onReady', async () => overload.start(() => options.store.ping()))
   app.addHook('onClose', async () => overload.stop())
   app.addHook('onRequest', async (request, reply) => {
-    if (request.method !== 'POST' || !overload.overloaded || !runStartingRoutes.has(request.routeOptions.url ?? ''))
-      return
+    if (request.method !== 'POST' || !runStartingRoutes.has(request.routeOptions.url ?? '')) return
+    const reason = overload.overloadReason
+    if (!reason) return
     reply.header('retry-after', overload.settings.retryAfterSeconds)
     throw new HttpProblem(
       'overloaded',
-      `this instance is past its capacity (its event loop runs ${Math.round(overload.delayMs)} ms late); no run was started — retry in ${overload.settings.retryAfterSeconds} s`,
+      `this instance is past its capacity (${reason}); no run was started — retry in ${overload.settings.retryAfterSeconds} s`,
     )
   })
   app.addHook('onResponse', async (request, reply) => {

@@ -4,11 +4,20 @@ import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks'
 export interface OverloadSettings {
   /** Event-loop delay (ms) past which new runs are refused; 0: never refused. */
   maxEventLoopDelayMs: number
+  /**
+   * How long (ms) a trivial statement may wait for the database (its queue, the pool, the server) before
+   * new runs are refused; 0: not measured.
+   */
+  maxDatabaseWaitMs: number
   /** What Retry-After says to a refused client, seconds. */
   retryAfterSeconds: number
 }
 
-export const defaultOverloadSettings: OverloadSettings = { maxEventLoopDelayMs: 2000, retryAfterSeconds: 2 }
+export const defaultOverloadSettings: OverloadSettings = {
+  maxEventLoopDelayMs: 2000,
+  maxDatabaseWaitMs: 1000,
+  retryAfterSeconds: 2,
+}
 
 /** Routes that start runs: refused first when the instance is past its capacity (full URLs, as Fastify names them). */
 export const runStartingRoutes: ReadonlySet<string> = new Set(['/api/conversations/:id/runs'])
@@ -26,18 +35,31 @@ export class OverloadGuard {
   readonly #histogram: IntervalHistogram
   #previousMs = 0
   #timer: NodeJS.Timeout | undefined
+  #probe: (() => Promise<unknown>) | undefined
+  /** When the probe in flight was sent (0: none), and how long the last one took. */
+  #probeSentAt = 0
+  #lastProbeMs = 0
 
   constructor(settings: OverloadSettings) {
     this.settings = settings
     this.#histogram = monitorEventLoopDelay({ resolution: 10 })
   }
 
-  start(): void {
-    if (this.settings.maxEventLoopDelayMs <= 0 || this.#timer) return
-    this.#histogram.enable()
+  /**
+   * Starts measuring. `probe` runs a trivial statement: the event loop can be on time while the work
+   * waits elsewhere — behind the embedded database's queue (one thread does the server's and the
+   * database's work in slices), or for a pooled connection — so its wait is measured too.
+   */
+  start(probe?: () => Promise<unknown>): void {
+    if (this.#timer) return
+    const loop = this.settings.maxEventLoopDelayMs > 0
+    this.#probe = this.settings.maxDatabaseWaitMs > 0 ? probe : undefined
+    if (!loop && !this.#probe) return
+    if (loop) this.#histogram.enable()
     this.#timer = setInterval(() => {
       this.#previousMs = this.#histogram.max / 1e6
       this.#histogram.reset()
+      this.#sendProbe()
     }, windowMs)
     this.#timer.unref()
   }
@@ -48,13 +70,42 @@ export class OverloadGuard {
     this.#histogram.disable()
   }
 
+  #sendProbe(): void {
+    if (!this.#probe || this.#probeSentAt > 0) return
+    const sent = performance.now()
+    this.#probeSentAt = sent
+    this.#probe()
+      .catch(() => undefined) // a database that does not answer is /readyz's concern, not overload
+      .finally(() => {
+        this.#lastProbeMs = performance.now() - sent
+        this.#probeSentAt = 0
+      })
+  }
+
   /** The longest event-loop delay of this window and the one before, ms. */
   get delayMs(): number {
     return Math.max(this.#previousMs, this.#histogram.max / 1e6)
   }
 
+  /** How long the last probe waited for the database, or the one in flight has waited so far, ms. */
+  get databaseWaitMs(): number {
+    const inFlight = this.#probeSentAt > 0 ? performance.now() - this.#probeSentAt : 0
+    return Math.max(this.#lastProbeMs, inFlight)
+  }
+
+  /** Why a new run should be refused now, or undefined when it should not. */
+  get overloadReason(): string | undefined {
+    if (this.#timer === undefined) return undefined
+    const { maxEventLoopDelayMs, maxDatabaseWaitMs } = this.settings
+    if (maxEventLoopDelayMs > 0 && this.delayMs > maxEventLoopDelayMs)
+      return `its event loop runs ${Math.round(this.delayMs)} ms late`
+    if (this.#probe && this.databaseWaitMs > maxDatabaseWaitMs)
+      return `a statement waits ${Math.round(this.databaseWaitMs)} ms for the database`
+    return undefined
+  }
+
   /** Whether a new run should be refused now. */
   get overloaded(): boolean {
-    return this.#timer !== undefined && this.delayMs > this.settings.maxEventLoopDelayMs
+    return this.overloadReason !== undefined
   }
 }

@@ -1,20 +1,13 @@
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs'
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
-import { startFakeOpenAIUpstream } from '../../bench/agent/fake-openai-upstream.js'
 import { summarize, type Summary } from '../../bench/agent/stats.js'
-import { unlimitedEnv } from '../../bench/lib/unlimited-env.js'
-import { http, lastLine, runPlinth, startServe, type ServeProcess } from '../helpers/cli-process.js'
-import { createTestDatabase, type TestDatabase, type TestEngine } from '../helpers/engines.js'
+import { http } from '../helpers/cli-process.js'
+import type { TestEngine } from '../helpers/engines.js'
 import { openSse, type SseConnection } from '../helpers/sse-client.js'
+import { startLoadServer } from './load-server.js'
 
 // Load and soak (docs/guides/reliability.md, R5): a real `plinth serve` process under load (concurrent runs
 // against an instant upstream in the real OpenAI wire format, with SSE subscribers watching), then
 // steady mixed traffic for a while, its memory and file descriptors sampled from /proc.
-
-const weatherPlugin = fileURLToPath(new URL('../../bench/plugins/weather.ts', import.meta.url))
 
 export interface LoadSoakOptions {
   engine: TestEngine
@@ -86,38 +79,19 @@ function slope(points: Array<[number, number]>): number {
 
 export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakReport> {
   const log = options.log ?? (() => {})
-  const cwd = await mkdtemp(join(tmpdir(), `plinth-soak-${options.engine}-`))
-  const upstream = await startFakeOpenAIUpstream()
-  let database: TestDatabase | undefined
-  let server: ServeProcess | undefined
   const streams: SseConnection[] = []
-  try {
-    const model = {
-      id: 'fake',
-      provider: 'openai',
-      model: 'm',
-      baseUrl: upstream.url,
-      contextWindow: 128_000,
-      supportsTools: true,
-    }
-    await writeFile(
-      join(cwd, 'plinth.config.json'),
-      JSON.stringify({ plugins: ['rdm', weatherPlugin], models: [model], defaultModel: 'fake' }),
-    )
-    const env: Record<string, string> = {
-      ...unlimitedEnv,
-      PLINTH_LOG_LEVEL: 'info',
-      PLINTH_LLM_CONCURRENCY: '64',
-      // Shedding on, as shipped: a run refused as overload is retried after Retry-After, not an error.
+  // Shedding on, as shipped: a run refused as overload is retried after Retry-After, not an error.
+  const load = await startLoadServer({
+    engine: options.engine,
+    name: 'soak',
+    env: {
       PLINTH_OVERLOAD_LOOP_DELAY_MS: '2000',
+      PLINTH_OVERLOAD_DB_WAIT_MS: '1000',
       PLINTH_OVERLOAD_RETRY_AFTER: '1',
-    }
-    if (options.engine === 'postgres') {
-      database = await createTestDatabase('postgres')
-      env.DATABASE_URL = database.url!
-    }
-    const token = lastLine((await runPlinth(['users', 'create', 'soak'], { cwd, env })).stdout)
-    server = await startServe({ cwd, env })
+    },
+  })
+  const { server, token, upstream } = load
+  try {
     const url = server.url
     const project = (await http(url, 'POST', '/api/projects', { token, body: { name: 'soak' } })).body.id as string
     // The baseline: after one of each operation (pool connections, caches and modules in place), before any load.
@@ -297,9 +271,6 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
     return report
   } finally {
     for (const stream of streams) stream.close()
-    await server?.kill()
-    await upstream.close()
-    await database?.drop()
-    await rm(cwd, { recursive: true, force: true })
+    await load.close()
   }
 }
