@@ -74,7 +74,12 @@ describe('overload', () => {
   it('a statement waiting for the database refuses new runs too, while the loop is on time', async () => {
     // What the embedded database's queue or an exhausted pool looks like from the server: a statement
     // that takes long to come back while the event loop has nothing to do.
-    const guard = new OverloadGuard({ maxEventLoopDelayMs: 0, maxDatabaseWaitMs: 200, retryAfterSeconds: 1 })
+    const guard = new OverloadGuard({
+      maxEventLoopDelayMs: 0,
+      maxDatabaseWaitMs: 200,
+      maxAdmitMs: 0,
+      retryAfterSeconds: 1,
+    })
     let held: (() => void) | undefined
     let hold = true
     guard.start(() => (hold ? new Promise<void>((resolve) => (held = resolve)) : Promise.resolve()))
@@ -93,6 +98,33 @@ describe('overload', () => {
         intervalMs: 50,
         what: 'the database wait to pass',
       })
+    } finally {
+      guard.stop()
+    }
+  })
+
+  it('accepting runs slowly refuses further ones until they are accepted at pace again', async () => {
+    const guard = new OverloadGuard({
+      maxEventLoopDelayMs: 0,
+      maxDatabaseWaitMs: 0,
+      maxAdmitMs: 200,
+      retryAfterSeconds: 1,
+    })
+    guard.start()
+    try {
+      guard.admitStarted('slow')
+      guard.admitStarted('later')
+      const reason = await waitFor(() => guard.overloadReason ?? null, {
+        timeoutMs: 15_000,
+        intervalMs: 20,
+        what: 'a slow acceptance to count',
+      })
+      expect(reason).toMatch(/accepting a run takes \d+ ms/)
+      guard.admitEnded('slow')
+      guard.admitEnded('later')
+      // The last acceptance was slow: refused for a while after it, then accepted again.
+      expect(guard.overloaded).toBe(true)
+      await waitFor(() => (guard.overloaded ? null : true), { timeoutMs: 15_000, intervalMs: 50, what: 'pace again' })
     } finally {
       guard.stop()
     }

@@ -184,6 +184,10 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       "while a trivial statement (sent once a second) waits this many milliseconds for the database — the embedded database's queue, a pooled connection, the server — new runs are refused as above; `0`: not measured",
   },
+  'overload.maxAdmitMs': {
+    meaning:
+      'while accepting a new run takes this many milliseconds (the oldest run-creating request still being answered, or the last one answered within 2 s), further new runs are refused as above; `0`: not measured',
+  },
   'overload.retryAfterSeconds': { meaning: 'the `Retry-After` of an `overloaded` refusal' },
   'uploads.perUser': { meaning: 'uploads in flight per user (429 `too_many_uploads` past it)' },
   'uploads.total': { meaning: 'uploads in flight in all (429 `too_many_uploads` past it)' },

@@ -54,6 +54,7 @@ export const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_UPLOADS_PER_USER', 'uploads.perUser', 'int'],
   ['PLINTH_OVERLOAD_LOOP_DELAY_MS', 'overload.maxEventLoopDelayMs', 'int'],
   ['PLINTH_OVERLOAD_DB_WAIT_MS', 'overload.maxDatabaseWaitMs', 'int'],
+  ['PLINTH_OVERLOAD_ADMIT_MS', 'overload.maxAdmitMs', 'int'],
   ['PLINTH_OVERLOAD_RETRY_AFTER', 'overload.retryAfterSeconds', 'int'],
   ['PLINTH_UPLOADS_TOTAL', 'uploads.total', 'int'],
   ['PLINTH_EXTRACT_TIMEOUT', 'knowledge.extract.timeoutMs', 'duration'],

@@ -272,10 +272,18 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   // Measured from when the server is ready: opening the database and loading plugins block the loop.
   app.addHook('onReady', async () => overload.start(() => options.store.ping()))
   app.addHook('onClose', async () => overload.stop())
+  app.addHook('onResponse', async (request) => overload.admitEnded(request.id))
+  app.addHook('onRequestAbort', async (request) => overload.admitEnded(request.id))
   app.addHook('onRequest', async (request, reply) => {
     if (request.method !== 'POST' || !runStartingRoutes.has(request.routeOptions.url ?? '')) return
     const reason = overload.overloadReason
-    if (!reason) return
+    if (!reason) {
+      // Only a plain creation counts: one that waits for the run, or streams it, lasts as long as the run.
+      const query = request.query as { wait?: unknown } | undefined
+      const waits = query?.wait === 'true' || query?.wait === '1' || request.headers.prefer?.includes('wait') === true
+      if (!waits && !request.headers.accept?.includes('text/event-stream')) overload.admitStarted(request.id)
+      return
+    }
     reply.header('retry-after', overload.settings.retryAfterSeconds)
     throw new HttpProblem(
       'overloaded',

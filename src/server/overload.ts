@@ -9,6 +9,11 @@ export interface OverloadSettings {
    * new runs are refused; 0: not measured.
    */
   maxDatabaseWaitMs: number
+  /**
+   * How long (ms) accepting a new run may take — the oldest run-creating request in flight, or one
+   * answered in the last two seconds — before further ones are refused; 0: not measured.
+   */
+  maxAdmitMs: number
   /** What Retry-After says to a refused client, seconds. */
   retryAfterSeconds: number
 }
@@ -16,6 +21,7 @@ export interface OverloadSettings {
 export const defaultOverloadSettings: OverloadSettings = {
   maxEventLoopDelayMs: 2000,
   maxDatabaseWaitMs: 1000,
+  maxAdmitMs: 2000,
   retryAfterSeconds: 2,
 }
 
@@ -39,6 +45,9 @@ export class OverloadGuard {
   /** When the probe in flight was sent (0: none), and how long the last one took. */
   #probeSentAt = 0
   #lastProbeMs = 0
+  /** Run-creating requests being answered (their start), and the last one answered (when, how long). */
+  readonly #admitting = new Map<string, number>()
+  #lastAdmit = { at: 0, ms: 0 }
 
   constructor(settings: OverloadSettings) {
     this.settings = settings
@@ -54,7 +63,7 @@ export class OverloadGuard {
     if (this.#timer) return
     const loop = this.settings.maxEventLoopDelayMs > 0
     this.#probe = this.settings.maxDatabaseWaitMs > 0 ? probe : undefined
-    if (!loop && !this.#probe) return
+    if (!loop && !this.#probe && this.settings.maxAdmitMs <= 0) return
     if (loop) this.#histogram.enable()
     this.#timer = setInterval(() => {
       this.#previousMs = this.#histogram.max / 1e6
@@ -82,6 +91,32 @@ export class OverloadGuard {
       })
   }
 
+  /** A run-creating request was let in (`key`: the request's id). */
+  admitStarted(key: string): void {
+    if (this.settings.maxAdmitMs > 0) this.#admitting.set(key, performance.now())
+  }
+
+  /** It was answered (or abandoned). */
+  admitEnded(key: string): void {
+    const started = this.#admitting.get(key)
+    if (started === undefined) return
+    this.#admitting.delete(key)
+    const now = performance.now()
+    this.#lastAdmit = { at: now, ms: now - started }
+  }
+
+  /** How long accepting a run takes now: the oldest one in flight, or the last answered within 2 s, ms. */
+  get admitMs(): number {
+    const now = performance.now()
+    let oldest = 0
+    // Insertion order: the first entry is the oldest.
+    for (const started of this.#admitting.values()) {
+      oldest = now - started
+      break
+    }
+    return Math.max(oldest, now - this.#lastAdmit.at < 2 * windowMs ? this.#lastAdmit.ms : 0)
+  }
+
   /** The longest event-loop delay of this window and the one before, ms. */
   get delayMs(): number {
     return Math.max(this.#previousMs, this.#histogram.max / 1e6)
@@ -96,11 +131,12 @@ export class OverloadGuard {
   /** Why a new run should be refused now, or undefined when it should not. */
   get overloadReason(): string | undefined {
     if (this.#timer === undefined) return undefined
-    const { maxEventLoopDelayMs, maxDatabaseWaitMs } = this.settings
+    const { maxEventLoopDelayMs, maxDatabaseWaitMs, maxAdmitMs } = this.settings
     if (maxEventLoopDelayMs > 0 && this.delayMs > maxEventLoopDelayMs)
       return `its event loop runs ${Math.round(this.delayMs)} ms late`
     if (this.#probe && this.databaseWaitMs > maxDatabaseWaitMs)
       return `a statement waits ${Math.round(this.databaseWaitMs)} ms for the database`
+    if (maxAdmitMs > 0 && this.admitMs > maxAdmitMs) return `accepting a run takes ${Math.round(this.admitMs)} ms`
     return undefined
   }
 

@@ -17,7 +17,13 @@ export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {}
   for (const [name, value] of Object.entries(process.env)) if (!configVars.test(name)) env[name] = value
   // Shedding runs as overload depends on how loaded the machine is; the tests that want it say so.
-  return { ...env, PLINTH_OVERLOAD_LOOP_DELAY_MS: '0', PLINTH_OVERLOAD_DB_WAIT_MS: '0', ...extra }
+  return {
+    ...env,
+    PLINTH_OVERLOAD_LOOP_DELAY_MS: '0',
+    PLINTH_OVERLOAD_DB_WAIT_MS: '0',
+    PLINTH_OVERLOAD_ADMIT_MS: '0',
+    ...extra,
+  }
 }
 
 export interface CliResult {

@@ -1,7 +1,7 @@
 import { summarize, type Summary } from '../../bench/agent/stats.js'
 import { http } from '../helpers/cli-process.js'
 import type { TestEngine } from '../helpers/engines.js'
-import { openSse } from '../helpers/sse-client.js'
+import { openSse, type SseConnection } from '../helpers/sse-client.js'
 import { startLoadServer } from './load-server.js'
 
 // Overload (docs/guides/reliability.md, R5): the harness measures what one instance completes per second
@@ -46,6 +46,7 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
     env: {
       PLINTH_OVERLOAD_LOOP_DELAY_MS: '2000',
       PLINTH_OVERLOAD_DB_WAIT_MS: '1000',
+      PLINTH_OVERLOAD_ADMIT_MS: '2000',
       PLINTH_OVERLOAD_RETRY_AFTER: '1',
     },
   })
@@ -79,22 +80,30 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
     )
 
     // --- overload: open loop at three times that -----------------------------------------------------
-    const stream = await openSse(`${url}/api/projects/${project}/events`, { token })
     const ended = new Map<string, string>()
     const waiting = new Map<string, () => void>()
-    let taken = 0
     let stopWatching = false
+    let stream: SseConnection | undefined
+    // The project's stream tells each run's end; resumed from Last-Event-ID whenever the server ends it.
     const watcher = (async () => {
-      for (;;) {
-        await stream.waitFor(taken + 1, 1000).catch(() => undefined)
-        for (; taken < stream.events.length; taken++) {
-          const event = stream.events[taken]!
-          const runId = (event.data as { runId?: string } | undefined)?.runId
-          if (!runId || !terminal.has(event.event ?? '')) continue
-          ended.set(runId, event.event!)
-          waiting.get(runId)?.()
+      let last: string | undefined
+      while (!stopWatching) {
+        stream = await openSse(`${url}/api/projects/${project}/events`, { token, lastEventId: last })
+        let finished = false
+        void stream.ended.then(() => (finished = true))
+        for (let taken = 0; !stopWatching;) {
+          await stream.waitFor(taken + 1, 1000).catch(() => undefined)
+          for (; taken < stream.events.length; taken++) {
+            const event = stream.events[taken]!
+            if (event.id !== undefined) last = event.id
+            const runId = (event.data as { runId?: string } | undefined)?.runId
+            if (!runId || !terminal.has(event.event ?? '')) continue
+            ended.set(runId, event.event!)
+            waiting.get(runId)?.()
+          }
+          if (finished) break
         }
-        if (stopWatching) return
+        stream.close()
       }
     })()
     const idle: string[] = [...clients]
@@ -140,7 +149,7 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
     const intervalMs = 1000 / offeredPerSecond
     while (Date.now() - overloadStarted < options.overloadMs) {
       offered++
-      inFlight.push(arrive())
+      inFlight.push(arrive().catch((error: Error) => note(`an arrival failed: ${error.message}`)))
       // Arrivals keep their schedule whatever the server does (sleep to the next one, not by a fixed gap).
       const next = overloadStarted + offered * intervalMs
       await new Promise((resolve) => setTimeout(resolve, Math.max(0, next - Date.now())))
@@ -150,7 +159,7 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
     if ((await Promise.race([settled, deadline])) === 'late')
       note(`${waiting.size} accepted runs had not ended 300 s after the last arrival`)
     stopWatching = true
-    stream.close()
+    stream?.close()
     await watcher
     const report: OverloadReport = {
       engine: options.engine,
