@@ -180,7 +180,7 @@ const defaults: PlinthConfig = {
   maxConnectionsPerAddress: 256,
   maxConnections: 10_000,
   uploads: { perUser: 2, total: 8 },
-  overload: { maxEventLoopDelayMs: 2000, maxDatabaseWaitMs: 1000, maxAdmitMs: 2000, retryAfterSeconds: 2 },
+  overload: { maxEventLoopDelayMs: 2000, maxDatabaseWaitMs: 1000, maxAdmitMs: 0, retryAfterSeconds: 2 },
   corsOrigins: [],
   strictPlugins: false,
   sseHeartbeatMs: 15_000,

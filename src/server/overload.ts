@@ -21,7 +21,8 @@ export interface OverloadSettings {
 export const defaultOverloadSettings: OverloadSettings = {
   maxEventLoopDelayMs: 2000,
   maxDatabaseWaitMs: 1000,
-  maxAdmitMs: 2000,
+  // Off by default: a creation that carries large files is slow for its own reasons.
+  maxAdmitMs: 0,
   retryAfterSeconds: 2,
 }
 
