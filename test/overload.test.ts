@@ -78,6 +78,7 @@ describe('overload', () => {
       maxEventLoopDelayMs: 0,
       maxDatabaseWaitMs: 200,
       maxAdmitMs: 0,
+      maxActiveRuns: 0,
       retryAfterSeconds: 1,
     })
     let held: (() => void) | undefined
@@ -108,6 +109,7 @@ describe('overload', () => {
       maxEventLoopDelayMs: 0,
       maxDatabaseWaitMs: 0,
       maxAdmitMs: 200,
+      maxActiveRuns: 0,
       retryAfterSeconds: 1,
     })
     guard.start()
@@ -127,6 +129,73 @@ describe('overload', () => {
       await waitFor(() => (guard.overloaded ? null : true), { timeoutMs: 15_000, intervalMs: 50, what: 'pace again' })
     } finally {
       guard.stop()
+    }
+  })
+
+  it('an instance driving its limit of runs refuses new ones until one ends', async () => {
+    const guard = new OverloadGuard({
+      maxEventLoopDelayMs: 0,
+      maxDatabaseWaitMs: 0,
+      maxAdmitMs: 0,
+      maxActiveRuns: 3,
+      retryAfterSeconds: 1,
+    })
+    let driven = 2
+    guard.start(undefined, () => driven)
+    try {
+      expect(guard.overloaded).toBe(false)
+      driven = 3
+      expect(guard.overloadReason).toBe('it drives 3 runs, its limit')
+      driven = 2
+      expect(guard.overloaded).toBe(false)
+    } finally {
+      guard.stop()
+    }
+  })
+
+  it('over HTTP: while the instance drives its limit of runs, a new one is refused; once one ends, accepted', async () => {
+    const capped = await startTestServer(store, {
+      models: [
+        new ScriptedModel({
+          id: 'slow',
+          turns: [{ text: 'one two three four five six', chunks: 6, delayMs: 250 }],
+          whenExhausted: 'loop',
+        }),
+      ],
+      overload: { maxEventLoopDelayMs: 0, maxDatabaseWaitMs: 0, maxActiveRuns: 1, retryAfterSeconds: 1 },
+    })
+    try {
+      const owner = await capped.createUser()
+      const project = (await capped.request('POST', '/api/projects', { token: owner.token, body: { name: 'cap' } }))
+        .body.id
+      const open = async (): Promise<string> =>
+        (await capped.request('POST', `/api/projects/${project}/conversations`, { token: owner.token, body: {} })).body
+          .id
+      const [first, second] = [await open(), await open()]
+      const running = await capped.request('POST', `/api/conversations/${first}/runs`, {
+        token: owner.token,
+        body: { input: 'go' },
+      })
+      expect(running.status).toBe(201)
+      const refused = await capped.request('POST', `/api/conversations/${second}/runs`, {
+        token: owner.token,
+        body: { input: 'go' },
+      })
+      expect([refused.status, refused.body.code]).toEqual([503, 'overloaded'])
+      expect(refused.body.detail).toMatch(/drives 1 runs/)
+      const accepted = await waitFor(
+        async () => {
+          const answer = await capped.request('POST', `/api/conversations/${second}/runs?wait=true`, {
+            token: owner.token,
+            body: { input: 'go' },
+          })
+          return answer.status === 201 ? answer : null
+        },
+        { timeoutMs: 30_000, intervalMs: 250, what: 'the second run to be accepted once the first ended' },
+      )
+      expect(accepted.body.status).toBe('completed')
+    } finally {
+      await capped.close()
     }
   })
 })

@@ -16,4 +16,5 @@ export const unlimitedEnv: Record<string, string> = {
   PLINTH_OVERLOAD_LOOP_DELAY_MS: '0',
   PLINTH_OVERLOAD_DB_WAIT_MS: '0',
   PLINTH_OVERLOAD_ADMIT_MS: '0',
+  PLINTH_OVERLOAD_MAX_ACTIVE_RUNS: '0',
 }

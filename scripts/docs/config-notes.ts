@@ -188,6 +188,10 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       'while accepting a new run takes this many milliseconds (the oldest run-creating request still being answered, or the last one answered within 2 s), further new runs are refused as above; `0`: not measured',
   },
+  'overload.maxActiveRuns': {
+    meaning:
+      'while the instance drives this many runs at once (in a model turn or a tool call, or waiting for a model slot; not those waiting for a person), new runs are refused as above; `0`: no cap',
+  },
   'overload.retryAfterSeconds': { meaning: 'the `Retry-After` of an `overloaded` refusal' },
   'uploads.perUser': { meaning: 'uploads in flight per user (429 `too_many_uploads` past it)' },
   'uploads.total': { meaning: 'uploads in flight in all (429 `too_many_uploads` past it)' },

@@ -248,6 +248,7 @@ export const fileSchema = {
         maxEventLoopDelayMs: { type: 'integer', minimum: 0 },
         maxDatabaseWaitMs: { type: 'integer', minimum: 0 },
         maxAdmitMs: { type: 'integer', minimum: 0 },
+        maxActiveRuns: { type: 'integer', minimum: 0 },
         retryAfterSeconds: { type: 'integer', minimum: 1, maximum: 3600 },
       },
     },

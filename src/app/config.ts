@@ -77,7 +77,13 @@ export interface PlinthConfig {
   /** Uploads (file PUTs, knowledge files) in flight per user and in all. */
   uploads: { perUser: number; total: number }
   /** New runs refused (503 `overloaded`) while the event loop or the database is this late (docs/guides/scaling.md#overload). */
-  overload: { maxEventLoopDelayMs: number; maxDatabaseWaitMs: number; maxAdmitMs: number; retryAfterSeconds: number }
+  overload: {
+    maxEventLoopDelayMs: number
+    maxDatabaseWaitMs: number
+    maxAdmitMs: number
+    maxActiveRuns: number
+    retryAfterSeconds: number
+  }
   /** Reverse proxies whose X-Forwarded-For is believed (addresses or CIDRs, comma-separated), or true for any. */
   trustProxy?: string | boolean
   /** Bearer token for `/metrics`; without it `/metrics` is open only when listening on loopback. */
@@ -180,7 +186,13 @@ const defaults: PlinthConfig = {
   maxConnectionsPerAddress: 256,
   maxConnections: 10_000,
   uploads: { perUser: 2, total: 8 },
-  overload: { maxEventLoopDelayMs: 2000, maxDatabaseWaitMs: 1000, maxAdmitMs: 0, retryAfterSeconds: 2 },
+  overload: {
+    maxEventLoopDelayMs: 2000,
+    maxDatabaseWaitMs: 1000,
+    maxAdmitMs: 0,
+    maxActiveRuns: 256,
+    retryAfterSeconds: 2,
+  },
   corsOrigins: [],
   strictPlugins: false,
   sseHeartbeatMs: 15_000,

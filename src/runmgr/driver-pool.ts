@@ -61,6 +61,11 @@ export class DriverPool {
     return this.#drivers.get(runId)
   }
 
+  /** How many runs this process drives now. */
+  get size(): number {
+    return this.#drivers.size
+  }
+
   drivenRunIds(): string[] {
     return [...this.#drivers.keys()]
   }

@@ -263,6 +263,11 @@ export class RunManager {
     // its run's ledger (in the bus's transaction); the next server's sweeper continues that run.
   }
 
+  /** How many runs this instance drives now (in a model turn or a tool call, or waiting for a model slot). */
+  get drivenRunCount(): number {
+    return this.#pool.size
+  }
+
   get models(): ModelRegistry {
     return this.#options.models
   }

@@ -270,7 +270,12 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   })
   const overload = new OverloadGuard({ ...defaultOverloadSettings, ...options.overload })
   // Measured from when the server is ready: opening the database and loading plugins block the loop.
-  app.addHook('onReady', async () => overload.start(() => options.store.ping()))
+  app.addHook('onReady', async () =>
+    overload.start(
+      () => options.store.ping(),
+      () => options.runs.drivenRunCount,
+    ),
+  )
   app.addHook('onClose', async () => overload.stop())
   app.addHook('onResponse', async (request) => overload.admitEnded(request.id))
   app.addHook('onRequestAbort', async (request) => overload.admitEnded(request.id))

@@ -14,6 +14,8 @@ export interface OverloadSettings {
    * answered in the last two seconds — before further ones are refused; 0: not measured.
    */
   maxAdmitMs: number
+  /** How many runs one instance drives at once before new ones are refused; 0: no cap. */
+  maxActiveRuns: number
   /** What Retry-After says to a refused client, seconds. */
   retryAfterSeconds: number
 }
@@ -23,6 +25,7 @@ export const defaultOverloadSettings: OverloadSettings = {
   maxDatabaseWaitMs: 1000,
   // Off by default: a creation that carries large files is slow for its own reasons.
   maxAdmitMs: 0,
+  maxActiveRuns: 256,
   retryAfterSeconds: 2,
 }
 
@@ -43,6 +46,7 @@ export class OverloadGuard {
   #previousMs = 0
   #timer: NodeJS.Timeout | undefined
   #probe: (() => Promise<unknown>) | undefined
+  #activeRuns: (() => number) | undefined
   /** When the probe in flight was sent (0: none), and how long the last one took. */
   #probeSentAt = 0
   #lastProbeMs = 0
@@ -60,11 +64,12 @@ export class OverloadGuard {
    * waits elsewhere — behind the embedded database's queue (one thread does the server's and the
    * database's work in slices), or for a pooled connection — so its wait is measured too.
    */
-  start(probe?: () => Promise<unknown>): void {
+  start(probe?: () => Promise<unknown>, activeRuns?: () => number): void {
     if (this.#timer) return
+    this.#activeRuns = this.settings.maxActiveRuns > 0 ? activeRuns : undefined
     const loop = this.settings.maxEventLoopDelayMs > 0
     this.#probe = this.settings.maxDatabaseWaitMs > 0 ? probe : undefined
-    if (!loop && !this.#probe && this.settings.maxAdmitMs <= 0) return
+    if (!loop && !this.#probe && !this.#activeRuns && this.settings.maxAdmitMs <= 0) return
     if (loop) this.#histogram.enable()
     this.#timer = setInterval(() => {
       this.#previousMs = this.#histogram.max / 1e6
@@ -132,7 +137,9 @@ export class OverloadGuard {
   /** Why a new run should be refused now, or undefined when it should not. */
   get overloadReason(): string | undefined {
     if (this.#timer === undefined) return undefined
-    const { maxEventLoopDelayMs, maxDatabaseWaitMs, maxAdmitMs } = this.settings
+    const { maxEventLoopDelayMs, maxDatabaseWaitMs, maxAdmitMs, maxActiveRuns } = this.settings
+    const active = this.#activeRuns?.() ?? 0
+    if (this.#activeRuns && active >= maxActiveRuns) return `it drives ${active} runs, its limit`
     if (maxEventLoopDelayMs > 0 && this.delayMs > maxEventLoopDelayMs)
       return `its event loop runs ${Math.round(this.delayMs)} ms late`
     if (this.#probe && this.databaseWaitMs > maxDatabaseWaitMs)

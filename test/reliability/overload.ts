@@ -46,7 +46,7 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
     env: {
       PLINTH_OVERLOAD_LOOP_DELAY_MS: '2000',
       PLINTH_OVERLOAD_DB_WAIT_MS: '1000',
-      PLINTH_OVERLOAD_ADMIT_MS: '2000',
+      PLINTH_OVERLOAD_MAX_ACTIVE_RUNS: '256',
       PLINTH_OVERLOAD_RETRY_AFTER: '1',
     },
   })
