@@ -7,6 +7,7 @@ import { CuttableProxy } from '../helpers/cuttable-proxy.js'
 import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.js'
 import { openSse, type SseConnection } from '../helpers/sse-client.js'
 import pg from 'pg'
+import { countingPlugin } from './counting-plugin.js'
 
 // Several instances under load, with failures (docs/guides/reliability.md, R6): `plinth serve` processes on
 // one Postgres of the test's own (so it can be restarted), reached through a TCP proxy (so the network to it
@@ -16,34 +17,7 @@ import pg from 'pg'
 // follow the project's stream, reconnecting through random instances. Meanwhile: kill -9 of an instance,
 // its restart, a Postgres restart and a 5-second network stall.
 
-const plugin = `import { appendFile } from 'node:fs/promises'
-import { definePlugin } from 'plinth/extension'
-const log = new URL('./executions.log', import.meta.url)
-export default definePlugin({
-  name: 'cluster',
-  version: '1.0.0',
-  surface: '^1.2.0',
-  setup(registry) {
-    for (const [id, risk] of [['cluster.count', 'low'], ['cluster.guarded', 'high']]) {
-      registry.addCommand(
-        {
-          id,
-          title: id,
-          description: 'Counts its executions (' + risk + ' risk)',
-          paramsSchema: { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'], additionalProperties: false },
-          risk,
-          exposeAsTool: {},
-        },
-        async (params, context) => {
-          await appendFile(log, id + ' ' + context.runId + ' start\\n')
-          await new Promise((resolve) => setTimeout(resolve, 50))
-          return { counted: params.n }
-        },
-      )
-    }
-  },
-})
-`
+const plugin = countingPlugin('cluster', 50)
 const script = {
   turnBy: 'round',
   turns: [

@@ -5,43 +5,14 @@ import { random } from '../../bench/retrieval/corpus.js'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from '../helpers/cli-process.js'
 import { createTestDatabase, type TestDatabase, type TestEngine } from '../helpers/engines.js'
 import { openSse, type SseEvent } from '../helpers/sse-client.js'
+import { countingPlugin } from './counting-plugin.js'
 
 // The kill -9 matrix (docs/guides/reliability.md, R1): a real server process is killed with SIGKILL at every
 // distinct point of a run — after each state change it announced on the run's stream (chosen from the
 // stream, not by sleeping) and at seeded random offsets — then restarted; recovery must leave everything
 // consistent.
 
-/** A tool that records each execution in a file, so a second execution of a call is seen. */
-const counterPlugin = `import { appendFile } from 'node:fs/promises'
-import { definePlugin } from 'plinth/extension'
-const log = new URL('./executions.log', import.meta.url)
-const slow = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-export default definePlugin({
-  name: 'kill',
-  version: '1.0.0',
-  surface: '^1.2.0',
-  setup(registry) {
-    for (const [id, risk] of [['kill.count', 'low'], ['kill.guarded', 'high']]) {
-      registry.addCommand(
-        {
-          id,
-          title: id,
-          description: 'Counts its executions (' + risk + ' risk)',
-          paramsSchema: { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'], additionalProperties: false },
-          risk,
-          exposeAsTool: {},
-        },
-        async (params, context) => {
-          await appendFile(log, id + ' ' + context.runId + ' start\\n')
-          await slow(150)
-          await appendFile(log, id + ' ' + context.runId + ' end\\n')
-          return { counted: params.n }
-        },
-      )
-    }
-  },
-})
-`
+const counterPlugin = countingPlugin('kill', 150)
 
 /** Three tool rounds (a tool, a tool behind a decision, a client tool), then a streamed answer. */
 const script = {
