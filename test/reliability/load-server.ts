@@ -15,6 +15,8 @@ export interface LoadServer {
   url: string
   token: string
   upstream: Awaited<ReturnType<typeof startFakeOpenAIUpstream>>
+  /** Stops the server and starts it again on the same data with `env` added; `url` changes. */
+  restart(env: Record<string, string>): Promise<void>
   close(): Promise<void>
 }
 
@@ -59,7 +61,20 @@ export async function startLoadServer(options: {
     }
     const token = lastLine((await runPlinth(['users', 'create', options.name], { cwd, env })).stdout)
     server = await startServe({ cwd, env })
-    return { server, url: server.url, token, upstream, close }
+    const load: LoadServer = {
+      server,
+      url: server.url,
+      token,
+      upstream,
+      close,
+      async restart(more) {
+        await server!.stop()
+        server = await startServe({ cwd, env: { ...env, ...more } })
+        load.server = server
+        load.url = server.url
+      },
+    }
+    return load
   } catch (error) {
     await close()
     throw error
