@@ -9,10 +9,11 @@
  * delivery latency, and what the outbox adds to an event's insert) and the schedule bench
  * (bench/schedules: 1,000 schedules firing each minute across two instances sharing pg), and the tracing
  * bench (bench/agent/tracing.ts: the agent round with OpenTelemetry off and on, beside raw fetch), and the
- * budget bench (bench/agent/budgets.ts: the agent round without and with run and project budgets).
+ * budget bench (bench/agent/budgets.ts: the agent round without and with run and project budgets), and the
+ * start bench (bench/start: time to ready, idle RSS, CLI latency, beside their targets).
  * Each server runs in its own process; autocannon loads it from this one.
  *
- * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks`, `schedules`, `tracing` or `budgets`: run one
+ * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks`, `schedules`, `tracing`, `budgets` or `start`: run one
  * part; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
  * BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in
  * bench/agent/index.ts.
@@ -27,6 +28,7 @@ import { runWebhookBench } from './webhooks/index.js'
 import { runScheduleBench } from './schedules/index.js'
 import { runBudgetBench } from './agent/budgets.js'
 import { runTracingBench } from './agent/tracing.js'
+import { runStartBench } from './start/index.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
 import { loadSettingsFromEnv } from './lib/measure.js'
 import { formatTable, runScenarios, type Scenario } from './lib/scenario.js'
@@ -41,10 +43,22 @@ const databaseUrl = process.env.BENCH_DATABASE_URL || process.env.TEST_DATABASE_
 const only = process.env.BENCH_ONLY === 'ag-ui' ? 'frontends' : process.env.BENCH_ONLY || undefined
 if (
   only !== undefined &&
-  !['http', 'agent', 'rag', 'exec', 'mcp', 'frontends', 'webhooks', 'schedules', 'tracing', 'budgets'].includes(only)
+  ![
+    'http',
+    'agent',
+    'rag',
+    'exec',
+    'mcp',
+    'frontends',
+    'webhooks',
+    'schedules',
+    'tracing',
+    'budgets',
+    'start',
+  ].includes(only)
 ) {
   console.error(
-    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules", "tracing" or "budgets", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
+    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules", "tracing", "budgets" or "start", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
   )
   process.exit(2)
 }
@@ -120,6 +134,10 @@ try {
   if (only === undefined || only === 'budgets') {
     if (only === undefined) console.log('')
     await runBudgetBench(databaseUrl)
+  }
+  if (only === undefined || only === 'start') {
+    if (only === undefined) console.log('')
+    await runStartBench(databaseUrl)
   }
 } catch (error) {
   console.error(error)

@@ -16,7 +16,8 @@ export async function unpackTemplate(dataDir: string, template: string): Promise
   await rm(staging, { recursive: true, force: true })
   await mkdir(staging, { recursive: true, mode: 0o700 })
   try {
-    await extract({ file: template, cwd: staging })
+    // Synchronously: nothing else runs yet, and it takes half the time of the threadpool's round trips.
+    extract({ file: template, cwd: staging, sync: true })
     // What is there has no cluster (PG_VERSION is absent): an earlier start cut off before it had one.
     await rm(dataDir, { recursive: true, force: true })
     await rename(staging, dataDir)
