@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 
 // `npm ci` builds dist/ and the migrated PGlite template so that the first `npm start` skips PGlite's
-// initdb (docs/guides/development.md#how-it-compiles); a rebuild after a source change keeps the
+// initdb (docs/guides/development.md); a rebuild after a source change keeps the
 // template while the migrations are the same. Run on a copy of the checkout: rebuilding the real dist/
 // would pull it from under the suites that spawn it.
 const run = promisify(execFile)

@@ -2,7 +2,8 @@
  * The start bench (`BENCH_ONLY=start npm run bench`): how soon the built server answers `/healthz` on a
  * new data directory (from the migrated template `npm ci` builds) and on a restart, its RSS once idle,
  * on PGlite and (with a database URL) on pg; and the wall time of `plinth --version`, `--help` and
- * `users list` through a running server's admin API. Each figure is printed beside its target (issue 27).
+ * `users list` through a running server's admin API. Each figure is printed beside its target
+ * (docs/reference/benchmarks.md#start-and-cli-latency).
  *
  * Env: BENCH_START_RUNS (3: starts per case, median reported), BENCH_IDLE_SECONDS (10: how long the
  * server idles before its RSS is read).
