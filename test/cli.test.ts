@@ -444,4 +444,63 @@ describe('plinth CLI on Postgres (DATABASE_URL)', () => {
     },
     5 * spawnTimeout,
   )
+
+  it(
+    'beside a server with an admin API the CLI goes through it, and passes by a server that refuses its token',
+    async (context) => {
+      if (!adminUrl) {
+        if (process.env.REQUIRE_PG === '1')
+          throw new Error('REQUIRE_PG=1 but no Postgres is available (set TEST_DATABASE_URL)')
+        context.skip('no Postgres: set TEST_DATABASE_URL (or REQUIRE_PG=1 to make this a failure)')
+        return
+      }
+      const database = `plinth_cli_admin_${process.pid}_${Date.now().toString(36)}`
+      const databaseUrl = withDatabase(adminUrl, database)
+      const cwd = await tempDir('postgres-admin')
+      let server: ServeProcess | undefined
+      await adminQuery(adminUrl, `create database ${database}`)
+      try {
+        server = await startServe({
+          cwd,
+          env: { DATABASE_URL: databaseUrl, PLINTH_ADMIN_TOKEN: adminToken },
+          timeoutMs: spawnTimeout,
+        })
+        const viaApi = await runPlinth(['users', 'create', 'pgcarol', '--json'], {
+          cwd,
+          env: { DATABASE_URL: databaseUrl, PLINTH_ADMIN_TOKEN: adminToken },
+          timeoutMs: spawnTimeout,
+        })
+        const carol = JSON.parse(succeeded(viaApi).trim()) as { userId: string; token: string }
+        expect(viaApi.stderr).toContain(`through the admin API of the server at ${server.url}`)
+        expect((await http(server.url, 'GET', '/api/me', { token: carol.token })).body).toMatchObject({
+          name: 'pgcarol',
+        })
+
+        // A token the server refuses: nothing was done there, so the CLI uses the database itself.
+        const wrongToken = await runPlinth(['users', 'list'], {
+          cwd,
+          env: { DATABASE_URL: databaseUrl, PLINTH_ADMIN_TOKEN: 'not-the-servers-admin-token' },
+          timeoutMs: spawnTimeout,
+        })
+        expect(succeeded(wrongToken)).toContain(`${carol.userId}  pgcarol`)
+        expect(wrongToken.stderr).toContain('answered 401')
+        expect(wrongToken.stderr).toContain('using the database')
+
+        expect(await server.stop()).toBe(0)
+        // The announcement went with the server: the CLI uses the database without a word.
+        const afterStop = await runPlinth(['users', 'list'], {
+          cwd,
+          env: { DATABASE_URL: databaseUrl, PLINTH_ADMIN_TOKEN: adminToken },
+          timeoutMs: spawnTimeout,
+        })
+        expect(succeeded(afterStop)).toContain(`${carol.userId}  pgcarol`)
+        expect(afterStop.stderr).not.toContain('admin API')
+      } finally {
+        await server?.kill()
+        await adminQuery(adminUrl, `drop database if exists ${database} with (force)`)
+        await rm(cwd, { recursive: true, force: true })
+      }
+    },
+    5 * spawnTimeout,
+  )
 })

@@ -1,4 +1,4 @@
-import { readFile, rm, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { request as httpRequest } from 'node:http'
 import { request as httpsRequest } from 'node:https'
 import { join } from 'node:path'
@@ -40,8 +40,13 @@ const announcementFile = 'server.json'
 
 export async function announceServer(dataDir: string, announcement: ServerAnnouncement): Promise<() => Promise<void>> {
   const path = join(dataDir, announcementFile)
+  await mkdir(dataDir, { recursive: true })
   await writeFile(path, JSON.stringify(announcement))
-  return () => rm(path, { force: true })
+  return async () => {
+    // Servers on Postgres may share a data directory: remove only our own announcement.
+    const current = await runningServer(dataDir)
+    if (!current || current.pid === announcement.pid) await rm(path, { force: true })
+  }
 }
 
 export async function runningServer(dataDir: string): Promise<ServerAnnouncement | undefined> {
@@ -53,6 +58,9 @@ export async function runningServer(dataDir: string): Promise<ServerAnnouncement
     return undefined
   }
 }
+
+/** The server could not be asked at all, or refused the admin token: nothing was done. */
+export class AdminApiUnusable extends Error {}
 
 /** One call to a running server's admin API; a refusal or a server error throws, with the server's words. */
 async function adminCall<T>(
@@ -92,13 +100,20 @@ async function adminCall<T>(
         )
       },
     )
-    outgoing.on('error', reject)
+    outgoing.on('error', (error: NodeJS.ErrnoException) =>
+      reject(
+        error.code === 'ECONNREFUSED' || error.code === 'ECONNRESET'
+          ? new AdminApiUnusable(`the server at ${url} does not answer (${error.code})`)
+          : error,
+      ),
+    )
     outgoing.end(payload)
   })
   const text = response.text
   if (response.status >= 500 || response.status === 401 || response.status === 403) {
     const detail = text ? ((JSON.parse(text) as { detail?: string }).detail ?? text) : response.statusText
-    throw new Error(`the running server at ${url} answered ${response.status}: ${detail}`)
+    const message = `the running server at ${url} answered ${response.status}: ${detail}`
+    throw response.status >= 500 ? new Error(message) : new AdminApiUnusable(message)
   }
   return { status: response.status, body: (text ? JSON.parse(text) : undefined) as T }
 }

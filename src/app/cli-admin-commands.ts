@@ -1,17 +1,27 @@
 import type { Store } from '../store/index.js'
-import { httpAuditVerify, httpUserAdmin, runningServer, type AuditVerdict, type UserAdmin } from './admin-client.js'
+import {
+  AdminApiUnusable,
+  httpAuditVerify,
+  httpUserAdmin,
+  runningServer,
+  type AuditVerdict,
+  type UserAdmin,
+} from './admin-client.js'
 import type { Io } from './cli-io.js'
 import type { PlinthConfig } from './config.js'
 
-// `plinth users|tokens|audit`: on the database, or through the admin API of the server that holds it.
-// Beside such a server nothing of the database code is loaded.
+// `plinth users|tokens|audit`: on the database, or through the admin API of the server beside the CLI.
+// Then nothing of the database code is loaded: an answer in about a tenth of a second rather than half a
+// second of loading kysely and pg (docs/reference/benchmarks.md#start-and-cli-latency).
 
 type Flags = { json?: boolean; name?: string; 'token-name'?: string }
 type Usage = () => string
 
 /**
- * Runs a command on the database — or, while a server holds the embedded database, through that
- * server's admin API when PLINTH_ADMIN_TOKEN is set (else the lock error says how).
+ * Runs a command through the admin API of the server announced in the data directory when
+ * PLINTH_ADMIN_TOKEN is set, else on the database. The embedded database is locked while a server holds
+ * it (the lock error says how to proceed); on Postgres a server that does not answer or refuses the
+ * token is passed by for the database itself.
  */
 async function withAdmin(
   config: PlinthConfig,
@@ -19,11 +29,21 @@ async function withAdmin(
   viaStore: (store: Store) => Promise<number>,
   viaServer: (url: string, adminToken: string) => Promise<number>,
 ): Promise<number> {
-  if (!config.databaseUrl && config.adminToken) {
+  if (config.adminToken) {
     const server = await runningServer(config.dataDir)
-    if (server) {
+    if (server && !config.databaseUrl) {
       io.err(`(the server at ${server.url} holds the database: using its admin API)`)
       return viaServer(server.url, config.adminToken)
+    }
+    if (server) {
+      try {
+        const status = await viaServer(server.url, config.adminToken)
+        io.err(`(through the admin API of the server at ${server.url})`)
+        return status
+      } catch (error) {
+        if (!(error instanceof AdminApiUnusable)) throw error
+        io.err(`(${error.message}: using the database)`)
+      }
     }
   }
   const { openStore, StoreError } = await import('../store/index.js')

@@ -23,9 +23,10 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
   // Once, on the terminal too: easy to miss in a stream of JSON logs.
   for (const warning of server.warnings) io.err(`plinth: WARNING: ${warning}`)
   await createFirstUser(server.store, io)
-  // The CLI beside a server that holds the embedded database finds it here (see cli-admin-commands.ts).
+  // The CLI beside the server finds it here and uses its admin API (see cli-admin-commands.ts). On
+  // Postgres only with an admin API: otherwise nothing of the data directory is created.
   const unannounce =
-    server.store.engine === 'pglite'
+    server.store.engine === 'pglite' || config.adminToken
       ? await announceServer(config.dataDir, { pid: process.pid, url: server.url })
       : async () => undefined
   stop = (signal: string): void => {
