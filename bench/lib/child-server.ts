@@ -37,7 +37,13 @@ export async function startChildServer(script: string, options: ChildServerOptio
   const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []
   const child = spawn(process.execPath, [...profile, '--import', 'tsx', script], {
     cwd: repoRoot,
-    env: { ...inheritedEnv(), NODE_ENV: 'production', ...options.env },
+    // BENCH_SERVER_NODE_OPTIONS: Node flags for the servers only (say, a young-generation size to compare).
+    env: {
+      ...inheritedEnv(),
+      NODE_ENV: 'production',
+      ...(process.env.BENCH_SERVER_NODE_OPTIONS && { NODE_OPTIONS: process.env.BENCH_SERVER_NODE_OPTIONS }),
+      ...options.env,
+    },
     // stdin is a pipe the child watches: if the bench dies hard, EOF tells the child to exit.
     stdio: ['pipe', 'pipe', 'inherit'],
   })

@@ -2,6 +2,7 @@ import { SingleBar, Presets } from 'cli-progress'
 import { hasUsers, openStore, type Store } from '../store/index.js'
 import { createEmbedder, reembedAll } from '../rag/index.js'
 import { announceServer } from './admin-client.js'
+import { releaseYoungGeneration } from './young-generation.js'
 import type { PlinthConfig } from './config.js'
 import { processIo, type Io } from './cli-io.js'
 import { configSecrets, createLogger } from './logger.js'
@@ -43,6 +44,7 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
     )
   }
   if (stopRequested) stop(stopRequested)
+  releaseYoungGeneration()
   return new Promise<number>(() => undefined)
 }
 

@@ -22,7 +22,7 @@ import {
   type DocumentExtractorOptions,
   type Embedder,
 } from '../rag/index.js'
-import { McpHub, type McpSandboxHost, type McpServerConfig } from '../mcp/index.js'
+import { openMcpHub, type McpHub, type McpSandboxHost, type McpServerConfig } from '../mcp/index.js'
 import { announceCatalogChanges } from './catalog-announcer.js'
 import type { Store } from '../store/index.js'
 import { ConfigError, mcpServerSpecProblems, type ExecConfig } from './config.js'
@@ -153,7 +153,7 @@ export async function setUpCommandBus(
     ...catalog.cliTools,
   ])
   // After the plugins: an MCP server cannot take a namespace a plugin has (all of them are under `mcp.`).
-  const mcp = new McpHub({
+  const mcp = await openMcpHub({
     store,
     ...(options.secretKey && { secretKey: options.secretKey }),
     catalog,

@@ -1,5 +1,10 @@
 // Process entry of the `plinth` CLI (bin/plinth.js loads this).
-import { runCli } from './cli.js'
+import { holdYoungGeneration } from './young-generation.js'
+
+// Before anything else loads: `plinth [serve]` starts with a small young generation (young-generation.ts).
+const command = process.argv.slice(2).find((arg) => !arg.startsWith('-'))
+if (command === undefined || command === 'serve') holdYoungGeneration()
+const { runCli } = await import('./cli.js')
 
 const code = await runCli(process.argv.slice(2))
 process.exit(code)

@@ -7,8 +7,9 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
 import { z } from 'zod'
 import type { PluginLogger } from '../extension/index.js'
+import { McpAuthorizationError, McpUnavailableError } from './errors.js'
 import { LaunchTransport } from './launch-transport.js'
-import type { ToolAnnotations } from './names.js'
+import { withoutMetaSchema, type ToolAnnotations } from './names.js'
 import type { WireToolResult } from './results.js'
 import type { McpServerConfig } from './types.js'
 import { injectTraceHeaders } from '../telemetry/index.js'
@@ -40,12 +41,6 @@ const LooseCallResult = z.looseObject({
   structuredContent: z.unknown().optional(),
   isError: z.boolean().optional(),
 })
-
-/** Raised when the server cannot be reached or stopped during a call. */
-export class McpUnavailableError extends Error {}
-
-/** Raised when an OAuth server refuses the user's credentials (none, expired beyond refresh, revoked). */
-export class McpAuthorizationError extends Error {}
 
 /**
  * One MCP server: connects when first needed, lists its tools (following `tools/list_changed`),
@@ -417,15 +412,6 @@ function remoteTool(raw: unknown): RemoteTool | null {
     ...(object(tool.outputSchema) && { outputSchema: object(tool.outputSchema) }),
     ...(annotations && { annotations: annotations as RemoteTool['annotations'] }),
   }
-}
-
-/** `$schema` names a draft the validator may not know; the schema itself is what matters. */
-export function withoutMetaSchema(schema: { [key: string]: unknown }): { [key: string]: unknown } {
-  const rest = { ...schema }
-  delete rest.$schema
-  // An `$id` would be registered by the validator and refuse the next mount of the same tool.
-  delete rest.$id
-  return rest
 }
 
 function describe(error: unknown, timeout: number): string {

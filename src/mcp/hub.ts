@@ -1,4 +1,3 @@
-import { auth } from '@modelcontextprotocol/sdk/client/auth.js'
 import {
   CommandError,
   type CommandContext,
@@ -16,31 +15,39 @@ import {
   listMcpConnections,
   type Store,
 } from '../store/index.js'
-import {
-  McpAuthorizationError,
-  McpConnection,
-  McpUnavailableError,
-  withoutMetaSchema,
-  type RemoteTool,
-} from './connection.js'
+import type { McpConnection, RemoteTool } from './connection.js'
+import type * as McpRuntime from './runtime.js'
+import { McpAuthorizationError, McpConnectError, McpUnavailableError } from './errors.js'
 import { pendingTtlMs, sealContext, StoredOAuthProvider } from './oauth-provider.js'
 import { SecretBox } from './secret-box.js'
-import { riskFromAnnotations, toolSegment } from './names.js'
+import { riskFromAnnotations, toolSegment, withoutMetaSchema } from './names.js'
 import { errorText, keepImages, modelText, toCommandResult, type ImageKeeper } from './results.js'
 import { SandboxedServers } from './sandbox-pool.js'
 import type { McpSandboxHost, McpServerConfig } from './types.js'
 
-const defaultTimeoutMs = 30_000
+type Runtime = typeof McpRuntime
 
-/** A per-user connection request that cannot be served, with a stable code for the HTTP answer. */
-export class McpConnectError extends Error {
-  readonly code: 'not_found' | 'service_unavailable' | 'bad_request' | 'upstream'
-
-  constructor(code: McpConnectError['code'], message: string) {
-    super(message)
-    this.code = code
-  }
+/** What the hub is built from. */
+export interface McpHubDeps {
+  catalog: CommandCatalog
+  servers: readonly McpServerConfig[]
+  log: (plugin: string) => PluginLogger
+  clientVersion: string
+  resultMaxBytes: number
+  store?: Store
+  secretKey?: string
+  /** The exec sandbox, for `sandbox: true` servers (without it they never start). */
+  sandbox?: McpSandboxHost
+  /** Keeps the images tools return as files of the conversation (without it they stay inline). */
+  keepImage?: ImageKeeper
 }
+
+/** The hub; the MCP client itself is loaded only when a server is configured. */
+export async function openMcpHub(deps: McpHubDeps): Promise<McpHub> {
+  return new McpHub(deps, deps.servers.length > 0 ? await import('./runtime.js') : null)
+}
+
+const defaultTimeoutMs = 30_000
 
 type Params = { [key: string]: JsonValue }
 
@@ -67,20 +74,16 @@ export class McpHub {
   readonly #sandboxed: SandboxedServers
   /** Told when a user has connected a server (the bus approves their waiting `connect` decisions). */
   onConnected: ((userId: string, server: string) => Promise<void>) | null = null
+  readonly #runtime: Runtime | null
 
-  constructor(deps: {
-    catalog: CommandCatalog
-    servers: readonly McpServerConfig[]
-    log: (plugin: string) => PluginLogger
-    clientVersion: string
-    resultMaxBytes: number
-    store?: Store
-    secretKey?: string
-    /** The exec sandbox, for `sandbox: true` servers (without it they never start). */
-    sandbox?: McpSandboxHost
-    /** Keeps the images tools return as files of the conversation (without it they stay inline). */
-    keepImage?: ImageKeeper
-  }) {
+  /** The MCP client: loaded by openMcpHub whenever a server is configured, and only then used. */
+  #loaded(): Runtime {
+    if (!this.#runtime) throw new Error('the MCP client is not loaded: no MCP server is configured')
+    return this.#runtime
+  }
+
+  constructor(deps: McpHubDeps, runtime: Runtime | null) {
+    this.#runtime = runtime
     this.#catalog = deps.catalog
     this.#resultMaxBytes = deps.resultMaxBytes
     this.#keepImage = deps.keepImage
@@ -92,9 +95,10 @@ export class McpHub {
       host: deps.sandbox ?? null,
       log: deps.log,
       clientVersion: deps.clientVersion,
+      runtime: () => this.#loaded(),
     })
     this.#connections = deps.servers.map((config) => {
-      const connection: McpConnection = new McpConnection(config, {
+      const connection: McpConnection = new (this.#loaded().McpConnection)(config, {
         log: deps.log(`mcp:${config.name}`),
         clientVersion: deps.clientVersion,
         onTools: () => this.#mount(connection),
@@ -211,7 +215,7 @@ export class McpHub {
     // Starting over forgets the tokens: nothing of theirs may go on using the old ones.
     await this.#credentialsChanged(server, userId)
     try {
-      await auth(provider, {
+      await this.#loaded().auth(provider, {
         serverUrl: config.url ?? '',
         ...(config.auth?.scopes && { scope: config.auth.scopes.join(' ') }),
       })
@@ -249,7 +253,7 @@ export class McpHub {
         `this authorization was started more than ${pendingTtlMs / 60_000} minutes ago; start again with POST /api/mcp/connections/${record.server}`,
       )
     try {
-      const result = await auth(provider, { serverUrl: config.url ?? '', authorizationCode: code })
+      const result = await this.#loaded().auth(provider, { serverUrl: config.url ?? '', authorizationCode: code })
       if (result !== 'AUTHORIZED') throw new Error('the code was not accepted')
     } catch (error) {
       throw new McpConnectError(
@@ -341,7 +345,7 @@ export class McpHub {
     const box = this.#box!
     const record = await getMcpConnection(store, userId, config.name)
     if (!record || !this.#usable(record)) throw new Error('not connected')
-    const connection = new McpConnection(config, {
+    const connection = new (this.#loaded().McpConnection)(config, {
       log: this.#log(`mcp:${config.name}`),
       clientVersion: this.#clientVersion,
       onTools: () => undefined,

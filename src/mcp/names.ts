@@ -31,3 +31,12 @@ export function riskFromAnnotations(annotations: ToolAnnotations | undefined): R
   if (annotations?.destructiveHint === true) return 'high'
   return 'medium'
 }
+
+/** `$schema` names a draft the validator may not know; the schema itself is what matters. */
+export function withoutMetaSchema(schema: { [key: string]: unknown }): { [key: string]: unknown } {
+  const rest = { ...schema }
+  delete rest.$schema
+  // An `$id` would be registered by the validator and refuse the next mount of the same tool.
+  delete rest.$id
+  return rest
+}

@@ -1,7 +1,7 @@
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { CommandError, type CommandContext, type PluginLogger } from '../extension/index.js'
-import { McpConnection } from './connection.js'
-import { LaunchTransport } from './launch-transport.js'
+import type { McpConnection } from './connection.js'
+import type * as McpRuntime from './runtime.js'
 import type { McpSandboxHost, McpServerConfig, SandboxLaunch } from './types.js'
 
 export const defaultIdleTimeoutMs = 10 * 60_000
@@ -30,7 +30,16 @@ export class SandboxedServers {
   readonly #pools = new Map<string, Map<string, Live>>()
   #stopped = false
 
-  constructor(deps: { host: McpSandboxHost | null; log: (plugin: string) => PluginLogger; clientVersion: string }) {
+  /** The MCP client (loaded only when a server is configured, which is when this is used). */
+  readonly #runtime: () => typeof McpRuntime
+
+  constructor(deps: {
+    host: McpSandboxHost | null
+    log: (plugin: string) => PluginLogger
+    clientVersion: string
+    runtime: () => typeof McpRuntime
+  }) {
+    this.#runtime = deps.runtime
     this.#host = deps.host
     this.#log = deps.log
     this.#clientVersion = deps.clientVersion
@@ -49,7 +58,7 @@ export class SandboxedServers {
   /** A transport that starts the server in the sandbox: in the conversation's work directory, or (null) a scratch one. */
   transport(config: McpServerConfig, conversationId: string | null): Transport {
     const log = this.#log(`mcp:${config.name}`)
-    return new LaunchTransport(
+    return new (this.#runtime().LaunchTransport)(
       () => this.#launch(config, conversationId),
       (text) => log.debug('MCP server stderr', { server: config.name, text: text.slice(0, 2000) }),
     )
@@ -129,7 +138,7 @@ export class SandboxedServers {
       }
       void this.#close(config.name, idle[0], idle[1], `more than maxProcesses (${max})`)
     }
-    const connection = new McpConnection(config, {
+    const connection = new (this.#runtime().McpConnection)(config, {
       log: this.#log(`mcp:${config.name}`),
       clientVersion: this.#clientVersion,
       onTools: () => undefined,

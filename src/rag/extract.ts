@@ -1,8 +1,6 @@
-import { tables } from '@joplin/turndown-plugin-gfm'
 import { createRequire } from 'node:module'
 import { dirname, join, sep } from 'node:path'
-import TurndownService from 'turndown'
-import yauzl from 'yauzl'
+import type yauzl from 'yauzl'
 import { cleanText } from './text.js'
 
 /** The file formats knowledge can be made from. */
@@ -95,7 +93,7 @@ export async function extractText(
       text = new TextDecoder('utf-8').decode(bytes)
       break
     case 'html':
-      text = htmlToMarkdown(new TextDecoder('utf-8').decode(bytes), limits)
+      text = await htmlToMarkdown(new TextDecoder('utf-8').decode(bytes), limits)
       break
     case 'pdf':
       text = await pdfText(bytes, limits)
@@ -174,9 +172,14 @@ export function htmlNestingDepth(html: string, stopAt = Infinity): number {
   return deepest
 }
 
-function htmlToMarkdown(html: string, limits: ExtractLimits): string {
+// The converters load on first use, not at start: turndown brings a DOM implementation.
+async function htmlToMarkdown(html: string, limits: ExtractLimits): Promise<string> {
   if (htmlNestingDepth(html, limits.maxNesting) > limits.maxNesting)
     throw new ExtractError(`the document nests elements deeper than ${limits.maxNesting} levels`)
+  const [{ default: TurndownService }, { tables }] = await Promise.all([
+    import('turndown'),
+    import('@joplin/turndown-plugin-gfm'),
+  ])
   const turndown = new TurndownService({ headingStyle: 'atx', codeBlockStyle: 'fenced', bulletListMarker: '-' })
   turndown.remove(['script', 'style', 'noscript', 'iframe', 'head', 'nav', 'aside'])
   // A page's header and footer are boilerplate; an article's or section's own are part of it (its title).
@@ -255,6 +258,7 @@ async function pdfText(bytes: Uint8Array, limits: ExtractLimits): Promise<string
 
 /** Checks a ZIP's directory before anything inflates it: entry count, total size, each entry's ratio. */
 async function checkZip(bytes: Uint8Array, limits: ExtractLimits, what: string): Promise<void> {
+  const { default: yauzl } = await import('yauzl')
   const zip = await new Promise<yauzl.ZipFile>((resolve, reject) =>
     yauzl.fromBuffer(
       Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength),

@@ -1,15 +1,16 @@
 import { Type } from 'typebox'
 import { conversationForStream } from '../access.js'
-import { serveAgUiStream } from '../ag-ui/ag-ui-stream.js'
-import { parseRunAgentInput } from '../ag-ui/input.js'
+import type * as AgUi from '../ag-ui/entry.js'
 import { AgUiRunInput } from '../ag-ui/input-schema.js'
-import { planAgUiRun } from '../ag-ui/start.js'
 import { caller } from '../auth.js'
 import { HttpProblem } from '../problem.js'
 import { IdParams, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const problem = Type.Ref('Problem')
+
+let loading: Promise<typeof AgUi> | undefined
+const loadAgUi = (): Promise<typeof AgUi> => (loading ??= import('../ag-ui/entry.js'))
 
 /** AG-UI (docs/ag-ui.md): a conversation as an AG-UI agent, its threadId being the conversation id. */
 export function registerAgUiRoutes(app: App, deps: ServerDeps): void {
@@ -39,6 +40,7 @@ export function registerAgUiRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
+      const { parseRunAgentInput, planAgUiRun, serveAgUiStream } = await loadAgUi()
       const input = parseRunAgentInput(request.body)
       const target = await conversationForStream(deps, user, request.params.id)
       if (input.threadId !== target.conversation.id) {

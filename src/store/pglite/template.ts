@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs'
 import { mkdir, rename, rm } from 'node:fs/promises'
 import { join } from 'node:path'
-import { extract } from 'tar'
 
 /**
  * Puts the migrated template into a new data directory, on disk, before PGlite opens it. PGlite can
@@ -16,6 +15,7 @@ export async function unpackTemplate(dataDir: string, template: string): Promise
   await rm(staging, { recursive: true, force: true })
   await mkdir(staging, { recursive: true, mode: 0o700 })
   try {
+    const { extract } = await import('tar')
     // Synchronously: nothing else runs yet, and it takes half the time of the threadpool's round trips.
     extract({ file: template, cwd: staging, sync: true })
     // What is there has no cluster (PG_VERSION is absent): an earlier start cut off before it had one.
