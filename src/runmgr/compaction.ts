@@ -157,8 +157,11 @@ export class Compactor {
     model: LanguageModel,
     rows: TranscriptRow[],
     signal: AbortSignal,
+    /** The newest compaction when already read (null: none), e.g. by the statement that started the run. */
+    known?: Compaction | null,
   ): Promise<{ compaction: Compaction | undefined; rows: TranscriptRow[] }> {
-    let compaction = await latestCompaction(this.#store, run.conversationId)
+    let compaction =
+      known === undefined ? await latestCompaction(this.#store, run.conversationId) : (known ?? undefined)
     const plan = this.#settings.enabled ? planCompaction(rows, model.contextWindow, this.#settings) : undefined
     if (plan) {
       try {

@@ -124,9 +124,10 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       if (windowFresh) {
         windowFresh = false
         // At the run's start a long conversation is compacted first; a resumed driver uses what is there.
+        // A run started at once read its conversation's newest compaction in the statement that created it.
         const started =
           read && run.iteration === 0
-            ? await kit.compactor.atRunStart(run, model, read, signal)
+            ? await kit.compactor.atRunStart(run, model, read, signal, prefetched?.compaction)
             : { compaction: await latestCompaction(store, run.conversationId), rows: read }
         if (started.compaction) {
           window.dropThrough(started.compaction.throughMessageId)

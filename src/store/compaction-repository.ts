@@ -39,6 +39,16 @@ export async function latestCompaction(db: Executor, conversationId: string): Pr
   return rows[0] && toCompaction(rows[0])
 }
 
+/** `latestCompaction` as a subquery yielding its row as JSON (or null), for a larger statement to read it with. */
+export function latestCompactionRead(conversationId: string) {
+  return sql`(select to_jsonb(c.*) from compactions c where c.conversation_id = ${conversationId} order by c.id desc limit 1)`
+}
+
+/** A row `latestCompactionRead` yielded. */
+export function compactionFromJson(row: unknown): Compaction | null {
+  return row ? toCompaction(row as CompactionRow) : null
+}
+
 /** The conversation's compactions, oldest first. */
 export async function listCompactions(
   db: Executor,

@@ -1,5 +1,6 @@
 import { sql } from 'kysely'
 import type { JsonValue } from '../database.js'
+import { compactionFromJson, latestCompactionRead, type Compaction } from '../compaction-repository.js'
 import { eventFromJson, eventLogLock, eventsChannel, eventValues, type EventRecord } from '../event-log.js'
 import { kysely, type Executor } from '../executor.js'
 import { newId } from '../ids.js'
@@ -26,6 +27,8 @@ export interface Prefetched {
   hasKnowledge: boolean
   /** Whether the run's user or its project has memories to recall. */
   hasMemories: boolean
+  /** The conversation's newest compaction (null: none), as `latestCompaction` would read it. */
+  compaction: Compaction | null
 }
 
 export interface CreateRunOptions {
@@ -114,6 +117,7 @@ export async function createRun(
     has_knowledge?: boolean | null
     has_memories?: boolean | null
     input_size?: number | string | null
+    compaction?: unknown
   }>`
     with a as (
       select (select to_jsonb(o.*) from runs o where o.conversation_id = ${input.conversationId}
@@ -142,7 +146,8 @@ export async function createRun(
     pre as (
       select ${prefetch ? sql`(${transcriptTailRead(input.conversationId, prefetch.maxChars, prefetch.maxRows)})` : sql`null::json`} as transcript,
              ${prefetch ? hasKnowledgeRead(input.projectId) : sql`null::boolean`} as has_knowledge,
-             ${prefetch ? hasMemoriesRead(input.ownerId, input.projectId) : sql`null::boolean`} as has_memories, length(${input.input}::text) + 64 as input_size
+             ${prefetch ? hasMemoriesRead(input.ownerId, input.projectId) : sql`null::boolean`} as has_memories, length(${input.input}::text) + 64 as input_size,
+             ${prefetch ? latestCompactionRead(input.conversationId) : sql`null::jsonb`} as compaction
       from s where s.starts
     ),
     lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r where (select count(*) from m) >= 0 and (select count(*) from pre) >= 0),
@@ -155,7 +160,8 @@ export async function createRun(
     )${outboxAfter([...startedEvents, ...queuedEvents])}
     select (select status from r) as status, a.active, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events,
            (select transcript from pre) as transcript, (select has_knowledge from pre) as has_knowledge,
-           (select has_memories from pre) as has_memories, (select input_size from pre) as input_size
+           (select has_memories from pre) as has_memories, (select input_size from pre) as input_size,
+           (select compaction from pre) as compaction
     from a`.execute(kysely(db))
   const result = rows[0]!
   if (result.status === null) return { active: runFromJson(result.active!), events: [] }
@@ -180,6 +186,7 @@ export async function createRun(
       transcript: [...transcriptRowsFromJson(result.transcript), message],
       hasKnowledge: result.has_knowledge === true,
       hasMemories: result.has_memories === true,
+      compaction: compactionFromJson(result.compaction),
     },
   }
 }
