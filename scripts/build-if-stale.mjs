@@ -51,9 +51,17 @@ function keptTemplate(key) {
 }
 
 const sources = Math.max(
-  ...['src', 'plugins', 'migrations', 'openapi', 'tsconfig.json', 'tsconfig.build.json', 'package.json'].map((name) =>
-    newest(join(root, name)),
-  ),
+  ...[
+    'src',
+    'plugins',
+    'migrations',
+    'openapi',
+    'tsconfig.json',
+    'tsconfig.build.json',
+    'package.json',
+    // A new version of a vendored library (scripts/vendor.mjs).
+    'package-lock.json',
+  ].map((name) => newest(join(root, name))),
 )
 const declarations = process.argv.includes('--declarations')
 const wantTemplate = declarations || process.argv.includes('--template')
@@ -77,6 +85,9 @@ if (sources > built || (declarations && !withDeclarations)) {
     const { transpile } = await import('./transpile.mjs')
     await transpile()
   }
+  // typebox and kysely as one module each: a start loads ≈ 330 modules instead of ≈ 970.
+  const { vendor } = await import('./vendor.mjs')
+  await vendor()
   const types = spawnSync(process.execPath, [join(root, 'scripts', 'copy-openapi-types.mjs')], { stdio: 'inherit' })
   if (types.status !== 0) process.exit(types.status ?? 1)
   if (template) {
