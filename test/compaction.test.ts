@@ -108,9 +108,19 @@ for (const engine of apiEngines()) {
       const conversation = await seeded(500)
       upstream.clear()
       const start = upstream.requests.length
-      upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('SUMMARY-ONE: 500 services checked.', 2) })
+      upstream.enqueue({
+        kind: 'openai-stream',
+        chunks: openaiTextChunks('SUMMARY-ONE: 500 services checked.', 2, { prompt: 900, completion: 40 }),
+      })
       upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('All fine.', 2) })
       const first = await runIn(conversation.id, 'And service 7?')
+      // The summary call counts in the run's usage like the round's own call (10 in, 5 out).
+      expect(first.usage).toMatchObject({ modelCalls: 2, inputTokens: 910, outputTokens: 45 })
+      const byRun = await server.request('GET', `/api/usage?groupBy=run`, { token: alice.token })
+      expect(byRun.body.groups.find((group: { key: string }) => group.key === first.id)).toMatchObject({
+        modelCalls: 2,
+        inputTokens: 910,
+      })
       const calls = upstream.requests
         .slice(start)
         .map((request) => request.body as { messages: WireMessage[]; tools?: unknown })
@@ -188,6 +198,9 @@ for (const engine of apiEngines()) {
       })
       expect(forced.status).toBe(201)
       expect(forced.body).toMatchObject({ messageCount: 8, runId: null, summary: 'Two turns about services 0 and 1.' })
+      // Its summary call is recorded, with no run: under the empty key by run.
+      const byRun = await server.request('GET', `/api/usage?groupBy=run&limit=1`, { token: alice.token })
+      expect(byRun.body.groups[0]).toMatchObject({ key: '', modelCalls: 1, inputTokens: 10, outputTokens: 5 })
       const again = await server.request('POST', `/api/conversations/${conversation.id}/compact`, {
         token: alice.token,
       })

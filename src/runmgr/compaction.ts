@@ -1,17 +1,26 @@
 import type { PluginLogger } from '../extension/index.js'
-import type { LanguageModel, ModelRegistry } from '../llm/index.js'
+import type { LanguageModel, ModelRegistry, Usage } from '../llm/index.js'
 import {
   appendEvents,
   insertCompaction,
+  insertModelCall,
   latestCompaction,
   readTranscriptTail,
   runEvent,
   type Compaction,
+  type ModelCallUsage,
   type Run,
   type Store,
   type TranscriptRow,
 } from '../store/index.js'
+import { countedUsage } from './call-usage.js'
 import { transcriptBudget } from './transcript-window.js'
+
+/** The summary call a compaction made: its model and what it used. */
+export interface SummaryCall {
+  model: string
+  usage: ModelCallUsage
+}
 
 /** The config file's `compaction` section (docs/guides/agent-runs.md#context-compaction). */
 export interface CompactionSettings {
@@ -159,18 +168,21 @@ export class Compactor {
     signal: AbortSignal,
     /** The newest compaction when already read (null: none), e.g. by the statement that started the run. */
     known?: Compaction | null,
-  ): Promise<{ compaction: Compaction | undefined; rows: TranscriptRow[] }> {
+  ): Promise<{ compaction: Compaction | undefined; rows: TranscriptRow[]; call?: SummaryCall }> {
+    let call: SummaryCall | undefined
     let compaction =
       known === undefined ? await latestCompaction(this.#store, run.conversationId) : (known ?? undefined)
     const plan = this.#settings.enabled ? planCompaction(rows, model.contextWindow, this.#settings) : undefined
     if (plan) {
       try {
-        compaction = await this.#compact(run.conversationId, plan, compaction, model.id, {
+        const compacted = await this.#compact(run.conversationId, plan, compaction, model.id, {
           runId: run.id,
           projectId: run.projectId,
           userId: run.ownerId,
           signal,
         })
+        compaction = compacted.compaction
+        call = compacted.call
       } catch (error) {
         if (signal.aborted) throw error
         const message = error instanceof Error ? error.message : String(error)
@@ -181,7 +193,7 @@ export class Compactor {
       }
     }
     const through = compaction?.throughMessageId
-    return { compaction, rows: through ? rows.filter((row) => row.id > through) : rows }
+    return { compaction, rows: through ? rows.filter((row) => row.id > through) : rows, ...(call && { call }) }
   }
 
   /** Compacts a conversation now (all but its last turn at most); undefined when there is nothing to compact. */
@@ -195,11 +207,12 @@ export class Compactor {
     const plan = planCompaction(rows, model.contextWindow, this.#settings, true)
     if (!plan) return undefined
     const previous = await latestCompaction(this.#store, conversation.id)
-    return this.#compact(conversation.id, plan, previous, model.id, {
+    const { compaction } = await this.#compact(conversation.id, plan, previous, model.id, {
       runId: null,
       projectId: conversation.projectId,
       userId: conversation.ownerId,
     })
+    return compaction
   }
 
   async #compact(
@@ -208,13 +221,17 @@ export class Compactor {
     previous: Compaction | undefined,
     runModel: string,
     by: { runId: string | null; projectId: string; userId: string; signal?: AbortSignal },
-  ): Promise<Compaction | undefined> {
+  ): Promise<{ compaction: Compaction | undefined; call: SummaryCall }> {
     const modelId = this.#settings.model ?? runModel
     const summarizer = this.#models.get(modelId)
     if (!summarizer) throw new CompactionError(`the compaction model ${modelId} is not configured`)
-    const summary = await this.#summarize(summarizer, previous?.summary, plan.summarize, by.signal)
-    const inserted = await this.#store.transaction((tx) =>
-      insertCompaction(tx, {
+    const { summary, reported } = await this.#summarize(summarizer, previous?.summary, plan.summarize, by.signal)
+    // The summary call costs like any other: recorded with the compaction, in the run's usage when a run made it.
+    const call: SummaryCall = { model: modelId, usage: countedUsage(reported, this.#models.priceOf(modelId)) }
+    const inserted = await this.#store.transaction(async (tx) => {
+      const owner = { id: by.runId, conversationId, projectId: by.projectId, ownerId: by.userId }
+      await insertModelCall(tx, owner, call.model, call.usage)
+      return insertCompaction(tx, {
         conversationId,
         afterMessageId: previous?.throughMessageId ?? null,
         throughMessageId: plan.summarize.at(-1)!.id,
@@ -223,10 +240,10 @@ export class Compactor {
         runId: by.runId,
         projectId: by.projectId,
         userId: by.userId,
-      }),
-    )
+      })
+    })
     // Another compaction got as far meanwhile: that one is the newest.
-    return inserted ?? (await latestCompaction(this.#store, conversationId))
+    return { compaction: inserted ?? (await latestCompaction(this.#store, conversationId)), call }
   }
 
   async #summarize(
@@ -234,7 +251,7 @@ export class Compactor {
     previous: string | undefined,
     rows: readonly TranscriptRow[],
     signal: AbortSignal | undefined,
-  ): Promise<string> {
+  ): Promise<{ summary: string; reported: Usage }> {
     const prompt = this.#settings.prompt ?? defaultCompactionPrompt
     // Half the summariser's window for the transcript; the rest for the instructions and the answer.
     const budget = Math.floor(model.contextWindow * charsPerToken * 0.5) - (previous?.length ?? 0)
@@ -244,6 +261,7 @@ export class Compactor {
       renderForSummary(rows, Math.max(budget, 1000)),
     ].join('\n')
     let text = ''
+    let reported: Usage = { inputTokens: 0, outputTokens: 0 }
     try {
       for await (const part of model.stream({
         messages: [
@@ -254,6 +272,7 @@ export class Compactor {
         ...(signal && { signal }),
       })) {
         if (part.type === 'text-delta') text += part.text
+        else if (part.type === 'usage') reported = part.usage
       }
     } catch (error) {
       throw new CompactionError(`the summary call failed: ${error instanceof Error ? error.message : String(error)}`, {
@@ -261,6 +280,6 @@ export class Compactor {
       })
     }
     if (text.trim().length === 0) throw new CompactionError('the summary call answered nothing')
-    return text.trim()
+    return { summary: text.trim(), reported }
   }
 }

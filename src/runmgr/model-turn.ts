@@ -6,9 +6,7 @@ import {
   type ModelMessage,
   type ModelRequest,
   type ModelToolCall,
-  type ModelPricing,
   type Usage,
-  costOf,
 } from '../llm/index.js'
 import {
   appendEvents,
@@ -28,6 +26,7 @@ import {
   type ToolCallRecord,
 } from '../store/index.js'
 import { failSpan, openSpan, recordModelCall, setContent, SpanKind, type Span } from '../telemetry/index.js'
+import { countedUsage } from './call-usage.js'
 import { proposeCommandTool } from './client-tools.js'
 import { DeltaCoalescer } from './delta-coalescer.js'
 import { checkAnswer } from './structured-output.js'
@@ -113,12 +112,12 @@ export async function modelTurn(
         else if (part.type === 'finish') finish = part.reason
       }
     })
-    callUsage = counted(reported, kit.models.priceOf(answeredBy.id))
+    callUsage = countedUsage(reported, kit.models.priceOf(answeredBy.id))
     usage = withModelCall(run.usage, callUsage, answeredBy.id)
   } catch (error) {
     modelOutcome = error instanceof ModelError ? error.code : 'internal'
     failSpan(chat.span, error, modelOutcome)
-    callUsage = counted(reported, kit.models.priceOf(answeredBy.id))
+    callUsage = countedUsage(reported, kit.models.priceOf(answeredBy.id))
     usage = withModelCall(run.usage, callUsage, answeredBy.id)
     const failedCall = callUsage
     await coalescer.close()
@@ -298,15 +297,4 @@ function endChatSpan(
     setContent(span, 'gen_ai.output.messages', () => turn.text)
   }
   span.end()
-}
-
-/** A call's reported tokens as counted (cached input and reasoning 0 when the provider did not say), priced. */
-function counted(reported: Usage, pricing: ModelPricing | undefined): ModelCallUsage {
-  return {
-    inputTokens: reported.inputTokens,
-    outputTokens: reported.outputTokens,
-    cachedInputTokens: reported.cachedInputTokens ?? 0,
-    reasoningTokens: reported.reasoningTokens ?? 0,
-    cost: costOf(reported, pricing),
-  }
 }

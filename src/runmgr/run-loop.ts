@@ -10,13 +10,15 @@ import {
   latestCompaction,
   transcriptRowsFromJson,
   waitForPerson,
+  withModelCall,
+  type Compaction,
   type Run,
   type RunFence,
   type RunPatch,
 } from '../store/index.js'
 import { annotateSpan } from '../telemetry/index.js'
 import { budgetStop } from './budget.js'
-import { summaryBlock } from './compaction.js'
+import { summaryBlock, type SummaryCall } from './compaction.js'
 import { runCalls } from './call-executor.js'
 import { attachImages, estimateTokens } from './history.js'
 import { abortDriver, type Driver } from './driver.js'
@@ -61,6 +63,8 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
   let window: TranscriptWindow | undefined
   // The newest compaction's summary, sent before the window (loaded when the window is).
   let summary: string | undefined
+  /** The summary call of a compaction at the run's start: counted in the run's usage when the round opens. */
+  let summaryCall: SummaryCall | undefined
   let windowFresh = false
   // Read with the run's start (a run started in an idle conversation): the first round need not.
   let prefetched = driver.prefetched
@@ -125,10 +129,11 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         windowFresh = false
         // At the run's start a long conversation is compacted first; a resumed driver uses what is there.
         // A run started at once read its conversation's newest compaction in the statement that created it.
-        const started =
+        const started: { compaction: Compaction | undefined; rows: typeof read; call?: SummaryCall } =
           read && run.iteration === 0
             ? await kit.compactor.atRunStart(run, model, read, signal, prefetched?.compaction)
             : { compaction: await latestCompaction(store, run.conversationId), rows: read }
+        summaryCall = started.call
         if (started.compaction) {
           window.dropThrough(started.compaction.throughMessageId)
           summary = summaryBlock(started.compaction)
@@ -148,7 +153,9 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         iteration,
         phase: iteration === 1 ? 'thinking' : 'finalizing',
         ...(injected && { knowledge: injected as unknown as JsonValue }),
+        ...(summaryCall && { usage: withModelCall(run.usage, summaryCall.usage, summaryCall.model) }),
       }
+      summaryCall = undefined
       const messageId = newId()
       const events = roundDone ? [runEvent(run, 'run.status', { runId, status: 'running', phase: 'tool_done' })] : []
       if (injected?.memories && injected.memories.length > 0) {

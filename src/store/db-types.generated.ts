@@ -267,7 +267,7 @@ export interface ModelCalls {
   owner_id: string
   project_id: string
   reasoning_tokens: Generated<Int8>
-  run_id: string
+  run_id: string | null
 }
 
 export interface PlinthMigrations {

@@ -35,7 +35,8 @@ const groupKeys = {
   project: sql<string>`project_id`,
   user: sql<string>`owner_id`,
   conversation: sql<string>`conversation_id`,
-  run: sql<string>`run_id`,
+  // A call outside any run (a conversation compacted on request) is under the empty key.
+  run: sql<string>`coalesce(run_id, '')`,
   day: sql<string>`to_char(created_at at time zone 'UTC', 'YYYY-MM-DD')`,
   month: sql<string>`to_char(created_at at time zone 'UTC', 'YYYY-MM')`,
 } satisfies Record<UsageGrouping, unknown>

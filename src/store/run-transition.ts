@@ -133,10 +133,13 @@ export function insertModelCallWrite(
   }
 }
 
-/** The same record in the caller's transaction (a turn that failed ends its run in one). */
+/** Whose a model call is: a run's, or (`id` null) a conversation's outside any run (a forced compaction). */
+export type ModelCallOwner = Pick<Run, 'conversationId' | 'projectId' | 'ownerId'> & { id: string | null }
+
+/** The same record in the caller's transaction (a turn that failed ends its run in one; a compaction). */
 export async function insertModelCall(
   db: Executor,
-  run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>,
+  run: ModelCallOwner,
   model: string,
   usage: ModelCallUsage,
 ): Promise<void> {
@@ -148,11 +151,7 @@ export async function insertModelCall(
 const modelCallColumns = sql`(id, run_id, conversation_id, project_id, owner_id, model, input_tokens, output_tokens,
   cached_input_tokens, reasoning_tokens, cost)`
 
-function modelCallValues(
-  run: Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId'>,
-  model: string,
-  usage: ModelCallUsage,
-): RawBuilder<unknown> {
+function modelCallValues(run: ModelCallOwner, model: string, usage: ModelCallUsage): RawBuilder<unknown> {
   return sql`${newId()}, ${run.id}, ${run.conversationId}, ${run.projectId}, ${run.ownerId}, ${model},
     ${usage.inputTokens}::bigint, ${usage.outputTokens}::bigint, ${usage.cachedInputTokens}::bigint,
     ${usage.reasoningTokens}::bigint, ${usage.cost}::double precision`
