@@ -3,7 +3,9 @@ import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { sql } from 'kysely'
 import type { Store } from '../src/store/index.js'
+import { testDb } from '../src/store/test-access.js'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
 import { createTestDatabase, testEngines, type TestDatabase } from './helpers/engines.js'
 import { sandboxAvailable } from './helpers/sandbox.js'
@@ -62,7 +64,8 @@ describe.skipIf(!engines.includes('postgres')).each(backends)('work files across
         defaultModel: 'writer',
       }),
     )
-    const env = { DATABASE_URL: database.url!, PLINTH_RUN_LEASE: '2s' }
+    // A retention sweep every second: each instance then removes its copies of purged conversations soon.
+    const env = { DATABASE_URL: database.url!, PLINTH_RUN_LEASE: '2s', PLINTH_RETENTION_SWEEP: '1s' }
     token = lastLine((await runPlinth(['users', 'create', 'files'], { cwd, env })).stdout)
     for (const name of ['a', 'b'] as const) {
       // The sandbox user reaches its directory through the data directory (traversable, not listable).
@@ -162,6 +165,35 @@ describe.skipIf(!engines.includes('postgres')).each(backends)('work files across
     expect(gone.status).toBe(404)
   }, 120_000)
 
+  it("a conversation purged by retention leaves no copy of its files on either instance's disk", async () => {
+    const conversationId = await newConversation()
+    const other = await newConversation()
+    for (const id of [conversationId, other]) {
+      const put = await fetch(`${a.url}/api/conversations/${id}/files/private.txt`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream' },
+        body: "someone else's data",
+      })
+      expect(put.status).toBeLessThan(300)
+      // b's listing brings the file into b's copy.
+      expect(JSON.stringify((await http(b.url, 'GET', `/api/conversations/${id}/files`, { token })).body)).toContain(
+        'private.txt',
+      )
+    }
+    for (const instance of ['a', 'b'] as const) expect(onDisk(instance, conversationId, 'private.txt')).toBe(true)
+    // What a retention sweep on some instance does to an idle conversation (its stored files go with it).
+    await sql`update conversations set purged_at = now(), deleted_at = now() where id = ${conversationId}`.execute(
+      testDb(store),
+    )
+    await waitFor(() => !onDisk('a', conversationId, '') && !onDisk('b', conversationId, ''), {
+      timeoutMs: 30_000,
+      intervalMs: 200,
+      what: 'both copies of the purged conversation removed',
+    })
+    // A live conversation's copies stay.
+    for (const instance of ['a', 'b'] as const) expect(onDisk(instance, other, 'private.txt')).toBe(true)
+  }, 120_000)
+
   it('killed (kill -9) mid-run after its program wrote a file, the run goes on on the other instance, which sees it', async () => {
     const conversationId = await newConversation()
     const run = await http(a.url, 'POST', `/api/conversations/${conversationId}/runs`, {
@@ -195,7 +227,12 @@ describe.skipIf(!engines.includes('postgres')).each(backends)('work files across
     // a comes back (later tests would use it): the same data directory, up to date.
     a = await startServe({
       cwd,
-      env: { DATABASE_URL: database.url!, PLINTH_RUN_LEASE: '2s', PLINTH_DATA_DIR: dataDirs.a },
+      env: {
+        DATABASE_URL: database.url!,
+        PLINTH_RUN_LEASE: '2s',
+        PLINTH_RETENTION_SWEEP: '1s',
+        PLINTH_DATA_DIR: dataDirs.a,
+      },
     })
     servers.push(a)
   }, 180_000)

@@ -101,6 +101,7 @@ export async function setUpRuns(
     compaction?: Partial<CompactionSettings>
     auditKey?: string
     discardWorkDir?: (conversationId: string) => Promise<void>
+    evictWorkCaches?: () => Promise<number>
     readFile?: (conversationId: string, path: string) => Promise<Buffer>
   },
 ): Promise<RunManager> {
@@ -154,6 +155,7 @@ export async function setUpRuns(
     ...(options.compaction && { compaction: options.compaction }),
     ...(options.auditKey && { auditKey: options.auditKey }),
     ...(options.discardWorkDir && { discardWorkDir: options.discardWorkDir }),
+    ...(options.evictWorkCaches && { evictWorkCaches: options.evictWorkCaches }),
     ...(options.readFile && { readFile: options.readFile }),
     ...(options.maxResumes !== undefined && { maxResumes: options.maxResumes }),
     ...(options.shutdownGraceMs !== undefined && { shutdownGraceMs: options.shutdownGraceMs }),

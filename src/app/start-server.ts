@@ -115,6 +115,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       compaction: config.compaction,
       ...(config.secretKey && { auditKey: config.secretKey }),
       discardWorkDir: (conversationId) => setup.exec.workdirs.discard(conversationId),
+      evictWorkCaches: () => setup.exec.workdirs.evictPurged(),
       readFile: async (conversationId, path) =>
         (await setup.exec.workdirs.read(conversationId, path, { limit: 8 * 1024 * 1024 })).bytes,
     })

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import {
   commitWorkFiles,
+  purgedConversationIds,
   readWorkBlob,
   storeWorkBlob,
   touchWorkBlob,
@@ -36,6 +37,8 @@ export interface FileStore {
    * Fails with `ContentMissingError` when content it names was dropped meanwhile (store it again, retry).
    */
   commit(conversationId: string, change: WorkFileChange): Promise<{ previous: number; version: number }>
+  /** Of these conversations, those purged or unknown: a cached copy of their files is to go. */
+  purged(conversationIds: readonly string[]): Promise<string[]>
 }
 
 /** A manifest change named content that is not stored (dropped by a concurrent change): store it again. */
@@ -83,6 +86,10 @@ export class PostgresFileStore implements FileStore {
 
   manifest(conversationId: string): Promise<{ version: number; files: StoredWorkFile[] }> {
     return workFileManifest(this.#store, conversationId)
+  }
+
+  purged(conversationIds: readonly string[]): Promise<string[]> {
+    return purgedConversationIds(this.#store, conversationIds)
   }
 
   async putContent(hash: string, size: number, bytes: () => AsyncIterable<Buffer>): Promise<boolean> {

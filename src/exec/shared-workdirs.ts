@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import { readdir } from 'node:fs/promises'
 import { Readable } from 'node:stream'
 import type { PluginLogger } from '../extension/index.js'
 import { ContentMissingError, type FileStore, type StoredWorkFile } from './file-store.js'
@@ -53,6 +54,26 @@ export class SharedWorkDirectories extends WorkDirectories {
       if (this.#locks.get(conversationId) === settled) this.#locks.delete(conversationId)
     })
     return next
+  }
+
+  /**
+   * Removes the copies of conversations retention purged (on whichever instance swept) or that this
+   * database does not know: a purge must not leave their files on the other instances' disks.
+   */
+  override async evictPurged(): Promise<number> {
+    const names = await readdir(this.root).catch(() => [] as string[])
+    const ids = names.filter((name) => /^[0-9A-Za-z]{1,64}$/.test(name))
+    let evicted = 0
+    for (let start = 0; start < ids.length; start += 500) {
+      for (const id of await this.files.purged(ids.slice(start, start + 500))) {
+        await this.#exclusive(id, async () => {
+          this.#state.delete(id)
+          await this.discard(id)
+        })
+        evicted++
+      }
+    }
+    return evicted
   }
 
   override pull(conversationId: string): Promise<void> {

@@ -476,6 +476,14 @@ export class WorkDirectories {
     await rm(this.#markerPath(conversationId), { force: true })
   }
 
+  /**
+   * Removes this instance's copies of conversations retention purged elsewhere; answers how many. Here
+   * the directory is the only copy, and the purge removed it: nothing to do.
+   */
+  async evictPurged(): Promise<number> {
+    return 0
+  }
+
   /** Where the marker of a tree that holds files not owned by the sandbox user lives. */
   #markerPath(conversationId: string): string {
     return join(this.root, '.foreign', conversationId)

@@ -49,6 +49,7 @@ export class RetentionSweeper {
   readonly #settings: RetentionSettings
   readonly #auditKey: string | undefined
   readonly #discardWorkDir: ((conversationId: string) => Promise<void>) | undefined
+  readonly #evictWorkCaches: (() => Promise<number>) | undefined
   #timer: NodeJS.Timeout | undefined
   #running: Promise<RetentionReport> | null = null
 
@@ -56,13 +57,19 @@ export class RetentionSweeper {
     store: Store,
     log: PluginLogger,
     settings: RetentionSettings,
-    hooks: { auditKey?: string; discardWorkDir?: (conversationId: string) => Promise<void> } = {},
+    hooks: {
+      auditKey?: string
+      discardWorkDir?: (conversationId: string) => Promise<void>
+      /** Removes this instance's cached copies of conversations purged (on any instance); answers how many. */
+      evictWorkCaches?: () => Promise<number>
+    } = {},
   ) {
     this.#store = store
     this.#log = log
     this.#settings = settings
     this.#auditKey = hooks.auditKey
     this.#discardWorkDir = hooks.discardWorkDir
+    this.#evictWorkCaches = hooks.evictWorkCaches
   }
 
   start(): void {
@@ -115,6 +122,12 @@ export class RetentionSweeper {
       const before = new Date(Date.now() - s.auditDays * 86_400_000)
       report.auditEntries = await this.#batches(batchSize, (tx) => pruneAuditLog(tx, before, batchSize, auditKey))
     }
+    // On every instance, not only the one that swept: each keeps its own copies of conversations' files.
+    const evicted = await this.#evictWorkCaches?.().catch((error: unknown) => {
+      this.#log.warn('retention: cached work directories of purged conversations could not be removed', { err: error })
+      return 0
+    })
+    if (evicted) this.#log.info(`retention: removed the cached work directories of ${evicted} purged conversations`)
     const deleted = Object.entries(report).filter(([, count]) => count > 0)
     if (deleted.length > 0)
       this.#log.info(`retention: deleted ${deleted.map(([what, count]) => `${count} ${what}`).join(', ')}`, {

@@ -98,6 +98,8 @@ export interface RunManagerOptions {
   auditKey?: string
   /** Removes the work directory of a conversation retention purged. */
   discardWorkDir?: (conversationId: string) => Promise<void>
+  /** Removes this instance's cached copies of the files of purged conversations (shared work directories). */
+  evictWorkCaches?: () => Promise<number>
   /** Reads a file of a conversation: the images of its messages, sent to vision models. */
   readFile?: (conversationId: string, path: string) => Promise<Buffer>
 }
@@ -199,6 +201,7 @@ export class RunManager {
     this.#retention = new RetentionSweeper(store, log, options.retention ?? {}, {
       ...(options.auditKey && { auditKey: options.auditKey }),
       ...(options.discardWorkDir && { discardWorkDir: options.discardWorkDir }),
+      ...(options.evictWorkCaches && { evictWorkCaches: options.evictWorkCaches }),
     })
     this.#sweeper = new RunSweeper({
       store,

@@ -270,6 +270,7 @@ export {
 } from './work-usage-repository.js'
 export {
   workFilesVersion,
+  purgedConversationIds,
   workFileManifest,
   touchWorkBlob,
   storeWorkBlob,

@@ -15,6 +15,19 @@ export interface WorkFileChange {
   remove: readonly string[]
 }
 
+/**
+ * Of `conversationIds`, those retention purged or that do not exist (in this database): an instance's
+ * cached copies of their files are to go (docs/guides/scaling.md#files).
+ */
+export async function purgedConversationIds(db: Executor, conversationIds: readonly string[]): Promise<string[]> {
+  if (conversationIds.length === 0) return []
+  const { rows } = await sql<{ id: string }>`
+    select x.id from unnest(${[...conversationIds]}::text[]) as x (id)
+    left join conversations c on c.id = x.id
+    where c.id is null or c.purged_at is not null`.execute(kysely(db))
+  return rows.map((row) => row.id)
+}
+
 /** The version of a conversation's stored files (0: nothing was ever stored). */
 export async function workFilesVersion(db: Executor, conversationId: string): Promise<number> {
   const row = await kysely(db)
