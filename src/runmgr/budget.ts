@@ -35,9 +35,10 @@ export interface BudgetStop {
  * the next call would cross by its prompt alone (an estimate: `promptTokens`, and its cost at the
  * model's input price). Undefined: the call may go.
  */
-export function budgetStop(run: Run, promptTokens: number, pricing: ModelPricing | undefined): BudgetStop | undefined {
+export function budgetStop(run: Run, prompt: PromptTokens, pricing: ModelPricing | undefined): BudgetStop | undefined {
   const budget = run.budget
   if (!budget) return undefined
+  const promptTokens = tokensOf(prompt)
   const usage = run.usage
   const stop = (limit: RunBudgetHit['limit'], value: number, used: number, unit: string): BudgetStop => ({
     code: 'budget_exceeded',
@@ -83,12 +84,13 @@ export function periodStop(
   budgets: Record<'project' | 'user', PeriodBudget | null>,
   spending: PeriodSpending,
   windows: BudgetWindows,
-  promptTokens: number,
+  prompt: PromptTokens,
   pricing: ModelPricing | undefined,
 ): BudgetStop | undefined {
   for (const scope of ['project', 'user'] as const) {
     const budget = budgets[scope]
     if (!budget) continue
+    const promptTokens = tokensOf(prompt)
     for (const period of ['daily', 'monthly'] as const) {
       const limits: PeriodLimits | undefined = budget[period]
       if (!limits) continue
@@ -111,6 +113,16 @@ export function periodStop(
 /** Nothing is left, or the next step would go past the limit. */
 function crosses(used: number, next: number, limit: number): boolean {
   return used >= limit || used + next > limit
+}
+
+/**
+ * The next prompt's size in tokens, or how to estimate it: serialising a long conversation's prompt
+ * costs milliseconds a round, spent only when a budget needs the figure.
+ */
+export type PromptTokens = number | (() => number)
+
+function tokensOf(prompt: PromptTokens): number {
+  return typeof prompt === 'number' ? prompt : prompt()
 }
 
 /** What a prompt of `promptTokens` costs at the model's input price (0 without one). */

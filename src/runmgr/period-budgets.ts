@@ -1,6 +1,6 @@
 import type { ModelPricing } from '../llm/index.js'
 import { periodStanding, periodStandingRead, type TransitionRead } from '../store/index.js'
-import { budgetWindows, periodStop, type BudgetStop } from './budget.js'
+import { budgetWindows, periodStop, type BudgetStop, type PromptTokens } from './budget.js'
 import { RunRequestError } from './run-errors.js'
 
 /** Whose spending a run counts into. */
@@ -13,7 +13,7 @@ export interface SpendingScope {
 export interface PeriodCheck {
   read: TransitionRead
   /** Before a model call of `promptTokens`: the budget it would cross, if any. */
-  stop(readValue: unknown, promptTokens: number, pricing: ModelPricing | undefined): BudgetStop | undefined
+  stop(readValue: unknown, promptTokens: PromptTokens, pricing: ModelPricing | undefined): BudgetStop | undefined
 }
 
 /**

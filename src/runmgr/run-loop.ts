@@ -201,7 +201,8 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       roundDone = false
       // The run's budget, then its project's and user's for the day and month, before the call that
       // would spend more (docs/guides/operating.md#budgets).
-      const promptTokens = estimateTokens(messages)
+      let estimated: number | undefined
+      const promptTokens = (): number => (estimated ??= estimateTokens(messages))
       const pricing = kit.models.priceOf(model.id)
       const overBudget =
         budgetStop(run, promptTokens, pricing) ?? periods.stop(opened.reads.periods, promptTokens, pricing)
