@@ -79,6 +79,7 @@ describe('overload', () => {
       maxDatabaseWaitMs: 200,
       maxAdmitMs: 0,
       maxActiveRuns: 0,
+      adaptiveCapSeconds: 0,
       retryAfterSeconds: 1,
     })
     let held: (() => void) | undefined
@@ -110,6 +111,7 @@ describe('overload', () => {
       maxDatabaseWaitMs: 0,
       maxAdmitMs: 200,
       maxActiveRuns: 0,
+      adaptiveCapSeconds: 0,
       retryAfterSeconds: 1,
     })
     guard.start()
@@ -138,10 +140,11 @@ describe('overload', () => {
       maxDatabaseWaitMs: 0,
       maxAdmitMs: 0,
       maxActiveRuns: 3,
+      adaptiveCapSeconds: 0,
       retryAfterSeconds: 1,
     })
     let driven = 2
-    guard.start(undefined, () => driven)
+    guard.start(undefined, () => ({ driven, ended: 0 }))
     try {
       expect(guard.overloaded).toBe(false)
       driven = 3

@@ -17,4 +17,5 @@ export const unlimitedEnv: Record<string, string> = {
   PLINTH_OVERLOAD_DB_WAIT_MS: '0',
   PLINTH_OVERLOAD_ADMIT_MS: '0',
   PLINTH_OVERLOAD_MAX_ACTIVE_RUNS: '0',
+  PLINTH_OVERLOAD_ADAPTIVE_CAP_SECONDS: '0',
 }

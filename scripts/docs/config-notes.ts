@@ -190,7 +190,11 @@ export const configNotes: Record<string, ConfigNote> = {
   },
   'overload.maxActiveRuns': {
     meaning:
-      'while the instance drives this many runs at once (in a model turn or a tool call, or waiting for a model slot; not those waiting for a person), new runs are refused as above; `0`: no cap',
+      'while the instance has this many runs in flight (driven — in a model turn or a tool call, or waiting for a model slot; not those waiting for a person — or being accepted), new runs are refused as above; `0`: no cap',
+  },
+  'overload.adaptiveCapSeconds': {
+    meaning:
+      "under pressure — the event loop later than a quarter of `maxEventLoopDelayMs`, or the database than a quarter of `maxDatabaseWaitMs` — the instance caps runs in flight (driven, or being accepted) at this many seconds of the runs it completes, growing the cap back once on time (never above `maxActiveRuns`); `0`: only the operator's cap (see [Scaling](../guides/scaling.md#overload))",
   },
   'overload.retryAfterSeconds': { meaning: 'the `Retry-After` of an `overloaded` refusal' },
   'uploads.perUser': { meaning: 'uploads in flight per user (429 `too_many_uploads` past it)' },

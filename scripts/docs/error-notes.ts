@@ -102,5 +102,5 @@ export const errorNotes = {
   shutting_down:
     'a new run (or a resume) while the server is stopping; retry — another instance, or this one restarted, takes it',
   overloaded:
-    'a new run while this instance’s event loop runs later than `overload.maxEventLoopDelayMs`; nothing was started — retry after `Retry-After` (another instance may take it)',
+    'a new run while this instance is past its capacity — its event loop or its database late, or its cap on runs in flight reached (the operator’s, or the one it sets itself under pressure); the detail says which; nothing was started — retry after `Retry-After` (another instance may take it; see [Scaling](../guides/scaling.md#overload))',
 } as const satisfies Record<ProblemCode, string>

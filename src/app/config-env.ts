@@ -56,6 +56,7 @@ export const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_OVERLOAD_DB_WAIT_MS', 'overload.maxDatabaseWaitMs', 'int'],
   ['PLINTH_OVERLOAD_ADMIT_MS', 'overload.maxAdmitMs', 'int'],
   ['PLINTH_OVERLOAD_MAX_ACTIVE_RUNS', 'overload.maxActiveRuns', 'int'],
+  ['PLINTH_OVERLOAD_ADAPTIVE_CAP_SECONDS', 'overload.adaptiveCapSeconds', 'int'],
   ['PLINTH_OVERLOAD_RETRY_AFTER', 'overload.retryAfterSeconds', 'int'],
   ['PLINTH_UPLOADS_TOTAL', 'uploads.total', 'int'],
   ['PLINTH_EXTRACT_TIMEOUT', 'knowledge.extract.timeoutMs', 'duration'],

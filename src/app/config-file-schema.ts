@@ -249,6 +249,7 @@ export const fileSchema = {
         maxDatabaseWaitMs: { type: 'integer', minimum: 0 },
         maxAdmitMs: { type: 'integer', minimum: 0 },
         maxActiveRuns: { type: 'integer', minimum: 0 },
+        adaptiveCapSeconds: { type: 'integer', minimum: 0, maximum: 3600 },
         retryAfterSeconds: { type: 'integer', minimum: 1, maximum: 3600 },
       },
     },

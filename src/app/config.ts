@@ -82,6 +82,7 @@ export interface PlinthConfig {
     maxDatabaseWaitMs: number
     maxAdmitMs: number
     maxActiveRuns: number
+    adaptiveCapSeconds: number
     retryAfterSeconds: number
   }
   /** Reverse proxies whose X-Forwarded-For is believed (addresses or CIDRs, comma-separated), or true for any. */
@@ -191,6 +192,7 @@ const defaults: PlinthConfig = {
     maxDatabaseWaitMs: 1000,
     maxAdmitMs: 0,
     maxActiveRuns: 256,
+    adaptiveCapSeconds: 2,
     retryAfterSeconds: 2,
   },
   corsOrigins: [],

@@ -34,6 +34,7 @@ export interface DriverHints {
  */
 export class DriverPool {
   readonly #drivers = new Map<string, Driver>()
+  #ended = 0
   #stopping = false
   readonly #store: Store
   readonly #log: PluginLogger
@@ -64,6 +65,11 @@ export class DriverPool {
   /** How many runs this process drives now. */
   get size(): number {
     return this.#drivers.size
+  }
+
+  /** Drives ended since this process started: to completion, to a wait, or stopped. */
+  get endedCount(): number {
+    return this.#ended
   }
 
   drivenRunIds(): string[] {
@@ -183,6 +189,7 @@ export class DriverPool {
   /** A driver stopped: the conversation's next queued run may start. */
   async #stopped(runId: string): Promise<void> {
     this.#drivers.delete(runId)
+    this.#ended++
     try {
       const queued = this.#stopping ? undefined : await nextQueuedRunAfterEnd(this.#store, runId)
       if (queued) await this.startQueued(queued)

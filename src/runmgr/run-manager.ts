@@ -266,9 +266,12 @@ export class RunManager {
     // its run's ledger (in the bus's transaction); the next server's sweeper continues that run.
   }
 
-  /** How many runs this instance drives now (in a model turn or a tool call, or waiting for a model slot). */
-  get drivenRunCount(): number {
-    return this.#pool.size
+  /**
+   * How many runs this instance drives now (in a model turn or a tool call, or waiting for a model slot),
+   * and how many drives ended here since it started.
+   */
+  get driveLoad(): { driven: number; ended: number } {
+    return { driven: this.#pool.size, ended: this.#pool.endedCount }
   }
 
   get models(): ModelRegistry {

@@ -273,7 +273,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addHook('onReady', async () =>
     overload.start(
       () => options.store.ping(),
-      () => options.runs.drivenRunCount,
+      () => options.runs.driveLoad,
     ),
   )
   app.addHook('onClose', async () => overload.stop())

@@ -1,4 +1,5 @@
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks'
+import { AdmissionLimit } from './admission-limit.js'
 
 /** When an instance refuses new runs (docs/guides/scaling.md#overload). */
 export interface OverloadSettings {
@@ -16,6 +17,11 @@ export interface OverloadSettings {
   maxAdmitMs: number
   /** How many runs one instance drives at once before new ones are refused; 0: no cap. */
   maxActiveRuns: number
+  /**
+   * Under pressure (the event loop or the database a quarter of their limits late), runs in flight
+   * are capped at this many seconds of the runs the instance completes; 0: no cap of its own.
+   */
+  adaptiveCapSeconds: number
   /** What Retry-After says to a refused client, seconds. */
   retryAfterSeconds: number
 }
@@ -26,7 +32,14 @@ export const defaultOverloadSettings: OverloadSettings = {
   // Off by default: a creation that carries large files is slow for its own reasons.
   maxAdmitMs: 0,
   maxActiveRuns: 256,
+  adaptiveCapSeconds: 2,
   retryAfterSeconds: 2,
+}
+
+/** What the guard reads of the runs: how many are driven now, and how many drives ended since the start. */
+export interface RunLoad {
+  driven: number
+  ended: number
 }
 
 /** Routes that start runs: refused first when the instance is past its capacity (full URLs, as Fastify names them). */
@@ -46,11 +59,15 @@ export class OverloadGuard {
   #previousMs = 0
   #timer: NodeJS.Timeout | undefined
   #probe: (() => Promise<unknown>) | undefined
-  #activeRuns: (() => number) | undefined
+  #runs: (() => RunLoad) | undefined
+  #limit: AdmissionLimit | undefined
   /** When the probe in flight was sent (0: none), and how long the last one took. */
   #probeSentAt = 0
   #lastProbeMs = 0
-  /** Run-creating requests being answered (their start), and the last one answered (when, how long). */
+  /**
+   * Plain run-creating requests being answered (their start): in flight already, since a burst of them
+   * would otherwise all pass the cap before any run is driven. And the last one answered (when, how long).
+   */
   readonly #admitting = new Map<string, number>()
   #lastAdmit = { at: 0, ms: 0 }
 
@@ -64,16 +81,26 @@ export class OverloadGuard {
    * waits elsewhere — behind the embedded database's queue (one thread does the server's and the
    * database's work in slices), or for a pooled connection — so its wait is measured too.
    */
-  start(probe?: () => Promise<unknown>, activeRuns?: () => number): void {
+  start(probe?: () => Promise<unknown>, runs?: () => RunLoad): void {
     if (this.#timer) return
-    this.#activeRuns = this.settings.maxActiveRuns > 0 ? activeRuns : undefined
-    const loop = this.settings.maxEventLoopDelayMs > 0
-    this.#probe = this.settings.maxDatabaseWaitMs > 0 ? probe : undefined
-    if (!loop && !this.#probe && !this.#activeRuns && this.settings.maxAdmitMs <= 0) return
+    const { maxEventLoopDelayMs, maxDatabaseWaitMs, maxActiveRuns, adaptiveCapSeconds, maxAdmitMs } = this.settings
+    const loop = maxEventLoopDelayMs > 0
+    this.#probe = maxDatabaseWaitMs > 0 ? probe : undefined
+    // Pressure is read from the loop and the database: with neither measured there is none to adapt to.
+    const adaptive = adaptiveCapSeconds > 0 && (loop || this.#probe !== undefined)
+    this.#runs = maxActiveRuns > 0 || adaptive ? runs : undefined
+    if (this.#runs && adaptive) this.#limit = new AdmissionLimit(maxActiveRuns, adaptiveCapSeconds)
+    if (!loop && !this.#probe && !this.#runs && maxAdmitMs <= 0) return
     if (loop) this.#histogram.enable()
     this.#timer = setInterval(() => {
       this.#previousMs = this.#histogram.max / 1e6
       this.#histogram.reset()
+      if (this.#limit && this.#runs) {
+        const pressure =
+          (loop && this.#previousMs > maxEventLoopDelayMs / 4) ||
+          (this.#probe !== undefined && this.databaseWaitMs > maxDatabaseWaitMs / 4)
+        this.#limit.update({ ...this.#inFlight(), pressure, windowMs })
+      }
       this.#sendProbe()
     }, windowMs)
     this.#timer.unref()
@@ -97,9 +124,9 @@ export class OverloadGuard {
       })
   }
 
-  /** A run-creating request was let in (`key`: the request's id). */
+  /** A plain run-creating request was let in (`key`: the request's id). */
   admitStarted(key: string): void {
-    if (this.settings.maxAdmitMs > 0) this.#admitting.set(key, performance.now())
+    this.#admitting.set(key, performance.now())
   }
 
   /** It was answered (or abandoned). */
@@ -134,12 +161,30 @@ export class OverloadGuard {
     return Math.max(this.#lastProbeMs, inFlight)
   }
 
+  /** Runs in flight: driven here, or being accepted; and the drives ended so far. */
+  #inFlight(): { inFlight: number; ended: number } {
+    const load = this.#runs?.() ?? { driven: 0, ended: 0 }
+    return { inFlight: load.driven + this.#admitting.size, ended: load.ended }
+  }
+
+  /** The cap on runs in flight now: the operator's, or the lower one the instance set itself (infinite: none). */
+  get activeRunLimit(): number {
+    const operator = this.settings.maxActiveRuns > 0 ? this.settings.maxActiveRuns : Number.POSITIVE_INFINITY
+    return Math.min(operator, this.#limit?.limit ?? operator)
+  }
+
   /** Why a new run should be refused now, or undefined when it should not. */
   get overloadReason(): string | undefined {
     if (this.#timer === undefined) return undefined
     const { maxEventLoopDelayMs, maxDatabaseWaitMs, maxAdmitMs, maxActiveRuns } = this.settings
-    const active = this.#activeRuns?.() ?? 0
-    if (this.#activeRuns && active >= maxActiveRuns) return `it drives ${active} runs, its limit`
+    if (this.#runs) {
+      const { inFlight } = this.#inFlight()
+      const limit = this.activeRunLimit
+      if (inFlight >= limit)
+        return limit < maxActiveRuns || maxActiveRuns === 0
+          ? `${inFlight} runs in flight; it takes ${limit} while late, ${this.settings.adaptiveCapSeconds} s of the ${this.#limit!.rate.toFixed(1)} runs/s it completes`
+          : `it drives ${inFlight} runs, its limit`
+    }
     if (maxEventLoopDelayMs > 0 && this.delayMs > maxEventLoopDelayMs)
       return `its event loop runs ${Math.round(this.delayMs)} ms late`
     if (this.#probe && this.databaseWaitMs > maxDatabaseWaitMs)

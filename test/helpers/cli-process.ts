@@ -23,6 +23,7 @@ export function cliEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
     PLINTH_OVERLOAD_DB_WAIT_MS: '0',
     PLINTH_OVERLOAD_ADMIT_MS: '0',
     PLINTH_OVERLOAD_MAX_ACTIVE_RUNS: '0',
+    PLINTH_OVERLOAD_ADAPTIVE_CAP_SECONDS: '0',
     ...extra,
   }
 }

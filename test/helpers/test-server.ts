@@ -199,7 +199,7 @@ export async function startTestServer(
     fullModeTtlMs: 3_600_000,
     version: 'test',
     // The tests share this process's event loop with the server: shedding only where a test asks for it.
-    overload: { maxEventLoopDelayMs: 0, maxDatabaseWaitMs: 0, maxAdmitMs: 0, maxActiveRuns: 0 },
+    overload: { maxEventLoopDelayMs: 0, maxDatabaseWaitMs: 0, maxAdmitMs: 0, maxActiveRuns: 0, adaptiveCapSeconds: 0 },
     metrics,
     liveWarnings: () => mcp.warnings(),
     mcp,

@@ -88,6 +88,7 @@ export async function runLoadSoak(options: LoadSoakOptions): Promise<LoadSoakRep
       PLINTH_OVERLOAD_LOOP_DELAY_MS: '2000',
       PLINTH_OVERLOAD_DB_WAIT_MS: '1000',
       PLINTH_OVERLOAD_MAX_ACTIVE_RUNS: '256',
+      PLINTH_OVERLOAD_ADAPTIVE_CAP_SECONDS: '2',
       PLINTH_OVERLOAD_RETRY_AFTER: '1',
     },
   })

@@ -19,7 +19,7 @@ describe('overload', () => {
       const report = await runOverload({ engine: 'pglite', ...size, log: (line) => console.log(line) })
       recordFigures('overload', [
         {
-          check: `R5 overload (pglite): 3× the measured ${report.capacity.toFixed(1)} runs/s for ${size.overloadMs / 1000} s, at most ${report.maxActiveRuns} runs in flight`,
+          check: `R5 overload (pglite): 3× the measured ${report.capacity.toFixed(1)} runs/s for ${size.overloadMs / 1000} s, the cap on runs in flight set by the instance (lowest ${report.lowestCap ?? 'none'})`,
           figure: `${report.offered} offered: ${report.accepted} accepted (p50 ${report.acceptedLatency.p50.toFixed(0)} ms, p99 ${report.acceptedLatency.p99.toFixed(0)} ms), ${report.refused} refused 503 overloaded; slowest answer ${report.slowestAnswerMs} ms; ${report.errors.length} errors`,
           goal: '0 errors among accepted runs; refusals at once, never a timeout',
           ok: report.errors.length === 0,

@@ -6,7 +6,8 @@ import { startLoadServer } from './load-server.js'
 
 // Overload (docs/guides/reliability.md, R5): the harness measures what one instance completes per second
 // with a fixed number of clients, then offers three times that — new runs arriving at a steady rate,
-// whatever the server's state, as independent users would — with shedding on as shipped. Every run the
+// whatever the server's state, as independent users would — with shedding on as shipped, the cap on runs
+// in flight the instance sets itself included (no operator's cap tuned to this machine). Every run the
 // server accepts must complete; every one it refuses must be refused at once (503 `overloaded` with
 // Retry-After); no request may run into a timeout.
 
@@ -24,8 +25,8 @@ export interface OverloadReport {
   engine: TestEngine
   /** Completed runs per second with `concurrency` clients. */
   capacity: number
-  /** The cap on runs in flight the overload ran with: two seconds of capacity. */
-  maxActiveRuns: number
+  /** The lowest cap on runs in flight the instance set itself, as its refusals said (undefined: none). */
+  lowestCap: number | undefined
   offered: number
   offeredPerSecond: number
   accepted: number
@@ -44,15 +45,16 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
   const load = await startLoadServer({
     engine: options.engine,
     name: 'overload',
-    // Shedding on, with the shipped thresholds (the cap on runs in flight is set once capacity is known).
+    // Shedding on, with the shipped thresholds and caps.
     env: {
       PLINTH_OVERLOAD_LOOP_DELAY_MS: '2000',
       PLINTH_OVERLOAD_DB_WAIT_MS: '1000',
+      PLINTH_OVERLOAD_MAX_ACTIVE_RUNS: '256',
+      PLINTH_OVERLOAD_ADAPTIVE_CAP_SECONDS: '2',
       PLINTH_OVERLOAD_RETRY_AFTER: '1',
     },
   })
-  const { token } = load
-  let url = load.url
+  const { token, url } = load
   const errors: string[] = []
   const note = (problem: string): void => void (errors.length < 50 && errors.push(problem))
   try {
@@ -77,13 +79,8 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
     )
     const capacity = completed / ((Date.now() - measureStarted) / 1000)
     const offeredPerSecond = 3 * capacity
-    // Admission against the measured capacity: at most two seconds' worth of runs in flight (the operator's
-    // setting, overload.maxActiveRuns; its default of 256 is far above what this machine completes).
-    const maxActiveRuns = Math.max(8, Math.ceil(2 * capacity))
-    await load.restart({ PLINTH_OVERLOAD_MAX_ACTIVE_RUNS: String(maxActiveRuns) })
-    url = load.url
     log(
-      `[overload] ${options.engine}: capacity ${capacity.toFixed(1)} runs/s; offering ${offeredPerSecond.toFixed(1)}/s with at most ${maxActiveRuns} runs in flight`,
+      `[overload] ${options.engine}: capacity ${capacity.toFixed(1)} runs/s; offering ${offeredPerSecond.toFixed(1)}/s`,
     )
 
     // --- overload: open loop at three times that -----------------------------------------------------
@@ -118,6 +115,7 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
     let offered = 0
     let accepted = 0
     let refused = 0
+    let lowestCap: number | undefined
     let slowestAnswerMs = 0
     const inFlight: Array<Promise<void>> = []
     const arrive = async (): Promise<void> => {
@@ -135,10 +133,12 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
         note(`a run's creation got no answer: ${(error as Error).name}`)
         return
       }
-      const body = (await answer.json()) as { id?: string; code?: string }
+      const body = (await answer.json()) as { id?: string; code?: string; detail?: string }
       slowestAnswerMs = Math.max(slowestAnswerMs, Date.now() - started)
       if (answer.status === 503 && body.code === 'overloaded') {
         refused++
+        const cap = Number(/it takes (\d+) while late/.exec(body.detail ?? '')?.[1] ?? Number.NaN)
+        if (cap >= 0) lowestCap = Math.min(lowestCap ?? cap, cap)
         if (!answer.headers.get('retry-after')) note('a refusal without Retry-After')
         idle.push(conversation)
         return
@@ -171,7 +171,7 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
     const report: OverloadReport = {
       engine: options.engine,
       capacity,
-      maxActiveRuns,
+      lowestCap,
       offered,
       offeredPerSecond,
       accepted,
@@ -181,7 +181,7 @@ export async function runOverload(options: OverloadOptions): Promise<OverloadRep
       errors,
     }
     log(
-      `[overload] ${options.engine}: ${offered} offered in ${options.overloadMs / 1000} s, ${accepted} accepted, ${refused} refused, ${errors.length} errors; accepted p50 ${report.acceptedLatency.p50.toFixed(0)} ms, p99 ${report.acceptedLatency.p99.toFixed(0)} ms; slowest answer ${slowestAnswerMs} ms`,
+      `[overload] ${options.engine}: ${offered} offered in ${options.overloadMs / 1000} s, ${accepted} accepted, ${refused} refused, ${errors.length} errors; accepted p50 ${report.acceptedLatency.p50.toFixed(0)} ms, p99 ${report.acceptedLatency.p99.toFixed(0)} ms; slowest answer ${slowestAnswerMs} ms; the instance's lowest cap ${lowestCap ?? 'none'}`,
     )
     return report
   } finally {

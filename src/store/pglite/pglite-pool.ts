@@ -50,7 +50,11 @@ export class PGlitePool implements PostgresPool {
         if (released) return
         released = true
         const next = this.#waiters.shift()
-        if (next) next()
+        // Handed over on the next turn of the event loop, not in a microtask: PGlite runs in this thread
+        // and its statements resolve without I/O, so busy runs handing the session from one to the next
+        // would otherwise keep the loop from accepting connections and reading requests — under load the
+        // listen backlog filled and clients timed out unanswered (docs/guides/scaling.md#overload).
+        if (next) setImmediate(next)
         else this.#busy = false
       },
     }
