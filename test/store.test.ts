@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
+import { loadConfig } from '../src/app/index.js'
 import {
   announceAccessChange,
   appendAuditEntry,
@@ -531,6 +532,33 @@ describe.runIf(testEngines().includes('postgres'))('prepared statements on Postg
           const statements = rows.map((row) => row.statement)
           expect(statements.some((text) => text.includes('as n'))).toBe(prepare)
           expect(statements.some((text) => text.includes('<=>'))).toBe(false)
+        } finally {
+          await store.close()
+        }
+      }
+    } finally {
+      await database.drop()
+    }
+  })
+  it('PLINTH_PG_SYNCHRONOUS_COMMIT=false: every pooled session commits without waiting for its WAL flush', async () => {
+    const database = await createTestDatabase('postgres')
+    try {
+      const shipped = loadConfig({}, tmpdir())
+      expect(shipped.pgSynchronousCommit).toBe(true)
+      const chosen = loadConfig({ PLINTH_PG_SYNCHRONOUS_COMMIT: 'false' }, tmpdir())
+      for (const synchronousCommit of [shipped.pgSynchronousCommit, chosen.pgSynchronousCommit]) {
+        const store = await openStore({ databaseUrl: database.url!, poolSize: 3, synchronousCommit })
+        try {
+          // Three sessions at once: each its own pooled connection.
+          const settings = await Promise.all(
+            [0, 1, 2].map(async () => {
+              const { rows } = await sql<{
+                value: string
+              }>`select current_setting('synchronous_commit') as value, pg_sleep(0.05)`.execute(testDb(store))
+              return rows[0]!.value
+            }),
+          )
+          expect(settings).toEqual(Array(3).fill(synchronousCommit ? 'on' : 'off'))
         } finally {
           await store.close()
         }

@@ -29,7 +29,13 @@ function request(server: { url: string; token: string }, target: Target): Pick<S
   }
 }
 
-function scenario(name: string, target: Target, adminUrl: string | undefined, engine: 'pglite' | 'pg'): Scenario {
+function scenario(
+  name: string,
+  target: Target,
+  adminUrl: string | undefined,
+  engine: 'pglite' | 'pg',
+  env: Record<string, string> = {},
+): Scenario {
   return {
     name,
     async start() {
@@ -40,7 +46,7 @@ function scenario(name: string, target: Target, adminUrl: string | undefined, en
       if (!adminUrl) return { skip: 'set TEST_DATABASE_URL' }
       const database = await createTempDatabase(adminUrl)
       try {
-        const server = await startPlinth(database.url)
+        const server = await startPlinth(database.url, env)
         return {
           ...request(server, target),
           stop: async () => {
@@ -62,5 +68,9 @@ export function dispatchScenarios(adminUrl: string | undefined): Scenario[] {
     scenario('plinth POST /api/commands/rdm.ping (PGlite)', 'dispatch', adminUrl, 'pglite'),
     scenario('plinth GET /api/me (pg)', 'me', adminUrl, 'pg'),
     scenario('plinth POST /api/commands/rdm.ping (pg)', 'dispatch', adminUrl, 'pg'),
+    // The operator's choice that trades the last acknowledged writes on a Postgres crash for throughput.
+    scenario('plinth POST /api/commands/rdm.ping (pg, synchronous_commit off)', 'dispatch', adminUrl, 'pg', {
+      PLINTH_PG_SYNCHRONOUS_COMMIT: 'false',
+    }),
   ]
 }

@@ -6,7 +6,10 @@ import { unlimitedEnv } from '../lib/unlimited-env.js'
 const projectCount = 20
 
 /** Starts Plinth in a child on a throwaway data dir (and database, for pg), seeded with a user and projects. */
-export async function startPlinth(databaseUrl?: string): Promise<ChildServer & { token: string }> {
+export async function startPlinth(
+  databaseUrl?: string,
+  env: Record<string, string> = {},
+): Promise<ChildServer & { token: string }> {
   const dataDir = await createTempDir('plinth-bench-')
   try {
     const server = await startChildServer('bench/servers/plinth-server.ts', {
@@ -20,6 +23,7 @@ export async function startPlinth(databaseUrl?: string): Promise<ChildServer & {
         PLINTH_PLUGINS: 'rdm',
         BENCH_PROJECTS: String(projectCount),
         ...(databaseUrl && { DATABASE_URL: databaseUrl }),
+        ...env,
       },
     })
     const token = server.info.token

@@ -289,6 +289,10 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       'on Postgres, each pooled connection prepares the statements it repeats (parsed once instead of on every call); set `false` behind a connection pooler in transaction mode that cannot keep prepared statements. After `plinth migrate` changes tables under running servers, restart them: a prepared `select *` refuses a changed row type until its connection is renewed',
   },
+  pgSynchronousCommit: {
+    meaning:
+      "on Postgres, whether the server's commits wait for their WAL to reach disk (the database's `synchronous_commit`). `false`: a Postgres crash (not Plinth's) may lose the writes of its last few hundred milliseconds — runs' steps, messages, audit entries — after they were answered, though the database stays consistent and the audit chain verifies, and a tool call whose record was lost may run again when its run resumes; in exchange for about a fifth more audited dispatches per second (see [Storage](../guides/operating.md#storage))",
+  },
   'webhooks.allowPrivate': {
     meaning:
       'webhooks may reach loopback, private, link-local and metadata addresses, and use plain http (tests, on-prem receivers); off: https to public addresses only',

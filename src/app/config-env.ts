@@ -99,6 +99,7 @@ export const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_RESULT_MAX_BYTES', 'resultMaxBytes', 'int'],
   ['PLINTH_PGLITE_SHARED_BUFFERS', 'pgliteSharedBuffers', 'string'],
   ['PLINTH_PG_PREPARE', 'pgPrepare', 'bool'],
+  ['PLINTH_PG_SYNCHRONOUS_COMMIT', 'pgSynchronousCommit', 'bool'],
   ['PLINTH_WEBHOOK_ALLOW_PRIVATE', 'webhooks.allowPrivate', 'bool'],
   ['PLINTH_WEBHOOK_RETRY_BASE', 'webhooks.retryBaseMs', 'duration'],
   ['PLINTH_WEBHOOK_RETRY_WINDOW', 'webhooks.retryWindowMs', 'duration'],

@@ -332,6 +332,7 @@ export const fileSchema = {
     resultMaxBytes: { type: 'integer', minimum: 32 * 1024, maximum: 64 * 1024 * 1024 },
     pgliteSharedBuffers: { type: 'string', pattern: '^[1-9][0-9]{0,5}(kB|MB|GB)$' },
     pgPrepare: { type: 'boolean' },
+    pgSynchronousCommit: { type: 'boolean' },
     webhooks: {
       type: 'object',
       additionalProperties: false,

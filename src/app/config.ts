@@ -139,6 +139,11 @@ export interface PlinthConfig {
   pgliteSharedBuffers: string
   /** Postgres: prepare repeated statements per connection (off behind a proxy that cannot keep them). */
   pgPrepare: boolean
+  /**
+   * Postgres: whether the server's commits wait for their WAL flush (docs/guides/operating.md#storage).
+   * Off trades the last few hundred milliseconds of acknowledged writes on a Postgres crash for throughput.
+   */
+  pgSynchronousCommit: boolean
   /** Webhook delivery: retries, timeouts, SSRF rules (docs/webhooks.md). */
   webhooks: Partial<WebhookSettings>
   /** One line per deprecated environment variable that was set, naming its replacement (logged at start-up). */
@@ -221,6 +226,7 @@ const defaults: PlinthConfig = {
   resultMaxBytes: 1024 * 1024,
   pgliteSharedBuffers: '16MB',
   pgPrepare: true,
+  pgSynchronousCommit: true,
   // Filled in by the webhooks module (not imported here: the CLI reads this file without it).
   webhooks: {},
 }

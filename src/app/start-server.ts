@@ -37,6 +37,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     dataDir: config.dataDir,
     pgliteSharedBuffers: config.pgliteSharedBuffers,
     prepareStatements: config.pgPrepare,
+    synchronousCommit: config.pgSynchronousCommit,
     // A restart right after a stop: the old process may still be closing the embedded database.
     lockWait: {
       ms: config.dataDirLockWaitMs,
