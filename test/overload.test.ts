@@ -186,6 +186,11 @@ describe('overload', () => {
       })
       expect([refused.status, refused.body.code]).toEqual([503, 'overloaded'])
       expect(refused.body.detail).toMatch(/drives 1 runs/)
+      // An operator sees it on /metrics: the run in flight, the cap, the refusal.
+      const metrics = (await capped.request('GET', '/metrics')).body as string
+      expect(metrics).toMatch(/^plinth_runs_in_flight 1$/m)
+      expect(metrics).toMatch(/^plinth_run_cap 1$/m)
+      expect(metrics).toMatch(/^plinth_runs_refused_overloaded_total 1$/m)
       const accepted = await waitFor(
         async () => {
           const answer = await capped.request('POST', `/api/conversations/${second}/runs?wait=true`, {

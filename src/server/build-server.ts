@@ -36,7 +36,13 @@ import { registerConsole } from './console-route.js'
 import { registerMetrics } from './metrics.js'
 import { hoistTitledSchemas } from './openapi-components.js'
 import { HttpProblem, problemBody } from './problem.js'
-import { defaultOverloadSettings, OverloadGuard, runStartingRoutes, type OverloadSettings } from './overload.js'
+import {
+  defaultOverloadSettings,
+  OverloadGuard,
+  registerOverloadMetrics,
+  runStartingRoutes,
+  type OverloadSettings,
+} from './overload.js'
 import { registerAdminRoutes } from './routes/admin-routes.js'
 import { registerAuditRoutes } from './routes/audit-routes.js'
 import { registerAdminUsageRoutes, registerUsageRoutes } from './routes/usage-routes.js'
@@ -289,6 +295,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       if (!waits && !request.headers.accept?.includes('text/event-stream')) overload.admitStarted(request.id)
       return
     }
+    overload.refusedCount++
     reply.header('retry-after', overload.settings.retryAfterSeconds)
     throw new HttpProblem(
       'overloaded',
@@ -417,6 +424,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   await registerConsole(app)
 
   const metrics = registerMetrics(app, options.metrics)
+  registerOverloadMetrics(overload, metrics)
   registerHealthRoutes(app, deps, metrics, {
     token: options.metricsToken,
     openWithoutToken: isLoopback(options.host ?? '127.0.0.1'),

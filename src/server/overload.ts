@@ -1,4 +1,5 @@
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks'
+import { Counter, Gauge, type Registry } from 'prom-client'
 import { AdmissionLimit } from './admission-limit.js'
 
 /** When an instance refuses new runs (docs/guides/scaling.md#overload). */
@@ -69,6 +70,8 @@ export class OverloadGuard {
    * would otherwise all pass the cap before any run is driven. And the last one answered (when, how long).
    */
   readonly #admitting = new Map<string, number>()
+  /** New runs refused as overload since the start. */
+  refusedCount = 0
   #lastAdmit = { at: 0, ms: 0 }
 
   constructor(settings: OverloadSettings) {
@@ -167,6 +170,11 @@ export class OverloadGuard {
     return { inFlight: load.driven + this.#admitting.size, ended: load.ended }
   }
 
+  /** Runs in flight now: driven here, or being accepted. */
+  get runsInFlight(): number {
+    return this.#inFlight().inFlight
+  }
+
   /** The cap on runs in flight now: the operator's, or the lower one the instance set itself (infinite: none). */
   get activeRunLimit(): number {
     const operator = this.settings.maxActiveRuns > 0 ? this.settings.maxActiveRuns : Number.POSITIVE_INFINITY
@@ -197,4 +205,36 @@ export class OverloadGuard {
   get overloaded(): boolean {
     return this.overloadReason !== undefined
   }
+}
+
+/**
+ * What the guard sees, on `/metrics`: runs in flight, the cap now (the operator's or the instance's own;
+ * +Inf: none), and the runs refused as overload.
+ */
+export function registerOverloadMetrics(guard: OverloadGuard, registry: Registry): void {
+  new Gauge({
+    name: 'plinth_runs_in_flight',
+    help: 'Runs this instance drives or is accepting now',
+    registers: [registry],
+    collect() {
+      this.set(guard.runsInFlight)
+    },
+  })
+  new Gauge({
+    name: 'plinth_run_cap',
+    help: 'Runs in flight past which new ones are refused now (the operator cap, or the lower one the instance set itself under pressure)',
+    registers: [registry],
+    collect() {
+      this.set(guard.activeRunLimit)
+    },
+  })
+  new Counter({
+    name: 'plinth_runs_refused_overloaded_total',
+    help: 'New runs refused 503 overloaded',
+    registers: [registry],
+    collect() {
+      this.reset()
+      this.inc(guard.refusedCount)
+    },
+  })
 }
