@@ -6,6 +6,7 @@ export interface AdmissionSample {
   ended: number
   /** Whether the instance was under pressure in the window: its event loop or its database running late. */
   pressure: boolean
+  /** How long the window lasted, as measured (a loaded instance's timer fires late). */
   windowMs: number
 }
 

@@ -95,14 +95,19 @@ export class OverloadGuard {
     if (this.#runs && adaptive) this.#limit = new AdmissionLimit(maxActiveRuns, adaptiveCapSeconds)
     if (!loop && !this.#probe && !this.#runs && maxAdmitMs <= 0) return
     if (loop) this.#histogram.enable()
+    let windowStart = performance.now()
     this.#timer = setInterval(() => {
       this.#previousMs = this.#histogram.max / 1e6
       this.#histogram.reset()
+      // The window as it was: under pressure the timer itself fires late, and the rate must not count that.
+      const now = performance.now()
+      const elapsedMs = Math.max(1, now - windowStart)
+      windowStart = now
       if (this.#limit && this.#runs) {
         const pressure =
           (loop && this.#previousMs > maxEventLoopDelayMs / 4) ||
           (this.#probe !== undefined && this.databaseWaitMs > maxDatabaseWaitMs / 4)
-        this.#limit.update({ ...this.#inFlight(), pressure, windowMs })
+        this.#limit.update({ ...this.#inFlight(), pressure, windowMs: elapsedMs })
       }
       this.#sendProbe()
     }, windowMs)
