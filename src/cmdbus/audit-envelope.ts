@@ -156,13 +156,14 @@ export async function recordStarted(
     decisionId: change.decision?.id ?? null,
     executor: change.executor,
   }
-  const written = await store.statement((db, tag) =>
+  const written = await store.statement((db, tag, deferFlush) =>
     insertDispatchStarted(
       db,
       starting,
       [auditEntry('requested', dispatch, requested), auditEntry('running', dispatch, running)],
       run,
       tag,
+      deferFlush,
     ),
   )
   if (!written.fenced) return 'lost'

@@ -134,7 +134,9 @@ async function recordOutcome(
     // The dispatch's last step, with a driver's call's answer (fenced by its lease): one statement.
     const together = hooks?.finishTogether?.(outcome)
     const parts = stepParts(store, 'finished', current, dispatch, change)
-    const { fenced } = await store.statement((db, tag) => finishDispatch(db, parts.query, parts.entry, together, tag))
+    const { fenced } = await store.statement((db, tag, deferFlush) =>
+      finishDispatch(db, parts.query, parts.entry, together, tag, deferFlush),
+    )
     together?.written(fenced)
     return outcome
   }

@@ -13,6 +13,7 @@ import {
 import { updateToolCallQuery } from './tool-call-repository.js'
 import type { TransitionFence } from './run-transition.js'
 import { storableJson } from './storable.js'
+import { deferFlushColumn } from './wal-flush.js'
 import { outboxAfter } from './webhook-outbox.js'
 import { kysely, type Executor } from './executor.js'
 
@@ -63,7 +64,8 @@ export async function insertDispatchStarted(
   audits: AuditEntryInput[],
   run: DispatchStartPart | undefined,
   tag: string,
-): Promise<{ fenced: boolean; inserted: boolean; events: EventRecord[] }> {
+  deferFlush = false,
+): Promise<{ fenced: boolean; inserted: boolean; events: EventRecord[]; flushDeferred: boolean }> {
   const json = (value: JsonValue) => storableJson(value)
   const fence = run
     ? sql`f as (
@@ -77,6 +79,8 @@ export async function insertDispatchStarted(
   const ctes = writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write.query}),`)
   const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
   const events = run?.events ?? []
+  // Events reach other instances at commit: a statement with events keeps its flush before it.
+  const deferred = deferFlush && events.length === 0
   const eventsPart =
     events.length === 0
       ? sql`e as (select null::bigint as id where false)`
@@ -103,13 +107,13 @@ export async function insertDispatchStarted(
     ${auditAppendManyCtes(audits, sql`where (select count(*) from d) > 0 ${sql.join(done, sql``)}`).sql},
     ${eventsPart}
     select ${run ? sql`(select count(*) from f)` : sql`1`} as fenced, (select count(*) from d) as inserted,
-           (select count(*) from audit_entry) as audited, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(
-    kysely(db),
-  )
+           (select count(*) from audit_entry) as audited, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events
+           ${deferred ? sql`, ${deferFlushColumn}` : sql``}`.execute(kysely(db))
   const row = rows[0]
   return {
     fenced: Number(row?.fenced ?? 0) > 0,
     inserted: Number(row?.inserted ?? 0) > 0,
     events: (row?.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id),
+    flushDeferred: deferred,
   }
 }

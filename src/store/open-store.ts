@@ -28,6 +28,7 @@ import { unpackTemplate } from './pglite/template.js'
 import { guardParameters, prepareRepeatedStatements } from './prepared-statements.js'
 import { StoreError, isOneActiveRunViolation } from './store-errors.js'
 import { executorOf, type Executor } from './executor.js'
+import { WalFlush, walBarrier } from './wal-flush.js'
 
 export type Engine = 'pg' | 'pglite'
 
@@ -91,9 +92,13 @@ export interface Store extends Executor {
   ): Promise<CreatedRun>
   /**
    * Runs one statement (its own transaction) that appends events, tagged as this instance's; they
-   * reach this instance's streams on return.
+   * reach this instance's streams on return. With `deferFlush`, the statement may commit without
+   * waiting for its WAL flush (`flushDeferred` in its result); the store then waits for that flush
+   * before it answers (docs/guides/scaling.md#deferred-wal-flush).
    */
-  statement<T extends { events: EventRecord[] }>(fn: (db: Executor, tag: string) => Promise<T>): Promise<T>
+  statement<T extends { events: EventRecord[]; flushDeferred?: boolean }>(
+    fn: (db: Executor, tag: string, deferFlush: boolean) => Promise<T>,
+  ): Promise<T>
   /**
    * A run's state change in one statement under its lease (`runTransition`); its events reach this
    * instance's streams on return. `undefined` when the lease has passed (nothing was written).
@@ -137,6 +142,12 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       }),
     )
     await feed.start()
+    // Postgres with synchronous commit: audited statements let go of the chain before their flush.
+    const walFlush =
+      connection.engine === 'pg' && options.synchronousCommit !== false
+        ? new WalFlush(() => walBarrier(root))
+        : undefined
+    const deferFlush = walFlush ? await walFlush.available() : false
     const transaction = async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
       const log = new AppendLog(feed.tag)
       const result = await db.transaction().execute((tx) => fn(executorOf(log.install(tx))))
@@ -179,7 +190,8 @@ export async function openStore(options: StoreOptions): Promise<Store> {
         }
       },
       statement: async (fn) => {
-        const result = await fn(root, feed.tag)
+        const result = await fn(root, feed.tag, deferFlush)
+        if (result.flushDeferred) await walFlush!.after()
         if (result.events.length > 0) feed.deliverCommitted(result.events)
         return result
       },

@@ -15,6 +15,7 @@ import type { MessagePart, StoredToolCall } from './transcript-repository.js'
 import { updateToolCallQuery, type ToolCallPatch, type ToolCallRecord } from './tool-call-repository.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
+import { deferFlushColumn } from './wal-flush.js'
 import { kysely, type Executor } from './executor.js'
 
 /**
@@ -216,12 +217,16 @@ export async function finishDispatch(
   audit: AuditEntryInput,
   run: FencedPart | undefined,
   tag: string,
-): Promise<{ fenced: boolean; events: EventRecord[] }> {
+  deferFlush = false,
+): Promise<{ fenced: boolean; events: EventRecord[]; flushDeferred: boolean }> {
+  // Events reach other instances at commit: a statement with events keeps its flush before it.
+  const deferred = deferFlush && (run?.events.length ?? 0) === 0
+  const deferColumn = deferred ? sql`, ${deferFlushColumn}` : sql``
   if (!run) {
-    await sql`with d as (${dispatch}), ${auditAppendCtes(audit, 'd').sql} select (select count(*) from audit_entry) as audited`.execute(
+    await sql`with d as (${dispatch}), ${auditAppendCtes(audit, 'd').sql} select (select count(*) from audit_entry) as audited ${deferColumn}`.execute(
       kysely(db),
     )
-    return { fenced: true, events: [] }
+    return { fenced: true, events: [], flushDeferred: deferred }
   }
   const names = run.writes.map((_, index) => `w${index}`)
   const ctes = run.writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write.query}),`)
@@ -245,11 +250,12 @@ export async function finishDispatch(
     ${auditAppendCtes(audit, 'd').sql},
     ${eventsPart}
     select (select count(*) from f) as fenced, (select count(*) from audit_entry) as audited,
-           (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events`.execute(kysely(db))
+           (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events ${deferColumn}`.execute(kysely(db))
   const row = rows[0]
   return {
     fenced: Number(row?.fenced ?? 0) > 0,
     events: (row?.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id),
+    flushDeferred: deferred,
   }
 }
 
