@@ -293,13 +293,28 @@ async function measureLongConversation(
   const samples = Math.max(20, Math.min(50, settings.rounds))
   const [longConversation, ...fresh] = await createConversations(target, projectId, samples + 1)
   for (let filled = 0; filled < settings.history; filled += 4) await plinthRound(target, longConversation!)
-  const longTimes: number[] = []
-  const freshTimes: number[] = []
+  const longRounds: Array<Awaited<ReturnType<typeof plinthRound>>> = []
+  const freshRounds: Array<Awaited<ReturnType<typeof plinthRound>>> = []
   for (let round = 0; round < samples; round++) {
-    longTimes.push((await plinthRound(target, longConversation!)).totalMs)
-    freshTimes.push((await plinthRound(target, fresh[round]!)).totalMs)
+    longRounds.push(await plinthRound(target, longConversation!))
+    freshRounds.push(await plinthRound(target, fresh[round]!))
   }
-  return { messages: settings.history, fresh: summarize(freshTimes), long: summarize(longTimes) }
+  // BENCH_TRACE=1: when each event arrives in the long conversation and in new ones (p50, ms after the POST).
+  if (process.env.BENCH_TRACE) {
+    const at = (rounds: typeof longRounds, index: number) =>
+      ms(summarize(rounds.map((round) => round.trace[index]?.[1] ?? Number.NaN)).p50)
+    const rows = (longRounds[0]?.trace ?? []).map(([name], index) => [
+      name,
+      at(longRounds, index),
+      at(freshRounds, index),
+    ])
+    console.log(table(['event', `p50 ms, ${settings.history} messages before`, 'p50 ms, new conversation'], rows))
+  }
+  return {
+    messages: settings.history,
+    fresh: summarize(freshRounds.map((round) => round.totalMs)),
+    long: summarize(longRounds.map((round) => round.totalMs)),
+  }
 }
 
 /** `concurrent` runs at once in their own conversations, each of `concurrentRounds` rounds one after another. */

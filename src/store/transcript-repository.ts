@@ -152,7 +152,8 @@ export async function readTranscriptAfter(
 
 /** `readTranscriptTail` as a scalar subquery (a JSON array), to ride in a larger statement. */
 export function transcriptTailRead(conversationId: string, maxChars: number, maxRows = 2000): RawBuilder<unknown> {
-  return sql`select coalesce(json_agg(t.* order by t.id), '[]'::json) from (${tailQuery(conversationId, maxChars, maxRows)}) t`
+  // The aggregate orders its rows itself: the subquery need not sort them first (a second sort of the window).
+  return sql`select coalesce(json_agg(t.* order by t.id), '[]'::json) from (${tailQuery(conversationId, maxChars, maxRows, false)}) t`
 }
 
 /** `readTranscriptAfter` as a scalar subquery (a JSON array), to ride in a larger statement. */
@@ -165,7 +166,7 @@ export function transcriptRowsFromJson(value: unknown): TranscriptRow[] {
   return (Array.isArray(value) ? (value as MessageRow[]) : []).map(toTranscriptRow)
 }
 
-function tailQuery(conversationId: string, maxChars: number, maxRows: number): RawBuilder<MessageRow> {
+function tailQuery(conversationId: string, maxChars: number, maxRows: number, ordered = true): RawBuilder<MessageRow> {
   return sql<MessageRow>`
     select id, role, content, tool_calls, tool_call_id, status, parts, size from (
       select m.*, sum(m.size) over (order by m.id desc) as through
@@ -173,7 +174,7 @@ function tailQuery(conversationId: string, maxChars: number, maxRows: number): R
               and id > ${compactedThrough(conversationId)} order by id desc limit ${maxRows}) m
     ) t
     where t.through - t.size < ${maxChars}
-    order by id`
+    ${ordered ? sql`order by id` : sql``}`
 }
 
 function afterQuery(conversationId: string, afterId: string, maxRows: number): RawBuilder<MessageRow> {
