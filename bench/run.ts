@@ -14,7 +14,7 @@
  * Each server runs in its own process; autocannon loads it from this one.
  *
  * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks`, `schedules`, `tracing`, `budgets` or `start`: run one
- * part; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
+ * part; `peers`, the agent round through LangGraph.js's and Mastra's servers beside Plinth (bench/peers), runs only when asked for; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
  * BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in
  * bench/agent/index.ts.
  */
@@ -29,6 +29,7 @@ import { runScheduleBench } from './schedules/index.js'
 import { runBudgetBench } from './agent/budgets.js'
 import { runTracingBench } from './agent/tracing.js'
 import { runStartBench } from './start/index.js'
+import { runPeersBench } from './peers/index.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
 import { loadSettingsFromEnv } from './lib/measure.js'
 import { formatTable, runScenarios, type Scenario } from './lib/scenario.js'
@@ -55,10 +56,11 @@ if (
     'tracing',
     'budgets',
     'start',
+    'peers',
   ].includes(only)
 ) {
   console.error(
-    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules", "tracing", "budgets" or "start", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
+    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules", "tracing", "budgets", "start" or "peers", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
   )
   process.exit(2)
 }
@@ -139,6 +141,8 @@ try {
     if (only === undefined) console.log('')
     await runStartBench(databaseUrl)
   }
+  // Opt-in only: it installs the peers' servers (bench/peers/package.json) on first use.
+  if (only === 'peers') await runPeersBench(databaseUrl)
 } catch (error) {
   console.error(error)
   process.exitCode = 1
