@@ -483,6 +483,9 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
     '  overhead = plinth p50 − raw p50; TTFT added = plinth (POST → first message.delta) p50 − raw (start → first content chunk of the 2nd call) p50;',
     '  paced: the answer streams 20 chunks 10 ms apart; events = SSE events per round; db = round trips / ms awaiting them in the server, per round;',
     '  server cpu = CPU time (user + system) of the Plinth process per round',
+    ...(longs.length > 0
+      ? ['  long conversation: target ratio ≤ 1.2 (the round there ÷ the round in a new conversation)']
+      : []),
     `  ${references}`,
     ...(fanOuts.length > 0
       ? [

@@ -9,6 +9,7 @@ import type { ModelSlots } from './model-slots.js'
 import type { PeriodBudgets } from './period-budgets.js'
 import type { RunObserver } from './run-observer.js'
 import type { RunWriter } from './run-writer.js'
+import type { WindowCache } from './transcript-window.js'
 
 /**
  * What a round's steps (the loop, the model turn, the call executor) work with: the run manager's
@@ -34,4 +35,6 @@ export interface DriverKit {
   readFile: ((conversationId: string, path: string) => Promise<Buffer>) | undefined
   /** Summarises a long conversation's oldest turns at a run's start. */
   compactor: Compactor
+  /** Transcript windows kept for the next run of their conversation. */
+  windows: WindowCache
 }

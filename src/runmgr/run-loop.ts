@@ -192,6 +192,8 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         periods: periods.read,
       })
       const transcript = read ?? window.extend(transcriptRowsFromJson(opened.reads.added))
+      // The next run of this conversation starts from it (reading only what was written after it).
+      kit.windows.put(run.conversationId, transcriptBudget(model), transcript)
       const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge, summary)
       // The last answer failed the output schema: ask again, with what failed, for the answer alone.
       const spec = run.profile.output

@@ -26,12 +26,14 @@ import {
   type MessagePart,
   type ModelParams,
   type NewRun,
+  type Prefetched,
   type Project,
   type Run,
   type RunProfile,
   type Store,
   type RunBudget,
   type ToolCallStatus,
+  type TranscriptRow,
 } from '../store/index.js'
 import { resolveClientTools } from './client-tools.js'
 import { ModelSlots } from './model-slots.js'
@@ -47,7 +49,7 @@ import { RetentionSweeper, type RetentionReport, type RetentionSettings } from '
 import { RunDecisions } from './run-decisions.js'
 import { RunWriter, cancelEnd } from './run-writer.js'
 import { RunSweeper } from './run-sweeper.js'
-import { transcriptBudget } from './transcript-window.js'
+import { transcriptBudget, WindowCache } from './transcript-window.js'
 import { commandTools } from './tool-table.js'
 import { RunRequestError } from './run-errors.js'
 import type { RunObserver } from './run-observer.js'
@@ -156,6 +158,7 @@ export class RunManager {
   readonly #promoter: QuotaPromoter | undefined
   readonly #retention: RetentionSweeper
   readonly #compactor: Compactor
+  readonly #windows = new WindowCache()
   #unsubscribe: Array<() => void> = []
 
   constructor(options: RunManagerOptions) {
@@ -191,6 +194,7 @@ export class RunManager {
       writer: this.#writer,
       readFile: options.readFile,
       compactor: this.#compactor,
+      windows: this.#windows,
     })
     this.#decisions = new RunDecisions({ store, pool: this.#pool, writer: this.#writer })
     // Queue mode: runs over a quota wait, and are started as room frees.
@@ -372,12 +376,19 @@ export class RunManager {
     // One statement starts the run, queues it, or reports the active run; with a hook, inside the
     // transaction the hook writes in (e.g. the Idempotency-Key's record: both or neither). A run that
     // starts at once gets its driver's first reads (the transcript window, whether there is knowledge).
+    // The window this instance kept from the conversation's last run: the start reads only what came after it.
+    const maxChars = transcriptBudget(models.get(model)!)
+    const kept = this.#windows.get(conversation.id, maxChars)
     const create = (allowQueue: boolean) =>
       this.#options.store.createRun(newRun, {
         lease,
         allowQueue,
         ...(admission === 'queue' && { queueForQuota: true }),
-        prefetch: { maxChars: transcriptBudget(models.get(model)!) },
+        prefetch: {
+          maxChars,
+          maxRows: windowRows,
+          ...(kept && { kept: { firstId: kept[0]!.id, lastId: kept.at(-1)!.id } }),
+        },
         ...(hooks.onCreated && { within: hooks.onCreated }),
       })
     let created: CreatedRun = await create(input.ifActive === 'enqueue')
@@ -391,7 +402,7 @@ export class RunManager {
     if ('run' in created && created.run.status === 'running') {
       this.#pool.spawn(created.run.id, lease.owner, {
         run: created.run,
-        prefetched: created.prefetched,
+        prefetched: kept ? this.#afterKept(conversation.id, kept, created.prefetched) : created.prefetched,
         ...(project?.ownerId === userId && { writable: true }),
       })
     }
@@ -403,6 +414,25 @@ export class RunManager {
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#pool.startNext(conversation.id)
     return 'run' in created ? { run: created.run } : { active: created.active }
+  }
+
+  /**
+   * What the run's start read after a kept window, with the window: as a whole read would have read it.
+   * Nothing is handed over (the driver reads for itself) when the window's range now holds a message it
+   * lacks (one written with an older id, e.g. by an instance whose clock is behind), or when the read
+   * was cut short (as many rows as a read returns, beside the run's own message: newer ones may be missing).
+   */
+  #afterKept(
+    conversationId: string,
+    kept: readonly TranscriptRow[],
+    prefetched: Prefetched | undefined,
+  ): Prefetched | undefined {
+    if (!prefetched) return undefined
+    if (prefetched.keptCount !== kept.length || prefetched.transcript.length > windowRows) {
+      this.#windows.drop(conversationId)
+      return undefined
+    }
+    return { ...prefetched, transcript: [...kept, ...prefetched.transcript] }
   }
 
   /** Ends every queued and active run of a conversation as `superseded`, queued ones first. */
@@ -630,3 +660,6 @@ export class RunManager {
     return resumed
   }
 }
+
+/** The most rows a transcript read returns (see `readTranscriptTail`). */
+const windowRows = 2000

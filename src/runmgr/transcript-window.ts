@@ -80,3 +80,61 @@ function cut(rows: TranscriptRow[], maxChars: number, maxRows: number): Transcri
   }
   return rows.slice(rows.length - keep)
 }
+
+/**
+ * Transcript windows kept between runs, per conversation, by the instance that ran them: the next run's
+ * start then reads only the messages written after the window's last one, not the whole window again.
+ *
+ * Sound because a message the window holds no longer changes: the window reads messages once their
+ * round is over (a run's only updates are to the assistant message its current round streams into), and
+ * messages are only ever deleted with their conversation. A conversation's newer messages, written here
+ * or by another instance, come with the next run's start; its newest compaction too
+ * (docs/guides/agent-runs.md#the-transcript-window).
+ */
+export class WindowCache {
+  readonly #entries = new Map<string, { maxChars: number; rows: readonly TranscriptRow[]; size: number }>()
+  readonly #capacity: number
+  #size = 0
+
+  /** `capacity`: the characters (counted as the window counts them) kept across all conversations. */
+  constructor(capacity = 4_000_000) {
+    this.#capacity = capacity
+  }
+
+  /** The window last kept for `conversationId` with this size, if any (it becomes the most recently used). */
+  get(conversationId: string, maxChars: number): readonly TranscriptRow[] | undefined {
+    const entry = this.#entries.get(conversationId)
+    if (!entry || entry.maxChars !== maxChars) return undefined
+    this.#entries.delete(conversationId)
+    this.#entries.set(conversationId, entry)
+    return entry.rows
+  }
+
+  /** Keeps a window read as the database holds it (a window with a message still streaming is not kept). */
+  put(conversationId: string, maxChars: number, rows: readonly TranscriptRow[]): void {
+    this.drop(conversationId)
+    if (rows.length === 0 || rows.some((row) => row.status === 'streaming')) return
+    const size = rows.reduce((sum, row) => sum + row.size, 0)
+    if (size > this.#capacity) return
+    this.#entries.set(conversationId, { maxChars, rows, size })
+    this.#size += size
+    // The least recently used go first.
+    for (const [id, entry] of this.#entries) {
+      if (this.#size <= this.#capacity) break
+      this.#entries.delete(id)
+      this.#size -= entry.size
+    }
+  }
+
+  drop(conversationId: string): void {
+    const entry = this.#entries.get(conversationId)
+    if (!entry) return
+    this.#entries.delete(conversationId)
+    this.#size -= entry.size
+  }
+
+  /** How many conversations' windows are kept. */
+  get count(): number {
+    return this.#entries.size
+  }
+}

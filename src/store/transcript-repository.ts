@@ -153,17 +153,44 @@ export async function readTranscriptAfter(
 /** `readTranscriptTail` as a scalar subquery (a JSON array), to ride in a larger statement. */
 export function transcriptTailRead(conversationId: string, maxChars: number, maxRows = 2000): RawBuilder<unknown> {
   // The aggregate orders its rows itself: the subquery need not sort them first (a second sort of the window).
-  return sql`select coalesce(json_agg(t.* order by t.id), '[]'::json) from (${tailQuery(conversationId, maxChars, maxRows, false)}) t`
+  return jsonRows(tailQuery(conversationId, maxChars, maxRows, false))
 }
 
 /** `readTranscriptAfter` as a scalar subquery (a JSON array), to ride in a larger statement. */
 export function transcriptAfterRead(conversationId: string, afterId: string, maxRows = 2000): RawBuilder<unknown> {
-  return sql`select coalesce(json_agg(t.* order by t.id), '[]'::json) from (${afterQuery(conversationId, afterId, maxRows)}) t`
+  return jsonRows(afterQuery(conversationId, afterId, maxRows))
 }
+
+/** How many messages of the conversation lie from `firstId` through `lastId` (a scalar subquery). */
+export function messageCountRead(conversationId: string, firstId: string, lastId: string): RawBuilder<number> {
+  return sql<number>`(select count(*)::int from messages where conversation_id = ${conversationId} and id between ${firstId} and ${lastId})`
+}
+
+/**
+ * Rows as one JSON array of arrays (`jsonRowColumns`' order): a long window's names repeated in every
+ * row cost more to build, send and parse than its values (docs/guides/agent-runs.md#the-transcript-window).
+ */
+function jsonRows(rows: RawBuilder<MessageRow>): RawBuilder<unknown> {
+  return sql`select coalesce(json_agg(json_build_array(t.id, t.role, t.content, t.tool_calls, t.tool_call_id, t.status, t.parts, t.size) order by t.id), '[]'::json) from (${rows}) t`
+}
+
+type JsonRow = [
+  MessageRow['id'],
+  MessageRow['role'],
+  MessageRow['content'],
+  MessageRow['tool_calls'],
+  MessageRow['tool_call_id'],
+  MessageRow['status'],
+  MessageRow['parts'],
+  MessageRow['size'],
+]
 
 /** The rows a transcript read returned as JSON. */
 export function transcriptRowsFromJson(value: unknown): TranscriptRow[] {
-  return (Array.isArray(value) ? (value as MessageRow[]) : []).map(toTranscriptRow)
+  return (Array.isArray(value) ? (value as JsonRow[]) : []).map(
+    ([id, role, content, tool_calls, tool_call_id, status, parts, size]) =>
+      toTranscriptRow({ id, role, content, tool_calls, tool_call_id, status, parts, size }),
+  )
 }
 
 function tailQuery(conversationId: string, maxChars: number, maxRows: number, ordered = true): RawBuilder<MessageRow> {

@@ -9,7 +9,13 @@ import { hasMemoriesRead } from '../memory-repository.js'
 import { noUsage, runFromJson, runStartEvents, toRun, type NewRun, type Run, type RunRow } from '../run-repository.js'
 import type { RunCreatedStatus } from '../run-states.js'
 import { storableJson } from '../storable.js'
-import { transcriptRowsFromJson, transcriptTailRead, type TranscriptRow } from '../transcript-repository.js'
+import {
+  messageCountRead,
+  transcriptAfterRead,
+  transcriptRowsFromJson,
+  transcriptTailRead,
+  type TranscriptRow,
+} from '../transcript-repository.js'
 import { outboxAfter } from '../webhook-outbox.js'
 import type { Lease } from './lease.js'
 
@@ -18,11 +24,21 @@ export interface RunPrefetch {
   /** The transcript window's size (see `readTranscriptTail`). */
   maxChars: number
   maxRows?: number
+  /**
+   * The caller holds the window from `firstId` through `lastId` (a kept window): only the messages
+   * after it are read, and how many messages are in its range now (`Prefetched.keptCount`).
+   */
+  kept?: { firstId: string; lastId: string }
 }
 
 export interface Prefetched {
-  /** The conversation's tail as `readTranscriptTail` would read it just after (more rows may need cutting). */
+  /**
+   * The conversation's tail as `readTranscriptTail` would read it just after (more rows may need
+   * cutting); with `kept`, the messages after it (`readTranscriptAfter`), the run's own last.
+   */
   transcript: TranscriptRow[]
+  /** With `kept`: how many messages its range holds now (as many as the caller holds, unless one landed there since). */
+  keptCount?: number
   /** Whether the project has knowledge to retrieve. */
   hasKnowledge: boolean
   /** Whether the run's user or its project has memories to recall. */
@@ -118,6 +134,7 @@ export async function createRun(
     has_memories?: boolean | null
     input_size?: number | string | null
     compaction?: unknown
+    kept_count?: number | string | null
   }>`
     with a as (
       select (select to_jsonb(o.*) from runs o where o.conversation_id = ${input.conversationId}
@@ -144,10 +161,11 @@ export async function createRun(
     ),
     -- The first reads of a started run's driver, made before the event log's lock is taken (not while holding it).
     pre as (
-      select ${prefetch ? sql`(${transcriptTailRead(input.conversationId, prefetch.maxChars, prefetch.maxRows)})` : sql`null::json`} as transcript,
+      select ${prefetch ? sql`(${transcriptRead(input.conversationId, prefetch)})` : sql`null::json`} as transcript,
              ${prefetch ? hasKnowledgeRead(input.projectId) : sql`null::boolean`} as has_knowledge,
              ${prefetch ? hasMemoriesRead(input.ownerId, input.projectId) : sql`null::boolean`} as has_memories, length(${input.input}::text) + 64 as input_size,
-             ${prefetch ? latestCompactionRead(input.conversationId) : sql`null::jsonb`} as compaction
+             ${prefetch ? latestCompactionRead(input.conversationId) : sql`null::jsonb`} as compaction,
+             ${prefetch?.kept ? messageCountRead(input.conversationId, prefetch.kept.firstId, prefetch.kept.lastId) : sql`null::int`} as kept_count
       from s where s.starts
     ),
     lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r where (select count(*) from m) >= 0 and (select count(*) from pre) >= 0),
@@ -161,7 +179,7 @@ export async function createRun(
     select (select status from r) as status, a.active, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events,
            (select transcript from pre) as transcript, (select has_knowledge from pre) as has_knowledge,
            (select has_memories from pre) as has_memories, (select input_size from pre) as input_size,
-           (select compaction from pre) as compaction
+           (select compaction from pre) as compaction, (select kept_count from pre) as kept_count
     from a`.execute(kysely(db))
   const result = rows[0]!
   if (result.status === null) return { active: runFromJson(result.active!), events: [] }
@@ -187,6 +205,13 @@ export async function createRun(
       hasKnowledge: result.has_knowledge === true,
       hasMemories: result.has_memories === true,
       compaction: compactionFromJson(result.compaction),
+      ...(prefetch.kept && { keptCount: Number(result.kept_count) }),
     },
   }
+}
+
+function transcriptRead(conversationId: string, prefetch: RunPrefetch) {
+  return prefetch.kept
+    ? transcriptAfterRead(conversationId, prefetch.kept.lastId, prefetch.maxRows)
+    : transcriptTailRead(conversationId, prefetch.maxChars, prefetch.maxRows)
 }
