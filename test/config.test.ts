@@ -342,6 +342,14 @@ describe('loadConfig', () => {
     expect(config.deprecations).toBeUndefined()
   })
 
+  it('reads how the embedded database is compiled: baseline by default, optimizing when asked, nothing else', async () => {
+    const cwd = await workdir()
+    expect(loadConfig({}, cwd).pgliteCompiler).toBe('baseline')
+    expect(loadConfig({ PLINTH_PGLITE_COMPILER: 'optimizing' }, cwd).pgliteCompiler).toBe('optimizing')
+    expect(loadConfig({}, await workdir({ pgliteCompiler: 'optimizing' })).pgliteCompiler).toBe('optimizing')
+    expect(problemsOf({ PLINTH_PGLITE_COMPILER: 'fast' }, cwd).join('\n')).toMatch(/pgliteCompiler/)
+  })
+
   it('still takes the deprecated millisecond names, says which name replaces each, and lets the new name win', async () => {
     const cwd = await workdir()
     const config = loadConfig(

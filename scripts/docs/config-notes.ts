@@ -285,6 +285,10 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       "the embedded database's shared buffers (Postgres' 128MB default is what made it big: its WASM memory never shrinks); raise it for large knowledge bases on PGlite",
   },
+  pgliteCompiler: {
+    meaning:
+      "how `plinth serve` compiles the embedded database (Postgres built to WebAssembly). `baseline`: V8's baseline compiler only, which keeps an idle server ≈ 45 MB smaller (the optimizing compiler's work at start stays resident). `optimizing`: hot code is recompiled optimized, ≈ 1.3× faster heavy SQL and up to 1.75× faster HNSW index builds on PGlite; the agent round measured the same either way. It applies to the whole process's WebAssembly and is set before the database opens; Node flags of the operator's own (`--liftoff-only`, `--no-wasm-tier-up`) win. No effect on Postgres (see [the benchmarks](benchmarks.md#start-and-cli-latency))",
+  },
   pgPrepare: {
     meaning:
       'on Postgres, each pooled connection prepares the statements it repeats (parsed once instead of on every call); set `false` behind a connection pooler in transaction mode that cannot keep prepared statements. After `plinth migrate` changes tables under running servers, restart them: a prepared `select *` refuses a changed row type until its connection is renewed',

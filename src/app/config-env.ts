@@ -98,6 +98,7 @@ export const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_HIGH_RISK_KEYWORDS', 'highRiskKeywords', 'list'],
   ['PLINTH_RESULT_MAX_BYTES', 'resultMaxBytes', 'int'],
   ['PLINTH_PGLITE_SHARED_BUFFERS', 'pgliteSharedBuffers', 'string'],
+  ['PLINTH_PGLITE_COMPILER', 'pgliteCompiler', 'string'],
   ['PLINTH_PG_PREPARE', 'pgPrepare', 'bool'],
   ['PLINTH_PG_SYNCHRONOUS_COMMIT', 'pgSynchronousCommit', 'bool'],
   ['PLINTH_WEBHOOK_ALLOW_PRIVATE', 'webhooks.allowPrivate', 'bool'],

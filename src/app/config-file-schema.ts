@@ -331,6 +331,7 @@ export const fileSchema = {
     highRiskKeywords: { type: 'array', maxItems: 200, items: { type: 'string', minLength: 1, maxLength: 200 } },
     resultMaxBytes: { type: 'integer', minimum: 32 * 1024, maximum: 64 * 1024 * 1024 },
     pgliteSharedBuffers: { type: 'string', pattern: '^[1-9][0-9]{0,5}(kB|MB|GB)$' },
+    pgliteCompiler: { enum: ['baseline', 'optimizing'] },
     pgPrepare: { type: 'boolean' },
     pgSynchronousCommit: { type: 'boolean' },
     webhooks: {

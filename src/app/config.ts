@@ -137,6 +137,11 @@ export interface PlinthConfig {
   resultMaxBytes: number
   /** The embedded database's shared buffers (e.g. `16MB`, `64MB`). */
   pgliteSharedBuffers: string
+  /**
+   * How `plinth serve` compiles the embedded database (Postgres in WebAssembly): `baseline` only, or
+   * also `optimizing` its hot code (src/app/wasm-compiler.ts).
+   */
+  pgliteCompiler: 'baseline' | 'optimizing'
   /** Postgres: prepare repeated statements per connection (off behind a proxy that cannot keep them). */
   pgPrepare: boolean
   /**
@@ -225,6 +230,7 @@ const defaults: PlinthConfig = {
   highRiskKeywords: [],
   resultMaxBytes: 1024 * 1024,
   pgliteSharedBuffers: '16MB',
+  pgliteCompiler: 'baseline',
   pgPrepare: true,
   pgSynchronousCommit: true,
   // Filled in by the webhooks module (not imported here: the CLI reads this file without it).

@@ -14,6 +14,7 @@ import { modelsMissingKeys } from '../llm/index.js'
 import type { PlinthConfig } from './config.js'
 import { fastifyListeningText, scrubberOf } from './logger.js'
 import { version } from './version.js'
+import { chooseWasmCompiler } from './wasm-compiler.js'
 import { otelSettings, startOtel, type Otel } from '../telemetry/index.js'
 
 export interface RunningServer {
@@ -32,6 +33,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
   for (const deprecation of config.deprecations ?? []) logger.warn(deprecation)
   // Traces and GenAI metrics, when the standard OTEL_* variables ask for them (docs/guides/operating.md#tracing).
   const otel = await startTelemetry(logger)
+  if (!config.databaseUrl) chooseWasmCompiler(config.pgliteCompiler)
   const store = await openStore({
     databaseUrl: config.databaseUrl,
     dataDir: config.dataDir,
