@@ -125,6 +125,59 @@ for (const engine of testEngines()) {
   })
 }
 
+for (const engine of testEngines()) {
+  describe(`a kept transcript window and a compaction made elsewhere, on ${engine}`, () => {
+    let store: Store
+    let a: TestServer
+    let b: TestServer
+    const model = new ScriptedModel({ id: 'small-window', turns: [], contextWindow: 4_000 })
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      // Only the second instance compacts; the first keeps a window from before the compaction.
+      a = await startTestServer(store, { models: [model], compaction: { enabled: false } })
+      b = await startTestServer(store, { models: [model] })
+    })
+    afterAll(async () => {
+      await a?.close()
+      await b?.close()
+      await store?.close()
+    })
+
+    it('the next run on the instance that kept the window sends the summary and what came after it', async () => {
+      const alice = await a.createUser()
+      const projectId = (await a.request('POST', '/api/projects', { token: alice.token, body: { name: 'p' } })).body.id
+      const conversationId = (
+        await a.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
+      const run = async (server: TestServer, input: string, turns: Array<{ text: string }>): Promise<string[]> => {
+        model.setTurns(turns)
+        const answer = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
+          token: alice.token,
+          body: { input },
+        })
+        expect(answer.body.status).toBe('completed')
+        return model.calls
+          .at(-1)!
+          .messages.filter((message) => message.role !== 'system')
+          .map(text)
+      }
+      await run(a, 'one', [{ text: 'first answer' }])
+      await run(a, 'two', [{ text: 'second answer' }])
+      // Past the compaction threshold: the other instance summarises the first two turns, then answers.
+      const long = `three ${'z'.repeat(12_500)}`
+      await run(b, long, [{ text: 'SUMMARY OF ONE AND TWO' }, { text: 'third answer' }])
+      const compactions = await b.request('GET', `/api/conversations/${conversationId}/compactions`, {
+        token: alice.token,
+      })
+      expect(compactions.body.items).toHaveLength(1)
+      const sent = await run(a, 'four', [{ text: 'fourth answer' }])
+      expect(sent[0]).toMatch(/^user: <conversation-summary>[\s\S]*SUMMARY OF ONE AND TWO/)
+      expect(sent.slice(1)).toEqual([`user: ${long}`, 'assistant: third answer', 'user: four'])
+    })
+  })
+}
+
 describe('WindowCache', () => {
   const row = (id: string, size: number, status = 'completed'): TranscriptRow => ({
     id,
