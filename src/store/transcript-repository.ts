@@ -167,8 +167,8 @@ export function messageCountRead(conversationId: string, firstId: string, lastId
 }
 
 /**
- * Rows as one JSON array of arrays (`jsonRowColumns`' order): a long window's names repeated in every
- * row cost more to build, send and parse than its values (docs/guides/agent-runs.md#the-transcript-window).
+ * Rows as one JSON array of arrays (columns in `JsonRow`'s order): a long window's column names,
+ * repeated in every row, cost more to build, send and parse than its values (docs/reference/benchmarks.md).
  */
 function jsonRows(rows: RawBuilder<MessageRow>): RawBuilder<unknown> {
   return sql`select coalesce(json_agg(json_build_array(t.id, t.role, t.content, t.tool_calls, t.tool_call_id, t.status, t.parts, t.size) order by t.id), '[]'::json) from (${rows}) t`
