@@ -1,5 +1,5 @@
 import type { Actor, Entrance, JsonValue } from '../extension/index.js'
-import type { DispatchStartPart, Executor, FencedPart } from '../store/index.js'
+import type { Conversation, DispatchStartPart, Executor, FencedPart, Project } from '../store/index.js'
 import type { DrivenCall } from './driven-call.js'
 
 export type Params = { [key: string]: JsonValue }
@@ -20,6 +20,11 @@ export interface DispatchRequest {
   fresh?: boolean
   approvalPolicy?: 'ask' | 'dontAsk'
   signal?: AbortSignal
+  /**
+   * The conversation and its project as the caller read them in its own statement just before this
+   * dispatch (a driver's turn end): authorized exactly as a fresh read would be, without reading again.
+   */
+  known?: { conversation: Conversation; project: Project }
   /**
    * A model tool call of a run's driver: the call's ledger rows are written with the dispatch's, in
    * its statements and transactions, fenced by the driver's lease. Nothing of it runs for a replayed

@@ -220,12 +220,16 @@ export class CommandBus {
     // the caller may not see answers not_found, and the attempt is recorded without its ids, so the
     // caller learns nothing (not even the project of the conversation) and its owner's audit lists
     // nothing of the caller's.
-    const scope = await this.#authorize(command, {
-      ownerId,
-      projectId: request.projectId ?? null,
-      conversationId: request.conversationId ?? null,
-      params: request.params,
-    })
+    const scope = await this.#authorize(
+      command,
+      {
+        ownerId,
+        projectId: request.projectId ?? null,
+        conversationId: request.conversationId ?? null,
+        params: request.params,
+      },
+      request.known,
+    )
     const unseen = 'error' in scope && scope.error.code === 'not_found'
     const projectId = unseen ? null : (scope.project?.id ?? null)
     const now = new Date().toISOString()
@@ -564,6 +568,7 @@ export class CommandBus {
   async #authorize(
     command: RegisteredCommand,
     dispatch: Pick<DispatchRecord, 'ownerId' | 'projectId' | 'conversationId' | 'params'>,
+    read?: DispatchRequest['known'],
   ): Promise<Scope | Refusal> {
     const { access, catalog } = this.#options
     const userId = dispatch.ownerId
@@ -571,7 +576,7 @@ export class CommandBus {
     let known: Project | undefined
     let projectId = dispatch.projectId
     if (dispatch.conversationId) {
-      const found = await access.conversationInProject(userId, dispatch.conversationId)
+      const found = await access.conversationInProject(userId, dispatch.conversationId, read)
       if (!found) return { error: { code: 'not_found', message: 'conversation not found' } }
       conversation = found.conversation
       known = found.project

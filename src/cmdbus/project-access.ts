@@ -1,5 +1,12 @@
 import type { ProjectAction, ProjectAuthzAdapter } from '../extension/index.js'
-import { getConversationWithProject, getProject, type Conversation, type Project, type Store } from '../store/index.js'
+import {
+  getConversationWithProject,
+  getProject,
+  type Conversation,
+  type Project,
+  type Store,
+  type TransitionRead,
+} from '../store/index.js'
 
 /**
  * Who may see what. Owners see their own; with a ProjectAuthz adapter registered, others see what it
@@ -56,15 +63,32 @@ export class ProjectAccess {
     return (await this.conversationInProject(userId, conversationId))?.conversation
   }
 
-  /** The same, with its project (no extra query). */
+  /**
+   * The same, with its project (no extra query). `known`: the pair as the caller just read it with
+   * something else (checked the same way, not read again).
+   */
   async conversationInProject(
     userId: string,
     conversationId: string,
+    known?: { conversation: Conversation; project: Project },
   ): Promise<{ conversation: Conversation; project: Project } | undefined> {
-    const found = await getConversationWithProject(this.#store, conversationId)
+    return this.conversationWithReads(userId, conversationId, {}, known)
+  }
+
+  /** The same, with `reads` made in the statement that reads the conversation (`getConversationWithProject`). */
+  async conversationWithReads(
+    userId: string,
+    conversationId: string,
+    reads: { [name: string]: TransitionRead },
+    known?: { conversation: Conversation; project: Project },
+  ): Promise<{ conversation: Conversation; project: Project; reads: { [name: string]: unknown } } | undefined> {
+    const found =
+      known?.conversation.id === conversationId
+        ? { ...known, reads: {} }
+        : await getConversationWithProject(this.#store, conversationId, reads)
     if (!found || found.conversation.ownerId !== userId) return undefined
     // A member whose access to the project was revoked loses its conversations too.
     const project = await this.project(userId, found.conversation.projectId, 'read', found.project)
-    return project ? { conversation: found.conversation, project } : undefined
+    return project ? { conversation: found.conversation, project, reads: found.reads } : undefined
   }
 }

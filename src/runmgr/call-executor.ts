@@ -14,6 +14,7 @@ import {
 import { failSpan, inSpan, setContent, type Span } from '../telemetry/index.js'
 import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
+import type { KnownScope } from './model-turn.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
 
 /** Dispatches a round's calls in order. Returns true when any waits for a human or the client. */
@@ -23,6 +24,7 @@ export async function runCalls(
   calls: ToolCallRecord[],
   tools: Map<string, ToolEntry>,
   driver: Driver,
+  known?: KnownScope,
 ): Promise<boolean> {
   const { store, bus } = kit
   const { fence } = driver
@@ -80,6 +82,10 @@ export async function runCalls(
       }
     }
     kit.ledger.started(call.id)
+    // What the turn's end read serves the round's first dispatch only: an earlier call may have run for
+    // minutes, so every later one reads the conversation and project again.
+    const scope = known
+    known = undefined
     const driven = new DrivenCall(store, {
       run,
       callId: call.id,
@@ -115,6 +121,7 @@ export async function runCalls(
           approvalPolicy: run.approvalPolicy,
           signal: driver.calls.signal,
           driven,
+          ...(scope && { known: scope }),
         })
         await annotateToolSpan(store, span, outcome)
         return outcome

@@ -16,6 +16,7 @@ import {
   type PageRequest,
   type Project,
   type Store,
+  type TransitionRead,
   type User,
   listCompactions,
   type Compaction,
@@ -48,12 +49,13 @@ export class ConversationService {
     return conversation
   }
 
-  /** The same, with its project (one read). */
+  /** The same, with its project (one read); `reads` ride in that statement (`getConversationWithProject`). */
   async resolveWithProject(
     user: User,
     conversationId: string,
-  ): Promise<{ conversation: Conversation; project: Project }> {
-    const found = await this.#access.conversationInProject(user.id, conversationId)
+    reads: { [name: string]: TransitionRead } = {},
+  ): Promise<{ conversation: Conversation; project: Project; reads: { [name: string]: unknown } }> {
+    const found = await this.#access.conversationWithReads(user.id, conversationId, reads)
     if (!found) throw notFoundError('conversation')
     return found
   }

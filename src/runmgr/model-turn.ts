@@ -1,4 +1,4 @@
-import type { RunEnd } from '../cmdbus/index.js'
+import type { DispatchRequest, RunEnd } from '../cmdbus/index.js'
 import {
   ModelError,
   streamWithFallbacks,
@@ -12,6 +12,8 @@ import {
   appendEvents,
   completeAssistantMessage,
   completeAssistantMessageWrite,
+  conversationWithProject,
+  conversationWithProjectRead,
   endPatch,
   insertModelCall,
   insertModelCallWrite,
@@ -34,6 +36,9 @@ import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
 import { commandRisk, parseArguments, type ToolEntry } from './tool-table.js'
 
+/** The conversation and project a turn's end read for the call it dispatches next. */
+export type KnownScope = NonNullable<DispatchRequest['known']>
+
 /** Streams one model turn into an assistant message. */
 export async function modelTurn(
   kit: DriverKit,
@@ -44,7 +49,7 @@ export async function modelTurn(
   messageId: string,
   driver: Driver,
   request: Pick<ModelRequest, 'responseFormat'> = {},
-): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[]; run: Run }> {
+): Promise<{ kind: 'ended' } | { kind: 'turn'; calls: ToolCallRecord[]; run: Run; known?: KnownScope }> {
   const { store } = kit
   const { fence } = driver
   const signal = driver.loop.signal
@@ -273,9 +278,19 @@ export async function modelTurn(
     events.push(runEvent(run, 'run.status', { runId: run.id, status: 'running', phase: 'tool_called' }))
     events.push(runEvent(run, 'run.status', { runId: run.id, status: 'running', phase: 'tool_running' }))
   }
-  const { run: checkpointed } = await kit.writer.transition(fence, patch, writes, events)
+  // The first command call's dispatch checks the conversation and project as this statement reads
+  // them, instead of reading them again right after it.
+  const dispatches = ledger.some((call) => call.kind === 'command')
+  const { run: checkpointed, reads } = await kit.writer.transition(
+    fence,
+    patch,
+    writes,
+    events,
+    dispatches ? { scope: conversationWithProjectRead(run.conversationId) } : undefined,
+  )
   if (ledger.length === 0 && !retry) return { kind: 'ended' }
-  return { kind: 'turn', calls: ledger, run: checkpointed }
+  const known = dispatches ? conversationWithProject(reads.scope) : undefined
+  return { kind: 'turn', calls: ledger, run: checkpointed, ...(known && { known }) }
 }
 
 /** The chat span's GenAI attributes (usage, finish reason), and the completion when content is captured. */

@@ -1,11 +1,11 @@
 import type { ModelPricing } from '../llm/index.js'
-import { periodStanding, periodStandingRead, type TransitionRead } from '../store/index.js'
+import { periodStanding, periodStandingRead, type ProjectIdSql, type TransitionRead } from '../store/index.js'
 import { budgetWindows, periodStop, type BudgetStop, type PromptTokens } from './budget.js'
 import { RunRequestError } from './run-errors.js'
 
 /** Whose spending a run counts into. */
 export interface SpendingScope {
-  projectId: string
+  projectId: ProjectIdSql
   userId: string
 }
 

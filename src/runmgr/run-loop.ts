@@ -239,7 +239,7 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
         )
         return
       }
-      const waiting = await runCalls(kit, run, turn.calls, tools, driver)
+      const waiting = await runCalls(kit, run, turn.calls, tools, driver, turn.known)
       if (signal.aborted) return await kit.writer.endAborted(run, driver, null, '')
       if (waiting) {
         await requireAction(kit, fence)

@@ -34,6 +34,7 @@ import {
   type RunBudget,
   type ToolCallStatus,
   type TranscriptRow,
+  conversationProjectId,
 } from '../store/index.js'
 import { resolveClientTools } from './client-tools.js'
 import { ModelSlots } from './model-slots.js'
@@ -43,6 +44,7 @@ import { LeaseClock } from './leases.js'
 import { budgetStop } from './budget.js'
 import { PeriodBudgets } from './period-budgets.js'
 import { RunQuotas, type RunQuota } from './run-quotas.js'
+import { freshStanding, type ReadStanding, type StandingReads } from './run-standing.js'
 import { QuotaPromoter } from './quota-promoter.js'
 import { outputSpec } from './structured-output.js'
 import { RetentionSweeper, type RetentionReport, type RetentionSettings } from './retention-sweeper.js'
@@ -282,12 +284,32 @@ export class RunManager {
     return this.#options.models
   }
 
+  /**
+   * The reads that decide a new run's admission, for the statement that reads its conversation
+   * (`getConversationWithProject`) to carry; hand them back to `createRun`.
+   */
+  standingReads(userId: string): StandingReads {
+    const scope = { projectId: conversationProjectId, userId }
+    const periods = this.#periodBudgets.check(scope)
+    return {
+      userId,
+      reads: { counts: runCountsRead(scope, this.#quotas.mode), periods: periods.read },
+      periods,
+      preparedAt: performance.now(),
+    }
+  }
+
   /** Creates a run for a user message; `{active}` when another run is active and `ifActive` is unset. */
   async createRun(
     conversation: Conversation,
     userId: string,
     input: CreateRunInput,
-    hooks: { onCreated?: (tx: Executor, run: Run) => Promise<void>; project?: Project } = {},
+    hooks: {
+      onCreated?: (tx: Executor, run: Run) => Promise<void>
+      project?: Project
+      /** The standing read ahead with the conversation (`standingReads`). */
+      standing?: ReadStanding
+    } = {},
   ): Promise<{ run: Run } | { active: Run }> {
     if (this.#pool.stopping)
       throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
@@ -335,11 +357,14 @@ export class RunManager {
     // on runs started per minute, counted in the database so they hold across instances.
     // A spent budget for the day or month refuses it too; both in one read.
     const scope = { projectId: conversation.projectId, userId }
-    const periods = this.#periodBudgets.check(scope)
-    const standing = await readTogether(this.#options.store, {
-      counts: runCountsRead(scope, this.#quotas.mode),
-      periods: periods.read,
-    })
+    const ahead = freshStanding(hooks.standing, userId)
+    const periods = ahead?.check ?? this.#periodBudgets.check(scope)
+    const standing =
+      ahead ??
+      (await readTogether(this.#options.store, {
+        counts: runCountsRead(scope, this.#quotas.mode),
+        periods: periods.read,
+      }))
     // Over a quota: 429, or (queue mode) the run waits as `queued` until there is room.
     const admission = this.#quotas.admit(runCounts(standing.counts), project?.quota ?? null)
     this.#periodBudgets.refuseWhenSpent(periods, standing.periods)

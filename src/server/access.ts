@@ -1,4 +1,4 @@
-import type { Conversation, Project, User } from '../store/index.js'
+import type { Conversation, Project, TransitionRead, User } from '../store/index.js'
 import type { ServerDeps } from './server-deps.js'
 
 /** What a stream needs to re-check that its reader may still see a conversation. */
@@ -13,11 +13,22 @@ export async function conversationForStream(
   deps: ServerDeps,
   user: User,
   conversationId: string,
-): Promise<{ conversation: Conversation; project: Project; access: ConversationStreamAccess }> {
-  const { conversation, project } = await deps.conversations.resolveWithProject(user, conversationId)
+  reads: { [name: string]: TransitionRead } = {},
+): Promise<{
+  conversation: Conversation
+  project: Project
+  access: ConversationStreamAccess
+  reads: { [name: string]: unknown }
+}> {
+  const {
+    conversation,
+    project,
+    reads: read,
+  } = await deps.conversations.resolveWithProject(user, conversationId, reads)
   return {
     conversation,
     project,
+    reads: read,
     access: {
       projectId: project.id,
       shared: project.ownerId !== user.id,

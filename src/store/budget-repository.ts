@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely'
 import { kysely, type Executor } from './executor.js'
 import { storableJson } from './storable.js'
+import type { ProjectIdSql } from './run-quota-repository.js'
 import { runBudget, type RunBudget } from './run-repository.js'
 
 /** The most a period's model calls may add up to; each limit optional. */
@@ -78,12 +79,12 @@ const nothingSpent: PeriodSpending = {
  * (owner_id, created_at).
  */
 export function periodStandingRead(
-  scope: { projectId: string; userId: string },
+  scope: { projectId: ProjectIdSql; userId: string },
   since: { dayStart: Date; monthStart: Date },
 ): RawBuilder<unknown> {
   const { projectId, userId } = scope
   const day = since.dayStart
-  const sums = (column: 'project_id' | 'owner_id', id: string) => sql`jsonb_build_object(
+  const sums = (column: 'project_id' | 'owner_id', id: ProjectIdSql) => sql`jsonb_build_object(
       'daily', jsonb_build_object(
         'tokens', coalesce(sum(input_tokens + output_tokens) filter (where ${sql.ref(column)} = ${id} and created_at >= ${day}), 0),
         'cost', coalesce(sum(cost) filter (where ${sql.ref(column)} = ${id} and created_at >= ${day}), 0)),

@@ -1,4 +1,4 @@
-import { sql } from 'kysely'
+import { sql, type RawBuilder } from 'kysely'
 import { announceAccessChange } from './access-signals.js'
 import { toProject, type Project } from './project-repository.js'
 import type { PermissionMode } from './database.js'
@@ -46,22 +46,55 @@ export async function createConversation(
   return conversation
 }
 
-/** A live conversation in a live project, whoever owns it; callers check access. */
-/** A live conversation and its live project, in one query. */
+/** In a read that rides with `getConversationWithProject`: the conversation's project id. */
+export const conversationProjectId: RawBuilder<unknown> = sql.ref('conversations.project_id')
+
+/**
+ * A live conversation and its live project, in one query; callers check access. `reads`: subqueries
+ * read in the same statement (they may name `conversationProjectId`), their values under their names.
+ */
 export async function getConversationWithProject(
   db: Executor,
   id: string,
-): Promise<{ conversation: Conversation; project: Project } | undefined> {
+  reads: { [name: string]: RawBuilder<unknown> } = {},
+): Promise<{ conversation: Conversation; project: Project; reads: { [name: string]: unknown } } | undefined> {
+  const names = Object.keys(reads)
   const row = await kysely(db)
     .selectFrom('conversations')
     .innerJoin('projects', 'projects.id', 'conversations.project_id')
     .selectAll('conversations')
     .select(sql<Parameters<typeof toProject>[0]>`to_jsonb(projects.*)`.as('project'))
+    .$if(names.length > 0, (query) =>
+      query.select(
+        sql<{ [name: string]: unknown }>`json_build_object(${sql.join(
+          names.flatMap((name) => [sql.lit(name), sql`(${reads[name]!})`]),
+        )})`.as('reads'),
+      ),
+    )
     .where('conversations.id', '=', id)
     .where('conversations.deleted_at', 'is', null)
     .where('projects.deleted_at', 'is', null)
     .executeTakeFirst()
-  return row && { conversation: toConversation(row), project: toProject(row.project) }
+  if (!row) return undefined
+  const read = (row as { reads?: { [name: string]: unknown } }).reads ?? {}
+  return { conversation: toConversation(row), project: toProject(row.project), reads: read }
+}
+
+/**
+ * The same pair as a subquery another statement carries (a run's turn end reads it for the call it
+ * dispatches next): null when either is gone. `conversationWithProject` maps what it read.
+ */
+export function conversationWithProjectRead(id: string): RawBuilder<unknown> {
+  return sql`select json_build_array(to_jsonb(c.*), to_jsonb(p.*)) from conversations c
+    join projects p on p.id = c.project_id
+    where c.id = ${id} and c.deleted_at is null and p.deleted_at is null`
+}
+
+/** What `conversationWithProjectRead` read. */
+export function conversationWithProject(read: unknown): { conversation: Conversation; project: Project } | undefined {
+  if (!Array.isArray(read) || read.length !== 2) return undefined
+  const [conversation, project] = read as [Parameters<typeof toConversation>[0], Parameters<typeof toProject>[0]]
+  return { conversation: toConversation(conversation), project: toProject(project) }
 }
 
 export async function getConversation(db: Executor, id: string): Promise<Conversation | undefined> {
@@ -174,21 +207,22 @@ function toConversation(row: {
   owner_id: string
   title: string
   permission_mode: PermissionMode
-  mode_expires_at: Date | null
-  created_at: Date
-  updated_at: Date
+  // Dates from a row; ISO strings from `to_jsonb`.
+  mode_expires_at: Date | string | null
+  created_at: Date | string
+  updated_at: Date | string
 }): Conversation {
+  const expiresAt = row.mode_expires_at === null ? null : new Date(row.mode_expires_at)
   // An expired `full` mode reads as `manual` even before anything rewrites the row.
-  const expired =
-    row.permission_mode === 'full' && row.mode_expires_at !== null && row.mode_expires_at.getTime() <= Date.now()
+  const expired = row.permission_mode === 'full' && expiresAt !== null && expiresAt.getTime() <= Date.now()
   return {
     id: row.id,
     projectId: row.project_id,
     ownerId: row.owner_id,
     title: row.title,
     permissionMode: expired ? 'manual' : row.permission_mode,
-    modeExpiresAt: expired ? null : (row.mode_expires_at?.toISOString() ?? null),
-    createdAt: row.created_at.toISOString(),
-    updatedAt: row.updated_at.toISOString(),
+    modeExpiresAt: expired ? null : (expiresAt?.toISOString() ?? null),
+    createdAt: new Date(row.created_at).toISOString(),
+    updatedAt: new Date(row.updated_at).toISOString(),
   }
 }

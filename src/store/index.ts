@@ -61,6 +61,9 @@ export {
 export {
   createConversation,
   getConversationWithProject,
+  conversationProjectId,
+  conversationWithProjectRead,
+  conversationWithProject,
   getConversation,
   listConversations,
   listConversationsOf,
@@ -347,6 +350,7 @@ export {
   runCountsRead,
   readTogether,
   setProjectQuota,
+  type ProjectIdSql,
   type ProjectQuota,
   type RunCounts,
 } from './run-quota-repository.js'

@@ -20,6 +20,12 @@ export function projectQuota(stored: unknown): ProjectQuota | null {
   return Object.keys(quota).length > 0 ? quota : null
 }
 
+/**
+ * A project id in a read: a value, or SQL naming it in the statement that carries the read (the
+ * conversation's `project_id` when it is read with the conversation).
+ */
+export type ProjectIdSql = string | RawBuilder<unknown>
+
 /** What the quotas compare, for a user and a project: runs active now, and runs started in the last minute. */
 export interface RunCounts {
   userActive: number
@@ -38,7 +44,7 @@ export interface RunCounts {
  * instance counts the same window; run with the other checks before a new run (`readTogether`).
  */
 export function runCountsRead(
-  scope: { projectId: string; userId: string },
+  scope: { projectId: ProjectIdSql; userId: string },
   mode: 'refuse' | 'queue' = 'refuse',
 ): RawBuilder<unknown> {
   const { projectId, userId } = scope
@@ -49,7 +55,7 @@ export function runCountsRead(
       : sql`status in ('queued', 'running')`
   const at = mode === 'queue' ? sql.ref('started_at') : sql.ref('created_at')
   const lastMinute = sql`${at} > now() - interval '60 seconds'`
-  const freesIn = (column: 'owner_id' | 'project_id', id: string) =>
+  const freesIn = (column: 'owner_id' | 'project_id', id: ProjectIdSql) =>
     sql`coalesce((select extract(epoch from min(${at}) + interval '60 seconds' - now()) * 1000 from runs
       where ${sql.ref(column)} = ${id} and ${lastMinute}), 0)`
   return sql`select jsonb_build_object(

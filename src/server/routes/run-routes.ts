@@ -189,7 +189,14 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     async (request, reply) => {
       const openedAt = Date.now()
       const user = caller(request)
-      const { conversation, project, access } = await conversationForStream(deps, user, request.params.id)
+      // What decides the run's admission (quota counts, period budgets) is read with the conversation.
+      const standing = runs.standingReads(user.id)
+      const { conversation, project, access, reads } = await conversationForStream(
+        deps,
+        user,
+        request.params.id,
+        standing.reads,
+      )
       // A waiting request holds its connection like a stream: it counts against the same caps (per
       // token and in all; 429 too_many_streams, checked before anything is created) and ends early
       // when the caller's access goes.
@@ -242,6 +249,7 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
               { ...request.body, input: text, ...(parts && { parts }) },
               {
                 project,
+                standing: { check: standing, values: reads },
                 ...(key !== undefined && {
                   onCreated: (tx, run) =>
                     storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }),
