@@ -1,4 +1,5 @@
 import type { JsonValue } from '../extension/index.js'
+import type { ModelMessage } from '../llm/index.js'
 import {
   insertAssistantMessageWrite,
   listToolCalls,
@@ -187,14 +188,25 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
       )
       // The project's and user's budgets for the day and month are read in the same statement.
       const periods = kit.periodBudgets.check({ projectId: run.projectId, userId: run.ownerId })
-      const opened = await kit.writer.transition(fence, patch, [insertAssistantMessageWrite(run, messageId)], events, {
+      const opening = kit.writer.transition(fence, patch, [insertAssistantMessageWrite(run, messageId)], events, {
         ...(added && { added }),
         periods: periods.read,
       })
+      // A transcript known before the opening (a run's first round) is made into the prompt while the
+      // statement runs, once it has been sent; a long conversation's prompt then does not hold back the
+      // round's events and its model call after the commit.
+      let early: ModelMessage[] | undefined
+      if (read) {
+        opening.catch(() => undefined) // awaited just below
+        await new Promise((resolve) => setImmediate(resolve))
+        early = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, read, knowledge, summary)
+      }
+      const opened = await opening
       const transcript = read ?? window.extend(transcriptRowsFromJson(opened.reads.added))
       // The next run of this conversation starts from it (reading only what was written after it).
       kit.windows.put(run.conversationId, transcriptBudget(model), transcript)
-      const messages = buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge, summary)
+      const messages =
+        early ?? buildPrompt(kit.bus, kit.systemPrompt, run, model, atCap, transcript, knowledge, summary)
       // The last answer failed the output schema: ask again, with what failed, for the answer alone.
       const spec = run.profile.output
       const repair = spec && run.outputRepair ? spec : undefined
