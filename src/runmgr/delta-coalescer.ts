@@ -8,6 +8,7 @@ export class DeltaCoalescer {
   readonly #flush: (text: string) => Promise<void>
   #pending = ''
   #timer: NodeJS.Timeout | null = null
+  #first: NodeJS.Immediate | null = null
   #chain: Promise<void> = Promise.resolve()
   #sentFirst = false
 
@@ -19,11 +20,17 @@ export class DeltaCoalescer {
   push(text: string): void {
     this.#pending += text
     // The first text goes out at once: holding it would add the interval to time-to-first-token.
+    // Once what has already arrived is read, though: an answer that came whole (its end is in the
+    // same read) then goes out with the turn's end, in one statement instead of two.
     if (!this.#sentFirst) {
       this.#sentFirst = true
-      this.#drain()
+      this.#first = setImmediate(() => {
+        this.#first = null
+        this.#drain()
+      })
       return
     }
+    if (this.#first) return // goes out with the first
     this.#timer ??= setTimeout(() => {
       this.#timer = null
       this.#drain()
@@ -32,8 +39,7 @@ export class DeltaCoalescer {
 
   /** Flushes what is pending and waits for every flush to finish. */
   async close(): Promise<void> {
-    if (this.#timer) clearTimeout(this.#timer)
-    this.#timer = null
+    this.#cancel()
     this.#drain()
     await this.#chain
   }
@@ -43,12 +49,18 @@ export class DeltaCoalescer {
    * with its next statement (the turn's end) instead of in one of its own.
    */
   async take(): Promise<string> {
-    if (this.#timer) clearTimeout(this.#timer)
-    this.#timer = null
+    this.#cancel()
     await this.#chain
     const text = this.#pending
     this.#pending = ''
     return text
+  }
+
+  #cancel(): void {
+    if (this.#timer) clearTimeout(this.#timer)
+    this.#timer = null
+    if (this.#first) clearImmediate(this.#first)
+    this.#first = null
   }
 
   #drain(): void {

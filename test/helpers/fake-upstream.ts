@@ -15,6 +15,8 @@ export interface StreamReplyOptions {
   cutAfter?: number
   /** Extra response headers. */
   headers?: Record<string, string>
+  /** Write every frame and the end at once, in one write (an answer that arrives whole). */
+  whole?: boolean
 }
 
 /** A chat-completions stream: each chunk is sent as `data: <json>`, then `data: [DONE]` unless `done: false`. */
@@ -137,6 +139,10 @@ async function answer(response: ServerResponse, reply: FakeReply | undefined): P
     ...reply.headers,
   })
   response.flushHeaders()
+  if (reply.whole) {
+    response.end(frames.join(''))
+    return
+  }
   for (const [index, frame] of frames.entries()) {
     if (reply.stallAfter === index) return
     if (reply.cutAfter === index) {
