@@ -15,6 +15,8 @@ import {
   createProject,
   createUser,
   dumpMigratedPGlite,
+  fenceRun,
+  renewLease,
   openStore,
   readEvents,
   readMigrations,
@@ -221,6 +223,56 @@ for (const engine of testEngines()) {
       expect(again).toMatchObject({ fenced: true, inserted: false, events: [] })
       expect([await count('audit_log'), await count('events')]).toEqual([audit0 + 2, events0 + 1])
       expect(await verifyAuditChain(store)).toMatchObject({ ok: true })
+    })
+
+    it("updates a running run's row in place (HOT): a round's state changes and the lease's renewals add no index entries", async () => {
+      const project = await store.transaction((tx) => createProject(tx, ownerId, { name: 'hot-updates' }))
+      const conversation = await store.transaction((tx) => createConversation(tx, { projectId: project.id, ownerId }))
+      const lease = { owner: 'this-instance.1', expiresAt: new Date(Date.now() + 60_000) }
+      const started = await store.createRun(
+        {
+          conversationId: conversation.id,
+          projectId: project.id,
+          ownerId,
+          model: 'm',
+          maxIterations: 3,
+          approvalPolicy: 'ask',
+          clientTools: [],
+          input: 'hi',
+          view: runView,
+        },
+        { lease, allowQueue: false },
+      )
+      if (!('run' in started)) throw new Error('the conversation has an active run')
+      const runId = started.run.id
+      // (docs/reference/benchmarks.md#the-round-on-postgres)
+      const counts = await store.transaction(async (tx) => {
+        // The session's counts not yet reported (earlier transactions' included): the difference is ours.
+        const read = async () => {
+          const { rows } = await sql<{ updated: string; hot: string }>`select
+              pg_stat_get_xact_tuples_updated('runs'::regclass)::text as updated,
+              pg_stat_get_xact_tuples_hot_updated('runs'::regclass)::text as hot`.execute(testDb(tx))
+          return { updated: Number(rows[0]!.updated), hot: Number(rows[0]!.hot) }
+        }
+        const before = await read()
+        const later = (ms: number) => new Date(Date.now() + ms)
+        await fenceRun(tx, runId, lease.owner, later(61_000), { iteration: 1, phase: 'thinking' })
+        await fenceRun(tx, runId, lease.owner, later(62_000), {
+          phase: 'tool_running',
+          usage: {
+            inputTokens: 10,
+            outputTokens: 5,
+            cachedInputTokens: 0,
+            reasoningTokens: 0,
+            modelCalls: 1,
+            cost: null,
+          },
+        })
+        expect(await renewLease(tx, runId, lease.owner, later(63_000))).toBe(true)
+        const after = await read()
+        return { updated: after.updated - before.updated, hot: after.hot - before.hot }
+      })
+      expect(counts).toEqual({ updated: 3, hot: 3 })
     })
 
     it('a run followed since its creation replays from memory exactly what the table holds; others read the table', async () => {
