@@ -113,3 +113,61 @@ describe('trimToBudget', () => {
     expect(trimmed.slice(-6)).toEqual(history.slice(-6))
   })
 })
+
+describe('a window kept from round to round', () => {
+  const turn = () => {
+    const call = message({
+      role: 'assistant',
+      content: '',
+      toolCalls: [{ callId: 'c1', providerCallId: 'p1', name: 'a', arguments: '{}' }],
+    })
+    return [
+      message({ role: 'user', content: 'hi' }),
+      call,
+      message({ role: 'tool', toolCallId: 'c1', content: 'one' }),
+      message({ role: 'assistant', content: 'done' }),
+    ]
+  }
+
+  it('gives the same rows the same messages again, built once, and rebuilds a turn whose results are other rows', () => {
+    const rows = turn()
+    const first = buildModelMessages(rows)
+    const again = buildModelMessages([...rows, message({ role: 'user', content: 'and now?' })])
+    expect(again.slice(0, first.length)).toEqual(first)
+    first.forEach((built, index) => expect(again[index]).toBe(built))
+    // The call's result is another row now (say, read again after a resume): the turn is built anew.
+    const answered = [rows[0]!, rows[1]!, message({ role: 'tool', toolCallId: 'c1', content: 'uno' }), rows[3]!]
+    const rebuilt = buildModelMessages(answered)
+    expect(rebuilt[2]).toEqual({ role: 'tool', toolCallId: 'p1', content: 'uno' })
+    expect(rebuilt[1]).not.toBe(first[1])
+    expect(rebuilt[0]).toBe(first[0])
+  })
+
+  it('builds a message with parts anew each time (its images get their bytes in place)', () => {
+    const rows = [
+      message({
+        role: 'user',
+        content: 'see',
+        parts: [{ type: 'image', mediaType: 'image/png', path: 'a.png', width: 1, height: 1, bytes: 68 }],
+      }),
+    ]
+    const first = buildModelMessages(rows)
+    const again = buildModelMessages(rows)
+    expect(again).toEqual(first)
+    expect(again[0]).not.toBe(first[0])
+  })
+
+  it('estimates from each message’s JSON exactly as from the whole prompt’s, also after a message with parts changed', () => {
+    const messages: ModelMessage[] = [
+      ...buildModelMessages(turn()),
+      { role: 'user', content: [{ type: 'image', mediaType: 'image/png', path: 'a.png' }] },
+    ]
+    const whole = (list: ModelMessage[]) => Math.ceil(JSON.stringify(list).length / 4)
+    expect(estimateTokens([])).toBe(whole([]))
+    expect(estimateTokens(messages)).toBe(whole(messages))
+    expect(estimateTokens(messages)).toBe(whole(messages))
+    const withParts = messages.at(-1) as { content: Array<{ data?: string }> }
+    withParts.content[0]!.data = 'x'.repeat(400)
+    expect(estimateTokens(messages)).toBe(whole(messages))
+  })
+})

@@ -17,13 +17,57 @@ export function buildModelMessages(
   transcript: TranscriptMessage[],
   options: { vision?: boolean } = {},
 ): ModelMessage[] {
+  const vision = options.vision === true
   const results = new Map<string, TranscriptMessage>()
   for (const message of transcript)
     if (message.role === 'tool' && message.toolCallId) results.set(message.toolCallId, message)
   const out: ModelMessage[] = []
   for (const message of transcript) {
-    if (message.role === 'user')
-      out.push({
+    if (message.role === 'tool') continue // placed right after their call; stray ones are dropped
+    const callResults =
+      message.role === 'assistant' ? (message.toolCalls ?? []).map((call) => results.get(call.callId)) : []
+    const kept = built.get(message)
+    if (kept && kept.vision === vision && sameRows(kept.results, callResults)) {
+      for (const model of kept.messages) out.push(model)
+      continue
+    }
+    const messages = modelMessagesOf(message, callResults, vision)
+    // A message with images is built anew each time: its parts get their bytes in place (`attachImages`).
+    if (!messages.some(hasParts)) built.set(message, { vision, results: callResults, messages })
+    for (const model of messages) out.push(model)
+  }
+  return out
+}
+
+/**
+ * The model messages each stored message became, kept while its row is: a run's window keeps its rows
+ * from round to round (and the instance from run to run), so a long conversation's prompt is not built,
+ * nor measured (`estimateTokens`), nor serialised by the provider, anew for every call. Stored
+ * messages in a window no longer change (docs/guides/agent-runs.md#the-transcript-window); an
+ * assistant turn's messages are rebuilt when its calls' results are other rows.
+ */
+const built = new WeakMap<
+  TranscriptMessage,
+  { vision: boolean; results: Array<TranscriptMessage | undefined>; messages: ModelMessage[] }
+>()
+
+function sameRows(a: Array<TranscriptMessage | undefined>, b: Array<TranscriptMessage | undefined>): boolean {
+  return a.length === b.length && a.every((row, index) => row === b[index])
+}
+
+function hasParts(message: ModelMessage): boolean {
+  return message.role === 'user' && typeof message.content !== 'string'
+}
+
+/** One stored message (not a tool result) as model messages: none, one, or a turn with its results. */
+function modelMessagesOf(
+  message: TranscriptMessage,
+  callResults: Array<TranscriptMessage | undefined>,
+  vision: boolean,
+): ModelMessage[] {
+  if (message.role === 'user')
+    return [
+      {
         role: 'user',
         // Images go as references here; their bytes are loaded just before the call (`attachImages`).
         content: message.parts
@@ -39,42 +83,38 @@ export function buildModelMessages(
               }
             })
           : (message.content ?? ''),
-      })
-    else if (message.role === 'system') out.push({ role: 'system', content: message.content ?? '' })
-    else if (message.role === 'assistant') {
-      // A turn cut off by a failure is not shown again; a resumed run asks the model afresh.
-      if (message.status === 'streaming' || message.status === 'failed' || message.status === 'interrupted') continue
-      const calls = message.toolCalls ?? []
-      if (calls.length === 0) {
-        if (message.content) out.push({ role: 'assistant', content: message.content })
-        continue
-      }
-      out.push({
-        role: 'assistant',
-        content: message.content ? message.content : null,
-        toolCalls: calls.map((call) => ({ id: call.providerCallId, name: call.name, arguments: call.arguments })),
-      })
-      const images: UserContentPart[] = []
-      for (const call of calls) {
-        const result = results.get(call.callId)
-        out.push({
-          role: 'tool',
-          toolCallId: call.providerCallId,
-          content: result ? (result.content ?? '') : missingResult,
-        })
-        for (const part of result?.parts ?? [])
-          if (part.type === 'image') images.push({ type: 'image', mediaType: part.mediaType, path: part.path })
-      }
-      // Images the results name (a plot an execution wrote) follow them, for a model that sees images
-      // (docs/guides/agent-runs.md#images-in-tool-results); a tool message itself carries text only.
-      if (options.vision && images.length > 0)
-        out.push({
-          role: 'user',
-          content: [{ type: 'text', text: 'The images the tool results above refer to:' }, ...images],
-        })
-    }
-    // Tool messages are placed right after their call above; stray ones are dropped.
-  }
+      },
+    ]
+  if (message.role === 'system') return [{ role: 'system', content: message.content ?? '' }]
+  // A turn cut off by a failure is not shown again; a resumed run asks the model afresh.
+  if (message.status === 'streaming' || message.status === 'failed' || message.status === 'interrupted') return []
+  const calls = message.toolCalls ?? []
+  if (calls.length === 0) return message.content ? [{ role: 'assistant', content: message.content }] : []
+  const out: ModelMessage[] = [
+    {
+      role: 'assistant',
+      content: message.content ? message.content : null,
+      toolCalls: calls.map((call) => ({ id: call.providerCallId, name: call.name, arguments: call.arguments })),
+    },
+  ]
+  const images: UserContentPart[] = []
+  calls.forEach((call, index) => {
+    const result = callResults[index]
+    out.push({
+      role: 'tool',
+      toolCallId: call.providerCallId,
+      content: result ? (result.content ?? '') : missingResult,
+    })
+    for (const part of result?.parts ?? [])
+      if (part.type === 'image') images.push({ type: 'image', mediaType: part.mediaType, path: part.path })
+  })
+  // Images the results name (a plot an execution wrote) follow them, for a model that sees images
+  // (docs/guides/agent-runs.md#images-in-tool-results); a tool message itself carries text only.
+  if (vision && images.length > 0)
+    out.push({
+      role: 'user',
+      content: [{ type: 'text', text: 'The images the tool results above refer to:' }, ...images],
+    })
   return out
 }
 
@@ -110,14 +150,26 @@ export async function attachImages(messages: ModelMessage[], read: (path: string
   }
 }
 
-/** Rough token estimate (4 characters a token), enough to keep requests inside the window. */
+/** Rough token estimate (4 characters a token of the messages' JSON), enough to keep requests inside the window. */
 export function estimateTokens(messages: ModelMessage[]): number {
-  return Math.ceil(JSON.stringify(messages).length / 4)
+  // `[`, each message and its comma, `]` less the last comma: the array's JSON length.
+  let chars = messages.length === 0 ? 2 : 1
+  for (const message of messages) chars += messageChars(message)
+  return Math.ceil(chars / 4)
 }
+
+/** Each message's JSON length, measured once (a message with parts changes in place: measured each time). */
+const jsonLengths = new WeakMap<ModelMessage, number>()
 
 /** One message's share of `estimateTokens` (its JSON plus the separating comma). */
 function messageChars(message: ModelMessage): number {
-  return JSON.stringify(message).length + 1
+  if (hasParts(message)) return JSON.stringify(message).length + 1
+  let length = jsonLengths.get(message)
+  if (length === undefined) {
+    length = JSON.stringify(message).length
+    jsonLengths.set(message, length)
+  }
+  return length + 1
 }
 
 /**

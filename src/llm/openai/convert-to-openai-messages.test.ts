@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { convertToOpenAIMessages, convertToOpenAITools } from './convert-to-openai-messages.js'
+import type { ModelMessage } from '../model.js'
+import { convertToOpenAIMessages, convertToOpenAITools, openAIMessagesJson } from './convert-to-openai-messages.js'
 
 describe('convertToOpenAIMessages', () => {
   it('converts every role, with content null on a tool-only assistant turn and raw arguments', () => {
@@ -42,5 +43,31 @@ describe('convertToOpenAIMessages', () => {
     expect(convertToOpenAITools([{ name: 'a', description: 'd', parameters: { type: 'object' } }])).toEqual([
       { type: 'function', function: { name: 'a', description: 'd', parameters: { type: 'object' } } },
     ])
+  })
+})
+
+describe('openAIMessagesJson', () => {
+  it('is the JSON of the converted messages, each made once, a message with parts as it is now', () => {
+    const messages: ModelMessage[] = [
+      { role: 'system', content: 'be brief' },
+      { role: 'user', content: 'hi "there"' },
+      { role: 'assistant', content: null, toolCalls: [{ id: 'p1', name: 'a', arguments: '{"x":1}' }] },
+      { role: 'tool', toolCallId: 'p1', content: 'one' },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'look' },
+          { type: 'file', filename: 'a.pdf', mediaType: 'application/pdf', text: 'pdf text', data: 'JVBERi0=' },
+        ],
+      },
+    ]
+    for (const pdf of [false, true]) {
+      expect(openAIMessagesJson(messages, { pdf })).toBe(JSON.stringify(convertToOpenAIMessages(messages, { pdf })))
+      expect(openAIMessagesJson(messages, { pdf })).toBe(JSON.stringify(convertToOpenAIMessages(messages, { pdf })))
+    }
+    const parts = messages[4] as { content: Array<{ type: string; text?: string }> }
+    parts.content[0]!.text = 'look again'
+    expect(openAIMessagesJson(messages)).toBe(JSON.stringify(convertToOpenAIMessages(messages)))
+    expect(openAIMessagesJson([])).toBe('[]')
   })
 })

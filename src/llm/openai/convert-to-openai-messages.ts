@@ -31,44 +31,75 @@ export function convertToOpenAIMessages(
   messages: readonly ModelMessage[],
   options: { pdf?: boolean } = {},
 ): OpenAIChatMessage[] {
-  return messages.map((message): OpenAIChatMessage => {
-    switch (message.role) {
-      case 'system':
-        return { role: 'system', content: message.content }
-      case 'user':
-        if (typeof message.content === 'string') return { role: 'user', content: message.content }
-        return {
-          role: 'user',
-          content: message.content.map((part): OpenAIUserPart => {
-            if (part.type === 'text') return { type: 'text', text: part.text }
-            if (part.type === 'image')
-              return { type: 'image_url', image_url: { url: `data:${part.mediaType};base64,${part.data ?? ''}` } }
-            // A PDF natively to a model that reads PDFs (a `file` part); every other document as text.
-            if (options.pdf && part.data !== undefined && part.mediaType === 'application/pdf')
-              return {
-                type: 'file',
-                file: { filename: part.filename, file_data: `data:application/pdf;base64,${part.data}` },
-              }
-            return { type: 'text', text: documentText(part) }
-          }),
-        }
-      case 'assistant': {
-        const toolCalls = message.toolCalls ?? []
-        if (toolCalls.length === 0) return { role: 'assistant', content: message.content ?? '' }
-        return {
-          role: 'assistant',
-          content: message.content ? message.content : null,
-          tool_calls: toolCalls.map((call) => ({
-            id: call.id,
-            type: 'function',
-            function: { name: call.name, arguments: call.arguments },
-          })),
-        }
-      }
-      case 'tool':
-        return { role: 'tool', tool_call_id: message.toolCallId, content: message.content }
+  return messages.map((message) => convertMessage(message, options))
+}
+
+/**
+ * The messages' JSON array as `JSON.stringify(convertToOpenAIMessages(messages, options))` gives it,
+ * each message's JSON made once: a run sends the same messages again with each call, and a long
+ * conversation's were most of every request's bytes. A user message with parts changes in place (its
+ * images get their bytes just before the call) and is serialised each time.
+ */
+export function openAIMessagesJson(messages: readonly ModelMessage[], options: { pdf?: boolean } = {}): string {
+  const pdf = options.pdf === true
+  let json = '['
+  for (const [index, message] of messages.entries()) {
+    if (index > 0) json += ','
+    if (message.role === 'user' && typeof message.content !== 'string') {
+      json += JSON.stringify(convertMessage(message, options))
+      continue
     }
-  })
+    const cache = pdf ? jsonWithPdf : jsonWithoutPdf
+    let text = cache.get(message)
+    if (text === undefined) {
+      text = JSON.stringify(convertMessage(message, options))
+      cache.set(message, text)
+    }
+    json += text
+  }
+  return `${json}]`
+}
+
+const jsonWithPdf = new WeakMap<ModelMessage, string>()
+const jsonWithoutPdf = new WeakMap<ModelMessage, string>()
+
+function convertMessage(message: ModelMessage, options: { pdf?: boolean }): OpenAIChatMessage {
+  switch (message.role) {
+    case 'system':
+      return { role: 'system', content: message.content }
+    case 'user':
+      if (typeof message.content === 'string') return { role: 'user', content: message.content }
+      return {
+        role: 'user',
+        content: message.content.map((part): OpenAIUserPart => {
+          if (part.type === 'text') return { type: 'text', text: part.text }
+          if (part.type === 'image')
+            return { type: 'image_url', image_url: { url: `data:${part.mediaType};base64,${part.data ?? ''}` } }
+          // A PDF natively to a model that reads PDFs (a `file` part); every other document as text.
+          if (options.pdf && part.data !== undefined && part.mediaType === 'application/pdf')
+            return {
+              type: 'file',
+              file: { filename: part.filename, file_data: `data:application/pdf;base64,${part.data}` },
+            }
+          return { type: 'text', text: documentText(part) }
+        }),
+      }
+    case 'assistant': {
+      const toolCalls = message.toolCalls ?? []
+      if (toolCalls.length === 0) return { role: 'assistant', content: message.content ?? '' }
+      return {
+        role: 'assistant',
+        content: message.content ? message.content : null,
+        tool_calls: toolCalls.map((call) => ({
+          id: call.id,
+          type: 'function',
+          function: { name: call.name, arguments: call.arguments },
+        })),
+      }
+    }
+    case 'tool':
+      return { role: 'tool', tool_call_id: message.toolCallId, content: message.content }
+  }
 }
 
 /** Canonical tools → chat-completions `tools`. */

@@ -6,6 +6,7 @@ import { withTraceHeaders } from '../../telemetry/index.js'
 export interface EventStreamRequestOptions {
   url: string
   headers: Record<string, string>
+  /** The JSON body: a value, or its JSON text (sent as it is). */
   body: unknown
   /** Abort and throw `timeout` when no bytes arrive for this long (also while waiting for headers). */
   idleTimeoutMs: number
@@ -74,7 +75,7 @@ export async function* streamEventsFromUpstream(
             accept: 'text/event-stream',
             ...options.headers,
           }),
-          body: JSON.stringify(options.body),
+          body: typeof options.body === 'string' ? options.body : JSON.stringify(options.body),
           // A redirect would carry the key headers to wherever it points; it is reported instead.
           redirect: 'manual',
           signal: controller.signal,

@@ -6,7 +6,7 @@ import {
   type StreamPart,
   type ModelCapability,
 } from '../model.js'
-import { convertToOpenAIMessages, convertToOpenAITools } from './convert-to-openai-messages.js'
+import { convertToOpenAITools, openAIMessagesJson } from './convert-to-openai-messages.js'
 import { streamEventsFromUpstream } from './event-stream-request.js'
 import { OpenAIStreamParser } from './openai-stream-parser.js'
 import { safeParseJson } from './safe-json.js'
@@ -65,7 +65,6 @@ export class OpenAIChatModel implements LanguageModel {
     const tools = this.supportsTools ? request.tools : []
     const body: Record<string, unknown> = {
       model: options.model,
-      messages: convertToOpenAIMessages(request.messages, { pdf: this.capabilities.includes('pdf') }),
       stream: true,
       stream_options: { include_usage: true },
     }
@@ -88,7 +87,12 @@ export class OpenAIChatModel implements LanguageModel {
       const events = streamEventsFromUpstream({
         url: `${options.baseUrl.replace(/\/+$/, '')}/chat/completions`,
         headers,
-        body,
+        // The messages go last, as JSON made once per message (`openAIMessagesJson`).
+        body: withJsonField(
+          JSON.stringify(body),
+          'messages',
+          openAIMessagesJson(request.messages, { pdf: this.capabilities.includes('pdf') }),
+        ),
         idleTimeoutMs: options.idleTimeoutMs ?? 60_000,
         toolsUnsupportedKeywords: options.toolsUnsupportedKeywords ?? defaultToolsUnsupportedKeywords,
         signal: request.signal,
@@ -120,4 +124,10 @@ export class OpenAIChatModel implements LanguageModel {
     }
     yield* parser.finish()
   }
+}
+
+/** `objectJson` (a JSON object) with one more field whose value is already JSON. */
+function withJsonField(objectJson: string, name: string, valueJson: string): string {
+  const field = `${JSON.stringify(name)}:${valueJson}`
+  return objectJson === '{}' ? `{${field}}` : `${objectJson.slice(0, -1)},${field}}`
 }
