@@ -96,11 +96,15 @@ interface StreamedCall {
   arguments: string
 }
 
-/** The two upstream calls of a round with plain fetch: what any client of the model pays anyway. */
-export async function rawRound(upstreamUrl: string, model = 'm'): Promise<RoundTiming> {
+/**
+ * The two upstream calls of a round with plain fetch: what any client of the model pays anyway.
+ * `history`: messages sent before the round's own (a long conversation's, as `rawHistory` makes them).
+ */
+export async function rawRound(upstreamUrl: string, model = 'm', history: object[] = []): Promise<RoundTiming> {
   const started = performance.now()
   const messages: object[] = [
     { role: 'system', content: systemPrompt },
+    ...history,
     { role: 'user', content: roundInput },
   ]
   const first = await rawCall(upstreamUrl, {
@@ -132,6 +136,25 @@ export async function rawRound(upstreamUrl: string, model = 'm'): Promise<RoundT
   if (second.firstText === undefined || !second.text.startsWith('It is 21'))
     throw new Error(`raw: unexpected answer ${JSON.stringify(second.text)}`)
   return { totalMs: ended - started, ttftMs: second.firstText - started }
+}
+
+/** `count` messages of earlier rounds (4 a round), as Plinth sends a conversation's to the model. */
+export function rawHistory(count: number): object[] {
+  const messages: object[] = []
+  for (let round = 0; messages.length < count; round++) {
+    const id = `call_${round}`
+    messages.push(
+      { role: 'user', content: roundInput },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
+      },
+      { role: 'tool', tool_call_id: id, content: JSON.stringify({ city: 'Paris', tempC: 21, sky: 'clear' }) },
+      { role: 'assistant', content: answerText },
+    )
+  }
+  return messages.slice(0, count)
 }
 
 async function rawCall(

@@ -17,7 +17,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { startChildServer, type ChildServer } from '../lib/child-server.js'
 import { createTempDatabase, createTempDir } from '../lib/resources.js'
-import { plinthRound, rawRound, type PlinthTarget, type RoundTiming } from './agent-round.js'
+import { plinthRound, rawHistory, rawRound, type PlinthTarget, type RoundTiming } from './agent-round.js'
 import { measureFanOut, type FanOutResult } from './fan-out.js'
 import { ms, summarize, table, type Summary } from './stats.js'
 import { unlimitedEnv } from '../lib/unlimited-env.js'
@@ -38,6 +38,9 @@ interface LongConversationResult {
   messages: number
   fresh: Summary
   long: Summary
+  /** The same two upstream calls with plain fetch, with the long conversation's messages and without. */
+  rawFresh: Summary
+  rawLong: Summary
 }
 
 interface ConcurrentResult {
@@ -183,7 +186,7 @@ async function onEngine(
       result.pacedTtftAdded = summarize(plinthTtft).p50 - summarize(rawTtft).p50
     }
     if (settings.history > 0) {
-      result.long = await measureLongConversation(target, plinth.projectId, settings)
+      result.long = await measureLongConversation(target, plinth.projectId, upstreamUrl, settings)
       console.log(
         `  ${engine}: round p50 in a conversation of ${settings.history} messages ${ms(result.long.long.p50)} ms, in a new one ${ms(result.long.fresh.p50)} ms`,
       )
@@ -288,6 +291,7 @@ export async function startPlinthAgent(
 async function measureLongConversation(
   target: PlinthTarget,
   projectId: string,
+  upstreamUrl: string,
   settings: AgentSettings,
 ): Promise<LongConversationResult> {
   const samples = Math.max(20, Math.min(50, settings.rounds))
@@ -295,9 +299,15 @@ async function measureLongConversation(
   for (let filled = 0; filled < settings.history; filled += 4) await plinthRound(target, longConversation!)
   const longRounds: Array<Awaited<ReturnType<typeof plinthRound>>> = []
   const freshRounds: Array<Awaited<ReturnType<typeof plinthRound>>> = []
+  // What the longer prompt costs the upstream itself (sending, parsing): any client pays it.
+  const history = rawHistory(settings.history)
+  const rawLong: number[] = []
+  const rawFresh: number[] = []
   for (let round = 0; round < samples; round++) {
     longRounds.push(await plinthRound(target, longConversation!))
     freshRounds.push(await plinthRound(target, fresh[round]!))
+    rawLong.push((await rawRound(upstreamUrl, 'm', history)).totalMs)
+    rawFresh.push((await rawRound(upstreamUrl)).totalMs)
   }
   // BENCH_TRACE=1: when each event arrives in the long conversation and in new ones (p50, ms after the POST).
   if (process.env.BENCH_TRACE) {
@@ -314,6 +324,8 @@ async function measureLongConversation(
     messages: settings.history,
     fresh: summarize(freshRounds.map((round) => round.totalMs)),
     long: summarize(longRounds.map((round) => round.totalMs)),
+    rawFresh: summarize(rawFresh),
+    rawLong: summarize(rawLong),
   }
 }
 
@@ -436,7 +448,17 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
   )
   const longs = measured.filter((result) => result.long)
   const long = table(
-    ['long conversation (ms)', 'messages before', 'round p50 there', 'p95', 'new conversation p50', 'p95', 'ratio p50'],
+    [
+      'long conversation (ms)',
+      'messages before',
+      'round p50 there',
+      'p95',
+      'new conversation p50',
+      'p95',
+      'ratio p50',
+      'raw p50 there / new',
+      'ratio less the upstream’s part',
+    ],
     longs.map(({ engine, long: l }) => [
       engine,
       String(l!.messages),
@@ -445,6 +467,8 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
       ms(l!.fresh.p50),
       ms(l!.fresh.p95),
       (l!.long.p50 / l!.fresh.p50).toFixed(2),
+      `${ms(l!.rawLong.p50)} / ${ms(l!.rawFresh.p50)}`,
+      ((l!.long.p50 - (l!.rawLong.p50 - l!.rawFresh.p50)) / l!.fresh.p50).toFixed(2),
     ]),
   )
   const concurrents = measured.filter((result) => result.concurrent)
@@ -484,7 +508,11 @@ function formatResults(results: Array<EngineResult | { engine: string; skipped: 
     '  paced: the answer streams 20 chunks 10 ms apart; events = SSE events per round; db = round trips / ms awaiting them in the server, per round;',
     '  server cpu = CPU time (user + system) of the Plinth process per round',
     ...(longs.length > 0
-      ? ['  long conversation: target ratio ≤ 1.2 (the round there ÷ the round in a new conversation)']
+      ? [
+          '  long conversation: target ratio ≤ 1.2 (the round there ÷ the round in a new conversation); raw: the same two upstream calls',
+          '  with plain fetch, with that many messages and without; less the upstream’s part: the round there less what the longer prompt',
+          '  added to raw fetch, ÷ the round in a new conversation (what the length costs Plinth itself)',
+        ]
       : []),
     `  ${references}`,
     ...(fanOuts.length > 0
