@@ -3,7 +3,8 @@
  * fake upstream's models, the bench weather plugin), on whatever DATABASE_URL / PLINTH_DATA_DIR the
  * bench passes, seeded with a user, a token and a project.
  *
- * It also counts database round trips (pg `Client#query`, PGlite `query`/`exec`) and the time spent
+ * It also counts database round trips (pg `Client#query`, PGlite `query`/`exec`/`execProtocol` — the
+ * last being how prepared statements run) and the time spent
  * awaiting them, served as JSON on a side port (`statsUrl` on the ready line), so the bench can say
  * where a round's time goes without touching the server's code.
  */
@@ -25,8 +26,10 @@ function count(target: object, name: string): void {
   record[name] = function counted(this: unknown, ...args: unknown[]): unknown {
     const result = original.apply(this, args)
     if (process.env.BENCH_QUERY_LOG) {
-      const sql = args[0] as string | { text?: string }
-      process.stderr.write(`QUERY ${typeof sql === 'string' ? sql : sql.text}\n`.replace(/\s+/g, ' ') + '\n')
+      const sql = args[0] as string | Uint8Array | { text?: string }
+      // PGlite's prepared statements are protocol messages (their parse, then each execution).
+      const text = typeof sql === 'string' ? sql : sql instanceof Uint8Array ? '(a prepared statement)' : sql.text
+      process.stderr.write(`QUERY ${text}\n`.replace(/\s+/g, ' ') + '\n')
     }
     // pg's callback form returns undefined; Plinth (through Kysely) always uses promises.
     if (result instanceof Promise) {
@@ -43,6 +46,7 @@ function count(target: object, name: string): void {
 count(pg.Client.prototype, 'query')
 count(PGlite.prototype, 'query')
 count(PGlite.prototype, 'exec')
+count(PGlite.prototype, 'execProtocol')
 
 try {
   const dataDir = process.env.PLINTH_DATA_DIR

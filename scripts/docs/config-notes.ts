@@ -291,7 +291,7 @@ export const configNotes: Record<string, ConfigNote> = {
   },
   pgPrepare: {
     meaning:
-      'on Postgres, each pooled connection prepares the statements it repeats (parsed once instead of on every call); set `false` behind a connection pooler in transaction mode that cannot keep prepared statements. After `plinth migrate` changes tables under running servers, restart them: a prepared `select *` refuses a changed row type until its connection is renewed',
+      "each pooled Postgres connection, and the embedded database's session, prepares the statements it repeats (parsed once instead of on every call); set `false` behind a connection pooler in transaction mode that cannot keep prepared statements. On the embedded database it roughly halves the server's CPU per agent round (see [Storage](../guides/operating.md#storage)); `false` there only serves to compare. After `plinth migrate` changes tables under running servers, restart them: a prepared `select *` refuses a changed row type until its connection is renewed (the embedded database prepares it again by itself)",
   },
   pgSynchronousCommit: {
     meaning:

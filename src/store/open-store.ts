@@ -24,6 +24,7 @@ import { createRun, type CreateRunOptions, type CreatedRun } from './transitions
 import { runTransition, type TransitionFence, type TransitionReads, type TransitionWrite } from './run-transition.js'
 import { lockDataDir, type LockWait } from './pglite/data-dir-lock.js'
 import { PGlitePool } from './pglite/pglite-pool.js'
+import { PGlitePreparedStatements } from './pglite/prepared-query.js'
 import { unpackTemplate } from './pglite/template.js'
 import { guardParameters, prepareRepeatedStatements } from './prepared-statements.js'
 import { StoreError, isOneActiveRunViolation } from './store-errors.js'
@@ -43,7 +44,7 @@ export interface StoreOptions {
   migrate?: boolean
   /** Maximum pg pool size (default 10). */
   poolSize?: number
-  /** Postgres: prepare the statements each connection repeats (default true). */
+  /** Prepare the statements each connection (PGlite: the session) repeats (default true). */
   prepareStatements?: boolean
   /** Postgres: commits wait for their WAL flush (default true; false: `synchronous_commit=off`). */
   synchronousCommit?: boolean
@@ -346,7 +347,7 @@ async function listenPostgres(
 }
 
 async function connectPGlite(options: StoreOptions): Promise<Connection> {
-  const { PGlite } = await import('@electric-sql/pglite')
+  const { PGlite, protocol, parse } = await import('@electric-sql/pglite')
   const { vector } = await import('@electric-sql/pglite/vector')
   let dataDir: string | undefined
   let unlock = async (): Promise<void> => undefined
@@ -374,7 +375,15 @@ async function connectPGlite(options: StoreOptions): Promise<Connection> {
     throw error
   }
   for (const [name, value] of Object.entries(vectorSearchSettings)) await pglite.exec(`set ${name} = ${value}`)
-  const pool = new PGlitePool(pglite)
+  const prepared =
+    options.prepareStatements === false
+      ? undefined
+      : new PGlitePreparedStatements(pglite, {
+          serialize: protocol.serialize,
+          parseResults: parse.parseResults,
+          parseDescribeStatementResults: parse.parseDescribeStatementResults,
+        })
+  const pool = new PGlitePool(pglite, prepared)
   return {
     engine: 'pglite',
     pool: {

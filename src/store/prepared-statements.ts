@@ -2,7 +2,7 @@ import type pg from 'pg'
 import { storableParameters } from './storable.js'
 
 /** Statements whose best plan depends on their values (retrieval): planned afresh every time. */
-const planEachTime = /<=>|tsquery|ts_rank/
+export const planEachTime = /<=>|tsquery|ts_rank/
 
 /**
  * Makes a pool's connections prepare the parameterised statements the server sends again and again

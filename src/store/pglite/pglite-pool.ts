@@ -1,5 +1,7 @@
 import type { PostgresPool, PostgresPoolClient, PostgresQueryResult } from 'kysely'
+import { planEachTime } from '../prepared-statements.js'
 import { storableParameters } from '../storable.js'
+import type { PGlitePreparedStatements } from './prepared-query.js'
 
 /**
  * The subset of a PGlite instance this adapter uses. We type it here instead of importing the
@@ -23,8 +25,12 @@ export class PGlitePool implements PostgresPool {
   #busy = false
   readonly #waiters: Array<() => void> = []
 
-  constructor(pglite: PGliteLike) {
+  readonly #prepared: PGlitePreparedStatements | undefined
+
+  /** `prepared`: repeated parameterised statements go through it (named, parsed once). */
+  constructor(pglite: PGliteLike, prepared?: PGlitePreparedStatements) {
     this.#pglite = pglite
+    this.#prepared = prepared
   }
 
   async connect(): Promise<PostgresPoolClient> {
@@ -34,6 +40,7 @@ export class PGlitePool implements PostgresPool {
     this.#busy = true
     let released = false
     const pglite = this.#pglite
+    const prepared = this.#prepared
     const client = {
       query: async <R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>> => {
         const command = (commandPattern.exec(sql)?.[1] ?? 'SELECT').toUpperCase() as PostgresQueryResult<R>['command']
@@ -43,7 +50,11 @@ export class PGlitePool implements PostgresPool {
           const last = results.at(-1)
           return { command, rowCount: last?.affectedRows ?? last?.rows.length ?? 0, rows: (last?.rows ?? []) as R[] }
         }
-        const result = await pglite.query<R>(sql, [...storableParameters(parameters)])
+        const values = [...storableParameters(parameters)]
+        const result =
+          prepared && !planEachTime.test(sql) && prepared.canPrepare(sql)
+            ? await prepared.query<R>(sql, values)
+            : await pglite.query<R>(sql, values)
         return { command, rowCount: result.affectedRows ?? result.rows.length, rows: result.rows }
       },
       release: () => {
