@@ -347,7 +347,7 @@ async function listenPostgres(
 }
 
 async function connectPGlite(options: StoreOptions): Promise<Connection> {
-  const { PGlite, protocol, parse } = await import('@electric-sql/pglite')
+  const { PGlite, protocol } = await import('@electric-sql/pglite')
   const { vector } = await import('@electric-sql/pglite/vector')
   let dataDir: string | undefined
   let unlock = async (): Promise<void> => undefined
@@ -376,13 +376,7 @@ async function connectPGlite(options: StoreOptions): Promise<Connection> {
   }
   for (const [name, value] of Object.entries(vectorSearchSettings)) await pglite.exec(`set ${name} = ${value}`)
   const prepared =
-    options.prepareStatements === false
-      ? undefined
-      : new PGlitePreparedStatements(pglite, {
-          serialize: protocol.serialize,
-          parseResults: parse.parseResults,
-          parseDescribeStatementResults: parse.parseDescribeStatementResults,
-        })
+    options.prepareStatements === false ? undefined : new PGlitePreparedStatements(pglite, protocol.serialize)
   const pool = new PGlitePool(pglite, prepared)
   return {
     engine: 'pglite',

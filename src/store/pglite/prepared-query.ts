@@ -1,6 +1,7 @@
-import type { messages, parse, protocol, Results } from '@electric-sql/pglite'
+import type { messages, protocol, Results } from '@electric-sql/pglite'
 
 type BackendMessage = messages.BackendMessage
+type ParseValue = (text: string, type: number) => unknown
 
 /** What the prepared path calls on a PGlite instance (all public API of `@electric-sql/pglite`). */
 export interface PGliteProtocolLike {
@@ -8,19 +9,24 @@ export interface PGliteProtocolLike {
   runExclusive<T>(fn: () => Promise<T>): Promise<T>
   isInTransaction(): boolean
   readonly serializers: Record<number | string, (value: unknown) => string>
-  readonly parsers: Parameters<typeof parse.parseResults>[1]
+  readonly parsers: Record<number | string, ParseValue>
 }
 
-/** The package's protocol helpers, handed in so this module loads none of PGlite itself. */
-export interface PGliteProtocolHelpers {
-  serialize: typeof protocol.serialize
-  parseResults: typeof parse.parseResults
-  parseDescribeStatementResults: typeof parse.parseDescribeStatementResults
+/** The package's message serialiser, handed in so this module loads none of PGlite itself. */
+export type PGliteSerialize = typeof protocol.serialize
+
+interface Column {
+  name: string
+  type: number
+  parse: ParseValue | undefined
 }
 
 interface Prepared {
   name: string
   parameterTypes: number[]
+  /** From the statement's description; empty when it returns no rows. */
+  columns: Column[]
+  fields: Array<{ name: string; dataTypeID: number }>
 }
 
 /** Postgres' "cached plan must not change result type" (a table changed under a prepared `select *`). */
@@ -28,21 +34,22 @@ const changedResultType = '0A000'
 
 /**
  * Named prepared statements for the embedded database. PGlite's own `query` parses and plans the text on
- * every call, in six separate calls into the database. Here a statement is parsed once (with its
- * parameters' types); each later call binds, executes and syncs in one message. Planning each time also
+ * every call, in six separate calls into the database, and copies its table of type parsers to read each
+ * result. Here a statement is parsed and described once; each later call binds, executes and syncs in one
+ * message, and its rows are read with the columns' parsers found at preparation. Planning each time also
  * sized every index of every table the statement names, and with PGlite's small file cache (≈ 45 open
  * files) that reopened most of a round's files on every statement (docs/guides/operating.md#storage).
  */
 export class PGlitePreparedStatements {
   readonly #pglite: PGliteProtocolLike
-  readonly #helpers: PGliteProtocolHelpers
+  readonly #serialize: PGliteSerialize
   readonly #statements = new Map<string, Prepared>()
   readonly #max: number
   #named = 0
 
-  constructor(pglite: PGliteProtocolLike, helpers: PGliteProtocolHelpers, maxStatements = 256) {
+  constructor(pglite: PGliteProtocolLike, serialize: PGliteSerialize, maxStatements = 256) {
     this.#pglite = pglite
-    this.#helpers = helpers
+    this.#serialize = serialize
     this.#max = maxStatements
   }
 
@@ -68,34 +75,81 @@ export class PGlitePreparedStatements {
 
   async #execute<R>(sql: string, parameters: readonly unknown[]): Promise<Results<R>> {
     const statement = this.#statements.get(sql) ?? (await this.#prepare(sql))
-    const { serialize } = this.#helpers
-    const values = parameters.map((value, index) => this.#serialize(value, statement.parameterTypes[index]))
+    const serialize = this.#serialize
+    const values = parameters.map((value, index) => this.#text(value, statement.parameterTypes[index]))
     const { messages } = await this.#pglite.execProtocol(
-      concat([
-        serialize.bind({ statement: statement.name, values }),
-        serialize.describe({ type: 'P' }),
-        serialize.execute({}),
-        serialize.sync(),
-      ]),
+      concat([serialize.bind({ statement: statement.name, values }), serialize.execute({}), serialize.sync()]),
     )
-    return this.#helpers.parseResults(messages, this.#pglite.parsers)[0] as Results<R>
+    return readResults<R>(messages, statement)
   }
 
   async #prepare(sql: string): Promise<Prepared> {
-    const { serialize } = this.#helpers
+    const serialize = this.#serialize
     const name = `plinth_${++this.#named}`
     const { messages } = await this.#pglite.execProtocol(
       concat([serialize.parse({ name, text: sql }), serialize.describe({ type: 'S', name }), serialize.sync()]),
     )
-    const statement = { name, parameterTypes: this.#helpers.parseDescribeStatementResults(messages) }
+    let parameterTypes: number[] = []
+    let columns: Column[] = []
+    for (const message of messages) {
+      if (message.name === 'parameterDescription') {
+        parameterTypes = (message as messages.ParameterDescriptionMessage).dataTypeIDs
+      } else if (message.name === 'rowDescription') {
+        columns = (message as messages.RowDescriptionMessage).fields.map((field) => ({
+          name: field.name,
+          type: field.dataTypeID,
+          parse: this.#pglite.parsers[field.dataTypeID],
+        }))
+      }
+    }
+    const fields = columns.map((column) => ({ name: column.name, dataTypeID: column.type }))
+    const statement = { name, parameterTypes, columns, fields }
     this.#statements.set(sql, statement)
     return statement
   }
 
-  #serialize(value: unknown, type: number | undefined): string | null {
+  #text(value: unknown, type: number | undefined): string | null {
     if (value === null || value === undefined) return null
     const serialize = type === undefined ? undefined : this.#pglite.serializers[type]
     return serialize ? serialize(value) : String(value)
+  }
+}
+
+function readResults<R>(messages: BackendMessage[], statement: Prepared): Results<R> {
+  const { columns } = statement
+  const rows: Record<string, unknown>[] = []
+  let affectedRows = 0
+  for (const message of messages) {
+    if (message.name === 'dataRow') {
+      const values = (message as messages.DataRowMessage).fields
+      const row: Record<string, unknown> = {}
+      for (let index = 0; index < columns.length; index++) {
+        const column = columns[index]!
+        const text = values[index]
+        row[column.name] =
+          text === null || text === undefined ? null : column.parse ? column.parse(text, column.type) : text
+      }
+      rows.push(row)
+    } else if (message.name === 'commandComplete') {
+      affectedRows = rowCount((message as messages.CommandCompleteMessage).text)
+    }
+  }
+  return { rows: rows as R[], fields: statement.fields, affectedRows }
+}
+
+/** Rows a command changed, from its completion tag (`INSERT 0 3`, `UPDATE 2`, …), as PGlite counts them. */
+function rowCount(tag: string): number {
+  const parts = tag.split(' ')
+  switch (parts[0]) {
+    case 'INSERT':
+      return Number.parseInt(parts[2] ?? '0', 10)
+    case 'UPDATE':
+    case 'DELETE':
+    case 'COPY':
+    case 'MERGE':
+      return Number.parseInt(parts[1] ?? '0', 10)
+    default:
+      return 0
   }
 }
 
