@@ -24,6 +24,8 @@ function count(target: object, name: string): void {
   const record = target as Record<string, unknown>
   const original = record[name] as (...args: unknown[]) => unknown
   record[name] = function counted(this: unknown, ...args: unknown[]): unknown {
+    // Timed from the call: PGlite runs a protocol message synchronously before it returns its promise.
+    const started = performance.now()
     const result = original.apply(this, args)
     if (process.env.BENCH_QUERY_LOG) {
       const sql = args[0] as string | Uint8Array | { text?: string }
@@ -34,7 +36,6 @@ function count(target: object, name: string): void {
     // pg's callback form returns undefined; Plinth (through Kysely) always uses promises.
     if (result instanceof Promise) {
       stats.queries++
-      const started = performance.now()
       const settle = (): void => {
         stats.queryMs += performance.now() - started
       }
