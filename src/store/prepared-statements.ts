@@ -5,13 +5,6 @@ import { storableParameters } from './storable.js'
 export const planEachTime = /<=>|tsquery|ts_rank/
 
 /**
- * Makes a pool's connections prepare the parameterised statements the server sends again and again
- * (named, per connection): Postgres then parses them once and can reuse their plan, instead of parsing
- * and planning on every call — about half of a short statement's time in Postgres here. Statements
- * without parameters, retrieval queries, and anything past `maxPerConnection` distinct texts (a bound on
- * what each backend keeps) are sent unnamed, as before.
- */
-/**
  * Makes every statement's parameters storable (`storableParameters`): a NUL in a string would fail the
  * statement. Installed before `prepareRepeatedStatements`, which then calls through it.
  */
@@ -33,6 +26,13 @@ export function guardParameters(pool: pg.Pool): void {
   })
 }
 
+/**
+ * Makes a pool's connections prepare the parameterised statements the server sends again and again
+ * (named, per connection): Postgres then parses them once and can reuse their plan, instead of parsing
+ * and planning on every call — about half of a short statement's time in Postgres here. Statements
+ * without parameters, retrieval queries, and anything past `maxPerConnection` distinct texts (a bound on
+ * what each backend keeps) are sent unnamed, as before.
+ */
 export function prepareRepeatedStatements(pool: pg.Pool, maxPerConnection = 256): void {
   pool.on('connect', (client) => {
     const names = new Map<string, string>()
@@ -46,13 +46,13 @@ export function prepareRepeatedStatements(pool: pg.Pool, maxPerConnection = 256)
         typeof config !== 'string' ||
         !Array.isArray(values) ||
         values.length === 0 ||
-        typeof callback === 'function' ||
-        planEachTime.test(config)
+        typeof callback === 'function'
       ) {
         return query(config, values, callback)
       }
+      // A known text skips the retrieval check: only texts that passed it were named.
       let name = names.get(config)
-      if (name === undefined && names.size < maxPerConnection) {
+      if (name === undefined && names.size < maxPerConnection && !planEachTime.test(config)) {
         name = `plinth_${names.size + 1}`
         names.set(config, name)
       }

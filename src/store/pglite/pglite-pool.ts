@@ -1,5 +1,4 @@
 import type { PostgresPool, PostgresPoolClient, PostgresQueryResult } from 'kysely'
-import { planEachTime } from '../prepared-statements.js'
 import { storableParameters } from '../storable.js'
 import type { PGlitePreparedStatements } from './prepared-query.js'
 
@@ -51,10 +50,9 @@ export class PGlitePool implements PostgresPool {
           return { command, rowCount: last?.affectedRows ?? last?.rows.length ?? 0, rows: (last?.rows ?? []) as R[] }
         }
         const values = [...storableParameters(parameters)]
-        const result =
-          prepared && !planEachTime.test(sql) && prepared.canPrepare(sql)
-            ? await prepared.query<R>(sql, values)
-            : await pglite.query<R>(sql, values)
+        const result = prepared?.accepts(sql)
+          ? await prepared.query<R>(sql, values)
+          : await pglite.query<R>(sql, values)
         return { command, rowCount: result.affectedRows ?? result.rows.length, rows: result.rows }
       },
       release: () => {

@@ -1,4 +1,5 @@
 import type { messages, protocol, Results } from '@electric-sql/pglite'
+import { planEachTime } from '../prepared-statements.js'
 
 type BackendMessage = messages.BackendMessage
 type ParseValue = (text: string, type: number) => unknown
@@ -53,9 +54,13 @@ export class PGlitePreparedStatements {
     this.#max = maxStatements
   }
 
-  /** False once `maxStatements` texts are prepared: the caller sends the rest unnamed. */
-  canPrepare(sql: string): boolean {
-    return this.#statements.has(sql) || this.#statements.size < this.#max
+  /**
+   * Whether `sql` goes through here: a text already prepared, or a new one while fewer than
+   * `maxStatements` are and it is not a retrieval query (planned each time). The caller sends the rest
+   * unnamed.
+   */
+  accepts(sql: string): boolean {
+    return this.#statements.has(sql) || (this.#statements.size < this.#max && !planEachTime.test(sql))
   }
 
   async query<R>(sql: string, parameters: readonly unknown[]): Promise<Results<R>> {
