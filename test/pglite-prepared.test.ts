@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest'
 import { openStore, type Store } from '../src/store/index.js'
+import { PGlitePreparedStatements } from '../src/store/pglite/prepared-query.js'
 import { sql, testDb } from '../src/store/test-access.js'
 
 // The embedded database prepares the statements it repeats (docs/guides/operating.md#storage): parsed
@@ -104,5 +105,31 @@ describe('PGlite prepared statements', () => {
     expect(await read()).toEqual([{ id: 1 }])
     await sql`alter table prepared_shape add column label text default 'x'`.execute(db)
     expect(await read()).toEqual([{ id: 1, label: 'x' }])
+  })
+
+  it('keeps at most its bound of named statements, closing the least recently used', async () => {
+    const { PGlite, protocol } = await import('@electric-sql/pglite')
+    const pglite = await PGlite.create()
+    try {
+      const statements = new PGlitePreparedStatements(pglite, protocol.serialize, 2)
+      const named = async (): Promise<string[]> =>
+        (
+          await pglite.query<{ statement: string }>(
+            'select statement from pg_prepared_statements where from_sql = false order by statement',
+          )
+        ).rows.map((row) => row.statement)
+      const a = 'select $1::int + 1 as a'
+      const b = 'select $1::int + 2 as b'
+      const c = 'select $1::int + 3 as c'
+      expect((await statements.query(a, [1])).rows).toEqual([{ a: 2 }])
+      expect((await statements.query(b, [1])).rows).toEqual([{ b: 3 }])
+      expect((await statements.query(a, [2])).rows).toEqual([{ a: 3 }]) // a is now the most recently used
+      expect((await statements.query(c, [1])).rows).toEqual([{ c: 4 }])
+      expect(await named()).toEqual([a, c])
+      expect((await statements.query(b, [5])).rows).toEqual([{ b: 7 }]) // prepared again, closing a
+      expect(await named()).toEqual([b, c])
+    } finally {
+      await pglite.close()
+    }
   })
 })

@@ -34,7 +34,8 @@ interface Prepared {
 const changedResultType = '0A000'
 
 /**
- * Named prepared statements for the embedded database. PGlite's own `query` parses and plans the text on
+ * Named prepared statements for the embedded database, at most `maxStatements` of them (the least
+ * recently used is closed to make room). PGlite's own `query` parses and plans the text on
  * every call, in six separate calls into the database, and copies its table of type parsers to read each
  * result. Here a statement is parsed and described once; each later call binds, executes and syncs in one
  * message, and its rows are read with the columns' parsers found at preparation. Planning each time also
@@ -44,8 +45,11 @@ const changedResultType = '0A000'
 export class PGlitePreparedStatements {
   readonly #pglite: PGliteProtocolLike
   readonly #serialize: PGliteSerialize
+  /** By text, least recently used first. */
   readonly #statements = new Map<string, Prepared>()
   readonly #max: number
+  /** Names no longer used, closed in the next preparation's message. */
+  readonly #closeLater: string[] = []
   #named = 0
 
   constructor(pglite: PGliteProtocolLike, serialize: PGliteSerialize, maxStatements = 256) {
@@ -54,13 +58,9 @@ export class PGlitePreparedStatements {
     this.#max = maxStatements
   }
 
-  /**
-   * Whether `sql` goes through here: a text already prepared, or a new one while fewer than
-   * `maxStatements` are and it is not a retrieval query (planned each time). The caller sends the rest
-   * unnamed.
-   */
+  /** Whether `sql` goes through here: any parameterised text but a retrieval query (planned each time). */
   accepts(sql: string): boolean {
-    return this.#statements.has(sql) || (this.#statements.size < this.#max && !planEachTime.test(sql))
+    return this.#statements.has(sql) || !planEachTime.test(sql)
   }
 
   async query<R>(sql: string, parameters: readonly unknown[]): Promise<Results<R>> {
@@ -69,8 +69,10 @@ export class PGlitePreparedStatements {
         return await this.#execute<R>(sql, parameters)
       } catch (error) {
         if ((error as { code?: unknown }).code !== changedResultType) throw error
-        // A table changed under the prepared text: prepare it again, under a new name (the old one stays
-        // until the session ends), and run it again unless the failure aborted a transaction block.
+        // A table changed under the prepared text: prepare it again, under a new name (the old one is
+        // closed with the next preparation), and run it again unless the failure aborted a transaction block.
+        const stale = this.#statements.get(sql)
+        if (stale) this.#closeLater.push(stale.name)
         this.#statements.delete(sql)
         if (this.#pglite.isInTransaction()) throw error
         return await this.#execute<R>(sql, parameters)
@@ -79,7 +81,14 @@ export class PGlitePreparedStatements {
   }
 
   async #execute<R>(sql: string, parameters: readonly unknown[]): Promise<Results<R>> {
-    const statement = this.#statements.get(sql) ?? (await this.#prepare(sql))
+    let statement = this.#statements.get(sql)
+    if (statement) {
+      // Most recently used last: the first entry is the one to close when a new text needs room.
+      this.#statements.delete(sql)
+      this.#statements.set(sql, statement)
+    } else {
+      statement = await this.#prepare(sql)
+    }
     const serialize = this.#serialize
     const values = parameters.map((value, index) => this.#text(value, statement.parameterTypes[index]))
     const { messages } = await this.#pglite.execProtocol(
@@ -91,9 +100,15 @@ export class PGlitePreparedStatements {
   async #prepare(sql: string): Promise<Prepared> {
     const serialize = this.#serialize
     const name = `plinth_${++this.#named}`
-    const { messages } = await this.#pglite.execProtocol(
-      concat([serialize.parse({ name, text: sql }), serialize.describe({ type: 'S', name }), serialize.sync()]),
-    )
+    const parts = [serialize.parse({ name, text: sql }), serialize.describe({ type: 'S', name }), serialize.sync()]
+    if (this.#statements.size >= this.#max) {
+      // Room for it: the least recently used statement is closed in the same message.
+      const [oldest, evicted] = this.#statements.entries().next().value as [string, Prepared]
+      this.#statements.delete(oldest)
+      this.#closeLater.push(evicted.name)
+    }
+    for (const stale of this.#closeLater.splice(0)) parts.unshift(serialize.close({ type: 'S', name: stale }))
+    const { messages } = await this.#pglite.execProtocol(concat(parts))
     let parameterTypes: number[] = []
     let columns: Column[] = []
     for (const message of messages) {
