@@ -7,7 +7,9 @@
  * Then time to first token against a paced upstream, and the SSE fan-out of one run.
  *
  * Env: BENCH_ROUNDS (200), BENCH_AGENT_WARMUP (20), BENCH_TTFT_ROUNDS (20, paced, 0 = off),
- * BENCH_SUBSCRIBERS (1000, 0 = no fan-out). To see where a round's time goes: BENCH_TRACE=1 (when each
+ * BENCH_SUBSCRIBERS (1000, 0 = no fan-out), BENCH_CONCURRENT_RUNS (200) × BENCH_CONCURRENT_ROUNDS (3) with
+ * BENCH_CONCURRENT_MODEL (a model id of the bench's config: `fake-fanout` streams each answer in 50 chunks
+ * 10 ms apart, as a real model does; default the instant one). To see where a round's time goes: BENCH_TRACE=1 (when each
  * event arrives, p50), BENCH_QUERY_LOG=1 (every SQL statement the server sends, on stderr),
  * BENCH_CPU_PROF=<dir> (a V8 CPU profile of each child process, written when it exits).
  */
@@ -32,6 +34,8 @@ interface AgentSettings {
   /** Runs at once for the concurrency phase (0 = off), each of `concurrentRounds` rounds. */
   concurrent: number
   concurrentRounds: number
+  /** The concurrent runs' model id (empty: the instant one; `fake-fanout`: answers in 50 chunks 10 ms apart). */
+  concurrentModel: string
 }
 
 interface LongConversationResult {
@@ -90,6 +94,7 @@ export function loadAgentSettings(env: NodeJS.ProcessEnv = process.env): AgentSe
     history: setting('BENCH_HISTORY', 500, 0),
     concurrent: setting('BENCH_CONCURRENT_RUNS', 200, 0),
     concurrentRounds: setting('BENCH_CONCURRENT_ROUNDS', 3, 1),
+    concurrentModel: env.BENCH_CONCURRENT_MODEL ?? '',
   }
 }
 
@@ -345,7 +350,8 @@ async function measureConcurrent(
     conversations.map(async (conversationId) => {
       for (let round = 0; round < settings.concurrentRounds; round++) {
         try {
-          times.push((await plinthRound(target, conversationId)).totalMs)
+          const model = settings.concurrentModel ? { model: settings.concurrentModel, checkAnswer: false } : {}
+          times.push((await plinthRound(target, conversationId, model)).totalMs)
         } catch {
           failed++
         }

@@ -116,19 +116,6 @@ export interface RunFence {
   owner: string
 }
 
-/**
- * Appends events on their own: one statement, so one implicit transaction that holds the lock
- * until it commits (for events that change nothing else, such as streamed deltas).
- */
-export function appendEventsAlone(
-  db: Executor,
-  events: NewEvent[],
-  tag: string,
-  fence?: RunFence,
-): Promise<EventRecord[]> {
-  return insertEvents(db, events, tag, fence)
-}
-
 /** The event log's append lock: held until commit, so ids become visible in order. */
 export const eventLogLock = 748202
 
@@ -146,33 +133,19 @@ export function eventFromJson(row: { [key: string]: JsonValue }): EventRecord {
   return toEventRecord({ ...(row as unknown as EventRow), created_at: new Date(String(row.created_at)) })
 }
 
-async function insertEvents(db: Executor, events: NewEvent[], tag: string, fence?: RunFence): Promise<EventRecord[]> {
+async function insertEvents(db: Executor, events: NewEvent[], tag: string): Promise<EventRecord[]> {
   if (events.length === 0) return []
   // One round trip: the lock is taken in the FROM clause, so before any row (and its id) is produced;
   // the NOTIFY is queued by RETURNING (identical notifications in a transaction collapse into one).
   // Its payload tags the instance that will deliver these rows itself.
-  // Outside a transaction the statement is its own transaction, and the lock is held until it commits.
-  // A fence is checked on the run's row as last committed, under a share lock taken BEFORE the event
-  // log's lock (the order every transaction keeps): a statement's snapshot predates its lock waits, so
-  // a plain read would let a delta queued behind a cancel's message.completed pass the fence after it.
-  const lock = fence
-    ? sql`(select pg_advisory_xact_lock(${eventLogLock}) from f)`
-    : sql`(select pg_advisory_xact_lock(${eventLogLock}))`
   const insert = sql`insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
     select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size
-    from ${lock} as lock, ${eventValues(events)}
+    from (select pg_advisory_xact_lock(${eventLogLock})) as lock, ${eventValues(events)}
     returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified`
-  const ctes = [
-    ...(fence
-      ? [
-          sql`f as (select id from runs where id = ${fence.runId} and lease_owner = ${fence.owner} and status = 'running' for share)`,
-        ]
-      : []),
-    sql`e as (${insert})`,
-    // Events a webhook reports carry their outbox messages in the same statement (webhook-outbox.ts).
-    ...[outboxCte(events)].filter((cte) => cte !== null),
-  ]
-  const { rows } = await sql<EventRow>`with ${sql.join(ctes)} select * from e`.execute(kysely(db))
+  // Events a webhook reports carry their outbox messages in the same statement (webhook-outbox.ts).
+  const outbox = outboxCte(events)
+  const { rows } =
+    await sql<EventRow>`with e as (${insert})${outbox ? sql`, ${outbox}` : sql``} select * from e`.execute(kysely(db))
   return rows.map(toEventRecord).sort((a, b) => a.id - b.id)
 }
 

@@ -28,6 +28,7 @@ export {
   type NewEvent,
   type RunFence,
 } from './event-log.js'
+export { GroupedAppends, appendGrouped, type AppendItem } from './grouped-appends.js'
 export { AccessSignals, announceAccessChange, type AccessSubject } from './access-signals.js'
 export { announceRunEnded } from './run-signals.js'
 export { announceDecidedCallStarted, lockRunOf, runEndedSignal } from './decided-calls.js'

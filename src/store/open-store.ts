@@ -9,15 +9,7 @@ import { RunSignals, runsChannel } from './run-signals.js'
 import { EventFeed } from './event-feed.js'
 import { SettingsSignals, settingsChannel } from './settings-repository.js'
 import { WebhookSignals, webhooksChannel } from './webhook-outbox.js'
-import {
-  AppendLog,
-  appendEventsAlone,
-  noteAppended,
-  eventsChannel,
-  type EventRecord,
-  type NewEvent,
-  type RunFence,
-} from './event-log.js'
+import { AppendLog, noteAppended, eventsChannel, type EventRecord, type NewEvent, type RunFence } from './event-log.js'
 import { migrate, readMigrations, type MigrationResult } from './migrator.js'
 import type { NewRun, Run, RunPatch } from './run-repository.js'
 import { createRun, type CreateRunOptions, type CreatedRun } from './transitions/create-run.js'
@@ -30,6 +22,7 @@ import { guardParameters, prepareRepeatedStatements } from './prepared-statement
 import { StoreError, isOneActiveRunViolation } from './store-errors.js'
 import { executorOf, type Executor } from './executor.js'
 import { WalFlush, walBarrier } from './wal-flush.js'
+import { GroupedAppends, appendGrouped } from './grouped-appends.js'
 
 export type Engine = 'pg' | 'pglite'
 
@@ -78,8 +71,9 @@ export interface Store extends Executor {
   /** Runs `fn` in one transaction. */
   transaction<T>(fn: (tx: Executor) => Promise<T>): Promise<T>
   /**
-   * Appends events that go with no other change, in one statement (its own transaction). With a
-   * fence, nothing is appended unless that lease still holds the run.
+   * Appends events that go with no other change, in one statement (its own transaction), which other
+   * appends made meanwhile may share (`GroupedAppends`). With a fence, nothing is appended unless that
+   * lease still holds the run.
    */
   appendEvents(events: NewEvent[], fence?: RunFence): Promise<EventRecord[]>
   /**
@@ -149,6 +143,11 @@ export async function openStore(options: StoreOptions): Promise<Store> {
         ? new WalFlush(() => walBarrier(root))
         : undefined
     const deferFlush = walFlush ? await walFlush.available() : false
+    // Streamed deltas and outputs of concurrent runs share statements (group commit).
+    const grouped = new GroupedAppends(
+      (items) => appendGrouped(root, items, feed.tag),
+      (events) => feed.deliverCommitted(events),
+    )
     const transaction = async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
       const log = new AppendLog(feed.tag)
       const result = await db.transaction().execute((tx) => fn(executorOf(log.install(tx))))
@@ -165,11 +164,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       webhooks,
       migrations,
       transaction,
-      appendEvents: async (events, fence) => {
-        const appended = await appendEventsAlone(root, events, feed.tag, fence)
-        feed.deliverCommitted(appended)
-        return appended
-      },
+      appendEvents: (events, fence) => grouped.append(events, fence),
       createRun: async (input, options) => {
         const { within } = options
         for (let attempt = 1; ; attempt++) {
