@@ -6,34 +6,57 @@ import { PGlitePool } from '../src/store/pglite/pglite-pool.js'
 // the session one after another must still let the event loop turn between them, or a loaded instance
 // stops accepting connections and reading requests (docs/guides/scaling.md#overload).
 describe('PGlite pool', () => {
-  it('lets timers and I/O in between statements while many callers queue for the session', async () => {
+  async function withPool(use: (pool: PGlitePool) => Promise<void>): Promise<void> {
     const { PGlite } = await import('@electric-sql/pglite')
-    const pglite = await PGlite.create()
-    const pool = new PGlitePool(pglite)
+    const pool = new PGlitePool(await PGlite.create())
     try {
+      await use(pool)
+    } finally {
+      await pool.end()
+    }
+  }
+
+  /** `count` statements one after another, each on the session taken for it; `onDone` after each. */
+  async function statements(pool: PGlitePool, count: number, onDone: () => void): Promise<void> {
+    for (let index = 0; index < count; index++) {
+      const client = await pool.connect()
+      try {
+        await client.query('select $1::int as n', [index])
+        onDone()
+      } finally {
+        client.release()
+      }
+    }
+  }
+
+  it('lets timers and I/O in between statements while many callers queue for the session', async () => {
+    await withPool(async (pool) => {
       const callers = 20
       const statementsEach = 25
       let done = 0
-      const caller = async (): Promise<void> => {
-        for (let index = 0; index < statementsEach; index++) {
-          const client = await pool.connect()
-          try {
-            await client.query('select $1::int as n', [index])
-            done++
-          } finally {
-            client.release()
-          }
-        }
-      }
-      const all = Promise.all(Array.from({ length: callers }, caller))
+      const all = Promise.all(Array.from({ length: callers }, () => statements(pool, statementsEach, () => done++)))
       // A timer set now stands for a connection to accept or a request to read.
       await sleep(0)
       const doneWhenTimerRan = done
       await all
       expect(done).toBe(callers * statementsEach)
       expect(doneWhenTimerRan).toBeLessThan(done / 4)
-    } finally {
-      await pool.end()
-    }
+    })
+  })
+
+  it("lets the loop turn during one caller's long chain of statements on an idle session", async () => {
+    // One request's reads and writes, one after another with nobody else waiting: without a turn in
+    // between, a burst of connections was taken in one request at a time, each run to its end.
+    await withPool(async (pool) => {
+      const count = 400
+      let done = 0
+      let doneWhenTurned: number | undefined
+      setImmediate(() => {
+        doneWhenTurned = done
+      })
+      await statements(pool, count, () => done++)
+      expect(doneWhenTurned).toBeDefined()
+      expect(doneWhenTurned!).toBeLessThan(count)
+    })
   })
 })

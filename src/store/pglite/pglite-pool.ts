@@ -14,6 +14,9 @@ export interface PGliteLike {
 
 const commandPattern = /^\s*(?:--[^\n]*\n\s*)*(\w+)/
 
+/** How long the idle session is handed over at once, within one turn of the event loop (ms). */
+const turnBudgetMs = 4
+
 /**
  * A `PostgresPool` over one embedded PGlite instance, so Kysely's own Postgres dialect (adapter,
  * query compiler, transactions) serves both engines with the same SQL. PGlite is a single session,
@@ -23,6 +26,8 @@ export class PGlitePool implements PostgresPool {
   readonly #pglite: PGliteLike
   #busy = false
   readonly #waiters: Array<() => void> = []
+  /** When the session was first handed over in this turn of the event loop (-1: not yet). */
+  #turnStart = -1
 
   readonly #prepared: PGlitePreparedStatements | undefined
 
@@ -35,8 +40,21 @@ export class PGlitePool implements PostgresPool {
   async connect(): Promise<PostgresPoolClient> {
     if (this.#busy) {
       await new Promise<void>((resolve) => this.#waiters.push(resolve))
+    } else if (this.#turnSpent()) {
+      // PGlite answers without I/O, so a chain of statements on an idle session (a request's reads,
+      // then its write) would otherwise run within one callback: a server accepting connections
+      // took in one request, ran all of it, then the next — under a burst, the last waited for
+      // every other run to go (docs/guides/scaling.md#overload). Past the budget, the loop turns first.
+      this.#busy = true
+      await new Promise<void>((resolve) => setImmediate(resolve))
     }
     this.#busy = true
+    if (this.#turnStart < 0) {
+      this.#turnStart = performance.now()
+      setImmediate(() => {
+        this.#turnStart = -1
+      })
+    }
     let released = false
     const pglite = this.#pglite
     const prepared = this.#prepared
@@ -68,6 +86,10 @@ export class PGlitePool implements PostgresPool {
       },
     }
     return client as PostgresPoolClient
+  }
+
+  #turnSpent(): boolean {
+    return this.#turnStart >= 0 && performance.now() - this.#turnStart > turnBudgetMs
   }
 
   async end(): Promise<void> {
