@@ -69,8 +69,18 @@ export class QuotaPromoter {
     const started = await store.transaction(async (tx) => {
       if (!(await lockQuotaPromotion(tx))) return []
       const runs: Array<{ run: Run; owner: string }> = []
+      // A user or project found full stays full for the rest of this pass: each count is read afresh,
+      // and a run that ended between two reads would otherwise let a later run start before the
+      // older one skipped just before it.
+      const full = new Set<string>()
       for (const candidate of await quotaCandidates(tx, 50)) {
-        if (quotas.full(await quotaCountsFor(tx, candidate.run), candidate.quota)) continue
+        const { ownerId, projectId } = candidate.run
+        if (full.has(`user:${ownerId}`) || full.has(`project:${projectId}`)) continue
+        const over = quotas.full(await quotaCountsFor(tx, candidate.run), candidate.quota)
+        if (over) {
+          full.add(over.quota.scope === 'user' ? `user:${ownerId}` : `project:${projectId}`)
+          continue
+        }
         const lease = leases.newLease()
         const run = await startQuotaQueuedRun(tx, candidate.run.id, lease)
         if (run) runs.push({ run, owner: lease.owner })
