@@ -36,7 +36,7 @@ export class QuotaPromoter {
   }
 
   start(intervalMs = 1000): void {
-    this.#timer = setInterval(() => this.poke(), intervalMs)
+    this.#timer = setInterval(() => void this.poke(), intervalMs)
     this.#timer.unref()
   }
 
@@ -45,11 +45,14 @@ export class QuotaPromoter {
     this.#timer = undefined
   }
 
-  /** Looks for room now (overlapping calls share one pass, and one more follows). */
-  poke(): void {
+  /**
+   * Looks for room now (overlapping calls share one pass, and one more follows). Resolves when the
+   * pass in flight, or the one this call starts, has ended.
+   */
+  poke(): Promise<void> {
     if (this.#running) {
       this.#again = true
-      return
+      return this.#running
     }
     this.#running = this.#promote()
       .catch((error: unknown) =>
@@ -59,9 +62,10 @@ export class QuotaPromoter {
         this.#running = null
         if (this.#again) {
           this.#again = false
-          this.poke()
+          void this.poke()
         }
       })
+    return this.#running
   }
 
   async #promote(): Promise<void> {

@@ -229,7 +229,7 @@ export class RunManager {
       this.#decisions.follow(bus, log),
       store.runs.subscribe((runId) => this.#onRunEndedElsewhere(runId)),
       // A run ended here or elsewhere: its quota slot may let a waiting run start.
-      store.runs.subscribe(() => this.#promoter?.poke()),
+      store.runs.subscribe(() => void this.#promoter?.poke()),
       // A run whose owner can no longer see its conversation stops calling the model at once.
       store.access.subscribe(() => this.#recheckAccess()),
     )
@@ -251,7 +251,7 @@ export class RunManager {
       })
     this.#sweeper.start(Math.max(1000, this.#leases.ms / 2))
     this.#promoter?.start()
-    this.#promoter?.poke()
+    void this.#promoter?.poke()
     this.#retention.start()
   }
 
@@ -434,7 +434,7 @@ export class RunManager {
     // Waiting for a quota: its place in line, and a look for room (a run may have ended meanwhile).
     else if ('run' in created && created.run.queuedFor === 'quota') {
       created.run.queuePosition = await quotaQueuePosition(this.#options.store, created.run)
-      this.#promoter?.poke()
+      void this.#promoter?.poke()
     }
     // A queued run: the active one may have ended between our check and our commit; look again.
     else if ('run' in created) await this.#pool.startNext(conversation.id)

@@ -1,4 +1,11 @@
-import { createConversation, createProject, createUser, type Run, type Store } from '../../src/store/index.js'
+import {
+  createConversation,
+  createProject,
+  createUser,
+  type NewRun,
+  type Run,
+  type Store,
+} from '../../src/store/index.js'
 import { runView } from '../../src/resources/index.js'
 
 /** Where a store-level test puts its conversations and runs. */
@@ -15,22 +22,27 @@ export async function seedProject(store: Store, name: string): Promise<SeedScope
   return { ownerId: user.id, projectId: project.id }
 }
 
+/** A user message's run in a new conversation of the scope, as `store.createRun` takes it. */
+export async function newRunInput(store: Store, scope: SeedScope): Promise<NewRun> {
+  const conversationId = (await store.transaction((tx) => createConversation(tx, scope))).id
+  return {
+    conversationId,
+    ...scope,
+    model: 'm',
+    maxIterations: 5,
+    approvalPolicy: 'ask',
+    clientTools: [],
+    input: 'hi',
+    view: runView,
+  }
+}
+
 /** A run started alone in a new conversation of the scope: `running`, its lease held by `owner` for a minute. */
 export async function startedRun(store: Store, scope: SeedScope, owner: string): Promise<Run> {
-  const conversationId = (await store.transaction((tx) => createConversation(tx, scope))).id
-  const created = await store.createRun(
-    {
-      conversationId,
-      ...scope,
-      model: 'm',
-      maxIterations: 5,
-      approvalPolicy: 'ask',
-      clientTools: [],
-      input: 'hi',
-      view: runView,
-    },
-    { lease: { owner, expiresAt: new Date(Date.now() + 60_000) }, allowQueue: false },
-  )
+  const created = await store.createRun(await newRunInput(store, scope), {
+    lease: { owner, expiresAt: new Date(Date.now() + 60_000) },
+    allowQueue: false,
+  })
   if (!('run' in created)) throw new Error('the conversation has an active run')
   return created.run
 }
