@@ -14,7 +14,8 @@
  * Each server runs in its own process; autocannon loads it from this one.
  *
  * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks`, `schedules`, `tracing`, `budgets` or `start`: run one
- * part; `peers`, the agent round through LangGraph.js's and Mastra's servers beside Plinth (bench/peers), runs only when asked for; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
+ * part; `peers`, the agent round through LangGraph.js's and Mastra's servers beside Plinth (bench/peers), and `baseline`, the
+ * round through another checkout's server (BENCH_BASELINE=<dir>) beside this one's (bench/agent/baseline.ts), run only when asked for; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
  * BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in
  * bench/agent/index.ts.
  */
@@ -27,6 +28,7 @@ import { runRetrievalBench } from './retrieval/index.js'
 import { runWebhookBench } from './webhooks/index.js'
 import { runScheduleBench } from './schedules/index.js'
 import { runBudgetBench } from './agent/budgets.js'
+import { baselineRoot, runBaselineBench } from './agent/baseline.js'
 import { runTracingBench } from './agent/tracing.js'
 import { runStartBench } from './start/index.js'
 import { runPeersBench } from './peers/index.js'
@@ -57,10 +59,11 @@ if (
     'budgets',
     'start',
     'peers',
+    'baseline',
   ].includes(only)
 ) {
   console.error(
-    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules", "tracing", "budgets", "start" or "peers", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
+    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules", "tracing", "budgets", "start", "peers" or "baseline", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
   )
   process.exit(2)
 }
@@ -143,6 +146,7 @@ try {
   }
   // Opt-in only: it installs the peers' servers (bench/peers/package.json) on first use.
   if (only === 'peers') await runPeersBench(databaseUrl)
+  if (only === 'baseline') await runBaselineBench(databaseUrl, baselineRoot())
 } catch (error) {
   console.error(error)
   process.exitCode = 1

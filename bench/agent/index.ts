@@ -221,6 +221,7 @@ export async function startPlinthAgent(
   upstreamUrl: string,
   databaseUrl: string | undefined,
   env: Record<string, string> = {},
+  root?: string,
 ): Promise<
   ChildServer & {
     target: PlinthTarget
@@ -250,6 +251,7 @@ export async function startPlinthAgent(
     }
     await writeFile(configPath, JSON.stringify(config, null, 2))
     const server = await startChildServer('bench/servers/plinth-agent-server.ts', {
+      root,
       env: {
         HOST: '127.0.0.1',
         PORT: '0',

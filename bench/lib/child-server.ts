@@ -18,6 +18,8 @@ export interface ChildServerOptions {
   env?: Record<string, string>
   /** How long to wait for the ready line (PGlite start + migrations + seeding). */
   readyTimeoutMs?: number
+  /** The checkout the script runs from (default: this one), e.g. a baseline to compare with. */
+  root?: string
 }
 
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url))
@@ -36,7 +38,7 @@ export async function startChildServer(script: string, options: ChildServerOptio
   // BENCH_CPU_PROF=<dir>: each child writes a V8 CPU profile there on exit (open it in Chrome DevTools).
   const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []
   const child = spawn(process.execPath, [...profile, '--import', 'tsx', script], {
-    cwd: repoRoot,
+    cwd: options.root ?? repoRoot,
     // BENCH_SERVER_NODE_OPTIONS: Node flags for the servers only (say, a young-generation size to compare).
     env: {
       ...inheritedEnv(),

@@ -36,7 +36,7 @@ export interface AnthropicMessagesModelOptions {
 }
 
 /**
- * A model behind the Anthropic Messages streaming API, read with `fetch` + server-sent events. Yields
+ * A model behind the Anthropic Messages streaming API, read over HTTP (undici) + server-sent events. Yields
  * canonical parts; throws ModelError exactly like the OpenAI-compatible adapter. A stream that ends before
  * the message says why it stopped is an `upstream_error` (retryable; the caller knows whether it yielded).
  *

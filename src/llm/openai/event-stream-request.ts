@@ -1,4 +1,5 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser'
+import { request, type Dispatcher } from 'undici'
 import { ModelError } from '../model.js'
 import { createHttpError, describeErrorBody } from './upstream-errors.js'
 import { withTraceHeaders } from '../../telemetry/index.js'
@@ -19,10 +20,13 @@ export interface EventStreamRequestOptions {
  * POSTs a JSON body and yields the server-sent events of the answer. Provider-neutral: the OpenAI and
  * Anthropic adapters both use it.
  *
- * Throws ModelError only: non-2xx → see `createHttpError`; fetch failures and connections cut mid-stream
+ * Throws ModelError only: non-2xx → see `createHttpError`; network failures and connections cut mid-stream
  * → retryable `upstream_error` (the caller knows whether it already yielded); no bytes for `idleTimeoutMs`
  * → `timeout`; `signal` aborted → `cancelled`. A clean end of the body ends the iteration. Stopping the
  * iteration early aborts the request.
+ *
+ * Through undici's `request`, not `fetch`: fetch's WHATWG streams and objects cost about four times the
+ * CPU per call on this path, on the round's critical path (docs/reference/benchmarks.md#the-round-on-postgres).
  */
 export async function* streamEventsFromUpstream(
   options: EventStreamRequestOptions,
@@ -62,12 +66,12 @@ export async function* streamEventsFromUpstream(
     return new ModelError('upstream_error', message, { isRetryable: true, cause: error })
   }
 
-  let reader: ReadableStreamDefaultReader<Uint8Array> | undefined
+  let body: Dispatcher.ResponseData['body'] | undefined
   try {
-    let response: Response
+    let response: Dispatcher.ResponseData
     try {
       response = await waitingForUpstream(() =>
-        fetch(options.url, {
+        request(options.url, {
           method: 'POST',
           // The run's trace goes on upstream (`traceparent`), when tracing is on.
           headers: withTraceHeaders({
@@ -76,50 +80,54 @@ export async function* streamEventsFromUpstream(
             ...options.headers,
           }),
           body: typeof options.body === 'string' ? options.body : JSON.stringify(options.body),
-          // A redirect would carry the key headers to wherever it points; it is reported instead.
-          redirect: 'manual',
+          // No redirect is followed (undici's `request` follows none): it would carry the key headers to
+          // wherever it points; it is reported instead. The idle clock above is the only timeout.
+          headersTimeout: 0,
+          bodyTimeout: 0,
           signal: controller.signal,
         }),
       )
     } catch (error) {
       throw toModelError(error, 'connect')
     }
+    body = response.body
+    const { statusCode } = response
 
-    if (!response.ok) {
+    if (statusCode < 200 || statusCode > 299) {
       let text = ''
       try {
-        text = await waitingForUpstream(() => response.text())
+        const current = body
+        text = await waitingForUpstream(() => current.text())
       } catch (error) {
         // A body we could not read still leaves the status to report, unless we were cancelled.
         if (abortedBy === 'cancelled') throw cancelledError(error)
       }
-      throw createHttpError(response.status, response.headers, text, options.toolsUnsupportedKeywords)
+      throw createHttpError(statusCode, toHeaders(response.headers), text, options.toolsUnsupportedKeywords)
     }
 
     // A 2xx JSON answer (some gateways report errors this way) is not a stream we can read.
-    if (response.headers.get('content-type')?.includes('application/json')) {
+    if (String(response.headers['content-type'] ?? '').includes('application/json')) {
       let text = ''
       try {
-        text = await waitingForUpstream(() => response.text())
+        const current = body
+        text = await waitingForUpstream(() => current.text())
       } catch (error) {
         throw toModelError(error, 'stream')
       }
       throw new ModelError(
         'upstream_error',
         `The upstream answered JSON instead of an event stream: ${describeErrorBody(text)}`,
-        { upstreamStatus: response.status },
+        { upstreamStatus: statusCode },
       )
     }
-    if (!response.body) return
 
     const events: EventSourceMessage[] = []
     const parser = createParser({ onEvent: (event) => events.push(event) })
     // One streaming decoder: a UTF-8 character split across network chunks is decoded whole.
     const decoder = new TextDecoder('utf-8')
-    reader = response.body.getReader()
+    const chunks = body[Symbol.asyncIterator]() as AsyncIterator<Buffer>
     for (;;) {
-      const current = reader
-      const result = await waitingForUpstream(() => current.read()).catch((error: unknown) => {
+      const result = await waitingForUpstream(() => chunks.next()).catch((error: unknown) => {
         throw toModelError(error, 'stream')
       })
       if (result.done) {
@@ -135,18 +143,30 @@ export async function* streamEventsFromUpstream(
     signal?.removeEventListener('abort', onCallerAbort)
     clearTimeout(idleTimer)
     // Releases the connection when the consumer stopped early; a no-op after a complete body.
-    reader?.cancel().catch(() => {})
+    if (body && !body.readableEnded) body.destroy()
     controller.abort()
   }
+}
+
+/** A response's headers as a `Headers` (what the error mapping reads `Retry-After` from). */
+function toHeaders(raw: Record<string, string | string[] | undefined>): Headers {
+  const headers = new Headers()
+  for (const [name, value] of Object.entries(raw)) {
+    if (Array.isArray(value)) for (const each of value) headers.append(name, each)
+    else if (value !== undefined) headers.set(name, value)
+  }
+  return headers
 }
 
 function cancelledError(cause: unknown): ModelError {
   return new ModelError('cancelled', 'The model request was cancelled', { cause })
 }
 
-/** A short reason for a network failure, from undici's `cause` (e.g. ECONNREFUSED) when there is one. */
+/** A short reason for a network failure, with its code (e.g. ECONNREFUSED, UND_ERR_SOCKET) when there is one. */
 function describeNetworkError(error: unknown): string {
   if (!(error instanceof Error)) return String(error)
+  const code = (error as { code?: unknown }).code
+  if (typeof code === 'string' && !error.message.includes(code)) return `${error.message} (${code})`
   const cause = error.cause as { code?: unknown; message?: unknown } | undefined
   if (cause && typeof cause.code === 'string') return `${error.message} (${cause.code})`
   if (cause && typeof cause.message === 'string' && cause.message) return `${error.message} (${cause.message})`

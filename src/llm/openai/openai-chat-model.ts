@@ -37,7 +37,7 @@ export interface OpenAIChatModelOptions {
 
 /**
  * A model behind an OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, …), streamed with
- * `fetch` + server-sent events. Yields canonical parts; throws ModelError (see `streamEventsFromUpstream`).
+ * HTTP (undici) + server-sent events. Yields canonical parts; throws ModelError (see `streamEventsFromUpstream`).
  *
  * @example
  * const model = new OpenAIChatModel({ id: 'local', model: 'qwen2.5', baseUrl: config.baseUrl, contextWindow: 32_768, supportsTools: true })
