@@ -17,6 +17,8 @@ export interface StreamReplyOptions {
   headers?: Record<string, string>
   /** Write every frame and the end at once, in one write (an answer that arrives whole). */
   whole?: boolean
+  /** Milliseconds between the last frame (`[DONE]`) and the body's end. */
+  endDelayMs?: number
 }
 
 /** A chat-completions stream: each chunk is sent as `data: <json>`, then `data: [DONE]` unless `done: false`. */
@@ -62,6 +64,10 @@ export interface FakeUpstream {
   url: string
   /** Every request received, in order. */
   requests: RecordedRequest[]
+  /** How many TCP connections clients have opened so far. */
+  readonly connections: number
+  /** How each response closed, in order: written to its end, or cut (the client closed the connection first). */
+  outcomes: Array<'finished' | 'cut'>
   /** Scripts the reply to the next unanswered request (replies are used first in, first out). */
   enqueue(reply: FakeReply): void
   /** Drops the replies not used yet; returns how many there were. */
@@ -78,7 +84,9 @@ export interface FakeUpstream {
 export async function startFakeUpstream(): Promise<FakeUpstream> {
   const replies: FakeReply[] = []
   const requests: RecordedRequest[] = []
+  const outcomes: Array<'finished' | 'cut'> = []
   const server = createServer((request, response) => {
+    response.on('close', () => outcomes.push(response.writableFinished ? 'finished' : 'cut'))
     const chunks: Buffer[] = []
     request.on('data', (chunk: Buffer) => chunks.push(chunk))
     request.on('end', () => {
@@ -94,11 +102,17 @@ export async function startFakeUpstream(): Promise<FakeUpstream> {
       void answer(response, reply).catch(() => response.destroy())
     })
   })
+  let connections = 0
+  server.on('connection', () => connections++)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const { port } = server.address() as AddressInfo
   return {
     url: `http://127.0.0.1:${port}`,
     requests,
+    outcomes,
+    get connections() {
+      return connections
+    },
     enqueue(reply) {
       replies.push(reply)
     },
@@ -165,6 +179,7 @@ async function answer(response: ServerResponse, reply: FakeReply | undefined): P
     response.socket?.destroy()
     return
   }
+  if (reply.endDelayMs) await sleep(reply.endDelayMs)
   response.end()
 }
 

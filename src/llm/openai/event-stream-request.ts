@@ -142,9 +142,14 @@ export async function* streamEventsFromUpstream(
   } finally {
     signal?.removeEventListener('abort', onCallerAbort)
     clearTimeout(idleTimer)
-    // Releases the connection when the consumer stopped early; a no-op after a complete body.
-    if (body && !body.readableEnded) body.destroy()
-    controller.abort()
+    if (body && !body.readableEnded && !body.destroyed) {
+      // The consumer stopped early — usually at the answer's `[DONE]`, just before the body's end: the
+      // rest is read and dropped for a moment, so that the connection goes back to the pool instead of
+      // being closed (a new connection for every call otherwise). Anything else closes it at once.
+      if (abortedBy === undefined)
+        body.dump({ limit: Number.MAX_SAFE_INTEGER, signal: AbortSignal.timeout(1_000) }).catch(() => {})
+      else body.destroy()
+    }
   }
 }
 

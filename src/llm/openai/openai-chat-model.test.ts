@@ -9,6 +9,7 @@ import {
   type FakeUpstream,
 } from '../../../test/helpers/fake-upstream.js'
 import { ModelError, type ModelRequest, type StreamPart } from '../model.js'
+import { waitFor } from '../../../test/helpers/waits.js'
 import { streamWithRetries } from '../retry.js'
 import { OpenAIChatModel, type OpenAIChatModelOptions } from './openai-chat-model.js'
 
@@ -437,6 +438,14 @@ describe('OpenAIChatModel: cancellation', () => {
     const { error } = await collectError(createModel().stream({ ...hello, signal: AbortSignal.abort() }))
     expect(error.code).toBe('cancelled')
     expect(upstream.requests).toHaveLength(0)
+  })
+
+  it('an answer whose body ends after [DONE] is read to its end: the connection is kept, not cut', async () => {
+    upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('one', 1), endDelayMs: 50 })
+    expect(textOf(await collect(createModel().stream(hello)))).toBe('one')
+    await waitFor(() => upstream.outcomes.length === 1 || undefined, { what: 'the response to close' })
+    expect(upstream.outcomes).toEqual(['finished'])
+    expect(upstream.connections).toBe(1)
   })
 
   it('stopping the iteration early releases the connection', async () => {
