@@ -36,19 +36,33 @@ export function toolTable(bus: CommandBus, run: Run, writable = true): Map<strin
   const table = new Map<string, ToolEntry>()
   for (const { command, toolName } of commandTools(bus, run.profile.tools)) {
     if (!writable && !command.spec.idempotent) continue
-    // Providers get a projection; the command's own schema is still enforced on dispatch.
-    const projected = projectToolSchema(command.spec.paramsSchema)
-    const description = projected.descriptionSuffix
-      ? `${command.spec.description}\n\n${projected.descriptionSuffix}`
-      : command.spec.description
-    table.set(toolName, {
-      kind: 'command',
-      command,
-      tool: { name: toolName, description, parameters: projected.parameters },
-    })
+    table.set(toolName, { kind: 'command', command, tool: modelTool(command, toolName) })
   }
   for (const tool of (run.clientTools as unknown as ModelTool[]) ?? []) table.set(tool.name, { kind: 'client', tool })
   return table
+}
+
+/** Each command's tool as last projected, with what it was projected from. */
+const projectedTools = new WeakMap<RegisteredCommand, { from: [string, unknown, string]; tool: ModelTool }>()
+
+/**
+ * A command's tool for the model: providers get a projection of its schema (the command's own schema
+ * is still enforced on dispatch). Projected once per command, not every round: the same tool object
+ * (read-only) while its name, schema and description stay the same.
+ */
+function modelTool(command: RegisteredCommand, toolName: string): ModelTool {
+  const { paramsSchema, description } = command.spec
+  const known = projectedTools.get(command)
+  if (known && known.from[0] === toolName && known.from[1] === paramsSchema && known.from[2] === description)
+    return known.tool
+  const projected = projectToolSchema(paramsSchema)
+  const tool: ModelTool = {
+    name: toolName,
+    description: projected.descriptionSuffix ? `${description}\n\n${projected.descriptionSuffix}` : description,
+    parameters: projected.parameters,
+  }
+  projectedTools.set(command, { from: [toolName, paramsSchema, description], tool })
+  return tool
 }
 
 /** Arguments are JSON text; a JSON string holding JSON (double encoding) is unwrapped once. */

@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest'
 import type { ModelMessage } from '../model.js'
-import { convertToOpenAIMessages, convertToOpenAITools, openAIMessagesJson } from './convert-to-openai-messages.js'
+import {
+  convertToOpenAIMessages,
+  convertToOpenAITools,
+  openAIMessagesJson,
+  openAIToolsJson,
+} from './convert-to-openai-messages.js'
 
 describe('convertToOpenAIMessages', () => {
   it('converts every role, with content null on a tool-only assistant turn and raw arguments', () => {
@@ -43,6 +48,19 @@ describe('convertToOpenAIMessages', () => {
     expect(convertToOpenAITools([{ name: 'a', description: 'd', parameters: { type: 'object' } }])).toEqual([
       { type: 'function', function: { name: 'a', description: 'd', parameters: { type: 'object' } } },
     ])
+  })
+})
+
+describe('openAIToolsJson', () => {
+  it('is the JSON of the converted tools, in order, the same each time', () => {
+    const tools = [
+      { name: 'a', description: 'd "quoted"', parameters: { type: 'object', properties: { x: { type: 'number' } } } },
+      { name: 'b', description: '', parameters: { type: 'object' } },
+    ]
+    const json = openAIToolsJson(tools)
+    expect(JSON.parse(json)).toEqual(convertToOpenAITools(tools))
+    expect(openAIToolsJson(tools)).toBe(json)
+    expect(JSON.parse(openAIToolsJson([tools[1]!]))).toEqual(convertToOpenAITools([tools[1]!]))
   })
 })
 

@@ -109,3 +109,21 @@ export function convertToOpenAITools(tools: readonly ModelTool[]): OpenAIChatToo
     function: { name: tool.name, description: tool.description, parameters: tool.parameters },
   }))
 }
+
+const toolJson = new WeakMap<ModelTool, string>()
+
+/**
+ * `convertToOpenAITools` as JSON text, each tool's made once: a run's command tools are the same
+ * (read-only) objects from round to round (docs/reference/benchmarks.md#the-round-on-postgres).
+ */
+export function openAIToolsJson(tools: readonly ModelTool[]): string {
+  const parts = tools.map((tool) => {
+    let json = toolJson.get(tool)
+    if (json === undefined) {
+      json = JSON.stringify(convertToOpenAITools([tool])[0])
+      toolJson.set(tool, json)
+    }
+    return json
+  })
+  return `[${parts.join(',')}]`
+}

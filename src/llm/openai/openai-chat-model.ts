@@ -6,7 +6,7 @@ import {
   type StreamPart,
   type ModelCapability,
 } from '../model.js'
-import { convertToOpenAITools, openAIMessagesJson } from './convert-to-openai-messages.js'
+import { openAIMessagesJson, openAIToolsJson } from './convert-to-openai-messages.js'
 import { streamEventsFromUpstream } from './event-stream-request.js'
 import { OpenAIStreamParser } from './openai-stream-parser.js'
 import { safeParseJson } from './safe-json.js'
@@ -68,8 +68,6 @@ export class OpenAIChatModel implements LanguageModel {
       stream: true,
       stream_options: { include_usage: true },
     }
-    // OpenAI rejects `tools: []`; with tools, `tool_choice` defaults to "auto" everywhere, so it is left out.
-    if (tools.length > 0) body.tools = convertToOpenAITools(tools)
     const params = { ...options.params, ...request.params }
     if (params.temperature !== undefined) body.temperature = params.temperature
     if (params.topP !== undefined) body.top_p = params.topP
@@ -87,9 +85,12 @@ export class OpenAIChatModel implements LanguageModel {
       const events = streamEventsFromUpstream({
         url: `${options.baseUrl.replace(/\/+$/, '')}/chat/completions`,
         headers,
-        // The messages go last, as JSON made once per message (`openAIMessagesJson`).
+        // The tools and messages go last, as JSON made once per tool and per message. OpenAI rejects
+        // `tools: []`; with tools, `tool_choice` defaults to "auto" everywhere, so it is left out.
         body: withJsonField(
-          JSON.stringify(body),
+          tools.length > 0
+            ? withJsonField(JSON.stringify(body), 'tools', openAIToolsJson(tools))
+            : JSON.stringify(body),
           'messages',
           openAIMessagesJson(request.messages, { pdf: this.capabilities.includes('pdf') }),
         ),
