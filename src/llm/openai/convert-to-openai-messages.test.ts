@@ -3,7 +3,7 @@ import type { ModelMessage } from '../model.js'
 import {
   convertToOpenAIMessages,
   convertToOpenAITools,
-  openAIMessagesJson,
+  openAIMessagesBytes,
   openAIToolsJson,
 } from './convert-to-openai-messages.js'
 
@@ -64,11 +64,14 @@ describe('openAIToolsJson', () => {
   })
 })
 
-describe('openAIMessagesJson', () => {
+describe('openAIMessagesBytes', () => {
+  const json = (messages: ModelMessage[], options: { pdf?: boolean } = {}) =>
+    Buffer.concat(openAIMessagesBytes(messages, options)).toString('utf8')
+
   it('is the JSON of the converted messages, each made once, a message with parts as it is now', () => {
     const messages: ModelMessage[] = [
       { role: 'system', content: 'be brief' },
-      { role: 'user', content: 'hi "there"' },
+      { role: 'user', content: 'hi "there" — 你好 🌍' },
       { role: 'assistant', content: null, toolCalls: [{ id: 'p1', name: 'a', arguments: '{"x":1}' }] },
       { role: 'tool', toolCallId: 'p1', content: 'one' },
       {
@@ -80,12 +83,12 @@ describe('openAIMessagesJson', () => {
       },
     ]
     for (const pdf of [false, true]) {
-      expect(openAIMessagesJson(messages, { pdf })).toBe(JSON.stringify(convertToOpenAIMessages(messages, { pdf })))
-      expect(openAIMessagesJson(messages, { pdf })).toBe(JSON.stringify(convertToOpenAIMessages(messages, { pdf })))
+      expect(json(messages, { pdf })).toBe(JSON.stringify(convertToOpenAIMessages(messages, { pdf })))
+      expect(json(messages, { pdf })).toBe(JSON.stringify(convertToOpenAIMessages(messages, { pdf })))
     }
     const parts = messages[4] as { content: Array<{ type: string; text?: string }> }
     parts.content[0]!.text = 'look again'
-    expect(openAIMessagesJson(messages)).toBe(JSON.stringify(convertToOpenAIMessages(messages)))
-    expect(openAIMessagesJson([])).toBe('[]')
+    expect(json(messages)).toBe(JSON.stringify(convertToOpenAIMessages(messages)))
+    expect(json([])).toBe('[]')
   })
 })

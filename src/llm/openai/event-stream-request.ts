@@ -7,7 +7,7 @@ import { withTraceHeaders } from '../../telemetry/index.js'
 export interface EventStreamRequestOptions {
   url: string
   headers: Record<string, string>
-  /** The JSON body: a value, or its JSON text (sent as it is). */
+  /** The JSON body: a value, or its JSON text or UTF-8 bytes (sent as they are). */
   body: unknown
   /** Abort and throw `timeout` when no bytes arrive for this long (also while waiting for headers). */
   idleTimeoutMs: number
@@ -79,7 +79,10 @@ export async function* streamEventsFromUpstream(
             accept: 'text/event-stream',
             ...options.headers,
           }),
-          body: typeof options.body === 'string' ? options.body : JSON.stringify(options.body),
+          body:
+            typeof options.body === 'string' || Buffer.isBuffer(options.body)
+              ? options.body
+              : JSON.stringify(options.body),
           // No redirect is followed (undici's `request` follows none): it would carry the key headers to
           // wherever it points; it is reported instead. The idle clock above is the only timeout.
           headersTimeout: 0,

@@ -6,7 +6,7 @@ import {
   type StreamPart,
   type ModelCapability,
 } from '../model.js'
-import { openAIMessagesJson, openAIToolsJson } from './convert-to-openai-messages.js'
+import { openAIMessagesBytes, openAIToolsJson } from './convert-to-openai-messages.js'
 import { streamEventsFromUpstream } from './event-stream-request.js'
 import { OpenAIStreamParser } from './openai-stream-parser.js'
 import { safeParseJson } from './safe-json.js'
@@ -87,13 +87,13 @@ export class OpenAIChatModel implements LanguageModel {
         headers,
         // The tools and messages go last, as JSON made once per tool and per message. OpenAI rejects
         // `tools: []`; with tools, `tool_choice` defaults to "auto" everywhere, so it is left out.
-        body: withJsonField(
-          tools.length > 0
-            ? withJsonField(JSON.stringify(body), 'tools', openAIToolsJson(tools))
-            : JSON.stringify(body),
-          'messages',
-          openAIMessagesJson(request.messages, { pdf: this.capabilities.includes('pdf') }),
-        ),
+        body: Buffer.concat([
+          Buffer.from(
+            `${JSON.stringify(body).slice(0, -1)}${tools.length > 0 ? `,"tools":${openAIToolsJson(tools)}` : ''},"messages":`,
+          ),
+          ...openAIMessagesBytes(request.messages, { pdf: this.capabilities.includes('pdf') }),
+          closingBrace,
+        ]),
         idleTimeoutMs: options.idleTimeoutMs ?? 60_000,
         toolsUnsupportedKeywords: options.toolsUnsupportedKeywords ?? defaultToolsUnsupportedKeywords,
         signal: request.signal,
@@ -127,8 +127,4 @@ export class OpenAIChatModel implements LanguageModel {
   }
 }
 
-/** `objectJson` (a JSON object) with one more field whose value is already JSON. */
-function withJsonField(objectJson: string, name: string, valueJson: string): string {
-  const field = `${JSON.stringify(name)}:${valueJson}`
-  return objectJson === '{}' ? `{${field}}` : `${objectJson.slice(0, -1)},${field}}`
-}
+const closingBrace = Buffer.from('}')
