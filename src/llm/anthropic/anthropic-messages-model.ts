@@ -85,6 +85,7 @@ export class AnthropicMessagesModel implements LanguageModel {
         idleTimeoutMs: options.idleTimeoutMs ?? 60_000,
         toolsUnsupportedKeywords: options.toolsUnsupportedKeywords ?? defaultToolsUnsupportedKeywords,
         signal: request.signal,
+        isLast: (event) => event.event === 'message_stop',
       })
       for await (const event of events) {
         const parsed = safeParseJson(event.data)

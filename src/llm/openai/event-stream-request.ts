@@ -14,6 +14,11 @@ export interface EventStreamRequestOptions {
   toolsUnsupportedKeywords: readonly string[]
   /** The caller's cancellation: aborts the request and throws `cancelled`. */
   signal?: AbortSignal
+  /**
+   * The provider's end of the answer (OpenAI's `[DONE]`, Anthropic's `message_stop`). A consumer that
+   * stops there leaves the connection to be reused; one that stops before it closes the connection.
+   */
+  isLast?: (event: EventSourceMessage) => boolean
 }
 
 /**
@@ -23,7 +28,8 @@ export interface EventStreamRequestOptions {
  * Throws ModelError only: non-2xx → see `createHttpError`; network failures and connections cut mid-stream
  * → retryable `upstream_error` (the caller knows whether it already yielded); no bytes for `idleTimeoutMs`
  * → `timeout`; `signal` aborted → `cancelled`. A clean end of the body ends the iteration. Stopping the
- * iteration early aborts the request.
+ * iteration early closes the connection, unless it was at the answer's end (`isLast`): then the rest of
+ * the body is read and dropped (for at most a second) and the connection goes back to the pool.
  *
  * Through undici's `request`, not `fetch`: fetch's WHATWG streams and objects cost about four times the
  * CPU per call on this path, on the round's critical path (docs/reference/benchmarks.md#the-round-on-postgres).
@@ -67,6 +73,8 @@ export async function* streamEventsFromUpstream(
   }
 
   let body: Dispatcher.ResponseData['body'] | undefined
+  // Whether the consumer was given the answer's last event (`isLast`).
+  let answered = false
   try {
     let response: Dispatcher.ResponseData
     try {
@@ -139,17 +147,22 @@ export async function* streamEventsFromUpstream(
       } else {
         parser.feed(decoder.decode(result.value, { stream: true }))
       }
-      while (events.length > 0) yield events.shift() as EventSourceMessage
+      while (events.length > 0) {
+        const event = events.shift() as EventSourceMessage
+        answered ||= options.isLast?.(event) === true
+        yield event
+      }
       if (result.done) return
     }
   } finally {
     signal?.removeEventListener('abort', onCallerAbort)
     clearTimeout(idleTimer)
     if (body && !body.readableEnded && !body.destroyed) {
-      // The consumer stopped early — usually at the answer's `[DONE]`, just before the body's end: the
-      // rest is read and dropped for a moment, so that the connection goes back to the pool instead of
-      // being closed (a new connection for every call otherwise). Anything else closes it at once.
-      if (abortedBy === undefined)
+      // The consumer stopped at the answer's end, which usually comes just before the body's: the rest
+      // is read and dropped for a moment, so that the connection goes back to the pool instead of being
+      // closed (a new connection for every call otherwise). Stopping anywhere else closes it at once: the
+      // upstream would go on generating.
+      if (answered && abortedBy === undefined)
         body.dump({ limit: Number.MAX_SAFE_INTEGER, signal: AbortSignal.timeout(1_000) }).catch(() => {})
       else body.destroy()
     }

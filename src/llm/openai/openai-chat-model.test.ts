@@ -448,6 +448,15 @@ describe('OpenAIChatModel: cancellation', () => {
     expect(upstream.connections).toBe(1)
   })
 
+  it('stopping before the answer ends closes the connection at once: the upstream stops generating', async () => {
+    upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('one two three four', 4), delayMs: 30 })
+    for await (const part of createModel().stream(hello)) {
+      if (part.type === 'text-delta') break
+    }
+    await waitFor(() => upstream.outcomes.length === 1 || undefined, { what: 'the response to close' })
+    expect(upstream.outcomes).toEqual(['cut'])
+  })
+
   it('stopping the iteration early releases the connection', async () => {
     upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('one two three', 3), stallAfter: 2 })
     for await (const part of createModel({ idleTimeoutMs: 10_000 }).stream(hello)) {

@@ -97,6 +97,7 @@ export class OpenAIChatModel implements LanguageModel {
         idleTimeoutMs: options.idleTimeoutMs ?? 60_000,
         toolsUnsupportedKeywords: options.toolsUnsupportedKeywords ?? defaultToolsUnsupportedKeywords,
         signal: request.signal,
+        isLast: (event) => event.data.trim() === '[DONE]',
       })
       let readable = 0
       let firstUnreadable: string | undefined
