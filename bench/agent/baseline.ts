@@ -2,12 +2,14 @@
  * The baseline bench (`BENCH_ONLY=baseline BENCH_BASELINE=<checkout> npm run bench`): the agent round
  * through a server of another checkout (say `git worktree add /tmp/base <commit>`, with its
  * `node_modules`) and through this one, beside raw fetch, interleaved round by round
- * (bench/agent/paired-rounds.ts): what a change does to the round, measured in one run.
+ * (bench/agent/paired-rounds.ts): what a change does to the round, measured in one run. With
+ * `BENCH_BASELINE_TARGET=dispatch`, audited dispatch throughput instead (bench/scenarios/dispatch-baseline.ts).
  */
 import { existsSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { ms } from './stats.js'
 import { runPairedRoundBench } from './paired-rounds.js'
+import { runDispatchBaseline } from '../scenarios/dispatch-baseline.js'
 
 /** The baseline checkout from BENCH_BASELINE; throws before anything starts when it cannot run. */
 export function baselineRoot(): string {
@@ -21,6 +23,8 @@ export function baselineRoot(): string {
 }
 
 export async function runBaselineBench(adminUrl: string | undefined, root: string): Promise<void> {
+  // BENCH_BASELINE_TARGET=dispatch: audited `rdm.ping` throughput instead of the agent round.
+  if (process.env.BENCH_BASELINE_TARGET === 'dispatch') return runDispatchBaseline(adminUrl, root)
   await runPairedRoundBench(adminUrl, {
     title: 'baseline bench',
     labels: { off: `baseline (${root})`, on: 'this checkout' },

@@ -9,7 +9,10 @@ type Target = 'me' | 'dispatch'
  * run; its row with the requested and running entries in one statement, the finished entry in another)
  * next to `GET /api/me`, a plain authenticated route, on the same server.
  */
-function request(server: { url: string; token: string }, target: Target): Pick<StartedScenario, 'request' | 'check'> {
+export function request(
+  server: { url: string; token: string },
+  target: Target,
+): Pick<StartedScenario, 'request' | 'check'> {
   const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' }
   if (target === 'me') {
     return {

@@ -9,6 +9,7 @@ const projectCount = 20
 export async function startPlinth(
   databaseUrl?: string,
   env: Record<string, string> = {},
+  root?: string,
 ): Promise<ChildServer & { token: string }> {
   const dataDir = await createTempDir('plinth-bench-')
   try {
@@ -25,6 +26,7 @@ export async function startPlinth(
         ...(databaseUrl && { DATABASE_URL: databaseUrl }),
         ...env,
       },
+      ...(root && { root }),
     })
     const token = server.info.token
     if (typeof token !== 'string') {

@@ -117,7 +117,8 @@ export function stepParts(
   return {
     next,
     change: rowChange,
-    query: updateDispatchQuery(db, dispatch.id, rowChange),
+    /** The row change as a query, for a statement that writes it with more (built only then). */
+    query: () => updateDispatchQuery(db, dispatch.id, rowChange),
     entry: auditEntry(step, dispatch, next),
   }
 }
@@ -137,7 +138,8 @@ export async function insertRequested(
 
 /**
  * Records a new dispatch that runs at once — its row and its `requested` and `running` entries — in
- * one statement (see `insertDispatchStarted`), with the caller's fenced part when given. Returns the
+ * one statement: with the caller's fenced part when given (`insertDispatchStarted`), otherwise one
+ * shared with other dispatches' steps (`Store.dispatchStep`). Returns the
  * `running` envelope, or why nothing was written: the fence did not hold, or the key was taken.
  */
 export async function recordStarted(
@@ -156,15 +158,11 @@ export async function recordStarted(
     decisionId: change.decision?.id ?? null,
     executor: change.executor,
   }
+  const audits = [auditEntry('requested', dispatch, requested), auditEntry('running', dispatch, running)]
+  // Without a run's part, it shares a statement with the steps of concurrent dispatches.
+  if (!run) return (await store.dispatchStep({ kind: 'start', dispatch: starting, audits })) ? running : 'key_taken'
   const written = await store.statement((db, tag, deferFlush) =>
-    insertDispatchStarted(
-      db,
-      starting,
-      [auditEntry('requested', dispatch, requested), auditEntry('running', dispatch, running)],
-      run,
-      tag,
-      deferFlush,
-    ),
+    insertDispatchStarted(db, starting, audits, run, tag, deferFlush),
   )
   if (!written.fenced) return 'lost'
   return written.inserted ? running : 'key_taken'

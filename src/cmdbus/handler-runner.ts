@@ -134,10 +134,23 @@ async function recordOutcome(
     // The dispatch's last step, with a driver's call's answer (fenced by its lease): one statement.
     const together = hooks?.finishTogether?.(outcome)
     const parts = stepParts(store, 'finished', current, dispatch, change)
+    if (!together) {
+      // Nothing of a run goes with it: it shares a statement with the steps of concurrent dispatches.
+      const { status, result, error } = parts.change
+      await store.dispatchStep({
+        kind: 'finish',
+        id: dispatch.id,
+        status,
+        ...(result !== undefined && { result }),
+        ...(error && { error }),
+        audit: parts.entry,
+      })
+      return outcome
+    }
     const { fenced } = await store.statement((db, tag, deferFlush) =>
-      finishDispatch(db, parts.query, parts.entry, together, tag, deferFlush),
+      finishDispatch(db, parts.query(), parts.entry, together, tag, deferFlush),
     )
-    together?.written(fenced)
+    together.written(fenced)
     return outcome
   }
   // A decided call's outcome: the run's row lock, the last step and the run's ledger in one transaction.

@@ -137,6 +137,60 @@ export function auditAppendManyCtes(
   }
 }
 
+/**
+ * The CTEs that append, in one statement, those of `inputs` whose `dispatchId` the subquery `written`
+ * yields (the rows a grouped statement did write: a dispatch whose key was taken gets no entries).
+ * The chain's tail row is locked only once those rows are written (the lock order every transaction
+ * keeps), with `for no key update`, which after any wait reads the tail as last committed; the
+ * entries' ids and hashes are then chained from it by a recursive CTE, so the statement grows with
+ * their number where `auditAppendManyCtes` nests each hash in the next. Needs `with recursive`.
+ */
+export function auditAppendWrittenCtes(
+  inputs: AuditEntryInput[],
+  written: RawBuilder<unknown>,
+): { sql: RawBuilder<unknown>; createdAt: string } {
+  if (inputs.length === 0) throw new Error('no audit entries to append')
+  const createdAt = new Date().toISOString()
+  const rows = inputs.map((input, index) => {
+    const part = contentAroundId(input, createdAt)
+    return sql`(${index}::int, ${input.dispatchId}::text, ${input.step}::text, ${input.ownerId}::text, ${input.projectId}::text,
+      ${input.conversationId}::text, ${input.commandId}::text, ${input.entrance}::text, ${storableJson(input.envelope)}::jsonb,
+      ${part.before}::text, ${part.rest}::text)`
+  })
+  return {
+    createdAt,
+    sql: sql`audit_in (k, dispatch_id, step, owner_id, project_id, conversation_id, command_id, entrance, envelope, before, rest) as (
+      values ${sql.join(rows)}
+    ),
+    audit_ok as (
+      select audit_in.*, row_number() over (order by k) as n from audit_in where dispatch_id in (${written})
+    ),
+    audit_lock as (
+      select last_id, hash from audit_chain where (select count(*) from audit_ok) > 0 for no key update
+    ),
+    audit_hashes (n, id, prev_hash, hash) as (
+      select 0::bigint, last_id, hash, hash from audit_lock
+      union all
+      select o.n, h.id + 1, h.hash,
+             encode(sha256(convert_to(h.hash || ${'\n'}::text || o.before || (h.id + 1)::text || o.rest, 'UTF8')), 'hex')
+      from audit_hashes h join audit_ok o on o.n = h.n + 1
+    ),
+    audit_tail as (
+      update audit_chain set last_id = t.id, prev_hash = t.prev_hash, hash = t.hash
+      from (select id, prev_hash, hash from audit_hashes order by n desc limit 1) t
+      where t.id > audit_chain.last_id
+      returning audit_chain.last_id
+    ),
+    audit_entry as (
+      insert into audit_log (id, dispatch_id, step, owner_id, project_id, conversation_id, command_id, entrance, envelope, prev_hash, hash, created_at)
+      select h.id, o.dispatch_id, o.step, o.owner_id, o.project_id, o.conversation_id, o.command_id, o.entrance, o.envelope,
+             h.prev_hash, h.hash, ${createdAt}::timestamptz
+      from audit_hashes h join audit_ok o on o.n = h.n
+      returning id
+    )`,
+  }
+}
+
 /** Appends one entry to the chain inside the caller's transaction, in one statement (`auditAppendCtes`). */
 export async function appendAuditEntry(tx: Executor, input: AuditEntryInput): Promise<AuditEntry> {
   if (!kysely(tx).isTransaction) throw new Error('appendAuditEntry must run inside a transaction')

@@ -23,6 +23,20 @@ export interface StartingDispatch extends NewDispatch {
   executor: { id: string; expiresAt: Date }
 }
 
+/** The columns of a dispatch recorded already `running`, as `startingDispatchRow` lists its values. */
+export const startingDispatchColumns = sql`(id, command_id, plugin, plugin_version, entrance, actor, owner_id, project_id, conversation_id,
+  run_id, call_id, idempotency_key, params, params_hash, request_hash, risk, status, decision_id, executor, executor_expires_at)`
+
+/** The values of a dispatch recorded already `running`, for a `select` or a `values` row. */
+export function startingDispatchRow(dispatch: StartingDispatch) {
+  const json = (value: JsonValue) => storableJson(value)
+  return sql`${dispatch.id}::text, ${dispatch.commandId}::text, ${dispatch.plugin}::text, ${dispatch.pluginVersion}::text, ${dispatch.entrance}::text,
+    ${json(dispatch.actor as unknown as JsonValue)}::jsonb, ${dispatch.ownerId}::text, ${dispatch.projectId}::text, ${dispatch.conversationId}::text,
+    ${dispatch.runId}::text, ${dispatch.callId}::text, ${dispatch.idempotencyKey}::text, ${json(dispatch.params)}::jsonb, ${dispatch.paramsHash}::text,
+    ${dispatch.requestHash}::text, ${dispatch.risk}::text, 'running', ${dispatch.decisionId}::text, ${dispatch.executor.id}::text,
+    ${dispatch.executor.expiresAt}::timestamptz`
+}
+
 declare const dispatchGate: unique symbol
 
 /**
@@ -52,33 +66,25 @@ export function toolCallStartedWithDispatch(db: Executor, callId: string): Dispa
 }
 
 /**
- * Records a dispatch that runs at once — its row (already `running`) and its audit entries
- * (`requested`, `running`) — in ONE statement, instead of a transaction of four. With `run`, the
- * dispatch is recorded only while the run's lease holds (a driver that lost it dispatches nothing),
- * with the run's writes and events, which go only if the dispatch was recorded. Locks: the run's row, the dispatch row, the run's rows, the audit chain, the event log.
+ * Records a driver's dispatch that runs at once — its row (already `running`) and its audit entries
+ * (`requested`, `running`) — in ONE statement, instead of a transaction of four, only while the run's
+ * lease holds (a driver that lost it dispatches nothing), with the run's writes and events, which go
+ * only if the dispatch was recorded. (A dispatch without a run's part goes through `writeDispatchSteps`.) Locks: the run's row, the dispatch row, the run's rows, the audit chain, the event log.
  * `inserted` is false when the idempotency key was already taken (nothing was written).
  */
 export async function insertDispatchStarted(
   db: Executor,
   dispatch: StartingDispatch,
   audits: AuditEntryInput[],
-  run: DispatchStartPart | undefined,
+  run: DispatchStartPart,
   tag: string,
   deferFlush = false,
 ): Promise<{ fenced: boolean; inserted: boolean; events: EventRecord[]; flushDeferred: boolean }> {
-  const json = (value: JsonValue) => storableJson(value)
-  const fence = run
-    ? sql`f as (
-        update runs set lease_expires_at = ${run.fence.expiresAt}
-        where id = ${run.fence.runId} and lease_owner = ${run.fence.owner} and status = 'running'
-        returning id
-      ),`
-    : sql``
-  const writes = run?.writes ?? []
+  const writes = run.writes
   const names = writes.map((_, index) => `w${index}`)
   const ctes = writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write.query}),`)
   const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
-  const events = run?.events ?? []
+  const events = run.events
   // Events reach other instances at commit: a statement with events keeps its flush before it.
   const deferred = deferFlush && events.length === 0
   const eventsPart =
@@ -90,23 +96,22 @@ export async function insertDispatchStarted(
           select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
           returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)${outboxAfter(events)}`
   const { rows } = await sql<{ fenced: string; inserted: string; events: Array<{ [key: string]: JsonValue }> | null }>`
-    with ${fence}
+    with f as (
+      update runs set lease_expires_at = ${run.fence.expiresAt}
+      where id = ${run.fence.runId} and lease_owner = ${run.fence.owner} and status = 'running'
+      returning id
+    ),
     d as (
-      insert into dispatches (id, command_id, plugin, plugin_version, entrance, actor, owner_id, project_id, conversation_id, run_id, call_id,
-                              idempotency_key, params, params_hash, request_hash, risk, status, decision_id, executor, executor_expires_at)
-      select ${dispatch.id}::text, ${dispatch.commandId}::text, ${dispatch.plugin}::text, ${dispatch.pluginVersion}::text, ${dispatch.entrance}::text,
-             ${json(dispatch.actor as unknown as JsonValue)}::jsonb, ${dispatch.ownerId}::text, ${dispatch.projectId}::text, ${dispatch.conversationId}::text,
-             ${dispatch.runId}::text, ${dispatch.callId}::text, ${dispatch.idempotencyKey}::text, ${json(dispatch.params)}::jsonb, ${dispatch.paramsHash}::text,
-             ${dispatch.requestHash}::text, ${dispatch.risk}::text, 'running', ${dispatch.decisionId}::text, ${dispatch.executor.id}::text,
-             ${dispatch.executor.expiresAt}::timestamptz
-      ${run ? sql`from f` : sql``}
+      insert into dispatches ${startingDispatchColumns}
+      select ${startingDispatchRow(dispatch)}
+      from f
       on conflict (owner_id, idempotency_key) where idempotency_key is not null do nothing
       returning id
     ),
     ${sql.join(ctes, sql``)}
     ${auditAppendManyCtes(audits, sql`where (select count(*) from d) > 0 ${sql.join(done, sql``)}`).sql},
     ${eventsPart}
-    select ${run ? sql`(select count(*) from f)` : sql`1`} as fenced, (select count(*) from d) as inserted,
+    select (select count(*) from f) as fenced, (select count(*) from d) as inserted,
            (select count(*) from audit_entry) as audited, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events
            ${deferred ? sql`, ${deferFlushColumn}` : sql``}`.execute(kysely(db))
   const row = rows[0]

@@ -11,6 +11,7 @@ import {
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
 import { kysely, type Executor } from './executor.js'
+import { GroupCommit } from './group-commit.js'
 
 /** One caller's append: its events, and the run lease they are written under (if any). */
 export interface AppendItem {
@@ -75,11 +76,6 @@ export async function appendGrouped(db: Executor, items: AppendItem[], tag: stri
   })
 }
 
-interface Waiting extends AppendItem {
-  resolve: (records: EventRecord[]) => void
-  reject: (error: unknown) => void
-}
-
 /**
  * Group commit for appends that change nothing else (streamed deltas, a program's output): one
  * statement is in flight at a time, and the appends that arrive meanwhile share the next one
@@ -87,11 +83,7 @@ interface Waiting extends AppendItem {
  * runs' deltas cost one lock, one commit and one flush instead of one each.
  */
 export class GroupedAppends {
-  readonly #write: (items: AppendItem[]) => Promise<EventRecord[][]>
-  readonly #committed: (events: EventRecord[]) => void
-  readonly #maxEvents: number
-  #queue: Waiting[] = []
-  #inFlight = false
+  readonly #group: GroupCommit<AppendItem, EventRecord[]>
 
   /**
    * `write` runs one statement for a group (`appendGrouped`); `committed` gets every event of a
@@ -102,67 +94,17 @@ export class GroupedAppends {
     committed: (events: EventRecord[]) => void,
     options: { maxEvents?: number } = {},
   ) {
-    this.#write = write
-    this.#committed = committed
-    this.#maxEvents = options.maxEvents ?? 500
+    this.#group = new GroupCommit(write, {
+      size: (item) => item.events.length,
+      maxSize: options.maxEvents ?? 500,
+      committed: (records) => {
+        committed(records.flat().sort((a, b) => a.id - b.id))
+      },
+    })
   }
 
   append(events: NewEvent[], fence?: RunFence): Promise<EventRecord[]> {
     if (events.length === 0) return Promise.resolve([])
-    return new Promise((resolve, reject) => {
-      this.#queue.push({ events, ...(fence && { fence }), resolve, reject })
-      if (!this.#inFlight) void this.#drain()
-    })
+    return this.#group.submit({ events, ...(fence && { fence }) })
   }
-
-  async #drain(): Promise<void> {
-    this.#inFlight = true
-    try {
-      while (this.#queue.length > 0) {
-        const group = this.#take()
-        try {
-          this.#settle(group, await this.#write(group))
-        } catch (error) {
-          // A statement the server refused wrote nothing: each append is tried on its own, so one
-          // bad append fails alone. A lost connection may have committed: those fail as they are.
-          if (group.length === 1 || !refusedByServer(error)) for (const item of group) item.reject(error)
-          else for (const item of group) await this.#alone(item)
-        }
-      }
-    } finally {
-      this.#inFlight = false
-    }
-  }
-
-  async #alone(item: Waiting): Promise<void> {
-    try {
-      this.#settle([item], await this.#write([item]))
-    } catch (error) {
-      item.reject(error)
-    }
-  }
-
-  #settle(group: Waiting[], records: EventRecord[][]): void {
-    this.#committed(records.flat().sort((a, b) => a.id - b.id))
-    group.forEach((item, index) => item.resolve(records[index] ?? []))
-  }
-
-  /** The next group: appends in arrival order, up to `maxEvents` events (at least one append). */
-  #take(): Waiting[] {
-    let count = 0
-    let taken = 0
-    while (taken < this.#queue.length) {
-      const size = this.#queue[taken]!.events.length
-      if (taken > 0 && count + size > this.#maxEvents) break
-      count += size
-      taken++
-    }
-    return this.#queue.splice(0, taken)
-  }
-}
-
-/** An error the database answered with (a SQLSTATE): its statement was rolled back. */
-function refusedByServer(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)
 }

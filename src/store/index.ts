@@ -212,6 +212,8 @@ export {
   type RunTransitionRule,
 } from './run-states.js'
 export { insertDispatchStarted, toolCallStartedWithDispatch, type DispatchStartPart } from './dispatch-start.js'
+export { writeDispatchSteps, type DispatchStep } from './grouped-dispatch-steps.js'
+export { GroupCommit } from './group-commit.js'
 export type { RunStatus, ToolCallStatus } from './database.js'
 export {
   insertKnowledgeItem,

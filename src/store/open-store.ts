@@ -23,6 +23,8 @@ import { StoreError, isOneActiveRunViolation } from './store-errors.js'
 import { executorOf, type Executor } from './executor.js'
 import { WalFlush, walBarrier } from './wal-flush.js'
 import { GroupedAppends, appendGrouped } from './grouped-appends.js'
+import { GroupCommit } from './group-commit.js'
+import { writeDispatchSteps, type DispatchStep } from './grouped-dispatch-steps.js'
 
 export type Engine = 'pg' | 'pglite'
 
@@ -91,6 +93,12 @@ export interface Store extends Executor {
    * waiting for its WAL flush (`flushDeferred` in its result); the store then waits for that flush
    * before it answers (docs/guides/scaling.md#deferred-wal-flush).
    */
+  /**
+   * Writes a dispatch step that changes only the dispatch and the audit log; the steps of concurrent
+   * dispatches share statements (`writeDispatchSteps`). False when nothing was written (a start's
+   * idempotency key is taken). Answers once the step is on disk, as `statement` does.
+   */
+  dispatchStep(step: DispatchStep): Promise<boolean>
   statement<T extends { events: EventRecord[]; flushDeferred?: boolean }>(
     fn: (db: Executor, tag: string, deferFlush: boolean) => Promise<T>,
   ): Promise<T>
@@ -148,6 +156,13 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       (items) => appendGrouped(root, items, feed.tag),
       (events) => feed.deliverCommitted(events),
     )
+    // And so do the audited steps of concurrent dispatches: one append to the audit chain, one commit
+    // and one flush for all of them. Their commit waits for its flush: with one statement in flight,
+    // a barrier after it would cost more than the flush it lets go of (docs/guides/scaling.md#deferred-wal-flush).
+    const dispatchSteps = new GroupCommit<DispatchStep, boolean>((steps) => writeDispatchSteps(root, steps), {
+      size: (step) => (step.kind === 'start' ? step.audits.length : 1),
+      maxSize: 64,
+    })
     const transaction = async <T>(fn: (tx: Executor) => Promise<T>): Promise<T> => {
       const log = new AppendLog(feed.tag)
       const result = await db.transaction().execute((tx) => fn(executorOf(log.install(tx))))
@@ -185,6 +200,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
           }
         }
       },
+      dispatchStep: (step) => dispatchSteps.submit(step),
       statement: async (fn) => {
         const result = await fn(root, feed.tag, deferFlush)
         if (result.flushDeferred) await walFlush!.after()

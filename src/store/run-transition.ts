@@ -205,29 +205,23 @@ function fencedWrite(query: OperationNodeSource): FencedWrite {
 }
 
 /**
- * A dispatch's last step, with its run's answer when it has one (a driver's call), in ONE statement:
+ * A dispatch's last step with its run's answer (a driver's call), in ONE statement:
  * the dispatch row and its audit entry are written whatever happened to the run (the command ran; its
  * outcome is recorded), the run's writes and events only while its lease holds. Locks: the run's row,
  * its ledger rows, the dispatch row, the audit chain, then the event log. `fenced` says whether the
- * run's part was written (true when there is none).
+ * run's part was written. (A step with nothing of a run goes through `writeDispatchSteps`.)
  */
 export async function finishDispatch(
   db: Executor,
   dispatch: OperationNodeSource,
   audit: AuditEntryInput,
-  run: FencedPart | undefined,
+  run: FencedPart,
   tag: string,
   deferFlush = false,
 ): Promise<{ fenced: boolean; events: EventRecord[]; flushDeferred: boolean }> {
   // Events reach other instances at commit: a statement with events keeps its flush before it.
-  const deferred = deferFlush && (run?.events.length ?? 0) === 0
+  const deferred = deferFlush && run.events.length === 0
   const deferColumn = deferred ? sql`, ${deferFlushColumn}` : sql``
-  if (!run) {
-    await sql`with d as (${dispatch}), ${auditAppendCtes(audit, 'd').sql} select (select count(*) from audit_entry) as audited ${deferColumn}`.execute(
-      kysely(db),
-    )
-    return { fenced: true, events: [], flushDeferred: deferred }
-  }
   const names = run.writes.map((_, index) => `w${index}`)
   const ctes = run.writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write.query}),`)
   const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
