@@ -295,7 +295,7 @@ export const configNotes: Record<string, ConfigNote> = {
   },
   pgSynchronousCommit: {
     meaning:
-      "on Postgres, whether the server's commits wait for their WAL to reach disk (the database's `synchronous_commit`). `false`: a Postgres crash (not Plinth's) may lose the writes of its last few hundred milliseconds — runs' steps, messages, audit entries — after they were answered, though the database stays consistent and the audit chain verifies, and a tool call whose record was lost may run again when its run resumes; in exchange for about a fifth more audited dispatches per second (see [Storage](../guides/operating.md#storage); with the default they already let go of the audit chain before their flush: [deferred WAL flush](../guides/scaling.md#deferred-wal-flush))",
+      "on Postgres, whether the server's commits wait for their WAL to reach disk (the database's `synchronous_commit`). `false`: a Postgres crash (not Plinth's) may lose the writes of its last few hundred milliseconds — runs' steps, messages, audit entries — after they were answered, though the database stays consistent and the audit chain verifies, and a tool call whose record was lost may run again when its run resumes; in exchange for shorter waits on the commits of runs' steps and agents' tool calls (see [Storage](../guides/operating.md#storage); audited dispatches without a run already share their commits: [grouped dispatch steps](../guides/scaling.md#grouped-dispatch-steps))",
   },
   'webhooks.allowPrivate': {
     meaning:
