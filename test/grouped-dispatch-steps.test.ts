@@ -108,6 +108,15 @@ for (const engine of testEngines()) {
         { id: 'g-3', status: 'running', result: null },
       ])
       expect(await verifyAuditChain(store)).toMatchObject({ ok: true })
+      // Two new dispatches with one key in one statement: the first is written, the second is not.
+      expect(await writeDispatchSteps(store, [start('g-5', 'key-twice'), start('g-6', 'key-twice')])).toEqual([
+        true,
+        false,
+      ])
+      expect((await entriesOf(['g-5', 'g-6'])).map((row) => `${row.dispatch_id}:${row.step}`)).toEqual([
+        'g-5:requested',
+        'g-5:running',
+      ])
       // A statement whose steps all wrote nothing leaves the chain as it was.
       const tail = await testDb(store).selectFrom('audit_chain').selectAll().executeTakeFirstOrThrow()
       expect(await writeDispatchSteps(store, [start('g-4', 'key-taken')])).toEqual([false])
