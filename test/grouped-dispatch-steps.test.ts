@@ -1,6 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
-import { writeDispatchSteps, type AuditEntryInput, type DispatchStep, type Store } from '../src/store/index.js'
+import {
+  renewDispatchExecutor,
+  writeDispatchSteps,
+  type AuditEntryInput,
+  type DispatchStep,
+  type Store,
+} from '../src/store/index.js'
 import { sql, testDb } from '../src/store/test-access.js'
 import { createTestDatabase, testEngines, type TestDatabase } from './helpers/engines.js'
 import { seedProject, type SeedScope } from './helpers/store-seed.js'
@@ -137,7 +143,47 @@ for (const engine of testEngines()) {
       expect(await verifyAuditChain(store)).toMatchObject({ ok: true })
     })
 
+    it("the executor's lease renewal extends its running dispatches only", async () => {
+      expect(await writeDispatchSteps(store, [start('r-1'), start('r-2'), start('r-3')])).toEqual([true, true, true])
+      await writeDispatchSteps(store, [finish('r-3')])
+      const later = new Date(Date.now() + 3_600_000)
+      await renewDispatchExecutor(store, 'steps.1', later)
+      await renewDispatchExecutor(store, 'another-instance', new Date(0))
+      const rows = await testDb(store)
+        .selectFrom('dispatches')
+        .select(['id', 'executor_expires_at'])
+        .where('id', 'in', ['r-1', 'r-2', 'r-3'])
+        .orderBy('id')
+        .execute()
+      expect(rows.map((row) => row.executor_expires_at?.getTime() === later.getTime())).toEqual([true, true, false])
+    })
+
     if (engine === 'postgres') {
+      it('finishing several dispatches while their lease is renewed never deadlocks', async () => {
+        const other = await database.open()
+        try {
+          for (let round = 0; round < 15; round++) {
+            const ids = Array.from({ length: 12 }, (_, index) => `lock-${round}-${String(index).padStart(2, '0')}`)
+            expect(
+              await writeDispatchSteps(
+                store,
+                ids.map((id) => start(id)),
+              ),
+            ).toEqual(ids.map(() => true))
+            // The finishes name the rows in the order opposite to the one the renewal finds them in.
+            const renewals = [0, 1, 2].map(() => renewDispatchExecutor(other, 'steps.1', new Date(Date.now() + 60_000)))
+            const finished = writeDispatchSteps(
+              store,
+              [...ids].reverse().map((id) => finish(id)),
+            )
+            await Promise.all(renewals)
+            expect(await finished).toEqual(ids.map(() => true))
+          }
+        } finally {
+          await other.close()
+        }
+      })
+
       it('two instances writing groups at once keep one unbroken chain', async () => {
         const other = await database.open()
         try {

@@ -235,12 +235,10 @@ function toDispatch(row: DispatchRow): DispatchRecord {
 
 /** Renews the executor lease of every dispatch this process is running. */
 export async function renewDispatchExecutor(db: Executor, executor: string, expiresAt: Date): Promise<void> {
-  await kysely(db)
-    .updateTable('dispatches')
-    .set({ executor_expires_at: expiresAt })
-    .where('executor', '=', executor)
-    .where('status', '=', 'running')
-    .execute()
+  // Rows locked in id order before any is changed, as grouped dispatch steps lock the ones they finish.
+  await sql`with l as (select id from dispatches where executor = ${executor} and status = 'running' order by id for no key update)
+    update dispatches set executor_expires_at = ${expiresAt}
+    where id in (select id from l) and (select count(*) from l) >= 0`.execute(kysely(db))
 }
 
 /**

@@ -41,6 +41,13 @@ export async function writeDispatchSteps(db: Executor, steps: DispatchStep[]): P
         on conflict (owner_id, idempotency_key) where idempotency_key is not null do nothing
         returning id`
   const json = (value: JsonValue | undefined) => (value === undefined ? null : storableJson(value))
+  // The finished rows are locked in id order before any is changed, as the lease renewal locks them
+  // (`renewDispatchExecutor`): two statements that each change several never wait for each other in a circle.
+  const locked =
+    finishes.length === 0
+      ? sql`select null::text as id where false`
+      : sql`select id from dispatches where id in (${sql.join(finishes.map((step) => sql`${step.id}::text`))})
+        order by id for no key update`
   const updated =
     finishes.length === 0
       ? sql`select null::text as id where false`
@@ -51,12 +58,12 @@ export async function writeDispatchSteps(db: Executor, steps: DispatchStep[]): P
               sql`(${step.id}::text, ${step.status}::text, ${json(step.result)}::jsonb, ${json(step.error)}::jsonb)`,
           ),
         )}) v (id, status, result, error)
-        where dispatches.id = v.id
+        where dispatches.id = v.id and (select count(*) from l) >= 0
         returning dispatches.id`
   const entries = steps.flatMap((step) => (step.kind === 'start' ? step.audits : [step.audit]))
   const append = auditAppendWrittenCtes(entries, sql`select id from d union all select id from u`)
   const { rows } = await sql<{ inserted: string[] | null; updated: string[] | null }>`
-    with recursive d as (${inserted}), u as (${updated}), ${append.sql}
+    with recursive d as (${inserted}), l as (${locked}), u as (${updated}), ${append.sql}
     select (select array_agg(id) from d) as inserted, (select array_agg(id) from u) as updated,
            (select count(*) from audit_entry) as audited`.execute(kysely(db))
   const written = new Set([...(rows[0]?.inserted ?? []), ...(rows[0]?.updated ?? [])])
