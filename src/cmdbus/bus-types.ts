@@ -1,5 +1,5 @@
 import type { Actor, Entrance, JsonValue } from '../extension/index.js'
-import type { Conversation, DispatchStartPart, Executor, FencedPart, Project } from '../store/index.js'
+import type { CarriedResult, Conversation, DispatchStartPart, Executor, FencedPart, Project } from '../store/index.js'
 import type { DrivenCall } from './driven-call.js'
 
 export type Params = { [key: string]: JsonValue }
@@ -49,9 +49,12 @@ export interface DispatchHooks {
   /**
    * For the finished step: the caller's part (its fence, writes and events) to go in ONE statement
    * with the dispatch's row and audit entry, instead of `lock` and `settled` in a transaction.
-   * `written` then says whether the fence held (the caller's part was written).
+   * `written` then says whether the fence held (the caller's part was written), and what a carried
+   * transition (`then`) wrote and read.
    */
-  finishTogether?: (outcome: DispatchOutcome) => (FencedPart & { written(fenced: boolean): void }) | undefined
+  finishTogether?: (
+    outcome: DispatchOutcome,
+  ) => (FencedPart & { written(result: { fenced: boolean; then?: CarriedResult }): void }) | undefined
   /**
    * For a dispatch that runs at once (no human asked): the caller's part to go in ONE statement with
    * the dispatch's row and its `requested` and `running` entries, instead of `lock` and `persisted` in

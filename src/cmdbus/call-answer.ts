@@ -86,11 +86,12 @@ export function answerAfterFence(
   run: CallRun,
   callId: string,
   answer: CallAnswer,
+  messageId?: string,
 ): { writes: FencedWrite[]; events: NewEvent[] } {
   return {
     writes: [
       toolCallResultAfterFence(db, callId, answer.row),
-      insertToolMessageAfterFence(run, callId, answer.text, answer.parts),
+      insertToolMessageAfterFence(run, callId, answer.text, answer.parts, messageId),
     ],
     events: [answer.event],
   }

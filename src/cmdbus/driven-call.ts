@@ -8,6 +8,8 @@ import {
   toolCallStartedWithDispatch,
   updateToolCall,
   updateToolCallQuery,
+  type CarriedResult,
+  type CarriedTransition,
   type DispatchStartPart,
   type Executor,
   type FencedPart,
@@ -28,6 +30,13 @@ export interface RunCall {
   modelText?: ((result: JsonValue) => string) | undefined
   /** When the call started (`performance.now()`), for `tool_call.completed.durationMs`. */
   startedAt: number
+  /**
+   * The run's next step (the next round's opening), written with the call's answer when the call is
+   * answered now (not when it waits for a decision): one statement instead of two.
+   */
+  then?: CarriedTransition
+  /** The tool message's id: made before `then` was, so that it sorts before the next round's message. */
+  messageId?: string
 }
 
 /**
@@ -49,6 +58,8 @@ export class DrivenCall implements DispatchHooks {
   recorded = false
   /** Whether the fence failed when the outcome was to be recorded (the driver must stop). */
   lost = false
+  /** What `then` wrote and read, when it was written with the answer. */
+  carried: CarriedResult | undefined
 
   constructor(store: Store, call: RunCall) {
     this.#store = store
@@ -125,15 +136,20 @@ export class DrivenCall implements DispatchHooks {
   }
 
   /** The result and the dispatch's last step in one statement, under the run's fence. */
-  finishTogether(outcome: DispatchOutcome): (FencedPart & { written(fenced: boolean): void }) | undefined {
+  finishTogether(
+    outcome: DispatchOutcome,
+  ): (FencedPart & { written(result: { fenced: boolean; then?: CarriedResult }): void }) | undefined {
     const answer = this.#answer(outcome)
     if (!answer) return undefined
+    const then = this.#call.then
     return {
       fence: this.#fence(),
-      ...answerAfterFence(this.#store, this.#run, this.#callId, answer),
-      written: (fenced) => {
+      ...answerAfterFence(this.#store, this.#run, this.#callId, answer, this.#call.messageId),
+      ...(then && { then }),
+      written: ({ fenced, then: carried }) => {
         this.recorded = true
         if (!fenced) this.lost = true
+        this.carried = carried
       },
     }
   }

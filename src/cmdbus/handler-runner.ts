@@ -147,10 +147,11 @@ async function recordOutcome(
       })
       return outcome
     }
-    const { fenced } = await store.statement((db, tag, deferFlush) =>
-      finishDispatch(db, parts.query(), parts.entry, together, tag, deferFlush),
+    together.written(
+      await store.statement((db, tag, deferFlush) =>
+        finishDispatch(db, parts.query(), parts.entry, together, tag, deferFlush),
+      ),
     )
-    together.written(fenced)
     return outcome
   }
   // A decided call's outcome: the run's row lock, the last step and the run's ledger in one transaction.

@@ -4,9 +4,12 @@ import {
   appendEvents,
   latestAuditHashOf,
   LeaseLost,
+  newId,
   listToolCalls,
   runEvent,
   updateToolCall,
+  type CarriedResult,
+  type CarriedTransition,
   type Run,
   type Store,
   type ToolCallRecord,
@@ -17,7 +20,18 @@ import type { DriverKit } from './driver-kit.js'
 import type { KnownScope } from './model-turn.js'
 import { parseArguments, type ToolEntry } from './tool-table.js'
 
-/** Dispatches a round's calls in order. Returns true when any waits for a human or the client. */
+/** What a round's calls came to. */
+export interface CallsDone {
+  /** Some call waits for a human or the client. */
+  waiting: boolean
+  /** The run's next step (`then`), written with the last call's answer. */
+  carried?: CarriedResult
+}
+
+/**
+ * Dispatches a round's calls in order. `then` makes the run's next step, which goes with the last
+ * call's answer when nothing waits (docs/architecture.md#the-run-loop); otherwise the caller writes it.
+ */
 export async function runCalls(
   kit: DriverKit,
   run: Run,
@@ -25,14 +39,16 @@ export async function runCalls(
   tools: Map<string, ToolEntry>,
   driver: Driver,
   known?: KnownScope,
-): Promise<boolean> {
+  then?: () => CarriedTransition,
+): Promise<CallsDone> {
   const { store, bus } = kit
   const { fence } = driver
   let waiting = false
   // Earlier results are looked up only for calls that may reuse them (idempotent commands).
   let earlier: ToolCallRecord[] | undefined
-  for (const call of calls) {
-    if (driver.loop.signal.aborted) return waiting
+  let carried: CarriedResult | undefined
+  for (const [index, call] of calls.entries()) {
+    if (driver.loop.signal.aborted) return { waiting }
     const entry = tools.get(call.name)
     const parsed = parseArguments(call.rawArgs)
     const fail = (output: JsonValue) =>
@@ -86,6 +102,8 @@ export async function runCalls(
     // minutes, so every later one reads the conversation and project again.
     const scope = known
     known = undefined
+    // The tool message's id is made first: the next step's message sorts after it.
+    const carry = then && !waiting && index === calls.length - 1 ? { messageId: newId(), then: then() } : undefined
     const driven = new DrivenCall(store, {
       run,
       callId: call.id,
@@ -93,6 +111,7 @@ export async function runCalls(
       toolOutputLimit: kit.ledger.toolOutputLimit,
       modelText: entry.command.modelText,
       startedAt: performance.now(),
+      ...carry,
     })
     const outcome = await inSpan(
       `execute_tool ${call.name}`,
@@ -127,6 +146,7 @@ export async function runCalls(
         return outcome
       },
     )
+    carried = driven.carried
     if (driven.recorded) kit.ledger.answered(call.id, outcome)
     // A replayed outcome (the dispatch existed): nothing of the call was written with it; write it now, fenced.
     else
@@ -146,7 +166,7 @@ export async function runCalls(
     }
     if (outcome.status === 'succeeded') earlier?.push({ ...call, status: 'ok', output: outcome.result })
   }
-  return waiting
+  return { waiting, ...(carried && { carried }) }
 }
 
 /** The tool span names the dispatch, its outcome and the hash of its latest audit entry (read only when traced). */

@@ -197,6 +197,8 @@ export {
   insertModelCallWrite,
   insertToolMessageAfterFence,
   toolCallResultAfterFence,
+  type CarriedResult,
+  type CarriedTransition,
   type FencedPart,
   type FencedWrite,
   type TransitionRead,

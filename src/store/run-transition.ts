@@ -11,7 +11,7 @@ import {
 } from './event-log.js'
 import { newId } from './ids.js'
 import { patchColumns, toRun, type ModelCallUsage, type Run, type RunPatch, type RunRow } from './run-repository.js'
-import type { MessagePart, StoredToolCall } from './transcript-repository.js'
+import { transcriptRowJson, type MessagePart, type StoredToolCall } from './transcript-repository.js'
 import { updateToolCallQuery, type ToolCallPatch, type ToolCallRecord } from './tool-call-repository.js'
 import { storableJson } from './storable.js'
 import { outboxAfter } from './webhook-outbox.js'
@@ -48,9 +48,7 @@ export async function runTransition(
   tag: string,
   reads: TransitionReads = {},
 ): Promise<{ run: Run; events: EventRecord[]; reads: { [name: string]: unknown } } | undefined> {
-  const set = Object.entries({ lease_expires_at: fence.expiresAt, ...patchColumns(patch) }).map(
-    ([column, value]) => sql`${sql.ref(column)} = ${value}`,
-  )
+  const set = fenceSet(fence, patch)
   const names = writes.map((_, index) => `w${index}`)
   const ctes = writes.map((write, index) => sql`, ${sql.ref(names[index]!)} as (${write.sql})`)
   // Each write's rows are counted before the lock is taken: that forces them to run first.
@@ -88,6 +86,13 @@ export async function runTransition(
     events: appended,
     reads: Object.fromEntries(Object.keys(reads).map((name) => [name, read[`read_${name}`]])),
   }
+}
+
+/** The fence's renewal and the run's patch, as the `set` list of the fence's update. */
+function fenceSet(fence: TransitionFence, patch: RunPatch): RawBuilder<unknown>[] {
+  return Object.entries({ lease_expires_at: fence.expiresAt, ...patchColumns(patch) }).map(
+    ([column, value]) => sql`${sql.ref(column)} = ${value}`,
+  )
 }
 
 /** One read a transition's statement carries (a subquery built by a repository, e.g. `transcriptAfterRead`). */
@@ -187,6 +192,8 @@ declare const runFenceGate: unique symbol
  */
 export interface FencedWrite {
   readonly query: OperationNodeSource
+  /** Its CTE returns `transcript_row`: the transcript row it wrote (`transcriptRowJson`). */
+  readonly transcript?: true
   readonly [runFenceGate]: true
 }
 
@@ -195,13 +202,37 @@ export interface FencedPart {
   fence: TransitionFence
   writes: FencedWrite[]
   events: NewEvent[]
+  /**
+   * The run's next state change, carried by the same statement (the next round's opening after a
+   * round's last call): its patch goes with the fence's update, then its writes, reads and events.
+   */
+  then?: CarriedTransition
+}
+
+/** A run's state change (`runTransition`'s parts) carried by `finishDispatch`'s statement. */
+export interface CarriedTransition {
+  patch: RunPatch
+  writes: TransitionWrite[]
+  reads: TransitionReads
+  events: NewEvent[]
+}
+
+/**
+ * What a carried transition wrote and read: the run as it left it, its reads (in the statement's
+ * snapshot: without the statement's own writes), and the transcript rows the statement itself wrote
+ * (a tool message), which those reads cannot see.
+ */
+export interface CarriedResult {
+  run: Run
+  reads: { [name: string]: unknown }
+  written: unknown[]
 }
 
 /** The condition, inside `finishDispatch`'s statement, that the run's fence (CTE `f`) held. */
 const runFenceHeld = sql<boolean>`exists (select 1 from f)`
 
-function fencedWrite(query: OperationNodeSource): FencedWrite {
-  return { query } as unknown as FencedWrite
+function fencedWrite(query: OperationNodeSource, transcript?: true): FencedWrite {
+  return { query, ...(transcript && { transcript }) } as unknown as FencedWrite
 }
 
 /**
@@ -218,38 +249,78 @@ export async function finishDispatch(
   run: FencedPart,
   tag: string,
   deferFlush = false,
-): Promise<{ fenced: boolean; events: EventRecord[]; flushDeferred: boolean }> {
+): Promise<{ fenced: boolean; events: EventRecord[]; flushDeferred: boolean; then?: CarriedResult }> {
+  const then = run.then
+  const events = then ? [...run.events, ...then.events] : run.events
   // Events reach other instances at commit: a statement with events keeps its flush before it.
-  const deferred = deferFlush && run.events.length === 0
+  const deferred = deferFlush && events.length === 0
   const deferColumn = deferred ? sql`, ${deferFlushColumn}` : sql``
   const names = run.writes.map((_, index) => `w${index}`)
   const ctes = run.writes.map((write, index) => sql`${sql.ref(names[index]!)} as (${write.query}),`)
-  const done = names.map((name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`)
+  // The carried transition's writes reference `f` as a transition's do.
+  const carriedNames = (then?.writes ?? []).map((_, index) => `t${index}`)
+  const carriedCtes = (then?.writes ?? []).map(
+    (write, index) => sql`${sql.ref(carriedNames[index]!)} as (${write.sql}),`,
+  )
+  const readNames = Object.keys(then?.reads ?? {}).map((name) => `read_${name}`)
+  const readCtes = Object.values(then?.reads ?? {}).map(
+    (read, index) => sql`${sql.ref(readNames[index]!)} as (select (${read}) as value),`,
+  )
+  // Every write and read is done before the event log's lock is taken.
+  const done = [...names, ...carriedNames, ...readNames].map(
+    (name) => sql` and (select count(*) from ${sql.ref(name)}) >= 0`,
+  )
   const eventsPart =
-    run.events.length === 0
+    events.length === 0
       ? sql`e as (select null::bigint as id where false)`
       : sql`lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from f where (select count(*) from audit_entry) >= 0 ${sql.join(done, sql``)}),
         e as (
           insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
-          select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(run.events)}
-          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)${outboxAfter(run.events)}`
-  const { rows } = await sql<{ fenced: string; events: Array<{ [key: string]: JsonValue }> | null }>`
+          select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, ${eventValues(events)}
+          returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified)${outboxAfter(events)}`
+  const transcriptNames = names.filter((_, index) => run.writes[index]!.transcript)
+  const carried = then
+    ? sql`, (select coalesce(json_agg(x.transcript_row), '[]'::json) from (${sql.join(
+        transcriptNames.map((name) => sql`select transcript_row from ${sql.ref(name)}`),
+        sql` union all `,
+      )}) x) as carried_written${sql.join(
+        readNames.map((name) => sql`, (select value from ${sql.ref(name)}) as ${sql.ref(name)}`),
+        sql``,
+      )}`
+    : sql``
+  const { rows } = await sql<
+    Partial<RunRow> & { fenced: string; events: Array<{ [key: string]: JsonValue }> | null; carried_written?: unknown }
+  >`
     with f as (
-      update runs set lease_expires_at = ${run.fence.expiresAt}
+      update runs set ${sql.join(fenceSet(run.fence, then?.patch ?? {}))}
       where id = ${run.fence.runId} and lease_owner = ${run.fence.owner} and status = 'running'
-      returning id
+      returning ${then ? sql`*` : sql`id`}
     ),
     ${sql.join(ctes, sql``)}
+    ${sql.join(carriedCtes, sql``)}
+    ${sql.join(readCtes, sql``)}
     d as (${dispatch}),
     ${auditAppendCtes(audit, 'd').sql},
     ${eventsPart}
-    select (select count(*) from f) as fenced, (select count(*) from audit_entry) as audited,
-           (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events ${deferColumn}`.execute(kysely(db))
+    select ${then ? sql`f.*, ` : sql``}(select count(*) from f) as fenced, (select count(*) from audit_entry) as audited,
+           (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events ${carried} ${deferColumn}
+    ${then ? sql`from (select) as one left join f on true` : sql``}`.execute(kysely(db))
   const row = rows[0]
+  const fenced = Number(row?.fenced ?? 0) > 0
+  const read = row as unknown as { [column: string]: unknown }
   return {
-    fenced: Number(row?.fenced ?? 0) > 0,
+    fenced,
     events: (row?.events ?? []).map(eventFromJson).sort((a, b) => a.id - b.id),
     flushDeferred: deferred,
+    ...(then &&
+      fenced &&
+      row && {
+        then: {
+          run: toRun(row as RunRow),
+          reads: Object.fromEntries(Object.keys(then.reads).map((name) => [name, read[`read_${name}`]])),
+          written: Array.isArray(row.carried_written) ? row.carried_written : [],
+        },
+      }),
   }
 }
 
@@ -264,8 +335,13 @@ export function insertToolMessageAfterFence(
   callId: string,
   content: string,
   parts?: MessagePart[],
+  id = newId(),
 ): FencedWrite {
   const stored = parts && parts.length > 0 ? storableJson(parts) : null
-  return fencedWrite(sql`insert into messages (id, conversation_id, run_id, role, content, tool_call_id, status, parts)
-    select ${newId()}, ${run.conversationId}, ${run.id}, 'tool', ${content}, ${callId}, 'completed', ${stored}::jsonb from f returning id`)
+  return fencedWrite(
+    sql`insert into messages (id, conversation_id, run_id, role, content, tool_call_id, status, parts)
+    select ${id}, ${run.conversationId}, ${run.id}, 'tool', ${content}, ${callId}, 'completed', ${stored}::jsonb from f
+    returning id, ${transcriptRowJson} as transcript_row`,
+    true,
+  )
 }

@@ -221,6 +221,12 @@ function compactedThrough(conversationId: string): RawBuilder<string> {
 /** What a message counts for against the window (its text, its calls' JSON, and a per-message allowance). */
 const transcriptSize = sql`(coalesce(length(content), 0) + coalesce(length(tool_calls::text), 0) + 64)`
 
+/**
+ * A message row just written, as one row of `transcriptRowsFromJson`'s array: for a statement's
+ * `returning`, when its reads (in the statement's snapshot) cannot see the row.
+ */
+export const transcriptRowJson = sql`json_build_array(id, role, content, tool_calls, tool_call_id, status, parts, ${transcriptSize})`
+
 /** A transcript message with what it counts for against the model's window. */
 export interface TranscriptRow extends TranscriptMessage {
   size: number
