@@ -3,7 +3,9 @@ import { ScriptedModel, type ModelMessage } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { testDb } from '../src/store/test-access.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
+import { ledgerViolations } from './helpers/ledger.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { settledRunStatuses, waitFor, waitForRun } from './helpers/waits.js'
 
 // After a round of calls, the next round opens in the statement that records the last call's answer
 // (docs/architecture.md#the-run-loop): one commit fewer per round, and nothing else changes.
@@ -17,7 +19,12 @@ for (const engine of testEngines()) {
 
     beforeAll(async () => {
       store = await openTestStore(engine)
-      server = await startTestServer(store, { plugins: ['rdm'], models: [model], compaction: { enabled: false } })
+      const slowPlugin = new URL('./__fixtures__/plugins/slow-tool.ts', import.meta.url).pathname
+      server = await startTestServer(store, {
+        plugins: ['rdm', slowPlugin],
+        models: [model],
+        compaction: { enabled: false },
+      })
       alice = await server.createUser()
       projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'carried' } }))
         .body.id
@@ -30,6 +37,12 @@ for (const engine of testEngines()) {
     const newConversation = async (): Promise<string> =>
       (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })).body
         .id
+    const transcript = async (conversationId: string) =>
+      (
+        await server.request('GET', `/api/conversations/${conversationId}/messages?limit=50`, {
+          token: alice.token,
+        })
+      ).body.items as Array<{ role: string; status: string; content: string }>
     const run = async (conversationId: string, input: string) => {
       const created = await server.request('POST', `/api/conversations/${conversationId}/runs?wait=true`, {
         token: alice.token,
@@ -59,17 +72,9 @@ for (const engine of testEngines()) {
       expect(second.map(role)).toEqual(['user', 'assistant', 'tool', 'tool'])
 
       // The transcript lists them in that order, the answer last.
-      const messages = await server.request('GET', `/api/conversations/${conversationId}/messages?limit=50`, {
-        token: alice.token,
-      })
-      expect(messages.body.items.map((message: { role: string; status: string }) => message.role)).toEqual([
-        'user',
-        'assistant',
-        'tool',
-        'tool',
-        'assistant',
-      ])
-      expect(messages.body.items.at(-1)).toMatchObject({ content: 'both answered', status: 'completed' })
+      const messages = await transcript(conversationId)
+      expect(messages.map((message) => message.role)).toEqual(['user', 'assistant', 'tool', 'tool', 'assistant'])
+      expect(messages.at(-1)).toMatchObject({ content: 'both answered', status: 'completed' })
 
       // The last call's tool_call.completed and the second round's opening: one transaction (the
       // same transaction time), their events consecutive.
@@ -124,14 +129,40 @@ for (const engine of testEngines()) {
       ])
       const waiting = await run(conversationId, 'ping and draft')
       expect(waiting).toMatchObject({ status: 'requires_action', iteration: 1 })
-      const messages = await server.request('GET', `/api/conversations/${conversationId}/messages?limit=50`, {
+      expect((await transcript(conversationId)).map((message) => message.role)).toEqual(['user', 'assistant', 'tool'])
+    })
+
+    it('a run cancelled during its last call ends with no round left open', async () => {
+      const conversationId = await newConversation()
+      model.setTurns([{ toolCalls: [{ name: 'slow__wait', arguments: {} }] }, { text: 'never asked' }])
+      const calls = model.calls.length
+      const created = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
         token: alice.token,
+        body: { input: 'wait' },
       })
-      expect(messages.body.items.map((message: { role: string }) => message.role)).toEqual([
-        'user',
-        'assistant',
-        'tool',
-      ])
+      expect(created.status).toBe(201)
+      const runId = created.body.id as string
+      await waitFor(
+        async () =>
+          (
+            await testDb(store)
+              .selectFrom('run_tool_calls')
+              .select('status')
+              .where('run_id', '=', runId)
+              .executeTakeFirst()
+          )?.status === 'running',
+        { what: 'the call to be running' },
+      )
+      // The command ends when the cancel reaches it, and its answer is recorded like any other.
+      expect((await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })).status).toBe(200)
+      const ended = await waitForRun(server, alice.token, runId, settledRunStatuses)
+      expect(ended.status).toBe('cancelled')
+      expect(model.calls.length).toBe(calls + 1)
+      // The call's answer is the last thing written: no round opened only to be closed.
+      const messages = await transcript(conversationId)
+      expect(messages.map((message) => message.role)).toEqual(['user', 'assistant', 'tool'])
+      expect(messages[2]!.status).toBe('completed')
+      expect(await ledgerViolations(store)).toEqual([])
     })
   })
 }

@@ -37,6 +37,8 @@ export interface RunCall {
   then?: CarriedTransition
   /** The tool message's id: made before `then` was, so that it sorts before the next round's message. */
   messageId?: string
+  /** Once aborted (the run is being stopped), `then` is left out: no round is opened to be closed at once. */
+  until?: AbortSignal
 }
 
 /**
@@ -141,7 +143,7 @@ export class DrivenCall implements DispatchHooks {
   ): (FencedPart & { written(result: { fenced: boolean; then?: CarriedResult }): void }) | undefined {
     const answer = this.#answer(outcome)
     if (!answer) return undefined
-    const then = this.#call.then
+    const then = this.#call.until?.aborted ? undefined : this.#call.then
     return {
       fence: this.#fence(),
       ...answerAfterFence(this.#store, this.#run, this.#callId, answer, this.#call.messageId),

@@ -103,7 +103,10 @@ export async function runCalls(
     const scope = known
     known = undefined
     // The tool message's id is made first: the next step's message sorts after it.
-    const carry = then && !waiting && index === calls.length - 1 ? { messageId: newId(), then: then() } : undefined
+    const carry =
+      then && !waiting && index === calls.length - 1
+        ? { messageId: newId(), then: then(), until: driver.loop.signal }
+        : undefined
     const driven = new DrivenCall(store, {
       run,
       callId: call.id,
