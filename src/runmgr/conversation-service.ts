@@ -22,6 +22,7 @@ import {
   type Compaction,
 } from '../store/index.js'
 import type { ProjectService } from './project-service.js'
+import type { RunManager } from './run-manager.js'
 
 /** A conversation as the API shows it: with the id of its active run. */
 export type ConversationWithRun = Conversation & { activeRunId: string | null }
@@ -35,12 +36,19 @@ export class ConversationService {
   readonly #access: ProjectAccess
   readonly #projects: ProjectService
   readonly #fullModeTtlMs: number
+  readonly #runs: Pick<RunManager, 'endRunsOf'> | undefined
 
-  constructor(store: Store, access: ProjectAccess, projects: ProjectService, options: { fullModeTtlMs: number }) {
+  constructor(
+    store: Store,
+    access: ProjectAccess,
+    projects: ProjectService,
+    options: { fullModeTtlMs: number; runs?: Pick<RunManager, 'endRunsOf'> },
+  ) {
     this.#store = store
     this.#access = access
     this.#projects = projects
     this.#fullModeTtlMs = options.fullModeTtlMs
+    this.#runs = options.runs
   }
 
   async resolve(user: User, conversationId: string): Promise<Conversation> {
@@ -116,10 +124,11 @@ export class ConversationService {
     return (await this.withActiveRuns([current]))[0]!
   }
 
-  /** Deletes a conversation of the caller's (soft). */
+  /** Deletes a conversation of the caller's (soft), then ends its runs (no new one can start by then). */
   async remove(user: User, conversationId: string): Promise<void> {
     const conversation = await this.resolve(user, conversationId)
     await this.#store.transaction((tx) => deleteConversation(tx, conversation))
+    await this.#runs?.endRunsOf({ conversationId: conversation.id }, 'conversation_deleted')
   }
 
   /** A conversation's transcript, oldest first. */

@@ -1,6 +1,7 @@
 import type { CommandCatalog, ProjectAccess } from '../cmdbus/index.js'
 import type { ProjectAction } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
+import type { RunManager } from './run-manager.js'
 import {
   appendAuditEntry,
   createProject,
@@ -45,6 +46,8 @@ export interface ProjectServiceDeps {
   catalog: CommandCatalog
   /** Names of the runtime directories the operator declares. */
   runtimes: () => readonly string[]
+  /** Ends the runs of a deleted project. */
+  runs?: Pick<RunManager, 'endRunsOf'>
 }
 
 /**
@@ -121,6 +124,7 @@ export class ProjectService {
   async remove(user: User, projectId: string): Promise<Project> {
     const project = await this.owned(user, projectId)
     await this.#deps.store.transaction((tx) => deleteProject(tx, project))
+    await this.#deps.runs?.endRunsOf({ projectId: project.id }, 'project_deleted')
     return project
   }
 

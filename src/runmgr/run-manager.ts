@@ -468,6 +468,24 @@ export class RunManager {
   }
 
   /**
+   * Ends, `cancelled` with `reason`, every queued, running and waiting run of a conversation or project
+   * that was just deleted — queued ones first, so none of them starts when the run ahead of it ends. A
+   * run waiting for a decision would otherwise wait for one nobody can reach any more.
+   */
+  async endRunsOf(scope: { conversationId: string } | { projectId: string }, reason: string): Promise<void> {
+    const filter =
+      'conversationId' in scope
+        ? { conversationId: scope.conversationId, statuses: activeRunStatuses }
+        : { projectIds: [scope.projectId], statuses: activeRunStatuses }
+    for (let pass = 0; pass < 100; pass++) {
+      const { items } = await listRuns(this.#options.store, filter, { limit: 200 })
+      if (items.length === 0) return
+      const queuedFirst = [...items].sort((a, b) => Number(b.status === 'queued') - Number(a.status === 'queued'))
+      for (const run of queuedFirst) await this.cancel(run.id, reason)
+    }
+  }
+
+  /**
    * Cancels a run (idempotent for finished runs) and resolves with the run as it ends. Driven here:
    * its loop is stopped and ends it. Driven by another instance (or waiting): it is ended here under
    * the row lock — which fences the driver out — and a notification makes the driver stop at once.

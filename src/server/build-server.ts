@@ -212,9 +212,11 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     models: options.runs.models,
     catalog: options.bus.catalog,
     runtimes: () => Object.keys(options.exec.settings.runtimes),
+    runs: options.runs,
   })
   const conversations = new ConversationService(options.store, options.access, projects, {
     fullModeTtlMs: options.fullModeTtlMs,
+    runs: options.runs,
   })
   // Every instance fires due schedules; the database decides which one fires each occurrence.
   const firer = new ScheduleFirer({
