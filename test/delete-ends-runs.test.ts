@@ -104,7 +104,10 @@ for (const engine of apiEngines()) {
       const { waiting, queued } = await waitingAndQueued(first)
       scripted.setTurns([{ toolCalls: [{ name: 'slow__wait', arguments: {} }] }])
       const running = (
-        await server.request('POST', `/api/conversations/${second}/runs`, { token: alice.token, body: { input: 'wait' } })
+        await server.request('POST', `/api/conversations/${second}/runs`, {
+          token: alice.token,
+          body: { input: 'wait' },
+        })
       ).body.id as string
       await waitForRun(server, alice.token, running, (current) => current.phase === 'tool_running')
 

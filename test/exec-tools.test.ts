@@ -165,6 +165,12 @@ describe('execution tools over HTTP', () => {
       server.request('PUT', `${base}/${path}`, { token: alice.token, rawBody: body, headers: { 'content-type': type } })
     expect((await put('notes/today.md', '# Today\n\nship it')).status).toBe(201)
     expect((await put('data.csv', 'a,b\n1,2', 'text/csv')).body).toEqual({ path: 'data.csv', size: 7 })
+    // A JSON or multipart Content-Type is not parsed: the body is the file, byte for byte.
+    expect((await put('data.json', '{"k":"v"}', 'application/json')).body).toEqual({ path: 'data.json', size: 9 })
+    const form = '--zzz\r\nContent-Disposition: form-data; name="a"\r\n\r\nb\r\n--zzz--\r\n'
+    expect((await put('form.txt', form, 'multipart/form-data; boundary=zzz')).body.size).toBe(form.length)
+    const json = await fetch(`${server.url}${base}/data.json`, { headers: { authorization: `Bearer ${alice.token}` } })
+    expect(await json.text()).toBe('{"k":"v"}')
     const listed = await server.request('GET', base, { token: alice.token })
     expect(listed.body.items.map((entry: { path: string }) => entry.path)).toEqual(
       expect.arrayContaining(['data.csv', 'notes', 'notes/today.md']),

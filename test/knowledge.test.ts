@@ -258,6 +258,24 @@ for (const engine of testEngines()) {
         413,
         'payload_too_large',
       )
+      // A multipart body cut short, one without a boundary, or with two files: the client's mistake, a 400.
+      const raw = async (contentType: string, body: string) => {
+        const response = await fetch(`${server.url}/api/projects/${projectId}/knowledge`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': contentType },
+          body,
+        })
+        return { status: response.status, body: (await response.json()) as { code: string } }
+      }
+      const part = (name: string) =>
+        `--zzz\r\nContent-Disposition: form-data; name="file"; filename="${name}"\r\nContent-Type: text/plain\r\n\r\nabc\r\n`
+      expectCode(await raw('multipart/form-data; boundary=zzz', part('a.md').slice(0, -2)), 400, 'bad_request')
+      expectCode(await raw('multipart/form-data', part('a.md') + '--zzz--\r\n'), 400, 'bad_request')
+      expectCode(
+        await raw('multipart/form-data; boundary=zzz', part('a.md') + part('b.md') + '--zzz--\r\n'),
+        400,
+        'validation_failed',
+      )
       expectCode(await add('t'.repeat(501), 'text'), 400, 'validation_failed')
       expectCode(await add('title', ''), 400, 'validation_failed')
       const other = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'bobs' } })).body

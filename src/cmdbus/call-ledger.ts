@@ -8,6 +8,7 @@ import {
   openToolCallStatuses,
   runEndedEvents,
   updateToolCallQuery,
+  type DecisionRecord,
   type Executor,
   type NewEvent,
   type Run,
@@ -19,6 +20,7 @@ import type { DispatchOutcome } from './bus-types.js'
 import { callAnswer, outcomeAnswer, type CallAnswer } from './call-answer.js'
 import { auditBudgetStop, auditClientCall, type ClientCallAudit } from './client-call-audit.js'
 import type { CommandCatalog } from './command-catalog.js'
+import { expirePendingDecision } from './decision-expiry.js'
 
 /** How a run ends, and what its open calls get. */
 export interface RunEnd extends RunEnding {
@@ -126,13 +128,20 @@ export class CallLedger {
   /**
    * Ends a run the caller has locked (or fenced): every open call gets its terminal result, a turn
    * still streaming is closed, then the store's `endRun` writes the terminal state and its events.
-   * Returns the decisions to expire once the transaction commits.
+   * Returns the pending decisions it expired, for the caller to announce once the transaction commits.
    */
-  async end(tx: Executor, run: Run, end: RunEnd): Promise<string[]> {
-    const decisions: string[] = []
-    for (const call of end.clean ? [] : await listToolCalls(tx, run.id)) {
-      if (!openToolCallStatuses.includes(call.status)) continue
-      if (call.decisionId) decisions.push(call.decisionId)
+  async end(tx: Executor, run: Run, end: RunEnd): Promise<DecisionRecord[]> {
+    const decisions: DecisionRecord[] = []
+    const open = end.clean
+      ? []
+      : (await listToolCalls(tx, run.id)).filter((call) => openToolCallStatuses.includes(call.status))
+    // Pending decisions expire first: their `decision.resolved` precedes the run's terminal event, after
+    // which the run's stream closes (and the audit chain is appended to before the event log).
+    for (const call of open) {
+      const expired = call.decisionId ? await expirePendingDecision(tx, call.decisionId) : undefined
+      if (expired) decisions.push(expired)
+    }
+    for (const call of open) {
       const status = end.openCalls ?? 'cancelled'
       const code = status === 'error' ? String(end.error?.code ?? 'error') : status
       const output: JsonValue =

@@ -486,6 +486,11 @@ export class CommandBus {
     return this.#decisions.expireDecision(decisionId)
   }
 
+  /** Decisions a run's end expired in its own transaction (`CallLedger.end`), now committed: listeners are told. */
+  decisionsExpired(decisions: readonly DecisionRecord[]): void {
+    for (const decision of decisions) this.#feed.notify(toDecisionView(decision), null)
+  }
+
   /** Expires every pending decision past its deadline. */
   expireOverdue(): Promise<number> {
     return this.#decisions.expireOverdue()

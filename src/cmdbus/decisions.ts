@@ -30,6 +30,7 @@ import {
   validateParams,
 } from './outcomes.js'
 import { redact } from './redact.js'
+import { expirePendingDecision } from './decision-expiry.js'
 import type { ProjectAccess } from './project-access.js'
 import type { RunSettlement } from './run-settlement.js'
 import type { DecisionFeed } from './decision-feed.js'
@@ -280,30 +281,16 @@ export class Decisions {
     if (!pending || pending.status !== 'pending') return undefined
     const expired = await store.transaction(async (tx) => {
       await lockRunOf(tx, pending)
-      const decision = await resolveDecision(tx, decisionId, { status: 'expired' })
+      const decision = await expirePendingDecision(tx, decisionId)
       if (!decision) return undefined
-      const dispatch = await getDispatch(tx, decision.dispatchId)
-      if (dispatch) {
-        const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
-        await recordStep(tx, 'finished', envelope, dispatch, {
-          status: 'expired',
-          decision: { id: decision.id, outcome: 'expired', by: null, scope: null, via: null },
-          error: { code: 'expired', message: 'the decision expired before anyone answered' },
-          finishedAt: new Date().toISOString(),
-        })
-      }
-      await appendDecisionEvent(tx, 'decision.resolved', decision, {
-        decisionId: decision.id,
-        outcome: 'expired',
-        by: null,
-        scope: 'once',
-      })
-      await this.#deps.runs.settle(tx, decision, null)
-      return decision
+      // Ending its run may expire the run's other pending decisions, in this transaction too.
+      const others = await this.#deps.runs.settle(tx, decision, null)
+      return { decision, others }
     })
     if (!expired) return undefined
-    const view = toDecisionView(expired)
+    const view = toDecisionView(expired.decision)
     this.#deps.feed.notify(view, null)
+    for (const other of expired.others) this.#deps.feed.notify(toDecisionView(other), null)
     return view
   }
 

@@ -30,18 +30,16 @@ export class RunSettlement {
    * A decision's outcome (null: it expired) for its run's call, inside the caller's transaction. A
    * decision that expired while its run waited ends the run `expired` (docs/architecture.md#run-states).
    */
-  async settle(tx: Executor, decision: DecisionRecord, outcome: DispatchOutcome | null): Promise<void> {
+  async settle(tx: Executor, decision: DecisionRecord, outcome: DispatchOutcome | null): Promise<DecisionRecord[]> {
     const ledger = this.#ledger
-    if (!decision.runId || !ledger) return
+    if (!decision.runId || !ledger) return []
     const run = await lockRun(tx, decision.runId)
-    if (!run || terminalRunStatuses.includes(run.status)) return
+    if (!run || terminalRunStatuses.includes(run.status)) return []
     const call = (await listToolCalls(tx, run.id)).find((candidate) => candidate.decisionId === decision.id)
-    if (!call || call.status !== 'awaiting_decision') return
+    if (!call || call.status !== 'awaiting_decision') return []
     if (decision.status === 'expired' || !outcome) {
-      if (run.status === 'requires_action') {
-        await ledger.end(tx, run, { status: 'expired', openCalls: 'expired' })
-        return
-      }
+      // The run's end expires its other pending decisions with it (returned, for the caller to announce).
+      if (run.status === 'requires_action') return ledger.end(tx, run, { status: 'expired', openCalls: 'expired' })
       await ledger.finish(tx, run, call, 'expired', { accepted: false, expired: true })
     } else if (decision.status === 'rejected') {
       // A person who answered in the call's place: their text is the call's result.
@@ -69,6 +67,7 @@ export class RunSettlement {
       await ledger.applyOutcome(tx, run, call, outcome)
     }
     if (run.status === 'requires_action') await waitForLess(tx, run.id)
+    return []
   }
 
   /** What goes with each step of a dispatch a person approved, for the run that waits for it. */

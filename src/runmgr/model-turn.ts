@@ -156,7 +156,7 @@ export async function modelTurn(
       },
       { audit: true },
     )
-    await kit.writer.expireDecisions(decisions)
+    kit.bus.decisionsExpired(decisions)
     return { kind: 'ended' }
   } finally {
     if (holdsSlot) kit.modelSlots.release(run.ownerId)

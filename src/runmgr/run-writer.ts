@@ -116,7 +116,7 @@ export class RunWriter {
       if (options.announce) await announceRunEnded(tx, runId)
       return expire
     })
-    await this.expireDecisions(decisions)
+    this.#bus.decisionsExpired(decisions)
   }
 
   /**
@@ -146,7 +146,7 @@ export class RunWriter {
       },
       { audit: true },
     )
-    await this.expireDecisions(decisions)
+    this.#bus.decisionsExpired(decisions)
   }
 
   /** Decisions of an ended run can no longer be answered. */

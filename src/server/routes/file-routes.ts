@@ -163,6 +163,8 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
   // Uploads take any content type as raw bytes, streamed to disk, in a scope of their own (nowhere else).
   void app.register(async (scope) => {
     const uploads = scope.withTypeProvider<TypeBoxTypeProvider>()
+    // Whatever the Content-Type — JSON and multipart included — the body is the file (not parsed).
+    uploads.removeAllContentTypeParsers()
     uploads.addContentTypeParser('*', (_request, payload, done) => done(null, payload))
     uploads.put(
       '/conversations/:id/files/*',

@@ -388,6 +388,24 @@ async function readUpload(request: FastifyRequest, ingestor: Ingestor, maxBytes:
     return { title, filename: file.filename, format: file.format, staged: file.staged }
   } catch (error) {
     if (file) await ingestor.discard(file.staged)
-    throw error
+    throw multipartProblem(error)
   }
+}
+
+/**
+ * What the multipart parser throws for a client's mistake (no boundary, a body cut short, a second
+ * file, too many fields) as a 400; anything else as it is.
+ */
+function multipartProblem(error: unknown): unknown {
+  if (error instanceof HttpProblem || !(error instanceof Error)) return error
+  const code = (error as { code?: unknown }).code
+  if (code === 'FST_FILES_LIMIT')
+    return new HttpProblem('validation_failed', 'body.file: send one file per upload', {
+      errors: [{ path: 'body.file', message: 'only one file may be sent' }],
+    })
+  if (code === 'FST_FIELDS_LIMIT' || code === 'FST_PARTS_LIMIT' || code === 'FST_PROTO_VIOLATION')
+    return new HttpProblem('validation_failed', 'body: a multipart upload takes one `file` and an optional `title`')
+  if (/multipart|boundary|unexpected end|malformed/i.test(error.message))
+    return new HttpProblem('bad_request', `the multipart body cannot be read: ${error.message}`)
+  return error
 }
