@@ -175,6 +175,25 @@ for (const engine of apiEngines()) {
       expect(dispatches).toHaveLength(1)
       const again = await server.request('POST', `/api/runs/${run.id}/resume`, { token: alice.token })
       expect([again.status, again.body.code]).toEqual([409, 'run_not_resumable'])
+      // The run's own stream goes on past its run.failed to the resumed attempt's end.
+      const replay = await openSse(`${server.url}/api/runs/${run.id}/events`, { token: alice.token })
+      await replay.ended
+      const names = replay.events.map((event) => event.event)
+      expect(names).toContain('run.failed')
+      expect(names.at(-1)).toBe('run.completed')
+    })
+
+    it('resumes only the latest run of a conversation: a later message would come before the resumed answer', async () => {
+      const conversationId = await conversation()
+      flaky.calls = 0
+      const run = (await start(conversationId, { input: 'go', model: 'flaky' })).body
+      await waitForRun(server, alice.token, run.id, ['failed'])
+      toolless.setTurns([{ text: 'Later answer.' }])
+      const later = (await start(conversationId, { input: 'something else', model: 'toolless' })).body
+      await waitForRun(server, alice.token, later.id, ['completed'])
+      const resumed = await server.request('POST', `/api/runs/${run.id}/resume`, { token: alice.token })
+      expect([resumed.status, resumed.body.code]).toEqual([409, 'run_not_resumable'])
+      expect((await server.request('GET', `/api/runs/${run.id}`, { token: alice.token })).body.status).toBe('failed')
     })
 
     it('gives a model without tool support no tools and tells it not to invent data', async () => {

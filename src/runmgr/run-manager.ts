@@ -16,6 +16,7 @@ import {
   isUniqueViolation,
   listRuns,
   listToolCalls,
+  laterRunExists,
   lockAuditLog,
   lockRun,
   resumeFailedRun,
@@ -672,6 +673,12 @@ export class RunManager {
             `only a run that failed upstream or was interrupted can be resumed (this one is ${run.status}${code ? `: ${code}` : ''})`,
           )
         }
+        // Its checkpoint is the transcript as it was; a later run's messages have come after it since.
+        if (await laterRunExists(tx, run))
+          throw new RunRequestError(
+            'run_not_resumable',
+            'a later message was sent in this conversation since this run failed; only the latest run can be resumed',
+          )
         if (!this.#options.models.get(run.model))
           throw new RunRequestError(
             'unknown_model',

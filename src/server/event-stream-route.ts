@@ -19,8 +19,8 @@ export interface StreamOptions {
   handle?: StreamHandle
   /** Drops events the reader may not see (applied to replayed and live events alike). */
   filter?: (event: EventRecord) => boolean
-  /** Ends the stream after the event for which this returns true (a run's terminal event). */
-  until?: (event: EventRecord) => boolean
+  /** Ends the stream after the event for which this returns (or resolves to) true (a run's terminal event). */
+  until?: (event: EventRecord) => boolean | Promise<boolean>
 }
 
 /** The id to resume after: `Last-Event-ID` wins over `?after=`; both must be non-negative integers. */
@@ -80,7 +80,8 @@ export async function serveEventStream(
       if (outcome === 'stalled') context.streams.countDropped()
       if (outcome !== 'written') break
       lastId = event.id
-      if (options.until?.(event)) break
+      const ends = options.until?.(event)
+      if (ends === true || (ends instanceof Promise && (await ends))) break
     }
     const reason: StreamEndReason | null = context.shutdown.aborted ? 'shutdown' : handle.reason
     if (reason && writer.open) await writer.write(finalFrame(reason, lastId), undefined, finalFrameTimeoutMs)

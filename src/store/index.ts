@@ -143,6 +143,7 @@ export {
 export { canonicalJson } from './canonical-json.js'
 export {
   getRun,
+  laterRunExists,
   lockRun,
   updateRun,
   nextQueuedRun,

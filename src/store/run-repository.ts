@@ -126,6 +126,18 @@ export async function getRun(db: Executor, id: string): Promise<Run | undefined>
   return row && toRun(row)
 }
 
+/** Whether a later run was started in the run's conversation (its messages came after this run's). */
+export async function laterRunExists(db: Executor, run: Pick<Run, 'id' | 'conversationId'>): Promise<boolean> {
+  const row = await kysely(db)
+    .selectFrom('runs')
+    .select('id')
+    .where('conversation_id', '=', run.conversationId)
+    .where('id', '>', run.id)
+    .limit(1)
+    .executeTakeFirst()
+  return row !== undefined
+}
+
 /** Locks a run row for a state change (the caller is in a transaction). */
 export async function lockRun(tx: Executor, id: string): Promise<Run | undefined> {
   const row = await kysely(tx).selectFrom('runs').selectAll().where('id', '=', id).forNoKeyUpdate().executeTakeFirst()

@@ -478,7 +478,10 @@ async function streamRun(
   access: ConversationStreamAccess,
   handle?: StreamHandle,
 ): Promise<void> {
-  const isTerminal = (event: EventRecord): boolean => terminalEvents.has(event.type)
+  // A failed run that was resumed goes on after its `run.failed`: the stream ends at the run's last end.
+  const isTerminal = (event: EventRecord): boolean | Promise<boolean> =>
+    terminalEvents.has(event.type) &&
+    (event.type !== 'run.failed' || deps.runQueries.hasEventsAfter(run.id, event.id).then((more) => !more))
   if (terminalRunStatuses.includes(run.status)) {
     // A finished run with nothing after the client's id: 204, which tells an EventSource not to
     // reconnect (an empty 200 would make it reconnect for ever).
