@@ -78,6 +78,8 @@ describe('first start and the CLI beside a running server', () => {
 
       expect(await server.stop()).toBe(0)
       server = undefined
+      // A graceful stop takes its announcement with it (a stale pid could name another process).
+      await expect(readFile(join(cwd, 'data', 'server.json'), 'utf8')).rejects.toMatchObject({ code: 'ENOENT' })
       // The next start finds users: nothing is created or printed again.
       const again = await startServe({ cwd })
       server = again

@@ -34,9 +34,13 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
     logger.info({ signal }, 'shutting down')
     const force = setTimeout(() => process.exit(1), 10_000)
     force.unref()
-    void unannounce()
+    // Awaited before exiting: a server.json left behind names a pid the OS may give another process.
+    const unannounced = unannounce().catch(() => undefined)
     server.close().then(
-      () => process.exit(0),
+      async () => {
+        await unannounced
+        process.exit(0)
+      },
       (error: unknown) => {
         logger.error({ err: error }, 'shutdown failed')
         process.exit(1)
