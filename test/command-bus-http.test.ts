@@ -106,6 +106,13 @@ for (const engine of apiEngines()) {
       expect(unbalanced.body.code).toBe('invalid_slash_command')
       const wrongCommand = await dispatch(alice.token, 'rdm.ping', { entrance: 'slash', text: '/rdm.trace traceId=x' })
       expect(wrongCommand.body.code).toBe('invalid_slash_command')
+      // params or text: both at once is refused rather than one silently dropped.
+      const both = await dispatch(alice.token, 'rdm.ping', {
+        entrance: 'slash',
+        params: { target: 'a' },
+        text: '/rdm.ping target=b',
+      })
+      expect([both.status, both.body.code]).toEqual([400, 'validation_failed'])
     })
 
     it('answers bad dispatches with clean problems: unknown command, bad params, agent entrance, foreign conversation', async () => {
@@ -213,6 +220,11 @@ for (const engine of apiEngines()) {
         body: { decision: 'reject' },
       })
       expect([conflict.status, conflict.body.code]).toEqual([409, 'decision_conflict'])
+      const widened = await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: alice.token,
+        body: { decision: 'approve_session' },
+      })
+      expect([widened.status, widened.body.code]).toEqual([409, 'decision_conflict'])
       // Ran once: one draft in the project's knowledge.
       const drafts = await testDb(store)
         .selectFrom('knowledge_items')

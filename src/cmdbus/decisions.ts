@@ -232,6 +232,17 @@ export class Decisions {
           error: { code: 'decision_conflict', message: `the decision was already ${decided.status}` },
           decision: view,
         }
+      // Approved once is not approved for the session (nor the other way round): a different answer.
+      const wantedScope = answer === 'approve_session' ? 'session' : 'once'
+      if (wanted === 'approved' && (decided.scope ?? 'once') !== wantedScope)
+        return {
+          ok: false,
+          error: {
+            code: 'decision_conflict',
+            message: `the decision was already approved ${decided.scope === 'session' ? 'for the session' : 'once'}`,
+          },
+          decision: view,
+        }
       const dispatch = await getDispatch(store, decided.dispatchId)
       return {
         ok: true,

@@ -146,6 +146,10 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
       await bus.catalog.settled()
       const command = bus.catalog.get(commandId)
       if (!command) throw new HttpProblem('unknown_command', `no command ${commandId}`)
+      if (body.params !== undefined && body.text !== undefined)
+        throw new HttpProblem('validation_failed', 'body: give params or text, not both', {
+          errors: [{ path: 'body.text', message: 'must not be given with params' }],
+        })
       let params = (body.params ?? {}) as { [key: string]: JsonValue }
       if (body.text !== undefined) {
         const parsed = parseSlash(body.text, command.spec.paramsSchema)
@@ -156,7 +160,7 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
             `the text names /${parsed.commandId} but the route is ${commandId}`,
           )
         }
-        params = { ...parsed.params, ...params }
+        params = parsed.params
       }
       const key = idempotencyKey(request)
       const outcome = await bus.dispatch({
