@@ -320,6 +320,8 @@ function roundOpening(
   const runId = run.id
   const messageId = newId()
   const periods = kit.periodBudgets.check({ projectId: run.projectId, userId: run.ownerId })
+  // run.status is for a change: a run that was just started (or resumed) already said `running, thinking`.
+  const unchanged = before.length === 0 && run.status === 'running' && run.phase === patch.phase
   return {
     messageId,
     periods,
@@ -328,7 +330,7 @@ function roundOpening(
       writes: [insertAssistantMessageWrite(run, messageId)],
       events: [
         ...before,
-        runEvent(run, 'run.status', { runId, status: 'running', phase: patch.phase }),
+        ...(unchanged ? [] : [runEvent(run, 'run.status', { runId, status: 'running', phase: patch.phase })]),
         runEvent(run, 'round.started', { runId, iteration: patch.iteration }),
         runEvent(run, 'message.created', { messageId, role: 'assistant' }),
       ],

@@ -29,6 +29,9 @@ export async function waitForPerson(tx: Executor, runId: string): Promise<Run> {
 export async function waitForLess(tx: Executor, runId: string): Promise<Run> {
   const requiredAction = await requiredActionOf(tx, runId)
   const run = await updateRun(tx, runId, { requiredAction })
+  // Nothing left to wait for: the run continues next, and its `running` status says so (a waiting
+  // status awaiting nothing would only be noise).
+  if (requiredAction.decisions.length === 0 && requiredAction.toolOutputs.length === 0) return run
   await appendEvents(tx, [
     {
       ...runEvent(run, 'run.status', { runId, status: run.status, phase: null, requiredAction }),
@@ -39,7 +42,10 @@ export async function waitForLess(tx: Executor, runId: string): Promise<Run> {
 }
 
 /** What a waiting run awaits (its `requiredAction`): decisions, and client tool outputs. */
-export async function requiredActionOf(db: Executor, runId: string): Promise<JsonValue> {
+export async function requiredActionOf(
+  db: Executor,
+  runId: string,
+): Promise<{ decisions: JsonValue[]; toolOutputs: JsonValue[] }> {
   const calls = await listToolCalls(db, runId)
   const waiting = calls.filter((call) => call.status === 'awaiting_decision')
   const kinds = await decisionKinds(
