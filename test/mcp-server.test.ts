@@ -255,6 +255,14 @@ for (const engine of apiEngines()) {
       const inConversation = await connect(alice.token, `/mcp/projects/${projectId}/conversations/${conversationId}`)
       const called = await inConversation.client.callTool({ name: 'rdm__ping', arguments: {} })
       expect(called.isError ?? false).toBe(false)
+      // The work-directory tools are offered only there: a project (or /mcp) has no work directory.
+      const names = async (path: string) =>
+        (await (await connect(alice.token, path)).client.listTools()).tools.map((tool) => tool.name)
+      expect(await inConversation.client.listTools().then((list) => list.tools.map((tool) => tool.name))).toEqual(
+        expect.arrayContaining(['read_file', 'list_files', 'write_file']),
+      )
+      for (const path of [`/mcp/projects/${projectId}`, '/mcp'])
+        expect(await names(path), path).not.toEqual(expect.arrayContaining(['read_file']))
       const wrong = await post(
         `${server.url}/mcp/projects/${subset.body.id}/conversations/${conversationId}`,
         alice.token,
@@ -492,13 +500,13 @@ for (const engine of apiEngines()) {
       try {
         const ownerTools = (await mine.client.listTools()).tools
         const readerTools = (await theirs.client.listTools()).tools
-        expect(ownerTools.map((tool) => tool.name)).toContain('write_file')
+        expect(ownerTools.map((tool) => tool.name)).toContain('memory_remember')
         expect(readerTools.map((tool) => tool.name)).toEqual(
           ownerTools.filter((tool) => tool.annotations?.idempotentHint === true).map((tool) => tool.name),
         )
         expect(readerTools.map((tool) => tool.name)).toContain('list_projects')
         const refused = await theirs.client
-          .callTool({ name: 'write_file', arguments: { path: 'a.txt', content: 'x' } })
+          .callTool({ name: 'memory_remember', arguments: { text: 'x' } })
           .catch((error: unknown) => error)
         expect((refused as McpError).code).toBe(ErrorCode.InvalidParams)
         readOnlyShares.delete(projectId)

@@ -35,6 +35,8 @@ export interface RegisteredCommand {
   modelText?: (result: JsonValue) => string
   /** Core only: whether the command can work now; when not, the model is not offered it as a tool. */
   availableWhen?: () => boolean
+  /** Core only: it works in a conversation's work directory, so it is not offered where there is none (MCP outside a conversation). */
+  needsConversation?: boolean
   /** Core only: the users (names or ids) who alone may approve a call now — a second person — or null. */
   approversWhen?: () => readonly string[] | null
   /** Core only: the levels a classifier can answer now (the catalog shows them; default low…high). */
@@ -304,7 +306,10 @@ export class CommandCatalog {
   /** Core commands only: a per-call confirmation, the model's view of results, availability. */
   setCoreHooks(
     commandId: string,
-    hooks: Pick<RegisteredCommand, 'confirmWhen' | 'modelText' | 'availableWhen' | 'approversWhen' | 'riskRangeWhen'>,
+    hooks: Pick<
+      RegisteredCommand,
+      'confirmWhen' | 'modelText' | 'availableWhen' | 'approversWhen' | 'riskRangeWhen' | 'needsConversation'
+    >,
   ): void {
     const command = this.#commands.get(commandId)
     if (command) Object.assign(command, hooks)

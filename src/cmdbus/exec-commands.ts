@@ -351,10 +351,13 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     },
   )
   staged.commit()
+  for (const id of ['core.read_file', 'core.write_file', 'core.list_files'])
+    catalog.setCoreHooks(id, { needsConversation: true })
 
   for (const id of ['core.exec', 'core.run_code']) {
     // Under direct a human approves every run, whatever the mode or allowances.
     catalog.setCoreHooks(id, {
+      needsConversation: true,
       confirmWhen: () => exec.backendName === 'direct',
       modelText: execModelText,
       availableWhen: () => exec.executionAvailable,
@@ -421,6 +424,7 @@ export async function registerCliTools(
       )
       staged.commit()
       catalog.setCoreHooks(`cli.${spec.name}`, {
+        needsConversation: true,
         confirmWhen: () => deps.exec.backendName === 'direct',
         modelText: execModelText,
         availableWhen: () => deps.exec.executionAvailable,

@@ -29,7 +29,10 @@ export function offeredCommands(
   scope: McpScope,
 ): Array<{ toolName: string; command: RegisteredCommand }> {
   const offered = [...commandTools(bus, scope.subset, 'mcp')].filter(
-    ({ command }) => scope.writable || command.spec.idempotent === true,
+    ({ command }) =>
+      (scope.writable || command.spec.idempotent === true) &&
+      // Work-directory tools only where there is a work directory (`/mcp/projects/:p/conversations/:c`).
+      (scope.conversationId !== null || command.needsConversation !== true),
   )
   return offered.sort((a, b) => (a.toolName < b.toolName ? -1 : a.toolName > b.toolName ? 1 : 0))
 }
