@@ -146,6 +146,11 @@ for (const engine of testEngines()) {
       })
       expect(byMember.status).toBe(403)
       expect(byMember.body.code).toBe('forbidden')
+      // Nor what the owner's runs spend, nor whether members' items reach the owner's prompts.
+      for (const body of [{ budget: { daily: { maxTokens: 1 } } }, { injectMemberKnowledge: true }]) {
+        const refused = await server.request('PATCH', `/api/projects/${plain}`, { token: bob.token, body })
+        expect([refused.status, refused.body.code], JSON.stringify(body)).toEqual([403, 'forbidden'])
+      }
 
       const inStrict = await runIn(strict)
       const inLax = await runIn(lax)

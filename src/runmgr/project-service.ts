@@ -39,6 +39,13 @@ const profileKeys = [
   'retention',
 ] as const
 
+/** Profile fields only the project's owner may change (a member with write access gets 403). */
+const ownerOnlyFields = [
+  ['retention', 'retention'],
+  ['budget', 'budget'],
+  ['injectMemberKnowledge', 'injectMemberKnowledge'],
+] as const
+
 export interface ProjectServiceDeps {
   store: Store
   access: ProjectAccess
@@ -100,9 +107,12 @@ export class ProjectService {
 
   async update(user: User, projectId: string, patch: Partial<ProjectInput>): Promise<Project> {
     const project = await this.resolve(user, projectId, 'write')
-    // Retention deletes history: only the owner shortens it.
-    if (patch.retention !== undefined && project.ownerId !== user.id)
-      throw new RequestError('forbidden', "only the project owner may change the project's retention")
+    // What protects the owner is the owner's to change: retention deletes history, a budget spends the
+    // owner's money, and injectMemberKnowledge puts members' items into the owner's prompts.
+    if (project.ownerId !== user.id)
+      for (const [field, what] of ownerOnlyFields)
+        if (patch[field] !== undefined)
+          throw new RequestError('forbidden', `only the project owner may change the project's ${what}`)
     const checked = this.checkProfile(patch)
     return this.#deps.store.transaction(async (tx) => {
       const next = await updateProject(tx, project, checked)
