@@ -202,7 +202,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The command catalog */
+        /** The command catalog, by id */
         get: operations["listCommands"];
         put?: never;
         post?: never;
@@ -4117,7 +4117,10 @@ export interface operations {
     };
     listCommands: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -4132,7 +4135,7 @@ export interface operations {
                 content: {
                     "application/json": {
                         items: components["schemas"]["Command"][];
-                        nextCursor: null;
+                        nextCursor: string | null;
                     };
                 };
             };

@@ -55,6 +55,21 @@ for (const engine of apiEngines()) {
         ]),
       )
       expect(byId['rdm.ping']).toMatchObject({ risk: 'low', exposeAsTool: { name: 'rdm__ping' }, plugin: 'rdm' })
+      // Paged by id with ?limit= and ?cursor=: the pages together are the whole catalog, in order.
+      const ids: string[] = []
+      let cursor: string | null = null
+      do {
+        const page: { status: number; body: { items: Array<{ id: string }>; nextCursor: string | null } } =
+          await server.request('GET', `/api/commands?limit=3${cursor ? `&cursor=${cursor}` : ''}`, {
+            token: alice.token,
+          })
+        expect(page.body.items.length).toBeLessThanOrEqual(3)
+        ids.push(...page.body.items.map((item) => item.id))
+        cursor = page.body.nextCursor
+      } while (cursor)
+      expect(ids).toEqual(Object.keys(byId).sort())
+      const bad = await server.request('GET', '/api/commands?cursor=abc', { token: alice.token })
+      expect([bad.status, bad.body.code]).toEqual([400, 'invalid_cursor'])
       expect(byId['rdm.draft.compose']).toMatchObject({
         risk: 'high',
         confirm: true,

@@ -136,6 +136,15 @@ describe('execution tools over HTTP', () => {
     )
   })
 
+  it('the catalog says the exec commands always ask under the direct backend', async () => {
+    const items = (await server.request('GET', '/api/commands', { token: alice.token })).body.items as Array<{
+      id: string
+      confirm: boolean
+    }>
+    const confirm = Object.fromEntries(items.map((item) => [item.id, item.confirm]))
+    expect([confirm['core.exec'], confirm['core.run_code'], confirm['core.read_file']]).toEqual([true, true, false])
+  })
+
   it('answers bad input: empty or multi-line commands, unknown languages, code over the limit', async () => {
     for (const [id, params, path] of [
       ['core.exec', { command: '' }, 'params.command'],
@@ -223,6 +232,20 @@ describe('execution tools over HTTP', () => {
     await server.ingestor.idle()
     const hits = await server.request('GET', `/api/projects/${projectId}/search?q=aardvark`, { token: alice.token })
     expect(hits.body.items[0].itemId).toBe(registered.body.id)
+    // A retried register with the same Idempotency-Key answers the first item; it makes no second one.
+    const keyed = () =>
+      server.request('POST', `/api/conversations/${conversationId}/files/register`, {
+        token: alice.token,
+        body: { path: 'out/report.md', title: 'Q3 again' },
+        headers: { 'idempotency-key': 'register-once' },
+      })
+    const first = await keyed()
+    const again = await keyed()
+    expect([again.status, again.body.id, again.headers.get('idempotent-replayed')]).toEqual([
+      202,
+      first.body.id,
+      'true',
+    ])
     expect(
       (
         await server.request('POST', `/api/conversations/${conversationId}/files/register`, {

@@ -322,6 +322,27 @@ for (const engine of apiEngines()) {
       ])
       const missing = await server.request('POST', '/api/projects', { token: alice.token, body: {} })
       expect(missing.body.errors).toEqual([{ path: 'body.name', message: 'is required' }])
+      // A method the path does not take is 405 with Allow; a path nothing answers is 404.
+      const wrongMethod = await server.request('DELETE', '/api/projects', { token: alice.token })
+      expectProblem(wrongMethod, 405, 'method_not_allowed')
+      expect(wrongMethod.headers.get('allow')).toBe('GET, HEAD, POST')
+      expectProblem(
+        await server.request('PUT', '/api/projects/01ARZ3NDEKTSV4RRFFQ69G5FAV', { token: alice.token, body: {} }),
+        405,
+        'method_not_allowed',
+      )
+      expectProblem(await server.request('GET', '/api/nothing-here', { token: alice.token }), 404, 'not_found')
+      const blank = await server.request('POST', '/api/projects', { token: alice.token, body: { name: '   ' } })
+      expect(blank.body.errors).toEqual([{ path: 'body.name', message: 'must not be blank' }])
+      // A union of literals is said once, with what it takes.
+      const answer = await server.request('POST', '/api/decisions/01ARZ3NDEKTSV4RRFFQ69G5FAV', {
+        token: alice.token,
+        body: { decision: 'maybe' },
+      })
+      expectProblem(answer, 400, 'validation_failed')
+      expect(answer.body.errors).toEqual([
+        { path: 'body.decision', message: expect.stringMatching(/^must be one of approve, .*reject/) },
+      ])
       expectProblem(
         await server.request('POST', '/api/projects', { token: alice.token, body: ['array'] }),
         400,

@@ -101,6 +101,7 @@ export const configNotes: Record<string, ConfigNote> = {
       'days the audit log keeps an entry; the oldest go as a prefix of the chain under a checkpoint signed with `secretKey` (required), from which `plinth audit verify` checks (unset: kept for ever)',
   },
   'retention.sweepMs': {
+    default: '10 min',
     meaning: 'how often each instance sweeps (one at a time, under a lock in the database)',
   },
   'runQuota.maxQueuedRunsPerUser': {

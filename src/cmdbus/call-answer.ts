@@ -21,7 +21,7 @@ export type CallRun = Pick<Run, 'id' | 'conversationId' | 'projectId' | 'ownerId
 export interface AnswerOptions {
   /** The command's own rendering of an ok result (`modelText`); otherwise JSON. */
   modelText?: ((result: JsonValue) => string) | undefined
-  /** At most this many bytes of it go to the model (PLINTH_TOOL_OUTPUT_MAX_BYTES). */
+  /** At most this many bytes of it go to the model (PLINTH_TOOL_OUTPUT_LIMIT). */
   limitBytes: number
   durationMs: number | null
   dispatchId?: string | null

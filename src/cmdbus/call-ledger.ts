@@ -38,7 +38,7 @@ export interface LedgerObserver {
 
 export interface CallLedgerOptions {
   catalog: CommandCatalog
-  /** At most this many bytes of a result go to the model (PLINTH_TOOL_OUTPUT_MAX_BYTES). */
+  /** At most this many bytes of a result go to the model (PLINTH_TOOL_OUTPUT_LIMIT). */
   toolOutputLimit: number
   observer?: LedgerObserver | undefined
 }
@@ -63,7 +63,7 @@ export class CallLedger {
     this.#observer = options.observer
   }
 
-  /** At most this many bytes of a result go to the model (PLINTH_TOOL_OUTPUT_MAX_BYTES). */
+  /** At most this many bytes of a result go to the model (PLINTH_TOOL_OUTPUT_LIMIT). */
   get toolOutputLimit(): number {
     return this.#toolOutputLimit
   }

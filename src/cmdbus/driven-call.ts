@@ -24,7 +24,7 @@ export interface RunCall {
   callId: string
   /** The driver's lease: every write of the call goes only while it holds; each renews it for `ms`. */
   lease: { owner: string; ms: number }
-  /** At most this many bytes of a result go to the model (PLINTH_TOOL_OUTPUT_MAX_BYTES). */
+  /** At most this many bytes of a result go to the model (PLINTH_TOOL_OUTPUT_LIMIT). */
   toolOutputLimit: number
   /** The command's own rendering of an ok result (`modelText`). */
   modelText?: ((result: JsonValue) => string) | undefined

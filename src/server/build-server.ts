@@ -30,6 +30,7 @@ import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
 import { lazySerializerFactory, lazyValidator } from './lazy-compilers.js'
 import { TokenCache } from './token-cache.js'
 import { registerStreamTicketRoutes } from './routes/stream-ticket-routes.js'
+import { AllowedMethods } from './allowed-methods.js'
 import { handleError, requestPath } from './error-handler.js'
 import { guardHostileInput } from './hostile-input.js'
 import { registerConsole } from './console-route.js'
@@ -375,11 +376,22 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addSchema(StreamEvent)
   app.addSchema(AgUiEventSchema)
   app.setErrorHandler(handleError)
+  // Every route from here on, for telling 405 from 404.
+  const routeMethods = new AllowedMethods()
+  app.addHook('onRoute', (route) => routeMethods.add(route.method, route.url))
   app.setNotFoundHandler((request, reply) => {
-    reply
+    const path = requestPath(request)
+    const allowed = routeMethods.at(path)
+    if (allowed.length > 0)
+      return reply
+        .code(405)
+        .header('allow', allowed.join(', '))
+        .type('application/problem+json')
+        .send(problemBody('method_not_allowed', `${path} answers ${allowed.join(', ')}`, { instance: path }))
+    return reply
       .code(404)
       .type('application/problem+json')
-      .send(problemBody('not_found', `no route ${request.method} ${requestPath(request)}`))
+      .send(problemBody('not_found', `no route ${request.method} ${path}`, { instance: path }))
   })
 
   await app.register(fastifySwagger, {

@@ -26,3 +26,21 @@ export function toListAnswer<T, R>(
 ): { items: R[]; nextCursor: string | null } {
   return { items: page.items.map(map), nextCursor: encodeCursor(page.nextCursor) }
 }
+
+/** A cursor over a list keyed by a string other than an id (paths, command ids): the last key of the page. */
+export function encodeKeyCursor(key: string): string {
+  return Buffer.from(JSON.stringify({ afterKey: key })).toString('base64url')
+}
+
+/** The key a `encodeKeyCursor` cursor continues after; 400 `invalid_cursor` for anything we did not issue. */
+export function decodeKeyCursor(cursor: string | undefined): string | undefined {
+  if (cursor === undefined) return undefined
+  try {
+    const value = (JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { afterKey?: unknown } | null)
+      ?.afterKey
+    if (typeof value === 'string') return value
+  } catch {
+    // fall through
+  }
+  throw new HttpProblem('invalid_cursor', 'cursor is not one this server issued; start again without it')
+}

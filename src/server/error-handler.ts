@@ -58,7 +58,7 @@ function classify(
     return { code: 'service_unavailable', detail: 'the database is not reachable right now; try again shortly' }
   const fastifyError = error as FastifyError & { validation?: ValidationIssue[]; validationContext?: string }
   if (fastifyError.validation) {
-    const all = fastifyError.validation
+    const all = mergeConstAlternatives(fastifyError.validation)
     // A body of thousands of bad fields gets a bounded answer: the first few, and how many there were.
     const errors = all
       .slice(0, maxReportedErrors)
@@ -96,6 +96,31 @@ function classify(
   return { code: 'internal', detail: 'an internal error occurred; it has been logged' }
 }
 
+/**
+ * A union of literals fails as one `const` issue per literal plus the `anyOf` that held them: said
+ * once, as `must be one of a, b, c`.
+ */
+function mergeConstAlternatives(issues: readonly ValidationIssue[]): ValidationIssue[] {
+  const allowed = new Map<string, unknown[]>()
+  for (const issue of issues)
+    if (issue.keyword === 'const')
+      allowed.set(issue.instancePath, [...(allowed.get(issue.instancePath) ?? []), issue.params.allowedValue])
+  if (allowed.size === 0) return [...issues]
+  const merged: ValidationIssue[] = []
+  const said = new Set<string>()
+  for (const issue of issues) {
+    const values = allowed.get(issue.instancePath)
+    if (!values || (issue.keyword !== 'const' && issue.keyword !== 'anyOf')) {
+      merged.push(issue)
+      continue
+    }
+    if (said.has(issue.instancePath)) continue
+    said.add(issue.instancePath)
+    merged.push({ instancePath: issue.instancePath, keyword: 'enum', params: { allowedValues: values } })
+  }
+  return merged
+}
+
 function describeIssue(issue: ValidationIssue, context: string): ProblemField {
   const base = [context, ...issue.instancePath.split('/').filter(Boolean)]
   if (issue.keyword === 'additionalProperties') {
@@ -104,6 +129,8 @@ function describeIssue(issue: ValidationIssue, context: string): ProblemField {
   if (issue.keyword === 'required') {
     return { path: [...base, String(issue.params.missingProperty)].join('.'), message: 'is required' }
   }
+  if (issue.keyword === 'pattern' && issue.params.pattern === '\\S')
+    return { path: base.join('.'), message: 'must not be blank' }
   if (issue.keyword === 'enum' && Array.isArray(issue.params.allowedValues)) {
     return { path: base.join('.'), message: `must be one of ${issue.params.allowedValues.join(', ')}` }
   }

@@ -204,7 +204,7 @@ export const Project = Type.Object(
 
 export const ProjectCreate = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: 200 }),
+    name: Type.String({ minLength: 1, maxLength: 200, pattern: '\\S' }),
     description: Type.Optional(Type.String({ maxLength: 10_000 })),
     ...profileFields,
   },
@@ -213,7 +213,7 @@ export const ProjectCreate = Type.Object(
 
 export const ProjectPatch = Type.Object(
   {
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200, pattern: '\\S' })),
     description: Type.Optional(Type.String({ maxLength: 10_000 })),
     runtimes: Type.Optional(
       Type.Array(Type.String({ minLength: 1, maxLength: 64 }), { maxItems: 16, uniqueItems: true }),

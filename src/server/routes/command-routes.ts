@@ -1,9 +1,10 @@
 import { Type } from 'typebox'
-import { catalogRisk, commandIdPattern, parseSlash } from '../../cmdbus/index.js'
+import { alwaysAsks, catalogRisk, commandIdPattern, parseSlash } from '../../cmdbus/index.js'
 import type { JsonValue } from '../../extension/index.js'
 import { caller } from '../auth.js'
 import { sendDispatchOutcome } from '../dispatch-answer.js'
 import { idempotencyKey } from '../idempotency.js'
+import { decodeKeyCursor, encodeKeyCursor } from '../cursor.js'
 import { HttpProblem } from '../problem.js'
 import { Decision, Id, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
@@ -79,23 +80,39 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'listCommands',
         tags,
-        summary: 'The command catalog',
+        summary: 'The command catalog, by id',
+        querystring: Type.Object(
+          {
+            limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 200 })),
+            cursor: Type.Optional(Type.String({ maxLength: 400 })),
+          },
+          { additionalProperties: false },
+        ),
         response: {
-          200: Type.Object({ items: Type.Array(CommandView), nextCursor: Type.Null() }),
+          200: Type.Object({ items: Type.Array(CommandView), nextCursor: Type.Union([Type.String(), Type.Null()]) }),
           ...problemResponses,
         },
       },
     },
-    async () => {
+    async (request) => {
+      const after = decodeKeyCursor(request.query.cursor)
+      const limit = request.query.limit ?? 200
       await bus.catalog.settled()
+      const commands = bus.catalog
+        .list()
+        .filter((command) => after === undefined || command.spec.id > after)
+        .sort((a, b) => (a.spec.id < b.spec.id ? -1 : a.spec.id > b.spec.id ? 1 : 0))
+      const page = commands.slice(0, limit)
       return {
-        items: bus.catalog.list().map((command) => ({
+        nextCursor: commands.length > limit ? encodeKeyCursor(page.at(-1)!.spec.id) : null,
+        items: page.map((command) => ({
           id: command.spec.id,
           title: command.spec.title,
           description: command.spec.description,
           paramsSchema: command.spec.paramsSchema,
           ...catalogRisk(command),
-          confirm: command.spec.confirm === true,
+          // Whether every call asks now (the exec commands do under the direct backend).
+          confirm: alwaysAsks(command, {}),
           entrances: command.spec.entrances ?? allEntrances,
           exposeAsTool: command.toolName
             ? { name: command.toolName, risk: command.spec.exposeAsTool?.risk ?? null }
@@ -104,7 +121,6 @@ export function registerCommandRoutes(app: App, deps: ServerDeps): void {
           plugin: command.plugin,
           origin: command.origin ?? null,
         })),
-        nextCursor: null,
       }
     },
   )

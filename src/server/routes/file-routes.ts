@@ -4,6 +4,8 @@ import { Readable } from 'node:stream'
 import { PathError, QuotaError } from '../../exec/index.js'
 import { detectFormat } from '../../rag/index.js'
 import { caller } from '../auth.js'
+import { decodeKeyCursor, encodeKeyCursor } from '../cursor.js'
+import { runIdempotent } from '../idempotency.js'
 import { HttpProblem } from '../problem.js'
 import { Id, KnowledgeItem, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
@@ -53,21 +55,6 @@ function pathProblem(error: unknown): never {
   })
 }
 
-function encodePathCursor(path: string): string {
-  return Buffer.from(JSON.stringify({ afterPath: path })).toString('base64url')
-}
-
-function decodePathCursor(cursor: string | undefined): string | undefined {
-  if (cursor === undefined) return undefined
-  try {
-    const value = (JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { afterPath?: unknown }).afterPath
-    if (typeof value === 'string') return value
-  } catch {
-    // fall through
-  }
-  throw new HttpProblem('invalid_cursor', 'cursor is not one this server issued; start again without it')
-}
-
 /**
  * The conversation's work directory over HTTP (docs/guides/sandbox.md, docs/security.md#work-directories):
  * list, download, upload (size-limited), and register a file as a knowledge item. Only the
@@ -88,7 +75,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
         querystring: Type.Object(
           {
             path: Type.Optional(Type.String({ maxLength: 1024 })),
-            limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
+            limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 100 })),
             cursor: Type.Optional(Type.String({ maxLength: 2000 })),
           },
           { additionalProperties: false },
@@ -101,13 +88,13 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const conversation = await deps.conversations.resolve(caller(request), request.params.id)
-      const after = decodePathCursor(request.query.cursor)
+      const after = decodeKeyCursor(request.query.cursor)
       const limit = request.query.limit ?? 100
       const entries = (await exec.workdirs.list(conversation.id, request.query.path ?? '').catch(pathProblem)).filter(
         (entry) => after === undefined || entry.path > after,
       )
       const items = entries.slice(0, limit)
-      return { items, nextCursor: entries.length > limit ? encodePathCursor(items.at(-1)!.path) : null }
+      return { items, nextCursor: entries.length > limit ? encodeKeyCursor(items.at(-1)!.path) : null }
     },
   )
 
@@ -287,15 +274,20 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
       } finally {
         await handle.close()
       }
-      const item = await deps.ingestor.addFile({
-        projectId: project.id,
-        ownerId: user.id,
-        title: title ?? filename.replace(/\.[^.]+$/, ''),
-        filename,
-        format,
-        bytes,
-      })
-      return reply.code(202).send({ ...item, shared: false })
+      // With an Idempotency-Key, a retry answers the item the first request made (the key stands for
+      // the path and title).
+      const item = await runIdempotent(request, reply, deps.store, user.id, 202, (tx) =>
+        deps.ingestor.insertFile(tx, {
+          projectId: project.id,
+          ownerId: user.id,
+          title: title ?? filename.replace(/\.[^.]+$/, ''),
+          filename,
+          format,
+          bytes,
+        }),
+      )
+      if (reply.getHeader('idempotent-replayed') === undefined) deps.ingestor.enqueue(item.id)
+      return reply.send({ ...item, shared: false })
     },
   )
 }
