@@ -331,7 +331,12 @@ for (const engine of apiEngines()) {
         405,
         'method_not_allowed',
       )
-      expectProblem(await server.request('GET', '/api/nothing-here', { token: alice.token }), 404, 'not_found')
+      // A route that takes no body, called with a JSON Content-Type and nothing after it: not a JSON error.
+      const bodiless = await fetch(`${server.url}/api/runs/01ARZ3NDEKTSV4RRFFQ69G5FAV/cancel`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${alice.token}`, 'content-type': 'application/json' },
+      })
+      expect([bodiless.status, ((await bodiless.json()) as { code: string }).code]).toEqual([404, 'not_found'])
       const blank = await server.request('POST', '/api/projects', { token: alice.token, body: { name: '   ' } })
       expect(blank.body.errors).toEqual([{ path: 'body.name', message: 'must not be blank' }])
       // A union of literals is said once, with what it takes.

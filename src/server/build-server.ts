@@ -276,6 +276,14 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addHook('onClose', async () => streams.stop())
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
+    // A route that takes no body (cancel, resume, publish…) called with `Content-Type: application/json`
+    // and nothing after it — what many HTTP clients send — is not a malformed JSON body.
+    if (
+      request.headers['content-length'] === '0' &&
+      request.routeOptions.schema?.body === undefined &&
+      request.headers['content-type']?.startsWith('application/json')
+    )
+      delete request.headers['content-type']
   })
   const overload = new OverloadGuard({ ...defaultOverloadSettings, ...options.overload })
   // Measured from when the server is ready: opening the database and loading plugins block the loop.
