@@ -163,8 +163,14 @@ export function transcriptAfterRead(conversationId: string, afterId: string, max
 
 /** How many messages of the conversation lie from `firstId` through `lastId` (a scalar subquery). */
 export function messageCountRead(conversationId: string, firstId: string, lastId: string): RawBuilder<number> {
-  return sql<number>`(select count(*)::int from messages where conversation_id = ${conversationId} and id between ${firstId} and ${lastId})`
+  return sql<number>`(select count(*)::int from messages where conversation_id = ${conversationId} and id between ${firstId} and ${lastId} and ${ofStartedRuns})`
 }
+
+/**
+ * A model's transcript leaves out the message of a run that has not started: one queued behind the
+ * active run (which must not answer it in its next round) or cancelled while queued (never answered).
+ */
+const ofStartedRuns = sql`(role <> 'user' or run_id is null or not exists (select 1 from runs q where q.id = messages.run_id and q.started_at is null))`
 
 /**
  * Rows as one JSON array of arrays (columns in `JsonRow`'s order): a long window's column names,
@@ -198,7 +204,7 @@ function tailQuery(conversationId: string, maxChars: number, maxRows: number, or
     select id, role, content, tool_calls, tool_call_id, status, parts, size from (
       select m.*, sum(m.size) over (order by m.id desc) as through
       from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId}
-              and id > ${compactedThrough(conversationId)} order by id desc limit ${maxRows}) m
+              and id > ${compactedThrough(conversationId)} and ${ofStartedRuns} order by id desc limit ${maxRows}) m
     ) t
     where t.through - t.size < ${maxChars}
     ${ordered ? sql`order by id` : sql``}`
@@ -207,7 +213,7 @@ function tailQuery(conversationId: string, maxChars: number, maxRows: number, or
 function afterQuery(conversationId: string, afterId: string, maxRows: number): RawBuilder<MessageRow> {
   return sql<MessageRow>`
     select id, role, content, tool_calls, tool_call_id, status, parts, ${transcriptSize} as size from messages
-    where conversation_id = ${conversationId} and id > ${afterId} order by id limit ${maxRows}`
+    where conversation_id = ${conversationId} and id > ${afterId} and ${ofStartedRuns} order by id limit ${maxRows}`
 }
 
 /**
