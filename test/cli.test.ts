@@ -61,6 +61,18 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
   })
 
   it(
+    'says what a call lacks before the usage, and answers -v with the version',
+    async () => {
+      const missing = await run(['users', 'create'])
+      expect(missing.code).toBe(2)
+      expect(missing.stderr).toMatch(/^plinth users create: missing <name>/)
+      const version = await run(['-v'])
+      expect([version.code, version.stdout.trim()]).toEqual([0, expect.stringMatching(/^\d+\.\d+\.\d+/)])
+    },
+    2 * spawnTimeout,
+  )
+
+  it(
     'migrate on a fresh data directory applies the migrations, and a second run has nothing to do',
     async () => {
       // Every migration shipped in <package root>/migrations, in order, starting with the foundation.

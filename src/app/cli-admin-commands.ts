@@ -156,8 +156,16 @@ export async function usersCommand(
       return 0
     })
   }
-  io.err(usage())
+  io.err(`${missingArgument('users', sub, arg)}${usage()}`)
   return 2
+}
+
+/** What a `users`/`tokens` call lacks, said before the usage text. */
+function missingArgument(command: string, sub: string | undefined, arg: string | undefined): string {
+  if (sub === undefined) return `plinth ${command}: missing a subcommand\n\n`
+  if (arg === undefined)
+    return `plinth ${command} ${sub}: missing ${command === 'users' && sub === 'create' ? '<name>' : 'its argument'}\n\n`
+  return `plinth ${command}: unknown subcommand ${JSON.stringify(sub)}\n\n`
 }
 
 export async function tokensCommand(
@@ -169,7 +177,7 @@ export async function tokensCommand(
   usage: Usage,
 ): Promise<number> {
   if (!arg || !['create', 'list', 'revoke'].includes(sub ?? '')) {
-    io.err(usage())
+    io.err(`${missingArgument('tokens', sub, arg)}${usage()}`)
     return 2
   }
   return withUserAdmin(config, io, async (admin) => {

@@ -30,7 +30,7 @@ Usage:
                                        an MCP server on stdin/stdout for desktop MCP clients, forwarding
                                        to a running server's /mcp (PLINTH_URL, PLINTH_TOKEN; default URL
                                        http://127.0.0.1:$PORT, 8080); --project: that project's tools only
-  plinth help | --version
+  plinth help | --version (-v)
 `
 
 /** Runs one CLI invocation; resolves to the exit code (serve resolves only on failure). */
@@ -45,7 +45,7 @@ export async function runCli(argv: string[], io: Io = processIo): Promise<number
         name: { type: 'string' },
         'token-name': { type: 'string' },
         help: { type: 'boolean', short: 'h', default: false },
-        version: { type: 'boolean', default: false },
+        version: { type: 'boolean', short: 'v', default: false },
         'strict-plugins': { type: 'boolean', default: false },
         url: { type: 'string' },
         token: { type: 'string' },

@@ -120,7 +120,7 @@ export async function runMcpProxy(options: McpProxyOptions): Promise<number> {
         reply({
           jsonrpc: '2.0',
           id: message.id,
-          error: { code: ErrorCode.InternalError, message: `plinth mcp: ${describe(error)}` },
+          error: { code: ErrorCode.InternalError, message: `plinth mcp: ${options.url}: ${describe(error)}` },
         })
       }
     })
