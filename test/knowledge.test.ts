@@ -276,6 +276,8 @@ for (const engine of testEngines()) {
         400,
         'validation_failed',
       )
+      const extra = part('a.md') + '--zzz\r\nContent-Disposition: form-data; name="color"\r\n\r\nred\r\n--zzz--\r\n'
+      expectCode(await raw('multipart/form-data; boundary=zzz', extra), 400, 'validation_failed')
       expectCode(await add('t'.repeat(501), 'text'), 400, 'validation_failed')
       expectCode(await add('title', ''), 400, 'validation_failed')
       const other = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'bobs' } })).body

@@ -362,8 +362,13 @@ async function readUpload(request: FastifyRequest, ingestor: Ingestor, maxBytes:
           throw error
         })
         file = { filename: part.filename, format, staged }
+      } else if (part.fieldname === 'title') {
+        fields.title = String(part.value)
       } else {
-        fields[part.fieldname] = String(part.value)
+        // Like a JSON body, a multipart body takes only the fields it names.
+        throw new HttpProblem('validation_failed', `body.${part.fieldname}: unknown field`, {
+          errors: [{ path: `body.${part.fieldname}`, message: 'unknown field' }],
+        })
       }
     }
     if (!file)
