@@ -40,11 +40,7 @@ const profileKeys = [
 ] as const
 
 /** Profile fields only the project's owner may change (a member with write access gets 403). */
-const ownerOnlyFields = [
-  ['retention', 'retention'],
-  ['budget', 'budget'],
-  ['injectMemberKnowledge', 'injectMemberKnowledge'],
-] as const
+const ownerOnlyFields = ['retention', 'budget', 'injectMemberKnowledge'] as const
 
 export interface ProjectServiceDeps {
   store: Store
@@ -110,9 +106,9 @@ export class ProjectService {
     // What protects the owner is the owner's to change: retention deletes history, a budget spends the
     // owner's money, and injectMemberKnowledge puts members' items into the owner's prompts.
     if (project.ownerId !== user.id)
-      for (const [field, what] of ownerOnlyFields)
+      for (const field of ownerOnlyFields)
         if (patch[field] !== undefined)
-          throw new RequestError('forbidden', `only the project owner may change the project's ${what}`)
+          throw new RequestError('forbidden', `only the project owner may change the project's ${field}`)
     const checked = this.checkProfile(patch)
     return this.#deps.store.transaction(async (tx) => {
       const next = await updateProject(tx, project, checked)
