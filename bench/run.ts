@@ -16,7 +16,8 @@
  * Env: BENCH_ONLY (`http`, `agent`, `rag`, `exec`, `mcp`, `frontends`, `webhooks`, `schedules`, `tracing`, `budgets` or `start`: run one
  * part; `peers`, the agent round through LangGraph.js's and Mastra's servers beside Plinth (bench/peers), and `baseline`, the
  * round through another checkout's server (BENCH_BASELINE=<dir>) beside this one's (bench/agent/baseline.ts; with
- * BENCH_BASELINE_TARGET=dispatch, audited dispatch throughput in pairs, BENCH_PAIRS), run only when asked for; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
+ * BENCH_BASELINE_TARGET=dispatch, audited dispatch throughput in pairs, BENCH_PAIRS), and `floor`, the round through a
+ * server that makes only its I/O (bench/agent/floor.ts), run only when asked for; `ag-ui` is the older name of `frontends`, and runs the same part), BENCH_DURATION (s, default 8),
  * BENCH_WARMUP (s, 2), BENCH_CONNECTIONS (10), BENCH_PIPELINING (1); the agent bench's own settings are in
  * bench/agent/index.ts.
  */
@@ -31,6 +32,7 @@ import { runScheduleBench } from './schedules/index.js'
 import { runBudgetBench } from './agent/budgets.js'
 import { baselineRoot, runBaselineBench } from './agent/baseline.js'
 import { runTracingBench } from './agent/tracing.js'
+import { runFloorBench } from './agent/floor.js'
 import { runStartBench } from './start/index.js'
 import { runPeersBench } from './peers/index.js'
 import { cleanupAll, cleanupOnSignals } from './lib/cleanup.js'
@@ -61,10 +63,11 @@ if (
     'start',
     'peers',
     'baseline',
+    'floor',
   ].includes(only)
 ) {
   console.error(
-    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules", "tracing", "budgets", "start", "peers" or "baseline", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
+    `BENCH_ONLY must be "http", "agent", "rag", "exec", "mcp", "frontends" (or "ag-ui"), "webhooks", "schedules", "tracing", "budgets", "start", "peers", "baseline" or "floor", got ${JSON.stringify(process.env.BENCH_ONLY)}`,
   )
   process.exit(2)
 }
@@ -156,6 +159,7 @@ try {
   // Opt-in only: it installs the peers' servers (bench/peers/package.json) on first use.
   if (only === 'peers') await runPeersBench(databaseUrl)
   if (only === 'baseline') await runBaselineBench(databaseUrl, baselineRoot())
+  if (only === 'floor') await runFloorBench(databaseUrl)
 } catch (error) {
   console.error(error)
   process.exitCode = 1

@@ -222,6 +222,7 @@ export async function startPlinthAgent(
   databaseUrl: string | undefined,
   env: Record<string, string> = {},
   root?: string,
+  script = 'bench/servers/plinth-agent-server.ts',
 ): Promise<
   ChildServer & {
     target: PlinthTarget
@@ -250,7 +251,7 @@ export async function startPlinthAgent(
       defaultModel: 'fake',
     }
     await writeFile(configPath, JSON.stringify(config, null, 2))
-    const server = await startChildServer('bench/servers/plinth-agent-server.ts', {
+    const server = await startChildServer(script, {
       root,
       env: {
         HOST: '127.0.0.1',

@@ -20,6 +20,8 @@ export interface PairedRoundBench {
   onEnv: Record<string, string>
   /** The checkout the baseline server runs from (default: this one). */
   offRoot?: string
+  /** The baseline's server script (default: bench/servers/plinth-agent-server.ts). */
+  offScript?: string
   /** Prepares the server with the feature on (its project) before the rounds. */
   prepareOn?: (target: PlinthTarget, projectId: string) => Promise<void>
   /** The closing line, from the p50 and server CPU the feature adds. */
@@ -35,7 +37,7 @@ export async function runPairedRoundBench(adminUrl: string | undefined, bench: P
   )
   const upstream = await startChildServer('bench/servers/fake-openai-server.ts')
   try {
-    const off = await startPlinthAgent(upstream.url, databases[0]?.url, {}, bench.offRoot)
+    const off = await startPlinthAgent(upstream.url, databases[0]?.url, {}, bench.offRoot, bench.offScript)
     const on = await startPlinthAgent(upstream.url, databases[1]?.url, bench.onEnv)
     try {
       await bench.prepareOn?.(on.target, on.projectId)
