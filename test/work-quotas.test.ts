@@ -101,6 +101,54 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
       expect((await server.exec.workdirs.measure(conversation, { maxFiles: 1000 })).files).toBeLessThanOrEqual(200)
     })
 
+    it('a file uploaded just before an execution that goes over is not taken for the program’s', async () => {
+      alice = await server.createUser()
+      const conversation = await newConversation()
+      // Uploaded, then at once a program that makes too many entries: only the program's go.
+      expect((await put(conversation, 'input.bin', Buffer.alloc(300_000))).status).toBe(201)
+      const flood = await exec(conversation, 'mkdir m && cd m && seq 1 250 | xargs touch')
+      expect(flood.status).toBe(507)
+      expect(JSON.stringify(flood.body)).not.toMatch(/input\.bin/)
+      expect(await names(conversation)).toContain('input.bin')
+      expect((await server.exec.workdirs.measure(conversation, { maxFiles: 1000 })).files).toBeLessThanOrEqual(200)
+      // The same for bytes: the upload stays, the program's big file goes.
+      const other = await newConversation()
+      expect((await put(other, 'second.bin', Buffer.alloc(1 * mib))).status).toBe(201)
+      const big = await exec(other, 'head -c 5000000 /dev/zero > big.bin')
+      expect(big.status).toBe(507)
+      expect(await names(other)).toEqual(['second.bin'])
+    })
+
+    it('replacing a file near the quota counts what it replaces (upload and write_file)', async () => {
+      alice = await server.createUser()
+      const conversation = await newConversation()
+      expect((await put(conversation, 'a.bin', Buffer.alloc(1.5 * mib))).status).toBe(201)
+      expect((await put(conversation, 'b.bin', Buffer.alloc(2 * mib))).status).toBe(201)
+      // 3.5 of 4 MiB: a new 1 MiB file does not fit, a 1 MiB file in a.bin's place does.
+      const added = await put(conversation, 'c.bin', Buffer.alloc(1 * mib))
+      expect(added.status).toBe(507)
+      // `dir/` names a directory: no file is written in its place.
+      const slash = await put(conversation, 'dir/', Buffer.from('x'))
+      expect(slash.status).toBe(400)
+      expect(await names(conversation)).not.toContain('dir')
+      expect((await put(conversation, 'a.bin', Buffer.alloc(1 * mib))).status).toBe(201)
+      const written = await server.request('POST', '/api/commands/core.write_file', {
+        token: alice.token,
+        body: { entrance: 'button', conversationId: conversation, params: { path: 'b.bin', content: 'small now' } },
+      })
+      const dispatch =
+        written.status === 202
+          ? (
+              await server.request('POST', `/api/decisions/${written.body.decision.id}`, {
+                token: alice.token,
+                body: { decision: 'approve' },
+              })
+            ).body.dispatch
+          : written.body
+      expect(dispatch.status).toBe('succeeded')
+      expect((await put(conversation, 'c.bin', Buffer.alloc(1 * mib))).status).toBe(201)
+    })
+
     it('uploads: 413 past the size limit, 507 past the quota, nothing half-written left; DELETE frees room', async () => {
       // A user of its own from here on: what the execution test left (up to its 4 MiB, depending on how
       // far the flood got) must not decide whether this user's 6 MiB still fits 2.5 MiB.

@@ -320,7 +320,11 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
       const conversationId = requireConversation(context, 'core.write_file')
       const owner = context.actor.onBehalfOf
       const size = Buffer.byteLength(params.content)
-      await exec.quota.ensureRoom(conversationId, owner, size, 1).catch(quotaError)
+      // A file replaced frees its own bytes: only the difference must fit.
+      const replacing = await exec.workdirs.fileSize(conversationId, params.path).catch(pathError)
+      await exec.quota
+        .ensureRoom(conversationId, owner, size - (replacing ?? 0), replacing === null ? 1 : 0)
+        .catch(quotaError)
       const written = await exec.workdirs.write(conversationId, params.path, params.content).catch(pathError)
       await exec.quota.adjust(conversationId, owner, {
         bytes: written.size - (written.replaced ?? 0),

@@ -36,7 +36,12 @@ export class QuotaError extends Error {
   }
 }
 
-const mib = (bytes: number): string => `${(bytes / (1024 * 1024)).toFixed(1)} MiB`
+/** Exact bytes, and MiB beside them from 1 MiB on: a limit and a total that round alike still differ. */
+function formatBytes(bytes: number): string {
+  const exact = `${bytes.toLocaleString('en-US')} bytes`
+  return bytes < 1024 * 1024 ? exact : `${exact} (${(bytes / (1024 * 1024)).toFixed(1)} MiB)`
+}
+const mib = formatBytes
 
 /**
  * Keeps work directories within their quotas (docs/security.md, "disk quotas"). The server's own writes
@@ -90,7 +95,8 @@ export class WorkQuota {
    */
   async settleAfterExec(conversationId: string, ownerId: string, startedAt: number): Promise<void> {
     const { conversationBytes, userBytes, conversationFiles, projectBytes } = this.settings
-    // A second of slack: a file system keeps modification times coarser than the clock.
+    // A second of slack: a file system keeps modification times coarser than the clock. The server's
+    // own writes in it (an upload just before) are told apart by `measure`.
     // Counted well past the limit, so that what the execution wrote can be found and removed.
     const measured = await this.#workdirs.measure(conversationId, {
       since: startedAt - 1000,

@@ -82,6 +82,11 @@ export class WorkDirectories {
   readonly #denied: string[]
   #owner: WorkOwner | null = null
   #rootReady = false
+  /**
+   * The server's own recent writes per conversation (path → the file's modification time then), so that
+   * an execution's measure does not take a file uploaded just before it for one the program wrote.
+   */
+  readonly #serverWrites = new Map<string, Map<string, { mtimeMs: number; at: number }>>()
 
   constructor(root: string, options: { deniedSegments?: readonly string[] } = {}) {
     this.root = root
@@ -301,6 +306,8 @@ export class WorkDirectories {
       await parent.rename(staging, name).catch((error: unknown) => {
         throw pathFailure(error, path)
       })
+      const written = await parent.lstat(name).catch(() => null)
+      if (written) this.#noteServerWrite(conversationId, parts.join('/'), written.mtimeMs)
       return { path: parts.join('/'), size, replaced: existing?.isFile() ? existing.size : null }
     } catch (error) {
       await parent.unlink(staging).catch(() => undefined)
@@ -308,6 +315,24 @@ export class WorkDirectories {
     } finally {
       await parent.close()
     }
+  }
+
+  #noteServerWrite(conversationId: string, path: string, mtimeMs: number): void {
+    const now = Date.now()
+    // Only the last minute's matter (an execution's measure looks back a second before its start).
+    for (const [id, writes] of this.#serverWrites) {
+      for (const [known, write] of writes) if (now - write.at > 60_000) writes.delete(known)
+      if (writes.size === 0) this.#serverWrites.delete(id)
+    }
+    let writes = this.#serverWrites.get(conversationId)
+    if (!writes) this.#serverWrites.set(conversationId, (writes = new Map()))
+    writes.set(path, { mtimeMs, at: now })
+  }
+
+  /** The size of the regular file at `path`, or null when there is none (for a replacement's quota). */
+  async fileSize(conversationId: string, path: string): Promise<number | null> {
+    const entry = await this.entry(conversationId, path)
+    return entry?.type === 'file' ? entry.size : null
   }
 
   /** What one path is (not following a symlink), or null when nothing is there. */
@@ -383,6 +408,8 @@ export class WorkDirectories {
     let files = 0
     let truncated = false
     const recent: Array<{ parts: string[]; size: number }> = []
+    // Files the server itself wrote since are not the program's (unless it changed them after).
+    const serverWrites = this.#serverWrites.get(conversationId)
     const walk = async (dir: DirectoryHandle, prefix: string[], depth: number): Promise<void> => {
       for (const name of await dir.list().catch(() => [] as string[])) {
         if (files > options.maxFiles) {
@@ -394,8 +421,13 @@ export class WorkDirectories {
         files++
         if (entry.isFile()) {
           bytes += entry.size
-          if (options.since !== undefined && entry.mtimeMs >= options.since)
-            recent.push({ parts: [...prefix, name], size: entry.size })
+          const parts = [...prefix, name]
+          if (
+            options.since !== undefined &&
+            entry.mtimeMs >= options.since &&
+            serverWrites?.get(parts.join('/'))?.mtimeMs !== entry.mtimeMs
+          )
+            recent.push({ parts, size: entry.size })
         } else if (entry.isDirectory() && depth < maxDepth) {
           const child = await dir.openDirectory(name).catch(() => null)
           if (!child) continue

@@ -56,7 +56,7 @@ export class KnowledgeService {
     if (held + adding > limit) {
       throw new RequestError(
         'quota_exceeded',
-        `your knowledge would hold ${((held + adding) / (1024 * 1024)).toFixed(1)} MiB; it is limited to ${(limit / (1024 * 1024)).toFixed(1)} MiB (delete items to make room)`,
+        `your knowledge would hold ${(held + adding).toLocaleString('en-US')} bytes; it is limited to ${limit.toLocaleString('en-US')} bytes (delete items to make room)`,
       )
     }
   }

@@ -178,11 +178,21 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
         const declared = Number(request.headers['content-length'])
         if (declared > max)
           throw new HttpProblem('payload_too_large', `the file is ${declared} bytes; uploads are limited to ${max}`)
-        await exec.quota
-          .ensureRoom(conversation.id, conversation.ownerId, Number.isFinite(declared) ? declared : 0, 1)
-          .catch(quotaProblem)
+        // `dir/` names a directory: writing a file called `dir` instead would not be what was asked.
+        if (request.url.split('?')[0]!.endsWith('/'))
+          pathProblem(new PathError('invalid_path', 'a file path must not end with /'))
         const release = deps.uploads.acquire(user.id, reply)
         try {
+          // A file replaced frees its own bytes: only the difference must fit.
+          const replacing = await exec.workdirs.fileSize(conversation.id, request.params['*']).catch(pathProblem)
+          await exec.quota
+            .ensureRoom(
+              conversation.id,
+              conversation.ownerId,
+              (Number.isFinite(declared) ? declared : 0) - (replacing ?? 0),
+              replacing === null ? 1 : 0,
+            )
+            .catch(quotaProblem)
           const body = request.body instanceof Readable ? request.body : Readable.from([])
           const written = await exec.workdirs
             .write(conversation.id, request.params['*'], body, { maxBytes: max })
