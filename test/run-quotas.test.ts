@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
+import { sql, testDb as kysely } from '../src/store/test-access.js'
 import { apiEngines, createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitForRun } from './helpers/waits.js'
@@ -159,6 +160,66 @@ for (const engine of apiEngines()) {
       expect(again.status).toBe(429)
       expect(again.body.quota).toEqual({ scope: 'project', limit: 'runsPerMinute', value: 1 })
       await waitForRun(server, dave.token, once.body.id as string, ['completed'])
+    })
+
+    it('Retry-After names when a run would pass, with more runs in the window than the limit', async () => {
+      const erin = await server.createUser()
+      const projectId = await newProject(erin)
+      const runs: string[] = []
+      for (let run = 0; run < 3; run++) {
+        const started = await start(erin, projectId, 'quick')
+        expect(started.status).toBe(201)
+        runs.push(started.body.id as string)
+        await waitForRun(server, erin.token, started.body.id as string, ['completed'])
+      }
+      // The oldest started 50 s ago, the other two now; then the limit drops to 2. The window holds 3:
+      // a run passes once two of them have left it, about 60 s from now, not 10 s.
+      await sql`update runs set created_at = now() - interval '50 seconds' where id = ${runs[0]!}`.execute(
+        kysely(store),
+      )
+      await server.request('PATCH', `/api/admin/projects/${projectId}`, {
+        token: adminToken,
+        body: { quota: { runsPerMinute: 2 } },
+      })
+      const refused = await start(erin, projectId, 'quick')
+      expect(refused.status).toBe(429)
+      expect(refused.body.quota).toEqual({ scope: 'project', limit: 'runsPerMinute', value: 2 })
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(30)
+    })
+
+    it('resuming a run takes a slot: over the cap on runs queued or running it is 429', async () => {
+      const frank = await server.createUser()
+      const projectId = await newProject(frank)
+      // A run that failed before its model call: resumable once its budget is raised.
+      const conversation = await server.request('POST', `/api/projects/${projectId}/conversations`, {
+        token: frank.token,
+        body: {},
+      })
+      const failed = await server.request('POST', `/api/conversations/${conversation.body.id}/runs`, {
+        token: frank.token,
+        body: { input: 'go', model: 'quick', budget: { maxTokens: 1 } },
+      })
+      await waitForRun(server, frank.token, failed.body.id as string, ['failed'])
+      // The project's cap of 2 is taken by two running runs.
+      const busy = [await start(frank, projectId, 'slow'), await start(frank, projectId, 'slow')]
+      expect(busy.map((run) => run.status)).toEqual([201, 201])
+      const resume = () =>
+        server.request('POST', `/api/runs/${failed.body.id}/resume`, {
+          token: frank.token,
+          body: { budget: { maxTokens: 100_000 } },
+        })
+      const refused = await resume()
+      expect(refused.status).toBe(429)
+      expect(refused.body).toMatchObject({
+        code: 'too_many_runs',
+        quota: { scope: 'project', limit: 'maxActiveRuns', value: 2 },
+      })
+      expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0)
+      await cancel(frank, busy[0]!.body.id as string)
+      const resumed = await resume()
+      expect(resumed.status).toBe(200)
+      await waitForRun(server, frank.token, failed.body.id as string, ['completed'])
+      await cancel(frank, busy[1]!.body.id as string)
     })
   })
 }

@@ -10,6 +10,8 @@ import {
   getProject,
   readTogether,
   runCounts,
+  projectQuota,
+  projectQuotaRead,
   runCountsRead,
   quotaQueuePosition,
   getRun,
@@ -294,7 +296,7 @@ export class RunManager {
     const periods = this.#periodBudgets.check(scope)
     return {
       userId,
-      reads: { counts: runCountsRead(scope, this.#quotas.mode), periods: periods.read },
+      reads: { counts: runCountsRead(scope, this.#quotas.mode, this.#quotas.perMinute), periods: periods.read },
       periods,
       preparedAt: performance.now(),
     }
@@ -363,7 +365,7 @@ export class RunManager {
     const standing =
       ahead ??
       (await readTogether(this.#options.store, {
-        counts: runCountsRead(scope, this.#quotas.mode),
+        counts: runCountsRead(scope, this.#quotas.mode, this.#quotas.perMinute),
         periods: periods.read,
       }))
     // Over a quota: 429, or (queue mode) the run waits as `queued` until there is room.
@@ -697,8 +699,17 @@ export class RunManager {
             'run_not_resumable',
             `the run's budget ${spent.budget.limit} (${spent.budget.value}) is still spent (${spent.budget.used}); resume with a higher one: {"budget": {"${spent.budget.limit}": …}}`,
           )
-        const periods = this.#periodBudgets.check({ projectId: run.projectId, userId: run.ownerId })
-        this.#periodBudgets.refuseWhenSpent(periods, (await readTogether(tx, { periods: periods.read })).periods)
+        // A resumed run takes a slot like a new one: the caps on runs queued or running hold, and a
+        // spent budget for the day or month refuses it (all in one read).
+        const scope = { projectId: run.projectId, userId: run.ownerId }
+        const periods = this.#periodBudgets.check(scope)
+        const standing = await readTogether(tx, {
+          periods: periods.read,
+          counts: runCountsRead(scope, this.#quotas.mode, this.#quotas.perMinute),
+          quota: projectQuotaRead(run.projectId),
+        })
+        this.#quotas.refuseResumeWhenFull(runCounts(standing.counts), projectQuota(standing.quota))
+        this.#periodBudgets.refuseWhenSpent(periods, standing.periods)
         return resumeFailedRun(tx, runId, lease, options.budget ? budget : undefined)
       })
     } catch (error) {

@@ -40,6 +40,11 @@ export class RunQuotas {
     this.#quota = quota
   }
 
+  /** The server's per-minute limits, for the counts' read to time a retry by (`runCountsRead`). */
+  get perMinute(): { user?: number; project?: number } {
+    return { user: this.#quota.runsPerMinutePerUser, project: this.#quota.runsPerMinutePerProject }
+  }
+
   /** `queue`: a run over a quota waits for room instead of being refused. */
   get mode(): 'refuse' | 'queue' {
     return this.#quota.overLimit ?? 'refuse'
@@ -69,8 +74,17 @@ export class RunQuotas {
     return 'queue'
   }
 
+  /**
+   * A resumed run: 429 `too_many_runs` when the user or the project already has as many runs queued or
+   * running as it may (the per-minute limits count new runs, not resumed ones; no queueing).
+   */
+  refuseResumeWhenFull(counts: RunCounts, own: ProjectQuota | null): void {
+    const full = this.full(counts, own, { activeOnly: true })
+    if (full) throw this.#refusal(full)
+  }
+
   /** The first quota a new run would go past, or null when there is room. */
-  full(counts: RunCounts, own: ProjectQuota | null): Full | null {
+  full(counts: RunCounts, own: ProjectQuota | null, options: { activeOnly?: boolean } = {}): Full | null {
     const projectActive = own?.maxActiveRuns ?? this.#quota.maxActiveRunsPerProject
     const userPerMinute = this.#quota.runsPerMinutePerUser
     const projectPerMinute = own?.runsPerMinute ?? this.#quota.runsPerMinutePerProject
@@ -86,6 +100,7 @@ export class RunQuotas {
         message: `the project has ${projectActive} runs queued or running (the most it may have at once); wait for one to finish, or cancel one`,
         retryAfter: 5,
       }
+    if (options.activeOnly) return null
     if (userPerMinute !== undefined && counts.userLastMinute >= userPerMinute)
       return {
         quota: { scope: 'user', limit: 'runsPerMinute', value: userPerMinute },

@@ -354,6 +354,8 @@ export {
 export {
   runCounts,
   runCountsRead,
+  projectQuotaRead,
+  projectQuota,
   readTogether,
   setProjectQuota,
   type ProjectIdSql,

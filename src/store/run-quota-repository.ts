@@ -32,7 +32,10 @@ export interface RunCounts {
   projectActive: number
   userLastMinute: number
   projectLastMinute: number
-  /** Milliseconds until the oldest of the last minute's runs leaves the window (0 without any). */
+  /**
+   * Milliseconds until the window holds fewer runs than its per-minute limit: until the limit-th newest
+   * of the last minute's runs leaves it (0 when fewer are in it; the oldest's time without a limit).
+   */
   userWindowFreesInMs: number
   projectWindowFreesInMs: number
   /** The user's runs waiting for a quota (queue mode). */
@@ -46,6 +49,7 @@ export interface RunCounts {
 export function runCountsRead(
   scope: { projectId: ProjectIdSql; userId: string },
   mode: 'refuse' | 'queue' = 'refuse',
+  perMinute: { user?: number; project?: number } = {},
 ): RawBuilder<unknown> {
   const { projectId, userId } = scope
   // In queue mode the runs waiting for a quota hold no slot, and a minute's runs are those that started in it.
@@ -55,17 +59,26 @@ export function runCountsRead(
       : sql`status in ('queued', 'running')`
   const at = mode === 'queue' ? sql.ref('started_at') : sql.ref('created_at')
   const lastMinute = sql`${at} > now() - interval '60 seconds'`
-  const freesIn = (column: 'owner_id' | 'project_id', id: ProjectIdSql) =>
-    sql`coalesce((select extract(epoch from min(${at}) + interval '60 seconds' - now()) * 1000 from runs
-      where ${sql.ref(column)} = ${id} and ${lastMinute}), 0)`
+  // A retry succeeds once the limit-th newest run has left the window, not merely the oldest.
+  const freesIn = (column: 'owner_id' | 'project_id', id: ProjectIdSql, limit: RawBuilder<unknown>) =>
+    sql`coalesce((select extract(epoch from ${at} + interval '60 seconds' - now()) * 1000 from runs
+      where ${sql.ref(column)} = ${id} and ${lastMinute} order by ${at} desc offset greatest(${limit} - 1, 0) limit 1), 0)`
+  const userLimit = sql`${perMinute.user ?? 1}::int`
+  // The project's own limit, set by the operator, before the server's.
+  const projectLimit = sql`coalesce((select (quota->>'runsPerMinute')::int from projects where id = ${projectId}), ${perMinute.project ?? 1}::int)`
   return sql`select jsonb_build_object(
       'userActive', (select count(*) from runs where owner_id = ${userId} and ${active}),
       'projectActive', (select count(*) from runs where project_id = ${projectId} and ${active}),
       'userLastMinute', (select count(*) from runs where owner_id = ${userId} and ${lastMinute}),
       'projectLastMinute', (select count(*) from runs where project_id = ${projectId} and ${lastMinute}),
-      'userWindowFreesInMs', ${freesIn('owner_id', userId)},
-      'projectWindowFreesInMs', ${freesIn('project_id', projectId)},
+      'userWindowFreesInMs', ${freesIn('owner_id', userId, userLimit)},
+      'projectWindowFreesInMs', ${freesIn('project_id', projectId, projectLimit)},
       'userQueued', ${mode === 'queue' ? sql`(select count(*) from runs where owner_id = ${userId} and status = 'queued' and queued_for = 'quota')` : sql`0`})`
+}
+
+/** A project's own quota, for `readTogether` (read it with `projectQuota`). */
+export function projectQuotaRead(projectId: string): RawBuilder<unknown> {
+  return sql`select quota from projects where id = ${projectId}`
 }
 
 /** The counts a `runCountsRead` found. */

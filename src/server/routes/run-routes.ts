@@ -395,7 +395,8 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     },
     async (request) => {
       const run = await runQueries.resolve(caller(request), request.params.id)
-      // Refusals are RunRequestErrors: run_not_resumable, run_active, unknown_model, shutting_down.
+      // Refusals are RunRequestErrors: run_not_resumable, run_active, unknown_model, shutting_down,
+      // too_many_runs and budget_exceeded.
       const budget = request.body?.budget
       return runView(await runs.resume(run.id, budget ? { budget } : {}))
     },
