@@ -134,6 +134,15 @@ for (const engine of apiEngines()) {
       const notYet = await server.request('POST', `/api/runs/${runId}/resume`, { token: alice.token })
       expect(notYet.status).toBe(429)
       expect(notYet.body.code).toBe('budget_exceeded')
+      // Nor does a forced compaction spend on a summary call.
+      upstream.enqueue({ kind: 'openai-stream', chunks: answerCosting(10) })
+      const compact = await server.request('POST', `/api/conversations/${created.body.conversationId}/compact`, {
+        token: alice.token,
+        body: { model: 'priced' },
+      })
+      expect([compact.status, compact.body.code]).toEqual([429, 'budget_exceeded'])
+      expect(compact.headers.get('retry-after')).toBeTruthy()
+      expect(upstream.clear()).toBe(1)
 
       // Raised: the run resumes and finishes.
       await server.request('PATCH', `/api/projects/${projectId}`, {

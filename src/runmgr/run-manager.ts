@@ -626,7 +626,7 @@ export class RunManager {
    * Compacts a conversation now (`POST /api/conversations/:id/compact`): all but its last turn, with
    * `model` or the project's default model writing the summary (unless `compaction.model` is set).
    * 409 `nothing_to_compact` when it has no earlier turn to summarise; 502 `compaction_failed` when the
-   * summary call fails (nothing changes then).
+   * summary call fails (nothing changes then); 429 `budget_exceeded` while a period budget is spent.
    */
   async compact(conversation: Conversation, project: Project, model?: string): Promise<Compaction> {
     const models = this.#options.models
@@ -634,6 +634,10 @@ export class RunManager {
     const modelId = model ?? projectModel ?? models.defaultId
     if (!models.get(modelId))
       throw new RunRequestError('unknown_model', `no model ${JSON.stringify(modelId)}; GET /api/models lists them`)
+    // The summary call is spending like a run's: a spent day's or month's budget refuses it (429).
+    const periods = this.#periodBudgets.check({ projectId: conversation.projectId, userId: conversation.ownerId })
+    const standing = await readTogether(this.#options.store, { periods: periods.read })
+    this.#periodBudgets.refuseWhenSpent(periods, standing.periods)
     let compaction: Compaction | undefined
     try {
       compaction = await this.#compactor.force(conversation, modelId)
