@@ -129,6 +129,20 @@ for (const engine of apiEngines()) {
         body: { decision: 'respond', text: 'no' },
       })
       expect(again.status).toBe(409)
+      // So does an edit with other params, or a plain approve: the person who sent it must not be told
+      // it was taken. The same edit again is the stored answer.
+      for (const body of [
+        { decision: 'edit', params: { title: 'Another title', body: 'b' } },
+        { decision: 'approve' },
+      ]) {
+        const other = await server.request('POST', `/api/decisions/${decisionId}`, { token: alice.token, body })
+        expect([other.status, other.body.code], JSON.stringify(body)).toEqual([409, 'decision_conflict'])
+      }
+      const same = await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: alice.token,
+        body: { decision: 'edit', params: { body: 'b', title: 'Edited title' } },
+      })
+      expect(same.status).toBe(200)
     })
 
     it('respond: the command does not run; the model gets the person’s text as the result', async () => {
@@ -160,6 +174,16 @@ for (const engine of apiEngines()) {
         .where('project_id', '=', projectId)
         .execute()
       expect(titles.map((row) => row.title)).not.toContain('Minutes')
+      const otherText = await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: alice.token,
+        body: { decision: 'respond', text: 'Something else.' },
+      })
+      expect([otherText.status, otherText.body.code]).toEqual([409, 'decision_conflict'])
+      const sameText = await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: alice.token,
+        body: { decision: 'respond', text: 'Use the minutes template instead.' },
+      })
+      expect(sameText.status).toBe(200)
     })
   })
 }

@@ -243,6 +243,16 @@ export class Decisions {
           },
           decision: view,
         }
+      // Edited with other params, answered with other text, or plainly after an edit: a different answer.
+      if (!sameReply(decided.reply, reply.reply))
+        return {
+          ok: false,
+          error: {
+            code: 'decision_conflict',
+            message: `the decision was already answered ${decided.reply ? `with ${decided.reply.kind === 'edit' ? 'other params' : 'another reply'}` : 'without a change'}`,
+          },
+          decision: view,
+        }
       const dispatch = await getDispatch(store, decided.dispatchId)
       return {
         ok: true,
@@ -319,4 +329,13 @@ export class Decisions {
     const project = await this.#deps.access.project(userId, decision.projectId, 'write')
     return project?.ownerId === userId
   }
+}
+
+/** Whether a repeated answer's reply is the one the decision already holds (none, the same params or text). */
+function sameReply(held: DecisionReply | null, asked: DecisionReply | undefined): boolean {
+  if (!held || !asked) return !held && !asked
+  if (held.kind === 'edit' && asked.kind === 'edit')
+    return hashParams(held.params as Params) === hashParams(asked.params as Params)
+  if (held.kind === 'respond' && asked.kind === 'respond') return held.text === asked.text
+  return false
 }
