@@ -81,6 +81,41 @@ describe('an oversize request body', () => {
     ).toMatchObject({ code: 'payload_too_large' })
   }, 60_000)
 
+  it("a route with a larger limit of its own (the UI message stream's) is held to that one before 100 Continue", async () => {
+    const project = await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'ui' } })
+    const conversation = await server.request('POST', `/api/projects/${project.body.id}/conversations`, {
+      token: alice.token,
+      body: {},
+    })
+    // 200 KB, over the server's 64 KiB, under the route's 8 MiB; the chat id does not match, so the
+    // answer (400 chat_id_mismatch) shows the body was read and parsed without starting a run.
+    const body = {
+      id: 'not-this-conversation',
+      messages: [{ id: 'm1', role: 'user', parts: [{ type: 'text', text: 'x'.repeat(200_000) }] }],
+    }
+    await writeFile(join(dir, 'ui.json'), JSON.stringify(body))
+    const { stdout } = await run('curl', [
+      '-sS',
+      '-o',
+      join(dir, 'ui-answer.json'),
+      '-w',
+      '%{http_code}',
+      '-H',
+      'Expect: 100-continue',
+      '-X',
+      'POST',
+      `${server.url}/api/conversations/${conversation.body.id}/ui-stream`,
+      '-H',
+      `Authorization: Bearer ${alice.token}`,
+      '-H',
+      'Content-Type: application/json',
+      '--data-binary',
+      `@${join(dir, 'ui.json')}`,
+    ])
+    const answer = JSON.parse(await (await import('node:fs/promises')).readFile(join(dir, 'ui-answer.json'), 'utf8'))
+    expect([stdout, answer.code]).toEqual(['400', 'chat_id_mismatch'])
+  }, 60_000)
+
   it('a body within the limit still gets 100 Continue and is served', async () => {
     await writeFile(join(dir, 'ok.json'), JSON.stringify({ name: 'fits', description: 'x'.repeat(2000) }))
     const { stdout } = await run('curl', [

@@ -8,12 +8,20 @@ export class AllowedMethods {
   readonly #router = FindMyWay({ ignoreTrailingSlash: true })
   readonly #methods = new Set<string>()
 
-  add(method: string | string[], url: string): void {
+  /** A route; `bodyLimit` when it takes larger (or smaller) bodies than the server's. */
+  add(method: string | string[], url: string, bodyLimit?: number): void {
     for (const one of Array.isArray(method) ? method : [method]) {
       if (this.#methods.has(`${one} ${url}`)) continue
       this.#methods.add(`${one} ${url}`)
-      this.#router.on(one as FindMyWay.HTTPMethod, url, () => undefined)
+      this.#router.on(one as FindMyWay.HTTPMethod, url, () => undefined, { bodyLimit })
     }
+  }
+
+  /** The body limit of the route `method` `path` names, when it set its own. */
+  bodyLimit(method: string, path: string): number | undefined {
+    const found = this.#router.find(method as FindMyWay.HTTPMethod, path)
+    const limit = (found?.store as { bodyLimit?: number } | undefined)?.bodyLimit
+    return typeof limit === 'number' ? limit : undefined
   }
 
   /** The methods some route answers at `path` (empty: no route has it). */

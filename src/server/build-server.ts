@@ -183,7 +183,10 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
   }).withTypeProvider<TypeBoxTypeProvider>()
   limitConnections(app.server, options.maxConnectionsPerAddress ?? 256, options.maxConnections ?? 10_000)
-  refuseOversizeBeforeContinue(app.server, options.bodyLimit)
+  // Every route from here on, for telling 405 from 404 and for each route's own body limit.
+  const routeMethods = new AllowedMethods()
+  app.addHook('onRoute', (route) => routeMethods.add(route.method, route.url, route.bodyLimit))
+  refuseOversizeBeforeContinue(app.server, options.bodyLimit, (method, path) => routeMethods.bodyLimit(method, path))
 
   // Bodies are validated strictly (no coercion, unknown fields rejected); path and query strings
   // are text, so they are coerced to the declared types.
@@ -384,9 +387,6 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addSchema(StreamEvent)
   app.addSchema(AgUiEventSchema)
   app.setErrorHandler(handleError)
-  // Every route from here on, for telling 405 from 404.
-  const routeMethods = new AllowedMethods()
-  app.addHook('onRoute', (route) => routeMethods.add(route.method, route.url))
   app.setNotFoundHandler((request, reply) => {
     const path = requestPath(request)
     const allowed = routeMethods.at(path)

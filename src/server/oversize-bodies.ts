@@ -12,14 +12,20 @@ function parsedInMemory(request: IncomingMessage): boolean {
  * `100 Continue`, so it never sends the body (curl does this for bodies over 1 MiB). Anything else
  * continues as Node would.
  */
-export function refuseOversizeBeforeContinue(server: Server, bodyLimit: number): void {
+export function refuseOversizeBeforeContinue(
+  server: Server,
+  serverLimit: number,
+  routeLimit: (method: string, path: string) => number | undefined = () => undefined,
+): void {
   server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
     const length = Number(request.headers['content-length'])
+    // A route with a limit of its own (the UI message stream's 8 MiB) is held to that one.
+    const bodyLimit = routeLimit(request.method ?? '', (request.url ?? '').split('?')[0] ?? '') ?? serverLimit
     if (parsedInMemory(request) && Number.isFinite(length) && length > bodyLimit) {
       const body = JSON.stringify(
         problemBody(
           'payload_too_large',
-          `request body is ${length} bytes; the limit is ${bodyLimit} (PLINTH_BODY_LIMIT)`,
+          `request body is ${length} bytes; the limit is ${bodyLimit}${bodyLimit === serverLimit ? ' (PLINTH_BODY_LIMIT)' : ' on this route'}`,
           { instance: (request.url ?? '').split('?')[0]?.slice(0, 200) ?? '' },
         ),
       )
