@@ -210,6 +210,43 @@ for (const engine of apiEngines()) {
       ).toBe('approved')
     })
 
+    it('two approvals answered one request at a time: each tool’s output reaches the message', async () => {
+      model.setTurns([
+        {
+          toolCalls: [
+            { name: 'rdm__draft__compose', arguments: { title: 'First', body: 'a' } },
+            { name: 'rdm__draft__compose', arguments: { title: 'Second', body: 'b' } },
+          ],
+        },
+        { text: 'Both written.' },
+      ])
+      const conversationId = await conversation()
+      const first = userMessage('write two')
+      const asked = await send(conversationId, [first])
+      const [a, b] = tools(asked)
+      expect([a!.state, b!.state]).toEqual(['approval-requested', 'approval-requested'])
+      const respond = (message: UIMessage, ids: string[]): UIMessage => ({
+        ...message,
+        parts: message.parts.map((part) => {
+          const tool = part as unknown as ToolPart
+          return part.type === 'dynamic-tool' && ids.includes(tool.toolCallId) && tool.state === 'approval-requested'
+            ? ({ ...part, state: 'approval-responded', approval: { ...tool.approval, approved: true } } as typeof part)
+            : part
+        }),
+      })
+      // A first, alone: the run still waits for B.
+      const onlyA = respond(asked, [a!.toolCallId])
+      const waiting = await send(conversationId, [first, onlyA], { continuing: onlyA })
+      // Then B too: the message ends with both outputs.
+      const both = respond(waiting, [a!.toolCallId, b!.toolCallId])
+      const continued = await send(conversationId, [first, both], { continuing: both })
+      expect(tools(continued).map((part) => [part.toolCallId, part.state])).toEqual([
+        [a!.toolCallId, 'output-available'],
+        [b!.toolCallId, 'output-available'],
+      ])
+      expect(text(continued)).toBe('Both written.')
+    })
+
     it('a denied approval rejects the call: the part is output-denied and the run goes on', async () => {
       model.setTurns([
         { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Never', body: 'x' } }] },
@@ -270,6 +307,44 @@ for (const engine of apiEngines()) {
       const continued = await send(conversationId, [first, answered], { continuing: answered })
       expect(text(continued)).toBe('You picked blue.')
       expect(model.calls.at(-1)!.messages.some((message) => JSON.stringify(message).includes('blue'))).toBe(true)
+      // The part stays as the client set it: its own output, run by the client.
+      expect(
+        continued.parts.find((part) => part.type === 'dynamic-tool') as unknown as {
+          state: string
+          output: unknown
+          providerExecuted?: boolean
+        },
+      ).toMatchObject({ state: 'output-available', output: { color: 'blue' }, providerExecuted: false })
+    })
+
+    it('a client tool that failed on the client stays output-error after the run goes on', async () => {
+      model.setTurns([
+        { toolCalls: [{ name: 'get_location', arguments: {} }] },
+        { text: 'I could not get your location.' },
+      ])
+      const conversationId = await conversation()
+      const first = userMessage('where am I')
+      const body = {
+        clientTools: [{ name: 'get_location', description: 'The user’s location', parameters: { type: 'object' } }],
+      }
+      const asked = await send(conversationId, [first], { body })
+      const answered: UIMessage = {
+        ...asked,
+        parts: asked.parts.map((part) =>
+          part.type === 'dynamic-tool'
+            ? ({ ...part, state: 'output-error', errorText: 'GPS off' } as unknown as typeof part)
+            : part,
+        ),
+      }
+      const continued = await send(conversationId, [first, answered], { continuing: answered, body })
+      expect(text(continued)).toBe('I could not get your location.')
+      expect(
+        continued.parts.find((part) => part.type === 'dynamic-tool') as unknown as {
+          state: string
+          errorText?: string
+          providerExecuted?: boolean
+        },
+      ).toMatchObject({ state: 'output-error', errorText: 'GPS off', providerExecuted: false })
     })
 
     it('GET resumes the active run’s whole message from its start, then live; 204 when nothing is active', async () => {

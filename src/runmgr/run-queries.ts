@@ -98,7 +98,7 @@ export class RunQueries {
   }
 
   /** The run's last event id and, while it waits for action, the id of the status event that says so. */
-  logPoint(runId: string): Promise<{ lastId: number; waitingAt: number | null }> {
+  logPoint(runId: string): Promise<{ lastId: number; waitingAt: number | null; waitingSince: number | null }> {
     return runLogPoint(this.#store, runId)
   }
 

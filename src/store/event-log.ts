@@ -277,16 +277,31 @@ function toEventRecord(row: EventRow): EventRecord {
  * Where a run's log stands: its last event id, and — when its latest status is `requires_action` —
  * the id of that status event (the point a client answering it continues after).
  */
-export async function runLogPoint(db: Executor, runId: string): Promise<{ lastId: number; waitingAt: number | null }> {
-  const { rows } = await sql<{ last: string | null; status_id: string | null; status: string | null }>`
-    select (select max(id) from events where run_id = ${runId}) as last, s.id as status_id, s.data->>'status' as status
+export async function runLogPoint(
+  db: Executor,
+  runId: string,
+): Promise<{ lastId: number; waitingAt: number | null; waitingSince: number | null }> {
+  // waitingSince: the first `requires_action` status since the run last had another, where its present
+  // wait began (a decision answered meanwhile may have run its call and announced the wait again).
+  const { rows } = await sql<{
+    last: string | null
+    status_id: string | null
+    status: string | null
+    since: string | null
+  }>`
+    select (select max(id) from events where run_id = ${runId}) as last, s.id as status_id, s.data->>'status' as status,
+      (select min(id) from events where run_id = ${runId} and type = 'run.status' and data->>'status' = 'requires_action'
+        and id > coalesce((select max(id) from events where run_id = ${runId} and type = 'run.status'
+                            and data->>'status' <> 'requires_action'), 0)) as since
     from (select 1) one
     left join lateral (select id, data from events where run_id = ${runId} and type = 'run.status' order by id desc limit 1) s on true`.execute(
     kysely(db),
   )
   const row = rows[0]
+  const waiting = row?.status === 'requires_action' && row.status_id !== null
   return {
     lastId: Number(row?.last ?? 0),
-    waitingAt: row?.status === 'requires_action' && row.status_id ? Number(row.status_id) : null,
+    waitingAt: waiting ? Number(row.status_id) : null,
+    waitingSince: waiting && row.since !== null ? Number(row.since) : null,
   }
 }

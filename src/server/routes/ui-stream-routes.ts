@@ -142,7 +142,7 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
         if (run.status !== 'requires_action')
           throw new HttpProblem('run_not_waiting', `run ${run.id} is ${run.status}: there is nothing to answer`)
         const point = await runQueries.logPoint(run.id)
-        const unanswered = await answer(run, asked.approvals, asked.outputs)
+        const { unanswered, clientOutputs } = await answer(run, asked.approvals, asked.outputs)
         // Something still waits that the client did not answer: say so and end; the run stays waiting.
         if (unanswered)
           return {
@@ -153,11 +153,15 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
             lead: [{ type: 'finish', finishReason: 'tool-calls' }],
             only: true,
           }
+        // From where the present wait began: a call approved in an earlier request (the run still
+        // waiting for another) has run since, and its output is part of what this answer continues.
+        // The client tools' outputs are the client's own: it already shows them as it set them.
         return {
           runId: run.id,
           conversationId: conversation.id,
-          afterId: point.waitingAt ?? point.lastId,
+          afterId: point.waitingSince ?? point.waitingAt ?? point.lastId,
           end: { waitingAt: null, liveAfter: point.lastId },
+          clientCalls: new Set(clientOutputs),
         }
       })
       return reply
@@ -200,12 +204,15 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
     },
   )
 
-  /** Answers the run's decisions and client-tool calls; true when something it waits for stays unanswered. */
+  /**
+   * Answers the run's decisions and client-tool calls: whether something it waits for stays
+   * unanswered, and the calls whose outputs the client gave.
+   */
   async function answer(
     run: Run,
     approvals: Array<{ approvalId: string; approved: boolean; reason?: string }>,
     outputs: Array<{ callId: string; output: unknown }>,
-  ): Promise<boolean> {
+  ): Promise<{ unanswered: boolean; clientOutputs: string[] }> {
     const user = run.ownerId
     const waiting = (run.requiredAction ?? {}) as {
       decisions?: Array<{ decisionId: string }>
@@ -238,6 +245,9 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
       await runs.submitToolOutputs(run.id, submitted)
       callIds.clear()
     }
-    return decisionIds.size > 0 || callIds.size > 0
+    return {
+      unanswered: decisionIds.size > 0 || callIds.size > 0,
+      clientOutputs: outputs.map((output) => output.callId),
+    }
   }
 }

@@ -55,8 +55,12 @@ export class UiChunkMapper {
   /** Tool calls by id: whether Plinth runs them (a command) or the client does. */
   readonly #executed = new Map<string, boolean>()
 
-  constructor(end: StreamEnd) {
+  /** Client-tool calls answered by the client in this request: it shows their outputs as it set them. */
+  readonly #clientAnswered: ReadonlySet<string>
+
+  constructor(end: StreamEnd, clientAnswered: ReadonlySet<string> = new Set()) {
     this.#end = end
+    this.#clientAnswered = clientAnswered
   }
 
   /** The parts for one event, and whether the stream ends with it. */
@@ -113,6 +117,8 @@ export class UiChunkMapper {
         break
       case 'tool_call.completed': {
         const callId = String(data.callId)
+        // Sending it back would turn the client's own part (an output-error, say) into a server result.
+        if (this.#clientAnswered.has(callId)) break
         const providerExecuted = this.#executed.get(callId) ?? true
         if (data.status === 'ok')
           chunks.push({

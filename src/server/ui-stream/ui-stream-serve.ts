@@ -16,6 +16,8 @@ export interface UiStreamOptions {
   lead?: UiChunk[]
   /** Ends at once after `lead`, with no events (the run still waits for what the client did not answer). */
   only?: boolean
+  /** Client-tool calls whose outputs the client gave: their results are not sent back to it. */
+  clientCalls?: ReadonlySet<string>
 }
 
 /** The header the AI SDK's transport checks (UI message stream protocol v1). */
@@ -81,7 +83,7 @@ export async function serveUiStream(
       ended = true
       return
     }
-    const mapper = new UiChunkMapper(options.end)
+    const mapper = new UiChunkMapper(options.end, options.clientCalls)
     for await (const event of streamEvents(
       context.store,
       context.store.feed,
