@@ -217,6 +217,34 @@ describe('execution tools over HTTP', () => {
     expect((await server.request('GET', `${base}/data.csv`, { token: stranger.token })).status).toBe(404)
   })
 
+  it('list_files pages with offset and limit in path order', async () => {
+    const conversation = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id as string
+    const workdir = await server.exec.workdirs.dir(conversation)
+    for (const name of ['a', 'b', 'c', 'd', 'e', 'f', 'g']) await writeFile(join(workdir, `${name}.txt`), name)
+    const list = async (params: object) => {
+      const answer = await dispatch('core.list_files', params, conversation)
+      expect(answer.status, JSON.stringify(answer.body)).toBe(200)
+      return answer.body.result as { entries: Array<{ path: string }>; truncated: boolean; nextOffset?: number }
+    }
+    const first = await list({ limit: 3 })
+    expect([first.entries.map((entry) => entry.path), first.truncated, first.nextOffset]).toEqual([
+      ['a.txt', 'b.txt', 'c.txt'],
+      true,
+      3,
+    ])
+    const second = await list({ offset: first.nextOffset, limit: 3 })
+    expect(second.entries.map((entry) => entry.path)).toEqual(['d.txt', 'e.txt', 'f.txt'])
+    const last = await list({ offset: 6, limit: 3 })
+    expect([last.entries.map((entry) => entry.path), last.truncated, last.nextOffset]).toEqual([
+      ['g.txt'],
+      false,
+      undefined,
+    ])
+    expect((await dispatch('core.list_files', { limit: 0 }, conversation)).status).toBe(400)
+  })
+
   it('registers a work-directory file as a knowledge item', async () => {
     await server.request('PUT', `/api/conversations/${conversationId}/files/out/report.md`, {
       token: alice.token,

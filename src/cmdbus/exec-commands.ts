@@ -334,14 +334,19 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     },
   )
 
-  registry.addCommand<{ path?: string }>(
+  registry.addCommand<{ path?: string; offset?: number; limit?: number }>(
     {
       id: 'core.list_files',
       title: 'List files',
-      description: 'Lists the conversation’s work directory (or a directory in it), recursively.',
+      description:
+        'Lists the conversation’s work directory (or a directory in it), recursively, sorted by path; at most `limit` entries (500) from `offset` (0). When `truncated`, list again from `nextOffset`.',
       paramsSchema: {
         type: 'object',
-        properties: { path: { type: 'string', maxLength: 1024 } },
+        properties: {
+          path: { type: 'string', maxLength: 1024 },
+          offset: { type: 'integer', minimum: 0, maximum: 1_000_000 },
+          limit: { type: 'integer', minimum: 1, maximum: 500 },
+        },
         additionalProperties: false,
       },
       risk: 'low',
@@ -350,8 +355,17 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     },
     async (params, context) => {
       const conversationId = requireConversation(context, 'core.list_files')
-      const entries = await exec.workdirs.list(conversationId, params.path ?? '', 501).catch(pathError)
-      return { entries: entries.slice(0, 500) as unknown as JsonValue, truncated: entries.length > 500 }
+      const offset = params.offset ?? 0
+      const limit = params.limit ?? 500
+      // The walk is in path order every time, so an offset pages it.
+      const entries = await exec.workdirs.list(conversationId, params.path ?? '', offset + limit + 1).catch(pathError)
+      const page = entries.slice(offset, offset + limit)
+      const truncated = entries.length > offset + limit
+      return {
+        entries: page as unknown as JsonValue,
+        truncated,
+        ...(truncated && { nextOffset: offset + limit }),
+      }
     },
   )
   staged.commit()
