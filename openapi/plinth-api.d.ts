@@ -519,7 +519,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Publish an item of yours: members of the project find it too (idempotent) */
+        /** Publish an item of yours: members of the project find it too (idempotent; 409 when its ingestion failed) */
         post: operations["publishKnowledge"];
         delete?: never;
         options?: never;
@@ -6388,7 +6388,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
         responses: {
             /** @description Default Response */
             200: {
@@ -6428,6 +6432,15 @@ export interface operations {
             };
             /** @description Default Response */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Default Response */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -153,6 +153,9 @@ for (const engine of testEngines()) {
         const failed = await waitReady(answer.body.id)
         expect(failed).toMatchObject({ ingestStatus: 'failed', chunkCount: 0 })
         expect(failed.ingestError).toMatch(reason)
+        // Published, it would be found by no one: refused, and it stays a draft.
+        const publish = await server.request('POST', `/api/knowledge/${answer.body.id}/publish`, { token: alice.token })
+        expect([publish.status, publish.body.code]).toEqual([409, 'knowledge_not_ingested'])
       }
       expect((await add('Still fine', 'After the broken files, ingestion still works.')).body.ingestStatus).toBe(
         'ready',
@@ -278,6 +281,21 @@ for (const engine of testEngines()) {
       )
       const extra = part('a.md') + '--zzz\r\nContent-Disposition: form-data; name="color"\r\n\r\nred\r\n--zzz--\r\n'
       expectCode(await raw('multipart/form-data; boundary=zzz', extra), 400, 'validation_failed')
+      // Only `file` carries the file; a text part named `file` is not one.
+      const renamed = part('a.md').replace('name="file"', 'name="attachment"') + '--zzz--\r\n'
+      const misnamed = await raw('multipart/form-data; boundary=zzz', renamed)
+      expectCode(misnamed, 400, 'validation_failed')
+      expect(JSON.stringify(misnamed.body)).toContain('body.attachment')
+      const textFile = '--zzz\r\nContent-Disposition: form-data; name="file"\r\n\r\nhello\r\n--zzz--\r\n'
+      const notAFile = await raw('multipart/form-data; boundary=zzz', textFile)
+      expectCode(notAFile, 400, 'validation_failed')
+      expect(JSON.stringify(notAFile.body)).toContain('must be a file')
+      const published = await add('Publish me', 'text')
+      const strict = await server.request('POST', `/api/knowledge/${published.body.id}/publish`, {
+        token,
+        body: { x: 1 },
+      })
+      expectCode(strict, 400, 'validation_failed')
       expectCode(await add('t'.repeat(501), 'text'), 400, 'validation_failed')
       expectCode(await add('title', ''), 400, 'validation_failed')
       const other = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'bobs' } })).body

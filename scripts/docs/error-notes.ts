@@ -24,6 +24,8 @@ export const errorNotes = {
   method_not_allowed: 'a method the route does not answer (e.g. `GET /mcp`)',
   not_acceptable: 'an `Accept` header the route cannot satisfy',
   name_taken: 'a user name that exists',
+  knowledge_not_ingested:
+    '`POST /api/knowledge/:id/publish` on an item whose ingestion failed (its `ingestError` says why): upload it again',
   idempotency_key_in_progress: 'a concurrent request with the same key has not finished',
   dispatch_in_progress: 'a concurrent dispatch with the same key has not finished',
   decision_conflict: 'the decision was already answered differently',

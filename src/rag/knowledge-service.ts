@@ -80,6 +80,12 @@ export class KnowledgeService {
   /** Publishes an item of the caller's: members of the project find it too (idempotent). */
   async publish(user: User, itemId: string): Promise<KnowledgeItem> {
     const item = await this.item(user, itemId, { ownerOnly: true })
+    // Published, it would be found by no one: it has no chunks.
+    if (item.ingestStatus === 'failed')
+      throw new RequestError(
+        'knowledge_not_ingested',
+        `the item did not ingest (${item.ingestError ?? 'no reason recorded'}); upload it again`,
+      )
     return (await this.#store.transaction((tx) => publishKnowledgeItem(tx, item.id))) ?? item
   }
 

@@ -50,6 +50,7 @@ export const problemCatalogue = {
   invalid_file: { status: 400, title: 'The document cannot be used' },
   model_lacks_capability: { status: 400, title: 'The model cannot take this input' },
   nothing_to_compact: { status: 409, title: 'Nothing to compact' },
+  knowledge_not_ingested: { status: 409, title: 'The knowledge item did not ingest' },
   compaction_failed: { status: 502, title: 'The summary call failed' },
   memory_too_large: { status: 413, title: 'The memory is over the size limit' },
   too_many_memories: { status: 409, title: 'The scope holds as many memories as it may' },

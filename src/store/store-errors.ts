@@ -103,6 +103,7 @@ export type RequestErrorCode =
   | 'webhook_url_not_allowed'
   | 'too_many_webhooks'
   | 'webhook_disabled'
+  | 'knowledge_not_ingested'
 
 /**
  * A request a module service refuses (an expected outcome for the caller, not a fault). `errors` names

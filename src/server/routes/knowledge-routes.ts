@@ -241,9 +241,11 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'publishKnowledge',
         tags,
-        summary: 'Publish an item of yours: members of the project find it too (idempotent)',
+        summary:
+          'Publish an item of yours: members of the project find it too (idempotent; 409 when its ingestion failed)',
         params: IdParams,
-        response: { 200: KnowledgeItemSchema, ...problemResponses },
+        body: Type.Optional(Type.Object({}, { additionalProperties: false })),
+        response: { 200: KnowledgeItemSchema, ...problemResponses, 409: problem },
       },
     },
     async (request) => {
@@ -345,6 +347,16 @@ async function readUpload(request: FastifyRequest, ingestor: Ingestor, maxBytes:
       limits: { fileSize: maxBytes + 1, files: 1, fields: 10, fieldSize: 10_000 },
     })) {
       if (part.type === 'file') {
+        if (part.fieldname !== 'file') {
+          part.file.resume()
+          throw new HttpProblem(
+            'validation_failed',
+            `body.${part.fieldname}: unknown field (send the file as \`file\`)`,
+            {
+              errors: [{ path: `body.${part.fieldname}`, message: 'unknown field' }],
+            },
+          )
+        }
         const format = detectFormat(part.filename, part.mimetype)
         if (!format) {
           part.file.resume()
@@ -364,6 +376,10 @@ async function readUpload(request: FastifyRequest, ingestor: Ingestor, maxBytes:
         file = { filename: part.filename, format, staged }
       } else if (part.fieldname === 'title') {
         fields.title = String(part.value)
+      } else if (part.fieldname === 'file') {
+        throw new HttpProblem('validation_failed', 'body.file: must be a file (a part with a filename), not text', {
+          errors: [{ path: 'body.file', message: 'must be a file' }],
+        })
       } else {
         // Like a JSON body, a multipart body takes only the fields it names.
         throw new HttpProblem('validation_failed', `body.${part.fieldname}: unknown field`, {
