@@ -7,6 +7,7 @@ import { join } from 'node:path'
 import { ConfigError, loadConfig } from '../src/app/index.js'
 import { ScriptedModel } from '../src/llm/index.js'
 import { createProject, createUser, insertWebhook, newId, readEvents, type Store } from '../src/store/index.js'
+import { testDb } from '../src/store/test-access.js'
 import {
   checkWebhookUrl,
   publicOnlyLookup,
@@ -380,6 +381,33 @@ for (const engine of apiEngines()) {
         token: owner.token,
       })
       expect([badCursor.status, badCursor.body.code]).toEqual([400, 'invalid_cursor'])
+    })
+
+    it('creating with an Idempotency-Key makes one webhook; a retry gets it again, secret included', async () => {
+      const hook = await receiver()
+      const { projectId } = await project()
+      const create = (key: string, url = hook.url('/idem')) =>
+        server.request('POST', `/api/projects/${projectId}/webhooks`, {
+          token: owner.token,
+          headers: { 'idempotency-key': key },
+          body: { url, events: ['run.completed'] },
+        })
+      const first = await create('wh-1')
+      expect(first.status).toBe(201)
+      const again = await create('wh-1')
+      expect(again.status).toBe(201)
+      expect(again.headers.get('idempotent-replayed')).toBe('true')
+      expect(again.body).toMatchObject({ id: first.body.id, secret: first.body.secret })
+      const listed = await server.request('GET', `/api/projects/${projectId}/webhooks`, { token: owner.token })
+      expect(listed.body.items).toHaveLength(1)
+      // The same key with another request is refused; the key is not the secret's keeper.
+      expect((await create('wh-1', hook.url('/other'))).status).toBe(422)
+      const [record] = await testDb(store)
+        .selectFrom('idempotency_keys')
+        .select('response')
+        .where('key', '=', 'wh-1')
+        .execute()
+      expect(JSON.stringify(record?.response)).not.toContain('whsec_')
     })
 
     it('lists are paginated with cursor and limit; DELETE stops deliveries', async () => {

@@ -44,6 +44,11 @@ export async function runIdempotent<T extends object>(
   userId: string,
   statusCode: number,
   create: (tx: Executor) => Promise<T>,
+  /**
+   * What is kept of the answer, and how a replay makes it whole again, when the answer holds what
+   * must not be stored twice (a webhook's signing secret: only its id is kept).
+   */
+  kept?: { store: (result: T) => JsonValue; replay: (stored: JsonValue) => Promise<T> },
 ): Promise<T> {
   reply.code(statusCode)
   const key = idempotencyKey(request)
@@ -56,7 +61,7 @@ export async function runIdempotent<T extends object>(
       throw new HttpProblem('idempotency_key_reused', 'this Idempotency-Key was used with a different request')
     }
     reply.code(record.statusCode).header('idempotent-replayed', 'true')
-    return record.response as T
+    return kept ? kept.replay(record.response) : (record.response as T)
   }
   const previous = await replay()
   if (previous) return previous
@@ -66,7 +71,7 @@ export async function runIdempotent<T extends object>(
       const saved = await saveIdempotencyRecord(tx, userId, key, {
         requestHash,
         statusCode,
-        response: result as JsonValue,
+        response: kept ? kept.store(result) : (result as JsonValue),
       })
       if (!saved) throw new KeyTaken()
       return result

@@ -294,6 +294,7 @@ export { webhookEventTypes, type WebhookEventType } from './webhook-outbox.js'
 export {
   insertWebhook,
   getWebhook,
+  getWebhookWithSecret,
   listWebhooks,
   updateWebhook,
   rotateWebhookSecret,

@@ -108,6 +108,17 @@ export async function getWebhook(db: Executor, projectId: string, id: string): P
   return rows[0] && toWebhook(rows[0])
 }
 
+/** A subscription with its current signing secret (an idempotent creation's replay). */
+export async function getWebhookWithSecret(
+  db: Executor,
+  projectId: string,
+  id: string,
+): Promise<(WebhookRecord & { secret: string }) | undefined> {
+  const { rows } = await sql<WebhookRow & { secret: string }>`
+    select ${columns}, secret from webhooks where id = ${id} and project_id = ${projectId}`.execute(kysely(db))
+  return rows[0] && { ...toWebhook(rows[0]), secret: rows[0].secret }
+}
+
 /** A project's subscriptions, newest first. */
 export async function listWebhooks(db: Executor, projectId: string, page: PageRequest): Promise<Page<WebhookRecord>> {
   const { rows } = await sql<WebhookRow>`

@@ -3,6 +3,7 @@ import {
   deleteWebhook,
   getDelivery,
   getWebhook,
+  getWebhookWithSecret,
   insertWebhook,
   listDeliveries,
   listWebhooks,
@@ -13,6 +14,7 @@ import {
   rotateWebhookSecret,
   updateWebhook,
   type DeliveryRecord,
+  type Executor,
   type Page,
   type PageRequest,
   type Store,
@@ -65,14 +67,36 @@ export class WebhookService {
   }
 
   async create(user: User, projectId: string, input: WebhookInput): Promise<WebhookWithSecret> {
+    return (await this.prepare(user, projectId, input))(this.#store)
+  }
+
+  /**
+   * The checks of a creation (the caller owns the project, the URL is allowed), then the insert to run
+   * in `db` — the transaction an Idempotency-Key's record is written in.
+   */
+  async prepare(
+    user: User,
+    projectId: string,
+    input: WebhookInput,
+  ): Promise<(db: Executor) => Promise<WebhookWithSecret>> {
     const project = await this.#projects.owned(user, projectId)
     const url = checkWebhookUrl(input.url, this.#settings.allowPrivate)
+    return (db) => this.#insert(user, project.id, url, input, db)
+  }
+
+  async #insert(
+    user: User,
+    projectId: string,
+    url: string,
+    input: WebhookInput,
+    db: Executor,
+  ): Promise<WebhookWithSecret> {
     const secret = newSecret()
     const webhook = await insertWebhook(
-      this.#store,
+      db,
       {
         id: newId(),
-        projectId: project.id,
+        projectId,
         url,
         events: [...new Set(input.events)],
         description: input.description ?? null,
@@ -87,6 +111,14 @@ export class WebhookService {
         `a project may have at most ${webhookLimits.maxPerProject} webhooks; delete one first`,
       )
     return { ...webhook, secret }
+  }
+
+  /** A creation again, for its Idempotency-Key's replay: the subscription with its current secret. */
+  async created(user: User, projectId: string, webhookId: string): Promise<WebhookWithSecret> {
+    const project = await this.#projects.owned(user, projectId)
+    const webhook = await getWebhookWithSecret(this.#store, project.id, webhookId)
+    if (!webhook) throw new RequestError('not_found', 'the webhook this Idempotency-Key created has been deleted')
+    return webhook
   }
 
   async list(user: User, projectId: string, page: PageRequest): Promise<Page<WebhookRecord>> {

@@ -1,6 +1,7 @@
 import { Type } from 'typebox'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
+import { runIdempotent } from '../idempotency.js'
 import { IdParams, PageOf, PageQuery, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 import {
@@ -18,7 +19,7 @@ const problem = Type.Ref('Problem')
 
 /** A project's webhooks (docs/webhooks.md): its owner's alone. */
 export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
-  const { webhooks } = deps
+  const { webhooks, store } = deps
   const page = (query: { limit?: number; cursor?: string }) => ({
     limit: query.limit ?? 50,
     after: decodeCursor(query.cursor),
@@ -37,13 +38,16 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
+      const user = caller(request)
       const { url, events, description } = request.body
-      const created = await webhooks.create(caller(request), request.params.id, {
-        url,
-        events,
-        ...(description !== undefined && { description }),
+      const input = { url, events, ...(description !== undefined && { description }) }
+      // With an Idempotency-Key only the webhook's id is kept with the key: its secret is not stored twice.
+      const insert = await webhooks.prepare(user, request.params.id, input)
+      const created = await runIdempotent(request, reply, store, user.id, 201, insert, {
+        store: (webhook) => ({ id: webhook.id }),
+        replay: (kept) => webhooks.created(user, request.params.id, (kept as { id: string }).id),
       })
-      return reply.code(201).send(created)
+      return reply.send(created)
     },
   )
 
