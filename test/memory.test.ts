@@ -196,6 +196,10 @@ for (const engine of apiEngines()) {
       expect([long.status, long.body.code]).toEqual([413, 'memory_too_large'])
       const big = await create({ text: 'big value', value: { blob: 'y'.repeat(17_000) } })
       expect([big.status, big.body.code]).toEqual([413, 'memory_too_large'])
+      for (const field of ['key', 'namespace']) {
+        const tooLong = await create({ text: 'fact', [field]: 'k'.repeat(201) })
+        expect([tooLong.status, tooLong.body.code], field).toEqual([413, 'memory_too_large'])
+      }
       const scope = await create({ text: 'fact', scope: 'team' })
       expect([scope.status, scope.body.code]).toEqual([400, 'validation_failed'])
       const noProject = await create({ text: 'fact', scope: 'project' })

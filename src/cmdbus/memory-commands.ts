@@ -7,11 +7,11 @@ const scopeSchema = {
   enum: ['user', 'project'],
   description: 'user (default): only you, in every project; project: everyone who works in the current project',
 }
+// The length is the service's check (413 memory_too_large), as for the text.
 const name = (description: string) => ({
   type: 'string',
   minLength: 1,
-  maxLength: memoryLimits.nameChars,
-  description,
+  description: `${description} (at most ${memoryLimits.nameChars} characters)`,
 })
 
 /**

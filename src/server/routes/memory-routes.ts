@@ -33,13 +33,15 @@ const MemoryView = Type.Object(
   { title: 'Memory' },
 )
 
-// The text's length is checked by the service, so a long one gets 413 memory_too_large, not a 400.
+// The lengths of the text, namespace and key are checked by the service, so a long one gets 413
+// memory_too_large, not a 400 (the body limit bounds them meanwhile).
+const WrittenName = Type.String({ minLength: 1 })
 const MemoryCreate = Type.Object(
   {
     scope: Type.Optional(Scope),
     projectId: Type.Optional(Id),
-    namespace: Type.Optional(Name),
-    key: Type.Optional(Name),
+    namespace: Type.Optional(WrittenName),
+    key: Type.Optional(WrittenName),
     value: Type.Optional(Type.Unknown()),
     text: Type.String({ minLength: 1, pattern: '\\S' }),
   },
