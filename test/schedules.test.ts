@@ -293,12 +293,22 @@ for (const engine of apiEngines()) {
         [{ every: '1h', target: { kind: 'run', input: 'x', model: 'nope' } }, 422, undefined],
         [{ every: '1h', target: { kind: 'command', commandId: 'nope.nothing' } }, 400, 'body.target.commandId'],
         [{ every: '1h', target: { kind: 'mail', to: 'x' } }, 400, undefined],
+        // Accepted, they would never fire: a time gone by, a date that does not exist.
+        [{ at: '2020-01-01T00:00:00Z', target }, 400, 'body.at'],
+        [{ cron: '0 0 31 2 *', target }, 400, 'body.cron'],
       ] as const) {
         const answer = await create(body as Record<string, unknown>)
         expect(answer.status, JSON.stringify(body)).toBe(status)
         if (path) expect(answer.body.errors?.[0]?.path, JSON.stringify(body)).toBe(path)
       }
       const created = await create({ every: '1h', target })
+      const past = await server.request('PATCH', `/api/schedules/${created.body.id}`, {
+        token: alice.token,
+        body: { at: '2020-01-01T00:00:00Z' },
+      })
+      expect([past.status, past.body.errors?.[0]?.path]).toEqual([400, 'body.at'])
+      // Paused, a one-time schedule in the past is only a record: that may be kept.
+      expect((await create({ at: '2020-01-01T00:00:00Z', target, enabled: false })).status).toBe(201)
       const bob = await server.createUser()
       expect((await server.request('GET', `/api/schedules/${created.body.id}`, { token: bob.token })).status).toBe(404)
       expect((await create({ every: '1h', target }, bob.token)).status).toBe(404)

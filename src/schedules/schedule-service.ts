@@ -55,7 +55,7 @@ export class ScheduleService {
       ...input,
       projectId: project.id,
       ownerId: user.id,
-      nextFireAt: enabled ? nextOccurrence(timing, now, now) : null,
+      nextFireAt: enabled ? firstOccurrence(timing, now) : null,
     })
   }
 
@@ -93,7 +93,7 @@ export class ScheduleService {
     const nextFireAt = !enabled
       ? null
       : retimed || change.timezone !== undefined || resumed
-        ? nextOccurrence(timing, now, now)
+        ? firstOccurrence(timing, now)
         : schedule.nextFireAt === null
           ? null
           : new Date(schedule.nextFireAt)
@@ -170,4 +170,18 @@ export class ScheduleService {
         ])
     }
   }
+}
+
+/**
+ * The next occurrence from now of an enabled schedule; 400 when there is none: it would be accepted
+ * enabled and never fire (an `at` in the past, a cron that matches no date such as 31 February).
+ */
+function firstOccurrence(timing: ScheduleTiming, now: Date): Date {
+  const next = nextOccurrence(timing, now, now)
+  if (next) return next
+  const [path, message] =
+    timing.cron !== null
+      ? ['body.cron', `${JSON.stringify(timing.cron)} matches no date to come: the schedule would never fire`]
+      : ['body.at', 'is not in the future: the schedule would never fire']
+  throw new RequestError('validation_failed', `${path}: ${message}`, [{ path, message }])
 }
