@@ -100,6 +100,12 @@ for (const engine of testEngines()) {
         expect(viaQuery.status).toBe(400)
         expect(viaQuery.body.code).toBe('invalid_last_event_id')
       }
+      // An id past anything this log has given (another server's, say) would wait in silence: refused.
+      for (const headers of [{ 'last-event-id': '99999999999' }, {}]) {
+        const path = `/api/projects/${projectId}/events${'last-event-id' in headers ? '' : '?after=99999999999'}`
+        const past = await server.request('GET', path, { token: alice.token, headers })
+        expect([past.status, past.body.code]).toEqual([400, 'invalid_last_event_id'])
+      }
     })
 
     it('gives a conversation stream only that conversation’s events', async () => {

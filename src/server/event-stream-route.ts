@@ -1,5 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { streamEvents, type EventRecord, type EventScope, type Store } from '../store/index.js'
+import { highestEventId, streamEvents, type EventRecord, type EventScope, type Store } from '../store/index.js'
 import { HttpProblem } from './problem.js'
 import { controlFrame, eventFrame, SseWriter } from './sse-writer.js'
 import type { StreamAccess, StreamEndReason, StreamHandle, StreamRegistry } from './stream-registry.js'
@@ -53,6 +53,12 @@ export async function serveEventStream(
 ): Promise<void> {
   const afterId = resumePoint(request)
   if (!request.user || !request.tokenId) throw new HttpProblem('unauthorized')
+  // An id this log never gave (another server's, a restored database's) would wait for ever in silence.
+  if (afterId > 0 && afterId > (await highestEventId(context.store)))
+    throw new HttpProblem(
+      'invalid_last_event_id',
+      `event ${afterId} is past the newest event of this server's log: resume with an id it sent (or none, to replay from the start)`,
+    )
   const handle =
     options.handle ??
     context.streams.open(

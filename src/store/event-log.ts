@@ -241,6 +241,16 @@ export async function readAllEvents(db: Executor, afterId: number, limit: number
   return rows.map(toEventRecord)
 }
 
+/**
+ * The highest event id the log has handed out (its sequence, so retention deleting the newest rows
+ * does not lower it): a resume point past it came from another database.
+ */
+export async function highestEventId(db: Executor): Promise<number> {
+  const { rows } = await sql<{ last: string | null }>`
+    select case when is_called then last_value else 0 end as last from events_id_seq`.execute(kysely(db))
+  return Number(rows[0]?.last ?? 0)
+}
+
 export async function lastEventId(db: Executor): Promise<number> {
   const row = await kysely(db)
     .selectFrom('events')

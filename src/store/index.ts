@@ -23,6 +23,7 @@ export {
   readEventPage,
   eventDataJson,
   lastEventId,
+  highestEventId,
   type EventRecord,
   type EventScope,
   type NewEvent,
