@@ -101,7 +101,7 @@ for (const engine of testEngines()) {
         expect(viaQuery.body.code).toBe('invalid_last_event_id')
       }
       // An id past anything this log has given (another server's, say) would wait in silence: refused.
-      for (const headers of [{ 'last-event-id': '99999999999' }, {}]) {
+      for (const headers of [{ 'last-event-id': '99999999999' }, {}] as Array<Record<string, string>>) {
         const path = `/api/projects/${projectId}/events${'last-event-id' in headers ? '' : '?after=99999999999'}`
         const past = await server.request('GET', path, { token: alice.token, headers })
         expect([past.status, past.body.code]).toEqual([400, 'invalid_last_event_id'])

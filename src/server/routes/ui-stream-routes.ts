@@ -84,6 +84,10 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
             'The run as a UI message stream (protocol v1): its assistant message, whose id is the run id',
           ),
           ...problemResponses,
+          // run_active, run_not_waiting; unknown_model; the body over the route's 8 MiB.
+          409: Type.Ref('Problem'),
+          413: Type.Ref('Problem'),
+          422: Type.Ref('Problem'),
         },
       },
     },
