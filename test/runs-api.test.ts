@@ -207,11 +207,20 @@ describe('CORS', () => {
       method: 'OPTIONS',
       headers: { origin: 'https://evil.example', 'access-control-request-method': 'GET' },
     })
-    expect(stranger.headers.get('access-control-allow-origin')).toBeNull()
+    // No CORS header at all for an unlisted origin, and caches told the answer depends on the origin.
+    for (const header of [
+      'access-control-allow-origin',
+      'access-control-allow-methods',
+      'access-control-allow-headers',
+      'access-control-max-age',
+    ])
+      expect(stranger.headers.get(header), header).toBeNull()
     const strangerGet = await fetch(`${server.url}/api/me`, {
       headers: { origin: 'https://evil.example', authorization: `Bearer ${user.token}` },
     })
     expect(strangerGet.headers.get('access-control-allow-origin')).toBeNull()
+    expect(strangerGet.headers.get('access-control-expose-headers')).toBeNull()
+    expect(strangerGet.headers.get('vary')).toMatch(/origin/i)
   })
 
   it('is off unless origins are listed', async () => {

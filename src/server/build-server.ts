@@ -326,8 +326,11 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   // CORS only for listed origins (off by default). Bearer tokens, not cookies: no credentials mode.
   // Preflights are answered before authentication, and an unlisted origin gets no CORS headers.
   if (options.corsOrigins && options.corsOrigins.length > 0) {
+    const listed = new Set(options.corsOrigins)
     await app.register(fastifyCors, {
-      origin: options.corsOrigins,
+      // A function, not the list: for an unlisted origin the plugin then sends no CORS header at all
+      // (with a list it still answered preflights with the allowed methods and headers), and always Vary.
+      origin: (origin, done) => done(null, origin !== undefined && listed.has(origin) ? origin : false),
       methods: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
       allowedHeaders: [
         'authorization',
