@@ -4,6 +4,7 @@ import type { Store } from '../src/store/index.js'
 import { apiEngines, openTestStore } from './helpers/engines.js'
 import {
   fakeOpenAIModel,
+  openaiTextChunks,
   openaiToolCallChunks,
   openaiUsageChunk,
   startFakeUpstream,
@@ -126,6 +127,18 @@ for (const engine of apiEngines()) {
       expect((failed.error as { budget: { used: number } }).budget.used).toBeCloseTo(0.006, 9)
       expect(failed.usage).toMatchObject({ modelCalls: 3 })
       expect(upstream.clear()).toBe(1)
+    })
+
+    it('a run’s cost is summed as a person would write it, not with binary float noise', async () => {
+      // 600 in and 600 out at 1 per million each way: 0.0012 a call; five calls are 0.006, not 0.005999….
+      for (let call = 0; call < 4; call++) upstream.enqueue({ kind: 'openai-stream', chunks: toolCallCosting(600) })
+      upstream.enqueue({
+        kind: 'openai-stream',
+        chunks: openaiTextChunks('Done.', 1, { prompt: 600, completion: 600 }),
+      })
+      const created = await startRun({ model: 'priced' })
+      const run = await waitForRun(server, alice.token, created.body.id as string, ['completed'])
+      expect(run.usage).toMatchObject({ modelCalls: 5, cost: 0.006, byModel: { priced: { cost: 0.006 } } })
     })
 
     it('maxTokens stops before a call whose prompt alone would cross it', async () => {

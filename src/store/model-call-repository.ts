@@ -1,6 +1,6 @@
 import { sql } from 'kysely'
 import { kysely, type Executor } from './executor.js'
-import type { RunUsage } from './run-repository.js'
+import { roundCost, type RunUsage } from './run-repository.js'
 
 /** What a usage report groups by (`GET /api/usage?groupBy=`). */
 export const usageGroupings = ['model', 'project', 'user', 'conversation', 'run', 'day', 'month'] as const
@@ -98,7 +98,7 @@ function toTotals(row: TotalsRow | undefined): UsageTotals {
     cachedInputTokens: Number(row?.cached_input_tokens ?? 0),
     reasoningTokens: Number(row?.reasoning_tokens ?? 0),
     modelCalls: Number(row?.model_calls ?? 0),
-    cost: row?.cost === null || row?.cost === undefined ? null : Number(row.cost),
+    cost: row?.cost === null || row?.cost === undefined ? null : roundCost(Number(row.cost)),
     unpricedCalls: Number(row?.unpriced_calls ?? 0),
   }
 }

@@ -580,6 +580,14 @@ export const noUsage: RunUsage = {
 /** One model call's usage and cost (null: no price), as counted into a run's and recorded per call. */
 export type ModelCallUsage = Omit<UsageTotals, 'modelCalls'>
 
+/**
+ * A sum of costs as a person would write it: binary floating point makes 5 × 0.0012 read
+ * 0.005999999999999999; twelve decimals are finer than any currency's use.
+ */
+export function roundCost(cost: number): number {
+  return Math.round(cost * 1e12) / 1e12
+}
+
 /** Totals with one more call: the cost stays null once a call had no price. */
 function addCall(totals: UsageTotals, call: ModelCallUsage): UsageTotals {
   return {
@@ -588,7 +596,10 @@ function addCall(totals: UsageTotals, call: ModelCallUsage): UsageTotals {
     cachedInputTokens: totals.cachedInputTokens + call.cachedInputTokens,
     reasoningTokens: totals.reasoningTokens + call.reasoningTokens,
     modelCalls: totals.modelCalls + 1,
-    cost: call.cost === null || (totals.modelCalls > 0 && totals.cost === null) ? null : (totals.cost ?? 0) + call.cost,
+    cost:
+      call.cost === null || (totals.modelCalls > 0 && totals.cost === null)
+        ? null
+        : roundCost((totals.cost ?? 0) + call.cost),
   }
 }
 
