@@ -165,6 +165,8 @@ for (const engine of apiEngines()) {
 
     it("an operator's budget for a user holds on every project of theirs", async () => {
       const bob = await server.createUser()
+      // Bob's token is cached with his user from here: the change must still show at once.
+      expect((await server.request('GET', '/api/me', { token: bob.token })).body.budget).toBeNull()
       const set = await server.request('PATCH', `/api/admin/users/${bob.user.id}`, {
         token: adminToken,
         body: { budget: { monthly: { maxTokens: 3_000 } } },

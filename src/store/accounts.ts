@@ -3,6 +3,7 @@ import type { Page, PageRequest } from './page.js'
 import { issueStreamTicket, redeemStreamTicket } from './stream-ticket-repository.js'
 import { RequestError, notFoundError } from './store-errors.js'
 import { setUserBudget, type PeriodBudget } from './budget-repository.js'
+import { announceAccessChange } from './access-signals.js'
 import {
   authenticateToken,
   createToken,
@@ -60,7 +61,14 @@ export class Accounts {
 
   /** Sets (null: removes) what the user's model calls may spend per day and month. */
   async setBudget(id: string, budget: PeriodBudget | null): Promise<User> {
-    if (!(await setUserBudget(this.#store, id, budget))) throw notFoundError('user')
+    // The user is cached with their token (GET /api/me shows the budget): every instance drops it.
+    const found = await this.#store.transaction(async (tx) => {
+      if (!(await setUserBudget(tx, id, budget))) return false
+      await announceAccessChange(tx, [`user:${id}`])
+      return true
+    })
+    if (!found) throw notFoundError('user')
+    this.#store.access.deliver(`user:${id}`)
     return this.user(id)
   }
 
