@@ -158,14 +158,12 @@ describe('execution tools over HTTP', () => {
       expect(answer.body.code).toBe('validation_failed')
       expect(answer.body.errors.map((error: { path: string }) => error.path)).toContain(path)
     }
-    expect(
-      (
-        await server.request('POST', '/api/commands/core.exec', {
-          token: alice.token,
-          body: { entrance: 'button', projectId, params: { command: 'id' } },
-        })
-      ).status,
-    ).toBe(202)
+    // Without a conversation there is no work directory to run in: refused before anyone is asked.
+    const nowhere = await server.request('POST', '/api/commands/core.exec', {
+      token: alice.token,
+      body: { entrance: 'button', projectId, params: { command: 'id' } },
+    })
+    expect([nowhere.status, nowhere.body.commandCode]).toEqual([422, 'conversation_required'])
   })
 
   it('lists, uploads and downloads work-directory files, and refuses paths that lead out', async () => {
@@ -215,6 +213,27 @@ describe('execution tools over HTTP', () => {
     expect((await server.request('GET', `${base}/huge.txt`, { token: alice.token })).status).toBe(413)
     const stranger = await server.createUser()
     expect((await server.request('GET', `${base}/data.csv`, { token: stranger.token })).status).toBe(404)
+  })
+
+  it('a file call that can only fail is refused at once, not after a person approves it', async () => {
+    for (const [params, conversation, code] of [
+      [{ path: '../x.txt', content: 'x' }, conversationId, 'invalid_path'],
+      [{ path: 'a/.git-credentials', content: 'x' }, conversationId, 'invalid_path'],
+      [{ path: 'fine.txt', content: 'x' }, undefined, 'conversation_required'],
+    ] as const) {
+      const answer = await server.request('POST', '/api/commands/core.write_file', {
+        token: alice.token,
+        body: { entrance: 'button', params, ...(conversation && { conversationId: conversation }) },
+      })
+      expect(answer.status, JSON.stringify(params)).toBeGreaterThanOrEqual(400)
+      expect(answer.status, JSON.stringify(params)).toBeLessThan(500)
+      expect(JSON.stringify(answer.body), JSON.stringify(params)).toContain(code)
+      expect(answer.body.decision, JSON.stringify(params)).toBeUndefined()
+    }
+    const pending = await server.request('GET', '/api/decisions?status=pending', { token: alice.token })
+    expect(
+      (pending.body.items as Array<{ commandId: string }>).filter((item) => item.commandId === 'core.write_file'),
+    ).toEqual([])
   })
 
   it('list_files pages with offset and limit in path order', async () => {

@@ -292,6 +292,15 @@ export class CommandBus {
     if (invalid) return finish('failed', invalid)
     // 3. authorize (decided before the dispatch was built)
     if ('error' in scope) return finish('failed', scope.error)
+    // What can only fail is refused now, not after a person approved it.
+    if (command.needsConversation && !scope.conversation)
+      return finish('failed', {
+        code: 'conversation_required',
+        message: `${command.spec.id} works in a conversation's work directory: dispatch it with a conversationId`,
+        core: true,
+      })
+    const refused = command.precheck?.(request.params)
+    if (refused) return finish('failed', { ...refused, core: true } as BusError)
     const context = this.#context(command, request.actor, dispatch, scope.project, request.signal)
     // 4. risk
     let risk: Risk

@@ -37,6 +37,11 @@ export interface RegisteredCommand {
   availableWhen?: () => boolean
   /** Core only: it works in a conversation's work directory, so it is not offered where there is none (MCP outside a conversation). */
   needsConversation?: boolean
+  /**
+   * Core only: a refusal the params earn whatever happens (a path that leads out), checked with the
+   * schema, before the gate: no one is asked to approve a call that can only fail.
+   */
+  precheck?: (params: Params) => { code: string; message: string } | null
   /** Core only: the users (names or ids) who alone may approve a call now — a second person — or null. */
   approversWhen?: () => readonly string[] | null
   /** Core only: the levels a classifier can answer now (the catalog shows them; default low…high). */
@@ -308,7 +313,13 @@ export class CommandCatalog {
     commandId: string,
     hooks: Pick<
       RegisteredCommand,
-      'confirmWhen' | 'modelText' | 'availableWhen' | 'approversWhen' | 'riskRangeWhen' | 'needsConversation'
+      | 'confirmWhen'
+      | 'modelText'
+      | 'availableWhen'
+      | 'approversWhen'
+      | 'riskRangeWhen'
+      | 'needsConversation'
+      | 'precheck'
     >,
   ): void {
     const command = this.#commands.get(commandId)

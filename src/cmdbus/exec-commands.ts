@@ -20,6 +20,7 @@ import {
 } from '../exec/index.js'
 import type { Store } from '../store/index.js'
 import type { CommandCatalog, CoreContext } from './command-catalog.js'
+import type { Params } from './bus-types.js'
 import { resultImages, writtenImages } from './exec-images.js'
 import { classifyCommandLine } from './risk-rules.js'
 
@@ -369,8 +370,23 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     },
   )
   staged.commit()
-  for (const id of ['core.read_file', 'core.write_file', 'core.list_files'])
-    catalog.setCoreHooks(id, { needsConversation: true })
+  // A path that leads out, or through a denied segment, is refused with the schema's checks.
+  const pathPrecheck =
+    (required: boolean) =>
+    (params: Params): { code: string; message: string } | null => {
+      const path = typeof params.path === 'string' ? params.path : ''
+      try {
+        if (exec.workdirs.segments(path).length === 0 && required)
+          return { code: 'invalid_path', message: 'a file path is required' }
+        return null
+      } catch (error) {
+        if (error instanceof PathError) return { code: error.code, message: error.message }
+        throw error
+      }
+    }
+  catalog.setCoreHooks('core.read_file', { needsConversation: true, precheck: pathPrecheck(true) })
+  catalog.setCoreHooks('core.write_file', { needsConversation: true, precheck: pathPrecheck(true) })
+  catalog.setCoreHooks('core.list_files', { needsConversation: true, precheck: pathPrecheck(false) })
 
   for (const id of ['core.exec', 'core.run_code']) {
     // Under direct a human approves every run, whatever the mode or allowances.
