@@ -290,6 +290,10 @@ for (const engine of testEngines()) {
       const notAFile = await raw('multipart/form-data; boundary=zzz', textFile)
       expectCode(notAFile, 400, 'validation_failed')
       expect(JSON.stringify(notAFile.body)).toContain('must be a file')
+      // Neither JSON nor multipart: 415, naming both ways in.
+      const plain = await raw('text/plain', 'hello')
+      expectCode(plain, 415, 'unsupported_media_type')
+      expect(JSON.stringify(plain.body)).toContain('multipart/form-data')
       const published = await add('Publish me', 'text')
       const strict = await server.request('POST', `/api/knowledge/${published.body.id}/publish`, {
         token,

@@ -80,7 +80,10 @@ function classify(
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return {
         code: 'unsupported_media_type',
-        detail: `content-type ${request.headers['content-type'] ?? '(none)'} is not accepted; send application/json`,
+        // The knowledge upload takes a multipart file too: say so there.
+        detail: `content-type ${request.headers['content-type'] ?? '(none)'} is not accepted; send application/json${
+          /\/knowledge$/.test(request.routeOptions.url ?? '') ? ' (or multipart/form-data with a file)' : ''
+        }`,
       }
   }
   if (error instanceof SyntaxError) return { code: 'invalid_json', detail: 'request body is not valid JSON' }
