@@ -9,7 +9,8 @@ export const errorNotes = {
   validation_failed: 'body/query/params fail the schema (each bad field in `errors`)',
   invalid_json: 'the body is not JSON',
   invalid_cursor: 'a `cursor` this server did not issue',
-  invalid_last_event_id: '`Last-Event-ID` / `?after=` is not a non-negative integer, or is past the newest event this server has given (an id from another database)',
+  invalid_last_event_id:
+    '`Last-Event-ID` / `?after=` is not a non-negative integer, or is past the newest event this server has given (an id from another database)',
   bad_request: 'other malformed requests',
   invalid_slash_command: 'slash text that does not parse (e.g. unbalanced quotes)',
   request_timeout:
