@@ -313,6 +313,30 @@ for (const engine of testEngines()) {
       expectCode(await add('In bob’s project', 'x', token, other), 404, 'not_found')
     })
 
+    it('full text finds a word’s other forms: singular and plural, the base of -ed and -ing', async () => {
+      const own = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'forms' } })).body
+        .id
+      const wombats = await add(
+        'Zoo notes',
+        'Two wombats arrived; the keepers produce a feeding plan.',
+        alice.token,
+        own,
+      )
+      const budget = await add('Finance', 'The quarterly budget may drop fast.', alice.token, own)
+      for (const [query, item] of [
+        ['wombat', wombats.body.id],
+        ['produced', wombats.body.id],
+        ['budgets', budget.body.id],
+        ['dropping', budget.body.id],
+      ] as const) {
+        const hits = (await search(query, '&mode=fulltext', alice.token, own)).body.items as Array<{ itemId: string }>
+        expect(
+          hits.map((hit) => hit.itemId),
+          query,
+        ).toContain(item)
+      }
+    })
+
     it('drops vector-only hits below the relevance floor, keeping every real match', async () => {
       const own = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'floor' } })).body
         .id

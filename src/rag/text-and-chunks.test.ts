@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { chunkMarkdown } from './chunker.js'
 import { HashingEmbedder } from './embeddings.js'
-import { cleanText, queryTokens, snippet, tokenize, toTsquery, toTsvector } from './text.js'
+import { cleanText, queryTokens, snippet, tokenize, toTsquery, toTsvector, wordForms } from './text.js'
 
 describe('tokenize', () => {
   it('turns CJK runs into overlapping bigrams and keeps words of other scripts', () => {
@@ -34,6 +34,22 @@ describe('tsvector and tsquery literals', () => {
     expect(toTsvector("don't x\\y")).toBe("'don':1 't':2 'x':3 'y':4")
     expect(toTsquery(["o'brien", 'back\\slash'])).toBe("'o''brien' | 'back\\\\slash'")
     expect(toTsvector('plan plan 计划')).toBe("'plan':1,2 '计划':3")
+  })
+})
+
+describe('word forms in queries', () => {
+  it('finds plurals and singulars, and the base of -ed and -ing forms', () => {
+    expect(wordForms('wombat')).toContain('wombats')
+    expect(wordForms('budgets')).toContain('budget')
+    expect(wordForms('policies')).toContain('policy')
+    expect(wordForms('box')).toContain('boxes')
+    expect(wordForms('dropping')).toContain('drop')
+    expect(wordForms('produced')).toContain('produce')
+    // Not English words of letters: as they are (CJK bigrams, numbers, short words).
+    expect(wordForms('项目')).toEqual(['项目'])
+    expect(wordForms('v2')).toEqual(['v2'])
+    expect(wordForms('ok')).toEqual(['ok'])
+    expect(toTsquery(['wombat', '项目'])).toBe("('wombat' | 'wombats') | '项目'")
   })
 })
 

@@ -54,11 +54,47 @@ export function queryTokens(query: string, max = 64): string[] {
 }
 
 /**
+ * The forms of an English word a query should find too: its plural or singular, and for an -ed or
+ * -ing form its base (`wombat` finds `wombats`, `dropping` finds `drop`, `produced` `produce`). Stored
+ * vectors keep words as written, so the variants go into the query instead of stemming both sides
+ * (no stored chunk needs reindexing). Extra forms that match nothing cost nothing.
+ */
+export function wordForms(token: string): string[] {
+  if (!/^[a-z]{3,}$/.test(token)) return [token]
+  const forms = new Set([token])
+  const sibilant = /(s|x|z|ch|sh)$/
+  if (token.endsWith('ies') && token.length > 4) forms.add(`${token.slice(0, -3)}y`)
+  else if (token.endsWith('es') && sibilant.test(token.slice(0, -2))) forms.add(token.slice(0, -2))
+  if (token.endsWith('s') && !token.endsWith('ss')) forms.add(token.slice(0, -1))
+  else {
+    forms.add(sibilant.test(token) ? `${token}es` : `${token}s`)
+    if (/[^aeiou]y$/.test(token)) forms.add(`${token.slice(0, -1)}ies`)
+  }
+  if (token.length >= 5 && token.endsWith('ed')) {
+    const stem = token.slice(0, -2)
+    forms.add(stem).add(`${stem}e`)
+    if (/([^aeiou])\1$/.test(stem)) forms.add(stem.slice(0, -1))
+  }
+  if (token.length >= 6 && token.endsWith('ing')) {
+    const stem = token.slice(0, -3)
+    forms.add(stem).add(`${stem}e`)
+    if (/([^aeiou])\1$/.test(stem)) forms.add(stem.slice(0, -1))
+  }
+  return [...forms]
+}
+
+/** One query token in tsquery syntax: itself or any of its forms. */
+function term(token: string): string {
+  const forms = wordForms(token)
+  return forms.length === 1 ? lexeme(token) : `(${forms.map(lexeme).join(' | ')})`
+}
+
+/**
  * tsquery input syntax matching any of the tokens (ranking rewards chunks that match more of them,
  * close together). Whatever the user typed (operators, quotes, backslashes) is only ever text here.
  */
 export function toTsquery(tokens: readonly string[]): string {
-  return tokens.map(lexeme).join(' | ')
+  return tokens.map(term).join(' | ')
 }
 
 /** Tokens a pair stage combines (n tokens make n(n-1)/2 pairs). */
@@ -70,13 +106,13 @@ const maxPairTokens = 8
  */
 export function tsqueryStages(tokens: readonly string[]): string[] {
   if (tokens.length === 0) return []
-  if (tokens.length === 1) return [lexeme(tokens[0]!)]
-  const stages = [tokens.map(lexeme).join(' & ')]
+  if (tokens.length === 1) return [term(tokens[0]!)]
+  const stages = [tokens.map(term).join(' & ')]
   if (tokens.length >= 3) {
     const head = tokens.slice(0, maxPairTokens)
     const pairs: string[] = []
     for (let a = 0; a < head.length; a++)
-      for (let b = a + 1; b < head.length; b++) pairs.push(`(${lexeme(head[a]!)} & ${lexeme(head[b]!)})`)
+      for (let b = a + 1; b < head.length; b++) pairs.push(`(${term(head[a]!)} & ${term(head[b]!)})`)
     stages.push(pairs.join(' | '))
   }
   stages.push(toTsquery(tokens))
