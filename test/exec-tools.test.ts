@@ -146,10 +146,11 @@ describe('execution tools over HTTP', () => {
   })
 
   it('answers bad input: empty or multi-line commands, unknown languages, code over the limit', async () => {
+    const multiLine = { command: 'echo a\nrm -rf /' }
     for (const [id, params, path] of [
       ['core.exec', { command: '' }, 'params.command'],
       ['core.exec', { command: '   ' }, 'params.command'],
-      ['core.exec', { command: 'echo a\nrm -rf /' }, 'params.command'],
+      ['core.exec', multiLine, 'params.command'],
       ['core.run_code', { language: 'ruby', code: 'puts 1' }, 'params.language'],
       ['core.run_code', { language: 'python', code: `x = 1\n${'#'.repeat(3000)}` }, 'params.code'],
     ] as const) {
@@ -157,6 +158,8 @@ describe('execution tools over HTTP', () => {
       expect(answer.status, JSON.stringify(params)).toBe(400)
       expect(answer.body.code).toBe('validation_failed')
       expect(answer.body.errors.map((error: { path: string }) => error.path)).toContain(path)
+      // A newline is refused by a pattern; the message says why in words, not only the expression.
+      if (params === multiLine) expect(answer.body.errors[0].message).toContain('exec.allowMultiline')
     }
     // Without a conversation there is no work directory to run in: refused before anyone is asked.
     const nowhere = await server.request('POST', '/api/commands/core.exec', {

@@ -204,7 +204,9 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
               minLength: 1,
               maxLength: 20_000,
               pattern: settings.allowMultiline ? '\\S' : '^[^\\n\\r]*\\S[^\\n\\r]*$',
-              description: settings.allowMultiline ? 'A bash command line' : 'A bash command line (one line)',
+              description: settings.allowMultiline
+                ? 'A bash command line'
+                : 'A bash command line, on one line: this server refuses newlines in exec (exec.allowMultiline); join commands with ; or &&, or use run_code',
             },
           },
           required: ['command'],

@@ -48,13 +48,28 @@ export function validateParams(command: RegisteredCommand, params: Params): BusE
       return { path: [...base, String(issue.params.additionalProperty)].join('.'), message: 'unknown field' }
     if (issue.keyword === 'required')
       return { path: [...base, String(issue.params.missingProperty)].join('.'), message: 'is required' }
-    return { path: base.join('.'), message: issue.message ?? 'is invalid' }
+    // A pattern alone says little to a person or a model: the field's description says what it wants.
+    const described = issue.keyword === 'pattern' ? describedBy(command.spec.paramsSchema, issue.schemaPath) : undefined
+    const message = issue.message ?? 'is invalid'
+    return { path: base.join('.'), message: described ? `${message} (${described})` : message }
   })
   return {
     code: 'validation_failed',
     message: errors.map((error) => `${error.path}: ${error.message}`).join('; '),
     errors,
   }
+}
+
+/** The `description` of the schema holding the keyword at `schemaPath` (`#/properties/command/pattern`). */
+function describedBy(schema: unknown, schemaPath: string): string | undefined {
+  let node = schema
+  for (const segment of schemaPath.replace(/^#\//, '').split('/').slice(0, -1)) {
+    if (typeof node !== 'object' || node === null) return undefined
+    node = (node as Record<string, unknown>)[decodeURIComponent(segment.replace(/~1/g, '/').replace(/~0/g, '~'))]
+  }
+  const description =
+    typeof node === 'object' && node !== null ? (node as { description?: unknown }).description : undefined
+  return typeof description === 'string' ? description : undefined
 }
 
 /** sha256 of the canonical JSON (RFC 8785) of params. */
