@@ -106,6 +106,22 @@ describe('execution tools over HTTP', () => {
     expect(decided.body.dispatch.result.durationMs).toEqual(expect.any(Number))
   })
 
+  it('the same approval twice while the command runs: both answers carry its result, and it ran once', async () => {
+    const pending = await dispatch('core.exec', { command: 'sleep 1; echo ran >> once.txt; echo finished' })
+    const decisionId = pending.body.decision.id
+    const first = approve(decisionId)
+    // The repeat arrives while the first approval's command is running (a client retrying after a timeout).
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    const [one, two] = await Promise.all([first, approve(decisionId)])
+    expect([one.status, two.status]).toEqual([200, 200])
+    expect(one.body.dispatch).toMatchObject({ status: 'succeeded', result: { stdout: 'finished\n' } })
+    expect(two.body.dispatch).toEqual(one.body.dispatch)
+    const file = await fetch(`${server.url}/api/conversations/${conversationId}/files/once.txt`, {
+      headers: { authorization: `Bearer ${alice.token}` },
+    })
+    expect(await file.text()).toBe('ran\n')
+  })
+
   it('an agent run waits for the human, streams tool_call.output while the program runs, and the model reads exit code, duration, stdout and stderr as text', async () => {
     model.setTurns([
       { toolCalls: [{ name: 'exec', arguments: { command: 'for i in 1 2 3; do echo line $i; sleep 0.1; done' } }] },

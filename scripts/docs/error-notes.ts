@@ -28,7 +28,8 @@ export const errorNotes = {
   knowledge_not_ingested:
     '`POST /api/knowledge/:id/publish` on an item whose ingestion failed (its `ingestError` says why): upload it again',
   idempotency_key_in_progress: 'a concurrent request with the same key has not finished',
-  dispatch_in_progress: 'a concurrent dispatch with the same key has not finished',
+  dispatch_in_progress:
+    'a concurrent dispatch with the same key has not finished; or a decision answered again while its approved command still runs, past the command’s timeout',
   decision_conflict: 'the decision was already answered differently',
   decision_expired: 'the decision expired (or was superseded) before this answer',
   scope_not_allowed:

@@ -149,6 +149,7 @@ export type DecideOutcome =
           | 'decision_expired'
           | 'scope_not_allowed'
           | 'validation_failed'
+          | 'dispatch_in_progress'
         message: string
       }
       decision?: DecisionView

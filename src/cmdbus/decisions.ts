@@ -31,9 +31,17 @@ import {
 } from './outcomes.js'
 import { redact } from './redact.js'
 import { expirePendingDecision } from './decision-expiry.js'
+import { defaultTimeoutMs } from './handler-runner.js'
 import type { ProjectAccess } from './project-access.js'
 import type { RunSettlement } from './run-settlement.js'
 import type { DecisionFeed } from './decision-feed.js'
+
+/** How long a repeated answer waits at most for the first answer's command to finish. */
+const maxRepeatWaitMs = 10 * 60_000
+
+/** Whether a dispatch has its outcome (neither waiting for a decision, nor about to run, nor running). */
+const settled = (dispatch: DispatchRecord): boolean =>
+  dispatch.status !== 'requested' && dispatch.status !== 'awaiting_decision' && dispatch.status !== 'running'
 
 /** What answering and expiring decisions needs from the bus. */
 export interface DecisionDeps {
@@ -253,7 +261,14 @@ export class Decisions {
           },
           decision: view,
         }
-      const dispatch = await getDispatch(store, decided.dispatchId)
+      // The first answer's command may still be running (a client retrying after a timeout): its outcome.
+      const dispatch = await this.#settled(decided)
+      if (dispatch && !settled(dispatch))
+        return {
+          ok: false,
+          error: { code: 'dispatch_in_progress', message: 'the approved command is still running: ask again later' },
+          decision: view,
+        }
       return {
         ok: true,
         decision: view,
@@ -267,6 +282,21 @@ export class Decisions {
     const outcome = rejectedOutcome(resolved.dispatch.id)
     this.#deps.feed.notify(view, outcome)
     return { ok: true, decision: view, dispatch: outcome }
+  }
+
+  /**
+   * The decision's dispatch once it has an outcome, waiting while the approval's command runs (on any
+   * instance) for as long as the command may take; as it is then, if it still has none.
+   */
+  async #settled(decision: DecisionRecord): Promise<DispatchRecord | undefined> {
+    const { store, catalog } = this.#deps
+    const limitMs = (catalog.get(decision.commandId)?.spec.timeoutMs ?? defaultTimeoutMs) + 5_000
+    const deadline = Date.now() + Math.min(limitMs, maxRepeatWaitMs)
+    for (let pause = 25; ; pause = Math.min(pause * 2, 500)) {
+      const dispatch = await getDispatch(store, decision.dispatchId)
+      if (!dispatch || settled(dispatch) || Date.now() >= deadline) return dispatch
+      await new Promise((resolve) => setTimeout(resolve, pause))
+    }
   }
 
   /** An `edit` or `respond` answer's reply, checked: edited params must pass the command's schema. */

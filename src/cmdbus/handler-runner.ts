@@ -5,7 +5,7 @@ import type { BusError, DispatchHooks, DispatchOutcome } from './bus-types.js'
 import type { RegisteredCommand } from './command-catalog.js'
 import { isCommandError, toJsonError } from './outcomes.js'
 
-const defaultTimeoutMs = 30_000
+export const defaultTimeoutMs = 30_000
 
 /** Largest result a handler may return, as JSON bytes (PLINTH_RESULT_MAX_BYTES). */
 export const defaultResultMaxBytes = 1024 * 1024
