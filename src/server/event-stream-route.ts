@@ -76,6 +76,7 @@ export async function serveEventStream(
     reply.sse.keepAlive()
     reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
     reply.sse.sendHeaders()
+    writer.sendHeadersSoon()
     for await (const event of streamEvents(context.store, context.store.feed, options.scope, {
       afterId,
       signal: finished.signal,

@@ -34,6 +34,7 @@ export class SseWriter {
   readonly #drainTimeoutMs: number
   #closed = false
   #corked = false
+  #written = false
 
   constructor(raw: ServerResponse, drainTimeoutMs: number) {
     this.#raw = raw
@@ -53,12 +54,24 @@ export class SseWriter {
     return this.#raw.writableLength
   }
 
+  /**
+   * Makes sure the headers leave soon even when no frame does: with nothing to replay, the first
+   * event or heartbeat may be a long way off, and a client waits for the headers to count itself
+   * connected. A frame written before then carries them (one socket write instead of two).
+   */
+  sendHeadersSoon(delayMs = 20): void {
+    setTimeout(() => {
+      if (this.open && this.#raw.writableLength === 0 && !this.#written) this.#raw.flushHeaders()
+    }, delayMs).unref()
+  }
+
   async write(
     frame: Buffer | string,
     signal?: AbortSignal,
     drainTimeoutMs = this.#drainTimeoutMs,
   ): Promise<WriteOutcome> {
     if (!this.open) return 'closed'
+    this.#written = true
     // Frames written in one turn of the event loop (a commit's events arrive together) leave in one
     // socket write instead of one each.
     if (!this.#corked) {

@@ -77,6 +77,7 @@ export async function serveAgUiStream(
     reply.sse.keepAlive()
     reply.code(200).header('cache-control', 'no-cache').header('x-accel-buffering', 'no')
     reply.sse.sendHeaders()
+    writer.sendHeadersSoon()
     if (!(await send(mapper.start()))) return
     plan.afterOpen?.().catch((error: unknown) => {
       failure = error instanceof AnswerFailed ? error : new AnswerFailed('internal', 'answering the run failed')

@@ -60,6 +60,7 @@ export async function serveUiStream(
     reply.sse.keepAlive()
     reply.header('cache-control', 'no-cache').header('x-accel-buffering', 'no').header(uiStreamHeader, 'v1')
     reply.sse.sendHeaders()
+    writer.sendHeadersSoon()
     const send = async (chunks: UiChunk[]): Promise<boolean> => {
       for (const chunk of chunks) {
         const outcome = await writer.write(uiChunkFrame(chunk), finished.signal)
