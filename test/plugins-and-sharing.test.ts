@@ -8,6 +8,7 @@ import { openTestStore, apiEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { testDb } from '../src/store/test-access.js'
+import { waitForRun } from './helpers/waits.js'
 
 const fixture = (name: string): string => new URL(`./__fixtures__/plugins/${name}.ts`, import.meta.url).pathname
 
@@ -134,6 +135,15 @@ for (const engine of apiEngines()) {
             id: 'slow',
             turns: [
               { text: Array.from({ length: 100 }, (_, index) => `w${index}`).join(' '), chunks: 100, delayMs: 100 },
+            ],
+            whenExhausted: 'loop',
+          }),
+          // A model whose call waits for a person (drafts are always confirmed).
+          new ScriptedModel({
+            id: 'asks',
+            turns: [
+              { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Plan', body: 'b' } }] },
+              { text: 'done' },
             ],
             whenExhausted: 'loop',
           }),
@@ -294,6 +304,67 @@ for (const engine of apiEngines()) {
         .where('type', '=', 'run.cancelled')
         .execute()
       expect(cancelled[0]?.data).toMatchObject({ reason: 'access_revoked' })
+    })
+
+    it('a member’s waiting call is theirs to answer, and their waiting run ends when they are removed', async () => {
+      const approve = async (answer: { status: number; body: { decision?: { id: string } } }) => {
+        if (answer.status === 202)
+          await server.request('POST', `/api/decisions/${answer.body.decision!.id}`, {
+            token: owner.token,
+            body: { decision: 'approve' },
+          })
+      }
+      await approve(await add(owner.token, member.user.id))
+      const conversation = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: {} })
+      ).body.id
+      const run = (
+        await server.request('POST', `/api/conversations/${conversation}/runs`, {
+          token: member.token,
+          body: { input: 'draft a plan', model: 'asks' },
+        })
+      ).body
+      const waiting = await waitForRun(server, member.token, run.id, ['requires_action'])
+      const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!
+        .decisionId
+      // The project's owner cannot see the member's conversation, so neither its decisions.
+      expect((await server.request('GET', `/api/conversations/${conversation}`, { token: owner.token })).status).toBe(
+        404,
+      )
+      const ownerAnswers = await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: owner.token,
+        body: { decision: 'approve' },
+      })
+      expect([ownerAnswers.status, ownerAnswers.body.code]).toEqual([404, 'not_found'])
+      expect((await server.request('GET', `/api/decisions/${decisionId}`, { token: owner.token })).status).toBe(404)
+      const ownersList = await server.request('GET', '/api/decisions?status=pending', { token: owner.token })
+      expect(ownersList.body.items.map((item: { id: string }) => item.id)).not.toContain(decisionId)
+      expect((await server.request('GET', `/api/decisions/${decisionId}`, { token: member.token })).status).toBe(200)
+
+      // Removed from the project, the member's run that waits for that answer ends too.
+      await approve(
+        await server.request('POST', '/api/commands/rdm.member.remove', {
+          token: owner.token,
+          body: { entrance: 'button', projectId, params: { userId: member.user.id } },
+        }),
+      )
+      let ended: { status: string; cancel_reason: string | null } | undefined
+      for (const deadline = Date.now() + 15_000; Date.now() < deadline;) {
+        ended = await testDb(store)
+          .selectFrom('runs')
+          .select(['status', 'cancel_reason'])
+          .where('id', '=', run.id)
+          .executeTakeFirstOrThrow()
+        if (ended.status !== 'requires_action') break
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      expect(ended).toEqual({ status: 'cancelled', cancel_reason: 'access_revoked' })
+      const decision = await testDb(store)
+        .selectFrom('decisions')
+        .select('status')
+        .where('id', '=', decisionId)
+        .executeTakeFirstOrThrow()
+      expect(decision.status).toBe('expired')
     })
   })
 }

@@ -352,10 +352,14 @@ export class Decisions {
     return overdue.length
   }
 
-  /** Whether a user may see and answer a decision: it is on their behalf, or in a project they own. */
+  /**
+   * Whether a user may see and answer a decision: it is on their behalf, waits for them as a designated
+   * approver, or is a project's own call (outside any conversation) in a project they own.
+   */
   async canAct(userId: string, decision: DecisionRecord): Promise<boolean> {
     if (decision.ownerId === userId || decision.approvers?.includes(userId)) return true
-    if (!decision.projectId) return false
+    // A conversation is its owner's alone (the project's owner does not see a member's): so are its calls.
+    if (!decision.projectId || decision.conversationId) return false
     const project = await this.#deps.access.project(userId, decision.projectId, 'write')
     return project?.ownerId === userId
   }

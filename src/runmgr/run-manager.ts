@@ -31,6 +31,7 @@ import {
   type NewRun,
   type Prefetched,
   type Project,
+  type AccessSubject,
   type Run,
   type RunProfile,
   type Store,
@@ -234,7 +235,7 @@ export class RunManager {
       // A run ended here or elsewhere: its quota slot may let a waiting run start.
       store.runs.subscribe(() => void this.#promoter?.poke()),
       // A run whose owner can no longer see its conversation stops calling the model at once.
-      store.access.subscribe(() => this.#recheckAccess()),
+      store.access.subscribe((subject) => this.#recheckAccess(subject)),
     )
     const recheck = setInterval(() => this.#recheckAccess(), 60_000)
     recheck.unref()
@@ -513,19 +514,46 @@ export class RunManager {
   /**
    * Ends, `cancelled` with reason `access_revoked`, every run driven here whose owner may no longer see
    * its conversation (removed from a shared project, the project or conversation deleted, the user
-   * disabled). Called on every access announcement and once a minute for adapters that change silently.
+   * disabled), and the undriven ones the announcement concerns. Called on every access announcement
+   * and once a minute for adapters that change silently.
    */
-  #recheckAccess(): void {
-    const { store, bus, log } = this.#options
+  #recheckAccess(subject?: AccessSubject): void {
+    const { store, log } = this.#options
     for (const runId of this.#pool.drivenRunIds()) {
       void (async () => {
         const run = await getRun(store, runId)
-        if (!run || terminalRunStatuses.includes(run.status)) return
-        if (await bus.maySee(run.ownerId, run.conversationId)) return
-        log.info('run ended: its owner lost access to the conversation', { runId })
-        await this.cancel(runId, 'access_revoked')
+        if (run) await this.#endWithoutAccess(run)
       })().catch((error: unknown) => log.warn('could not re-check a run’s access', { runId, err: error }))
     }
+    // Runs no driver holds (waiting for an answer, or queued) of whom the announcement concerns: a
+    // removed member's call must not stay open for the project's owner, or anyone, to answer.
+    if (subject && !subject.startsWith('token:'))
+      this.#recheckUndriven(subject).catch((error: unknown) =>
+        log.warn('could not re-check waiting runs’ access', { subject, err: error }),
+      )
+  }
+
+  async #recheckUndriven(subject: AccessSubject): Promise<void> {
+    const filter =
+      subject === 'all'
+        ? {}
+        : subject.startsWith('project:')
+          ? { projectIds: [subject.slice('project:'.length)] }
+          : { ownerId: subject.slice('user:'.length) }
+    const { items } = await listRuns(
+      this.#options.store,
+      { ...filter, statuses: ['requires_action', 'queued'] },
+      { limit: 500 },
+    )
+    for (const run of items) if (!this.#pool.driver(run.id)) await this.#endWithoutAccess(run)
+  }
+
+  /** Cancels the run (`access_revoked`) when its owner may no longer see its conversation. */
+  async #endWithoutAccess(run: Run): Promise<void> {
+    if (terminalRunStatuses.includes(run.status)) return
+    if (await this.#options.bus.maySee(run.ownerId, run.conversationId)) return
+    this.#options.log.info('run ended: its owner lost access to the conversation', { runId: run.id })
+    await this.cancel(run.id, 'access_revoked')
   }
 
   /** Another instance ended a run (null: any run, after a reconnect): drivers here that lost it stop. */

@@ -149,7 +149,10 @@ export async function listDecisions(
     .where((eb) =>
       eb.or([
         eb('owner_id', '=', filter.userId),
-        ...(filter.visibleProjectIds.length > 0 ? [eb('project_id', 'in', filter.visibleProjectIds)] : []),
+        // The project's own calls (not a conversation's: that is its owner's alone).
+        ...(filter.visibleProjectIds.length > 0
+          ? [eb.and([eb('project_id', 'in', filter.visibleProjectIds), eb('conversation_id', 'is', null)])]
+          : []),
         // A designated approver sees what waits for them, wherever it is.
         sql<boolean>`approvers @> ${storableJson([filter.userId])}::jsonb`,
       ]),
