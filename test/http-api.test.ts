@@ -302,6 +302,8 @@ for (const engine of apiEngines()) {
     it('answers malformed input with 4xx problem+json and writes nothing', async () => {
       const countProjects = async (): Promise<number> =>
         (await testDb(store).selectFrom('projects').select('id').execute()).length
+      const formed = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'formed' } }))
+        .body.id
       const before = await countProjects()
       expectProblem(
         await server.request('POST', '/api/projects', { token: alice.token, rawBody: '{"name": ' }),
@@ -367,6 +369,22 @@ for (const engine of apiEngines()) {
         415,
         'unsupported_media_type',
       )
+      // A form is no JSON body either: not read as an empty one (a PATCH that changed nothing, a blank title).
+      const form = '--zzz\r\nContent-Disposition: form-data; name="title"\r\n\r\nvia form\r\n--zzz--\r\n'
+      const formHeaders = { 'content-type': 'multipart/form-data; boundary=zzz' }
+      for (const [method, path] of [
+        ['POST', '/api/projects'],
+        ['POST', `/api/projects/${formed}/conversations`],
+        ['PATCH', `/api/projects/${formed}`],
+      ] as const)
+        expectProblem(
+          await server.request(method, path, { token: alice.token, rawBody: form, headers: formHeaders }),
+          415,
+          'unsupported_media_type',
+        )
+      expect(
+        (await server.request('GET', `/api/projects/${formed}/conversations`, { token: alice.token })).body.items,
+      ).toEqual([])
       expectProblem(await server.request('GET', '/api/nothing-here', { token: alice.token }), 404, 'not_found')
       expectProblem(
         await server.request('GET', '/api/projects/../../etc/passwd', { token: alice.token }),

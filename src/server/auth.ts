@@ -5,6 +5,10 @@ import { HttpProblem } from './problem.js'
 import type { TokenCache } from './token-cache.js'
 
 declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The route reads a multipart/form-data body (elsewhere one is refused with 415). */
+    multipart?: boolean
+  }
   interface FastifyRequest {
     /** The authenticated caller on `/api` routes. */
     user: User | null

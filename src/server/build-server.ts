@@ -383,6 +383,15 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   guardHostileInput(app)
   // Knowledge uploads; limits are set per request by the route.
   await app.register(fastifyMultipart, { throwFileSizeLimit: true })
+  // Only a route that reads a multipart body (`config.multipart`) takes one: elsewhere it would be read
+  // as no body at all, and a form-encoded PATCH would answer 200 having changed nothing.
+  app.addHook('preValidation', async (request) => {
+    if (request.isMultipart() && request.routeOptions.config.multipart !== true)
+      throw new HttpProblem(
+        'unsupported_media_type',
+        `content-type ${request.headers['content-type'] ?? '(none)'} is not accepted; send application/json`,
+      )
+  })
 
   app.addSchema(Problem)
   app.addSchema(Run)

@@ -82,7 +82,7 @@ function classify(
         code: 'unsupported_media_type',
         // The knowledge upload takes a multipart file too: say so there.
         detail: `content-type ${request.headers['content-type'] ?? '(none)'} is not accepted; send application/json${
-          /\/knowledge$/.test(request.routeOptions.url ?? '') ? ' (or multipart/form-data with a file)' : ''
+          request.routeOptions.config?.multipart === true ? ' (or multipart/form-data with a file)' : ''
         }`,
       }
   }

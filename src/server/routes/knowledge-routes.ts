@@ -92,6 +92,7 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
     '/projects/:id/knowledge',
     {
       attachValidation: true,
+      config: { multipart: true },
       schema: {
         operationId: 'addKnowledge',
         tags,
