@@ -202,4 +202,29 @@ describe('runs: audit, risk keywords, client tools, tool list', () => {
       readOnlyShares.delete(projectId)
     }
   })
+
+  it('a reader writing in a project they can see is forbidden (403), not told it is missing (404)', async () => {
+    readOnlyShares.set(projectId, new Set([bob.user.id]))
+    try {
+      expect((await server.request('GET', `/api/projects/${projectId}`, { token: bob.token })).status).toBe(200)
+      const command = await server.request('POST', '/api/commands/slow.brief', {
+        token: bob.token,
+        body: { entrance: 'button', projectId, params: {} },
+      })
+      expect([command.status, command.body.code]).toEqual([403, 'forbidden'])
+      const memory = await server.request('POST', '/api/memories', {
+        token: bob.token,
+        body: { scope: 'project', projectId, text: 'we ship on Fridays' },
+      })
+      expect([memory.status, memory.body.code]).toEqual([403, 'forbidden'])
+    } finally {
+      readOnlyShares.delete(projectId)
+    }
+    // Once the share is gone, the same project is missing to them.
+    const stranger = await server.request('POST', '/api/commands/slow.brief', {
+      token: bob.token,
+      body: { entrance: 'button', projectId, params: {} },
+    })
+    expect([stranger.status, stranger.body.code]).toEqual([404, 'not_found'])
+  })
 })

@@ -600,8 +600,15 @@ export class CommandBus {
     }
     let project: ProjectRef | null = null
     if (projectId) {
-      const found = await access.project(userId, projectId, command.spec.idempotent ? 'read' : 'write', known)
-      if (!found) return { error: { code: 'not_found', message: 'project not found' } }
+      const action = command.spec.idempotent ? 'read' : 'write'
+      const found = await access.project(userId, projectId, action, known)
+      if (!found) {
+        // A project the actor sees but may not write in is forbidden, not missing (as on every route).
+        const seen = action === 'write' && (await access.project(userId, projectId, 'read', known))
+        return seen
+          ? { error: { code: 'forbidden', message: 'not allowed to write in this project' } }
+          : { error: { code: 'not_found', message: 'project not found' } }
+      }
       project = { id: found.id, ownerId: found.ownerId, name: found.name }
     }
     if (command.spec.resource) {
