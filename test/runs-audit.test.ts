@@ -140,6 +140,35 @@ describe('runs: audit, risk keywords, client tools, tool list', () => {
     })
   })
 
+  it('a client tool call with unparsable arguments counts as rejected, and its audit says it was never handed over', async () => {
+    model.setTurns([{ toolCalls: [{ name: 'propose_command', arguments: '{nope' }] }, { text: 'understood' }])
+    const conversationId = await conversation()
+    const run = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: alice.token,
+      body: { input: 'list', clientTools: ['propose_command'] },
+    })
+    expect((await settled(server, alice.token, run.body.id)).status).toBe('completed')
+    const calls = await testDb(store)
+      .selectFrom('run_tool_calls')
+      .select(['status', 'output'])
+      .where('run_id', '=', run.body.id)
+      .execute()
+    expect(calls).toEqual([
+      {
+        status: 'rejected',
+        output: { accepted: false, rejected: true, error: expect.objectContaining({ code: 'invalid_arguments' }) },
+      },
+    ])
+    const audit = await server.request('GET', `/api/audit?commandId=propose_command&conversationId=${conversationId}`, {
+      token: alice.token,
+    })
+    expect(audit.body.items[0]).toMatchObject({
+      status: 'rejected',
+      kind: 'client',
+      error: { code: 'invalid_arguments', message: expect.stringMatching(/^not handed to the client/) },
+    })
+  })
+
   it('a client tool named like a command tool is refused at run creation (422 client_tool_conflict)', async () => {
     const conversationId = await conversation()
     const answer = await server.request('POST', `/api/conversations/${conversationId}/runs`, {

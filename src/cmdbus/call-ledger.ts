@@ -79,7 +79,7 @@ export class CallLedger {
     call: ToolCallRecord,
     status: ToolCallStatus,
     output: JsonValue,
-    extra: { dispatchId?: string | null; repeatOf?: string } = {},
+    extra: { dispatchId?: string | null; repeatOf?: string; auditError?: { code: string; message: string } } = {},
   ): Promise<void> {
     const result = this.#result(run, call, status, output, extra)
     const writes = [
@@ -87,7 +87,12 @@ export class CallLedger {
       insertToolMessageQuery(tx, run, call.id, result.text, undefined, result.parts),
     ]
     // A client call's audit row ends with its ledger result (the audit chain's lock before the event log's).
-    if (call.kind === 'client') await auditClientCall(tx, clientCallAudit(run, call), { status, output })
+    if (call.kind === 'client')
+      await auditClientCall(tx, clientCallAudit(run, call), {
+        status,
+        output,
+        ...(extra.auditError && { error: extra.auditError }),
+      })
     // The ledger row, the tool message and the event: one statement.
     await appendEventsAfter(tx, writes, [result.event])
   }

@@ -23,7 +23,7 @@ export interface ClientCallAudit {
 export async function auditClientCall(
   tx: Executor,
   call: ClientCallAudit,
-  answer?: { status: string; output: JsonValue },
+  answer?: { status: string; output: JsonValue; error?: { code: string; message: string } },
 ): Promise<void> {
   const key = `${call.runId}:${call.callId}`
   let dispatch = await findDispatchByKey(tx, call.ownerId, key)
@@ -56,13 +56,23 @@ export async function auditClientCall(
         : status === 'cancelled'
           ? 'cancelled'
           : 'failed'
-  const code = status === 'error' ? 'client_error' : status
   await recordStep(tx, 'finished', envelope, dispatch, {
     status: mapped,
     result: answer.output,
-    error: { code, message: `the client answered ${status}` },
+    error: answer.error ?? {
+      code: status === 'error' ? 'client_error' : status,
+      message: clientEnding[mapped] ?? `the client answered ${status}`,
+    },
     finishedAt,
   })
+}
+
+/** What ended a client call that did not succeed, as its audit entry says. */
+const clientEnding: Record<string, string> = {
+  rejected: 'the client rejected the call',
+  expired: 'the client did not answer in time',
+  cancelled: 'the run ended before the client answered',
+  failed: 'the client answered with an error',
 }
 
 /** A run's own effect as a dispatch row: entrance `agent`, the run acting for its owner. */

@@ -60,12 +60,23 @@ export async function runCalls(
       continue
     }
     if (parsed.error || parsed.value === null || typeof parsed.value !== 'object' || Array.isArray(parsed.value)) {
-      await fail({
-        error: {
-          code: 'invalid_arguments',
-          message: `the arguments are not a JSON object: ${parsed.error ?? 'wrong type'}`,
-        },
-      })
+      const error = {
+        code: 'invalid_arguments',
+        message: `the arguments are not a JSON object: ${parsed.error ?? 'wrong type'}`,
+      }
+      // A client tool's call it could not even be shown counts as rejected (never handed to the client).
+      if (entry.kind === 'client')
+        await kit.writer.fenced(fence, (tx, locked) =>
+          kit.ledger.finish(
+            tx,
+            locked,
+            call,
+            'rejected',
+            { accepted: false, rejected: true, error },
+            { auditError: { code: error.code, message: `not handed to the client: ${error.message}` } },
+          ),
+        )
+      else await fail({ error })
       continue
     }
     if (entry.kind === 'client') {
