@@ -74,7 +74,7 @@ export type BusErrorCode =
   | 'rejected'
   | 'expired'
   | 'cancelled'
-  | 'timeout'
+  | 'command_timeout'
   | 'command_failed'
   | 'idempotency_key_reused'
   | 'dispatch_in_progress'

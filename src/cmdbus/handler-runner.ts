@@ -38,7 +38,7 @@ export async function runHandler(
       outcome = {
         status: 'failed',
         dispatchId: dispatch.id,
-        error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` },
+        error: { code: 'command_timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` },
       }
     } else if (context.signal.aborted) {
       outcome = { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
@@ -67,7 +67,7 @@ export async function runHandler(
           ? {
               status: 'failed',
               dispatchId: dispatch.id,
-              error: { code: 'timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` },
+              error: { code: 'command_timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` },
             }
           : { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
     } else if (isCommandError(error)) {

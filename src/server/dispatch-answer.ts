@@ -10,6 +10,7 @@ export function busProblem(error: BusError, dispatchId: string | null): HttpProb
   if (error.errors) extensions.errors = error.errors
   if (error.reasons) extensions.reasons = error.reasons
   const mapped: Record<string, ProblemCode> = {
+    // Written before 2026-12-05 (now command_timeout, as the client gets it).
     timeout: 'command_timeout',
     rejected: 'forbidden',
     expired: 'decision_expired',
