@@ -1,4 +1,6 @@
-import { readdir } from 'node:fs/promises'
+import { execFileSync } from 'node:child_process'
+import { mkdir, readdir } from 'node:fs/promises'
+import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
@@ -81,6 +83,11 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
     }
     const names = async (conversation: string): Promise<string[]> =>
       (await readdir(await server.exec.workdirs.dir(conversation))).sort()
+    /** What the directory holds on disk, however deep (as `du` counts apparent sizes). */
+    const diskBytes = async (conversation: string): Promise<number> =>
+      Number(
+        execFileSync('du', ['-sb', await server.exec.workdirs.dir(conversation)], { encoding: 'utf8' }).split('\t')[0],
+      )
 
     it('an execution that writes past the quota fails quota_exceeded, and what it wrote is removed', async () => {
       const conversation = await newConversation()
@@ -99,6 +106,36 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
       const files = await exec(conversation, 'for i in $(seq 1 400); do : > n$i; done')
       expect(files.status).toBe(507)
       expect((await server.exec.workdirs.measure(conversation, { maxFiles: 1000 })).files).toBeLessThanOrEqual(200)
+    })
+
+    it('a program cannot hide what it wrote: backdated files and trees nested past 32 levels go too', async () => {
+      alice = await server.createUser()
+      // Modification times are the program's to set; the inode's change time is not.
+      const backdated = await newConversation()
+      const old = await exec(
+        backdated,
+        'for i in 1 2 3 4 5 6; do head -c 1000000 /dev/zero > old$i.bin; touch -d 2001-01-01 old$i.bin; done',
+      )
+      expect(old.status).toBe(507)
+      expect(await diskBytes(backdated)).toBeLessThanOrEqual(4 * mib)
+      // Deeper than the server walks: never measured, so never counted — it goes whatever its size.
+      alice = await server.createUser()
+      const deep = await newConversation()
+      const nested = 'd=$(printf "d/%.0s" $(seq 1 40)); mkdir -p $d'
+      const hidden = await exec(deep, `${nested}; head -c 5000000 /dev/zero > $d/big.bin`)
+      expect(hidden.status).toBe(507)
+      expect(JSON.stringify(hidden.body)).toMatch(/deeper than 32/)
+      expect(await diskBytes(deep)).toBeLessThan(mib)
+      expect(await names(deep)).toEqual(['d'])
+      // A deep tree is deleted through the files API too (one a program left before this rule).
+      const made = await exec(deep, `${nested}; echo kept`)
+      expect(made.status).toBe(507)
+      await mkdir(join(await server.exec.workdirs.dir(deep), ...Array.from({ length: 40 }, () => 'e')), {
+        recursive: true,
+      })
+      const deleted = await server.request('DELETE', `/api/conversations/${deep}/files/e`, { token: alice.token })
+      expect(deleted.status).toBe(204)
+      expect(await names(deep)).not.toContain('e')
     })
 
     it('a file uploaded just before an execution that goes over is not taken for the program’s', async () => {

@@ -6,7 +6,7 @@ import {
   type Store,
   type WorkUsage,
 } from '../store/index.js'
-import type { WorkDirectories } from './workdirs.js'
+import { maxWorkDepth, type WorkDirectories } from './workdirs.js'
 
 /** Disk quotas of work directories (config `exec.quota`). */
 export interface QuotaSettings {
@@ -98,10 +98,14 @@ export class WorkQuota {
     // A second of slack: a file system keeps modification times coarser than the clock. The server's
     // own writes in it (an upload just before) are told apart by `measure`.
     // Counted well past the limit, so that what the execution wrote can be found and removed.
-    const measured = await this.#workdirs.measure(conversationId, {
-      since: startedAt - 1000,
-      maxFiles: conversationFiles * 10,
-    })
+    const measureOptions = { since: startedAt - 1000, maxFiles: conversationFiles * 10 }
+    let measured = await this.#workdirs.measure(conversationId, measureOptions)
+    // Nested deeper than paths may name: never counted, so never kept, whoever wrote it.
+    const tooDeep = measured.tooDeep.map((parts) => parts.join('/'))
+    if (tooDeep.length > 0) {
+      for (const parts of measured.tooDeep) await this.#workdirs.emptyTooDeep(conversationId, parts)
+      measured = await this.#workdirs.measure(conversationId, measureOptions)
+    }
     const recorded = await workUsageOf(this.#store, conversationId, ownerId)
     const others = recorded.user.bytes - recorded.conversation.bytes
     const projectOthers = (await projectWorkBytes(this.#store, conversationId)) - recorded.conversation.bytes
@@ -129,10 +133,20 @@ export class WorkQuota {
       }
     }
     await recordWorkUsage(this.#store, conversationId, ownerId, { bytes, files })
+    if (tooDeep.length > 0 && !over)
+      throw new QuotaError(
+        `the program nested directories deeper than ${maxWorkDepth} levels; what they held was removed: ${tooDeep
+          .slice(0, 3)
+          .map((path) => `${path.slice(0, 60)}…/`)
+          .join(', ')}`,
+      )
     if (over) {
       const shown = removed.slice(0, 10).join(', ') + (removed.length > 10 ? `, and ${removed.length - 10} more` : '')
       throw new QuotaError(
-        `the program went over the work directory's quota (${mib(conversationBytes)} and ${conversationFiles} entries per conversation, ${mib(userBytes)} per user, ${mib(projectBytes)} per project); ` +
+        (tooDeep.length > 0
+          ? `the program nested directories deeper than ${maxWorkDepth} levels (what they held was removed), and `
+          : '') +
+          `the program went over the work directory's quota (${mib(conversationBytes)} and ${conversationFiles} entries per conversation, ${mib(userBytes)} per user, ${mib(projectBytes)} per project); ` +
           (removed.length > 0 ? `the files it wrote were removed: ${shown}` : 'nothing it wrote could be removed'),
       )
     }

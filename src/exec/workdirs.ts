@@ -46,7 +46,8 @@ export const defaultDeniedSegments = [
   '.config/gcloud',
 ]
 
-const maxDepth = 32
+export const maxWorkDepth = 32
+const maxDepth = maxWorkDepth
 
 /** What a name is, from its own (not followed) status. */
 function entryType(entry: Stats): FileEntry['type'] {
@@ -86,7 +87,7 @@ export class WorkDirectories {
    * The server's own recent writes per conversation (path → the file's modification time then), so that
    * an execution's measure does not take a file uploaded just before it for one the program wrote.
    */
-  readonly #serverWrites = new Map<string, Map<string, { mtimeMs: number; at: number }>>()
+  readonly #serverWrites = new Map<string, Map<string, { ctimeMs: number; at: number }>>()
 
   constructor(root: string, options: { deniedSegments?: readonly string[] } = {}) {
     this.root = root
@@ -307,7 +308,7 @@ export class WorkDirectories {
         throw pathFailure(error, path)
       })
       const written = await parent.lstat(name).catch(() => null)
-      if (written) this.#noteServerWrite(conversationId, parts.join('/'), written.mtimeMs)
+      if (written) this.#noteServerWrite(conversationId, parts.join('/'), written.ctimeMs)
       return { path: parts.join('/'), size, replaced: existing?.isFile() ? existing.size : null }
     } catch (error) {
       await parent.unlink(staging).catch(() => undefined)
@@ -317,7 +318,7 @@ export class WorkDirectories {
     }
   }
 
-  #noteServerWrite(conversationId: string, path: string, mtimeMs: number): void {
+  #noteServerWrite(conversationId: string, path: string, ctimeMs: number): void {
     const now = Date.now()
     // Only the last minute's matter (an execution's measure looks back a second before its start).
     for (const [id, writes] of this.#serverWrites) {
@@ -326,7 +327,7 @@ export class WorkDirectories {
     }
     let writes = this.#serverWrites.get(conversationId)
     if (!writes) this.#serverWrites.set(conversationId, (writes = new Map()))
-    writes.set(path, { mtimeMs, at: now })
+    writes.set(path, { ctimeMs, at: now })
   }
 
   /** The size of the regular file at `path`, or null when there is none (for a replacement's quota). */
@@ -396,21 +397,31 @@ export class WorkDirectories {
 
   /**
    * What the directory holds: bytes of regular files (apparent size), entries of every kind, and — with
-   * `since` — the regular files modified since then (what an execution wrote). Counting stops past
-   * `maxFiles` entries (`truncated`). Walked through directory descriptors like everything here.
+   * `since` — the regular files changed since then (what an execution wrote: the inode's change time,
+   * which a program cannot set back as it can the modification time). Counting stops past `maxFiles`
+   * entries (`truncated`). A directory at the deepest level paths may name that is not empty is listed
+   * in `tooDeep`: what it holds is neither counted nor reachable through the files API. Walked through
+   * directory descriptors like everything here.
    */
   async measure(
     conversationId: string,
     options: { since?: number; maxFiles: number },
-  ): Promise<{ bytes: number; files: number; recent: Array<{ parts: string[]; size: number }>; truncated: boolean }> {
+  ): Promise<{
+    bytes: number
+    files: number
+    recent: Array<{ parts: string[]; size: number }>
+    truncated: boolean
+    tooDeep: string[][]
+  }> {
     const root = await this.#walk(conversationId, [], '', false)
     let bytes = 0
     let files = 0
     let truncated = false
     const recent: Array<{ parts: string[]; size: number }> = []
+    const tooDeep: string[][] = []
     // Files the server itself wrote since are not the program's (unless it changed them after).
     const serverWrites = this.#serverWrites.get(conversationId)
-    const walk = async (dir: DirectoryHandle, prefix: string[], depth: number): Promise<void> => {
+    const walk = async (dir: DirectoryHandle, prefix: string[]): Promise<void> => {
       for (const name of await dir.list().catch(() => [] as string[])) {
         if (files > options.maxFiles) {
           truncated = true
@@ -419,28 +430,48 @@ export class WorkDirectories {
         const entry = await dir.lstat(name).catch(() => null)
         if (!entry) continue
         files++
+        const parts = [...prefix, name]
         if (entry.isFile()) {
           bytes += entry.size
-          const parts = [...prefix, name]
           if (
             options.since !== undefined &&
-            entry.mtimeMs >= options.since &&
-            serverWrites?.get(parts.join('/'))?.mtimeMs !== entry.mtimeMs
+            entry.ctimeMs >= options.since &&
+            serverWrites?.get(parts.join('/'))?.ctimeMs !== entry.ctimeMs
           )
             recent.push({ parts, size: entry.size })
-        } else if (entry.isDirectory() && depth < maxDepth) {
+        } else if (entry.isDirectory()) {
           const child = await dir.openDirectory(name).catch(() => null)
           if (!child) continue
-          await walk(child, [...prefix, name], depth + 1).finally(() => child.close())
+          try {
+            if (parts.length < maxDepth) await walk(child, parts)
+            else if ((await child.list().catch(() => [])).length > 0) tooDeep.push(parts)
+          } finally {
+            await child.close()
+          }
         }
       }
     }
     try {
-      await walk(root, [], 0)
+      await walk(root, [])
     } finally {
       await root.close()
     }
-    return { bytes, files, recent, truncated }
+    return { bytes, files, recent, truncated, tooDeep }
+  }
+
+  /**
+   * Empties a directory at `parts` that holds more than the server walks (`measure`'s `tooDeep`), with
+   * `rm` run inside it through its descriptor: rm descends any depth without following a symlink, and
+   * the path that led there is never resolved again.
+   */
+  async emptyTooDeep(conversationId: string, parts: readonly string[]): Promise<void> {
+    const dir = await this.#walk(conversationId, [...parts], parts.join('/'), false).catch(() => null)
+    if (!dir) return
+    try {
+      await dir.removeEverything()
+    } finally {
+      await dir.close()
+    }
   }
 
   /** Removes one regular file by its segments (a file swapped for anything else meanwhile is left). */
@@ -473,11 +504,15 @@ export class WorkDirectories {
     const removeIn = async (dir: DirectoryHandle, name: string, depth: number): Promise<void> => {
       const entry = await dir.lstat(name)
       if (entry.isDirectory()) {
-        if (depth > maxDepth)
-          throw new PathError('invalid_path', `${path} is nested deeper than ${maxDepth} directories`)
         const child = await dir.openDirectory(name)
         try {
-          for (const inner of await child.list()) await removeIn(child, inner, depth + 1)
+          // Deeper than paths may name (a program made it): counted and emptied in one go by `rm`.
+          if (parts.length + depth >= maxDepth) {
+            const deep = await child.usage()
+            removed.bytes += deep.bytes
+            removed.files += deep.entries
+            await child.removeEverything()
+          } else for (const inner of await child.list()) await removeIn(child, inner, depth + 1)
         } finally {
           await child.close()
         }
