@@ -134,6 +134,17 @@ describe.skipIf(!probe.ok)('the bubblewrap sandbox holds against hostile program
     await nothingLeft()
   })
 
+  it('does not learn where its work directory is on the host: not from bwrap’s command line', async () => {
+    // bwrap is the sandbox's pid 1, readable by the program; its binds name the host paths. (Mount
+    // information still names the path within its file system: docs/security.md, work directories.)
+    const result = await sh('tr "\\0" " " < /proc/1/cmdline')
+    expect(result.exitCode).toBe(0)
+    expect(result.stdout).toMatch(/bwrap/)
+    expect(result.stdout).not.toContain(dataDir)
+    expect(result.stdout).not.toContain(conversation)
+    await nothingLeft()
+  })
+
   it('writes nothing outside: system paths, symlinks and hardlinks out of the work directory, the host /tmp', async () => {
     const marker = `plinth-escape-${process.pid}`
     const attempts = [

@@ -85,8 +85,8 @@ export class DirectBackend implements ExecBackend {
 /** A sandboxed program ready to start: its command line (run from `/`) and what goes on its fd 3. */
 export interface SandboxLaunch {
   argv: string[]
-  /** The seccomp filter bwrap reads on fd 3 (null on an architecture without one). */
-  fd3: Buffer | null
+  /** What bwrap reads on fds 3, 4, …: the seccomp filter (none on an architecture without one), its arguments. */
+  fds: Buffer[]
   /** Its cgroup, already limited; killed and removed by whoever ends the program. */
   cgroup: ExecCgroup | null
 }
@@ -125,7 +125,7 @@ export class SandboxBackend implements ExecBackend {
         cwd: '/',
         env: spec.env,
         ...(spec.stdin !== undefined && { stdin: spec.stdin }),
-        ...(launch.fd3 && { fd3: launch.fd3 }),
+        fds: launch.fds,
         timeoutMs: spec.timeoutMs,
         outputBytes: spec.limits.outputBytes,
         cgroup: launch.cgroup,
@@ -157,10 +157,19 @@ export class SandboxBackend implements ExecBackend {
       )
     }
     // The seccomp filter reaches bwrap on fd 3, through the wrappers (they keep inherited descriptors).
+    // Its arguments come on the next descriptor (`--args`): bwrap is the sandbox's pid 1, and its command
+    // line, readable in /proc/1/cmdline, would name the host paths it binds.
     const filter = seccompFilter()
+    const args = Buffer.from(bwrap.map((arg) => `${arg}\0`).join(''))
     return {
-      argv: [...argv, tools.bwrap, ...(filter ? ['--seccomp', '3'] : []), ...bwrap, '--', ...spec.argv],
-      fd3: filter,
+      argv: [
+        ...argv,
+        tools.bwrap,
+        ...(filter ? ['--seccomp', '3', '--args', '4'] : ['--args', '3']),
+        '--',
+        ...spec.argv,
+      ],
+      fds: filter ? [filter, args] : [args],
       cgroup,
     }
   }

@@ -93,8 +93,8 @@ export interface SandboxedLaunch {
   argv: string[]
   cwd: string
   env: Record<string, string>
-  /** Bytes to write to the program's fd 3 (the seccomp filter), or null. */
-  fd3: Buffer | null
+  /** Bytes to write to the program's fds 3, 4, … (bwrap's seccomp filter and arguments). */
+  fds: Buffer[]
   /** Kills whatever is left of it (its cgroup) and removes what was made for it. */
   release(): Promise<void>
 }
@@ -266,7 +266,7 @@ export class ExecService {
         // HOME on the sandbox's own tmpfs, not in /work: what the model writes there (a .pth file, a
         // dotfile) must not be read as the server's configuration (docs/mcp.md, "Sandboxed stdio servers").
         env: { ...buildExecEnv('/tmp'), PYTHONNOUSERSITE: '1', PYTHONSAFEPATH: '1', ...input.env },
-        fd3: launch.fd3,
+        fds: launch.fds,
         release: async () => {
           await launch.cgroup?.killAll(1000)
           await launch.cgroup?.remove()

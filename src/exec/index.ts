@@ -13,7 +13,7 @@ export {
 } from './backends.js'
 export { buildSeccompFilter, deniedSyscalls, seccompSupported } from './seccomp.js'
 export { detectCgroups, ExecCgroup, type CgroupMode } from './cgroups.js'
-export { settleCleanups } from './process-runner.js'
+export { feedDescriptors, launchStdio, settleCleanups } from './process-runner.js'
 export { buildExecEnv, isSecretName } from './exec-env.js'
 export { detectHostSupport, lookupUser, probeSandbox, type ProbeResult } from './probe.js'
 export { WorkDirectories, PathError, defaultDeniedSegments, type FileEntry } from './workdirs.js'

@@ -1,4 +1,5 @@
-import { spawn } from 'node:child_process'
+import { spawn, type ChildProcess } from 'node:child_process'
+import type { Writable } from 'node:stream'
 import type { Readable } from 'node:stream'
 import { StringDecoder } from 'node:string_decoder'
 import type { ExecCgroup } from './cgroups.js'
@@ -10,8 +11,8 @@ export interface Launch {
   cwd: string
   env: Record<string, string>
   stdin?: string
-  /** Bytes the program reads from fd 3 (bwrap's `--seccomp 3`). */
-  fd3?: Buffer
+  /** Bytes the program reads from fds 3, 4, … in order (bwrap's `--seccomp` filter and `--args`). */
+  fds?: readonly Buffer[]
   timeoutMs: number
   outputBytes: number
   /** The execution's cgroup: everything in it is killed when the run ends. */
@@ -66,6 +67,20 @@ class Capture {
   }
 }
 
+/** A launch's stdio: the three standard pipes, then one pipe for each extra descriptor (3, 4, …). */
+export function launchStdio(fds: readonly Buffer[]): Array<'pipe'> {
+  return Array.from({ length: 3 + fds.length }, () => 'pipe' as const)
+}
+
+/** Writes each extra descriptor's bytes and closes it; a program that never reads them fails nothing here. */
+export function feedDescriptors(child: ChildProcess, fds: readonly Buffer[]): void {
+  fds.forEach((bytes, index) => {
+    const stream = child.stdio[3 + index] as Writable
+    stream.on('error', () => undefined)
+    stream.end(bytes)
+  })
+}
+
 /**
  * Runs a launch to its end: separate stdout/stderr (capped), stdin, a wall-clock timeout and an abort
  * signal. Ending early: the cgroup is killed, then SIGTERM to the process group, then SIGKILL 200 ms
@@ -76,13 +91,9 @@ export function runProcess(launch: Launch, options: ExecOptions = {}): Promise<E
   const started = performance.now()
   return new Promise<ExecResult>((resolve) => {
     const [command, ...args] = launch.argv
-    const stdio: Array<'pipe'> = launch.fd3 ? ['pipe', 'pipe', 'pipe', 'pipe'] : ['pipe', 'pipe', 'pipe']
-    const child = spawn(command!, args, { cwd: launch.cwd, env: launch.env, detached: true, stdio })
-    if (launch.fd3) {
-      const fd3 = child.stdio[3] as NodeJS.WritableStream & { on(event: 'error', listener: () => void): void }
-      fd3.on('error', () => undefined)
-      fd3.end(launch.fd3)
-    }
+    const fds = launch.fds ?? []
+    const child = spawn(command!, args, { cwd: launch.cwd, env: launch.env, detached: true, stdio: launchStdio(fds) })
+    feedDescriptors(child, fds)
     const stdout = new Capture(launch.outputBytes)
     const stderr = new Capture(launch.outputBytes)
     let timedOut = false

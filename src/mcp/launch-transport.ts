@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { ReadBuffer, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js'
+import { feedDescriptors, launchStdio } from '../exec/index.js'
 import type { SandboxLaunch } from './types.js'
 
 /** How long a server may take to exit once its stdin is closed, before it is killed. */
@@ -49,7 +50,7 @@ export class LaunchTransport implements Transport {
         cwd: launch.cwd,
         env: launch.env,
         detached: true,
-        stdio: ['pipe', 'pipe', 'pipe', launch.fd3 ? 'pipe' : 'ignore'],
+        stdio: launchStdio(launch.fds),
       })
       await new Promise<void>((resolve, reject) => {
         child.once('spawn', resolve)
@@ -60,11 +61,7 @@ export class LaunchTransport implements Transport {
       throw error
     }
     this.#child = child
-    if (launch.fd3) {
-      const fd3 = child.stdio[3] as NodeJS.WritableStream & { on(event: 'error', listener: () => void): void }
-      fd3.on('error', () => undefined)
-      fd3.end(launch.fd3)
-    }
+    feedDescriptors(child, launch.fds)
     for (const stream of [child.stdin!, child.stdout!, child.stderr!])
       stream.on('error', (error: Error) => this.onerror?.(error))
     child.stderr!.on('data', (chunk: Buffer) => {

@@ -50,8 +50,8 @@ export interface SandboxLaunch {
   argv: string[]
   cwd: string
   env: { [name: string]: string }
-  /** Bytes the program reads on fd 3 (bwrap's seccomp filter), or null. */
-  fd3: Buffer | null
+  /** Bytes the program reads on fds 3, 4, … (bwrap's seccomp filter and arguments). */
+  fds: Buffer[]
   /** Called once the program has exited: kills what is left of it and removes what was made for it. */
   release(): Promise<void>
 }
