@@ -474,6 +474,54 @@ export class WorkDirectories {
     }
   }
 
+  /**
+   * Removes regular files by their segments, opening each directory once for all its files (a file
+   * swapped for anything else meanwhile is left, and counted in `missed`).
+   */
+  async removeFiles(
+    conversationId: string,
+    files: readonly (readonly string[])[],
+  ): Promise<{ removed: string[]; missed: number; missedBytes: number }> {
+    const byParent = new Map<string, { parent: string[]; names: string[] }>()
+    for (const parts of files) {
+      if (parts.length === 0) continue
+      const key = parts.slice(0, -1).join('/')
+      let group = byParent.get(key)
+      if (!group) byParent.set(key, (group = { parent: parts.slice(0, -1), names: [] }))
+      group.names.push(parts.at(-1)!)
+    }
+    const removed: string[] = []
+    let missed = 0
+    let missedBytes = 0
+    for (const { parent, names } of byParent.values()) {
+      const dir = await this.#walk(conversationId, parent, parent.join('/'), false).catch(() => null)
+      if (!dir) {
+        missed += names.length
+        continue
+      }
+      try {
+        for (const name of names) {
+          const entry = await dir.lstat(name).catch(() => null)
+          if (
+            entry?.isFile() &&
+            (await dir.unlink(name).then(
+              () => true,
+              () => false,
+            ))
+          )
+            removed.push([...parent, name].join('/'))
+          else {
+            missed++
+            if (entry?.isFile()) missedBytes += entry.size
+          }
+        }
+      } finally {
+        await dir.close()
+      }
+    }
+    return { removed, missed, missedBytes }
+  }
+
   /** Removes one regular file by its segments (a file swapped for anything else meanwhile is left). */
   async removeFile(conversationId: string, parts: readonly string[]): Promise<number> {
     if (parts.length === 0) return 0
