@@ -127,6 +127,48 @@ describe('knowledge uploads on the embedded database', () => {
       await server.ingestor.idle()
     },
   )
+
+  it('registering a work-directory file takes an upload slot, streams, and keeps to the volume', async () => {
+    const user = users[3]!
+    const conversation = (
+      await server.request('POST', `/api/projects/${projects[3]}/conversations`, { token: user.token, body: {} })
+    ).body.id
+    const put = await fetch(`${server.url}/api/conversations/${conversation}/files/big.txt`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${user.token}`, 'content-type': 'application/octet-stream' },
+      body: text(9, 'word'),
+    })
+    expect(put.status).toBe(201)
+    const register = () =>
+      server.request('POST', `/api/conversations/${conversation}/files/register`, {
+        token: user.token,
+        body: { path: 'big.txt' },
+      })
+    const held = async () =>
+      Number(
+        (
+          await testDb(store)
+            .selectFrom('knowledge_items')
+            .select((eb) => eb.fn.sum<string>('byte_size').as('bytes'))
+            .where('owner_id', '=', user.user.id)
+            .where('deleted_at', 'is', null)
+            .executeTakeFirstOrThrow()
+        ).bytes ?? 0,
+      )
+    for (let wave = 0; wave < 2; wave++) {
+      const answers = await Promise.all(Array.from({ length: 6 }, register))
+      const statuses = answers.map((answer) => answer.status)
+      // Two slots per user: the rest wait for none (429), or find the volume full (507).
+      expect(statuses.filter((status) => status === 202).length).toBeLessThanOrEqual(2)
+      expect(
+        statuses.every((status) => [202, 429, 507].includes(status)),
+        JSON.stringify(statuses),
+      ).toBe(true)
+      expect(await held()).toBeLessThanOrEqual(24 * mib)
+    }
+    await server.ingestor.idle()
+    expect(await readdir(join(server.dataDir, 'uploads'))).toEqual([])
+  })
 })
 
 describe('a plinth serve process taking parallel uploads', () => {

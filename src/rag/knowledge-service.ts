@@ -3,6 +3,7 @@ import {
   deleteKnowledgeItem,
   getKnowledgeItem,
   knowledgeBytesOf,
+  lockKnowledgeVolume,
   knowledgeItemText,
   RequestError,
   listKnowledgeChunks,
@@ -14,6 +15,7 @@ import {
   type Page,
   type PageRequest,
   type Project,
+  type Executor,
   type Store,
   type User,
 } from '../store/index.js'
@@ -51,8 +53,10 @@ export class KnowledgeService {
    * Refuses (`quota_exceeded`, 507) when `adding` bytes would take the user's knowledge past `limit`
    * (docs/security.md, "disk quotas").
    */
-  async ensureVolume(user: User, adding: number, limit: number): Promise<void> {
-    const held = await knowledgeBytesOf(this.#store, user.id)
+  async ensureVolume(user: User, adding: number, limit: number, tx?: Executor): Promise<void> {
+    // Inside the transaction that adds the item: locked, so concurrent additions are checked in turn.
+    if (tx) await lockKnowledgeVolume(tx, user.id)
+    const held = await knowledgeBytesOf(tx ?? this.#store, user.id)
     if (held + adding > limit) {
       throw new RequestError(
         'quota_exceeded',

@@ -232,6 +232,7 @@ export {
   deleteKnowledgeChunkBatch,
   completeKnowledgeIngest,
   knowledgeBytesOf,
+  lockKnowledgeVolume,
   failKnowledgeIngest,
   publishKnowledgeItem,
   deleteKnowledgeItem,

@@ -334,6 +334,14 @@ export async function completeKnowledgeIngest(
 }
 
 /** Bytes of knowledge a user holds: the sizes of their items that are not deleted. */
+/**
+ * Holds, until the transaction ends, the right to add to a user's knowledge: two additions checked
+ * against the volume limit at once would each see room for itself.
+ */
+export async function lockKnowledgeVolume(tx: Executor, ownerId: string): Promise<void> {
+  await sql`select pg_advisory_xact_lock(hashtext(${`plinth.knowledge-volume:${ownerId}`}))`.execute(kysely(tx))
+}
+
 export async function knowledgeBytesOf(db: Executor, ownerId: string): Promise<number> {
   const row = await kysely(db)
     .selectFrom('knowledge_items')

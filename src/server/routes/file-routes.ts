@@ -2,7 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Type } from 'typebox'
 import { Readable } from 'node:stream'
 import { PathError, QuotaError } from '../../exec/index.js'
-import { detectFormat } from '../../rag/index.js'
+import { detectFormat, type StagedUpload } from '../../rag/index.js'
 import { caller } from '../auth.js'
 import { decodeKeyCursor, encodeKeyCursor } from '../cursor.js'
 import { runIdempotent } from '../idempotency.js'
@@ -267,37 +267,49 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
           })
         return pathProblem(error)
       })
-      await deps.knowledge.ensureVolume(user, size, deps.maxKnowledgeBytesPerUser).catch(async (error: unknown) => {
-        await handle.close()
-        throw error
-      })
-      let bytes: Buffer
+      // Like an upload: one of the user's upload slots, streamed to a staging file (never whole in memory),
+      // and the volume checked again, locked, in the transaction that adds the item.
+      let release: (() => void) | undefined
+      let staged: StagedUpload | undefined
       try {
         if (size > deps.maxKnowledgeFileBytes)
           throw new HttpProblem(
             'payload_too_large',
             `the file is ${size} bytes; knowledge files are limited to ${deps.maxKnowledgeFileBytes}`,
           )
-        bytes = Buffer.alloc(size)
-        const { bytesRead } = await handle.read(bytes, 0, size, 0)
-        bytes = bytes.subarray(0, bytesRead)
+        await deps.knowledge.ensureVolume(user, size, deps.maxKnowledgeBytesPerUser)
+        release = deps.uploads.acquire(user.id, reply)
+        staged = await deps.ingestor.stageUpload(
+          handle.createReadStream({ autoClose: false, start: 0 }),
+          deps.maxKnowledgeFileBytes,
+        )
+      } catch (error) {
+        release?.()
+        throw error
       } finally {
         await handle.close()
       }
-      // With an Idempotency-Key, a retry answers the item the first request made (the key stands for
-      // the path and title).
-      const item = await runIdempotent(request, reply, deps.store, user.id, 202, (tx) =>
-        deps.ingestor.insertFile(tx, {
-          projectId: project.id,
-          ownerId: user.id,
-          title: title ?? filename.replace(/\.[^.]+$/, ''),
-          filename,
-          format,
-          bytes,
-        }),
-      )
-      if (reply.getHeader('idempotent-replayed') === undefined) deps.ingestor.enqueue(item.id)
-      return reply.send({ ...item, shared: false })
+      try {
+        const file = staged
+        // With an Idempotency-Key, a retry answers the item the first request made (the key stands for
+        // the path and title).
+        const item = await runIdempotent(request, reply, deps.store, user.id, 202, async (tx) => {
+          await deps.knowledge.ensureVolume(user, file.size, deps.maxKnowledgeBytesPerUser, tx)
+          return deps.ingestor.insertFile(tx, {
+            projectId: project.id,
+            ownerId: user.id,
+            title: title ?? filename.replace(/\.[^.]+$/, ''),
+            filename,
+            format,
+            staged: file,
+          })
+        })
+        if (reply.getHeader('idempotent-replayed') === undefined) deps.ingestor.enqueue(item.id)
+        return reply.send({ ...item, shared: false })
+      } finally {
+        release()
+        await deps.ingestor.discard(staged)
+      }
     },
   )
 }

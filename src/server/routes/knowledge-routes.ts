@@ -135,16 +135,17 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
             sha256: upload.staged.sha256,
           }
           const staged = upload
-          created = await runIdempotent(request, reply, store, user.id, 202, (tx) =>
-            ingestor.insertFile(tx, {
+          created = await runIdempotent(request, reply, store, user.id, 202, async (tx) => {
+            await knowledge.ensureVolume(user, staged.staged.size, deps.maxKnowledgeBytesPerUser, tx)
+            return ingestor.insertFile(tx, {
               projectId: project.id,
               ownerId: user.id,
               title: staged.title,
               filename: staged.filename,
               format: staged.format,
               staged: staged.staged,
-            }),
-          )
+            })
+          })
         } finally {
           release()
           if (upload) await ingestor.discard(upload.staged)
@@ -154,13 +155,14 @@ export function registerKnowledgeRoutes(app: App, deps: ServerDeps): void {
         const body = request.body
         await knowledge.ensureVolume(user, Buffer.byteLength(body.text), deps.maxKnowledgeBytesPerUser)
         const chunks = await ingestor.prepareText(body.text)
-        created = await runIdempotent(request, reply, store, user.id, chunks ? 201 : 202, (tx) =>
-          ingestor.insertText(
+        created = await runIdempotent(request, reply, store, user.id, chunks ? 201 : 202, async (tx) => {
+          await knowledge.ensureVolume(user, Buffer.byteLength(body.text), deps.maxKnowledgeBytesPerUser, tx)
+          return ingestor.insertText(
             tx,
             { projectId: project.id, ownerId: user.id, title: body.title, text: body.text },
             chunks,
-          ),
-        )
+          )
+        })
       }
       if (created.ingestStatus === 'pending') ingestor.enqueue(created.id)
       return itemView(created, user)
