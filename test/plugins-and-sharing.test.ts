@@ -56,9 +56,13 @@ describe('a misbehaving plugin', () => {
   let store: Store
   let server: TestServer
   let user: TestUser
+  const logged: Array<{ msg: string; level: number; code?: string; status?: number }> = []
   beforeAll(async () => {
     store = await openTestStore('pglite')
-    server = await startTestServer(store, { plugins: [fixture('misbehaving')] })
+    server = await startTestServer(store, {
+      plugins: [fixture('misbehaving')],
+      logger: pino({ level: 'info' }, { write: (line: string) => void logged.push(JSON.parse(line)) }),
+    })
     user = await server.createUser()
   })
   afterAll(async () => {
@@ -87,6 +91,11 @@ describe('a misbehaving plugin', () => {
       body: { entrance: 'button' },
     })
     expect([hung.status, hung.body.code]).toEqual([504, 'command_timeout'])
+    // An answer the server chose (504 here, 503 overloaded, 507 quota) is no server fault: a warning
+    // naming the code, with no stack.
+    const timeouts = logged.filter((line) => line.code === 'command_timeout')
+    expect(timeouts).toEqual([expect.objectContaining({ level: 40, msg: 'request refused', status: 504 })])
+    expect(JSON.stringify(timeouts)).not.toContain('"stack"')
     const audit = await server.request('GET', '/api/audit', { token: user.token })
     const statuses = Object.fromEntries(
       audit.body.items.map((item: { commandId: string; status: string; error: { code: string } }) => [

@@ -28,7 +28,13 @@ export function handleError(
   if (reply.sent || reply.raw.headersSent) return
   const { code, detail, extensions } = classify(error, request)
   const body = problemBody(code, detail, { ...extensions, instance: requestPath(request) })
-  if (body.status >= 500) request.log.error({ err: error }, 'request failed')
+  // An answer the server chose (503 overloaded, 504 command_timeout, 507 quota_exceeded) is no fault of
+  // its own: a warning, without the stack, which would only point at where the answer was made.
+  if (body.status >= 500) {
+    if (error instanceof HttpProblem || error instanceof RequestError)
+      request.log.warn({ code, status: body.status }, 'request refused')
+    else request.log.error({ err: error }, 'request failed')
+  }
   // A route may have set a richer challenge (the MCP endpoint names its resource metadata).
   if (code === 'unauthorized' && !reply.hasHeader('www-authenticate')) reply.header('www-authenticate', 'Bearer')
   if (error instanceof RequestError && error.retryAfter !== undefined) reply.header('retry-after', error.retryAfter)
