@@ -66,6 +66,9 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
       const missing = await run(['users', 'create'])
       expect(missing.code).toBe(2)
       expect(missing.stderr).toMatch(/^plinth users create: missing <name>/)
+      // An empty name is missing too, not an unknown subcommand.
+      const empty = await run(['users', 'create', ''])
+      expect([empty.code, empty.stderr]).toEqual([2, expect.stringMatching(/^plinth users create: missing <name>/)])
       const version = await run(['-v'])
       expect([version.code, version.stdout.trim()]).toEqual([0, expect.stringMatching(/^\d+\.\d+\.\d+/)])
     },

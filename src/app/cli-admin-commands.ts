@@ -163,7 +163,8 @@ export async function usersCommand(
 /** What a `users`/`tokens` call lacks, said before the usage text. */
 function missingArgument(command: string, sub: string | undefined, arg: string | undefined): string {
   if (sub === undefined) return `plinth ${command}: missing a subcommand\n\n`
-  if (arg === undefined)
+  // An empty argument ('') is as missing as none.
+  if (arg === undefined || arg === '')
     return `plinth ${command} ${sub}: missing ${command === 'users' && sub === 'create' ? '<name>' : 'its argument'}\n\n`
   return `plinth ${command}: unknown subcommand ${JSON.stringify(sub)}\n\n`
 }
