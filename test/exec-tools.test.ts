@@ -10,7 +10,7 @@ import { openTestStore } from './helpers/engines.js'
 import { sandboxAvailable } from './helpers/sandbox.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
-import { waitForRun } from './helpers/waits.js'
+import { waitFor, waitForRun } from './helpers/waits.js'
 import { testDb } from '../src/store/test-access.js'
 
 const adminToken = 'admin-secret-0123456789'
@@ -30,7 +30,14 @@ describe('execution tools over HTTP', () => {
     server = await startTestServer(store, {
       adminToken,
       models: [model],
-      exec: { backend: 'direct', maxCodeBytes: 2048, maxUploadBytes: 4096, maxDownloadBytes: 8192, timeoutMs: 10_000 },
+      exec: {
+        backend: 'direct',
+        maxCodeBytes: 2048,
+        maxUploadBytes: 4096,
+        maxDownloadBytes: 8192,
+        timeoutMs: 10_000,
+        maxConcurrentPerUser: 1,
+      },
     })
     alice = await server.createUser()
     projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'exec' } })).body.id
@@ -120,6 +127,32 @@ describe('execution tools over HTTP', () => {
       headers: { authorization: `Bearer ${alice.token}` },
     })
     expect(await file.text()).toBe('ran\n')
+  })
+
+  it('past the executions one user may run at once, the next is 429 too_many_executions, and runs once one ends', async () => {
+    const slow = await dispatch('core.exec', { command: 'sleep 1.5; echo slow' })
+    const quick = await dispatch('core.exec', { command: 'echo quick' })
+    const running = approve(slow.body.decision.id)
+    // The first holds the user's one slot (exec.maxConcurrentPerUser: 1) while it sleeps.
+    await waitFor(
+      async () =>
+        (
+          await testDb(store)
+            .selectFrom('dispatches')
+            .select('status')
+            .where('id', '=', slow.body.dispatchId)
+            .executeTakeFirst()
+        )?.status === 'running' || undefined,
+      { what: 'the first execution running' },
+    )
+    const refused = await approve(quick.body.decision.id)
+    expect(refused.body.dispatch).toMatchObject({ status: 'failed', error: { code: 'too_many_executions' } })
+    expect((await running).body.dispatch).toMatchObject({ status: 'succeeded', result: { stdout: 'slow\n' } })
+    const again = await dispatch('core.exec', { command: 'echo quick' })
+    expect((await approve(again.body.decision.id)).body.dispatch).toMatchObject({
+      status: 'succeeded',
+      result: { stdout: 'quick\n' },
+    })
   })
 
   it('an agent run waits for the human, streams tool_call.output while the program runs, and the model reads exit code, duration, stdout and stderr as text', async () => {

@@ -156,6 +156,11 @@ export const configNotes: Record<string, ConfigNote> = {
   'exec.quota.userBytes': { meaning: "bytes all of one user's work directories may hold" },
   'exec.quota.conversationFiles': { meaning: 'entries one work directory may hold' },
   'exec.quota.projectBytes': { meaning: "bytes the work directories of all of one project's conversations may hold" },
+  'exec.maxConcurrent': {
+    meaning:
+      'executions running at once on this instance (each may use `exec.limits.memoryMb`); past it 429 `too_many_executions`',
+  },
+  'exec.maxConcurrentPerUser': { meaning: 'executions one user may have running at once on this instance' },
   'exec.fileStore': {
     meaning:
       'where work directories’ files are kept: `postgres` (in the database, shared by every instance; each instance’s directory is a cache), `local` (each instance’s disk only), or `auto` — `postgres` on an external Postgres, `local` on the embedded database (see [Scaling](../guides/scaling.md#files))',

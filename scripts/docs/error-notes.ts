@@ -95,6 +95,8 @@ export const errorNotes = {
   budget_exceeded:
     'a new run (or a resume) while the project or the user has spent its daily or monthly budget; `budget` names it, `resetAt` says when it resets (and `Retry-After` in how many seconds)',
   too_many_uploads: 'more uploads in flight than `uploads.perUser` / `uploads.total` (`Retry-After`)',
+  too_many_executions:
+    'as many executions running as `exec.maxConcurrent` allows on the instance, or `exec.maxConcurrentPerUser` for the user (a model reads it as the tool’s error)',
   result_not_stored: "a command's outcome could not be stored; the dispatch ended `failed` with the database's reason",
   rate_limited: 'over a rate limit (per address, per failed authentication, per token) or the connection cap',
   too_many_streams:

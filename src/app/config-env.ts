@@ -51,6 +51,8 @@ export const envKeys: Array<[string, string, EnvKind]> = [
   ['PLINTH_WORK_QUOTA_USER', 'exec.quota.userBytes', 'int'],
   ['PLINTH_WORK_QUOTA_PROJECT', 'exec.quota.projectBytes', 'int'],
   ['PLINTH_FILE_STORE', 'exec.fileStore', 'string'],
+  ['PLINTH_EXEC_MAX_CONCURRENT', 'exec.maxConcurrent', 'int'],
+  ['PLINTH_EXEC_MAX_CONCURRENT_PER_USER', 'exec.maxConcurrentPerUser', 'int'],
   ['PLINTH_UPLOADS_PER_USER', 'uploads.perUser', 'int'],
   ['PLINTH_OVERLOAD_LOOP_DELAY_MS', 'overload.maxEventLoopDelayMs', 'int'],
   ['PLINTH_OVERLOAD_DB_WAIT_MS', 'overload.maxDatabaseWaitMs', 'int'],

@@ -204,6 +204,8 @@ export const fileSchema = {
           },
         },
         fileStore: { enum: ['auto', 'postgres', 'local'] },
+        maxConcurrent: { type: 'integer', minimum: 1, maximum: 10000 },
+        maxConcurrentPerUser: { type: 'integer', minimum: 1, maximum: 10000 },
         cliTools: {
           type: 'array',
           items: {

@@ -14,6 +14,7 @@ import {
   PathError,
   probeCliVersion,
   QuotaError,
+  ExecBusyError,
   SandboxUnavailableError,
   type ExecResult,
   type ExecService,
@@ -142,6 +143,7 @@ async function execute(
   } catch (error) {
     if (error instanceof SandboxUnavailableError) throw new CommandError('sandbox_unavailable', error.message)
     if (error instanceof QuotaError) throw new CommandError('quota_exceeded', error.message)
+    if (error instanceof ExecBusyError) throw new CommandError('too_many_executions', error.message)
     throw error
   } finally {
     await events.close()

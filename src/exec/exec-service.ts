@@ -57,6 +57,9 @@ export interface ExecSettings {
    * one who asked. Empty (the default): whoever may act on the decision approves it.
    */
   directApprovers: string[]
+  /** Executions running at once on this instance, and per user: each may take `limits.memoryMb`. */
+  maxConcurrent: number
+  maxConcurrentPerUser: number
 }
 
 export const defaultExecSettings: ExecSettings = {
@@ -78,6 +81,16 @@ export const defaultExecSettings: ExecSettings = {
   quota: defaultQuota,
   fileStore: 'auto',
   directApprovers: [],
+  maxConcurrent: 8,
+  maxConcurrentPerUser: 3,
+}
+
+/** As many executions run as the operator allows (`exec.maxConcurrent`, per user too); this one may not start. */
+export class ExecBusyError extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'ExecBusyError'
+  }
 }
 
 /** The sandbox was asked for and cannot work here; nothing runs (never a silent fallback to direct). */
@@ -119,6 +132,8 @@ export class ExecService {
   #identity: SandboxIdentity | null
   #backend: BackendName
   #unsubscribe: (() => void) | null = null
+  #running = 0
+  readonly #runningPerUser = new Map<string, number>()
 
   private constructor(
     store: Store,
@@ -339,24 +354,55 @@ export class ExecService {
       'exec',
       { 'plinth.exec.backend': this.#backend, 'plinth.exec.program': input.argv[0] ?? '' },
       async (span) => {
-        if (input.ownerId) await this.quota.ensureRoom(input.conversationId, input.ownerId)
-        await this.workdirs.beforeExec(input.conversationId)
-        const startedAt = Date.now()
-        let result: ExecResult
+        const release = this.#takeSlot(input.ownerId)
         try {
-          result = await this.#run(input, options)
-        } finally {
+          if (input.ownerId) await this.quota.ensureRoom(input.conversationId, input.ownerId)
+          await this.workdirs.beforeExec(input.conversationId)
+          const startedAt = Date.now()
+          let result: ExecResult
           try {
-            if (input.ownerId) await this.quota.settleAfterExec(input.conversationId, input.ownerId, startedAt)
+            result = await this.#run(input, options)
           } finally {
-            // What the program wrote (within quota) is stored for every instance before its result is.
-            await this.workdirs.afterExec(input.conversationId, startedAt)
+            try {
+              if (input.ownerId) await this.quota.settleAfterExec(input.conversationId, input.ownerId, startedAt)
+            } finally {
+              // What the program wrote (within quota) is stored for every instance before its result is.
+              await this.workdirs.afterExec(input.conversationId, startedAt)
+            }
           }
+          annotateExecSpan(span, result)
+          return result
+        } finally {
+          release()
         }
-        annotateExecSpan(span, result)
-        return result
       },
     )
+  }
+
+  /** One of the instance's execution slots (and of the user's), or ExecBusyError at once. */
+  #takeSlot(ownerId: string | undefined): () => void {
+    const { maxConcurrent, maxConcurrentPerUser } = this.settings
+    if (this.#running >= maxConcurrent)
+      throw new ExecBusyError(
+        `${maxConcurrent} executions are running on this server, as many as it allows at once: try again when one has ended`,
+      )
+    const mine = ownerId ? (this.#runningPerUser.get(ownerId) ?? 0) : 0
+    if (ownerId && mine >= maxConcurrentPerUser)
+      throw new ExecBusyError(
+        `you have ${mine} executions running, as many as one user may at once: try again when one has ended`,
+      )
+    this.#running++
+    if (ownerId) this.#runningPerUser.set(ownerId, mine + 1)
+    let released = false
+    return () => {
+      if (released) return
+      released = true
+      this.#running--
+      if (!ownerId) return
+      const left = (this.#runningPerUser.get(ownerId) ?? 1) - 1
+      if (left > 0) this.#runningPerUser.set(ownerId, left)
+      else this.#runningPerUser.delete(ownerId)
+    }
   }
 
   async #run(

@@ -24,6 +24,7 @@ export { gateCliCall, probeCliVersion, validateCliSpec, type CliGate } from './c
 export {
   ExecService,
   SandboxUnavailableError,
+  ExecBusyError,
   defaultExecSettings,
   type BackendName,
   type ExecSettings,

@@ -2,7 +2,7 @@ import type { FastifyReply } from 'fastify'
 import type { BusError, DispatchOutcome } from '../cmdbus/index.js'
 import { HttpProblem, problemCatalogue, type ProblemCode } from './problem.js'
 
-const coreOnlyCodes = new Set(['quota_exceeded', 'too_many_uploads', 'result_not_stored'])
+const coreOnlyCodes = new Set(['quota_exceeded', 'too_many_uploads', 'too_many_executions', 'result_not_stored'])
 
 /** Maps a bus error to the problem the client gets; plugin-defined codes keep theirs in `commandCode`. */
 export function busProblem(error: BusError, dispatchId: string | null): HttpProblem {

@@ -65,6 +65,7 @@ export const problemCatalogue = {
   payload_too_large: { status: 413, title: 'Payload too large' },
   quota_exceeded: { status: 507, title: 'Storage quota exceeded' },
   too_many_uploads: { status: 429, title: 'Too many uploads at once' },
+  too_many_executions: { status: 429, title: 'Too many executions at once' },
   too_many_runs: { status: 429, title: 'Too many runs queued or running' },
   budget_exceeded: { status: 429, title: 'The budget for this period is spent' },
   result_not_stored: { status: 502, title: 'The command’s result could not be stored' },
