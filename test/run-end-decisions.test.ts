@@ -70,6 +70,15 @@ for (const engine of apiEngines()) {
       expectResolvedBeforeEnd(await runStream(runId), decisionId, 'run.cancelled')
       const decision = await server.request('GET', `/api/decisions?status=pending`, { token: alice.token })
       expect(decision.body.items.map((item: { id: string }) => item.id)).not.toContain(decisionId)
+      // The call's audit says what ended it: the run was cancelled, not a deadline.
+      const audit = await server.request('GET', `/api/audit?commandId=rdm.draft.compose`, { token: alice.token })
+      const envelope = (audit.body.items as Array<{ runId: string; status: string; error: unknown }>).find(
+        (item) => item.runId === runId,
+      )
+      expect(envelope).toMatchObject({
+        status: 'cancelled',
+        error: { code: 'cancelled', message: expect.stringMatching(/run ended .*before anyone answered/) },
+      })
       expect(await ledgerViolations(store)).toEqual([])
     })
 

@@ -143,7 +143,12 @@ export class CallLedger {
     // Pending decisions expire first: their `decision.resolved` precedes the run's terminal event, after
     // which the run's stream closes (and the audit chain is appended to before the event log).
     for (const call of open) {
-      const expired = call.decisionId ? await expirePendingDecision(tx, call.decisionId) : undefined
+      const expired = call.decisionId
+        ? await expirePendingDecision(tx, call.decisionId, {
+            cancelled: end.status === 'cancelled',
+            message: `the run ended (${end.reason ?? end.status}) before anyone answered`,
+          })
+        : undefined
       if (expired) decisions.push(expired)
     }
     for (const call of open) {

@@ -7,16 +7,24 @@ import { appendDecisionEvent } from './outcomes.js'
  * append to the audit chain: the decision's row, its dispatch's `finished` step and `decision.resolved`.
  * Undefined when it was no longer pending. The run's call is the caller's to answer.
  */
-export async function expirePendingDecision(tx: Executor, decisionId: string): Promise<DecisionRecord | undefined> {
+export async function expirePendingDecision(
+  tx: Executor,
+  decisionId: string,
+  /** Why: its run was cancelled (the dispatch ends `cancelled`), or ended otherwise; by default its deadline passed. */
+  ended?: { cancelled: boolean; message: string },
+): Promise<DecisionRecord | undefined> {
   const decision = await resolveDecision(tx, decisionId, { status: 'expired' })
   if (!decision) return undefined
   const dispatch = await getDispatch(tx, decision.dispatchId)
   if (dispatch) {
     const envelope = (await lastAuditEnvelope(tx, dispatch.id)) ?? initialEnvelope(dispatch, undefined)
     await recordStep(tx, 'finished', envelope, dispatch, {
-      status: 'expired',
+      status: ended?.cancelled ? 'cancelled' : 'expired',
       decision: { id: decision.id, outcome: 'expired', by: null, scope: null, via: null },
-      error: { code: 'expired', message: 'the decision expired before anyone answered' },
+      error: {
+        code: ended?.cancelled ? 'cancelled' : 'expired',
+        message: ended?.message ?? 'the decision expired before anyone answered',
+      },
       finishedAt: new Date().toISOString(),
     })
   }
