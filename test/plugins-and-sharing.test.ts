@@ -170,6 +170,21 @@ for (const engine of apiEngines()) {
       await store?.close()
     })
 
+    /** The owner approves what asked (adding or removing a member is medium risk). */
+    const approve = async (answer: { status: number; body: { decision?: { id: string } } }) => {
+      if (answer.status === 202)
+        await server.request('POST', `/api/decisions/${answer.body.decision!.id}`, {
+          token: owner.token,
+          body: { decision: 'approve' },
+        })
+    }
+    /** A member in the project, and a conversation of theirs there. */
+    const memberConversation = async (): Promise<string> => {
+      await approve(await add(owner.token, member.user.id))
+      return (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: {} })
+      ).body.id
+    }
     const add = (token: string, userId: string) =>
       server.request('POST', '/api/commands/rdm.member.add', {
         token,
@@ -268,17 +283,7 @@ for (const engine of apiEngines()) {
     // Regression (docs/security.md#smaller-findings): a run whose owner lost access to the project kept
     // calling the model.
     it('ends a member’s running run (cancelled, access_revoked) when they are removed from the project', async () => {
-      const approve = async (answer: { status: number; body: { decision?: { id: string } } }) => {
-        if (answer.status === 202)
-          await server.request('POST', `/api/decisions/${answer.body.decision!.id}`, {
-            token: owner.token,
-            body: { decision: 'approve' },
-          })
-      }
-      await approve(await add(owner.token, member.user.id))
-      const conversation = (
-        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: {} })
-      ).body.id
+      const conversation = await memberConversation()
       const run = (
         await server.request('POST', `/api/conversations/${conversation}/runs`, {
           token: member.token,
@@ -317,17 +322,7 @@ for (const engine of apiEngines()) {
     })
 
     it('a member’s waiting call is theirs to answer, and their waiting run ends when they are removed', async () => {
-      const approve = async (answer: { status: number; body: { decision?: { id: string } } }) => {
-        if (answer.status === 202)
-          await server.request('POST', `/api/decisions/${answer.body.decision!.id}`, {
-            token: owner.token,
-            body: { decision: 'approve' },
-          })
-      }
-      await approve(await add(owner.token, member.user.id))
-      const conversation = (
-        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: member.token, body: {} })
-      ).body.id
+      const conversation = await memberConversation()
       const run = (
         await server.request('POST', `/api/conversations/${conversation}/runs`, {
           token: member.token,
