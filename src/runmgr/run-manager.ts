@@ -31,6 +31,7 @@ import {
   type NewRun,
   type Prefetched,
   type Project,
+  getConversation,
   type AccessSubject,
   type Run,
   type RunProfile,
@@ -545,7 +546,12 @@ export class RunManager {
       { ...filter, statuses: ['requires_action', 'queued'] },
       { limit: 500 },
     )
-    for (const run of items) if (!this.#pool.driver(run.id)) await this.#endWithoutAccess(run)
+    for (const run of items) {
+      if (this.#pool.driver(run.id)) continue
+      // A deleted conversation or project: the deletion ends its runs itself, with its own reason.
+      if (!(await getConversation(this.#options.store, run.conversationId))) continue
+      await this.#endWithoutAccess(run)
+    }
   }
 
   /** Cancels the run (`access_revoked`) when its owner may no longer see its conversation. */
