@@ -84,7 +84,7 @@ export class WorkDirectories {
   #owner: WorkOwner | null = null
   #rootReady = false
   /**
-   * The server's own recent writes per conversation (path → the file's modification time then), so that
+   * The server's own recent writes per conversation (path → the file's inode change time then), so that
    * an execution's measure does not take a file uploaded just before it for one the program wrote.
    */
   readonly #serverWrites = new Map<string, Map<string, { ctimeMs: number; at: number }>>()
