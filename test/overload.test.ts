@@ -156,6 +156,63 @@ describe('overload', () => {
     }
   })
 
+  it('concurrent creations in one conversation count as the one run they can start', async () => {
+    const guard = new OverloadGuard({
+      maxEventLoopDelayMs: 0,
+      maxDatabaseWaitMs: 0,
+      maxAdmitMs: 0,
+      maxActiveRuns: 2,
+      adaptiveCapSeconds: 0,
+      retryAfterSeconds: 1,
+    })
+    guard.start(undefined, () => ({ driven: 1, ended: 0 }))
+    try {
+      guard.admitStarted('first', 'c1')
+      expect(guard.reasonToRefuse('c2')).toBe('it drives 2 runs, its limit')
+      // Another creation in c1 starts no second run there: it is let through (to its 409 run_active).
+      expect(guard.reasonToRefuse('c1')).toBeUndefined()
+      guard.admitStarted('second', 'c1')
+      expect(guard.runsInFlight).toBe(2)
+      guard.admitEnded('first')
+      expect(guard.runsInFlight).toBe(2)
+      guard.admitEnded('second')
+      expect(guard.runsInFlight).toBe(1)
+      expect(guard.reasonToRefuse('c2')).toBeUndefined()
+    } finally {
+      guard.stop()
+    }
+  })
+
+  it('over HTTP: five creations at once in one conversation of a capped instance: one run, four 409 run_active', async () => {
+    const capped = await startTestServer(store, {
+      models: [
+        new ScriptedModel({ id: 'slow', turns: [{ text: 'one two', chunks: 2, delayMs: 500 }], whenExhausted: 'loop' }),
+      ],
+      overload: { maxEventLoopDelayMs: 0, maxDatabaseWaitMs: 0, maxActiveRuns: 1, retryAfterSeconds: 1 },
+    })
+    try {
+      const owner = await capped.createUser()
+      const project = (await capped.request('POST', '/api/projects', { token: owner.token, body: { name: 'burst' } }))
+        .body.id
+      const id = (
+        await capped.request('POST', `/api/projects/${project}/conversations`, { token: owner.token, body: {} })
+      ).body.id
+      const answers = await Promise.all(
+        Array.from({ length: 5 }, (_, i) =>
+          capped.request('POST', `/api/conversations/${id}/runs`, { token: owner.token, body: { input: `go ${i}` } }),
+        ),
+      )
+      const statuses = answers.map((answer) => `${answer.status} ${answer.body.code ?? answer.body.status}`).sort()
+      expect(statuses).toEqual(['201 running', ...Array(4).fill('409 run_active')].sort())
+      // Ended before the server closes: a run left running would be taken over by the next test's server.
+      const started = answers.find((answer) => answer.status === 201)!.body.id
+      const ended = await capped.request('GET', `/api/runs/${started}?wait=true`, { token: owner.token })
+      expect(ended.body.status).toBe('completed')
+    } finally {
+      await capped.close()
+    }
+  })
+
   it('over HTTP: while the instance drives its limit of runs, a new one is refused; once one ends, accepted', async () => {
     const capped = await startTestServer(store, {
       models: [
@@ -186,6 +243,12 @@ describe('overload', () => {
       })
       expect([refused.status, refused.body.code]).toEqual([503, 'overloaded'])
       expect(refused.body.detail).toMatch(/drives 1 runs/)
+      // In the conversation whose run is in flight, a new one would add none: it is told the run is active.
+      const again = await capped.request('POST', `/api/conversations/${first}/runs`, {
+        token: owner.token,
+        body: { input: 'again' },
+      })
+      expect([again.status, again.body.code]).toEqual([409, 'run_active'])
       // An operator sees it on /metrics: the run in flight, the cap, the refusal.
       const metrics = (await capped.request('GET', '/metrics')).body as string
       expect(metrics).toMatch(/^plinth_runs_in_flight 1$/m)

@@ -24,7 +24,7 @@ import type { ExecService } from '../exec/index.js'
 import { KnowledgeService, type Ingestor, type Retriever } from '../rag/index.js'
 import { ConversationService, ProjectService, RunQueries, type RunManager } from '../runmgr/index.js'
 import { ScheduleFirer, ScheduleService } from '../schedules/index.js'
-import { Accounts, type Store } from '../store/index.js'
+import { Accounts, activeRunIds, type Store } from '../store/index.js'
 import { defaultWebhookSettings, WebhookService, type WebhookSettings } from '../webhooks/index.js'
 import { bearerToken, createAdminAuth, createUserAuth } from './auth.js'
 import { lazySerializerFactory, lazyValidator } from './lazy-compilers.js'
@@ -301,12 +301,17 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addHook('onRequestAbort', async (request) => overload.admitEnded(request.id))
   app.addHook('onRequest', async (request, reply) => {
     if (request.method !== 'POST' || !runStartingRoutes.has(request.routeOptions.url ?? '')) return
-    const reason = overload.overloadReason
+    const conversation = (request.params as { id?: string } | undefined)?.id
+    // At the cap, a conversation with an active run is told so (409), not refused as overload: one indexed read.
+    const runThere =
+      conversation !== undefined && overload.atCap && (await activeRunIds(options.store, [conversation])).size > 0
+    const reason = overload.reasonToRefuse(conversation, runThere)
     if (!reason) {
       // Only a plain creation counts: one that waits for the run, or streams it, lasts as long as the run.
       const query = request.query as { wait?: unknown } | undefined
       const waits = query?.wait === 'true' || query?.wait === '1' || request.headers.prefer?.includes('wait') === true
-      if (!waits && !request.headers.accept?.includes('text/event-stream')) overload.admitStarted(request.id)
+      if (!waits && !request.headers.accept?.includes('text/event-stream'))
+        overload.admitStarted(request.id, conversation)
       return
     }
     overload.refusedCount++

@@ -66,10 +66,16 @@ export class OverloadGuard {
   #probeSentAt = 0
   #lastProbeMs = 0
   /**
-   * Plain run-creating requests being answered (their start): in flight already, since a burst of them
-   * would otherwise all pass the cap before any run is driven. And the last one answered (when, how long).
+   * Plain run-creating requests being answered (their start, their conversation): in flight already,
+   * since a burst of them would otherwise all pass the cap before any run is driven. And the last one
+   * answered (when, how long).
    */
-  readonly #admitting = new Map<string, number>()
+  readonly #admitting = new Map<string, { at: number; conversation: string | undefined }>()
+  /**
+   * Requests being answered per conversation: a conversation runs one run at a time, so concurrent
+   * creations there add one run at most — the others are answered 409 run_active, not refused as overload.
+   */
+  readonly #admittingIn = new Map<string, number>()
   /** New runs refused as overload since the start. */
   refusedCount = 0
   #lastAdmit = { at: 0, ms: 0 }
@@ -132,18 +138,26 @@ export class OverloadGuard {
       })
   }
 
-  /** A plain run-creating request was let in (`key`: the request's id). */
-  admitStarted(key: string): void {
-    this.#admitting.set(key, performance.now())
+  /** A plain run-creating request was let in (`key`: the request's id; `conversation`: where it starts a run). */
+  admitStarted(key: string, conversation?: string): void {
+    if (this.#admitting.has(key)) return
+    this.#admitting.set(key, { at: performance.now(), conversation })
+    if (conversation !== undefined) this.#admittingIn.set(conversation, (this.#admittingIn.get(conversation) ?? 0) + 1)
   }
 
   /** It was answered (or abandoned). */
   admitEnded(key: string): void {
-    const started = this.#admitting.get(key)
-    if (started === undefined) return
+    const admitting = this.#admitting.get(key)
+    if (admitting === undefined) return
     this.#admitting.delete(key)
+    const { conversation } = admitting
+    if (conversation !== undefined) {
+      const left = (this.#admittingIn.get(conversation) ?? 1) - 1
+      if (left > 0) this.#admittingIn.set(conversation, left)
+      else this.#admittingIn.delete(conversation)
+    }
     const now = performance.now()
-    this.#lastAdmit = { at: now, ms: now - started }
+    this.#lastAdmit = { at: now, ms: now - admitting.at }
   }
 
   /** How long accepting a run takes now: the oldest one in flight, or the last answered within 2 s, ms. */
@@ -151,8 +165,8 @@ export class OverloadGuard {
     const now = performance.now()
     let oldest = 0
     // Insertion order: the first entry is the oldest.
-    for (const started of this.#admitting.values()) {
-      oldest = now - started
+    for (const { at } of this.#admitting.values()) {
+      oldest = now - at
       break
     }
     return Math.max(oldest, now - this.#lastAdmit.at < 2 * windowMs ? this.#lastAdmit.ms : 0)
@@ -169,10 +183,12 @@ export class OverloadGuard {
     return Math.max(this.#lastProbeMs, inFlight)
   }
 
-  /** Runs in flight: driven here, or being accepted; and the drives ended so far. */
+  /** Runs in flight: driven here, or being accepted (one per conversation at most); and the drives ended so far. */
   #inFlight(): { inFlight: number; ended: number } {
     const load = this.#runs?.() ?? { driven: 0, ended: 0 }
-    return { inFlight: load.driven + this.#admitting.size, ended: load.ended }
+    let accepting = this.#admittingIn.size
+    for (const { conversation } of this.#admitting.values()) if (conversation === undefined) accepting++
+    return { inFlight: load.driven + accepting, ended: load.ended }
   }
 
   /** Runs in flight now: driven here, or being accepted. */
@@ -188,9 +204,25 @@ export class OverloadGuard {
 
   /** Why a new run should be refused now, or undefined when it should not. */
   get overloadReason(): string | undefined {
+    return this.reasonToRefuse()
+  }
+
+  /** Whether the runs in flight are at the cap now (a new run elsewhere would be refused for it). */
+  get atCap(): boolean {
+    return this.#timer !== undefined && this.#runs !== undefined && this.#inFlight().inFlight >= this.activeRunLimit
+  }
+
+  /**
+   * Why a new run in `conversation` should be refused now, or undefined. A conversation runs one run at
+   * a time: a creation where another is being accepted, or where a run is active (`runThere`), adds no
+   * run in flight, so the cap does not refuse it (it is answered 409 run_active, queued, or replaces the
+   * active run); a late loop or database still does.
+   */
+  reasonToRefuse(conversation?: string, runThere = false): string | undefined {
     if (this.#timer === undefined) return undefined
     const { maxEventLoopDelayMs, maxDatabaseWaitMs, maxAdmitMs, maxActiveRuns } = this.settings
-    if (this.#runs) {
+    const counted = runThere || (conversation !== undefined && this.#admittingIn.has(conversation))
+    if (this.#runs && !counted) {
       const { inFlight } = this.#inFlight()
       const limit = this.activeRunLimit
       if (inFlight >= limit)
