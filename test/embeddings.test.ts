@@ -13,9 +13,11 @@ import {
   prepareEmbeddings,
   reembedAll,
   Retriever,
+  vectorIndexWarning,
 } from '../src/rag/index.js'
 import { createPluginLogger } from '../src/cmdbus/index.js'
 import { createProject, createUser, openStore, type Store } from '../src/store/index.js'
+import { testDb } from '../src/store/test-access.js'
 import { runPlinth } from './helpers/cli-process.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer } from './helpers/test-server.js'
@@ -231,6 +233,71 @@ describe('ingestion that survives a crash', () => {
       expect((await retriever.retrieve(user.id, 'ibex herds'))[0]).toMatchObject({ itemId: item.id, heading: 'Ibex' })
     } finally {
       await store.close()
+    }
+  })
+
+  it('on the embedded database, chunks are stored in statements short enough for requests to get in between', async () => {
+    // Each statement waits for the database to be quiet (requests first), and holds it for about
+    // `statementMs`: when storing a chunk takes longer (an index past its buffers), one chunk each.
+    const store = await openTestStore('pglite')
+    try {
+      await prepareEmbeddings(store, new HashingEmbedder(256))
+      const user = await createUser(store, 'paced-owner')
+      if ('error' in user) throw new Error('name taken')
+      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
+      const log = createPluginLogger(pino({ level: 'silent' }), 'rag')
+      const text = Array.from({ length: 20 }, (_, i) => `# Part ${i}\n\nMarmots whistle number ${i}.`).join('\n\n')
+      const ingest = async (statementMs: number): Promise<{ statements: number; chunks: number }> => {
+        let statements = 0
+        const counted: Store = { ...store, quiet: (maxWaitMs) => (statements++, store.quiet(maxWaitMs)) }
+        const ingestor = new Ingestor({
+          store: counted,
+          embedder: new HashingEmbedder(256),
+          log,
+          maxSyncChars: 0,
+          statementMs,
+        })
+        const item = await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'M', text })
+        await ingestor.start()
+        await ingestor.idle()
+        await ingestor.stop()
+        const rows = await testDb(store)
+          .selectFrom('knowledge_chunks')
+          .select('id')
+          .where('item_id', '=', item.id)
+          .execute()
+        return { statements, chunks: rows.length }
+      }
+      const unbounded = await ingest(0)
+      expect(unbounded).toEqual({ statements: Math.ceil(unbounded.chunks / 8), chunks: 20 })
+      expect(await ingest(0.001)).toEqual({ statements: 20, chunks: 20 })
+    } finally {
+      await store.close()
+    }
+  })
+
+  it('on the embedded database, an index past the buffers gets a start warning naming the setting', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plinth-buffers-'))
+    const store = await openStore({ dataDir: dir, pgliteSharedBuffers: '128kB' })
+    try {
+      await prepareEmbeddings(store, new HashingEmbedder(256))
+      expect(await vectorIndexWarning(store)).toBeUndefined()
+      const user = await createUser(store, 'buffers-owner')
+      if ('error' in user) throw new Error('name taken')
+      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
+      const log = createPluginLogger(pino({ level: 'silent' }), 'rag')
+      const ingestor = new Ingestor({ store, embedder: new HashingEmbedder(256), log, maxSyncChars: 0 })
+      const text = Array.from({ length: 300 }, (_, i) => `# Part ${i}\n\nGeckos climb wall ${i}.`).join('\n\n')
+      await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'G', text })
+      await ingestor.start()
+      await ingestor.idle()
+      await ingestor.stop()
+      expect(await vectorIndexWarning(store)).toMatch(
+        /^the knowledge index \(\d+ MB\) is larger than the embedded database's buffers \(1 MB\).*PLINTH_PGLITE_SHARED_BUFFERS \(e\.g\. \d+MB/,
+      )
+    } finally {
+      await store.close()
+      await rm(dir, { recursive: true, force: true })
     }
   })
 

@@ -59,4 +59,29 @@ describe('PGlite pool', () => {
       expect(doneWhenTurned!).toBeLessThan(count)
     })
   })
+
+  it('background work waits until a chain of statements is over, or at most its wait', async () => {
+    await withPool(async (pool) => {
+      // Quiet at once: nothing holds the session.
+      await pool.quiet(60_000)
+      // A request's chain: each statement taken on its own, the session free between them for a moment.
+      let done = 0
+      const chain = statements(pool, 50, () => done++)
+      await sleep(0)
+      await pool.quiet(60_000)
+      const doneWhenQuiet = done
+      await chain
+      expect(doneWhenQuiet).toBe(50)
+      // Under load that never lets up, it goes on after its wait: slowed, not starved.
+      let busy = true
+      const load = (async () => {
+        while (busy) await statements(pool, 1, () => undefined)
+      })()
+      const began = performance.now()
+      await pool.quiet(200)
+      expect(performance.now() - began).toBeGreaterThanOrEqual(150)
+      busy = false
+      await load
+    })
+  })
 })

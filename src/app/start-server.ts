@@ -3,7 +3,7 @@ import { buildServer, type App } from '../server/index.js'
 import { modelsNamedButMissing, openStore, type Store } from '../store/index.js'
 import type { ExecService } from '../exec/index.js'
 import type { McpHub } from '../mcp/index.js'
-import { createEmbedder, prepareEmbeddings, type Ingestor } from '../rag/index.js'
+import { createEmbedder, prepareEmbeddings, vectorIndexWarning, type Ingestor } from '../rag/index.js'
 import { Registry } from 'prom-client'
 import type { RunManager } from '../runmgr/index.js'
 import { defaultWebhookSettings, WebhookDeliverer } from '../webhooks/index.js'
@@ -94,6 +94,11 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     }
     for (const missing of modelsMissingKeys(config.models, process.env))
       warnings.push(`model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs fail with upstream_auth_missing`)
+    const indexWarning = await vectorIndexWarning(store)
+    if (indexWarning) {
+      warnings.push(indexWarning)
+      logger.warn(indexWarning)
+    }
     ingestor = setup.ingestor
     await ingestor.start()
     const metrics = new Registry()

@@ -6,6 +6,7 @@ import {
   getRagSettings,
   setRagSettings,
   updateChunkEmbeddings,
+  vectorIndexFit,
   type Store,
 } from '../store/index.js'
 import type { Embedder } from './embeddings.js'
@@ -34,6 +35,22 @@ export async function prepareEmbeddings(store: Store, embedder: Embedder): Promi
   }
   if (!recorded || recorded.embedder !== embedder.id) await setRagSettings(store, embedder.id, embedder.dimensions)
   await ensureVectorIndex(store, embedder.dimensions)
+}
+
+/**
+ * On the embedded database, a warning when the knowledge index has outgrown its buffers: every chunk
+ * stored and every search then reads the index from disk (docs/guides/operating.md#storage).
+ */
+export async function vectorIndexWarning(store: Store): Promise<string | undefined> {
+  if (store.engine !== 'pglite') return undefined
+  const { indexBytes, bufferBytes } = await vectorIndexFit(store)
+  if (indexBytes <= bufferBytes) return undefined
+  const mb = (bytes: number): string => `${Math.ceil(bytes / 2 ** 20)} MB`
+  return (
+    `the knowledge index (${mb(indexBytes)}) is larger than the embedded database's buffers (${mb(bufferBytes)}): ` +
+    'storing and searching knowledge read it from disk and are several times slower. Set PLINTH_PGLITE_SHARED_BUFFERS ' +
+    `(e.g. ${Math.min(1024, 2 ** Math.ceil(Math.log2((indexBytes * 1.5) / 2 ** 20)))}MB; the server then uses about that much more memory) or use Postgres`
+  )
 }
 
 /**

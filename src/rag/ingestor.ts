@@ -46,11 +46,17 @@ export interface IngestorOptions {
    */
   uploadDir?: string
   /**
-   * Chunks embedded and stored per statement; the event loop turns between batches. The embedded
-   * database runs each statement on the server's own thread, so its batches are small (default 8,
-   * else 64).
+   * Chunks embedded at once and stored per statement at most; the event loop turns between batches.
+   * The embedded database runs each statement on the server's own thread, so its batches are small
+   * (default 8, else 64).
    */
   batchSize?: number
+  /**
+   * How long one statement storing chunks should hold the database, ms (0: no bound). On the embedded
+   * database (default 20 there) a statement holds the server's only thread, and an index that has
+   * outgrown its buffers makes each chunk slow to insert, so the statements get fewer chunks.
+   */
+  statementMs?: number
 }
 
 export interface NewTextItem {
@@ -112,6 +118,7 @@ export class Ingestor {
       pollMs: 30_000,
       maxAttempts: 3,
       batchSize: options.store.engine === 'pglite' ? 8 : 64,
+      statementMs: options.store.engine === 'pglite' ? 20 : 0,
       ...rest,
     }
     this.#uploadDir = uploadDir ?? null
@@ -330,12 +337,31 @@ export class Ingestor {
       }
       let stored = 0
       let lastRenewal = Date.now()
-      for (let start = 0; start < extracted.pieces.length; start += this.#options.batchSize) {
+      const { batchSize, statementMs } = this.#options
+      // Bounded: one chunk first, then as many as fit the time the last ones took.
+      let perStatement = statementMs > 0 ? 1 : batchSize
+      let lastMs = 0
+      for (let start = 0; start < extracted.pieces.length; start += batchSize) {
         if (this.#stopped) return
-        const chunks = await this.#embed(extracted.pieces.slice(start, start + this.#options.batchSize))
-        const written = await insertKnowledgeChunkBatch(store, itemId, attempt, chunks)
-        if (written === 0) return // deleted, or no longer ours
-        stored += written
+        const chunks = await this.#embed(extracted.pieces.slice(start, start + batchSize))
+        for (let at = 0; at < chunks.length;) {
+          // Requests first: a statement of theirs waits for at most the one in flight. Under
+          // continuous load this one waits at most twice as long as the last took (a third of the time).
+          await store.quiet(Math.max(100, 2 * lastMs))
+          if (this.#stopped) return
+          const part = chunks.slice(at, at + perStatement)
+          const began = performance.now()
+          const written = await insertKnowledgeChunkBatch(store, itemId, attempt, part)
+          if (written === 0) return // deleted, or no longer ours
+          lastMs = performance.now() - began
+          if (statementMs > 0)
+            perStatement = Math.max(
+              1,
+              Math.min(batchSize, Math.floor((statementMs * part.length) / Math.max(lastMs, 1))),
+            )
+          at += part.length
+          stored += written
+        }
         if (Date.now() - lastRenewal > leaseMs / 4) {
           if (!(await renewKnowledgeLease(store, itemId, attempt, leaseMs))) return
           lastRenewal = Date.now()

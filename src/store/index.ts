@@ -243,6 +243,7 @@ export {
   setRagSettings,
   ensureVectorIndex,
   dropVectorIndexes,
+  vectorIndexFit,
   countKnowledgeChunks,
   chunksAfter,
   updateChunkEmbeddings,

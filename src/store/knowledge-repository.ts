@@ -560,6 +560,18 @@ export async function ensureVectorIndex(db: Executor, dimensions: number, buildM
 /** The advisory lock under which the HNSW index is dropped and built. */
 const vectorIndexLock = 748202
 
+/**
+ * The HNSW index's size and the database's buffer pool, bytes: an index past the buffers is read from
+ * disk by every insert and search (on the embedded database, several times slower).
+ */
+export async function vectorIndexFit(db: Executor): Promise<{ indexBytes: number; bufferBytes: number }> {
+  const { rows } = await sql<{ index_bytes: string; buffer_bytes: string }>`
+    select coalesce(sum(pg_relation_size(c.oid)), 0)::text as index_bytes,
+      pg_size_bytes(current_setting('shared_buffers'))::text as buffer_bytes
+    from pg_class c where c.relkind = 'i' and c.relname like 'knowledge\_chunks\_embedding\_%'`.execute(kysely(db))
+  return { indexBytes: Number(rows[0]?.index_bytes ?? 0), bufferBytes: Number(rows[0]?.buffer_bytes ?? 0) }
+}
+
 /** Drops the HNSW indexes on knowledge chunks (all, or all but `keep`). */
 export async function dropVectorIndexes(db: Executor, keep?: string): Promise<void> {
   const { rows } = await sql<{

@@ -115,6 +115,12 @@ export interface Store extends Executor {
   ): Promise<{ run: Run; events: EventRecord[]; reads: { [name: string]: unknown } } | undefined>
   /** Throws when the database does not answer. */
   ping(): Promise<void>
+  /**
+   * For background work, before each statement: resolves when requests have left the database alone
+   * for a moment, or after `maxWaitMs` (docs/guides/operating.md#storage). On the embedded database a
+   * statement holds the server's only thread; on Postgres it resolves at once.
+   */
+  quiet(maxWaitMs: number): Promise<void>
   close(): Promise<void>
 }
 
@@ -215,6 +221,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
       ping: async () => {
         await sql`select 1`.execute(db)
       },
+      quiet: connection.quiet ?? (async () => undefined),
       close: async () => {
         await feed.close()
         await db.destroy()
@@ -259,6 +266,8 @@ interface Connection {
   engine: Engine
   pool: PostgresPool
   listen: Listen
+  /** See {@link Store.quiet}; absent: at once. */
+  quiet?: (maxWaitMs: number) => Promise<void>
 }
 
 /**
@@ -398,6 +407,7 @@ async function connectPGlite(options: StoreOptions): Promise<Connection> {
         await unlock()
       },
     },
+    quiet: (maxWaitMs) => pool.quiet(maxWaitMs),
     listen: async (handlers) => {
       const stops = await Promise.all(
         Object.entries(handlers).map(([channel, handler]) => pglite.listen(channel, (payload) => handler(payload))),

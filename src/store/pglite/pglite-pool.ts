@@ -28,6 +28,9 @@ export class PGlitePool implements PostgresPool {
   readonly #waiters: Array<() => void> = []
   /** When the session was first handed over in this turn of the event loop (-1: not yet). */
   #turnStart = -1
+  /** Background work waiting for the session to be left alone ({@link PGlitePool.quiet}). */
+  readonly #quietWaiters = new Set<() => void>()
+  #quietCheck = false
 
   readonly #prepared: PGlitePreparedStatements | undefined
 
@@ -82,10 +85,43 @@ export class PGlitePool implements PostgresPool {
         // would otherwise keep the loop from accepting connections and reading requests — under load the
         // listen backlog filled and clients timed out unanswered (docs/guides/scaling.md#overload).
         if (next) setImmediate(next)
-        else this.#busy = false
+        else {
+          this.#busy = false
+          this.#checkQuietSoon()
+        }
       },
     }
     return client as PostgresPoolClient
+  }
+
+  /**
+   * Resolves once no statement has waited for or held the session for a whole turn of the event loop
+   * — a request's chain of statements is over — or after `maxWaitMs` whatever the load (so background
+   * work is slowed, never starved). Background work (ingestion) calls it before each statement: on one
+   * thread, a request's every statement would otherwise queue behind the background one in flight.
+   */
+  quiet(maxWaitMs: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer)
+        this.#quietWaiters.delete(done)
+        resolve()
+      }
+      const timer = setTimeout(done, maxWaitMs)
+      this.#quietWaiters.add(done)
+      this.#checkQuietSoon()
+    })
+  }
+
+  #checkQuietSoon(): void {
+    if (this.#quietWaiters.size === 0 || this.#quietCheck) return
+    this.#quietCheck = true
+    setImmediate(() => {
+      this.#quietCheck = false
+      // Taken again within the turn: a chain goes on, and its release checks again.
+      if (this.#busy || this.#waiters.length > 0) return
+      for (const done of [...this.#quietWaiters]) done()
+    })
   }
 
   #turnSpent(): boolean {
