@@ -385,6 +385,23 @@ for (const engine of apiEngines()) {
       expect(
         (await server.request('GET', `/api/projects/${formed}/conversations`, { token: alice.token })).body.items,
       ).toEqual([])
+      // A compressed body is not read as if it were plain JSON (nor a plain one labelled compressed).
+      for (const encoding of ['gzip', 'br', 'deflate, gzip']) {
+        const encoded = await server.request('POST', '/api/projects', {
+          token: alice.token,
+          rawBody: JSON.stringify({ name: `via ${encoding}` }),
+          headers: { 'content-type': 'application/json', 'content-encoding': encoding },
+        })
+        expectProblem(encoded, 415, 'unsupported_media_type')
+        expect(encoded.body.detail).toMatch(/content-encoding .* is not accepted; send the body uncompressed/)
+        expect(encoded.headers.get('accept-encoding')).toBe('identity')
+      }
+      const identity = await server.request('PATCH', `/api/projects/${formed}`, {
+        token: alice.token,
+        body: { name: 'identity' },
+        headers: { 'content-encoding': 'identity' },
+      })
+      expect([identity.status, identity.body.name]).toEqual([200, 'identity'])
       expectProblem(await server.request('GET', '/api/nothing-here', { token: alice.token }), 404, 'not_found')
       expectProblem(
         await server.request('GET', '/api/projects/../../etc/passwd', { token: alice.token }),

@@ -388,6 +388,16 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   guardHostileInput(app)
   // Knowledge uploads; limits are set per request by the route.
   await app.register(fastifyMultipart, { throwFileSizeLimit: true })
+  // Bodies are read as sent: a compressed one would be parsed as if plain (or refused as malformed JSON).
+  app.addHook('onRequest', async (request, reply) => {
+    const encoding = request.headers['content-encoding']?.trim().toLowerCase()
+    if (encoding === undefined || encoding === '' || encoding === 'identity') return
+    reply.header('accept-encoding', 'identity')
+    throw new HttpProblem(
+      'unsupported_media_type',
+      `content-encoding ${encoding} is not accepted; send the body uncompressed`,
+    )
+  })
   // Only a route that reads a multipart body (`config.multipart`) takes one: elsewhere it would be read
   // as no body at all, and a form-encoded PATCH would answer 200 having changed nothing.
   app.addHook('preValidation', async (request) => {
