@@ -556,6 +556,14 @@ describe('admin API', () => {
       409,
       'name_taken',
     )
+    // Names tell people apart: one differing only in case is taken, and one shaped like an id (which
+    // `plinth users …` and sharing also accept) is refused.
+    const cased = await server.request('POST', '/api/admin/users', { ...admin, body: { name: 'DORA' } })
+    expectProblem(cased, 409, 'name_taken')
+    expect(cased.body.detail).toMatch(/"dora" exists/)
+    const idLike = await server.request('POST', '/api/admin/users', { ...admin, body: { name: created.body.user.id } })
+    expectProblem(idLike, 400, 'validation_failed')
+    expect(idLike.body.errors).toEqual([{ path: 'body.name', message: expect.stringMatching(/looks like an id/) }])
     const list = await server.request('GET', '/api/admin/users', admin)
     expect(list.body.items.map((user: { name: string }) => user.name)).toContain('dora')
     const second = await server.request('POST', `/api/admin/users/${created.body.user.id}/tokens`, {

@@ -124,7 +124,7 @@ export async function usersCommand(
     return withUserAdmin(config, io, async (admin) => {
       const issued = await admin.createUser(arg, flags['token-name'] ?? 'default')
       if (issued === 'name_taken') {
-        io.err(`plinth: a user named ${JSON.stringify(arg)} already exists`)
+        io.err(`plinth: a user named ${JSON.stringify(arg)} already exists (names are compared regardless of case)`)
         return 1
       }
       if (flags.json) io.out(JSON.stringify({ userId: issued.user.id, token: issued.token.token }))

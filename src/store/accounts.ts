@@ -4,6 +4,7 @@ import { issueStreamTicket, redeemStreamTicket } from './stream-ticket-repositor
 import { RequestError, notFoundError } from './store-errors.js'
 import { setUserBudget, type PeriodBudget } from './budget-repository.js'
 import { announceAccessChange } from './access-signals.js'
+import { isId } from './ids.js'
 import {
   authenticateToken,
   createToken,
@@ -37,9 +38,16 @@ export class Accounts {
 
   /** A user and their first token, together. */
   async createUser(name: string, tokenName = 'default'): Promise<{ user: User; token: IssuedToken }> {
+    // Users are named by id or name alike (the CLI, sharing): a name shaped like an id could pass for another user.
+    if (isId(name)) {
+      const message = 'looks like an id; a user name must not (users are named by id or name alike)'
+      throw new RequestError('validation_failed', `the name ${JSON.stringify(name)} ${message}`, [
+        { path: 'body.name', message },
+      ])
+    }
     return this.#store.transaction(async (tx) => {
       const user = await createUser(tx, name)
-      if ('error' in user) throw new RequestError('name_taken', `a user named ${JSON.stringify(name)} exists`)
+      if ('error' in user) throw new RequestError('name_taken', `a user named ${JSON.stringify(user.taken)} exists`)
       return { user, token: await createToken(tx, user.id, tokenName) }
     })
   }

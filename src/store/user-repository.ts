@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
+import { sql } from 'kysely'
 import { announceAccessChange } from './access-signals.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
@@ -37,14 +38,21 @@ export function hashToken(token: string): string {
   return createHash('sha256').update(token).digest('hex')
 }
 
-export async function createUser(db: Executor, name: string): Promise<User | { error: 'name_taken' }> {
+/** A new user; refused when a user's name is the same but for case (`taken`: theirs). */
+export async function createUser(db: Executor, name: string): Promise<User | { error: 'name_taken'; taken: string }> {
+  const clash = await kysely(db)
+    .selectFrom('users')
+    .select('name')
+    .where(sql<string>`lower(name)`, '=', sql<string>`lower(${name})`)
+    .executeTakeFirst()
+  if (clash) return { error: 'name_taken', taken: clash.name }
   const row = await kysely(db)
     .insertInto('users')
     .values({ id: newId(), name })
     .onConflict((conflict) => conflict.column('name').doNothing())
     .returningAll()
     .executeTakeFirst()
-  return row ? toUser(row) : { error: 'name_taken' }
+  return row ? toUser(row) : { error: 'name_taken', taken: name }
 }
 
 export async function getUser(db: Executor, id: string): Promise<User | undefined> {
@@ -58,6 +66,8 @@ export async function findUser(db: Executor, idOrName: string): Promise<User | u
     .selectFrom('users')
     .selectAll()
     .where((eb) => eb.or([eb('id', '=', idOrName), eb('name', '=', idOrName)]))
+    // The id first: names shaped like ids are refused now, but one may predate that.
+    .orderBy(sql`id = ${idOrName}`, 'desc')
     .orderBy('id')
     .executeTakeFirst()
   return row && toUser(row)
