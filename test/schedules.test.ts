@@ -231,6 +231,38 @@ for (const engine of apiEngines()) {
       )
     })
 
+    it('a retried create and run-now with the same Idempotency-Key answer the first again', async () => {
+      const body = { every: '1h', enabled: false, name: 'once only', target: { kind: 'run', input: 'digest' } }
+      const send = (key: string, sent = body) =>
+        server.request('POST', `/api/projects/${projectId}/schedules`, {
+          token: alice.token,
+          body: sent,
+          headers: { 'idempotency-key': key },
+        })
+      const first = await send('sched-create-1')
+      const again = await send('sched-create-1')
+      expect([first.status, again.status, again.headers.get('idempotent-replayed')]).toEqual([201, 201, 'true'])
+      expect(again.body.id).toBe(first.body.id)
+      const other = await send('sched-create-1', { ...body, name: 'another' })
+      expect([other.status, other.body.code]).toEqual([422, 'idempotency_key_reused'])
+      const listed = await server.request('GET', `/api/projects/${projectId}/schedules?limit=200`, {
+        token: alice.token,
+      })
+      expect((listed.body.items as Array<{ name: string }>).filter((item) => item.name === 'once only')).toHaveLength(1)
+
+      const fire = () =>
+        server.request('POST', `/api/schedules/${first.body.id}/run-now`, {
+          token: alice.token,
+          headers: { 'idempotency-key': 'sched-fire-1' },
+        })
+      const fired = await fire()
+      const refired = await fire()
+      expect([fired.status, refired.status, refired.headers.get('idempotent-replayed')]).toEqual([201, 201, 'true'])
+      expect(refired.body).toMatchObject({ id: fired.body.id, runId: fired.body.runId, status: 'started' })
+      expect(await firings(first.body.id as string)).toHaveLength(1)
+      await waitForRun(server, alice.token, fired.body.runId as string, ['completed'])
+    })
+
     it('a command target is dispatched from the schedule entrance, as the schedule for its owner', async () => {
       const created = await create({
         every: '1h',

@@ -20,6 +20,7 @@ import {
   type ScheduleCommandTarget,
   type ScheduleFiring,
   type ScheduleRunTarget,
+  type Executor,
   type Store,
   type User,
 } from '../store/index.js'
@@ -142,11 +143,22 @@ export class ScheduleFirer {
   }
 
   /** A firing by hand (`POST /api/schedules/:id/run-now`): recorded and fired at once. */
-  async fireNow(schedule: Schedule): Promise<ScheduleFiring> {
+  async fireNow(
+    schedule: Schedule,
+    within?: (tx: Executor, firing: ScheduleFiring) => Promise<void>,
+  ): Promise<ScheduleFiring> {
     const { store } = this.#options
-    const firing = await store.transaction((tx) =>
-      recordOccurrence(tx, schedule, { at: new Date(), status: 'pending', missedCount: 0, manual: true }, undefined),
-    )
+    // `within` writes with the firing's record (an Idempotency-Key's answer): both or neither.
+    const firing = await store.transaction(async (tx) => {
+      const recorded = await recordOccurrence(
+        tx,
+        schedule,
+        { at: new Date(), status: 'pending', missedCount: 0, manual: true },
+        undefined,
+      )
+      if (recorded && within) await within(tx, recorded)
+      return recorded
+    })
     return this.#fire(firing!, schedule)
   }
 

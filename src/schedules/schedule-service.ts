@@ -4,12 +4,14 @@ import type { ConversationService, ProjectService } from '../runmgr/index.js'
 import {
   createSchedule,
   deleteSchedule,
+  getFiring,
   getSchedule,
   listFirings,
   listSchedules,
   notFoundError,
   RequestError,
   updateSchedule,
+  type Executor,
   type Page,
   type PageRequest,
   type Schedule,
@@ -41,17 +43,19 @@ export class ScheduleService {
     this.#deps = deps
   }
 
+  /** `tx`: the transaction to create it in (with an Idempotency-Key's answer). */
   async create(
     user: User,
     projectId: string,
     input: ScheduleInput & Required<Pick<ScheduleInput, 'target'>>,
+    tx?: Executor,
   ): Promise<Schedule> {
     const project = await this.#deps.projects.resolve(user, projectId, 'write')
     const timing = this.#timing(input)
     await this.#checkTarget(user, project.id, input)
     const enabled = input.enabled ?? true
     const now = new Date()
-    return createSchedule(this.#deps.store, {
+    return createSchedule(tx ?? this.#deps.store, {
       ...input,
       projectId: project.id,
       ownerId: user.id,
@@ -117,12 +121,27 @@ export class ScheduleService {
     return listFirings(this.#deps.store, schedule.id, page)
   }
 
-  /** Fires it now, whatever its timing (even paused): the firing, with its run. */
-  async runNow(user: User, scheduleId: string): Promise<ScheduleFiring> {
+  /**
+   * Fires it now, whatever its timing (even paused): the firing, with its run. `within` writes in the
+   * transaction that records the firing (an Idempotency-Key's answer).
+   */
+  async runNow(
+    user: User,
+    scheduleId: string,
+    within?: (tx: Executor, firing: ScheduleFiring) => Promise<void>,
+  ): Promise<ScheduleFiring> {
     const schedule = await this.get(user, scheduleId, 'write')
     if (schedule.ownerId !== user.id)
       throw new RequestError('forbidden', "only the schedule's owner may fire it: its run is theirs")
-    return this.#deps.firer.fireNow(schedule)
+    return this.#deps.firer.fireNow(schedule, within)
+  }
+
+  /** One of a schedule's firings, as it is now. */
+  async firing(user: User, scheduleId: string, firingId: string): Promise<ScheduleFiring> {
+    const schedule = await this.get(user, scheduleId)
+    const firing = await getFiring(this.#deps.store, firingId)
+    if (!firing || firing.scheduleId !== schedule.id) throw notFoundError('firing')
+    return firing
   }
 
   #timing(input: ScheduleInput): ScheduleTiming {

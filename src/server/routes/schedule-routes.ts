@@ -1,6 +1,8 @@
 import { Type } from 'typebox'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
+import { hashRequest, idempotencyKey, KeyTaken, runIdempotent, storeAnswer, storedAnswer } from '../idempotency.js'
+import { HttpProblem } from '../problem.js'
 import { Id, IdParams, PageOf, PageQuery, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
@@ -136,8 +138,14 @@ export function registerScheduleRoutes(app: App, deps: ServerDeps): void {
         response: { 201: Schedule, ...problemResponses, 422: problem },
       },
     },
-    async (request, reply) =>
-      reply.code(201).send(await schedules.create(caller(request), request.params.id, request.body)),
+    async (request, reply) => {
+      const user = caller(request)
+      return reply.send(
+        await runIdempotent(request, reply, deps.store, user.id, 201, (tx) =>
+          schedules.create(user, request.params.id, request.body, tx),
+        ),
+      )
+    },
   )
 
   app.get(
@@ -213,7 +221,36 @@ export function registerScheduleRoutes(app: App, deps: ServerDeps): void {
         response: { 201: ScheduleFiring, ...problemResponses },
       },
     },
-    async (request, reply) => reply.code(201).send(await schedules.runNow(caller(request), request.params.id)),
+    async (request, reply) => {
+      const user = caller(request)
+      const scheduleId = request.params.id
+      reply.code(201)
+      const key = idempotencyKey(request)
+      if (key === undefined) return reply.send(await schedules.runNow(user, scheduleId))
+      // A retry answers the firing the first request made, as it is now (the run keeps going).
+      const requestHash = hashRequest(request)
+      const replayed = async () => {
+        const answer = await storedAnswer(deps.store, user.id, key, requestHash)
+        const firingId = (answer?.response as { firingId?: unknown } | undefined)?.firingId
+        if (typeof firingId !== 'string') return undefined
+        reply.header('idempotent-replayed', 'true')
+        return schedules.firing(user, scheduleId, firingId)
+      }
+      const previous = await replayed()
+      if (previous) return reply.send(previous)
+      try {
+        return reply.send(
+          await schedules.runNow(user, scheduleId, (tx, firing) =>
+            storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { firingId: firing.id } }),
+          ),
+        )
+      } catch (error) {
+        if (!(error instanceof KeyTaken)) throw error
+        const winner = await replayed()
+        if (!winner) throw new HttpProblem('idempotency_key_in_progress')
+        return reply.send(winner)
+      }
+    },
   )
 
   app.get(
