@@ -395,9 +395,15 @@ for (const engine of apiEngines()) {
         error: { code: ErrorCode.ParseError, message: 'Parse error: Invalid JSON' },
         id: null,
       })
+      // Valid JSON that is no JSON-RPC message is an invalid request, not a parse error.
+      for (const invalid of [{ hello: 'world' }, { jsonrpc: '2.0', id: null, method: 'tools/list' }, 3]) {
+        const answer = await post(url, alice.token, JSON.stringify(invalid))
+        expect([answer.status, JSON.parse(answer.text).error]).toEqual([
+          400,
+          { code: ErrorCode.InvalidRequest, message: expect.stringMatching(/^Invalid Request: /) },
+        ])
+      }
       const notRpc = await post(url, alice.token, JSON.stringify({ hello: 'world' }))
-      expect(notRpc.status).toBe(400)
-      expect(JSON.parse(notRpc.text).error.code).toBe(ErrorCode.ParseError)
       const nul = await post(
         url,
         alice.token,
@@ -432,10 +438,19 @@ for (const engine of apiEngines()) {
         alice.token,
         JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call', params: { arguments: 3 } }),
       )
-      // The SDK's request schema refuses it (as InternalError, its own choice): still a JSON-RPC error for that id.
+      // Params the method's schema refuses: InvalidParams for that id, naming the field in a line.
       expect(badCall.status).toBe(200)
-      expect(JSON.parse(badCall.text)).toMatchObject({ id: 8, error: { code: expect.any(Number) } })
-      expect([ErrorCode.InvalidParams, ErrorCode.InternalError]).toContain(JSON.parse(badCall.text).error.code)
+      expect(JSON.parse(badCall.text)).toEqual({
+        jsonrpc: '2.0',
+        id: 8,
+        error: { code: ErrorCode.InvalidParams, message: expect.stringMatching(/^Invalid params: params\.name: .+$/) },
+      })
+      for (const params of [{}, { name: 'rdm__ping', arguments: 'x' }, undefined]) {
+        const method = params === undefined ? 'initialize' : 'tools/call'
+        const answer = await post(url, alice.token, JSON.stringify({ jsonrpc: '2.0', id: 9, method, params }))
+        expect(JSON.parse(answer.text)).toMatchObject({ id: 9, error: { code: ErrorCode.InvalidParams } })
+        expect(JSON.parse(answer.text).error.message).not.toContain('\n')
+      }
       const batch = await post(
         url,
         alice.token,

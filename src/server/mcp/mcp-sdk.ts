@@ -24,9 +24,20 @@ export interface McpSdk {
   GetPromptRequestSchema: typeof GetPromptRequestSchema
   McpError: typeof McpError
   ErrorCode: typeof ErrorCode
+  /** Whether a value is a JSON-RPC message at all (request, notification, answer). */
+  isMessage: (value: unknown) => boolean
+  /**
+   * Why a request's params do not fit its method's schema (`params.name: …`), or undefined. The SDK
+   * parses them itself, but answers a misfit as an internal error carrying the whole validation dump.
+   */
+  paramsProblem: (message: { method: string }) => string | undefined
   /** One validator for every per-request Server (each would otherwise build its own Ajv). */
   validator: AjvJsonSchemaValidator
 }
+
+type SafeParse =
+  | { success: true }
+  | { success: false; error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> } }
 
 let loading: Promise<McpSdk> | undefined
 
@@ -53,6 +64,22 @@ export function loadMcpSdk(): Promise<McpSdk> {
       GetPromptRequestSchema: types.GetPromptRequestSchema,
       McpError: types.McpError,
       ErrorCode: types.ErrorCode,
+      isMessage: (value: unknown) => types.JSONRPCMessageSchema.safeParse(value).success,
+      paramsProblem: (message: { method: string }) => {
+        const schemas: Record<string, { safeParse: (value: unknown) => SafeParse }> = {
+          initialize: types.InitializeRequestSchema,
+          'tools/list': types.ListToolsRequestSchema,
+          'tools/call': types.CallToolRequestSchema,
+          'resources/list': types.ListResourcesRequestSchema,
+          'resources/read': types.ReadResourceRequestSchema,
+          'prompts/list': types.ListPromptsRequestSchema,
+          'prompts/get': types.GetPromptRequestSchema,
+        }
+        const parsed = schemas[message.method]?.safeParse(message)
+        const issue = parsed && !parsed.success ? parsed.error.issues[0] : undefined
+        if (!issue) return undefined
+        return `${issue.path.map(String).join('.') || 'params'}: ${issue.message}`.replace(/\s+/g, ' ')
+      },
       validator: new ajv.AjvJsonSchemaValidator(),
     }
   })()

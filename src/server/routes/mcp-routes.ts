@@ -122,6 +122,27 @@ export async function registerMcpRoutes(app: App, deps: ServerDeps, options: Mcp
               ),
             )
         }
+        // JSON that is no JSON-RPC message is an invalid request (the SDK calls it a parse error), and
+        // params a method's schema refuses are invalid params (the SDK: an internal error with a dump).
+        if (request.headers['content-type']?.includes('application/json')) {
+          const messages: unknown[] = Array.isArray(request.body) ? request.body : [request.body]
+          if (messages.length === 0 || !messages.every((message) => sdk.isMessage(message)))
+            return reply
+              .code(400)
+              .type('application/json')
+              .send(jsonRpcError(sdk.ErrorCode.InvalidRequest, 'Invalid Request: not a JSON-RPC 2.0 message'))
+          const single = request.body as { id?: string | number; method?: unknown }
+          const problem =
+            !Array.isArray(request.body) && single.id !== undefined && typeof single.method === 'string'
+              ? sdk.paramsProblem({ ...single, method: single.method })
+              : undefined
+          if (problem)
+            return reply.type('application/json').send({
+              jsonrpc: '2.0',
+              id: single.id,
+              error: { code: sdk.ErrorCode.InvalidParams, message: `Invalid params: ${problem}` },
+            })
+        }
         // An initialize starts afresh whatever session it names: a client whose session was forgotten recovers so.
         const session = isInitialize(request.body) ? null : await findSession(sessions, user, request)
         if (session === 'unknown')
