@@ -23,6 +23,9 @@ const ranges: Array<[string, number, 'ipv4' | 'ipv6', string]> = [
   ['240.0.0.0', 4, 'ipv4', 'reserved'],
   ['::', 128, 'ipv6', 'unspecified'],
   ['::1', 128, 'ipv6', 'loopback'],
+  // ::a.b.c.d and ::ffff:0:a.b.c.d carry an IPv4 address that some stacks still reach.
+  ['::', 96, 'ipv6', 'IPv4-compatible'],
+  ['::ffff:0:0:0', 96, 'ipv6', 'IPv4-translated'],
   ['64:ff9b::', 96, 'ipv6', 'NAT64'],
   ['64:ff9b:1::', 48, 'ipv6', 'NAT64'],
   ['100::', 64, 'ipv6', 'discard'],
