@@ -16,6 +16,7 @@ const everything = fileURLToPath(
 const toy = fileURLToPath(new URL('./__fixtures__/mcp/toy-server.mjs', import.meta.url))
 const adminToken = 'admin-token-for-mcp-tests-0123456789'
 const toySecret = 'toy-secret-never-logged-4242'
+const everythingSecret = 'everything-env-secret-7373'
 
 /** Starts a child and waits for `ready` in its output. */
 async function startChild(args: string[], env: Record<string, string>, ready: RegExp): Promise<ChildProcess> {
@@ -62,6 +63,7 @@ describe('plinth serve with mounted MCP servers', () => {
           command: process.execPath,
           args: [everything],
           risk: { default: 'low' },
+          envFrom: { EVERYTHING_SECRET: 'EVERYTHING_SECRET_SOURCE' },
         },
         {
           name: 'everything_http',
@@ -86,7 +88,14 @@ describe('plinth serve with mounted MCP servers', () => {
       ],
     }
     await writeFile(join(dir, 'plinth.config.json'), JSON.stringify(config))
-    serve = await startServe({ cwd: dir, env: { TOY_AUTHORIZATION: `Bearer ${toySecret}`, PLINTH_LOG_LEVEL: 'debug' } })
+    serve = await startServe({
+      cwd: dir,
+      env: {
+        TOY_AUTHORIZATION: `Bearer ${toySecret}`,
+        EVERYTHING_SECRET_SOURCE: everythingSecret,
+        PLINTH_LOG_LEVEL: 'debug',
+      },
+    })
     const created = await http(serve.url, 'POST', '/api/admin/users', { token: adminToken, body: { name: 'mcp-user' } })
     token = created.body.token.token
   })
@@ -134,6 +143,27 @@ describe('plinth serve with mounted MCP servers', () => {
   it('names the configured authorization servers in /mcp’s protected-resource metadata', async () => {
     const metadata = await http(serve.url, 'GET', '/.well-known/oauth-protected-resource/mcp')
     expect(metadata.body).toMatchObject({ authorization_servers: ['https://auth.example.test'] })
+  })
+
+  it('a value taken from the environment is redacted from results and the audit log, even when the server echoes it', async () => {
+    // The reference server's get-env answers with its whole environment, envFrom's value included.
+    const answer = await http(serve.url, 'POST', '/api/commands/mcp.everything.get_env', {
+      token,
+      body: { entrance: 'button', params: {} },
+    })
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200)
+    expect(JSON.stringify(answer.body)).toContain('EVERYTHING_SECRET')
+    expect(JSON.stringify(answer.body)).toContain('[redacted]')
+    expect(JSON.stringify(answer.body)).not.toContain(everythingSecret)
+    const audit = await http(serve.url, 'GET', '/api/audit?limit=20', { token })
+    expect(JSON.stringify(audit.body)).toContain('mcp.everything.get_env')
+    expect(JSON.stringify(audit.body)).not.toContain(everythingSecret)
+    // The header secret, echoed back by a tool, likewise.
+    const echoed = await http(serve.url, 'POST', '/api/commands/mcp.toy_http.echo', {
+      token,
+      body: { entrance: 'button', params: { text: `the server was sent Bearer ${toySecret}` } },
+    })
+    expect(JSON.stringify(echoed.body.result)).toContain('the server was sent [redacted]')
   })
 
   it('never writes the header secret to its log', () => {

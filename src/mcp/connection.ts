@@ -10,7 +10,7 @@ import type { PluginLogger } from '../extension/index.js'
 import { McpAuthorizationError, McpUnavailableError } from './errors.js'
 import { LaunchTransport } from './launch-transport.js'
 import { withoutMetaSchema, type ToolAnnotations } from './names.js'
-import type { WireToolResult } from './results.js'
+import { environmentSecrets, redactSecrets, type WireToolResult } from './results.js'
 import type { McpServerConfig } from './types.js'
 import { injectTraceHeaders } from '../telemetry/index.js'
 
@@ -325,7 +325,10 @@ export class McpConnection {
     })
     // The server's own diagnostics, a line at a time, at debug level (a chatty server cannot flood the log).
     transport.stderr?.on('data', (chunk: Buffer) =>
-      this.#log.debug('MCP server stderr', { server: this.config.name, text: chunk.toString('utf8').slice(0, 2000) }),
+      this.#log.debug('MCP server stderr', {
+        server: this.config.name,
+        text: redactSecrets(chunk.toString('utf8').slice(0, 2000), environmentSecrets(config)),
+      }),
     )
     return transport
   }

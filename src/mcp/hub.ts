@@ -21,7 +21,15 @@ import { McpAuthorizationError, McpConnectError, McpUnavailableError } from './e
 import { pendingTtlMs, sealContext, StoredOAuthProvider } from './oauth-provider.js'
 import { SecretBox } from './secret-box.js'
 import { riskFromAnnotations, toolSegment, withoutMetaSchema } from './names.js'
-import { errorText, keepImages, modelText, toCommandResult, type ImageKeeper } from './results.js'
+import {
+  environmentSecrets,
+  errorText,
+  keepImages,
+  modelText,
+  redactSecrets,
+  toCommandResult,
+  type ImageKeeper,
+} from './results.js'
 import { SandboxedServers } from './sandbox-pool.js'
 import type { McpSandboxHost, McpServerConfig } from './types.js'
 
@@ -409,7 +417,17 @@ export class McpHub {
       timeoutMs,
       idempotent: tool.annotations?.readOnlyHint === true && tool.annotations?.idempotentHint !== false,
     }
+    const secrets = environmentSecrets(config)
     const handler = async (params: Params, context: CommandContext): Promise<JsonValue> => {
+      try {
+        return redactSecrets(await call(params, context), secrets)
+      } catch (error) {
+        const message = error instanceof CommandError ? redactSecrets(error.message, secrets) : undefined
+        if (error instanceof CommandError && message !== error.message) throw new CommandError(error.code, message!)
+        throw error
+      }
+    }
+    const call = async (params: Params, context: CommandContext): Promise<JsonValue> => {
       let answer
       try {
         if (config.sandbox) {

@@ -47,6 +47,36 @@ export async function keepImages(
 const headroom = 4 * 1024
 
 /**
+ * The values a server's configuration takes from the environment (`envFrom`, `headersEnv`): secrets by
+ * intent. A server that echoes one (an env dump, an error quoting its credentials) must not carry it into
+ * results, the audit log or errors. Short values are left alone: they would blank out ordinary words.
+ */
+export function environmentSecrets(
+  config: { envFrom?: { [name: string]: string }; headersEnv?: { [name: string]: string } },
+  env: NodeJS.ProcessEnv = process.env,
+): string[] {
+  const names = [...Object.values(config.envFrom ?? {}), ...Object.values(config.headersEnv ?? {})]
+  return names.map((name) => env[name]).filter((value): value is string => value !== undefined && value.length >= 8)
+}
+
+/** `value` with every occurrence of `secrets` in its strings replaced by `[redacted]`. */
+export function redactSecrets<T>(value: T, secrets: readonly string[]): T {
+  if (secrets.length === 0) return value
+  const scrub = (item: unknown): unknown => {
+    if (typeof item === 'string')
+      return secrets.reduce(
+        (text, secret) => (text.includes(secret) ? text.split(secret).join('[redacted]') : text),
+        item,
+      )
+    if (Array.isArray(item)) return item.map(scrub)
+    if (item !== null && typeof item === 'object')
+      return Object.fromEntries(Object.entries(item).map(([key, entry]) => [key, scrub(entry)]))
+    return item
+  }
+  return scrub(value) as T
+}
+
+/**
  * The command result of an MCP tool answer: its content items (text, image, audio, resource,
  * resource_link) and structured content, cut to fit `maxBytes` of JSON — binary data first, then the
  * longest texts — with `truncated: true` when anything was cut (docs/mcp.md, "Results").

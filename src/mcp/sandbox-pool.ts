@@ -3,6 +3,7 @@ import { CommandError, type CommandContext, type PluginLogger } from '../extensi
 import type { McpConnection } from './connection.js'
 import type * as McpRuntime from './runtime.js'
 import type { McpSandboxHost, McpServerConfig, SandboxLaunch } from './types.js'
+import { environmentSecrets, redactSecrets } from './results.js'
 
 export const defaultIdleTimeoutMs = 10 * 60_000
 export const defaultMaxProcesses = 8
@@ -60,7 +61,11 @@ export class SandboxedServers {
     const log = this.#log(`mcp:${config.name}`)
     return new (this.#runtime().LaunchTransport)(
       () => this.#launch(config, conversationId),
-      (text) => log.debug('MCP server stderr', { server: config.name, text: text.slice(0, 2000) }),
+      (text) =>
+        log.debug('MCP server stderr', {
+          server: config.name,
+          text: redactSecrets(text.slice(0, 2000), environmentSecrets(config)),
+        }),
     )
   }
 
