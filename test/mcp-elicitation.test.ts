@@ -222,6 +222,10 @@ for (const engine of apiEngines()) {
         expect((asked[before + 1]!.params as { requestedSchema: unknown }).requestedSchema).toMatchObject({
           properties: { decision: { enum: ['approve', 'reject'] } },
         })
+        const offered = (
+          asked[before + 1]!.params as { requestedSchema: { properties: { decision: { description: string } } } }
+        ).requestedSchema.properties.decision.description
+        expect(offered).not.toContain('approve_session')
       } finally {
         await inConversation.client.close()
       }

@@ -73,8 +73,9 @@ export class McpElicitor {
               decision: {
                 type: 'string',
                 title: 'Decision',
-                description:
-                  'approve: run it once; approve_session: and let this conversation run it again without asking; reject: do not run it',
+                description: allowable
+                  ? 'approve: run it once; approve_session: and let this conversation run it again without asking; reject: do not run it'
+                  : 'approve: run it once; reject: do not run it',
                 enum: choices,
               },
             },
