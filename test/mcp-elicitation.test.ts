@@ -223,7 +223,9 @@ for (const engine of apiEngines()) {
           properties: { decision: { enum: ['approve', 'reject'] } },
         })
         const offered = (
-          asked[before + 1]!.params as { requestedSchema: { properties: { decision: { description: string } } } }
+          asked[before + 1]!.params as unknown as {
+            requestedSchema: { properties: { decision: { description: string } } }
+          }
         ).requestedSchema.properties.decision.description
         expect(offered).not.toContain('approve_session')
       } finally {
