@@ -17,7 +17,7 @@ import {
 } from '../src/rag/index.js'
 import { createPluginLogger } from '../src/cmdbus/index.js'
 import { createProject, createUser, openStore, type Store } from '../src/store/index.js'
-import { testDb } from '../src/store/test-access.js'
+import { sql, testDb } from '../src/store/test-access.js'
 import { runPlinth } from './helpers/cli-process.js'
 import { openTestStore } from './helpers/engines.js'
 import { startTestServer } from './helpers/test-server.js'
@@ -271,6 +271,29 @@ describe('ingestion that survives a crash', () => {
       const unbounded = await ingest(0)
       expect(unbounded).toEqual({ statements: Math.ceil(unbounded.chunks / 8), chunks: 20 })
       expect(await ingest(0.001)).toEqual({ statements: 20, chunks: 20 })
+    } finally {
+      await store.close()
+    }
+  })
+
+  it('on the embedded database (no autovacuum), the planner learns how many chunks there are once they have grown', async () => {
+    // Left believing the table nearly empty, it scanned every chunk of a project instead of using the indexes.
+    const store = await openTestStore('pglite')
+    try {
+      await prepareEmbeddings(store, new HashingEmbedder(256))
+      const user = await createUser(store, 'stats-owner')
+      if ('error' in user) throw new Error('name taken')
+      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
+      const log = createPluginLogger(pino({ level: 'silent' }), 'rag')
+      const ingestor = new Ingestor({ store, embedder: new HashingEmbedder(256), log, maxSyncChars: 0 })
+      const text = Array.from({ length: 700 }, (_, i) => `# Part ${i}\n\nOtters juggle stone ${i}.`).join('\n\n')
+      await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'O', text })
+      await ingestor.start()
+      await ingestor.idle()
+      await ingestor.stop()
+      const { rows } = await sql<{ reltuples: number }>`
+        select reltuples::float8 as reltuples from pg_class where relname = 'knowledge_chunks'`.execute(testDb(store))
+      expect(Number(rows[0]!.reltuples)).toBeGreaterThanOrEqual(700)
     } finally {
       await store.close()
     }

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import {
+  analyzeChunksIfGrown,
   claimKnowledgeIngest,
   completeKnowledgeIngest,
   deleteKnowledgeChunkBatch,
@@ -135,6 +136,19 @@ export class Ingestor {
     await this.#poll()
     this.#timer = setInterval(() => void this.#poll().catch(() => undefined), this.#options.pollMs)
     this.#timer.unref()
+    // Knowledge stored before statistics were kept up (or by a process that stopped): not awaited.
+    void this.#refreshStatistics()
+  }
+
+  /** On the embedded database (no autovacuum), the chunks' planner statistics once they have grown. */
+  async #refreshStatistics(): Promise<void> {
+    const { store, log } = this.#options
+    if (store.engine !== 'pglite' || this.#stopped) return
+    try {
+      if (await analyzeChunksIfGrown(store)) log.info('knowledge statistics refreshed')
+    } catch (error) {
+      log.warn('could not refresh the knowledge statistics', { err: error })
+    }
   }
 
   async stop(): Promise<void> {
@@ -373,6 +387,7 @@ export class Ingestor {
         completeKnowledgeIngest(tx, itemId, attempt, extracted.text, stored),
       )
       if (ready) log.info('knowledge ingested', { itemId, chunks: stored })
+      if (ready) await this.#refreshStatistics()
       if (ready && claimed.uploadPath) await rm(claimed.uploadPath, { force: true })
     } catch (error) {
       if (error instanceof EmbeddingError && attempt < maxAttempts) {

@@ -245,6 +245,7 @@ export {
   dropVectorIndexes,
   vectorIndexFit,
   countKnowledgeChunks,
+  analyzeChunksIfGrown,
   chunksAfter,
   updateChunkEmbeddings,
   hasKnowledge,
