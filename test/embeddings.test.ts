@@ -203,15 +203,27 @@ describe('the recorded embedder', () => {
   }, 150_000)
 })
 
+/** A user with a project, on a store recording the hashing embedder; and a quiet log. */
+async function ownerOfProject(store: Store, name: string) {
+  await prepareEmbeddings(store, new HashingEmbedder(256))
+  const user = await createUser(store, name)
+  if ('error' in user) throw new Error('name taken')
+  const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
+  return { user, project, log: createPluginLogger(pino({ level: 'silent' }), 'rag') }
+}
+
+/** Runs the background queue until it has nothing left, then stops it. */
+async function ingestAll(ingestor: Ingestor): Promise<void> {
+  await ingestor.start()
+  await ingestor.idle()
+  await ingestor.stop()
+}
+
 describe('ingestion that survives a crash', () => {
   it('an upload left pending by a stopped process is ingested by the next one', async () => {
     const store = await openTestStore('pglite')
     try {
-      await prepareEmbeddings(store, new HashingEmbedder(256))
-      const user = await createUser(store, 'restart-owner')
-      if ('error' in user) throw new Error('name taken')
-      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
-      const log = createPluginLogger(pino({ level: 'silent' }), 'rag')
+      const { user, project, log } = await ownerOfProject(store, 'restart-owner')
       // The first process stored the upload and died before its queue ran.
       const first = new Ingestor({ store, embedder: new HashingEmbedder(256), log })
       const item = await store.transaction((tx) =>
@@ -226,9 +238,7 @@ describe('ingestion that survives a crash', () => {
       )
       expect(item.ingestStatus).toBe('pending')
       const second = new Ingestor({ store, embedder: new HashingEmbedder(256), log })
-      await second.start()
-      await second.idle()
-      await second.stop()
+      await ingestAll(second)
       const retriever = new Retriever({ store, embedder: new HashingEmbedder(256), adapter: () => null })
       expect((await retriever.retrieve(user.id, 'ibex herds'))[0]).toMatchObject({ itemId: item.id, heading: 'Ibex' })
     } finally {
@@ -241,11 +251,7 @@ describe('ingestion that survives a crash', () => {
     // `statementMs`: when storing a chunk takes longer (an index past its buffers), one chunk each.
     const store = await openTestStore('pglite')
     try {
-      await prepareEmbeddings(store, new HashingEmbedder(256))
-      const user = await createUser(store, 'paced-owner')
-      if ('error' in user) throw new Error('name taken')
-      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
-      const log = createPluginLogger(pino({ level: 'silent' }), 'rag')
+      const { user, project, log } = await ownerOfProject(store, 'paced-owner')
       const text = Array.from({ length: 20 }, (_, i) => `# Part ${i}\n\nMarmots whistle number ${i}.`).join('\n\n')
       const ingest = async (statementMs: number): Promise<{ statements: number; chunks: number }> => {
         let statements = 0
@@ -258,9 +264,7 @@ describe('ingestion that survives a crash', () => {
           statementMs,
         })
         const item = await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'M', text })
-        await ingestor.start()
-        await ingestor.idle()
-        await ingestor.stop()
+        await ingestAll(ingestor)
         const rows = await testDb(store)
           .selectFrom('knowledge_chunks')
           .select('id')
@@ -280,17 +284,11 @@ describe('ingestion that survives a crash', () => {
     // Left believing the table nearly empty, it scanned every chunk of a project instead of using the indexes.
     const store = await openTestStore('pglite')
     try {
-      await prepareEmbeddings(store, new HashingEmbedder(256))
-      const user = await createUser(store, 'stats-owner')
-      if ('error' in user) throw new Error('name taken')
-      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
-      const log = createPluginLogger(pino({ level: 'silent' }), 'rag')
+      const { user, project, log } = await ownerOfProject(store, 'stats-owner')
       const ingestor = new Ingestor({ store, embedder: new HashingEmbedder(256), log, maxSyncChars: 0 })
       const text = Array.from({ length: 700 }, (_, i) => `# Part ${i}\n\nOtters juggle stone ${i}.`).join('\n\n')
       await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'O', text })
-      await ingestor.start()
-      await ingestor.idle()
-      await ingestor.stop()
+      await ingestAll(ingestor)
       const { rows } = await sql<{ reltuples: number }>`
         select reltuples::float8 as reltuples from pg_class where relname = 'knowledge_chunks'`.execute(testDb(store))
       expect(Number(rows[0]!.reltuples)).toBeGreaterThanOrEqual(700)
@@ -303,18 +301,12 @@ describe('ingestion that survives a crash', () => {
     const dir = await mkdtemp(join(tmpdir(), 'plinth-buffers-'))
     const store = await openStore({ dataDir: dir, pgliteSharedBuffers: '128kB' })
     try {
-      await prepareEmbeddings(store, new HashingEmbedder(256))
+      const { user, project, log } = await ownerOfProject(store, 'buffers-owner')
       expect(await vectorIndexWarning(store)).toBeUndefined()
-      const user = await createUser(store, 'buffers-owner')
-      if ('error' in user) throw new Error('name taken')
-      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
-      const log = createPluginLogger(pino({ level: 'silent' }), 'rag')
       const ingestor = new Ingestor({ store, embedder: new HashingEmbedder(256), log, maxSyncChars: 0 })
       const text = Array.from({ length: 300 }, (_, i) => `# Part ${i}\n\nGeckos climb wall ${i}.`).join('\n\n')
       await ingestor.addText({ projectId: project.id, ownerId: user.id, title: 'G', text })
-      await ingestor.start()
-      await ingestor.idle()
-      await ingestor.stop()
+      await ingestAll(ingestor)
       expect(await vectorIndexWarning(store)).toMatch(
         /^the knowledge index \(\d+ MB\) is larger than the embedded database's buffers \(1 MB\).*PLINTH_PGLITE_SHARED_BUFFERS \(e\.g\. \d+MB/,
       )
