@@ -334,6 +334,30 @@ for (const engine of apiEngines()) {
       expect([expired.status, expired.body.code]).toEqual([409, 'decision_expired'])
     })
 
+    it('refuses approve_session for a call outside a conversation (409 scope_not_allowed); approve still runs it', async () => {
+      // A medium-risk call (a confirm command is refused approve_session anywhere).
+      const pending = await dispatch(alice.token, 'rdm.member.add', {
+        entrance: 'button',
+        projectId,
+        params: { userId: 'outside' },
+      })
+      expect(pending.status).toBe(202)
+      const session = await server.request('POST', `/api/decisions/${pending.body.decision.id}`, {
+        token: alice.token,
+        body: { decision: 'approve_session' },
+      })
+      expect([session.status, session.body.code]).toEqual([409, 'scope_not_allowed'])
+      expect(session.body.detail).toMatch(/conversation/)
+      const still = await server.request('GET', `/api/decisions/${pending.body.decision.id}`, { token: alice.token })
+      expect(still.body.status).toBe('pending')
+      const once = await server.request('POST', `/api/decisions/${pending.body.decision.id}`, {
+        token: alice.token,
+        body: { decision: 'approve' },
+      })
+      expect(once.body.decision).toMatchObject({ status: 'approved', scope: 'once' })
+      expect(once.body.dispatch.status).toBe('succeeded')
+    })
+
     it('honours permission modes and session allowances, but confirm always asks', async () => {
       const conversation = (
         await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })

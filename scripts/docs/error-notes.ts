@@ -33,7 +33,7 @@ export const errorNotes = {
   decision_conflict: 'the decision was already answered differently',
   decision_expired: 'the decision expired (or was superseded) before this answer',
   scope_not_allowed:
-    '`approve_session` on a command that asks every time (an execution under `direct`, a `confirm` command): no allowance could ever apply to it; approve it once',
+    '`approve_session` on a command that asks every time (an execution under `direct`, a `confirm` command), or on a call outside a conversation: no allowance could ever apply to it; approve it once',
   run_active: 'a run is queued, running or waiting in the conversation (`activeRunId`, `activeStatus`, `awaiting`)',
   run_not_waiting: 'tool outputs for a call the run does not await',
   run_not_resumable: 'resume of a run that did not fail upstream',

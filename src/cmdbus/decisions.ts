@@ -138,6 +138,17 @@ export class Decisions {
         },
       }
     }
+    if (answer === 'approve_session' && current.status === 'pending' && !current.conversationId) {
+      // An allowance lasts for a conversation: a call outside one has nothing it could apply to.
+      return {
+        ok: false,
+        error: {
+          code: 'scope_not_allowed',
+          message: `this call of ${current.commandId} is outside a conversation, so approve_session could never apply: approve it once`,
+        },
+        decision: toDecisionView(current),
+      }
+    }
     if (answer === 'approve_session' && current.status === 'pending') {
       // A command that asks every time (e.g. an execution under direct) is never let through by an allowance.
       const command = this.#deps.catalog.get(current.commandId)

@@ -165,7 +165,7 @@ export async function applyAnswer(
     if (!state || state.sessionId !== session.id || state.action !== null) return
     const chosen: DecisionAnswer = action === 'decline' ? 'reject' : (decision ?? 'reject')
     let outcome = await bus.decide(answer.decisionId, session.userId, chosen, 'answered through MCP elicitation')
-    // A command that asks every time takes no session allowance: approved once instead.
+    // A command that asks every time, or a call outside a conversation, takes no session allowance: approved once instead.
     if (!outcome.ok && outcome.error.code === 'scope_not_allowed')
       outcome = await bus.decide(answer.decisionId, session.userId, 'approve', 'answered through MCP elicitation')
     if (!outcome.ok) recorded = 'cancel'
