@@ -335,11 +335,13 @@ for (const engine of apiEngines()) {
       expect(enabled.body).toMatchObject({ enabled: true, failedMessages: 0, failingSince: null, disabledReason: null })
       hook.respond = () => 200
       const before = hook.received.length
-      const redelivered = await server.request(
-        'POST',
-        `/api/projects/${projectId}/webhooks/${webhook.id}/deliveries/${failed[0]!.id}/redeliver`,
-        { token: owner.token },
-      )
+      const redeliver = () =>
+        server.request(
+          'POST',
+          `/api/projects/${projectId}/webhooks/${webhook.id}/deliveries/${failed[0]!.id}/redeliver`,
+          { token: owner.token, headers: { 'idempotency-key': 'redeliver-1' } },
+        )
+      const redelivered = await redeliver()
       expect(redelivered.status).toBe(202)
       const again = await until(
         () =>
@@ -352,6 +354,18 @@ for (const engine of apiEngines()) {
       expect(hook.received.at(-1)!.headers['webhook-id']).toBe(failed[0]!.messageId)
       expect(verified(webhook.secret, hook.received.at(-1)!).type).toBe('run.completed')
       expect(again.body.attempts.at(-1)).toMatchObject({ statusCode: 200 })
+      // A retry with the same key answers the message as it is now; it is not made pending again.
+      const retried = await redeliver()
+      expect(retried.status).toBe(202)
+      expect(retried.headers.get('idempotent-replayed')).toBe('true')
+      expect(retried.body).toMatchObject({ id: failed[0]!.id, status: 'delivered' })
+      const after = await server.request(
+        'GET',
+        `/api/projects/${projectId}/webhooks/${webhook.id}/deliveries/${failed[0]!.id}`,
+        { token: owner.token },
+      )
+      expect(after.body.status).toBe('delivered')
+      expect(after.body.attempts).toHaveLength(again.body.attempts.length)
     })
 
     it('bad input is problem+json with a stable code; other projects and unknown ids are 404', async () => {
@@ -408,6 +422,46 @@ for (const engine of apiEngines()) {
         .where('key', '=', 'wh-1')
         .execute()
       expect(JSON.stringify(record?.response)).not.toContain('whsec_')
+    })
+
+    it('rotating with an Idempotency-Key rotates once: a retry answers the same new secret, the original still signs', async () => {
+      const hook = await receiver()
+      const { projectId } = await project()
+      const webhook = await subscribe(projectId, hook.url('/rotate'), ['run.completed'])
+      const rotate = (key: string) =>
+        server.request('POST', `/api/projects/${projectId}/webhooks/${webhook.id}/rotate-secret`, {
+          token: owner.token,
+          headers: { 'idempotency-key': key },
+        })
+      const first = await rotate('rot-1')
+      expect(first.status).toBe(200)
+      const again = await rotate('rot-1')
+      expect(again.status).toBe(200)
+      expect(again.headers.get('idempotent-replayed')).toBe('true')
+      expect(again.body.secret).toBe(first.body.secret)
+      // Rotated once: the secret from before is still the previous one, so its receivers keep verifying.
+      const [row] = await testDb(store)
+        .selectFrom('webhooks')
+        .select(['secret', 'previous_secret'])
+        .where('id', '=', webhook.id)
+        .execute()
+      expect(row).toEqual({ secret: first.body.secret, previous_secret: webhook.secret })
+      const [record] = await testDb(store)
+        .selectFrom('idempotency_keys')
+        .select('response')
+        .where('key', '=', 'rot-1')
+        .execute()
+      expect(JSON.stringify(record?.response)).not.toContain('whsec_')
+      // Another webhook with the same key is another request.
+      const other = await subscribe(projectId, hook.url('/rotate-other'), ['run.completed'])
+      const reused = await server.request('POST', `/api/projects/${projectId}/webhooks/${other.id}/rotate-secret`, {
+        token: owner.token,
+        headers: { 'idempotency-key': 'rot-1' },
+      })
+      expect([reused.status, reused.body.code]).toEqual([422, 'idempotency_key_reused'])
+      // A new key rotates again.
+      const next = await rotate('rot-2')
+      expect(next.body.secret).not.toBe(first.body.secret)
     })
 
     it('lists are paginated with cursor and limit; DELETE stops deliveries', async () => {

@@ -114,10 +114,11 @@ export class WebhookService {
   }
 
   /** A creation again, for its Idempotency-Key's replay: the subscription with its current secret. */
-  async created(user: User, projectId: string, webhookId: string): Promise<WebhookWithSecret> {
+  /** The webhook an Idempotency-Key's replay answers (created or rotated), with its current secret. */
+  async withSecret(user: User, projectId: string, webhookId: string): Promise<WebhookWithSecret> {
     const project = await this.#projects.owned(user, projectId)
     const webhook = await getWebhookWithSecret(this.#store, project.id, webhookId)
-    if (!webhook) throw new RequestError('not_found', 'the webhook this Idempotency-Key created has been deleted')
+    if (!webhook) throw new RequestError('not_found', 'the webhook this Idempotency-Key stands for has been deleted')
     return webhook
   }
 
@@ -149,19 +150,19 @@ export class WebhookService {
   }
 
   /** A new secret, shown once; the old one keeps signing (a second signature) for the grace period. */
-  async rotateSecret(user: User, projectId: string, webhookId: string): Promise<WebhookWithSecret> {
+  /** Checks the caller may rotate; the rotation itself runs on the executor given (an idempotent request's transaction). */
+  async prepareRotation(
+    user: User,
+    projectId: string,
+    webhookId: string,
+  ): Promise<(db: Executor) => Promise<WebhookWithSecret>> {
     const project = await this.#projects.owned(user, projectId)
-    const secret = newSecret()
-    const webhook = found(
-      await rotateWebhookSecret(
-        this.#store,
-        project.id,
-        webhookId,
-        secret,
-        new Date(Date.now() + this.#settings.secretGraceMs),
-      ),
-    )
-    return { ...webhook, secret }
+    return async (db) => {
+      const secret = newSecret()
+      const until = new Date(Date.now() + this.#settings.secretGraceMs)
+      const webhook = found(await rotateWebhookSecret(db, project.id, webhookId, secret, until))
+      return { ...webhook, secret }
+    }
   }
 
   async remove(user: User, projectId: string, webhookId: string): Promise<void> {
@@ -182,14 +183,29 @@ export class WebhookService {
   }
 
   /** Sends a message again (same body, same `webhook-id`) with a fresh retry window. */
-  async redeliver(user: User, projectId: string, webhookId: string, deliveryId: string): Promise<DeliveryRecord> {
+  /**
+   * Checks the caller may redeliver; the message is made pending again on the executor given (an
+   * idempotent request's transaction). Call `nudge()` once that has committed.
+   */
+  async prepareRedelivery(
+    user: User,
+    projectId: string,
+    webhookId: string,
+    deliveryId: string,
+  ): Promise<(db: Executor) => Promise<DeliveryRecord>> {
     const webhook = await this.get(user, projectId, webhookId)
     if (!webhook.enabled)
       throw new RequestError('webhook_disabled', 'the webhook is disabled; enable it (PATCH {"enabled": true}) first')
-    const delivery = await redeliverMessage(this.#store, webhook.id, deliveryId)
-    if (!delivery) throw notFoundError('delivery')
+    return async (db) => {
+      const delivery = await redeliverMessage(db, webhook.id, deliveryId)
+      if (!delivery) throw notFoundError('delivery')
+      return delivery
+    }
+  }
+
+  /** Wakes the deliverer for a message just made pending. */
+  nudge(): void {
     this.#wake()
-    return delivery
   }
 }
 

@@ -45,7 +45,7 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
       const insert = await webhooks.prepare(user, request.params.id, input)
       const created = await runIdempotent(request, reply, store, user.id, 201, insert, {
         store: (webhook) => ({ id: webhook.id }),
-        replay: (kept) => webhooks.created(user, request.params.id, (kept as { id: string }).id),
+        replay: (kept) => webhooks.withSecret(user, request.params.id, (kept as { id: string }).id),
       })
       return reply.send(created)
     },
@@ -134,7 +134,17 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
         response: { 200: WebhookWithSecret, ...problemResponses },
       },
     },
-    async (request) => webhooks.rotateSecret(caller(request), request.params.id, request.params.webhookId),
+    async (request, reply) => {
+      const user = caller(request)
+      const { id, webhookId } = request.params
+      // With an Idempotency-Key a retry answers the rotation it made (the secret is not stored with the key).
+      const rotate = await webhooks.prepareRotation(user, id, webhookId)
+      const rotated = await runIdempotent(request, reply, store, user.id, 200, rotate, {
+        store: (webhook) => ({ id: webhook.id }),
+        replay: (kept) => webhooks.withSecret(user, id, (kept as { id: string }).id),
+      })
+      return reply.send(rotated)
+    },
   )
 
   app.get(
@@ -184,13 +194,16 @@ export function registerWebhookRoutes(app: App, deps: ServerDeps): void {
       },
     },
     async (request, reply) => {
-      const delivery = await webhooks.redeliver(
-        caller(request),
-        request.params.id,
-        request.params.webhookId,
-        request.params.deliveryId,
-      )
-      return reply.code(202).send(delivery)
+      const user = caller(request)
+      const { id, webhookId, deliveryId } = request.params
+      // With an Idempotency-Key a retry answers the message as it is now instead of sending it again.
+      const redeliver = await webhooks.prepareRedelivery(user, id, webhookId, deliveryId)
+      const delivery = await runIdempotent(request, reply, store, user.id, 202, redeliver, {
+        store: (redelivered) => ({ id: redelivered.id }),
+        replay: (kept) => webhooks.delivery(user, id, webhookId, (kept as { id: string }).id),
+      })
+      if (reply.getHeader('idempotent-replayed') === undefined) webhooks.nudge()
+      return reply.send(delivery)
     },
   )
 }
