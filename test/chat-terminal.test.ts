@@ -1,4 +1,5 @@
 import { execFileSync, spawnSync } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -41,6 +42,26 @@ const scripts = {
     turns: [{ text: Array.from({ length: 300 }, (_, index) => `w${index} `).join(''), chunks: 300, delayMs: 50 }],
   },
   other: { turns: [{ text: 'Answered by the other model.' }] },
+  // Terminal control sequences from the model: colour, a window title, a screen clear, and a command
+  // whose carriage return and line erase would paint a harmless one over what runs.
+  hostile: {
+    turnBy: 'round',
+    turns: [
+      {
+        text: 'Normal \u001b[31mRED\u001b[0m text.\u001b]0;HIJACKED-TITLE\u0007 then \u001b[2J\u001b[Hcleared? ',
+        toolCalls: [
+          {
+            name: 'propose_command',
+            arguments: {
+              command: 'touch plinth-chat-pwned #\u001b[2K\r  $ echo hello',
+              reason: 'harmless\u009b greeting',
+            },
+          },
+        ],
+      },
+      { text: 'Done.' },
+    ],
+  },
 }
 
 describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
@@ -253,6 +274,22 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
     execFileSync('tmux', ['send-keys', '-t', session, 'C-c'])
     await screenShows(session, /\(cancelled\)[\s\S]*you>\s*$/)
     expect((await lastRun(projectId)).status).toBe('cancelled')
+  })
+
+  it('shows control characters from the model escaped, and never runs a command that holds them', async () => {
+    const { session, projectId } = await open('hostile')
+    type(session, 'say hi')
+    const text = await screenShows(session, /agent> Done\./)
+    // Nothing was cleared or retitled; every sequence is shown escaped.
+    expect(text).toMatch(/you> say hi/)
+    expect(text).toContain('Normal \\x1b[31mRED\\x1b[0m text.\\x1b]0;HIJACKED-TITLE\\x07 then \\x1b[2J\\x1b[Hcleared?')
+    expect(execFileSync('tmux', ['display', '-p', '-t', session, '#{pane_title}']).toString()).not.toMatch(/HIJACKED/)
+    expect(text).toContain('$ touch plinth-chat-pwned #\\x1b[2K\\r  $ echo hello')
+    expect(text).toContain('why: harmless\\x9b greeting')
+    expect(text).toMatch(/not run: the command holds control characters/)
+    expect(text).not.toMatch(/run it here\?/)
+    expect(existsSync(join(cwd, 'plinth-chat-pwned'))).toBe(false)
+    expect(await clientOutput((await lastRun(projectId)).id)).toMatchObject({ accepted: false })
   })
 
   it('--model picks the model of the runs', async () => {

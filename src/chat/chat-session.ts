@@ -2,6 +2,7 @@ import { createInterface, type Interface } from 'node:readline/promises'
 import { createClient, PlinthError, type PlinthClient, type PlinthEvent } from '../client/index.js'
 import { runLocalCommand } from './local-command.js'
 import { paint } from './paint.js'
+import { holdsControls, shown } from './terminal-text.js'
 
 export interface ChatOptions {
   url: string
@@ -131,7 +132,7 @@ export class ChatSession {
   async #once(conversationId: string, question: string): Promise<number> {
     const status = await this.#runTurn(conversationId, question, { interactive: false })
     if (status === 'run.completed') {
-      this.#options.output.write(`${this.#turn?.answer.trim() ?? ''}\n`)
+      this.#options.output.write(`${shown(this.#turn?.answer.trim() ?? '')}\n`)
       return 0
     }
     return 1
@@ -192,7 +193,7 @@ export class ChatSession {
         if (!mode.interactive) break
         if (!turn.streaming) this.#options.output.write(paint(this.#color, 'cyan', 'agent> '))
         turn.streaming = true
-        this.#options.output.write(String(data.text ?? ''))
+        this.#options.output.write(shown(String(data.text ?? '')))
         break
       case 'message.completed':
         if (turn.streaming) this.#options.output.write('\n')
@@ -206,10 +207,11 @@ export class ChatSession {
             matchedRules: (data.matchedRules as Array<{ id: string; description?: string }>) ?? [],
           })
         else if (mode.interactive)
-          this.#say(paint(this.#color, 'dim', `  → ${String(data.name)} ${JSON.stringify(data.args)}`))
+          this.#say(paint(this.#color, 'dim', `  → ${oneLine(`${String(data.name)} ${JSON.stringify(data.args)}`)}`))
         break
       case 'tool_call.completed':
-        if (mode.interactive) this.#say(paint(this.#color, 'dim', `  ← ${String(data.status)} ${preview(data.output)}`))
+        if (mode.interactive)
+          this.#say(paint(this.#color, 'dim', `  ← ${oneLine(`${String(data.status)} ${preview(data.output)}`)}`))
         break
       case 'decision.required':
         turn.decisions.set(String(data.decisionId), {
@@ -225,13 +227,15 @@ export class ChatSession {
         if (terminal.has(event.event)) {
           turn.ended = event.event
           if (event.event === 'run.failed')
-            this.#options.errorOutput.write(`${paint(this.#color, 'red', `the run failed: ${failure(data.error)}`)}\n`)
+            this.#options.errorOutput.write(
+              `${paint(this.#color, 'red', `the run failed: ${oneLine(failure(data.error))}`)}\n`,
+            )
           if (event.event === 'run.cancelled')
             this.#say(
               paint(
                 this.#color,
                 'yellow',
-                `(cancelled${data.reason && data.reason !== 'cancelled' ? `: ${String(data.reason)}` : ''})`,
+                `(cancelled${data.reason && data.reason !== 'cancelled' ? `: ${oneLine(String(data.reason))}` : ''})`,
               ),
             )
           if (event.event === 'run.expired')
@@ -254,7 +258,7 @@ export class ChatSession {
         } catch (error) {
           // Edited arguments the command refuses: say why and ask again.
           if (error instanceof PlinthError && error.code === 'validation_failed') {
-            this.#say(paint(this.#color, 'red', `    ${error.message}`))
+            this.#say(paint(this.#color, 'red', `    ${oneLine(error.message)}`))
             continue
           }
           if (error instanceof PlinthError && (error.code === 'decision_conflict' || error.code === 'decision_expired'))
@@ -297,10 +301,10 @@ export class ChatSession {
       paint(
         this.#color,
         risk === 'high' ? 'red' : 'yellow',
-        `  ? ${decision.name} wants to run (${risk} risk)${preview ? '' : `: ${JSON.stringify(decision.args)}`}`,
+        `  ? ${oneLine(decision.name)} wants to run (${oneLine(risk)} risk)${preview ? '' : `: ${oneLine(JSON.stringify(decision.args))}`}`,
       ),
     )
-    if (preview) this.#say(indentWith(preview, '    '))
+    if (preview) this.#say(indentWith(shown(preview), '    '))
     for (;;) {
       const answer = await this.#ask(
         `    approve? [y] once, [s] for this session, [n] reject, [e] edit arguments, [r] respond instead${preview ? ', [a] arguments' : ''}: `,
@@ -310,7 +314,7 @@ export class ChatSession {
       if (text === 'y' || text === 'yes') return { decision: 'approve' }
       if (text === 's') return { decision: 'approve_session' }
       if (text === 'e') {
-        this.#say(paint(this.#color, 'dim', `    args: ${JSON.stringify(decision.args)}`))
+        this.#say(paint(this.#color, 'dim', `    args: ${oneLine(JSON.stringify(decision.args))}`))
         const edited = await this.#ask('    new arguments (JSON): ')
         if (edited === null) return null
         try {
@@ -330,7 +334,7 @@ export class ChatSession {
         continue
       }
       if (text !== 'a' && text !== '?') return { decision: 'reject' }
-      this.#say(paint(this.#color, 'dim', `    args: ${JSON.stringify(decision.args)}`))
+      this.#say(paint(this.#color, 'dim', `    args: ${oneLine(JSON.stringify(decision.args))}`))
     }
   }
 
@@ -344,15 +348,24 @@ export class ChatSession {
     const command = String(call.args?.command ?? '')
     const risk = call.risk ?? 'medium'
     const high = risk === 'high'
-    this.#say(paint(this.#color, high ? 'red' : 'yellow', `  $ ${command}`))
-    if (call.args?.reason) this.#say(paint(this.#color, 'dim', `    why: ${String(call.args.reason)}`))
+    // A multi-line command's further lines are marked as such, so none passes for a line of this prompt.
+    const lines = shown(command).split('\n')
+    this.#say(
+      paint(this.#color, high ? 'red' : 'yellow', lines.map((line, i) => `  ${i ? '>' : '$'} ${line}`).join('\n')),
+    )
+    if (call.args?.reason) this.#say(paint(this.#color, 'dim', `    why: ${oneLine(String(call.args.reason))}`))
     this.#say(
       paint(
         this.#color,
         high ? 'red' : 'dim',
-        `    risk: ${risk}${call.matchedRules && call.matchedRules.length > 0 ? ` — ${call.matchedRules.map((rule) => rule.description ?? rule.id).join('; ')}` : ''}`,
+        `    risk: ${oneLine(risk)}${call.matchedRules && call.matchedRules.length > 0 ? ` — ${oneLine(call.matchedRules.map((rule) => rule.description ?? rule.id).join('; '))}` : ''}`,
       ),
     )
+    // What the terminal would hide or repaint is not run at all: what is approved must be what was seen.
+    if (holdsControls(command)) {
+      this.#say(paint(this.#color, 'red', '    not run: the command holds control characters (shown escaped above)'))
+      return { accepted: false, error: 'plinth chat does not run a command that holds control characters' }
+    }
     const asked = await this.#ask(high ? '    HIGH RISK — type "yes" to run it here: ' : '    run it here? [y/n] ')
     if (asked === null) return null
     const answer = asked.trim().toLowerCase()
@@ -366,7 +379,7 @@ export class ChatSession {
       timeoutMs: this.#options.commandTimeoutMs,
       maxBytes: this.#options.outputMaxBytes,
     })
-    if (result.output) this.#options.output.write(indent(result.output))
+    if (result.output) this.#options.output.write(indent(shown(result.output)))
     this.#say(
       paint(
         this.#color,
@@ -401,7 +414,7 @@ export class ChatSession {
         projectId = name ? (await this.#client.projects.create({ name })).id : projects.items[0]!.id
       } else {
         projects.items.forEach((project, index) =>
-          this.#say(`  ${index + 1}. ${project.name}${project.shared ? ' (shared)' : ''}`),
+          this.#say(`  ${index + 1}. ${oneLine(project.name)}${project.shared ? ' (shared)' : ''}`),
         )
         const answer = ((await this.#ask('project number, or a name for a new one: ')) ?? '').trim()
         const picked = /^\d+$/.test(answer) ? projects.items[Number(answer) - 1] : undefined
@@ -461,7 +474,7 @@ export class ChatSession {
         : error instanceof Error
           ? error.message
           : String(error)
-    this.#options.errorOutput.write(`${paint(this.#color, 'red', `plinth chat: ${message}`)}\n`)
+    this.#options.errorOutput.write(`${paint(this.#color, 'red', `plinth chat: ${shown(message)}`)}\n`)
   }
 }
 
@@ -474,6 +487,10 @@ interface RequiredAction {
     risk?: string | null
     matchedRules?: Array<{ id: string; description?: string }>
   }>
+}
+
+function oneLine(text: string): string {
+  return shown(text, { oneLine: true })
 }
 
 function preview(value: unknown): string {
