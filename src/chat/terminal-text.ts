@@ -1,8 +1,10 @@
 // What a terminal would act on rather than print: C0 controls (ESC, CR, BEL, …), DEL, C1 controls
 // (0x9b is a one-byte CSI) and the bidirectional marks, overrides and isolates that reorder a line.
+/* eslint-disable no-control-regex -- control characters are exactly what is matched */
 const controls = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
 const controlsAndLineBreaks = /[\u0000-\u0008\u000a-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
 const held = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/
+/* eslint-enable no-control-regex */
 
 function escaped(char: string): string {
   if (char === '\r') return '\\r'
