@@ -4,7 +4,9 @@ import { holdsControls, shown } from '../src/chat/terminal-text.js'
 // What `plinth chat` prints of the server's text: nothing a terminal would act on (docs/reference/cli.md).
 describe('plinth chat: text made safe for the terminal', () => {
   it('escapes C0, DEL and C1 controls and keeps tabs, line breaks and any other text', () => {
-    expect(shown('a\u001b[2Jb\rc\u0007d\u007fe\u009bf\tg\nh 中文 ✓')).toBe('a\\x1b[2Jb\\rc\\x07d\\x7fe\\x9bf\tg\nh 中文 ✓')
+    expect(shown('a\u001b[2Jb\rc\u0007d\u007fe\u009bf\tg\nh 中文 ✓')).toBe(
+      'a\\x1b[2Jb\\rc\\x07d\\x7fe\\x9bf\tg\nh 中文 ✓',
+    )
   })
 
   it('escapes the bidirectional overrides and isolates that reorder a line', () => {
