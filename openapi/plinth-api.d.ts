@@ -695,7 +695,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** SSE: every event of the project; resume with Last-Event-ID or ?after= */
+        /** SSE: the project's events the caller may see (their own conversations, never another user's); resume with Last-Event-ID or ?after= */
         get: operations["streamProjectEvents"];
         put?: never;
         post?: never;

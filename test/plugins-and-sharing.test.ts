@@ -148,6 +148,7 @@ for (const engine of apiEngines()) {
             ],
             whenExhausted: 'loop',
           }),
+          new ScriptedModel({ id: 'quick', turns: [{ text: 'a private answer' }], whenExhausted: 'loop' }),
           // A model whose call waits for a person (drafts are always confirmed).
           new ScriptedModel({
             id: 'asks',
@@ -278,6 +279,35 @@ for (const engine of apiEngines()) {
       expect(
         (await server.request('GET', `/api/conversations/${conversation.body.id}`, { token: member.token })).status,
       ).toBe(404)
+    })
+
+    it('a member’s conversation stays off the project owner’s stream, as it is off their lists (404)', async () => {
+      const conversation = await memberConversation()
+      const run = await server.request('POST', `/api/conversations/${conversation}/runs?wait=true`, {
+        token: member.token,
+        body: { input: 'something private', model: 'quick' },
+      })
+      expect(run.body.status).toBe('completed')
+      // The owner's stream from the start of the log; their own conversation afterwards marks its end.
+      const stream = await openSse(`${server.url}/api/projects/${projectId}/events?after=0`, { token: owner.token })
+      const own = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, {
+          token: owner.token,
+          body: { title: 'the owner’s' },
+        })
+      ).body.id
+      await stream.waitForEvent((event) => event.event === 'conversation.created' && event.data.conversation.id === own)
+      stream.close()
+      const seen = stream.events.filter((event) => JSON.stringify(event.data).includes(conversation))
+      expect(seen.map((event) => event.event)).toEqual([])
+      expect(JSON.stringify(stream.events)).not.toContain('a private answer')
+      // The member still sees their own conversation on the same stream.
+      const members = await openSse(`${server.url}/api/projects/${projectId}/events?after=0`, { token: member.token })
+      await members.waitForEvent((event) => event.event === 'run.completed' && event.data.runId === run.body.id)
+      members.close()
+      expect((await server.request('GET', `/api/conversations/${conversation}`, { token: owner.token })).status).toBe(
+        404,
+      )
     })
 
     // Regression (docs/security.md#smaller-findings): a run whose owner lost access to the project kept

@@ -180,7 +180,8 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       schema: {
         operationId: 'streamProjectEvents',
         tags: ['events'],
-        summary: 'SSE: every event of the project; resume with Last-Event-ID or ?after=',
+        summary:
+          "SSE: the project's events the caller may see (their own conversations, never another user's); resume with Last-Event-ID or ?after=",
         params: IdParams,
         querystring: EventsQuery,
         response: {
@@ -193,8 +194,9 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
       const user = caller(request)
       const project = await projects.resolve(user, request.params.id)
       const shared = project.ownerId !== user.id
-      // Members see events about the project itself and their own doings; the owner sees everything
-      // else too. Knowledge drafts are their author's alone (as in the item list).
+      // Events about the project itself reach everyone on it; a conversation's events only its owner
+      // (it is theirs alone, the project's owner answers 404 for it too); a member sees only their own
+      // decisions. Knowledge drafts are their author's alone (as in the item list).
       const filter = (event: EventRecord): boolean => {
         if (
           event.type.startsWith('knowledge.') &&
@@ -204,9 +206,8 @@ export function registerProjectRoutes(app: App, deps: ServerDeps): void {
           return false
         // Webhooks are the owner's to manage (and their URLs theirs to see).
         if (event.type.startsWith('webhook.')) return !shared
-        return (
-          !shared || event.userId === user.id || (event.conversationId === null && !event.type.startsWith('decision.'))
-        )
+        if (event.conversationId !== null) return event.userId === user.id
+        return !shared || event.userId === user.id || !event.type.startsWith('decision.')
       }
       await serveEventStream(request, reply, deps, {
         scope: { projectId: project.id },
