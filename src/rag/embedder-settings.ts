@@ -5,11 +5,13 @@ import {
   ensureVectorIndex,
   getRagSettings,
   setRagSettings,
+  setRagTokenizer,
   updateChunkEmbeddings,
   vectorIndexFit,
   type Store,
 } from '../store/index.js'
 import type { Embedder } from './embeddings.js'
+import { tokenizerVersion } from './text.js'
 
 /** The configured embedder is not the one the stored knowledge was embedded with. */
 export class EmbedderMismatchError extends Error {
@@ -34,6 +36,8 @@ export async function prepareEmbeddings(store: Store, embedder: Embedder): Promi
     if ((await countKnowledgeChunks(store)) > 0) throw new EmbedderMismatchError(recorded, embedder)
   }
   if (!recorded || recorded.embedder !== embedder.id) await setRagSettings(store, embedder.id, embedder.dimensions)
+  // A fresh database holds nothing an older tokenizer indexed.
+  if (!recorded) await setRagTokenizer(store, tokenizerVersion)
   await ensureVectorIndex(store, embedder.dimensions)
 }
 

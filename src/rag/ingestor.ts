@@ -25,6 +25,7 @@ import { chunkMarkdown, type TextChunk } from './chunker.js'
 import { DocumentExtractor } from './document-extractor.js'
 import { embedAll, EmbeddingError, type Embedder } from './embeddings.js'
 import { detectFormat, ExtractError, mediaTypeOf, type SourceFormat } from './extract.js'
+import { retokenizeStored } from './retokenize.js'
 import { cleanText, toTsvector } from './text.js'
 
 export interface IngestorOptions {
@@ -110,6 +111,7 @@ export class Ingestor {
   #timer: NodeJS.Timeout | null = null
   #stopped = false
   #idleWaiters: Array<() => void> = []
+  #retokenizing: Promise<void> | null = null
 
   constructor(options: IngestorOptions) {
     const { extractor, uploadDir, ...rest } = options
@@ -138,6 +140,21 @@ export class Ingestor {
     this.#timer.unref()
     // Knowledge stored before statistics were kept up (or by a process that stopped): not awaited.
     void this.#refreshStatistics()
+    // Texts an older tokenizer indexed: searchable as before meanwhile, so not awaited either.
+    this.#retokenizing = this.#retokenize()
+  }
+
+  async #retokenize(): Promise<void> {
+    const { store, log } = this.#options
+    try {
+      const done = await retokenizeStored(store, this.#embedder(), async () => {
+        if (this.#stopped) throw new Error('stopping')
+        await store.quiet(100)
+      })
+      if (done) log.info('knowledge and memories indexed with the current tokenizer', done)
+    } catch (error) {
+      if (!this.#stopped) log.warn('could not index knowledge again with the current tokenizer', { err: error })
+    }
   }
 
   /** On the embedded database (no autovacuum), the chunks' planner statistics once they have grown. */
@@ -155,6 +172,7 @@ export class Ingestor {
     this.#stopped = true
     if (this.#timer) clearInterval(this.#timer)
     await this.#running
+    await this.#retokenizing
     await this.#extractor.stop()
   }
 

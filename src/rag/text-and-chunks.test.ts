@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { chunkMarkdown } from './chunker.js'
 import { HashingEmbedder } from './embeddings.js'
-import { cleanText, queryTokens, snippet, tokenize, toTsquery, toTsvector, wordForms } from './text.js'
+import { cleanText, queryTokens, retokenizes, snippet, tokenize, toTsquery, toTsvector, wordForms } from './text.js'
 
 describe('tokenize', () => {
   it('turns CJK runs into overlapping bigrams and keeps words of other scripts', () => {
@@ -21,6 +21,41 @@ describe('tokenize', () => {
     // The query's bigrams are all in the document's: the full-text path finds it.
     const document = new Set(tokenize('编写项目建议书的要点'))
     expect(tokenize('项目建议书').every((token) => document.has(token))).toBe(true)
+  })
+
+  it('ends a word of letters or digits where CJK text begins, and the other way round', () => {
+    expect(tokenize('2024年预算报告已经提交。请查看Q3季度的OKR目标。使用Python编程')).toEqual([
+      '2024',
+      '年预',
+      '预算',
+      '算报',
+      '报告',
+      '告已',
+      '已经',
+      '经提',
+      '提交',
+      '请查',
+      '查看',
+      'q3',
+      '季度',
+      '度的',
+      'okr',
+      '目标',
+      '使用',
+      'python',
+      '编程',
+    ])
+    expect(tokenize('iPhone用户')).toEqual(['iphone', '用户'])
+    // Which stored texts version 1 tokenized differently: a letter or digit right before CJK text.
+    expect(retokenizes('Python编程')).toBe(true)
+    expect(retokenizes('２０２４年')).toBe(true)
+    expect(retokenizes('编程 Python 2024 年')).toBe(false)
+    expect(retokenizes('编程Python')).toBe(false)
+  })
+
+  it('a single CJK character in a query matches the words that begin with it', () => {
+    expect(toTsquery(queryTokens('熊'))).toBe("'熊':*")
+    expect(toTsquery(queryTokens('熊猫'))).toBe("'熊猫'")
   })
 
   it('drops stop words and treats query syntax as plain text', () => {

@@ -6,8 +6,23 @@
  * does not depend on its locale) and the hashing embedder.
  */
 
-const cjk = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}]/u
-const tokenPattern = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}]+|[\p{L}\p{N}_]+/gu
+const cjkChars = '\\p{Script=Han}\\p{Script=Hiragana}\\p{Script=Katakana}\\p{Script=Hangul}'
+const cjk = new RegExp(`[${cjkChars}]`, 'u')
+// A word of other letters and digits ends where CJK text begins: `2024年预算` is `2024` then CJK text.
+const tokenPattern = new RegExp(`[${cjkChars}]+|(?:(?![${cjkChars}])[\\p{L}\\p{N}_])+`, 'gu')
+// Where version 1 (whose words ran on into CJK text) tokenized differently.
+const wordThenCjk = new RegExp(`(?![${cjkChars}])[\\p{L}\\p{N}_][${cjkChars}]`, 'u')
+
+/**
+ * The tokenizer's revision, recorded with stored knowledge and memories (`rag_settings.tokenizer`):
+ * 2 ends a word where CJK text begins. Texts stored by an earlier one are tokenized again at start.
+ */
+export const tokenizerVersion = 2
+
+/** Whether `text` tokenizes differently now than under version 1 (a letter or digit right before CJK text). */
+export function retokenizes(text: string): boolean {
+  return wordThenCjk.test(text.normalize('NFKC'))
+}
 const maxTokenLength = 64
 
 /** Words so common that matching them says nothing; dropped from queries and vectors alike. */
@@ -83,8 +98,12 @@ export function wordForms(token: string): string[] {
   return [...forms]
 }
 
-/** One query token in tsquery syntax: itself or any of its forms. */
+/**
+ * One query token in tsquery syntax: itself or any of its forms. A lone CJK character (texts are
+ * indexed as bigrams) matches the bigrams that begin with it.
+ */
 function term(token: string): string {
+  if (token.length <= 2 && [...token].length === 1 && cjk.test(token)) return `${lexeme(token)}:*`
   const forms = wordForms(token)
   return forms.length === 1 ? lexeme(token) : `(${forms.map(lexeme).join(' | ')})`
 }

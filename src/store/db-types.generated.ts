@@ -307,6 +307,7 @@ export interface RagSettings {
   dimensions: number
   embedder: string
   id: number
+  tokenizer: Generated<number>
   updated_at: Generated<Timestamp>
 }
 

@@ -241,6 +241,8 @@ export {
   searchChunksVector,
   getRagSettings,
   setRagSettings,
+  setRagTokenizer,
+  updateChunkIndexing,
   ensureVectorIndex,
   dropVectorIndexes,
   vectorIndexFit,
@@ -259,6 +261,8 @@ export {
 export { latestCompaction, listCompactions, insertCompaction, type Compaction } from './compaction-repository.js'
 export {
   upsertMemory,
+  memoriesAfter,
+  updateMemoryIndexing,
   updateMemory,
   getMemory,
   findMemoryByKey,

@@ -521,8 +521,35 @@ export async function searchChunksVector(
 }
 
 /** The embedder recorded for this database, if any. */
-export async function getRagSettings(db: Executor): Promise<{ embedder: string; dimensions: number } | undefined> {
-  return kysely(db).selectFrom('rag_settings').select(['embedder', 'dimensions']).where('id', '=', 1).executeTakeFirst()
+export async function getRagSettings(
+  db: Executor,
+): Promise<{ embedder: string; dimensions: number; tokenizer: number } | undefined> {
+  return kysely(db)
+    .selectFrom('rag_settings')
+    .select(['embedder', 'dimensions', 'tokenizer'])
+    .where('id', '=', 1)
+    .executeTakeFirst()
+}
+
+/** Records the tokenizer revision the stored texts are indexed with. */
+export async function setRagTokenizer(db: Executor, tokenizer: number): Promise<void> {
+  await kysely(db).updateTable('rag_settings').set({ tokenizer, updated_at: new Date() }).where('id', '=', 1).execute()
+}
+
+/** New search vectors (and, when given, embeddings) for chunks tokenized again. */
+export async function updateChunkIndexing(
+  tx: Executor,
+  updates: ReadonlyArray<{ id: string; search: string; embedding?: readonly number[] }>,
+): Promise<void> {
+  for (const update of updates)
+    await kysely(tx)
+      .updateTable('knowledge_chunks')
+      .set({
+        search: sql`${update.search}::tsvector`,
+        ...(update.embedding && { embedding: sql`${vectorLiteral(update.embedding)}::vector` }),
+      })
+      .where('id', '=', update.id)
+      .execute()
 }
 
 export async function setRagSettings(db: Executor, embedder: string, dimensions: number): Promise<void> {

@@ -226,3 +226,34 @@ function toMemory(row: MemoryRow): Memory {
     updatedAt: new Date(row.updated_at).toISOString(),
   }
 }
+
+/** Memories in id order after `afterId` (their text), for indexing them again. */
+export async function memoriesAfter(
+  db: Executor,
+  afterId: string,
+  limit: number,
+): Promise<Array<{ id: string; text: string }>> {
+  return kysely(db)
+    .selectFrom('memories')
+    .select(['id', 'text'])
+    .where('id', '>', afterId)
+    .orderBy('id')
+    .limit(limit)
+    .execute()
+}
+
+/** New search vectors (and, when given, embeddings) for memories tokenized again. */
+export async function updateMemoryIndexing(
+  tx: Executor,
+  updates: ReadonlyArray<{ id: string; search: string; embedding?: readonly number[] }>,
+): Promise<void> {
+  for (const update of updates)
+    await kysely(tx)
+      .updateTable('memories')
+      .set({
+        search: sql`${update.search}::tsvector`,
+        ...(update.embedding && { embedding: sql`${vectorLiteral(update.embedding)}::vector` }),
+      })
+      .where('id', '=', update.id)
+      .execute()
+}
