@@ -128,6 +128,26 @@ describe('knowledge uploads on the embedded database', () => {
     },
   )
 
+  it('deleting a project gives its knowledge’s room back', { timeout: 90_000 }, async () => {
+    const user = await server.createUser()
+    const project = async (name: string): Promise<string> =>
+      (await server.request('POST', '/api/projects', { token: user.token, body: { name } })).body.id
+    const add = (projectId: string, megabytes: number) =>
+      upload(`${server.url}/api/projects/${projectId}/knowledge`, user.token, {
+        name: 'big.docx',
+        bytes: Buffer.alloc(megabytes * mib, 67),
+      })
+    const first = await project('first')
+    expect((await add(first, 9)).status).toBe(202)
+    expect((await add(first, 9)).status).toBe(202)
+    const second = await project('second')
+    const over = await add(second, 9)
+    expect([over.status, over.body.code]).toEqual([507, 'quota_exceeded'])
+    expect((await server.request('DELETE', `/api/projects/${first}`, { token: user.token })).status).toBe(204)
+    expect((await add(second, 9)).status).toBe(202)
+    await server.ingestor.idle()
+  })
+
   it('registering a work-directory file takes an upload slot, streams, and keeps to the volume', async () => {
     const user = users[3]!
     const conversation = (

@@ -343,11 +343,14 @@ export async function lockKnowledgeVolume(tx: Executor, ownerId: string): Promis
 }
 
 export async function knowledgeBytesOf(db: Executor, ownerId: string): Promise<number> {
+  // Items of a deleted project count no more: nobody can reach them (or delete them) again.
   const row = await kysely(db)
-    .selectFrom('knowledge_items')
-    .select((eb) => eb.fn.coalesce(eb.fn.sum<string>('byte_size'), sql<string>`0`).as('bytes'))
-    .where('owner_id', '=', ownerId)
-    .where('deleted_at', 'is', null)
+    .selectFrom('knowledge_items as i')
+    .innerJoin('projects as p', 'p.id', 'i.project_id')
+    .select((eb) => eb.fn.coalesce(eb.fn.sum<string>('i.byte_size'), sql<string>`0`).as('bytes'))
+    .where('i.owner_id', '=', ownerId)
+    .where('i.deleted_at', 'is', null)
+    .where('p.deleted_at', 'is', null)
     .executeTakeFirstOrThrow()
   return Number(row.bytes)
 }
