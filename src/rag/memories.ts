@@ -165,7 +165,7 @@ export class Memories {
     add(vector, 'vector')
     // The same relevance floor as knowledge: what matched no word must be close enough in meaning.
     return [...fused.values()]
-      .filter((hit) => hit.fulltextRank !== null || (hit.vectorSimilarity ?? -1) >= this.#retriever.minSimilarity)
+      .filter((hit) => hit.fulltextRank !== null || (hit.vectorSimilarity ?? -1) >= this.#retriever.vectorOnlyFloor)
       .sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : 1))
       .slice(0, k)
       .map((hit) => ({ ...hit, score: Math.round(hit.score * 1e6) / 1e6 }))

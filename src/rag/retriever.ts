@@ -8,7 +8,7 @@ import {
   type ChunkScope,
   type Store,
 } from '../store/index.js'
-import type { Embedder } from './embeddings.js'
+import { HashingEmbedder, type Embedder } from './embeddings.js'
 import { Memories } from './memories.js'
 import { queryTokens, snippet, tsqueryStages } from './text.js'
 import { inSpan, setContent } from '../telemetry/index.js'
@@ -58,7 +58,7 @@ const rrfK = 60
 /**
  * The default relevance floor (config `knowledge.minSimilarity`): in hybrid search, a hit the full-text
  * path did not find is kept only when its cosine similarity to the query reaches this. Unrelated texts
- * score about 0–0.25 with the hashing embedder (collisions) and with common semantic embedders.
+ * score about 0–0.25 with common semantic embedders (see `vectorOnlyFloor` for the hashing one).
  */
 export const defaultMinSimilarity = 0.3
 
@@ -76,6 +76,8 @@ export class Retriever {
   readonly #embedder: () => Embedder
   readonly #adapter: () => ProjectAuthzAdapter | null
   readonly #minSimilarity: number
+  /** Whether the floor was configured (it then applies whatever the embedder). */
+  readonly #floorSet: boolean
   /** Long-term memory, searched the same way (docs/guides/memory.md). */
   readonly memories: Memories
 
@@ -87,6 +89,7 @@ export class Retriever {
   }) {
     this.#store = options.store
     this.#minSimilarity = options.minSimilarity ?? defaultMinSimilarity
+    this.#floorSet = options.minSimilarity !== undefined
     const embedder = options.embedder
     this.#embedder = typeof embedder === 'function' ? embedder : () => embedder
     this.#adapter = options.adapter
@@ -96,6 +99,16 @@ export class Retriever {
   /** The hybrid relevance floor (config `knowledge.minSimilarity`). */
   get minSimilarity(): number {
     return this.#minSimilarity
+  }
+
+  /**
+   * The similarity a hybrid hit the full-text path did not find must reach. None reaches it with the
+   * built-in hashing embedder: its vectors hash the very words full text matches, so such a hit shares
+   * no word with the query and is a collision of hashed features (one word in 256 dimensions). A
+   * configured `knowledge.minSimilarity` applies as set.
+   */
+  get vectorOnlyFloor(): number {
+    return !this.#floorSet && this.#embedder() instanceof HashingEmbedder ? Infinity : this.#minSimilarity
   }
 
   get embedder(): Embedder {
@@ -215,12 +228,10 @@ export class Retriever {
     }
     // The relevance floor (hybrid): what matched no word of the query must be close enough in meaning.
     // `vector` asks for the nearest neighbours as they are.
+    const floor = this.vectorOnlyFloor
     return [...fused.values()]
       .filter(
-        (entry) =>
-          mode !== 'hybrid' ||
-          entry.fulltextRank !== null ||
-          (entry.vectorSimilarity ?? -Infinity) >= this.#minSimilarity,
+        (entry) => mode !== 'hybrid' || entry.fulltextRank !== null || (entry.vectorSimilarity ?? -Infinity) >= floor,
       )
       .sort((a, b) => b.score - a.score || (a.hit.chunkId < b.hit.chunkId ? -1 : 1))
       .slice(0, k)

@@ -49,6 +49,34 @@ for (const engine of testEngines()) {
       expect(await hits('预算', 'hybrid')).toBe(1)
     })
 
+    it('with the built-in hashing embedder, hybrid search finds no text that shares no word with the query', async () => {
+      for (const [title, text] of [
+        ['echidna', 'Echidna spines are modified hairs.'],
+        ['dns', 'Rotate the resolvers.'],
+        ['tea', 'Brew green tea at eighty degrees for two minutes.'],
+        ['lag', 'Check replication lag before failover.'],
+        ['theme', 'User prefers light mode again.'],
+      ])
+        expect(
+          (
+            await server.request('POST', `/api/projects/${projectId}/knowledge`, {
+              token: alice.token,
+              body: { title, text },
+            })
+          ).status,
+        ).toBe(201)
+      // Words none of those texts hold: any hit would be a collision of hashed features.
+      const unrelated =
+        'zebra igloo zeppelin saddle wizard canyon footerjunk prace marble violin tractor pepper glacier lantern quartz harbor falcon meadow pirate rocket sandal tulip umbrella walnut yacht anchor bishop cactus dolphin ember fossil goblin hammock iceberg jigsaw kettle lobster mango nectar orchid parrot quiver raven sphinx trumpet unicorn velvet whistle yodel zinnia'.split(
+          ' ',
+        )
+      const found: string[] = []
+      for (const word of unrelated) if ((await hits(word, 'hybrid')) > 0) found.push(word)
+      expect(found).toEqual([])
+      // A word they share is still found, by both paths.
+      expect(await hits('resolvers', 'hybrid')).toBe(1)
+    })
+
     it('indexes again at start what the earlier tokenizer stored, knowledge and memories alike', async () => {
       const remembered = await server.request('POST', '/api/memories', {
         token: alice.token,
