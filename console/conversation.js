@@ -77,7 +77,26 @@ export async function renderConversation(main, conversationId, context) {
   const view = new ChatView(log, api, showError, context.me, conversationId)
   let stream = null
   let activeRun = null
-  onCleanup(() => stream?.close())
+  // Between runs, the conversation's own stream: a run started elsewhere (another tab, plinth chat, a
+  // schedule) is followed here too. It resumes after the last event of the run watched before it.
+  let idle = null
+  onCleanup(() => {
+    stream?.close()
+    idle?.close()
+  })
+  const followIdle = (after) => {
+    idle?.close()
+    idle = follow(api, `/api/conversations/${conversationId}/events`, {
+      after,
+      onEvent: (type, data) => {
+        if (type === 'run.created' && data.run?.id && !activeRun) watch(data.run.id)
+      },
+      onState: (state) => {
+        context.notice(state === 'reconnecting' ? 'Connection lost — reconnecting…' : null, 'warn')
+        if (state === 'revoked') context.notice('This stream was closed: your access was revoked.', 'error')
+      },
+    })
+  }
 
   const setActive = (run) => {
     activeRun = run
@@ -87,10 +106,13 @@ export async function renderConversation(main, conversationId, context) {
     input.disabled = busy
   }
   const watch = (runId) => {
+    if (activeRun?.id === runId) return
+    idle?.close()
+    idle = null
     stream?.close()
     setActive({ id: runId })
     runStatus.textContent = 'Connecting…'
-    stream = follow(api, `/api/runs/${runId}/events`, {
+    const watched = follow(api, `/api/runs/${runId}/events`, {
       after: 0,
       onEvent: (type, data) => {
         view.apply(type, data, runId)
@@ -108,9 +130,11 @@ export async function renderConversation(main, conversationId, context) {
           setActive(null)
           input.focus()
         }
+        if (state === 'ended') followIdle(watched.lastId)
         if (state === 'revoked') context.notice('This stream was closed: your access was revoked.', 'error')
       },
     })
+    stream = watched
   }
 
   cancel.onclick = async () => {
@@ -162,7 +186,21 @@ export async function renderConversation(main, conversationId, context) {
       runStatus.dataset.runStatus = last.status
     }
     input.focus()
+    followIdle(last ? await lastEventOf(api, last.id) : 0)
   }
+}
+
+/** The id of a run's last event (the stream of an ended run replays it and ends). */
+function lastEventOf(api, runId) {
+  return new Promise((resolve) => {
+    const replay = follow(api, `/api/runs/${runId}/events`, {
+      after: 0,
+      onEvent: () => {},
+      onState: (state) => {
+        if (state === 'ended' || state === 'revoked') resolve(replay.lastId)
+      },
+    })
+  })
 }
 
 /** The images a tool result names: an execution's `images`, an MCP result's image items kept as files. */

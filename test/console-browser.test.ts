@@ -124,7 +124,8 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
       }),
     )
     token = lastLine((await runPlinth(['users', 'create', 'alice'], { cwd })).stdout)
-    server = await startServe({ cwd, env: { PLINTH_ADMIN_TOKEN: adminToken } })
+    // One user drives every test here, some with hundreds of requests: above the default 600 a minute.
+    server = await startServe({ cwd, env: { PLINTH_ADMIN_TOKEN: adminToken, PLINTH_RATE_LIMIT_MAX: '6000' } })
     proxy = new CuttableProxy(Number(new URL(server.url).port))
     await proxy.listen()
     base = `http://127.0.0.1:${proxy.port}`
@@ -469,6 +470,41 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.click('#cancel')
     await page.waitForSelector('#run-status >> text=Cancelled.')
     await expect(page.locator('#send').isEnabled()).resolves.toBe(true)
+    await page.close()
+  })
+
+  it('an open conversation follows runs started by another client, one after another', async () => {
+    const projectId = await project('Started elsewhere', 'chinese')
+    const conversation = (
+      await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    ).body.id
+    const first = await http(server.url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
+      token,
+      body: { input: 'an earlier question' },
+    })
+    expect(first.body.status).toBe('completed')
+    const page = await newPage()
+    await signIn(page, `#/conversations/${conversation}`)
+    await page.waitForSelector('.msg.user >> text=an earlier question')
+    // Idle in the browser; a run starts from elsewhere (another tab, plinth chat, a schedule).
+    for (const [input, model] of [
+      ['asked from another client', 'markdown'],
+      ['and once more', 'client'],
+    ] as const) {
+      const run = await http(server.url, 'POST', `/api/conversations/${conversation}/runs`, {
+        token,
+        body: { input, model, ...(model === 'client' && { clientTools: ['propose_command'] }) },
+      })
+      expect(run.status).toBe(201)
+      await page.waitForSelector(`.msg.user >> text=${input}`)
+    }
+    // The second run waits for its client tool: the card is live here, and answering it ends the run.
+    const call = page.locator('.call', { hasText: 'propose_command' })
+    await call.locator('button >> text=Decline').click()
+    await page.waitForSelector('.msg.assistant >> text=Understood, not running it.')
+    await page.waitForSelector('#run-status >> text=Completed.')
+    await expect(page.locator('.msg.user', { hasText: 'asked from another client' }).count()).resolves.toBe(1)
+    await shot(page, '16-started-elsewhere')
     await page.close()
   })
 
