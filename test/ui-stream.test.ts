@@ -345,6 +345,14 @@ for (const engine of apiEngines()) {
           providerExecuted?: boolean
         },
       ).toMatchObject({ state: 'output-error', errorText: 'GPS off', providerExecuted: false })
+      // Stored as the failure it was, as AG-UI's tool error is: the model read {accepted: false, error}.
+      const messages = (
+        await server.request('GET', `/api/conversations/${conversationId}/messages`, { token: alice.token })
+      ).body.items
+      expect(messages.find((message: { role: string }) => message.role === 'tool')).toMatchObject({
+        toolStatus: 'error',
+        toolOutput: { accepted: false, error: 'GPS off' },
+      })
     })
 
     it('GET resumes the active run’s whole message from its start, then live; 204 when nothing is active', async () => {

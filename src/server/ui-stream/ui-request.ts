@@ -89,9 +89,13 @@ function answers(message: UiMessage): UiRequest {
     if (part.providerExecuted !== true && typeof part.toolCallId === 'string') {
       if (part.state === 'output-available') outputs.push({ callId: part.toolCallId, output: part.output ?? null })
       else if (part.state === 'output-error')
+        // A failure, recorded as one (as AG-UI's tool error is): `accepted: false` makes the call's status `error`.
         outputs.push({
           callId: part.toolCallId,
-          output: { error: typeof part.errorText === 'string' ? part.errorText : 'the client tool failed' },
+          output: {
+            accepted: false,
+            error: typeof part.errorText === 'string' ? part.errorText : 'the client tool failed',
+          },
         })
     }
   }
