@@ -323,6 +323,41 @@ for (const engine of apiEngines()) {
       expect(agent.messages.map((message) => message.role)).toEqual(['user', 'assistant', 'tool', 'assistant'])
     })
 
+    it('a frontend tool call carries its evaluated risk, on its TOOL_CALL_START and on its interrupt', async () => {
+      model.setTurns([
+        {
+          toolCalls: [
+            { name: 'classified__touch', arguments: { path: '/etc/hosts' } },
+            { name: 'propose_command', arguments: { command: 'rm -rf /' } },
+          ],
+        },
+        { text: 'Done.' },
+      ])
+      const agent = agentFor(await newConversation())
+      agent.addMessage({ id: 'u1', role: 'user', content: 'Clean up' })
+      const tools = [
+        {
+          name: 'propose_command',
+          description: 'Propose a shell command',
+          parameters: { type: 'object', properties: { command: { type: 'string' } } },
+        },
+      ]
+      const first = await run(agent, { tools })
+      const starts = ofType<{ toolCallId: string; toolCallName: string; metadata?: unknown }>(
+        first.events,
+        'TOOL_CALL_START',
+      )
+      const proposed = starts.find((event) => event.toolCallName === 'propose_command')!
+      expect(proposed.metadata).toEqual({
+        plinth: { kind: 'client', risk: 'high', matchedRules: expect.arrayContaining([expect.anything()]) },
+      })
+      const { interrupts } = ofType<{ outcome: { interrupts: Interrupt[] } }>(first.events, 'RUN_FINISHED')[0]!.outcome
+      const clientInterrupt = interrupts.find((interrupt) => interrupt.reason === 'client_tool')!
+      expect(clientInterrupt.metadata).toMatchObject({
+        plinth: { name: 'propose_command', risk: 'high', matchedRules: expect.arrayContaining([expect.anything()]) },
+      })
+    })
+
     it('on the wire: `data:`-only SSE frames, each a valid AG-UI event (@ag-ui/core) that fits the OpenAPI AgUiEvent schema', async () => {
       model.setTurns([
         {

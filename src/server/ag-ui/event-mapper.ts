@@ -6,7 +6,7 @@ import {
   type TokenUsage,
 } from '@ag-ui/core'
 import type { EventRecord } from '../../store/index.js'
-import { interruptsOf, waitingWorkOf, type DecisionDetails } from './interrupts.js'
+import { interruptsOf, waitingWorkOf, type ClientToolRisk, type DecisionDetails } from './interrupts.js'
 
 export type { AgUiEvent }
 
@@ -48,6 +48,7 @@ export class AgUiEventMapper {
   #step: string | null = null
   readonly #rawArguments = new Map<string, string>()
   readonly #decisions = new Map<string, DecisionDetails>()
+  readonly #clientRisks = new Map<string, ClientToolRisk>()
   #done = false
 
   constructor(setup: MapperSetup) {
@@ -95,8 +96,16 @@ export class AgUiEventMapper {
         return this.#assistantMessages.has(String(data.messageId))
           ? this.#messageCompleted(String(data.messageId), data.content, data.toolCalls)
           : []
-      case 'tool_call.created':
-        return this.#toolCall(String(data.callId), String(data.name), data.args)
+      case 'tool_call.created': {
+        // A client tool's evaluated risk (and, for a proposed command, the rules it matched): the
+        // client runs it, so the client is the one to warn.
+        const client =
+          data.kind === 'client'
+            ? { risk: (data.risk as string | null | undefined) ?? null, matchedRules: data.matchedRules ?? [] }
+            : undefined
+        if (client) this.#clientRisks.set(String(data.callId), client)
+        return this.#toolCall(String(data.callId), String(data.name), data.args, client)
+      }
       case 'tool_call.completed':
         return this.#toolResult(String(data.callId), data.status, data.output)
       case 'tool_call.output':
@@ -155,7 +164,7 @@ export class AgUiEventMapper {
     return []
   }
 
-  #toolCall(callId: string, name: string, args: unknown): AgUiEvent[] {
+  #toolCall(callId: string, name: string, args: unknown, client?: ClientToolRisk): AgUiEvent[] {
     const raw = this.#rawArguments.get(callId) ?? JSON.stringify(args ?? {})
     this.#rawArguments.delete(callId)
     return [
@@ -165,6 +174,7 @@ export class AgUiEventMapper {
         toolCallId: callId,
         toolCallName: name,
         ...(this.#assistantMessage && { parentMessageId: this.#assistantMessage }),
+        ...(client && { metadata: { plinth: { kind: 'client', ...client } } }),
       },
       ...(raw === '' ? [] : [{ type: EventType.TOOL_CALL_ARGS, toolCallId: callId, delta: raw } as AgUiEvent]),
       { type: EventType.TOOL_CALL_END, toolCallId: callId },
@@ -200,7 +210,12 @@ export class AgUiEventMapper {
     return this.#finish(
       {
         type: 'interrupt',
-        interrupts: interruptsOf({ decisions, toolOutputs }, this.#decisions, this.#setup.plinthRunId),
+        interrupts: interruptsOf(
+          { decisions, toolOutputs },
+          this.#decisions,
+          this.#setup.plinthRunId,
+          this.#clientRisks,
+        ),
       },
       undefined,
     )

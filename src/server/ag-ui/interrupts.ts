@@ -22,6 +22,12 @@ export interface DecisionDetails {
   reasons: string[]
 }
 
+/** A client tool call's evaluated risk, from its `tool_call.created` event. */
+export interface ClientToolRisk {
+  risk: string | null
+  matchedRules: unknown
+}
+
 /** Reasons of the interrupts Plinth raises. */
 export const interruptReasons = {
   approval: 'tool_approval',
@@ -53,6 +59,7 @@ export function interruptsOf(
   work: WaitingWork,
   details: ReadonlyMap<string, DecisionDetails>,
   runId: string,
+  clientRisks: ReadonlyMap<string, ClientToolRisk> = new Map(),
 ): Interrupt[] {
   const decisions = work.decisions.map((decision): Interrupt => {
     const known = details.get(decision.decisionId)
@@ -83,7 +90,7 @@ export function interruptsOf(
     reason: interruptReasons.clientTool,
     message: `Run the client tool ${call.name} and resume with its output as the payload`,
     toolCallId: call.callId,
-    metadata: { plinth: { runId, name: call.name, args: call.args } },
+    metadata: { plinth: { runId, name: call.name, args: call.args, ...clientRisks.get(call.callId) } },
   }))
   return [...decisions, ...clientTools]
 }
