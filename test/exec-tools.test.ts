@@ -258,6 +258,19 @@ describe('execution tools over HTTP', () => {
     }
     for (const path of ['..%2Fx', 'escape/new.txt', '.ssh/authorized_keys'])
       expect((await put(path, 'x')).status, path).toBe(400)
+    // A new name with a control character (a line break, an escape) is refused; one a program made
+    // can still be read and deleted.
+    for (const path of ['a%0Ab.txt', 'dir%1B%5B2J/x.txt', 'tab%09name.txt', 'del%7F.txt']) {
+      const refused = await put(path, 'x')
+      expect([refused.status, refused.body.code, path]).toEqual([400, 'validation_failed', path])
+      expect(refused.body.detail).toMatch(/control character/)
+    }
+    await writeFile(join(workdir, 'made\nby-a-program.txt'), 'kept')
+    const made = await fetch(`${server.url}${base}/made%0Aby-a-program.txt`, {
+      headers: { authorization: `Bearer ${alice.token}` },
+    })
+    expect(await made.text()).toBe('kept')
+    expect((await server.request('DELETE', `${base}/made%0Aby-a-program.txt`, { token: alice.token })).status).toBe(204)
     await rm(outside, { recursive: true, force: true })
 
     expect((await put('big.bin', 'x'.repeat(5000))).status).toBe(413)

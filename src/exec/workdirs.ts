@@ -48,6 +48,9 @@ export const defaultDeniedSegments = [
 
 export const maxWorkDepth = 32
 const maxDepth = maxWorkDepth
+// C0 controls (NUL is refused for every path), DEL and C1 controls.
+// eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
+const controlCharacter = /[\u0001-\u001f\u007f-\u009f]/
 
 /** What a name is, from its own (not followed) status. */
 function entryType(entry: Stats): FileEntry['type'] {
@@ -272,6 +275,10 @@ export class WorkDirectories {
   ): Promise<{ path: string; size: number; replaced: number | null }> {
     const parts = this.segments(path)
     if (parts.length === 0) throw new PathError('invalid_path', 'a file path is required')
+    // Names the server makes are printable: a line break or an escape in a name would forge lines in
+    // listings, logs and terminals. (A name a program made can still be read and deleted.)
+    if (controlCharacter.test(path))
+      throw new PathError('invalid_path', 'the path contains a control character (a line break, tab, escape, …)')
     const name = parts.at(-1)!
     const parent = await this.#walk(conversationId, parts.slice(0, -1), path, true)
     const staging = `.plinth-upload-${randomUUID()}`
