@@ -143,8 +143,18 @@ for (const engine of apiEngines()) {
       expect(found.status).toBe(200)
       const memory = found.body.items[0]
       expect(memory).toMatchObject({ key: 'favourite-colour', scope: 'user', score: expect.any(Number) })
-      const forgotten = await server.request('DELETE', `/api/memories/${memory.id}`, { token: alice.token })
+      const forget = () =>
+        server.request('DELETE', `/api/memories/${memory.id}`, {
+          token: alice.token,
+          headers: { 'idempotency-key': `forget-${memory.id}` },
+        })
+      const forgotten = await forget()
       expect(forgotten.status).toBe(204)
+      // A retry with the same key answers what the first got, though the memory is gone.
+      const retried = await forget()
+      expect([retried.status, retried.headers.get('idempotent-replayed')]).toEqual([204, 'true'])
+      // Without the key, it is gone.
+      expect((await server.request('DELETE', `/api/memories/${memory.id}`, { token: alice.token })).status).toBe(404)
       expect(
         (await server.request('GET', '/api/memories?q=favourite%20colour', { token: alice.token })).body.items,
       ).toEqual([])
