@@ -480,6 +480,18 @@ export class CommandBus {
       : outcomeOf(dispatch)
   }
 
+  /**
+   * What the user dispatched with an idempotency key, if anything: for a route that must find its
+   * target before dispatching, when a retry's target is already gone (a memory forgotten).
+   */
+  async dispatchedWithKey(
+    userId: string,
+    key: string,
+  ): Promise<{ commandId: string; params: unknown; projectId: string | null } | undefined> {
+    const found = await findDispatchByKey(this.#options.store, userId, key)
+    return found && { commandId: found.commandId, params: found.params, projectId: found.projectId }
+  }
+
   /** Whether the user may approve the decision (not only reject it): it may be reserved to designated approvers. */
   async mayApprove(decisionId: string, userId: string): Promise<boolean> {
     const decision = await getDecision(this.#options.store, decisionId)

@@ -3,7 +3,7 @@ import { Type, type Static } from 'typebox'
 import { memoryJson, type DispatchOutcome } from '../../cmdbus/index.js'
 import type { JsonValue } from '../../extension/index.js'
 import { memoryLimits } from '../../rag/index.js'
-import { findDispatchByKey, type User } from '../../store/index.js'
+import type { User } from '../../store/index.js'
 import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { busProblem } from '../dispatch-answer.js'
@@ -242,7 +242,7 @@ export function registerMemoryRoutes(app: App, deps: ServerDeps): void {
       const user = caller(request)
       const key = idempotencyKey(request)
       // A retry of a forget made with this key: the memory is gone, and the answer is the one given then.
-      const earlier = key === undefined ? undefined : await findDispatchByKey(deps.store, user.id, key)
+      const earlier = key === undefined ? undefined : await deps.bus.dispatchedWithKey(user.id, key)
       const retried =
         earlier?.commandId === 'memory.forget' && (earlier.params as { id?: unknown }).id === request.params.id
       const projectId = retried ? earlier.projectId : (await memories.get(user.id, request.params.id)).projectId
