@@ -214,9 +214,15 @@ for (const engine of apiEngines()) {
       expect([scope.status, scope.body.code]).toEqual([400, 'validation_failed'])
       const noProject = await create({ text: 'fact', scope: 'project' })
       expect([noProject.status, noProject.body.code]).toEqual([400, 'validation_failed'])
+      // A user memory belongs to no project: naming one with it is a mistake, not something to drop.
+      const userWithProject = await create({ text: 'fact', scope: 'user', projectId: aliceProject })
+      expect([userWithProject.status, userWithProject.body.code]).toEqual([400, 'validation_failed'])
+      expect(userWithProject.body.detail).toMatch(/projectId/)
       const notMine = await create({ text: 'fact', projectId: bobProject })
       expect(notMine.status).toBe(404)
       expect((await server.request('GET', '/api/memories/not-an-id', { token: alice.token })).status).toBe(400)
+      const paged = await server.request('GET', '/api/memories?q=fact&cursor=garbage', { token: alice.token })
+      expect([paged.status, paged.body.code]).toEqual([400, 'validation_failed'])
     })
 
     it('project memories are seen by the project’s members, not by others; isolated runs recall nothing', async () => {

@@ -8,6 +8,7 @@ import { caller } from '../auth.js'
 import { decodeCursor, toListAnswer } from '../cursor.js'
 import { busProblem } from '../dispatch-answer.js'
 import { idempotencyKey } from '../idempotency.js'
+import { HttpProblem } from '../problem.js'
 import { Decision, Id, IdParams, PageOf, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
@@ -138,6 +139,13 @@ export function registerMemoryRoutes(app: App, deps: ServerDeps): void {
         ...(query.namespace !== undefined && { namespace: query.namespace }),
       }
       if (query.q !== undefined) {
+        // The best matches are one answer, not pages: a cursor would be silently ignored.
+        if (query.cursor !== undefined)
+          throw new HttpProblem(
+            'validation_failed',
+            'querystring.cursor: a search (q) answers its best matches at once (k), without pages',
+            { errors: [{ path: 'querystring.cursor', message: 'not allowed with q' }] },
+          )
         const hits = await memories.recall(user.id, query.q, { ...filter, k: query.k ?? 10 })
         return { items: hits.map((hit) => ({ ...memoryJson(hit), score: hit.score })), nextCursor: null }
       }
@@ -166,6 +174,10 @@ export function registerMemoryRoutes(app: App, deps: ServerDeps): void {
       const user = caller(request)
       const { projectId, ...body } = request.body
       const scope = body.scope ?? (projectId ? 'project' : 'user')
+      if (scope === 'user' && projectId)
+        throw new HttpProblem('validation_failed', 'body.projectId: a user memory belongs to no project; omit it', {
+          errors: [{ path: 'body.projectId', message: 'not allowed with scope "user"' }],
+        })
       const outcome = await dispatch(
         user,
         'memory.remember',
