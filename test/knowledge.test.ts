@@ -290,6 +290,11 @@ for (const engine of testEngines()) {
       const notAFile = await raw('multipart/form-data; boundary=zzz', textFile)
       expectCode(notAFile, 400, 'validation_failed')
       expect(JSON.stringify(notAFile.body)).toContain('must be a file')
+      // A file name too long for a title names the file name, not a title nobody sent.
+      const longName = await raw('multipart/form-data; boundary=zzz', part(`${'n'.repeat(600)}.md`) + '--zzz--\r\n')
+      expectCode(longName, 400, 'validation_failed')
+      expect(JSON.stringify(longName.body)).toContain('body.file.filename')
+      expect(JSON.stringify(longName.body)).not.toContain('body.title')
       // Neither JSON nor multipart: 415, naming both ways in.
       const plain = await raw('text/plain', 'hello')
       expectCode(plain, 415, 'unsupported_media_type')

@@ -174,6 +174,9 @@ for (const engine of apiEngines()) {
         expect(answer.headers.get('content-type'), what).toMatch(/^application\/problem\+json/)
         expect(answer.body.code, what).toBe('invalid_image')
       }
+      // A message of whitespace alone is not about images at all.
+      const blank = await post(conversationId, { model: 'gpt-vision', input: [{ type: 'text', text: '   ' }] })
+      expect([blank.status, blank.body.code]).toEqual([400, 'validation_failed'])
       // Nothing was created by the refusals.
       const runs = await server.request('GET', `/api/conversations/${conversationId}/runs`, { token: alice.token })
       expect(runs.body.items).toEqual([])

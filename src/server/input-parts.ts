@@ -131,7 +131,9 @@ export async function resolveInput(
   }
   const text = parts.flatMap((part) => (part.type === 'text' ? [part.text] : [])).join('\n\n')
   if (!text.trim() && images === 0 && files === 0)
-    throw invalid('body.input: a message needs text, an image or a document')
+    throw new HttpProblem('validation_failed', 'body.input: a message needs text, an image or a document', {
+      errors: [{ path: 'body.input', message: 'needs text, an image or a document' }],
+    })
   return { text, parts }
 }
 

@@ -395,9 +395,10 @@ async function readUpload(request: FastifyRequest, ingestor: Ingestor, maxBytes:
         errors: [{ path: 'body.file', message: 'is required' }],
       })
     const title = (fields.title ?? file.filename.replace(/\.[^.]+$/, '')).trim() || file.filename
+    // The file name first: a title made from it would otherwise be blamed for its length.
     for (const [path, value] of [
-      ['body.title', title],
       ['body.file.filename', file.filename],
+      ['body.title', title],
     ] as const) {
       const problemText = stringProblem(value) ?? (value.length > 500 ? 'must be at most 500 characters' : null)
       if (problemText)
