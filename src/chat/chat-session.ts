@@ -196,7 +196,14 @@ export class ChatSession {
         this.#options.output.write(shown(String(data.text ?? '')))
         break
       case 'message.completed':
-        if (turn.streaming) this.#options.output.write('\n')
+        // A message cut off (the server stopped, the run was taken over) is followed by the answer
+        // made again from its start: say so, so the text shown twice is not taken for two answers.
+        if (turn.streaming)
+          this.#options.output.write(
+            data.status === 'interrupted' || data.status === 'failed'
+              ? `${paint(this.#color, 'yellow', ` (${String(data.status)}; the answer starts again)`)}\n`
+              : '\n',
+          )
         turn.streaming = false
         if (typeof data.content === 'string' && data.content && !data.toolCalls) turn.answer = data.content
         break
