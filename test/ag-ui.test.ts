@@ -617,6 +617,20 @@ for (const engine of apiEngines()) {
             'invalid_tool',
           ],
           [
+            'a tool Plinth cannot offer (a schema invalid inside)',
+            input(conversationId, {
+              tools: [
+                {
+                  name: 'get_color',
+                  description: 'x',
+                  parameters: { type: 'object', properties: { a: { type: 'nonsense' } } },
+                },
+              ],
+            }),
+            400,
+            'invalid_tool',
+          ],
+          [
             'the same tool twice',
             input(conversationId, {
               tools: [

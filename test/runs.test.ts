@@ -426,6 +426,16 @@ for (const engine of apiEngines()) {
         body: { input: 'x', clientTools: [{ name: 'bad name', parameters: {} }] },
       })
       expect([badTool.status, badTool.body.code]).toEqual([400, 'validation_failed'])
+      // A schema that is not JSON Schema deeper down is refused here, not by the provider mid-run.
+      const badSchema = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: alice.token,
+        body: {
+          input: 'x',
+          clientTools: [{ name: 'pick', parameters: { type: 'object', properties: { a: { type: 'nonsense' } } } }],
+        },
+      })
+      expect([badSchema.status, badSchema.body.code]).toEqual([400, 'validation_failed'])
+      expect(badSchema.body.detail).toMatch(/clientTools\[0\]\.parameters is not valid JSON Schema/)
       const bob = await server.createUser()
       const foreign = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
         token: bob.token,

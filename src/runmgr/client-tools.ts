@@ -1,3 +1,4 @@
+import { Ajv } from 'ajv'
 import type { ModelTool } from '../llm/index.js'
 import { RunRequestError } from './run-errors.js'
 
@@ -19,6 +20,25 @@ export const proposeCommandTool: ModelTool = {
 
 const namePattern = /^[a-zA-Z][a-zA-Z0-9_]{0,63}$/
 
+// Checks schemas against the JSON Schema meta-schema only (unknown keywords pass, as providers allow).
+const metaSchema = new Ajv({ strict: false, validateSchema: true })
+
+/**
+ * What is wrong with a client tool's `parameters`, or undefined: an object schema that is itself valid
+ * JSON Schema (`{"type": "nonsense"}` anywhere in it is refused here rather than by the provider).
+ */
+export function toolSchemaProblem(parameters: unknown): string | undefined {
+  if (!parameters || typeof parameters !== 'object' || Array.isArray(parameters)) return 'must be a JSON Schema object'
+  if ((parameters as { type?: unknown }).type !== 'object') return 'must be a JSON Schema with type "object"'
+  // Checked against draft-07's meta-schema whatever `$schema` names (zod emits 2020-12's; a draft Ajv
+  // does not hold would be refused outright): the keywords that matter read the same in both.
+  const schema = { ...(parameters as { [key: string]: unknown }) }
+  delete schema.$schema
+  if (metaSchema.validateSchema(schema) === true) return undefined
+  const first = metaSchema.errors?.[0]
+  return `is not valid JSON Schema${first ? `: ${first.instancePath || '/'} ${first.message ?? ''}`.trimEnd() : ''}`
+}
+
 /** Validates a run's `clientTools`: built-in names, or `{name, description, parameters}` objects. */
 export function resolveClientTools(input: unknown): ModelTool[] {
   if (input === undefined || input === null) return []
@@ -34,20 +54,12 @@ export function resolveClientTools(input: unknown): ModelTool[] {
     if (!tool || typeof tool.name !== 'string' || !namePattern.test(tool.name)) {
       throw new RunRequestError('validation_failed', `clientTools[${index}].name must match ${namePattern.source}`)
     }
-    if (
-      !tool.parameters ||
-      typeof tool.parameters !== 'object' ||
-      (tool.parameters as { type?: unknown }).type !== 'object'
-    ) {
-      throw new RunRequestError(
-        'validation_failed',
-        `clientTools[${index}].parameters must be a JSON Schema with type "object"`,
-      )
-    }
+    const problem = toolSchemaProblem(tool.parameters)
+    if (problem) throw new RunRequestError('validation_failed', `clientTools[${index}].parameters ${problem}`)
     return {
       name: tool.name,
       description: typeof tool.description === 'string' ? tool.description : '',
-      parameters: tool.parameters,
+      parameters: tool.parameters as ModelTool['parameters'],
     }
   })
 }

@@ -10,7 +10,7 @@ export {
   type CompactionSettings,
 } from './compaction.js'
 export { buildModelMessages, trimToBudget, estimateTokens } from './history.js'
-export { resolveClientTools, proposeCommandTool } from './client-tools.js'
+export { resolveClientTools, proposeCommandTool, toolSchemaProblem } from './client-tools.js'
 export { ProjectService, type ProjectServiceDeps } from './project-service.js'
 export { ConversationService, type ConversationWithRun } from './conversation-service.js'
 export { RunQueries } from './run-queries.js'

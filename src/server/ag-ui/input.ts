@@ -1,6 +1,7 @@
 import type { Message, RunAgentInput, Tool } from '@ag-ui/core'
 import { RunAgentInputSchema } from '@ag-ui/core/schemas'
 import { HttpProblem } from '../problem.js'
+import { toolSchemaProblem } from '../../runmgr/index.js'
 
 const maxReportedIssues = 20
 const toolName = /^[a-zA-Z][a-zA-Z0-9_]{0,63}$/
@@ -54,8 +55,8 @@ export function clientToolsOf(
     if (seen.has(tool.name)) fail('name', `repeats the tool ${JSON.stringify(tool.name)}`)
     seen.add(tool.name)
     const parameters = (tool.parameters ?? { type: 'object', properties: {} }) as Record<string, unknown>
-    if (typeof parameters !== 'object' || Array.isArray(parameters) || parameters.type !== 'object')
-      fail('parameters', 'must be a JSON Schema with type "object"')
+    const problem = toolSchemaProblem(parameters)
+    if (problem) fail('parameters', problem)
     return { name: tool.name, description: tool.description, parameters }
   })
 }
