@@ -204,6 +204,9 @@ for (const engine of apiEngines()) {
         server.request('POST', '/api/memories', { token: alice.token, body })
       const long = await create({ text: 'x'.repeat(4001) })
       expect([long.status, long.body.code]).toEqual([413, 'memory_too_large'])
+      // Characters, not UTF-16 units: 4,000 emoji fit, one more does not.
+      expect((await create({ text: '🦘'.repeat(4000), key: 'emoji' })).status).toBe(201)
+      expect((await create({ text: '🦘'.repeat(4001), key: 'emoji' })).status).toBe(413)
       const big = await create({ text: 'big value', value: { blob: 'y'.repeat(17_000) } })
       expect([big.status, big.body.code]).toEqual([413, 'memory_too_large'])
       for (const field of ['key', 'namespace']) {

@@ -203,6 +203,12 @@ export class Memories {
   }
 }
 
+/** Characters as a person counts them (and JSON Schema's maxLength): code points, an emoji one. */
+function characters(text: string): number {
+  // UTF-16 units less the second half of each surrogate pair.
+  return text.length - (text.match(/[\uDC00-\uDFFF]/g)?.length ?? 0)
+}
+
 function checkSizes(fields: {
   text: string
   value: JsonValue | null | undefined
@@ -210,7 +216,7 @@ function checkSizes(fields: {
   key: string | undefined
 }): void {
   if (fields.text.trim().length === 0) throw new RequestError('validation_failed', 'text: must not be empty')
-  if (fields.text.length > memoryLimits.textChars)
+  if (characters(fields.text) > memoryLimits.textChars)
     throw new RequestError('memory_too_large', `text: over ${memoryLimits.textChars} characters`)
   if (fields.value !== undefined && Buffer.byteLength(JSON.stringify(fields.value)) > memoryLimits.valueBytes)
     throw new RequestError('memory_too_large', `value: over ${memoryLimits.valueBytes} bytes as JSON`)
@@ -220,7 +226,7 @@ function checkSizes(fields: {
   ] as const) {
     if (text === undefined) continue
     if (text.length === 0) throw new RequestError('validation_failed', `${name}: must not be empty`)
-    if (text.length > memoryLimits.nameChars)
+    if (characters(text) > memoryLimits.nameChars)
       throw new RequestError('memory_too_large', `${name}: over ${memoryLimits.nameChars} characters`)
   }
 }
