@@ -426,6 +426,26 @@ for (const engine of apiEngines()) {
         body: { input: 'x', clientTools: [{ name: 'bad name', parameters: {} }] },
       })
       expect([badTool.status, badTool.body.code]).toEqual([400, 'validation_failed'])
+      // An input of either shape fails with what is wrong with it, not with every alternative.
+      const empty = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: alice.token,
+        body: { input: '' },
+      })
+      expect([empty.status, empty.body.code, empty.body.errors]).toEqual([
+        400,
+        'validation_failed',
+        [{ path: 'body.input', message: 'must NOT have fewer than 1 characters' }],
+      ])
+      const number = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: alice.token,
+        body: { input: 5 },
+      })
+      expect(number.body.detail).toBe('body.input: must be string or array')
+      const badPart = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: alice.token,
+        body: { input: [{ type: 'text' }] },
+      })
+      expect(badPart.body.errors).not.toContainEqual({ path: 'body.input', message: 'must be string' })
       // A schema that is not JSON Schema deeper down is refused here, not by the provider mid-run.
       const badSchema = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
         token: alice.token,

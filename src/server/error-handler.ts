@@ -64,7 +64,7 @@ function classify(
     return { code: 'service_unavailable', detail: 'the database is not reachable right now; try again shortly' }
   const fastifyError = error as FastifyError & { validation?: ValidationIssue[]; validationContext?: string }
   if (fastifyError.validation) {
-    const all = mergeConstAlternatives(fastifyError.validation)
+    const all = collapseAlternatives(mergeConstAlternatives(fastifyError.validation))
     // A body of thousands of bad fields gets a bounded answer: the first few, and how many there were.
     const errors = all
       .slice(0, maxReportedErrors)
@@ -128,6 +128,51 @@ function mergeConstAlternatives(issues: readonly ValidationIssue[]): ValidationI
     merged.push({ instancePath: issue.instancePath, keyword: 'enum', params: { allowedValues: values } })
   }
   return merged
+}
+
+/**
+ * A value that fits none of a union's shapes fails once per shape, plus the `anyOf`: said as what is
+ * wrong with it. One that has a shape's type (a string, an array) gets only that shape's failures
+ * (`must NOT have fewer than 1 characters`, or its items'); one of no shape's type, `must be string or
+ * array`.
+ */
+function collapseAlternatives(issues: readonly ValidationIssue[]): ValidationIssue[] {
+  const unions = new Set(issues.filter((issue) => issue.keyword === 'anyOf').map((issue) => issue.instancePath))
+  if (unions.size === 0) return [...issues]
+  const result: ValidationIssue[] = []
+  const said = new Set<string>()
+  for (const issue of issues) {
+    const at = issue.instancePath
+    if (!unions.has(at)) {
+      result.push(issue)
+      continue
+    }
+    if (issue.keyword !== 'anyOf' && issue.keyword !== 'type') {
+      result.push(issue)
+      continue
+    }
+    // The type mismatches and the anyOf itself: kept only when no shape's type fitted.
+    if (said.has(at)) continue
+    said.add(at)
+    const fitted = issues.some(
+      (other) =>
+        other.keyword !== 'anyOf' &&
+        other.keyword !== 'type' &&
+        (other.instancePath === at || other.instancePath.startsWith(`${at}/`)),
+    )
+    if (fitted) continue
+    const types = issues
+      .filter((other) => other.instancePath === at && other.keyword === 'type')
+      .flatMap((other) => String(other.params.type).split(','))
+    result.push({
+      instancePath: at,
+      keyword: 'type',
+      message:
+        types.length > 0 ? `must be ${[...new Set(types)].join(' or ')}` : 'must match one of its allowed shapes',
+      params: {},
+    })
+  }
+  return result
 }
 
 function describeIssue(issue: ValidationIssue, context: string): ProblemField {
