@@ -3,8 +3,7 @@ import {
   getRagSettings,
   memoriesAfter,
   setRagTokenizer,
-  updateChunkIndexing,
-  updateMemoryIndexing,
+  updateIndexing,
   type Store,
 } from '../store/index.js'
 import { HashingEmbedder, type Embedder } from './embeddings.js'
@@ -28,55 +27,43 @@ export async function retokenizeStored(
   const recorded = await getRagSettings(store)
   if (!recorded || recorded.tokenizer >= tokenizerVersion) return undefined
   const hashed = embedder instanceof HashingEmbedder
-  const reindex = async (texts: readonly string[]) => {
-    const embeddings = hashed ? await embedder.embed(texts) : undefined
-    return texts.map((text, index) => ({ search: toTsvector(text), embedding: embeddings?.[index] }))
+  /** Pages through one table's texts, indexing again those whose tokens changed; how many did. */
+  const reindex = async (
+    table: 'knowledge_chunks' | 'memories',
+    page: (after: string) => Promise<Array<{ id: string; text: string }>>,
+  ): Promise<number> => {
+    let changed = 0
+    for (let after = ''; ;) {
+      await pause()
+      const rows = await page(after)
+      if (rows.length === 0) return changed
+      after = rows.at(-1)!.id
+      const stale = rows.filter((row) => retokenizes(row.text))
+      if (stale.length === 0) continue
+      const embeddings = hashed ? await embedder.embed(stale.map((row) => row.text)) : undefined
+      await pause()
+      await store.transaction((tx) =>
+        updateIndexing(
+          tx,
+          table,
+          stale.map((row, index) => ({
+            id: row.id,
+            search: toTsvector(row.text),
+            ...(embeddings && { embedding: embeddings[index]! }),
+          })),
+        ),
+      )
+      changed += stale.length
+    }
   }
-  let chunks = 0
-  for (let after = ''; ;) {
-    await pause()
-    const page = await chunksAfter(store, after, pageSize)
-    if (page.length === 0) break
-    after = page.at(-1)!.id
-    // What the ingestor indexed: the chunk with its heading path.
-    const changed = page
-      .map((chunk) => ({ id: chunk.id, text: chunk.heading ? `${chunk.heading}\n${chunk.text}` : chunk.text }))
-      .filter((chunk) => retokenizes(chunk.text))
-    if (changed.length === 0) continue
-    const indexed = await reindex(changed.map((chunk) => chunk.text))
-    await pause()
-    await store.transaction((tx) =>
-      updateChunkIndexing(
-        tx,
-        changed.map((chunk, index) => ({ id: chunk.id, ...withEmbedding(indexed[index]!) })),
-      ),
-    )
-    chunks += changed.length
-  }
-  let memories = 0
-  for (let after = ''; ;) {
-    await pause()
-    const page = await memoriesAfter(store, after, pageSize)
-    if (page.length === 0) break
-    after = page.at(-1)!.id
-    const changed = page.filter((memory) => retokenizes(memory.text))
-    if (changed.length === 0) continue
-    const indexed = await reindex(changed.map((memory) => memory.text))
-    await store.transaction((tx) =>
-      updateMemoryIndexing(
-        tx,
-        changed.map((memory, index) => ({ id: memory.id, ...withEmbedding(indexed[index]!) })),
-      ),
-    )
-    memories += changed.length
-  }
+  // What the ingestor indexed of a chunk: the chunk with its heading path.
+  const chunks = await reindex('knowledge_chunks', async (after) =>
+    (await chunksAfter(store, after, pageSize)).map((chunk) => ({
+      id: chunk.id,
+      text: chunk.heading ? `${chunk.heading}\n${chunk.text}` : chunk.text,
+    })),
+  )
+  const memories = await reindex('memories', (after) => memoriesAfter(store, after, pageSize))
   await setRagTokenizer(store, tokenizerVersion)
   return { chunks, memories }
-}
-
-function withEmbedding(indexed: { search: string; embedding: number[] | undefined }): {
-  search: string
-  embedding?: number[]
-} {
-  return indexed.embedding ? { search: indexed.search, embedding: indexed.embedding } : { search: indexed.search }
 }

@@ -242,7 +242,7 @@ export {
   getRagSettings,
   setRagSettings,
   setRagTokenizer,
-  updateChunkIndexing,
+  updateIndexing,
   ensureVectorIndex,
   dropVectorIndexes,
   vectorIndexFit,
@@ -262,7 +262,6 @@ export { latestCompaction, listCompactions, insertCompaction, type Compaction } 
 export {
   upsertMemory,
   memoriesAfter,
-  updateMemoryIndexing,
   updateMemory,
   getMemory,
   findMemoryByKey,

@@ -539,14 +539,18 @@ export async function setRagTokenizer(db: Executor, tokenizer: number): Promise<
   await kysely(db).updateTable('rag_settings').set({ tokenizer, updated_at: new Date() }).where('id', '=', 1).execute()
 }
 
-/** New search vectors (and, when given, embeddings) for chunks tokenized again. */
-export async function updateChunkIndexing(
+/**
+ * New search vectors (and, when given, embeddings) for knowledge chunks or memories tokenized again
+ * (`src/rag/retokenize.ts`).
+ */
+export async function updateIndexing(
   tx: Executor,
+  table: 'knowledge_chunks' | 'memories',
   updates: ReadonlyArray<{ id: string; search: string; embedding?: readonly number[] }>,
 ): Promise<void> {
   for (const update of updates)
     await kysely(tx)
-      .updateTable('knowledge_chunks')
+      .updateTable(table)
       .set({
         search: sql`${update.search}::tsvector`,
         ...(update.embedding && { embedding: sql`${vectorLiteral(update.embedding)}::vector` }),

@@ -241,19 +241,3 @@ export async function memoriesAfter(
     .limit(limit)
     .execute()
 }
-
-/** New search vectors (and, when given, embeddings) for memories tokenized again. */
-export async function updateMemoryIndexing(
-  tx: Executor,
-  updates: ReadonlyArray<{ id: string; search: string; embedding?: readonly number[] }>,
-): Promise<void> {
-  for (const update of updates)
-    await kysely(tx)
-      .updateTable('memories')
-      .set({
-        search: sql`${update.search}::tsvector`,
-        ...(update.embedding && { embedding: sql`${vectorLiteral(update.embedding)}::vector` }),
-      })
-      .where('id', '=', update.id)
-      .execute()
-}
