@@ -404,6 +404,11 @@ for (const engine of apiEngines()) {
         code: 'invalid_ui_message',
         detail: expect.stringContaining('messages[0].parts[0].type'),
       })
+      const notText = await post({ messages: [{ id: 'm', role: 'user', parts: [{ type: 'text', text: 5 }] }] })
+      expect(notText.body).toMatchObject({
+        code: 'invalid_ui_message',
+        detail: 'messages[0].parts[0].text: must be a string',
+      })
       const file = await post({
         messages: [{ id: 'm', role: 'user', parts: [{ type: 'file', mediaType: 'image/png', url: 'data:,' }] }],
       })

@@ -55,8 +55,11 @@ export function readUiRequest(messages: readonly UiMessage[]): UiRequest {
 function userText(message: UiMessage, index: number): string {
   const texts: string[] = []
   message.parts.forEach((part, at) => {
-    if (part.type === 'text') texts.push(typeof part.text === 'string' ? part.text : '')
-    else if (part.type === 'file')
+    if (part.type === 'text') {
+      if (typeof part.text !== 'string')
+        throw new HttpProblem('invalid_ui_message', `messages[${index}].parts[${at}].text: must be a string`)
+      texts.push(part.text)
+    } else if (part.type === 'file')
       throw new HttpProblem(
         'unsupported_ui_part',
         `messages[${index}].parts[${at}]: file parts are not supported yet; send text`,
