@@ -177,6 +177,14 @@ export async function deleteProject(tx: Executor, project: Project): Promise<voi
     .where('project_id', '=', project.id)
     .where('deleted_at', 'is', null)
     .execute()
+  // Its knowledge goes with it: out of every owner's volume, the stored uploads dropped now; the rows
+  // and chunks (unreachable: nobody searches a deleted project) go with retention.
+  await kysely(tx)
+    .updateTable('knowledge_items')
+    .set({ deleted_at: now, upload: null, upload_path: null, updated_at: now })
+    .where('project_id', '=', project.id)
+    .where('deleted_at', 'is', null)
+    .execute()
   await appendEvents(tx, [
     { type: 'project.deleted', projectId: project.id, userId: project.ownerId, data: { projectId: project.id } },
   ])

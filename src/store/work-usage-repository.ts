@@ -49,30 +49,21 @@ export async function adjustWorkUsage(
     .execute()
 }
 
-/**
- * The recorded usage of one conversation and of all its owner's conversations. A deleted conversation
- * (or one of a deleted project) counts no more: its files are unreachable and go with retention.
- */
+/** The recorded usage of one conversation and of all its owner's conversations. */
 export async function workUsageOf(
   db: Executor,
   conversationId: string,
   ownerId: string,
 ): Promise<{ conversation: WorkUsage; user: WorkUsage }> {
   const row = await kysely(db)
-    .selectFrom('work_usage as u')
-    .innerJoin('conversations as c', 'c.id', 'u.conversation_id')
+    .selectFrom('work_usage')
     .select([
-      sql<string>`coalesce(sum(u.bytes) filter (where u.conversation_id = ${conversationId}), 0)`.as(
-        'conversation_bytes',
-      ),
-      sql<string>`coalesce(sum(u.files) filter (where u.conversation_id = ${conversationId}), 0)`.as(
-        'conversation_files',
-      ),
-      sql<string>`coalesce(sum(u.bytes), 0)`.as('user_bytes'),
-      sql<string>`coalesce(sum(u.files), 0)`.as('user_files'),
+      sql<string>`coalesce(sum(bytes) filter (where conversation_id = ${conversationId}), 0)`.as('conversation_bytes'),
+      sql<string>`coalesce(sum(files) filter (where conversation_id = ${conversationId}), 0)`.as('conversation_files'),
+      sql<string>`coalesce(sum(bytes), 0)`.as('user_bytes'),
+      sql<string>`coalesce(sum(files), 0)`.as('user_files'),
     ])
-    .where('u.owner_id', '=', ownerId)
-    .where((eb) => eb.or([eb('c.deleted_at', 'is', null), eb('c.id', '=', conversationId)]))
+    .where('owner_id', '=', ownerId)
     .executeTakeFirstOrThrow()
   return {
     conversation: { bytes: Number(row.conversation_bytes), files: Number(row.conversation_files) },
@@ -85,7 +76,6 @@ export async function projectWorkBytes(db: Executor, conversationId: string): Pr
   const { rows } = await sql<{ bytes: string }>`
     select coalesce(sum(u.bytes), 0) as bytes from work_usage u
     join conversations c on c.id = u.conversation_id
-    where c.project_id = (select project_id from conversations where id = ${conversationId})
-      and (c.deleted_at is null or c.id = ${conversationId})`.execute(kysely(db))
+    where c.project_id = (select project_id from conversations where id = ${conversationId})`.execute(kysely(db))
   return Number(rows[0]?.bytes ?? 0)
 }
