@@ -2,7 +2,14 @@ import type { Logger } from 'pino'
 import { createPluginKv, createPluginLogger, knowledgeHitJson, type ProjectAccess } from '../cmdbus/index.js'
 import type { Host, KnowledgeHit, Options } from '../extension/index.js'
 import { RetrievalScopeError, type Ingestor, type Retriever } from '../rag/index.js'
-import { announceAccessChange, appendAuditEntry, appendEvents, getProject, type Store } from '../store/index.js'
+import {
+  announceAccessChange,
+  appendAuditEntry,
+  appendEvents,
+  getConversation,
+  getProject,
+  type Store,
+} from '../store/index.js'
 
 /** Builds the capabilities a plugin receives at setup. */
 export function createPluginHost(
@@ -38,6 +45,10 @@ export function createPluginHost(
     emit: async (event) => {
       const project = await getProject(store, event.projectId)
       if (!project) throw new Error(`emit: no project ${event.projectId}`)
+      // An event about a conversation is its owner's (the project stream shows it to them alone).
+      const conversation = event.conversationId ? await getConversation(store, event.conversationId) : undefined
+      if (event.conversationId && conversation?.projectId !== project.id)
+        throw new Error(`emit: no conversation ${event.conversationId} in project ${project.id}`)
       const type = `plugin.${plugin}.${event.type}`
       await store.transaction((tx) =>
         appendEvents(tx, [
@@ -45,7 +56,7 @@ export function createPluginHost(
             type,
             projectId: project.id,
             conversationId: event.conversationId ?? null,
-            userId: project.ownerId,
+            userId: conversation?.ownerId ?? project.ownerId,
             data: event.data,
           },
         ]),
