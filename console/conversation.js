@@ -80,16 +80,26 @@ export async function renderConversation(main, conversationId, context) {
   // Between runs, the conversation's own stream: a run started elsewhere (another tab, plinth chat, a
   // schedule) is followed here too. It resumes after the last event of the run watched before it.
   let idle = null
+  let left = false
+  // Runs this page has followed to their end: their events on the conversation stream are not news.
+  const followed = new Set()
   onCleanup(() => {
+    left = true
     stream?.close()
     idle?.close()
   })
-  const followIdle = (after) => {
+  const followIdle = (after, { fromStart = false } = {}) => {
     idle?.close()
+    idle = null
+    // Without a point to resume from, the stream would replay the whole conversation: stay put.
+    if (left || (!(after > 0) && !fromStart)) return
     idle = follow(api, `/api/conversations/${conversationId}/events`, {
-      after,
+      after: fromStart ? 0 : after,
       onEvent: (type, data) => {
-        if (type === 'run.created' && data.run?.id && !activeRun) watch(data.run.id)
+        // Any event of a run not followed yet: a run queued behind the last one has its run.created
+        // before that run's end, so it is known by what it does next.
+        const runId = data.run?.id ?? data.runId
+        if (runId && !activeRun && !followed.has(runId)) watch(runId)
       },
       onState: (state) => {
         context.notice(state === 'reconnecting' ? 'Connection lost — reconnecting…' : null, 'warn')
@@ -130,7 +140,10 @@ export async function renderConversation(main, conversationId, context) {
           setActive(null)
           input.focus()
         }
-        if (state === 'ended') followIdle(watched.lastId)
+        if (state === 'ended') {
+          followed.add(runId)
+          followIdle(watched.lastId)
+        }
         if (state === 'revoked') context.notice('This stream was closed: your access was revoked.', 'error')
       },
     })
@@ -186,20 +199,28 @@ export async function renderConversation(main, conversationId, context) {
       runStatus.dataset.runStatus = last.status
     }
     input.focus()
-    followIdle(last ? await lastEventOf(api, last.id) : 0)
+    // A run started since the conversation was read is followed; else the stream resumes after the
+    // last run's end (a conversation without runs: from its start, which holds little).
+    if (last && !['completed', 'failed', 'cancelled', 'expired'].includes(last.status)) watch(last.id)
+    else if (last) {
+      followed.add(last.id)
+      followIdle(await lastEventOf(api, last.id, onCleanup))
+    } else followIdle(0, { fromStart: true })
   }
 }
 
-/** The id of a run's last event (the stream of an ended run replays it and ends). */
-function lastEventOf(api, runId) {
+/** The id of an ended run's last event (its stream replays it and ends); 0 when it cannot be read. */
+function lastEventOf(api, runId, onCleanup) {
   return new Promise((resolve) => {
     const replay = follow(api, `/api/runs/${runId}/events`, {
       after: 0,
       onEvent: () => {},
       onState: (state) => {
-        if (state === 'ended' || state === 'revoked') resolve(replay.lastId)
+        if (state === 'ended') resolve(replay.lastId)
+        if (state === 'revoked' || state === 'closed') resolve(0)
       },
     })
+    onCleanup(() => replay.close())
   })
 }
 

@@ -504,6 +504,19 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.waitForSelector('.msg.assistant >> text=Understood, not running it.')
     await page.waitForSelector('#run-status >> text=Completed.')
     await expect(page.locator('.msg.user', { hasText: 'asked from another client' }).count()).resolves.toBe(1)
+    // A run queued behind another (its run.created came before the first one ended) is followed too.
+    const slow = await http(server.url, 'POST', `/api/conversations/${conversation}/runs`, {
+      token,
+      body: { input: 'a slow one', model: 'slow' },
+    })
+    const queued = await http(server.url, 'POST', `/api/conversations/${conversation}/runs`, {
+      token,
+      body: { input: 'queued behind it', model: 'markdown', ifActive: 'enqueue' },
+    })
+    expect([slow.status, queued.status]).toEqual([201, 201])
+    await page.waitForSelector('.msg.user >> text=a slow one')
+    await http(server.url, 'POST', `/api/runs/${slow.body.id}/cancel`, { token })
+    await page.waitForSelector('.msg.user >> text=queued behind it', { timeout: 30_000 })
     await shot(page, '16-started-elsewhere')
     await page.close()
   })
