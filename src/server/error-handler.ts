@@ -154,11 +154,12 @@ function collapseAlternatives(issues: readonly ValidationIssue[]): ValidationIss
     // The type mismatches and the anyOf itself: kept only when no shape's type fitted.
     if (said.has(at)) continue
     said.add(at)
+    // A shape fitted when the value failed inside it (deeper down, whatever the keyword) or failed a
+    // check of its own beyond the type (a length, a pattern).
     const fitted = issues.some(
       (other) =>
-        other.keyword !== 'anyOf' &&
-        other.keyword !== 'type' &&
-        (other.instancePath === at || other.instancePath.startsWith(`${at}/`)),
+        other.instancePath.startsWith(`${at}/`) ||
+        (other.instancePath === at && other.keyword !== 'anyOf' && other.keyword !== 'type'),
     )
     if (fitted) continue
     const types = issues
