@@ -30,7 +30,7 @@ export async function retokenizeStored(
   /** Pages through one table's texts, indexing again those whose tokens changed; how many did. */
   const reindex = async (
     table: 'knowledge_chunks' | 'memories',
-    page: (after: string) => Promise<Array<{ id: string; text: string }>>,
+    page: (after: string) => Promise<Array<{ id: string; text: string; stored: string }>>,
   ): Promise<number> => {
     let changed = 0
     for (let after = ''; ;) {
@@ -48,6 +48,7 @@ export async function retokenizeStored(
           table,
           stale.map((row, index) => ({
             id: row.id,
+            text: row.stored,
             search: toTsvector(row.text),
             ...(embeddings && { embedding: embeddings[index]! }),
           })),
@@ -61,9 +62,12 @@ export async function retokenizeStored(
     (await chunksAfter(store, after, pageSize)).map((chunk) => ({
       id: chunk.id,
       text: chunk.heading ? `${chunk.heading}\n${chunk.text}` : chunk.text,
+      stored: chunk.text,
     })),
   )
-  const memories = await reindex('memories', (after) => memoriesAfter(store, after, pageSize))
+  const memories = await reindex('memories', async (after) =>
+    (await memoriesAfter(store, after, pageSize)).map((memory) => ({ ...memory, stored: memory.text })),
+  )
   await setRagTokenizer(store, tokenizerVersion)
   return { chunks, memories }
 }

@@ -51,6 +51,15 @@ describe('tokenize', () => {
     expect(retokenizes('２０２４年')).toBe(true)
     expect(retokenizes('编程 Python 2024 年')).toBe(false)
     expect(retokenizes('编程Python')).toBe(false)
+    expect(retokenizes('plain English words')).toBe(false)
+  })
+
+  it('keeps the long-vowel and iteration marks in CJK text; punctuation still ends a run', () => {
+    expect(tokenize('コーヒー')).toEqual(['コー', 'ーヒ', 'ヒー'])
+    expect(tokenize('人々、時々')).toEqual(['人々', '時々'])
+    expect(retokenizes('コーヒーを飲む')).toBe(true)
+    // Characters beyond the Basic Multilingual Plane start a CJK run too.
+    expect(tokenize('𠮷野家')).toEqual(['𠮷野', '野家'])
   })
 
   it('a single CJK character in a query matches the words that begin with it', () => {

@@ -6,22 +6,31 @@
  * does not depend on its locale) and the hashing embedder.
  */
 
-const cjkChars = '\\p{Script=Han}\\p{Script=Hiragana}\\p{Script=Katakana}\\p{Script=Hangul}'
-const cjk = new RegExp(`[${cjkChars}]`, 'u')
+// A CJK character: a letter or digit of those scripts, by script extensions so that the long-vowel
+// mark ー and the iteration mark 々 (script Common, used only in CJK text) belong (punctuation does not).
+const cjkScripts = '\\p{scx=Han}\\p{scx=Hiragana}\\p{scx=Katakana}\\p{scx=Hangul}'
+const cjkChar = `(?:(?=[\\p{L}\\p{N}])[${cjkScripts}])`
+const cjkStart = new RegExp(`^${cjkChar}`, 'u')
 // A word of other letters and digits ends where CJK text begins: `2024年预算` is `2024` then CJK text.
-const tokenPattern = new RegExp(`[${cjkChars}]+|(?:(?![${cjkChars}])[\\p{L}\\p{N}_])+`, 'gu')
-// Where version 1 (whose words ran on into CJK text) tokenized differently.
-const wordThenCjk = new RegExp(`(?![${cjkChars}])[\\p{L}\\p{N}_][${cjkChars}]`, 'u')
+const tokenPattern = new RegExp(`${cjkChar}+|(?:(?!${cjkChar})[\\p{L}\\p{N}_])+`, 'gu')
+
+// Version 1: words ran on into CJK text (`python编程` one token), and ー split katakana words.
+const v1Chars = '[\\p{Script=Han}\\p{Script=Hiragana}\\p{Script=Katakana}\\p{Script=Hangul}]'
+const v1Start = new RegExp(`^${v1Chars}`, 'u')
+const v1Pattern = new RegExp(`${v1Chars}+|[\\p{L}\\p{N}_]+`, 'gu')
 
 /**
  * The tokenizer's revision, recorded with stored knowledge and memories (`rag_settings.tokenizer`):
- * 2 ends a word where CJK text begins. Texts stored by an earlier one are tokenized again at start.
+ * 2 ends a word where CJK text begins and keeps ー and 々 in CJK text. Texts stored by an earlier one
+ * are tokenized again at start.
  */
 export const tokenizerVersion = 2
 
-/** Whether `text` tokenizes differently now than under version 1 (a letter or digit right before CJK text). */
+/** Whether `text` tokenizes differently now than under version 1. */
 export function retokenizes(text: string): boolean {
-  return wordThenCjk.test(text.normalize('NFKC'))
+  const now = tokensOf(text, tokenPattern, cjkStart)
+  const before = tokensOf(text, v1Pattern, v1Start)
+  return now.length !== before.length || now.some((token, index) => token !== before[index])
 }
 const maxTokenLength = 64
 
@@ -32,10 +41,14 @@ const stopWords = new Set(
 
 /** The tokens of a text, in order (CJK bigrams included). */
 export function tokenize(text: string): string[] {
+  return tokensOf(text, tokenPattern, cjkStart)
+}
+
+function tokensOf(text: string, pattern: RegExp, cjkRun: RegExp): string[] {
   const tokens: string[] = []
-  for (const match of text.normalize('NFKC').toLowerCase().matchAll(tokenPattern)) {
+  for (const match of text.normalize('NFKC').toLowerCase().matchAll(pattern)) {
     const run = match[0]
-    if (cjk.test(run[0]!)) {
+    if (cjkRun.test(run)) {
       const chars = [...run]
       if (chars.length === 1) tokens.push(run)
       for (let index = 0; index + 1 < chars.length; index++) tokens.push(chars[index]! + chars[index + 1]!)
@@ -103,7 +116,7 @@ export function wordForms(token: string): string[] {
  * indexed as bigrams) matches the bigrams that begin with it.
  */
 function term(token: string): string {
-  if (token.length <= 2 && [...token].length === 1 && cjk.test(token)) return `${lexeme(token)}:*`
+  if (token.length <= 2 && [...token].length === 1 && cjkStart.test(token)) return `${lexeme(token)}:*`
   const forms = wordForms(token)
   return forms.length === 1 ? lexeme(token) : `(${forms.map(lexeme).join(' | ')})`
 }

@@ -546,7 +546,7 @@ export async function setRagTokenizer(db: Executor, tokenizer: number): Promise<
 export async function updateIndexing(
   tx: Executor,
   table: 'knowledge_chunks' | 'memories',
-  updates: ReadonlyArray<{ id: string; search: string; embedding?: readonly number[] }>,
+  updates: ReadonlyArray<{ id: string; text: string; search: string; embedding?: readonly number[] }>,
 ): Promise<void> {
   for (const update of updates)
     await kysely(tx)
@@ -556,6 +556,8 @@ export async function updateIndexing(
         ...(update.embedding && { embedding: sql`${vectorLiteral(update.embedding)}::vector` }),
       })
       .where('id', '=', update.id)
+      // A text changed since it was read (a memory edited meanwhile) was indexed by its own write.
+      .where('text', '=', update.text)
       .execute()
 }
 
