@@ -76,7 +76,7 @@ export class ChatSession {
         paint(
           this.#color,
           'dim',
-          `signed in as ${me.name} — conversation ${conversationId}; Ctrl-C cancels a run, twice quits; /quit ends`,
+          `signed in as ${oneLine(String(me.name))} — conversation ${conversationId}; Ctrl-C cancels a run, twice quits; /quit ends`,
         ),
       )
       return await this.#repl(conversationId)
@@ -196,13 +196,11 @@ export class ChatSession {
         this.#options.output.write(shown(String(data.text ?? '')))
         break
       case 'message.completed':
-        // A message cut off (the server stopped, the run was taken over) is followed by the answer
-        // made again from its start: say so, so the text shown twice is not taken for two answers.
+        // A message cut off (the server stopped, the run was taken over): marked, so that the answer a
+        // resumed run makes again from its start is not read as a second one.
         if (turn.streaming)
           this.#options.output.write(
-            data.status === 'interrupted' || data.status === 'failed'
-              ? `${paint(this.#color, 'yellow', ` (${String(data.status)}; the answer starts again)`)}\n`
-              : '\n',
+            data.status === 'interrupted' ? `${paint(this.#color, 'yellow', ' (interrupted)')}\n` : '\n',
           )
         turn.streaming = false
         if (typeof data.content === 'string' && data.content && !data.toolCalls) turn.answer = data.content
@@ -308,10 +306,11 @@ export class ChatSession {
       paint(
         this.#color,
         risk === 'high' ? 'red' : 'yellow',
-        `  ? ${oneLine(decision.name)} wants to run (${oneLine(risk)} risk)${preview ? '' : `: ${oneLine(JSON.stringify(decision.args))}`}`,
+        `  ? ${oneLine(String(decision.name))} wants to run (${oneLine(risk)} risk)${preview ? '' : `: ${oneLine(JSON.stringify(decision.args))}`}`,
       ),
     )
-    if (preview) this.#say(indentWith(shown(preview), '    '))
+    // Marked as the preview, so none of its lines passes for a line of the prompt.
+    if (preview) this.#say(indentWith(shown(preview), '    │ '))
     for (;;) {
       const answer = await this.#ask(
         `    approve? [y] once, [s] for this session, [n] reject, [e] edit arguments, [r] respond instead${preview ? ', [a] arguments' : ''}: `,
