@@ -366,6 +366,13 @@ for (const engine of apiEngines()) {
       )
       expect(after.body.status).toBe('delivered')
       expect(after.body.attempts).toHaveLength(again.body.attempts.length)
+      // Disabled since: the retry is still the replay, not a 409.
+      await server.request('PATCH', `/api/projects/${projectId}/webhooks/${webhook.id}`, {
+        token: owner.token,
+        body: { enabled: false },
+      })
+      const late = await redeliver()
+      expect([late.status, late.headers.get('idempotent-replayed')]).toEqual([202, 'true'])
     })
 
     it('bad input is problem+json with a stable code; other projects and unknown ids are 404', async () => {

@@ -194,9 +194,11 @@ export class WebhookService {
     deliveryId: string,
   ): Promise<(db: Executor) => Promise<DeliveryRecord>> {
     const webhook = await this.get(user, projectId, webhookId)
-    if (!webhook.enabled)
-      throw new RequestError('webhook_disabled', 'the webhook is disabled; enable it (PATCH {"enabled": true}) first')
+    // Checked only when it would send: a retry whose first attempt went through is replayed even if
+    // the webhook was disabled since.
     return async (db) => {
+      if (!webhook.enabled)
+        throw new RequestError('webhook_disabled', 'the webhook is disabled; enable it (PATCH {"enabled": true}) first')
       const delivery = await redeliverMessage(db, webhook.id, deliveryId)
       if (!delivery) throw notFoundError('delivery')
       return delivery
