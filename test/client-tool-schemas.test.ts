@@ -14,6 +14,16 @@ describe('client tool schemas', () => {
     }
     expect(toolSchemaProblem(zod)).toBeUndefined()
     expect(toolSchemaProblem({ type: 'object' })).toBeUndefined()
+    // Draft-04 / OpenAPI 3.0 boolean bounds, an empty enum, a nullable union: what clients send.
+    const older = {
+      type: 'object',
+      properties: {
+        n: { type: 'number', minimum: 0, exclusiveMinimum: true },
+        e: { type: 'string', enum: [] },
+        u: { type: ['string', 'null'] },
+      },
+    }
+    expect(toolSchemaProblem(older)).toBeUndefined()
   })
 
   it('refuses what is not an object schema, or not JSON Schema anywhere inside, saying where', () => {

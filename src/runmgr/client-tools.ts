@@ -21,7 +21,10 @@ export const proposeCommandTool: ModelTool = {
 const namePattern = /^[a-zA-Z][a-zA-Z0-9_]{0,63}$/
 
 // Checks schemas against the JSON Schema meta-schema only (unknown keywords pass, as providers allow).
-const metaSchema = new Ajv({ strict: false, validateSchema: true })
+const metaSchema = new Ajv({ strict: false, validateSchema: true, allErrors: true })
+// What older drafts and OpenAPI 3.0 write differently, and providers take: boolean exclusive bounds
+// (draft-04), an empty enum.
+const tolerated = /\/(exclusiveMinimum|exclusiveMaximum|enum)$/
 
 /**
  * What is wrong with a client tool's `parameters`, or undefined: an object schema that is itself valid
@@ -35,7 +38,8 @@ export function toolSchemaProblem(parameters: unknown): string | undefined {
   const schema = { ...(parameters as { [key: string]: unknown }) }
   delete schema.$schema
   if (metaSchema.validateSchema(schema) === true) return undefined
-  const first = metaSchema.errors?.[0]
+  const first = metaSchema.errors?.find((error) => !tolerated.test(error.instancePath))
+  if (!first) return undefined
   return `is not valid JSON Schema${first ? `: ${first.instancePath || '/'} ${first.message ?? ''}`.trimEnd() : ''}`
 }
 
