@@ -139,7 +139,7 @@ for (const engine of apiEngines()) {
       store = await openTestStore(engine)
       // A slow model: a run goes on long enough for its owner's access to be taken away meanwhile.
       server = await startTestServer(store, {
-        plugins: ['rdm'],
+        plugins: ['rdm', new URL('./__fixtures__/plugins/emitter.ts', import.meta.url).pathname],
         models: [
           new ScriptedModel({
             id: 'slow',
@@ -308,6 +308,28 @@ for (const engine of apiEngines()) {
       expect((await server.request('GET', `/api/conversations/${conversation}`, { token: owner.token })).status).toBe(
         404,
       )
+      // A plugin's event about the member's conversation is the member's too.
+      const noted = await server.request('POST', '/api/commands/emitter.note', {
+        token: member.token,
+        body: { entrance: 'button', conversationId: conversation, params: { note: 'for the member' } },
+      })
+      expect(noted.status).toBe(200)
+      const membersAgain = await openSse(`${server.url}/api/projects/${projectId}/events?after=0`, {
+        token: member.token,
+      })
+      await membersAgain.waitForEvent((event) => event.event === 'plugin.emitter.noted')
+      membersAgain.close()
+      const ownersAgain = await openSse(`${server.url}/api/projects/${projectId}/events?after=0`, {
+        token: owner.token,
+      })
+      const marker = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: owner.token, body: {} })
+      ).body.id
+      await ownersAgain.waitForEvent(
+        (event) => event.event === 'conversation.created' && event.data.conversation.id === marker,
+      )
+      ownersAgain.close()
+      expect(ownersAgain.events.map((event) => event.event)).not.toContain('plugin.emitter.noted')
     })
 
     // Regression (docs/security.md#smaller-findings): a run whose owner lost access to the project kept
