@@ -193,6 +193,31 @@ describe.skipIf(!engines.includes('postgres')).each(backends)('work files across
     for (const instance of ['a', 'b'] as const) expect(onDisk(instance, other, 'private.txt')).toBe(true)
   }, 120_000)
 
+  it("a conversation deleted through one instance leaves no copy of its files on the other's disk", async () => {
+    const conversationId = await newConversation()
+    const put = await fetch(`${a.url}/api/conversations/${conversationId}/files/private.txt`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream' },
+      body: 'to be deleted',
+    })
+    expect(put.status).toBeLessThan(300)
+    expect(
+      JSON.stringify((await http(b.url, 'GET', `/api/conversations/${conversationId}/files`, { token })).body),
+    ).toContain('private.txt')
+    expect((await http(a.url, 'DELETE', `/api/conversations/${conversationId}`, { token })).status).toBe(204)
+    // At once on the instance that deleted it; at its next sweep on the other.
+    expect(onDisk('a', conversationId, '')).toBe(false)
+    await waitFor(() => !onDisk('b', conversationId, ''), {
+      timeoutMs: 30_000,
+      intervalMs: 200,
+      what: "b's copy of the deleted conversation removed",
+    })
+    const stored = await sql<{
+      n: string
+    }>`select count(*) as n from work_files where conversation_id = ${conversationId}`.execute(testDb(store))
+    expect(Number(stored.rows[0]!.n)).toBe(0)
+  }, 120_000)
+
   it('killed (kill -9) mid-run after its program wrote a file, the run goes on on the other instance, which sees it', async () => {
     const conversationId = await newConversation()
     const run = await http(a.url, 'POST', `/api/conversations/${conversationId}/runs`, {

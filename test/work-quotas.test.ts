@@ -1,8 +1,9 @@
 import { execFileSync } from 'node:child_process'
-import { mkdir, readdir } from 'node:fs/promises'
+import { access, mkdir, readdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
+import { sql, testDb } from '../src/store/test-access.js'
 import { openTestStore } from './helpers/engines.js'
 import { sandboxAvailable } from './helpers/sandbox.js'
 import { startTestServer, type Answer, type TestServer, type TestUser } from './helpers/test-server.js'
@@ -64,6 +65,13 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
         body: bytes,
         ...(!(bytes instanceof Buffer) && { duplex: 'half' }),
       } as RequestInit)
+    /** `put` as another user. */
+    const putAs = (user: TestUser, conversation: string, path: string, bytes: Buffer) =>
+      fetch(`${server.url}/api/conversations/${conversation}/files/${path}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${user.token}` },
+        body: bytes,
+      })
     /** Runs a shell line, approving it when the backend asks (direct always asks). */
     const exec = async (conversation: string, command: string): Promise<Answer> => {
       const asked = await server.request('POST', '/api/commands/core.exec', {
@@ -225,22 +233,16 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
           .id
       const bobProject = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'bob' } }))
         .body.id
-      const putAs = (conversation: string, path: string, bytes: Buffer) =>
-        fetch(`${server.url}/api/conversations/${conversation}/files/${path}`, {
-          method: 'PUT',
-          headers: { authorization: `Bearer ${bob.token}` },
-          body: bytes,
-        })
       const first = await conversationOf()
       const second = await conversationOf()
-      expect((await putAs(first, 'x.bin', Buffer.alloc(3 * mib))).status).toBe(201)
-      expect((await putAs(second, 'y.bin', Buffer.alloc(2 * mib))).status).toBe(201)
+      expect((await putAs(bob, first, 'x.bin', Buffer.alloc(3 * mib))).status).toBe(201)
+      expect((await putAs(bob, second, 'y.bin', Buffer.alloc(2 * mib))).status).toBe(201)
       // 5 MiB in two conversations: another 2 MiB in a third would pass the user's 6 MiB.
       const third = await conversationOf()
-      const refused = await putAs(third, 'z.bin', Buffer.alloc(2 * mib))
+      const refused = await putAs(bob, third, 'z.bin', Buffer.alloc(2 * mib))
       expect(refused.status).toBe(507)
       expect(((await refused.json()) as { detail: string }).detail).toMatch(/your work directories/)
-      expect((await putAs(third, 'z.bin', Buffer.alloc(mib / 2))).status).toBe(201)
+      expect((await putAs(bob, third, 'z.bin', Buffer.alloc(mib / 2))).status).toBe(201)
     })
 
     it('a project’s work directories share one quota', async () => {
@@ -250,18 +252,56 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
       const conversationOf = async (): Promise<string> =>
         (await server.request('POST', `/api/projects/${project}/conversations`, { token: carol.token, body: {} })).body
           .id
-      const putAs = (conversation: string, path: string, bytes: Buffer) =>
-        fetch(`${server.url}/api/conversations/${conversation}/files/${path}`, {
-          method: 'PUT',
-          headers: { authorization: `Bearer ${carol.token}` },
-          body: bytes,
-        })
-      expect((await putAs(await conversationOf(), 'x.bin', Buffer.alloc(3 * mib))).status).toBe(201)
+      expect((await putAs(carol, await conversationOf(), 'x.bin', Buffer.alloc(3 * mib))).status).toBe(201)
       // 6 MiB would fit carol's 6 MiB, not the project's 5.5.
-      const refused = await putAs(await conversationOf(), 'y.bin', Buffer.alloc(3 * mib))
+      const refused = await putAs(carol, await conversationOf(), 'y.bin', Buffer.alloc(3 * mib))
       expect(refused.status).toBe(507)
       const body = (await refused.json()) as { code: string; detail: string }
       expect([body.code, body.detail]).toEqual(['quota_exceeded', expect.stringMatching(/project's work directories/)])
+    })
+
+    it('deleting a conversation, or its project, gives its files’ room back at once', async () => {
+      const dave = await server.createUser()
+      const projectOf = async (): Promise<string> =>
+        (await server.request('POST', '/api/projects', { token: dave.token, body: { name: 'd' } })).body.id
+      const conversationIn = async (project: string): Promise<string> =>
+        (await server.request('POST', `/api/projects/${project}/conversations`, { token: dave.token, body: {} })).body
+          .id
+      const secondProject = await projectOf()
+      const first = await conversationIn(await projectOf())
+      const second = await conversationIn(secondProject)
+      const third = await conversationIn(await projectOf())
+      expect((await putAs(dave, first, 'x.bin', Buffer.alloc(3 * mib))).status).toBe(201)
+      expect((await putAs(dave, second, 'y.bin', Buffer.alloc(2.5 * mib))).status).toBe(201)
+      // 5.5 MiB: another MiB would pass dave's 6.
+      expect((await putAs(dave, third, 'z.bin', Buffer.alloc(mib))).status).toBe(507)
+      const firstDir = await server.exec.workdirs.dir(first)
+      expect((await server.request('DELETE', `/api/conversations/${first}`, { token: dave.token })).status).toBe(204)
+      expect((await putAs(dave, third, 'z.bin', Buffer.alloc(mib))).status).toBe(201)
+      await expect(access(firstDir)).rejects.toMatchObject({ code: 'ENOENT' })
+      // 3.5 MiB: 2.6 more would pass the 6 MiB, until the second conversation's project goes.
+      expect((await putAs(dave, third, 'more.bin', Buffer.alloc(2.6 * mib))).status).toBe(507)
+      expect((await server.request('DELETE', `/api/projects/${secondProject}`, { token: dave.token })).status).toBe(204)
+      expect((await putAs(dave, third, 'more.bin', Buffer.alloc(2.6 * mib))).status).toBe(201)
+    })
+
+    it('a deleted conversation’s files written after its deletion (a late execution) go at the next sweep', async () => {
+      const erin = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: erin.token, body: { name: 'e' } })).body
+        .id
+      const conversation = (
+        await server.request('POST', `/api/projects/${project}/conversations`, { token: erin.token, body: {} })
+      ).body.id
+      expect((await server.request('DELETE', `/api/conversations/${conversation}`, { token: erin.token })).status).toBe(
+        204,
+      )
+      // What an execution still finishing on another instance records after the deletion.
+      await sql`insert into work_usage (conversation_id, owner_id, bytes, files)
+                values (${conversation}, ${erin.user.id}, ${5 * mib}, 1)`.execute(testDb(store))
+      expect((await server.runs.sweepRetention()).deletedConversationFiles).toBe(1)
+      expect(
+        await sql`select 1 from work_usage where conversation_id = ${conversation}`.execute(testDb(store)),
+      ).toEqual(expect.objectContaining({ rows: [] }))
     })
 
     it('at most two uploads per user at once: the third is 429 too_many_uploads with Retry-After', async () => {

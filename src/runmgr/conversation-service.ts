@@ -36,13 +36,13 @@ export class ConversationService {
   readonly #access: ProjectAccess
   readonly #projects: ProjectService
   readonly #fullModeTtlMs: number
-  readonly #runs: Pick<RunManager, 'endRunsOf'> | undefined
+  readonly #runs: Pick<RunManager, 'endRunsOf' | 'dropDeletedWork'> | undefined
 
   constructor(
     store: Store,
     access: ProjectAccess,
     projects: ProjectService,
-    options: { fullModeTtlMs: number; runs?: Pick<RunManager, 'endRunsOf'> },
+    options: { fullModeTtlMs: number; runs?: Pick<RunManager, 'endRunsOf' | 'dropDeletedWork'> },
   ) {
     this.#store = store
     this.#access = access
@@ -124,11 +124,15 @@ export class ConversationService {
     return (await this.withActiveRuns([current]))[0]!
   }
 
-  /** Deletes a conversation of the caller's (soft), then ends its runs (no new one can start by then). */
+  /**
+   * Deletes a conversation of the caller's (soft), then ends its runs (no new one can start by then)
+   * and drops its work files.
+   */
   async remove(user: User, conversationId: string): Promise<void> {
     const conversation = await this.resolve(user, conversationId)
     await this.#store.transaction((tx) => deleteConversation(tx, conversation))
     await this.#runs?.endRunsOf({ conversationId: conversation.id }, 'conversation_deleted')
+    await this.#runs?.dropDeletedWork({ conversationId: conversation.id })
   }
 
   /** A conversation's transcript, oldest first. */

@@ -50,7 +50,7 @@ export interface ProjectServiceDeps {
   /** Names of the runtime directories the operator declares. */
   runtimes: () => readonly string[]
   /** Ends the runs of a deleted project. */
-  runs?: Pick<RunManager, 'endRunsOf'>
+  runs?: Pick<RunManager, 'endRunsOf' | 'dropDeletedWork'>
 }
 
 /**
@@ -126,11 +126,12 @@ export class ProjectService {
     return project
   }
 
-  /** Deletes a project of the caller's (soft: history is kept). */
+  /** Deletes a project of the caller's (soft: history is kept; its conversations' work files go). */
   async remove(user: User, projectId: string): Promise<Project> {
     const project = await this.owned(user, projectId)
     await this.#deps.store.transaction((tx) => deleteProject(tx, project))
     await this.#deps.runs?.endRunsOf({ projectId: project.id }, 'project_deleted')
+    await this.#deps.runs?.dropDeletedWork({ projectId: project.id })
     return project
   }
 

@@ -5,6 +5,7 @@ import {
   deleteOldRunEvents,
   deleteUnnamedWorkBlobs,
   deleteStaleKnowledge,
+  dropDeletedWork,
   lockRetentionSweep,
   pruneAuditLog,
   purgeIdleConversations,
@@ -33,6 +34,11 @@ export interface RetentionReport {
   auditEntries: number
   /** Stored work-directory content no file names (a sync that died before naming it), after an hour. */
   workBlobs: number
+  /**
+   * Deleted conversations whose files were still there: written after the deletion (an execution
+   * finishing on another instance) or left by a deletion that could not remove them at once.
+   */
+  deletedConversationFiles: number
 }
 
 const batchSize = 5_000
@@ -116,6 +122,7 @@ export class RetentionSweeper {
         return { count: purged.length, after: () => this.#discard(purged) }
       })
     }
+    report.deletedConversationFiles = await this.dropDeletedWork()
     report.workBlobs = await this.#batches(batchSize, (tx) => deleteUnnamedWorkBlobs(tx, batchSize))
     const auditKey = this.#auditKey
     if (s.auditDays !== undefined && auditKey) {
@@ -134,6 +141,21 @@ export class RetentionSweeper {
         ...report,
       })
     return report
+  }
+
+  /**
+   * Drops the files of deleted conversations (of one conversation or project just deleted, or all) and
+   * gives their room back; answers how many conversations had any. Deletion calls it at once, each sweep
+   * again for what came later. Not under the sweep lock: skip-locked rows keep two callers apart.
+   */
+  async dropDeletedWork(scope: { conversationId: string } | { projectId: string } | Record<string, never> = {}) {
+    let total = 0
+    for (;;) {
+      const ids = await this.#store.transaction((tx) => dropDeletedWork(tx, conversationBatch, scope))
+      await this.#discard(ids)
+      total += ids.length
+      if (ids.length < conversationBatch) return total
+    }
   }
 
   /** Runs `batch` in its own transaction under the sweep lock until it deletes fewer than `size`. */
@@ -157,7 +179,7 @@ export class RetentionSweeper {
     if (!discard) return
     for (const id of conversationIds) {
       await discard(id).catch((error: unknown) =>
-        this.#log.warn(`retention: the work directory of purged conversation ${id} could not be removed`, {
+        this.#log.warn(`the work directory of deleted conversation ${id} could not be removed`, {
           err: error,
         }),
       )
@@ -166,5 +188,13 @@ export class RetentionSweeper {
 }
 
 function emptyReport(): RetentionReport {
-  return { runEvents: 0, dispatches: 0, knowledgeItems: 0, conversations: 0, auditEntries: 0, workBlobs: 0 }
+  return {
+    runEvents: 0,
+    dispatches: 0,
+    knowledgeItems: 0,
+    conversations: 0,
+    auditEntries: 0,
+    workBlobs: 0,
+    deletedConversationFiles: 0,
+  }
 }

@@ -655,7 +655,6 @@ export class RunManager {
     return this.#sweeper.sweep(options)
   }
 
-  /** One retention sweep now (it also runs every `retention.sweepMs`): what it deleted. */
   /**
    * Compacts a conversation now (`POST /api/conversations/:id/compact`): all but its last turn, with
    * `model` or the project's default model writing the summary (unless `compaction.model` is set).
@@ -687,8 +686,21 @@ export class RunManager {
     return compaction
   }
 
+  /** One retention sweep now (it also runs every `retention.sweepMs`): what it deleted. */
   sweepRetention(): Promise<RetentionReport> {
     return this.#retention.sweep()
+  }
+
+  /**
+   * Drops the work files of a conversation or project just deleted, once its runs have ended, so their
+   * room is the user's again at once. Never fails the deletion: what is left goes at the next sweep.
+   */
+  async dropDeletedWork(scope: { conversationId: string } | { projectId: string }): Promise<void> {
+    await this.#retention.dropDeletedWork(scope).catch((error: unknown) => {
+      this.#options.log.warn('the files of a deleted conversation stay until the next retention sweep', {
+        err: error,
+      })
+    })
   }
 
   /**

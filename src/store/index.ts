@@ -293,6 +293,7 @@ export {
   readWorkBlob,
   commitWorkFiles,
   discardWorkFiles,
+  dropDeletedWork,
   deleteUnnamedWorkBlobs,
   type StoredWorkFile,
   type WorkFileChange,

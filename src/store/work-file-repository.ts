@@ -16,15 +16,15 @@ export interface WorkFileChange {
 }
 
 /**
- * Of `conversationIds`, those retention purged or that do not exist (in this database): an instance's
- * cached copies of their files are to go (docs/guides/scaling.md#files).
+ * Of `conversationIds`, those deleted (their files go with them), retention purged, or that do not exist
+ * (in this database): an instance's cached copies of their files are to go (docs/guides/scaling.md#files).
  */
 export async function purgedConversationIds(db: Executor, conversationIds: readonly string[]): Promise<string[]> {
   if (conversationIds.length === 0) return []
   const { rows } = await sql<{ id: string }>`
     select x.id from unnest(${[...conversationIds]}::text[]) as x (id)
     left join conversations c on c.id = x.id
-    where c.id is null or c.purged_at is not null`.execute(kysely(db))
+    where c.id is null or c.deleted_at is not null or c.purged_at is not null`.execute(kysely(db))
   return rows.map((row) => row.id)
 }
 
@@ -139,7 +139,38 @@ async function dropUnnamedBlobs(tx: Executor, hashes: readonly string[]): Promis
     and not exists (select 1 from work_files f where f.hash = b.hash)`.execute(kysely(tx))
 }
 
-/** Forgets every stored file of conversations (retention purged them), in the caller's transaction. */
+/**
+ * Forgets the files and recorded usage of up to `limit` deleted conversations with no run going (narrowed
+ * to one conversation or project just deleted), in the caller's transaction; answers their ids (their
+ * directories go next). Their room is the user's again (docs/guides/sandbox.md#disk-quotas). Found by
+ * their usage rows: every write records usage, a late one (an execution finishing elsewhere) included.
+ */
+export async function dropDeletedWork(
+  tx: Executor,
+  limit: number,
+  scope: { conversationId: string } | { projectId: string } | Record<string, never> = {},
+): Promise<string[]> {
+  const narrowed =
+    'conversationId' in scope
+      ? sql`and c.id = ${scope.conversationId}`
+      : 'projectId' in scope
+        ? sql`and c.project_id = ${scope.projectId}`
+        : sql``
+  const { rows } = await sql<{ id: string }>`
+    select u.conversation_id as id from work_usage u
+    join conversations c on c.id = u.conversation_id
+    where c.deleted_at is not null ${narrowed}
+      and not exists (select 1 from runs r where r.conversation_id = c.id and r.ended_at is null)
+    limit ${limit}
+    for update of u skip locked`.execute(kysely(tx))
+  const ids = rows.map((row) => row.id)
+  if (ids.length === 0) return []
+  await sql`delete from work_usage where conversation_id = any(${ids}::text[])`.execute(kysely(tx))
+  await discardWorkFiles(tx, ids)
+  return ids
+}
+
+/** Forgets every stored file of conversations (deleted or purged), in the caller's transaction. */
 export async function discardWorkFiles(tx: Executor, conversationIds: readonly string[]): Promise<void> {
   if (conversationIds.length === 0) return
   const { rows } = await sql<{ hash: string }>`
