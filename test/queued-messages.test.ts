@@ -50,6 +50,76 @@ for (const engine of apiEngines()) {
       const calls = scripted.calls.slice(before)
       expect(calls.map((call) => userTexts(call.messages))).toEqual([['first'], ['first'], ['first', 'second']])
       expect(calls[2]!.messages.at(-1)).toMatchObject({ role: 'user', content: 'second' })
+      // The queued question comes after everything the run ahead of it wrote: in the prompt and the transcript.
+      const roles = (messages: ReadonlyArray<{ role: string; content?: unknown }>) =>
+        messages
+          .filter((message) => message.role !== 'system')
+          .map((message) => `${message.role}:${String(message.content ?? '')}`)
+      expect(roles(calls[2]!.messages)).toEqual([
+        'user:first',
+        'assistant:',
+        'tool:' + String(calls[2]!.messages.find((m) => m.role === 'tool')?.content),
+        'assistant:answer one',
+        'user:second',
+      ])
+      const listed = await server.request('GET', `/api/conversations/${conversationId}/messages?limit=100`, {
+        token: alice.token,
+      })
+      expect(
+        roles(listed.body.items).map(
+          (line) =>
+            line.split(':')[0] +
+            ':' +
+            (line.includes('answer') || line.includes('first') || line.includes('second')
+              ? line.split(':').slice(1).join(':')
+              : ''),
+        ),
+      ).toEqual(['user:first', 'assistant:', 'tool:', 'assistant:answer one', 'user:second', 'assistant:answer two'])
+    })
+
+    it('a message queued while the run ahead waits for a decision comes after that run’s answer', async () => {
+      const conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id as string
+      scripted.setTurns([
+        { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } }] },
+        { text: 'draft written' },
+        { text: 'answer to the question' },
+      ])
+      const before = scripted.calls.length
+      const first = (await post(conversationId, { input: 'write a draft' })).body
+      const waiting = await waitForRun(server, alice.token, first.id, ['requires_action'])
+      const question = (await post(conversationId, { input: 'and then what?', ifActive: 'enqueue' })).body
+      const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!
+        .decisionId
+      await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: alice.token,
+        body: { decision: 'approve' },
+      })
+      await waitForRun(server, alice.token, question.id, ['completed'])
+      const calls = scripted.calls.slice(before)
+      const shape = (messages: ReadonlyArray<{ role: string; content?: unknown }>) =>
+        messages
+          .filter((message) => message.role !== 'system')
+          .map((message) => (message.role === 'tool' ? 'tool' : `${message.role}:${String(message.content ?? '')}`))
+      expect(shape(calls[2]!.messages)).toEqual([
+        'user:write a draft',
+        'assistant:',
+        'tool',
+        'assistant:draft written',
+        'user:and then what?',
+      ])
+      const listed = await server.request('GET', `/api/conversations/${conversationId}/messages?limit=100`, {
+        token: alice.token,
+      })
+      expect(shape(listed.body.items)).toEqual([
+        'user:write a draft',
+        'assistant:',
+        'tool',
+        'assistant:draft written',
+        'user:and then what?',
+        'assistant:answer to the question',
+      ])
     })
 
     it('a message cancelled while queued is never put before the model', async () => {

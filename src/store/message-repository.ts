@@ -1,4 +1,6 @@
+import { sql } from 'kysely'
 import type { JsonValue } from './database.js'
+import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import { kysely, type Executor } from './executor.js'
 
@@ -77,4 +79,18 @@ export async function runMessages(db: Executor, runId: string): Promise<Message[
     .limit(1000)
     .execute()
   return rows.map(toMessage)
+}
+
+/**
+ * A queued run's user message was written when the run was queued; the runs ahead of it wrote on. When
+ * it starts, the message takes a new id (ids order the transcript and `GET …/messages`), so the question
+ * comes after what was written before it was answered, not in the middle of an earlier run's turn
+ * (docs/guides/agent-runs.md). Nothing is moved when nothing came after it.
+ */
+export async function moveInputAfterEarlierRuns(tx: Executor, runId: string): Promise<void> {
+  await sql`update messages m set id = ${newId()}, created_at = now()
+    where m.run_id = ${runId} and m.role = 'user'
+      and exists (select 1 from messages l where l.conversation_id = m.conversation_id and l.id > m.id)`.execute(
+    kysely(tx),
+  )
 }

@@ -1,6 +1,7 @@
 import { sql } from 'kysely'
 import type { JsonValue } from '../database.js'
 import { appendEvents } from '../event-log.js'
+import { moveInputAfterEarlierRuns } from '../message-repository.js'
 import { kysely, type Executor } from '../executor.js'
 import { projectQuota, runCounts, runCountsRead, type ProjectQuota, type RunCounts } from '../run-quota-repository.js'
 import { lockRun, runEvent, runFromJson, updateRun, type Run } from '../run-repository.js'
@@ -55,6 +56,7 @@ export async function startQuotaQueuedRun(tx: Executor, runId: string, lease: Le
     started: true,
     lease,
   })
+  await moveInputAfterEarlierRuns(tx, runId)
   await appendEvents(tx, [runEvent(run, 'run.status', { runId, status: run.status, phase: run.phase })])
   return run
 }

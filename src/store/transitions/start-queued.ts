@@ -1,5 +1,6 @@
 import type { Store } from '../open-store.js'
 import { appendEvents } from '../event-log.js'
+import { moveInputAfterEarlierRuns } from '../message-repository.js'
 import { isUniqueViolation } from '../store-errors.js'
 import { lockRun, runEvent, updateRun, type Run } from '../run-repository.js'
 import type { Lease } from './lease.js'
@@ -20,6 +21,7 @@ export async function startQueuedRun(store: Store, runId: string, lease: Lease):
         started: true,
         lease,
       })
+      await moveInputAfterEarlierRuns(tx, runId)
       await appendEvents(tx, [runEvent(run, 'run.status', { runId, status: run.status, phase: run.phase })])
       return run
     })
