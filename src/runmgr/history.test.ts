@@ -112,6 +112,30 @@ describe('trimToBudget', () => {
     expect(trimmed.length).toBeGreaterThanOrEqual(6)
     expect(trimmed.slice(-6)).toEqual(history.slice(-6))
   })
+
+  it('keeps the question of a turn whose earlier rounds it drops', () => {
+    // One question, then rounds of three parallel calls each: the turn alone is over the budget.
+    const round = (n: number): ModelMessage[] => [
+      {
+        role: 'assistant',
+        content: null,
+        toolCalls: [0, 1, 2].map((index) => ({ id: `r${n}c${index}`, name: 'a', arguments: '{}' })),
+      },
+      ...[0, 1, 2].map((index) => ({ role: 'tool' as const, toolCallId: `r${n}c${index}`, content: long })),
+    ]
+    const turn: ModelMessage[] = [
+      { role: 'user', content: 'old question' },
+      { role: 'assistant', content: 'old answer' },
+      { role: 'user', content: 'the question' },
+      ...[1, 2, 3, 4, 5, 6].flatMap(round),
+    ]
+    const trimmed = trimToBudget(turn, 3000)
+    expect(trimmed.length).toBeLessThan(turn.length)
+    expect(trimmed[0]).toEqual({ role: 'user', content: 'the question' })
+    expect(trimmed[1]?.role).toBe('assistant')
+    expect(trimmed.slice(-8)).toEqual(turn.slice(-8))
+    expect(trimToBudget(turn, 1)[0]).toEqual({ role: 'user', content: 'the question' })
+  })
 })
 
 describe('a window kept from round to round', () => {

@@ -174,8 +174,8 @@ function messageChars(message: ModelMessage): number {
 
 /**
  * Trims history to `budget` tokens: drops the oldest whole blocks, never separating an assistant
- * tool-call message from its results, always keeping the latest `keepLatest` messages. Linear: each
- * message is measured once.
+ * tool-call message from its results, always keeping the latest `keepLatest` messages and the user
+ * message they answer. Linear: each message is measured once.
  */
 export function trimToBudget(messages: ModelMessage[], budget: number, keepLatest = 6): ModelMessage[] {
   if (estimateTokens(messages) <= budget) return messages
@@ -196,10 +196,15 @@ export function trimToBudget(messages: ModelMessage[], budget: number, keepLates
     count -= blocks[first]!.messages.length
     first++
   }
-  // A history must not start with tool results or an assistant turn whose user message was dropped.
+  // A history must not start with tool results or an assistant turn whose user message was dropped:
+  // on to the next turn's question, or, within the latest messages, back to their own turn's question
+  // (the rounds between go). Without it the model would no longer see what it is answering.
   while (first < blocks.length - 1 && blocks[first]?.messages[0]?.role !== 'user' && rest() >= keepLatest) {
     count -= blocks[first]!.messages.length
     first++
   }
-  return blocks.slice(first).flatMap((block) => block.messages)
+  const kept = blocks.slice(first).flatMap((block) => block.messages)
+  if (kept[0]?.role === 'user') return kept
+  const question = blocks.slice(0, first).findLast((block) => block.messages[0]?.role === 'user')
+  return question ? [...question.messages, ...kept] : kept
 }
