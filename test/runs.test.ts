@@ -4,7 +4,7 @@ import { readTranscript, type Store } from '../src/store/index.js'
 import { openTestStore, apiEngines } from './helpers/engines.js'
 import { openSse, type SseEvent } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
-import { waitForRun } from './helpers/waits.js'
+import { waitFor, waitForRun } from './helpers/waits.js'
 import { testDb } from '../src/store/test-access.js'
 
 /** Every assistant tool call has exactly one result in the transcript, right after it. */
@@ -507,6 +507,58 @@ for (const engine of apiEngines()) {
         risk: 'high',
         matchedRules: [expect.objectContaining({ id: 'recursive_forced_delete' })],
       })
+      await expectLedgerInvariant(store, conversationId)
+    })
+
+    it('a client tool output answered before the decision beside it narrows requiredAction at once', async () => {
+      const conversationId = await newConversation()
+      setScript(
+        {
+          toolCalls: [
+            { name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } },
+            { name: 'propose_command', arguments: { command: 'ls', reason: 'look' } },
+          ],
+        },
+        { text: 'Both done.' },
+      )
+      const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
+      const created = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: alice.token,
+        body: { input: 'draft and look', clientTools: ['propose_command'] },
+      })
+      const waiting = await waitForRun(server, alice.token, created.body.id, ['requires_action'])
+      const awaited = waiting.requiredAction as {
+        decisions: Array<{ decisionId: string }>
+        toolOutputs: Array<{ callId: string }>
+      }
+      expect([awaited.decisions.length, awaited.toolOutputs.length]).toEqual([1, 1])
+      const answered = await server.request('POST', `/api/runs/${created.body.id}/tool-outputs`, {
+        token: alice.token,
+        body: { outputs: [{ callId: awaited.toolOutputs[0]!.callId, output: { accepted: true } }] },
+      })
+      expect(answered.status).toBe(200)
+      // What is awaited now is the decision alone: in the answer, on GET and on the stream.
+      expect(answered.body.requiredAction.toolOutputs).toEqual([])
+      expect(answered.body.requiredAction.decisions).toHaveLength(1)
+      const after = await server.request('GET', `/api/runs/${created.body.id}`, { token: alice.token })
+      expect([after.body.status, after.body.requiredAction.toolOutputs]).toEqual(['requires_action', []])
+      await waitFor(
+        () =>
+          stream.events.some(
+            (event) =>
+              event.event === 'run.status' &&
+              (event.data as { requiredAction?: { toolOutputs: unknown[]; decisions: unknown[] } }).requiredAction
+                ?.toolOutputs.length === 0 &&
+              (event.data as { requiredAction: { decisions: unknown[] } }).requiredAction.decisions.length === 1,
+          ),
+        { what: 'a run.status awaiting the decision alone' },
+      )
+      stream.close()
+      await server.request('POST', `/api/decisions/${awaited.decisions[0]!.decisionId}`, {
+        token: alice.token,
+        body: { decision: 'approve' },
+      })
+      await waitForRun(server, alice.token, created.body.id, ['completed'])
       await expectLedgerInvariant(store, conversationId)
     })
   })

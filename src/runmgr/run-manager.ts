@@ -20,6 +20,7 @@ import {
   listToolCalls,
   laterRunExists,
   lockAuditLog,
+  waitForLess,
   lockRun,
   resumeFailedRun,
   terminalRunStatuses,
@@ -645,6 +646,8 @@ export class RunManager {
           accepted === false ? ((value as { rejected?: unknown }).rejected ? 'rejected' : 'error') : 'ok'
         await this.#ledger.finish(tx, locked, call, status, value)
       }
+      // Still waiting for the rest: `requiredAction` (and a `run.status`) says what is left.
+      await waitForLess(tx, runId)
     })
     await this.#pool.resumeIfAnswered(runId)
     return (await getRun(store, runId)) ?? run
