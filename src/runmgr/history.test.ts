@@ -13,6 +13,41 @@ const message = (partial: Partial<TranscriptMessage> & Pick<TranscriptMessage, '
 })
 
 describe('buildModelMessages', () => {
+  it('sends a model without vision the earlier messages’ images as a note; the run’s own input as it is', () => {
+    const image = {
+      type: 'image' as const,
+      mediaType: 'image/png',
+      path: '.inputs/a.png',
+      width: 1,
+      height: 1,
+      bytes: 68,
+    }
+    const transcript = [
+      message({ role: 'user', content: 'look', parts: [{ type: 'text', text: 'look' }, image] }),
+      message({ role: 'assistant', content: 'a cat' }),
+      message({ role: 'user', content: 'and this?', parts: [{ type: 'text', text: 'and this?' }, image] }),
+    ]
+    const [earlier, , latest] = buildModelMessages(transcript, { vision: false })
+    expect(earlier).toEqual({
+      role: 'user',
+      content: [
+        { type: 'text', text: 'look' },
+        { type: 'text', text: '[image .inputs/a.png: not shown, this model does not take images]' },
+      ],
+    })
+    // The run's own images are the fallback chain's to place (a model with vision, or 400 before the run).
+    expect(latest).toEqual({
+      role: 'user',
+      content: [
+        { type: 'text', text: 'and this?' },
+        { type: 'image', mediaType: 'image/png', path: '.inputs/a.png' },
+      ],
+    })
+    expect(buildModelMessages(transcript, { vision: true })[0]).toMatchObject({
+      content: [{ type: 'text' }, { type: 'image', path: '.inputs/a.png' }],
+    })
+  })
+
   it('places each tool result right after its call and sends the provider call id upstream', () => {
     const out = buildModelMessages([
       message({ role: 'user', content: 'hi' }),

@@ -22,6 +22,7 @@ export function buildModelMessages(
   for (const message of transcript)
     if (message.role === 'tool' && message.toolCallId) results.set(message.toolCallId, message)
   const out: ModelMessage[] = []
+  const latestUser = transcript.findLast((message) => message.role === 'user')
   for (const message of transcript) {
     if (message.role === 'tool') continue // placed right after their call; stray ones are dropped
     const callResults =
@@ -31,7 +32,7 @@ export function buildModelMessages(
       for (const model of kept.messages) out.push(model)
       continue
     }
-    const messages = modelMessagesOf(message, callResults, vision)
+    const messages = modelMessagesOf(message, callResults, vision || message === latestUser)
     // A message with images is built anew each time: its parts get their bytes in place (`attachImages`).
     if (!messages.some(hasParts)) built.set(message, { vision, results: callResults, messages })
     for (const model of messages) out.push(model)
@@ -59,7 +60,11 @@ function hasParts(message: ModelMessage): boolean {
   return message.role === 'user' && typeof message.content !== 'string'
 }
 
-/** One stored message (not a tool result) as model messages: none, one, or a turn with its results. */
+/**
+ * One stored message (not a tool result) as model messages: none, one, or a turn with its results.
+ * Without `vision`, a user message's images become a note (a text-only model refuses image parts);
+ * the run's own input keeps them, for the fallback chain to give to a model that sees them.
+ */
 function modelMessagesOf(
   message: TranscriptMessage,
   callResults: Array<TranscriptMessage | undefined>,
@@ -73,7 +78,10 @@ function modelMessagesOf(
         content: message.parts
           ? message.parts.map((part): UserContentPart => {
               if (part.type === 'text') return { type: 'text', text: part.text }
-              if (part.type === 'image') return { type: 'image', mediaType: part.mediaType, path: part.path }
+              if (part.type === 'image')
+                return vision
+                  ? { type: 'image', mediaType: part.mediaType, path: part.path }
+                  : { type: 'text', text: `[image ${part.path}: not shown, this model does not take images]` }
               return {
                 type: 'file',
                 filename: part.filename,
