@@ -138,6 +138,33 @@ describe('AnthropicMessagesModel: the request', () => {
   })
 })
 
+describe('AnthropicMessagesModel: a call that offers no tools', () => {
+  it('sends earlier calls and results as text (the API refuses tool_use and tool_result blocks without tools)', async () => {
+    upstream.enqueue({ kind: 'anthropic-stream', events: anthropicTextEvents('Paris is clear.', 1) })
+    await collect(
+      createModel().stream({
+        messages: [
+          { role: 'user', content: 'Weather in Paris?' },
+          {
+            role: 'assistant',
+            content: null,
+            toolCalls: [{ id: 'toolu_1', name: 'weather', arguments: '{"city":"Paris"}' }],
+          },
+          { role: 'tool', toolCallId: 'toolu_1', content: 'clear' },
+        ],
+        tools: [],
+      }),
+    )
+    const [request] = upstream.requests
+    expect(request?.body).not.toHaveProperty('tools')
+    expect(request?.body.messages).toEqual([
+      { role: 'user', content: [{ type: 'text', text: 'Weather in Paris?' }] },
+      { role: 'assistant', content: [{ type: 'text', text: '[called weather (call toolu_1) with {"city":"Paris"}]' }] },
+      { role: 'user', content: [{ type: 'text', text: '[result of call toolu_1]\nclear' }] },
+    ])
+  })
+})
+
 describe('AnthropicMessagesModel: streaming', () => {
   it('joins text whose bytes arrive split mid-token and mid-UTF-8 character', async () => {
     const pieces = ['日本語', ' and 👋', ' émoji']

@@ -62,7 +62,10 @@ export class AnthropicMessagesModel implements LanguageModel {
   async *stream(request: ModelRequest): AsyncGenerator<StreamPart> {
     const options = this.#options
     const tools = this.supportsTools ? request.tools : []
-    const prompt = convertToAnthropicMessages(request.messages, { pdf: this.capabilities.includes('pdf') })
+    const prompt = convertToAnthropicMessages(request.messages, {
+      pdf: this.capabilities.includes('pdf'),
+      toolBlocks: tools.length > 0,
+    })
     const params = { ...options.params, ...request.params }
     const body: Record<string, unknown> = { model: options.model, max_tokens: params.maxTokens ?? 4096 }
     if (params.temperature !== undefined) body.temperature = params.temperature

@@ -32,12 +32,15 @@ export interface AnthropicPrompt {
  *   inside JSON is unwrapped once; anything that is not a JSON object becomes `{}`);
  * - tool results become `tool_result` blocks in a `user` message; consecutive results (and a user text
  *   right after them) share one user message, results first, since roles must alternate;
- * - empty assistant turns are dropped (the API rejects empty content).
+ * - empty assistant turns are dropped (the API rejects empty content);
+ * - without `tools` in the request (`toolBlocks: false`: a call that offers none, as the last one at a
+ *   run's cap), calls and results are text: the API refuses `tool_use` and `tool_result` blocks then.
  */
 export function convertToAnthropicMessages(
   messages: readonly ModelMessage[],
-  options: { pdf?: boolean } = {},
+  options: { pdf?: boolean; toolBlocks?: boolean } = {},
 ): AnthropicPrompt {
+  const toolBlocks = options.toolBlocks !== false
   const system: string[] = []
   const result: AnthropicMessage[] = []
   const append = (role: AnthropicMessage['role'], blocks: AnthropicContentBlock[]): void => {
@@ -77,12 +80,20 @@ export function convertToAnthropicMessages(
         const blocks: AnthropicContentBlock[] = []
         if (message.content) blocks.push({ type: 'text', text: message.content })
         for (const call of message.toolCalls ?? [])
-          blocks.push({ type: 'tool_use', id: call.id, name: call.name, input: parseToolInput(call.arguments) })
+          blocks.push(
+            toolBlocks
+              ? { type: 'tool_use', id: call.id, name: call.name, input: parseToolInput(call.arguments) }
+              : { type: 'text', text: `[called ${call.name} (call ${call.id}) with ${call.arguments}]` },
+          )
         append('assistant', blocks)
         break
       }
       case 'tool':
-        append('user', [{ type: 'tool_result', tool_use_id: message.toolCallId, content: message.content }])
+        append('user', [
+          toolBlocks
+            ? { type: 'tool_result', tool_use_id: message.toolCallId, content: message.content }
+            : { type: 'text', text: `[result of call ${message.toolCallId}]\n${message.content}` },
+        ])
         break
     }
   }
