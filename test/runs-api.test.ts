@@ -162,6 +162,14 @@ for (const engine of apiEngines()) {
         headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream', 'last-event-id': lastId },
       })
       expect(again.status).toBe(204)
+      // An id this log never gave (another server's) is an error, not "nothing more".
+      const foreign = await fetch(`${server.url}/api/runs/${run.body.id}/events?after=99999999999`, {
+        headers: { authorization: `Bearer ${alice.token}`, accept: 'text/event-stream' },
+      })
+      expect([foreign.status, ((await foreign.json()) as { code: string }).code]).toEqual([
+        400,
+        'invalid_last_event_id',
+      ])
     })
   })
 }

@@ -34,6 +34,21 @@ export function resumePoint(request: FastifyRequest): number {
   return Number(raw.trim())
 }
 
+/**
+ * `resumePoint`, refused (400 `invalid_last_event_id`) past the newest event of the log: an id this log
+ * never gave (another server's, a restored database's) would wait for ever in silence, or pass for
+ * "nothing more" on a finished run.
+ */
+export async function checkedResumePoint(request: FastifyRequest, store: Store): Promise<number> {
+  const afterId = resumePoint(request)
+  if (afterId > 0 && afterId > (await highestEventId(store)))
+    throw new HttpProblem(
+      'invalid_last_event_id',
+      `event ${afterId} is past the newest event of this server's log: resume with an id it sent (or none, to replay from the start)`,
+    )
+  return afterId
+}
+
 /** How long the final frame of a stream may take to reach a client before it is dropped. */
 const finalFrameTimeoutMs = 2000
 
@@ -51,14 +66,8 @@ export async function serveEventStream(
   context: StreamContext,
   options: StreamOptions,
 ): Promise<void> {
-  const afterId = resumePoint(request)
   if (!request.user || !request.tokenId) throw new HttpProblem('unauthorized')
-  // An id this log never gave (another server's, a restored database's) would wait for ever in silence.
-  if (afterId > 0 && afterId > (await highestEventId(context.store)))
-    throw new HttpProblem(
-      'invalid_last_event_id',
-      `event ${afterId} is past the newest event of this server's log: resume with an id it sent (or none, to replay from the start)`,
-    )
+  const afterId = await checkedResumePoint(request, context.store)
   const handle =
     options.handle ??
     context.streams.open(

@@ -8,7 +8,7 @@ import { statusFilter } from './conversation-routes.js'
 import { caller } from '../auth.js'
 import { sseResponse } from '../event-schemas.js'
 import { fileLimits, InputPart, resolveInput } from '../input-parts.js'
-import { resumePoint, serveEventStream } from '../event-stream-route.js'
+import { checkedResumePoint, serveEventStream } from '../event-stream-route.js'
 import { hashRequest, idempotencyKey, KeyTaken, storeAnswer, storedAnswer } from '../idempotency.js'
 import { HttpProblem } from '../problem.js'
 import {
@@ -486,7 +486,7 @@ async function streamRun(
   if (terminalRunStatuses.includes(run.status)) {
     // A finished run with nothing after the client's id: 204, which tells an EventSource not to
     // reconnect (an empty 200 would make it reconnect for ever).
-    if (!(await deps.runQueries.hasEventsAfter(run.id, resumePoint(request)))) {
+    if (!(await deps.runQueries.hasEventsAfter(run.id, await checkedResumePoint(request, deps.store)))) {
       reply.code(204).send()
       return
     }
