@@ -140,6 +140,16 @@ for (const engine of apiEngines()) {
       expect(bad.status).toBe(400)
       expect(bad.headers.get('content-type')).toMatch(/^application\/problem\+json/)
       expect(bad.body.code).toBe('output_schema_invalid')
+      // Compiles, then recurses for ever on any value: refused before the run, not ended as a bug.
+      for (const schema of [
+        { $ref: '#' },
+        { anyOf: [{ $ref: '#' }] },
+        { allOf: [{ $ref: '#/$defs/a' }], $defs: { a: { $ref: '#' } } },
+      ]) {
+        const endless = await startRun({ model: 'stubborn', output: { schema } })
+        expect([endless.status, endless.body.code]).toEqual([400, 'output_schema_invalid'])
+        expect(endless.body.detail).toMatch(/refers to itself/)
+      }
       const badName = await startRun({ model: 'stubborn', output: { schema: weather, name: 'has spaces' } })
       expect(badName.status).toBe(400)
       expect(badName.body.code).toBe('validation_failed')

@@ -38,13 +38,23 @@ export function outputSpec(input: {
   const schema = input.schema as { [key: string]: JsonValue }
   if (JSON.stringify(schema).length > maxSchemaBytes)
     throw new RunRequestError('output_schema_invalid', `body.output.schema: larger than ${maxSchemaBytes} bytes`)
+  let validate: ValidateFunction
   try {
-    validatorOf(schema)
+    validate = validatorOf(schema)
   } catch (error) {
     throw new RunRequestError(
       'output_schema_invalid',
       `body.output.schema: not a usable JSON Schema (${error instanceof Error ? error.message : String(error)})`,
     )
+  }
+  // A schema that refers to itself without consuming anything (`{"$ref": "#"}`) compiles, then
+  // recurses for ever on every value: tried on one of each kind here, before any run.
+  for (const sample of [null, true, 0, '', [], {}]) {
+    if (!validates(validate, sample).checked)
+      throw new RunRequestError(
+        'output_schema_invalid',
+        'body.output.schema: it refers to itself without end (a $ref cycle that never reaches a value)',
+      )
   }
   return {
     schema,
@@ -66,10 +76,22 @@ export function checkAnswer(spec: OutputSpec, text: string): AnswerCheck {
     return { ok: false, errors: [`the answer is not JSON (${error instanceof Error ? error.message : 'unparsable'})`] }
   }
   const validate = validatorOf(spec.schema)
-  if (validate(value)) return { ok: true, value }
+  const outcome = validates(validate, value)
+  if (!outcome.checked) return { ok: false, errors: ['/ nested too deeply to be checked against the schema'] }
+  if (outcome.valid) return { ok: true, value }
   return {
     ok: false,
     errors: (validate.errors ?? []).slice(0, 20).map((error) => `${error.instancePath || '/'} ${error.message ?? ''}`),
+  }
+}
+
+/** Runs a validator; a stack overflow (a self-referring schema, a value nested thousands deep) is `checked: false`. */
+function validates(validate: ValidateFunction, value: JsonValue): { checked: boolean; valid: boolean } {
+  try {
+    return { checked: true, valid: validate(value) }
+  } catch (error) {
+    if (error instanceof RangeError) return { checked: false, valid: false }
+    throw error
   }
 }
 
