@@ -89,7 +89,7 @@ export const errorNotes = {
     'a memory whose `text` is over 4,000 characters, whose `value` is over 16 KiB as JSON, or whose namespace or key is over 200 characters',
   too_many_memories: "a new memory in a scope (the user's own, or a project's) that already holds 10,000",
   output_schema_invalid:
-    "a run request's `output.schema` that is not a JSON Schema Ajv can compile, refers to itself without end (`{\"$ref\": \"#\"}`), or is over 64 KiB; the message says what is wrong",
+    'a run request\'s `output.schema` that is not a JSON Schema Ajv can compile, refers to itself without end (`{"$ref": "#"}`), or is over 64 KiB; the message says what is wrong',
   too_many_runs:
     'a run quota is full: the caller already has `maxActiveRunsPerUser` runs queued or running, the project its most, or the runs started in the last minute reached a per-minute quota; `quota` names it (`Retry-After`)',
   budget_exceeded:
