@@ -414,6 +414,41 @@ for (const engine of apiEngines()) {
       await expectLedgerInvariant(store, conversationId)
     })
 
+    it('interrupts sent together all start their run: each supersedes the one before', async () => {
+      const conversationId = await newConversation()
+      setScript(
+        ...Array.from({ length: 10 }, () => ({
+          toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Y', body: 'b' } }],
+        })),
+      )
+      const first = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: alice.token,
+        body: { input: 'one' },
+      })
+      await waitForRun(server, alice.token, first.body.id, ['requires_action'])
+      const interrupts = await Promise.all(
+        Array.from({ length: 8 }, (_, index) =>
+          server.request('POST', `/api/conversations/${conversationId}/runs`, {
+            token: alice.token,
+            body: { input: `instead ${index}`, ifActive: 'interrupt' },
+          }),
+        ),
+      )
+      expect(interrupts.map((answer) => answer.status)).toEqual(Array.from({ length: 8 }, () => 201))
+      // One of them is left going; every other run ended superseded.
+      const runs = await Promise.all(
+        [first, ...interrupts].map((answer) =>
+          waitForRun(server, alice.token, answer.body.id, ['requires_action', 'cancelled']),
+        ),
+      )
+      expect(runs.filter((run) => run.status === 'requires_action')).toHaveLength(1)
+      for (const run of runs.filter((candidate) => candidate.status === 'cancelled'))
+        expect(run.cancelReason).toBe('superseded')
+      await server.request('POST', `/api/runs/${runs.find((run) => run.status === 'requires_action')!.id}/cancel`, {
+        token: alice.token,
+      })
+    })
+
     it('refuses bad run requests: unknown model, invalid client tool, someone else’s conversation', async () => {
       const conversationId = await newConversation()
       const unknown = await server.request('POST', `/api/conversations/${conversationId}/runs`, {

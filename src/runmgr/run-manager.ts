@@ -424,8 +424,11 @@ export class RunManager {
       })
     let created: CreatedRun = await create(input.ifActive === 'enqueue')
     // Interrupt: the new message supersedes everything still pending in the conversation — the queued
-    // runs first (so ending the active one promotes none of them), then the active one.
-    for (let attempt = 0; 'active' in created && input.ifActive === 'interrupt' && attempt < 5; attempt++) {
+    // runs first (so ending the active one promotes none of them), then the active one. Interrupts
+    // sent together each win a turn in some order (one per pass), so each goes on until it starts.
+    const giveUpAt = Date.now() + 15_000
+    for (let attempt = 0; 'active' in created && input.ifActive === 'interrupt' && attempt < 200; attempt++) {
+      if (attempt >= 5 && Date.now() > giveUpAt) break
       await this.#supersede(conversation.id)
       created = await create(false)
     }
