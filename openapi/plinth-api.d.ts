@@ -7374,11 +7374,12 @@ export interface operations {
                     /** @description A configured model id (GET /api/models) runs use when they name none; null clears it */
                     defaultModel?: string | null;
                     description?: string;
-                    /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones) */
-                    injectMemberKnowledge?: boolean;
-                    /** @description Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it) */
-                    memoryRecall?: boolean;
-                    modelParams?: components["schemas"]["ModelParams"];
+                    /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones; null resets it) */
+                    injectMemberKnowledge?: boolean | null;
+                    /** @description Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it; null resets it) */
+                    memoryRecall?: boolean | null;
+                    /** @description Request defaults for its runs; null clears them */
+                    modelParams?: components["schemas"]["ModelParams"] | null;
                     name: string;
                     /** @description How many days its run events, idle conversations, settled dispatches and knowledge drafts are kept; the shorter of these and the server's retention applies; null removes it */
                     retention?: components["schemas"]["ProjectRetention"] | null;
@@ -7607,11 +7608,12 @@ export interface operations {
                     /** @description A configured model id (GET /api/models) runs use when they name none; null clears it */
                     defaultModel?: string | null;
                     description?: string;
-                    /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones) */
-                    injectMemberKnowledge?: boolean;
-                    /** @description Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it) */
-                    memoryRecall?: boolean;
-                    modelParams?: components["schemas"]["ModelParams"];
+                    /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones; null resets it) */
+                    injectMemberKnowledge?: boolean | null;
+                    /** @description Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it; null resets it) */
+                    memoryRecall?: boolean | null;
+                    /** @description Request defaults for its runs; null clears them */
+                    modelParams?: components["schemas"]["ModelParams"] | null;
                     name?: string;
                     /** @description How many days its run events, idle conversations, settled dispatches and knowledge drafts are kept; the shorter of these and the server's retention applies; null removes it */
                     retention?: components["schemas"]["ProjectRetention"] | null;

@@ -277,5 +277,13 @@ describe('agent profiles', () => {
     // Clearing: null restores the defaults; [] means no tools at all.
     expect((await patch({ tools: [] })).body.tools).toEqual([])
     expect((await patch({ tools: null, systemPrompt: null })).body).toMatchObject({ tools: null, systemPrompt: null })
+    expect(
+      (await patch({ modelParams: { temperature: 0.2 }, injectMemberKnowledge: true, memoryRecall: false })).body,
+    ).toMatchObject({ modelParams: { temperature: 0.2 }, injectMemberKnowledge: true, memoryRecall: false })
+    const reset = await patch({ modelParams: null, injectMemberKnowledge: null, memoryRecall: null })
+    expect([reset.status, reset.body]).toEqual([
+      200,
+      expect.objectContaining({ modelParams: {}, injectMemberKnowledge: false, memoryRecall: true }),
+    ])
   })
 })

@@ -27,6 +27,25 @@ import {
 
 type ProfileInput = Partial<AgentProfile> & { runtimes?: string[] }
 
+/** A project as the API takes it: `null` resets these fields to their defaults, as it clears the others. */
+export type ProjectRequest = Omit<ProjectInput, 'modelParams' | 'injectMemberKnowledge' | 'memoryRecall'> & {
+  modelParams?: ProjectInput['modelParams'] | null
+  injectMemberKnowledge?: boolean | null
+  memoryRecall?: boolean | null
+}
+
+function withDefaults<T extends Partial<ProjectRequest>>(
+  input: T,
+): Omit<T, 'modelParams' | 'injectMemberKnowledge' | 'memoryRecall'> & Partial<ProjectInput> {
+  const { modelParams, injectMemberKnowledge, memoryRecall, ...rest } = input
+  return {
+    ...rest,
+    ...(modelParams !== undefined && { modelParams: modelParams ?? {} }),
+    ...(injectMemberKnowledge !== undefined && { injectMemberKnowledge: injectMemberKnowledge ?? false }),
+    ...(memoryRecall !== undefined && { memoryRecall: memoryRecall ?? true }),
+  }
+}
+
 // What the audit log records changes of: the agent's profile, and what its runs may spend.
 const profileKeys = [
   'systemPrompt',
@@ -97,11 +116,12 @@ export class ProjectService {
   }
 
   /** Creates a project in `tx` (the caller's transaction: it may also record an idempotent answer). */
-  create(tx: Executor, user: User, input: ProjectInput): Promise<Project> {
-    return createProject(tx, user.id, this.checkProfile(input))
+  create(tx: Executor, user: User, input: ProjectRequest): Promise<Project> {
+    return createProject(tx, user.id, this.checkProfile(withDefaults(input) as ProjectInput))
   }
 
-  async update(user: User, projectId: string, patch: Partial<ProjectInput>): Promise<Project> {
+  async update(user: User, projectId: string, request: Partial<ProjectRequest>): Promise<Project> {
+    const patch = withDefaults(request)
     const project = await this.resolve(user, projectId, 'write')
     // What protects the owner is the owner's to change: retention deletes history, a budget spends the
     // owner's money, and injectMemberKnowledge puts members' items into the owner's prompts.

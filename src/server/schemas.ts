@@ -133,7 +133,9 @@ const profileFields = {
       description: 'A configured model id (GET /api/models) runs use when they name none; null clears it',
     }),
   ),
-  modelParams: Type.Optional(ModelParams),
+  modelParams: Type.Optional(
+    Type.Union([ModelParams, Type.Null()], { description: 'Request defaults for its runs; null clears them' }),
+  ),
   tools: Type.Optional(
     Type.Union(
       [Type.Array(Type.String({ minLength: 1, maxLength: 200 }), { maxItems: 200, uniqueItems: true }), Type.Null()],
@@ -144,15 +146,15 @@ const profileFields = {
     ),
   ),
   injectMemberKnowledge: Type.Optional(
-    Type.Boolean({
+    Type.Union([Type.Boolean(), Type.Null()], {
       description:
-        'Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones)',
+        'Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones; null resets it)',
     }),
   ),
   memoryRecall: Type.Optional(
-    Type.Boolean({
+    Type.Union([Type.Boolean(), Type.Null()], {
       description:
-        'Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it)',
+        'Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it; null resets it)',
     }),
   ),
   budget: Type.Optional(
