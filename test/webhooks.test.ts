@@ -155,6 +155,17 @@ for (const engine of apiEngines()) {
         { token: owner.token },
       )
       expect(one.body).toMatchObject({ id: delivery!.id, status: 'delivered' })
+      // A well-formed id no delivery has, its row number past a bigint: 404, like any unknown one.
+      for (const suffix of ['', '/redeliver'])
+        expect(
+          (
+            await server.request(
+              suffix ? 'POST' : 'GET',
+              `/api/projects/${projectId}/webhooks/${webhook.id}/deliveries/7ZZZZZZZZZZZZZZZZZZZZZZZZZ${suffix}`,
+              { token: owner.token },
+            )
+          ).status,
+        ).toBe(404)
       const listed = await server.request('GET', `/api/projects/${projectId}/webhooks`, { token: owner.token })
       expect(listed.body.items).toHaveLength(1)
       expect(JSON.stringify(listed.body)).not.toContain(webhook.secret.slice(6, 20))

@@ -32,11 +32,14 @@ export function deliveryId(row: bigint | string | number, createdAt: Date | stri
   return out + tail
 }
 
-/** The row number a public delivery id names (the caller checks the id matches the row's). */
+/**
+ * The row number a public delivery id names (the caller checks the id matches the row's); -1, which
+ * names no row, for an id whose 80 bits are past a `bigint` (well-formed, and never issued).
+ */
 export function deliveryRow(id: string): bigint {
   let value = 0n
   for (const char of id.slice(10)) value = value * 32n + BigInt(alphabet.indexOf(char))
-  return value
+  return value > 9_223_372_036_854_775_807n ? -1n : value
 }
 
 // --- the API's view ------------------------------------------------------------------------------
