@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs'
+import { isIP } from 'node:net'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import type { ErrorObject } from 'ajv'
 import { fallbackProblems, type ModelSettings } from '../llm/index.js'
@@ -326,6 +327,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
   if (typeof merged.defaultModel === 'string' && !models.some((model) => model?.id === merged.defaultModel)) {
     problems.push(`defaultModel: no model with id ${JSON.stringify(merged.defaultModel)} is configured`)
   }
+  if (typeof merged.trustProxy === 'string') {
+    const bad = trustProxyProblem(merged.trustProxy)
+    if (bad) problems.push(`trustProxy: ${bad}`)
+  }
   const retention = merged.retention as { auditDays?: unknown } | undefined
   if (retention?.auditDays !== undefined && !merged.secretKey)
     problems.push(
@@ -532,4 +537,21 @@ function describeError(error: ErrorObject): string {
   if (error.keyword === 'enum')
     return `${key}: must be one of ${(error.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`
   return `${key}: ${error.message ?? 'is invalid'}`
+}
+
+/**
+ * What is wrong with a `trustProxy` string (`true`/`false`, or comma-separated addresses, CIDRs and
+ * the names `loopback`, `linklocal`, `uniquelocal`), so it is refused with the rest, not at listen.
+ */
+function trustProxyProblem(value: string): string | undefined {
+  if (value === 'true' || value === 'false') return undefined
+  for (const entry of value.split(',').map((part) => part.trim())) {
+    if (['loopback', 'linklocal', 'uniquelocal'].includes(entry)) continue
+    const [address = '', prefix, extra] = entry.split('/')
+    const family = isIP(address)
+    const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 6 ? 128 : 32))
+    if (family === 0 || !prefixOk || extra !== undefined)
+      return `${JSON.stringify(entry)} is not an address, a CIDR, loopback, linklocal or uniquelocal (or true/false)`
+  }
+  return undefined
 }
