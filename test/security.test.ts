@@ -164,6 +164,18 @@ describe('request timeouts and connection caps', () => {
     expect(answer.elapsedMs).toBeLessThan(3000)
   })
 
+  it('answers a request once: one refused before its body (401) that then times out gets no second answer', async () => {
+    const socket = await rawSocket(server.url)
+    const answer = await collect(socket, Date.now(), 5000, () =>
+      socket.write(
+        'POST /api/projects HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":',
+      ),
+    )
+    expect(answer.status).toBe(401)
+    expect(answer.text.match(/HTTP\/1\.1 \d{3}/g)).toEqual(['HTTP/1.1 401'])
+    expect(answer.closed).toBe(true)
+  })
+
   it('caps open connections per client address with 429', async () => {
     const held = await Promise.all([1, 2, 3, 4].map(() => rawSocket(server.url)))
     try {

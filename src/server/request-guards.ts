@@ -163,8 +163,16 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
         ? [431, 'Request Header Fields Too Large', 'headers_too_large']
         : [400, 'Bad Request', 'bad_request']
   this.log.debug({ code: error.code, status }, 'client error')
-  if (socket.writable) {
-    const body = JSON.stringify(problemBody(code, code === 'bad_request' ? 'malformed HTTP request' : undefined))
+  // Only when nothing was answered yet (as Node's own handler): a request answered before its body was
+  // read (a 401, say) that then times out must not get a second answer on the same connection.
+  if (socket.writable && socket.bytesWritten === 0) {
+    const detail =
+      code === 'bad_request'
+        ? 'malformed HTTP request'
+        : code === 'request_timeout'
+          ? 'the request did not arrive whole in time (PLINTH_REQUEST_TIMEOUT)'
+          : 'the request headers are larger than the server accepts'
+    const body = JSON.stringify(problemBody(code, detail))
     socket.write(
       `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
     )
