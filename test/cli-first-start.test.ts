@@ -61,7 +61,8 @@ describe('first start and the CLI beside a running server', () => {
           .map((user: { name: string }) => user.name)
           .sort(),
       ).toEqual(['admin', 'bob'])
-      const tokens = await runPlinth(['tokens', 'list', 'bob', '--json'], {
+      // Names are unique regardless of case, and found so.
+      const tokens = await runPlinth(['tokens', 'list', 'BOB', '--json'], {
         cwd,
         env: { PLINTH_ADMIN_TOKEN: adminToken },
       })

@@ -146,7 +146,8 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
       const revoked = await run(['tokens', 'revoke', issued.tokenId])
       expect(succeeded(revoked)).toContain(`revoked token ${issued.tokenId}`)
 
-      const listed = await run(['tokens', 'list', 'alice', '--json'])
+      // A name is found regardless of case (names are unique regardless of case).
+      const listed = await run(['tokens', 'list', 'Alice', '--json'])
       const listText = succeeded(listed)
       const tokens = JSON.parse(listText) as Array<Record<string, unknown>>
       expect(tokens.map((token) => token.name).sort()).toEqual(['default', 'laptop', 'phone'])
@@ -168,7 +169,7 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
       const laptopPrefix = tokens.find((token) => token.id === issued.tokenId)?.prefix
       expect(issued.token.startsWith(String(laptopPrefix))).toBe(true)
 
-      expect(succeeded(await run(['users', 'disable', 'carol']))).toMatch(/^disabled user carol/)
+      expect(succeeded(await run(['users', 'disable', 'CAROL']))).toMatch(/^disabled user carol/)
 
       // PGlite is single-process: the server starts only after the CLI steps.
       const server = await serve()

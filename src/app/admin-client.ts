@@ -159,7 +159,12 @@ export function httpUserAdmin(url: string, adminToken: string): UserAdmin {
         const byId = await call<User>('GET', `/users/${idOrName}`)
         if (byId.status === 200) return byId.body
       }
-      return (await admin.listUsers()).find((user) => user.name === idOrName)
+      // Names are unique regardless of case; an exact match first (two may predate that rule).
+      const users = await admin.listUsers()
+      return (
+        users.find((user) => user.name === idOrName) ??
+        users.find((user) => user.name.toLowerCase() === idOrName.toLowerCase())
+      )
     },
     setDisabled: async (userId, disabled) => {
       const answer = await call<User>('PATCH', `/users/${userId}`, { disabled })

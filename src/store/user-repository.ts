@@ -60,14 +60,19 @@ export async function getUser(db: Executor, id: string): Promise<User | undefine
   return row && toUser(row)
 }
 
-/** A user by id or, failing that, by name (the CLI accepts either). */
+/**
+ * A user by id or, failing that, by name (the CLI accepts either), regardless of case as names are
+ * unique regardless of case.
+ */
 export async function findUser(db: Executor, idOrName: string): Promise<User | undefined> {
   const row = await kysely(db)
     .selectFrom('users')
     .selectAll()
-    .where((eb) => eb.or([eb('id', '=', idOrName), eb('name', '=', idOrName)]))
-    // The id first: names shaped like ids are refused now, but one may predate that.
+    .where((eb) => eb.or([eb('id', '=', idOrName), eb(sql<string>`lower(name)`, '=', idOrName.toLowerCase())]))
+    // The id first: names shaped like ids are refused now, but one may predate that. Then the exact
+    // name: two names the same but for case may predate their uniqueness.
     .orderBy(sql`id = ${idOrName}`, 'desc')
+    .orderBy(sql`name = ${idOrName}`, 'desc')
     .orderBy('id')
     .executeTakeFirst()
   return row && toUser(row)
@@ -79,12 +84,21 @@ export async function hasUsers(db: Executor): Promise<boolean> {
   return existing.length > 0
 }
 
-/** The ids of the active users named (by name or id) in `names`. */
+/** The ids of the active users named (by name, regardless of case, or id) in `names`. */
 export async function activeUserIds(db: Executor, names: readonly string[]): Promise<string[]> {
   const rows = await kysely(db)
     .selectFrom('users')
     .select('id')
-    .where((eb) => eb.or([eb('name', 'in', [...names]), eb('id', 'in', [...names])]))
+    .where((eb) =>
+      eb.or([
+        eb(
+          sql<string>`lower(name)`,
+          'in',
+          names.map((name) => name.toLowerCase()),
+        ),
+        eb('id', 'in', [...names]),
+      ]),
+    )
     .where('disabled_at', 'is', null)
     .execute()
   return rows.map((row) => row.id)
