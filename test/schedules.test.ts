@@ -84,7 +84,9 @@ describe('schedule timing', () => {
   })
 })
 
-for (const engine of apiEngines()) {
+// On the embedded database too, always: its one session once made creating a schedule wait for ever
+// (a check read outside the transaction that held it).
+for (const engine of new Set(['pglite' as const, ...apiEngines()])) {
   describe(`schedules over HTTP (${engine})`, () => {
     let store: Store
     let server: TestServer

@@ -43,24 +43,27 @@ export class ScheduleService {
     this.#deps = deps
   }
 
-  /** `tx`: the transaction to create it in (with an Idempotency-Key's answer). */
-  async create(
+  /**
+   * Checks a new schedule (the project, its timing and target) and answers how to write it in a
+   * transaction (with an Idempotency-Key's answer). The checks read outside it: on the embedded
+   * database, whose one session the transaction holds, a read from inside would wait for ever.
+   */
+  async prepare(
     user: User,
     projectId: string,
     input: ScheduleInput & Required<Pick<ScheduleInput, 'target'>>,
-    tx?: Executor,
-  ): Promise<Schedule> {
+  ): Promise<(tx: Executor) => Promise<Schedule>> {
     const project = await this.#deps.projects.resolve(user, projectId, 'write')
     const timing = this.#timing(input)
     await this.#checkTarget(user, project.id, input)
     const enabled = input.enabled ?? true
-    const now = new Date()
-    return createSchedule(tx ?? this.#deps.store, {
-      ...input,
-      projectId: project.id,
-      ownerId: user.id,
-      nextFireAt: enabled ? firstOccurrence(timing, now) : null,
-    })
+    return (tx) =>
+      createSchedule(tx, {
+        ...input,
+        projectId: project.id,
+        ownerId: user.id,
+        nextFireAt: enabled ? firstOccurrence(timing, new Date()) : null,
+      })
   }
 
   async list(user: User, projectId: string, page: PageRequest): Promise<Page<Schedule>> {

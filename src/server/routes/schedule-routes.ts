@@ -140,11 +140,8 @@ export function registerScheduleRoutes(app: App, deps: ServerDeps): void {
     },
     async (request, reply) => {
       const user = caller(request)
-      return reply.send(
-        await runIdempotent(request, reply, deps.store, user.id, 201, (tx) =>
-          schedules.create(user, request.params.id, request.body, tx),
-        ),
-      )
+      const insert = await schedules.prepare(user, request.params.id, request.body)
+      return reply.send(await runIdempotent(request, reply, deps.store, user.id, 201, insert))
     },
   )
 
