@@ -61,6 +61,13 @@ describe('first start and the CLI beside a running server', () => {
           .map((user: { name: string }) => user.name)
           .sort(),
       ).toEqual(['admin', 'bob'])
+      // What the admin API refuses is an error here too (exit 1, the server's reason), never a success.
+      const env = { PLINTH_ADMIN_TOKEN: adminToken }
+      const longName = await runPlinth(['tokens', 'create', 'bob', '--name', 'x'.repeat(300)], { cwd, env })
+      expect([longName.code, longName.stdout]).toEqual([1, ''])
+      expect(longName.stderr).toMatch(/100 characters/)
+      const idShaped = await runPlinth(['users', 'create', '01M93E4CK540K1XXPYX10ZTVRP'], { cwd, env })
+      expect([idShaped.code, idShaped.stderr]).toEqual([1, expect.stringMatching(/looks like an id/)])
       // Names are unique regardless of case, and found so.
       const tokens = await runPlinth(['tokens', 'list', 'BOB', '--json'], {
         cwd,

@@ -143,6 +143,10 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
       const phoneToken = lastLine(succeeded(phone))
       expect(phoneToken).toMatch(tokenPattern)
 
+      // The admin API's limit on a token's name holds offline too.
+      const longName = await run(['tokens', 'create', 'alice', '--name', 'x'.repeat(300)])
+      expect([longName.code, longName.stderr]).toEqual([1, expect.stringMatching(/1 to 100 characters/)])
+
       const revoked = await run(['tokens', 'revoke', issued.tokenId])
       expect(succeeded(revoked)).toContain(`revoked token ${issued.tokenId}`)
 

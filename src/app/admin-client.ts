@@ -136,13 +136,21 @@ export async function httpAuditVerify(url: string, adminToken: string): Promise<
   return answer.body
 }
 
+/** The body of an answer with the status expected; any other is an error saying what the server said. */
+function succeeded<T>(answer: { status: number; body: T }, expected: number): T {
+  if (answer.status === expected) return answer.body
+  const detail = (answer.body as { detail?: unknown } | undefined)?.detail
+  throw new Error(typeof detail === 'string' ? detail : `the server answered ${answer.status}`)
+}
+
 /** Through a running server's admin API (PLINTH_ADMIN_TOKEN), while it holds the embedded database. */
 export function httpUserAdmin(url: string, adminToken: string): UserAdmin {
   const call = <T>(method: string, path: string, body?: unknown) => adminCall<T>(url, adminToken, method, path, body)
   const admin: UserAdmin = {
     createUser: async (name, tokenName) => {
       const answer = await call<{ user: User; token: IssuedToken }>('POST', '/users', { name, tokenName })
-      return answer.status === 409 ? 'name_taken' : answer.body
+      if (answer.status === 409) return 'name_taken'
+      return succeeded(answer, 201)
     },
     listUsers: () =>
       all(
@@ -168,9 +176,10 @@ export function httpUserAdmin(url: string, adminToken: string): UserAdmin {
     },
     setDisabled: async (userId, disabled) => {
       const answer = await call<User>('PATCH', `/users/${userId}`, { disabled })
-      return answer.status === 200 ? answer.body : undefined
+      return answer.status === 404 ? undefined : succeeded(answer, 200)
     },
-    createToken: async (userId, name) => (await call<IssuedToken>('POST', `/users/${userId}/tokens`, { name })).body,
+    createToken: async (userId, name) =>
+      succeeded(await call<IssuedToken>('POST', `/users/${userId}/tokens`, { name }), 201),
     listTokens: (userId) =>
       all(
         async (after) =>

@@ -45,6 +45,7 @@ export class Accounts {
         { path: 'body.name', message },
       ])
     }
+    checkTokenName(tokenName, 'body.tokenName')
     return this.#store.transaction(async (tx) => {
       const user = await createUser(tx, name)
       if ('error' in user) throw new RequestError('name_taken', `a user named ${JSON.stringify(user.taken)} exists`)
@@ -93,6 +94,7 @@ export class Accounts {
   }
 
   async createToken(userId: string, name = 'default'): Promise<IssuedToken> {
+    checkTokenName(name, 'body.name')
     await this.user(userId)
     return createToken(this.#store, userId, name)
   }
@@ -137,4 +139,12 @@ export class Accounts {
   touchToken(tokenId: string): Promise<void> {
     return touchToken(this.#store, tokenId)
   }
+}
+
+/** A token's name as the admin API takes it (1–100 characters), the same offline (the CLI on the database). */
+function checkTokenName(name: string, path: string): void {
+  const length = [...name].length
+  if (length >= 1 && length <= 100) return
+  const message = 'a token name has 1 to 100 characters'
+  throw new RequestError('validation_failed', `${path}: ${message}`, [{ path, message }])
 }
