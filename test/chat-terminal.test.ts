@@ -194,6 +194,10 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
     expect(screen(session)).toMatch(/rdm__draft__compose wants to run \(high risk\)/)
     expect(screen(session)).toMatch(/Write draft "Memo" \(5 chars\) into project chat-decide-/)
     expect(screen(session)).not.toMatch(/args:/)
+    // A stray answer decides nothing: it is asked again.
+    type(session, '{"title": "x"}')
+    await screenShows(session, /answer y, s, n, e or r, or a for the arguments\n\s+approve\?/)
+    expect((await lastRun(projectId)).status).toBe('requires_action')
     type(session, 'a')
     await screenShows(session, /approve\?.*\n\s+args: \{.*"body":"hello".*\}\n\s+approve\?/)
     type(session, 'y')

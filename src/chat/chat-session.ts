@@ -339,7 +339,12 @@ export class ChatSession {
         if (reply.trim()) return { decision: 'respond', text: reply.trim() }
         continue
       }
-      if (text !== 'a' && text !== '?') return { decision: 'reject' }
+      if (text === 'n' || text === 'no') return { decision: 'reject' }
+      // Anything else is asked again: a stray answer (pasted JSON, a typo) must not decide for the person.
+      if (text !== 'a' && text !== '?') {
+        this.#say(paint(this.#color, 'dim', `    answer y, s, n, e or r${preview ? ', or a for the arguments' : ''}`))
+        continue
+      }
       this.#say(paint(this.#color, 'dim', `    args: ${oneLine(JSON.stringify(decision.args))}`))
     }
   }
