@@ -295,6 +295,12 @@ for (const engine of testEngines()) {
       expectCode(longName, 400, 'validation_failed')
       expect(JSON.stringify(longName.body)).toContain('body.file.filename')
       expect(JSON.stringify(longName.body)).not.toContain('body.title')
+      // A file part with an empty name names nothing: refused, like an empty title.
+      const unnamed =
+        '--zzz\r\nContent-Disposition: form-data; name="file"; filename=""\r\nContent-Type: text/plain\r\n\r\nhello\r\n--zzz--\r\n'
+      const noName = await raw('multipart/form-data; boundary=zzz', unnamed)
+      expectCode(noName, 400, 'validation_failed')
+      expect(JSON.stringify(noName.body)).toContain('body.file.filename')
       // Neither JSON nor multipart: 415, naming both ways in.
       const plain = await raw('text/plain', 'hello')
       expectCode(plain, 415, 'unsupported_media_type')

@@ -360,6 +360,12 @@ async function readUpload(request: FastifyRequest, ingestor: Ingestor, maxBytes:
             },
           )
         }
+        if (!part.filename.trim()) {
+          part.file.resume()
+          throw new HttpProblem('validation_failed', 'body.file.filename: must not be empty (it names the item)', {
+            errors: [{ path: 'body.file.filename', message: 'must not be empty' }],
+          })
+        }
         const format = detectFormat(part.filename, part.mimetype)
         if (!format) {
           part.file.resume()
