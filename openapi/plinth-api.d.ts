@@ -7216,7 +7216,10 @@ export interface operations {
     };
     listModels: {
         parameters: {
-            query?: never;
+            query?: {
+                cursor?: string;
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -7237,7 +7240,7 @@ export interface operations {
                             provider: string;
                             supportsTools: boolean;
                         }[];
-                        nextCursor: null;
+                        nextCursor: string | null;
                     };
                 };
             };
@@ -9196,7 +9199,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
         responses: {
             /** @description Default Response */
             200: {

@@ -86,6 +86,18 @@ describe('agent profiles', () => {
     return answer.body
   }
 
+  it('lists the configured models a page at a time, in their order', async () => {
+    const first = await server.request('GET', '/api/models?limit=2', { token: alice.token })
+    expect(first.body.items.map((model: { id: string }) => model.id)).toEqual(['gpt', 'gpt-small'])
+    expect(first.body.nextCursor).toEqual(expect.any(String))
+    const rest = await server.request('GET', `/api/models?limit=2&cursor=${first.body.nextCursor}`, {
+      token: alice.token,
+    })
+    expect(rest.body).toEqual({ items: [expect.objectContaining({ id: 'keyless' })], nextCursor: null })
+    for (const query of ['cursor=abc', 'limit=abc', 'limit=0', 'color=red'])
+      expect((await server.request('GET', `/api/models?${query}`, { token: alice.token })).status).toBe(400)
+  })
+
   it('a new project has an empty profile: every exposed tool, the configured default model', async () => {
     const projectId = await newProject()
     const project = (await server.request('GET', `/api/projects/${projectId}`, { token: alice.token })).body

@@ -358,7 +358,16 @@ for (const engine of apiEngines()) {
       const waiting = await waitForRun(server, alice.token, created.body.id, ['requires_action'])
       const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!
         .decisionId
-      const cancelled = await server.request('POST', `/api/runs/${created.body.id}/cancel`, { token: alice.token })
+      // The cancel takes no fields: one sent is refused, and cancels nothing.
+      const withReason = await server.request('POST', `/api/runs/${created.body.id}/cancel`, {
+        token: alice.token,
+        body: { reason: 'bored' },
+      })
+      expect([withReason.status, withReason.body.code]).toEqual([400, 'validation_failed'])
+      const cancelled = await server.request('POST', `/api/runs/${created.body.id}/cancel`, {
+        token: alice.token,
+        body: {},
+      })
       expect(cancelled.body).toMatchObject({ status: 'cancelled', cancelReason: 'cancelled' })
       expect(
         (await server.request('POST', `/api/runs/${created.body.id}/cancel`, { token: alice.token })).body.status,

@@ -3,7 +3,7 @@ import { Type } from 'typebox'
 import { runView } from '../../resources/index.js'
 import { terminalRunStatuses, type EventRecord, type Run } from '../../store/index.js'
 import { conversationForStream, type ConversationStreamAccess } from '../access.js'
-import { decodeCursor, toListAnswer } from '../cursor.js'
+import { decodeCursor, decodeKeyCursor, encodeKeyCursor, toListAnswer } from '../cursor.js'
 import { statusFilter } from './conversation-routes.js'
 import { caller } from '../auth.js'
 import { sseResponse } from '../event-schemas.js'
@@ -16,6 +16,7 @@ import {
   IdParams,
   Message,
   ModelParams,
+  PageQuery,
   RunBudget,
   problemResponses,
   Run as RunSchema,
@@ -129,22 +130,33 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
                 default: Type.Boolean(),
               }),
             ),
-            nextCursor: Type.Null(),
+            nextCursor: Type.Union([Type.String(), Type.Null()]),
           }),
           ...problemResponses,
         },
+        querystring: PageQuery,
       },
     },
-    async () => ({
-      items: runs.models.list().map((model) => ({
-        id: model.id,
-        provider: model.provider,
-        supportsTools: model.supportsTools,
-        contextWindow: model.contextWindow,
-        default: model.id === runs.models.defaultId,
-      })),
-      nextCursor: null,
-    }),
+    async (request) => {
+      // In the configured order; a cursor is the last id of the page before.
+      const all = runs.models.list()
+      const after = decodeKeyCursor(request.query.cursor)
+      const start = after === undefined ? 0 : all.findIndex((model) => model.id === after) + 1
+      if (after !== undefined && start === 0)
+        throw new HttpProblem('invalid_cursor', 'cursor names no configured model; start again without it')
+      const limit = request.query.limit ?? 50
+      const page = all.slice(start, start + limit)
+      return {
+        items: page.map((model) => ({
+          id: model.id,
+          provider: model.provider,
+          supportsTools: model.supportsTools,
+          contextWindow: model.contextWindow,
+          default: model.id === runs.models.defaultId,
+        })),
+        nextCursor: start + limit < all.length ? encodeKeyCursor(page.at(-1)!.id) : null,
+      }
+    },
   )
 
   app.post(
@@ -363,6 +375,8 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
         tags,
         summary: 'Cancel a run (a finished run is returned unchanged)',
         params: IdParams,
+        // No fields: a body, if any, is an empty object (unknown fields are refused as everywhere).
+        body: Type.Optional(Type.Object({}, { additionalProperties: false })),
         response: { 200: RunView, ...problemResponses },
       },
     },
