@@ -470,6 +470,10 @@ for (const engine of apiEngines()) {
         body: { input: 'x', clientTools: [{ name: 'bad name', parameters: {} }] },
       })
       expect([badTool.status, badTool.body.code]).toEqual([400, 'validation_failed'])
+      // Each bad field named in `errors`, as for every other validation failure.
+      expect(badTool.body.errors).toEqual([
+        { path: 'body.clientTools.0.name', message: expect.stringMatching(/^must match/) },
+      ])
       // An input of either shape fails with what is wrong with it, not with every alternative.
       const empty = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
         token: alice.token,
@@ -499,7 +503,10 @@ for (const engine of apiEngines()) {
         },
       })
       expect([badSchema.status, badSchema.body.code]).toEqual([400, 'validation_failed'])
-      expect(badSchema.body.detail).toMatch(/clientTools\[0\]\.parameters is not valid JSON Schema/)
+      expect(badSchema.body.detail).toMatch(/^body\.clientTools\.0\.parameters: is not valid JSON Schema/)
+      expect(badSchema.body.errors).toEqual([
+        { path: 'body.clientTools.0.parameters', message: expect.stringMatching(/^is not valid JSON Schema/) },
+      ])
       const bob = await server.createUser()
       const foreign = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
         token: bob.token,

@@ -43,23 +43,24 @@ export function toolSchemaProblem(parameters: unknown): string | undefined {
   return `is not valid JSON Schema${first ? `: ${first.instancePath || '/'} ${first.message ?? ''}`.trimEnd() : ''}`
 }
 
+/** A `validation_failed` naming the field (`body.clientTools.0.name`), in `errors` as every other one. */
+function invalid(path: string, message: string): RunRequestError {
+  return new RunRequestError('validation_failed', `${path}: ${message}`, { errors: [{ path, message }] })
+}
+
 /** Validates a run's `clientTools`: built-in names, or `{name, description, parameters}` objects. */
 export function resolveClientTools(input: unknown): ModelTool[] {
   if (input === undefined || input === null) return []
-  if (!Array.isArray(input)) throw new RunRequestError('validation_failed', 'clientTools must be an array')
+  if (!Array.isArray(input)) throw invalid('body.clientTools', 'must be an array')
   return input.map((entry, index) => {
+    const at = `body.clientTools.${index}`
     if (entry === 'propose_command') return proposeCommandTool
-    if (typeof entry === 'string')
-      throw new RunRequestError(
-        'validation_failed',
-        `clientTools[${index}]: unknown built-in client tool ${JSON.stringify(entry)}`,
-      )
+    if (typeof entry === 'string') throw invalid(at, `unknown built-in client tool ${JSON.stringify(entry)}`)
     const tool = entry as Partial<ModelTool>
-    if (!tool || typeof tool.name !== 'string' || !namePattern.test(tool.name)) {
-      throw new RunRequestError('validation_failed', `clientTools[${index}].name must match ${namePattern.source}`)
-    }
+    if (!tool || typeof tool.name !== 'string' || !namePattern.test(tool.name))
+      throw invalid(`${at}.name`, `must match ${namePattern.source}`)
     const problem = toolSchemaProblem(tool.parameters)
-    if (problem) throw new RunRequestError('validation_failed', `clientTools[${index}].parameters ${problem}`)
+    if (problem) throw invalid(`${at}.parameters`, problem)
     return {
       name: tool.name,
       description: typeof tool.description === 'string' ? tool.description : '',

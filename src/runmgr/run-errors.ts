@@ -18,9 +18,14 @@ export class RunRequestError extends RequestError {
       | 'nothing_to_compact'
       | 'compaction_failed',
     message: string,
-    more?: { extensions?: Record<string, unknown>; retryAfter?: number },
+    more?: {
+      extensions?: Record<string, unknown>
+      retryAfter?: number
+      /** The offending fields (`validation_failed`), as `path: message`. */
+      errors?: Array<{ path: string; message: string }>
+    },
   ) {
-    super(code, message, undefined, more)
+    super(code, message, more?.errors, more)
     this.name = 'RunRequestError'
   }
 }
