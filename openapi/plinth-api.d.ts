@@ -5543,7 +5543,7 @@ export interface operations {
                     } | {
                         /** @description A document among the conversation’s files (its path): .pdf, .docx, .html, .md or .txt */
                         fileId?: string;
-                        /** @description A knowledge item */
+                        /** @description A knowledge item (its id, a ULID) */
                         knowledgeId?: string;
                         /** @enum {string} */
                         type: "file";
@@ -9456,7 +9456,7 @@ export interface operations {
             content: {
                 "application/json": {
                     outputs: {
-                        /** @description A callId from requiredAction.toolOutputs; any other answers 409 run_not_waiting */
+                        /** @description A callId from requiredAction.toolOutputs (a ULID); one the run does not await answers 409 run_not_waiting */
                         callId: string;
                         output: unknown;
                     }[];

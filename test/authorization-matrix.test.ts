@@ -305,7 +305,7 @@ const routes: RouteCase[] = [
     method: 'POST',
     path: '/api/runs/{id}/tool-outputs',
     url: (f) => `/api/runs/${f.runId}/tool-outputs`,
-    body: { outputs: [{ callId: 'x', output: {} }] },
+    body: { outputs: [{ callId: '01ARZ3NDEKTSV4RRFFQ69G5FAV', output: {} }] },
     owner: 409,
     member: 404,
     stranger: 404,

@@ -194,6 +194,8 @@ for (const engine of apiEngines()) {
         expect.stringMatching(/exactly one/),
       ])
       expect(await bad({ knowledgeId: elsewhere.body.id })).toEqual([400, 'invalid_file', expect.any(String)])
+      // An id of another shape is malformed, as every body id.
+      expect((await bad({ knowledgeId: 'nope' })).slice(0, 2)).toEqual([400, 'validation_failed'])
     })
   })
 }

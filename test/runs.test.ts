@@ -542,9 +542,15 @@ for (const engine of apiEngines()) {
       ])
       const bogus = await server.request('POST', `/api/runs/${created.body.id}/tool-outputs`, {
         token: alice.token,
-        body: { outputs: [{ callId: 'nope', output: {} }] },
+        body: { outputs: [{ callId: '01ARZ3NDEKTSV4RRFFQ69G5FAV', output: {} }] },
       })
       expect([bogus.status, bogus.body.code]).toEqual([409, 'run_not_waiting'])
+      // An id of another shape is a malformed request, as everywhere.
+      const malformed = await server.request('POST', `/api/runs/${created.body.id}/tool-outputs`, {
+        token: alice.token,
+        body: { outputs: [{ callId: 'nope', output: {} }] },
+      })
+      expect([malformed.status, malformed.body.code]).toEqual([400, 'validation_failed'])
       await server.request('POST', `/api/runs/${created.body.id}/tool-outputs`, {
         token: alice.token,
         body: { outputs: [{ callId: outputs[0]!.callId, output: { accepted: true } }] },

@@ -53,7 +53,9 @@ export const InputPart = Type.Union([
           description: 'A document among the conversation’s files (its path): .pdf, .docx, .html, .md or .txt',
         }),
       ),
-      knowledgeId: Type.Optional(Type.String({ minLength: 1, maxLength: 100, description: 'A knowledge item' })),
+      knowledgeId: Type.Optional(
+        Type.String({ pattern: '^[0-9A-HJKMNP-TV-Z]{26}$', description: 'A knowledge item (its id, a ULID)' }),
+      ),
     },
     { additionalProperties: false },
   ),

@@ -430,9 +430,9 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
               Type.Object(
                 {
                   callId: Type.String({
-                    minLength: 1,
-                    maxLength: 64,
-                    description: 'A callId from requiredAction.toolOutputs; any other answers 409 run_not_waiting',
+                    pattern: '^[0-9A-HJKMNP-TV-Z]{26}$',
+                    description:
+                      'A callId from requiredAction.toolOutputs (a ULID); one the run does not await answers 409 run_not_waiting',
                   }),
                   output: Type.Unknown(),
                 },
