@@ -522,6 +522,10 @@ describe('limits', () => {
     const limited = await server.request('GET', '/api/me', { token: noisy.token })
     expectProblem(limited, 429, 'rate_limited')
     expect(limited.headers.get('retry-after')).toBeTruthy()
+    // The window as configured (not the time left in it, which Retry-After says).
+    expect(limited.body.detail).toMatch(
+      /^rate limit of 5 requests per 1 minute exceeded; retry in \d+ (seconds?|minutes?)$/,
+    )
     expect((await server.request('GET', '/api/me', { token: quiet.token })).status).toBe(200)
     for (let index = 0; index < 10; index++) expect((await server.request('GET', '/healthz')).status).toBe(200)
   })

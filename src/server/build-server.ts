@@ -373,10 +373,11 @@ export async function buildServer(options: ServerOptions): Promise<App> {
       const token = bearerToken(request)
       return token ? `token:${createHash('sha256').update(token).digest('hex').slice(0, 32)}` : `ip:${request.ip}`
     },
+    // `context.after` is the time left until the window resets, not the window.
     errorResponseBuilder: (_request, context) =>
       new HttpProblem(
         'rate_limited',
-        `rate limit of ${context.max} requests per ${context.after} exceeded; retry later`,
+        `rate limit of ${context.max} requests per ${windowText(options.rateLimit.windowMs)} exceeded; retry in ${context.after}`,
       ),
   })
   limitByAddress(app, {
@@ -555,4 +556,11 @@ const quietRoutes = new Set(['/healthz', '/readyz', '/metrics'])
 /** True when `host` only accepts connections from this machine. */
 export function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host)
+}
+
+/** A rate-limit window as people say it: `1 minute`, `30 seconds`, `250 ms`. */
+function windowText(ms: number): string {
+  if (ms % 60_000 === 0) return ms === 60_000 ? '1 minute' : `${ms / 60_000} minutes`
+  if (ms % 1000 === 0) return ms === 1000 ? '1 second' : `${ms / 1000} seconds`
+  return `${ms} ms`
 }
