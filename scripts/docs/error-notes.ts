@@ -22,7 +22,7 @@ export const errorNotes = {
   denied: 'the risk gate denied a call that would need a human (`approvalPolicy: "dontAsk"`)',
   unknown_command: 'no such command',
   not_found: 'no such resource — or one the caller may not see',
-  method_not_allowed: 'a method the route does not answer (e.g. `GET /mcp`)',
+  method_not_allowed: 'a method the route does not answer (e.g. `PUT /api/projects`)',
   not_acceptable: 'an `Accept` header the route cannot satisfy',
   name_taken: 'a user name that exists',
   knowledge_not_ingested:
