@@ -3,6 +3,7 @@ import { usageGroupings, type UsageFilter, type UsageGrouping } from '../../runm
 import { caller } from '../auth.js'
 import { HttpProblem } from '../problem.js'
 import { Id, problemResponses } from '../schemas.js'
+import { decodeKeyCursor, encodeKeyCursor } from '../cursor.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const UsageTotals = Type.Object({
@@ -69,7 +70,8 @@ async function report(deps: ServerDeps, query: UsageQuery, userId: string | unde
     grouping && {
       by: grouping,
       limit: query.limit ?? 100,
-      ...(query.cursor !== undefined && { after: query.cursor }),
+      // Opaque, as every cursor: one this server did not issue is 400 invalid_cursor.
+      ...(query.cursor !== undefined && { after: decodeKeyCursor(query.cursor)! }),
     },
   )
   return {
@@ -79,7 +81,7 @@ async function report(deps: ServerDeps, query: UsageQuery, userId: string | unde
     groupBy: grouping ?? null,
     totals: result.totals,
     groups: result.groups ?? [],
-    nextCursor: result.nextCursor ?? null,
+    nextCursor: result.nextCursor ? encodeKeyCursor(result.nextCursor) : null,
   }
 }
 
