@@ -217,6 +217,12 @@ for (const engine of apiEngines()) {
       expect([scope.status, scope.body.code]).toEqual([400, 'validation_failed'])
       const noProject = await create({ text: 'fact', scope: 'project' })
       expect([noProject.status, noProject.body.code]).toEqual([400, 'validation_failed'])
+      // So is a recall of a project's facts with no project (not the user's facts instead).
+      const recallNoProject = await server.request('POST', '/api/commands/memory.recall', {
+        token: alice.token,
+        body: { entrance: 'button', params: { query: 'fact', scope: 'project' } },
+      })
+      expect([recallNoProject.status, recallNoProject.body.code]).toEqual([400, 'validation_failed'])
       // A user memory belongs to no project: naming one with it is a mistake, not something to drop.
       const userWithProject = await create({ text: 'fact', scope: 'user', projectId: aliceProject })
       expect([userWithProject.status, userWithProject.body.code]).toEqual([400, 'validation_failed'])

@@ -92,6 +92,12 @@ export function registerMemoryCommands(catalog: CommandCatalog, deps: { memories
     async (params, context) =>
       refusals(async () => {
         const projectId = projectOf(context)
+        // As for a write: the project's facts need a project to be the project's.
+        if (params.scope === 'project' && !projectId)
+          throw new CommandError(
+            'validation_failed',
+            'scope "project" needs a project: call it in a conversation, or with the project',
+          )
         const hits = await deps.memories.recall(context.actor.onBehalfOf, params.query, {
           k: params.k ?? 5,
           ...(params.scope && { scope: params.scope }),
