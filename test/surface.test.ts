@@ -30,6 +30,11 @@ describe('extension surface', () => {
   let cached: string | undefined
   const generated = (): string => (cached ??= generateSurface())
 
+  it('is the version the plugin guide names', () => {
+    const guide = readFileSync(new URL('../docs/guides/writing-a-plugin.md', import.meta.url), 'utf8')
+    expect(/versioned by `SurfaceVersion` \(([0-9.]+);/.exec(guide)?.[1]).toBe(SurfaceVersion)
+  })
+
   it('matches the committed surface.txt', () => {
     let committed: string
     try {
