@@ -2473,6 +2473,11 @@ export interface components {
         } | {
             data: {
                 conversationId: string;
+                /**
+                 * @description Retention purged it (idle too long)
+                 * @enum {string}
+                 */
+                reason?: "retention";
             };
             /** @enum {string} */
             event: "conversation.deleted";

@@ -219,7 +219,10 @@ export const configNotes: Record<string, ConfigNote> = {
       '`{"provider": "hash", "dimensions": 256}` or `{"provider": "openai", "model", "baseUrl", "apiKeyEnv", "dimensions"}` (see [Knowledge and search](../guides/knowledge-and-search.md))',
     default: 'hashing embedder',
   },
-  'knowledge.maxFileBytes': { meaning: 'largest knowledge upload (413 above)' },
+  'knowledge.maxFileBytes': {
+    meaning:
+      'largest knowledge file (a multipart upload or a registered work file; 413 above); a JSON `{title, text}` item is bounded by its 2,000,000 characters and `bodyLimit` instead',
+  },
   'knowledge.maxBytesPerUser': {
     meaning: "knowledge one user may hold (their items' sizes); past it 507 `quota_exceeded`",
   },

@@ -100,7 +100,7 @@ export const errorNotes = {
   result_not_stored: "a command's outcome could not be stored; the dispatch ended `failed` with the database's reason",
   rate_limited: 'over a rate limit (per address, per failed authentication, per token) or the connection cap',
   too_many_streams:
-    'the token already holds `PLINTH_SSE_MAX_PER_TOKEN` streams, or the server `PLINTH_SSE_MAX_STREAMS` (`limit` says which)',
+    'the token already holds `PLINTH_SSE_MAX_PER_TOKEN` streams, or the server `PLINTH_SSE_MAX_STREAMS` (`limit` is the number that was reached, `detail` says which); an SSE run start and a `?wait` hold a slot too',
   internal: 'a bug; logged with the request id, nothing internal in the answer',
   not_implemented: 'no route answers it today (kept in the catalogue for features not built yet)',
   service_unavailable:

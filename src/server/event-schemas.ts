@@ -333,7 +333,17 @@ const projectEvents: TSchema[] = [
     Type.Object({ conversation: asStored(Conversation, ['activeRunId']) }, closed),
     'A conversation changed',
   ),
-  frame('conversation.deleted', Type.Object({ conversationId: Type.String() }, closed), 'A conversation was deleted'),
+  frame(
+    'conversation.deleted',
+    Type.Object(
+      {
+        conversationId: Type.String(),
+        reason: Type.Optional(Type.Literal('retention', { description: 'Retention purged it (idle too long)' })),
+      },
+      closed,
+    ),
+    'A conversation was deleted',
+  ),
   frame(
     'conversation.compacted',
     Type.Object(
