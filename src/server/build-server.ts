@@ -19,6 +19,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { Ajv } from 'ajv'
 import addFormatsModule from 'ajv-formats'
 import type { Registry } from 'prom-client'
+import { IsOptional, type TSchema } from 'typebox'
 import { createPluginLogger, type CommandBus, type ProjectAccess } from '../cmdbus/index.js'
 import type { ExecService } from '../exec/index.js'
 import { KnowledgeService, type Ingestor, type Retriever } from '../rag/index.js'
@@ -279,11 +280,13 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   app.addHook('onClose', async () => streams.stop())
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
-    // A route that takes no body (cancel, resume, publish…) called with `Content-Type: application/json`
-    // and nothing after it — what many HTTP clients send — is not a malformed JSON body.
+    // A route that takes no body, or an optional one (cancel, resume, publish…), called with
+    // `Content-Type: application/json` and nothing after it — what many HTTP clients send — is not a
+    // malformed JSON body.
+    const body = request.routeOptions.schema?.body
     if (
       request.headers['content-length'] === '0' &&
-      request.routeOptions.schema?.body === undefined &&
+      (body === undefined || IsOptional(body as TSchema)) &&
       request.headers['content-type']?.startsWith('application/json')
     )
       delete request.headers['content-type']

@@ -142,7 +142,7 @@ async function dropUnnamedBlobs(tx: Executor, hashes: readonly string[]): Promis
 /**
  * Forgets the files and recorded usage of up to `limit` deleted conversations with no run going (narrowed
  * to one conversation or project just deleted), in the caller's transaction; answers their ids (their
- * directories go next). Their room is the user's again (docs/guides/sandbox.md#disk-quotas). Found by
+ * directories go next). Their room is the user's again (docs/guides/sandbox.md, "Quotas and uploads"). Found by
  * their usage rows: every write records usage, a late one (an execution finishing elsewhere) included.
  */
 export async function dropDeletedWork(
