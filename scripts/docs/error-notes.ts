@@ -23,7 +23,8 @@ export const errorNotes = {
   unknown_command: 'no such command',
   not_found: 'no such resource — or one the caller may not see',
   method_not_allowed: 'a method the route does not answer (e.g. `PUT /api/projects`)',
-  not_acceptable: 'an `Accept` header the route cannot satisfy',
+  not_acceptable:
+    'not sent by the REST routes: they answer JSON (or SSE, for the event streams) whatever `Accept` says, and `Accept: text/event-stream` only chooses the stream on `POST …/runs`; kept for what a framework layer refuses',
   name_taken: 'a user name that exists',
   knowledge_not_ingested:
     '`POST /api/knowledge/:id/publish` on an item whose ingestion failed (its `ingestError` says why): upload it again',
