@@ -419,7 +419,8 @@ export async function registerCliTools(
   for (const { plugin, pluginVersion, spec } of tools) {
     const probe = await probeCliVersion(spec)
     if (!probe.ok) {
-      deps.log.warn(`CLI tool ${spec.name} is not offered: ${probe.reason}`, { plugin, tool: spec.name })
+      // The logger names its own plugin (exec): the tool's declarer goes under another key.
+      deps.log.warn(`CLI tool ${spec.name} is not offered: ${probe.reason}`, { declaredBy: plugin, tool: spec.name })
       continue
     }
     const staged = catalog.stage(plugin, pluginVersion)
