@@ -205,6 +205,23 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
     expect((await lastRun(projectId)).status).toBe('completed')
   })
 
+  it('piped input that runs dry at a decision ends the session, leaving the decision open', async () => {
+    const project = await http(server.url, 'POST', '/api/projects', {
+      token,
+      body: { name: `chat-piped-${Date.now()}`, defaultModel: 'decide' },
+    })
+    const result = await runPlinth(['chat', '--url', server.url, '--token', token, '--project', project.body.id], {
+      cwd,
+      input: 'write a memo\n',
+      env: { NO_COLOR: '1' },
+      timeoutMs: 60_000,
+    })
+    // Ends by itself (it used to ask again for ever, at full CPU), with no answer taken for one.
+    expect(result.signal).toBeNull()
+    expect(result.stdout.match(/answer y, s, n, e or r/g) ?? []).toHaveLength(0)
+    expect((await lastRun(project.body.id)).status).toBe('requires_action')
+  })
+
   it('edits a decision’s arguments inline, or answers in its place; the model reads what happened', async () => {
     const { session, projectId } = await open('decide')
     type(session, 'write a memo')

@@ -56,7 +56,8 @@ export class ChatSession {
   readonly #color: boolean
   #rl: Interface | null = null
   #turn: Turn | null = null
-  #quit: (() => void) | null = null
+  /** Ends the session with `code` (130: Ctrl-C twice; 0: the input ran dry). */
+  #quit: ((code?: number) => void) | null = null
   /** The question open right now (Ctrl-C aborts it). */
   #prompt: AbortController | null = null
 
@@ -91,7 +92,7 @@ export class ChatSession {
   async #repl(conversationId: string): Promise<number> {
     const rl = this.#readline()
     let lastInterrupt = 0
-    const quitting = new Promise<number>((resolve) => (this.#quit = () => resolve(130)))
+    const quitting = new Promise<number>((resolve) => (this.#quit = (code = 130) => resolve(code)))
     rl.on('SIGINT', () => {
       const now = Date.now()
       // At a prompt: end it at once (no Enter needed) and cancel the run it belongs to.
@@ -125,7 +126,7 @@ export class ChatSession {
         this.#runTurn(conversationId, text, { interactive: true }),
         quitting.then(() => 'quit'),
       ])
-      if (status === 'quit') return 130
+      if (status === 'quit') return quitting
     }
   }
 
@@ -459,14 +460,21 @@ export class ChatSession {
     return this.#rl
   }
 
-  /** Asks a question; null when Ctrl-C ended it. */
+  /** Asks a question; null when Ctrl-C ended it, or the input has (a pipe that ran dry: nobody is left to answer). */
   async #ask(question: string): Promise<string | null> {
     const prompt = new AbortController()
     this.#prompt = prompt
     try {
       return await this.#readline().question(question, { signal: prompt.signal })
-    } catch {
-      return prompt.signal.aborted ? null : ''
+    } catch (error) {
+      if (prompt.signal.aborted) return null
+      // The input ran dry (a pipe): nobody is left to answer, so the session ends here; what was
+      // asked stays open for another client.
+      if ((error as { code?: unknown }).code === 'ERR_USE_AFTER_CLOSE') {
+        this.#quit?.(0)
+        return null
+      }
+      return ''
     } finally {
       if (this.#prompt === prompt) this.#prompt = null
     }

@@ -44,6 +44,8 @@ export interface CliOptions {
   args?: string[]
   /** Kill the process when it has not exited by then (default 120 s: a first PGlite initdb is slow on a busy machine). */
   timeoutMs?: number
+  /** What the process reads on its standard input, which then ends (default: none, closed). */
+  input?: string
 }
 
 /** Runs `plinth <args>` to completion. */
@@ -51,12 +53,13 @@ export async function runPlinth(args: string[], options: CliOptions): Promise<Cl
   const child = spawn(process.execPath, [options.bin ?? plinthBin, ...args, ...(options.args ?? [])], {
     cwd: options.cwd,
     env: cliEnv(options.env),
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
   })
+  if (options.input !== undefined) child.stdin?.end(options.input)
   let stdout = ''
   let stderr = ''
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
   const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000)
   try {
     const [code, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null]
@@ -104,7 +107,7 @@ export async function startServe(options: CliOptions): Promise<ServeProcess> {
   })
   let stdout = ''
   let stderr = ''
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
   const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)))
   const listening = await new Promise<{ line: Record<string, unknown>; url: string }>((resolve, reject) => {
     let settled = false
