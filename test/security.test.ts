@@ -164,6 +164,16 @@ describe('request timeouts and connection caps', () => {
     expect(answer.elapsedMs).toBeLessThan(3000)
   })
 
+  it('answers a protocol error on a kept-alive connection too (431 after an earlier answered request)', async () => {
+    const socket = await rawSocket(server.url)
+    const answer = await collect(socket, Date.now(), 5000, () =>
+      socket.write(
+        `GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(70_000)}\r\n\r\n`,
+      ),
+    )
+    expect(answer.text.match(/HTTP\/1\.1 \d{3}/g)).toEqual(['HTTP/1.1 200', 'HTTP/1.1 431'])
+  })
+
   it('answers a request once: one refused before its body (401) that then times out gets no second answer', async () => {
     const socket = await rawSocket(server.url)
     const answer = await collect(socket, Date.now(), 5000, () =>

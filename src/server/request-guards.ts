@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import type { IncomingMessage, Server } from 'node:http'
+import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { HttpProblem, problemBody, type ProblemCode } from './problem.js'
@@ -116,7 +116,13 @@ function limited(reply: FastifyReply, why: string, max: number, ttlMs: number): 
  * Caps open connections per client address (and in total): a connection over the cap is answered
  * 429 problem+json and closed before any request is read.
  */
+/** Each connection's latest request and its answer (for `clientErrorHandler`). */
+const inFlight = new WeakMap<Socket, { request: IncomingMessage; response: ServerResponse }>()
+
 export function limitConnections(server: Server, perAddress: number, total: number): void {
+  server.on('request', (request: IncomingMessage, response: ServerResponse) =>
+    inFlight.set(request.socket, { request, response }),
+  )
   const open = new Map<string, number>()
   let count = 0
   server.on('connection', (socket: Socket) => {
@@ -163,9 +169,12 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
         ? [431, 'Request Header Fields Too Large', 'headers_too_large']
         : [400, 'Bad Request', 'bad_request']
   this.log.debug({ code: error.code, status }, 'client error')
-  // Only when nothing was answered yet (as Node's own handler): a request answered before its body was
-  // read (a 401, say) that then times out must not get a second answer on the same connection.
-  if (socket.writable && socket.bytesWritten === 0) {
+  // Not when the request in flight was already answered before its body arrived (a 401, say, then
+  // the body never finished): a second answer on the connection would corrupt it. Earlier requests
+  // of a kept-alive connection, complete and answered, do not count.
+  const current = inFlight.get(socket)
+  const answered = current !== undefined && !current.request.complete && current.response.headersSent
+  if (socket.writable && !answered) {
     const detail =
       code === 'bad_request'
         ? 'malformed HTTP request'
