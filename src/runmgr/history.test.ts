@@ -170,6 +170,24 @@ describe('trimToBudget', () => {
     expect(trimmed[1]?.role).toBe('assistant')
     expect(trimmed.slice(-8)).toEqual(turn.slice(-8))
     expect(trimToBudget(turn, 1)[0]).toEqual({ role: 'user', content: 'the question' })
+    // Rounds whose results name images (a vision model): the images' message is no question.
+    const withImages: ModelMessage[] = [
+      { role: 'user', content: 'the question' },
+      ...[1, 2, 3, 4, 5, 6].flatMap((n) => [
+        ...round(n),
+        {
+          role: 'user' as const,
+          content: [
+            { type: 'text' as const, text: 'The images the tool results above refer to:' },
+            { type: 'image' as const, mediaType: 'image/png', path: `plot${n}.png` },
+          ],
+        },
+      ]),
+    ]
+    const trimmedImages = trimToBudget(withImages, 3000)
+    expect(trimmedImages.length).toBeLessThan(withImages.length)
+    expect(trimmedImages[0]).toEqual({ role: 'user', content: 'the question' })
+    expect(trimmedImages[1]?.role).toBe('assistant')
   })
 })
 

@@ -121,7 +121,7 @@ function modelMessagesOf(
   if (vision && images.length > 0)
     out.push({
       role: 'user',
-      content: [{ type: 'text', text: 'The images the tool results above refer to:' }, ...images],
+      content: [{ type: 'text', text: toolImagesIntro }, ...images],
     })
   return out
 }
@@ -180,6 +180,15 @@ function messageChars(message: ModelMessage): number {
   return length + 1
 }
 
+/** The user message `modelMessagesOf` adds after a round whose results name images. */
+const toolImagesIntro = 'The images the tool results above refer to:'
+
+export function isToolImages(message: ModelMessage): boolean {
+  if (message.role !== 'user' || typeof message.content === 'string') return false
+  const [first] = message.content
+  return first?.type === 'text' && first.text === toolImagesIntro
+}
+
 /**
  * Trims history to `budget` tokens: drops the oldest whole blocks, never separating an assistant
  * tool-call message from its results, always keeping the latest `keepLatest` messages and the user
@@ -190,7 +199,8 @@ export function trimToBudget(messages: ModelMessage[], budget: number, keepLates
   const blocks: Array<{ messages: ModelMessage[]; chars: number }> = []
   for (const message of messages) {
     const last = blocks.at(-1)
-    if (message.role === 'tool' && last) {
+    // The images of a round's results go with them: a user message, but not a question.
+    if ((message.role === 'tool' || isToolImages(message)) && last) {
       last.messages.push(message)
       last.chars += messageChars(message)
     } else blocks.push({ messages: [message], chars: messageChars(message) })

@@ -3,7 +3,7 @@ import type { PluginLogger } from '../extension/index.js'
 import type { LanguageModel, ModelMessage } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import { hasKnowledge, hasMemories, type Executor, type Run, type TranscriptMessage } from '../store/index.js'
-import { buildModelMessages, trimToBudget } from './history.js'
+import { buildModelMessages, isToolImages, trimToBudget } from './history.js'
 import {
   knowledgeBlock,
   knowledgeRule,
@@ -62,7 +62,7 @@ export function buildPrompt(
   )
   if (blocks.length > 0) {
     // Just before the user's message they were retrieved for (the last user message).
-    const at = history.findLastIndex((message) => message.role === 'user')
+    const at = history.findLastIndex((message) => message.role === 'user' && !isToolImages(message))
     history.splice(at < 0 ? 0 : at, 0, ...blocks.map((content) => ({ role: 'user' as const, content })))
   }
   // The compacted messages' summary stands where they stood: before everything kept.
