@@ -221,6 +221,31 @@ for (const engine of testEngines()) {
       expect((await server.runs.sweepRetention()).conversations).toBe(0)
     })
 
+    it('leaves the files of a deleted conversation, and an idle one, while a resumed run of it still goes', async () => {
+      const projectId = await newProject()
+      const { conversationId, runId } = await runIn(projectId)
+      const upload = await server.request('PUT', `/api/conversations/${conversationId}/files/keep.txt`, {
+        token: alice.token,
+        rawBody: 'still needed',
+        headers: { 'content-type': 'text/plain' },
+      })
+      expect(upload.status).toBeLessThan(300)
+      // What a run resumed after it failed looks like: going again, its first end still recorded.
+      await sql`update runs set status = 'running', ended_at = ${ago(40)}, created_at = ${ago(40)} where id = ${runId}`.execute(
+        testDb(store),
+      )
+      await sql`update conversations set updated_at = ${ago(40)}, deleted_at = now() where id = ${conversationId}`.execute(
+        testDb(store),
+      )
+      await sql`update messages set created_at = ${ago(40)} where conversation_id = ${conversationId}`.execute(
+        testDb(store),
+      )
+      const report = await server.runs.sweepRetention()
+      expect([report.conversations, report.deletedConversationFiles]).toEqual([0, 0])
+      await access(join(server.dataDir, 'work', conversationId, 'keep.txt'))
+      await sql`update runs set status = 'failed' where id = ${runId}`.execute(testDb(store))
+    })
+
     it('deletes settled dispatches and stale knowledge drafts; their audit entries stay', async () => {
       const projectId = await newProject()
       const ping = await server.request('POST', '/api/commands/rdm.ping', {

@@ -143,7 +143,9 @@ export async function purgeIdleConversations(
     where c.purged_at is null
       and c.updated_at < k.at
       and not exists (select 1 from runs r where r.conversation_id = c.id
-                      and (r.ended_at is null or r.ended_at >= k.at or r.created_at >= k.at))
+                      and (r.ended_at is null or r.ended_at >= k.at or r.created_at >= k.at
+                           -- a run resumed after it failed keeps its first ended_at
+                           or r.status in ('queued', 'running', 'requires_action')))
       and not exists (select 1 from messages m where m.conversation_id = c.id and m.created_at >= k.at)
       and not exists (select 1 from schedules s where s.target->>'conversation' = c.id
                       and s.enabled and s.deleted_at is null)

@@ -160,7 +160,8 @@ export async function dropDeletedWork(
     select u.conversation_id as id from work_usage u
     join conversations c on c.id = u.conversation_id
     where c.deleted_at is not null ${narrowed}
-      and not exists (select 1 from runs r where r.conversation_id = c.id and r.ended_at is null)
+      and not exists (select 1 from runs r where r.conversation_id = c.id
+                      and r.status in ('queued', 'running', 'requires_action'))
     limit ${limit}
     for update of u skip locked`.execute(kysely(tx))
   const ids = rows.map((row) => row.id)
