@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { Store } from '../src/store/index.js'
+import { Accounts, type Store } from '../src/store/index.js'
 import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { testDb } from '../src/store/test-access.js'
@@ -565,6 +565,12 @@ describe('admin API', () => {
     const cased = await server.request('POST', '/api/admin/users', { ...admin, body: { name: 'DORA' } })
     expectProblem(cased, 409, 'name_taken')
     expect(cased.body.detail).toMatch(/"dora" exists/)
+    // Found by name regardless of case (the CLI, designated approvers), also a name whose lower case
+    // Postgres and JavaScript write differently.
+    const accounts = new Accounts(store)
+    expect((await accounts.findUser('DoRa'))?.name).toBe('dora')
+    expect((await server.request('POST', '/api/admin/users', { ...admin, body: { name: 'İlker' } })).status).toBe(201)
+    expect((await accounts.findUser('İlker'))?.name).toBe('İlker')
     const idLike = await server.request('POST', '/api/admin/users', { ...admin, body: { name: created.body.user.id } })
     expectProblem(idLike, 400, 'validation_failed')
     expect(idLike.body.errors).toEqual([{ path: 'body.name', message: expect.stringMatching(/looks like an id/) }])

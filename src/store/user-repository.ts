@@ -68,7 +68,14 @@ export async function findUser(db: Executor, idOrName: string): Promise<User | u
   const row = await kysely(db)
     .selectFrom('users')
     .selectAll()
-    .where((eb) => eb.or([eb('id', '=', idOrName), eb(sql<string>`lower(name)`, '=', idOrName.toLowerCase())]))
+    // lower() on both sides in SQL (as createUser compares): JavaScript's lower case differs for some letters.
+    .where((eb) =>
+      eb.or([
+        eb('id', '=', idOrName),
+        eb('name', '=', idOrName),
+        eb(sql<string>`lower(name)`, '=', sql<string>`lower(${idOrName})`),
+      ]),
+    )
     // The id first: names shaped like ids are refused now, but one may predate that. Then the exact
     // name: two names the same but for case may predate their uniqueness.
     .orderBy(sql`id = ${idOrName}`, 'desc')
@@ -91,11 +98,8 @@ export async function activeUserIds(db: Executor, names: readonly string[]): Pro
     .select('id')
     .where((eb) =>
       eb.or([
-        eb(
-          sql<string>`lower(name)`,
-          'in',
-          names.map((name) => name.toLowerCase()),
-        ),
+        eb('name', 'in', [...names]),
+        sql<boolean>`lower(name) = any(select lower(n) from unnest(${[...names]}::text[]) as n)`,
         eb('id', 'in', [...names]),
       ]),
     )
