@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel, type ModelMessage } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { apiEngines, openTestStore } from './helpers/engines.js'
+import { sql, testDb } from '../src/store/test-access.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitForRun } from './helpers/waits.js'
 
@@ -120,6 +121,38 @@ for (const engine of apiEngines()) {
         'user:and then what?',
         'assistant:answer to the question',
       ])
+    })
+
+    it('a started queued message sorts after the last message even when another instance’s clock ran ahead', async () => {
+      const conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id as string
+      scripted.setTurns([
+        { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } }] },
+        { text: 'draft written' },
+        { text: 'answer to the question' },
+      ])
+      const first = (await post(conversationId, { input: 'write a draft' })).body
+      const waiting = await waitForRun(server, alice.token, first.id, ['requires_action'])
+      const question = (await post(conversationId, { input: 'and then what?', ifActive: 'enqueue' })).body
+      // A message written by an instance whose clock is ahead: its id sorts after any this one makes now.
+      await sql`insert into messages (id, conversation_id, role, content, status)
+                values ('01ZZZZZZZZ0000000000000000', ${conversationId}, 'assistant', 'from a clock ahead', 'completed')`.execute(
+        testDb(store),
+      )
+      const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!
+        .decisionId
+      await server.request('POST', `/api/decisions/${decisionId}`, {
+        token: alice.token,
+        body: { decision: 'approve' },
+      })
+      await waitForRun(server, alice.token, question.id, ['completed'])
+      const listed = await server.request('GET', `/api/conversations/${conversationId}/messages?limit=100`, {
+        token: alice.token,
+      })
+      const contents = (listed.body.items as Array<{ content: string | null }>).map((message) => message.content)
+      expect(contents.indexOf('and then what?')).toBeGreaterThan(contents.indexOf('from a clock ahead'))
+      expect(contents).toContain('answer to the question')
     })
 
     it('a message cancelled while queued is never put before the model', async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest'
-import { isId, newId } from './ids.js'
+import { isId, newId, idAfter } from './ids.js'
 
 describe('newId', () => {
   it('makes ULIDs whose time part is the current millisecond', async () => {
@@ -27,5 +27,14 @@ describe('newId', () => {
     await new Promise((resolve) => setTimeout(resolve, 3))
     const second = newId()
     expect(second.slice(10)).not.toBe(first.slice(10))
+  })
+})
+
+describe('idAfter', () => {
+  it('gives the id right after another in sort order, carrying over', () => {
+    expect(idAfter('01ARZ3NDEKTSV4RRFFQ69G5FAV')).toBe('01ARZ3NDEKTSV4RRFFQ69G5FAW')
+    expect(idAfter('01ARZ3NDEKTSV4RRFFQ69G5FAZ')).toBe('01ARZ3NDEKTSV4RRFFQ69G5FB0')
+    const id = newId()
+    expect(idAfter(id) > id && isId(idAfter(id))).toBe(true)
   })
 })

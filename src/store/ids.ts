@@ -52,6 +52,19 @@ export function newId(): string {
   return out
 }
 
+/** The id right after `id` in sort order (the same shape): for a new id that must sort after it. */
+export function idAfter(id: string): string {
+  const digits = [...id].map((char) => alphabet.indexOf(char))
+  for (let index = digits.length - 1; index >= 0; index--) {
+    if (digits[index]! < 31) {
+      digits[index]!++
+      return digits.map((digit) => alphabet[digit]).join('')
+    }
+    digits[index] = 0
+  }
+  throw new Error('no id sorts after the largest one')
+}
+
 const ulidPattern = /^[0-9A-HJKMNP-TV-Z]{26}$/
 
 /** Whether a string has the shape of an id issued by `newId`. */

@@ -1,6 +1,6 @@
 import { sql } from 'kysely'
 import type { JsonValue } from './database.js'
-import { newId } from './ids.js'
+import { idAfter, newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import { kysely, type Executor } from './executor.js'
 
@@ -85,12 +85,23 @@ export async function runMessages(db: Executor, runId: string): Promise<Message[
  * A queued run's user message was written when the run was queued; the runs ahead of it wrote on. When
  * it starts, the message takes a new id (ids order the transcript and `GET …/messages`), so the question
  * comes after what was written before it was answered, not in the middle of an earlier run's turn
- * (docs/guides/agent-runs.md). Nothing is moved when nothing came after it.
+ * (docs/guides/agent-runs.md). Nothing is moved when nothing of a started run came after it (another
+ * queued message does not count). The new id sorts after every message of the conversation, whatever
+ * the clock of the instance that wrote the last one.
  */
 export async function moveInputAfterEarlierRuns(tx: Executor, runId: string): Promise<void> {
-  await sql`update messages m set id = ${newId()}, created_at = now()
+  const { rows } = await sql<{ id: string; last: string }>`
+    select m.id, (select max(a.id) from messages a where a.conversation_id = m.conversation_id) as last
+    from messages m
     where m.run_id = ${runId} and m.role = 'user'
-      and exists (select 1 from messages l where l.conversation_id = m.conversation_id and l.id > m.id)`.execute(
+      and exists (select 1 from messages l where l.conversation_id = m.conversation_id and l.id > m.id
+                  and (l.role <> 'user' or l.run_id is null
+                       or exists (select 1 from runs q where q.id = l.run_id and q.started_at is not null)))`.execute(
     kysely(tx),
   )
+  const moving = rows[0]
+  if (!moving) return
+  const fresh = newId()
+  const id = fresh > moving.last ? fresh : idAfter(moving.last)
+  await sql`update messages set id = ${id}, created_at = now() where id = ${moving.id}`.execute(kysely(tx))
 }
