@@ -34,7 +34,8 @@ export async function renderConversation(main, conversationId, context) {
     'aria-label': 'Message',
   })
   const send = h('button', { type: 'submit', id: 'send' }, 'Send')
-  const models = await api.get('/api/models').catch(() => ({ items: [] }))
+  // One page of the largest size: a server configures a handful of models, not hundreds.
+  const models = await api.get('/api/models?limit=200').catch(() => ({ items: [] }))
   const model = h(
     'select',
     { name: 'model', 'aria-label': 'Model' },

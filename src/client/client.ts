@@ -136,7 +136,8 @@ export function createClient(options: ClientOptions) {
   return {
     /** Who the token belongs to. */
     me: () => get<Answer<'getMe'>>('/api/me'),
-    models: () => get<Answer<'listModels'>>('/api/models'),
+    /** The configured models, a page at a time (`limit` ≤ 200, `cursor`: the previous page's `nextCursor`). */
+    models: (query: QueryOf<'listModels'> = {}) => get<Answer<'listModels'>>('/api/models', query),
     projects: {
       list: (query: QueryOf<'listProjects'> = {}) => get<Answer<'listProjects'>>('/api/projects', query),
       create: (body: RequestBody<'createProject'>) => send<Project>('POST', '/api/projects', body),

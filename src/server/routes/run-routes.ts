@@ -134,7 +134,11 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
           }),
           ...problemResponses,
         },
-        querystring: PageQuery,
+        // A cursor carries a model id, which may be long.
+        querystring: Type.Object(
+          { ...PageQuery.properties, cursor: Type.Optional(Type.String({ maxLength: 2000 })) },
+          { additionalProperties: false },
+        ),
       },
     },
     async (request) => {
