@@ -182,6 +182,7 @@ describe('loadConfig', () => {
     })
     expect(loadConfig({ PLINTH_TRUST_PROXY: '10.0.0.0/8,127.0.0.1' }, cwd).trustProxy).toBe('10.0.0.0/8,127.0.0.1')
     expect(loadConfig({ PLINTH_TRUST_PROXY: 'loopback, ::1/128' }, cwd).trustProxy).toBe('loopback, ::1/128')
+    expect(loadConfig({ PLINTH_TRUST_PROXY: '10.0.0.0/255.0.0.0' }, cwd).trustProxy).toBe('10.0.0.0/255.0.0.0')
     // Refused with the other bad settings (exit 2), not when the server starts listening.
     for (const bad of ['garbage!!', '10.0.0.0/33', '1.2.3.4/8/9', '10.0.0.1,'])
       expect(() => loadConfig({ PLINTH_TRUST_PROXY: bad }, cwd)).toThrow(/trustProxy: /)

@@ -549,7 +549,11 @@ function trustProxyProblem(value: string): string | undefined {
     if (['loopback', 'linklocal', 'uniquelocal'].includes(entry)) continue
     const [address = '', prefix, extra] = entry.split('/')
     const family = isIP(address)
-    const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 6 ? 128 : 32))
+    // A prefix length, or (IPv4) a dotted netmask, as proxy-addr takes them.
+    const prefixOk =
+      prefix === undefined ||
+      (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 6 ? 128 : 32)) ||
+      (family === 4 && isIP(prefix) === 4)
     if (family === 0 || !prefixOk || extra !== undefined)
       return `${JSON.stringify(entry)} is not an address, a CIDR, loopback, linklocal or uniquelocal (or true/false)`
   }
