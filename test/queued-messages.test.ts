@@ -32,6 +32,44 @@ for (const engine of apiEngines()) {
       messages.filter((message) => message.role === 'user').map((message) => message.content)
     const post = (conversationId: string, body: Record<string, unknown>) =>
       server.request('POST', `/api/conversations/${conversationId}/runs`, { token: alice.token, body })
+    /** Messages as `role:content` (a tool result as `tool`), the system prompt left out. */
+    const shape = (messages: ReadonlyArray<{ role: string; content?: unknown }>) =>
+      messages
+        .filter((message) => message.role !== 'system')
+        .map((message) => (message.role === 'tool' ? 'tool' : `${message.role}:${String(message.content ?? '')}`))
+    const transcript = async (conversationId: string) =>
+      shape(
+        (
+          await server.request('GET', `/api/conversations/${conversationId}/messages?limit=100`, {
+            token: alice.token,
+          })
+        ).body.items,
+      )
+    /** A run waiting for a decision and a question queued behind it; `approve` lets the first go on. */
+    const queueBehindDecision = async () => {
+      const conversationId = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id as string
+      scripted.setTurns([
+        { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } }] },
+        { text: 'draft written' },
+        { text: 'answer to the question' },
+      ])
+      const before = scripted.calls.length
+      const first = (await post(conversationId, { input: 'write a draft' })).body
+      const waiting = await waitForRun(server, alice.token, first.id, ['requires_action'])
+      const question = (await post(conversationId, { input: 'and then what?', ifActive: 'enqueue' })).body
+      const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!
+        .decisionId
+      const approve = async () => {
+        await server.request('POST', `/api/decisions/${decisionId}`, {
+          token: alice.token,
+          body: { decision: 'approve' },
+        })
+        await waitForRun(server, alice.token, question.id, ['completed'])
+      }
+      return { conversationId, before, approve }
+    }
 
     it('the active run does not answer a message queued behind it; the queued run does, once', async () => {
       const conversationId = (
@@ -52,57 +90,27 @@ for (const engine of apiEngines()) {
       expect(calls.map((call) => userTexts(call.messages))).toEqual([['first'], ['first'], ['first', 'second']])
       expect(calls[2]!.messages.at(-1)).toMatchObject({ role: 'user', content: 'second' })
       // The queued question comes after everything the run ahead of it wrote: in the prompt and the transcript.
-      const roles = (messages: ReadonlyArray<{ role: string; content?: unknown }>) =>
-        messages
-          .filter((message) => message.role !== 'system')
-          .map((message) => `${message.role}:${String(message.content ?? '')}`)
-      expect(roles(calls[2]!.messages)).toEqual([
+      expect(shape(calls[2]!.messages)).toEqual([
         'user:first',
         'assistant:',
-        'tool:' + String(calls[2]!.messages.find((m) => m.role === 'tool')?.content),
+        'tool',
         'assistant:answer one',
         'user:second',
       ])
-      const listed = await server.request('GET', `/api/conversations/${conversationId}/messages?limit=100`, {
-        token: alice.token,
-      })
-      expect(
-        roles(listed.body.items).map(
-          (line) =>
-            line.split(':')[0] +
-            ':' +
-            (line.includes('answer') || line.includes('first') || line.includes('second')
-              ? line.split(':').slice(1).join(':')
-              : ''),
-        ),
-      ).toEqual(['user:first', 'assistant:', 'tool:', 'assistant:answer one', 'user:second', 'assistant:answer two'])
+      expect(await transcript(conversationId)).toEqual([
+        'user:first',
+        'assistant:',
+        'tool',
+        'assistant:answer one',
+        'user:second',
+        'assistant:answer two',
+      ])
     })
 
     it('a message queued while the run ahead waits for a decision comes after that run’s answer', async () => {
-      const conversationId = (
-        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
-      ).body.id as string
-      scripted.setTurns([
-        { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } }] },
-        { text: 'draft written' },
-        { text: 'answer to the question' },
-      ])
-      const before = scripted.calls.length
-      const first = (await post(conversationId, { input: 'write a draft' })).body
-      const waiting = await waitForRun(server, alice.token, first.id, ['requires_action'])
-      const question = (await post(conversationId, { input: 'and then what?', ifActive: 'enqueue' })).body
-      const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!
-        .decisionId
-      await server.request('POST', `/api/decisions/${decisionId}`, {
-        token: alice.token,
-        body: { decision: 'approve' },
-      })
-      await waitForRun(server, alice.token, question.id, ['completed'])
+      const { conversationId, before, approve } = await queueBehindDecision()
+      await approve()
       const calls = scripted.calls.slice(before)
-      const shape = (messages: ReadonlyArray<{ role: string; content?: unknown }>) =>
-        messages
-          .filter((message) => message.role !== 'system')
-          .map((message) => (message.role === 'tool' ? 'tool' : `${message.role}:${String(message.content ?? '')}`))
       expect(shape(calls[2]!.messages)).toEqual([
         'user:write a draft',
         'assistant:',
@@ -110,10 +118,7 @@ for (const engine of apiEngines()) {
         'assistant:draft written',
         'user:and then what?',
       ])
-      const listed = await server.request('GET', `/api/conversations/${conversationId}/messages?limit=100`, {
-        token: alice.token,
-      })
-      expect(shape(listed.body.items)).toEqual([
+      expect(await transcript(conversationId)).toEqual([
         'user:write a draft',
         'assistant:',
         'tool',
@@ -124,35 +129,16 @@ for (const engine of apiEngines()) {
     })
 
     it('a started queued message sorts after the last message even when another instance’s clock ran ahead', async () => {
-      const conversationId = (
-        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
-      ).body.id as string
-      scripted.setTurns([
-        { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'T', body: 'B' } }] },
-        { text: 'draft written' },
-        { text: 'answer to the question' },
-      ])
-      const first = (await post(conversationId, { input: 'write a draft' })).body
-      const waiting = await waitForRun(server, alice.token, first.id, ['requires_action'])
-      const question = (await post(conversationId, { input: 'and then what?', ifActive: 'enqueue' })).body
+      const { conversationId, approve } = await queueBehindDecision()
       // A message written by an instance whose clock is ahead: its id sorts after any this one makes now.
       await sql`insert into messages (id, conversation_id, role, content, status)
                 values ('01ZZZZZZZZ0000000000000000', ${conversationId}, 'assistant', 'from a clock ahead', 'completed')`.execute(
         testDb(store),
       )
-      const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!
-        .decisionId
-      await server.request('POST', `/api/decisions/${decisionId}`, {
-        token: alice.token,
-        body: { decision: 'approve' },
-      })
-      await waitForRun(server, alice.token, question.id, ['completed'])
-      const listed = await server.request('GET', `/api/conversations/${conversationId}/messages?limit=100`, {
-        token: alice.token,
-      })
-      const contents = (listed.body.items as Array<{ content: string | null }>).map((message) => message.content)
-      expect(contents.indexOf('and then what?')).toBeGreaterThan(contents.indexOf('from a clock ahead'))
-      expect(contents).toContain('answer to the question')
+      await approve()
+      const lines = await transcript(conversationId)
+      expect(lines.indexOf('user:and then what?')).toBeGreaterThan(lines.indexOf('assistant:from a clock ahead'))
+      expect(lines).toContain('assistant:answer to the question')
     })
 
     it('a message cancelled while queued is never put before the model', async () => {

@@ -86,7 +86,9 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     mcp = setup.mcp
     warnings.push(...setup.refusedPlugins.map((plugin) => `plugin ${plugin.specifier} refused: ${plugin.reason}`))
     if (config.strictPlugins && warnings.length > 0)
-      throw new Error(`${warnings.join('; ')} (strict plugins: fix or remove it, or turn strict plugins off: --strict-plugins, PLINTH_STRICT_PLUGINS or strictPlugins)`)
+      throw new Error(
+        `${warnings.join('; ')} (strict plugins: fix or remove it, or turn strict plugins off: --strict-plugins, PLINTH_STRICT_PLUGINS or strictPlugins)`,
+      )
     const directWarning = await setup.exec.directWarning()
     if (directWarning) {
       warnings.push(directWarning)
