@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import { CallLedger, type CommandBus } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
 import type { ModelRegistry } from '../llm/index.js'
@@ -429,6 +430,8 @@ export class RunManager {
     const giveUpAt = Date.now() + 15_000
     for (let attempt = 0; 'active' in created && input.ifActive === 'interrupt' && attempt < 200; attempt++) {
       if (attempt >= 5 && Date.now() > giveUpAt) break
+      // Past the first few passes a run is not ending quickly: back off (up to 200 ms, jittered).
+      if (attempt >= 5) await sleep(Math.min(200, 5 * 2 ** (attempt - 5)) * (0.5 + Math.random() / 2))
       await this.#supersede(conversation.id)
       created = await create(false)
     }
