@@ -327,6 +327,19 @@ describe('execution tools over HTTP', () => {
       undefined,
     ])
     expect((await dispatch('core.list_files', { limit: 0 }, conversation)).status).toBe(400)
+    // SPEC's name for the same command answers the same (not a second model tool).
+    const spec = await dispatch('core.list_directory', { limit: 3 }, conversation)
+    expect(spec.status, JSON.stringify(spec.body)).toBe(200)
+    expect((spec.body.result as { entries: Array<{ path: string }> }).entries.map((entry) => entry.path)).toEqual([
+      'a.txt',
+      'b.txt',
+      'c.txt',
+    ])
+    const commands = (await server.request('GET', '/api/commands', { token: alice.token })).body.items as Array<{
+      id: string
+      tool?: unknown
+    }>
+    expect(commands.find((command) => command.id === 'core.list_directory')).toBeDefined()
   })
 
   it('registers a work-directory file as a knowledge item', async () => {

@@ -339,40 +339,44 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     },
   )
 
-  registry.addCommand<{ path?: string; offset?: number; limit?: number }>(
-    {
-      id: 'core.list_files',
-      title: 'List files',
-      description:
-        'Lists the conversation’s work directory (or a directory in it), recursively, sorted by path; at most `limit` entries (500) from `offset` (0). When `truncated`, list again from `nextOffset`.',
-      paramsSchema: {
-        type: 'object',
-        properties: {
-          path: { type: 'string', maxLength: 1024 },
-          offset: { type: 'integer', minimum: 0, maximum: 1_000_000 },
-          limit: { type: 'integer', minimum: 1, maximum: 500 },
+  // SPEC names the listing `core.list_directory`; the tool the model sees is `list_files`. Both ids
+  // are the same command, so a client may call either (docs/guides/sandbox.md).
+  for (const id of ['core.list_files', 'core.list_directory']) {
+    registry.addCommand<{ path?: string; offset?: number; limit?: number }>(
+      {
+        id,
+        title: 'List files',
+        description:
+          'Lists the conversation’s work directory (or a directory in it), recursively, sorted by path; at most `limit` entries (500) from `offset` (0). When `truncated`, list again from `nextOffset`.',
+        paramsSchema: {
+          type: 'object',
+          properties: {
+            path: { type: 'string', maxLength: 1024 },
+            offset: { type: 'integer', minimum: 0, maximum: 1_000_000 },
+            limit: { type: 'integer', minimum: 1, maximum: 500 },
+          },
+          additionalProperties: false,
         },
-        additionalProperties: false,
+        risk: 'low',
+        idempotent: true,
+        ...(id === 'core.list_files' && { exposeAsTool: { name: 'list_files' } }),
       },
-      risk: 'low',
-      idempotent: true,
-      exposeAsTool: { name: 'list_files' },
-    },
-    async (params, context) => {
-      const conversationId = requireConversation(context, 'core.list_files')
-      const offset = params.offset ?? 0
-      const limit = params.limit ?? 500
-      // The walk is in path order every time, so an offset pages it.
-      const entries = await exec.workdirs.list(conversationId, params.path ?? '', offset + limit + 1).catch(pathError)
-      const page = entries.slice(offset, offset + limit)
-      const truncated = entries.length > offset + limit
-      return {
-        entries: page as unknown as JsonValue,
-        truncated,
-        ...(truncated && { nextOffset: offset + limit }),
-      }
-    },
-  )
+      async (params, context) => {
+        const conversationId = requireConversation(context, id)
+        const offset = params.offset ?? 0
+        const limit = params.limit ?? 500
+        // The walk is in path order every time, so an offset pages it.
+        const entries = await exec.workdirs.list(conversationId, params.path ?? '', offset + limit + 1).catch(pathError)
+        const page = entries.slice(offset, offset + limit)
+        const truncated = entries.length > offset + limit
+        return {
+          entries: page as unknown as JsonValue,
+          truncated,
+          ...(truncated && { nextOffset: offset + limit }),
+        }
+      },
+    )
+  }
   staged.commit()
   // A path that leads out, or through a denied segment, is refused with the schema's checks.
   const pathPrecheck =
@@ -390,7 +394,8 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
     }
   catalog.setCoreHooks('core.read_file', { needsConversation: true, precheck: pathPrecheck(true) })
   catalog.setCoreHooks('core.write_file', { needsConversation: true, precheck: pathPrecheck(true) })
-  catalog.setCoreHooks('core.list_files', { needsConversation: true, precheck: pathPrecheck(false) })
+  for (const id of ['core.list_files', 'core.list_directory'])
+    catalog.setCoreHooks(id, { needsConversation: true, precheck: pathPrecheck(false) })
 
   for (const id of ['core.exec', 'core.run_code']) {
     // Under direct a human approves every run, whatever the mode or allowances.
