@@ -3,6 +3,7 @@ import { Accounts, type Store } from '../src/store/index.js'
 import { openTestStore, apiEngines } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { testDb } from '../src/store/test-access.js'
+import { rawRequest } from './helpers/raw-http.js'
 
 function expectProblem(
   answer: { status: number; headers: Headers; body: { code?: string; status?: number; title?: string } },
@@ -339,6 +340,16 @@ for (const engine of apiEngines()) {
         headers: { authorization: `Bearer ${alice.token}`, 'content-type': 'application/json' },
       })
       expect([bodiless.status, ((await bodiless.json()) as { code: string }).code]).toEqual([404, 'not_found'])
+      // The same without a Content-Length (what `curl -X POST -H 'Content-Type: application/json'` sends).
+      for (const path of ['/api/runs/:id/cancel', '/api/runs/:id/resume', '/api/knowledge/:id/publish']) {
+        const target = new URL(server.url)
+        const answer = await rawRequest(
+          server.url,
+          `POST ${path.replace(':id', '01ARZ3NDEKTSV4RRFFQ69G5FAV')} HTTP/1.1\r\nHost: ${target.host}\r\n` +
+            `Authorization: Bearer ${alice.token}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n`,
+        )
+        expect([path, answer.status, answer.json?.code]).toEqual([path, 404, 'not_found'])
+      }
       const blank = await server.request('POST', '/api/projects', { token: alice.token, body: { name: '   ' } })
       expect(blank.body.errors).toEqual([{ path: 'body.name', message: 'must not be blank' }])
       // A union of literals is said once, with what it takes.

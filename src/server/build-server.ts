@@ -284,8 +284,11 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     // `Content-Type: application/json` and nothing after it — what many HTTP clients send — is not a
     // malformed JSON body.
     const body = request.routeOptions.schema?.body
+    const length = request.headers['content-length']
+    // No Content-Length and no Transfer-Encoding is no body too (curl -X POST without -d).
+    const empty = length === '0' || (length === undefined && request.headers['transfer-encoding'] === undefined)
     if (
-      request.headers['content-length'] === '0' &&
+      empty &&
       (body === undefined || IsOptional(body as TSchema)) &&
       request.headers['content-type']?.startsWith('application/json')
     )
