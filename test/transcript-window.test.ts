@@ -69,6 +69,46 @@ for (const engine of testEngines()) {
       expect(contents.some((content) => content.startsWith('m0 '))).toBe(false)
     })
 
+    it('keeps the latest 6 messages and the question they answer, however long they are', async () => {
+      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'big' } }))
+        .body.id
+      const big = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id as string
+      // Ten messages of 20,000 characters each: any one of them is past the 4k-token window.
+      const rows = Array.from({ length: 10 }, (_, index) => ({
+        id: newId(),
+        conversation_id: big,
+        role: index % 2 === 0 ? ('user' as const) : ('assistant' as const),
+        content: `b${index} ${'y'.repeat(20_000)}`,
+        status: 'completed',
+      }))
+      await testDb(store).insertInto('messages').values(rows).execute()
+      model.setTurns([{ text: 'ok' }])
+      const run = await server.request('POST', `/api/conversations/${big}/runs?wait=true`, {
+        token: alice.token,
+        body: { input: 'and then?' },
+      })
+      expect(run.status).toBe(201)
+      const sent = model.calls
+        .at(-1)!
+        .messages.filter((message) => message.role !== 'system')
+        .map((message) => (typeof message.content === 'string' ? message.content.slice(0, 3) : ''))
+      // The latest 6 begin with an answer (b5): its question (b4) comes with it.
+      expect(sent).toEqual(['b4 ', 'b5 ', 'b6 ', 'b7 ', 'b8 ', 'b9 ', 'and'])
+      // The next run extends the window this instance kept: the same rule.
+      model.setTurns([{ text: 'ok' }])
+      await server.request('POST', `/api/conversations/${big}/runs?wait=true`, {
+        token: alice.token,
+        body: { input: 'more?' },
+      })
+      const next = model.calls
+        .at(-1)!
+        .messages.filter((message) => message.role !== 'system')
+        .map((message) => (typeof message.content === 'string' ? message.content.slice(0, 3) : ''))
+      expect(next).toEqual(['b6 ', 'b7 ', 'b8 ', 'b9 ', 'and', 'ok', 'mor'])
+    })
+
     it('a driver reads the window once, then only what was added, and holds what a fresh read would', async () => {
       const window = new TranscriptWindow(store, conversationId, 20_000)
       const first = await window.read()

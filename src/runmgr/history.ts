@@ -1,6 +1,6 @@
 import type { ModelMessage, UserContentPart } from '../llm/index.js'
 import { probeImage } from '../media/index.js'
-import type { TranscriptMessage } from '../store/index.js'
+import { latestKept, type TranscriptMessage } from '../store/index.js'
 
 /** A tool result the model reads when a call has none recorded (it was cut off by a crash). */
 const missingResult = JSON.stringify({
@@ -194,7 +194,7 @@ export function isToolImages(message: ModelMessage): boolean {
  * tool-call message from its results, always keeping the latest `keepLatest` messages and the user
  * message they answer. Linear: each message is measured once.
  */
-export function trimToBudget(messages: ModelMessage[], budget: number, keepLatest = 6): ModelMessage[] {
+export function trimToBudget(messages: ModelMessage[], budget: number, keepLatest = latestKept): ModelMessage[] {
   if (estimateTokens(messages) <= budget) return messages
   const blocks: Array<{ messages: ModelMessage[]; chars: number }> = []
   for (const message of messages) {

@@ -1,5 +1,6 @@
 import type { LanguageModel } from '../llm/index.js'
 import {
+  latestKept,
   readTranscriptAfter,
   readTranscriptTail,
   transcriptAfterRead,
@@ -69,7 +70,10 @@ export function transcriptBudget(model: Pick<LanguageModel, 'contextWindow'>): n
   return Math.ceil(model.contextWindow * 0.7 * 4 * 1.5)
 }
 
-/** The newest rows that fit: the same rule as readTranscriptTail (a row counts if what is newer leaves it room). */
+/**
+ * The newest rows that fit: the same rule as readTranscriptTail (a row counts if what is newer leaves it
+ * room; the latest `latestKept` and their question count whatever their size).
+ */
 function cut(rows: TranscriptRow[], maxChars: number, maxRows: number): TranscriptRow[] {
   let through = 0
   let keep = 0
@@ -78,7 +82,10 @@ function cut(rows: TranscriptRow[], maxChars: number, maxRows: number): Transcri
     through += rows[index]!.size
     keep++
   }
-  return rows.slice(rows.length - keep)
+  let floor = Math.max(0, rows.length - latestKept)
+  while (floor > 0 && rows[floor]!.role !== 'user' && rows.length - floor < maxRows) floor--
+  if (rows[floor]?.role !== 'user') floor = Math.max(0, rows.length - latestKept)
+  return rows.slice(Math.min(rows.length - keep, floor))
 }
 
 /**

@@ -182,6 +182,7 @@ export {
   readTranscript,
   readTranscriptTail,
   readTranscriptAfter,
+  latestKept,
   transcriptAfterRead,
   transcriptRowsFromJson,
   type StoredToolCall,

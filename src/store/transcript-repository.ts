@@ -199,14 +199,28 @@ export function transcriptRowsFromJson(value: unknown): TranscriptRow[] {
   )
 }
 
+/**
+ * However long they are, a prompt keeps the latest this many messages and the user message the oldest
+ * of them answers (the context budget's rule, docs/guides/agent-runs.md#context-compaction).
+ */
+export const latestKept = 6
+
+/**
+ * The newest rows within `maxChars`, and at least the latest `latestKept` with their question: from the
+ * newest user message at or before the 6th newest (or the 6th newest when none is).
+ */
 function tailQuery(conversationId: string, maxChars: number, maxRows: number, ordered = true): RawBuilder<MessageRow> {
   return sql<MessageRow>`
     select id, role, content, tool_calls, tool_call_id, status, parts, size from (
-      select m.*, sum(m.size) over (order by m.id desc) as through
-      from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId}
-              and id > ${compactedThrough(conversationId)} and ${ofStartedRuns} order by id desc limit ${maxRows}) m
+      select u.*, coalesce(max(case when u.role = 'user' and u.rn >= ${latestKept} then u.id end) over (),
+                           min(case when u.rn <= ${latestKept} then u.id end) over ()) as floor_id
+      from (
+        select m.*, sum(m.size) over (order by m.id desc) as through, row_number() over (order by m.id desc) as rn
+        from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId}
+                and id > ${compactedThrough(conversationId)} and ${ofStartedRuns} order by id desc limit ${maxRows}) m
+      ) u
     ) t
-    where t.through - t.size < ${maxChars}
+    where t.through - t.size < ${maxChars} or t.id >= t.floor_id
     ${ordered ? sql`order by id` : sql``}`
 }
 
