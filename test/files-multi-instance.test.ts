@@ -58,7 +58,8 @@ describe.skipIf(!engines.includes('postgres')).each(backends)('work files across
     await writeFile(
       join(cwd, 'plinth.config.json'),
       JSON.stringify({
-        exec: { backend },
+        // Small enough for the replacement test below, roomy for the programs' few bytes.
+        exec: { backend, quota: { conversationBytes: 4096 } },
         models: Object.keys(scripts).map((id) => ({ id, provider: 'scripted', script: `${id}.json` })),
         defaultModel: 'writer',
       }),
@@ -163,6 +164,22 @@ describe.skipIf(!engines.includes('postgres')).each(backends)('work files across
     const gone = await http(a.url, 'GET', `/api/conversations/${conversationId}/files/out/note.txt`, { token })
     expect(gone.status).toBe(404)
   }, 120_000)
+
+  it('replacing a file through the instance that has not read it yet needs room for the difference only', async () => {
+    const conversationId = await newConversation()
+    const upload = (server: ServeProcess, bytes: number) =>
+      fetch(`${server.url}/api/conversations/${conversationId}/files/a.bin`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream' },
+        body: Buffer.alloc(bytes),
+      })
+    expect((await upload(a, 3000)).status).toBe(201)
+    // 3,000 + 2,000 would pass the 4,096 bytes; 2,000 in place of 3,000 does not.
+    const replaced = await upload(b, 2000)
+    expect(replaced.status, await replaced.clone().text()).toBe(201)
+    const listed = await http(a.url, 'GET', `/api/conversations/${conversationId}/files`, { token })
+    expect(JSON.stringify(listed.body)).toContain('"size":2000')
+  }, 60_000)
 
   it("a conversation purged by retention leaves no copy of its files on either instance's disk", async () => {
     const conversationId = await newConversation()

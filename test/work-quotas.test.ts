@@ -199,12 +199,12 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
       // far the flood got) must not decide whether this user's 6 MiB still fits 2.5 MiB.
       alice = await server.createUser()
       const conversation = await newConversation()
-      expect((await put(conversation, 'a.bin', Buffer.alloc(2 * mib))).status).toBe(201)
-      const tooBig = await put(conversation, 'huge.bin', Buffer.alloc(3 * mib + 1))
-      expect([tooBig.status, ((await tooBig.json()) as { code: string }).code]).toEqual([413, 'payload_too_large'])
       // Without Content-Length (chunked), the limit holds while streaming.
       const chunked = await put(conversation, 'stream.bin', new Blob([Buffer.alloc(3 * mib + 10)]).stream())
       expect(chunked.status).toBe(413)
+      expect((await put(conversation, 'a.bin', Buffer.alloc(2 * mib))).status).toBe(201)
+      const tooBig = await put(conversation, 'huge.bin', Buffer.alloc(3 * mib + 1))
+      expect([tooBig.status, ((await tooBig.json()) as { code: string }).code]).toEqual([413, 'payload_too_large'])
       const over = await put(conversation, 'b.bin', Buffer.alloc(2.5 * mib))
       expect([over.status, ((await over.json()) as { code: string }).code]).toEqual([507, 'quota_exceeded'])
       expect(await names(conversation)).toEqual(['a.bin'])
@@ -224,6 +224,23 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
       expect([400, 404, 405]).toContain(
         (await server.request('DELETE', `/api/conversations/${conversation}/files/`, { token: alice.token })).status,
       )
+    })
+
+    it('concurrent uploads cannot share the same room; a body of unknown length gets what is left', async () => {
+      alice = await server.createUser()
+      const conversation = await newConversation()
+      expect((await put(conversation, 'a.bin', Buffer.alloc(2 * mib))).status).toBe(201)
+      // 2 MiB left of 4: each 1.5 MiB upload fits alone, not both.
+      const both = await Promise.all(['x.bin', 'y.bin'].map((name) => put(conversation, name, Buffer.alloc(1.5 * mib))))
+      expect(both.map((answer) => answer.status).sort()).toEqual([201, 507])
+      const listed = await server.exec.workdirs.measure(conversation, { maxFiles: 100 })
+      expect(listed.bytes).toBe(3.5 * mib)
+      // Chunked, 1 MiB with 0.5 MiB left: 507 (not the 413 of the upload limit), nothing left behind.
+      const chunked = await put(conversation, 'z.bin', new Blob([Buffer.alloc(mib)]).stream())
+      expect([chunked.status, ((await chunked.json()) as { code: string }).code]).toEqual([507, 'quota_exceeded'])
+      expect((await names(conversation)).sort()).toEqual(['a.bin', expect.stringMatching(/^[xy]\.bin$/)])
+      // What was refused was given back: 0.5 MiB still fits, chunked too.
+      expect((await put(conversation, 'w.bin', new Blob([Buffer.alloc(mib / 2)]).stream())).status).toBe(201)
     })
 
     it('a user’s work directories share one quota', async () => {
@@ -305,6 +322,7 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
     })
 
     it('at most two uploads per user at once: the third is 429 too_many_uploads with Retry-After', async () => {
+      alice = await server.createUser()
       const conversation = await newConversation()
       const releases: Array<() => void> = []
       const slow = () =>

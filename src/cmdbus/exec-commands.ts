@@ -327,13 +327,17 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
       const size = Buffer.byteLength(params.content)
       // A file replaced frees its own bytes: only the difference must fit.
       const replacing = await exec.workdirs.fileSize(conversationId, params.path).catch(pathError)
-      await exec.quota
-        .ensureRoom(conversationId, owner, size - (replacing ?? 0), replacing === null ? 1 : 0)
-        .catch(quotaError)
-      const written = await exec.workdirs.write(conversationId, params.path, params.content).catch(pathError)
+      // Counted before the write: concurrent writes cannot share the same room.
+      const reserved = size - (replacing ?? 0)
+      const files = replacing === null ? 1 : 0
+      await exec.quota.reserve(conversationId, owner, reserved, files).catch(quotaError)
+      const written = await exec.workdirs.write(conversationId, params.path, params.content).catch(async (error) => {
+        await exec.quota.adjust(conversationId, owner, { bytes: -reserved, files: -files })
+        return pathError(error)
+      })
       await exec.quota.adjust(conversationId, owner, {
-        bytes: written.size - (written.replaced ?? 0),
-        files: written.replaced === null ? 1 : 0,
+        bytes: written.size - (written.replaced ?? 0) - reserved,
+        files: (written.replaced === null ? 1 : 0) - files,
       })
       return { path: written.path, size: written.size }
     },

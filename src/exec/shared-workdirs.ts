@@ -94,6 +94,12 @@ export class SharedWorkDirectories extends WorkDirectories {
     return super.read(conversationId, path, options)
   }
 
+  /** From the synced copy: a replacement's quota counts the stored file, whichever instance wrote it. */
+  override async fileSize(conversationId: string, path: string): Promise<number | null> {
+    await this.pull(conversationId)
+    return super.fileSize(conversationId, path)
+  }
+
   override async list(conversationId: string, path = '', max = 10_000): Promise<FileEntry[]> {
     await this.pull(conversationId)
     return super.list(conversationId, path, max)

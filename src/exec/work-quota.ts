@@ -1,8 +1,10 @@
 import {
   adjustWorkUsage,
+  lockWorkUsage,
   projectWorkBytes,
   recordWorkUsage,
   workUsageOf,
+  type Executor,
   type Store,
   type WorkUsage,
 } from '../store/index.js'
@@ -62,7 +64,46 @@ export class WorkQuota {
 
   /** Refuses (QuotaError) when `adding` more bytes, and `files` more entries, would not fit. */
   async ensureRoom(conversationId: string, ownerId: string, adding = 0, files = 0): Promise<void> {
-    const usage = await workUsageOf(this.#store, conversationId, ownerId)
+    await this.#check(this.#store, conversationId, ownerId, adding, files)
+  }
+
+  /**
+   * A server write's room, checked and counted at once (docs/security.md, "disk quotas"): refuses
+   * (QuotaError) when `adding` bytes and `files` entries would not fit, and otherwise adds them to the
+   * recorded usage before the write, so concurrent writes (on any instance) cannot each take the same
+   * room. With `upTo`, as many of the `adding` bytes as there is room for are counted instead (the room
+   * of a body of unknown length), and that number is returned. Settle with `adjust` by the difference
+   * once written, or give the whole reservation back when the write fails.
+   */
+  async reserve(
+    conversationId: string,
+    ownerId: string,
+    adding: number,
+    files: number,
+    options: { upTo?: boolean } = {},
+  ): Promise<number> {
+    return this.#store.transaction(async (tx) => {
+      await lockWorkUsage(tx, conversationId, ownerId)
+      const counted = options.upTo ? Math.min(adding, await this.#room(tx, conversationId, ownerId)) : adding
+      await this.#check(tx, conversationId, ownerId, counted, files)
+      await adjustWorkUsage(tx, conversationId, ownerId, { bytes: counted, files })
+      return counted
+    })
+  }
+
+  /** The bytes one more write may add before any quota is reached. */
+  async #room(db: Executor, conversationId: string, ownerId: string): Promise<number> {
+    const usage = await workUsageOf(db, conversationId, ownerId)
+    const project = await projectWorkBytes(db, conversationId)
+    const { conversationBytes, userBytes, projectBytes } = this.settings
+    return Math.max(
+      0,
+      Math.min(conversationBytes - usage.conversation.bytes, userBytes - usage.user.bytes, projectBytes - project),
+    )
+  }
+
+  async #check(db: Executor, conversationId: string, ownerId: string, adding: number, files: number): Promise<void> {
+    const usage = await workUsageOf(db, conversationId, ownerId)
     const { conversationBytes, userBytes, conversationFiles, projectBytes } = this.settings
     if (usage.conversation.bytes + adding > conversationBytes) {
       throw new QuotaError(
@@ -74,7 +115,7 @@ export class WorkQuota {
         `your work directories would hold ${mib(usage.user.bytes + adding)}; they are limited to ${mib(userBytes)} together`,
       )
     }
-    const project = await projectWorkBytes(this.#store, conversationId)
+    const project = await projectWorkBytes(db, conversationId)
     if (project + adding > projectBytes) {
       throw new QuotaError(
         `the project's work directories would hold ${mib(project + adding)}; they are limited to ${mib(projectBytes)} together`,

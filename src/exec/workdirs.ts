@@ -294,7 +294,9 @@ export class WorkDirectories {
         if (this.#owner) await handle.chown(this.#owner.uid, this.#owner.gid)
         if (content instanceof Readable) {
           const limit = options.maxBytes ?? Number.POSITIVE_INFINITY
-          for await (const chunk of content as AsyncIterable<Buffer>) {
+          // Not destroyed when refused: an HTTP body left unread is drained, so the answer reaches the client
+          // and its connection stays usable (destroying the request would stall a client still sending).
+          for await (const chunk of content.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
             size += chunk.length
             // The rest of the body is left unread: the 413 goes out and the connection closes after it.
             if (size > limit) throw new PathError('too_large', `the file is larger than ${limit} bytes`)

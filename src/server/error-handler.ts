@@ -39,7 +39,8 @@ export function handleError(
   if (code === 'unauthorized' && !reply.hasHeader('www-authenticate')) reply.header('www-authenticate', 'Bearer')
   if (error instanceof RequestError && error.retryAfter !== undefined) reply.header('retry-after', error.retryAfter)
   if (code === 'service_unavailable' && !reply.hasHeader('retry-after')) reply.header('retry-after', 2)
-  if (code === 'payload_too_large' && !request.raw.complete) {
+  // (A streamed upload past the work directory's quota is refused mid-body the same way.)
+  if ((code === 'payload_too_large' || code === 'quota_exceeded') && !request.raw.complete) {
     // Closing now would cut the client off mid-send, before it reads this answer: drain, then go on.
     reply.removeHeader('connection')
     drainRefusedBody(request.raw)

@@ -281,6 +281,7 @@ export { storableText, storableJsonText } from './storable.js'
 export {
   recordWorkUsage,
   adjustWorkUsage,
+  lockWorkUsage,
   workUsageOf,
   projectWorkBytes,
   type WorkUsage,

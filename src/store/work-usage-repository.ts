@@ -79,3 +79,14 @@ export async function projectWorkBytes(db: Executor, conversationId: string): Pr
     where c.project_id = (select project_id from conversations where id = ${conversationId})`.execute(kysely(db))
   return Number(rows[0]?.bytes ?? 0)
 }
+
+/**
+ * Holds, until the transaction ends, the right to add to the work usage of `ownerId` and of the project
+ * of `conversationId` (owner first, then project, always in that order): two writes checked against a
+ * quota at once would each see room for itself, on one instance or several.
+ */
+export async function lockWorkUsage(tx: Executor, conversationId: string, ownerId: string): Promise<void> {
+  await sql`select pg_advisory_xact_lock(hashtext(${`plinth.work-usage:${ownerId}`}))`.execute(kysely(tx))
+  await sql`select pg_advisory_xact_lock(hashtext('plinth.work-usage-project:' || project_id))
+            from conversations where id = ${conversationId}`.execute(kysely(tx))
+}

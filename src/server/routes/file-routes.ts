@@ -183,23 +183,35 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
           pathProblem(new PathError('invalid_path', 'a file path must not end with /'))
         const release = deps.uploads.acquire(user.id, reply)
         try {
-          // A file replaced frees its own bytes: only the difference must fit.
+          // A file replaced frees its own bytes: only the difference must fit. The room is counted before
+          // the bytes arrive (concurrent uploads cannot share it); a body of unknown length gets what is left.
           const replacing = await exec.workdirs.fileSize(conversation.id, request.params['*']).catch(pathProblem)
-          await exec.quota
-            .ensureRoom(
+          const known = Number.isFinite(declared)
+          const files = replacing === null ? 1 : 0
+          const reserved = await exec.quota
+            .reserve(
               conversation.id,
               conversation.ownerId,
-              (Number.isFinite(declared) ? declared : 0) - (replacing ?? 0),
-              replacing === null ? 1 : 0,
+              (known ? declared : max) - (replacing ?? 0),
+              files,
+              known ? {} : { upTo: true },
             )
             .catch(quotaProblem)
+          const limit = known ? max : Math.min(max, reserved + (replacing ?? 0))
           const body = request.body instanceof Readable ? request.body : Readable.from([])
-          const written = await exec.workdirs
-            .write(conversation.id, request.params['*'], body, { maxBytes: max })
-            .catch(pathProblem)
+          let written: { path: string; size: number; replaced: number | null }
+          try {
+            written = await exec.workdirs.write(conversation.id, request.params['*'], body, { maxBytes: limit })
+          } catch (error) {
+            await exec.quota.adjust(conversation.id, conversation.ownerId, { bytes: -reserved, files: -files })
+            // Past the room the quota left (not past the upload limit): the quota's answer.
+            if (error instanceof PathError && error.code === 'too_large' && limit < max)
+              quotaProblem(new QuotaError(`the file does not fit the work directory's quota (${limit} bytes left)`))
+            return pathProblem(error)
+          }
           await exec.quota.adjust(conversation.id, conversation.ownerId, {
-            bytes: written.size - (written.replaced ?? 0),
-            files: written.replaced === null ? 1 : 0,
+            bytes: written.size - (written.replaced ?? 0) - reserved,
+            files: (written.replaced === null ? 1 : 0) - files,
           })
           return reply.code(201).send({ path: written.path, size: written.size })
         } finally {
