@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { ScriptedModel, type LanguageModel, type ModelRequest, type StreamPart } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
-import { openTestStore } from './helpers/engines.js'
+import { apiEngines, openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
 import { waitFor, waitForRun } from './helpers/waits.js'
@@ -136,6 +136,57 @@ describe('runs hardening', () => {
     expect(reused.body.code).toBe('idempotency_key_reused')
   })
 })
+
+// On every engine: on Postgres the requests really overlap (docs/reference/http-api.md, idempotency).
+for (const engine of new Set(['pglite' as const, ...apiEngines()])) {
+  describe(`runs hardening: one Idempotency-Key at once, on ${engine}`, () => {
+    let store: Store
+    let server: TestServer
+    let alice: TestUser
+    let projectId: string
+    const held = new GateModel('held')
+
+    beforeAll(async () => {
+      store = await openTestStore(engine)
+      server = await startTestServer(store, { models: [held] })
+      alice = await server.createUser()
+      projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'keys' } })).body
+        .id
+    })
+    afterAll(async () => {
+      held.open()
+      await server?.close()
+      await store?.close()
+    })
+
+    it('concurrent retries with one Idempotency-Key answer the one run, and an "interrupt" retry never ends it', async () => {
+      for (const ifActive of Array.from({ length: 10 }, (_, index) => (index % 2 === 0 ? undefined : 'interrupt'))) {
+        const conversationId = (
+          await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+        ).body.id as string
+        const key = `together-${Math.random()}`
+        const post = () =>
+          server.request('POST', `/api/conversations/${conversationId}/runs`, {
+            token: alice.token,
+            body: { input: 'same', model: 'held', ...(ifActive && { ifActive }) },
+            headers: { 'idempotency-key': key },
+          })
+        const answers = await Promise.all([post(), post(), post()])
+        const label = JSON.stringify({ ifActive, answers: answers.map((answer) => [answer.status, answer.body.code]) })
+        expect(
+          answers.map((answer) => answer.status),
+          label,
+        ).toEqual([201, 201, 201])
+        expect(answers[1]!.body.id, label).toBe(answers[0]!.body.id)
+        const run = await server.request('GET', `/api/runs/${answers[0]!.body.id}`, { token: alice.token })
+        expect(run.body.status, label).not.toBe('cancelled')
+        const runs = await server.request('GET', `/api/conversations/${conversationId}/runs`, { token: alice.token })
+        expect(runs.body.items, label).toHaveLength(1)
+        await server.request('POST', `/api/runs/${answers[0]!.body.id}/cancel`, { token: alice.token })
+      }
+    })
+  })
+}
 
 // Fencing, decisions settled in the bus's transaction, decision and run expiry,
 // graceful stop.

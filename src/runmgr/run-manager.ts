@@ -313,6 +313,11 @@ export class RunManager {
     input: CreateRunInput,
     hooks: {
       onCreated?: (tx: Executor, run: Run) => Promise<void>
+      /**
+       * Before `ifActive: "interrupt"` ends the active run: throws to leave it be (a retry whose key
+       * already made a run must not cancel that run).
+       */
+      beforeSupersede?: () => Promise<void>
       project?: Project
       /** The standing read ahead with the conversation (`standingReads`). */
       standing?: ReadStanding
@@ -432,6 +437,7 @@ export class RunManager {
       if (attempt >= 5 && Date.now() > giveUpAt) break
       // Past the first few passes a run is not ending quickly: back off (up to 200 ms, jittered).
       if (attempt >= 5) await sleep(Math.min(200, 5 * 2 ** (attempt - 5)) * (0.5 + Math.random() / 2))
+      await hooks.beforeSupersede?.()
       await this.#supersede(conversation.id)
       created = await create(false)
     }

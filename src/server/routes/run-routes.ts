@@ -269,6 +269,10 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
                 ...(key !== undefined && {
                   onCreated: (tx, run) =>
                     storeAnswer(tx, user.id, key, { requestHash, statusCode: 201, response: { runId: run.id } }),
+                  // The active run may be the one this key made (a concurrent retry): replay it, never end it.
+                  beforeSupersede: async () => {
+                    if (await storedAnswer(store, user.id, key, requestHash)) throw new KeyTaken()
+                  },
                 }),
               },
             )
@@ -278,6 +282,11 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
             if (!winner) throw new HttpProblem('idempotency_key_in_progress')
             created = { run: winner }
           }
+        }
+        // Refused for the active run: it may be the one a concurrent request with this key just made.
+        if ('active' in created && key !== undefined) {
+          const winner = await replayed()
+          if (winner) created = { run: winner }
         }
         if ('active' in created) {
           throw new HttpProblem(
