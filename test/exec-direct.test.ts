@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -80,5 +80,30 @@ describe('the direct backend', () => {
     const result = await backend.run(spec(['/bin/sh', '-c', 'sleep 30'], { timeoutMs: 300 }))
     expect(result).toMatchObject({ timedOut: true, exitCode: null })
     expect(result.durationMs).toBeLessThan(1500)
+  })
+
+  it('a program dies with its server (kill -9 of the server process)', async () => {
+    const marker = `plinth-orphan-${process.pid}`
+    // A server stand-in: starts a long program through the backend, then waits to be killed.
+    const script = `
+      import { buildExecEnv, defaultLimits, detectHostSupport, DirectBackend } from ${JSON.stringify(new URL('../src/exec/index.ts', import.meta.url).pathname)}
+      const backend = new DirectBackend(await detectHostSupport())
+      // The name is put together here: the marker must not be in this process's own command line.
+      const name = ['plinth', 'orphan', ${process.pid}].join('-')
+      void backend.run({ argv: ['/bin/bash', '-c', 'exec -a ' + name + ' sleep 300'], cwd: ${JSON.stringify(work)},
+        env: buildExecEnv(${JSON.stringify(work)}), timeoutMs: 300_000, limits: defaultLimits, network: true,
+        mounts: { ro: [], rw: [] } })
+      setInterval(() => undefined, 1000)`
+    const server = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      stdio: 'ignore',
+    })
+    try {
+      await waitFor(() => running(marker).length === 1, { timeoutMs: 30_000, what: 'the program started' })
+      server.kill('SIGKILL')
+      await waitFor(() => running(marker).length === 0, { timeoutMs: 10_000, what: 'the program died with its server' })
+    } finally {
+      server.kill('SIGKILL')
+      if (running(marker).length > 0) execFileSync('pkill', ['-KILL', '-f', marker])
+    }
   })
 })

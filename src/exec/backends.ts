@@ -20,6 +20,8 @@ export const sandboxWorkdir = '/work'
 export interface HostSupport {
   cgroups: CgroupMode
   prlimit: boolean
+  /** Whether setpriv can give a direct program PR_SET_PDEATHSIG (killed when the server dies). */
+  pdeathsig?: boolean
 }
 
 /**
@@ -67,9 +69,13 @@ export class DirectBackend implements ExecBackend {
 
   async run(spec: ExecSpec, options: ExecOptions = {}): Promise<ExecResult> {
     const { argv, cgroup } = await prelude(this.#support, spec)
+    // Killed if the server dies (kill -9 included): an execution whose call was answered `interrupted`
+    // must not go on writing. (Kept across the wrappers' execs; what it started in the background is
+    // not covered: the sandbox's pid namespace is.)
+    const dieWithServer = this.#support.pdeathsig ? [tools.setpriv, '--pdeathsig', 'KILL', '--'] : []
     return runProcess(
       {
-        argv: [...argv, ...spec.argv],
+        argv: [...dieWithServer, ...argv, ...spec.argv],
         cwd: spec.cwd,
         env: spec.env,
         ...(spec.stdin !== undefined && { stdin: spec.stdin }),

@@ -36,7 +36,11 @@ async function executable(path: string): Promise<boolean> {
 
 /** The host's cgroups and rlimit support, shared by both backends. */
 export async function detectHostSupport(): Promise<HostSupport> {
-  return { cgroups: await detectCgroups(), prlimit: await executable(tools.prlimit) }
+  return {
+    cgroups: await detectCgroups(),
+    prlimit: await executable(tools.prlimit),
+    pdeathsig: await executable(tools.setpriv),
+  }
 }
 
 /** Looks a user up in the system's user database (no shell). */
