@@ -5,6 +5,7 @@ import { makeCjkPdf, makeDocx, makeImageOnlyPdf, makePdf, makeUndecodablePdf, up
 import { openTestStore, testEngines } from './helpers/engines.js'
 import { openSse } from './helpers/sse-client.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
+import { testDb } from '../src/store/test-access.js'
 
 const missingId = '01ARZ3NDEKTSV4RRFFQ69G5FAV'
 
@@ -82,6 +83,22 @@ for (const engine of testEngines()) {
         'knowledge.published',
         'knowledge.deleted',
       ])
+    })
+
+    it('shows no chunks of an item still ingesting (an interrupted ingestion leaves some behind)', async () => {
+      const created = await add('Partial', '# One\n\nFirst part.\n\n## Two\n\nSecond part.')
+      expect(created.body.chunkCount).toBe(2)
+      // As after a crash mid-ingestion: chunks written, the item not yet ready.
+      await testDb(store)
+        .updateTable('knowledge_items')
+        .set({ ingest_status: 'pending' })
+        .where('id', '=', created.body.id)
+        .execute()
+      const item = await server.request('GET', `/api/knowledge/${created.body.id}`, { token: alice.token })
+      expect([item.body.ingestStatus, item.body.chunks]).toEqual(['pending', []])
+      const chunks = await server.request('GET', `/api/knowledge/${created.body.id}/chunks`, { token: alice.token })
+      expect([chunks.body.items, chunks.body.nextCursor]).toEqual([[], null])
+      await server.request('DELETE', `/api/knowledge/${created.body.id}`, { token: alice.token })
     })
 
     it('finds Chinese by bigrams (项目建议书 in 编写项目建议书的要点), mixed text, with snippets', async () => {

@@ -77,7 +77,9 @@ export class KnowledgeService {
   }
 
   /** An item's chunks, in order (the item as resolved by `item`). */
-  chunks(item: KnowledgeItem, page: PageRequest): Promise<Page<KnowledgeChunk>> {
+  /** An item's chunks once it is ready: before, they are a (perhaps interrupted) ingestion's partial work. */
+  async chunks(item: KnowledgeItem, page: PageRequest): Promise<Page<KnowledgeChunk>> {
+    if (item.ingestStatus !== 'ready') return { items: [], nextCursor: null }
     return listKnowledgeChunks(this.#store, item.id, page)
   }
 
