@@ -179,6 +179,17 @@ describe.skipIf(!engines.includes('postgres')).each(backends)('work files across
     expect(replaced.status, await replaced.clone().text()).toBe(201)
     const listed = await http(a.url, 'GET', `/api/conversations/${conversationId}/files`, { token })
     expect(JSON.stringify(listed.body)).toContain('"size":2000')
+    // Every instance lists the file with the time it was written (on b), not when its copy was made.
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    const seen = await Promise.all(
+      [a, b].map(async (server) => {
+        const answer = await http(server.url, 'GET', `/api/conversations/${conversationId}/files`, { token })
+        return (answer.body.items as Array<{ path: string; modifiedAt: string }>).find((item) => item.path === 'a.bin')
+          ?.modifiedAt
+      }),
+    )
+    expect(seen[0]).toBeDefined()
+    expect(seen[0]).toBe(seen[1])
   }, 60_000)
 
   it("a conversation purged by retention leaves no copy of its files on either instance's disk", async () => {

@@ -259,7 +259,11 @@ export class SharedWorkDirectories extends WorkDirectories {
 
   /** Writes one stored file into the local copy. */
   async #fetch(conversationId: string, file: StoredWorkFile): Promise<void> {
-    const write = () => super.write(conversationId, file.path, Readable.from(this.files.read(file.hash)))
+    // With the time it was written where it was written: every instance lists the same `modifiedAt`.
+    const write = () =>
+      super.write(conversationId, file.path, Readable.from(this.files.read(file.hash)), {
+        ...(file.modifiedAt !== undefined && { mtimeMs: file.modifiedAt }),
+      })
     await write().catch(async (error: unknown) => {
       // A directory here where another instance has a file: the stored files win.
       if (!(error instanceof PathError) || error.code !== 'is_directory') throw error
@@ -289,7 +293,7 @@ export class SharedWorkDirectories extends WorkDirectories {
         cached.mtimeMs = here.mtimeMs
         continue
       }
-      put.push({ path, hash, size: here.size })
+      put.push({ path, hash, size: here.size, modifiedAt: here.mtimeMs })
     }
     const remove = options.only ? [] : [...state.files.keys()].filter((path) => !local.has(path))
     if (put.length === 0 && remove.length === 0) return

@@ -271,7 +271,7 @@ export class WorkDirectories {
     conversationId: string,
     path: string,
     content: Buffer | string | Readable,
-    options: { maxBytes?: number } = {},
+    options: { maxBytes?: number; mtimeMs?: number } = {},
   ): Promise<{ path: string; size: number; replaced: number | null }> {
     const parts = this.segments(path)
     if (parts.length === 0) throw new PathError('invalid_path', 'a file path is required')
@@ -307,6 +307,7 @@ export class WorkDirectories {
           size = bytes.length
           await handle.write(bytes, 0, bytes.length, 0)
         }
+        if (options.mtimeMs !== undefined) await handle.utimes(new Date(), new Date(options.mtimeMs))
       } finally {
         await handle.close()
       }

@@ -7,6 +7,8 @@ export interface StoredWorkFile {
   /** SHA-256 of the content, hex: the blob that holds it. */
   hash: string
   size: number
+  /** When the file was last written (ms since the epoch), where it was written: every copy shows it. */
+  modifiedAt?: number
 }
 
 /** What a manifest change does: files to name (new or replaced) and paths to drop (each with what is under it). */
@@ -43,15 +45,24 @@ export async function workFileManifest(
   db: Executor,
   conversationId: string,
 ): Promise<{ version: number; files: StoredWorkFile[] }> {
-  const { rows } = await sql<{ path: string | null; hash: string | null; size: string | null; version: string }>`
-    select f.path, f.hash, f.size, coalesce(m.version, 0) as version
+  const { rows } = await sql<{
+    path: string | null
+    hash: string | null
+    size: string | null
+    modified_ms: string | null
+    version: string
+  }>`
+    select f.path, f.hash, f.size, (extract(epoch from f.modified_at) * 1000)::float8 as modified_ms,
+           coalesce(m.version, 0) as version
     from (select ${conversationId}::text as id) c
     left join work_manifests m on m.conversation_id = c.id
     left join work_files f on f.conversation_id = c.id`.execute(kysely(db))
   return {
     version: Number(rows[0]?.version ?? 0),
     files: rows.flatMap((row) =>
-      row.path === null ? [] : [{ path: row.path, hash: row.hash!, size: Number(row.size) }],
+      row.path === null
+        ? []
+        : [{ path: row.path, hash: row.hash!, size: Number(row.size), modifiedAt: Number(row.modified_ms) }],
     ),
   }
 }
@@ -122,8 +133,10 @@ export async function commitWorkFiles(
   for (const file of change.put) {
     const replaced = await sql<{ hash: string | null }>`
       with old as (select hash from work_files where conversation_id = ${conversationId} and path = ${file.path})
-      insert into work_files (conversation_id, path, hash, size) values (${conversationId}, ${file.path}, ${file.hash}, ${file.size})
-      on conflict (conversation_id, path) do update set hash = excluded.hash, size = excluded.size, modified_at = now()
+      insert into work_files (conversation_id, path, hash, size, modified_at)
+      values (${conversationId}, ${file.path}, ${file.hash}, ${file.size},
+              coalesce(to_timestamp(${file.modifiedAt ?? null}::float8 / 1000), now()))
+      on conflict (conversation_id, path) do update set hash = excluded.hash, size = excluded.size, modified_at = excluded.modified_at
       returning (select hash from old) as hash`.execute(db)
     const old = replaced.rows[0]?.hash
     if (old && old !== file.hash) dropped.push(old)
