@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Store } from '../src/store/index.js'
 import { openTestStore } from './helpers/engines.js'
+import { sandboxAvailable } from './helpers/sandbox.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 
 // Regression (docs/security.md#the-default-backend): under direct the person who approves an execution
@@ -86,5 +87,57 @@ describe('executions on the server itself approved by a designated approver', ()
       body: { decision: 'approve' },
     })
     expect(self.status).toBe(403)
+  })
+})
+
+// A decision asked under the sandbox and still pending when the operator switches to direct is answered
+// under today's rules: only a designated approver may let it run on the server itself.
+const probe = await sandboxAvailable('designated approvers after a switch to direct')
+describe.skipIf(!probe.ok)('a sandbox-time decision after a switch to direct', () => {
+  let store: Store
+  let server: TestServer
+  const adminToken = 'admin-token-0123456789abcdef'
+
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+    server = await startTestServer(store, {
+      adminToken,
+      exec: { backend: 'sandbox', directApprovers: ['ops-switch'] },
+    })
+  })
+  afterAll(async () => {
+    await server?.close()
+    await store?.close()
+  })
+
+  it('the requester can no longer approve it; the designated approver can', async () => {
+    const alice = await server.createUser()
+    const ops = await server.createUser('ops-switch')
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'p' } })).body
+      .id
+    const conversationId = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
+    const asked = await server.request('POST', '/api/commands/core.exec', {
+      token: alice.token,
+      body: { entrance: 'button', conversationId, params: { command: 'echo switched' } },
+    })
+    expect(asked.status, JSON.stringify(asked.body)).toBe(202)
+    const switched = await server.request('PATCH', '/api/admin/settings', {
+      token: adminToken,
+      body: { execBackend: 'direct' },
+    })
+    expect(switched.status).toBe(200)
+    const self = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
+      token: alice.token,
+      body: { decision: 'approve' },
+    })
+    expect([self.status, self.body.code]).toEqual([403, 'forbidden'])
+    const approved = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
+      token: ops.token,
+      body: { decision: 'approve' },
+    })
+    expect(approved.status, JSON.stringify(approved.body)).toBe(200)
+    expect(approved.body.dispatch).toMatchObject({ status: 'succeeded', result: { stdout: 'switched\n' } })
   })
 })

@@ -1,4 +1,5 @@
 import {
+  activeUserIds,
   getDecision,
   getDispatch,
   insertAllowance,
@@ -128,7 +129,10 @@ export class Decisions {
     // Neither rejecting nor answering in the call's place runs anything.
     const runs = answer !== 'reject' && answer !== 'respond'
     // A call reserved for designated approvers: only they approve it; whoever may act may still reject.
-    if (current.approvers && runs && !current.approvers.includes(userId)) {
+    // Reserved now too when it was not when asked (the backend switched to `direct` while it waited):
+    // the approval would run it under today's rules.
+    const approvers = current.approvers ?? (runs ? await this.#approversNow(current) : null)
+    if (approvers && runs && !approvers.includes(userId)) {
       return {
         ok: false,
         error: {
@@ -363,12 +367,22 @@ export class Decisions {
     return overdue.length
   }
 
+  /** The designated approvers the decision's command names today (none that exist: nobody), or null. */
+  async #approversNow(decision: DecisionRecord): Promise<string[] | null> {
+    const named = this.#deps.catalog.get(decision.commandId)?.approversWhen?.() ?? null
+    if (!named || named.length === 0) return null
+    return (await activeUserIds(this.#deps.store, named)).filter((id) => id !== decision.ownerId)
+  }
+
   /**
    * Whether a user may see and answer a decision: it is on their behalf, waits for them as a designated
    * approver, or is a project's own call (outside any conversation) in a project they own.
    */
   async canAct(userId: string, decision: DecisionRecord): Promise<boolean> {
     if (decision.ownerId === userId || decision.approvers?.includes(userId)) return true
+    // Asked before the backend switched to `direct`: today's designated approvers may answer it by id.
+    if (!decision.approvers && decision.status === 'pending' && (await this.#approversNow(decision))?.includes(userId))
+      return true
     // A conversation is its owner's alone (the project's owner does not see a member's): so are its calls.
     if (!decision.projectId || decision.conversationId) return false
     const project = await this.#deps.access.project(userId, decision.projectId, 'write')
