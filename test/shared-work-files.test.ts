@@ -109,6 +109,20 @@ describe.each(testEngines())('work files shared through the store (%s)', (engine
     expect(await readFile(join(await restarted.dir(id), 'keep.txt'), 'utf8')).toBe('kept, changed while a was down')
   })
 
+  it('a file time out of the database’s range (a program can set one) is stored as the time of the change', async () => {
+    const files = new PostgresFileStore(store)
+    const id = await conversation()
+    const hash = createHash('sha256').update('old file').digest('hex')
+    expect(
+      await files.putContent(hash, 8, async function* () {
+        yield Buffer.from('old file')
+      }),
+    ).toBe(true)
+    await files.commit(id, { put: [{ path: 'f', hash, size: 8, modifiedAt: -400_000_000_000_000 }], remove: [] })
+    const stored = (await files.manifest(id)).files[0]!
+    expect(Math.abs(stored.modifiedAt! - Date.now())).toBeLessThan(60_000)
+  })
+
   it('content is stored only under its own hash (a file that changed while it was read is not)', async () => {
     const files = new PostgresFileStore(store)
     const hash = createHash('sha256').update('as hashed').digest('hex')

@@ -39,8 +39,17 @@ export async function detectHostSupport(): Promise<HostSupport> {
   return {
     cgroups: await detectCgroups(),
     prlimit: await executable(tools.prlimit),
-    pdeathsig: await executable(tools.setpriv),
+    pdeathsig: await pdeathsigWorks(),
   }
+}
+
+/** Whether setpriv takes `--pdeathsig` (util-linux 2.33 and later; older and BusyBox ones do not). */
+async function pdeathsigWorks(): Promise<boolean> {
+  if (!(await executable(tools.setpriv))) return false
+  return run(tools.setpriv, ['--pdeathsig', 'KILL', '--', '/bin/true'], { timeout: 5000 }).then(
+    () => true,
+    () => false,
+  )
 }
 
 /** Looks a user up in the system's user database (no shell). */

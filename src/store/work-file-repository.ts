@@ -135,7 +135,7 @@ export async function commitWorkFiles(
       with old as (select hash from work_files where conversation_id = ${conversationId} and path = ${file.path})
       insert into work_files (conversation_id, path, hash, size, modified_at)
       values (${conversationId}, ${file.path}, ${file.hash}, ${file.size},
-              coalesce(to_timestamp(${file.modifiedAt ?? null}::float8 / 1000), now()))
+              coalesce(to_timestamp(${validTime(file.modifiedAt)}::float8 / 1000), now()))
       on conflict (conversation_id, path) do update set hash = excluded.hash, size = excluded.size, modified_at = excluded.modified_at
       returning (select hash from old) as hash`.execute(db)
     const old = replaced.rows[0]?.hash
@@ -209,4 +209,10 @@ export async function deleteUnnamedWorkBlobs(tx: Executor, limit: number): Promi
         and not exists (select 1 from work_files f where f.hash = b.hash)
       limit ${limit})`.execute(kysely(tx))
   return Number(result.numAffectedRows ?? 0)
+}
+
+/** A file time the database can hold (a program can set any, e.g. year -10706 on tmpfs); else none (now). */
+function validTime(ms: number | undefined): number | null {
+  // 1901 to 9999: what every file system and timestamptz agree on.
+  return ms !== undefined && Number.isFinite(ms) && ms >= -2_177_452_800_000 && ms < 253_402_300_800_000 ? ms : null
 }
