@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process'
+import { request } from 'node:http'
 import { access, mkdir, readdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -241,6 +242,49 @@ describe.each<'direct' | 'sandbox'>(['direct', ...(probe.ok ? (['sandbox'] as co
       expect((await names(conversation)).sort()).toEqual(['a.bin', expect.stringMatching(/^[xy]\.bin$/)])
       // What was refused was given back: 0.5 MiB still fits, chunked too.
       expect((await put(conversation, 'w.bin', new Blob([Buffer.alloc(mib / 2)]).stream())).status).toBe(201)
+    })
+
+    it('a replacement frees its old file’s room only once written; an execution meanwhile keeps the count', async () => {
+      alice = await server.createUser()
+      const conversation = await newConversation()
+      const projectId = (await server.request('GET', `/api/conversations/${conversation}`, { token: alice.token })).body
+        .projectId
+      const other = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id
+      const dir = await server.exec.workdirs.dir(conversation)
+      expect((await put(conversation, 'a.bin', Buffer.alloc(3 * mib))).status).toBe(201)
+      // Replacing a.bin by 1 MiB, declared and sent slowly: until it lands a.bin still holds 3 MiB.
+      const slow = request(new URL(`${server.url}/api/conversations/${conversation}/files/a.bin`), {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${alice.token}`, 'content-length': String(mib) },
+      })
+      const answered = new Promise<number>((resolve, reject) => {
+        slow.on('response', (response) => {
+          response.resume()
+          resolve(response.statusCode ?? 0)
+        })
+        slow.on('error', reject)
+      })
+      slow.write(Buffer.alloc(mib / 2))
+      // Its bytes are arriving (the staging file is there): its room was counted before.
+      await waitFor(async () => (await readdir(dir)).some((name) => name.startsWith('.plinth-upload-')))
+      // The project holds 3 MiB of its 5.5 until then: 2.75 more in another conversation do not fit.
+      const meanwhile = await put(other, 'b.bin', Buffer.alloc(2.75 * mib))
+      expect(meanwhile.status).toBe(507)
+      // An execution ending now measures the directory: that must not drop what the upload has counted.
+      await server.exec.quota.settleAfterExec(conversation, alice.user.id, Date.now())
+      slow.end(Buffer.alloc(mib / 2))
+      expect(await answered).toBe(201)
+      const usage = await testDb(store)
+        .selectFrom('work_usage')
+        .select('bytes')
+        .where('conversation_id', '=', conversation)
+        .executeTakeFirstOrThrow()
+      // At least the new file (the measurement also saw the upload's partial staging file: counted until
+      // the next one, which errs on the safe side), never less.
+      expect(Number(usage.bytes)).toBeGreaterThanOrEqual(mib)
+      expect(Number(usage.bytes)).toBeLessThanOrEqual(1.5 * mib)
     })
 
     it('a user’s work directories share one quota', async () => {

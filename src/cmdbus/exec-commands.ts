@@ -328,17 +328,14 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
       // A file replaced frees its own bytes: only the difference must fit.
       const replacing = await exec.workdirs.fileSize(conversationId, params.path).catch(pathError)
       // Counted before the write: concurrent writes cannot share the same room.
-      const reserved = size - (replacing ?? 0)
-      const files = replacing === null ? 1 : 0
-      await exec.quota.reserve(conversationId, owner, reserved, files).catch(quotaError)
+      const reservation = await exec.quota
+        .reserve(conversationId, owner, size - (replacing ?? 0), replacing === null ? 1 : 0)
+        .catch(quotaError)
       const written = await exec.workdirs.write(conversationId, params.path, params.content).catch(async (error) => {
-        await exec.quota.adjust(conversationId, owner, { bytes: -reserved, files: -files })
+        await exec.quota.release(reservation)
         return pathError(error)
       })
-      await exec.quota.adjust(conversationId, owner, {
-        bytes: written.size - (written.replaced ?? 0) - reserved,
-        files: (written.replaced === null ? 1 : 0) - files,
-      })
+      await exec.quota.settle(reservation, written)
       return { path: written.path, size: written.size }
     },
   )

@@ -29,6 +29,14 @@ export const defaultQuota: QuotaSettings = {
   projectBytes: 10 * 1024 * 1024 * 1024,
 }
 
+/** Room counted for one write before it happens (`WorkQuota.reserve`). */
+export interface Reservation {
+  conversationId: string
+  ownerId: string
+  bytes: number
+  files: number
+}
+
 /** A write or an execution would put a work directory, or its owner, over quota. */
 export class QuotaError extends Error {
   readonly code = 'quota_exceeded'
@@ -55,6 +63,8 @@ export class WorkQuota {
   readonly settings: QuotaSettings
   readonly #store: Store
   readonly #workdirs: WorkDirectories
+  /** Reservations of writes in flight on this instance, per conversation: a measurement keeps them. */
+  readonly #inFlight = new Map<string, WorkUsage>()
 
   constructor(store: Store, workdirs: WorkDirectories, settings: QuotaSettings) {
     this.#store = store
@@ -69,11 +79,12 @@ export class WorkQuota {
 
   /**
    * A server write's room, checked and counted at once (docs/security.md, "disk quotas"): refuses
-   * (QuotaError) when `adding` bytes and `files` entries would not fit, and otherwise adds them to the
-   * recorded usage before the write, so concurrent writes (on any instance) cannot each take the same
-   * room. With `upTo`, as many of the `adding` bytes as there is room for are counted instead (the room
-   * of a body of unknown length), and that number is returned. Settle with `adjust` by the difference
-   * once written, or give the whole reservation back when the write fails.
+   * (QuotaError) when `adding` more bytes (less what a replaced file frees: may be negative) and `files`
+   * entries would not fit, and otherwise counts the bytes it adds before the write, so concurrent writes
+   * (on any instance) cannot each take the same room. What a replacement frees is counted only once it
+   * is written (`settle`): until then the old file still holds it. With `upTo`, as many of the `adding`
+   * bytes as there is room for are counted (the room of a body of unknown length). End each reservation
+   * with `settle` (written) or `release` (not).
    */
   async reserve(
     conversationId: string,
@@ -81,14 +92,44 @@ export class WorkQuota {
     adding: number,
     files: number,
     options: { upTo?: boolean } = {},
-  ): Promise<number> {
-    return this.#store.transaction(async (tx) => {
+  ): Promise<Reservation> {
+    const reservation = await this.#store.transaction(async (tx) => {
       await lockWorkUsage(tx, conversationId, ownerId)
-      const counted = options.upTo ? Math.min(adding, await this.#room(tx, conversationId, ownerId)) : adding
-      await this.#check(tx, conversationId, ownerId, counted, files)
-      await adjustWorkUsage(tx, conversationId, ownerId, { bytes: counted, files })
+      const wanted = options.upTo ? Math.min(adding, await this.#room(tx, conversationId, ownerId)) : adding
+      await this.#check(tx, conversationId, ownerId, wanted, files)
+      const counted = { conversationId, ownerId, bytes: Math.max(0, wanted), files: Math.max(0, files) }
+      await adjustWorkUsage(tx, conversationId, ownerId, counted)
       return counted
     })
+    const held = this.#inFlight.get(conversationId) ?? { bytes: 0, files: 0 }
+    this.#inFlight.set(conversationId, { bytes: held.bytes + reservation.bytes, files: held.files + reservation.files })
+    return reservation
+  }
+
+  /** Ends a reservation with what was written: the usage becomes exact (the replaced file's room freed now). */
+  async settle(reservation: Reservation, written: { size: number; replaced: number | null }): Promise<void> {
+    this.#forget(reservation)
+    await this.adjust(reservation.conversationId, reservation.ownerId, {
+      bytes: written.size - (written.replaced ?? 0) - reservation.bytes,
+      files: (written.replaced === null ? 1 : 0) - reservation.files,
+    })
+  }
+
+  /** Gives a reservation back (the write failed). */
+  async release(reservation: Reservation): Promise<void> {
+    this.#forget(reservation)
+    await this.adjust(reservation.conversationId, reservation.ownerId, {
+      bytes: -reservation.bytes,
+      files: -reservation.files,
+    })
+  }
+
+  #forget(reservation: Reservation): void {
+    const held = this.#inFlight.get(reservation.conversationId)
+    if (!held) return
+    const left = { bytes: held.bytes - reservation.bytes, files: held.files - reservation.files }
+    if (left.bytes <= 0 && left.files <= 0) this.#inFlight.delete(reservation.conversationId)
+    else this.#inFlight.set(reservation.conversationId, left)
   }
 
   /** The bytes one more write may add before any quota is reached. */
@@ -180,7 +221,12 @@ export class WorkQuota {
         files = again.files
       }
     }
-    await recordWorkUsage(this.#store, conversationId, ownerId, { bytes, files })
+    // A write still in flight here was counted before its bytes landed: the measurement must not drop it.
+    const held = this.#inFlight.get(conversationId) ?? { bytes: 0, files: 0 }
+    await recordWorkUsage(this.#store, conversationId, ownerId, {
+      bytes: bytes + held.bytes,
+      files: files + held.files,
+    })
     if (tooDeep.length > 0 && !over)
       throw new QuotaError(
         `the program nested directories deeper than ${maxWorkDepth} levels; what they held was removed: ${tooDeep

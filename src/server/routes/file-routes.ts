@@ -188,7 +188,7 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
           const replacing = await exec.workdirs.fileSize(conversation.id, request.params['*']).catch(pathProblem)
           const known = Number.isFinite(declared)
           const files = replacing === null ? 1 : 0
-          const reserved = await exec.quota
+          const reservation = await exec.quota
             .reserve(
               conversation.id,
               conversation.ownerId,
@@ -197,22 +197,19 @@ export function registerFileRoutes(app: App, deps: ServerDeps): void {
               known ? {} : { upTo: true },
             )
             .catch(quotaProblem)
-          const limit = known ? max : Math.min(max, reserved + (replacing ?? 0))
+          const limit = known ? max : Math.min(max, reservation.bytes + (replacing ?? 0))
           const body = request.body instanceof Readable ? request.body : Readable.from([])
           let written: { path: string; size: number; replaced: number | null }
           try {
             written = await exec.workdirs.write(conversation.id, request.params['*'], body, { maxBytes: limit })
           } catch (error) {
-            await exec.quota.adjust(conversation.id, conversation.ownerId, { bytes: -reserved, files: -files })
+            await exec.quota.release(reservation)
             // Past the room the quota left (not past the upload limit): the quota's answer.
             if (error instanceof PathError && error.code === 'too_large' && limit < max)
               quotaProblem(new QuotaError(`the file does not fit the work directory's quota (${limit} bytes left)`))
             return pathProblem(error)
           }
-          await exec.quota.adjust(conversation.id, conversation.ownerId, {
-            bytes: written.size - (written.replaced ?? 0) - reserved,
-            files: (written.replaced === null ? 1 : 0) - files,
-          })
+          await exec.quota.settle(reservation, written)
           return reply.code(201).send({ path: written.path, size: written.size })
         } finally {
           release()
