@@ -8,7 +8,7 @@ import {
 } from '../model.js'
 import { streamEventsFromUpstream } from '../openai/event-stream-request.js'
 import { safeParseJson } from '../openai/safe-json.js'
-import { defaultToolsUnsupportedKeywords, redactModelError } from '../openai/upstream-errors.js'
+import { defaultToolsUnsupportedKeywords, modelSecrets, redactModelError } from '../openai/upstream-errors.js'
 import { AnthropicStreamParser } from './anthropic-stream-parser.js'
 import { convertToAnthropicMessages, convertToAnthropicTools } from './convert-to-anthropic-messages.js'
 
@@ -101,7 +101,7 @@ export class AnthropicMessagesModel implements LanguageModel {
           isRetryable: true,
         })
     } catch (error) {
-      throw error instanceof ModelError ? redactModelError(error, [options.apiKey]) : error
+      throw error instanceof ModelError ? redactModelError(error, modelSecrets(options.apiKey, options.headers)) : error
     }
     yield* parser.finish()
   }

@@ -411,6 +411,16 @@ describe('OpenAIChatModel: upstream faults', () => {
       expect(JSON.stringify(error)).not.toContain(apiKey)
     }
   })
+
+  it('never puts a configured header value, or the key without its prefix, in an error message', async () => {
+    const gateway = 'HDRSECRETvalue98765'
+    const bare = apiKey.replace(/^sk-test-/, '')
+    upstream.enqueue({ kind: 'error', status: 400, body: { error: { message: `gw ${gateway}; key ${bare}` } } })
+    const { error } = await collectError(createModel({ headers: { 'x-gw-secret': gateway } }).stream(hello))
+    expect(error.message).not.toContain(gateway)
+    expect(error.message).not.toContain(bare)
+    expect(error.message).toContain('gw [redacted]; key [redacted]')
+  })
 })
 
 describe('OpenAIChatModel: cancellation', () => {

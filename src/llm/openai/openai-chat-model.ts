@@ -10,7 +10,7 @@ import { openAIMessagesBytes, openAIToolsJson } from './convert-to-openai-messag
 import { streamEventsFromUpstream } from './event-stream-request.js'
 import { OpenAIStreamParser } from './openai-stream-parser.js'
 import { safeParseJson } from './safe-json.js'
-import { defaultToolsUnsupportedKeywords, redactModelError } from './upstream-errors.js'
+import { defaultToolsUnsupportedKeywords, modelSecrets, redactModelError } from './upstream-errors.js'
 
 export interface OpenAIChatModelOptions {
   /** The configured model id (what runs name). */
@@ -122,7 +122,7 @@ export class OpenAIChatModel implements LanguageModel {
         throw new ModelError('upstream_error', `The upstream's stream carried ${seen}; expected chat-completion chunks`)
       }
     } catch (error) {
-      throw error instanceof ModelError ? redactModelError(error, [options.apiKey]) : error
+      throw error instanceof ModelError ? redactModelError(error, modelSecrets(options.apiKey, options.headers)) : error
     }
     yield* parser.finish()
   }

@@ -101,6 +101,23 @@ export function redactSecrets(text: string, secrets: ReadonlyArray<string | unde
   return result
 }
 
+/**
+ * What an upstream's error text must not show: the key, each configured header's value (where operators
+ * put gateway credentials and Azure-style `api-key`s), and the key without its prefix (`sk-…` quoted
+ * as `…`), since upstreams echo what they were sent.
+ */
+export function modelSecrets(apiKey: string | undefined, headers: Record<string, string> | undefined): string[] {
+  const secrets = [apiKey, ...Object.values(headers ?? {}).filter((value) => value.length >= 8)].filter(
+    (value): value is string => value !== undefined && value.length >= 4,
+  )
+  const withoutPrefix = secrets.flatMap((secret) => {
+    const cut = secret.replace(/^[A-Za-z]{1,8}[-_](?:[A-Za-z]{1,8}[-_])?/, '')
+    return cut !== secret && cut.length >= 12 ? [cut] : []
+  })
+  // Longest first: a secret inside another is redacted with it.
+  return [...secrets, ...withoutPrefix].sort((a, b) => b.length - a.length)
+}
+
 /** The same ModelError with secrets removed from its message (the cause is dropped if it mentioned one). */
 export function redactModelError(error: ModelError, secrets: ReadonlyArray<string | undefined>): ModelError {
   const message = redactSecrets(error.message, secrets)
