@@ -109,6 +109,29 @@ for (const engine of testEngines()) {
       expect(next).toEqual(['b6 ', 'b7 ', 'b8 ', 'b9 ', 'and', 'ok', 'mor'])
     })
 
+    it('a turn of many long rounds keeps its latest 6 without reading the whole turn', async () => {
+      const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'loop' } }))
+        .body.id
+      const loop = (
+        await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+      ).body.id as string
+      const rows = [
+        { id: newId(), conversation_id: loop, role: 'user' as const, content: 'q', status: 'completed' },
+        ...Array.from({ length: 300 }, (_, index) => ({
+          id: newId(),
+          conversation_id: loop,
+          role: 'assistant' as const,
+          content: `r${index} ${'z'.repeat(20_000)}`,
+          status: 'completed',
+        })),
+      ]
+      await testDb(store).insertInto('messages').values(rows).execute()
+      const tail = await readTranscriptTail(store, loop, 20_000)
+      expect(tail.map((row) => row.content?.slice(0, 4))).toEqual(['r294', 'r295', 'r296', 'r297', 'r298', 'r299'])
+      const window = new TranscriptWindow(store, loop, 20_000)
+      expect((await window.read()).length).toBe(6)
+    })
+
     it('a driver reads the window once, then only what was added, and holds what a fresh read would', async () => {
       const window = new TranscriptWindow(store, conversationId, 20_000)
       const first = await window.read()

@@ -72,7 +72,8 @@ export function transcriptBudget(model: Pick<LanguageModel, 'contextWindow'>): n
 
 /**
  * The newest rows that fit: the same rule as readTranscriptTail (a row counts if what is newer leaves it
- * room; the latest `latestKept` and their question count whatever their size).
+ * room; the latest `latestKept` count whatever their size, and the rows back to their question when
+ * those fit in `maxChars` more).
  */
 function cut(rows: TranscriptRow[], maxChars: number, maxRows: number): TranscriptRow[] {
   let through = 0
@@ -82,10 +83,16 @@ function cut(rows: TranscriptRow[], maxChars: number, maxRows: number): Transcri
     through += rows[index]!.size
     keep++
   }
-  let floor = Math.max(0, rows.length - latestKept)
+  const sixth = Math.max(0, rows.length - latestKept)
+  let floor = sixth
   while (floor > 0 && rows[floor]!.role !== 'user' && rows.length - floor < maxRows) floor--
-  if (rows[floor]?.role !== 'user') floor = Math.max(0, rows.length - latestKept)
-  return rows.slice(Math.min(rows.length - keep, floor))
+  if (rows[floor]?.role !== 'user') floor = sixth
+  let sixThrough = 0
+  for (let index = sixth; index < rows.length; index++) sixThrough += rows[index]!.size
+  let floorBefore = 0
+  for (let index = floor + 1; index < rows.length; index++) floorBefore += rows[index]!.size
+  const from = floorBefore < sixThrough + maxChars ? floor : sixth
+  return rows.slice(Math.min(rows.length - keep, from))
 }
 
 /**

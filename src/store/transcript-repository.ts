@@ -206,21 +206,28 @@ export function transcriptRowsFromJson(value: unknown): TranscriptRow[] {
 export const latestKept = 6
 
 /**
- * The newest rows within `maxChars`, and at least the latest `latestKept` with their question: from the
- * newest user message at or before the 6th newest (or the 6th newest when none is).
+ * The newest rows within `maxChars`, and at least the latest `latestKept`, with the rows back to the
+ * question they answer (the newest user message at or before the 6th newest) when those fit in
+ * `maxChars` more: a turn of many long tool rounds keeps its latest 6 without reading the whole turn.
  */
 function tailQuery(conversationId: string, maxChars: number, maxRows: number, ordered = true): RawBuilder<MessageRow> {
   return sql<MessageRow>`
     select id, role, content, tool_calls, tool_call_id, status, parts, size from (
-      select u.*, coalesce(max(case when u.role = 'user' and u.rn >= ${latestKept} then u.id end) over (),
-                           min(case when u.rn <= ${latestKept} then u.id end) over ()) as floor_id
+      select v.*, max(case when v.id = v.floor_id then v.through - v.size end) over () as floor_before
       from (
-        select m.*, sum(m.size) over (order by m.id desc) as through, row_number() over (order by m.id desc) as rn
-        from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId}
-                and id > ${compactedThrough(conversationId)} and ${ofStartedRuns} order by id desc limit ${maxRows}) m
-      ) u
+        select u.*,
+               coalesce(max(case when u.role = 'user' and u.rn >= ${latestKept} then u.id end) over (),
+                        min(case when u.rn <= ${latestKept} then u.id end) over ()) as floor_id,
+               coalesce(max(case when u.rn = ${latestKept} then u.through end) over (), max(u.through) over ()) as six_through
+        from (
+          select m.*, sum(m.size) over (order by m.id desc) as through, row_number() over (order by m.id desc) as rn
+          from (select *, ${transcriptSize} as size from messages where conversation_id = ${conversationId}
+                  and id > ${compactedThrough(conversationId)} and ${ofStartedRuns} order by id desc limit ${maxRows}) m
+        ) u
+      ) v
     ) t
-    where t.through - t.size < ${maxChars} or t.id >= t.floor_id
+    where t.through - t.size < ${maxChars} or t.rn <= ${latestKept}
+       or (t.id >= t.floor_id and t.floor_before < t.six_through + ${maxChars})
     ${ordered ? sql`order by id` : sql``}`
 }
 
