@@ -164,6 +164,16 @@ for (const engine of new Set(['pglite' as const, ...apiEngines()])) {
         const conversationId = (
           await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
         ).body.id as string
+        // An interrupt has a run to supersede: one already active, which it ends (never its own key's).
+        const before =
+          ifActive === 'interrupt'
+            ? (
+                await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+                  token: alice.token,
+                  body: { input: 'earlier', model: 'held' },
+                })
+              ).body.id
+            : undefined
         const key = `together-${Math.random()}`
         const post = () =>
           server.request('POST', `/api/conversations/${conversationId}/runs`, {
@@ -181,7 +191,11 @@ for (const engine of new Set(['pglite' as const, ...apiEngines()])) {
         const run = await server.request('GET', `/api/runs/${answers[0]!.body.id}`, { token: alice.token })
         expect(run.body.status, label).not.toBe('cancelled')
         const runs = await server.request('GET', `/api/conversations/${conversationId}/runs`, { token: alice.token })
-        expect(runs.body.items, label).toHaveLength(1)
+        expect(runs.body.items, label).toHaveLength(before ? 2 : 1)
+        if (before)
+          expect((await server.request('GET', `/api/runs/${before}`, { token: alice.token })).body.status).toBe(
+            'cancelled',
+          )
         await server.request('POST', `/api/runs/${answers[0]!.body.id}/cancel`, { token: alice.token })
       }
     })

@@ -437,8 +437,7 @@ export class RunManager {
       if (attempt >= 5 && Date.now() > giveUpAt) break
       // Past the first few passes a run is not ending quickly: back off (up to 200 ms, jittered).
       if (attempt >= 5) await sleep(Math.min(200, 5 * 2 ** (attempt - 5)) * (0.5 + Math.random() / 2))
-      await hooks.beforeSupersede?.()
-      await this.#supersede(conversation.id)
+      await this.#supersede(conversation.id, hooks.beforeSupersede)
       created = await create(false)
     }
     // The owner of the project may write there (anyone else: the driver asks).
@@ -479,8 +478,11 @@ export class RunManager {
   }
 
   /** Ends every queued and active run of a conversation as `superseded`, queued ones first. */
-  async #supersede(conversationId: string): Promise<void> {
+  async #supersede(conversationId: string, beforeCancel?: () => Promise<void>): Promise<void> {
     const pending = await listRuns(this.#options.store, { conversationId, statuses: activeRunStatuses }, { limit: 200 })
+    // After the listing: a run committed before it (with its key's answer, in one transaction) is seen
+    // by the check; one committed after it is not in the list, so it is never ended here.
+    await beforeCancel?.()
     const queuedFirst = [...pending.items].sort((a, b) => Number(b.status === 'queued') - Number(a.status === 'queued'))
     for (const run of queuedFirst) await this.cancel(run.id, 'superseded')
   }
