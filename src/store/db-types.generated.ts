@@ -438,6 +438,7 @@ export interface WebhookAttempts {
 
 export interface WebhookMessages {
   attempts: Generated<number>
+  claimed_at: Timestamp | null
   created_at: Generated<Timestamp>
   delivered_at: Timestamp | null
   event_id: Int8

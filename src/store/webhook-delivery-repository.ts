@@ -238,19 +238,20 @@ export async function claimMessages(
 ): Promise<ClaimedMessage[]> {
   const { rows } = await sql<ClaimRow>`
     with due as (
-      select m.id, m.attempts, m.lease_owner, m.next_attempt_at from webhook_messages m join webhooks w on w.id = m.webhook_id
+      select m.id, m.attempts, m.lease_owner, m.claimed_at from webhook_messages m join webhooks w on w.id = m.webhook_id
       where m.status = 'pending' and m.next_attempt_at <= now() and w.enabled
       order by m.next_attempt_at limit ${limit}
       for update of m skip locked
     ),
     lost as (
       insert into webhook_attempts (message_id, attempt, started_at, duration_ms, error)
-      -- It started when it was claimed: its lease (this instance's, taken to be the same) before it ran out.
-      select id, attempts, least(now(), next_attempt_at - ${leaseMs} * interval '1 millisecond'), 0,
+      -- It started when it was claimed (unknown for a claim made before that was recorded: now).
+      select id, attempts, coalesce(claimed_at, now()), 0,
              'no outcome recorded: the instance making this attempt stopped' from due where lease_owner is not null
     ),
     c as (
-      update webhook_messages m set attempts = m.attempts + 1, lease_owner = ${owner}, next_attempt_at = now() + ${leaseMs} * interval '1 millisecond'
+      update webhook_messages m set attempts = m.attempts + 1, lease_owner = ${owner}, claimed_at = now(),
+        next_attempt_at = now() + ${leaseMs} * interval '1 millisecond'
       from due where m.id = due.id
       returning m.id, m.webhook_id, m.event_id, m.event_type, m.attempts, m.payload, m.created_at, m.window_start, m.trace_parent
     )
