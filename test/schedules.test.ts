@@ -4,12 +4,13 @@ import { nextOccurrence, timingErrors, type ScheduleTiming } from '../src/schedu
 import {
   createSchedule,
   getSchedule,
+  newId,
   readAuditEntries,
   recordOccurrence,
   type Schedule,
   type Store,
 } from '../src/store/index.js'
-import { testDb } from '../src/store/test-access.js'
+import { sql, testDb } from '../src/store/test-access.js'
 import { apiEngines, createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { waitFor, waitForRun } from './helpers/waits.js'
@@ -116,6 +117,30 @@ for (const engine of new Set(['pglite' as const, ...apiEngines()])) {
     const firings = async (scheduleId: string) =>
       (await server.request('GET', `/api/schedules/${scheduleId}/firings?limit=200`, { token: alice.token })).body
         .items as Array<Record<string, unknown>>
+
+    it('a project holds at most 1,000 schedules: the next is 409 too_many_schedules', async () => {
+      const own = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'many' } })).body
+        .id
+      // 999 paused ones written directly (creating them one by one would only take longer).
+      await testDb(store)
+        .insertInto('schedules')
+        .values(
+          Array.from({ length: 999 }, (_, index) => ({
+            id: newId(),
+            project_id: own,
+            owner_id: alice.user.id,
+            name: `s${index}`,
+            every: '1h',
+            target: sql`${JSON.stringify({ kind: 'run', input: 'x' })}::jsonb`,
+            enabled: false,
+          })),
+        )
+        .execute()
+      const body = { every: '1h', enabled: false, target: { kind: 'run', input: 'x' } }
+      expect((await create(body, alice.token, own)).status).toBe(201)
+      const refused = await create(body, alice.token, own)
+      expect([refused.status, refused.body.code]).toEqual([409, 'too_many_schedules'])
+    })
 
     it('fires every second, each occurrence a run of its own; paused, it has no next occurrence', async () => {
       const created = await create({ every: '1s', name: 'ticker', target: { kind: 'run', input: 'write the report' } })

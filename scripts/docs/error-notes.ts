@@ -89,6 +89,7 @@ export const errorNotes = {
   memory_too_large:
     'a memory whose `text` is over 4,000 characters, whose `value` is over 16 KiB as JSON, or whose namespace or key is over 200 characters',
   too_many_memories: "a new memory in a scope (the user's own, or a project's) that already holds 10,000",
+  too_many_schedules: 'a new schedule in a project that already holds 1,000 (delete some first)',
   output_schema_invalid:
     'a run request\'s `output.schema` that is not a JSON Schema Ajv can compile, refers to itself without end (`{"$ref": "#"}`), or is over 64 KiB; the message says what is wrong',
   too_many_runs:

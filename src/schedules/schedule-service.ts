@@ -7,6 +7,7 @@ import {
   getFiring,
   getSchedule,
   listFirings,
+  lockedScheduleCount,
   listSchedules,
   notFoundError,
   RequestError,
@@ -22,6 +23,9 @@ import {
 } from '../store/index.js'
 import type { ScheduleFirer } from './schedule-firer.js'
 import { nextOccurrence, timingErrors, type ScheduleTiming } from './schedule-spec.js'
+
+/** Schedules one project may hold (not counting deleted ones). */
+export const maxSchedulesPerProject = 1000
 
 export interface ScheduleServiceDeps {
   store: Store
@@ -57,13 +61,20 @@ export class ScheduleService {
     const timing = this.#timing(input)
     await this.#checkTarget(user, project.id, input)
     const enabled = input.enabled ?? true
-    return (tx) =>
-      createSchedule(tx, {
+    return async (tx) => {
+      // Bounded: every schedule is work the firer does for everyone on the instance (docs/guides/schedules.md).
+      if ((await lockedScheduleCount(tx, project.id)) >= maxSchedulesPerProject)
+        throw new RequestError(
+          'too_many_schedules',
+          `this project already holds ${maxSchedulesPerProject} schedules; delete some first`,
+        )
+      return createSchedule(tx, {
         ...input,
         projectId: project.id,
         ownerId: user.id,
         nextFireAt: enabled ? firstOccurrence(timing, new Date()) : null,
       })
+    }
   }
 
   async list(user: User, projectId: string, page: PageRequest): Promise<Page<Schedule>> {

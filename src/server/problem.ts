@@ -54,6 +54,7 @@ export const problemCatalogue = {
   compaction_failed: { status: 502, title: 'The summary call failed' },
   memory_too_large: { status: 413, title: 'The memory is over the size limit' },
   too_many_memories: { status: 409, title: 'The scope holds as many memories as it may' },
+  too_many_schedules: { status: 409, title: 'The project holds as many schedules as it may' },
   invalid_json: { status: 400, title: 'Malformed JSON body' },
   invalid_cursor: { status: 400, title: 'Invalid cursor' },
   invalid_last_event_id: { status: 400, title: 'Invalid Last-Event-ID' },

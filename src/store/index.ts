@@ -374,6 +374,7 @@ export {
   type RunCounts,
 } from './run-quota-repository.js'
 export {
+  lockedScheduleCount,
   createSchedule,
   deleteSchedule,
   getFiring,

@@ -396,3 +396,11 @@ export async function getFiring(db: Executor, id: string): Promise<ScheduleFirin
   const row = await kysely(db).selectFrom('schedule_firings').selectAll().where('id', '=', id).executeTakeFirst()
   return row && toFiring(row)
 }
+
+/** How many schedules (not deleted) a project holds, counted under a lock on the project's schedules. */
+export async function lockedScheduleCount(tx: Executor, projectId: string): Promise<number> {
+  await sql`select pg_advisory_xact_lock(hashtext(${`plinth.schedules:${projectId}`}))`.execute(kysely(tx))
+  const { rows } = await sql<{ n: number }>`
+    select count(*)::int as n from schedules where project_id = ${projectId} and deleted_at is null`.execute(kysely(tx))
+  return rows[0]?.n ?? 0
+}

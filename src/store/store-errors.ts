@@ -99,6 +99,7 @@ export type RequestErrorCode =
   | 'nothing_to_compact'
   | 'compaction_failed'
   | 'too_many_memories'
+  | 'too_many_schedules'
   | 'invalid_webhook_url'
   | 'webhook_url_not_allowed'
   | 'too_many_webhooks'

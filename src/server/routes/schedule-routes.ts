@@ -135,7 +135,7 @@ export function registerScheduleRoutes(app: App, deps: ServerDeps): void {
         summary: 'Schedule runs in a project: by cron, every interval, or once at a time',
         params: IdParams,
         body: ScheduleCreate,
-        response: { 201: Schedule, ...problemResponses, 422: problem },
+        response: { 201: Schedule, ...problemResponses, 409: problem, 422: problem },
       },
     },
     async (request, reply) => {
