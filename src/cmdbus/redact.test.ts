@@ -223,3 +223,21 @@ describe('truncateForAudit', () => {
     expect(result.preview.startsWith(`{"text":"${char}`)).toBe(true)
   })
 })
+
+describe('credentials inside a longer value', () => {
+  it('are redacted one by one, the rest of the text kept', () => {
+    const token = `plt_${'A'.repeat(40)}`
+    const text = `password=hunter2 key AKIAABCDEFGHIJKLMNOP then ${token} and ghp_${'x'.repeat(30)}; curl -H "Authorization: Bearer abcdefghijklmnop1234"`
+    const result = redact({ content: text }) as { content: string }
+    for (const secret of ['hunter2', 'AKIAABCDEFGHIJKLMNOP', token, 'ghp_', 'abcdefghijklmnop1234'])
+      expect(result.content).not.toContain(secret)
+    expect(result.content).toContain('password=[redacted]')
+    expect(result.content).toContain('Bearer [redacted]')
+    expect(result.content).toContain('curl -H "Authorization:')
+  })
+
+  it('leaves ordinary text alone', () => {
+    const text = 'the token count is 12; ask for a password reset; skip the sk-ipped step'
+    expect(redact({ text })).toEqual({ text })
+  })
+})

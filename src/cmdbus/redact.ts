@@ -61,6 +61,30 @@ const secretValuePatterns = [
   /-----BEGIN [A-Z ]*PRIVATE KEY-----/,
 ]
 
+/** Credentials inside a longer text (a command line, a file's content): each is replaced on its own. */
+const embeddedSecretPatterns = [
+  /\bsk-(?:ant-)?[A-Za-z0-9_-]{16,}/g,
+  /\bplt_[A-Za-z0-9_-]{32,}/g,
+  /\b(?:ghp|gho|ghu|ghs|github_pat)_[A-Za-z0-9_]{20,}/g,
+  /\bxox[abpr]-[A-Za-z0-9-]{10,}/g,
+  /\bAKIA[0-9A-Z]{16}\b/g,
+  /\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+/g,
+  /-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)/g,
+]
+/** `Bearer <token>` and `password=…` / `api_key: …` keep their name; the value goes. */
+const embeddedSecretValues = [
+  /(\bBearer\s+)[A-Za-z0-9._~+/=-]{16,}/gi,
+  /(\b(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token)\s*[=:]\s*["']?)[^\s"'&;]{4,}/gi,
+]
+
+/** `text` with the credentials it holds replaced (the rest kept). */
+export function redactEmbedded(text: string): string {
+  let result = text
+  for (const pattern of embeddedSecretPatterns) result = result.replace(pattern, redactedMarker)
+  for (const pattern of embeddedSecretValues) result = result.replace(pattern, `$1${redactedMarker}`)
+  return result
+}
+
 /** Whether a string looks like a credential on its own. */
 export function looksSecret(value: string): boolean {
   return secretValuePatterns.some((pattern) => pattern.test(value.trim()))
@@ -72,7 +96,7 @@ export function looksSecret(value: string): boolean {
  */
 export function redact(value: JsonValue, schema?: JsonSchema): JsonValue {
   if (schema?.['x-sensitive'] === true) return redactedMarker
-  if (typeof value === 'string') return looksSecret(value) ? redactedMarker : value
+  if (typeof value === 'string') return looksSecret(value) ? redactedMarker : redactEmbedded(value)
   if (Array.isArray(value)) {
     const items = schema && typeof schema.items === 'object' ? (schema.items as JsonSchema) : undefined
     return value.map((item) => redact(item, items))
