@@ -15,47 +15,14 @@ for (const engine of testEngines()) {
     })
     afterAll(async () => store?.close())
 
-    it('is recorded as started when it was claimed', async () => {
-      const scope = await seedProject(store, 'hooks')
+    /** A subscription with one message due, in a project of its own; the message's row id. */
+    const dueMessage = async (name: string): Promise<string> => {
+      const scope = await seedProject(store, name)
       const db = testDb(store)
       await db
         .insertInto('webhooks')
         .values({
-          id: 'wh-lost',
-          project_id: scope.projectId,
-          created_by: scope.ownerId,
-          url: 'http://127.0.0.1:9/hook',
-          secret: 'whsec_x',
-          events: ['run.completed'],
-        })
-        .execute()
-      await db.insertInto('webhook_messages').values({ webhook_id: 'wh-lost', event_id: 1, event_type: 'x' }).execute()
-      const claimedAt = Date.now()
-      expect(await claimMessages(store, 'dead-instance', 10, 1500)).toHaveLength(1)
-      // The instance dies; once its lease runs out another claims the message.
-      await waitFor(async () => (await claimMessages(store, 'live-instance', 10, 1500)).length === 1, {
-        timeoutMs: 20_000,
-        what: 'the message due again',
-      })
-      const attempts = await db
-        .selectFrom('webhook_attempts')
-        .select(['attempt', 'started_at', 'error'])
-        .orderBy('id')
-        .execute()
-      expect(attempts).toHaveLength(1)
-      expect(attempts[0]!.error).toMatch(/no outcome recorded/)
-      const started = new Date(attempts[0]!.started_at as unknown as string).getTime()
-      // The database's clock is this machine's: within a second of the first claim, not 1.5 s later.
-      expect(Math.abs(started - claimedAt)).toBeLessThan(1000)
-    })
-
-    it('is recorded as started when it was claimed after an embedded server released its claims at start', async () => {
-      const scope = await seedProject(store, 'hooks-release')
-      const db = testDb(store)
-      await db
-        .insertInto('webhooks')
-        .values({
-          id: 'wh-released',
+          id: `wh-${name}`,
           project_id: scope.projectId,
           created_by: scope.ownerId,
           url: 'http://127.0.0.1:9/hook',
@@ -65,23 +32,44 @@ for (const engine of testEngines()) {
         .execute()
       const message = await db
         .insertInto('webhook_messages')
-        .values({ webhook_id: 'wh-released', event_id: 1, event_type: 'x' })
+        .values({ webhook_id: `wh-${name}`, event_id: 1, event_type: 'x' })
         .returning('id')
         .executeTakeFirstOrThrow()
+      return String(message.id)
+    }
+    const claimed = async (owner: string, leaseMs: number, row: string) =>
+      (await claimMessages(store, owner, 10, leaseMs)).some((item) => item.row === row)
+    /** The lost attempt's start, checked against when it was claimed: within a second, not a lease later. */
+    const expectStartedAt = async (row: string, claimedAt: number) => {
+      const attempts = await testDb(store)
+        .selectFrom('webhook_attempts')
+        .select(['started_at', 'error'])
+        .where('message_id', '=', row)
+        .execute()
+      expect(attempts).toHaveLength(1)
+      expect(attempts[0]!.error).toMatch(/no outcome recorded/)
+      const started = new Date(attempts[0]!.started_at as unknown as string).getTime()
+      expect(Math.abs(started - claimedAt)).toBeLessThan(1000)
+    }
+
+    it('is recorded as started when it was claimed', async () => {
+      const row = await dueMessage('lost')
       const claimedAt = Date.now()
-      const mine = (claimed: Array<{ row: string }>) => claimed.filter((item) => item.row === String(message.id))
-      expect(mine(await claimMessages(store, 'dead-instance', 10, 60_000))).toHaveLength(1)
+      expect(await claimed('dead-instance', 1500, row)).toBe(true)
+      // The instance dies; once its lease runs out another claims the message.
+      await waitFor(() => claimed('live-instance', 1500, row), { timeoutMs: 20_000, what: 'the message due again' })
+      await expectStartedAt(row, claimedAt)
+    })
+
+    it('is recorded as started when it was claimed after an embedded server released its claims at start', async () => {
+      const row = await dueMessage('released')
+      const claimedAt = Date.now()
+      expect(await claimed('dead-instance', 60_000, row)).toBe(true)
       // Restarted a little later: the claims are released, the message due at once.
       await waitFor(() => Date.now() - claimedAt > 1500, { what: 'time passing' })
       await releaseWebhookClaims(store)
-      expect(mine(await claimMessages(store, 'restarted', 10, 60_000))).toHaveLength(1)
-      const attempt = await db
-        .selectFrom('webhook_attempts')
-        .select('started_at')
-        .where('message_id', '=', message.id)
-        .executeTakeFirstOrThrow()
-      const started = new Date(attempt.started_at as unknown as string).getTime()
-      expect(Math.abs(started - claimedAt)).toBeLessThan(1000)
+      expect(await claimed('restarted', 60_000, row)).toBe(true)
+      await expectStartedAt(row, claimedAt)
     })
   })
 }
