@@ -133,6 +133,9 @@ describe.skipIf(!probe.ok)('a sandbox-time decision after a switch to direct', (
       body: { decision: 'approve' },
     })
     expect([self.status, self.body.code]).toEqual([403, 'forbidden'])
+    // The designated approver finds it among what waits for them.
+    const waiting = await server.request('GET', '/api/decisions?status=pending', { token: ops.token })
+    expect(waiting.body.items.map((item: { id: string }) => item.id)).toContain(asked.body.decision.id)
     const approved = await server.request('POST', `/api/decisions/${asked.body.decision.id}`, {
       token: ops.token,
       body: { decision: 'approve' },

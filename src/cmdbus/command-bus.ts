@@ -424,6 +424,11 @@ export class CommandBus {
     return this.#decisions.list(userId, filter, page)
   }
 
+  /** Pending decisions that now need a designated approver (after a switch to `direct`) are reserved to them. */
+  reserveForApprovers(): Promise<number> {
+    return this.#decisions.reserveForApprovers()
+  }
+
   /** One decision the user may act on (expired first when overdue), or undefined. */
   getDecision(decisionId: string, userId: string): Promise<DecisionView | undefined> {
     return this.#decisions.get(decisionId, userId)

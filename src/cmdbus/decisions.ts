@@ -9,6 +9,7 @@ import {
   newId,
   overdueDecisionIds,
   replaceDispatchParams,
+  reservePendingDecisions,
   resolveDecision,
   type DecisionRecord,
   type DecisionReply,
@@ -365,6 +366,28 @@ export class Decisions {
     const overdue = await overdueDecisionIds(this.#deps.store, new Date())
     for (const id of overdue) await this.expireDecision(id)
     return overdue.length
+  }
+
+  /**
+   * After a switch that makes commands name designated approvers (to `direct`): their pending decisions
+   * asked without any are reserved to them, so the approvers' list shows them. Returns how many.
+   */
+  async reserveForApprovers(): Promise<number> {
+    const byList = new Map<string, { names: readonly string[]; commandIds: string[] }>()
+    for (const command of this.#deps.catalog.list()) {
+      const names = command.approversWhen?.() ?? null
+      if (!names || names.length === 0) continue
+      const key = JSON.stringify(names)
+      const entry = byList.get(key) ?? { names, commandIds: [] }
+      entry.commandIds.push(command.spec.id)
+      byList.set(key, entry)
+    }
+    let reserved = 0
+    for (const { names, commandIds } of byList.values()) {
+      const ids = await activeUserIds(this.#deps.store, names)
+      reserved += await reservePendingDecisions(this.#deps.store, commandIds, ids)
+    }
+    return reserved
   }
 
   /** The designated approvers the decision's command names today (none that exist: nobody), or null. */

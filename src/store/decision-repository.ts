@@ -298,3 +298,23 @@ export async function decisionKinds(db: Executor, ids: readonly string[]): Promi
     .execute()
   return new Map(rows.map((row) => [row.id, row.kind]))
 }
+
+/**
+ * Reserves pending decisions on `commandIds` that no approvers were named for to `approverIds` (each
+ * less its own requester): after a switch to `direct`, they would run on the server itself.
+ */
+export async function reservePendingDecisions(
+  db: Executor,
+  commandIds: readonly string[],
+  approverIds: readonly string[],
+): Promise<number> {
+  if (commandIds.length === 0) return 0
+  const result = await sql`
+    update decisions d set approvers = coalesce(
+      (select jsonb_agg(a) from jsonb_array_elements_text(${JSON.stringify(approverIds)}::jsonb) a where a <> d.owner_id),
+      '[]'::jsonb)
+    where d.status = 'pending' and d.approvers is null and d.command_id = any(${[...commandIds]}::text[])`.execute(
+    kysely(db),
+  )
+  return Number(result.numAffectedRows ?? 0)
+}

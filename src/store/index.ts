@@ -123,6 +123,7 @@ export {
   findAllowance,
   pendingConnectDecisions,
   decisionKinds,
+  reservePendingDecisions,
   type DecisionStatus,
   type DecisionRecord,
   type DecisionReply,

@@ -130,6 +130,8 @@ export function registerAdminRoutes(app: App, deps: ServerDeps): void {
       if (wanted !== undefined && wanted !== deps.exec.backendName) {
         const changed = await deps.exec.setBackend(wanted, 'admin')
         if (!changed.ok) throw new HttpProblem('sandbox_unavailable', changed.reason, { probe: deps.exec.probe })
+        // Executions already waiting for a decision would now run on the server itself: theirs to approve.
+        if (wanted === 'direct') await deps.bus.reserveForApprovers()
       }
       return settingsView()
     },
