@@ -1948,6 +1948,8 @@ export interface components {
         } | {
             data: {
                 content: string | null;
+                /** @description A completed assistant message: why the model stopped — `stop`, `tool_calls`, `length` (cut at its output-token limit), `content_filter`, or what the provider said */
+                finishReason?: string;
                 messageId: string;
                 /** @description An assistant message: the model that answered (the run’s, or a fallback) */
                 model?: string;
@@ -2722,6 +2724,8 @@ export interface components {
         } | {
             data: {
                 content: string | null;
+                /** @description A completed assistant message: why the model stopped — `stop`, `tool_calls`, `length` (cut at its output-token limit), `content_filter`, or what the provider said */
+                finishReason?: string;
                 messageId: string;
                 /** @description An assistant message: the model that answered (the run’s, or a fallback) */
                 model?: string;

@@ -219,6 +219,8 @@ describe('agent profiles', () => {
     expect(run).toMatchObject({ status: 'failed', model: 'keyless', error: { code: 'upstream_auth_missing' } })
     expect(run.error.message).toContain(missingKeyVar)
     expect(upstream.requests.length).toBe(before)
+    // No call was made, so none is counted.
+    expect(run.usage).toMatchObject({ modelCalls: 0, inputTokens: 0 })
   })
 
   it('refuses bad profiles: unknown field, temperature out of range, unknown tool, unknown model', async () => {

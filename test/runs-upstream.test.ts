@@ -7,7 +7,9 @@ import {
   anthropicMessageStart,
   anthropicTextEvents,
   anthropicToolUseEvents,
+  openaiChunk,
   openaiTextChunks,
+  openaiUsageChunk,
   openaiToolCallChunks,
   startFakeUpstream,
   type FakeUpstream,
@@ -141,6 +143,74 @@ describe('runs against a fake upstream', () => {
     })
     upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('ok', 2) })
     expect(await run('gpt')).toMatchObject({ status: 'completed' })
+  })
+
+  const eventsOf = async (runId: string, type: string) =>
+    (
+      await testDb(store)
+        .selectFrom('events')
+        .select('data')
+        .where('run_id', '=', runId)
+        .where('type', '=', type)
+        .orderBy('id')
+        .execute()
+    ).map((row) => (typeof row.data === 'string' ? JSON.parse(row.data) : row.data) as Record<string, unknown>)
+
+  it('a stream cut cleanly before its end fails the run: its text is kept, its usage counted, none of its calls run', async () => {
+    // Text and a usage report, then the body ends with neither a finish reason nor [DONE].
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: [openaiChunk({ role: 'assistant', content: 'Partial ans' }), openaiUsageChunk(900, 100)],
+      done: false,
+    })
+    const text = await run('gpt')
+    expect(text).toMatchObject({
+      status: 'failed',
+      error: { code: 'upstream_error' },
+      usage: { inputTokens: 900, outputTokens: 100, modelCalls: 1 },
+    })
+    expect((await eventsOf(text.id as string, 'message.completed')).at(-1)).toMatchObject({
+      content: 'Partial ans',
+      status: 'failed',
+    })
+    // A whole call, then one cut mid-arguments: retried (nothing was shown), then failed; nothing ran.
+    const cut = {
+      kind: 'openai-stream' as const,
+      chunks: [
+        openaiChunk({
+          tool_calls: [
+            { index: 0, id: 'c0', type: 'function', function: { name: 'rdm__ping', arguments: '{"target":"a"}' } },
+          ],
+        }),
+        openaiChunk({
+          tool_calls: [{ index: 1, id: 'c1', type: 'function', function: { name: 'rdm__ping', arguments: '{"tar' } }],
+        }),
+      ],
+      done: false,
+    }
+    const before = upstream.requests.length
+    for (let attempt = 0; attempt < 4; attempt++) upstream.enqueue(cut)
+    const calls = await run('gpt')
+    expect(calls).toMatchObject({ status: 'failed', error: { code: 'upstream_error' } })
+    expect(upstream.requests.length - before).toBe(4)
+    expect(await eventsOf(calls.id as string, 'tool_call.created')).toEqual([])
+  })
+
+  it('an answer cut at the output-token limit says so on message.completed (finishReason: length)', async () => {
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: [openaiChunk({ role: 'assistant', content: 'The answer is cut he' }), openaiChunk({}, 'length')],
+    })
+    const cut = await run('gpt')
+    expect(cut).toMatchObject({ status: 'completed' })
+    expect((await eventsOf(cut.id as string, 'message.completed')).at(-1)).toMatchObject({
+      content: 'The answer is cut he',
+      status: 'completed',
+      finishReason: 'length',
+    })
+    upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('whole', 2) })
+    const whole = await run('gpt')
+    expect((await eventsOf(whole.id as string, 'message.completed')).at(-1)).toMatchObject({ finishReason: 'stop' })
   })
 
   it('fails clearly when the upstream says tools are unsupported, or stalls, without leaking the key', async () => {

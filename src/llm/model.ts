@@ -121,11 +121,19 @@ export class ModelError extends Error {
   readonly isRetryable: boolean
   /** From a `Retry-After` header. */
   readonly retryAfterMs?: number
+  /** What the upstream had reported using before the call failed (it is billed all the same). */
+  readonly usage?: Usage
 
   constructor(
     code: ModelErrorCode,
     message: string,
-    options: { upstreamStatus?: number; isRetryable?: boolean; retryAfterMs?: number; cause?: unknown } = {},
+    options: {
+      upstreamStatus?: number
+      isRetryable?: boolean
+      retryAfterMs?: number
+      usage?: Usage
+      cause?: unknown
+    } = {},
   ) {
     super(message, { cause: options.cause })
     this.name = 'ModelError'
@@ -133,5 +141,17 @@ export class ModelError extends Error {
     this.upstreamStatus = options.upstreamStatus
     this.isRetryable = options.isRetryable ?? false
     this.retryAfterMs = options.retryAfterMs
+    if (options.usage) this.usage = options.usage
+  }
+
+  /** The same error with other options (a scrubbed message, the usage reported before it). */
+  with(changes: { message?: string; usage?: Usage; cause?: unknown }): ModelError {
+    return new ModelError(this.code, changes.message ?? this.message, {
+      upstreamStatus: this.upstreamStatus,
+      isRetryable: this.isRetryable,
+      retryAfterMs: this.retryAfterMs,
+      usage: changes.usage ?? this.usage,
+      cause: 'cause' in changes ? changes.cause : this.cause,
+    })
   }
 }

@@ -88,11 +88,24 @@ describe('streamWithRetries', () => {
     expect(model.calls).toBe(3)
   })
 
-  it('honours retryAfterMs, capped at 4 × maxDelayMs', async () => {
-    const model = new FlakyModel([{ error: overloaded(3000) }, { error: overloaded(600_000) }, { parts: answer }])
+  it('honours retryAfterMs up to 4 × maxDelayMs', async () => {
+    const model = new FlakyModel([{ error: overloaded(3000) }, { error: overloaded(32_000) }, { parts: answer }])
     const { sleep, waits } = recordingSleep()
     await collect(streamWithRetries(model, request, { sleep, maxDelayMs: 8000 }))
     expect(waits).toEqual([3000, 32_000])
+  })
+
+  it('does not retry when the upstream asks for a longer wait: it fails at once, saying so', async () => {
+    const model = new FlakyModel([{ error: overloaded(3_600_000) }, { parts: answer }])
+    const { sleep, waits } = recordingSleep()
+    const failure = await collect(streamWithRetries(model, request, { sleep, maxDelayMs: 8000 })).catch(
+      (error: unknown) => error,
+    )
+    expect(failure).toBeInstanceOf(ModelError)
+    expect(failure).toMatchObject({ code: 'upstream_error', upstreamStatus: 503, retryAfterMs: 3_600_000 })
+    expect((failure as ModelError).message).toContain('asks to retry in 3600 s')
+    expect(waits).toEqual([])
+    expect(model.calls).toBe(1)
   })
 
   it('never retries once a part was yielded', async () => {
@@ -124,7 +137,7 @@ describe('streamWithRetries', () => {
 
   it('stops waiting and throws cancelled when the signal aborts during a backoff', async () => {
     const controller = new AbortController()
-    const model = new FlakyModel([{ error: overloaded(60_000) }, { parts: answer }])
+    const model = new FlakyModel([{ error: overloaded(30_000) }, { parts: answer }])
     const started = Date.now()
     setTimeout(() => controller.abort(), 30)
     await expect(collect(streamWithRetries(model, { ...request, signal: controller.signal }))).rejects.toMatchObject({

@@ -5,20 +5,21 @@ export interface RetryOptions {
   maxRetries?: number
   /** Backoff cap of the first retry; doubles per retry (default 250). */
   baseDelayMs?: number
-  /** Largest computed backoff (default 8000); a `Retry-After` may ask for up to 4× this. */
+  /** Largest computed backoff (default 8000); a `Retry-After` up to 4× this is waited for, a longer one is not. */
   maxDelayMs?: number
   /** Waits `ms` or until `signal` aborts (tests pass a fake). Default: a timer. */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>
   /** A number in [0, 1) for the jitter (default Math.random). */
   random?: () => number
   /** Told before each wait (for logs and metrics). */
-  onRetry?: (retry: { attempt: number; delayMs: number; error: ModelError }) => void
+  onRetry?: (retry: { attempt: number; delayMs: number; error: ModelError; model: LanguageModel }) => void
 }
 
 /**
  * Streams `model` and retries the whole call on a retryable ModelError (429, 5xx, connection failures),
  * but only while nothing was yielded yet: once a part reached the caller the error is rethrown. The wait
- * is the upstream's `retryAfterMs` when it sent one (capped at 4 × `maxDelayMs`), else exponential
+ * is the upstream's `retryAfterMs` when it sent one (one longer than 4 × `maxDelayMs` is not waited for:
+ * the error is thrown at once, saying what the upstream asked, so a fallback can take over), else exponential
  * backoff with full jitter: random in [0, min(maxDelayMs, baseDelayMs × 2^retry)). Aborting
  * `request.signal` ends a wait with a `cancelled` ModelError.
  *
@@ -51,11 +52,13 @@ export async function* streamWithRetries(
         attempt < maxRetries &&
         !request.signal?.aborted
       if (!canRetry) throw error
-      const delayMs =
-        error.retryAfterMs !== undefined
-          ? Math.min(error.retryAfterMs, maxDelayMs * 4)
-          : Math.floor(random() * Math.min(maxDelayMs, baseDelayMs * 2 ** attempt))
-      options.onRetry?.({ attempt: attempt + 1, delayMs, error })
+      // A wait longer than we would ever make is not waited for: the call fails (or falls back) now.
+      if (error.retryAfterMs !== undefined && error.retryAfterMs > maxDelayMs * 4)
+        throw error.with({
+          message: `${error.message} (the upstream asks to retry in ${Math.ceil(error.retryAfterMs / 1000)} s, longer than Plinth waits)`,
+        })
+      const delayMs = error.retryAfterMs ?? Math.floor(random() * Math.min(maxDelayMs, baseDelayMs * 2 ** attempt))
+      options.onRetry?.({ attempt: attempt + 1, delayMs, error, model })
       await sleep(delayMs, request.signal)
       if (request.signal?.aborted)
         throw new ModelError('cancelled', 'The model request was cancelled while waiting to retry', { cause: error })

@@ -106,6 +106,14 @@ export async function modelTurn(
               runId: run.id,
               ...(error && { code: error.code, upstreamStatus: error.upstreamStatus }),
             }),
+          // The error's message is already scrubbed of the model's key and headers.
+          onRetry: ({ model: retried, attempt, delayMs, error }) =>
+            kit.log.warn(`model ${retried.id} failed; retry ${attempt} in ${delayMs} ms`, {
+              runId: run.id,
+              code: error.code,
+              upstreamStatus: error.upstreamStatus,
+              message: error.message,
+            }),
         },
       )) {
         if (part.type === 'model') answeredBy = part.model
@@ -122,14 +130,24 @@ export async function modelTurn(
   } catch (error) {
     modelOutcome = error instanceof ModelError ? error.code : 'internal'
     failSpan(chat.span, error, modelOutcome)
-    callUsage = countedUsage(reported, kit.models.priceOf(answeredBy.id))
-    usage = withModelCall(run.usage, callUsage, answeredBy.id)
+    // What the upstream reported before failing is billed; a model without its key was never called.
+    if (error instanceof ModelError && error.usage && reported.inputTokens === 0 && reported.outputTokens === 0)
+      reported = error.usage
+    const called = !(error instanceof ModelError && error.code === 'upstream_auth_missing' && answeredBy === model)
+    callUsage = called ? countedUsage(reported, kit.models.priceOf(answeredBy.id)) : undefined
+    usage = callUsage ? withModelCall(run.usage, callUsage, answeredBy.id) : run.usage
     const failedCall = callUsage
     await coalescer.close()
     if (signal.aborted || (error instanceof ModelError && error.code === 'cancelled')) {
       await kit.writer.endAborted(run, driver, messageId, text)
       return { kind: 'ended' }
     }
+    kit.log.warn(`model ${answeredBy.id} failed; the run fails`, {
+      runId: run.id,
+      ...(error instanceof ModelError
+        ? { code: error.code, upstreamStatus: error.upstreamStatus, message: error.message }
+        : { err: error }),
+    })
     const failure =
       error instanceof ModelError
         ? {
@@ -142,7 +160,7 @@ export async function modelTurn(
       fence,
       async (tx, locked) => {
         await completeAssistantMessage(tx, messageId, text, null, 'failed')
-        await insertModelCall(tx, run, answeredBy.id, failedCall)
+        if (failedCall) await insertModelCall(tx, run, answeredBy.id, failedCall)
         await appendEvents(tx, [
           runEvent(run, 'message.completed', {
             messageId,
@@ -246,6 +264,8 @@ export async function modelTurn(
       toolCalls: stored.length > 0 ? stored : null,
       status: 'completed',
       model: answeredBy.id,
+      // `length`: the answer was cut at the model's output-token limit.
+      ...(finish !== null && { finishReason: finish }),
     }),
   )
   if (retry) {

@@ -91,6 +91,12 @@ const runEvents: TSchema[] = [
         model: Type.Optional(
           Type.String({ description: 'An assistant message: the model that answered (the run’s, or a fallback)' }),
         ),
+        finishReason: Type.Optional(
+          Type.String({
+            description:
+              'A completed assistant message: why the model stopped — `stop`, `tool_calls`, `length` (cut at its output-token limit), `content_filter`, or what the provider said',
+          }),
+        ),
         parts: Type.Optional(Type.Array(MessagePart, { description: 'A user message with images: its parts' })),
       },
       closed,

@@ -274,6 +274,18 @@ describe('AnthropicMessagesModel: streaming', () => {
     expect((await collectError(createModel().stream(hello))).error.isRetryable).toBe(false)
   })
 
+  it('hands the usage reported before an error event to the caller, on its error', async () => {
+    upstream.enqueue({
+      kind: 'anthropic-stream',
+      events: [
+        anthropicMessageStart(5000),
+        { event: 'error', data: { type: 'error', error: { type: 'api_error', message: 'Internal' } } },
+      ],
+    })
+    const { error } = await collectError(createModel().stream(hello))
+    expect(error.usage).toMatchObject({ inputTokens: 5000 })
+  })
+
   it('a stream that ends cleanly before the message is complete is a retryable upstream_error', async () => {
     upstream.enqueue({ kind: 'anthropic-stream', events: anthropicTextEvents('half', 1).slice(0, 4) })
     const { error } = await collectError(createModel().stream(hello))

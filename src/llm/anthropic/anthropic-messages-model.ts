@@ -101,7 +101,10 @@ export class AnthropicMessagesModel implements LanguageModel {
           isRetryable: true,
         })
     } catch (error) {
-      throw error instanceof ModelError ? redactModelError(error, modelSecrets(options.apiKey, options.headers)) : error
+      if (!(error instanceof ModelError)) throw error
+      const redacted = redactModelError(error, modelSecrets(options.apiKey, options.headers))
+      // Tokens the upstream reported before failing are billed all the same.
+      throw parser.usage && !redacted.usage ? redacted.with({ usage: parser.usage }) : redacted
     }
     yield* parser.finish()
   }

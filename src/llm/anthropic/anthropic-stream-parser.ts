@@ -1,4 +1,4 @@
-import { ModelError, type StreamPart } from '../model.js'
+import { ModelError, type StreamPart, type Usage } from '../model.js'
 import { asRecord } from '../openai/safe-json.js'
 import { mapAnthropicStopReason } from './map-anthropic-stop-reason.js'
 
@@ -32,6 +32,16 @@ export class AnthropicStreamParser {
   #cachedTokens: number | undefined
   #stopReason: string | null = null
   #isStopped = false
+
+  /** What the stream reported using so far (also when it then fails). */
+  get usage(): Usage | undefined {
+    if (this.#inputTokens === undefined && this.#outputTokens === undefined) return undefined
+    return {
+      inputTokens: this.#inputTokens ?? 0,
+      outputTokens: this.#outputTokens ?? 0,
+      ...(this.#cachedTokens !== undefined && { cachedInputTokens: this.#cachedTokens }),
+    }
+  }
 
   /** True once `message_stop` arrived. */
   get isStopped(): boolean {
@@ -106,16 +116,8 @@ export class AnthropicStreamParser {
       if (!toolUse) continue
       parts.push({ type: 'tool-call', call: { id: toolUse.id, name: toolUse.name, arguments: argumentsOf(toolUse) } })
     }
-    if (this.#inputTokens !== undefined || this.#outputTokens !== undefined) {
-      parts.push({
-        type: 'usage',
-        usage: {
-          inputTokens: this.#inputTokens ?? 0,
-          outputTokens: this.#outputTokens ?? 0,
-          ...(this.#cachedTokens !== undefined && { cachedInputTokens: this.#cachedTokens }),
-        },
-      })
-    }
+    const usage = this.usage
+    if (usage) parts.push({ type: 'usage', usage })
     parts.push({ type: 'finish', reason: mapAnthropicStopReason(this.#stopReason) })
     return parts
   }

@@ -128,7 +128,7 @@ export async function* streamEventsFromUpstream(
       throw new ModelError(
         'upstream_error',
         `The upstream answered JSON instead of an event stream: ${describeErrorBody(text)}`,
-        { upstreamStatus: statusCode },
+        { upstreamStatus: statusCode, isRetryable: reportsServerError(text) },
       )
     }
 
@@ -167,6 +167,25 @@ export async function* streamEventsFromUpstream(
       else body.destroy()
     }
   }
+}
+
+/**
+ * Whether a JSON answer's `error` says the upstream itself failed (a gateway's `{"error": {"code": 500}}`
+ * or `"type": "server_error"`): worth another attempt, unlike a complaint about the request.
+ */
+function reportsServerError(text: string): boolean {
+  let error: unknown
+  try {
+    error = (JSON.parse(text) as { error?: unknown }).error
+  } catch {
+    return false
+  }
+  if (error === null || typeof error !== 'object') return false
+  const { code, type, status } = error as { code?: unknown; type?: unknown; status?: unknown }
+  if ([code, status].some((value) => typeof value === 'number' && value >= 500)) return true
+  return [code, type, status].some(
+    (value) => typeof value === 'string' && /server_error|overloaded|unavailable|internal|^5\d\d$/i.test(value),
+  )
 }
 
 /** A response's headers as a `Headers` (what the error mapping reads `Retry-After` from). */

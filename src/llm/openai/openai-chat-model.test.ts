@@ -240,6 +240,91 @@ describe('OpenAIChatModel: streaming', () => {
     expect(parts.at(-1)).toEqual({ type: 'finish', reason: 'stop' })
   })
 
+  it('fails a stream that closes cleanly with neither a finish_reason nor [DONE]: the answer was cut', async () => {
+    // Text so far, then the body ends: not a complete answer (retryable: nothing may have been shown yet).
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: [
+        openaiChunk({ role: 'assistant', content: 'Partial answer then a clean ' }),
+        openaiChunk({ content: 'close' }),
+      ],
+      done: false,
+    })
+    const text = await collectError(createModel().stream(hello))
+    expect(text.error).toMatchObject({ code: 'upstream_error', isRetryable: true })
+    expect(text.error.message).toContain('ended before the answer was complete')
+    expect(textOf(text.parts)).toBe('Partial answer then a clean close')
+    // A complete call, then one cut mid-arguments: no call is handed over (none may run).
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: [
+        openaiChunk({
+          tool_calls: [
+            { index: 0, id: 'call_c0', type: 'function', function: { name: 'ping', arguments: '{"target":"one"}' } },
+          ],
+        }),
+        openaiChunk({
+          tool_calls: [{ index: 1, id: 'call_c1', type: 'function', function: { name: 'ping', arguments: '{"tar' } }],
+        }),
+      ],
+      done: false,
+    })
+    const calls = await collectError(createModel().stream(hello))
+    expect(calls.error).toMatchObject({ code: 'upstream_error', isRetryable: true })
+    expect(calls.parts.filter((part) => part.type === 'tool-call')).toEqual([])
+  })
+
+  it('keeps as a new call a fragment that reuses an index with another id (Ollama sends parallel calls all at index 0)', async () => {
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: [
+        openaiChunk({
+          tool_calls: [
+            { id: 'call_o1', index: 0, type: 'function', function: { name: 'ping', arguments: '{"target":"first"}' } },
+          ],
+        }),
+        openaiChunk({
+          tool_calls: [
+            { id: 'call_o2', index: 0, type: 'function', function: { name: 'trace', arguments: '{"traceId":"abc' } },
+          ],
+        }),
+        // A later fragment of the second call, by its index only.
+        openaiChunk({ tool_calls: [{ index: 0, function: { arguments: '123"}' } }] }),
+        openaiChunk({}, 'tool_calls'),
+      ],
+    })
+    const parts = await collect(createModel().stream(hello))
+    expect(parts.filter((part) => part.type === 'tool-call')).toEqual([
+      { type: 'tool-call', call: { id: 'call_o1', name: 'ping', arguments: '{"target":"first"}' } },
+      { type: 'tool-call', call: { id: 'call_o2', name: 'trace', arguments: '{"traceId":"abc123"}' } },
+    ])
+  })
+
+  it('hands the usage a failed stream had already reported to the caller, on its error', async () => {
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: [openaiChunk({ content: 'Half an ans' }), openaiUsageChunk(900, 100)],
+      cutAfter: 2,
+    })
+    const { error } = await collectError(createModel().stream(hello))
+    expect(error.code).toBe('upstream_error')
+    expect(error.usage).toEqual({ inputTokens: 900, outputTokens: 100 })
+  })
+
+  it('takes an answer as whole when the connection breaks after its finish reason', async () => {
+    upstream.enqueue({
+      kind: 'openai-stream',
+      chunks: [openaiChunk({ content: 'A complete answer.' }), openaiChunk({}, 'stop'), openaiUsageChunk(900, 100)],
+      cutAfter: 3,
+    })
+    const parts = await collect(createModel().stream(hello))
+    expect(textOf(parts)).toBe('A complete answer.')
+    expect(parts.slice(-2)).toEqual([
+      { type: 'usage', usage: { inputTokens: 900, outputTokens: 100 } },
+      { type: 'finish', reason: 'stop' },
+    ])
+  })
+
   it('stops at [DONE] even if the connection stays open', async () => {
     upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('Done here', 2), stallAfter: 99 })
     const parts = await collect(createModel({ idleTimeoutMs: 5_000 }).stream(hello))
@@ -410,6 +495,33 @@ describe('OpenAIChatModel: upstream faults', () => {
       expect(error.message).toContain('[redacted]')
       expect(JSON.stringify(error)).not.toContain(apiKey)
     }
+  })
+
+  it('never puts a short header value, or a masked echo of the key, in an error message', async () => {
+    upstream.enqueue({
+      kind: 'error',
+      status: 401,
+      body: { error: { message: `Incorrect API key provided: ${apiKey.slice(0, 13)}***. Tenant t-98765, org acme` } },
+    })
+    const { error } = await collectError(
+      createModel({ headers: { 'x-gateway-tenant': 't-98765', 'x-org': 'acme' } }).stream(hello),
+    )
+    expect(error.message).not.toContain('t-98765')
+    expect(error.message).not.toContain('acme')
+    expect(error.message).not.toContain(apiKey.slice(0, 13))
+    expect(error.message).toContain('Incorrect API key provided: [redacted]. Tenant [redacted], org [redacted]')
+  })
+
+  it('retries a 200 whose JSON body reports a server error, but not one reporting a client error', async () => {
+    upstream.enqueue({
+      kind: 'error',
+      status: 200,
+      body: { error: { type: 'server_error', code: 500, message: 'boom' } },
+    })
+    const { error } = await collectError(createModel().stream(hello))
+    expect(error).toMatchObject({ code: 'upstream_error', isRetryable: true })
+    upstream.enqueue({ kind: 'error', status: 200, body: { error: { type: 'invalid_request_error', message: 'bad' } } })
+    expect((await collectError(createModel().stream(hello))).error.isRetryable).toBe(false)
   })
 
   it('never puts a configured header value, or the key without its prefix, in an error message', async () => {

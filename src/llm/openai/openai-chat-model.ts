@@ -101,9 +101,13 @@ export class OpenAIChatModel implements LanguageModel {
       })
       let readable = 0
       let firstUnreadable: string | undefined
+      let done = false
       for await (const event of events) {
         const data = event.data.trim()
-        if (data === '[DONE]') break
+        if (data === '[DONE]') {
+          done = true
+          break
+        }
         const parsed = safeParseJson(data)
         // A malformed chunk is skipped, not fatal.
         if (!parsed.ok) {
@@ -121,8 +125,20 @@ export class OpenAIChatModel implements LanguageModel {
             : `only unreadable data (${JSON.stringify(firstUnreadable.slice(0, 120))})`
         throw new ModelError('upstream_error', `The upstream's stream carried ${seen}; expected chat-completion chunks`)
       }
+      // A body that ends with neither `[DONE]` nor a finish reason was cut (a proxy's timeout, a crash):
+      // what came is not the whole answer, and its tool calls may be missing or half-written.
+      if (!done && !parser.isFinished)
+        throw new ModelError('upstream_error', 'The upstream stream ended before the answer was complete', {
+          isRetryable: true,
+        })
     } catch (error) {
-      throw error instanceof ModelError ? redactModelError(error, modelSecrets(options.apiKey, options.headers)) : error
+      if (!(error instanceof ModelError)) throw error
+      // Cut or stalled after the answer said why it finished (only `[DONE]` missing): the answer is whole.
+      const whole = parser.isFinished && (error.code === 'upstream_error' || error.code === 'timeout')
+      if (whole && !request.signal?.aborted) return yield* parser.finish()
+      const redacted = redactModelError(error, modelSecrets(options.apiKey, options.headers))
+      // Tokens the upstream reported before failing are billed all the same.
+      throw parser.usage && !redacted.usage ? redacted.with({ usage: parser.usage }) : redacted
     }
     yield* parser.finish()
   }

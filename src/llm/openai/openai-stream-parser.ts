@@ -21,9 +21,21 @@ interface PendingToolCall {
  */
 export class OpenAIStreamParser {
   readonly #toolCalls = new Map<number, PendingToolCall>()
+  /** An upstream index reused by a call with another id (Ollama's parallel calls) → the slot it now means. */
+  readonly #movedIndexes = new Map<number, number>()
   #lastToolCallIndex: number | undefined
   #usage: Usage | undefined
   #finishReason: string | null = null
+
+  /** What the stream reported using so far (also when it then fails). */
+  get usage(): Usage | undefined {
+    return this.#usage
+  }
+
+  /** True once a choice said why it finished: the answer is whole even without `[DONE]`. */
+  get isFinished(): boolean {
+    return this.#finishReason !== null
+  }
 
   /** Parts this chunk completes right away (text deltas). */
   push(chunk: unknown): StreamPart[] {
@@ -73,7 +85,8 @@ export class OpenAIStreamParser {
     const fragment = asRecord(value)
     if (!fragment) return
     const id = typeof fragment.id === 'string' && fragment.id !== '' ? fragment.id : undefined
-    const index = this.#indexOf(fragment.index, id)
+    const fn = asRecord(fragment.function)
+    const index = this.#indexOf(fragment.index, id, typeof fn?.name === 'string' && fn.name !== '')
     this.#lastToolCallIndex = index
     let call = this.#toolCalls.get(index)
     if (!call) {
@@ -81,7 +94,6 @@ export class OpenAIStreamParser {
       this.#toolCalls.set(index, call)
     }
     call.id ??= id
-    const fn = asRecord(fragment.function)
     if (!fn) return
     if (call.name === undefined && typeof fn.name === 'string' && fn.name !== '') call.name = fn.name
     if (typeof fn.arguments === 'string') call.arguments += fn.arguments
@@ -89,14 +101,30 @@ export class OpenAIStreamParser {
     else if (asRecord(fn.arguments)) call.arguments += JSON.stringify(fn.arguments)
   }
 
-  /** The slot of a fragment: its `index`, else (servers that omit it) the call with its id or a new one. */
-  #indexOf(index: unknown, id: string | undefined): number {
-    if (typeof index === 'number' && Number.isInteger(index)) return index
-    if (id !== undefined) {
-      for (const [slot, call] of this.#toolCalls) if (call.id === id) return slot
-      return this.#toolCalls.size === 0 ? 0 : Math.max(...this.#toolCalls.keys()) + 1
+  /**
+   * The slot of a fragment: its `index`, else (servers that omit it) the call with its id or a new one.
+   * Some servers send every call at index 0: a fragment with another id and a name, at an index whose
+   * call is already whole (named, its arguments complete JSON), starts a new call, and the index's later
+   * fragments go to that one.
+   */
+  #indexOf(index: unknown, id: string | undefined, named: boolean): number {
+    if (typeof index === 'number' && Number.isInteger(index)) {
+      const slot = this.#movedIndexes.get(index) ?? index
+      const held = this.#toolCalls.get(slot)
+      if (id === undefined || !named || !held?.id || held.id === id || !held.name || !isWholeJson(held.arguments))
+        return slot
+      const moved = this.#slotOf(id)
+      this.#movedIndexes.set(index, moved)
+      return moved
     }
+    if (id !== undefined) return this.#slotOf(id)
     return this.#lastToolCallIndex ?? 0
+  }
+
+  /** The slot of the call with this id, or a new one after every other. */
+  #slotOf(id: string): number {
+    for (const [slot, call] of this.#toolCalls) if (call.id === id) return slot
+    return this.#toolCalls.size === 0 ? 0 : Math.max(...this.#toolCalls.keys()) + 1
   }
 
   #readUsage(value: unknown): void {
@@ -119,6 +147,15 @@ export class OpenAIStreamParser {
         ? { reasoningTokens: reasoning }
         : previous?.reasoningTokens !== undefined && { reasoningTokens: previous.reasoningTokens }),
     }
+  }
+}
+
+function isWholeJson(text: string): boolean {
+  try {
+    JSON.parse(text)
+    return true
+  } catch {
+    return false
   }
 }
 

@@ -92,22 +92,37 @@ export function createHttpError(
   })
 }
 
-/** Replaces every occurrence of each secret (e.g. the API key) in `text`. */
+/**
+ * Replaces every occurrence of each secret (e.g. the API key) in `text`, and a masked echo of a long one:
+ * its first half (at least 10 characters) and whatever follows up to a space or punctuation, as in
+ * `sk-test-SECRE***` (an upstream masking the end only still shows most of the key).
+ */
 export function redactSecrets(text: string, secrets: ReadonlyArray<string | undefined>): string {
   let result = text
   for (const secret of secrets) {
     if (secret && secret.length >= 4) result = result.split(secret).join('[redacted]')
   }
+  for (const secret of secrets) {
+    if (!secret || secret.length < 12) continue
+    const prefix = secret.slice(0, Math.max(10, Math.ceil(secret.length / 2)))
+    if (result.includes(prefix))
+      result = result.replace(new RegExp(`${escapeRegExp(prefix)}[^\\s"'.,;:)\\]}]*`, 'g'), '[redacted]')
+  }
   return result
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 }
 
 /**
  * What an upstream's error text must not show: the key, each configured header's value (where operators
- * put gateway credentials and Azure-style `api-key`s), and the key without its prefix (`sk-…` quoted
- * as `…`), since upstreams echo what they were sent.
+ * put gateway credentials and Azure-style `api-key`s; a value of 4 characters or more, so that a tenant
+ * id is hidden too), and the key without its prefix (`sk-…` quoted as `…`), since upstreams echo what
+ * they were sent.
  */
 export function modelSecrets(apiKey: string | undefined, headers: Record<string, string> | undefined): string[] {
-  const secrets = [apiKey, ...Object.values(headers ?? {}).filter((value) => value.length >= 8)].filter(
+  const secrets = [apiKey, ...Object.values(headers ?? {})].filter(
     (value): value is string => value !== undefined && value.length >= 4,
   )
   const withoutPrefix = secrets.flatMap((secret) => {
@@ -126,12 +141,7 @@ export function redactModelError(error: ModelError, secrets: ReadonlyArray<strin
       ? undefined
       : error.cause
   if (message === error.message && cause === error.cause) return error
-  return new ModelError(error.code, message, {
-    upstreamStatus: error.upstreamStatus,
-    isRetryable: error.isRetryable,
-    retryAfterMs: error.retryAfterMs,
-    cause,
-  })
+  return error.with({ message, cause })
 }
 
 function truncate(text: string): string {
