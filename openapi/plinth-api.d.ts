@@ -10245,7 +10245,68 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": string;
+                    "application/json": string | {
+                        /** @description run_active: the run in the way */
+                        activeRunId?: string;
+                        /** @description run_active: its status */
+                        activeStatus?: string;
+                        /** @description run_active: what it waits for (its requiredAction) */
+                        awaiting?: components["schemas"]["RequiredAction"] | null;
+                        /** @description budget_exceeded: the budget that is spent */
+                        budget?: {
+                            /** @description `maxTokens` or `maxCost` */
+                            limit: string;
+                            /** @description `daily` or `monthly` */
+                            period: string;
+                            /** Format: date-time */
+                            resetAt: string;
+                            /** @description `project` or `user` */
+                            scope: string;
+                            used: number;
+                            value: number;
+                        };
+                        code: string;
+                        /** @description command_error: the code the plugin’s command gave */
+                        commandCode?: string;
+                        decision?: components["schemas"]["Decision"];
+                        detail?: string;
+                        /** @description The dispatch that failed (command answers) */
+                        dispatchId?: string;
+                        /** @description validation_failed: how many bad fields there were when errors lists only the first ones */
+                        errorCount?: number;
+                        /** @description validation_failed: each bad field */
+                        errors?: {
+                            message: string;
+                            path: string;
+                        }[];
+                        instance?: string;
+                        /** @description too_many_streams: the limit reached */
+                        limit?: number;
+                        /** @description incomplete_resume (AG-UI): what the input left unanswered */
+                        missing?: string[];
+                        /** @description unknown_interrupt · unknown_tool_call (AG-UI): the decision and call ids the run waits for */
+                        pending?: string[];
+                        /** @description sandbox_unavailable: what the sandbox probe found */
+                        probe?: unknown;
+                        /** @description too_many_runs: the quota that is full */
+                        quota?: {
+                            /** @description `maxActiveRuns` or `runsPerMinute` */
+                            limit: string;
+                            /** @description `user` or `project` */
+                            scope: string;
+                            value: number;
+                        };
+                        /** @description Why the risk gate or a command refused */
+                        reasons?: string[];
+                        /**
+                         * Format: date-time
+                         * @description budget_exceeded: when the spent budget resets
+                         */
+                        resetAt?: string;
+                        status: number;
+                        title: string;
+                        type: string;
+                    };
                 };
             };
             /** @description Default Response */

@@ -121,6 +121,13 @@ describe('MCP client: per-user OAuth connections', () => {
     // A replayed callback is refused.
     const again = await fetch(`${server.url}/oauth/mcp/callback?state=nope&code=x`)
     expect(again.status).toBe(400)
+    // A query string refused before the page (a NUL, a repeated field) is a problem document, not "[object Object]".
+    for (const query of ['state=%00&code=x', 'state=a&code=b&state=c']) {
+      const refused = await fetch(`${server.url}/oauth/mcp/callback?${query}`)
+      expect(refused.status, query).toBe(400)
+      expect(refused.headers.get('content-type'), query).toContain('application/problem+json')
+      expect(await refused.json(), query).toMatchObject({ status: 400, code: 'validation_failed' })
+    }
   })
 
   it('another user who has not connected gets mcp_connection_required, naming how to connect', async () => {

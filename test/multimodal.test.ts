@@ -19,6 +19,27 @@ const jpeg = Buffer.from(
 )
 const dataUrl = (type: string, bytes: Buffer) => `data:${type};base64,${bytes.toString('base64')}`
 
+/** `png` made `size` bytes long by an ancillary (ignorable) chunk after its header. */
+function bigPng(size: number): Buffer {
+  const data = Buffer.alloc(size - png.length - 12, 0x61)
+  const chunk = Buffer.alloc(data.length + 12)
+  chunk.writeUInt32BE(data.length, 0)
+  chunk.write('zzZz', 4, 'latin1')
+  data.copy(chunk, 8)
+  chunk.writeUInt32BE(crc32(chunk.subarray(4, 8 + data.length)), 8 + data.length)
+  // After the signature (8 bytes) and IHDR (25 bytes).
+  return Buffer.concat([png.subarray(0, 33), chunk, png.subarray(33)])
+}
+
+function crc32(bytes: Buffer): number {
+  let crc = 0xffffffff
+  for (const byte of bytes) {
+    crc ^= byte
+    for (let bit = 0; bit < 8; bit++) crc = (crc >>> 1) ^ (0xedb88320 & -(crc & 1))
+  }
+  return (crc ^ 0xffffffff) >>> 0
+}
+
 for (const engine of apiEngines()) {
   describe(`images in messages (${engine})`, () => {
     let store: Store
@@ -174,6 +195,17 @@ for (const engine of apiEngines()) {
         expect(answer.headers.get('content-type'), what).toMatch(/^application\/problem\+json/)
         expect(answer.body.code, what).toBe('invalid_image')
       }
+      // The image limit, not the request's: a 4 MiB image inline fits (base64 and all), a 5.5 MiB one is refused as an image.
+      const large = await post(conversationId, {
+        model: 'gpt-text',
+        input: [{ type: 'image', url: dataUrl('image/png', bigPng(4 * 1024 * 1024)) }],
+      })
+      expect([large.status, large.body.code]).toEqual([400, 'model_lacks_capability'])
+      const tooLarge = await post(conversationId, {
+        model: 'gpt-vision',
+        input: [{ type: 'image', url: dataUrl('image/png', bigPng(5.5 * 1024 * 1024)) }],
+      })
+      expect([tooLarge.status, tooLarge.body.code]).toEqual([400, 'invalid_image'])
       // A message of whitespace alone is not about images at all.
       const blank = await post(conversationId, { model: 'gpt-vision', input: [{ type: 'text', text: '   ' }] })
       expect([blank.status, blank.body.code]).toEqual([400, 'validation_failed'])

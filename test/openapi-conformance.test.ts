@@ -180,6 +180,37 @@ describe('answers and stream frames fit the closed OpenAPI schemas', () => {
     for (const problem of problems) fits('Problem', problem)
   })
 
+  it('every GET refuses an unknown query field, also where the route takes no query string', async () => {
+    const routes = Object.entries(document.paths)
+      .filter(([path, methods]) => path.startsWith('/api/') && 'get' in methods)
+      .map(([path]) => path)
+    expect(routes.length).toBeGreaterThan(20)
+    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'query' } })).body
+    const conversation = (
+      await server.request('POST', `/api/projects/${project.id}/conversations`, { token: user.token, body: {} })
+    ).body
+    for (const path of routes) {
+      const url = path
+        .replace('/api/projects/{id}', `/api/projects/${project.id}`)
+        .replace('/api/conversations/{id}', `/api/conversations/${conversation.id}`)
+        .replace(/\{[^}]+\}/g, someId)
+      const answer = await server.request('GET', `${url}?unknownQuery=1`, {
+        token: path.startsWith('/api/admin') ? adminToken : user.token,
+      })
+      expect([path, answer.status, answer.body.code]).toEqual([path, 400, 'validation_failed'])
+      expect(answer.body.errors, path).toContainEqual({ path: 'querystring.unknownQuery', message: 'unknown field' })
+    }
+    // A write too, with a valid body.
+    const patched = await server.request('PATCH', `/api/conversations/${conversation.id}?zzz=1`, {
+      token: user.token,
+      body: { title: 't2' },
+    })
+    expect([patched.status, patched.body.errors]).toEqual([
+      400,
+      [{ path: 'querystring.zzz', message: 'unknown field' }],
+    ])
+  })
+
   it('every JSON request body refuses an unknown field: 400 validation_failed naming it', async () => {
     const routes = Object.entries(document.paths).flatMap(([path, methods]) =>
       Object.entries(methods)

@@ -368,6 +368,12 @@ for (const engine of new Set(['pglite' as const, ...apiEngines()])) {
       expect([past.status, past.body.errors?.[0]?.path]).toEqual([400, 'body.at'])
       // Paused, a one-time schedule in the past is only a record: that may be kept.
       expect((await create({ at: '2020-01-01T00:00:00Z', target, enabled: false })).status).toBe(201)
+      // …but not a time the embedded database cannot keep as sent (year 0, or 0050 read back as 1950).
+      for (const at of ['0000-01-01T00:00:00Z', '0050-06-15T12:00:00Z'])
+        expect((await create({ at, target, enabled: false })).body, at).toMatchObject({
+          status: 400,
+          code: 'validation_failed',
+        })
       const bob = await server.createUser()
       expect((await server.request('GET', `/api/schedules/${created.body.id}`, { token: bob.token })).status).toBe(404)
       expect((await create({ every: '1h', target }, bob.token)).status).toBe(404)

@@ -210,6 +210,7 @@ for (const engine of apiEngines()) {
       const bad = [
         '/api/usage?groupBy=planet',
         '/api/usage?from=yesterday',
+        `/api/usage?from=${encodeURIComponent('0000-01-01T00:00:00Z')}`,
         '/api/usage?limit=0',
         `/api/usage?from=${encodeURIComponent('2026-02-01T00:00:00Z')}&to=${encodeURIComponent('2026-01-01T00:00:00Z')}`,
       ]

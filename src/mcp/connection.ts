@@ -70,7 +70,8 @@ export class McpConnection {
   #listings = 0
   /** Listings started by list_changed, not yet answered. */
   readonly #relistings = new Set<Promise<void>>()
-  readonly #ajv = new Ajv({ strict: false, allErrors: true })
+  // No logger: an MCP server's schemas would otherwise print their text to stderr.
+  readonly #ajv = new Ajv({ strict: false, allErrors: true, logger: false })
   readonly #outputChecks = new Map<string, ValidateFunction | null>()
   #client: Client | null = null
   #attempt: Promise<void> | null = null

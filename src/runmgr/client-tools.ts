@@ -21,7 +21,7 @@ export const proposeCommandTool: ModelTool = {
 const namePattern = /^[a-zA-Z][a-zA-Z0-9_]{0,63}$/
 
 // Checks schemas against the JSON Schema meta-schema only (unknown keywords pass, as providers allow).
-const metaSchema = new Ajv({ strict: false, validateSchema: true, allErrors: true })
+const metaSchema = new Ajv({ strict: false, validateSchema: true, allErrors: true, logger: false })
 // What older drafts and OpenAPI 3.0 write differently, and providers take: boolean exclusive bounds
 // (draft-04), an empty enum.
 const tolerated = /\/(exclusiveMinimum|exclusiveMaximum|enum)$/

@@ -12,7 +12,8 @@ import { RunRequestError } from './run-errors.js'
  */
 
 const maxSchemaBytes = 64 * 1024
-const ajv = new Ajv({ allErrors: true, strict: false })
+// No logger: a schema's unknown `format` would otherwise print the client's text to stderr.
+const ajv = new Ajv({ allErrors: true, strict: false, logger: false })
 // Compiled once per schema text: a run's turns (and its resumes) reuse it.
 const compiled = new Map<string, ValidateFunction>()
 
@@ -44,7 +45,9 @@ export function outputSpec(input: {
   } catch (error) {
     throw new RunRequestError(
       'output_schema_invalid',
-      `body.output.schema: not a usable JSON Schema (${error instanceof Error ? error.message : String(error)})`,
+      error instanceof RangeError
+        ? 'body.output.schema: it refers to itself without end (a $ref cycle that never reaches a value)'
+        : `body.output.schema: not a usable JSON Schema (${error instanceof Error ? error.message : String(error)})`,
     )
   }
   // A schema that refers to itself without consuming anything (`{"$ref": "#"}`) compiles, then

@@ -72,6 +72,7 @@ import {
   limitByAddress,
   limitConnections,
   refuseIfBlocked,
+  refuseQueryString,
   requestId,
 } from './request-guards.js'
 import { RunStreamEvent, StreamEvent } from './event-schemas.js'
@@ -155,6 +156,20 @@ export interface ServerOptions {
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
 
+/**
+ * ajv-formats' formats, with `date-time` held to the years 1000–9999: the embedded database cannot
+ * store year 0 and reads years before 100 back as 19xx, so such a time is refused (400) rather than
+ * failing (500) or silently changed.
+ */
+function withFormats(ajv: Ajv): Ajv {
+  addFormats(ajv)
+  const dateTime = ajv.formats['date-time'] as { validate: (text: string) => boolean }
+  return ajv.addFormat('date-time', {
+    type: 'string',
+    validate: (text: string) => dateTime.validate(text) && /^[1-9]\d{3}-/.test(text),
+  })
+}
+
 /** Builds the HTTP app (not yet listening). Close it to end streams and stop accepting. */
 export async function buildServer(options: ServerOptions): Promise<App> {
   const requestTimeout = options.requestTimeoutMs ?? 30_000
@@ -186,15 +201,20 @@ export async function buildServer(options: ServerOptions): Promise<App> {
   limitConnections(app.server, options.maxConnectionsPerAddress ?? 256, options.maxConnections ?? 10_000)
   // Every route from here on, for telling 405 from 404 and for each route's own body limit.
   const routeMethods = new AllowedMethods()
-  app.addHook('onRoute', (route) => routeMethods.add(route.method, route.url, route.bodyLimit))
+  app.addHook('onRoute', (route) => {
+    routeMethods.add(route.method, route.url, route.bodyLimit)
+    // An API route that takes no query string refuses one, like the fields a route does not know.
+    if (route.url.startsWith('/api/') && route.schema?.querystring === undefined)
+      route.preValidation = [refuseQueryString, ...[route.preValidation ?? []].flat()]
+  })
   refuseOversizeBeforeContinue(app.server, options.bodyLimit, (method, path) => routeMethods.bodyLimit(method, path))
 
   // Bodies are validated strictly (no coercion, unknown fields rejected); path and query strings
   // are text, so they are coerced to the declared types.
-  const bodyAjv = addFormats(
+  const bodyAjv = withFormats(
     new Ajv({ allErrors: true, strict: false, coerceTypes: false, removeAdditional: false, useDefaults: true }),
   )
-  const textAjv = addFormats(
+  const textAjv = withFormats(
     new Ajv({ allErrors: true, strict: false, coerceTypes: 'array', removeAdditional: false, useDefaults: true }),
   )
   app.setValidatorCompiler(({ schema, httpPart }) => lazyValidator(httpPart === 'body' ? bodyAjv : textAjv, schema))

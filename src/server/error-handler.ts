@@ -33,6 +33,9 @@ export function handleError(
   if (body.status >= 500) {
     if (error instanceof HttpProblem || error instanceof RequestError)
       request.log.warn({ code, status: body.status }, 'request refused')
+    // A client that hung up before its body was all sent is no fault of the server's.
+    else if ((error as { code?: unknown }).code === 'ECONNRESET' && !request.raw.complete)
+      request.log.info({ status: body.status }, 'the client went away before its request was complete')
     else request.log.error({ err: error }, 'request failed')
   }
   // A route may have set a richer challenge (the MCP endpoint names its resource metadata).

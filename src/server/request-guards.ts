@@ -199,3 +199,15 @@ export function frameworkErrors(error: Error & { code?: string }, request: Fasti
   const body = problemBody(code, detail)
   reply.code(body.status).type('application/problem+json').send(body)
 }
+
+/** A route that takes no query string: any field but `?ticket=` (authentication, read before) is unknown. */
+export async function refuseQueryString(request: FastifyRequest): Promise<void> {
+  const unknown = Object.keys((request.query as Record<string, unknown> | undefined) ?? {}).filter(
+    (name) => name !== 'ticket',
+  )
+  if (unknown.length === 0) return
+  const errors = unknown.map((name) => ({ path: `querystring.${name}`, message: 'unknown field' }))
+  throw new HttpProblem('validation_failed', errors.map((error) => `${error.path}: ${error.message}`).join('; '), {
+    errors,
+  })
+}

@@ -49,7 +49,8 @@ export async function createUser(db: Executor, name: string): Promise<User | { e
   const row = await kysely(db)
     .insertInto('users')
     .values({ id: newId(), name })
-    .onConflict((conflict) => conflict.column('name').doNothing())
+    // The unique index is on lower(name): a request racing this one for the same name but for case loses.
+    .onConflict((conflict) => conflict.doNothing())
     .returningAll()
     .executeTakeFirst()
   return row ? toUser(row) : { error: 'name_taken', taken: name }

@@ -3,7 +3,7 @@ import type { FastifyRequest } from 'fastify'
 import { McpConnectError } from '../../mcp/index.js'
 import { caller } from '../auth.js'
 import { HttpProblem } from '../problem.js'
-import { problemResponses } from '../schemas.js'
+import { Problem, problemResponses } from '../schemas.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const tags = ['mcp']
@@ -115,7 +115,8 @@ export function registerMcpCallbackRoute(app: App, deps: ServerDeps): void {
           error: Type.Optional(Type.String({ maxLength: 512 })),
           error_description: Type.Optional(Type.String({ maxLength: 2048 })),
         }),
-        response: { 200: Type.String(), 400: Type.String(), 502: Type.String() },
+        // A query string the server refuses (a NUL, a repeated field) is answered as everywhere else.
+        response: { 200: Type.String(), 400: Type.Union([Type.String(), Problem]), 502: Type.String() },
       },
     },
     async (request, reply) => {

@@ -167,6 +167,8 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
     '/conversations/:id/runs',
     {
       sse: 'dual',
+      // Inline images: one of the 5 MiB an image may be is 6.7 MiB as base64 (docs/reference/http-api.md).
+      bodyLimit: 8 * 1024 * 1024,
       schema: {
         operationId: 'createRun',
         tags,
