@@ -237,6 +237,22 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
   )
 
   it(
+    'goes on serving when its log reader goes away (a closed stdout), and still stops cleanly',
+    async () => {
+      const { token } = requireAlice()
+      const server = await serve()
+      // What `plinth serve | head -1` does once head has its line: the pipe's reading end closes.
+      server.child.stdout!.destroy()
+      for (let request = 0; request < 5; request++)
+        expect((await http(server.url, 'GET', '/api/projects', { token })).status).toBe(200)
+      expect((await http(server.url, 'GET', '/healthz', {})).status).toBe(200)
+      expect(await server.stop('SIGTERM')).toBe(0)
+      expect(server.stderr()).not.toContain('EPIPE')
+    },
+    4 * spawnTimeout,
+  )
+
+  it(
     'refuses CLI commands while a server holds the data directory, while the admin API works; the CLI works again after the server stops',
     async () => {
       const server = await serve({ PLINTH_ADMIN_TOKEN: adminToken })

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openStore } from '../src/store/index.js'
 import { http, lastLine, runPlinth, startServe, type ServeProcess } from './helpers/cli-process.js'
 import { ledgerViolations } from './helpers/ledger.js'
-import { settledRunStatuses, waitForRun } from './helpers/waits.js'
+import { settledRunStatuses, waitFor, waitForRun } from './helpers/waits.js'
 
 // A real server process is stopped in the middle of a run — killed with SIGKILL, or asked to stop
 // with SIGTERM — then started again on the same data directory: the run is resumed automatically
@@ -117,4 +117,93 @@ describe('crash recovery', () => {
       },
     )
   }
+})
+
+// A graceful stop lets a tool call in flight finish for up to PLINTH_SHUTDOWN_GRACE, however long
+// that is: the process waits for it and exits cleanly, with the call recorded (docs/guides/agent-runs.md).
+describe('shutdown grace', () => {
+  let cwd: string
+  const servers: ServeProcess[] = []
+  beforeAll(async () => {
+    cwd = await mkdtemp(join(tmpdir(), 'plinth-grace-'))
+    await writeFile(
+      join(cwd, 'slow-plugin.js'),
+      `import { definePlugin } from 'plinth/extension'
+export default definePlugin({
+  name: 'slow',
+  version: '1.0.0',
+  surface: '^1.2.0',
+  setup(registry) {
+    registry.addCommand(
+      { id: 'slow.wait', title: 'Wait', description: 'Waits a while', paramsSchema: { type: 'object' }, risk: 'low', exposeAsTool: {} },
+      async () => {
+        await new Promise((resolve) => setTimeout(resolve, 11_000))
+        return { waited: true }
+      },
+    )
+  },
+})
+`,
+    )
+    await writeFile(
+      join(cwd, 'script.json'),
+      JSON.stringify({
+        turnBy: 'round',
+        turns: [{ text: 'Waiting.', toolCalls: [{ name: 'slow__wait', arguments: {} }] }, { text: 'Done.' }],
+      }),
+    )
+    await writeFile(
+      join(cwd, 'plinth.config.json'),
+      JSON.stringify({
+        plugins: ['./slow-plugin.js'],
+        models: [{ id: 'slow', provider: 'scripted', script: 'script.json' }],
+        defaultModel: 'slow',
+      }),
+    )
+  })
+  afterAll(async () => {
+    for (const server of servers) await server.kill()
+    await rm(cwd, { recursive: true, force: true })
+  })
+
+  it(
+    'a tool call of 11 s finishes within a 20 s grace: the stop waits for it and exits 0',
+    { timeout: 120_000 },
+    async () => {
+      const token = lastLine((await runPlinth(['users', 'create', 'grace'], { cwd })).stdout)
+      const server = await startServe({ cwd, env: { PLINTH_SHUTDOWN_GRACE: '20s' } })
+      servers.push(server)
+      const project = await http(server.url, 'POST', '/api/projects', { token, body: { name: 'p' } })
+      const conversation = await http(server.url, 'POST', `/api/projects/${project.body.id}/conversations`, {
+        token,
+        body: {},
+      })
+      const run = await http(server.url, 'POST', `/api/conversations/${conversation.body.id}/runs`, {
+        token,
+        body: { input: 'go' },
+      })
+      expect(run.status).toBe(201)
+      // Stopped once the call is in flight (its dispatch running), not merely decided on.
+      await waitFor(
+        async () =>
+          (await http(server.url, 'GET', '/api/audit?commandId=slow.wait', { token })).body.items?.[0]?.status ===
+          'running',
+        { timeoutMs: 30_000, intervalMs: 200, what: 'the call to run' },
+      )
+      expect(await server.stop('SIGTERM')).toBe(0)
+      expect(server.stdout()).not.toMatch(/interrupted/)
+      const store = await openStore({ dataDir: join(cwd, 'data'), migrate: false })
+      try {
+        expect(await ledgerViolations(store)).toEqual([])
+      } finally {
+        await store.close()
+      }
+      // The call's outcome was recorded by the stopping server: the next one has nothing to interrupt.
+      const next = await startServe({ cwd })
+      servers.push(next)
+      const audit = await http(next.url, 'GET', '/api/audit?commandId=slow.wait', { token })
+      expect(audit.body.items.map((item: { status: string }) => item.status)).toEqual(['succeeded'])
+      expect(await next.stop()).toBe(0)
+    },
+  )
 })

@@ -20,6 +20,8 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
   }
   process.once('SIGTERM', () => stop('SIGTERM'))
   process.once('SIGINT', () => stop('SIGINT'))
+  // A log reader that went away (`| head`, a shipper restarting) must not take the server down with it.
+  for (const stream of [process.stdout, process.stderr]) stream.on('error', ignoreBrokenPipe)
   const server = await startServer(config, logger)
   // Once, on the terminal too: easy to miss in a stream of JSON logs.
   for (const warning of server.warnings) io.err(`plinth: WARNING: ${warning}`)
@@ -32,7 +34,8 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
       : async () => undefined
   stop = (signal: string): void => {
     logger.info({ signal }, 'shutting down')
-    const force = setTimeout(() => process.exit(1), 10_000)
+    // Tool calls get the grace, then are aborted and recorded: the last resort comes well after that.
+    const force = setTimeout(() => process.exit(1), config.shutdownGraceMs + 10_000)
     force.unref()
     // Awaited before exiting: a server.json left behind names a pid the OS may give another process.
     const unannounced = unannounce().catch(() => undefined)
@@ -50,6 +53,10 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
   if (stopRequested) stop(stopRequested)
   releaseYoungGeneration()
   return new Promise<number>(() => undefined)
+}
+
+function ignoreBrokenPipe(error: NodeJS.ErrnoException): void {
+  if (error.code !== 'EPIPE') throw error
 }
 
 /**
