@@ -264,3 +264,72 @@ describe('an item whose ingestion never finishes', () => {
     ).toEqual([])
   })
 })
+
+describe('an ingestion cut short by a graceful stop', () => {
+  let store: Store
+  beforeAll(async () => {
+    store = await openTestStore('pglite')
+  })
+  afterAll(async () => {
+    await store?.close()
+  })
+
+  it('gives the item back: its lease let go and the attempt uncounted, so the next start takes it at once', async () => {
+    const server = await startTestServer(store)
+    let itemId: string
+    try {
+      const user = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
+        .id
+      const answer = await upload(`${server.url}/api/projects/${project}/knowledge`, user.token, {
+        name: 'long.md',
+        bytes: Array.from({ length: 200 }, (_, index) => `## Part ${index}\n\n${'Some words here. '.repeat(80)}`).join(
+          '\n\n',
+        ),
+      })
+      itemId = answer.body.id
+      await server.ingestor.idle()
+    } finally {
+      await server.close()
+    }
+    await testDb(store)
+      .updateTable('knowledge_items')
+      .set({ ingest_status: 'pending', ingest_attempts: 0, ingest_lease_until: null, chunk_count: 0 })
+      .where('id', '=', itemId)
+      .execute()
+    // An embedder that answers its first batch, then holds the second until the stop.
+    const hashing = new HashingEmbedder()
+    let calls = 0
+    let reachedSecond: () => void = () => undefined
+    const second = new Promise<void>((resolve) => (reachedSecond = resolve))
+    let stopping = false
+    const embedder = {
+      id: hashing.id,
+      dimensions: hashing.dimensions,
+      batchSize: 8,
+      embed: async (texts: readonly string[]) => {
+        if (++calls > 1) {
+          reachedSecond()
+          while (!stopping) await new Promise((resolve) => setTimeout(resolve, 10))
+        }
+        return hashing.embed(texts)
+      },
+    }
+    const ingestor = new Ingestor({
+      store,
+      embedder,
+      log: createPluginLogger(pino({ level: 'silent' }), 'rag'),
+      maxAttempts: 3,
+    })
+    await ingestor.start()
+    await second
+    stopping = true
+    await ingestor.stop()
+    const row = await testDb(store)
+      .selectFrom('knowledge_items')
+      .select(['ingest_status', 'ingest_attempts', 'ingest_lease_until'])
+      .where('id', '=', itemId)
+      .executeTakeFirstOrThrow()
+    expect(row).toEqual({ ingest_status: 'pending', ingest_attempts: 0, ingest_lease_until: null })
+  })
+})

@@ -12,6 +12,7 @@ import {
   failKnowledgeIngest,
   finishKnowledgeIngest,
   insertKnowledgeChunkBatch,
+  releaseKnowledgeIngest,
   renewKnowledgeLease,
   insertKnowledgeItem,
   pendingKnowledgeItemIds,
@@ -168,12 +169,14 @@ export class Ingestor {
     }
   }
 
+  /** Stops at the next batch; an item cut short is given back (its lease let go, the attempt uncounted). */
   async stop(): Promise<void> {
     this.#stopped = true
     if (this.#timer) clearInterval(this.#timer)
+    // The parser's process first: a long parse would otherwise hold the stop up.
+    await this.#extractor.stop()
     await this.#running
     await this.#retokenizing
-    await this.#extractor.stop()
   }
 
   /** Resolves when the queue is empty (tests and the CLI wait on it). */
@@ -374,13 +377,13 @@ export class Ingestor {
       let perStatement = statementMs > 0 ? 1 : batchSize
       let lastMs = 0
       for (let start = 0; start < extracted.pieces.length; start += batchSize) {
-        if (this.#stopped) return
+        if (this.#stopped) return await this.#release(itemId, attempt)
         const chunks = await this.#embed(extracted.pieces.slice(start, start + batchSize))
         for (let at = 0; at < chunks.length;) {
           // Requests first: a statement of theirs waits for at most the one in flight. Under
           // continuous load this one waits at most twice as long as the last took (a third of the time).
           await store.quiet(Math.max(100, 2 * lastMs))
-          if (this.#stopped) return
+          if (this.#stopped) return await this.#release(itemId, attempt)
           const part = chunks.slice(at, at + perStatement)
           const began = performance.now()
           const written = await insertKnowledgeChunkBatch(store, itemId, attempt, part)
@@ -408,6 +411,8 @@ export class Ingestor {
       if (ready) await this.#refreshStatistics()
       if (ready && claimed.uploadPath) await rm(claimed.uploadPath, { force: true })
     } catch (error) {
+      // Cut short by a graceful stop (the parser's process is stopped with the server): not the item's fault.
+      if (this.#stopped) return await this.#release(itemId, attempt)
       if (error instanceof EmbeddingError && attempt < maxAttempts) {
         // Left pending: its lease runs out and the poll tries again.
         log.warn('embedding failed; will retry', { itemId, attempt, err: error })
@@ -423,6 +428,12 @@ export class Ingestor {
       const failed = await store.transaction((tx) => failKnowledgeIngest(tx, itemId, reason))
       if (failed && claimed.uploadPath) await rm(claimed.uploadPath, { force: true })
     }
+  }
+
+  async #release(itemId: string, attempt: number): Promise<void> {
+    await releaseKnowledgeIngest(this.#options.store, itemId, attempt).catch((error: unknown) =>
+      this.#options.log.warn('could not give back an item whose ingestion the stop cut short', { itemId, err: error }),
+    )
   }
 
   /** Removes what an earlier attempt stored, in bounded statements. */

@@ -230,6 +230,7 @@ export {
   pendingKnowledgeItemIds,
   finishKnowledgeIngest,
   insertKnowledgeChunkBatch,
+  releaseKnowledgeIngest,
   renewKnowledgeLease,
   deleteKnowledgeChunkBatch,
   completeKnowledgeIngest,

@@ -292,6 +292,20 @@ export async function renewKnowledgeLease(
   return Number(result.numUpdatedRows) > 0
 }
 
+/**
+ * Gives an item back after a graceful stop cut its ingestion short: the lease is let go and the attempt
+ * uncounted (the item did nothing wrong), so the next poll here or on another instance takes it at once.
+ */
+export async function releaseKnowledgeIngest(db: Executor, itemId: string, attempt: number): Promise<void> {
+  await kysely(db)
+    .updateTable('knowledge_items')
+    .set({ ingest_lease_until: null, ingest_attempts: sql`ingest_attempts - 1` })
+    .where('id', '=', itemId)
+    .where('ingest_status', '=', 'pending')
+    .where('ingest_attempts', '=', attempt)
+    .execute()
+}
+
 /** Deletes up to `limit` of an item's chunks (a bounded statement; call until it returns 0). */
 export async function deleteKnowledgeChunkBatch(db: Executor, itemId: string, limit: number): Promise<number> {
   const result =
