@@ -179,6 +179,11 @@ export class ExecService {
       ...(workRoot && { workRoot }),
     })
     const service = new ExecService(options.store, options.settings, options.dataDir, options.log, support, probe)
+    // Partial uploads a crash left behind: in the background, a start does not wait for the walk.
+    void service.workdirs.sweepStaging().then(
+      (removed) => removed > 0 && options.log.info('removed partial uploads a stopped server left', { removed }),
+      (error: unknown) => options.log.warn('could not look for partial uploads', { err: error }),
+    )
     await service.#refresh()
     service.#unsubscribe = options.store.settings.subscribe((key) => {
       if (key === null || key === settingKey) void service.#refresh()

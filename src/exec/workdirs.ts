@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Stats } from 'node:fs'
-import { chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import type { FileHandle } from 'node:fs/promises'
 import { Readable } from 'node:stream'
 import { join } from 'node:path'
@@ -51,6 +51,8 @@ const maxDepth = maxWorkDepth
 // C0 controls (NUL is refused for every path), DEL and C1 controls.
 // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
 const controlCharacter = /[\u0001-\u001f\u007f-\u009f]/
+/** What `write` names the file it stages an upload in. */
+const stagingName = /^\.plinth-upload-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 /** What a name is, from its own (not followed) status. */
 function entryType(entry: Stats): FileEntry['type'] {
@@ -86,6 +88,8 @@ export class WorkDirectories {
   readonly #denied: string[]
   #owner: WorkOwner | null = null
   #rootReady = false
+  /** Staging files of uploads in flight in this process (`write`). */
+  readonly #staging = new Set<string>()
   /**
    * The server's own recent writes per conversation (path → the file's inode change time then), so that
    * an execution's measure does not take a file uploaded just before it for one the program wrote.
@@ -264,7 +268,8 @@ export class WorkDirectories {
   /**
    * Writes a file (parent directories created), refusing anything that would land outside. The bytes go
    * to a new file beside it, renamed over the name once complete: a client that stops mid-upload, or a
-   * body over `maxBytes` (PathError `too_large`), leaves nothing behind. `replaced` is the size of the
+   * body over `maxBytes` (PathError `too_large`), leaves nothing behind (a process killed mid-upload
+   * leaves the staging file, which `sweepStaging` removes at the next start). `replaced` is the size of the
    * file it replaced (null when the name was new).
    */
   async write(
@@ -282,6 +287,7 @@ export class WorkDirectories {
     const name = parts.at(-1)!
     const parent = await this.#walk(conversationId, parts.slice(0, -1), path, true)
     const staging = `.plinth-upload-${randomUUID()}`
+    this.#staging.add(staging)
     let size = 0
     try {
       let handle: FileHandle
@@ -324,8 +330,31 @@ export class WorkDirectories {
       await parent.unlink(staging).catch(() => undefined)
       throw error
     } finally {
+      this.#staging.delete(staging)
       await parent.close()
     }
+  }
+
+  /**
+   * Removes the partial uploads a process that died mid-upload left in the work directories (the
+   * staging files `write` renames into place once complete), but none of this process's. Answers how
+   * many it removed. Each instance's directories are its own, so what is not in flight here is stale.
+   */
+  async sweepStaging(): Promise<number> {
+    let removed = 0
+    const walk = async (dir: string, depth: number): Promise<void> => {
+      const entries = await readdir(dir, { withFileTypes: true }).catch(() => [])
+      for (const entry of entries) {
+        // Symlinks are neither followed nor removed: only regular files and real directories.
+        if (entry.isDirectory() && depth < 64) await walk(join(dir, entry.name), depth + 1)
+        else if (entry.isFile() && stagingName.test(entry.name) && !this.#staging.has(entry.name)) {
+          await rm(join(dir, entry.name), { force: true })
+          removed++
+        }
+      }
+    }
+    await walk(this.root, 0)
+    return removed
   }
 
   #noteServerWrite(conversationId: string, path: string, ctimeMs: number): void {
