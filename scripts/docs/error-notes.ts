@@ -74,6 +74,8 @@ export const errorNotes = {
     "the command returned more than `PLINTH_RESULT_MAX_BYTES` of JSON (for a model's call, the tool result says so)",
   command_interrupted:
     'the server running the command stopped (crash) before it finished — or after a person approved it, before it started (then it did not run); the dispatch ended `interrupted` (a replay of its `Idempotency-Key` answers this), and a run waiting for it continues with the call answered `interrupted`',
+  storage_full:
+    "the server's disk (or the database's) is full: nothing of the request was kept; an operator must free space, and requests work again once there is room",
   quota_exceeded:
     "a work-directory upload, `write_file` or execution past the conversation's or the user's disk quota; knowledge past the user's volume",
   invalid_image:

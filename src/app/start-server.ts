@@ -46,7 +46,7 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
       onWait: (holder) =>
         logger.warn(
           { holder },
-          `the embedded database is held by process ${holder} (still stopping?); waiting up to ${Math.round(config.dataDirLockWaitMs / 1000)} s for it`,
+          `the embedded database is held by process ${holder} (another server, or one still stopping); waiting up to ${Math.round(config.dataDirLockWaitMs / 1000)} s for it`,
         ),
     },
   })

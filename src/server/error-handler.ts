@@ -51,6 +51,12 @@ export function handleError(
   reply.code(body.status).type('application/problem+json').send(body)
 }
 
+/** A full disk: the file system's ENOSPC, or Postgres' `disk_full` (53100) and PGlite's message for it. */
+function isDiskFull(error: Error): boolean {
+  const code = (error as { code?: unknown }).code
+  return code === 'ENOSPC' || code === '53100' || /no space left on device/i.test(error.message)
+}
+
 function classify(
   error: FastifyError | HttpProblem | Error,
   request: FastifyRequest,
@@ -66,6 +72,8 @@ function classify(
   // The database restarting, failing over or out of reach: asking again shortly may succeed.
   if (isDatabaseUnavailable(error))
     return { code: 'service_unavailable', detail: 'the database is not reachable right now; try again shortly' }
+  if (isDiskFull(error))
+    return { code: 'storage_full', detail: 'the server is out of disk space; nothing of this request was kept' }
   const fastifyError = error as FastifyError & { validation?: ValidationIssue[]; validationContext?: string }
   if (fastifyError.validation) {
     const all = collapseAlternatives(mergeConstAlternatives(fastifyError.validation))

@@ -65,6 +65,7 @@ export const problemCatalogue = {
   request_timeout: { status: 408, title: 'Request timeout' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   quota_exceeded: { status: 507, title: 'Storage quota exceeded' },
+  storage_full: { status: 507, title: 'The server is out of disk space' },
   too_many_uploads: { status: 429, title: 'Too many uploads at once' },
   too_many_executions: { status: 429, title: 'Too many executions at once' },
   too_many_runs: { status: 429, title: 'Too many runs queued or running' },
