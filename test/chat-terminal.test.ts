@@ -228,12 +228,16 @@ describe.skipIf(!hasTmux)('plinth chat in a terminal (tmux)', () => {
     await screenShows(session, /\[e\] edit arguments, \[r\] respond instead/)
     type(session, 'e')
     await screenShows(session, /new arguments \(JSON\):/)
-    // Refused by the command's schema: said, and asked again.
+    // Refused by the command's schema: said, and the arguments asked for again (the decision itself
+    // is not shown a second time).
     type(session, '{"title": "Memo", "body": "hello", "extra": 1}')
-    await screenShows(session, /extra: unknown field\n[\s\S]*approve\?/)
-    type(session, 'e')
+    await screenShows(session, /extra: unknown field\n.*empty answer goes back.*\n\s*new arguments \(JSON\):/)
+    // Not JSON: said, and asked again.
+    type(session, 'title=Memo')
+    await screenShows(session, /not a JSON object; nothing sent.*\n\s*new arguments \(JSON\):/)
     type(session, '{"title": "Edited memo", "body": "hello"}')
-    await screenShows(session, /agent> The draft is written\./)
+    const screen = await screenShows(session, /agent> The draft is written\./)
+    expect(screen.match(/wants to run/g)).toHaveLength(1)
     const run = await lastRun(projectId)
     expect(run.status).toBe('completed')
     const decisions = await http(server.url, 'GET', '/api/decisions?status=approved', { token })

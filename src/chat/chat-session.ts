@@ -255,16 +255,20 @@ export class ChatSession {
     for (const decision of required?.decisions ?? []) {
       if (turn.handled.has(decision.decisionId) || turn.ended) continue
       turn.handled.add(decision.decisionId)
+      const seen = turn.decisions.get(decision.decisionId)
+      let answer = await this.#askDecision(decision, seen)
       for (;;) {
-        const answer = await this.#askDecision(decision, turn.decisions.get(decision.decisionId))
         // Ctrl-C: the run is being cancelled, nothing more to answer.
         if (answer === null) return
         try {
           await this.#client.decisions.answer(decision.decisionId, answer)
         } catch (error) {
-          // Edited arguments the command refuses: say why and ask again.
+          // Edited arguments the command refuses: say why and ask for them again (an empty answer goes
+          // back to the choice, without showing the decision a second time).
           if (error instanceof PlinthError && error.code === 'validation_failed') {
             this.#say(paint(this.#color, 'red', `    ${oneLine(error.message)}`))
+            const edited = answer.decision === 'edit' ? await this.#askEdit(decision, true) : undefined
+            answer = edited === undefined ? await this.#askDecision(decision, seen, true) : edited
             continue
           }
           if (error instanceof PlinthError && (error.code === 'decision_conflict' || error.code === 'decision_expired'))
@@ -296,22 +300,28 @@ export class ChatSession {
     }
   }
 
-  /** Shows a decision's preview and evaluated risk and asks (its arguments on request); null: Ctrl-C. */
+  /**
+   * Shows a decision's preview and evaluated risk (unless `again`: asked anew after a refused answer)
+   * and asks (its arguments on request); null: Ctrl-C.
+   */
   async #askDecision(
-    decision: NonNullable<RequiredAction['decisions']>[number],
+    decision: PendingDecision,
     seen: { preview: string | null; risk: string | null } | undefined,
+    again = false,
   ): Promise<DecisionReply | null> {
     const risk = seen?.risk ?? decision.risk ?? 'unknown'
     const preview = seen?.preview ?? null
-    this.#say(
-      paint(
-        this.#color,
-        risk === 'high' ? 'red' : 'yellow',
-        `  ? ${oneLine(String(decision.name))} wants to run (${oneLine(risk)} risk)${preview ? '' : `: ${oneLine(JSON.stringify(decision.args))}`}`,
-      ),
-    )
-    // Marked as the preview, so none of its lines passes for a line of the prompt.
-    if (preview) this.#say(indentWith(shown(preview), '    │ '))
+    if (!again) {
+      this.#say(
+        paint(
+          this.#color,
+          risk === 'high' ? 'red' : 'yellow',
+          `  ? ${oneLine(String(decision.name))} wants to run (${oneLine(risk)} risk)${preview ? '' : `: ${oneLine(JSON.stringify(decision.args))}`}`,
+        ),
+      )
+      // Marked as the preview, so none of its lines passes for a line of the prompt.
+      if (preview) this.#say(indentWith(shown(preview), '    │ '))
+    }
     for (;;) {
       const answer = await this.#ask(
         `    approve? [y] once, [s] for this session, [n] reject, [e] edit arguments, [r] respond instead${preview ? ', [a] arguments' : ''}: `,
@@ -321,17 +331,8 @@ export class ChatSession {
       if (text === 'y' || text === 'yes') return { decision: 'approve' }
       if (text === 's') return { decision: 'approve_session' }
       if (text === 'e') {
-        this.#say(paint(this.#color, 'dim', `    args: ${oneLine(JSON.stringify(decision.args))}`))
-        const edited = await this.#ask('    new arguments (JSON): ')
-        if (edited === null) return null
-        try {
-          const params: unknown = JSON.parse(edited)
-          if (params && typeof params === 'object' && !Array.isArray(params))
-            return { decision: 'edit', params: params as Record<string, unknown> }
-        } catch {
-          // Said below.
-        }
-        this.#say(paint(this.#color, 'red', '    not a JSON object; nothing sent'))
+        const edited = await this.#askEdit(decision)
+        if (edited !== undefined) return edited
         continue
       }
       if (text === 'r') {
@@ -347,6 +348,28 @@ export class ChatSession {
         continue
       }
       this.#say(paint(this.#color, 'dim', `    args: ${oneLine(JSON.stringify(decision.args))}`))
+    }
+  }
+
+  /**
+   * Asks for a decision's edited arguments until they are a JSON object (`refused`: the last ones were,
+   * so the arguments are not shown again); undefined: an empty answer, back to the choice; null: Ctrl-C.
+   */
+  async #askEdit(decision: PendingDecision, refused = false): Promise<DecisionReply | null | undefined> {
+    if (!refused) this.#say(paint(this.#color, 'dim', `    args: ${oneLine(JSON.stringify(decision.args))}`))
+    else this.#say(paint(this.#color, 'dim', '    (an empty answer goes back to approve or reject)'))
+    for (;;) {
+      const edited = await this.#ask('    new arguments (JSON): ')
+      if (edited === null) return null
+      if (!edited.trim()) return undefined
+      try {
+        const params: unknown = JSON.parse(edited)
+        if (params && typeof params === 'object' && !Array.isArray(params))
+          return { decision: 'edit', params: params as Record<string, unknown> }
+      } catch {
+        // Said below.
+      }
+      this.#say(paint(this.#color, 'red', '    not a JSON object; nothing sent (an empty answer goes back)'))
     }
   }
 
@@ -497,8 +520,16 @@ export class ChatSession {
   }
 }
 
+/** A decision the run waits for, as `run.requires_action` names it. */
+interface PendingDecision {
+  decisionId: string
+  name: string
+  args: unknown
+  risk?: string | null
+}
+
 interface RequiredAction {
-  decisions?: Array<{ decisionId: string; name: string; args: unknown; risk?: string | null }>
+  decisions?: PendingDecision[]
   toolOutputs?: Array<{
     callId: string
     name: string
