@@ -260,6 +260,22 @@ export const configNotes: Record<string, ConfigNote> = {
   allowanceTtlMs: { meaning: 'how long an `approve_session` allowance lasts' },
   toolOutputLimit: { meaning: 'bytes of a tool result the model reads' },
   llmIdleTimeoutMs: { meaning: 'a model stream silent this long is aborted' },
+  llmCallTimeoutMs: {
+    meaning:
+      'a model call taking longer than this in all is aborted (`timeout`): a stream that trickles a byte now and then holds no model slot for ever',
+  },
+  llmMaxAnswerBytes: {
+    meaning:
+      'bytes of one model answer as received, the wire format’s framing included (an OpenAI-style stream is about 50 bytes a token); past it the call stops and the run fails `output_too_large`. An upstream’s error body is read up to 64 KiB',
+  },
+  llmMaxOutputChars: {
+    meaning:
+      'characters of text and tool-call arguments in one model answer; past it the run fails `output_too_large` and nothing of the answer runs ([agent runs](../guides/agent-runs.md#limits-on-an-answer))',
+  },
+  llmMaxToolCalls: {
+    meaning:
+      'tool calls in one model answer; one more and the run fails `output_too_large`, none of them stored or run',
+  },
   llmConcurrency: {
     meaning:
       'model calls in flight across all runs on this instance (one per conversation), shared fairly between users: a freed slot goes to the waiting user holding the fewest',

@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs'
 import { isIP } from 'node:net'
 import { dirname, isAbsolute, resolve } from 'node:path'
 import type { ErrorObject } from 'ajv'
-import { fallbackProblems, type ModelSettings } from '../llm/index.js'
+import { defaultAnswerLimits, defaultUpstreamLimits, fallbackProblems, type ModelSettings } from '../llm/index.js'
 import type { CompactionSettings, RetentionSettings, RunQuota } from '../runmgr/index.js'
 import type { ExecSettings } from '../exec/index.js'
 import type { DocumentExtractorOptions, EmbeddingSettings } from '../rag/index.js'
@@ -118,6 +118,14 @@ export interface PlinthConfig {
   toolOutputLimit: number
   /** A model stream idle this long is aborted. */
   llmIdleTimeoutMs: number
+  /** A model call taking longer than this in all is aborted. */
+  llmCallTimeoutMs: number
+  /** Bytes of one model answer as received (the wire format's framing included). */
+  llmMaxAnswerBytes: number
+  /** Characters of text and tool-call arguments in one model answer. */
+  llmMaxOutputChars: number
+  /** Tool calls in one model answer. */
+  llmMaxToolCalls: number
   /** Model calls in flight across all runs (one per conversation always). */
   llmConcurrency: number
   /** Model calls one user may hold of those (default: half of llmConcurrency, rounded up). */
@@ -221,7 +229,11 @@ const defaults: PlinthConfig = {
   actionTtlMs: 24 * 60 * 60 * 1000,
   allowanceTtlMs: 8 * 60 * 60 * 1000,
   toolOutputLimit: 4096,
-  llmIdleTimeoutMs: 60_000,
+  llmIdleTimeoutMs: defaultUpstreamLimits.idleTimeoutMs,
+  llmCallTimeoutMs: defaultUpstreamLimits.callTimeoutMs,
+  llmMaxAnswerBytes: defaultUpstreamLimits.maxAnswerBytes,
+  llmMaxOutputChars: defaultAnswerLimits.maxOutputChars,
+  llmMaxToolCalls: defaultAnswerLimits.maxToolCalls,
   llmConcurrency: 16,
   maxActiveRunsPerUser: 10,
   runLeaseMs: 30_000,

@@ -43,7 +43,7 @@ function configuredParams(settings: ModelSettings): ModelParams {
 
 /** Provider adapters by name. */
 export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderFactory>> = {
-  openai: (settings, apiKey, { idleTimeoutMs }) =>
+  openai: (settings, apiKey, limits) =>
     new OpenAIChatModel({
       id: settings.id,
       model: settings.model ?? settings.id,
@@ -52,11 +52,11 @@ export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderF
       contextWindow: settings.contextWindow ?? 128_000,
       supportsTools: settings.supportsTools ?? true,
       ...(settings.capabilities && { capabilities: settings.capabilities }),
-      idleTimeoutMs,
+      ...limits,
       params: configuredParams(settings),
       ...(settings.headers && { headers: settings.headers }),
     }),
-  anthropic: (settings, apiKey, { idleTimeoutMs }) =>
+  anthropic: (settings, apiKey, limits) =>
     new AnthropicMessagesModel({
       id: settings.id,
       model: settings.model ?? settings.id,
@@ -65,7 +65,7 @@ export const providerFactories: Partial<Record<'openai' | 'anthropic', ProviderF
       contextWindow: settings.contextWindow ?? 200_000,
       supportsTools: settings.supportsTools ?? true,
       ...(settings.capabilities && { capabilities: settings.capabilities }),
-      idleTimeoutMs,
+      ...limits,
       params: configuredParams(settings),
       ...(settings.headers && { headers: settings.headers }),
     }),
@@ -88,6 +88,10 @@ export async function setUpRuns(
     leaseMs?: number
     actionTtlMs?: number
     llmIdleTimeoutMs?: number
+    llmCallTimeoutMs?: number
+    llmMaxAnswerBytes?: number
+    llmMaxOutputChars?: number
+    llmMaxToolCalls?: number
     observer?: RunObserver
     llmConcurrency?: number
     llmConcurrencyPerUser?: number
@@ -127,7 +131,11 @@ export async function setUpRuns(
         cwd: options.cwd ?? process.cwd(),
         env: process.env,
         providers: providerFactories,
-        idleTimeoutMs: options.llmIdleTimeoutMs ?? 60_000,
+        limits: {
+          ...(options.llmIdleTimeoutMs !== undefined && { idleTimeoutMs: options.llmIdleTimeoutMs }),
+          ...(options.llmCallTimeoutMs !== undefined && { callTimeoutMs: options.llmCallTimeoutMs }),
+          ...(options.llmMaxAnswerBytes !== undefined && { maxAnswerBytes: options.llmMaxAnswerBytes }),
+        },
       })
   const runs = new RunManager({
     store,
@@ -148,6 +156,10 @@ export async function setUpRuns(
       maxConcurrentModelCallsPerUser: options.llmConcurrencyPerUser,
     }),
     ...(options.maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser: options.maxActiveRunsPerUser }),
+    answerLimits: {
+      ...(options.llmMaxOutputChars !== undefined && { maxOutputChars: options.llmMaxOutputChars }),
+      ...(options.llmMaxToolCalls !== undefined && { maxToolCalls: options.llmMaxToolCalls }),
+    },
     ...(options.runQuota && { runQuota: options.runQuota }),
     ...(options.retriever && { retriever: options.retriever }),
     ...(options.runBudget && { runBudget: options.runBudget }),

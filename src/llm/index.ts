@@ -15,6 +15,10 @@ export {
   type StreamPart,
   type Usage,
   type ToolParameters,
+  type UpstreamLimits,
+  defaultUpstreamLimits,
+  type AnswerLimits,
+  defaultAnswerLimits,
 } from './model.js'
 export { ScriptedModel, type ScriptedTurn, type ScriptedModelOptions } from './scripted/scripted-model.js'
 export { DemoModel } from './scripted/demo-model.js'

@@ -1,6 +1,13 @@
 import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
-import { ModelError, type LanguageModel, type ModelCapability, type ModelRequest, type StreamPart } from './model.js'
+import {
+  ModelError,
+  type LanguageModel,
+  type ModelCapability,
+  type ModelRequest,
+  type StreamPart,
+  type UpstreamLimits,
+} from './model.js'
 import type { ModelPricing } from './pricing.js'
 import { DemoModel } from './scripted/demo-model.js'
 import { ScriptedModel, type ScriptedTurn } from './scripted/scripted-model.js'
@@ -70,7 +77,7 @@ export class MissingKeyModel implements LanguageModel {
 export type ProviderFactory = (
   settings: ModelSettings,
   apiKey: string | undefined,
-  options: { idleTimeoutMs: number },
+  options: UpstreamLimits,
 ) => LanguageModel
 
 /** The configured models; with none configured, the scripted demo model. */
@@ -204,7 +211,8 @@ export function createModels(
     cwd: string
     env: NodeJS.ProcessEnv
     providers: Partial<Record<'openai' | 'anthropic', ProviderFactory>>
-    idleTimeoutMs: number
+    /** The bounds every upstream call of these models keeps to. */
+    limits: UpstreamLimits
   },
 ): LanguageModel[] {
   return settings.map((entry) => {
@@ -227,7 +235,7 @@ export function createModels(
     const factory = options.providers[entry.provider]
     if (!factory) throw new Error(`model ${entry.id}: provider ${entry.provider} is not available`)
     const apiKey = entry.apiKeyEnv ? options.env[entry.apiKeyEnv] : undefined
-    const model = factory(entry, apiKey, { idleTimeoutMs: options.idleTimeoutMs })
+    const model = factory(entry, apiKey, options.limits)
     return entry.apiKeyEnv && !apiKey ? new MissingKeyModel(entry.id, entry.apiKeyEnv, model) : model
   })
 }

@@ -99,6 +99,37 @@ export interface ModelRequest {
 /** What a model takes besides text (`models[].capabilities`). */
 export type ModelCapability = 'vision' | 'pdf'
 
+/**
+ * Bounds on one call to an upstream (`llmIdleTimeoutMs`, `llmCallTimeoutMs`, `llmMaxAnswerBytes`): a
+ * silent, endless or flooding upstream fails the call instead of holding a slot or the server's memory.
+ */
+export interface UpstreamLimits {
+  /** Abort when the upstream sends nothing for this long. */
+  idleTimeoutMs?: number
+  /** Abort when the whole call takes longer. */
+  callTimeoutMs?: number
+  /** Abort past this many bytes of the answer as received. */
+  maxAnswerBytes?: number
+}
+
+/** The bounds a provider adapter applies when it is given none. */
+export const defaultUpstreamLimits = {
+  idleTimeoutMs: 60_000,
+  callTimeoutMs: 15 * 60_000,
+  maxAnswerBytes: 64 * 1024 * 1024,
+} as const satisfies Required<UpstreamLimits>
+
+/** Bounds on one model answer, whatever its provider (`llmMaxOutputChars`, `llmMaxToolCalls`). */
+export interface AnswerLimits {
+  /** Characters of text and tool-call arguments together. */
+  maxOutputChars: number
+  /** Tool calls in one answer. */
+  maxToolCalls: number
+}
+
+/** More than any model's output-token limit makes (≈ 500k tokens), and more parallel calls than any asks for. */
+export const defaultAnswerLimits: AnswerLimits = { maxOutputChars: 2_000_000, maxToolCalls: 128 }
+
 /** A configured model. */
 export interface LanguageModel {
   readonly id: string
@@ -111,7 +142,14 @@ export interface LanguageModel {
   stream(request: ModelRequest): AsyncIterable<StreamPart>
 }
 
-export type ModelErrorCode = 'tools_unsupported' | 'upstream_error' | 'upstream_auth_missing' | 'timeout' | 'cancelled'
+export type ModelErrorCode =
+  | 'tools_unsupported'
+  | 'upstream_error'
+  | 'upstream_auth_missing'
+  | 'timeout'
+  | 'cancelled'
+  /** The answer passed a limit on what one call may bring (bytes, characters, tool calls). */
+  | 'output_too_large'
 
 /** An upstream failure, with what the run manager needs to decide on a retry. */
 export class ModelError extends Error {

@@ -55,7 +55,10 @@ export async function runCalls(
       kit.writer.fenced(fence, (tx, locked) => kit.ledger.finish(tx, locked, call, 'error', output))
     if (!entry) {
       await fail({
-        error: { code: 'unknown_tool', message: `there is no tool named ${call.name}; use one of the offered tools` },
+        error: {
+          code: 'unknown_tool',
+          message: `there is no tool named ${JSON.stringify(call.name.slice(0, 100))}${call.name.length > 100 ? ' (cut)' : ''}; use one of the offered tools`,
+        },
       })
       continue
     }

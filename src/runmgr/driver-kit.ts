@@ -1,6 +1,6 @@
 import type { CallLedger, CommandBus } from '../cmdbus/index.js'
 import type { PluginLogger } from '../extension/index.js'
-import type { ModelRegistry } from '../llm/index.js'
+import type { AnswerLimits, ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import type { Store } from '../store/index.js'
 import type { Compactor } from './compaction.js'
@@ -37,4 +37,6 @@ export interface DriverKit {
   compactor: Compactor
   /** Transcript windows kept for the next run of their conversation. */
   windows: WindowCache
+  /** What one model answer may hold before the run fails `output_too_large`. */
+  answerLimits: AnswerLimits
 }

@@ -36,6 +36,11 @@ import type { Driver } from './driver.js'
 import type { DriverKit } from './driver-kit.js'
 import { commandRisk, parseArguments, type ToolEntry } from './tool-table.js'
 
+/** A model answer past one of `kit.answerLimits`: the run fails, nothing of the answer is run. */
+function tooLarge(limit: string, setting: string): ModelError {
+  return new ModelError('output_too_large', `the model's answer passed ${limit} (${setting}); nothing of it was run`)
+}
+
 /** The conversation and project a turn's end read for the call it dispatches next. */
 export type KnownScope = NonNullable<DispatchRequest['known']>
 
@@ -59,6 +64,9 @@ export async function modelTurn(
     store.appendEvents([runEvent(run, 'message.delta', { messageId, text: delta })], fence).then(() => undefined),
   )
   const calls: ModelToolCall[] = []
+  // What one answer may hold (docs/guides/agent-runs.md#limits-on-an-answer): past it the call stops.
+  const limits = kit.answerLimits
+  let outputChars = 0
   // This call's tokens as the provider reports them (counted into the run's usage when it ends).
   let reported: Usage = { inputTokens: 0, outputTokens: 0 }
   let usage = run.usage
@@ -118,10 +126,20 @@ export async function modelTurn(
       )) {
         if (part.type === 'model') answeredBy = part.model
         else if (part.type === 'text-delta') {
+          outputChars += part.text.length
+          if (outputChars > limits.maxOutputChars)
+            throw tooLarge(`${limits.maxOutputChars} characters`, 'llmMaxOutputChars')
           text += part.text
           coalescer.push(part.text)
-        } else if (part.type === 'tool-call') calls.push(part.call)
-        else if (part.type === 'usage') reported = part.usage
+        } else if (part.type === 'tool-call') {
+          // Stopped before anything is stored: every call is a row, an event and a message part.
+          if (calls.length >= limits.maxToolCalls)
+            throw tooLarge(`${limits.maxToolCalls} tool calls`, 'llmMaxToolCalls')
+          outputChars += part.call.name.length + part.call.arguments.length
+          if (outputChars > limits.maxOutputChars)
+            throw tooLarge(`${limits.maxOutputChars} characters`, 'llmMaxOutputChars')
+          calls.push(part.call)
+        } else if (part.type === 'usage') reported = part.usage
         else if (part.type === 'finish') finish = part.reason
       }
     })

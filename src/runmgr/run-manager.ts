@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { CallLedger, type CommandBus } from '../cmdbus/index.js'
 import type { JsonValue, PluginLogger } from '../extension/index.js'
-import type { ModelRegistry } from '../llm/index.js'
+import { defaultAnswerLimits, type AnswerLimits, type ModelRegistry } from '../llm/index.js'
 import type { Retriever } from '../rag/index.js'
 import { CompactionError, Compactor, type CompactionSettings } from './compaction.js'
 import { runView } from '../resources/index.js'
@@ -84,6 +84,8 @@ export interface RunManagerOptions {
   maxConcurrentModelCallsPerUser?: number
   /** Runs one user may have queued or running at once, on every instance together (default 10). */
   maxActiveRunsPerUser?: number
+  /** What one model answer may hold: characters of text and tool arguments, and tool calls. */
+  answerLimits?: Partial<AnswerLimits>
   /** A run waiting longer than this for humans or client tools ends `expired` (PLINTH_ACTION_TTL). */
   actionTtlMs?: number
   /**
@@ -152,6 +154,7 @@ const resumableCodes = [
   'tools_unsupported',
   'unknown_model',
   'budget_exceeded',
+  'output_too_large',
 ]
 
 export class RunManager {
@@ -204,6 +207,7 @@ export class RunManager {
       readFile: options.readFile,
       compactor: this.#compactor,
       windows: this.#windows,
+      answerLimits: { ...defaultAnswerLimits, ...options.answerLimits },
     })
     this.#decisions = new RunDecisions({ store, pool: this.#pool, writer: this.#writer })
     // Queue mode: runs over a quota wait, and are started as room frees.

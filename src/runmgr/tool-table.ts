@@ -77,10 +77,27 @@ export function parseArguments(raw: string): { value: JsonValue | null; error?: 
         return { value: null, error: 'a JSON string that does not hold a JSON object' }
       }
     }
+    // As deep as a request body may be: deeper would not even serialise for storage.
+    if (deeperThan(value, maxArgumentDepth))
+      return { value: null, error: `nested deeper than ${maxArgumentDepth} levels` }
     return { value }
   } catch (error) {
     return { value: null, error: (error as Error).message }
   }
+}
+
+const maxArgumentDepth = 64
+
+/** Whether `value` nests objects or arrays more than `limit` levels deep (walked without recursion). */
+function deeperThan(value: JsonValue, limit: number): boolean {
+  const stack: Array<[JsonValue, number]> = [[value, 0]]
+  for (let next = stack.pop(); next; next = stack.pop()) {
+    const [current, depth] = next
+    if (current === null || typeof current !== 'object') continue
+    if (depth >= limit) return true
+    for (const child of Array.isArray(current) ? current : Object.values(current)) stack.push([child, depth + 1])
+  }
+  return false
 }
 
 /** The call's risk as the gate will evaluate it (a classifier run on these args): what clients are shown. */

@@ -102,7 +102,7 @@ export const runTransitions = [
     from: 'running',
     to: 'failed',
     by: 'loop',
-    when: 'Model error after retries (`upstream_error`, `timeout`, `tools_unsupported`, …)',
+    when: 'Model error after retries (`upstream_error`, `timeout`, `tools_unsupported`, …); an answer past its limits (`output_too_large`)',
     madeBy: '`modelTurn` → `CallLedger.end` → `endRun` (`transitions/end-run.ts`, fenced)',
   },
   {

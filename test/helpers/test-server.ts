@@ -75,6 +75,8 @@ export async function startTestServer(
     /** The server's default run budget. */
     runBudget?: RunBudget
     toolOutputLimit?: number
+    llmMaxOutputChars?: number
+    llmMaxToolCalls?: number
     llmConcurrency?: number
     llmConcurrencyPerUser?: number
     maxActiveRunsPerUser?: number
@@ -106,6 +108,8 @@ export async function startTestServer(
     prices,
     runBudget,
     toolOutputLimit,
+    llmMaxOutputChars,
+    llmMaxToolCalls,
     llmConcurrency,
     llmConcurrencyPerUser,
     maxActiveRunsPerUser,
@@ -164,6 +168,8 @@ export async function startTestServer(
     observer: createAgentMetrics(metrics, bus),
     retriever,
     ...(toolOutputLimit !== undefined && { toolOutputLimit }),
+    ...(llmMaxOutputChars !== undefined && { llmMaxOutputChars }),
+    ...(llmMaxToolCalls !== undefined && { llmMaxToolCalls }),
     ...(llmConcurrency !== undefined && { llmConcurrency }),
     ...(llmConcurrencyPerUser !== undefined && { llmConcurrencyPerUser }),
     ...(maxActiveRunsPerUser !== undefined && { maxActiveRunsPerUser }),

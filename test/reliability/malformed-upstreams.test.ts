@@ -91,7 +91,7 @@ const cases: Case[] = [
     codes: ['upstream_error'],
   },
   {
-    name: 'OpenAI: gigantic tool arguments (2 MiB)',
+    name: 'OpenAI: gigantic tool arguments (2 MiB, past llmMaxOutputChars)',
     model: 'gpt',
     replies: [
       {
@@ -102,8 +102,8 @@ const cases: Case[] = [
       },
       { kind: 'openai-stream', chunks: openaiTextChunks('Too big, sorry.', 2) },
     ],
-    ends: ['completed', 'failed'],
-    codes: ['upstream_error'],
+    ends: ['failed'],
+    codes: ['output_too_large'],
   },
   {
     name: 'OpenAI: connection reset in the middle of a tool call',

@@ -1,4 +1,6 @@
 import {
+  defaultUpstreamLimits,
+  type UpstreamLimits,
   ModelError,
   type LanguageModel,
   type ModelParams,
@@ -12,7 +14,7 @@ import { defaultToolsUnsupportedKeywords, modelSecrets, redactModelError } from 
 import { AnthropicStreamParser } from './anthropic-stream-parser.js'
 import { convertToAnthropicMessages, convertToAnthropicTools } from './convert-to-anthropic-messages.js'
 
-export interface AnthropicMessagesModelOptions {
+export interface AnthropicMessagesModelOptions extends UpstreamLimits {
   /** The configured model id (what runs name). */
   id: string
   /** The upstream model name sent as `model`. */
@@ -27,8 +29,6 @@ export interface AnthropicMessagesModelOptions {
   capabilities?: readonly ModelCapability[]
   /** Defaults of every request (`max_tokens` defaults to 4096); a request's own win. */
   params?: ModelParams
-  /** Abort when the upstream sends nothing for this long (default 60 000). */
-  idleTimeoutMs?: number
   /** 4xx bodies containing one of these (case-insensitive) mean "this model takes no tools". */
   toolsUnsupportedKeywords?: readonly string[]
   /** Extra request headers (e.g. `anthropic-beta`). */
@@ -85,7 +85,9 @@ export class AnthropicMessagesModel implements LanguageModel {
         url: base.endsWith('/v1') ? `${base}/messages` : `${base}/v1/messages`,
         headers,
         body,
-        idleTimeoutMs: options.idleTimeoutMs ?? 60_000,
+        idleTimeoutMs: options.idleTimeoutMs ?? defaultUpstreamLimits.idleTimeoutMs,
+        callTimeoutMs: options.callTimeoutMs ?? defaultUpstreamLimits.callTimeoutMs,
+        maxAnswerBytes: options.maxAnswerBytes ?? defaultUpstreamLimits.maxAnswerBytes,
         toolsUnsupportedKeywords: options.toolsUnsupportedKeywords ?? defaultToolsUnsupportedKeywords,
         signal: request.signal,
         isLast: (event) => event.event === 'message_stop',

@@ -11,6 +11,14 @@ export interface EventStreamRequestOptions {
   body: unknown
   /** Abort and throw `timeout` when no bytes arrive for this long (also while waiting for headers). */
   idleTimeoutMs: number
+  /** Abort and throw `timeout` when the whole call takes longer (a stream that trickles for ever). */
+  callTimeoutMs?: number
+  /**
+   * Abort and throw `output_too_large` past this many bytes of the answer's body: what one call may
+   * make the server hold (an endless stream, a line that never ends). An error body is read up to
+   * `errorBodyBytes` only.
+   */
+  maxAnswerBytes?: number
   toolsUnsupportedKeywords: readonly string[]
   /** The caller's cancellation: aborts the request and throws `cancelled`. */
   signal?: AbortSignal
@@ -26,8 +34,9 @@ export interface EventStreamRequestOptions {
  * Anthropic adapters both use it.
  *
  * Throws ModelError only: non-2xx → see `createHttpError`; network failures and connections cut mid-stream
- * → retryable `upstream_error` (the caller knows whether it already yielded); no bytes for `idleTimeoutMs`
- * → `timeout`; `signal` aborted → `cancelled`. A clean end of the body ends the iteration. Stopping the
+ * → retryable `upstream_error` (the caller knows whether it already yielded); no bytes for `idleTimeoutMs`,
+ * or the call past `callTimeoutMs` → `timeout`; the body past `maxAnswerBytes` → `output_too_large`;
+ * `signal` aborted → `cancelled`. A clean end of the body ends the iteration. Stopping the
  * iteration early closes the connection, unless it was at the answer's end (`isLast`): then the rest of
  * the body is read and dropped (for at most a second) and the connection goes back to the pool.
  *
@@ -40,12 +49,20 @@ export async function* streamEventsFromUpstream(
   const { signal } = options
   if (signal?.aborted) throw cancelledError(signal.reason)
   const controller = new AbortController()
-  let abortedBy: 'timeout' | 'cancelled' | undefined
+  let abortedBy: 'timeout' | 'call-timeout' | 'cancelled' | undefined
   const onCallerAbort = (): void => {
     abortedBy ??= 'cancelled'
     controller.abort()
   }
   signal?.addEventListener('abort', onCallerAbort, { once: true })
+  const callTimer =
+    options.callTimeoutMs === undefined
+      ? undefined
+      : setTimeout(() => {
+          abortedBy ??= 'call-timeout'
+          controller.abort()
+        }, options.callTimeoutMs)
+  const maxAnswerBytes = options.maxAnswerBytes ?? Number.POSITIVE_INFINITY
   // The idle clock runs only while we wait on the network, never while the consumer holds a part.
   let idleTimer: ReturnType<typeof setTimeout> | undefined
   const waitingForUpstream = async <T>(work: () => Promise<T>): Promise<T> => {
@@ -63,6 +80,14 @@ export async function* streamEventsFromUpstream(
     if (error instanceof ModelError) return error
     if (abortedBy === 'timeout')
       return new ModelError('timeout', `The upstream sent nothing for ${options.idleTimeoutMs} ms`, { cause: error })
+    if (abortedBy === 'call-timeout')
+      return new ModelError(
+        'timeout',
+        `The model call took longer than ${options.callTimeoutMs} ms (llmCallTimeoutMs)`,
+        {
+          cause: error,
+        },
+      )
     if (abortedBy === 'cancelled') return cancelledError(error)
     const reason = describeNetworkError(error)
     const message =
@@ -108,7 +133,7 @@ export async function* streamEventsFromUpstream(
       let text = ''
       try {
         const current = body
-        text = await waitingForUpstream(() => current.text())
+        text = await waitingForUpstream(() => readAtMost(current, errorBodyBytes))
       } catch (error) {
         // A body we could not read still leaves the status to report, unless we were cancelled.
         if (abortedBy === 'cancelled') throw cancelledError(error)
@@ -121,7 +146,7 @@ export async function* streamEventsFromUpstream(
       let text = ''
       try {
         const current = body
-        text = await waitingForUpstream(() => current.text())
+        text = await waitingForUpstream(() => readAtMost(current, errorBodyBytes))
       } catch (error) {
         throw toModelError(error, 'stream')
       }
@@ -137,10 +162,16 @@ export async function* streamEventsFromUpstream(
     // One streaming decoder: a UTF-8 character split across network chunks is decoded whole.
     const decoder = new TextDecoder('utf-8')
     const chunks = body[Symbol.asyncIterator]() as AsyncIterator<Buffer>
+    let received = 0
     for (;;) {
       const result = await waitingForUpstream(() => chunks.next()).catch((error: unknown) => {
         throw toModelError(error, 'stream')
       })
+      if (!result.done && (received += result.value.length) > maxAnswerBytes)
+        throw new ModelError(
+          'output_too_large',
+          `The upstream's answer passed ${maxAnswerBytes} bytes (llmMaxAnswerBytes); the call was stopped`,
+        )
       if (result.done) {
         // Dispatch a last event the server did not terminate with a blank line.
         parser.feed(`${decoder.decode()}\n\n`)
@@ -157,6 +188,7 @@ export async function* streamEventsFromUpstream(
   } finally {
     signal?.removeEventListener('abort', onCallerAbort)
     clearTimeout(idleTimer)
+    clearTimeout(callTimer)
     if (body && !body.readableEnded && !body.destroyed) {
       // The consumer stopped at the answer's end, which usually comes just before the body's: the rest
       // is read and dropped for a moment, so that the connection goes back to the pool instead of being
@@ -167,6 +199,21 @@ export async function* streamEventsFromUpstream(
       else body.destroy()
     }
   }
+}
+
+/** How much of an error body is read: enough for any provider's error document, not a flood. */
+const errorBodyBytes = 64 * 1024
+
+/** A body's first `limit` bytes as text (the rest is not read; the connection is then closed). */
+async function readAtMost(body: Dispatcher.ResponseData['body'], limit: number): Promise<string> {
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    chunks.push(chunk)
+    size += chunk.length
+    if (size >= limit) break
+  }
+  return new TextDecoder('utf-8').decode(Buffer.concat(chunks).subarray(0, limit))
 }
 
 /**

@@ -1,4 +1,6 @@
 import {
+  defaultUpstreamLimits,
+  type UpstreamLimits,
   ModelError,
   type LanguageModel,
   type ModelParams,
@@ -12,7 +14,7 @@ import { OpenAIStreamParser } from './openai-stream-parser.js'
 import { safeParseJson } from './safe-json.js'
 import { defaultToolsUnsupportedKeywords, modelSecrets, redactModelError } from './upstream-errors.js'
 
-export interface OpenAIChatModelOptions {
+export interface OpenAIChatModelOptions extends UpstreamLimits {
   /** The configured model id (what runs name). */
   id: string
   /** The upstream model name sent as `model`. */
@@ -25,8 +27,6 @@ export interface OpenAIChatModelOptions {
   supportsTools: boolean
   /** Images (`vision`) or PDF documents (`pdf`) in messages (`models[].capabilities`). */
   capabilities?: readonly ModelCapability[]
-  /** Abort when the upstream sends nothing for this long (default 60 000). */
-  idleTimeoutMs?: number
   /** 4xx bodies containing one of these (case-insensitive) mean "this model takes no tools". */
   toolsUnsupportedKeywords?: readonly string[]
   /** Defaults of every request (`temperature`, `max_tokens`, `top_p`, `stop`); a request's own win. */
@@ -94,7 +94,9 @@ export class OpenAIChatModel implements LanguageModel {
           ...openAIMessagesBytes(request.messages, { pdf: this.capabilities.includes('pdf') }),
           closingBrace,
         ]),
-        idleTimeoutMs: options.idleTimeoutMs ?? 60_000,
+        idleTimeoutMs: options.idleTimeoutMs ?? defaultUpstreamLimits.idleTimeoutMs,
+        callTimeoutMs: options.callTimeoutMs ?? defaultUpstreamLimits.callTimeoutMs,
+        maxAnswerBytes: options.maxAnswerBytes ?? defaultUpstreamLimits.maxAnswerBytes,
         toolsUnsupportedKeywords: options.toolsUnsupportedKeywords ?? defaultToolsUnsupportedKeywords,
         signal: request.signal,
         isLast: (event) => event.data.trim() === '[DONE]',

@@ -14,6 +14,9 @@ export interface PGliteLike {
 
 const commandPattern = /^\s*(?:--[^\n]*\n\s*)*(\w+)/
 
+/** What one statement may bind (the wire protocol's 16-bit count). */
+const maxParameters = 65_535
+
 /** How long the idle session is handed over at once, within one turn of the event loop (ms). */
 const turnBudgetMs = 4
 
@@ -70,6 +73,15 @@ export class PGlitePool implements PostgresPool {
           const last = results.at(-1)
           return { command, rowCount: last?.affectedRows ?? last?.rows.length ?? 0, rows: (last?.rows ?? []) as R[] }
         }
+        // The protocol counts parameters in 16 bits: past that, PGlite's session would fall out of step
+        // with us for good (every later read empty), where Postgres only refuses the statement.
+        if (parameters.length > maxParameters)
+          throw Object.assign(
+            new Error(`a statement with ${parameters.length} parameters (at most ${maxParameters})`),
+            {
+              code: '54000',
+            },
+          )
         const values = [...storableParameters(parameters)]
         const result = prepared?.accepts(sql)
           ? await prepared.query<R>(sql, values)
