@@ -243,6 +243,22 @@ describe('loadConfig', () => {
     )
   })
 
+  it('refuses two models with one id, and a model base URL that is not http(s)', async () => {
+    const dir = await workdir({
+      models: [
+        { id: 'a', provider: 'scripted', script: 'hello' },
+        { id: 'b', provider: 'openai', baseUrl: 'not a url' },
+        { id: 'a', provider: 'openai', baseUrl: 'http://127.0.0.1:1/v1' },
+      ],
+    })
+    expect(problemsOf({}, dir)).toEqual(
+      expect.arrayContaining([
+        'models[2].id: "a" is already the id of models[0]',
+        expect.stringMatching(/models\/1\/baseUrl|models\[1\]\.baseUrl/),
+      ]),
+    )
+  })
+
   it('reads compaction settings; refuses an unknown summary model and keepRecent not under threshold', async () => {
     const model = { id: 'a', provider: 'scripted', script: 'hello' }
     const ok = await workdir({ models: [model], compaction: { model: 'a', threshold: 0.6 } })

@@ -258,6 +258,28 @@ for (const engine of new Set(['pglite' as const, ...apiEngines()])) {
       )
     })
 
+    it('a firing whose model was removed from the configuration fails unknown_model, making no conversation', async () => {
+      const created = await create({
+        every: '1h',
+        enabled: false,
+        target: { kind: 'run', input: 'hi', model: 'quick' },
+      })
+      expect(created.status).toBe(201)
+      // As after a restart without that model.
+      await testDb(store)
+        .updateTable('schedules')
+        .set({ target: sql`jsonb_set(target, '{model}', '"gone"')` })
+        .where('id', '=', created.body.id)
+        .execute()
+      const conversations = async () =>
+        (await server.request('GET', `/api/projects/${projectId}/conversations?limit=200`, { token: alice.token })).body
+          .items.length as number
+      const before = await conversations()
+      const fired = await server.request('POST', `/api/schedules/${created.body.id}/run-now`, { token: alice.token })
+      expect(fired.body).toMatchObject({ status: 'failed', error: { code: 'unknown_model' } })
+      expect(await conversations()).toBe(before)
+    })
+
     it('a retried create and run-now with the same Idempotency-Key answer the first again', async () => {
       const body = { every: '1h', enabled: false, name: 'once only', target: { kind: 'run', input: 'digest' } }
       const send = (key: string, sent = body) =>

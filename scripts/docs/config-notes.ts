@@ -34,7 +34,7 @@ export const configNotes: Record<string, ConfigNote> = {
   strictPlugins: { meaning: 'a plugin that cannot load stops the server (also `plinth serve --strict-plugins`)' },
   models: {
     meaning:
-      'model configuration (see [Models](../guides/agent-runs.md#models)); `models[].pricing` `{inputPerMillion, outputPerMillion, cachedInputPerMillion}` prices its calls (see [Usage and cost](../guides/operating.md#usage-and-cost)); `models[].fallbacks` `[modelId…]` and `models[].retries` (0–10) move a failing call to other models (see [Model fallback](../guides/agent-runs.md#model-fallback))',
+      'model configuration (see [Models](../guides/agent-runs.md#models)); each `id` once, `baseUrl` an `http(s)://` URL; `models[].pricing` `{inputPerMillion, outputPerMillion, cachedInputPerMillion}` prices its calls (see [Usage and cost](../guides/operating.md#usage-and-cost)); `models[].fallbacks` `[modelId…]` and `models[].retries` (0–10) move a failing call to other models (see [Model fallback](../guides/agent-runs.md#model-fallback))',
     default: 'demo model',
   },
   defaultModel: {

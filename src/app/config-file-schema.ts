@@ -76,7 +76,7 @@ export const fileSchema = {
           id: { type: 'string', minLength: 1 },
           provider: { enum: ['openai', 'anthropic', 'scripted'] },
           model: { type: 'string' },
-          baseUrl: { type: 'string' },
+          baseUrl: { type: 'string', pattern: '^https?://' },
           apiKeyEnv: { type: 'string' },
           contextWindow: { type: 'integer', minimum: 1 },
           supportsTools: { type: 'boolean' },

@@ -321,6 +321,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     }
   })
   problems.push(...fallbackProblems(models))
+  // One id, one model: a second entry would silently serve the id in the first one's place.
+  models.forEach((model, index) => {
+    const first = models.findIndex((other) => other?.id === model?.id)
+    if (typeof model?.id === 'string' && first < index)
+      problems.push(`models[${index}].id: ${JSON.stringify(model.id)} is already the id of models[${first}]`)
+  })
   const compaction = merged.compaction as { model?: unknown; threshold?: unknown; keepRecent?: unknown } | undefined
   if (typeof compaction?.model === 'string' && !models.some((model) => model?.id === compaction.model))
     problems.push(`compaction.model: no model ${JSON.stringify(compaction.model)} in models[]`)

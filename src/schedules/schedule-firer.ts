@@ -168,6 +168,9 @@ export class ScheduleFirer {
     try {
       const target = schedule.target
       if (target.kind === 'command') return await this.#dispatch(firing, schedule, target)
+      // A model the operator has since removed: refused before a conversation is made for nothing.
+      if (target.model !== undefined && !runs.models.get(target.model))
+        throw new RequestError('unknown_model', `no model ${JSON.stringify(target.model)}; GET /api/models lists them`)
       const { owner, project, conversation } = await this.#place(firing, schedule, target)
       const created = await runs.createRun(
         conversation,
