@@ -389,6 +389,40 @@ describe('runs hardening: leases, decisions and stopping', () => {
     expect(calls).toEqual([{ status: 'cancelled' }])
   })
 
+  it('an approved call whose handler finishes despite a cancel is recorded as done, with its result (audit included)', async () => {
+    model.setTurns([{ toolCalls: [{ name: 'slow__stubborn', arguments: {} }] }, { text: 'after' }])
+    const runId = await start(await conversation())
+    const waiting = await waitForRun(server, alice.token, runId, ['requires_action'])
+    const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
+    const approving = server.request('POST', `/api/decisions/${decisionId}`, {
+      token: alice.token,
+      body: { decision: 'approve' },
+    })
+    const running = () =>
+      testDb(store)
+        .selectFrom('dispatches')
+        .select('id')
+        .where('run_id', '=', runId)
+        .where('status', '=', 'running')
+        .executeTakeFirst()
+    const dispatch = await waitFor(running, { what: "the approved call's dispatch to be running" })
+    expect((await server.request('POST', `/api/runs/${runId}/cancel`, { token: alice.token })).body.status).toBe(
+      'cancelled',
+    )
+    const approved = await approving
+    expect(approved.status).toBe(200)
+    // Its work was done: the record says so, and keeps what it returned.
+    expect(approved.body.dispatch).toMatchObject({ status: 'succeeded', result: { finished: true } })
+    const finished = await testDb(store)
+      .selectFrom('audit_log')
+      .select('envelope')
+      .where('dispatch_id', '=', dispatch.id)
+      .where('step', '=', 'finished')
+      .executeTakeFirstOrThrow()
+    expect(JSON.stringify(finished.envelope)).toMatch(/"status":"succeeded"/)
+    expect((await verifyAuditChain(store)).ok).toBe(true)
+  })
+
   it('the result of an approved call is written with its dispatch: answered when the decision answer returns', async () => {
     model.setTurns([{ toolCalls: [{ name: 'slow__guarded', arguments: {} }] }, { text: 'after' }])
     const runId = await start(await conversation())

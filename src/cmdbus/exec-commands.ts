@@ -135,6 +135,8 @@ async function execute(
       },
       { signal: context.signal, onOutput: (stream, text) => events.push(stream, text) },
     )
+    // Stopped by the cancel (or the deadline): what it printed is not a result.
+    if (context.signal.aborted) throw new Error('stopped by its signal')
     // The head of each stream, not a `result_too_large` with nothing kept.
     const fitted = fitExecResult(result, deps.resultMaxBytes) as unknown as { [key: string]: JsonValue }
     // Images it wrote (a plot): named in the result, shown in the console, sent to vision models.

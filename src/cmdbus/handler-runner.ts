@@ -34,15 +34,17 @@ export async function runHandler(
       Promise.resolve().then(() => command.handler(dispatch.params, context)),
       timedOut,
     ])
-    if (result === 'timeout') {
+    // Past its deadline: what it returned once its time was up is not taken.
+    if (result === 'timeout' || (context.abort.signal.reason as Error | undefined)?.message === 'timeout') {
       outcome = {
         status: 'failed',
         dispatchId: dispatch.id,
         error: { code: 'command_timeout', message: `${command.spec.id} did not finish within ${timeoutMs} ms` },
       }
-    } else if (context.signal.aborted) {
-      outcome = { status: 'cancelled', dispatchId: dispatch.id, error: { code: 'cancelled', message: 'cancelled' } }
     } else {
+      // A handler that returned finished its work, even when a cancel came meanwhile (a handler that
+      // takes no signal, or finished first): its effects happened, so the record says so. One that stops
+      // for its signal throws, and is recorded below as cancelled (docs/guides/writing-a-plugin.md).
       // What is returned is what is stored: NUL and lone surrogates become U+FFFD (docs/security.md).
       const json = storableJsonText(JSON.stringify(result ?? null) ?? 'null')
       const bytes = Buffer.byteLength(json)

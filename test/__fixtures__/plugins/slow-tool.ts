@@ -9,11 +9,11 @@ export default definePlugin({
     registry.addCommand(
       { id: 'slow.wait', title: 'Wait', description: 'Waits until cancelled', paramsSchema: { type: 'object' }, risk: 'low', exposeAsTool: {} },
       (_params, context) =>
-        new Promise((resolve) => {
+        new Promise((resolve, reject) => {
           const timer = setTimeout(() => resolve({ waited: true }), 20_000)
           context.signal.addEventListener('abort', () => {
             clearTimeout(timer)
-            resolve({ aborted: true })
+            reject(new Error('cancelled'))
           })
         }),
     )
@@ -38,13 +38,18 @@ export default definePlugin({
     registry.addCommand(
       { id: 'slow.guarded', title: 'Wait (confirmed)', description: 'Waits until cancelled, after a human approves', paramsSchema: { type: 'object' }, risk: 'low', confirm: true, exposeAsTool: {} },
       (_params, context) =>
-        new Promise((resolve) => {
+        new Promise((resolve, reject) => {
           const timer = setTimeout(() => resolve({ waited: true }), 20_000)
           context.signal.addEventListener('abort', () => {
             clearTimeout(timer)
-            resolve({ aborted: true })
+            reject(new Error('cancelled'))
           })
         }),
+    )
+    // Behind a confirmation, and deaf to its signal (a handler whose work, once begun, completes).
+    registry.addCommand(
+      { id: 'slow.stubborn', title: 'Finish regardless', description: 'Works 800 ms whatever happens, after a human approves', paramsSchema: { type: 'object' }, risk: 'low', confirm: true, exposeAsTool: {} },
+      () => new Promise((resolve) => setTimeout(() => resolve({ finished: true }), 800)),
     )
   },
 })
