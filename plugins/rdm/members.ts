@@ -25,12 +25,22 @@ export async function readMembers(kv: KvStore, projectId: string): Promise<strin
   return asMembers(await kv.get(membersKey(projectId)))
 }
 
-/** Stores the table sorted and deduplicated; an empty table is deleted rather than kept. */
-export async function writeMembers(kv: KvStore, projectId: string, members: readonly string[]): Promise<string[]> {
-  const table = [...new Set(members)].sort()
-  if (table.length === 0) await kv.delete(membersKey(projectId))
-  else await kv.set(membersKey(projectId), table)
-  return table
+/**
+ * Changes the table in one step (`kv.update`: two owners' changes at once both land), stored sorted and
+ * deduplicated; an empty table is deleted rather than kept. Resolves to the table before and after.
+ */
+export async function changeMembers(
+  kv: KvStore,
+  projectId: string,
+  change: (members: string[]) => readonly string[],
+): Promise<{ before: string[]; after: string[] }> {
+  let before: string[] = []
+  const stored = await kv.update(membersKey(projectId), (current) => {
+    before = asMembers(current)
+    const table = [...new Set(change(before))].sort()
+    return table.length === 0 ? undefined : table
+  })
+  return { before, after: asMembers(stored) }
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { JsonValue, KvStore, LogMethod, PluginLogger } from '../extension/index.js'
-import { kvDelete, kvGet, kvList, kvSet, type Store } from '../store/index.js'
+import { kvDelete, kvGet, kvList, kvSet, kvUpdate, type Store } from '../store/index.js'
 
 /** A plugin's namespaced key-value store over `plugin_kv`. */
 export function createPluginKv(store: Store, plugin: string): KvStore {
@@ -8,6 +8,8 @@ export function createPluginKv(store: Store, plugin: string): KvStore {
     set: (key, value) => kvSet(store, plugin, key, value),
     delete: (key) => kvDelete(store, plugin, key),
     list: (prefix) => kvList(store, plugin, prefix),
+    update: (key, change) =>
+      kvUpdate(store, plugin, key, change as (current: JsonValue | undefined) => JsonValue | undefined),
   }
 }
 

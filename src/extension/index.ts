@@ -15,7 +15,7 @@
 import type { PluginDefinition } from './types.js'
 
 /** The version of this surface. Adding bumps minor; changing or removing bumps major. */
-export const SurfaceVersion = '1.7.0'
+export const SurfaceVersion = '1.8.0'
 
 /** Declares a plugin; returns it unchanged (typed). */
 export function definePlugin(definition: PluginDefinition): PluginDefinition {

@@ -40,6 +40,17 @@ export interface KvStore {
   delete(key: string): Promise<void>
   /** Entries whose key starts with `prefix`, in key order. */
   list(prefix?: string): Promise<Array<{ key: string; value: JsonValue }>>
+  /**
+   * Reads the value and writes what `change` makes of it, as one step no other update of the key (on
+   * any instance) comes between: concurrent read-then-set would lose one of two changes. `change`
+   * gets the current value (undefined when there is none) and returns the new one, or undefined to
+   * delete the key; it runs while the key is held, so it must be quick and must not touch the store.
+   * Resolves to what was stored. Since surface 1.8.0.
+   */
+  update<T extends JsonValue = JsonValue>(
+    key: string,
+    change: (current: T | undefined) => JsonValue | undefined,
+  ): Promise<JsonValue | undefined>
 }
 
 /**

@@ -75,7 +75,7 @@ export {
 } from './conversation-repository.js'
 export { listMessages, runMessages, type Message } from './message-repository.js'
 export { findIdempotencyRecord, saveIdempotencyRecord } from './idempotency-repository.js'
-export { kvGet, kvSet, kvDelete, kvList } from './kv-repository.js'
+export { kvGet, kvSet, kvDelete, kvList, kvUpdate } from './kv-repository.js'
 export {
   getMcpConnection,
   findMcpConnectionByState,

@@ -2,6 +2,7 @@ import { sql } from 'kysely'
 import type { JsonValue } from './database.js'
 import { storableJson } from './storable.js'
 import { kysely, type Executor } from './executor.js'
+import type { Store } from './open-store.js'
 
 /** A plugin's namespaced key-value store. */
 export async function kvGet(db: Executor, plugin: string, key: string): Promise<JsonValue | undefined> {
@@ -22,6 +23,25 @@ export async function kvSet(db: Executor, plugin: string, key: string, value: Js
       conflict.columns(['plugin', 'key']).doUpdateSet({ value: storableJson(value), updated_at: new Date() }),
     )
     .execute()
+}
+
+/**
+ * Reads and rewrites one key under a transaction-scoped advisory lock on (plugin, key): updates of the
+ * same key, from any instance, take turns (a row lock cannot hold a key that has no row yet).
+ */
+export async function kvUpdate(
+  store: Store,
+  plugin: string,
+  key: string,
+  change: (current: JsonValue | undefined) => JsonValue | undefined,
+): Promise<JsonValue | undefined> {
+  return store.transaction(async (tx) => {
+    await sql`select pg_advisory_xact_lock(hashtextextended(${`plugin_kv:${plugin}:${key}`}, 0))`.execute(kysely(tx))
+    const next = change(await kvGet(tx, plugin, key))
+    if (next === undefined) await kvDelete(tx, plugin, key)
+    else await kvSet(tx, plugin, key, next)
+    return next
+  })
 }
 
 export async function kvDelete(db: Executor, plugin: string, key: string): Promise<void> {

@@ -22,6 +22,16 @@ export class MemoryKv implements KvStore {
     this.entries.delete(key)
   }
 
+  async update<T extends JsonValue = JsonValue>(
+    key: string,
+    change: (current: T | undefined) => JsonValue | undefined,
+  ): Promise<JsonValue | undefined> {
+    const next = change(await this.get<T>(key))
+    if (next === undefined) this.entries.delete(key)
+    else this.entries.set(key, copy(next))
+    return next === undefined ? undefined : copy(next)
+  }
+
   async list(prefix = ''): Promise<Array<{ key: string; value: JsonValue }>> {
     return [...this.entries.keys()]
       .filter((key) => key.startsWith(prefix))

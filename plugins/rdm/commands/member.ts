@@ -1,5 +1,5 @@
 import type { Host, Registry } from '../../../src/extension/index.js'
-import { readMembers, writeMembers } from '../members.js'
+import { changeMembers, readMembers } from '../members.js'
 import { requireOwner, requireProject } from '../project.js'
 
 interface MemberParams {
@@ -30,11 +30,8 @@ export function registerMembers(registry: Registry, host: Pick<Host, 'accessChan
     async (params, context) => {
       const project = requireProject(context, 'rdm.member.add')
       requireOwner(context, project)
-      const members = await writeMembers(context.kv, project.id, [
-        ...(await readMembers(context.kv, project.id)),
-        params.userId,
-      ])
-      return { projectId: project.id, members }
+      const { after } = await changeMembers(context.kv, project.id, (members) => [...members, params.userId])
+      return { projectId: project.id, members: after }
     },
   )
 
@@ -50,15 +47,12 @@ export function registerMembers(registry: Registry, host: Pick<Host, 'accessChan
     async (params, context) => {
       const project = requireProject(context, 'rdm.member.remove')
       requireOwner(context, project)
-      const current = await readMembers(context.kv, project.id)
-      const members = await writeMembers(
-        context.kv,
-        project.id,
-        current.filter((member) => member !== params.userId),
+      const { before, after } = await changeMembers(context.kv, project.id, (members) =>
+        members.filter((member) => member !== params.userId),
       )
       // The removed member's open streams end now rather than at their next periodic re-check.
-      if (members.length < current.length) await host.accessChanged(project.id)
-      return { projectId: project.id, members }
+      if (after.length < before.length) await host.accessChanged(project.id)
+      return { projectId: project.id, members: after }
     },
   )
 
