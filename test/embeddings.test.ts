@@ -7,6 +7,7 @@ import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   EmbedderMismatchError,
+  EmbeddingError,
   HashingEmbedder,
   Ingestor,
   OpenAIEmbedder,
@@ -313,6 +314,53 @@ describe('ingestion that survives a crash', () => {
     } finally {
       await store.close()
       await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('an embeddings service that stops answering: hybrid search and memory recall go on with full text; vector search is 503', async () => {
+    const store = await openTestStore('pglite')
+    const hashing = new HashingEmbedder()
+    let down = false
+    const flaky = {
+      id: hashing.id,
+      dimensions: hashing.dimensions,
+      batchSize: hashing.batchSize,
+      embed: async (texts: readonly string[]) => {
+        if (down) throw new EmbeddingError('embeddings request failed: connect ECONNREFUSED 127.0.0.1:1')
+        return hashing.embed(texts)
+      },
+    }
+    const server = await startTestServer(store, { embedder: flaky })
+    try {
+      const user = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
+        .id
+      const added = await server.request('POST', `/api/projects/${project}/knowledge`, {
+        token: user.token,
+        body: { title: 'Zebras', text: 'Zebra stripes confuse biting flies.' },
+      })
+      expect(added.status).toBe(201)
+      const remembered = await server.request('POST', '/api/memories', {
+        token: user.token,
+        body: { key: 'tea', text: 'prefers green tea' },
+      })
+      expect(remembered.status).toBe(201)
+      down = true
+      const search = await server.request('GET', `/api/projects/${project}/search?q=zebra`, { token: user.token })
+      expect(search.status).toBe(200)
+      expect(search.body.items.map((hit: { title: string }) => hit.title)).toEqual(['Zebras'])
+      const vector = await server.request('GET', `/api/projects/${project}/search?q=zebra&mode=vector`, {
+        token: user.token,
+      })
+      expect(vector.status).toBe(503)
+      expect(vector.body.code).toBe('service_unavailable')
+      expect(vector.body.detail).toMatch(/embeddings service did not answer.*mode=fulltext/)
+      const recalled = await server.request('GET', '/api/memories?q=tea', { token: user.token })
+      expect(recalled.status).toBe(200)
+      expect(recalled.body.items.map((memory: { key: string }) => memory.key)).toEqual(['tea'])
+    } finally {
+      await server.close()
+      await store.close()
     }
   })
 

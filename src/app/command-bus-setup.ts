@@ -100,6 +100,7 @@ export async function setUpCommandBus(
     embedder,
     adapter: () => catalog.projectAuthz,
     ...(options.minSimilarity !== undefined && { minSimilarity: options.minSimilarity }),
+    log: createPluginLogger(options.logger, 'rag'),
   })
   const ingestor = new Ingestor({
     store,

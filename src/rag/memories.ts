@@ -146,10 +146,10 @@ export class Memories {
     const k = options.k ?? 5
     const candidates = Math.max(20, k * 3)
     const embedder = this.#retriever.embedder
-    const [embedding] = await embedder.embed([query], options.signal)
+    const embedding = await this.#retriever.embedQuery(query, false, options.signal)
     const [fulltext, vector] = await Promise.all([
       searchMemoriesFullText(this.#store, scope, tsqueryStages(tokens), candidates),
-      searchMemoriesVector(this.#store, scope, embedding!, embedder.dimensions, candidates),
+      embedding ? searchMemoriesVector(this.#store, scope, embedding, embedder.dimensions, candidates) : [],
     ])
     const fused = new Map<string, MemoryHit>()
     const add = (list: Array<Memory & { score: number }>, path: 'fulltext' | 'vector') =>

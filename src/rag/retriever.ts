@@ -1,5 +1,6 @@
-import type { ProjectAction, ProjectAuthzAdapter } from '../extension/index.js'
+import type { PluginLogger, ProjectAction, ProjectAuthzAdapter } from '../extension/index.js'
 import {
+  RequestError,
   getProject,
   liveProjectIdsOwnedBy,
   searchChunksFullText,
@@ -8,7 +9,7 @@ import {
   type ChunkScope,
   type Store,
 } from '../store/index.js'
-import { HashingEmbedder, type Embedder } from './embeddings.js'
+import { EmbeddingError, HashingEmbedder, type Embedder } from './embeddings.js'
 import { Memories } from './memories.js'
 import { queryTokens, snippet, tsqueryStages } from './text.js'
 import { inSpan, setContent } from '../telemetry/index.js'
@@ -80,13 +81,17 @@ export class Retriever {
   readonly #floorSet: boolean
   /** Long-term memory, searched the same way (docs/guides/memory.md). */
   readonly memories: Memories
+  readonly #log: Pick<PluginLogger, 'warn'> | undefined
 
   constructor(options: {
     store: Store
     embedder: Embedder | (() => Embedder)
     adapter: () => ProjectAuthzAdapter | null
     minSimilarity?: number
+    /** Where a hybrid search that went on without its vector half says so. */
+    log?: Pick<PluginLogger, 'warn'>
   }) {
+    this.#log = options.log
     this.#store = options.store
     this.#minSimilarity = options.minSimilarity ?? defaultMinSimilarity
     this.#floorSet = options.minSimilarity !== undefined
@@ -94,6 +99,29 @@ export class Retriever {
     this.#embedder = typeof embedder === 'function' ? embedder : () => embedder
     this.#adapter = options.adapter
     this.memories = new Memories(options.store, this)
+  }
+
+  /**
+   * The query's embedding. An embeddings service that does not answer leaves a hybrid search to its
+   * full-text half (logged), and fails one that needs the vector (`vectorOnly`) with 503
+   * `service_unavailable`: full text still answers, a 500 would call it a bug.
+   */
+  async embedQuery(query: string, vectorOnly: boolean, signal?: AbortSignal): Promise<number[] | undefined> {
+    try {
+      const [embedding] = await this.#embedder().embed([query], signal)
+      return embedding
+    } catch (error) {
+      if (!(error instanceof EmbeddingError) || signal?.aborted) throw error
+      if (vectorOnly)
+        throw new RequestError(
+          'service_unavailable',
+          `the embeddings service did not answer (${error.message}); full-text search (mode=fulltext) still works`,
+        )
+      this.#log?.warn('the embeddings service did not answer; the search used full text only', {
+        message: error.message,
+      })
+      return undefined
+    }
   }
 
   /** The hybrid relevance floor (config `knowledge.minSimilarity`). */
@@ -204,14 +232,15 @@ export class Retriever {
     }
     if (mode !== 'fulltext') {
       const embedder = this.#embedder()
-      const [embedding] = await embedder.embed([query], options.signal)
-      for (const part of scopes)
-        lists.push(
-          searchChunksVector(store, part, embedding!, embedder.dimensions, candidates).then((hits) => ({
-            path: 'vector' as const,
-            hits,
-          })),
-        )
+      const embedding = await this.embedQuery(query, mode === 'vector', options.signal)
+      if (embedding)
+        for (const part of scopes)
+          lists.push(
+            searchChunksVector(store, part, embedding, embedder.dimensions, candidates).then((hits) => ({
+              path: 'vector' as const,
+              hits,
+            })),
+          )
     }
     const fused = new Map<
       string,

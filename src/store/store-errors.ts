@@ -105,6 +105,7 @@ export type RequestErrorCode =
   | 'too_many_webhooks'
   | 'webhook_disabled'
   | 'knowledge_not_ingested'
+  | 'service_unavailable'
 
 /**
  * A request a module service refuses (an expected outcome for the caller, not a fault). `errors` names
