@@ -167,6 +167,29 @@ describe('the recorded embedder', () => {
     }
   })
 
+  it('memories count as embedded too: another embedder is refused until re-embedding, which covers them', async () => {
+    const store = await openTestStore('pglite')
+    try {
+      await prepareEmbeddings(store, new HashingEmbedder(256))
+      const user = await createUser(store, 'memory-owner')
+      if ('error' in user) throw new Error('name taken')
+      const before = new Retriever({ store, embedder: new HashingEmbedder(256), adapter: () => null })
+      await before.memories.remember(user.id, { text: 'prefers green tea', key: 'tea' })
+      const smaller = new HashingEmbedder(64)
+      expect(await prepareEmbeddings(store, smaller).catch((error: unknown) => error)).toBeInstanceOf(
+        EmbedderMismatchError,
+      )
+      expect(await reembedAll(store, smaller)).toBe(1)
+      await prepareEmbeddings(store, smaller)
+      const { rows } = await sql<{ dims: number }>`select vector_dims(embedding) as dims from memories`.execute(
+        testDb(store),
+      )
+      expect(rows).toEqual([{ dims: 64 }])
+    } finally {
+      await store.close()
+    }
+  })
+
   it('`plinth knowledge reembed` re-embeds with a progress report, and serve refuses a mismatched embedder until then', async () => {
     const cwd = await mkdtemp(join(tmpdir(), 'plinth-reembed-'))
     try {

@@ -1,5 +1,5 @@
 import { SingleBar, Presets } from 'cli-progress'
-import { hasUsers, openStore, type Store } from '../store/index.js'
+import { countAllMemories, hasUsers, openStore, type Store } from '../store/index.js'
 import { createEmbedder, reembedAll } from '../rag/index.js'
 import { announceServer } from './admin-client.js'
 import { releaseYoungGeneration } from './young-generation.js'
@@ -73,9 +73,10 @@ async function createFirstUser(store: Store, io: Io): Promise<void> {
   io.out(issued.token.token)
 }
 
-/** Re-embeds every chunk with the configured embedder, showing progress (a bar on a terminal). */
+/** Re-embeds every chunk and memory with the configured embedder, showing progress (a bar on a terminal). */
 export async function reembed(store: Store, config: PlinthConfig, io: Io): Promise<number> {
   const embedder = createEmbedder(config.embeddings)
+  const memories = await countAllMemories(store)
   const bar =
     io === processIo && process.stderr.isTTY
       ? new SingleBar(
@@ -98,7 +99,8 @@ export async function reembed(store: Store, config: PlinthConfig, io: Io): Promi
     }
   })
   bar?.stop()
-  io.out(`re-embedded ${chunks(done)} with ${embedder.id}`)
+  const memoryText = memories > 0 ? ` and ${memories} memor${memories === 1 ? 'y' : 'ies'}` : ''
+  io.out(`re-embedded ${chunks(done - memories)}${memoryText} with ${embedder.id}`)
   return 0
 }
 

@@ -1,6 +1,9 @@
 import {
   chunksAfter,
+  countAllMemories,
   countKnowledgeChunks,
+  memoriesAfter,
+  updateMemoryEmbeddings,
   dropVectorIndexes,
   ensureVectorIndex,
   getRagSettings,
@@ -18,7 +21,7 @@ export class EmbedderMismatchError extends Error {
   readonly code = 'embedder_mismatch'
   constructor(recorded: { embedder: string; dimensions: number }, configured: Embedder) {
     super(
-      `the knowledge in this database was embedded with ${recorded.embedder} (${recorded.dimensions} dimensions), but the configuration now says ` +
+      `the knowledge and memories in this database were embedded with ${recorded.embedder} (${recorded.dimensions} dimensions), but the configuration now says ` +
         `${configured.id} (${configured.dimensions} dimensions). Run \`plinth knowledge reembed\` to re-embed everything with the configured ` +
         'embedder, or restore the previous "embeddings" settings.',
     )
@@ -33,7 +36,9 @@ export class EmbedderMismatchError extends Error {
 export async function prepareEmbeddings(store: Store, embedder: Embedder): Promise<void> {
   const recorded = await getRagSettings(store)
   if (recorded && recorded.embedder !== embedder.id) {
-    if ((await countKnowledgeChunks(store)) > 0) throw new EmbedderMismatchError(recorded, embedder)
+    // Memories are searched with the same embedder: vectors of another would silently miss.
+    if ((await countKnowledgeChunks(store)) > 0 || (await countAllMemories(store)) > 0)
+      throw new EmbedderMismatchError(recorded, embedder)
   }
   if (!recorded || recorded.embedder !== embedder.id) await setRagSettings(store, embedder.id, embedder.dimensions)
   // A fresh database holds nothing an older tokenizer indexed.
@@ -58,16 +63,16 @@ export async function vectorIndexWarning(store: Store): Promise<string | undefin
 }
 
 /**
- * Re-embeds every chunk with `embedder`, in batches, then records it and rebuilds the index for its
- * dimension. The old index is dropped first (updating an indexed column row by row is slow).
- * `onProgress(done, total)` is called after every batch.
+ * Re-embeds every chunk, then every memory, with `embedder`, in batches, then records it and rebuilds
+ * the index for its dimension. The old index is dropped first (updating an indexed column row by row
+ * is slow). `onProgress(done, total)` is called after every batch.
  */
 export async function reembedAll(
   store: Store,
   embedder: Embedder,
   onProgress: (done: number, total: number) => void = () => undefined,
 ): Promise<number> {
-  const total = await countKnowledgeChunks(store)
+  const total = (await countKnowledgeChunks(store)) + (await countAllMemories(store))
   await dropVectorIndexes(store)
   let done = 0
   let after = ''
@@ -87,6 +92,24 @@ export async function reembedAll(
     )
     done += page.length
     after = page.at(-1)!.id
+    onProgress(done, total)
+  }
+  for (let afterMemory = ''; ;) {
+    const page = await memoriesAfter(store, afterMemory, embedder.batchSize * 4)
+    if (page.length === 0) break
+    const vectors: number[][] = []
+    for (let start = 0; start < page.length; start += embedder.batchSize)
+      vectors.push(
+        ...(await embedder.embed(page.slice(start, start + embedder.batchSize).map((memory) => memory.text))),
+      )
+    await store.transaction((tx) =>
+      updateMemoryEmbeddings(
+        tx,
+        page.map((memory, index) => ({ id: memory.id, embedding: vectors[index]! })),
+      ),
+    )
+    done += page.length
+    afterMemory = page.at(-1)!.id
     onProgress(done, total)
   }
   await setRagSettings(store, embedder.id, embedder.dimensions)

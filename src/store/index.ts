@@ -265,6 +265,8 @@ export { latestCompaction, listCompactions, insertCompaction, type Compaction } 
 export {
   upsertMemory,
   memoriesAfter,
+  countAllMemories,
+  updateMemoryEmbeddings,
   updateMemory,
   getMemory,
   findMemoryByKey,

@@ -227,6 +227,24 @@ function toMemory(row: MemoryRow): Memory {
   }
 }
 
+/** How many memories there are, of every scope (whether an embedder change leaves vectors behind). */
+export async function countAllMemories(db: Executor): Promise<number> {
+  const { rows } = await sql<{ n: number | string }>`select count(*) as n from memories`.execute(kysely(db))
+  return Number(rows[0]?.n ?? 0)
+}
+
+/** New embeddings of memories (a re-embed with another embedder). */
+export async function updateMemoryEmbeddings(
+  tx: Executor,
+  updates: ReadonlyArray<{ id: string; embedding: readonly number[] }>,
+): Promise<void> {
+  if (updates.length === 0) return
+  const values = updates.map((update) => sql`(${update.id}, ${vectorLiteral(update.embedding)}::vector)`)
+  await sql`update memories m set embedding = v.embedding from (values ${sql.join(values)}) as v (id, embedding) where m.id = v.id`.execute(
+    kysely(tx),
+  )
+}
+
 /** Memories in id order after `afterId` (their text), for indexing them again. */
 export async function memoriesAfter(
   db: Executor,
