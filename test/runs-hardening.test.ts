@@ -211,10 +211,16 @@ describe('runs hardening: leases, decisions and stopping', () => {
   let projectId: string
   const slowPlugin = new URL('./__fixtures__/plugins/slow-tool.ts', import.meta.url).pathname
   const model = new ScriptedModel({ id: 'scripted', turns: [] })
+  const adminToken = 'admin-token-of-the-hardening-tests'
 
   beforeAll(async () => {
     store = await openTestStore('pglite')
-    server = await startTestServer(store, { plugins: ['rdm', slowPlugin], models: [model], actionTtlMs: 2_000 })
+    server = await startTestServer(store, {
+      plugins: ['rdm', slowPlugin],
+      models: [model],
+      actionTtlMs: 2_000,
+      adminToken,
+    })
     alice = await server.createUser()
     projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'leases' } })).body
       .id
@@ -387,6 +393,48 @@ describe('runs hardening: leases, decisions and stopping', () => {
       .where('run_id', '=', runId)
       .execute()
     expect(calls).toEqual([{ status: 'cancelled' }])
+  })
+
+  it('a user disabled while their run works has the run ended (access_revoked), not left to finish', async () => {
+    const bob = await server.createUser()
+    const bobProject = (await server.request('POST', '/api/projects', { token: bob.token, body: { name: 'b' } })).body
+      .id
+    const bobConversation = (
+      await server.request('POST', `/api/projects/${bobProject}/conversations`, { token: bob.token, body: {} })
+    ).body.id
+    model.setTurns([{ toolCalls: [{ name: 'slow__wait', arguments: {} }] }, { text: 'after' }])
+    const created = await server.request('POST', `/api/conversations/${bobConversation}/runs`, {
+      token: bob.token,
+      body: { input: 'hi' },
+    })
+    expect(created.status).toBe(201)
+    const runId = created.body.id as string
+    const status = async () =>
+      (await testDb(store).selectFrom('runs').select('status').where('id', '=', runId).executeTakeFirstOrThrow()).status
+    await waitFor(
+      () =>
+        testDb(store)
+          .selectFrom('dispatches')
+          .select('id')
+          .where('run_id', '=', runId)
+          .where('status', '=', 'running')
+          .executeTakeFirst(),
+      { what: 'the tool call to be running' },
+    )
+    const disabled = await server.request('PATCH', `/api/admin/users/${bob.user.id}`, {
+      token: adminToken,
+      body: { disabled: true },
+    })
+    expect(disabled.status).toBe(200)
+    // Ended by the disabling, not left to finish once the tool's 20 s are up.
+    const ended = await waitFor(
+      async () => {
+        const now = await status()
+        return ['cancelled', 'completed', 'failed'].includes(now) ? now : undefined
+      },
+      { what: 'the disabled user’s run to end', timeoutMs: 40_000 },
+    )
+    expect(ended).toBe('cancelled')
   })
 
   it('an approved call whose handler finishes despite a cancel is recorded as done, with its result (audit included)', async () => {

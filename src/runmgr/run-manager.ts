@@ -34,6 +34,7 @@ import {
   type Prefetched,
   type Project,
   getConversation,
+  getUser,
   type AccessSubject,
   type Run,
   type RunProfile,
@@ -573,11 +574,12 @@ export class RunManager {
     }
   }
 
-  /** Cancels the run (`access_revoked`) when its owner may no longer see its conversation. */
+  /** Cancels the run (`access_revoked`) when its owner was disabled or may no longer see its conversation. */
   async #endWithoutAccess(run: Run): Promise<void> {
     if (terminalRunStatuses.includes(run.status)) return
-    if (await this.#options.bus.maySee(run.ownerId, run.conversationId)) return
-    this.#options.log.info('run ended: its owner lost access to the conversation', { runId: run.id })
+    const owner = await getUser(this.#options.store, run.ownerId)
+    if (owner && !owner.disabled && (await this.#options.bus.maySee(run.ownerId, run.conversationId))) return
+    this.#options.log.info('run ended: its owner was disabled or lost access to the conversation', { runId: run.id })
     await this.cancel(run.id, 'access_revoked')
   }
 

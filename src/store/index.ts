@@ -36,6 +36,7 @@ export { announceDecidedCallStarted, lockRunOf, runEndedSignal } from './decided
 export { streamEvents } from './event-stream.js'
 export {
   createUser,
+  getUser,
   hasUsers,
   activeUserIds,
   countActiveUsers,
