@@ -243,6 +243,14 @@ describe('loadConfig', () => {
     )
   })
 
+  it('refuses PGlite shared buffers the embedded database cannot start with', async () => {
+    const dir = await workdir({})
+    expect(problemsOf({ PLINTH_PGLITE_SHARED_BUFFERS: '2GB' }, dir)).toEqual([
+      'pgliteSharedBuffers: at most 1536MB (the embedded database does not start with more), got 2GB',
+    ])
+    expect(loadConfig({ PLINTH_PGLITE_SHARED_BUFFERS: '1536MB' }, dir).pgliteSharedBuffers).toBe('1536MB')
+  })
+
   it('refuses two models with one id, and a model base URL that is not http(s)', async () => {
     const dir = await workdir({
       models: [

@@ -308,7 +308,7 @@ export const configNotes: Record<string, ConfigNote> = {
   },
   pgliteSharedBuffers: {
     meaning:
-      "the embedded database's shared buffers (Postgres' 128MB default is what made it big: its WASM memory never shrinks); raise it for large knowledge bases on PGlite",
+      "the embedded database's shared buffers (Postgres' 128MB default is what made it big: its WASM memory never shrinks); raise it for large knowledge bases on PGlite, up to 1536MB (it does not start with 2GB)",
   },
   pgliteCompiler: {
     meaning:

@@ -321,6 +321,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd: string = p
     }
   })
   problems.push(...fallbackProblems(models))
+  // PGlite does not start with 2GB or more (it fails with a message that names nothing); 1536MB does.
+  const buffers = /^(\d+)(kB|MB|GB)$/.exec(String(merged.pgliteSharedBuffers ?? ''))
+  if (
+    buffers &&
+    Number(buffers[1]) * { kB: 1, MB: 1024, GB: 1024 * 1024 }[buffers[2] as 'kB' | 'MB' | 'GB'] > 1536 * 1024
+  )
+    problems.push(
+      `pgliteSharedBuffers: at most 1536MB (the embedded database does not start with more), got ${buffers[0]}`,
+    )
   // One id, one model: a second entry would silently serve the id in the first one's place.
   models.forEach((model, index) => {
     const first = models.findIndex((other) => other?.id === model?.id)
