@@ -29,6 +29,22 @@ describe('PGlite pool', () => {
     }
   }
 
+  it('refuses a statement binding more parameters than the protocol counts, and the session goes on', async () => {
+    await withPool(async (pool) => {
+      const client = await pool.connect()
+      try {
+        // Past 65,535 the count wraps: PGlite's session would fall out of step for good.
+        const values = Array.from({ length: 70_000 }, (_, index) => index)
+        const text = `select ${values.map((_, index) => `$${index + 1}::int`).join(' + ')} as n`
+        await expect(client.query(text, values)).rejects.toMatchObject({ code: '54000' })
+        const after = await client.query<{ n: number }>('select $1::int + 1 as n', [41])
+        expect(after.rows).toEqual([{ n: 42 }])
+      } finally {
+        client.release()
+      }
+    })
+  })
+
   it('lets timers and I/O in between statements while many callers queue for the session', async () => {
     await withPool(async (pool) => {
       const callers = 20
