@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { ScriptedModel, type LanguageModel, type ModelRequest, type StreamPart } from '../src/llm/index.js'
-import type { Store } from '../src/store/index.js'
+import { getConversation, type Store } from '../src/store/index.js'
 import { apiEngines, openTestStore } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
 import { verifyAuditChain } from '../src/cmdbus/index.js'
@@ -433,6 +433,32 @@ describe('runs hardening: leases, decisions and stopping', () => {
         return ['cancelled', 'completed', 'failed'].includes(now) ? now : undefined
       },
       { what: 'the disabled user’s run to end', timeoutMs: 40_000 },
+    )
+    expect(ended).toBe('cancelled')
+  })
+
+  it('a run created just after an access change, by someone who can no longer see the conversation, is ended', async () => {
+    // The window a request's own check leaves: access changed after it, before the run had a driver
+    // (where the change's re-check of driven runs could not see it). Here the run is created for a
+    // user who never could see the conversation, right after an announcement.
+    const mallory = await server.createUser()
+    const aliceConversation = (await getConversation(store, await conversation()))!
+    // Any access announcement (a project created) opens the window.
+    await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'announce' } })
+    model.setTurns([{ toolCalls: [{ name: 'slow__wait', arguments: {} }] }, { text: 'after' }])
+    const created = await server.runs.createRun(aliceConversation, mallory.user.id, { input: 'hi' })
+    expect('run' in created).toBe(true)
+    const runId = 'run' in created ? created.run.id : ''
+    const ended = await waitFor(
+      async () => {
+        const { status } = await testDb(store)
+          .selectFrom('runs')
+          .select('status')
+          .where('id', '=', runId)
+          .executeTakeFirstOrThrow()
+        return ['cancelled', 'completed', 'failed'].includes(status) ? status : undefined
+      },
+      { what: 'the run to end', timeoutMs: 40_000 },
     )
     expect(ended).toBe('cancelled')
   })

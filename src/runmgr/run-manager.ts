@@ -146,6 +146,9 @@ export interface CreateRunInput {
  * holding a run's lease is its only writer: each of its writes is fenced by the lease, so a driver whose
  * lease passed to another instance (or whose run was cancelled elsewhere) changes nothing and stops.
  */
+/** How long after an access announcement a new run's owner is checked again (covers the request's own check). */
+const accessRecheckWindowMs = 10_000
+
 /** Failures a run can be resumed from: upstream trouble, an interruption, a model configured again. */
 const resumableCodes = [
   'upstream_error',
@@ -172,6 +175,8 @@ export class RunManager {
   readonly #retention: RetentionSweeper
   readonly #compactor: Compactor
   readonly #windows = new WindowCache()
+  /** When the last access announcement came (performance.now()): see createRun. */
+  #accessChangedAt = Number.NEGATIVE_INFINITY
   #unsubscribe: Array<() => void> = []
 
   constructor(options: RunManagerOptions) {
@@ -445,6 +450,14 @@ export class RunManager {
       await this.#supersede(conversation.id, hooks.beforeSupersede)
       created = await create(false)
     }
+    // Access changed while this run was being created (after the request's check, before a driver held
+    // it, where the change's own re-check could not see it): its owner's access is checked once more.
+    if ('run' in created && performance.now() - this.#accessChangedAt < accessRecheckWindowMs) {
+      const run = created.run
+      void this.#endWithoutAccess(run).catch((error: unknown) =>
+        this.#options.log.warn('could not re-check a new run’s access', { runId: run.id, err: error }),
+      )
+    }
     // The owner of the project may write there (anyone else: the driver asks).
     if ('run' in created && created.run.status === 'running') {
       this.#pool.spawn(created.run.id, lease.owner, {
@@ -540,6 +553,7 @@ export class RunManager {
    */
   #recheckAccess(subject?: AccessSubject): void {
     const { store, log } = this.#options
+    if (subject) this.#accessChangedAt = performance.now()
     for (const runId of this.#pool.drivenRunIds()) {
       void (async () => {
         const run = await getRun(store, runId)
