@@ -443,8 +443,12 @@ describe('runs hardening: leases, decisions and stopping', () => {
     // user who never could see the conversation, right after an announcement.
     const mallory = await server.createUser()
     const aliceConversation = (await getConversation(store, await conversation()))!
-    // Any access announcement (a project created) opens the window.
-    await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'announce' } })
+    // An access announcement about the conversation's project (any change to it announces) opens the
+    // window; one about another project does not concern this run.
+    expect(
+      (await server.request('PATCH', `/api/projects/${projectId}`, { token: alice.token, body: { description: 'x' } }))
+        .status,
+    ).toBe(200)
     model.setTurns([{ toolCalls: [{ name: 'slow__wait', arguments: {} }] }, { text: 'after' }])
     const created = await server.runs.createRun(aliceConversation, mallory.user.id, { input: 'hi' })
     expect('run' in created).toBe(true)

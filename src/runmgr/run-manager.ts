@@ -175,8 +175,8 @@ export class RunManager {
   readonly #retention: RetentionSweeper
   readonly #compactor: Compactor
   readonly #windows = new WindowCache()
-  /** When the last access announcement came (performance.now()): see createRun. */
-  #accessChangedAt = Number.NEGATIVE_INFINITY
+  /** When each subject's last access announcement came (performance.now()), for a while: see createRun. */
+  readonly #accessChanges = new Map<AccessSubject, number>()
   #unsubscribe: Array<() => void> = []
 
   constructor(options: RunManagerOptions) {
@@ -452,7 +452,7 @@ export class RunManager {
     }
     // Access changed while this run was being created (after the request's check, before a driver held
     // it, where the change's own re-check could not see it): its owner's access is checked once more.
-    if ('run' in created && performance.now() - this.#accessChangedAt < accessRecheckWindowMs) {
+    if ('run' in created && this.#accessChangedFor(created.run)) {
       const run = created.run
       void this.#endWithoutAccess(run).catch((error: unknown) =>
         this.#options.log.warn('could not re-check a new run’s access', { runId: run.id, err: error }),
@@ -553,7 +553,7 @@ export class RunManager {
    */
   #recheckAccess(subject?: AccessSubject): void {
     const { store, log } = this.#options
-    if (subject) this.#accessChangedAt = performance.now()
+    if (subject) this.#noteAccessChange(subject)
     for (const runId of this.#pool.drivenRunIds()) {
       void (async () => {
         const run = await getRun(store, runId)
@@ -566,6 +566,21 @@ export class RunManager {
       this.#recheckUndriven(subject).catch((error: unknown) =>
         log.warn('could not re-check waiting runs’ access', { subject, err: error }),
       )
+  }
+
+  #noteAccessChange(subject: AccessSubject): void {
+    const now = performance.now()
+    for (const [known, at] of this.#accessChanges)
+      if (now - at >= accessRecheckWindowMs) this.#accessChanges.delete(known)
+    this.#accessChanges.set(subject, now)
+  }
+
+  /** Whether an announcement that may concern the run (its owner, its project, everyone) came lately. */
+  #accessChangedFor(run: Run): boolean {
+    const now = performance.now()
+    return (['all', `user:${run.ownerId}`, `project:${run.projectId}`] as const).some(
+      (subject) => now - (this.#accessChanges.get(subject) ?? Number.NEGATIVE_INFINITY) < accessRecheckWindowMs,
+    )
   }
 
   async #recheckUndriven(subject: AccessSubject): Promise<void> {
