@@ -186,24 +186,28 @@ export async function renderConversation(main, conversationId, context) {
     }
   }
 
+  // The last run is read before the transcript: a run that starts (and even ends) between the two reads
+  // is then after the point the conversation's stream resumes from, so it is followed, not missed.
+  const last = conversation.activeRunId
+    ? null
+    : (await api.get(`/api/conversations/${conversationId}/runs${query({ limit: 1 })}`).catch(() => null))?.items?.[0]
+  const ended = (run) => ['completed', 'failed', 'cancelled', 'expired'].includes(run.status)
+  const active = conversation.activeRunId ?? (last && !ended(last) ? last.id : null)
   // The transcript, without the active run's messages: its stream replays them from its start.
   const messages = await loadTranscript(api, conversationId)
-  view.transcript(messages.filter((message) => !conversation.activeRunId || message.runId !== conversation.activeRunId))
+  view.transcript(messages.filter((message) => !active || message.runId !== active))
   await view.loadCompactions()
-  if (conversation.activeRunId) watch(conversation.activeRunId)
+  if (active) watch(active)
   else {
     // Reopened after the fact: a last run that did not complete says how it ended, and why.
-    const last = (await api.get(`/api/conversations/${conversationId}/runs${query({ limit: 1 })}`).catch(() => null))
-      ?.items?.[0]
     if (last && ['failed', 'cancelled', 'expired'].includes(last.status)) {
       runStatus.textContent = endedText(last.status, last.error, last.cancelReason)
       runStatus.dataset.runStatus = last.status
     }
     input.focus()
-    // A run started since the conversation was read is followed; else the stream resumes after the
-    // last run's end (a conversation without runs: from its start, which holds little).
-    if (last && !['completed', 'failed', 'cancelled', 'expired'].includes(last.status)) watch(last.id)
-    else if (last) {
+    // The stream resumes after the last run's end (a conversation without runs: from its start, which
+    // holds little); what it replays of runs the transcript already shows is not shown twice.
+    if (last) {
       followed.add(last.id)
       followIdle(await lastEventOf(api, last.id, onCleanup))
     } else followIdle(0, { fromStart: true })

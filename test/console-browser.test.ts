@@ -521,6 +521,42 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.close()
   })
 
+  it('a run that starts and ends while the conversation opens is shown', async () => {
+    const projectId = await project('Opened meanwhile', 'markdown')
+    const conversation = (
+      await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    ).body.id
+    await http(server.url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
+      token,
+      body: { input: 'the first question' },
+    })
+    const page = await newPage()
+    // The page's look at the last run is held until a run started elsewhere has ended.
+    let release!: () => void
+    const released = new Promise<void>((resolve) => (release = resolve))
+    let held!: () => void
+    const holding = new Promise<void>((resolve) => (held = resolve))
+    await page.route(
+      (url) => url.pathname === `/api/conversations/${conversation}/runs` && url.searchParams.get('limit') === '1',
+      async (route) => {
+        held()
+        await released
+        await route.continue()
+      },
+    )
+    const signedIn = signIn(page, `#/conversations/${conversation}`)
+    await holding
+    const meanwhile = await http(server.url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
+      token,
+      body: { input: 'asked while the page opened' },
+    })
+    expect(meanwhile.body.status).toBe('completed')
+    release()
+    await signedIn
+    await page.waitForSelector('.msg.user >> text=asked while the page opened')
+    await page.close()
+  })
+
   it('adds knowledge and finds it by search', async () => {
     const projectId = await project('Knowledge', 'decide')
     const page = await newPage()
