@@ -247,6 +247,45 @@ for (const engine of apiEngines()) {
       expect(text(continued)).toBe('Both written.')
     })
 
+    it('two approvals and a client tool answered in one request: the message goes on to the answer', async () => {
+      model.setTurns([
+        {
+          toolCalls: [
+            { name: 'rdm__draft__compose', arguments: { title: 'First', body: 'a' } },
+            { name: 'rdm__draft__compose', arguments: { title: 'Second', body: 'b' } },
+            { name: 'pick_color', arguments: { from: ['red', 'blue'] } },
+          ],
+        },
+        { text: 'All three done.' },
+      ])
+      const body = {
+        clientTools: [{ name: 'pick_color', description: 'Ask the user for a color', parameters: { type: 'object' } }],
+      }
+      const conversationId = await conversation()
+      const first = userMessage('write two and ask me')
+      const asked = await send(conversationId, [first], { body })
+      const [a, b, pick] = tools(asked)
+      expect([a!.state, b!.state, pick!.state]).toEqual(['approval-requested', 'approval-requested', 'input-available'])
+      // What the client holds once the person approved both and the client tool ran, sent at once.
+      const all: UIMessage = {
+        ...asked,
+        parts: asked.parts.map((part) => {
+          const tool = part as unknown as ToolPart
+          if (part.type !== 'dynamic-tool') return part
+          return (tool.state === 'approval-requested'
+            ? { ...part, state: 'approval-responded', approval: { ...tool.approval, approved: true } }
+            : { ...part, state: 'output-available', output: { color: 'blue' } }) as unknown as typeof part
+        }),
+      }
+      const continued = await send(conversationId, [first, all], { continuing: all, body })
+      expect(tools(continued).map((part) => [part.toolCallId, part.state])).toEqual([
+        [a!.toolCallId, 'output-available'],
+        [b!.toolCallId, 'output-available'],
+        [pick!.toolCallId, 'output-available'],
+      ])
+      expect(text(continued)).toBe('All three done.')
+    })
+
     it('a denied approval rejects the call: the part is output-denied and the run goes on', async () => {
       model.setTurns([
         { toolCalls: [{ name: 'rdm__draft__compose', arguments: { title: 'Never', body: 'x' } }] },

@@ -164,7 +164,11 @@ export function registerUiStreamRoutes(app: App, deps: ServerDeps): void {
           runId: run.id,
           conversationId: conversation.id,
           afterId: point.waitingSince ?? point.waitingAt ?? point.lastId,
-          end: { waitingAt: null, liveAfter: point.lastId },
+          end: {
+            waitingAt: null,
+            liveAfter: point.lastId,
+            answered: new Set([...asked.approvals.map((approval) => approval.approvalId), ...clientOutputs]),
+          },
           clientCalls: new Set(clientOutputs),
         }
       })

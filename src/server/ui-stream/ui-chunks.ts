@@ -38,6 +38,11 @@ export interface StreamEnd {
   waitingAt: number | null
   /** Events after this id are live: a `requires_action` among them ends the stream. */
   liveAfter: number
+  /**
+   * Decisions and client-tool calls this request answers. Answering several writes a `requires_action`
+   * between each (still waiting for the rest): those wait for nothing the client must give.
+   */
+  answered?: ReadonlySet<string>
 }
 
 /**
@@ -144,7 +149,7 @@ export class UiChunkMapper {
         // once everything asked is answered waits for nothing).
         if (
           data.status === 'requires_action' &&
-          waitsForSomething(data.requiredAction) &&
+          waitsForSomething(data.requiredAction, this.#end.answered) &&
           (event.id === this.#end.waitingAt || event.id > this.#end.liveAfter)
         ) {
           this.#finish(chunks, 'tool-calls')
@@ -198,10 +203,16 @@ export class UiChunkMapper {
   }
 }
 
-function waitsForSomething(action: JsonValue | undefined): boolean {
+function waitsForSomething(action: JsonValue | undefined, answered: ReadonlySet<string> = new Set()): boolean {
   if (!action || typeof action !== 'object' || Array.isArray(action)) return true
-  const pending = (list: JsonValue | undefined): number => (Array.isArray(list) ? list.length : 0)
-  return pending(action.decisions) + pending(action.toolOutputs) > 0
+  const pending = (list: JsonValue | undefined, key: string): number =>
+    Array.isArray(list)
+      ? list.filter((item) => {
+          const id = item && typeof item === 'object' && !Array.isArray(item) ? item[key] : undefined
+          return typeof id !== 'string' || !answered.has(id)
+        }).length
+      : 0
+  return pending(action.decisions, 'decisionId') + pending(action.toolOutputs, 'callId') > 0
 }
 
 function describe(output: JsonValue | undefined): string {
