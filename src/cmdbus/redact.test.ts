@@ -236,8 +236,31 @@ describe('credentials inside a longer value', () => {
     expect(result.content).toContain('curl -H "Authorization:')
   })
 
+  it('a URL’s password, a variable named for a secret and the password options of clients', () => {
+    const lines = [
+      'psql postgres://admin:S3cretPassw0rd@db.internal:5432/app',
+      'curl https://deploy:TopSecretPw99@git.example.com/repo.git',
+      'mysql -u root -pHunter2Hunter2 app',
+      'export PGPASSWORD=S3cretPassw0rd MYSQL_PWD=Hunter2Hunter2 SLACK_BOT_TOKEN=abcdefgh1234',
+      'sshpass -p Hunter2Hunter2 ssh host',
+      'curl -u deploy:TopSecretPw99 https://example.com',
+    ]
+    const result = redact({ lines }) as { lines: string[] }
+    for (const secret of ['S3cretPassw0rd', 'TopSecretPw99', 'Hunter2Hunter2', 'abcdefgh1234'])
+      expect(result.lines.join('\n')).not.toContain(secret)
+    expect(result.lines).toEqual([
+      'psql postgres://admin:[redacted]@db.internal:5432/app',
+      'curl https://deploy:[redacted]@git.example.com/repo.git',
+      'mysql -u root -p[redacted] app',
+      'export PGPASSWORD=[redacted] MYSQL_PWD=[redacted] SLACK_BOT_TOKEN=[redacted]',
+      'sshpass -p [redacted] ssh host',
+      'curl -u deploy:[redacted] https://example.com',
+    ])
+  })
+
   it('leaves ordinary text alone', () => {
-    const text = 'the token count is 12; ask for a password reset; skip the sk-ipped step'
+    const text =
+      'the token count is 12; ask for a password reset; skip the sk-ipped step; see https://example.com:8080/a@b; ssh -p 2222 host; mysql -u root -p app'
     expect(redact({ text })).toEqual({ text })
   })
 })

@@ -71,10 +71,18 @@ const embeddedSecretPatterns = [
   /\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+/g,
   /-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)/g,
 ]
-/** `Bearer <token>` and `password=…` / `api_key: …` keep their name; the value goes. */
+/**
+ * `Bearer <token>`, `password=…` / `PGPASSWORD=…` / `api_key: …`, a URL's `user:password@`, and the
+ * password options of common clients (`mysql -pX`, `sshpass -p X`, `curl -u user:X`) keep their name;
+ * the value goes.
+ */
 const embeddedSecretValues = [
   /(\bBearer\s+)[A-Za-z0-9._~+/=-]{16,}/gi,
-  /(\b(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token)\s*[=:]\s*["']?)[^\s"'&;]{4,}/gi,
+  /(\b\w*?(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token|_token|_pwd)\s*[=:]\s*["']?)[^\s"'&;]{4,}/gi,
+  /(\b[a-z][a-z0-9+.-]*:\/\/[^\s/:@]*:)[^\s/@]+(?=@)/gi,
+  /(\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n|;&]*?\s-p)[^\s"'|;&]+/gi,
+  /(\bsshpass\s+-p\s*)[^\s"'|;&]+/gi,
+  /(\bcurl\b[^\n|;&]*?\s(?:-u|--user)\s*["']?[^\s:"']+:)[^\s"'|;&]+/gi,
 ]
 
 /** `text` with the credentials it holds replaced (the rest kept). */
