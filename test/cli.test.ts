@@ -522,6 +522,17 @@ describe('plinth CLI on Postgres (DATABASE_URL)', () => {
         expect(wrongToken.stderr).toContain('answered 401')
         expect(wrongToken.stderr).toContain('using the database')
 
+        // A CLI given another database in the same directory acts on that database, not through this server.
+        await adminQuery(adminUrl, `create database ${database}_other`)
+        const elsewhere = await runPlinth(['users', 'create', 'pgdave', '--json'], {
+          cwd,
+          env: { DATABASE_URL: withDatabase(adminUrl, `${database}_other`), PLINTH_ADMIN_TOKEN: adminToken },
+          timeoutMs: spawnTimeout,
+        })
+        const dave = JSON.parse(succeeded(elsewhere).trim()) as { userId: string; token: string }
+        expect(elsewhere.stderr).not.toContain('admin API')
+        expect((await http(server.url, 'GET', '/api/me', { token: dave.token })).status).toBe(401)
+
         expect(await server.stop()).toBe(0)
         // The announcement went with the server: the CLI uses the database without a word.
         const afterStop = await runPlinth(['users', 'list'], {
@@ -534,6 +545,7 @@ describe('plinth CLI on Postgres (DATABASE_URL)', () => {
       } finally {
         await server?.kill()
         await adminQuery(adminUrl, `drop database if exists ${database} with (force)`)
+        await adminQuery(adminUrl, `drop database if exists ${database}_other with (force)`)
         await rm(cwd, { recursive: true, force: true })
       }
     },

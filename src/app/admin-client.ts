@@ -34,6 +34,38 @@ export async function all<T>(
 export interface ServerAnnouncement {
   pid: number
   url: string
+  /** Which database it serves ({@link databaseIdentity}): a CLI on another one must not act through it. */
+  database?: string
+}
+
+/**
+ * Names the database a URL reaches (its host, port, database and user; never the password), or the
+ * embedded one: servers on different Postgres databases may share a data directory.
+ */
+export function databaseIdentity(databaseUrl: string | undefined): string {
+  if (!databaseUrl) return 'embedded'
+  try {
+    const url = new URL(databaseUrl)
+    const socket = url.searchParams.get('host')
+    const user = decodeURIComponent(url.username)
+    const database = decodeURIComponent(url.pathname.replace(/^\//, '')) || user
+    const host = (socket ?? url.hostname).toLowerCase() || 'localhost'
+    return `postgres:${JSON.stringify([host, url.port || '5432', database, user])}`
+  } catch {
+    return `postgres:${databaseUrl.replace(/:[^:@/]*@/, '@')}`
+  }
+}
+
+/** The server announced in the data directory when it serves the database the CLI was given. */
+export async function runningServerOn(
+  dataDir: string,
+  databaseUrl: string | undefined,
+): Promise<ServerAnnouncement | undefined> {
+  const server = await runningServer(dataDir)
+  if (!server) return undefined
+  // An announcement without the field is from an older server: trusted only for the embedded database.
+  const announced = server.database ?? 'embedded'
+  return announced === databaseIdentity(databaseUrl) ? server : undefined
 }
 
 const announcementFile = 'server.json'

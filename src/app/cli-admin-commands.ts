@@ -3,7 +3,7 @@ import {
   AdminApiUnusable,
   httpAuditVerify,
   httpUserAdmin,
-  runningServer,
+  runningServerOn,
   type AuditVerdict,
   type UserAdmin,
 } from './admin-client.js'
@@ -30,7 +30,7 @@ async function withAdmin(
   viaServer: (url: string, adminToken: string) => Promise<number>,
 ): Promise<number> {
   if (config.adminToken) {
-    const server = await runningServer(config.dataDir)
+    const server = await runningServerOn(config.dataDir, config.databaseUrl)
     if (server && !config.databaseUrl) {
       io.err(`(the server at ${server.url} holds the database: using its admin API)`)
       return viaServer(server.url, config.adminToken)
@@ -57,7 +57,7 @@ async function withAdmin(
     })
   } catch (error) {
     if (!(error instanceof StoreError) || error.code !== 'data_dir_locked') throw error
-    const server = await runningServer(config.dataDir)
+    const server = await runningServerOn(config.dataDir, config.databaseUrl)
     if (!server) throw error
     if (!config.adminToken) {
       throw new StoreError(

@@ -1,7 +1,7 @@
 import { SingleBar, Presets } from 'cli-progress'
 import { countAllMemories, hasUsers, openStore, type Store } from '../store/index.js'
 import { createEmbedder, reembedAll } from '../rag/index.js'
-import { announceServer } from './admin-client.js'
+import { announceServer, databaseIdentity } from './admin-client.js'
 import { releaseYoungGeneration } from './young-generation.js'
 import type { PlinthConfig } from './config.js'
 import { processIo, type Io } from './cli-io.js'
@@ -30,7 +30,11 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
   // Postgres only with an admin API: otherwise nothing of the data directory is created.
   const unannounce =
     server.store.engine === 'pglite' || config.adminToken
-      ? await announceServer(config.dataDir, { pid: process.pid, url: server.url })
+      ? await announceServer(config.dataDir, {
+          pid: process.pid,
+          url: server.url,
+          database: databaseIdentity(config.databaseUrl),
+        })
       : async () => undefined
   stop = (signal: string): void => {
     logger.info({ signal }, 'shutting down')
