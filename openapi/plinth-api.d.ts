@@ -3536,6 +3536,7 @@ export interface operations {
                 projectId?: string;
                 /** @description Calls before this time */
                 to?: string;
+                /** @description A ULID */
                 userId?: string;
             };
             header?: never;

@@ -201,6 +201,13 @@ for (const engine of apiEngines()) {
       // Its summary call is recorded, with no run: under the empty key by run.
       const byRun = await server.request('GET', `/api/usage?groupBy=run&limit=1`, { token: alice.token })
       expect(byRun.body.groups[0]).toMatchObject({ key: '', modelCalls: 1, inputTokens: 10, outputTokens: 5 })
+      // The empty key is a page's last key like any other: the next page goes on after it.
+      expect(byRun.body.nextCursor).toEqual(expect.any(String))
+      const next = await server.request('GET', `/api/usage?groupBy=run&limit=1&cursor=${byRun.body.nextCursor}`, {
+        token: alice.token,
+      })
+      expect(next.body.groups).toHaveLength(1)
+      expect(next.body.groups[0].key).not.toBe('')
       const again = await server.request('POST', `/api/conversations/${conversation.id}/compact`, {
         token: alice.token,
       })

@@ -167,6 +167,8 @@ for (const engine of apiEngines()) {
       // A cursor this server did not issue is refused, as on every list.
       const forged = await server.request('GET', '/api/usage?groupBy=model&cursor=xyz', { token: alice.token })
       expect([forged.status, forged.body.code]).toEqual([400, 'invalid_cursor'])
+      const ungrouped = await server.request('GET', '/api/usage?cursor=xyz', { token: alice.token })
+      expect([ungrouped.status, ungrouped.body.code]).toEqual([400, 'invalid_cursor'])
 
       // By UTC day and month (the calls were all made just now), and by run.
       const today = new Date().toISOString().slice(0, 10)
@@ -204,6 +206,9 @@ for (const engine of apiEngines()) {
         modelCalls: 4,
       })
       expect((await server.request('GET', '/api/admin/usage', { token: alice.token })).status).toBe(401)
+      // A user is named by id: a name (or anything else) is refused, not answered with an empty report.
+      const byName = await server.request('GET', '/api/admin/usage?userId=alice', { token: adminToken })
+      expect([byName.status, byName.body.code]).toEqual([400, 'validation_failed'])
     })
 
     it('refuses bad report requests with stable codes', async () => {
