@@ -14,6 +14,7 @@ import { waitFor, waitForRun } from './helpers/waits.js'
 
 const fixture = (name: string): string => new URL(`./__fixtures__/plugins/${name}.ts`, import.meta.url).pathname
 const adminToken = 'admin-secret-0123456789'
+const scraperToken = 'scraper-secret-0123456789'
 const missingId = '01ARZ3NDEKTSV4RRFFQ69G5FAV'
 
 describe('failed authentication is rate-limited by address, before the token is looked at', () => {
@@ -24,6 +25,7 @@ describe('failed authentication is rate-limited by address, before the token is 
     store = await openTestStore('pglite')
     server = await startTestServer(store, {
       adminToken,
+      metricsToken: scraperToken,
       rateLimit: { max: 10_000, windowMs: 60_000, addressMax: 10_000, authFailureMax: 5 },
     })
   })
@@ -56,6 +58,9 @@ describe('failed authentication is rate-limited by address, before the token is 
     // …but a valid user token behind the same address still works (it used to lock out everyone).
     const valid = await server.request('GET', '/api/me', { token: alice.token })
     expect([valid.status, valid.body.id]).toEqual([200, alice.user.id])
+    // So does the metrics scraper's token; a wrong one gets 429 like any guess.
+    expect((await server.request('GET', '/metrics', { token: scraperToken })).status).toBe(200)
+    expect((await server.request('GET', '/metrics', { token: 'not-the-metrics-token' })).status).toBe(429)
     recordFigures('security-brute-force', [
       {
         check: 'Security: token brute force',

@@ -50,11 +50,15 @@ export function limitByAddress(app: FastifyInstance, limits: AddressLimits): voi
     if (until !== undefined) {
       if (until > Date.now()) {
         // A user token is let through to be checked (one indexed hash lookup; the address limit below
-        // still bounds the volume): the address is shared by every user behind it. Only a failed
-        // check is then refused 429 — see `refuseIfBlocked`. The admin API and token-less requests stay shut.
+        // still bounds the volume): the address is shared by every user behind it, and by the metrics
+        // scraper. Only a failed check is then refused 429 — see `refuseIfBlocked`. The admin API and
+        // token-less requests stay shut.
         const path = request.url.split('?')[0] ?? ''
         const userRoute =
-          (path.startsWith('/api/') && !path.startsWith('/api/admin')) || path === '/mcp' || path.startsWith('/mcp/')
+          (path.startsWith('/api/') && !path.startsWith('/api/admin')) ||
+          path === '/mcp' ||
+          path.startsWith('/mcp/') ||
+          path === '/metrics'
         if (!userRoute || !request.headers.authorization) {
           throw limited(
             reply,

@@ -3,6 +3,7 @@ import { Type } from 'typebox'
 import type { Registry } from 'prom-client'
 import { bearerToken } from '../auth.js'
 import { HttpProblem } from '../problem.js'
+import { refuseIfBlocked } from '../request-guards.js'
 import type { App, ServerDeps } from '../server-deps.js'
 
 const Status = Type.Object({ status: Type.String() })
@@ -98,7 +99,10 @@ export function registerHealthRoutes(app: App, deps: ServerDeps, metrics: Regist
         const given = createHash('sha256')
           .update(bearerToken(request) ?? '')
           .digest()
-        if (!timingSafeEqual(given, expected)) throw new HttpProblem('unauthorized', 'metrics token required')
+        if (!timingSafeEqual(given, expected)) {
+          refuseIfBlocked(request, reply)
+          throw new HttpProblem('unauthorized', 'metrics token required')
+        }
       } else if (!access.openWithoutToken) {
         throw new HttpProblem(
           'not_found',
