@@ -267,6 +267,9 @@ async function route() {
     onCleanup: (fn) => (state.cleanup = fn),
   }
   try {
+    // An id of another shape in the address is as absent as an unknown one (the API would say 400).
+    if ((kind === 'projects' || kind === 'conversations') && id && !/^[0-9A-HJKMNP-TV-Z]{26}$/.test(id))
+      throw new ApiError(404, 'not_found', 'not found')
     if (kind === 'projects' && id) await renderProject(main, id, context)
     else if (kind === 'conversations' && id) await renderConversation(main, id, context)
     else if (kind === 'admin') await renderAdmin()

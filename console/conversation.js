@@ -104,9 +104,16 @@ export async function renderConversation(main, conversationId, context) {
       },
       onState: (state) => {
         context.notice(state === 'reconnecting' ? 'Connection lost — reconnecting…' : null, 'warn')
-        if (state === 'revoked') context.notice('This stream was closed: your access was revoked.', 'error')
+        if (state === 'revoked') revoked()
       },
     })
+  }
+
+  // A stream closed for access: the token itself may be gone (revoked, user disabled), and then the
+  // console signs out (the API's 401 does it); otherwise only this conversation went, and it says so.
+  const revoked = () => {
+    context.notice('This stream was closed: your access was revoked.', 'error')
+    api.request('GET', '/api/me').catch(() => {})
   }
 
   const setActive = (run) => {
@@ -145,7 +152,10 @@ export async function renderConversation(main, conversationId, context) {
           followed.add(runId)
           followIdle(watched.lastId)
         }
-        if (state === 'revoked') context.notice('This stream was closed: your access was revoked.', 'error')
+        if (state === 'revoked') {
+          runStatus.textContent = 'Stream closed: access revoked.'
+          revoked()
+        }
       },
     })
     stream = watched
@@ -163,7 +173,8 @@ export async function renderConversation(main, conversationId, context) {
     }
   }
   input.addEventListener('keydown', (event) => {
-    if (event.key === 'Enter' && !event.shiftKey) {
+    // Enter that picks an input method's candidate (Chinese, Japanese, …) is not a send.
+    if (event.key === 'Enter' && !event.shiftKey && !event.isComposing && event.keyCode !== 229) {
       event.preventDefault()
       composer.requestSubmit()
     }

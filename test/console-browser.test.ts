@@ -557,6 +557,86 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.close()
   })
 
+  it('Enter picking an input method’s candidate does not send; a malformed id is not found', async () => {
+    const projectId = await project('输入法', 'markdown')
+    const conversation = (
+      await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    ).body.id
+    const page = await newPage()
+    await signIn(page, `#/conversations/${conversation}`)
+    await page.waitForSelector('#composer')
+    await page.focus('#composer')
+    // What Chrome sends while a Chinese input method composes: Enter with isComposing, keyCode 229.
+    const cdp = await page.context().newCDPSession(page)
+    await cdp.send('Input.imeSetComposition', { text: 'nihao', selectionStart: 5, selectionEnd: 5 })
+    await page.evaluate(() => {
+      const composer = document.getElementById('composer')!
+      composer.dispatchEvent(
+        new KeyboardEvent('keydown', { key: 'Enter', keyCode: 229, isComposing: true, bubbles: true }),
+      )
+    })
+    await cdp.send('Input.insertText', { text: '你好' })
+    // Nothing was sent: no run in the conversation, and the text is still there to finish.
+    const runs = await http(server.url, 'GET', `/api/conversations/${conversation}/runs`, { token })
+    expect(runs.body.items).toEqual([])
+    await expect(page.inputValue('#composer')).resolves.toContain('你好')
+    await page.press('#composer', 'Enter')
+    await page.waitForSelector('.msg.user >> text=你好')
+
+    await page.goto(`${base}/console/#/conversations/not-an-id`)
+    await page.waitForSelector('main >> text=Not found (or not yours).')
+    await expect(page.locator('#banner').isVisible()).resolves.toBe(false)
+    await page.close()
+  })
+
+  it('a token revoked while a conversation is open returns the page to the sign-in form', async () => {
+    const me = (await http(server.url, 'GET', '/api/me', { token })).body
+    const issued = await http(server.url, 'POST', `/api/admin/users/${me.id}/tokens`, {
+      token: adminToken,
+      body: { name: 'short-lived' },
+    })
+    expect(issued.status).toBe(201)
+    const projectId = await project('Revoked while open', 'markdown')
+    const conversation = (
+      await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    ).body.id
+    const page = await newPage()
+    await page.goto(`${base}/console/#/conversations/${conversation}`)
+    await page.fill('input[name=token]', issued.body.token)
+    await page.click('form.signin button[type=submit]')
+    await page.waitForSelector('#composer')
+    expect(
+      (await http(server.url, 'DELETE', `/api/admin/tokens/${issued.body.id}`, { token: adminToken })).status,
+    ).toBe(204)
+    // The stream closes for access, the page finds its token refused, and asks for another.
+    await page.waitForSelector('form.signin input[name=token]', { timeout: 30_000 })
+    await expect(page.locator('form.signin .error').textContent()).resolves.toMatch(/no longer accepted/)
+    await page.close()
+  })
+
+  it('on a phone-sized screen nothing scrolls sideways, and a long project name stays on one line', async () => {
+    const projectId = await project(`很长的项目名称${'—很长的项目名称'.repeat(8)}`, 'markdown')
+    const conversation = (
+      await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    ).body.id
+    const page = await browser.newPage({ viewport: { width: 360, height: 740 } })
+    page.setDefaultTimeout(20_000)
+    await signIn(page, `#/conversations/${conversation}`)
+    await page.waitForSelector('#composer')
+    await page.waitForSelector('#crumbs a')
+    const layout = await page.evaluate(() => ({
+      scrollWidth: document.documentElement.scrollWidth,
+      width: window.innerWidth,
+      header: document.querySelector('header')!.getBoundingClientRect().height,
+      signOut: [...document.querySelectorAll('#who button')].at(-1)!.getBoundingClientRect().right,
+    }))
+    await shot(page, '24-phone-conversation')
+    expect(layout.scrollWidth).toBeLessThanOrEqual(layout.width)
+    expect(layout.signOut).toBeLessThanOrEqual(layout.width)
+    expect(layout.header).toBeLessThan(120)
+    await page.close()
+  })
+
   it('adds knowledge and finds it by search', async () => {
     const projectId = await project('Knowledge', 'decide')
     const page = await newPage()
