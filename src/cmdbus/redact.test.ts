@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import type { JsonSchema, JsonValue } from '../extension/index.js'
-import { looksSecret, redact, redactedMarker, truncateForAudit } from './redact.js'
+import { looksSecret, redact, redactEmbedded, redactedMarker, truncateForAudit } from './redact.js'
 
 const jwt = 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U'
 const pem = '-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1234\n-----END RSA PRIVATE KEY-----'
@@ -244,9 +244,12 @@ describe('credentials inside a longer value', () => {
       'export PGPASSWORD=S3cretPassw0rd MYSQL_PWD=Hunter2Hunter2 SLACK_BOT_TOKEN=abcdefgh1234',
       'sshpass -p Hunter2Hunter2 ssh host',
       'curl -u deploy:TopSecretPw99 https://example.com',
+      "mysql -u root -p'S3cretPassw0rd with spaces' app",
+      'sshpass -p "Hunter2Hunter2" ssh host',
+      'psql postgres://admin:p@S3cretPassw0rd@db.internal/app',
     ]
     const result = redact({ lines }) as { lines: string[] }
-    for (const secret of ['S3cretPassw0rd', 'TopSecretPw99', 'Hunter2Hunter2', 'abcdefgh1234'])
+    for (const secret of ['S3cretPassw0rd', 'TopSecretPw99', 'Hunter2Hunter2', 'abcdefgh1234', 'with spaces'])
       expect(result.lines.join('\n')).not.toContain(secret)
     expect(result.lines).toEqual([
       'psql postgres://admin:[redacted]@db.internal:5432/app',
@@ -255,12 +258,21 @@ describe('credentials inside a longer value', () => {
       'export PGPASSWORD=[redacted] MYSQL_PWD=[redacted] SLACK_BOT_TOKEN=[redacted]',
       'sshpass -p [redacted] ssh host',
       'curl -u deploy:[redacted] https://example.com',
+      'mysql -u root -p[redacted] app',
+      'sshpass -p [redacted] ssh host',
+      'psql postgres://admin:[redacted]@db.internal/app',
     ])
   })
 
+  it('takes linear time on crafted megabyte inputs (no pattern backtracks over the whole text)', () => {
+    // Without bounded repetitions these took minutes each (quadratic): the test's timeout catches that.
+    for (const unit of ['a-', 'a.', 'mysql ', 'curl ', 'curl -u a', 'x://u:', 'sshpass -p ', 'A_', 'password'])
+      expect(typeof redactEmbedded(unit.repeat(Math.ceil(1_000_000 / unit.length)))).toBe('string')
+  }, 20_000)
+
   it('leaves ordinary text alone', () => {
     const text =
-      'the token count is 12; ask for a password reset; skip the sk-ipped step; see https://example.com:8080/a@b; ssh -p 2222 host; mysql -u root -p app'
+      'the token count is 12; ask for a password reset; skip the sk-ipped step; see https://example.com:8080/a@b; ssh -p 2222 host; mysql -u root -p app; mysql -P3306 -u root; http://localhost:3000?email=bob@example.com; input_token: 1234'
     expect(redact({ text })).toEqual({ text })
   })
 })

@@ -71,18 +71,23 @@ const embeddedSecretPatterns = [
   /\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+/g,
   /-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)/g,
 ]
+/** A password option's value: quoted (spaces and all) or up to the next space or shell operator. */
+const optionValue = String.raw`(?:'[^'\n]{0,300}'|"[^"\n]{0,300}"|[^\s"'|;&]+)`
 /**
- * `Bearer <token>`, `password=…` / `PGPASSWORD=…` / `api_key: …`, a URL's `user:password@`, and the
- * password options of common clients (`mysql -pX`, `sshpass -p X`, `curl -u user:X`) keep their name;
- * the value goes.
+ * `Bearer <token>`, `password=…` / `PGPASSWORD=…` / `api_key: …` / `SLACK_TOKEN=…`, a URL's
+ * `user:password@`, and the password options of common clients (`mysql -pX`, `sshpass -p X`, `curl -u
+ * user:X`) keep their name; the value goes. Every repetition is bounded: these run over model-supplied
+ * text up to megabytes long, and an unbounded one would take quadratic time on a crafted input.
  */
 const embeddedSecretValues = [
   /(\bBearer\s+)[A-Za-z0-9._~+/=-]{16,}/gi,
-  /(\b\w*?(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token|_token|_pwd)\s*[=:]\s*["']?)[^\s"'&;]{4,}/gi,
-  /(\b[a-z][a-z0-9+.-]*:\/\/[^\s/:@]*:)[^\s/@]+(?=@)/gi,
-  /(\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n|;&]*?\s-p)[^\s"'|;&]+/gi,
-  /(\bsshpass\s+-p\s*)[^\s"'|;&]+/gi,
-  /(\bcurl\b[^\n|;&]*?\s(?:-u|--user)\s*["']?[^\s:"']+:)[^\s"'|;&]+/gi,
+  /(\b\w{0,60}?(?:password|passwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token)\s*[=:]\s*["']?)[^\s"'&;]{4,}/gi,
+  /(\b[A-Z][A-Z0-9_]{0,60}_(?:TOKEN|PWD)\s*=\s*["']?)[^\s"'&;]{4,}/g,
+  // The password runs to the last `@` before the host (a password may hold one); not past `?` or `#`.
+  /(\b[a-z][a-z0-9+.-]{0,31}:\/\/[^\s/:@?#]{0,200}:)[^\s/?#]{1,300}(?=@[^\s/@?#]{0,300}(?:[/?#\s]|$))/gi,
+  new RegExp(String.raw`(\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n|;&]{0,300}?\s-p)${optionValue}`, 'g'),
+  new RegExp(String.raw`(\bsshpass\s+-p\s*)${optionValue}`, 'g'),
+  new RegExp(String.raw`(\bcurl\b[^\n|;&]{0,300}?\s(?:-u|--user)\s*["']?[^\s:"']{1,200}:)${optionValue}`, 'g'),
 ]
 
 /** `text` with the credentials it holds replaced (the rest kept). */
