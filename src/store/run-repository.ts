@@ -425,8 +425,6 @@ export async function listRuns(
     ownerId?: string
     projectIds?: readonly string[]
     statuses?: readonly RunStatus[]
-    /** Only runs whose conversation is not deleted (what a caller may still open). */
-    openConversations?: boolean
   },
   page: { limit: number; after?: string },
 ): Promise<{ items: Run[]; nextCursor: string | null }> {
@@ -442,15 +440,6 @@ export async function listRuns(
     query = query.where('project_id', 'in', [...filter.projectIds])
   }
   if (filter.statuses && filter.statuses.length > 0) query = query.where('status', 'in', [...filter.statuses])
-  if (filter.openConversations)
-    query = query.where(({ exists, selectFrom }) =>
-      exists(
-        selectFrom('conversations as c')
-          .select('c.id')
-          .whereRef('c.id', '=', 'runs.conversation_id')
-          .where('c.deleted_at', 'is', null),
-      ),
-    )
   if (page.after) query = query.where('id', '<', page.after)
   const rows = (await query.execute()).map(toRun)
   const items = rows.slice(0, page.limit)
