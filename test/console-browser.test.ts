@@ -569,12 +569,9 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     // What Chrome sends while a Chinese input method composes: Enter with isComposing, keyCode 229.
     const cdp = await page.context().newCDPSession(page)
     await cdp.send('Input.imeSetComposition', { text: 'nihao', selectionStart: 5, selectionEnd: 5 })
-    await page.evaluate(() => {
-      const composer = document.getElementById('composer')!
-      composer.dispatchEvent(
-        new KeyboardEvent('keydown', { key: 'Enter', keyCode: 229, isComposing: true, bubbles: true }),
-      )
-    })
+    await page.evaluate(
+      "document.getElementById('composer').dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', keyCode: 229, isComposing: true, bubbles: true }))",
+    )
     await cdp.send('Input.insertText', { text: '你好' })
     // Nothing was sent: no run in the conversation, and the text is still there to finish.
     const runs = await http(server.url, 'GET', `/api/conversations/${conversation}/runs`, { token })
@@ -624,12 +621,12 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await signIn(page, `#/conversations/${conversation}`)
     await page.waitForSelector('#composer')
     await page.waitForSelector('#crumbs a')
-    const layout = await page.evaluate(() => ({
+    const layout = (await page.evaluate(`({
       scrollWidth: document.documentElement.scrollWidth,
       width: window.innerWidth,
-      header: document.querySelector('header')!.getBoundingClientRect().height,
-      signOut: [...document.querySelectorAll('#who button')].at(-1)!.getBoundingClientRect().right,
-    }))
+      header: document.querySelector('header').getBoundingClientRect().height,
+      signOut: [...document.querySelectorAll('#who button')].at(-1).getBoundingClientRect().right,
+    })`)) as { scrollWidth: number; width: number; header: number; signOut: number }
     await shot(page, '24-phone-conversation')
     expect(layout.scrollWidth).toBeLessThanOrEqual(layout.width)
     expect(layout.signOut).toBeLessThanOrEqual(layout.width)

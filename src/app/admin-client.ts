@@ -1,7 +1,9 @@
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { request as httpRequest } from 'node:http'
 import { request as httpsRequest } from 'node:https'
+import { userInfo } from 'node:os'
 import { join } from 'node:path'
+import { parse as parseConnectionString } from 'pg-connection-string'
 import type { ApiToken, IssuedToken, User } from '../store/index.js'
 
 // The CLI's side of a running server: loads no database code (only types from the store).
@@ -39,20 +41,23 @@ export interface ServerAnnouncement {
 }
 
 /**
- * Names the database a URL reaches (its host, port, database and user; never the password), or the
- * embedded one: servers on different Postgres databases may share a data directory.
+ * Names the database a URL reaches as the pg driver reads it (host, port, database and user, with the
+ * driver's PG* environment defaults; never the password), or the embedded one: servers on different
+ * Postgres databases may share a data directory. Undefined when the URL cannot be read.
  */
-export function databaseIdentity(databaseUrl: string | undefined): string {
+export function databaseIdentity(databaseUrl: string | undefined): string | undefined {
   if (!databaseUrl) return 'embedded'
   try {
-    const url = new URL(databaseUrl)
-    const socket = url.searchParams.get('host')
-    const user = decodeURIComponent(url.username)
-    const database = decodeURIComponent(url.pathname.replace(/^\//, '')) || user
-    const host = (socket ?? url.hostname).toLowerCase() || 'localhost'
-    return `postgres:${JSON.stringify([host, url.port || '5432', database, user])}`
+    const parsed = parseConnectionString(databaseUrl)
+    const user = parsed.user || process.env.PGUSER || userInfo().username
+    const given = parsed.host || process.env.PGHOST || 'localhost'
+    // A host name is case-insensitive; a socket directory is a path.
+    const host = given.startsWith('/') ? given : given.toLowerCase()
+    const port = String(parsed.port || process.env.PGPORT || 5432)
+    const database = parsed.database || process.env.PGDATABASE || user
+    return `postgres:${JSON.stringify([host, port, database, user])}`
   } catch {
-    return `postgres:${databaseUrl.replace(/:[^:@/]*@/, '@')}`
+    return undefined
   }
 }
 
@@ -65,7 +70,8 @@ export async function runningServerOn(
   if (!server) return undefined
   // An announcement without the field is from an older server: trusted only for the embedded database.
   const announced = server.database ?? 'embedded'
-  return announced === databaseIdentity(databaseUrl) ? server : undefined
+  const wanted = databaseIdentity(databaseUrl)
+  return wanted !== undefined && announced === wanted ? server : undefined
 }
 
 const announcementFile = 'server.json'

@@ -33,7 +33,7 @@ export async function serve(config: PlinthConfig, io: Io): Promise<number> {
       ? await announceServer(config.dataDir, {
           pid: process.pid,
           url: server.url,
-          database: databaseIdentity(config.databaseUrl),
+          ...(databaseIdentity(config.databaseUrl) !== undefined && { database: databaseIdentity(config.databaseUrl) }),
         })
       : async () => undefined
   stop = (signal: string): void => {
