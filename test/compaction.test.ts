@@ -73,10 +73,10 @@ for (const engine of apiEngines()) {
       return { id, firstMessageId: first.body.items[0].id }
     }
 
-    const runIn = async (conversationId: string, input: string) => {
+    const runIn = async (conversationId: string, input: string, extra: Record<string, unknown> = {}) => {
       const created = await server.request('POST', `/api/conversations/${conversationId}/runs`, {
         token: alice.token,
-        body: { input, model: 'small', approvalPolicy: 'dontAsk' },
+        body: { input, model: 'small', approvalPolicy: 'dontAsk', ...extra },
       })
       expect(created.status).toBe(201)
       const run = await waitForRun(server, alice.token, created.body.id as string, ['completed', 'failed'])
@@ -186,6 +186,23 @@ for (const engine of apiEngines()) {
         token: alice.token,
       })
       expect(listed.body.items).toEqual([])
+    })
+
+    it('a run with no retrieval (no knowledge, no recall) compacts a long conversation too', async () => {
+      const conversation = await seeded(500)
+      upstream.clear()
+      const start = upstream.requests.length
+      upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('SUMMARY-ISOLATED.', 2) })
+      upstream.enqueue({ kind: 'openai-stream', chunks: openaiTextChunks('Fine.', 2) })
+      const run = await runIn(conversation.id, 'And service 9?', {
+        knowledge: { autoInject: false },
+        memory: { recall: false },
+      })
+      expect(run.usage).toMatchObject({ modelCalls: 2 })
+      const calls = upstream.requests.slice(start).map((request) => request.body as { messages: WireMessage[] })
+      expect(calls).toHaveLength(2)
+      expect(calls[0]!.messages[0]).toMatchObject({ role: 'system', content: expect.stringMatching(/compact/) })
+      expect(calls[1]!.messages[1]!.content).toMatch(/SUMMARY-ISOLATED/)
     })
 
     it('POST /compact forces it: all but the last turn, then nothing more to compact', async () => {

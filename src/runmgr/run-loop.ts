@@ -149,9 +149,10 @@ export async function driveRun(kit: DriverKit, driver: Driver): Promise<void> {
           if (prefetched) window.seed(prefetched.transcript)
           windowFresh = true
         }
-        // A later round reads what the last one added in the statement that opens it.
+        // A later round reads what the last one added in the statement that opens it. The first one
+        // reads the window itself (or takes the start's): compaction and retrieval look at it first.
         const retrieve = needsRetrieval(run)
-        const added = retrieve ? undefined : window.addedRead()
+        const added = retrieve || windowFresh ? undefined : window.addedRead()
         let read = added ? undefined : prefetched ? window.extend([]) : await window.read()
         if (windowFresh) {
           windowFresh = false
