@@ -10,6 +10,7 @@ import {
   EmbeddingError,
   HashingEmbedder,
   Ingestor,
+  memoryLimits,
   OpenAIEmbedder,
   prepareEmbeddings,
   reembedAll,
@@ -381,7 +382,53 @@ describe('ingestion that survives a crash', () => {
       const recalled = await server.request('GET', '/api/memories?q=tea', { token: user.token })
       expect(recalled.status).toBe(200)
       expect(recalled.body.items.map((memory: { key: string }) => memory.key)).toEqual(['tea'])
+      // A new memory needs its embedding: 503 with the reason, nothing written (not a 502 naming no cause).
+      const unembedded = await server.request('POST', '/api/memories', {
+        token: user.token,
+        body: { key: 'coffee', text: 'dislikes coffee' },
+      })
+      expect([unembedded.status, unembedded.body.code]).toEqual([503, 'service_unavailable'])
+      expect(unembedded.body.detail).toMatch(/embeddings service did not answer/)
     } finally {
+      await server.close()
+      await store.close()
+    }
+  })
+
+  it('a scope’s memory limit holds against requests sent at once (each waiting for its embedding)', async () => {
+    const store = await openTestStore('pglite')
+    const hashing = new HashingEmbedder()
+    // A slow embeddings service: every request passes the first look at the count before any writes.
+    const slow = {
+      id: hashing.id,
+      dimensions: hashing.dimensions,
+      batchSize: hashing.batchSize,
+      embed: async (texts: readonly string[]) => {
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        return hashing.embed(texts)
+      },
+    }
+    const server = await startTestServer(store, { embedder: slow })
+    const limit = memoryLimits.perScope
+    memoryLimits.perScope = 5
+    try {
+      const user = await server.createUser()
+      for (let index = 0; index < 3; index++)
+        expect(
+          (await server.request('POST', '/api/memories', { token: user.token, body: { text: `fact ${index}` } }))
+            .status,
+        ).toBe(201)
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, (_, index) =>
+          server.request('POST', '/api/memories', { token: user.token, body: { text: `at once ${index}` } }),
+        ),
+      )
+      expect(answers.filter((answer) => answer.status === 201)).toHaveLength(2)
+      expect(answers.filter((answer) => answer.body.code === 'too_many_memories')).toHaveLength(8)
+      const listed = await server.request('GET', '/api/memories?limit=100', { token: user.token })
+      expect(listed.body.items).toHaveLength(5)
+    } finally {
+      memoryLimits.perScope = limit
       await server.close()
       await store.close()
     }

@@ -9,7 +9,7 @@ import {
   RequestError,
   searchMemoriesFullText,
   searchMemoriesVector,
-  upsertMemory,
+  upsertMemoryWithinLimit,
   type JsonValue,
   type Memory,
   type MemoryScope,
@@ -17,6 +17,7 @@ import {
   type PageRequest,
   type Store,
 } from '../store/index.js'
+import { EmbeddingError } from './embeddings.js'
 import type { Retriever } from './retriever.js'
 import { queryTokens, toTsvector, tsqueryStages } from './text.js'
 
@@ -79,25 +80,42 @@ export class Memories {
     const owner = projectId ? { scope: 'project' as const, projectId } : { scope: 'user' as const, userId: actorId }
     const id = newId()
     const key = input.key ?? id
-    const existing = input.key === undefined ? undefined : await findMemoryByKey(this.#store, owner, namespace, key)
-    if (!existing && (await countMemories(this.#store, owner)) >= memoryLimits.perScope)
-      throw new RequestError(
+    const full = (): RequestError =>
+      new RequestError(
         'too_many_memories',
         `this scope already holds ${memoryLimits.perScope} memories; forget some first`,
       )
-    const [embedding] = await this.#retriever.embedder.embed([input.text])
-    return upsertMemory(this.#store, {
-      id,
-      scope,
-      ownerId: actorId,
-      projectId,
-      namespace,
-      key,
-      value: input.value ?? null,
-      text: input.text,
-      search: toTsvector(input.text),
-      embedding: embedding!,
-    })
+    // A first look before the embedding is paid for; the write checks again, taking turns with the scope's others.
+    const existing = input.key === undefined ? undefined : await findMemoryByKey(this.#store, owner, namespace, key)
+    if (!existing && (await countMemories(this.#store, owner)) >= memoryLimits.perScope) throw full()
+    let embedding: number[] | undefined
+    try {
+      ;[embedding] = await this.#retriever.embedder.embed([input.text])
+    } catch (error) {
+      if (!(error instanceof EmbeddingError)) throw error
+      throw new RequestError(
+        'service_unavailable',
+        `the embeddings service did not answer (${error.message}); nothing was remembered, try again later`,
+      )
+    }
+    const written = await upsertMemoryWithinLimit(
+      this.#store,
+      {
+        id,
+        scope,
+        ownerId: actorId,
+        projectId,
+        namespace,
+        key,
+        value: input.value ?? null,
+        text: input.text,
+        search: toTsvector(input.text),
+        embedding: embedding!,
+      },
+      memoryLimits.perScope,
+    )
+    if (written === 'full') throw full()
+    return written
   }
 
   /** A memory the caller may see. */

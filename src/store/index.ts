@@ -265,6 +265,7 @@ export {
 export { latestCompaction, listCompactions, insertCompaction, type Compaction } from './compaction-repository.js'
 export {
   upsertMemory,
+  upsertMemoryWithinLimit,
   memoriesAfter,
   countAllMemories,
   updateMemoryEmbeddings,

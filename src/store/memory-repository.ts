@@ -4,6 +4,7 @@ import { vectorLiteral } from './knowledge-repository.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import type { JsonValue } from './json-column.js'
 import { storableJson } from './storable.js'
+import type { Store } from './open-store.js'
 
 /** A remembered fact (docs/guides/memory.md): a user's own, or a project's. */
 export interface Memory {
@@ -49,6 +50,29 @@ interface MemoryRow {
   text: string
   created_at: Date | string
   updated_at: Date | string
+}
+
+/**
+ * Writes a memory as `upsertMemory` does, unless it is a new one and its scope already holds `limit`
+ * ('full'). A scope's writes take turns under a transaction-scoped advisory lock, so concurrent ones,
+ * from any instance, cannot pass the limit together.
+ */
+export async function upsertMemoryWithinLimit(
+  store: Store,
+  write: MemoryWrite,
+  limit: number,
+): Promise<{ memory: Memory; created: boolean } | 'full'> {
+  const owner =
+    write.scope === 'project' && write.projectId
+      ? { scope: 'project' as const, projectId: write.projectId }
+      : { scope: 'user' as const, userId: write.ownerId }
+  const lockKey = owner.scope === 'project' ? `memories:project:${owner.projectId}` : `memories:user:${owner.userId}`
+  return store.transaction(async (tx) => {
+    await sql`select pg_advisory_xact_lock(hashtextextended(${lockKey}, 0))`.execute(kysely(tx))
+    const replaces = await findMemoryByKey(tx, owner, write.namespace, write.key)
+    if (!replaces && (await countMemories(tx, owner)) >= limit) return 'full'
+    return upsertMemory(tx, write)
+  })
 }
 
 /**
