@@ -434,6 +434,66 @@ describe('ingestion that survives a crash', () => {
     }
   })
 
+  it('an item being ingested is not found by search until it is ready', async () => {
+    const store = await openTestStore('pglite')
+    const hashing = new HashingEmbedder()
+    // The request's own attempt fails (the item is left to the background); the background's first
+    // batch is stored, and its second held: chunks are stored, the item is not ready yet.
+    let calls = 0
+    let held!: () => void
+    const holding = new Promise<void>((resolve) => (held = resolve))
+    let release!: () => void
+    const released = new Promise<void>((resolve) => (release = resolve))
+    const gated = {
+      id: hashing.id,
+      dimensions: hashing.dimensions,
+      batchSize: 8,
+      embed: async (texts: readonly string[]) => {
+        calls++
+        if (calls === 1) throw new EmbeddingError('not now')
+        if (calls === 3) {
+          held()
+          await released
+        }
+        return hashing.embed(texts)
+      },
+    }
+    const server = await startTestServer(store, { embedder: gated })
+    try {
+      const user = await server.createUser()
+      const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body
+        .id
+      const paragraphs = Array.from(
+        { length: 40 },
+        (_, index) => `${index === 0 ? 'Quokkamarker ' : ''}Paragraph ${index}: ${'words of the text '.repeat(60)}`,
+      )
+      const adding = await server.request('POST', `/api/projects/${project}/knowledge`, {
+        token: user.token,
+        body: { title: 'Long', text: paragraphs.join('\n\n') },
+      })
+      expect(adding.status).toBe(202)
+      await holding
+      for (const mode of ['hybrid', 'fulltext', 'vector']) {
+        const found = await server.request('GET', `/api/projects/${project}/search?q=quokkamarker&mode=${mode}`, {
+          token: user.token,
+        })
+        expect([found.status, found.body.items], mode).toEqual([200, []])
+      }
+      release()
+      const ready = async () =>
+        (await server.request('GET', `/api/knowledge/${adding.body.id}`, { token: user.token })).body.ingestStatus
+      await expect.poll(ready, { timeout: 60_000 }).toBe('ready')
+      const found = await server.request('GET', `/api/projects/${project}/search?q=quokkamarker&mode=fulltext`, {
+        token: user.token,
+      })
+      expect(found.body.items.map((hit: { title: string }) => hit.title)).toEqual(['Long'])
+    } finally {
+      release()
+      await server.close()
+      await store.close()
+    }
+  })
+
   it('a text whose embedding fails is accepted (202) and left pending for the background queue', async () => {
     const store = await openTestStore('pglite')
     const down = new OpenAIEmbedder({ model: 'm', baseUrl: 'http://127.0.0.1:1/v1', dimensions: 32 })

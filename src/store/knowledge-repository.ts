@@ -451,7 +451,11 @@ function scopeCondition(scope: ChunkScope) {
       sql`(c.owner_id <> ${scope.shared.actorId} and c.published and c.project_id = any(${[...scope.shared.projectIds]}::text[]))`,
     )
   }
-  return parts.length === 0 ? null : sql`(${sql.join(parts, sql` or `)})`
+  // Until its item is ready a chunk is not found: an ingestion under way (or cut off by a crash, its
+  // partial work to be replaced) shows nothing.
+  return parts.length === 0
+    ? null
+    : sql`(${sql.join(parts, sql` or `)}) and exists (select 1 from knowledge_items ready where ready.id = c.item_id and ready.ingest_status = 'ready')`
 }
 
 /**
