@@ -380,7 +380,11 @@ class ChatView {
           el.classList.remove('streaming')
           // A turn that only called tools has no text: its tool cards say it all.
           el.classList.toggle('empty', this.text === '' && role === 'assistant')
-          if (status && status !== 'completed') el.append(h('div.muted.small', `(${status})`))
+          // Once: a replayed run completes a message the transcript already showed.
+          if (status && status !== 'completed' && this.statusShown !== status) {
+            this.statusShown = status
+            el.append(h('div.muted.small', `(${status})`))
+          }
         },
       }
       this.messages.set(id, entry)
@@ -503,6 +507,7 @@ class ChatView {
         void this.loadCompactions()
         break
       case 'memory.recalled':
+        if (this.noted(type, runId)) break
         this.log.append(
           h(
             'div.note',
@@ -511,12 +516,22 @@ class ChatView {
         )
         break
       case 'knowledge.injected':
+        if (this.noted(type, runId)) break
         this.log.append(h('div.note', `Using project knowledge: ${data.items.map((item) => item.title).join(', ')}`))
         break
       default:
         break
     }
     this.scroll()
+  }
+
+  /** Whether a run's note of this kind is already shown (a run replayed again shows it once). */
+  noted(type, runId) {
+    this.notes ??= new Set()
+    const key = `${type}:${runId}`
+    if (this.notes.has(key)) return true
+    this.notes.add(key)
+    return false
   }
 
   decisionCard(data) {

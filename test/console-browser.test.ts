@@ -557,6 +557,49 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.close()
   })
 
+  it('a run that ends while the transcript loads is shown once, with its status once', async () => {
+    const projectId = await project('Loaded meanwhile', 'markdown')
+    const conversation = (
+      await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    ).body.id
+    await http(server.url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
+      token,
+      body: { input: 'the first question' },
+    })
+    const page = await newPage()
+    // The transcript's read is held while a run starts and is cancelled mid-answer: the transcript then
+    // shows it, and the conversation's stream replays it.
+    let release!: () => void
+    const released = new Promise<void>((resolve) => (release = resolve))
+    let held!: () => void
+    const holding = new Promise<void>((resolve) => (held = resolve))
+    await page.route(
+      (url) => url.pathname === `/api/conversations/${conversation}/messages`,
+      async (route) => {
+        held()
+        await released
+        await route.continue()
+      },
+    )
+    const signedIn = signIn(page, `#/conversations/${conversation}`)
+    await holding
+    const cut = await http(server.url, 'POST', `/api/conversations/${conversation}/runs`, {
+      token,
+      body: { input: 'cut short while the page opened', model: 'slow' },
+    })
+    const phase = async (): Promise<string> =>
+      (await http(server.url, 'GET', `/api/runs/${cut.body.id}`, { token })).body.phase
+    await expect.poll(phase, { timeout: 30_000 }).toBe('thinking')
+    await http(server.url, 'POST', `/api/runs/${cut.body.id}/cancel`, { token })
+    release()
+    await signedIn
+    await page.waitForSelector('#run-status >> text=/cancelled/i')
+    await expect(page.locator('.msg.user', { hasText: 'cut short while the page opened' }).count()).resolves.toBe(1)
+    const notes = await page.locator('.msg.assistant .muted.small').allTextContents()
+    expect(notes.filter((note) => note.startsWith('('))).toHaveLength(1)
+    await page.close()
+  })
+
   it('Enter picking an input method’s candidate does not send; a malformed id is not found', async () => {
     const projectId = await project('输入法', 'markdown')
     const conversation = (

@@ -177,6 +177,7 @@ export class RunManager {
   readonly #windows = new WindowCache()
   /** When each subject's last access announcement came (performance.now()), for a while: see createRun. */
   readonly #accessChanges = new Map<AccessSubject, number>()
+  #accessChangesPruned = 0
   #unsubscribe: Array<() => void> = []
 
   constructor(options: RunManagerOptions) {
@@ -553,7 +554,8 @@ export class RunManager {
    */
   #recheckAccess(subject?: AccessSubject): void {
     const { store, log } = this.#options
-    if (subject) this.#noteAccessChange(subject)
+    // A token's announcement concerns no new run (a revoked token's requests are refused at once).
+    if (subject && !subject.startsWith('token:')) this.#noteAccessChange(subject)
     for (const runId of this.#pool.drivenRunIds()) {
       void (async () => {
         const run = await getRun(store, runId)
@@ -570,8 +572,13 @@ export class RunManager {
 
   #noteAccessChange(subject: AccessSubject): void {
     const now = performance.now()
-    for (const [known, at] of this.#accessChanges)
-      if (now - at >= accessRecheckWindowMs) this.#accessChanges.delete(known)
+    // Entries older than the window are let go once a second at most, not at every note: a purge
+    // announces many projects at once.
+    if (now - this.#accessChangesPruned >= 1000) {
+      this.#accessChangesPruned = now
+      for (const [known, at] of this.#accessChanges)
+        if (now - at >= accessRecheckWindowMs) this.#accessChanges.delete(known)
+    }
     this.#accessChanges.set(subject, now)
   }
 
