@@ -10,6 +10,7 @@ import {
   EmbeddingError,
   HashingEmbedder,
   Ingestor,
+  InterruptedReembedError,
   memoryLimits,
   OpenAIEmbedder,
   prepareEmbeddings,
@@ -163,6 +164,52 @@ describe('the recorded embedder', () => {
       await prepareEmbeddings(store, smaller)
       const retriever = new Retriever({ store, embedder: smaller, adapter: () => null })
       expect((await retriever.retrieve(user.id, 'alpaca wool', { mode: 'vector' }))[0]?.title).toBe('A')
+    } finally {
+      await store.close()
+    }
+  })
+
+  it('a re-embed cut short: the start says so and how to finish, and running it again does', async () => {
+    const store = await openTestStore('pglite')
+    try {
+      const before = new HashingEmbedder(256)
+      await prepareEmbeddings(store, before)
+      const user = await createUser(store, 'interrupted-owner')
+      if ('error' in user) throw new Error('name taken')
+      const project = await store.transaction((tx) => createProject(tx, user.id, { name: 'p' }))
+      const ingestor = new Ingestor({
+        store,
+        embedder: before,
+        log: createPluginLogger(pino({ level: 'silent' }), 'rag'),
+      })
+      for (const title of ['A', 'B'])
+        await ingestor.addText({ projectId: project.id, ownerId: user.id, title, text: `Alpaca guide ${title}.` })
+      const retriever = new Retriever({ store, embedder: before, adapter: () => null })
+      await retriever.memories.remember(user.id, { text: 'prefers tea', key: 'tea' })
+      // The new embeddings service fails after the chunks, before the memory.
+      const smaller = new HashingEmbedder(64)
+      let calls = 0
+      const failing = {
+        id: smaller.id,
+        dimensions: smaller.dimensions,
+        batchSize: 1,
+        embed: async (texts: readonly string[]) => {
+          if (++calls > 2) throw new EmbeddingError('embeddings endpoint answered 503')
+          return smaller.embed(texts)
+        },
+      }
+      await expect(reembedAll(store, failing)).rejects.toThrow(/503/)
+      // Neither the old settings nor the new start: each says what happened and what to do.
+      for (const embedder of [before, smaller]) {
+        const refused = await prepareEmbeddings(store, embedder).catch((error: unknown) => error)
+        expect(String((refused as Error).message)).toMatch(/interrupted|after an interrupted reembed/)
+      }
+      expect(await prepareEmbeddings(store, before).catch((error: unknown) => error)).toBeInstanceOf(
+        InterruptedReembedError,
+      )
+      expect(await reembedAll(store, smaller)).toBe(3)
+      await prepareEmbeddings(store, smaller)
+      expect((await retriever.retrieve(user.id, 'alpaca', { mode: 'fulltext' })).length).toBe(2)
     } finally {
       await store.close()
     }

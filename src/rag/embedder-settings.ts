@@ -1,6 +1,7 @@
 import {
   chunksAfter,
   countAllMemories,
+  countEmbeddingsNotOf,
   countKnowledgeChunks,
   memoriesAfter,
   updateMemoryEmbeddings,
@@ -23,9 +24,22 @@ export class EmbedderMismatchError extends Error {
     super(
       `the knowledge and memories in this database were embedded with ${recorded.embedder} (${recorded.dimensions} dimensions), but the configuration now says ` +
         `${configured.id} (${configured.dimensions} dimensions). Run \`plinth knowledge reembed\` to re-embed everything with the configured ` +
-        'embedder, or restore the previous "embeddings" settings.',
+        'embedder, or restore the previous "embeddings" settings (after an interrupted reembed, only running it again to its end works).',
     )
     this.name = 'EmbedderMismatchError'
+  }
+}
+
+/** A `plinth knowledge reembed` was cut short: the stored embeddings are of two sizes. */
+export class InterruptedReembedError extends Error {
+  readonly code = 'embedder_mismatch'
+  constructor(mixed: number, configured: Embedder) {
+    super(
+      `${mixed} knowledge chunks and memories have embeddings of another size than the configured ${configured.id} ` +
+        `(${configured.dimensions} dimensions): a \`plinth knowledge reembed\` was interrupted. Run it again, with ` +
+        'the "embeddings" settings you mean to keep, and let it finish; then start the server with those settings.',
+    )
+    this.name = 'InterruptedReembedError'
   }
 }
 
@@ -43,7 +57,14 @@ export async function prepareEmbeddings(store: Store, embedder: Embedder): Promi
   if (!recorded || recorded.embedder !== embedder.id) await setRagSettings(store, embedder.id, embedder.dimensions)
   // A fresh database holds nothing an older tokenizer indexed.
   if (!recorded) await setRagTokenizer(store, tokenizerVersion)
-  await ensureVectorIndex(store, embedder.dimensions)
+  try {
+    await ensureVectorIndex(store, embedder.dimensions)
+  } catch (error) {
+    // The index casts every embedding to the configured size: one of another size fails it.
+    const mixed = await countEmbeddingsNotOf(store, embedder.dimensions).catch(() => 0)
+    if (mixed > 0) throw new InterruptedReembedError(mixed, embedder)
+    throw error
+  }
 }
 
 /**

@@ -25,7 +25,13 @@ export {
   type Embedder,
   type EmbeddingSettings,
 } from './embeddings.js'
-export { prepareEmbeddings, reembedAll, EmbedderMismatchError, vectorIndexWarning } from './embedder-settings.js'
+export {
+  prepareEmbeddings,
+  reembedAll,
+  EmbedderMismatchError,
+  InterruptedReembedError,
+  vectorIndexWarning,
+} from './embedder-settings.js'
 export {
   defaultExtractLimits,
   detectFormat,

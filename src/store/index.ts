@@ -251,6 +251,7 @@ export {
   dropVectorIndexes,
   vectorIndexFit,
   countKnowledgeChunks,
+  countEmbeddingsNotOf,
   analyzeChunksIfGrown,
   chunksAfter,
   updateChunkEmbeddings,

@@ -637,6 +637,14 @@ export async function dropVectorIndexes(db: Executor, keep?: string): Promise<vo
     if (row.indexname !== keep) await sql`drop index if exists ${sql.id(row.indexname)}`.execute(kysely(db))
 }
 
+/** Knowledge chunks and memories whose embedding is not of `dimensions` (a re-embed cut short leaves some). */
+export async function countEmbeddingsNotOf(db: Executor, dimensions: number): Promise<number> {
+  const { rows } = await sql<{ n: number | string }>`select
+      (select count(*) from knowledge_chunks where vector_dims(embedding) <> ${dimensions}) +
+      (select count(*) from memories where vector_dims(embedding) <> ${dimensions}) as n`.execute(kysely(db))
+  return Number(rows[0]?.n ?? 0)
+}
+
 export async function countKnowledgeChunks(db: Executor): Promise<number> {
   const row = await kysely(db)
     .selectFrom('knowledge_chunks')
