@@ -202,7 +202,8 @@ describe('the recorded embedder', () => {
       // Neither the old settings nor the new start: each says what happened and what to do.
       for (const embedder of [before, smaller]) {
         const refused = await prepareEmbeddings(store, embedder).catch((error: unknown) => error)
-        expect(String((refused as Error).message)).toMatch(/interrupted|after an interrupted reembed/)
+        expect(refused).toBeInstanceOf(InterruptedReembedError)
+        expect(String((refused as Error).message)).toMatch(/^2 knowledge chunks and memories .* was interrupted/)
       }
       expect(await prepareEmbeddings(store, before).catch((error: unknown) => error)).toBeInstanceOf(
         InterruptedReembedError,

@@ -24,7 +24,7 @@ export class EmbedderMismatchError extends Error {
     super(
       `the knowledge and memories in this database were embedded with ${recorded.embedder} (${recorded.dimensions} dimensions), but the configuration now says ` +
         `${configured.id} (${configured.dimensions} dimensions). Run \`plinth knowledge reembed\` to re-embed everything with the configured ` +
-        'embedder, or restore the previous "embeddings" settings (after an interrupted reembed, only running it again to its end works).',
+        'embedder, or restore the previous "embeddings" settings.',
     )
     this.name = 'EmbedderMismatchError'
   }
@@ -51,8 +51,12 @@ export async function prepareEmbeddings(store: Store, embedder: Embedder): Promi
   const recorded = await getRagSettings(store)
   if (recorded && recorded.embedder !== embedder.id) {
     // Memories are searched with the same embedder: vectors of another would silently miss.
-    if ((await countKnowledgeChunks(store)) > 0 || (await countAllMemories(store)) > 0)
+    if ((await countKnowledgeChunks(store)) > 0 || (await countAllMemories(store)) > 0) {
+      // Embeddings of another size than the recorded one: a reembed was cut short (restoring won't do).
+      const mixed = await countEmbeddingsNotOf(store, recorded.dimensions)
+      if (mixed > 0) throw new InterruptedReembedError(mixed, embedder)
       throw new EmbedderMismatchError(recorded, embedder)
+    }
   }
   if (!recorded || recorded.embedder !== embedder.id) await setRagSettings(store, embedder.id, embedder.dimensions)
   // A fresh database holds nothing an older tokenizer indexed.

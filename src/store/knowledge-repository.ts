@@ -251,7 +251,8 @@ async function insertChunks(tx: Executor, item: KnowledgeItem, chunks: readonly 
  * Stores one batch of a claimed item's chunks, fenced by the claim: nothing is written once the item
  * was deleted, finished, failed or claimed again (`attempt` is no longer its count). Returns how many
  * chunks were stored (0: stop). Each batch is its own statement, so a large item never holds the
- * database in one long transaction.
+ * database in one long transaction. The item's row is share-locked: a delete committing meanwhile is
+ * waited for and seen, so no chunk outlives its deleted item.
  */
 export async function insertKnowledgeChunkBatch(
   db: Executor,
@@ -268,9 +269,8 @@ export async function insertKnowledgeChunkBatch(
     insert into knowledge_chunks (id, item_id, project_id, owner_id, published, seq, heading, text, search, embedding)
     select v.id, i.id, i.project_id, i.owner_id, i.status = 'published', v.seq, v.heading, v.text, v.search, v.embedding
     from (values ${sql.join(values)}) as v (id, seq, heading, text, search, embedding)
-    join knowledge_items i on i.id = ${itemId} and i.ingest_status = 'pending' and i.deleted_at is null and i.ingest_attempts = ${attempt}`.execute(
-    kysely(db),
-  )
+    join knowledge_items i on i.id = ${itemId} and i.ingest_status = 'pending' and i.deleted_at is null and i.ingest_attempts = ${attempt}
+    for share of i`.execute(kysely(db))
   return Number(result.numAffectedRows ?? 0)
 }
 
@@ -452,11 +452,11 @@ function scopeCondition(scope: ChunkScope) {
     )
   }
   // Until its item is ready a chunk is not found: an ingestion under way (or cut off by a crash, its
-  // partial work to be replaced) shows nothing. The few pending items are read once (their partial
-  // index), not looked up for every candidate chunk: that tripled the search's time.
+  // partial work to be replaced) shows nothing. An anti-join on the pending items' partial index: a
+  // lookup of every candidate's item (to find it ready) made the search many times slower.
   return parts.length === 0
     ? null
-    : sql`(${sql.join(parts, sql` or `)}) and c.item_id <> all(array(select p.id from knowledge_items p where p.ingest_status = 'pending' and p.deleted_at is null))`
+    : sql`(${sql.join(parts, sql` or `)}) and not exists (select 1 from knowledge_items p where p.id = c.item_id and p.ingest_status = 'pending' and p.deleted_at is null)`
 }
 
 /**
