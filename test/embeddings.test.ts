@@ -22,7 +22,7 @@ import { createPluginLogger } from '../src/cmdbus/index.js'
 import { createProject, createUser, openStore, type Store } from '../src/store/index.js'
 import { sql, testDb } from '../src/store/test-access.js'
 import { runPlinth } from './helpers/cli-process.js'
-import { openTestStore } from './helpers/engines.js'
+import { openTestStore, testEngines } from './helpers/engines.js'
 import { startTestServer } from './helpers/test-server.js'
 
 /** An OpenAI-compatible /embeddings endpoint (real wire format) whose vectors come from a small hashing embedder. */
@@ -443,44 +443,51 @@ describe('ingestion that survives a crash', () => {
     }
   })
 
-  it('a scope’s memory limit holds against requests sent at once (each waiting for its embedding)', async () => {
-    const store = await openTestStore('pglite')
-    const hashing = new HashingEmbedder()
-    // A slow embeddings service: every request passes the first look at the count before any writes.
-    const slow = {
-      id: hashing.id,
-      dimensions: hashing.dimensions,
-      batchSize: hashing.batchSize,
-      embed: async (texts: readonly string[]) => {
-        await new Promise((resolve) => setTimeout(resolve, 100))
-        return hashing.embed(texts)
-      },
-    }
-    const server = await startTestServer(store, { embedder: slow })
-    const limit = memoryLimits.perScope
-    memoryLimits.perScope = 5
-    try {
-      const user = await server.createUser()
-      for (let index = 0; index < 3; index++)
-        expect(
-          (await server.request('POST', '/api/memories', { token: user.token, body: { text: `fact ${index}` } }))
-            .status,
-        ).toBe(201)
-      const answers = await Promise.all(
-        Array.from({ length: 10 }, (_, index) =>
-          server.request('POST', '/api/memories', { token: user.token, body: { text: `at once ${index}` } }),
-        ),
-      )
-      expect(answers.filter((answer) => answer.status === 201)).toHaveLength(2)
-      expect(answers.filter((answer) => answer.body.code === 'too_many_memories')).toHaveLength(8)
-      const listed = await server.request('GET', '/api/memories?limit=100', { token: user.token })
-      expect(listed.body.items).toHaveLength(5)
-    } finally {
-      memoryLimits.perScope = limit
-      await server.close()
-      await store.close()
-    }
-  })
+  for (const engine of testEngines())
+    it(`a scope’s memory limit holds against requests sent at once (${engine})`, async () => {
+      const store = await openTestStore(engine)
+      const hashing = new HashingEmbedder()
+      // Every request passes the first look at the count, then all their embeddings answer together:
+      // their writes race for the last places.
+      const racing = 10
+      let waiting = 0
+      let go!: () => void
+      const together = new Promise<void>((resolve) => (go = resolve))
+      const gathered = {
+        id: hashing.id,
+        dimensions: hashing.dimensions,
+        batchSize: hashing.batchSize,
+        embed: async (texts: readonly string[]) => {
+          if (texts[0]?.startsWith('at once') && ++waiting === racing) go()
+          if (texts[0]?.startsWith('at once')) await together
+          return hashing.embed(texts)
+        },
+      }
+      const server = await startTestServer(store, { embedder: gathered })
+      const limit = memoryLimits.perScope
+      memoryLimits.perScope = 5
+      try {
+        const user = await server.createUser()
+        for (let index = 0; index < 3; index++)
+          expect(
+            (await server.request('POST', '/api/memories', { token: user.token, body: { text: `fact ${index}` } }))
+              .status,
+          ).toBe(201)
+        const answers = await Promise.all(
+          Array.from({ length: racing }, (_, index) =>
+            server.request('POST', '/api/memories', { token: user.token, body: { text: `at once ${index}` } }),
+          ),
+        )
+        expect(answers.filter((answer) => answer.status === 201)).toHaveLength(2)
+        expect(answers.filter((answer) => answer.body.code === 'too_many_memories')).toHaveLength(racing - 2)
+        const listed = await server.request('GET', '/api/memories?limit=100', { token: user.token })
+        expect(listed.body.items).toHaveLength(5)
+      } finally {
+        memoryLimits.perScope = limit
+        await server.close()
+        await store.close()
+      }
+    })
 
   it('an item being ingested is not found by search until it is ready', async () => {
     const store = await openTestStore('pglite')
