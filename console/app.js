@@ -26,7 +26,8 @@ function signOut(reason) {
   sessionStorage.removeItem('plinth.token')
   state.api = null
   state.me = null
-  location.hash = '#/'
+  // Without a hashchange: its route() would draw the form again, without the reason.
+  history.replaceState(null, '', '#/')
   renderSignIn(reason)
 }
 

@@ -650,6 +650,10 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     ).toBe(204)
     // The stream closes for access, the page finds its token refused, and asks for another.
     await page.waitForSelector('form.signin input[name=token]', { timeout: 30_000 })
+    // The reason stays (it used to be drawn, then wiped by the address's change to #/ a moment later).
+    await page.waitForFunction('location.hash === "#/"')
+    // Tasks already queued (a hashchange among them) run before this one.
+    await page.evaluate('new Promise((resolve) => setTimeout(resolve, 0))')
     await expect(page.locator('form.signin .error').textContent()).resolves.toMatch(/no longer accepted/)
     await page.close()
   })
