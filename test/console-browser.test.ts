@@ -159,6 +159,37 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     return created.body.id
   }
 
+  /**
+   * A conversation with one answered question, opened in a new page whose first request matching
+   * `held` waits: `holding` resolves when it is held, `release` lets it go, `signedIn` when the page is open.
+   */
+  const openWithHeldRead = async (name: string, held: (url: URL, conversation: string) => boolean) => {
+    const projectId = await project(name, 'markdown')
+    const conversation = (
+      await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    ).body.id as string
+    await http(server.url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
+      token,
+      body: { input: 'the first question' },
+    })
+    const page = await newPage()
+    let release!: () => void
+    const released = new Promise<void>((resolve) => (release = resolve))
+    let reached!: () => void
+    const holding = new Promise<void>((resolve) => (reached = resolve))
+    await page.route(
+      (url) => held(url, conversation),
+      async (route) => {
+        reached()
+        await released
+        await route.continue()
+      },
+    )
+    const signedIn = signIn(page, `#/conversations/${conversation}`)
+    await holding
+    return { page, conversation, release, signedIn }
+  }
+
   it('a wrong token is refused once, with a message, and no retry loop', async () => {
     const page = await newPage()
     let meRequests = 0
@@ -522,30 +553,11 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
   })
 
   it('a run that starts and ends while the conversation opens is shown', async () => {
-    const projectId = await project('Opened meanwhile', 'markdown')
-    const conversation = (
-      await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
-    ).body.id
-    await http(server.url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
-      token,
-      body: { input: 'the first question' },
-    })
-    const page = await newPage()
     // The page's look at the last run is held until a run started elsewhere has ended.
-    let release!: () => void
-    const released = new Promise<void>((resolve) => (release = resolve))
-    let held!: () => void
-    const holding = new Promise<void>((resolve) => (held = resolve))
-    await page.route(
-      (url) => url.pathname === `/api/conversations/${conversation}/runs` && url.searchParams.get('limit') === '1',
-      async (route) => {
-        held()
-        await released
-        await route.continue()
-      },
+    const { page, conversation, release, signedIn } = await openWithHeldRead(
+      'Opened meanwhile',
+      (url, id) => url.pathname === `/api/conversations/${id}/runs` && url.searchParams.get('limit') === '1',
     )
-    const signedIn = signIn(page, `#/conversations/${conversation}`)
-    await holding
     const meanwhile = await http(server.url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
       token,
       body: { input: 'asked while the page opened' },
@@ -558,31 +570,12 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
   })
 
   it('a run that ends while the transcript loads is shown once, with its status once', async () => {
-    const projectId = await project('Loaded meanwhile', 'markdown')
-    const conversation = (
-      await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
-    ).body.id
-    await http(server.url, 'POST', `/api/conversations/${conversation}/runs?wait=true`, {
-      token,
-      body: { input: 'the first question' },
-    })
-    const page = await newPage()
     // The transcript's read is held while a run starts and is cancelled mid-answer: the transcript then
     // shows it, and the conversation's stream replays it.
-    let release!: () => void
-    const released = new Promise<void>((resolve) => (release = resolve))
-    let held!: () => void
-    const holding = new Promise<void>((resolve) => (held = resolve))
-    await page.route(
-      (url) => url.pathname === `/api/conversations/${conversation}/messages`,
-      async (route) => {
-        held()
-        await released
-        await route.continue()
-      },
+    const { page, conversation, release, signedIn } = await openWithHeldRead(
+      'Loaded meanwhile',
+      (url, id) => url.pathname === `/api/conversations/${id}/messages`,
     )
-    const signedIn = signIn(page, `#/conversations/${conversation}`)
-    await holding
     const cut = await http(server.url, 'POST', `/api/conversations/${conversation}/runs`, {
       token,
       body: { input: 'cut short while the page opened', model: 'slow' },
