@@ -146,8 +146,13 @@ export interface CreateRunInput {
  * holding a run's lease is its only writer: each of its writes is fenced by the lease, so a driver whose
  * lease passed to another instance (or whose run was cancelled elsewhere) changes nothing and stops.
  */
-/** How long after an access announcement a new run's owner is checked again (covers the request's own check). */
-const accessRecheckWindowMs = 10_000
+/**
+ * How long after an access announcement a new run's owner is checked again (covers the request's own
+ * check). Short: the gap is that check to the run's commit, plus a notification's way from another
+ * instance; and every announcement about a project opens it (its creation and changes too), a run
+ * created inside it costing two more reads.
+ */
+const accessRecheckWindowMs = 2_000
 
 /** Failures a run can be resumed from: upstream trouble, an interruption, a model configured again. */
 const resumableCodes = [
