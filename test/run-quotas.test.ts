@@ -221,6 +221,41 @@ for (const engine of apiEngines()) {
       await waitForRun(server, frank.token, failed.body.id as string, ['completed'])
       await cancel(frank, busy[1]!.body.id as string)
     })
+
+    it('a burst of run requests sent at once passes a quota no further than its limit', async () => {
+      const grace = await server.createUser()
+      const conversationIn = async (projectId: string) =>
+        (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: grace.token, body: {} }))
+          .body.id as string
+      const burst = (conversations: string[], model: 'slow' | 'quick') =>
+        Promise.all(
+          conversations.map((id) =>
+            server.request('POST', `/api/conversations/${id}/runs`, {
+              token: grace.token,
+              body: { input: 'go', model },
+            }),
+          ),
+        )
+      // Runs queued or running in one project (the limit is 2), all asked for together.
+      const projectId = await newProject(grace)
+      const crowded = await Promise.all(Array.from({ length: 12 }, () => conversationIn(projectId)))
+      const answers = await burst(crowded, 'slow')
+      const accepted = answers.filter((answer) => answer.status === 201)
+      expect(accepted).toHaveLength(2)
+      expect(answers.filter((answer) => answer.status === 429).map((answer) => answer.body.quota)).toEqual(
+        Array(10).fill({ scope: 'project', limit: 'maxActiveRuns', value: 2 }),
+      )
+      for (const answer of accepted) await cancel(grace, answer.body.id as string)
+
+      // Runs started per minute by one user (the limit is 6, and 2 were started above), in four projects.
+      const projects = await Promise.all(Array.from({ length: 4 }, () => newProject(grace)))
+      const spread = await Promise.all(Array.from({ length: 8 }, (_, i) => conversationIn(projects[i % 4]!)))
+      const quick = await burst(spread, 'quick')
+      expect(quick.filter((answer) => answer.status === 201)).toHaveLength(4)
+      expect(quick.filter((answer) => answer.status === 429).map((answer) => answer.body.quota)).toEqual(
+        Array(4).fill({ scope: 'user', limit: 'runsPerMinute', value: 6 }),
+      )
+    })
   })
 }
 
@@ -295,6 +330,32 @@ for (const engine of apiEngines()) {
       expect(started[1]!).toBeGreaterThanOrEqual(ended[0]!)
       expect(started[2]!).toBeGreaterThanOrEqual(ended[1]!)
       expect(runs.every((run) => run.queue === null)).toBe(true)
+    })
+
+    it('a burst sent at once: one run starts, as many wait as the queue holds, the rest are refused', async () => {
+      const hana = await server.createUser()
+      const projectId = (await server.request('POST', '/api/projects', { token: hana.token, body: { name: 'b' } })).body
+        .id as string
+      const conversations = await Promise.all(
+        Array.from(
+          { length: 7 },
+          async () =>
+            (await server.request('POST', `/api/projects/${projectId}/conversations`, { token: hana.token, body: {} }))
+              .body.id as string,
+        ),
+      )
+      const answers = await Promise.all(
+        conversations.map((id) =>
+          server.request('POST', `/api/conversations/${id}/runs`, {
+            token: hana.token,
+            body: { input: 'go', model: 'slow' },
+          }),
+        ),
+      )
+      const statuses = answers.map((answer) => (answer.status === 201 ? answer.body.status : answer.status)).sort()
+      expect(statuses).toEqual([429, 429, 429, 'queued', 'queued', 'queued', 'running'])
+      for (const answer of answers.filter((one) => one.status === 201))
+        await server.request('POST', `/api/runs/${answer.body.id}/cancel`, { token: hana.token })
     })
 
     it('a cancelled waiting run leaves the line; the others move up', async () => {

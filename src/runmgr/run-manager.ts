@@ -17,6 +17,7 @@ import {
   quotaQueuePosition,
   getRun,
   isUniqueViolation,
+  isRunQuotaFull,
   listRuns,
   listToolCalls,
   laterRunExists,
@@ -394,7 +395,8 @@ export class RunManager {
         periods: periods.read,
       }))
     // Over a quota: 429, or (queue mode) the run waits as `queued` until there is room.
-    const admission = this.#quotas.admit(runCounts(standing.counts), project?.quota ?? null)
+    const ownQuota = project?.quota ?? null
+    let admission = this.#quotas.admit(runCounts(standing.counts), ownQuota)
     this.#periodBudgets.refuseWhenSpent(periods, standing.periods)
     const maxIterations = input.maxIterations ?? 10
     // The project's and the server's default cost limit cannot hold a model without a price; one the
@@ -432,11 +434,12 @@ export class RunManager {
     // The window this instance kept from the conversation's last run: the start reads only what came after it.
     const maxChars = transcriptBudget(models.get(model)!)
     const kept = this.#windows.get(conversation.id, maxChars)
-    const create = (allowQueue: boolean) =>
+    const write = (allowQueue: boolean) =>
       this.#options.store.createRun(newRun, {
         lease,
         allowQueue,
         ...(admission === 'queue' && { queueForQuota: true }),
+        quota: this.#quotas.limits(ownQuota, admission),
         prefetch: {
           maxChars,
           maxRows: windowRows,
@@ -444,6 +447,21 @@ export class RunManager {
         },
         ...(hooks.onCreated && { within: hooks.onCreated }),
       })
+    // The statement counts the quotas again once runs asked for at the same moment have committed: full
+    // then, the counts read afresh decide as above (429, or queued), or a run that ended meanwhile made room.
+    const create = async (allowQueue: boolean): Promise<CreatedRun> => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await write(allowQueue)
+        } catch (error) {
+          if (!isRunQuotaFull(error) || attempt >= 5) throw error
+          const counts = await readTogether(this.#options.store, {
+            counts: runCountsRead(scope, this.#quotas.mode, this.#quotas.perMinute),
+          })
+          admission = this.#quotas.admit(runCounts(counts.counts), ownQuota)
+        }
+      }
+    }
     let created: CreatedRun = await create(input.ifActive === 'enqueue')
     // Interrupt: the new message supersedes everything still pending in the conversation — the queued
     // runs first (so ending the active one promotes none of them), then the active one. Interrupts

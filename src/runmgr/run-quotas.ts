@@ -1,4 +1,4 @@
-import type { ProjectQuota, RunCounts } from '../store/index.js'
+import type { ProjectQuota, RunCounts, RunQuotaLimits } from '../store/index.js'
 import { RunRequestError } from './run-errors.js'
 
 /** The server's quotas on starting runs beyond the per-user cap (docs/guides/operating.md#run-quotas). */
@@ -28,8 +28,8 @@ interface Full {
 
 /**
  * Counts in the database, so a quota holds across instances: runs queued or running per user and per
- * project, and runs started in the last 60 seconds. Two requests at the same instant may both pass the
- * count: the quotas are exact to within the requests in flight.
+ * project, and runs started in the last 60 seconds. The request's counts answer most refusals at once;
+ * the run's own statement counts again (`limits`), so requests at the same instant pass no further.
  */
 export class RunQuotas {
   readonly #maxActiveRunsPerUser: number
@@ -38,6 +38,10 @@ export class RunQuotas {
   constructor(maxActiveRunsPerUser: number, quota: RunQuota = {}) {
     this.#maxActiveRunsPerUser = maxActiveRunsPerUser
     this.#quota = quota
+  }
+
+  get #maxQueued(): number {
+    return this.#quota.maxQueuedRunsPerUser ?? 100
   }
 
   /** The server's per-minute limits, for the counts' read to time a retry by (`runCountsRead`). */
@@ -64,7 +68,7 @@ export class RunQuotas {
     const full = this.full(counts, own)
     if (!full) return 'start'
     if (this.mode === 'refuse') throw this.#refusal(full)
-    const maxQueued = this.#quota.maxQueuedRunsPerUser ?? 100
+    const maxQueued = this.#maxQueued
     if (counts.userQueued >= maxQueued)
       throw this.#refusal({
         quota: { scope: 'user', limit: 'maxQueuedRuns', value: maxQueued },
@@ -83,11 +87,24 @@ export class RunQuotas {
     if (full) throw this.#refusal(full)
   }
 
+  /**
+   * The limits on a new run, for its statement to count again: the server's, with the project's own
+   * (`own`) before them; for a run queued for a quota (`admission`), the user's queue's.
+   */
+  limits(own: ProjectQuota | null, admission: 'start' | 'queue' = 'start'): RunQuotaLimits {
+    if (admission === 'queue') return { queueMode: true, userQueued: this.#maxQueued }
+    return {
+      queueMode: this.mode === 'queue',
+      userActive: this.#maxActiveRunsPerUser,
+      projectActive: own?.maxActiveRuns ?? this.#quota.maxActiveRunsPerProject,
+      userPerMinute: this.#quota.runsPerMinutePerUser,
+      projectPerMinute: own?.runsPerMinute ?? this.#quota.runsPerMinutePerProject,
+    }
+  }
+
   /** The first quota a new run would go past, or null when there is room. */
   full(counts: RunCounts, own: ProjectQuota | null, options: { activeOnly?: boolean } = {}): Full | null {
-    const projectActive = own?.maxActiveRuns ?? this.#quota.maxActiveRunsPerProject
-    const userPerMinute = this.#quota.runsPerMinutePerUser
-    const projectPerMinute = own?.runsPerMinute ?? this.#quota.runsPerMinutePerProject
+    const { projectActive, userPerMinute, projectPerMinute } = this.limits(own)
     if (counts.userActive >= this.#maxActiveRunsPerUser)
       return {
         quota: { scope: 'user', limit: 'maxActiveRuns', value: this.#maxActiveRunsPerUser },

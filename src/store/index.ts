@@ -9,6 +9,7 @@ export {
   notFoundError,
   isUniqueViolation,
   isDatabaseUnavailable,
+  isRunQuotaFull,
 } from './store-errors.js'
 export type { JsonValue } from './database.js'
 export type { Executor } from './executor.js'
@@ -379,6 +380,7 @@ export {
   type ProjectIdSql,
   type ProjectQuota,
   type RunCounts,
+  type RunQuotaLimits,
 } from './run-quota-repository.js'
 export {
   lockedScheduleCount,

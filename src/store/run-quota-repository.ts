@@ -27,6 +27,34 @@ export function projectQuota(stored: unknown): ProjectQuota | null {
 export type ProjectIdSql = string | RawBuilder<unknown>
 
 /** What the quotas compare, for a user and a project: runs active now, and runs started in the last minute. */
+/**
+ * The limits a new run is counted against once more as it is written (`createRun`'s `quota`): absent,
+ * not counted. `queueMode`: the runs waiting for a quota hold no slot, and a minute's runs are those
+ * that started in it.
+ */
+export interface RunQuotaLimits {
+  queueMode: boolean
+  userActive?: number
+  projectActive?: number
+  userPerMinute?: number
+  projectPerMinute?: number
+  /** A run queued for a quota: the user's runs waiting so. */
+  userQueued?: number
+}
+
+/** The re-count of a run's quotas (`migrations/0042_run_quota_check.sql`), for the statement that writes it. */
+export function runQuotaCheck(
+  runId: string,
+  ownerId: string,
+  projectId: string,
+  limits: RunQuotaLimits,
+): RawBuilder<boolean> {
+  const limit = (value: number | undefined) => sql`${value ?? null}::int`
+  return sql<boolean>`plinth_check_run_quota(${runId}, ${ownerId}, ${projectId}, ${limits.queueMode}::boolean,
+    ${limit(limits.userActive)}, ${limit(limits.projectActive)}, ${limit(limits.userPerMinute)}, ${limit(limits.projectPerMinute)},
+    ${limit(limits.userQueued)})`
+}
+
 export interface RunCounts {
   userActive: number
   projectActive: number

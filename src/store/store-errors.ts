@@ -78,6 +78,11 @@ export function isOneActiveRunViolation(error: unknown): boolean {
   return isUniqueViolation(error) && (constraint === undefined || constraint === 'runs_one_active')
 }
 
+/** Whether a database error is a new run's quota re-count refusing it (`runQuotaCheck`): counted again, it is full. */
+export function isRunQuotaFull(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && (error as { code?: unknown }).code === 'PL429'
+}
+
 /** What a caller's request may be refused for by a module service; the HTTP layer maps the code. */
 export type RequestErrorCode =
   | 'not_found'
