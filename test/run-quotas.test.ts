@@ -256,6 +256,32 @@ for (const engine of apiEngines()) {
         Array(4).fill({ scope: 'user', limit: 'runsPerMinute', value: 6 }),
       )
     })
+
+    it('resumes sent at once take no more slots than there are', async () => {
+      const ivan = await server.createUser()
+      const projectId = await newProject(ivan)
+      // Four runs that failed on their budget, in four conversations: each resumable with a higher one.
+      const failed: string[] = []
+      for (let i = 0; i < 4; i++) {
+        const conversation = await server.request('POST', `/api/projects/${projectId}/conversations`, {
+          token: ivan.token,
+          body: {},
+        })
+        const run = await server.request('POST', `/api/conversations/${conversation.body.id}/runs`, {
+          token: ivan.token,
+          body: { input: 'go', model: 'slow', budget: { maxTokens: 1 } },
+        })
+        failed.push(run.body.id as string)
+      }
+      for (const id of failed) await waitForRun(server, ivan.token, id, ['failed'])
+      const answers = await Promise.all(
+        failed.map((id) =>
+          server.request('POST', `/api/runs/${id}/resume`, { token: ivan.token, body: { budget: { maxTokens: 1e6 } } }),
+        ),
+      )
+      expect(answers.map((answer) => answer.status).sort()).toEqual([200, 200, 429, 429])
+      for (const [i, answer] of answers.entries()) if (answer.status === 200) await cancel(ivan, failed[i]!)
+    })
   })
 }
 

@@ -14,6 +14,7 @@ import {
   projectQuota,
   projectQuotaRead,
   runCountsRead,
+  lockRunCreations,
   quotaQueuePosition,
   getRun,
   isUniqueViolation,
@@ -832,9 +833,11 @@ export class RunManager {
             `the run's budget ${spent.budget.limit} (${spent.budget.value}) is still spent (${spent.budget.used}); resume with a higher one: {"budget": {"${spent.budget.limit}": …}}`,
           )
         // A resumed run takes a slot like a new one: the caps on runs queued or running hold, and a
-        // spent budget for the day or month refuses it (all in one read).
+        // spent budget for the day or month refuses it (all in one read). Read once runs being created
+        // or resumed at the same moment have committed, so a burst of resumes passes no further either.
         const scope = { projectId: run.projectId, userId: run.ownerId }
         const periods = this.#periodBudgets.check(scope)
+        await lockRunCreations(tx)
         const standing = await readTogether(tx, {
           periods: periods.read,
           counts: runCountsRead(scope, this.#quotas.mode, this.#quotas.perMinute),

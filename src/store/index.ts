@@ -373,6 +373,7 @@ export {
 export {
   runCounts,
   runCountsRead,
+  lockRunCreations,
   projectQuotaRead,
   projectQuota,
   readTogether,
