@@ -292,7 +292,10 @@ export const configNotes: Record<string, ConfigNote> = {
     meaning:
       "a running run's lease, and a running dispatch's executor lease: after a crash, another instance resumes the run (and ends the dead process's dispatches `interrupted`) once it has passed",
   },
-  runMaxResumes: { meaning: 'automatic resumes of one run before it ends `failed` (`interrupted`)' },
+  runMaxResumes: {
+    meaning:
+      'automatic resumes of one run after its driver died (its lease ran out) before it ends `failed` (`interrupted`); resumes after a graceful stop are not counted',
+  },
   shutdownGraceMs: { meaning: 'how long a graceful stop lets tool calls in flight finish before aborting them' },
   dataDirLockWaitMs: {
     meaning:

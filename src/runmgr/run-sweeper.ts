@@ -54,7 +54,8 @@ export class RunSweeper {
   /**
    * Recovers what stopped drivers left behind: a running run whose lease has passed (its process
    * died, or shut down and released it) is taken over and resumed from its last checkpoint — no
-   * completed tool call runs again — until it has been resumed `maxResumes` times, when it ends
+   * completed tool call runs again — until it has been resumed `maxResumes` times after a lease ran
+   * out (a released lease is not counted), when it ends
    * failed `interrupted`. Also starts queues nobody started, continues waiting runs whose every call
    * is answered, and expires runs left waiting past their deadline.
    */
@@ -87,7 +88,7 @@ export class RunSweeper {
     if (!taken) return undefined
     const fence = { runId, owner: lease.owner }
     if (taken.resumes > (this.#deps.maxResumes ?? 3)) {
-      const message = `the run was interrupted ${taken.resumes} times (a server stopped while driving it) and is not resumed again`
+      const message = `the run was interrupted ${taken.resumes} times (its server died while driving it) and is not resumed again`
       await this.#deps.writer.end(
         runId,
         { status: 'failed', error: { code: 'interrupted', message }, openCalls: 'interrupted' },

@@ -355,7 +355,8 @@ export async function releaseLease(tx: Executor, id: string, owner: string): Pro
 /**
  * Takes a running run over from a driver that stopped: succeeds only if, under the row lock, the run
  * is still running and its lease still passed (`before`) — the check a sweeper racing a heartbeat needs.
- * Counts the resume.
+ * Counts the resume toward `maxResumes` when the lease ran out (its driver died), not when it was
+ * released (a graceful stop, or a lost database): a rolling restart is not the run's doing.
  */
 export async function takeOverRun(
   tx: Executor,
@@ -365,10 +366,10 @@ export async function takeOverRun(
 ): Promise<Run | undefined> {
   const row = await kysely(tx)
     .updateTable('runs')
-    .set((eb) => ({
+    .set(() => ({
       lease_owner: lease.owner,
       lease_expires_at: lease.expiresAt,
-      resumes: eb('resumes', '+', 1),
+      resumes: sql<number>`case when lease_expires_at is null then resumes else resumes + 1 end`,
       updated_at: new Date(),
     }))
     .where('id', '=', id)

@@ -81,7 +81,7 @@ export const runTransitions = [
     from: 'running',
     to: 'running',
     by: 'takeover',
-    when: 'Lease passed or released: another driver takes over (`resumes + 1`)',
+    when: 'Lease passed or released: another driver takes over (`resumes + 1` when it passed)',
     madeBy: '`takeOver` (`transitions/take-over.ts`), by `RunSweeper.#takeOver`',
   },
   {
@@ -123,7 +123,7 @@ export const runTransitions = [
     from: 'running',
     to: 'failed',
     by: 'takeover',
-    when: 'Taken over more than `maxResumes` times (`interrupted`)',
+    when: 'Taken over after its lease passed more than `maxResumes` times (`interrupted`)',
     madeBy: '`RunSweeper.#takeOver` → `RunWriter.end` (fenced by the new lease)',
   },
   {

@@ -16,6 +16,7 @@ import {
   type RunTransitionRule,
   type Store,
 } from '../../src/store/index.js'
+import { testDb } from '../../src/store/test-access.js'
 import { openTestStore, testEngines } from '../helpers/engines.js'
 import { waitFor } from '../helpers/waits.js'
 import { eventCount, eventTypes, runKit, Scripted, startCore, untilRun, type Core } from './core.js'
@@ -123,10 +124,11 @@ for (const engine of testEngines()) {
       const released = await getRun(store, run.id)
       expect(released).toMatchObject({ status: 'running', leaseOwner: null, resumes: 0 })
       const before = (await eventTypes(store, run.id)).length
-      // This instance's sweeper takes it over (a new lease, resumes + 1) and drives it to the end.
+      // This instance's sweeper takes it over (a new lease) and drives it to the end. A released lease
+      // is not counted toward maxResumes: a rolling restart is not the run's doing.
       expect(await core.runs.sweep()).toEqual({ resumed: 1, failed: 0 })
       const done = await untilRun(store, run.id, ['completed'])
-      expect(done.resumes).toBe(1)
+      expect(done.resumes).toBe(0)
       expect((await eventTypes(store, run.id)).slice(before)).toEqual([
         'run.status', // resumed: true
         ...firstOpened,
@@ -251,6 +253,12 @@ for (const engine of testEngines()) {
       const first = await core.instance()
       const run = await streaming(first)
       await first.stop()
+      // As if its driver had died instead of stopping: the lease ran out rather than being released.
+      await testDb(store)
+        .updateTable('runs')
+        .set({ lease_owner: 'a-dead-instance', lease_expires_at: new Date(Date.now() - 1_000) })
+        .where('id', '=', run.id)
+        .execute()
       // A new instance allowing no resumes starts: its start-up sweep takes the run over and ends it.
       const second = await core.instance({ maxResumes: 0 })
       const failed = await untilRun(store, run.id, ['failed'])
@@ -262,6 +270,25 @@ for (const engine of testEngines()) {
         'run.failed',
       ])
       await second.stop()
+    })
+
+    it('running → running (takeover) after graceful stops, however many: they do not use up maxResumes', async () => {
+      let driving = await core.instance({ maxResumes: 0 })
+      const run = await streaming(driving)
+      // Each resume asks the cut-off turn again: it streams slowly each time.
+      model.script.setTurns(Array.from({ length: 3 }, () => ({ text: 'w '.repeat(200), chunks: 200, delayMs: 25 })))
+      const deltas = async () =>
+        (await readEvents(store, { runId: run.id }, 0, 10_000)).filter((event) => event.type === 'message.delta').length
+      // Three rolling restarts while the run streams: each instance stops gracefully, the next resumes it.
+      for (let restart = 0; restart < 3; restart++) {
+        await driving.stop()
+        const before = await deltas()
+        driving = await core.instance({ maxResumes: 0 })
+        await waitFor(async () => (await deltas()) > before, { what: 'the resumed run to stream again' })
+      }
+      expect(await getRun(store, run.id)).toMatchObject({ status: 'running', resumes: 0, error: null })
+      await core.runs.cancel(run.id)
+      await driving.stop()
     })
 
     row({ from: 'running', to: 'cancelled', by: 'cancel', when: /while driven here/ }, async () => {
