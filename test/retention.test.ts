@@ -213,6 +213,12 @@ for (const engine of testEngines()) {
         { type: 'conversation.deleted', data: { conversationId: idle.conversationId, reason: 'retention' } },
       ])
       await expect(access(workDir)).rejects.toMatchObject({ code: 'ENOENT' })
+      // Its run is no longer listed (it could not be opened); the other conversation's is.
+      const listed = (await server.request('GET', '/api/runs?limit=200', { token: alice.token })).body.items.map(
+        (run: { id: string }) => run.id,
+      )
+      expect(listed).toContain(busy.runId)
+      expect(listed).not.toContain(idle.runId)
       // Usage (and so the period budgets) still counts its model calls.
       const usageAfter = await server.request('GET', `/api/usage?projectId=${projectId}`, { token: alice.token })
       expect(usageAfter.body).toEqual(usageBefore.body)

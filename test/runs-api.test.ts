@@ -143,6 +143,18 @@ for (const engine of apiEngines()) {
       expect(
         (await server.request('GET', `/api/conversations/${conversationId}`, { token: alice.token })).body.activeRunId,
       ).toBeNull()
+
+      // A deleted conversation's runs are no longer listed: they could not be opened.
+      const listed = async (): Promise<string[]> =>
+        (await server.request('GET', '/api/runs?limit=200', { token: alice.token })).body.items.map(
+          (run: { id: string }) => run.id,
+        )
+      expect(await listed()).toContain(second.body.id)
+      expect(
+        (await server.request('DELETE', `/api/conversations/${conversationId}`, { token: alice.token })).status,
+      ).toBe(204)
+      expect((await server.request('GET', `/api/runs/${second.body.id}`, { token: alice.token })).status).toBe(404)
+      expect(await listed()).not.toContain(second.body.id)
     })
 
     it('a finished run’s stream answers 204 to a reconnect, so an EventSource stops reconnecting', async () => {

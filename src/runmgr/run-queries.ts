@@ -71,7 +71,13 @@ export class RunQueries {
   async listMine(user: User, statuses: readonly RunStatus[] | undefined, page: PageRequest): Promise<Page<Run>> {
     return listRuns(
       this.#store,
-      { ownerId: user.id, projectIds: await this.#projects.visibleIds(user.id), ...(statuses && { statuses }) },
+      {
+        ownerId: user.id,
+        projectIds: await this.#projects.visibleIds(user.id),
+        ...(statuses && { statuses }),
+        // A deleted (or purged) conversation's runs stay for usage, but are not listed: they cannot be opened.
+        openConversations: true,
+      },
       page,
     )
   }

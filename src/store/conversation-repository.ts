@@ -189,6 +189,12 @@ export async function deleteConversation(tx: Executor, conversation: Conversatio
     .set({ deleted_at: now, updated_at: now })
     .where('id', '=', conversation.id)
     .execute()
+  // Its runs stay (usage counts them) but are no longer listed (`listRuns`' `openConversations`).
+  await kysely(tx)
+    .updateTable('runs')
+    .set({ conversation_deleted: true })
+    .where('conversation_id', '=', conversation.id)
+    .execute()
   await appendEvents(tx, [
     {
       type: 'conversation.deleted',

@@ -316,6 +316,7 @@ export interface Runs {
   budget: JsonColumn | null
   cancel_reason: string | null
   client_tools: Generated<JsonColumn>
+  conversation_deleted: Generated<boolean>
   conversation_id: string
   created_at: Generated<Timestamp>
   ended_at: Timestamp | null

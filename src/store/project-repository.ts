@@ -177,6 +177,12 @@ export async function deleteProject(tx: Executor, project: Project): Promise<voi
     .where('project_id', '=', project.id)
     .where('deleted_at', 'is', null)
     .execute()
+  await kysely(tx)
+    .updateTable('runs')
+    .set({ conversation_deleted: true })
+    .where('project_id', '=', project.id)
+    .where('conversation_deleted', '=', false)
+    .execute()
   // Its knowledge goes with it: out of every owner's volume, the stored uploads dropped now; the rows
   // and chunks (unreachable: nobody searches a deleted project) go with retention.
   await kysely(tx)

@@ -166,7 +166,9 @@ export async function purgeIdleConversations(
   await sql`delete from allowances where conversation_id = any(${ids})`.execute(db)
   await sql`delete from work_usage where conversation_id = any(${ids})`.execute(db)
   await discardWorkFiles(tx, ids)
-  await sql`update runs set required_action = null where conversation_id = any(${ids})`.execute(db)
+  await sql`update runs set required_action = null, conversation_deleted = true where conversation_id = any(${ids})`.execute(
+    db,
+  )
   await sql`update conversations set title = '', purged_at = now(), deleted_at = coalesce(deleted_at, now())
             where id = any(${ids})`.execute(db)
   const live = rows.filter((row) => row.deleted_at === null)

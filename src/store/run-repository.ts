@@ -426,6 +426,8 @@ export async function listRuns(
     ownerId?: string
     projectIds?: readonly string[]
     statuses?: readonly RunStatus[]
+    /** Only runs whose conversation is not deleted or purged (what the caller may still open). */
+    openConversations?: boolean
   },
   page: { limit: number; after?: string },
 ): Promise<{ items: Run[]; nextCursor: string | null }> {
@@ -441,6 +443,7 @@ export async function listRuns(
     query = query.where('project_id', 'in', [...filter.projectIds])
   }
   if (filter.statuses && filter.statuses.length > 0) query = query.where('status', 'in', [...filter.statuses])
+  if (filter.openConversations) query = query.where('conversation_deleted', '=', false)
   if (page.after) query = query.where('id', '<', page.after)
   const rows = (await query.execute()).map(toRun)
   const items = rows.slice(0, page.limit)

@@ -112,6 +112,7 @@ export async function createRun(
     lease_owner: lease.owner,
     lease_expires_at: lease.expiresAt,
     resumes: 0,
+    conversation_deleted: false,
     waiting_since: null,
     queued_for: null,
     output: null,
