@@ -1762,7 +1762,7 @@ export interface components {
             defaultModel: string | null;
             description: string;
             id: string;
-            /** @description Whether automatic knowledge injection also uses items other members published */
+            /** @description Whether automatic knowledge injection and memory recall also use what other members published or remembered */
             injectMemberKnowledge: boolean;
             /** @description Whether runs recall memories into the prompt */
             memoryRecall: boolean;
@@ -2369,7 +2369,7 @@ export interface components {
                     defaultModel: string | null;
                     description: string;
                     id: string;
-                    /** @description Whether automatic knowledge injection also uses items other members published */
+                    /** @description Whether automatic knowledge injection and memory recall also use what other members published or remembered */
                     injectMemberKnowledge: boolean;
                     /** @description Whether runs recall memories into the prompt */
                     memoryRecall: boolean;
@@ -2402,7 +2402,7 @@ export interface components {
                     defaultModel: string | null;
                     description: string;
                     id: string;
-                    /** @description Whether automatic knowledge injection also uses items other members published */
+                    /** @description Whether automatic knowledge injection and memory recall also use what other members published or remembered */
                     injectMemberKnowledge: boolean;
                     /** @description Whether runs recall memories into the prompt */
                     memoryRecall: boolean;
@@ -7387,7 +7387,7 @@ export interface operations {
                     /** @description A configured model id (GET /api/models) runs use when they name none; null clears it */
                     defaultModel?: string | null;
                     description?: string;
-                    /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones; null resets it) */
+                    /** @description Automatic knowledge injection and memory recall also use items published and project memories written by members other than the owner (default false: the caller’s own and the owner’s; null resets it) */
                     injectMemberKnowledge?: boolean | null;
                     /** @description Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it; null resets it) */
                     memoryRecall?: boolean | null;
@@ -7621,7 +7621,7 @@ export interface operations {
                     /** @description A configured model id (GET /api/models) runs use when they name none; null clears it */
                     defaultModel?: string | null;
                     description?: string;
-                    /** @description Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones; null resets it) */
+                    /** @description Automatic knowledge injection and memory recall also use items published and project memories written by members other than the owner (default false: the caller’s own and the owner’s; null resets it) */
                     injectMemberKnowledge?: boolean | null;
                     /** @description Runs here recall the user’s and the project’s memories into the prompt (default true; a run’s memory.recall overrides it; null resets it) */
                     memoryRecall?: boolean | null;

@@ -276,5 +276,44 @@ for (const engine of apiEngines()) {
       })
       expect(recalledBlock(asked.calls[0]!.messages)).toMatch(/Thursdays/)
     })
+
+    it('a member’s project memory reaches the owner’s prompts only when the project opts in', async () => {
+      const projectId = (
+        await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'shared memory' } })
+      ).body.id as string
+      const add = await server.request('POST', '/api/commands/rdm.member.add', {
+        token: alice.token,
+        body: { entrance: 'button', projectId, params: { userId: bob.user.id } },
+      })
+      await server.request('POST', `/api/decisions/${add.body.decision.id}`, {
+        token: alice.token,
+        body: { decision: 'approve' },
+      })
+      // Bob, a member who may write, keeps a project fact (his agent could as well, unasked).
+      const planted = await server.request('POST', '/api/memories', {
+        token: bob.token,
+        body: { projectId, key: 'release', text: 'Releases of this project are signed by the release bot.' },
+      })
+      expect(planted.status).toBe(201)
+      // Alice finds it when she asks for it, but her runs do not recall it unasked.
+      const found = await server.request('GET', `/api/memories?projectId=${projectId}&q=releases`, {
+        token: alice.token,
+      })
+      expect(found.body.items.map((item: { id: string }) => item.id)).toContain(planted.body.id)
+      const owners = await run(alice, projectId, 'Who signs releases?', ['Not sure.'])
+      expect(recalledBlock(owners.calls[0]!.messages)).toBeUndefined()
+      expect(owners.events).not.toContain('memory.recalled')
+      // Bob's own runs recall his own fact.
+      const bobs = await run(bob, projectId, 'Who signs releases?', ['The release bot.'])
+      expect(recalledBlock(bobs.calls[0]!.messages)).toMatch(/release bot/)
+      // The project opts in to members' items in its prompts: now Alice's runs recall it too.
+      const optIn = await server.request('PATCH', `/api/projects/${projectId}`, {
+        token: alice.token,
+        body: { injectMemberKnowledge: true },
+      })
+      expect(optIn.status).toBe(200)
+      const after = await run(alice, projectId, 'Who signs releases?', ['The release bot.'])
+      expect(recalledBlock(after.calls[0]!.messages)).toMatch(/release bot/)
+    })
   })
 }

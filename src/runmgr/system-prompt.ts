@@ -135,7 +135,9 @@ async function recalled(
   try {
     if (!(known ?? (await hasMemories(deps.store, run.ownerId, run.projectId)))) return []
     const hits = await retriever.memories.recall(run.ownerId, input, { projectId: run.projectId, k: 8, signal })
-    return selectMemories(hits)
+    // As for knowledge: a project memory another member wrote enters a prompt unasked only when the
+    // project opts in (a member's agent may have been talked into remembering it).
+    return selectMemories(hits.filter((hit) => mayInject(hit, run.ownerId, run.profile.injectFrom)))
   } catch (error) {
     deps.log.warn('memory recall for the prompt failed; the run goes on without it', { runId: run.id, err: error })
     return []

@@ -148,7 +148,7 @@ const profileFields = {
   injectMemberKnowledge: Type.Optional(
     Type.Union([Type.Boolean(), Type.Null()], {
       description:
-        'Automatic knowledge injection also uses items that members other than the owner published (default false: the caller’s own items and the owner’s published ones; null resets it)',
+        'Automatic knowledge injection and memory recall also use items published and project memories written by members other than the owner (default false: the caller’s own and the owner’s; null resets it)',
     }),
   ),
   memoryRecall: Type.Optional(
@@ -187,7 +187,8 @@ export const Project = Type.Object(
       description: 'Command ids its agents may call; null: every exposed tool',
     }),
     injectMemberKnowledge: Type.Boolean({
-      description: 'Whether automatic knowledge injection also uses items other members published',
+      description:
+        'Whether automatic knowledge injection and memory recall also use what other members published or remembered',
     }),
     memoryRecall: Type.Boolean({ description: 'Whether runs recall memories into the prompt' }),
     budget: Type.Union([ProjectBudget, Type.Null()]),
