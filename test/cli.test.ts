@@ -237,6 +237,21 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
   )
 
   it(
+    'warns at start of designated approvers who name no active user',
+    async () => {
+      requireAlice()
+      const server = await serve({ PLINTH_EXEC_BACKEND: 'direct', PLINTH_DIRECT_APPROVERS: 'alice,ghost' })
+      const ready = await http(server.url, 'GET', '/readyz', {})
+      expect(ready.body.warnings).toContainEqual(
+        expect.stringMatching(/^exec\.directApprovers names no active user: "ghost" \(/),
+      )
+      expect(server.stdout()).toContain('exec.directApprovers names no active user: \\"ghost\\"')
+      expect(await server.stop('SIGTERM')).toBe(0)
+    },
+    4 * spawnTimeout,
+  )
+
+  it(
     'goes on serving when its log reader goes away (a closed stdout), and still stops cleanly',
     async () => {
       const { token } = requireAlice()

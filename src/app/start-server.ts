@@ -1,6 +1,6 @@
 import type { Logger } from 'pino'
 import { buildServer, type App } from '../server/index.js'
-import { modelsNamedButMissing, openStore, type Store } from '../store/index.js'
+import { activeUserIds, modelsNamedButMissing, openStore, type Store } from '../store/index.js'
 import type { ExecService } from '../exec/index.js'
 import type { McpHub } from '../mcp/index.js'
 import { createEmbedder, prepareEmbeddings, vectorIndexWarning, type Ingestor } from '../rag/index.js'
@@ -93,6 +93,11 @@ export async function startServer(config: PlinthConfig, logger: Logger): Promise
     if (directWarning) {
       warnings.push(directWarning)
       logger.warn(directWarning)
+    }
+    const approversWarning = await unknownApproversWarning(store, setup.exec)
+    if (approversWarning) {
+      warnings.push(approversWarning)
+      logger.warn(approversWarning)
     }
     for (const missing of modelsMissingKeys(config.models, process.env))
       warnings.push(`model ${missing.id}: ${missing.apiKeyEnv} is not set; its runs fail with upstream_auth_missing`)
@@ -251,4 +256,17 @@ async function startTelemetry(logger: Logger): Promise<Otel | undefined> {
     'OpenTelemetry export is on',
   )
   return otel
+}
+
+/**
+ * Designated approvers of `direct` executions who name no active user: their decisions could be
+ * approved by nobody (a typo, a disabled user, or a name migration 0041 gave its id to).
+ */
+async function unknownApproversWarning(store: Store, exec: ExecService): Promise<string | undefined> {
+  if (exec.backendName !== 'direct') return undefined
+  const unknown: string[] = []
+  for (const name of exec.settings.directApprovers)
+    if ((await activeUserIds(store, [name])).length === 0) unknown.push(JSON.stringify(name))
+  if (unknown.length === 0) return undefined
+  return `exec.directApprovers names no active user: ${unknown.join(', ')} (a user name or id; plinth users list shows them, with the id a name clash gave a name in an upgrade)`
 }

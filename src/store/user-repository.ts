@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { sql } from 'kysely'
+import { sql, type RawBuilder } from 'kysely'
 import { announceAccessChange } from './access-signals.js'
 import { newId } from './ids.js'
 import { toPage, type Page, type PageRequest } from './page.js'
@@ -62,8 +62,19 @@ export async function getUser(db: Executor, id: string): Promise<User | undefine
 }
 
 /**
+ * Whether `name` (as given) matches a user's name regardless of case, and is safe to take so: not the
+ * name a user had before migration 0041 appended its id (`Dup (01K…)`) because an older user's name
+ * differed only in case. Taken regardless of case, the old name would now name that older user: a
+ * designated approver, or the user a CLI command acts on, would silently become another person.
+ */
+function sameNameButCase(name: RawBuilder<string>) {
+  return sql<boolean>`(lower(users.name) = lower(${name})
+    and not exists (select 1 from users renamed where renamed.name = ${name} || ' (' || renamed.id || ')'))`
+}
+
+/**
  * A user by id or, failing that, by name (the CLI accepts either), regardless of case as names are
- * unique regardless of case.
+ * unique regardless of case (`sameNameButCase`).
  */
 export async function findUser(db: Executor, idOrName: string): Promise<User | undefined> {
   const row = await kysely(db)
@@ -71,11 +82,7 @@ export async function findUser(db: Executor, idOrName: string): Promise<User | u
     .selectAll()
     // lower() on both sides in SQL (as createUser compares): JavaScript's lower case differs for some letters.
     .where((eb) =>
-      eb.or([
-        eb('id', '=', idOrName),
-        eb('name', '=', idOrName),
-        eb(sql<string>`lower(name)`, '=', sql<string>`lower(${idOrName})`),
-      ]),
+      eb.or([eb('id', '=', idOrName), eb('name', '=', idOrName), sameNameButCase(sql<string>`${idOrName}::text`)]),
     )
     // The id first: names shaped like ids are refused now, but one may predate that. Then the exact
     // name: two names the same but for case may predate their uniqueness.
@@ -92,7 +99,7 @@ export async function hasUsers(db: Executor): Promise<boolean> {
   return existing.length > 0
 }
 
-/** The ids of the active users named (by name, regardless of case, or id) in `names`. */
+/** The ids of the active users named (by id, or name regardless of case: `sameNameButCase`) in `names`. */
 export async function activeUserIds(db: Executor, names: readonly string[]): Promise<string[]> {
   const rows = await kysely(db)
     .selectFrom('users')
@@ -100,8 +107,8 @@ export async function activeUserIds(db: Executor, names: readonly string[]): Pro
     .where((eb) =>
       eb.or([
         eb('name', 'in', [...names]),
-        sql<boolean>`lower(name) = any(select lower(n) from unnest(${[...names]}::text[]) as n)`,
         eb('id', 'in', [...names]),
+        sql<boolean>`exists (select 1 from unnest(${[...names]}::text[]) as n (name) where ${sameNameButCase(sql<string>`n.name`)})`,
       ]),
     )
     .where('disabled_at', 'is', null)
