@@ -622,7 +622,7 @@ describe.runIf(testEngines().includes('postgres'))('prepared statements on Postg
 })
 
 describe('migrations', () => {
-  it('refuses to start when an applied migration was changed, naming it', async () => {
+  it('refuses to start when an applied migration was changed, or is unknown (a newer release’s), naming it', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'plinth-mig-'))
     try {
       const { PGlite } = await import('@electric-sql/pglite')
@@ -641,6 +641,12 @@ describe('migrations', () => {
       expect(error).toBeInstanceOf(StoreError)
       expect((error as StoreError).code).toBe('migration_checksum_mismatch')
       expect((error as StoreError).message).toContain(migrations[0]!.name)
+      // A database a newer release migrated: this one refuses it, naming what it does not know.
+      await pglite.query(`insert into plinth_migrations (name, checksum) values ('9999_from_the_future.sql', 'x')`)
+      const newer = await migrate(pool, migrations).catch((caught: unknown) => caught)
+      expect(newer).toBeInstanceOf(StoreError)
+      expect((newer as StoreError).code).toBe('migration_unknown')
+      expect((newer as StoreError).message).toContain('9999_from_the_future.sql')
       await pool.end()
     } finally {
       await rm(dir, { recursive: true, force: true })

@@ -76,6 +76,15 @@ export async function migrate(pool: PostgresPool, migrations: Migration[]): Prom
 }
 
 function checkChecksums(migrations: Migration[], applied: Map<string, string>): void {
+  // Applied by a newer release: this one would run on a schema it does not know, and write data that
+  // release no longer expects (an older release did: user creation failing, files deleted).
+  const known = new Set(migrations.map((migration) => migration.name))
+  const unknown = [...applied.keys()].filter((name) => !known.has(name))
+  if (unknown.length > 0)
+    throw new StoreError(
+      'migration_unknown',
+      `the database has migrations this version of Plinth does not know (${unknown.join(', ')}): a newer version upgraded it. Run that version or a newer one, or restore the backup taken before the upgrade; an older version must not run on it`,
+    )
   for (const migration of migrations) {
     const checksum = applied.get(migration.name)
     if (checksum !== undefined && checksum !== migration.checksum) {

@@ -17,6 +17,7 @@ export type StoreErrorCode =
   | 'data_dir_unwritable'
   | 'data_dir_locked'
   | 'migration_checksum_mismatch'
+  | 'migration_unknown'
   | 'migration_failed'
   | 'migrations_pending'
   | 'vector_unavailable'
