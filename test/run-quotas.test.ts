@@ -1,10 +1,11 @@
+import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ScriptedModel } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
 import { sql, testDb as kysely } from '../src/store/test-access.js'
 import { apiEngines, createTestDatabase, openTestStore, testEngines, type TestDatabase } from './helpers/engines.js'
 import { startTestServer, type TestServer, type TestUser } from './helpers/test-server.js'
-import { waitForRun } from './helpers/waits.js'
+import { waitFor, waitForRun } from './helpers/waits.js'
 
 // Run quotas (docs/guides/operating.md#run-quotas): runs queued or running per project, runs started per
 // minute per user and per project, and a project's own quota set by the operator — counted in the
@@ -257,6 +258,27 @@ for (const engine of apiEngines()) {
       )
     })
 
+    it('retries with one Idempotency-Key sent at once all get the run, also when it took the last slot', async () => {
+      const judy = await server.createUser()
+      const projectId = await newProject(judy)
+      const busy = await start(judy, projectId, 'slow') // 1 of the project's 2
+      const conversation = await server.request('POST', `/api/projects/${projectId}/conversations`, {
+        token: judy.token,
+        body: {},
+      })
+      const send = () =>
+        server.request('POST', `/api/conversations/${conversation.body.id}/runs`, {
+          token: judy.token,
+          headers: { 'idempotency-key': 'judy-1' },
+          body: { input: 'go', model: 'slow', ifActive: 'enqueue' },
+        })
+      const answers = await Promise.all([send(), send(), send()])
+      expect(answers.map((answer) => answer.status)).toEqual([201, 201, 201])
+      expect(new Set(answers.map((answer) => answer.body.id)).size).toBe(1)
+      await cancel(judy, answers[0]!.body.id as string)
+      await cancel(judy, busy.body.id as string)
+    })
+
     it('resumes sent at once take no more slots than there are', async () => {
       const ivan = await server.createUser()
       const projectId = await newProject(ivan)
@@ -474,5 +496,64 @@ describe.skipIf(!engines.includes('postgres'))('queue mode across two instances 
       expect(Date.parse(runs[index]!.startedAt as string)).toBeGreaterThanOrEqual(
         Date.parse(runs[index - 1]!.endedAt as string),
       )
+  })
+})
+
+describe.skipIf(!engines.includes('postgres'))('a resume racing a new message in its conversation', () => {
+  let database: TestDatabase
+  let store: Store
+  let server: TestServer
+  let holder: pg.Client
+
+  beforeAll(async () => {
+    database = await createTestDatabase('postgres')
+    store = await database.open()
+    server = await startTestServer(store, {
+      models: [new ScriptedModel({ id: 'quick', turns: [{ text: 'Done.' }], whenExhausted: 'loop' })],
+      runQuota: { maxActiveRunsPerProject: 5 },
+    })
+    holder = new pg.Client({ connectionString: database.url })
+    await holder.connect()
+  })
+  afterAll(async () => {
+    await holder?.end()
+    await server?.close()
+    await store?.close()
+    await database?.drop()
+  })
+
+  const waiting = async (lock: string) =>
+    Number(
+      (await holder.query(`select count(*) as n from pg_locks where not granted and ${lock}`)).rows[0]?.n as string,
+    )
+
+  it('is refused or wins, never deadlocked: the resume takes the conversation before any shared lock', async () => {
+    const erin = await server.createUser()
+    const projectId = (await server.request('POST', '/api/projects', { token: erin.token, body: { name: 'r' } })).body
+      .id as string
+    const conversation = await server.request('POST', `/api/projects/${projectId}/conversations`, {
+      token: erin.token,
+      body: {},
+    })
+    const failed = await server.request('POST', `/api/conversations/${conversation.body.id}/runs`, {
+      token: erin.token,
+      body: { input: 'go', model: 'quick', budget: { maxTokens: 1 } },
+    })
+    await waitForRun(server, erin.token, failed.body.id as string, ['failed'])
+    // The event log's lock held elsewhere (as a busy instance's append would): the resume waits for it.
+    await holder.query('select pg_advisory_lock(748202)')
+    const resumed = server.request('POST', `/api/runs/${failed.body.id}/resume`, {
+      token: erin.token,
+      body: { budget: { maxTokens: 100_000 } },
+    })
+    await waitFor(async () => (await waiting(`locktype = 'advisory'`)) > 0, { what: 'the resume to wait' })
+    const created = server.request('POST', `/api/conversations/${conversation.body.id}/runs`, {
+      token: erin.token,
+      body: { input: 'and then', model: 'quick' },
+    })
+    await waitFor(async () => (await waiting('true')) > 1, { what: 'the new run to wait as well' })
+    await holder.query('select pg_advisory_unlock(748202)')
+    const [resume, create] = await Promise.all([resumed, created])
+    expect([resume.status, create.status, create.body.code]).toEqual([200, 409, 'run_active'])
   })
 })

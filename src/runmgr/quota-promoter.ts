@@ -1,7 +1,6 @@
 import type { PluginLogger } from '../extension/index.js'
 import {
   lockQuotaPromotion,
-  lockRunCreations,
   quotaCandidates,
   quotaCountsFor,
   startQuotaQueuedRun,
@@ -78,18 +77,10 @@ export class QuotaPromoter {
       // and a run that ended between two reads would otherwise let a later run start before the
       // older one skipped just before it.
       const full = new Set<string>()
-      let creationsLocked = false
       for (const candidate of await quotaCandidates(tx, 50)) {
         const { ownerId, projectId } = candidate.run
         if (full.has(`user:${ownerId}`) || full.has(`project:${projectId}`)) continue
-        let over = quotas.full(await quotaCountsFor(tx, candidate.run), candidate.quota)
-        if (!over && !creationsLocked) {
-          // Room, it seems: counted again once the runs being created at this moment have committed
-          // (they may take it), and from here on under their lock. A pass that starts nothing takes none.
-          await lockRunCreations(tx)
-          creationsLocked = true
-          over = quotas.full(await quotaCountsFor(tx, candidate.run), candidate.quota)
-        }
+        const over = quotas.full(await quotaCountsFor(tx, candidate.run), candidate.quota)
         if (over) {
           full.add(over.quota.scope === 'user' ? `user:${ownerId}` : `project:${projectId}`)
           continue

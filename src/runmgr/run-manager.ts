@@ -14,7 +14,6 @@ import {
   projectQuota,
   projectQuotaRead,
   runCountsRead,
-  lockRunCreations,
   quotaQueuePosition,
   getRun,
   isUniqueViolation,
@@ -435,12 +434,12 @@ export class RunManager {
     // The window this instance kept from the conversation's last run: the start reads only what came after it.
     const maxChars = transcriptBudget(models.get(model)!)
     const kept = this.#windows.get(conversation.id, maxChars)
-    const write = (allowQueue: boolean) =>
+    const write = (allowQueue: boolean, recount: boolean) =>
       this.#options.store.createRun(newRun, {
         lease,
         allowQueue,
         ...(admission === 'queue' && { queueForQuota: true }),
-        quota: this.#quotas.limits(ownQuota, admission),
+        ...(recount && { quota: this.#quotas.limits(ownQuota, admission) }),
         prefetch: {
           maxChars,
           maxRows: windowRows,
@@ -450,12 +449,18 @@ export class RunManager {
       })
     // The statement counts the quotas again once runs asked for at the same moment have committed: full
     // then, the counts read afresh decide as above (429, or queued), or a run that ended meanwhile made room.
-    const create = async (allowQueue: boolean): Promise<CreatedRun> => {
+    // A run that takes the place of the one it superseded (`interrupt`) adds none: not counted again,
+    // lest the slot the cancel freed go to another request and the message be refused after all.
+    const create = async (allowQueue: boolean, recount = true): Promise<CreatedRun> => {
       for (let attempt = 1; ; attempt++) {
         try {
-          return await write(allowQueue)
+          return await write(allowQueue, recount)
         } catch (error) {
-          if (!isRunQuotaFull(error) || attempt >= 5) throw error
+          if (!isRunQuotaFull(error)) throw error
+          if (attempt >= 5)
+            throw new RunRequestError('too_many_runs', 'runs are starting here at this moment; try again', {
+              retryAfter: 1,
+            })
           const counts = await readTogether(this.#options.store, {
             counts: runCountsRead(scope, this.#quotas.mode, this.#quotas.perMinute),
           })
@@ -473,7 +478,7 @@ export class RunManager {
       // Past the first few passes a run is not ending quickly: back off (up to 200 ms, jittered).
       if (attempt >= 5) await sleep(Math.min(200, 5 * 2 ** (attempt - 5)) * (0.5 + Math.random() / 2))
       await this.#supersede(conversation.id, hooks.beforeSupersede)
-      created = await create(false)
+      created = await create(false, false)
     }
     // Access changed while this run was being created (after the request's check, before a driver held
     // it, where the change's own re-check could not see it): its owner's access is checked once more.
@@ -791,6 +796,10 @@ export class RunManager {
    * already holds every finished round, so no completed tool call runs again.
    */
   async resume(runId: string, options: { budget?: RunBudget } = {}): Promise<Run> {
+    return this.#resume(runId, options, 1)
+  }
+
+  async #resume(runId: string, options: { budget?: RunBudget }, attempt: number): Promise<Run> {
     const { store } = this.#options
     if (this.#pool.stopping)
       throw new RunRequestError('shutting_down', 'the server is shutting down; try again in a moment')
@@ -833,21 +842,38 @@ export class RunManager {
             `the run's budget ${spent.budget.limit} (${spent.budget.value}) is still spent (${spent.budget.used}); resume with a higher one: {"budget": {"${spent.budget.limit}": …}}`,
           )
         // A resumed run takes a slot like a new one: the caps on runs queued or running hold, and a
-        // spent budget for the day or month refuses it (all in one read). Read once runs being created
-        // or resumed at the same moment have committed, so a burst of resumes passes no further either.
+        // spent budget for the day or month refuses it (all in one read). The write counts again, so
+        // resumes and new runs asked for at the same moment pass no further either.
         const scope = { projectId: run.projectId, userId: run.ownerId }
         const periods = this.#periodBudgets.check(scope)
-        await lockRunCreations(tx)
         const standing = await readTogether(tx, {
           periods: periods.read,
           counts: runCountsRead(scope, this.#quotas.mode, this.#quotas.perMinute),
           quota: projectQuotaRead(run.projectId),
         })
-        this.#quotas.refuseResumeWhenFull(runCounts(standing.counts), projectQuota(standing.quota))
+        const own = projectQuota(standing.quota)
+        this.#quotas.refuseResumeWhenFull(runCounts(standing.counts), own)
         this.#periodBudgets.refuseWhenSpent(periods, standing.periods)
-        return resumeFailedRun(tx, runId, lease, options.budget ? budget : undefined)
+        return resumeFailedRun(tx, runId, lease, options.budget ? budget : undefined, this.#quotas.resumeLimits(own))
       })
     } catch (error) {
+      // Counted again, full: 429 as above, from fresh counts (a run that ended meanwhile may make room).
+      if (isRunQuotaFull(error)) {
+        const run = await getRun(store, runId)
+        if (run) {
+          const scope = { projectId: run.projectId, userId: run.ownerId }
+          const fresh = await readTogether(store, {
+            counts: runCountsRead(scope, this.#quotas.mode, this.#quotas.perMinute),
+            quota: projectQuotaRead(run.projectId),
+          })
+          this.#quotas.refuseResumeWhenFull(runCounts(fresh.counts), projectQuota(fresh.quota))
+        }
+        if (attempt >= 3)
+          throw new RunRequestError('too_many_runs', 'runs are starting in this project at this moment; try again', {
+            retryAfter: 1,
+          })
+        return this.#resume(runId, options, attempt + 1)
+      }
       // Only the one-active-run index means another run is active; anything else is a refusal or a real failure.
       if (!isUniqueViolation(error)) throw error
       throw new RunRequestError('run_active', 'another run is active in this conversation')

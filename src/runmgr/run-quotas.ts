@@ -102,6 +102,12 @@ export class RunQuotas {
     }
   }
 
+  /** The limits on a resumed run (`limits`): runs queued or running only, as `refuseResumeWhenFull`. */
+  resumeLimits(own: ProjectQuota | null): RunQuotaLimits {
+    const { queueMode, userActive, projectActive } = this.limits(own)
+    return { queueMode, userActive, projectActive }
+  }
+
   /** The first quota a new run would go past, or null when there is room. */
   full(counts: RunCounts, own: ProjectQuota | null, options: { activeOnly?: boolean } = {}): Full | null {
     const { projectActive, userPerMinute, projectPerMinute } = this.limits(own)

@@ -373,7 +373,6 @@ export {
 export {
   runCounts,
   runCountsRead,
-  lockRunCreations,
   projectQuotaRead,
   projectQuota,
   readTogether,

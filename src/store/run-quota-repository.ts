@@ -1,5 +1,4 @@
 import { sql, type RawBuilder } from 'kysely'
-import { eventLogLock } from './event-log.js'
 import { kysely, type Executor } from './executor.js'
 import { storableJson } from './storable.js'
 
@@ -43,7 +42,7 @@ export interface RunQuotaLimits {
   userQueued?: number
 }
 
-/** The re-count of a run's quotas (`migrations/0042_run_quota_check.sql`), for the statement that writes it. */
+/** The re-count of a run's quotas under its user's and project's locks (`migrations/0042_run_quota_check.sql`), for the statement that writes it. */
 export function runQuotaCheck(
   runId: string,
   ownerId: string,
@@ -108,15 +107,6 @@ export function runCountsRead(
 /** A project's own quota, for `readTogether` (read it with `projectQuota`). */
 export function projectQuotaRead(projectId: string): RawBuilder<unknown> {
   return sql`select quota from projects where id = ${projectId}`
-}
-
-/**
- * In a transaction: waits for the lock every run's creation holds until it commits, so that counts read
- * after it (`runCountsRead`) include every run created before — not only those committed when the
- * transaction's earlier statements began. Held until the transaction ends.
- */
-export async function lockRunCreations(tx: Executor): Promise<void> {
-  await sql`select pg_advisory_xact_lock(${eventLogLock})`.execute(kysely(tx))
 }
 
 /** The counts a `runCountsRead` found. */

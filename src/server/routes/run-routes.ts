@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { Type } from 'typebox'
 import { runView } from '../../resources/index.js'
+import { RunRequestError } from '../../runmgr/index.js'
 import { terminalRunStatuses, type EventRecord, type Run } from '../../store/index.js'
 import { conversationForStream, type ConversationStreamAccess } from '../access.js'
 import { decodeCursor, decodeKeyCursor, encodeKeyCursor, toListAnswer } from '../cursor.js'
@@ -279,9 +280,12 @@ export function registerRunRoutes(app: App, deps: ServerDeps): void {
               },
             )
           } catch (error) {
-            if (!(error instanceof KeyTaken)) throw error
+            // Over a quota: the run that took the last slot may be the one a concurrent retry with this
+            // key made, which this request answers as its own.
+            const full = key !== undefined && error instanceof RunRequestError && error.code === 'too_many_runs'
+            if (!(error instanceof KeyTaken) && !full) throw error
             const winner = await replayed()
-            if (!winner) throw new HttpProblem('idempotency_key_in_progress')
+            if (!winner) throw full ? error : new HttpProblem('idempotency_key_in_progress')
             created = { run: winner }
           }
         }

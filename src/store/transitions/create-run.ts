@@ -56,9 +56,10 @@ export interface CreateRunOptions {
   /** A run quota is full (queue mode): the run is queued even in an idle conversation, for the promoter. */
   queueForQuota?: boolean
   /**
-   * The quotas the run is counted against once more under the event log's lock, so that runs asked for
-   * at the same moment pass no further than a limit; over one the statement writes nothing and throws
-   * (`isRunQuotaFull`). With `queueForQuota`, the limit on the user's runs waiting for a quota.
+   * The quotas the run is counted against once more as it is written, under its user's and project's
+   * locks, so that runs asked for at the same moment pass no further than a limit; over one the
+   * statement writes nothing and throws (`isRunQuotaFull`). With `queueForQuota`, the limit on the
+   * user's runs waiting for a quota.
    */
   quota?: RunQuotaLimits
   prefetch?: RunPrefetch
@@ -177,14 +178,14 @@ export async function createRun(
              ${prefetch?.kept ? messageCountRead(input.conversationId, prefetch.kept.firstId, prefetch.kept.lastId) : sql`null::int`} as kept_count
       from s where s.starts
     ),
-    lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r where (select count(*) from m) >= 0 and (select count(*) from pre) >= 0),
-    -- Under that lock, which every run's creation holds until it commits: the quotas counted afresh.
-    q as (select ${quota ? runQuotaCheck(running.id, input.ownerId, input.projectId, quota) : sql`true`} as ok from lk),
+    -- The quotas counted afresh under the user's and project's locks, before the event log's lock (not while holding it).
+    q as (select ${quota ? runQuotaCheck(running.id, input.ownerId, input.projectId, quota) : sql`true`} as ok from r),
+    lk as (select pg_advisory_xact_lock(${eventLogLock}) as locked from r, q where (select count(*) from m) >= 0 and (select count(*) from pre) >= 0),
     e as (
       insert into events (type, project_id, conversation_id, run_id, user_id, data, size)
-      select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from q, r, ${eventValues(startedEvents)} where r.status = 'running'
+      select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, r, ${eventValues(startedEvents)} where r.status = 'running'
       union all
-      select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from q, r, ${eventValues(queuedEvents)} where r.status = 'queued'
+      select v.type, v.project_id, v.conversation_id, v.run_id, v.user_id, v.data, v.size from lk, r, ${eventValues(queuedEvents)} where r.status = 'queued'
       returning id, type, project_id, conversation_id, run_id, user_id, data, created_at, pg_notify(${eventsChannel}, ${tag}) as notified
     )${outboxAfter([...startedEvents, ...queuedEvents])}
     select (select status from r) as status, a.active, (select jsonb_agg(to_jsonb(e.*) - 'notified') from e) as events,
