@@ -121,7 +121,8 @@ export async function pendingDecisionIds(db: Executor, runId: string): Promise<s
     .selectFrom('decisions')
     .select('id')
     .where('run_id', '=', runId)
-    .where('status', '=', 'pending')
+    // A literal, not a parameter: a prepared statement's generic plan can then use the partial index.
+    .where(sql<boolean>`status = 'pending'`)
     .execute()
   return rows.map((row) => row.id)
 }
@@ -131,7 +132,7 @@ export async function overdueDecisionIds(db: Executor, now: Date): Promise<strin
   const overdue = await kysely(db)
     .selectFrom('decisions')
     .select('id')
-    .where('status', '=', 'pending')
+    .where(sql<boolean>`status = 'pending'`)
     .where('expires_at', '<=', now)
     .execute()
   return overdue.map((row) => row.id)

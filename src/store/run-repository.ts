@@ -443,7 +443,9 @@ export async function listRuns(
     query = query.where('project_id', 'in', [...filter.projectIds])
   }
   if (filter.statuses && filter.statuses.length > 0) query = query.where('status', 'in', [...filter.statuses])
-  if (filter.openConversations) query = query.where('conversation_deleted', '=', false)
+  // A literal, not a parameter: a prepared statement's generic plan can then use the partial index
+  // (`runs_owner_listed_idx`; with `= $n` a deep page took 454 ms instead of 0.3).
+  if (filter.openConversations) query = query.where(sql<boolean>`not conversation_deleted`)
   if (page.after) query = query.where('id', '<', page.after)
   const rows = (await query.execute()).map(toRun)
   const items = rows.slice(0, page.limit)
