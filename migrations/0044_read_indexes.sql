@@ -11,6 +11,9 @@ create index decisions_pending_run_idx on decisions (run_id) where status = 'pen
 -- list's OR is a union of index scans (29 ms, now 0.14 ms).
 create index decisions_project_calls_idx on decisions (project_id, id) where conversation_id is null;
 create index decisions_approvers_idx on decisions using gin (approvers jsonb_path_ops);
+-- Dispatches approved but not started (a crash between the two), looked for on every sweep of every
+-- instance: a scan of every dispatch, 67–126 ms.
+create index dispatches_awaiting_idx on dispatches (updated_at) where status = 'awaiting_decision';
 -- GET /api/audit?conversationId=: 39 ms, now 0.04 ms.
 create index dispatches_conversation_idx on dispatches (conversation_id, id);
 -- Retention's look for events a webhook has yet to render (per batch of old events, and per idle

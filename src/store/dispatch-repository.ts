@@ -265,12 +265,16 @@ export async function findApprovedUnstarted(
   db: Executor,
   options: { all: boolean; before: Date },
 ): Promise<DispatchRecord[]> {
+  // The dispatches still waiting (a partial index: the predicate a literal, so a prepared statement's
+  // generic plan uses it too), each decision looked up by its key: a join with the decisions of every
+  // call ever approved read all of them on each sweep (67-126 ms with 100,000).
   let query = kysely(db)
     .selectFrom('dispatches')
-    .innerJoin('decisions', 'decisions.id', 'dispatches.decision_id')
     .selectAll('dispatches')
-    .where('dispatches.status', '=', 'awaiting_decision')
-    .where('decisions.status', '=', 'approved')
+    .where(sql<boolean>`dispatches.status = 'awaiting_decision'`)
+    .where(
+      sql<boolean>`(select decisions.status from decisions where decisions.id = dispatches.decision_id) = 'approved'`,
+    )
   if (!options.all) query = query.where('dispatches.updated_at', '<', options.before)
   return (await query.limit(500).execute()).map(toDispatch)
 }
