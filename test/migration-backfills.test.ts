@@ -1,26 +1,8 @@
 import { describe, expect, it } from 'vitest'
-import { migrate, readMigrations } from '../src/store/index.js'
+import { migratedUpTo } from './helpers/pglite-migrations.js'
 
 // Migrations that change existing rows, each checked on a database migrated up to just before it and
 // holding what an older release left there (docs/guides/operating.md#storage, "Migrations").
-
-/** A PGlite database migrated up to (not including) the migration whose name starts with `prefix`. */
-async function migratedUpTo(prefix: string) {
-  const { PGlite } = await import('@electric-sql/pglite')
-  const { vector } = await import('@electric-sql/pglite/vector')
-  const { PGlitePool } = await import('../src/store/pglite/pglite-pool.js')
-  const pglite = await PGlite.create({ extensions: { vector } })
-  const pool = new PGlitePool(pglite)
-  const migrations = await readMigrations()
-  await migrate(
-    pool,
-    migrations.slice(
-      0,
-      migrations.findIndex((migration) => migration.name.startsWith(prefix)),
-    ),
-  )
-  return { pglite, rest: () => migrate(pool, migrations), end: () => pool.end() }
-}
 
 describe('migration 0043 (runs of deleted conversations marked)', () => {
   it('marks the runs of conversations already deleted, and only those', async () => {
@@ -40,6 +22,30 @@ describe('migration 0043 (runs of deleted conversations marked)', () => {
         { id: 'r1', conversation_deleted: false },
         { id: 'r2', conversation_deleted: true },
       ])
+    } finally {
+      await end()
+    }
+  })
+})
+
+describe('migration 0041 (names unique regardless of case)', () => {
+  it('keeps the oldest of names that already clash and appends the id to the others', async () => {
+    const { pglite, rest, end } = await migratedUpTo('0041_')
+    try {
+      // What the race could leave behind before this migration.
+      await pglite.query(
+        `insert into users (id, name) values ('01J0000000000000000000000A', 'dora'), ('01J0000000000000000000000B', 'DORA'), ('01J0000000000000000000000C', 'eve')`,
+      )
+      await rest()
+      const { rows } = await pglite.query<{ id: string; name: string }>('select id, name from users order by id')
+      expect(rows).toEqual([
+        { id: '01J0000000000000000000000A', name: 'dora' },
+        { id: '01J0000000000000000000000B', name: 'DORA (01J0000000000000000000000B)' },
+        { id: '01J0000000000000000000000C', name: 'eve' },
+      ])
+      await expect(
+        pglite.query(`insert into users (id, name) values ('01J0000000000000000000000D', 'Eve')`),
+      ).rejects.toThrow(/unique/)
     } finally {
       await end()
     }

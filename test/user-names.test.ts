@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { activeUserIds, Accounts, createUser, migrate, readMigrations, type Store } from '../src/store/index.js'
+import { activeUserIds, Accounts, createUser, type Store } from '../src/store/index.js'
 import { testDb } from '../src/store/test-access.js'
 import { openTestStore, testEngines } from './helpers/engines.js'
 
@@ -51,34 +51,3 @@ for (const engine of testEngines()) {
     })
   })
 }
-
-describe('migration 0041 (names unique regardless of case)', () => {
-  it('keeps the oldest of names that already clash and appends the id to the others', async () => {
-    const { PGlite } = await import('@electric-sql/pglite')
-    const { vector } = await import('@electric-sql/pglite/vector')
-    const { PGlitePool } = await import('../src/store/pglite/pglite-pool.js')
-    const pglite = await PGlite.create({ extensions: { vector } })
-    const pool = new PGlitePool(pglite)
-    try {
-      const migrations = await readMigrations()
-      const at = migrations.findIndex((migration) => migration.name.startsWith('0041_'))
-      await migrate(pool, migrations.slice(0, at))
-      // What the race could leave behind before this migration.
-      await pglite.query(
-        `insert into users (id, name) values ('01J0000000000000000000000A', 'dora'), ('01J0000000000000000000000B', 'DORA'), ('01J0000000000000000000000C', 'eve')`,
-      )
-      await migrate(pool, migrations)
-      const { rows } = await pglite.query<{ id: string; name: string }>('select id, name from users order by id')
-      expect(rows).toEqual([
-        { id: '01J0000000000000000000000A', name: 'dora' },
-        { id: '01J0000000000000000000000B', name: 'DORA (01J0000000000000000000000B)' },
-        { id: '01J0000000000000000000000C', name: 'eve' },
-      ])
-      await expect(
-        pglite.query(`insert into users (id, name) values ('01J0000000000000000000000D', 'Eve')`),
-      ).rejects.toThrow(/unique/)
-    } finally {
-      await pool.end()
-    }
-  })
-})
