@@ -177,6 +177,36 @@ for (const engine of apiEngines()) {
       expect(dispatches).toHaveLength(1)
     })
 
+    it('lists decisions in pages, newest first, each once', async () => {
+      const carol = await server.createUser()
+      const project = await server.request('POST', '/api/projects', { token: carol.token, body: { name: 'paged' } })
+      const conversation = await server.request('POST', `/api/projects/${project.body.id}/conversations`, {
+        token: carol.token,
+        body: {},
+      })
+      const made: string[] = []
+      for (let index = 0; index < 5; index++) {
+        const pending = await dispatch(carol.token, 'rdm.draft.compose', {
+          entrance: 'card',
+          conversationId: conversation.body.id,
+          params: { title: `Draft ${index}`, body: 'text' },
+        })
+        made.push(pending.body.decision.id as string)
+      }
+      const seen: string[] = []
+      let cursor: string | null = null
+      do {
+        const page = await server.request('GET', `/api/decisions?limit=2${cursor ? `&cursor=${cursor}` : ''}`, {
+          token: carol.token,
+        })
+        expect(page.status).toBe(200)
+        expect(page.body.items.length).toBeLessThanOrEqual(2)
+        seen.push(...page.body.items.map((item: { id: string }) => item.id))
+        cursor = page.body.nextCursor as string | null
+      } while (cursor)
+      expect(seen).toEqual([...made].reverse())
+    })
+
     it('asks before rdm.draft.compose from a card (202), runs it exactly once on approve, and audits the approver', async () => {
       const stream = await openSse(`${server.url}/api/conversations/${conversationId}/events`, { token: alice.token })
       await stream.waitFor(1)

@@ -1,4 +1,4 @@
-import { sql } from 'kysely'
+import { sql, type RawBuilder } from 'kysely'
 import type { JsonValue } from './database.js'
 import { toPage, type Page, type PageRequest } from './page.js'
 import { storableJson } from './storable.js'
@@ -138,32 +138,42 @@ export async function overdueDecisionIds(db: Executor, now: Date): Promise<strin
   return overdue.map((row) => row.id)
 }
 
-/** Decisions a user may see: those in projects or conversations given, or their own. */
+/**
+ * Decisions a user may see: their own, the calls of the projects given (not a conversation's: that is its
+ * owner's alone), and what waits for them as a designated approver — newest first. Each of the three is
+ * read through its own index, newest first and at most a page, and the union makes the page: one OR over
+ * the three walked the whole table's primary key once a prepared statement took its generic plan.
+ */
 export async function listDecisions(
   db: Executor,
   filter: { userId: string; visibleProjectIds: string[]; status?: DecisionStatus; conversationId?: string },
   page: PageRequest,
 ): Promise<Page<DecisionRecord>> {
-  let query = kysely(db)
-    .selectFrom('decisions')
-    .selectAll()
-    .where((eb) =>
-      eb.or([
-        eb('owner_id', '=', filter.userId),
-        // The project's own calls (not a conversation's: that is its owner's alone).
-        ...(filter.visibleProjectIds.length > 0
-          ? [eb.and([eb('project_id', 'in', filter.visibleProjectIds), eb('conversation_id', 'is', null)])]
-          : []),
-        // A designated approver sees what waits for them, wherever it is.
-        sql<boolean>`approvers @> ${storableJson([filter.userId])}::jsonb`,
-      ]),
-    )
-    .orderBy('id', 'desc')
-    .limit(page.limit + 1)
-  if (filter.status) query = query.where('status', '=', filter.status)
-  if (filter.conversationId) query = query.where('conversation_id', '=', filter.conversationId)
-  if (page.after) query = query.where('id', '<', page.after)
-  return toPage((await query.execute()).map(toDecision), page.limit)
+  const limit = page.limit + 1
+  const narrowed = sql.join(
+    [
+      ...(filter.status ? [sql`status = ${filter.status}`] : []),
+      ...(filter.conversationId ? [sql`conversation_id = ${filter.conversationId}`] : []),
+      ...(page.after ? [sql`id < ${page.after}`] : []),
+      sql`true`,
+    ],
+    sql` and `,
+  )
+  const newest = (which: RawBuilder<boolean>) =>
+    sql`(select id from decisions where ${which} and ${narrowed} order by id desc limit ${limit})`
+  const branches = [
+    newest(sql`owner_id = ${filter.userId}`),
+    ...(filter.visibleProjectIds.length > 0
+      ? [newest(sql`project_id = any(${filter.visibleProjectIds}::text[]) and conversation_id is null`)]
+      : []),
+    // Through the approvers' GIN index, all of them: ordered and cut here, a generic plan would walk the
+    // primary key instead, past every decision without approvers.
+    sql`(select id from decisions where approvers @> ${storableJson([filter.userId])}::jsonb and ${narrowed})`,
+  ]
+  // The ids as an array first, then each row by its key (`in (…)` could be merge-joined along the key).
+  const { rows } = await sql<DecisionRow>`select * from decisions
+    where id = any(array(${sql.join(branches, sql` union `)})) order by id desc limit ${limit}`.execute(kysely(db))
+  return toPage(rows.map(toDecision), page.limit)
 }
 
 export async function insertAllowance(
