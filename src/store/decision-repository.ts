@@ -141,8 +141,9 @@ export async function overdueDecisionIds(db: Executor, now: Date): Promise<strin
 /**
  * Decisions a user may see: their own, the calls of the projects given (not a conversation's: that is its
  * owner's alone), and what waits for them as a designated approver — newest first. Each of the three is
- * read through its own index, newest first and at most a page, and the union makes the page: one OR over
- * the three walked the whole table's primary key once a prepared statement took its generic plan.
+ * read through its own index (the first two newest first and at most a page), and the union makes the
+ * page: one OR over the three walked the whole table's primary key once a prepared statement took its
+ * generic plan.
  */
 export async function listDecisions(
   db: Executor,

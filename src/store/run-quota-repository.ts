@@ -26,7 +26,6 @@ export function projectQuota(stored: unknown): ProjectQuota | null {
  */
 export type ProjectIdSql = string | RawBuilder<unknown>
 
-/** What the quotas compare, for a user and a project: runs active now, and runs started in the last minute. */
 /**
  * The limits a new run is counted against once more as it is written (`createRun`'s `quota`): absent,
  * not counted. `queueMode`: the runs waiting for a quota hold no slot, and a minute's runs are those
@@ -55,6 +54,7 @@ export function runQuotaCheck(
     ${limit(limits.userQueued)})`
 }
 
+/** What the quotas compare, for a user and a project: runs active now, and runs started in the last minute. */
 export interface RunCounts {
   userActive: number
   projectActive: number
