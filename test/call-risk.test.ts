@@ -127,6 +127,92 @@ describe('risk on the wire', () => {
     expect(order).toEqual(['tool_call.created', 'decision.required', 'tool_call.started', 'tool_call.completed'])
   })
 
+  it('in risky mode, once a person rejected a call, the run’s later medium calls ask; the next run starts afresh', async () => {
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'rej' } }))
+      .body.id
+    const conversation = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
+    expect(
+      (
+        await server.request('PATCH', `/api/conversations/${conversation}`, {
+          token: alice.token,
+          body: { permissionMode: 'risky' },
+        })
+      ).status,
+    ).toBe(200)
+    const decisionsOf = (run: Record<string, unknown>) =>
+      (run.requiredAction as { decisions: Array<{ decisionId: string; risk: string; args: { path: string } }> })
+        .decisions
+    const toolResults = async (runId: string) =>
+      (
+        await server.request('GET', `/api/conversations/${conversation}/messages?limit=100`, { token: alice.token })
+      ).body.items.filter(
+        (message: { runId: string; role: string }) => message.runId === runId && message.role === 'tool',
+      )
+
+    // A medium call in risky mode runs without asking.
+    model.setTurns([{ toolCalls: [{ name: 'classified__touch', arguments: { path: '/tmp/a' } }] }, { text: 'done' }])
+    const first = await server.request('POST', `/api/conversations/${conversation}/runs`, {
+      token: alice.token,
+      body: { input: 'touch /tmp/a', knowledge: { autoInject: false } },
+    })
+    expect(
+      (await waitForRun(server, alice.token, first.body.id, ['completed', 'requires_action'], 30_000)).status,
+    ).toBe('completed')
+
+    // A high call asks; the person rejects it; the model tries a medium call instead: that asks now.
+    model.setTurns([
+      { toolCalls: [{ name: 'classified__touch', arguments: { path: '/etc/shadow' } }] },
+      { toolCalls: [{ name: 'classified__touch', arguments: { path: '/tmp/../etc/shadow' } }] },
+      { text: 'gave up' },
+    ])
+    const second = await server.request('POST', `/api/conversations/${conversation}/runs`, {
+      token: alice.token,
+      body: { input: 'touch /etc/shadow', knowledge: { autoInject: false } },
+    })
+    const asked = await waitForRun(server, alice.token, second.body.id, ['requires_action', 'completed'], 30_000)
+    expect(decisionsOf(asked).map((decision) => decision.risk)).toEqual(['high'])
+    const rejected = await server.request('POST', `/api/decisions/${decisionsOf(asked)[0]!.decisionId}`, {
+      token: alice.token,
+      body: { decision: 'reject' },
+    })
+    expect(rejected.status).toBe(200)
+    const askedAgain = await waitFor(
+      async () => {
+        const run = (await server.request('GET', `/api/runs/${second.body.id}`, { token: alice.token })).body
+        return run.status === 'requires_action' && decisionsOf(run)[0]?.args.path === '/tmp/../etc/shadow'
+          ? run
+          : run.status === 'completed'
+            ? run
+            : undefined
+      },
+      { what: 'the medium call asking, or the run completing', timeoutMs: 30_000 },
+    )
+    expect(askedAgain.status).toBe('requires_action')
+    expect(decisionsOf(askedAgain)).toEqual([expect.objectContaining({ risk: 'medium' })])
+    const decision = await server.request('GET', `/api/decisions/${decisionsOf(askedAgain)[0]!.decisionId}`, {
+      token: alice.token,
+    })
+    expect(decision.body.reasons.join(' ')).toMatch(/rejected a call earlier in this run/)
+    expect(await toolResults(second.body.id)).toHaveLength(1) // only the rejection's answer so far
+    await server.request('POST', `/api/decisions/${decisionsOf(askedAgain)[0]!.decisionId}`, {
+      token: alice.token,
+      body: { decision: 'reject' },
+    })
+    await waitForRun(server, alice.token, second.body.id, ['completed'], 30_000)
+
+    // The next run starts afresh: its medium call runs without asking.
+    model.setTurns([{ toolCalls: [{ name: 'classified__touch', arguments: { path: '/tmp/b' } }] }, { text: 'done' }])
+    const third = await server.request('POST', `/api/conversations/${conversation}/runs`, {
+      token: alice.token,
+      body: { input: 'touch /tmp/b', knowledge: { autoInject: false } },
+    })
+    expect(
+      (await waitForRun(server, alice.token, third.body.id, ['completed', 'requires_action'], 30_000)).status,
+    ).toBe('completed')
+  })
+
   it('the catalog shows a static level, or `varies` with the range, never an internal word', async () => {
     const answer = await server.request('GET', '/api/commands', { token: alice.token })
     expect(answer.status).toBe(200)

@@ -6,6 +6,7 @@ import {
   findDispatchByKey,
   getDecision,
   getDispatch,
+  hasRejectedDecision,
   insertDecision,
   KeyTaken,
   newId,
@@ -321,6 +322,16 @@ export class CommandBus {
       approvalPolicy: request.approvalPolicy ?? 'ask',
     }
     let gate = evaluateGate(gateInput)
+    if (
+      gate.via === 'risk' &&
+      risk === 'medium' &&
+      gateInput.mode === 'risky' &&
+      request.entrance === 'agent' &&
+      dispatch.runId &&
+      scope.conversation &&
+      (await hasRejectedDecision(store, scope.conversation.id, dispatch.runId))
+    )
+      gate = evaluateGate({ ...gateInput, rejectedInRun: true })
     const allowance =
       gate.decision !== 'allow' && scope.conversation
         ? await findAllowance(store, scope.conversation.id, command.spec.id, dispatch.paramsHash)

@@ -99,3 +99,20 @@ describe('evaluateGate: approvalPolicy dontAsk', () => {
     }
   })
 })
+
+describe('evaluateGate: after a person rejected one of the run’s calls', () => {
+  it.each<[mode: PermissionMode, risk: Risk, decision: 'allow' | 'ask']>([
+    ['risky', 'low', 'allow'],
+    ['risky', 'medium', 'ask'],
+    ['risky', 'high', 'ask'],
+    ['manual', 'medium', 'ask'],
+    ['full', 'medium', 'allow'],
+  ])('%s mode, %s risk → %s', (mode, risk, decision) => {
+    expect(gate({ mode, risk, rejectedInRun: true }).decision).toBe(decision)
+  })
+
+  it('says why risky mode asks, and a session allowance still allows', () => {
+    expect(gate({ mode: 'risky', risk: 'medium', rejectedInRun: true }).reasons.join(' ')).toMatch(/rejected/)
+    expect(gate({ mode: 'risky', risk: 'medium', rejectedInRun: true, hasAllowance: true }).decision).toBe('allow')
+  })
+})

@@ -11,6 +11,11 @@ export interface GateInput {
   hasAllowance: boolean
   /** `dontAsk`: nobody is there to answer, so anything that would ask is denied. */
   approvalPolicy: 'ask' | 'dontAsk'
+  /**
+   * A person rejected one of this run's calls: in `risky` mode the model's later calls ask as in
+   * `manual`, so that a reworded call comes back to a person (docs/guides/commands-and-decisions.md).
+   */
+  rejectedInRun?: boolean
 }
 
 export interface GateResult {
@@ -39,5 +44,7 @@ export function evaluateGate(input: GateInput): GateResult {
   if (input.mode === 'full') return { decision: 'allow', reasons: ['permission mode is full'], via: 'mode' }
   if (input.risk === 'high') return ask(['high risk'])
   if (input.risk === 'medium' && input.mode === 'manual') return ask(['medium risk in manual permission mode'])
+  if (input.risk === 'medium' && input.mode === 'risky' && input.rejectedInRun)
+    return ask(['medium risk: a person rejected a call earlier in this run, so risky mode asks as manual does'])
   return { decision: 'allow', reasons: [`${input.risk} risk in ${input.mode} permission mode`], via: 'risk' }
 }

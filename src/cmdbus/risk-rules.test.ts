@@ -83,6 +83,31 @@ const highCases: Array<[command: string, rule: string]> = [
   ['rm /etc/passwd', 'system_path_write'],
   ['chown me /usr/bin/sudo', 'system_path_write'],
   ['echo 3 > /proc/sys/vm/drop_caches', 'system_path_write'],
+  // the same, written so that the text does not show it: quotes and backslashes change nothing
+  ['r\\m -rf x', 'recursive_forced_delete'],
+  ['"rm" -rf x', 'recursive_forced_delete'],
+  ["r''m -rf x", 'recursive_forced_delete'],
+  ['echo hi > "/etc/hosts"', 'system_path_write'],
+  ["'reboot'", 'shutdown'],
+  // a command built at run time
+  ['$(printf rm) -rf x', 'command_built_at_run_time'],
+  ['x=rm; $x -rf dir', 'command_built_at_run_time'],
+  ['`echo rm` -rf dir', 'command_built_at_run_time'],
+  ['eval "$CMD"', 'command_built_at_run_time'],
+  ['cd x && ${TOOL} --all', 'command_built_at_run_time'],
+  ['sudo $CMD', 'command_built_at_run_time'],
+  ['bash -c "$(echo cm0gLXJmIC8= | base64 -d)"', 'command_built_at_run_time'],
+  // text handed to a shell
+  ['echo cm0gLXJmIC8K | base64 -d | sh', 'pipe_into_shell'],
+  ['cat script.txt | bash', 'pipe_into_shell'],
+  ['sh <<< "$PAYLOAD"', 'pipe_into_shell'],
+  // deleting with find, or from a script
+  ['find . -delete', 'find_delete'],
+  ['find /data -name "*.o" -exec rm {} \\;', 'find_delete'],
+  ['find . -type f -execdir /bin/rm -f {} +', 'find_delete'],
+  ['python3 -c "import shutil; shutil.rmtree(\'x\')"', 'recursive_delete_in_script'],
+  ["node -e \"require('fs').rmSync('x', {recursive: true})\"", 'recursive_delete_in_script'],
+  ['ruby -e "FileUtils.rm_rf(\'x\')"', 'recursive_delete_in_script'],
   // root
   ['sudo apt-get install -y jq', 'privilege_escalation'],
   ['su -', 'privilege_escalation'],
@@ -129,6 +154,19 @@ const notHighCases: Array<[command: string, why: string]> = [
   ['dd if=/dev/sda of=backup.img', 'reading a disk into a file'],
   ['cat /dev/urandom | head -c 16', 'reading a device'],
   ['sudo', 'bare sudo only prints its usage'],
+  ['awk \'{ $3=""; print }\' data.csv', "an awk script's fields are not commands"],
+  ["jq '.a as $x | $x' f.json", 'a jq variable is not a command'],
+  ["perl -ne 'print if $. > 1; $x=2' f", "a perl one-liner's variables are not commands"],
+  ['echo $(date)', 'a substitution as an argument'],
+  ['x=$(date) && echo "$x"', 'a substitution assigned, a variable as an argument'],
+  ['echo `date`', 'backticks as an argument'],
+  ['cd "$HOME" && ls', 'a variable as an argument'],
+  ['printf "a\\nb\\n"', 'escapes in a string'],
+  ['ls | xargs grep foo', 'xargs running a named command'],
+  ['python3 script.py | shasum', 'shasum is not a shell'],
+  ['find . -name "*.py"', 'find without deleting'],
+  ['git log --format="%H"', 'quotes in an argument'],
+  ['ssh host uptime', 'ssh is not sh'],
   ['', 'empty input'],
 ]
 
@@ -211,6 +249,10 @@ describe('classifyCommandLine: long input', () => {
     ['many rm words', ('rm' + ' '.repeat(50)).repeat(1_000)],
     ['many pipes after curl', 'curl ' + '|a/'.repeat(40_000)],
     ['many cp operands', 'cp ' + '/etc/x '.repeat(30_000) + 'y'],
+    ['many finds', 'find '.repeat(30_000)],
+    ['many sudos', 'sudo '.repeat(30_000) + 'x'],
+    ['many calls', 'rm('.repeat(30_000)],
+    ['many pipes', '| '.repeat(40_000)],
   ])('classifies %s quickly', (_label, text) => {
     const started = performance.now()
     classifyCommandLine(text)

@@ -5,6 +5,11 @@ interface RiskRule {
   id: string
   description: string
   pattern: RegExp
+  /**
+   * Reads what the shell expands: text in single quotes is left out (an awk or jq script's `$1` is not a
+   * command), and the line is not read again without its quotes.
+   */
+  expandedOnly?: true
 }
 
 /** What matched: the rule id and why it matters. */
@@ -89,6 +94,33 @@ const builtInRules: RiskRule[] = [
     pattern: new RegExp(String.raw`${program('rm')}${words}"?(/|~|\$HOME|\$\{HOME\})"?/?\*?(?=$|[\s;&|])`),
   },
   {
+    id: 'pipe_into_shell',
+    description: 'piping text into a shell (what runs is not in the command)',
+    pattern: /(?<!\|)\|(?!\|)\s*(sudo\s+(-\S+\s+)*)?([^\s;&|]*\/)?(ba|z|da|k)?sh\b(?![.\w-])|\b(ba|z|da|k)?sh\s+<<</,
+  },
+  {
+    id: 'command_built_at_run_time',
+    description: 'a command built at run time (eval, $(…), `…` or a variable in command position, sh -c "$(…)")',
+    // Command position: the line's start, after ; & | or inside $( or backticks, after sudo/env/exec/….
+    pattern:
+      /(^|[;&|`]|\$\()\s*((sudo|env|exec|command|nohup|nice|time|xargs)\s+(-\S+\s+)*)*("?\$[({\w]|`|eval(?![\w.-]))|\b(ba|z|da|k)?sh\s+(-\w+\s+)*-c\s+"?(\$\(|`)/,
+    expandedOnly: true,
+  },
+  {
+    id: 'find_delete',
+    description: 'deleting files with find (-delete, -exec rm)',
+    // Bounded like `words`, so that a line of many `find`s stays linear.
+    pattern: new RegExp(
+      String.raw`${program('find')}(\s+[^\s;&|<>]+){0,256}?\s+-(delete\b|exec(dir)?\s+([^\s;&|]*/)?(rm|shred|unlink)(?![\w.-]))`,
+    ),
+  },
+  {
+    id: 'recursive_delete_in_script',
+    description: "a script's recursive delete (shutil.rmtree, fs.rm with recursive, rm_rf, remove_tree)",
+    pattern:
+      /\b(shutil\.rmtree|rmtree|rm_rf|remove_tree|rimraf)\b|\b(rm|rmSync|rmdir|rmdirSync)\([^\n)]{0,200}recursive/,
+  },
+  {
     id: 'privilege_escalation',
     description: 'running as root (sudo / su)',
     pattern: /(^\s*|[;&|]\s*)(sudo\s|su(\s|$))/,
@@ -103,8 +135,15 @@ export function classifyCommandLine(text: string, operatorKeywords: readonly str
   const matchedRules: MatchedRule[] = []
   const lines = text.split(/\r?\n/)
   lines.forEach((line, index) => {
+    // Quotes and backslashes change no command the shell runs (`r\m -rf`, `"rm" -rf`, `> "/etc/x"`), so
+    // the rules read the line without them too.
+    const unquoted = line.replace(/\\(.)/g, '$1').replace(/['"]/g, '')
+    const expanded = line.replace(/'[^']*'/g, "''")
     for (const rule of builtInRules) {
-      if (rule.pattern.test(line)) matchedRules.push({ id: rule.id, description: rule.description, line: index + 1 })
+      const matches = rule.expandedOnly
+        ? rule.pattern.test(expanded)
+        : rule.pattern.test(line) || (unquoted !== line && rule.pattern.test(unquoted))
+      if (matches) matchedRules.push({ id: rule.id, description: rule.description, line: index + 1 })
     }
     for (const keyword of operatorKeywords) {
       if (keyword && line.includes(keyword))

@@ -221,6 +221,19 @@ export async function findAllowance(
   return row && { decisionId: row.decision_id }
 }
 
+/** Whether a person rejected one of the run's calls (through the conversation's decisions index). */
+export async function hasRejectedDecision(db: Executor, conversationId: string, runId: string): Promise<boolean> {
+  const row = await kysely(db)
+    .selectFrom('decisions')
+    .select('id')
+    .where('conversation_id', '=', conversationId)
+    .where('status', '=', 'rejected')
+    .where('run_id', '=', runId)
+    .limit(1)
+    .executeTakeFirst()
+  return row !== undefined
+}
+
 interface DecisionRow {
   id: string
   dispatch_id: string

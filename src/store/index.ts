@@ -123,6 +123,7 @@ export {
   listDecisions,
   insertAllowance,
   findAllowance,
+  hasRejectedDecision,
   pendingConnectDecisions,
   decisionKinds,
   reservePendingDecisions,

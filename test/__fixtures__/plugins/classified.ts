@@ -10,9 +10,9 @@ export default definePlugin({
       {
         id: 'classified.touch',
         title: 'Touch a path',
-        description: 'Touches a path; paths under /etc are high risk',
+        description: 'Touches a path; paths under /etc are high risk, under /tmp medium',
         paramsSchema: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'], additionalProperties: false },
-        risk: (params) => (params.path.startsWith('/etc') ? 'high' : 'low'),
+        risk: (params) => (params.path.startsWith('/etc') ? 'high' : params.path.startsWith('/tmp') ? 'medium' : 'low'),
         exposeAsTool: {},
       },
       (params) => ({ touched: params.path }),
