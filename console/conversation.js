@@ -1,7 +1,7 @@
 // A conversation: the transcript, the composer, the live run (text, phases, tool calls with their
 // output, approval cards, client tools, cancel) and the conversation's audit.
 import { query } from './api.js'
-import { h, mount, pretty, when } from './dom.js'
+import { h, literal, mount, pretty, when } from './dom.js'
 import { renderMarkdown } from './markdown.js'
 import { follow } from './stream.js'
 
@@ -544,7 +544,7 @@ class ChatView {
       'div.decision',
       { dataset: { decisionId: data.decisionId } },
       h('div.call-head', h('strong', 'Approval needed: '), h('span.call-name', data.commandId), riskTag(data.risk)),
-      data.preview ? h('pre.preview', data.preview) : null,
+      data.preview ? h('pre.preview', literal(data.preview)) : null,
       data.reasons?.length
         ? h(
             'ul.reasons',

@@ -38,9 +38,18 @@ export function when(date) {
   return new Date(date).toLocaleString()
 }
 
+// Bidirectional marks, overrides and isolates reorder what follows them: a command shown with U+202E
+// can read as something else than what runs. Arguments, previews and results show them by name.
+const bidiControls = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
+
+/** Text with its bidirectional controls shown as `<U+202E>`, so it reads in the order it runs. */
+export function literal(text) {
+  return text.replace(bidiControls, (char) => `<U+${char.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}>`)
+}
+
 /** JSON for display, shortened past `max` characters. */
 export function pretty(value, max = 4000) {
   const text = typeof value === 'string' ? value : JSON.stringify(value, null, 2)
   if (text === undefined) return ''
-  return text.length > max ? `${text.slice(0, max)}\n… (${text.length - max} more characters)` : text
+  return literal(text.length > max ? `${text.slice(0, max)}\n… (${text.length - max} more characters)` : text)
 }

@@ -66,6 +66,14 @@ const scripts = {
     ],
   },
   slow: { turns: [{ text: slowWords.join(' '), chunks: 120, delayMs: 60 }] },
+  // U+202E makes what follows it read backwards: "rm -rf notes #" then "txt.emdaer tac" shown as "cat readme.txt".
+  spoof: {
+    turnBy: 'round',
+    turns: [
+      { toolCalls: [{ name: 'exec', arguments: { command: 'rm -rf notes #\u202etxt.emdaer tac' } }] },
+      { text: 'Not run.' },
+    ],
+  },
   exec: {
     turnBy: 'round',
     turns: [
@@ -781,6 +789,27 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await page.waitForTimeout(500)
     expect(await page.evaluate('window.__pwned ?? null')).toBeNull()
     expect(dialogs).toEqual([])
+    await page.close()
+  })
+
+  it('a decision card names the bidirectional controls in a command instead of letting them reorder it', async () => {
+    const projectId = await project('Spoofed command', 'spoof')
+    const conversation = await http(server.url, 'POST', `/api/projects/${projectId}/conversations`, { token, body: {} })
+    const page = await newPage()
+    await signIn(page, `#/conversations/${conversation.body.id}`)
+    await page.fill('#composer', 'Show me the readme.')
+    await page.click('#send')
+    const card = page.locator('.decision').last()
+    await card.locator('pre.preview').waitFor()
+    const preview = (await card.locator('pre.preview').textContent()) ?? ''
+    expect(preview).toContain('rm -rf notes #<U+202E>txt.emdaer tac')
+    expect(preview).not.toContain('\u202e')
+    await card.locator('summary').click()
+    expect(await card.locator('pre.args').textContent()).toContain('<U+202E>')
+    expect(await page.locator('div.call pre.args').last().textContent()).toContain('<U+202E>')
+    await shot(page, '17-decision-bidi')
+    await card.locator('button[data-answer=reject]').click()
+    await page.waitForSelector('#run-status >> text=Completed.')
     await page.close()
   })
 
