@@ -393,6 +393,17 @@ describe('protocol-level errors are problem+json and echo nothing', () => {
     const garbage = await rawRequest(server.url, 'THIS IS NOT HTTP\r\n\r\n')
     expect(garbage.status).toBe(400)
     expect(garbage.json).toMatchObject({ code: 'bad_request' })
+
+    // What Node would answer alone, without a body or without a word, is problem+json too.
+    const expect417 = await rawRequest(server.url, 'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n')
+    expect(expect417.status).toBe(417)
+    expect(expect417.json).toMatchObject({ code: 'expectation_failed', status: 417 })
+    expect(expect417.closed).toBe(true)
+    const tunnel = await rawRequest(server.url, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n')
+    expect(tunnel.status).toBe(405)
+    expect(tunnel.json).toMatchObject({ code: 'method_not_allowed' })
+    expect(tunnel.closed).toBe(true)
+    expect((await server.request('GET', '/healthz')).status).toBe(200)
   })
 
   it('text/plain is 415; x-request-id is capped and sanitised; 869 KB of unknown keys gets a small answer', async () => {

@@ -17,6 +17,8 @@ export const errorNotes = {
     'the request (headers and body) did not arrive within `PLINTH_REQUEST_TIMEOUT`; the connection is closed',
   uri_too_long: 'a path segment longer than 100 characters (the URL is not echoed)',
   headers_too_large: "request headers over Node's limit",
+  expectation_failed:
+    'an `Expect` header other than `100-continue`; the connection is closed. (`CONNECT` is answered `method_not_allowed`.)',
   unauthorized: 'missing, unknown or revoked token; disabled user',
   forbidden: 'the caller sees the resource but may not do this (a member deleting a shared project; a rejected call)',
   denied: 'the risk gate denied a call that would need a human (`approvalPolicy: "dontAsk"`)',

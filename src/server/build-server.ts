@@ -67,6 +67,7 @@ import { registerScheduleRoutes } from './routes/schedule-routes.js'
 import { registerMcpRoutes } from './routes/mcp-routes.js'
 import { registerMcpCallbackRoute, registerMcpConnectionRoutes } from './routes/mcp-connection-routes.js'
 import {
+  answerUnservedRequests,
   clientErrorHandler,
   frameworkErrors,
   limitByAddress,
@@ -199,6 +200,7 @@ export async function buildServer(options: ServerOptions): Promise<App> {
     ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
   }).withTypeProvider<TypeBoxTypeProvider>()
   limitConnections(app.server, options.maxConnectionsPerAddress ?? 256, options.maxConnections ?? 10_000)
+  answerUnservedRequests(app.server)
   // Every route from here on, for telling 405 from 404 and for each route's own body limit.
   const routeMethods = new AllowedMethods()
   app.addHook('onRoute', (route) => {

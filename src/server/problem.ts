@@ -74,6 +74,7 @@ export const problemCatalogue = {
   uri_too_long: { status: 414, title: 'URI too long' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   idempotency_key_reused: { status: 422, title: 'Idempotency-Key reused with a different request' },
+  expectation_failed: { status: 417, title: 'Expectation failed' },
   headers_too_large: { status: 431, title: 'Request header fields too large' },
   rate_limited: { status: 429, title: 'Too many requests' },
   too_many_streams: { status: 429, title: 'Too many open event streams' },

@@ -193,6 +193,28 @@ export function clientErrorHandler(this: FastifyInstance, error: Error & { code?
   socket.destroy()
 }
 
+/**
+ * What Node answers by itself, as problem+json: an `Expect` it cannot meet (Node's 417 has no body)
+ * and `CONNECT` (Node closes the socket without a word; this is not a proxy).
+ */
+export function answerUnservedRequests(server: Server): void {
+  server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => {
+    const body = JSON.stringify(problemBody('expectation_failed', 'only Expect: 100-continue is supported'))
+    response.shouldKeepAlive = false
+    response
+      .writeHead(417, { 'content-type': 'application/problem+json', 'content-length': Buffer.byteLength(body) })
+      .end(body)
+  })
+  server.on('connect', (_request: IncomingMessage, socket: Socket) => {
+    const body = JSON.stringify(problemBody('method_not_allowed', 'CONNECT is not served: this is not a proxy'))
+    socket.end(
+      `HTTP/1.1 405 Method Not Allowed\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    )
+    socket.on('error', () => undefined)
+    socket.destroySoon()
+  })
+}
+
 /** Router errors (bad percent-encoding, over-long path segments) as problem+json, without echoing the URL. */
 export function frameworkErrors(error: Error & { code?: string }, request: FastifyRequest, reply: FastifyReply): void {
   const code: ProblemCode = error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'uri_too_long' : 'bad_request'
