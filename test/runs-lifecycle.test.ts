@@ -1,3 +1,6 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ModelError, ScriptedModel, type LanguageModel, type ModelRequest, type StreamPart } from '../src/llm/index.js'
 import type { Store } from '../src/store/index.js'
@@ -289,6 +292,108 @@ describe('a run left waiting', () => {
     } finally {
       await server.close()
       await store.close()
+    }
+  })
+})
+
+describe('a run whose approved call is running', () => {
+  const held = new URL('./__fixtures__/plugins/held-tool.ts', import.meta.url).pathname
+  /** A run waiting for `calls` (held tools) with a 300 ms action deadline. */
+  const setup = async (calls: string[]) => {
+    const dir = await mkdtemp(join(tmpdir(), 'plinth-held-'))
+    const files = calls.map((_, index) => join(dir, `release-${index}`))
+    const store = await openTestStore('pglite')
+    const model = new ScriptedModel({
+      id: 'scripted',
+      turns: [
+        { toolCalls: calls.map((name, index) => ({ name, arguments: { file: files[index] } })) },
+        { text: 'done' },
+      ],
+    })
+    const server = await startTestServer(store, { plugins: [held], models: [model], actionTtlMs: 300 })
+    const user = await server.createUser()
+    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
+    const conversationId = (
+      await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+    ).body.id
+    const run = (
+      await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+        token: user.token,
+        body: { input: 'x' },
+      })
+    ).body
+    const waiting = await waitForRun(server, user.token, run.id, ['requires_action'])
+    const waitedFrom = Date.now()
+    const decisions = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions
+    const getRun = async () => (await server.request('GET', `/api/runs/${run.id}`, { token: user.token })).body
+    return {
+      store,
+      run,
+      files,
+      decisions,
+      getRun,
+      // The approval answers once the approved command has run.
+      approve: (decisionId: string) =>
+        server.request('POST', `/api/decisions/${decisionId}`, { token: user.token, body: { decision: 'approve' } }),
+      /** Sweeps until the run has waited well past its 300 ms deadline, then once more. */
+      sweepPastDeadline: async () => {
+        await waitFor(
+          async () => {
+            await server.runs.sweep()
+            return Date.now() > waitedFrom + 1_000
+          },
+          { what: 'the deadline to pass' },
+        )
+        await server.runs.sweep()
+      },
+      waitForStatus: (statuses: string[]) => waitForRun(server, user.token, run.id, statuses, 30_000),
+      close: async () => {
+        await server.close()
+        await store.close()
+        await rm(dir, { recursive: true, force: true })
+      },
+    }
+  }
+
+  it('is not expired while the command works, and requiredAction leaves the call out', async () => {
+    const held = await setup(['held__approved'])
+    try {
+      const answer = held.approve(held.decisions[0]!.decisionId)
+      await waitFor(
+        async () => ((await held.getRun()).requiredAction as { decisions: unknown[] }).decisions.length === 0,
+        { what: 'requiredAction without the approved call' },
+      )
+      await held.sweepPastDeadline()
+      expect((await held.getRun()).status).toBe('requires_action')
+      await writeFile(held.files[0]!, '')
+      expect((await answer).body.dispatch).toMatchObject({ status: 'succeeded', result: { released: true } })
+      expect((await held.waitForStatus(['completed', 'expired', 'failed'])).status).toBe('completed')
+      const calls = await testDb(held.store)
+        .selectFrom('run_tool_calls')
+        .select('status')
+        .where('run_id', '=', held.run.id)
+        .execute()
+      expect(calls.map((call) => call.status)).toEqual(['ok'])
+    } finally {
+      await held.close()
+    }
+  })
+
+  it('expired for the call still asking, stops the approved one running: nothing ran that the run says did not', async () => {
+    const held = await setup(['held__approved', 'held__approved'])
+    try {
+      expect(held.decisions).toHaveLength(2)
+      const answer = held.approve(held.decisions[0]!.decisionId)
+      await waitFor(
+        async () => ((await held.getRun()).requiredAction as { decisions: unknown[] }).decisions.length === 1,
+        { what: 'requiredAction with only the call still asking' },
+      )
+      await held.sweepPastDeadline()
+      expect((await held.waitForStatus(['expired'])).status).toBe('expired')
+      // The approved command was told to stop (its file never appears), and says so.
+      expect((await answer).body.dispatch.result).toEqual({ aborted: true })
+    } finally {
+      await held.close()
     }
   })
 })

@@ -1,4 +1,5 @@
 import {
+  announceRunEnded,
   listToolCalls,
   lockRun,
   lockRunOf,
@@ -39,7 +40,12 @@ export class RunSettlement {
     if (!call || call.status !== 'awaiting_decision') return []
     if (decision.status === 'expired' || !outcome) {
       // The run's end expires its other pending decisions with it (returned, for the caller to announce).
-      if (run.status === 'requires_action') return ledger.end(tx, run, { status: 'expired', openCalls: 'expired' })
+      if (run.status === 'requires_action') {
+        // Announced: an approved call of the run still running stops with it.
+        const expired = await ledger.end(tx, run, { status: 'expired', openCalls: 'expired' })
+        await announceRunEnded(tx, run.id)
+        return expired
+      }
       await ledger.finish(tx, run, call, 'expired', { accepted: false, expired: true })
     } else if (decision.status === 'rejected') {
       // A person who answered in the call's place: their text is the call's result.

@@ -74,7 +74,8 @@ export class RunSweeper {
     for (const conversationId of await findStartableQueues(store)) await pool.startNext(conversationId)
     const ttl = this.#deps.actionTtlMs ?? 24 * 3_600_000
     for (const run of await findRunsWaitingSince(store, new Date(Date.now() - ttl))) {
-      await this.#deps.writer.end(run.id, { status: 'expired', openCalls: 'expired' })
+      // Announced: what still runs on the run's behalf (an approved call of it) stops with it.
+      await this.#deps.writer.end(run.id, { status: 'expired', openCalls: 'expired' }, { announce: true })
       await pool.startNext(run.conversationId)
     }
     await this.#deps.bus.expireOverdue()

@@ -2,6 +2,7 @@ import { appendEvents } from './event-log.js'
 import type { Store } from './open-store.js'
 import { getRun, lockRun, runEvent, terminalRunStatuses } from './run-repository.js'
 import { listToolCalls } from './tool-call-repository.js'
+import { waitForLess } from './transitions/wait-for-person.js'
 import type { Executor } from './executor.js'
 
 /**
@@ -24,6 +25,8 @@ export async function announceDecidedCallStarted(tx: Executor, runId: string, de
   if (!run || terminalRunStatuses.includes(run.status)) return
   const call = (await listToolCalls(tx, run.id)).find((candidate) => candidate.decisionId === decisionId)
   if (call) await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
+  // The approved call is no longer required of anyone: `requiredAction` (and a `run.status`) says what is left.
+  if (run.status === 'requires_action') await waitForLess(tx, run.id)
 }
 
 /**

@@ -313,13 +313,17 @@ export async function pendingConnectDecisions(db: Executor, ownerId: string, pre
   return rows.map((row) => row.id)
 }
 
-/** The kind of each of these decisions (`approve` or `connect`). */
-export async function decisionKinds(db: Executor, ids: readonly string[]): Promise<Map<string, 'approve' | 'connect'>> {
+/** The kind (`approve` or `connect`) of each of these decisions still pending; answered ones are left out. */
+export async function pendingDecisionKinds(
+  db: Executor,
+  ids: readonly string[],
+): Promise<Map<string, 'approve' | 'connect'>> {
   if (ids.length === 0) return new Map()
   const rows = await kysely(db)
     .selectFrom('decisions')
     .select(['id', 'kind'])
     .where('id', 'in', [...ids])
+    .where('status', '=', 'pending')
     .execute()
   return new Map(rows.map((row) => [row.id, row.kind]))
 }

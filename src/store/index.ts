@@ -125,7 +125,7 @@ export {
   findAllowance,
   hasRejectedDecision,
   pendingConnectDecisions,
-  decisionKinds,
+  pendingDecisionKinds,
   reservePendingDecisions,
   type DecisionStatus,
   type DecisionRecord,

@@ -266,6 +266,26 @@ export async function findRunsWaitingSince(db: Executor, since: Date): Promise<R
     .selectAll()
     .where('status', '=', 'requires_action')
     .where('waiting_since', '<', since)
+    // Only what still waits for a person (a decision, a client's output): a run whose approved calls
+    // are running waits for them, within their command's timeout. Literals: partial indexes.
+    .where((eb) =>
+      eb.or([
+        eb.exists(
+          eb
+            .selectFrom('decisions as d')
+            .select('d.id')
+            .whereRef('d.run_id', '=', 'runs.id')
+            .where(sql<boolean>`d.status = 'pending'`),
+        ),
+        eb.exists(
+          eb
+            .selectFrom('run_tool_calls as c')
+            .select('c.id')
+            .whereRef('c.run_id', '=', 'runs.id')
+            .where(sql<boolean>`c.status = 'awaiting_output'`),
+        ),
+      ]),
+    )
     .orderBy('id')
     .limit(500)
     .execute()

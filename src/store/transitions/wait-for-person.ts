@@ -1,5 +1,5 @@
 import type { JsonValue } from '../database.js'
-import { decisionKinds } from '../decision-repository.js'
+import { pendingDecisionKinds } from '../decision-repository.js'
 import { appendEvents } from '../event-log.js'
 import type { Executor } from '../executor.js'
 import { runEvent, updateRun, type Run } from '../run-repository.js'
@@ -47,11 +47,13 @@ export async function requiredActionOf(
   runId: string,
 ): Promise<{ decisions: JsonValue[]; toolOutputs: JsonValue[] }> {
   const calls = await listToolCalls(db, runId)
-  const waiting = calls.filter((call) => call.status === 'awaiting_decision')
-  const kinds = await decisionKinds(
+  const asked = calls.filter((call) => call.status === 'awaiting_decision')
+  const kinds = await pendingDecisionKinds(
     db,
-    waiting.map((call) => call.decisionId).filter((id): id is string => typeof id === 'string'),
+    asked.map((call) => call.decisionId).filter((id): id is string => typeof id === 'string'),
   )
+  // A call a person approved waits for its command now, not for anyone: it is not required of them.
+  const waiting = asked.filter((call) => !call.decisionId || kinds.has(call.decisionId))
   return {
     decisions: waiting.map((call) => {
       const kind = (call.decisionId && kinds.get(call.decisionId)) || 'approve'
