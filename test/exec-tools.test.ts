@@ -517,15 +517,18 @@ describe('exec configuration', () => {
       const conversation = (
         await off.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
       ).body.id
-      await off.request('PATCH', `/api/conversations/${conversation}`, {
-        token: user.token,
-        body: { permissionMode: 'full' },
-      })
-      const refused = await off.request('POST', '/api/commands/core.exec', {
-        token: user.token,
-        body: { entrance: 'button', conversationId: conversation, params: { command: 'id' } },
-      })
-      expect([refused.status, refused.body.code]).toEqual([409, 'sandbox_unavailable'])
+      // Refused at once, in the default manual mode too: nobody is asked to approve what cannot run.
+      for (const [id, params] of [
+        ['core.exec', { command: 'id' }],
+        ['core.run_code', { language: 'python', code: 'print(1)' }],
+      ] as const) {
+        const refused = await off.request('POST', `/api/commands/${id}`, {
+          token: user.token,
+          body: { entrance: 'button', conversationId: conversation, params },
+        })
+        expect([refused.status, refused.body.code], id).toEqual([409, 'sandbox_unavailable'])
+      }
+      expect((await off.request('GET', '/api/decisions?status=pending', { token: user.token })).body.items).toEqual([])
       const run = await off.request('POST', `/api/conversations/${conversation}/runs?wait=true`, {
         token: user.token,
         body: { input: 'run id' },

@@ -152,6 +152,13 @@ async function execute(
   }
 }
 
+/** A dispatch refused before anyone is asked while nothing can run (the sandbox's probe failed). */
+function unavailableExecution(exec: ExecService): { code: string; message: string } | null {
+  return exec.executionAvailable
+    ? null
+    : { code: 'sandbox_unavailable', message: exec.sandboxUnavailable ?? 'the sandbox is unavailable' }
+}
+
 /** Under `direct`, the operator's designated approvers (a second person), if any. */
 function directApprovers(exec: ExecService): readonly string[] | null {
   return exec.backendName === 'direct' && exec.settings.directApprovers.length > 0
@@ -407,6 +414,7 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
       confirmWhen: () => exec.backendName === 'direct',
       modelText: execModelText,
       availableWhen: () => exec.executionAvailable,
+      precheck: () => unavailableExecution(exec),
       approversWhen: () => directApprovers(exec),
       riskRangeWhen: () => (exec.backendName === 'direct' ? ['high', 'high'] : ['medium', 'high']),
     })
@@ -475,6 +483,7 @@ export async function registerCliTools(
         confirmWhen: () => deps.exec.backendName === 'direct',
         modelText: execModelText,
         availableWhen: () => deps.exec.executionAvailable,
+        precheck: () => unavailableExecution(deps.exec),
         approversWhen: () => directApprovers(deps.exec),
         riskRangeWhen: () =>
           deps.exec.backendName === 'direct' ? ['high', 'high'] : [spec.risk ?? 'low', spec.risk ?? 'low'],
