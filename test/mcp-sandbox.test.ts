@@ -326,10 +326,11 @@ describe.skipIf(!probe.ok)('a sandboxed stdio MCP server (real bwrap)', () => {
     expect(answer.body.result.structuredContent).toMatchObject({ cwd: '/work', connected: true })
   })
 
-  it('a call without a conversation fails with conversation_required, which the caller reads', async () => {
+  it('a call without a conversation fails with conversation_required, before the gate, which the caller reads', async () => {
     const answer = await dispatch('mcp.boxed.echo', { text: 'nowhere' })
     expect(answer.body).toMatchObject({ code: 'command_error', commandCode: 'conversation_required' })
-    expect(answer.body.detail).toMatch(/within a conversation/)
+    // Refused by the bus before anyone could be asked to approve it, not by the server's process pool.
+    expect(answer.body.detail).toMatch(/works in a conversation's work directory: dispatch it with a conversationId/)
   })
 
   it('keeps at most maxProcesses conversation processes, closing the least recently used', async () => {

@@ -35,11 +35,11 @@ export interface RegisteredCommand {
   modelText?: (result: JsonValue) => string
   /** Core only: whether the command can work now; when not, the model is not offered it as a tool. */
   availableWhen?: () => boolean
-  /** Core only: it works in a conversation's work directory, so it is not offered where there is none (MCP outside a conversation). */
+  /** Core and mounted: it works in a conversation's work directory, so it is not offered where there is none (MCP outside a conversation). */
   needsConversation?: boolean
   /**
-   * Core only: a refusal the params earn whatever happens (a path that leads out), checked with the
-   * schema, before the gate: no one is asked to approve a call that can only fail.
+   * Core and mounted: a refusal the call earns whatever happens (a path that leads out, no sandbox),
+   * checked with the schema, before the gate: no one is asked to approve a call that can only fail.
    */
   precheck?: (params: Params) => { code: string; message: string } | null
   /** Core only: the users (names or ids) who alone may approve a call now — a second person — or null. */
@@ -55,7 +55,7 @@ export interface RegisteredCommand {
 /** A command a mount (an MCP server) provides, with the hooks core commands may set. */
 export interface MountedCommand extends Pick<
   RegisteredCommand,
-  'modelText' | 'availableWhen' | 'origin' | 'connectionWhen'
+  'modelText' | 'availableWhen' | 'origin' | 'connectionWhen' | 'needsConversation' | 'precheck'
 > {
   spec: CommandSpec<Params>
   handler: CommandHandler<Params>

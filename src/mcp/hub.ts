@@ -477,6 +477,20 @@ export class McpHub {
       modelText,
       // A server that is down keeps its commands listed, but the model is not offered them.
       availableWhen: () => connection.state === 'ready' && (!config.sandbox || this.#sandboxed.unavailable() === null),
+      // A sandboxed server runs in the caller's conversation, and only in a sandbox: refused before
+      // anyone is asked to approve a call that can only fail.
+      ...(config.sandbox && {
+        needsConversation: true,
+        precheck: () => {
+          const reason = this.#sandboxed.unavailable()
+          return reason
+            ? {
+                code: 'sandbox_unavailable',
+                message: `MCP server ${config.name} runs only in the sandbox, and ${reason}`,
+              }
+            : null
+        },
+      }),
       ...(config.auth?.type === 'oauth' && {
         connectionWhen: async (userId: string) => {
           const store = this.#store
