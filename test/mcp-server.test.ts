@@ -343,6 +343,7 @@ for (const engine of apiEngines()) {
           uri: `plinth://knowledge/${added.body.id}`,
           title: 'Runbook',
           mimeType: 'text/plain',
+          description: 'Knowledge item (draft, 1 chunk) of project with knowledge',
         }),
       ])
       const read = await client.readResource({ uri: resources[0]!.uri })

@@ -45,6 +45,7 @@ export class Accounts {
         { path: 'body.name', message },
       ])
     }
+    checkUserName(name, 'body.name')
     checkTokenName(tokenName, 'body.tokenName')
     return this.#store.transaction(async (tx) => {
       const user = await createUser(tx, name)
@@ -142,6 +143,18 @@ export class Accounts {
 }
 
 /** A token's name as the admin API takes it (1–100 characters), the same offline (the CLI on the database). */
+/**
+ * The admin API's rule for user names, here too for `plinth users create` without a server: 1 to 100
+ * characters, no space at either end, no control characters (a name is printed in lists and logs).
+ */
+function checkUserName(name: string, path: string): void {
+  const length = [...name].length
+  // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
+  if (length >= 1 && length <= 100 && /^\S(.*\S)?$/su.test(name) && !/[\u0000-\u001f\u007f-\u009f]/.test(name)) return
+  const message = 'a user name has 1 to 100 characters, no space at either end and no control characters'
+  throw new RequestError('validation_failed', message, [{ path, message }])
+}
+
 function checkTokenName(name: string, path: string): void {
   const length = [...name].length
   if (length >= 1 && length <= 100) return

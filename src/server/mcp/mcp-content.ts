@@ -47,7 +47,7 @@ export class McpContent {
         title: item.title,
         mimeType: 'text/plain',
         size: item.byteSize,
-        description: `Knowledge item (${item.status}, ${item.ingestStatus === 'ready' ? `${item.chunkCount} chunks` : item.ingestStatus}) of project ${this.#project?.name ?? ''}`,
+        description: `Knowledge item (${item.status}, ${item.ingestStatus === 'ready' ? `${item.chunkCount} ${item.chunkCount === 1 ? 'chunk' : 'chunks'}` : item.ingestStatus}) of project ${this.#project?.name ?? ''}`,
       })),
       ...(nextCursor && { nextCursor }),
     }
