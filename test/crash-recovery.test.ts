@@ -74,7 +74,7 @@ describe('crash recovery', () => {
 
         const second = await startServe({ cwd })
         servers.push(second)
-        expect(second.stdout()).toMatch(/"msg":"resumed 1 runs"/)
+        expect(second.stdout()).toMatch(/"msg":"recovered 1 runs"/)
         const after = await waitForRun(second.url, token, run.body.id, settledRunStatuses, 30_000)
         expect(after).toMatchObject({ status: 'completed', error: null, iteration: 2 })
         const messages = await http(

@@ -230,7 +230,7 @@ describe.skipIf(!engines.includes('postgres'))('two instances on one Postgres', 
         60_000,
       )
       expect(run).toMatchObject({ status: 'completed', iteration: 2 })
-      expect(b.stdout()).toMatch(/"msg":"resumed \d+ runs"/)
+      expect(b.stdout()).toMatch(/"msg":"recovered \d+ runs"/)
       const row = await testDb(store)
         .selectFrom('runs')
         .select('resumes')

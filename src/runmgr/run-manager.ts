@@ -263,10 +263,11 @@ export class RunManager {
     // Dispatches first: a resumed run's interrupted tool call then finds its dispatch ended too.
     await bus.sweepOrphanedDispatches({ all: this.#options.exclusiveDatabase === true })
     const swept = await this.sweep({ orphansOnly: this.#options.exclusiveDatabase === true })
-    if (swept.resumed > 0)
-      log.info(`resumed ${swept.resumed} runs`, {
+    if (swept.resumed + swept.failed > 0)
+      log.info(`recovered ${swept.resumed + swept.failed} runs`, {
         resumed: swept.resumed,
-        outcome: 'continuing from their last checkpoint',
+        failed: swept.failed,
+        outcome: 'resumed ones continue from their last checkpoint',
       })
     if (swept.failed > 0)
       log.warn(`ended ${swept.failed} runs that could not resume`, {

@@ -107,7 +107,11 @@ export class RunSweeper {
     try {
       await this.#deps.bus.sweepOrphanedDispatches({ all: false })
       const swept = await this.sweep()
-      if (swept.resumed > 0) this.#deps.log.info(`resumed ${swept.resumed} runs`, { resumed: swept.resumed })
+      if (swept.resumed + swept.failed > 0)
+        this.#deps.log.info(`recovered ${swept.resumed + swept.failed} runs`, {
+          resumed: swept.resumed,
+          failed: swept.failed,
+        })
       if (swept.failed > 0)
         this.#deps.log.warn(`ended ${swept.failed} runs that could not resume`, { failed: swept.failed })
     } catch (error) {
