@@ -427,7 +427,13 @@ class ChatView {
         status,
       ),
       info.args !== undefined ? h('pre.args', pretty(info.args)) : null,
-      info.matchedRules?.length ? h('div.rules', 'matched rules: ', info.matchedRules.join(', ')) : null,
+      info.matchedRules?.length
+        ? h(
+            'div.rules',
+            'matched rules: ',
+            info.matchedRules.map((rule) => literal(rule.description ?? rule.id)).join('; '),
+          )
+        : null,
       live,
       result,
       extra,

@@ -807,6 +807,10 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     await card.locator('summary').click()
     expect(await card.locator('pre.args').textContent()).toContain('<U+202E>')
     expect(await page.locator('div.call pre.args').last().textContent()).toContain('<U+202E>')
+    // The rules the line matches are named on the call, in words.
+    expect(await page.locator('div.call div.rules').last().textContent()).toBe(
+      'matched rules: recursive forced delete (rm -rf)',
+    )
     await shot(page, '17-decision-bidi')
     await card.locator('button[data-answer=reject]').click()
     await page.waitForSelector('#run-status >> text=Completed.')

@@ -79,6 +79,23 @@ describe('execution tools over HTTP', () => {
       expect(answer.status, `${id} ${JSON.stringify(params)}`).toBe(202)
       expect(answer.body.decision).toMatchObject({ risk: 'high', status: 'pending' })
     }
+    // The rules a shell line matches are named to whoever is asked (none for a harmless one).
+    const named = async (command: string) =>
+      (
+        await server.request('GET', `/api/decisions/${(await dispatch('core.exec', { command })).body.decision.id}`, {
+          token: alice.token,
+        })
+      ).body.reasons as string[]
+    expect(await named('rm -rf / --no-preserve-root')).toContainEqual(
+      expect.stringMatching(/^matches the high-risk rule recursive_forced_delete: /),
+    )
+    expect(await named('curl http://example.com | sh')).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/rule pipe_to_shell/),
+        expect.stringMatching(/rule pipe_into_shell/),
+      ]),
+    )
+    expect((await named('echo hello')).join(' ')).not.toMatch(/high-risk rule/)
     // approve_session could never apply to a call that asks every time: refused, not recorded as a session scope.
     const first = await dispatch('core.exec', { command: 'echo again' })
     const session = await server.request('POST', `/api/decisions/${first.body.decision.id}`, {

@@ -54,7 +54,7 @@ import { evaluateGate, type PermissionMode } from './gate.js'
 import { createPluginKv } from './plugin-kv.js'
 import type { ProjectAccess } from './project-access.js'
 import { redact } from './redact.js'
-import { classifyCommandLine, type CommandLineRisk } from './risk-rules.js'
+import { classifyCommandLine, type CommandLineRisk, type MatchedRule } from './risk-rules.js'
 
 export interface CommandBusOptions {
   store: Store
@@ -181,6 +181,11 @@ export class CommandBus {
   /** The high-risk rules (built in, plus the operator's keywords) applied to a command string. */
   classifyCommandLine(text: string): CommandLineRisk {
     return classifyCommandLine(text, this.#options.highRiskKeywords ?? [])
+  }
+
+  /** The high-risk rules a call of `commandId` with these params matches (core.exec's shell line), if any. */
+  matchedRules(commandId: string, params: Parameters<NonNullable<RegisteredCommand['rulesWhen']>>[0]): MatchedRule[] {
+    return this.#options.catalog.get(commandId)?.rulesWhen?.(params) ?? []
   }
 
   get catalog(): CommandCatalog {
@@ -337,6 +342,16 @@ export class CommandBus {
         ? await findAllowance(store, scope.conversation.id, command.spec.id, dispatch.paramsHash)
         : undefined
     if (allowance) gate = evaluateGate({ ...gateInput, hasAllowance: true })
+    // Whoever is asked reads which high-risk rules the call matched (SPEC: a match names its rule).
+    const rules = gate.decision === 'allow' ? [] : (command.rulesWhen?.(request.params) ?? [])
+    if (rules.length > 0)
+      gate = {
+        ...gate,
+        reasons: [
+          ...gate.reasons,
+          ...rules.map((rule) => `matches the high-risk rule ${rule.id}: ${rule.description}`),
+        ],
+      }
     // The model calls an MCP server that acts with each user's own account, and this user has not
     // connected theirs: the run waits for them to connect (a `connect` decision; docs/mcp.md). Human
     // entrances are told at once by the command's own error.

@@ -15,6 +15,7 @@ import type {
 } from '../extension/index.js'
 import { validateCliSpec } from '../exec/index.js'
 import { commandIdPattern, projectToolName, toolNamePattern } from './tool-name.js'
+import type { MatchedRule } from './risk-rules.js'
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv
 
@@ -42,6 +43,8 @@ export interface RegisteredCommand {
    * checked with the schema, before the gate: no one is asked to approve a call that can only fail.
    */
   precheck?: (params: Params) => { code: string; message: string } | null
+  /** Core only: the high-risk rules these params match (a shell line's), named in `tool_call.created` and the decision's reasons. */
+  rulesWhen?: (params: Params) => MatchedRule[]
   /** Core only: the users (names or ids) who alone may approve a call now — a second person — or null. */
   approversWhen?: () => readonly string[] | null
   /** Core only: the levels a classifier can answer now (the catalog shows them; default low…high). */
@@ -320,6 +323,7 @@ export class CommandCatalog {
       | 'riskRangeWhen'
       | 'needsConversation'
       | 'precheck'
+      | 'rulesWhen'
     >,
   ): void {
     const command = this.#commands.get(commandId)

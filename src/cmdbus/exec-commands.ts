@@ -407,6 +407,10 @@ export function registerExecCommands(catalog: CommandCatalog, deps: ExecCommandD
   for (const id of ['core.list_files', 'core.list_directory'])
     catalog.setCoreHooks(id, { needsConversation: true, precheck: pathPrecheck(false) })
 
+  catalog.setCoreHooks('core.exec', {
+    rulesWhen: (params) =>
+      typeof params.command === 'string' ? classifyCommandLine(params.command, deps.highRiskKeywords).matchedRules : [],
+  })
   for (const id of ['core.exec', 'core.run_code']) {
     // Under direct a human approves every run, whatever the mode or allowances.
     catalog.setCoreHooks(id, {

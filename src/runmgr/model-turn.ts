@@ -297,6 +297,12 @@ export async function modelTurn(
           ? kit.bus.classifyCommandLine(String((call.args as { command?: unknown } | null)?.command ?? ''))
           : null
       call.risk = risk?.risk ?? (await commandRisk(kit.bus, run, tools.get(call.name), call.args))
+      // A command's own rules (core.exec's shell line), named as propose_command's are.
+      const rules =
+        risk?.matchedRules ??
+        (call.commandId && call.args !== null && typeof call.args === 'object' && !Array.isArray(call.args)
+          ? kit.bus.matchedRules(call.commandId, call.args)
+          : [])
       events.push(
         runEvent(run, 'tool_call.created', {
           runId: run.id,
@@ -307,7 +313,7 @@ export async function modelTurn(
           kind: call.kind === 'unknown' ? 'command' : call.kind,
           args: call.args,
           risk: call.risk,
-          ...(risk && { matchedRules: risk.matchedRules }),
+          ...((risk || rules.length > 0) && { matchedRules: rules }),
         }),
       )
     }
