@@ -196,6 +196,12 @@ for (const engine of apiEngines()) {
       const peek = await server.request('GET', `/api/usage?userId=${alice.user.id}`, { token: bob.token })
       expect(peek.status).toBe(403)
       expect(peek.body.code).toBe('forbidden')
+      // Alice's project is not Bob's to name: not found, as any route answers.
+      const theirs = await server.request('GET', `/api/usage?projectId=${projectId}`, { token: bob.token })
+      expect([theirs.status, theirs.body.code]).toEqual([404, 'not_found'])
+      expect((await server.request('GET', `/api/usage?projectId=${projectId}`, { token: alice.token })).status).toBe(
+        200,
+      )
 
       // The operator: one user, or everyone grouped by user.
       const admin = await server.request('GET', `/api/admin/usage?userId=${alice.user.id}`, { token: adminToken })

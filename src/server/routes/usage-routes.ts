@@ -98,6 +98,8 @@ export function registerUsageRoutes(app: App, deps: ServerDeps): void {
       const user = caller(request)
       if (request.query.userId !== undefined && request.query.userId !== user.id)
         throw new HttpProblem('forbidden', 'only your own usage; the admin API (GET /api/admin/usage) reports any user')
+      // A project the caller cannot see is not found, as everywhere else (not an empty report).
+      if (request.query.projectId !== undefined) await deps.projects.resolve(user, request.query.projectId)
       return report(deps, request.query, user.id)
     },
   )
