@@ -246,3 +246,56 @@ describe('mcpServers configuration', () => {
     }
   })
 })
+
+describe('plinth serve stopped while a stdio MCP server never finished starting', () => {
+  it('stops the child too, not leaving it running', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'plinth-mcp-hang-'))
+    const config = {
+      adminToken,
+      dataDir: './data',
+      mcpServers: [
+        {
+          name: 'hangs',
+          transport: 'stdio',
+          command: process.execPath,
+          args: [toy],
+          env: { TOY_HANG: '1', TOY_LOG: './hang.log' },
+          cwd: '.',
+          startTimeoutMs: 1_000,
+        },
+      ],
+    }
+    await writeFile(join(dir, 'plinth.config.json'), JSON.stringify(config))
+    const serve = await startServe({ cwd: dir })
+    try {
+      const created = await http(serve.url, 'POST', '/api/admin/users', { token: adminToken, body: { name: 'u' } })
+      // The catalog starts the server (lazily), which never answers initialize: its start times out.
+      await http(serve.url, 'GET', '/api/commands', { token: created.body.token.token })
+      const pid = Number(/start (\d+)/.exec(await readFile(join(dir, 'hang.log'), 'utf8'))?.[1])
+      expect(pid).toBeGreaterThan(0)
+      const deadline = Date.now() + 30_000
+      while (Date.now() < deadline) {
+        const warnings = (await http(serve.url, 'GET', '/readyz')).body.warnings as string[]
+        if (warnings.some((warning) => warning.includes('did not answer initialize'))) break
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      expect(await serve.stop()).toBe(0)
+      const alive = () => {
+        try {
+          process.kill(pid, 0)
+          return true
+        } catch {
+          return false
+        }
+      }
+      const gone = Date.now() + 15_000
+      while (alive() && Date.now() < gone) await new Promise((resolve) => setTimeout(resolve, 50))
+      const left = alive()
+      if (left) process.kill(pid, 'SIGKILL')
+      expect(left).toBe(false)
+    } finally {
+      await serve.stop()
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+})

@@ -169,6 +169,24 @@ export class McpConnection {
     const client = this.#client
     this.#client = null
     await client?.close().catch(() => undefined)
+    // A close already under way (a start that timed out: the SDK closes without waiting) ends its
+    // child too: a stdio child is stopped before the server exits, not left running.
+    await Promise.allSettled([...this.#closing])
+  }
+
+  /** Transport closes under way (the SDK's stdio close waits for the child, then kills it). */
+  readonly #closing = new Set<Promise<void>>()
+
+  /** Records each close of `transport`, for `stop` to wait for. */
+  #tracked(transport: Transport): Transport {
+    const close = transport.close.bind(transport)
+    transport.close = () => {
+      const closing = close()
+      this.#closing.add(closing)
+      void closing.catch(() => undefined).finally(() => this.#closing.delete(closing))
+      return closing
+    }
+    return transport
   }
 
   async #connected(): Promise<Client> {
@@ -230,7 +248,7 @@ export class McpConnection {
     const timeout = this.config.startTimeoutMs ?? defaultStartTimeoutMs
     let transport: Transport | undefined
     try {
-      transport = this.#transport(auth)
+      transport = this.#tracked(this.#transport(auth))
       client.onclose = () => this.#closed(client)
       client.onerror = (error) => this.#log.debug('MCP transport error', { server: this.config.name, err: error })
       client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
