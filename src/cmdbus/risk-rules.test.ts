@@ -97,10 +97,31 @@ const highCases: Array<[command: string, rule: string]> = [
   ['cd x && ${TOOL} --all', 'command_built_at_run_time'],
   ['sudo $CMD', 'command_built_at_run_time'],
   ['bash -c "$(echo cm0gLXJmIC8= | base64 -d)"', 'command_built_at_run_time'],
+  ['sh -c "$X"', 'command_built_at_run_time'],
+  // … however the command word is disguised or wrapped
+  ['\\eval "$CMD"', 'command_built_at_run_time'],
+  ['"eval" "$CMD"', 'command_built_at_run_time'],
+  ['e\'\'val "$CMD"', 'command_built_at_run_time'],
+  ['builtin eval "$CMD"', 'command_built_at_run_time'],
+  ['(eval "$CMD")', 'command_built_at_run_time'],
+  ['( $CMD )', 'command_built_at_run_time'],
+  ['{ $CMD; }', 'command_built_at_run_time'],
+  ['if true; then $CMD; fi', 'command_built_at_run_time'],
+  ['X=1 $CMD', 'command_built_at_run_time'],
+  ['timeout 5 $CMD', 'command_built_at_run_time'],
+  ["$'\\x72\\x6d' -rf build", 'command_built_at_run_time'],
+  ['{rm,-rf,build}', 'command_built_at_run_time'],
+  ['r${EMPTY}m -rf build', 'command_built_at_run_time'],
   // text handed to a shell
   ['echo cm0gLXJmIC8K | base64 -d | sh', 'pipe_into_shell'],
   ['cat script.txt | bash', 'pipe_into_shell'],
   ['sh <<< "$PAYLOAD"', 'pipe_into_shell'],
+  ['echo x | base64 -d | env bash', 'pipe_into_shell'],
+  ['cat x | exec sh', 'pipe_into_shell'],
+  ['cat x | xargs -0 bash -c', 'pipe_into_shell'],
+  ['ls | "sh"', 'pipe_into_shell'],
+  ['bash < payload.txt', 'pipe_into_shell'],
+  ['bash <(echo x | base64 -d)', 'pipe_into_shell'],
   // deleting with find, or from a script
   ['find . -delete', 'find_delete'],
   ['find /data -name "*.o" -exec rm {} \\;', 'find_delete'],
@@ -167,6 +188,16 @@ const notHighCases: Array<[command: string, why: string]> = [
   ['find . -name "*.py"', 'find without deleting'],
   ['git log --format="%H"', 'quotes in an argument'],
   ['ssh host uptime', 'ssh is not sh'],
+  ['grep -rn "rmtree" src', 'searching for a name deletes nothing'],
+  ['git grep rm_rf', 'searching for a name deletes nothing'],
+  ['npm ls rimraf', 'listing a package deletes nothing'],
+  ['npm install --save-dev rimraf', 'installing a package deletes nothing'],
+  ['cat src/rm_rf.py', 'reading a file named for deleting'],
+  ['echo "rm(x, recursive)"', 'text, not a call'],
+  ['grep -E "bash|zsh" /etc/shells', 'a pipe inside a quoted pattern'],
+  ['ps aux | grep -E "node|sh"', 'a pipe inside a quoted pattern'],
+  ['git commit -m "fix: pipe | sh handling"', 'a pipe inside a message'],
+  ['x=$(date) && echo "$x"', 'an assignment is not a command'],
   ['', 'empty input'],
 ]
 
@@ -257,5 +288,22 @@ describe('classifyCommandLine: long input', () => {
     const started = performance.now()
     classifyCommandLine(text)
     expect(performance.now() - started).toBeLessThan(5_000)
+  })
+
+  // Repeated option words once made the rules backtrack for seconds (a model's 100 KB argument froze
+  // the event loop); they take milliseconds now, so a second is far from both on any machine.
+  it.each<[label: string, text: string]>([
+    ['sh -sh -sh…', 'sh' + ' -sh'.repeat(25_000)],
+    ['|sudo -a|sudo…', '|sudo ' + '-a|sudo '.repeat(12_500)],
+    ['env -;env…', 'env ' + '-;env '.repeat(16_000)],
+    [' -bash -bash…', ' -bash'.repeat(16_000)],
+    ['sudo -sudo…', 'sudo' + ' -sudo'.repeat(16_000)],
+    ['X=1 X=1…', 'X=1 '.repeat(25_000)],
+    ['(timeout 5 (timeout 5…', '(timeout 5 '.repeat(9_000)],
+    ['quoted words', '"a" '.repeat(25_000)],
+  ])('stays linear on %s (100 KB)', (_label, text) => {
+    const started = performance.now()
+    classifyCommandLine(text)
+    expect(performance.now() - started).toBeLessThan(1_000)
   })
 })

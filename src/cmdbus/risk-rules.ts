@@ -6,10 +6,12 @@ interface RiskRule {
   description: string
   pattern: RegExp
   /**
-   * Reads what the shell expands: text in single quotes is left out (an awk or jq script's `$1` is not a
-   * command), and the line is not read again without its quotes.
+   * `shell words`: the rule reads the line as the shell splits it into words — a quoted word that is
+   * one plain word loses its quotes (`"eval"`, `| "sh"`), other quoted text is left out (an awk
+   * script's `$1`, `grep -E "bash|zsh"`), except a double-quoted expansion (`"$CMD"`), and backslashes
+   * escape (`\\eval`). Otherwise it reads the line as written, and again without quotes and backslashes.
    */
-  expandedOnly?: true
+  reads?: 'shell words'
 }
 
 /** What matched: the rule id and why it matters. */
@@ -33,6 +35,13 @@ const systemPaths = `(/(etc|boot|bin|sbin|usr|lib|lib64|var/lib|sys|proc)(?![^/\
  * at most 256 of them so that a long line of repeated words stays linear.
  */
 const words = String.raw`(\s+[^\s;&|<>()]+){0,256}\s+`
+/**
+ * A command's leading option words (`sudo -E`, `env -i`), at most 16 and none spanning `;&|`, so that
+ * a long line of repeated flags stays linear.
+ */
+const flags = String.raw`(-[^\s;&|]+\s+){0,16}`
+/** Commands that run the command that follows them (`sudo rm`, `env X=1 sh`, `timeout 5 sh`). */
+const wrappers = String.raw`((sudo|env|exec|command|builtin|nohup|nice|time|xargs|timeout(\s+[\d.]+[smhd]?)?)\s+${flags}|\w+=[^\s;&|]*\s+){0,8}`
 /** A program name in command position (not `--rm`, `norm`, `rm.sh`). */
 const program = (names: string): string => String.raw`(?<![\w.-])(${names})`
 
@@ -56,13 +65,13 @@ const builtInRules: RiskRule[] = [
     id: 'shutdown',
     description: 'shutdown, reboot or halt',
     pattern:
-      /(^\s*|[;&|]\s*|\bsudo\s+(-\S+\s+)*)([^\s;&|]*\/)?(shutdown|reboot|halt|poweroff|init\s+[06])(?![\w.-])|\bsystemctl\s+(poweroff|reboot|halt)\b/,
+      /(^\s*|[;&|]\s*|\bsudo\s+(-[^\s;&|]+\s+){0,16})([^\s;&|]*\/)?(shutdown|reboot|halt|poweroff|init\s+[06])(?![\w.-])|\bsystemctl\s+(poweroff|reboot|halt)\b/,
   },
   {
     id: 'pipe_to_shell',
     description: 'piping a download into a shell',
     pattern:
-      /\b(curl|wget|fetch)\b[^\n]*(?<!\|)\|(?!\|)\s*(sudo\s+(-\S+\s+)*)?([^\s;&|]*\/)?(ba|z|da|k)?sh\b|\b(ba|z)?sh\s+<\(\s*(curl|wget)\b/,
+      /\b(curl|wget|fetch)\b[^\n]*(?<!\|)\|(?!\|)\s*(sudo\s+(-[^\s;&|]+\s+){0,16})?([^\s;&|]*\/)?(ba|z|da|k)?sh\b|\b(ba|z)?sh\s+<\(\s*(curl|wget)\b/,
   },
   {
     id: 'fork_bomb',
@@ -96,15 +105,29 @@ const builtInRules: RiskRule[] = [
   {
     id: 'pipe_into_shell',
     description: 'piping text into a shell (what runs is not in the command)',
-    pattern: /(?<!\|)\|(?!\|)\s*(sudo\s+(-\S+\s+)*)?([^\s;&|]*\/)?(ba|z|da|k)?sh\b(?![.\w-])|\b(ba|z|da|k)?sh\s+<<</,
+    // Read with quoted arguments out (`grep -E "bash|zsh"` pipes nothing), quoted words kept (`| "sh"`).
+    pattern: new RegExp(
+      [
+        String.raw`(?<!\|)\|(?!\|)\s*${wrappers}([^\s;&|]*/)?(ba|z|da|k)?sh(?![\w.-])`,
+        // a here-string, a file or a process substitution as the shell's input
+        String.raw`${program('(ba|z|da|k)?sh')}\s+${flags}(<<<|<\s*\(|<\s*[^\s<&])`,
+      ].join('|'),
+    ),
+    reads: 'shell words',
   },
   {
     id: 'command_built_at_run_time',
-    description: 'a command built at run time (eval, $(…), `…` or a variable in command position, sh -c "$(…)")',
-    // Command position: the line's start, after ; & | or inside $( or backticks, after sudo/env/exec/….
-    pattern:
-      /(^|[;&|`]|\$\()\s*((sudo|env|exec|command|nohup|nice|time|xargs)\s+(-\S+\s+)*)*("?\$[({\w]|`|eval(?![\w.-]))|\b(ba|z|da|k)?sh\s+(-\w+\s+)*-c\s+"?(\$\(|`)/,
-    expandedOnly: true,
+    description:
+      'a command built at run time (eval, $(…), `…`, $\'…\', {a,b} or a variable in command position, sh -c "$(…)")',
+    // Command position: the line's start, after ; & | ( { or inside $( or backticks, after then/do/else,
+    // after sudo/env/timeout/… and assignments; the word there holds an expansion, or is eval.
+    pattern: new RegExp(
+      [
+        String.raw`(^|[;&|({\`]|\$\(|\b(then|do|else)\s)\s*${wrappers}(?!\w+=)([^\s;&|()\`]*\$|\`|\{[^\s}]*,|eval(?![\w.-]))`,
+        String.raw`${program('(ba|z|da|k)?sh')}\s+${flags}-c\s+"?(\$|\`)`,
+      ].join('|'),
+    ),
+    reads: 'shell words',
   },
   {
     id: 'find_delete',
@@ -116,9 +139,16 @@ const builtInRules: RiskRule[] = [
   },
   {
     id: 'recursive_delete_in_script',
-    description: "a script's recursive delete (shutil.rmtree, fs.rm with recursive, rm_rf, remove_tree)",
-    pattern:
-      /\b(shutil\.rmtree|rmtree|rm_rf|remove_tree|rimraf)\b|\b(rm|rmSync|rmdir|rmdirSync)\([^\n)]{0,200}recursive/,
+    description: "a script's recursive delete (shutil.rmtree, fs.rm with recursive, FileUtils.rm_rf, rimraf)",
+    // Calls, not words: `grep -rn rmtree src` or `npm ls rimraf` delete nothing.
+    pattern: new RegExp(
+      [
+        String.raw`\b(rmtree|remove_tree)\s*\(`,
+        String.raw`\brm_rf\b\s*[('"]`,
+        String.raw`\.(rm|rmSync|rmdir|rmdirSync)\s*\([^\n)]{0,200}recursive`,
+        String.raw`(^|[;&|]\s*|\bnpx\s+(-\S+\s+){0,4})rimraf\s`,
+      ].join('|'),
+    ),
   },
   {
     id: 'privilege_escalation',
@@ -138,11 +168,12 @@ export function classifyCommandLine(text: string, operatorKeywords: readonly str
     // Quotes and backslashes change no command the shell runs (`r\m -rf`, `"rm" -rf`, `> "/etc/x"`), so
     // the rules read the line without them too.
     const unquoted = line.replace(/\\(.)/g, '$1').replace(/['"]/g, '')
-    const expanded = line.replace(/'[^']*'/g, "''")
+    const words = shellWords(line)
     for (const rule of builtInRules) {
-      const matches = rule.expandedOnly
-        ? rule.pattern.test(expanded)
-        : rule.pattern.test(line) || (unquoted !== line && rule.pattern.test(unquoted))
+      const matches =
+        rule.reads === 'shell words'
+          ? rule.pattern.test(words)
+          : rule.pattern.test(line) || (unquoted !== line && rule.pattern.test(unquoted))
       if (matches) matchedRules.push({ id: rule.id, description: rule.description, line: index + 1 })
     }
     for (const keyword of operatorKeywords) {
@@ -151,4 +182,22 @@ export function classifyCommandLine(text: string, operatorKeywords: readonly str
     }
   })
   return { risk: matchedRules.length > 0 ? 'high' : 'medium', matchedRules }
+}
+
+/**
+ * A line as the shell reads its words, for the rules that look at command position: quoted text that is
+ * one plain word is that word (`"eval"`, `e''val`), a double-quoted expansion stays one (`"$CMD"`), any
+ * other quoted text is left out (`'{print $1}'`, `"bash|zsh"`), and a backslash escapes what follows.
+ */
+function shellWords(line: string): string {
+  return line.replace(
+    /\\(.)|'([^']*)'|"((?:[^"\\]|\\.)*)"/g,
+    (_match, escaped?: string, single?: string, double?: string) => {
+      if (escaped !== undefined) return escaped
+      const text = single ?? double ?? ''
+      if (/^[^\s|;&<>()`$'"\\]*$/.test(text)) return text
+      if (double !== undefined && /^\$(\w+|\{\w+\}|\([^)]*\))$/.test(text)) return text
+      return "''"
+    },
+  )
 }
