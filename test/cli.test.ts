@@ -479,6 +479,20 @@ describe('plinth CLI on Postgres (DATABASE_URL)', () => {
         })
         expect(succeeded(migrate).trim()).toBe('database is up to date')
 
+        // A list longer than a pipe holds (64 KiB) arrives whole: the CLI exits once its output is out.
+        await adminQuery(
+          databaseUrl,
+          `insert into users (id, name) select '01JZZZZZZZZZZZZZZZZZ' || lpad(i::text, 6, '0'), 'bulk-user-' || i from generate_series(1, 3000) i`,
+        )
+        const listed = await runPlinth(['users', 'list', '--json'], {
+          cwd,
+          env: { DATABASE_URL: databaseUrl },
+          timeoutMs: spawnTimeout,
+          readStdoutAfterMs: 2_000,
+        })
+        expect(Buffer.byteLength(succeeded(listed))).toBeGreaterThan(256 * 1024)
+        expect(JSON.parse(listed.stdout) as unknown[]).toHaveLength(3001)
+
         // A server on Postgres does not lock anything: the CLI keeps working beside it.
         server = await startServe({ cwd, env: { DATABASE_URL: databaseUrl }, timeoutMs: spawnTimeout })
         expect(server.listening).toMatchObject({ engine: 'pg' })

@@ -14,4 +14,6 @@ else {
 const { runCli } = await import('./cli.js')
 
 const code = await runCli(process.argv.slice(2))
+// A pipe takes 64 KiB at a time: exit once what was written is out, not with the rest still queued.
+await new Promise<void>((resolve) => process.stdout.write('', () => resolve()))
 process.exit(code)

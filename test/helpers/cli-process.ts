@@ -46,6 +46,8 @@ export interface CliOptions {
   timeoutMs?: number
   /** What the process reads on its standard input, which then ends (default: none, closed). */
   input?: string
+  /** Starts reading its standard output only after this long (a slow reader); default: at once. */
+  readStdoutAfterMs?: number
 }
 
 /** Runs `plinth <args>` to completion. */
@@ -58,7 +60,10 @@ export async function runPlinth(args: string[], options: CliOptions): Promise<Cl
   if (options.input !== undefined) child.stdin?.end(options.input)
   let stdout = ''
   let stderr = ''
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+  const read = (): void => void child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk))
+  // A slow reader (`| wc -c` on a busy machine): the output waits in the pipe for a while.
+  if (options.readStdoutAfterMs) setTimeout(read, options.readStdoutAfterMs)
+  else read()
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk))
   const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000)
   try {
