@@ -213,6 +213,49 @@ describe('risk on the wire', () => {
     ).toBe('completed')
   })
 
+  it('in risky mode, a declined propose_command counts as a rejection: the run’s later medium calls ask', async () => {
+    const projectId = (await server.request('POST', '/api/projects', { token: alice.token, body: { name: 'decl' } }))
+      .body.id
+    const conversation = (
+      await server.request('POST', `/api/projects/${projectId}/conversations`, { token: alice.token, body: {} })
+    ).body.id
+    await server.request('PATCH', `/api/conversations/${conversation}`, {
+      token: alice.token,
+      body: { permissionMode: 'risky' },
+    })
+    model.setTurns([
+      { toolCalls: [{ name: 'propose_command', arguments: { command: 'rm -rf build', reason: 'clean up' } }] },
+      { toolCalls: [{ name: 'classified__touch', arguments: { path: '/tmp/instead' } }] },
+      { text: 'gave up' },
+    ])
+    const run = await server.request('POST', `/api/conversations/${conversation}/runs`, {
+      token: alice.token,
+      body: { input: 'clean up', clientTools: ['propose_command'], knowledge: { autoInject: false } },
+    })
+    expect(run.status).toBe(201)
+    const proposed = await waitForRun(server, alice.token, run.body.id, ['requires_action'], 30_000)
+    const callId = (proposed.requiredAction as { toolOutputs: Array<{ callId: string }> }).toolOutputs[0]!.callId
+    const declined = await server.request('POST', `/api/runs/${run.body.id}/tool-outputs`, {
+      token: alice.token,
+      body: { outputs: [{ callId, output: { accepted: false } }] },
+    })
+    expect(declined.status).toBe(200)
+    const asked = await waitForRun(
+      server,
+      alice.token,
+      run.body.id,
+      (current) =>
+        current.status === 'completed' ||
+        ((current.requiredAction as { decisions?: unknown[] } | null)?.decisions?.length ?? 0) > 0,
+      30_000,
+    )
+    expect(asked.status).toBe('requires_action')
+    expect((asked.requiredAction as { decisions: Array<{ risk: string }> }).decisions).toEqual([
+      expect.objectContaining({ risk: 'medium' }),
+    ])
+    await server.request('POST', `/api/runs/${run.body.id}/cancel`, { token: alice.token })
+  })
+
   it('the catalog shows a static level, or `varies` with the range, never an internal word', async () => {
     const answer = await server.request('GET', '/api/commands', { token: alice.token })
     expect(answer.status).toBe(200)

@@ -334,7 +334,7 @@ export class CommandBus {
       request.entrance === 'agent' &&
       dispatch.runId &&
       scope.conversation &&
-      (await hasRejectedDecision(store, scope.conversation.id, dispatch.runId))
+      (await hasRejectedDecision(store, dispatch.runId))
     )
       gate = evaluateGate({ ...gateInput, rejectedInRun: true })
     const allowance =

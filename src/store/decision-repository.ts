@@ -221,14 +221,18 @@ export async function findAllowance(
   return row && { decisionId: row.decision_id }
 }
 
-/** Whether a person rejected one of the run's calls (through the conversation's decisions index). */
-export async function hasRejectedDecision(db: Executor, conversationId: string, runId: string): Promise<boolean> {
+/**
+ * Whether a person said no to one of the run's calls: rejected or answered instead at a decision, or a
+ * client tool (`propose_command`) declined (`accepted: false`), through the run's calls index.
+ */
+export async function hasRejectedDecision(db: Executor, runId: string): Promise<boolean> {
   const row = await kysely(db)
-    .selectFrom('decisions')
+    .selectFrom('run_tool_calls')
     .select('id')
-    .where('conversation_id', '=', conversationId)
-    .where('status', '=', 'rejected')
     .where('run_id', '=', runId)
+    .where((eb) =>
+      eb.or([eb('status', '=', 'rejected'), eb.and([eb('kind', '=', 'client'), eb('status', '=', 'error')])]),
+    )
     .limit(1)
     .executeTakeFirst()
   return row !== undefined
