@@ -1,7 +1,7 @@
 // A conversation: the transcript, the composer, the live run (text, phases, tool calls with their
 // output, approval cards, client tools, cancel) and the conversation's audit.
 import { query } from './api.js'
-import { h, literal, mount, pretty, when } from './dom.js'
+import { h, jsonWithEscapedControls, literal, mount, pretty, when } from './dom.js'
 import { renderMarkdown } from './markdown.js'
 import { follow } from './stream.js'
 
@@ -450,7 +450,7 @@ class ChatView {
       },
       output(text) {
         live.hidden = false
-        live.textContent += text
+        live.textContent += literal(text)
       },
       setResult(outcome, output) {
         this.setStatus(outcome)
@@ -607,7 +607,8 @@ class ChatView {
         'aria-label': kind === 'edit' ? 'Arguments to run with (JSON)' : 'Your answer for the model',
         placeholder: kind === 'edit' ? '' : 'What the model should read instead of the result',
       })
-      if (kind === 'edit') area.value = JSON.stringify(data.params, null, 2)
+      // JSON escapes for the bidirectional controls: shown as \u202e, read back as the character.
+      if (kind === 'edit') area.value = jsonWithEscapedControls(data.params)
       const send = () => {
         if (kind === 'respond') {
           if (area.value.trim()) void answer('respond', { text: area.value.trim() })

@@ -47,6 +47,14 @@ export function literal(text) {
   return text.replace(bidiControls, (char) => `<U+${char.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}>`)
 }
 
+/** JSON to edit: the bidirectional controls written as `\u202e` escapes, which JSON.parse reads back. */
+export function jsonWithEscapedControls(value) {
+  return JSON.stringify(value, null, 2).replace(
+    bidiControls,
+    (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  )
+}
+
 /** JSON for display, shortened past `max` characters. */
 export function pretty(value, max = 4000) {
   const text = typeof value === 'string' ? value : JSON.stringify(value, null, 2)

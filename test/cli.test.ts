@@ -126,7 +126,7 @@ describe('plinth CLI on the embedded database (one data directory, one operator 
       expect(duplicate.stdout).not.toMatch(/plt_/)
 
       // The admin API's rule for names holds without a server too: nothing stored, nothing to print raw.
-      for (const name of ['  ', 'two\nlines', 'esc\u001b[31mred', 'x'.repeat(101)]) {
+      for (const name of ['  ', 'two\nlines', 'a\u2028b', 'esc\u001b[31mred', 'x'.repeat(101)]) {
         const refused = await run(['users', 'create', name])
         expect(refused.code, describeRun(refused)).toBe(1)
         expect(refused.stderr).toMatch(/a user name has 1 to 100 characters/)

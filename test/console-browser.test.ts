@@ -811,6 +811,12 @@ describe.skipIf(!executablePath)('the web console in Chromium', () => {
     expect(await page.locator('div.call div.rules').last().textContent()).toBe(
       'matched rules: recursive forced delete (rm -rf)',
     )
+    // Editing shows it as a JSON escape, which reads back as the same character.
+    await card.locator('button[data-answer=edit]').click()
+    const edited = await card.locator('textarea[data-reply=edit]').inputValue()
+    expect(edited).toContain('#\\u202etxt.emdaer tac')
+    expect(edited).not.toContain('\u202e')
+    expect(JSON.parse(edited)).toEqual({ command: 'rm -rf notes #\u202etxt.emdaer tac' })
     await shot(page, '17-decision-bidi')
     await card.locator('button[data-answer=reject]').click()
     await page.waitForSelector('#run-status >> text=Completed.')

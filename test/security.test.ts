@@ -402,6 +402,7 @@ describe('protocol-level errors are problem+json and echo nothing', () => {
     const tunnel = await rawRequest(server.url, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n')
     expect(tunnel.status).toBe(405)
     expect(tunnel.json).toMatchObject({ code: 'method_not_allowed' })
+    expect(tunnel.text).toMatch(/\r\nAllow: GET, /)
     expect(tunnel.closed).toBe(true)
     expect((await server.request('GET', '/healthz')).status).toBe(200)
   })

@@ -208,7 +208,7 @@ export function answerUnservedRequests(server: Server): void {
   server.on('connect', (_request: IncomingMessage, socket: Socket) => {
     const body = JSON.stringify(problemBody('method_not_allowed', 'CONNECT is not served: this is not a proxy'))
     socket.end(
-      `HTTP/1.1 405 Method Not Allowed\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      `HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
     )
     socket.on('error', () => undefined)
     socket.destroySoon()

@@ -150,7 +150,7 @@ export class Accounts {
 function checkUserName(name: string, path: string): void {
   const length = [...name].length
   // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
-  if (length >= 1 && length <= 100 && /^\S(.*\S)?$/su.test(name) && !/[\u0000-\u001f\u007f-\u009f]/.test(name)) return
+  if (length >= 1 && length <= 100 && /^\S(.*\S)?$/u.test(name) && !/[\u0000-\u001f\u007f-\u009f]/.test(name)) return
   const message = 'a user name has 1 to 100 characters, no space at either end and no control characters'
   throw new RequestError('validation_failed', message, [{ path, message }])
 }
