@@ -259,7 +259,12 @@ function endedText(status, error, reason) {
 }
 
 function statusText(data) {
-  if (data.status === 'requires_action') return 'Waiting for you: answer the card above.'
+  if (data.status === 'requires_action') {
+    const waiting = data.requiredAction
+    // Everything asked is answered: the approved calls run, then the run goes on.
+    if (waiting && !waiting.decisions?.length && !waiting.toolOutputs?.length) return 'Running what was approved…'
+    return 'Waiting for you: answer the card above.'
+  }
   if (data.status === 'queued') return 'Queued behind another run…'
   if (data.status === 'running') return phases[data.phase] ?? 'Running…'
   return data.status

@@ -329,6 +329,8 @@ describe('a run whose approved call is running', () => {
     return {
       store,
       run,
+      server,
+      user,
       files,
       decisions,
       getRun,
@@ -365,6 +367,16 @@ describe('a run whose approved call is running', () => {
       )
       await held.sweepPastDeadline()
       expect((await held.getRun()).status).toBe('requires_action')
+      // The stream says so too: its last run.status awaits nothing of anyone.
+      const stream = await openSse(`${held.server.url}/api/runs/${held.run.id}/events`, { token: held.user.token })
+      const statuses = () => stream.events.filter((event) => event.event === 'run.status')
+      await waitFor(() => statuses().some((event) => event.data.requiredAction?.decisions?.length === 1), {
+        what: 'the replayed run.status of the wait',
+      })
+      await waitFor(() => statuses().at(-1)?.data.requiredAction?.decisions?.length === 0, {
+        what: 'a run.status awaiting nothing after the approval',
+      })
+      stream.close()
       await writeFile(held.files[0]!, '')
       expect((await answer).body.dispatch).toMatchObject({ status: 'succeeded', result: { released: true } })
       expect((await held.waitForStatus(['completed', 'expired', 'failed'])).status).toBe('completed')

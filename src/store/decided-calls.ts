@@ -26,7 +26,7 @@ export async function announceDecidedCallStarted(tx: Executor, runId: string, de
   const call = (await listToolCalls(tx, run.id)).find((candidate) => candidate.decisionId === decisionId)
   if (call) await appendEvents(tx, [runEvent(run, 'tool_call.started', { callId: call.id })])
   // The approved call is no longer required of anyone: `requiredAction` (and a `run.status`) says what is left.
-  if (run.status === 'requires_action') await waitForLess(tx, run.id)
+  if (run.status === 'requires_action') await waitForLess(tx, run.id, { announceNothingLeft: true })
 }
 
 /**

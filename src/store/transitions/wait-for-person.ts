@@ -26,12 +26,17 @@ export async function waitForPerson(tx: Executor, runId: string): Promise<Run> {
  * A waiting run now waits for less (one of its calls was answered): its `requiredAction` again, under
  * the caller's row lock. Not a new `run.requires_action` for webhooks.
  */
-export async function waitForLess(tx: Executor, runId: string): Promise<Run> {
+export async function waitForLess(
+  tx: Executor,
+  runId: string,
+  options: { announceNothingLeft?: boolean } = {},
+): Promise<Run> {
   const requiredAction = await requiredActionOf(tx, runId)
   const run = await updateRun(tx, runId, { requiredAction })
   // Nothing left to wait for: the run continues next, and its `running` status says so (a waiting
-  // status awaiting nothing would only be noise).
-  if (requiredAction.decisions.length === 0 && requiredAction.toolOutputs.length === 0) return run
+  // status awaiting nothing would only be noise) — unless it waits for approved calls to finish first.
+  if (!options.announceNothingLeft && requiredAction.decisions.length === 0 && requiredAction.toolOutputs.length === 0)
+    return run
   await appendEvents(tx, [
     {
       ...runEvent(run, 'run.status', { runId, status: run.status, phase: null, requiredAction }),
