@@ -191,14 +191,14 @@ export function httpUserAdmin(url: string, adminToken: string): UserAdmin {
       return succeeded(answer, 201)
     },
     listUsers: () =>
-      all(
-        async (after) =>
-          (
-            await call<{ items: User[]; nextCursor: string | null }>(
-              'GET',
-              `/users?limit=200${after ? `&cursor=${after}` : ''}`,
-            )
-          ).body,
+      all(async (after) =>
+        succeeded(
+          await call<{ items: User[]; nextCursor: string | null }>(
+            'GET',
+            `/users?limit=200${after ? `&cursor=${after}` : ''}`,
+          ),
+          200,
+        ),
       ),
     findUser: async (idOrName) => {
       if (/^[0-9A-HJKMNP-TV-Z]{26}$/.test(idOrName)) {
@@ -219,14 +219,14 @@ export function httpUserAdmin(url: string, adminToken: string): UserAdmin {
     createToken: async (userId, name) =>
       succeeded(await call<IssuedToken>('POST', `/users/${userId}/tokens`, { name }), 201),
     listTokens: (userId) =>
-      all(
-        async (after) =>
-          (
-            await call<{ items: ApiToken[]; nextCursor: string | null }>(
-              'GET',
-              `/users/${userId}/tokens?limit=200${after ? `&cursor=${after}` : ''}`,
-            )
-          ).body,
+      all(async (after) =>
+        succeeded(
+          await call<{ items: ApiToken[]; nextCursor: string | null }>(
+            'GET',
+            `/users/${userId}/tokens?limit=200${after ? `&cursor=${after}` : ''}`,
+          ),
+          200,
+        ),
       ),
     revokeToken: async (tokenId) => {
       if (!/^[0-9A-HJKMNP-TV-Z]{26}$/.test(tokenId)) return undefined
