@@ -18,6 +18,21 @@ const adminToken = 'admin-token-for-mcp-tests-0123456789'
 const toySecret = 'toy-secret-never-logged-4242'
 const everythingSecret = 'everything-env-secret-7373'
 
+/** Whether process `pid` has exited within `ms`. */
+async function goneWithin(pid: number, ms: number): Promise<boolean> {
+  const alive = () => {
+    try {
+      process.kill(pid, 0)
+      return true
+    } catch {
+      return false
+    }
+  }
+  const deadline = Date.now() + ms
+  while (alive() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
+  return !alive()
+}
+
 /** Starts a child and waits for `ready` in its output. */
 async function startChild(args: string[], env: Record<string, string>, ready: RegExp): Promise<ChildProcess> {
   const child = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
@@ -180,17 +195,7 @@ describe('plinth serve with mounted MCP servers', () => {
     const pid = Number(/start (\d+)/.exec(await readFile(join(dir, 'toy.log'), 'utf8'))?.[1])
     expect(pid).toBeGreaterThan(0)
     expect(await serve.stop()).toBe(0)
-    const alive = () => {
-      try {
-        process.kill(pid, 0)
-        return true
-      } catch {
-        return false
-      }
-    }
-    const deadline = Date.now() + 15_000
-    while (alive() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
-    expect(alive()).toBe(false)
+    expect(await goneWithin(pid, 15_000)).toBe(true)
   })
 })
 
@@ -280,19 +285,9 @@ describe('plinth serve stopped while a stdio MCP server never finished starting'
         await new Promise((resolve) => setTimeout(resolve, 50))
       }
       expect(await serve.stop()).toBe(0)
-      const alive = () => {
-        try {
-          process.kill(pid, 0)
-          return true
-        } catch {
-          return false
-        }
-      }
-      const gone = Date.now() + 15_000
-      while (alive() && Date.now() < gone) await new Promise((resolve) => setTimeout(resolve, 50))
-      const left = alive()
-      if (left) process.kill(pid, 'SIGKILL')
-      expect(left).toBe(false)
+      const gone = await goneWithin(pid, 15_000)
+      if (!gone) process.kill(pid, 'SIGKILL')
+      expect(gone).toBe(true)
     } finally {
       await serve.stop()
       await rm(dir, { recursive: true, force: true })

@@ -296,6 +296,23 @@ describe('a run left waiting', () => {
   })
 })
 
+/** A new user's run (input "x") in a new project and conversation, once it waits for a person. */
+async function startWaitingRun(server: TestServer) {
+  const user = await server.createUser()
+  const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
+  const conversationId: string = (
+    await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
+  ).body.id
+  const run = (
+    await server.request('POST', `/api/conversations/${conversationId}/runs`, {
+      token: user.token,
+      body: { input: 'x' },
+    })
+  ).body
+  const waiting = await waitForRun(server, user.token, run.id, ['requires_action'])
+  return { user, conversationId, run, waiting }
+}
+
 describe('a run whose approved call is running', () => {
   const held = new URL('./__fixtures__/plugins/held-tool.ts', import.meta.url).pathname
   /** A run waiting for `calls` (held tools) with a 300 ms action deadline. */
@@ -311,18 +328,7 @@ describe('a run whose approved call is running', () => {
       ],
     })
     const server = await startTestServer(store, { plugins: [held], models: [model], actionTtlMs: 300 })
-    const user = await server.createUser()
-    const project = (await server.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-    const conversationId = (
-      await server.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
-    ).body.id
-    const run = (
-      await server.request('POST', `/api/conversations/${conversationId}/runs`, {
-        token: user.token,
-        body: { input: 'x' },
-      })
-    ).body
-    const waiting = await waitForRun(server, user.token, run.id, ['requires_action'])
+    const { user, run, waiting } = await startWaitingRun(server)
     const waitedFrom = Date.now()
     const decisions = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions
     const getRun = async () => (await server.request('GET', `/api/runs/${run.id}`, { token: user.token })).body
@@ -421,18 +427,7 @@ describe('a run waiting for a decision across a restart', () => {
       plugins: ['rdm'],
       models: [new ScriptedModel({ id: 'scripted', turns })],
     })
-    const user = await first.createUser()
-    const project = (await first.request('POST', '/api/projects', { token: user.token, body: { name: 'p' } })).body.id
-    const conversationId = (
-      await first.request('POST', `/api/projects/${project}/conversations`, { token: user.token, body: {} })
-    ).body.id
-    const run = (
-      await first.request('POST', `/api/conversations/${conversationId}/runs`, {
-        token: user.token,
-        body: { input: 'x' },
-      })
-    ).body
-    const waiting = await waitForRun(first, user.token, run.id, ['requires_action'])
+    const { user, conversationId, run, waiting } = await startWaitingRun(first)
     const decisionId = (waiting.requiredAction as { decisions: Array<{ decisionId: string }> }).decisions[0]!.decisionId
     await first.close()
     // A new server on the same database; its model continues with the second turn.
