@@ -6,7 +6,7 @@ import {
   findDispatchByKey,
   getDecision,
   getDispatch,
-  hasRejectedDecision,
+  hasRejectedCall,
   insertDecision,
   KeyTaken,
   newId,
@@ -334,7 +334,7 @@ export class CommandBus {
       request.entrance === 'agent' &&
       dispatch.runId &&
       scope.conversation &&
-      (await hasRejectedDecision(store, dispatch.runId))
+      (await hasRejectedCall(store, dispatch.runId))
     )
       gate = evaluateGate({ ...gateInput, rejectedInRun: true })
     const allowance =

@@ -225,7 +225,7 @@ export async function findAllowance(
  * Whether a person said no to one of the run's calls: rejected or answered instead at a decision, or a
  * client tool (`propose_command`) declined (`accepted: false`), through the run's calls index.
  */
-export async function hasRejectedDecision(db: Executor, runId: string): Promise<boolean> {
+export async function hasRejectedCall(db: Executor, runId: string): Promise<boolean> {
   const row = await kysely(db)
     .selectFrom('run_tool_calls')
     .select('id')

@@ -123,7 +123,7 @@ export {
   listDecisions,
   insertAllowance,
   findAllowance,
-  hasRejectedDecision,
+  hasRejectedCall,
   pendingConnectDecisions,
   pendingDecisionKinds,
   reservePendingDecisions,
