@@ -329,14 +329,20 @@ for (const engine of testEngines()) {
       expect((await eventTypes(store, run.id)).slice(before)).toEqual([
         'decision.resolved',
         'tool_call.started',
+        // Still requires_action, awaiting nothing of anyone: the approved call runs (its requiredAction is empty).
+        'run.status',
         'tool_call.completed',
-        'run.status', // requires_action → running (tool_done); no waiting status awaiting nothing before it
+        'run.status', // requires_action → running (tool_done)
         ...opened,
         'message.completed',
         'run.status',
         'run.completed',
       ])
       expect((await statusEvents(run.id)).at(-3)).toMatchObject({ status: 'running', phase: 'tool_done' })
+      expect((await statusEvents(run.id)).at(-4)).toMatchObject({
+        status: 'requires_action',
+        requiredAction: { decisions: [], toolOutputs: [] },
+      })
     })
 
     it('requires_action → running (answer), by tool outputs: the client answers its tool call', async () => {
